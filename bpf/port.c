@@ -1,0 +1,531 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Switch egress port: traffic classes, ECN marking on the instantaneous
+ * backlog (step and WRED, seed 000 "How the switch marks"), tail drop at a
+ * per-class buffer limit, and exact queue accounting.
+ *
+ * port_enqueue runs at TC egress of the port device, before the qdisc: it
+ * classifies by DSCP, decides drop / mark / pass on the backlog the packet
+ * finds, and stamps the packet with its enqueue time and class.
+ *
+ * port_dequeue runs at TC ingress of the veth peer: every packet it sees has
+ * just left the port's qdisc, so it takes the packet out of the backlog and
+ * measures its sojourn (shared/reference/kernel.md, "Real queue, measured
+ * sojourn, on a veth pair"). Sojourn-based AQMs decide here.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "net.h"
+#include "port.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+/* The 6.1 uapi spells the monotonic delivery clock the old way (same value). */
+#ifndef BPF_SKB_CLOCK_MONOTONIC
+#define BPF_SKB_CLOCK_MONOTONIC BPF_SKB_TSTAMP_DELIVERY_MONO
+#endif
+
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+#define TC_ACT_OK 0
+#define TC_ACT_SHOT 2
+
+/* The enqueue stamp: skb->tstamp = enqueue time with the low STAMP_BITS
+ * replaced by a magic and the class, so the dequeue side knows the packet went
+ * through port_enqueue and which class's backlog it leaves. Costs 256 ns of
+ * timestamp resolution. */
+#define STAMP_BITS 8
+#define STAMP_MASK ((1ULL << STAMP_BITS) - 1)
+#define STAMP_CLASS_MASK 0x7ULL
+#define STAMP_MAGIC 0xA8ULL /* 10101xxx */
+#define STAMP_MAGIC_MASK 0xF8ULL
+
+#define NSEC_PER_SEC 1000000000ULL
+
+/* Load-time settings (rewritten by the loader before the program loads). */
+
+/* Tests only: read the clock and the random draw from test_now_ns and
+ * test_rand, and accept stamps whose clock type BPF_PROG_RUN cannot set. */
+volatile const __u8 test_hooks = 0;
+
+__u64 test_now_ns = 0;
+__u32 test_rand = 0;
+
+/* Runtime settings and state. */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct port_config);
+} port_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DSCP_COUNT);
+	__type(key, __u32);
+	__type(value, __u32);
+} dscp_class SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct class_config);
+} class_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct class_state);
+} class_queue SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct class_stats);
+} class_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct port_stats);
+} port_counters SEC(".maps");
+
+static __always_inline __u64 now_ns(void)
+{
+	if (test_hooks)
+		return test_now_ns;
+	return bpf_ktime_get_ns();
+}
+
+static __always_inline __u32 random_u32(void)
+{
+	if (test_hooks)
+		return test_rand;
+	return bpf_get_prandom_u32();
+}
+
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 r = 0;
+
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r;
+}
+
+static __always_inline void record_sojourn(struct class_stats *st, __u64 sojourn_ns)
+{
+	__u32 b = log2_u64(sojourn_ns);
+
+	if (b >= SOJOURN_BUCKETS)
+		b = SOJOURN_BUCKETS - 1;
+	st->sojourn_hist[b]++;
+	st->sojourn_sum_ns += sojourn_ns;
+	st->sojourn_samples++;
+}
+
+/* Where the IP header is and what it says. */
+struct pkt_info {
+	__u32 l3_off;
+	__u16 l3_proto; /* ETH_P_IP, ETH_P_IPV6 or 0 for non-IP */
+	__u8 dsfield;   /* DSCP << 2 | ECN */
+	__u8 vlan;
+};
+
+enum parse_result {
+	PARSE_IP = 0,
+	PARSE_NON_IP = 1,
+	PARSE_MALFORMED = 2,
+};
+
+/* parse finds the IP header behind up to VLAN_MAX_DEPTH 802.1Q/802.1ad tags,
+ * bounds-checking every header it reads. */
+static __always_inline enum parse_result parse(struct __sk_buff *skb, struct pkt_info *pi)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	__u32 off = sizeof(*eth);
+	__u16 proto;
+
+	if ((void *)(eth + 1) > data_end)
+		return PARSE_MALFORMED;
+	proto = eth->h_proto;
+
+#pragma unroll
+	for (int i = 0; i < VLAN_MAX_DEPTH; i++) {
+		struct vlan_hdr *vh;
+
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		vh = data + off;
+		if ((void *)(vh + 1) > data_end)
+			return PARSE_MALFORMED;
+		proto = vh->h_vlan_encapsulated_proto;
+		off += sizeof(*vh);
+		pi->vlan = 1;
+	}
+
+	pi->l3_off = off;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + off;
+
+		if ((void *)(ip + 1) > data_end)
+			return PARSE_MALFORMED;
+		if (ip->version != 4 || ip->ihl < 5)
+			return PARSE_MALFORMED;
+		if ((void *)ip + ip->ihl * 4 > data_end)
+			return PARSE_MALFORMED;
+		pi->l3_proto = ETH_P_IP;
+		pi->dsfield = ip->tos;
+		return PARSE_IP;
+	}
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + off;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return PARSE_MALFORMED;
+		if (ip6->version != 6)
+			return PARSE_MALFORMED;
+		pi->l3_proto = ETH_P_IPV6;
+		pi->dsfield = ipv6_dsfield(ip6);
+		return PARSE_IP;
+	}
+	pi->l3_proto = 0;
+	return PARSE_NON_IP;
+}
+
+/* set_ce rewrites ECT(0)/ECT(1) to CE. IPv4 fixes the header checksum
+ * incrementally (RFC 1624); IPv6 has no header checksum and the UDP/TCP
+ * pseudo-header does not cover the traffic class. */
+static __always_inline int set_ce(struct __sk_buff *skb, const struct pkt_info *pi)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	if (pi->l3_proto == ETH_P_IP) {
+		struct iphdr *ip = data + pi->l3_off;
+		__u16 old_word, new_word;
+		__u32 sum;
+
+		if ((void *)(ip + 1) > data_end)
+			return -1;
+		old_word = *(__u16 *)ip;
+		ip->tos |= ECN_CE;
+		new_word = *(__u16 *)ip;
+		/* HC' = ~(~HC + ~m + m'), all in one's complement. */
+		sum = (__u16)~ip->check + (__u16)~old_word + new_word;
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		ip->check = ~sum;
+		return 0;
+	}
+	if (pi->l3_proto == ETH_P_IPV6) {
+		struct ipv6hdr *ip6 = data + pi->l3_off;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return -1;
+		ip6->flow_lbl[0] |= ECN_CE << 4;
+		return 0;
+	}
+	return -1;
+}
+
+enum verdict {
+	VERDICT_PASS = 0,
+	VERDICT_MARK = 1,
+	VERDICT_DROP_LIMIT = 2,
+	VERDICT_DROP_WRED = 3,
+};
+
+/* congested reports whether a packet finding backlog bytes ahead of it falls
+ * on the marking curve: step marks above K (min_th); WRED marks with
+ * probability max_p*(backlog-min_th)/(max_th-min_th) between the thresholds
+ * and always at or above max_th (seed 000, "How the switch marks"). */
+static __always_inline bool congested(const struct class_config *cc, __u64 backlog, __u32 rnd)
+{
+	__u64 span, p;
+
+	switch (cc->ecn_mode) {
+	case ECN_MODE_STEP:
+		return backlog > cc->min_th_bytes;
+	case ECN_MODE_WRED:
+		if (backlog < cc->min_th_bytes)
+			return false;
+		if (backlog >= cc->max_th_bytes)
+			return true;
+		span = cc->max_th_bytes - cc->min_th_bytes;
+		if (span == 0)
+			return true;
+		/* Both factors stay below 2^32 (limits are capped at 4 GiB and
+		 * max_p at PROB_ONE), so the product fits in 64 bits. */
+		p = cc->max_p * (backlog - cc->min_th_bytes) / span;
+		return (__u64)rnd < p;
+	default:
+		return false;
+	}
+}
+
+/* decide takes the random draw as an argument so that it can run under the
+ * virtual queue's spin lock, where helpers may not be called. */
+static __always_inline enum verdict decide(const struct class_config *cc, __u64 backlog,
+					   __u32 len, __u8 ecn, __u32 rnd)
+{
+	if (backlog + len > cc->limit_bytes)
+		return VERDICT_DROP_LIMIT;
+	if (!congested(cc, backlog, rnd))
+		return VERDICT_PASS;
+	if (ecn == ECN_ECT0 || ecn == ECN_ECT1)
+		return VERDICT_MARK;
+	if (ecn == ECN_NOT_ECT && (cc->flags & CLASS_F_WRED_DROP))
+		return VERDICT_DROP_WRED;
+	return VERDICT_PASS; /* Not-ECT without a drop profile, or already CE */
+}
+
+static __always_inline void note_max(__u64 *max, __u64 v)
+{
+	/* A lost race only loses a maximum by one packet. */
+	if (v > *max)
+		*max = v;
+}
+
+/* vq_advance drains the virtual queue up to now at rate_bps and reports what
+ * left. Packets leave in proportion to bytes: the virtual queue knows bytes
+ * exactly, packets on average. Precondition: vq_lock is held. */
+static __always_inline void vq_advance(struct class_state *cs, __u64 now, __u64 rate_bps,
+				       __u64 *left_bytes, __u64 *left_packets)
+{
+	__u64 elapsed, drain, empty_ns, bytes_per_sec = rate_bps / 8;
+
+	*left_bytes = 0;
+	*left_packets = 0;
+	if (now <= cs->vq_last_ns || bytes_per_sec == 0) {
+		if (cs->vq_last_ns == 0)
+			cs->vq_last_ns = now;
+		return;
+	}
+	elapsed = now - cs->vq_last_ns;
+	cs->vq_last_ns = now;
+	if (cs->backlog_bytes == 0)
+		return;
+	/* backlog < 2^32 and NSEC_PER_SEC < 2^30: no overflow. */
+	empty_ns = cs->backlog_bytes * NSEC_PER_SEC / bytes_per_sec;
+	if (elapsed >= empty_ns) {
+		*left_bytes = cs->backlog_bytes;
+		*left_packets = cs->backlog_packets;
+	} else {
+		/* elapsed < empty_ns, so elapsed * bytes_per_sec < backlog * 1e9. */
+		drain = elapsed * bytes_per_sec / NSEC_PER_SEC;
+		*left_bytes = drain;
+		*left_packets = cs->backlog_packets * drain / cs->backlog_bytes;
+	}
+	cs->backlog_bytes -= *left_bytes;
+	cs->backlog_packets -= *left_packets;
+}
+
+static __always_inline int enqueue_virtual(struct class_state *cs, struct class_stats *st,
+					   const struct class_config *cc,
+					   const struct port_config *pc, __u32 len, __u8 ecn,
+					   enum verdict *v)
+{
+	__u64 now = now_ns(), rate = cc->rate_bps ? cc->rate_bps : pc->rate_bps;
+	__u64 left_bytes, left_packets, backlog, sojourn = 0;
+	__u32 rnd = random_u32(); /* no helper calls under the lock */
+	__u64 backlog_after, packets_after;
+	bool enqueued = false;
+
+	bpf_spin_lock(&cs->vq_lock);
+	vq_advance(cs, now, rate, &left_bytes, &left_packets);
+	backlog = cs->backlog_bytes;
+	*v = decide(cc, backlog, len, ecn, rnd);
+	if (*v == VERDICT_PASS || *v == VERDICT_MARK) {
+		if (rate / 8)
+			sojourn = backlog * NSEC_PER_SEC / (rate / 8);
+		cs->backlog_bytes += len;
+		cs->backlog_packets += 1;
+		enqueued = true;
+	}
+	backlog_after = cs->backlog_bytes;
+	packets_after = cs->backlog_packets;
+	bpf_spin_unlock(&cs->vq_lock);
+
+	st->dequeued_bytes += left_bytes;
+	st->dequeued_packets += left_packets;
+	if (enqueued) {
+		note_max(&cs->max_backlog_bytes, backlog_after);
+		note_max(&cs->max_backlog_packets, packets_after);
+		/* A FIFO draining at a constant rate: the sojourn is known on
+		 * arrival. */
+		record_sojourn(st, sojourn);
+	}
+	return 0;
+}
+
+SEC("tc")
+int port_enqueue(struct __sk_buff *skb)
+{
+	__u32 zero = 0, class_id, len = skb->len;
+	struct port_config *pc;
+	struct port_stats *ps;
+	struct class_config *cc;
+	struct class_state *cs;
+	struct class_stats *st;
+	struct pkt_info pi = {};
+	enum parse_result pr;
+	enum verdict v;
+	__u8 ecn;
+
+	pc = bpf_map_lookup_elem(&port_cfg, &zero);
+	ps = bpf_map_lookup_elem(&port_counters, &zero);
+	if (!pc || !ps)
+		return TC_ACT_OK;
+
+	pr = parse(skb, &pi);
+	if (pr == PARSE_MALFORMED) {
+		ps->malformed_packets++;
+		return TC_ACT_SHOT;
+	}
+	if (pi.vlan)
+		ps->vlan_packets++;
+
+	if (pr == PARSE_NON_IP) {
+		ps->non_ip_packets++;
+		class_id = pc->default_class;
+	} else {
+		__u32 dscp = pi.dsfield >> 2;
+		__u32 *c;
+
+		if (pi.l3_proto == ETH_P_IP)
+			ps->ipv4_packets++;
+		else
+			ps->ipv6_packets++;
+		c = bpf_map_lookup_elem(&dscp_class, &dscp);
+		class_id = c ? *c : pc->default_class;
+	}
+	class_id &= STAMP_CLASS_MASK;
+	if (pc->flags & PORT_F_SET_PRIORITY)
+		skb->priority = pc->priority_base + class_id;
+
+	cc = bpf_map_lookup_elem(&class_cfg, &class_id);
+	cs = bpf_map_lookup_elem(&class_queue, &class_id);
+	st = bpf_map_lookup_elem(&class_counters, &class_id);
+	if (!cc || !cs || !st)
+		return TC_ACT_OK;
+
+	ecn = pr == PARSE_IP ? pi.dsfield & ECN_MASK : ECN_NOT_ECT;
+
+	if (pc->queue_mode == QUEUE_MODE_VIRTUAL) {
+		enqueue_virtual(cs, st, cc, pc, len, ecn, &v);
+	} else {
+		__u64 backlog, after;
+
+		/* The kernel only keeps a delivery-time stamp on IP packets
+		 * (bpf_skb_set_tstamp); anything else could not be matched at
+		 * dequeue, so it passes outside the accounting. */
+		if (bpf_skb_set_tstamp(skb, (now_ns() & ~STAMP_MASK) | STAMP_MAGIC | class_id,
+				       BPF_SKB_CLOCK_MONOTONIC)) {
+			ps->unaccounted_packets++;
+			ps->unaccounted_bytes += len;
+			return TC_ACT_OK;
+		}
+		/* Claim the space first so concurrent CPUs cannot overfill
+		 * the buffer; give it back if the packet does not enter. */
+		backlog = __sync_fetch_and_add(&cs->backlog_bytes, len);
+		v = decide(cc, backlog, len, ecn, random_u32());
+		if (v == VERDICT_DROP_LIMIT || v == VERDICT_DROP_WRED) {
+			__sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
+		} else {
+			after = __sync_fetch_and_add(&cs->backlog_packets, 1) + 1;
+			note_max(&cs->max_backlog_bytes, backlog + len);
+			note_max(&cs->max_backlog_packets, after);
+		}
+	}
+
+	/* Every arrival counts as enqueued, so that at rest
+	 * enqueued = dequeued + dropped + backlog. */
+	st->enqueued_packets++;
+	st->enqueued_bytes += len;
+	st->arrived_by_ecn[ecn & ECN_MASK]++;
+	switch (v) {
+	case VERDICT_DROP_LIMIT:
+		st->dropped_limit_packets++;
+		st->dropped_limit_bytes += len;
+		return TC_ACT_SHOT;
+	case VERDICT_DROP_WRED:
+		st->dropped_wred_packets++;
+		st->dropped_wred_bytes += len;
+		return TC_ACT_SHOT;
+	case VERDICT_MARK:
+		if (set_ce(skb, &pi) == 0) {
+			if (ecn == ECN_ECT0)
+				st->ce_marked_ect0++;
+			else
+				st->ce_marked_ect1++;
+		}
+		break;
+	default:
+		break;
+	}
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int port_dequeue(struct __sk_buff *skb)
+{
+	__u32 zero = 0, class_id, len = skb->len;
+	struct port_stats *ps;
+	struct class_state *cs;
+	struct class_stats *st;
+	__u8 tstamp_type;
+	__u64 stamp, now, sojourn;
+
+	/* Read the type first: only then does the kernel leave a delivery-time
+	 * stamp visible at ingress (kernel.md). */
+	tstamp_type = skb->tstamp_type;
+	stamp = skb->tstamp;
+	if ((tstamp_type != BPF_SKB_CLOCK_MONOTONIC && !test_hooks) ||
+	    (stamp & STAMP_MAGIC_MASK) != STAMP_MAGIC) {
+		ps = bpf_map_lookup_elem(&port_counters, &zero);
+		if (ps)
+			ps->dequeue_unstamped_packets++;
+		return TC_ACT_OK;
+	}
+	class_id = stamp & STAMP_CLASS_MASK;
+
+	/* The stamp has done its job; do not let the stack above read a
+	 * delivery time into it. */
+	bpf_skb_set_tstamp(skb, 0, 0);
+
+	cs = bpf_map_lookup_elem(&class_queue, &class_id);
+	st = bpf_map_lookup_elem(&class_counters, &class_id);
+	if (!cs || !st)
+		return TC_ACT_OK;
+
+	__sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
+	__sync_fetch_and_add(&cs->backlog_packets, -1LL);
+	st->dequeued_packets++;
+	st->dequeued_bytes += len;
+
+	now = now_ns();
+	stamp &= ~STAMP_MASK;
+	sojourn = now > stamp ? now - stamp : 0;
+	record_sojourn(st, sojourn);
+	/* Sojourn-based AQMs (CoDel, TCN, ECN#) decide here, where the
+	 * packet leaves the queue. */
+	return TC_ACT_OK;
+}

@@ -1,0 +1,247 @@
+// Package qdisc makes a Linux device behave like a switch egress port:
+// traffic classes selected by DSCP, one real kernel queue per class draining
+// at the port speed (HTB), and ECN marking on the instantaneous backlog with
+// the step or WRED curve of a data-centre switch (seed 000).
+//
+// The enqueue decision runs in an eBPF program at TC egress of the port. On a
+// veth pair a second program at TC ingress of the peer sees every packet as it
+// leaves the queue, so the backlog is exact and the sojourn measured. Devices
+// whose far end is not ours (tun, a physical NIC) use a virtual queue that
+// drains at the configured rate.
+package qdisc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// NumClasses is the number of traffic classes of a port, as on switches
+// (priorities 0-7).
+const NumClasses = 8
+
+// NumDSCP is the number of DSCP values (6 bits).
+const NumDSCP = 64
+
+// Conventional classes of a RoCE fabric (seed 000): RoCE data on DSCP 26 in
+// priority 3 with ECN; CNPs on DSCP 48 in priority 6, strict priority.
+const (
+	ClassBestEffort ClassID = 0
+	ClassRoCE       ClassID = 3
+	ClassCNP        ClassID = 6
+	DSCPRoCE        DSCP    = 26
+	DSCPCNP         DSCP    = 48
+)
+
+// maxBufferBytes bounds limits and thresholds: the BPF marking arithmetic
+// multiplies a byte count by a 32-bit probability in 64 bits.
+const maxBufferBytes = units.ByteSize(1 << 32)
+
+// ClassID is a traffic class, 0 to NumClasses-1.
+type ClassID uint8
+
+// DSCP is a Differentiated Services Code Point, 0 to 63.
+type DSCP uint8
+
+// ECNMode is how a class marks ECN-capable packets.
+type ECNMode uint32
+
+// Values mirror enum ecn_mode in bpf/port.h.
+const (
+	// ECNOff never marks: the class only tail-drops at its limit.
+	ECNOff ECNMode = 0
+	// ECNStep marks every ECN-capable packet that finds more than K bytes
+	// queued (DCTCP-style; K is MinTh).
+	ECNStep ECNMode = 1
+	// ECNWRED marks with a probability rising linearly from 0 at MinTh to
+	// MaxP at MaxTh, and marks every packet at or above MaxTh.
+	ECNWRED ECNMode = 2
+)
+
+func (m ECNMode) String() string {
+	switch m {
+	case ECNOff:
+		return "off"
+	case ECNStep:
+		return "step"
+	case ECNWRED:
+		return "wred"
+	}
+	return fmt.Sprintf("ecn-mode(%d)", uint32(m))
+}
+
+// ParseECNMode reads "off", "step" or "wred".
+func ParseECNMode(s string) (ECNMode, error) {
+	switch strings.ToLower(s) {
+	case "off", "none":
+		return ECNOff, nil
+	case "step":
+		return ECNStep, nil
+	case "wred", "red":
+		return ECNWRED, nil
+	}
+	return 0, fmt.Errorf("ecn mode %q: want off, step or wred", s)
+}
+
+func (m ECNMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+func (m *ECNMode) UnmarshalText(b []byte) error {
+	v, err := ParseECNMode(string(b))
+	if err == nil {
+		*m = v
+	}
+	return err
+}
+
+// QueueMode is how a port learns its backlog.
+type QueueMode uint32
+
+// Values mirror enum queue_mode in bpf/port.h.
+const (
+	// QueueVeth: a real HTB queue on a veth whose peer runs the dequeue
+	// program. Exact backlog, measured sojourn.
+	QueueVeth QueueMode = 0
+	// QueueVirtual: no dequeue hook; a virtual queue per class drains at
+	// the class (or port) rate. For tun devices and physical NICs.
+	QueueVirtual QueueMode = 1
+)
+
+func (m QueueMode) String() string {
+	switch m {
+	case QueueVeth:
+		return "veth"
+	case QueueVirtual:
+		return "virtual"
+	}
+	return fmt.Sprintf("queue-mode(%d)", uint32(m))
+}
+
+func (m QueueMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+func (m *QueueMode) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "veth":
+		*m = QueueVeth
+	case "virtual":
+		*m = QueueVirtual
+	default:
+		return fmt.Errorf("queue mode %q: want veth or virtual", b)
+	}
+	return nil
+}
+
+// ClassConfig is the queue and marking policy of one traffic class.
+type ClassConfig struct {
+	// Name labels the class in tables. Optional.
+	Name string `json:"name,omitempty"`
+	// LimitBytes is the class's buffer: a packet that would take the
+	// backlog above it is tail-dropped.
+	LimitBytes units.ByteSize `json:"limit"`
+	ECN        ECNMode        `json:"ecn"`
+	// MinThBytes is WRED's min_th, or K in step mode.
+	MinThBytes units.ByteSize `json:"min_th"`
+	// MaxThBytes is WRED's max_th. Unused in step mode.
+	MaxThBytes units.ByteSize `json:"max_th"`
+	// MaxP is WRED's marking probability at max_th, in (0, 1].
+	MaxP float64 `json:"max_p"`
+	// WREDDrop drops Not-ECT packets on the marking curve instead of
+	// letting them pass (Linux RED's behaviour). Off: Not-ECT packets are
+	// only dropped at the limit, as on RoCE switches.
+	WREDDrop bool `json:"wred_drop,omitempty"`
+	// Strict serves the class before all non-strict classes (CNPs).
+	Strict bool `json:"strict,omitempty"`
+	// Rate is the virtual queue's drain rate. Optional: 0 means the port
+	// rate. Only used in QueueVirtual mode.
+	Rate units.Rate `json:"rate,omitempty"`
+}
+
+// Config is the whole configuration of a port.
+type Config struct {
+	// Rate is the port speed: the HTB root rate, and the virtual queue's
+	// drain rate.
+	Rate units.Rate `json:"rate"`
+	// DSCPClass maps each DSCP to a traffic class.
+	DSCPClass [NumDSCP]ClassID `json:"dscp_class"`
+	// DefaultClass takes frames that are not IP (ARP, LLDP).
+	DefaultClass ClassID                 `json:"default_class"`
+	Classes      [NumClasses]ClassConfig `json:"classes"`
+}
+
+// DefaultConfig is a port of the given speed set up as in seed 000: DSCP 26
+// goes to class 3 ("roce") with WRED between 50 KB and 1 MB and max_p 0.1
+// (the seed's "queue 3 ecn min 51200 max 1024000 probability 0.1"); DSCP 48
+// goes to class 6 ("cnp"), strict priority; everything else to class 0.
+func DefaultConfig(rate units.Rate) Config {
+	c := Config{Rate: rate, DefaultClass: ClassBestEffort}
+	for i := range c.Classes {
+		c.Classes[i] = ClassConfig{Name: fmt.Sprintf("tc%d", i), LimitBytes: 1 * units.MiB}
+	}
+	c.Classes[ClassBestEffort].Name = "default"
+	c.Classes[ClassRoCE] = ClassConfig{
+		Name:       "roce",
+		LimitBytes: 2 * units.MiB,
+		ECN:        ECNWRED,
+		MinThBytes: 51200,
+		MaxThBytes: 1024000,
+		MaxP:       0.1,
+	}
+	c.Classes[ClassCNP] = ClassConfig{Name: "cnp", LimitBytes: 256 * units.KiB, Strict: true}
+	c.DSCPClass[DSCPRoCE] = ClassRoCE
+	c.DSCPClass[DSCPCNP] = ClassCNP
+	return c
+}
+
+// Validate checks every field and reports each problem with the field, the
+// value and what is allowed.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Rate == 0 {
+		errs = append(errs, fmt.Errorf("rate (%s) must be greater than 0", c.Rate))
+	}
+	if c.DefaultClass >= NumClasses {
+		errs = append(errs, fmt.Errorf("default_class (%d) must be 0 to %d", c.DefaultClass, NumClasses-1))
+	}
+	for d, cl := range c.DSCPClass {
+		if cl >= NumClasses {
+			errs = append(errs, fmt.Errorf("dscp %d: class (%d) must be 0 to %d", d, cl, NumClasses-1))
+		}
+	}
+	for i := range c.Classes {
+		if err := c.Classes[i].validate(); err != nil {
+			errs = append(errs, fmt.Errorf("class %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (cc *ClassConfig) validate() error {
+	var errs []error
+	if cc.LimitBytes == 0 || cc.LimitBytes > maxBufferBytes {
+		errs = append(errs, fmt.Errorf("limit (%s) must be greater than 0 and at most %s", cc.LimitBytes, maxBufferBytes))
+	}
+	switch cc.ECN {
+	case ECNOff:
+	case ECNStep:
+		if cc.MinThBytes >= cc.LimitBytes {
+			errs = append(errs, fmt.Errorf("step: K (%s) must be below limit (%s)", cc.MinThBytes, cc.LimitBytes))
+		}
+	case ECNWRED:
+		if cc.MinThBytes >= cc.MaxThBytes {
+			errs = append(errs, fmt.Errorf("wred: max_th (%s) must be greater than min_th (%s)", cc.MaxThBytes, cc.MinThBytes))
+		}
+		if cc.MaxThBytes > cc.LimitBytes {
+			errs = append(errs, fmt.Errorf("wred: max_th (%s) must not exceed limit (%s)", cc.MaxThBytes, cc.LimitBytes))
+		}
+		if !(cc.MaxP > 0 && cc.MaxP <= 1) {
+			errs = append(errs, fmt.Errorf("wred: max_p (%g) must be in (0, 1]", cc.MaxP))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("ecn (%d) must be off, step or wred", uint32(cc.ECN)))
+	}
+	if cc.WREDDrop && cc.ECN == ECNOff {
+		errs = append(errs, errors.New("wred_drop needs ecn step or wred: it drops on the marking curve"))
+	}
+	return errors.Join(errs...)
+}

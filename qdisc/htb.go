@@ -1,0 +1,260 @@
+package qdisc
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+
+	tc "github.com/florianl/go-tc"
+	"github.com/florianl/go-tc/core"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// The HTB tree of a port:
+//
+//	1:     root qdisc, default class = the port's default class
+//	1:1    the port: rate = ceil = port speed
+//	1:1N   one leaf per traffic class N, each with a bfifo 1N: below it
+//
+// The enqueue program picks the leaf by setting skb->priority to 1:1N.
+const (
+	htbMajor      = 1
+	htbPortMinor  = 1
+	htbLeafMinor0 = 0x10
+	// priorityBase is TC_H_MAKE(1:, 0x10): skb->priority for class 0.
+	priorityBase = htbMajor<<16 | htbLeafMinor0
+
+	ethMTUBytes = 1514
+	// The leaf fifos never drop: the enqueue program enforces the class
+	// limit, and a drop it did not see would break its accounting.
+	leafFifoLimitBytes = 1 << 31
+	htbQuantumBytes    = 10 * ethMTUBytes
+	// Strict classes are served first because HTB serves classes under
+	// their guaranteed rate by priority, and lower prio first; non-strict
+	// classes get a token guarantee and share the rest equally by DRR.
+	htbPrioStrict = 0
+	htbPrioNormal = 1
+)
+
+func leafClassID(c int) uint32 { return core.BuildHandle(htbMajor, uint32(htbLeafMinor0+c)) }
+
+// rateSpec fills a tc rate in bytes/s, with the 64-bit attribute when it
+// does not fit in 32 bits.
+func rateSpec(bitsPerSec uint64) (tc.RateSpec, *uint64) {
+	bytes := bitsPerSec / 8
+	rs := tc.RateSpec{Linklayer: 1 /* TC_LINKLAYER_ETHERNET */}
+	if bytes >= math.MaxUint32 {
+		rs.Rate = math.MaxUint32
+		return rs, &bytes
+	}
+	rs.Rate = uint32(bytes)
+	return rs, nil
+}
+
+// burstBytes lets a class send 100 µs of its rate at once (at least four
+// full frames): small enough that the queue drains smoothly at the port
+// speed, large enough for HTB to reach high rates.
+func burstBytes(bitsPerSec uint64) uint32 {
+	b := bitsPerSec / 8 / 10000
+	if b < 4*ethMTUBytes {
+		b = 4 * ethMTUBytes
+	}
+	return uint32(b)
+}
+
+func htbClass(ifindex uint32, parent, handle uint32, rate, ceil uint64, prio uint32) *tc.Object {
+	r, r64 := rateSpec(rate)
+	c, c64 := rateSpec(ceil)
+	return &tc.Object{
+		Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: handle, Parent: parent},
+		Attribute: tc.Attribute{
+			Kind: "htb",
+			Htb: &tc.Htb{
+				Parms: &tc.HtbOpt{
+					Rate:    r,
+					Ceil:    c,
+					Buffer:  core.XmitTime(rate/8, burstBytes(rate)),
+					Cbuffer: core.XmitTime(ceil/8, burstBytes(ceil)),
+					Quantum: htbQuantumBytes,
+					Prio:    prio,
+				},
+				Rate64: r64,
+				Ceil64: c64,
+			},
+		},
+	}
+}
+
+// leafRates splits the port rate: non-strict classes get a token guarantee
+// (they borrow the rest), strict classes share what is left, so the
+// guarantees never add up to more than the port.
+func leafRates(cfg *Config) [NumClasses]uint64 {
+	port := uint64(cfg.Rate)
+	token := port / 1000
+	if token < 8000 {
+		token = 8000
+	}
+	strict := 0
+	for _, cc := range cfg.Classes {
+		if cc.Strict {
+			strict++
+		}
+	}
+	var r [NumClasses]uint64
+	rest := port - uint64(NumClasses-strict)*token
+	for i, cc := range cfg.Classes {
+		r[i] = token
+		if cc.Strict {
+			r[i] = rest / uint64(strict)
+		}
+	}
+	return r
+}
+
+func openTC(ns netns.NsHandle) (*tc.Tc, error) {
+	if err := core.InitializeClock(); err != nil && !core.IsClockInitialized() {
+		return nil, fmt.Errorf("tc clock: %w", err)
+	}
+	fd := 0
+	if ns.IsOpen() {
+		fd = int(ns)
+	}
+	t, err := tc.Open(&tc.Config{NetNS: fd})
+	if err != nil {
+		return nil, fmt.Errorf("open rtnetlink: %w", err)
+	}
+	return t, nil
+}
+
+// installHTB replaces the root qdisc of the device with the port's HTB tree.
+func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config) error {
+	t, err := openTC(ns)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	root := &tc.Object{
+		Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(htbMajor, 0), Parent: tc.HandleRoot},
+		Attribute: tc.Attribute{
+			Kind: "htb",
+			Htb: &tc.Htb{Init: &tc.HtbGlob{
+				Version:      3,
+				Rate2Quantum: 10,
+				Defcls:       uint32(htbLeafMinor0) + uint32(cfg.DefaultClass),
+			}},
+		},
+	}
+	if err := t.Qdisc().Replace(root); err != nil {
+		return fmt.Errorf("install htb root qdisc: %w", err)
+	}
+	port := uint64(cfg.Rate)
+	if err := t.Class().Add(htbClass(ifindex, core.BuildHandle(htbMajor, 0), core.BuildHandle(htbMajor, htbPortMinor), port, port, 0)); err != nil {
+		return fmt.Errorf("add htb port class: %w", err)
+	}
+	rates := leafRates(cfg)
+	for c := range NumClasses {
+		prio := uint32(htbPrioNormal)
+		if cfg.Classes[c].Strict {
+			prio = htbPrioStrict
+		}
+		if err := t.Class().Add(htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rates[c], port, prio)); err != nil {
+			return fmt.Errorf("add htb class for tc%d: %w", c, err)
+		}
+		limit := uint32(leafFifoLimitBytes)
+		fifo := &tc.Object{
+			Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(uint32(htbLeafMinor0+c), 0), Parent: leafClassID(c)},
+			Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: limit}},
+		}
+		if err := t.Qdisc().Add(fifo); err != nil {
+			return fmt.Errorf("add fifo for tc%d: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// updateHTB changes the rates and priorities in place, keeping the queues.
+func updateHTB(ns netns.NsHandle, ifindex uint32, cfg *Config) error {
+	t, err := openTC(ns)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	port := uint64(cfg.Rate)
+	if err := t.Class().Replace(htbClass(ifindex, core.BuildHandle(htbMajor, 0), core.BuildHandle(htbMajor, htbPortMinor), port, port, 0)); err != nil {
+		return fmt.Errorf("change htb port class: %w", err)
+	}
+	rates := leafRates(cfg)
+	for c := range NumClasses {
+		prio := uint32(htbPrioNormal)
+		if cfg.Classes[c].Strict {
+			prio = htbPrioStrict
+		}
+		if err := t.Class().Replace(htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rates[c], port, prio)); err != nil {
+			return fmt.Errorf("change htb class for tc%d: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// removeHTB deletes the root qdisc; the kernel puts the default one back.
+func removeHTB(ns netns.NsHandle, ifindex uint32) error {
+	t, err := openTC(ns)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	root := &tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(htbMajor, 0), Parent: tc.HandleRoot}}
+	if err := t.Qdisc().Delete(root); err != nil && !isGone(err) {
+		return fmt.Errorf("remove htb root qdisc: %w", err)
+	}
+	return nil
+}
+
+// QdiscCounters are the kernel's own counters of the root qdisc.
+type QdiscCounters struct {
+	Kind           string `json:"kind"`
+	SentBytes      uint64 `json:"sent_bytes"`
+	SentPackets    uint64 `json:"sent_packets"`
+	Drops          uint64 `json:"drops"`
+	Overlimits     uint64 `json:"overlimits"`
+	BacklogBytes   uint64 `json:"backlog_bytes"`
+	BacklogPackets uint64 `json:"backlog_packets"`
+}
+
+func readRootQdisc(ns netns.NsHandle, ifindex uint32) (QdiscCounters, error) {
+	var q QdiscCounters
+	t, err := openTC(ns)
+	if err != nil {
+		return q, err
+	}
+	defer t.Close()
+	all, err := t.Qdisc().Get()
+	if err != nil {
+		return q, fmt.Errorf("list qdiscs: %w", err)
+	}
+	var leafDrops uint64
+	for _, o := range all {
+		if o.Ifindex != ifindex {
+			continue
+		}
+		if o.Parent == tc.HandleRoot {
+			q.Kind = o.Kind
+			if o.Stats != nil {
+				q.SentBytes, q.SentPackets = o.Stats.Bytes, uint64(o.Stats.Packets)
+				q.Drops, q.Overlimits = uint64(o.Stats.Drops), uint64(o.Stats.Overlimits)
+				q.BacklogBytes, q.BacklogPackets = uint64(o.Stats.Backlog), uint64(o.Stats.Qlen)
+			}
+		} else if o.Kind == "bfifo" && o.Stats != nil {
+			leafDrops += uint64(o.Stats.Drops)
+		}
+	}
+	// HTB's own drop counter does not include its leaves'.
+	q.Drops += leafDrops
+	return q, nil
+}
+
+func isGone(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EINVAL)
+}

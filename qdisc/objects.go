@@ -1,0 +1,150 @@
+package qdisc
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Mirrors of bpf/port.h that BTF does not carry (unused enums are not emitted).
+const (
+	classFlagWREDDrop   = 1 << 0 // CLASS_F_WRED_DROP
+	portFlagSetPriority = 1 << 0 // PORT_F_SET_PRIORITY
+	probOne             = 1 << 32
+	sojournBuckets      = 32
+)
+
+// LoadOptions tune how the programs are loaded.
+type LoadOptions struct {
+	// TestHooks makes the programs read the clock from test_now_ns and the
+	// random draw from test_rand (see Objects.SetClock), for BPF_PROG_RUN
+	// tests that must not sleep. Never set it on a real port.
+	TestHooks bool
+}
+
+// Objects are the loaded port programs and maps, not attached to anything.
+type Objects struct {
+	bpf.PortObjects
+}
+
+// LoadObjects loads the programs with cfg in their maps.
+func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptions) (*Objects, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := bpf.LoadPort()
+	if err != nil {
+		return nil, fmt.Errorf("load port spec: %w", err)
+	}
+	if opts.TestHooks {
+		if err := spec.Variables["test_hooks"].Set(uint8(1)); err != nil {
+			return nil, err
+		}
+	}
+	o := &Objects{}
+	if err := spec.LoadAndAssign(&o.PortObjects, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load port programs: %+v", ve)
+		}
+		return nil, fmt.Errorf("load port programs: %w", err)
+	}
+	if err := o.writeConfig(cfg, mode, priorityBase); err != nil {
+		o.Close()
+		return nil, err
+	}
+	return o, nil
+}
+
+// SetClock sets the time the programs see when loaded with TestHooks.
+func (o *Objects) SetClock(nowNs uint64) error { return o.TestNowNs.Set(nowNs) }
+
+// SetRandom sets the random draw the programs see when loaded with
+// TestHooks: WRED marks when draw < p·2^32.
+func (o *Objects) SetRandom(draw uint32) error { return o.TestRand.Set(draw) }
+
+// probToFixed converts a probability to the programs' fixed point (2^32 = 1).
+func probToFixed(p float64) uint64 {
+	return uint64(math.Round(p * probOne))
+}
+
+func probFromFixed(v uint64) float64 { return float64(v) / probOne }
+
+// writeConfig puts cfg into the maps. Each class is one map update, so a
+// packet sees either the old or the new policy of a class, never a mix of
+// fields (array updates copy the value under RCU for readers).
+func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) error {
+	for d := range NumDSCP {
+		if err := o.DscpClass.Put(uint32(d), uint32(cfg.DSCPClass[d])); err != nil {
+			return fmt.Errorf("write dscp map: %w", err)
+		}
+	}
+	for i, cc := range cfg.Classes {
+		v := bpf.PortClassConfig{
+			LimitBytes: uint64(cc.LimitBytes),
+			MinThBytes: uint64(cc.MinThBytes),
+			MaxThBytes: uint64(cc.MaxThBytes),
+			MaxP:       probToFixed(cc.MaxP),
+			RateBps:    uint64(cc.Rate),
+			EcnMode:    uint32(cc.ECN),
+		}
+		if cc.WREDDrop {
+			v.Flags |= classFlagWREDDrop
+		}
+		if err := o.ClassCfg.Put(uint32(i), &v); err != nil {
+			return fmt.Errorf("write class %d config: %w", i, err)
+		}
+	}
+	pc := bpf.PortPortConfig{
+		RateBps:      uint64(cfg.Rate),
+		QueueMode:    uint32(mode),
+		PriorityBase: priorityBase,
+		DefaultClass: uint32(cfg.DefaultClass),
+	}
+	if priorityBase != 0 {
+		pc.Flags |= portFlagSetPriority
+	}
+	if err := o.PortCfg.Put(uint32(0), &pc); err != nil {
+		return fmt.Errorf("write port config: %w", err)
+	}
+	return nil
+}
+
+// readConfig reads back what the maps hold: the effective configuration.
+// Names and Strict live in user space and are taken from names.
+func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
+	cfg := names
+	var pc bpf.PortPortConfig
+	if err := m.PortCfg.Lookup(uint32(0), &pc); err != nil {
+		return cfg, 0, fmt.Errorf("read port config: %w", err)
+	}
+	cfg.Rate = units.Rate(pc.RateBps)
+	cfg.DefaultClass = ClassID(pc.DefaultClass)
+	for d := range NumDSCP {
+		var c uint32
+		if err := m.DscpClass.Lookup(uint32(d), &c); err != nil {
+			return cfg, 0, fmt.Errorf("read dscp map: %w", err)
+		}
+		cfg.DSCPClass[d] = ClassID(c)
+	}
+	for i := range cfg.Classes {
+		var v bpf.PortClassConfig
+		if err := m.ClassCfg.Lookup(uint32(i), &v); err != nil {
+			return cfg, 0, fmt.Errorf("read class %d config: %w", i, err)
+		}
+		cc := &cfg.Classes[i]
+		cc.LimitBytes = units.ByteSize(v.LimitBytes)
+		cc.MinThBytes = units.ByteSize(v.MinThBytes)
+		cc.MaxThBytes = units.ByteSize(v.MaxThBytes)
+		cc.MaxP = probFromFixed(v.MaxP)
+		cc.Rate = units.Rate(v.RateBps)
+		cc.ECN = ECNMode(v.EcnMode)
+		cc.WREDDrop = v.Flags&classFlagWREDDrop != 0
+	}
+	return cfg, QueueMode(pc.QueueMode), nil
+}

@@ -1,0 +1,597 @@
+package qdisc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/safchain/ethtool"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/bpf"
+)
+
+// Paths where an attached port is recorded so that later commands (stats,
+// configure, detach) find it after the attaching process has exited.
+var (
+	PinRoot  = "/sys/fs/bpf/fabriclab"
+	MetaRoot = "/run/fabriclab/ports"
+)
+
+// AttachMode says how the programs are hooked to the devices.
+type AttachMode string
+
+const (
+	AttachTCX    AttachMode = "tcx"    // BPF links, kernel >= 6.6
+	AttachLegacy AttachMode = "legacy" // clsact qdisc + cls_bpf filter
+)
+
+// AttachOptions say where the port goes.
+type AttachOptions struct {
+	// Dev is the port device: its egress is the port.
+	Dev string
+	// Netns is the device's namespace: a name under /var/run/netns or a
+	// path. Optional: "" is the caller's namespace.
+	Netns string
+	// Mode is QueueVeth (default) or QueueVirtual.
+	Mode QueueMode
+	// PeerDev and PeerNetns name the veth peer that runs the dequeue
+	// program. Optional: found from the veth itself when empty.
+	PeerDev   string
+	PeerNetns string
+	// Legacy forces clsact + cls_bpf even where TCX exists.
+	Legacy bool
+	// NoShaping leaves the device's root qdisc alone: no HTB classes, no
+	// port-speed queue. Virtual-queue ports never install HTB.
+	NoShaping bool
+	// Pin records the port in bpffs and under MetaRoot so it outlives the
+	// process (the CLI). Unpinned ports detach when closed.
+	Pin bool
+}
+
+// portMeta is what a pinned port records about itself.
+type portMeta struct {
+	Dev          string     `json:"dev"`
+	Ifindex      int        `json:"ifindex"`
+	Netns        string     `json:"netns,omitempty"`
+	PeerDev      string     `json:"peer_dev,omitempty"`
+	PeerIfindex  int        `json:"peer_ifindex,omitempty"`
+	PeerNetns    string     `json:"peer_netns,omitempty"`
+	Mode         QueueMode  `json:"queue_mode"`
+	Attach       AttachMode `json:"attach"`
+	HTB          bool       `json:"htb"`
+	PinDir       string     `json:"pin_dir,omitempty"`
+	Config       Config     `json:"config"`
+	LegacyHandle uint32     `json:"legacy_handle,omitempty"`
+}
+
+// Port is an attached switch egress port.
+type Port struct {
+	mu struct {
+		sync.Mutex
+		cfg    Config
+		closed bool
+	}
+	meta   portMeta
+	ns     netns.NsHandle
+	peerNS netns.NsHandle
+	maps   bpf.PortMaps
+	progs  bpf.PortPrograms // nil when opened from pins
+	links  []link.Link
+}
+
+// Attach loads the programs with cfg and attaches them to the device (and,
+// in veth mode, to its peer).
+func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
+	if opts.Dev == "" {
+		return nil, errors.New("attach: dev is required")
+	}
+	p := &Port{ns: netns.None(), peerNS: netns.None()}
+	defer func() {
+		if err != nil {
+			p.teardown()
+		}
+	}()
+	p.meta = portMeta{Dev: opts.Dev, Netns: opts.Netns, Mode: opts.Mode, Attach: AttachTCX}
+	if opts.Legacy {
+		p.meta.Attach = AttachLegacy
+	}
+	if p.ns, err = openNetns(opts.Netns); err != nil {
+		return nil, err
+	}
+	if p.meta.Ifindex, err = ifindexIn(p.ns, opts.Dev); err != nil {
+		return nil, err
+	}
+	if opts.Pin {
+		p.meta.PinDir = pinDir(p.ns, opts.Dev)
+		if _, err := os.Stat(metaPath(p.meta.PinDir)); err == nil {
+			return nil, fmt.Errorf("attach: a port is already attached to %s; detach it first", describeDev(opts.Netns, opts.Dev))
+		}
+	}
+	if opts.Mode == QueueVeth {
+		if err := p.findPeer(opts); err != nil {
+			return nil, err
+		}
+	}
+
+	base := uint32(0)
+	p.meta.HTB = opts.Mode == QueueVeth && !opts.NoShaping
+	if p.meta.HTB {
+		base = priorityBase
+	}
+	objs, err := LoadObjects(cfg, opts.Mode, base, LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	p.maps, p.progs = objs.PortMaps, objs.PortPrograms
+	p.mu.cfg = cfg
+	p.meta.Config = cfg
+
+	if p.meta.HTB {
+		if err := installHTB(p.ns, uint32(p.meta.Ifindex), &cfg); err != nil {
+			return nil, err
+		}
+	}
+	// Dequeue first: a packet stamped at enqueue must find its departure
+	// counted, or the backlog would keep it forever.
+	if opts.Mode == QueueVeth {
+		if err := p.attachProg(p.peerNS, p.meta.PeerIfindex, p.progs.PortDequeue, ebpf.AttachTCXIngress); err != nil {
+			return nil, fmt.Errorf("attach dequeue to %s: %w", describeDev(p.meta.PeerNetns, p.meta.PeerDev), err)
+		}
+	}
+	if err := p.attachProg(p.ns, p.meta.Ifindex, p.progs.PortEnqueue, ebpf.AttachTCXEgress); err != nil {
+		return nil, fmt.Errorf("attach enqueue to %s: %w", describeDev(opts.Netns, opts.Dev), err)
+	}
+	if opts.Pin {
+		if err := p.pin(); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// findPeer locates the veth peer and checks it can see packets one by one.
+func (p *Port) findPeer(opts AttachOptions) error {
+	p.meta.PeerDev, p.meta.PeerNetns = opts.PeerDev, opts.PeerNetns
+	if p.meta.PeerDev == "" {
+		dev, nsName, err := vethPeer(p.ns, opts.Dev)
+		if err != nil {
+			return err
+		}
+		p.meta.PeerDev = dev
+		if p.meta.PeerNetns == "" {
+			p.meta.PeerNetns = nsName
+		}
+	}
+	var err error
+	if p.meta.PeerNetns == "" {
+		p.meta.PeerNetns = opts.Netns
+	}
+	if p.peerNS, err = openNetns(p.meta.PeerNetns); err != nil {
+		return err
+	}
+	if p.meta.PeerIfindex, err = ifindexIn(p.peerNS, p.meta.PeerDev); err != nil {
+		return err
+	}
+	return inNetns(p.peerNS, func() error {
+		e, err := ethtool.NewEthtool()
+		if err != nil {
+			return fmt.Errorf("ethtool: %w", err)
+		}
+		defer e.Close()
+		feats, err := e.Features(p.meta.PeerDev)
+		if err != nil {
+			return fmt.Errorf("ethtool features of %s: %w", p.meta.PeerDev, err)
+		}
+		if feats["rx-gro"] || feats["generic-receive-offload"] {
+			return fmt.Errorf("peer %s has GRO on: it merges packets before the dequeue hook, so the backlog cannot be counted per packet; turn it off (ethtool -K %s gro off)",
+				describeDev(p.meta.PeerNetns, p.meta.PeerDev), p.meta.PeerDev)
+		}
+		return nil
+	})
+}
+
+func (p *Port) attachProg(ns netns.NsHandle, ifindex int, prog *ebpf.Program, where ebpf.AttachType) error {
+	if p.meta.Attach == AttachTCX {
+		var l link.Link
+		err := inNetns(ns, func() (err error) {
+			l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: where})
+			return err
+		})
+		if err == nil {
+			p.links = append(p.links, l)
+			return nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+		// Kernels before 6.6 have no TCX: fall back for the whole port.
+		if len(p.links) > 0 {
+			return fmt.Errorf("tcx stopped being supported halfway: %w", err)
+		}
+		p.meta.Attach = AttachLegacy
+	}
+	return attachClsact(ns, uint32(ifindex), prog, where == ebpf.AttachTCXIngress)
+}
+
+// Configure replaces the configuration live: the maps are updated in
+// place, and the HTB classes changed, so queues and counters survive.
+func (p *Port) Configure(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return errors.New("configure: port is closed")
+	}
+	if cfg.DefaultClass != p.mu.cfg.DefaultClass && p.meta.HTB {
+		return fmt.Errorf("configure: default_class cannot change live (%d -> %d): detach and attach again", p.mu.cfg.DefaultClass, cfg.DefaultClass)
+	}
+	base := uint32(0)
+	if p.meta.HTB {
+		base = priorityBase
+	}
+	o := Objects{bpf.PortObjects{PortMaps: p.maps}}
+	if err := o.writeConfig(cfg, p.meta.Mode, base); err != nil {
+		return err
+	}
+	if p.meta.HTB {
+		if err := updateHTB(p.ns, uint32(p.meta.Ifindex), &cfg); err != nil {
+			return err
+		}
+	}
+	p.mu.cfg = cfg
+	p.meta.Config = cfg
+	if p.meta.PinDir != "" {
+		return writeMeta(&p.meta)
+	}
+	return nil
+}
+
+// Config reads the effective configuration back from the maps.
+func (p *Port) Config() (Config, error) {
+	p.mu.Lock()
+	names := p.mu.cfg
+	p.mu.Unlock()
+	cfg, _, err := readConfig(&p.maps, names)
+	return cfg, err
+}
+
+// Stats reads the counters.
+func (p *Port) Stats() (Stats, error) {
+	p.mu.Lock()
+	cfg := p.mu.cfg
+	p.mu.Unlock()
+	return readStats(&p.maps, &cfg)
+}
+
+// Qdisc reads the kernel's counters of the port's root qdisc.
+func (p *Port) Qdisc() (QdiscCounters, error) {
+	return readRootQdisc(p.ns, uint32(p.meta.Ifindex))
+}
+
+// Info describes where the port is attached.
+type Info struct {
+	Dev       string     `json:"dev"`
+	Netns     string     `json:"netns,omitempty"`
+	PeerDev   string     `json:"peer_dev,omitempty"`
+	PeerNetns string     `json:"peer_netns,omitempty"`
+	Mode      QueueMode  `json:"queue_mode"`
+	Attach    AttachMode `json:"attach"`
+	HTB       bool       `json:"htb"`
+	Pinned    bool       `json:"pinned"`
+}
+
+func (p *Port) Info() Info {
+	m := &p.meta
+	return Info{Dev: m.Dev, Netns: m.Netns, PeerDev: m.PeerDev, PeerNetns: m.PeerNetns,
+		Mode: m.Mode, Attach: m.Attach, HTB: m.HTB, Pinned: m.PinDir != ""}
+}
+
+// Close detaches the port and removes everything it installed: programs,
+// HTB tree, pins. It is idempotent.
+func (p *Port) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return nil
+	}
+	p.mu.closed = true
+	return p.teardown()
+}
+
+// Release closes this process's handles but leaves a pinned port attached.
+func (p *Port) Release() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return nil
+	}
+	if p.meta.PinDir == "" {
+		return errors.New("release: port is not pinned; Close it instead")
+	}
+	p.mu.closed = true
+	p.closeHandles()
+	return nil
+}
+
+func (p *Port) closeHandles() {
+	for _, l := range p.links {
+		l.Close()
+	}
+	p.links = nil
+	p.maps.Close()
+	p.progs.Close()
+	if p.ns.IsOpen() {
+		p.ns.Close()
+	}
+	if p.peerNS.IsOpen() {
+		p.peerNS.Close()
+	}
+}
+
+// teardown undoes whatever part of an attach happened.
+func (p *Port) teardown() error {
+	var errs []error
+	for _, l := range p.links {
+		if p.meta.PinDir != "" {
+			if err := l.Unpin(); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.links = nil
+	if p.meta.Attach == AttachLegacy {
+		if p.meta.Ifindex != 0 {
+			errs = append(errs, detachClsact(p.ns, uint32(p.meta.Ifindex), false))
+		}
+		if p.meta.PeerIfindex != 0 {
+			errs = append(errs, detachClsact(p.peerNS, uint32(p.meta.PeerIfindex), true))
+		}
+	}
+	if p.meta.HTB && p.meta.Ifindex != 0 {
+		errs = append(errs, removeHTB(p.ns, uint32(p.meta.Ifindex)))
+	}
+	if p.meta.PinDir != "" {
+		errs = append(errs, os.RemoveAll(p.meta.PinDir), os.Remove(metaPath(p.meta.PinDir)))
+	}
+	p.closeHandles()
+	return errors.Join(errs...)
+}
+
+// pin records the maps and links in bpffs and the metadata under MetaRoot.
+func (p *Port) pin() error {
+	if err := ensureBPFFS(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(p.meta.PinDir, 0o700); err != nil {
+		return fmt.Errorf("pin: %w", err)
+	}
+	for name, m := range p.mapsByName() {
+		if err := m.Pin(filepath.Join(p.meta.PinDir, name)); err != nil {
+			return fmt.Errorf("pin map %s: %w", name, err)
+		}
+	}
+	for i, l := range p.links {
+		if err := l.Pin(filepath.Join(p.meta.PinDir, fmt.Sprintf("link%d", i))); err != nil {
+			return fmt.Errorf("pin link: %w", err)
+		}
+	}
+	return writeMeta(&p.meta)
+}
+
+func (p *Port) mapsByName() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		bpf.PortMapPortCfg:       p.maps.PortCfg,
+		bpf.PortMapDscpClass:     p.maps.DscpClass,
+		bpf.PortMapClassCfg:      p.maps.ClassCfg,
+		bpf.PortMapClassQueue:    p.maps.ClassQueue,
+		bpf.PortMapClassCounters: p.maps.ClassCounters,
+		bpf.PortMapPortCounters:  p.maps.PortCounters,
+	}
+}
+
+// Open finds a pinned port on dev in netns ("" = the caller's namespace).
+func Open(netnsName, dev string) (_ *Port, err error) {
+	p := &Port{ns: netns.None(), peerNS: netns.None()}
+	defer func() {
+		if err != nil {
+			p.closeHandles()
+		}
+	}()
+	if p.ns, err = openNetns(netnsName); err != nil {
+		return nil, err
+	}
+	dir := pinDir(p.ns, dev)
+	b, err := os.ReadFile(metaPath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no port is attached to %s (attach one with: portctl attach)", describeDev(netnsName, dev))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &p.meta); err != nil {
+		return nil, fmt.Errorf("port record %s: %w", metaPath(dir), err)
+	}
+	if p.meta.PeerNetns != "" && p.meta.Mode == QueueVeth {
+		if p.peerNS, err = openNetns(p.meta.PeerNetns); err != nil {
+			return nil, err
+		}
+	}
+	p.mu.cfg = p.meta.Config
+	load := func(name string) (*ebpf.Map, error) {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			return nil, fmt.Errorf("open pinned map %s: %w", name, err)
+		}
+		return m, nil
+	}
+	fields := []struct {
+		name string
+		dst  **ebpf.Map
+	}{
+		{bpf.PortMapPortCfg, &p.maps.PortCfg}, {bpf.PortMapDscpClass, &p.maps.DscpClass},
+		{bpf.PortMapClassCfg, &p.maps.ClassCfg}, {bpf.PortMapClassQueue, &p.maps.ClassQueue},
+		{bpf.PortMapClassCounters, &p.maps.ClassCounters}, {bpf.PortMapPortCounters, &p.maps.PortCounters},
+	}
+	for _, f := range fields {
+		if *f.dst, err = load(f.name); err != nil {
+			return nil, err
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "link") {
+			l, err := link.LoadPinnedLink(filepath.Join(dir, e.Name()), nil)
+			if err != nil {
+				return nil, fmt.Errorf("open pinned link %s: %w", e.Name(), err)
+			}
+			p.links = append(p.links, l)
+		}
+	}
+	return p, nil
+}
+
+func ifindexIn(ns netns.NsHandle, dev string) (int, error) {
+	h, err := netlinkHandle(ns)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("device %q: %w", dev, err)
+	}
+	return l.Attrs().Index, nil
+}
+
+func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) {
+	if ns.IsOpen() {
+		return netlink.NewHandleAt(ns)
+	}
+	return netlink.NewHandle()
+}
+
+// vethPeer finds the peer of a veth and the named namespace it lives in
+// ("" when it is the device's own namespace).
+func vethPeer(ns netns.NsHandle, dev string) (string, string, error) {
+	h, err := netlinkHandle(ns)
+	if err != nil {
+		return "", "", err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return "", "", fmt.Errorf("device %q: %w", dev, err)
+	}
+	veth, ok := l.(*netlink.Veth)
+	if !ok {
+		return "", "", fmt.Errorf("device %q is a %s, not a veth: give --peer-dev, or use the virtual queue mode for devices whose far end is not ours", dev, l.Type())
+	}
+	// IFLA_LINK of a veth is its peer's ifindex, in the peer's namespace.
+	peerIndex := veth.Attrs().ParentIndex
+	nsid := veth.Attrs().NetNsID
+	if nsid < 0 {
+		// The peer is in the same namespace.
+		pl, err := h.LinkByIndex(peerIndex)
+		if err != nil {
+			return "", "", fmt.Errorf("veth peer of %q: %w", dev, err)
+		}
+		return pl.Attrs().Name, "", nil
+	}
+	// Find which named namespace carries that netnsid as seen from ns.
+	names, _ := filepath.Glob("/var/run/netns/*")
+	for _, path := range names {
+		cand, err := netns.GetFromPath(path)
+		if err != nil {
+			continue
+		}
+		id, err := h.GetNetNsIdByFd(int(cand))
+		if err == nil && id == nsid {
+			ch, err := netlink.NewHandleAt(cand)
+			cand.Close()
+			if err != nil {
+				return "", "", err
+			}
+			pl, err := ch.LinkByIndex(peerIndex)
+			ch.Close()
+			if err != nil {
+				return "", "", fmt.Errorf("veth peer of %q: %w", dev, err)
+			}
+			return pl.Attrs().Name, filepath.Base(path), nil
+		}
+		cand.Close()
+	}
+	return "", "", fmt.Errorf("veth peer of %q is in a namespace with no name under /var/run/netns: give --peer-netns and --peer-dev", dev)
+}
+
+// pinDir names a port by its namespace's inode and device name, unique
+// while the namespace lives.
+func pinDir(ns netns.NsHandle, dev string) string {
+	var st unix.Stat_t
+	id := "self"
+	path := "/proc/self/ns/net"
+	if ns.IsOpen() {
+		path = fmt.Sprintf("/proc/self/fd/%d", int(ns))
+	}
+	if err := unix.Stat(path, &st); err == nil {
+		id = fmt.Sprint(st.Ino)
+	}
+	return filepath.Join(PinRoot, "ns"+id+"_"+dev)
+}
+
+func metaPath(pinDir string) string {
+	return filepath.Join(MetaRoot, filepath.Base(pinDir)+".json")
+}
+
+func writeMeta(m *portMeta) error {
+	if err := os.MkdirAll(MetaRoot, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := metaPath(m.PinDir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, metaPath(m.PinDir))
+}
+
+// ensureBPFFS mounts bpffs on /sys/fs/bpf if nothing is mounted there.
+func ensureBPFFS() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("bpffs", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs on /sys/fs/bpf: %w", err)
+	}
+	return nil
+}
+
+func describeDev(ns, dev string) string {
+	if ns == "" {
+		return dev
+	}
+	return dev + " in netns " + ns
+}

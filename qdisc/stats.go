@@ -1,0 +1,221 @@
+package qdisc
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fabriclab/fabriclab/bpf"
+)
+
+// SojournHistogram counts sojourns in log2 buckets of nanoseconds: bucket b
+// holds [2^b, 2^(b+1)) ns (bucket 0 also holds 0), the last bucket everything
+// from 2^31 ns up.
+type SojournHistogram [sojournBuckets]uint64
+
+// Count is the number of samples.
+func (h *SojournHistogram) Count() uint64 {
+	var n uint64
+	for _, c := range h {
+		n += c
+	}
+	return n
+}
+
+// Quantile estimates the q-quantile (0 < q <= 1) as the upper edge of the
+// bucket it falls in: a bound, never an underestimate by more than 2x.
+func (h *SojournHistogram) Quantile(q float64) time.Duration {
+	n := h.Count()
+	if n == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(n)))
+	if rank == 0 {
+		rank = 1
+	}
+	var seen uint64
+	for b, c := range h {
+		seen += c
+		if seen >= rank {
+			return time.Duration(uint64(1) << (b + 1))
+		}
+	}
+	return time.Duration(uint64(1) << sojournBuckets)
+}
+
+// ClassStats are the counters of one traffic class, summed over CPUs.
+type ClassStats struct {
+	Class ClassID `json:"class"`
+	Name  string  `json:"name"`
+	// Enqueued counts every packet offered to the class, dropped or not:
+	// at rest Enqueued = Dequeued + Dropped + Backlog.
+	EnqueuedPackets uint64 `json:"enqueued_packets"`
+	EnqueuedBytes   uint64 `json:"enqueued_bytes"`
+	DequeuedPackets uint64 `json:"dequeued_packets"`
+	DequeuedBytes   uint64 `json:"dequeued_bytes"`
+	// Arrivals by ECN codepoint.
+	ArrivedNotECT uint64 `json:"arrived_not_ect"`
+	ArrivedECT0   uint64 `json:"arrived_ect0"`
+	ArrivedECT1   uint64 `json:"arrived_ect1"`
+	ArrivedCE     uint64 `json:"arrived_ce"`
+	// CE marks by the codepoint the packet arrived with.
+	CEMarkedECT0        uint64           `json:"ce_marked_ect0"`
+	CEMarkedECT1        uint64           `json:"ce_marked_ect1"`
+	DroppedLimitPackets uint64           `json:"dropped_limit_packets"`
+	DroppedLimitBytes   uint64           `json:"dropped_limit_bytes"`
+	DroppedWREDPackets  uint64           `json:"dropped_wred_packets"`
+	DroppedWREDBytes    uint64           `json:"dropped_wred_bytes"`
+	BacklogBytes        uint64           `json:"backlog_bytes"`
+	BacklogPackets      uint64           `json:"backlog_packets"`
+	MaxBacklogBytes     uint64           `json:"max_backlog_bytes"`
+	MaxBacklogPackets   uint64           `json:"max_backlog_packets"`
+	SojournSum          time.Duration    `json:"sojourn_sum_ns"`
+	SojournSamples      uint64           `json:"sojourn_samples"`
+	Sojourn             SojournHistogram `json:"sojourn_hist_log2_ns"`
+}
+
+// CEMarked is the number of packets this class marked CE.
+func (s *ClassStats) CEMarked() uint64 { return s.CEMarkedECT0 + s.CEMarkedECT1 }
+
+// DroppedPackets is the number of packets this class dropped, any cause.
+func (s *ClassStats) DroppedPackets() uint64 { return s.DroppedLimitPackets + s.DroppedWREDPackets }
+
+// DroppedBytes is the number of bytes this class dropped, any cause.
+func (s *ClassStats) DroppedBytes() uint64 { return s.DroppedLimitBytes + s.DroppedWREDBytes }
+
+// MeanSojourn is the average time a packet waited in the queue.
+func (s *ClassStats) MeanSojourn() time.Duration {
+	if s.SojournSamples == 0 {
+		return 0
+	}
+	return s.SojournSum / time.Duration(s.SojournSamples)
+}
+
+// CheckInvariant reports whether enqueued = dequeued + dropped + backlog holds,
+// in packets and bytes. It holds exactly only when no packet is in flight
+// between the counters (the port is idle).
+func (s *ClassStats) CheckInvariant() error {
+	if s.EnqueuedPackets != s.DequeuedPackets+s.DroppedPackets()+s.BacklogPackets {
+		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped %d + backlog %d packets",
+			s.Class, s.EnqueuedPackets, s.DequeuedPackets, s.DroppedPackets(), s.BacklogPackets)
+	}
+	if s.EnqueuedBytes != s.DequeuedBytes+s.DroppedBytes()+s.BacklogBytes {
+		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped %d + backlog %d bytes",
+			s.Class, s.EnqueuedBytes, s.DequeuedBytes, s.DroppedBytes(), s.BacklogBytes)
+	}
+	return nil
+}
+
+// PortCounters are the port-wide counters.
+type PortCounters struct {
+	IPv4Packets      uint64 `json:"ipv4_packets"`
+	IPv6Packets      uint64 `json:"ipv6_packets"`
+	VLANPackets      uint64 `json:"vlan_packets"`
+	NonIPPackets     uint64 `json:"non_ip_packets"`
+	MalformedPackets uint64 `json:"malformed_packets"`
+	// Frames the kernel cannot stamp (non-IP, in-band VLAN tag) pass
+	// through the class queue outside the accounting.
+	UnaccountedPackets      uint64 `json:"unaccounted_packets"`
+	UnaccountedBytes        uint64 `json:"unaccounted_bytes"`
+	DequeueUnstampedPackets uint64 `json:"dequeue_unstamped_packets"`
+}
+
+// Stats is a snapshot of a port's counters.
+type Stats struct {
+	Time    time.Time    `json:"time"`
+	Port    PortCounters `json:"port"`
+	Classes []ClassStats `json:"classes"`
+}
+
+// Total sums the class counters (maxima are summed too, as an upper bound).
+func (s *Stats) Total() ClassStats {
+	var t ClassStats
+	t.Name = "total"
+	for i := range s.Classes {
+		c := &s.Classes[i]
+		t.EnqueuedPackets += c.EnqueuedPackets
+		t.EnqueuedBytes += c.EnqueuedBytes
+		t.DequeuedPackets += c.DequeuedPackets
+		t.DequeuedBytes += c.DequeuedBytes
+		t.ArrivedNotECT += c.ArrivedNotECT
+		t.ArrivedECT0 += c.ArrivedECT0
+		t.ArrivedECT1 += c.ArrivedECT1
+		t.ArrivedCE += c.ArrivedCE
+		t.CEMarkedECT0 += c.CEMarkedECT0
+		t.CEMarkedECT1 += c.CEMarkedECT1
+		t.DroppedLimitPackets += c.DroppedLimitPackets
+		t.DroppedLimitBytes += c.DroppedLimitBytes
+		t.DroppedWREDPackets += c.DroppedWREDPackets
+		t.DroppedWREDBytes += c.DroppedWREDBytes
+		t.BacklogBytes += c.BacklogBytes
+		t.BacklogPackets += c.BacklogPackets
+		t.MaxBacklogBytes += c.MaxBacklogBytes
+		t.MaxBacklogPackets += c.MaxBacklogPackets
+		t.SojournSum += c.SojournSum
+		t.SojournSamples += c.SojournSamples
+		for b := range c.Sojourn {
+			t.Sojourn[b] += c.Sojourn[b]
+		}
+	}
+	return t
+}
+
+// readStats sums the per-CPU counters and reads the shared queue state.
+func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
+	s := Stats{Time: time.Now(), Classes: make([]ClassStats, NumClasses)}
+	var ports []bpf.PortPortStats
+	if err := m.PortCounters.Lookup(uint32(0), &ports); err != nil {
+		return s, fmt.Errorf("read port counters: %w", err)
+	}
+	for _, p := range ports {
+		s.Port.IPv4Packets += p.Ipv4Packets
+		s.Port.IPv6Packets += p.Ipv6Packets
+		s.Port.VLANPackets += p.VlanPackets
+		s.Port.NonIPPackets += p.NonIpPackets
+		s.Port.MalformedPackets += p.MalformedPackets
+		s.Port.UnaccountedPackets += p.UnaccountedPackets
+		s.Port.UnaccountedBytes += p.UnaccountedBytes
+		s.Port.DequeueUnstampedPackets += p.DequeueUnstampedPackets
+	}
+	for i := range NumClasses {
+		c := &s.Classes[i]
+		c.Class = ClassID(i)
+		if cfg != nil {
+			c.Name = cfg.Classes[i].Name
+		}
+		var q bpf.PortClassState
+		if err := m.ClassQueue.Lookup(uint32(i), &q); err != nil {
+			return s, fmt.Errorf("read class %d queue: %w", i, err)
+		}
+		c.BacklogBytes = q.BacklogBytes
+		c.BacklogPackets = q.BacklogPackets
+		c.MaxBacklogBytes = q.MaxBacklogBytes
+		c.MaxBacklogPackets = q.MaxBacklogPackets
+		var percpu []bpf.PortClassStats
+		if err := m.ClassCounters.Lookup(uint32(i), &percpu); err != nil {
+			return s, fmt.Errorf("read class %d counters: %w", i, err)
+		}
+		for _, p := range percpu {
+			c.EnqueuedPackets += p.EnqueuedPackets
+			c.EnqueuedBytes += p.EnqueuedBytes
+			c.DequeuedPackets += p.DequeuedPackets
+			c.DequeuedBytes += p.DequeuedBytes
+			c.ArrivedNotECT += p.ArrivedByEcn[0]
+			c.ArrivedECT1 += p.ArrivedByEcn[1]
+			c.ArrivedECT0 += p.ArrivedByEcn[2]
+			c.ArrivedCE += p.ArrivedByEcn[3]
+			c.CEMarkedECT0 += p.CeMarkedEct0
+			c.CEMarkedECT1 += p.CeMarkedEct1
+			c.DroppedLimitPackets += p.DroppedLimitPackets
+			c.DroppedLimitBytes += p.DroppedLimitBytes
+			c.DroppedWREDPackets += p.DroppedWredPackets
+			c.DroppedWREDBytes += p.DroppedWredBytes
+			c.SojournSum += time.Duration(p.SojournSumNs)
+			c.SojournSamples += p.SojournSamples
+			for b := range p.SojournHist {
+				c.Sojourn[b] += p.SojournHist[b]
+			}
+		}
+	}
+	return s, nil
+}
