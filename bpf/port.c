@@ -376,6 +376,27 @@ static __always_inline int enqueue_virtual(struct class_state *cs, struct class_
 	return 0;
 }
 
+/* enqueue_unaccounted applies the class's policy to a packet that cannot
+ * carry an enqueue stamp, judged on the backlog it finds, and counts it apart
+ * so that the class counters keep their invariant. */
+static __always_inline int enqueue_unaccounted(struct __sk_buff *skb, struct port_stats *ps,
+					       const struct class_config *cc,
+					       const struct class_state *cs,
+					       const struct pkt_info *pi, __u32 len, __u8 ecn)
+{
+	enum verdict v = decide(cc, cs->backlog_bytes, len, ecn, random_u32());
+
+	ps->unaccounted_packets++;
+	ps->unaccounted_bytes += len;
+	if (v == VERDICT_DROP_LIMIT || v == VERDICT_DROP_WRED) {
+		ps->unaccounted_dropped_packets++;
+		return TC_ACT_SHOT;
+	}
+	if (v == VERDICT_MARK && set_ce(skb, pi) == 0)
+		ps->unaccounted_ce_marked_packets++;
+	return TC_ACT_OK;
+}
+
 SEC("tc")
 int port_enqueue(struct __sk_buff *skb)
 {
@@ -438,11 +459,8 @@ int port_enqueue(struct __sk_buff *skb)
 		 * (bpf_skb_set_tstamp); anything else could not be matched at
 		 * dequeue, so it passes outside the accounting. */
 		if (bpf_skb_set_tstamp(skb, (now_ns() & ~STAMP_MASK) | STAMP_MAGIC | class_id,
-				       BPF_SKB_CLOCK_MONOTONIC)) {
-			ps->unaccounted_packets++;
-			ps->unaccounted_bytes += len;
-			return TC_ACT_OK;
-		}
+				       BPF_SKB_CLOCK_MONOTONIC))
+			return enqueue_unaccounted(skb, ps, cc, cs, &pi, len, ecn);
 		/* Claim the space first so concurrent CPUs cannot overfill
 		 * the buffer; give it back if the packet does not enter. */
 		backlog = __sync_fetch_and_add(&cs->backlog_bytes, len);

@@ -106,10 +106,13 @@ struct port_stats {
 	__u64 vlan_packets;
 	__u64 non_ip_packets;
 	__u64 malformed_packets; /* truncated or invalid IP header: dropped */
-	/* passed without queue accounting: frames whose protocol the kernel
-	 * cannot stamp (non-IP, in-band VLAN tag) */
+	/* Frames whose protocol the kernel cannot stamp (non-IP, in-band VLAN
+	 * tag): classified, limited and marked on the backlog they find, but
+	 * kept out of the class counters and the backlog. */
 	__u64 unaccounted_packets;
 	__u64 unaccounted_bytes;
+	__u64 unaccounted_ce_marked_packets;
+	__u64 unaccounted_dropped_packets;
 	/* arrivals at the dequeue hook that carried no enqueue stamp */
 	__u64 dequeue_unstamped_packets;
 };

@@ -66,15 +66,17 @@ type PortPortConfig struct {
 }
 
 type PortPortStats struct {
-	_                       structs.HostLayout
-	Ipv4Packets             uint64
-	Ipv6Packets             uint64
-	VlanPackets             uint64
-	NonIpPackets            uint64
-	MalformedPackets        uint64
-	UnaccountedPackets      uint64
-	UnaccountedBytes        uint64
-	DequeueUnstampedPackets uint64
+	_                          structs.HostLayout
+	Ipv4Packets                uint64
+	Ipv6Packets                uint64
+	VlanPackets                uint64
+	NonIpPackets               uint64
+	MalformedPackets           uint64
+	UnaccountedPackets         uint64
+	UnaccountedBytes           uint64
+	UnaccountedCeMarkedPackets uint64
+	UnaccountedDroppedPackets  uint64
+	DequeueUnstampedPackets    uint64
 }
 
 // Names of all BPF objects in the ELF.

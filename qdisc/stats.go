@@ -115,9 +115,11 @@ type PortCounters struct {
 	MalformedPackets uint64 `json:"malformed_packets"`
 	// Frames the kernel cannot stamp (non-IP, in-band VLAN tag) pass
 	// through the class queue outside the accounting.
-	UnaccountedPackets      uint64 `json:"unaccounted_packets"`
-	UnaccountedBytes        uint64 `json:"unaccounted_bytes"`
-	DequeueUnstampedPackets uint64 `json:"dequeue_unstamped_packets"`
+	UnaccountedPackets         uint64 `json:"unaccounted_packets"`
+	UnaccountedBytes           uint64 `json:"unaccounted_bytes"`
+	UnaccountedCEMarkedPackets uint64 `json:"unaccounted_ce_marked_packets"`
+	UnaccountedDroppedPackets  uint64 `json:"unaccounted_dropped_packets"`
+	DequeueUnstampedPackets    uint64 `json:"dequeue_unstamped_packets"`
 }
 
 // Stats is a snapshot of a port's counters.
@@ -175,6 +177,8 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 		s.Port.MalformedPackets += p.MalformedPackets
 		s.Port.UnaccountedPackets += p.UnaccountedPackets
 		s.Port.UnaccountedBytes += p.UnaccountedBytes
+		s.Port.UnaccountedCEMarkedPackets += p.UnaccountedCeMarkedPackets
+		s.Port.UnaccountedDroppedPackets += p.UnaccountedDroppedPackets
 		s.Port.DequeueUnstampedPackets += p.DequeueUnstampedPackets
 	}
 	for i := range NumClasses {

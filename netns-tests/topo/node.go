@@ -1,0 +1,349 @@
+//go:build linux
+
+package topo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/safchain/ethtool"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// ErrClosed is returned by Node methods after the lab was closed.
+var ErrClosed = errors.New("topo: lab closed")
+
+// Node is one network namespace of a Lab.
+type Node struct {
+	Name      string // logical name from the Spec
+	NetnsName string // full named netns, usable with `ip netns exec`
+
+	lab *Lab
+
+	mu     sync.RWMutex // guards closed, ns and nl against a concurrent Close
+	closed bool
+	ns     netns.NsHandle
+	nl     *netlink.Handle
+}
+
+// NsHandle returns the namespace handle. It is owned by the lab: do not close
+// it, and do not keep it past Close, after which its fd number may be reused.
+func (n *Node) NsHandle() netns.NsHandle {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.ns
+}
+
+// Netlink returns a handle whose sockets live in the node's namespace, for
+// every netlink family the package uses. It is owned by the lab and valid
+// until Close. It panics after Close: a closed netlink.Handle silently falls
+// back to the calling thread's namespace, usually the host's.
+func (n *Node) Netlink() *netlink.Handle {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed {
+		panic(fmt.Sprintf("topo: Netlink() on node %q after its lab was closed", n.Name))
+	}
+	return n.nl
+}
+
+// Do runs fn on a locked OS thread inside the node's namespace and returns its
+// error. Sockets created by fn stay in the namespace after Do returns, which
+// is the simplest way to get a listener or dialer there. Goroutines started by
+// fn run in the caller's namespace, not the node's. A panic or Goexit
+// (t.FailNow) in fn is re-raised in the caller's goroutine, so a test stops
+// and its cleanups still run.
+func (n *Node) Do(fn func() error) error {
+	n.mu.RLock()
+	if n.closed {
+		n.mu.RUnlock()
+		return ErrClosed
+	}
+	// A private dup keeps the target valid even if Close runs meanwhile.
+	fd, err := unix.FcntlInt(uintptr(n.ns), unix.F_DUPFD_CLOEXEC, 0)
+	n.mu.RUnlock()
+	if err != nil {
+		return fmt.Errorf("topo: dup netns fd of %s: %w", n.NetnsName, err)
+	}
+	defer unix.Close(fd)
+	return doInNetns(netns.NsHandle(fd), n.NetnsName, fn)
+}
+
+// nsPanic carries a panic out of the namespace goroutine with its stack.
+type nsPanic struct {
+	value any
+	netns string
+	stack []byte
+}
+
+func (p *nsPanic) String() string {
+	return fmt.Sprintf("%v [recovered in netns %s; original stack:]\n%s", p.value, p.netns, p.stack)
+}
+
+// doInNetns follows CNI's ns.Do: switch a fresh locked thread, never the
+// caller's, and if switching back fails keep the thread locked so the runtime
+// destroys it instead of reusing a thread stuck in the wrong namespace.
+func doInNetns(target netns.NsHandle, name string, fn func() error) error {
+	type result struct {
+		err    error
+		p      *nsPanic
+		goexit bool // fn called runtime.Goexit, e.g. t.FailNow
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var res result
+		defer func() { ch <- res }()
+
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			res.err = fmt.Errorf("topo: get current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			res.err = fmt.Errorf("topo: enter netns %s: %w", name, err)
+			return
+		}
+		defer func() {
+			if err := netns.Set(orig); err != nil {
+				// Thread stays locked; it dies with this goroutine.
+				res.err = errors.Join(res.err, fmt.Errorf("topo: restore netns after %s: %w", name, err))
+				return
+			}
+			runtime.UnlockOSThread()
+		}()
+		res.goexit = true
+		defer func() {
+			if v := recover(); v != nil {
+				res.goexit = false
+				res.p = &nsPanic{value: v, netns: name, stack: debug.Stack()}
+			}
+		}()
+		res.err = fn()
+		res.goexit = false
+	}()
+	res := <-ch
+	switch {
+	case res.p != nil:
+		panic(res.p)
+	case res.goexit:
+		// t.FailNow inside fn must stop the test, not just our goroutine.
+		runtime.Goexit()
+	}
+	return res.err
+}
+
+// Command runs name inside n via `ip netns exec`, which also gives the child a
+// /sys showing the namespace's devices. Close kills it if still running.
+func (n *Node) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.NetnsName, name}, args...)...)
+}
+
+// Sysctl writes a "net.*" sysctl inside the namespace. Other sysctl trees are
+// host-wide, so they are refused.
+func (n *Node) Sysctl(key, value string) error {
+	path, err := sysctlPath(key)
+	if err != nil {
+		return err
+	}
+	if strings.ContainsAny(value, "\n\x00") {
+		return fmt.Errorf("topo: sysctl %s: value %q contains a newline or NUL", key, value)
+	}
+	return n.Do(func() error {
+		if err := os.WriteFile(path, []byte(value), 0); err != nil {
+			return fmt.Errorf("sysctl %s=%s: %w", key, value, err)
+		}
+		return nil
+	})
+}
+
+// ReadSysctl reads a "net.*" sysctl inside the namespace, trimmed.
+func (n *Node) ReadSysctl(key string) (string, error) {
+	path, err := sysctlPath(key)
+	if err != nil {
+		return "", err
+	}
+	var v string
+	err = n.Do(func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("sysctl %s: %w", key, err)
+		}
+		v = strings.TrimSpace(string(b))
+		return nil
+	})
+	return v, err
+}
+
+func (n *Node) sysctlExists(key string) (bool, error) {
+	path, err := sysctlPath(key)
+	if err != nil {
+		return false, err
+	}
+	var ok bool
+	err = n.Do(func() error {
+		_, err := os.Stat(path)
+		switch {
+		case err == nil:
+			ok = true
+		case errors.Is(err, os.ErrNotExist):
+		default:
+			return err
+		}
+		return nil
+	})
+	return ok, err
+}
+
+// LinkIndex returns the ifindex of dev inside the namespace, e.g. for
+// attaching BPF programs.
+func (n *Node) LinkIndex(dev string) (int, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed {
+		return 0, ErrClosed
+	}
+	l, err := n.nl.LinkByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("topo: %s: link %s: %w", n.Name, dev, err)
+	}
+	return l.Attrs().Index, nil
+}
+
+// offloadFeatures are the ethtool feature strings behind `ethtool -K dev
+// tso|gso|gro`.
+var offloadFeatures = []string{
+	"tx-tcp-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation", "tx-tcp6-segmentation", // tso
+	"tx-generic-segmentation", // gso
+	"rx-gro",                  // gro
+}
+
+// SetOffloads turns TSO, GSO and GRO on or off for dev and verifies the
+// result, so packet-level emulation is not silently fed 64 KiB super-packets.
+func (n *Node) SetOffloads(dev string, on bool) error {
+	return n.Do(func() error {
+		// The ethtool ioctl resolves dev in its socket's namespace, so the
+		// socket must be created here.
+		et, err := ethtool.NewEthtool()
+		if err != nil {
+			return fmt.Errorf("ethtool: %w", err)
+		}
+		defer et.Close()
+		states, err := et.FeaturesWithState(dev)
+		if err != nil {
+			return fmt.Errorf("ethtool features %s: %w", dev, err)
+		}
+		want := map[string]bool{}
+		for _, f := range offloadFeatures {
+			if st, ok := states[f]; ok && st.Available {
+				want[f] = on
+			}
+		}
+		if len(want) > 0 {
+			if err := et.Change(dev, want); err != nil {
+				return fmt.Errorf("ethtool set %s offloads=%v: %w", dev, on, err)
+			}
+		}
+		got, err := et.Features(dev)
+		if err != nil {
+			return fmt.Errorf("ethtool features %s: %w", dev, err)
+		}
+		var wrong []string
+		for _, f := range offloadFeatures {
+			if _, known := states[f]; !known {
+				continue
+			}
+			// Off must really be off; on is best effort for fixed features.
+			if got[f] != on && (!on || want[f]) {
+				wrong = append(wrong, f)
+			}
+		}
+		if len(wrong) > 0 {
+			slices.Sort(wrong)
+			return fmt.Errorf("ethtool %s: could not turn %s %s", dev, strings.Join(wrong, ","), onOff(on))
+		}
+		return nil
+	})
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// teardown kills what still runs in the namespace, releases the lab's handles
+// and removes the name; the kernel then destroys the namespace and its veths.
+func (n *Node) teardown() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	var errs []error
+	if n.ns.IsOpen() {
+		if err := killNetnsProcs(n.ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.nl != nil {
+		n.nl.Close()
+	}
+	if n.ns.IsOpen() {
+		if err := n.ns.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := deleteNamed(n.NetnsName); err != nil {
+		errs = append(errs, fmt.Errorf("delete netns %s: %w", n.NetnsName, err))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("topo: teardown %s: %w", n.Name, errors.Join(errs...))
+	}
+	return nil
+}
+
+// killNetnsProcs SIGKILLs every other process whose network namespace is h
+// (what `ip netns pids` lists); they would keep the namespace and its veths
+// alive after its name is gone.
+func killNetnsProcs(h netns.NsHandle) error {
+	var want unix.Stat_t
+	if err := unix.Fstat(int(h), &want); err != nil {
+		return fmt.Errorf("stat netns: %w", err)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+e.Name()+"/ns/net", &st) != nil {
+			continue // exited, or a kernel thread
+		}
+		if st.Dev == want.Dev && st.Ino == want.Ino {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	return nil
+}
