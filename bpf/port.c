@@ -338,10 +338,10 @@ static __always_inline void vq_advance(struct class_state *cs, __u64 now, __u64 
 	cs->backlog_packets -= *left_packets;
 }
 
-static __always_inline int enqueue_virtual(struct class_state *cs, struct class_stats *st,
-					   const struct class_config *cc,
-					   const struct port_config *pc, __u32 len, __u8 ecn,
-					   enum verdict *v)
+static __always_inline __u64 enqueue_virtual(struct class_state *cs, struct class_stats *st,
+					     const struct class_config *cc,
+					     const struct port_config *pc, __u32 len, __u8 ecn,
+					     enum verdict *v)
 {
 	__u64 now = now_ns(), rate = cc->rate_bps ? cc->rate_bps : pc->rate_bps;
 	__u64 left_bytes, left_packets, backlog, sojourn = 0;
@@ -373,7 +373,19 @@ static __always_inline int enqueue_virtual(struct class_state *cs, struct class_
 		 * arrival. */
 		record_sojourn(st, sojourn);
 	}
-	return 0;
+	return backlog;
+}
+
+static __always_inline void record_curve(struct class_stats *st, const struct class_config *cc,
+					 __u64 backlog, enum verdict v)
+{
+	__u64 bin = cc->limit_bytes ? backlog * CURVE_BINS / cc->limit_bytes : 0;
+
+	if (bin >= CURVE_BINS)
+		bin = CURVE_BINS - 1;
+	st->curve_ect_arrivals[bin]++;
+	if (v == VERDICT_MARK)
+		st->curve_ce_marks[bin]++;
 }
 
 /* enqueue_unaccounted applies the class's policy to a packet that cannot
@@ -409,6 +421,7 @@ int port_enqueue(struct __sk_buff *skb)
 	struct pkt_info pi = {};
 	enum parse_result pr;
 	enum verdict v;
+	__u64 backlog;
 	__u8 ecn;
 
 	pc = bpf_map_lookup_elem(&port_cfg, &zero);
@@ -451,9 +464,9 @@ int port_enqueue(struct __sk_buff *skb)
 	ecn = pr == PARSE_IP ? pi.dsfield & ECN_MASK : ECN_NOT_ECT;
 
 	if (pc->queue_mode == QUEUE_MODE_VIRTUAL) {
-		enqueue_virtual(cs, st, cc, pc, len, ecn, &v);
+		backlog = enqueue_virtual(cs, st, cc, pc, len, ecn, &v);
 	} else {
-		__u64 backlog, after;
+		__u64 after;
 
 		/* The kernel only keeps a delivery-time stamp on IP packets
 		 * (bpf_skb_set_tstamp); anything else could not be matched at
@@ -479,6 +492,8 @@ int port_enqueue(struct __sk_buff *skb)
 	st->enqueued_packets++;
 	st->enqueued_bytes += len;
 	st->arrived_by_ecn[ecn & ECN_MASK]++;
+	if (ecn == ECN_ECT0 || ecn == ECN_ECT1)
+		record_curve(st, cc, backlog, v);
 	switch (v) {
 	case VERDICT_DROP_LIMIT:
 		st->dropped_limit_packets++;

@@ -15,6 +15,9 @@
 /* log2 buckets of sojourn in ns: bucket b holds [2^b, 2^(b+1)), b = 0 also
  * holds 0 and 1 ns; the last bucket holds everything from 2^31 ns (2.1 s). */
 #define SOJOURN_BUCKETS 32
+/* The observed marking curve: ECN-capable arrivals and CE marks in
+ * CURVE_BINS equal bins of the backlog they found, from 0 to the limit. */
+#define CURVE_BINS 32
 
 /* How the port finds its backlog. */
 enum queue_mode {
@@ -97,6 +100,8 @@ struct class_stats {
 	__u64 sojourn_sum_ns;
 	__u64 sojourn_samples;
 	__u64 sojourn_hist[SOJOURN_BUCKETS];
+	__u64 curve_ect_arrivals[CURVE_BINS];
+	__u64 curve_ce_marks[CURVE_BINS];
 };
 
 /* Per-CPU counters of the port as a whole. */

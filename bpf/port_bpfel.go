@@ -54,6 +54,8 @@ type PortClassStats struct {
 	SojournSumNs        uint64
 	SojournSamples      uint64
 	SojournHist         [32]uint64
+	CurveEctArrivals    [32]uint64
+	CurveCeMarks        [32]uint64
 }
 
 type PortPortConfig struct {

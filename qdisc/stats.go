@@ -72,6 +72,27 @@ type ClassStats struct {
 	SojournSum          time.Duration    `json:"sojourn_sum_ns"`
 	SojournSamples      uint64           `json:"sojourn_samples"`
 	Sojourn             SojournHistogram `json:"sojourn_hist_log2_ns"`
+	// Curve is the observed marking curve of ECN-capable arrivals.
+	Curve MarkingCurve `json:"curve"`
+}
+
+// MarkingCurve counts ECN-capable arrivals and CE marks in CurveBins equal
+// bins of the backlog they found, from 0 to the class limit.
+type MarkingCurve struct {
+	BinBytes uint64            `json:"bin_bytes"`
+	Arrivals [CurveBins]uint64 `json:"ect_arrivals"`
+	Marks    [CurveBins]uint64 `json:"ce_marks"`
+}
+
+// CurveBins is the number of backlog bins of a MarkingCurve.
+const CurveBins = 32
+
+// Fraction is the observed marking fraction in bin b (0 with no arrivals).
+func (c *MarkingCurve) Fraction(b int) float64 {
+	if c.Arrivals[b] == 0 {
+		return 0
+	}
+	return float64(c.Marks[b]) / float64(c.Arrivals[b])
 }
 
 // CEMarked is the number of packets this class marked CE.
@@ -158,6 +179,10 @@ func (s *Stats) Total() ClassStats {
 		for b := range c.Sojourn {
 			t.Sojourn[b] += c.Sojourn[b]
 		}
+		for b := range c.Curve.Arrivals {
+			t.Curve.Arrivals[b] += c.Curve.Arrivals[b]
+			t.Curve.Marks[b] += c.Curve.Marks[b]
+		}
 	}
 	return t
 }
@@ -219,6 +244,13 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			for b := range p.SojournHist {
 				c.Sojourn[b] += p.SojournHist[b]
 			}
+			for b := range p.CurveEctArrivals {
+				c.Curve.Arrivals[b] += p.CurveEctArrivals[b]
+				c.Curve.Marks[b] += p.CurveCeMarks[b]
+			}
+		}
+		if cfg != nil {
+			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins
 		}
 	}
 	return s, nil
