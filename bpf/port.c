@@ -517,6 +517,16 @@ int port_enqueue(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
+/* dequeued_ecn reads the ECN field of a packet at the dequeue hook. */
+static __always_inline __u8 dequeued_ecn(struct __sk_buff *skb)
+{
+	struct pkt_info pi = {};
+
+	if (parse(skb, &pi) != PARSE_IP)
+		return ECN_NOT_ECT;
+	return pi.dsfield & ECN_MASK;
+}
+
 SEC("tc")
 int port_dequeue(struct __sk_buff *skb)
 {
@@ -553,6 +563,8 @@ int port_dequeue(struct __sk_buff *skb)
 	__sync_fetch_and_add(&cs->backlog_packets, -1LL);
 	st->dequeued_packets++;
 	st->dequeued_bytes += len;
+	if (dequeued_ecn(skb) == ECN_CE)
+		st->dequeued_ce_packets++;
 
 	now = now_ns();
 	stamp &= ~STAMP_MASK;

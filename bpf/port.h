@@ -102,6 +102,8 @@ struct class_stats {
 	__u64 sojourn_hist[SOJOURN_BUCKETS];
 	__u64 curve_ect_arrivals[CURVE_BINS];
 	__u64 curve_ce_marks[CURVE_BINS];
+	/* CE packets leaving the queue: what the receiver sees */
+	__u64 dequeued_ce_packets;
 };
 
 /* Per-CPU counters of the port as a whole. */

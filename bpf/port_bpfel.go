@@ -56,6 +56,7 @@ type PortClassStats struct {
 	SojournHist         [32]uint64
 	CurveEctArrivals    [32]uint64
 	CurveCeMarks        [32]uint64
+	DequeuedCePackets   uint64
 }
 
 type PortPortConfig struct {

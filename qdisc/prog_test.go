@@ -565,6 +565,9 @@ func TestDequeueAccounting(t *testing.T) {
 		t.Errorf("dequeue left the stamp %#x on the packet", deq.ctx.Tstamp)
 	}
 	c := stats(t, o).Classes[ClassRoCE]
+	if c.DequeuedCEPackets != 0 {
+		t.Errorf("dequeued CE %d, want 0 (the packet left ECT(0))", c.DequeuedCEPackets)
+	}
 	if c.BacklogBytes != 0 || c.BacklogPackets != 0 || c.DequeuedPackets != 1 {
 		t.Errorf("after dequeue: backlog %d/%d, dequeued %d", c.BacklogBytes, c.BacklogPackets, c.DequeuedPackets)
 	}

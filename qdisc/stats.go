@@ -53,6 +53,9 @@ type ClassStats struct {
 	EnqueuedBytes   uint64 `json:"enqueued_bytes"`
 	DequeuedPackets uint64 `json:"dequeued_packets"`
 	DequeuedBytes   uint64 `json:"dequeued_bytes"`
+	// DequeuedCE counts CE packets leaving the queue: what the receiver
+	// sees (veth mode only).
+	DequeuedCEPackets uint64 `json:"dequeued_ce_packets"`
 	// Arrivals by ECN codepoint.
 	ArrivedNotECT uint64 `json:"arrived_not_ect"`
 	ArrivedECT0   uint64 `json:"arrived_ect0"`
@@ -160,6 +163,7 @@ func (s *Stats) Total() ClassStats {
 		t.EnqueuedBytes += c.EnqueuedBytes
 		t.DequeuedPackets += c.DequeuedPackets
 		t.DequeuedBytes += c.DequeuedBytes
+		t.DequeuedCEPackets += c.DequeuedCEPackets
 		t.ArrivedNotECT += c.ArrivedNotECT
 		t.ArrivedECT0 += c.ArrivedECT0
 		t.ArrivedECT1 += c.ArrivedECT1
@@ -229,6 +233,7 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.EnqueuedBytes += p.EnqueuedBytes
 			c.DequeuedPackets += p.DequeuedPackets
 			c.DequeuedBytes += p.DequeuedBytes
+			c.DequeuedCEPackets += p.DequeuedCePackets
 			c.ArrivedNotECT += p.ArrivedByEcn[0]
 			c.ArrivedECT1 += p.ArrivedByEcn[1]
 			c.ArrivedECT0 += p.ArrivedByEcn[2]
