@@ -35,6 +35,10 @@ const (
 	DSCPCNP         DSCP    = 48
 )
 
+// MinRate is the slowest port: every HTB class keeps a token guarantee of
+// 8 kbit/s under the port rate.
+const MinRate = units.Rate(10 * NumClasses * 8000)
+
 // maxBufferBytes bounds limits and thresholds: the BPF marking arithmetic
 // multiplies a byte count by a 32-bit probability in 64 bits.
 const maxBufferBytes = units.ByteSize(1 << 32)
@@ -197,8 +201,8 @@ func DefaultConfig(rate units.Rate) Config {
 // value and what is allowed.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Rate == 0 {
-		errs = append(errs, fmt.Errorf("rate (%s) must be greater than 0", c.Rate))
+	if c.Rate < MinRate {
+		errs = append(errs, fmt.Errorf("rate (%s) must be at least %s", c.Rate, MinRate))
 	}
 	if c.DefaultClass >= NumClasses {
 		errs = append(errs, fmt.Errorf("default_class (%d) must be 0 to %d", c.DefaultClass, NumClasses-1))

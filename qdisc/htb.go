@@ -205,7 +205,8 @@ func removeHTB(ns netns.NsHandle, ifindex uint32) error {
 		return err
 	}
 	defer t.Close()
-	root := &tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(htbMajor, 0), Parent: tc.HandleRoot}}
+	root := &tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(htbMajor, 0), Parent: tc.HandleRoot},
+		Attribute: tc.Attribute{Kind: "htb", Htb: &tc.Htb{Init: &tc.HtbGlob{Version: 3}}}}
 	if err := t.Qdisc().Delete(root); err != nil && !isGone(err) {
 		return fmt.Errorf("remove htb root qdisc: %w", err)
 	}

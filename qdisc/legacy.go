@@ -88,7 +88,8 @@ func detachClsact(ns netns.NsHandle, ifindex uint32, ingress bool) error {
 			return nil
 		}
 	}
-	clsact := &tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(tc.HandleRoot, 0), Parent: tc.HandleIngress}}
+	clsact := &tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(tc.HandleRoot, 0), Parent: tc.HandleIngress},
+		Attribute: tc.Attribute{Kind: "clsact"}}
 	if err := t.Qdisc().Delete(clsact); err != nil && !isGone(err) {
 		return fmt.Errorf("delete clsact qdisc: %w", err)
 	}

@@ -111,10 +111,13 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 		return nil, err
 	}
 	if opts.Pin {
-		p.meta.PinDir = pinDir(p.ns, opts.Dev)
-		if _, err := os.Stat(metaPath(p.meta.PinDir)); err == nil {
+		// Check before claiming the pin directory: a failed attach tears
+		// down what it claimed, and this one belongs to the other port.
+		dir := pinDir(p.ns, opts.Dev)
+		if _, err := os.Stat(metaPath(dir)); err == nil {
 			return nil, fmt.Errorf("attach: a port is already attached to %s; detach it first", describeDev(opts.Netns, opts.Dev))
 		}
+		p.meta.PinDir = dir
 	}
 	if opts.Mode == QueueVeth {
 		if err := p.findPeer(opts); err != nil {

@@ -656,7 +656,8 @@ func TestValidate(t *testing.T) {
 		mut  func(*Config)
 		want string
 	}{
-		{"zero rate", func(c *Config) { c.Rate = 0 }, "rate (0bit) must be greater than 0"},
+		{"zero rate", func(c *Config) { c.Rate = 0 }, "rate (0bit) must be at least 640kbit"},
+		{"rate below the minimum", func(c *Config) { c.Rate = 64000 }, "rate (64kbit) must be at least 640kbit"},
 		{"min >= max", func(c *Config) { c.Classes[3].MinThBytes = 2 * units.MiB; c.Classes[3].MaxThBytes = 50 * units.KiB },
 			"class 3: wred: max_th (50kb) must be greater than min_th (2mb)"},
 		{"max_p zero", func(c *Config) { c.Classes[3].MaxP = 0 }, "class 3: wred: max_p (0) must be in (0, 1]"},
@@ -674,5 +675,26 @@ func TestValidate(t *testing.T) {
 	}
 	if c := DefaultConfig(100 * units.Mbit); c.Validate() != nil {
 		t.Errorf("default config invalid: %v", c.Validate())
+	}
+}
+
+func TestLeafRatesNeverExceedPort(t *testing.T) {
+	for _, rate := range []units.Rate{MinRate, units.Mbit, 100 * units.Mbit, 400 * units.Gbit} {
+		for strict := 0; strict <= NumClasses; strict++ {
+			cfg := DefaultConfig(rate)
+			for i := range cfg.Classes {
+				cfg.Classes[i].Strict = i < strict
+			}
+			var sum uint64
+			for _, r := range leafRates(&cfg) {
+				if r == 0 {
+					t.Errorf("rate %s, %d strict: a class got no guarantee", rate, strict)
+				}
+				sum += r
+			}
+			if sum > uint64(rate) {
+				t.Errorf("rate %s, %d strict: guarantees add up to %d bit/s", rate, strict, sum)
+			}
+		}
 	}
 }

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// classLabel is "tc3 (roce)", or "tc3" when the class has no name of its own.
+func classLabel(c qdisc.ClassID, name string) string {
+	id := fmt.Sprintf("tc%d", c)
+	if name == "" || name == id {
+		return id
+	}
+	return id + " (" + name + ")"
+}
+
+func devLabel(dev, ns string) string {
+	if ns == "" {
+		return dev
+	}
+	return dev + " (netns " + ns + ")"
+}
+
+// ecnText is a class's marking policy in tc spelling:
+// "wred min 50kb max 1000kb probability 0.1", "step K 100kb", "off".
+func ecnText(cc *qdisc.ClassConfig) string {
+	switch cc.ECN {
+	case qdisc.ECNWRED:
+		return fmt.Sprintf("wred min %s max %s probability %s", cc.MinThBytes, cc.MaxThBytes, strconv.FormatFloat(cc.MaxP, 'g', 6, 64))
+	case qdisc.ECNStep:
+		return fmt.Sprintf("step K %s", cc.MinThBytes)
+	}
+	return cc.ECN.String()
+}
+
+// dscpRanges groups the DSCPs mapped to each class into runs: 24-31,34.
+func dscpRanges(ds []int) string {
+	var parts []string
+	for i := 0; i < len(ds); {
+		j := i
+		for j+1 < len(ds) && ds[j+1] == ds[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(ds[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ds[i], ds[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// dscpLines renders the DSCP map compactly: the class most DSCPs go to is
+// "other", and only the exceptions are listed, one line per class.
+func dscpLines(cfg *qdisc.Config) []string {
+	var count [qdisc.NumClasses]int
+	for _, c := range cfg.DSCPClass {
+		if int(c) < qdisc.NumClasses {
+			count[c]++
+		}
+	}
+	common := qdisc.ClassID(0)
+	for c := range count {
+		if count[c] > count[common] {
+			common = qdisc.ClassID(c)
+		}
+	}
+	name := func(c qdisc.ClassID) string {
+		if int(c) < qdisc.NumClasses {
+			return classLabel(c, cfg.Classes[c].Name)
+		}
+		return fmt.Sprintf("tc%d", c)
+	}
+	var lines []string
+	for c := range qdisc.NumClasses {
+		if qdisc.ClassID(c) == common {
+			continue
+		}
+		var ds []int
+		for d, dc := range cfg.DSCPClass {
+			if int(dc) == c {
+				ds = append(ds, d)
+			}
+		}
+		if len(ds) > 0 {
+			lines = append(lines, fmt.Sprintf("dscp %s -> %s", dscpRanges(ds), name(qdisc.ClassID(c))))
+		}
+	}
+	lines = append(lines, fmt.Sprintf("dscp other -> %s", name(common)))
+	lines = append(lines, fmt.Sprintf("non-ip -> %s", name(cfg.DefaultClass)))
+	return lines
+}
+
+// renderShow prints the effective configuration of a port.
+func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
+	shaping := "htb"
+	if !info.HTB {
+		shaping = "none"
+	}
+	fmt.Fprintf(w, "port %s  rate %s  queue %s  attach %s  shaping %s\n",
+		devLabel(info.Dev, info.Netns), cfg.Rate, info.Mode, info.Attach, shaping)
+	if info.PeerDev != "" {
+		fmt.Fprintf(w, "  peer %s (dequeue hook)\n", devLabel(info.PeerDev, info.PeerNetns))
+	}
+	for _, l := range dscpLines(cfg) {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	for i := range cfg.Classes {
+		cc := &cfg.Classes[i]
+		var extra []string
+		if cc.Strict {
+			extra = append(extra, "strict")
+		}
+		if cc.WREDDrop {
+			extra = append(extra, "wred-drop")
+		}
+		if cc.Rate != 0 {
+			extra = append(extra, "rate "+cc.Rate.String())
+		}
+		fmt.Fprintf(tw, "class %s\tlimit %s\tecn %s\t%s\n",
+			classLabel(qdisc.ClassID(i), cc.Name), cc.LimitBytes, ecnText(cc), strings.Join(extra, " "))
+	}
+	tw.Flush()
+	for _, l := range strings.SplitAfter(buf.String(), "\n") {
+		io.WriteString(w, strings.TrimRight(l, " \n"))
+		if strings.HasSuffix(l, "\n") {
+			io.WriteString(w, "\n")
+		}
+	}
+}
+
+// showJSON is the -j form of show.
+type showJSON struct {
+	Port   qdisc.Info   `json:"port"`
+	Config qdisc.Config `json:"config"`
+}
+
+// statsJSON is the -j form of stats: qdisc.Stats plus the kernel's
+// counters of the root qdisc.
+type statsJSON struct {
+	Dev   string `json:"dev"`
+	Netns string `json:"netns,omitempty"`
+	qdisc.Stats
+	Qdisc *qdisc.QdiscCounters `json:"qdisc,omitempty"`
+}
+
+// active reports whether a class has seen traffic or holds a backlog.
+func active(c *qdisc.ClassStats) bool {
+	return c.EnqueuedPackets != 0 || c.BacklogPackets != 0 || c.MaxBacklogPackets != 0
+}
+
+// renderStats prints counters like tc -s: one block per class that has
+// seen traffic (all classes with all), then the port and qdisc counters.
+func renderStats(w io.Writer, info qdisc.Info, st *qdisc.Stats, q *qdisc.QdiscCounters, all bool) {
+	fmt.Fprintf(w, "port %s  queue %s  at %s\n", devLabel(info.Dev, info.Netns), info.Mode, st.Time.Format("15:04:05.000"))
+	shown := 0
+	for i := range st.Classes {
+		c := &st.Classes[i]
+		if !all && !active(c) {
+			continue
+		}
+		shown++
+		renderClass(w, c)
+	}
+	if shown == 0 {
+		fmt.Fprintf(w, "no class has seen traffic yet (-a shows all classes)\n")
+	}
+	p := &st.Port
+	fmt.Fprintf(w, "port counters: ipv4 %d ipv6 %d vlan %d non-ip %d malformed %d pkt\n",
+		p.IPv4Packets, p.IPv6Packets, p.VLANPackets, p.NonIPPackets, p.MalformedPackets)
+	fmt.Fprintf(w, " unaccounted %d bytes %d pkt (marked CE %d, dropped %d)  dequeue-unstamped %d pkt\n",
+		p.UnaccountedBytes, p.UnaccountedPackets, p.UnaccountedCEMarkedPackets, p.UnaccountedDroppedPackets, p.DequeueUnstampedPackets)
+	if q != nil {
+		kind := q.Kind
+		if kind == "" {
+			kind = "none"
+		}
+		fmt.Fprintf(w, "qdisc %s root: Sent %d bytes %d pkt (dropped %d, overlimits %d) backlog %db %dp\n",
+			kind, q.SentBytes, q.SentPackets, q.Drops, q.Overlimits, q.BacklogBytes, q.BacklogPackets)
+	}
+}
+
+func renderClass(w io.Writer, c *qdisc.ClassStats) {
+	fmt.Fprintf(w, "class %s\n", classLabel(c.Class, c.Name))
+	fmt.Fprintf(w, " Sent %d bytes %d pkt (dropped %d: limit %d, wred %d)  marked CE %d (ect0 %d, ect1 %d)  sent CE %d\n",
+		c.DequeuedBytes, c.DequeuedPackets, c.DroppedPackets(), c.DroppedLimitPackets, c.DroppedWREDPackets,
+		c.CEMarked(), c.CEMarkedECT0, c.CEMarkedECT1, c.DequeuedCEPackets)
+	fmt.Fprintf(w, " backlog %db %dp  max backlog %db %dp\n",
+		c.BacklogBytes, c.BacklogPackets, c.MaxBacklogBytes, c.MaxBacklogPackets)
+	if c.SojournSamples > 0 {
+		fmt.Fprintf(w, " sojourn mean %s p50 %s p99 %s (%d samples)\n",
+			units.FormatDuration(c.MeanSojourn()), units.FormatDuration(c.Sojourn.Quantile(0.5)),
+			units.FormatDuration(c.Sojourn.Quantile(0.99)), c.SojournSamples)
+	}
+	fmt.Fprintf(w, " arrived %d bytes %d pkt: not-ect %d, ect0 %d, ect1 %d, ce %d\n",
+		c.EnqueuedBytes, c.EnqueuedPackets, c.ArrivedNotECT, c.ArrivedECT0, c.ArrivedECT1, c.ArrivedCE)
+}
+
+// rateHeader is the header of the --watch table.
+const rateHeader = "time          class                 Mbit/s        pps     ce/s   drop/s  backlog            sojourn"
+
+// renderRates prints one --watch report: per-interval rates of every class
+// that moved or holds a backlog, and the port total.
+func renderRates(w io.Writer, prev, cur *qdisc.Stats) {
+	dt := cur.Time.Sub(prev.Time).Seconds()
+	if dt <= 0 {
+		dt = 1e-9
+	}
+	ts := cur.Time.Format("15:04:05.000")
+	row := func(label string, p, c *qdisc.ClassStats) {
+		dBytes := c.DequeuedBytes - p.DequeuedBytes
+		dPkts := c.DequeuedPackets - p.DequeuedPackets
+		dCE := c.CEMarked() - p.CEMarked()
+		dDrop := c.DroppedPackets() - p.DroppedPackets()
+		soj := "-"
+		if n := c.SojournSamples - p.SojournSamples; n > 0 {
+			soj = units.FormatDuration((c.SojournSum - p.SojournSum) / time.Duration(n))
+		}
+		backlog := fmt.Sprintf("%db %dp", c.BacklogBytes, c.BacklogPackets)
+		fmt.Fprintf(w, "%s  %-18s %9.1f %10.0f %8.0f %8.0f  %-17s  %s\n", ts, label,
+			float64(dBytes)*8/dt/1e6, float64(dPkts)/dt, float64(dCE)/dt, float64(dDrop)/dt, backlog, soj)
+	}
+	for i := range cur.Classes {
+		if i >= len(prev.Classes) {
+			break
+		}
+		p, c := &prev.Classes[i], &cur.Classes[i]
+		if c.EnqueuedPackets == p.EnqueuedPackets && c.DequeuedPackets == p.DequeuedPackets && c.BacklogPackets == 0 {
+			continue
+		}
+		row(classLabel(c.Class, c.Name), p, c)
+	}
+	pt, ct := prev.Total(), cur.Total()
+	row("total", &pt, &ct)
+}

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+)
+
+// requireRoot skips without root, except under CI=true where a skip would
+// hide a test CI is meant to run.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("needs root to create network namespaces and load BPF programs, and CI=true forbids skipping")
+	}
+	t.Skip("needs root to create network namespaces and load BPF programs")
+}
+
+// lab is a veth pair between two fresh namespaces: swp0 in sw (the port),
+// eth0 in rx (the far end, which runs the dequeue hook).
+type lab struct {
+	bin    string
+	sw, rx string
+}
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func newLab(t *testing.T) *lab {
+	requireRoot(t)
+	for _, tool := range []string{"ip", "tc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: %v", tool, err)
+		}
+	}
+	l := &lab{
+		bin: filepath.Join(t.TempDir(), "portctl"),
+		sw:  fmt.Sprintf("pctl-%d-a", os.Getpid()),
+		rx:  fmt.Sprintf("pctl-%d-b", os.Getpid()),
+	}
+	if out, err := exec.Command("go", "build", "-o", l.bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	sh(t, "ip", "netns", "add", l.sw)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", l.sw).Run() })
+	sh(t, "ip", "netns", "add", l.rx)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", l.rx).Run() })
+	// Registered after the namespaces, so it runs before they go: a
+	// failed test must not leave pins behind.
+	t.Cleanup(func() { l.forceDetach() })
+	sh(t, "ip", "-n", l.sw, "link", "add", "swp0", "type", "veth", "peer", "name", "eth0", "netns", l.rx)
+	sh(t, "ip", "-n", l.sw, "addr", "add", "198.18.0.1/30", "dev", "swp0")
+	sh(t, "ip", "-n", l.rx, "addr", "add", "198.18.0.2/30", "dev", "eth0")
+	sh(t, "ip", "-n", l.sw, "link", "set", "swp0", "up")
+	sh(t, "ip", "-n", l.rx, "link", "set", "eth0", "up")
+	// The dequeue hook must see packets one by one.
+	if _, err := exec.LookPath("ethtool"); err == nil {
+		exec.Command("ip", "netns", "exec", l.rx, "ethtool", "-K", "eth0", "gro", "off").Run()
+	}
+	return l
+}
+
+// pinPrefix is how package qdisc names the pins of ports in the sw netns.
+func (l *lab) pinPrefix(t *testing.T) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join("/var/run/netns", l.sw), &st); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("ns%d_", st.Ino)
+}
+
+func (l *lab) forceDetach() {
+	exec.Command(l.bin, "detach", "--netns", l.sw, "--dev", "swp0").Run()
+	var st syscall.Stat_t
+	if syscall.Stat(filepath.Join("/var/run/netns", l.sw), &st) == nil {
+		name := fmt.Sprintf("ns%d_swp0", st.Ino)
+		os.RemoveAll(filepath.Join(qdisc.PinRoot, name))
+		os.Remove(filepath.Join(qdisc.MetaRoot, name+".json"))
+	}
+}
+
+// portctl runs the binary and returns stdout, stderr and the exit code.
+func (l *lab) portctl(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(l.bin, args...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("portctl %s: %v", strings.Join(args, " "), err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), errb.String(), code
+}
+
+// ok runs portctl on the lab's port and fails the test unless it exits 0.
+func (l *lab) ok(t *testing.T, cmd string, args ...string) string {
+	t.Helper()
+	args = append([]string{cmd, "--netns", l.sw, "--dev", "swp0"}, args...)
+	out, errOut, code := l.portctl(t, args...)
+	if code != 0 {
+		t.Fatalf("portctl %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+func mustContain(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s lacks %q:\n%s", what, w, text)
+		}
+	}
+}
+
+// checkDetached checks that nothing of the port is left: no pins, no port
+// record, no HTB or clsact on either end of the veth.
+func (l *lab) checkDetached(t *testing.T) {
+	t.Helper()
+	prefix := l.pinPrefix(t)
+	for _, dir := range []string{qdisc.PinRoot, qdisc.MetaRoot} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), prefix) {
+				t.Errorf("detach left %s", filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	for _, dev := range []struct{ ns, dev string }{{l.sw, "swp0"}, {l.rx, "eth0"}} {
+		out := sh(t, "tc", "-n", dev.ns, "qdisc", "show", "dev", dev.dev)
+		for _, bad := range []string{"htb", "bfifo", "clsact"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("detach left a %s qdisc on %s in %s:\n%s", bad, dev.dev, dev.ns, out)
+			}
+		}
+		if !strings.Contains(out, "noqueue") {
+			t.Errorf("%s in %s does not have its default qdisc back:\n%s", dev.dev, dev.ns, out)
+		}
+	}
+	if _, errOut, code := l.portctl(t, "show", "--netns", l.sw, "--dev", "swp0"); code != 1 || !strings.Contains(errOut, "no port is attached") {
+		t.Errorf("show after detach: exit %d, %q; want 1 and \"no port is attached\"", code, errOut)
+	}
+}
+
+// send sends UDP packets with the given TOS byte from the sw namespace
+// towards rx, through the port, by running this test binary there.
+func (l *lab) send(t *testing.T, tos, n int) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", l.sw, os.Args[0], "-test.run=^TestHelperSend$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("PORTCTL_HELPER_SEND=198.18.0.2:9,%d,%d", tos, n))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("send: %v\n%s", err, out)
+	}
+}
+
+// TestHelperSend is not a test: send runs it inside a namespace.
+func TestHelperSend(t *testing.T) {
+	spec := os.Getenv("PORTCTL_HELPER_SEND")
+	if spec == "" {
+		return
+	}
+	var addr string
+	var tos, n int
+	parts := strings.Split(spec, ",")
+	addr = parts[0]
+	fmt.Sscan(parts[1], &tos)
+	fmt.Sscan(parts[2], &n)
+	dst, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Unconnected, so ICMP errors from the far end do not fail sends.
+	c, err := net.ListenUDP("udp4", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	raw.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_TOS, tos) })
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	for range n {
+		if _, err := c.WriteToUDP(make([]byte, 200), dst); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRootLifecycle drives the built binary through attach, show,
+// configure, stats and detach on a real veth pair.
+func TestRootLifecycle(t *testing.T) {
+	l := newLab(t)
+
+	out := l.ok(t, "attach", "--rate", "100mbit", "--tc", "3:wred:min=50kb,max=1mb,p=0.1", "--tc", "2:name=video,step,k=30kb", "--dscp", "34=2")
+	mustContain(t, "attach output", out,
+		"port swp0 (netns "+l.sw+")  rate 100mbit  queue veth  attach tcx  shaping htb",
+		"peer eth0 (netns "+l.rx+")",
+		"dscp 26 -> tc3 (roce)", "dscp 34 -> tc2 (video)",
+		"class tc3 (roce)     limit 2mb    ecn wred min 50kb max 1mb probability 0.1",
+		"ecn step K 30kb", "strict")
+	mustContain(t, "tc qdisc after attach", sh(t, "tc", "-n", l.sw, "qdisc", "show", "dev", "swp0"), "qdisc htb 1: root")
+
+	// A second attach must fail and leave the first port alone.
+	_, errOut, code := l.portctl(t, "attach", "--netns", l.sw, "--dev", "swp0", "--rate", "1gbit")
+	if code != 1 || !strings.Contains(errOut, "already attached") {
+		t.Errorf("second attach: exit %d, %q; want 1 and \"already attached\"", code, errOut)
+	}
+
+	show := l.ok(t, "show")
+	if show != out {
+		t.Errorf("show differs from what attach printed:\n%s\nattach:\n%s", show, out)
+	}
+
+	out = l.ok(t, "configure", "--tc", "3:min=100kb")
+	mustContain(t, "configure output", out, "ecn wred min 100kb max 1mb probability 0.1")
+	mustContain(t, "show after configure", l.ok(t, "show"), "class tc3 (roce)     limit 2mb    ecn wred min 100kb max 1mb probability 0.1")
+	var sj showJSON
+	if err := json.Unmarshal([]byte(l.ok(t, "show", "-j")), &sj); err != nil {
+		t.Fatalf("show -j: %v", err)
+	}
+	if sj.Config.Classes[3].MinThBytes != 100*1024 || sj.Port.Attach != qdisc.AttachTCX || sj.Port.PeerNetns != l.rx {
+		t.Errorf("show -j: %+v", sj)
+	}
+	if _, errOut, code := l.portctl(t, "configure", "--netns", l.sw, "--dev", "swp0", "--default-class", "2"); code != 2 || !strings.Contains(errOut, "cannot change live") {
+		t.Errorf("configure --default-class on a shaped port: exit %d, %q", code, errOut)
+	}
+
+	// RoCE-marked traffic (DSCP 26, ECT(0)) lands in tc3.
+	l.send(t, 26<<2|2, 20)
+	time.Sleep(200 * time.Millisecond)
+	var st statsJSON
+	if err := json.Unmarshal([]byte(l.ok(t, "stats", "-j")), &st); err != nil {
+		t.Fatalf("stats -j: %v", err)
+	}
+	roce := st.Classes[3]
+	if roce.EnqueuedPackets < 20 || roce.ArrivedECT0 < 20 || roce.DequeuedPackets < 20 {
+		t.Errorf("tc3 after 20 DSCP 26 ECT(0) packets: %+v", roce)
+	}
+	if err := roce.CheckInvariant(); err != nil {
+		t.Error(err)
+	}
+	if st.Qdisc == nil || st.Qdisc.Kind != "htb" || st.Qdisc.SentPackets < 20 {
+		t.Errorf("stats -j qdisc: %+v", st.Qdisc)
+	}
+	mustContain(t, "stats", l.ok(t, "stats"), "class tc3 (roce)\n Sent ", "port counters: ipv4 ", "qdisc htb root: Sent ")
+	watch := l.ok(t, "stats", "--watch", "50ms", "--count", "2")
+	if n := strings.Count(watch, " total "); n != 2 {
+		t.Errorf("--watch 50ms --count 2 printed %d reports:\n%s", n, watch)
+	}
+
+	if out := l.ok(t, "detach"); !strings.Contains(out, "detached swp0") {
+		t.Errorf("detach printed %q", out)
+	}
+	l.checkDetached(t)
+
+	t.Run("legacy", func(t *testing.T) {
+		out := l.ok(t, "attach", "--rate", "1gbit", "--legacy")
+		mustContain(t, "attach --legacy", out, "attach legacy")
+		mustContain(t, "tc qdisc on swp0", sh(t, "tc", "-n", l.sw, "qdisc", "show", "dev", "swp0"), "clsact", "htb")
+		mustContain(t, "tc qdisc on eth0", sh(t, "tc", "-n", l.rx, "qdisc", "show", "dev", "eth0"), "clsact")
+		l.send(t, 26<<2|2, 5)
+		time.Sleep(100 * time.Millisecond)
+		mustContain(t, "stats", l.ok(t, "stats"), "class tc3 (roce)")
+		l.ok(t, "detach")
+		l.checkDetached(t)
+	})
+
+	t.Run("virtual", func(t *testing.T) {
+		out := l.ok(t, "attach", "--rate", "1gbit", "--mode", "virtual", "--tc", "0:step:k=64kb,rate=500mbit")
+		mustContain(t, "attach --mode virtual", out, "queue virtual", "shaping none", "ecn step K 64kb", "rate 500mbit")
+		if strings.Contains(out, "peer ") {
+			t.Errorf("virtual port shows a peer:\n%s", out)
+		}
+		l.ok(t, "detach")
+		l.checkDetached(t)
+	})
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// TestParseAndApply runs --tc/--dscp/--default-class values through
+// parsing, applying to the default config and validation.
+func TestParseAndApply(t *testing.T) {
+	type opts struct {
+		tc, dscp []string
+		def      string
+	}
+	for _, tc := range []struct {
+		name  string
+		in    opts
+		check func(t *testing.T, c *qdisc.Config)
+		err   string // substring of the error; "" = success
+	}{
+		{
+			name: "wred on roce",
+			in:   opts{tc: []string{"3:wred:min=100kb,max=1.5mb,p=0.2,limit=4mb"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				want := qdisc.ClassConfig{Name: "roce", LimitBytes: 4 * units.MiB, ECN: qdisc.ECNWRED,
+					MinThBytes: 100 * units.KiB, MaxThBytes: 1536 * units.KiB, MaxP: 0.2}
+				if c.Classes[3] != want {
+					t.Errorf("class 3 = %+v, want %+v", c.Classes[3], want)
+				}
+			},
+		},
+		{
+			name: "commas and colons interchangeable, tc spelling aliases",
+			in:   opts{tc: []string{"tc3:wred,min_th=60kb:max_th=1mb:probability=10%"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				if cc := c.Classes[3]; cc.MinThBytes != 60*units.KiB || cc.MaxThBytes != units.MiB || cc.MaxP != 0.1 {
+					t.Errorf("class 3 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "only min changes, rest kept",
+			in:   opts{tc: []string{"3:min=100kb"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				if cc := c.Classes[3]; cc.MinThBytes != 100*units.KiB || cc.MaxThBytes != 1024000 || cc.ECN != qdisc.ECNWRED {
+					t.Errorf("class 3 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "step on roce keeps min as K unless given",
+			in:   opts{tc: []string{"3:step:k=100kb"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				if cc := c.Classes[3]; cc.ECN != qdisc.ECNStep || cc.MinThBytes != 100*units.KiB {
+					t.Errorf("class 3 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "off with limit, strict, name, wred-drop, rate",
+			in: opts{tc: []string{"0:off:limit=512kb", "6:no-strict", "5:name=bulk,strict",
+				"3:wred-drop", "1:rate=100mbit"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				if c.Classes[0].LimitBytes != 512*units.KiB || c.Classes[6].Strict ||
+					!c.Classes[5].Strict || c.Classes[5].Name != "bulk" || !c.Classes[3].WREDDrop ||
+					c.Classes[1].Rate != 100*units.Mbit {
+					t.Errorf("config = %+v", c.Classes)
+				}
+			},
+		},
+		{
+			name: "applied in order",
+			in:   opts{tc: []string{"2:step:k=10kb", "2:off", "2:limit=2mb"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				if cc := c.Classes[2]; cc.ECN != qdisc.ECNOff || cc.LimitBytes != 2*units.MiB {
+					t.Errorf("class 2 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "dscp lists and ranges, default class",
+			in:   opts{dscp: []string{"24-27,30=tc3", "46=5"}, def: "2"},
+			check: func(t *testing.T, c *qdisc.Config) {
+				for _, d := range []int{24, 25, 26, 27, 30} {
+					if c.DSCPClass[d] != 3 {
+						t.Errorf("dscp %d -> %d, want 3", d, c.DSCPClass[d])
+					}
+				}
+				if c.DSCPClass[28] != 0 || c.DSCPClass[46] != 5 || c.DefaultClass != 2 {
+					t.Errorf("dscp 28 -> %d, 46 -> %d, default %d", c.DSCPClass[28], c.DSCPClass[46], c.DefaultClass)
+				}
+			},
+		},
+		// Parse errors name the option, the value and what is allowed.
+		{name: "class out of range", in: opts{tc: []string{"9:wred"}}, err: "--tc 9:wred: class 9 out of range 0-7"},
+		{name: "class not a number", in: opts{tc: []string{"x:off"}}, err: `--tc x:off: class "x" is not a number (want 0-7)`},
+		{name: "nothing to set", in: opts{tc: []string{"3"}}, err: "--tc 3: nothing to set for class 3"},
+		{name: "unknown word", in: opts{tc: []string{"3:fast"}}, err: `--tc 3:fast: unknown setting "fast" (words: off, step`},
+		{name: "unknown key", in: opts{tc: []string{"3:burst=1"}}, err: `--tc 3:burst=1: unknown key "burst"`},
+		{name: "bad size", in: opts{tc: []string{"3:min=5zb"}}, err: `--tc 3:min=5zb: min: invalid size "5zb": unknown unit "zb"`},
+		{name: "bad probability", in: opts{tc: []string{"3:p=1.5"}}, err: `--tc 3:p=1.5: p: invalid probability "1.5": out of range`},
+		{name: "bad rate", in: opts{tc: []string{"3:rate=fast"}}, err: `--tc 3:rate=fast: rate: invalid rate "fast"`},
+		{name: "duplicate key", in: opts{tc: []string{"3:min=1kb,min=2kb"}}, err: "--tc 3:min=1kb,min=2kb: min given twice"},
+		{name: "bad name", in: opts{tc: []string{"3:name=ro ce"}}, err: `name "ro ce": only letters`},
+		{name: "dscp out of range", in: opts{dscp: []string{"64=3"}}, err: "--dscp 64=3: dscp 64 out of range 0-63"},
+		{name: "dscp class out of range", in: opts{dscp: []string{"26=8"}}, err: "--dscp 26=8: class 8 out of range 0-7"},
+		{name: "dscp no class", in: opts{dscp: []string{"26"}}, err: "--dscp 26: want DSCP=CLASS"},
+		{name: "dscp backwards range", in: opts{dscp: []string{"31-24=3"}}, err: "--dscp 31-24=3: dscp range 31-24 is backwards"},
+		{name: "dscp not a number", in: opts{dscp: []string{"ef=5"}}, err: `--dscp ef=5: dscp "ef" is not a number (want 0-63)`},
+		{name: "default class", in: opts{def: "8"}, err: "--default-class 8: class 8 out of range 0-7"},
+		// Settings that do not fit the class's mode.
+		{name: "k in wred mode", in: opts{tc: []string{"3:k=10kb"}}, err: "--tc 3:k=10kb: k is the step-mode threshold but class 3 is in wred mode (write 3:step:k=10kb)"},
+		{name: "min in off mode", in: opts{tc: []string{"0:min=10kb"}}, err: "--tc 0:min=10kb: min, max and p set the WRED curve but class 0 is in off mode"},
+		{name: "min in step mode", in: opts{tc: []string{"3:step", "3:min=10kb"}}, err: "step mode takes k=SIZE"},
+		{name: "wred from off needs curve", in: opts{tc: []string{"0:wred:min=10kb"}}, err: "--tc 0:wred:min=10kb: switching class 0 to wred needs max=SIZE, p=PROB"},
+		{name: "step from off needs k", in: opts{tc: []string{"0:step"}}, err: "--tc 0:step: switching class 0 to step needs k=SIZE"},
+		// Config.Validate messages come through.
+		{name: "max above limit", in: opts{tc: []string{"3:max=4mb"}}, err: "class 3: wred: max_th (4mb) must not exceed limit (2mb)"},
+		{name: "min above max", in: opts{tc: []string{"3:min=2mb"}}, err: "class 3: wred: max_th (1000kb) must be greater than min_th (2mb)"},
+		{name: "p zero", in: opts{tc: []string{"3:p=0"}}, err: "class 3: wred: max_p (0) must be in (0, 1]"},
+		{name: "wred-drop without ecn", in: opts{tc: []string{"0:wred-drop"}}, err: "class 0: wred_drop needs ecn step or wred"},
+		{name: "zero limit", in: opts{tc: []string{"1:limit=0"}}, err: "class 1: limit (0b) must be greater than 0"},
+		{name: "K at limit", in: opts{tc: []string{"6:step:k=256kb"}}, err: "class 6: step: K (256kb) must be below limit (256kb)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := qdisc.DefaultConfig(units.Gbit)
+			e, err := parseEdits(tc.in.tc, tc.in.dscp, tc.in.def)
+			if err == nil {
+				err = e.apply(&cfg)
+			}
+			if tc.err != "" {
+				if err == nil {
+					t.Fatalf("no error, want %q", tc.err)
+				}
+				if !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %q\nwant it to contain %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, &cfg)
+		})
+	}
+}
+
+func TestParseEditsReportsEveryError(t *testing.T) {
+	_, err := parseEdits([]string{"9:off", "3:bogus"}, []string{"64=1"}, "")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"--tc 9:off", "--tc 3:bogus", "--dscp 64=1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestDefaultConfigNeedsNoEdits(t *testing.T) {
+	cfg := qdisc.DefaultConfig(units.Gbit)
+	e, err := parseEdits(nil, nil, "")
+	if err != nil || !e.empty() {
+		t.Fatalf("empty edits: %v %v", e, err)
+	}
+	if err := e.apply(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg != qdisc.DefaultConfig(units.Gbit) {
+		t.Error("empty edits changed the config")
+	}
+}

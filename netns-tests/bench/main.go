@@ -1,0 +1,171 @@
+//go:build linux
+
+// Command bench measures the port programs beside their references and
+// prints one table of ratios (or -json):
+//
+//  1. the per-packet cost of port_enqueue and port_dequeue in named states,
+//     timed by the kernel with BPF_PROG_RUN, against a 100 ns goal;
+//  2. iperf3 TCP throughput over a veth pair between two namespaces, bare
+//     and with the port attached (TCX and legacy clsact, no shaping),
+//     interleaved in one run, against port/bare >= 0.97.
+//
+// It reports and never judges: the exit status is non-zero only when a
+// measurement could not be made. Run as root: go run ./netns-tests/bench
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+)
+
+// maxRepeat keeps repeat*benchFrameLen (the backlog growth of one enqueue
+// trial, retries included) inside the headroom the cases leave below their
+// thresholds.
+const maxRepeat = 1_000_000
+
+// Report is the whole output of a run; -json prints it as is.
+type Report struct {
+	Header     Header          `json:"header"`
+	Programs   []ProgRow       `json:"programs"`
+	Throughput []ThroughputRow `json:"throughput"`
+	Errors     []string        `json:"errors,omitempty"`
+}
+
+// Header says where and how the numbers were taken.
+type Header struct {
+	Time     time.Time `json:"time"`
+	Kernel   string    `json:"kernel"`
+	CPUs     int       `json:"cpus"`
+	CPUModel string    `json:"cpu_model,omitempty"`
+	// Clocksource decides what bpf_ktime_get_ns costs.
+	Clocksource string `json:"clocksource,omitempty"`
+	GoVersion   string `json:"go_version"`
+	Iperf3      string `json:"iperf3,omitempty"`
+	Repeat      int    `json:"repeat"`
+	Trials      int    `json:"trials"`
+	Rounds      int    `json:"rounds"`
+	Seconds     int    `json:"seconds"`
+	Packet      string `json:"packet"`
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	rounds := flag.Int("rounds", 3, "iperf3 rounds per configuration (interleaved)")
+	seconds := flag.Int("seconds", 5, "length of each iperf3 run, in seconds")
+	repeat := flag.Int("repeat", 200_000, fmt.Sprintf("BPF_PROG_RUN repetitions per trial (at most %d)", maxRepeat))
+	trials := flag.Int("trials", 5, "BPF_PROG_RUN trials per program state (the median is reported)")
+	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
+	skipThroughput := flag.Bool("no-throughput", false, "skip the iperf3 part")
+	flag.Parse()
+	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat {
+		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1 and -repeat in 1..%d\n", maxRepeat)
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: needs root (BPF programs, network namespaces): sudo go run ./netns-tests/bench")
+		return 1
+	}
+
+	// Our own signal handling: cancel the context so every deferred
+	// teardown (port.Close, lab.Close, iperf3 kill) runs on the way out.
+	topo.DisableSignalHandler()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rep := Report{Header: header(*repeat, *trials, *rounds, *seconds)}
+	failed := false
+
+	progress("per-packet cost: %d trials x %d repetitions per state", *trials, *repeat)
+	rows, err := runProgBench(*repeat, *trials)
+	rep.Programs = rows
+	if err != nil {
+		failed = true
+		rep.Errors = append(rep.Errors, "per-packet cost: "+err.Error())
+	}
+
+	if !*skipThroughput && ctx.Err() == nil {
+		trows, err := runThroughput(ctx, *rounds, *seconds)
+		rep.Throughput = trows
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "throughput: "+err.Error())
+		}
+	}
+	if ctx.Err() != nil {
+		failed = true
+		rep.Errors = append(rep.Errors, "interrupted")
+	}
+
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+	} else {
+		printTable(os.Stdout, &rep)
+	}
+	if failed {
+		for _, e := range rep.Errors {
+			fmt.Fprintln(os.Stderr, "bench: measurement failed:", e)
+		}
+		return 1
+	}
+	return 0
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func header(repeat, trials, rounds, seconds int) Header {
+	h := Header{
+		Time: time.Now().UTC().Truncate(time.Second), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		Repeat: repeat, Trials: trials, Rounds: rounds, Seconds: seconds,
+		Packet: fmt.Sprintf("Ethernet + IPv4 (total length %d) + UDP 4791, DSCP %d, ECT(0): skb->len %d", benchIPLen, benchDSCP, benchFrameLen),
+	}
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err == nil {
+		h.Kernel = unix.ByteSliceToString(uts.Release[:]) + " " + unix.ByteSliceToString(uts.Machine[:])
+	}
+	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
+		h.Clocksource = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if path, err := exec.LookPath("iperf3"); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, path, "--version").Output(); err == nil {
+			h.Iperf3 = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+		}
+	}
+	return h
+}
+
+// errIperfMissing says how to get iperf3.
+var errIperfMissing = errors.New("iperf3 not found in PATH: install it (Debian/Ubuntu: apt-get install -y iperf3; Fedora: dnf install iperf3)")

@@ -1,0 +1,339 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// goalRatio is the throughput the port may cost: port/bare >= 0.97.
+const goalRatio = 0.97
+
+const (
+	devA      = "veth-a" // in node a: the port device (egress = the port)
+	devB      = "veth-b" // in node b: its peer, runs port_dequeue
+	iperfPort = 5201
+)
+
+var (
+	addrA = netip.MustParsePrefix("198.18.0.1/30")
+	addrB = netip.MustParsePrefix("198.18.0.2/30")
+)
+
+// ThroughputRow is one configuration of the veth pair.
+type ThroughputRow struct {
+	Config string `json:"config"`
+	// Gbps is end.sum_received.bits_per_second of each round, in order.
+	Gbps        []float64 `json:"gbps"`
+	MedianGbps  float64   `json:"median_gbps"`
+	Retransmits []int     `json:"retransmits"`
+	// Ratio is MedianGbps over the bare veth's (0 on the bare row).
+	Ratio     float64 `json:"ratio_to_bare,omitempty"`
+	GoalRatio float64 `json:"goal_ratio,omitempty"`
+	Verdict   string  `json:"verdict"` // ok, below, or ref
+	// PortCounters summarises what the port saw over all its rounds.
+	PortCounters string `json:"port_counters,omitempty"`
+}
+
+type tpConfig struct {
+	name   string
+	attach bool
+	legacy bool
+}
+
+var tpConfigs = []tpConfig{
+	{name: "bare veth"},
+	{name: "port, TCX, no shaping", attach: true},
+	{name: "port, legacy clsact, no shaping", attach: true, legacy: true},
+}
+
+// runThroughput runs rounds x configs iperf3 tests, interleaved (bare, tcx,
+// legacy, bare, ...) so slow drifts of the VM hit every configuration alike.
+func runThroughput(ctx context.Context, rounds, seconds int) ([]ThroughputRow, error) {
+	rows := make([]ThroughputRow, len(tpConfigs))
+	for i, c := range tpConfigs {
+		rows[i] = ThroughputRow{Config: c.name, Verdict: "n/a"}
+	}
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		return rows, errIperfMissing
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return rows, errors.New("ip (iproute2) not found in PATH: topo runs commands with `ip netns exec`; install iproute2")
+	}
+
+	lab, err := topo.Build(topo.Spec{
+		Nodes: []topo.NodeSpec{{Name: "a"}, {Name: "b"}},
+		Links: []topo.LinkSpec{{
+			A: topo.Endpoint{Node: "a", Dev: devA, Addr: addrA},
+			B: topo.Endpoint{Node: "b", Dev: devB, Addr: addrB},
+		}},
+	})
+	if err != nil {
+		return rows, err
+	}
+	defer func() {
+		if cerr := lab.Close(); cerr != nil {
+			progress("closing lab: %v", cerr)
+		}
+	}()
+	a, b := lab.Node("a"), lab.Node("b")
+
+	stats := make([]portTotals, len(tpConfigs))
+	n := 0
+	var errs []error
+	for r := range rounds {
+		for i, c := range tpConfigs {
+			if ctx.Err() != nil {
+				return finishRows(rows, stats), ctx.Err()
+			}
+			n++
+			progress("throughput round %d/%d: %s (%d s)", r+1, rounds, c.name, seconds)
+			res, err := oneRun(ctx, a, b, c, iperfPort+n, seconds, &stats[i])
+			if err != nil {
+				errs = append(errs, fmt.Errorf("round %d, %s: %w", r+1, c.name, err))
+				continue
+			}
+			rows[i].Gbps = append(rows[i].Gbps, res.gbps)
+			rows[i].Retransmits = append(rows[i].Retransmits, res.retransmits)
+		}
+	}
+	return finishRows(rows, stats), errors.Join(errs...)
+}
+
+func finishRows(rows []ThroughputRow, stats []portTotals) []ThroughputRow {
+	for i := range rows {
+		rows[i].MedianGbps = median(rows[i].Gbps)
+		if tpConfigs[i].attach && stats[i].rounds > 0 {
+			rows[i].PortCounters = stats[i].String()
+		}
+	}
+	bare := rows[0].MedianGbps
+	rows[0].Verdict = "ref"
+	for i := 1; i < len(rows); i++ {
+		if bare <= 0 || rows[i].MedianGbps <= 0 {
+			continue
+		}
+		rows[i].Ratio = rows[i].MedianGbps / bare
+		rows[i].GoalRatio = goalRatio
+		rows[i].Verdict = "ok"
+		if rows[i].Ratio < goalRatio {
+			rows[i].Verdict = "below"
+		}
+	}
+	return rows
+}
+
+// portTotals accumulates the port counters of one configuration.
+type portTotals struct {
+	rounds                              int
+	attach                              string
+	enqueued, dequeued, dropped, marked uint64
+	unaccounted, unstamped              uint64
+	maxBacklog                          uint64
+}
+
+func (t *portTotals) add(p *qdisc.Port) error {
+	s, err := p.Stats()
+	if err != nil {
+		return err
+	}
+	tot := s.Total()
+	t.rounds++
+	t.attach = string(p.Info().Attach)
+	t.enqueued += tot.EnqueuedPackets
+	t.dequeued += tot.DequeuedPackets
+	t.dropped += tot.DroppedLimitPackets + tot.DroppedWREDPackets
+	t.marked += tot.CEMarkedECT0 + tot.CEMarkedECT1
+	t.unaccounted += s.Port.UnaccountedPackets
+	t.unstamped += s.Port.DequeueUnstampedPackets
+	for _, c := range s.Classes {
+		t.maxBacklog = max(t.maxBacklog, c.MaxBacklogBytes)
+	}
+	return nil
+}
+
+func (t *portTotals) String() string {
+	return fmt.Sprintf("attach=%s enqueued=%s dropped=%d marked=%d unaccounted=%d unstamped=%d max_backlog=%s",
+		t.attach, si(t.enqueued), t.dropped, t.marked, t.unaccounted, t.unstamped, units.ByteSize(t.maxBacklog))
+}
+
+type iperfResult struct {
+	gbps        float64
+	retransmits int
+}
+
+// oneRun attaches the port if the configuration has one, runs one iperf3
+// test a -> b, and detaches. Every step is bounded by a timeout.
+func oneRun(ctx context.Context, a, b *topo.Node, c tpConfig, port, seconds int, st *portTotals) (res iperfResult, err error) {
+	if c.attach {
+		p, err := qdisc.Attach(qdisc.DefaultConfig(100*units.Gbit), qdisc.AttachOptions{
+			Dev: devA, Netns: a.NetnsName, PeerDev: devB, PeerNetns: b.NetnsName,
+			NoShaping: true, Legacy: c.legacy,
+		})
+		if err != nil {
+			return res, fmt.Errorf("attach: %w", err)
+		}
+		defer func() {
+			if serr := st.add(p); serr != nil && err == nil {
+				err = fmt.Errorf("port stats: %w", serr)
+			}
+			if cerr := p.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("detach: %w", cerr)
+			}
+		}()
+		want := qdisc.AttachTCX
+		if c.legacy {
+			want = qdisc.AttachLegacy
+		}
+		if got := p.Info().Attach; got != want {
+			return res, fmt.Errorf("attached with %s, want %s", got, want)
+		}
+	}
+	return iperf(ctx, a, b, port, seconds)
+}
+
+// iperf runs a one-off server in b and a JSON client in a.
+func iperf(ctx context.Context, a, b *topo.Node, port, seconds int) (iperfResult, error) {
+	var res iperfResult
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
+	defer cancel()
+
+	var srvOut bytes.Buffer
+	srv := b.Command(rctx, "iperf3", "-s", "-1", "-B", addrB.Addr().String(), "-p", strconv.Itoa(port))
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	srv.WaitDelay = 2 * time.Second
+	if err := srv.Start(); err != nil {
+		return res, fmt.Errorf("start iperf3 server: %w", err)
+	}
+	var srvErr error
+	srvDone := make(chan struct{})
+	go func() { srvErr = srv.Wait(); close(srvDone) }()
+	defer func() {
+		// The server exits by itself after its one test (-1); otherwise
+		// the context's cancel (deferred above, runs after) kills it.
+		select {
+		case <-srvDone:
+		case <-time.After(3 * time.Second):
+			_ = srv.Process.Kill()
+			<-srvDone
+		}
+	}()
+	if err := waitListening(rctx, b, port, srvDone); err != nil {
+		_ = srv.Process.Kill() // no-op if it already exited
+		<-srvDone              // srvOut is only read once the server is gone
+		if errors.Is(err, errExited) {
+			err = fmt.Errorf("%w: %v", err, srvErr)
+		}
+		return res, fmt.Errorf("iperf3 server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
+	}
+
+	cli := a.Command(rctx, "iperf3", "-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
+		"-t", strconv.Itoa(seconds), "-J")
+	cli.WaitDelay = 2 * time.Second
+	var stderr bytes.Buffer
+	cli.Stderr = &stderr
+	out, runErr := cli.Output()
+	var rep struct {
+		Error string `json:"error"`
+		End   struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+			SumSent struct {
+				Retransmits int `json:"retransmits"`
+			} `json:"sum_sent"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		if runErr != nil {
+			return res, fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr.String()))
+		}
+		return res, fmt.Errorf("iperf3 client output: %w", err)
+	}
+	if rep.Error != "" {
+		return res, fmt.Errorf("iperf3 client: %s", rep.Error)
+	}
+	if runErr != nil {
+		return res, fmt.Errorf("iperf3 client: %w", runErr)
+	}
+	if rep.End.SumReceived.BitsPerSecond <= 0 {
+		return res, errors.New("iperf3 reported no end.sum_received.bits_per_second")
+	}
+	res.gbps = rep.End.SumReceived.BitsPerSecond / 1e9
+	res.retransmits = rep.End.SumSent.Retransmits
+	return res, nil
+}
+
+var errExited = errors.New("exited before listening")
+
+// waitListening polls the node's TCP table (from inside its namespace) until
+// a socket listens on port. Probing with a connection instead would use up
+// the one test a -1 server accepts.
+func waitListening(ctx context.Context, n *topo.Node, port int, exited <-chan struct{}) error {
+	want := fmt.Sprintf(":%04X", port)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var found bool
+		err := n.Do(func() error {
+			for _, f := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
+				ok, err := listensOn(f, want)
+				if err != nil {
+					return err
+				}
+				found = found || ok
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if found {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errExited
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("not listening after 5 s")
+		}
+	}
+}
+
+func listensOn(path, portSuffix string) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		// sl local_address rem_address st ...; st 0A is LISTEN.
+		if len(fields) > 3 && strings.HasSuffix(fields[1], portSuffix) && fields[3] == "0A" {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}

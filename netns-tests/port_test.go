@@ -1,0 +1,408 @@
+// Package netnstests runs the switch port on real kernel queues, in
+// network namespaces each test builds and tears down itself. Tests run one
+// at a time (no t.Parallel): they measure rates and queues on 2 cores.
+package netnstests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+func TestMain(m *testing.M) {
+	var before map[string]bool
+	if os.Geteuid() == 0 {
+		var err error
+		if before, err = portPrograms(); err != nil {
+			fmt.Fprintln(os.Stderr, "list programs:", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	if os.Geteuid() == 0 {
+		left, err := leftovers(before)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "check leftovers:", err)
+			code = 1
+		}
+		if len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: the tests left things behind: %v\n", left)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func listProgramIDs() (map[ebpf.ProgramID]string, error) {
+	out := map[ebpf.ProgramID]string{}
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue // unloaded meanwhile
+		}
+		if info, err := p.Info(); err == nil {
+			out[id] = info.Name
+		}
+		p.Close()
+	}
+}
+
+const tcxKernel = "6.6"
+
+// (a) Classic-ECN TCP through a step port: the receiver sees CE, nothing is
+// dropped, and the queue stays near K.
+func TestStepMarkingTCP(t *testing.T) {
+	for _, am := range attachModes {
+		t.Run(am.name, func(t *testing.T) {
+			topo.Require(t, tcxKernel)
+			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 2, DisableOffloads: true,
+				SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}})
+			const rate = 200 * units.Mbit
+			const k = 64 * units.KiB
+			cfg := qdisc.DefaultConfig(rate)
+			// 512 KB limit: the observed-curve bins are 16 KB wide.
+			cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: 512 * units.KiB, ECN: qdisc.ECNStep, MinThBytes: k}
+			port := attachPort(t, d.Bottleneck, cfg, am.legacy)
+
+			const seconds = 6
+			var warm qdisc.Stats
+			res := iperf3TCP(t, d, tosRoCETCP, "cubic", seconds, func() { warm = portStats(t, port) })
+			s := waitIdle(t, port)
+			q, err := port.Qdisc()
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkInvariants(t, s, q)
+			c := s.Classes[qdisc.ClassRoCE]
+			var goodput float64
+			for _, r := range res {
+				goodput += r.End.SumReceived.BitsPerSecond
+			}
+			// The backlog distribution after slow start: the curve's
+			// arrivals since the midway snapshot.
+			steady := c.Curve
+			for b := range steady.Arrivals {
+				steady.Arrivals[b] -= warm.Classes[qdisc.ClassRoCE].Curve.Arrivals[b]
+			}
+			p99 := curveQuantile(steady, 0.99)
+			t.Logf("goodput %.1f Mbit/s (%.1f%% of %s); CE marked %d, seen at receiver %d; drops %d; steady-state backlog p99 < %d B (K = %d B), max %d B; sojourn p99 < %v",
+				goodput/1e6, 100*goodput/float64(rate), rate, c.CEMarked(), c.DequeuedCEPackets, c.DroppedPackets(), p99, uint64(k), c.MaxBacklogBytes, c.Sojourn.Quantile(0.99))
+
+			if c.DequeuedCEPackets == 0 || c.CEMarked() == 0 {
+				t.Errorf("no CE marks reached the receiver (marked %d, seen %d)", c.CEMarked(), c.DequeuedCEPackets)
+			}
+			if c.DequeuedCEPackets != c.CEMarked() {
+				t.Errorf("marked %d packets but the receiver saw %d CE packets", c.CEMarked(), c.DequeuedCEPackets)
+			}
+			if c.DroppedPackets() != 0 {
+				t.Errorf("dropped %d packets: ECN should have kept TCP below the limit", c.DroppedPackets())
+			}
+			// p99 of the backlog ECN-capable arrivals found in steady
+			// state, read from 16 KB bins. Classic ECN reacts a round trip
+			// after the mark (about 3 ms here), so the queue overshoots K;
+			// measured p99 is below K + 32 KB; allow three bins (about 32
+			// full frames) for a noisy 2-core machine.
+			if limit := uint64(k) + 3*c.Curve.BinBytes; p99 > limit {
+				t.Errorf("steady-state p99 backlog < %d B exceeds K + 48 KB = %d B", p99, limit)
+			}
+			if goodput < 0.85*float64(rate) {
+				t.Errorf("goodput %.1f Mbit/s is below 85%% of the %s port", goodput/1e6, rate)
+			}
+		})
+	}
+}
+
+// curveQuantile is the upper edge of the backlog bin holding the q-quantile
+// of the backlog ECN-capable arrivals found.
+func curveQuantile(c qdisc.MarkingCurve, q float64) uint64 {
+	var n uint64
+	for _, a := range c.Arrivals {
+		n += a
+	}
+	rank := uint64(math.Ceil(q * float64(n)))
+	var seen uint64
+	for b, a := range c.Arrivals {
+		seen += a
+		if seen >= rank {
+			return uint64(b+1) * c.BinBytes
+		}
+	}
+	return uint64(len(c.Arrivals)) * c.BinBytes
+}
+
+// (b) WRED: non-reactive ECT(0) UDP at twice the port rate, on and off so the
+// queue sweeps the whole curve; in each backlog bin the marking fraction
+// follows min_th/max_th/max_p.
+func TestWREDCurveUDP(t *testing.T) {
+	for _, am := range attachModes {
+		t.Run(am.name, func(t *testing.T) {
+			topo.Require(t, tcxKernel)
+			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1, DisableOffloads: true})
+			const rate = 100 * units.Mbit
+			cfg := qdisc.DefaultConfig(rate)
+			// Bins are 1 MB / 32 = 32 KB: min_th and max_th fall on bin edges.
+			const minTh, maxTh, maxP = 128 * units.KiB, 640 * units.KiB, 0.2
+			cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: 1 * units.MiB, ECN: qdisc.ECNWRED,
+				MinThBytes: minTh, MaxThBytes: maxTh, MaxP: maxP}
+			port := attachPort(t, d.Bottleneck, cfg, am.legacy)
+			sk := newSink(t, d.Receiver)
+
+			// 60 ms at 200 Mbit/s fills 750 KB (past max_th), 100 ms off
+			// drains it: about 50 sweeps in 8 s.
+			f := flow{tos: tosRoCEECT0, payload: 1400, rate: 2 * rate, on: 60 * time.Millisecond, off: 100 * time.Millisecond, total: 8 * time.Second}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			sent, err := f.send(ctx, d.Senders[0], netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := waitIdle(t, port)
+			q, _ := port.Qdisc()
+			checkInvariants(t, s, q)
+			c := s.Classes[qdisc.ClassRoCE]
+			t.Logf("sent %d, enqueued %d, marked %d (%.1f%%), dropped %d, max backlog %d B",
+				sent, c.EnqueuedPackets, c.CEMarked(), 100*float64(c.CEMarked())/float64(c.EnqueuedPackets), c.DroppedPackets(), c.MaxBacklogBytes)
+
+			checked := 0
+			bin := float64(c.Curve.BinBytes)
+			for b := range qdisc.CurveBins {
+				n := c.Curve.Arrivals[b]
+				if n < 300 {
+					continue // too few samples to judge
+				}
+				// Expected fraction: the curve at the bin's middle (it is
+				// linear within a bin, so the middle is the mean).
+				mid := (float64(b) + 0.5) * bin
+				var want float64
+				switch {
+				case mid < float64(minTh):
+					want = 0
+				case mid >= float64(maxTh):
+					want = 1
+				default:
+					want = maxP * (mid - float64(minTh)) / float64(maxTh-minTh)
+				}
+				got := c.Curve.Fraction(b)
+				sigma := math.Sqrt(want * (1 - want) / float64(n))
+				tol := math.Max(4*sigma, 0.02)
+				t.Logf("bin %2d [%4d, %4d) KB: %5d ECT arrivals, marked %.4f, curve %.4f ± %.4f", b, b*int(bin)/1024, (b+1)*int(bin)/1024, n, got, want, tol)
+				if math.Abs(got-want) > tol {
+					t.Errorf("bin %d: marked fraction %.4f, curve says %.4f (tolerance %.4f)", b, got, want, tol)
+				}
+				checked++
+			}
+			if checked < 15 {
+				t.Errorf("only %d bins had enough samples: the queue did not sweep the curve", checked)
+			}
+			if got := sk.received[3].Load(); got != c.DequeuedCEPackets {
+				t.Logf("receiver socket saw %d CE datagrams, port dequeued %d (socket may drop under load)", got, c.DequeuedCEPackets)
+			}
+		})
+	}
+}
+
+// (c) Not-ECT UDP at twice the rate: never marked, dropped only at the
+// buffer limit, and every packet accounted for.
+func TestNotECTTailDrop(t *testing.T) {
+	for _, am := range attachModes {
+		t.Run(am.name, func(t *testing.T) {
+			topo.Require(t, tcxKernel)
+			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1, DisableOffloads: true})
+			const rate = 100 * units.Mbit
+			cfg := qdisc.DefaultConfig(rate) // class 3: WRED 50 KB..1 MB, limit 2 MB
+			port := attachPort(t, d.Bottleneck, cfg, am.legacy)
+			sk := newSink(t, d.Receiver)
+
+			f := flow{tos: tosRoCENotECT, payload: 1400, rate: 2 * rate, total: 3 * time.Second}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			sent, err := f.send(ctx, d.Senders[0], netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := waitIdle(t, port)
+			q, _ := port.Qdisc()
+			checkInvariants(t, s, q)
+			c := s.Classes[qdisc.ClassRoCE]
+			limit := uint64(cfg.Classes[qdisc.ClassRoCE].LimitBytes)
+			t.Logf("sent %d; class 3: enqueued %d, dequeued %d, dropped at limit %d, wred-dropped %d, marked %d; max backlog %d B of %d; receiver got %d (%d CE)",
+				sent, c.EnqueuedPackets, c.DequeuedPackets, c.DroppedLimitPackets, c.DroppedWREDPackets, c.CEMarked(), c.MaxBacklogBytes, limit, sk.total(), sk.received[3].Load())
+
+			if c.ArrivedNotECT != c.EnqueuedPackets || c.EnqueuedPackets < uint64(sent)*99/100 {
+				t.Errorf("class 3 saw %d packets (%d Not-ECT) of %d sent", c.EnqueuedPackets, c.ArrivedNotECT, sent)
+			}
+			if c.CEMarked() != 0 || c.DequeuedCEPackets != 0 || sk.received[3].Load() != 0 {
+				t.Errorf("Not-ECT packets were marked: %d marked, %d CE dequeued, %d CE received", c.CEMarked(), c.DequeuedCEPackets, sk.received[3].Load())
+			}
+			if c.DroppedWREDPackets != 0 {
+				t.Errorf("%d early drops with the drop profile off", c.DroppedWREDPackets)
+			}
+			// Twice the rate for 3 s: about half the packets must go.
+			if frac := float64(c.DroppedLimitPackets) / float64(c.EnqueuedPackets); frac < 0.3 || frac > 0.6 {
+				t.Errorf("dropped %.2f of the packets at the limit, want about 0.5", frac)
+			}
+			if c.MaxBacklogBytes > limit {
+				t.Errorf("max backlog %d B exceeds the %d B limit", c.MaxBacklogBytes, limit)
+			}
+			if c.MaxBacklogBytes < limit-4*1500 {
+				t.Errorf("max backlog %d B: the queue never reached the %d B limit", c.MaxBacklogBytes, limit)
+			}
+			if got := sk.total(); got < c.DequeuedPackets*99/100 || got > c.DequeuedPackets {
+				t.Errorf("receiver got %d datagrams, the port dequeued %d", got, c.DequeuedPackets)
+			}
+		})
+	}
+}
+
+// (d) CNPs (DSCP 48, strict priority) overtake a full RoCE class.
+func TestCNPStrictPriority(t *testing.T) {
+	for _, am := range attachModes {
+		t.Run(am.name, func(t *testing.T) {
+			topo.Require(t, tcxKernel)
+			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 2, DisableOffloads: true})
+			const rate = 100 * units.Mbit
+			cfg := qdisc.DefaultConfig(rate)
+			port := attachPort(t, d.Bottleneck, cfg, am.legacy)
+			sk := newSink(t, d.Receiver)
+			dst := netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port))
+
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			roce := flow{tos: tosRoCEECT0, payload: 1400, rate: 2 * rate, total: 3 * time.Second}
+			// CNPs: 2000 small packets a second, starting once the RoCE
+			// queue is full.
+			cnp := flow{tos: tosCNP, payload: 32, rate: 2000 * 74 * 8, total: 2 * time.Second}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := roce.send(ctx, d.Senders[0], dst)
+				errc <- err
+			}()
+			time.Sleep(500 * time.Millisecond)
+			cnpSent, err := cnp.send(ctx, d.Senders[1], dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			s := waitIdle(t, port)
+			q, _ := port.Qdisc()
+			checkInvariants(t, s, q)
+			r, c := s.Classes[qdisc.ClassRoCE], s.Classes[qdisc.ClassCNP]
+			t.Logf("roce: mean sojourn %v, p99 < %v, max backlog %d B, dropped %d; cnp: %d sent, %d dequeued, mean sojourn %v, p99 < %v, dropped %d",
+				r.MeanSojourn(), r.Sojourn.Quantile(0.99), r.MaxBacklogBytes, r.DroppedPackets(),
+				cnpSent, c.DequeuedPackets, c.MeanSojourn(), c.Sojourn.Quantile(0.99), c.DroppedPackets())
+
+			if r.MeanSojourn() < 50*time.Millisecond {
+				t.Errorf("RoCE class mean sojourn %v: the class was not kept full", r.MeanSojourn())
+			}
+			if c.DroppedPackets() != 0 || c.DequeuedPackets != uint64(cnpSent) {
+				t.Errorf("CNP class: %d dropped, %d of %d dequeued", c.DroppedPackets(), c.DequeuedPackets, cnpSent)
+			}
+			// One full RoCE frame in service at 100 Mbit/s is 115 µs;
+			// allow scheduling noise on a 2-core VM, far below the RoCE
+			// queue's ~160 ms.
+			if p99 := c.Sojourn.Quantile(0.99); p99 > 2*time.Millisecond {
+				t.Errorf("CNP p99 sojourn < %v: strict priority did not let CNPs overtake", p99)
+			}
+		})
+	}
+}
+
+// Detach leaves the devices as they were: default qdisc, no filters.
+func TestDetachLeavesNothing(t *testing.T) {
+	for _, am := range attachModes {
+		t.Run(am.name, func(t *testing.T) {
+			topo.Require(t, tcxKernel)
+			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1})
+			b := d.Bottleneck
+			before := tcShow(t, b.Node, b.Dev) + tcShow(t, b.PeerNode, b.PeerDev)
+			port, err := qdisc.Attach(qdisc.DefaultConfig(units.Gbit), qdisc.AttachOptions{
+				Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName, Legacy: am.legacy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			during := tcShow(t, b.Node, b.Dev) + tcShow(t, b.PeerNode, b.PeerDev)
+			if during == before {
+				t.Fatalf("attach changed nothing visible to tc:\n%s", during)
+			}
+			if err := port.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := port.Close(); err != nil {
+				t.Fatalf("second close: %v", err)
+			}
+			if after := tcShow(t, b.Node, b.Dev) + tcShow(t, b.PeerNode, b.PeerDev); after != before {
+				t.Errorf("detach left a difference:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+}
+
+func tcShow(t *testing.T, n *topo.Node, dev string) string {
+	t.Helper()
+	var out []byte
+	for _, args := range [][]string{
+		{"qdisc", "show", "dev", dev},
+		{"filter", "show", "dev", dev, "ingress"},
+		{"filter", "show", "dev", dev, "egress"},
+	} {
+		o, _ := n.Command(context.Background(), "tc", args...).CombinedOutput()
+		out = append(out, o...)
+	}
+	// TCX links are not tc objects: TestMain checks that no port program
+	// stays loaded.
+	return string(out)
+}
+
+// A second attach on a pinned port fails and leaves the first one working.
+func TestSecondAttachKeepsFirst(t *testing.T) {
+	topo.Require(t, tcxKernel)
+	d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1})
+	b := d.Bottleneck
+	opts := qdisc.AttachOptions{Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName, Pin: true}
+	first, err := qdisc.Attach(qdisc.DefaultConfig(units.Gbit), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if second, err := qdisc.Attach(qdisc.DefaultConfig(units.Gbit), opts); err == nil {
+		second.Close()
+		t.Fatal("second attach on the same device succeeded")
+	}
+	p, err := qdisc.Open(b.Node.NetnsName, b.Dev)
+	if err != nil {
+		t.Fatalf("first port gone after a failed second attach: %v", err)
+	}
+	if _, err := p.Stats(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qdisc.Open(b.Node.NetnsName, b.Dev); err == nil {
+		t.Fatal("port still recorded after detach")
+	}
+}

@@ -1,0 +1,372 @@
+package netnstests
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// TOS bytes: DSCP << 2 | ECN.
+const (
+	tosRoCEECT0   = 26<<2 | 2
+	tosRoCENotECT = 26 << 2
+	tosCNP        = 48 << 2
+	tosRoCETCP    = 26 << 2 // the kernel sets ECT(0) on TCP data itself
+)
+
+// attachModes are the two ways a port hooks its programs; every netns test
+// runs on both.
+var attachModes = []struct {
+	name   string
+	legacy bool
+}{{"tcx", false}, {"legacy", true}}
+
+func attachPort(t *testing.T, p topo.Port, cfg qdisc.Config, legacy bool) *qdisc.Port {
+	t.Helper()
+	port, err := qdisc.Attach(cfg, qdisc.AttachOptions{
+		Dev: p.Dev, Netns: p.Node.NetnsName,
+		PeerDev: p.PeerDev, PeerNetns: p.PeerNode.NetnsName,
+		Legacy: legacy,
+	})
+	if err != nil {
+		t.Fatalf("attach port: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := port.Close(); err != nil {
+			t.Errorf("detach port: %v", err)
+		}
+	})
+	want := qdisc.AttachTCX
+	if legacy {
+		want = qdisc.AttachLegacy
+	}
+	if got := port.Info().Attach; got != want {
+		t.Fatalf("attached with %s, want %s", got, want)
+	}
+	return port
+}
+
+func portStats(t *testing.T, p *qdisc.Port) qdisc.Stats {
+	t.Helper()
+	s, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitIdle waits until the port's queues are empty, so that the counters
+// are at rest and their invariant holds exactly.
+func waitIdle(t *testing.T, p *qdisc.Port) qdisc.Stats {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := portStats(t, p)
+		if t := s.Total(); t.BacklogPackets == 0 && t.BacklogBytes == 0 {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("port still has a backlog after 5 s: %d bytes", s.Total().BacklogBytes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func checkInvariants(t *testing.T, s qdisc.Stats, q qdisc.QdiscCounters) {
+	t.Helper()
+	for i := range s.Classes {
+		if err := s.Classes[i].CheckInvariant(); err != nil {
+			t.Error(err)
+		}
+	}
+	if q.Drops != 0 {
+		t.Errorf("the kernel qdisc dropped %d packets itself: the port's accounting missed them", q.Drops)
+	}
+	// Only the frames enqueue could not stamp (ARP) arrive unstamped.
+	if want := s.Port.UnaccountedPackets - s.Port.UnaccountedDroppedPackets; s.Port.DequeueUnstampedPackets != want {
+		t.Errorf("%d packets reached the dequeue hook without an enqueue stamp, want %d (the unaccounted ones)", s.Port.DequeueUnstampedPackets, want)
+	}
+}
+
+// sink receives UDP in a namespace and counts packets by ECN codepoint, as
+// the receiving host sees them (IP_RECVTOS).
+type sink struct {
+	conn     *net.UDPConn
+	port     int
+	received [4]atomic.Uint64
+	wg       sync.WaitGroup
+}
+
+func newSink(t *testing.T, n *topo.Node) *sink {
+	t.Helper()
+	s := &sink{}
+	err := n.Do(func() error {
+		var err error
+		s.conn, err = net.ListenUDP("udp4", &net.UDPAddr{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.port = s.conn.LocalAddr().(*net.UDPAddr).Port
+	_ = s.conn.SetReadBuffer(8 << 20)
+	rc, err := s.conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+	}); err != nil || serr != nil {
+		t.Fatalf("IP_RECVTOS: %v %v", err, serr)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		buf := make([]byte, 9000)
+		oob := make([]byte, 64)
+		for {
+			_, oobn, _, _, err := s.conn.ReadMsgUDP(buf, oob)
+			if err != nil {
+				return
+			}
+			s.received[tosFromCmsg(oob[:oobn])&3].Add(1)
+		}
+	}()
+	t.Cleanup(s.close)
+	return s
+}
+
+// tosFromCmsg finds the IP_TOS control message of a received datagram.
+func tosFromCmsg(oob []byte) byte {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TOS && len(m.Data) > 0 {
+			return m.Data[0]
+		}
+	}
+	return 0
+}
+
+func (s *sink) close() {
+	s.conn.Close()
+	s.wg.Wait()
+}
+
+func (s *sink) total() uint64 {
+	var n uint64
+	for i := range s.received {
+		n += s.received[i].Load()
+	}
+	return n
+}
+
+// flow is a paced UDP source: payload-byte datagrams with a fixed TOS at
+// rate while on, silent while off, for total; every loop is bounded.
+type flow struct {
+	tos     int
+	payload int
+	rate    units.Rate
+	on, off time.Duration // off = 0: always on
+	total   time.Duration
+}
+
+// send runs the flow from node n to dst and returns the datagrams sent.
+func (f flow) send(ctx context.Context, n *topo.Node, dst netip.AddrPort) (int, error) {
+	var conn *net.UDPConn
+	err := n.Do(func() error {
+		var err error
+		conn, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := ipv4.NewConn(conn).SetTOS(f.tos); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, f.payload)
+	wire := float64(f.payload + 42) // UDP + IPv4 + Ethernet headers
+	perSec := f.rate.BytesPerSecond() / wire
+	start := time.Now()
+	sent := 0
+	tick := time.NewTicker(500 * time.Microsecond)
+	defer tick.Stop()
+	var onTime time.Duration // time spent in on-periods so far
+	lastTick := start
+	for {
+		select {
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		case now := <-tick.C:
+			elapsed := now.Sub(start)
+			if elapsed >= f.total {
+				return sent, nil
+			}
+			on := true
+			if f.off > 0 {
+				on = elapsed%(f.on+f.off) < f.on
+			}
+			if on {
+				onTime += now.Sub(lastTick)
+			}
+			lastTick = now
+			due := int(onTime.Seconds()*perSec) - sent
+			for range due {
+				// A full socket buffer drops like a NIC ring would.
+				if _, err := conn.Write(buf); err != nil && !errors.Is(err, syscall.ENOBUFS) {
+					return sent, err
+				}
+				sent++
+			}
+		}
+	}
+}
+
+// iperf3Result is the part of `iperf3 -J` the tests read.
+type iperf3Result struct {
+	Error string `json:"error"`
+	End struct {
+		SumReceived struct {
+			BitsPerSecond float64 `json:"bits_per_second"`
+		} `json:"sum_received"`
+		SumSent struct {
+			Retransmits int `json:"retransmits"`
+		} `json:"sum_sent"`
+	} `json:"end"`
+}
+
+// iperf3TCP runs one TCP flow per sender to the receiver with congestion
+// control cc, set per socket: a namespace inherits the host's default (often
+// bbr, which ignores ECN) and may only switch to the host's allowed list.
+// midway, if set, runs once the flows are past slow start.
+func iperf3TCP(t *testing.T, d *topo.Dumbbell, tos int, cc string, seconds int, midway func()) []iperf3Result {
+	t.Helper()
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		t.Fatal("iperf3 not found: apt-get install -y iperf3")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds+20)*time.Second)
+	defer cancel()
+	var servers []*exec.Cmd
+	for i := range d.Senders {
+		srv := d.Receiver.Command(ctx, "iperf3", "-s", "-1", "-p", fmt.Sprint(5201+i))
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, srv)
+	}
+	defer func() {
+		for _, s := range servers {
+			_ = s.Process.Kill()
+			_ = s.Wait()
+		}
+	}()
+	results := make([]iperf3Result, len(d.Senders))
+	errs := make([]error, len(d.Senders))
+	var wg sync.WaitGroup
+	for i, s := range d.Senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out []byte
+			var err error
+			// The server may need a moment to listen: retry briefly.
+			for try := 0; try < 20; try++ {
+				out, err = s.Command(ctx, "iperf3", "-c", d.ReceiverAddr.String(), "-p", fmt.Sprint(5201+i),
+					"-t", fmt.Sprint(seconds), "-S", fmt.Sprint(tos), "-C", cc, "-J").Output()
+				results[i] = iperf3Result{}
+				if jerr := json.Unmarshal(out, &results[i]); jerr == nil && results[i].Error != "" {
+					err = errors.New(results[i].Error)
+				}
+				if err == nil || !strings.Contains(err.Error()+string(out), "connect") {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("iperf3 from %s: %v: %.300s", s.Name, err, out)
+			}
+		}()
+	}
+	if midway != nil {
+		time.Sleep(time.Duration(seconds) * time.Second / 3)
+		midway()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return results
+}
+
+// leftovers lists programs of ours are still loaded that were not
+// there before the tests, and namespaces of this run that survive.
+func leftovers(before map[string]bool) ([]string, error) {
+	// The kernel frees a detached program after an RCU grace period.
+	for range 50 {
+		left, err := leftoversNow(before)
+		if err != nil || len(left) == 0 {
+			return left, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return leftoversNow(before)
+}
+
+func leftoversNow(before map[string]bool) ([]string, error) {
+	var left []string
+	names, err := topo.LiveNamespaces(fmt.Sprintf("%s%d-", topo.NamePrefix, os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	left = append(left, names...)
+	progs, err := portPrograms()
+	if err != nil {
+		return nil, err
+	}
+	for id := range progs {
+		if !before[id] {
+			left = append(left, "bpf program "+id)
+		}
+	}
+	return left, nil
+}
+
+// portPrograms lists the loaded programs named like the port's.
+func portPrograms() (map[string]bool, error) {
+	out := map[string]bool{}
+	names := map[string]bool{bpf.PortProgPortEnqueue: true, bpf.PortProgPortDequeue: true}
+	ids, err := listProgramIDs()
+	if err != nil {
+		return nil, err
+	}
+	for id, name := range ids {
+		if names[name] {
+			out[fmt.Sprint(id)] = true
+		}
+	}
+	return out, nil
+}
