@@ -249,7 +249,7 @@ func (f flow) send(ctx context.Context, n *topo.Node, dst netip.AddrPort) (int, 
 // iperf3Result is the part of `iperf3 -J` the tests read.
 type iperf3Result struct {
 	Error string `json:"error"`
-	End struct {
+	End   struct {
 		SumReceived struct {
 			BitsPerSecond float64 `json:"bits_per_second"`
 		} `json:"sum_received"`
