@@ -1,0 +1,69 @@
+# fabriclab: switch ports, hosts and fabrics for RoCEv2/UEC congestion
+# control, on plain Linux. `make help` lists the targets.
+
+# sudo's secure_path often lacks Go: find it anyway.
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+# The one clang the committed BPF objects are built with (Debian 12 clang-19).
+CLANG ?= clang-19
+STRIP ?= llvm-strip-19
+BIN := bin
+# Tools the tests, the benchmark and the demo run (Debian package names).
+RUNTIME_DEPS := iperf3 iproute2 ethtool
+
+.PHONY: help build generate check-generate deps test unit-test netns-test bench demo lint clean
+
+help:
+	@echo "make build          build portctl and fabricdemo into $(BIN)/"
+	@echo "make demo           (root) live WRED/ECN demo on a namespace dumbbell"
+	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
+	@echo "make netns-test     (root) only the topology tests in network namespaces"
+	@echo "make bench          (root) per-packet cost and throughput against bare veth"
+	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
+	@echo "make lint           gofmt and go vet"
+	@echo "make clean          remove $(BIN)/"
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+generate:
+	cd bpf && BPF2GO_CC=$(CLANG) BPF2GO_STRIP=$(STRIP) $(GO) generate ./...
+
+# CI: the committed objects must be what the sources compile to.
+check-generate: generate
+	@git diff --exit-code -- bpf/ || { echo "BPF objects differ from their sources: run 'make generate' and commit"; exit 1; }
+
+# Install missing runtime tools (root, Debian/Ubuntu).
+deps:
+	@missing=""; \
+	for t in iperf3 ip tc ethtool; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing: apt-get install -y $(RUNTIME_DEPS)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y $(RUNTIME_DEPS) >/dev/null || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y $(RUNTIME_DEPS) >/dev/null; }; \
+	fi
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Packages run one at a time (-p 1): the netns tests measure rates and
+# queues and must not share 2 cores with each other.
+test: deps lint
+	$(GO) test -count=1 -p 1 -timeout 20m ./...
+
+unit-test:
+	$(GO) test -count=1 ./qdisc/... ./cmd/...
+
+netns-test: deps
+	$(GO) test -count=1 -p 1 -timeout 15m -v ./netns-tests/...
+
+bench: deps
+	$(GO) run ./netns-tests/bench
+
+demo: deps
+	$(GO) build -o $(BIN)/ ./cmd/fabricdemo
+	$(BIN)/fabricdemo
+
+clean:
+	rm -rf $(BIN)
