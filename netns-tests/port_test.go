@@ -83,6 +83,11 @@ func TestStepMarkingTCP(t *testing.T) {
 			// 512 KB limit: the observed-curve bins are 16 KB wide.
 			cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: 512 * units.KiB, ECN: qdisc.ECNStep, MinThBytes: k}
 			port := attachPort(t, d.Bottleneck, cfg, am.legacy)
+			// Keep each flow in order through the veths: reordering would
+			// show up as spurious retransmits, not as queueing.
+			if _, err := d.SteerRx(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 
 			const seconds = 6
 			var warm qdisc.Stats
@@ -95,9 +100,12 @@ func TestStepMarkingTCP(t *testing.T) {
 			checkInvariants(t, s, q)
 			c := s.Classes[qdisc.ClassRoCE]
 			var goodput float64
+			retrans := 0
 			for _, r := range res {
 				goodput += r.End.SumReceived.BitsPerSecond
+				retrans += r.End.SumSent.Retransmits
 			}
+			t.Logf("retransmits: %d", retrans)
 			// The backlog distribution after slow start: the curve's
 			// arrivals since the midway snapshot.
 			steady := c.Curve

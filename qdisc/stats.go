@@ -80,7 +80,9 @@ type ClassStats struct {
 }
 
 // MarkingCurve counts ECN-capable arrivals and CE marks in CurveBins equal
-// bins of the backlog they found, from 0 to the class limit.
+// bins of the backlog they found, from 0 to the class limit: bin b holds
+// backlogs in [b·limit/32, (b+1)·limit/32). BinBytes is limit/32 rounded
+// down. Bins recorded before a live change of the limit keep the old width.
 type MarkingCurve struct {
 	BinBytes uint64            `json:"bin_bytes"`
 	Arrivals [CurveBins]uint64 `json:"ect_arrivals"`
@@ -154,6 +156,7 @@ type Stats struct {
 }
 
 // Total sums the class counters (maxima are summed too, as an upper bound).
+// It has no marking curve: the classes' bins have different widths.
 func (s *Stats) Total() ClassStats {
 	var t ClassStats
 	t.Name = "total"
@@ -182,10 +185,6 @@ func (s *Stats) Total() ClassStats {
 		t.SojournSamples += c.SojournSamples
 		for b := range c.Sojourn {
 			t.Sojourn[b] += c.Sojourn[b]
-		}
-		for b := range c.Curve.Arrivals {
-			t.Curve.Arrivals[b] += c.Curve.Arrivals[b]
-			t.Curve.Marks[b] += c.Curve.Marks[b]
 		}
 	}
 	return t

@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // maxRepeat keeps repeat*benchFrameLen (the backlog growth of one enqueue
@@ -59,7 +60,11 @@ type Header struct {
 	Trials      int    `json:"trials"`
 	Rounds      int    `json:"rounds"`
 	Seconds     int    `json:"seconds"`
-	Packet      string `json:"packet"`
+	// IperfCPU is the CPU iperf3 client and server were pinned to, -1 none.
+	IperfCPU int `json:"iperf_cpu"`
+	// PortConfig is the configuration of the attached port.
+	PortConfig string `json:"port_config"`
+	Packet     string `json:"packet"`
 }
 
 func main() {
@@ -73,9 +78,11 @@ func run() int {
 	trials := flag.Int("trials", 5, "BPF_PROG_RUN trials per program state (the median is reported)")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
 	skipThroughput := flag.Bool("no-throughput", false, "skip the iperf3 part")
+	portLimit := flag.Uint64("port-limit", 0, "bytes: set every class limit of the attached port (0: DefaultConfig's, 1 MiB for TCP's class 0)")
+	cpu := flag.Int("cpu", runtime.NumCPU()-1, "pin iperf3 client and server to this CPU (-1: no pinning)")
 	flag.Parse()
-	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat {
-		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1 and -repeat in 1..%d\n", maxRepeat)
+	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat || *cpu >= runtime.NumCPU() {
+		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d\n", maxRepeat, runtime.NumCPU())
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -90,6 +97,11 @@ func run() int {
 	defer stop()
 
 	rep := Report{Header: header(*repeat, *trials, *rounds, *seconds)}
+	rep.Header.IperfCPU = *cpu
+	rep.Header.PortConfig = "qdisc.DefaultConfig"
+	if *portLimit > 0 {
+		rep.Header.PortConfig += fmt.Sprintf(", every class limit %s", units.ByteSize(*portLimit))
+	}
 	failed := false
 
 	progress("per-packet cost: %d trials x %d repetitions per state", *trials, *repeat)
@@ -101,7 +113,7 @@ func run() int {
 	}
 
 	if !*skipThroughput && ctx.Err() == nil {
-		trows, err := runThroughput(ctx, *rounds, *seconds)
+		trows, err := runThroughput(ctx, *rounds, *seconds, *cpu, units.ByteSize(*portLimit))
 		rep.Throughput = trows
 		if err != nil {
 			failed = true

@@ -16,7 +16,11 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "fabriclab bench  %s\n", h.Time.Format("2006-01-02 15:04:05Z"))
 	fmt.Fprintf(w, "kernel %s, %d CPUs (%s), clocksource %s, %s, %s\n", h.Kernel, h.CPUs, h.CPUModel, orNA(h.Clocksource, "?"), h.GoVersion, orNA(h.Iperf3, "iperf3 missing"))
 	fmt.Fprintf(w, "per-packet: BPF_PROG_RUN, kernel-timed, median of %d trials x %d repetitions; packet: %s\n", h.Trials, h.Repeat, h.Packet)
-	fmt.Fprintf(w, "throughput: iperf3 TCP a->b over one veth pair, offloads at defaults, %d interleaved rounds x %d s, median\n\n", h.Rounds, h.Seconds)
+	pin := "not pinned"
+	if h.IperfCPU >= 0 {
+		pin = fmt.Sprintf("client+server pinned to CPU %d", h.IperfCPU)
+	}
+	fmt.Fprintf(w, "throughput: iperf3 TCP a->b over one veth pair, offloads at defaults, %s, %d interleaved rounds x %d s, median; port: %s, no shaping\n\n", pin, h.Rounds, h.Seconds, h.PortConfig)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "measure\tstate / config\tmethod\tvalue\tnet\treference\tratio\tgoal\tverdict\tpath measured [verified by counters]")
@@ -59,6 +63,12 @@ func printTable(w io.Writer, r *Report) {
 			rounds[i] = fmt.Sprintf("%.2f", g)
 		}
 		path := "rounds " + orNA(strings.Join(rounds, " "), "none")
+		if len(t.Gbps) > 1 {
+			path += fmt.Sprintf(" (spread %.1f%%)", t.SpreadPct)
+		}
+		if len(t.Drops) > 0 {
+			path += fmt.Sprintf(", port drops %v", t.Drops)
+		}
 		if len(t.Retransmits) > 0 {
 			path += fmt.Sprintf(", retrans %v", t.Retransmits)
 		}

@@ -18,7 +18,11 @@ type DumbbellSpec struct {
 	MTU             int // 0 means 1500, applied to every link
 	DisableOffloads bool
 	IPv6            bool
-	SenderSysctls   map[string]string // applied to every sender, e.g. congestion control
+	// SenderSysctls apply to every sender, e.g. net.ipv4.tcp_ecn=1. Not
+	// net.ipv4.tcp_congestion_control: a namespace may only pick from the
+	// host's allowed list (EPERM otherwise) and inherits the host default,
+	// often bbr, which ignores ECN. Choose it per socket (iperf3 -C cubic).
+	SenderSysctls map[string]string
 }
 
 // Port is a switch egress port: Dev in Node, whose veth peer is PeerDev in

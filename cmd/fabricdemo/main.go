@@ -1,0 +1,648 @@
+// Command fabricdemo shows a switch egress port with WRED ECN marking at
+// work: N TCP senders share one port towards a receiver, and the queue, the
+// marking and the flows' rates are shown live, then summarised.
+//
+// It builds a dumbbell of network namespaces (s1..sN -> sw -> r), attaches a
+// qdisc port (HTB at the port speed, eBPF marking on the real queue) to the
+// switch's port towards the receiver, and runs one iperf3 TCP flow per
+// sender with DSCP 26 (class 3, "roce") and classic ECN, the flows joining
+// one after the other. Everything is removed at exit, also on Ctrl-C.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+
+	maxSenders = 32
+	// tosRoCE is what iperf3 -S puts in the TOS byte: DSCP 26 (class 3).
+	// The kernel adds ECT(0) in the low bits on ECN connections.
+	tosRoCE  = "0x68"
+	basePort = 5201
+	// congestion is the senders' TCP congestion control: loss- and
+	// ECN-driven: a CE echo cuts cwnd like a loss (RFC 3168).
+	congestion = "cubic"
+	minKernel  = "6.6" // TCX
+)
+
+const usageText = `Usage: sudo fabricdemo [flags]
+
+Runs N TCP flows (iperf3, cubic, classic ECN) from N senders through one
+switch egress port to a receiver, all in network namespaces. The port is
+shaped to -rate and marks ECN with WRED on class 3 "roce" (DSCP 26):
+min_th 50KB, max_th 1000KB, max_p 0.1. The flows join one by one; the queue,
+the marking and the sojourn are shown every second, then a summary with
+per-flow goodput, fairness and the observed vs configured marking curve.
+Everything is removed at exit, also on Ctrl-C.
+
+Flags:
+`
+
+type options struct {
+	senders  int
+	rate     units.Rate
+	duration time.Duration
+	stagger  time.Duration
+	jsonPath string
+	legacy   bool
+}
+
+// seconds is a flag that takes "20", "20s" or "1m" and keeps whole seconds
+// (iperf3 -t is an integer).
+type seconds struct{ d *time.Duration }
+
+func (s seconds) String() string {
+	if s.d == nil {
+		return ""
+	}
+	return s.d.String()
+}
+
+func (s seconds) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, aerr := strconv.Atoi(v)
+		if aerr != nil {
+			return fmt.Errorf("want seconds like 20 or 20s")
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 || d%time.Second != 0 {
+		return fmt.Errorf("want a whole, positive number of seconds")
+	}
+	*s.d = d
+	return nil
+}
+
+func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
+	o := &options{senders: 3, rate: units.Gbit, duration: 20 * time.Second, stagger: 3 * time.Second}
+	fs := flag.NewFlagSet("fabricdemo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.senders, "senders", o.senders, "number of senders, one TCP flow each (1-32)")
+	fs.Var(&o.rate, "rate", "port `speed`, tc units (100mbit, 1gbit, ...)")
+	fs.Var(seconds{&o.duration}, "duration", "`seconds` of traffic, from the first flow's start to the end")
+	fs.Var(seconds{&o.stagger}, "stagger", "`seconds` between flow starts (shortened if the run is too short)")
+	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
+	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
+	fs.Usage = func() {} // flag errors get a one-line hint below instead
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usageText)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, exitOK
+		}
+		fmt.Fprintln(stderr, "see fabricdemo -help")
+		return nil, exitUsage
+	}
+	bad := func(format string, a ...any) (*options, int) {
+		fmt.Fprintf(stderr, "fabricdemo: "+format+"\n", a...)
+		return nil, exitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected argument %q (see -help)", fs.Arg(0))
+	case o.senders < 1 || o.senders > maxSenders:
+		return bad("-senders %d: want 1 to %d", o.senders, maxSenders)
+	case o.rate < units.Mbit:
+		return bad("-rate %s: want at least 1mbit", o.rate)
+	case o.duration < 2*time.Second:
+		return bad("-duration %s: want at least 2s", o.duration)
+	}
+	o.stagger = fitStagger(o.senders, o.duration, o.stagger)
+	return o, exitOK
+}
+
+// fitStagger shortens the gap between flow starts so that the last flow still
+// shares the port with all the others for a third of the run.
+func fitStagger(senders int, duration, want time.Duration) time.Duration {
+	if senders < 2 {
+		return want
+	}
+	room := (duration - duration/3) / time.Duration(senders-1)
+	room -= room % time.Second
+	return min(want, room)
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, code := parseFlags(args, stdout, stderr)
+	if o == nil {
+		return code
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "fabricdemo: needs root to create network namespaces, load eBPF and change qdiscs: run it with sudo (sudo make demo)")
+		return exitFail
+	}
+
+	// Our own signal handling: stop the traffic, clean up, exit 130/143.
+	topo.DisableSignalHandler()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigCh := make(chan os.Signal, 2)
+	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigCh)
+	// Output piped into a pager or head that exits must not kill us
+	// before the cleanup: with SIGPIPE notified, writes just fail.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	var sigMu sync.Mutex
+	var caught os.Signal
+	go func() {
+		sig, ok := <-sigCh
+		if !ok {
+			return
+		}
+		sigMu.Lock()
+		caught = sig
+		sigMu.Unlock()
+		fmt.Fprintf(stderr, "\nfabricdemo: %v: stopping the traffic and cleaning up (again to quit at once)\n", sig)
+		cancel()
+		if _, ok := <-sigCh; ok {
+			fmt.Fprintln(stderr, "fabricdemo: quitting without cleanup; the next run removes the leftover namespaces")
+			os.Exit(exitCode(sig))
+		}
+	}()
+	signalled := func() os.Signal {
+		sigMu.Lock()
+		defer sigMu.Unlock()
+		return caught
+	}
+
+	d := &demo{o: o, out: stdout}
+	err := d.run(ctx)
+	if cerr := d.cleanup(); cerr != nil {
+		fmt.Fprintf(stderr, "fabricdemo: cleanup: %v\n", cerr)
+		if err == nil {
+			err = cerr
+		}
+	}
+	if sig := signalled(); sig != nil {
+		return exitCode(sig)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fabricdemo: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+func exitCode(sig os.Signal) int {
+	if sig == syscall.SIGTERM {
+		return 143
+	}
+	return 130
+}
+
+// demo is one run: the lab, the port and what was measured.
+type demo struct {
+	o    *options
+	out  io.Writer
+	lab  *topo.Dumbbell
+	port *qdisc.Port
+	cfg  qdisc.Config
+}
+
+func (d *demo) printf(format string, a ...any) { fmt.Fprintf(d.out, format, a...) }
+
+// cleanup detaches the port and removes the namespaces, then checks that
+// none is left.
+func (d *demo) cleanup() error {
+	var errs []error
+	if d.port != nil {
+		if err := d.port.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("detach port: %w", err))
+		}
+	}
+	if d.lab != nil {
+		id := d.lab.RunID()
+		if err := d.lab.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("remove lab: %w", err))
+		}
+		left, _ := topo.LiveNamespaces(id + "-")
+		if len(left) > 0 {
+			errs = append(errs, fmt.Errorf("namespaces left behind: %s (ip netns del them)", strings.Join(left, " ")))
+		} else {
+			d.printf("cleanup: port detached, namespaces %s-* removed\n", id)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *demo) run(ctx context.Context) error {
+	o := d.o
+	if err := ensureIperf3(ctx, d.out, exec.LookPath, runLoud(d.out)); err != nil {
+		return err
+	}
+	rel := kernelRelease()
+	if kernelAtLeast(rel, minKernel) {
+		d.printf("kernel %s: TCX available (>= %s)\n", rel, minKernel)
+	} else {
+		d.printf("kernel %s: no TCX (< %s): the port falls back to clsact + cls_bpf\n", rel, minKernel)
+	}
+
+	// Congestion control is chosen per socket (iperf3 -C): a namespace
+	// may only default to what the host allows (tcp_allowed_congestion_control),
+	// and hosts often default to bbr, which ignores ECN.
+	sysctls := map[string]string{"net.ipv4.tcp_ecn": "1"}
+	lab, err := topo.NewDumbbell(topo.DumbbellSpec{Senders: o.senders, DisableOffloads: true, SenderSysctls: sysctls})
+	if err != nil {
+		return fmt.Errorf("build the lab: %w", err)
+	}
+	d.lab = lab
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	b := lab.Bottleneck
+	d.cfg = qdisc.DefaultConfig(o.rate)
+	port, err := qdisc.Attach(d.cfg, qdisc.AttachOptions{
+		Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName, Legacy: o.legacy,
+	})
+	if err != nil {
+		return fmt.Errorf("attach the port to %s:%s: %w", b.Node.Name, b.Dev, err)
+	}
+	d.port = port
+	rps, err := d.lab.SteerRx(ctx)
+	if err != nil {
+		return err
+	}
+	d.intro(rps)
+	return d.traffic(ctx)
+}
+
+func (d *demo) intro(rps string) {
+	o, info, cc := d.o, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE]
+	b := d.lab.Bottleneck
+	names := make([]string, len(d.lab.Senders))
+	for i, s := range d.lab.Senders {
+		names[i] = s.Name
+	}
+	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.lab.RunID())
+	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking (attach %s, dequeue hook on r:%s)\n",
+		b.Dev, b.PeerDev, o.rate, info.Attach, info.PeerDev)
+	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))
+	if rps != "" {
+		d.printf("rx     RPS: %s (keeps each flow in order through the veths)\n", rps)
+	}
+	d.printf("flows  iperf3 TCP, cubic + classic ECN, TOS %s (DSCP 26, kernel sets ECT(0)); a new flow every %s, all end at %s\n\n",
+		tosRoCE, o.stagger, o.duration)
+	d.printf("Every second, class 3: dequeue rate, CE marks and the fraction of ECN-capable arrivals marked,\n")
+	d.printf("backlog now and peak, gauge [#=queue |=min_th, right edge=max_th], sojourn p50/p99 (estimated from log2 bins).\n\n")
+}
+
+// flowEvent tells the live view a flow started or ended.
+type flowEvent struct {
+	idx     int
+	started bool
+	res     FlowResult
+}
+
+func (d *demo) traffic(ctx context.Context) error {
+	o, lab := d.o, d.lab
+	raddr := lab.ReceiverAddr.String()
+
+	// One single-shot server per flow, so each flow has its own port.
+	var servers []*exec.Cmd
+	var srvOut []*bytes.Buffer
+	srvCtx, srvCancel := context.WithTimeout(ctx, o.duration+30*time.Second)
+	defer func() {
+		srvCancel() // a single-shot server whose client never came waits forever
+		for _, s := range servers {
+			_ = s.Wait()
+		}
+	}()
+	for i := range o.senders {
+		var buf bytes.Buffer
+		cmd := lab.Receiver.Command(srvCtx, "iperf3", "-s", "-1", "-B", raddr, "-p", strconv.Itoa(basePort+i))
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start iperf3 server: %w", err)
+		}
+		servers = append(servers, cmd)
+		srvOut = append(srvOut, &buf)
+	}
+	if err := d.waitListening(ctx, o.senders); err != nil {
+		srvCancel()
+		for i := range srvOut {
+			if s := strings.TrimSpace(srvOut[i].String()); s != "" {
+				err = fmt.Errorf("%w\niperf3 server %d: %s", err, i+1, s)
+			}
+		}
+		return err
+	}
+
+	base, err := d.port.Stats()
+	if err != nil {
+		return err
+	}
+	events := make(chan flowEvent, 2*o.senders)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range o.senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.flow(ctx, i, t0, events)
+		}()
+	}
+
+	flows := make([]FlowResult, o.senders)
+	var samples []Sample
+	prev := base
+	active, pending := 0, o.senders
+	var trafficEnd time.Duration // when the last flow ended
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	d.printf("%s", liveHeader)
+	cc := &d.cfg.Classes[qdisc.ClassRoCE]
+	for pending > 0 {
+		select {
+		case ev := <-events:
+			f := &ev.res
+			if ev.started {
+				active++
+				d.printf("  ---- t=%.0fs  flow %d joins: %s %s -> %s:%d for %.0f s\n",
+					time.Since(t0).Seconds(), ev.idx+1, f.Sender, f.Src, f.Dst, f.Port, f.Seconds)
+				continue
+			}
+			active--
+			pending--
+			trafficEnd = time.Since(t0)
+			flows[ev.idx] = ev.res
+			if f.Error != "" && ctx.Err() == nil {
+				d.printf("  ---- flow %d failed: %s\n", ev.idx+1, f.Error)
+			}
+		case <-tick.C:
+			st, err := d.port.Stats()
+			if err != nil {
+				cancelAndWait(&wg, events)
+				return err
+			}
+			s := interval(&prev.Classes[qdisc.ClassRoCE], &st.Classes[qdisc.ClassRoCE], st.Time.Sub(prev.Time), o.rate)
+			s.T, s.Flows = st.Time.Sub(t0).Seconds(), active
+			renderSample(d.out, &s, cc)
+			samples = append(samples, s)
+			prev = st
+		case <-ctx.Done():
+			// The flows' commands die with ctx; wait for their goroutines.
+			cancelAndWait(&wg, events)
+			return ctx.Err()
+		}
+	}
+	wg.Wait()
+
+	// Let the queue drain so the counters are at rest for the invariant.
+	st, err := d.port.Stats()
+	for deadline := time.Now().Add(2 * time.Second); err == nil && time.Now().Before(deadline); {
+		c := &st.Classes[qdisc.ClassRoCE]
+		if c.BacklogPackets == 0 && c.CheckInvariant() == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+		st, err = d.port.Stats()
+	}
+	if err != nil {
+		return err
+	}
+	sum := &Summary{
+		Senders: o.senders, Rate: o.rate, DurationS: o.duration.Seconds(), StaggerS: o.stagger.Seconds(),
+		Kernel: kernelRelease(), Port: d.port.Info(), Flows: flows, TrafficS: trafficEnd.Seconds(),
+		ClassConfig: *cc, Samples: samples,
+	}
+	if q, err := d.port.Qdisc(); err == nil {
+		sum.Qdisc = &q
+	}
+	sum.finish(&st, sub(st.Classes[qdisc.ClassRoCE].DequeuedBytes, base.Classes[qdisc.ClassRoCE].DequeuedBytes))
+	renderSummary(d.out, sum)
+	d.printf("\n")
+	if o.jsonPath != "" {
+		b, err := json.MarshalIndent(sum, "", "  ")
+		if err == nil {
+			err = os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("write -json %s: %w", o.jsonPath, err)
+		}
+		d.printf("summary written to %s\n", o.jsonPath)
+	}
+	if sum.FlowsWithErrs > 0 {
+		return fmt.Errorf("%d of %d flows failed", sum.FlowsWithErrs, o.senders)
+	}
+	if sum.Invariant != "" {
+		return fmt.Errorf("counter invariant violated: %s", sum.Invariant)
+	}
+	return nil
+}
+
+// cancelAndWait drains events until every flow goroutine has returned.
+func cancelAndWait(wg *sync.WaitGroup, events <-chan flowEvent) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for {
+		select {
+		case <-events:
+		case <-done:
+			return
+		}
+	}
+}
+
+// flow runs iperf3 client i, starting at t0 + i·stagger and ending with the
+// run, and reports its start and its result.
+func (d *demo) flow(ctx context.Context, i int, t0 time.Time, events chan<- flowEvent) {
+	o, lab := d.o, d.lab
+	offset := time.Duration(i) * o.stagger
+	secs := o.duration - offset
+	f := FlowResult{
+		Sender: lab.Senders[i].Name, Src: lab.SenderAddrs[i].String(), Dst: lab.ReceiverAddr.String(),
+		Port: basePort + i, StartS: offset.Seconds(), Seconds: secs.Seconds(),
+	}
+	finish := func(err error) {
+		if err != nil {
+			f.Error = err.Error()
+		}
+		events <- flowEvent{idx: i, res: f}
+	}
+	select {
+	case <-time.After(time.Until(t0.Add(offset))):
+	case <-ctx.Done():
+		finish(ctx.Err())
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, secs+15*time.Second)
+	defer cancel()
+	cmd := lab.Senders[i].Command(cctx, "iperf3", "-c", f.Dst, "-p", strconv.Itoa(f.Port),
+		"-t", strconv.Itoa(int(secs/time.Second)), "-S", tosRoCE, "-C", congestion, "-J", "--connect-timeout", "3000")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		finish(fmt.Errorf("start iperf3: %w", err))
+		return
+	}
+	events <- flowEvent{idx: i, started: true, res: f}
+	werr := cmd.Wait()
+	r, perr := parseIperf(stdout.Bytes())
+	switch {
+	case ctx.Err() != nil:
+		finish(ctx.Err())
+		return
+	case perr == nil && r.Error != "":
+		finish(fmt.Errorf("iperf3: %s", r.Error))
+		return
+	case werr != nil || perr != nil:
+		msg := strings.TrimSpace(stderr.String())
+		finish(fmt.Errorf("iperf3: %v %v %s", werr, perr, msg))
+		return
+	}
+	f.GoodputBps = r.End.SumReceived.BitsPerSec
+	f.ReceivedBytes = r.End.SumReceived.Bytes
+	f.Seconds = r.End.SumReceived.Seconds
+	f.Retransmits = r.End.SumSent.Retransmits
+	f.Congestion = r.End.SenderCongestion
+	for _, iv := range r.Intervals {
+		f.intervals = append(f.intervals, iv.Sum)
+	}
+	finish(nil)
+}
+
+// waitListening waits until the receiver has n iperf3 servers listening.
+func (d *demo) waitListening(ctx context.Context, n int) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var ports map[int]bool
+		err := d.lab.Receiver.Do(func() error {
+			var text strings.Builder
+			for _, f := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
+				b, err := os.ReadFile(f)
+				if err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+				text.Write(b)
+			}
+			ports = listeningPorts(text.String())
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for i := range n {
+			if ports[basePort+i] {
+				ready++
+			}
+		}
+		if ready == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("iperf3 servers in the receiver: %d of %d listening after 5s", ready, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ---- preflight ----
+
+// runFunc runs a command to completion.
+type runFunc func(ctx context.Context, name string, args ...string) error
+
+// runLoud runs commands with their output shown, for apt-get.
+func runLoud(w io.Writer) runFunc {
+	return func(ctx context.Context, name string, args ...string) error {
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		cmd.Stdout, cmd.Stderr = w, w
+		return cmd.Run()
+	}
+}
+
+// ensureIperf3 installs iperf3 with apt-get if it is missing, refreshing
+// the package lists only if the first install fails.
+func ensureIperf3(ctx context.Context, w io.Writer, lookPath func(string) (string, error), run runFunc) error {
+	if _, err := lookPath("iperf3"); err == nil {
+		return nil
+	}
+	if _, err := lookPath("apt-get"); err != nil {
+		return errors.New("iperf3 is not installed and there is no apt-get: install iperf3 with your package manager")
+	}
+	install := []string{"install", "-y", "iperf3"}
+	fmt.Fprintln(w, "iperf3 is not installed; installing it: apt-get install -y iperf3")
+	if err := run(ctx, "apt-get", install...); err != nil {
+		fmt.Fprintln(w, "install failed; refreshing the package lists: apt-get update")
+		if err := run(ctx, "apt-get", "update"); err != nil {
+			return fmt.Errorf("apt-get update: %w", err)
+		}
+		fmt.Fprintln(w, "retrying: apt-get install -y iperf3")
+		if err := run(ctx, "apt-get", install...); err != nil {
+			return fmt.Errorf("apt-get install -y iperf3: %w", err)
+		}
+	}
+	if _, err := lookPath("iperf3"); err != nil {
+		return fmt.Errorf("iperf3 still missing after apt-get install: %w", err)
+	}
+	fmt.Fprintln(w, "iperf3 installed")
+	return nil
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// kernelAtLeast compares the major.minor of a release like "6.18.44-foo"
+// with want ("6.6"). An unparsable release counts as new enough: the port
+// falls back by itself if TCX is missing.
+func kernelAtLeast(release, want string) bool {
+	parse := func(s string) (int, int, bool) {
+		parts := strings.SplitN(s, ".", 3)
+		if len(parts) < 2 {
+			return 0, 0, false
+		}
+		minor := parts[1]
+		if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+			minor = minor[:i]
+		}
+		a, err1 := strconv.Atoi(parts[0])
+		b, err2 := strconv.Atoi(minor)
+		return a, b, err1 == nil && err2 == nil
+	}
+	ra, rb, ok := parse(release)
+	wa, wb, _ := parse(want)
+	if !ok {
+		return true
+	}
+	return ra > wa || ra == wa && rb >= wb
+}
