@@ -62,6 +62,9 @@ type Header struct {
 	Seconds     int    `json:"seconds"`
 	// IperfCPU is the CPU iperf3 client and server were pinned to, -1 none.
 	IperfCPU int `json:"iperf_cpu"`
+	// LoadAvg is the 1-minute load average when the run started: other
+	// work on the machine shows up as throughput noise.
+	LoadAvg string `json:"loadavg,omitempty"`
 	// PortConfig is the configuration of the attached port.
 	PortConfig string `json:"port_config"`
 	Packet     string `json:"packet"`
@@ -78,7 +81,10 @@ func run() int {
 	trials := flag.Int("trials", 5, "BPF_PROG_RUN trials per program state (the median is reported)")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
 	skipThroughput := flag.Bool("no-throughput", false, "skip the iperf3 part")
-	portLimit := flag.Uint64("port-limit", 0, "bytes: set every class limit of the attached port (0: DefaultConfig's, 1 MiB for TCP's class 0)")
+	// Without shaping the port's "backlog" is only skbs on their way to the
+	// peer, and TCP's are 64 KB GSO skbs: DefaultConfig's 1 MiB limit would
+	// drop at random and measure a buffer policy, not the programs' cost.
+	portLimit := flag.Uint64("port-limit", 1<<32, "bytes: every class limit of the attached port (0: DefaultConfig's, 1 MiB for TCP's class 0)")
 	cpu := flag.Int("cpu", runtime.NumCPU()-1, "pin iperf3 client and server to this CPU (-1: no pinning)")
 	flag.Parse()
 	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat || *cpu >= runtime.NumCPU() {
@@ -157,6 +163,11 @@ func header(repeat, trials, rounds, seconds int) Header {
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err == nil {
 		h.Kernel = unix.ByteSliceToString(uts.Release[:]) + " " + unix.ByteSliceToString(uts.Machine[:])
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			h.LoadAvg = f[0]
+		}
 	}
 	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
 		h.Clocksource = strings.TrimSpace(string(b))

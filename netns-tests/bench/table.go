@@ -14,7 +14,8 @@ import (
 func printTable(w io.Writer, r *Report) {
 	h := &r.Header
 	fmt.Fprintf(w, "fabriclab bench  %s\n", h.Time.Format("2006-01-02 15:04:05Z"))
-	fmt.Fprintf(w, "kernel %s, %d CPUs (%s), clocksource %s, %s, %s\n", h.Kernel, h.CPUs, h.CPUModel, orNA(h.Clocksource, "?"), h.GoVersion, orNA(h.Iperf3, "iperf3 missing"))
+	fmt.Fprintf(w, "kernel %s, %d CPUs (%s), clocksource %s, load %s at start, %s, %s\n", h.Kernel, h.CPUs, h.CPUModel,
+		orNA(h.Clocksource, "?"), orNA(h.LoadAvg, "?"), h.GoVersion, orNA(h.Iperf3, "iperf3 missing"))
 	fmt.Fprintf(w, "per-packet: BPF_PROG_RUN, kernel-timed, median of %d trials x %d repetitions; packet: %s\n", h.Trials, h.Repeat, h.Packet)
 	pin := "not pinned"
 	if h.IperfCPU >= 0 {

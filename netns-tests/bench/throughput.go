@@ -115,7 +115,7 @@ func runThroughput(ctx context.Context, rounds, seconds, cpu int, limit units.By
 	for r := range rounds {
 		for i, c := range tpConfigs {
 			if ctx.Err() != nil {
-				return finishRows(rows, stats), ctx.Err()
+				return finishRows(rows, stats), errors.Join(append(errs, ctx.Err())...)
 			}
 			n++
 			progress("throughput round %d/%d: %s (%d s)", r+1, rounds, c.name, seconds)
