@@ -61,6 +61,10 @@ func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptio
 	return o, nil
 }
 
+// Stats reads the counters of loaded objects (BPF_PROG_RUN tests and
+// benchmarks). cfg names the classes; it may be nil.
+func (o *Objects) Stats(cfg *Config) (Stats, error) { return readStats(&o.PortMaps, cfg) }
+
 // SetClock sets the time the programs see when loaded with TestHooks.
 func (o *Objects) SetClock(nowNs uint64) error { return o.TestNowNs.Set(nowNs) }
 

@@ -158,37 +158,16 @@ func (e *benchEnv) bench(prog *ebpf.Program, reset func()) (time.Duration, uint3
 
 // counters are the class-3 and port counters summed over CPUs.
 type counters struct {
-	class bpf.PortClassStats
-	port  bpf.PortPortStats
+	class qdisc.ClassStats
+	port  qdisc.PortCounters
 }
 
 func readCounters(o *qdisc.Objects) (counters, error) {
-	var c counters
-	var cs []bpf.PortClassStats
-	if err := o.ClassCounters.Lookup(uint32(qdisc.ClassRoCE), &cs); err != nil {
-		return c, fmt.Errorf("read class counters: %w", err)
+	s, err := o.Stats(nil)
+	if err != nil {
+		return counters{}, err
 	}
-	for _, s := range cs {
-		c.class.EnqueuedPackets += s.EnqueuedPackets
-		c.class.DequeuedPackets += s.DequeuedPackets
-		c.class.CeMarkedEct0 += s.CeMarkedEct0
-		c.class.CeMarkedEct1 += s.CeMarkedEct1
-		c.class.DroppedLimitPackets += s.DroppedLimitPackets
-		c.class.DroppedWredPackets += s.DroppedWredPackets
-		for i := range s.ArrivedByEcn {
-			c.class.ArrivedByEcn[i] += s.ArrivedByEcn[i]
-		}
-	}
-	var ps []bpf.PortPortStats
-	if err := o.PortCounters.Lookup(uint32(0), &ps); err != nil {
-		return c, fmt.Errorf("read port counters: %w", err)
-	}
-	for _, s := range ps {
-		c.port.UnaccountedPackets += s.UnaccountedPackets
-		c.port.DequeueUnstampedPackets += s.DequeueUnstampedPackets
-		c.port.MalformedPackets += s.MalformedPackets
-	}
-	return c, nil
+	return counters{class: s.Classes[qdisc.ClassRoCE], port: s.Port}, nil
 }
 
 // delta is after - before for the fields the checks use.
@@ -200,10 +179,10 @@ func diff(a, b counters) delta {
 	return delta{
 		enqueued:    b.class.EnqueuedPackets - a.class.EnqueuedPackets,
 		dequeued:    b.class.DequeuedPackets - a.class.DequeuedPackets,
-		marked:      b.class.CeMarkedEct0 + b.class.CeMarkedEct1 - a.class.CeMarkedEct0 - a.class.CeMarkedEct1,
-		dropped:     b.class.DroppedLimitPackets + b.class.DroppedWredPackets - a.class.DroppedLimitPackets - a.class.DroppedWredPackets,
-		arrivedECT0: b.class.ArrivedByEcn[2] - a.class.ArrivedByEcn[2],
-		arrivedCE:   b.class.ArrivedByEcn[3] - a.class.ArrivedByEcn[3],
+		marked:      b.class.CEMarked() - a.class.CEMarked(),
+		dropped:     b.class.DroppedPackets() - a.class.DroppedPackets(),
+		arrivedECT0: b.class.ArrivedECT0 - a.class.ArrivedECT0,
+		arrivedCE:   b.class.ArrivedCE - a.class.ArrivedCE,
 		unaccounted: b.port.UnaccountedPackets - a.port.UnaccountedPackets,
 		unstamped:   b.port.DequeueUnstampedPackets - a.port.DequeueUnstampedPackets,
 		malformed:   b.port.MalformedPackets - a.port.MalformedPackets,
