@@ -46,7 +46,7 @@ typedef _Bool bool;
 #define STAMP_MAGIC 0xA8ULL /* 10101xxx */
 #define STAMP_MAGIC_MASK 0xF8ULL
 
-#define NSEC_PER_SEC 1000000000ULL
+#define VQ_FP_SHIFT 16 /* class_config.vq_ns_per_byte_fp is 16.16 */
 
 /* Load-time settings (rewritten by the loader before the program loads). */
 
@@ -304,17 +304,17 @@ static __always_inline void note_max(__u64 *max, __u64 v)
 		*max = v;
 }
 
-/* vq_advance drains the virtual queue up to now at rate_bps and reports what
- * left. Packets leave in proportion to bytes: the virtual queue knows bytes
+/* vq_advance drains the virtual queue up to now and reports what left.
+ * Packets leave in proportion to bytes: the virtual queue knows bytes
  * exactly, packets on average. Precondition: vq_lock is held. */
-static __always_inline void vq_advance(struct class_state *cs, __u64 now, __u64 rate_bps,
+static __always_inline void vq_advance(struct class_state *cs, __u64 now, __u64 ns_per_byte_fp,
 				       __u64 *left_bytes, __u64 *left_packets)
 {
-	__u64 elapsed, drain, empty_ns, bytes_per_sec = rate_bps / 8;
+	__u64 elapsed, drain;
 
 	*left_bytes = 0;
 	*left_packets = 0;
-	if (now <= cs->vq_last_ns || bytes_per_sec == 0) {
+	if (now <= cs->vq_last_ns || ns_per_byte_fp == 0) {
 		if (cs->vq_last_ns == 0)
 			cs->vq_last_ns = now;
 		return;
@@ -323,14 +323,17 @@ static __always_inline void vq_advance(struct class_state *cs, __u64 now, __u64 
 	cs->vq_last_ns = now;
 	if (cs->backlog_bytes == 0)
 		return;
-	/* backlog < 2^32 and NSEC_PER_SEC < 2^30: no overflow. */
-	empty_ns = cs->backlog_bytes * NSEC_PER_SEC / bytes_per_sec;
-	if (elapsed >= empty_ns) {
+	/* Beyond 2^47 ns (39 h) every queue is empty anyway; below it the
+	 * shift cannot overflow. */
+	if (elapsed >= 1ULL << 47) {
+		drain = cs->backlog_bytes;
+	} else {
+		drain = (elapsed << VQ_FP_SHIFT) / ns_per_byte_fp;
+	}
+	if (drain >= cs->backlog_bytes) {
 		*left_bytes = cs->backlog_bytes;
 		*left_packets = cs->backlog_packets;
 	} else {
-		/* elapsed < empty_ns, so elapsed * bytes_per_sec < backlog * 1e9. */
-		drain = elapsed * bytes_per_sec / NSEC_PER_SEC;
 		*left_bytes = drain;
 		*left_packets = cs->backlog_packets * drain / cs->backlog_bytes;
 	}
@@ -339,23 +342,23 @@ static __always_inline void vq_advance(struct class_state *cs, __u64 now, __u64 
 }
 
 static __always_inline __u64 enqueue_virtual(struct class_state *cs, struct class_stats *st,
-					     const struct class_config *cc,
-					     const struct port_config *pc, __u32 len, __u8 ecn,
+					     const struct class_config *cc, __u32 len, __u8 ecn,
 					     enum verdict *v)
 {
-	__u64 now = now_ns(), rate = cc->rate_bps ? cc->rate_bps : pc->rate_bps;
+	__u64 now = now_ns();
 	__u64 left_bytes, left_packets, backlog, sojourn = 0;
 	__u32 rnd = random_u32(); /* no helper calls under the lock */
 	__u64 backlog_after, packets_after;
 	bool enqueued = false;
 
 	bpf_spin_lock(&cs->vq_lock);
-	vq_advance(cs, now, rate, &left_bytes, &left_packets);
+	vq_advance(cs, now, cc->vq_ns_per_byte_fp, &left_bytes, &left_packets);
 	backlog = cs->backlog_bytes;
 	*v = decide(cc, backlog, len, ecn, rnd);
 	if (*v == VERDICT_PASS || *v == VERDICT_MARK) {
-		if (rate / 8)
-			sojourn = backlog * NSEC_PER_SEC / (rate / 8);
+		/* backlog < 2^32 and ns/byte < 2^14 at the slowest port: the
+		 * product fits. */
+		sojourn = (backlog * cc->vq_ns_per_byte_fp) >> VQ_FP_SHIFT;
 		cs->backlog_bytes += len;
 		cs->backlog_packets += 1;
 		enqueued = true;
@@ -464,7 +467,7 @@ int port_enqueue(struct __sk_buff *skb)
 	ecn = pr == PARSE_IP ? pi.dsfield & ECN_MASK : ECN_NOT_ECT;
 
 	if (pc->queue_mode == QUEUE_MODE_VIRTUAL) {
-		backlog = enqueue_virtual(cs, st, cc, pc, len, ecn, &v);
+		backlog = enqueue_virtual(cs, st, cc, len, ecn, &v);
 	} else {
 		__u64 after;
 

@@ -69,6 +69,10 @@ struct class_config {
 	__u64 rate_bps;     /* virtual-queue drain rate; 0 = the port's */
 	__u32 ecn_mode;
 	__u32 flags;
+	/* Virtual queue: ns per byte at the effective drain rate, 16.16 fixed
+	 * point, from user space so the hot path multiplies instead of
+	 * dividing. 0 = no drain. */
+	__u64 vq_ns_per_byte_fp;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */

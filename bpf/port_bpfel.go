@@ -14,14 +14,15 @@ import (
 )
 
 type PortClassConfig struct {
-	_          structs.HostLayout
-	LimitBytes uint64
-	MinThBytes uint64
-	MaxThBytes uint64
-	MaxP       uint64
-	RateBps    uint64
-	EcnMode    uint32
-	Flags      uint32
+	_             structs.HostLayout
+	LimitBytes    uint64
+	MinThBytes    uint64
+	MaxThBytes    uint64
+	MaxP          uint64
+	RateBps       uint64
+	EcnMode       uint32
+	Flags         uint32
+	VqNsPerByteFp uint64
 }
 
 type PortClassState struct {

@@ -244,6 +244,9 @@ func (cc *ClassConfig) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("ecn (%d) must be off, step or wred", uint32(cc.ECN)))
 	}
+	if cc.Rate != 0 && cc.Rate < MinRate {
+		errs = append(errs, fmt.Errorf("rate (%s) must be 0 (the port's) or at least %s", cc.Rate, MinRate))
+	}
 	if cc.WREDDrop && cc.ECN == ECNOff {
 		errs = append(errs, errors.New("wred_drop needs ecn step or wred: it drops on the marking curve"))
 	}

@@ -79,6 +79,16 @@ func probToFixed(p float64) uint64 {
 
 func probFromFixed(v uint64) float64 { return float64(v) / probOne }
 
+// nsPerByteFixed is the time one byte takes at rate, in 16.16 fixed point
+// (VQ_FP_SHIFT): exact for rates that divide 8 Gbit/s, within 0.1 % up to
+// 400 Gbit/s.
+func nsPerByteFixed(rate units.Rate) uint64 {
+	if rate == 0 {
+		return 0
+	}
+	return uint64(math.Round(8e9 * (1 << 16) / float64(rate)))
+}
+
 // writeConfig puts cfg into the maps. Each class is one map update, so a
 // packet sees either the old or the new policy of a class, never a mix of
 // fields (array updates copy the value under RCU for readers).
@@ -97,6 +107,11 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 			RateBps:    uint64(cc.Rate),
 			EcnMode:    uint32(cc.ECN),
 		}
+		drain := cc.Rate
+		if drain == 0 {
+			drain = cfg.Rate
+		}
+		v.VqNsPerByteFp = nsPerByteFixed(drain)
 		if cc.WREDDrop {
 			v.Flags |= classFlagWREDDrop
 		}
