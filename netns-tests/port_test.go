@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -92,13 +91,7 @@ func TestStepMarkingTCP(t *testing.T) {
 			const seconds = 6
 			var warm qdisc.Stats
 			res := iperf3TCP(t, d, tosRoCETCP, "cubic", seconds, func() { warm = portStats(t, port) })
-			s := waitIdle(t, port)
-			q, err := port.Qdisc()
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkInvariants(t, s, q)
-			c := s.Classes[qdisc.ClassRoCE]
+			c := settle(t, port).Classes[qdisc.ClassRoCE]
 			var goodput float64
 			retrans := 0
 			for _, r := range res {
@@ -164,30 +157,24 @@ func curveQuantile(c qdisc.MarkingCurve, q float64) uint64 {
 func TestWREDCurveUDP(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
-			topo.Require(t, tcxKernel)
-			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1, DisableOffloads: true})
 			const rate = 100 * units.Mbit
 			cfg := qdisc.DefaultConfig(rate)
 			// Bins are 1 MB / 32 = 32 KB: min_th and max_th fall on bin edges.
 			const minTh, maxTh, maxP = 128 * units.KiB, 640 * units.KiB, 0.2
 			cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: 1 * units.MiB, ECN: qdisc.ECNWRED,
 				MinThBytes: minTh, MaxThBytes: maxTh, MaxP: maxP}
-			port := attachPort(t, d.Bottleneck, cfg, am.legacy)
-			sk := newSink(t, d.Receiver)
+			d, port, sk, dst := udpPort(t, 1, cfg, am.legacy)
 
 			// 60 ms at 200 Mbit/s fills 750 KB (past max_th), 100 ms off
 			// drains it: about 50 sweeps in 8 s.
 			f := flow{tos: tosRoCEECT0, payload: 1400, rate: 2 * rate, on: 60 * time.Millisecond, off: 100 * time.Millisecond, total: 8 * time.Second}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			sent, err := f.send(ctx, d.Senders[0], netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port)))
+			sent, err := f.send(ctx, d.Senders[0], dst)
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := waitIdle(t, port)
-			q, _ := port.Qdisc()
-			checkInvariants(t, s, q)
-			c := s.Classes[qdisc.ClassRoCE]
+			c := settle(t, port).Classes[qdisc.ClassRoCE]
 			t.Logf("sent %d, enqueued %d, marked %d (%.1f%%), dropped %d, max backlog %d B",
 				sent, c.EnqueuedPackets, c.CEMarked(), 100*float64(c.CEMarked())/float64(c.EnqueuedPackets), c.DroppedPackets(), c.MaxBacklogBytes)
 
@@ -222,8 +209,9 @@ func TestWREDCurveUDP(t *testing.T) {
 			if checked < 15 {
 				t.Errorf("only %d bins had enough samples: the queue did not sweep the curve", checked)
 			}
-			if got := sk.received[3].Load(); got != c.DequeuedCEPackets {
-				t.Logf("receiver socket saw %d CE datagrams, port dequeued %d (socket may drop under load)", got, c.DequeuedCEPackets)
+			// The receiving host sees the marks the port made.
+			if got := sk.received[3].Load(); got < c.DequeuedCEPackets*99/100 || got > c.DequeuedCEPackets {
+				t.Errorf("receiver socket saw %d CE datagrams, the port dequeued %d", got, c.DequeuedCEPackets)
 			}
 		})
 	}
@@ -234,24 +222,18 @@ func TestWREDCurveUDP(t *testing.T) {
 func TestNotECTTailDrop(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
-			topo.Require(t, tcxKernel)
-			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1, DisableOffloads: true})
 			const rate = 100 * units.Mbit
 			cfg := qdisc.DefaultConfig(rate) // class 3: WRED 50 KB..1 MB, limit 2 MB
-			port := attachPort(t, d.Bottleneck, cfg, am.legacy)
-			sk := newSink(t, d.Receiver)
+			d, port, sk, dst := udpPort(t, 1, cfg, am.legacy)
 
 			f := flow{tos: tosRoCENotECT, payload: 1400, rate: 2 * rate, total: 3 * time.Second}
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			sent, err := f.send(ctx, d.Senders[0], netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port)))
+			sent, err := f.send(ctx, d.Senders[0], dst)
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := waitIdle(t, port)
-			q, _ := port.Qdisc()
-			checkInvariants(t, s, q)
-			c := s.Classes[qdisc.ClassRoCE]
+			c := settle(t, port).Classes[qdisc.ClassRoCE]
 			limit := uint64(cfg.Classes[qdisc.ClassRoCE].LimitBytes)
 			t.Logf("sent %d; class 3: enqueued %d, dequeued %d, dropped at limit %d, wred-dropped %d, marked %d; max backlog %d B of %d; receiver got %d (%d CE)",
 				sent, c.EnqueuedPackets, c.DequeuedPackets, c.DroppedLimitPackets, c.DroppedWREDPackets, c.CEMarked(), c.MaxBacklogBytes, limit, sk.total(), sk.received[3].Load())
@@ -286,13 +268,8 @@ func TestNotECTTailDrop(t *testing.T) {
 func TestCNPStrictPriority(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
-			topo.Require(t, tcxKernel)
-			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 2, DisableOffloads: true})
 			const rate = 100 * units.Mbit
-			cfg := qdisc.DefaultConfig(rate)
-			port := attachPort(t, d.Bottleneck, cfg, am.legacy)
-			sk := newSink(t, d.Receiver)
-			dst := netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port))
+			d, port, _, dst := udpPort(t, 2, qdisc.DefaultConfig(rate), am.legacy)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
@@ -313,9 +290,7 @@ func TestCNPStrictPriority(t *testing.T) {
 			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
-			s := waitIdle(t, port)
-			q, _ := port.Qdisc()
-			checkInvariants(t, s, q)
+			s := settle(t, port)
 			r, c := s.Classes[qdisc.ClassRoCE], s.Classes[qdisc.ClassCNP]
 			t.Logf("roce: mean sojourn %v, p99 < %v, max backlog %d B, dropped %d; cnp: %d sent, %d dequeued, mean sojourn %v, p99 < %v, dropped %d",
 				r.MeanSojourn(), r.Sojourn.Quantile(0.99), r.MaxBacklogBytes, r.DroppedPackets(),

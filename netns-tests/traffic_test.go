@@ -91,6 +91,30 @@ func waitIdle(t *testing.T, p *qdisc.Port) qdisc.Stats {
 	}
 }
 
+// udpPort builds a dumbbell with offloads off, attaches cfg to its
+// bottleneck and opens a UDP sink in the receiver; dst is the sink.
+func udpPort(t *testing.T, senders int, cfg qdisc.Config, legacy bool) (*topo.Dumbbell, *qdisc.Port, *sink, netip.AddrPort) {
+	t.Helper()
+	topo.Require(t, tcxKernel)
+	d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: senders, DisableOffloads: true})
+	port := attachPort(t, d.Bottleneck, cfg, legacy)
+	sk := newSink(t, d.Receiver)
+	return d, port, sk, netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port))
+}
+
+// settle waits for the port to drain, checks the counter invariants and
+// returns the counters at rest.
+func settle(t *testing.T, p *qdisc.Port) qdisc.Stats {
+	t.Helper()
+	s := waitIdle(t, p)
+	q, err := p.Qdisc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, s, q)
+	return s
+}
+
 func checkInvariants(t *testing.T, s qdisc.Stats, q qdisc.QdiscCounters) {
 	t.Helper()
 	for i := range s.Classes {
