@@ -281,6 +281,15 @@ static __always_inline bool congested(const struct class_config *cc, __u64 backl
 	}
 }
 
+/* wred_draw draws a random number only where the WRED curve needs one:
+ * between min_th and max_th. */
+static __always_inline __u32 wred_draw(const struct class_config *cc, __u64 backlog)
+{
+	if (cc->ecn_mode == ECN_MODE_WRED && backlog >= cc->min_th_bytes && backlog < cc->max_th_bytes)
+		return random_u32();
+	return 0;
+}
+
 /* decide takes the random draw as an argument so that it can run under the
  * virtual queue's spin lock, where helpers may not be called. */
 static __always_inline enum verdict decide(const struct class_config *cc, __u64 backlog,
@@ -399,7 +408,7 @@ static __always_inline int enqueue_unaccounted(struct __sk_buff *skb, struct por
 					       const struct class_state *cs,
 					       const struct pkt_info *pi, __u32 len, __u8 ecn)
 {
-	enum verdict v = decide(cc, cs->backlog_bytes, len, ecn, random_u32());
+	enum verdict v = decide(cc, cs->backlog_bytes, len, ecn, wred_draw(cc, cs->backlog_bytes));
 
 	ps->unaccounted_packets++;
 	ps->unaccounted_bytes += len;
@@ -480,7 +489,7 @@ int port_enqueue(struct __sk_buff *skb)
 		/* Claim the space first so concurrent CPUs cannot overfill
 		 * the buffer; give it back if the packet does not enter. */
 		backlog = __sync_fetch_and_add(&cs->backlog_bytes, len);
-		v = decide(cc, backlog, len, ecn, random_u32());
+		v = decide(cc, backlog, len, ecn, wred_draw(cc, backlog));
 		if (v == VERDICT_DROP_LIMIT || v == VERDICT_DROP_WRED) {
 			__sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
 		} else {
