@@ -13,7 +13,8 @@
  * port_dequeue runs at TC ingress of the veth peer: every packet it sees has
  * just left the port's qdisc, so it takes the packet out of the backlog and
  * measures its sojourn (shared/reference/kernel.md, "Real queue, measured
- * sojourn, on a veth pair"). Sojourn-based AQMs decide here.
+ * sojourn, on a veth pair"). The sojourn AQMs (TCN, CoDel, ECN#, seed
+ * 002) decide and mark here.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -86,6 +87,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct class_state);
 } class_queue SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct aqm_state);
+} class_aqm SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -529,14 +537,208 @@ int port_enqueue(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-/* dequeued_ecn reads the ECN field of a packet at the dequeue hook. */
-static __always_inline __u8 dequeued_ecn(struct __sk_buff *skb)
-{
-	struct pkt_info pi = {};
+/* Dequeue AQMs (TCN, CoDel, ECN#): decided where the packet leaves the queue,
+ * on its sojourn. Times are 64-bit ns from bpf_ktime_get_ns, so none of the
+ * 32-bit time emulation or division approximation the ECN# paper needs on
+ * Tofino (seed 002 §4.1, §4.3) is needed here. */
 
-	if (parse(skb, &pi) != PARSE_IP)
-		return ECN_NOT_ECT;
-	return pi.dsfield & ECN_MASK;
+/* ControlLaw's count is clamped so that count << 32 fits in 64 bits. */
+#define AQM_COUNT_MAX (1ULL << 31)
+/* CoDel reuses part of the last count if it re-enters within 16 intervals
+ * (Linux include/net/codel_impl.h). */
+#define CODEL_REENTRY_INTERVALS 16
+
+enum aqm_verdict {
+	AQM_PASS = 0,
+	AQM_MARK_INS = 1, /* TCN, ECN# instantaneous (also when both fire) */
+	AQM_MARK_PST = 2, /* ECN# persistent, CoDel */
+};
+
+/* isqrt64 is floor(sqrt(x)) for x <= 2^63, digit by digit and without
+ * branches: a branch per digit would make the verifier walk 2^32 paths, and
+ * so would an all-ones mask, which it splits into its two values. take is 0
+ * or 1 instead, and multiplies: x - t stays within (-2^63, 2^63], so its top
+ * bit says x < t. */
+static __always_inline __u64 isqrt64(__u64 x)
+{
+	__u64 res = 0, bit = 1ULL << 62, t, take;
+
+#pragma unroll
+	for (int i = 0; i < 32; i++) {
+		t = res + bit;
+		take = ((x - t) >> 63) ^ 1; /* 1 when x >= t */
+		/* Hide take's two values from clang, which would turn the
+		 * multiplications back into branches. */
+		asm volatile("" : "+r"(take));
+		x -= t * take;
+		res = (res >> 1) + bit * take;
+		bit >>= 2;
+	}
+	return res;
+}
+
+/* control_law is t + interval/sqrt(count) (CoDel; the ECN# authors' ns-3
+ * code), as interval*2^16 / floor(sqrt(count*2^32)) in integer ns: late by a
+ * relative 2^-16/sqrt(count) at most (3 ns on 200 us). qdisc/aqm.ControlLaw
+ * computes the same. */
+static __always_inline __u64 control_law(__u64 t, __u64 interval_ns, __u64 count)
+{
+	if (count < 1)
+		count = 1;
+	if (count > AQM_COUNT_MAX)
+		count = AQM_COUNT_MAX;
+	return t + (interval_ns << 16) / isqrt64(count << 32);
+}
+
+/* ecnsharp_instantaneous: signal > ins_target (seed 002 §3.2), or the
+ * probabilistic Kmin/Kmax/Pmax curve for DCQCN (§3.5). max_p and the span are
+ * both below 2^32, so the product fits. */
+static __always_inline bool ecnsharp_instantaneous(const struct class_config *cc, __u64 signal,
+						   __u32 rnd)
+{
+	if (cc->ins_hi == 0)
+		return signal > cc->ins_lo;
+	if (signal < cc->ins_lo)
+		return false;
+	if (signal >= cc->ins_hi)
+		return true;
+	return (__u64)rnd < cc->max_p * (signal - cc->ins_lo) / (cc->ins_hi - cc->ins_lo);
+}
+
+/* ecnsharp_persistent is Algorithm 1 of seed 002 (ShouldPersistentMark with
+ * IsPersistentQueueBuildups inlined), line for line. It runs on every
+ * departing packet, even one the instantaneous condition marks.
+ * Precondition: s->lock is held. */
+static __always_inline bool ecnsharp_persistent(struct aqm_state *s, const struct class_config *cc,
+						__u64 now, __u64 signal)
+{
+	bool detected;
+
+	/* IsPersistentQueueBuildups, lines 22-33 */
+	if (signal < cc->aqm_target) {
+		s->first_above_ns = 0;
+		detected = false;
+	} else if (s->first_above_ns == 0) {
+		s->first_above_ns = now;
+		detected = false;
+	} else {
+		detected = now > s->first_above_ns + cc->aqm_interval_ns;
+	}
+
+	/* ShouldPersistentMark, lines 3-19 */
+	if (s->marking) {
+		if (!detected) {
+			s->marking = 0;
+			return false;
+		}
+		if (now > s->next_ns) {
+			s->count++;
+			if (cc->aqm_flags & AQM_F_SQRT_LAW)
+				s->next_ns = control_law(now, cc->aqm_interval_ns, s->count);
+			else
+				s->next_ns += cc->aqm_interval_ns / s->count;
+			return true;
+		}
+		return false;
+	}
+	if (detected) {
+		s->marking = 1;
+		s->count = 1;
+		s->next_ns = now + cc->aqm_interval_ns;
+		return true;
+	}
+	return false;
+}
+
+/* codel_signal is CoDel's dequeue logic (Nichols & Jacobson; RFC 8289; Linux
+ * codel_should_drop and codel_dequeue) with 64-bit ns times. Linux drops
+ * several packets in one dequeue while in the dropping state; this hook sees
+ * one departing packet at a time, so it signals at most that one.
+ * Precondition: s->lock is held. */
+static __always_inline bool codel_signal(struct aqm_state *s, const struct class_config *cc,
+					 __u64 now, __u64 sojourn, __u64 backlog_after)
+{
+	bool ok_to_drop;
+	__u64 delta;
+
+	if (sojourn < cc->aqm_target || backlog_after <= cc->mtu_bytes) {
+		/* went below: stay below for at least an interval */
+		s->first_above_ns = 0;
+		ok_to_drop = false;
+	} else if (s->first_above_ns == 0) {
+		s->first_above_ns = now + cc->aqm_interval_ns;
+		ok_to_drop = false;
+	} else {
+		ok_to_drop = now > s->first_above_ns;
+	}
+
+	if (s->marking) {
+		if (!ok_to_drop) {
+			s->marking = 0;
+			return false;
+		}
+		if (now >= s->next_ns) {
+			s->count++;
+			s->next_ns = control_law(s->next_ns, cc->aqm_interval_ns, s->count);
+			return true;
+		}
+		return false;
+	}
+	if (!ok_to_drop)
+		return false;
+	s->marking = 1;
+	/* Close to the last episode: its rate is a good start. */
+	delta = s->count - s->lastcount;
+	if (delta > 1 &&
+	    (__s64)(now - s->next_ns) < (__s64)(CODEL_REENTRY_INTERVALS * cc->aqm_interval_ns))
+		s->count = delta;
+	else
+		s->count = 1;
+	s->lastcount = s->count;
+	s->next_ns = control_law(now, cc->aqm_interval_ns, s->count);
+	return true;
+}
+
+/* aqm_decide runs the class's dequeue AQM for one departing packet. It is a
+ * global function so that the verifier checks it once, on its own: inlined,
+ * every path through the parser and the histogram ahead of it would walk the
+ * square root again and exceed the verifier's budget. */
+__attribute__((noinline)) int aqm_decide(__u32 class_id, __u64 now, __u64 sojourn,
+					 __u64 backlog_after)
+{
+	struct class_config *cc;
+	struct aqm_state *s;
+	__u64 signal;
+	bool ins, pst;
+	__u32 rnd = 0;
+
+	cc = bpf_map_lookup_elem(&class_cfg, &class_id);
+	if (!cc)
+		return AQM_PASS;
+	if (cc->ecn_mode == ECN_MODE_TCN)
+		return sojourn > cc->ins_lo ? AQM_MARK_INS : AQM_PASS;
+
+	s = bpf_map_lookup_elem(&class_aqm, &class_id);
+	if (!s)
+		return AQM_PASS;
+
+	if (cc->ecn_mode == ECN_MODE_CODEL) {
+		bpf_spin_lock(&s->lock);
+		pst = codel_signal(s, cc, now, sojourn, backlog_after);
+		bpf_spin_unlock(&s->lock);
+		return pst ? AQM_MARK_PST : AQM_PASS;
+	}
+
+	signal = (cc->aqm_flags & AQM_F_QLEN_SIGNAL) ? backlog_after : sojourn;
+	if (cc->ins_hi && signal >= cc->ins_lo && signal < cc->ins_hi)
+		rnd = random_u32();
+	ins = ecnsharp_instantaneous(cc, signal, rnd);
+	bpf_spin_lock(&s->lock);
+	pst = ecnsharp_persistent(s, cc, now, signal);
+	bpf_spin_unlock(&s->lock);
+	if (ins)
+		return AQM_MARK_INS;
+	return pst ? AQM_MARK_PST : AQM_PASS;
 }
 
 SEC("tc")
@@ -544,10 +746,13 @@ int port_dequeue(struct __sk_buff *skb)
 {
 	__u32 zero = 0, class_id, len = skb->len;
 	struct port_stats *ps;
+	struct class_config *cc;
 	struct class_state *cs;
 	struct class_stats *st;
-	__u8 tstamp_type;
-	__u64 stamp, now, sojourn;
+	struct pkt_info pi = {};
+	enum aqm_verdict v = AQM_PASS;
+	__u8 tstamp_type, ecn;
+	__u64 stamp, now, sojourn, backlog;
 
 	/* Read the type first: only then does the kernel leave a delivery-time
 	 * stamp visible at ingress (kernel.md). */
@@ -568,21 +773,45 @@ int port_dequeue(struct __sk_buff *skb)
 
 	cs = bpf_map_lookup_elem(&class_queue, &class_id);
 	st = bpf_map_lookup_elem(&class_counters, &class_id);
-	if (!cs || !st)
+	cc = bpf_map_lookup_elem(&class_cfg, &class_id);
+	if (!cs || !st || !cc)
 		return TC_ACT_OK;
 
-	__sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
+	backlog = __sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
+	backlog = backlog > len ? backlog - len : 0; /* what stays queued */
 	__sync_fetch_and_add(&cs->backlog_packets, -1LL);
 	st->dequeued_packets++;
 	st->dequeued_bytes += len;
-	if (dequeued_ecn(skb) == ECN_CE)
-		st->dequeued_ce_packets++;
 
 	now = now_ns();
 	stamp &= ~STAMP_MASK;
 	sojourn = now > stamp ? now - stamp : 0;
 	record_sojourn(st, sojourn);
-	/* Sojourn-based AQMs (CoDel, TCN, ECN#) decide here, where the
-	 * packet leaves the queue. */
+
+	ecn = parse(skb, &pi) == PARSE_IP ? pi.dsfield & ECN_MASK : ECN_NOT_ECT;
+	if (cc->ecn_mode >= ECN_MODE_TCN)
+		v = aqm_decide(class_id, now, sojourn, backlog);
+	if (v != AQM_PASS) {
+		if (ecn == ECN_ECT0 || ecn == ECN_ECT1) {
+			if (set_ce(skb, &pi) == 0) {
+				if (ecn == ECN_ECT0)
+					st->ce_marked_ect0++;
+				else
+					st->ce_marked_ect1++;
+				if (v == AQM_MARK_INS)
+					st->aqm_ins_marks++;
+				else
+					st->aqm_pst_marks++;
+				ecn = ECN_CE;
+			}
+		} else if (ecn == ECN_NOT_ECT && (cc->flags & CLASS_F_WRED_DROP)) {
+			/* What Linux CoDel does to a packet it cannot mark. */
+			st->aqm_dropped_packets++;
+			st->aqm_dropped_bytes += len;
+			return TC_ACT_SHOT;
+		}
+	}
+	if (ecn == ECN_CE)
+		st->dequeued_ce_packets++;
 	return TC_ACT_OK;
 }

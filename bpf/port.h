@@ -29,12 +29,25 @@ enum queue_mode {
 	QUEUE_MODE_VIRTUAL = 1,
 };
 
-/* Marking policy of a traffic class, decided on the instantaneous backlog a
- * packet finds when it arrives. */
+/* Marking policy of a traffic class. OFF, STEP and WRED decide at enqueue on
+ * the backlog a packet finds; TCN, CODEL and ECNSHARP decide at dequeue on the
+ * packet's sojourn (veth mode only: they need the dequeue hook). */
 enum ecn_mode {
-	ECN_MODE_OFF = 0,  /* never mark: tail drop only */
-	ECN_MODE_STEP = 1, /* mark when backlog > min_th (K) */
-	ECN_MODE_WRED = 2, /* mark on the min_th/max_th/max_p curve */
+	ECN_MODE_OFF = 0,      /* never mark: tail drop only */
+	ECN_MODE_STEP = 1,     /* mark when backlog > min_th (K) */
+	ECN_MODE_WRED = 2,     /* mark on the min_th/max_th/max_p curve */
+	ECN_MODE_TCN = 3,      /* mark when sojourn > ins_lo */
+	ECN_MODE_CODEL = 4,    /* CoDel's control law (aqm_target, aqm_interval_ns) */
+	ECN_MODE_ECNSHARP = 5, /* ECN#: instantaneous OR persistent (seed 002) */
+};
+
+enum aqm_flags {
+	/* ECN#: marking_next = now + interval/sqrt(count), the authors' ns-3
+	 * code, instead of Algorithm 1's marking_next += interval/count. */
+	AQM_F_SQRT_LAW = 1 << 0,
+	/* ECN#: the signal is the class backlog in bytes when the packet
+	 * leaves, not its sojourn; ins_lo/ins_hi/aqm_target are then bytes. */
+	AQM_F_QLEN_SIGNAL = 1 << 1,
 };
 
 enum class_flags {
@@ -73,6 +86,15 @@ struct class_config {
 	 * point, from user space so the hot path multiplies instead of
 	 * dividing. 0 = no drain. */
 	__u64 vq_ns_per_byte_fp;
+	/* Dequeue AQMs. The signal is ns of sojourn, or bytes of backlog with
+	 * AQM_F_QLEN_SIGNAL. */
+	__u64 ins_lo;          /* TCN threshold; ECN# ins_target, or Kmin of its curve */
+	__u64 ins_hi;          /* ECN# Kmax of the probabilistic curve (max_p); 0 = cut-off */
+	__u64 aqm_target;      /* ECN# pst_target; CoDel target (ns) */
+	__u64 aqm_interval_ns; /* ECN# pst_interval; CoDel interval */
+	__u64 mtu_bytes;       /* CoDel: a backlog of at most this is never "above target" */
+	__u32 aqm_flags;
+	__u32 aqm_pad;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */
@@ -85,6 +107,17 @@ struct class_state {
 	__u64 vq_last_ns;
 	struct bpf_spin_lock vq_lock;
 	__u32 pad;
+};
+
+/* State of a class's dequeue AQM (TCN has none). Go zeroes it when the
+ * class's AQM settings change. */
+struct aqm_state {
+	struct bpf_spin_lock lock;
+	__u32 marking;         /* ECN# marking_state; CoDel dropping */
+	__u64 first_above_ns;  /* ECN# first_above_time; CoDel first_above_time */
+	__u64 next_ns;         /* ECN# marking_next; CoDel drop_next */
+	__u64 count;           /* ECN# marking_count; CoDel count */
+	__u64 lastcount;       /* CoDel lastcount */
 };
 
 /* Per-CPU counters of one class; Go sums them. */
@@ -108,6 +141,13 @@ struct class_stats {
 	__u64 curve_ce_marks[CURVE_BINS];
 	/* CE packets leaving the queue: what the receiver sees */
 	__u64 dequeued_ce_packets;
+	/* Dequeue AQM decisions that marked (ECT -> CE) or, for Not-ECT
+	 * packets of a drop profile, dropped. A packet both conditions of ECN#
+	 * pick counts as instantaneous. */
+	__u64 aqm_ins_marks;   /* TCN, ECN# instantaneous */
+	__u64 aqm_pst_marks;   /* ECN# persistent, CoDel */
+	__u64 aqm_dropped_packets;
+	__u64 aqm_dropped_bytes;
 };
 
 /* Per-CPU counters of the port as a whole. */

@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type PortAqmState struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Marking      uint32
+	FirstAboveNs uint64
+	NextNs       uint64
+	Count        uint64
+	Lastcount    uint64
+}
+
 type PortClassConfig struct {
 	_             structs.HostLayout
 	LimitBytes    uint64
@@ -23,6 +36,13 @@ type PortClassConfig struct {
 	EcnMode       uint32
 	Flags         uint32
 	VqNsPerByteFp uint64
+	InsLo         uint64
+	InsHi         uint64
+	AqmTarget     uint64
+	AqmIntervalNs uint64
+	MtuBytes      uint64
+	AqmFlags      uint32
+	AqmPad        uint32
 }
 
 type PortClassState struct {
@@ -58,6 +78,10 @@ type PortClassStats struct {
 	CurveEctArrivals    [32]uint64
 	CurveCeMarks        [32]uint64
 	DequeuedCePackets   uint64
+	AqmInsMarks         uint64
+	AqmPstMarks         uint64
+	AqmDroppedPackets   uint64
+	AqmDroppedBytes     uint64
 }
 
 type PortPortConfig struct {
@@ -87,6 +111,7 @@ type PortPortStats struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	PortMapClassAqm      = "class_aqm"
 	PortMapClassCfg      = "class_cfg"
 	PortMapClassCounters = "class_counters"
 	PortMapClassQueue    = "class_queue"
@@ -150,6 +175,7 @@ type PortProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type PortMapSpecs struct {
+	ClassAqm      *ebpf.MapSpec `ebpf:"class_aqm"`
 	ClassCfg      *ebpf.MapSpec `ebpf:"class_cfg"`
 	ClassCounters *ebpf.MapSpec `ebpf:"class_counters"`
 	ClassQueue    *ebpf.MapSpec `ebpf:"class_queue"`
@@ -187,6 +213,7 @@ func (o *PortObjects) Close() error {
 //
 // It can be passed to LoadPortObjects or ebpf.CollectionSpec.LoadAndAssign.
 type PortMaps struct {
+	ClassAqm      *ebpf.Map `ebpf:"class_aqm"`
 	ClassCfg      *ebpf.Map `ebpf:"class_cfg"`
 	ClassCounters *ebpf.Map `ebpf:"class_counters"`
 	ClassQueue    *ebpf.Map `ebpf:"class_queue"`
@@ -197,6 +224,7 @@ type PortMaps struct {
 
 func (m *PortMaps) Close() error {
 	return _PortClose(
+		m.ClassAqm,
 		m.ClassCfg,
 		m.ClassCounters,
 		m.ClassQueue,

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -62,7 +63,21 @@ const (
 	// ECNWRED marks with a probability rising linearly from 0 at MinTh to
 	// MaxP at MaxTh, and marks every packet at or above MaxTh.
 	ECNWRED ECNMode = 2
+	// ECNTCN marks a packet whose sojourn exceeds InsTarget when it leaves
+	// the queue (TCN; what codel's ce_threshold does).
+	ECNTCN ECNMode = 3
+	// ECNCoDel runs CoDel's control law (Target, Interval) at dequeue and
+	// marks instead of dropping (RFC 8289 with ECN).
+	ECNCoDel ECNMode = 4
+	// ECNSharp is ECN♯ (seed 002): instantaneous marking above InsTarget
+	// OR the persistent-queue marking of Algorithm 1 (PstTarget,
+	// PstInterval), decided at dequeue.
+	ECNSharp ECNMode = 5
 )
+
+// Dequeue reports whether the mode decides where packets leave the queue
+// (on their sojourn), which needs the veth queue mode's dequeue hook.
+func (m ECNMode) Dequeue() bool { return m == ECNTCN || m == ECNCoDel || m == ECNSharp }
 
 func (m ECNMode) String() string {
 	switch m {
@@ -72,11 +87,20 @@ func (m ECNMode) String() string {
 		return "step"
 	case ECNWRED:
 		return "wred"
+	case ECNTCN:
+		return "tcn"
+	case ECNCoDel:
+		return "codel"
+	case ECNSharp:
+		return "ecnsharp"
 	}
 	return fmt.Sprintf("ecn-mode(%d)", uint32(m))
 }
 
-// ParseECNMode reads "off", "step" or "wred".
+// ECNModeNames lists the modes as ParseECNMode spells them.
+const ECNModeNames = "off, step, wred, tcn, codel or ecnsharp"
+
+// ParseECNMode reads "off", "step", "wred", "tcn", "codel" or "ecnsharp".
 func ParseECNMode(s string) (ECNMode, error) {
 	switch strings.ToLower(s) {
 	case "off", "none":
@@ -85,8 +109,14 @@ func ParseECNMode(s string) (ECNMode, error) {
 		return ECNStep, nil
 	case "wred", "red":
 		return ECNWRED, nil
+	case "tcn":
+		return ECNTCN, nil
+	case "codel":
+		return ECNCoDel, nil
+	case "ecnsharp", "ecn#", "ecn♯", "ecn-sharp":
+		return ECNSharp, nil
 	}
-	return 0, fmt.Errorf("ecn mode %q: want off, step or wred", s)
+	return 0, fmt.Errorf("ecn mode %q: want %s", s, ECNModeNames)
 }
 
 func (m ECNMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
@@ -159,6 +189,43 @@ type ClassConfig struct {
 	// Rate is the virtual queue's drain rate. Optional: 0 means the port
 	// rate. Only used in QueueVirtual mode.
 	Rate units.Rate `json:"rate,omitempty"`
+
+	// The dequeue AQMs (tcn, codel, ecnsharp) decide on the sojourn of
+	// the packet leaving the queue. WREDDrop makes them drop the Not-ECT
+	// packets they would mark, as Linux CoDel does.
+
+	// InsTarget is TCN's threshold and ECN♯'s ins_target: mark when the
+	// sojourn exceeds it. With InsMax it is Kmin of ECN♯'s probabilistic
+	// instantaneous curve. Rule of thumb: λ·RTT_p90 (seed 002 eq. 2).
+	InsTarget time.Duration `json:"ins_target,omitempty"`
+	// InsMax turns ECN♯'s instantaneous cut-off into the Kmin/Kmax/Pmax
+	// curve DCQCN needs (seed 002 §3.5): probability rising from 0 at
+	// InsTarget to MaxP at InsMax, every packet at or above InsMax.
+	// 0: cut-off at InsTarget.
+	InsMax time.Duration `json:"ins_max,omitempty"`
+	// PstTarget and PstInterval are ECN♯'s persistent-queue target and
+	// observation interval (Algorithm 1). Rules of thumb: PstTarget ≥
+	// λ·RTT_avg, PstInterval ≈ RTT_p90 (§3.4).
+	PstTarget   time.Duration `json:"pst_target,omitempty"`
+	PstInterval time.Duration `json:"pst_interval,omitempty"`
+	// SqrtLaw schedules ECN♯'s next persistent mark at now +
+	// PstInterval/√count, as the authors' ns-3 code does, instead of
+	// Algorithm 1's marking_next += PstInterval/count.
+	SqrtLaw bool `json:"sqrt_law,omitempty"`
+	// QueueSignal makes ECN♯ compare the class backlog (bytes queued when
+	// the packet leaves) instead of the sojourn (§3.5: equivalent in a
+	// single queue). Its thresholds are then the byte fields below.
+	QueueSignal    bool           `json:"queue_signal,omitempty"`
+	InsTargetBytes units.ByteSize `json:"ins_target_bytes,omitempty"`
+	InsMaxBytes    units.ByteSize `json:"ins_max_bytes,omitempty"`
+	PstTargetBytes units.ByteSize `json:"pst_target_bytes,omitempty"`
+	// Target and Interval are CoDel's (RFC 8289: 5 ms and 100 ms on the
+	// Internet; data centres use µs).
+	Target   time.Duration `json:"target,omitempty"`
+	Interval time.Duration `json:"interval,omitempty"`
+	// ForceTargets accepts an ECN♯ PstTarget at or above InsTarget, which
+	// makes the persistent logic pointless and is usually a typo.
+	ForceTargets bool `json:"force_targets,omitempty"`
 }
 
 // Config is the whole configuration of a port.
@@ -241,14 +308,85 @@ func (cc *ClassConfig) validate() error {
 		if !(cc.MaxP > 0 && cc.MaxP <= 1) {
 			errs = append(errs, fmt.Errorf("wred: max_p (%g) must be in (0, 1]", cc.MaxP))
 		}
+	case ECNTCN, ECNCoDel, ECNSharp:
 	default:
-		errs = append(errs, fmt.Errorf("ecn (%d) must be off, step or wred", uint32(cc.ECN)))
+		errs = append(errs, fmt.Errorf("ecn (%d) must be %s", uint32(cc.ECN), ECNModeNames))
 	}
 	if cc.Rate != 0 && cc.Rate < MinRate {
 		errs = append(errs, fmt.Errorf("rate (%s) must be 0 (the port's) or at least %s", cc.Rate, MinRate))
 	}
 	if cc.WREDDrop && cc.ECN == ECNOff {
-		errs = append(errs, errors.New("wred_drop needs ecn step or wred: it drops on the marking curve"))
+		errs = append(errs, errors.New("wred_drop needs an ecn mode other than off: it drops where ECT would be marked"))
 	}
+	errs = append(errs, cc.validateAQM()...)
 	return errors.Join(errs...)
+}
+
+// maxAQMTime bounds AQM durations: the programs compute interval·2^16 and
+// max_p·(sojourn−Kmin) in 64 bits.
+const maxAQMTime = 4 * time.Second
+
+func checkDuration(field string, d time.Duration, mode ECNMode) error {
+	if d <= 0 || d > maxAQMTime {
+		return fmt.Errorf("%s: %s (%s) must be greater than 0 and at most %s", mode, field, units.FormatDuration(d), units.FormatDuration(maxAQMTime))
+	}
+	return nil
+}
+
+// validateAQM checks the dequeue AQM settings of the class's mode.
+func (cc *ClassConfig) validateAQM() []error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if (cc.SqrtLaw || cc.QueueSignal) && cc.ECN != ECNSharp {
+		add(fmt.Errorf("%s: sqrt_law and queue_signal are ecnsharp options", cc.ECN))
+	}
+	switch cc.ECN {
+	case ECNTCN:
+		add(checkDuration("ins_target", cc.InsTarget, cc.ECN))
+	case ECNCoDel:
+		add(checkDuration("target", cc.Target, cc.ECN))
+		add(checkDuration("interval", cc.Interval, cc.ECN))
+	case ECNSharp:
+		add(checkDuration("pst_interval", cc.PstInterval, cc.ECN))
+		if cc.QueueSignal {
+			if cc.InsTarget != 0 || cc.InsMax != 0 || cc.PstTarget != 0 {
+				add(fmt.Errorf("ecnsharp: queue_signal compares bytes: give ins_target_bytes, ins_max_bytes and pst_target_bytes, not durations (ins_target %s, ins_max %s, pst_target %s)",
+					units.FormatDuration(cc.InsTarget), units.FormatDuration(cc.InsMax), units.FormatDuration(cc.PstTarget)))
+			}
+			if cc.InsTargetBytes == 0 || cc.InsTargetBytes >= cc.LimitBytes {
+				add(fmt.Errorf("ecnsharp: ins_target_bytes (%s) must be greater than 0 and below limit (%s)", cc.InsTargetBytes, cc.LimitBytes))
+			}
+			if cc.InsMaxBytes != 0 && (cc.InsMaxBytes <= cc.InsTargetBytes || cc.InsMaxBytes > cc.LimitBytes) {
+				add(fmt.Errorf("ecnsharp: ins_max_bytes (%s) must be 0 (cut-off) or above ins_target_bytes (%s) and at most limit (%s)", cc.InsMaxBytes, cc.InsTargetBytes, cc.LimitBytes))
+			}
+			if cc.PstTargetBytes == 0 {
+				add(fmt.Errorf("ecnsharp: pst_target_bytes (%s) must be greater than 0", cc.PstTargetBytes))
+			} else if cc.PstTargetBytes >= cc.InsTargetBytes && !cc.ForceTargets {
+				add(fmt.Errorf("ecnsharp: pst_target_bytes (%s) must be below ins_target_bytes (%s) (force_targets to allow)", cc.PstTargetBytes, cc.InsTargetBytes))
+			}
+		} else {
+			if cc.InsTargetBytes != 0 || cc.InsMaxBytes != 0 || cc.PstTargetBytes != 0 {
+				add(fmt.Errorf("ecnsharp: the byte thresholds (ins_target_bytes %s, ins_max_bytes %s, pst_target_bytes %s) need queue_signal; the sojourn signal takes durations",
+					cc.InsTargetBytes, cc.InsMaxBytes, cc.PstTargetBytes))
+			}
+			add(checkDuration("ins_target", cc.InsTarget, cc.ECN))
+			add(checkDuration("pst_target", cc.PstTarget, cc.ECN))
+			if cc.InsMax != 0 && (cc.InsMax <= cc.InsTarget || cc.InsMax > maxAQMTime) {
+				add(fmt.Errorf("ecnsharp: ins_max (%s) must be 0 (cut-off) or above ins_target (%s) and at most %s",
+					units.FormatDuration(cc.InsMax), units.FormatDuration(cc.InsTarget), units.FormatDuration(maxAQMTime)))
+			}
+			if cc.PstTarget > 0 && cc.PstTarget >= cc.InsTarget && !cc.ForceTargets {
+				add(fmt.Errorf("ecnsharp: pst_target (%s) must be below ins_target (%s) (force_targets to allow)",
+					units.FormatDuration(cc.PstTarget), units.FormatDuration(cc.InsTarget)))
+			}
+		}
+		if (cc.InsMax != 0 || cc.InsMaxBytes != 0) && !(cc.MaxP > 0 && cc.MaxP <= 1) {
+			add(fmt.Errorf("ecnsharp: max_p (%g) must be in (0, 1] for the probabilistic curve", cc.MaxP))
+		}
+	}
+	return errs
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -15,9 +16,15 @@ import (
 const (
 	classFlagWREDDrop   = 1 << 0 // CLASS_F_WRED_DROP
 	portFlagSetPriority = 1 << 0 // PORT_F_SET_PRIORITY
+	aqmFlagSqrtLaw      = 1 << 0 // AQM_F_SQRT_LAW
+	aqmFlagQueueSignal  = 1 << 1 // AQM_F_QLEN_SIGNAL
 	probOne             = 1 << 32
 	sojournBuckets      = 32
 )
+
+// DefaultFrameBytes is the largest frame of a 1500-byte-MTU Ethernet link,
+// what CoDel counts as "one MTU" of backlog unless LoadOptions say otherwise.
+const DefaultFrameBytes = 1514
 
 // LoadOptions tune how the programs are loaded.
 type LoadOptions struct {
@@ -25,16 +32,24 @@ type LoadOptions struct {
 	// random draw from test_rand (see Objects.SetClock), for BPF_PROG_RUN
 	// tests that must not sleep. Never set it on a real port.
 	TestHooks bool
+	// FrameBytes is the largest frame on the device (MTU + Ethernet
+	// header): CoDel never signals while at most this much is queued.
+	// 0 means DefaultFrameBytes.
+	FrameBytes uint64
 }
 
 // Objects are the loaded port programs and maps, not attached to anything.
 type Objects struct {
 	bpf.PortObjects
+	frameBytes uint64
 }
 
 // LoadObjects loads the programs with cfg in their maps.
 func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptions) (*Objects, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkQueueMode(&cfg, mode); err != nil {
 		return nil, err
 	}
 	spec, err := bpf.LoadPort()
@@ -46,7 +61,7 @@ func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptio
 			return nil, err
 		}
 	}
-	o := &Objects{}
+	o := &Objects{frameBytes: opts.FrameBytes}
 	if err := spec.LoadAndAssign(&o.PortObjects, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -89,6 +104,70 @@ func nsPerByteFixed(rate units.Rate) uint64 {
 	return uint64(math.Round(8e9 * (1 << 16) / float64(rate)))
 }
 
+// checkQueueMode rejects the dequeue AQMs on a port without a dequeue hook.
+func checkQueueMode(cfg *Config, mode QueueMode) error {
+	if mode == QueueVeth {
+		return nil
+	}
+	var errs []error
+	for i, cc := range cfg.Classes {
+		if cc.ECN.Dequeue() {
+			errs = append(errs, fmt.Errorf("class %d: ecn %s decides on the sojourn at dequeue and needs queue mode veth (this port is %s): use step or wred", i, cc.ECN, mode))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// aqmFields fills the dequeue AQM fields of a class's map value.
+func aqmFields(v *bpf.PortClassConfig, cc *ClassConfig) {
+	switch cc.ECN {
+	case ECNTCN:
+		v.InsLo = uint64(cc.InsTarget)
+	case ECNCoDel:
+		v.AqmTarget = uint64(cc.Target)
+		v.AqmIntervalNs = uint64(cc.Interval)
+	case ECNSharp:
+		v.AqmIntervalNs = uint64(cc.PstInterval)
+		if cc.QueueSignal {
+			v.AqmFlags |= aqmFlagQueueSignal
+			v.InsLo, v.InsHi, v.AqmTarget = uint64(cc.InsTargetBytes), uint64(cc.InsMaxBytes), uint64(cc.PstTargetBytes)
+		} else {
+			v.InsLo, v.InsHi, v.AqmTarget = uint64(cc.InsTarget), uint64(cc.InsMax), uint64(cc.PstTarget)
+		}
+		if cc.SqrtLaw {
+			v.AqmFlags |= aqmFlagSqrtLaw
+		}
+	}
+}
+
+// readAQMFields sets the active mode's AQM fields of cc from a map value;
+// the other modes' fields keep what user space last wrote.
+func readAQMFields(cc *ClassConfig, v *bpf.PortClassConfig) {
+	switch cc.ECN {
+	case ECNTCN:
+		cc.InsTarget = time.Duration(v.InsLo)
+	case ECNCoDel:
+		cc.Target, cc.Interval = time.Duration(v.AqmTarget), time.Duration(v.AqmIntervalNs)
+	case ECNSharp:
+		cc.PstInterval = time.Duration(v.AqmIntervalNs)
+		cc.QueueSignal = v.AqmFlags&aqmFlagQueueSignal != 0
+		cc.SqrtLaw = v.AqmFlags&aqmFlagSqrtLaw != 0
+		if cc.QueueSignal {
+			cc.InsTargetBytes, cc.InsMaxBytes, cc.PstTargetBytes = units.ByteSize(v.InsLo), units.ByteSize(v.InsHi), units.ByteSize(v.AqmTarget)
+		} else {
+			cc.InsTarget, cc.InsMax, cc.PstTarget = time.Duration(v.InsLo), time.Duration(v.InsHi), time.Duration(v.AqmTarget)
+		}
+	}
+}
+
+// sameAQM reports whether two map values run the same dequeue AQM with the
+// same settings, so that its state may carry over.
+func sameAQM(a, b *bpf.PortClassConfig) bool {
+	return a.EcnMode == b.EcnMode && a.InsLo == b.InsLo && a.InsHi == b.InsHi &&
+		a.AqmTarget == b.AqmTarget && a.AqmIntervalNs == b.AqmIntervalNs &&
+		a.AqmFlags == b.AqmFlags && a.MtuBytes == b.MtuBytes && a.MaxP == b.MaxP
+}
+
 // writeConfig puts cfg into the maps. Each class is one map update, so a
 // packet sees either the old or the new policy of a class, never a mix of
 // fields (array updates copy the value under RCU for readers).
@@ -115,8 +194,26 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 		if cc.WREDDrop {
 			v.Flags |= classFlagWREDDrop
 		}
+		v.MtuBytes = o.frameBytes
+		if v.MtuBytes == 0 {
+			v.MtuBytes = DefaultFrameBytes
+		}
+		aqmFields(&v, &cc)
+		var old bpf.PortClassConfig
+		if err := o.ClassCfg.Lookup(uint32(i), &old); err != nil {
+			return fmt.Errorf("read class %d config: %w", i, err)
+		}
 		if err := o.ClassCfg.Put(uint32(i), &v); err != nil {
 			return fmt.Errorf("write class %d config: %w", i, err)
+		}
+		// A changed AQM starts from a clean state (its counters stay).
+		// The state is written under its spin lock, after the new
+		// settings, so a packet never runs the new settings on stale
+		// state for longer than the window between the two updates.
+		if !sameAQM(&old, &v) {
+			if err := o.ClassAqm.Update(uint32(i), &bpf.PortAqmState{}, ebpf.UpdateLock); err != nil {
+				return fmt.Errorf("reset class %d aqm state: %w", i, err)
+			}
 		}
 	}
 	pc := bpf.PortPortConfig{
@@ -164,6 +261,7 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 		cc.Rate = units.Rate(v.RateBps)
 		cc.ECN = ECNMode(v.EcnMode)
 		cc.WREDDrop = v.Flags&classFlagWREDDrop != 0
+		readAQMFields(cc, &v)
 	}
 	return cfg, QueueMode(pc.QueueMode), nil
 }

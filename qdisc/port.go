@@ -71,6 +71,8 @@ type portMeta struct {
 	PinDir       string     `json:"pin_dir,omitempty"`
 	Config       Config     `json:"config"`
 	LegacyHandle uint32     `json:"legacy_handle,omitempty"`
+	// FrameBytes is the device's MTU plus its Ethernet header (CoDel).
+	FrameBytes uint64 `json:"frame_bytes,omitempty"`
 }
 
 // Port is an attached switch egress port.
@@ -110,6 +112,9 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	if p.meta.Ifindex, err = ifindexIn(p.ns, opts.Dev); err != nil {
 		return nil, err
 	}
+	if p.meta.FrameBytes, err = frameBytesIn(p.ns, opts.Dev); err != nil {
+		return nil, err
+	}
 	if opts.Pin {
 		// Check before claiming the pin directory: a failed attach tears
 		// down what it claimed, and this one belongs to the other port.
@@ -130,7 +135,7 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	if p.meta.HTB {
 		base = priorityBase
 	}
-	objs, err := LoadObjects(cfg, opts.Mode, base, LoadOptions{})
+	objs, err := LoadObjects(cfg, opts.Mode, base, LoadOptions{FrameBytes: p.meta.FrameBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +248,7 @@ func (p *Port) Configure(cfg Config) error {
 	if p.meta.HTB {
 		base = priorityBase
 	}
-	o := Objects{bpf.PortObjects{PortMaps: p.maps}}
+	o := Objects{PortObjects: bpf.PortObjects{PortMaps: p.maps}, frameBytes: p.meta.FrameBytes}
 	if err := o.writeConfig(cfg, p.meta.Mode, base); err != nil {
 		return err
 	}
@@ -401,6 +406,7 @@ func (p *Port) mapsByName() map[string]*ebpf.Map {
 		bpf.PortMapDscpClass:     p.maps.DscpClass,
 		bpf.PortMapClassCfg:      p.maps.ClassCfg,
 		bpf.PortMapClassQueue:    p.maps.ClassQueue,
+		bpf.PortMapClassAqm:      p.maps.ClassAqm,
 		bpf.PortMapClassCounters: p.maps.ClassCounters,
 		bpf.PortMapPortCounters:  p.maps.PortCounters,
 	}
@@ -447,6 +453,7 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 	}{
 		{bpf.PortMapPortCfg, &p.maps.PortCfg}, {bpf.PortMapDscpClass, &p.maps.DscpClass},
 		{bpf.PortMapClassCfg, &p.maps.ClassCfg}, {bpf.PortMapClassQueue, &p.maps.ClassQueue},
+		{bpf.PortMapClassAqm, &p.maps.ClassAqm},
 		{bpf.PortMapClassCounters, &p.maps.ClassCounters}, {bpf.PortMapPortCounters, &p.maps.PortCounters},
 	}
 	for _, f := range fields {
@@ -481,6 +488,33 @@ func ifindexIn(ns netns.NsHandle, dev string) (int, error) {
 		return 0, fmt.Errorf("device %q: %w", dev, err)
 	}
 	return l.Attrs().Index, nil
+}
+
+// frameBytesIn is the largest frame dev sends: its MTU and Ethernet header.
+func frameBytesIn(ns netns.NsHandle, dev string) (uint64, error) {
+	h, err := netlinkHandle(ns)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("device %q: %w", dev, err)
+	}
+	return uint64(l.Attrs().MTU) + 14, nil
+}
+
+// Backlog reads a class's queue as the programs count it: cheap enough to
+// sample every millisecond.
+func (p *Port) Backlog(class ClassID) (bytes, packets uint64, err error) {
+	if class >= NumClasses {
+		return 0, 0, fmt.Errorf("backlog: class (%d) must be 0 to %d", class, NumClasses-1)
+	}
+	var cs bpf.PortClassState
+	if err := p.maps.ClassQueue.Lookup(uint32(class), &cs); err != nil {
+		return 0, 0, fmt.Errorf("backlog: read class %d: %w", class, err)
+	}
+	return cs.BacklogBytes, cs.BacklogPackets, nil
 }
 
 func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) {

@@ -62,19 +62,29 @@ type ClassStats struct {
 	ArrivedECT1   uint64 `json:"arrived_ect1"`
 	ArrivedCE     uint64 `json:"arrived_ce"`
 	// CE marks by the codepoint the packet arrived with.
-	CEMarkedECT0        uint64           `json:"ce_marked_ect0"`
-	CEMarkedECT1        uint64           `json:"ce_marked_ect1"`
-	DroppedLimitPackets uint64           `json:"dropped_limit_packets"`
-	DroppedLimitBytes   uint64           `json:"dropped_limit_bytes"`
-	DroppedWREDPackets  uint64           `json:"dropped_wred_packets"`
-	DroppedWREDBytes    uint64           `json:"dropped_wred_bytes"`
-	BacklogBytes        uint64           `json:"backlog_bytes"`
-	BacklogPackets      uint64           `json:"backlog_packets"`
-	MaxBacklogBytes     uint64           `json:"max_backlog_bytes"`
-	MaxBacklogPackets   uint64           `json:"max_backlog_packets"`
-	SojournSum          time.Duration    `json:"sojourn_sum_ns"`
-	SojournSamples      uint64           `json:"sojourn_samples"`
-	Sojourn             SojournHistogram `json:"sojourn_hist_log2_ns"`
+	CEMarkedECT0        uint64 `json:"ce_marked_ect0"`
+	CEMarkedECT1        uint64 `json:"ce_marked_ect1"`
+	DroppedLimitPackets uint64 `json:"dropped_limit_packets"`
+	DroppedLimitBytes   uint64 `json:"dropped_limit_bytes"`
+	DroppedWREDPackets  uint64 `json:"dropped_wred_packets"`
+	DroppedWREDBytes    uint64 `json:"dropped_wred_bytes"`
+	// The dequeue AQMs' decisions (tcn, codel, ecnsharp): CE marks made
+	// as packets left the queue, split into ECN♯'s instantaneous
+	// condition (and TCN) and its persistent one (and CoDel). A packet
+	// both conditions pick counts as instantaneous. Both are included in
+	// CEMarkedECT0/ECT1. Not-ECT packets a drop profile discards at
+	// dequeue count as AQMDropped (and as dequeued: they left the queue).
+	AQMInsMarks       uint64           `json:"aqm_ins_marks"`
+	AQMPstMarks       uint64           `json:"aqm_pst_marks"`
+	AQMDroppedPackets uint64           `json:"aqm_dropped_packets"`
+	AQMDroppedBytes   uint64           `json:"aqm_dropped_bytes"`
+	BacklogBytes      uint64           `json:"backlog_bytes"`
+	BacklogPackets    uint64           `json:"backlog_packets"`
+	MaxBacklogBytes   uint64           `json:"max_backlog_bytes"`
+	MaxBacklogPackets uint64           `json:"max_backlog_packets"`
+	SojournSum        time.Duration    `json:"sojourn_sum_ns"`
+	SojournSamples    uint64           `json:"sojourn_samples"`
+	Sojourn           SojournHistogram `json:"sojourn_hist_log2_ns"`
 	// Curve is the observed marking curve of ECN-capable arrivals.
 	Curve MarkingCurve `json:"curve"`
 }
@@ -104,10 +114,19 @@ func (c *MarkingCurve) Fraction(b int) float64 {
 func (s *ClassStats) CEMarked() uint64 { return s.CEMarkedECT0 + s.CEMarkedECT1 }
 
 // DroppedPackets is the number of packets this class dropped, any cause.
-func (s *ClassStats) DroppedPackets() uint64 { return s.DroppedLimitPackets + s.DroppedWREDPackets }
+func (s *ClassStats) DroppedPackets() uint64 {
+	return s.DroppedLimitPackets + s.DroppedWREDPackets + s.AQMDroppedPackets
+}
 
 // DroppedBytes is the number of bytes this class dropped, any cause.
-func (s *ClassStats) DroppedBytes() uint64 { return s.DroppedLimitBytes + s.DroppedWREDBytes }
+func (s *ClassStats) DroppedBytes() uint64 {
+	return s.DroppedLimitBytes + s.DroppedWREDBytes + s.AQMDroppedBytes
+}
+
+// enqueueDrops are the packets and bytes dropped before entering the queue.
+func (s *ClassStats) enqueueDrops() (packets, bytes uint64) {
+	return s.DroppedLimitPackets + s.DroppedWREDPackets, s.DroppedLimitBytes + s.DroppedWREDBytes
+}
 
 // MeanSojourn is the average time a packet waited in the queue.
 func (s *ClassStats) MeanSojourn() time.Duration {
@@ -120,14 +139,16 @@ func (s *ClassStats) MeanSojourn() time.Duration {
 // CheckInvariant reports whether enqueued = dequeued + dropped + backlog holds,
 // in packets and bytes. It holds exactly only when no packet is in flight
 // between the counters (the port is idle).
+// Drops at dequeue (AQMDropped) are part of Dequeued: they left the queue.
 func (s *ClassStats) CheckInvariant() error {
-	if s.EnqueuedPackets != s.DequeuedPackets+s.DroppedPackets()+s.BacklogPackets {
-		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped %d + backlog %d packets",
-			s.Class, s.EnqueuedPackets, s.DequeuedPackets, s.DroppedPackets(), s.BacklogPackets)
+	dp, db := s.enqueueDrops()
+	if s.EnqueuedPackets != s.DequeuedPackets+dp+s.BacklogPackets {
+		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped at enqueue %d + backlog %d packets",
+			s.Class, s.EnqueuedPackets, s.DequeuedPackets, dp, s.BacklogPackets)
 	}
-	if s.EnqueuedBytes != s.DequeuedBytes+s.DroppedBytes()+s.BacklogBytes {
-		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped %d + backlog %d bytes",
-			s.Class, s.EnqueuedBytes, s.DequeuedBytes, s.DroppedBytes(), s.BacklogBytes)
+	if s.EnqueuedBytes != s.DequeuedBytes+db+s.BacklogBytes {
+		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped at enqueue %d + backlog %d bytes",
+			s.Class, s.EnqueuedBytes, s.DequeuedBytes, db, s.BacklogBytes)
 	}
 	return nil
 }
@@ -177,6 +198,10 @@ func (s *Stats) Total() ClassStats {
 		t.DroppedLimitBytes += c.DroppedLimitBytes
 		t.DroppedWREDPackets += c.DroppedWREDPackets
 		t.DroppedWREDBytes += c.DroppedWREDBytes
+		t.AQMInsMarks += c.AQMInsMarks
+		t.AQMPstMarks += c.AQMPstMarks
+		t.AQMDroppedPackets += c.AQMDroppedPackets
+		t.AQMDroppedBytes += c.AQMDroppedBytes
 		t.BacklogBytes += c.BacklogBytes
 		t.BacklogPackets += c.BacklogPackets
 		t.MaxBacklogBytes += c.MaxBacklogBytes
@@ -243,6 +268,10 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.DroppedLimitBytes += p.DroppedLimitBytes
 			c.DroppedWREDPackets += p.DroppedWredPackets
 			c.DroppedWREDBytes += p.DroppedWredBytes
+			c.AQMInsMarks += p.AqmInsMarks
+			c.AQMPstMarks += p.AqmPstMarks
+			c.AQMDroppedPackets += p.AqmDroppedPackets
+			c.AQMDroppedBytes += p.AqmDroppedBytes
 			c.SojournSum += time.Duration(p.SojournSumNs)
 			c.SojournSamples += p.SojournSamples
 			for b := range p.SojournHist {

@@ -44,6 +44,7 @@ Commands:
   show       print the effective configuration (-j for JSON)
   stats      per-class counters like tc -s; --watch for per-second rates
   detach     remove the port: programs, HTB queues, pins
+  tune       derive marking thresholds from rate and RTTs (no --dev needed)
   help       this text; "portctl help COMMAND" or "portctl COMMAND --help"
 
 Every command takes --dev DEV and --netns NAME (a name under /var/run/netns;
@@ -101,6 +102,7 @@ func init() {
 		"show":      {cmdShow, showHelp},
 		"stats":     {cmdStats, statsHelp},
 		"detach":    {cmdDetach, detachHelp},
+		"tune":      {cmdTune, tuneHelp},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -14,9 +15,11 @@ import (
 //
 //	CLASS:ITEM[,ITEM]...   (':' and ',' both separate items)
 //
-// CLASS is 0-7 (or tc0-tc7). An ITEM is a word (off, step, wred, strict,
-// no-strict, wred-drop, no-wred-drop) or KEY=VALUE (limit, min, max, p, k,
-// name, rate). Fields the spec does not mention keep their value.
+// CLASS is 0-7 (or tc0-tc7). An ITEM is a word (a mode: off, step, wred,
+// tcn, codel, ecnsharp; strict, no-strict, wred-drop, no-wred-drop, sqrt,
+// no-sqrt, force, no-force) or KEY=VALUE (limit, min, max, p, k, name, rate;
+// ins, ins-max, pst, interval, signal for ecnsharp; ins for tcn; target,
+// interval for codel). Fields the spec does not mention keep their value.
 type tcSpec struct {
 	raw      string
 	class    qdisc.ClassID
@@ -30,6 +33,13 @@ type tcSpec struct {
 	rate     *units.Rate
 	strict   *bool
 	wredDrop *bool
+	// Dequeue AQMs. ins, insMax and pst are durations, or sizes when
+	// ecnsharp compares the queue length (signal=qlen): kept raw until
+	// apply knows which.
+	ins, insMax, pst *string
+	interval, target *time.Duration
+	sqrt, force      *bool
+	queueSignal      *bool
 }
 
 // A dscpSpec is one --dscp option: DSCP values mapped to a class.
@@ -46,8 +56,9 @@ func specError(opt, raw, format string, args ...any) error {
 	return fmt.Errorf("%s %s: %s", opt, raw, fmt.Sprintf(format, args...))
 }
 
-const tcKeysHelp = "words: off, step, wred, strict, no-strict, wred-drop, no-wred-drop; " +
-	"keys: limit=SIZE, min=SIZE, max=SIZE, p=PROB, k=SIZE, name=NAME, rate=RATE"
+const tcKeysHelp = "words: off, step, wred, tcn, codel, ecnsharp, strict, no-strict, wred-drop, no-wred-drop, " +
+	"sqrt, no-sqrt, force, no-force; keys: limit=SIZE, min=SIZE, max=SIZE, p=PROB, k=SIZE, name=NAME, rate=RATE, " +
+	"ins=DUR, ins-max=DUR, pst=DUR, interval=DUR, target=DUR, signal=sojourn|qlen"
 
 // parseClass reads a class number, 0-7, optionally spelled tcN.
 func parseClass(s string) (qdisc.ClassID, error) {
@@ -100,10 +111,18 @@ func parseTC(raw string) (*tcSpec, error) {
 				field = "strict"
 				v := key == "strict"
 				s.strict = &v
-			case "wred-drop", "no-wred-drop", "nowred-drop":
+			case "wred-drop", "no-wred-drop", "nowred-drop", "drop-not-ect", "no-drop-not-ect":
 				field = "wred-drop"
-				v := key == "wred-drop"
+				v := key == "wred-drop" || key == "drop-not-ect"
 				s.wredDrop = &v
+			case "sqrt", "no-sqrt":
+				field = "sqrt"
+				v := key == "sqrt"
+				s.sqrt = &v
+			case "force", "no-force":
+				field = "force"
+				v := key == "force"
+				s.force = &v
 			default:
 				m, err := qdisc.ParseECNMode(key)
 				if err != nil {
@@ -162,6 +181,35 @@ func parseTC(raw string) (*tcSpec, error) {
 					s.rate = &v
 				}
 			}
+		case "ins", "ins_target", "ins-target", "threshold", "thresh":
+			if err = once("ins"); err == nil {
+				s.ins = &val
+			}
+		case "ins-max", "ins_max", "insmax", "kmax":
+			if err = once("ins-max"); err == nil {
+				s.insMax = &val
+			}
+		case "pst", "pst_target", "pst-target":
+			if err = once("pst"); err == nil {
+				s.pst = &val
+			}
+		case "interval", "pst_interval", "pst-interval":
+			err = duration(&s.interval, "interval", val, once)
+		case "target":
+			err = duration(&s.target, "target", val, once)
+		case "signal":
+			if err = once("signal"); err == nil {
+				switch strings.ToLower(val) {
+				case "sojourn", "time":
+					v := false
+					s.queueSignal = &v
+				case "qlen", "queue", "bytes":
+					v := true
+					s.queueSignal = &v
+				default:
+					err = fmt.Errorf("signal %q: want sojourn or qlen", val)
+				}
+			}
 		case "ecn", "mode":
 			if err = once("ecn mode"); err == nil {
 				var m qdisc.ECNMode
@@ -177,6 +225,19 @@ func parseTC(raw string) (*tcSpec, error) {
 		}
 	}
 	return s, nil
+}
+
+// duration parses a tc-style duration (200us, 1.5ms) into *dst.
+func duration(dst **time.Duration, field, val string, once func(string) error) error {
+	if err := once(field); err != nil {
+		return err
+	}
+	d, err := units.ParseDuration(val)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	*dst = &d
+	return nil
 }
 
 func checkName(n string) error {
@@ -203,10 +264,14 @@ func (s *tcSpec) apply(cfg *qdisc.Config) error {
 	if s.mode != nil {
 		mode = *s.mode
 	}
+	if err := s.checkAQMKeys(mode); err != nil {
+		return err
+	}
 	switch {
 	case s.k != nil && mode != qdisc.ECNStep:
 		return specError("--tc", s.raw, "k is the step-mode threshold but class %d is in %s mode (write %d:step:k=%s)", s.class, mode, s.class, *s.k)
-	case (s.min != nil || s.max != nil || s.p != nil) && mode != qdisc.ECNWRED:
+	case (s.min != nil || s.max != nil) && mode != qdisc.ECNWRED,
+		s.p != nil && mode != qdisc.ECNWRED && mode != qdisc.ECNSharp:
 		hint := fmt.Sprintf("write %d:wred:min=...,max=...,p=...", s.class)
 		if mode == qdisc.ECNStep {
 			hint = fmt.Sprintf("step mode takes k=SIZE, e.g. %d:step:k=100kb", s.class)
@@ -238,6 +303,9 @@ func (s *tcSpec) apply(cfg *qdisc.Config) error {
 	if s.wredDrop != nil {
 		cc.WREDDrop = *s.wredDrop
 	}
+	if err := s.applyAQM(cc, before); err != nil {
+		return err
+	}
 	// Entering a mode from one whose thresholds mean nothing to it.
 	if mode == qdisc.ECNWRED && before != qdisc.ECNWRED {
 		var missing []string
@@ -256,6 +324,129 @@ func (s *tcSpec) apply(cfg *qdisc.Config) error {
 	}
 	if mode == qdisc.ECNStep && before == qdisc.ECNOff && s.k == nil {
 		return specError("--tc", s.raw, "switching class %d to step needs k=SIZE (e.g. %d:step:k=100kb)", s.class, s.class)
+	}
+	return nil
+}
+
+// checkAQMKeys rejects AQM keys the class's mode does not use.
+func (s *tcSpec) checkAQMKeys(mode qdisc.ECNMode) error {
+	bad := func(key, modes, example string) error {
+		return specError("--tc", s.raw, "%s is a setting of %s but class %d is in %s mode (e.g. %d:%s)", key, modes, s.class, mode, s.class, example)
+	}
+	sharpEx := "ecnsharp:ins=200us,pst=85us,interval=200us"
+	switch {
+	case s.ins != nil && mode != qdisc.ECNTCN && mode != qdisc.ECNSharp:
+		return bad("ins", "tcn and ecnsharp", "tcn:ins=200us")
+	case s.insMax != nil && mode != qdisc.ECNSharp:
+		return bad("ins-max", "ecnsharp", "ecnsharp:ins=100us,ins-max=400us,p=0.2,pst=85us,interval=200us")
+	case s.pst != nil && mode != qdisc.ECNSharp:
+		return bad("pst", "ecnsharp", sharpEx)
+	case s.sqrt != nil && mode != qdisc.ECNSharp:
+		return bad("sqrt", "ecnsharp", sharpEx+",sqrt")
+	case s.force != nil && mode != qdisc.ECNSharp:
+		return bad("force", "ecnsharp", sharpEx+",force")
+	case s.queueSignal != nil && mode != qdisc.ECNSharp:
+		return bad("signal", "ecnsharp", "ecnsharp:signal=qlen,ins=250kb,pst=100kb,interval=200us")
+	case s.interval != nil && mode != qdisc.ECNSharp && mode != qdisc.ECNCoDel:
+		return bad("interval", "ecnsharp and codel", "codel:target=85us,interval=200us")
+	case s.target != nil && mode != qdisc.ECNCoDel:
+		if mode == qdisc.ECNSharp {
+			return specError("--tc", s.raw, "ecnsharp's persistent target is pst=, not target= (e.g. %d:%s)", s.class, sharpEx)
+		}
+		return bad("target", "codel", "codel:target=85us,interval=200us")
+	}
+	return nil
+}
+
+// applyAQM sets the dequeue AQM fields of cc and checks that a class
+// entering a dequeue mode gets the settings it needs.
+func (s *tcSpec) applyAQM(cc *qdisc.ClassConfig, before qdisc.ECNMode) error {
+	if s.sqrt != nil {
+		cc.SqrtLaw = *s.sqrt
+	}
+	if s.force != nil {
+		cc.ForceTargets = *s.force
+	}
+	if s.queueSignal != nil && *s.queueSignal != cc.QueueSignal {
+		// The thresholds change unit: the old ones mean nothing now.
+		cc.QueueSignal = *s.queueSignal
+		cc.InsTarget, cc.InsMax, cc.PstTarget = 0, 0, 0
+		cc.InsTargetBytes, cc.InsMaxBytes, cc.PstTargetBytes = 0, 0, 0
+	}
+	qlen := cc.ECN == qdisc.ECNSharp && cc.QueueSignal
+	threshold := func(raw *string, key string, d *time.Duration, b *units.ByteSize) error {
+		if raw == nil {
+			return nil
+		}
+		if qlen {
+			v, err := units.ParseSize(*raw)
+			if err != nil {
+				return specError("--tc", s.raw, "%s: with signal=qlen thresholds are sizes: %v", key, err)
+			}
+			*b = v
+			return nil
+		}
+		v, err := units.ParseDuration(*raw)
+		if err != nil {
+			return specError("--tc", s.raw, "%s: %v", key, err)
+		}
+		*d = v
+		return nil
+	}
+	if err := threshold(s.ins, "ins", &cc.InsTarget, &cc.InsTargetBytes); err != nil {
+		return err
+	}
+	if err := threshold(s.insMax, "ins-max", &cc.InsMax, &cc.InsMaxBytes); err != nil {
+		return err
+	}
+	if err := threshold(s.pst, "pst", &cc.PstTarget, &cc.PstTargetBytes); err != nil {
+		return err
+	}
+	switch cc.ECN {
+	case qdisc.ECNSharp:
+		if s.interval != nil {
+			cc.PstInterval = *s.interval
+		}
+	case qdisc.ECNCoDel:
+		if s.interval != nil {
+			cc.Interval = *s.interval
+		}
+		if s.target != nil {
+			cc.Target = *s.target
+		}
+	}
+	if cc.ECN == before || !cc.ECN.Dequeue() {
+		return nil
+	}
+	var missing []string
+	need := func(unset bool, key string) {
+		if unset {
+			missing = append(missing, key)
+		}
+	}
+	var example string
+	switch cc.ECN {
+	case qdisc.ECNTCN:
+		need(cc.InsTarget == 0, "ins=DUR")
+		example = "tcn:ins=200us"
+	case qdisc.ECNCoDel:
+		need(cc.Target == 0, "target=DUR")
+		need(cc.Interval == 0, "interval=DUR")
+		example = "codel:target=85us,interval=200us"
+	case qdisc.ECNSharp:
+		if qlen {
+			need(cc.InsTargetBytes == 0, "ins=SIZE")
+			need(cc.PstTargetBytes == 0, "pst=SIZE")
+		} else {
+			need(cc.InsTarget == 0, "ins=DUR")
+			need(cc.PstTarget == 0, "pst=DUR")
+		}
+		need(cc.PstInterval == 0, "interval=DUR")
+		example = "ecnsharp:ins=200us,pst=85us,interval=200us"
+	}
+	if len(missing) > 0 {
+		return specError("--tc", s.raw, "switching class %d to %s needs %s (e.g. %d:%s; portctl tune derives them from RTTs)",
+			s.class, cc.ECN, strings.Join(missing, ", "), s.class, example)
 	}
 	return nil
 }

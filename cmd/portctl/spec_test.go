@@ -121,7 +121,7 @@ func TestParseAndApply(t *testing.T) {
 		{name: "max above limit", in: opts{tc: []string{"3:max=4mb"}}, err: "class 3: wred: max_th (4mb) must not exceed limit (2mb)"},
 		{name: "min above max", in: opts{tc: []string{"3:min=2mb"}}, err: "class 3: wred: max_th (1000kb) must be greater than min_th (2mb)"},
 		{name: "p zero", in: opts{tc: []string{"3:p=0"}}, err: "class 3: wred: max_p (0) must be in (0, 1]"},
-		{name: "wred-drop without ecn", in: opts{tc: []string{"0:wred-drop"}}, err: "class 0: wred_drop needs ecn step or wred"},
+		{name: "wred-drop without ecn", in: opts{tc: []string{"0:wred-drop"}}, err: "class 0: wred_drop needs an ecn mode other than off"},
 		{name: "zero limit", in: opts{tc: []string{"1:limit=0"}}, err: "class 1: limit (0b) must be greater than 0"},
 		{name: "K at limit", in: opts{tc: []string{"6:step:k=256kb"}}, err: "class 6: step: K (256kb) must be below limit (256kb)"},
 	} {
