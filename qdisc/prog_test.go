@@ -667,6 +667,28 @@ func TestValidate(t *testing.T) {
 		{"class out of range", func(c *Config) { c.DSCPClass[10] = 8 }, "dscp 10: class (8) must be 0 to 7"},
 		{"default class out of range", func(c *Config) { c.DefaultClass = 9 }, "default_class (9) must be 0 to 7"},
 		{"step K at limit", func(c *Config) { c.Classes[1].ECN = ECNStep; c.Classes[1].MinThBytes = c.Classes[1].LimitBytes }, "step: K (1mb) must be below limit (1mb)"},
+		{"tcn without threshold", func(c *Config) { c.Classes[3].ECN = ECNTCN }, "class 3: tcn: ins_target (0us) must be greater than 0 and at most 4s"},
+		{"codel interval too long", func(c *Config) { c.Classes[3] = codelClass(5*time.Millisecond, 5*time.Second) },
+			"class 3: codel: interval (5s) must be greater than 0 and at most 4s"},
+		{"ecnsharp pst above ins", func(c *Config) { c.Classes[3] = sharpClass(100*time.Microsecond, 150*time.Microsecond, 200*time.Microsecond) },
+			"class 3: ecnsharp: pst_target (150us) must be below ins_target (100us) (force_targets to allow)"},
+		{"ecnsharp curve without max_p", func(c *Config) {
+			c.Classes[3] = sharpClass(100*time.Microsecond, 50*time.Microsecond, 200*time.Microsecond)
+			c.Classes[3].InsMax = 300 * time.Microsecond
+		}, "ecnsharp: max_p (0) must be in (0, 1] for the probabilistic curve"},
+		{"ecnsharp ins_max below ins", func(c *Config) {
+			c.Classes[3] = sharpClass(100*time.Microsecond, 50*time.Microsecond, 200*time.Microsecond)
+			c.Classes[3].InsMax, c.Classes[3].MaxP = 80*time.Microsecond, 0.1
+		}, "ecnsharp: ins_max (80us) must be 0 (cut-off) or above ins_target (100us)"},
+		{"ecnsharp bytes without queue signal", func(c *Config) {
+			c.Classes[3] = sharpClass(100*time.Microsecond, 50*time.Microsecond, 200*time.Microsecond)
+			c.Classes[3].PstTargetBytes = 1000
+		}, "the byte thresholds (ins_target_bytes 0b, ins_max_bytes 0b, pst_target_bytes 1000b) need queue_signal"},
+		{"ecnsharp queue signal with durations", func(c *Config) {
+			c.Classes[3] = sharpClass(100*time.Microsecond, 50*time.Microsecond, 200*time.Microsecond)
+			c.Classes[3].QueueSignal = true
+		}, "queue_signal compares bytes"},
+		{"sqrt law outside ecnsharp", func(c *Config) { c.Classes[3].SqrtLaw = true }, "wred: sqrt_law and queue_signal are ecnsharp options"},
 	} {
 		err := bad(tc.mut)
 		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.want)) {
@@ -675,6 +697,29 @@ func TestValidate(t *testing.T) {
 	}
 	if c := DefaultConfig(100 * units.Mbit); c.Validate() != nil {
 		t.Errorf("default config invalid: %v", c.Validate())
+	}
+}
+
+func codelClass(target, interval time.Duration) ClassConfig {
+	return ClassConfig{Name: "roce", LimitBytes: units.MiB, ECN: ECNCoDel, Target: target, Interval: interval}
+}
+
+func sharpClass(ins, pst, interval time.Duration) ClassConfig {
+	return ClassConfig{Name: "roce", LimitBytes: units.MiB, ECN: ECNSharp, InsTarget: ins, PstTarget: pst, PstInterval: interval}
+}
+
+func TestValidateAQMAccepts(t *testing.T) {
+	c := DefaultConfig(units.Gbit)
+	c.Classes[1] = sharpClass(100*time.Microsecond, 150*time.Microsecond, 200*time.Microsecond)
+	c.Classes[1].ForceTargets = true
+	c.Classes[2] = codelClass(85*time.Microsecond, 200*time.Microsecond)
+	c.Classes[3] = sharpClass(100*time.Microsecond, 50*time.Microsecond, 200*time.Microsecond)
+	c.Classes[3].InsMax, c.Classes[3].MaxP, c.Classes[3].SqrtLaw = 400*time.Microsecond, 0.2, true
+	c.Classes[4] = ClassConfig{LimitBytes: units.MiB, ECN: ECNSharp, QueueSignal: true,
+		InsTargetBytes: 250000, PstTargetBytes: 100000, PstInterval: 200 * time.Microsecond}
+	c.Classes[5] = ClassConfig{LimitBytes: units.MiB, ECN: ECNTCN, InsTarget: 100 * time.Microsecond, WREDDrop: true}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
 	}
 }
 

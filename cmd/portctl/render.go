@@ -37,6 +37,31 @@ func ecnText(cc *qdisc.ClassConfig) string {
 		return fmt.Sprintf("wred min %s max %s probability %s", cc.MinThBytes, cc.MaxThBytes, strconv.FormatFloat(cc.MaxP, 'g', 6, 64))
 	case qdisc.ECNStep:
 		return fmt.Sprintf("step K %s", cc.MinThBytes)
+	case qdisc.ECNTCN:
+		return fmt.Sprintf("tcn ins_target %s", units.FormatDuration(cc.InsTarget))
+	case qdisc.ECNCoDel:
+		return fmt.Sprintf("codel target %s interval %s", units.FormatDuration(cc.Target), units.FormatDuration(cc.Interval))
+	case qdisc.ECNSharp:
+		var ins, pst string
+		if cc.QueueSignal {
+			ins, pst = "ins_target "+cc.InsTargetBytes.String(), cc.PstTargetBytes.String()
+			if cc.InsMaxBytes != 0 {
+				ins = fmt.Sprintf("ins_min %s ins_max %s probability %s", cc.InsTargetBytes, cc.InsMaxBytes, strconv.FormatFloat(cc.MaxP, 'g', 6, 64))
+			}
+		} else {
+			ins, pst = "ins_target "+units.FormatDuration(cc.InsTarget), units.FormatDuration(cc.PstTarget)
+			if cc.InsMax != 0 {
+				ins = fmt.Sprintf("ins_min %s ins_max %s probability %s", units.FormatDuration(cc.InsTarget), units.FormatDuration(cc.InsMax), strconv.FormatFloat(cc.MaxP, 'g', 6, 64))
+			}
+		}
+		t := fmt.Sprintf("ecnsharp %s pst_target %s pst_interval %s", ins, pst, units.FormatDuration(cc.PstInterval))
+		if cc.QueueSignal {
+			t += " signal qlen"
+		}
+		if cc.SqrtLaw {
+			t += " sqrt"
+		}
+		return t
 	}
 	return cc.ECN.String()
 }
@@ -193,9 +218,13 @@ func renderStats(w io.Writer, info qdisc.Info, st *qdisc.Stats, q *qdisc.QdiscCo
 
 func renderClass(w io.Writer, c *qdisc.ClassStats) {
 	fmt.Fprintf(w, "class %s\n", classLabel(c.Class, c.Name))
-	fmt.Fprintf(w, " Sent %d bytes %d pkt (dropped %d: limit %d, wred %d)  marked CE %d (ect0 %d, ect1 %d)  sent CE %d\n",
-		c.DequeuedBytes, c.DequeuedPackets, c.DroppedPackets(), c.DroppedLimitPackets, c.DroppedWREDPackets,
+	fmt.Fprintf(w, " Sent %d bytes %d pkt (dropped %d: limit %d, wred %d, aqm %d)  marked CE %d (ect0 %d, ect1 %d)  sent CE %d\n",
+		c.DequeuedBytes, c.DequeuedPackets, c.DroppedPackets(), c.DroppedLimitPackets, c.DroppedWREDPackets, c.AQMDroppedPackets,
 		c.CEMarked(), c.CEMarkedECT0, c.CEMarkedECT1, c.DequeuedCEPackets)
+	if c.AQMInsMarks+c.AQMPstMarks+c.AQMDroppedPackets > 0 {
+		fmt.Fprintf(w, " at dequeue: marked %d instantaneous, %d persistent; dropped %d not-ect\n",
+			c.AQMInsMarks, c.AQMPstMarks, c.AQMDroppedPackets)
+	}
 	fmt.Fprintf(w, " backlog %db %dp  max backlog %db %dp\n",
 		c.BacklogBytes, c.BacklogPackets, c.MaxBacklogBytes, c.MaxBacklogPackets)
 	if c.SojournSamples > 0 {

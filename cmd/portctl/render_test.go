@@ -114,7 +114,7 @@ func TestRenderStats(t *testing.T) {
 	renderStats(&b, info, &st, q, false)
 	want := `port swp0 (netns sw)  queue veth  at 03:04:05.006
 class tc3 (roce)
- Sent 990000 bytes 990 pkt (dropped 8: limit 6, wred 2)  marked CE 41 (ect0 40, ect1 1)  sent CE 39
+ Sent 990000 bytes 990 pkt (dropped 8: limit 6, wred 2, aqm 0)  marked CE 41 (ect0 40, ect1 1)  sent CE 39
  backlog 2000b 2p  max backlog 150000b 150p
  sojourn mean 20us p50 16.384us p99 65.536us (990 samples)
  arrived 1000000 bytes 1000 pkt: not-ect 10, ect0 980, ect1 10, ce 0

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -21,6 +22,73 @@ func TestParseAndApply(t *testing.T) {
 		check func(t *testing.T, c *qdisc.Config)
 		err   string // substring of the error; "" = success
 	}{
+		{
+			name: "ecnsharp from the tune output",
+			in:   opts{tc: []string{"3:ecnsharp:ins=200us,pst=85us,interval=200us"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				cc := c.Classes[3]
+				if cc.ECN != qdisc.ECNSharp || cc.InsTarget != 200*time.Microsecond || cc.PstTarget != 85*time.Microsecond || cc.PstInterval != 200*time.Microsecond {
+					t.Errorf("class 3 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "ecnsharp probabilistic, sqrt law",
+			in:   opts{tc: []string{"3:ecnsharp:ins=100us,ins-max=400us,p=0.2,pst=50us,interval=200us,sqrt"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				cc := c.Classes[3]
+				if cc.InsMax != 400*time.Microsecond || cc.MaxP != 0.2 || !cc.SqrtLaw {
+					t.Errorf("class 3 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "ecnsharp on queue length takes sizes",
+			in:   opts{tc: []string{"3:ecnsharp:signal=qlen,ins=250kb,pst=100kb,interval=200us"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				cc := c.Classes[3]
+				if !cc.QueueSignal || cc.InsTargetBytes != 250*units.KiB || cc.PstTargetBytes != 100*units.KiB || cc.InsTarget != 0 {
+					t.Errorf("class 3 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "tcn and codel",
+			in:   opts{tc: []string{"3:tcn:ins=200us", "0:codel:target=85us,interval=200us,drop-not-ect"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				if cc := c.Classes[3]; cc.ECN != qdisc.ECNTCN || cc.InsTarget != 200*time.Microsecond {
+					t.Errorf("class 3 = %+v", cc)
+				}
+				if cc := c.Classes[0]; cc.ECN != qdisc.ECNCoDel || cc.Target != 85*time.Microsecond || cc.Interval != 200*time.Microsecond || !cc.WREDDrop {
+					t.Errorf("class 0 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "ecnsharp missing settings",
+			in:   opts{tc: []string{"3:ecnsharp:ins=200us"}},
+			err:  "switching class 3 to ecnsharp needs pst=DUR, interval=DUR",
+		},
+		{
+			name: "pst outside ecnsharp",
+			in:   opts{tc: []string{"3:pst=85us"}},
+			err:  "pst is a setting of ecnsharp but class 3 is in wred mode",
+		},
+		{
+			name: "target on ecnsharp",
+			in:   opts{tc: []string{"3:ecnsharp:ins=200us,pst=85us,interval=200us,target=1ms"}},
+			err:  "ecnsharp's persistent target is pst=, not target=",
+		},
+		{
+			name: "duration where qlen wants a size",
+			in:   opts{tc: []string{"3:ecnsharp:signal=qlen,ins=200us,pst=85kb,interval=200us"}},
+			err:  "ins: with signal=qlen thresholds are sizes",
+		},
+		{
+			name: "pst above ins names the fields",
+			in:   opts{tc: []string{"3:ecnsharp:ins=100us,pst=150us,interval=200us"}},
+			err:  "pst_target (150us) must be below ins_target (100us) (force_targets to allow)",
+		},
 		{
 			name: "wred on roce",
 			in:   opts{tc: []string{"3:wred:min=100kb,max=1.5mb,p=0.2,limit=4mb"}},
