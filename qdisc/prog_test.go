@@ -670,7 +670,9 @@ func TestValidate(t *testing.T) {
 		{"tcn without threshold", func(c *Config) { c.Classes[3].ECN = ECNTCN }, "class 3: tcn: ins_target (0us) must be greater than 0 and at most 4s"},
 		{"codel interval too long", func(c *Config) { c.Classes[3] = codelClass(5*time.Millisecond, 5*time.Second) },
 			"class 3: codel: interval (5s) must be greater than 0 and at most 4s"},
-		{"ecnsharp pst above ins", func(c *Config) { c.Classes[3] = sharpClass(100*time.Microsecond, 150*time.Microsecond, 200*time.Microsecond) },
+		{"ecnsharp pst above ins", func(c *Config) {
+			c.Classes[3] = sharpClass(100*time.Microsecond, 150*time.Microsecond, 200*time.Microsecond)
+		},
 			"class 3: ecnsharp: pst_target (150us) must be below ins_target (100us) (force_targets to allow)"},
 		{"ecnsharp curve without max_p", func(c *Config) {
 			c.Classes[3] = sharpClass(100*time.Microsecond, 50*time.Microsecond, 200*time.Microsecond)

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // seedTune is seed 002's testbed (§5.2): 10 Gbit/s, RTT p90 ≈ 200 µs,
@@ -105,30 +108,42 @@ func TestTuneJSON(t *testing.T) {
 // TestTuneStepOptionsParse: the step lines are accepted by the --tc parser
 // as it is. (The ecnsharp, tcn and codel keys are added to spec.go
 // separately.)
-func TestTuneStepOptionsParse(t *testing.T) {
+// TestTuneOptionsApply: every --tc line tune prints parses, applies to the
+// default port and validates, so it can be pasted as it is.
+func TestTuneOptionsApply(t *testing.T) {
 	var out bytes.Buffer
 	if code := run(seedTune, &out, &out); code != 0 {
 		t.Fatalf("exit %d: %s", code, out.String())
 	}
-	n := 0
+	modes := map[qdisc.ECNMode]int{}
 	for _, l := range strings.Split(out.String(), "\n") {
 		opt, _, _ := strings.Cut(l, "#")
 		v, ok := strings.CutPrefix(strings.TrimSpace(opt), "--tc ")
-		if !ok || !strings.Contains(v, ":step:") {
+		if !ok {
 			continue
 		}
-		n++
-		s, err := parseTC(v)
+		s, err := parseTC(strings.TrimSpace(v))
 		if err != nil {
 			t.Errorf("--tc %s: %v", v, err)
 			continue
 		}
-		if s.k == nil || (*s.k != 250000 && *s.k != 106250) {
-			t.Errorf("--tc %s: k = %v", v, s.k)
+		cfg := qdisc.DefaultConfig(10 * units.Gbit)
+		e := &edits{tc: []*tcSpec{s}}
+		if err := e.apply(&cfg); err != nil {
+			t.Errorf("--tc %s: %v", v, err)
+			continue
+		}
+		cc := cfg.Classes[s.class]
+		modes[cc.ECN]++
+		if cc.ECN == qdisc.ECNStep && cc.MinThBytes != 250000 && cc.MinThBytes != 106250 {
+			t.Errorf("--tc %s: k = %s", v, cc.MinThBytes)
 		}
 	}
-	if n != 2 {
-		t.Errorf("%d step lines, want 2", n)
+	want := map[qdisc.ECNMode]int{qdisc.ECNSharp: 1, qdisc.ECNTCN: 1, qdisc.ECNCoDel: 1, qdisc.ECNStep: 2}
+	for m, n := range want {
+		if modes[m] != n {
+			t.Errorf("%d %s lines, want %d (got %v)", modes[m], m, n, modes)
+		}
 	}
 }
 
