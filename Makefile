@@ -10,7 +10,7 @@ BIN := bin
 # Tools the tests, the benchmark and the demo run (Debian package names).
 RUNTIME_DEPS := iperf3 iproute2 ethtool
 
-.PHONY: help build generate check-generate deps test unit-test netns-test bench demo lint clean
+.PHONY: help build generate check-generate deps test unit-test netns-test bench demo experiment lint clean
 
 help:
 	@echo "make build          build portctl and fabricdemo into $(BIN)/"
@@ -18,6 +18,7 @@ help:
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
 	@echo "make netns-test     (root) only the topology tests in network namespaces"
 	@echo "make bench          (root) per-packet cost and throughput against bare veth"
+	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
 	@echo "make lint           gofmt and go vet"
 	@echo "make clean          remove $(BIN)/"
@@ -64,6 +65,11 @@ bench: deps
 demo: deps
 	$(GO) build -o $(BIN)/ ./cmd/fabricdemo
 	$(BIN)/fabricdemo
+
+# Seed 002's testbed experiment (issue #3 §5); writes experiment-out/.
+EXPERIMENT_FLAGS ?=
+experiment: deps
+	$(GO) run ./netns-tests/experiment $(EXPERIMENT_FLAGS)
 
 clean:
 	rm -rf $(BIN)

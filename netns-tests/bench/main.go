@@ -4,13 +4,16 @@
 // prints one table of ratios (or -json):
 //
 //  1. the per-packet cost of port_enqueue and port_dequeue in named states,
-//     timed by the kernel with BPF_PROG_RUN, against a 100 ns goal;
+//     including each dequeue AQM (tcn, codel, ecnsharp) in its pass and
+//     marking states, timed by the kernel with BPF_PROG_RUN, against a
+//     100 ns goal;
 //  2. iperf3 TCP throughput over a veth pair between two namespaces, bare
 //     and with the port attached (TCX and legacy clsact, no shaping),
 //     interleaved in one run, against port/bare >= 0.97.
 //
 // It reports and never judges: the exit status is non-zero only when a
 // measurement could not be made. Run as root: go run ./netns-tests/bench
+// (-no-throughput: the per-packet rows only).
 package main
 
 import (

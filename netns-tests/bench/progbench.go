@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -63,10 +65,16 @@ type benchEnv struct {
 	pkt            []byte
 	empty          *ebpf.Program // return TC_ACT_OK
 	slot           *ebpf.Map     // prog array the harness tail-calls slot 0 of
-	harness        *ebpf.Program
+	harness        *ebpf.Program // stamps the current time (sojourn ~0)
+	// aged are harnesses that stamp the packet as if enqueued that long
+	// ago, by sojourn (the dequeue AQM rows).
+	aged map[time.Duration]*ebpf.Program
 }
 
 func (e *benchEnv) Close() {
+	for _, p := range e.aged {
+		p.Close()
+	}
 	for _, c := range []interface{ Close() error }{e.harness, e.slot, e.empty} {
 		if c != nil {
 			c.Close()
@@ -87,7 +95,7 @@ func (e *benchEnv) Close() {
 // of the slotted program on an ECT(0), stamped packet, with the production
 // clock and random source (no TestHooks).
 func newBenchEnv(repeat, trials int) (_ *benchEnv, err error) {
-	e := &benchEnv{repeat: repeat, trials: trials, pkt: craftPacket()}
+	e := &benchEnv{repeat: repeat, trials: trials, pkt: craftPacket(), aged: map[time.Duration]*ebpf.Program{}}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -103,6 +111,36 @@ func newBenchEnv(repeat, trials int) (_ *benchEnv, err error) {
 	e.slot, err = ebpf.NewMap(&ebpf.MapSpec{Name: "bench_slot", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
 		return nil, fmt.Errorf("create prog array: %w", err)
+	}
+	e.harness, err = e.loadHarness(0)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// harnessAt returns the harness whose stamp is sojourn in the past: the
+// packet it hands the slotted program has been queued that long, measured
+// on the real monotonic clock (plus the time between the harness's and the
+// program's clock reads, and up to 255 ns the stamp's low bits cost).
+func (e *benchEnv) harnessAt(sojourn time.Duration) (*ebpf.Program, error) {
+	if sojourn == 0 {
+		return e.harness, nil
+	}
+	if p, ok := e.aged[sojourn]; ok {
+		return p, nil
+	}
+	p, err := e.loadHarness(sojourn)
+	if err != nil {
+		return nil, err
+	}
+	e.aged[sojourn] = p
+	return p, nil
+}
+
+func (e *benchEnv) loadHarness(sojourn time.Duration) (*ebpf.Program, error) {
+	if sojourn < 0 || sojourn > time.Second {
+		return nil, fmt.Errorf("harness sojourn %s out of 0..1s", sojourn)
 	}
 	hdr := e.pkt[ethHdrLen : ethHdrLen+ipv4HdrLen]
 	insns := asm.Instructions{asm.Mov.Reg(asm.R6, asm.R1)}
@@ -123,6 +161,11 @@ func newBenchEnv(repeat, trials int) (_ *benchEnv, err error) {
 		asm.Mov.Imm(asm.R5, 0),
 		asm.FnSkbStoreBytes.Call(),
 		asm.FnKtimeGetNs.Call(),
+	)
+	if sojourn > 0 {
+		insns = append(insns, asm.Sub.Imm(asm.R0, int32(sojourn.Nanoseconds())))
+	}
+	insns = append(insns,
 		asm.And.Imm(asm.R0, -256),
 		asm.Or.Imm(asm.R0, int32(stampMagic|stampClass)),
 		asm.Mov.Reg(asm.R2, asm.R0),
@@ -136,7 +179,7 @@ func newBenchEnv(repeat, trials int) (_ *benchEnv, err error) {
 		asm.Mov.Imm(asm.R0, harnessFallthrough),
 		asm.Return(),
 	)
-	e.harness, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name: "bench_harness", Type: ebpf.SchedCLS, License: "Dual BSD/GPL", Instructions: insns,
 	})
 	if err != nil {
@@ -146,7 +189,7 @@ func newBenchEnv(repeat, trials int) (_ *benchEnv, err error) {
 		}
 		return nil, fmt.Errorf("load harness: %w", err)
 	}
-	return e, nil
+	return p, nil
 }
 
 // bench runs prog repeat times on the packet and returns the kernel's time
@@ -173,6 +216,21 @@ func readCounters(o *qdisc.Objects) (counters, error) {
 // delta is after - before for the fields the checks use.
 type delta struct {
 	enqueued, dequeued, marked, dropped, arrivedECT0, arrivedCE, unaccounted, unstamped, malformed uint64
+	// The dequeue AQMs' verdicts: CE marks by the instantaneous (TCN, ECN♯)
+	// and the persistent (ECN♯, CoDel) condition, and drops.
+	insMarks, pstMarks, aqmDropped uint64
+	// primed is how many of the dequeued packets were the cases' primer
+	// runs (not timed, all passed).
+	primed uint64
+	// aqm is the class's AQM state after the last trial.
+	aqm bpf.PortAqmState
+	// stalled counts the runs whose measured sojourn landed in a log2
+	// bucket above the one the harness stamped for: something (an
+	// interrupt, the hypervisor) stopped the CPU between the harness's
+	// clock read and port_dequeue's. stallFrom is where those buckets begin.
+	stalled   uint64
+	stallFrom time.Duration
+	sojourn   qdisc.SojournHistogram
 }
 
 func diff(a, b counters) delta {
@@ -186,6 +244,31 @@ func diff(a, b counters) delta {
 		unaccounted: b.port.UnaccountedPackets - a.port.UnaccountedPackets,
 		unstamped:   b.port.DequeueUnstampedPackets - a.port.DequeueUnstampedPackets,
 		malformed:   b.port.MalformedPackets - a.port.MalformedPackets,
+		insMarks:    b.class.AQMInsMarks - a.class.AQMInsMarks,
+		pstMarks:    b.class.AQMPstMarks - a.class.AQMPstMarks,
+		aqmDropped:  b.class.AQMDroppedPackets - a.class.AQMDroppedPackets,
+		sojourn:     histDiff(a.class.Sojourn, b.class.Sojourn),
+	}
+}
+
+func histDiff(a, b qdisc.SojournHistogram) qdisc.SojournHistogram {
+	var d qdisc.SojournHistogram
+	for i := range d {
+		d[i] = b[i] - a[i]
+	}
+	return d
+}
+
+// countStalled sets d.stalled and d.stallFrom for packets stamped sojourn
+// ago: the stamp puts them at sojourn plus at most 255 ns plus the few ns
+// between the two clock reads, so past the bucket of sojourn + 1 µs they
+// were held up.
+func (d *delta) countStalled(sojourn time.Duration) {
+	b := bits.Len64(uint64(sojourn+time.Microsecond)) - 1
+	d.stallFrom = time.Duration(uint64(1) << (b + 1))
+	d.stalled = 0
+	for i := b + 1; i < len(d.sojourn); i++ {
+		d.stalled += d.sojourn[i]
 	}
 }
 
@@ -198,6 +281,16 @@ type progCase struct {
 	portRate             units.Rate
 	backlog              uint64 // class-3 backlog at the start of every trial
 	harness              bool
+	// sojourn is how long ago the harness stamps the packet as enqueued
+	// (dequeue AQM rows): port_dequeue measures it on the real clock.
+	sojourn time.Duration
+	// resetAQM zeroes the class's AQM state before every timed run, as the
+	// loader does when a class's AQM settings change.
+	resetAQM bool
+	// primeWait, after the reset: one untimed primer run through the
+	// harness (same sojourn), then a sleep of primeWait, so the timed run
+	// starts with the queue above target for that long.
+	primeWait time.Duration
 	// check verifies from the counters that every run took path.
 	check func(d delta) (string, error)
 }
@@ -233,8 +326,130 @@ func checkEnqueue(wantMarkAll, wantMarkNone bool) func(d delta) (string, error) 
 	}
 }
 
+// want is how many of the timed runs a dequeue AQM row expects to mark.
+type want int
+
+const (
+	markNone want = iota
+	markSome      // at least one, not all
+	markAll
+)
+
+// check compares n marks of runs with w. A stalled run (see delta) took
+// longer than intended and may be marked where the others are not: markNone
+// accepts up to stalled marks.
+func (w want) check(what string, n, runs, stalled uint64) error {
+	switch {
+	case w == markNone && n > stalled:
+		return fmt.Errorf("%d of %d runs marked by the %s condition, want none (%d runs stalled)", n, runs, what, stalled)
+	case w == markAll && n != runs:
+		return fmt.Errorf("%d of %d runs marked by the %s condition, want all", n, runs, what)
+	case w == markSome && (n == 0 || n >= runs):
+		return fmt.Errorf("%d of %d runs marked by the %s condition, want some but not all", n, runs, what)
+	}
+	return nil
+}
+
+// checkDequeueAQM verifies a dequeue AQM row from the class counters: every
+// run stamped, none dropped, every CE mark made by the AQM and split between
+// its instantaneous and persistent conditions as ins and pst say, and the
+// state machine left in the marking state or not (marking).
+func checkDequeueAQM(ins, pst want, marking bool) func(d delta) (string, error) {
+	return func(d delta) (string, error) {
+		if d.dequeued == 0 || d.unstamped != 0 || d.malformed != 0 {
+			return "", fmt.Errorf("stamped path not taken: %d dequeued, %d unstamped, %d malformed", d.dequeued, d.unstamped, d.malformed)
+		}
+		if d.aqmDropped != 0 {
+			return "", fmt.Errorf("%d runs dropped by the AQM (the packet is ECT(0))", d.aqmDropped)
+		}
+		if d.marked != d.insMarks+d.pstMarks {
+			return "", fmt.Errorf("%d CE marks, %d by the AQM's conditions", d.marked, d.insMarks+d.pstMarks)
+		}
+		runs := d.dequeued - d.primed
+		if err := ins.check("instantaneous", d.insMarks, runs, d.stalled); err != nil {
+			return "", err
+		}
+		if err := pst.check("persistent", d.pstMarks, runs, d.stalled); err != nil {
+			return "", err
+		}
+		if (d.aqm.Marking != 0) != marking {
+			return "", fmt.Errorf("AQM state marking=%d after the run, want %v", d.aqm.Marking, marking)
+		}
+		out := fmt.Sprintf("%s runs", si(runs))
+		switch {
+		case d.insMarks == 0 && d.pstMarks == 0:
+			out += ", none marked"
+		case d.pstMarks == 0:
+			out += fmt.Sprintf(", %.1f%% marked (ins)", pct(d.insMarks, runs))
+		case d.insMarks == 0:
+			out += fmt.Sprintf(", %d = %.3f%% marked (pst)", d.pstMarks, pct(d.pstMarks, runs))
+		default:
+			out += fmt.Sprintf(", %.1f%% ins + %.3f%% pst marked", pct(d.insMarks, runs), pct(d.pstMarks, runs))
+		}
+		if marking {
+			out += fmt.Sprintf(", ends marking, count %d", d.aqm.Count)
+		}
+		if d.stalled > 0 {
+			var stray uint64
+			if ins == markNone {
+				stray += d.insMarks
+			}
+			if pst == markNone {
+				stray += d.pstMarks
+			}
+			out += fmt.Sprintf("; %d stalled (sojourn >= %s), %d stray marks", d.stalled, units.FormatDuration(d.stallFrom), stray)
+		}
+		return out, nil
+	}
+}
+
 func wred(minTh, maxTh, limit units.ByteSize, maxP float64) qdisc.ClassConfig {
 	return qdisc.ClassConfig{Name: "roce", ECN: qdisc.ECNWRED, MinThBytes: minTh, MaxThBytes: maxTh, LimitBytes: limit, MaxP: maxP}
+}
+
+// Dequeue AQM settings of the rows below. The packet's sojourn is set by
+// the harness (stamp = now - sojourn), so the rows run on the production
+// clock: time advances between repetitions as in a real queue, and the
+// state machines move on their own schedule during a timed run.
+const (
+	tcnTarget = 100 * time.Microsecond
+
+	codelTarget   = 50 * time.Microsecond
+	codelInterval = time.Millisecond
+
+	sharpInsTarget = 200 * time.Microsecond
+	sharpInsMax    = 600 * time.Microsecond // probabilistic curve: p = 0.5 at 400 µs
+	sharpPstTarget = 50 * time.Microsecond
+	// Algorithm 1's schedule (next += interval/count) accelerates
+	// exponentially: the count-th mark comes about interval·(ln count +
+	// 0.58) into the episode, and once interval/count is shorter than a
+	// repetition, next falls behind the clock for good and every packet is
+	// marked (5 ms did that ~50 ms into a 70 ms timed run here). 20 ms
+	// keeps timed runs of up to ~200 ms on schedule: a few dozen marks.
+	sharpPstInterval = 20 * time.Millisecond
+	// The sqrt law's marks come at about 2·interval·√count: a shorter
+	// interval, so that enough of the marks (and their square roots) fall
+	// in a timed run to weigh in the mean.
+	sharpSqrtInterval = 200 * time.Microsecond
+	// The rows that must not enter the persistent state: the longest
+	// pst_interval allowed, far beyond a trial (its state is reset before
+	// every timed run).
+	sharpNoPst = 4 * time.Second
+	// primeSlack is added to a primer's wait past the interval.
+	primeSlack = 200 * time.Microsecond
+)
+
+func tcn() qdisc.ClassConfig {
+	return qdisc.ClassConfig{Name: "roce", ECN: qdisc.ECNTCN, LimitBytes: 4 * gib, InsTarget: tcnTarget}
+}
+
+func codel() qdisc.ClassConfig {
+	return qdisc.ClassConfig{Name: "roce", ECN: qdisc.ECNCoDel, LimitBytes: 4 * gib, Target: codelTarget, Interval: codelInterval}
+}
+
+func ecnSharp(pstInterval time.Duration) qdisc.ClassConfig {
+	return qdisc.ClassConfig{Name: "roce", ECN: qdisc.ECNSharp, LimitBytes: 4 * gib,
+		InsTarget: sharpInsTarget, PstTarget: sharpPstTarget, PstInterval: pstInterval}
 }
 
 // progCases lists the measured states. Limits and thresholds leave room for
@@ -273,7 +488,7 @@ func progCases() []progCase {
 		},
 		{
 			program: "port_dequeue", state: "stamped packet",
-			path: "valid stamp: clear it, backlog -= len, sojourn histogram (stamped each run)", prog: dequeueProg,
+			path: "valid stamp: clear it, backlog -= len, sojourn histogram (stamped each run); class wred: no dequeue AQM", prog: dequeueProg,
 			backlog: 1 << 40, harness: true,
 			check: func(d delta) (string, error) {
 				if d.dequeued == 0 || d.unstamped != 0 {
@@ -281,6 +496,105 @@ func progCases() []progCase {
 				}
 				return fmt.Sprintf("%s runs, all stamped", si(d.dequeued)), nil
 			},
+		},
+		// The dequeue AQMs. Every row goes through the harness (the packet
+		// is ECT(0) and freshly stamped each repetition) with a backlog of
+		// 1 TB, so CoDel's one-MTU rule never holds, and the real clock.
+		{
+			// Each repetition: sojourn 50 µs <= 100 µs: pass.
+			program: "port_dequeue", state: "tcn, below threshold",
+			path: "TCN ins_target 100µs, sojourn 50µs: compare, pass", prog: dequeueProg,
+			class: tcn(), backlog: 1 << 40, harness: true, sojourn: tcnTarget / 2,
+			check: checkDequeueAQM(markNone, markNone, false),
+		},
+		{
+			// Each repetition: sojourn 200 µs > 100 µs: mark ECT(0) -> CE.
+			program: "port_dequeue", state: "tcn, above threshold",
+			path: "TCN ins_target 100µs, sojourn 200µs: mark every packet", prog: dequeueProg,
+			class: tcn(), backlog: 1 << 40, harness: true, sojourn: 2 * tcnTarget,
+			check: checkDequeueAQM(markAll, markNone, false),
+		},
+		{
+			// Each repetition: sojourn 20 µs < target: spin lock,
+			// first_above = 0, not marking: pass.
+			program: "port_dequeue", state: "codel, below target",
+			path: "CoDel target 50µs interval 1ms, sojourn 20µs: lock, reset first_above, pass", prog: dequeueProg,
+			class: codel(), backlog: 1 << 40, harness: true, sojourn: 20 * time.Microsecond, resetAQM: true,
+			check: checkDequeueAQM(markNone, markNone, false),
+		},
+		{
+			// Primed before every timed run: state zeroed, one packet
+			// with sojourn 100 µs > target sets first_above = now + interval, then a sleep past it. The
+			// first timed repetition enters the marking state (count 1,
+			// mark); every later one finds ok_to_drop and, unless the
+			// clock has passed next (control law next += interval/√count),
+			// passes. Marks come at about 2·interval·√count, so a ~30 ms
+			// run marks a few hundred packets and passes the rest.
+			program: "port_dequeue", state: "codel, marking state",
+			path: "CoDel, sojourn 100µs held past interval: in marking state, mark on the control-law schedule, pass otherwise", prog: dequeueProg,
+			class: codel(), backlog: 1 << 40, harness: true, sojourn: 2 * codelTarget,
+			resetAQM: true, primeWait: codelInterval + primeSlack,
+			check: checkDequeueAQM(markNone, markSome, true),
+		},
+		{
+			// Each repetition: sojourn 20 µs: not above ins_target, below
+			// pst_target: lock, first_above = 0, not marking: pass.
+			program: "port_dequeue", state: "ecnsharp, below pst_target",
+			path: "ECN♯ ins 200µs pst 50µs/20ms, sojourn 20µs: ins no, lock, reset first_above, pass", prog: dequeueProg,
+			class: ecnSharp(sharpPstInterval), backlog: 1 << 40, harness: true, sojourn: 20 * time.Microsecond, resetAQM: true,
+			check: checkDequeueAQM(markNone, markNone, false),
+		},
+		{
+			// Each repetition: sojourn 400 µs > ins_target: mark. The
+			// persistent side runs too (it sets first_above on the first
+			// repetition) but with pst_interval 4 s and its state reset
+			// before every timed run it never detects a standing queue.
+			program: "port_dequeue", state: "ecnsharp, above ins_target",
+			path: "ECN♯ ins 200µs (cut-off), sojourn 400µs: mark every packet; persistent state tracked, never detected (pst_interval 4s)", prog: dequeueProg,
+			class: ecnSharp(sharpNoPst), backlog: 1 << 40, harness: true, sojourn: 2 * sharpInsTarget, resetAQM: true,
+			check: checkDequeueAQM(markAll, markNone, false),
+		},
+		{
+			// Primed before every timed run: state zeroed, one packet
+			// with sojourn 100 µs (between pst_target and ins_target)
+			// sets first_above = now, then a sleep past pst_interval. The
+			// first timed repetition detects the standing queue, enters
+			// the marking state (count 1, mark, next = now + interval);
+			// every later one is detected and, unless the clock has
+			// passed next (next += interval/count), passes.
+			program: "port_dequeue", state: "ecnsharp, persistent state",
+			path: "ECN♯ pst 50µs/20ms, sojourn 100µs held past pst_interval: in marking state, mark on Algorithm 1's schedule, pass otherwise", prog: dequeueProg,
+			class: ecnSharp(sharpPstInterval), backlog: 1 << 40, harness: true, sojourn: 100 * time.Microsecond,
+			resetAQM: true, primeWait: sharpPstInterval + primeSlack,
+			check: checkDequeueAQM(markNone, markSome, true),
+		},
+		{
+			// Each repetition: sojourn 400 µs, half-way between Kmin 200 µs
+			// and Kmax 600 µs with max_p 1: one random draw, mark with
+			// p = 0.5. Persistent side as in "above ins_target".
+			program: "port_dequeue", state: "ecnsharp, probabilistic curve",
+			path: "ECN♯ ins 200..600µs max_p 1, sojourn 400µs: random draw, mark ~half; persistent never detected", prog: dequeueProg,
+			class: func() qdisc.ClassConfig {
+				c := ecnSharp(sharpNoPst)
+				c.InsMax, c.MaxP = sharpInsMax, 1
+				return c
+			}(), backlog: 1 << 40, harness: true, sojourn: 2 * sharpInsTarget, resetAQM: true,
+			check: checkDequeueAQM(markSome, markNone, false),
+		},
+		{
+			// As "persistent state" with the sqrt law: a marking
+			// repetition computes next = now + interval/√count (a 32-step
+			// integer square root and a division); the others compare
+			// and pass.
+			program: "port_dequeue", state: "ecnsharp, sqrt law",
+			path: "ECN♯ pst 50µs/200µs sqrt_law, sojourn 100µs held past pst_interval: in marking state, mark at now+interval/√count, pass otherwise", prog: dequeueProg,
+			class: func() qdisc.ClassConfig {
+				c := ecnSharp(sharpSqrtInterval)
+				c.SqrtLaw = true
+				return c
+			}(), backlog: 1 << 40, harness: true, sojourn: 100 * time.Microsecond,
+			resetAQM: true, primeWait: sharpSqrtInterval + primeSlack,
+			check: checkDequeueAQM(markNone, markSome, true),
 		},
 		{
 			program: "port_dequeue", state: "unstamped packet",
@@ -358,7 +672,17 @@ func runProgBench(repeat, trials int) ([]ProgRow, error) {
 	rows = append(rows, ProgRow{Program: "reference", State: "bpf_ktime_get_ns", Path: "one clock read (part of every enqueue)",
 		Method: "repeat", NsPerPacket: median(ktimeNs), NetNs: median(ktimeNs) - floor, TrialNs: ktimeNs, Verified: "returned 0", Verdict: "ref"})
 
-	// Reference 3: the harness around the empty program (what harness-diff
+	// Reference 3: a bpf_spin_lock pair on an array value, which the
+	// virtual queue and the codel and ecnsharp state take once per packet.
+	lockNs, err := e.benchSpinLock()
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, ProgRow{Program: "reference", State: "bpf_spin_lock pair",
+		Path: "array lookup, lock, unlock (virtual queue, codel, ecnsharp state)", Method: "repeat",
+		NsPerPacket: median(lockNs), NetNs: median(lockNs) - floor, TrialNs: lockNs, Verified: "returned 0", Verdict: "ref"})
+
+	// Reference 4: the harness around the empty program (what harness-diff
 	// rows subtract).
 	if err := e.slot.Put(uint32(0), e.empty); err != nil {
 		return nil, fmt.Errorf("fill prog array: %w", err)
@@ -389,6 +713,66 @@ func runProgBench(repeat, trials int) ([]ProgRow, error) {
 	return rows, nil
 }
 
+// benchSpinLock times a program that looks up a one-element array whose
+// value holds a bpf_spin_lock, takes the lock and releases it.
+func (e *benchEnv) benchSpinLock() ([]float64, error) {
+	u32 := &btf.Int{Name: "__u32", Size: 4}
+	lock := &btf.Struct{Name: "bpf_spin_lock", Size: 4, Members: []btf.Member{{Name: "val", Type: u32}}}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name: "bench_lock", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1,
+		Key: u32,
+		Value: &btf.Struct{Name: "bench_locked", Size: 8, Members: []btf.Member{
+			{Name: "lock", Type: lock}, {Name: "v", Type: u32, Offset: 32},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create spin-lock map: %w", err)
+	}
+	defer m.Close()
+	mapLoad := asm.LoadMapPtr(asm.R1, 0)
+	if err := mapLoad.AssociateMap(m); err != nil {
+		return nil, err
+	}
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "bench_lock", Type: ebpf.SchedCLS, License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -4),
+			mapLoad,
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.Mov.Reg(asm.R6, asm.R0),
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.FnSpinLock.Call(),
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.FnSpinUnlock.Call(),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load spin-lock program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load spin-lock program: %w", err)
+	}
+	defer p.Close()
+	var ns []float64
+	for range e.trials {
+		d, ret, err := e.bench(p, nil)
+		if err != nil {
+			return nil, fmt.Errorf("spin-lock program: %w", err)
+		}
+		if ret != 0 {
+			return nil, fmt.Errorf("spin-lock program returned %d", ret)
+		}
+		ns = append(ns, float64(d.Nanoseconds()))
+	}
+	return ns, nil
+}
+
 func (e *benchEnv) runCase(c progCase, floor float64) (ProgRow, error) {
 	rate := c.portRate
 	if rate == 0 {
@@ -408,13 +792,42 @@ func (e *benchEnv) runCase(c progCase, floor float64) (ProgRow, error) {
 	}
 	defer o.Close()
 	prog := c.prog(o)
+	harness, err := e.harnessAt(c.sojourn)
+	if err != nil {
+		return ProgRow{}, err
+	}
 
 	var restoreErr error
+	var primed uint64
 	restore := func() {
 		st := bpf.PortClassState{BacklogBytes: c.backlog, BacklogPackets: c.backlog / benchFrameLen}
 		if err := o.ClassQueue.Put(uint32(qdisc.ClassRoCE), &st); err != nil {
 			restoreErr = fmt.Errorf("set backlog: %w", err)
 		}
+		if !c.resetAQM {
+			return
+		}
+		if err := o.ClassAqm.Update(uint32(qdisc.ClassRoCE), &bpf.PortAqmState{}, ebpf.UpdateLock); err != nil {
+			restoreErr = fmt.Errorf("reset aqm state: %w", err)
+			return
+		}
+		if c.primeWait == 0 {
+			return
+		}
+		// The slot holds the program here (see below).
+		ret, err := harness.Run(&ebpf.RunOptions{Data: e.pkt})
+		if err == nil && ret != 0 {
+			err = fmt.Errorf("returned %d", ret)
+		}
+		if err != nil {
+			restoreErr = fmt.Errorf("primer run: %w", err)
+			return
+		}
+		primed++
+		time.Sleep(c.primeWait)
+	}
+	if c.primeWait > 0 && !(c.harness && c.resetAQM) {
+		return ProgRow{}, errors.New("primeWait needs harness and resetAQM")
 	}
 	before, err := readCounters(o)
 	if err != nil {
@@ -426,8 +839,8 @@ func (e *benchEnv) runCase(c progCase, floor float64) (ProgRow, error) {
 	}
 	var trialNs []float64
 	for range e.trials {
-		restore()
 		if !c.harness {
+			restore()
 			d, ret, err := e.bench(prog, restore)
 			if err != nil {
 				return ProgRow{}, err
@@ -438,18 +851,23 @@ func (e *benchEnv) runCase(c progCase, floor float64) (ProgRow, error) {
 			trialNs = append(trialNs, float64(d.Nanoseconds()))
 			continue
 		}
-		// Paired: the harness alone, then the harness with the program.
+		// Paired: the harness alone, then the harness with the program,
+		// right after restoring (and priming) the state.
 		if err := e.slot.Put(uint32(0), e.empty); err != nil {
 			return ProgRow{}, err
 		}
-		d0, _, err := e.bench(e.harness, nil)
+		d0, _, err := e.bench(harness, nil)
 		if err != nil {
 			return ProgRow{}, err
 		}
 		if err := e.slot.Put(uint32(0), prog); err != nil {
 			return ProgRow{}, fmt.Errorf("put %s in prog array: %w", c.program, err)
 		}
-		d1, ret, err := e.bench(e.harness, restore)
+		restore()
+		if restoreErr != nil {
+			return ProgRow{}, restoreErr
+		}
+		d1, ret, err := e.bench(harness, restore)
 		if err != nil {
 			return ProgRow{}, err
 		}
@@ -468,7 +886,13 @@ func (e *benchEnv) runCase(c progCase, floor float64) (ProgRow, error) {
 	if err != nil {
 		return ProgRow{}, err
 	}
-	verified, err := c.check(diff(before, after))
+	dl := diff(before, after)
+	dl.primed = primed
+	dl.countStalled(c.sojourn)
+	if err := o.ClassAqm.LookupWithFlags(uint32(qdisc.ClassRoCE), &dl.aqm, ebpf.LookupLock); err != nil {
+		return ProgRow{}, fmt.Errorf("read aqm state: %w", err)
+	}
+	verified, err := c.check(dl)
 	if err != nil {
 		return ProgRow{}, fmt.Errorf("path check: %w", err)
 	}

@@ -92,6 +92,12 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintln(w, "ECT(0) IPv4 header and stamps the skb as port_enqueue does before every repetition, because BPF_PROG_RUN reuses one skb:")
 	fmt.Fprintln(w, "without it a marked packet stays CE and port_dequeue finds its stamp cleared from the 2nd repetition on. No TestHooks:")
 	fmt.Fprintln(w, "production clock (bpf_ktime_get_ns) and random draw (bpf_get_prandom_u32). Cross-check row (a) shows both methods agree.")
+	fmt.Fprintln(w, "port_dequeue tcn/codel/ecnsharp rows: the harness stamps the packet `sojourn` ago, so the AQM sees that sojourn on the real")
+	fmt.Fprintln(w, "clock, which runs on between repetitions. Before each timed run the class's AQM state is zeroed; the codel and persistent")
+	fmt.Fprintln(w, "rows then send one untimed primer packet and sleep past the interval, so the timed run enters the marking state at its")
+	fmt.Fprintln(w, "first packet and marks on the AQM's own schedule. pst = persistent-condition marks (ECN♯ Algorithm 1, CoDel), ins =")
+	fmt.Fprintln(w, "instantaneous (TCN, ECN♯). stalled: runs whose measured sojourn fell in a log2 bucket above the stamped one (the CPU was")
+	fmt.Fprintln(w, "held up between the harness's clock read and the program's); the marks they cause are allowed where none are expected.")
 	fmt.Fprintln(w, "iperf3 rows: ratio = median(config) / median(bare veth), goal >= 0.97.")
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // MaxSenders bounds DumbbellSpec.Senders: sender i uses 198.18.i.0/24 and
@@ -23,6 +24,10 @@ type DumbbellSpec struct {
 	// host's allowed list (EPERM otherwise) and inherits the host default,
 	// often bbr, which ignores ECN. Choose it per socket (iperf3 -C cubic).
 	SenderSysctls map[string]string
+	// SenderDelays[i] is the one-way delay added to packets leaving sender
+	// i's eth0 (towards the switch), 0..MaxDelay, by a DelayLink. Optional:
+	// nil, a missing entry or 0 means none. At most Senders entries.
+	SenderDelays []time.Duration
 }
 
 // Port is a switch egress port: Dev in Node, whose veth peer is PeerDev in
@@ -48,6 +53,10 @@ type Dumbbell struct {
 
 	Bottleneck  Port   // sw:swp0 -> r:eth0
 	SenderPorts []Port // SenderPorts[i] is sw:swp<i+1> -> s<i+1>:eth0
+
+	// Delays[i] delays what Senders[i] sends (DumbbellSpec.SenderDelays);
+	// nil where no delay was asked for. The lab closes them.
+	Delays []*DelayLink
 }
 
 // DumbbellTopology returns the Spec NewDumbbell builds, for callers that want
@@ -55,6 +64,14 @@ type Dumbbell struct {
 func DumbbellTopology(ds DumbbellSpec) (Spec, error) {
 	if ds.Senders < 1 || ds.Senders > MaxSenders {
 		return Spec{}, fmt.Errorf("topo: %w: DumbbellSpec.Senders: %d outside 1..%d", ErrInvalidSpec, ds.Senders, MaxSenders)
+	}
+	if len(ds.SenderDelays) > ds.Senders {
+		return Spec{}, specErr("DumbbellSpec.SenderDelays", "%d entries for %d senders (at most one per sender)", len(ds.SenderDelays), ds.Senders)
+	}
+	for i, d := range ds.SenderDelays {
+		if d < 0 || d > MaxDelay {
+			return Spec{}, specErr(fmt.Sprintf("DumbbellSpec.SenderDelays[%d]", i), "%v outside 0..%v", d, MaxDelay)
+		}
 	}
 	var spec Spec
 	for i := 1; i <= ds.Senders; i++ {
@@ -96,7 +113,14 @@ func NewDumbbell(ds DumbbellSpec) (*Dumbbell, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDumbbellFrom(lab, spec, ds), nil
+	d, err := newDumbbellFrom(lab, spec, ds)
+	if err != nil {
+		if cerr := lab.Close(); cerr != nil {
+			err = fmt.Errorf("%w (teardown: %v)", err, cerr)
+		}
+		return nil, err
+	}
+	return d, nil
 }
 
 // NewDumbbellT is NewDumbbell that fails tb on error and closes in tb.Cleanup.
@@ -106,10 +130,14 @@ func NewDumbbellT(tb testing.TB, ds DumbbellSpec) *Dumbbell {
 	if err != nil {
 		tb.Fatalf("topo.NewDumbbell: %v", err)
 	}
-	return newDumbbellFrom(BuildT(tb, spec), spec, ds)
+	d, err := newDumbbellFrom(BuildT(tb, spec), spec, ds)
+	if err != nil {
+		tb.Fatalf("topo.NewDumbbell: %v", err) // BuildT's cleanup closes the lab
+	}
+	return d
 }
 
-func newDumbbellFrom(lab *Lab, spec Spec, ds DumbbellSpec) *Dumbbell {
+func newDumbbellFrom(lab *Lab, spec Spec, ds DumbbellSpec) (*Dumbbell, error) {
 	d := &Dumbbell{Lab: lab, Switch: lab.Node("sw"), Receiver: lab.Node("r")}
 	port := func(l LinkSpec) Port {
 		return Port{Node: lab.Node(l.A.Node), Dev: l.A.Dev, PeerNode: lab.Node(l.B.Node), PeerDev: l.B.Dev}
@@ -127,7 +155,20 @@ func newDumbbellFrom(lab *Lab, spec Spec, ds DumbbellSpec) *Dumbbell {
 			d.SenderAddrs6 = append(d.SenderAddrs6, l.B.Addr6.Addr())
 		}
 	}
-	return d
+	if ds.SenderDelays != nil {
+		d.Delays = make([]*DelayLink, len(d.Senders))
+		for i, delay := range ds.SenderDelays {
+			if delay == 0 {
+				continue
+			}
+			dl, err := d.Senders[i].AddDelay(d.SenderPorts[i].PeerDev, DelaySpec{Delay: delay})
+			if err != nil {
+				return nil, fmt.Errorf("topo: DumbbellSpec.SenderDelays[%d]: %w", i, err)
+			}
+			d.Delays[i] = dl
+		}
+	}
+	return d, nil
 }
 
 // hostPrefix returns host number h inside subnet p, keeping p's length.

@@ -15,6 +15,13 @@
 //
 // Namespaces are named fl-<pid>-<4 hex>-<node> and bind-mounted under
 // /run/netns, so `ip netns exec` and `ip -n` work on them while a lab runs.
+//
+// # Delay links
+//
+// The development kernel has no netem, so Node.AddDelay (and
+// DumbbellSpec.SenderDelays) adds delay with eBPF and a TUN forwarder in Go;
+// see DelayLink for the design, its accuracy and its capacity. Labs close
+// their delay links first when they close.
 package topo
 
 import (
@@ -110,6 +117,7 @@ type Lab struct {
 	closed bool
 	nodes  []*Node
 	byName map[string]*Node
+	delays []*DelayLink // closed before the nodes
 }
 
 // Build creates the topology described by spec. On error nothing it created
@@ -190,6 +198,13 @@ func (l *Lab) closeLocked() error {
 	}
 	l.closed = true
 	var errs []error
+	// Delay links hold TUN file descriptors and goroutines that use the
+	// nodes' handles: they go first.
+	for i := len(l.delays) - 1; i >= 0; i-- {
+		if err := l.delays[i].Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for i := len(l.nodes) - 1; i >= 0; i-- {
 		if err := l.nodes[i].teardown(); err != nil {
 			errs = append(errs, err)

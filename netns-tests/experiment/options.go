@@ -1,0 +1,283 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+const usageText = `Usage: sudo go run ./netns-tests/experiment [flags]     (or: sudo make experiment)
+
+The testbed experiment of ECN# (seed 002, sections 2.3 and 5.2) on a
+namespace dumbbell: senders s1..sN reach the receiver through one switch
+port (HTB at -rate, eBPF marking). Sender i's packets get a one-way delay
+(-delays), so the base RTTs differ about 3x. Long flows (TCP cubic, classic
+ECN) keep the port busy; short flows (3-60 KB, one at a time per sender)
+measure the flow completion time. The base RTTs are measured first; every
+scheme's parameters come from them (aqm.Tune, lambda = 1). Then each scheme
+runs in turn on the port's class 3: step-Tail (K from the p90 RTT), step-AVG
+(K from the mean RTT), CoDel, TCN and ECN#.
+
+Output: a table on the terminal, -out/experiment.json and -out/queue.png.
+It reports whether ECN# met the goals; it exits non-zero only on errors.
+
+Flags:
+`
+
+// schemeNames are the schemes in the order they run, as -schemes spells them.
+var schemeNames = []string{"step-tail", "step-avg", "codel", "tcn", "ecnsharp"}
+
+type options struct {
+	rate          units.Rate
+	delays        []time.Duration // one-way delay of sender i; len = number of senders
+	longPerSender int
+	warmup        time.Duration
+	measure       time.Duration
+	cooldown      time.Duration
+	sampleEvery   time.Duration
+	shortGap      time.Duration // mean pause between a sender's short flows
+	shortFlows    int           // bound on short flows per sender and scheme
+	shortMinBytes units.ByteSize
+	shortMaxBytes units.ByteSize
+	pings         int
+	limit         units.ByteSize // 0: 4 x K_tail, at least minLimit
+	lambda        float64
+	sharp         sharpOverride // ECN♯ parameters set by flag instead of aqm.Tune
+	seed          uint64
+	schemes       []string
+	outDir        string
+}
+
+func defaultOptions() options {
+	return options{
+		rate: 200 * units.Mbit,
+		// The veth path itself adds about 0.1 ms of RTT here: these give
+		// base RTTs of about 0.5, 1 and 1.5 ms, a 3x spread (seed 002 §2.3).
+		delays:        []time.Duration{400 * time.Microsecond, 900 * time.Microsecond, 1400 * time.Microsecond},
+		longPerSender: 2,
+		warmup:        2 * time.Second,
+		measure:       12 * time.Second,
+		cooldown:      time.Second,
+		sampleEvery:   time.Millisecond,
+		shortGap:      20 * time.Millisecond,
+		shortFlows:    2000,
+		shortMinBytes: 3 * units.KiB,
+		shortMaxBytes: 60 * units.KiB,
+		pings:         50,
+		lambda:        1,
+		seed:          1,
+		schemes:       slices.Clone(schemeNames),
+		outDir:        "experiment-out",
+	}
+}
+
+// durationList is a flag of comma-separated tc-style durations.
+type durationList struct{ d *[]time.Duration }
+
+func (l durationList) String() string {
+	if l.d == nil {
+		return ""
+	}
+	s := make([]string, len(*l.d))
+	for i, d := range *l.d {
+		s[i] = units.FormatDuration(d)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l durationList) Set(v string) error {
+	var out []time.Duration
+	for f := range strings.SplitSeq(v, ",") {
+		d, err := units.ParseDuration(f)
+		if err != nil {
+			return err
+		}
+		out = append(out, d)
+	}
+	*l.d = out
+	return nil
+}
+
+// durationFlag takes Go ("2s") or tc ("500ms", "100us") spelling.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return units.FormatDuration(*f.d)
+}
+
+func (f durationFlag) Set(v string) error {
+	d, err := units.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
+}
+
+type schemeList struct{ s *[]string }
+
+func (l schemeList) String() string {
+	if l.s == nil {
+		return ""
+	}
+	return strings.Join(*l.s, ",")
+}
+
+func (l schemeList) Set(v string) error {
+	var out []string
+	for f := range strings.SplitSeq(v, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		if !slices.Contains(schemeNames, f) {
+			return fmt.Errorf("unknown scheme %q: want some of %s", f, strings.Join(schemeNames, ","))
+		}
+		if slices.Contains(out, f) {
+			return fmt.Errorf("scheme %q given twice", f)
+		}
+		out = append(out, f)
+	}
+	// Run in the canonical order whatever order they were given in.
+	slices.SortFunc(out, func(a, b string) int { return slices.Index(schemeNames, a) - slices.Index(schemeNames, b) })
+	*l.s = out
+	return nil
+}
+
+// Bounds of the flags: every loop of the tool is bounded by them.
+const (
+	maxSenders       = 16
+	maxLongPerSender = 8
+	maxMeasure       = 10 * time.Minute
+	maxDelay         = 50 * time.Millisecond
+	maxShortFlows    = 100000
+	minLimit         = 128 * units.KiB
+)
+
+func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
+	o := defaultOptions()
+	fs := flag.NewFlagSet("experiment", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Var(&o.rate, "rate", "bottleneck port `speed`, tc units (keep below the delay link's capacity)")
+	fs.Var(durationList{&o.delays}, "delays", "one-way `delay`s added at each sender, comma-separated; their count is the number of senders (the veth path adds ~0.1 ms of RTT)")
+	fs.IntVar(&o.longPerSender, "long", o.longPerSender, "long TCP flows per sender")
+	fs.Var(durationFlag{&o.warmup}, "warmup", "`time` per scheme before measuring (long flows leave slow start)")
+	fs.Var(durationFlag{&o.measure}, "measure", "measured `time` per scheme")
+	fs.Var(durationFlag{&o.cooldown}, "cooldown", "longest `time` to wait for the queue to drain between schemes")
+	fs.Var(durationFlag{&o.sampleEvery}, "sample", "backlog sampling `interval`")
+	fs.Var(durationFlag{&o.shortGap}, "short-gap", "mean pause `time` between a sender's short flows (exponential, seeded)")
+	fs.IntVar(&o.shortFlows, "short-flows", o.shortFlows, "at most this many short flows per sender and scheme")
+	fs.Var(&o.shortMinBytes, "short-min", "smallest short flow, tc `size` (1024-based)")
+	fs.Var(&o.shortMaxBytes, "short-max", "largest short flow, tc `size`")
+	fs.IntVar(&o.pings, "pings", o.pings, "RTT probes per sender before the runs")
+	fs.Var(&o.limit, "limit", "class buffer, tc `size`; 0 = 4 x K_tail, at least 128kb")
+	fs.Float64Var(&o.lambda, "lambda", o.lambda, "lambda of the threshold rules (1 for classic ECN TCP)")
+	fs.Var(durationFlag{&o.sharp.InsTarget}, "sharp-ins-target", "ECN♯ ins_target `time` instead of aqm.Tune's λ·RTT_p90 (sensitivity runs)")
+	fs.Var(durationFlag{&o.sharp.PstTarget}, "sharp-pst-target", "ECN♯ pst_target `time` instead of aqm.Tune's λ·RTT_avg")
+	fs.Var(durationFlag{&o.sharp.PstInterval}, "sharp-pst-interval", "ECN♯ pst_interval `time` instead of aqm.Tune's RTT_p90")
+	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the short-flow sizes and gaps (same sequence for every scheme)")
+	fs.Var(schemeList{&o.schemes}, "schemes", "`list` of schemes to run: "+strings.Join(schemeNames, ","))
+	fs.StringVar(&o.outDir, "out", o.outDir, "`directory` for experiment.json and queue.png")
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usageText)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, exitOK
+		}
+		fmt.Fprintln(stderr, "see experiment -help")
+		return nil, exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "experiment: unexpected argument %q (see -help)\n", fs.Arg(0))
+		return nil, exitUsage
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintf(stderr, "experiment: %v\n", err)
+		return nil, exitUsage
+	}
+	return &o, exitOK
+}
+
+func (o *options) validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if o.rate < units.Mbit || o.rate > 10*units.Gbit {
+		bad("-rate (%s) must be 1mbit to 10gbit", o.rate)
+	}
+	if len(o.delays) < 1 || len(o.delays) > maxSenders {
+		bad("-delays: %d senders, want 1 to %d", len(o.delays), maxSenders)
+	}
+	for i, d := range o.delays {
+		if d < 0 || d > maxDelay {
+			bad("-delays: sender %d's delay (%s) must be 0 to %s", i+1, units.FormatDuration(d), units.FormatDuration(maxDelay))
+		}
+	}
+	if o.longPerSender < 0 || o.longPerSender > maxLongPerSender {
+		bad("-long (%d) must be 0 to %d", o.longPerSender, maxLongPerSender)
+	}
+	if o.warmup < 0 || o.warmup > time.Minute {
+		bad("-warmup (%s) must be 0 to 1m", o.warmup)
+	}
+	if o.measure < time.Second || o.measure > maxMeasure {
+		bad("-measure (%s) must be 1s to %s", o.measure, maxMeasure)
+	}
+	if o.cooldown < 0 || o.cooldown > time.Minute {
+		bad("-cooldown (%s) must be 0 to 1m", o.cooldown)
+	}
+	if o.sampleEvery < 100*time.Microsecond || o.sampleEvery > time.Second {
+		bad("-sample (%s) must be 100us to 1s", units.FormatDuration(o.sampleEvery))
+	}
+	if o.shortGap < 0 || o.shortGap > 10*time.Second {
+		bad("-short-gap (%s) must be 0 to 10s", units.FormatDuration(o.shortGap))
+	}
+	if o.shortFlows < 0 || o.shortFlows > maxShortFlows {
+		bad("-short-flows (%d) must be 0 to %d", o.shortFlows, maxShortFlows)
+	}
+	if o.shortMinBytes < 1 || o.shortMinBytes > o.shortMaxBytes || o.shortMaxBytes > 16*units.MiB {
+		bad("short flow sizes: want 1b <= -short-min (%s) <= -short-max (%s) <= 16mb", o.shortMinBytes, o.shortMaxBytes)
+	}
+	if o.pings < 5 || o.pings > 10000 {
+		bad("-pings (%d) must be 5 to 10000", o.pings)
+	}
+	if o.limit != 0 && (o.limit < 16*units.KiB || o.limit > 1<<30) {
+		bad("-limit (%s) must be 0 (auto) or 16kb to 1gb", o.limit)
+	}
+	if !(o.lambda > 0 && o.lambda <= 10) {
+		bad("-lambda (%g) must be in (0, 10]", o.lambda)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"-sharp-ins-target", o.sharp.InsTarget}, {"-sharp-pst-target", o.sharp.PstTarget}, {"-sharp-pst-interval", o.sharp.PstInterval}} {
+		if f.d < 0 || f.d > time.Second {
+			bad("%s (%s) must be 0 (from aqm.Tune) to 1s", f.name, units.FormatDuration(f.d))
+		}
+	}
+	if len(o.schemes) == 0 {
+		bad("-schemes: want at least one of %s", strings.Join(schemeNames, ","))
+	}
+	if o.outDir == "" {
+		bad("-out must name a directory")
+	}
+	return errors.Join(errs...)
+}
+
+// senders is the number of senders, one per delay.
+func (o *options) senders() int { return len(o.delays) }
+
+// perScheme is how long one scheme takes at most, without the drain wait.
+func (o *options) perScheme() time.Duration { return o.warmup + o.measure }

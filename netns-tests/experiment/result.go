@@ -1,0 +1,87 @@
+package main
+
+import (
+	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// tcpSnap is what the tool reads from a long flow's TCP_INFO.
+type tcpSnap struct {
+	At           time.Time
+	BytesAcked   uint64
+	TotalRetrans uint64
+	MinRTT       time.Duration
+	SRTT         time.Duration
+	ECN          bool
+	Congestion   string
+}
+
+// longFlowOver is one flow's goodput and retransmits between two
+// snapshots.
+func longFlowOver(sender string, a, b tcpSnap) LongFlow {
+	f := LongFlow{Sender: sender, Retransmits: sub(b.TotalRetrans, a.TotalRetrans),
+		MinRTTUs: us(b.MinRTT), SRTTUs: us(b.SRTT), ECN: b.ECN, Congestion: b.Congestion}
+	if dt := b.At.Sub(a.At); dt > 0 {
+		f.GoodputBps = float64(sub(b.BytesAcked, a.BytesAcked)) * 8 / dt.Seconds()
+	}
+	return f
+}
+
+// window is what the privileged part measured for one scheme.
+type window struct {
+	Start, End   qdisc.ClassStats // class counters at the window's edges
+	StartT, EndT time.Time
+	Backlog      []uint64 // class backlog every SampleEvery
+	SampleEvery  time.Duration
+	FCTs         [][]time.Duration // short flows by sender
+	ShortFailed  int
+	LongSenders  []string // sender of each long flow
+	LongA, LongB []tcpSnap
+}
+
+// seriesBucket is the resolution of the series in the JSON file and the
+// full-window plot panels.
+const seriesBucket = 10 * time.Millisecond
+
+// buildResult turns one scheme's measurements into its report row.
+func buildResult(s Scheme, rate units.Rate, w *window) Result {
+	r := Result{Scheme: s, Describe: s.Params.describe(rate)}
+	dt := w.EndT.Sub(w.StartT)
+	r.MeasuredS = dt.Seconds()
+	r.Queue = queueStats(w.Backlog, rate)
+	r.Series = downsample(w.Backlog, w.SampleEvery, seriesBucket)
+	r.Zoom = append([]uint64{}, w.Backlog[:min(len(w.Backlog), zoomSamples)]...)
+
+	a, b := &w.Start, &w.End
+	r.DequeuedBytes = sub(b.DequeuedBytes, a.DequeuedBytes)
+	r.Utilization = utilization(r.DequeuedBytes, rate, dt)
+	if n := sub(b.SojournSamples, a.SojournSamples); n > 0 {
+		r.SojournMeanUs = us(time.Duration(sub(uint64(b.SojournSum), uint64(a.SojournSum)) / n))
+	}
+	r.ECTArrivals = sub(b.ArrivedECT0+b.ArrivedECT1, a.ArrivedECT0+a.ArrivedECT1)
+	r.CEMarks = sub(b.CEMarked(), a.CEMarked())
+	r.InsMarks = sub(b.AQMInsMarks, a.AQMInsMarks)
+	r.PstMarks = sub(b.AQMPstMarks, a.AQMPstMarks)
+	r.Drops = sub(b.DroppedPackets(), a.DroppedPackets())
+
+	var all []time.Duration
+	for _, f := range w.FCTs {
+		all = append(all, f...)
+		r.ShortBySender = append(r.ShortBySender, summarize(durationsUs(f)))
+	}
+	r.ShortFCTUs = summarize(durationsUs(all))
+	r.ShortFailed = w.ShortFailed
+
+	for i := range w.LongSenders {
+		if i >= len(w.LongA) || i >= len(w.LongB) {
+			break
+		}
+		f := longFlowOver(w.LongSenders[i], w.LongA[i], w.LongB[i])
+		r.Long = append(r.Long, f)
+		r.LongGoodputBps += f.GoodputBps
+		r.Retransmits += f.Retransmits
+	}
+	return r
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/aqm"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Scheme is one marking scheme of the comparison (seed 002 §5.1) with the
+// parameters Tune derived for it.
+type Scheme struct {
+	Name   string `json:"name"`  // as -schemes spells it
+	Label  string `json:"label"` // as the seed names it
+	Params Params `json:"params"`
+}
+
+// Params is what a scheme puts in the class config. Durations are µs.
+type Params struct {
+	Mode          string  `json:"ecn_mode"`
+	LimitBytes    uint64  `json:"limit_bytes"`
+	KBytes        uint64  `json:"k_bytes,omitempty"`           // step
+	InsTargetUs   float64 `json:"ins_target_us,omitempty"`     // TCN threshold, ECN♯ ins_target
+	PstTargetUs   float64 `json:"pst_target_us,omitempty"`     // ECN♯
+	PstIntervalUs float64 `json:"pst_interval_us,omitempty"`   // ECN♯
+	TargetUs      float64 `json:"codel_target_us,omitempty"`   // CoDel
+	IntervalUs    float64 `json:"codel_interval_us,omitempty"` // CoDel
+	ForceTargets  bool    `json:"force_targets,omitempty"`     // ECN♯ pst_target ≥ ins_target accepted
+	// Overridden lists the parameters set by flag instead of aqm.Tune.
+	Overridden []string `json:"overridden,omitempty"`
+}
+
+// sharpOverride holds ECN♯ parameters given by flag; 0 keeps aqm.Tune's.
+type sharpOverride struct {
+	InsTarget, PstTarget, PstInterval time.Duration
+}
+
+// schemes builds the schemes named in names (canonical order) from Tune's
+// output, with the class buffer limit.
+func schemes(names []string, t aqm.TuneOutput, limit units.ByteSize, ov sharpOverride) ([]Scheme, error) {
+	var out []Scheme
+	for _, n := range names {
+		s := Scheme{Name: n, Params: Params{LimitBytes: uint64(limit)}}
+		p := &s.Params
+		switch n {
+		case "step-tail":
+			s.Label = "step-Tail"
+			p.Mode, p.KBytes = qdisc.ECNStep.String(), uint64(t.KTailBytes)
+		case "step-avg":
+			s.Label = "step-AVG"
+			p.Mode, p.KBytes = qdisc.ECNStep.String(), uint64(t.KAvgBytes)
+		case "codel":
+			s.Label = "CoDel"
+			p.Mode, p.TargetUs, p.IntervalUs = qdisc.ECNCoDel.String(), us(t.CoDelTarget), us(t.CoDelInterval)
+		case "tcn":
+			s.Label = "TCN"
+			p.Mode, p.InsTargetUs = qdisc.ECNTCN.String(), us(t.TCNThreshold)
+		case "ecnsharp":
+			s.Label = "ECN♯"
+			p.Mode = qdisc.ECNSharp.String()
+			ins, pst, iv := t.InsTarget, t.PstTarget, t.PstInterval
+			for _, o := range []struct {
+				name string
+				v    time.Duration
+				dst  *time.Duration
+			}{{"ins_target", ov.InsTarget, &ins}, {"pst_target", ov.PstTarget, &pst}, {"pst_interval", ov.PstInterval, &iv}} {
+				if o.v != 0 {
+					*o.dst = o.v
+					p.Overridden = append(p.Overridden, o.name)
+				}
+			}
+			p.InsTargetUs, p.PstTargetUs, p.PstIntervalUs = us(ins), us(pst), us(iv)
+			// With no RTT spread the mean reaches the p90 and the
+			// persistent target is not below the instantaneous one: run
+			// it anyway (the tune notes say so) rather than refuse.
+			p.ForceTargets = pst >= ins
+		default:
+			return nil, fmt.Errorf("unknown scheme %q", n)
+		}
+		if p.KBytes != 0 && p.KBytes >= p.LimitBytes {
+			return nil, fmt.Errorf("%s: K (%s) must be below the class limit (%s): raise -limit", s.Label, units.ByteSize(p.KBytes), limit)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// classConfig is the class configuration of the scheme.
+func (s *Scheme) classConfig(name string) (qdisc.ClassConfig, error) {
+	p := &s.Params
+	mode, err := qdisc.ParseECNMode(p.Mode)
+	if err != nil {
+		return qdisc.ClassConfig{}, err
+	}
+	return qdisc.ClassConfig{
+		Name:         name,
+		LimitBytes:   units.ByteSize(p.LimitBytes),
+		ECN:          mode,
+		MinThBytes:   units.ByteSize(p.KBytes),
+		InsTarget:    fromUs(p.InsTargetUs),
+		PstTarget:    fromUs(p.PstTargetUs),
+		PstInterval:  fromUs(p.PstIntervalUs),
+		Target:       fromUs(p.TargetUs),
+		Interval:     fromUs(p.IntervalUs),
+		ForceTargets: p.ForceTargets,
+	}, nil
+}
+
+// describe is the scheme's parameters in one short line for the table.
+func (p *Params) describe(rate units.Rate) string {
+	q := func(b uint64) string {
+		return fmt.Sprintf("%.1fKB=%.0fµs", float64(b)/1000, bytesToUs(float64(b), rate))
+	}
+	switch p.Mode {
+	case "step":
+		return "K " + q(p.KBytes)
+	case "tcn":
+		return fmt.Sprintf("T %.0fµs", p.InsTargetUs)
+	case "codel":
+		return fmt.Sprintf("target %.0fµs interval %.0fµs", p.TargetUs, p.IntervalUs)
+	case "ecnsharp":
+		d := fmt.Sprintf("ins %.0fµs pst %.0fµs/%.0fµs", p.InsTargetUs, p.PstTargetUs, p.PstIntervalUs)
+		if len(p.Overridden) > 0 {
+			d += " (" + strings.Join(p.Overridden, ",") + " by flag)"
+		}
+		return d
+	}
+	return p.Mode
+}
+
+// autoLimit is the class buffer: 4·K_tail, so that the step-Tail queue
+// never reaches it, and at least minLimit for the slow-start overshoot.
+func autoLimit(kTail units.ByteSize) units.ByteSize {
+	return max(4*kTail, minLimit)
+}
+
+// tuneFrom derives every scheme's parameters from the measured RTTs: the
+// pooled distribution stands for the flows' RTTs (each sender probed the
+// same number of times, and carries the same number of flows).
+func tuneFrom(rtt *RTTReport, rate units.Rate, lambda float64) (aqm.TuneOutput, error) {
+	p := &rtt.PooledUs
+	if p.N == 0 {
+		return aqm.TuneOutput{}, fmt.Errorf("tune: no RTT samples")
+	}
+	return aqm.Tune(aqm.TuneInput{Rate: rate, RTTp50: fromUs(p.P50), RTTp90: fromUs(p.P90), RTTAvg: fromUs(p.Mean), Lambda: lambda})
+}

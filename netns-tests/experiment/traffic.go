@@ -1,0 +1,285 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+)
+
+const (
+	dialTimeout  = 3 * time.Second
+	shortTimeout = 2 * time.Second // a short flow that takes longer failed
+)
+
+// runScheme configures class 3 for s, starts the long flows, lets them
+// leave slow start, then measures: the backlog every sampleEvery, the class
+// counters and TCP_INFO at the window's edges, and the short flows started
+// inside it. It stops the long flows and waits for the queue to drain.
+func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gaps [][]time.Duration) (Result, error) {
+	o := e.o
+	cc, err := s.classConfig("roce")
+	if err != nil {
+		return Result{}, err
+	}
+	cfg := e.cfg
+	cfg.Classes[class] = cc
+	if err := e.port.Configure(cfg); err != nil {
+		return Result{}, fmt.Errorf("configure class %d: %w", class, err)
+	}
+	if err := e.drain(ctx); err != nil {
+		return Result{}, err
+	}
+
+	// Everything of this scheme stops when it returns, or on any error.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lf, err := e.startLong(sctx, o.perScheme()+10*time.Second)
+	if err != nil {
+		return Result{}, err
+	}
+	defer lf.stop()
+
+	sleepCtx(sctx, o.warmup)
+	if err := sctx.Err(); err != nil {
+		return Result{}, errors.Join(err, lf.g.firstErr())
+	}
+	w := &window{SampleEvery: o.sampleEvery, LongSenders: lf.senders}
+	st, err := e.port.Stats()
+	if err != nil {
+		return Result{}, err
+	}
+	w.Start, w.StartT = st.Classes[class], st.Time
+	if w.LongA, err = lf.info(); err != nil {
+		return Result{}, err
+	}
+	end := w.StartT.Add(o.measure)
+
+	var meas group
+	meas.cancel = cancel
+	// On an early return the sampler and the short flows stop with sctx
+	// and are waited for (a second Wait is harmless).
+	defer func() {
+		cancel()
+		_ = meas.Wait()
+	}()
+	meas.Go(func() error {
+		var err error
+		w.Backlog, err = e.sampleBacklog(sctx, end)
+		return err
+	})
+	fcts := make([][]time.Duration, len(e.lab.Senders))
+	var failedMu sync.Mutex
+	for i, node := range e.lab.Senders {
+		meas.Go(func() error {
+			f, failed := e.shortFlows(sctx, node, end, sizes[i], gaps[i])
+			fcts[i] = f
+			failedMu.Lock()
+			w.ShortFailed += failed
+			failedMu.Unlock()
+			return nil
+		})
+	}
+	sleepCtx(sctx, time.Until(end))
+	if err := sctx.Err(); err != nil {
+		cancel()
+		return Result{}, errors.Join(err, meas.Wait(), lf.g.firstErr())
+	}
+	st, err = e.port.Stats()
+	if err != nil {
+		return Result{}, err
+	}
+	w.End, w.EndT = st.Classes[class], st.Time
+	if w.LongB, err = lf.info(); err != nil {
+		return Result{}, err
+	}
+	// The short flows still in flight finish (bounded by shortTimeout).
+	if err := meas.Wait(); err != nil {
+		return Result{}, err
+	}
+	w.FCTs = fcts
+	if err := lf.g.firstErr(); err != nil {
+		return Result{}, err
+	}
+	lf.stop()
+	if err := e.drain(ctx); err != nil {
+		return Result{}, err
+	}
+	return buildResult(s, o.rate, w), nil
+}
+
+// drain waits (at most -cooldown) for class 3 to empty.
+func (e *experiment) drain(ctx context.Context) error {
+	deadline := time.Now().Add(e.o.cooldown)
+	for {
+		b, _, err := e.port.Backlog(class)
+		if err != nil {
+			return err
+		}
+		if b == 0 || !time.Now().Before(deadline) {
+			return ctx.Err()
+		}
+		sleepCtx(ctx, 10*time.Millisecond)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// sampleBacklog reads class 3's backlog every sampleEvery until end.
+func (e *experiment) sampleBacklog(ctx context.Context, end time.Time) ([]uint64, error) {
+	every := e.o.sampleEvery
+	n := int(time.Until(end)/every) + 1
+	out := make([]uint64, 0, n)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for len(out) < n {
+		select {
+		case <-ctx.Done():
+			return out, nil
+		case now := <-t.C:
+			if now.After(end) {
+				return out, nil
+			}
+			b, _, err := e.port.Backlog(class)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// longFlows are the long TCP flows of one scheme: each writes as fast as
+// the connection takes until stopped or until its deadline.
+type longFlows struct {
+	conns   []*net.TCPConn
+	senders []string
+	g       group
+	once    sync.Once
+}
+
+func (e *experiment) startLong(ctx context.Context, life time.Duration) (*longFlows, error) {
+	lf := &longFlows{}
+	addr := fmt.Sprintf("%s:%d", e.lab.ReceiverAddr, longPort)
+	deadline := time.Now().Add(life)
+	for _, node := range e.lab.Senders {
+		for range e.o.longPerSender {
+			c, err := dialTCP(ctx, node, addr, dialTimeout)
+			if err != nil {
+				lf.stop()
+				return nil, fmt.Errorf("long flow from %s: %w", node.Name, err)
+			}
+			_ = c.SetWriteDeadline(deadline)
+			lf.conns = append(lf.conns, c)
+			lf.senders = append(lf.senders, node.Name)
+		}
+	}
+	for i, c := range lf.conns {
+		lf.g.Go(func() error {
+			buf := make([]byte, 128<<10)
+			for ctx.Err() == nil {
+				if _, err := c.Write(buf); err != nil {
+					if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+						return nil
+					}
+					return fmt.Errorf("long flow %d from %s: %w", i+1, lf.senders[i], err)
+				}
+			}
+			return nil
+		})
+	}
+	return lf, nil
+}
+
+// info reads every flow's TCP_INFO.
+func (lf *longFlows) info() ([]tcpSnap, error) {
+	out := make([]tcpSnap, len(lf.conns))
+	for i, c := range lf.conns {
+		s, err := readTCPInfo(c)
+		if err != nil {
+			return nil, fmt.Errorf("long flow %d from %s: %w", i+1, lf.senders[i], err)
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// stop resets the connections (SO_LINGER 0: what is still in the send
+// buffers is dropped, not sent into the next scheme) and waits for the
+// writers.
+func (lf *longFlows) stop() {
+	lf.once.Do(func() {
+		for _, c := range lf.conns {
+			_ = c.SetLinger(0)
+			c.Close()
+		}
+		_ = lf.g.Wait()
+	})
+}
+
+// firstErr is the first writer error so far, without waiting.
+func (g *group) firstErr() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.err
+}
+
+// shortFlows runs node's short flows one at a time until end: for flow k,
+// pause gaps[k], connect, then time from the first write of sizes[k] bytes
+// to the server's one-byte answer. It returns the FCTs and the number of
+// flows that failed.
+func (e *experiment) shortFlows(ctx context.Context, node *topo.Node, end time.Time, sizes []int, gaps []time.Duration) ([]time.Duration, int) {
+	addr := fmt.Sprintf("%s:%d", e.lab.ReceiverAddr, shortPort)
+	var fcts []time.Duration
+	failed := 0
+	maxSize := 0
+	for _, n := range sizes {
+		maxSize = max(maxSize, n)
+	}
+	buf := make([]byte, 4+maxSize)
+	for k := range sizes {
+		sleepCtx(ctx, gaps[k])
+		if ctx.Err() != nil || !time.Now().Before(end) {
+			break
+		}
+		fct, err := shortFlow(ctx, node, addr, buf[:4+sizes[k]])
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failed++
+			continue
+		}
+		fcts = append(fcts, fct)
+	}
+	return fcts, failed
+}
+
+func shortFlow(ctx context.Context, node *topo.Node, addr string, req []byte) (time.Duration, error) {
+	c, err := dialTCP(ctx, node, addr, dialTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	binary.BigEndian.PutUint32(req, uint32(len(req)-4))
+	t0 := time.Now()
+	_ = c.SetDeadline(t0.Add(shortTimeout))
+	if _, err := c.Write(req); err != nil {
+		return 0, err
+	}
+	var ans [1]byte
+	if _, err := io.ReadFull(c, ans[:]); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
