@@ -19,11 +19,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -163,37 +161,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// Our own signal handling: stop the traffic, clean up, exit 130/143.
-	topo.DisableSignalHandler()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, interrupt := topo.CatchInterrupts(context.Background(), "fabricdemo", "cleaning up", stderr)
 	defer cancel()
-	sigCh := make(chan os.Signal, 2)
-	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigCh)
-	// Output piped into a pager or head that exits must not kill us
-	// before the cleanup: with SIGPIPE notified, writes just fail.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	var sigMu sync.Mutex
-	var caught os.Signal
-	go func() {
-		sig, ok := <-sigCh
-		if !ok {
-			return
-		}
-		sigMu.Lock()
-		caught = sig
-		sigMu.Unlock()
-		fmt.Fprintf(stderr, "\nfabricdemo: %v: stopping the traffic and cleaning up (again to quit at once)\n", sig)
-		cancel()
-		if _, ok := <-sigCh; ok {
-			fmt.Fprintln(stderr, "fabricdemo: quitting without cleanup; the next run removes the leftover namespaces")
-			os.Exit(exitCode(sig))
-		}
-	}()
-	signalled := func() os.Signal {
-		sigMu.Lock()
-		defer sigMu.Unlock()
-		return caught
-	}
+	defer interrupt.Stop()
+	signalled := interrupt.Signal
 
 	d := &demo{o: o, out: stdout}
 	err := d.run(ctx)
@@ -204,20 +175,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if sig := signalled(); sig != nil {
-		return exitCode(sig)
+		return topo.SignalExitCode(sig)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fabricdemo: %v\n", err)
 		return exitFail
 	}
 	return exitOK
-}
-
-func exitCode(sig os.Signal) int {
-	if sig == syscall.SIGTERM {
-		return 143
-	}
-	return 130
 }
 
 // demo is one run: the lab, the port and what was measured.

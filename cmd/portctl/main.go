@@ -47,8 +47,8 @@ Commands:
   tune       derive marking thresholds from rate and RTTs (no --dev needed)
   help       this text; "portctl help COMMAND" or "portctl COMMAND --help"
 
-Every command takes --dev DEV and --netns NAME (a name under /var/run/netns;
-default: the current namespace). Options go after the command.
+Every command but tune takes --dev DEV and --netns NAME (a name under
+/var/run/netns; default: the current namespace). Options go after the command.
 
 Examples:
   portctl attach --netns sw --dev swp0 --rate 10gbit
@@ -121,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(args) > 1 && args[0] == "help" {
 			c, ok := commands[args[1]]
 			if !ok {
-				fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach)\n", args[1])
+				fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune)\n", args[1])
 				return exitUsage
 			}
 			fmt.Fprint(stdout, c.help)
@@ -132,7 +132,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach; see portctl help)\n", args[0])
+		fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune; see portctl help)\n", args[0])
 		return exitUsage
 	}
 	return c.run(args[1:], stdout, stderr)

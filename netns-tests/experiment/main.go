@@ -19,14 +19,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -49,31 +47,10 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return exitFail
 	}
 
-	// Our own signal handling: stop the traffic, tear down, exit 130/143.
-	topo.DisableSignalHandler()
-	ctx, cancel := context.WithCancel(context.Background())
+	// Our own signal handling: stop the traffic, clean up, exit 130/143.
+	ctx, cancel, interrupt := topo.CatchInterrupts(context.Background(), "experiment", "tearing down", stderr)
 	defer cancel()
-	sigCh := make(chan os.Signal, 2)
-	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigCh)
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	var sigMu sync.Mutex
-	var caught os.Signal
-	go func() {
-		sig, ok := <-sigCh
-		if !ok {
-			return
-		}
-		sigMu.Lock()
-		caught = sig
-		sigMu.Unlock()
-		fmt.Fprintf(stderr, "\nexperiment: %v: stopping the traffic and tearing down (again to quit at once)\n", sig)
-		cancel()
-		if _, ok := <-sigCh; ok {
-			fmt.Fprintln(stderr, "experiment: quitting without cleanup; the next run removes the leftover namespaces")
-			os.Exit(exitCode(sig))
-		}
-	}()
+	defer interrupt.Stop()
 
 	e := &experiment{o: o, out: stdout}
 	// Deferred, so that a panic in this goroutine still tears the lab
@@ -85,10 +62,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 				code = exitFail
 			}
 		}
-		sigMu.Lock()
-		defer sigMu.Unlock()
-		if caught != nil {
-			code = exitCode(caught)
+		if sig := interrupt.Signal(); sig != nil {
+			code = topo.SignalExitCode(sig)
 		}
 	}()
 	if err := e.run(ctx); err != nil {
@@ -98,13 +73,6 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return exitFail
 	}
 	return exitOK
-}
-
-func exitCode(sig os.Signal) int {
-	if sig == syscall.SIGTERM {
-		return 143
-	}
-	return 130
 }
 
 // experiment is one run: the lab, the port, the servers in the receiver.
