@@ -320,7 +320,8 @@ func (l *Lab) addNode(name string) (*Node, error) {
 
 // baseline applies the settings every node gets: lo up, no reverse-path
 // filtering (asymmetric lab routes are legitimate), no IPv6 DAD so addresses
-// work at once, and optional forwarding.
+// work at once (no IPv6 at all when the spec does not use it), and optional
+// forwarding.
 func (n *Node) baseline(forwarding, uses6 bool) error {
 	lo, err := n.nl.LinkByName("lo")
 	if err != nil {
@@ -349,6 +350,15 @@ func (n *Node) baseline(forwarding, uses6 bool) error {
 			[2]string{"net.ipv6.conf.default.accept_dad", "0"})
 		if forwarding {
 			kv = append(kv, [2]string{"net.ipv6.conf.all.forwarding", "1"})
+		}
+		if !uses6 {
+			// An IPv4-only lab stays quiet: no link-local addresses, so
+			// no MLD reports or router solicitations at random times
+			// (one landing between a port's two program attachments
+			// reaches the dequeue hook unstamped).
+			kv = append(kv,
+				[2]string{"net.ipv6.conf.all.disable_ipv6", "1"},
+				[2]string{"net.ipv6.conf.default.disable_ipv6", "1"})
 		}
 	}
 	for _, p := range kv {
