@@ -8,12 +8,12 @@ CLANG ?= clang-19
 STRIP ?= llvm-strip-19
 BIN := bin
 # Tools the tests, the benchmark and the demo run (Debian package names).
-RUNTIME_DEPS := iperf3 iproute2 ethtool
+RUNTIME_DEPS := iperf3 iproute2 ethtool tcpdump tshark python3-scapy
 
 .PHONY: help build generate check-generate deps test unit-test netns-test bench demo experiment lint clean
 
 help:
-	@echo "make build          build portctl and fabricdemo into $(BIN)/"
+	@echo "make build          build portctl, roceperf and fabricdemo into $(BIN)/"
 	@echo "make demo           (root) live WRED/ECN demo on a namespace dumbbell"
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
 	@echo "make netns-test     (root) only the topology tests in network namespaces"
@@ -36,7 +36,8 @@ check-generate: generate
 # Install missing runtime tools (root, Debian/Ubuntu).
 deps:
 	@missing=""; \
-	for t in iperf3 ip tc ethtool; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	for t in iperf3 ip tc ethtool tcpdump tshark; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	/usr/bin/python3 -c 'import scapy.contrib.roce' >/dev/null 2>&1 || missing="$$missing python3-scapy"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing: apt-get install -y $(RUNTIME_DEPS)"; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y $(RUNTIME_DEPS) >/dev/null || \
@@ -54,7 +55,7 @@ test: deps lint
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
 unit-test:
-	$(GO) test -count=1 ./qdisc/... ./cmd/...
+	$(GO) test -count=1 ./qdisc/... ./host/... ./cmd/...
 
 netns-test: deps
 	$(GO) test -count=1 -p 1 -timeout 15m -v ./netns-tests/...

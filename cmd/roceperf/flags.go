@@ -1,0 +1,411 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+var usage = fmt.Sprintf(`Usage: roceperf [-s|-c host] [options]
+       roceperf [-h|--help] [-V|--version]
+
+RoCEv2 traffic like iperf3: a server terminates RC queue pairs on UDP 4791,
+a client streams RDMA WRITEs or SENDs on them with DCQCN congestion control.
+QPs are set up over a TCP side channel (port 18515, like perftest).
+
+Server or client:
+  -p, --port N              side-channel TCP port (default 18515)
+  --udp-port N              RoCEv2 UDP port (server: default 4791; client:
+                            local port, default ephemeral: the ECMP entropy)
+  -B, --bind ADDR           bind to this address
+  -i, --interval SECONDS    seconds between reports (default 1, 0 = none)
+  -J, --json                JSON output (one report at the end)
+  --logfile FILE            send output to FILE (appended)
+  -d, --debug               debug logging
+  -V, --version             print the version and exit
+  -h, --help                print this text and exit
+Server:
+  -s, --server              run as the server
+  -1, --one-off             serve one client, then exit
+Client:
+  -c, --client HOST         run as a client of the server at HOST[:PORT]
+  -t, --time SECONDS        time to transmit (default 10)
+  -n, --bytes N[KMG]        bytes to transmit over all QPs instead of -t
+                            (K, M, G = 1024-based; rounded up to messages)
+  -P, --parallel N          queue pairs (default 1, at most 4096)
+  -l, --length N[KMG]       message size (default 64K, at most 16M)
+  --mtu N                   path MTU: 256, 512, 1024 (default), 2048, 4096
+  --op write|send           RDMA WRITE (default) or SEND
+  -b, --bitrate N[kmg]      line rate of the emulated NIC, bits/s (1000-based;
+                            or 10gbit): with --cc dcqcn the start rate, the
+                            profile is scaled to it (default 10G); with
+                            --cc none the pacing cap (default unpaced); each
+                            QP paces on its own, up to -b
+  --cc dcqcn|none           congestion control (default dcqcn)
+  --dcqcn-profile mlx5|paper  DCQCN profile (default mlx5)
+  --dcqcn NAME=VALUE        set a DCQCN knob by its mlx5 name, repeatable;
+                            "--dcqcn help" lists them with their values
+  --dscp N                  DSCP of data and ACKs (default 26)
+  --cnp-dscp N              DSCP of the server's CNPs (default 48)
+  -O, --omit SECONDS        omit the first SECONDS from the summary
+  --verify                  the server checks every byte against a pattern
+  --perftest                also print perftest's (ib_write_bw) preamble and
+                            result table
+  --window N                packets in flight per QP (default %d)
+  --ack-every N             ask for an ACK every N packets (default %d)
+  --burst N                 packets paced back to back (default %d)
+  --timeout TIME            ACK timeout (default %v; a bare number is ms)
+  --retry N                 ACK timeouts in a row before a QP fails (default %d)
+
+Examples:
+  roceperf -s -B 198.18.0.1
+  roceperf -c 198.18.0.1 -t 10 -P 4 -b 1g
+  roceperf -c 198.18.0.1 -n 1G --verify --perftest
+  roceperf -c 198.18.0.1 --dcqcn-profile paper --dcqcn rpg_ai_rate=10 -J
+`, qpDefaults.Window, qpDefaults.AckReqEvery, qpDefaults.MaxBurst, qpDefaults.AckTimeout, qpDefaults.RetryCount)
+
+var qpDefaults = agent.DefaultQPConfig()
+
+type action int
+
+const (
+	actionRun action = iota
+	actionHelp
+	actionVersion
+	actionKnobHelp
+)
+
+// options is the parsed command line.
+type options struct {
+	action  action
+	server  *perf.ServerConfig // nil: client
+	client  perf.ClientConfig
+	logfile string
+	debug   bool
+}
+
+// repeated collects a repeatable flag.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
+
+// clientOnly are the flags a server refuses, as iperf3 does.
+var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "length", "mtu", "op", "b", "bitrate",
+	"cc", "dcqcn-profile", "dcqcn", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
+	"window", "ack-every", "burst", "timeout", "retry"}
+
+func versionLine() string {
+	return fmt.Sprintf("roceperf %s (fabriclab; %s %s/%s; side-channel protocol %d)",
+		perf.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH, agent.ProtocolVersion)
+}
+
+// parseArgs turns the command line into options. Errors are one line
+// naming the flag, the value and what it must be.
+func parseArgs(args []string) (*options, error) {
+	fs := flag.NewFlagSet("roceperf", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	str := func(def string, names ...string) *string {
+		p := new(string)
+		for _, n := range names {
+			fs.StringVar(p, n, def, "")
+		}
+		return p
+	}
+	boolean := func(names ...string) *bool {
+		p := new(bool)
+		for _, n := range names {
+			fs.BoolVar(p, n, false, "")
+		}
+		return p
+	}
+	var (
+		server   = boolean("s", "server")
+		client   = str("", "c", "client")
+		port     = str("", "p", "port")
+		udpPort  = str("", "udp-port")
+		bind     = str("", "B", "bind")
+		interval = str("1", "i", "interval")
+		jsonOut  = boolean("J", "json")
+		logfile  = str("", "logfile")
+		debug    = boolean("d", "debug")
+		version  = boolean("V", "v", "version")
+		help     = boolean("h", "help")
+		oneOff   = boolean("1", "one-off")
+		dur      = str("10", "t", "time")
+		nbytes   = str("", "n", "bytes")
+		parallel = str("1", "P", "parallel")
+		length   = str("64K", "l", "length")
+		mtu      = str("1024", "mtu")
+		op       = str("write", "op")
+		bitrate  = str("", "b", "bitrate")
+		cc       = str("dcqcn", "cc")
+		profile  = str(perf.DefaultProfile, "dcqcn-profile")
+		dscp     = str(strconv.Itoa(agent.DefaultDSCP), "dscp")
+		cnpDSCP  = str(strconv.Itoa(agent.DefaultCNPDSCP), "cnp-dscp")
+		omit     = str("0", "O", "omit")
+		verify   = boolean("verify")
+		perftest = boolean("perftest")
+		window   = str("", "window")
+		ackEvery = str("", "ack-every")
+		burst    = str("", "burst")
+		timeout  = str("", "timeout")
+		retry    = str("", "retry")
+		knobs    repeated
+	)
+	fs.Var(&knobs, "dcqcn", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return &options{action: actionHelp}, nil
+		}
+		return nil, fmt.Errorf("roceperf: %v (roceperf -h for help)", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("roceperf: unexpected argument %q (roceperf -h for help)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	spelled := func(names ...string) string { // the spelling the user typed
+		for _, n := range names {
+			if set[n] {
+				return dash(n)
+			}
+		}
+		return dash(names[0])
+	}
+	o := &options{logfile: *logfile, debug: *debug}
+	switch {
+	case *help:
+		o.action = actionHelp
+		return o, nil
+	case *version:
+		o.action = actionVersion
+		return o, nil
+	}
+
+	// Shared settings.
+	var err error
+	c := perf.DefaultClientConfig(*client)
+	if c.Interval, err = seconds(spelled("i", "interval"), *interval, 0, perf.MaxInterval); err != nil {
+		return nil, err
+	}
+	if c.Interval != 0 && c.Interval < perf.MinInterval {
+		return nil, mustBe(spelled("i", "interval"), *interval, "0 (no interval reports) or %g..%g seconds", perf.MinInterval.Seconds(), perf.MaxInterval.Seconds())
+	}
+	c.JSON = *jsonOut
+	var bindAddr netip.Addr
+	if *bind != "" {
+		if bindAddr, err = netip.ParseAddr(*bind); err != nil {
+			return nil, mustBe(spelled("B", "bind"), *bind, "an IP address of this host")
+		}
+	}
+	portN, udpN := 0, 0
+	if *port != "" {
+		if portN, err = intIn(spelled("p", "port"), *port, 1, 65535); err != nil {
+			return nil, err
+		}
+	}
+	if *udpPort != "" {
+		if udpN, err = intIn("--udp-port", *udpPort, 0, 65535); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range knobs {
+		if k == "help" {
+			o.action = actionKnobHelp
+		}
+	}
+
+	switch {
+	case *server && *client != "":
+		return nil, errors.New("roceperf: -s and -c: run either a server (-s) or a client (-c HOST), not both")
+	case o.action == actionKnobHelp:
+	case !*server && *client == "":
+		return nil, errors.New("roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)")
+	case *server:
+		for _, n := range clientOnly {
+			if set[n] {
+				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, -1, -i, -J, --logfile", dash(n))
+			}
+		}
+		if set["udp-port"] && udpN == 0 {
+			return nil, mustBe("--udp-port", *udpPort, "1..65535")
+		}
+		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval}
+		if c.Interval == 0 {
+			o.server.Interval = -1
+		}
+		return o, nil
+	}
+	if *oneOff {
+		return nil, errors.New("roceperf: -1 is a server option")
+	}
+
+	// Client settings.
+	if *client != "" {
+		c.Server = serverAddr(*client, portN, set["p"] || set["port"])
+	}
+	c.Bind, c.UDPPort = bindAddr, udpN
+	c.Verify, c.Perftest = *verify, *perftest
+	if c.Duration, err = seconds(spelled("t", "time"), *dur, time.Millisecond, perf.MaxDuration); err != nil {
+		return nil, err
+	}
+	if *nbytes != "" {
+		v, perr := perf.ParseBytes(*nbytes)
+		if perr != nil || v == 0 {
+			return nil, mustBe(spelled("n", "bytes"), *nbytes, "a byte count > 0 with an optional K, M, G suffix (1024-based)")
+		}
+		c.Bytes = v
+	}
+	if c.QPs, err = intIn(spelled("P", "parallel"), *parallel, 1, perf.MaxQPs); err != nil {
+		return nil, err
+	}
+	l, perr := perf.ParseBytes(*length)
+	if perr != nil || l < 1 || l > perf.MaxMessageBytes {
+		return nil, mustBe(spelled("l", "length"), *length, "1..16M bytes")
+	}
+	c.MessageBytes = int(l)
+	if c.MTU, err = intIn("--mtu", *mtu, 256, 4096); err != nil {
+		return nil, err
+	}
+	if c.MTU&(c.MTU-1) != 0 {
+		return nil, mustBe("--mtu", *mtu, "256, 512, 1024, 2048 or 4096")
+	}
+	switch *op {
+	case "write":
+		c.Op = agent.OpWrite
+	case "send":
+		c.Op = agent.OpSend
+	default:
+		return nil, mustBe("--op", *op, "write or send")
+	}
+	switch *cc {
+	case "dcqcn":
+		c.CC = agent.CCDCQCN
+	case "none":
+		c.CC = agent.CCNone
+	default:
+		return nil, mustBe("--cc", *cc, "dcqcn or none")
+	}
+	if *bitrate != "" {
+		r, perr := perf.ParseBitrate(*bitrate)
+		if perr != nil || (r != 0 && r < units.Kbit) || r > perf.MaxLineRate {
+			return nil, mustBe(spelled("b", "bitrate"), *bitrate, "1k..1t bits/s (k, m, g, t 1000-based, or 10gbit), or 0 (--cc none: unpaced)")
+		}
+		c.LineRate = r
+	}
+	c.Profile = *profile
+	if o.action == actionKnobHelp {
+		o.client = c
+		return o, nil
+	}
+	c.Knobs = knobs
+	d, err := intIn("--dscp", *dscp, 1, 63)
+	if err != nil {
+		return nil, err
+	}
+	c.DSCP = uint8(d)
+	if d, err = intIn("--cnp-dscp", *cnpDSCP, 1, 63); err != nil {
+		return nil, err
+	}
+	c.CNPDSCP = uint8(d)
+	if c.Omit, err = seconds(spelled("O", "omit"), *omit, 0, perf.MaxOmit); err != nil {
+		return nil, err
+	}
+	if *window != "" {
+		if c.Window, err = intIn("--window", *window, 1, 1<<20); err != nil {
+			return nil, err
+		}
+		c.AckReqEvery = min(c.AckReqEvery, c.Window)
+	}
+	if *ackEvery != "" {
+		if c.AckReqEvery, err = intIn("--ack-every", *ackEvery, 1, c.Window); err != nil {
+			return nil, err
+		}
+	}
+	if *burst != "" {
+		if c.MaxBurst, err = intIn("--burst", *burst, 1, 256); err != nil {
+			return nil, err
+		}
+	}
+	if *timeout != "" {
+		t := *timeout
+		if _, err := strconv.ParseFloat(t, 64); err == nil {
+			t += "ms" // a bare number is milliseconds, as iperf3's timeouts
+		}
+		d, perr := units.ParseDuration(t)
+		if perr != nil || d < 10*time.Microsecond || d > time.Minute {
+			return nil, mustBe("--timeout", *timeout, "10us..1m (a bare number is ms)")
+		}
+		c.AckTimeout = d
+	}
+	if *retry != "" {
+		if c.RetryCount, err = intIn("--retry", *retry, 0, 1000); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	o.client = c
+	return o, nil
+}
+
+// serverAddr joins -c HOST with -p PORT; HOST may carry its own port.
+func serverAddr(host string, port int, portSet bool) string {
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		if port == 0 {
+			port = perf.DefaultPort
+		}
+		return netip.AddrPortFrom(a, uint16(port)).String()
+	}
+	if _, _, err := net.SplitHostPort(host); err == nil && !portSet {
+		return host
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if port == 0 {
+		port = perf.DefaultPort
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+func dash(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+func mustBe(flagName, value, must string, args ...any) error {
+	return fmt.Errorf("roceperf: %s %s: must be %s", flagName, value, fmt.Sprintf(must, args...))
+}
+
+func intIn(flagName, s string, lo, hi int) (int, error) {
+	v, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || v < lo || v > hi {
+		return 0, mustBe(flagName, s, "%d..%d", lo, hi)
+	}
+	return v, nil
+}
+
+func seconds(flagName, s string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := perf.ParseSeconds(s)
+	if err != nil || d < lo || d > hi {
+		return 0, mustBe(flagName, s, "%g..%g seconds", lo.Seconds(), hi.Seconds())
+	}
+	return d, nil
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+func TestParseClient(t *testing.T) {
+	o, err := parseArgs(strings.Fields("-c 198.18.0.1 -t 2.5 -P 4 -l 1M --mtu 4096 -b 25g --cc none --dscp 24 --cnp-dscp 46 -i 0.5 -O 1 -J --perftest --verify --op send --window 64 --ack-every 8 --burst 2 --timeout 5 --retry 3 --udp-port 5000 -B 198.18.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.client
+	if o.server != nil || o.action != actionRun {
+		t.Fatalf("not a client run: %+v", o)
+	}
+	want := perf.ClientConfig{
+		Server: "198.18.0.1:18515", QPs: 4, Duration: 2500 * time.Millisecond, MessageBytes: 1 << 20, MTU: 4096,
+		LineRate: 25 * units.Gbit, CC: agent.CCNone, Profile: "mlx5", DSCP: 24, CNPDSCP: 46,
+		Interval: 500 * time.Millisecond, Omit: time.Second, JSON: true, Perftest: true, Verify: true, Op: agent.OpSend,
+		Window: 64, AckReqEvery: 8, MaxBurst: 2, AckTimeout: 5 * time.Millisecond, RetryCount: 3, UDPPort: 5000,
+	}
+	want.Bind = c.Bind
+	if c.Bind.String() != "198.18.0.2" {
+		t.Errorf("bind %v", c.Bind)
+	}
+	c.Knobs = nil
+	if c.Server != want.Server || c.QPs != want.QPs || c.Duration != want.Duration || c.MessageBytes != want.MessageBytes ||
+		c.MTU != want.MTU || c.LineRate != want.LineRate || c.CC != want.CC || c.Profile != want.Profile ||
+		c.DSCP != want.DSCP || c.CNPDSCP != want.CNPDSCP || c.Interval != want.Interval || c.Omit != want.Omit ||
+		c.JSON != want.JSON || c.Perftest != want.Perftest || c.Verify != want.Verify || c.Op != want.Op ||
+		c.Window != want.Window || c.AckReqEvery != want.AckReqEvery || c.MaxBurst != want.MaxBurst ||
+		c.AckTimeout != want.AckTimeout || c.RetryCount != want.RetryCount || c.UDPPort != want.UDPPort {
+		t.Errorf("got  %+v\nwant %+v", c, want)
+	}
+
+	// Long spellings, defaults, -n, repeated --dcqcn.
+	o, err = parseArgs(strings.Fields("--client h:9000 --parallel 2 --bytes 10M --dcqcn rpg_ai_rate=1 --dcqcn rpg_hai_rate=10 --dcqcn-profile paper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = o.client
+	def := agent.DefaultQPConfig()
+	if c.Server != "h:9000" || c.QPs != 2 || c.Bytes != 10<<20 || c.Profile != "paper" ||
+		strings.Join(c.Knobs, " ") != "rpg_ai_rate=1 rpg_hai_rate=10" ||
+		c.Duration != 10*time.Second || c.MessageBytes != 64<<10 || c.MTU != 1024 || c.Interval != time.Second ||
+		c.CC != agent.CCDCQCN || c.LineRate != 0 || c.DSCP != 26 || c.CNPDSCP != 48 ||
+		c.Window != def.Window || c.AckTimeout != def.AckTimeout {
+		t.Errorf("defaults: %+v", c)
+	}
+	for _, tc := range []struct{ args, server string }{
+		{"-c ::1", "[::1]:18515"},
+		{"-c 198.18.0.1 -p 9", "198.18.0.1:9"},
+		{"-c host -p 9", "host:9"},
+		{"-c host:7 -p 9", "host:9"},
+		{"-c host:7", "host:7"},
+		{"-c host", "host:18515"},
+	} {
+		o, err := parseArgs(strings.Fields(tc.args))
+		if err != nil || o.client.Server != tc.server {
+			t.Errorf("%s: server %q, %v; want %q", tc.args, o.client.Server, err, tc.server)
+		}
+	}
+}
+
+func TestParseServer(t *testing.T) {
+	o, err := parseArgs(strings.Fields("-s -B 198.18.0.1 -p 9000 --udp-port 4792 -1 -J -i 0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.server
+	if s == nil || s.Bind.String() != "198.18.0.1" || s.Port != 9000 || s.UDPPort != 4792 || !s.OneOff || !s.JSON || s.Interval >= 0 {
+		t.Errorf("server %+v", s)
+	}
+	o, err = parseArgs([]string{"--server"})
+	if err != nil || o.server == nil || o.server.Port != 0 || o.server.Interval != time.Second {
+		t.Errorf("defaults: %+v %v", o, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"", "roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)"},
+		{"-s -c h", "roceperf: -s and -c: run either a server (-s) or a client (-c HOST), not both"},
+		{"-c h -P 0", "roceperf: -P 0: must be 1..4096"},
+		{"-c h --parallel 5000", "roceperf: --parallel 5000: must be 1..4096"},
+		{"-c h -P two", "roceperf: -P two: must be 1..4096"},
+		{"-c h -t 0", "roceperf: -t 0: must be 0.001..86400 seconds"},
+		{"-c h -t soon", "roceperf: -t soon: must be 0.001..86400 seconds"},
+		{"-c h -n 0", "roceperf: -n 0: must be a byte count > 0"},
+		{"-c h -n 5Q", "roceperf: -n 5Q: must be a byte count > 0"},
+		{"-c h -l 0", "roceperf: -l 0: must be 1..16M bytes"},
+		{"-c h -l 32M", "roceperf: -l 32M: must be 1..16M bytes"},
+		{"-c h --mtu 1500", "roceperf: --mtu 1500: must be 256, 512, 1024, 2048 or 4096"},
+		{"-c h --mtu 9000", "roceperf: --mtu 9000: must be 256..4096"},
+		{"-c h -b fast", "roceperf: -b fast: must be 1k..1t bits/s"},
+		{"-c h -b 2t", "roceperf: -b 2t: must be 1k..1t bits/s"},
+		{"-c h --cc reno", "roceperf: --cc reno: must be dcqcn or none"},
+		{"-c h --op read", "roceperf: --op read: must be write or send"},
+		{"-c h --dscp 64", "roceperf: --dscp 64: must be 1..63"},
+		{"-c h --dscp 0", "roceperf: --dscp 0: must be 1..63"},
+		{"-c h --cnp-dscp 99", "roceperf: --cnp-dscp 99: must be 1..63"},
+		{"-c h -i 0.001", "roceperf: -i 0.001: must be 0 (no interval reports) or 0.01..60 seconds"},
+		{"-c h -O 61", "roceperf: -O 61: must be 0..60 seconds"},
+		{"-c h --window 0", "roceperf: --window 0: must be 1..1048576"},
+		{"-c h --window 8 --ack-every 16", "roceperf: --ack-every 16: must be 1..8"},
+		{"-c h --burst 0", "roceperf: --burst 0: must be 1..256"},
+		{"-c h --timeout 0", "roceperf: --timeout 0: must be 10us..1m"},
+		{"-c h --retry -1", "roceperf: --retry -1: must be 0..1000"},
+		{"-c h -p 0", "roceperf: -p 0: must be 1..65535"},
+		{"-c h --udp-port 70000", "roceperf: --udp-port 70000: must be 0..65535"},
+		{"-s --udp-port 0", "roceperf: --udp-port 0: must be 1..65535"},
+		{"-c h -B nowhere", "roceperf: -B nowhere: must be an IP address of this host"},
+		{"-c h --dcqcn-profile hpcc", "roceperf: --dcqcn-profile hpcc: must be mlx5 or paper"},
+		{"-c h --dcqcn rpg_ai_rate", `roceperf: --dcqcn "rpg_ai_rate": want name=value`},
+		{"-c h --dcqcn nope=1", `roceperf: --dcqcn unknown knob "nope"`},
+		{"-c h --dcqcn rpg_threshold=0", "roceperf: --dcqcn rpg_threshold=0: must be 1..255"},
+		{"-c h -n 1000 -P 2", "roceperf: -n 1000: 1 message(s) of 65536 bytes (-l) cannot keep -P 2 QPs busy"},
+		{"-s -P 2", "roceperf: -P is a client option"},
+		{"-s --verify", "roceperf: --verify is a client option"},
+		{"-c h -1", "roceperf: -1 is a server option"},
+		{"-c h extra", `roceperf: unexpected argument "extra"`},
+		{"-c h --bogus", "roceperf: flag provided but not defined: -bogus (roceperf -h for help)"},
+		{"-c", "roceperf: flag needs an argument: -c (roceperf -h for help)"},
+	} {
+		_, err := parseArgs(strings.Fields(tc.args))
+		if err == nil {
+			t.Errorf("%q: no error, want %q", tc.args, tc.want)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q:\ngot  %q\nwant %q…", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestRunWithoutNetwork(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args     string
+		code     int
+		out, err string
+	}{
+		{"-h", exitOK, "Usage: roceperf [-s|-c host] [options]", ""},
+		{"--help", exitOK, "--dcqcn NAME=VALUE", ""},
+		{"-V", exitOK, "roceperf " + perf.Version, ""},
+		{"--version", exitOK, "side-channel protocol", ""},
+		{"--dcqcn help", exitOK, "DCQCN knobs of profile mlx5 at line rate 10gbit", ""},
+		{"--dcqcn help --dcqcn-profile paper -b 1g", exitOK, "rpg_ai_rate                    1\n", ""},
+		{"", exitUsage, "", "roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)\n"},
+		{"-c h -P 0", exitUsage, "", "roceperf: -P 0: must be 1..4096\n"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, strings.Fields(tc.args), &out, &errb)
+		if code != tc.code || !strings.Contains(out.String(), tc.out) || (tc.err != "" && errb.String() != tc.err) {
+			t.Errorf("roceperf %s: exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr %q",
+				tc.args, code, out.String(), errb.String(), tc.code, tc.out, tc.err)
+		}
+	}
+}

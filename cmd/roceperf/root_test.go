@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/fabriclab/fabriclab/host/perf"
+)
+
+// requireRoot skips without root, except under CI=true where a skip would
+// hide a test CI is meant to run.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("needs root to create a network namespace, and CI=true forbids skipping")
+	}
+	t.Skip("needs root to create a network namespace")
+}
+
+// enterNetns moves the test's locked thread into a fresh namespace with lo
+// up and 198.18.0.1/32, 198.18.0.2/32 on it. Commands started from this
+// goroutine inherit the namespace; the thread is retired with the test.
+func enterNetns(t *testing.T) {
+	t.Helper()
+	requireRoot(t)
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatalf("get netns: %v", err)
+	}
+	ns, err := netns.New()
+	if err != nil {
+		orig.Close()
+		t.Fatalf("new netns: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = netns.Set(orig)
+		orig.Close()
+		ns.Close()
+	})
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"198.18.0.1/32", "198.18.0.2/32"} {
+		addr, _ := netlink.ParseAddr(a)
+		if err := netlink.AddrAdd(lo, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "roceperf")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runBin(t *testing.T, bin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("roceperf %s: %v", strings.Join(args, " "), err)
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+// TestBinary runs the built command inside a namespace: exit codes, the
+// one-line errors, a JSON run, a server run by the binary and SIGINT.
+func TestBinary(t *testing.T) {
+	requireRoot(t)
+	bin := buildBinary(t) // in the root namespace, where the module cache may need the network
+	enterNetns(t)
+
+	oneLine := func(r result, code int, want string) {
+		t.Helper()
+		if r.code != code || r.stderr != want+"\n" {
+			t.Errorf("exit %d, stderr %q; want exit %d, stderr %q", r.code, r.stderr, code, want+"\n")
+		}
+	}
+	oneLine(runBin(t, bin), exitUsage, "roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)")
+	oneLine(runBin(t, bin, "-s", "-c", "198.18.0.1"), exitUsage, "roceperf: -s and -c: run either a server (-s) or a client (-c HOST), not both")
+	oneLine(runBin(t, bin, "-c", "198.18.0.1", "-P", "0"), exitUsage, "roceperf: -P 0: must be 1..4096")
+	oneLine(runBin(t, bin, "-c", "198.18.0.2", "-t", "1"), exitRuntime, "roceperf: cannot reach server 198.18.0.2:18515: connection refused")
+	oneLine(runBin(t, bin, "-c", "198.18.0.9", "-t", "1"), exitRuntime, "roceperf: cannot reach server 198.18.0.9:18515: network is unreachable")
+
+	// An in-process server holds the ports: the binary's server cannot.
+	srv, err := perf.Listen(perf.ServerConfig{Bind: netip.MustParseAddr("198.18.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-served
+		srv.Close()
+	}()
+	oneLine(runBin(t, bin, "-s", "-B", "198.18.0.1"), exitRuntime, "roceperf: udp port 4791 on 198.18.0.1 is already in use")
+	oneLine(runBin(t, bin, "-s", "-B", "198.18.0.1", "--udp-port", "4792"), exitRuntime, "roceperf: tcp port 18515 on 198.18.0.1 is already in use")
+
+	// A JSON run against it.
+	// More time to recover from a stall than the defaults' 8 × 16 ms: the
+	// server is in this (maybe race-instrumented) process, on a VM with two
+	// CPUs other tests may be using.
+	args := []string{"-c", "198.18.0.1", "-t", "1", "-P", "2", "-i", "0.5", "-J", "--verify", "--timeout", "64", "--retry", "15"}
+	if raceDetector {
+		args = append(args, "--timeout", "200", "--retry", "50")
+	}
+	r := runBin(t, bin, args...)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("JSON run: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rep perf.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("-J output is not a report: %v\n%s", err, r.stdout)
+	}
+	if rep.End.SumSent.Bytes == 0 || rep.End.SumReceived.Bytes != rep.End.SumSent.Bytes || len(rep.End.Streams) != 2 {
+		t.Errorf("JSON run: sent %d, received %d, %d streams", rep.End.SumSent.Bytes, rep.End.SumReceived.Bytes, len(rep.End.Streams))
+	}
+	var generic map[string]any
+	_ = json.Unmarshal([]byte(r.stdout), &generic)
+	for _, k := range []string{"start", "intervals", "end"} {
+		if _, ok := generic[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+
+	// The binary as a one-off server on other ports, the binary as its
+	// client, text output.
+	server := exec.Command(bin, "-s", "-1", "-B", "198.18.0.1", "-p", "18516", "--udp-port", "4792")
+	var sout, serr bytes.Buffer
+	server.Stdout, server.Stderr = &sout, &serr
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer server.Process.Kill()
+	waitListening(t, "198.18.0.1:18516")
+	r = runBin(t, bin, "-c", "198.18.0.1", "-p", "18516", "-n", "4M", "-l", "256K", "--perftest", "--op", "send")
+	if r.code != 0 {
+		t.Fatalf("client of the binary server: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, want := range []string{"sender", "receiver", "counters: np_cnp_sent=0", " #bytes     #iterations", " 262144     16 "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("client output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- server.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("one-off server: %v, stderr %q", err, serr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the one-off server did not exit after its client")
+	}
+	if !strings.Contains(sout.String(), "receiver") {
+		t.Errorf("server output:\n%s", sout.String())
+	}
+
+	// SIGINT ends a run with its summary, as iperf3's does.
+	client := exec.Command(bin, "-c", "198.18.0.1", "-t", "30")
+	var cout, cerr bytes.Buffer
+	client.Stdout, client.Stderr = &cout, &cerr
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	_ = client.Process.Signal(syscall.SIGINT)
+	go func() { done <- client.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitRuntime {
+			t.Errorf("interrupted client: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		_ = client.Process.Kill()
+		t.Fatal("SIGINT did not end the client")
+	}
+	if !strings.Contains(cout.String(), "sender") || !strings.Contains(cout.String(), "receiver") {
+		t.Errorf("no summary after SIGINT:\n%s", cout.String())
+	}
+	if cerr.String() != "roceperf: interrupt - the client has terminated\n" {
+		t.Errorf("stderr after SIGINT: %q", cerr.String())
+	}
+}
+
+// waitListening waits until a TCP socket listens on addr in this thread's
+// namespace (/proc/thread-self/net/tcp), without connecting: a connection
+// would be the one-off server's only session.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	ap := netip.MustParseAddrPort(addr)
+	a4 := ap.Addr().As4()
+	// /proc/net/tcp prints the address as the hex of its in-memory (little
+	// endian) 32-bit value, and the port in host order.
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a4[3], a4[2], a4[1], a4[0], ap.Port())
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/thread-self/net/tcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 3 && f[1] == want && f[3] == "0A" { // TCP_LISTEN
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("nothing listens on %s", addr)
+}

@@ -1,0 +1,461 @@
+// Package agent is the host side of a RoCEv2 fabric: reliable-connected
+// queue pairs over UDP 4791 with DCQCN, as a NIC runs them. One Agent owns
+// one packet connection and any number of QPs, served by two goroutines (a
+// receive loop and a paced transmit loop) whatever the number of QPs.
+//
+// The protocol core depends only on pktio.Conn and Clock: unit tests run
+// two agents over an in-memory pipe, netns tests and the tools over UDP
+// sockets.
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// QPNs start above the special QP0/QP1 (IBTA 3.5.10: SMI and GSI).
+const firstQPN = 0x11
+
+// portBurstBytes is the port limiter's burst: 16 full 1 KB-MTU packets.
+const portBurstBytes = 16 * 1100
+
+// maxPacket holds the largest packet: BTH, RETH, 4096 bytes, ICRC.
+const maxPacket = roce.BTHLen + roce.RETHLen + roce.ImmDtLen + 4096 + roce.ICRCLen
+
+// Config configures an Agent.
+type Config struct {
+	Conn pktio.Conn // required: the UDP 4791 socket (or a pipe in tests)
+	// Clock is the time the DCQCN state machines see. Optional: monotonic.
+	Clock Clock
+	// Logger gets QP errors. Optional: slog.Default().
+	Logger *slog.Logger
+	// BatchSize is the most packets per send/receive system call.
+	// Optional: 0 means 64.
+	BatchSize int
+	// PortRate is the NIC's line rate, shared by all QPs: whatever their
+	// Rc, together they never send faster (wire bytes, as the pacer
+	// counts). Optional: 0 means no port limit.
+	PortRate units.Rate
+	// SkipICRCCheck accepts packets whatever their ICRC. The check
+	// reconstructs the IP header as Linux sends from a DF socket (IP ID 0),
+	// so a peer that sends other IDs needs it off.
+	SkipICRCCheck bool
+	// Trace, if set, sees every CE arrival, CNP sent and CNP handled, from
+	// the agent's loops (keep it short). Benchmarks time the DCQCN loop
+	// with it.
+	Trace func(Event)
+}
+
+// EventKind says what an Event records.
+type EventKind uint8
+
+const (
+	EventCEReceived EventKind = iota + 1 // NP: a CE-marked packet arrived
+	EventCNPSent                         // NP: a CNP left
+	EventCNPHandled                      // RP: a CNP arrived (RcAfter < RcBefore if it cut)
+)
+
+// Event is one DCQCN event at one QP.
+type Event struct {
+	Kind              EventKind
+	QPN               uint32
+	At                time.Duration // Clock time
+	RcBefore, RcAfter units.Rate
+}
+
+// Agent terminates RoCEv2 RC traffic on one packet connection.
+type Agent struct {
+	cfg   Config
+	conn  pktio.Conn
+	clock Clock
+	log   *slog.Logger
+	wake  *waker
+
+	mu struct {
+		sync.Mutex
+		free   []uint32 // QPNs to reuse
+		next   uint32
+		closed bool
+	}
+	qps atomic.Pointer[[]*QP] // index qpn-firstQPN; copy on write under mu
+
+	writeMu sync.Mutex // one sendmmsg at a time on the shared socket
+	drops   agentDrops
+	wg      sync.WaitGroup
+	closing atomic.Bool
+}
+
+// New starts an agent on cfg.Conn. Close stops it (and closes the Conn).
+func New(cfg Config) (*Agent, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("agent: Config.Conn is required")
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 64
+	}
+	if cfg.BatchSize < 1 || cfg.BatchSize > 1024 {
+		return nil, fmt.Errorf("agent: batch size %d: must be 1..1024", cfg.BatchSize)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = NewMonotonicClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w, err := newWaker()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, log: cfg.Logger, wake: w}
+	a.mu.next = firstQPN
+	a.qps.Store(new([]*QP))
+	a.wg.Add(2)
+	go a.rxLoop()
+	go a.txLoop()
+	return a, nil
+}
+
+// Clock returns the agent's clock.
+func (a *Agent) Clock() Clock { return a.clock }
+
+// LocalAddr is the packet connection's address.
+func (a *Agent) LocalAddr() netip.AddrPort { return a.conn.LocalAddr() }
+
+// Close stops both loops, closes the connection and puts every QP in error.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.mu.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.mu.closed = true
+	a.mu.Unlock()
+	a.closing.Store(true)
+	err := a.conn.Close()
+	a.wake.kick()
+	a.wg.Wait()
+	_ = a.wake.close()
+	for _, qp := range *a.qps.Load() {
+		if qp != nil {
+			qp.mu.Lock()
+			if qp.mu.err == nil {
+				qp.mu.err = fmt.Errorf("agent: qp %#x: %w: agent closed", qp.qpn, ErrQPError)
+			}
+			qp.doneOnce.Do(func() { close(qp.done) })
+			qp.mu.Unlock()
+		}
+	}
+	return err
+}
+
+func (a *Agent) kick() { a.wake.kick() }
+
+// CreateQP creates a queue pair with its registered buffer; Connect it to
+// a peer before starting a stream.
+func (a *Agent) CreateQP(cfg QPConfig) (*QP, error) {
+	if cfg.BufferBytes == 0 {
+		cfg.BufferBytes = 1 << 20
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	qp := &QP{
+		agent:   a,
+		cfg:     cfg,
+		dataTOS: cfg.DSCP<<2 | ecnECT0,
+		cnpTOS:  cfg.CNPDSCP<<2 | ecnECT0,
+		buf:     make([]byte, cfg.BufferBytes),
+		done:    make(chan struct{}),
+	}
+	var rnd [12]byte
+	_, _ = rand.Read(rnd[:])
+	qp.rkey = binary.LittleEndian.Uint32(rnd[0:])
+	// A virtual address that looks like one, page aligned.
+	qp.va = 0x7f0000000000 | uint64(binary.LittleEndian.Uint32(rnd[4:]))<<12
+	qp.mu.req.initPSN = cfg.PSN
+	if cfg.PSN == 0 {
+		qp.mu.req.initPSN = binary.LittleEndian.Uint32(rnd[8:]) & roce.PSNMask
+	}
+	if cfg.NP {
+		qp.mu.resp.np = dcqcn.NewNP(cfg.CNPPeriod)
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mu.closed {
+		return nil, errors.New("agent: closed")
+	}
+	if k := len(a.mu.free); k > 0 {
+		qp.qpn = a.mu.free[k-1]
+		a.mu.free = a.mu.free[:k-1]
+	} else {
+		if a.mu.next > roce.PSNMask {
+			return nil, fmt.Errorf("agent: out of QP numbers (%d in use)", roce.PSNMask-firstQPN)
+		}
+		qp.qpn = a.mu.next
+		a.mu.next++
+	}
+	old := *a.qps.Load()
+	idx := int(qp.qpn - firstQPN)
+	tab := make([]*QP, max(len(old), idx+1))
+	copy(tab, old)
+	tab[idx] = qp
+	a.qps.Store(&tab)
+	return qp, nil
+}
+
+// Destroy removes the QP; its counters stay in the agent's totals.
+func (qp *QP) Destroy() {
+	a := qp.agent
+	qp.mu.Lock()
+	if qp.mu.destroyed {
+		qp.mu.Unlock()
+		return
+	}
+	qp.mu.destroyed = true
+	ctr := qp.mu.ctr
+	if qp.mu.err == nil {
+		qp.mu.err = fmt.Errorf("agent: qp %#x: %w", qp.qpn, ErrQPDestroyed)
+	}
+	qp.doneOnce.Do(func() { close(qp.done) })
+	qp.mu.Unlock()
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.drops.gone.add(&ctr)
+	old := *a.qps.Load()
+	tab := make([]*QP, len(old))
+	copy(tab, old)
+	tab[qp.qpn-firstQPN] = nil
+	a.qps.Store(&tab)
+	a.mu.free = append(a.mu.free, qp.qpn)
+}
+
+// QP returns the live QP with this number, or nil.
+func (a *Agent) QP(qpn uint32) *QP {
+	tab := *a.qps.Load()
+	i := int(qpn) - firstQPN
+	if i < 0 || i >= len(tab) {
+		return nil
+	}
+	return tab[i]
+}
+
+// QPs returns the live QPs.
+func (a *Agent) QPs() []*QP {
+	var out []*QP
+	for _, qp := range *a.qps.Load() {
+		if qp != nil {
+			out = append(out, qp)
+		}
+	}
+	return out
+}
+
+// Counters sums every QP's counters (destroyed ones included) and adds the
+// agent's own drops.
+func (a *Agent) Counters() AgentCounters {
+	var c AgentCounters
+	a.mu.Lock()
+	c.Counters = a.drops.gone
+	a.mu.Unlock()
+	for _, qp := range a.QPs() {
+		qc := qp.Counters()
+		c.add(&qc)
+	}
+	c.Malformed = a.drops.malformed.Load()
+	c.ICRCErrors = a.drops.icrc.Load()
+	c.UnknownQP = a.drops.unknownQP.Load()
+	c.Unsupported = a.drops.unsupported.Load()
+	c.SendErrors = a.drops.sendErrors.Load()
+	return c
+}
+
+// send writes pkts[:n] in one batch.
+func (a *Agent) send(msgs []pktio.Message, pkts []txPacket, n int) {
+	if n == 0 {
+		return
+	}
+	for i := range n {
+		msgs[i].Buffers[0] = pkts[i].buf[:pkts[i].n]
+		msgs[i].TOS = pkts[i].tos
+		msgs[i].Addr = pkts[i].qp.peerAddr()
+	}
+	a.writeMu.Lock()
+	sent, err := a.conn.WriteBatch(msgs[:n])
+	a.writeMu.Unlock()
+	if err != nil && !a.closing.Load() {
+		a.drops.sendErrors.Add(uint64(n - sent))
+		a.log.Debug("send batch", "err", err, "sent", sent, "of", n)
+	}
+}
+
+// peerAddr is read without the lock: it is set once by Connect, before
+// any packet of this QP is built.
+func (qp *QP) peerAddr() netip.AddrPort { return qp.mu.peer.Addr }
+
+func newSlots(n int) ([]txPacket, []pktio.Message) {
+	pkts := make([]txPacket, n)
+	msgs := make([]pktio.Message, n)
+	for i := range pkts {
+		pkts[i].buf = make([]byte, maxPacket)
+		msgs[i].Buffers = make([][]byte, 1)
+	}
+	return pkts, msgs
+}
+
+// txLoop sends data and held-back CNPs, paced, in batches; it sleeps on
+// the waker until the earliest QP deadline or a kick.
+func (a *Agent) txLoop() {
+	defer a.wg.Done()
+	pkts, msgs := newSlots(a.cfg.BatchSize)
+	start := 0
+	var port *portLimit
+	if a.cfg.PortRate > 0 {
+		port = &portLimit{rate: float64(a.cfg.PortRate) / 8, depth: portBurstBytes}
+		port.b.tokens = portBurstBytes
+		port.b.at = a.clock.Now()
+	}
+	for !a.closing.Load() {
+		now := a.clock.Now()
+		if port != nil {
+			port.b.refill(now, port.rate, port.depth)
+		}
+		tab := *a.qps.Load()
+		n := 0
+		next := never
+		// Round robin: each QP fills at most MaxBurst packets per pass, and
+		// the pass starts one QP later each time.
+		if len(tab) > 0 {
+			start %= len(tab)
+			for i := range tab {
+				qp := tab[(start+i)%len(tab)]
+				if qp == nil {
+					continue
+				}
+				if n == len(pkts) {
+					next = now
+					break
+				}
+				qp.mu.Lock()
+				k, due := qp.fillLocked(now, pkts[n:], port)
+				qp.mu.Unlock()
+				for j := n; j < n+k; j++ {
+					pkts[j].qp = qp
+				}
+				n += k
+				next = min(next, due)
+			}
+			start++
+		}
+		a.send(msgs, pkts, n)
+		if n > 0 || next <= now {
+			continue
+		}
+		wait := time.Duration(-1)
+		if next != never {
+			wait = next - a.clock.Now()
+			if wait <= 0 {
+				continue
+			}
+		}
+		if err := a.wake.sleep(wait); err != nil {
+			return
+		}
+	}
+}
+
+// rxLoop reads batches, dispatches each packet to its QP and sends the
+// replies of the batch (NAKs, CNPs, coalesced ACKs) in one system call.
+func (a *Agent) rxLoop() {
+	defer a.wg.Done()
+	in := make([]pktio.Message, a.cfg.BatchSize)
+	for i := range in {
+		in[i].Buffers = [][]byte{make([]byte, maxPacket+64)}
+	}
+	rpkts, rmsgs := newSlots(2*a.cfg.BatchSize + 1)
+	rs := &replies{pkts: rpkts}
+	var h roce.Header
+	for {
+		n, err := a.conn.ReadBatch(in)
+		if err != nil {
+			if a.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			a.log.Warn("receive", "err", err)
+			time.Sleep(time.Millisecond) // do not spin on a persistent error
+			continue
+		}
+		now := a.clock.Now()
+		rs.n = 0
+		rs.ackQPs = rs.ackQPs[:0]
+		for i := range n {
+			a.receive(now, &in[i], &h, rs)
+		}
+		for _, qp := range rs.ackQPs {
+			qp.mu.Lock()
+			qp.flushAckLocked(rs)
+			qp.mu.Unlock()
+		}
+		a.send(rmsgs, rs.pkts, rs.n)
+	}
+}
+
+// receive checks one datagram and hands it to its QP. A malformed packet is
+// counted and dropped.
+func (a *Agent) receive(now time.Duration, m *pktio.Message, h *roce.Header, rs *replies) {
+	if m.Truncated {
+		a.drops.malformed.Add(1)
+		return
+	}
+	b := m.Buffers[0][:m.N]
+	payload, err := roce.Parse(b, h)
+	if err != nil {
+		a.drops.malformed.Add(1)
+		return
+	}
+	qp := a.QP(h.BTH.DestQP)
+	if qp == nil {
+		a.drops.unknownQP.Add(1)
+		return
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if !qp.mu.connected || qp.mu.destroyed {
+		a.drops.unknownQP.Add(1)
+		return
+	}
+	if !a.cfg.SkipICRCCheck && !roce.VerifyICRC(m.Addr, qp.mu.local, b) {
+		a.drops.icrc.Add(1)
+		return
+	}
+	qp.mu.ctr.RxPackets++
+	qp.mu.ctr.RxBytes += uint64(m.N)
+	op := h.BTH.Opcode
+	switch {
+	case op == roce.OpCNP:
+		qp.onCNPLocked(now)
+	case op == roce.OpRCAck:
+		qp.onAckLocked(now, h)
+	case op <= roce.OpRCWriteOnlyImm:
+		if m.TOS&ecnMask == ecnCE {
+			qp.onCELocked(now, rs)
+		}
+		qp.onRequestLocked(now, h, payload, rs)
+	default:
+		a.drops.unsupported.Add(1)
+	}
+}

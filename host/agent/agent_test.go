@@ -1,0 +1,458 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// pair is two agents talking over an in-memory pipe.
+type pair struct {
+	a, b   *Agent
+	pa, pb *pktio.PipeConn
+}
+
+func newPair(t *testing.T, filter func(from netip.AddrPort, m *pktio.Message) bool, trace func(Event)) *pair {
+	t.Helper()
+	pa, pb := pktio.NewPipe(pktio.PipeOptions{Filter: filter, Depth: 1 << 14})
+	a, err := New(Config{Conn: pa, Trace: trace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Conn: pb, Trace: trace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	return &pair{a: a, b: b, pa: pa, pb: pb}
+}
+
+// connect creates a QP on each agent and connects them.
+func (p *pair) connect(t *testing.T, ca, cb QPConfig) (*QP, *QP) {
+	t.Helper()
+	qa, err := p.a.CreateQP(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := p.b.CreateQP(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ea, eb := qa.Endpoint(), qb.Endpoint()
+	ea.Addr, eb.Addr = p.pa.LocalAddr(), p.pb.LocalAddr()
+	if err := qa.Connect(ea.Addr, eb); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.Connect(eb.Addr, ea); err != nil {
+		t.Fatal(err)
+	}
+	return qa, qb
+}
+
+func waitDone(t *testing.T, qp *QP, d time.Duration) {
+	t.Helper()
+	select {
+	case <-qp.Done():
+		if err := qp.Err(); err != nil {
+			t.Fatalf("qp %#x: %v", qp.QPN(), err)
+		}
+	case <-time.After(d):
+		acked, sent := qp.Progress()
+		t.Fatalf("qp %#x not done after %v: acked %d of %d sent packets; counters %+v", qp.QPN(), d, acked, sent, qp.Counters())
+	}
+}
+
+func TestWriteStreamVerified(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		op    Op
+		mtu   int
+		msg   int
+		psn   uint32
+		count uint64
+	}{
+		{"write-only-256", OpWrite, 256, 200, 1, 500},
+		{"write-multi-1024", OpWrite, 1024, 64 << 10, 0xFFFF00, 40}, // PSN wraps
+		{"write-4096-odd", OpWrite, 4096, 10001, 7, 50},
+		{"send-multi-2048", OpSend, 2048, 5000, 0xFFFFFE, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, nil, nil)
+			ca := DefaultQPConfig()
+			ca.MTU, ca.PSN = tc.mtu, tc.psn
+			cb := ca
+			cb.VerifyIncoming = true
+			qa, qb := p.connect(t, ca, cb)
+			if err := qa.Start(Stream{Op: tc.op, MessageBytes: tc.msg, Messages: tc.count, Verify: true}); err != nil {
+				t.Fatal(err)
+			}
+			waitDone(t, qa, 10*time.Second)
+			ra, rb := qa.Counters(), qb.Counters()
+			want := tc.count * uint64(tc.msg)
+			if ra.AckedBytes != want || rb.RecvBytes != want {
+				t.Errorf("acked %d, received %d bytes, want %d", ra.AckedBytes, rb.RecvBytes, want)
+			}
+			if ra.AckedMessages != tc.count || rb.RecvMessages != tc.count {
+				t.Errorf("acked %d, received %d messages, want %d", ra.AckedMessages, rb.RecvMessages, tc.count)
+			}
+			if rb.VerifyErrors != 0 || rb.OutOfSequence != 0 || ra.LocalAckTimeoutErr != 0 || ra.RetransmitPackets != 0 {
+				t.Errorf("errors on a clean pipe: requester %+v responder %+v", ra, rb)
+			}
+			// The last message sits in the responder's buffer.
+			last := tc.count - 1
+			want1 := make([]byte, tc.msg)
+			fillPattern(want1, qa.QPN(), last, 0)
+			if tc.op == OpWrite {
+				slots := uint64(len(qb.Buffer()) / tc.msg)
+				off := int(last%slots) * tc.msg
+				if !bytes.Equal(qb.Buffer()[off:off+tc.msg], want1) {
+					t.Errorf("buffer slot %d does not hold message %d", last%slots, last)
+				}
+			}
+			ca2 := p.a.Counters()
+			if ca2.ICRCErrors != 0 || ca2.Malformed != 0 || ca2.UnknownQP != 0 {
+				t.Errorf("agent drops %+v", ca2)
+			}
+		})
+	}
+}
+
+// TestGoBackN loses 1 % of the data packets (and some ACKs): everything
+// still arrives, intact and in order, through NAKs and timeouts.
+func TestGoBackN(t *testing.T) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	var lost atomic.Uint64
+	filter := func(from netip.AddrPort, m *pktio.Message) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.Float64() < 0.01 {
+			lost.Add(1)
+			return true
+		}
+		return false
+	}
+	p := newPair(t, filter, nil)
+	ca := DefaultQPConfig()
+	ca.AckTimeout = 2 * time.Millisecond
+	ca.RetryCount = 50
+	ca.RateCap = 500 * units.Mbit
+	cb := ca
+	cb.VerifyIncoming = true
+	qa, qb := p.connect(t, ca, cb)
+	const msgs, size = 300, 16 << 10
+	if err := qa.Start(Stream{Op: OpWrite, MessageBytes: size, Messages: msgs, Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, qa, 20*time.Second)
+	ra, rb := qa.Counters(), qb.Counters()
+	t.Logf("lost %d datagrams; requester %+v; responder %+v", lost.Load(), ra, rb)
+	if rb.RecvBytes != msgs*size || rb.RecvMessages != msgs || rb.VerifyErrors != 0 {
+		t.Errorf("responder got %d bytes, %d messages, %d verify errors; want %d, %d, 0", rb.RecvBytes, rb.RecvMessages, rb.VerifyErrors, msgs*size, msgs)
+	}
+	if lost.Load() == 0 || ra.RetransmitPackets == 0 || rb.OutOfSequence == 0 || ra.PacketSeqErr == 0 {
+		t.Errorf("no recovery exercised: lost %d, retransmitted %d, out_of_sequence %d, packet_seq_err %d", lost.Load(), ra.RetransmitPackets, rb.OutOfSequence, ra.PacketSeqErr)
+	}
+}
+
+// TestDCQCNLoop marks every data packet CE: the responder sends coalesced
+// CNPs to the requester's QP, which cuts Rc.
+func TestDCQCNLoop(t *testing.T) {
+	var marked atomic.Bool
+	filter := func(from netip.AddrPort, m *pktio.Message) bool {
+		if marked.Load() && m.N > 100 {
+			m.TOS |= ecnCE
+		}
+		return false
+	}
+	var cnpSent, cnpHandled atomic.Uint64
+	trace := func(e Event) {
+		switch e.Kind {
+		case EventCNPSent:
+			cnpSent.Add(1)
+		case EventCNPHandled:
+			cnpHandled.Add(1)
+		}
+	}
+	p := newPair(t, filter, trace)
+	ca := DefaultQPConfig()
+	ca.CC = CCDCQCN
+	ca.DCQCN = dcqcn.PaperParams(1 * units.Gbit)
+	cb := DefaultQPConfig()
+	cb.CNPPeriod = 50 * time.Microsecond
+	qa, qb := p.connect(t, ca, cb)
+	if err := qa.Start(Stream{Op: OpWrite, MessageBytes: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	st0, _ := qa.CC()
+	marked.Store(true)
+	time.Sleep(100 * time.Millisecond)
+	st1, _ := qa.CC()
+	marked.Store(false)
+	qa.Stop()
+	waitDone(t, qa, 5*time.Second)
+	ra, rb := qa.Counters(), qb.Counters()
+	t.Logf("Rc before %v after %v α %.3f; requester %+v; responder %+v", st0.Rc, st1.Rc, st1.Alpha, ra, rb)
+	if rb.NPECNMarkedRoCEPackets == 0 || rb.NPCNPSent == 0 {
+		t.Fatalf("no CE seen / no CNP sent: %+v", rb)
+	}
+	if ra.RPCNPHandled == 0 || ra.RPCNPHandled+ra.RPCNPIgnored != rb.NPCNPSent {
+		t.Errorf("rp_cnp_handled %d + ignored %d != np_cnp_sent %d", ra.RPCNPHandled, ra.RPCNPIgnored, rb.NPCNPSent)
+	}
+	// At most one CNP per 50 µs over the marked 100 ms (+ slack for the
+	// sleep overrun).
+	if rb.NPCNPSent > 2200 {
+		t.Errorf("np_cnp_sent %d: coalescing at 50us allows ≈2000 in 100 ms", rb.NPCNPSent)
+	}
+	if st1.Rc >= st0.Rc/2 {
+		t.Errorf("Rc %v → %v under continuous CE: want at least a halving", st0.Rc, st1.Rc)
+	}
+	if cnpSent.Load() != rb.NPCNPSent || cnpHandled.Load() != ra.RPCNPHandled+ra.RPCNPIgnored {
+		t.Errorf("trace saw %d sent / %d handled, counters %d / %d", cnpSent.Load(), cnpHandled.Load(), rb.NPCNPSent, ra.RPCNPHandled+ra.RPCNPIgnored)
+	}
+}
+
+// TestPacing: a capped QP sends at its cap, measured on the acknowledged
+// bytes over 300 ms.
+func TestPacing(t *testing.T) {
+	p := newPair(t, nil, nil)
+	ca := DefaultQPConfig()
+	ca.RateCap = 200 * units.Mbit
+	qa, _ := p.connect(t, ca, DefaultQPConfig())
+	if err := qa.Start(Stream{Op: OpWrite, MessageBytes: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	c0, t0 := qa.Counters(), time.Now()
+	time.Sleep(300 * time.Millisecond)
+	c1, t1 := qa.Counters(), time.Now()
+	qa.Stop()
+	wire := float64(c1.TxBytes-c0.TxBytes+(c1.TxPackets-c0.TxPackets)*42) * 8 / t1.Sub(t0).Seconds()
+	t.Logf("wire rate %.1f Mbit/s for a 200 Mbit/s cap", wire/1e6)
+	if wire < 0.9*200e6 || wire > 1.1*200e6 {
+		t.Errorf("wire rate %.1f Mbit/s: want 200 ±10 %%", wire/1e6)
+	}
+}
+
+// TestManyQPs: one agent holds thousands of QPs on its two goroutines.
+func TestManyQPs(t *testing.T) {
+	p := newPair(t, nil, nil)
+	const n = 2000
+	cfg := DefaultQPConfig()
+	cfg.BufferBytes = 8 << 10
+	cb := cfg
+	cb.VerifyIncoming = true
+	var qas []*QP
+	for range n {
+		qa, _ := p.connect(t, cfg, cb)
+		qas = append(qas, qa)
+	}
+	for _, qa := range qas {
+		if err := qa.Start(Stream{Op: OpWrite, MessageBytes: 3000, Messages: 3, Verify: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, qa := range qas {
+		waitDone(t, qa, 30*time.Second)
+	}
+	c := p.b.Counters()
+	if c.RecvMessages != 3*n || c.VerifyErrors != 0 {
+		t.Errorf("received %d messages (want %d), %d verify errors", c.RecvMessages, 3*n, c.VerifyErrors)
+	}
+}
+
+// TestMalformedCounted injects garbage: counted, dropped, nothing breaks.
+func TestMalformedCounted(t *testing.T) {
+	p := newPair(t, nil, nil)
+	qa, qb := p.connect(t, DefaultQPConfig(), DefaultQPConfig())
+	junk := [][]byte{
+		{},
+		{0x0a},
+		make([]byte, 11),
+		append([]byte{0x0a, 0x0f}, make([]byte, 40)...), // TVer != 0
+	}
+	// A valid packet with a wrong ICRC, and one to an unknown QP.
+	var h roce.Header
+	h.BTH.Opcode = roce.OpRCSendOnly
+	h.BTH.DestQP = qb.QPN()
+	bad := make([]byte, 64)
+	n := roce.Build(bad, &h, make([]byte, 8))
+	junk = append(junk, bad[:n])
+	h.BTH.DestQP = 0x777777
+	unk := make([]byte, 64)
+	n = roce.Build(unk, &h, make([]byte, 8))
+	roce.SealICRC(p.pa.LocalAddr(), p.pb.LocalAddr(), unk[:n])
+	junk = append(junk, unk[:n])
+	msgs := make([]pktio.Message, len(junk))
+	for i := range junk {
+		msgs[i] = pktio.Message{Buffers: [][]byte{junk[i]}, Addr: p.pb.LocalAddr()}
+	}
+	if _, err := p.pa.WriteBatch(msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Start(Stream{Op: OpWrite, MessageBytes: 4096, Messages: 10}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, qa, 5*time.Second)
+	c := p.b.Counters()
+	if c.Malformed != 4 || c.ICRCErrors != 1 || c.UnknownQP != 1 {
+		t.Errorf("malformed %d (want 4), icrc %d (want 1), unknown qp %d (want 1)", c.Malformed, c.ICRCErrors, c.UnknownQP)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		mod  func(*QPConfig)
+		want string
+	}{
+		{func(c *QPConfig) { c.MTU = 1500 }, "mtu 1500: must be one of 256, 512, 1024, 2048, 4096"},
+		{func(c *QPConfig) { c.DSCP = 64 }, "dscp 64: must be 0..63"},
+		{func(c *QPConfig) { c.Window = 0 }, "window 0: must be 1..1048576 packets"},
+		{func(c *QPConfig) { c.CC = "cubic" }, `cc "cubic": must be none or dcqcn`},
+		{func(c *QPConfig) { c.AckReqEvery = 1000 }, "ackreq_every 1000: must be 1..window (512)"},
+	} {
+		c := DefaultQPConfig()
+		tc.mod(&c)
+		err := c.Validate()
+		if err == nil || err.Error() != "agent: "+tc.want {
+			t.Errorf("got %v, want %q", err, "agent: "+tc.want)
+		}
+	}
+}
+
+// TestIPv6 runs a verified stream between IPv6 endpoints: the ICRC covers
+// the IPv6 pseudo header instead.
+func TestIPv6(t *testing.T) {
+	pa, pb := pktio.NewPipe(pktio.PipeOptions{
+		A: netip.MustParseAddrPort("[2001:db8::1]:4791"),
+		B: netip.MustParseAddrPort("[2001:db8::2]:4791"),
+	})
+	a, err := New(Config{Conn: pa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Conn: pb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	p := &pair{a: a, b: b, pa: pa, pb: pb}
+	cb := DefaultQPConfig()
+	cb.VerifyIncoming = true
+	qa, qb := p.connect(t, DefaultQPConfig(), cb)
+	if err := qa.Start(Stream{Op: OpWrite, MessageBytes: 10000, Messages: 100, Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, qa, 10*time.Second)
+	if c := qb.Counters(); c.RecvBytes != 100*10000 || c.VerifyErrors != 0 {
+		t.Errorf("received %d bytes with %d verify errors", c.RecvBytes, c.VerifyErrors)
+	}
+	if c := b.Counters(); c.ICRCErrors != 0 {
+		t.Errorf("%d ICRC errors", c.ICRCErrors)
+	}
+}
+
+// TestSession sets QPs up over the side channel (a net.Pipe here; TCP in
+// the netns tests), runs them, and collects the server's counters.
+func TestSession(t *testing.T) {
+	p := newPair(t, nil, nil)
+	cs, cc := net.Pipe()
+	var got SessionResult
+	served := make(chan error, 1)
+	go func() {
+		served <- p.b.ServeConn(cs, ServerOptions{OnFinish: func(_ net.Addr, r SessionResult) { got = r }})
+	}()
+	cfg := DefaultQPConfig()
+	cfg.MTU = 2048
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := p.a.DialConn(ctx, cc, 3, cfg, SessionRequest{MessageBytes: 8192, Op: "write", Verify: true, NP: true, CNPPeriod: 4 * time.Microsecond, CNPDSCP: 48})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, qp := range s.QPs {
+		if err := qp.Start(Stream{Op: OpWrite, MessageBytes: 8192, Messages: 20, Verify: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, qp := range s.QPs {
+		waitDone(t, qp, 10*time.Second)
+	}
+	res, err := s.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if len(res.QPs) != 3 || len(got.QPs) != 3 {
+		t.Fatalf("server reported %d QPs (hook %d), want 3", len(res.QPs), len(got.QPs))
+	}
+	for i, r := range res.QPs {
+		if r.QPN != s.Remote[i].QPN || r.Counters.RecvBytes != 20*8192 || r.Counters.VerifyErrors != 0 {
+			t.Errorf("server qp %d: %+v", i, r)
+		}
+	}
+	if n := len(p.b.QPs()); n != 0 {
+		t.Errorf("server still holds %d QPs after the session", n)
+	}
+	// A refused session: bad MTU.
+	cs2, cc2 := net.Pipe()
+	go func() { _ = p.b.ServeConn(cs2, ServerOptions{}) }()
+	bad := DefaultQPConfig()
+	bad.MTU = 300
+	if _, err := p.a.DialConn(ctx, cc2, 1, bad, SessionRequest{MessageBytes: 1}); err == nil || !strings.Contains(err.Error(), "mtu 300") {
+		t.Errorf("bad mtu: got %v", err)
+	}
+}
+
+// TestPortRate: four QPs capped at 500 Mbit/s each share a 1 Gbit/s port.
+func TestPortRate(t *testing.T) {
+	pa, pb := pktio.NewPipe(pktio.PipeOptions{Depth: 1 << 14})
+	a, err := New(Config{Conn: pa, PortRate: units.Gbit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Conn: pb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	p := &pair{a: a, b: b, pa: pa, pb: pb}
+	ca := DefaultQPConfig()
+	ca.RateCap = 500 * units.Mbit
+	var qps []*QP
+	for range 4 {
+		qa, _ := p.connect(t, ca, DefaultQPConfig())
+		if err := qa.Start(Stream{Op: OpWrite, MessageBytes: 64 << 10}); err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, qa)
+	}
+	time.Sleep(50 * time.Millisecond)
+	c0, t0 := a.Counters(), time.Now()
+	time.Sleep(300 * time.Millisecond)
+	c1, t1 := a.Counters(), time.Now()
+	for _, qa := range qps {
+		qa.Stop()
+	}
+	wire := float64(c1.TxBytes-c0.TxBytes+(c1.TxPackets-c0.TxPackets)*42) * 8 / t1.Sub(t0).Seconds()
+	t.Logf("4 QPs × 500 Mbit/s through a 1 Gbit/s port: %.1f Mbit/s", wire/1e6)
+	if wire < 0.9e9 || wire > 1.05e9 {
+		t.Errorf("port rate %.1f Mbit/s: want 1000 (-10 %%, +5 %%)", wire/1e6)
+	}
+}

@@ -1,0 +1,83 @@
+package agent
+
+import "sync/atomic"
+
+// Counters are the NIC counters people grep when a fabric misbehaves, with
+// the mlx5 names (reference/dcqcn.md), kept per QP and summed per agent.
+type Counters struct {
+	// DCQCN notification point (receiver).
+	NPCNPSent              uint64 `json:"np_cnp_sent"`
+	NPECNMarkedRoCEPackets uint64 `json:"np_ecn_marked_roce_packets"`
+	// DCQCN reaction point (sender).
+	RPCNPHandled uint64 `json:"rp_cnp_handled"`
+	RPCNPIgnored uint64 `json:"rp_cnp_ignored"`
+	// RC transport. out_of_sequence and duplicate_request count at the
+	// responder, packet_seq_err (NAKs received) and local_ack_timeout_err at
+	// the requester, as mlx5 does.
+	OutOfSequence      uint64 `json:"out_of_sequence"`
+	PacketSeqErr       uint64 `json:"packet_seq_err"`
+	LocalAckTimeoutErr uint64 `json:"local_ack_timeout_err"`
+	DuplicateRequest   uint64 `json:"duplicate_request"`
+	// Traffic: every RoCE packet of this QP, data and control.
+	TxPackets uint64 `json:"tx_packets"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	RxPackets uint64 `json:"rx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	// Requester progress: payload bytes and messages acknowledged, packets
+	// sent again by go-back-N.
+	AckedBytes        uint64 `json:"acked_bytes"`
+	AckedMessages     uint64 `json:"acked_messages"`
+	RetransmitPackets uint64 `json:"retransmitted_packets"`
+	// Responder progress: payload bytes and messages placed in order.
+	RecvBytes    uint64 `json:"received_bytes"`
+	RecvMessages uint64 `json:"received_messages"`
+	// End-to-end content check (Stream.Verify): packets whose payload did not
+	// match the sender's pattern.
+	VerifyErrors uint64 `json:"verify_errors"`
+	// NAKs other than PSN sequence error, sent (responder) or received.
+	RemoteAccessErr uint64 `json:"remote_access_err"`
+	InvalidRequest  uint64 `json:"invalid_request"`
+}
+
+// AgentCounters add what cannot be charged to a QP.
+type AgentCounters struct {
+	Counters
+	// Dropped before reaching a QP: not a RoCEv2 packet or truncated, a bad
+	// ICRC, an unknown destination QP, an opcode this agent does not serve.
+	Malformed   uint64 `json:"malformed"`
+	ICRCErrors  uint64 `json:"icrc_errors"`
+	UnknownQP   uint64 `json:"unknown_qp"`
+	Unsupported uint64 `json:"unsupported_opcode"`
+	SendErrors  uint64 `json:"send_errors"`
+}
+
+func (c *Counters) add(o *Counters) {
+	c.NPCNPSent += o.NPCNPSent
+	c.NPECNMarkedRoCEPackets += o.NPECNMarkedRoCEPackets
+	c.RPCNPHandled += o.RPCNPHandled
+	c.RPCNPIgnored += o.RPCNPIgnored
+	c.OutOfSequence += o.OutOfSequence
+	c.PacketSeqErr += o.PacketSeqErr
+	c.LocalAckTimeoutErr += o.LocalAckTimeoutErr
+	c.DuplicateRequest += o.DuplicateRequest
+	c.TxPackets += o.TxPackets
+	c.TxBytes += o.TxBytes
+	c.RxPackets += o.RxPackets
+	c.RxBytes += o.RxBytes
+	c.AckedBytes += o.AckedBytes
+	c.AckedMessages += o.AckedMessages
+	c.RetransmitPackets += o.RetransmitPackets
+	c.RecvBytes += o.RecvBytes
+	c.RecvMessages += o.RecvMessages
+	c.VerifyErrors += o.VerifyErrors
+	c.RemoteAccessErr += o.RemoteAccessErr
+	c.InvalidRequest += o.InvalidRequest
+}
+
+// agentDrops are updated from the receive loop without a QP lock.
+type agentDrops struct {
+	malformed, icrc, unknownQP, unsupported, sendErrors atomic.Uint64
+	// Counters of QPs already destroyed, so agent totals never go back.
+	// Guarded by Agent.mu.
+	gone Counters
+}

@@ -1,0 +1,305 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/roce"
+)
+
+// never is a deadline that does not come.
+const never = time.Duration(1<<63 - 1)
+
+// txPacket is one slot of the transmit loop's batch.
+type txPacket struct {
+	buf []byte
+	n   int
+	tos uint8
+	qp  *QP
+}
+
+// fillLocked writes what the QP may send now into out: a due CNP, then data
+// paced at Rc (or RateCap) and by the port's bucket (nil: no port limit),
+// within the window. It returns the packets
+// written and when the QP next needs the transmit loop.
+// Precondition: qp.mu is held.
+func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n int, next time.Duration) {
+	next = never
+	if !qp.mu.connected || qp.mu.destroyed {
+		return 0, next
+	}
+	// Notification point: a CNP held back by min_time_between_cnps.
+	if np := qp.mu.resp.np; np != nil {
+		if len(out) > 0 && np.Poll(now) {
+			out[0].n = qp.buildCNPLocked(out[0].buf)
+			out[0].tos = qp.cnpTOS
+			n++
+		}
+		if due, ok := np.Next(); ok {
+			next = min(next, due)
+		}
+	}
+	r := &qp.mu.req
+	if !r.active || qp.mu.err != nil {
+		return n, next
+	}
+	// Retransmission timeout: go back to the oldest unacknowledged packet.
+	if r.una < r.max {
+		deadline := r.lastProgress + qp.cfg.AckTimeout
+		if now >= deadline {
+			qp.mu.ctr.LocalAckTimeoutErr++
+			r.retries++
+			if r.retries > qp.cfg.RetryCount {
+				qp.failLocked(fmt.Errorf("%d ACK timeouts of %v in a row (retry_count %d) at psn %#x",
+					r.retries, qp.cfg.AckTimeout, qp.cfg.RetryCount, qp.psn(r.initPSN, r.una)))
+				return n, next
+			}
+			r.nxt = r.una
+			r.lastProgress = now
+			deadline = now + qp.cfg.AckTimeout
+		}
+		next = min(next, deadline)
+	}
+	var rate float64 // bytes per second; 0 = unpaced
+	if r.rp != nil {
+		r.rp.Advance(now)
+		rate = float64(r.rp.Rc()) / 8
+	} else if qp.cfg.RateCap > 0 {
+		rate = float64(qp.cfg.RateCap) / 8
+	}
+	burst := float64(qp.cfg.MaxBurst * qp.wireBytes(qp.cfg.MTU, true))
+	if rate > 0 {
+		r.pace.refill(now, rate, burst)
+	}
+	r.pace.at = now
+	portBlocked := false
+	window := uint64(qp.cfg.Window)
+	for sent := 0; n < len(out) && sent < qp.cfg.MaxBurst; sent++ {
+		if r.nxt >= r.limit || r.nxt-r.una >= window {
+			break // the window or the stream end; an ACK kicks the loop
+		}
+		if rate > 0 && !r.pace.ready() {
+			break
+		}
+		if port != nil && !port.b.ready() {
+			portBlocked = true
+			break
+		}
+		p := &out[n]
+		p.n = qp.buildDataLocked(p.buf, r.nxt)
+		p.tos = qp.dataTOS
+		wire := p.n + 14 + 8 + 20
+		if qp.mu.local.Addr().Is6() {
+			wire += 20
+		}
+		if rate > 0 {
+			r.pace.spend(wire)
+		}
+		if port != nil {
+			port.b.spend(wire)
+		}
+		if r.rp != nil {
+			r.rp.OnTransmit(now, wire)
+		}
+		if r.nxt < r.max {
+			qp.mu.ctr.RetransmitPackets++
+		}
+		if r.una == r.nxt && r.una == r.max {
+			r.lastProgress = now // the timer starts with the first unacknowledged packet
+		}
+		r.nxt++
+		r.max = max(r.max, r.nxt)
+		qp.mu.ctr.TxPackets++
+		qp.mu.ctr.TxBytes += uint64(p.n)
+		n++
+	}
+	if r.nxt < r.limit && r.nxt-r.una < window {
+		switch {
+		case rate > 0 && !r.pace.ready():
+			next = min(next, r.pace.wait(now, rate, burst))
+			if r.rp != nil {
+				// An increase step may raise Rc before then (at Rmin a
+				// burst can take seconds).
+				next = min(next, max(r.rp.NextEvent(), now+1))
+			}
+		case portBlocked:
+			next = min(next, port.nextWake(now))
+		default:
+			next = now // more to send right away
+		}
+	}
+	return n, next
+}
+
+// buildDataLocked writes packet idx of the stream into b: opcode by its
+// place in the message (IBTA 9.5: FIRST/MIDDLE/LAST or ONLY), RETH on a
+// WRITE's first packet, AckReq on a message's last packet, every
+// AckReqEvery packets and when the window fills.
+// Precondition: qp.mu is held.
+func (qp *QP) buildDataLocked(b []byte, idx uint64) int {
+	r := &qp.mu.req
+	s := &r.stream
+	mtu := qp.cfg.MTU
+	msg, k := idx/r.ppm, idx%r.ppm
+	off := int(k) * mtu
+	plen := min(mtu, s.MessageBytes-off)
+	last := k == r.ppm-1
+
+	var h roce.Header
+	h.BTH.PKey = roce.DefaultPKey
+	h.BTH.DestQP = qp.mu.peer.QPN
+	h.BTH.PSN = qp.psn(r.initPSN, idx)
+	h.BTH.AckReq = last || (idx+1)%uint64(qp.cfg.AckReqEvery) == 0 ||
+		idx+1-r.una >= uint64(qp.cfg.Window) || idx+1 == r.limit
+	write := s.Op == OpWrite
+	switch {
+	case r.ppm == 1 && write:
+		h.BTH.Opcode = roce.OpRCWriteOnly
+	case r.ppm == 1:
+		h.BTH.Opcode = roce.OpRCSendOnly
+	case k == 0 && write:
+		h.BTH.Opcode = roce.OpRCWriteFirst
+	case k == 0:
+		h.BTH.Opcode = roce.OpRCSendFirst
+	case last && write:
+		h.BTH.Opcode = roce.OpRCWriteLast
+	case last:
+		h.BTH.Opcode = roce.OpRCSendLast
+	case write:
+		h.BTH.Opcode = roce.OpRCWriteMiddle
+	default:
+		h.BTH.Opcode = roce.OpRCSendMiddle
+	}
+	if h.BTH.Opcode.HasRETH() {
+		h.RETH.VA = qp.mu.peer.VA + (msg%r.slots)*uint64(s.MessageBytes)
+		h.RETH.RKey = qp.mu.peer.RKey
+		h.RETH.DMALen = uint32(s.MessageBytes)
+	}
+	hl := h.Len()
+	payload := b[hl : hl+plen]
+	if s.Verify {
+		fillPattern(payload, qp.qpn, msg, off)
+	} else {
+		clear(payload)
+	}
+	n := roce.Build(b, &h, payload) // payload aliases b: Build's copy is in place
+	roce.SealICRC(qp.mu.local, qp.mu.peer.Addr, b[:n])
+	return n
+}
+
+// buildCNPLocked writes a CNP to the peer's QP (Annex A17.9.3).
+// Precondition: qp.mu is held.
+func (qp *QP) buildCNPLocked(b []byte) int {
+	h := roce.CNPHeader(qp.mu.peer.QPN, roce.DefaultPKey)
+	n := roce.Build(b, &h, nil)
+	roce.SealICRC(qp.mu.local, qp.mu.peer.Addr, b[:n])
+	qp.mu.ctr.NPCNPSent++
+	qp.mu.ctr.TxPackets++
+	qp.mu.ctr.TxBytes += uint64(n)
+	if t := qp.agent.cfg.Trace; t != nil {
+		t(Event{Kind: EventCNPSent, QPN: qp.qpn, At: qp.agent.clock.Now()})
+	}
+	return n
+}
+
+// onAckLocked handles an ACKNOWLEDGE: an ACK moves una, a PSN sequence NAK
+// goes back to the PSN it names (go-back-N, IBTA 9.7.5.1.4), other NAKs put
+// the QP in error.
+// Precondition: qp.mu is held.
+func (qp *QP) onAckLocked(now time.Duration, h *roce.Header) {
+	r := &qp.mu.req
+	if !r.active {
+		return
+	}
+	d := roce.PSNDiff(h.BTH.PSN, qp.psn(r.initPSN, r.una))
+	syn := h.AETH.Syndrome
+	switch {
+	case syn.IsACK():
+		// The ACK's PSN is the last packet it covers.
+		if d < 0 || r.una+uint64(d)+1 > r.max {
+			return // stale, or for a packet never sent
+		}
+		qp.advanceLocked(now, r.una+uint64(d)+1)
+	case syn.IsNAK() && syn.NAKCode() == roce.NAKPSNSequenceError:
+		// The NAK's PSN is the one the responder expects: all before it
+		// arrived.
+		qp.mu.ctr.PacketSeqErr++
+		if d < 0 || r.una+uint64(d) > r.max {
+			return
+		}
+		qp.advanceLocked(now, r.una+uint64(d))
+		r.nxt = r.una
+		qp.agent.kick()
+	case syn.IsNAK() && syn.NAKCode() == roce.NAKRemoteAccessError:
+		qp.mu.ctr.RemoteAccessErr++
+		qp.failLocked(fmt.Errorf("remote access error NAK at psn %#x", h.BTH.PSN))
+	case syn.IsNAK():
+		qp.mu.ctr.InvalidRequest++
+		qp.failLocked(fmt.Errorf("NAK %v at psn %#x", syn, h.BTH.PSN))
+	default: // RNR NAK: this responder never sends one; wait for the timeout
+	}
+}
+
+// advanceLocked acknowledges every packet below una.
+// Precondition: qp.mu is held.
+func (qp *QP) advanceLocked(now time.Duration, una uint64) {
+	r := &qp.mu.req
+	if una <= r.una {
+		return
+	}
+	// Payload bytes acknowledged: whole messages plus the parts of the
+	// first and last ones.
+	qp.mu.ctr.AckedBytes += qp.payloadBelow(una) - qp.payloadBelow(r.una)
+	qp.mu.ctr.AckedMessages = una / r.ppm
+	wasBlocked := r.nxt-r.una >= uint64(qp.cfg.Window)
+	r.una = una
+	r.nxt = max(r.nxt, una)
+	r.lastProgress = now
+	r.retries = 0
+	if wasBlocked {
+		qp.agent.kick()
+	}
+	qp.checkDoneLocked()
+}
+
+// payloadBelow is the payload carried by packets [0, idx) of the stream.
+func (qp *QP) payloadBelow(idx uint64) uint64 {
+	r := &qp.mu.req
+	msgs, k := idx/r.ppm, idx%r.ppm
+	return msgs*uint64(r.stream.MessageBytes) + k*uint64(qp.cfg.MTU)
+}
+
+// onCNPLocked is the reaction point's input (rp_cnp_handled/ignored).
+// Precondition: qp.mu is held.
+func (qp *QP) onCNPLocked(now time.Duration) {
+	r := &qp.mu.req
+	if r.rp == nil {
+		qp.mu.ctr.RPCNPIgnored++
+		return
+	}
+	r.rp.Advance(now)
+	before := r.rp.Rc()
+	if r.rp.OnCNP(now) {
+		qp.mu.ctr.RPCNPHandled++
+	} else {
+		qp.mu.ctr.RPCNPIgnored++
+	}
+	if t := qp.agent.cfg.Trace; t != nil {
+		t(Event{Kind: EventCNPHandled, QPN: qp.qpn, At: now, RcBefore: before, RcAfter: r.rp.Rc()})
+	}
+}
+
+// buildAck writes an ACK or NAK.
+func buildAck(b []byte, local, peer netip.AddrPort, destQP, psn uint32, syn roce.Syndrome, msn uint32) int {
+	var h roce.Header
+	h.BTH.Opcode = roce.OpRCAck
+	h.BTH.PKey = roce.DefaultPKey
+	h.BTH.DestQP = destQP
+	h.BTH.PSN = psn
+	h.AETH.Syndrome = syn
+	h.AETH.MSN = msn & roce.PSNMask
+	n := roce.Build(b, &h, nil)
+	roce.SealICRC(local, peer, b[:n])
+	return n
+}

@@ -1,0 +1,675 @@
+package perf
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/pktio"
+)
+
+// ecnECT0 is the ECN field of every RoCE packet sent (RFC 3168).
+const ecnECT0 = 0x2
+
+// clientBufferBytes is the client QPs' registered memory: nothing is
+// written to them, so one page will do.
+const clientBufferBytes = 4096
+
+// RunClient runs one test against a server and returns its report.
+//
+// It opens a UDP socket (pktio.ListenUDP) and an agent, sets up the QPs
+// over the side channel (Agent.DialConn: the server's QPs become DCQCN
+// notification points with the profile's min_time_between_cnps and the CNP
+// DSCP), starts a stream on every QP, takes an interval report every
+// Interval, stops the streams at the deadline (or when -n bytes are
+// acknowledged), waits for the last ACKs (at most 5 s plus the ACK
+// timeout), fetches the server's counters (Session.Finish) and closes
+// everything. Text goes to Out as the run goes; with JSON the report goes
+// to Out at the end.
+//
+// Every socket is opened on the calling goroutine, so a caller on a
+// thread locked into a network namespace runs the whole test there.
+//
+// Errors before the test starts (bad config, unreachable server, port in
+// use) return a nil report. A cancelled ctx ends the run early: the report
+// covers what ran and has Interrupted set, and the error is nil. A QP that
+// fails, a stream that does not drain, or --verify mismatches at the
+// server return the report and an error.
+//
+// With Bind set, the UDP socket and the side channel are bound to it and
+// the server sends its ACKs and CNPs there; without, the socket listens on
+// every address and the server uses the side channel's source address.
+func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	params, err := c.dcqcnParams()
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := splitServer(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	raddr, err := resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	server := netip.AddrPortFrom(raddr, uint16(port))
+	bind := netip.Addr{}
+	if c.Bind.IsValid() {
+		bind = c.Bind.Unmap()
+		if bind.Is4() != raddr.Is4() {
+			return nil, fmt.Errorf("roceperf: -B %s: the server %s is of the other IP family", bind, raddr)
+		}
+	}
+	// The address the server sends RoCE packets to: -B, or the source the
+	// route to the server picks (the agent announces its bound address, or
+	// the side channel's source when bound to a wildcard).
+	local := bind
+	if !local.IsValid() || local.IsUnspecified() {
+		src, err := routeSource(raddr)
+		if err != nil {
+			return nil, reachErr(server, err)
+		}
+		local = src
+	}
+	// The UDP socket listens on -B or on every address of the family.
+	laddr := netip.IPv4Unspecified()
+	if raddr.Is6() {
+		laddr = netip.IPv6Unspecified()
+	}
+	if bind.IsValid() {
+		laddr = bind
+	}
+	udp, err := pktio.ListenUDP(netip.AddrPortFrom(laddr, uint16(c.UDPPort)), pktio.UDPOptions{DefaultTOS: c.DSCP<<2 | ecnECT0})
+	if err != nil {
+		return nil, listenErr("udp", "--udp-port", netip.AddrPortFrom(laddr, uint16(c.UDPPort)), err)
+	}
+	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger})
+	if err != nil {
+		_ = udp.Close()
+		return nil, fmt.Errorf("roceperf: %w", err)
+	}
+	defer ag.Close()
+
+	qc := agent.DefaultQPConfig()
+	qc.MTU, qc.DSCP, qc.CC = c.MTU, c.DSCP, c.CC
+	if c.CC == agent.CCDCQCN {
+		qc.DCQCN = params
+	} else {
+		qc.RateCap = c.LineRate
+	}
+	qc.NP = false // the client's QPs receive only ACKs and CNPs
+	qc.CNPDSCP = params.CNPDSCP
+	qc.Window, qc.AckReqEvery, qc.MaxBurst = c.Window, c.AckReqEvery, c.MaxBurst
+	qc.AckTimeout, qc.RetryCount = c.AckTimeout, c.RetryCount
+	qc.BufferBytes = clientBufferBytes
+	req := agent.SessionRequest{
+		MessageBytes: c.MessageBytes,
+		Op:           c.Op.String(),
+		Verify:       c.Verify,
+		NP:           true,
+		CNPPeriod:    params.MinTimeBetweenCNPs,
+		CNPDSCP:      params.CNPDSCP,
+		AckReqEvery:  c.AckReqEvery,
+		Bytes:        c.Bytes,
+	}
+	if c.Bytes == 0 {
+		req.Duration = c.Omit + c.Duration
+	}
+	// The side channel leaves from -B too, so the server sees one address.
+	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	var d net.Dialer
+	if bind.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
+	}
+	tc, err := d.DialContext(dctx, "tcp", server.String())
+	if err != nil {
+		cancel()
+		return nil, reachErr(server, err)
+	}
+	sess, err := ag.DialConn(dctx, tc, c.QPs, qc, req)
+	cancel()
+	if err != nil {
+		return nil, dialErr(server, err)
+	}
+	defer sess.Close()
+
+	r := &Report{}
+	r.Start = c.startReport(host, port, params, local, udp.LocalAddr().Port(), sess)
+	text := !c.JSON && c.Out != nil
+	if text {
+		writeStartText(c.Out, r)
+		if c.Perftest {
+			writePerftestPreamble(c.Out, r)
+		}
+		if c.Interval > 0 {
+			fmt.Fprintln(c.Out, clientHeader)
+		}
+	}
+	st, runErr := c.run(ctx, r, sess, text)
+
+	// The server's counters, then the summary.
+	fctx, fcancel := context.WithTimeout(context.Background(), DialTimeout)
+	res, ferr := sess.Finish(fctx)
+	fcancel()
+	if ferr != nil && runErr == nil {
+		runErr = fmt.Errorf("roceperf: the server's counters: %s", strings.TrimPrefix(ferr.Error(), "agent: "))
+	}
+	c.endReport(r, st, sess, res, ag.Counters())
+	r.End.Counters.ClientUDP = udpStats(udp.Stats())
+	if verr := r.verifyErrors(); c.Verify && verr > 0 && runErr == nil {
+		runErr = fmt.Errorf("roceperf: --verify: %d packet(s) did not match the sender's pattern at the server (verify_errors)", verr)
+	}
+	if runErr != nil {
+		r.Error = runErr.Error()
+	}
+	switch {
+	case c.JSON && c.Out != nil:
+		if err := r.WriteJSON(c.Out); err != nil && runErr == nil {
+			runErr = fmt.Errorf("roceperf: writing the report: %w", err)
+		}
+	case text:
+		writeSummaryText(c.Out, r)
+		if r.End.Perftest != nil {
+			writePerftestSummary(c.Out, r.End.Perftest)
+		}
+	}
+	return r, runErr
+}
+
+// runState is what the run loop hands to the summary.
+type runState struct {
+	qps     []*agent.QP
+	prev    []agent.Counters // at the last interval report
+	prevT   time.Duration
+	base    []agent.Counters // at the end of the warm-up
+	baseT   time.Duration
+	endT    time.Duration
+	rusage0 unix.Rusage
+	wall0   time.Time
+}
+
+// run starts the streams, reports intervals and stops; it fills r's
+// intervals and leaves the summary's raw material in r via endReport.
+func (c *ClientConfig) run(ctx context.Context, r *Report, sess *agent.Session, text bool) (*runState, error) {
+	qps := sess.QPs
+	n := len(qps)
+	st := &runState{qps: qps, prev: make([]agent.Counters, n), base: make([]agent.Counters, n)}
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &st.rusage0)
+	t0 := time.Now()
+	st.wall0 = t0
+
+	// -n: whole messages, dealt out as evenly as possible.
+	var msgs []uint64
+	if c.Bytes > 0 {
+		total := ceilDiv(c.Bytes, uint64(c.MessageBytes))
+		for i := range n {
+			m := total / uint64(n)
+			if uint64(i) < total%uint64(n) {
+				m++
+			}
+			msgs = append(msgs, m)
+		}
+	}
+	doneCh := make(chan int, n)
+	for i, qp := range qps {
+		s := agent.Stream{Op: c.Op, MessageBytes: c.MessageBytes, Verify: c.Verify}
+		if msgs != nil {
+			s.Messages = msgs[i]
+		}
+		if err := qp.Start(s); err != nil {
+			for _, q := range qps[:i] {
+				q.Stop()
+			}
+			return st, fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
+		}
+		go func() {
+			<-qp.Done() // closes at the latest when the session destroys the QP
+			doneCh <- i
+		}()
+	}
+
+	timed := c.Bytes == 0
+	omitAt, deadline := c.Omit, c.Omit+c.Duration
+	omitted := c.Omit > 0
+	nextTick := c.Interval
+	ndone := 0
+	var runErr error
+	interval := func(now time.Duration) {
+		iv := st.take(now, c.CC, omitted)
+		r.Intervals = append(r.Intervals, iv)
+		if text {
+			writeIntervalText(c.Out, &iv, string(c.CC))
+		}
+		if c.OnInterval != nil {
+			c.OnInterval(iv)
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+loop:
+	for {
+		next := time.Duration(1<<63 - 1)
+		if omitted {
+			next = min(next, omitAt)
+		}
+		if c.Interval > 0 {
+			next = min(next, nextTick)
+		}
+		if timed {
+			next = min(next, deadline)
+		}
+		timer.Reset(next - time.Since(t0))
+		select {
+		case <-ctx.Done():
+			r.Interrupted = true
+			break loop
+		case i := <-doneCh:
+			ndone++
+			if err := qps[i].Err(); err != nil {
+				runErr = fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
+				break loop
+			}
+			if ndone == n {
+				break loop
+			}
+		case <-timer.C:
+			now := time.Since(t0)
+			if timed && now >= deadline {
+				break loop
+			}
+			if omitted && now >= omitAt {
+				// The warm-up ends: its last interval, then the baseline;
+				// intervals restart from here.
+				if c.Interval > 0 && now > st.prevT {
+					interval(now)
+				}
+				omitted = false
+				st.snapshotBase(now)
+				nextTick = now + c.Interval
+				continue
+			}
+			if c.Interval > 0 && now >= nextTick {
+				interval(now)
+				nextTick += c.Interval
+				for nextTick <= now {
+					nextTick += c.Interval // a late wake-up skips ticks rather than bunching them
+				}
+			}
+		}
+	}
+	if omitted {
+		// Stopped during the warm-up: the summary covers it all.
+		omitted = false
+	}
+
+	// Stop, then wait for the last ACKs.
+	for _, qp := range qps {
+		qp.Stop()
+	}
+	drain := time.NewTimer(5*time.Second + c.AckTimeout)
+	defer drain.Stop()
+drainLoop:
+	for ndone < n {
+		select {
+		case i := <-doneCh:
+			ndone++
+			if err := qps[i].Err(); err != nil && runErr == nil {
+				runErr = fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
+			}
+		case <-drain.C:
+			if runErr == nil {
+				runErr = st.notDrained(5*time.Second + c.AckTimeout)
+			}
+			break drainLoop
+		}
+	}
+	now := time.Since(t0)
+	if c.Interval > 0 && now > st.prevT {
+		last := st.peek()
+		if last > 0 || now-st.prevT >= c.Interval/10 {
+			interval(now)
+		}
+	}
+	st.endT = now
+	return st, runErr
+}
+
+// take builds the interval since the last one and moves the mark.
+func (st *runState) take(now time.Duration, cc agent.CCMode, omitted bool) Interval {
+	var iv Interval
+	start, end := st.prevT.Seconds(), now.Seconds()
+	secs := end - start
+	iv.Sum = IntervalSum{Start: start, End: end, Seconds: secs, Omitted: omitted, Sender: true}
+	for i, qp := range st.qps {
+		ctr := qp.Counters()
+		p := &st.prev[i]
+		s := IntervalStream{
+			ID: qp.QPN(), Start: start, End: end, Seconds: secs,
+			Bytes:       ctr.AckedBytes - p.AckedBytes,
+			Omitted:     omitted,
+			Sender:      true,
+			CNPHandled:  ctr.RPCNPHandled - p.RPCNPHandled,
+			CNPIgnored:  ctr.RPCNPIgnored - p.RPCNPIgnored,
+			Retransmits: ctr.RetransmitPackets - p.RetransmitPackets,
+			TxPackets:   ctr.TxPackets - p.TxPackets,
+		}
+		s.BitsPerSecond = rate(s.Bytes, secs)
+		if cs, ok := qp.CC(); ok {
+			s.RcBps, s.RtBps, s.Alpha = uint64(cs.Rc), uint64(cs.Rt), cs.Alpha
+		} else if cc == agent.CCNone {
+			s.RcBps = uint64(qp.Config().RateCap)
+			s.RtBps = s.RcBps
+		}
+		*p = ctr
+		iv.Streams = append(iv.Streams, s)
+		iv.Sum.Bytes += s.Bytes
+		iv.Sum.RcBps += s.RcBps
+		iv.Sum.CNPHandled += s.CNPHandled
+		iv.Sum.CNPIgnored += s.CNPIgnored
+		iv.Sum.Retransmits += s.Retransmits
+		iv.Sum.TxPackets += s.TxPackets
+	}
+	iv.Sum.BitsPerSecond = rate(iv.Sum.Bytes, secs)
+	st.prevT = now
+	return iv
+}
+
+// peek returns the bytes acknowledged since the last interval.
+func (st *runState) peek() uint64 {
+	var b uint64
+	for i, qp := range st.qps {
+		b += qp.Counters().AckedBytes - st.prev[i].AckedBytes
+	}
+	return b
+}
+
+func (st *runState) snapshotBase(now time.Duration) {
+	for i, qp := range st.qps {
+		st.base[i] = qp.Counters()
+	}
+	st.baseT = now
+}
+
+func (st *runState) notDrained(waited time.Duration) error {
+	var parts []string
+	for _, qp := range st.qps {
+		select {
+		case <-qp.Done():
+			continue
+		default:
+		}
+		acked, sent := qp.Progress()
+		parts = append(parts, fmt.Sprintf("qp %#x acked %d of %d packets", qp.QPN(), acked, sent))
+	}
+	return fmt.Errorf("roceperf: streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
+}
+
+func rate(bytes uint64, secs float64) float64 {
+	if secs <= 0 {
+		return 0
+	}
+	return float64(bytes) * 8 / secs
+}
+
+// startReport fills the report's start section.
+func (c *ClientConfig) startReport(host string, port int, p dcqcn.Params, local netip.Addr, localPort uint16, sess *agent.Session) Start {
+	now := time.Now()
+	st := Start{
+		Version:      "roceperf " + Version,
+		SystemInfo:   systemInfo(),
+		Timestamp:    Timestamp{Time: now.UTC().Format(iperfTime), TimeSecs: now.Unix()},
+		ConnectingTo: ConnectingTo{Host: host, Port: port},
+	}
+	for i, qp := range sess.QPs {
+		ep, rem := qp.Endpoint(), sess.Remote[i]
+		st.Connected = append(st.Connected, Connected{
+			LocalHost: local.String(), LocalPort: localPort,
+			RemoteHost: rem.Addr.Addr().String(), RemotePort: rem.Addr.Port(),
+			QPN: ep.QPN, RemoteQPN: rem.QPN,
+			PSN: ep.PSN, RemotePSN: rem.PSN,
+			RKey: ep.RKey, RemoteRKey: rem.RKey,
+			VAddr: ep.VA, RemoteVAddr: rem.VA,
+		})
+	}
+	st.TestStart = c.testStart(p)
+	return st
+}
+
+// testStart is test_start: the parameters, with every DCQCN knob's
+// effective value.
+func (c *ClientConfig) testStart(p dcqcn.Params) TestStart {
+	ts := TestStart{
+		Protocol:      "RoCEv2",
+		NumStreams:    c.QPs,
+		Blksize:       c.MessageBytes,
+		Omit:          c.Omit.Seconds(),
+		TOS:           int(c.DSCP) << 2,
+		DSCP:          int(c.DSCP),
+		CNPDSCP:       int(p.CNPDSCP),
+		MTU:           c.MTU,
+		Op:            c.Op.String(),
+		CC:            string(c.CC),
+		Profile:       c.Profile,
+		DCQCN:         map[string]json.Number{},
+		DCQCNVariants: map[string]string{},
+		Window:        c.Window,
+		AckReqEvery:   c.AckReqEvery,
+		MaxBurst:      c.MaxBurst,
+		AckTimeoutUs:  float64(c.AckTimeout) / float64(time.Microsecond),
+		RetryCount:    c.RetryCount,
+		Verify:        c.Verify,
+		Interval:      c.Interval.Seconds(),
+	}
+	if c.Bytes > 0 {
+		ts.Bytes = c.Bytes
+		ts.Blocks = ceilDiv(c.Bytes, uint64(c.MessageBytes))
+	} else {
+		ts.Duration = c.Duration.Seconds()
+	}
+	if c.CC == agent.CCDCQCN {
+		ts.LineRateBps = uint64(p.LineRate)
+	} else {
+		ts.LineRateBps = uint64(c.LineRate)
+	}
+	for _, n := range dcqcn.KnobNames() {
+		v, _ := p.Get(n)
+		ts.DCQCN[n] = json.Number(v)
+	}
+	for _, n := range dcqcn.VariantNames() {
+		v, _ := p.Get(n)
+		ts.DCQCNVariants[n] = v
+	}
+	return ts
+}
+
+// endReport fills the summary from the QPs' final counters, the warm-up
+// baseline and the server's counters. The receiver's bytes after the
+// warm-up are the server's total minus what the client had acknowledged
+// when the warm-up ended (packets in flight then count as received after
+// it); with no warm-up both sides are exact.
+func (c *ClientConfig) endReport(r *Report, st *runState, sess *agent.Session, res agent.SessionResult, client agent.AgentCounters) {
+	e := &r.End
+	start, end := st.baseT.Seconds(), st.endT.Seconds()
+	secs := end - start
+	server := map[uint32]agent.QPReport{}
+	for _, q := range res.QPs {
+		server[q.QPN] = q
+	}
+	e.SumSent = Sum{Start: start, End: end, Seconds: secs, Sender: true}
+	e.SumReceived = Sum{Start: start, End: end, Seconds: secs}
+	for i, qp := range st.qps {
+		ctr, base := qp.Counters(), st.base[i]
+		snd := StreamSummary{
+			ID: qp.QPN(), QPN: qp.QPN(), Start: start, End: end, Seconds: secs,
+			Bytes:       ctr.AckedBytes - base.AckedBytes,
+			Messages:    ctr.AckedMessages - base.AckedMessages,
+			Retransmits: ctr.RetransmitPackets - base.RetransmitPackets,
+			Sender:      true,
+			Counters:    ctr,
+		}
+		snd.BitsPerSecond = rate(snd.Bytes, secs)
+		rq := server[sess.Remote[i].QPN]
+		rcv := StreamSummary{
+			ID: qp.QPN(), QPN: sess.Remote[i].QPN, Start: start, End: end, Seconds: secs,
+			Bytes:    sub(rq.Counters.RecvBytes, base.AckedBytes),
+			Messages: sub(rq.Counters.RecvMessages, base.AckedMessages),
+			Counters: rq.Counters,
+		}
+		rcv.BitsPerSecond = rate(rcv.Bytes, secs)
+		e.Streams = append(e.Streams, EndStream{Sender: snd, Receiver: rcv})
+		e.SumSent.Bytes += snd.Bytes
+		e.SumSent.Messages += snd.Messages
+		e.SumSent.Retransmits += snd.Retransmits
+		e.SumReceived.Bytes += rcv.Bytes
+		e.SumReceived.Messages += rcv.Messages
+	}
+	e.SumSent.BitsPerSecond = rate(e.SumSent.Bytes, secs)
+	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, secs)
+	e.Counters = EndCounters{Client: client, Server: res.QPs}
+	if e.Counters.Server == nil {
+		e.Counters.Server = []agent.QPReport{}
+	}
+	e.CPU = cpuSince(&st.rusage0, st.wall0)
+	if c.Perftest {
+		p := &Perftest{Bytes: c.MessageBytes, Iterations: e.SumSent.Messages}
+		const mb = 1 << 20
+		if secs > 0 {
+			p.BWAvgMBps = float64(e.SumSent.Bytes) / secs / mb
+			p.MsgRateMpps = float64(e.SumSent.Messages) / secs / 1e6
+		}
+		p.BWPeakMBps = p.BWAvgMBps
+		for _, iv := range r.Intervals {
+			if !iv.Sum.Omitted && iv.Sum.Seconds > 0 {
+				p.BWPeakMBps = max(p.BWPeakMBps, float64(iv.Sum.Bytes)/iv.Sum.Seconds/mb)
+			}
+		}
+		e.Perftest = p
+	}
+}
+
+func sub(a, b uint64) uint64 {
+	if a < b {
+		return 0
+	}
+	return a - b
+}
+
+func (r *Report) verifyErrors() uint64 {
+	var n uint64
+	for _, q := range r.End.Counters.Server {
+		n += q.Counters.VerifyErrors
+	}
+	return n
+}
+
+// cpuSince is this process's CPU time since ru0 as a share of wall time.
+func cpuSince(ru0 *unix.Rusage, wall0 time.Time) CPU {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return CPU{}
+	}
+	wall := time.Since(wall0).Seconds()
+	if wall <= 0 {
+		return CPU{}
+	}
+	tv := func(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	user := (tv(ru.Utime) - tv(ru0.Utime)) / wall * 100
+	sys := (tv(ru.Stime) - tv(ru0.Stime)) / wall * 100
+	return CPU{HostTotal: user + sys, HostUser: user, HostSystem: sys}
+}
+
+func systemInfo() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return ""
+	}
+	s := func(b []byte) string { return strings.TrimRight(string(b), "\x00") }
+	return strings.Join([]string{s(u.Sysname[:]), s(u.Nodename[:]), s(u.Release[:]), s(u.Version[:]), s(u.Machine[:])}, " ")
+}
+
+// resolve turns the server's host into an address, without DNS for a
+// literal.
+func resolve(ctx context.Context, host string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap(), nil
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("roceperf: -c %s: cannot resolve the host: %v", host, err)
+	}
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			return a.Unmap(), nil
+		}
+	}
+	return addrs[0], nil
+}
+
+// routeSource is the source address the kernel picks towards dst: a
+// connected UDP socket sends nothing, but its local address is the route's.
+func routeSource(dst netip.Addr) (netip.Addr, error) {
+	uc, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer uc.Close()
+	return uc.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// reachErr is the one-line "cannot reach" error: the errno's text when
+// there is one ("connection refused", "network is unreachable").
+func reachErr(server netip.AddrPort, err error) error {
+	reason := err.Error()
+	var errno syscall.Errno
+	var ne net.Error
+	switch {
+	case errors.As(err, &errno):
+		reason = errno.Error()
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		reason = fmt.Sprintf("no answer within %v", DialTimeout)
+	case errors.Is(err, context.Canceled):
+		reason = "interrupted"
+	}
+	return fmt.Errorf("roceperf: cannot reach server %s: %s", server, reason)
+}
+
+// dialErr maps Agent.Dial's errors to the tool's one-liners.
+func dialErr(server netip.AddrPort, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return reachErr(server, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("roceperf: server %s: no answer on the side channel within %v", server, DialTimeout)
+	}
+	return fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
+}
+
+// listenErr maps a listen error to the tool's one-liners.
+func listenErr(proto, portFlag string, ap netip.AddrPort, err error) error {
+	port := strconv.Itoa(int(ap.Port()))
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("roceperf: %s port %s on %s is already in use", proto, port, ap.Addr())
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("roceperf: -B %s: no interface of this host has that address", ap.Addr())
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("roceperf: %s port %s on %s: permission denied (%s)", proto, port, ap.Addr(), portFlag)
+	}
+	return fmt.Errorf("roceperf: listen %s %s: %v", proto, ap, err)
+}

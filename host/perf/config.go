@@ -1,0 +1,386 @@
+// Package perf is roceperf, an iperf3-style RoCEv2 traffic tool, as a
+// library: the command (cmd/roceperf), the tests, the benchmarks and the
+// demo all run it in-process.
+//
+// A server (Listen/Serve) owns one RoCE agent on UDP 4791 and a TCP side
+// channel (18515, perftest's port). A client (RunClient) opens its own UDP
+// socket and agent, sets up -P queue pairs over the side channel (as
+// perftest does: each end learns the other's QPN, PSN, R_Key and virtual
+// address), posts a stream of RDMA WRITEs or SENDs on every QP for -t
+// seconds or -n bytes, samples goodput and the DCQCN reaction point every
+// -i, then fetches the server's counters and prints iperf3-like text or an
+// iperf3-shaped JSON report (Report).
+//
+// Goodput is acknowledged payload: bytes the responder placed in order and
+// acknowledged, per QP. The server's QPs are DCQCN notification points:
+// CE-marked packets turn into CNPs, at most one per min_time_between_cnps.
+package perf
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Version is roceperf's version, printed by -V and in the JSON report.
+const Version = "0.1.0"
+
+// Defaults and limits.
+const (
+	DefaultPort         = 18515 // side channel, perftest's port
+	DefaultUDPPort      = 4791  // RoCEv2 (IANA)
+	DefaultQPs          = 1
+	MaxQPs              = 4096
+	DefaultDuration     = 10 * time.Second
+	MaxDuration         = 24 * time.Hour
+	DefaultMessageBytes = 64 << 10
+	MaxMessageBytes     = 16 << 20
+	DefaultMTU          = 1024
+	DefaultProfile      = "mlx5"
+	// DefaultLineRate is the line rate a DCQCN run assumes when LineRate is
+	// 0: the reaction point starts at it and the profile's rate knobs are
+	// scaled to it.
+	DefaultLineRate = 10 * units.Gbit
+	MaxLineRate     = 1 * units.Tbit
+	DefaultInterval = time.Second
+	MinInterval     = 10 * time.Millisecond
+	MaxInterval     = 60 * time.Second
+	MaxOmit         = 60 * time.Second
+	// MaxServerMemory bounds what one session makes the server register:
+	// -P × max(4 × -l, 64 KiB).
+	MaxServerMemory = 2 << 30
+	// DialTimeout bounds the side-channel setup.
+	DialTimeout = 10 * time.Second
+)
+
+// ServerConfig configures a server.
+type ServerConfig struct {
+	// Bind is the address to listen on. Optional: the zero Addr listens on
+	// every IPv4 address (0.0.0.0); "::" listens on every IPv6 address.
+	Bind    netip.Addr
+	Port    int  // side-channel TCP port. Optional: 0 means 18515.
+	UDPPort int  // RoCEv2 UDP port. Optional: 0 means 4791.
+	OneOff  bool // -1: serve one session, then Serve returns
+	// Logger gets session errors. Optional: a logger that discards.
+	Logger *slog.Logger
+	Out    io.Writer // human text (or JSON) output. Optional: nil prints nothing.
+	JSON   bool      // one JSON report per session on Out instead of text
+	// Interval is how often the server prints what each QP received.
+	// Optional: 0 means 1 s; negative means no interval lines.
+	Interval time.Duration
+}
+
+// ClientConfig configures a client run. Zero values mean the defaults
+// noted, except Interval and Omit, where 0 is meaningful: DefaultClientConfig
+// returns the command's defaults (Interval 1 s) ready to adjust.
+type ClientConfig struct {
+	// Server is the server's side channel, "host:port" or "host" (port
+	// 18515). Required.
+	Server string
+	// Bind is the local address of the UDP socket and the side channel.
+	// Optional: the socket listens on every address of the server's family
+	// and the server answers to the side channel's source address.
+	Bind netip.Addr
+	// UDPPort is the local UDP port. Optional: 0 is an ephemeral port (the
+	// UDP source port is RoCEv2's ECMP entropy).
+	UDPPort int
+	QPs     int // -P, queue pairs. 0 means 1.
+	// Duration is how long the streams run (-t), after Omit. 0 means 10 s.
+	// Ignored when Bytes is set.
+	Duration time.Duration
+	// Bytes (-n) is the payload to deliver over all QPs: rounded up to
+	// whole messages, dealt out as evenly as possible over the QPs; the run
+	// ends when all of them are acknowledged. 0 means a timed run.
+	Bytes        uint64
+	MessageBytes int      // -l, bytes per message. 0 means 65536.
+	MTU          int      // --mtu, path MTU. 0 means 1024.
+	Op           agent.Op // --op: RDMA WRITE (the zero value) or SEND
+	// LineRate (-b) is the emulated NIC's line rate. With CC none it caps
+	// each QP's rate (0: unpaced). With DCQCN the reaction point starts at
+	// it and the profile's rate knobs are scaled to it; 0 means 10 Gbit/s.
+	// Each QP paces on its own (the agent has no port-level shaper), so -P
+	// QPs may together send up to -P times the line rate.
+	LineRate units.Rate
+	CC       agent.CCMode // --cc: dcqcn (also the zero value) or none
+	Profile  string       // --dcqcn-profile: mlx5 (also "") or paper
+	// Knobs are name=value settings (--dcqcn) applied with dcqcn.Params.Set
+	// after the profile, in order. cnp_dscp given here overrides CNPDSCP.
+	Knobs []string
+	// DSCP marks data and ACKs; 0 means 26. CNPDSCP marks the server's
+	// CNPs; 0 means 48. (DSCP 0 itself cannot be chosen.)
+	DSCP, CNPDSCP uint8
+	// Interval is the report interval (-i); 0 means no interval reports.
+	Interval time.Duration
+	// Omit (-O) is a warm-up excluded from the summary; the run lasts
+	// Omit + Duration.
+	Omit time.Duration
+	// Verify fills every message with a pattern the server checks byte for
+	// byte; mismatches (verify_errors) make RunClient fail after the report.
+	Verify bool
+	// Advanced RC settings; 0 means agent.DefaultQPConfig's value (window
+	// 512 packets, AckReq every 32, burst 4, ACK timeout 16 ms, 7 retries).
+	Window      int           // --window, packets unacknowledged at most
+	AckReqEvery int           // --ack-every, AckReq on every n-th packet
+	MaxBurst    int           // --burst, packets paced back to back
+	AckTimeout  time.Duration // --timeout, local ACK timeout
+	RetryCount  int           // --retry, timeouts in a row before the QP fails
+	// OnInterval, if set, is called with each interval report as it is
+	// taken, from RunClient's goroutine (keep it short).
+	OnInterval func(Interval)
+	// Logger gets agent warnings. Optional: a logger that discards.
+	Logger *slog.Logger
+	// Out gets the human text output as the run goes (nil prints nothing).
+	Out io.Writer
+	// JSON writes the JSON report to Out at the end instead of text.
+	JSON bool
+	// Perftest also prints the QP address preamble and the ib_write_bw
+	// summary table (text), or adds end.perftest (JSON).
+	Perftest bool
+}
+
+// DefaultClientConfig returns the command-line defaults: what a bare
+// "roceperf -c HOST" runs.
+func DefaultClientConfig(server string) ClientConfig {
+	qc := agent.DefaultQPConfig()
+	return ClientConfig{
+		Server:       server,
+		QPs:          DefaultQPs,
+		Duration:     DefaultDuration,
+		MessageBytes: DefaultMessageBytes,
+		MTU:          DefaultMTU,
+		Op:           agent.OpWrite,
+		CC:           agent.CCDCQCN,
+		Profile:      DefaultProfile,
+		DSCP:         agent.DefaultDSCP,
+		CNPDSCP:      agent.DefaultCNPDSCP,
+		Interval:     DefaultInterval,
+		Window:       qc.Window,
+		AckReqEvery:  qc.AckReqEvery,
+		MaxBurst:     qc.MaxBurst,
+		AckTimeout:   qc.AckTimeout,
+		RetryCount:   qc.RetryCount,
+	}
+}
+
+// withDefaults fills the zero values that mean a default.
+func (c ClientConfig) withDefaults() ClientConfig {
+	qc := agent.DefaultQPConfig()
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&c.QPs, DefaultQPs)
+	def(&c.MessageBytes, DefaultMessageBytes)
+	def(&c.MTU, DefaultMTU)
+	def(&c.Window, qc.Window)
+	def(&c.AckReqEvery, min(qc.AckReqEvery, c.Window))
+	def(&c.MaxBurst, qc.MaxBurst)
+	def(&c.RetryCount, qc.RetryCount)
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = qc.AckTimeout
+	}
+	if c.CC == "" {
+		c.CC = agent.CCDCQCN
+	}
+	if c.Profile == "" {
+		c.Profile = DefaultProfile
+	}
+	if c.DSCP == 0 {
+		c.DSCP = agent.DefaultDSCP
+	}
+	if c.CNPDSCP == 0 {
+		c.CNPDSCP = agent.DefaultCNPDSCP
+	}
+	if c.Logger == nil {
+		c.Logger = discardLogger()
+	}
+	return c
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// flagErr formats the one-line error of a bad setting: the flag, the value
+// and what it must be.
+func flagErr(flag string, value any, must string, args ...any) error {
+	return fmt.Errorf("roceperf: %s %v: must be %s", flag, value, fmt.Sprintf(must, args...))
+}
+
+// Validate checks every field and names the flag, the value and the allowed
+// range of the first bad one: "roceperf: -P 5000: must be 1..4096".
+func (c ClientConfig) Validate() error {
+	if strings.TrimSpace(c.Server) == "" {
+		return errors.New("roceperf: -c: no server given")
+	}
+	if _, _, err := splitServer(c.Server); err != nil {
+		return err
+	}
+	c = c.withDefaults()
+	switch {
+	case c.UDPPort < 0 || c.UDPPort > 65535:
+		return flagErr("--udp-port", c.UDPPort, "0..65535 (0: ephemeral)")
+	case c.QPs < 1 || c.QPs > MaxQPs:
+		return flagErr("-P", c.QPs, "1..%d", MaxQPs)
+	case c.Duration < time.Millisecond || c.Duration > MaxDuration:
+		return flagErr("-t", seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
+	case c.MessageBytes < 1 || c.MessageBytes > MaxMessageBytes:
+		return flagErr("-l", c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
+	case !validMTU(c.MTU):
+		return flagErr("--mtu", c.MTU, "256, 512, 1024, 2048 or 4096")
+	case c.Op != agent.OpWrite && c.Op != agent.OpSend:
+		return flagErr("--op", int(c.Op), "write or send")
+	case c.LineRate > MaxLineRate || (c.LineRate != 0 && c.LineRate < units.Kbit):
+		return flagErr("-b", c.LineRate, "1kbit..1tbit, or 0 (--cc none: unpaced; dcqcn: 10gbit)")
+	case c.CC != agent.CCDCQCN && c.CC != agent.CCNone:
+		return flagErr("--cc", c.CC, "dcqcn or none")
+	case c.DSCP > 63:
+		return flagErr("--dscp", c.DSCP, "1..63")
+	case c.CNPDSCP > 63:
+		return flagErr("--cnp-dscp", c.CNPDSCP, "1..63")
+	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
+		return flagErr("-i", seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+	case c.Omit < 0 || c.Omit > MaxOmit:
+		return flagErr("-O", seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
+	case c.Window < 1 || c.Window > 1<<20:
+		return flagErr("--window", c.Window, "1..%d packets", 1<<20)
+	case c.AckReqEvery < 1 || c.AckReqEvery > c.Window:
+		return flagErr("--ack-every", c.AckReqEvery, "1..%d packets (the window)", c.Window)
+	case c.MaxBurst < 1 || c.MaxBurst > 256:
+		return flagErr("--burst", c.MaxBurst, "1..256 packets")
+	case c.AckTimeout < 10*time.Microsecond || c.AckTimeout > time.Minute:
+		return flagErr("--timeout", c.AckTimeout, "10us..1m")
+	case c.RetryCount < 0 || c.RetryCount > 1000:
+		return flagErr("--retry", c.RetryCount, "0..1000")
+	}
+	if _, err := dcqcn.Profile(c.Profile, DefaultLineRate); err != nil {
+		return flagErr("--dcqcn-profile", c.Profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
+	}
+	if mem := uint64(c.QPs) * uint64(max(4*c.MessageBytes, 64<<10)); mem > MaxServerMemory {
+		return fmt.Errorf("roceperf: -P %d with -l %d: the server would register %s (-P × max(4 × -l, 64K)); at most 2 GiB",
+			c.QPs, c.MessageBytes, FormatBytes(float64(mem)))
+	}
+	if c.Bytes > 0 {
+		msgs := ceilDiv(c.Bytes, uint64(c.MessageBytes))
+		if msgs < uint64(c.QPs) {
+			return fmt.Errorf("roceperf: -n %d: %d message(s) of %d bytes (-l) cannot keep -P %d QPs busy: need at least one message per QP",
+				c.Bytes, msgs, c.MessageBytes, c.QPs)
+		}
+	}
+	if _, err := c.dcqcnParams(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func validMTU(m int) bool {
+	switch m {
+	case 256, 512, 1024, 2048, 4096:
+		return true
+	}
+	return false
+}
+
+func ceilDiv(a, b uint64) uint64 { return (a + b - 1) / b }
+
+// seconds prints d as iperf3's flags take it.
+func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
+
+// effectiveLineRate is the line rate the DCQCN profile is scaled to.
+func (c ClientConfig) effectiveLineRate() units.Rate {
+	if c.LineRate == 0 {
+		return DefaultLineRate
+	}
+	return c.LineRate
+}
+
+// dcqcnParams builds the profile at the effective line rate and applies
+// the knobs; CNPDSCP goes into cnp_dscp unless a knob sets it. c has its
+// defaults filled.
+func (c ClientConfig) dcqcnParams() (dcqcn.Params, error) {
+	p, err := dcqcn.Profile(c.Profile, c.effectiveLineRate())
+	if err != nil {
+		return p, flagErr("--dcqcn-profile", c.Profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
+	}
+	p.CNPDSCP = c.CNPDSCP
+	for _, kv := range c.Knobs {
+		name, value, ok := strings.Cut(kv, "=")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || value == "" {
+			return p, fmt.Errorf("roceperf: --dcqcn %q: want name=value (--dcqcn help lists the knobs)", kv)
+		}
+		if err := p.Set(name, value); err != nil {
+			return p, fmt.Errorf("roceperf: --dcqcn %s", strings.TrimPrefix(err.Error(), "dcqcn: "))
+		}
+	}
+	if err := p.Validate(); err != nil {
+		msg := strings.ReplaceAll(err.Error(), "dcqcn: ", "")
+		return p, fmt.Errorf("roceperf: --dcqcn: %s", strings.ReplaceAll(msg, "\n", "; "))
+	}
+	return p, nil
+}
+
+// splitServer splits "host:port" or "host" (port 18515); IPv6 literals may
+// come bare ("::1") or bracketed ("[::1]:18515").
+func splitServer(s string) (host string, port int, err error) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
+		return a.String(), DefaultPort, nil
+	}
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		if !strings.Contains(s, ":") {
+			return s, DefaultPort, nil
+		}
+		return "", 0, fmt.Errorf("roceperf: -c %s: want host or host:port", s)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		return "", 0, flagErr("-p", p, "1..65535")
+	}
+	if h == "" {
+		return "", 0, fmt.Errorf("roceperf: -c %s: no host", s)
+	}
+	return h, n, nil
+}
+
+// KnobHelp lists every DCQCN knob with its value in the profile at the
+// line rate (0: 10 Gbit/s), then the variant switches, as --dcqcn help
+// prints them.
+func KnobHelp(profile string, lineRate units.Rate) (string, error) {
+	if lineRate == 0 {
+		lineRate = DefaultLineRate
+	}
+	if profile == "" {
+		profile = DefaultProfile
+	}
+	p, err := dcqcn.Profile(profile, lineRate)
+	if err != nil {
+		return "", flagErr("--dcqcn-profile", profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "DCQCN knobs of profile %s at line rate %s (set with --dcqcn name=value;\n", profile, lineRate)
+	b.WriteString("rates in Mbit/s, times in µs, or with a unit: 40mbit, 55us):\n")
+	for _, n := range dcqcn.KnobNames() {
+		v, _ := p.Get(n)
+		fmt.Fprintf(&b, "  %-30s %s\n", n, v)
+	}
+	b.WriteString("variant switches:\n")
+	for _, n := range dcqcn.VariantNames() {
+		v, _ := p.Get(n)
+		fmt.Fprintf(&b, "  %-30s %s\n", n, v)
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,463 @@
+package perf
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+var (
+	srvAddr = netip.MustParseAddr("198.18.0.1")
+	cliAddr = netip.MustParseAddr("198.18.0.2")
+)
+
+// requireRoot skips without root, except under CI=true where a skip would
+// hide a test CI is meant to run.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("needs root to create a network namespace, and CI=true forbids skipping")
+	}
+	t.Skip("needs root to create a network namespace")
+}
+
+// enterNetns locks the test's goroutine to its thread and moves the thread
+// into a fresh network namespace with lo up and 198.18.0.1/32 and
+// 198.18.0.2/32 on it. Every socket the test opens from its own goroutine
+// lives there. The thread never leaves the lock: when the test's goroutine
+// ends, the runtime retires it, namespace and all.
+func enterNetns(t *testing.T) {
+	t.Helper()
+	requireRoot(t)
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatalf("get netns: %v", err)
+	}
+	ns, err := netns.New()
+	if err != nil {
+		orig.Close()
+		t.Fatalf("new netns: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = netns.Set(orig) // best effort; the thread is retired anyway
+		orig.Close()
+		ns.Close()
+	})
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatalf("lo: %v", err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatalf("lo up: %v", err)
+	}
+	for _, a := range []string{"198.18.0.1/32", "198.18.0.2/32"} {
+		addr, _ := netlink.ParseAddr(a)
+		if err := netlink.AddrAdd(lo, addr); err != nil {
+			t.Fatalf("add %s to lo: %v", a, err)
+		}
+	}
+}
+
+// relax gives the QPs more time to recover from a stall: both agents run
+// in this process, the VM has two CPUs that other tests may be using, and
+// the race detector slows the agents about tenfold (lo is lossless, a
+// full socket buffer is not). The defaults give up after 8 × 16 ms.
+func relax(c *ClientConfig) {
+	c.AckTimeout, c.RetryCount = 64*time.Millisecond, 15
+	if raceDetector {
+		c.AckTimeout, c.RetryCount = 200*time.Millisecond, 50
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// startServer listens on 198.18.0.1 (from the namespace's thread) and
+// serves in the background until the test ends.
+func startServer(t *testing.T, cfg ServerConfig) (*Server, *syncBuffer) {
+	t.Helper()
+	out := &syncBuffer{}
+	if cfg.Out == nil {
+		cfg.Out = out
+	}
+	if !cfg.Bind.IsValid() {
+		cfg.Bind = srvAddr
+	}
+	s, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("Serve did not return 10 s after its context was cancelled")
+		}
+		_ = s.Close()
+	})
+	return s, out
+}
+
+func TestNetnsVerifiedRun(t *testing.T) {
+	enterNetns(t)
+	_, srvOut := startServer(t, ServerConfig{})
+	var out bytes.Buffer
+	var ivs []Interval
+	cfg := DefaultClientConfig(srvAddr.String())
+	cfg.QPs = 2
+	cfg.Duration = 2 * time.Second
+	cfg.Interval = 500 * time.Millisecond
+	cfg.Verify = true
+	cfg.Perftest = true
+	cfg.Out = &out
+	cfg.OnInterval = func(iv Interval) { ivs = append(ivs, iv) }
+	relax(&cfg)
+	r, err := RunClient(context.Background(), cfg)
+	t.Logf("client:\n%s", out.String())
+	t.Logf("server:\n%s", srvOut.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &r.End
+	if e.SumSent.Bytes == 0 || e.SumSent.BitsPerSecond <= 0 {
+		t.Fatalf("no goodput: %+v", e.SumSent)
+	}
+	if e.SumReceived.Bytes != e.SumSent.Bytes {
+		t.Errorf("sum_received %d bytes, sum_sent %d acknowledged", e.SumReceived.Bytes, e.SumSent.Bytes)
+	}
+	if got := r.verifyErrors(); got != 0 {
+		t.Errorf("verify_errors %d", got)
+	}
+	sent, rcv := e.totals()
+	if n := rcv.NPCNPSent + rcv.NPECNMarkedRoCEPackets + sent.RPCNPHandled + sent.RPCNPIgnored; n != 0 {
+		t.Errorf("CNP/ECN counters on an uncongested lo: np %+v rp %+v", rcv, sent)
+	}
+	if len(r.Intervals) < 3 || len(ivs) != len(r.Intervals) {
+		t.Errorf("%d intervals, %d callbacks; want about 4 of each", len(r.Intervals), len(ivs))
+	}
+	var sum uint64
+	for _, iv := range r.Intervals {
+		sum += iv.Sum.Bytes
+		if len(iv.Streams) != 2 {
+			t.Errorf("interval with %d streams", len(iv.Streams))
+		}
+	}
+	if sum != e.SumSent.Bytes {
+		t.Errorf("intervals add up to %d bytes, the summary says %d", sum, e.SumSent.Bytes)
+	}
+	if len(e.Counters.Server) != 2 || len(r.Start.Connected) != 2 {
+		t.Errorf("server counters for %d QPs, %d connected", len(e.Counters.Server), len(r.Start.Connected))
+	}
+	for _, want := range []string{"sender", "receiver", "[SUM]", "np_cnp_sent=0", "local address: LID 0000 QPN", "BW peak[MB/sec]"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("client output lacks %q", want)
+		}
+	}
+	// The JSON report has iperf3's shape and round-trips.
+	var jb bytes.Buffer
+	if err := r.WriteJSON(&jb); err != nil {
+		t.Fatal(err)
+	}
+	checkReportJSON(t, jb.Bytes())
+	var back Report
+	if err := json.Unmarshal(jb.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.End.SumSent != e.SumSent || len(back.Intervals) != len(r.Intervals) {
+		t.Errorf("JSON round trip changed the report")
+	}
+}
+
+// TestNetnsExactBytes: -n delivers exactly the bytes asked for, rounded up
+// to whole messages, dealt out over the QPs.
+func TestNetnsExactBytes(t *testing.T) {
+	enterNetns(t)
+	startServer(t, ServerConfig{})
+	for _, tc := range []struct {
+		bytes    uint64
+		qps, msg int
+		op       string
+		want     uint64
+		perQP    []uint64
+	}{
+		{10 << 20, 3, 64 << 10, "write", 10 << 20, []uint64{54, 53, 53}},
+		{1_000_000, 2, 64 << 10, "send", 16 * 65536, []uint64{8, 8}},
+		{123457, 1, 1000, "write", 124000, []uint64{124}}, // messages not a multiple of the MTU
+	} {
+		cfg := DefaultClientConfig(srvAddr.String())
+		cfg.Bytes, cfg.QPs, cfg.MessageBytes = tc.bytes, tc.qps, tc.msg
+		cfg.Verify = true
+		cfg.Interval = 0
+		if tc.op == "send" {
+			cfg.Op = agent.OpSend
+		}
+		relax(&cfg)
+		start := time.Now()
+		r, err := RunClient(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("-n %d: %v", tc.bytes, err)
+		}
+		e := &r.End
+		if e.SumSent.Bytes != tc.want || e.SumReceived.Bytes != tc.want {
+			t.Errorf("-n %d -P %d -l %d: sent %d, received %d bytes; want %d", tc.bytes, tc.qps, tc.msg, e.SumSent.Bytes, e.SumReceived.Bytes, tc.want)
+		}
+		for i, s := range e.Streams {
+			if s.Sender.Messages != tc.perQP[i] || s.Receiver.Messages != tc.perQP[i] {
+				t.Errorf("-n %d: QP %d sent %d, received %d messages; want %d", tc.bytes, i, s.Sender.Messages, s.Receiver.Messages, tc.perQP[i])
+			}
+		}
+		if r.Start.TestStart.Bytes != tc.bytes || r.Start.TestStart.Duration != 0 {
+			t.Errorf("test_start bytes %d duration %v", r.Start.TestStart.Bytes, r.Start.TestStart.Duration)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("-n %d took %v: the run did not end when the bytes were acknowledged", tc.bytes, d)
+		}
+	}
+}
+
+func TestNetnsErrors(t *testing.T) {
+	enterNetns(t)
+	ctx := context.Background()
+	run := func(cfg ClientConfig) error {
+		t.Helper()
+		r, err := RunClient(ctx, cfg)
+		if err != nil && r != nil {
+			t.Errorf("a setup error came with a report")
+		}
+		return err
+	}
+	cfg := DefaultClientConfig("198.18.0.2")
+	want := func(err error, msg string) {
+		t.Helper()
+		if err == nil || err.Error() != msg {
+			t.Errorf("got  %v\nwant %s", err, msg)
+		}
+	}
+	want(run(cfg), "roceperf: cannot reach server 198.18.0.2:18515: connection refused")
+	cfg.Server = "198.18.0.9"
+	want(run(cfg), "roceperf: cannot reach server 198.18.0.9:18515: network is unreachable")
+
+	s, _ := startServer(t, ServerConfig{})
+	_, err := Listen(ServerConfig{Bind: srvAddr})
+	want(err, "roceperf: udp port 4791 on 198.18.0.1 is already in use")
+	_, err = Listen(ServerConfig{Bind: srvAddr, UDPPort: 4792})
+	want(err, "roceperf: tcp port 18515 on 198.18.0.1 is already in use")
+	_, err = Listen(ServerConfig{Bind: netip.MustParseAddr("198.18.0.7")})
+	want(err, "roceperf: -B 198.18.0.7: no interface of this host has that address")
+	if p := s.UDPAddr().Port(); p != 4791 {
+		t.Errorf("server UDP port %d", p)
+	}
+
+	cfg = DefaultClientConfig(srvAddr.String())
+	cfg.UDPPort = 4791 // the server's
+	want(run(cfg), "roceperf: udp port 4791 on 0.0.0.0 is already in use")
+	cfg = DefaultClientConfig(srvAddr.String())
+	cfg.Bind = netip.MustParseAddr("198.18.0.5")
+	want(run(cfg), "roceperf: -B 198.18.0.5: no interface of this host has that address")
+	cfg.Bind = netip.MustParseAddr("::1")
+	want(run(cfg), "roceperf: -B ::1: the server 198.18.0.1 is of the other IP family")
+}
+
+// TestNetnsBind: -B puts the client's RoCE socket and side channel on
+// 198.18.0.2, not the 198.18.0.1 the route to the server would pick.
+func TestNetnsBind(t *testing.T) {
+	enterNetns(t)
+	_, srvOut := startServer(t, ServerConfig{})
+	cfg := DefaultClientConfig(srvAddr.String())
+	cfg.Bind = cliAddr
+	cfg.UDPPort = 4800
+	cfg.Bytes = 1 << 20
+	cfg.Verify = true
+	relax(&cfg)
+	r, err := RunClient(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.Start.Connected[0]
+	if c.LocalHost != "198.18.0.2" || c.LocalPort != 4800 || c.RemoteHost != "198.18.0.1" || c.RemotePort != 4791 {
+		t.Errorf("connected %+v", c)
+	}
+	if r.End.SumReceived.Bytes != 1<<20 {
+		t.Errorf("received %d bytes", r.End.SumReceived.Bytes)
+	}
+	time.Sleep(50 * time.Millisecond) // the server prints after it answered
+	if !strings.Contains(srvOut.String(), "Accepted connection from 198.18.0.2") ||
+		!strings.Contains(srvOut.String(), "connected to 198.18.0.2 port 4800") {
+		t.Errorf("server output:\n%s", srvOut.String())
+	}
+}
+
+// TestNetnsInterrupt: a cancelled context ends the run early with a
+// summary of what ran.
+func TestNetnsInterrupt(t *testing.T) {
+	enterNetns(t)
+	startServer(t, ServerConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(700*time.Millisecond, cancel)
+	var out bytes.Buffer
+	cfg := DefaultClientConfig(srvAddr.String())
+	cfg.Duration = 20 * time.Second
+	cfg.Interval = 200 * time.Millisecond
+	cfg.Out = &out
+	relax(&cfg)
+	start := time.Now()
+	r, err := RunClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the run took %v after a cancel at 0.7 s", d)
+	}
+	if !r.Interrupted || r.End.SumSent.Bytes == 0 || r.End.SumReceived.Bytes != r.End.SumSent.Bytes {
+		t.Errorf("interrupted %v, sent %d, received %d", r.Interrupted, r.End.SumSent.Bytes, r.End.SumReceived.Bytes)
+	}
+	if s := r.End.SumSent.Seconds; s < 0.6 || s > 1.5 {
+		t.Errorf("summary covers %.2f s", s)
+	}
+	if !strings.Contains(out.String(), "sender") || !strings.Contains(out.String(), "receiver") {
+		t.Errorf("no summary after the interrupt:\n%s", out.String())
+	}
+}
+
+// TestNetnsServerGone: QPs that lose their peer fail the run with the QP's
+// error, after the summary.
+func TestNetnsServerGone(t *testing.T) {
+	enterNetns(t)
+	s, _ := startServer(t, ServerConfig{})
+	time.AfterFunc(500*time.Millisecond, func() { _ = s.Close() })
+	cfg := DefaultClientConfig(srvAddr.String())
+	cfg.Duration = 10 * time.Second
+	cfg.Interval = 0
+	var out bytes.Buffer
+	cfg.Out = &out
+	start := time.Now()
+	r, err := RunClient(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "ACK timeouts") {
+		t.Fatalf("got %v, want the QP's ACK timeout error", err)
+	}
+	if r == nil || r.Error != err.Error() || r.End.SumSent.Bytes == 0 {
+		t.Fatalf("report %+v", r)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("failing took %v", d)
+	}
+	if !strings.Contains(out.String(), "no receiver lines") {
+		t.Errorf("summary:\n%s", out.String())
+	}
+}
+
+// TestNetnsOneOff: a one-off server serves one session, then Serve returns
+// and later clients are refused.
+func TestNetnsOneOff(t *testing.T) {
+	enterNetns(t)
+	var out bytes.Buffer
+	s, err := Listen(ServerConfig{Bind: srvAddr, OneOff: true, JSON: true, Out: &syncBuffer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background()) }()
+	cfg := DefaultClientConfig(srvAddr.String())
+	cfg.Bytes = 1 << 20
+	cfg.JSON = true
+	cfg.Out = &out
+	relax(&cfg)
+	if _, err := RunClient(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	checkReportJSON(t, out.Bytes())
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a one-off server did not return after its session")
+	}
+	if _, err := RunClient(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("second client: %v", err)
+	}
+}
+
+// TestNetnsCongestionControl: DCQCN paces at the line rate (-b), --cc none
+// at its cap, and the omitted warm-up stays out of the summary.
+func TestNetnsCongestionControl(t *testing.T) {
+	enterNetns(t)
+	startServer(t, ServerConfig{})
+	for _, cc := range []agent.CCMode{agent.CCDCQCN, agent.CCNone} {
+		cfg := DefaultClientConfig(srvAddr.String())
+		cfg.CC = cc
+		cfg.LineRate = 200 * units.Mbit
+		cfg.Duration = time.Second
+		cfg.Omit = 300 * time.Millisecond
+		cfg.Interval = 250 * time.Millisecond
+		cfg.Profile = "paper"
+		relax(&cfg)
+		r, err := RunClient(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &r.End
+		// Payload is 1024 of 1106 wire bytes per packet: at most 185 Mbit/s
+		// (the pacer's burst allowance adds a little). The floor leaves room
+		// for a loaded machine.
+		if bps := e.SumSent.BitsPerSecond; (bps < 100e6 && !raceDetector) || bps > 195e6 {
+			t.Errorf("--cc %s -b 200mbit: goodput %.0f Mbit/s", cc, bps/1e6)
+		}
+		if s := e.SumSent.Start; s < 0.29 || s > 0.4 {
+			t.Errorf("--cc %s: the summary starts at %.3f s, not after the 0.3 s warm-up", cc, s)
+		}
+		if !r.Intervals[0].Sum.Omitted || r.Intervals[len(r.Intervals)-1].Sum.Omitted {
+			t.Errorf("--cc %s: omitted flags wrong", cc)
+		}
+		iv := r.Intervals[1].Streams[0]
+		if iv.RcBps != uint64(200*units.Mbit) {
+			t.Errorf("--cc %s: Rc %d", cc, iv.RcBps)
+		}
+		if cc == agent.CCDCQCN && iv.Alpha != 1 { // paper: α starts at 1
+			t.Errorf("α %v", iv.Alpha)
+		}
+		if r.Start.TestStart.LineRateBps != uint64(200*units.Mbit) || r.Start.TestStart.DCQCN["rpg_ai_rate"] != "0.2" {
+			t.Errorf("test_start line rate %d, rpg_ai_rate %s", r.Start.TestStart.LineRateBps, r.Start.TestStart.DCQCN["rpg_ai_rate"])
+		}
+	}
+}

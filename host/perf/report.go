@@ -1,0 +1,259 @@
+package perf
+
+import (
+	"encoding/json"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/pktio"
+)
+
+// Report is a run's result, shaped like iperf3's JSON (-J): start,
+// intervals, end. RoCE adds QP numbers, the DCQCN settings, the reaction
+// point's state per interval and the NIC counters (mlx5 names) of both
+// ends.
+type Report struct {
+	Start     Start      `json:"start"`
+	Intervals []Interval `json:"intervals"`
+	End       End        `json:"end"`
+	// Interrupted is set when the run was cut short (ctx done, SIGINT).
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Error is why the run failed, if it did after it started.
+	Error string `json:"error,omitempty"`
+}
+
+// Start describes the setup.
+type Start struct {
+	Connected    []Connected  `json:"connected"`
+	Version      string       `json:"version"`
+	SystemInfo   string       `json:"system_info,omitempty"`
+	Timestamp    Timestamp    `json:"timestamp"`
+	ConnectingTo ConnectingTo `json:"connecting_to"`
+	TestStart    TestStart    `json:"test_start"`
+}
+
+// Connected is one QP pair: this end's QP and the server's, with the
+// addresses their RoCE packets use.
+type Connected struct {
+	LocalHost   string `json:"local_host"`
+	LocalPort   uint16 `json:"local_port"` // UDP
+	RemoteHost  string `json:"remote_host"`
+	RemotePort  uint16 `json:"remote_port"` // UDP
+	QPN         uint32 `json:"qpn"`
+	RemoteQPN   uint32 `json:"remote_qpn"`
+	PSN         uint32 `json:"psn"`
+	RemotePSN   uint32 `json:"remote_psn"`
+	RKey        uint32 `json:"rkey"`
+	RemoteRKey  uint32 `json:"remote_rkey"`
+	VAddr       uint64 `json:"vaddr"`
+	RemoteVAddr uint64 `json:"remote_vaddr"`
+}
+
+// Timestamp is when the run started, as iperf3 prints it.
+type Timestamp struct {
+	Time     string `json:"time"`     // "Mon, 02 Jan 2006 15:04:05 GMT"
+	TimeSecs int64  `json:"timesecs"` // Unix seconds
+}
+
+// ConnectingTo is the side channel's address.
+type ConnectingTo struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+}
+
+// TestStart is the test's parameters, iperf3's fields first.
+type TestStart struct {
+	Protocol   string  `json:"protocol"` // "RoCEv2"
+	NumStreams int     `json:"num_streams"`
+	Blksize    int     `json:"blksize"`  // message bytes
+	Omit       float64 `json:"omit"`     // seconds
+	Duration   float64 `json:"duration"` // seconds; 0 with -n
+	Bytes      uint64  `json:"bytes"`    // -n, 0 for a timed run
+	Blocks     uint64  `json:"blocks"`   // messages over all QPs with -n
+	Reverse    int     `json:"reverse"`  // always 0
+	TOS        int     `json:"tos"`      // DSCP << 2 (packets are sent ECT(0))
+	DSCP       int     `json:"dscp"`
+	CNPDSCP    int     `json:"cnp_dscp"`
+	MTU        int     `json:"mtu"`
+	Op         string  `json:"op"`            // write | send
+	CC         string  `json:"cc"`            // dcqcn | none
+	Profile    string  `json:"dcqcn_profile"` // mlx5 | paper
+	// DCQCN is every mlx5 knob's effective value, in the mlx5 unit
+	// (Mbit/s, µs, bytes, …); DCQCNVariants the variant switches.
+	DCQCN         map[string]json.Number `json:"dcqcn"`
+	DCQCNVariants map[string]string      `json:"dcqcn_variants"`
+	LineRateBps   uint64                 `json:"line_rate_bps"` // 0: unpaced (--cc none)
+	Window        int                    `json:"window"`
+	AckReqEvery   int                    `json:"ackreq_every"`
+	MaxBurst      int                    `json:"max_burst"`
+	AckTimeoutUs  float64                `json:"ack_timeout_us"`
+	RetryCount    int                    `json:"retry_count"`
+	Verify        bool                   `json:"verify"`
+	Interval      float64                `json:"interval"` // seconds
+}
+
+// Interval is one report interval: every QP and their sum.
+type Interval struct {
+	Streams []IntervalStream `json:"streams"`
+	Sum     IntervalSum      `json:"sum"`
+}
+
+// IntervalStream is one QP over one interval. Rc, Rt and α are the
+// reaction point's state at the interval's end; the counters are what
+// happened during the interval.
+type IntervalStream struct {
+	ID            uint32  `json:"id"` // the client's QPN
+	Start         float64 `json:"start"`
+	End           float64 `json:"end"`
+	Seconds       float64 `json:"seconds"`
+	Bytes         uint64  `json:"bytes"`           // payload acknowledged
+	BitsPerSecond float64 `json:"bits_per_second"` // goodput
+	Omitted       bool    `json:"omitted"`
+	Sender        bool    `json:"sender"`
+	// Rc and Rt in bit/s (--cc none: the pacing cap, 0 unpaced), α of 1.
+	RcBps       uint64  `json:"rc_bps"`
+	RtBps       uint64  `json:"rt_bps"`
+	Alpha       float64 `json:"alpha"`
+	CNPHandled  uint64  `json:"cnp_handled"`
+	CNPIgnored  uint64  `json:"cnp_ignored"`
+	Retransmits uint64  `json:"retransmits"` // packets sent again (go-back-N)
+	TxPackets   uint64  `json:"tx_packets"`
+}
+
+// IntervalSum adds up the streams of one interval; RcBps is the sum of
+// the QPs' rates.
+type IntervalSum struct {
+	Start         float64 `json:"start"`
+	End           float64 `json:"end"`
+	Seconds       float64 `json:"seconds"`
+	Bytes         uint64  `json:"bytes"`
+	BitsPerSecond float64 `json:"bits_per_second"`
+	Omitted       bool    `json:"omitted"`
+	Sender        bool    `json:"sender"`
+	RcBps         uint64  `json:"rc_bps"`
+	CNPHandled    uint64  `json:"cnp_handled"`
+	CNPIgnored    uint64  `json:"cnp_ignored"`
+	Retransmits   uint64  `json:"retransmits"`
+	TxPackets     uint64  `json:"tx_packets"`
+}
+
+// End is the summary: per QP, summed, the counters of both ends and the
+// CPU time.
+type End struct {
+	Streams     []EndStream `json:"streams"`
+	SumSent     Sum         `json:"sum_sent"`
+	SumReceived Sum         `json:"sum_received"`
+	Counters    EndCounters `json:"counters"`
+	CPU         CPU         `json:"cpu_utilization_percent"`
+	// Perftest is ib_write_bw's summary row (with --perftest).
+	Perftest *Perftest `json:"perftest,omitempty"`
+}
+
+// EndStream is one QP pair's summary.
+type EndStream struct {
+	Sender   StreamSummary `json:"sender"`
+	Receiver StreamSummary `json:"receiver"`
+}
+
+// StreamSummary is one side of a QP pair after the warm-up: bytes
+// acknowledged (sender) or placed (receiver), and that side's counters
+// over the whole run under their mlx5 names.
+type StreamSummary struct {
+	ID            uint32  `json:"id"`  // the client's QPN, on both sides
+	QPN           uint32  `json:"qpn"` // this side's QPN
+	Start         float64 `json:"start"`
+	End           float64 `json:"end"`
+	Seconds       float64 `json:"seconds"`
+	Bytes         uint64  `json:"bytes"`
+	BitsPerSecond float64 `json:"bits_per_second"`
+	Messages      uint64  `json:"messages"`
+	Retransmits   uint64  `json:"retransmits"`
+	Sender        bool    `json:"sender"`
+	agent.Counters
+}
+
+// Sum adds up one side over all QPs.
+type Sum struct {
+	Start         float64 `json:"start"`
+	End           float64 `json:"end"`
+	Seconds       float64 `json:"seconds"`
+	Bytes         uint64  `json:"bytes"`
+	BitsPerSecond float64 `json:"bits_per_second"`
+	Messages      uint64  `json:"messages"`
+	Retransmits   uint64  `json:"retransmits"`
+	Sender        bool    `json:"sender"`
+}
+
+// EndCounters are the raw counters: the client agent's totals and the
+// server's per QP (from the side channel's finish).
+type EndCounters struct {
+	Client agent.AgentCounters `json:"client"`
+	Server []agent.QPReport    `json:"server"`
+	// ClientUDP is the client's socket: what it moved and what the kernel
+	// dropped for it (a full receive buffer loses ACKs and CNPs).
+	ClientUDP UDPStats `json:"client_udp"`
+}
+
+// UDPStats are a pktio.UDPConn's counters.
+type UDPStats struct {
+	DatagramsSent     uint64 `json:"datagrams_sent"`
+	BytesSent         uint64 `json:"bytes_sent"`
+	DatagramsReceived uint64 `json:"datagrams_received"`
+	BytesReceived     uint64 `json:"bytes_received"`
+	SendErrors        uint64 `json:"send_errors"`
+	Truncated         uint64 `json:"truncated"`
+	RecvBufferDrops   uint64 `json:"recv_buffer_drops"`
+}
+
+func udpStats(s pktio.UDPStats) UDPStats { return UDPStats(s) }
+
+// CPU is this process's CPU time over the run (getrusage), as a share of
+// one CPU's wall time, like iperf3. In-process servers count too.
+type CPU struct {
+	HostTotal  float64 `json:"host_total"`
+	HostUser   float64 `json:"host_user"`
+	HostSystem float64 `json:"host_system"`
+}
+
+// Perftest is ib_write_bw's result row: MB are 2^20 bytes, as perftest's.
+type Perftest struct {
+	Bytes       int     `json:"bytes"`      // message size
+	Iterations  uint64  `json:"iterations"` // messages acknowledged
+	BWPeakMBps  float64 `json:"bw_peak_mb_sec"`
+	BWAvgMBps   float64 `json:"bw_average_mb_sec"`
+	MsgRateMpps float64 `json:"msg_rate_mpps"`
+}
+
+// serverSum is the receiving side of the sum, from the server's counters.
+func (e *End) totals() (sent, recv agent.Counters) {
+	for _, s := range e.Streams {
+		addCounters(&sent, &s.Sender.Counters)
+		addCounters(&recv, &s.Receiver.Counters)
+	}
+	return sent, recv
+}
+
+func addCounters(c, o *agent.Counters) {
+	c.NPCNPSent += o.NPCNPSent
+	c.NPECNMarkedRoCEPackets += o.NPECNMarkedRoCEPackets
+	c.RPCNPHandled += o.RPCNPHandled
+	c.RPCNPIgnored += o.RPCNPIgnored
+	c.OutOfSequence += o.OutOfSequence
+	c.PacketSeqErr += o.PacketSeqErr
+	c.LocalAckTimeoutErr += o.LocalAckTimeoutErr
+	c.DuplicateRequest += o.DuplicateRequest
+	c.TxPackets += o.TxPackets
+	c.TxBytes += o.TxBytes
+	c.RxPackets += o.RxPackets
+	c.RxBytes += o.RxBytes
+	c.AckedBytes += o.AckedBytes
+	c.AckedMessages += o.AckedMessages
+	c.RetransmitPackets += o.RetransmitPackets
+	c.RecvBytes += o.RecvBytes
+	c.RecvMessages += o.RecvMessages
+	c.VerifyErrors += o.VerifyErrors
+	c.RemoteAccessErr += o.RemoteAccessErr
+	c.InvalidRequest += o.InvalidRequest
+}
+
+// iperfTime is the layout of iperf3's start.timestamp.time.
+const iperfTime = "Mon, 02 Jan 2006 15:04:05 GMT"

@@ -1,0 +1,477 @@
+package perf
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/pktio"
+)
+
+// Server is a listening roceperf server: a RoCE agent on its UDP socket and
+// the side channel's TCP listener. Listen opens both on the calling
+// goroutine (so a caller locked into a network namespace opens them
+// there); Serve may then run anywhere.
+type Server struct {
+	cfg  ServerConfig
+	bind netip.Addr
+	udp  *pktio.UDPConn
+	ln   *listener
+	ag   *agent.Agent
+	log  *slog.Logger
+
+	outMu sync.Mutex // one writer of Out at a time
+	mu    sync.Mutex
+	sess  map[string]*serverSession // by the client's side-channel address
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Serve listens as cfg says and serves sessions until ctx is done (or,
+// with OneOff, the first session ends), then closes everything.
+func Serve(ctx context.Context, cfg ServerConfig) error {
+	s, err := Listen(cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.Serve(ctx)
+}
+
+// Listen opens the server's UDP socket and TCP listener and starts its
+// agent. Errors are one line: "roceperf: udp port 4791 on 198.18.0.1 is
+// already in use".
+func Listen(cfg ServerConfig) (*Server, error) {
+	if cfg.Port == 0 {
+		cfg.Port = DefaultPort
+	}
+	if cfg.UDPPort == 0 {
+		cfg.UDPPort = DefaultUDPPort
+	}
+	switch {
+	case cfg.Port < 1 || cfg.Port > 65535:
+		return nil, flagErr("-p", cfg.Port, "1..65535")
+	case cfg.UDPPort < 1 || cfg.UDPPort > 65535:
+		return nil, flagErr("--udp-port", cfg.UDPPort, "1..65535")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Interval > 0 && (cfg.Interval < MinInterval || cfg.Interval > MaxInterval) {
+		return nil, flagErr("-i", seconds(cfg.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = discardLogger()
+	}
+	bind := netip.IPv4Unspecified()
+	if cfg.Bind.IsValid() {
+		bind = cfg.Bind.Unmap()
+	}
+	uap := netip.AddrPortFrom(bind, uint16(cfg.UDPPort))
+	udp, err := pktio.ListenUDP(uap, pktio.UDPOptions{DefaultTOS: agent.DefaultDSCP<<2 | ecnECT0})
+	if err != nil {
+		return nil, listenErr("udp", "--udp-port", uap, err)
+	}
+	network := "tcp4"
+	if bind.Is6() {
+		network = "tcp6"
+	}
+	tap := netip.AddrPortFrom(bind, uint16(cfg.Port))
+	tl, err := net.Listen(network, tap.String())
+	if err != nil {
+		_ = udp.Close()
+		return nil, listenErr("tcp", "-p", tap, err)
+	}
+	ag, err := agent.New(agent.Config{Conn: udp, Logger: log})
+	if err != nil {
+		_ = tl.Close()
+		_ = udp.Close()
+		return nil, fmt.Errorf("roceperf: %w", err)
+	}
+	return &Server{
+		cfg:  cfg,
+		bind: bind,
+		udp:  udp,
+		ln:   &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}},
+		ag:   ag,
+		log:  log,
+		sess: map[string]*serverSession{},
+	}, nil
+}
+
+// Agent is the server's RoCE agent (its QPs and counters).
+func (s *Server) Agent() *agent.Agent { return s.ag }
+
+// Addr is the side channel's listening address.
+func (s *Server) Addr() netip.AddrPort {
+	return s.ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// UDPAddr is the RoCE socket's address.
+func (s *Server) UDPAddr() netip.AddrPort { return s.udp.LocalAddr() }
+
+// Serve serves sessions (agent.Serve) until ctx is done, or with OneOff
+// until the first session ends. A cancelled ctx closes the listener and
+// ends the sessions in progress; Serve then returns nil.
+func (s *Server) Serve(ctx context.Context) error {
+	where := "all addresses"
+	if !s.bind.IsUnspecified() {
+		where = s.bind.String()
+	}
+	s.printf("%s\nServer listening on %s port %d (RoCEv2 on UDP %d)\n%s\n", dashLine, where, s.Addr().Port(), s.udp.LocalAddr().Port(), dashLine)
+	opts := agent.ServerOptions{OnSession: s.onSession, OnFinish: s.onFinish}
+	errc := make(chan error, 1)
+	go func() { errc <- s.ag.Serve(s.ln, opts) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("roceperf: %s", err)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = s.ln.Close()
+		<-errc
+		return nil
+	}
+}
+
+// Close stops listening, ends the sessions and closes the agent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		_ = s.ln.Close()
+		s.closeErr = s.ag.Close()
+	})
+	return s.closeErr
+}
+
+func (s *Server) printf(format string, args ...any) {
+	if s.cfg.Out == nil || s.cfg.JSON {
+		return
+	}
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	fmt.Fprintf(s.cfg.Out, format, args...)
+}
+
+// serverSession is one client's session as the server reports it.
+type serverSession struct {
+	remote    netip.AddrPort
+	local     netip.Addr
+	req       agent.SessionRequest
+	qps       []*agent.QP
+	t0        time.Time
+	stop      chan struct{}
+	stopped   chan struct{}
+	intervals []Interval
+	prev      []agent.Counters
+	prevT     time.Duration
+}
+
+func (s *Server) onSession(remote net.Addr, req agent.SessionRequest, qps []*agent.QP) {
+	ss := &serverSession{
+		remote: addrPort(remote), req: req, qps: qps, t0: time.Now(),
+		stop: make(chan struct{}), stopped: make(chan struct{}),
+		prev: make([]agent.Counters, len(qps)),
+	}
+	ss.local = s.ln.localFor(remote.String())
+	s.mu.Lock()
+	s.sess[remote.String()] = ss
+	s.mu.Unlock()
+	if s.cfg.Out != nil && !s.cfg.JSON {
+		s.outMu.Lock()
+		w := s.cfg.Out
+		fmt.Fprintf(w, "Accepted connection from %s, port %d\n", ss.remote.Addr(), ss.remote.Port())
+		for i, qp := range qps {
+			peer := req.QPs[i]
+			fmt.Fprintf(w, "%s local %s port %d qpn %#x connected to %s port %d qpn %#x\n",
+				streamID(qp.QPN()), ss.local, s.udp.LocalAddr().Port(), qp.QPN(), ss.remote.Addr(), peer.Addr.Port(), peer.QPN)
+		}
+		verify := ""
+		if req.Verify {
+			verify = ", verify"
+		}
+		fmt.Fprintf(w, "Session: %d QPs, %d byte messages, op %s, mtu %d, dscp %d; NP: min_time_between_cnps %v, cnp_dscp %d%s\n",
+			len(qps), req.MessageBytes, req.Op, req.MTU, req.DSCP, req.CNPPeriod, req.CNPDSCP, verify)
+		if s.cfg.Interval > 0 {
+			fmt.Fprintln(w, serverHeader)
+		}
+		s.outMu.Unlock()
+	}
+	go s.sample(ss)
+}
+
+// sample takes the server's interval reports until the session finishes
+// or its QPs go away.
+func (s *Server) sample(ss *serverSession) {
+	defer close(ss.stopped)
+	var tick <-chan time.Time
+	if s.cfg.Interval > 0 {
+		tk := time.NewTicker(s.cfg.Interval)
+		defer tk.Stop()
+		tick = tk.C
+	}
+	for {
+		select {
+		case <-ss.stop:
+			return
+		case <-ss.qps[0].Done():
+			s.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
+			s.mu.Lock()
+			delete(s.sess, ss.remote.String())
+			s.mu.Unlock()
+			return
+		case <-tick:
+			iv := ss.take(time.Since(ss.t0))
+			ss.intervals = append(ss.intervals, iv)
+			if s.cfg.Out != nil && !s.cfg.JSON {
+				s.outMu.Lock()
+				writeServerInterval(s.cfg.Out, &iv)
+				s.outMu.Unlock()
+			}
+		}
+	}
+}
+
+// take is the receiver's interval: bytes placed, CE marks seen, CNPs sent.
+// In a server interval, CNPHandled counts CE-marked packets and
+// CNPIgnored CNPs sent (the server's QPs only receive).
+func (ss *serverSession) take(now time.Duration) Interval {
+	var iv Interval
+	start, end := ss.prevT.Seconds(), now.Seconds()
+	secs := end - start
+	iv.Sum = IntervalSum{Start: start, End: end, Seconds: secs}
+	for i, qp := range ss.qps {
+		ctr := qp.Counters()
+		p := &ss.prev[i]
+		st := IntervalStream{
+			ID: qp.QPN(), Start: start, End: end, Seconds: secs,
+			Bytes:     ctr.RecvBytes - p.RecvBytes,
+			TxPackets: ctr.TxPackets - p.TxPackets,
+		}
+		ce, cnps := ctr.NPECNMarkedRoCEPackets-p.NPECNMarkedRoCEPackets, ctr.NPCNPSent-p.NPCNPSent
+		st.CNPHandled, st.CNPIgnored = ce, cnps
+		st.BitsPerSecond = rate(st.Bytes, secs)
+		*p = ctr
+		iv.Streams = append(iv.Streams, st)
+		iv.Sum.Bytes += st.Bytes
+		iv.Sum.CNPHandled += ce
+		iv.Sum.CNPIgnored += cnps
+		iv.Sum.TxPackets += st.TxPackets
+	}
+	iv.Sum.BitsPerSecond = rate(iv.Sum.Bytes, secs)
+	ss.prevT = now
+	return iv
+}
+
+func writeServerInterval(w io.Writer, iv *Interval) {
+	for _, st := range iv.Streams {
+		fmt.Fprintf(w, "%s  %6d  %9d\n", intervalPrefix(streamID(st.ID), st.Start, st.End, st.Bytes, st.BitsPerSecond), st.CNPHandled, st.CNPIgnored)
+	}
+	if len(iv.Streams) > 1 {
+		fmt.Fprintf(w, "%s  %6d  %9d\n", intervalPrefix("[SUM]", iv.Sum.Start, iv.Sum.End, iv.Sum.Bytes, iv.Sum.BitsPerSecond), iv.Sum.CNPHandled, iv.Sum.CNPIgnored)
+		fmt.Fprintln(w, sepLine)
+	}
+}
+
+// onFinish prints the receiver's summary (or its JSON report).
+func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
+	s.mu.Lock()
+	ss := s.sess[remote.String()]
+	delete(s.sess, remote.String())
+	s.mu.Unlock()
+	if ss == nil {
+		return
+	}
+	close(ss.stop)
+	<-ss.stopped
+	end := time.Since(ss.t0).Seconds()
+	r := &Report{Intervals: ss.intervals}
+	if r.Intervals == nil {
+		r.Intervals = []Interval{}
+	}
+	r.Start = Start{
+		Version:    "roceperf " + Version,
+		SystemInfo: systemInfo(),
+		Timestamp:  Timestamp{Time: ss.t0.UTC().Format(iperfTime), TimeSecs: ss.t0.Unix()},
+		TestStart: TestStart{
+			Protocol: "RoCEv2", NumStreams: len(ss.qps), Blksize: ss.req.MessageBytes,
+			Duration: ss.req.Duration.Seconds(), Bytes: ss.req.Bytes,
+			TOS: int(ss.req.DSCP) << 2, DSCP: int(ss.req.DSCP), CNPDSCP: int(ss.req.CNPDSCP),
+			MTU: ss.req.MTU, Op: ss.req.Op, Verify: ss.req.Verify,
+			DCQCN:         map[string]json.Number{"min_time_between_cnps": json.Number(microseconds(ss.req.CNPPeriod)), "cnp_dscp": json.Number(fmt.Sprint(ss.req.CNPDSCP))},
+			DCQCNVariants: map[string]string{},
+		},
+	}
+	e := &r.End
+	e.SumReceived = Sum{End: end, Seconds: end}
+	for i, q := range res.QPs {
+		peer, ep := ss.req.QPs[i], ss.qps[i].Endpoint()
+		r.Start.Connected = append(r.Start.Connected, Connected{
+			LocalHost: ss.local.String(), LocalPort: s.udp.LocalAddr().Port(),
+			RemoteHost: ss.remote.Addr().String(), RemotePort: peer.Addr.Port(),
+			QPN: q.QPN, RemoteQPN: peer.QPN,
+			PSN: ep.PSN, RemotePSN: peer.PSN,
+			RKey: ep.RKey, RemoteRKey: peer.RKey,
+			VAddr: ep.VA, RemoteVAddr: peer.VA,
+		})
+		rcv := StreamSummary{
+			ID: peer.QPN, QPN: q.QPN, End: end, Seconds: end,
+			Bytes: q.Counters.RecvBytes, Messages: q.Counters.RecvMessages,
+			Counters: q.Counters,
+		}
+		rcv.BitsPerSecond = rate(rcv.Bytes, end)
+		e.Streams = append(e.Streams, EndStream{Receiver: rcv})
+		e.SumReceived.Bytes += rcv.Bytes
+		e.SumReceived.Messages += rcv.Messages
+	}
+	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, end)
+	e.Counters.Server = res.QPs
+	if s.cfg.Out == nil {
+		return
+	}
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	w := s.cfg.Out
+	if s.cfg.JSON {
+		if err := r.WriteJSON(w); err != nil {
+			s.log.Warn("writing the report", "err", err)
+		}
+		return
+	}
+	fmt.Fprintln(w, sepLine)
+	fmt.Fprintln(w, "[ ID] Interval           Transfer     Bitrate         ECN-CE   CNPs sent")
+	var tot agent.Counters
+	for _, st := range e.Streams {
+		c := &st.Receiver.Counters
+		addCounters(&tot, c)
+		fmt.Fprintf(w, "%s  %6d  %9d  receiver\n", intervalPrefix(streamID(st.Receiver.QPN), 0, end, st.Receiver.Bytes, st.Receiver.BitsPerSecond),
+			c.NPECNMarkedRoCEPackets, c.NPCNPSent)
+	}
+	if len(e.Streams) > 1 {
+		fmt.Fprintf(w, "%s  %6d  %9d  receiver\n", intervalPrefix("[SUM]", 0, end, e.SumReceived.Bytes, e.SumReceived.BitsPerSecond),
+			tot.NPECNMarkedRoCEPackets, tot.NPCNPSent)
+	}
+	fmt.Fprintf(w, "counters: np_cnp_sent=%d np_ecn_marked_roce_packets=%d out_of_sequence=%d duplicate_request=%d",
+		tot.NPCNPSent, tot.NPECNMarkedRoCEPackets, tot.OutOfSequence, tot.DuplicateRequest)
+	if ss.req.Verify || tot.VerifyErrors > 0 {
+		fmt.Fprintf(w, " verify_errors=%d", tot.VerifyErrors)
+	}
+	if d := s.udp.Stats().RecvBufferDrops; d > 0 {
+		fmt.Fprintf(w, " (server socket: recv_buffer_drops=%d since start)", d)
+	}
+	fmt.Fprintf(w, "\n%s\n", dashLine)
+}
+
+func microseconds(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', -1, 64)
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		ap := t.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// listener hands agent.Serve its connections and keeps them, so Close
+// can end the sessions in progress; with oneOff it accepts one connection,
+// then reports itself closed once that session is over.
+type listener struct {
+	net.Listener
+	oneOff bool
+
+	mu       sync.Mutex
+	accepted bool
+	closed   bool
+	conns    map[*trackedConn]struct{}
+	first    *trackedConn // the one-off session
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if l.closed || (l.oneOff && l.accepted) {
+		first := l.first
+		l.mu.Unlock()
+		_ = l.Listener.Close() // later clients are refused
+		if first != nil {
+			// agent.Serve ends the sessions in progress once Accept
+			// fails: let the one session finish first.
+			<-first.done
+		}
+		return nil, net.ErrClosed
+	}
+	l.mu.Unlock()
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	l.accepted = true
+	tc := &trackedConn{Conn: c, l: l, done: make(chan struct{})}
+	if l.first == nil {
+		l.first = tc
+	}
+	l.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+func (l *listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	conns := make([]*trackedConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	return l.Listener.Close()
+}
+
+// localFor is the local address of the connection from remote.
+func (l *listener) localFor(remote string) netip.Addr {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		if c.RemoteAddr().String() == remote {
+			return addrPort(c.LocalAddr()).Addr()
+		}
+	}
+	return netip.Addr{}
+}
+
+type trackedConn struct {
+	net.Conn
+	l    *listener
+	once sync.Once
+	done chan struct{} // closed by Close
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+		close(c.done)
+	})
+	return err
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pktio
+
+const raceEnabled = false

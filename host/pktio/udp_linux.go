@@ -1,0 +1,660 @@
+//go:build linux
+
+package pktio
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// DefaultUDPBufferBytes is UDPOptions.RecvBufferBytes and
+	// SendBufferBytes when they are 0.
+	DefaultUDPBufferBytes = 4 << 20
+	// DefaultBatchSize is UDPOptions.BatchSize when it is 0.
+	DefaultBatchSize = 64
+	// MaxBatchSize bounds UDPOptions.BatchSize (the kernel's UIO_MAXIOV
+	// caps one recvmmsg/sendmmsg at 1024 datagrams).
+	MaxBatchSize = 1024
+
+	// sockaddrLen holds a sockaddr_in6 (28 bytes) or a sockaddr_in (16).
+	sockaddrLen = unix.SizeofSockaddrInet6
+	// oobLen is the control buffer per datagram: on read a TOS / traffic
+	// class cmsg (CMSG_SPACE(1) or CMSG_SPACE(4), 24 bytes) and an
+	// SO_RXQ_OVFL cmsg (24 bytes); on write one TOS cmsg. 64 leaves room.
+	oobLen = 64
+)
+
+// UDPOptions configures ListenUDP. The zero value is valid.
+type UDPOptions struct {
+	// DefaultTOS is the socket-level IP_TOS / IPV6_TCLASS. Optional.
+	// Datagrams whose Message.TOS differs carry their own per-datagram
+	// control message.
+	DefaultTOS uint8
+	// RecvBufferBytes is the receive buffer asked for with SO_RCVBUFFORCE
+	// (needs CAP_NET_ADMIN), falling back to SO_RCVBUF (capped by
+	// net.core.rmem_max). Optional: 0 means DefaultUDPBufferBytes.
+	RecvBufferBytes int
+	// SendBufferBytes is the send buffer, SO_SNDBUFFORCE falling back to
+	// SO_SNDBUF. Optional: 0 means DefaultUDPBufferBytes.
+	SendBufferBytes int
+	// BatchSize is the most datagrams one recvmmsg/sendmmsg moves, 1 to
+	// MaxBatchSize. Optional: 0 means DefaultBatchSize. Larger batches
+	// passed to ReadBatch are read in part, larger batches passed to
+	// WriteBatch are sent in several system calls.
+	BatchSize int
+}
+
+// UDPStats counts what a UDPConn moved. Counters only grow.
+type UDPStats struct {
+	DatagramsSent     uint64
+	BytesSent         uint64
+	DatagramsReceived uint64
+	BytesReceived     uint64 // bytes stored, truncated datagrams count their stored part
+	// SendErrors counts datagrams WriteBatch failed to send (bad
+	// destination, EMSGSIZE, …).
+	SendErrors uint64
+	// Truncated counts datagrams received longer than their buffer.
+	Truncated uint64
+	// RecvBufferDrops is the kernel's count of datagrams dropped for this
+	// socket before they could be queued, almost always because the receive
+	// buffer was full (SO_RXQ_OVFL, sk_drops). The kernel reports it with the
+	// next datagram queued after a drop, so it lags by one arrival.
+	RecvBufferDrops uint64
+}
+
+// UDPConn is a Conn over an unconnected UDP socket (Linux). Reads and writes
+// are batched with recvmmsg(2) and sendmmsg(2), issued as raw system calls
+// through syscall.RawConn so the Go netpoller waits on EAGAIN and Close
+// unblocks a pending read. All message headers, iovecs, sockaddrs and
+// control buffers are allocated once per conn: the steady-state hot path
+// allocates nothing.
+//
+// The socket sends with DF and IP ID 0 (IPv4, IP_PMTUDISC_DO, never
+// connected) and without UDP GSO or GRO, see the package comment.
+type UDPConn struct {
+	conn       *net.UDPConn
+	raw        syscall.RawConn
+	local      netip.AddrPort
+	v6         bool
+	defaultTOS uint8
+	batch      int
+	rcvbuf     int
+	sndbuf     int
+
+	rmu sync.Mutex
+	r   recvState // Precondition: rmu is held.
+	wmu sync.Mutex
+	w   sendState // Precondition: wmu is held.
+
+	datagramsSent     atomic.Uint64
+	bytesSent         atomic.Uint64
+	datagramsReceived atomic.Uint64
+	bytesReceived     atomic.Uint64
+	sendErrors        atomic.Uint64
+	truncated         atomic.Uint64
+	recvBufferDrops   atomic.Uint64
+}
+
+var _ Conn = (*UDPConn)(nil)
+
+// recvState is the per-conn recvmmsg state, reused by every ReadBatch.
+type recvState struct {
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names [][sockaddrLen]byte
+	oob   []byte
+	fn    func(fd uintptr) bool // r.recv, bound once so calls do not allocate
+	count int                   // in: datagrams to ask for
+	n     int                   // out: datagrams received
+	errno syscall.Errno         // out: the error of the call, 0 if none
+}
+
+// sendState is the per-conn sendmmsg state, reused by every WriteBatch.
+type sendState struct {
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec // grows to the most buffers of one batch
+	names [][sockaddrLen]byte
+	oob   []byte
+	sizes []int // datagram lengths, for stats and errors
+	used  int   // iovecs filled by the last prepareWrite
+	fn    func(fd uintptr) bool
+	count int           // in: datagrams prepared
+	off   int           // out: datagrams sent
+	errno syscall.Errno // out: why hdrs[off] was not sent, 0 if none
+}
+
+// ListenUDP opens an unconnected UDP socket bound to laddr. The address
+// family follows laddr: an IPv4 address (including 0.0.0.0) gives an AF_INET
+// socket, an IPv6 address (including ::) an IPV6_V6ONLY AF_INET6 socket.
+// Port 0 binds an ephemeral port (RoCEv2 clients carry ECMP entropy in the
+// UDP source port); LocalAddr reports it.
+//
+// The socket is created in the network namespace of the calling OS thread.
+func ListenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
+	if !laddr.Addr().IsValid() {
+		return nil, fmt.Errorf("pktio: listen udp: no local address (use 0.0.0.0:port or [::]:port for any)")
+	}
+	addr := laddr.Addr().Unmap()
+	laddr = netip.AddrPortFrom(addr, laddr.Port())
+	batch := opts.BatchSize
+	if batch == 0 {
+		batch = DefaultBatchSize
+	}
+	if batch < 1 || batch > MaxBatchSize {
+		return nil, fmt.Errorf("pktio: listen udp %s: BatchSize %d out of range 1..%d", laddr, opts.BatchSize, MaxBatchSize)
+	}
+	rcvbuf, sndbuf := opts.RecvBufferBytes, opts.SendBufferBytes
+	if rcvbuf == 0 {
+		rcvbuf = DefaultUDPBufferBytes
+	}
+	if sndbuf == 0 {
+		sndbuf = DefaultUDPBufferBytes
+	}
+	if rcvbuf < 0 || sndbuf < 0 {
+		return nil, fmt.Errorf("pktio: listen udp %s: buffer sizes must not be negative (RecvBufferBytes %d, SendBufferBytes %d)", laddr, opts.RecvBufferBytes, opts.SendBufferBytes)
+	}
+	v6 := addr.Is6()
+	network := "udp4"
+	if v6 {
+		network = "udp6" // net sets IPV6_V6ONLY for "udp6"; setOptions does it again
+	}
+
+	var optErr error
+	lc := net.ListenConfig{
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			if err := rc.Control(func(fd uintptr) {
+				optErr = setOptions(int(fd), v6, opts.DefaultTOS, rcvbuf, sndbuf)
+			}); err != nil {
+				return err
+			}
+			return optErr
+		},
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, laddr.String())
+	if err != nil {
+		if optErr != nil {
+			return nil, fmt.Errorf("pktio: listen udp %s: %w", laddr, optErr)
+		}
+		// Strip net's "listen udp4 …: bind:" wrapping down to the errno, so
+		// the message reads "pktio: listen udp 198.18.0.1:4791: address
+		// already in use" and errors.Is(err, syscall.EADDRINUSE) holds.
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			return nil, fmt.Errorf("pktio: listen udp %s: %w", laddr, errno)
+		}
+		return nil, fmt.Errorf("pktio: listen udp %s: %w", laddr, err)
+	}
+	uc := pc.(*net.UDPConn)
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("pktio: listen udp %s: %w", laddr, err)
+	}
+	c := &UDPConn{
+		conn:       uc,
+		raw:        raw,
+		v6:         v6,
+		defaultTOS: opts.DefaultTOS,
+		batch:      batch,
+	}
+	if la, ok := uc.LocalAddr().(*net.UDPAddr); ok {
+		ap := la.AddrPort()
+		c.local = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	_ = raw.Control(func(fd uintptr) {
+		c.rcvbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		c.sndbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+	})
+	c.r.init(batch)
+	c.w.init(batch)
+	return c, nil
+}
+
+// setOptions sets the socket options before bind.
+func setOptions(fd int, v6 bool, tos uint8, rcvbuf, sndbuf int) error {
+	type opt struct {
+		name         string
+		level, opt   int
+		value        int
+		fallback     int // option to try when this one fails, 0 for none
+		fallbackName string
+	}
+	opts := []opt{
+		{"SO_RCVBUFFORCE", unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvbuf, unix.SO_RCVBUF, "SO_RCVBUF"},
+		{"SO_SNDBUFFORCE", unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sndbuf, unix.SO_SNDBUF, "SO_SNDBUF"},
+		// Kernel drop count with each datagram (UDPStats.RecvBufferDrops).
+		{"SO_RXQ_OVFL", unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1, 0, ""},
+	}
+	if v6 {
+		opts = append(opts,
+			opt{"IPV6_V6ONLY", unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1, 0, ""},
+			// No local fragmentation: a datagram over the path MTU fails
+			// with EMSGSIZE instead of leaving as fragments.
+			opt{"IPV6_MTU_DISCOVER", unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, 0, ""},
+			opt{"IPV6_TCLASS", unix.IPPROTO_IPV6, unix.IPV6_TCLASS, int(tos), 0, ""},
+			opt{"IPV6_RECVTCLASS", unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, 0, ""},
+		)
+	} else {
+		opts = append(opts,
+			// DF on every datagram; on an unconnected socket the kernel then
+			// sends IP ID 0 (ip_select_ident_segs), which the ICRC assumes.
+			opt{"IP_MTU_DISCOVER", unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, 0, ""},
+			opt{"IP_TOS", unix.IPPROTO_IP, unix.IP_TOS, int(tos), 0, ""},
+			opt{"IP_RECVTOS", unix.IPPROTO_IP, unix.IP_RECVTOS, 1, 0, ""},
+		)
+	}
+	for _, o := range opts {
+		err := unix.SetsockoptInt(fd, o.level, o.opt, o.value)
+		if err != nil && o.fallback != 0 {
+			if err = unix.SetsockoptInt(fd, o.level, o.fallback, o.value); err != nil {
+				return fmt.Errorf("setsockopt %s=%d: %w", o.fallbackName, o.value, err)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("setsockopt %s=%d: %w", o.name, o.value, err)
+		}
+	}
+	return nil
+}
+
+func (r *recvState) init(batch int) {
+	r.hdrs = make([]unix.Mmsghdr, batch)
+	r.iovs = make([]unix.Iovec, batch)
+	r.names = make([][sockaddrLen]byte, batch)
+	r.oob = make([]byte, batch*oobLen)
+	for i := range r.hdrs {
+		h := &r.hdrs[i].Hdr
+		h.Name = &r.names[i][0]
+		h.Iov = &r.iovs[i]
+		h.SetIovlen(1)
+		h.Control = &r.oob[i*oobLen]
+	}
+	r.fn = r.recv
+}
+
+// recv runs recvmmsg on the non-blocking socket; false asks the netpoller to
+// wait until the socket is readable.
+func (r *recvState) recv(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.count), 0, 0, 0)
+		switch e {
+		case 0:
+			r.n, r.errno = int(n), 0
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			r.n, r.errno = 0, e
+			return true
+		}
+	}
+}
+
+func (w *sendState) init(batch int) {
+	w.hdrs = make([]unix.Mmsghdr, batch)
+	w.names = make([][sockaddrLen]byte, batch)
+	w.oob = make([]byte, batch*oobLen)
+	w.sizes = make([]int, batch)
+	w.iovs = make([]unix.Iovec, 4*batch)
+	for i := range w.hdrs {
+		w.hdrs[i].Hdr.Name = &w.names[i][0]
+	}
+	w.fn = w.send
+}
+
+// send runs sendmmsg until every prepared datagram is sent or one fails.
+// sendmmsg returns a short count when a later datagram fails, and that
+// datagram's error on the next call.
+func (w *sendState) send(fd uintptr) bool {
+	for w.off < w.count {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.off])), uintptr(w.count-w.off), 0, 0, 0)
+		switch e {
+		case 0:
+			if n == 0 { // not expected from Linux; do not spin
+				w.errno = unix.EIO
+				return true
+			}
+			w.off += int(n)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			w.errno = e
+			return true
+		}
+	}
+	return true
+}
+
+// ReadBatch blocks until at least one datagram arrives and reads up to
+// min(len(msgs), BatchSize) datagrams with one recvmmsg. Each msgs[i] needs
+// Buffers[0]; the buffers are handed to the kernel, so they escape to the
+// heap. Returns net.ErrClosed after Close, os.ErrDeadlineExceeded (wrapped)
+// after a SetReadDeadline passes.
+func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
+	k := min(len(msgs), c.batch)
+	if k == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	r := &c.r
+	for i := range k {
+		if len(msgs[i].Buffers) == 0 {
+			return 0, fmt.Errorf("pktio: read batch: msgs[%d] has no buffer", i)
+		}
+		b := msgs[i].Buffers[0]
+		r.iovs[i].Base = unsafe.SliceData(b)
+		r.iovs[i].SetLen(len(b))
+		h := &r.hdrs[i]
+		h.Hdr.Namelen = sockaddrLen
+		h.Hdr.SetControllen(oobLen)
+		h.Hdr.Flags = 0
+		h.Len = 0
+	}
+	r.count = k
+	err := c.raw.Read(r.fn)
+	clear(r.iovs[:k]) // do not keep the caller's buffers alive
+	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return 0, net.ErrClosed
+		}
+		return 0, fmt.Errorf("pktio: read batch: %w", err)
+	}
+	if r.errno != 0 {
+		return 0, fmt.Errorf("pktio: read batch: recvmmsg: %w", r.errno)
+	}
+	var bytes, truncated uint64
+	for i := range r.n {
+		h := &r.hdrs[i]
+		m := &msgs[i]
+		m.N = int(h.Len)
+		m.Truncated = h.Hdr.Flags&unix.MSG_TRUNC != 0
+		m.Addr = parseSockaddr(&r.names[i])
+		off := i * oobLen
+		var drops uint32
+		m.TOS, drops = parseCmsgs(r.oob[off : off+min(int(h.Hdr.Controllen), oobLen)])
+		if drops > 0 && uint64(drops) > c.recvBufferDrops.Load() {
+			// Cumulative sk_drops; reads are serialised by rmu.
+			c.recvBufferDrops.Store(uint64(drops))
+		}
+		bytes += uint64(m.N)
+		if m.Truncated {
+			truncated++
+		}
+	}
+	c.datagramsReceived.Add(uint64(r.n))
+	c.bytesReceived.Add(bytes)
+	if truncated > 0 {
+		c.truncated.Add(truncated)
+	}
+	return r.n, nil
+}
+
+// WriteBatch sends msgs in order, BatchSize datagrams per sendmmsg, each to
+// its Message.Addr with its Message.TOS (a per-datagram IP_TOS /
+// IPV6_TCLASS control message when it differs from UDPOptions.DefaultTOS).
+// It returns how many were sent; if that is less than len(msgs), err says
+// why msgs[n] failed (e.g. wrapping syscall.EMSGSIZE for a datagram larger
+// than the path MTU: DF is set, nothing is fragmented) and msgs[n+1:] were
+// not tried.
+func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	sent := 0
+	for sent < len(msgs) {
+		chunk := msgs[sent:min(len(msgs), sent+c.batch)]
+		k, prepErr := c.prepareWrite(chunk)
+		n, sendErr := c.sendPrepared(k)
+		if sendErr == nil && n == k && prepErr != nil {
+			sendErr = prepErr
+		}
+		if sendErr != nil {
+			sent += n
+			c.sendErrors.Add(1)
+			if errors.Is(sendErr, net.ErrClosed) {
+				return sent, net.ErrClosed
+			}
+			return sent, sendErr
+		}
+		sent += k
+	}
+	return sent, nil
+}
+
+// prepareWrite fills the send state for msgs (at most BatchSize) and returns
+// how many it prepared; err says why msgs[k] could not be.
+// Precondition: wmu is held.
+func (c *UDPConn) prepareWrite(msgs []Message) (k int, err error) {
+	w := &c.w
+	total := 0
+	for i := range msgs {
+		total += len(msgs[i].Buffers)
+	}
+	// Size the iovec array before pointing into it: growing it later would
+	// leave earlier headers pointing at the old array.
+	if total > len(w.iovs) {
+		w.iovs = make([]unix.Iovec, max(total, 2*len(w.iovs)))
+	}
+	j := 0
+	w.used = 0
+	for i := range msgs {
+		m := &msgs[i]
+		w.sizes[i] = datagramLen(m)
+		namelen, err := c.putSockaddr(&w.names[i], m.Addr)
+		if err != nil {
+			return i, fmt.Errorf("pktio: write %d-byte datagram to %s: %w", w.sizes[i], m.Addr, err)
+		}
+		h := &w.hdrs[i]
+		h.Len = 0
+		h.Hdr.Namelen = namelen
+		h.Hdr.Iov = nil
+		if nb := len(m.Buffers); nb > 0 {
+			for x, b := range m.Buffers {
+				w.iovs[j+x].Base = unsafe.SliceData(b)
+				w.iovs[j+x].SetLen(len(b))
+			}
+			h.Hdr.Iov = &w.iovs[j]
+			j += nb
+		}
+		h.Hdr.SetIovlen(len(m.Buffers))
+		w.used = j
+		if m.TOS != c.defaultTOS {
+			off := i * oobLen
+			h.Hdr.Control = &w.oob[off]
+			h.Hdr.SetControllen(putTOSCmsg(w.oob[off:off+oobLen], c.v6, m.TOS))
+		} else {
+			h.Hdr.Control = nil
+			h.Hdr.SetControllen(0)
+		}
+	}
+	return len(msgs), nil
+}
+
+// sendPrepared sends the first k prepared datagrams and returns how many
+// went out. Precondition: wmu is held.
+func (c *UDPConn) sendPrepared(k int) (int, error) {
+	if k == 0 {
+		return 0, nil
+	}
+	w := &c.w
+	w.count, w.off, w.errno = k, 0, 0
+	err := c.raw.Write(w.fn)
+	n := w.off
+	clear(w.iovs[:w.used]) // do not keep the caller's buffers alive
+	var bytes uint64
+	for _, s := range w.sizes[:n] {
+		bytes += uint64(s)
+	}
+	c.datagramsSent.Add(uint64(n))
+	c.bytesSent.Add(bytes)
+	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return n, net.ErrClosed
+		}
+		return n, fmt.Errorf("pktio: write batch: %w", err)
+	}
+	if w.errno != 0 {
+		return n, fmt.Errorf("pktio: write %d-byte datagram to %s: %w", w.sizes[n], c.destination(n), w.errno)
+	}
+	return n, nil
+}
+
+// destination decodes the sockaddr of prepared datagram i, for errors.
+// Precondition: wmu is held.
+func (c *UDPConn) destination(i int) netip.AddrPort {
+	return parseSockaddr(&c.w.names[i])
+}
+
+// LocalAddr is the bound address, with the port the kernel chose for port 0.
+func (c *UDPConn) LocalAddr() netip.AddrPort { return c.local }
+
+// Close closes the socket and unblocks a pending ReadBatch (net.ErrClosed).
+func (c *UDPConn) Close() error { return c.conn.Close() }
+
+// SetReadDeadline makes a blocked or future ReadBatch fail with
+// os.ErrDeadlineExceeded once t passes; the zero t means no deadline.
+func (c *UDPConn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
+
+// BufferBytes reports the receive and send buffers the kernel granted
+// (SO_RCVBUF / SO_SNDBUF as read back: twice the size asked for, the kernel
+// reserving half for its bookkeeping, or capped by rmem_max / wmem_max when
+// SO_*BUFFORCE was not permitted).
+func (c *UDPConn) BufferBytes() (recv, send int) { return c.rcvbuf, c.sndbuf }
+
+// Stats returns the counters. Safe to call concurrently with I/O.
+func (c *UDPConn) Stats() UDPStats {
+	return UDPStats{
+		DatagramsSent:     c.datagramsSent.Load(),
+		BytesSent:         c.bytesSent.Load(),
+		DatagramsReceived: c.datagramsReceived.Load(),
+		BytesReceived:     c.bytesReceived.Load(),
+		SendErrors:        c.sendErrors.Load(),
+		Truncated:         c.truncated.Load(),
+		RecvBufferDrops:   c.recvBufferDrops.Load(),
+	}
+}
+
+var (
+	errIPv6ToIPv4Socket = errors.New("IPv6 destination on an IPv4 socket")
+	errIPv4ToIPv6Socket = errors.New("IPv4 destination on an IPv6 socket (IPV6_V6ONLY)")
+)
+
+// putSockaddr encodes ap as the socket family's sockaddr and returns its
+// length. Precondition: wmu is held.
+func (c *UDPConn) putSockaddr(b *[sockaddrLen]byte, ap netip.AddrPort) (uint32, error) {
+	a := ap.Addr()
+	if !a.IsValid() {
+		return 0, errNoDestination
+	}
+	if !c.v6 {
+		a = a.Unmap()
+		if !a.Is4() {
+			return 0, errIPv6ToIPv4Socket
+		}
+		binary.NativeEndian.PutUint16(b[0:2], unix.AF_INET)
+		binary.BigEndian.PutUint16(b[2:4], ap.Port())
+		a4 := a.As4()
+		copy(b[4:8], a4[:])
+		clear(b[8:16])
+		return unix.SizeofSockaddrInet4, nil
+	}
+	if a.Is4() {
+		return 0, errIPv4ToIPv6Socket
+	}
+	var scope uint32
+	if zone := a.Zone(); zone != "" {
+		if id, err := strconv.ParseUint(zone, 10, 32); err == nil {
+			scope = uint32(id)
+		} else if ifi, err := net.InterfaceByName(zone); err == nil {
+			scope = uint32(ifi.Index)
+		} else {
+			return 0, fmt.Errorf("zone %q: %w", zone, err)
+		}
+	}
+	binary.NativeEndian.PutUint16(b[0:2], unix.AF_INET6)
+	binary.BigEndian.PutUint16(b[2:4], ap.Port())
+	clear(b[4:8]) // flow info: let the kernel choose the flow label
+	a16 := a.As16()
+	copy(b[8:24], a16[:])
+	binary.NativeEndian.PutUint32(b[24:28], scope)
+	return unix.SizeofSockaddrInet6, nil
+}
+
+// parseSockaddr decodes a sockaddr_in or sockaddr_in6 written by the kernel.
+// IPv6 link-local sources get their scope as a numeric zone (the only case
+// that allocates).
+func parseSockaddr(b *[sockaddrLen]byte) netip.AddrPort {
+	port := binary.BigEndian.Uint16(b[2:4])
+	switch binary.NativeEndian.Uint16(b[0:2]) {
+	case unix.AF_INET:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), port)
+	case unix.AF_INET6:
+		a := netip.AddrFrom16([16]byte(b[8:24]))
+		if scope := binary.NativeEndian.Uint32(b[24:28]); scope != 0 {
+			a = a.WithZone(strconv.FormatUint(uint64(scope), 10))
+		}
+		return netip.AddrPortFrom(a, port)
+	}
+	return netip.AddrPort{}
+}
+
+// putTOSCmsg writes an IP_TOS (IPv4) or IPV6_TCLASS (IPv6) control message
+// carrying tos as an int (both accept an int; IP_TOS also a byte) and
+// returns its space.
+func putTOSCmsg(b []byte, v6 bool, tos uint8) int {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	if v6 {
+		h.Level, h.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+	} else {
+		h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+	}
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
+	return unix.CmsgSpace(4)
+}
+
+// parseCmsgs walks the control messages of one received datagram without
+// allocating: the TOS (IP_TOS, one byte, from IP_RECVTOS) or traffic class
+// (IPV6_TCLASS, an int, from IPV6_RECVTCLASS), and the kernel drop count
+// (SO_RXQ_OVFL, a uint32, present only once it is non-zero).
+func parseCmsgs(b []byte) (tos uint8, drops uint32) {
+	hdrLen := unix.CmsgLen(0)
+	for len(b) >= hdrLen {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		l := int(h.Len)
+		if l < hdrLen || l > len(b) {
+			break
+		}
+		data := b[hdrLen:l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			tos = data[0]
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			tos = uint8(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+			drops = binary.NativeEndian.Uint32(data)
+		}
+		next := unix.CmsgSpace(l - hdrLen)
+		if next >= len(b) {
+			break
+		}
+		b = b[next:]
+	}
+	return tos, drops
+}
