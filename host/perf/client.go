@@ -98,7 +98,12 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if err != nil {
 		return nil, listenErr("udp", "--udp-port", netip.AddrPortFrom(laddr, uint16(c.UDPPort)), err)
 	}
-	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger})
+	// The line rate is the NIC's: its QPs share it whatever their Rc.
+	portRate := c.LineRate
+	if c.CC == agent.CCDCQCN {
+		portRate = c.effectiveLineRate()
+	}
+	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger, PortRate: portRate})
 	if err != nil {
 		_ = udp.Close()
 		return nil, fmt.Errorf("roceperf: %w", err)

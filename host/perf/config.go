@@ -108,8 +108,8 @@ type ClientConfig struct {
 	// LineRate (-b) is the emulated NIC's line rate. With CC none it caps
 	// each QP's rate (0: unpaced). With DCQCN the reaction point starts at
 	// it and the profile's rate knobs are scaled to it; 0 means 10 Gbit/s.
-	// Each QP paces on its own (the agent has no port-level shaper), so -P
-	// QPs may together send up to -P times the line rate.
+	// It is also the port's rate: the -P QPs share it, as a NIC's QPs
+	// share the port (agent.Config.PortRate).
 	LineRate units.Rate
 	CC       agent.CCMode // --cc: dcqcn (also the zero value) or none
 	Profile  string       // --dcqcn-profile: mlx5 (also "") or paper
