@@ -50,8 +50,8 @@ Client:
   -b, --bitrate N[kmg]      line rate of the emulated NIC, bits/s (1000-based;
                             or 10gbit): with --cc dcqcn the start rate, the
                             profile is scaled to it (default 10G); with
-                            --cc none the pacing cap (default unpaced); each
-                            QP paces on its own, up to -b
+                            --cc none the pacing cap (default unpaced); the
+                            -P QPs share it, as a NIC's QPs share the port
   --cc dcqcn|none           congestion control (default dcqcn)
   --dcqcn-profile mlx5|paper  DCQCN profile (default mlx5)
   --dcqcn NAME=VALUE        set a DCQCN knob by its mlx5 name, repeatable;
