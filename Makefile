@@ -17,7 +17,7 @@ help:
 	@echo "make demo           (root) live WRED/ECN demo on a namespace dumbbell"
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
 	@echo "make netns-test     (root) only the topology tests in network namespaces"
-	@echo "make bench          (root) per-packet cost and throughput against bare veth"
+	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf vs iperf3 -u, CNP reaction time"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
 	@echo "make lint           gofmt and go vet"

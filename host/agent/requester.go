@@ -75,7 +75,13 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 	r.pace.at = now
 	portBlocked := false
 	window := uint64(qp.cfg.Window)
-	for sent := 0; n < len(out) && sent < qp.cfg.MaxBurst; sent++ {
+	// Paced, a QP sends at most MaxBurst packets back to back; unpaced it
+	// fills the batch (fewer, larger sendmmsg calls).
+	perPass := qp.cfg.MaxBurst
+	if rate == 0 && port == nil {
+		perPass = len(out)
+	}
+	for sent := 0; n < len(out) && sent < perPass; sent++ {
 		if r.nxt >= r.limit || r.nxt-r.una >= window {
 			break // the window or the stream end; an ACK kicks the loop
 		}

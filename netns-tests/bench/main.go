@@ -9,11 +9,16 @@
 //     100 ns goal;
 //  2. iperf3 TCP throughput over a veth pair between two namespaces, bare
 //     and with the port attached (TCX and legacy clsact, no shaping),
-//     interleaved in one run, against port/bare >= 0.97.
+//     interleaved in one run, against port/bare >= 0.97;
+//  3. the RoCEv2 host (roce*.go): roceperf's single-flow goodput against
+//     iperf3 -u at the same datagram size on a bare veth pair, interleaved,
+//     against roceperf/iperf3 >= 1.5 (stretch 2); packets per second per
+//     core of both senders; the DCQCN CNP reaction time (CE at the NP ->
+//     rate cut at the RP) as percentiles.
 //
 // It reports and never judges: the exit status is non-zero only when a
 // measurement could not be made. Run as root: go run ./netns-tests/bench
-// (-no-throughput: the per-packet rows only).
+// (-no-throughput, -no-roce skip parts; -only picks sections; -help).
 package main
 
 import (
@@ -46,7 +51,10 @@ type Report struct {
 	Header     Header          `json:"header"`
 	Programs   []ProgRow       `json:"programs"`
 	Throughput []ThroughputRow `json:"throughput"`
+	Roce       *RoceReport     `json:"roce,omitempty"`
 	Errors     []string        `json:"errors,omitempty"`
+	// ElapsedSeconds is the wall time of the whole run.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
 }
 
 // Header says where and how the numbers were taken.
@@ -74,26 +82,47 @@ type Header struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == childArg {
+		os.Exit(roceChild(os.Args[2:]))
+	}
 	os.Exit(run())
 }
 
 func run() int {
-	rounds := flag.Int("rounds", 3, "iperf3 rounds per configuration (interleaved)")
-	seconds := flag.Int("seconds", 5, "length of each iperf3 run, in seconds")
+	rounds := flag.Int("rounds", 3, "rounds per configuration of the iperf3 TCP rows and per tool of the UDP goodput rows (interleaved)")
+	seconds := flag.Int("seconds", 5, "length of each iperf3 / roceperf run, in seconds")
 	repeat := flag.Int("repeat", 200_000, fmt.Sprintf("BPF_PROG_RUN repetitions per trial (at most %d)", maxRepeat))
 	trials := flag.Int("trials", 5, "BPF_PROG_RUN trials per program state (the median is reported)")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
-	skipThroughput := flag.Bool("no-throughput", false, "skip the iperf3 part")
+	skipThroughput := flag.Bool("no-throughput", false, "skip the iperf3 TCP part")
 	// Without shaping the port's "backlog" is only skbs on their way to the
 	// peer, and TCP's are 64 KB GSO skbs: DefaultConfig's 1 MiB limit would
 	// drop at random and measure a buffer policy, not the programs' cost.
 	portLimit := flag.Uint64("port-limit", 1<<32, "bytes: every class limit of the attached port (0: DefaultConfig's, 1 MiB for TCP's class 0)")
-	cpu := flag.Int("cpu", runtime.NumCPU()-1, "pin iperf3 client and server to this CPU (-1: no pinning)")
+	cpu := flag.Int("cpu", runtime.NumCPU()-1, "pin iperf3 client and server of the TCP rows to this CPU (-1: no pinning)")
+	skipRoce := flag.Bool("no-roce", false, "skip the RoCEv2 host rows (roceperf goodput, pps per core, CNP reaction)")
+	only := flag.String("only", "", "run only these sections, comma-separated: "+strings.Join(sectionNames, ", ")+
+		" (roce = goodput,reaction); overrides -no-throughput and -no-roce")
+	rf := roceFlags()
 	flag.Parse()
 	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat || *cpu >= runtime.NumCPU() {
 		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d\n", maxRepeat, runtime.NumCPU())
 		return 2
 	}
+	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce}
+	if *only != "" {
+		var err error
+		if sec, err = parseSections(*only); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+	}
+	ro, err := rf.opts(*rounds, *seconds)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	ro.goodput, ro.reaction = sec.goodput, sec.reaction
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root (BPF programs, network namespaces): sudo go run ./netns-tests/bench")
 		return 1
@@ -105,6 +134,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	started := time.Now()
 	rep := Report{Header: header(*repeat, *trials, *rounds, *seconds)}
 	rep.Header.IperfCPU = *cpu
 	rep.Header.PortConfig = "qdisc.DefaultConfig"
@@ -113,15 +143,17 @@ func run() int {
 	}
 	failed := false
 
-	progress("per-packet cost: %d trials x %d repetitions per state", *trials, *repeat)
-	rows, err := runProgBench(*repeat, *trials)
-	rep.Programs = rows
-	if err != nil {
-		failed = true
-		rep.Errors = append(rep.Errors, "per-packet cost: "+err.Error())
+	if sec.prog {
+		progress("per-packet cost: %d trials x %d repetitions per state", *trials, *repeat)
+		rows, err := runProgBench(*repeat, *trials)
+		rep.Programs = rows
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "per-packet cost: "+err.Error())
+		}
 	}
 
-	if !*skipThroughput && ctx.Err() == nil {
+	if sec.throughput && ctx.Err() == nil {
 		trows, err := runThroughput(ctx, *rounds, *seconds, *cpu, units.ByteSize(*portLimit))
 		rep.Throughput = trows
 		if err != nil {
@@ -129,11 +161,20 @@ func run() int {
 			rep.Errors = append(rep.Errors, "throughput: "+err.Error())
 		}
 	}
+	if (ro.goodput || ro.reaction) && ctx.Err() == nil {
+		rr, err := runRoce(ctx, ro)
+		rep.Roce = rr
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "roce: "+err.Error())
+		}
+	}
 	if ctx.Err() != nil {
 		failed = true
 		rep.Errors = append(rep.Errors, "interrupted")
 	}
 
+	rep.ElapsedSeconds = time.Since(started).Seconds()
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

@@ -16,12 +16,17 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "fabriclab bench  %s\n", h.Time.Format("2006-01-02 15:04:05Z"))
 	fmt.Fprintf(w, "kernel %s, %d CPUs (%s), clocksource %s, load %s at start, %s, %s\n", h.Kernel, h.CPUs, h.CPUModel,
 		orNA(h.Clocksource, "?"), orNA(h.LoadAvg, "?"), h.GoVersion, orNA(h.Iperf3, "iperf3 missing"))
-	fmt.Fprintf(w, "per-packet: BPF_PROG_RUN, kernel-timed, median of %d trials x %d repetitions; packet: %s\n", h.Trials, h.Repeat, h.Packet)
+	if len(r.Programs) > 0 {
+		fmt.Fprintf(w, "per-packet: BPF_PROG_RUN, kernel-timed, median of %d trials x %d repetitions; packet: %s\n", h.Trials, h.Repeat, h.Packet)
+	}
 	pin := "not pinned"
 	if h.IperfCPU >= 0 {
 		pin = fmt.Sprintf("client+server pinned to CPU %d", h.IperfCPU)
 	}
-	fmt.Fprintf(w, "throughput: iperf3 TCP a->b over one veth pair, offloads at defaults, %s, %d interleaved rounds x %d s, median; port: %s, no shaping\n\n", pin, h.Rounds, h.Seconds, h.PortConfig)
+	if len(r.Throughput) > 0 {
+		fmt.Fprintf(w, "throughput: iperf3 TCP a->b over one veth pair, offloads at defaults, %s, %d interleaved rounds x %d s, median; port: %s, no shaping\n", pin, h.Rounds, h.Seconds, h.PortConfig)
+	}
+	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "measure\tstate / config\tmethod\tvalue\tnet\treference\tratio\tgoal\tverdict\tpath measured [verified by counters]")
@@ -78,6 +83,7 @@ func printTable(w io.Writer, r *Report) {
 		}
 		fmt.Fprintf(tw, "iperf3 TCP\t%s\t%s\t%s\t-\t%s\t%s\t%s\t%s\t%s\n", t.Config, "median", value, ref, ratio, goal, t.Verdict, path)
 	}
+	printRoceRows(tw, r.Roce)
 	tw.Flush()
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(w)
@@ -86,6 +92,19 @@ func printTable(w io.Writer, r *Report) {
 		}
 	}
 	fmt.Fprintln(w)
+	if len(r.Programs) > 0 {
+		printProgNotes(w)
+	}
+	if len(r.Throughput) > 0 {
+		fmt.Fprintln(w, "iperf3 rows: ratio = median(config) / median(bare veth), goal >= 0.97.")
+	}
+	printRoceNotes(w, r.Roce)
+	if r.ElapsedSeconds > 0 {
+		fmt.Fprintf(w, "\nrun time %.0f s\n", r.ElapsedSeconds)
+	}
+}
+
+func printProgNotes(w io.Writer) {
 	fmt.Fprintln(w, "value: ns per run as a plain BPF_PROG_RUN repeat times it: program + the run loop's floor (empty program row), which")
 	fmt.Fprintln(w, "every program pays under BPF_PROG_RUN. net = value - floor: the program alone; ratio and verdict use net.")
 	fmt.Fprintln(w, "harness-diff: (harness -> program) - (harness -> empty), paired per trial, + floor. The harness rewrites the original")
@@ -98,7 +117,6 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintln(w, "first packet and marks on the AQM's own schedule. pst = persistent-condition marks (ECN♯ Algorithm 1, CoDel), ins =")
 	fmt.Fprintln(w, "instantaneous (TCN, ECN♯). stalled: runs whose measured sojourn fell in a log2 bucket above the stamped one (the CPU was")
 	fmt.Fprintln(w, "held up between the harness's clock read and the program's); the marks they cause are allowed where none are expected.")
-	fmt.Fprintln(w, "iperf3 rows: ratio = median(config) / median(bare veth), goal >= 0.97.")
 }
 
 func orNA(s, na string) string {

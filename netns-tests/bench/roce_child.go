@@ -1,0 +1,256 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+)
+
+// roceperf runs in child processes of the bench, one per side, started
+// inside each namespace with `ip netns exec` as iperf3 is: the bench
+// re-executes itself with childArg first. Each child is then a process of
+// its own whose CPU time getrusage measures alone, like iperf3's, and
+// runs host/perf, the library cmd/roceperf is a thin shell over.
+const childArg = "roce-child"
+
+// childResult is what the client child prints (one JSON object).
+type childResult struct {
+	GoodputBps  float64 `json:"goodput_bps"`  // end.sum_sent: acknowledged payload
+	ReceivedBps float64 `json:"received_bps"` // end.sum_received: placed at the server
+	Seconds     float64 `json:"seconds"`
+	TxPackets   uint64  `json:"tx_packets"`
+	Retransmits uint64  `json:"retransmits"`
+	// CPU of this process over RunClient (getrusage RUSAGE_SELF deltas).
+	UserSeconds float64 `json:"user_seconds"`
+	SysSeconds  float64 `json:"sys_seconds"`
+	WallSeconds float64 `json:"wall_seconds"`
+	// ToolCPUPct is the report's own cpu_utilization_percent.host_total.
+	ToolCPUPct float64 `json:"tool_cpu_pct"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// roceChild is main for a child; args follow childArg.
+func roceChild(args []string) int {
+	fs := flag.NewFlagSet(childArg, flag.ContinueOnError)
+	mode := fs.String("mode", "", "server or client")
+	bind := fs.String("bind", "", "server: address to listen on")
+	server := fs.String("server", "", "client: the server's address")
+	seconds := fs.Int("seconds", 5, "client: test length")
+	mtu := fs.Int("mtu", 1024, "client: path MTU")
+	msg := fs.Int("msg", roceMessageBytes, "client: message bytes")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process here")
+	burst := fs.Int("burst", 0, "client: --burst (0: the tool's default)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	switch *mode {
+	case "server":
+		addr, err := netip.ParseAddr(*bind)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bind:", err)
+			return 2
+		}
+		if err := perf.Serve(ctx, perf.ServerConfig{Bind: addr, OneOff: true, Interval: -1}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	case "client":
+		cfg := perf.DefaultClientConfig(*server)
+		cfg.CC = agent.CCNone // unpaced: LineRate 0
+		cfg.MTU = *mtu
+		cfg.MessageBytes = *msg
+		cfg.Duration = time.Duration(*seconds) * time.Second
+		cfg.Interval = 0
+		if *burst > 0 {
+			cfg.MaxBurst = *burst
+		}
+		var ru0, ru1 unix.Rusage
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+		t0 := time.Now()
+		rep, err := perf.RunClient(ctx, cfg)
+		wall := time.Since(t0)
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+		var res childResult
+		if rep != nil {
+			e := &rep.End
+			res.GoodputBps = e.SumSent.BitsPerSecond
+			res.ReceivedBps = e.SumReceived.BitsPerSecond
+			res.Seconds = e.SumSent.Seconds
+			res.TxPackets = e.Counters.Client.TxPackets
+			res.Retransmits = e.Counters.Client.RetransmitPackets
+			res.ToolCPUPct = e.CPU.HostTotal
+		}
+		tv := func(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+		res.UserSeconds = tv(ru1.Utime) - tv(ru0.Utime)
+		res.SysSeconds = tv(ru1.Stime) - tv(ru0.Stime)
+		res.WallSeconds = wall.Seconds()
+		if err != nil {
+			res.Error = err.Error()
+		} else if rep == nil {
+			res.Error = "no report"
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(res)
+		if res.Error != "" {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", childArg, *mode)
+	return 2
+}
+
+// roceperfRun runs one roceperf test a -> b in two child processes.
+// prof, if set, is a path prefix for the children's CPU profiles.
+func roceperfRun(ctx context.Context, exe string, a, b *topo.Node, o roceOpts, prof string) (UDPRun, error) {
+	var run UDPRun
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+30)*time.Second)
+	defer cancel()
+
+	srvArgs := []string{childArg, "-mode", "server", "-bind", addrB.Addr().String()}
+	if prof != "" {
+		srvArgs = append(srvArgs, "-cpuprofile", prof+"-server.pprof")
+	}
+	name, args := pinned(o.cpu, exe, srvArgs...)
+	srv := b.Command(rctx, name, args...)
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	srv.WaitDelay = 2 * time.Second
+	// SIGTERM first so a profile is written out.
+	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
+	t0 := time.Now()
+	if err := srv.Start(); err != nil {
+		return run, fmt.Errorf("start roceperf server: %w", err)
+	}
+	var srvErr error
+	srvDone := make(chan struct{})
+	go func() { srvErr = srv.Wait(); close(srvDone) }()
+	defer func() {
+		select {
+		case <-srvDone:
+		case <-time.After(5 * time.Second):
+			_ = srv.Process.Kill()
+			<-srvDone
+		}
+	}()
+	if err := waitListening(rctx, b, perf.DefaultPort, srvDone); err != nil {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		<-srvDone
+		if errors.Is(err, errExited) {
+			err = fmt.Errorf("%w: %v", err, srvErr)
+		}
+		return run, fmt.Errorf("roceperf server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
+	}
+
+	cliArgs := []string{childArg, "-mode", "client", "-server", addrB.Addr().String(),
+		"-seconds", strconv.Itoa(o.seconds), "-mtu", strconv.Itoa(o.mtu), "-msg", strconv.Itoa(roceMessageBytes)}
+	if prof != "" {
+		cliArgs = append(cliArgs, "-cpuprofile", prof+"-client.pprof")
+	}
+	if o.burst > 0 {
+		cliArgs = append(cliArgs, "-burst", strconv.Itoa(o.burst))
+	}
+	name, args = pinned(o.cpu, exe, cliArgs...)
+	cli := a.Command(rctx, name, args...)
+	cli.WaitDelay = 2 * time.Second
+	var stderr bytes.Buffer
+	cli.Stderr = &stderr
+	out, runErr := cli.Output()
+	// A failed client leaves the server's view of it in the server's
+	// output: stop the server and say both.
+	fail := func(err error) (UDPRun, error) {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-srvDone:
+		case <-time.After(5 * time.Second):
+			_ = srv.Process.Kill()
+			<-srvDone
+		}
+		if so := strings.TrimSpace(srvOut.String()); so != "" {
+			err = fmt.Errorf("%w (server output: %s)", err, so)
+		}
+		return run, err
+	}
+	var res childResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		if runErr != nil {
+			return fail(fmt.Errorf("roceperf client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr.String())))
+		}
+		return fail(fmt.Errorf("roceperf client output: %w", err))
+	}
+	if res.Error != "" {
+		return fail(fmt.Errorf("roceperf client: %s", res.Error))
+	}
+	if runErr != nil {
+		return fail(fmt.Errorf("roceperf client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr.String())))
+	}
+	// The one-off server exits after the session.
+	select {
+	case <-srvDone:
+	case <-time.After(5 * time.Second):
+		return run, errors.New("roceperf server did not exit after its one session")
+	}
+	if srvErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(srvErr, &ee) || ee.ExitCode() != 0 {
+			return run, fmt.Errorf("roceperf server: %v (output: %s)", srvErr, strings.TrimSpace(srvOut.String()))
+		}
+	}
+	if res.GoodputBps <= 0 || res.TxPackets == 0 {
+		return run, errors.New("roceperf reported no goodput or no packets sent")
+	}
+	run.GoodputGbps = res.GoodputBps / 1e9
+	run.SentPackets = res.TxPackets
+	run.Seconds = res.Seconds
+	if run.Seconds <= 0 {
+		run.Seconds = res.WallSeconds
+	}
+	run.SenderCPUSeconds = res.UserSeconds + res.SysSeconds
+	if run.SenderCPUSeconds > 0 {
+		run.PPSPerCore = float64(run.SentPackets) / run.SenderCPUSeconds
+	}
+	if res.TxPackets > 0 {
+		run.LossPct = 100 * float64(res.Retransmits) / float64(res.TxPackets)
+	}
+	if ps := srv.ProcessState; ps != nil {
+		if wall := time.Since(t0).Seconds(); wall > 0 {
+			run.ReceiverCPUPct = 100 * (ps.UserTime() + ps.SystemTime()).Seconds() / wall
+		}
+	}
+	return run, nil
+}

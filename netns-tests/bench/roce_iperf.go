@@ -1,0 +1,107 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+)
+
+// iperfUDP runs one iperf3 -u -b 0 test a -> b with datagrams of dgram
+// bytes of UDP payload: a one-off server in b, a JSON client in a.
+func iperfUDP(ctx context.Context, a, b *topo.Node, port, seconds, dgram, cpu int) (UDPRun, error) {
+	var run UDPRun
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
+	defer cancel()
+
+	var affinity []string
+	if cpu >= 0 {
+		affinity = []string{"-A", strconv.Itoa(cpu)}
+	}
+	var srvOut bytes.Buffer
+	srv := b.Command(rctx, "iperf3", append([]string{"-s", "-1", "-B", addrB.Addr().String(), "-p", strconv.Itoa(port)}, affinity...)...)
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	srv.WaitDelay = 2 * time.Second
+	if err := srv.Start(); err != nil {
+		return run, fmt.Errorf("start iperf3 server: %w", err)
+	}
+	var srvErr error
+	srvDone := make(chan struct{})
+	go func() { srvErr = srv.Wait(); close(srvDone) }()
+	defer func() {
+		select {
+		case <-srvDone:
+		case <-time.After(3 * time.Second):
+			_ = srv.Process.Kill()
+			<-srvDone
+		}
+	}()
+	if err := waitListening(rctx, b, port, srvDone); err != nil {
+		_ = srv.Process.Kill()
+		<-srvDone
+		if errors.Is(err, errExited) {
+			err = fmt.Errorf("%w: %v", err, srvErr)
+		}
+		return run, fmt.Errorf("iperf3 server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
+	}
+
+	cli := a.Command(rctx, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
+		"-u", "-b", "0", "-l", strconv.Itoa(dgram), "-t", strconv.Itoa(seconds), "-J"}, affinity...)...)
+	cli.WaitDelay = 2 * time.Second
+	var stderr bytes.Buffer
+	cli.Stderr = &stderr
+	out, runErr := cli.Output()
+	type udpSum struct {
+		Seconds       float64 `json:"seconds"`
+		Bytes         uint64  `json:"bytes"`
+		BitsPerSecond float64 `json:"bits_per_second"`
+		LostPackets   uint64  `json:"lost_packets"`
+		Packets       uint64  `json:"packets"`
+		LostPercent   float64 `json:"lost_percent"`
+	}
+	var rep struct {
+		Error string `json:"error"`
+		End   struct {
+			SumSent     udpSum `json:"sum_sent"`
+			SumReceived udpSum `json:"sum_received"`
+			CPU         struct {
+				HostTotal   float64 `json:"host_total"`
+				RemoteTotal float64 `json:"remote_total"`
+			} `json:"cpu_utilization_percent"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		if runErr != nil {
+			return run, fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr.String()))
+		}
+		return run, fmt.Errorf("iperf3 client output: %w", err)
+	}
+	if rep.Error != "" {
+		return run, fmt.Errorf("iperf3 client: %s", rep.Error)
+	}
+	if runErr != nil {
+		return run, fmt.Errorf("iperf3 client: %w", runErr)
+	}
+	e := &rep.End
+	if e.SumReceived.BitsPerSecond <= 0 || e.SumSent.Packets == 0 || e.SumSent.Seconds <= 0 {
+		return run, errors.New("iperf3 reported no end.sum_received.bits_per_second or no packets sent")
+	}
+	run.GoodputGbps = e.SumReceived.BitsPerSecond / 1e9
+	run.SentPackets = e.SumSent.Packets
+	run.Seconds = e.SumSent.Seconds
+	run.SenderCPUSeconds = e.CPU.HostTotal / 100 * e.SumSent.Seconds
+	if run.SenderCPUSeconds > 0 {
+		run.PPSPerCore = float64(run.SentPackets) / run.SenderCPUSeconds
+	}
+	run.ReceiverCPUPct = e.CPU.RemoteTotal
+	run.LossPct = e.SumReceived.LostPercent
+	return run, nil
+}

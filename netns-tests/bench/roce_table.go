@@ -1,0 +1,131 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// printRoceRows writes the RoCEv2 rows into the bench's table (same
+// columns: measure, state / config, method, value, net, reference, ratio,
+// goal, verdict, path measured).
+func printRoceRows(tw io.Writer, r *RoceReport) {
+	if r == nil {
+		return
+	}
+	if g := r.Goodput; g != nil {
+		ref := "-"
+		if g.Iperf.GoodputGbps > 0 {
+			ref = fmt.Sprintf("%.2f Gbit/s", g.Iperf.GoodputGbps)
+		}
+		ratio := "-"
+		if g.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f", g.Ratio)
+		}
+		fmt.Fprintf(tw, "UDP goodput\t%s\tmedian\t%s\t-\t-\t-\t-\tref\t%s\n",
+			g.Iperf.Command, gbps(g.Iperf.GoodputGbps), runsPath(&g.Iperf, "loss"))
+		fmt.Fprintf(tw, "UDP goodput\t%s\tmedian\t%s\t-\t%s\t%s\t>= %.1f (stretch %.0f)\t%s\t%s\n",
+			g.Roceperf.Command, gbps(g.Roceperf.GoodputGbps), ref, ratio, g.Goal, g.Stretch, g.Verdict, runsPath(&g.Roceperf, "retrans"))
+		ppsRef, ppsRatio := "-", "-"
+		if g.Iperf.PPSPerCore > 0 {
+			ppsRef = kpps(g.Iperf.PPSPerCore) + "/core"
+		}
+		if g.PPSRatio > 0 {
+			ppsRatio = fmt.Sprintf("%.2f", g.PPSRatio)
+		}
+		fmt.Fprintf(tw, "pkts/s per core\tiperf3 -u sender, %d-byte datagrams\tmedian\t%s/core\t-\t-\t-\t-\tref\t%s\n",
+			g.DatagramBytes, kpps(g.Iperf.PPSPerCore), ppsPath(&g.Iperf))
+		fmt.Fprintf(tw, "pkts/s per core\troceperf sender (client)\tmedian\t%s/core\t-\t%s\t%s\t-\t-\t%s\n",
+			kpps(g.Roceperf.PPSPerCore), ppsRef, ppsRatio, ppsPath(&g.Roceperf))
+	}
+	if x := r.Reaction; x != nil {
+		counts := fmt.Sprintf("%d CNPs cut Rc (%d held by N), %d CE at the NP, %d CNPs sent, %d handled, %d at Rmin (no cut), %d unmatched; port CE-marked %d, dropped %d; %.2f Gbit/s acked in %.1f s",
+			x.Cuts, x.Held, x.CEReceived, x.CNPSent, x.CNPHandled, x.NoCut, x.Unmatched, x.PortMarked, x.PortDropped, x.AckedGbps, x.Seconds)
+		fmt.Fprintf(tw, "CNP reaction\tCE at NP -> Rc cut at RP\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Reaction), x.Reaction, counts)
+		fmt.Fprintf(tw, "CNP reaction\t  NP: CE -> CNP to sendmmsg\tp50\t%s\t-\t-\t-\t-\t-\t%s; the %d held by N alone: %s\n", usVal(x.NP), x.NP, x.Held, x.NPHeld)
+		fmt.Fprintf(tw, "CNP reaction\t  return: CNP sendmmsg -> cut\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Return), x.Return, x.Config)
+	}
+}
+
+func gbps(v float64) string {
+	if v <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f Gbit/s", v)
+}
+
+func kpps(v float64) string {
+	if v <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f kpps", v/1e3)
+}
+
+func usVal(p Percentiles) string {
+	if p.N == 0 {
+		return "n/a"
+	}
+	return fmtUs(p.P50) + " µs"
+}
+
+func runsPath(t *ToolRow, lossName string) string {
+	var gs, ls []string
+	for _, r := range t.Runs {
+		gs = append(gs, fmt.Sprintf("%.2f", r.GoodputGbps))
+		ls = append(ls, fmt.Sprintf("%.1f%%", r.LossPct))
+	}
+	s := "rounds " + orNA(strings.Join(gs, " "), "none")
+	if len(t.Runs) > 1 {
+		s += fmt.Sprintf(" (spread %.1f%%)", t.SpreadPct)
+	}
+	if len(ls) > 0 {
+		s += fmt.Sprintf(", %s %s", lossName, strings.Join(ls, " "))
+	}
+	return s
+}
+
+func ppsPath(t *ToolRow) string {
+	var ps, cs []string
+	for _, r := range t.Runs {
+		ps = append(ps, fmt.Sprintf("%.0f", r.PPSPerCore/1e3))
+		cs = append(cs, fmt.Sprintf("%.0f%%/%.0f%%", 100*r.SenderCPUSeconds/max(r.Seconds, 1e-9), r.ReceiverCPUPct))
+	}
+	return fmt.Sprintf("rounds %s kpps/core; sent %.0f kpps; CPU sender/receiver %s", orNA(strings.Join(ps, " "), "none"),
+		t.SentKpps, orNA(strings.Join(cs, " "), "-"))
+}
+
+// printRoceNotes explains the RoCEv2 rows under the table.
+func printRoceNotes(w io.Writer, r *RoceReport) {
+	if r == nil {
+		return
+	}
+	if g := r.Goodput; g != nil {
+		pin := "not pinned (each process free on both CPUs)"
+		if g.CPU >= 0 {
+			pin = fmt.Sprintf("client and server of both tools pinned to CPU %d", g.CPU)
+		}
+		fmt.Fprintf(w, "UDP goodput rows: one flow a->b over a bare veth pair (MTU %d, no port, no shaping), iperf3 -u and roceperf alternating,\n", g.LinkMTU)
+		fmt.Fprintf(w, "%d rounds each (order swapped every round), medians; %s. Datagrams: roceperf MTU %d WRITEs carry BTH 12 + %d + ICRC 4\n", len(g.Order), pin, g.MTU, g.MTU)
+		fmt.Fprintf(w, "= %d bytes of UDP payload (+16 RETH on a message's first packet, 1 in %d), so iperf3 -l %d. Goodput at the receiver:\n", g.DatagramBytes, roceMessageBytes/g.MTU, g.DatagramBytes)
+		fmt.Fprintln(w, "iperf3's end.sum_received.bits_per_second (its datagrams' whole UDP payload; lost ones not counted); roceperf's")
+		fmt.Fprintf(w, "acknowledged RDMA payload (end.sum_sent, --cc none, unpaced): its %d header+ICRC bytes per packet are not counted, so the\n", g.DatagramBytes-g.MTU)
+		fmt.Fprintf(w, "ratio is %.1f%% conservative. roceperf runs in two child processes of the bench (host/perf, what cmd/roceperf runs), like iperf3.\n", 100*float64(g.DatagramBytes-g.MTU)/float64(g.DatagramBytes))
+		fmt.Fprintln(w, "pkts/s per core = datagrams the sender sent / CPU seconds (user+sys) of the sender process over the test, from getrusage:")
+		fmt.Fprintln(w, "iperf3's cpu_utilization_percent.host_total x seconds, roceperf's RUSAGE_SELF delta around RunClient (data packets incl.")
+		fmt.Fprintln(w, "retransmissions). Tick-based accounting charges the veth's receive softirq run inside the sender's send call to the sender,")
+		fmt.Fprintln(w, "for both tools alike. CPU column: sender and receiver process CPU as % of one CPU (roceperf server: over its lifetime).")
+	}
+	if x := r.Reaction; x != nil {
+		fmt.Fprintln(w, "CNP reaction rows: two agents in this process on one clock (sockets opened in namespaces a and b), one QP a->b, DCQCN")
+		fmt.Fprintf(w, "paper profile at the RP (every CNP cuts at once), %s. Times are agent clock reads: CE = the NP's receive\n", x.Config)
+		fmt.Fprintln(w, "batch returning from recvmmsg with the CE packet; CNP = built, just before its sendmmsg; cut = the RP's receive batch with the")
+		fmt.Fprintln(w, "CNP, Rc lowered. Each CNP is charged to the first CE since the NP's previous CNP; CNPs reach the RP in order (one path, no")
+		fmt.Fprintln(w, "port on b's egress), so the k-th handled is the k-th sent. Only CNPs that cut Rc count (none at Rmin). Percentiles: nearest rank.")
+		fmt.Fprintln(w, "held by N: the trigger CE came less than min_time_between_cnps after the previous CNP (often in the same receive batch); the")
+		fmt.Fprintln(w, "agent's transmit loop sends such a CNP when N has passed, so its NP time is N plus that loop's timerfd wake-up.")
+		fmt.Fprintln(w, "The port runs below what the RP's pacer delivers at its line rate, so the queue builds from Rc rather than from bursts")
+		fmt.Fprintln(w, "(the pacer releases at most max_burst packets per timerfd wake-up; above ~1 Gbit/s it delivered less than Rc here).")
+	}
+}
