@@ -14,7 +14,7 @@ RUNTIME_DEPS := iperf3 iproute2 ethtool tcpdump tshark python3-scapy
 
 help:
 	@echo "make build          build portctl, roceperf and fabricdemo into $(BIN)/"
-	@echo "make demo           (root) live WRED/ECN demo on a namespace dumbbell"
+	@echo "make demo           (root) live DCQCN demo: RoCEv2 senders share a WRED port (DEMO_FLAGS=-help)"
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
 	@echo "make netns-test     (root) only the topology tests in network namespaces"
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf vs iperf3 -u, CNP reaction time"
@@ -63,9 +63,10 @@ netns-test: deps
 bench: deps
 	$(GO) run ./netns-tests/bench
 
+DEMO_FLAGS ?=
 demo: deps
 	$(GO) build -o $(BIN)/ ./cmd/fabricdemo
-	$(BIN)/fabricdemo
+	$(BIN)/fabricdemo $(DEMO_FLAGS)
 
 # Seed 002's testbed experiment (issue #3 §5); writes experiment-out/.
 EXPERIMENT_FLAGS ?=

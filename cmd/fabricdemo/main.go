@@ -1,31 +1,35 @@
-// Command fabricdemo shows a switch egress port with WRED ECN marking at
-// work: N TCP senders share one port towards a receiver, and the queue, the
-// marking and the flows' rates are shown live, then summarised.
+// Command fabricdemo shows the DCQCN loop on a switch egress port with WRED
+// ECN marking: N RoCEv2 senders share one port towards a receiver; the
+// switch marks CE (CP), the receiver turns the marks into CNPs (NP), the
+// senders cut and recover their rates (RP). Per-flow rates, CNPs and the
+// queue are shown live, then summarised in a table and a PNG plot.
 //
 // It builds a dumbbell of network namespaces (s1..sN -> sw -> r), attaches a
 // qdisc port (HTB at the port speed, eBPF marking on the real queue) to the
-// switch's port towards the receiver, and runs one iperf3 TCP flow per
-// sender with DSCP 26 (class 3, "roce") and classic ECN, the flows joining
-// one after the other. Everything is removed at exit, also on Ctrl-C.
+// switch's port towards the receiver, and runs one host/agent RoCE agent
+// per namespace in this process: RC queue pairs writing with DSCP 26
+// (class 3, "roce", ECT(0)), CNPs back with DSCP 48, the senders joining one
+// after the other. -traffic tcp runs the earlier demo instead: one iperf3
+// TCP flow per sender, cubic with classic ECN. Everything is removed at
+// exit, also on Ctrl-C.
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -37,36 +41,94 @@ const (
 	exitUsage = 2
 
 	maxSenders = 32
-	// tosRoCE is what iperf3 -S puts in the TOS byte: DSCP 26 (class 3).
-	// The kernel adds ECT(0) in the low bits on ECN connections.
-	tosRoCE  = "0x68"
-	basePort = 5201
-	// congestion is the senders' TCP congestion control: loss- and
-	// ECN-driven: a CE echo cuts cwnd like a loss (RFC 3168).
-	congestion = "cubic"
+	maxQPs     = 16    // per sender
 	minKernel  = "6.6" // TCX
+
+	trafficRoCE = "roce"
+	trafficTCP  = "tcp"
 )
 
 const usageText = `Usage: sudo fabricdemo [flags]
 
-Runs N TCP flows (iperf3, cubic, classic ECN) from N senders through one
-switch egress port to a receiver, all in network namespaces. The port is
-shaped to -rate and marks ECN with WRED on class 3 "roce" (DSCP 26):
-min_th 50KB, max_th 1000KB, max_p 0.1. The flows join one by one; the queue,
-the marking and the sojourn are shown every second, then a summary with
-per-flow goodput, fairness and the observed vs configured marking curve.
-Everything is removed at exit, also on Ctrl-C.
+Shows the DCQCN loop: N RoCEv2 senders (RC queue pairs doing RDMA WRITEs to
+one receiver, DCQCN rate control) through one switch egress port, all in
+network namespaces of this machine, the hosts in this process. The port is
+shaped to -rate; class 3 "roce" (DSCP 26) marks CE on seed 000's WRED curve
+(min_th 50KB, max_th 1000KB, max_p 0.1, 2MB buffer), class 6 "cnp" (DSCP
+48) is strict priority. The receiver answers CE marks with CNPs; each
+sender cuts its rate Rc by α/2 per CNP and climbs back between them. The
+senders join one after the other, each at the line rate.
+
+DCQCN runs the paper's profile: its rate knobs scaled to -rate, its timers
+stretched by the same factor (x40 at 1gbit, -timescale), which keeps every
+byte quantity of the loop as on the paper's 40 Gbit/s fabric. Links are
+9000-byte jumbo frames, RoCE MTU 4096.
+
+Every second: per flow goodput, Rc, α, CNPs and retransmissions; the port's
+queue, sojourn, CE marks and drops. At the end: a summary (goodput and share,
+Jain fairness, utilization, np_cnp_sent/rp_cnp_handled/... , queue vs
+min_th/max_th, observed vs configured marking, checks) and a PNG: per-flow
+goodput and Rc, α and the queue over the run, and a 500 ms zoom sampled every
+millisecond where each cut and recovery shows. Everything is removed at exit,
+also on Ctrl-C.
+
+-traffic tcp runs the TCP demo instead: one iperf3 flow per sender, cubic
+with classic ECN, through the same port.
+
+Examples:
+  fabricdemo                        3 senders, 20 s, plot in demo-out/dcqcn.png
+  fabricdemo -senders 4 -qps 2      8 flows
+  fabricdemo -timescale 1           the paper's own 55us timers at 1gbit: too
+                                    fast to hold the queue, which overflows
+  fabricdemo -profile mlx5          the ConnectX firmware defaults: α stays
+                                    low at this packet rate and the queue
+                                    overflows (the hint says why)
+  fabricdemo -dcqcn rpg_ai_rate=2,rpg_time_reset=1100
+                                    twice the additive increase, twice as
+                                    often: a fuller queue that can overflow
+  fabricdemo -traffic tcp
 
 Flags:
 `
 
 type options struct {
+	traffic  string // trafficRoCE or trafficTCP
 	senders  int
+	qps      int // RoCE: queue pairs per sender
 	rate     units.Rate
 	duration time.Duration
 	stagger  time.Duration
+	// RoCE: the DCQCN profile, the -dcqcn overrides in order, and the
+	// resulting parameters (profile, then the demo's settings, then the
+	// overrides).
+	profile   string
+	timescale float64 // -timescale; 0 until parsed means auto
+	knobs     knobList
+	params    dcqcn.Params
+	wred      string // -wred as given, "" for the traffic's default curve
+	mtu       int
+	sample    time.Duration
+	// Where to write the plot (RoCE) and the JSON summary; "" for none.
+	plotPath string
 	jsonPath string
 	legacy   bool
+}
+
+// knobList collects -dcqcn name=value[,name=value...] in order.
+type knobList []string
+
+func (k *knobList) String() string { return strings.Join(*k, ",") }
+
+func (k *knobList) Set(v string) error {
+	for _, kv := range strings.Split(v, ",") {
+		kv = strings.TrimSpace(kv)
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("want name=value, e.g. rpg_ai_rate=2 (knobs: %s)", strings.Join(dcqcn.KnobNames(), ", "))
+		}
+		*k = append(*k, kv)
+	}
+	return nil
 }
 
 // seconds is a flag that takes "20", "20s" or "1m" and keeps whole seconds
@@ -97,13 +159,35 @@ func (s seconds) Set(v string) error {
 }
 
 func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
-	o := &options{senders: 3, rate: units.Gbit, duration: 20 * time.Second, stagger: 3 * time.Second}
+	o := &options{traffic: trafficRoCE, senders: 3, qps: 1, rate: units.Gbit, duration: 20 * time.Second, stagger: 3 * time.Second,
+		profile: defaultProfile, mtu: 4096, sample: 10 * time.Millisecond, plotPath: defaultPlot}
 	fs := flag.NewFlagSet("fabricdemo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.senders, "senders", o.senders, "number of senders, one TCP flow each (1-32)")
+	fs.StringVar(&o.traffic, "traffic", o.traffic, "`kind` of traffic: roce (RoCEv2 with DCQCN) or tcp (iperf3, cubic + classic ECN)")
+	fs.IntVar(&o.senders, "senders", o.senders, "number of senders (1-32)")
+	fs.IntVar(&o.qps, "qps", o.qps, "roce: queue pairs per sender, each a flow (1-16)")
 	fs.Var(&o.rate, "rate", "port `speed`, tc units (100mbit, 1gbit, ...)")
 	fs.Var(seconds{&o.duration}, "duration", "`seconds` of traffic, from the first flow's start to the end")
-	fs.Var(seconds{&o.stagger}, "stagger", "`seconds` between flow starts (shortened if the run is too short)")
+	fs.Var(seconds{&o.stagger}, "stagger", "`seconds` between sender starts (shortened if the run is too short)")
+	fs.StringVar(&o.profile, "profile", o.profile, "roce: DCQCN `profile`, paper or mlx5 (host/dcqcn), rate knobs scaled to -rate")
+	fs.Func("timescale", "roce: stretch the profile's timers (rpg_time_reset, dce_tcp_rtt, min_time_between_cnps, rate_reduce_monitor_period) by this `factor`; auto: the profile's reference line rate / -rate (40 for paper, 25 for mlx5 at 1gbit); 1: the profile's own timers (default auto)",
+		func(v string) error {
+			if v == "auto" {
+				o.timescale = 0
+				return nil
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0.01 || f > 10000 {
+				return fmt.Errorf("want auto or a factor from 0.01 to 10000")
+			}
+			o.timescale = f
+			return nil
+		})
+	fs.Var(&o.knobs, "dcqcn", "roce: set a DCQCN knob by its mlx5 `name=value` (repeat, or comma-separate); e.g. rpg_ai_rate=2 (Mbit/s), rpg_time_reset=100 (us)")
+	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's)")
+	fs.IntVar(&o.mtu, "mtu", o.mtu, "roce: path MTU, payload `bytes` per packet: 256, 512, 1024, 2048 or 4096 (the lab's links are 9000-byte jumbo)")
+	fs.DurationVar(&o.sample, "sample", o.sample, "roce: sampling `period` of Rc, α and the queue for the plot (1ms-1s)")
+	fs.StringVar(&o.plotPath, "plot", o.plotPath, "roce: write the PNG plot to this `file` (\"\" for none)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
 	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead
@@ -112,6 +196,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 			fmt.Fprint(stdout, usageText)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
+			fmt.Fprintf(stdout, "\nDCQCN knobs (-dcqcn): %s\nvariant switches: %s\n",
+				strings.Join(dcqcn.KnobNames(), ", "), strings.Join(dcqcn.VariantNames(), ", "))
 			return nil, exitOK
 		}
 		fmt.Fprintln(stderr, "see fabricdemo -help")
@@ -121,18 +207,159 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		fmt.Fprintf(stderr, "fabricdemo: "+format+"\n", a...)
 		return nil, exitUsage
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case fs.NArg() > 0:
 		return bad("unexpected argument %q (see -help)", fs.Arg(0))
+	case o.traffic != trafficRoCE && o.traffic != trafficTCP:
+		return bad("-traffic %q: want roce or tcp", o.traffic)
 	case o.senders < 1 || o.senders > maxSenders:
 		return bad("-senders %d: want 1 to %d", o.senders, maxSenders)
+	case o.qps < 1 || o.qps > maxQPs:
+		return bad("-qps %d: want 1 to %d", o.qps, maxQPs)
 	case o.rate < units.Mbit:
 		return bad("-rate %s: want at least 1mbit", o.rate)
 	case o.duration < 2*time.Second:
 		return bad("-duration %s: want at least 2s", o.duration)
+	case !slices.Contains([]int{256, 512, 1024, 2048, 4096}, o.mtu):
+		return bad("-mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+	case o.sample < time.Millisecond || o.sample > time.Second:
+		return bad("-sample %s: want 1ms to 1s", o.sample)
+	}
+	if o.traffic == trafficTCP {
+		var roceOnly []string
+		for _, f := range []string{"qps", "profile", "timescale", "dcqcn", "mtu", "sample", "plot"} {
+			if set[f] {
+				roceOnly = append(roceOnly, "-"+f)
+			}
+		}
+		if len(roceOnly) > 0 {
+			return bad("%s: only with -traffic roce", strings.Join(roceOnly, ", "))
+		}
+		o.plotPath = ""
+	}
+	if o.wred != "" {
+		cc := qdisc.DefaultConfig(o.rate).Classes[qdisc.ClassRoCE]
+		if err := applyWRED(&cc, o.wred); err != nil {
+			return bad("-wred %s: %v", o.wred, err)
+		}
+	}
+	if o.traffic == trafficRoCE {
+		p, f, err := demoParams(o.profile, o.rate, o.timescale, o.knobs)
+		if err != nil {
+			return bad("%v", err)
+		}
+		o.params, o.timescale = p, f
 	}
 	o.stagger = fitStagger(o.senders, o.duration, o.stagger)
 	return o, exitOK
+}
+
+// demoParams is the DCQCN profile scaled to the line rate, its timers
+// stretched by timescale (0: auto), then the user's -dcqcn overrides. It
+// returns the factor used.
+func demoParams(profile string, rate units.Rate, timescale float64, knobs []string) (dcqcn.Params, float64, error) {
+	p, err := dcqcn.Profile(profile, rate)
+	if err != nil {
+		return p, 0, fmt.Errorf("-profile %s: want %s", profile, strings.Join(dcqcn.ProfileNames(), " or "))
+	}
+	if timescale == 0 {
+		timescale = autoTimescale(profile, rate)
+	}
+	stretchTimers(&p, timescale)
+	for _, kv := range knobs {
+		name, value, _ := strings.Cut(kv, "=")
+		if err := p.Set(name, value); err != nil {
+			return p, 0, fmt.Errorf("-dcqcn %s: %w", kv, err)
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return p, 0, fmt.Errorf("DCQCN settings (-profile %s, -timescale %g, -dcqcn): %w", profile, timescale, err)
+	}
+	return p, timescale, nil
+}
+
+// autoTimescale is the profile's reference line rate over the port's: the
+// profiles scale their rate knobs by rate/reference, and stretching the
+// timers by the inverse keeps every byte quantity of the loop (queue
+// thresholds, the byte counter, what a sender sends between two timer
+// events) as at the reference speed. Never below 1.
+func autoTimescale(profile string, rate units.Rate) float64 {
+	ref := dcqcn.PaperLineRate
+	if profile == "mlx5" {
+		ref = dcqcn.MLX5RefLineRate
+	}
+	return max(1, float64(ref)/float64(rate))
+}
+
+// maxTimerKnob is the mlx5 bound of rpg_time_reset and dce_tcp_rtt.
+const maxTimerKnob = 131071 * time.Microsecond
+
+// stretchTimers multiplies the loop's timers by f: the increase timer
+// (rpg_time_reset), the α timer (dce_tcp_rtt), the NP's CNP spacing
+// (min_time_between_cnps) and the RP's CNP coalescing
+// (rate_reduce_monitor_period), rounded to the microsecond (the knobs'
+// unit).
+func stretchTimers(p *dcqcn.Params, f float64) {
+	if f == 1 {
+		return
+	}
+	scale := func(d time.Duration, limit time.Duration) time.Duration {
+		v := time.Duration(float64(d) * f).Round(time.Microsecond)
+		if d > 0 && v < time.Microsecond {
+			v = time.Microsecond
+		}
+		return min(v, limit)
+	}
+	p.RPGTimeReset = scale(p.RPGTimeReset, maxTimerKnob)
+	p.DCETCPRTT = scale(p.DCETCPRTT, maxTimerKnob)
+	p.MinTimeBetweenCNPs = scale(p.MinTimeBetweenCNPs, time.Hour)
+	p.RateReduceMonitorPeriod = scale(p.RateReduceMonitorPeriod, time.Hour)
+}
+
+// applyWRED sets class 3's WRED curve from "min=SIZE,max=SIZE,p=PROB" and
+// its buffer from "limit=SIZE" (any subset, tc units) and checks the
+// result.
+func applyWRED(cc *qdisc.ClassConfig, spec string) error {
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return fmt.Errorf("%q: want key=value with key min, max, p or limit", kv)
+		}
+		if seen[k] {
+			return fmt.Errorf("%s given twice", k)
+		}
+		seen[k] = true
+		switch k {
+		case "min", "max", "limit":
+			sz, err := units.ParseSize(v)
+			if err != nil {
+				return fmt.Errorf("%s: %v", k, err)
+			}
+			switch k {
+			case "min":
+				cc.MinThBytes = sz
+			case "max":
+				cc.MaxThBytes = sz
+			default:
+				cc.LimitBytes = sz
+			}
+		case "p":
+			p, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("p: %q is not a probability", v)
+			}
+			cc.MaxP = p
+		default:
+			return fmt.Errorf("unknown key %q: want min, max, p or limit", k)
+		}
+	}
+	cc.ECN = qdisc.ECNWRED
+	cfg := qdisc.DefaultConfig(units.Gbit)
+	cfg.Classes[qdisc.ClassRoCE] = *cc
+	return cfg.Validate()
 }
 
 // fitStagger shortens the gap between flow starts so that the last flow still
@@ -191,14 +418,23 @@ type demo struct {
 	lab  *topo.Dumbbell
 	port *qdisc.Port
 	cfg  qdisc.Config
+	// closers stop what the run started in the lab (RoCE agents), before
+	// the port and the namespaces go.
+	closers []func() error
 }
 
 func (d *demo) printf(format string, a ...any) { fmt.Fprintf(d.out, format, a...) }
 
-// cleanup detaches the port and removes the namespaces, then checks that
-// none is left.
+// cleanup stops the agents, detaches the port and removes the namespaces,
+// then checks that none is left.
 func (d *demo) cleanup() error {
 	var errs []error
+	for _, c := range slices.Backward(d.closers) {
+		if err := c(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.closers = nil
 	if d.port != nil {
 		if err := d.port.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("detach port: %w", err))
@@ -221,8 +457,11 @@ func (d *demo) cleanup() error {
 
 func (d *demo) run(ctx context.Context) error {
 	o := d.o
-	if err := ensureIperf3(ctx, d.out, exec.LookPath, runLoud(d.out)); err != nil {
-		return err
+	tcp := o.traffic == trafficTCP
+	if tcp {
+		if err := ensureIperf3(ctx, d.out, exec.LookPath, runLoud(d.out)); err != nil {
+			return err
+		}
 	}
 	rel := kernelRelease()
 	if kernelAtLeast(rel, minKernel) {
@@ -231,11 +470,19 @@ func (d *demo) run(ctx context.Context) error {
 		d.printf("kernel %s: no TCX (< %s): the port falls back to clsact + cls_bpf\n", rel, minKernel)
 	}
 
-	// Congestion control is chosen per socket (iperf3 -C): a namespace
-	// may only default to what the host allows (tcp_allowed_congestion_control),
-	// and hosts often default to bbr, which ignores ECN.
-	sysctls := map[string]string{"net.ipv4.tcp_ecn": "1"}
-	lab, err := topo.NewDumbbell(topo.DumbbellSpec{Senders: o.senders, DisableOffloads: true, SenderSysctls: sysctls})
+	spec := topo.DumbbellSpec{Senders: o.senders, DisableOffloads: true}
+	if tcp {
+		// Congestion control is chosen per socket (iperf3 -C): a namespace
+		// may only default to what the host allows
+		// (tcp_allowed_congestion_control), and hosts often default to
+		// bbr, which ignores ECN.
+		spec.SenderSysctls = map[string]string{"net.ipv4.tcp_ecn": "1"}
+	} else {
+		// Jumbo frames, as RoCE fabrics run: MTU 4096 packets fit, and
+		// 1 Gbit/s is 30 kpps instead of 115 at MTU 1024.
+		spec.MTU = roceLinkMTU
+	}
+	lab, err := topo.NewDumbbell(spec)
 	if err != nil {
 		return fmt.Errorf("build the lab: %w", err)
 	}
@@ -245,6 +492,11 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	b := lab.Bottleneck
 	d.cfg = qdisc.DefaultConfig(o.rate)
+	if o.wred != "" {
+		if err := applyWRED(&d.cfg.Classes[qdisc.ClassRoCE], o.wred); err != nil {
+			return fmt.Errorf("-wred %s: %w", o.wred, err)
+		}
+	}
 	port, err := qdisc.Attach(d.cfg, qdisc.AttachOptions{
 		Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName, Legacy: o.legacy,
 	})
@@ -256,326 +508,11 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.intro(rps)
-	return d.traffic(ctx)
-}
-
-func (d *demo) intro(rps string) {
-	o, info, cc := d.o, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE]
-	b := d.lab.Bottleneck
-	names := make([]string, len(d.lab.Senders))
-	for i, s := range d.lab.Senders {
-		names[i] = s.Name
+	if tcp {
+		d.tcpIntro(rps)
+		return d.tcpTraffic(ctx)
 	}
-	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.lab.RunID())
-	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking (attach %s, dequeue hook on r:%s)\n",
-		b.Dev, b.PeerDev, o.rate, info.Attach, info.PeerDev)
-	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))
-	if rps != "" {
-		d.printf("rx     RPS: %s (keeps each flow in order through the veths)\n", rps)
-	}
-	d.printf("flows  iperf3 TCP, cubic + classic ECN, TOS %s (DSCP 26, kernel sets ECT(0)); a new flow every %s, all end at %s\n\n",
-		tosRoCE, o.stagger, o.duration)
-	d.printf("Every second, class 3: dequeue rate, CE marks and the fraction of ECN-capable arrivals marked,\n")
-	d.printf("backlog now and peak, gauge [#=queue |=min_th, right edge=max_th], sojourn p50/p99 (estimated from log2 bins).\n\n")
-}
-
-// flowEvent tells the live view a flow started or ended.
-type flowEvent struct {
-	idx     int
-	started bool
-	res     FlowResult
-}
-
-func (d *demo) traffic(ctx context.Context) error {
-	o, lab := d.o, d.lab
-	raddr := lab.ReceiverAddr.String()
-
-	// One single-shot server per flow, so each flow has its own port.
-	var servers []*exec.Cmd
-	var srvOut []*bytes.Buffer
-	srvCtx, srvCancel := context.WithTimeout(ctx, o.duration+30*time.Second)
-	defer func() {
-		srvCancel() // a single-shot server whose client never came waits forever
-		for _, s := range servers {
-			_ = s.Wait()
-		}
-	}()
-	for i := range o.senders {
-		var buf bytes.Buffer
-		cmd := lab.Receiver.Command(srvCtx, "iperf3", "-s", "-1", "-B", raddr, "-p", strconv.Itoa(basePort+i))
-		cmd.Stdout, cmd.Stderr = &buf, &buf
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start iperf3 server: %w", err)
-		}
-		servers = append(servers, cmd)
-		srvOut = append(srvOut, &buf)
-	}
-	if err := d.waitListening(ctx, o.senders); err != nil {
-		srvCancel()
-		for i := range srvOut {
-			if s := strings.TrimSpace(srvOut[i].String()); s != "" {
-				err = fmt.Errorf("%w\niperf3 server %d: %s", err, i+1, s)
-			}
-		}
-		return err
-	}
-
-	base, err := d.port.Stats()
-	if err != nil {
-		return err
-	}
-	events := make(chan flowEvent, 2*o.senders)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for i := range o.senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.flow(ctx, i, t0, events)
-		}()
-	}
-
-	flows := make([]FlowResult, o.senders)
-	var samples []Sample
-	prev := base
-	active, pending := 0, o.senders
-	var trafficEnd time.Duration // when the last flow ended
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	d.printf("%s", liveHeader)
-	cc := &d.cfg.Classes[qdisc.ClassRoCE]
-	for pending > 0 {
-		select {
-		case ev := <-events:
-			f := &ev.res
-			if ev.started {
-				active++
-				d.printf("  ---- t=%.0fs  flow %d joins: %s %s -> %s:%d for %.0f s\n",
-					time.Since(t0).Seconds(), ev.idx+1, f.Sender, f.Src, f.Dst, f.Port, f.Seconds)
-				continue
-			}
-			active--
-			pending--
-			trafficEnd = time.Since(t0)
-			flows[ev.idx] = ev.res
-			if f.Error != "" && ctx.Err() == nil {
-				d.printf("  ---- flow %d failed: %s\n", ev.idx+1, f.Error)
-			}
-		case <-tick.C:
-			st, err := d.port.Stats()
-			if err != nil {
-				cancelAndWait(&wg, events)
-				return err
-			}
-			s := interval(&prev.Classes[qdisc.ClassRoCE], &st.Classes[qdisc.ClassRoCE], st.Time.Sub(prev.Time), o.rate)
-			s.T, s.Flows = st.Time.Sub(t0).Seconds(), active
-			renderSample(d.out, &s, cc)
-			samples = append(samples, s)
-			prev = st
-		case <-ctx.Done():
-			// The flows' commands die with ctx; wait for their goroutines.
-			cancelAndWait(&wg, events)
-			return ctx.Err()
-		}
-	}
-	wg.Wait()
-
-	// Let the queue drain so the counters are at rest for the invariant.
-	st, err := d.port.Stats()
-	for deadline := time.Now().Add(2 * time.Second); err == nil && time.Now().Before(deadline); {
-		c := &st.Classes[qdisc.ClassRoCE]
-		if c.BacklogPackets == 0 && c.CheckInvariant() == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-		st, err = d.port.Stats()
-	}
-	if err != nil {
-		return err
-	}
-	sum := &Summary{
-		Senders: o.senders, Rate: o.rate, DurationS: o.duration.Seconds(), StaggerS: o.stagger.Seconds(),
-		Kernel: kernelRelease(), Port: d.port.Info(), Flows: flows, TrafficS: trafficEnd.Seconds(),
-		ClassConfig: *cc, Samples: samples,
-	}
-	if q, err := d.port.Qdisc(); err == nil {
-		sum.Qdisc = &q
-	}
-	sum.finish(&st, sub(st.Classes[qdisc.ClassRoCE].DequeuedBytes, base.Classes[qdisc.ClassRoCE].DequeuedBytes))
-	renderSummary(d.out, sum)
-	d.printf("\n")
-	if o.jsonPath != "" {
-		b, err := json.MarshalIndent(sum, "", "  ")
-		if err == nil {
-			err = os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			return fmt.Errorf("write -json %s: %w", o.jsonPath, err)
-		}
-		d.printf("summary written to %s\n", o.jsonPath)
-	}
-	if sum.FlowsWithErrs > 0 {
-		return fmt.Errorf("%d of %d flows failed", sum.FlowsWithErrs, o.senders)
-	}
-	if sum.Invariant != "" {
-		return fmt.Errorf("counter invariant violated: %s", sum.Invariant)
-	}
-	return nil
-}
-
-// cancelAndWait drains events until every flow goroutine has returned.
-func cancelAndWait(wg *sync.WaitGroup, events <-chan flowEvent) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	for {
-		select {
-		case <-events:
-		case <-done:
-			return
-		}
-	}
-}
-
-// flow runs iperf3 client i, starting at t0 + i·stagger and ending with the
-// run, and reports its start and its result.
-func (d *demo) flow(ctx context.Context, i int, t0 time.Time, events chan<- flowEvent) {
-	o, lab := d.o, d.lab
-	offset := time.Duration(i) * o.stagger
-	secs := o.duration - offset
-	f := FlowResult{
-		Sender: lab.Senders[i].Name, Src: lab.SenderAddrs[i].String(), Dst: lab.ReceiverAddr.String(),
-		Port: basePort + i, StartS: offset.Seconds(), Seconds: secs.Seconds(),
-	}
-	finish := func(err error) {
-		if err != nil {
-			f.Error = err.Error()
-		}
-		events <- flowEvent{idx: i, res: f}
-	}
-	select {
-	case <-time.After(time.Until(t0.Add(offset))):
-	case <-ctx.Done():
-		finish(ctx.Err())
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, secs+15*time.Second)
-	defer cancel()
-	cmd := lab.Senders[i].Command(cctx, "iperf3", "-c", f.Dst, "-p", strconv.Itoa(f.Port),
-		"-t", strconv.Itoa(int(secs/time.Second)), "-S", tosRoCE, "-C", congestion, "-J", "--connect-timeout", "3000")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		finish(fmt.Errorf("start iperf3: %w", err))
-		return
-	}
-	events <- flowEvent{idx: i, started: true, res: f}
-	werr := cmd.Wait()
-	r, perr := parseIperf(stdout.Bytes())
-	switch {
-	case ctx.Err() != nil:
-		finish(ctx.Err())
-		return
-	case perr == nil && r.Error != "":
-		finish(fmt.Errorf("iperf3: %s", r.Error))
-		return
-	case werr != nil || perr != nil:
-		msg := strings.TrimSpace(stderr.String())
-		finish(fmt.Errorf("iperf3: %v %v %s", werr, perr, msg))
-		return
-	}
-	f.GoodputBps = r.End.SumReceived.BitsPerSec
-	f.ReceivedBytes = r.End.SumReceived.Bytes
-	f.Seconds = r.End.SumReceived.Seconds
-	f.Retransmits = r.End.SumSent.Retransmits
-	f.Congestion = r.End.SenderCongestion
-	for _, iv := range r.Intervals {
-		f.intervals = append(f.intervals, iv.Sum)
-	}
-	finish(nil)
-}
-
-// waitListening waits until the receiver has n iperf3 servers listening.
-func (d *demo) waitListening(ctx context.Context, n int) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var ports map[int]bool
-		err := d.lab.Receiver.Do(func() error {
-			var text strings.Builder
-			for _, f := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
-				b, err := os.ReadFile(f)
-				if err != nil && !errors.Is(err, os.ErrNotExist) {
-					return err
-				}
-				text.Write(b)
-			}
-			ports = listeningPorts(text.String())
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		ready := 0
-		for i := range n {
-			if ports[basePort+i] {
-				ready++
-			}
-		}
-		if ready == n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("iperf3 servers in the receiver: %d of %d listening after 5s", ready, n)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// ---- preflight ----
-
-// runFunc runs a command to completion.
-type runFunc func(ctx context.Context, name string, args ...string) error
-
-// runLoud runs commands with their output shown, for apt-get.
-func runLoud(w io.Writer) runFunc {
-	return func(ctx context.Context, name string, args ...string) error {
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = w, w
-		return cmd.Run()
-	}
-}
-
-// ensureIperf3 installs iperf3 with apt-get if it is missing, refreshing
-// the package lists only if the first install fails.
-func ensureIperf3(ctx context.Context, w io.Writer, lookPath func(string) (string, error), run runFunc) error {
-	if _, err := lookPath("iperf3"); err == nil {
-		return nil
-	}
-	if _, err := lookPath("apt-get"); err != nil {
-		return errors.New("iperf3 is not installed and there is no apt-get: install iperf3 with your package manager")
-	}
-	install := []string{"install", "-y", "iperf3"}
-	fmt.Fprintln(w, "iperf3 is not installed; installing it: apt-get install -y iperf3")
-	if err := run(ctx, "apt-get", install...); err != nil {
-		fmt.Fprintln(w, "install failed; refreshing the package lists: apt-get update")
-		if err := run(ctx, "apt-get", "update"); err != nil {
-			return fmt.Errorf("apt-get update: %w", err)
-		}
-		fmt.Fprintln(w, "retrying: apt-get install -y iperf3")
-		if err := run(ctx, "apt-get", install...); err != nil {
-			return fmt.Errorf("apt-get install -y iperf3: %w", err)
-		}
-	}
-	if _, err := lookPath("iperf3"); err != nil {
-		return fmt.Errorf("iperf3 still missing after apt-get install: %w", err)
-	}
-	fmt.Fprintln(w, "iperf3 installed")
-	return nil
+	return d.roceRun(ctx, rps)
 }
 
 func kernelRelease() string {

@@ -534,36 +534,58 @@ func renderSummary(w io.Writer, s *Summary) {
 	fmt.Fprintf(w, "  Link utilization: %s of %s (class 3 dequeued, L2 bytes, over the %.2f s from first start to last end)\n\n",
 		pct(s.Utilization), s.Rate, s.TrafficS)
 
-	fmt.Fprintf(w, "Class 3 %q (DSCP %d), %s, buffer %sKB\n", c.Name, qdisc.DSCPRoCE, wredText(&s.ClassConfig), kb(uint64(s.ClassConfig.LimitBytes)))
-	ect := c.ArrivedECT0 + c.ArrivedECT1
-	fmt.Fprintf(w, "  enqueued   %10d pkt %14d bytes  (ECT(0) %d, ECT(1) %d, Not-ECT %d, CE %d)\n",
-		c.EnqueuedPackets, c.EnqueuedBytes, c.ArrivedECT0, c.ArrivedECT1, c.ArrivedNotECT, c.ArrivedCE)
-	if c.ArrivedNotECT > 0 && ect > 0 {
-		fmt.Fprintf(w, "             (Linux TCP sends SYNs, pure ACKs and retransmissions as Not-ECT)\n")
-	}
-	fmt.Fprintf(w, "  dequeued   %10d pkt %14d bytes\n", c.DequeuedPackets, c.DequeuedBytes)
-	fmt.Fprintf(w, "  CE marked  %10d pkt  = %s of %d ECN-capable arrivals\n", c.CEMarked(), pct(s.MarkFraction), ect)
-	fmt.Fprintf(w, "  dropped    %10d pkt  (buffer full: %d, WRED early drop: %d)\n",
-		c.DroppedPackets(), c.DroppedLimitPackets, c.DroppedWREDPackets)
-	fmt.Fprintf(w, "  queue      sojourn p50 %s  p99 %s  mean %s;  backlog peak %sKB (%d pkt)\n",
-		shortDur(s.SojournP50), shortDur(s.SojournP99), shortDur(c.MeanSojourn()), kb(c.MaxBacklogBytes), c.MaxBacklogPackets)
-	if s.Invariant == "" {
-		fmt.Fprintf(w, "  invariant  enqueued = dequeued + dropped + backlog: %d = %d + %d + %d pkt, bytes too: OK\n",
-			c.EnqueuedPackets, c.DequeuedPackets, c.DroppedPackets(), c.BacklogPackets)
-	} else {
-		fmt.Fprintf(w, "  invariant  VIOLATED: %s\n", s.Invariant)
-	}
-	if s.Qdisc != nil {
-		fmt.Fprintf(w, "  kernel     %s root on %s: sent %d pkt, dropped %d, overlimits %d\n",
-			s.Qdisc.Kind, s.Port.Dev, s.Qdisc.SentPackets, s.Qdisc.Drops, s.Qdisc.Overlimits)
-	}
-	if s.OtherPackets > 0 || s.Unaccounted > 0 {
-		fmt.Fprintf(w, "  other      %d pkt in other classes (ARP, ...); %d non-IP frame(s) passed unaccounted\n", s.OtherPackets, s.Unaccounted)
-	}
+	renderClass(w, classView{c: c, cc: &s.ClassConfig, markFraction: s.MarkFraction, p50: s.SojournP50, p99: s.SojournP99,
+		invariant: s.Invariant, qd: s.Qdisc, dev: s.Port.Dev, other: s.OtherPackets, unaccounted: s.Unaccounted,
+		notECTNote: "(Linux TCP sends SYNs, pure ACKs and retransmissions as Not-ECT)"})
 	fmt.Fprintln(w)
 	renderCurve(w, s.Curve, &s.ClassConfig)
 	if v := verdict(s); v != "" {
 		fmt.Fprintf(w, "\n%s\n", v)
+	}
+}
+
+// classView is what renderClass prints about class 3.
+type classView struct {
+	c                  *qdisc.ClassStats
+	cc                 *qdisc.ClassConfig
+	markFraction       float64
+	p50, p99           time.Duration
+	invariant          string
+	qd                 *qdisc.QdiscCounters
+	dev                string
+	other, unaccounted uint64
+	notECTNote         string // why Not-ECT packets arrived, if some did
+}
+
+// renderClass prints class 3's counters: arrivals, marks, drops, the queue,
+// the invariant and the kernel qdisc's own counters.
+func renderClass(w io.Writer, v classView) {
+	c := v.c
+	fmt.Fprintf(w, "Class 3 %q (DSCP %d), %s, buffer %sKB\n", c.Name, qdisc.DSCPRoCE, wredText(v.cc), kb(uint64(v.cc.LimitBytes)))
+	ect := c.ArrivedECT0 + c.ArrivedECT1
+	fmt.Fprintf(w, "  enqueued   %10d pkt %14d bytes  (ECT(0) %d, ECT(1) %d, Not-ECT %d, CE %d)\n",
+		c.EnqueuedPackets, c.EnqueuedBytes, c.ArrivedECT0, c.ArrivedECT1, c.ArrivedNotECT, c.ArrivedCE)
+	if c.ArrivedNotECT > 0 && ect > 0 {
+		fmt.Fprintf(w, "             %s\n", v.notECTNote)
+	}
+	fmt.Fprintf(w, "  dequeued   %10d pkt %14d bytes\n", c.DequeuedPackets, c.DequeuedBytes)
+	fmt.Fprintf(w, "  CE marked  %10d pkt  = %s of %d ECN-capable arrivals\n", c.CEMarked(), pct(v.markFraction), ect)
+	fmt.Fprintf(w, "  dropped    %10d pkt  (buffer full: %d, WRED early drop: %d)\n",
+		c.DroppedPackets(), c.DroppedLimitPackets, c.DroppedWREDPackets)
+	fmt.Fprintf(w, "  queue      sojourn p50 %s  p99 %s  mean %s;  backlog peak %sKB (%d pkt)\n",
+		shortDur(v.p50), shortDur(v.p99), shortDur(c.MeanSojourn()), kb(c.MaxBacklogBytes), c.MaxBacklogPackets)
+	if v.invariant == "" {
+		fmt.Fprintf(w, "  invariant  enqueued = dequeued + dropped + backlog: %d = %d + %d + %d pkt, bytes too: OK\n",
+			c.EnqueuedPackets, c.DequeuedPackets, c.DroppedPackets(), c.BacklogPackets)
+	} else {
+		fmt.Fprintf(w, "  invariant  VIOLATED: %s\n", v.invariant)
+	}
+	if v.qd != nil {
+		fmt.Fprintf(w, "  kernel     %s root on %s: sent %d pkt, dropped %d, overlimits %d\n",
+			v.qd.Kind, v.dev, v.qd.SentPackets, v.qd.Drops, v.qd.Overlimits)
+	}
+	if v.other > 0 || v.unaccounted > 0 {
+		fmt.Fprintf(w, "  other      %d pkt in other classes (ARP, ...); %d non-IP frame(s) passed unaccounted\n", v.other, v.unaccounted)
 	}
 }
 
