@@ -11,9 +11,11 @@
 // the IP ID"; reference/roce-wire.md, "ICRC"): the ICRC covers the IPv4
 // Identification field, so a user-space sender must know the ID the kernel
 // puts on the wire. An unconnected UDP socket with IP_MTU_DISCOVER =
-// IP_PMTUDISC_DO sends DF packets with ID 0, which is what UDPConn does; it
-// never connects its socket and never uses UDP GSO (UDP_SEGMENT), which
-// would give the segments of one send IDs 1, 2, 3… and break the ICRC. The
+// IP_PMTUDISC_DO sends DF packets with ID 0, which is what UDPConn does. It
+// never connects its socket (a connected socket numbers its packets) and
+// never uses UDP GSO (UDP_SEGMENT), which would give the segments of one
+// send IDs 1, 2, 3… and break the ICRC; nor UDP GRO (UDP_GRO), which would
+// hand several datagrams over in one buffer for no gain over recvmmsg. The
 // TOS byte (DSCP and ECN) is masked in the ICRC, so it is set per datagram.
 package pktio
 

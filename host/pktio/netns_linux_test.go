@@ -100,11 +100,6 @@ func configureNetns(h netns.NsHandle, n *testNetns, loMTU int) error {
 		return fmt.Errorf("lo: %w", err)
 	}
 	n.loIndex = lo.Attrs().Index
-	if loMTU != 0 {
-		if err := nl.LinkSetMTU(lo, loMTU); err != nil {
-			return fmt.Errorf("lo mtu %d: %w", loMTU, err)
-		}
-	}
 	if err := nl.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("lo up: %w", err)
 	}
@@ -120,24 +115,65 @@ func configureNetns(h netns.NsHandle, n *testNetns, loMTU int) error {
 			return fmt.Errorf("add %s to lo: %w", a, err)
 		}
 	}
-	// The kernel installs an IPv6 address's local route from a workqueue
-	// (addrconf_dad_work), after RTM_NEWADDR has returned, even with
-	// nodad on lo. A datagram sent before that meets no route and is
-	// silently discarded (Ip6OutNoRoutes), so wait for the routes.
+	if loMTU != 0 {
+		if err := nl.LinkSetMTU(lo, loMTU); err != nil {
+			return fmt.Errorf("lo mtu %d: %w", loMTU, err)
+		}
+	}
+	// IPv6 inserts an address's local route (table local) from a
+	// workqueue (addrconf_dad_work, even with nodad on lo) after
+	// RTM_NEWADDR has returned. Until then only the prefix route in table
+	// main matches, which the kernel turns into a reject route because it
+	// points at lo: a datagram sent then is accepted by sendmsg and dropped
+	// (Ip6OutNoRoutes, ICMPv6 unreachable). Wait for the local routes.
 	for _, a := range []string{testAddr6A, testAddr6B} {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			_, err := nl.RouteGet(net.ParseIP(a))
-			if err == nil {
+			rs, err := nl.RouteGet(net.ParseIP(a))
+			if err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("no route to %s 5 s after adding it to lo: %w", a, err)
+				return fmt.Errorf("no local route to %s 5 s after adding it to lo: %v %v", a, rs, err)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
+	// Then prove each family carries a datagram between the test addresses
+	// (plain net sockets, not the package under test), so no other bring-up
+	// step still in flight can eat the first datagram of a test.
+	for _, pair := range [][2]string{{testAddr4B, testAddr4A}, {testAddr6B, testAddr6A}} {
+		if err := probe(pair[0], pair[1]); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// probe sends datagrams from src to dst until one arrives (5 s at most).
+// Precondition: the calling thread is in the test netns.
+func probe(src, dst string) error {
+	rx, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(dst)})
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer rx.Close()
+	tx, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(src)})
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer tx.Close()
+	buf := make([]byte, 16)
+	for range 50 {
+		if _, err := tx.WriteToUDP([]byte("probe"), rx.LocalAddr().(*net.UDPAddr)); err != nil {
+			return fmt.Errorf("probe %s → %s: %w", src, dst, err)
+		}
+		rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, _, err := rx.ReadFromUDP(buf); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("probe %s → %s: nothing arrived in 5 s", src, dst)
 }
 
 // do runs f on an OS thread switched into the namespace.

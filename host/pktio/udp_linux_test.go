@@ -164,7 +164,7 @@ func TestUDPMessageTooBig(t *testing.T) {
 			srv := ns.listen(t, fam.server, UDPOptions{})
 			cli := ns.listen(t, fam.client, UDPOptions{})
 			readDeadline(t, srv)
-			ns.dumpV6(t, "before")
+
 			fits := 1500 - 20 - 8 // IPv4 and UDP headers
 			if fam.name == "ipv6" {
 				fits = 1500 - 40 - 8
@@ -180,11 +180,6 @@ func TestUDPMessageTooBig(t *testing.T) {
 				t.Errorf("error %q, want %q", err, want)
 			}
 			t.Logf("path MTU 1500: %v", err)
-			srv.SetReadDeadline(time.Now().Add(time.Second))
-			if k, err := srv.ReadBatch(readMsgs(1, 2048)); err != nil || k != 1 {
-				ns.dumpV6(t, "after")
-				t.FailNow()
-			}
 			got := readN(t, srv, 1, 2048)
 			checkRoundTrip(t, msgs[:1], got, cli.LocalAddr())
 			// The caller resumes after the failed datagram.
@@ -450,67 +445,78 @@ func TestUDPAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkUDPBatch sends 1024-byte datagrams (TOS 0x6A, per-datagram
-// cmsg) in batches of 64 from a client socket to a server socket in a
-// netns, read by a goroutine in batches of 64. One op is one datagram sent;
-// tx-pps and rx-pps are measured separately, loss-% is what the receiver
-// missed (the sender is not flow-controlled).
+// BenchmarkUDPBatch sends 1024-byte datagrams with TOS 0x6A in batches of 64
+// from a client socket to a server socket in a netns, read by a goroutine in
+// batches of 64. One op is one datagram sent; tx-pps and rx-pps are measured
+// separately, loss-% is what the receiver missed (the sender is not
+// flow-controlled). "cmsg" sends the TOS as a per-datagram control message,
+// "sockopt" has it as the socket's DefaultTOS (no control message).
 func BenchmarkUDPBatch(b *testing.B) {
 	for _, fam := range families {
-		b.Run(fam.name, func(b *testing.B) {
-			ns := newTestNetns(b, 0)
-			srv := ns.listen(b, fam.server, UDPOptions{})
-			cli := ns.listen(b, fam.client, UDPOptions{})
-			const batch = 64
-			sent := mkMsgs(batch, srv.LocalAddr(), 1024, func(int) uint8 { return 0x6A })
-			got := readMsgs(batch, 2048)
-			var received atomic.Int64
-			var lastRecv atomic.Int64 // ns since start
-			readerDone := make(chan struct{})
-			b.SetBytes(1024)
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			go func() {
-				defer close(readerDone)
-				for received.Load() < int64(b.N) {
-					n, err := srv.ReadBatch(got)
-					if err != nil {
-						return
-					}
-					received.Add(int64(n))
-					lastRecv.Store(int64(time.Since(start)))
+		for _, mode := range []string{"cmsg", "sockopt"} {
+			b.Run(fam.name+"/"+mode, func(b *testing.B) {
+				var opts UDPOptions
+				if mode == "sockopt" {
+					opts.DefaultTOS = 0x6A
 				}
-			}()
-			for n := 0; n < b.N; {
-				k := min(batch, b.N-n)
-				if _, err := cli.WriteBatch(sent[:k]); err != nil {
-					b.Fatal(err)
-				}
-				n += k
-			}
-			sendTime := time.Since(start)
-			// Wait for the reader to get everything, or to stall on losses.
-			for last := int64(-1); ; {
-				select {
-				case <-readerDone:
-				case <-time.After(50 * time.Millisecond):
-					if r := received.Load(); r != last {
-						last = r
-						continue
-					}
-					srv.Close()
-					<-readerDone
-				}
-				break
-			}
-			b.StopTimer()
-			r := received.Load()
-			b.ReportMetric(float64(b.N)/sendTime.Seconds(), "tx-pps")
-			if t := time.Duration(lastRecv.Load()); t > 0 {
-				b.ReportMetric(float64(r)/t.Seconds(), "rx-pps")
-			}
-			b.ReportMetric(100*float64(int64(b.N)-r)/float64(b.N), "loss-%")
-		})
+				benchmarkUDP(b, fam.server, fam.client, opts)
+			})
+		}
 	}
+}
+
+func benchmarkUDP(b *testing.B, server, client string, cliOpts UDPOptions) {
+	ns := newTestNetns(b, 0)
+	srv := ns.listen(b, server, UDPOptions{})
+	cli := ns.listen(b, client, cliOpts)
+	const batch = 64
+	sent := mkMsgs(batch, srv.LocalAddr(), 1024, func(int) uint8 { return 0x6A })
+	got := readMsgs(batch, 2048)
+	var received atomic.Int64
+	var lastRecv atomic.Int64 // ns since start
+	readerDone := make(chan struct{})
+	b.SetBytes(1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	go func() {
+		defer close(readerDone)
+		for received.Load() < int64(b.N) {
+			n, err := srv.ReadBatch(got)
+			if err != nil {
+				return
+			}
+			received.Add(int64(n))
+			lastRecv.Store(int64(time.Since(start)))
+		}
+	}()
+	for n := 0; n < b.N; {
+		k := min(batch, b.N-n)
+		if _, err := cli.WriteBatch(sent[:k]); err != nil {
+			b.Fatal(err)
+		}
+		n += k
+	}
+	sendTime := time.Since(start)
+	// Wait for the reader to get everything, or to stall on losses.
+	for last := int64(-1); ; {
+		select {
+		case <-readerDone:
+		case <-time.After(50 * time.Millisecond):
+			if r := received.Load(); r != last {
+				last = r
+				continue
+			}
+			srv.Close()
+			<-readerDone
+		}
+		break
+	}
+	b.StopTimer()
+	r := received.Load()
+	b.ReportMetric(float64(b.N)/sendTime.Seconds(), "tx-pps")
+	if t := time.Duration(lastRecv.Load()); t > 0 {
+		b.ReportMetric(float64(r)/t.Seconds(), "rx-pps")
+	}
+	b.ReportMetric(100*float64(int64(b.N)-r)/float64(b.N), "loss-%")
 }
