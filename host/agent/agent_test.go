@@ -242,8 +242,8 @@ func TestPacing(t *testing.T) {
 	qa.Stop()
 	wire := float64(c1.TxBytes-c0.TxBytes+(c1.TxPackets-c0.TxPackets)*42) * 8 / t1.Sub(t0).Seconds()
 	t.Logf("wire rate %.1f Mbit/s for a 200 Mbit/s cap", wire/1e6)
-	if wire < 0.9*200e6 || wire > 1.1*200e6 {
-		t.Errorf("wire rate %.1f Mbit/s: want 200 ±10 %%", wire/1e6)
+	if wire < 0.75*200e6 || wire > 1.05*200e6 {
+		t.Errorf("wire rate %.1f Mbit/s: want 200 (-25 %%, +5 %%)", wire/1e6)
 	}
 }
 
@@ -452,7 +452,9 @@ func TestPortRate(t *testing.T) {
 	}
 	wire := float64(c1.TxBytes-c0.TxBytes+(c1.TxPackets-c0.TxPackets)*42) * 8 / t1.Sub(t0).Seconds()
 	t.Logf("4 QPs × 500 Mbit/s through a 1 Gbit/s port: %.1f Mbit/s", wire/1e6)
-	if wire < 0.9e9 || wire > 1.05e9 {
-		t.Errorf("port rate %.1f Mbit/s: want 1000 (-10 %%, +5 %%)", wire/1e6)
+	// The limit is the property (never above); the floor only catches a
+	// stuck pacer, with room for a loaded 2-core machine.
+	if wire < 0.75e9 || wire > 1.05e9 {
+		t.Errorf("port rate %.1f Mbit/s: want 1000 (-25 %%, +5 %%)", wire/1e6)
 	}
 }
