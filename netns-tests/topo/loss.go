@@ -1,0 +1,174 @@
+//go:build linux
+
+package topo
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/fabriclab/fabriclab/bpf"
+)
+
+// RoCEv2Port is the UDP destination port of RoCEv2 (IANA), the default
+// target of a loss link.
+const RoCEv2Port = 4791
+
+// LossSpec describes random loss on one device (the kernel here has no
+// netem): each UDP datagram to UDPPort is dropped with probability
+// Fraction, independently (bpf/drop.c).
+type LossSpec struct {
+	// Fraction is the drop probability, 0..1, applied in parts per million.
+	Fraction float64
+	// UDPPort is the destination port whose datagrams may be dropped.
+	// Optional: 0 means 4791 (RoCEv2).
+	UDPPort uint16
+	// Ingress drops at the device's TCX ingress instead of its egress.
+	// Optional.
+	Ingress bool
+}
+
+// LossStats are the loss link's counters, summed over CPUs.
+type LossStats struct {
+	Packets      uint64 // every frame the program saw
+	Candidates   uint64 // UDP datagrams to the port
+	Dropped      uint64
+	DroppedBytes uint64
+	Other        uint64 // not candidates
+	Malformed    uint64 // headers cut short, passed
+}
+
+// Fraction is the measured share of candidates dropped.
+func (s LossStats) Fraction() float64 {
+	if s.Candidates == 0 {
+		return 0
+	}
+	return float64(s.Dropped) / float64(s.Candidates)
+}
+
+// LossLink is a drop program attached to one device of a node.
+type LossLink struct {
+	node   *Node
+	dev    string
+	objs   bpf.DropObjects
+	lnk    link.Link
+	closed bool
+}
+
+// FractionPPM converts a drop probability to the program's parts per
+// million.
+func FractionPPM(f float64) (uint32, error) {
+	if math.IsNaN(f) || f < 0 || f > 1 {
+		return 0, specErr("LossSpec.Fraction", "%v outside 0..1", f)
+	}
+	return uint32(math.Round(f * 1e6)), nil
+}
+
+// AddLoss attaches a loss link to dev (first in its TCX chain, so a port
+// program behind it never sees the dropped packets). Close detaches it.
+func (n *Node) AddLoss(dev string, spec LossSpec) (*LossLink, error) {
+	ppm, err := FractionPPM(spec.Fraction)
+	if err != nil {
+		return nil, err
+	}
+	if spec.UDPPort == 0 {
+		spec.UDPPort = RoCEv2Port
+	}
+	cs, err := bpf.LoadDrop()
+	if err != nil {
+		return nil, fmt.Errorf("topo: load drop spec: %w", err)
+	}
+	if err := cs.Variables[bpf.DropVarUdpDport].Set(spec.UDPPort); err != nil {
+		return nil, fmt.Errorf("topo: set udp_dport: %w", err)
+	}
+	l := &LossLink{node: n, dev: dev}
+	if err := cs.LoadAndAssign(&l.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("topo: load drop program: %+v", ve)
+		}
+		return nil, fmt.Errorf("topo: load drop program: %w", err)
+	}
+	if err := l.objs.DropCfg.Put(uint32(0), ppm); err != nil {
+		l.objs.Close()
+		return nil, fmt.Errorf("topo: set drop probability: %w", err)
+	}
+	where := ebpf.AttachTCXEgress
+	if spec.Ingress {
+		where = ebpf.AttachTCXIngress
+	}
+	err = n.Do(func() error {
+		ifi, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		l.lnk, err = link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: l.objs.DropUdp, Attach: where, Anchor: link.Head()})
+		return err
+	})
+	if err != nil {
+		l.objs.Close()
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			err = fmt.Errorf("%w (loss links need TCX, kernel >= %s)", err, tcxKernel)
+		}
+		return nil, fmt.Errorf("topo: attach drop program to %s/%s: %w", n.Name, dev, err)
+	}
+	return l, nil
+}
+
+// AddLossT is AddLoss that fails tb on error and closes in tb.Cleanup
+// (before the lab, which was built earlier).
+func (n *Node) AddLossT(tb testing.TB, dev string, spec LossSpec) *LossLink {
+	tb.Helper()
+	l, err := n.AddLoss(dev, spec)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			tb.Errorf("close loss link: %v", err)
+		}
+	})
+	return l
+}
+
+// SetFraction changes the drop probability of the live link.
+func (l *LossLink) SetFraction(f float64) error {
+	ppm, err := FractionPPM(f)
+	if err != nil {
+		return err
+	}
+	return l.objs.DropCfg.Put(uint32(0), ppm)
+}
+
+// Stats reads the counters.
+func (l *LossLink) Stats() (LossStats, error) {
+	var per []bpf.DropDropStats
+	if err := l.objs.DropCounters.Lookup(uint32(0), &per); err != nil {
+		return LossStats{}, fmt.Errorf("topo: read drop counters: %w", err)
+	}
+	var s LossStats
+	for _, c := range per {
+		s.Packets += c.Packets
+		s.Candidates += c.Candidates
+		s.Dropped += c.Dropped
+		s.DroppedBytes += c.DroppedBytes
+		s.Other += c.Other
+		s.Malformed += c.Malformed
+	}
+	return s, nil
+}
+
+// Close detaches the program and frees it. It is idempotent; not safe
+// for concurrent use with the other methods.
+func (l *LossLink) Close() error {
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	return errors.Join(l.lnk.Close(), l.objs.Close())
+}
