@@ -74,24 +74,7 @@ func rocePortConfig() qdisc.Config {
 	cfg := qdisc.DefaultConfig(roceRate)
 	cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: roceLimit, ECN: qdisc.ECNWRED,
 		MinThBytes: roceMinTh, MaxThBytes: roceMaxTh, MaxP: roceMaxP}
-	if v := os.Getenv("ROCE_WRED"); v != "" {
-		var a, b, l int
-		var p float64
-		fmt.Sscanf(v, "%d,%d,%g,%d", &a, &b, &p, &l)
-		cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: units.ByteSize(l) * units.KiB, ECN: qdisc.ECNWRED,
-			MinThBytes: units.ByteSize(a) * units.KiB, MaxThBytes: units.ByteSize(b) * units.KiB, MaxP: p}
-	}
 	return cfg
-}
-
-func init() {
-	if v := os.Getenv("ROCE_KNOBS"); v != "" {
-		roceKnobs = nil
-		for _, kv := range strings.Split(v, ",") {
-			k, val, _ := strings.Cut(kv, "=")
-			roceKnobs = append(roceKnobs, [2]string{k, val})
-		}
-	}
 }
 
 // roceKnobs turn the paper profile into what every sender runs (dcqcn.md
@@ -768,7 +751,7 @@ func TestRoCEFairness(t *testing.T) {
 			if d := r.DroppedPackets(); d != 0 {
 				t.Errorf("the RoCE class dropped %d packets", d)
 			}
-			if p99 > uint64(rocePortConfig().Classes[3].MaxThBytes) {
+			if p99 > uint64(roceMaxTh) {
 				t.Errorf("p99 of the backlog found by arrivals is in [%d, %d) B, above max_th %d B", p99-r.Curve.BinBytes, p99, uint64(roceMaxTh))
 			}
 		})

@@ -126,6 +126,6 @@ func printRoceNotes(w io.Writer, r *RoceReport) {
 		fmt.Fprintln(w, "held by N: the trigger CE came less than min_time_between_cnps after the previous CNP (often in the same receive batch); the")
 		fmt.Fprintln(w, "agent's transmit loop sends such a CNP when N has passed, so its NP time is N plus that loop's timerfd wake-up.")
 		fmt.Fprintln(w, "The port runs below what the RP's pacer delivers at its line rate, so the queue builds from Rc rather than from bursts")
-		fmt.Fprintln(w, "(the pacer releases at most max_burst packets per timerfd wake-up; above ~1 Gbit/s it delivered less than Rc here).")
+		fmt.Fprintln(w, "(paced, a QP releases at most max_burst packets back to back, woken by a timerfd 25-60 µs late; the lateness is credited back).")
 	}
 }
