@@ -39,8 +39,11 @@ func (qp *QP) onCELocked(now time.Duration, rs *replies) {
 	if np == nil {
 		return
 	}
+	_, wasPending := np.Next()
 	if !np.OnCE(now) {
-		qp.agent.kick() // pending: the transmit loop sends it when due
+		if !wasPending {
+			qp.agent.kick() // newly pending: the transmit loop sends it when due
+		}
 		return
 	}
 	if p := rs.next(); p != nil {
