@@ -235,7 +235,7 @@ func (qp *QP) Destroy() {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.drops.gone.add(&ctr)
+	a.drops.gone.Add(&ctr)
 	old := *a.qps.Load()
 	tab := make([]*QP, len(old))
 	copy(tab, old)
@@ -274,7 +274,7 @@ func (a *Agent) Counters() AgentCounters {
 	a.mu.Unlock()
 	for _, qp := range a.QPs() {
 		qc := qp.Counters()
-		c.add(&qc)
+		c.Add(&qc)
 	}
 	c.Malformed = a.drops.malformed.Load()
 	c.ICRCErrors = a.drops.icrc.Load()

@@ -51,7 +51,8 @@ type AgentCounters struct {
 	SendErrors  uint64 `json:"send_errors"`
 }
 
-func (c *Counters) add(o *Counters) {
+// Add adds o to c, field by field.
+func (c *Counters) Add(o *Counters) {
 	c.NPCNPSent += o.NPCNPSent
 	c.NPECNMarkedRoCEPackets += o.NPECNMarkedRoCEPackets
 	c.RPCNPHandled += o.RPCNPHandled

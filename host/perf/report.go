@@ -226,33 +226,10 @@ type Perftest struct {
 // serverSum is the receiving side of the sum, from the server's counters.
 func (e *End) totals() (sent, recv agent.Counters) {
 	for _, s := range e.Streams {
-		addCounters(&sent, &s.Sender.Counters)
-		addCounters(&recv, &s.Receiver.Counters)
+		sent.Add(&s.Sender.Counters)
+		recv.Add(&s.Receiver.Counters)
 	}
 	return sent, recv
-}
-
-func addCounters(c, o *agent.Counters) {
-	c.NPCNPSent += o.NPCNPSent
-	c.NPECNMarkedRoCEPackets += o.NPECNMarkedRoCEPackets
-	c.RPCNPHandled += o.RPCNPHandled
-	c.RPCNPIgnored += o.RPCNPIgnored
-	c.OutOfSequence += o.OutOfSequence
-	c.PacketSeqErr += o.PacketSeqErr
-	c.LocalAckTimeoutErr += o.LocalAckTimeoutErr
-	c.DuplicateRequest += o.DuplicateRequest
-	c.TxPackets += o.TxPackets
-	c.TxBytes += o.TxBytes
-	c.RxPackets += o.RxPackets
-	c.RxBytes += o.RxBytes
-	c.AckedBytes += o.AckedBytes
-	c.AckedMessages += o.AckedMessages
-	c.RetransmitPackets += o.RetransmitPackets
-	c.RecvBytes += o.RecvBytes
-	c.RecvMessages += o.RecvMessages
-	c.VerifyErrors += o.VerifyErrors
-	c.RemoteAccessErr += o.RemoteAccessErr
-	c.InvalidRequest += o.InvalidRequest
 }
 
 // iperfTime is the layout of iperf3's start.timestamp.time.

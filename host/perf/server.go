@@ -353,7 +353,7 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 	var tot agent.Counters
 	for _, st := range e.Streams {
 		c := &st.Receiver.Counters
-		addCounters(&tot, c)
+		tot.Add(c)
 		fmt.Fprintf(w, "%s  %6d  %9d  receiver\n", intervalPrefix(streamID(st.Receiver.QPN), 0, end, st.Receiver.Bytes, st.Receiver.BitsPerSecond),
 			c.NPECNMarkedRoCEPackets, c.NPCNPSent)
 	}
