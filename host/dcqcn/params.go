@@ -50,6 +50,13 @@ type Params struct {
 	IncreaseRule      IncreaseRule // increase_rule: stage thresholds of the increase state machine
 	ReduceTiming      ReduceTiming // reduce_timing: how rate_reduce_monitor_period coalesces CNPs
 	ClampRtAtMaxRate  bool         // clamp_rt_at_max_rate: cap Rt, not only Rc, at the max rate
+	// RateValidation (rate_validation, percent; 0 = off) skips an increase
+	// event, stage included, when the QP sent less than this share of
+	// Rc·period since the previous increase event or cut. A departure from
+	// firmware: a NIC always sends at Rc, a software sender may not (CPU,
+	// window), and a rate it does not use must not grow (RFC 7661's
+	// congestion window validation, applied to Rc).
+	RateValidation int
 }
 
 // AlphaRule says when α moves relative to a rate cut.
@@ -355,6 +362,7 @@ var variantKnobs = []knob{
 	enumKnob("increase_rule", increaseRuleNames, func(p *Params) *IncreaseRule { return &p.IncreaseRule }),
 	enumKnob("reduce_timing", reduceTimingNames, func(p *Params) *ReduceTiming { return &p.ReduceTiming }),
 	boolKnob("clamp_rt_at_max_rate", func(p *Params) *bool { return &p.ClampRtAtMaxRate }),
+	intKnob("rate_validation", "percent of Rc; 0 = off", 0, 100, func(p *Params) *int { return &p.RateValidation }),
 }
 
 func init() {

@@ -22,7 +22,7 @@ func TestKnobNames(t *testing.T) {
 	if got := KnobNames(); !slices.Equal(got, wantKnobs) {
 		t.Errorf("KnobNames = %v\nwant %v", got, wantKnobs)
 	}
-	if got := VariantNames(); !slices.IsSorted(got) || len(got) != 5 {
+	if got := VariantNames(); !slices.IsSorted(got) || len(got) != 6 {
 		t.Errorf("VariantNames = %v", got)
 	}
 }

@@ -19,6 +19,7 @@ type RPStats struct {
 	AdditiveSteps     uint64 // increase events in additive increase
 	HyperSteps        uint64 // increase events in hyper increase
 	AlphaUpdates      uint64 // α timer events (decays, or per-period samples)
+	ValidationHolds   uint64 // increase events skipped: the QP sent below rate_validation % of Rc
 	T                 uint64 // increase-timer stages since the last cut
 	BC                uint64 // byte-counter stages since the last cut
 	ByteCounter       uint64 // bytes counted toward the next BC stage
@@ -62,6 +63,11 @@ type RP struct {
 	cutNext    time.Duration
 	cutDone    bool // ReduceLeadingEdge: lastCut is valid
 	lastCut    time.Duration
+
+	// rate_validation: bytes sent since periodStart, the last increase
+	// event or cut (Rc is constant in between).
+	sentBytes   uint64
+	periodStart time.Duration
 
 	now   time.Duration
 	stats RPStats
@@ -207,6 +213,7 @@ func (r *RP) cut(now time.Duration) {
 		r.alpha = (1-r.g)*r.alpha + r.g // paper eq. (1), after the cut
 	}
 	r.t, r.bc, r.byteCounter = 0, 0, 0
+	r.sentBytes, r.periodStart = 0, now
 	if r.p.AlphaTimerRestart {
 		// Paper: α decays only after K without a CNP; ns3-rdma cancels and
 		// reschedules ResumeAlpha on every CNP.
@@ -224,12 +231,19 @@ func (r *RP) cut(now time.Duration) {
 func (r *RP) OnTransmit(now time.Duration, bytes int) {
 	r.Advance(now)
 	b := r.p.RPGByteReset
-	if !r.incArmed || bytes <= 0 || b == 0 {
+	if !r.incArmed || bytes <= 0 {
+		return
+	}
+	r.sentBytes += uint64(bytes)
+	if b == 0 {
 		return
 	}
 	r.byteCounter += uint64(bytes)
 	n := r.byteCounter / b
 	r.byteCounter %= b
+	if n > 0 && !r.saturated() && !r.validated(r.now) {
+		return // this transmit's stages are the sender's, not the rate's
+	}
 	for ; n > 0; n-- {
 		if r.saturated() {
 			r.countSaturatedSteps(false, n)
@@ -238,6 +252,26 @@ func (r *RP) OnTransmit(now time.Duration, bytes int) {
 		r.bc++
 		r.increase()
 	}
+}
+
+// validated reports whether an increase event at may raise Rc: with
+// rate_validation on, only if the QP sent at least that share of
+// Rc·(at − periodStart) since the last increase event or cut. Either way a
+// new period starts at at. A skipped event moves neither Rc, Rt nor the
+// stage counters, so a QP held back by its window or its CPU neither
+// drifts up to the line rate nor reaches hyper increase meanwhile.
+func (r *RP) validated(at time.Duration) bool {
+	sent, from := r.sentBytes, r.periodStart
+	r.sentBytes, r.periodStart = 0, at
+	if r.p.RateValidation == 0 || at <= from {
+		return true
+	}
+	expected := r.rc / 8 * (at - from).Seconds()
+	if float64(sent)*100 >= float64(r.p.RateValidation)*expected {
+		return true
+	}
+	r.stats.ValidationHolds++
+	return false
 }
 
 // Advance fires every timer event due at or before now. α timer events are
@@ -264,8 +298,10 @@ func (r *RP) Advance(now time.Duration) {
 				r.cut(at)
 			} else {
 				r.incNext = addSat(at, r.p.RPGTimeReset)
-				r.t++
-				r.increase()
+				if r.validated(at) {
+					r.t++
+					r.increase()
+				}
 			}
 		}
 		r.catchUpSaturated(now)

@@ -575,3 +575,65 @@ func BenchmarkRPAdvance(b *testing.B) {
 		r.Advance(now)
 	}
 }
+
+// rate_validation: vector 1 at 1 G with the QP sending exactly at Rc
+// recovers as without validation; a QP that sends nothing, or half of Rc,
+// keeps its Rc, Rt and stages; once it sends at Rc again the recovery
+// resumes where it stopped (fast recovery, not a hyper jump).
+func TestRateValidation(t *testing.T) {
+	p := PaperParams(units.Gbit)
+	p.RateValidation = 75
+	const T = 55 * usec
+	sendAtRc := func(r *RP, from, to time.Duration, share float64) {
+		// 1 µs sends of share·Rc, as a paced sender would.
+		for at := from + usec; at <= to; at += usec {
+			r.OnTransmit(at, int(share*float64(r.Rc())/8*1e-6+0.5))
+		}
+	}
+
+	r := mustRP(t, p)
+	r.OnCNP(0)
+	sendAtRc(r, 0, 5*T, 1)
+	if r.Rc() != mbit(984.375) || r.Stats().ValidationHolds != 0 {
+		t.Errorf("sending at Rc: Rc %v after 5 steps, %d holds; want 984.375 Mbit/s, 0 holds", r.Rc(), r.Stats().ValidationHolds)
+	}
+
+	r = mustRP(t, p)
+	r.OnCNP(0)
+	r.Advance(10 * T) // idle: nothing sent
+	checkRates(t, r, "idle for 10 periods", mbit(500), gbit(1))
+	if st := r.Stats(); st.ValidationHolds != 10 || st.T != 0 || st.FastRecoverySteps != 0 {
+		t.Errorf("idle: stats %+v, want 10 holds and no stage", st)
+	}
+	sendAtRc(r, 10*T, 12*T, 0.5) // window- or CPU-limited at half of Rc
+	checkRates(t, r, "at half of Rc", mbit(500), gbit(1))
+	sendAtRc(r, 12*T, 13*T, 1)
+	checkRates(t, r, "first step after sending at Rc", mbit(750), gbit(1))
+	if st := r.Stats(); st.ValidationHolds != 12 || st.T != 1 || st.FastRecoverySteps != 1 {
+		t.Errorf("resumed: stats %+v, want 12 holds, T 1, one fast-recovery step", st)
+	}
+
+	// Off (0): the same idle QP recovers on the timer alone (vector 1).
+	p.RateValidation = 0
+	r = mustRP(t, p)
+	r.OnCNP(0)
+	r.Advance(5 * T)
+	checkRates(t, r, "validation off, idle", mbit(984.375), gbit(1))
+
+	// Byte-counter stages are validated too: B bytes sent in a burst far
+	// below Rc·period do not count.
+	p = PaperParams(units.Gbit)
+	p.RateValidation = 75
+	p.RPGByteReset = 10_000
+	p.RPGTimeReset = 10 * time.Millisecond
+	p.DCETCPRTT = 10 * time.Millisecond
+	r = mustRP(t, p)
+	r.OnCNP(0)
+	r.OnTransmit(5*time.Millisecond, 10_000) // 16 Mbit/s against Rc 500
+	checkRates(t, r, "slow bytes", mbit(500), gbit(1))
+	r.OnTransmit(5*time.Millisecond+100*usec, 10_000) // 800 Mbit/s over 100 µs
+	checkRates(t, r, "bytes at Rc", mbit(750), gbit(1))
+	if st := r.Stats(); st.BC != 1 || st.ValidationHolds != 1 {
+		t.Errorf("byte counter: stats %+v, want BC 1, 1 hold", st)
+	}
+}
