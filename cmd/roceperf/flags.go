@@ -63,6 +63,9 @@ Client:
   --perftest                also print perftest's (ib_write_bw) preamble and
                             result table
   --window N                packets in flight per QP (default %d)
+  --inflight TIME           also bound each QP's bytes in flight to Rc x TIME,
+                            e.g. base RTT + max_th/C of the bottleneck (default
+                            0: the window only; a departure from firmware)
   --ack-every N             ask for an ACK every N packets (default %d)
   --burst N                 packets paced back to back (default %d)
   --timeout TIME            ACK timeout (default %v; a bare number is ms)
@@ -104,7 +107,7 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 // clientOnly are the flags a server refuses, as iperf3 does.
 var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "length", "mtu", "op", "b", "bitrate",
 	"cc", "dcqcn-profile", "dcqcn", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
-	"window", "ack-every", "burst", "timeout", "retry"}
+	"window", "inflight", "ack-every", "burst", "timeout", "retry"}
 
 func versionLine() string {
 	return fmt.Sprintf("roceperf %s (fabriclab; %s %s/%s; side-channel protocol %d)",
@@ -159,6 +162,7 @@ func parseArgs(args []string) (*options, error) {
 		verify   = boolean("verify")
 		perftest = boolean("perftest")
 		window   = str("", "window")
+		inflight = str("", "inflight")
 		ackEvery = str("", "ack-every")
 		burst    = str("", "burst")
 		timeout  = str("", "timeout")
@@ -329,6 +333,13 @@ func parseArgs(args []string) (*options, error) {
 			return nil, err
 		}
 		c.AckReqEvery = min(c.AckReqEvery, c.Window)
+	}
+	if *inflight != "" {
+		d, perr := units.ParseDuration(*inflight)
+		if perr != nil || d < 0 || d > time.Second {
+			return nil, mustBe("--inflight", *inflight, "0..1s (e.g. 10ms)")
+		}
+		c.InflightTime = d
 	}
 	if *ackEvery != "" {
 		if c.AckReqEvery, err = intIn("--ack-every", *ackEvery, 1, c.Window); err != nil {

@@ -66,6 +66,16 @@ type QPConfig struct {
 	CNPDSCP   uint8
 	// Window is the number of packets the requester may have unacknowledged.
 	Window int
+	// InflightTime bounds what the requester has unacknowledged to the
+	// bytes its rate (Rc, or RateCap) sends in this time, at least 2
+	// packets, besides Window. A NIC that sends at Rc through a queue
+	// that marks up to max_th holds about Rc·(base RTT + max_th/C) in
+	// flight; set that here. It is a departure from firmware (a NIC has
+	// no such bound): a software sender that falls behind its Rc (CPU,
+	// scheduling) would otherwise catch up with a whole window at once,
+	// and the queue would follow n × Window instead of DCQCN. Optional:
+	// 0 means Window only; unpaced QPs use Window only.
+	InflightTime time.Duration
 	// AckReqEvery sets AckReq on every n-th packet (and always on a
 	// message's last packet and when the window fills): the responder ACKs
 	// only those, which coalesces ACKs.
@@ -127,6 +137,8 @@ func (c *QPConfig) Validate() error {
 		return fmt.Errorf("agent: min_time_between_cnps %v: must be 0..1s", c.CNPPeriod)
 	case c.Window < 1 || c.Window > 1<<20:
 		return fmt.Errorf("agent: window %d: must be 1..%d packets", c.Window, 1<<20)
+	case c.InflightTime < 0 || c.InflightTime > time.Second:
+		return fmt.Errorf("agent: inflight_time %v: must be 0..1s", c.InflightTime)
 	case c.AckReqEvery < 1 || c.AckReqEvery > c.Window:
 		return fmt.Errorf("agent: ackreq_every %d: must be 1..window (%d)", c.AckReqEvery, c.Window)
 	case c.AckTimeout < 10*time.Microsecond || c.AckTimeout > time.Minute:
@@ -218,8 +230,15 @@ type requester struct {
 	// 24-bit PSN): everything below una is acknowledged, nxt is sent next,
 	// max is one past the highest ever sent (below it is a retransmission).
 	una, nxt, max uint64
-	lastProgress  time.Duration
-	retries       int
+	// window is the packets the requester may have unacknowledged now:
+	// Window, or less under InflightTime.
+	window uint64
+	// ackEvery is AckReqEvery, or less at a low rate.
+	ackEvery uint64
+	// ackReqMax is one past the highest packet sent with AckReq.
+	ackReqMax    uint64
+	lastProgress time.Duration
+	retries      int
 	// Pacer at Rc (or RateCap), MaxBurst packets deep.
 	pace bucket
 	rp   *dcqcn.RP
@@ -319,6 +338,8 @@ func (qp *QP) Start(s Stream) error {
 	r.active = true
 	r.ppm = uint64((s.MessageBytes + qp.cfg.MTU - 1) / qp.cfg.MTU)
 	r.limit = ^uint64(0)
+	r.window = uint64(qp.cfg.Window)
+	r.ackEvery = uint64(qp.cfg.AckReqEvery)
 	if s.Messages > 0 {
 		r.limit = s.Messages * r.ppm
 	}

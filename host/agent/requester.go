@@ -75,6 +75,22 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 	r.pace.at = now
 	portBlocked := false
 	window := uint64(qp.cfg.Window)
+	if qp.cfg.InflightTime > 0 && rate > 0 {
+		// Rc·InflightTime in packets of this path MTU, at least 2.
+		pkts := uint64(rate * qp.cfg.InflightTime.Seconds() / float64(qp.wireBytes(qp.cfg.MTU, false)))
+		window = min(window, max(pkts, 2))
+	}
+	r.window = window
+	// AckReq every AckReqEvery packets, or more often when that many take
+	// over a quarter of the ACK timeout at this rate: a slow QP (Rc near
+	// Rmin) would otherwise time out on packets it sent without one.
+	r.ackEvery = uint64(qp.cfg.AckReqEvery)
+	if rate > 0 {
+		pktTime := float64(qp.wireBytes(qp.cfg.MTU, false)) / rate // s
+		if k := uint64(qp.cfg.AckTimeout.Seconds() / 4 / pktTime); k < r.ackEvery {
+			r.ackEvery = max(k, 1)
+		}
+	}
 	// Paced, a QP sends at most MaxBurst packets back to back; unpaced it
 	// fills the batch (fewer, larger sendmmsg calls).
 	perPass := qp.cfg.MaxBurst
@@ -82,8 +98,14 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 		perPass = len(out)
 	}
 	for sent := 0; n < len(out) && sent < perPass; sent++ {
-		if r.nxt >= r.limit || r.nxt-r.una >= window {
-			break // the window or the stream end; an ACK kicks the loop
+		if r.nxt >= r.limit {
+			break // the stream end
+		}
+		// A full window waits for an ACK, which comes only for a packet
+		// with AckReq. The window shrinks with Rc, so it can fill up with
+		// packets sent without one: then one more goes, asking.
+		if r.nxt-r.una >= window && (r.ackReqMax > r.una || r.nxt == r.una) {
+			break // an ACK kicks the loop
 		}
 		if rate > 0 && !r.pace.ready() {
 			break
@@ -156,8 +178,11 @@ func (qp *QP) buildDataLocked(b []byte, idx uint64) int {
 	h.BTH.PKey = roce.DefaultPKey
 	h.BTH.DestQP = qp.mu.peer.QPN
 	h.BTH.PSN = qp.psn(r.initPSN, idx)
-	h.BTH.AckReq = last || (idx+1)%uint64(qp.cfg.AckReqEvery) == 0 ||
-		idx+1-r.una >= uint64(qp.cfg.Window) || idx+1 == r.limit
+	h.BTH.AckReq = last || (idx+1)%r.ackEvery == 0 ||
+		idx+1-r.una >= r.window || idx+1 == r.limit
+	if h.BTH.AckReq {
+		r.ackReqMax = max(r.ackReqMax, idx+1)
+	}
 	write := s.Op == OpWrite
 	switch {
 	case r.ppm == 1 && write:
@@ -258,7 +283,7 @@ func (qp *QP) advanceLocked(now time.Duration, una uint64) {
 	// first and last ones.
 	qp.mu.ctr.AckedBytes += qp.payloadBelow(una) - qp.payloadBelow(r.una)
 	qp.mu.ctr.AckedMessages = una / r.ppm
-	wasBlocked := r.nxt-r.una >= uint64(qp.cfg.Window)
+	wasBlocked := r.nxt-r.una >= r.window
 	r.una = una
 	r.nxt = max(r.nxt, una)
 	r.lastProgress = now

@@ -129,11 +129,14 @@ type ClientConfig struct {
 	Verify bool
 	// Advanced RC settings; 0 means agent.DefaultQPConfig's value (window
 	// 512 packets, AckReq every 32, burst 4, ACK timeout 16 ms, 7 retries).
-	Window      int           // --window, packets unacknowledged at most
-	AckReqEvery int           // --ack-every, AckReq on every n-th packet
-	MaxBurst    int           // --burst, packets paced back to back
-	AckTimeout  time.Duration // --timeout, local ACK timeout
-	RetryCount  int           // --retry, timeouts in a row before the QP fails
+	Window int // --window, packets unacknowledged at most
+	// InflightTime (--inflight) bounds each QP's unacknowledged bytes to
+	// Rc·InflightTime (agent.QPConfig.InflightTime); 0 means Window only.
+	InflightTime time.Duration
+	AckReqEvery  int           // --ack-every, AckReq on every n-th packet
+	MaxBurst     int           // --burst, packets paced back to back
+	AckTimeout   time.Duration // --timeout, local ACK timeout
+	RetryCount   int           // --retry, timeouts in a row before the QP fails
 	// OnInterval, if set, is called with each interval report as it is
 	// taken, from RunClient's goroutine (keep it short).
 	OnInterval func(Interval)
@@ -256,6 +259,8 @@ func (c ClientConfig) Validate() error {
 		return flagErr("-O", seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
 	case c.Window < 1 || c.Window > 1<<20:
 		return flagErr("--window", c.Window, "1..%d packets", 1<<20)
+	case c.InflightTime < 0 || c.InflightTime > time.Second:
+		return flagErr("--inflight", c.InflightTime, "0..1s")
 	case c.AckReqEvery < 1 || c.AckReqEvery > c.Window:
 		return flagErr("--ack-every", c.AckReqEvery, "1..%d packets (the window)", c.Window)
 	case c.MaxBurst < 1 || c.MaxBurst > 256:
