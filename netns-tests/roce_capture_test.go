@@ -158,6 +158,7 @@ func psnIn(psn, first uint32, n uint64) bool {
 // Wireshark's InfiniBand dissector (opcodes, QPNs, PSNs, IP header) and
 // scapy's ICRC.
 func TestRoCECapture(t *testing.T) {
+	roceSize(t)
 	tshark, errT := exec.LookPath("tshark")
 	requireTool(t, "tshark", "apt-get install tshark", errT == nil)
 	_, errD := exec.LookPath("tcpdump")

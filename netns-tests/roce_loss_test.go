@@ -269,6 +269,7 @@ func TestRoCELossProgramRandom(t *testing.T) {
 // verified stream of a fixed size: RC's go-back-N must deliver every byte
 // intact, exercising NAKs, out-of-sequence arrivals and retransmissions.
 func TestRoCELossGoBackN(t *testing.T) {
+	roceSize(t)
 	b := newRoCEBed(t, 1, rocePortConfig())
 	const fraction = 0.01
 	loss := b.d.Senders[0].AddLossT(t, "eth0", topo.LossSpec{Fraction: fraction})

@@ -31,10 +31,8 @@ import (
 // TestRoCEFairness and TestRoCELateJoiner run the roceperf client and
 // server (host/perf) and read per-flow goodput from its interval reports.
 const (
-	roceRate = units.Gbit // the bottleneck port and every sender's line rate
-	// roceMTU is the RoCE path MTU: 4 KB payloads keep the packet rate near
-	// 30 kpps at 1 Gbit/s, which two shared cores carry with room to spare;
-	// the links get jumbo frames for it.
+	// roceMTU is the RoCE path MTU: 4 KB payloads keep the packet rate at
+	// 15-30 kpps (500 Mbit/s - 1 Gbit/s); the links get jumbo frames for it.
 	roceMTU      = 4096
 	roceLinkMTU  = 9000
 	roceMsgBytes = 64 << 10 // one RDMA WRITE message: 16 packets
@@ -54,6 +52,14 @@ const (
 	// 1 run of 10; with 2, 57-365 KB (sojourn p99 0.13 ms) and no mark in 10,
 	// at 98-99.5 % of the payload capacity.
 	roceMaxBurst = 2
+	// roceBaseRTT is the base RTT in roceInflight: the agents' scheduling,
+	// not the wire.
+	roceBaseRTT = time.Millisecond
+	// roceAckTimeout is IB local ACK timeout 16 (4.096 us x 2^16), not the
+	// agent's default 14 (67 ms): the lossless tests assert zero
+	// retransmissions, and an agent starved of CPU for 67 ms by other load
+	// would resend packets that were never lost.
+	roceAckTimeout = 4096 * time.Nanosecond << 16
 )
 
 // WRED on the RoCE class (DSCP 26 -> class 3; CNPs, DSCP 48, go to the
@@ -74,12 +80,19 @@ const (
 // 4 senders at line rate (2-4 MB before their first CNPs take effect),
 // which PFC does on a real fabric, and puts max_th on a marking-curve bin
 // edge (bins of 256 KiB), so "p99 <= max_th" is read exactly from the
-// curve.
-const (
+// curve. These are the values at 1 Gbit/s; roceSize scales them with the
+// rate the machine carries, keeping their sojourns (4.2 / 8.4 / 67 ms).
+const roceMaxP = 0.2
+
+// The lab's line rate and what follows from it; roceSize sets them.
+var (
+	roceRate  = units.Gbit // the bottleneck port and every sender's line rate
 	roceMinTh = 512 * units.KiB
 	roceMaxTh = 1 * units.MiB
-	roceMaxP  = 0.2
 	roceLimit = 8 * units.MiB
+	// roceInflight bounds each sender's bytes in flight to Rc times this:
+	// base RTT + max_th/C (agent.QPConfig.InflightTime).
+	roceInflight = roceBaseRTT + drainTime(roceMaxTh, roceRate)
 )
 
 // rocePortConfig is the bottleneck port of every RoCE test.
@@ -121,6 +134,7 @@ var roceKnobs = [][2]string{
 	{"min_time_between_cnps", "2000"},
 	{"clamp_tgt_rate", "0"},
 	{"clamp_tgt_rate_after_time_inc", "1"},
+	{"rate_validation", "75"},
 }
 
 // roceParams is the DCQCN configuration of every sender.
@@ -280,6 +294,8 @@ func senderQPConfig(p dcqcn.Params) agent.QPConfig {
 	cfg.CNPPeriod = p.MinTimeBetweenCNPs
 	cfg.CNPDSCP = p.CNPDSCP
 	cfg.MaxBurst = roceMaxBurst
+	cfg.InflightTime = roceInflight
+	cfg.AckTimeout = roceAckTimeout
 	return cfg
 }
 
@@ -538,6 +554,7 @@ func runFlows(t *testing.T, b *roceBed, flows []*roceFlow, d time.Duration) []sa
 // congestion, so the goodput is the port's payload capacity, no CE mark is
 // made and DCQCN never engages.
 func TestRoCEOneFlow(t *testing.T) {
+	roceSize(t)
 	b := newRoCEBed(t, 1, rocePortConfig())
 	f := b.dial(t, 0, senderQPConfig(roceParams(t)), false)
 	const run, skip = 5 * time.Second, 1 * time.Second
@@ -656,6 +673,8 @@ func perfClientConfig(server string, d time.Duration) perf.ClientConfig {
 	}
 	c.Interval = roceInterval
 	c.MaxBurst = roceMaxBurst
+	c.InflightTime = roceInflight
+	c.AckTimeout = roceAckTimeout
 	return c
 }
 
@@ -709,6 +728,7 @@ func runPerfClients(t *testing.T, b *roceBed, server string, run time.Duration, 
 // one 1 Gbit/s port: DCQCN shares it fully and fairly, without drops, with
 // the queue on the WRED curve.
 func TestRoCEFairness(t *testing.T) {
+	roceSize(t)
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%d-senders", n), func(t *testing.T) {
 			b := newPortBed(t, n, rocePortConfig())
@@ -752,6 +772,11 @@ func TestRoCEFairness(t *testing.T) {
 				}
 				t.Logf("%-4s %9s %11d %11d %11d %9d %7.3f %9s %7d %7d %7d", pr.name, mbit(goodput[i]), srv.NPCNPSent, srv.NPECNMarkedRoCEPackets, cli.RPCNPHandled, cli.RPCNPIgnored,
 					alpha, mbit(float64(rc)), cli.RetransmitPackets, srv.OutOfSequence, cli.LocalAckTimeoutErr)
+				for _, ti := range pr.ivs {
+					if st := ti.iv.Streams[0]; st.Retransmits > 0 {
+						t.Logf("%s: %d packets retransmitted in [%.1f, %.1f] s", pr.name, st.Retransmits, st.Start, st.End)
+					}
+				}
 				if srv.NPCNPSent == 0 || cli.RPCNPHandled == 0 {
 					t.Errorf("%s: np_cnp_sent %d, rp_cnp_handled %d: DCQCN never engaged", pr.name, srv.NPCNPSent, cli.RPCNPHandled)
 				}
@@ -766,6 +791,15 @@ func TestRoCEFairness(t *testing.T) {
 			if d := r.DroppedPackets(); d != 0 {
 				t.Errorf("the RoCE class dropped %d packets", d)
 			}
+			// Lossless: no loss anywhere, so nothing is sent twice.
+			if backlogDrops != 0 || rcvbufDrops != 0 {
+				t.Errorf("drops outside the port: %d in per-CPU backlogs, %d in the receiver's UDP receive buffer", backlogDrops, rcvbufDrops)
+			}
+			for _, pr := range runs {
+				if c := pr.report.End.Streams[0].Sender.Counters; c.RetransmitPackets != 0 || c.LocalAckTimeoutErr != 0 {
+					t.Errorf("%s: %d packets retransmitted, %d ACK timeouts in a lossless run", pr.name, c.RetransmitPackets, c.LocalAckTimeoutErr)
+				}
+			}
 			if p99 > uint64(roceMaxTh) {
 				t.Errorf("p99 of the backlog found by arrivals is in [%d, %d) B, above max_th %d B", p99-r.Curve.BinBytes, p99, uint64(roceMaxTh))
 			}
@@ -777,6 +811,7 @@ func TestRoCEFairness(t *testing.T) {
 // share: over the last third each flow is within ±15 % of half the port's
 // payload capacity.
 func TestRoCELateJoiner(t *testing.T) {
+	roceSize(t)
 	b := newPortBed(t, 2, rocePortConfig())
 	server := startPerfServer(t, b.d)
 	const run = 12 * time.Second

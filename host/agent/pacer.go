@@ -33,10 +33,20 @@ func (b *bucket) ready() bool { return b.tokens > 0 }
 
 func (b *bucket) spend(bytes int) { b.tokens -= float64(bytes) }
 
+// maxBurstWait bounds how long the pacer waits to send a whole burst.
+const maxBurstWait = 200 * time.Microsecond
+
 // wait returns when a whole burst (depth) is due: fewer wakeups, and the
-// lateness credit keeps the average at the rate.
+// lateness credit keeps the average at the rate. At a low rate, where a
+// burst takes longer than maxBurstWait to earn, it returns when the next
+// packet may go: a QP near Rmin must not hold a packet back for several
+// packet times (its ACK timeout runs meanwhile).
 func (b *bucket) wait(now time.Duration, rate, depth float64) time.Duration {
-	b.wakeAt = now + time.Duration((depth-b.tokens)/rate*1e9) + 1
+	need := depth - b.tokens
+	if need/rate > maxBurstWait.Seconds() {
+		need = max(-b.tokens, 0) + 1
+	}
+	b.wakeAt = now + time.Duration(need/rate*1e9) + 1
 	return b.wakeAt
 }
 

@@ -101,10 +101,7 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 		if r.nxt >= r.limit {
 			break // the stream end
 		}
-		// A full window waits for an ACK, which comes only for a packet
-		// with AckReq. The window shrinks with Rc, so it can fill up with
-		// packets sent without one: then one more goes, asking.
-		if r.nxt-r.una >= window && (r.ackReqMax > r.una || r.nxt == r.una) {
+		if !r.windowOpen(window) {
 			break // an ACK kicks the loop
 		}
 		if rate > 0 && !r.pace.ready() {
@@ -142,7 +139,7 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 		qp.mu.ctr.TxBytes += uint64(p.n)
 		n++
 	}
-	if r.nxt < r.limit && r.nxt-r.una < window {
+	if r.nxt < r.limit && r.windowOpen(window) {
 		switch {
 		case rate > 0 && !r.pace.ready():
 			next = min(next, r.pace.wait(now, rate, burst))
@@ -158,6 +155,14 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 		}
 	}
 	return n, next
+}
+
+// windowOpen reports whether the window lets another packet go. A full
+// window waits for an ACK, which comes only for a packet with AckReq; the
+// window shrinks with Rc, so it can fill up with packets sent without one:
+// then one more goes, asking.
+func (r *requester) windowOpen(window uint64) bool {
+	return r.nxt-r.una < window || (r.ackReqMax <= r.una && r.nxt > r.una)
 }
 
 // buildDataLocked writes packet idx of the stream into b: opcode by its
