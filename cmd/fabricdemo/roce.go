@@ -104,6 +104,11 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	scfg.CNPDSCP = p.CNPDSCP
 	scfg.BufferBytes = 64 << 10 // nothing is written to the senders
 	scfg.AckTimeout = ackTimeoutFor(d.cfg.Classes[qdisc.ClassRoCE].LimitBytes, o.rate)
+	// In flight at most Rc·(base RTT + max_th/C), as a NIC at Rc through a
+	// queue at max_th holds (agent.QPConfig.InflightTime): a sender that
+	// fell behind cannot catch up with a whole window at once.
+	maxTh := d.cfg.Classes[qdisc.ClassRoCE].MaxThBytes
+	scfg.InflightTime = demoBaseRTT + time.Duration(float64(maxTh)*8/float64(o.rate)*1e9)
 	rcfg := agent.DefaultQPConfig()
 	rcfg.MTU = o.mtu
 	rcfg.NP = true
@@ -362,14 +367,18 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	return errors.Join(errs...)
 }
 
+// demoBaseRTT is the base RTT of the in-flight bound: the agents'
+// scheduling on shared cores, not the wire.
+const demoBaseRTT = time.Millisecond
+
 // ackTimeoutFor is the requesters' local ACK timeout: the smallest IB
-// timeout value (4.096 µs·2^n) from 14 up (67 ms, a common setting) that
+// timeout value (4.096 µs·2^n) from 16 up (268 ms) that
 // is at least four times the time a full class buffer takes to drain, so
 // a deep queue is never taken for a loss. The agent's default (16 ms) is
 // shorter than the 2 MB buffer's 16.8 ms at 1 Gbit/s.
 func ackTimeoutFor(limit units.ByteSize, rate units.Rate) time.Duration {
 	drain := time.Duration(float64(limit) * 8 / float64(rate) * 1e9)
-	n := 14
+	n := 16 // 268 ms: an agent starved of CPU for 67 ms must not resend
 	for ; n < 23 && 4096*time.Nanosecond<<n < 4*drain; n++ {
 	}
 	return 4096 * time.Nanosecond << n

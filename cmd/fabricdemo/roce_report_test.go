@@ -341,7 +341,7 @@ func TestRenderRoCESummary(t *testing.T) {
 		"NP  receiver  np_ecn_marked_roce_packets 120 (= CE packets out of the port: OK), np_cnp_sent 100",
 		"RP  senders   rp_cnp_handled 100, rp_cnp_ignored 0 (no CNP lost), rate cuts 100",
 		"backlog    while all competed (101 samples, every 10.0ms): p50 90KB  p99 190KB",
-		"[ok  ] queue p50 90KB, p99 190KB between min_th 50KB and max_th 1000KB",
+		"[ok  ] queue p50 90KB (want >= min_th/2 25KB), p99 190KB (want <= max_th 1000KB)",
 		"Marking curve: observed vs configured",
 	} {
 		if !strings.Contains(out, want) {
@@ -431,9 +431,9 @@ func TestAckTimeout(t *testing.T) {
 		rate  units.Rate
 		want  time.Duration
 	}{
-		{2 * units.MiB, units.Gbit, 67108864 * time.Nanosecond},         // 16.8 ms to drain: 14
+		{2 * units.MiB, units.Gbit, 268435456 * time.Nanosecond},        // 16.8 ms to drain: never below 16
 		{2 * units.MiB, 100 * units.Mbit, 1073741824 * time.Nanosecond}, // 168 ms: 18
-		{64 * units.KiB, 10 * units.Gbit, 67108864 * time.Nanosecond},   // never below 14
+		{64 * units.KiB, 10 * units.Gbit, 268435456 * time.Nanosecond},  // never below 16
 		{1 << 30, units.Mbit, 4096 * time.Nanosecond << 23},             // capped at 23 (34 s)
 	} {
 		if got := ackTimeoutFor(tc.limit, tc.rate); got != tc.want {
@@ -510,12 +510,12 @@ func TestParseFlagsRoCE(t *testing.T) {
 	if o == nil || code != exitOK {
 		t.Fatalf("defaults: %d %s", code, errb.String())
 	}
-	if o.traffic != trafficRoCE || o.profile != "paper" || o.timescale != 40 || o.mtu != 4096 || o.plotPath != defaultPlot || o.qps != 1 {
+	if o.traffic != trafficRoCE || o.profile != "paper" || o.timescale != 80 || o.rate != 500*units.Mbit || o.mtu != 4096 || o.plotPath != defaultPlot || o.qps != 1 {
 		t.Errorf("defaults %+v", o)
 	}
-	if o.params.RPGTimeReset != 2200*time.Microsecond || o.params.DCETCPRTT != 2200*time.Microsecond ||
-		o.params.MinTimeBetweenCNPs != 2*time.Millisecond || o.params.RPGAIRate != units.Mbit {
-		t.Errorf("paper at 1gbit, x40: %+v", o.params)
+	if o.params.RPGTimeReset != 4400*time.Microsecond || o.params.DCETCPRTT != 4400*time.Microsecond ||
+		o.params.MinTimeBetweenCNPs != 4*time.Millisecond || o.params.RPGAIRate != 500*units.Kbit || o.params.RateValidation != 75 {
+		t.Errorf("paper at 500mbit, x80: %+v", o.params)
 	}
 	o, _ = parseFlags([]string{"-profile", "mlx5", "-timescale", "1", "-dcqcn", "rpg_ai_rate=2,rpg_time_reset=100", "-dcqcn", "rpg_threshold=3",
 		"-qps", "2", "-mtu", "1024", "-wred", "min=20kb,p=0.2", "-plot", "", "-sample", "5ms"}, &out, &errb)
