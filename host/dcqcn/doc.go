@@ -58,6 +58,13 @@
 //	rpg_gd                         11: cut α/2                         11: cut α/2
 //	rpg_byte_reset                 B = 10 MB                           32767 bytes
 //
+// Not firmware, off in both profiles: rate_validation (percent) skips an
+// increase step, stage included, when the QP sent less than that share of
+// Rc since the previous step or cut. A NIC always sends at Rc; a software
+// sender held back by its CPU or its window must not see Rc drift up to the
+// line rate meanwhile and then burst (RFC 7661's congestion window
+// validation, applied to a rate). The lab (netns tests, fabricdemo) runs 75.
+//
 // In both, rpg_byte_reset 0 turns the byte counter off (BC stays 0, so
 // after fast recovery every step is additive), the rate limiter stays
 // engaged after the first CNP (only that CNP is "first"), and events due at
