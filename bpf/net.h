@@ -65,4 +65,168 @@ static __always_inline __u8 ipv6_dsfield(const struct ipv6hdr *ip6)
 	return (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 }
 
+/*
+ * Shared parsing helpers, added for np.c (the other programs keep their own
+ * parsers). Everything above this comment is unchanged. Names carry a net_
+ * or roce_ prefix so that they cannot clash with what a program declares for
+ * itself (drop.c has its own struct udphdr and IPPROTO_UDP).
+ */
+#include <bpf/bpf_endian.h>
+
+#define NET_IPPROTO_UDP 17
+#define NET_IPV4_FLAG_DF 0x4000
+#define NET_IPV4_FLAG_MF 0x2000
+#define NET_IPV4_FRAG_OFFSET 0x1FFF /* in 8-byte units */
+#define NET_IPV4_MIN_IHL 5          /* 32-bit words: a header without options */
+
+/* UDP (RFC 768). */
+struct net_udphdr {
+	__be16 source;
+	__be16 dest;
+	__be16 len;
+	__sum16 check;
+};
+
+/* net_l3 walks Ethernet and up to VLAN_MAX_DEPTH in-band 802.1Q/802.1ad tags
+ * to the network header. It sets *proto (network order; a VLAN ethertype if
+ * there were more tags), *off and *tags, and returns -1 if a header is cut
+ * short of data_end. */
+static __always_inline int net_l3(void *data, void *data_end, __be16 *proto, __u32 *off, __u8 *tags)
+{
+	struct ethhdr *eth = data;
+	__u32 o = sizeof(*eth);
+	__u8 n = 0;
+	__be16 p;
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	p = eth->h_proto;
+
+#pragma unroll
+	for (int i = 0; i < VLAN_MAX_DEPTH; i++) {
+		struct vlan_hdr *vh;
+
+		if (p != bpf_htons(ETH_P_8021Q) && p != bpf_htons(ETH_P_8021AD))
+			break;
+		vh = data + o;
+		if ((void *)(vh + 1) > data_end)
+			return -1;
+		p = vh->h_vlan_encapsulated_proto;
+		o += sizeof(*vh);
+		n++;
+	}
+	*proto = p;
+	*off = o;
+	*tags = n;
+	return 0;
+}
+
+/* RoCEv2 (shared/reference/roce-wire.md; IBTA Vol. 1 §9.2, Annex A17). */
+#define ROCE_UDP_PORT 4791
+#define ROCE_BTH_LEN 12
+#define ROCE_ICRC_LEN 4
+#define ROCE_CNP_RSVD_LEN 16    /* zero bytes after a CNP's BTH (A17.9.3) */
+#define ROCE_OP_RC_LAST_REQUEST 0x0B /* RC SEND_FIRST 0x00 .. RDMA_WRITE_ONLY_WITH_IMMEDIATE */
+#define ROCE_OP_CNP 0x81
+#define ROCE_BTH_TVER_MASK 0x0F /* byte 1 */
+#define ROCE_BTH_FECN 0x80      /* byte 4 */
+#define ROCE_BTH_BECN 0x40      /* byte 4 */
+#define ROCE_QPN_MASK 0xFFFFFF
+
+/* Base Transport Header, 12 bytes, big-endian fields. */
+struct roce_bth {
+	__u8 opcode;
+	__u8 flags;     /* SE 0x80 | M 0x40 | PadCnt 0x30 | TVer 0x0F */
+	__be16 pkey;
+	__u8 ecn;       /* F 0x80 | B 0x40 | reserved: the byte the ICRC masks */
+	__u8 destqp[3];
+	__u8 ack;       /* AckReq 0x80 | reserved */
+	__u8 psn[3];
+};
+
+static __always_inline __u32 roce_bth_destqp(const struct roce_bth *bth)
+{
+	return (__u32)bth->destqp[0] << 16 | (__u32)bth->destqp[1] << 8 | bth->destqp[2];
+}
+
+enum net_roce_result {
+	NET_ROCE_OK = 0,    /* RoCEv2, the BTH inside the linear data */
+	NET_ROCE_OTHER,     /* not RoCEv2: non-IP, not UDP to 4791, IPv6 extension
+			     * headers, an IPv4 fragment other than the first */
+	NET_ROCE_TRUNCATED, /* a header cut short by data_end or by the UDP length */
+};
+
+/* Where a RoCEv2 packet's headers are. The pointers are bounds-checked
+ * against the data_end given to net_parse_roce. */
+struct net_roce {
+	void *l3; /* struct iphdr or struct ipv6hdr */
+	struct net_udphdr *udp;
+	struct roce_bth *bth;
+	__u32 l3_off;
+	__be16 l3_proto;     /* ETH_P_IP or ETH_P_IPV6, network order */
+	__u8 vlan_tags;      /* in-band tags in front of the IP header */
+	__u8 dsfield;        /* DSCP << 2 | ECN */
+	__u8 ipv4_options;   /* the IPv4 header is longer than 20 bytes */
+	__u8 ipv4_fragment;  /* the first fragment of a fragmented datagram */
+};
+
+/* net_parse_roce finds the BTH of a RoCEv2 packet behind Ethernet, up to
+ * VLAN_MAX_DEPTH tags, IPv4 (options allowed) or IPv6 (no extension
+ * headers) and UDP to ROCE_UDP_PORT. The UDP length must cover a BTH and an
+ * ICRC. */
+static __always_inline enum net_roce_result net_parse_roce(void *data, void *data_end, struct net_roce *r)
+{
+	struct net_udphdr *udp;
+	struct roce_bth *bth;
+	__be16 proto;
+	__u32 off;
+
+	if (net_l3(data, data_end, &proto, &off, &r->vlan_tags))
+		return NET_ROCE_TRUNCATED;
+	r->l3_off = off;
+	r->l3_proto = proto;
+	r->l3 = data + off;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + off;
+
+		if ((void *)(ip + 1) > data_end)
+			return NET_ROCE_TRUNCATED;
+		if (ip->version != 4 || ip->ihl < NET_IPV4_MIN_IHL)
+			return NET_ROCE_OTHER;
+		if (ip->protocol != NET_IPPROTO_UDP)
+			return NET_ROCE_OTHER;
+		if (ip->frag_off & bpf_htons(NET_IPV4_FRAG_OFFSET))
+			return NET_ROCE_OTHER; /* no UDP header in a later fragment */
+		r->ipv4_fragment = !!(ip->frag_off & bpf_htons(NET_IPV4_FLAG_MF));
+		r->ipv4_options = ip->ihl > NET_IPV4_MIN_IHL;
+		r->dsfield = ip->tos;
+		udp = (void *)ip + ip->ihl * 4;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + off;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return NET_ROCE_TRUNCATED;
+		if (ip6->version != 6 || ip6->nexthdr != NET_IPPROTO_UDP)
+			return NET_ROCE_OTHER;
+		r->ipv4_fragment = 0;
+		r->ipv4_options = 0;
+		r->dsfield = ipv6_dsfield(ip6);
+		udp = (void *)(ip6 + 1);
+	} else {
+		return NET_ROCE_OTHER;
+	}
+	if ((void *)(udp + 1) > data_end)
+		return NET_ROCE_TRUNCATED;
+	if (udp->dest != bpf_htons(ROCE_UDP_PORT))
+		return NET_ROCE_OTHER;
+	if (bpf_ntohs(udp->len) < sizeof(*udp) + ROCE_BTH_LEN + ROCE_ICRC_LEN)
+		return NET_ROCE_TRUNCATED;
+	bth = (void *)(udp + 1);
+	if ((void *)(bth + 1) > data_end)
+		return NET_ROCE_TRUNCATED;
+	r->udp = udp;
+	r->bth = bth;
+	return NET_ROCE_OK;
+}
+
 #endif
