@@ -1,0 +1,220 @@
+// Package npbpf is the DCQCN notification point (NP) in the kernel: eBPF
+// programs on the receiver's device turn a CE-marked RoCEv2 data packet
+// into a CNP sent back out of the same device, so the CNP does not wait for
+// the agent's receive loop (dcqcn.md §NP, roce-wire.md §CNP). The programs
+// are bpf/np.c; its header comment has the packet path.
+//
+// The agent tells the NP about a QP when the QP connects (AddQP) and when
+// it goes away (RemoveQP); Counters reads the QP's mlx5-named counters. NP
+// (attached to a device) and Objects (loaded only, for BPF_PROG_RUN tests)
+// both implement NPOffload, the interface the agent depends on.
+//
+// Coalescing per QP follows host/dcqcn.NP with one difference: there is no
+// timer. A CE within N (min_time_between_cnps) of the QP's last CNP makes a
+// CNP pending; it leaves with the QP's first RC request packet that arrives
+// N or more after the last CNP, not exactly at N. Two CNPs of a QP never
+// leave the egress program less than N apart.
+package npbpf
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/roce"
+)
+
+const (
+	// DefaultCNPDSCP is the DSCP of CNPs when QPContext.CNPDSCP is 0:
+	// priority 6, so a CNP does not queue behind what it reports (mlx5
+	// cnp_dscp).
+	DefaultCNPDSCP = 48
+	// MaxMinTimeBetweenCNPs bounds QPContext.MinTimeBetweenCNPs.
+	MaxMinTimeBetweenCNPs = time.Second
+	// DefaultMark is the skb mark of the clones np_ingress sends to
+	// np_egress, which the CNPs keep.
+	DefaultMark = 0x4e50434e // "NPCN"
+
+	// CNPLenIPv4 and CNPLenIPv6 are the CNP frames' lengths from the
+	// Ethernet header: 14 + 20 (or 40) + UDP 8 + BTH 12 + 16 + ICRC 4.
+	CNPLenIPv4 = 74
+	CNPLenIPv6 = 94
+
+	familyIPv4 = 4 // NP_FAMILY_IPV4
+	familyIPv6 = 6 // NP_FAMILY_IPV6
+	maxDSCP    = 63
+)
+
+// ErrUnknownQP is wrapped by RemoveQP and Counters for a QPN that was not
+// added (or was removed).
+var ErrUnknownQP = errors.New("unknown qp")
+
+// QPContext is what the NP needs about one connected QP to answer its CE
+// packets.
+type QPContext struct {
+	// QPN is the local (receiver) QPN: the BTH DestQP of the data packets
+	// the QP receives. 1..0xffffff.
+	QPN uint32
+	// PeerQPN is the sender's QPN: the DestQP of the CNPs. 1..0xffffff.
+	PeerQPN uint32
+	// Local is the receiver's address (the data's destination, the CNP's
+	// source) and Peer the sender's; both IPv4 or both IPv6. The ICRC
+	// covers both. A packet to QPN from another address pair is not
+	// answered (Stats.UnknownQP).
+	Local, Peer netip.Addr
+	// SrcPort is the UDP source port this QP sends from (its ECMP
+	// entropy); CNPs go to UDP 4791 like every RoCEv2 packet.
+	SrcPort uint16
+	// PKey is the CNP's P_Key. Optional: 0 (an invalid P_Key) means
+	// roce.DefaultPKey (0xffff).
+	PKey uint16
+	// CNPDSCP is the CNP's DSCP, 0..63; it is sent ECT(0). Optional: 0
+	// means DefaultCNPDSCP (48).
+	CNPDSCP uint8
+	// MinTimeBetweenCNPs is N: at most one CNP per QP per N. 0 answers
+	// every CE packet. 0..MaxMinTimeBetweenCNPs.
+	MinTimeBetweenCNPs time.Duration
+}
+
+// Validate checks every field and names the one at fault.
+func (c QPContext) Validate() error {
+	local, peer := c.Local.Unmap(), c.Peer.Unmap()
+	switch {
+	case c.QPN == 0 || c.QPN > roce.QPNMask:
+		return fmt.Errorf("npbpf: qpn %#x: must be 1..0xffffff", c.QPN)
+	case c.PeerQPN == 0 || c.PeerQPN > roce.QPNMask:
+		return fmt.Errorf("npbpf: qp %#x: peer qpn %#x: must be 1..0xffffff", c.QPN, c.PeerQPN)
+	case !local.IsValid() || !peer.IsValid():
+		return fmt.Errorf("npbpf: qp %#x: needs both addresses (local %v, peer %v)", c.QPN, c.Local, c.Peer)
+	case local.Is4() != peer.Is4():
+		return fmt.Errorf("npbpf: qp %#x: local %v and peer %v are different IP families", c.QPN, c.Local, c.Peer)
+	case c.CNPDSCP > maxDSCP:
+		return fmt.Errorf("npbpf: qp %#x: cnp_dscp %d: must be 0..63", c.QPN, c.CNPDSCP)
+	case c.MinTimeBetweenCNPs < 0 || c.MinTimeBetweenCNPs > MaxMinTimeBetweenCNPs:
+		return fmt.Errorf("npbpf: qp %#x: min_time_between_cnps %v: must be 0..%v", c.QPN, c.MinTimeBetweenCNPs, MaxMinTimeBetweenCNPs)
+	}
+	return nil
+}
+
+// value is the np_qps entry of c with the state zero. Precondition: c is
+// valid.
+func (c QPContext) value() bpf.NpNpQp {
+	v := bpf.NpNpQp{
+		PeerQpn:   c.PeerQPN,
+		SrcPort:   c.SrcPort,
+		Pkey:      c.PKey,
+		CnpDscp:   c.CNPDSCP,
+		MinTimeNs: uint64(c.MinTimeBetweenCNPs),
+	}
+	if v.Pkey == 0 {
+		v.Pkey = roce.DefaultPKey
+	}
+	if v.CnpDscp == 0 {
+		v.CnpDscp = DefaultCNPDSCP
+	}
+	local, peer := c.Local.Unmap(), c.Peer.Unmap()
+	if local.Is4() {
+		v.Family = familyIPv4
+		l4, p4 := local.As4(), peer.As4()
+		copy(v.LocalIp[:], l4[:])
+		copy(v.PeerIp[:], p4[:])
+	} else {
+		v.Family = familyIPv6
+		v.LocalIp, v.PeerIp = local.As16(), peer.As16()
+	}
+	return v
+}
+
+// NPCounters are one QP's NP counters; the first two carry the mlx5 names
+// (dcqcn.md) and match host/agent.Counters.
+type NPCounters struct {
+	// NPECNMarkedRoCEPackets counts the QP's CE-marked RC request packets.
+	NPECNMarkedRoCEPackets uint64 `json:"np_ecn_marked_roce_packets"`
+	// NPCNPSent counts the CNPs sent, NPCNPHeldSent included.
+	NPCNPSent uint64 `json:"np_cnp_sent"`
+	// NPCNPCoalesced counts CE packets that arrived within N of the last
+	// CNP and so got no CNP of their own (held back).
+	NPCNPCoalesced uint64 `json:"np_cnp_coalesced"`
+	// NPCNPHeldSent counts CNPs sent for held-back CE packets, by the
+	// first packet of the QP N after the last CNP.
+	NPCNPHeldSent uint64 `json:"np_cnp_held_sent"`
+	// NPCNPErrors counts CNPs that could not be sent (the clone to the
+	// device's egress failed); the CNP stays pending.
+	NPCNPErrors uint64 `json:"np_cnp_errors"`
+}
+
+func countersOf(v *bpf.NpNpQp) NPCounters {
+	return NPCounters{
+		NPECNMarkedRoCEPackets: v.EcnMarked,
+		NPCNPSent:              v.CnpSent,
+		NPCNPCoalesced:         v.Coalesced,
+		NPCNPHeldSent:          v.HeldSent,
+		NPCNPErrors:            v.RedirectErrors,
+	}
+}
+
+// NPOffload is the kernel NP as the agent sees it: a QP is added when it
+// connects and removed when it is destroyed.
+type NPOffload interface {
+	// AddQP starts answering the CE packets of c.QPN. It fails if the QPN
+	// is already added.
+	AddQP(c QPContext) error
+	// RemoveQP stops answering the QP's CE packets and forgets its
+	// counters.
+	RemoveQP(qpn uint32) error
+	// Counters reads the QP's counters.
+	Counters(qpn uint32) (NPCounters, error)
+}
+
+var (
+	_ NPOffload = (*Objects)(nil)
+	_ NPOffload = (*NP)(nil)
+)
+
+// Stats are the device's counters, summed over CPUs. Every packet the
+// ingress program sees is counted in Packets and in exactly one of NotRoCE,
+// Truncated, VLAN, IPOptions, Fragment, NotRequest, UnknownQP, NotCE, CE.
+type Stats struct {
+	Packets    uint64 `json:"packets"`
+	NotRoCE    uint64 `json:"not_roce"`    // non-IP, not UDP 4791, IPv6 extension headers, later fragments
+	Truncated  uint64 `json:"truncated"`   // headers cut short, UDP length without room for BTH and ICRC
+	VLAN       uint64 `json:"vlan"`        // RoCEv2 behind an in-band VLAN tag: not answered
+	IPOptions  uint64 `json:"ip_options"`  // RoCEv2 in an IPv4 header with options: not answered
+	Fragment   uint64 `json:"fragment"`    // RoCEv2 in the first fragment of an IPv4 datagram: not answered
+	NotRequest uint64 `json:"not_request"` // RoCEv2, not an RC request (ACK, read response, CNP, UC, UD)
+	UnknownQP  uint64 `json:"unknown_qp"`  // an RC request to a QPN not added, or from another address pair
+	NotCE      uint64 `json:"not_ce"`      // an RC request of a known QP without CE
+	CE         uint64 `json:"ce"`          // an RC request of a known QP with CE
+	// What the CE packets led to.
+	CNPSent        uint64 `json:"cnp_sent"` // HeldSent included
+	Coalesced      uint64 `json:"coalesced"`
+	HeldSent       uint64 `json:"held_sent"`
+	RedirectErrors uint64 `json:"redirect_errors"`
+	// The egress program: marked clones seen, turned into CNPs, dropped
+	// because they could not be (never sent as data).
+	EgressClones  uint64 `json:"egress_clones"`
+	EgressBuilt   uint64 `json:"egress_built"`
+	EgressDropped uint64 `json:"egress_dropped"`
+}
+
+func (s *Stats) add(o *bpf.NpNpStats) {
+	s.Packets += o.Packets
+	s.NotRoCE += o.NotRoce
+	s.Truncated += o.Truncated
+	s.VLAN += o.Vlan
+	s.IPOptions += o.IpOptions
+	s.Fragment += o.Fragment
+	s.NotRequest += o.NotRequest
+	s.UnknownQP += o.UnknownQp
+	s.NotCE += o.NotCe
+	s.CE += o.Ce
+	s.CNPSent += o.CnpSent
+	s.Coalesced += o.Coalesced
+	s.HeldSent += o.HeldSent
+	s.RedirectErrors += o.RedirectErrors
+	s.EgressClones += o.EgressClones
+	s.EgressBuilt += o.EgressBuilt
+	s.EgressDropped += o.EgressDropped
+}

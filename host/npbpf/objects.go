@@ -1,0 +1,179 @@
+package npbpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/fabriclab/fabriclab/bpf"
+)
+
+// LoadOptions tune how the programs are loaded.
+type LoadOptions struct {
+	// Mark is the skb mark of the clones that become CNPs, and of the
+	// CNPs. Optional: 0 means DefaultMark. Pick another if the host uses
+	// that value.
+	Mark uint32
+	// TestHooks makes the programs read the clock from SetClock and count
+	// CNPs in Redirects instead of cloning packets, for BPF_PROG_RUN tests.
+	// Never set it on a device.
+	TestHooks bool
+}
+
+// objects are what a device runs (np_icrc_test is left out).
+type objects struct {
+	Ingress *ebpf.Program `ebpf:"np_ingress"`
+	Egress  *ebpf.Program `ebpf:"np_egress"`
+	bpf.NpMaps
+	bpf.NpVariables
+}
+
+func (o *objects) close() error {
+	var errs []error
+	for _, p := range []*ebpf.Program{o.Ingress, o.Egress} {
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+	}
+	return errors.Join(append(errs, o.NpMaps.Close())...)
+}
+
+// testObjects add the ICRC test program (prog_test.go).
+type testObjects struct {
+	objects
+	ICRCTest *ebpf.Program `ebpf:"np_icrc_test"`
+}
+
+// Objects are the loaded NP programs and maps, attached to nothing. They
+// implement NPOffload; with LoadOptions.TestHooks, tests run the programs
+// with BPF_PROG_RUN. Methods are safe for concurrent use, Close excepted.
+type Objects struct {
+	objs     objects
+	icrcTest *ebpf.Program // tests only
+	mark     uint32
+}
+
+// Load loads the programs and creates their maps.
+func Load(opts LoadOptions) (*Objects, error) {
+	return load(opts, false)
+}
+
+func load(opts LoadOptions, withICRCTest bool) (*Objects, error) {
+	spec, err := bpf.LoadNp()
+	if err != nil {
+		return nil, fmt.Errorf("npbpf: load spec: %w", err)
+	}
+	o := &Objects{mark: opts.Mark}
+	if o.mark == 0 {
+		o.mark = DefaultMark
+	}
+	if err := spec.Variables[bpf.NpVarNpMark].Set(o.mark); err != nil {
+		return nil, fmt.Errorf("npbpf: set np_mark: %w", err)
+	}
+	if opts.TestHooks {
+		if err := spec.Variables[bpf.NpVarTestHooks].Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("npbpf: set test_hooks: %w", err)
+		}
+	}
+	var to any = &o.objs
+	var t testObjects
+	if withICRCTest {
+		to = &t
+	}
+	if err := spec.LoadAndAssign(to, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("npbpf: load programs: %+v", ve)
+		}
+		return nil, fmt.Errorf("npbpf: load programs: %w", err)
+	}
+	if withICRCTest {
+		o.objs, o.icrcTest = t.objects, t.ICRCTest
+	}
+	return o, nil
+}
+
+// Mark is the skb mark the CNPs carry.
+func (o *Objects) Mark() uint32 { return o.mark }
+
+// AddQP starts answering the CE packets of c.QPN with a fresh state: no
+// CNP sent yet, counters zero.
+func (o *Objects) AddQP(c QPContext) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	v := c.value()
+	if err := o.objs.NpQps.Update(c.QPN, &v, ebpf.UpdateNoExist); err != nil {
+		if errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("npbpf: qp %#x: already added (RemoveQP first)", c.QPN)
+		}
+		return fmt.Errorf("npbpf: qp %#x: add: %w", c.QPN, err)
+	}
+	return nil
+}
+
+// RemoveQP stops answering the QP's CE packets. A CNP the programs are
+// building at that moment is dropped, never sent as data.
+func (o *Objects) RemoveQP(qpn uint32) error {
+	if err := o.objs.NpQps.Delete(qpn); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("npbpf: qp %#x: %w", qpn, ErrUnknownQP)
+		}
+		return fmt.Errorf("npbpf: qp %#x: remove: %w", qpn, err)
+	}
+	return nil
+}
+
+// Counters reads the QP's counters, all from one moment (under the QP's
+// lock).
+func (o *Objects) Counters(qpn uint32) (NPCounters, error) {
+	var v bpf.NpNpQp
+	if err := o.objs.NpQps.LookupWithFlags(qpn, &v, ebpf.LookupLock); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return NPCounters{}, fmt.Errorf("npbpf: qp %#x: %w", qpn, ErrUnknownQP)
+		}
+		return NPCounters{}, fmt.Errorf("npbpf: qp %#x: read counters: %w", qpn, err)
+	}
+	return countersOf(&v), nil
+}
+
+// Stats reads the device's counters.
+func (o *Objects) Stats() (Stats, error) {
+	var per []bpf.NpNpStats
+	if err := o.objs.NpCounters.Lookup(uint32(0), &per); err != nil {
+		return Stats{}, fmt.Errorf("npbpf: read counters: %w", err)
+	}
+	var s Stats
+	for i := range per {
+		s.add(&per[i])
+	}
+	return s, nil
+}
+
+// Close frees the programs and maps. Attached programs stay attached until
+// their links close (NP.Close does both).
+func (o *Objects) Close() error {
+	err := o.objs.close()
+	if o.icrcTest != nil {
+		err = errors.Join(err, o.icrcTest.Close())
+	}
+	return err
+}
+
+// Test hooks (LoadOptions.TestHooks).
+
+// SetClock sets the time in ns the programs see.
+func (o *Objects) SetClock(nowNs uint64) error { return o.objs.TestNowNs.Set(nowNs) }
+
+// Redirects returns how many CNPs np_ingress would have cloned.
+func (o *Objects) Redirects() (uint64, error) {
+	var n uint64
+	err := o.objs.TestRedirects.Get(&n)
+	return n, err
+}
+
+// SetRedirectError makes the simulated clone fail with -errno (0: succeed).
+func (o *Objects) SetRedirectError(errno int32) error {
+	return o.objs.TestRedirectRet.Set(-errno)
+}
