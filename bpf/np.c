@@ -46,8 +46,12 @@
  *
  * Spacing: the decision takes the QP's spin lock and compares with the time
  * of the last CNP; np_egress moves that time forward to the moment the CNP
- * leaves the program. So the time between two CNPs of a QP leaving np_egress
- * is never below N, whatever CPUs the CE packets arrive on.
+ * leaves the program, and no CNP is decided while another of the QP is
+ * between its decision and np_egress (inflight; a CE meanwhile is coalesced
+ * and makes a CNP pending). So the time between two CNPs of a QP leaving
+ * np_egress is never below N, whatever CPUs the CE packets arrive on, and
+ * np_egress keeps the smallest spacing it saw (min_spacing_ns) to show it.
+ * What follows np_egress (the qdisc, the driver) is outside the guarantee.
  *
  * No program writes packet data directly (only through helpers), so the
  * verifier adds no unclone prologue: packets the NP does not answer are
@@ -116,10 +120,13 @@ struct np_qp {
 
 	/* State, under lock. */
 	struct bpf_spin_lock lock;
-	__u8 sent_any;        /* a CNP left: last_cnp_ns is valid */
+	__u8 sent_any;        /* a CNP was decided: last_cnp_ns is valid */
 	__u8 pending;         /* a CE since the last CNP got no CNP yet */
-	__u8 _pad2[2];
+	__u8 inflight;        /* a CNP is between its decision and np_egress */
+	__u8 _pad2;
 	__u64 last_cnp_ns;    /* when the last CNP was decided, then left np_egress */
+	__u64 last_out_ns;    /* when the last CNP left np_egress (0: none yet) */
+	__u64 min_spacing_ns; /* the least time between two CNPs leaving np_egress (Go starts it at ~0) */
 	__u64 ecn_marked;     /* np_ecn_marked_roce_packets */
 	__u64 cnp_sent;       /* np_cnp_sent, held_sent included */
 	__u64 coalesced;      /* CE packets within N of the last CNP: no CNP of their own */
@@ -478,12 +485,25 @@ enum np_decision {
 	NP_HELD = 2,  /* the pending CNP of an earlier CE */
 };
 
-/* since_last reports whether N has passed since the QP's last CNP. Signed:
- * a CPU whose clock reading predates another CPU's CNP must see it as
- * recent. Precondition: qp->lock is held. */
-static __always_inline int n_passed(const struct np_qp *qp, __u64 now)
+/* may_send reports whether the QP may decide a CNP at now: none in flight,
+ * and N passed since the last one. Signed: a CPU whose clock reading
+ * predates another CPU's CNP must see it as recent. Precondition: qp->lock
+ * is held. */
+static __always_inline int may_send(const struct np_qp *qp, __u64 now)
 {
+	if (qp->inflight)
+		return 0;
 	return !qp->sent_any || (__s64)(now - qp->last_cnp_ns) >= (__s64)qp->min_time_ns;
+}
+
+/* decide_send records a CNP decided at now. Precondition: qp->lock is
+ * held. */
+static __always_inline void decide_send(struct np_qp *qp, __u64 now)
+{
+	qp->sent_any = 1;
+	qp->pending = 0;
+	qp->inflight = 1;
+	qp->last_cnp_ns = now;
 }
 
 /* on_ce is the NP's rule for a CE-marked packet at now (host/dcqcn NP.OnCE). */
@@ -493,10 +513,8 @@ static __always_inline enum np_decision on_ce(struct np_qp *qp, __u64 now)
 
 	bpf_spin_lock(&qp->lock);
 	qp->ecn_marked++;
-	if (n_passed(qp, now)) {
-		qp->sent_any = 1;
-		qp->pending = 0;
-		qp->last_cnp_ns = now;
+	if (may_send(qp, now)) {
+		decide_send(qp, now);
 		d = NP_SEND;
 	} else {
 		qp->pending = 1;
@@ -516,9 +534,8 @@ static __always_inline enum np_decision on_packet(struct np_qp *qp, __u64 now)
 	if (!READ_ONCE(qp->pending)) /* the common case, without the lock */
 		return NP_NONE;
 	bpf_spin_lock(&qp->lock);
-	if (qp->pending && n_passed(qp, now)) {
-		qp->pending = 0;
-		qp->last_cnp_ns = now;
+	if (qp->pending && may_send(qp, now)) {
+		decide_send(qp, now);
 		d = NP_HELD;
 	}
 	bpf_spin_unlock(&qp->lock);
@@ -526,8 +543,8 @@ static __always_inline enum np_decision on_packet(struct np_qp *qp, __u64 now)
 }
 
 /* send_cnp clones the packet to the device's egress, where np_egress turns
- * the clone into the CNP before the call returns. The packet's own mark is
- * put back. */
+ * the clone into the CNP before the call returns; then the QP has no CNP in
+ * flight. The packet's own mark is put back. */
 static __always_inline void send_cnp(struct __sk_buff *skb, struct np_qp *qp, struct np_stats *st,
 				     enum np_decision d)
 {
@@ -544,6 +561,7 @@ static __always_inline void send_cnp(struct __sk_buff *skb, struct np_qp *qp, st
 	skb->mark = mark;
 
 	bpf_spin_lock(&qp->lock);
+	qp->inflight = 0;
 	if (ret) {
 		qp->redirect_errors++;
 		qp->pending = 1; /* a later packet tries again, N after this one */
@@ -664,6 +682,9 @@ int np_egress(struct __sk_buff *skb)
 	/* The CNP leaves now: N counts from here. */
 	now = now_ns();
 	bpf_spin_lock(&qp->lock);
+	if (qp->last_out_ns && now - qp->last_out_ns < qp->min_spacing_ns)
+		qp->min_spacing_ns = now - qp->last_out_ns;
+	qp->last_out_ns = now;
 	if ((__s64)(now - qp->last_cnp_ns) > 0)
 		qp->last_cnp_ns = now;
 	bpf_spin_unlock(&qp->lock);

@@ -30,8 +30,11 @@ type NpNpQp struct {
 	}
 	SentAny        uint8
 	Pending        uint8
-	Pad2           [2]uint8
+	Inflight       uint8
+	Pad2           uint8
 	LastCnpNs      uint64
+	LastOutNs      uint64
+	MinSpacingNs   uint64
 	EcnMarked      uint64
 	CnpSent        uint64
 	Coalesced      uint64

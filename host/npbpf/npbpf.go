@@ -42,6 +42,7 @@ const (
 	CNPLenIPv4 = 74
 	CNPLenIPv6 = 94
 
+	noSpacing  = ^uint64(0)
 	familyIPv4 = 4 // NP_FAMILY_IPV4
 	familyIPv6 = 6 // NP_FAMILY_IPV6
 	maxDSCP    = 63
@@ -107,6 +108,8 @@ func (c QPContext) value() bpf.NpNpQp {
 		Pkey:      c.PKey,
 		CnpDscp:   c.CNPDSCP,
 		MinTimeNs: uint64(c.MinTimeBetweenCNPs),
+		// No spacing seen yet: np_egress keeps the minimum.
+		MinSpacingNs: noSpacing,
 	}
 	if v.Pkey == 0 {
 		v.Pkey = roce.DefaultPKey
@@ -143,10 +146,19 @@ type NPCounters struct {
 	// NPCNPErrors counts CNPs that could not be sent (the clone to the
 	// device's egress failed); the CNP stays pending.
 	NPCNPErrors uint64 `json:"np_cnp_errors"`
+	// MinCNPSpacing is the least time between two of the QP's CNPs
+	// leaving the egress program, where the NP guarantees N; 0 until two
+	// have left.
+	MinCNPSpacing time.Duration `json:"np_min_cnp_spacing_ns"`
 }
 
 func countersOf(v *bpf.NpNpQp) NPCounters {
+	var sp time.Duration
+	if v.MinSpacingNs != noSpacing {
+		sp = time.Duration(v.MinSpacingNs)
+	}
 	return NPCounters{
+		MinCNPSpacing:          sp,
 		NPECNMarkedRoCEPackets: v.EcnMarked,
 		NPCNPSent:              v.CnpSent,
 		NPCNPCoalesced:         v.Coalesced,

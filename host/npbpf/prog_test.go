@@ -19,54 +19,33 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/roce"
 )
 
 func timeNs(n uint64) time.Duration { return time.Duration(n) }
 
-// expectedCNP builds, with gopacket and host/roce and nothing of np.c, the
-// CNP frame the NP must send for c in answer to a data packet between the
-// two MAC addresses.
-func expectedCNP(tb testing.TB, c QPContext, dataSrc, dataDst []byte) []byte {
-	tb.Helper()
-	pkey, dscp := c.PKey, c.CNPDSCP
-	if pkey == 0 {
-		pkey = roce.DefaultPKey
+// cnpSpec is what the CNP for c must carry, in answer to a packet from
+// macSender to macReceiver.
+func cnpSpec(c QPContext) npprobe.CNPSpec {
+	s := npprobe.CNPSpec{Local: c.Local, Peer: c.Peer, SrcPort: c.SrcPort, PeerQPN: c.PeerQPN, PKey: c.PKey, DSCP: c.CNPDSCP,
+		DataSrc: macSender, DataDst: macReceiver}
+	if s.PKey == 0 {
+		s.PKey = roce.DefaultPKey
 	}
-	if dscp == 0 {
-		dscp = DefaultCNPDSCP
+	if s.DSCP == 0 {
+		s.DSCP = DefaultCNPDSCP
 	}
-	payload := make([]byte, roce.PacketLen(roce.OpCNP, 0))
-	h := roce.CNPHeader(c.PeerQPN, pkey)
-	if roce.Build(payload, &h, nil) != len(payload) {
-		tb.Fatal("roce.Build CNP failed")
-	}
-	roce.SealICRC(netip.AddrPortFrom(c.Local, c.SrcPort), netip.AddrPortFrom(c.Peer, roce.UDPPort), payload)
+	return s
+}
 
-	eth := &layers.Ethernet{SrcMAC: dataDst, DstMAC: dataSrc}
-	udp := &layers.UDP{SrcPort: layers.UDPPort(c.SrcPort), DstPort: roce.UDPPort}
-	var ip gopacket.SerializableLayer
-	if c.Local.Is4() {
-		eth.EthernetType = layers.EthernetTypeIPv4
-		ip4 := &layers.IPv4{Version: 4, TOS: dscp<<2 | ecnECT0, Flags: layers.IPv4DontFragment, TTL: 64,
-			Protocol: layers.IPProtocolUDP, SrcIP: c.Local.AsSlice(), DstIP: c.Peer.AsSlice()}
-		_ = udp.SetNetworkLayerForChecksum(ip4)
-		ip = ip4
-	} else {
-		eth.EthernetType = layers.EthernetTypeIPv6
-		ip6 := &layers.IPv6{Version: 6, TrafficClass: dscp<<2 | ecnECT0, NextHeader: layers.IPProtocolUDP, HopLimit: 64,
-			SrcIP: c.Local.AsSlice(), DstIP: c.Peer.AsSlice()}
-		_ = udp.SetNetworkLayerForChecksum(ip6)
-		ip = ip6
-	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		eth, ip, udp, gopacket.Payload(payload)); err != nil {
+// expectedCNP is the CNP frame built by the oracle (gopacket and
+// host/roce, nothing of np.c).
+func expectedCNP(tb testing.TB, c QPContext) []byte {
+	tb.Helper()
+	b, err := cnpSpec(c).Frame()
+	if err != nil {
 		tb.Fatal(err)
-	}
-	b := buf.Bytes()
-	if c.Local.Is4() {
-		b[14+20+6], b[14+20+7] = 0, 0 // IPv4: UDP checksum 0, as rxe sends
 	}
 	return b
 }
@@ -121,7 +100,7 @@ func TestCNPBytes(t *testing.T) {
 				if ret != tcxNext {
 					t.Fatalf("np_egress returned %d, want TC_ACT_UNSPEC", int32(ret))
 				}
-				want := expectedCNP(t, c, macSender, macReceiver)
+				want := expectedCNP(t, c)
 				wantLen := CNPLenIPv4
 				if v6 {
 					wantLen = CNPLenIPv6
@@ -155,6 +134,9 @@ func TestCNPBytes(t *testing.T) {
 // checkCNP decodes a CNP with host/roce and checks its headers and ICRC.
 func checkCNP(tb testing.TB, frame []byte, c QPContext) {
 	tb.Helper()
+	if err := npprobe.CheckCNP(frame, cnpSpec(c)); err != nil {
+		tb.Error(err)
+	}
 	pkt := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
 	udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
 	if udp == nil {
@@ -245,7 +227,7 @@ func TestCNPFieldsFromQP(t *testing.T) {
 		if ret != tcxNext {
 			t.Fatalf("case %d: np_egress returned %d", i, int32(ret))
 		}
-		if want := expectedCNP(t, c, macSender, macReceiver); !bytes.Equal(out, want) {
+		if want := expectedCNP(t, c); !bytes.Equal(out, want) {
 			t.Errorf("case %d: CNP differs\n got %x\nwant %x", i, out, want)
 		}
 		checkCNP(t, out, c)
@@ -260,7 +242,7 @@ func TestEgressLeavesOtherPackets(t *testing.T) {
 	c := testQP(false, 0)
 	addQP(t, o, c)
 	ce := dataPkt{ecn: ecnCE, op: roce.OpRCWriteMiddle, payload: 512, destQP: c.QPN}
-	cnp := expectedCNP(t, c, macSender, macReceiver)
+	cnp := expectedCNP(t, c)
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -632,6 +614,71 @@ func TestSpacingFromEgress(t *testing.T) {
 	runProg(t, o.objs.Ingress, ce, 0)
 	if redirects(t, o) != r0+1 {
 		t.Error("no CNP N after the previous one left")
+	}
+}
+
+// TestInflight: while a CNP of the QP is between its decision and
+// np_egress (on another CPU), a CE gets none of its own; it is pending, and
+// leaves with the first packet N after the in-flight CNP left.
+func TestInflight(t *testing.T) {
+	o := loadTest(t)
+	const n = 10_000
+	c := testQP(false, n)
+	addQP(t, o, c)
+	ce := dataPkt{ecn: ecnCE, op: roce.OpRCWriteMiddle, payload: 64, destQP: c.QPN}.frame(t)
+	ect := dataPkt{ecn: ecnECT0, op: roce.OpRCWriteMiddle, payload: 64, destQP: c.QPN}.frame(t)
+	setInflight := func(v uint8, lastNs uint64) {
+		t.Helper()
+		var q bpfQP
+		if err := o.objs.NpQps.LookupWithFlags(c.QPN, &q, ebpf.LookupLock); err != nil {
+			t.Fatal(err)
+		}
+		q.Inflight, q.SentAny, q.LastCnpNs = v, 1, lastNs
+		if err := o.objs.NpQps.Update(c.QPN, &q, ebpf.UpdateLock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := uint64(4e9)
+	setInflight(1, t0) // decided at t0 on another CPU, not out yet
+	setClock(t, o, t0+5*n)
+	r0 := redirects(t, o)
+	runProg(t, o.objs.Ingress, ce, 0)
+	if redirects(t, o) != r0 {
+		t.Fatal("a CNP while another is in flight")
+	}
+	setClock(t, o, t0+5*n+100) // the in-flight CNP leaves
+	if ret, _ := runProg(t, o.objs.Egress, ce, o.Mark()); ret != tcxNext {
+		t.Fatal("np_egress failed")
+	}
+	setInflight(0, t0+5*n+100)
+	setClock(t, o, t0+6*n+99)
+	runProg(t, o.objs.Ingress, ect, 0)
+	if redirects(t, o) != r0 {
+		t.Fatal("the pending CNP left less than N after the in-flight one")
+	}
+	setClock(t, o, t0+6*n+100)
+	runProg(t, o.objs.Ingress, ect, 0)
+	if redirects(t, o) != r0+1 {
+		t.Fatal("the pending CNP did not leave N after the in-flight one")
+	}
+	if got := counters(t, o, c.QPN); got.NPCNPCoalesced != 1 || got.NPCNPHeldSent != 1 {
+		t.Errorf("counters %+v", got)
+	}
+}
+
+// TestMinSpacing: np_egress keeps the least time between two CNPs leaving.
+func TestMinSpacing(t *testing.T) {
+	o := loadTest(t)
+	c := testQP(false, 0)
+	addQP(t, o, c)
+	ce := dataPkt{ecn: ecnCE, op: roce.OpRCWriteMiddle, payload: 64, destQP: c.QPN}.frame(t)
+	for i, at := range []uint64{1e9, 1e9 + 7000, 1e9 + 9000, 1e9 + 20000} {
+		setClock(t, o, at)
+		runProg(t, o.objs.Egress, ce, o.Mark())
+		want := []time.Duration{0, 7 * time.Microsecond, 2 * time.Microsecond, 2 * time.Microsecond}[i]
+		if got := counters(t, o, c.QPN).MinCNPSpacing; got != want {
+			t.Errorf("after CNP %d: min spacing %v, want %v", i, got, want)
+		}
 	}
 }
 

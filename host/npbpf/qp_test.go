@@ -44,7 +44,7 @@ func TestQPContextValue(t *testing.T) {
 	c := QPContext{QPN: 7, PeerQPN: 9, Local: netip.MustParseAddr("::ffff:198.18.0.2"), Peer: addrSender,
 		SrcPort: 0xc123, MinTimeBetweenCNPs: time.Microsecond}
 	v := c.value()
-	want := bpfQP{PeerQpn: 9, SrcPort: 0xc123, Pkey: 0xffff, Family: familyIPv4, CnpDscp: 48, MinTimeNs: 1000}
+	want := bpfQP{PeerQpn: 9, SrcPort: 0xc123, Pkey: 0xffff, Family: familyIPv4, CnpDscp: 48, MinTimeNs: 1000, MinSpacingNs: noSpacing}
 	copy(want.LocalIp[:], []byte{198, 18, 0, 2})
 	copy(want.PeerIp[:], []byte{198, 18, 0, 1})
 	if v != want {
