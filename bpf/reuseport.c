@@ -1,0 +1,124 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * QPN steering for the RoCEv2 agents of one host (network namespace).
+ *
+ * A NIC owns UDP 4791 and hands each packet to the queue pair its BTH
+ * DestQP names. Here every agent binds UDP 4791 with SO_REUSEPORT, and
+ * rocev2_steer, attached to that reuseport group (SO_ATTACH_REUSEPORT_EBPF),
+ * picks the agent's socket by the DestQP's top byte: each agent claims one
+ * free slot of rocev2_socks (BPF_NOEXIST) and numbers its QPs
+ * slot << 16 | n, so QPNs are unique on the host. The kernel empties a slot
+ * when its socket closes.
+ *
+ * A packet whose slot holds no socket is for a QPN no agent owns: it is
+ * dropped and counted (unknown_qp), as a NIC drops it. So is a datagram too
+ * short for a BTH (malformed), and one whose slot holds a socket of another
+ * reuseport group (misdirected: the other IP family or another port).
+ *
+ * All agents of a namespace share these maps; rocev2_owner records which
+ * namespace they serve and the IDs of the other two, so that an agent
+ * starting later finds them (see host/pktio/steer_linux.go).
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#define ENOENT 2
+
+#define UDP_HLEN 8
+#define BTH_LEN 12
+#define ICRC_LEN 4
+/* BTH bytes 5-7 are the DestQP; byte 5 is its top byte, the slot. */
+#define BTH_DESTQP_OFF 5
+/* DestQP >> QPN_SLOT_SHIFT is the slot: 256 agents of 65536 QPNs each. */
+#define QPN_SLOT_SHIFT 16
+#define STEER_SLOTS 256
+
+/* Slot -> the agent's UDP socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_REUSEPORT_SOCKARRAY);
+	__uint(max_entries, STEER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} rocev2_socks SEC(".maps");
+
+/* Per-CPU counters, summed by the Go side. */
+struct steer_stats {
+	__u64 steered;     /* handed to the socket of the DestQP's slot */
+	__u64 unknown_qp;  /* dropped: no agent holds the DestQP's slot */
+	__u64 misdirected; /* dropped: the slot's socket is in another group */
+	__u64 malformed;   /* dropped: shorter than UDP + BTH + ICRC */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct steer_stats);
+} rocev2_stats SEC(".maps");
+
+/* Written by the agent that creates the maps, read by the ones that join. */
+struct steer_owner {
+	__u64 netns_cookie; /* SO_NETNS_COOKIE of the namespace served */
+	__u32 socks_id;     /* map ID of rocev2_socks */
+	__u32 stats_id;     /* map ID of rocev2_stats */
+	__u32 version;      /* layout of these maps, STEER_VERSION on the Go side */
+	__u32 reserved;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct steer_owner);
+} rocev2_owner SEC(".maps");
+
+/* dest_qp_slot reads the DestQP's top byte; -1 if the datagram is too short. */
+static __always_inline int dest_qp_slot(struct sk_reuseport_md *md)
+{
+	void *data = (void *)(long)md->data;
+	void *data_end = (void *)(long)md->data_end;
+	__u8 *p = data + UDP_HLEN + BTH_DESTQP_OFF;
+	__u8 slot;
+
+	if (md->len < UDP_HLEN + BTH_LEN + ICRC_LEN)
+		return -1;
+	if ((void *)(p + 1) <= data_end)
+		return *p;
+	/* Not in the linear part: copy it out. */
+	if (bpf_skb_load_bytes(md, UDP_HLEN + BTH_DESTQP_OFF, &slot, 1) < 0)
+		return -1;
+	return slot;
+}
+
+SEC("sk_reuseport")
+int rocev2_steer(struct sk_reuseport_md *md)
+{
+	__u32 zero = 0;
+	struct steer_stats *st = bpf_map_lookup_elem(&rocev2_stats, &zero);
+	__u32 key;
+	long err;
+	int slot;
+
+	if (!st)
+		return SK_DROP;
+	slot = dest_qp_slot(md);
+	if (slot < 0) {
+		st->malformed++;
+		return SK_DROP;
+	}
+	key = slot;
+	err = bpf_sk_select_reuseport(md, &rocev2_socks, &key, 0);
+	if (err == 0) {
+		st->steered++;
+		return SK_PASS;
+	}
+	if (err == -ENOENT)
+		st->unknown_qp++;
+	else
+		st->misdirected++;
+	return SK_DROP;
+}
