@@ -17,6 +17,15 @@
 // send IDs 1, 2, 3… and break the ICRC; nor UDP GRO (UDP_GRO), which would
 // hand several datagrams over in one buffer for no gain over recvmmsg. The
 // TOS byte (DSCP and ECN) is masked in the ICRC, so it is set per datagram.
+//
+// UDPConn sends every datagram from its own port. RoCEv2 wants more
+// (roce-wire.md, "Encapsulation"): destination port 4791 on every packet,
+// data, ACK, NAK and CNP alike, and a UDP source port per QP for ECMP
+// entropy. RoCEConn does that: it builds the IP and UDP headers itself and
+// sends through a raw socket (so each datagram has its own source port, IP
+// ID 0 and DF as before), and it receives on UDP 4791 shared with every
+// other agent of the host through SO_REUSEPORT, an eBPF program handing each
+// packet to the agent that owns its destination QP (SteeredConn).
 package pktio
 
 import (
@@ -40,6 +49,11 @@ type Message struct {
 	// Addr is, on write, the destination and, on read, the source. IPv4
 	// addresses are plain 4-byte netip.Addr, never IPv4-mapped IPv6.
 	Addr netip.AddrPort
+	// SrcPort is, on write, the UDP source port (RoCEv2 carries a QP's
+	// entropy in it); 0 means LocalAddr's port. A Conn that cannot choose
+	// it (UDPConn, see FixedSourcePort) fails a datagram whose SrcPort is
+	// another port. Ignored on read: Addr holds the source.
+	SrcPort uint16
 	// TOS is the IPv4 TOS / IPv6 traffic class byte (DSCP<<2 | ECN).
 	// Write: the datagram goes out with it. Read: the datagram arrived with
 	// it (after any ECN marking on the way).
@@ -68,6 +82,27 @@ type Conn interface {
 	// then returns net.ErrClosed.
 	Close() error
 }
+
+// SteeredConn is a Conn that shares its UDP port with the other RoCEv2
+// agents of the host (network namespace) and receives only the packets
+// whose BTH DestQP falls in its block of QP numbers (RoCEConn): an agent on
+// it numbers its QPs from that block, which no other agent of the host uses.
+type SteeredConn interface {
+	Conn
+	// QPNBlock is the inclusive range of QPNs this Conn receives.
+	QPNBlock() (first, last uint32)
+}
+
+// FixedSourcePort reports whether c sends every datagram from its
+// LocalAddr port whatever Message.SrcPort says (UDPConn, whose socket is
+// bound to one port). RoCEConn and PipeConn honour SrcPort.
+func FixedSourcePort(c Conn) bool {
+	_, ok := c.(interface{ fixedSourcePort() })
+	return ok
+}
+
+// errSourcePort is UDPConn's error for a SrcPort other than its own.
+var errSourcePort = errors.New("a UDP socket sends from its bound port only (use a RoCEConn for per-datagram source ports)")
 
 // datagramLen is the length of the datagram m describes on write.
 func datagramLen(m *Message) int {

@@ -32,7 +32,8 @@ type PipeOptions struct {
 	// A and B are the two endpoints' addresses. Optional: defaults
 	// DefaultPipeA and DefaultPipeB. A datagram is delivered to the peer
 	// only if it is addressed to the peer's address (otherwise it is lost,
-	// PipeStats.NoRouteDropped), and it arrives from the writer's address.
+	// PipeStats.NoRouteDropped), and it arrives from the writer's address,
+	// with the Message's SrcPort if it names one.
 	A, B netip.AddrPort
 	// Depth is the number of datagrams queued per direction before tail
 	// drop (PipeStats.QueueFullDropped). Optional: 0 means DefaultPipeDepth.
@@ -42,7 +43,8 @@ type PipeOptions struct {
 	// Optional: 0 means the largest UDP payload (65507 bytes from an IPv4
 	// address, 65527 from IPv6).
 	MaxDatagramBytes int
-	// Filter, if set, is called for every datagram in flight, on the copy
+	// Filter, if set, is called for every datagram in flight (from is its
+	// source as the receiver will see it), on the copy
 	// the receiver will read: m.Buffers[0] holds the datagram (m.N bytes),
 	// m.Addr is the destination the writer gave, m.TOS the TOS it was sent
 	// with. The filter may change the bytes and the TOS (tests mark CE with
@@ -299,12 +301,16 @@ func (c *PipeConn) WriteBatch(msgs []Message) (int, error) {
 		for _, b := range m.Buffers {
 			off += copy(buf[off:], b)
 		}
-		d := pipeDatagram{buf: buf, from: c.local, tos: m.TOS}
+		from := c.local
+		if m.SrcPort != 0 {
+			from = netip.AddrPortFrom(from.Addr(), m.SrcPort)
+		}
+		d := pipeDatagram{buf: buf, from: from, tos: m.TOS}
 		if c.p.filter != nil {
 			s := c.p.scratch.Get().(*filterScratch)
 			s.bufs[0] = buf
-			s.m = Message{Buffers: s.bufs[:], N: size, Addr: m.Addr, TOS: m.TOS}
-			drop := c.p.filter(c.local, &s.m)
+			s.m = Message{Buffers: s.bufs[:], N: size, Addr: m.Addr, SrcPort: from.Port(), TOS: m.TOS}
+			drop := c.p.filter(from, &s.m)
 			d.tos = s.m.TOS
 			s.m, s.bufs[0] = Message{}, nil
 			c.p.scratch.Put(s)

@@ -55,6 +55,10 @@ type UDPOptions struct {
 	// passed to ReadBatch are read in part, larger batches passed to
 	// WriteBatch are sent in several system calls.
 	BatchSize int
+	// ReusePort sets SO_REUSEPORT before bind, so that other sockets of
+	// the same user may bind the same address and port (RoCEConn's
+	// receive socket). Optional.
+	ReusePort bool
 }
 
 // UDPStats counts what a UDPConn moved. Counters only grow.
@@ -109,6 +113,9 @@ type UDPConn struct {
 }
 
 var _ Conn = (*UDPConn)(nil)
+
+// fixedSourcePort marks UDPConn for FixedSourcePort.
+func (c *UDPConn) fixedSourcePort() {}
 
 // recvState is the per-conn recvmmsg state, reused by every ReadBatch.
 type recvState struct {
@@ -176,7 +183,7 @@ func ListenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 	lc := net.ListenConfig{
 		Control: func(_, _ string, rc syscall.RawConn) error {
 			if err := rc.Control(func(fd uintptr) {
-				optErr = setOptions(int(fd), v6, opts.DefaultTOS, rcvbuf, sndbuf)
+				optErr = setOptions(int(fd), v6, opts.DefaultTOS, rcvbuf, sndbuf, opts.ReusePort)
 			}); err != nil {
 				return err
 			}
@@ -224,7 +231,7 @@ func ListenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 }
 
 // setOptions sets the socket options before bind.
-func setOptions(fd int, v6 bool, tos uint8, rcvbuf, sndbuf int) error {
+func setOptions(fd int, v6 bool, tos uint8, rcvbuf, sndbuf int, reusePort bool) error {
 	type opt struct {
 		name         string
 		level, opt   int
@@ -237,6 +244,9 @@ func setOptions(fd int, v6 bool, tos uint8, rcvbuf, sndbuf int) error {
 		{"SO_SNDBUFFORCE", unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sndbuf, unix.SO_SNDBUF, "SO_SNDBUF"},
 		// Kernel drop count with each datagram (UDPStats.RecvBufferDrops).
 		{"SO_RXQ_OVFL", unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1, 0, ""},
+	}
+	if reusePort {
+		opts = append(opts, opt{"SO_REUSEPORT", unix.SOL_SOCKET, unix.SO_REUSEPORT, 1, 0, ""})
 	}
 	if v6 {
 		opts = append(opts,
@@ -456,7 +466,10 @@ func (c *UDPConn) prepareWrite(msgs []Message) (k int, err error) {
 	for i := range msgs {
 		m := &msgs[i]
 		w.sizes[i] = datagramLen(m)
-		namelen, err := c.putSockaddr(&w.names[i], m.Addr)
+		if m.SrcPort != 0 && m.SrcPort != c.local.Port() {
+			return i, fmt.Errorf("pktio: write %d-byte datagram from port %d: %w", w.sizes[i], m.SrcPort, errSourcePort)
+		}
+		namelen, err := putSockaddr(&w.names[i], m.Addr, c.v6)
 		if err != nil {
 			return i, fmt.Errorf("pktio: write %d-byte datagram to %s: %w", w.sizes[i], m.Addr, err)
 		}
@@ -555,14 +568,14 @@ var (
 	errIPv4ToIPv6Socket = errors.New("IPv4 destination on an IPv6 socket (IPV6_V6ONLY)")
 )
 
-// putSockaddr encodes ap as the socket family's sockaddr and returns its
-// length. Precondition: wmu is held.
-func (c *UDPConn) putSockaddr(b *[sockaddrLen]byte, ap netip.AddrPort) (uint32, error) {
+// putSockaddr encodes ap as the sockaddr of the socket's family (v6: an
+// AF_INET6 socket) and returns its length.
+func putSockaddr(b *[sockaddrLen]byte, ap netip.AddrPort, v6 bool) (uint32, error) {
 	a := ap.Addr()
 	if !a.IsValid() {
 		return 0, errNoDestination
 	}
-	if !c.v6 {
+	if !v6 {
 		a = a.Unmap()
 		if !a.Is4() {
 			return 0, errIPv6ToIPv4Socket

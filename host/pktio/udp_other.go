@@ -14,6 +14,7 @@ type UDPOptions struct {
 	RecvBufferBytes int
 	SendBufferBytes int
 	BatchSize       int
+	ReusePort       bool
 }
 
 // UDPStats counts what a UDPConn moved. See the Linux implementation.

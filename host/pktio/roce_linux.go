@@ -1,0 +1,495 @@
+//go:build linux
+
+package pktio
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/roce"
+)
+
+const (
+	ipv4HeaderLen = 20
+	ipv6HeaderLen = 40
+	udpHeaderLen  = 8
+	// rawHeaderLen holds the longest IP + UDP header RoCEConn builds.
+	rawHeaderLen = ipv6HeaderLen + udpHeaderLen
+	// rawTTL is the TTL / hop limit of every datagram (Linux's default).
+	rawTTL = 64
+	// ipv4DF is the Don't Fragment flag in the IPv4 flags/offset word.
+	ipv4DF = 0x4000
+	// maxRouteCache bounds the IPv6 route-source cache.
+	maxRouteCache = 4096
+	// receiveSendBufferBytes is the receive socket's send buffer: it never
+	// sends.
+	receiveSendBufferBytes = 8 << 10
+)
+
+// rawNeeds says what the raw send socket takes, for errors.
+const rawNeeds = "CAP_NET_RAW (run as root, or grant the binary cap_net_raw,cap_net_admin,cap_bpf,cap_sys_admin)"
+
+// RoCEOptions configures ListenRoCE. The zero value is valid.
+type RoCEOptions struct {
+	// RecvBufferBytes is the receive socket's buffer (SO_RCVBUFFORCE,
+	// falling back to SO_RCVBUF). Optional: 0 means DefaultUDPBufferBytes.
+	RecvBufferBytes int
+	// SendBufferBytes is the raw socket's buffer (SO_SNDBUFFORCE, falling
+	// back to SO_SNDBUF). Optional: 0 means DefaultUDPBufferBytes.
+	SendBufferBytes int
+	// BatchSize is the most datagrams one recvmmsg/sendmmsg moves, 1 to
+	// MaxBatchSize. Optional: 0 means DefaultBatchSize.
+	BatchSize int
+}
+
+// RoCEConn is the host's RoCEv2 port as one agent sees it (Linux): a
+// SteeredConn that sends each datagram with its own UDP source port and
+// receives the packets of its block of QPNs on a UDP port (4791) shared
+// with every other agent of the network namespace.
+//
+// Send: a raw socket (IPPROTO_RAW, so IP_HDRINCL / IPV6_HDRINCL) and
+// sendmmsg; RoCEConn writes the IPv4 header (ID 0, DF, the Message's TOS,
+// TTL 64; the kernel fills the checksum, the length and, from a wildcard
+// address, the source) or the IPv6 header, and the UDP header: source port
+// Message.SrcPort, checksum 0 over IPv4 (RoCEv2 and rxe send none), the
+// full checksum over IPv6, where UDP requires one. Needs CAP_NET_RAW.
+//
+// Receive: a UDPConn bound to the wildcard address of the family on the
+// port with SO_REUSEPORT (recvmmsg, IP_RECVTOS / IPV6_RECVTCLASS), whose
+// reuseport group runs bpf/reuseport.c: a packet goes to the conn whose
+// QPNBlock holds its BTH DestQP, whatever its source port. Every conn of
+// the namespace binds the wildcard so that they all share one group; the
+// address given to ListenRoCE is the source of what this conn sends.
+// Joining the steering needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN.
+//
+// Headers, iovecs and sockaddrs are allocated once per conn: the steady
+// state allocates nothing.
+type RoCEConn struct {
+	recv    *UDPConn
+	local   netip.AddrPort // as given (the address may be a wildcard), the receive port
+	src     netip.Addr     // source written in the headers; invalid: wildcard
+	v6      bool
+	batch   int
+	file    *os.File // the raw socket
+	raw     syscall.RawConn
+	sndbuf  int
+	steer   *steering
+	routeFD int // IPv6 wildcard: a UDP socket connected to learn route sources; -1 otherwise
+
+	closeOnce sync.Once
+	closeErr  error
+
+	wmu    sync.Mutex
+	w      sendState                 // Precondition: wmu is held.
+	heads  [][rawHeaderLen]byte      // one IP + UDP header per datagram of a batch
+	routes map[netip.Addr]netip.Addr // IPv6 wildcard: source per destination
+
+	datagramsSent atomic.Uint64
+	bytesSent     atomic.Uint64
+	sendErrors    atomic.Uint64
+}
+
+var _ SteeredConn = (*RoCEConn)(nil)
+
+// ListenRoCE opens the host's RoCEv2 port for one agent: a raw socket to
+// send from laddr's address, and the UDP socket on laddr's port (0 means
+// roce.UDPPort, 4791) that receives this conn's block of QPNs. The family
+// follows laddr's address; a wildcard (0.0.0.0, ::) leaves the source
+// address to the route towards each destination.
+//
+// The sockets are created in the network namespace of the calling OS
+// thread. Errors say which capability is missing.
+func ListenRoCE(laddr netip.AddrPort, opts RoCEOptions) (_ *RoCEConn, err error) {
+	if !laddr.Addr().IsValid() {
+		return nil, errors.New("pktio: listen roce: no local address (use 0.0.0.0 or :: for any)")
+	}
+	addr := laddr.Addr().Unmap()
+	port := laddr.Port()
+	if port == 0 {
+		port = roce.UDPPort
+	}
+	laddr = netip.AddrPortFrom(addr, port)
+	batch := opts.BatchSize
+	if batch == 0 {
+		batch = DefaultBatchSize
+	}
+	if batch < 1 || batch > MaxBatchSize {
+		return nil, fmt.Errorf("pktio: listen roce %s: BatchSize %d out of range 1..%d", laddr, opts.BatchSize, MaxBatchSize)
+	}
+	sndbuf := opts.SendBufferBytes
+	if sndbuf == 0 {
+		sndbuf = DefaultUDPBufferBytes
+	}
+	if sndbuf < 0 || opts.RecvBufferBytes < 0 {
+		return nil, fmt.Errorf("pktio: listen roce %s: buffer sizes must not be negative (RecvBufferBytes %d, SendBufferBytes %d)", laddr, opts.RecvBufferBytes, opts.SendBufferBytes)
+	}
+	v6 := addr.Is6()
+	c := &RoCEConn{local: laddr, v6: v6, batch: batch, routeFD: -1}
+	if !addr.IsUnspecified() {
+		c.src = addr
+	}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if err := c.openRaw(sndbuf); err != nil {
+		return nil, fmt.Errorf("pktio: listen roce %s: %w", laddr, err)
+	}
+	wildcard := netip.IPv4Unspecified()
+	if v6 {
+		wildcard = netip.IPv6Unspecified()
+	}
+	c.recv, err = ListenUDP(netip.AddrPortFrom(wildcard, port), UDPOptions{
+		RecvBufferBytes: opts.RecvBufferBytes,
+		SendBufferBytes: receiveSendBufferBytes,
+		BatchSize:       batch,
+		ReusePort:       true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var steerErr error
+	if err := c.recv.raw.Control(func(fd uintptr) { c.steer, steerErr = joinSteering(int(fd)) }); err != nil {
+		return nil, fmt.Errorf("pktio: listen roce %s: %w", laddr, err)
+	}
+	if steerErr != nil {
+		if errors.Is(steerErr, unix.EPERM) {
+			return nil, fmt.Errorf("pktio: listen roce %s: QPN steering needs %s: %w", laddr, steerNeeds, steerErr)
+		}
+		return nil, fmt.Errorf("pktio: listen roce %s: QPN steering: %w", laddr, steerErr)
+	}
+	if v6 && !c.src.IsValid() {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("pktio: listen roce %s: route socket: %w", laddr, err)
+		}
+		c.routeFD = fd
+		c.routes = make(map[netip.Addr]netip.Addr)
+	}
+	c.w.init(batch)
+	c.heads = make([][rawHeaderLen]byte, batch)
+	return c, nil
+}
+
+// openRaw opens the raw send socket, bound to the source address when
+// there is one (which checks that it is local).
+func (c *RoCEConn) openRaw(sndbuf int) error {
+	family := unix.AF_INET
+	if c.v6 {
+		family = unix.AF_INET6
+	}
+	// IPPROTO_RAW implies IP_HDRINCL (IPv4) and IPV6_HDRINCL (IPv6), and
+	// such a socket receives nothing.
+	fd, err := unix.Socket(family, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return fmt.Errorf("the raw send socket needs %s: %w", rawNeeds, err)
+		}
+		return fmt.Errorf("raw socket: %w", err)
+	}
+	fail := func(what string, err error) error {
+		unix.Close(fd)
+		return fmt.Errorf("raw socket %s: %w", what, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sndbuf); err != nil {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, sndbuf); err != nil {
+			return fail(fmt.Sprintf("SO_SNDBUF=%d", sndbuf), err)
+		}
+	}
+	if c.src.IsValid() {
+		var sa unix.Sockaddr
+		if c.v6 {
+			sa = &unix.SockaddrInet6{Addr: c.src.As16()}
+		} else {
+			sa = &unix.SockaddrInet4{Addr: c.src.As4()}
+		}
+		if err := unix.Bind(fd, sa); err != nil {
+			unix.Close(fd)
+			return err // EADDRNOTAVAIL: not an address of this host
+		}
+	}
+	c.sndbuf, _ = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+	// A non-blocking fd makes the File pollable: Write waits in the
+	// netpoller on EAGAIN.
+	c.file = os.NewFile(uintptr(fd), "rocev2-raw")
+	c.raw, err = c.file.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("raw socket: %w", err)
+	}
+	return nil
+}
+
+// ReadBatch reads up to min(len(msgs), BatchSize) datagrams of this conn's
+// QPNs, from any source port; see UDPConn.ReadBatch.
+func (c *RoCEConn) ReadBatch(msgs []Message) (int, error) { return c.recv.ReadBatch(msgs) }
+
+// WriteBatch sends msgs in order, BatchSize datagrams per sendmmsg, each to
+// its Message.Addr from its Message.SrcPort (0: LocalAddr's port) with its
+// Message.TOS. It returns how many were sent; if fewer than len(msgs), err
+// says why msgs[n] failed (a datagram over the path MTU wraps
+// syscall.EMSGSIZE: DF is set) and msgs[n+1:] were not tried.
+func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	sent := 0
+	for sent < len(msgs) {
+		chunk := msgs[sent:min(len(msgs), sent+c.batch)]
+		k, prepErr := c.prepareWrite(chunk)
+		n, sendErr := c.sendPrepared(k)
+		if sendErr == nil && n == k && prepErr != nil {
+			sendErr = prepErr
+		}
+		if sendErr != nil {
+			sent += n
+			c.sendErrors.Add(1)
+			if errors.Is(sendErr, net.ErrClosed) {
+				return sent, net.ErrClosed
+			}
+			return sent, sendErr
+		}
+		sent += k
+	}
+	return sent, nil
+}
+
+// prepareWrite builds the headers, sockaddrs and iovecs of msgs (at most
+// BatchSize) and returns how many it prepared; err says why msgs[k] could
+// not be. Precondition: wmu is held.
+func (c *RoCEConn) prepareWrite(msgs []Message) (k int, err error) {
+	w := &c.w
+	total := len(msgs) // one header iovec each
+	for i := range msgs {
+		total += len(msgs[i].Buffers)
+	}
+	if total > len(w.iovs) {
+		w.iovs = make([]unix.Iovec, max(total, 2*len(w.iovs)))
+	}
+	j := 0
+	w.used = 0
+	maxPayload := maxUDPPayload4
+	if c.v6 {
+		maxPayload = maxUDPPayload6
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		size := datagramLen(m)
+		w.sizes[i] = size
+		if size > maxPayload {
+			return i, fmt.Errorf("pktio: write %d-byte datagram to %s: %w (largest %d)", size, m.Addr, syscall.EMSGSIZE, maxPayload)
+		}
+		dst := netip.AddrPortFrom(m.Addr.Addr().Unmap(), m.Addr.Port())
+		// The port of a raw socket's sockaddr is not a UDP port (IPv6 reads
+		// it as the protocol): 0.
+		namelen, err := putSockaddr(&w.names[i], netip.AddrPortFrom(dst.Addr(), 0), c.v6)
+		if err != nil {
+			return i, fmt.Errorf("pktio: write %d-byte datagram to %s: %w", size, m.Addr, err)
+		}
+		sport := m.SrcPort
+		if sport == 0 {
+			sport = c.local.Port()
+		}
+		hl, err := c.putHeaders(&c.heads[i], m, dst, sport, size)
+		if err != nil {
+			return i, fmt.Errorf("pktio: write %d-byte datagram to %s: %w", size, m.Addr, err)
+		}
+		h := &w.hdrs[i]
+		h.Len = 0
+		h.Hdr.Namelen = namelen
+		w.iovs[j].Base = &c.heads[i][0]
+		w.iovs[j].SetLen(hl)
+		for x, b := range m.Buffers {
+			w.iovs[j+1+x].Base = unsafe.SliceData(b)
+			w.iovs[j+1+x].SetLen(len(b))
+		}
+		h.Hdr.Iov = &w.iovs[j]
+		h.Hdr.SetIovlen(1 + len(m.Buffers))
+		h.Hdr.Control = nil
+		h.Hdr.SetControllen(0)
+		j += 1 + len(m.Buffers)
+		w.used = j
+	}
+	return len(msgs), nil
+}
+
+// putHeaders writes the IP and UDP headers of m into b and returns their
+// length. Precondition: wmu is held.
+func (c *RoCEConn) putHeaders(b *[rawHeaderLen]byte, m *Message, dst netip.AddrPort, sport uint16, size int) (int, error) {
+	udpLen := udpHeaderLen + size
+	if !c.v6 {
+		h := b[:ipv4HeaderLen+udpHeaderLen]
+		h[0] = 4<<4 | ipv4HeaderLen/4
+		h[1] = m.TOS
+		binary.BigEndian.PutUint16(h[2:4], uint16(ipv4HeaderLen+udpLen)) // the kernel writes it too
+		binary.BigEndian.PutUint16(h[4:6], 0)                            // ID 0: covered by the ICRC
+		binary.BigEndian.PutUint16(h[6:8], ipv4DF)
+		h[8] = rawTTL
+		h[9] = unix.IPPROTO_UDP
+		binary.BigEndian.PutUint16(h[10:12], 0) // the kernel fills the checksum
+		if c.src.IsValid() {
+			a := c.src.As4()
+			copy(h[12:16], a[:])
+		} else {
+			clear(h[12:16]) // the kernel fills the route's source
+		}
+		a := dst.Addr().As4()
+		copy(h[16:20], a[:])
+		u := h[ipv4HeaderLen:]
+		binary.BigEndian.PutUint16(u[0:2], sport)
+		binary.BigEndian.PutUint16(u[2:4], dst.Port())
+		binary.BigEndian.PutUint16(u[4:6], uint16(udpLen))
+		binary.BigEndian.PutUint16(u[6:8], 0) // no checksum (RoCEv2: the ICRC covers the payload)
+		return len(h), nil
+	}
+	src := c.src
+	if !src.IsValid() {
+		var err error
+		if src, err = c.routeSource(dst.Addr()); err != nil {
+			return 0, err
+		}
+	}
+	h := b[:]
+	// Version 6, traffic class, flow label 0.
+	binary.BigEndian.PutUint32(h[0:4], 6<<28|uint32(m.TOS)<<20)
+	binary.BigEndian.PutUint16(h[4:6], uint16(udpLen))
+	h[6] = unix.IPPROTO_UDP
+	h[7] = rawTTL
+	s16, d16 := src.As16(), dst.Addr().As16()
+	copy(h[8:24], s16[:])
+	copy(h[24:40], d16[:])
+	u := h[ipv6HeaderLen:]
+	binary.BigEndian.PutUint16(u[0:2], sport)
+	binary.BigEndian.PutUint16(u[2:4], dst.Port())
+	binary.BigEndian.PutUint16(u[4:6], uint16(udpLen))
+	binary.BigEndian.PutUint16(u[6:8], 0)
+	binary.BigEndian.PutUint16(u[6:8], udp6Checksum(h[8:24], h[24:40], u[:udpHeaderLen], m.Buffers))
+	return len(h), nil
+}
+
+// routeSource is the source address of the route to dst (IPv6 from a
+// wildcard), cached. Precondition: wmu is held.
+func (c *RoCEConn) routeSource(dst netip.Addr) (netip.Addr, error) {
+	if s, ok := c.routes[dst]; ok {
+		return s, nil
+	}
+	var sa [sockaddrLen]byte
+	n, err := putSockaddr(&sa, netip.AddrPortFrom(dst, 9), true)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	// A UDP connect sends nothing; it picks the route and its source.
+	if _, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(c.routeFD), uintptr(unsafe.Pointer(&sa[0])), uintptr(n)); e != 0 {
+		return netip.Addr{}, fmt.Errorf("no route: %w", e)
+	}
+	local, err := unix.Getsockname(c.routeFD)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	s6, ok := local.(*unix.SockaddrInet6)
+	if !ok {
+		return netip.Addr{}, errors.New("no IPv6 source address")
+	}
+	src := netip.AddrFrom16(s6.Addr)
+	if len(c.routes) >= maxRouteCache {
+		clear(c.routes)
+	}
+	c.routes[dst] = src
+	return src, nil
+}
+
+// sendPrepared sends the first k prepared datagrams and returns how many
+// went out. Precondition: wmu is held.
+func (c *RoCEConn) sendPrepared(k int) (int, error) {
+	if k == 0 {
+		return 0, nil
+	}
+	w := &c.w
+	w.count, w.off, w.errno = k, 0, 0
+	err := c.raw.Write(w.fn)
+	n := w.off
+	clear(w.iovs[:w.used]) // do not keep the caller's buffers alive
+	var bytes uint64
+	for _, s := range w.sizes[:n] {
+		bytes += uint64(s)
+	}
+	c.datagramsSent.Add(uint64(n))
+	c.bytesSent.Add(bytes)
+	if err != nil {
+		if errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) {
+			return n, net.ErrClosed
+		}
+		return n, fmt.Errorf("pktio: write batch: %w", err)
+	}
+	if w.errno != 0 {
+		dst := parseSockaddr(&w.names[n])
+		return n, fmt.Errorf("pktio: write %d-byte datagram to %s: %w", w.sizes[n], dst.Addr(), w.errno)
+	}
+	return n, nil
+}
+
+// LocalAddr is the address given to ListenRoCE (possibly a wildcard) with
+// the port this conn receives on.
+func (c *RoCEConn) LocalAddr() netip.AddrPort { return c.local }
+
+// QPNBlock is the QPNs the namespace's steering hands to this conn.
+func (c *RoCEConn) QPNBlock() (first, last uint32) { return c.steer.qpnBlock() }
+
+// SteeringStats reads the namespace's steering counters.
+func (c *RoCEConn) SteeringStats() (SteeringStats, error) { return c.steer.readStats() }
+
+// Close closes both sockets (the receive socket leaves the steering) and
+// unblocks a pending ReadBatch (net.ErrClosed). Closing twice returns
+// net.ErrClosed.
+func (c *RoCEConn) Close() error {
+	err := net.ErrClosed
+	c.closeOnce.Do(func() {
+		var errs []error
+		if c.recv != nil {
+			errs = append(errs, c.recv.Close())
+		}
+		if c.file != nil {
+			errs = append(errs, c.file.Close()) // unblocks a WriteBatch waiting in the netpoller
+		}
+		c.wmu.Lock()
+		if c.routeFD >= 0 {
+			unix.Close(c.routeFD)
+			c.routeFD = -1
+		}
+		c.wmu.Unlock()
+		c.steer.close()
+		err = errors.Join(errs...)
+	})
+	return err
+}
+
+// SetReadDeadline makes a blocked or future ReadBatch fail with
+// os.ErrDeadlineExceeded once t passes; the zero t means no deadline.
+func (c *RoCEConn) SetReadDeadline(t time.Time) error { return c.recv.SetReadDeadline(t) }
+
+// BufferBytes reports the receive socket's and the raw socket's buffers as
+// the kernel granted them (see UDPConn.BufferBytes).
+func (c *RoCEConn) BufferBytes() (recv, send int) {
+	r, _ := c.recv.BufferBytes()
+	return r, c.sndbuf
+}
+
+// Stats returns the counters: sent by the raw socket, received by the UDP
+// socket. Safe to call concurrently with I/O.
+func (c *RoCEConn) Stats() UDPStats {
+	s := c.recv.Stats()
+	s.DatagramsSent = c.datagramsSent.Load()
+	s.BytesSent = c.bytesSent.Load()
+	s.SendErrors = c.sendErrors.Load()
+	return s
+}

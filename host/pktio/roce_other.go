@@ -1,0 +1,42 @@
+//go:build !linux
+
+package pktio
+
+import (
+	"net/netip"
+	"time"
+)
+
+// RoCEOptions configures ListenRoCE. See the Linux implementation.
+type RoCEOptions struct {
+	RecvBufferBytes int
+	SendBufferBytes int
+	BatchSize       int
+}
+
+// SteeringStats are the namespace's steering counters. See the Linux
+// implementation.
+type SteeringStats struct {
+	Steered, UnknownQP, Misdirected, Malformed uint64
+}
+
+// RoCEConn is only implemented on Linux (raw sockets, SO_REUSEPORT with an
+// sk_reuseport program).
+type RoCEConn struct{}
+
+var _ SteeredConn = (*RoCEConn)(nil)
+
+// ListenRoCE fails outside Linux.
+func ListenRoCE(laddr netip.AddrPort, opts RoCEOptions) (*RoCEConn, error) {
+	return nil, errNotLinux
+}
+
+func (c *RoCEConn) ReadBatch(msgs []Message) (int, error)  { return 0, errNotLinux }
+func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) { return 0, errNotLinux }
+func (c *RoCEConn) LocalAddr() netip.AddrPort              { return netip.AddrPort{} }
+func (c *RoCEConn) QPNBlock() (first, last uint32)         { return 0, 0 }
+func (c *RoCEConn) SteeringStats() (SteeringStats, error)  { return SteeringStats{}, errNotLinux }
+func (c *RoCEConn) Close() error                           { return errNotLinux }
+func (c *RoCEConn) SetReadDeadline(t time.Time) error      { return errNotLinux }
+func (c *RoCEConn) BufferBytes() (recv, send int)          { return 0, 0 }
+func (c *RoCEConn) Stats() UDPStats                        { return UDPStats{} }

@@ -1,0 +1,269 @@
+//go:build linux
+
+package pktio
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/bpf"
+)
+
+// QPN steering (bpf/reuseport.c): every RoCEConn of a network namespace
+// binds UDP 4791 with SO_REUSEPORT; the group's sk_reuseport program hands
+// each packet to the socket in the slot of rocev2_socks named by the BTH
+// DestQP's top byte. A conn claims the first free slot (BPF_NOEXIST) and
+// its agent numbers its QPs slot<<16 | n. The kernel empties a slot when
+// its socket closes.
+//
+// All conns of a namespace must share the maps. They are not pinned in
+// bpffs: `ip netns exec` mounts a fresh /sys for each command, so a pin
+// under /sys/fs/bpf made by one roceperf is invisible to the next one in
+// the same namespace (and a bpffs mounted there is a private instance).
+// Instead the creator records the namespace's cookie (SO_NETNS_COOKIE,
+// never reused while the system runs) and the other maps' IDs in
+// rocev2_owner, and a later conn finds it by walking the kernel's map IDs.
+// The maps live exactly as long as some conn (or the attached program)
+// holds them, so nothing can go stale. An abstract unix socket, itself
+// per namespace and released when its process dies, serialises joins.
+
+const (
+	// steerVersion is the layout of the steering maps; a conn refuses to
+	// join maps of another layout.
+	steerVersion = 1
+	// QPNSlotShift: a steered conn receives the QPNs slot<<QPNSlotShift
+	// through slot<<QPNSlotShift | (1<<QPNSlotShift - 1).
+	QPNSlotShift = 16
+	// SteerSlots is the most steered conns (agents) of one namespace.
+	SteerSlots = 1 << (24 - QPNSlotShift)
+	// steerLockName is the abstract socket that serialises joins.
+	steerLockName = "@fabriclab/rocev2/steer"
+	steerLockWait = 10 * time.Second
+)
+
+// steerNeeds says what joining the steering takes, for errors.
+const steerNeeds = "CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (root) to load the steering program and find the namespace's steering maps"
+
+// SteeringStats are the namespace's steering counters, shared by all of
+// its RoCEConns (bpf/reuseport.c). Counters only grow while a conn of the
+// namespace is open.
+type SteeringStats struct {
+	Steered uint64 `json:"steered"` // handed to the agent owning the DestQP
+	// UnknownQP counts packets dropped because no agent of the namespace
+	// owns their DestQP (its block is free), as a NIC drops them.
+	UnknownQP uint64 `json:"unknown_qp"`
+	// Misdirected counts packets dropped because the DestQP's agent
+	// listens on another port or IP family.
+	Misdirected uint64 `json:"misdirected"`
+	// Malformed counts datagrams too short for UDP + BTH + ICRC, dropped.
+	Malformed uint64 `json:"malformed"`
+}
+
+// steering is one conn's part in its namespace's steering.
+type steering struct {
+	socks, stats, owner *ebpf.Map
+	prog                *ebpf.Program
+	slot                uint32
+}
+
+// joinSteering attaches the namespace's steering program to the reuseport
+// group of the UDP socket fd (bound with SO_REUSEPORT) and claims a slot
+// for it. Precondition: the calling thread is in fd's network namespace.
+func joinSteering(fd int) (_ *steering, err error) {
+	unlock, err := lockSteering()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	cookie, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return nil, fmt.Errorf("SO_NETNS_COOKIE (Linux 5.14 or later): %w", err)
+	}
+	spec, err := bpf.LoadReuseport()
+	if err != nil {
+		return nil, err
+	}
+	s := &steering{}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if err := s.find(cookie); err != nil {
+		return nil, err
+	}
+	found := s.owner != nil
+	var opts ebpf.CollectionOptions
+	if found {
+		opts.MapReplacements = map[string]*ebpf.Map{
+			bpf.ReuseportMapRocev2Socks: s.socks,
+			bpf.ReuseportMapRocev2Stats: s.stats,
+			bpf.ReuseportMapRocev2Owner: s.owner,
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		return nil, fmt.Errorf("load the steering program: %w", err)
+	}
+	s.prog = coll.DetachProgram(bpf.ReuseportProgRocev2Steer)
+	if !found {
+		s.socks = coll.DetachMap(bpf.ReuseportMapRocev2Socks)
+		s.stats = coll.DetachMap(bpf.ReuseportMapRocev2Stats)
+		s.owner = coll.DetachMap(bpf.ReuseportMapRocev2Owner)
+	}
+	coll.Close()
+	if !found {
+		if err := s.publish(cookie); err != nil {
+			return nil, err
+		}
+	}
+	// The group keeps one program, whichever conn attached it last: they
+	// all use these maps.
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, s.prog.FD()); err != nil {
+		return nil, fmt.Errorf("SO_ATTACH_REUSEPORT_EBPF: %w", err)
+	}
+	for slot := range uint32(SteerSlots) {
+		err := s.socks.Update(slot, uint64(fd), ebpf.UpdateNoExist)
+		if err == nil {
+			s.slot = slot
+			return s, nil
+		}
+		if !errors.Is(err, ebpf.ErrKeyExist) {
+			return nil, fmt.Errorf("claim steering slot %d: %w", slot, err)
+		}
+	}
+	return nil, fmt.Errorf("all %d QPN blocks of this network namespace are taken (one per agent)", SteerSlots)
+}
+
+// lockSteering binds the namespace's abstract lock socket, waiting while
+// another conn holds it.
+func lockSteering() (unlock func(), err error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("steering lock: %w", err)
+	}
+	deadline := time.Now().Add(steerLockWait)
+	for {
+		err := unix.Bind(fd, &unix.SockaddrUnix{Name: steerLockName})
+		if err == nil {
+			return func() { unix.Close(fd) }, nil
+		}
+		if !errors.Is(err, unix.EADDRINUSE) || time.Now().After(deadline) {
+			unix.Close(fd)
+			return nil, fmt.Errorf("steering lock %s: %w", steerLockName, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// find looks for the steering maps of the namespace with this cookie
+// among the kernel's maps, and keeps them if found.
+func (s *steering) find(cookie uint64) error {
+	var id ebpf.MapID
+	for {
+		next, err := ebpf.MapGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("walk the kernel's BPF maps: %w", err)
+		}
+		id = next
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			continue // freed meanwhile
+		}
+		info, err := m.Info()
+		if err != nil || info.Name != bpf.ReuseportMapRocev2Owner || info.Type != ebpf.Array {
+			m.Close()
+			continue
+		}
+		var o bpf.ReuseportSteerOwner
+		if err := m.Lookup(uint32(0), &o); err != nil || o.NetnsCookie != cookie {
+			m.Close()
+			continue
+		}
+		if o.Version != steerVersion {
+			m.Close()
+			return fmt.Errorf("the agents of this network namespace steer with layout %d, this one with %d: stop them first", o.Version, steerVersion)
+		}
+		socks, err1 := ebpf.NewMapFromID(ebpf.MapID(o.SocksId))
+		stats, err2 := ebpf.NewMapFromID(ebpf.MapID(o.StatsId))
+		if err := errors.Join(err1, err2); err != nil {
+			// Their last holder is gone: the namespace has no agent left.
+			m.Close()
+			socks.Close()
+			stats.Close()
+			continue
+		}
+		s.owner, s.socks, s.stats = m, socks, stats
+		return nil
+	}
+}
+
+// publish records the namespace and the map IDs in the owner map.
+func (s *steering) publish(cookie uint64) error {
+	id := func(m *ebpf.Map) (uint32, error) {
+		info, err := m.Info()
+		if err != nil {
+			return 0, err
+		}
+		mid, ok := info.ID()
+		if !ok {
+			return 0, errors.New("no map ID")
+		}
+		return uint32(mid), nil
+	}
+	socksID, err1 := id(s.socks)
+	statsID, err2 := id(s.stats)
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("steering map IDs: %w", err)
+	}
+	o := bpf.ReuseportSteerOwner{NetnsCookie: cookie, SocksId: socksID, StatsId: statsID, Version: steerVersion}
+	if err := s.owner.Put(uint32(0), &o); err != nil {
+		return fmt.Errorf("steering owner: %w", err)
+	}
+	return nil
+}
+
+// qpnBlock is the slot's QPNs.
+func (s *steering) qpnBlock() (first, last uint32) {
+	first = s.slot << QPNSlotShift
+	return first, first | (1<<QPNSlotShift - 1)
+}
+
+func (s *steering) readStats() (SteeringStats, error) {
+	var per []bpf.ReuseportSteerStats
+	if err := s.stats.Lookup(uint32(0), &per); err != nil {
+		return SteeringStats{}, fmt.Errorf("pktio: steering stats: %w", err)
+	}
+	var st SteeringStats
+	for _, p := range per {
+		st.Steered += p.Steered
+		st.UnknownQP += p.UnknownQp
+		st.Misdirected += p.Misdirected
+		st.Malformed += p.Malformed
+	}
+	return st, nil
+}
+
+// close releases this conn's references; its slot empties when its socket
+// closes.
+func (s *steering) close() {
+	if s == nil {
+		return
+	}
+	for _, m := range []*ebpf.Map{s.socks, s.stats, s.owner} {
+		if m != nil {
+			m.Close()
+		}
+	}
+	if s.prog != nil {
+		s.prog.Close()
+	}
+}
