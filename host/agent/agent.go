@@ -4,8 +4,17 @@
 // receive loop and a paced transmit loop) whatever the number of QPs.
 //
 // The protocol core depends only on pktio.Conn and Clock: unit tests run
-// two agents over an in-memory pipe, netns tests and the tools over UDP
-// sockets.
+// two agents over an in-memory pipe, netns tests and the tools over
+// pktio.RoCEConn.
+//
+// On the wire (roce-wire.md): every packet, data, ACK, NAK or CNP, goes to
+// the peer's RoCEv2 port (4791), from the UDP source port of the QP that
+// sends it (SourcePort, as rxe derives it), so each QP is one ECMP flow; a
+// packet is accepted from any source port, and belongs to the QP its BTH
+// DestQP names if it comes from that QP's peer IP address. On a
+// pktio.SteeredConn the agent numbers its QPs from the conn's QPN block, so
+// the QPNs of all agents of a host are distinct and the host's steering
+// hands each packet to the agent that owns its DestQP.
 package agent
 
 import (
@@ -29,6 +38,23 @@ import (
 // QPNs start above the special QP0/QP1 (IBTA 3.5.10: SMI and GSI).
 const firstQPN = 0x11
 
+// Source ports (rxe: drivers/infiniband/sw/rxe/rxe_qp.c, rxe_qp_init_req):
+// RXE_ROCE_V2_SPORT 0xC000 plus a 14-bit hash of the QPN, the dynamic
+// port range 0xC000..0xFFFF.
+const (
+	sourcePortBase = 0xC000
+	sourcePortBits = 14
+	// goldenRatio32 is include/linux/hash.h's GOLDEN_RATIO_32: hash_32(v,
+	// bits) is (v * GOLDEN_RATIO_32) >> (32 - bits).
+	goldenRatio32 = 0x61C88647
+)
+
+// SourcePort is the UDP source port of QP qpn's packets, rxe's
+// 0xC000 + hash_32(qpn, 14): one per QP, spread over 0xC000..0xFFFF.
+func SourcePort(qpn uint32) uint16 {
+	return sourcePortBase + uint16((qpn*goldenRatio32)>>(32-sourcePortBits))
+}
+
 // portBurstBytes is the port limiter's burst: 16 full 1 KB-MTU packets.
 const portBurstBytes = 16 * 1100
 
@@ -37,7 +63,11 @@ const maxPacket = roce.BTHLen + roce.RETHLen + roce.ImmDtLen + 4096 + roce.ICRCL
 
 // Config configures an Agent.
 type Config struct {
-	Conn pktio.Conn // required: the UDP 4791 socket (or a pipe in tests)
+	// Conn is the agent's port: a pktio.RoCEConn (or a pipe in tests).
+	// Required. On a pktio.SteeredConn the agent's QPNs come from the
+	// conn's block; on a conn with a fixed source port (pktio.UDPConn)
+	// every QP sends from that port instead of its own.
+	Conn pktio.Conn
 	// Clock is the time the DCQCN state machines see. Optional: monotonic.
 	Clock Clock
 	// Logger gets QP errors. Optional: slog.Default().
@@ -50,8 +80,8 @@ type Config struct {
 	// counts). Optional: 0 means no port limit.
 	PortRate units.Rate
 	// SkipICRCCheck accepts packets whatever their ICRC. The check
-	// reconstructs the IP header as Linux sends from a DF socket (IP ID 0),
-	// so a peer that sends other IDs needs it off.
+	// reconstructs the IP header with IP ID 0 (what the agent sends, and
+	// Linux from a DF socket), so a peer that sends other IDs needs it off.
 	SkipICRCCheck bool
 	// Trace, if set, sees every CE arrival, CNP sent and CNP handled, from
 	// the agent's loops (keep it short). Benchmarks time the DCQCN loop
@@ -84,13 +114,22 @@ type Agent struct {
 	log   *slog.Logger
 	wake  *waker
 
+	// QPNs: qpnFirst..qpnLast, the conn's block on a SteeredConn.
+	qpnFirst, qpnLast uint32
+	// fixedPort: the conn sends every packet from its own port, so QPs
+	// have no source port of their own.
+	fixedPort bool
+	// recvPort is the port packets arrive on, the destination port of
+	// their ICRC.
+	recvPort uint16
+
 	mu struct {
 		sync.Mutex
 		free   []uint32 // QPNs to reuse
 		next   uint32
 		closed bool
 	}
-	qps atomic.Pointer[[]*QP] // index qpn-firstQPN; copy on write under mu
+	qps atomic.Pointer[[]*QP] // index qpn-qpnFirst; copy on write under mu
 
 	writeMu sync.Mutex // one sendmmsg at a time on the shared socket
 	drops   agentDrops
@@ -119,8 +158,20 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, log: cfg.Logger, wake: w}
-	a.mu.next = firstQPN
+	a := &Agent{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, log: cfg.Logger, wake: w,
+		qpnFirst: firstQPN, qpnLast: roce.PSNMask, // QPNs are 24 bits, like PSNs
+		fixedPort: pktio.FixedSourcePort(cfg.Conn),
+		recvPort:  cfg.Conn.LocalAddr().Port(),
+	}
+	if sc, ok := cfg.Conn.(pktio.SteeredConn); ok {
+		first, last := sc.QPNBlock()
+		a.qpnFirst, a.qpnLast = max(first, firstQPN), min(last, roce.PSNMask)
+		if a.qpnFirst > a.qpnLast {
+			_ = w.close()
+			return nil, fmt.Errorf("agent: the conn's QPN block %#x..%#x holds no usable QPN", first, last)
+		}
+	}
+	a.mu.next = a.qpnFirst
 	a.qps.Store(new([]*QP))
 	a.wg.Add(2)
 	go a.rxLoop()
@@ -202,14 +253,14 @@ func (a *Agent) CreateQP(cfg QPConfig) (*QP, error) {
 		qp.qpn = a.mu.free[k-1]
 		a.mu.free = a.mu.free[:k-1]
 	} else {
-		if a.mu.next > roce.PSNMask {
-			return nil, fmt.Errorf("agent: out of QP numbers (%d in use)", roce.PSNMask-firstQPN)
+		if a.mu.next > a.qpnLast {
+			return nil, fmt.Errorf("agent: out of QP numbers (all %d of %#x..%#x in use)", a.qpnLast-a.qpnFirst+1, a.qpnFirst, a.qpnLast)
 		}
 		qp.qpn = a.mu.next
 		a.mu.next++
 	}
 	old := *a.qps.Load()
-	idx := int(qp.qpn - firstQPN)
+	idx := int(qp.qpn - a.qpnFirst)
 	tab := make([]*QP, max(len(old), idx+1))
 	copy(tab, old)
 	tab[idx] = qp
@@ -239,7 +290,7 @@ func (qp *QP) Destroy() {
 	old := *a.qps.Load()
 	tab := make([]*QP, len(old))
 	copy(tab, old)
-	tab[qp.qpn-firstQPN] = nil
+	tab[qp.qpn-a.qpnFirst] = nil
 	a.qps.Store(&tab)
 	a.mu.free = append(a.mu.free, qp.qpn)
 }
@@ -247,7 +298,7 @@ func (qp *QP) Destroy() {
 // QP returns the live QP with this number, or nil.
 func (a *Agent) QP(qpn uint32) *QP {
 	tab := *a.qps.Load()
-	i := int(qpn) - firstQPN
+	i := int(qpn) - int(a.qpnFirst)
 	if i < 0 || i >= len(tab) {
 		return nil
 	}
@@ -279,6 +330,7 @@ func (a *Agent) Counters() AgentCounters {
 	c.Malformed = a.drops.malformed.Load()
 	c.ICRCErrors = a.drops.icrc.Load()
 	c.UnknownQP = a.drops.unknownQP.Load()
+	c.WrongPeer = a.drops.wrongPeer.Load()
 	c.Unsupported = a.drops.unsupported.Load()
 	c.SendErrors = a.drops.sendErrors.Load()
 	return c
@@ -293,6 +345,7 @@ func (a *Agent) send(msgs []pktio.Message, pkts []txPacket, n int) {
 		msgs[i].Buffers[0] = pkts[i].buf[:pkts[i].n]
 		msgs[i].TOS = pkts[i].tos
 		msgs[i].Addr = pkts[i].qp.peerAddr()
+		msgs[i].SrcPort = pkts[i].qp.sourcePort()
 	}
 	a.writeMu.Lock()
 	sent, err := a.conn.WriteBatch(msgs[:n])
@@ -306,6 +359,28 @@ func (a *Agent) send(msgs []pktio.Message, pkts []txPacket, n int) {
 // peerAddr is read without the lock: it is set once by Connect, before
 // any packet of this QP is built.
 func (qp *QP) peerAddr() netip.AddrPort { return qp.mu.peer.Addr }
+
+// sourcePort is the port the QP's packets leave from; read without the
+// lock like peerAddr.
+func (qp *QP) sourcePort() uint16 { return qp.mu.local.Port() }
+
+// SourcePort is the UDP source port of the QP's packets once it is
+// connected (0 before): SourcePort(QPN), or the conn's own port on a conn
+// with a fixed one.
+func (qp *QP) SourcePort() uint16 {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.mu.local.Port()
+}
+
+// localPort is what Connect makes the QP's source port: its own
+// (SourcePort), or the conn's when the conn has only one.
+func (a *Agent) localPort(qpn uint32) uint16 {
+	if a.fixedPort {
+		return a.conn.LocalAddr().Port()
+	}
+	return SourcePort(qpn)
+}
 
 func newSlots(n int) ([]txPacket, []pktio.Message) {
 	pkts := make([]txPacket, n)
@@ -438,7 +513,16 @@ func (a *Agent) receive(now time.Duration, m *pktio.Message, h *roce.Header, rs 
 		a.drops.unknownQP.Add(1)
 		return
 	}
-	if !a.cfg.SkipICRCCheck && !roce.VerifyICRC(m.Addr, qp.mu.local, b) {
+	// An RC QP takes packets from its peer only (rxe's check_addr), from
+	// whatever source port: the peer's QP chooses it.
+	if m.Addr.Addr().Unmap() != qp.mu.peer.Addr.Addr() {
+		a.drops.wrongPeer.Add(1)
+		return
+	}
+	// The ICRC covers the packet's own addresses and ports: its source, and
+	// this QP's address on the port it arrived on.
+	dst := netip.AddrPortFrom(qp.mu.local.Addr(), a.recvPort)
+	if !a.cfg.SkipICRCCheck && !roce.VerifyICRC(m.Addr, dst, b) {
 		a.drops.icrc.Add(1)
 		return
 	}

@@ -43,10 +43,12 @@ type Counters struct {
 type AgentCounters struct {
 	Counters
 	// Dropped before reaching a QP: not a RoCEv2 packet or truncated, a bad
-	// ICRC, an unknown destination QP, an opcode this agent does not serve.
+	// ICRC, an unknown destination QP, from an IP address other than the
+	// QP's peer's, an opcode this agent does not serve.
 	Malformed   uint64 `json:"malformed"`
 	ICRCErrors  uint64 `json:"icrc_errors"`
 	UnknownQP   uint64 `json:"unknown_qp"`
+	WrongPeer   uint64 `json:"wrong_peer"`
 	Unsupported uint64 `json:"unsupported_opcode"`
 	SendErrors  uint64 `json:"send_errors"`
 }
@@ -77,7 +79,7 @@ func (c *Counters) Add(o *Counters) {
 
 // agentDrops are updated from the receive loop without a QP lock.
 type agentDrops struct {
-	malformed, icrc, unknownQP, unsupported, sendErrors atomic.Uint64
+	malformed, icrc, unknownQP, wrongPeer, unsupported, sendErrors atomic.Uint64
 	// Counters of QPs already destroyed, so agent totals never go back.
 	// Guarded by Agent.mu.
 	gone Counters

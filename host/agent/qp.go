@@ -309,7 +309,8 @@ func (qp *QP) Connect(local netip.AddrPort, peer Endpoint) error {
 		return fmt.Errorf("agent: qp %#x: already connected", qp.qpn)
 	}
 	peer.Addr = netip.AddrPortFrom(peer.Addr.Addr().Unmap(), peer.Addr.Port())
-	qp.mu.local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
+	// The QP sends from its own UDP source port (Agent.localPort).
+	qp.mu.local = netip.AddrPortFrom(local.Addr().Unmap(), qp.agent.localPort(qp.qpn))
 	qp.mu.peer = peer
 	qp.mu.resp.initPSN = peer.PSN
 	qp.mu.connected = true
