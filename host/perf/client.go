@@ -28,7 +28,8 @@ const clientBufferBytes = 4096
 
 // RunClient runs one test against a server and returns its report.
 //
-// It opens a UDP socket (pktio.ListenUDP) and an agent, sets up the QPs
+// It opens its RoCEv2 port (pktio.ListenRoCE: UDP 4791, shared with the
+// other agents of the host) and an agent, sets up the QPs
 // over the side channel (Agent.DialConn: the server's QPs become DCQCN
 // notification points with the profile's min_time_between_cnps and the CNP
 // DSCP), starts a stream on every QP, takes an interval report every
@@ -47,9 +48,9 @@ const clientBufferBytes = 4096
 // fails, a stream that does not drain, or --verify mismatches at the
 // server return the report and an error.
 //
-// With Bind set, the UDP socket and the side channel are bound to it and
-// the server sends its ACKs and CNPs there; without, the socket listens on
-// every address and the server uses the side channel's source address.
+// With Bind set, the RoCE packets and the side channel leave from it and
+// the server sends its ACKs and CNPs there; without, the route to the
+// server picks the address and the server uses the side channel's source.
 func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -86,7 +87,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 		}
 		local = src
 	}
-	// The UDP socket listens on -B or on every address of the family.
+	// The RoCE port sends from -B or from the route's address.
 	laddr := netip.IPv4Unspecified()
 	if raddr.Is6() {
 		laddr = netip.IPv6Unspecified()
@@ -94,9 +95,13 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if bind.IsValid() {
 		laddr = bind
 	}
-	udp, err := pktio.ListenUDP(netip.AddrPortFrom(laddr, uint16(c.UDPPort)), pktio.UDPOptions{DefaultTOS: c.DSCP<<2 | ecnECT0})
+	udpPort := uint16(c.UDPPort)
+	if udpPort == 0 {
+		udpPort = DefaultUDPPort
+	}
+	udp, err := pktio.ListenRoCE(netip.AddrPortFrom(laddr, udpPort), pktio.RoCEOptions{})
 	if err != nil {
-		return nil, listenErr("udp", "--udp-port", netip.AddrPortFrom(laddr, uint16(c.UDPPort)), err)
+		return nil, listenErr("udp", "--udp-port", netip.AddrPortFrom(laddr, udpPort), err)
 	}
 	// The line rate is the NIC's: its QPs share it whatever their Rc.
 	portRate := c.LineRate
@@ -444,7 +449,7 @@ func (c *ClientConfig) startReport(host string, port int, p dcqcn.Params, local 
 	for i, qp := range sess.QPs {
 		ep, rem := qp.Endpoint(), sess.Remote[i]
 		st.Connected = append(st.Connected, Connected{
-			LocalHost: local.String(), LocalPort: localPort,
+			LocalHost: local.String(), LocalPort: localPort, SourcePort: qp.SourcePort(),
 			RemoteHost: rem.Addr.Addr().String(), RemotePort: rem.Addr.Port(),
 			QPN: ep.QPN, RemoteQPN: rem.QPN,
 			PSN: ep.PSN, RemotePSN: rem.PSN,
@@ -670,6 +675,10 @@ func dialErr(server netip.AddrPort, err error) error {
 func listenErr(proto, portFlag string, ap netip.AddrPort, err error) error {
 	port := strconv.Itoa(int(ap.Port()))
 	switch {
+	case proto == "udp" && errors.Is(err, syscall.EPERM):
+		// pktio says which capability: CAP_NET_RAW for the raw socket, the
+		// BPF ones for the steering.
+		return fmt.Errorf("roceperf: cannot open the RoCEv2 port (UDP %s): %s", port, strings.TrimPrefix(err.Error(), fmt.Sprintf("pktio: listen roce %s: ", ap)))
 	case errors.Is(err, syscall.EADDRINUSE):
 		return fmt.Errorf("roceperf: %s port %s on %s is already in use", proto, port, ap.Addr())
 	case errors.Is(err, syscall.EADDRNOTAVAIL):

@@ -3,8 +3,8 @@
 // demo all run it in-process.
 //
 // A server (Listen/Serve) owns one RoCE agent on UDP 4791 and a TCP side
-// channel (18515, perftest's port). A client (RunClient) opens its own UDP
-// socket and agent, sets up -P queue pairs over the side channel (as
+// channel (18515, perftest's port). A client (RunClient) opens its own
+// agent, also on UDP 4791, sets up -P queue pairs over the side channel (as
 // perftest does: each end learns the other's QPN, PSN, R_Key and virtual
 // address), posts a stream of RDMA WRITEs or SENDs on every QP for -t
 // seconds or -n bytes, samples goodput and the DCQCN reaction point every
@@ -87,12 +87,13 @@ type ClientConfig struct {
 	// Server is the server's side channel, "host:port" or "host" (port
 	// 18515). Required.
 	Server string
-	// Bind is the local address of the UDP socket and the side channel.
-	// Optional: the socket listens on every address of the server's family
-	// and the server answers to the side channel's source address.
+	// Bind is the local address RoCE packets and the side channel leave
+	// from. Optional: the route to the server picks it, and the server
+	// answers to the side channel's source address.
 	Bind netip.Addr
-	// UDPPort is the local UDP port. Optional: 0 is an ephemeral port (the
-	// UDP source port is RoCEv2's ECMP entropy).
+	// UDPPort is the local UDP port the server's ACKs and CNPs go to.
+	// Optional: 0 means 4791, which every agent of the host shares (each
+	// QP sends from its own source port: RoCEv2's ECMP entropy).
 	UDPPort int
 	QPs     int // -P, queue pairs. 0 means 1.
 	// Duration is how long the streams run (-t), after Omit. 0 means 10 s.
@@ -234,7 +235,7 @@ func (c ClientConfig) Validate() error {
 	c = c.withDefaults()
 	switch {
 	case c.UDPPort < 0 || c.UDPPort > 65535:
-		return flagErr("--udp-port", c.UDPPort, "0..65535 (0: ephemeral)")
+		return flagErr("--udp-port", c.UDPPort, "0..65535 (0: 4791)")
 	case c.QPs < 1 || c.QPs > MaxQPs:
 		return flagErr("-P", c.QPs, "1..%d", MaxQPs)
 	case c.Duration < time.Millisecond || c.Duration > MaxDuration:

@@ -98,8 +98,8 @@ func writeStartText(w io.Writer, r *Report) {
 	st := &r.Start
 	fmt.Fprintf(w, "Connecting to host %s, port %d\n", st.ConnectingTo.Host, st.ConnectingTo.Port)
 	for _, c := range st.Connected {
-		fmt.Fprintf(w, "%s local %s port %d qpn %#x connected to %s port %d qpn %#x\n",
-			streamID(c.QPN), c.LocalHost, c.LocalPort, c.QPN, c.RemoteHost, c.RemotePort, c.RemoteQPN)
+		fmt.Fprintf(w, "%s local %s port %d qpn %#x (source port %d) connected to %s port %d qpn %#x\n",
+			streamID(c.QPN), c.LocalHost, c.LocalPort, c.QPN, c.SourcePort, c.RemoteHost, c.RemotePort, c.RemoteQPN)
 	}
 	fmt.Fprintln(w, testLine(&st.TestStart))
 }

@@ -224,7 +224,7 @@ func fakeReport(t *testing.T) *Report {
 	}
 	for i := range 2 {
 		r.Start.Connected = append(r.Start.Connected, Connected{
-			LocalHost: "198.18.0.2", LocalPort: 40000, RemoteHost: "198.18.0.1", RemotePort: 4791,
+			LocalHost: "198.18.0.2", LocalPort: 4791, SourcePort: agent.SourcePort(uint32(17 + i)), RemoteHost: "198.18.0.1", RemotePort: 4791,
 			QPN: uint32(17 + i), RemoteQPN: uint32(17 + i), PSN: 0x123456, RemotePSN: 0xabcdef,
 			RKey: 0x1234, RemoteRKey: 0x5678, VAddr: 0x7f0000001000, RemoteVAddr: 0x7f0000002000,
 		})
@@ -370,7 +370,7 @@ func TestReportText(t *testing.T) {
 	lines := strings.Split(out, "\n")
 	for _, want := range []string{
 		"Connecting to host 198.18.0.1, port 18515",
-		"[ 17] local 198.18.0.2 port 40000 qpn 0x11 connected to 198.18.0.1 port 4791 qpn 0x11",
+		"[ 17] local 198.18.0.2 port 4791 qpn 0x11 (source port 57236) connected to 198.18.0.1 port 4791 qpn 0x11",
 		"Starting Test: protocol: RoCEv2, 2 QPs, 65536 byte messages, omitting 0 seconds, 10 second test, op write, mtu 1024, dscp 26, cc dcqcn (profile mlx5, line rate 10.0 Gbits/sec)",
 		clientHeader,
 		"[ 17]   0.00-1.00   sec   112 MBytes   940 Mbits/sec  10.0 Gbits/sec   0.999     4      2",

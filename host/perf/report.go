@@ -35,7 +35,8 @@ type Start struct {
 // addresses their RoCE packets use.
 type Connected struct {
 	LocalHost   string `json:"local_host"`
-	LocalPort   uint16 `json:"local_port"` // UDP
+	LocalPort   uint16 `json:"local_port"`  // UDP, where the QP receives
+	SourcePort  uint16 `json:"source_port"` // UDP, what the QP sends from
 	RemoteHost  string `json:"remote_host"`
 	RemotePort  uint16 `json:"remote_port"` // UDP
 	QPN         uint32 `json:"qpn"`
@@ -193,7 +194,7 @@ type EndCounters struct {
 	ClientUDP UDPStats `json:"client_udp"`
 }
 
-// UDPStats are a pktio.UDPConn's counters.
+// UDPStats are a pktio.RoCEConn's counters (pktio.UDPStats).
 type UDPStats struct {
 	DatagramsSent     uint64 `json:"datagrams_sent"`
 	BytesSent         uint64 `json:"bytes_sent"`

@@ -16,14 +16,15 @@ import (
 	"github.com/fabriclab/fabriclab/host/pktio"
 )
 
-// Server is a listening roceperf server: a RoCE agent on its UDP socket and
-// the side channel's TCP listener. Listen opens both on the calling
+// Server is a listening roceperf server: a RoCE agent on its RoCEv2 port
+// (pktio.RoCEConn, UDP 4791 shared with the host's other agents) and the
+// side channel's TCP listener. Listen opens both on the calling
 // goroutine (so a caller locked into a network namespace opens them
 // there); Serve may then run anywhere.
 type Server struct {
 	cfg  ServerConfig
 	bind netip.Addr
-	udp  *pktio.UDPConn
+	udp  *pktio.RoCEConn
 	ln   *listener
 	ag   *agent.Agent
 	log  *slog.Logger
@@ -47,8 +48,8 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	return s.Serve(ctx)
 }
 
-// Listen opens the server's UDP socket and TCP listener and starts its
-// agent. Errors are one line: "roceperf: udp port 4791 on 198.18.0.1 is
+// Listen opens the server's RoCEv2 port and TCP listener and starts its
+// agent. Errors are one line: "roceperf: tcp port 18515 on 198.18.0.1 is
 // already in use".
 func Listen(cfg ServerConfig) (*Server, error) {
 	if cfg.Port == 0 {
@@ -78,7 +79,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		bind = cfg.Bind.Unmap()
 	}
 	uap := netip.AddrPortFrom(bind, uint16(cfg.UDPPort))
-	udp, err := pktio.ListenUDP(uap, pktio.UDPOptions{DefaultTOS: agent.DefaultDSCP<<2 | ecnECT0})
+	udp, err := pktio.ListenRoCE(uap, pktio.RoCEOptions{})
 	if err != nil {
 		return nil, listenErr("udp", "--udp-port", uap, err)
 	}
@@ -117,7 +118,7 @@ func (s *Server) Addr() netip.AddrPort {
 	return s.ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
-// UDPAddr is the RoCE socket's address.
+// UDPAddr is the RoCE port's address.
 func (s *Server) UDPAddr() netip.AddrPort { return s.udp.LocalAddr() }
 
 // Serve serves sessions (agent.Serve) until ctx is done, or with OneOff
@@ -193,8 +194,8 @@ func (s *Server) onSession(remote net.Addr, req agent.SessionRequest, qps []*age
 		fmt.Fprintf(w, "Accepted connection from %s, port %d\n", ss.remote.Addr(), ss.remote.Port())
 		for i, qp := range qps {
 			peer := req.QPs[i]
-			fmt.Fprintf(w, "%s local %s port %d qpn %#x connected to %s port %d qpn %#x\n",
-				streamID(qp.QPN()), ss.local, s.udp.LocalAddr().Port(), qp.QPN(), ss.remote.Addr(), peer.Addr.Port(), peer.QPN)
+			fmt.Fprintf(w, "%s local %s port %d qpn %#x (source port %d) connected to %s port %d qpn %#x\n",
+				streamID(qp.QPN()), ss.local, s.udp.LocalAddr().Port(), qp.QPN(), qp.SourcePort(), ss.remote.Addr(), peer.Addr.Port(), peer.QPN)
 		}
 		verify := ""
 		if req.Verify {
@@ -317,7 +318,7 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 	for i, q := range res.QPs {
 		peer, ep := ss.req.QPs[i], ss.qps[i].Endpoint()
 		r.Start.Connected = append(r.Start.Connected, Connected{
-			LocalHost: ss.local.String(), LocalPort: s.udp.LocalAddr().Port(),
+			LocalHost: ss.local.String(), LocalPort: s.udp.LocalAddr().Port(), SourcePort: ss.qps[i].SourcePort(),
 			RemoteHost: ss.remote.Addr().String(), RemotePort: peer.Addr.Port(),
 			QPN: q.QPN, RemoteQPN: peer.QPN,
 			PSN: ep.PSN, RemotePSN: peer.PSN,
@@ -368,6 +369,10 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 	}
 	if d := s.udp.Stats().RecvBufferDrops; d > 0 {
 		fmt.Fprintf(w, " (server socket: recv_buffer_drops=%d since start)", d)
+	}
+	if st, err := s.udp.SteeringStats(); err == nil && st.UnknownQP+st.Misdirected+st.Malformed > 0 {
+		// Host-wide: packets no agent of this namespace took.
+		fmt.Fprintf(w, " (host steering since its first agent: unknown_qp=%d misdirected=%d malformed=%d)", st.UnknownQP, st.Misdirected, st.Malformed)
 	}
 	fmt.Fprintf(w, "\n%s\n", dashLine)
 }
