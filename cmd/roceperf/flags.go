@@ -22,12 +22,16 @@ var usage = fmt.Sprintf(`Usage: roceperf [-s|-c host] [options]
 
 RoCEv2 traffic like iperf3: a server terminates RC queue pairs on UDP 4791,
 a client streams RDMA WRITEs or SENDs on them with DCQCN congestion control.
-QPs are set up over a TCP side channel (port 18515, like perftest).
+QPs are set up over a TCP side channel (port 18515, like perftest). Needs
+root: CAP_NET_RAW for the raw socket RoCE packets leave by, CAP_BPF,
+CAP_NET_ADMIN and CAP_SYS_ADMIN for the steering that shares UDP 4791
+between the agents of a network namespace.
 
 Server or client:
   -p, --port N              side-channel TCP port (default 18515)
-  --udp-port N              RoCEv2 UDP port (server: default 4791; client:
-                            local port, default ephemeral: the ECMP entropy)
+  --udp-port N              RoCEv2 UDP port RoCE packets arrive on (default
+                            4791, shared by every agent of the host; each QP
+                            sends from its own source port: the ECMP entropy)
   -B, --bind ADDR           bind to this address
   -i, --interval SECONDS    seconds between reports (default 1, 0 = none)
   -J, --json                JSON output (one report at the end)

@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/perf"
 )
 
@@ -249,4 +250,90 @@ func waitListening(t *testing.T, addr string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("nothing listens on %s", addr)
+}
+
+// TestBinaryThreeClients: a server and three clients, four processes, share
+// UDP 4791 in one namespace. Each process claims its own block of QPNs
+// from the namespace's steering (found across processes), each QP sends
+// from its own source port, and all three verified runs complete.
+func TestBinaryThreeClients(t *testing.T) {
+	requireRoot(t)
+	bin := buildBinary(t)
+	enterNetns(t)
+	server := exec.Command(bin, "-s", "-B", "198.18.0.1", "-p", "18517", "-i", "0")
+	var sout, serr bytes.Buffer
+	server.Stdout, server.Stderr = &sout, &serr
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = server.Process.Signal(syscall.SIGINT)
+		_ = server.Wait()
+		t.Logf("server:\n%s%s", sout.String(), serr.String())
+	}()
+	waitListening(t, "198.18.0.1:18517")
+	args := []string{"-c", "198.18.0.1", "-p", "18517", "-n", "16M", "-P", "2", "--verify", "-J", "--timeout", "64", "--retry", "15"}
+	if raceDetector {
+		args = append(args, "--timeout", "200", "--retry", "50")
+	}
+	type client struct {
+		cmd      *exec.Cmd
+		out, err bytes.Buffer
+	}
+	clients := make([]*client, 3)
+	for i := range clients {
+		c := &client{cmd: exec.Command(bin, args...)}
+		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.err
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = c
+	}
+	blocks := map[uint32]string{}
+	for i, c := range clients {
+		if err := c.cmd.Wait(); err != nil {
+			t.Fatalf("client %d: %v, stderr %q", i, err, c.err.String())
+		}
+		var rep perf.Report
+		if err := json.Unmarshal(c.out.Bytes(), &rep); err != nil {
+			t.Fatalf("client %d: -J output is not a report: %v", i, err)
+		}
+		if rep.End.SumReceived.Bytes != 16<<20 {
+			t.Errorf("client %d: the server received %d bytes, want %d", i, rep.End.SumReceived.Bytes, 16<<20)
+		}
+		for _, qp := range rep.Start.Connected {
+			who := fmt.Sprintf("client %d", i)
+			if prev, ok := blocks[qp.QPN>>16]; ok && prev != who {
+				t.Errorf("QPN block %#x used by %s and %s", qp.QPN>>16, prev, who)
+			}
+			blocks[qp.QPN>>16] = who
+			if qp.SourcePort != agent.SourcePort(qp.QPN) || qp.LocalPort != 4791 || qp.RemotePort != 4791 {
+				t.Errorf("client %d QP %#x: source port %d, receives on %d, sends to %d; want %d, 4791, 4791",
+					i, qp.QPN, qp.SourcePort, qp.LocalPort, qp.RemotePort, agent.SourcePort(qp.QPN))
+			}
+		}
+	}
+	if len(blocks) != 3 {
+		t.Errorf("QPN blocks %v: want one per client process", blocks)
+	}
+}
+
+// TestBinaryWithoutCapNetRaw: without CAP_NET_RAW (dropped by setpriv) the
+// tool fails in one line that says what it needs.
+func TestBinaryWithoutCapNetRaw(t *testing.T) {
+	requireRoot(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) is not installed")
+	}
+	bin := buildBinary(t)
+	enterNetns(t)
+	for _, args := range [][]string{{"-s", "-1"}, {"-c", "198.18.0.1", "-t", "1"}} {
+		r := runBin(t, setpriv, append([]string{"--bounding-set=-net_raw", "--inh-caps=-net_raw", bin}, args...)...)
+		want := "roceperf: cannot open the RoCEv2 port (UDP 4791): the raw send socket needs CAP_NET_RAW"
+		if r.code != exitRuntime || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("roceperf %s without CAP_NET_RAW: exit %d, stderr %q; want exit %d and one line starting %q",
+				strings.Join(args, " "), r.code, r.stderr, exitRuntime, want)
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -456,5 +459,118 @@ func TestNetnsCongestionControl(t *testing.T) {
 		if r.Start.TestStart.LineRateBps != uint64(200*units.Mbit) || r.Start.TestStart.DCQCN["rpg_ai_rate"] != "0.2" {
 			t.Errorf("test_start line rate %d, rpg_ai_rate %s", r.Start.TestStart.LineRateBps, r.Start.TestStart.DCQCN["rpg_ai_rate"])
 		}
+	}
+}
+
+// TestNetnsThreeClients: three clients and the server, four agents, share
+// UDP 4791 in one namespace, as processes share a NIC: each agent holds its
+// own block of QPNs, the steering hands every packet to its owner, and all
+// three verified runs complete. A packet for a QPN no agent owns is
+// dropped and counted.
+func TestNetnsThreeClients(t *testing.T) {
+	enterNetns(t)
+	srv, _ := startServer(t, ServerConfig{})
+	ns, err := netns.Get() // this test's namespace, for the clients' threads
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	st0, err := srv.udp.SteeringStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clients = 3
+	reports := make([]*Report, clients)
+	errs := make([]error, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A thread of its own in the namespace; it is retired with the
+			// goroutine (never unlocked).
+			runtime.LockOSThread()
+			if errs[i] = netns.Set(ns); errs[i] != nil {
+				return
+			}
+			cfg := DefaultClientConfig(srvAddr.String())
+			cfg.QPs = 2
+			cfg.Bytes = 8 << 20
+			cfg.Verify = true
+			cfg.Interval = 0
+			relax(&cfg)
+			reports[i], errs[i] = RunClient(context.Background(), cfg)
+		}()
+	}
+	wg.Wait()
+	blocks := map[uint32]string{}
+	claim := func(qpn uint32, who string) {
+		b := qpn >> 16
+		if prev, ok := blocks[b]; ok && prev != who {
+			t.Errorf("QPN block %#x used by %s and %s", b, prev, who)
+		}
+		blocks[b] = who
+	}
+	for i, r := range reports {
+		if errs[i] != nil {
+			t.Fatalf("client %d: %v", i, errs[i])
+		}
+		if r.End.SumReceived.Bytes != 8<<20 || r.verifyErrors() != 0 {
+			t.Errorf("client %d: the server received %d bytes with %d verify errors, want %d and 0", i, r.End.SumReceived.Bytes, r.verifyErrors(), 8<<20)
+		}
+		for _, c := range r.Start.Connected {
+			claim(c.QPN, fmt.Sprintf("client %d", i))
+			claim(c.RemoteQPN, "the server")
+			if c.LocalPort != 4791 || c.RemotePort != 4791 || c.SourcePort != agent.SourcePort(c.QPN) {
+				t.Errorf("client %d: QP %#x receives on %d, sends from %d to %d; want 4791, %d, 4791", i, c.QPN, c.LocalPort, c.SourcePort, c.RemotePort, agent.SourcePort(c.QPN))
+			}
+		}
+	}
+	if len(blocks) != clients+1 {
+		t.Errorf("QPN blocks %v: want one per agent", blocks)
+	}
+	if c := srv.Agent().Counters(); c.UnknownQP != 0 || c.WrongPeer != 0 || c.ICRCErrors != 0 {
+		t.Errorf("server agent: unknown_qp %d wrong_peer %d icrc_errors %d, want 0", c.UnknownQP, c.WrongPeer, c.ICRCErrors)
+	}
+	st1, err := srv.udp.SteeringStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st1.Steered <= st0.Steered || st1.UnknownQP != st0.UnknownQP {
+		t.Errorf("steering %+v after the runs (before %+v): want packets steered, none unknown", st1, st0)
+	}
+
+	// A WRITE_ONLY for a QPN in a block no agent holds.
+	free := uint32(0)
+	for _, ok := blocks[free]; ok; _, ok = blocks[free] {
+		free++
+	}
+	uc, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(srvAddr, 4791)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	var h roce.Header
+	h.BTH.Opcode = roce.OpRCWriteOnly
+	h.BTH.PKey = roce.DefaultPKey
+	h.BTH.DestQP = free<<16 | 0x11
+	pkt := make([]byte, 128)
+	n := roce.Build(pkt, &h, make([]byte, 32))
+	if _, err := uc.Write(pkt[:n]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st2, err := srv.udp.SteeringStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st2.UnknownQP == st1.UnknownQP+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("steering %+v: want unknown_qp %d", st2, st1.UnknownQP+1)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
