@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -46,7 +48,7 @@ const icrcScript = `
 import json, struct, sys
 from scapy.all import IP, UDP, PcapReader, bind_layers
 from scapy.contrib.roce import BTH
-bind_layers(UDP, BTH, sport=4791)
+bind_layers(UDP, BTH, dport=4791)
 
 def icrc_ok(pkt):
     b = pkt[BTH]
@@ -99,7 +101,7 @@ type icrcResult struct {
 // tsharkFields are the columns the capture check reads, in order.
 var tsharkFields = []string{
 	"ip.src", "ip.dst", "ip.dsfield.dscp", "ip.dsfield.ecn", "ip.id", "ip.flags.df", "ip.len",
-	"udp.srcport", "udp.dstport",
+	"udp.srcport", "udp.dstport", "udp.checksum",
 	"infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.padcnt",
 }
 
@@ -108,6 +110,7 @@ type capturedPacket struct {
 	dscp, ecn        int
 	ipID, df, ipLen  int
 	sport, dport     int
+	udpChecksum      int
 	opcode           int
 	destQP, psn, pad int
 	decoded          bool
@@ -124,7 +127,7 @@ func parseTsharkLine(line string) (capturedPacket, error) {
 		v, err := strconv.ParseInt(s, 0, 64)
 		return int(v), err
 	}
-	ints := []*int{&p.dscp, &p.ecn, &p.ipID, &p.df, &p.ipLen, &p.sport, &p.dport}
+	ints := []*int{&p.dscp, &p.ecn, &p.ipID, &p.df, &p.ipLen, &p.sport, &p.dport, &p.udpChecksum}
 	for i, dst := range ints {
 		v, err := num(f[2+i])
 		if err != nil {
@@ -132,7 +135,7 @@ func parseTsharkLine(line string) (capturedPacket, error) {
 		}
 		*dst = v
 	}
-	const ib = 9 // the first InfiniBand field
+	const ib = 10 // the first InfiniBand field
 	if f[ib] == "" {
 		return p, nil // not decoded as InfiniBand
 	}
@@ -249,6 +252,9 @@ func TestRoCECapture(t *testing.T) {
 		data, ce, cnp, ack   int
 		ops                  map[int]int
 		maxPad               int
+		// UDP source ports seen on data (from the sender's QP) and on
+		// ACKs and CNPs (from the receiver's QP).
+		dataSports, replySports map[int]int
 	}
 	var exps []*expect
 	for i, f := range flows {
@@ -257,6 +263,7 @@ func TestRoCECapture(t *testing.T) {
 			name: f.name, sender: b.d.SenderAddrs[i].String(),
 			senderQP: int(f.qp.QPN()), receiverQP: int(f.sess.Remote[0].QPN),
 			firstPSN: f.qp.Endpoint().PSN, sent: sent, ops: map[int]int{},
+			dataSports: map[int]int{}, replySports: map[int]int{},
 		})
 	}
 	byIP := map[string]*expect{}
@@ -302,8 +309,11 @@ func TestRoCECapture(t *testing.T) {
 		if pk.ipID != 0 || pk.df != 1 {
 			report("IP ID %#x DF %d, want ID 0 with DF: %s", pk.ipID, pk.df, pk.line)
 		}
-		if pk.sport != roce.UDPPort || pk.dport != roce.UDPPort {
-			report("UDP ports %d -> %d, want 4791 both ways (every agent listens on it): %s", pk.sport, pk.dport, pk.line)
+		// roce-wire.md, "Encapsulation": every packet, data, ACK or CNP,
+		// to 4791, with UDP checksum 0; the source port is the sending
+		// QP's (checked below, per QP).
+		if pk.dport != roce.UDPPort || pk.udpChecksum != 0 {
+			report("UDP destination port %d checksum %#x, want 4791 and 0 (the ICRC covers the payload): %s", pk.dport, pk.udpChecksum, pk.line)
 		}
 		switch {
 		case pk.dst == recv: // sender -> receiver: data
@@ -313,6 +323,7 @@ func TestRoCECapture(t *testing.T) {
 				continue
 			}
 			e.data++
+			e.dataSports[pk.sport]++
 			e.ops[pk.opcode]++
 			e.maxPad = max(e.maxPad, pk.pad)
 			if pk.opcode < int(roce.OpRCWriteFirst) || pk.opcode > int(roce.OpRCWriteOnly) {
@@ -339,6 +350,7 @@ func TestRoCECapture(t *testing.T) {
 			if pk.destQP != e.senderQP {
 				report("%s: reply opcode %#x to QP %#x, want the sender's QP %#x: %s", e.name, pk.opcode, pk.destQP, e.senderQP, pk.line)
 			}
+			e.replySports[pk.sport]++
 			switch pk.opcode {
 			case int(roce.OpCNP):
 				e.cnp++
@@ -379,9 +391,9 @@ func TestRoCECapture(t *testing.T) {
 	}
 
 	t.Logf("capture: %d UDP 4791 packets, all decoded by tshark as InfiniBand: %v (%d not)", total, undecoded == 0, undecoded)
-	t.Logf("%-4s %8s %8s %6s %6s %6s %s", "flow", "data", "CE", "CNP", "ACK", "pad", "data opcodes")
+	t.Logf("%-4s %8s %8s %6s %6s %6s %-12s %-12s %s", "flow", "data", "CE", "CNP", "ACK", "pad", "data sport", "reply sport", "data opcodes")
 	for _, e := range exps {
-		t.Logf("%-4s %8d %8d %6d %6d %6d %v", e.name, e.data, e.ce, e.cnp, e.ack, e.maxPad, e.ops)
+		t.Logf("%-4s %8d %8d %6d %6d %6d %-12s %-12s %v", e.name, e.data, e.ce, e.cnp, e.ack, e.maxPad, fmt.Sprint(keys(e.dataSports)), fmt.Sprint(keys(e.replySports)), e.ops)
 	}
 	t.Logf("scapy ICRC: %d UDP 4791, %d with a BTH, %d ok, %d bad; opcodes %v %v; CNPs with BECN=1, FECN=0, zero reserved bytes: %d of %d",
 		ic.UDP4791, ic.BTH, ic.OK, ic.Bad, ic.Opcodes, ic.BadExamples, ic.CNP-len(ic.CNPBad), ic.CNP)
@@ -423,7 +435,31 @@ func TestRoCECapture(t *testing.T) {
 				e.name, e.data, e.ce, e.cnp, e.ack, minData, minCNP, minACK)
 		}
 	}
+	// Exactly one source port per QP, rxe's: data from the sender's QP,
+	// ACKs and CNPs from the receiver's.
+	for _, e := range exps {
+		for _, c := range []struct {
+			what  string
+			qpn   int
+			ports map[int]int
+		}{{"data", e.senderQP, e.dataSports}, {"ACKs and CNPs", e.receiverQP, e.replySports}} {
+			want := int(agent.SourcePort(uint32(c.qpn)))
+			if len(c.ports) != 1 || c.ports[want] == 0 {
+				t.Errorf("%s: %s of QP %#x left from source ports %v, want only %d (0xC000 + hash_32(qpn, 14))", e.name, c.what, c.qpn, c.ports, want)
+			}
+		}
+	}
 	if exps[1].maxPad != 3 {
 		t.Errorf("%s: 4001-byte WRITE_ONLY packets carry pad %d, want 3", exps[1].name, exps[1].maxPad)
 	}
+}
+
+// keys lists a map's keys in order.
+func keys(m map[int]int) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

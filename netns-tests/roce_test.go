@@ -200,9 +200,9 @@ type roceBed struct {
 	d       *topo.Dumbbell
 	port    *qdisc.Port
 	server  *agent.Agent
-	srvConn *pktio.UDPConn
+	srvConn *pktio.RoCEConn
 	clients []*agent.Agent
-	conns   []*pktio.UDPConn
+	conns   []*pktio.RoCEConn
 	side    string // the server's side channel, host:port
 }
 
@@ -258,11 +258,11 @@ func newPortBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 
 // newRoCEAgent opens UDP 4791 in n and starts an agent on it; the test's
 // cleanup closes it.
-func newRoCEAgent(t *testing.T, n *topo.Node) (*agent.Agent, *pktio.UDPConn) {
+func newRoCEAgent(t *testing.T, n *topo.Node) (*agent.Agent, *pktio.RoCEConn) {
 	t.Helper()
-	var conn *pktio.UDPConn
+	var conn *pktio.RoCEConn
 	if err := n.Do(func() (err error) {
-		conn, err = pktio.ListenUDP(netip.AddrPortFrom(netip.IPv4Unspecified(), roce.UDPPort), pktio.UDPOptions{})
+		conn, err = pktio.ListenRoCE(netip.AddrPortFrom(netip.IPv4Unspecified(), roce.UDPPort), pktio.RoCEOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)

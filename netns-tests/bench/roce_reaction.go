@@ -155,11 +155,11 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 
 	clock := agent.NewMonotonicClock()
 	log := &eventLog{evs: make([]agent.Event, 0, 1<<20)}
-	listen := func(n *topo.Node, addr netip.Addr) (*pktio.UDPConn, error) {
-		var c *pktio.UDPConn
+	listen := func(n *topo.Node, addr netip.Addr) (*pktio.RoCEConn, error) {
+		var c *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error
-			c, err = pktio.ListenUDP(netip.AddrPortFrom(addr, 4791), pktio.UDPOptions{})
+			c, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, 4791), pktio.RoCEOptions{})
 			return err
 		})
 		return c, err
