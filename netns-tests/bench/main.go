@@ -14,7 +14,10 @@
 //     iperf3 -u at the same datagram size on a bare veth pair, interleaved,
 //     against roceperf/iperf3 >= 1.5 (stretch 2); packets per second per
 //     core of both senders; the DCQCN CNP reaction time (CE at the NP ->
-//     rate cut at the RP) as percentiles.
+//     rate cut at the RP) as percentiles;
+//  4. the kernel NP (np.go): CE in -> CNP out on the receiver's device,
+//     IPv4 and IPv6, against a 20 µs p99 goal, and the agent's NP measured
+//     the same way.
 //
 // It reports and never judges: the exit status is non-zero only when a
 // measurement could not be made. Run as root: go run ./netns-tests/bench
@@ -52,6 +55,7 @@ type Report struct {
 	Programs   []ProgRow       `json:"programs"`
 	Throughput []ThroughputRow `json:"throughput"`
 	Roce       *RoceReport     `json:"roce,omitempty"`
+	NP         *NPReport       `json:"np_bpf,omitempty"`
 	Errors     []string        `json:"errors,omitempty"`
 	// ElapsedSeconds is the wall time of the whole run.
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
@@ -100,16 +104,17 @@ func run() int {
 	// drop at random and measure a buffer policy, not the programs' cost.
 	portLimit := flag.Uint64("port-limit", 1<<32, "bytes: every class limit of the attached port (0: DefaultConfig's, 1 MiB for TCP's class 0)")
 	cpu := flag.Int("cpu", runtime.NumCPU()-1, "pin iperf3 client and server of the TCP rows to this CPU (-1: no pinning)")
-	skipRoce := flag.Bool("no-roce", false, "skip the RoCEv2 host rows (roceperf goodput, pps per core, CNP reaction)")
+	skipRoce := flag.Bool("no-roce", false, "skip the RoCEv2 host rows (roceperf goodput, pps per core, CNP reaction, kernel NP)")
 	only := flag.String("only", "", "run only these sections, comma-separated: "+strings.Join(sectionNames, ", ")+
 		" (roce = goodput,reaction); overrides -no-throughput and -no-roce")
 	rf := roceFlags()
+	nf := npFlags()
 	flag.Parse()
 	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat || *cpu >= runtime.NumCPU() {
 		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d\n", maxRepeat, runtime.NumCPU())
 		return 2
 	}
-	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce}
+	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce}
 	if *only != "" {
 		var err error
 		if sec, err = parseSections(*only); err != nil {
@@ -167,6 +172,14 @@ func run() int {
 		if err != nil {
 			failed = true
 			rep.Errors = append(rep.Errors, "roce: "+err.Error())
+		}
+	}
+	if sec.np && ctx.Err() == nil {
+		nr, err := runNP(ctx, nf)
+		rep.NP = nr
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "kernel NP: "+err.Error())
 		}
 	}
 	if ctx.Err() != nil {

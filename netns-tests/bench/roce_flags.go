@@ -14,10 +14,10 @@ import (
 
 // sections are the parts of a run -only can pick.
 type sections struct {
-	prog, throughput, goodput, reaction bool
+	prog, throughput, goodput, reaction, np bool
 }
 
-var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction"}
+var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np"}
 
 func parseSections(list string) (sections, error) {
 	var s sections
@@ -33,6 +33,8 @@ func parseSections(list string) (sections, error) {
 			s.goodput = true
 		case "reaction":
 			s.reaction = true
+		case "np":
+			s.np = true
 		default:
 			return s, fmt.Errorf("-only %q: unknown section %q; want a comma-separated list of %s", list, name, strings.Join(sectionNames, ", "))
 		}

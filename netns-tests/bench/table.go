@@ -84,6 +84,7 @@ func printTable(w io.Writer, r *Report) {
 		fmt.Fprintf(tw, "iperf3 TCP\t%s\t%s\t%s\t-\t%s\t%s\t%s\t%s\t%s\n", t.Config, "median", value, ref, ratio, goal, t.Verdict, path)
 	}
 	printRoceRows(tw, r.Roce)
+	printNPRows(tw, r.NP)
 	tw.Flush()
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(w)
@@ -99,6 +100,7 @@ func printTable(w io.Writer, r *Report) {
 		fmt.Fprintln(w, "iperf3 rows: ratio = median(config) / median(bare veth), goal >= 0.97.")
 	}
 	printRoceNotes(w, r.Roce)
+	printNPNotes(w, r.NP)
 	if r.ElapsedSeconds > 0 {
 		fmt.Fprintf(w, "\nrun time %.0f s\n", r.ElapsedSeconds)
 	}

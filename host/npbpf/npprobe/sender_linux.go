@@ -131,3 +131,30 @@ func (s *Sender) Receive(idle time.Duration, deadline time.Time) ([]Received, er
 
 // Close closes the socket.
 func (s *Sender) Close() error { return s.conn.Close() }
+
+// SendPaced sends count CE-marked packets of opcode op (SEND_ONLY, WRITE
+// MIDDLE: opcodes without a RETH) with payload bytes to qpn, gap apart,
+// each followed by ectAfter ECT(0) packets in the same batch. PSNs count
+// from 0, so a responder expecting PSN 0 takes SEND_ONLY packets in
+// order. It waits by spinning: Go's timers wake up to a millisecond late
+// on a small VM.
+func (s *Sender) SendPaced(dst netip.AddrPort, op roce.Opcode, qpn uint32, count, ectAfter, payload int, gap time.Duration) error {
+	const ceTOS, ectTOS = 26<<2 | 3, 26<<2 | 2 // DSCP 26 (RoCE), CE or ECT(0)
+	batch := make([]Data, 1+ectAfter)
+	psn := uint32(0)
+	next := time.Now()
+	for range count {
+		for i := range batch {
+			batch[i] = Data{Op: op, DestQP: qpn, PSN: psn & roce.PSNMask, Payload: payload, TOS: ectTOS}
+			psn++
+		}
+		batch[0].TOS = ceTOS
+		for time.Now().Before(next) {
+		}
+		if err := s.Send(dst, batch); err != nil {
+			return err
+		}
+		next = time.Now().Add(gap)
+	}
+	return nil
+}
