@@ -515,7 +515,7 @@ func (a *Agent) receive(now time.Duration, m *pktio.Message, h *roce.Header, rs 
 	}
 	// An RC QP takes packets from its peer only (rxe's check_addr), from
 	// whatever source port: the peer's QP chooses it.
-	if m.Addr.Addr().Unmap() != qp.mu.peer.Addr.Addr() {
+	if m.Addr.Addr().Unmap().WithZone("") != qp.mu.peer.Addr.Addr().WithZone("") {
 		a.drops.wrongPeer.Add(1)
 		return
 	}
