@@ -345,9 +345,9 @@ static __always_inline void cnp_l4_fill(struct cnp_l4 *l4, const struct np_qp *q
 	/* rsvd and psn are zero from the frame's initialisation. */
 }
 
-/* cnp_build fills f with the CNP of qp and returns its length from the
- * Ethernet header, or 0 for an unknown family. dst and src are the data
- * packet's Ethernet addresses. */
+/* cnp_build fills f with the CNP of qp in answer to a data packet with
+ * Ethernet header data_eth, and returns its length from the Ethernet
+ * header, or 0 for an unknown family. */
 static __always_inline __u32 cnp_build(struct cnp_frame *f, const struct np_qp *qp,
 				       const struct ethhdr *data_eth)
 {
