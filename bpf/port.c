@@ -10,15 +10,30 @@
  * classifies by DSCP, decides drop / mark / pass on the backlog the packet
  * finds, and stamps the packet with its enqueue time and class.
  *
- * port_dequeue runs at TC ingress of the veth peer: every packet it sees has
- * just left the port's qdisc, so it takes the packet out of the backlog and
- * measures its sojourn (shared/reference/kernel.md, "Real queue, measured
- * sojourn, on a veth pair"). The sojourn AQMs (TCN, CoDel, ECN#, seed
- * 002) decide and mark here.
+ * port_xmit runs where HTB hands the packet to the port device
+ * (tp_btf/net_dev_start_xmit, filtered to the port's device): the packet
+ * leaves the port's queue there, so it takes it out of the backlog, measures
+ * its sojourn and runs the sojourn AQMs (TCN, CoDel, ECN#, seed 002). A
+ * tracing program cannot rewrite the packet, so it hands the decision and
+ * its own timestamp on, in a map keyed by the skb's address, to
+ * port_dequeue.
+ *
+ * port_dequeue runs at TC ingress of the veth peer, after the packet waited
+ * in the kernel's per-CPU backlog (veth_xmit -> netif_rx -> softirq): the
+ * host queue. It takes the handoff, measures that wait apart, and applies the
+ * decision (ECT -> CE). Where the xmit hook is not attached (old kernel,
+ * --departure peer-ingress) or did not see a packet, port_dequeue counts the
+ * departure itself as before (shared/reference/kernel.md, "Real queue,
+ * measured sojourn, on a veth pair"): the host queue then counts as port
+ * queue.
+ *
+ * port_host_drop (tp_btf/kfree_skb) closes the books on packets the kernel
+ * drops between the two hooks.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #include "net.h"
 #include "port.h"
@@ -38,6 +53,36 @@ typedef _Bool bool;
 
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
+
+#define EEXIST 17
+
+/* The kernel's structures the tracing programs read, resolved against the
+ * running kernel's BTF when the programs load (CO-RE): only the fields used,
+ * at whatever offsets the kernel has them. */
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+struct ns_common {
+	unsigned int inum;
+};
+struct net {
+	struct ns_common ns;
+};
+typedef struct {
+	struct net *net;
+} possible_net_t;
+struct net_device {
+	int ifindex;
+	possible_net_t nd_net;
+};
+struct sk_buff {
+	unsigned int len;
+	__s64 tstamp;
+	__u8 tstamp_type : 2; /* 6.11+: SKB_CLOCK_REALTIME, _MONOTONIC, _TAI */
+};
+/* 5.18 to 6.10 had one bit: 1 = the stamp is a monotonic delivery time. */
+struct sk_buff___mono_bit {
+	__u8 mono_delivery_time : 1;
+};
+#pragma clang attribute pop
 
 /* The enqueue stamp: skb->tstamp = enqueue time with the low STAMP_BITS
  * replaced by a magic and the class, so the dequeue side knows the packet went
@@ -59,6 +104,14 @@ volatile const __u8 test_hooks = 0;
 
 __u64 test_now_ns = 0;
 __u32 test_rand = 0;
+/* Tests only: the handoff key port_dequeue uses (BPF_PROG_RUN builds a new
+ * skb every run, at an address the test cannot know). */
+__u64 test_skb_key = 0;
+
+/* The port device the xmit hook watches: the tracepoint fires for every
+ * device of every namespace. */
+volatile const __u32 xmit_ifindex = 0;
+volatile const __u32 xmit_netns_ino = 0; /* the namespace's inode number */
 
 /* Runtime settings and state. */
 
@@ -111,6 +164,17 @@ struct {
 	__type(value, struct port_stats);
 } port_counters SEC(".maps");
 
+/* port_xmit -> port_dequeue (or port_host_drop), keyed by skb address. A
+ * plain hash, not an LRU: an entry disappears only when one of the two
+ * takes it, so a missing entry always means "the xmit hook did not count
+ * this departure". */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HANDOFF_ENTRIES);
+	__type(key, __u64);
+	__type(value, struct xmit_handoff);
+} handoff SEC(".maps");
+
 static __always_inline __u64 now_ns(void)
 {
 	if (test_hooks)
@@ -138,13 +202,16 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
+static __always_inline __u32 time_bucket(__u64 ns)
+{
+	__u32 b = log2_u64(ns);
+
+	return b < SOJOURN_BUCKETS ? b : SOJOURN_BUCKETS - 1;
+}
+
 static __always_inline void record_sojourn(struct class_stats *st, __u64 sojourn_ns)
 {
-	__u32 b = log2_u64(sojourn_ns);
-
-	if (b >= SOJOURN_BUCKETS)
-		b = SOJOURN_BUCKETS - 1;
-	st->sojourn_hist[b]++;
+	st->sojourn_hist[time_bucket(sojourn_ns)]++;
 	st->sojourn_sum_ns += sojourn_ns;
 	st->sojourn_samples++;
 }
@@ -550,12 +617,6 @@ int port_enqueue(struct __sk_buff *skb)
  * (Linux include/net/codel_impl.h). */
 #define CODEL_REENTRY_INTERVALS 16
 
-enum aqm_verdict {
-	AQM_PASS = 0,
-	AQM_MARK_INS = 1, /* TCN, ECN# instantaneous (also when both fire) */
-	AQM_MARK_PST = 2, /* ECN# persistent, CoDel */
-};
-
 /* isqrt64 is floor(sqrt(x)) for x <= 2^63, digit by digit and without
  * branches: a branch per digit would make the verifier walk 2^32 paths, and
  * so would an all-ones mask, which it splits into its two values. take is 0
@@ -752,28 +813,86 @@ __attribute__((noinline)) int aqm_decide(__u32 class_id, __u64 now, __u64 sojour
 	return pst ? AQM_MARK_PST : AQM_PASS;
 }
 
+/* depart takes a packet out of its class's backlog where it leaves the
+ * queue, records its sojourn and runs the class's dequeue AQM on it. */
+static __always_inline enum aqm_verdict depart(struct class_state *cs, struct class_stats *st,
+					      const struct class_config *cc, __u32 class_id,
+					      __u32 len, __u64 enqueued_ns, __u64 now)
+{
+	__u64 backlog, sojourn;
+
+	backlog = __sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
+	backlog = backlog > len ? backlog - len : 0; /* what stays queued */
+	__sync_fetch_and_add(&cs->backlog_packets, -1LL);
+	st->dequeued_packets++;
+	st->dequeued_bytes += len;
+
+	sojourn = now > enqueued_ns ? now - enqueued_ns : 0;
+	record_sojourn(st, sojourn);
+	if (cc->ecn_mode >= ECN_MODE_TCN)
+		return aqm_decide(class_id, now, sojourn, backlog);
+	return AQM_PASS;
+}
+
+/* host_leave takes a packet out of the host queue of its class. */
+static __always_inline void host_leave(struct class_state *cs, __u32 len)
+{
+	__sync_fetch_and_add(&cs->host_backlog_bytes, -(__s64)len);
+	__sync_fetch_and_add(&cs->host_backlog_packets, -1LL);
+}
+
+/* host_dropped books a packet the kernel dropped in the host queue. */
+static __always_inline void host_dropped(__u32 class_id, __u32 len)
+{
+	struct class_state *cs;
+	struct class_stats *st;
+
+	class_id &= STAMP_CLASS_MASK;
+	cs = bpf_map_lookup_elem(&class_queue, &class_id);
+	st = bpf_map_lookup_elem(&class_counters, &class_id);
+	if (!cs || !st)
+		return;
+	host_leave(cs, len);
+	st->host_dropped_packets++;
+	st->host_dropped_bytes += len;
+}
+
+/* The key of a packet's handoff record: its skb's address, which stays the
+ * same from HTB's exit to the peer's ingress (__dev_forward_skb and netif_rx
+ * pass the skb itself). Reading a kernel address as a number needs
+ * CAP_PERFMON, which loading these programs needs anyway. */
+static __always_inline __u64 skb_key(const void *skb)
+{
+	if (test_hooks)
+		return test_skb_key;
+	return (__u64)(long)skb;
+}
+
 SEC("tc")
 int port_dequeue(struct __sk_buff *skb)
 {
 	__u32 zero = 0, class_id, len = skb->len;
+	struct xmit_handoff *h;
+	struct port_config *pc;
 	struct port_stats *ps;
 	struct class_config *cc;
 	struct class_state *cs;
 	struct class_stats *st;
 	struct pkt_info pi = {};
-	enum aqm_verdict v = AQM_PASS;
+	enum aqm_verdict v;
 	__u8 tstamp_type, ecn;
-	__u64 stamp, now, sojourn, backlog;
+	__u64 stamp, now, key;
 
+	ps = bpf_map_lookup_elem(&port_counters, &zero);
+	if (!ps)
+		return TC_ACT_OK;
 	/* Read the type first: only then does the kernel leave a delivery-time
 	 * stamp visible at ingress (kernel.md). */
 	tstamp_type = skb->tstamp_type;
 	stamp = skb->tstamp;
 	if ((tstamp_type != BPF_SKB_CLOCK_MONOTONIC && !test_hooks) ||
 	    (stamp & STAMP_MAGIC_MASK) != STAMP_MAGIC) {
-		ps = bpf_map_lookup_elem(&port_counters, &zero);
-		if (ps)
-			ps->dequeue_unstamped_packets++;
+		ps->dequeue_unstamped_packets++;
 		return TC_ACT_OK;
 	}
 	class_id = stamp & STAMP_CLASS_MASK;
@@ -782,26 +901,40 @@ int port_dequeue(struct __sk_buff *skb)
 	 * delivery time into it. */
 	bpf_skb_set_tstamp(skb, 0, 0);
 
+	pc = bpf_map_lookup_elem(&port_cfg, &zero);
 	cs = bpf_map_lookup_elem(&class_queue, &class_id);
 	st = bpf_map_lookup_elem(&class_counters, &class_id);
 	cc = bpf_map_lookup_elem(&class_cfg, &class_id);
-	if (!cs || !st || !cc)
+	if (!pc || !cs || !st || !cc)
 		return TC_ACT_OK;
 
-	backlog = __sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
-	backlog = backlog > len ? backlog - len : 0; /* what stays queued */
-	__sync_fetch_and_add(&cs->backlog_packets, -1LL);
-	st->dequeued_packets++;
-	st->dequeued_bytes += len;
+	if (pc->flags & PORT_F_XMIT_HOOK) {
+		key = skb_key(skb);
+		h = bpf_map_lookup_elem(&handoff, &key);
+		if (h && h->stamp == stamp) {
+			/* port_xmit counted the departure and decided: this
+			 * hook measures the host queue and applies. */
+			__u64 xmit_ns = h->xmit_ns, wait;
+			__u32 hlen = h->len;
 
-	now = now_ns();
-	stamp &= ~STAMP_MASK;
-	sojourn = now > stamp ? now - stamp : 0;
-	record_sojourn(st, sojourn);
+			v = h->verdict;
+			bpf_map_delete_elem(&handoff, &key);
+			now = now_ns();
+			host_leave(cs, hlen);
+			st->host_delivered_packets++;
+			st->host_delivered_bytes += hlen;
+			wait = now > xmit_ns ? now - xmit_ns : 0;
+			st->host_wait_hist[time_bucket(wait)]++;
+			st->host_wait_sum_ns += wait;
+			note_max(&st->host_wait_max_ns, wait);
+			goto apply;
+		}
+		ps->late_departure_packets++;
+	}
+	v = depart(cs, st, cc, class_id, len, stamp & ~STAMP_MASK, now_ns());
 
+apply:
 	ecn = parse(skb, &pi) == PARSE_IP ? pi.dsfield & ECN_MASK : ECN_NOT_ECT;
-	if (cc->ecn_mode >= ECN_MODE_TCN)
-		v = aqm_decide(class_id, now, sojourn, backlog);
 	if (v != AQM_PASS) {
 		if (ecn == ECN_ECT0 || ecn == ECN_ECT1) {
 			if (set_ce(skb, &pi) == 0) {
@@ -825,4 +958,118 @@ int port_dequeue(struct __sk_buff *skb)
 	if (ecn == ECN_CE)
 		st->dequeued_ce_packets++;
 	return TC_ACT_OK;
+}
+
+/* skb_stamped reports whether the skb carries a monotonic delivery time, as
+ * port_enqueue's stamp is. */
+static __always_inline bool skb_stamped(const struct sk_buff *skb)
+{
+	if (bpf_core_field_exists(skb->tstamp_type))
+		return BPF_CORE_READ_BITFIELD(skb, tstamp_type) == BPF_SKB_CLOCK_MONOTONIC;
+	return BPF_CORE_READ_BITFIELD((const struct sk_buff___mono_bit *)skb, mono_delivery_time) == 1;
+}
+
+/* net_dev_start_xmit(const struct sk_buff *skb, const struct net_device *dev):
+ * in xmit_one, right before the driver's ndo_start_xmit (veth_xmit), after
+ * HTB dequeued the packet. A tracepoint rather than fentry on veth_xmit: the
+ * same place, a stable interface, and fentry programs do not load on the
+ * development kernel (EPERM under its integrity lockdown). */
+SEC("tp_btf/net_dev_start_xmit")
+int port_xmit(__u64 *ctx)
+{
+	const struct sk_buff *skb = (const void *)ctx[0];
+	const struct net_device *dev = (const void *)ctx[1];
+	struct xmit_handoff h = {}, *old;
+	struct port_config *pc;
+	struct port_stats *ps;
+	struct class_config *cc;
+	struct class_state *cs;
+	struct class_stats *st;
+	__u32 zero = 0, class_id, len;
+	__u64 stamp, key, now, after;
+	enum aqm_verdict v;
+	long err;
+
+	/* The filter: every device's transmissions pass here. */
+	if (!skb || !dev || dev->ifindex != (int)xmit_ifindex)
+		return 0;
+	if (BPF_CORE_READ(dev, nd_net.net, ns.inum) != xmit_netns_ino)
+		return 0;
+	stamp = skb->tstamp;
+	if ((stamp & STAMP_MAGIC_MASK) != STAMP_MAGIC || !skb_stamped(skb))
+		return 0;
+	class_id = stamp & STAMP_CLASS_MASK;
+	len = skb->len;
+
+	pc = bpf_map_lookup_elem(&port_cfg, &zero);
+	ps = bpf_map_lookup_elem(&port_counters, &zero);
+	cs = bpf_map_lookup_elem(&class_queue, &class_id);
+	st = bpf_map_lookup_elem(&class_counters, &class_id);
+	cc = bpf_map_lookup_elem(&class_cfg, &class_id);
+	if (!pc || !ps || !cs || !st || !cc || !(pc->flags & PORT_F_XMIT_HOOK))
+		return 0;
+
+	/* Record the handoff first: if it cannot be recorded, the peer's
+	 * hook must count the departure, so this one must not. */
+	now = now_ns();
+	key = (__u64)(long)skb;
+	h.stamp = stamp;
+	h.xmit_ns = now;
+	h.len = len;
+	h.class_id = class_id;
+	err = bpf_map_update_elem(&handoff, &key, &h, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		old = bpf_map_lookup_elem(&handoff, &key);
+		/* The driver refused it and HTB sent it again: counted. */
+		if (old && old->stamp == stamp)
+			return 0;
+		/* An earlier packet in this skb left no trace: lost. */
+		if (old) {
+			host_dropped(old->class_id, old->len);
+			ps->handoff_stale_packets++;
+		}
+		err = bpf_map_update_elem(&handoff, &key, &h, BPF_ANY);
+	}
+	if (err) {
+		ps->handoff_full_packets++;
+		return 0;
+	}
+
+	v = depart(cs, st, cc, class_id, len, stamp & ~STAMP_MASK, now);
+	after = __sync_fetch_and_add(&cs->host_backlog_bytes, len) + len;
+	note_max(&cs->max_host_backlog_bytes, after);
+	after = __sync_fetch_and_add(&cs->host_backlog_packets, 1) + 1;
+	note_max(&cs->max_host_backlog_packets, after);
+	st->host_entered_packets++;
+	st->host_entered_bytes += len;
+	/* The packet is still ours: the peer cannot see it before this
+	 * program returns. */
+	if (v != AQM_PASS) {
+		old = bpf_map_lookup_elem(&handoff, &key);
+		if (old)
+			old->verdict = v;
+	}
+	return 0;
+}
+
+/* kfree_skb(struct sk_buff *skb, void *location, enum skb_drop_reason, ...):
+ * a packet dropped between HTB and the peer's ingress hook (a full per-CPU
+ * backlog, a peer going down) leaves the host queue here. Drops are rare, so
+ * one lookup per drop in the whole system is cheap. */
+SEC("tp_btf/kfree_skb")
+int port_host_drop(__u64 *ctx)
+{
+	__u64 key = ctx[0];
+	struct xmit_handoff *h;
+	__u32 class_id, len;
+
+	h = bpf_map_lookup_elem(&handoff, &key);
+	if (!h)
+		return 0;
+	class_id = h->class_id;
+	len = h->len;
+	if (bpf_map_delete_elem(&handoff, &key))
+		return 0;
+	host_dropped(class_id, len);
+	return 0;
 }

@@ -60,6 +60,22 @@ enum port_flags {
 	/* Set skb->priority = priority_base + class so an HTB root qdisc
 	 * puts the packet in the class's queue. */
 	PORT_F_SET_PRIORITY = 1 << 0,
+	/* The xmit hook is attached: a packet leaves the port's queue where
+	 * HTB hands it to the device (port_xmit), not at the peer's ingress.
+	 * Set once after the hook attaches, never cleared while attached. */
+	PORT_F_XMIT_HOOK = 1 << 1,
+};
+
+/* Capacity of the handoff map: packets between HTB's exit and the peer's
+ * ingress hook. The kernel holds at most netdev_max_backlog (1000) of them
+ * per CPU; when it is full the peer hook counts the departure instead. */
+#define HANDOFF_ENTRIES 16384
+
+/* A dequeue AQM's decision for one departing packet. */
+enum aqm_verdict {
+	AQM_PASS = 0,
+	AQM_MARK_INS = 1, /* TCN, ECN# instantaneous (also when both fire) */
+	AQM_MARK_PST = 2, /* ECN# persistent, CoDel */
 };
 
 /* Probabilities are fixed point: PROB_ONE means 1.0. */
@@ -107,6 +123,13 @@ struct class_state {
 	__u64 vq_last_ns;
 	struct bpf_spin_lock vq_lock;
 	__u32 pad;
+	/* The host queue (xmit hook only): packets that left HTB and have not
+	 * reached the peer's ingress hook yet, waiting in the kernel's per-CPU
+	 * backlog. Not part of the port's backlog. */
+	__u64 host_backlog_bytes;
+	__u64 host_backlog_packets;
+	__u64 max_host_backlog_bytes;
+	__u64 max_host_backlog_packets;
 };
 
 /* State of a class's dequeue AQM (TCN has none). Go zeroes it when the
@@ -148,6 +171,22 @@ struct class_stats {
 	__u64 aqm_pst_marks;   /* ECN# persistent, CoDel */
 	__u64 aqm_dropped_packets;
 	__u64 aqm_dropped_bytes;
+	/* The host queue between HTB's exit and the peer's ingress hook (xmit
+	 * hook only): entered = delivered + dropped + host backlog. Packets
+	 * the xmit hook counts as dequeued enter it. */
+	__u64 host_entered_packets;
+	__u64 host_entered_bytes;
+	__u64 host_delivered_packets; /* reached the peer's ingress hook */
+	__u64 host_delivered_bytes;
+	/* freed by the kernel on the way (kfree_skb), or lost without a trace
+	 * and found stale later */
+	__u64 host_dropped_packets;
+	__u64 host_dropped_bytes;
+	/* the wait from HTB's exit to the peer's ingress hook of the
+	 * delivered packets, log2 buckets like the sojourn's */
+	__u64 host_wait_sum_ns;
+	__u64 host_wait_max_ns; /* this CPU's maximum */
+	__u64 host_wait_hist[SOJOURN_BUCKETS];
 };
 
 /* Per-CPU counters of the port as a whole. */
@@ -166,6 +205,25 @@ struct port_stats {
 	__u64 unaccounted_dropped_packets;
 	/* arrivals at the dequeue hook that carried no enqueue stamp */
 	__u64 dequeue_unstamped_packets;
+	/* With the xmit hook: departures the peer's ingress hook counted
+	 * because the xmit hook had not (it was attaching, its handoff map was
+	 * full): their sojourn includes the host queue. */
+	__u64 late_departure_packets;
+	__u64 handoff_full_packets; /* of which: the handoff map was full */
+	/* handoff records of packets the kernel freed without kfree_skb,
+	 * found when their skb was reused: counted as host drops */
+	__u64 handoff_stale_packets;
+};
+
+/* What the xmit hook hands the peer's ingress hook about one packet, keyed
+ * by the skb's address (the same skb crosses the veth). */
+struct xmit_handoff {
+	__u64 stamp;   /* the enqueue stamp: a reused skb address never matches */
+	__u64 xmit_ns; /* when HTB handed it to the device */
+	__u32 len;     /* bytes it took out of the port's backlog */
+	__u8 class_id;
+	__u8 verdict;  /* the dequeue AQM's decision (enum aqm_verdict) */
+	__u16 pad;
 };
 
 #endif

@@ -56,32 +56,45 @@ type PortClassState struct {
 		_   structs.HostLayout
 		Val uint32
 	}
-	Pad uint32
+	Pad                   uint32
+	HostBacklogBytes      uint64
+	HostBacklogPackets    uint64
+	MaxHostBacklogBytes   uint64
+	MaxHostBacklogPackets uint64
 }
 
 type PortClassStats struct {
-	_                   structs.HostLayout
-	EnqueuedPackets     uint64
-	EnqueuedBytes       uint64
-	DequeuedPackets     uint64
-	DequeuedBytes       uint64
-	ArrivedByEcn        [4]uint64
-	CeMarkedEct0        uint64
-	CeMarkedEct1        uint64
-	DroppedLimitPackets uint64
-	DroppedLimitBytes   uint64
-	DroppedWredPackets  uint64
-	DroppedWredBytes    uint64
-	SojournSumNs        uint64
-	SojournSamples      uint64
-	SojournHist         [32]uint64
-	CurveEctArrivals    [32]uint64
-	CurveCeMarks        [32]uint64
-	DequeuedCePackets   uint64
-	AqmInsMarks         uint64
-	AqmPstMarks         uint64
-	AqmDroppedPackets   uint64
-	AqmDroppedBytes     uint64
+	_                    structs.HostLayout
+	EnqueuedPackets      uint64
+	EnqueuedBytes        uint64
+	DequeuedPackets      uint64
+	DequeuedBytes        uint64
+	ArrivedByEcn         [4]uint64
+	CeMarkedEct0         uint64
+	CeMarkedEct1         uint64
+	DroppedLimitPackets  uint64
+	DroppedLimitBytes    uint64
+	DroppedWredPackets   uint64
+	DroppedWredBytes     uint64
+	SojournSumNs         uint64
+	SojournSamples       uint64
+	SojournHist          [32]uint64
+	CurveEctArrivals     [32]uint64
+	CurveCeMarks         [32]uint64
+	DequeuedCePackets    uint64
+	AqmInsMarks          uint64
+	AqmPstMarks          uint64
+	AqmDroppedPackets    uint64
+	AqmDroppedBytes      uint64
+	HostEnteredPackets   uint64
+	HostEnteredBytes     uint64
+	HostDeliveredPackets uint64
+	HostDeliveredBytes   uint64
+	HostDroppedPackets   uint64
+	HostDroppedBytes     uint64
+	HostWaitSumNs        uint64
+	HostWaitMaxNs        uint64
+	HostWaitHist         [32]uint64
 }
 
 type PortPortConfig struct {
@@ -105,6 +118,19 @@ type PortPortStats struct {
 	UnaccountedCeMarkedPackets uint64
 	UnaccountedDroppedPackets  uint64
 	DequeueUnstampedPackets    uint64
+	LateDeparturePackets       uint64
+	HandoffFullPackets         uint64
+	HandoffStalePackets        uint64
+}
+
+type PortXmitHandoff struct {
+	_       structs.HostLayout
+	Stamp   uint64
+	XmitNs  uint64
+	Len     uint32
+	ClassId uint8
+	Verdict uint8
+	Pad     uint16
 }
 
 // Names of all BPF objects in the ELF.
@@ -116,13 +142,19 @@ const (
 	PortMapClassCounters = "class_counters"
 	PortMapClassQueue    = "class_queue"
 	PortMapDscpClass     = "dscp_class"
+	PortMapHandoff       = "handoff"
 	PortMapPortCfg       = "port_cfg"
 	PortMapPortCounters  = "port_counters"
 	PortProgPortDequeue  = "port_dequeue"
 	PortProgPortEnqueue  = "port_enqueue"
+	PortProgPortHostDrop = "port_host_drop"
+	PortProgPortXmit     = "port_xmit"
 	PortVarTestHooks     = "test_hooks"
 	PortVarTestNowNs     = "test_now_ns"
 	PortVarTestRand      = "test_rand"
+	PortVarTestSkbKey    = "test_skb_key"
+	PortVarXmitIfindex   = "xmit_ifindex"
+	PortVarXmitNetnsIno  = "xmit_netns_ino"
 )
 
 // LoadPort returns the embedded CollectionSpec for Port.
@@ -167,8 +199,10 @@ type PortSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type PortProgramSpecs struct {
-	PortDequeue *ebpf.ProgramSpec `ebpf:"port_dequeue"`
-	PortEnqueue *ebpf.ProgramSpec `ebpf:"port_enqueue"`
+	PortDequeue  *ebpf.ProgramSpec `ebpf:"port_dequeue"`
+	PortEnqueue  *ebpf.ProgramSpec `ebpf:"port_enqueue"`
+	PortHostDrop *ebpf.ProgramSpec `ebpf:"port_host_drop"`
+	PortXmit     *ebpf.ProgramSpec `ebpf:"port_xmit"`
 }
 
 // PortMapSpecs contains maps before they are loaded into the kernel.
@@ -180,6 +214,7 @@ type PortMapSpecs struct {
 	ClassCounters *ebpf.MapSpec `ebpf:"class_counters"`
 	ClassQueue    *ebpf.MapSpec `ebpf:"class_queue"`
 	DscpClass     *ebpf.MapSpec `ebpf:"dscp_class"`
+	Handoff       *ebpf.MapSpec `ebpf:"handoff"`
 	PortCfg       *ebpf.MapSpec `ebpf:"port_cfg"`
 	PortCounters  *ebpf.MapSpec `ebpf:"port_counters"`
 }
@@ -188,9 +223,12 @@ type PortMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type PortVariableSpecs struct {
-	TestHooks *ebpf.VariableSpec `ebpf:"test_hooks"`
-	TestNowNs *ebpf.VariableSpec `ebpf:"test_now_ns"`
-	TestRand  *ebpf.VariableSpec `ebpf:"test_rand"`
+	TestHooks    *ebpf.VariableSpec `ebpf:"test_hooks"`
+	TestNowNs    *ebpf.VariableSpec `ebpf:"test_now_ns"`
+	TestRand     *ebpf.VariableSpec `ebpf:"test_rand"`
+	TestSkbKey   *ebpf.VariableSpec `ebpf:"test_skb_key"`
+	XmitIfindex  *ebpf.VariableSpec `ebpf:"xmit_ifindex"`
+	XmitNetnsIno *ebpf.VariableSpec `ebpf:"xmit_netns_ino"`
 }
 
 // PortObjects contains all objects after they have been loaded into the kernel.
@@ -218,6 +256,7 @@ type PortMaps struct {
 	ClassCounters *ebpf.Map `ebpf:"class_counters"`
 	ClassQueue    *ebpf.Map `ebpf:"class_queue"`
 	DscpClass     *ebpf.Map `ebpf:"dscp_class"`
+	Handoff       *ebpf.Map `ebpf:"handoff"`
 	PortCfg       *ebpf.Map `ebpf:"port_cfg"`
 	PortCounters  *ebpf.Map `ebpf:"port_counters"`
 }
@@ -229,6 +268,7 @@ func (m *PortMaps) Close() error {
 		m.ClassCounters,
 		m.ClassQueue,
 		m.DscpClass,
+		m.Handoff,
 		m.PortCfg,
 		m.PortCounters,
 	)
@@ -238,23 +278,30 @@ func (m *PortMaps) Close() error {
 //
 // It can be passed to LoadPortObjects or ebpf.CollectionSpec.LoadAndAssign.
 type PortVariables struct {
-	TestHooks *ebpf.Variable `ebpf:"test_hooks"`
-	TestNowNs *ebpf.Variable `ebpf:"test_now_ns"`
-	TestRand  *ebpf.Variable `ebpf:"test_rand"`
+	TestHooks    *ebpf.Variable `ebpf:"test_hooks"`
+	TestNowNs    *ebpf.Variable `ebpf:"test_now_ns"`
+	TestRand     *ebpf.Variable `ebpf:"test_rand"`
+	TestSkbKey   *ebpf.Variable `ebpf:"test_skb_key"`
+	XmitIfindex  *ebpf.Variable `ebpf:"xmit_ifindex"`
+	XmitNetnsIno *ebpf.Variable `ebpf:"xmit_netns_ino"`
 }
 
 // PortPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadPortObjects or ebpf.CollectionSpec.LoadAndAssign.
 type PortPrograms struct {
-	PortDequeue *ebpf.Program `ebpf:"port_dequeue"`
-	PortEnqueue *ebpf.Program `ebpf:"port_enqueue"`
+	PortDequeue  *ebpf.Program `ebpf:"port_dequeue"`
+	PortEnqueue  *ebpf.Program `ebpf:"port_enqueue"`
+	PortHostDrop *ebpf.Program `ebpf:"port_host_drop"`
+	PortXmit     *ebpf.Program `ebpf:"port_xmit"`
 }
 
 func (p *PortPrograms) Close() error {
 	return _PortClose(
 		p.PortDequeue,
 		p.PortEnqueue,
+		p.PortHostDrop,
+		p.PortXmit,
 	)
 }
 

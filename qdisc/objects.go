@@ -16,11 +16,21 @@ import (
 const (
 	classFlagWREDDrop   = 1 << 0 // CLASS_F_WRED_DROP
 	portFlagSetPriority = 1 << 0 // PORT_F_SET_PRIORITY
+	portFlagXmitHook    = 1 << 1 // PORT_F_XMIT_HOOK
 	aqmFlagSqrtLaw      = 1 << 0 // AQM_F_SQRT_LAW
 	aqmFlagQueueSignal  = 1 << 1 // AQM_F_QLEN_SIGNAL
 	probOne             = 1 << 32
 	sojournBuckets      = 32
+	handoffEntries      = 16384 // HANDOFF_ENTRIES
+	// enum aqm_verdict: what the xmit hook hands the peer hook.
+	aqmPass    = 0 // AQM_PASS
+	aqmMarkIns = 1 // AQM_MARK_INS
+	aqmMarkPst = 2 // AQM_MARK_PST
 )
+
+// handoffEntriesUnused sizes the handoff map of a port without the xmit
+// hook.
+const handoffEntriesUnused = 64
 
 // DefaultFrameBytes is the largest frame of a 1500-byte-MTU Ethernet link,
 // what CoDel counts as "one MTU" of backlog unless LoadOptions say otherwise.
@@ -36,12 +46,37 @@ type LoadOptions struct {
 	// header): CoDel never signals while at most this much is queued.
 	// 0 means DefaultFrameBytes.
 	FrameBytes uint64
+	// Xmit loads the xmit hook (port_xmit, port_host_drop) for this
+	// device. Optional: nil loads only the TC programs.
+	Xmit *XmitTarget
+}
+
+// XmitTarget is the device the xmit hook counts departures on. The hook is
+// a tracepoint every device's transmissions pass, so it filters on both.
+type XmitTarget struct {
+	Ifindex int
+	// NetnsIno is the inode number of the device's network namespace.
+	NetnsIno uint32
 }
 
 // Objects are the loaded port programs and maps, not attached to anything.
 type Objects struct {
 	bpf.PortObjects
 	frameBytes uint64
+	// xmitHook says the xmit hook counts departures (PORT_F_XMIT_HOOK).
+	xmitHook bool
+	// xmitErr is why the xmit hook's programs did not load, when
+	// LoadOptions.Xmit asked for them.
+	xmitErr error
+}
+
+// coreObjects are the TC programs and the maps, without the tracing
+// programs: what loads everywhere the port works.
+type coreObjects struct {
+	bpf.PortMaps
+	bpf.PortVariables
+	PortEnqueue *ebpf.Program `ebpf:"port_enqueue"`
+	PortDequeue *ebpf.Program `ebpf:"port_dequeue"`
 }
 
 // LoadObjects loads the programs with cfg in their maps.
@@ -62,18 +97,62 @@ func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptio
 		}
 	}
 	o := &Objects{frameBytes: opts.FrameBytes}
-	if err := spec.LoadAndAssign(&o.PortObjects, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load port programs: %+v", ve)
+	if opts.Xmit != nil {
+		if err := errors.Join(spec.Variables["xmit_ifindex"].Set(uint32(opts.Xmit.Ifindex)),
+			spec.Variables["xmit_netns_ino"].Set(opts.Xmit.NetnsIno)); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("load port programs: %w", err)
+		// The tracing programs need BTF, tp_btf and the kernel's skb
+		// layout (CO-RE); without them the port still works, counting
+		// departures at the peer's ingress.
+		if o.xmitErr = spec.LoadAndAssign(&o.PortObjects, nil); o.xmitErr != nil {
+			o.xmitErr = loadError("load xmit hook", o.xmitErr)
+		}
+	}
+	if opts.Xmit == nil || o.xmitErr != nil {
+		// Without the xmit hook nothing fills the handoff map (tests
+		// fill a few entries by hand).
+		spec.Maps[bpf.PortMapHandoff].MaxEntries = handoffEntriesUnused
+		var core coreObjects
+		if err := spec.LoadAndAssign(&core, nil); err != nil {
+			return nil, loadError("load port programs", err)
+		}
+		o.PortMaps, o.PortVariables = core.PortMaps, core.PortVariables
+		o.PortPrograms = bpf.PortPrograms{PortEnqueue: core.PortEnqueue, PortDequeue: core.PortDequeue}
 	}
 	if err := o.writeConfig(cfg, mode, priorityBase); err != nil {
 		o.Close()
 		return nil, err
 	}
 	return o, nil
+}
+
+func loadError(what string, err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%s: %+v", what, ve)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// XmitErr is why the xmit hook's programs did not load (nil when they did,
+// or were not asked for).
+func (o *Objects) XmitErr() error { return o.xmitErr }
+
+// enableXmitHook tells the programs that port_xmit counts departures. The
+// peer's hook counts any departure port_xmit did not hand over, so the
+// switch is safe with packets in flight.
+func (o *Objects) enableXmitHook() error {
+	var pc bpf.PortPortConfig
+	if err := o.PortCfg.Lookup(uint32(0), &pc); err != nil {
+		return fmt.Errorf("read port config: %w", err)
+	}
+	o.xmitHook = true
+	pc.Flags |= portFlagXmitHook
+	if err := o.PortCfg.Put(uint32(0), &pc); err != nil {
+		return fmt.Errorf("write port config: %w", err)
+	}
+	return nil
 }
 
 // Stats reads the counters of loaded objects (BPF_PROG_RUN tests and
@@ -224,6 +303,9 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 	}
 	if priorityBase != 0 {
 		pc.Flags |= portFlagSetPriority
+	}
+	if o.xmitHook {
+		pc.Flags |= portFlagXmitHook
 	}
 	if err := o.PortCfg.Put(uint32(0), &pc); err != nil {
 		return fmt.Errorf("write port config: %w", err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,31 @@ const (
 	AttachLegacy AttachMode = "legacy" // clsact qdisc + cls_bpf filter
 )
 
+// DepartureHook says where a port counts a packet leaving its queue.
+type DepartureHook string
+
+const (
+	// DepartXmit: where HTB hands the packet to the port device
+	// (tp_btf/net_dev_start_xmit). The backlog, the sojourn and the
+	// dequeue AQMs exclude the kernel's per-CPU backlog between HTB and the
+	// peer (the host queue), which HostQueueStats count apart.
+	DepartXmit DepartureHook = "xmit"
+	// DepartPeerIngress: at the veth peer's TC ingress. The host queue
+	// counts as port queue. The fallback where the tracepoint cannot be
+	// used (no BTF, no tp_btf, kernels before 5.18).
+	DepartPeerIngress DepartureHook = "peer-ingress"
+)
+
+// UnmarshalText accepts "xmit" and "peer-ingress".
+func (d *DepartureHook) UnmarshalText(b []byte) error {
+	switch v := DepartureHook(b); v {
+	case DepartXmit, DepartPeerIngress:
+		*d = v
+		return nil
+	}
+	return fmt.Errorf("departure %q: want %s or %s", b, DepartXmit, DepartPeerIngress)
+}
+
 // AttachOptions say where the port goes.
 type AttachOptions struct {
 	// Dev is the port device: its egress is the port.
@@ -55,6 +81,11 @@ type AttachOptions struct {
 	// Pin records the port in bpffs and under MetaRoot so it outlives the
 	// process (the CLI). Unpinned ports detach when closed.
 	Pin bool
+	// Departure is where a veth port counts departures. Optional: ""
+	// takes DepartXmit where the kernel allows it and falls back to
+	// DepartPeerIngress (Info says which and why); DepartXmit fails
+	// instead of falling back.
+	Departure DepartureHook
 }
 
 // portMeta is what a pinned port records about itself.
@@ -73,6 +104,10 @@ type portMeta struct {
 	LegacyHandle uint32     `json:"legacy_handle,omitempty"`
 	// FrameBytes is the device's MTU plus its Ethernet header (CoDel).
 	FrameBytes uint64 `json:"frame_bytes,omitempty"`
+	// Departure is empty for virtual-queue ports and ports recorded
+	// before the xmit hook existed (they count at the peer's ingress).
+	Departure     DepartureHook `json:"departure,omitempty"`
+	DepartureNote string        `json:"departure_note,omitempty"`
 }
 
 // Port is an attached switch egress port.
@@ -135,7 +170,24 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	if p.meta.HTB {
 		base = priorityBase
 	}
-	objs, err := LoadObjects(cfg, opts.Mode, base, LoadOptions{FrameBytes: p.meta.FrameBytes})
+	lo := LoadOptions{FrameBytes: p.meta.FrameBytes}
+	wantXmit := opts.Mode == QueueVeth && opts.Departure != DepartPeerIngress
+	if opts.Mode == QueueVeth {
+		p.meta.Departure = DepartPeerIngress
+		if !wantXmit {
+			p.meta.DepartureNote = "requested"
+		}
+	} else if opts.Departure != "" {
+		return nil, fmt.Errorf("attach: departure %s needs queue mode veth (this port is %s)", opts.Departure, opts.Mode)
+	}
+	if wantXmit {
+		ino, err := netnsIno(p.ns)
+		if err != nil {
+			return nil, err
+		}
+		lo.Xmit = &XmitTarget{Ifindex: p.meta.Ifindex, NetnsIno: ino}
+	}
+	objs, err := LoadObjects(cfg, opts.Mode, base, lo)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +207,16 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 			return nil, fmt.Errorf("attach dequeue to %s: %w", describeDev(p.meta.PeerNetns, p.meta.PeerDev), err)
 		}
 	}
+	// Then the xmit hook, before any packet is stamped: from here on a
+	// departure port_xmit does not hand over is counted by the peer.
+	if wantXmit {
+		if err := p.attachXmit(objs); err != nil {
+			if opts.Departure == DepartXmit {
+				return nil, err
+			}
+			p.meta.DepartureNote = "fallback: " + err.Error()
+		}
+	}
 	if err := p.attachProg(p.ns, p.meta.Ifindex, p.progs.PortEnqueue, ebpf.AttachTCXEgress); err != nil {
 		return nil, fmt.Errorf("attach enqueue to %s: %w", describeDev(opts.Netns, opts.Dev), err)
 	}
@@ -164,6 +226,34 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 		}
 	}
 	return p, nil
+}
+
+// attachXmit hooks port_xmit and port_host_drop to their tracepoints and
+// switches departures to them.
+func (p *Port) attachXmit(objs *Objects) error {
+	if err := objs.XmitErr(); err != nil {
+		return err
+	}
+	var links []link.Link
+	for _, prog := range []*ebpf.Program{objs.PortXmit, objs.PortHostDrop} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return fmt.Errorf("attach xmit hook: %w", err)
+		}
+		links = append(links, l)
+	}
+	if err := objs.enableXmitHook(); err != nil {
+		for _, l := range links {
+			l.Close()
+		}
+		return err
+	}
+	p.links = append(p.links, links...)
+	p.meta.Departure, p.meta.DepartureNote = DepartXmit, ""
+	return nil
 }
 
 // findPeer locates the veth peer and checks it can see packets one by one.
@@ -248,7 +338,8 @@ func (p *Port) Configure(cfg Config) error {
 	if p.meta.HTB {
 		base = priorityBase
 	}
-	o := Objects{PortObjects: bpf.PortObjects{PortMaps: p.maps}, frameBytes: p.meta.FrameBytes}
+	o := Objects{PortObjects: bpf.PortObjects{PortMaps: p.maps}, frameBytes: p.meta.FrameBytes,
+		xmitHook: p.meta.Departure == DepartXmit}
 	if err := o.writeConfig(cfg, p.meta.Mode, base); err != nil {
 		return err
 	}
@@ -297,12 +388,21 @@ type Info struct {
 	Attach    AttachMode `json:"attach"`
 	HTB       bool       `json:"htb"`
 	Pinned    bool       `json:"pinned"`
+	// Departure is where departures are counted (veth ports), and
+	// DepartureNote why it is not DepartXmit.
+	Departure     DepartureHook `json:"departure,omitempty"`
+	DepartureNote string        `json:"departure_note,omitempty"`
 }
 
 func (p *Port) Info() Info {
 	m := &p.meta
+	dep := m.Departure
+	if dep == "" && m.Mode == QueueVeth {
+		dep = DepartPeerIngress
+	}
 	return Info{Dev: m.Dev, Netns: m.Netns, PeerDev: m.PeerDev, PeerNetns: m.PeerNetns,
-		Mode: m.Mode, Attach: m.Attach, HTB: m.HTB, Pinned: m.PinDir != ""}
+		Mode: m.Mode, Attach: m.Attach, HTB: m.HTB, Pinned: m.PinDir != "",
+		Departure: dep, DepartureNote: m.DepartureNote}
 }
 
 // Close detaches the port and removes everything it installed: programs,
@@ -409,6 +509,7 @@ func (p *Port) mapsByName() map[string]*ebpf.Map {
 		bpf.PortMapClassAqm:      p.maps.ClassAqm,
 		bpf.PortMapClassCounters: p.maps.ClassCounters,
 		bpf.PortMapPortCounters:  p.maps.PortCounters,
+		bpf.PortMapHandoff:       p.maps.Handoff,
 	}
 }
 
@@ -460,6 +561,10 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 		if *f.dst, err = load(f.name); err != nil {
 			return nil, err
 		}
+	}
+	// Ports pinned before the handoff map existed have none.
+	if p.maps.Handoff, err = load(bpf.PortMapHandoff); err != nil && p.meta.Departure != "" {
+		return nil, err
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -580,16 +685,28 @@ func vethPeer(ns netns.NsHandle, dev string) (string, string, error) {
 // pinDir names a port by its namespace's inode and device name, unique
 // while the namespace lives.
 func pinDir(ns netns.NsHandle, dev string) string {
-	var st unix.Stat_t
 	id := "self"
+	if ino, err := netnsIno(ns); err == nil {
+		id = fmt.Sprint(ino)
+	}
+	return filepath.Join(PinRoot, "ns"+id+"_"+dev)
+}
+
+// netnsIno is the inode number of a namespace (the caller's for a closed
+// handle): the kernel's net->ns.inum, which the xmit hook compares.
+func netnsIno(ns netns.NsHandle) (uint32, error) {
+	var st unix.Stat_t
 	path := "/proc/self/ns/net"
 	if ns.IsOpen() {
 		path = fmt.Sprintf("/proc/self/fd/%d", int(ns))
 	}
-	if err := unix.Stat(path, &st); err == nil {
-		id = fmt.Sprint(st.Ino)
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("netns inode: %w", err)
 	}
-	return filepath.Join(PinRoot, "ns"+id+"_"+dev)
+	if st.Ino > math.MaxUint32 {
+		return 0, fmt.Errorf("netns inode %d does not fit the kernel's 32-bit inum", st.Ino)
+	}
+	return uint32(st.Ino), nil
 }
 
 func metaPath(pinDir string) string {

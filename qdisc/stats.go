@@ -87,6 +87,78 @@ type ClassStats struct {
 	Sojourn           SojournHistogram `json:"sojourn_hist_log2_ns"`
 	// Curve is the observed marking curve of ECN-capable arrivals.
 	Curve MarkingCurve `json:"curve"`
+	// Host is the host queue after the port: zero unless the port counts
+	// departures at xmit (Info().Departure).
+	Host HostQueueStats `json:"host_queue"`
+}
+
+// HostQueueStats count the host queue of a class: packets HTB has handed to
+// the port device that have not reached the veth peer's ingress hook yet,
+// waiting in the kernel's per-CPU backlog (veth_xmit -> netif_rx -> softirq).
+// It is this machine's CPUs, not the emulated port: its packets count as
+// dequeued, and neither the backlog nor the sojourn include its wait. At
+// rest Entered = Delivered + Dropped + Backlog.
+type HostQueueStats struct {
+	// Entered counts packets that left HTB (the xmit hook's departures).
+	EnteredPackets uint64 `json:"entered_packets"`
+	EnteredBytes   uint64 `json:"entered_bytes"`
+	// Delivered counts those that reached the peer's ingress hook.
+	DeliveredPackets uint64 `json:"delivered_packets"`
+	DeliveredBytes   uint64 `json:"delivered_bytes"`
+	// Dropped counts those the kernel dropped on the way (a full per-CPU
+	// backlog, a peer going down).
+	DroppedPackets uint64 `json:"dropped_packets"`
+	DroppedBytes   uint64 `json:"dropped_bytes"`
+	// Backlog is in flight between the two hooks now.
+	BacklogPackets    uint64 `json:"backlog_packets"`
+	BacklogBytes      uint64 `json:"backlog_bytes"`
+	MaxBacklogPackets uint64 `json:"max_backlog_packets"`
+	MaxBacklogBytes   uint64 `json:"max_backlog_bytes"`
+	// Wait is the time from HTB's exit to the peer's ingress hook of each
+	// delivered packet.
+	WaitSum time.Duration    `json:"wait_sum_ns"`
+	WaitMax time.Duration    `json:"wait_max_ns"`
+	Wait    SojournHistogram `json:"wait_hist_log2_ns"`
+}
+
+// MeanWait is the average host-queue wait of the delivered packets.
+func (h *HostQueueStats) MeanWait() time.Duration {
+	if h.DeliveredPackets == 0 {
+		return 0
+	}
+	return h.WaitSum / time.Duration(h.DeliveredPackets)
+}
+
+// CheckInvariant reports whether entered = delivered + dropped + backlog
+// holds, in packets and bytes; exactly only at rest.
+func (h *HostQueueStats) CheckInvariant() error {
+	if h.EnteredPackets != h.DeliveredPackets+h.DroppedPackets+h.BacklogPackets {
+		return fmt.Errorf("host queue: entered %d != delivered %d + dropped %d + backlog %d packets",
+			h.EnteredPackets, h.DeliveredPackets, h.DroppedPackets, h.BacklogPackets)
+	}
+	if h.EnteredBytes != h.DeliveredBytes+h.DroppedBytes+h.BacklogBytes {
+		return fmt.Errorf("host queue: entered %d != delivered %d + dropped %d + backlog %d bytes",
+			h.EnteredBytes, h.DeliveredBytes, h.DroppedBytes, h.BacklogBytes)
+	}
+	return nil
+}
+
+func (h *HostQueueStats) add(o *HostQueueStats) {
+	h.EnteredPackets += o.EnteredPackets
+	h.EnteredBytes += o.EnteredBytes
+	h.DeliveredPackets += o.DeliveredPackets
+	h.DeliveredBytes += o.DeliveredBytes
+	h.DroppedPackets += o.DroppedPackets
+	h.DroppedBytes += o.DroppedBytes
+	h.BacklogPackets += o.BacklogPackets
+	h.BacklogBytes += o.BacklogBytes
+	h.MaxBacklogPackets += o.MaxBacklogPackets
+	h.MaxBacklogBytes += o.MaxBacklogBytes
+	h.WaitSum += o.WaitSum
+	h.WaitMax = max(h.WaitMax, o.WaitMax)
+	for b := range o.Wait {
+		h.Wait[b] += o.Wait[b]
+	}
 }
 
 // MarkingCurve counts ECN-capable arrivals and CE marks in CurveBins equal
@@ -137,10 +209,14 @@ func (s *ClassStats) MeanSojourn() time.Duration {
 }
 
 // CheckInvariant reports whether enqueued = dequeued + dropped + backlog holds,
-// in packets and bytes. It holds exactly only when no packet is in flight
-// between the counters (the port is idle).
+// in packets and bytes, and the host queue's own identity (HostQueueStats).
+// It holds exactly only when no packet is in flight between the counters
+// (the port is idle).
 // Drops at dequeue (AQMDropped) are part of Dequeued: they left the queue.
 func (s *ClassStats) CheckInvariant() error {
+	if err := s.Host.CheckInvariant(); err != nil {
+		return fmt.Errorf("class %d: %w", s.Class, err)
+	}
 	dp, db := s.enqueueDrops()
 	if s.EnqueuedPackets != s.DequeuedPackets+dp+s.BacklogPackets {
 		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped at enqueue %d + backlog %d packets",
@@ -167,6 +243,14 @@ type PortCounters struct {
 	UnaccountedCEMarkedPackets uint64 `json:"unaccounted_ce_marked_packets"`
 	UnaccountedDroppedPackets  uint64 `json:"unaccounted_dropped_packets"`
 	DequeueUnstampedPackets    uint64 `json:"dequeue_unstamped_packets"`
+	// With the xmit hook: departures the peer's hook counted because the
+	// xmit hook had not (LateDeparture; their sojourn includes the host
+	// queue), of which HandoffFull because its handoff map was full or
+	// busy; HandoffStale counts handoffs of packets the kernel freed
+	// without a trace, found later and booked as host-queue drops.
+	LateDeparturePackets uint64 `json:"late_departure_packets"`
+	HandoffFullPackets   uint64 `json:"handoff_full_packets"`
+	HandoffStalePackets  uint64 `json:"handoff_stale_packets"`
 }
 
 // Stats is a snapshot of a port's counters.
@@ -211,6 +295,7 @@ func (s *Stats) Total() ClassStats {
 		for b := range c.Sojourn {
 			t.Sojourn[b] += c.Sojourn[b]
 		}
+		t.Host.add(&c.Host)
 	}
 	return t
 }
@@ -233,6 +318,9 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 		s.Port.UnaccountedCEMarkedPackets += p.UnaccountedCeMarkedPackets
 		s.Port.UnaccountedDroppedPackets += p.UnaccountedDroppedPackets
 		s.Port.DequeueUnstampedPackets += p.DequeueUnstampedPackets
+		s.Port.LateDeparturePackets += p.LateDeparturePackets
+		s.Port.HandoffFullPackets += p.HandoffFullPackets
+		s.Port.HandoffStalePackets += p.HandoffStalePackets
 	}
 	for i := range NumClasses {
 		c := &s.Classes[i]
@@ -248,6 +336,10 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 		c.BacklogPackets = q.BacklogPackets
 		c.MaxBacklogBytes = q.MaxBacklogBytes
 		c.MaxBacklogPackets = q.MaxBacklogPackets
+		c.Host.BacklogBytes = q.HostBacklogBytes
+		c.Host.BacklogPackets = q.HostBacklogPackets
+		c.Host.MaxBacklogBytes = q.MaxHostBacklogBytes
+		c.Host.MaxBacklogPackets = q.MaxHostBacklogPackets
 		var percpu []bpf.PortClassStats
 		if err := m.ClassCounters.Lookup(uint32(i), &percpu); err != nil {
 			return s, fmt.Errorf("read class %d counters: %w", i, err)
@@ -280,6 +372,18 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			for b := range p.CurveEctArrivals {
 				c.Curve.Arrivals[b] += p.CurveEctArrivals[b]
 				c.Curve.Marks[b] += p.CurveCeMarks[b]
+			}
+			h := &c.Host
+			h.EnteredPackets += p.HostEnteredPackets
+			h.EnteredBytes += p.HostEnteredBytes
+			h.DeliveredPackets += p.HostDeliveredPackets
+			h.DeliveredBytes += p.HostDeliveredBytes
+			h.DroppedPackets += p.HostDroppedPackets
+			h.DroppedBytes += p.HostDroppedBytes
+			h.WaitSum += time.Duration(p.HostWaitSumNs)
+			h.WaitMax = max(h.WaitMax, time.Duration(p.HostWaitMaxNs))
+			for b := range p.HostWaitHist {
+				h.Wait[b] += p.HostWaitHist[b]
 			}
 		}
 		if cfg != nil {
