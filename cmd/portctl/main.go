@@ -255,6 +255,14 @@ Options:
   --peer-netns NAME    namespace of the peer (default: found, or --netns)
   --legacy             attach with clsact + cls_bpf instead of TCX links
   --no-shaping         leave the root qdisc alone (no HTB at port rate)
+  --departure xmit|peer-ingress
+                       where a packet leaves the queue (veth mode). xmit:
+                       where HTB hands it to DEV (tracepoint
+                       net_dev_start_xmit); the wait in the kernel's backlog
+                       before the peer is counted apart as the host queue.
+                       peer-ingress: at the peer's TC ingress, host queue
+                       included. Default: xmit where the kernel allows it,
+                       else peer-ingress (show says which and why)
   -j                   print the configuration as JSON
 ` + classHelp + `
 The veth peer must have GRO off: ethtool -K PEER gro off.
@@ -272,6 +280,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 		cf                  classFlags
 		rate, mode          string
 		peerDev, peerNetns  string
+		departure           string
 		legacy, noShape, js bool
 	)
 	fs := newFlags("attach", &c)
@@ -282,6 +291,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&peerNetns, "peer-netns", "", "")
 	fs.BoolVar(&legacy, "legacy", false, "")
 	fs.BoolVar(&noShape, "no-shaping", false, "")
+	fs.StringVar(&departure, "departure", "", "")
 	fs.BoolVar(&js, "j", false, "")
 	fs.BoolVar(&js, "json", false, "")
 	err := func() error {
@@ -299,8 +309,14 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 		if err := qm.UnmarshalText([]byte(mode)); err != nil {
 			return usagef("--mode %s: want veth or virtual", mode)
 		}
-		if qm == qdisc.QueueVirtual && (peerDev != "" || peerNetns != "") {
-			return usagef("--peer-dev and --peer-netns only apply to --mode veth")
+		if qm == qdisc.QueueVirtual && (peerDev != "" || peerNetns != "" || departure != "") {
+			return usagef("--peer-dev, --peer-netns and --departure only apply to --mode veth")
+		}
+		var dep qdisc.DepartureHook
+		if departure != "" {
+			if err := dep.UnmarshalText([]byte(departure)); err != nil {
+				return usagef("--departure %s: want xmit or peer-ingress", departure)
+			}
 		}
 		e, err := cf.edits()
 		if err != nil {
@@ -320,7 +336,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 		p, err := qdisc.Attach(cfg, qdisc.AttachOptions{
 			Dev: c.dev, Netns: c.netns, Mode: qm,
 			PeerDev: peerDev, PeerNetns: peerNetns,
-			Legacy: legacy, NoShaping: noShape, Pin: true,
+			Legacy: legacy, NoShaping: noShape, Pin: true, Departure: dep,
 		})
 		if err != nil {
 			return err
@@ -432,9 +448,10 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 const showHelp = `Usage: portctl show --dev DEV [--netns NAME] [-j]
 
 Print the effective configuration of a port, read back from the kernel:
-rate, queue mode (veth/virtual), attach mode (tcx/legacy), veth peer, the
-DSCP map (only DSCPs outside the most common class are listed), and per
-class its limit, ECN marking in tc spelling, strict and wred-drop.
+rate, queue mode (veth/virtual), attach mode (tcx/legacy), veth peer, where
+departures are counted (xmit, or peer-ingress and why), the DSCP map (only
+DSCPs outside the most common class are listed), and per class its limit,
+ECN marking in tc spelling, strict and wred-drop.
 
 Options:
   --dev DEV       port device (required)
@@ -479,8 +496,15 @@ Per-class counters, like tc -s. For each class that has seen traffic:
   sojourn     time in queue: mean, p50, p99 (percentiles are upper edges of
               power-of-two buckets)
   arrived     everything offered to the class, by ECN codepoint
+  host queue  (departure xmit) packets that left the port but not yet
+              reached the veth peer: they wait in this machine's per-CPU
+              backlog, not in the port, and count in neither backlog nor
+              sojourn. entered = delivered + dropped + in flight
+  host wait   their wait from HTB's exit to the peer: mean, p50, p99, max
 then the port counters (frames by type; unaccounted = passed through
-outside the class accounting, e.g. non-IP) and the kernel's root qdisc line.
+outside the class accounting, e.g. non-IP; late departures = counted at the
+peer because the xmit hook could not hand them over) and the kernel's root
+qdisc line.
 
 Options:
   --dev DEV          port device (required)
@@ -490,7 +514,8 @@ Options:
   --watch INTERVAL   after the counters, print one line per active class
                      every INTERVAL (1s, 500ms; a bare number is seconds):
                      Mbit/s and packets/s dequeued, CE marks/s, drops/s,
-                     backlog, mean sojourn over the interval. Until Ctrl-C.
+                     backlog, mean sojourn and mean host-queue wait over
+                     the interval. Until Ctrl-C.
                      With -j: one JSON snapshot per line every INTERVAL.
   --count N          stop after N reports
 

@@ -136,6 +136,9 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 	if info.PeerDev != "" {
 		fmt.Fprintf(w, "  peer %s (dequeue hook)\n", devLabel(info.PeerDev, info.PeerNetns))
 	}
+	if l := departureText(info); l != "" {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
 	for _, l := range dscpLines(cfg) {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
@@ -165,6 +168,22 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 	}
 }
 
+// departureText says where the port counts departures, and what that means
+// for its backlog and sojourn.
+func departureText(info qdisc.Info) string {
+	switch info.Departure {
+	case qdisc.DepartXmit:
+		return fmt.Sprintf("departure xmit: counted as HTB hands packets to %s; the host queue to the peer is counted apart", info.Dev)
+	case qdisc.DepartPeerIngress:
+		why := ""
+		if info.DepartureNote != "" {
+			why = " (" + info.DepartureNote + ")"
+		}
+		return "departure peer-ingress" + why + ": backlog and sojourn include the host queue between HTB and the peer"
+	}
+	return ""
+}
+
 // showJSON is the -j form of show.
 type showJSON struct {
 	Port   qdisc.Info   `json:"port"`
@@ -188,7 +207,11 @@ func active(c *qdisc.ClassStats) bool {
 // renderStats prints counters like tc -s: one block per class that has
 // seen traffic (all classes with all), then the port and qdisc counters.
 func renderStats(w io.Writer, info qdisc.Info, st *qdisc.Stats, q *qdisc.QdiscCounters, all bool) {
-	fmt.Fprintf(w, "port %s  queue %s  at %s\n", devLabel(info.Dev, info.Netns), info.Mode, st.Time.Format("15:04:05.000"))
+	dep := ""
+	if info.Departure != "" {
+		dep = "  departure " + string(info.Departure)
+	}
+	fmt.Fprintf(w, "port %s  queue %s%s  at %s\n", devLabel(info.Dev, info.Netns), info.Mode, dep, st.Time.Format("15:04:05.000"))
 	shown := 0
 	for i := range st.Classes {
 		c := &st.Classes[i]
@@ -206,6 +229,10 @@ func renderStats(w io.Writer, info qdisc.Info, st *qdisc.Stats, q *qdisc.QdiscCo
 		p.IPv4Packets, p.IPv6Packets, p.VLANPackets, p.NonIPPackets, p.MalformedPackets)
 	fmt.Fprintf(w, " unaccounted %d bytes %d pkt (marked CE %d, dropped %d)  dequeue-unstamped %d pkt\n",
 		p.UnaccountedBytes, p.UnaccountedPackets, p.UnaccountedCEMarkedPackets, p.UnaccountedDroppedPackets, p.DequeueUnstampedPackets)
+	if info.Departure == qdisc.DepartXmit || p.LateDeparturePackets != 0 {
+		fmt.Fprintf(w, " late departures %d pkt (counted at the peer: handoff map full %d), stale handoffs %d\n",
+			p.LateDeparturePackets, p.HandoffFullPackets, p.HandoffStalePackets)
+	}
 	if q != nil {
 		kind := q.Kind
 		if kind == "" {
@@ -234,10 +261,19 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 	}
 	fmt.Fprintf(w, " arrived %d bytes %d pkt: not-ect %d, ect0 %d, ect1 %d, ce %d\n",
 		c.EnqueuedBytes, c.EnqueuedPackets, c.ArrivedNotECT, c.ArrivedECT0, c.ArrivedECT1, c.ArrivedCE)
+	if h := &c.Host; h.EnteredPackets != 0 || h.BacklogPackets != 0 {
+		fmt.Fprintf(w, " host queue (after the port, not in its backlog): entered %d pkt, delivered %d, dropped %d, in flight %db %dp (max %db %dp)\n",
+			h.EnteredPackets, h.DeliveredPackets, h.DroppedPackets, h.BacklogBytes, h.BacklogPackets, h.MaxBacklogBytes, h.MaxBacklogPackets)
+		if h.DeliveredPackets > 0 {
+			fmt.Fprintf(w, " host wait mean %s p50 %s p99 %s max %s\n",
+				units.FormatDuration(h.MeanWait()), units.FormatDuration(h.Wait.Quantile(0.5)),
+				units.FormatDuration(h.Wait.Quantile(0.99)), units.FormatDuration(h.WaitMax))
+		}
+	}
 }
 
 // rateHeader is the header of the --watch table.
-const rateHeader = "time          class                 Mbit/s        pps     ce/s   drop/s  backlog            sojourn"
+const rateHeader = "time          class                 Mbit/s        pps     ce/s   drop/s  backlog            sojourn    host wait"
 
 // renderRates prints one --watch report: per-interval rates of every class
 // that moved or holds a backlog, and the port total.
@@ -256,9 +292,14 @@ func renderRates(w io.Writer, prev, cur *qdisc.Stats) {
 		if n := c.SojournSamples - p.SojournSamples; n > 0 {
 			soj = units.FormatDuration((c.SojournSum - p.SojournSum) / time.Duration(n))
 		}
+		// The host queue's mean wait: not part of the sojourn.
+		host := "-"
+		if n := c.Host.DeliveredPackets - p.Host.DeliveredPackets; n > 0 {
+			host = units.FormatDuration((c.Host.WaitSum - p.Host.WaitSum) / time.Duration(n))
+		}
 		backlog := fmt.Sprintf("%db %dp", c.BacklogBytes, c.BacklogPackets)
-		fmt.Fprintf(w, "%s  %-18s %9.1f %10.0f %8.0f %8.0f  %-17s  %s\n", ts, label,
-			float64(dBytes)*8/dt/1e6, float64(dPkts)/dt, float64(dCE)/dt, float64(dDrop)/dt, backlog, soj)
+		fmt.Fprintf(w, "%s  %-18s %9.1f %10.0f %8.0f %8.0f  %-17s  %-9s  %s\n", ts, label,
+			float64(dBytes)*8/dt/1e6, float64(dPkts)/dt, float64(dCE)/dt, float64(dDrop)/dt, backlog, soj, host)
 	}
 	for i := range cur.Classes {
 		if i >= len(prev.Classes) {

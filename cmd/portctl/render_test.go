@@ -23,12 +23,13 @@ func TestRenderShow(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := qdisc.Info{Dev: "swp0", Netns: "sw", PeerDev: "eth0", PeerNetns: "r",
-		Mode: qdisc.QueueVeth, Attach: qdisc.AttachTCX, HTB: true, Pinned: true}
+		Mode: qdisc.QueueVeth, Attach: qdisc.AttachTCX, HTB: true, Pinned: true, Departure: qdisc.DepartXmit}
 	var b bytes.Buffer
 	renderShow(&b, info, &cfg)
 	got := b.String()
 	want := `port swp0 (netns sw)  rate 1gbit  queue veth  attach tcx  shaping htb
   peer eth0 (netns r) (dequeue hook)
+  departure xmit: counted as HTB hands packets to swp0; the host queue to the peer is counted apart
   dscp 24-27 -> tc3 (roce)
   dscp 46 -> tc5 (bulk)
   dscp 48 -> tc6 (cnp)
@@ -45,6 +46,22 @@ class tc7            limit 1mb    ecn off
 `
 	if got != want {
 		t.Errorf("show:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestDepartureText(t *testing.T) {
+	for _, tc := range []struct {
+		info qdisc.Info
+		want string
+	}{
+		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit}, "departure xmit: counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
+		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartPeerIngress, DepartureNote: "fallback: load xmit hook: no BTF"},
+			"departure peer-ingress (fallback: load xmit hook: no BTF): backlog and sojourn include the host queue between HTB and the peer"},
+		{qdisc.Info{Dev: "tun0", Mode: qdisc.QueueVirtual}, ""},
+	} {
+		if got := departureText(tc.info); got != tc.want {
+			t.Errorf("departureText(%+v) = %q, want %q", tc.info, got, tc.want)
+		}
 	}
 }
 
@@ -102,6 +119,14 @@ func fakeStats(at time.Time, scale uint64) qdisc.Stats {
 	c.SojournSamples = 990 * scale
 	c.SojournSum = time.Duration(990*scale) * 20 * time.Microsecond
 	s.Port = qdisc.PortCounters{IPv4Packets: 1000 * scale, NonIPPackets: 3, UnaccountedPackets: 3, UnaccountedBytes: 126}
+	h := &c.Host
+	h.EnteredPackets, h.EnteredBytes = 990*scale, 990_000*scale
+	h.DeliveredPackets, h.DeliveredBytes = 989*scale, 989_000*scale
+	h.BacklogPackets, h.BacklogBytes = scale, 1000*scale
+	h.MaxBacklogPackets, h.MaxBacklogBytes = 40, 40_000
+	h.Wait[12] = 989 * scale // [4.096us, 8.192us)
+	h.WaitSum = time.Duration(989*scale) * 5 * time.Microsecond
+	h.WaitMax = 900 * time.Microsecond
 	return s
 }
 
@@ -109,17 +134,20 @@ func TestRenderStats(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC)
 	st := fakeStats(at, 1)
 	q := &qdisc.QdiscCounters{Kind: "htb", SentBytes: 990_126, SentPackets: 993, Drops: 0, BacklogBytes: 2000, BacklogPackets: 2}
-	info := qdisc.Info{Dev: "swp0", Netns: "sw", Mode: qdisc.QueueVeth}
+	info := qdisc.Info{Dev: "swp0", Netns: "sw", Mode: qdisc.QueueVeth, Departure: qdisc.DepartXmit}
 	var b bytes.Buffer
 	renderStats(&b, info, &st, q, false)
-	want := `port swp0 (netns sw)  queue veth  at 03:04:05.006
+	want := `port swp0 (netns sw)  queue veth  departure xmit  at 03:04:05.006
 class tc3 (roce)
  Sent 990000 bytes 990 pkt (dropped 8: limit 6, wred 2, aqm 0)  marked CE 41 (ect0 40, ect1 1)  sent CE 39
  backlog 2000b 2p  max backlog 150000b 150p
  sojourn mean 20us p50 16.384us p99 65.536us (990 samples)
  arrived 1000000 bytes 1000 pkt: not-ect 10, ect0 980, ect1 10, ce 0
+ host queue (after the port, not in its backlog): entered 990 pkt, delivered 989, dropped 0, in flight 1000b 1p (max 40000b 40p)
+ host wait mean 5us p50 8.192us p99 8.192us max 900us
 port counters: ipv4 1000 ipv6 0 vlan 0 non-ip 3 malformed 0 pkt
  unaccounted 126 bytes 3 pkt (marked CE 0, dropped 0)  dequeue-unstamped 0 pkt
+ late departures 0 pkt (counted at the peer: handoff map full 0), stale handoffs 0
 qdisc htb root: Sent 990126 bytes 993 pkt (dropped 0, overlimits 0) backlog 2000b 2p
 `
 	if got := b.String(); got != want {
@@ -158,13 +186,14 @@ func TestRenderRates(t *testing.T) {
 		t.Fatalf("want a tc3 row and a total row, got:\n%s", b.String())
 	}
 	// 1980000 bytes in 0.5 s = 31.68 Mbit/s; 1980 pkt -> 3960 pps;
-	// 82 marks -> 164/s; 16 drops -> 32/s; sojourn mean 20us.
+	// 82 marks -> 164/s; 16 drops -> 32/s; sojourn mean 20us; host wait
+	// mean 5us.
 	for _, l := range lines {
 		f := strings.Fields(l)
 		if f[0] != "03:04:05.500" {
 			t.Errorf("time %q", f[0])
 		}
-		for _, want := range []string{"31.7", "3960", "164", "32", "2000b", "2p", "20us"} {
+		for _, want := range []string{"31.7", "3960", "164", "32", "2000b", "2p", "20us", "5us"} {
 			if !strings.Contains(" "+strings.Join(f, " ")+" ", " "+want+" ") {
 				t.Errorf("row %q lacks %q", l, want)
 			}
@@ -176,6 +205,9 @@ func TestRenderRates(t *testing.T) {
 	// The header's columns line up with the rows.
 	if i, j := strings.Index(rateHeader, "backlog"), strings.Index(lines[0], "2000b"); i != j {
 		t.Errorf("backlog column at %d in header, %d in row:\n%s\n%s", i, j, rateHeader, lines[0])
+	}
+	if i, j := strings.Index(rateHeader, "host wait"), strings.Index(lines[0], "5us"); i != j {
+		t.Errorf("host wait column at %d in header, %d in row:\n%s\n%s", i, j, rateHeader, lines[0])
 	}
 }
 
