@@ -31,8 +31,8 @@ type Tap struct {
 	mu     sync.Mutex
 	frames []Frame
 	err    error
-	drops  uint32
 	stop   bool
+	closed bool
 }
 
 // udp4791 is a classic BPF filter: untagged IPv4 (not a later fragment) or
@@ -190,10 +190,14 @@ func (t *Tap) Packets() []Packet {
 }
 
 // Close stops capturing and returns the kernel's drop count and the error
-// that stopped the capture, if any.
+// that stopped the capture, if any. It is idempotent.
 func (t *Tap) Close() (TapStats, error) {
 	t.mu.Lock()
-	t.stop = true
+	if t.closed {
+		t.mu.Unlock()
+		return TapStats{}, nil
+	}
+	t.closed, t.stop = true, true
 	t.mu.Unlock()
 	<-t.done
 	st := TapStats{}
