@@ -610,7 +610,8 @@ func frameBytesIn(ns netns.NsHandle, dev string) (uint64, error) {
 }
 
 // Backlog reads a class's queue as the programs count it: cheap enough to
-// sample every millisecond.
+// sample every millisecond. With the xmit hook it is what HTB holds; without
+// it, it includes the host queue up to the peer.
 func (p *Port) Backlog(class ClassID) (bytes, packets uint64, err error) {
 	if class >= NumClasses {
 		return 0, 0, fmt.Errorf("backlog: class (%d) must be 0 to %d", class, NumClasses-1)
@@ -620,6 +621,19 @@ func (p *Port) Backlog(class ClassID) (bytes, packets uint64, err error) {
 		return 0, 0, fmt.Errorf("backlog: read class %d: %w", class, err)
 	}
 	return cs.BacklogBytes, cs.BacklogPackets, nil
+}
+
+// HostBacklog reads a class's host queue (xmit hook only): packets that
+// left HTB and have not reached the peer's ingress hook.
+func (p *Port) HostBacklog(class ClassID) (bytes, packets uint64, err error) {
+	if class >= NumClasses {
+		return 0, 0, fmt.Errorf("host backlog: class (%d) must be 0 to %d", class, NumClasses-1)
+	}
+	var cs bpf.PortClassState
+	if err := p.maps.ClassQueue.Lookup(uint32(class), &cs); err != nil {
+		return 0, 0, fmt.Errorf("host backlog: read class %d: %w", class, err)
+	}
+	return cs.HostBacklogBytes, cs.HostBacklogPackets, nil
 }
 
 func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) {
