@@ -7,7 +7,9 @@
 // The agent tells the NP about a QP when the QP connects (AddQP) and when
 // it goes away (RemoveQP); Counters reads the QP's mlx5-named counters. NP
 // (attached to a device) and Objects (loaded only, for BPF_PROG_RUN tests)
-// both implement NPOffload, the interface the agent depends on.
+// both implement NPOffload, the interface the agent depends on. A QP the
+// kernel NP answers for must not run the agent's own NP too (agent
+// QPConfig.NP), or each CE gets two CNPs.
 //
 // Coalescing per QP follows host/dcqcn.NP with one difference: there is no
 // timer. A CE within N (min_time_between_cnps) of the QP's last CNP makes a
