@@ -137,7 +137,7 @@ func (l *npLab) tap(t *testing.T) *npprobe.Tap {
 	t.Helper()
 	var tp *npprobe.Tap
 	if err := l.np.Do(func() (err error) {
-		tp, err = npprobe.OpenTap(npDev)
+		tp, err = npprobe.OpenTap(npDev, npprobe.TapOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -153,7 +153,7 @@ func runKernelNPRows(ctx context.Context, rpn, npn *topo.Node, f *npFlagSet) ([]
 		c := npbpf.QPContext{QPN: fam.qpn, PeerQPN: npPeerQPN, Local: fam.np, Peer: fam.rp, SrcPort: 0xc000 | uint16(fam.qpn)}
 		err := np.AddQP(c)
 		if err == nil {
-			err = measureNP(&row, rpn, npn, fam.rp, fam.np, fam.qpn, f)
+			err = measureNP(&row, rpn, npn, fam.rp, fam.np, fam.qpn, f, true)
 			err = errors.Join(err, np.RemoveQP(fam.qpn))
 		}
 		if err == nil {
@@ -199,7 +199,9 @@ func runAgentNPRow(rpn, npn *topo.Node, f *npFlagSet) (NPRow, error) {
 	if err := qp.Connect(netip.AddrPortFrom(npNP4.Addr(), roce.UDPPort), peer); err != nil {
 		return row, err
 	}
-	err = measureNP(&row, rpn, npn, npRP4.Addr(), npNP4.Addr(), qp.QPN(), f)
+	// The tap sleeps here: spinning, it and the sender would take both
+	// CPUs from the agent's loops.
+	err = measureNP(&row, rpn, npn, npRP4.Addr(), npNP4.Addr(), qp.QPN(), f, false)
 	if c := qp.Counters(); err == nil && (c.NPCNPSent == 0 || c.NPECNMarkedRoCEPackets == 0) {
 		err = fmt.Errorf("the agent's QP counted %d CE and sent %d CNPs", c.NPECNMarkedRoCEPackets, c.NPCNPSent)
 	}
@@ -207,8 +209,9 @@ func runAgentNPRow(rpn, npn *topo.Node, f *npFlagSet) (NPRow, error) {
 }
 
 // measureNP sends the CE packets from rp to qpn at np and fills row from
-// what the tap on np's device saw.
-func measureNP(row *NPRow, rpn, npn *topo.Node, rpAddr, npAddr netip.Addr, qpn uint32, f *npFlagSet) error {
+// what the tap on np's device saw; spin: the tap never sleeps (see
+// npprobe.TapOptions).
+func measureNP(row *NPRow, rpn, npn *topo.Node, rpAddr, npAddr netip.Addr, qpn uint32, f *npFlagSet, spin bool) error {
 	var s *npprobe.Sender
 	if err := rpn.Do(func() (err error) {
 		s, err = npprobe.NewSender(netip.AddrPortFrom(rpAddr, roce.UDPPort))
@@ -225,7 +228,7 @@ func measureNP(row *NPRow, rpn, npn *topo.Node, rpAddr, npAddr netip.Addr, qpn u
 	time.Sleep(20 * time.Millisecond)
 	var tap *npprobe.Tap
 	if err := npn.Do(func() (err error) {
-		tap, err = npprobe.OpenTap(npDev)
+		tap, err = npprobe.OpenTap(npDev, npprobe.TapOptions{Spin: spin})
 		return err
 	}); err != nil {
 		return err
@@ -280,5 +283,6 @@ func printNPNotes(w io.Writer, r *NPReport) {
 	fmt.Fprintln(w, "kernel NP: bpf/np.c attached (TCX) to the receiver's device; agent NP: a host/agent QP on a UDP socket there instead.")
 	fmt.Fprintln(w, "Both times are the kernel's, for an AF_PACKET tap on the receiver's device: CE = the frame handed to the stack (netif_rx,")
 	fmt.Fprintln(w, "before TC ingress), CNP = the frame handed to the driver (dev_queue_xmit_nit). Each CNP is charged to the last CE of its QP")
-	fmt.Fprintln(w, "before it.")
+	fmt.Fprintln(w, "before it. The tap spins for the kernel rows (a sleeping reader is woken by the receiving CPU before TC ingress runs:")
+	fmt.Fprintln(w, "an IPI to an idle vCPU, microseconds counted as NP time); it sleeps for the agent row, whose loops need the CPUs.")
 }
