@@ -1,6 +1,9 @@
 package pktio
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // udp6Checksum is the UDP checksum over IPv6 (RFC 8200 §8.1, RFC 768): the
 // one's complement of the one's complement sum of the pseudo-header (src,
@@ -32,10 +35,13 @@ func udp6Checksum(src, dst, udpHeader []byte, payload [][]byte) uint16 {
 }
 
 // onesSum accumulates the Internet checksum's 16-bit big-endian words
-// over bytes added in pieces of any length (RFC 1071).
+// over bytes added in pieces of any length (RFC 1071). It adds 64 bits at
+// a time: 2^64 ≡ 1 modulo 2^16−1, so a carry out of the top is worth one
+// at the bottom (carries, added by fold), and fold's end-around additions
+// reduce the sum to 16 bits.
 type onesSum struct {
-	sum uint64
-	odd bool // the last piece ended inside a word: its high byte is in sum
+	sum, carries uint64
+	odd          bool // the last piece ended inside a word: its high byte is in sum
 }
 
 func (s *onesSum) add(b []byte) {
@@ -43,30 +49,41 @@ func (s *onesSum) add(b []byte) {
 		return
 	}
 	if s.odd {
-		s.sum += uint64(b[0]) // the low byte of the split word
+		s.addWord(uint64(b[0])) // the low byte of the split word
 		b = b[1:]
 		s.odd = false
 	}
-	// 32-bit words: the fold below adds their halves.
-	for len(b) >= 4 {
-		s.sum += uint64(binary.BigEndian.Uint32(b))
+	for len(b) >= 8 {
+		s.addWord(binary.BigEndian.Uint64(b))
+		b = b[8:]
+	}
+	if len(b) >= 4 {
+		s.addWord(uint64(binary.BigEndian.Uint32(b)))
 		b = b[4:]
 	}
 	if len(b) >= 2 {
-		s.sum += uint64(binary.BigEndian.Uint16(b))
+		s.addWord(uint64(binary.BigEndian.Uint16(b)))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		s.sum += uint64(b[0]) << 8
+		s.addWord(uint64(b[0]) << 8)
 		s.odd = true
 	}
 }
 
+func (s *onesSum) addWord(w uint64) {
+	var c uint64
+	s.sum, c = bits.Add64(s.sum, w, 0)
+	s.carries += c
+}
+
 // fold reduces the sum to 16 bits with end-around carries.
 func (s *onesSum) fold() uint16 {
-	x := s.sum
-	for x > 0xFFFF {
-		x = x>>16 + x&0xFFFF
-	}
+	x, c := bits.Add64(s.sum, s.carries, 0)
+	x += c // cannot carry again: x < 2^64 − 1 after a carry out
+	x = x>>32 + x&0xFFFFFFFF
+	x = x>>32 + x&0xFFFFFFFF
+	x = x>>16 + x&0xFFFF
+	x = x>>16 + x&0xFFFF
 	return uint16(x)
 }
