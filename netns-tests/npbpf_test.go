@@ -446,6 +446,34 @@ func TestNPBPF(t *testing.T) {
 		}
 		checkReceivedCNPs(t, got, c, 0)
 	})
+
+	// Attached again, last in the ingress chain and with another mark.
+	t.Run("attach last, own mark", func(t *testing.T) {
+		np2, err := npbpf.Attach(l.np.NsHandle(), npDev, npbpf.Options{IngressLast: true, Mark: 0x1234})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := np2.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		c := npbpf.QPContext{QPN: 0x108, PeerQPN: 0x208, Local: npLabNP.Addr(), Peer: npLabRP.Addr(), SrcPort: 0xc108}
+		if err := np2.AddQP(c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(dst, []npprobe.Data{npData(c.QPN, 0, true)}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Receive(100*time.Millisecond, time.Now().Add(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkReceivedCNPs(t, got, c, 1)
+		if st, err := np2.Stats(); err != nil || st.EgressBuilt != 1 {
+			t.Errorf("stats %+v, %v", st, err)
+		}
+	})
 }
 
 // spin waits d without sleeping: Go's timers wake up to a millisecond late
