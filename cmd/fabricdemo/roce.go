@@ -61,11 +61,12 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	p := o.params
 
 	// One agent per namespace, its UDP socket opened inside it.
-	listen := func(n *topo.Node, addr netip.Addr, opts pktio.UDPOptions) (*agent.Agent, *pktio.UDPConn, error) {
-		var conn *pktio.UDPConn
+	// RoCEConn: every packet to 4791, a UDP source port per QP.
+	listen := func(n *topo.Node, addr netip.Addr, opts pktio.RoCEOptions) (*agent.Agent, *pktio.RoCEConn, error) {
+		var conn *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error
-			conn, err = pktio.ListenUDP(netip.AddrPortFrom(addr, roceUDPPort), opts)
+			conn, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, roceUDPPort), opts)
 			return err
 		})
 		if err != nil {
@@ -81,14 +82,14 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	}
 	// The receiver takes the whole port's rate in one agent; a deep socket
 	// buffer (a NIC's receive ring) rides out its scheduling hiccups.
-	recv, rconn, err := listen(lab.Receiver, lab.ReceiverAddr, pktio.UDPOptions{RecvBufferBytes: receiverBufferBytes})
+	recv, rconn, err := listen(lab.Receiver, lab.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes})
 	if err != nil {
 		return err
 	}
 	senders := make([]*agent.Agent, o.senders)
-	sconns := make([]*pktio.UDPConn, o.senders)
+	sconns := make([]*pktio.RoCEConn, o.senders)
 	for i := range o.senders {
-		if senders[i], sconns[i], err = listen(lab.Senders[i], lab.SenderAddrs[i], pktio.UDPOptions{}); err != nil {
+		if senders[i], sconns[i], err = listen(lab.Senders[i], lab.SenderAddrs[i], pktio.RoCEOptions{}); err != nil {
 			return err
 		}
 	}
