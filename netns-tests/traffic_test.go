@@ -145,12 +145,17 @@ func checkInvariants(t *testing.T, s qdisc.Stats, q qdisc.QdiscCounters) {
 		t.Errorf("%d packets reached the dequeue hook without an enqueue stamp, want %d (the unaccounted ones)", s.Port.DequeueUnstampedPackets, want)
 	}
 	// With the xmit hook nearly every departure is counted where HTB
-	// hands the packet over. Now and then the tracepoint does not run the
-	// program (0.5 % at most seen here, in bursts): the peer counts those.
+	// hands the packet over. The kernel skips tracing programs in a
+	// softirq that interrupted a task with BPF instrumentation disabled
+	// (here: another process's BPF syscalls; 0-3 % of departures under
+	// load): the peer counts those, exactly, as late departures. A broken
+	// hook would leave most departures late.
 	t0 := s.Total()
 	if t0.Host.EnteredPackets > 0 {
-		if late := s.Port.LateDeparturePackets; late*100 > t0.DequeuedPackets {
-			t.Errorf("%d of %d departures counted late at the peer: more than 1 %%", late, t0.DequeuedPackets)
+		if late := s.Port.LateDeparturePackets; late*10 > t0.DequeuedPackets {
+			t.Errorf("%d of %d departures counted late at the peer: more than 10 %%", late, t0.DequeuedPackets)
+		} else if late > 0 {
+			t.Logf("%d of %d departures counted late at the peer (%.2f %%)", late, t0.DequeuedPackets, 100*float64(late)/float64(t0.DequeuedPackets))
 		}
 		if s.Port.HandoffFullPackets != 0 {
 			t.Errorf("the handoff map was full for %d packets", s.Port.HandoffFullPackets)
