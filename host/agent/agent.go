@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -83,6 +84,12 @@ type Config struct {
 	// reconstructs the IP header with IP ID 0 (what the agent sends, and
 	// Linux from a DF socket), so a peer that sends other IDs needs it off.
 	SkipICRCCheck bool
+	// NPOffload is the notification point in the kernel (host/npbpf): a
+	// QP with QPConfig.NP is added to it when it connects, and the
+	// kernel, not this agent, answers its CE packets with CNPs and counts
+	// np_ecn_marked_roce_packets and np_cnp_sent (QP.Counters reads them
+	// back). Optional: nil runs the NP in the agent.
+	NPOffload npbpf.NPOffload
 	// Trace, if set, sees every CE arrival, CNP sent and CNP handled, from
 	// the agent's loops (keep it short). Benchmarks time the DCQCN loop
 	// with it.
@@ -277,7 +284,23 @@ func (qp *QP) Destroy() {
 		return
 	}
 	qp.mu.destroyed = true
+	offloaded := qp.mu.npOffloaded
+	qp.mu.Unlock()
+	var npc *npbpf.NPCounters
+	if offloaded {
+		// The kernel's counters join the totals; then it forgets the QP.
+		if c, err := a.cfg.NPOffload.Counters(qp.qpn); err == nil {
+			npc = &c
+		}
+		if err := a.cfg.NPOffload.RemoveQP(qp.qpn); err != nil {
+			a.log.Warn("kernel np: remove qp", "qpn", qp.qpn, "err", err)
+		}
+	}
+	qp.mu.Lock()
 	ctr := qp.mu.ctr
+	if npc != nil {
+		ctr.NPECNMarkedRoCEPackets, ctr.NPCNPSent = npc.NPECNMarkedRoCEPackets, npc.NPCNPSent
+	}
 	if qp.mu.err == nil {
 		qp.mu.err = fmt.Errorf("agent: qp %#x: %w", qp.qpn, ErrQPDestroyed)
 	}

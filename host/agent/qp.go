@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -207,6 +208,7 @@ type QP struct {
 	mu struct {
 		sync.Mutex
 		connected, destroyed bool
+		npOffloaded          bool           // the kernel NP answers this QP's CE packets
 		local                netip.AddrPort // for the ICRC
 		peer                 Endpoint
 		err                  error
@@ -311,6 +313,19 @@ func (qp *QP) Connect(local netip.AddrPort, peer Endpoint) error {
 	peer.Addr = netip.AddrPortFrom(peer.Addr.Addr().Unmap(), peer.Addr.Port())
 	// The QP sends from its own UDP source port (Agent.localPort).
 	qp.mu.local = netip.AddrPortFrom(local.Addr().Unmap(), qp.agent.localPort(qp.qpn))
+	if off := qp.agent.cfg.NPOffload; off != nil && qp.cfg.NP {
+		err := off.AddQP(npbpf.QPContext{
+			QPN: qp.qpn, PeerQPN: peer.QPN,
+			Local: qp.mu.local.Addr(), Peer: peer.Addr.Addr(),
+			SrcPort: qp.mu.local.Port(), PKey: roce.DefaultPKey,
+			CNPDSCP: qp.cfg.CNPDSCP, MinTimeBetweenCNPs: qp.cfg.CNPPeriod,
+		})
+		if err != nil {
+			return fmt.Errorf("agent: qp %#x: kernel np: %w", qp.qpn, err)
+		}
+		qp.mu.npOffloaded = true
+		qp.mu.resp.np = nil // one NP per QP, or each CE would get two CNPs
+	}
 	qp.mu.peer = peer
 	qp.mu.resp.initPSN = peer.PSN
 	qp.mu.connected = true
@@ -389,8 +404,21 @@ func (qp *QP) Err() error {
 // Counters returns a snapshot of the QP's counters.
 func (qp *QP) Counters() Counters {
 	qp.mu.Lock()
+	c, offloaded := qp.mu.ctr, qp.mu.npOffloaded && !qp.mu.destroyed
+	qp.mu.Unlock()
+	if offloaded {
+		if k, err := qp.agent.cfg.NPOffload.Counters(qp.qpn); err == nil {
+			c.NPECNMarkedRoCEPackets, c.NPCNPSent = k.NPECNMarkedRoCEPackets, k.NPCNPSent
+		}
+	}
+	return c
+}
+
+// NPOffloaded reports whether the kernel NP answers this QP's CE packets.
+func (qp *QP) NPOffloaded() bool {
+	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	return qp.mu.ctr
+	return qp.mu.npOffloaded
 }
 
 // CCState is the reaction point's state at one instant.

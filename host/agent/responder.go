@@ -31,11 +31,14 @@ func (rs *replies) next() *txPacket {
 // one went out less than min_time_between_cnps ago.
 // Precondition: qp.mu is held.
 func (qp *QP) onCELocked(now time.Duration, rs *replies) {
-	qp.mu.ctr.NPECNMarkedRoCEPackets++
-	np := qp.mu.resp.np
 	if t := qp.agent.cfg.Trace; t != nil {
 		t(Event{Kind: EventCEReceived, QPN: qp.qpn, At: now})
 	}
+	if qp.mu.npOffloaded {
+		return // the kernel NP counted it and answers it
+	}
+	qp.mu.ctr.NPECNMarkedRoCEPackets++
+	np := qp.mu.resp.np
 	if np == nil {
 		return
 	}
