@@ -42,6 +42,9 @@ Server or client:
 Server:
   -s, --server              run as the server
   -1, --one-off             serve one client, then exit
+  --np kernel|agent         where CE marks turn into CNPs: an eBPF program on
+                            the devices holding -B (default kernel where it
+                            attaches, else agent) or the server's agent
 Client:
   -c, --client HOST         run as a client of the server at HOST[:PORT]
   -t, --time SECONDS        time to transmit (default 10)
@@ -151,6 +154,7 @@ func parseArgs(args []string) (*options, error) {
 		version  = boolean("V", "v", "version")
 		help     = boolean("h", "help")
 		oneOff   = boolean("1", "one-off")
+		npMode   = str("", "np")
 		dur      = str("10", "t", "time")
 		nbytes   = str("", "n", "bytes")
 		parallel = str("1", "P", "parallel")
@@ -251,7 +255,10 @@ func parseArgs(args []string) (*options, error) {
 		if set["udp-port"] && udpN == 0 {
 			return nil, mustBe("--udp-port", *udpPort, "1..65535")
 		}
-		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval}
+		if *npMode != "" && *npMode != perf.NPKernel && *npMode != perf.NPAgent {
+			return nil, mustBe("--np", *npMode, "kernel or agent")
+		}
+		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode}
 		if c.Interval == 0 {
 			o.server.Interval = -1
 		}
@@ -259,6 +266,9 @@ func parseArgs(args []string) (*options, error) {
 	}
 	if *oneOff {
 		return nil, errors.New("roceperf: -1 is a server option")
+	}
+	if *npMode != "" {
+		return nil, errors.New("roceperf: --np is a server option")
 	}
 
 	// Client settings.

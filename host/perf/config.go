@@ -78,7 +78,18 @@ type ServerConfig struct {
 	// Interval is how often the server prints what each QP received.
 	// Optional: 0 means 1 s; negative means no interval lines.
 	Interval time.Duration
+	// NP is where CE marks turn into CNPs (--np): NPKernel, the eBPF
+	// program on the host's devices (host/npbpf), or NPAgent, the
+	// server's receive loop. Optional: "" means kernel where it attaches,
+	// else the agent (with a warning).
+	NP string
 }
+
+// Where the notification point runs (ServerConfig.NP).
+const (
+	NPKernel = "kernel"
+	NPAgent  = "agent"
+)
 
 // ClientConfig configures a client run. Zero values mean the defaults
 // noted, except Interval and Omit, where 0 is meaningful: DefaultClientConfig

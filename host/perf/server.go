@@ -3,17 +3,21 @@ package perf
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/vishvananda/netns"
 )
 
 // Server is a listening roceperf server: a RoCE agent on its RoCEv2 port
@@ -27,6 +31,7 @@ type Server struct {
 	udp  *pktio.RoCEConn
 	ln   *listener
 	ag   *agent.Agent
+	np   *npbpf.Devices // the kernel NP; nil: the agent's
 	log  *slog.Logger
 
 	outMu sync.Mutex // one writer of Out at a time
@@ -93,13 +98,27 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		_ = udp.Close()
 		return nil, listenErr("tcp", "-p", tap, err)
 	}
-	ag, err := agent.New(agent.Config{Conn: udp, Logger: log})
+	np, err := attachNP(cfg.NP, bind, log)
 	if err != nil {
 		_ = tl.Close()
 		_ = udp.Close()
+		return nil, err
+	}
+	acfg := agent.Config{Conn: udp, Logger: log}
+	if np != nil {
+		acfg.NPOffload = np
+	}
+	ag, err := agent.New(acfg)
+	if err != nil {
+		_ = tl.Close()
+		_ = udp.Close()
+		if np != nil {
+			_ = np.Close()
+		}
 		return nil, fmt.Errorf("roceperf: %w", err)
 	}
 	return &Server{
+		np:   np,
 		cfg:  cfg,
 		bind: bind,
 		udp:  udp,
@@ -108,6 +127,39 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		log:  log,
 		sess: map[string]*serverSession{},
 	}, nil
+}
+
+// attachNP attaches the kernel NP to the devices that carry bind, as mode
+// says (ServerConfig.NP); nil means the agent's NP.
+func attachNP(mode string, bind netip.Addr, log *slog.Logger) (*npbpf.Devices, error) {
+	switch mode {
+	case NPAgent:
+		return nil, nil
+	case "", NPKernel:
+	default:
+		return nil, flagErr("--np", mode, "kernel or agent")
+	}
+	devs, err := npbpf.LocalDevices(bind)
+	var np *npbpf.Devices
+	if err == nil {
+		np, err = npbpf.AttachDevices(netns.None(), devs, npbpf.Options{})
+	}
+	switch {
+	case err == nil:
+		return np, nil
+	case mode == NPKernel:
+		return nil, fmt.Errorf("roceperf: --np kernel: %w", err)
+	}
+	log.Warn("the kernel NP did not attach; the agent answers CE marks", "err", err)
+	return nil, nil
+}
+
+// NPDevices lists the devices the kernel NP runs on (none: the agent's NP).
+func (s *Server) NPDevices() []string {
+	if s.np == nil {
+		return nil
+	}
+	return s.np.Names()
 }
 
 // Agent is the server's RoCE agent (its QPs and counters).
@@ -129,7 +181,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	if !s.bind.IsUnspecified() {
 		where = s.bind.String()
 	}
-	s.printf("%s\nServer listening on %s port %d (RoCEv2 on UDP %d)\n%s\n", dashLine, where, s.Addr().Port(), s.udp.LocalAddr().Port(), dashLine)
+	np := "NP in the agent"
+	if devs := s.NPDevices(); len(devs) > 0 {
+		np = "NP in the kernel on " + strings.Join(devs, ", ")
+	}
+	s.printf("%s\nServer listening on %s port %d (RoCEv2 on UDP %d, %s)\n%s\n", dashLine, where, s.Addr().Port(), s.udp.LocalAddr().Port(), np, dashLine)
 	opts := agent.ServerOptions{OnSession: s.onSession, OnFinish: s.onFinish}
 	errc := make(chan error, 1)
 	go func() { errc <- s.ag.Serve(s.ln, opts) }()
@@ -151,6 +207,9 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		_ = s.ln.Close()
 		s.closeErr = s.ag.Close()
+		if s.np != nil {
+			s.closeErr = errors.Join(s.closeErr, s.np.Close())
+		}
 	})
 	return s.closeErr
 }
