@@ -373,6 +373,12 @@ func (p *Port) Stats() (Stats, error) {
 	return readStats(&p.maps, &cfg)
 }
 
+// Programs are the port's loaded programs (for their kernel statistics,
+// ebpf.Program.Stats). Fields are nil for programs not loaded (the xmit
+// hook's on a peer-ingress port) and for ports opened from their pins. They
+// stay owned by the port.
+func (p *Port) Programs() bpf.PortPrograms { return p.progs }
+
 // Qdisc reads the kernel's counters of the port's root qdisc.
 func (p *Port) Qdisc() (QdiscCounters, error) {
 	return readRootQdisc(p.ns, uint32(p.meta.Ifindex))
