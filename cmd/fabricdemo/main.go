@@ -112,6 +112,7 @@ type options struct {
 	plotPath string
 	jsonPath string
 	legacy   bool
+	np       string // where the receiver's NP runs: npKernel or npAgent
 }
 
 // knobList collects -dcqcn name=value[,name=value...] in order.
@@ -190,6 +191,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.plotPath, "plot", o.plotPath, "roce: write the PNG plot to this `file` (\"\" for none)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
 	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
+	fs.StringVar(&o.np, "np", npAgent, "roce: where the receiver turns CE marks into CNPs: agent (its receive loop) or kernel (eBPF on its device, host/npbpf)")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -224,6 +226,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		return bad("-duration %s: want at least 2s", o.duration)
 	case !slices.Contains([]int{256, 512, 1024, 2048, 4096}, o.mtu):
 		return bad("-mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+	case o.np != npKernel && o.np != npAgent:
+		return bad("-np %q: want kernel or agent", o.np)
 	case o.sample < time.Millisecond || o.sample > time.Second:
 		return bad("-sample %s: want 1ms to 1s", o.sample)
 	}
@@ -288,6 +292,12 @@ func demoParams(profile string, rate units.Rate, timescale float64, knobs []stri
 // margin (one unpaced flow reaches 2.4-3.4 Gbit/s there; at 1 Gbit/s the
 // senders fell behind their Rc under other load).
 const defaultRate = 500 * units.Mbit
+
+// Where the receiver's notification point runs (-np).
+const (
+	npKernel = "kernel"
+	npAgent  = "agent"
+)
 
 // demoRateValidation is the lab's rate_validation (dcqcn.Params): an
 // increase step needs the QP to have sent 75 % of Rc since the last one.

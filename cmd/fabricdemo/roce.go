@@ -19,10 +19,12 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
+	"github.com/vishvananda/netns"
 )
 
 // The demo's choices for a RoCE run; see the README and the intro it
@@ -62,7 +64,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 
 	// One agent per namespace, its UDP socket opened inside it.
 	// RoCEConn: every packet to 4791, a UDP source port per QP.
-	listen := func(n *topo.Node, addr netip.Addr, opts pktio.RoCEOptions) (*agent.Agent, *pktio.RoCEConn, error) {
+	listen := func(n *topo.Node, addr netip.Addr, opts pktio.RoCEOptions, np npbpf.NPOffload) (*agent.Agent, *pktio.RoCEConn, error) {
 		var conn *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error
@@ -72,7 +74,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
-		a, err := agent.New(agent.Config{Conn: conn})
+		a, err := agent.New(agent.Config{Conn: conn, NPOffload: np})
 		if err != nil {
 			conn.Close()
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
@@ -82,14 +84,32 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	}
 	// The receiver takes the whole port's rate in one agent; a deep socket
 	// buffer (a NIC's receive ring) rides out its scheduling hiccups.
-	recv, rconn, err := listen(lab.Receiver, lab.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes})
+	// The receiver's NP: the eBPF program on its device (-np kernel), or
+	// its agent's receive loop.
+	var np npbpf.NPOffload
+	if o.np == npKernel {
+		var devs *npbpf.Devices
+		err := lab.Receiver.Do(func() error {
+			names, err := npbpf.LocalDevices(lab.ReceiverAddr)
+			if err == nil {
+				devs, err = npbpf.AttachDevices(netns.None(), names, npbpf.Options{})
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("-np kernel: %w (-np agent runs the NP in the receiver's agent)", err)
+		}
+		d.closers = append(d.closers, devs.Close)
+		np = devs
+	}
+	recv, rconn, err := listen(lab.Receiver, lab.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes}, np)
 	if err != nil {
 		return err
 	}
 	senders := make([]*agent.Agent, o.senders)
 	sconns := make([]*pktio.RoCEConn, o.senders)
 	for i := range o.senders {
-		if senders[i], sconns[i], err = listen(lab.Senders[i], lab.SenderAddrs[i], pktio.RoCEOptions{}); err != nil {
+		if senders[i], sconns[i], err = listen(lab.Senders[i], lab.SenderAddrs[i], pktio.RoCEOptions{}, nil); err != nil {
 			return err
 		}
 	}
@@ -528,7 +548,7 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	d.printf("hosts  one RoCE agent per namespace in this process (UDP %d): RC QPs, RDMA WRITE of %d KiB messages, MTU %d, ECT(0)\n",
 		roceUDPPort, messageBytes>>10, o.mtu)
 	nGet := func(n string) string { v, _ := p.Get(n); return v }
-	d.printf("NP     receiver: a CNP per QP at most every min_time_between_cnps %s us, DSCP %d\n", nGet("min_time_between_cnps"), p.CNPDSCP)
+	d.printf("NP     receiver (%s): a CNP per QP at most every min_time_between_cnps %s us, DSCP %d\n", o.np, nGet("min_time_between_cnps"), p.CNPDSCP)
 	inc, dec := knobSummary(p)
 	d.printf("RP     senders: DCQCN %q profile, rate knobs scaled to %s, %s\n", o.profile, o.rate, timescaleText(o.timescale))
 	d.printf("       climb: %s\n", inc)
