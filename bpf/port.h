@@ -66,10 +66,13 @@ enum port_flags {
 	PORT_F_XMIT_HOOK = 1 << 1,
 };
 
-/* Capacity of the handoff map: packets between HTB's exit and the peer's
- * ingress hook. The kernel holds at most netdev_max_backlog (1000) of them
- * per CPU; when it is full the peer hook counts the departure instead. */
-#define HANDOFF_ENTRIES 16384
+/* The handoff table: one record per packet between HTB's exit and the peer's
+ * ingress hook, in a slot picked by a hash of the skb's address. The kernel
+ * holds at most netdev_max_backlog (1000) such packets per CPU, typically a
+ * few dozen: a packet whose slot another one holds (about one in
+ * HANDOFF_SLOTS / packets in flight) is left to the peer's hook. */
+#define HANDOFF_SLOT_BITS 15
+#define HANDOFF_SLOTS (1 << HANDOFF_SLOT_BITS)
 
 /* A dequeue AQM's decision for one departing packet. */
 enum aqm_verdict {
@@ -206,18 +209,20 @@ struct port_stats {
 	/* arrivals at the dequeue hook that carried no enqueue stamp */
 	__u64 dequeue_unstamped_packets;
 	/* With the xmit hook: departures the peer's ingress hook counted
-	 * because the xmit hook had not (it was attaching, its handoff map was
-	 * full): their sojourn includes the host queue. */
+	 * because the xmit hook had not (the tracepoint did not run it, or the
+	 * packet's handoff slot was busy): their sojourn includes the host
+	 * queue. */
 	__u64 late_departure_packets;
-	__u64 handoff_full_packets; /* of which: the handoff map was full */
+	__u64 handoff_busy_packets; /* of which: another packet held the slot */
 	/* handoff records of packets the kernel freed without kfree_skb,
 	 * found when their skb was reused: counted as host drops */
 	__u64 handoff_stale_packets;
 };
 
-/* What the xmit hook hands the peer's ingress hook about one packet, keyed
- * by the skb's address (the same skb crosses the veth). */
+/* What the xmit hook hands the peer's ingress hook about one packet (the same
+ * skb crosses the veth), in the slot of its skb's address. */
 struct xmit_handoff {
+	__u64 skb;     /* the holder's skb address; 0: the slot is free */
 	__u64 stamp;   /* the enqueue stamp: a reused skb address never matches */
 	__u64 xmit_ns; /* when HTB handed it to the device */
 	__u32 len;     /* bytes it took out of the port's backlog */

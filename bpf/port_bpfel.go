@@ -119,12 +119,13 @@ type PortPortStats struct {
 	UnaccountedDroppedPackets  uint64
 	DequeueUnstampedPackets    uint64
 	LateDeparturePackets       uint64
-	HandoffFullPackets         uint64
+	HandoffBusyPackets         uint64
 	HandoffStalePackets        uint64
 }
 
 type PortXmitHandoff struct {
 	_       structs.HostLayout
+	Skb     uint64
 	Stamp   uint64
 	XmitNs  uint64
 	Len     uint32
@@ -137,6 +138,7 @@ type PortXmitHandoff struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	PortMapAddrScratch   = "addr_scratch"
 	PortMapClassAqm      = "class_aqm"
 	PortMapClassCfg      = "class_cfg"
 	PortMapClassCounters = "class_counters"
@@ -209,6 +211,7 @@ type PortProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type PortMapSpecs struct {
+	AddrScratch   *ebpf.MapSpec `ebpf:"addr_scratch"`
 	ClassAqm      *ebpf.MapSpec `ebpf:"class_aqm"`
 	ClassCfg      *ebpf.MapSpec `ebpf:"class_cfg"`
 	ClassCounters *ebpf.MapSpec `ebpf:"class_counters"`
@@ -251,6 +254,7 @@ func (o *PortObjects) Close() error {
 //
 // It can be passed to LoadPortObjects or ebpf.CollectionSpec.LoadAndAssign.
 type PortMaps struct {
+	AddrScratch   *ebpf.Map `ebpf:"addr_scratch"`
 	ClassAqm      *ebpf.Map `ebpf:"class_aqm"`
 	ClassCfg      *ebpf.Map `ebpf:"class_cfg"`
 	ClassCounters *ebpf.Map `ebpf:"class_counters"`
@@ -263,6 +267,7 @@ type PortMaps struct {
 
 func (m *PortMaps) Close() error {
 	return _PortClose(
+		m.AddrScratch,
 		m.ClassAqm,
 		m.ClassCfg,
 		m.ClassCounters,

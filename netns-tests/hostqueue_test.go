@@ -123,7 +123,7 @@ func TestHostQueueApart(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s := settle(t, port) // both identities, late departures, no map overflow
+			s := settle(t, port) // both identities, late departures, busy slots
 			c := s.Classes[qdisc.ClassRoCE]
 			h := c.Host
 

@@ -157,8 +157,10 @@ func checkInvariants(t *testing.T, s qdisc.Stats, q qdisc.QdiscCounters) {
 		} else if late > 0 {
 			t.Logf("%d of %d departures counted late at the peer (%.2f %%)", late, t0.DequeuedPackets, 100*float64(late)/float64(t0.DequeuedPackets))
 		}
-		if s.Port.HandoffFullPackets != 0 {
-			t.Errorf("the handoff map was full for %d packets", s.Port.HandoffFullPackets)
+		// A slot is busy for about one packet in 32768 / packets in
+		// flight between the hooks (a few dozen at most here).
+		if busy := s.Port.HandoffBusyPackets; busy*100 > t0.DequeuedPackets {
+			t.Errorf("%d of %d departures found their handoff slot busy: more than 1 %%", busy, t0.DequeuedPackets)
 		}
 	}
 }

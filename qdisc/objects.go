@@ -21,16 +21,12 @@ const (
 	aqmFlagQueueSignal  = 1 << 1 // AQM_F_QLEN_SIGNAL
 	probOne             = 1 << 32
 	sojournBuckets      = 32
-	handoffEntries      = 16384 // HANDOFF_ENTRIES
+	handoffSlotBits     = 15 // HANDOFF_SLOT_BITS
 	// enum aqm_verdict: what the xmit hook hands the peer hook.
 	aqmPass    = 0 // AQM_PASS
 	aqmMarkIns = 1 // AQM_MARK_INS
 	aqmMarkPst = 2 // AQM_MARK_PST
 )
-
-// handoffEntriesUnused sizes the handoff map of a port without the xmit
-// hook.
-const handoffEntriesUnused = 64
 
 // DefaultFrameBytes is the largest frame of a 1500-byte-MTU Ethernet link,
 // what CoDel counts as "one MTU" of backlog unless LoadOptions say otherwise.
@@ -110,9 +106,6 @@ func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptio
 		}
 	}
 	if opts.Xmit == nil || o.xmitErr != nil {
-		// Without the xmit hook nothing fills the handoff map (tests
-		// fill a few entries by hand).
-		spec.Maps[bpf.PortMapHandoff].MaxEntries = handoffEntriesUnused
 		var core coreObjects
 		if err := spec.LoadAndAssign(&core, nil); err != nil {
 			return nil, loadError("load port programs", err)
@@ -133,6 +126,12 @@ func loadError(what string, err error) error {
 		return fmt.Errorf("%s: %+v", what, ve)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// handoffSlot is the handoff table's slot of a key (an skb's address), as
+// port.c's handoff_slot computes it: Fibonacci hashing.
+func handoffSlot(key uint64) uint32 {
+	return uint32((key * 0x9E3779B97F4A7C15) >> (64 - handoffSlotBits))
 }
 
 // XmitErr is why the xmit hook's programs did not load (nil when they did,

@@ -245,11 +245,12 @@ type PortCounters struct {
 	DequeueUnstampedPackets    uint64 `json:"dequeue_unstamped_packets"`
 	// With the xmit hook: departures the peer's hook counted because the
 	// xmit hook had not (LateDeparture; their sojourn includes the host
-	// queue), of which HandoffFull because its handoff map was full or
-	// busy; HandoffStale counts handoffs of packets the kernel freed
-	// without a trace, found later and booked as host-queue drops.
+	// queue), of which HandoffBusy because another packet in flight held
+	// the handoff slot of its skb; HandoffStale counts handoffs of packets
+	// the kernel freed without a trace, found later and booked as
+	// host-queue drops.
 	LateDeparturePackets uint64 `json:"late_departure_packets"`
-	HandoffFullPackets   uint64 `json:"handoff_full_packets"`
+	HandoffBusyPackets   uint64 `json:"handoff_busy_packets"`
 	HandoffStalePackets  uint64 `json:"handoff_stale_packets"`
 }
 
@@ -319,7 +320,7 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 		s.Port.UnaccountedDroppedPackets += p.UnaccountedDroppedPackets
 		s.Port.DequeueUnstampedPackets += p.DequeueUnstampedPackets
 		s.Port.LateDeparturePackets += p.LateDeparturePackets
-		s.Port.HandoffFullPackets += p.HandoffFullPackets
+		s.Port.HandoffBusyPackets += p.HandoffBusyPackets
 		s.Port.HandoffStalePackets += p.HandoffStalePackets
 	}
 	for i := range NumClasses {

@@ -82,9 +82,9 @@ func (r *xmitRig) xmit(pkt runResult, now uint64, verdict uint8) uint64 {
 	if err := r.o.ClassCounters.Put(class, st); err != nil {
 		r.tb.Fatal(err)
 	}
-	r.key += 0x100
-	h := bpf.PortXmitHandoff{Stamp: pkt.ctx.Tstamp, XmitNs: now, Len: uint32(n), ClassId: uint8(class), Verdict: verdict}
-	if err := r.o.Handoff.Put(r.key, &h); err != nil {
+	r.key += 0x100 // slab objects 256 bytes apart
+	h := bpf.PortXmitHandoff{Skb: r.key, Stamp: pkt.ctx.Tstamp, XmitNs: now, Len: uint32(n), ClassId: uint8(class), Verdict: verdict}
+	if err := r.o.Handoff.Put(handoffSlot(r.key), &h); err != nil {
 		r.tb.Fatal(err)
 	}
 	return r.key
@@ -99,13 +99,16 @@ func (r *xmitRig) peer(pkt runResult, now, key uint64) runResult {
 	return run(r.tb, r.o.PortDequeue, pkt.out, skbCtx{Tstamp: pkt.ctx.Tstamp})
 }
 
+// handoffs counts the held slots.
 func (r *xmitRig) handoffs() int {
 	r.tb.Helper()
-	var k uint64
+	var k uint32
 	var h bpf.PortXmitHandoff
 	n := 0
 	for it := r.o.Handoff.Iterate(); it.Next(&k, &h); {
-		n++
+		if h.Skb != 0 {
+			n++
+		}
 	}
 	return n
 }
@@ -176,10 +179,11 @@ func TestXmitHandoff(t *testing.T) {
 	}
 }
 
-// TestXmitLateDeparture: a packet port_xmit did not hand over (it was
-// attaching, its map was full) is counted by the peer's hook as before, its
-// sojourn including the host queue; a record of another packet in the same
-// skb is left for port_xmit to find stale.
+// TestXmitLateDeparture: a packet port_xmit did not hand over (the
+// tracepoint did not run it, its slot was busy) is counted by the peer's
+// hook as before, its sojourn including the host queue; a record of an
+// earlier packet in the same skb is left for port_xmit to find stale, and
+// another skb's record is left alone.
 func TestXmitLateDeparture(t *testing.T) {
 	r := newXmitRig(t, ClassConfig{Name: "roce", LimitBytes: 4 * units.MiB, ECN: ECNTCN, InsTarget: 100 * time.Microsecond})
 	const t0 = 1_000_000_000
@@ -197,19 +201,26 @@ func TestXmitLateDeparture(t *testing.T) {
 	if err := c.CheckInvariant(); err != nil {
 		t.Error(err)
 	}
-	// A record whose stamp is another packet's.
+	// A record of this skb whose stamp is another packet's, and a slot
+	// another skb holds.
 	pkt2 := r.enqueue(t0+200_000, ect0)
-	stale := bpf.PortXmitHandoff{Stamp: pkt.ctx.Tstamp, XmitNs: t0, Len: 100, ClassId: uint8(ClassRoCE)}
-	if err := r.o.Handoff.Put(uint64(7), &stale); err != nil {
+	stale := bpf.PortXmitHandoff{Skb: 7, Stamp: pkt.ctx.Tstamp, XmitNs: t0, Len: 100, ClassId: uint8(ClassRoCE)}
+	if err := r.o.Handoff.Put(handoffSlot(7), &stale); err != nil {
 		t.Fatal(err)
 	}
 	r.peer(pkt2, t0+210_000, 7)
-	s := stats(t, r.o)
-	if s.Port.LateDeparturePackets != 2 || s.Classes[ClassRoCE].DequeuedPackets != 2 {
-		t.Errorf("late departures %d, dequeued %d; want 2 and 2", s.Port.LateDeparturePackets, s.Classes[ClassRoCE].DequeuedPackets)
+	pkt3 := r.enqueue(t0+300_000, ect0)
+	other := bpf.PortXmitHandoff{Skb: 0xffff_8880_1234_5600, Stamp: pkt3.ctx.Tstamp, XmitNs: t0, Len: 100, ClassId: uint8(ClassRoCE)}
+	if err := r.o.Handoff.Put(handoffSlot(9), &other); err != nil {
+		t.Fatal(err)
 	}
-	if n := r.handoffs(); n != 1 {
-		t.Errorf("%d handoff records, want the stale one kept", n)
+	r.peer(pkt3, t0+310_000, 9)
+	s := stats(t, r.o)
+	if s.Port.LateDeparturePackets != 3 || s.Classes[ClassRoCE].DequeuedPackets != 3 {
+		t.Errorf("late departures %d, dequeued %d; want 3 and 3", s.Port.LateDeparturePackets, s.Classes[ClassRoCE].DequeuedPackets)
+	}
+	if n := r.handoffs(); n != 2 {
+		t.Errorf("%d handoff slots held, want the stale one and the other skb's kept", n)
 	}
 }
 
@@ -222,8 +233,8 @@ func TestXmitHookOffIgnoresHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	enq := run(t, o.PortEnqueue, craft(t, pktSpec{dscp: uint8(DSCPRoCE), ecn: ect0, payload: 100}), skbCtx{})
-	h := bpf.PortXmitHandoff{Stamp: enq.ctx.Tstamp, XmitNs: t0, Len: uint32(len(enq.out)), ClassId: uint8(ClassRoCE), Verdict: aqmMarkIns}
-	if err := errors.Join(o.Handoff.Put(uint64(1), &h), o.TestSkbKey.Set(uint64(1)), o.SetClock(t0+1000)); err != nil {
+	h := bpf.PortXmitHandoff{Skb: 1, Stamp: enq.ctx.Tstamp, XmitNs: t0, Len: uint32(len(enq.out)), ClassId: uint8(ClassRoCE), Verdict: aqmMarkIns}
+	if err := errors.Join(o.Handoff.Put(handoffSlot(1), &h), o.TestSkbKey.Set(uint64(1)), o.SetClock(t0+1000)); err != nil {
 		t.Fatal(err)
 	}
 	got := run(t, o.PortDequeue, enq.out, skbCtx{Tstamp: enq.ctx.Tstamp})
@@ -235,8 +246,20 @@ func TestXmitHookOffIgnoresHandoff(t *testing.T) {
 		t.Error(err)
 	}
 	var left bpf.PortXmitHandoff
-	if err := o.Handoff.Lookup(uint64(1), &left); err != nil {
-		t.Errorf("the record was taken with the hook off: %v", err)
+	if err := o.Handoff.Lookup(handoffSlot(1), &left); err != nil || left.Skb != 1 {
+		t.Errorf("the record was taken with the hook off: %+v %v", left, err)
+	}
+}
+
+// TestHandoffSlotsSpread: skbs are slab objects 256 bytes apart; Fibonacci
+// hashing puts a run of them in distinct slots.
+func TestHandoffSlotsSpread(t *testing.T) {
+	seen := map[uint32]bool{}
+	for i := range uint64(4096) {
+		seen[handoffSlot(0xffff_8881_0000_0000+i*256)] = true
+	}
+	if len(seen) < 4096*99/100 {
+		t.Errorf("4096 skbs 256 bytes apart fill %d slots", len(seen))
 	}
 }
 
@@ -258,8 +281,8 @@ func TestXmitProgramsLoad(t *testing.T) {
 			t.Errorf("%v: type %s, want tracing", p, p.Type())
 		}
 	}
-	if info, err := o.Handoff.Info(); err != nil || info.MaxEntries != handoffEntries {
-		t.Errorf("handoff map: %+v %v, want %d entries", info, err, handoffEntries)
+	if info, err := o.Handoff.Info(); err != nil || info.MaxEntries != 1<<handoffSlotBits {
+		t.Errorf("handoff table: %+v %v, want %d slots", info, err, 1<<handoffSlotBits)
 	}
 	bare := loadTest(t, DefaultConfig(units.Gbit), QueueVeth)
 	if bare.PortXmit != nil || bare.PortHostDrop != nil {

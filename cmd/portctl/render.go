@@ -230,8 +230,8 @@ func renderStats(w io.Writer, info qdisc.Info, st *qdisc.Stats, q *qdisc.QdiscCo
 	fmt.Fprintf(w, " unaccounted %d bytes %d pkt (marked CE %d, dropped %d)  dequeue-unstamped %d pkt\n",
 		p.UnaccountedBytes, p.UnaccountedPackets, p.UnaccountedCEMarkedPackets, p.UnaccountedDroppedPackets, p.DequeueUnstampedPackets)
 	if info.Departure == qdisc.DepartXmit || p.LateDeparturePackets != 0 {
-		fmt.Fprintf(w, " late departures %d pkt (counted at the peer: handoff map full %d), stale handoffs %d\n",
-			p.LateDeparturePackets, p.HandoffFullPackets, p.HandoffStalePackets)
+		fmt.Fprintf(w, " late departures %d pkt (counted at the peer; handoff slot busy %d), stale handoffs %d\n",
+			p.LateDeparturePackets, p.HandoffBusyPackets, p.HandoffStalePackets)
 	}
 	if q != nil {
 		kind := q.Kind

@@ -147,7 +147,7 @@ class tc3 (roce)
  host wait mean 5us p50 8.192us p99 8.192us max 900us
 port counters: ipv4 1000 ipv6 0 vlan 0 non-ip 3 malformed 0 pkt
  unaccounted 126 bytes 3 pkt (marked CE 0, dropped 0)  dequeue-unstamped 0 pkt
- late departures 0 pkt (counted at the peer: handoff map full 0), stale handoffs 0
+ late departures 0 pkt (counted at the peer; handoff slot busy 0), stale handoffs 0
 qdisc htb root: Sent 990126 bytes 993 pkt (dropped 0, overlimits 0) backlog 2000b 2p
 `
 	if got := b.String(); got != want {
