@@ -1198,9 +1198,9 @@ func runXmitInSitu(trials int) ([]ProgRow, error) {
 	rows := []ProgRow{
 		row("reference", "empty tp_btf (stats floor)", "net_dev_start_xmit -> return 0: what BPF_ENABLE_STATS adds per run", s.floor, "every device's transmissions", true),
 		row("port_xmit", "other device (filtered)", "ifindex/netns compare, return: paid by every other device's transmission", s.filtered, "a port loaded for a device that does not exist", false),
-		row("port_xmit", "departure at xmit", "handoff insert, backlog -= len, sojourn histogram, host queue += len (step class: no dequeue AQM)", s.xmit,
+		row("port_xmit", "departure at xmit", "claim the handoff slot (CAS), backlog -= len, sojourn histogram, host queue += len (step class: no dequeue AQM)", s.xmit,
 			fmt.Sprintf("%s departures, filtered runs taken out", si(s.entered)), false),
-		row("port_dequeue", "handoff (xmit hook on)", "stamp, lookup+delete handoff, host wait histogram, host queue -= len, parse, apply verdict", s.dequeue, "every departure handed over", false),
+		row("port_dequeue", "handoff (xmit hook on)", "stamp, handoff slot, host wait histogram, host queue -= len, parse, apply verdict, release the slot (CAS)", s.dequeue, "every departure handed over", false),
 		row("port_dequeue", "peer-ingress fallback", "stamp, backlog -= len, sojourn histogram, parse (the pre-xmit-hook path)", s.fallback, "departure peer-ingress", false),
 		row("port_enqueue", "in situ, below min_th", "WRED class below min_th: classify, stamp, claim backlog (compare with row (a))", s.enqueue, "the same traffic", false),
 	}
