@@ -537,6 +537,9 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 		names[i] = s.Name
 	}
 	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.lab.RunID())
+	if o.cpuShare > 0 {
+		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
+	}
 	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking (attach %s, dequeue hook on r:%s)\n",
 		b.Dev, b.PeerDev, o.rate, info.Attach, info.PeerDev)
 	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB (the CP)\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))

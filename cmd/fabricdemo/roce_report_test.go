@@ -602,3 +602,14 @@ func TestApplyWRED(t *testing.T) {
 // The counters the summary sums come from agent.Counters by their mlx5
 // names; a renamed field would silently read zero.
 var _ = agent.Counters{NPCNPSent: 1, NPECNMarkedRoCEPackets: 1, RPCNPHandled: 1, RPCNPIgnored: 1}
+
+func init() {
+	// Flag parsing must not depend on the machine's load.
+	cpuShare = func() float64 { return 1 }
+}
+
+func TestAutoRate(t *testing.T) {
+	if autoRate(0.98) != 500*units.Mbit || autoRate(0.6) != 250*units.Mbit {
+		t.Errorf("autoRate: %v idle, %v beside a busy core", autoRate(0.98), autoRate(0.6))
+	}
+}
