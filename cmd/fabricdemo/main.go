@@ -192,7 +192,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.plotPath, "plot", o.plotPath, "roce: write the PNG plot to this `file` (\"\" for none)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
 	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
-	fs.StringVar(&o.np, "np", npAgent, "roce: where the receiver turns CE marks into CNPs: agent (its receive loop) or kernel (eBPF on its device, host/npbpf)")
+	fs.StringVar(&o.np, "np", npKernel, "roce: where the receiver turns CE marks into CNPs: kernel (eBPF on its device, host/npbpf) or agent (its receive loop)")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
