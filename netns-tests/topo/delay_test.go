@@ -487,11 +487,12 @@ func drainDelay(t *testing.T, dl *DelayLink) {
 // can take (one goroutine with sendmmsg, unpaced, for 1 s), with a 1 ms
 // delay, and for comparison what the same sender gets through the same path
 // without a delay link. Sender, forwarder and receiver share the machine's
-// cores, so this is the capacity of the whole emulated path. It asserts at
-// least a quarter of the no-delay rate measured just before (about 0.6 on
-// a quiet development VM; the margin absorbs other load changing between
-// the phases) and never less than the 20 kpps TestDelayOrderNoLoss relies
-// on.
+// cores, so this is the capacity of the whole emulated path. It logs the
+// ratio to the no-delay rate (0.6 on the development VM once, 0.21-0.25 on
+// 2026-11-23's, original code included: a performance figure, not a
+// property) and asserts what the labs need with margin: 50 kpps, three
+// times the experiment's 17 kpps and above the 20 kpps TestDelayOrderNoLoss
+// relies on.
 func TestDelayCapacity(t *testing.T) {
 	Require(t, tcxKernel)
 	const window = time.Second
@@ -526,8 +527,9 @@ func TestDelayCapacity(t *testing.T) {
 			ipSize, float64(offered)/took.Seconds(), pps, gbps, received, after.Packets-before.Packets,
 			after.TunDropped-before.TunDropped, after.QueueFull-before.QueueFull, after.MaxHeld,
 			after.LatenessMean, after.LatenessQuantile(0.99))
-		if want := max(20000, basePPS[ipSize]/4); pps < want {
-			t.Errorf("%d-byte packets: forwarder released %.0f pps, want at least %.0f (a quarter of %.0f pps without it)", ipSize, pps, want, basePPS[ipSize])
+		t.Logf("%4d-byte packets: the delay link carries %.2f of the no-delay rate", ipSize, pps/basePPS[ipSize])
+		if want := 50000.0; pps < want {
+			t.Errorf("%d-byte packets: forwarder released %.0f pps, want at least %.0f (3x the experiment's 17 kpps)", ipSize, pps, want)
 		}
 	}
 
