@@ -32,6 +32,8 @@ const (
 type RoceReport struct {
 	Goodput  *GoodputReport `json:"goodput,omitempty"`
 	Reaction *ReactionRow   `json:"cnp_reaction,omitempty"`
+	// ReactionKernel is the same loop with the NP in the kernel.
+	ReactionKernel *ReactionRow `json:"cnp_reaction_kernel_np,omitempty"`
 }
 
 // GoodputReport compares one roceperf flow with one iperf3 -u flow.
@@ -156,6 +158,16 @@ func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 		rep.Reaction = &r
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cnp reaction: %w", err))
+		}
+	}
+	if o.reaction && ctx.Err() == nil {
+		k := o.react
+		k.kernelNP = true
+		progress("CNP reaction: %s, %s", k, units.FormatDuration(k.seconds))
+		r, err := runReaction(ctx, a, b, k)
+		rep.ReactionKernel = &r
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cnp reaction, kernel np: %w", err))
 		}
 	}
 	return rep, errors.Join(errs...)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +14,13 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/npbpf"
+	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
+	"github.com/vishvananda/netns"
 )
 
 // ReactionRow is the CNP reaction time: CE arrival at the notification
@@ -103,12 +107,25 @@ type reactionOpts struct {
 	lineRate  units.Rate
 	cnpPeriod time.Duration // NP min_time_between_cnps
 	mtu       int
+	// kernelNP runs the NP in eBPF on b's device (host/npbpf); CE and
+	// CNP times are then the kernel's timestamps of a tap on that device.
+	kernelNP bool
 }
 
 func (o reactionOpts) String() string {
-	return fmt.Sprintf("port %s step K=%s, RP paper profile at line %s (max_burst %d), NP N=%s, MTU %d",
-		o.portRate, o.stepK, o.lineRate, agent.DefaultQPConfig().MaxBurst, units.FormatDuration(o.cnpPeriod), o.mtu)
+	where := "agent"
+	if o.kernelNP {
+		where = "kernel"
+	}
+	return fmt.Sprintf("port %s step K=%s, RP paper profile at line %s (max_burst %d), NP (%s) N=%s, MTU %d",
+		o.portRate, o.stepK, o.lineRate, agent.DefaultQPConfig().MaxBurst, where, units.FormatDuration(o.cnpPeriod), o.mtu)
 }
+
+// epochClock is the agents' clock with a known epoch, so that kernel
+// timestamps (wall time) map onto it.
+type epochClock struct{ epoch time.Time }
+
+func (c epochClock) Now() time.Duration { return time.Since(c.epoch) }
 
 // eventLog collects the agents' trace events. Both agents call it from
 // their loops, so it only appends under a lock.
@@ -153,8 +170,29 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 		}
 	}()
 
-	clock := agent.NewMonotonicClock()
+	clock := epochClock{epoch: time.Now()}
 	log := &eventLog{evs: make([]agent.Event, 0, 1<<20)}
+	var off npbpf.NPOffload
+	var tap *npprobe.Tap
+	if o.kernelNP {
+		var devs *npbpf.Devices
+		err := b.Do(func() (err error) {
+			if devs, err = npbpf.AttachDevices(netns.None(), []string{devB}, npbpf.Options{}); err != nil {
+				return err
+			}
+			tap, err = npprobe.OpenTap(devB, npprobe.TapOptions{})
+			return err
+		})
+		if err != nil {
+			if devs != nil {
+				devs.Close()
+			}
+			return row, fmt.Errorf("kernel np on %s: %w", devB, err)
+		}
+		defer devs.Close()
+		defer tap.Close()
+		off = devs
+	}
 	listen := func(n *topo.Node, addr netip.Addr) (*pktio.RoCEConn, error) {
 		var c *pktio.RoCEConn
 		err := n.Do(func() error {
@@ -180,7 +218,7 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 		return row, err
 	}
 	defer rp.Close()
-	np, err := agent.New(agent.Config{Conn: cb, Clock: clock, Trace: log.trace})
+	np, err := agent.New(agent.Config{Conn: cb, Clock: clock, Trace: log.trace, NPOffload: off})
 	if err != nil {
 		cb.Close()
 		return row, err
@@ -247,6 +285,9 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 	log.mu.Lock()
 	evs := slices.Clone(log.evs)
 	log.mu.Unlock()
+	if tap != nil {
+		evs = kernelEvents(evs, tap.Packets(), clock.epoch, qb.QPN(), qa.QPN())
+	}
 	matchReaction(&row, evs, qb.QPN(), qa.QPN(), o.cnpPeriod)
 	if ctx.Err() != nil {
 		return row, ctx.Err()
@@ -255,6 +296,32 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 		return row, errors.New("no CE → CNP → cut event measured (is the port marking? see port_ce_marked)")
 	}
 	return row, nil
+}
+
+// kernelEvents replaces the NP agent's CE and CNP events with what the tap
+// on its device saw: CE-marked data for npQPN arriving, CNPs to rpQPN
+// leaving, at their kernel timestamps on the agents' clock (wall time
+// since epoch: no clock steps here), merged with the RP's events in time
+// order (a CNP leaves b microseconds before a handles it).
+func kernelEvents(evs []agent.Event, pkts []npprobe.Packet, epoch time.Time, npQPN, rpQPN uint32) []agent.Event {
+	var out []agent.Event
+	for _, e := range evs {
+		if e.QPN == npQPN && (e.Kind == agent.EventCEReceived || e.Kind == agent.EventCNPSent) {
+			continue // the agent saw the CE after the kernel answered it
+		}
+		out = append(out, e)
+	}
+	for _, p := range pkts {
+		at := p.At.Sub(epoch)
+		switch {
+		case !p.Out && p.CE() && !p.IsCNP() && p.BTH.DestQP == npQPN:
+			out = append(out, agent.Event{Kind: agent.EventCEReceived, QPN: npQPN, At: at})
+		case p.Out && p.IsCNP() && p.BTH.DestQP == rpQPN:
+			out = append(out, agent.Event{Kind: agent.EventCNPSent, QPN: npQPN, At: at})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b agent.Event) int { return cmp.Compare(a.At, b.At) })
+	return out
 }
 
 // matchReaction fills the distributions from the events of one NP QP and

@@ -47,6 +47,13 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 		fmt.Fprintf(tw, "CNP reaction\t  NP: CE -> CNP to sendmmsg\tp50\t%s\t-\t-\t-\t-\t-\t%s; the %d held by N alone: %s\n", usVal(x.NP), x.NP, x.Held, x.NPHeld)
 		fmt.Fprintf(tw, "CNP reaction\t  return: CNP sendmmsg -> cut\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Return), x.Return, x.Config)
 	}
+	if x := r.ReactionKernel; x != nil {
+		counts := fmt.Sprintf("%d CNPs cut Rc (%d held by N), %d CE at the device, %d CNPs out, %d handled, %d at Rmin, %d unmatched; port CE-marked %d, dropped %d; %.2f Gbit/s acked in %.1f s",
+			x.Cuts, x.Held, x.CEReceived, x.CNPSent, x.CNPHandled, x.NoCut, x.Unmatched, x.PortMarked, x.PortDropped, x.AckedGbps, x.Seconds)
+		fmt.Fprintf(tw, "CNP reaction, kernel NP\tCE at NP device -> Rc cut at RP\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Reaction), x.Reaction, counts)
+		fmt.Fprintf(tw, "CNP reaction, kernel NP\t  NP: CE in -> CNP out (tap)\tp50\t%s\t-\t-\t-\t-\t-\t%s; the %d held by N alone: %s\n", usVal(x.NP), x.NP, x.Held, x.NPHeld)
+		fmt.Fprintf(tw, "CNP reaction, kernel NP\t  return: CNP out -> cut\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Return), x.Return, x.Config)
+	}
 }
 
 func gbps(v float64) string {
