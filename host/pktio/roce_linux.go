@@ -243,25 +243,7 @@ func (c *RoCEConn) ReadBatch(msgs []Message) (int, error) { return c.recv.ReadBa
 func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	sent := 0
-	for sent < len(msgs) {
-		chunk := msgs[sent:min(len(msgs), sent+c.batch)]
-		k, prepErr := c.prepareWrite(chunk)
-		n, sendErr := c.sendPrepared(k)
-		if sendErr == nil && n == k && prepErr != nil {
-			sendErr = prepErr
-		}
-		if sendErr != nil {
-			sent += n
-			c.sendErrors.Add(1)
-			if errors.Is(sendErr, net.ErrClosed) {
-				return sent, net.ErrClosed
-			}
-			return sent, sendErr
-		}
-		sent += k
-	}
-	return sent, nil
+	return writeBatches(msgs, c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
 }
 
 // prepareWrite builds the headers, sockaddrs and iovecs of msgs (at most

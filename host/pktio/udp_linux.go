@@ -426,17 +426,25 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	return writeBatches(msgs, c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
+}
+
+// writeBatches sends msgs in chunks of at most batch: prepare builds a
+// chunk's system-call state (k datagrams, err for the one it stopped at),
+// send makes the call. A failed call counts in sendErrors. It returns how
+// many were sent and why the next one was not.
+func writeBatches(msgs []Message, batch int, prepare func([]Message) (int, error), send func(int) (int, error), sendErrors *atomic.Uint64) (int, error) {
 	sent := 0
 	for sent < len(msgs) {
-		chunk := msgs[sent:min(len(msgs), sent+c.batch)]
-		k, prepErr := c.prepareWrite(chunk)
-		n, sendErr := c.sendPrepared(k)
+		chunk := msgs[sent:min(len(msgs), sent+batch)]
+		k, prepErr := prepare(chunk)
+		n, sendErr := send(k)
 		if sendErr == nil && n == k && prepErr != nil {
 			sendErr = prepErr
 		}
 		if sendErr != nil {
 			sent += n
-			c.sendErrors.Add(1)
+			sendErrors.Add(1)
 			if errors.Is(sendErr, net.ErrClosed) {
 				return sent, net.ErrClosed
 			}
