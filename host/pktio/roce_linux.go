@@ -393,31 +393,13 @@ func (c *RoCEConn) routeSource(dst netip.Addr) (netip.Addr, error) {
 // sendPrepared sends the first k prepared datagrams and returns how many
 // went out. Precondition: wmu is held.
 func (c *RoCEConn) sendPrepared(k int) (int, error) {
-	if k == 0 {
-		return 0, nil
+	n, err := c.w.sendmmsg(c.raw, k, &c.datagramsSent, &c.bytesSent)
+	if err == nil && c.w.errno != 0 {
+		// The raw socket's sockaddr carries no port: name the host.
+		dst := parseSockaddr(&c.w.names[n])
+		err = fmt.Errorf("pktio: write %d-byte datagram to %s: %w", c.w.sizes[n], dst.Addr(), c.w.errno)
 	}
-	w := &c.w
-	w.count, w.off, w.errno = k, 0, 0
-	err := c.raw.Write(w.fn)
-	n := w.off
-	clear(w.iovs[:w.used]) // do not keep the caller's buffers alive
-	var bytes uint64
-	for _, s := range w.sizes[:n] {
-		bytes += uint64(s)
-	}
-	c.datagramsSent.Add(uint64(n))
-	c.bytesSent.Add(bytes)
-	if err != nil {
-		if errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) {
-			return n, net.ErrClosed
-		}
-		return n, fmt.Errorf("pktio: write batch: %w", err)
-	}
-	if w.errno != 0 {
-		dst := parseSockaddr(&w.names[n])
-		return n, fmt.Errorf("pktio: write %d-byte datagram to %s: %w", w.sizes[n], dst.Addr(), w.errno)
-	}
-	return n, nil
+	return n, err
 }
 
 // LocalAddr is the address given to ListenRoCE (possibly a wildcard) with

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -510,28 +511,36 @@ func (c *UDPConn) prepareWrite(msgs []Message) (k int, err error) {
 // sendPrepared sends the first k prepared datagrams and returns how many
 // went out. Precondition: wmu is held.
 func (c *UDPConn) sendPrepared(k int) (int, error) {
+	n, err := c.w.sendmmsg(c.raw, k, &c.datagramsSent, &c.bytesSent)
+	if err == nil && c.w.errno != 0 {
+		err = fmt.Errorf("pktio: write %d-byte datagram to %s: %w", c.w.sizes[n], c.destination(n), c.w.errno)
+	}
+	return n, err
+}
+
+// sendmmsg makes one sendmmsg of the first k prepared datagrams on raw, counts
+// what went out and returns how many did. A datagram the kernel refused
+// leaves its errno in w.errno (at index n) for the owner to name; a failed
+// call is the error. Precondition: the owner's write lock is held.
+func (w *sendState) sendmmsg(raw syscall.RawConn, k int, datagrams, bytes *atomic.Uint64) (int, error) {
 	if k == 0 {
 		return 0, nil
 	}
-	w := &c.w
 	w.count, w.off, w.errno = k, 0, 0
-	err := c.raw.Write(w.fn)
+	err := raw.Write(w.fn)
 	n := w.off
 	clear(w.iovs[:w.used]) // do not keep the caller's buffers alive
-	var bytes uint64
+	var sum uint64
 	for _, s := range w.sizes[:n] {
-		bytes += uint64(s)
+		sum += uint64(s)
 	}
-	c.datagramsSent.Add(uint64(n))
-	c.bytesSent.Add(bytes)
+	datagrams.Add(uint64(n))
+	bytes.Add(sum)
 	if err != nil {
-		if errors.Is(err, net.ErrClosed) {
+		if errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) {
 			return n, net.ErrClosed
 		}
 		return n, fmt.Errorf("pktio: write batch: %w", err)
-	}
-	if w.errno != 0 {
-		return n, fmt.Errorf("pktio: write %d-byte datagram to %s: %w", w.sizes[n], c.destination(n), w.errno)
 	}
 	return n, nil
 }
