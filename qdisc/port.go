@@ -12,6 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/fabriclab/fabriclab/internal/nsexec"
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -279,7 +280,7 @@ func (p *Port) findPeer(opts AttachOptions) error {
 	if p.meta.PeerIfindex, err = ifindexIn(p.peerNS, p.meta.PeerDev); err != nil {
 		return err
 	}
-	return inNetns(p.peerNS, func() error {
+	return nsexec.Do(p.peerNS, func() error {
 		e, err := ethtool.NewEthtool()
 		if err != nil {
 			return fmt.Errorf("ethtool: %w", err)
@@ -300,7 +301,7 @@ func (p *Port) findPeer(opts AttachOptions) error {
 func (p *Port) attachProg(ns netns.NsHandle, ifindex int, prog *ebpf.Program, where ebpf.AttachType) error {
 	if p.meta.Attach == AttachTCX {
 		var l link.Link
-		err := inNetns(ns, func() (err error) {
+		err := nsexec.Do(ns, func() (err error) {
 			l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: where})
 			return err
 		})

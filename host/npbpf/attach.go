@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/fabriclab/fabriclab/internal/nsexec"
 	"github.com/vishvananda/netns"
 )
 
@@ -51,7 +51,7 @@ func Attach(ns netns.NsHandle, dev string, opts Options) (*NP, error) {
 		return nil, err
 	}
 	np := &NP{Objects: objs, Dev: dev}
-	err = inNetns(ns, func() error {
+	err = nsexec.Do(ns, func() error {
 		ifi, err := net.InterfaceByName(dev)
 		if err != nil {
 			return err
@@ -111,30 +111,4 @@ func (np *NP) Close() error {
 	np.links = nil
 	errs = append(errs, np.Objects.Close())
 	return errors.Join(errs...)
-}
-
-// inNetns runs fn on a locked OS thread inside ns; an invalid handle means
-// the caller's namespace. A thread that cannot return to its namespace
-// stays locked, so the Go runtime retires it.
-func inNetns(ns netns.NsHandle, fn func() error) error {
-	if !ns.IsOpen() {
-		return fn()
-	}
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current netns: %w", err)
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter netns: %w", err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		return errors.Join(ferr, fmt.Errorf("return from netns (thread retired): %w", err))
-	}
-	runtime.UnlockOSThread()
-	return ferr
 }
