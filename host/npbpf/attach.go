@@ -8,7 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/fabriclab/fabriclab/internal/nsexec"
+	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 	"github.com/vishvananda/netns"
 )
 
