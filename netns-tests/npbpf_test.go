@@ -508,10 +508,11 @@ func blast(t *testing.T, s *npprobe.Sender, dst netip.AddrPort, qpns []uint32, d
 // or tens of µs later if an interrupt or the hypervisor takes the CPU in
 // between (seen on this 2-vCPU VM under load): that delays one CNP, and
 // the spacing before the next shrinks by as much. So on the tap, at most
-// wireBelowShare of the spacings may be below N - wireSlack.
+// wireBelowShare of the spacings may be below N - wireSlack (seen: 0.1-0.2 %
+// alone, 1.1 % in a full CI run).
 const (
 	wireSlack      = time.Microsecond
-	wireBelowShare = 0.01
+	wireBelowShare = 0.03
 )
 
 // checkSpacing: the QP's CNPs left np_egress at least N apart (the kernel's
