@@ -556,8 +556,22 @@ func runFlows(t *testing.T, b *roceBed, flows []*roceFlow, d time.Duration) []sa
 }
 
 // (a) One sender at line rate through a port of the same speed: no
-// congestion, so the goodput is the port's payload capacity, no CE mark is
-// made and DCQCN never engages.
+// congestion, so the goodput is the port's payload capacity, the queue stays
+// far below min_th and DCQCN does not engage.
+//
+// A real NIC never outruns a port of its own speed; the lab's host
+// sometimes holds the sender's packets upstream of the port. Sampled every
+// 2 ms, the failing runs showed it: for 5-7 ms the kernel received nothing
+// on either CPU (softnet "processed" 0) while the sending agent kept
+// handing packets to sendmmsg at Rc, and then the port got them at once,
+// 360-460 KB at 1.6-2.3 Gbit/s, above min_th at 500 Mbit/s (4.2 ms). Such
+// a hold happened in about 1 run of 4 (5 s each) on an idle machine. So
+// the test asserts what a hold cannot fake: marks are a trace (CE on at
+// most 0.1 % of the packets; a hold marks 8-23 of 74,000, while a queue
+// standing a quarter of the way from min_th to max_th marks 5 %), and 99 %
+// of packets wait less than max_th's drain time (measured p99: 0.5-2.1 ms
+// idle, up to 4.2 ms beside stress-ng; the log2 bins put the bound one bin
+// above). The ideal, no mark at all, is logged.
 func TestRoCEOneFlow(t *testing.T) {
 	roceSize(t)
 	b := newRoCEBed(t, 1, rocePortConfig())
@@ -588,9 +602,14 @@ func TestRoCEOneFlow(t *testing.T) {
 	if w.goodput[0] < 0.90*capacity {
 		t.Errorf("goodput %s Mbit/s is below 90%% of the payload capacity %s Mbit/s", mbit(w.goodput[0]), mbit(capacity))
 	}
-	if srv.NPCNPSent != 0 || cli.RPCNPHandled != 0 || srv.NPECNMarkedRoCEPackets != 0 || r.CEMarked() != 0 {
-		t.Errorf("congestion signals with one line-rate flow: np_cnp_sent %d, rp_cnp_handled %d, CE received %d, port marked %d (max backlog %d B, min_th %d B)",
-			srv.NPCNPSent, cli.RPCNPHandled, srv.NPECNMarkedRoCEPackets, r.CEMarked(), r.MaxBacklogBytes, uint64(roceMinTh))
+	if p99, bound := w.roce.Sojourn.Quantile(0.99), drainTime(roceMaxTh, roceRate); p99 > bound {
+		t.Errorf("sojourn p99 < %v with one line-rate flow: above max_th's drain time %v", p99, bound)
+	}
+	if marked, pkts := r.CEMarked(), r.EnqueuedPackets; float64(marked) > 0.001*float64(pkts) {
+		t.Errorf("congestion signals with one line-rate flow: port marked %d of %d packets (more than 0.1 %%), np_cnp_sent %d, rp_cnp_handled %d (max backlog %d B, min_th %d B)",
+			marked, pkts, srv.NPCNPSent, cli.RPCNPHandled, r.MaxBacklogBytes, uint64(roceMinTh))
+	} else if marked > 0 {
+		t.Logf("a host hold reached the port: %d of %d packets marked, np_cnp_sent %d (max backlog %s, min_th %s)", marked, pkts, srv.NPCNPSent, kib(float64(r.MaxBacklogBytes)), kib(float64(roceMinTh)))
 	}
 	if d := portDrops(st); d != 0 {
 		t.Errorf("the port dropped %d packets", d)
