@@ -3,6 +3,7 @@ package roce
 import (
 	"net/netip"
 	"testing"
+	"time"
 )
 
 func TestZeroAllocs(t *testing.T) {
@@ -22,6 +23,12 @@ func TestZeroAllocs(t *testing.T) {
 	SealICRC(src4, dst4, pkt)
 	v1 := mustHex(t, vector1IP)
 	v6 := mustHex(t, vector6IP)
+	ppfc := PPFC{Dest: dst4.Addr(), Action: PPFCStop, Port: 3, Pause: time.Millisecond, PSN: 9}
+	ppfcPkt := make([]byte, PPFCLen)
+	if _, err := BuildPPFC(ppfcPkt, src4, dst4, &ppfc); err != nil {
+		t.Fatal(err)
+	}
+	var ppfcOut PPFC
 	var out Header
 	var sink uint32
 	for _, c := range []struct {
@@ -37,6 +44,9 @@ func TestZeroAllocs(t *testing.T) {
 		{"VerifyICRC", func() { _ = VerifyICRC(src4, dst4, pkt) }},
 		{"ICRCFromIP/v4", func() { sink, _ = ICRCFromIP(v1) }},
 		{"ICRCFromIP/v6", func() { sink, _ = ICRCFromIP(v6) }},
+		{"AppendPPFC", func() { _, _ = AppendPPFC(buf[:0], &ppfc) }},
+		{"BuildPPFC", func() { _, _ = BuildPPFC(buf, src4, dst4, &ppfc) }},
+		{"ParsePPFC", func() { _ = ParsePPFC(ppfcPkt, &ppfcOut) }},
 		{"PSN", func() { sink += PSNAdd(sink, 1) + uint32(PSNDiff(sink, 3)) }},
 	} {
 		if a := testing.AllocsPerRun(1000, c.f); a != 0 {

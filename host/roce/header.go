@@ -16,7 +16,8 @@ const (
 	bthTVerMask  = 0x0F // byte 1: transport header version, 0
 	bthFECN      = 0x80 // byte 4: forward ECN (Annex A17: F bit)
 	bthBECN      = 0x40 // byte 4: backward ECN (Annex A17: B bit)
-	bthByte4Rsvd = 0x3F // byte 4: reserved
+	bthPPFC      = 0x20 // byte 4: P, a PPFC notification (seed 003 draft)
+	bthByte4Rsvd = 0x1F // byte 4: reserved
 	bthAckReq    = 0x80 // byte 8: acknowledge request
 	bthByte8Rsvd = 0x7F // byte 8: reserved
 
@@ -36,6 +37,10 @@ const (
 
 // BTH is the Base Transport Header (IBTA Vol. 1 §9.2). TVer is always 0 and
 // the reserved bits are written as zero and ignored when read.
+//
+// PPFC is the P bit of the PPFC draft (seed 003), in a bit IBTA reserves:
+// on opcode 0x81 it makes the packet a PPFC notification (ParsePPFC)
+// instead of a CNP. The ICRC masks it with the rest of byte 4.
 type BTH struct {
 	Opcode   Opcode
 	SE       bool  // solicited event
@@ -44,6 +49,7 @@ type BTH struct {
 	PKey     uint16
 	FECN     bool   // forward ECN (Annex A17: F)
 	BECN     bool   // backward ECN (Annex A17: B)
+	PPFC     bool   // P: a PPFC notification (seed 003)
 	DestQP   uint32 // 24 bits
 	AckReq   bool
 	PSN      uint32 // 24 bits
@@ -71,6 +77,9 @@ func (t *BTH) encode(b []byte) {
 	if t.BECN {
 		ecn |= bthBECN
 	}
+	if t.PPFC {
+		ecn |= bthPPFC
+	}
 	b[bthOffECN] = ecn
 	be.PutUint32(b[bthOffPSN:], t.PSN&PSNMask)
 	if t.AckReq {
@@ -89,6 +98,7 @@ func (t *BTH) decode(b []byte) {
 	t.PKey = be.Uint16(b[bthOffPKey:])
 	t.FECN = b[bthOffECN]&bthFECN != 0
 	t.BECN = b[bthOffECN]&bthBECN != 0
+	t.PPFC = b[bthOffECN]&bthPPFC != 0
 	t.DestQP = be.Uint32(b[bthOffDestQP:]) & QPNMask
 	t.AckReq = b[bthOffAck]&bthAckReq != 0
 	t.PSN = be.Uint32(b[bthOffPSN:]) & PSNMask

@@ -19,6 +19,7 @@ func randomHeader(r *rand.Rand, op Opcode) Header {
 		PKey:     uint16(r.Uint32()),
 		FECN:     r.IntN(2) == 1,
 		BECN:     r.IntN(2) == 1,
+		PPFC:     r.IntN(2) == 1,
 		DestQP:   r.Uint32() & QPNMask,
 		AckReq:   r.IntN(2) == 1,
 		PSN:      r.Uint32() & PSNMask,
@@ -76,13 +77,13 @@ func TestBTHLayout(t *testing.T) {
 	// Every field at its roce-wire.md §BTH position.
 	h := Header{BTH: BTH{
 		Opcode: OpRCSendOnly, SE: true, MigReq: true, PadCount: 3, PKey: 0x1234,
-		FECN: true, BECN: true, DestQP: 0xABCDEF, AckReq: true, PSN: 0x123456,
+		FECN: true, BECN: true, PPFC: true, DestQP: 0xABCDEF, AckReq: true, PSN: 0x123456,
 	}}
 	var b [BTHLen]byte
 	if h.Encode(b[:]) != BTHLen {
 		t.Fatal("Encode failed")
 	}
-	want := mustHex(t, "04f01234c0abcdef80123456")
+	want := mustHex(t, "04f01234e0abcdef80123456")
 	if !bytes.Equal(b[:], want) {
 		t.Fatalf("BTH = %x, want %x", b, want)
 	}
@@ -121,7 +122,8 @@ func TestDecodeHeaderErrors(t *testing.T) {
 
 func TestDecodeHeaderIgnoresReserved(t *testing.T) {
 	// Reserved bits of BTH bytes 4 and 8, the DETH reserved byte and the CNP
-	// reserved field are ignored on receive.
+	// reserved field are ignored on receive. Byte 4's 0x20 is the PPFC
+	// draft's P bit, decoded.
 	b := mustHex(t, "64000000"+"3f000001"+"7f000002"+"11111111"+"ff000003")
 	var h Header
 	n, err := DecodeHeader(b, &h)
@@ -129,7 +131,7 @@ func TestDecodeHeaderIgnoresReserved(t *testing.T) {
 		t.Fatalf("DecodeHeader: %d, %v", n, err)
 	}
 	want := Header{
-		BTH:  BTH{Opcode: OpUDSendOnly, DestQP: 1, PSN: 2},
+		BTH:  BTH{Opcode: OpUDSendOnly, PPFC: true, DestQP: 1, PSN: 2},
 		DETH: DETH{QKey: 0x11111111, SrcQP: 3},
 	}
 	if h != want {

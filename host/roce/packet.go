@@ -46,7 +46,8 @@ func Build(b []byte, h *Header, payload []byte) int {
 // the ICRC, that TVer is 0, that the opcode is known and that the pad fits
 // in what follows the headers. It does not check the ICRC (VerifyICRC does)
 // nor that the payload is 4-byte aligned or that opcodes without payload
-// carry none.
+// carry none. A PPFC notification parses as a CNP with h.BTH.PPFC set
+// (BTH.IsPPFC): ParsePPFC reads its extension.
 func Parse(udpPayload []byte, h *Header) (payload []byte, err error) {
 	n, err := DecodeHeader(udpPayload, h)
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package roce encodes and decodes RoCEv2 packets: the InfiniBand Base
 // Transport Header (BTH), its extension headers (RETH, AETH, ImmDt, DETH,
-// AtomicETH, AtomicAckETH), the Congestion Notification Packet (CNP) and the
-// invariant CRC (ICRC) computed over the IP/UDP encapsulation.
+// AtomicETH, AtomicAckETH), the Congestion Notification Packet (CNP), the
+// PPFC notification of the seed 003 draft (PPFC) and the invariant CRC
+// (ICRC) computed over the IP/UDP encapsulation.
 //
 // Wire format: IBTA Vol. 1 ch. 9 (transport headers) and Annex A17 (RoCEv2),
 // as implemented by Linux rxe (drivers/infiniband/sw/rxe/rxe_hdr.h,
