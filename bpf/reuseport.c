@@ -17,6 +17,12 @@
  * short for a BTH (malformed), and one whose slot holds a socket of another
  * reuseport group (misdirected: the other IP family or another port).
  *
+ * A PPFC notification (seed 003: opcode 0x81 with the BTH P bit set) names
+ * a congested destination, not a QP: its DestQP is 0. It is for the host,
+ * and goes to the agent in the lowest occupied slot of this group (ppfc).
+ * With several agents on a host only that one receives it: it pauses its
+ * own QPs toward the destination, the others' keep sending.
+ *
  * All agents of a namespace share these maps; rocev2_owner records which
  * namespace they serve and the IDs of the other two, so that an agent
  * starting later finds them (see host/pktio/steer_linux.go).
@@ -31,8 +37,14 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define UDP_HLEN 8
 #define BTH_LEN 12
 #define ICRC_LEN 4
-/* BTH bytes 5-7 are the DestQP; byte 5 is its top byte, the slot. */
+/* BTH byte 0 is the OpCode, byte 4 holds F|B|P|RSV5 (P: seed 003), bytes
+ * 5-7 are the DestQP; byte 5 is its top byte, the slot. */
+#define BTH_OPCODE_OFF 0
+#define BTH_FLAGS_OFF 4
 #define BTH_DESTQP_OFF 5
+#define BTH_HEAD_LEN (BTH_DESTQP_OFF + 1) /* the bytes read */
+#define OP_CNP 0x81                       /* CNP, and PPFC with P set */
+#define BTH_P 0x20
 /* DestQP >> QPN_SLOT_SHIFT is the slot: 256 agents of 65536 QPNs each. */
 #define QPN_SLOT_SHIFT 16
 #define STEER_SLOTS 256
@@ -51,6 +63,7 @@ struct steer_stats {
 	__u64 unknown_qp;  /* dropped: no agent holds the DestQP's slot */
 	__u64 misdirected; /* dropped: the slot's socket is in another group */
 	__u64 malformed;   /* dropped: shorter than UDP + BTH + ICRC */
+	__u64 ppfc;        /* PPFC notifications handed to the lowest slot */
 };
 
 struct {
@@ -76,22 +89,45 @@ struct {
 	__type(value, struct steer_owner);
 } rocev2_owner SEC(".maps");
 
-/* dest_qp_slot reads the DestQP's top byte; -1 if the datagram is too short. */
-static __always_inline int dest_qp_slot(struct sk_reuseport_md *md)
+/* bth_head reads the BTH's first BTH_HEAD_LEN bytes into head; -1 if the
+ * datagram is too short. */
+static __always_inline int bth_head(struct sk_reuseport_md *md, __u8 head[BTH_HEAD_LEN])
 {
 	void *data = (void *)(long)md->data;
 	void *data_end = (void *)(long)md->data_end;
-	__u8 *p = data + UDP_HLEN + BTH_DESTQP_OFF;
-	__u8 slot;
+	__u8 *p = data + UDP_HLEN;
 
 	if (md->len < UDP_HLEN + BTH_LEN + ICRC_LEN)
 		return -1;
-	if ((void *)(p + 1) <= data_end)
-		return *p;
+	if ((void *)(p + BTH_HEAD_LEN) <= data_end) {
+		__builtin_memcpy(head, p, BTH_HEAD_LEN);
+		return 0;
+	}
 	/* Not in the linear part: copy it out. */
-	if (bpf_skb_load_bytes(md, UDP_HLEN + BTH_DESTQP_OFF, &slot, 1) < 0)
+	if (bpf_skb_load_bytes(md, UDP_HLEN, head, BTH_HEAD_LEN) < 0)
 		return -1;
-	return slot;
+	return 0;
+}
+
+/* steer_ppfc hands a PPFC notification to the lowest occupied slot whose
+ * socket is in this group (a slot of the other family is skipped); with
+ * none, it is dropped as unknown_qp. */
+static __always_inline int steer_ppfc(struct sk_reuseport_md *md, struct steer_stats *st)
+{
+	__u32 i;
+
+	for (i = 0; i < STEER_SLOTS; i++) {
+		/* A copy: the helper takes the key by pointer, and a counter
+		 * kept on the stack would lose its bounds. */
+		__u32 key = i;
+
+		if (bpf_sk_select_reuseport(md, &rocev2_socks, &key, 0) == 0) {
+			st->ppfc++;
+			return SK_PASS;
+		}
+	}
+	st->unknown_qp++;
+	return SK_DROP;
 }
 
 SEC("sk_reuseport")
@@ -99,18 +135,19 @@ int rocev2_steer(struct sk_reuseport_md *md)
 {
 	__u32 zero = 0;
 	struct steer_stats *st = bpf_map_lookup_elem(&rocev2_stats, &zero);
+	__u8 head[BTH_HEAD_LEN];
 	__u32 key;
 	long err;
-	int slot;
 
 	if (!st)
 		return SK_DROP;
-	slot = dest_qp_slot(md);
-	if (slot < 0) {
+	if (bth_head(md, head) < 0) {
 		st->malformed++;
 		return SK_DROP;
 	}
-	key = slot;
+	if (head[BTH_OPCODE_OFF] == OP_CNP && (head[BTH_FLAGS_OFF] & BTH_P))
+		return steer_ppfc(md, st);
+	key = head[BTH_DESTQP_OFF];
 	err = bpf_sk_select_reuseport(md, &rocev2_socks, &key, 0);
 	if (err == 0) {
 		st->steered++;

@@ -28,6 +28,7 @@ type ReuseportSteerStats struct {
 	UnknownQp   uint64
 	Misdirected uint64
 	Malformed   uint64
+	Ppfc        uint64
 }
 
 // Names of all BPF objects in the ELF.

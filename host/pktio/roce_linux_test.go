@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/roce"
 )
 
 // roceFamilies are the address pairs the RoCEConn tests run over: both
@@ -254,6 +256,91 @@ func TestRoCESteering(t *testing.T) {
 	c := ns.listenRoCE(t, "0.0.0.0", RoCEOptions{})
 	if f, _ := c.QPNBlock(); f != first1 {
 		t.Errorf("new conn got block %#x, want the freed %#x", f, first1)
+	}
+}
+
+// TestRoCESteeringPPFC: a PPFC notification (opcode 0x81, P set) names no
+// QP; whatever its DestQP says, it goes to the conn in the lowest occupied
+// slot of its family's group (an IPv6 conn in a lower slot is skipped),
+// and only to that one; when that conn closes, to the next. A CNP (P
+// clear) is steered by its DestQP as before.
+func TestRoCESteeringPPFC(t *testing.T) {
+	ns := newTestNetns(t, 0)
+	v6 := ns.listenRoCE(t, "::", RoCEOptions{}) // slot 0, the other group
+	var conns []*RoCEConn
+	for range 3 {
+		conns = append(conns, ns.listenRoCE(t, "0.0.0.0", RoCEOptions{}))
+	}
+	slotOf := func(c *RoCEConn) uint32 { f, _ := c.QPNBlock(); return f >> QPNSlotShift }
+	if slotOf(v6) != 0 || slotOf(conns[0]) != 1 || slotOf(conns[1]) != 2 || slotOf(conns[2]) != 3 {
+		t.Fatalf("slots %d (ipv6), %d, %d, %d: want 0, 1, 2, 3", slotOf(v6), slotOf(conns[0]), slotOf(conns[1]), slotOf(conns[2]))
+	}
+	var tx *UDPConn
+	if err := ns.do(func() (err error) {
+		tx, err = ListenUDP(mustAddrPort(testAddr4B+":0"), UDPOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	dst := mustAddrPort(testAddr4A + ":4791")
+	ppfc := make([]byte, roce.PPFCLen)
+	p := roce.PPFC{Dest: netip.MustParseAddr(testAddr4B), Action: roce.PPFCStop, Pause: time.Millisecond}
+	if _, err := roce.BuildPPFC(ppfc, tx.LocalAddr(), dst, &p); err != nil {
+		t.Fatal(err)
+	}
+	ppfc[5] = byte(slotOf(conns[2])) // a DestQP in another slot: ignored
+	cnp := make([]byte, roce.PacketLen(roce.OpCNP, 0))
+	h := roce.CNPHeader(slotOf(conns[2])<<QPNSlotShift|1, roce.DefaultPKey)
+	roce.Build(cnp, &h, nil)
+	st0, err := conns[0].SteeringStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(b []byte) {
+		t.Helper()
+		if _, err := tx.WriteBatch([]Message{{Buffers: [][]byte{b}, Addr: dst}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nothing := func(cs ...*RoCEConn) {
+		t.Helper()
+		for _, c := range cs {
+			if err := c.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := c.ReadBatch(readMsgs(1, 2048)); !errors.Is(err, syscall.EAGAIN) && !isTimeout(err) {
+				t.Errorf("conn of slot %d read %d datagrams (%v), want a timeout", slotOf(c), n, err)
+			}
+			if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send(ppfc)
+	send(cnp)
+	if got := readN(t, conns[0], 1, 2048); got[0].N != roce.PPFCLen {
+		t.Errorf("lowest slot got %d bytes, want the %d-byte PPFC", got[0].N, roce.PPFCLen)
+	}
+	if got := readN(t, conns[2], 1, 2048); got[0].N != len(cnp) {
+		t.Errorf("the CNP's slot got %d bytes, want the %d-byte CNP", got[0].N, len(cnp))
+	}
+	nothing(conns[0], conns[1], conns[2])
+
+	conns[0].Close()
+	send(ppfc)
+	readN(t, conns[1], 1, 2048)
+	nothing(conns[1], conns[2])
+
+	st, err := conns[1].SteeringStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := st0
+	want.PPFC += 2
+	want.Steered++ // the CNP
+	if st != want {
+		t.Errorf("steering stats %+v, want %+v", st, want)
 	}
 }
 

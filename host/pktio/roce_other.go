@@ -17,7 +17,7 @@ type RoCEOptions struct {
 // SteeringStats are the namespace's steering counters. See the Linux
 // implementation.
 type SteeringStats struct {
-	Steered, UnknownQP, Misdirected, Malformed uint64
+	Steered, UnknownQP, Misdirected, Malformed, PPFC uint64
 }
 
 // RoCEConn is only implemented on Linux (raw sockets, SO_REUSEPORT with an

@@ -19,7 +19,9 @@ import (
 // each packet to the socket in the slot of rocev2_socks named by the BTH
 // DestQP's top byte. A conn claims the first free slot (BPF_NOEXIST) and
 // its agent numbers its QPs slot<<16 | n. The kernel empties a slot when
-// its socket closes.
+// its socket closes. A PPFC notification (seed 003), which names no QP,
+// goes to the lowest occupied slot: of several agents on a host, only that
+// one receives it.
 //
 // All conns of a namespace must share the maps. They are not pinned in
 // bpffs: `ip netns exec` mounts a fresh /sys for each command, so a pin
@@ -34,8 +36,8 @@ import (
 
 const (
 	// steerVersion is the layout of the steering maps; a conn refuses to
-	// join maps of another layout.
-	steerVersion = 1
+	// join maps of another layout. 2: steer_stats.ppfc.
+	steerVersion = 2
 	// QPNSlotShift: a steered conn receives the QPNs slot<<QPNSlotShift
 	// through slot<<QPNSlotShift | (1<<QPNSlotShift - 1).
 	QPNSlotShift = 16
@@ -62,6 +64,10 @@ type SteeringStats struct {
 	Misdirected uint64 `json:"misdirected"`
 	// Malformed counts datagrams too short for UDP + BTH + ICRC, dropped.
 	Malformed uint64 `json:"malformed"`
+	// PPFC counts PPFC notifications handed to the agent of the lowest
+	// occupied slot (with no agent of the family: unknown_qp or
+	// misdirected).
+	PPFC uint64 `json:"ppfc"`
 }
 
 // steering is one conn's part in its namespace's steering.
@@ -248,6 +254,7 @@ func (s *steering) readStats() (SteeringStats, error) {
 		st.UnknownQP += p.UnknownQp
 		st.Misdirected += p.Misdirected
 		st.Malformed += p.Malformed
+		st.PPFC += p.Ppfc
 	}
 	return st, nil
 }
