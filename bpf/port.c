@@ -36,6 +36,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "net.h"
+#include "icrc.h"
 #include "port.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -51,6 +52,7 @@ typedef _Bool bool;
 
 #define READ_ONCE(x) (*(volatile typeof(x) *)&(x))
 
+#define TC_ACT_UNSPEC (-1) /* TCX_NEXT: later programs and the qdisc see it */
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
 
@@ -518,6 +520,288 @@ static __always_inline int enqueue_unaccounted(struct __sk_buff *skb, struct por
 	return TC_ACT_OK;
 }
 
+/* PPFC (seed 003; roce-wire.md §PPFC): a packet that takes its class's
+ * backlog to xoff_bytes or above stops its source. The notification goes
+ * straight to the source: port_enqueue looks the route toward it up
+ * (bpf_fib_lookup, which also gives the MAC addresses and the switch's own
+ * address on that route), builds the whole frame in ppfc_scratch, and clones
+ * the data packet to the egress of the device toward the source with
+ * skb->mark = ppfc_mark; ppfc_egress, attached there, turns the clone into
+ * the frame. bpf_clone_redirect runs that egress path synchronously on this
+ * CPU, so the per-CPU scratch is still this packet's.
+ *
+ * A source is stopped once per pause and destination (ppfc_sources,
+ * claimed by compare-and-swap): packets it had in flight are coalesced.
+ * While it is paused and the backlog is at or below xon_bytes, the next
+ * packet the switch sends it from that destination (ACKs, CNPs) carries a
+ * resume out: ppfc_egress
+ * clones that packet to its own egress. A program at the queue's exit
+ * (port_xmit) cannot send, so the resume waits for such a packet. The
+ * stop's pause duration is the safety net for a source that gets none: the
+ * time the class takes to drain from the backlog the packet found to half
+ * of xon_bytes at the class's rate, so a source with reverse traffic
+ * restarts at xon on the resume, one without it at xon/2, before the queue
+ * runs dry.
+ *
+ * On the wire (the draft leaves these open): IPv4 only; UDP 4791 from
+ * PPFC_UDP_SPORT; BTH opcode 0x81 with P (byte 4, 0x20) set, P_Key 0xFFFF,
+ * DestQP 0, PSN a per-source sequence; the congested destination as an
+ * IPv4-mapped IPv6 address; Congestion Port = ppfc_port; DSCP ppfc_dscp,
+ * Not-ECT; the ICRC as for any RoCEv2 packet. alarm and hold are not sent:
+ * the draft does not define when. */
+#define PPFC_BTH_P 0x20
+#define PPFC_UDP_SPORT 0xC0FC
+#define PPFC_TTL 64
+#define PPFC_MAX_PAUSE_US 0xFFFF
+#define PPFC_L4_LEN (sizeof(struct net_udphdr) + ROCE_BTH_LEN + 24 + ROCE_ICRC_LEN) /* 48 */
+#define PPFC_V4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + PPFC_L4_LEN)   /* 82 */
+#define NET_AF_INET 2
+
+enum ppfc_action {
+	PPFC_STOP = 0,
+	PPFC_RESUME = 1,
+};
+
+/* The mark of a clone that ppfc_egress turns into a notification: set by
+ * the loader per port (several ports may share a switch's devices). */
+volatile const __u32 ppfc_mark = 0x50460000; /* "PF" */
+
+struct ppfc_l4 {
+	struct net_udphdr udp;
+	struct roce_bth bth;
+	__u8 dest[16];     /* congested destination, IPv4-mapped */
+	__be16 flags_pt;   /* flags (14 bits, 0) | PT (2 bits) */
+	__be16 cport;      /* Congestion Port */
+	__be16 rsvd;
+	__be16 pause_us;   /* Pause Duration, µs */
+	__u32 icrc;        /* little-endian on the wire: stored natively (bpfel) */
+};
+
+/* The frame, 2 bytes in so that the IP header sits on a 16-byte boundary. */
+struct ppfc_frame {
+	__u8 align[2];
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct ppfc_l4 l4;
+};
+
+_Static_assert(sizeof(struct ppfc_l4) == PPFC_L4_LEN, "ppfc_l4 is 48 bytes");
+_Static_assert(__builtin_offsetof(struct ppfc_frame, ip) == 16, "IP header aligned");
+_Static_assert(sizeof(struct ppfc_frame) - 2 == PPFC_V4_LEN, "ppfc_frame is one IPv4 PPFC");
+
+struct ppfc_scratch {
+	struct ppfc_frame f;
+	__u32 ready; /* f holds a frame for the next marked clone */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ppfc_scratch);
+} ppfc_scratch SEC(".maps");
+
+/* The sources the port has stopped, per class. LRU: a switch forgets the
+ * longest-idle source rather than refusing a new one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ppfc_key);
+	__type(value, struct ppfc_source);
+} ppfc_sources SEC(".maps");
+
+/* What a notification says; addresses in network order. */
+struct ppfc_args {
+	__u8 dmac[ETH_ALEN];
+	__u8 smac[ETH_ALEN];
+	__u32 local_ip; /* the switch's address toward the target */
+	__u32 target;   /* the source being stopped or resumed */
+	__u32 dest;     /* the congested destination */
+	__u32 pt;       /* enum ppfc_action */
+	__u32 pause_us;
+	__u32 psn;
+	__u32 dscp;
+	__u32 cport;
+};
+
+/* ppfc_build writes the notification a describes into f, with its ICRC. A
+ * function of its own: it is called from several places, and the CRC loop
+ * would otherwise be inlined into each. */
+static __attribute__((noinline)) int ppfc_build(struct ppfc_frame *f, const struct ppfc_args *a)
+{
+	struct iphdr *ip = &f->ip;
+	struct ppfc_l4 *l4 = &f->l4;
+
+	__builtin_memcpy(f->eth.h_dest, a->dmac, ETH_ALEN);
+	__builtin_memcpy(f->eth.h_source, a->smac, ETH_ALEN);
+	f->eth.h_proto = bpf_htons(ETH_P_IP);
+	/* The fields the ICRC masks as ones first. */
+	ip->version = 4;
+	ip->ihl = NET_IPV4_MIN_IHL;
+	ip->tos = ICRC_MASKED;
+	ip->tot_len = bpf_htons(sizeof(*ip) + PPFC_L4_LEN);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(NET_IPV4_FLAG_DF);
+	ip->ttl = ICRC_MASKED;
+	ip->protocol = NET_IPPROTO_UDP;
+	ip->check = 0xFFFF;
+	ip->saddr = a->local_ip;
+	ip->daddr = a->target;
+	l4->udp.source = bpf_htons(PPFC_UDP_SPORT);
+	l4->udp.dest = bpf_htons(ROCE_UDP_PORT);
+	l4->udp.len = bpf_htons(PPFC_L4_LEN);
+	l4->udp.check = 0xFFFF;
+	l4->bth.opcode = ROCE_OP_CNP; /* 0x81: a CNP without P, a PPFC with it */
+	l4->bth.flags = 0;
+	l4->bth.pkey = 0xFFFF;
+	l4->bth.ecn = ICRC_MASKED;
+	l4->bth.destqp[0] = 0;
+	l4->bth.destqp[1] = 0;
+	l4->bth.destqp[2] = 0;
+	l4->bth.ack = 0;
+	l4->bth.psn[0] = a->psn >> 16;
+	l4->bth.psn[1] = a->psn >> 8;
+	l4->bth.psn[2] = a->psn;
+	__builtin_memset(l4->dest, 0, 10);
+	l4->dest[10] = 0xFF;
+	l4->dest[11] = 0xFF;
+	__builtin_memcpy(&l4->dest[12], &a->dest, 4);
+	l4->flags_pt = bpf_htons(a->pt & 3);
+	l4->cport = bpf_htons(a->cport);
+	l4->rsvd = 0;
+	l4->pause_us = bpf_htons(a->pause_us);
+	l4->icrc = icrc_crc((const __u8 *)ip, sizeof(*ip) + PPFC_L4_LEN - ROCE_ICRC_LEN,
+			    sizeof(*ip) + PPFC_L4_LEN - ROCE_ICRC_LEN);
+	/* The masked fields, as sent. */
+	ip->tos = (a->dscp & 0x3F) << 2;
+	ip->ttl = PPFC_TTL;
+	ip->check = 0;
+	ip->check = ip_csum(ip);
+	l4->udp.check = 0; /* IPv4: no checksum, as rxe sends */
+	l4->bth.ecn = PPFC_BTH_P;
+	return 0;
+}
+
+/* ppfc_clone sends the frame in the scratch out of ifindex: the clone of
+ * skb that ppfc_egress rewrites there. The packet's own mark is put back. */
+static __always_inline long ppfc_clone(struct __sk_buff *skb, struct ppfc_scratch *sc, __u32 ifindex)
+{
+	__u32 mark = skb->mark;
+	long ret;
+
+	sc->ready = 1;
+	skb->mark = ppfc_mark;
+	ret = bpf_clone_redirect(skb, ifindex, 0);
+	skb->mark = mark;
+	sc->ready = 0;
+	return ret;
+}
+
+/* ppfc_pause_us is the time to drain from backlog to xon_bytes / 2, in µs,
+ * at least 1, at most what the field carries. */
+static __always_inline __u32 ppfc_pause_us(const struct class_config *cc, __u64 backlog)
+{
+	__u64 floor = cc->xon_bytes / 2;
+	__u64 excess = backlog > floor ? backlog - floor : 0;
+	__u64 us = ((excess * cc->vq_ns_per_byte_fp) >> VQ_FP_SHIFT) / 1000;
+
+	if (us < 1)
+		return 1;
+	return us > PPFC_MAX_PAUSE_US ? PPFC_MAX_PAUSE_US : us;
+}
+
+/* ppfc_stop stops the source of an IPv4 packet that found backlog, unless
+ * it is paused already. */
+static __always_inline void ppfc_stop(struct __sk_buff *skb, const struct port_config *pc,
+				      const struct class_config *cc, struct class_stats *st,
+				      struct port_stats *ps, const struct pkt_info *pi,
+				      __u32 class_id, __u64 backlog)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct bpf_fib_lookup fib = {};
+	struct ppfc_args a = {};
+	struct ppfc_key key = {};
+	struct ppfc_source *src, fresh = {};
+	struct ppfc_scratch *sc;
+	struct iphdr *ip;
+	__u64 now, old, until;
+	__u32 zero = 0, pause_us;
+	long rc;
+
+	if (pi->l3_proto != ETH_P_IP) {
+		ps->ppfc_not_ipv4++;
+		return;
+	}
+	ip = data + (pi->l3_off & 0xFF);
+	if ((void *)(ip + 1) > data_end)
+		return;
+	key.addr = ip->saddr;
+	key.dest = ip->daddr;
+	key.class_id = class_id;
+	src = bpf_map_lookup_elem(&ppfc_sources, &key);
+	if (!src) {
+		bpf_map_update_elem(&ppfc_sources, &key, &fresh, BPF_NOEXIST);
+		src = bpf_map_lookup_elem(&ppfc_sources, &key);
+		if (!src)
+			return;
+	}
+	now = now_ns();
+	old = READ_ONCE(src->paused_until_ns);
+	if (old > now) {
+		st->ppfc_stop_coalesced++;
+		return;
+	}
+	pause_us = ppfc_pause_us(cc, backlog);
+	until = now + (__u64)pause_us * 1000;
+	if (__sync_val_compare_and_swap(&src->paused_until_ns, old, until) != old) {
+		st->ppfc_stop_coalesced++; /* another CPU stopped it */
+		return;
+	}
+
+	fib.family = NET_AF_INET;
+	fib.ipv4_dst = ip->saddr;
+	fib.ifindex = skb->ingress_ifindex;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SRC);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+			ps->ppfc_no_neigh++;
+		else
+			ps->ppfc_no_route++;
+		goto undo;
+	}
+	if (fib.ifindex == skb->ifindex) {
+		ps->ppfc_self++;
+		goto undo;
+	}
+	sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
+	if (!sc)
+		goto undo;
+	src->ifindex = fib.ifindex;
+	src->local_ip = fib.ipv4_src;
+	__builtin_memcpy(a.dmac, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(a.smac, fib.smac, ETH_ALEN);
+	a.local_ip = fib.ipv4_src;
+	a.target = ip->saddr;
+	a.dest = ip->daddr;
+	a.pt = PPFC_STOP;
+	a.pause_us = pause_us;
+	a.psn = __sync_fetch_and_add(&src->psn, 1);
+	a.dscp = pc->ppfc_dscp;
+	a.cport = pc->ppfc_port;
+	ppfc_build(&sc->f, &a);
+	if (ppfc_clone(skb, sc, fib.ifindex)) {
+		ps->ppfc_redirect_errors++;
+		goto undo;
+	}
+	__sync_fetch_and_add(&src->stops, 1);
+	st->ppfc_stop_sent++;
+	return;
+undo:
+	/* Not stopped: a later packet tries again. */
+	__sync_val_compare_and_swap(&src->paused_until_ns, until, old);
+}
+
 SEC("tc")
 int port_enqueue(struct __sk_buff *skb)
 {
@@ -596,6 +880,9 @@ int port_enqueue(struct __sk_buff *skb)
 		}
 	}
 
+	if (cc->xoff_bytes && pr == PARSE_IP && backlog + len >= cc->xoff_bytes)
+		ppfc_stop(skb, pc, cc, st, ps, &pi, class_id, backlog + len);
+
 	/* Every arrival counts as enqueued, so that at rest
 	 * enqueued = dequeued + dropped + backlog. */
 	st->enqueued_packets++;
@@ -624,6 +911,117 @@ int port_enqueue(struct __sk_buff *skb)
 		break;
 	}
 	return TC_ACT_OK;
+}
+
+/* ppfc_resume resumes, through a clone of skb (a packet from dest on its
+ * way to addr out of this device), every class that has addr paused for
+ * dest and a backlog at or below xon_bytes. */
+static __always_inline void ppfc_resume(struct __sk_buff *skb, const struct port_config *pc,
+					struct port_stats *ps, __u32 addr, __u32 dest)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct ppfc_args a = {};
+	__u32 zero = 0;
+	__u64 now;
+
+	if ((void *)(eth + 1) > data_end)
+		return;
+	/* The packet is on its way to addr: its MAC addresses are the ones. */
+	__builtin_memcpy(a.dmac, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(a.smac, eth->h_source, ETH_ALEN);
+	a.target = addr;
+	a.dest = dest;
+	a.pt = PPFC_RESUME;
+	a.dscp = pc->ppfc_dscp;
+	a.cport = pc->ppfc_port;
+	now = now_ns();
+
+	for (__u32 c = 0; c < MAX_CLASSES; c++) {
+		struct ppfc_key key = { .addr = addr, .dest = dest, .class_id = c };
+		struct class_config *cc;
+		struct class_state *cs;
+		struct class_stats *st;
+		struct ppfc_source *src;
+		struct ppfc_scratch *sc;
+		__u64 until;
+		__u32 class_id = c;
+
+		cc = bpf_map_lookup_elem(&class_cfg, &class_id);
+		if (!cc || !cc->xoff_bytes)
+			continue;
+		src = bpf_map_lookup_elem(&ppfc_sources, &key);
+		if (!src)
+			continue;
+		until = READ_ONCE(src->paused_until_ns);
+		if (until <= now)
+			continue;
+		cs = bpf_map_lookup_elem(&class_queue, &class_id);
+		st = bpf_map_lookup_elem(&class_counters, &class_id);
+		sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
+		if (!cs || !st || !sc || READ_ONCE(cs->backlog_bytes) > cc->xon_bytes)
+			continue;
+		if (__sync_val_compare_and_swap(&src->paused_until_ns, until, 0) != until)
+			continue; /* another CPU resumed it, or stopped it again */
+		a.local_ip = src->local_ip;
+		a.psn = __sync_fetch_and_add(&src->psn, 1);
+		ppfc_build(&sc->f, &a);
+		if (ppfc_clone(skb, sc, skb->ifindex)) {
+			ps->ppfc_redirect_errors++;
+			__sync_val_compare_and_swap(&src->paused_until_ns, 0, until);
+			continue;
+		}
+		__sync_fetch_and_add(&src->resumes, 1);
+		st->ppfc_resume_sent++;
+	}
+}
+
+/* ppfc_egress runs at the egress of the switch's devices toward sources
+ * (every device of its namespace but the port's own). A clone carrying
+ * ppfc_mark becomes the frame port_enqueue or ppfc_resume built; any other
+ * IPv4 packet may carry a resume out to its destination. Everything else
+ * passes untouched (TC_ACT_UNSPEC: later programs and the qdisc see it). */
+SEC("tc")
+int ppfc_egress(struct __sk_buff *skb)
+{
+	void *data, *data_end;
+	struct port_config *pc;
+	struct port_stats *ps;
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	__u32 zero = 0;
+
+	if (skb->mark == ppfc_mark) {
+		struct ppfc_scratch *sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
+
+		ps = bpf_map_lookup_elem(&port_counters, &zero);
+		if (!sc || !sc->ready || bpf_skb_change_tail(skb, PPFC_V4_LEN, 0) ||
+		    bpf_skb_store_bytes(skb, 0, &sc->f.eth, PPFC_V4_LEN, BPF_F_INVALIDATE_HASH)) {
+			if (ps)
+				ps->ppfc_build_errors++;
+			return TC_ACT_SHOT; /* never let a clone out as data */
+		}
+		sc->ready = 0;
+		skb->priority = 0;
+		return TC_ACT_UNSPEC;
+	}
+	pc = bpf_map_lookup_elem(&port_cfg, &zero);
+	if (!pc || !(pc->flags & PORT_F_PPFC))
+		return TC_ACT_UNSPEC;
+	ps = bpf_map_lookup_elem(&port_counters, &zero);
+	if (!ps)
+		return TC_ACT_UNSPEC;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_UNSPEC;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end)
+		return TC_ACT_UNSPEC;
+	ppfc_resume(skb, pc, ps, ip->daddr, ip->saddr);
+	return TC_ACT_UNSPEC;
 }
 
 /* Dequeue AQMs (TCN, CoDel, ECN#): decided where the packet leaves the queue,

@@ -64,6 +64,9 @@ enum port_flags {
 	 * HTB hands it to the device (port_xmit), not at the peer's ingress.
 	 * Set once after the hook attaches, never cleared while attached. */
 	PORT_F_XMIT_HOOK = 1 << 1,
+	/* Some class has PPFC thresholds: ppfc_egress looks for paused
+	 * sources to resume. */
+	PORT_F_PPFC = 1 << 2,
 };
 
 /* The handoff table: one record per packet between HTB's exit and the peer's
@@ -91,6 +94,10 @@ struct port_config {
 	__u32 flags;
 	__u32 priority_base; /* TC_H_MAKE(major, minor of class 0) */
 	__u32 default_class; /* for non-IP frames */
+	/* PPFC notifications: their DSCP, and the Congestion Port they
+	 * name (the port's ifindex). */
+	__u32 ppfc_dscp;
+	__u32 ppfc_port;
 };
 
 struct class_config {
@@ -114,6 +121,12 @@ struct class_config {
 	__u64 mtu_bytes;       /* CoDel: a backlog of at most this is never "above target" */
 	__u32 aqm_flags;
 	__u32 aqm_pad;
+	/* PPFC (seed 003): stop a source whose packet takes the backlog to
+	 * xoff_bytes or above, for the time the queue takes to drain to
+	 * xon_bytes (at vq_ns_per_byte_fp); resume it when the backlog is at
+	 * or below xon_bytes. xoff_bytes 0: off. */
+	__u64 xoff_bytes;
+	__u64 xon_bytes;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */
@@ -190,6 +203,11 @@ struct class_stats {
 	__u64 host_wait_sum_ns;
 	__u64 host_wait_max_ns; /* this CPU's maximum */
 	__u64 host_wait_hist[SOJOURN_BUCKETS];
+	/* PPFC notifications sent to this class's sources, and stops not
+	 * sent because the source was already paused (coalesced). */
+	__u64 ppfc_stop_sent;
+	__u64 ppfc_resume_sent;
+	__u64 ppfc_stop_coalesced;
 };
 
 /* Per-CPU counters of the port as a whole. */
@@ -217,6 +235,36 @@ struct port_stats {
 	/* handoff records of packets the kernel freed without kfree_skb,
 	 * found when their skb was reused: counted as host drops */
 	__u64 handoff_stale_packets;
+	/* PPFC notifications not sent: the source is IPv6, no route or
+	 * neighbour toward it, it sits behind this port itself, the clone
+	 * failed; and clones ppfc_egress could not rewrite (dropped). */
+	__u64 ppfc_not_ipv4;
+	__u64 ppfc_no_route;
+	__u64 ppfc_no_neigh;
+	__u64 ppfc_self;
+	__u64 ppfc_redirect_errors;
+	__u64 ppfc_build_errors;
+};
+
+/* A source the port has paused (PPFC) for a destination, per class: who to
+ * resume, until when the last stop holds. The agent pauses the QPs toward
+ * the destination a notification names, so each destination behind the
+ * port gets its own stop. */
+struct ppfc_key {
+	__u32 addr; /* the source's IPv4 address, network order */
+	__u32 dest; /* the congested destination's */
+	__u32 class_id;
+	__u32 pad;
+};
+
+struct ppfc_source {
+	__u64 paused_until_ns; /* 0: not paused (or resumed) */
+	__u64 stops;
+	__u64 resumes;
+	__u32 psn;       /* the next notification's PSN */
+	__u32 ifindex;   /* the device toward the source */
+	__u32 local_ip;  /* the switch's address toward it (FIB), network order */
+	__u32 pad;
 };
 
 /* What the xmit hook hands the peer's ingress hook about one packet (the same

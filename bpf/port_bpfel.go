@@ -43,6 +43,8 @@ type PortClassConfig struct {
 	MtuBytes      uint64
 	AqmFlags      uint32
 	AqmPad        uint32
+	XoffBytes     uint64
+	XonBytes      uint64
 }
 
 type PortClassState struct {
@@ -95,6 +97,9 @@ type PortClassStats struct {
 	HostWaitSumNs        uint64
 	HostWaitMaxNs        uint64
 	HostWaitHist         [32]uint64
+	PpfcStopSent         uint64
+	PpfcResumeSent       uint64
+	PpfcStopCoalesced    uint64
 }
 
 type PortPortConfig struct {
@@ -104,6 +109,8 @@ type PortPortConfig struct {
 	Flags        uint32
 	PriorityBase uint32
 	DefaultClass uint32
+	PpfcDscp     uint32
+	PpfcPort     uint32
 }
 
 type PortPortStats struct {
@@ -121,6 +128,85 @@ type PortPortStats struct {
 	LateDeparturePackets       uint64
 	HandoffBusyPackets         uint64
 	HandoffStalePackets        uint64
+	PpfcNotIpv4                uint64
+	PpfcNoRoute                uint64
+	PpfcNoNeigh                uint64
+	PpfcSelf                   uint64
+	PpfcRedirectErrors         uint64
+	PpfcBuildErrors            uint64
+}
+
+type PortPpfcKey struct {
+	_       structs.HostLayout
+	Addr    uint32
+	Dest    uint32
+	ClassId uint32
+	Pad     uint32
+}
+
+type PortPpfcScratch struct {
+	_ structs.HostLayout
+	F struct {
+		_     structs.HostLayout
+		Align [2]uint8
+		Eth   struct {
+			_        structs.HostLayout
+			H_dest   [6]uint8
+			H_source [6]uint8
+			H_proto  uint16
+		}
+		Ip struct {
+			_        structs.HostLayout
+			_        [1]byte /* unsupported bitfield */
+			Tos      uint8
+			TotLen   uint16
+			Id       uint16
+			FragOff  uint16
+			Ttl      uint8
+			Protocol uint8
+			Check    uint16
+			Saddr    uint32
+			Daddr    uint32
+		}
+		L4 struct {
+			_   structs.HostLayout
+			Udp struct {
+				_      structs.HostLayout
+				Source uint16
+				Dest   uint16
+				Len    uint16
+				Check  uint16
+			}
+			Bth struct {
+				_      structs.HostLayout
+				Opcode uint8
+				Flags  uint8
+				Pkey   uint16
+				Ecn    uint8
+				Destqp [3]uint8
+				Ack    uint8
+				Psn    [3]uint8
+			}
+			Dest    [16]uint8
+			FlagsPt uint16
+			Cport   uint16
+			Rsvd    uint16
+			PauseUs uint16
+			Icrc    uint32
+		}
+	}
+	Ready uint32
+}
+
+type PortPpfcSource struct {
+	_             structs.HostLayout
+	PausedUntilNs uint64
+	Stops         uint64
+	Resumes       uint64
+	Psn           uint32
+	Ifindex       uint32
+	LocalIp       uint32
+	Pad           uint32
 }
 
 type PortXmitHandoff struct {
@@ -147,10 +233,14 @@ const (
 	PortMapHandoff       = "handoff"
 	PortMapPortCfg       = "port_cfg"
 	PortMapPortCounters  = "port_counters"
+	PortMapPpfcScratch   = "ppfc_scratch"
+	PortMapPpfcSources   = "ppfc_sources"
 	PortProgPortDequeue  = "port_dequeue"
 	PortProgPortEnqueue  = "port_enqueue"
 	PortProgPortHostDrop = "port_host_drop"
 	PortProgPortXmit     = "port_xmit"
+	PortProgPpfcEgress   = "ppfc_egress"
+	PortVarPpfcMark      = "ppfc_mark"
 	PortVarTestHooks     = "test_hooks"
 	PortVarTestNowNs     = "test_now_ns"
 	PortVarTestRand      = "test_rand"
@@ -205,6 +295,7 @@ type PortProgramSpecs struct {
 	PortEnqueue  *ebpf.ProgramSpec `ebpf:"port_enqueue"`
 	PortHostDrop *ebpf.ProgramSpec `ebpf:"port_host_drop"`
 	PortXmit     *ebpf.ProgramSpec `ebpf:"port_xmit"`
+	PpfcEgress   *ebpf.ProgramSpec `ebpf:"ppfc_egress"`
 }
 
 // PortMapSpecs contains maps before they are loaded into the kernel.
@@ -220,12 +311,15 @@ type PortMapSpecs struct {
 	Handoff       *ebpf.MapSpec `ebpf:"handoff"`
 	PortCfg       *ebpf.MapSpec `ebpf:"port_cfg"`
 	PortCounters  *ebpf.MapSpec `ebpf:"port_counters"`
+	PpfcScratch   *ebpf.MapSpec `ebpf:"ppfc_scratch"`
+	PpfcSources   *ebpf.MapSpec `ebpf:"ppfc_sources"`
 }
 
 // PortVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type PortVariableSpecs struct {
+	PpfcMark     *ebpf.VariableSpec `ebpf:"ppfc_mark"`
 	TestHooks    *ebpf.VariableSpec `ebpf:"test_hooks"`
 	TestNowNs    *ebpf.VariableSpec `ebpf:"test_now_ns"`
 	TestRand     *ebpf.VariableSpec `ebpf:"test_rand"`
@@ -263,6 +357,8 @@ type PortMaps struct {
 	Handoff       *ebpf.Map `ebpf:"handoff"`
 	PortCfg       *ebpf.Map `ebpf:"port_cfg"`
 	PortCounters  *ebpf.Map `ebpf:"port_counters"`
+	PpfcScratch   *ebpf.Map `ebpf:"ppfc_scratch"`
+	PpfcSources   *ebpf.Map `ebpf:"ppfc_sources"`
 }
 
 func (m *PortMaps) Close() error {
@@ -276,6 +372,8 @@ func (m *PortMaps) Close() error {
 		m.Handoff,
 		m.PortCfg,
 		m.PortCounters,
+		m.PpfcScratch,
+		m.PpfcSources,
 	)
 }
 
@@ -283,6 +381,7 @@ func (m *PortMaps) Close() error {
 //
 // It can be passed to LoadPortObjects or ebpf.CollectionSpec.LoadAndAssign.
 type PortVariables struct {
+	PpfcMark     *ebpf.Variable `ebpf:"ppfc_mark"`
 	TestHooks    *ebpf.Variable `ebpf:"test_hooks"`
 	TestNowNs    *ebpf.Variable `ebpf:"test_now_ns"`
 	TestRand     *ebpf.Variable `ebpf:"test_rand"`
@@ -299,6 +398,7 @@ type PortPrograms struct {
 	PortEnqueue  *ebpf.Program `ebpf:"port_enqueue"`
 	PortHostDrop *ebpf.Program `ebpf:"port_host_drop"`
 	PortXmit     *ebpf.Program `ebpf:"port_xmit"`
+	PpfcEgress   *ebpf.Program `ebpf:"ppfc_egress"`
 }
 
 func (p *PortPrograms) Close() error {
@@ -307,6 +407,7 @@ func (p *PortPrograms) Close() error {
 		p.PortEnqueue,
 		p.PortHostDrop,
 		p.PortXmit,
+		p.PpfcEgress,
 	)
 }
 

@@ -226,6 +226,26 @@ type ClassConfig struct {
 	// ForceTargets accepts an ECN♯ PstTarget at or above InsTarget, which
 	// makes the persistent logic pointless and is usually a typo.
 	ForceTargets bool `json:"force_targets,omitempty"`
+
+	// XoffBytes turns on PPFC (seed 003) for the class: a packet that
+	// takes the backlog to XoffBytes or above stops its source; a paused
+	// source is resumed by the first packet the switch sends it once the
+	// backlog is at or below XonBytes, and otherwise restarts when the
+	// stop's pause ends: the time the class takes to drain to XonBytes/2.
+	// 0: off. XonBytes should cover the sources' restart time at the
+	// port rate, or the queue runs dry before they send again.
+	XoffBytes units.ByteSize `json:"xoff,omitempty"`
+	XonBytes  units.ByteSize `json:"xon,omitempty"`
+}
+
+// PPFC reports whether some class sends PPFC notifications.
+func (c *Config) PPFC() bool {
+	for i := range c.Classes {
+		if c.Classes[i].XoffBytes != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Config is the whole configuration of a port.
@@ -319,6 +339,14 @@ func (cc *ClassConfig) validate() error {
 		errs = append(errs, errors.New("wred_drop needs an ecn mode other than off: it drops where ECT would be marked"))
 	}
 	errs = append(errs, cc.validateAQM()...)
+	switch {
+	case cc.XoffBytes == 0 && cc.XonBytes != 0:
+		errs = append(errs, fmt.Errorf("ppfc: xon (%s) needs xoff (0: PPFC off)", cc.XonBytes))
+	case cc.XoffBytes > cc.LimitBytes:
+		errs = append(errs, fmt.Errorf("ppfc: xoff (%s) must not exceed limit (%s)", cc.XoffBytes, cc.LimitBytes))
+	case cc.XoffBytes != 0 && cc.XonBytes >= cc.XoffBytes:
+		errs = append(errs, fmt.Errorf("ppfc: xon (%s) must be below xoff (%s)", cc.XonBytes, cc.XoffBytes))
+	}
 	return errors.Join(errs...)
 }
 

@@ -17,6 +17,7 @@ const (
 	classFlagWREDDrop   = 1 << 0 // CLASS_F_WRED_DROP
 	portFlagSetPriority = 1 << 0 // PORT_F_SET_PRIORITY
 	portFlagXmitHook    = 1 << 1 // PORT_F_XMIT_HOOK
+	portFlagPPFC        = 1 << 2 // PORT_F_PPFC
 	aqmFlagSqrtLaw      = 1 << 0 // AQM_F_SQRT_LAW
 	aqmFlagQueueSignal  = 1 << 1 // AQM_F_QLEN_SIGNAL
 	probOne             = 1 << 32
@@ -45,6 +46,10 @@ type LoadOptions struct {
 	// Xmit loads the xmit hook (port_xmit, port_host_drop) for this
 	// device. Optional: nil loads only the TC programs.
 	Xmit *XmitTarget
+	// Ifindex is the port device's: the Congestion Port its PPFC
+	// notifications name, and part of the mark of their clones (ports
+	// sharing a switch's devices must not take each other's).
+	Ifindex int
 }
 
 // XmitTarget is the device the xmit hook counts departures on. The hook is
@@ -59,6 +64,7 @@ type XmitTarget struct {
 type Objects struct {
 	bpf.PortObjects
 	frameBytes uint64
+	ifindex    int
 	// xmitHook says the xmit hook counts departures (PORT_F_XMIT_HOOK).
 	xmitHook bool
 	// xmitErr is why the xmit hook's programs did not load, when
@@ -73,6 +79,7 @@ type coreObjects struct {
 	bpf.PortVariables
 	PortEnqueue *ebpf.Program `ebpf:"port_enqueue"`
 	PortDequeue *ebpf.Program `ebpf:"port_dequeue"`
+	PpfcEgress  *ebpf.Program `ebpf:"ppfc_egress"`
 }
 
 // LoadObjects loads the programs with cfg in their maps.
@@ -92,7 +99,10 @@ func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptio
 			return nil, err
 		}
 	}
-	o := &Objects{frameBytes: opts.FrameBytes}
+	if err := spec.Variables["ppfc_mark"].Set(ppfcMark(opts.Ifindex)); err != nil {
+		return nil, err
+	}
+	o := &Objects{frameBytes: opts.FrameBytes, ifindex: opts.Ifindex}
 	if opts.Xmit != nil {
 		if err := errors.Join(spec.Variables["xmit_ifindex"].Set(uint32(opts.Xmit.Ifindex)),
 			spec.Variables["xmit_netns_ino"].Set(opts.Xmit.NetnsIno)); err != nil {
@@ -111,7 +121,7 @@ func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptio
 			return nil, loadError("load port programs", err)
 		}
 		o.PortMaps, o.PortVariables = core.PortMaps, core.PortVariables
-		o.PortPrograms = bpf.PortPrograms{PortEnqueue: core.PortEnqueue, PortDequeue: core.PortDequeue}
+		o.PortPrograms = bpf.PortPrograms{PortEnqueue: core.PortEnqueue, PortDequeue: core.PortDequeue, PpfcEgress: core.PpfcEgress}
 	}
 	if err := o.writeConfig(cfg, mode, priorityBase); err != nil {
 		o.Close()
@@ -263,6 +273,8 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 			MaxP:       probToFixed(cc.MaxP),
 			RateBps:    uint64(cc.Rate),
 			EcnMode:    uint32(cc.ECN),
+			XoffBytes:  uint64(cc.XoffBytes),
+			XonBytes:   uint64(cc.XonBytes),
 		}
 		drain := cc.Rate
 		if drain == 0 {
@@ -299,6 +311,11 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 		QueueMode:    uint32(mode),
 		PriorityBase: priorityBase,
 		DefaultClass: uint32(cfg.DefaultClass),
+		PpfcDscp:     uint32(DSCPCNP),
+		PpfcPort:     uint32(o.ifindex) & 0xFFFF,
+	}
+	if cfg.PPFC() {
+		pc.Flags |= portFlagPPFC
 	}
 	if priorityBase != 0 {
 		pc.Flags |= portFlagSetPriority
@@ -342,7 +359,15 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 		cc.Rate = units.Rate(v.RateBps)
 		cc.ECN = ECNMode(v.EcnMode)
 		cc.WREDDrop = v.Flags&classFlagWREDDrop != 0
+		cc.XoffBytes = units.ByteSize(v.XoffBytes)
+		cc.XonBytes = units.ByteSize(v.XonBytes)
 		readAQMFields(cc, &v)
 	}
 	return cfg, QueueMode(pc.QueueMode), nil
 }
+
+// ppfcMarkBase marks the clones port_enqueue and ppfc_egress turn into PPFC
+// notifications ("PF"); the low 16 bits are the port's ifindex.
+const ppfcMarkBase = 0x50460000
+
+func ppfcMark(ifindex int) uint32 { return ppfcMarkBase | uint32(ifindex)&0xFFFF }

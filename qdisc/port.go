@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,10 @@ type portMeta struct {
 	// before the xmit hook existed (they count at the peer's ingress).
 	Departure     DepartureHook `json:"departure,omitempty"`
 	DepartureNote string        `json:"departure_note,omitempty"`
+	// PPFCIfindexes are the devices ppfc_egress is attached to;
+	// PPFCNote why it is not attached (the port cannot send PPFC).
+	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
+	PPFCNote      string `json:"ppfc_note,omitempty"`
 }
 
 // Port is an attached switch egress port.
@@ -171,7 +176,7 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	if p.meta.HTB {
 		base = priorityBase
 	}
-	lo := LoadOptions{FrameBytes: p.meta.FrameBytes}
+	lo := LoadOptions{FrameBytes: p.meta.FrameBytes, Ifindex: p.meta.Ifindex}
 	wantXmit := opts.Mode == QueueVeth && opts.Departure != DepartPeerIngress
 	if opts.Mode == QueueVeth {
 		p.meta.Departure = DepartPeerIngress
@@ -218,6 +223,18 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 			p.meta.DepartureNote = "fallback: " + err.Error()
 		}
 	}
+	// PPFC notifications leave through the namespace's other devices
+	// (toward the sources): ppfc_egress there first, so that a clone
+	// port_enqueue makes always finds it.
+	if err := p.attachPPFC(); err != nil {
+		// Legacy cls_bpf allows one filter of ours per hook: a second
+		// port in the namespace cannot add its own. Fatal only if it
+		// is to send PPFC.
+		if cfg.PPFC() || p.meta.Attach != AttachLegacy {
+			return nil, err
+		}
+		p.meta.PPFCNote = err.Error()
+	}
 	if err := p.attachProg(p.ns, p.meta.Ifindex, p.progs.PortEnqueue, ebpf.AttachTCXEgress); err != nil {
 		return nil, fmt.Errorf("attach enqueue to %s: %w", describeDev(opts.Netns, opts.Dev), err)
 	}
@@ -227,6 +244,32 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 		}
 	}
 	return p, nil
+}
+
+// attachPPFC attaches ppfc_egress at the egress of every device of the
+// port's namespace but the port's own and loopback: the devices present
+// now. A device added later sends no PPFC notification.
+func (p *Port) attachPPFC() error {
+	h, err := netlinkHandle(p.ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return fmt.Errorf("attach ppfc: list devices: %w", err)
+	}
+	for _, l := range links {
+		a := l.Attrs()
+		if a.Index == p.meta.Ifindex || a.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		if err := p.attachProg(p.ns, a.Index, p.progs.PpfcEgress, ebpf.AttachTCXEgress); err != nil {
+			return fmt.Errorf("attach ppfc_egress to %s: %w", describeDev(p.meta.Netns, a.Name), err)
+		}
+		p.meta.PPFCIfindexes = append(p.meta.PPFCIfindexes, a.Index)
+	}
+	return nil
 }
 
 // attachXmit hooks port_xmit and port_host_drop to their tracepoints and
@@ -339,8 +382,11 @@ func (p *Port) Configure(cfg Config) error {
 	if p.meta.HTB {
 		base = priorityBase
 	}
+	if cfg.PPFC() && p.meta.PPFCNote != "" {
+		return fmt.Errorf("configure: PPFC thresholds, but this port cannot send PPFC notifications (%s)", p.meta.PPFCNote)
+	}
 	o := Objects{PortObjects: bpf.PortObjects{PortMaps: p.maps}, frameBytes: p.meta.FrameBytes,
-		xmitHook: p.meta.Departure == DepartXmit}
+		xmitHook: p.meta.Departure == DepartXmit, ifindex: p.meta.Ifindex}
 	if err := o.writeConfig(cfg, p.meta.Mode, base); err != nil {
 		return err
 	}
@@ -388,6 +434,7 @@ func (p *Port) Qdisc() (QdiscCounters, error) {
 // Info describes where the port is attached.
 type Info struct {
 	Dev       string     `json:"dev"`
+	Ifindex   int        `json:"ifindex"`
 	Netns     string     `json:"netns,omitempty"`
 	PeerDev   string     `json:"peer_dev,omitempty"`
 	PeerNetns string     `json:"peer_netns,omitempty"`
@@ -399,6 +446,10 @@ type Info struct {
 	// DepartureNote why it is not DepartXmit.
 	Departure     DepartureHook `json:"departure,omitempty"`
 	DepartureNote string        `json:"departure_note,omitempty"`
+	// PPFCIfindexes are the devices PPFC notifications can leave by
+	// (ppfc_egress is attached to them), PPFCNote why there are none.
+	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
+	PPFCNote      string `json:"ppfc_note,omitempty"`
 }
 
 func (p *Port) Info() Info {
@@ -409,7 +460,7 @@ func (p *Port) Info() Info {
 	}
 	return Info{Dev: m.Dev, Netns: m.Netns, PeerDev: m.PeerDev, PeerNetns: m.PeerNetns,
 		Mode: m.Mode, Attach: m.Attach, HTB: m.HTB, Pinned: m.PinDir != "",
-		Departure: dep, DepartureNote: m.DepartureNote}
+		Departure: dep, DepartureNote: m.DepartureNote, Ifindex: m.Ifindex, PPFCIfindexes: m.PPFCIfindexes, PPFCNote: m.PPFCNote}
 }
 
 // Close detaches the port and removes everything it installed: programs,
@@ -472,6 +523,11 @@ func (p *Port) teardown() error {
 		if p.meta.Ifindex != 0 {
 			errs = append(errs, detachClsact(p.ns, uint32(p.meta.Ifindex), false))
 		}
+		for _, i := range p.meta.PPFCIfindexes {
+			if err := detachClsact(p.ns, uint32(i), false); err != nil && !isGone(err) {
+				errs = append(errs, err)
+			}
+		}
 		if p.meta.PeerIfindex != 0 {
 			errs = append(errs, detachClsact(p.peerNS, uint32(p.meta.PeerIfindex), true))
 		}
@@ -517,6 +573,8 @@ func (p *Port) mapsByName() map[string]*ebpf.Map {
 		bpf.PortMapClassCounters: p.maps.ClassCounters,
 		bpf.PortMapPortCounters:  p.maps.PortCounters,
 		bpf.PortMapHandoff:       p.maps.Handoff,
+		bpf.PortMapPpfcSources:   p.maps.PpfcSources,
+		bpf.PortMapPpfcScratch:   p.maps.PpfcScratch,
 	}
 }
 

@@ -90,6 +90,11 @@ type ClassStats struct {
 	// Host is the host queue after the port: zero unless the port counts
 	// departures at xmit (Info().Departure).
 	Host HostQueueStats `json:"host_queue"`
+	// PPFC notifications sent to the class's sources (XoffBytes), and
+	// stops not sent because the source was paused already.
+	PPFCStopsSent      uint64 `json:"ppfc_stops_sent"`
+	PPFCResumesSent    uint64 `json:"ppfc_resumes_sent"`
+	PPFCStopsCoalesced uint64 `json:"ppfc_stops_coalesced"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -252,6 +257,20 @@ type PortCounters struct {
 	LateDeparturePackets uint64 `json:"late_departure_packets"`
 	HandoffBusyPackets   uint64 `json:"handoff_busy_packets"`
 	HandoffStalePackets  uint64 `json:"handoff_stale_packets"`
+	// PPFC notifications not sent: an IPv6 source, no route or no
+	// neighbour toward the source, a source behind the port itself, a
+	// failed clone; and clones that could not be rewritten (dropped).
+	PPFCNotIPv4        uint64 `json:"ppfc_not_ipv4"`
+	PPFCNoRoute        uint64 `json:"ppfc_no_route"`
+	PPFCNoNeighbour    uint64 `json:"ppfc_no_neighbour"`
+	PPFCSelf           uint64 `json:"ppfc_self"`
+	PPFCRedirectErrors uint64 `json:"ppfc_redirect_errors"`
+	PPFCBuildErrors    uint64 `json:"ppfc_build_errors"`
+}
+
+// PPFCErrors sums the PPFC notifications the port failed to send.
+func (p *PortCounters) PPFCErrors() uint64 {
+	return p.PPFCNotIPv4 + p.PPFCNoRoute + p.PPFCNoNeighbour + p.PPFCSelf + p.PPFCRedirectErrors + p.PPFCBuildErrors
 }
 
 // Stats is a snapshot of a port's counters.
@@ -297,6 +316,9 @@ func (s *Stats) Total() ClassStats {
 			t.Sojourn[b] += c.Sojourn[b]
 		}
 		t.Host.add(&c.Host)
+		t.PPFCStopsSent += c.PPFCStopsSent
+		t.PPFCResumesSent += c.PPFCResumesSent
+		t.PPFCStopsCoalesced += c.PPFCStopsCoalesced
 	}
 	return t
 }
@@ -322,6 +344,12 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 		s.Port.LateDeparturePackets += p.LateDeparturePackets
 		s.Port.HandoffBusyPackets += p.HandoffBusyPackets
 		s.Port.HandoffStalePackets += p.HandoffStalePackets
+		s.Port.PPFCNotIPv4 += p.PpfcNotIpv4
+		s.Port.PPFCNoRoute += p.PpfcNoRoute
+		s.Port.PPFCNoNeighbour += p.PpfcNoNeigh
+		s.Port.PPFCSelf += p.PpfcSelf
+		s.Port.PPFCRedirectErrors += p.PpfcRedirectErrors
+		s.Port.PPFCBuildErrors += p.PpfcBuildErrors
 	}
 	for i := range NumClasses {
 		c := &s.Classes[i]
@@ -386,6 +414,9 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			for b := range p.HostWaitHist {
 				h.Wait[b] += p.HostWaitHist[b]
 			}
+			c.PPFCStopsSent += p.PpfcStopSent
+			c.PPFCResumesSent += p.PpfcResumeSent
+			c.PPFCStopsCoalesced += p.PpfcStopCoalesced
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins

@@ -80,6 +80,11 @@ Class options (repeatable, applied in order):
       name=NAME                   label shown in tables
       rate=RATE                   drain rate of the class (--mode virtual only;
                                   default: port rate)
+      xoff=SIZE,xon=SIZE          PPFC (seed 003): a packet that takes the
+                                  backlog to xoff stops its source; resumed
+                                  at xon by the next packet toward it, or at
+                                  the stop's pause (drain time to xon/2)
+      no-ppfc                     PPFC off (the default)
   --dscp LIST=CLASS           map DSCPs to a class: 26=3, 24-31=3, 10,12,14=2
   --default-class CLASS       class for non-IP frames (ARP, LLDP)
 

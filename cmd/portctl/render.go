@@ -156,6 +156,9 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 		if cc.Rate != 0 {
 			extra = append(extra, "rate "+cc.Rate.String())
 		}
+		if cc.XoffBytes != 0 {
+			extra = append(extra, fmt.Sprintf("ppfc xoff %s xon %s", cc.XoffBytes, cc.XonBytes))
+		}
 		fmt.Fprintf(tw, "class %s\tlimit %s\tecn %s\t%s\n",
 			classLabel(qdisc.ClassID(i), cc.Name), cc.LimitBytes, ecnText(cc), strings.Join(extra, " "))
 	}
@@ -233,6 +236,10 @@ func renderStats(w io.Writer, info qdisc.Info, st *qdisc.Stats, q *qdisc.QdiscCo
 		fmt.Fprintf(w, " late departures %d pkt (counted at the peer; handoff slot busy %d), stale handoffs %d\n",
 			p.LateDeparturePackets, p.HandoffBusyPackets, p.HandoffStalePackets)
 	}
+	if p.PPFCErrors() != 0 {
+		fmt.Fprintf(w, " ppfc not sent: ipv6 source %d, no route %d, no neighbour %d, source behind this port %d, clone failed %d, rewrite failed %d\n",
+			p.PPFCNotIPv4, p.PPFCNoRoute, p.PPFCNoNeighbour, p.PPFCSelf, p.PPFCRedirectErrors, p.PPFCBuildErrors)
+	}
 	if q != nil {
 		kind := q.Kind
 		if kind == "" {
@@ -261,6 +268,9 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 	}
 	fmt.Fprintf(w, " arrived %d bytes %d pkt: not-ect %d, ect0 %d, ect1 %d, ce %d\n",
 		c.EnqueuedBytes, c.EnqueuedPackets, c.ArrivedNotECT, c.ArrivedECT0, c.ArrivedECT1, c.ArrivedCE)
+	if c.PPFCStopsSent+c.PPFCResumesSent+c.PPFCStopsCoalesced != 0 {
+		fmt.Fprintf(w, " ppfc: stops sent %d (coalesced %d), resumes sent %d\n", c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCResumesSent)
+	}
 	if h := &c.Host; h.EnteredPackets != 0 || h.BacklogPackets != 0 {
 		fmt.Fprintf(w, " host queue (after the port, not in its backlog): entered %d pkt, delivered %d, dropped %d, in flight %db %dp (max %db %dp)\n",
 			h.EnteredPackets, h.DeliveredPackets, h.DroppedPackets, h.BacklogBytes, h.BacklogPackets, h.MaxBacklogBytes, h.MaxBacklogPackets)

@@ -40,6 +40,9 @@ type tcSpec struct {
 	interval, target *time.Duration
 	sqrt, force      *bool
 	queueSignal      *bool
+	// PPFC thresholds; noPPFC turns it off.
+	xoff, xon *units.ByteSize
+	noPPFC    bool
 }
 
 // A dscpSpec is one --dscp option: DSCP values mapped to a class.
@@ -57,8 +60,8 @@ func specError(opt, raw, format string, args ...any) error {
 }
 
 const tcKeysHelp = "words: off, step, wred, tcn, codel, ecnsharp, strict, no-strict, wred-drop, no-wred-drop, " +
-	"sqrt, no-sqrt, force, no-force; keys: limit=SIZE, min=SIZE, max=SIZE, p=PROB, k=SIZE, name=NAME, rate=RATE, " +
-	"ins=DUR, ins-max=DUR, pst=DUR, interval=DUR, target=DUR, signal=sojourn|qlen"
+	"sqrt, no-sqrt, force, no-force, no-ppfc; keys: limit=SIZE, min=SIZE, max=SIZE, p=PROB, k=SIZE, name=NAME, rate=RATE, " +
+	"ins=DUR, ins-max=DUR, pst=DUR, interval=DUR, target=DUR, signal=sojourn|qlen, xoff=SIZE, xon=SIZE"
 
 // parseClass reads a class number, 0-7, optionally spelled tcN.
 func parseClass(s string) (qdisc.ClassID, error) {
@@ -123,6 +126,9 @@ func parseTC(raw string) (*tcSpec, error) {
 				field = "force"
 				v := key == "force"
 				s.force = &v
+			case "no-ppfc", "noppfc":
+				field = "ppfc"
+				s.noPPFC = true
 			default:
 				m, err := qdisc.ParseECNMode(key)
 				if err != nil {
@@ -157,6 +163,10 @@ func parseTC(raw string) (*tcSpec, error) {
 			err = size(&s.max, "max")
 		case "k":
 			err = size(&s.k, "k")
+		case "xoff":
+			err = size(&s.xoff, "xoff")
+		case "xon":
+			err = size(&s.xon, "xon")
 		case "p", "probability", "max_p", "maxp":
 			if err = once("p"); err == nil {
 				var v float64
@@ -302,6 +312,17 @@ func (s *tcSpec) apply(cfg *qdisc.Config) error {
 	}
 	if s.wredDrop != nil {
 		cc.WREDDrop = *s.wredDrop
+	}
+	switch {
+	case s.noPPFC && (s.xoff != nil || s.xon != nil):
+		return specError("--tc", s.raw, "no-ppfc turns PPFC off: give it without xoff and xon")
+	case s.noPPFC:
+		cc.XoffBytes, cc.XonBytes = 0, 0
+	case s.xon != nil && s.xoff == nil && cc.XoffBytes == 0:
+		return specError("--tc", s.raw, "xon needs xoff: class %d has no PPFC (e.g. %d:xoff=1mb,xon=512kb)", s.class, s.class)
+	default:
+		set(&cc.XoffBytes, s.xoff)
+		set(&cc.XonBytes, s.xon)
 	}
 	if err := s.applyAQM(cc, before); err != nil {
 		return err

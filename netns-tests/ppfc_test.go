@@ -1,0 +1,244 @@
+package netnstests
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// ppfcCatch is what a source's UDP 4791 socket received: every datagram,
+// with when and from where it came.
+type ppfcCatch struct {
+	mu   sync.Mutex
+	got  []ppfcGot
+	conn *net.UDPConn
+	done chan struct{}
+	any  chan struct{} // a token per datagram, dropped when full
+}
+
+type ppfcGot struct {
+	at      time.Time
+	from    netip.AddrPort
+	payload []byte
+}
+
+// catchPPFC listens on UDP 4791 in n until the test ends.
+func catchPPFC(t *testing.T, n *topo.Node) *ppfcCatch {
+	t.Helper()
+	c := &ppfcCatch{done: make(chan struct{}), any: make(chan struct{}, 1)}
+	if err := n.Do(func() (err error) {
+		c.conn, err = net.ListenUDP("udp4", &net.UDPAddr{Port: roce.UDPPort})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(c.done)
+		buf := make([]byte, 2048)
+		for {
+			k, from, err := c.conn.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			c.mu.Lock()
+			c.got = append(c.got, ppfcGot{time.Now(), from, append([]byte(nil), buf[:k]...)})
+			c.mu.Unlock()
+			select {
+			case c.any <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { c.conn.Close(); <-c.done })
+	return c
+}
+
+func (c *ppfcCatch) all() []ppfcGot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]ppfcGot(nil), c.got...)
+}
+
+// ppfcFields decodes what TestPPFCWire checks of a PPFC notification's UDP
+// payload (roce-wire.md §PPFC; bpf/port.c documents the choices).
+type ppfcFields struct {
+	dest   netip.Addr
+	action int
+	cport  uint16
+	pause  time.Duration
+	psn    uint32
+}
+
+func decodePPFC(b []byte) (ppfcFields, error) {
+	var f ppfcFields
+	if len(b) != 40 { // BTH 12, extension 24, ICRC 4
+		return f, errors.New("not 40 bytes")
+	}
+	if b[0] != 0x81 || b[4]&0x20 == 0 || b[1] != 0 || binary.BigEndian.Uint16(b[2:]) != 0xFFFF {
+		return f, errors.New("not a PPFC BTH (opcode 0x81, P set, P_Key 0xFFFF)")
+	}
+	if b[5] != 0 || b[6] != 0 || b[7] != 0 {
+		return f, errors.New("DestQP is not 0")
+	}
+	f.psn = uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11])
+	f.dest = netip.AddrFrom16([16]byte(b[12:28])).Unmap()
+	f.action = int(binary.BigEndian.Uint16(b[28:]) & 3)
+	f.cport = binary.BigEndian.Uint16(b[30:])
+	f.pause = time.Duration(binary.BigEndian.Uint16(b[34:])) * time.Microsecond
+	return f, nil
+}
+
+// TestPPFCWire: a UDP source overfills a class with xoff/xon. The port
+// stops it: each notification 40 bytes of UDP payload to 4791 from
+// 0xC0FC, with a valid ICRC, naming the congested destination and the port,
+// PSNs in sequence. While the source ignores its stops it gets one per
+// pause, not one per packet. When it obeys (stops sending at the first
+// one), the queue drains to xon before the pause ends, and the next packet
+// toward the source (the receiver sends it one every ms) carries a resume.
+func TestPPFCWire(t *testing.T) {
+	for _, am := range attachModes {
+		t.Run(am.name, func(t *testing.T) {
+			const rate = 100 * units.Mbit
+			const limit, xoff, xon = 512 * units.KiB, 300 * units.KiB, 200 * units.KiB
+			cfg := qdisc.DefaultConfig(rate)
+			cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: limit, ECN: qdisc.ECNOff,
+				XoffBytes: xoff, XonBytes: xon}
+			d, port, _, dst := udpPort(t, 1, cfg, am.legacy)
+			catch := catchPPFC(t, d.Senders[0])
+			self := netip.AddrPortFrom(d.SenderAddrs[0], roce.UDPPort)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			back := newSink(t, d.Senders[0])
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f := flow{tos: 0, payload: 64, rate: 64 * 8 * 1000 * units.Bit, total: 3 * time.Second}
+				if _, err := f.send(ctx, d.Receiver, netip.AddrPortFrom(d.SenderAddrs[0], uint16(back.port))); err != nil && ctx.Err() == nil {
+					t.Error(err)
+				}
+			}()
+			defer wg.Wait()
+
+			// 1. A source that ignores PPFC, at twice the rate for 300 ms.
+			src := flow{tos: tosRoCENotECT, payload: 1400, rate: 2 * rate, total: 300 * time.Millisecond}
+			sent, err := src.send(ctx, d.Senders[0], dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := settle(t, port)
+			c := st.Classes[qdisc.ClassRoCE]
+			got := catch.all()
+			stops, resumes := checkPPFCs(t, got, self, d.ReceiverAddr, port.Info().Ifindex, rate, limit, xon)
+			t.Logf("1. ignoring: sent %d datagrams; class 3: max backlog %d B, dropped %d; PPFC stops sent %d, coalesced %d, resumes sent %d; received %d stops, %d resumes; port: PPFC errors %d",
+				sent, c.MaxBacklogBytes, c.DroppedLimitPackets, c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCResumesSent, stops, resumes, st.Port.PPFCErrors())
+			if stops == 0 || uint64(stops) != c.PPFCStopsSent {
+				t.Errorf("the source received %d stops, the port sent %d", stops, c.PPFCStopsSent)
+			}
+			// One per pause: the pauses here are 16-33 ms.
+			if stops > 25 {
+				t.Errorf("%d stops in 300 ms: not one per pause", stops)
+			}
+			if c.PPFCStopsCoalesced == 0 {
+				t.Errorf("no stop was coalesced, though the source kept sending while paused")
+			}
+
+			// 2. A source that obeys: it stops sending at its first stop.
+			time.Sleep(70 * time.Millisecond) // every pause of part 1 is over
+			before := len(got)
+			sctx, scancel := context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-catch.any:
+				case <-sctx.Done():
+				}
+				scancel()
+			}()
+			for len(catch.any) > 0 {
+				<-catch.any
+			}
+			src.total = 2 * time.Second
+			if _, err := src.send(sctx, d.Senders[0], dst); err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+			quiet := time.Now()
+			scancel()
+			st = settle(t, port)
+			c2 := st.Classes[qdisc.ClassRoCE]
+			got = catch.all()
+			stops2, resumes2 := checkPPFCs(t, got[before:], self, d.ReceiverAddr, port.Info().Ifindex, rate, limit, xon)
+			t.Logf("2. obeying: stops sent %d, resumes sent %d; received %d stops, %d resumes",
+				c2.PPFCStopsSent-c.PPFCStopsSent, c2.PPFCResumesSent-c.PPFCResumesSent, stops2, resumes2)
+			if stops2 != 1 || resumes2 != 1 {
+				t.Fatalf("an obeying source received %d stops and %d resumes, want 1 and 1", stops2, resumes2)
+			}
+			stop, resume := got[before], got[len(got)-1]
+			f, _ := decodePPFC(stop.payload)
+			// Resumed at xon, before the pause (drain to xon/2) ended.
+			if wait := resume.at.Sub(stop.at); resume.at.Before(quiet) || wait >= f.pause {
+				t.Errorf("resume %v after the stop (pause %v), %v after the source went quiet", wait, f.pause, resume.at.Sub(quiet))
+			} else {
+				t.Logf("resumed %v after the stop (its pause: %v)", wait.Round(10*time.Microsecond), f.pause)
+			}
+			if e := st.Port.PPFCErrors(); e != 0 {
+				t.Errorf("%d PPFC notifications failed: %+v", e, st.Port)
+			}
+		})
+	}
+}
+
+// checkPPFCs checks every datagram a source received is a well-formed PPFC
+// notification from the port (decodePPFC, the ICRC, the congested
+// destination and port, PSNs in sequence, a stop's pause at most the
+// drain time from the limit to xon/2) and counts stops and resumes.
+func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Addr, ifindex int, rate units.Rate, limit, xon units.ByteSize) (stops, resumes int) {
+	t.Helper()
+	maxPause := time.Duration(float64(limit-xon/2)*8/float64(rate)*float64(time.Second)) + time.Millisecond
+	var lastPSN uint32
+	for i, g := range got {
+		f, err := decodePPFC(g.payload)
+		if err != nil {
+			t.Errorf("datagram %d from %v: %v (% x)", i, g.from, err, g.payload)
+			continue
+		}
+		if g.from.Port() != 0xC0FC {
+			t.Errorf("PPFC %d from %v: want source port 0xC0FC (49404)", i, g.from)
+		}
+		if !roce.VerifyICRC(g.from, self, g.payload) {
+			t.Errorf("PPFC %d: ICRC does not verify", i)
+		}
+		if f.dest != dest {
+			t.Errorf("PPFC %d names %v as the congested destination, want %v", i, f.dest, dest)
+		}
+		if i > 0 && f.psn != lastPSN+1 {
+			t.Errorf("PPFC %d: PSN %d after %d", i, f.psn, lastPSN)
+		}
+		lastPSN = f.psn
+		if int(f.cport) != ifindex&0xFFFF {
+			t.Errorf("PPFC %d: congestion port %d, want the port's ifindex %d", i, f.cport, ifindex)
+		}
+		switch f.action {
+		case 0:
+			stops++
+			if f.pause <= 0 || f.pause > maxPause {
+				t.Errorf("stop %d: pause %v, want (0, %v]", i, f.pause, maxPause)
+			}
+		case 1:
+			resumes++
+		default:
+			t.Errorf("PPFC %d: action %d (the port sends stop and resume only)", i, f.action)
+		}
+	}
+	return stops, resumes
+}
