@@ -2,7 +2,6 @@ package netnstests
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -67,35 +66,6 @@ func (c *ppfcCatch) all() []ppfcGot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]ppfcGot(nil), c.got...)
-}
-
-// ppfcFields decodes what TestPPFCWire checks of a PPFC notification's UDP
-// payload (roce-wire.md §PPFC; bpf/port.c documents the choices).
-type ppfcFields struct {
-	dest   netip.Addr
-	action int
-	cport  uint16
-	pause  time.Duration
-	psn    uint32
-}
-
-func decodePPFC(b []byte) (ppfcFields, error) {
-	var f ppfcFields
-	if len(b) != 40 { // BTH 12, extension 24, ICRC 4
-		return f, errors.New("not 40 bytes")
-	}
-	if b[0] != 0x81 || b[4]&0x20 == 0 || b[1] != 0 || binary.BigEndian.Uint16(b[2:]) != 0xFFFF {
-		return f, errors.New("not a PPFC BTH (opcode 0x81, P set, P_Key 0xFFFF)")
-	}
-	if b[5] != 0 || b[6] != 0 || b[7] != 0 {
-		return f, errors.New("DestQP is not 0")
-	}
-	f.psn = uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11])
-	f.dest = netip.AddrFrom16([16]byte(b[12:28])).Unmap()
-	f.action = int(binary.BigEndian.Uint16(b[28:]) & 3)
-	f.cport = binary.BigEndian.Uint16(b[30:])
-	f.pause = time.Duration(binary.BigEndian.Uint16(b[34:])) * time.Microsecond
-	return f, nil
 }
 
 // TestPPFCWire: a UDP source overfills a class with xoff/xon. The port
@@ -184,12 +154,13 @@ func TestPPFCWire(t *testing.T) {
 				t.Fatalf("an obeying source received %d stops and %d resumes, want 1 and 1", stops2, resumes2)
 			}
 			stop, resume := got[before], got[len(got)-1]
-			f, _ := decodePPFC(stop.payload)
+			var f roce.PPFC
+			_ = roce.ParsePPFC(stop.payload, &f)
 			// Resumed at xon, before the pause (drain to xon/2) ended.
-			if wait := resume.at.Sub(stop.at); resume.at.Before(quiet) || wait >= f.pause {
-				t.Errorf("resume %v after the stop (pause %v), %v after the source went quiet", wait, f.pause, resume.at.Sub(quiet))
+			if wait := resume.at.Sub(stop.at); resume.at.Before(quiet) || wait >= f.Pause {
+				t.Errorf("resume %v after the stop (pause %v), %v after the source went quiet", wait, f.Pause, resume.at.Sub(quiet))
 			} else {
-				t.Logf("resumed %v after the stop (its pause: %v)", wait.Round(10*time.Microsecond), f.pause)
+				t.Logf("resumed %v after the stop (its pause: %v)", wait.Round(10*time.Microsecond), f.Pause)
 			}
 			if e := st.Port.PPFCErrors(); e != 0 {
 				t.Errorf("%d PPFC notifications failed: %+v", e, st.Port)
@@ -199,7 +170,7 @@ func TestPPFCWire(t *testing.T) {
 }
 
 // checkPPFCs checks every datagram a source received is a well-formed PPFC
-// notification from the port (decodePPFC, the ICRC, the congested
+// notification from the port (roce.ParsePPFC, the ICRC, the congested
 // destination and port, PSNs in sequence, a stop's pause at most the
 // drain time from the limit to xon/2) and counts stops and resumes.
 func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Addr, ifindex int, rate units.Rate, limit, xon units.ByteSize) (stops, resumes int) {
@@ -207,8 +178,8 @@ func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Add
 	maxPause := time.Duration(float64(limit-xon/2)*8/float64(rate)*float64(time.Second)) + time.Millisecond
 	var lastPSN uint32
 	for i, g := range got {
-		f, err := decodePPFC(g.payload)
-		if err != nil {
+		var f roce.PPFC
+		if err := roce.ParsePPFC(g.payload, &f); err != nil {
 			t.Errorf("datagram %d from %v: %v (% x)", i, g.from, err, g.payload)
 			continue
 		}
@@ -218,26 +189,29 @@ func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Add
 		if !roce.VerifyICRC(g.from, self, g.payload) {
 			t.Errorf("PPFC %d: ICRC does not verify", i)
 		}
-		if f.dest != dest {
-			t.Errorf("PPFC %d names %v as the congested destination, want %v", i, f.dest, dest)
+		if len(g.payload) != roce.PPFCLen {
+			t.Errorf("PPFC %d: %d bytes", i, len(g.payload))
 		}
-		if i > 0 && f.psn != lastPSN+1 {
-			t.Errorf("PPFC %d: PSN %d after %d", i, f.psn, lastPSN)
+		if f.Dest != dest {
+			t.Errorf("PPFC %d names %v as the congested destination, want %v", i, f.Dest, dest)
 		}
-		lastPSN = f.psn
-		if int(f.cport) != ifindex&0xFFFF {
-			t.Errorf("PPFC %d: congestion port %d, want the port's ifindex %d", i, f.cport, ifindex)
+		if i > 0 && f.PSN != lastPSN+1 {
+			t.Errorf("PPFC %d: PSN %d after %d", i, f.PSN, lastPSN)
 		}
-		switch f.action {
-		case 0:
+		lastPSN = f.PSN
+		if int(f.Port) != ifindex&0xFFFF {
+			t.Errorf("PPFC %d: congestion port %d, want the port's ifindex %d", i, f.Port, ifindex)
+		}
+		switch f.Action {
+		case roce.PPFCStop:
 			stops++
-			if f.pause <= 0 || f.pause > maxPause {
-				t.Errorf("stop %d: pause %v, want (0, %v]", i, f.pause, maxPause)
+			if f.Pause <= 0 || f.Pause > maxPause {
+				t.Errorf("stop %d: pause %v, want (0, %v]", i, f.Pause, maxPause)
 			}
-		case 1:
+		case roce.PPFCResume:
 			resumes++
 		default:
-			t.Errorf("PPFC %d: action %d (the port sends stop and resume only)", i, f.action)
+			t.Errorf("PPFC %d: %v (the port sends stop and resume only)", i, f.Action)
 		}
 	}
 	return stops, resumes
