@@ -15,6 +15,9 @@
 // pktio.SteeredConn the agent numbers its QPs from the conn's QPN block, so
 // the QPNs of all agents of a host are distinct and the host's steering
 // hands each packet to the agent that owns its DestQP.
+//
+// A PPFC notification (seed 003) from a switch pauses the requesters of
+// the QPs whose peer is its congested destination (ppfc.go).
 package agent
 
 import (
@@ -94,7 +97,21 @@ type Config struct {
 	// the agent's loops (keep it short). Benchmarks time the DCQCN loop
 	// with it.
 	Trace func(Event)
+	// PPFCSources are the switches allowed to pause this agent's QPs with
+	// PPFC notifications (seed 003); a notification from elsewhere is
+	// counted (ppfc_ignored_source) and ignored. Optional: empty accepts
+	// them from any source.
+	PPFCSources []netip.Prefix
+	// PPFCMaxPause bounds every pause a PPFC stop starts or extends; a stop
+	// whose Pause Duration is 0 ("until resume") pauses this long, so a
+	// lost resume cannot stall a QP forever. Optional: 0 means
+	// roce.MaxPPFCPause (65.535 ms), the longest the field carries.
+	PPFCMaxPause time.Duration
 }
+
+// maxPPFCMaxPause bounds Config.PPFCMaxPause: a requester paused longer
+// than a second is a fabric that needs fixing, not a pause.
+const maxPPFCMaxPause = time.Second
 
 // EventKind says what an Event records.
 type EventKind uint8
@@ -140,12 +157,26 @@ type Agent struct {
 
 	writeMu sync.Mutex // one sendmmsg at a time on the shared socket
 	drops   agentDrops
+	ppfc    agentPPFC
 	wg      sync.WaitGroup
 	closing atomic.Bool
 }
 
 // New starts an agent on cfg.Conn. Close stops it (and closes the Conn).
 func New(cfg Config) (*Agent, error) {
+	a, err := newAgent(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.wg.Add(2)
+	go a.rxLoop()
+	go a.txLoop()
+	return a, nil
+}
+
+// newAgent is New without the loops: tests run receive and fillLocked
+// themselves, on a clock of their own.
+func newAgent(cfg Config) (*Agent, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("agent: Config.Conn is required")
 	}
@@ -160,6 +191,21 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	for i, p := range cfg.PPFCSources {
+		switch {
+		case !p.IsValid():
+			return nil, fmt.Errorf("agent: ppfc_sources[%d] %v: not a valid prefix", i, p)
+		case p.Addr().Is4In6():
+			// Sources are compared unmapped, as 4-byte addresses.
+			return nil, fmt.Errorf("agent: ppfc_sources[%d] %v: IPv4-mapped, never matches: write the IPv4 prefix", i, p)
+		}
+	}
+	if cfg.PPFCMaxPause == 0 {
+		cfg.PPFCMaxPause = roce.MaxPPFCPause
+	}
+	if cfg.PPFCMaxPause < time.Microsecond || cfg.PPFCMaxPause > maxPPFCMaxPause {
+		return nil, fmt.Errorf("agent: ppfc_max_pause %v: must be 1us..%v", cfg.PPFCMaxPause, maxPPFCMaxPause)
 	}
 	w, err := newWaker()
 	if err != nil {
@@ -180,9 +226,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.mu.next = a.qpnFirst
 	a.qps.Store(new([]*QP))
-	a.wg.Add(2)
-	go a.rxLoop()
-	go a.txLoop()
 	return a, nil
 }
 
@@ -356,6 +399,12 @@ func (a *Agent) Counters() AgentCounters {
 	c.WrongPeer = a.drops.wrongPeer.Load()
 	c.Unsupported = a.drops.unsupported.Load()
 	c.SendErrors = a.drops.sendErrors.Load()
+	c.PPFCReceivedStop = a.ppfc.received[roce.PPFCStop].Load()
+	c.PPFCReceivedResume = a.ppfc.received[roce.PPFCResume].Load()
+	c.PPFCReceivedAlarm = a.ppfc.received[roce.PPFCAlarm].Load()
+	c.PPFCReceivedHold = a.ppfc.received[roce.PPFCHold].Load()
+	c.PPFCIgnoredSource = a.ppfc.ignoredSource.Load()
+	c.PPFCIgnoredDestination = a.ppfc.ignoredDestination.Load()
 	return c
 }
 
@@ -512,8 +561,8 @@ func (a *Agent) rxLoop() {
 	}
 }
 
-// receive checks one datagram and hands it to its QP. A malformed packet is
-// counted and dropped.
+// receive checks one datagram and hands it to its QP, or a PPFC
+// notification to receivePPFC. A malformed packet is counted and dropped.
 func (a *Agent) receive(now time.Duration, m *pktio.Message, h *roce.Header, rs *replies) {
 	if m.Truncated {
 		a.drops.malformed.Add(1)
@@ -523,6 +572,10 @@ func (a *Agent) receive(now time.Duration, m *pktio.Message, h *roce.Header, rs 
 	payload, err := roce.Parse(b, h)
 	if err != nil {
 		a.drops.malformed.Add(1)
+		return
+	}
+	if h.BTH.IsPPFC() {
+		a.receivePPFC(now, m, b) // for the host, not a QP: its DestQP is 0
 		return
 	}
 	qp := a.QP(h.BTH.DestQP)

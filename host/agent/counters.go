@@ -1,6 +1,10 @@
 package agent
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/fabriclab/fabriclab/host/roce"
+)
 
 // Counters are the NIC counters people grep when a fabric misbehaves, with
 // the mlx5 names (reference/dcqcn.md), kept per QP and summed per agent.
@@ -37,6 +41,14 @@ type Counters struct {
 	// NAKs other than PSN sequence error, sent (responder) or received.
 	RemoteAccessErr uint64 `json:"remote_access_err"`
 	InvalidRequest  uint64 `json:"invalid_request"`
+	// PPFC (seed 003) at the requester: stops that named this QP's peer
+	// (each one, whether it started, extended or left a pause), resumes
+	// that ended a pause, and the time paused in ns. A pause counts in
+	// ppfc_paused_ns once it has ended: one still running when read is
+	// left out.
+	PPFCPauses   uint64 `json:"ppfc_pauses"`
+	PPFCResumes  uint64 `json:"ppfc_resumes"`
+	PPFCPausedNs uint64 `json:"ppfc_paused_ns"`
 }
 
 // AgentCounters add what cannot be charged to a QP.
@@ -51,6 +63,16 @@ type AgentCounters struct {
 	WrongPeer   uint64 `json:"wrong_peer"`
 	Unsupported uint64 `json:"unsupported_opcode"`
 	SendErrors  uint64 `json:"send_errors"`
+	// PPFC notifications with a good ICRC, by PT (malformed ones count in
+	// Malformed, bad ICRCs in ICRCErrors); of them, those ignored because
+	// they came from outside Config.PPFCSources or named a destination no
+	// connected QP has for peer.
+	PPFCReceivedStop       uint64 `json:"ppfc_received_stop"`
+	PPFCReceivedResume     uint64 `json:"ppfc_received_resume"`
+	PPFCReceivedAlarm      uint64 `json:"ppfc_received_alarm"`
+	PPFCReceivedHold       uint64 `json:"ppfc_received_hold"`
+	PPFCIgnoredSource      uint64 `json:"ppfc_ignored_source"`
+	PPFCIgnoredDestination uint64 `json:"ppfc_ignored_destination"`
 }
 
 // Add adds o to c, field by field.
@@ -75,6 +97,9 @@ func (c *Counters) Add(o *Counters) {
 	c.VerifyErrors += o.VerifyErrors
 	c.RemoteAccessErr += o.RemoteAccessErr
 	c.InvalidRequest += o.InvalidRequest
+	c.PPFCPauses += o.PPFCPauses
+	c.PPFCResumes += o.PPFCResumes
+	c.PPFCPausedNs += o.PPFCPausedNs
 }
 
 // agentDrops are updated from the receive loop without a QP lock.
@@ -83,4 +108,10 @@ type agentDrops struct {
 	// Counters of QPs already destroyed, so agent totals never go back.
 	// Guarded by Agent.mu.
 	gone Counters
+}
+
+// agentPPFC counts PPFC notifications, from the receive loop.
+type agentPPFC struct {
+	received                          [roce.PPFCHold + 1]atomic.Uint64 // by PT
+	ignoredSource, ignoredDestination atomic.Uint64
 }

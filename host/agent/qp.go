@@ -241,6 +241,9 @@ type requester struct {
 	ackReqMax    uint64
 	lastProgress time.Duration
 	retries      int
+	// PPFC: paused from pausedSince until pausedUntil (ppfc.go).
+	paused                   bool
+	pausedSince, pausedUntil time.Duration
 	// Pacer at Rc (or RateCap), MaxBurst packets deep.
 	pace bucket
 	rp   *dcqcn.RP

@@ -21,8 +21,8 @@ type txPacket struct {
 
 // fillLocked writes what the QP may send now into out: a due CNP, then data
 // paced at Rc (or RateCap) and by the port's bucket (nil: no port limit),
-// within the window. It returns the packets
-// written and when the QP next needs the transmit loop.
+// within the window, unless a PPFC stop paused the requester. It returns
+// the packets written and when the QP next needs the transmit loop.
 // Precondition: qp.mu is held.
 func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n int, next time.Duration) {
 	next = never
@@ -41,6 +41,11 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 		}
 	}
 	r := &qp.mu.req
+	// PPFC: a paused requester sends nothing, retransmissions included,
+	// and its ACK timeout stands still (endPauseLocked).
+	if qp.ppfcPausedLocked(now) {
+		return n, min(next, r.pausedUntil)
+	}
 	if !r.active || qp.mu.err != nil {
 		return n, next
 	}

@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/roce"
+)
+
+// PPFC (seed 003): a switch port whose queue fills tells the traffic
+// source to stop sending towards a congested destination, for a Pause
+// Duration or until it sends a resume. The agent obeys for each connected
+// QP whose peer is that destination: its requester sends nothing, new or
+// retransmitted, until the pause ends; what it owes as a responder (ACKs,
+// NAKs, CNPs) still goes out, and its DCQCN reaction point runs on (the RP
+// is a state machine of its own: Advance catches its timers up). The
+// notification names no QP, so it is the agent's, not a QP's, packet.
+
+// receivePPFC obeys one PPFC notification, parsed by roce.Parse as far as
+// its BTH.
+func (a *Agent) receivePPFC(now time.Duration, m *pktio.Message, b []byte) {
+	var p roce.PPFC
+	if err := roce.ParsePPFC(b, &p); err != nil {
+		a.drops.malformed.Add(1)
+		return
+	}
+	if !a.cfg.SkipICRCCheck && !a.ppfcICRCOK(m.Addr, b) {
+		a.drops.icrc.Add(1)
+		return
+	}
+	a.ppfc.received[p.Action].Add(1)
+	if !a.ppfcSourceAllowed(m.Addr.Addr().Unmap()) {
+		a.ppfc.ignoredSource.Add(1)
+		return
+	}
+	pause := a.cfg.PPFCMaxPause
+	if p.Pause > 0 {
+		pause = min(p.Pause, pause)
+	}
+	named, resumed := false, false
+	for _, qp := range *a.qps.Load() {
+		if qp == nil {
+			continue
+		}
+		qp.mu.Lock()
+		// Both unmapped: ParsePPFC and Connect see to it.
+		if qp.mu.connected && !qp.mu.destroyed && qp.mu.peer.Addr.Addr().WithZone("") == p.Dest {
+			named = true
+			switch p.Action {
+			case roce.PPFCStop:
+				qp.ppfcStopLocked(now, pause)
+			case roce.PPFCResume:
+				resumed = qp.ppfcResumeLocked(now) || resumed
+			default:
+				// alarm and hold: the draft (seed 003) names the codes
+				// and no more; what a source does is "to be discussed in
+				// future versions of this document". Counted only.
+			}
+		}
+		qp.mu.Unlock()
+	}
+	if !named {
+		a.ppfc.ignoredDestination.Add(1)
+	}
+	if resumed {
+		a.kick()
+	}
+}
+
+// ppfcSourceAllowed reports whether Config.PPFCSources lets src pause this
+// agent's QPs.
+func (a *Agent) ppfcSourceAllowed(src netip.Addr) bool {
+	if len(a.cfg.PPFCSources) == 0 {
+		return true
+	}
+	src = src.WithZone("")
+	for _, p := range a.cfg.PPFCSources {
+		if p.Contains(src) {
+			return true
+		}
+	}
+	return false
+}
+
+// ppfcICRCOK reports whether the ICRC of b, sent from src, verifies to
+// this agent on its receive port: to the conn's address or, on a conn
+// bound to a wildcard (which does not tell where a datagram was sent),
+// to an address one of its QPs is connected on, the traffic source the
+// switch answers.
+func (a *Agent) ppfcICRCOK(src netip.AddrPort, b []byte) bool {
+	if la := a.conn.LocalAddr().Addr(); la.IsValid() && !la.IsUnspecified() {
+		return roce.VerifyICRC(src, netip.AddrPortFrom(la, a.recvPort), b)
+	}
+	var tried netip.Addr
+	for _, qp := range *a.qps.Load() {
+		if qp == nil {
+			continue
+		}
+		qp.mu.Lock()
+		la, ok := qp.mu.local.Addr(), qp.mu.connected
+		qp.mu.Unlock()
+		if !ok || la == tried {
+			continue
+		}
+		tried = la
+		if roce.VerifyICRC(src, netip.AddrPortFrom(la, a.recvPort), b) {
+			return true
+		}
+	}
+	return false
+}
+
+// ppfcStopLocked pauses the requester until now+pause, or extends a
+// running pause to then: a stop never shortens a pause.
+// Precondition: qp.mu is held.
+func (qp *QP) ppfcStopLocked(now, pause time.Duration) {
+	r := &qp.mu.req
+	qp.mu.ctr.PPFCPauses++
+	until := now + pause
+	if qp.ppfcPausedLocked(now) {
+		r.pausedUntil = max(r.pausedUntil, until)
+		return
+	}
+	r.paused, r.pausedSince, r.pausedUntil = true, now, until
+}
+
+// ppfcResumeLocked ends a running pause now and reports whether there was
+// one.
+// Precondition: qp.mu is held.
+func (qp *QP) ppfcResumeLocked(now time.Duration) bool {
+	if !qp.ppfcPausedLocked(now) {
+		return false
+	}
+	qp.endPauseLocked(now)
+	qp.mu.ctr.PPFCResumes++
+	return true
+}
+
+// ppfcPausedLocked reports whether the requester is paused at now, ending
+// a pause whose time is up (at pausedUntil, however late it is noticed).
+// Precondition: qp.mu is held.
+func (qp *QP) ppfcPausedLocked(now time.Duration) bool {
+	r := &qp.mu.req
+	if r.paused && now >= r.pausedUntil {
+		qp.endPauseLocked(r.pausedUntil)
+	}
+	return r.paused
+}
+
+// endPauseLocked ends the pause at end. Time paused does not count toward
+// the ACK timeout: the requester could not send, so the responder owed it
+// nothing. The timer's start moves on by the paused time that followed it
+// (the last ACK may have come during the pause).
+// Precondition: qp.mu is held.
+func (qp *QP) endPauseLocked(end time.Duration) {
+	r := &qp.mu.req
+	if from := max(r.lastProgress, r.pausedSince); end > from {
+		r.lastProgress += end - from
+	}
+	r.pace.wakeAt = 0 // a pause is not timer lateness: no catch-up credit
+	qp.mu.ctr.PPFCPausedNs += uint64(end - r.pausedSince)
+	r.paused = false
+}
