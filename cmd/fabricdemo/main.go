@@ -57,7 +57,9 @@ shaped to -rate; class 3 "roce" (DSCP 26) marks CE on seed 000's WRED curve
 (min_th 50KB, max_th 1000KB, max_p 0.1, 2MB buffer), class 6 "cnp" (DSCP
 48) is strict priority. The receiver answers CE marks with CNPs; each
 sender cuts its rate Rc by α/2 per CNP and climbs back between them. The
-senders join one after the other, each at the line rate.
+senders join one after the other, each at the line rate. PPFC (seed 003)
+keeps the port lossless when they join at once: a packet that takes class 3
+to half its buffer stops its sender until the queue drains (-ppfc).
 
 DCQCN runs the paper's profile: its rate knobs scaled to -rate, its timers
 stretched by the same factor (x80 at the default 500mbit, -timescale), which keeps every
@@ -78,6 +80,9 @@ with classic ECN, through the same port.
 Examples:
   fabricdemo                        3 senders, 20 s, plot in demo-out/dcqcn.png
   fabricdemo -senders 4 -qps 2      8 flows
+  fabricdemo -senders 8 -stagger 0  8 senders at once: PPFC stops them
+                                    before the buffer overflows (-ppfc off:
+                                    it overflows)
   fabricdemo -timescale 1           the paper's own 55us timers at 1gbit: too
                                     fast to hold the queue, which overflows
   fabricdemo -profile mlx5          the ConnectX firmware defaults: α stays
@@ -106,6 +111,7 @@ type options struct {
 	knobs     knobList
 	params    dcqcn.Params
 	wred      string // -wred as given, "" for the traffic's default curve
+	ppfc      string // -ppfc as given: auto, off or xoff=SIZE,xon=SIZE
 	mtu       int
 	sample    time.Duration
 	// Where to write the plot (RoCE) and the JSON summary; "" for none.
@@ -187,6 +193,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		})
 	fs.Var(&o.knobs, "dcqcn", "roce: set a DCQCN knob by its mlx5 `name=value` (repeat, or comma-separate); e.g. rpg_ai_rate=2 (Mbit/s), rpg_time_reset=100 (us)")
 	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's)")
+	fs.StringVar(&o.ppfc, "ppfc", ppfcAuto, "roce: PPFC on class 3 (seed 003): `xoff=SIZE,xon=SIZE`, auto (xoff at half the buffer, xon at 3/4 of xoff) or off")
 	fs.IntVar(&o.mtu, "mtu", o.mtu, "roce: path MTU, payload `bytes` per packet: 256, 512, 1024, 2048 or 4096 (the lab's links are 9000-byte jumbo)")
 	fs.DurationVar(&o.sample, "sample", o.sample, "roce: sampling `period` of Rc, α and the queue for the plot (1ms-1s)")
 	fs.StringVar(&o.plotPath, "plot", o.plotPath, "roce: write the PNG plot to this `file` (\"\" for none)")
@@ -238,7 +245,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	}
 	if o.traffic == trafficTCP {
 		var roceOnly []string
-		for _, f := range []string{"qps", "profile", "timescale", "dcqcn", "mtu", "sample", "plot"} {
+		for _, f := range []string{"qps", "profile", "timescale", "dcqcn", "mtu", "sample", "plot", "ppfc"} {
 			if set[f] {
 				roceOnly = append(roceOnly, "-"+f)
 			}
@@ -248,10 +255,15 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		}
 		o.plotPath = ""
 	}
+	cc := qdisc.DefaultConfig(o.rate).Classes[qdisc.ClassRoCE]
 	if o.wred != "" {
-		cc := qdisc.DefaultConfig(o.rate).Classes[qdisc.ClassRoCE]
 		if err := applyWRED(&cc, o.wred); err != nil {
 			return bad("-wred %s: %v", o.wred, err)
+		}
+	}
+	if o.traffic == trafficRoCE {
+		if err := applyPPFC(&cc, o.ppfc); err != nil {
+			return bad("-ppfc %s: %v", o.ppfc, err)
 		}
 	}
 	if o.traffic == trafficRoCE {
@@ -410,6 +422,53 @@ func applyWRED(cc *qdisc.ClassConfig, spec string) error {
 	return cfg.Validate()
 }
 
+const ppfcAuto = "auto"
+
+// applyPPFC sets class 3's PPFC thresholds from "xoff=SIZE,xon=SIZE", "off"
+// or "auto": xoff at half the buffer, so the other half holds what the
+// senders have on the way when they stop; xon at 3/4 of xoff, so a pause
+// ending on its own (at xon/2) still leaves the port 3/8 of xoff to send
+// while the senders restart.
+func applyPPFC(cc *qdisc.ClassConfig, spec string) error {
+	switch spec {
+	case "off":
+		cc.XoffBytes, cc.XonBytes = 0, 0
+		return nil
+	case ppfcAuto:
+		cc.XoffBytes = cc.LimitBytes / 2
+		cc.XonBytes = cc.XoffBytes * 3 / 4
+	default:
+		var xoff, xon units.ByteSize
+		seen := map[string]bool{}
+		for _, kv := range strings.Split(spec, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || (k != "xoff" && k != "xon") {
+				return fmt.Errorf("%q: want xoff=SIZE,xon=SIZE, auto or off", kv)
+			}
+			if seen[k] {
+				return fmt.Errorf("%s given twice", k)
+			}
+			seen[k] = true
+			sz, err := units.ParseSize(v)
+			if err != nil {
+				return fmt.Errorf("%s: %v", k, err)
+			}
+			if k == "xoff" {
+				xoff = sz
+			} else {
+				xon = sz
+			}
+		}
+		if !seen["xoff"] || !seen["xon"] {
+			return errors.New("want both xoff=SIZE and xon=SIZE")
+		}
+		cc.XoffBytes, cc.XonBytes = xoff, xon
+	}
+	cfg := qdisc.DefaultConfig(units.Gbit)
+	cfg.Classes[qdisc.ClassRoCE] = *cc
+	return cfg.Validate()
+}
+
 // fitStagger shortens the gap between flow starts so that the last flow still
 // shares the port with all the others for a third of the run.
 func fitStagger(senders int, duration, want time.Duration) time.Duration {
@@ -543,6 +602,11 @@ func (d *demo) run(ctx context.Context) error {
 	if o.wred != "" {
 		if err := applyWRED(&d.cfg.Classes[qdisc.ClassRoCE], o.wred); err != nil {
 			return fmt.Errorf("-wred %s: %w", o.wred, err)
+		}
+	}
+	if !tcp {
+		if err := applyPPFC(&d.cfg.Classes[qdisc.ClassRoCE], o.ppfc); err != nil {
+			return fmt.Errorf("-ppfc %s: %w", o.ppfc, err)
 		}
 	}
 	port, err := qdisc.Attach(d.cfg, qdisc.AttachOptions{

@@ -34,6 +34,7 @@ type Sample struct {
 	SojournP50      time.Duration `json:"sojourn_p50_ns"`
 	SojournP99      time.Duration `json:"sojourn_p99_ns"`
 	Drops           uint64        `json:"drops"`
+	PPFCStops       uint64        `json:"ppfc_stops"` // PPFC stops the port sent
 }
 
 // histDelta is the histogram of the samples taken between prev and cur. A
@@ -66,6 +67,7 @@ func interval(prev, cur *qdisc.ClassStats, dt time.Duration, rate units.Rate) Sa
 		ECTArrivals:     sub(cur.ArrivedECT0+cur.ArrivedECT1, prev.ArrivedECT0+prev.ArrivedECT1),
 		CEMarks:         sub(cur.CEMarked(), prev.CEMarked()),
 		Drops:           sub(cur.DroppedPackets(), prev.DroppedPackets()),
+		PPFCStops:       sub(cur.PPFCStopsSent, prev.PPFCStopsSent),
 		SojournSamples:  sub(cur.SojournSamples, prev.SojournSamples),
 	}
 	if sec := dt.Seconds(); sec > 0 {

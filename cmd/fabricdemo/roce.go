@@ -339,6 +339,12 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		}
 	}
 	rep.RecvAgent = recv.Counters()
+	for _, a := range senders {
+		c := a.Counters()
+		rep.PPFC.ReceivedStop += c.PPFCReceivedStop
+		rep.PPFC.ReceivedResume += c.PPFCReceivedResume
+		rep.PPFC.Ignored += c.PPFCIgnoredSource + c.PPFCIgnoredDestination
+	}
 	rs := rconn.Stats()
 	rep.RecvSocket = SocketCounters{RecvBufferDrops: rs.RecvBufferDrops, SendErrors: rs.SendErrors}
 	for _, c := range sconns {
@@ -543,6 +549,13 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking (attach %s, dequeue hook on r:%s)\n",
 		b.Dev, b.PeerDev, o.rate, info.Attach, info.PeerDev)
 	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB (the CP)\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))
+	if cc.XoffBytes != 0 {
+		d.printf("PPFC   class 3: a packet that takes the queue to xoff %sKB stops its sender for the time the queue takes to drain to xon/2;\n"+
+			"       the next ACK toward a stopped sender once the queue is down to xon %sKB resumes it (seed 003; -ppfc off turns it off)\n",
+			kb(uint64(cc.XoffBytes)), kb(uint64(cc.XonBytes)))
+	} else {
+		d.printf("PPFC   off (-ppfc): a full buffer drops\n")
+	}
 	d.printf("class  6 %q, DSCP %d: strict priority (CNPs; here they return r -> sw -> s on uncongested links)\n",
 		d.cfg.Classes[qdisc.ClassCNP].Name, qdisc.DSCPCNP)
 	if rps != "" {

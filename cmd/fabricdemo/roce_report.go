@@ -122,6 +122,16 @@ type LoopTotals struct {
 	DuplicateRequest   uint64 `json:"duplicate_request"`
 }
 
+// PPFCTotals are what the senders' agents did with the port's PPFC
+// notifications (the port's own counters are in the class stats).
+type PPFCTotals struct {
+	ReceivedStop   uint64 `json:"ppfc_received_stop"`
+	ReceivedResume uint64 `json:"ppfc_received_resume"`
+	Ignored        uint64 `json:"ppfc_ignored"` // unknown source or destination
+	Pauses         uint64 `json:"ppfc_pauses"`  // QPs paused, summed
+	PausedNs       uint64 `json:"ppfc_paused_ns"`
+}
+
 // QueueStats summarise the fast backlog samples taken while all flows
 // competed, against the WRED thresholds.
 type QueueStats struct {
@@ -166,6 +176,7 @@ type RoCEReport struct {
 	Queue             QueueStats `json:"all_active_queue"`
 
 	Loop          LoopTotals           `json:"loop"`
+	PPFC          PPFCTotals           `json:"ppfc"`
 	RecvAgent     agent.AgentCounters  `json:"receiver_agent"`
 	RecvSocket    SocketCounters       `json:"receiver_socket"`
 	SendSocket    SocketCounters       `json:"sender_sockets"`
@@ -290,6 +301,8 @@ func (r *RoCEReport) finish(st *qdisc.Stats, base, joined *qdisc.ClassStats) {
 		l.PacketSeqErr += f.Sender.PacketSeqErr
 		l.LocalAckTimeoutErr += f.Sender.LocalAckTimeoutErr
 		l.DuplicateRequest += f.Receiver.DuplicateRequest
+		r.PPFC.Pauses += f.Sender.PPFCPauses
+		r.PPFC.PausedNs += f.Sender.PPFCPausedNs
 		if f.Error != "" {
 			r.FlowsWithErrs++
 		}
@@ -411,6 +424,9 @@ func classDelta(prev, cur *qdisc.ClassStats) qdisc.ClassStats {
 	d.SojournSum = cur.SojournSum - prev.SojournSum
 	d.SojournSamples = sub(cur.SojournSamples, prev.SojournSamples)
 	d.Sojourn = histDelta(&prev.Sojourn, &cur.Sojourn)
+	d.PPFCStopsSent = sub(cur.PPFCStopsSent, prev.PPFCStopsSent)
+	d.PPFCResumesSent = sub(cur.PPFCResumesSent, prev.PPFCResumesSent)
+	d.PPFCStopsCoalesced = sub(cur.PPFCStopsCoalesced, prev.PPFCStopsCoalesced)
 	for b := range d.Curve.Arrivals {
 		d.Curve.Arrivals[b] = sub(cur.Curve.Arrivals[b], prev.Curve.Arrivals[b])
 		d.Curve.Marks[b] = sub(cur.Curve.Marks[b], prev.Curve.Marks[b])
@@ -442,17 +458,17 @@ func timescaleText(f float64) string {
 // roceLiveHeader heads the live view; its columns line up with
 // renderRoCESample's.
 func roceLiveHeader() string {
-	f := "%5s %-5s %8s %8s %6s %7s %5s | %7s %6s %6s %6s %9s  %-22s %8s %7s %5s"
-	return strings.TrimRight(fmt.Sprintf(f, "", "", "goodput", "Rc", "", "CNPs", "", "port", "", "CE", "CNPs", "", "", "sojourn", "", ""), " ") + "\n" +
-		fmt.Sprintf(f, "time", "flow", "Mbit/s", "Mbit/s", "α", "handled", "retr", "Mbit/s", "util", "marks", "sent", "queue KB", "queue vs WRED curve", "p50", "p99", "drops") + "\n"
+	f := "%5s %-5s %8s %8s %6s %7s %5s | %7s %6s %6s %6s %9s  %-22s %8s %7s %5s %5s"
+	return strings.TrimRight(fmt.Sprintf(f, "", "", "goodput", "Rc", "", "CNPs", "", "port", "", "CE", "CNPs", "", "", "sojourn", "", "", "PPFC"), " ") + "\n" +
+		fmt.Sprintf(f, "time", "flow", "Mbit/s", "Mbit/s", "α", "handled", "retr", "Mbit/s", "util", "marks", "sent", "queue KB", "queue vs WRED curve", "p50", "p99", "drops", "stops") + "\n"
 }
 
 // renderRoCESample prints one second of the live view: a line per active
 // flow, the port's columns on the first.
 func renderRoCESample(w io.Writer, s *RoCESample, labels []string, cc *qdisc.ClassConfig) {
-	port := fmt.Sprintf("%7s %6s %6d %6d %9s  %s %8s %7s %5d",
+	port := fmt.Sprintf("%7s %6s %6d %6d %9s  %s %8s %7s %5d %5d",
 		mbits(s.DequeueBps), pct(s.Utilization), s.CEMarks, s.CNPsSent, kb(s.BacklogBytes), gauge(s.BacklogBytes, cc),
-		shortDur(s.SojournP50), shortDur(s.SojournP99), s.Drops)
+		shortDur(s.SojournP50), shortDur(s.SojournP99), s.Drops, s.PPFCStops)
 	first := true
 	for i, f := range s.PerFlow {
 		if !f.Active {
@@ -527,6 +543,12 @@ func (r *RoCEReport) checks() []Check {
 	}
 	add(l.NPCNPSent == l.RPCNPHandled+l.RPCNPIgnored, "every CNP arrived: np_cnp_sent %d = rp_cnp_handled %d + rp_cnp_ignored %d",
 		l.NPCNPSent, l.RPCNPHandled, l.RPCNPIgnored)
+	if r.ClassConfig.XoffBytes != 0 && c.PPFCStopsSent+c.PPFCResumesSent > 0 {
+		pf := &r.PPFC
+		add(pf.ReceivedStop == c.PPFCStopsSent && pf.ReceivedResume == c.PPFCResumesSent && pf.Ignored == 0,
+			"every PPFC notification arrived and was obeyed: the port sent %d stops and %d resumes, the senders took %d and %d (%d ignored)",
+			c.PPFCStopsSent, c.PPFCResumesSent, pf.ReceivedStop, pf.ReceivedResume, pf.Ignored)
+	}
 	cc := &r.ClassConfig
 	q := &r.Queue
 	if len(r.Flows) > 1 {
@@ -565,7 +587,7 @@ func (r *RoCEReport) hints() []string {
 	switch {
 	case joinDrops && q.Above <= 0.05:
 		out = append(out, fmt.Sprintf("All %d drops came in the second after a sender joined: a new QP starts at the line rate (DCQCN has no slow start)"+
-			" and the queue overflowed before its first CNPs. Real fabrics make such bursts lossless with PFC, which this port does not emulate.", drops))
+			" and the queue overflowed before its first CNPs. Real fabrics make such bursts lossless with PFC; here PPFC does it (-ppfc, on unless off).", drops))
 	case overflow && r.Profile == "mlx5":
 		out = append(out, fmt.Sprintf("The queue ran over max_th: the mlx5 loop did not hold it (α averaged %.3f)."+
 			" mlx5 samples α once per dce_tcp_rtt (α ≈ the share of periods with a CNP) and climbs back every rpg_byte_reset bytes towards an Rt"+
@@ -662,8 +684,18 @@ func renderRoCESummary(w io.Writer, r *RoCEReport) {
 		l.RPCNPHandled, l.RPCNPIgnored, cnpNote, l.RateCuts)
 	fmt.Fprintf(w, "  RC  transport retransmitted %d, out_of_sequence %d, packet_seq_err %d, local_ack_timeout_err %d, duplicate_request %d\n",
 		l.Retransmits, l.OutOfSequence, l.PacketSeqErr, l.LocalAckTimeoutErr, l.DuplicateRequest)
-	fmt.Fprintf(w, "  host  sockets receive-buffer drops %d at the receiver, %d at the senders; send errors %d\n\n",
+	fmt.Fprintf(w, "  host  sockets receive-buffer drops %d at the receiver, %d at the senders; send errors %d\n",
 		r.RecvSocket.RecvBufferDrops, r.SendSocket.RecvBufferDrops, r.RecvSocket.SendErrors+r.SendSocket.SendErrors)
+	if cc := &r.ClassConfig; cc.XoffBytes != 0 {
+		c, pf := &r.Class, &r.PPFC
+		fmt.Fprintf(w, "  PPFC  switch  xoff %sKB xon %sKB: stops sent %d (coalesced %d: the sender was paused already), resumes sent %d\n",
+			kb(uint64(cc.XoffBytes)), kb(uint64(cc.XonBytes)), c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCResumesSent)
+		fmt.Fprintf(w, "        senders took %d stops, %d resumes (%d ignored); QPs paused %d times, %s in all\n",
+			pf.ReceivedStop, pf.ReceivedResume, pf.Ignored, pf.Pauses, shortDur(time.Duration(pf.PausedNs)))
+	} else {
+		fmt.Fprintf(w, "  PPFC  off (-ppfc)\n")
+	}
+	fmt.Fprintln(w)
 
 	renderClass(w, classView{c: &r.Class, cc: &r.ClassConfig, markFraction: r.MarkFraction, p50: r.SojournP50, p99: r.SojournP99,
 		invariant: r.Invariant, qd: r.Qdisc, dev: r.Port.Dev, other: r.OtherPackets, unaccounted: r.Unaccounted,

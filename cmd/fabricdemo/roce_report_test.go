@@ -362,7 +362,7 @@ func TestRenderRoCESample(t *testing.T) {
 	cc := qdisc.DefaultConfig(units.Gbit).Classes[qdisc.ClassRoCE]
 	s := RoCESample{
 		Sample: Sample{T: 7, Flows: 2, DequeueBps: 991.3e6, Utilization: 0.9913, CEMarks: 150, BacklogBytes: 100 * 1024,
-			SojournP50: 600 * time.Microsecond, SojournP99: 2 * time.Millisecond},
+			SojournP50: 600 * time.Microsecond, SojournP99: 2 * time.Millisecond, PPFCStops: 3},
 		CNPsSent: 140,
 		PerFlow: []FlowInterval{
 			{Active: true, GoodputBps: 490.1e6, RcBps: 512.5e6, Alpha: 0.104, CNPs: 70},
@@ -372,7 +372,7 @@ func TestRenderRoCESample(t *testing.T) {
 	}
 	var b bytes.Buffer
 	renderRoCESample(&b, &s, []string{"s1", "s2", "s3"}, &cc)
-	want := "   7s s1       490.1    512.5  0.104      70     0 |   991.3  99.1%    150    140       100  [##..................]    600us  2.00ms     0\n" +
+	want := "   7s s1       490.1    512.5  0.104      70     0 |   991.3  99.1%    150    140       100  [##..................]    600us  2.00ms     0     3\n" +
 		"      s3       480.0    470.0  0.100      70     2 |\n"
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
