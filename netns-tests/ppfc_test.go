@@ -216,3 +216,89 @@ func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Add
 	}
 	return stops, resumes
 }
+
+// TestRoCEPPFCIncast: eight RoCEv2 senders (DCQCN, one QP each) start at
+// once at the line rate. Before their first CNPs take effect they offer
+// eight times what the port drains. With xoff at 2 max_th (above the WRED
+// curve: PPFC is the backstop, not the control loop) and xon at 3/4 of
+// xoff, the port stops each sender once its packets reach xoff. What
+// arrives after that is the headroom a lossless port needs: what the
+// senders had on the way, and what the host held upstream of the port.
+// Measured over xoff: 0.3-1 MiB at 500 Mbit/s (4 ms of that rate is 1/4
+// of it); the buffer gives 3 MiB (limit 8 max_th, the lab's usual). The
+// run must be lossless everywhere: no port drop, no drop between the hooks, no socket
+// or per-CPU backlog drop, no resend; every stop the port sent was taken by
+// a sender; the port stays busy (utilization >= 95 % after the first
+// second).
+func TestRoCEPPFCIncast(t *testing.T) {
+	roceSize(t)
+	const senders = 8
+	cfg := rocePortConfig()
+	cc := &cfg.Classes[qdisc.ClassRoCE]
+	cc.XoffBytes = 2 * roceMaxTh
+	cc.XonBytes = cc.XoffBytes * 3 / 4
+	b := newRoCEBed(t, senders, cfg)
+	flows := make([]*roceFlow, senders)
+	for i := range flows {
+		flows[i] = b.dial(t, i, senderQPConfig(roceParams(t)), false)
+	}
+	const run, skip = 4 * time.Second, 1 * time.Second
+	drops0, rcvbuf0 := softnetDrops(), udpRcvbufErrors(t, b.d.Receiver)
+	var sndbuf0 uint64
+	for _, s := range b.d.Senders {
+		sndbuf0 += udpRcvbufErrors(t, s)
+	}
+	ss := runFlows(t, b, flows, run)
+	backlogDrops, rcvbufDrops := softnetDrops()-drops0, udpRcvbufErrors(t, b.d.Receiver)-rcvbuf0
+	var sndbuf uint64
+	for _, s := range b.d.Senders {
+		sndbuf += udpRcvbufErrors(t, s)
+	}
+	sndbufDrops := sndbuf - sndbuf0
+	w := between(sampleAt(ss, ss[0].at.Add(skip)), ss[len(ss)-1])
+	st := settle(t, b.port)
+	r := st.Classes[qdisc.ClassRoCE]
+
+	var resent, outOfSeq, pauses, taken, resumed, ignored uint64
+	var paused time.Duration
+	for i, f := range flows {
+		cli, srv := f.qp.Counters(), f.peer.Counters()
+		resent += cli.RetransmitPackets
+		outOfSeq += srv.OutOfSequence
+		pauses += cli.PPFCPauses
+		paused += time.Duration(cli.PPFCPausedNs)
+		ac := b.clients[i].Counters()
+		taken += ac.PPFCReceivedStop
+		resumed += ac.PPFCReceivedResume
+		ignored += ac.PPFCIgnoredSource + ac.PPFCIgnoredDestination
+	}
+	t.Logf("%d senders at once into %v: class 3 limit %s, xoff %s, xon %s (WRED min_th %s, max_th %s)",
+		senders, roceRate, kib(float64(cc.LimitBytes)), kib(float64(cc.XoffBytes)), kib(float64(cc.XonBytes)), kib(float64(roceMinTh)), kib(float64(roceMaxTh)))
+	t.Logf("port: max backlog %s, dropped %d, host queue dropped %d; PPFC stops sent %d (coalesced %d), resumes sent %d; errors %d",
+		kib(float64(r.MaxBacklogBytes)), portDrops(st), r.Host.DroppedPackets, r.PPFCStopsSent, r.PPFCStopsCoalesced, r.PPFCResumesSent, st.Port.PPFCErrors())
+	t.Logf("senders: took %d stops and %d resumes (%d ignored), QPs paused %d times for %v in all; retransmitted %d, out_of_sequence %d",
+		taken, resumed, ignored, pauses, paused.Round(time.Millisecond), resent, outOfSeq)
+	t.Logf("hosts: receive-buffer drops %d at the receiver, %d at the senders; per-CPU backlog drops %d; utilization %.3f over %v after the first second",
+		rcvbufDrops, sndbufDrops, backlogDrops, w.utilization(roceRate), w.dur.Round(time.Millisecond))
+
+	if d := portDrops(st); d != 0 || r.Host.DroppedPackets != 0 {
+		t.Errorf("not lossless: the port dropped %d packets, the host queue after it %d", d, r.Host.DroppedPackets)
+	}
+	if resent != 0 || outOfSeq != 0 || rcvbufDrops != 0 || sndbufDrops != 0 || backlogDrops != 0 {
+		t.Errorf("not lossless: %d resent, %d out of sequence, %d + %d receive-buffer drops, %d per-CPU backlog drops",
+			resent, outOfSeq, rcvbufDrops, sndbufDrops, backlogDrops)
+	}
+	if over := int64(r.MaxBacklogBytes) - int64(cc.XoffBytes); over > int64(cc.LimitBytes-cc.XoffBytes)/2 {
+		t.Errorf("the backlog went %s over xoff: more than half the headroom", kib(float64(over)))
+	}
+	if r.PPFCStopsSent == 0 || pauses == 0 {
+		t.Errorf("PPFC never engaged: %d stops sent, %d pauses", r.PPFCStopsSent, pauses)
+	}
+	if taken != r.PPFCStopsSent || resumed != r.PPFCResumesSent || ignored != 0 || st.Port.PPFCErrors() != 0 {
+		t.Errorf("PPFC notifications lost or refused: the port sent %d stops and %d resumes (%d failed), the senders took %d and %d (%d ignored)",
+			r.PPFCStopsSent, r.PPFCResumesSent, st.Port.PPFCErrors(), taken, resumed, ignored)
+	}
+	if u := w.utilization(roceRate); u < 0.95 {
+		t.Errorf("utilization %.3f after the first second, want >= 0.95", u)
+	}
+}

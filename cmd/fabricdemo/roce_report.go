@@ -692,6 +692,10 @@ func renderRoCESummary(w io.Writer, r *RoCEReport) {
 			kb(uint64(cc.XoffBytes)), kb(uint64(cc.XonBytes)), c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCResumesSent)
 		fmt.Fprintf(w, "        senders took %d stops, %d resumes (%d ignored); QPs paused %d times, %s in all\n",
 			pf.ReceivedStop, pf.ReceivedResume, pf.Ignored, pf.Pauses, shortDur(time.Duration(pf.PausedNs)))
+		if c.MaxBacklogBytes > uint64(cc.XoffBytes) {
+			fmt.Fprintf(w, "        peak backlog %sKB: %sKB over xoff of the %sKB headroom (what was on the way when the senders stopped)\n",
+				kb(c.MaxBacklogBytes), kb(c.MaxBacklogBytes-uint64(cc.XoffBytes)), kb(uint64(cc.LimitBytes-cc.XoffBytes)))
+		}
 	} else {
 		fmt.Fprintf(w, "  PPFC  off (-ppfc)\n")
 	}
