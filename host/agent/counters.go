@@ -41,6 +41,10 @@ type Counters struct {
 	// NAKs other than PSN sequence error, sent (responder) or received.
 	RemoteAccessErr uint64 `json:"remote_access_err"`
 	InvalidRequest  uint64 `json:"invalid_request"`
+	// ACKs and NAKs dropped at the requester because their PSN names a
+	// packet it never sent (or, for a NAK, one already acknowledged): a
+	// NIC drops them, and a spoofed NAK must not kill the QP.
+	InvalidAckPSN uint64 `json:"invalid_ack_psn"`
 	// PPFC (seed 003) at the requester: stops that named this QP's peer
 	// (each one, whether it started, extended or left a pause), resumes
 	// that ended a pause, and the time paused in ns. A pause counts in
@@ -97,6 +101,7 @@ func (c *Counters) Add(o *Counters) {
 	c.VerifyErrors += o.VerifyErrors
 	c.RemoteAccessErr += o.RemoteAccessErr
 	c.InvalidRequest += o.InvalidRequest
+	c.InvalidAckPSN += o.InvalidAckPSN
 	c.PPFCPauses += o.PPFCPauses
 	c.PPFCResumes += o.PPFCResumes
 	c.PPFCPausedNs += o.PPFCPausedNs

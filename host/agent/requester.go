@@ -254,24 +254,35 @@ func (qp *QP) onAckLocked(now time.Duration, h *roce.Header) {
 		return
 	}
 	d := roce.PSNDiff(h.BTH.PSN, qp.psn(r.initPSN, r.una))
+	// outstanding: the PSN names a packet sent and not yet acknowledged.
+	outstanding := d >= 0 && r.una+uint64(d) < r.max
 	syn := h.AETH.Syndrome
 	switch {
 	case syn.IsACK():
 		// The ACK's PSN is the last packet it covers.
-		if d < 0 || r.una+uint64(d)+1 > r.max {
-			return // stale, or for a packet never sent
+		if d < 0 {
+			return // stale: a duplicate, or overtaken by a later one
+		}
+		if !outstanding {
+			qp.mu.ctr.InvalidAckPSN++ // for a packet never sent
+			return
 		}
 		qp.advanceLocked(now, r.una+uint64(d)+1)
 	case syn.IsNAK() && syn.NAKCode() == roce.NAKPSNSequenceError:
 		// The NAK's PSN is the one the responder expects: all before it
-		// arrived.
-		qp.mu.ctr.PacketSeqErr++
+		// arrived. It may be the next packet to send (r.max).
 		if d < 0 || r.una+uint64(d) > r.max {
+			qp.mu.ctr.InvalidAckPSN++
 			return
 		}
+		qp.mu.ctr.PacketSeqErr++
 		qp.advanceLocked(now, r.una+uint64(d))
 		r.nxt = r.una
 		qp.agent.kick()
+	case syn.IsNAK() && !outstanding:
+		// A fatal NAK names the request that failed (IBA 9.7.5.2.6): one
+		// for anything else is not from the responder of this QP.
+		qp.mu.ctr.InvalidAckPSN++
 	case syn.IsNAK() && syn.NAKCode() == roce.NAKRemoteAccessError:
 		qp.mu.ctr.RemoteAccessErr++
 		qp.failLocked(fmt.Errorf("remote access error NAK at psn %#x", h.BTH.PSN))
