@@ -546,11 +546,11 @@ func (a *Agent) rxLoop() {
 			time.Sleep(time.Millisecond) // do not spin on a persistent error
 			continue
 		}
-		now := a.clock.Now()
+		now, wall := a.clock.Now(), time.Now()
 		rs.n = 0
 		rs.ackQPs = rs.ackQPs[:0]
 		for i := range n {
-			a.receive(now, &in[i], &h, rs)
+			a.receive(arrival(now, wall, in[i].RxTime), &in[i], &h, rs)
 		}
 		for _, qp := range rs.ackQPs {
 			qp.mu.Lock()
@@ -559,6 +559,26 @@ func (a *Agent) rxLoop() {
 		}
 		a.send(rmsgs, rs.pkts, rs.n)
 	}
+}
+
+// maxRxAge bounds how far back a datagram's kernel timestamp may move its
+// arrival: a wall clock stepped by NTP must not make a packet look ancient.
+const maxRxAge = 100 * time.Millisecond
+
+// arrival is when a datagram read at now (the agent's clock; wall on the
+// wall clock) arrived: its kernel timestamp, when the conn gives one. A
+// batch the loop reads late then acts as its packets arrived, spread in
+// time, not all at once (issue 15: a flood of CNPs sharing one batch
+// timestamp cut the rate once per batch).
+func arrival(now time.Duration, wall, rx time.Time) time.Duration {
+	if rx.IsZero() {
+		return now
+	}
+	age := wall.Sub(rx)
+	if age <= 0 {
+		return now
+	}
+	return max(now-min(age, maxRxAge), 0)
 }
 
 // receive checks one datagram and hands it to its QP, or a PPFC

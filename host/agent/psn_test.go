@@ -64,3 +64,26 @@ func TestAckPSNValidated(t *testing.T) {
 		t.Fatalf("a remote access error NAK for outstanding PSN 9: remote_access_err %d, err %v", c.RemoteAccessErr, qp.Err())
 	}
 }
+
+// arrival turns a datagram's kernel timestamp into the agent's clock,
+// bounded by maxRxAge, never later than the read.
+func TestArrival(t *testing.T) {
+	wall := time.Unix(1_800_000_000, 0)
+	now := 5 * time.Second
+	for _, c := range []struct {
+		rx   time.Time
+		want time.Duration
+	}{
+		{time.Time{}, now}, // no timestamp
+		{wall.Add(-300 * time.Microsecond), now - 300*time.Microsecond}, // read 300 µs late
+		{wall.Add(time.Millisecond), now},                               // clock stepped back
+		{wall.Add(-time.Hour), now - maxRxAge},                          // stepped forward: bounded
+	} {
+		if got := arrival(now, wall, c.rx); got != c.want {
+			t.Errorf("arrival(%v, rx %v before the read) = %v, want %v", now, wall.Sub(c.rx), got, c.want)
+		}
+	}
+	if got := arrival(time.Millisecond, wall, wall.Add(-time.Second)); got != 0 {
+		t.Errorf("an arrival before the agent's clock started = %v, want 0", got)
+	}
+}

@@ -31,6 +31,7 @@ package pktio
 import (
 	"errors"
 	"net/netip"
+	"time"
 )
 
 var errNoDestination = errors.New("no destination address")
@@ -61,6 +62,9 @@ type Message struct {
 	// Truncated is set on read when the datagram was longer than
 	// Buffers[0]; the excess was discarded.
 	Truncated bool
+	// RxTime is, on read, when the kernel received the datagram
+	// (SO_TIMESTAMPNS, the wall clock); zero from a Conn without it.
+	RxTime time.Time
 }
 
 // Conn is a datagram endpoint that moves batches of Messages.

@@ -33,9 +33,10 @@ const (
 	// sockaddrLen holds a sockaddr_in6 (28 bytes) or a sockaddr_in (16).
 	sockaddrLen = unix.SizeofSockaddrInet6
 	// oobLen is the control buffer per datagram: on read a TOS / traffic
-	// class cmsg (CMSG_SPACE(1) or CMSG_SPACE(4), 24 bytes) and an
-	// SO_RXQ_OVFL cmsg (24 bytes); on write one TOS cmsg. 64 leaves room.
-	oobLen = 64
+	// class cmsg (CMSG_SPACE(1) or CMSG_SPACE(4), 24 bytes), an
+	// SO_RXQ_OVFL cmsg (24 bytes) and an SO_TIMESTAMPNS cmsg (32 bytes);
+	// on write one TOS cmsg. 96 leaves room.
+	oobLen = 96
 )
 
 // UDPOptions configures ListenUDP. The zero value is valid.
@@ -245,6 +246,9 @@ func setOptions(fd int, v6 bool, tos uint8, rcvbuf, sndbuf int, reusePort bool) 
 		{"SO_SNDBUFFORCE", unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sndbuf, unix.SO_SNDBUF, "SO_SNDBUF"},
 		// Kernel drop count with each datagram (UDPStats.RecvBufferDrops).
 		{"SO_RXQ_OVFL", unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1, 0, ""},
+		// Each datagram's arrival time (Message.RxTime): a batch read
+		// late must not make its packets look simultaneous.
+		{"SO_TIMESTAMPNS", unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1, 0, ""},
 	}
 	if reusePort {
 		opts = append(opts, opt{"SO_REUSEPORT", unix.SOL_SOCKET, unix.SO_REUSEPORT, 1, 0, ""})
@@ -399,7 +403,7 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 		m.Addr = parseSockaddr(&r.names[i])
 		off := i * oobLen
 		var drops uint32
-		m.TOS, drops = parseCmsgs(r.oob[off : off+min(int(h.Hdr.Controllen), oobLen)])
+		m.TOS, drops, m.RxTime = parseCmsgs(r.oob[off : off+min(int(h.Hdr.Controllen), oobLen)])
 		if drops > 0 && uint64(drops) > c.recvBufferDrops.Load() {
 			// Cumulative sk_drops; reads are serialised by rmu.
 			c.recvBufferDrops.Store(uint64(drops))
@@ -661,9 +665,10 @@ func putTOSCmsg(b []byte, v6 bool, tos uint8) int {
 
 // parseCmsgs walks the control messages of one received datagram without
 // allocating: the TOS (IP_TOS, one byte, from IP_RECVTOS) or traffic class
-// (IPV6_TCLASS, an int, from IPV6_RECVTCLASS), and the kernel drop count
-// (SO_RXQ_OVFL, a uint32, present only once it is non-zero).
-func parseCmsgs(b []byte) (tos uint8, drops uint32) {
+// (IPV6_TCLASS, an int, from IPV6_RECVTCLASS), the kernel drop count
+// (SO_RXQ_OVFL, a uint32, present only once it is non-zero) and the arrival
+// time (SCM_TIMESTAMPNS, a struct timespec of two 64-bit words).
+func parseCmsgs(b []byte) (tos uint8, drops uint32, rx time.Time) {
 	hdrLen := unix.CmsgLen(0)
 	for len(b) >= hdrLen {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
@@ -679,6 +684,8 @@ func parseCmsgs(b []byte) (tos uint8, drops uint32) {
 			tos = uint8(binary.NativeEndian.Uint32(data))
 		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
 			drops = binary.NativeEndian.Uint32(data)
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16:
+			rx = time.Unix(int64(binary.NativeEndian.Uint64(data)), int64(binary.NativeEndian.Uint64(data[8:])))
 		}
 		next := unix.CmsgSpace(l - hdrLen)
 		if next >= len(b) {
@@ -686,5 +693,5 @@ func parseCmsgs(b []byte) (tos uint8, drops uint32) {
 		}
 		b = b[next:]
 	}
-	return tos, drops
+	return tos, drops, rx
 }

@@ -57,10 +57,19 @@ func TestUDPRoundTrip(t *testing.T) {
 			// 100 datagrams: more than one sendmmsg/recvmmsg (BatchSize 64),
 			// TOS 0x6A (data), 0xC2 (CNP), 0 (socket default), 0x6B.
 			request := mkMsgs(100, srv.LocalAddr(), 1024, tosPattern)
+			before := time.Now()
 			if n, err := cli.WriteBatch(request); n != len(request) || err != nil {
 				t.Fatalf("client WriteBatch = %d, %v", n, err)
 			}
-			checkRoundTrip(t, request, readN(t, srv, len(request), 2048), cli.LocalAddr())
+			got := readN(t, srv, len(request), 2048)
+			checkRoundTrip(t, request, got, cli.LocalAddr())
+			// Each datagram carries its kernel arrival time, in order.
+			for i, m := range got {
+				if m.RxTime.Before(before.Add(-time.Millisecond)) || m.RxTime.After(time.Now()) ||
+					i > 0 && m.RxTime.Before(got[i-1].RxTime) {
+					t.Fatalf("datagram %d: RxTime %v, sent after %v, previous %v", i, m.RxTime, before, got[max(i-1, 0)].RxTime)
+				}
+			}
 
 			reply := mkMsgs(10, cli.LocalAddr(), 60, func(i int) uint8 { return 0xC2 })
 			if n, err := srv.WriteBatch(reply); n != len(reply) || err != nil {
