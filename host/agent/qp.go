@@ -293,17 +293,8 @@ func (qp *QP) Endpoint() Endpoint {
 // peer. local is the address the peer sends to, as the peer sees it: the
 // ICRC covers both addresses.
 func (qp *QP) Connect(local netip.AddrPort, peer Endpoint) error {
-	switch {
-	case !local.IsValid() || !peer.Addr.IsValid():
-		return fmt.Errorf("agent: qp %#x: connect needs both addresses (local %v, peer %v)", qp.qpn, local, peer.Addr)
-	case local.Addr().Unmap().Is4() != peer.Addr.Addr().Unmap().Is4():
-		return fmt.Errorf("agent: qp %#x: local %v and peer %v are different IP families", qp.qpn, local, peer.Addr)
-	case peer.QPN == 0 || peer.QPN > roce.PSNMask:
-		return fmt.Errorf("agent: qp %#x: peer qpn %#x: must be 1..0xffffff", qp.qpn, peer.QPN)
-	case peer.PSN > roce.PSNMask:
-		return fmt.Errorf("agent: qp %#x: peer psn %#x: must be 0..0xffffff", qp.qpn, peer.PSN)
-	case peer.MTU != 0 && peer.MTU != qp.cfg.MTU:
-		return fmt.Errorf("agent: qp %#x: path mtu %d here, %d at the peer: both ends must agree", qp.qpn, qp.cfg.MTU, peer.MTU)
+	if err := checkPeer(local, qp.cfg.MTU, peer); err != nil {
+		return fmt.Errorf("agent: qp %#x: %w", qp.qpn, err)
 	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
@@ -332,6 +323,25 @@ func (qp *QP) Connect(local netip.AddrPort, peer Endpoint) error {
 	qp.mu.peer = peer
 	qp.mu.resp.initPSN = peer.PSN
 	qp.mu.connected = true
+	return nil
+}
+
+// checkPeer is what Connect requires of a peer, for a QP of this path
+// MTU: the side-channel server checks a request's endpoints with it before
+// it creates any QP.
+func checkPeer(local netip.AddrPort, mtu int, peer Endpoint) error {
+	switch {
+	case !local.IsValid() || !peer.Addr.IsValid():
+		return fmt.Errorf("connect needs both addresses (local %v, peer %v)", local, peer.Addr)
+	case local.Addr().Unmap().Is4() != peer.Addr.Addr().Unmap().Is4():
+		return fmt.Errorf("local %v and peer %v are different IP families", local, peer.Addr)
+	case peer.QPN == 0 || peer.QPN > roce.PSNMask:
+		return fmt.Errorf("peer qpn %#x: must be 1..0xffffff", peer.QPN)
+	case peer.PSN > roce.PSNMask:
+		return fmt.Errorf("peer psn %#x: must be 0..0xffffff", peer.PSN)
+	case peer.MTU != 0 && peer.MTU != mtu:
+		return fmt.Errorf("path mtu %d here, %d at the peer: both ends must agree", mtu, peer.MTU)
+	}
 	return nil
 }
 

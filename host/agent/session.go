@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 )
 
@@ -17,7 +17,9 @@ import (
 // QPs' endpoints and the parameters the server's QPs need; the server
 // creates as many QPs, connects them and answers with theirs; at the end
 // the client sends "finish" and the server answers with its counters. A
-// dropped TCP connection destroys the server's QPs.
+// dropped TCP connection destroys the server's QPs. Every message is one
+// JSON line; a refused request is answered with an error line
+// (sessionReply.Error) naming the limit or rule (server.go).
 
 // ProtocolVersion is the side-channel version both ends must speak.
 const ProtocolVersion = 1
@@ -30,7 +32,7 @@ type SessionRequest struct {
 	MTU          int           `json:"mtu"`
 	DSCP         uint8         `json:"dscp"`
 	MessageBytes int           `json:"message_bytes"`
-	Op           string        `json:"op"`
+	Op           string        `json:"op"` // write (also "") or send
 	Verify       bool          `json:"verify"`
 	NP           bool          `json:"np"`
 	CNPPeriod    time.Duration `json:"min_time_between_cnps_ns"`
@@ -40,8 +42,12 @@ type SessionRequest struct {
 	Bytes        uint64        `json:"bytes,omitempty"`       // informational
 }
 
+// sessionReply answers a request: the server's QPs, or why not. Cause
+// names the limit or rule (Refused* constants) for programs; Error says
+// it for people.
 type sessionReply struct {
 	Error string     `json:"error,omitempty"`
+	Cause string     `json:"cause,omitempty"`
 	QPs   []Endpoint `json:"qps,omitempty"`
 }
 
@@ -56,158 +62,12 @@ type QPReport struct {
 }
 
 // SessionResult is the server's report at the end of a session.
+// Error and Cause are set when the server ended the session itself
+// (Aborted* constants).
 type SessionResult struct {
 	Error string     `json:"error,omitempty"`
+	Cause string     `json:"cause,omitempty"`
 	QPs   []QPReport `json:"qps"`
-}
-
-// ServerOptions bound what one client may ask for.
-type ServerOptions struct {
-	MaxQPs int // per session. Optional: 0 means 4096.
-	// BufferBytes is each server QP's registered memory. Optional: 0 means
-	// 4 message sizes, at least 64 KiB.
-	BufferBytes int
-	// OnSession, if set, is called with each session's QPs once they are
-	// connected (the server tool prints them).
-	OnSession func(remote net.Addr, req SessionRequest, qps []*QP)
-	// OnFinish, if set, is called with each session's result.
-	OnFinish func(remote net.Addr, res SessionResult)
-}
-
-// Serve accepts side-channel sessions on ln until it is closed; each
-// session's QPs live on this agent. Closing ln also ends the sessions in
-// progress (their side channels are closed, their QPs destroyed).
-func (a *Agent) Serve(ln net.Listener, opts ServerOptions) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns = map[net.Conn]struct{}{}
-	)
-	defer func() {
-		mu.Lock()
-		for c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("agent: accept: %w", err)
-		}
-		mu.Lock()
-		conns[c] = struct{}{}
-		mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := a.ServeConn(c, opts); err != nil {
-				a.log.Info("session ended", "remote", c.RemoteAddr(), "err", err)
-			}
-			mu.Lock()
-			delete(conns, c)
-			mu.Unlock()
-		}()
-	}
-}
-
-// ServeConn runs one session on an accepted connection and closes it.
-func (a *Agent) ServeConn(c net.Conn, opts ServerOptions) error {
-	defer c.Close()
-	if opts.MaxQPs == 0 {
-		opts.MaxQPs = 4096
-	}
-	r := bufio.NewReader(c)
-	enc := json.NewEncoder(c)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var req SessionRequest
-	if err := readJSON(r, &req); err != nil {
-		return err
-	}
-	_ = c.SetReadDeadline(time.Time{})
-	qps, err := a.acceptSession(c, &req, opts)
-	if err != nil {
-		_ = enc.Encode(sessionReply{Error: err.Error()})
-		return err
-	}
-	defer func() {
-		for _, qp := range qps {
-			qp.Destroy()
-		}
-	}()
-	eps := make([]Endpoint, len(qps))
-	for i, qp := range qps {
-		eps[i] = qp.Endpoint()
-		eps[i].Addr = a.localAddr(c)
-	}
-	if err := enc.Encode(sessionReply{QPs: eps}); err != nil {
-		return err
-	}
-	if opts.OnSession != nil {
-		opts.OnSession(c.RemoteAddr(), req, qps)
-	}
-	// Wait for finish; a closed connection ends the session too.
-	var fin finishMsg
-	if err := readJSON(r, &fin); err != nil {
-		return fmt.Errorf("agent: session from %v: %w", c.RemoteAddr(), err)
-	}
-	res := SessionResult{QPs: make([]QPReport, len(qps))}
-	for i, qp := range qps {
-		res.QPs[i] = QPReport{QPN: qp.QPN(), Counters: qp.Counters()}
-	}
-	if opts.OnFinish != nil {
-		opts.OnFinish(c.RemoteAddr(), res)
-	}
-	return enc.Encode(res)
-}
-
-func (a *Agent) acceptSession(c net.Conn, req *SessionRequest, opts ServerOptions) ([]*QP, error) {
-	switch {
-	case req.Version != ProtocolVersion:
-		return nil, fmt.Errorf("protocol version %d, this server speaks %d", req.Version, ProtocolVersion)
-	case len(req.QPs) < 1 || len(req.QPs) > opts.MaxQPs:
-		return nil, fmt.Errorf("%d QPs requested: this server allows 1..%d per session", len(req.QPs), opts.MaxQPs)
-	case req.MessageBytes < 1 || req.MessageBytes > 1<<30:
-		return nil, fmt.Errorf("message size %d: must be 1..%d", req.MessageBytes, 1<<30)
-	}
-	cfg := DefaultQPConfig()
-	cfg.MTU = req.MTU
-	cfg.DSCP = req.DSCP
-	cfg.NP = req.NP
-	cfg.CNPPeriod = req.CNPPeriod
-	cfg.CNPDSCP = req.CNPDSCP
-	cfg.VerifyIncoming = req.Verify
-	cfg.BufferBytes = opts.BufferBytes
-	if cfg.BufferBytes == 0 {
-		cfg.BufferBytes = max(4*req.MessageBytes, 64<<10)
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	local := a.localAddr(c)
-	var qps []*QP
-	fail := func(err error) ([]*QP, error) {
-		for _, qp := range qps {
-			qp.Destroy()
-		}
-		return nil, err
-	}
-	for _, ep := range req.QPs {
-		qp, err := a.CreateQP(cfg)
-		if err != nil {
-			return fail(err)
-		}
-		qps = append(qps, qp)
-		ep.Addr = peerAddr(c, ep.Addr)
-		if err := qp.Connect(local, ep); err != nil {
-			return fail(err)
-		}
-	}
-	return qps, nil
 }
 
 // Session is the client side of one side-channel session.
@@ -241,7 +101,7 @@ func (a *Agent) DialConn(ctx context.Context, c net.Conn, n int, cfg QPConfig, r
 		_ = c.Close()
 		return nil, fmt.Errorf("agent: %d QPs: need at least 1", n)
 	}
-	s := &Session{conn: c, r: bufio.NewReader(c)}
+	s := &Session{conn: c, r: bufio.NewReaderSize(c, readBufferBytes)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -272,7 +132,7 @@ func (a *Agent) DialConn(ctx context.Context, c net.Conn, n int, cfg QPConfig, r
 		return nil, fmt.Errorf("agent: side channel to %s: %w", addr, err)
 	}
 	var rep sessionReply
-	if err := readJSON(s.r, &rep); err != nil {
+	if err := readJSON(s.r, replyLimit(n), &rep); err != nil {
 		return nil, fmt.Errorf("agent: side channel to %s: %w", addr, err)
 	}
 	_ = c.SetDeadline(time.Time{})
@@ -304,7 +164,7 @@ func (s *Session) Finish(ctx context.Context) (SessionResult, error) {
 	if err := json.NewEncoder(s.conn).Encode(finishMsg{Finish: true}); err != nil {
 		return res, fmt.Errorf("agent: finish: %w", err)
 	}
-	if err := readJSON(s.r, &res); err != nil {
+	if err := readJSON(s.r, replyLimit(len(s.QPs)), &res); err != nil {
 		return res, fmt.Errorf("agent: finish: %w", err)
 	}
 	if res.Error != "" {
@@ -321,13 +181,61 @@ func (s *Session) Close() {
 	_ = s.conn.Close()
 }
 
-func readJSON(r *bufio.Reader, v any) error {
-	line, err := r.ReadBytes('\n')
+// Side-channel lines are read through a bufio.Reader of readBufferBytes:
+// with readLine's limit, what one connection holds at most.
+const readBufferBytes = 4 << 10
+
+// replyLimit bounds a server's answer for n QPs: an endpoint, or a QP's
+// counters, is well under 2 KiB of JSON.
+func replyLimit(n int) int { return 64<<10 + n*(4<<10) }
+
+// Line errors.
+var (
+	errLineTooLong = errors.New("line too long")
+	errNoNewline   = errors.New("the connection ended in the middle of a line")
+)
+
+// readLine reads one line, newline included, of at most limit bytes. It
+// stops reading once a line is longer (errLineTooLong): it never holds
+// more than limit bytes besides r's buffer. The line may be r's buffer,
+// valid until the next read.
+func readLine(r *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if len(line)+len(frag) > limit {
+			return nil, errLineTooLong
+		}
+		switch {
+		case err == nil && line == nil:
+			return frag, nil
+		case err == nil || err == bufio.ErrBufferFull:
+			if cap(line)-len(line) < len(frag) {
+				// Grow by doubling, never past the limit.
+				grown := make([]byte, len(line), min(limit, max(2*cap(line), len(line)+len(frag))))
+				copy(grown, line)
+				line = grown
+			}
+			line = append(line, frag...)
+			if err == nil {
+				return line, nil
+			}
+		case err == io.EOF && len(line)+len(frag) > 0:
+			return nil, errNoNewline
+		default:
+			return nil, err
+		}
+	}
+}
+
+// readJSON reads one line of at most limit bytes into v.
+func readJSON(r *bufio.Reader, limit int, v any) error {
+	line, err := readLine(r, limit)
+	if errors.Is(err, errLineTooLong) {
+		return fmt.Errorf("side-channel message over %d bytes", limit)
+	}
 	if err != nil {
 		return err
-	}
-	if len(line) > 1<<20 {
-		return errors.New("side-channel message over 1 MiB")
 	}
 	if err := json.Unmarshal(line, v); err != nil {
 		return fmt.Errorf("bad side-channel message: %w", err)
