@@ -124,9 +124,13 @@ const (
 
 // Event is one DCQCN event at one QP.
 type Event struct {
-	Kind              EventKind
-	QPN               uint32
-	At                time.Duration // Clock time
+	Kind EventKind
+	QPN  uint32
+	// At is when it happened, on the agent's Clock: for CEReceived the
+	// packet's arrival (its kernel timestamp where the conn gives one), for
+	// CNPSent when the CNP was handed to the conn, for CNPHandled when the
+	// RP applied it (Arrived: when the CNP arrived).
+	At, Arrived       time.Duration
 	RcBefore, RcAfter units.Rate
 }
 

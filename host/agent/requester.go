@@ -338,7 +338,7 @@ func (qp *QP) onCNPLocked(now time.Duration) {
 		qp.mu.ctr.RPCNPIgnored++
 	}
 	if t := qp.agent.cfg.Trace; t != nil {
-		t(Event{Kind: EventCNPHandled, QPN: qp.qpn, At: now, RcBefore: before, RcAfter: r.rp.Rc()})
+		t(Event{Kind: EventCNPHandled, QPN: qp.qpn, At: max(qp.agent.clock.Now(), now), Arrived: now, RcBefore: before, RcAfter: r.rp.Rc()})
 	}
 }
 
