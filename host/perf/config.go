@@ -83,6 +83,10 @@ type ServerConfig struct {
 	// server's receive loop. Optional: "" means kernel where it attaches,
 	// else the agent (with a warning).
 	NP string
+	// Limits bound what clients may make the server hold (QPs, registered
+	// memory, sessions, connections, request size, timeouts). Optional:
+	// zero fields take agent's defaults (agent.ServerLimits).
+	Limits agent.ServerLimits
 }
 
 // Where the notification point runs (ServerConfig.NP).
@@ -285,7 +289,7 @@ func (c ClientConfig) Validate() error {
 	if _, err := dcqcn.Profile(c.Profile, DefaultLineRate); err != nil {
 		return flagErr("--dcqcn-profile", c.Profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
 	}
-	if mem := uint64(c.QPs) * uint64(max(4*c.MessageBytes, 64<<10)); mem > MaxServerMemory {
+	if mem := uint64(c.QPs) * uint64(agent.SessionBufferBytes(c.MessageBytes)); mem > MaxServerMemory {
 		return fmt.Errorf("roceperf: -P %d with -l %d: the server would register %s (-P × max(4 × -l, 64K)); at most 2 GiB",
 			c.QPs, c.MessageBytes, FormatBytes(float64(mem)))
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/fabriclab/fabriclab/host/agent"
@@ -199,6 +201,53 @@ func dropsLine(e *End) string {
 		return ""
 	}
 	return "errors: " + strings.Join(parts, " ")
+}
+
+// serverAgentLine lists what the server's agent dropped before any QP and
+// the sessions it refused or cut, since it started; only non-zero causes.
+func serverAgentLine(sa *ServerAgent) string {
+	if sa == nil {
+		return ""
+	}
+	var parts []string
+	add := func(name string, v uint64) {
+		if v != 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", name, v))
+		}
+	}
+	c := &sa.AgentCounters
+	add("malformed", c.Malformed)
+	add("icrc_errors", c.ICRCErrors)
+	add("unknown_qp", c.UnknownQP)
+	add("wrong_peer", c.WrongPeer)
+	add("unsupported_opcode", c.Unsupported)
+	add("send_errors", c.SendErrors)
+	add("ppfc_received_stop", c.PPFCReceivedStop)
+	add("ppfc_received_resume", c.PPFCReceivedResume)
+	add("ppfc_received_alarm", c.PPFCReceivedAlarm)
+	add("ppfc_received_hold", c.PPFCReceivedHold)
+	add("ppfc_ignored_source", c.PPFCIgnoredSource)
+	add("ppfc_ignored_destination", c.PPFCIgnoredDestination)
+	byCause := func(name string, m map[string]uint64) {
+		var n uint64
+		causes := slices.Sorted(maps.Keys(m))
+		var each []string
+		for _, k := range causes {
+			if m[k] > 0 {
+				n += m[k]
+				each = append(each, fmt.Sprintf("%s=%d", k, m[k]))
+			}
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d (%s)", name, n, strings.Join(each, " ")))
+		}
+	}
+	byCause("refused_sessions", sa.SideChannel.Refused)
+	byCause("aborted_sessions", sa.SideChannel.Aborted)
+	if len(parts) == 0 {
+		return "server since start: no drops, no refused sessions"
+	}
+	return "server since start: " + strings.Join(parts, " ")
 }
 
 // writePerftestPreamble prints perftest's address lines for each QP pair.

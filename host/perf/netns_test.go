@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -572,5 +573,77 @@ func TestNetnsThreeClients(t *testing.T) {
 			t.Fatalf("steering %+v: want unknown_qp %d", st2, st1.UnknownQP+1)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestNetnsRefused: the server refuses what its limits forbid with an
+// error the client prints, and shows every refusal and its agent's drops,
+// in text and in JSON.
+func TestNetnsRefused(t *testing.T) {
+	enterNetns(t)
+	lim := agent.ServerLimits{MaxQPs: 2}
+	s, text := startServer(t, ServerConfig{Limits: lim})
+	jsonOut := &syncBuffer{}
+	startServer(t, ServerConfig{Limits: lim, Port: 18516, JSON: true, Out: jsonOut})
+	if got := s.SideChannel().Limits().MaxQPs; got != 2 {
+		t.Fatalf("max_qps %d", got)
+	}
+	for _, port := range []int{18515, 18516} {
+		side := netip.AddrPortFrom(srvAddr, uint16(port)).String()
+		cfg := DefaultClientConfig(side)
+		cfg.QPs, cfg.Bytes = 3, 1<<20
+		relax(&cfg)
+		_, err := RunClient(context.Background(), cfg)
+		want := fmt.Sprintf("roceperf: server %s refused the session: qps 3: this server allows 1..2 per session (max_qps)", side)
+		if err == nil || err.Error() != want {
+			t.Errorf("got  %v\nwant %s", err, want)
+		}
+		// Not a request at all.
+		c, err := net.Dial("tcp4", side)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		_ = c.Close()
+		if !strings.Contains(line, `"cause":"malformed"`) {
+			t.Errorf("an HTTP request got %q", line)
+		}
+		cfg.QPs = 1
+		if _, err := RunClient(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := text.String()
+	t.Logf("server:\n%s", out)
+	for _, want := range []string{
+		"qps 3: this server allows 1..2 per session (max_qps)",
+		"request: invalid character 'G' looking for beginning of value: a request is one JSON object on one line",
+		"server since start: refused_sessions=2 (malformed=1 qps=1)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("server text lacks %q", want)
+		}
+	}
+	if st := s.SideChannel().Stats(); st.Refused[agent.RefusedQPs] != 1 || st.Refused[agent.RefusedMalformed] != 1 || st.Accepted != 1 {
+		t.Errorf("side channel %+v", st)
+	}
+	// The JSON server: a report per refusal, with its error, and the
+	// session's report with the agent's counters.
+	dec := json.NewDecoder(strings.NewReader(jsonOut.String()))
+	var reports []Report
+	for dec.More() {
+		var r Report
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("server JSON: %v\n%s", err, jsonOut.String())
+		}
+		reports = append(reports, r)
+	}
+	if len(reports) != 3 || !strings.Contains(reports[0].Error, "(max_qps)") || !strings.Contains(reports[1].Error, "a request is one JSON object") || reports[2].Error != "" {
+		t.Fatalf("%d JSON reports:\n%s", len(reports), jsonOut.String())
+	}
+	sa := reports[2].End.Counters.ServerAgent
+	if sa == nil || sa.SideChannel.Refused[agent.RefusedQPs] != 1 || sa.SideChannel.Refused[agent.RefusedMalformed] != 1 || sa.SideChannel.Accepted != 1 {
+		t.Errorf("server_agent %+v", sa)
 	}
 }

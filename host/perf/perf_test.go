@@ -411,3 +411,50 @@ func TestReportText(t *testing.T) {
 		t.Errorf("summary without server counters:\n%s", b.String())
 	}
 }
+
+// TestServerAgentLine: the server's summary names every non-zero drop
+// cause and the refused sessions by cause; its JSON has them all.
+func TestServerAgentLine(t *testing.T) {
+	sa := &ServerAgent{SideChannel: agent.ServerStats{Refused: map[string]uint64{}, Aborted: map[string]uint64{}}}
+	if got, want := serverAgentLine(sa), "server since start: no drops, no refused sessions"; got != want {
+		t.Errorf("clean: %q, want %q", got, want)
+	}
+	sa.Malformed, sa.ICRCErrors, sa.WrongPeer, sa.Unsupported, sa.PPFCIgnoredSource = 3, 1, 2, 4, 5
+	sa.SideChannel.Refused[agent.RefusedQPs] = 1
+	sa.SideChannel.Refused[agent.RefusedBufferBytes] = 2
+	sa.SideChannel.Refused[agent.RefusedTimeout] = 0
+	sa.SideChannel.Aborted[agent.AbortedDuration] = 1
+	want := "server since start: malformed=3 icrc_errors=1 wrong_peer=2 unsupported_opcode=4 ppfc_ignored_source=5 " +
+		"refused_sessions=3 (buffer_bytes=2 qps=1) aborted_sessions=1 (session_duration=1)"
+	if got := serverAgentLine(sa); got != want {
+		t.Errorf("\n got %q\nwant %q", got, want)
+	}
+	r := fakeReport(t)
+	r.End.Counters.ServerAgent = sa
+	var b bytes.Buffer
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	srv := m["end"].(map[string]any)["counters"].(map[string]any)["server_agent"].(map[string]any)
+	for _, k := range []string{"malformed", "icrc_errors", "unknown_qp", "wrong_peer", "unsupported_opcode", "send_errors",
+		"ppfc_received_stop", "ppfc_received_resume", "ppfc_received_alarm", "ppfc_received_hold", "ppfc_ignored_source", "ppfc_ignored_destination",
+		"np_cnp_sent", "udp", "side_channel"} {
+		if _, ok := srv[k]; !ok {
+			t.Errorf("end.counters.server_agent lacks %q: %v", k, srv)
+		}
+	}
+	if got := srv["side_channel"].(map[string]any)["refused"].(map[string]any)["qps"]; got != 1.0 {
+		t.Errorf("side_channel.refused.qps %v", got)
+	}
+	// A client's report has no server_agent.
+	r.End.Counters.ServerAgent = nil
+	b.Reset()
+	_ = r.WriteJSON(&b)
+	if bytes.Contains(b.Bytes(), []byte("server_agent")) {
+		t.Errorf("a client's report with server_agent")
+	}
+}

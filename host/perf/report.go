@@ -192,6 +192,23 @@ type EndCounters struct {
 	// ClientUDP is the client's socket: what it moved and what the kernel
 	// dropped for it (a full receive buffer loses ACKs and CNPs).
 	ClientUDP UDPStats `json:"client_udp"`
+	// ServerAgent is the server's whole agent since it started, in the
+	// server's own report (roceperf -s): a client's report has none.
+	ServerAgent *ServerAgent `json:"server_agent,omitempty"`
+}
+
+// ServerAgent is what a server's agent counted since it started, its
+// sessions' QPs and every drop before a QP (malformed, icrc_errors,
+// unknown_qp, wrong_peer, unsupported_opcode, send_errors, ppfc_*), with
+// its socket, the host's steering and the side channel's sessions
+// (refused ones by cause).
+type ServerAgent struct {
+	agent.AgentCounters
+	UDP UDPStats `json:"udp"`
+	// Steering is the host's, since its first agent; nil where the conn
+	// has none.
+	Steering    *pktio.SteeringStats `json:"steering,omitempty"`
+	SideChannel agent.ServerStats    `json:"side_channel"`
 }
 
 // UDPStats are a pktio.RoCEConn's counters (pktio.UDPStats).

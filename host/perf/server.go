@@ -31,6 +31,7 @@ type Server struct {
 	udp  *pktio.RoCEConn
 	ln   *listener
 	ag   *agent.Agent
+	side *agent.Server  // the side channel's sessions and their limits
 	np   *npbpf.Devices // the kernel NP; nil: the agent's
 	log  *slog.Logger
 
@@ -117,7 +118,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		}
 		return nil, fmt.Errorf("roceperf: %w", err)
 	}
-	return &Server{
+	s := &Server{
 		np:   np,
 		cfg:  cfg,
 		bind: bind,
@@ -126,7 +127,13 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		ag:   ag,
 		log:  log,
 		sess: map[string]*serverSession{},
-	}, nil
+	}
+	s.side, err = ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("roceperf: server limits: %s", strings.TrimPrefix(err.Error(), "agent: "))
+	}
+	return s, nil
 }
 
 // attachNP attaches the kernel NP to the devices that carry bind, as mode
@@ -165,6 +172,47 @@ func (s *Server) NPDevices() []string {
 // Agent is the server's RoCE agent (its QPs and counters).
 func (s *Server) Agent() *agent.Agent { return s.ag }
 
+// SideChannel is the server's sessions: their limits, what they hold and
+// what was refused.
+func (s *Server) SideChannel() *agent.Server { return s.side }
+
+// agentReport is the server's agent since it started: its drops, its
+// socket, the host's steering and the side channel's sessions.
+func (s *Server) agentReport() *ServerAgent {
+	sa := &ServerAgent{AgentCounters: s.ag.Counters(), UDP: udpStats(s.udp.Stats()), SideChannel: s.side.Stats()}
+	if st, err := s.udp.SteeringStats(); err == nil {
+		sa.Steering = &st
+	}
+	return sa
+}
+
+// onRefuse reports a connection the side channel turned away: a line of
+// text, or a JSON report with its error.
+func (s *Server) onRefuse(remote net.Addr, cause, msg string) {
+	if s.cfg.Out == nil {
+		return
+	}
+	ap := addrPort(remote)
+	text := fmt.Sprintf("refused a session from %s port %d: %s", ap.Addr(), ap.Port(), msg)
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	if !s.cfg.JSON {
+		fmt.Fprintf(s.cfg.Out, "roceperf: %s\n%s\n", text, dashLine)
+		return
+	}
+	now := time.Now()
+	r := &Report{Intervals: []Interval{}, Error: text}
+	r.Start = Start{
+		Version:    "roceperf " + Version,
+		SystemInfo: systemInfo(),
+		Timestamp:  Timestamp{Time: now.UTC().Format(iperfTime), TimeSecs: now.Unix()},
+	}
+	r.End.Counters.ServerAgent = s.agentReport()
+	if err := r.WriteJSON(s.cfg.Out); err != nil {
+		s.log.Warn("writing the report", "err", err)
+	}
+}
+
 // Addr is the side channel's listening address.
 func (s *Server) Addr() netip.AddrPort {
 	return s.ln.Addr().(*net.TCPAddr).AddrPort()
@@ -186,9 +234,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		np = "NP in the kernel on " + strings.Join(devs, ", ")
 	}
 	s.printf("%s\nServer listening on %s port %d (RoCEv2 on UDP %d, %s)\n%s\n", dashLine, where, s.Addr().Port(), s.udp.LocalAddr().Port(), np, dashLine)
-	opts := agent.ServerOptions{OnSession: s.onSession, OnFinish: s.onFinish}
 	errc := make(chan error, 1)
-	go func() { errc <- s.ag.Serve(s.ln, opts) }()
+	go func() { errc <- s.side.Serve(s.ln) }()
 	select {
 	case err := <-errc:
 		if err != nil {
@@ -396,6 +443,7 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 	}
 	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, end)
 	e.Counters.Server = res.QPs
+	e.Counters.ServerAgent = s.agentReport()
 	if s.cfg.Out == nil {
 		return
 	}
@@ -433,7 +481,7 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 		// Host-wide: packets no agent of this namespace took.
 		fmt.Fprintf(w, " (host steering since its first agent: unknown_qp=%d misdirected=%d malformed=%d)", st.UnknownQP, st.Misdirected, st.Malformed)
 	}
-	fmt.Fprintf(w, "\n%s\n", dashLine)
+	fmt.Fprintf(w, "\n%s\n%s\n", serverAgentLine(e.Counters.ServerAgent), dashLine)
 }
 
 func microseconds(d time.Duration) string {
@@ -527,6 +575,15 @@ type trackedConn struct {
 	l    *listener
 	once sync.Once
 	done chan struct{} // closed by Close
+}
+
+// CloseWrite lets the side channel close its sending side after an error
+// line (agent's linger), as on the TCP connection itself.
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *trackedConn) Close() error {
