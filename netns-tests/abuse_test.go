@@ -164,9 +164,8 @@ func (c *abuseCounters) drops() uint64 {
 //     requester acknowledged long ago: counted as invalid_ack_psn, the QP
 //     lives;
 //   - a CNP flood from the peer's address, 200 kpps for 0.5 s, to a QP with
-//     mlx5's DCQCN profile (one cut per 4 µs at most): each CNP acts at its
-//     own arrival (kernel timestamps), not its batch's read, so Rc falls to
-//     rpg_min_rate.
+//     mlx5's DCQCN profile (one cut per 4 µs at most): every CNP reaches the
+//     RP, and Rc falls to rpg_min_rate.
 //
 // The stream then ends normally: every byte acknowledged, none corrupted.
 // The port does not mark (ECN off), so no genuine CNP muddles the counts.
@@ -331,12 +330,10 @@ func TestRoCEAbuse(t *testing.T) {
 	if cnps+rcvbuf != uint64(flood) {
 		t.Errorf("%d CNPs sent, %d reached the RP and %d were dropped by the socket", flood, cnps, rcvbuf)
 	}
-	// Arrival times, not the batch's read: 28-31 % of the flood cut (the
-	// injector sends bursts of tens, one cut per 4 µs period of each);
-	// with the read's time 12-13 % did.
-	if handled := c4.qp.RPCNPHandled - c3.qp.RPCNPHandled; float64(handled) < 0.2*float64(flood) {
-		t.Errorf("%d of %d flooded CNPs cut the rate: want at least 20 %% (each acts at its own arrival)", handled, flood)
-	}
+	// How many cut depends on how bunched the injector's bursts arrive: on
+	// an idle machine 28-31 % with arrival times, 12-13 % with the batch's
+	// read time; with a busy core 14 %. TestCNPFloodArrivalTimes checks
+	// the rule itself on exact times.
 	if float64(low) > 1.01*float64(p.RPGMinRate) {
 		t.Errorf("under a %d kpps CNP flood Rc fell only to %v, want rpg_min_rate %v", floodRate/1000, low, p.RPGMinRate)
 	}

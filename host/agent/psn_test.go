@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // nak delivers a NAK (or ACK) with syndrome syn for PSN index k of qp's
@@ -85,5 +88,69 @@ func TestArrival(t *testing.T) {
 	}
 	if got := arrival(time.Millisecond, wall, wall.Add(-time.Second)); got != 0 {
 		t.Errorf("an arrival before the agent's clock started = %v, want 0", got)
+	}
+}
+
+// A batch of CNPs read at once acts as they arrived (issue 15 §4): with
+// mlx5's profile (one cut per rate_reduce_monitor_period, 4 µs), 100 CNPs
+// 5 µs apart cut 100 times when each carries its arrival time, once when
+// the whole batch takes the time it was read.
+func TestCNPFloodArrivalTimes(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		spread  bool
+		minCuts uint64
+		maxCuts uint64
+	}{
+		{"arrival times", true, 95, 100},
+		{"read time", false, 1, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newPPFCLab(t, nil)
+			cfg := DefaultQPConfig()
+			cfg.CC = CCDCQCN
+			cfg.DCQCN = dcqcn.MLX5Params(units.Gbit)
+			qp, err := l.a.CreateQP(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := qp.Connect(l.local, Endpoint{Addr: peerX, QPN: 0x100, Len: 1 << 20, MTU: cfg.MTU}); err != nil {
+				t.Fatal(err)
+			}
+			if err := qp.Start(Stream{Op: OpWrite, MessageBytes: 4096}); err != nil {
+				t.Fatal(err)
+			}
+			l.clock.set(time.Second)
+			l.tx(qp)
+			h := roce.CNPHeader(qp.QPN(), 0xFFFF)
+			b := make([]byte, roce.PacketLen(roce.OpCNP, 0))
+			b = b[:roce.Build(b, &h, nil)]
+			roce.SealICRC(peerX, netip.AddrPortFrom(qp.mu.local.Addr(), roce.UDPPort), b)
+			// 100 CNPs arrive 5 µs apart; the loop reads them 1 ms after
+			// the last.
+			wall := time.Unix(1_800_000_000, 0)
+			l.clock.advance(500*time.Microsecond + time.Millisecond)
+			now := l.clock.Now()
+			rs := &replies{pkts: l.rslots}
+			before := qp.Counters()
+			for i := range 100 {
+				rx := wall.Add(-time.Millisecond - time.Duration(99-i)*5*time.Microsecond)
+				if !c.spread {
+					rx = time.Time{}
+				}
+				m := pktio.Message{Buffers: [][]byte{b}, N: len(b), Addr: peerX, TOS: 0xC0, RxTime: rx}
+				var hd roce.Header
+				l.a.receive(arrival(now, wall, m.RxTime), &m, &hd, rs)
+			}
+			after := qp.Counters()
+			cuts := after.RPCNPHandled - before.RPCNPHandled
+			if got := cuts + after.RPCNPIgnored - before.RPCNPIgnored; got != 100 {
+				t.Fatalf("%d of 100 CNPs reached the RP", got)
+			}
+			t.Logf("%d of 100 CNPs 5 µs apart cut the rate", cuts)
+			if cuts < c.minCuts || cuts > c.maxCuts {
+				t.Errorf("%d CNPs cut the rate, want %d..%d", cuts, c.minCuts, c.maxCuts)
+			}
+		})
 	}
 }
