@@ -126,9 +126,9 @@ func printRoceNotes(w io.Writer, r *RoceReport) {
 	}
 	if x := r.Reaction; x != nil {
 		fmt.Fprintln(w, "CNP reaction rows: two agents in this process on one clock (sockets opened in namespaces a and b), one QP a->b, DCQCN")
-		fmt.Fprintf(w, "paper profile at the RP (every CNP cuts at once), %s. Times are agent clock reads: CE = the NP's receive\n", x.Config)
-		fmt.Fprintln(w, "batch returning from recvmmsg with the CE packet; CNP = built, just before its sendmmsg; cut = the RP's receive batch with the")
-		fmt.Fprintln(w, "CNP, Rc lowered. Each CNP is charged to the first CE since the NP's previous CNP; CNPs reach the RP in order (one path, no")
+		fmt.Fprintf(w, "paper profile at the RP (every CNP cuts at once), %s. Times are on the agents' clock: CE = the CE packet's kernel\n", x.Config)
+		fmt.Fprintln(w, "arrival at the NP (SO_TIMESTAMPNS); CNP = built, just before its sendmmsg; cut = when the RP's receive loop applied the")
+		fmt.Fprintln(w, "CNP, Rc lowered (not the CNP's arrival). Each CNP is charged to the first CE since the NP's previous CNP; CNPs reach the RP in order (one path, no")
 		fmt.Fprintln(w, "port on b's egress), so the k-th handled is the k-th sent. Only CNPs that cut Rc count (none at Rmin). Percentiles: nearest rank.")
 		fmt.Fprintln(w, "held by N: the trigger CE came less than min_time_between_cnps after the previous CNP (often in the same receive batch); the")
 		fmt.Fprintln(w, "agent's transmit loop sends such a CNP when N has passed, so its NP time is N plus that loop's timerfd wake-up.")
