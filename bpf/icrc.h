@@ -115,4 +115,32 @@ static __always_inline __u16 ip_csum(const struct iphdr *ip)
 	return ~sum;
 }
 
+/* roce_ipv4_masked writes a 20-byte IPv4 header for a RoCEv2 packet of
+ * l4_len bytes (UDP header to ICRC) with the fields the ICRC masks set to
+ * ones (TOS, TTL, checksum): compute the ICRC over it, then
+ * roce_ipv4_as_sent. ID 0 and DF, as rxe sends. */
+static __always_inline void roce_ipv4_masked(struct iphdr *ip, __u16 l4_len, __be32 saddr, __be32 daddr)
+{
+	ip->version = 4;
+	ip->ihl = NET_IPV4_MIN_IHL;
+	ip->tos = ICRC_MASKED;
+	ip->tot_len = bpf_htons(sizeof(*ip) + l4_len);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(NET_IPV4_FLAG_DF);
+	ip->ttl = ICRC_MASKED;
+	ip->protocol = NET_IPPROTO_UDP;
+	ip->check = 0xFFFF;
+	ip->saddr = saddr;
+	ip->daddr = daddr;
+}
+
+/* roce_ipv4_as_sent puts the masked fields back to what goes on the wire. */
+static __always_inline void roce_ipv4_as_sent(struct iphdr *ip, __u8 tos, __u8 ttl)
+{
+	ip->tos = tos;
+	ip->ttl = ttl;
+	ip->check = 0;
+	ip->check = ip_csum(ip);
+}
+
 #endif

@@ -258,26 +258,17 @@ static __always_inline __u32 cnp_build(struct cnp_frame *f, const struct np_qp *
 		struct iphdr *ip = &f->v4.ip;
 
 		l4 = &f->v4.l4;
+		__be32 saddr, daddr;
+
 		f->eth.h_proto = bpf_htons(ETH_P_IP);
-		ip->version = 4;
-		ip->ihl = NET_IPV4_MIN_IHL;
-		ip->tos = ICRC_MASKED;
-		ip->tot_len = bpf_htons(sizeof(*ip) + CNP_L4_LEN);
-		ip->id = 0;
-		ip->frag_off = bpf_htons(NET_IPV4_FLAG_DF);
-		ip->ttl = ICRC_MASKED;
-		ip->protocol = NET_IPPROTO_UDP;
-		ip->check = 0xFFFF;
-		__builtin_memcpy(&ip->saddr, qp->local_ip, 4);
-		__builtin_memcpy(&ip->daddr, qp->peer_ip, 4);
+		__builtin_memcpy(&saddr, qp->local_ip, 4);
+		__builtin_memcpy(&daddr, qp->peer_ip, 4);
+		roce_ipv4_masked(ip, CNP_L4_LEN, saddr, daddr);
 		cnp_l4_fill(l4, qp);
 		l4->icrc = icrc_crc((const __u8 *)ip, sizeof(*ip) + CNP_L4_LEN - ROCE_ICRC_LEN,
 				    sizeof(*ip) + CNP_L4_LEN - ROCE_ICRC_LEN);
 		/* The masked fields, as sent. */
-		ip->tos = tos;
-		ip->ttl = CNP_TTL;
-		ip->check = 0;
-		ip->check = ip_csum(ip);
+		roce_ipv4_as_sent(ip, tos, CNP_TTL);
 		l4->udp.check = 0; /* IPv4: no checksum, as rxe sends */
 		l4->bth.ecn = ROCE_BTH_BECN;
 		return CNP_V4_LEN;

@@ -636,17 +636,7 @@ static __attribute__((noinline)) int ppfc_build(struct ppfc_frame *f, const stru
 	__builtin_memcpy(f->eth.h_source, a->smac, ETH_ALEN);
 	f->eth.h_proto = bpf_htons(ETH_P_IP);
 	/* The fields the ICRC masks as ones first. */
-	ip->version = 4;
-	ip->ihl = NET_IPV4_MIN_IHL;
-	ip->tos = ICRC_MASKED;
-	ip->tot_len = bpf_htons(sizeof(*ip) + PPFC_L4_LEN);
-	ip->id = 0;
-	ip->frag_off = bpf_htons(NET_IPV4_FLAG_DF);
-	ip->ttl = ICRC_MASKED;
-	ip->protocol = NET_IPPROTO_UDP;
-	ip->check = 0xFFFF;
-	ip->saddr = a->local_ip;
-	ip->daddr = a->target;
+	roce_ipv4_masked(ip, PPFC_L4_LEN, a->local_ip, a->target);
 	l4->udp.source = bpf_htons(PPFC_UDP_SPORT);
 	l4->udp.dest = bpf_htons(ROCE_UDP_PORT);
 	l4->udp.len = bpf_htons(PPFC_L4_LEN);
@@ -673,10 +663,7 @@ static __attribute__((noinline)) int ppfc_build(struct ppfc_frame *f, const stru
 	l4->icrc = icrc_crc((const __u8 *)ip, sizeof(*ip) + PPFC_L4_LEN - ROCE_ICRC_LEN,
 			    sizeof(*ip) + PPFC_L4_LEN - ROCE_ICRC_LEN);
 	/* The masked fields, as sent. */
-	ip->tos = (a->dscp & 0x3F) << 2;
-	ip->ttl = PPFC_TTL;
-	ip->check = 0;
-	ip->check = ip_csum(ip);
+	roce_ipv4_as_sent(ip, (a->dscp & 0x3F) << 2, PPFC_TTL);
 	l4->udp.check = 0; /* IPv4: no checksum, as rxe sends */
 	l4->bth.ecn = PPFC_BTH_P;
 	return 0;
