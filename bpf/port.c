@@ -462,6 +462,11 @@ static __always_inline __u64 enqueue_virtual(struct class_state *cs, struct clas
 	bpf_spin_lock(&cs->vq_lock);
 	vq_advance(cs, now, cc->vq_ns_per_byte_fp, &left_bytes, &left_packets);
 	backlog = cs->backlog_bytes;
+	/* PPFC episodes, as depart and port_enqueue keep them in veth mode. */
+	if (cs->ppfc_above_xon && backlog <= cc->xon_bytes) {
+		cs->ppfc_above_xon = 0;
+		cs->ppfc_episode++;
+	}
 	*v = decide(cc, backlog, len, ecn, rnd);
 	if (*v == VERDICT_PASS || *v == VERDICT_MARK) {
 		/* backlog < 2^32 and ns/byte < 2^14 at the slowest port: the
@@ -473,6 +478,8 @@ static __always_inline __u64 enqueue_virtual(struct class_state *cs, struct clas
 	}
 	backlog_after = cs->backlog_bytes;
 	packets_after = cs->backlog_packets;
+	if (cc->xoff_bytes && backlog_after > cc->xon_bytes)
+		cs->ppfc_above_xon = 1;
 	bpf_spin_unlock(&cs->vq_lock);
 
 	st->dequeued_bytes += left_bytes;
@@ -543,12 +550,33 @@ static __always_inline int enqueue_unaccounted(struct __sk_buff *skb, struct por
  * restarts at xon on the resume, one without it at xon/2, before the queue
  * runs dry.
  *
+ * alarm and hold: the draft names PT 10 and 11 and no more ("to be
+ * discussed in future versions of this document"). This project's choice,
+ * both tied to a congestion episode of the class: it begins when the
+ * backlog rises above xon_bytes and ends when it falls back to xon_bytes or
+ * below (class_state.ppfc_episode counts the ends); for one source, a
+ * resume sent ends it too.
+ *  - hold, "still congested: stay paused": a source stopped (or held) in
+ *    this episode whose pause has run out while the backlog is still above
+ *    xon_bytes gets a hold on its first packet after the pause, with a new
+ *    pause (the stop's rule), instead of sending freely until the backlog
+ *    crosses xoff_bytes again. One per pause: packets of a paused source in
+ *    the band count as coalesced holds.
+ *  - alarm, an early warning: a packet that takes the backlog to
+ *    alarm_bytes or above (below xoff_bytes) alarms its source, once per
+ *    episode (more: coalesced), unless it is paused or due a hold. The
+ *    Pause Duration field carries the time the class takes to drain to
+ *    xon_bytes: the source neither pauses nor cuts, but does not raise its
+ *    rate for that long (host/agent: DCQCN increase events held).
+ * Each packet above xon_bytes from an IPv4 source thus costs a lookup in
+ * ppfc_sources.
+ *
  * On the wire (the draft leaves these open): IPv4 only; UDP 4791 from
  * PPFC_UDP_SPORT; BTH opcode 0x81 with P (byte 4, 0x20) set, P_Key 0xFFFF,
  * DestQP 0, PSN a per-source sequence; the congested destination as an
  * IPv4-mapped IPv6 address; Congestion Port = ppfc_port; DSCP ppfc_dscp,
- * Not-ECT; the ICRC as for any RoCEv2 packet. alarm and hold are not sent:
- * the draft does not define when. */
+ * Not-ECT; the ICRC as for any RoCEv2 packet; Pause Duration 0 in a
+ * resume. */
 #define PPFC_BTH_P 0x20
 #define PPFC_UDP_SPORT 0xC0FC
 #define PPFC_TTL 64
@@ -560,6 +588,8 @@ static __always_inline int enqueue_unaccounted(struct __sk_buff *skb, struct por
 enum ppfc_action {
 	PPFC_STOP = 0,
 	PPFC_RESUME = 1,
+	PPFC_ALARM = 2,
+	PPFC_HOLD = 3,
 };
 
 /* The mark of a clone that ppfc_egress turns into a notification: set by
@@ -684,11 +714,10 @@ static __always_inline long ppfc_clone(struct __sk_buff *skb, struct ppfc_scratc
 	return ret;
 }
 
-/* ppfc_pause_us is the time to drain from backlog to xon_bytes / 2, in µs,
- * at least 1, at most what the field carries. */
-static __always_inline __u32 ppfc_pause_us(const struct class_config *cc, __u64 backlog)
+/* ppfc_drain_us is the time the class takes to drain from backlog to
+ * floor, in µs, at least 1, at most what the field carries. */
+static __always_inline __u32 ppfc_drain_us(const struct class_config *cc, __u64 backlog, __u64 floor)
 {
-	__u64 floor = cc->xon_bytes / 2;
 	__u64 excess = backlog > floor ? backlog - floor : 0;
 	__u64 us = ((excess * cc->vq_ns_per_byte_fp) >> VQ_FP_SHIFT) / 1000;
 
@@ -697,27 +726,35 @@ static __always_inline __u32 ppfc_pause_us(const struct class_config *cc, __u64 
 	return us > PPFC_MAX_PAUSE_US ? PPFC_MAX_PAUSE_US : us;
 }
 
-/* ppfc_stop stops the source of an IPv4 packet that found backlog, unless
- * it is paused already. */
-static __always_inline void ppfc_stop(struct __sk_buff *skb, const struct port_config *pc,
-				      const struct class_config *cc, struct class_stats *st,
-				      struct port_stats *ps, const struct pkt_info *pi,
-				      __u32 class_id, __u64 backlog)
+/* ppfc_enqueued sends what a packet that takes its class's backlog to
+ * after (above xon_bytes) owes its source: a stop at xoff_bytes, else a
+ * hold to a source of this episode whose pause ran out, else an alarm at
+ * alarm_bytes once per episode. Stops and holds claim the source's
+ * paused_until_ns, alarms its alarmed episode, by compare-and-swap; a
+ * notification that could not be sent gives the claim back, so that a
+ * later packet tries again. */
+static __always_inline void ppfc_enqueued(struct __sk_buff *skb, const struct port_config *pc,
+					  const struct class_config *cc, struct class_state *cs,
+					  struct class_stats *st, struct port_stats *ps,
+					  const struct pkt_info *pi, __u32 class_id, __u64 after)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
+	bool stop = after >= cc->xoff_bytes;
+	bool alarm = cc->alarm_bytes && after >= cc->alarm_bytes;
 	struct bpf_fib_lookup fib = {};
 	struct ppfc_args a = {};
 	struct ppfc_key key = {};
 	struct ppfc_source *src, fresh = {};
 	struct ppfc_scratch *sc;
 	struct iphdr *ip;
-	__u64 now, old, until;
-	__u32 zero = 0, pause_us;
+	__u64 now, old, claim, episode;
+	__u32 zero = 0, pt;
 	long rc;
 
 	if (pi->l3_proto != ETH_P_IP) {
-		ps->ppfc_not_ipv4++;
+		if (stop || alarm)
+			ps->ppfc_not_ipv4++;
 		return;
 	}
 	ip = data + (pi->l3_off & 0xFF);
@@ -728,22 +765,58 @@ static __always_inline void ppfc_stop(struct __sk_buff *skb, const struct port_c
 	key.class_id = class_id;
 	src = bpf_map_lookup_elem(&ppfc_sources, &key);
 	if (!src) {
+		if (!stop && !alarm)
+			return; /* never stopped: nothing to hold */
 		bpf_map_update_elem(&ppfc_sources, &key, &fresh, BPF_NOEXIST);
 		src = bpf_map_lookup_elem(&ppfc_sources, &key);
 		if (!src)
 			return;
 	}
 	now = now_ns();
+	episode = READ_ONCE(cs->ppfc_episode);
 	old = READ_ONCE(src->paused_until_ns);
-	if (old > now) {
-		st->ppfc_stop_coalesced++;
+	if (stop) {
+		if (old > now) {
+			st->ppfc_stop_coalesced++;
+			return;
+		}
+		pt = PPFC_STOP;
+	} else if (old && READ_ONCE(src->episode) == episode) {
+		/* Stopped or held in this episode, not resumed. */
+		if (old > now) {
+			st->ppfc_hold_coalesced++;
+			return;
+		}
+		pt = PPFC_HOLD;
+	} else if (alarm) {
+		old = READ_ONCE(src->alarmed);
+		if (old == episode + 1) {
+			st->ppfc_alarm_coalesced++;
+			return;
+		}
+		pt = PPFC_ALARM;
+	} else {
 		return;
 	}
-	pause_us = ppfc_pause_us(cc, backlog);
-	until = now + (__u64)pause_us * 1000;
-	if (__sync_val_compare_and_swap(&src->paused_until_ns, old, until) != old) {
-		st->ppfc_stop_coalesced++; /* another CPU stopped it */
-		return;
+
+	if (pt == PPFC_ALARM) {
+		a.pause_us = ppfc_drain_us(cc, after, cc->xon_bytes);
+		claim = episode + 1;
+		if (__sync_val_compare_and_swap(&src->alarmed, old, claim) != old) {
+			st->ppfc_alarm_coalesced++; /* another CPU alarmed it */
+			return;
+		}
+	} else {
+		a.pause_us = ppfc_drain_us(cc, after, cc->xon_bytes / 2);
+		claim = now + (__u64)a.pause_us * 1000;
+		if (__sync_val_compare_and_swap(&src->paused_until_ns, old, claim) != old) {
+			/* another CPU stopped or held it */
+			if (pt == PPFC_STOP)
+				st->ppfc_stop_coalesced++;
+			else
+				st->ppfc_hold_coalesced++;
+			return;
+		}
 	}
 
 	fib.family = NET_AF_INET;
@@ -771,8 +844,7 @@ static __always_inline void ppfc_stop(struct __sk_buff *skb, const struct port_c
 	a.local_ip = fib.ipv4_src;
 	a.target = ip->saddr;
 	a.dest = ip->daddr;
-	a.pt = PPFC_STOP;
-	a.pause_us = pause_us;
+	a.pt = pt;
 	a.psn = __sync_fetch_and_add(&src->psn, 1);
 	a.dscp = pc->ppfc_dscp;
 	a.cport = pc->ppfc_port;
@@ -781,12 +853,27 @@ static __always_inline void ppfc_stop(struct __sk_buff *skb, const struct port_c
 		ps->ppfc_redirect_errors++;
 		goto undo;
 	}
-	__sync_fetch_and_add(&src->stops, 1);
-	st->ppfc_stop_sent++;
+	switch (pt) {
+	case PPFC_STOP:
+		src->episode = episode;
+		__sync_fetch_and_add(&src->stops, 1);
+		st->ppfc_stop_sent++;
+		break;
+	case PPFC_HOLD:
+		__sync_fetch_and_add(&src->holds, 1);
+		st->ppfc_hold_sent++;
+		break;
+	default:
+		__sync_fetch_and_add(&src->alarms, 1);
+		st->ppfc_alarm_sent++;
+		break;
+	}
 	return;
 undo:
-	/* Not stopped: a later packet tries again. */
-	__sync_val_compare_and_swap(&src->paused_until_ns, until, old);
+	if (pt == PPFC_ALARM)
+		__sync_val_compare_and_swap(&src->alarmed, claim, old);
+	else
+		__sync_val_compare_and_swap(&src->paused_until_ns, claim, old);
 }
 
 SEC("tc")
@@ -864,11 +951,16 @@ int port_enqueue(struct __sk_buff *skb)
 			after = __sync_fetch_and_add(&cs->backlog_packets, 1) + 1;
 			note_max(&cs->max_backlog_bytes, backlog + len);
 			note_max(&cs->max_backlog_packets, after);
+			if (cc->xoff_bytes && backlog + len > cc->xon_bytes &&
+			    !READ_ONCE(cs->ppfc_above_xon))
+				cs->ppfc_above_xon = 1;
 		}
 	}
 
-	if (cc->xoff_bytes && pr == PARSE_IP && backlog + len >= cc->xoff_bytes)
-		ppfc_stop(skb, pc, cc, st, ps, &pi, class_id, backlog + len);
+	/* PPFC: only a packet that takes the backlog above xon can owe its
+	 * source a notification. */
+	if (cc->xoff_bytes && pr == PARSE_IP && backlog + len > cc->xon_bytes)
+		ppfc_enqueued(skb, pc, cc, cs, st, ps, &pi, class_id, backlog + len);
 
 	/* Every arrival counts as enqueued, so that at rest
 	 * enqueued = dequeued + dropped + backlog. */
@@ -1229,6 +1321,10 @@ static __always_inline enum aqm_verdict depart(struct class_state *cs, struct cl
 	backlog = __sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
 	backlog = backlog > len ? backlog - len : 0; /* what stays queued */
 	__sync_fetch_and_add(&cs->backlog_packets, -1LL);
+	/* PPFC: down to xon ends the congestion episode. */
+	if (cc->xoff_bytes && backlog <= cc->xon_bytes && READ_ONCE(cs->ppfc_above_xon) &&
+	    __sync_val_compare_and_swap(&cs->ppfc_above_xon, 1, 0) == 1)
+		__sync_fetch_and_add(&cs->ppfc_episode, 1);
 	st->dequeued_packets++;
 	st->dequeued_bytes += len;
 

@@ -127,6 +127,10 @@ struct class_config {
 	 * or below xon_bytes. xoff_bytes 0: off. */
 	__u64 xoff_bytes;
 	__u64 xon_bytes;
+	/* PPFC alarm: a packet that takes the backlog to alarm_bytes or above
+	 * (below xoff_bytes) alarms its source, once per congestion episode.
+	 * 0: no alarms. xon_bytes < alarm_bytes < xoff_bytes. */
+	__u64 alarm_bytes;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */
@@ -146,6 +150,12 @@ struct class_state {
 	__u64 host_backlog_packets;
 	__u64 max_host_backlog_bytes;
 	__u64 max_host_backlog_packets;
+	/* PPFC congestion episodes: ppfc_above_xon is set while the backlog
+	 * is above xon_bytes; each fall to xon_bytes or below clears it and
+	 * ends the episode (ppfc_episode + 1). */
+	__u64 ppfc_episode;
+	__u32 ppfc_above_xon;
+	__u32 ppfc_pad;
 };
 
 /* State of a class's dequeue AQM (TCN has none). Go zeroes it when the
@@ -208,6 +218,14 @@ struct class_stats {
 	__u64 ppfc_stop_sent;
 	__u64 ppfc_resume_sent;
 	__u64 ppfc_stop_coalesced;
+	/* holds (a stopped source whose pause ran out while the episode
+	 * goes on) and alarms (alarm_bytes) sent; and not sent: a hold
+	 * because the source was paused, an alarm because the source was
+	 * alarmed in this episode already. */
+	__u64 ppfc_hold_sent;
+	__u64 ppfc_hold_coalesced;
+	__u64 ppfc_alarm_sent;
+	__u64 ppfc_alarm_coalesced;
 };
 
 /* Per-CPU counters of the port as a whole. */
@@ -246,10 +264,11 @@ struct port_stats {
 	__u64 ppfc_build_errors;
 };
 
-/* A source the port has paused (PPFC) for a destination, per class: who to
- * resume, until when the last stop holds. The agent pauses the QPs toward
- * the destination a notification names, so each destination behind the
- * port gets its own stop. */
+/* A source the port has paused or alarmed (PPFC) for a destination, per
+ * class: who to resume, until when the last stop or hold lasts, in which
+ * congestion episode. The agent pauses the QPs toward the destination a
+ * notification names, so each destination behind the port gets its own
+ * stop. */
 struct ppfc_key {
 	__u32 addr; /* the source's IPv4 address, network order */
 	__u32 dest; /* the congested destination's */
@@ -265,6 +284,10 @@ struct ppfc_source {
 	__u32 ifindex;   /* the device toward the source */
 	__u32 local_ip;  /* the switch's address toward it (FIB), network order */
 	__u32 pad;
+	__u64 holds;
+	__u64 alarms;
+	__u64 episode;   /* the class's ppfc_episode at the last stop or hold */
+	__u64 alarmed;   /* the class's ppfc_episode + 1 at the last alarm; 0: never */
 };
 
 /* What the xmit hook hands the peer's ingress hook about one packet (the same

@@ -45,6 +45,7 @@ type PortClassConfig struct {
 	AqmPad        uint32
 	XoffBytes     uint64
 	XonBytes      uint64
+	AlarmBytes    uint64
 }
 
 type PortClassState struct {
@@ -63,6 +64,9 @@ type PortClassState struct {
 	HostBacklogPackets    uint64
 	MaxHostBacklogBytes   uint64
 	MaxHostBacklogPackets uint64
+	PpfcEpisode           uint64
+	PpfcAboveXon          uint32
+	PpfcPad               uint32
 }
 
 type PortClassStats struct {
@@ -100,6 +104,10 @@ type PortClassStats struct {
 	PpfcStopSent         uint64
 	PpfcResumeSent       uint64
 	PpfcStopCoalesced    uint64
+	PpfcHoldSent         uint64
+	PpfcHoldCoalesced    uint64
+	PpfcAlarmSent        uint64
+	PpfcAlarmCoalesced   uint64
 }
 
 type PortPortConfig struct {
@@ -207,6 +215,10 @@ type PortPpfcSource struct {
 	Ifindex       uint32
 	LocalIp       uint32
 	Pad           uint32
+	Holds         uint64
+	Alarms        uint64
+	Episode       uint64
+	Alarmed       uint64
 }
 
 type PortXmitHandoff struct {

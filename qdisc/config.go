@@ -236,6 +236,15 @@ type ClassConfig struct {
 	// port rate, or the queue runs dry before they send again.
 	XoffBytes units.ByteSize `json:"xoff,omitempty"`
 	XonBytes  units.ByteSize `json:"xon,omitempty"`
+	// AlarmBytes is PPFC's early warning. Optional: 0 sends no alarm. A
+	// packet that takes the backlog to AlarmBytes or above (below
+	// XoffBytes) alarms its source once per congestion episode (from the
+	// backlog's rise above XonBytes to its fall back to XonBytes), with the
+	// time the class takes to drain to XonBytes: the source does not raise
+	// its rate for that long. Between XonBytes and XoffBytes, exclusive.
+	// (Holds need no setting: a source stopped in an episode whose pause
+	// runs out before the backlog is down to XonBytes is held again.)
+	AlarmBytes units.ByteSize `json:"alarm,omitempty"`
 }
 
 // PPFC reports whether some class sends PPFC notifications.
@@ -346,6 +355,15 @@ func (cc *ClassConfig) validate() error {
 		errs = append(errs, fmt.Errorf("ppfc: xoff (%s) must not exceed limit (%s)", cc.XoffBytes, cc.LimitBytes))
 	case cc.XoffBytes != 0 && cc.XonBytes >= cc.XoffBytes:
 		errs = append(errs, fmt.Errorf("ppfc: xon (%s) must be below xoff (%s)", cc.XonBytes, cc.XoffBytes))
+	}
+	switch {
+	case cc.AlarmBytes == 0:
+	case cc.XoffBytes == 0:
+		errs = append(errs, fmt.Errorf("ppfc: alarm (%s) needs xoff (0: PPFC off)", cc.AlarmBytes))
+	case cc.AlarmBytes <= cc.XonBytes || cc.AlarmBytes >= cc.XoffBytes:
+		// At or below xon an alarm would carry no drain time, and no
+		// congestion episode would have begun.
+		errs = append(errs, fmt.Errorf("ppfc: alarm (%s) must be above xon (%s) and below xoff (%s), or 0 (off)", cc.AlarmBytes, cc.XonBytes, cc.XoffBytes))
 	}
 	return errors.Join(errs...)
 }

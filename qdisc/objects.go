@@ -275,6 +275,7 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 			EcnMode:    uint32(cc.ECN),
 			XoffBytes:  uint64(cc.XoffBytes),
 			XonBytes:   uint64(cc.XonBytes),
+			AlarmBytes: uint64(cc.AlarmBytes),
 		}
 		drain := cc.Rate
 		if drain == 0 {
@@ -361,6 +362,7 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 		cc.WREDDrop = v.Flags&classFlagWREDDrop != 0
 		cc.XoffBytes = units.ByteSize(v.XoffBytes)
 		cc.XonBytes = units.ByteSize(v.XonBytes)
+		cc.AlarmBytes = units.ByteSize(v.AlarmBytes)
 		readAQMFields(cc, &v)
 	}
 	return cfg, QueueMode(pc.QueueMode), nil

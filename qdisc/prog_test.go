@@ -691,6 +691,17 @@ func TestValidate(t *testing.T) {
 			c.Classes[3].QueueSignal = true
 		}, "queue_signal compares bytes"},
 		{"sqrt law outside ecnsharp", func(c *Config) { c.Classes[3].SqrtLaw = true }, "wred: sqrt_law and queue_signal are ecnsharp options"},
+		{"ppfc xon without xoff", func(c *Config) { c.Classes[3].XonBytes = 1000 }, "class 3: ppfc: xon (1000b) needs xoff (0: PPFC off)"},
+		{"ppfc xoff over limit", func(c *Config) { c.Classes[3].XoffBytes = 3 * units.MiB }, "class 3: ppfc: xoff (3mb) must not exceed limit (2mb)"},
+		{"ppfc xon at xoff", func(c *Config) { c.Classes[3].XoffBytes, c.Classes[3].XonBytes = units.MiB, units.MiB },
+			"class 3: ppfc: xon (1mb) must be below xoff (1mb)"},
+		{"ppfc alarm without xoff", func(c *Config) { c.Classes[3].AlarmBytes = 600 * units.KiB }, "class 3: ppfc: alarm (600kb) needs xoff (0: PPFC off)"},
+		{"ppfc alarm at xon", func(c *Config) {
+			c.Classes[3].XoffBytes, c.Classes[3].XonBytes, c.Classes[3].AlarmBytes = units.MiB, 512*units.KiB, 512*units.KiB
+		}, "class 3: ppfc: alarm (512kb) must be above xon (512kb) and below xoff (1mb), or 0 (off)"},
+		{"ppfc alarm at xoff", func(c *Config) {
+			c.Classes[3].XoffBytes, c.Classes[3].XonBytes, c.Classes[3].AlarmBytes = units.MiB, 512*units.KiB, units.MiB
+		}, "class 3: ppfc: alarm (1mb) must be above xon (512kb) and below xoff (1mb), or 0 (off)"},
 	} {
 		err := bad(tc.mut)
 		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.want)) {
@@ -699,6 +710,11 @@ func TestValidate(t *testing.T) {
 	}
 	if c := DefaultConfig(100 * units.Mbit); c.Validate() != nil {
 		t.Errorf("default config invalid: %v", c.Validate())
+	}
+	c := DefaultConfig(units.Gbit)
+	c.Classes[3].XoffBytes, c.Classes[3].XonBytes, c.Classes[3].AlarmBytes = units.MiB, 512*units.KiB, 768*units.KiB
+	if err := c.Validate(); err != nil {
+		t.Errorf("xon < alarm < xoff: %v", err)
 	}
 }
 

@@ -95,6 +95,14 @@ type ClassStats struct {
 	PPFCStopsSent      uint64 `json:"ppfc_stops_sent"`
 	PPFCResumesSent    uint64 `json:"ppfc_resumes_sent"`
 	PPFCStopsCoalesced uint64 `json:"ppfc_stops_coalesced"`
+	// Holds sent (a source stopped in this congestion episode whose pause
+	// ran out before the backlog was down to xon) and not sent because the
+	// source was paused; alarms sent (AlarmBytes) and not sent because the
+	// source was alarmed in this episode already.
+	PPFCHoldsSent       uint64 `json:"ppfc_holds_sent"`
+	PPFCHoldsCoalesced  uint64 `json:"ppfc_holds_coalesced"`
+	PPFCAlarmsSent      uint64 `json:"ppfc_alarms_sent"`
+	PPFCAlarmsCoalesced uint64 `json:"ppfc_alarms_coalesced"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -319,6 +327,10 @@ func (s *Stats) Total() ClassStats {
 		t.PPFCStopsSent += c.PPFCStopsSent
 		t.PPFCResumesSent += c.PPFCResumesSent
 		t.PPFCStopsCoalesced += c.PPFCStopsCoalesced
+		t.PPFCHoldsSent += c.PPFCHoldsSent
+		t.PPFCHoldsCoalesced += c.PPFCHoldsCoalesced
+		t.PPFCAlarmsSent += c.PPFCAlarmsSent
+		t.PPFCAlarmsCoalesced += c.PPFCAlarmsCoalesced
 	}
 	return t
 }
@@ -417,6 +429,10 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.PPFCStopsSent += p.PpfcStopSent
 			c.PPFCResumesSent += p.PpfcResumeSent
 			c.PPFCStopsCoalesced += p.PpfcStopCoalesced
+			c.PPFCHoldsSent += p.PpfcHoldSent
+			c.PPFCHoldsCoalesced += p.PpfcHoldCoalesced
+			c.PPFCAlarmsSent += p.PpfcAlarmSent
+			c.PPFCAlarmsCoalesced += p.PpfcAlarmCoalesced
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins
