@@ -64,6 +64,8 @@
 // sender held back by its CPU or its window must not see Rc drift up to the
 // line rate meanwhile and then burst (RFC 7661's congestion window
 // validation, applied to a rate). The lab (netns tests, fabricdemo) runs 75.
+// Not DCQCN either: RP.HoldIncreases skips the increase events until a
+// given time the same way, the agent's reaction to a PPFC alarm (seed 003).
 //
 // In both, rpg_byte_reset 0 turns the byte counter off (BC stays 0, so
 // after fast recovery every step is additive), the rate limiter stays

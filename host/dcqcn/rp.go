@@ -20,6 +20,7 @@ type RPStats struct {
 	HyperSteps        uint64 // increase events in hyper increase
 	AlphaUpdates      uint64 // α timer events (decays, or per-period samples)
 	ValidationHolds   uint64 // increase events skipped: the QP sent below rate_validation % of Rc
+	IncreaseHolds     uint64 // increase events skipped: HoldIncreases (a PPFC alarm) was in force
 	T                 uint64 // increase-timer stages since the last cut
 	BC                uint64 // byte-counter stages since the last cut
 	ByteCounter       uint64 // bytes counted toward the next BC stage
@@ -68,6 +69,9 @@ type RP struct {
 	// event or cut (Rc is constant in between).
 	sentBytes   uint64
 	periodStart time.Duration
+
+	// HoldIncreases: increase events before holdUntil are skipped.
+	holdUntil time.Duration
 
 	now   time.Duration
 	stats RPStats
@@ -225,6 +229,37 @@ func (r *RP) cut(now time.Duration) {
 	r.stats.RateCuts++
 }
 
+// HoldIncreases skips every rate increase event (timer or byte counter)
+// due before until: Rc and Rt stay where they are, or fall on a cut, and
+// the stage counters stand still, as for an event rate_validation skips.
+// A later until extends a running hold; an earlier one changes nothing.
+// Not DCQCN: the reaction to a PPFC alarm (seed 003 names PT 10 "alarm"
+// and defines nothing; host/agent/ppfc.go gives it this meaning), a brake
+// that neither pauses the QP nor cuts its rate.
+func (r *RP) HoldIncreases(now, until time.Duration) {
+	r.Advance(now)
+	r.holdUntil = max(r.holdUntil, until)
+}
+
+// HeldUntil returns the end of the hold HoldIncreases set (in the past if
+// none runs).
+func (r *RP) HeldUntil() time.Duration { return r.holdUntil }
+
+// skipHeld skips the increase timer events in the hold due at or before t,
+// in closed form: none of them can change anything but the counters.
+func (r *RP) skipHeld(t time.Duration) {
+	if !r.incArmed || r.incNext >= r.holdUntil || r.incNext > t {
+		return
+	}
+	period := r.p.RPGTimeReset
+	last := min(t, r.holdUntil-1)
+	n := uint64((last-r.incNext)/period) + 1
+	at := addSat(r.incNext, mulSat(time.Duration(n-1), period)) // the last one skipped
+	r.incNext = addSat(at, period)
+	r.stats.IncreaseHolds += n
+	r.sentBytes, r.periodStart = 0, at
+}
+
 // OnTransmit counts bytes sent by this QP; every rpg_byte_reset bytes
 // (B) is a byte-counter stage and a rate increase. The byte counter runs
 // from the first cut on.
@@ -241,6 +276,11 @@ func (r *RP) OnTransmit(now time.Duration, bytes int) {
 	r.byteCounter += uint64(bytes)
 	n := r.byteCounter / b
 	r.byteCounter %= b
+	if n > 0 && r.now < r.holdUntil {
+		r.stats.IncreaseHolds += n
+		r.sentBytes, r.periodStart = 0, r.now // a new rate_validation period
+		return
+	}
 	if n > 0 && !r.saturated() && !r.validated(r.now) {
 		return // this transmit's stages are the sender's, not the rate's
 	}
@@ -291,6 +331,7 @@ func (r *RP) Advance(now time.Duration) {
 			if !ok || at > now {
 				break
 			}
+			r.skipHeld(at)
 			r.catchUpSaturated(at)
 			r.alphaTo(at)
 			if isCut {
@@ -304,6 +345,7 @@ func (r *RP) Advance(now time.Duration) {
 				}
 			}
 		}
+		r.skipHeld(now)
 		r.catchUpSaturated(now)
 		r.alphaTo(now)
 	}
@@ -323,10 +365,15 @@ func (r *RP) NextEvent() time.Duration {
 }
 
 // nextEvent is the earliest event that can change Rc; an increase wins a
-// tie with a cut.
+// tie with a cut. Increase events in a hold cannot: the first one after it
+// is the candidate.
 func (r *RP) nextEvent() (at time.Duration, isCut, ok bool) {
 	if r.incArmed && !r.saturated() {
 		at, ok = r.incNext, true
+		if at < r.holdUntil {
+			period := r.p.RPGTimeReset
+			at = addSat(at, mulSat((r.holdUntil-at+period-1)/period, period))
+		}
 	}
 	if r.cutPending && (!ok || r.cutNext < at) {
 		at, isCut, ok = r.cutNext, true, true

@@ -637,3 +637,100 @@ func TestRateValidation(t *testing.T) {
 		t.Errorf("byte counter: stats %+v, want BC 1, 1 hold", st)
 	}
 }
+
+// HoldIncreases (a PPFC alarm): vector 1 at 1 G with the increase events
+// of a hold skipped one by one, Rc, Rt and the stages standing still; the
+// recovery resumes where it stopped at the first event after the hold. A
+// cut in a hold still cuts; an earlier end does not shorten a hold;
+// byte-counter stages are held too; a hold set before the first CNP holds
+// the recovery from it.
+func TestHoldIncreases(t *testing.T) {
+	const T = 55 * usec
+	r := mustRP(t, PaperParams(units.Gbit))
+	r.OnCNP(0)
+	r.HoldIncreases(10*usec, 2*T+10*usec) // holds the events at T and 2T
+	if got := r.NextEvent(); got != 3*T {
+		t.Errorf("NextEvent in the hold = %v, want %v (the first event after it)", got, 3*T)
+	}
+	r.HoldIncreases(20*usec, T) // earlier: no change
+	if r.HeldUntil() != 2*T+10*usec {
+		t.Errorf("HeldUntil = %v after an earlier end, want %v", r.HeldUntil(), 2*T+10*usec)
+	}
+	r.Advance(T)
+	checkRates(t, r, "first event held", mbit(500), gbit(1))
+	r.Advance(3*T - 1)
+	checkRates(t, r, "second event held", mbit(500), gbit(1))
+	if st := r.Stats(); st.IncreaseHolds != 2 || st.T != 0 || st.FastRecoverySteps != 0 {
+		t.Errorf("in the hold: stats %+v, want 2 holds, T 0, no step", st)
+	}
+	r.Advance(3 * T)
+	checkRates(t, r, "first event after the hold", mbit(750), gbit(1))
+	r.Advance(4 * T)
+	checkRates(t, r, "second", mbit(875), gbit(1))
+	if st := r.Stats(); st.IncreaseHolds != 2 || st.T != 2 || st.FastRecoverySteps != 2 {
+		t.Errorf("after the hold: stats %+v, want 2 holds, T 2, 2 fast-recovery steps", st)
+	}
+
+	// A CNP in a hold cuts; the timer restarts from the cut and its
+	// events stay held until the hold ends.
+	r.HoldIncreases(4*T, 4*T+200*usec)
+	r.OnCNP(4*T + 10*usec) // α ≈ 1: Rc halves, Rt = Rc before (clamp_tgt_rate)
+	rc := r.Rc()
+	r.Advance(4*T + 200*usec - 1) // events at +65, +120, +175 µs held
+	if r.Rc() != rc || r.Stats().IncreaseHolds != 5 {
+		t.Errorf("cut in a hold: Rc %v → %v, %d holds; want unchanged, 5", rc, r.Rc(), r.Stats().IncreaseHolds)
+	}
+	if got, want := r.NextEvent(), 4*T+10*usec+4*T; got != want {
+		t.Errorf("NextEvent = %v, want %v", got, want)
+	}
+	r.Advance(8*T + 10*usec)
+	if r.Rc() <= rc || r.Stats().T != 1 {
+		t.Errorf("after the hold: Rc %v (cut to %v), T %d; want a fast-recovery step, T 1", r.Rc(), rc, r.Stats().T)
+	}
+
+	// Byte-counter stages in a hold are held too.
+	p := PaperParams(units.Gbit)
+	p.RPGByteReset = 10_000
+	r = mustRP(t, p)
+	r.OnCNP(0)
+	r.HoldIncreases(0, 50*usec)
+	r.OnTransmit(10*usec, 25_000) // two stages
+	checkRates(t, r, "bytes in a hold", mbit(500), gbit(1))
+	if st := r.Stats(); st.BC != 0 || st.IncreaseHolds != 2 || st.ByteCounter != 5_000 {
+		t.Errorf("bytes in a hold: stats %+v, want BC 0, 2 holds, 5000 bytes counted on", st)
+	}
+	r.OnTransmit(50*usec, 5_000)
+	checkRates(t, r, "bytes after the hold", mbit(750), gbit(1))
+
+	// A hold before the first CNP holds the recovery from it.
+	r = mustRP(t, PaperParams(units.Gbit))
+	r.HoldIncreases(0, 100*usec)
+	r.OnCNP(10 * usec)
+	r.Advance(10*usec + T) // held
+	checkRates(t, r, "held from before the CNP", mbit(500), gbit(1))
+	r.Advance(10*usec + 2*T)
+	checkRates(t, r, "after", mbit(750), gbit(1))
+}
+
+// The hold's closed form (skipHeld) and nextEvent agree with stepping
+// through every µs.
+func TestHoldClosedFormMatchesStepping(t *testing.T) {
+	p, _ := Profile("mlx5", 25*units.Gbit)
+	a, b := mustRP(t, p), mustRP(t, p)
+	b.stepwise = true
+	for _, r := range []*RP{a, b} {
+		r.OnCNP(0)
+		r.HoldIncreases(100*usec, 5*time.Millisecond)
+		r.OnCNP(2 * time.Millisecond)
+	}
+	for now := time.Duration(0); now <= 8*time.Millisecond; now += usec {
+		b.Advance(now)
+	}
+	a.Advance(8 * time.Millisecond)
+	if a.Stats() != b.Stats() || a.Rc() != b.Rc() || a.Rt() != b.Rt() {
+		t.Errorf("closed form %v/%v %+v\nstepping    %v/%v %+v", a.Rc(), a.Rt(), a.Stats(), b.Rc(), b.Rt(), b.Stats())
+	}
+	if a.Stats().IncreaseHolds == 0 {
+		t.Error("no event held")
+	}
+}
