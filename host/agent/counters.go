@@ -53,6 +53,11 @@ type Counters struct {
 	PPFCPauses   uint64 `json:"ppfc_pauses"`
 	PPFCResumes  uint64 `json:"ppfc_resumes"`
 	PPFCPausedNs uint64 `json:"ppfc_paused_ns"`
+	// Holds that named this QP's peer (each one paused it as a stop
+	// does, and counts here, not in ppfc_pauses), and alarms that held
+	// its DCQCN rate increases (QPs without DCQCN ignore alarms).
+	PPFCHolds        uint64 `json:"ppfc_holds"`
+	PPFCAlarmsObeyed uint64 `json:"ppfc_alarms_obeyed"`
 }
 
 // AgentCounters add what cannot be charged to a QP.
@@ -105,6 +110,8 @@ func (c *Counters) Add(o *Counters) {
 	c.PPFCPauses += o.PPFCPauses
 	c.PPFCResumes += o.PPFCResumes
 	c.PPFCPausedNs += o.PPFCPausedNs
+	c.PPFCHolds += o.PPFCHolds
+	c.PPFCAlarmsObeyed += o.PPFCAlarmsObeyed
 }
 
 // agentDrops are updated from the receive loop without a QP lock.

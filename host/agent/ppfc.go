@@ -16,6 +16,19 @@ import (
 // NAKs, CNPs) still goes out, and its DCQCN reaction point runs on (the RP
 // is a state machine of its own: Advance catches its timers up). The
 // notification names no QP, so it is the agent's, not a QP's, packet.
+//
+// alarm (PT 10) and hold (PT 11): the draft names them and defines nothing
+// ("to be discussed in future versions of this document"). This project's
+// meaning, which bpf/port.c sends:
+//   - hold, "still congested: stay paused": the port's answer to the first
+//     packet of a source whose pause ran out before its queue was down to
+//     xon. Obeyed as a stop (the pause starts again or is extended).
+//   - alarm, an early warning below xoff: for its Pause Duration (the
+//     time the port's queue takes to drain to xon) the QP's DCQCN rate
+//     does not grow: its increase events are skipped
+//     (dcqcn.RP.HoldIncreases). It neither pauses nor cuts. A QP without
+//     DCQCN has nothing to hold.
+// A resume ends a pause; it leaves an alarm's hold to run out.
 
 // receivePPFC obeys one PPFC notification, parsed by roce.Parse as far as
 // its BTH.
@@ -49,13 +62,15 @@ func (a *Agent) receivePPFC(now time.Duration, m *pktio.Message, b []byte) {
 			named = true
 			switch p.Action {
 			case roce.PPFCStop:
+				qp.mu.ctr.PPFCPauses++
+				qp.ppfcStopLocked(now, pause)
+			case roce.PPFCHold:
+				qp.mu.ctr.PPFCHolds++
 				qp.ppfcStopLocked(now, pause)
 			case roce.PPFCResume:
 				resumed = qp.ppfcResumeLocked(now) || resumed
-			default:
-				// alarm and hold: the draft (seed 003) names the codes
-				// and no more; what a source does is "to be discussed in
-				// future versions of this document". Counted only.
+			case roce.PPFCAlarm:
+				qp.ppfcAlarmLocked(now, pause)
 			}
 		}
 		qp.mu.Unlock()
@@ -112,17 +127,28 @@ func (a *Agent) ppfcICRCOK(src netip.AddrPort, b []byte) bool {
 }
 
 // ppfcStopLocked pauses the requester until now+pause, or extends a
-// running pause to then: a stop never shortens a pause.
+// running pause to then: a stop (or hold) never shortens a pause.
 // Precondition: qp.mu is held.
 func (qp *QP) ppfcStopLocked(now, pause time.Duration) {
 	r := &qp.mu.req
-	qp.mu.ctr.PPFCPauses++
 	until := now + pause
 	if qp.ppfcPausedLocked(now) {
 		r.pausedUntil = max(r.pausedUntil, until)
 		return
 	}
 	r.paused, r.pausedSince, r.pausedUntil = true, now, until
+}
+
+// ppfcAlarmLocked holds the DCQCN rate increases until now+d (extending a
+// running hold, never shortening it).
+// Precondition: qp.mu is held.
+func (qp *QP) ppfcAlarmLocked(now, d time.Duration) {
+	rp := qp.mu.req.rp
+	if rp == nil {
+		return // no DCQCN, or no stream yet: no rate to hold
+	}
+	rp.HoldIncreases(now, now+d)
+	qp.mu.ctr.PPFCAlarmsObeyed++
 }
 
 // ppfcResumeLocked ends a running pause now and reports whether there was

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -334,7 +335,7 @@ func TestPPFCRespondsWhilePaused(t *testing.T) {
 
 // TestPPFCIgnored: a notification from outside PPFCSources, or naming a
 // destination no connected QP has for peer, is counted and changes
-// nothing; alarm and hold are counted only.
+// nothing.
 func TestPPFCIgnored(t *testing.T) {
 	l := newPPFCLab(t, func(c *Config) {
 		c.PPFCSources = []netip.Prefix{netip.MustParsePrefix("198.18.9.0/24"), netip.MustParsePrefix("2001:db8:9::/48")}
@@ -345,12 +346,13 @@ func TestPPFCIgnored(t *testing.T) {
 	l.ppfc(netip.MustParseAddrPort("198.18.7.1:4791"), stop(peerX, time.Millisecond)) // not a listed switch
 	l.ppfc(switchS, stop(peerY, time.Millisecond))                                    // its only QP is destroyed
 	l.ppfc(switchS, stop(netip.MustParseAddrPort("198.18.0.77:4791"), time.Millisecond))
-	l.ppfc(switchS, roce.PPFC{Dest: peerX.Addr(), Action: roce.PPFCAlarm, Pause: time.Millisecond})
-	l.ppfc(switchS, roce.PPFC{Dest: peerX.Addr(), Action: roce.PPFCHold, Pause: time.Millisecond})
+	nobody := netip.MustParseAddr("198.18.0.77")
+	l.ppfc(switchS, roce.PPFC{Dest: nobody, Action: roce.PPFCAlarm, Pause: time.Millisecond})
+	l.ppfc(switchS, roce.PPFC{Dest: nobody, Action: roce.PPFCHold, Pause: time.Millisecond})
 	l.wantTx(x, 16, time.Millisecond)
 	wantPPFC(t, x, 0, 0, 0)
 	c := l.a.Counters()
-	want := [...]uint64{3, 0, 1, 1, 1, 2}
+	want := [...]uint64{3, 0, 1, 1, 1, 4}
 	got := [...]uint64{c.PPFCReceivedStop, c.PPFCReceivedResume, c.PPFCReceivedAlarm, c.PPFCReceivedHold, c.PPFCIgnoredSource, c.PPFCIgnoredDestination}
 	if got != want {
 		t.Errorf("received stop/resume/alarm/hold, ignored source/destination %v, want %v", got, want)
@@ -503,5 +505,124 @@ func TestPPFCWildcardConn(t *testing.T) {
 	l.wantTx(x, 0, 100*time.Microsecond)
 	if c := l.a.Counters(); c.ICRCErrors != 1 || c.PPFCReceivedStop != 1 {
 		t.Errorf("icrc_errors %d, ppfc_received_stop %d; want 1, 1", c.ICRCErrors, c.PPFCReceivedStop)
+	}
+}
+
+func hold(dest netip.AddrPort, pause time.Duration) roce.PPFC {
+	return roce.PPFC{Dest: dest.Addr(), Action: roce.PPFCHold, Port: 3, Pause: pause}
+}
+
+func alarm(dest netip.AddrPort, d time.Duration) roce.PPFC {
+	return roce.PPFC{Dest: dest.Addr(), Action: roce.PPFCAlarm, Port: 3, Pause: d}
+}
+
+// TestPPFCHold: a hold pauses as a stop does, a paused QP's pause is
+// extended by it, never shortened; holds count apart from stops.
+func TestPPFCHold(t *testing.T) {
+	l := newPPFCLab(t, nil)
+	x, y := l.qp(peerX), l.qp(peerY)
+	for _, qp := range []*QP{x, y} {
+		l.wantTx(qp, 16, time.Millisecond)
+		l.ackAll(qp)
+	}
+	l.ppfc(switchS, stop(peerX, 100*time.Microsecond))
+	l.clock.set(100 * time.Microsecond) // the pause ran out; the port holds
+	l.ppfc(switchS, hold(peerX, 80*time.Microsecond))
+	l.wantTx(x, 0, 180*time.Microsecond)
+	l.wantTx(y, 16, 1100*time.Microsecond)
+	l.clock.set(150 * time.Microsecond)
+	l.ppfc(switchS, hold(peerX, 10*time.Microsecond)) // ends before the pause: no effect
+	l.wantTx(x, 0, 180*time.Microsecond)
+	l.ppfc(switchS, hold(peerX, 50*time.Microsecond))
+	l.wantTx(x, 0, 200*time.Microsecond)
+	l.clock.set(200 * time.Microsecond)
+	l.wantTx(x, 16, 1200*time.Microsecond)
+	// The stop's pause and the holds' are two pauses: 100 + 100 µs.
+	wantPPFC(t, x, 1, 0, 200*time.Microsecond)
+	if c := x.Counters(); c.PPFCHolds != 3 {
+		t.Errorf("ppfc_holds %d, want 3", c.PPFCHolds)
+	}
+	if c := l.a.Counters(); c.PPFCReceivedHold != 3 || c.PPFCHolds != 3 || c.PPFCPauses != 1 {
+		t.Errorf("agent counters %+v: want 3 holds received and taken, 1 pause", c)
+	}
+}
+
+// dcqcnQP connects a QP with DCQCN (the paper profile at 1 Gbit/s: Rc
+// halves on the first CNP, then climbs back every 55 µs) as l.qp does.
+func (l *ppfcLab) dcqcnQP(peer netip.AddrPort) *QP {
+	l.t.Helper()
+	cfg := DefaultQPConfig()
+	cfg.Window, cfg.AckReqEvery, cfg.AckTimeout = 16, 4, time.Millisecond
+	cfg.CC, cfg.DCQCN = CCDCQCN, dcqcn.PaperParams(units.Gbit)
+	qp, err := l.a.CreateQP(cfg)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if err := qp.Connect(l.local, Endpoint{Addr: peer, QPN: 0x100, Len: 1 << 20, MTU: cfg.MTU}); err != nil {
+		l.t.Fatal(err)
+	}
+	if err := qp.Start(Stream{Op: OpWrite, MessageBytes: 4096}); err != nil {
+		l.t.Fatal(err)
+	}
+	return qp
+}
+
+// cnp delivers a CNP for qp from its peer.
+func (l *ppfcLab) cnp(qp *QP, peer netip.AddrPort) {
+	l.t.Helper()
+	h := roce.CNPHeader(qp.QPN(), roce.DefaultPKey)
+	b := make([]byte, roce.PacketLen(roce.OpCNP, 0))
+	b = b[:roce.Build(b, &h, nil)]
+	roce.SealICRC(peer, l.local, b)
+	l.deliver(peer, 0, b)
+}
+
+func wantRc(t *testing.T, qp *QP, at time.Duration, rc units.Rate) {
+	t.Helper()
+	s, ok := qp.CC()
+	if !ok || s.Rc != rc {
+		t.Fatalf("at %v: Rc %v (DCQCN %v), want %v", at, s.Rc, ok, rc)
+	}
+}
+
+// TestPPFCAlarm: an alarm holds the DCQCN rate of the QPs toward the
+// congested destination for its duration: no increase event takes effect
+// (Rc and Rt stay), the QP is neither paused nor cut, and the recovery
+// resumes at the first increase event after it. A QP without DCQCN has no
+// rate to hold: the alarm is received and not counted as obeyed.
+func TestPPFCAlarm(t *testing.T) {
+	l := newPPFCLab(t, nil)
+	x, plain := l.dcqcnQP(peerX), l.qp(peerX)
+	l.tx(x)
+	l.ackAll(x)
+	l.clock.set(10 * time.Microsecond)
+	l.cnp(x, peerX)
+	wantRc(t, x, 10*time.Microsecond, 500*units.Mbit)
+	// Increase events at 65, 120, 175, 230 µs …; the alarm holds those
+	// before 220 µs.
+	l.clock.set(20 * time.Microsecond)
+	l.ppfc(switchS, alarm(peerX, 200*time.Microsecond))
+	if n, _ := l.tx(x); n == 0 {
+		t.Error("an alarmed QP sent nothing: an alarm does not pause")
+	}
+	for _, at := range []time.Duration{65, 120, 175, 229} {
+		l.clock.set(at * time.Microsecond)
+		wantRc(t, x, l.clock.Now(), 500*units.Mbit)
+	}
+	l.clock.set(230 * time.Microsecond)
+	wantRc(t, x, l.clock.Now(), 750*units.Mbit)
+	s, _ := x.CC()
+	if s.Stats.IncreaseHolds != 3 || s.Stats.RateCuts != 1 || s.Rt != units.Gbit {
+		t.Errorf("RP %+v: want 3 increase events held, 1 cut, Rt 1gbit", s)
+	}
+	if c := x.Counters(); c.PPFCAlarmsObeyed != 1 || c.PPFCPauses != 0 || c.PPFCHolds != 0 {
+		t.Errorf("counters %+v: want 1 alarm obeyed, no pause", c)
+	}
+	wantPPFC(t, x, 0, 0, 0)
+	if c := plain.Counters(); c.PPFCAlarmsObeyed != 0 {
+		t.Errorf("a QP without DCQCN obeyed %d alarms", c.PPFCAlarmsObeyed)
+	}
+	if c := l.a.Counters(); c.PPFCReceivedAlarm != 1 || c.PPFCAlarmsObeyed != 1 || c.PPFCIgnoredDestination != 0 {
+		t.Errorf("agent counters %+v: want 1 alarm received, 1 obeyed", c)
 	}
 }

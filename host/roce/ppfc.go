@@ -44,12 +44,19 @@ var ErrLength = errors.New("wrong packet length")
 // PPFCAction is a PPFC notification's PT field: what the source is to do.
 type PPFCAction uint8
 
-// PT values (seed 003).
+// PT values (seed 003). The draft defines stop and resume; alarm and hold
+// are named only ("to be discussed in future versions"), and this
+// project gives them a meaning (bpf/port.c, host/agent/ppfc.go).
 const (
 	PPFCStop   PPFCAction = 0
 	PPFCResume PPFCAction = 1
-	PPFCAlarm  PPFCAction = 2
-	PPFCHold   PPFCAction = 3
+	// PPFCAlarm: an early warning below xoff; the Pause Duration is the
+	// queue's drain time to xon, for which the source does not raise its
+	// rate.
+	PPFCAlarm PPFCAction = 2
+	// PPFCHold: "still congested: stay paused", to a source whose pause
+	// ran out before the queue was down to xon; obeyed as a stop.
+	PPFCHold PPFCAction = 3
 )
 
 var ppfcActionNames = [...]string{"stop", "resume", "alarm", "hold"}
