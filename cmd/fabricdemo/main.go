@@ -59,7 +59,9 @@ shaped to -rate; class 3 "roce" (DSCP 26) marks CE on seed 000's WRED curve
 sender cuts its rate Rc by α/2 per CNP and climbs back between them. The
 senders join one after the other, each at the line rate. PPFC (seed 003)
 keeps the port lossless when they join at once: a packet that takes class 3
-to half its buffer stops its sender until the queue drains (-ppfc).
+to half its buffer stops its sender until the queue drains, a sender whose
+pause ends before that is held again, and one that takes it to 7/16 of the
+buffer is warned not to raise its rate meanwhile (an alarm; -ppfc).
 
 DCQCN runs the paper's profile: its rate knobs scaled to -rate, its timers
 stretched by the same factor (x80 at the default 500mbit, -timescale), which keeps every
@@ -193,7 +195,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		})
 	fs.Var(&o.knobs, "dcqcn", "roce: set a DCQCN knob by its mlx5 `name=value` (repeat, or comma-separate); e.g. rpg_ai_rate=2 (Mbit/s), rpg_time_reset=100 (us)")
 	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's)")
-	fs.StringVar(&o.ppfc, "ppfc", ppfcAuto, "roce: PPFC on class 3 (seed 003): `xoff=SIZE,xon=SIZE`, auto (xoff at half the buffer, xon at 3/4 of xoff) or off")
+	fs.StringVar(&o.ppfc, "ppfc", ppfcAuto, "roce: PPFC on class 3 (seed 003): `xoff=SIZE,xon=SIZE[,alarm=SIZE]`, auto (xoff at half the buffer, xon at 3/4 of xoff, alarm halfway between) or off")
 	fs.IntVar(&o.mtu, "mtu", o.mtu, "roce: path MTU, payload `bytes` per packet: 256, 512, 1024, 2048 or 4096 (the lab's links are 9000-byte jumbo)")
 	fs.DurationVar(&o.sample, "sample", o.sample, "roce: sampling `period` of Rc, α and the queue for the plot (1ms-1s)")
 	fs.StringVar(&o.plotPath, "plot", o.plotPath, "roce: write the PNG plot to this `file` (\"\" for none)")
@@ -424,26 +426,29 @@ func applyWRED(cc *qdisc.ClassConfig, spec string) error {
 
 const ppfcAuto = "auto"
 
-// applyPPFC sets class 3's PPFC thresholds from "xoff=SIZE,xon=SIZE", "off"
-// or "auto": xoff at half the buffer, so the other half holds what the
+// applyPPFC sets class 3's PPFC thresholds from "xoff=SIZE,xon=SIZE[,alarm=SIZE]",
+// "off" or "auto": xoff at half the buffer, so the other half holds what the
 // senders have on the way when they stop; xon at 3/4 of xoff, so a pause
 // ending on its own (at xon/2) still leaves the port 3/8 of xoff to send
-// while the senders restart.
+// while the senders restart; alarm halfway between xon and xoff, so the
+// senders stop raising their rates while the queue is still an eighth of
+// xoff short of it.
 func applyPPFC(cc *qdisc.ClassConfig, spec string) error {
 	switch spec {
 	case "off":
-		cc.XoffBytes, cc.XonBytes = 0, 0
+		cc.XoffBytes, cc.XonBytes, cc.AlarmBytes = 0, 0, 0
 		return nil
 	case ppfcAuto:
 		cc.XoffBytes = cc.LimitBytes / 2
 		cc.XonBytes = cc.XoffBytes * 3 / 4
+		cc.AlarmBytes = (cc.XonBytes + cc.XoffBytes) / 2
 	default:
-		var xoff, xon units.ByteSize
+		var xoff, xon, alarm units.ByteSize
 		seen := map[string]bool{}
 		for _, kv := range strings.Split(spec, ",") {
 			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-			if !ok || (k != "xoff" && k != "xon") {
-				return fmt.Errorf("%q: want xoff=SIZE,xon=SIZE, auto or off", kv)
+			if !ok || (k != "xoff" && k != "xon" && k != "alarm") {
+				return fmt.Errorf("%q: want xoff=SIZE,xon=SIZE[,alarm=SIZE], auto or off", kv)
 			}
 			if seen[k] {
 				return fmt.Errorf("%s given twice", k)
@@ -453,16 +458,19 @@ func applyPPFC(cc *qdisc.ClassConfig, spec string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %v", k, err)
 			}
-			if k == "xoff" {
+			switch k {
+			case "xoff":
 				xoff = sz
-			} else {
+			case "xon":
 				xon = sz
+			default:
+				alarm = sz
 			}
 		}
 		if !seen["xoff"] || !seen["xon"] {
 			return errors.New("want both xoff=SIZE and xon=SIZE")
 		}
-		cc.XoffBytes, cc.XonBytes = xoff, xon
+		cc.XoffBytes, cc.XonBytes, cc.AlarmBytes = xoff, xon, alarm
 	}
 	cfg := qdisc.DefaultConfig(units.Gbit)
 	cfg.Classes[qdisc.ClassRoCE] = *cc

@@ -343,6 +343,8 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		c := a.Counters()
 		rep.PPFC.ReceivedStop += c.PPFCReceivedStop
 		rep.PPFC.ReceivedResume += c.PPFCReceivedResume
+		rep.PPFC.ReceivedHold += c.PPFCReceivedHold
+		rep.PPFC.ReceivedAlarm += c.PPFCReceivedAlarm
 		rep.PPFC.Ignored += c.PPFCIgnoredSource + c.PPFCIgnoredDestination
 	}
 	rs := rconn.Stats()
@@ -551,8 +553,13 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB (the CP)\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))
 	if cc.XoffBytes != 0 {
 		d.printf("PPFC   class 3: a packet that takes the queue to xoff %sKB stops its sender for the time the queue takes to drain to xon/2;\n"+
-			"       the next ACK toward a stopped sender once the queue is down to xon %sKB resumes it (seed 003; -ppfc off turns it off)\n",
+			"       the next ACK toward a stopped sender once the queue is down to xon %sKB resumes it, a pause that ends above xon gets a hold\n"+
+			"       (paused again) (seed 003; -ppfc off turns it off)\n",
 			kb(uint64(cc.XoffBytes)), kb(uint64(cc.XonBytes)))
+		if cc.AlarmBytes != 0 {
+			d.printf("       alarm %sKB: a packet that takes the queue there warns its sender once per episode: no rate increase for the drain time to xon\n",
+				kb(uint64(cc.AlarmBytes)))
+		}
 	} else {
 		d.printf("PPFC   off (-ppfc): a full buffer drops\n")
 	}

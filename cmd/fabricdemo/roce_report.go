@@ -127,8 +127,12 @@ type LoopTotals struct {
 type PPFCTotals struct {
 	ReceivedStop   uint64 `json:"ppfc_received_stop"`
 	ReceivedResume uint64 `json:"ppfc_received_resume"`
+	ReceivedHold   uint64 `json:"ppfc_received_hold"`
+	ReceivedAlarm  uint64 `json:"ppfc_received_alarm"`
 	Ignored        uint64 `json:"ppfc_ignored"` // unknown source or destination
-	Pauses         uint64 `json:"ppfc_pauses"`  // QPs paused, summed
+	Pauses         uint64 `json:"ppfc_pauses"`  // QPs paused by a stop, summed
+	Holds          uint64 `json:"ppfc_holds"`   // QPs paused again by a hold, summed
+	AlarmsObeyed   uint64 `json:"ppfc_alarms_obeyed"`
 	PausedNs       uint64 `json:"ppfc_paused_ns"`
 }
 
@@ -302,6 +306,8 @@ func (r *RoCEReport) finish(st *qdisc.Stats, base, joined *qdisc.ClassStats) {
 		l.LocalAckTimeoutErr += f.Sender.LocalAckTimeoutErr
 		l.DuplicateRequest += f.Receiver.DuplicateRequest
 		r.PPFC.Pauses += f.Sender.PPFCPauses
+		r.PPFC.Holds += f.Sender.PPFCHolds
+		r.PPFC.AlarmsObeyed += f.Sender.PPFCAlarmsObeyed
 		r.PPFC.PausedNs += f.Sender.PPFCPausedNs
 		if f.Error != "" {
 			r.FlowsWithErrs++
@@ -427,6 +433,10 @@ func classDelta(prev, cur *qdisc.ClassStats) qdisc.ClassStats {
 	d.PPFCStopsSent = sub(cur.PPFCStopsSent, prev.PPFCStopsSent)
 	d.PPFCResumesSent = sub(cur.PPFCResumesSent, prev.PPFCResumesSent)
 	d.PPFCStopsCoalesced = sub(cur.PPFCStopsCoalesced, prev.PPFCStopsCoalesced)
+	d.PPFCHoldsSent = sub(cur.PPFCHoldsSent, prev.PPFCHoldsSent)
+	d.PPFCHoldsCoalesced = sub(cur.PPFCHoldsCoalesced, prev.PPFCHoldsCoalesced)
+	d.PPFCAlarmsSent = sub(cur.PPFCAlarmsSent, prev.PPFCAlarmsSent)
+	d.PPFCAlarmsCoalesced = sub(cur.PPFCAlarmsCoalesced, prev.PPFCAlarmsCoalesced)
 	for b := range d.Curve.Arrivals {
 		d.Curve.Arrivals[b] = sub(cur.Curve.Arrivals[b], prev.Curve.Arrivals[b])
 		d.Curve.Marks[b] = sub(cur.Curve.Marks[b], prev.Curve.Marks[b])
@@ -543,11 +553,12 @@ func (r *RoCEReport) checks() []Check {
 	}
 	add(l.NPCNPSent == l.RPCNPHandled+l.RPCNPIgnored, "every CNP arrived: np_cnp_sent %d = rp_cnp_handled %d + rp_cnp_ignored %d",
 		l.NPCNPSent, l.RPCNPHandled, l.RPCNPIgnored)
-	if r.ClassConfig.XoffBytes != 0 && c.PPFCStopsSent+c.PPFCResumesSent > 0 {
+	if r.ClassConfig.XoffBytes != 0 && c.PPFCStopsSent+c.PPFCResumesSent+c.PPFCHoldsSent+c.PPFCAlarmsSent > 0 {
 		pf := &r.PPFC
-		add(pf.ReceivedStop == c.PPFCStopsSent && pf.ReceivedResume == c.PPFCResumesSent && pf.Ignored == 0,
-			"every PPFC notification arrived and was obeyed: the port sent %d stops and %d resumes, the senders took %d and %d (%d ignored)",
-			c.PPFCStopsSent, c.PPFCResumesSent, pf.ReceivedStop, pf.ReceivedResume, pf.Ignored)
+		add(pf.ReceivedStop == c.PPFCStopsSent && pf.ReceivedResume == c.PPFCResumesSent && pf.ReceivedHold == c.PPFCHoldsSent &&
+			pf.ReceivedAlarm == c.PPFCAlarmsSent && pf.Ignored == 0,
+			"every PPFC notification arrived and was obeyed: the port sent %d stops, %d holds, %d resumes and %d alarms, the senders took %d, %d, %d and %d (%d ignored)",
+			c.PPFCStopsSent, c.PPFCHoldsSent, c.PPFCResumesSent, c.PPFCAlarmsSent, pf.ReceivedStop, pf.ReceivedHold, pf.ReceivedResume, pf.ReceivedAlarm, pf.Ignored)
 	}
 	cc := &r.ClassConfig
 	q := &r.Queue
@@ -688,10 +699,15 @@ func renderRoCESummary(w io.Writer, r *RoCEReport) {
 		r.RecvSocket.RecvBufferDrops, r.SendSocket.RecvBufferDrops, r.RecvSocket.SendErrors+r.SendSocket.SendErrors)
 	if cc := &r.ClassConfig; cc.XoffBytes != 0 {
 		c, pf := &r.Class, &r.PPFC
-		fmt.Fprintf(w, "  PPFC  switch  xoff %sKB xon %sKB: stops sent %d (coalesced %d: the sender was paused already), resumes sent %d\n",
-			kb(uint64(cc.XoffBytes)), kb(uint64(cc.XonBytes)), c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCResumesSent)
-		fmt.Fprintf(w, "        senders took %d stops, %d resumes (%d ignored); QPs paused %d times, %s in all\n",
-			pf.ReceivedStop, pf.ReceivedResume, pf.Ignored, pf.Pauses, shortDur(time.Duration(pf.PausedNs)))
+		alarm := "off"
+		if cc.AlarmBytes != 0 {
+			alarm = kb(uint64(cc.AlarmBytes)) + "KB"
+		}
+		fmt.Fprintf(w, "  PPFC  switch  xoff %sKB xon %sKB alarm %s: stops sent %d (coalesced %d: the sender was paused already), holds sent %d (coalesced %d), resumes sent %d, alarms sent %d (coalesced %d: once per episode)\n",
+			kb(uint64(cc.XoffBytes)), kb(uint64(cc.XonBytes)), alarm, c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCHoldsSent, c.PPFCHoldsCoalesced,
+			c.PPFCResumesSent, c.PPFCAlarmsSent, c.PPFCAlarmsCoalesced)
+		fmt.Fprintf(w, "        senders took %d stops, %d holds, %d resumes, %d alarms (%d ignored); QPs paused %d times and held %d, %s in all; rate increases held by %d alarms\n",
+			pf.ReceivedStop, pf.ReceivedHold, pf.ReceivedResume, pf.ReceivedAlarm, pf.Ignored, pf.Pauses, pf.Holds, shortDur(time.Duration(pf.PausedNs)), pf.AlarmsObeyed)
 		if c.MaxBacklogBytes > uint64(cc.XoffBytes) {
 			fmt.Fprintf(w, "        peak backlog %sKB: %sKB over xoff of the %sKB headroom (what was on the way when the senders stopped)\n",
 				kb(c.MaxBacklogBytes), kb(c.MaxBacklogBytes-uint64(cc.XoffBytes)), kb(uint64(cc.LimitBytes-cc.XoffBytes)))

@@ -83,7 +83,15 @@ Class options (repeatable, applied in order):
       xoff=SIZE,xon=SIZE          PPFC (seed 003): a packet that takes the
                                   backlog to xoff stops its source; resumed
                                   at xon by the next packet toward it, or at
-                                  the stop's pause (drain time to xon/2)
+                                  the stop's pause (drain time to xon/2);
+                                  a source whose pause ends while the
+                                  backlog is still above xon gets a hold
+                                  (paused again)
+      alarm=SIZE                  PPFC alarm, xon < alarm < xoff: a packet
+                                  that takes the backlog to alarm warns its
+                                  source once per episode (above xon until
+                                  back at xon): no rate increase for the
+                                  drain time to xon; 0: off (the default)
       no-ppfc                     PPFC off (the default)
   --dscp LIST=CLASS           map DSCPs to a class: 26=3, 24-31=3, 10,12,14=2
   --default-class CLASS       class for non-IP frames (ARP, LLDP)

@@ -158,6 +158,9 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 		}
 		if cc.XoffBytes != 0 {
 			extra = append(extra, fmt.Sprintf("ppfc xoff %s xon %s", cc.XoffBytes, cc.XonBytes))
+			if cc.AlarmBytes != 0 {
+				extra = append(extra, fmt.Sprintf("alarm %s", cc.AlarmBytes))
+			}
 		}
 		fmt.Fprintf(tw, "class %s\tlimit %s\tecn %s\t%s\n",
 			classLabel(qdisc.ClassID(i), cc.Name), cc.LimitBytes, ecnText(cc), strings.Join(extra, " "))
@@ -268,8 +271,9 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 	}
 	fmt.Fprintf(w, " arrived %d bytes %d pkt: not-ect %d, ect0 %d, ect1 %d, ce %d\n",
 		c.EnqueuedBytes, c.EnqueuedPackets, c.ArrivedNotECT, c.ArrivedECT0, c.ArrivedECT1, c.ArrivedCE)
-	if c.PPFCStopsSent+c.PPFCResumesSent+c.PPFCStopsCoalesced != 0 {
-		fmt.Fprintf(w, " ppfc: stops sent %d (coalesced %d), resumes sent %d\n", c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCResumesSent)
+	if c.PPFCStopsSent+c.PPFCResumesSent+c.PPFCStopsCoalesced+c.PPFCHoldsSent+c.PPFCHoldsCoalesced+c.PPFCAlarmsSent+c.PPFCAlarmsCoalesced != 0 {
+		fmt.Fprintf(w, " ppfc: stops sent %d (coalesced %d), holds sent %d (coalesced %d), resumes sent %d, alarms sent %d (coalesced %d)\n",
+			c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCHoldsSent, c.PPFCHoldsCoalesced, c.PPFCResumesSent, c.PPFCAlarmsSent, c.PPFCAlarmsCoalesced)
 	}
 	if h := &c.Host; h.EnteredPackets != 0 || h.BacklogPackets != 0 {
 		fmt.Fprintf(w, " host queue (after the port, not in its backlog): entered %d pkt, delivered %d, dropped %d, in flight %db %dp (max %db %dp)\n",

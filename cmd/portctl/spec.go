@@ -41,8 +41,8 @@ type tcSpec struct {
 	sqrt, force      *bool
 	queueSignal      *bool
 	// PPFC thresholds; noPPFC turns it off.
-	xoff, xon *units.ByteSize
-	noPPFC    bool
+	xoff, xon, alarm *units.ByteSize
+	noPPFC           bool
 }
 
 // A dscpSpec is one --dscp option: DSCP values mapped to a class.
@@ -61,7 +61,7 @@ func specError(opt, raw, format string, args ...any) error {
 
 const tcKeysHelp = "words: off, step, wred, tcn, codel, ecnsharp, strict, no-strict, wred-drop, no-wred-drop, " +
 	"sqrt, no-sqrt, force, no-force, no-ppfc; keys: limit=SIZE, min=SIZE, max=SIZE, p=PROB, k=SIZE, name=NAME, rate=RATE, " +
-	"ins=DUR, ins-max=DUR, pst=DUR, interval=DUR, target=DUR, signal=sojourn|qlen, xoff=SIZE, xon=SIZE"
+	"ins=DUR, ins-max=DUR, pst=DUR, interval=DUR, target=DUR, signal=sojourn|qlen, xoff=SIZE, xon=SIZE, alarm=SIZE"
 
 // parseClass reads a class number, 0-7, optionally spelled tcN.
 func parseClass(s string) (qdisc.ClassID, error) {
@@ -167,6 +167,8 @@ func parseTC(raw string) (*tcSpec, error) {
 			err = size(&s.xoff, "xoff")
 		case "xon":
 			err = size(&s.xon, "xon")
+		case "alarm":
+			err = size(&s.alarm, "alarm")
 		case "p", "probability", "max_p", "maxp":
 			if err = once("p"); err == nil {
 				var v float64
@@ -314,15 +316,18 @@ func (s *tcSpec) apply(cfg *qdisc.Config) error {
 		cc.WREDDrop = *s.wredDrop
 	}
 	switch {
-	case s.noPPFC && (s.xoff != nil || s.xon != nil):
-		return specError("--tc", s.raw, "no-ppfc turns PPFC off: give it without xoff and xon")
+	case s.noPPFC && (s.xoff != nil || s.xon != nil || s.alarm != nil):
+		return specError("--tc", s.raw, "no-ppfc turns PPFC off: give it without xoff, xon and alarm")
 	case s.noPPFC:
-		cc.XoffBytes, cc.XonBytes = 0, 0
+		cc.XoffBytes, cc.XonBytes, cc.AlarmBytes = 0, 0, 0
 	case s.xon != nil && s.xoff == nil && cc.XoffBytes == 0:
 		return specError("--tc", s.raw, "xon needs xoff: class %d has no PPFC (e.g. %d:xoff=1mb,xon=512kb)", s.class, s.class)
+	case s.alarm != nil && *s.alarm != 0 && s.xoff == nil && cc.XoffBytes == 0:
+		return specError("--tc", s.raw, "alarm needs xoff: class %d has no PPFC (e.g. %d:xoff=1mb,xon=512kb,alarm=768kb)", s.class, s.class)
 	default:
 		set(&cc.XoffBytes, s.xoff)
 		set(&cc.XonBytes, s.xon)
+		set(&cc.AlarmBytes, s.alarm)
 	}
 	if err := s.applyAQM(cc, before); err != nil {
 		return err

@@ -164,13 +164,22 @@ func TestParseAndApply(t *testing.T) {
 		},
 		{
 			name: "ppfc on, then off",
-			in:   opts{tc: []string{"3:xoff=1mb,xon=512kb", "5:xoff=512kb", "5:no-ppfc"}},
+			in:   opts{tc: []string{"3:xoff=1mb,xon=512kb,alarm=768kb", "5:xoff=512kb,alarm=256kb", "5:no-ppfc"}},
 			check: func(t *testing.T, c *qdisc.Config) {
-				if cc := c.Classes[3]; cc.XoffBytes != units.MiB || cc.XonBytes != 512*units.KiB || !c.PPFC() {
+				if cc := c.Classes[3]; cc.XoffBytes != units.MiB || cc.XonBytes != 512*units.KiB || cc.AlarmBytes != 768*units.KiB || !c.PPFC() {
 					t.Errorf("class 3 = %+v", cc)
 				}
-				if cc := c.Classes[5]; cc.XoffBytes != 0 || cc.XonBytes != 0 {
+				if cc := c.Classes[5]; cc.XoffBytes != 0 || cc.XonBytes != 0 || cc.AlarmBytes != 0 {
 					t.Errorf("class 5 = %+v", cc)
+				}
+			},
+		},
+		{
+			name: "alarm off, alone on a class with ppfc",
+			in:   opts{tc: []string{"3:xoff=1mb,xon=512kb,alarm=768kb", "3:alarm=0"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				if cc := c.Classes[3]; cc.XoffBytes != units.MiB || cc.AlarmBytes != 0 {
+					t.Errorf("class 3 = %+v", cc)
 				}
 			},
 		},
@@ -178,6 +187,10 @@ func TestParseAndApply(t *testing.T) {
 		{name: "no-ppfc with thresholds", in: opts{tc: []string{"3:no-ppfc,xoff=1mb"}}, err: "no-ppfc turns PPFC off"},
 		{name: "xoff above limit", in: opts{tc: []string{"3:xoff=4mb"}}, err: "class 3: ppfc: xoff (4mb) must not exceed limit (2mb)"},
 		{name: "xon at xoff", in: opts{tc: []string{"3:xoff=1mb,xon=1mb"}}, err: "class 3: ppfc: xon (1mb) must be below xoff (1mb)"},
+		{name: "alarm without xoff", in: opts{tc: []string{"3:alarm=768kb"}}, err: "--tc 3:alarm=768kb: alarm needs xoff: class 3 has no PPFC"},
+		{name: "alarm at xon", in: opts{tc: []string{"3:xoff=1mb,xon=512kb,alarm=512kb"}},
+			err: "class 3: ppfc: alarm (512kb) must be above xon (512kb) and below xoff (1mb), or 0 (off)"},
+		{name: "no-ppfc with alarm", in: opts{tc: []string{"3:no-ppfc,alarm=1mb"}}, err: "no-ppfc turns PPFC off: give it without xoff, xon and alarm"},
 		// Parse errors name the option, the value and what is allowed.
 		{name: "class out of range", in: opts{tc: []string{"9:wred"}}, err: "--tc 9:wred: class 9 out of range 0-7"},
 		{name: "class not a number", in: opts{tc: []string{"x:off"}}, err: `--tc x:off: class "x" is not a number (want 0-7)`},
