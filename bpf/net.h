@@ -131,6 +131,8 @@ static __always_inline int net_l3(void *data, void *data_end, __be16 *proto, __u
 #define ROCE_BTH_TVER_MASK 0x0F /* byte 1 */
 #define ROCE_BTH_FECN 0x80      /* byte 4 */
 #define ROCE_BTH_BECN 0x40      /* byte 4 */
+#define ROCE_BTH_PPFC 0x20      /* byte 4: P, a PPFC notification (seed 003), not a CNP */
+#define ROCE_CNP_L4_LEN 40      /* UDP 8 + BTH 12 + 16 reserved + ICRC 4 */
 #define ROCE_QPN_MASK 0xFFFFFF
 
 /* Base Transport Header, 12 bytes, big-endian fields. */
@@ -227,6 +229,55 @@ static __always_inline enum net_roce_result net_parse_roce(void *data, void *dat
 	r->udp = udp;
 	r->bth = bth;
 	return NET_ROCE_OK;
+}
+
+/* The most net_parse_roce reads: Ethernet, two tags, an IPv4 header with the
+ * longest options (60 bytes, more than IPv6's 40), UDP and the BTH. */
+#define NET_ROCE_PARSE_LEN (sizeof(struct ethhdr) + VLAN_MAX_DEPTH * sizeof(struct vlan_hdr) + 60 + \
+			    sizeof(struct net_udphdr) + ROCE_BTH_LEN)
+
+/* net_parse_roce_skb runs net_parse_roce on a TC packet, first pulling the
+ * headers into the linear data if they are in a fragment of the skb. */
+static __always_inline enum net_roce_result net_parse_roce_skb(struct __sk_buff *skb, struct net_roce *r)
+{
+	enum net_roce_result res;
+
+	res = net_parse_roce((void *)(long)skb->data, (void *)(long)skb->data_end, r);
+	if (res == NET_ROCE_TRUNCATED && skb->len > skb->data_end - skb->data) {
+		__u32 want = skb->len < NET_ROCE_PARSE_LEN ? skb->len : NET_ROCE_PARSE_LEN;
+
+		if (bpf_skb_pull_data(skb, want) == 0)
+			res = net_parse_roce((void *)(long)skb->data, (void *)(long)skb->data_end, r);
+	}
+	return res;
+}
+
+/* net_roce_from_to reports whether the packet r parsed goes from src to
+ * dst: both 16 bytes in network order, an IPv4 address in the first 4;
+ * is_v4 says which family the pair is. A packet of the other family does
+ * not match. */
+static __always_inline int net_roce_from_to(const struct net_roce *r, void *data_end, int is_v4,
+					    const __u8 *src, const __u8 *dst)
+{
+	if (r->l3_proto == bpf_htons(ETH_P_IP)) {
+		const struct iphdr *ip = r->l3;
+
+		if (!is_v4 || (void *)(ip + 1) > data_end)
+			return 0;
+		return ip->saddr == *(const __u32 *)src && ip->daddr == *(const __u32 *)dst;
+	}
+	if (r->l3_proto == bpf_htons(ETH_P_IPV6)) {
+		const struct ipv6hdr *ip6 = r->l3;
+		const __u32 *s, *d, *p = (const __u32 *)src, *l = (const __u32 *)dst;
+
+		if (is_v4 || (void *)(ip6 + 1) > data_end)
+			return 0;
+		s = (const __u32 *)ip6->saddr;
+		d = (const __u32 *)ip6->daddr;
+		return s[0] == p[0] && s[1] == p[1] && s[2] == p[2] && s[3] == p[3] &&
+		       d[0] == l[0] && d[1] == l[1] && d[2] == l[2] && d[3] == l[3];
+	}
+	return 0;
 }
 
 #endif

@@ -15,12 +15,15 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
+	"github.com/vishvananda/netns"
 )
 
 // The RoCEv2 hosts through the switch port (issue §7): RC queue pairs over
@@ -272,12 +275,26 @@ func newRoCEAgent(t *testing.T, n *topo.Node) (*agent.Agent, *pktio.RoCEConn) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Conn: conn, Logger: testLogger(t)})
+	// The RP takes its CNPs on the node's devices, as roceperf's default
+	// --rp kernel does (host/rpbpf).
+	var rp *rpbpf.RP
+	if err := n.Do(func() error {
+		devs, err := npbpf.LocalDevices(netip.Addr{})
+		if err == nil {
+			rp, err = rpbpf.Attach(netns.None(), devs)
+		}
+		return err
+	}); err != nil {
+		conn.Close()
+		t.Fatalf("kernel rp in %s: %v", n.Name, err)
+	}
+	a, err := agent.New(agent.Config{Conn: conn, Logger: testLogger(t), RPOffload: rp})
 	if err != nil {
 		conn.Close()
+		rp.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = a.Close() })
+	t.Cleanup(func() { _ = a.Close(); _ = rp.Close() })
 	return a, conn
 }
 
@@ -803,6 +820,14 @@ func TestRoCEFairness(t *testing.T) {
 				}
 				if srv.NPCNPSent == 0 || cli.RPCNPHandled == 0 {
 					t.Errorf("%s: np_cnp_sent %d, rp_cnp_handled %d: DCQCN never engaged", pr.name, srv.NPCNPSent, cli.RPCNPHandled)
+				}
+				// roceperf's default --rp kernel: every CNP the RP acted on
+				// is one the sender's device took (host/rpbpf), at its
+				// arrival there; the agent's receive loop only read them.
+				t.Logf("%s: rp_cnp_kernel %d, rp_cnp_agent_read %d, rp_cnp_time_unknown %d", pr.name, cli.RPCNPKernel, cli.RPCNPAgentRead, cli.RPCNPTimeUnknown)
+				if cli.RPCNPKernel != cli.RPCNPHandled+cli.RPCNPIgnored || cli.RPCNPKernel > srv.NPCNPSent {
+					t.Errorf("%s: rp_cnp_kernel %d, want rp_cnp_handled + rp_cnp_ignored = %d, at most np_cnp_sent %d",
+						pr.name, cli.RPCNPKernel, cli.RPCNPHandled+cli.RPCNPIgnored, srv.NPCNPSent)
 				}
 			}
 

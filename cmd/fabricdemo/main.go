@@ -121,6 +121,7 @@ type options struct {
 	jsonPath string
 	legacy   bool
 	np       string  // where the receiver's NP runs: npKernel or npAgent
+	rp       string  // where the senders' RPs take their CNPs: rpKernel or rpAgent
 	cpuShare float64 // the CPU share measured for the default -rate; 0: -rate given
 }
 
@@ -201,6 +202,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.plotPath, "plot", o.plotPath, "roce: write the PNG plot to this `file` (\"\" for none)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
 	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
+	fs.StringVar(&o.rp, "rp", rpKernel, "roce: where each sender's reaction point takes its CNPs: kernel (eBPF on its device, host/rpbpf: Rc cut from a CNP's arrival on) or agent (its receive loop)")
 	fs.StringVar(&o.np, "np", npKernel, "roce: where the receiver turns CE marks into CNPs: kernel (eBPF on its device, host/npbpf) or agent (its receive loop)")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead
 	if err := fs.Parse(args); err != nil {
@@ -242,6 +244,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		return bad("-mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	case o.np != npKernel && o.np != npAgent:
 		return bad("-np %q: want kernel or agent", o.np)
+	case o.rp != rpKernel && o.rp != rpAgent:
+		return bad("-rp %q: want kernel or agent", o.rp)
 	case o.sample < time.Millisecond || o.sample > time.Second:
 		return bad("-sample %s: want 1ms to 1s", o.sample)
 	}
@@ -332,10 +336,13 @@ func autoRate(share float64) units.Rate {
 	return busyRate
 }
 
-// Where the receiver's notification point runs (-np).
+// Where the receiver's notification point runs (-np), and where the
+// senders' reaction points take their CNPs (-rp).
 const (
 	npKernel = "kernel"
 	npAgent  = "agent"
+	rpKernel = "kernel"
+	rpAgent  = "agent"
 )
 
 // demoRateValidation is the lab's rate_validation (dcqcn.Params): an

@@ -21,6 +21,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -64,7 +65,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 
 	// One agent per namespace, its UDP socket opened inside it.
 	// RoCEConn: every packet to 4791, a UDP source port per QP.
-	listen := func(n *topo.Node, addr netip.Addr, opts pktio.RoCEOptions, np npbpf.NPOffload) (*agent.Agent, *pktio.RoCEConn, error) {
+	listen := func(n *topo.Node, addr netip.Addr, opts pktio.RoCEOptions, np npbpf.NPOffload, rp rpbpf.Offload) (*agent.Agent, *pktio.RoCEConn, error) {
 		var conn *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error
@@ -74,7 +75,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
-		a, err := agent.New(agent.Config{Conn: conn, NPOffload: np})
+		a, err := agent.New(agent.Config{Conn: conn, NPOffload: np, RPOffload: rp})
 		if err != nil {
 			conn.Close()
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
@@ -102,14 +103,32 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		d.closers = append(d.closers, devs.Close)
 		np = devs
 	}
-	recv, rconn, err := listen(lab.Receiver, lab.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes}, np)
+	recv, rconn, err := listen(lab.Receiver, lab.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes}, np, nil)
 	if err != nil {
 		return err
 	}
 	senders := make([]*agent.Agent, o.senders)
 	sconns := make([]*pktio.RoCEConn, o.senders)
 	for i := range o.senders {
-		if senders[i], sconns[i], err = listen(lab.Senders[i], lab.SenderAddrs[i], pktio.RoCEOptions{}, nil); err != nil {
+		// The sender's RP: CNPs taken by the eBPF program on its device
+		// (-rp kernel), or by its agent's receive loop.
+		var rp rpbpf.Offload
+		if o.rp == rpKernel {
+			var k *rpbpf.RP
+			err := lab.Senders[i].Do(func() error {
+				names, err := npbpf.LocalDevices(lab.SenderAddrs[i])
+				if err == nil {
+					k, err = rpbpf.Attach(netns.None(), names)
+				}
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("-rp kernel: %w (-rp agent takes the CNPs in each sender's agent)", err)
+			}
+			d.closers = append(d.closers, k.Close)
+			rp = k
+		}
+		if senders[i], sconns[i], err = listen(lab.Senders[i], lab.SenderAddrs[i], pktio.RoCEOptions{}, nil, rp); err != nil {
 			return err
 		}
 	}
@@ -573,7 +592,7 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	nGet := func(n string) string { v, _ := p.Get(n); return v }
 	d.printf("NP     receiver (%s): a CNP per QP at most every min_time_between_cnps %s us, DSCP %d\n", o.np, nGet("min_time_between_cnps"), p.CNPDSCP)
 	inc, dec := knobSummary(p)
-	d.printf("RP     senders: DCQCN %q profile, rate knobs scaled to %s, %s\n", o.profile, o.rate, timescaleText(o.timescale))
+	d.printf("RP     senders (CNPs taken by the %s): DCQCN %q profile, rate knobs scaled to %s, %s\n", o.rp, o.profile, o.rate, timescaleText(o.timescale))
 	d.printf("       climb: %s\n", inc)
 	d.printf("       cut:   %s\n", dec)
 	if len(o.knobs) > 0 {

@@ -61,6 +61,10 @@ Client:
                             -P QPs share it, as a NIC's QPs share the port
   --cc dcqcn|none           congestion control (default dcqcn)
   --dcqcn-profile mlx5|paper  DCQCN profile (default mlx5)
+  --rp kernel|agent         where the DCQCN reaction point takes its CNPs: an
+                            eBPF program on the devices holding -B, Rc cut
+                            from a CNP's arrival on (default kernel where it
+                            attaches, else agent) or the client's agent
   --dcqcn NAME=VALUE        set a DCQCN knob by its mlx5 name, repeatable;
                             "--dcqcn help" lists them with their values
   --dscp N                  DSCP of data and ACKs (default 26)
@@ -113,7 +117,7 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 
 // clientOnly are the flags a server refuses, as iperf3 does.
 var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "length", "mtu", "op", "b", "bitrate",
-	"cc", "dcqcn-profile", "dcqcn", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
+	"cc", "dcqcn-profile", "dcqcn", "rp", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
 	"window", "inflight", "ack-every", "burst", "timeout", "retry"}
 
 func versionLine() string {
@@ -155,6 +159,7 @@ func parseArgs(args []string) (*options, error) {
 		help     = boolean("h", "help")
 		oneOff   = boolean("1", "one-off")
 		npMode   = str("", "np")
+		rpMode   = str("", "rp")
 		dur      = str("10", "t", "time")
 		nbytes   = str("", "n", "bytes")
 		parallel = str("1", "P", "parallel")
@@ -325,6 +330,7 @@ func parseArgs(args []string) (*options, error) {
 		c.LineRate = r
 	}
 	c.Profile = *profile
+	c.RP = *rpMode
 	if o.action == actionKnobHelp {
 		o.client = c
 		return o, nil

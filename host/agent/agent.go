@@ -36,6 +36,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -93,6 +94,14 @@ type Config struct {
 	// np_ecn_marked_roce_packets and np_cnp_sent (QP.Counters reads them
 	// back). Optional: nil runs the NP in the agent.
 	NPOffload npbpf.NPOffload
+	// RPOffload is the reaction point's CNP intake in the kernel
+	// (host/rpbpf): a DCQCN QP is added to it when it connects, and its
+	// RP is cut from the CNPs the kernel counted, at their arrival on the
+	// device, before each pacing decision, instead of when this agent's
+	// receive loop reads them (which then only counts them,
+	// rp_cnp_agent_read). Optional: nil runs the RP on the CNPs this
+	// agent receives.
+	RPOffload rpbpf.Offload
 	// Trace, if set, sees every CE arrival, CNP sent and CNP handled, from
 	// the agent's loops (keep it short). Benchmarks time the DCQCN loop
 	// with it.
@@ -129,9 +138,15 @@ type Event struct {
 	// At is when it happened, on the agent's Clock: for CEReceived the
 	// packet's arrival (its kernel timestamp where the conn gives one), for
 	// CNPSent when the CNP was handed to the conn, for CNPHandled when the
-	// RP applied it (Arrived: when the CNP arrived).
+	// RP applied it (Arrived: when the CNP arrived). With the RP's intake
+	// in the kernel (Config.RPOffload), a CNPHandled's At and Arrived are
+	// the CNP's arrival on the device, from when Rc is cut for every
+	// pacing decision, and Synced is when the QP read it from the kernel.
 	At, Arrived       time.Duration
+	Synced            time.Duration
 	RcBefore, RcAfter units.Rate
+	// Kernel: the RP took this CNP from the kernel's count.
+	Kernel bool
 }
 
 // Agent terminates RoCEv2 RC traffic on one packet connection.
@@ -332,6 +347,16 @@ func (qp *QP) Destroy() {
 	}
 	qp.mu.destroyed = true
 	offloaded := qp.mu.npOffloaded
+	if qp.mu.rpOffloaded {
+		// The RP catches up on what the kernel counted; then it forgets
+		// the QP.
+		qp.syncKernelCNPsLocked()
+		qp.mu.req.kCNPs = nil
+		qp.mu.rpOffloaded = false
+		if err := a.cfg.RPOffload.RemoveQP(qp.qpn); err != nil {
+			a.log.Warn("kernel rp: remove qp", "qpn", qp.qpn, "err", err)
+		}
+	}
 	qp.mu.Unlock()
 	var npc *npbpf.NPCounters
 	if offloaded {

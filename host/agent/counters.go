@@ -15,6 +15,15 @@ type Counters struct {
 	// DCQCN reaction point (sender).
 	RPCNPHandled uint64 `json:"rp_cnp_handled"`
 	RPCNPIgnored uint64 `json:"rp_cnp_ignored"`
+	// With the RP's CNP intake in the kernel (Config.RPOffload): the CNPs
+	// it counted for the QP (each handled or ignored by the RP), those
+	// whose arrival time was overwritten before the QP read it (the RP
+	// took them at the read's time), and the CNPs this agent's receive
+	// loop read for the QP (not RP input then: a socket drop does not
+	// lose a cut).
+	RPCNPKernel      uint64 `json:"rp_cnp_kernel"`
+	RPCNPTimeUnknown uint64 `json:"rp_cnp_time_unknown"`
+	RPCNPAgentRead   uint64 `json:"rp_cnp_agent_read"`
 	// RC transport. out_of_sequence and duplicate_request count at the
 	// responder, packet_seq_err (NAKs received) and local_ack_timeout_err at
 	// the requester, as mlx5 does.
@@ -90,6 +99,9 @@ func (c *Counters) Add(o *Counters) {
 	c.NPECNMarkedRoCEPackets += o.NPECNMarkedRoCEPackets
 	c.RPCNPHandled += o.RPCNPHandled
 	c.RPCNPIgnored += o.RPCNPIgnored
+	c.RPCNPKernel += o.RPCNPKernel
+	c.RPCNPTimeUnknown += o.RPCNPTimeUnknown
+	c.RPCNPAgentRead += o.RPCNPAgentRead
 	c.OutOfSequence += o.OutOfSequence
 	c.PacketSeqErr += o.PacketSeqErr
 	c.LocalAckTimeoutErr += o.LocalAckTimeoutErr

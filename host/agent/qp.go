@@ -10,6 +10,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -209,6 +210,7 @@ type QP struct {
 		sync.Mutex
 		connected, destroyed bool
 		npOffloaded          bool           // the kernel NP answers this QP's CE packets
+		rpOffloaded          bool           // the kernel counts this QP's CNPs (req.kCNPs)
 		local                netip.AddrPort // for the ICRC
 		peer                 Endpoint
 		err                  error
@@ -247,6 +249,12 @@ type requester struct {
 	// Pacer at Rc (or RateCap), MaxBurst packets deep.
 	pace bucket
 	rp   *dcqcn.RP
+	// The RP's CNP intake in the kernel (Config.RPOffload): the CNPs it
+	// counted up to kApplied ran through rp; kLast is the last one's
+	// arrival on the agent's clock.
+	kCNPs    rpbpf.CNPCounter
+	kApplied uint64
+	kLast    time.Duration
 }
 
 type responder struct {
@@ -320,6 +328,18 @@ func (qp *QP) Connect(local netip.AddrPort, peer Endpoint) error {
 		qp.mu.npOffloaded = true
 		qp.mu.resp.np = nil // one NP per QP, or each CE would get two CNPs
 	}
+	if off := qp.agent.cfg.RPOffload; off != nil && qp.cfg.CC == CCDCQCN {
+		c, err := off.AddQP(rpbpf.QPContext{QPN: qp.qpn, Local: qp.mu.local.Addr(), Peer: peer.Addr.Addr()})
+		if err != nil {
+			if qp.mu.npOffloaded {
+				_ = qp.agent.cfg.NPOffload.RemoveQP(qp.qpn)
+				qp.mu.npOffloaded = false
+			}
+			return fmt.Errorf("agent: qp %#x: kernel rp: %w", qp.qpn, err)
+		}
+		qp.mu.req.kCNPs = c
+		qp.mu.rpOffloaded = true
+	}
 	qp.mu.peer = peer
 	qp.mu.resp.initPSN = peer.PSN
 	qp.mu.connected = true
@@ -381,6 +401,10 @@ func (qp *QP) Start(s Stream) error {
 	r.pace = bucket{at: now, tokens: float64(qp.cfg.MaxBurst * qp.wireBytes(qp.cfg.MTU, true))}
 	if qp.cfg.CC == CCDCQCN {
 		r.rp = dcqcn.NewRP(qp.cfg.DCQCN, now)
+		if r.kCNPs != nil {
+			// CNPs before the stream had no RP to cut (as in the agent).
+			r.kApplied, r.kLast = r.kCNPs.Counted(), now
+		}
 	}
 	qp.agent.kick()
 	return nil
@@ -449,7 +473,9 @@ func (qp *QP) CC() (CCState, bool) {
 	if rp == nil {
 		return CCState{}, false
 	}
-	rp.Advance(qp.agent.clock.Now())
+	now := qp.agent.clock.Now()
+	qp.syncKernelCNPsLocked()
+	rp.Advance(now)
 	return CCState{Rc: rp.Rc(), Rt: rp.Rt(), Alpha: rp.Alpha(), Stats: rp.Stats()}, true
 }
 

@@ -68,6 +68,7 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 	}
 	var rate float64 // bytes per second; 0 = unpaced
 	if r.rp != nil {
+		qp.syncKernelCNPsLocked()
 		r.rp.Advance(now)
 		rate = float64(r.rp.Rc()) / 8
 	} else if qp.cfg.RateCap > 0 {
@@ -326,6 +327,12 @@ func (qp *QP) payloadBelow(idx uint64) uint64 {
 // Precondition: qp.mu is held.
 func (qp *QP) onCNPLocked(now time.Duration) {
 	r := &qp.mu.req
+	if r.kCNPs != nil {
+		// The kernel took it at its arrival on the device; catch up.
+		qp.mu.ctr.RPCNPAgentRead++
+		qp.syncKernelCNPsLocked()
+		return
+	}
 	if r.rp == nil {
 		qp.mu.ctr.RPCNPIgnored++
 		return

@@ -17,6 +17,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/rpbpf"
 )
 
 // ecnECT0 is the ECN field of every RoCE packet sent (RFC 3168).
@@ -108,7 +109,19 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if c.CC == agent.CCDCQCN {
 		portRate = c.effectiveLineRate()
 	}
-	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger, PortRate: portRate})
+	var rpOff rpbpf.Offload
+	if c.CC == agent.CCDCQCN {
+		rp, err := attachRP(c.RP, laddr, c.Logger)
+		if err != nil {
+			_ = udp.Close()
+			return nil, err
+		}
+		if rp != nil {
+			defer rp.Close()
+			rpOff = rp
+		}
+	}
+	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger, PortRate: portRate, RPOffload: rpOff})
 	if err != nil {
 		_ = udp.Close()
 		return nil, fmt.Errorf("roceperf: %w", err)

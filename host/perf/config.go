@@ -89,10 +89,13 @@ type ServerConfig struct {
 	Limits agent.ServerLimits
 }
 
-// Where the notification point runs (ServerConfig.NP).
+// Where the notification point runs (ServerConfig.NP), and where the
+// reaction point takes its CNPs (ClientConfig.RP).
 const (
 	NPKernel = "kernel"
 	NPAgent  = "agent"
+	RPKernel = "kernel"
+	RPAgent  = "agent"
 )
 
 // ClientConfig configures a client run. Zero values mean the defaults
@@ -129,6 +132,12 @@ type ClientConfig struct {
 	LineRate units.Rate
 	CC       agent.CCMode // --cc: dcqcn (also the zero value) or none
 	Profile  string       // --dcqcn-profile: mlx5 (also "") or paper
+	// RP is where the reaction point takes its CNPs (--rp): RPKernel, the
+	// eBPF program on the host's devices (host/rpbpf: Rc is cut from a
+	// CNP's arrival on the device on), or RPAgent, the client's receive
+	// loop. Optional: "" means kernel where it attaches, else the agent
+	// (with a warning). DCQCN only.
+	RP string
 	// Knobs are name=value settings (--dcqcn) applied with dcqcn.Params.Set
 	// after the profile, in order. cnp_dscp given here overrides CNPDSCP.
 	Knobs []string
@@ -249,6 +258,8 @@ func (c ClientConfig) Validate() error {
 	}
 	c = c.withDefaults()
 	switch {
+	case c.RP != "" && c.RP != RPKernel && c.RP != RPAgent:
+		return flagErr("--rp", c.RP, "kernel or agent")
 	case c.UDPPort < 0 || c.UDPPort > 65535:
 		return flagErr("--udp-port", c.UDPPort, "0..65535 (0: 4791)")
 	case c.QPs < 1 || c.QPs > MaxQPs:

@@ -17,6 +17,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/vishvananda/netns"
 )
 
@@ -158,6 +159,34 @@ func attachNP(mode string, bind netip.Addr, log *slog.Logger) (*npbpf.Devices, e
 		return nil, fmt.Errorf("roceperf: --np kernel: %w", err)
 	}
 	log.Warn("the kernel NP did not attach; the agent answers CE marks", "err", err)
+	return nil, nil
+}
+
+// attachRP attaches the reaction point's CNP intake to the devices that
+// carry bind, as mode says (ClientConfig.RP); nil means the agent takes
+// the CNPs. Close it after the agent.
+func attachRP(mode string, bind netip.Addr, log *slog.Logger) (*rpbpf.RP, error) {
+	switch mode {
+	case RPAgent:
+		return nil, nil
+	case "", RPKernel:
+	default:
+		return nil, flagErr("--rp", mode, "kernel or agent")
+	}
+	devs, err := npbpf.LocalDevices(bind)
+	var rp *rpbpf.RP
+	if err == nil {
+		rp, err = rpbpf.Attach(netns.None(), devs)
+	}
+	switch {
+	case err == nil:
+		return rp, nil
+	case mode == RPKernel:
+		return nil, fmt.Errorf("roceperf: --rp kernel: %w", err)
+	}
+	if log != nil {
+		log.Warn("the kernel RP did not attach; the agent takes the CNPs", "err", err)
+	}
 	return nil, nil
 }
 

@@ -34,6 +34,9 @@ type RoceReport struct {
 	Reaction *ReactionRow   `json:"cnp_reaction,omitempty"`
 	// ReactionKernel is the same loop with the NP in the kernel.
 	ReactionKernel *ReactionRow `json:"cnp_reaction_kernel_np,omitempty"`
+	// ReactionKernelRP is the loop with the NP and the RP's CNP intake in
+	// the kernel (host/npbpf, host/rpbpf).
+	ReactionKernelRP *ReactionRow `json:"cnp_reaction_kernel_np_rp,omitempty"`
 }
 
 // GoodputReport compares one roceperf flow with one iperf3 -u flow.
@@ -168,6 +171,16 @@ func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 		rep.ReactionKernel = &r
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cnp reaction, kernel np: %w", err))
+		}
+	}
+	if o.reaction && ctx.Err() == nil {
+		k := o.react
+		k.kernelNP, k.kernelRP = true, true
+		progress("CNP reaction: %s, %s", k, units.FormatDuration(k.seconds))
+		r, err := runReaction(ctx, a, b, k)
+		rep.ReactionKernelRP = &r
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cnp reaction, kernel np and rp: %w", err))
 		}
 	}
 	return rep, errors.Join(errs...)

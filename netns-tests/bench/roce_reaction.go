@@ -17,6 +17,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -44,6 +45,11 @@ type ReactionRow struct {
 	// NPHeld is the NP component of the held CNPs alone: N plus the
 	// transmit loop's wake-up, which sends them.
 	NPHeld Percentiles `json:"np_held_us"`
+	// Sync, with the RP's CNP intake in the kernel: the cut (the CNP's
+	// arrival on a's device, from when every pacing decision uses the cut
+	// Rc) until the QP read it from the kernel's count (its next pacing
+	// pass, or its receive loop reading the CNP).
+	Sync Percentiles `json:"sync_us"`
 	// Counts of what happened.
 	CEReceived  uint64 `json:"ce_received"`
 	CNPSent     uint64 `json:"cnp_sent"`
@@ -110,15 +116,21 @@ type reactionOpts struct {
 	// kernelNP runs the NP in eBPF on b's device (host/npbpf); CE and
 	// CNP times are then the kernel's timestamps of a tap on that device.
 	kernelNP bool
+	// kernelRP takes the CNPs on a's device (host/rpbpf): the cut is at
+	// the CNP's arrival there.
+	kernelRP bool
 }
 
 func (o reactionOpts) String() string {
-	where := "agent"
+	where, rpWhere := "agent", "agent"
 	if o.kernelNP {
 		where = "kernel"
 	}
-	return fmt.Sprintf("port %s step K=%s, RP paper profile at line %s (max_burst %d), NP (%s) N=%s, MTU %d",
-		o.portRate, o.stepK, o.lineRate, agent.DefaultQPConfig().MaxBurst, where, units.FormatDuration(o.cnpPeriod), o.mtu)
+	if o.kernelRP {
+		rpWhere = "kernel"
+	}
+	return fmt.Sprintf("port %s step K=%s, RP (CNPs taken by the %s) paper profile at line %s (max_burst %d), NP (%s) N=%s, MTU %d",
+		o.portRate, o.stepK, rpWhere, o.lineRate, agent.DefaultQPConfig().MaxBurst, where, units.FormatDuration(o.cnpPeriod), o.mtu)
 }
 
 // epochClock is the agents' clock with a known epoch, so that kernel
@@ -211,7 +223,22 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 		ca.Close()
 		return row, fmt.Errorf("socket in %s: %w", b.Name, err)
 	}
-	rp, err := agent.New(agent.Config{Conn: ca, Clock: clock, Trace: log.trace})
+	var rpOff rpbpf.Offload
+	if o.kernelRP {
+		var k *rpbpf.RP
+		err := a.Do(func() (err error) {
+			k, err = rpbpf.Attach(netns.None(), []string{devA})
+			return err
+		})
+		if err != nil {
+			ca.Close()
+			cb.Close()
+			return row, fmt.Errorf("kernel rp on %s: %w", devA, err)
+		}
+		defer k.Close()
+		rpOff = k
+	}
+	rp, err := agent.New(agent.Config{Conn: ca, Clock: clock, Trace: log.trace, RPOffload: rpOff})
 	if err != nil {
 		ca.Close()
 		cb.Close()
@@ -339,7 +366,7 @@ func matchReaction(row *ReactionRow, evs []agent.Event, npQPN, rpQPN uint32, per
 		held     bool
 	}
 	var fifo []inflight
-	var reaction, npPart, npHeld, ret []float64
+	var reaction, npPart, npHeld, ret, sync []float64
 	trigger := time.Duration(-1) // first CE since the last CNP
 	lastSent := time.Duration(-1)
 	for _, e := range evs {
@@ -380,6 +407,9 @@ func matchReaction(row *ReactionRow, evs []agent.Event, npQPN, rpQPN uint32, per
 			reaction = append(reaction, us(e.At-f.ce))
 			npPart = append(npPart, us(f.sent-f.ce))
 			ret = append(ret, us(e.At-f.sent))
+			if e.Kernel {
+				sync = append(sync, us(e.Synced-e.At))
+			}
 			if f.held {
 				row.Held++
 				npHeld = append(npHeld, us(f.sent-f.ce))
@@ -390,6 +420,7 @@ func matchReaction(row *ReactionRow, evs []agent.Event, npQPN, rpQPN uint32, per
 	row.NP = percentiles(npPart)
 	row.NPHeld = percentiles(npHeld)
 	row.Return = percentiles(ret)
+	row.Sync = percentiles(sync)
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }

@@ -54,6 +54,21 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 		fmt.Fprintf(tw, "CNP reaction, kernel NP\t  NP: CE in -> CNP out (tap)\tp50\t%s\t-\t-\t-\t-\t-\t%s; the %d held by N alone: %s\n", usVal(x.NP), x.NP, x.Held, x.NPHeld)
 		fmt.Fprintf(tw, "CNP reaction, kernel NP\t  return: CNP out -> cut\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Return), x.Return, x.Config)
 	}
+	if x := r.ReactionKernelRP; x != nil {
+		counts := fmt.Sprintf("%d CNPs cut Rc (%d held by N), %d CE at the device, %d CNPs out, %d handled, %d at Rmin, %d unmatched; port CE-marked %d, dropped %d; %.2f Gbit/s acked in %.1f s",
+			x.Cuts, x.Held, x.CEReceived, x.CNPSent, x.CNPHandled, x.NoCut, x.Unmatched, x.PortMarked, x.PortDropped, x.AckedGbps, x.Seconds)
+		verdict, goal := "-", "p99 <= 100 µs"
+		if x.Reaction.N > 0 {
+			verdict = "met"
+			if x.Reaction.P99 > 100 {
+				verdict = "missed"
+			}
+		}
+		fmt.Fprintf(tw, "CNP reaction, kernel NP+RP\tCE at NP device -> Rc cut at RP device\tp99\t%s\t-\t-\t-\t%s\t%s\t%s; %s\n", p99Val(x.Reaction), goal, verdict, x.Reaction, counts)
+		fmt.Fprintf(tw, "CNP reaction, kernel NP+RP\t  NP: CE in -> CNP out (tap)\tp50\t%s\t-\t-\t-\t-\t-\t%s; the %d held by N alone: %s\n", usVal(x.NP), x.NP, x.Held, x.NPHeld)
+		fmt.Fprintf(tw, "CNP reaction, kernel NP+RP\t  return: CNP out -> taken at RP device\tp50\t%s\t-\t-\t-\t-\t-\t%s\n", usVal(x.Return), x.Return)
+		fmt.Fprintf(tw, "CNP reaction, kernel NP+RP\t  taken -> read by the QP\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Sync), x.Sync, x.Config)
+	}
 }
 
 func gbps(v float64) string {

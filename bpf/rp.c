@@ -1,0 +1,245 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The DCQCN reaction point's CNP intake in the kernel: the sender's device
+ * takes a CNP when it arrives, not when the agent's receive loop gets to it
+ * (issue 9 §2: that wait was p50 270 µs, p99 16 ms). host/rpbpf loads and
+ * attaches it; host/agent's QPs read what it counts.
+ *
+ * rp_ingress runs at TCX ingress of the sender's devices. It parses
+ * Ethernet / up to two VLAN tags / IPv4 (no options) or IPv6 / UDP 4791 /
+ * BTH (net.h). A CNP (opcode 0x81 without the PPFC P bit, a 40-byte UDP
+ * datagram) to a QP in rp_qps, from the QP's peer to its local address,
+ * with a correct ICRC, is counted in the QP's slot of rp_cnps: its arrival
+ * time (bpf_ktime_get_ns, CLOCK_MONOTONIC) goes into a ring of RP_RING
+ * times, then the count goes up.
+ *
+ * rp_cnps is a BPF_F_MMAPABLE array that the agent maps read-only. A QP
+ * reads its slot before every decision that uses Rc (its transmit loop's
+ * pacing, window and AckReq spacing) and runs its host/dcqcn RP on each CNP
+ * counted since the last read, at that CNP's arrival time. So the cut holds
+ * from the arrival on: no packet is paced at the old Rc after the CNP
+ * reached the device. The rate arithmetic stays in one place (host/dcqcn,
+ * every profile and rule); the kernel only takes the CNP and its time, as
+ * a NIC's RP takes it from the wire.
+ *
+ * Every packet continues untouched (TC_ACT_UNSPEC: the agent still receives
+ * the CNP and counts it). What is not a CNP of a known QP is counted by
+ * cause in rp_counters and passed.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "net.h"
+#include "icrc.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#define TC_ACT_UNSPEC (-1) /* TCX_NEXT */
+
+#define RP_FAMILY_IPV4 4
+#define RP_FAMILY_IPV6 6
+
+/* Arrival times kept per QP: the agent reads its slot at least every
+ * pacing pass (at most a few hundred µs apart), and CNPs of one QP come at
+ * most one per min_time_between_cnps (4-50 µs). */
+#define RP_RING 14
+
+/* QP slots in rp_cnps: 4096 x 128 bytes, 128 pages. */
+#define RP_SLOTS 4096
+
+/* The longest IP packet rp_ingress checks the ICRC of: an IPv6 CNP. */
+#define CNP_IP_MAX (40 + ROCE_CNP_L4_LEN)
+
+/* Load-time settings. */
+
+/* Tests only: read the clock from test_now_ns. */
+volatile const __u8 test_hooks = 0;
+
+__u64 test_now_ns = 0;
+
+/* The QP, keyed by its local (sender) QPN: the DestQP of its CNPs. Go
+ * writes it when the QP connects (host/rpbpf AddQP). */
+struct rp_qp {
+	/* Addresses in network order, IPv4 in the first 4 bytes. */
+	__u8 local_ip[16]; /* the sender: the CNP's destination */
+	__u8 peer_ip[16];  /* the receiver (the NP): the CNP's source */
+	__u32 slot;        /* the QP's index in rp_cnps */
+	__u8 family;       /* RP_FAMILY_IPV4 or RP_FAMILY_IPV6 */
+	__u8 _pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rp_qp);
+} rp_qps SEC(".maps");
+
+/* One QP's CNPs. CNP i (from 0, since the slot was created) arrived at
+ * at_ns[i % RP_RING]; counted goes up only after that time is stored, so a
+ * reader that sees counted = n may read the times of CNPs n-RP_RING..n-1.
+ * claimed hands out the places: two CPUs counting CNPs of one QP at once
+ * each get their own. */
+struct rp_slot {
+	__u64 counted;
+	__u64 claimed;
+	__u64 at_ns[RP_RING];
+};
+
+_Static_assert(sizeof(struct rp_slot) == 128, "two cache lines per slot");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, RP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rp_slot);
+} rp_cnps SEC(".maps");
+
+/* Per-CPU counters, summed by Go. Every packet rp_ingress sees is counted
+ * once in packets and once in exactly one of not_roce, truncated,
+ * ip_options, not_cnp, ppfc, malformed, unknown_qp, icrc_errors, counted. */
+struct rp_stats {
+	__u64 packets;     /* every frame rp_ingress saw */
+	__u64 not_roce;    /* non-IP, not UDP to 4791, IPv6 extension headers, later fragments */
+	__u64 truncated;   /* headers cut short */
+	__u64 ip_options;  /* RoCEv2 in an IPv4 header with options: no CNP is sent so */
+	__u64 not_cnp;     /* RoCEv2 but not opcode 0x81 (data, ACKs, ...) */
+	__u64 ppfc;        /* opcode 0x81 with the P bit: a PPFC notification, the agent's */
+	__u64 malformed;   /* a CNP that is not a 40-byte unfragmented datagram */
+	__u64 unknown_qp;  /* a CNP to a QP not in rp_qps, or not from its peer to its address */
+	__u64 icrc_errors; /* a CNP of a known QP whose ICRC does not verify */
+	__u64 counted;     /* CNPs counted in their QP's slot */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rp_stats);
+} rp_counters SEC(".maps");
+
+static __always_inline __u64 now_ns(void)
+{
+	if (test_hooks)
+		return test_now_ns;
+	return bpf_ktime_get_ns();
+}
+
+/* cnp_icrc_ok checks the CNP's ICRC (roce-wire.md §ICRC): the IP packet
+ * copied out with the fields the ICRC masks set to ones, CRC-32 from the
+ * LRH state, compared with the last 4 bytes (little-endian on the wire). */
+static __always_inline int cnp_icrc_ok(struct __sk_buff *skb, const struct net_roce *r)
+{
+	__u8 buf[CNP_IP_MAX] = {};
+	__u32 ip_len, icrc;
+
+	if (r->l3_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (struct iphdr *)buf;
+
+		ip_len = sizeof(*ip) + ROCE_CNP_L4_LEN;
+		if (bpf_skb_load_bytes(skb, r->l3_off, buf, sizeof(*ip) + ROCE_CNP_L4_LEN))
+			return 0;
+		ip->tos = ICRC_MASKED;
+		ip->ttl = ICRC_MASKED;
+		ip->check = 0xFFFF;
+	} else {
+		struct ipv6hdr *ip6 = (struct ipv6hdr *)buf;
+
+		ip_len = sizeof(*ip6) + ROCE_CNP_L4_LEN;
+		if (bpf_skb_load_bytes(skb, r->l3_off, buf, sizeof(*ip6) + ROCE_CNP_L4_LEN))
+			return 0;
+		ip6->priority = 0xF;
+		ip6->flow_lbl[0] = ICRC_MASKED;
+		ip6->flow_lbl[1] = ICRC_MASKED;
+		ip6->flow_lbl[2] = ICRC_MASKED;
+		ip6->hop_limit = ICRC_MASKED;
+	}
+	/* The UDP checksum and BTH byte 4 (F, B, reserved). */
+	buf[ip_len - ROCE_CNP_L4_LEN + 6] = ICRC_MASKED;
+	buf[ip_len - ROCE_CNP_L4_LEN + 7] = ICRC_MASKED;
+	buf[ip_len - ROCE_CNP_L4_LEN + sizeof(struct net_udphdr) + 4] = ICRC_MASKED;
+	__builtin_memcpy(&icrc, &buf[ip_len - ROCE_ICRC_LEN], sizeof(icrc));
+	return icrc_crc(buf, ip_len - ROCE_ICRC_LEN, CNP_IP_MAX - ROCE_ICRC_LEN) == icrc;
+}
+
+/* count_cnp records a CNP of the QP in slot at now. */
+static __always_inline int count_cnp(__u32 slot, __u64 now)
+{
+	struct rp_slot *s = bpf_map_lookup_elem(&rp_cnps, &slot);
+	__u64 idx;
+
+	if (!s)
+		return 0;
+	idx = __sync_fetch_and_add(&s->claimed, 1) % RP_RING;
+	asm volatile("" : "+r"(idx)); /* keep the bound check: the verifier does not follow % */
+	if (idx >= RP_RING)
+		return 0;
+	s->at_ns[idx] = now;
+	__sync_fetch_and_add(&s->counted, 1);
+	return 1;
+}
+
+SEC("tc")
+int rp_ingress(struct __sk_buff *skb)
+{
+	struct net_roce r = {};
+	struct rp_stats *st;
+	struct rp_qp *qp;
+	__u32 zero = 0, qpn;
+	__u64 now;
+
+	now = now_ns(); /* first: the time the CNP reached the device */
+	st = bpf_map_lookup_elem(&rp_counters, &zero);
+	if (!st)
+		return TC_ACT_UNSPEC;
+	st->packets++;
+
+	switch (net_parse_roce_skb(skb, &r)) {
+	case NET_ROCE_OK:
+		break;
+	case NET_ROCE_TRUNCATED:
+		st->truncated++;
+		return TC_ACT_UNSPEC;
+	default:
+		st->not_roce++;
+		return TC_ACT_UNSPEC;
+	}
+	if (r.bth->opcode != ROCE_OP_CNP) {
+		st->not_cnp++;
+		return TC_ACT_UNSPEC;
+	}
+	if (r.bth->ecn & ROCE_BTH_PPFC) {
+		st->ppfc++;
+		return TC_ACT_UNSPEC;
+	}
+	if (r.ipv4_options) {
+		st->ip_options++;
+		return TC_ACT_UNSPEC;
+	}
+	if (r.ipv4_fragment || bpf_ntohs(r.udp->len) != ROCE_CNP_L4_LEN) {
+		st->malformed++;
+		return TC_ACT_UNSPEC;
+	}
+	qpn = roce_bth_destqp(r.bth);
+	qp = bpf_map_lookup_elem(&rp_qps, &qpn);
+	/* From the QP's peer (the NP) to its address. */
+	if (!qp || !net_roce_from_to(&r, (void *)(long)skb->data_end, qp->family == RP_FAMILY_IPV4,
+				     qp->peer_ip, qp->local_ip)) {
+		st->unknown_qp++;
+		return TC_ACT_UNSPEC;
+	}
+	if (!cnp_icrc_ok(skb, &r)) {
+		st->icrc_errors++;
+		return TC_ACT_UNSPEC;
+	}
+	if (!count_cnp(qp->slot, now)) {
+		st->unknown_qp++; /* a slot out of range: Go never writes one */
+		return TC_ACT_UNSPEC;
+	}
+	st->counted++;
+	return TC_ACT_UNSPEC;
+}

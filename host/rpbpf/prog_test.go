@@ -1,0 +1,278 @@
+package rpbpf
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
+)
+
+const tcxNext = ^uint32(0) // TC_ACT_UNSPEC as BPF_PROG_RUN returns it
+
+var (
+	macSender   = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}
+	macReceiver = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}
+	// The RP's QP sends from addrSender; the NP answers from addrRecv.
+	addrSender  = netip.MustParseAddr("198.18.0.1")
+	addrRecv    = netip.MustParseAddr("198.18.0.2")
+	addrSender6 = netip.MustParseAddr("2001:db8::1")
+	addrRecv6   = netip.MustParseAddr("2001:db8::2")
+)
+
+func requireRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		tb.Fatal("needs root to load BPF programs, and CI=true forbids skipping")
+	}
+	tb.Skip("needs root to load BPF programs")
+}
+
+func loadTest(tb testing.TB) *Objects {
+	tb.Helper()
+	requireRoot(tb)
+	o, err := Load(LoadOptions{TestHooks: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { o.Close() })
+	return o
+}
+
+// cnp builds the CNP the NP at from sends to the QP qpn at to, with an
+// oracle that shares no code with the program (npprobe: gopacket and
+// host/roce).
+func cnp(tb testing.TB, from, to netip.Addr, qpn uint32) []byte {
+	tb.Helper()
+	f, err := npprobe.CNPSpec{Local: from, Peer: to, SrcPort: 0xc0de, PeerQPN: qpn, DSCP: 48,
+		DataSrc: macSender, DataDst: macReceiver}.Frame()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// run hands frame to rp_ingress at nowNs; the program passes everything.
+func run(tb testing.TB, o *Objects, nowNs uint64, frame []byte) {
+	tb.Helper()
+	if err := o.SetClock(nowNs); err != nil {
+		tb.Fatal(err)
+	}
+	ret, err := o.program().Run(&ebpf.RunOptions{Data: frame})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if ret != tcxNext {
+		tb.Fatalf("rp_ingress returned %d, want TC_ACT_UNSPEC: it passes every packet", int32(ret))
+	}
+}
+
+func stats(tb testing.TB, o *Objects) Stats {
+	tb.Helper()
+	s, err := o.Stats()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sum := s.NotRoCE + s.Truncated + s.IPOptions + s.NotCNP + s.PPFC + s.Malformed + s.UnknownQP + s.ICRCErrors + s.Counted
+	if sum != s.Packets {
+		tb.Errorf("stats %+v: causes add up to %d, packets %d", s, sum, s.Packets)
+	}
+	return s
+}
+
+func TestCountsCNPsWithArrivalTimes(t *testing.T) {
+	o := loadTest(t)
+	const qpn = 0x10002
+	c, err := o.AddQP(QPContext{QPN: qpn, Local: addrSender, Peer: addrRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := cnp(t, addrRecv, addrSender, qpn)
+	// A switch on the way rewrites DSCP/ECN and the TTL (and so the IPv4
+	// checksum): the ICRC masks them.
+	hop := append([]byte(nil), f...)
+	hop[14+1] |= 0x3 // CE
+	hop[14+8]--      // TTL
+	hop[14+10], hop[14+11] = 0, 0
+
+	for i, fr := range [][]byte{f, hop} {
+		run(t, o, uint64(1000+i*50), fr)
+	}
+	if got := c.Counted(); got != 2 {
+		t.Fatalf("Counted %d, want 2", got)
+	}
+	for i, want := range []uint64{1000, 1050} {
+		if ns, ok := c.Arrival(uint64(i)); !ok || ns != want {
+			t.Errorf("Arrival(%d) = %d, %v; want %d, true", i, ns, ok, want)
+		}
+	}
+	// The ring keeps the last Ring times.
+	for i := 2; i < 2+Ring+1; i++ {
+		run(t, o, uint64(1000+i*50), f)
+	}
+	n := c.Counted()
+	if n != 2+Ring+1 {
+		t.Fatalf("Counted %d, want %d", n, 2+Ring+1)
+	}
+	for i := range n {
+		ns, ok := c.Arrival(i)
+		if want := n-i <= Ring; ok != want {
+			t.Errorf("Arrival(%d) ok = %v, want %v (%d counted, ring %d)", i, ok, want, n, Ring)
+		}
+		if ok && ns != 1000+i*50 {
+			t.Errorf("Arrival(%d) = %d, want %d", i, ns, 1000+i*50)
+		}
+	}
+	if s := stats(t, o); s.Counted != n || s.Packets != n {
+		t.Errorf("stats %+v, want %d counted", s, n)
+	}
+}
+
+func TestIPv6(t *testing.T) {
+	o := loadTest(t)
+	c, err := o.AddQP(QPContext{QPN: 7, Local: addrSender6, Peer: addrRecv6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, o, 5, cnp(t, addrRecv6, addrSender6, 7))
+	if c.Counted() != 1 {
+		t.Fatalf("IPv6 CNP not counted: %+v", stats(t, o))
+	}
+}
+
+func TestNotCounted(t *testing.T) {
+	o := loadTest(t)
+	const qpn = 0x10002
+	c, err := o.AddQP(QPContext{QPN: qpn, Local: addrSender, Peer: addrRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := cnp(t, addrRecv, addrSender, qpn)
+	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	const udpOff = 14 + 20
+	const bthOff = udpOff + 8
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  func(s Stats) uint64
+	}{
+		{"unknown qp", cnp(t, addrRecv, addrSender, qpn+1), func(s Stats) uint64 { return s.UnknownQP }},
+		{"wrong peer", cnp(t, netip.MustParseAddr("198.18.0.9"), addrSender, qpn), func(s Stats) uint64 { return s.UnknownQP }},
+		{"other family", cnp(t, addrRecv6, addrSender6, qpn), func(s Stats) uint64 { return s.UnknownQP }},
+		{"bad icrc", mod(func(b []byte) []byte { b[bthOff+12+3] ^= 1; return b }), func(s Stats) uint64 { return s.ICRCErrors }},
+		{"ppfc", mod(func(b []byte) []byte { b[bthOff+4] |= 0x20; return b }), func(s Stats) uint64 { return s.PPFC }},
+		{"not a cnp", mod(func(b []byte) []byte { b[bthOff] = 0x11; return b }), func(s Stats) uint64 { return s.NotCNP }},
+		{"other port", mod(func(b []byte) []byte { b[udpOff+2], b[udpOff+3] = 0x12, 0xb8; return b }), func(s Stats) uint64 { return s.NotRoCE }},
+		{"long", mod(func(b []byte) []byte {
+			b = append(b, 0, 0, 0, 0)
+			b[14+3] += 4     // IPv4 total length
+			b[udpOff+5] += 4 // UDP length
+			return b
+		}), func(s Stats) uint64 { return s.Malformed }},
+		{"truncated", good[:bthOff+6], func(s Stats) uint64 { return s.Truncated }},
+		{"not ip", mod(func(b []byte) []byte { b[12], b[13] = 0x88, 0xcc; return b[:20] }), func(s Stats) uint64 { return s.NotRoCE }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.want(stats(t, o))
+			run(t, o, 1, tc.frame)
+			if got := tc.want(stats(t, o)); got != before+1 {
+				t.Errorf("counter %d -> %d, want +1 (stats %+v)", before, got, stats(t, o))
+			}
+			if c.Counted() != 0 {
+				t.Errorf("counted as the QP's CNP")
+			}
+		})
+	}
+}
+
+func TestRemoveAndReuse(t *testing.T) {
+	o := loadTest(t)
+	qc := QPContext{QPN: 0x20001, Local: addrSender, Peer: addrRecv}
+	c, err := o.AddQP(qc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := cnp(t, addrRecv, addrSender, qc.QPN)
+	run(t, o, 1, f)
+	if err := o.RemoveQP(qc.QPN); err != nil {
+		t.Fatal(err)
+	}
+	run(t, o, 2, f)
+	if c.Counted() != 1 {
+		t.Errorf("a removed QP's counter moved: %d", c.Counted())
+	}
+	if err := o.RemoveQP(qc.QPN); err == nil {
+		t.Error("removing twice: no error")
+	}
+	c2, err := o.AddQP(qc) // the same slot again: a fresh count
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, o, 3, f)
+	if c2.Counted() != 1 {
+		t.Errorf("re-added QP counted %d, want 1", c2.Counted())
+	}
+	if ns, ok := c2.Arrival(0); !ok || ns != 3 {
+		t.Errorf("Arrival(0) = %d, %v; want 3", ns, ok)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []QPContext{
+		{QPN: 0, Local: addrSender, Peer: addrRecv},
+		{QPN: 1 << 24, Local: addrSender, Peer: addrRecv},
+		{QPN: 1, Local: netip.IPv4Unspecified(), Peer: addrRecv},
+		{QPN: 1, Local: addrSender},
+		{QPN: 1, Local: addrSender, Peer: addrRecv6},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}
+
+func TestClosedCounterReadsZero(t *testing.T) {
+	o := loadTest(t)
+	c, err := o.AddQP(QPContext{QPN: 1, Local: addrSender, Peer: addrRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	if c.Counted() != 0 {
+		t.Error("a closed counter moved")
+	}
+	if _, err := o.AddQP(QPContext{QPN: 2, Local: addrSender, Peer: addrRecv}); err == nil {
+		t.Error("AddQP after Close: no error")
+	}
+}
+
+// FuzzIngress: whatever the frame, the program passes it and counts it
+// once, by one cause.
+func FuzzIngress(f *testing.F) {
+	o := loadTest(f)
+	if _, err := o.AddQP(QPContext{QPN: 0x10002, Local: addrSender, Peer: addrRecv}); err != nil {
+		f.Fatal(err)
+	}
+	good := cnp(f, addrRecv, addrSender, 0x10002)
+	f.Add(good)
+	f.Add(cnp(f, addrRecv6, addrSender6, 0x10002))
+	f.Add(good[:40])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < 14 || len(b) > 1500 {
+			return // BPF_PROG_RUN wants an Ethernet header; MTU-sized
+		}
+		before := stats(t, o)
+		if _, err := o.program().Run(&ebpf.RunOptions{Data: b}); err != nil {
+			return // BPF_PROG_RUN refuses an IP ethertype without the IP header
+		}
+		if after := stats(t, o); after.Packets != before.Packets+1 {
+			t.Fatalf("packets %d -> %d", before.Packets, after.Packets)
+		}
+	})
+}
