@@ -44,14 +44,43 @@
  * keeps np_mark, so other programs can tell it, and its opcode (0x81) is not
  * a trigger, so it can never loop.
  *
- * Spacing: the decision takes the QP's spin lock and compares with the time
- * of the last CNP; np_egress moves that time forward to the moment the CNP
- * leaves the program, and no CNP is decided while another of the QP is
- * between its decision and np_egress (inflight; a CE meanwhile is coalesced
- * and makes a CNP pending). So the time between two CNPs of a QP leaving
- * np_egress is never below N, whatever CPUs the CE packets arrive on, and
- * np_egress keeps the smallest spacing it saw (min_spacing_ns) to show it.
- * What follows np_egress (the qdisc, the driver) is outside the guarantee.
+ * Spacing: N counts from where the CNP is transmitted. np_xmit runs at the
+ * net_dev_start_xmit tracepoint, which xmit_one() fires after
+ * dev_queue_xmit_nit() (where a packet tap takes its copy and stamp) and
+ * right before the driver's ndo_start_xmit. np_egress records the CNP's
+ * kernel sk_buff (bpf_cast_to_kern_ctx, kernel >= 6.2) and device in
+ * np_xmits; np_xmit, for a packet carrying np_mark that is in np_xmits,
+ * moves the QP's last CNP time to that moment. A decision takes the QP's
+ * spin lock and needs N since that time, and none is made while another
+ * CNP of the QP is between its decision and its transmit (inflight: a CE
+ * meanwhile is coalesced and makes a CNP pending). The tap stamps CNP k
+ * before np_xmit reads the clock for it, and CNP k+1 after its decision, so
+ * two CNPs of a QP are never less than N apart on a tap either, whatever
+ * CPUs the CE packets arrive on and whatever takes the CPU between
+ * np_egress and the transmit. np_xmit keeps the least spacing it saw
+ * (min_spacing_ns).
+ *
+ * On a device without a qdisc (veth's noqueue) the whole egress path runs
+ * inside bpf_clone_redirect, np_xmit included. With a qdisc the CNP may
+ * leave later, from another CPU: the QP waits for it at most
+ * xmit_timeout_ns after np_egress (counted in xmit_timeouts), so a CNP lost
+ * silently after np_egress (a qdisc reset, a dequeue drop) cannot stop the
+ * QP's CNPs; a drop the qdisc reports at enqueue ends the wait at once. The
+ * guarantee holds for CNPs transmitted within max(N, xmit_timeout_ns) of
+ * np_egress; one transmitted later still moves the time (xmit_late) and
+ * shows in min_spacing_ns. A driver that answers NETDEV_TX_BUSY makes the
+ * stack retry xmit_one later: np_xmit took the first attempt's time.
+ *
+ * np_xmit sees every packet sent on the machine, in every namespace: it
+ * reads the mark and returns for any other. Several NP objects (one per
+ * device, in other namespaces) may use the same mark; each looks up only
+ * its own np_xmits, keyed by the sk_buff's address, and checks the device,
+ * so none takes another's CNP. If np_xmit is not attached (xmit_hook 0:
+ * BPF_PROG_RUN tests, a kernel where the tracing link fails) or np_xmits
+ * refuses the entry, N counts from the CNP leaving np_egress, and the time
+ * between two CNPs of a QP leaving np_egress is never below N; what
+ * follows np_egress (the qdisc, an interrupt before the transmit) is then
+ * outside the guarantee (egress_stamped counts those CNPs).
  *
  * No program writes packet data directly (only through helpers), so the
  * verifier adds no unclone prologue: packets the NP does not answer are
@@ -71,6 +100,10 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define TC_ACT_UNSPEC (-1) /* TCX_NEXT: later programs and the stack see it */
 #define TC_ACT_SHOT 2
 
+/* dev_queue_xmit's "queued, but the device is congested": not a drop
+ * (include/linux/netdevice.h, net_xmit_eval). */
+#define NET_XMIT_CN 2
+
 #define NP_FAMILY_IPV4 4
 #define NP_FAMILY_IPV6 6
 
@@ -88,14 +121,45 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 /* The mark np_ingress gives its clones, and the CNPs keep. */
 volatile const __u32 np_mark = 0x4e50434e; /* "NPCN" */
 
+/* How long a QP waits for its built CNP to reach the transmit hook
+ * before it may decide the next one (host/npbpf LoadOptions.XmitTimeout). */
+volatile const __u64 xmit_timeout_ns = 1000000;
+
 /* Tests only: read the clock from test_now_ns, and count a CNP in
  * test_redirects instead of cloning the packet (BPF_PROG_RUN has no device
- * whose egress np_egress is attached to). */
+ * whose egress np_egress is attached to). np_egress records test_skb and
+ * test_dev as the CNP's sk_buff and device, np_xmit_test transmits them,
+ * and with test_qdisc_holds the simulated clone comes back built by
+ * np_egress and held by a qdisc. */
 volatile const __u8 test_hooks = 0;
 
 __u64 test_now_ns = 0;
 __u64 test_redirects = 0;
 __s32 test_redirect_ret = 0;
+__u64 test_skb = 0;
+__u64 test_dev = 0;
+__u8 test_qdisc_holds = 0;
+
+/* Runtime: np_xmit is attached (host/npbpf sets it once the tracing link
+ * is up): np_egress records CNPs for it. */
+__u8 xmit_hook = 0;
+
+/* The kernel's structures, only the fields read here; CO-RE relocates them
+ * against the running kernel's BTF. */
+struct net_device;
+struct sk_buff {
+	__u32 mark;
+	struct net_device *dev;
+} __attribute__((preserve_access_index));
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+/* Where the QP's last decided CNP is (np_qp.inflight). */
+enum np_out {
+	NP_OUT_NONE = 0,    /* transmitted, failed, or given up on: the QP may decide */
+	NP_OUT_DECIDED = 1, /* between np_ingress's decision and np_egress */
+	NP_OUT_BUILT = 2,   /* built by np_egress, not yet seen by np_xmit */
+};
 
 /* The QP context, keyed by the local (receiver) QPN: the DestQP of the data
  * packets the QP receives. Go writes the first part when the QP connects
@@ -116,16 +180,21 @@ struct np_qp {
 	struct bpf_spin_lock lock;
 	__u8 sent_any;        /* a CNP was decided: last_cnp_ns is valid */
 	__u8 pending;         /* a CE since the last CNP got no CNP yet */
-	__u8 inflight;        /* a CNP is between its decision and np_egress */
+	__u8 inflight;        /* enum np_out: where the last decided CNP is */
 	__u8 _pad2;
-	__u64 last_cnp_ns;    /* when the last CNP was decided, then left np_egress */
-	__u64 last_out_ns;    /* when the last CNP left np_egress (0: none yet) */
-	__u64 min_spacing_ns; /* the least time between two CNPs leaving np_egress (Go starts it at ~0) */
+	__u32 seq;            /* CNPs decided: np_ingress knows its own after the clone */
+	__u32 _pad3;
+	__u64 last_cnp_ns;    /* N counts from here: the decision, np_egress, then the transmit */
+	__u64 last_out_ns;    /* when the last CNP was transmitted (np_egress without np_xmit; 0: none yet) */
+	__u64 min_spacing_ns; /* the least time between two of those (Go starts it at ~0) */
+	__u64 out_skb;        /* NP_OUT_BUILT: the CNP's kernel sk_buff */
+	__u64 built_ns;       /* NP_OUT_BUILT: when np_egress built it */
 	__u64 ecn_marked;     /* np_ecn_marked_roce_packets */
 	__u64 cnp_sent;       /* np_cnp_sent, held_sent included */
 	__u64 coalesced;      /* CE packets within N of the last CNP: no CNP of their own */
 	__u64 held_sent;      /* CNPs for a coalesced CE, sent by a later packet after N */
 	__u64 redirect_errors; /* bpf_clone_redirect failed: the CNP stays pending */
+	__u64 xmit_timeouts;   /* built CNPs np_xmit did not see within xmit_timeout_ns */
 };
 
 struct {
@@ -157,6 +226,15 @@ struct np_stats {
 	__u64 egress_clones;  /* packets carrying np_mark */
 	__u64 egress_built;   /* clones turned into CNPs */
 	__u64 egress_dropped; /* clones that could not be: dropped */
+	/* Where N counted from. A built CNP is counted in one of
+	 * egress_stamped, xmit_stamped less xmit_late, or xmit_timeouts,
+	 * unless it still waits for its transmit, a qdisc refused it
+	 * (redirect_errors) or its QP was removed. */
+	__u64 egress_stamped; /* np_egress: np_xmit not attached, or np_xmits refused the CNP */
+	__u64 xmit_stamped;   /* np_xmit saw the CNP's transmit (xmit_late included) */
+	__u64 xmit_late;      /* ... after its QP had stopped waiting (xmit_timeouts) */
+	__u64 xmit_timeouts;  /* the QP stopped waiting after xmit_timeout_ns */
+	__u64 xmit_queued;    /* CNPs not yet transmitted when bpf_clone_redirect returned (a qdisc held them) */
 };
 
 struct {
@@ -165,6 +243,23 @@ struct {
 	__type(key, __u32);
 	__type(value, struct np_stats);
 } np_counters SEC(".maps");
+
+/* A CNP np_egress built and np_xmit has not seen, keyed by the address of
+ * its kernel sk_buff. An entry whose CNP never reaches the transmit (a
+ * qdisc dropped it) is overwritten when the address comes back as another
+ * CNP of this object, or evicted (LRU). */
+struct np_xmit {
+	__u64 dev; /* the kernel net_device np_egress saw it on */
+	__u32 qpn;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct np_xmit);
+} np_xmits SEC(".maps");
 
 /* CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320) byte table. */
 /* The CNP from the UDP header on: the same after IPv4 and IPv6. */
@@ -373,89 +468,177 @@ enum np_decision {
 	NP_HELD = 2,  /* the pending CNP of an earlier CE */
 };
 
+/* xmit_wait_over stops waiting for a built CNP np_xmit has not seen
+ * xmit_timeout_ns after np_egress (lost after np_egress, or still queued)
+ * and reports it. Precondition: qp->lock is held. */
+static __always_inline int xmit_wait_over(struct np_qp *qp, __u64 now)
+{
+	if (qp->inflight != NP_OUT_BUILT || (__s64)(now - qp->built_ns) < (__s64)xmit_timeout_ns)
+		return 0;
+	qp->inflight = NP_OUT_NONE;
+	qp->out_skb = 0;
+	qp->xmit_timeouts++;
+	return 1;
+}
+
 /* may_send reports whether the QP may decide a CNP at now: none in flight,
  * and N passed since the last one. Signed: a CPU whose clock reading
  * predates another CPU's CNP must see it as recent. Precondition: qp->lock
  * is held. */
 static __always_inline int may_send(const struct np_qp *qp, __u64 now)
 {
-	if (qp->inflight)
+	if (qp->inflight != NP_OUT_NONE)
 		return 0;
 	return !qp->sent_any || (__s64)(now - qp->last_cnp_ns) >= (__s64)qp->min_time_ns;
 }
 
-/* decide_send records a CNP decided at now. Precondition: qp->lock is
- * held. */
-static __always_inline void decide_send(struct np_qp *qp, __u64 now)
+/* decide_send records a CNP decided at now and returns its sequence
+ * number. Precondition: qp->lock is held. */
+static __always_inline __u32 decide_send(struct np_qp *qp, __u64 now)
 {
 	qp->sent_any = 1;
 	qp->pending = 0;
-	qp->inflight = 1;
+	qp->inflight = NP_OUT_DECIDED;
 	qp->last_cnp_ns = now;
+	return ++qp->seq;
 }
 
-/* on_ce is the NP's rule for a CE-marked packet at now (host/dcqcn NP.OnCE). */
-static __always_inline enum np_decision on_ce(struct np_qp *qp, __u64 now)
-{
+/* A decision: what to send, and the CNP's sequence number. */
+struct np_verdict {
 	enum np_decision d;
+	__u32 seq;
+	int timed_out; /* the wait for the previous CNP's transmit ended here */
+};
+
+/* on_ce is the NP's rule for a CE-marked packet at now (host/dcqcn NP.OnCE). */
+static __always_inline struct np_verdict on_ce(struct np_qp *qp, __u64 now)
+{
+	struct np_verdict v = {};
 
 	bpf_spin_lock(&qp->lock);
 	qp->ecn_marked++;
+	v.timed_out = xmit_wait_over(qp, now);
 	if (may_send(qp, now)) {
-		decide_send(qp, now);
-		d = NP_SEND;
+		v.seq = decide_send(qp, now);
+		v.d = NP_SEND;
 	} else {
 		qp->pending = 1;
 		qp->coalesced++;
-		d = NP_NONE;
+		v.d = NP_NONE;
 	}
 	bpf_spin_unlock(&qp->lock);
-	return d;
+	return v;
 }
 
 /* on_packet sends a pending CNP once N has passed (host/dcqcn NP.Poll),
  * with any RC request of the QP as the clock tick. */
-static __always_inline enum np_decision on_packet(struct np_qp *qp, __u64 now)
+static __always_inline struct np_verdict on_packet(struct np_qp *qp, __u64 now)
 {
-	enum np_decision d = NP_NONE;
+	struct np_verdict v = {};
 
 	if (!READ_ONCE(qp->pending)) /* the common case, without the lock */
-		return NP_NONE;
+		return v;
 	bpf_spin_lock(&qp->lock);
-	if (qp->pending && may_send(qp, now)) {
-		decide_send(qp, now);
-		d = NP_HELD;
+	if (qp->pending) {
+		v.timed_out = xmit_wait_over(qp, now);
+		if (may_send(qp, now)) {
+			v.seq = decide_send(qp, now);
+			v.d = NP_HELD;
+		}
 	}
 	bpf_spin_unlock(&qp->lock);
-	return d;
+	return v;
+}
+
+/* stamp_out records a CNP of the QP transmitted at now: N counts from
+ * here, and the spacing from the previous one is kept if it is the least.
+ * Precondition: qp->lock is held. */
+static __always_inline void stamp_out(struct np_qp *qp, __u64 now)
+{
+	if (qp->last_out_ns) {
+		__s64 d = now - qp->last_out_ns;
+
+		if (d < 0) /* a late CNP out after a later one */
+			d = 0;
+		if ((__u64)d < qp->min_spacing_ns)
+			qp->min_spacing_ns = d;
+	}
+	if (!qp->last_out_ns || (__s64)(now - qp->last_out_ns) > 0)
+		qp->last_out_ns = now;
+	if ((__s64)(now - qp->last_cnp_ns) > 0)
+		qp->last_cnp_ns = now;
+}
+
+/* track records a CNP np_egress built, the kernel sk_buff at key on dev,
+ * for np_xmit. */
+static __always_inline int track(__u64 key, __u64 dev, __u32 qpn)
+{
+	struct np_xmit x = {.dev = dev, .qpn = qpn};
+
+	return bpf_map_update_elem(&np_xmits, &key, &x, BPF_ANY) == 0;
+}
+
+/* cnp_built records that np_egress built the QP's CNP at now. Tracked (for
+ * np_xmit, at key), N counts at least from here and np_xmit moves it to
+ * the transmit; the QP decides nothing until then. Otherwise N counts from
+ * here: the CNP leaves np_egress. */
+static __always_inline void cnp_built(struct np_qp *qp, int tracked, __u64 key, __u64 now)
+{
+	bpf_spin_lock(&qp->lock);
+	if (tracked) {
+		if ((__s64)(now - qp->last_cnp_ns) > 0)
+			qp->last_cnp_ns = now;
+		qp->inflight = NP_OUT_BUILT;
+		qp->out_skb = key;
+		qp->built_ns = now;
+	} else {
+		stamp_out(qp, now);
+	}
+	bpf_spin_unlock(&qp->lock);
 }
 
 /* send_cnp clones the packet to the device's egress, where np_egress turns
- * the clone into the CNP before the call returns; then the QP has no CNP in
- * flight. The packet's own mark is put back. */
-static __always_inline void send_cnp(struct __sk_buff *skb, struct np_qp *qp, struct np_stats *st,
-				     enum np_decision d)
+ * the clone into the CNP before the call returns, and np_xmit sees it
+ * transmitted unless a qdisc holds it. Then the decision is over: the CNP
+ * is out, failed, or waits in a qdisc for np_xmit. The packet's own mark
+ * is put back. */
+static __always_inline void send_cnp(struct __sk_buff *skb, __u32 qpn, struct np_qp *qp,
+				     struct np_stats *st, struct np_verdict v)
 {
 	__u32 mark = skb->mark;
+	int queued = 0;
 	long ret;
 
 	skb->mark = np_mark;
 	if (test_hooks) {
 		test_redirects++;
 		ret = test_redirect_ret;
+		if (test_qdisc_holds) /* np_egress built it; a qdisc holds it */
+			cnp_built(qp, xmit_hook && track(test_skb, test_dev, qpn), test_skb, now_ns());
 	} else {
 		ret = bpf_clone_redirect(skb, skb->ifindex, 0);
 	}
 	skb->mark = mark;
+	if (ret == NET_XMIT_CN) /* queued */
+		ret = 0;
 
 	bpf_spin_lock(&qp->lock);
-	qp->inflight = 0;
+	if (qp->seq == v.seq) { /* still this CNP's state */
+		if (ret) {
+			qp->inflight = NP_OUT_NONE;
+			qp->out_skb = 0;
+			qp->pending = 1; /* a later packet tries again, N after this one */
+		} else if (qp->inflight == NP_OUT_DECIDED) {
+			qp->inflight = NP_OUT_NONE; /* np_egress did not build it */
+		} else if (qp->inflight == NP_OUT_BUILT) {
+			queued = 1; /* np_xmit will see it leave the qdisc */
+		}
+	}
 	if (ret) {
 		qp->redirect_errors++;
-		qp->pending = 1; /* a later packet tries again, N after this one */
 	} else {
 		qp->cnp_sent++;
-		if (d == NP_HELD)
+		if (v.d == NP_HELD)
 			qp->held_sent++;
 	}
 	bpf_spin_unlock(&qp->lock);
@@ -464,15 +647,54 @@ static __always_inline void send_cnp(struct __sk_buff *skb, struct np_qp *qp, st
 		return;
 	}
 	st->cnp_sent++;
-	if (d == NP_HELD)
+	if (v.d == NP_HELD)
 		st->held_sent++;
+	if (queued)
+		st->xmit_queued++;
+}
+
+/* on_xmit: the sk_buff at key is being transmitted on dev. If it is a CNP
+ * of this object in np_xmits, N counts from now and its QP may decide
+ * again. */
+static __always_inline void on_xmit(__u64 key, __u64 dev)
+{
+	struct np_xmit *x;
+	struct np_stats *st;
+	struct np_qp *qp;
+	__u64 now;
+	__u32 qpn;
+	int late;
+
+	x = bpf_map_lookup_elem(&np_xmits, &key);
+	if (!x || x->dev != dev)
+		return;
+	now = now_ns();
+	qpn = x->qpn;
+	bpf_map_delete_elem(&np_xmits, &key);
+	qp = bpf_map_lookup_elem(&np_qps, &qpn);
+	if (!qp) /* removed meanwhile */
+		return;
+	bpf_spin_lock(&qp->lock);
+	late = qp->inflight != NP_OUT_BUILT || qp->out_skb != key;
+	if (!late) {
+		qp->inflight = NP_OUT_NONE;
+		qp->out_skb = 0;
+	}
+	stamp_out(qp, now);
+	bpf_spin_unlock(&qp->lock);
+	st = stats();
+	if (!st)
+		return;
+	st->xmit_stamped++;
+	if (late)
+		st->xmit_late++;
 }
 
 SEC("tc")
 int np_ingress(struct __sk_buff *skb)
 {
 	struct net_roce r = {};
-	enum np_decision d;
+	struct np_verdict v;
 	struct np_stats *st;
 	struct np_qp *qp;
 	__u32 qpn;
@@ -518,15 +740,17 @@ int np_ingress(struct __sk_buff *skb)
 	}
 	if ((r.dsfield & ECN_MASK) == ECN_CE) {
 		st->ce++;
-		d = on_ce(qp, now_ns());
-		if (d == NP_NONE)
+		v = on_ce(qp, now_ns());
+		if (v.d == NP_NONE)
 			st->coalesced++;
 	} else {
 		st->not_ce++;
-		d = on_packet(qp, now_ns());
+		v = on_packet(qp, now_ns());
 	}
-	if (d != NP_NONE)
-		send_cnp(skb, qp, st, d);
+	if (v.timed_out)
+		st->xmit_timeouts++;
+	if (v.d != NP_NONE)
+		send_cnp(skb, qpn, qp, st, v);
 	return TC_ACT_UNSPEC;
 }
 
@@ -539,7 +763,8 @@ int np_egress(struct __sk_buff *skb)
 	struct ethhdr *eth;
 	struct np_qp *qp;
 	__u32 qpn, len;
-	__u64 now;
+	__u64 now, key;
+	int tracked;
 
 	if (skb->mark != np_mark)
 		return TC_ACT_UNSPEC;
@@ -567,20 +792,52 @@ int np_egress(struct __sk_buff *skb)
 	if (bpf_skb_store_bytes(skb, 0, &f.eth, len, BPF_F_RECOMPUTE_CSUM | BPF_F_INVALIDATE_HASH))
 		goto drop;
 
-	/* The CNP leaves now: N counts from here. */
 	now = now_ns();
-	bpf_spin_lock(&qp->lock);
-	if (qp->last_out_ns && now - qp->last_out_ns < qp->min_spacing_ns)
-		qp->min_spacing_ns = now - qp->last_out_ns;
-	qp->last_out_ns = now;
-	if ((__s64)(now - qp->last_cnp_ns) > 0)
-		qp->last_cnp_ns = now;
-	bpf_spin_unlock(&qp->lock);
+	tracked = 0;
+	key = 0;
+	if (xmit_hook) {
+		struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+		__u64 dev = (__u64)kskb->dev;
+
+		key = (__u64)kskb;
+		if (test_hooks) {
+			key = test_skb;
+			dev = test_dev;
+		}
+		tracked = track(key, dev, qpn);
+	}
+	cnp_built(qp, tracked, key, now);
 	st->egress_built++;
+	if (!tracked)
+		st->egress_stamped++;
 	return TC_ACT_UNSPEC;
 drop:
 	st->egress_dropped++;
 	return TC_ACT_SHOT;
+}
+
+/* np_xmit runs for every packet the machine transmits (xmit_one, after
+ * the taps); the mark check keeps that cheap. */
+SEC("tp_btf/net_dev_start_xmit")
+int np_xmit(__u64 *ctx)
+{
+	struct sk_buff *skb = (struct sk_buff *)ctx[0];
+
+	if (skb->mark != np_mark)
+		return 0;
+	on_xmit((__u64)skb, ctx[1]);
+	return 0;
+}
+
+/* np_xmit_test is np_xmit for BPF_PROG_RUN, which cannot run a tracing
+ * program: a packet carrying np_mark transmits test_skb on test_dev.
+ * Tests only; never attached. */
+SEC("tc")
+int np_xmit_test(struct __sk_buff *skb)
+{
+	if (skb->mark == np_mark)
+		on_xmit(test_skb, test_dev);
+	return TC_ACT_UNSPEC;
 }
 
 /* np_icrc_test computes the ICRC of an Ethernet + IPv4 (no options) RoCEv2

@@ -32,14 +32,19 @@ type NpNpQp struct {
 	Pending        uint8
 	Inflight       uint8
 	Pad2           uint8
+	Seq            uint32
+	Pad3           uint32
 	LastCnpNs      uint64
 	LastOutNs      uint64
 	MinSpacingNs   uint64
+	OutSkb         uint64
+	BuiltNs        uint64
 	EcnMarked      uint64
 	CnpSent        uint64
 	Coalesced      uint64
 	HeldSent       uint64
 	RedirectErrors uint64
+	XmitTimeouts   uint64
 }
 
 type NpNpStats struct {
@@ -61,6 +66,18 @@ type NpNpStats struct {
 	EgressClones   uint64
 	EgressBuilt    uint64
 	EgressDropped  uint64
+	EgressStamped  uint64
+	XmitStamped    uint64
+	XmitLate       uint64
+	XmitTimeouts   uint64
+	XmitQueued     uint64
+}
+
+type NpNpXmit struct {
+	_   structs.HostLayout
+	Dev uint64
+	Qpn uint32
+	Pad uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -69,14 +86,22 @@ type NpNpStats struct {
 const (
 	NpMapNpCounters      = "np_counters"
 	NpMapNpQps           = "np_qps"
+	NpMapNpXmits         = "np_xmits"
 	NpProgNpEgress       = "np_egress"
 	NpProgNpIcrcTest     = "np_icrc_test"
 	NpProgNpIngress      = "np_ingress"
+	NpProgNpXmit         = "np_xmit"
+	NpProgNpXmitTest     = "np_xmit_test"
 	NpVarNpMark          = "np_mark"
+	NpVarTestDev         = "test_dev"
 	NpVarTestHooks       = "test_hooks"
 	NpVarTestNowNs       = "test_now_ns"
+	NpVarTestQdiscHolds  = "test_qdisc_holds"
 	NpVarTestRedirectRet = "test_redirect_ret"
 	NpVarTestRedirects   = "test_redirects"
+	NpVarTestSkb         = "test_skb"
+	NpVarXmitHook        = "xmit_hook"
+	NpVarXmitTimeoutNs   = "xmit_timeout_ns"
 )
 
 // LoadNp returns the embedded CollectionSpec for Np.
@@ -124,6 +149,8 @@ type NpProgramSpecs struct {
 	NpEgress   *ebpf.ProgramSpec `ebpf:"np_egress"`
 	NpIcrcTest *ebpf.ProgramSpec `ebpf:"np_icrc_test"`
 	NpIngress  *ebpf.ProgramSpec `ebpf:"np_ingress"`
+	NpXmit     *ebpf.ProgramSpec `ebpf:"np_xmit"`
+	NpXmitTest *ebpf.ProgramSpec `ebpf:"np_xmit_test"`
 }
 
 // NpMapSpecs contains maps before they are loaded into the kernel.
@@ -132,6 +159,7 @@ type NpProgramSpecs struct {
 type NpMapSpecs struct {
 	NpCounters *ebpf.MapSpec `ebpf:"np_counters"`
 	NpQps      *ebpf.MapSpec `ebpf:"np_qps"`
+	NpXmits    *ebpf.MapSpec `ebpf:"np_xmits"`
 }
 
 // NpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -139,10 +167,15 @@ type NpMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NpVariableSpecs struct {
 	NpMark          *ebpf.VariableSpec `ebpf:"np_mark"`
+	TestDev         *ebpf.VariableSpec `ebpf:"test_dev"`
 	TestHooks       *ebpf.VariableSpec `ebpf:"test_hooks"`
 	TestNowNs       *ebpf.VariableSpec `ebpf:"test_now_ns"`
+	TestQdiscHolds  *ebpf.VariableSpec `ebpf:"test_qdisc_holds"`
 	TestRedirectRet *ebpf.VariableSpec `ebpf:"test_redirect_ret"`
 	TestRedirects   *ebpf.VariableSpec `ebpf:"test_redirects"`
+	TestSkb         *ebpf.VariableSpec `ebpf:"test_skb"`
+	XmitHook        *ebpf.VariableSpec `ebpf:"xmit_hook"`
+	XmitTimeoutNs   *ebpf.VariableSpec `ebpf:"xmit_timeout_ns"`
 }
 
 // NpObjects contains all objects after they have been loaded into the kernel.
@@ -167,12 +200,14 @@ func (o *NpObjects) Close() error {
 type NpMaps struct {
 	NpCounters *ebpf.Map `ebpf:"np_counters"`
 	NpQps      *ebpf.Map `ebpf:"np_qps"`
+	NpXmits    *ebpf.Map `ebpf:"np_xmits"`
 }
 
 func (m *NpMaps) Close() error {
 	return _NpClose(
 		m.NpCounters,
 		m.NpQps,
+		m.NpXmits,
 	)
 }
 
@@ -181,10 +216,15 @@ func (m *NpMaps) Close() error {
 // It can be passed to LoadNpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NpVariables struct {
 	NpMark          *ebpf.Variable `ebpf:"np_mark"`
+	TestDev         *ebpf.Variable `ebpf:"test_dev"`
 	TestHooks       *ebpf.Variable `ebpf:"test_hooks"`
 	TestNowNs       *ebpf.Variable `ebpf:"test_now_ns"`
+	TestQdiscHolds  *ebpf.Variable `ebpf:"test_qdisc_holds"`
 	TestRedirectRet *ebpf.Variable `ebpf:"test_redirect_ret"`
 	TestRedirects   *ebpf.Variable `ebpf:"test_redirects"`
+	TestSkb         *ebpf.Variable `ebpf:"test_skb"`
+	XmitHook        *ebpf.Variable `ebpf:"xmit_hook"`
+	XmitTimeoutNs   *ebpf.Variable `ebpf:"xmit_timeout_ns"`
 }
 
 // NpPrograms contains all programs after they have been loaded into the kernel.
@@ -194,6 +234,8 @@ type NpPrograms struct {
 	NpEgress   *ebpf.Program `ebpf:"np_egress"`
 	NpIcrcTest *ebpf.Program `ebpf:"np_icrc_test"`
 	NpIngress  *ebpf.Program `ebpf:"np_ingress"`
+	NpXmit     *ebpf.Program `ebpf:"np_xmit"`
+	NpXmitTest *ebpf.Program `ebpf:"np_xmit_test"`
 }
 
 func (p *NpPrograms) Close() error {
@@ -201,6 +243,8 @@ func (p *NpPrograms) Close() error {
 		p.NpEgress,
 		p.NpIcrcTest,
 		p.NpIngress,
+		p.NpXmit,
+		p.NpXmitTest,
 	)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -19,6 +20,12 @@ const tcxKernel = "6.6"
 type Options struct {
 	// Mark is LoadOptions.Mark. Optional.
 	Mark uint32
+	// XmitTimeout is LoadOptions.XmitTimeout. Optional.
+	XmitTimeout time.Duration
+	// NoXmitHook leaves the transmit hook out: N then counts from the CNP
+	// leaving the egress program, and no program runs for every packet
+	// the machine sends. Optional.
+	NoXmitHook bool
 	// IngressLast attaches the ingress program last in the device's TCX
 	// ingress chain instead of first. Last, it sees CE marks a program
 	// before it sets (a port's dequeue AQM on this device), but only if
@@ -29,28 +36,39 @@ type Options struct {
 }
 
 // NP is the notification point attached to one device: np_egress first in
-// its TCX egress chain, np_ingress in its ingress chain. It implements
-// NPOffload.
+// its TCX egress chain, np_ingress in its ingress chain, np_xmit at the
+// net_dev_start_xmit tracepoint. It implements NPOffload.
 type NP struct {
 	*Objects
 	// Dev and Ifindex name the device, in its namespace.
 	Dev     string
 	Ifindex int
+	// XmitHookErr is why np_xmit is not attached (Options.NoXmitHook, or
+	// the tracing link failed); nil when it is. Without it N counts from
+	// the CNP leaving np_egress.
+	XmitHookErr error
 
 	mu     sync.Mutex
-	links  []link.Link // egress, then ingress
+	links  []link.Link // the transmit hook, egress, then ingress
 	closed bool
 }
+
+// errNoXmitHook is XmitHookErr with Options.NoXmitHook.
+var errNoXmitHook = errors.New("npbpf: transmit hook left out (Options.NoXmitHook)")
 
 // Attach loads the programs and attaches them to dev in namespace ns
 // (netns.None() for the calling thread's). dev must carry Ethernet
 // frames. Close detaches them.
 func Attach(ns netns.NsHandle, dev string, opts Options) (*NP, error) {
-	objs, err := Load(LoadOptions{Mark: opts.Mark})
+	objs, err := Load(LoadOptions{Mark: opts.Mark, XmitTimeout: opts.XmitTimeout})
 	if err != nil {
 		return nil, err
 	}
-	np := &NP{Objects: objs, Dev: dev}
+	np := &NP{Objects: objs, Dev: dev, XmitHookErr: errNoXmitHook}
+	if !opts.NoXmitHook {
+		// Before np_egress: every CNP it builds is recorded for np_xmit.
+		np.XmitHookErr = np.attachXmit()
+	}
 	err = nsexec.Do(ns, func() error {
 		ifi, err := net.InterfaceByName(dev)
 		if err != nil {
@@ -86,6 +104,21 @@ func Attach(ns netns.NsHandle, dev string, opts Options) (*NP, error) {
 	return np, nil
 }
 
+// attachXmit attaches np_xmit to the net_dev_start_xmit tracepoint (for
+// every namespace: np_xmits tells this object's CNPs apart) and tells
+// np_egress so.
+func (np *NP) attachXmit() error {
+	l, err := link.AttachTracing(link.TracingOptions{Program: np.objs.Xmit})
+	if err != nil {
+		return fmt.Errorf("npbpf: attach np_xmit to net_dev_start_xmit: %w", err)
+	}
+	if err := np.objs.XmitHook.Set(uint8(1)); err != nil {
+		return errors.Join(fmt.Errorf("npbpf: set xmit_hook: %w", err), l.Close())
+	}
+	np.links = append(np.links, l)
+	return nil
+}
+
 func (np *NP) attach(prog *ebpf.Program, where ebpf.AttachType, anchor link.Anchor) error {
 	l, err := link.AttachTCX(link.TCXOptions{Interface: np.Ifindex, Program: prog, Attach: where, Anchor: anchor})
 	if err != nil {
@@ -95,8 +128,26 @@ func (np *NP) attach(prog *ebpf.Program, where ebpf.AttachType, anchor link.Anch
 	return nil
 }
 
+// LinkIDs lists the kernel IDs of the links holding the programs
+// (bpftool link show id N): the transmit hook's if attached, np_egress's,
+// np_ingress's. Empty once closed.
+func (np *NP) LinkIDs() ([]link.ID, error) {
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	var ids []link.ID
+	for _, l := range np.links {
+		info, err := l.Info()
+		if err != nil {
+			return nil, fmt.Errorf("npbpf: link info: %w", err)
+		}
+		ids = append(ids, info.ID)
+	}
+	return ids, nil
+}
+
 // Close detaches the programs (ingress first, so no clone is made once the
-// egress program is gone) and frees them. It is idempotent.
+// egress program is gone; the transmit hook last) and frees them. It is
+// idempotent.
 func (np *NP) Close() error {
 	np.mu.Lock()
 	defer np.mu.Unlock()

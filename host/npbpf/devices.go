@@ -120,6 +120,7 @@ func (d *Devices) Counters(qpn uint32) (NPCounters, error) {
 		sum.NPCNPCoalesced += c.NPCNPCoalesced
 		sum.NPCNPHeldSent += c.NPCNPHeldSent
 		sum.NPCNPErrors += c.NPCNPErrors
+		sum.NPCNPXmitTimeouts += c.NPCNPXmitTimeouts
 		if c.MinCNPSpacing > 0 && (sum.MinCNPSpacing == 0 || c.MinCNPSpacing < sum.MinCNPSpacing) {
 			sum.MinCNPSpacing = c.MinCNPSpacing
 		}

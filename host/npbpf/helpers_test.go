@@ -242,3 +242,58 @@ func testQP(v6 bool, n uint64) QPContext {
 	}
 	return c
 }
+
+// The transmit hook's test doubles (np_xmit_test).
+
+// setXmitHook tells np_egress whether np_xmit is attached.
+func setXmitHook(tb testing.TB, o *Objects, on bool) {
+	tb.Helper()
+	var v uint8
+	if on {
+		v = 1
+	}
+	if err := o.objs.XmitHook.Set(v); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// setTestSkb names the kernel sk_buff and device np_egress records for the
+// next CNP, and np_xmit_test transmits.
+func setTestSkb(tb testing.TB, o *Objects, skb, dev uint64) {
+	tb.Helper()
+	if err := o.objs.TestSkb.Set(skb); err != nil {
+		tb.Fatal(err)
+	}
+	if err := o.objs.TestDev.Set(dev); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// setQdiscHolds makes the simulated clone come back built by np_egress and
+// held by a qdisc: the CNP waits for np_xmit_test.
+func setQdiscHolds(tb testing.TB, o *Objects, on bool) {
+	tb.Helper()
+	var v uint8
+	if on {
+		v = 1
+	}
+	if err := o.objs.TestQdiscHolds.Set(v); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// transmit runs np_xmit_test: a packet with mark transmits the test skb.
+func transmit(tb testing.TB, o *Objects, mark uint32) {
+	tb.Helper()
+	runProg(tb, o.xmitTest, dataPkt{op: roce.OpCNP, destQP: 1}.frame(tb), mark)
+}
+
+// qpState reads the QP's map entry, under its lock.
+func qpState(tb testing.TB, o *Objects, qpn uint32) bpfQP {
+	tb.Helper()
+	var q bpfQP
+	if err := o.objs.NpQps.LookupWithFlags(qpn, &q, ebpf.LookupLock); err != nil {
+		tb.Fatal(err)
+	}
+	return q
+}

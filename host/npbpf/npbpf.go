@@ -14,8 +14,19 @@
 // Coalescing per QP follows host/dcqcn.NP with one difference: there is no
 // timer. A CE within N (min_time_between_cnps) of the QP's last CNP makes a
 // CNP pending; it leaves with the QP's first RC request packet that arrives
-// N or more after the last CNP, not exactly at N. Two CNPs of a QP never
-// leave the egress program less than N apart.
+// N or more after the last CNP, not exactly at N.
+//
+// N counts from the CNP's transmit: a tracing program at the
+// net_dev_start_xmit tracepoint (after the packet taps, before the driver)
+// sees each CNP go, and the QP decides no CNP while its last one has not
+// gone. So two CNPs of a QP are never less than N apart where a tap on the
+// device sees them, provided each is transmitted within
+// max(N, LoadOptions.XmitTimeout) of being built (a device without a
+// qdisc transmits at once). Without that program (Objects alone, or when
+// the tracing link cannot attach: NP.XmitHookErr), N counts from the CNP
+// leaving the egress program, and the guarantee holds there only.
+// Stats.XmitStamped and EgressStamped count which applied. The programs
+// need a kernel with BTF (>= 6.6 for TCX, as before).
 package npbpf
 
 import (
@@ -38,6 +49,11 @@ const (
 	// DefaultMark is the skb mark of the clones np_ingress sends to
 	// np_egress, which the CNPs keep.
 	DefaultMark = 0x4e50434e // "NPCN"
+	// DefaultXmitTimeout is LoadOptions.XmitTimeout when it is 0.
+	DefaultXmitTimeout = time.Millisecond
+
+	minXmitTimeout = time.Microsecond
+	maxXmitTimeout = time.Second
 
 	// CNPLenIPv4 and CNPLenIPv6 are the CNP frames' lengths from the
 	// Ethernet header: 14 + 20 (or 40) + UDP 8 + BTH 12 + 16 + ICRC 4.
@@ -148,10 +164,14 @@ type NPCounters struct {
 	// NPCNPErrors counts CNPs that could not be sent (the clone to the
 	// device's egress failed); the CNP stays pending.
 	NPCNPErrors uint64 `json:"np_cnp_errors"`
-	// MinCNPSpacing is the least time between two of the QP's CNPs
-	// leaving the egress program, where the NP guarantees N; 0 until two
-	// have left.
+	// MinCNPSpacing is the least time between two of the QP's CNPs where
+	// N counts from: their transmit (the egress program without the
+	// transmit hook); 0 until two have gone.
 	MinCNPSpacing time.Duration `json:"np_min_cnp_spacing_ns"`
+	// NPCNPXmitTimeouts counts CNPs the QP stopped waiting for because
+	// the transmit hook had not seen them LoadOptions.XmitTimeout after
+	// they were built (lost in a qdisc, or still queued).
+	NPCNPXmitTimeouts uint64 `json:"np_cnp_xmit_timeouts"`
 }
 
 func countersOf(v *bpf.NpNpQp) NPCounters {
@@ -166,6 +186,7 @@ func countersOf(v *bpf.NpNpQp) NPCounters {
 		NPCNPCoalesced:         v.Coalesced,
 		NPCNPHeldSent:          v.HeldSent,
 		NPCNPErrors:            v.RedirectErrors,
+		NPCNPXmitTimeouts:      v.XmitTimeouts,
 	}
 }
 
@@ -211,6 +232,18 @@ type Stats struct {
 	EgressClones  uint64 `json:"egress_clones"`
 	EgressBuilt   uint64 `json:"egress_built"`
 	EgressDropped uint64 `json:"egress_dropped"`
+	// Where N counted from. A built CNP is counted in one of
+	// EgressStamped, XmitStamped less XmitLate, or XmitTimeouts, unless it
+	// still waits for its transmit, a qdisc refused it (RedirectErrors) or
+	// its QP was removed.
+	EgressStamped uint64 `json:"egress_stamped"` // the egress program: no transmit hook, or its table refused the CNP
+	XmitStamped   uint64 `json:"xmit_stamped"`   // the transmit hook saw the CNP go (XmitLate included)
+	XmitLate      uint64 `json:"xmit_late"`      // ... after its QP had stopped waiting (XmitTimeouts)
+	XmitTimeouts  uint64 `json:"xmit_timeouts"`  // the QP stopped waiting after LoadOptions.XmitTimeout
+	// XmitQueued counts CNPs not yet transmitted when the clone returned
+	// to the ingress program: a qdisc held them (0 on a device without
+	// one).
+	XmitQueued uint64 `json:"xmit_queued"`
 }
 
 func (s *Stats) add(o *bpf.NpNpStats) {
@@ -231,4 +264,9 @@ func (s *Stats) add(o *bpf.NpNpStats) {
 	s.EgressClones += o.EgressClones
 	s.EgressBuilt += o.EgressBuilt
 	s.EgressDropped += o.EgressDropped
+	s.EgressStamped += o.EgressStamped
+	s.XmitStamped += o.XmitStamped
+	s.XmitLate += o.XmitLate
+	s.XmitTimeouts += o.XmitTimeouts
+	s.XmitQueued += o.XmitQueued
 }

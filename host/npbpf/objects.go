@@ -3,6 +3,7 @@ package npbpf
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -15,23 +16,29 @@ type LoadOptions struct {
 	// CNPs. Optional: 0 means DefaultMark. Pick another if the host uses
 	// that value.
 	Mark uint32
+	// XmitTimeout bounds how long a QP waits for its CNP to reach the
+	// transmit hook before it may decide the next one: a qdisc may hold
+	// the CNP, or lose it without telling. 1 µs..1 s. Optional: 0 means
+	// DefaultXmitTimeout.
+	XmitTimeout time.Duration
 	// TestHooks makes the programs read the clock from SetClock and count
 	// CNPs in Redirects instead of cloning packets, for BPF_PROG_RUN tests.
 	// Never set it on a device.
 	TestHooks bool
 }
 
-// objects are what a device runs (np_icrc_test is left out).
+// objects are what a device runs (the test programs are left out).
 type objects struct {
 	Ingress *ebpf.Program `ebpf:"np_ingress"`
 	Egress  *ebpf.Program `ebpf:"np_egress"`
+	Xmit    *ebpf.Program `ebpf:"np_xmit"`
 	bpf.NpMaps
 	bpf.NpVariables
 }
 
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.Ingress, o.Egress} {
+	for _, p := range []*ebpf.Program{o.Ingress, o.Egress, o.Xmit} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -39,10 +46,11 @@ func (o *objects) close() error {
 	return errors.Join(append(errs, o.NpMaps.Close())...)
 }
 
-// testObjects add the ICRC test program (prog_test.go).
+// testObjects add the test programs (prog_test.go).
 type testObjects struct {
 	objects
 	ICRCTest *ebpf.Program `ebpf:"np_icrc_test"`
+	XmitTest *ebpf.Program `ebpf:"np_xmit_test"`
 }
 
 // Objects are the loaded NP programs and maps, attached to nothing. They
@@ -51,6 +59,7 @@ type testObjects struct {
 type Objects struct {
 	objs     objects
 	icrcTest *ebpf.Program // tests only
+	xmitTest *ebpf.Program // tests only
 	mark     uint32
 }
 
@@ -59,7 +68,13 @@ func Load(opts LoadOptions) (*Objects, error) {
 	return load(opts, false)
 }
 
-func load(opts LoadOptions, withICRCTest bool) (*Objects, error) {
+func load(opts LoadOptions, withTestProgs bool) (*Objects, error) {
+	if opts.XmitTimeout == 0 {
+		opts.XmitTimeout = DefaultXmitTimeout
+	}
+	if opts.XmitTimeout < minXmitTimeout || opts.XmitTimeout > maxXmitTimeout {
+		return nil, fmt.Errorf("npbpf: xmit timeout %v: must be %v..%v", opts.XmitTimeout, minXmitTimeout, maxXmitTimeout)
+	}
 	spec, err := bpf.LoadNp()
 	if err != nil {
 		return nil, fmt.Errorf("npbpf: load spec: %w", err)
@@ -71,6 +86,9 @@ func load(opts LoadOptions, withICRCTest bool) (*Objects, error) {
 	if err := spec.Variables[bpf.NpVarNpMark].Set(o.mark); err != nil {
 		return nil, fmt.Errorf("npbpf: set np_mark: %w", err)
 	}
+	if err := spec.Variables[bpf.NpVarXmitTimeoutNs].Set(uint64(opts.XmitTimeout)); err != nil {
+		return nil, fmt.Errorf("npbpf: set xmit_timeout_ns: %w", err)
+	}
 	if opts.TestHooks {
 		if err := spec.Variables[bpf.NpVarTestHooks].Set(uint8(1)); err != nil {
 			return nil, fmt.Errorf("npbpf: set test_hooks: %w", err)
@@ -78,7 +96,7 @@ func load(opts LoadOptions, withICRCTest bool) (*Objects, error) {
 	}
 	var to any = &o.objs
 	var t testObjects
-	if withICRCTest {
+	if withTestProgs {
 		to = &t
 	}
 	if err := spec.LoadAndAssign(to, nil); err != nil {
@@ -88,8 +106,8 @@ func load(opts LoadOptions, withICRCTest bool) (*Objects, error) {
 		}
 		return nil, fmt.Errorf("npbpf: load programs: %w", err)
 	}
-	if withICRCTest {
-		o.objs, o.icrcTest = t.objects, t.ICRCTest
+	if withTestProgs {
+		o.objs, o.icrcTest, o.xmitTest = t.objects, t.ICRCTest, t.XmitTest
 	}
 	return o, nil
 }
@@ -155,8 +173,10 @@ func (o *Objects) Stats() (Stats, error) {
 // their links close (NP.Close does both).
 func (o *Objects) Close() error {
 	err := o.objs.close()
-	if o.icrcTest != nil {
-		err = errors.Join(err, o.icrcTest.Close())
+	for _, p := range []*ebpf.Program{o.icrcTest, o.xmitTest} {
+		if p != nil {
+			err = errors.Join(err, p.Close())
+		}
 	}
 	return err
 }
