@@ -1,8 +1,10 @@
 package netnstests
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -51,7 +53,7 @@ type npLab struct {
 	sinks  atomic.Uint64 // datagrams the receiver's socket got: the data passed the NP
 }
 
-func newNPLab(t *testing.T) *npLab {
+func newNPLab(t *testing.T, opts npbpf.Options) *npLab {
 	t.Helper()
 	topo.Require(t, tcxKernel)
 	lab := topo.BuildT(t, topo.Spec{
@@ -104,9 +106,12 @@ func newNPLab(t *testing.T) *npLab {
 		}()
 	}
 	var err error
-	l.nph, err = npbpf.Attach(l.np.NsHandle(), npDev, npbpf.Options{})
+	l.nph, err = npbpf.Attach(l.np.NsHandle(), npDev, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if l.nph.XmitHookErr != nil && !opts.NoXmitHook {
+		t.Fatalf("the transmit hook must attach on this kernel: %v", l.nph.XmitHookErr)
 	}
 	t.Cleanup(func() {
 		if err := l.nph.Close(); err != nil {
@@ -144,6 +149,26 @@ func (l *npLab) tap(t *testing.T) *npprobe.Tap {
 	}
 	t.Cleanup(func() { tp.Close() })
 	return tp
+}
+
+// tapPackets takes what the tap captured until it holds at least cnps
+// CNPs leaving the device, or 2 s passed: on a busy machine the tap's
+// reader trails the kernel.
+func tapPackets(tp *npprobe.Tap, cnps uint64) []npprobe.Packet {
+	var pkts []npprobe.Packet
+	seen := uint64(0)
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		for _, p := range tp.Packets() {
+			if p.Out && p.IsCNP() {
+				seen++
+			}
+			pkts = append(pkts, p)
+		}
+		if seen >= cnps || time.Now().After(deadline) {
+			return pkts
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // qp adds a QP to the NP: the receiver's qpn, answering the sender's
@@ -209,7 +234,7 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // other namespace's device, captured on that device with kernel
 // timestamps.
 func TestNPBPF(t *testing.T) {
-	l := newNPLab(t)
+	l := newNPLab(t, npbpf.Options{})
 	s := l.sender(t, false)
 	dst := netip.AddrPortFrom(npLabNP.Addr(), roce.UDPPort)
 	// ARP before anything is measured.
@@ -273,6 +298,7 @@ func TestNPBPF(t *testing.T) {
 		if st, err := l.nph.Stats(); err != nil || st.EgressBuilt != st.CNPSent || st.EgressDropped != 0 || st.RedirectErrors != 0 {
 			t.Errorf("device stats %+v, %v: every clone must become a CNP", st, err)
 		}
+		checkXmitStamped(t, l.nph, false)
 	})
 
 	// Back-to-back CE packets: CNPs of the QP never less than N apart on
@@ -286,9 +312,9 @@ func TestNPBPF(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pkts := tp.Packets()
-		r := npprobe.Analyze(pkts, map[uint32]uint32{c.QPN: c.PeerQPN})
 		cnt := npCounters(t, l.nph, c.QPN)
+		pkts := tapPackets(tp, cnt.NPCNPSent)
+		r := npprobe.Analyze(pkts, map[uint32]uint32{c.QPN: c.PeerQPN})
 		checkReceivedCNPs(t, got, c, int(cnt.NPCNPSent))
 		checkSpacing(t, l.nph, r, pkts, c, sent)
 		if cnt.NPECNMarkedRoCEPackets != uint64(sent) || cnt.NPCNPSent != uint64(r.CNPOut) ||
@@ -299,7 +325,10 @@ func TestNPBPF(t *testing.T) {
 
 	// A CE within N is held back; the QP's next packet after N sends it.
 	t.Run("held", func(t *testing.T) {
-		const n = time.Millisecond
+		// N far above how long the burst takes to reach the NP: with
+		// stress-ng on a core, a CE of it arrived 3 ms after the first
+		// (and rightly got a CNP of its own) when N was 1 ms.
+		const n = 20 * time.Millisecond
 		c := l.qp(t, 0x103, 0x203, false, n)
 		tp := l.tap(t)
 		burst := make([]npprobe.Data, 6)
@@ -347,7 +376,7 @@ func TestNPBPF(t *testing.T) {
 		if _, err := s.Receive(100*time.Millisecond, time.Now().Add(5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		pkts := tp.Packets()
+		pkts := tapPackets(tp, npCounters(t, l.nph, a.QPN).NPCNPSent+npCounters(t, l.nph, b.QPN).NPCNPSent)
 		r := npprobe.Analyze(pkts, map[uint32]uint32{a.QPN: a.PeerQPN, b.QPN: b.PeerQPN})
 		for _, q := range []npbpf.QPContext{a, b} {
 			checkSpacing(t, l.nph, r, pkts, q, sent/2)
@@ -413,16 +442,30 @@ func TestNPBPF(t *testing.T) {
 		if st.EgressDropped != 0 || st.RedirectErrors != 0 || st.EgressBuilt != st.CNPSent {
 			t.Errorf("clones dropped %d, redirect errors %d, built %d of %d", st.EgressDropped, st.RedirectErrors, st.EgressBuilt, st.CNPSent)
 		}
+		checkXmitStamped(t, l.nph, false)
 		if l.sinks.Load() < st.CE+st.NotCE {
 			t.Errorf("the receiver's socket got %d datagrams, the NP saw %d: the NP must pass every packet on", l.sinks.Load(), st.CE+st.NotCE)
 		}
 	}
 
-	// Close detaches both programs: nothing on the device, no more CNPs.
+	// Close detaches the programs: nothing on the device, no link left (the
+	// transmit hook's included), no more CNPs.
 	t.Run("detach", func(t *testing.T) {
 		c := l.qp(t, 0x107, 0x207, false, 0)
+		ids, err := l.nph.LinkIDs()
+		if err != nil || len(ids) != 3 {
+			t.Fatalf("links %v, %v: want the transmit hook, egress and ingress", ids, err)
+		}
 		if err := l.nph.Close(); err != nil {
 			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if ln, err := link.NewFromID(id); err == nil {
+				ln.Close()
+				t.Errorf("link %d still exists after Close", id)
+			} else if !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("link %d: %v", id, err)
+			}
 		}
 		for _, where := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 			var res *link.QueryResult
@@ -470,10 +513,125 @@ func TestNPBPF(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkReceivedCNPs(t, got, c, 1)
-		if st, err := np2.Stats(); err != nil || st.EgressBuilt != 1 {
+		if st, err := np2.Stats(); err != nil || st.EgressBuilt != 1 || st.XmitStamped != 1 {
 			t.Errorf("stats %+v, %v", st, err)
 		}
 	})
+}
+
+// TestNPBPFQdisc runs the NP on a device whose qdisc holds CNPs behind
+// other traffic for a varying time: a TBF at 100 Mbit/s with a 2 KB bucket,
+// and bursts of 8 datagrams of 1000 bytes from the receiver every 1-2 ms
+// (a Go sleep of 1 ms; a burst takes ~0.7 ms to drain). A CNP then
+// often leaves the qdisc after the clone returned, from the TBF's
+// watchdog, on either CPU. With the transmit hook N counts from there, so
+// the tap never sees two CNPs of the QP less than N apart; without it N
+// counts from np_egress and the queueing difference between two CNPs eats
+// into N (logged, not asserted: it shows what the hook is for).
+func TestNPBPFQdisc(t *testing.T) {
+	const n = 50 * time.Microsecond
+	for _, tc := range []struct {
+		name string
+		opts npbpf.Options
+	}{
+		// A timeout far above the queueing delay: the guarantee holds
+		// for CNPs transmitted within it.
+		{"transmit hook", npbpf.Options{XmitTimeout: 100 * time.Millisecond}},
+		{"np_egress only", npbpf.Options{NoXmitHook: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newNPLab(t, tc.opts)
+			if out, err := l.np.Command(context.Background(), "tc", "qdisc", "replace", "dev", npDev, "root",
+				"tbf", "rate", "100mbit", "burst", "2kb", "limit", "200kb").CombinedOutput(); err != nil {
+				t.Fatalf("tc qdisc replace: %v: %s", err, out)
+			}
+			s := l.sender(t, false)
+			dst := netip.AddrPortFrom(npLabNP.Addr(), roce.UDPPort)
+			if err := s.Send(dst, []npprobe.Data{npData(0x999, 0, false)}); err != nil { // ARP
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			c := l.qp(t, 0x111, 0x211, false, n)
+			tp := l.tap(t)
+			stop := l.background(t, netip.AddrPortFrom(npLabRP.Addr(), 9), 8, 1000, time.Millisecond)
+			sent := blast(t, s, dst, []uint32{c.QPN}, 200*time.Millisecond)
+			bg := stop()
+			if _, err := s.Receive(100*time.Millisecond, time.Now().Add(5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			cnt := npCounters(t, l.nph, c.QPN)
+			r := npprobe.Analyze(tapPackets(tp, cnt.NPCNPSent), map[uint32]uint32{c.QPN: c.PeerQPN})
+			sp := r.Spacing[c.QPN]
+			if len(sp) < 10 {
+				t.Fatalf("%d CNPs on the tap", len(sp)+1)
+			}
+			minSp, below := sp[0], 0
+			for _, d := range sp {
+				minSp = min(minSp, d)
+				if d < n {
+					below++
+				}
+			}
+			st, err := l.nph.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d CE, %d background datagrams -> %d CNPs (%d left the qdisc after the clone returned); spacing at the NP min %.2f µs; on the tap min %.2f µs p50 %.1f µs p99 %.1f µs, %d of %d below N = %v",
+				sent, bg, len(sp)+1, st.XmitQueued, us(cnt.MinCNPSpacing), us(minSp), us(npprobe.Percentile(sp, 0.5)),
+				us(npprobe.Percentile(sp, 0.99)), below, len(sp), n)
+			// The TBF may refuse a CNP now and then (seen: up to 28 of
+			// 1700 without the hook; none so far with it): the clone
+			// fails, the CNP stays pending, and the spacing holds.
+			if st.EgressDropped != 0 || cnt.NPCNPSent != uint64(len(sp)+1) || st.RedirectErrors > st.EgressBuilt/20 {
+				out, _ := l.np.Command(context.Background(), "tc", "-s", "qdisc", "show", "dev", npDev).CombinedOutput()
+				t.Errorf("stats %+v: %d CNPs on the tap; the qdisc: %s", st, len(sp)+1, out)
+			}
+			if tc.opts.NoXmitHook {
+				if st.EgressStamped != st.EgressBuilt || st.XmitStamped != 0 {
+					t.Errorf("without the hook: %d CNPs built, %d stamped at np_egress, %d at the hook", st.EgressBuilt, st.EgressStamped, st.XmitStamped)
+				}
+				return
+			}
+			checkXmitStamped(t, l.nph, true)
+			if cnt.MinCNPSpacing < n || below != 0 {
+				t.Errorf("CNPs %v apart at the hook, %d of %d spacings on the tap below N = %v (min %v)", cnt.MinCNPSpacing, below, len(sp), n, minSp)
+			}
+		})
+	}
+}
+
+// background sends bursts datagrams of size bytes from the receiver to dst
+// every gap until the returned function is called, which returns how many
+// it sent.
+func (l *npLab) background(t *testing.T, dst netip.AddrPort, burst, size int, gap time.Duration) func() int {
+	t.Helper()
+	var c *net.UDPConn
+	if err := l.np.Do(func() (err error) {
+		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(npLabNP.Addr(), 0)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var stop atomic.Bool
+	done := make(chan int)
+	go func() {
+		buf := make([]byte, size)
+		sent := 0
+		for !stop.Load() {
+			for range burst {
+				if _, err := c.WriteToUDPAddrPort(buf, dst); err == nil {
+					sent++
+				}
+			}
+			time.Sleep(gap)
+		}
+		done <- sent
+	}()
+	return func() int {
+		stop.Store(true)
+		return <-done
+	}
 }
 
 // spin waits d without sleeping: Go's timers wake up to a millisecond late
@@ -503,21 +661,31 @@ func blast(t *testing.T, s *npprobe.Sender, dst netip.AddrPort, qpns []uint32, d
 	return sent
 }
 
-// The NP guarantees N where its egress program ends, which the kernel's
-// own minimum checks exactly. The tap stamps a CNP a few hundred ns later,
-// or tens of µs later if an interrupt or the hypervisor takes the CPU in
-// between (seen on this 2-vCPU VM under load): that delays one CNP, and
-// the spacing before the next shrinks by as much. So on the tap, at most
-// wireBelowShare of the spacings may be below N - wireSlack (seen: 0.1-0.2 %
-// alone, 1.1 % in a full CI run).
-const (
-	wireSlack      = time.Microsecond
-	wireBelowShare = 0.03
-)
+// checkXmitStamped: N counted from the transmit hook for every CNP the NP
+// built, none waited past the timeout, and some (queued) or none waited in
+// a qdisc after the clone returned.
+func checkXmitStamped(t *testing.T, np *npbpf.NP, queued bool) {
+	t.Helper()
+	st, err := np.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A CNP a qdisc refused after np_egress built it is a redirect
+	// error, and never transmitted.
+	if st.XmitStamped > st.EgressBuilt || st.XmitStamped+st.RedirectErrors < st.EgressBuilt || st.EgressStamped != 0 || st.XmitLate != 0 || st.XmitTimeouts != 0 {
+		t.Errorf("%d CNPs built (%d refused): %d stamped at the transmit hook (%d late), %d at np_egress, %d transmit timeouts; want all at the hook, in time",
+			st.EgressBuilt, st.RedirectErrors, st.XmitStamped, st.XmitLate, st.EgressStamped, st.XmitTimeouts)
+	}
+	if (st.XmitQueued != 0) != queued {
+		t.Errorf("%d of %d CNPs transmitted after the clone returned; want some: %v", st.XmitQueued, st.EgressBuilt, queued)
+	}
+}
 
-// checkSpacing: the QP's CNPs left np_egress at least N apart (the kernel's
-// minimum) and about N apart on the tap, and there were about as many as
-// host/dcqcn's NP sends for the CE arrivals the tap saw.
+// checkSpacing: the QP's CNPs were transmitted at least N apart (the
+// kernel's minimum, taken at the transmit hook) and never less than N apart
+// on the tap, which stamps a CNP before the hook reads the clock for it;
+// and there were about as many as host/dcqcn's NP sends for the CE arrivals
+// the tap saw.
 func checkSpacing(t *testing.T, np *npbpf.NP, r npprobe.Result, pkts []npprobe.Packet, c npbpf.QPContext, sent int) {
 	t.Helper()
 	n := c.MinTimeBetweenCNPs
@@ -541,26 +709,23 @@ func checkSpacing(t *testing.T, np *npbpf.NP, r npprobe.Result, pkts []npprobe.P
 			ref.Poll(time.Duration(p.At.UnixNano()))
 		}
 	}
-	minSp, below, belowSlack := sp[0], 0, 0
+	minSp, below := sp[0], 0
 	for _, d := range sp {
 		minSp = min(minSp, d)
 		if d < n {
 			below++
 		}
-		if d < n-wireSlack {
-			belowSlack++
-		}
 	}
 	cnt := npCounters(t, np, c.QPN)
 	cnps, refCNPs := len(sp)+1, int(ref.Stats().CNPsSent)
-	t.Logf("qp %#x: %d CE over %.1f ms -> %d CNPs (host/dcqcn NP on the same arrivals: %d; N = %v); spacing at np_egress min %.2f µs; on the tap min %.2f µs p50 %.1f µs p99 %.1f µs, %d below N",
+	t.Logf("qp %#x: %d CE over %.1f ms -> %d CNPs (host/dcqcn NP on the same arrivals: %d; N = %v); spacing at the transmit hook min %.2f µs; on the tap min %.2f µs p50 %.1f µs p99 %.1f µs, %d of %d below N",
 		c.QPN, sent, float64(last.Sub(first))/1e6, cnps, refCNPs, n, us(cnt.MinCNPSpacing), us(minSp),
-		us(npprobe.Percentile(sp, 0.5)), us(npprobe.Percentile(sp, 0.99)), below)
-	if cnt.MinCNPSpacing < n {
-		t.Errorf("qp %#x: two CNPs left np_egress %v apart, below N = %v", c.QPN, cnt.MinCNPSpacing, n)
+		us(npprobe.Percentile(sp, 0.5)), us(npprobe.Percentile(sp, 0.99)), below, len(sp))
+	if cnt.MinCNPSpacing < n || cnt.NPCNPXmitTimeouts != 0 {
+		t.Errorf("qp %#x: two CNPs transmitted %v apart, below N = %v (%d transmit timeouts)", c.QPN, cnt.MinCNPSpacing, n, cnt.NPCNPXmitTimeouts)
 	}
-	if float64(belowSlack) > wireBelowShare*float64(len(sp)) {
-		t.Errorf("qp %#x: %d of %d CNP spacings on the tap below N - %v (min %v, N = %v)", c.QPN, belowSlack, len(sp), wireSlack, minSp, n)
+	if below != 0 {
+		t.Errorf("qp %#x: %d of %d CNP spacings on the tap below N (min %v, N = %v)", c.QPN, below, len(sp), minSp, n)
 	}
 	// The reference runs on the arrival stamps, the NP on when the CPU got
 	// to each packet (softirq deferral on a busy machine moves that), and
