@@ -109,9 +109,8 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 /* The CNP on the wire (roce-wire.md §CNP). */
 #define CNP_TTL 64
-#define CNP_L4_LEN (sizeof(struct net_udphdr) + ROCE_BTH_LEN + ROCE_CNP_RSVD_LEN + ROCE_ICRC_LEN) /* 40 */
-#define CNP_V4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + CNP_L4_LEN)   /* 74 */
-#define CNP_V6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + CNP_L4_LEN) /* 94 */
+#define CNP_V4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + ROCE_CNP_L4_LEN)   /* 74 */
+#define CNP_V6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + ROCE_CNP_L4_LEN) /* 94 */
 
 /* The longest IP packet (without its ICRC) np_icrc_test takes. */
 #define ICRC_TEST_MAX 128
@@ -287,7 +286,7 @@ struct cnp_frame {
 	};
 };
 
-_Static_assert(sizeof(struct cnp_l4) == CNP_L4_LEN, "cnp_l4 is 40 bytes");
+_Static_assert(sizeof(struct cnp_l4) == ROCE_CNP_L4_LEN, "cnp_l4 is 40 bytes");
 _Static_assert(__builtin_offsetof(struct cnp_frame, v4.ip) == 16, "IP header aligned");
 _Static_assert(sizeof(struct cnp_frame) - 2 == CNP_V6_LEN, "cnp_frame holds an IPv6 CNP");
 
@@ -303,7 +302,7 @@ static __always_inline __u16 udp6_csum(const struct ipv6hdr *ip6, const struct c
 	for (int i = 0; i < 16; i++)
 		sum += a[i];
 	/* Upper-layer length (32 bits) and next header (32 bits, zero-filled). */
-	sum += bpf_htons(CNP_L4_LEN) + bpf_htons(NET_IPPROTO_UDP);
+	sum += bpf_htons(ROCE_CNP_L4_LEN) + bpf_htons(NET_IPPROTO_UDP);
 #pragma unroll
 	for (int i = 0; i < (int)(sizeof(*l4) / 2); i++)
 		sum += w[i];
@@ -326,7 +325,7 @@ static __always_inline void cnp_l4_fill(struct cnp_l4 *l4, const struct np_qp *q
 {
 	l4->udp.source = bpf_htons(qp->src_port);
 	l4->udp.dest = bpf_htons(ROCE_UDP_PORT);
-	l4->udp.len = bpf_htons(CNP_L4_LEN);
+	l4->udp.len = bpf_htons(ROCE_CNP_L4_LEN);
 	l4->udp.check = 0xFFFF;
 	l4->bth.opcode = ROCE_OP_CNP;
 	l4->bth.flags = 0; /* SE, M, PadCnt, TVer: 0 */
@@ -358,10 +357,10 @@ static __always_inline __u32 cnp_build(struct cnp_frame *f, const struct np_qp *
 		f->eth.h_proto = bpf_htons(ETH_P_IP);
 		__builtin_memcpy(&saddr, qp->local_ip, 4);
 		__builtin_memcpy(&daddr, qp->peer_ip, 4);
-		roce_ipv4_masked(ip, CNP_L4_LEN, saddr, daddr);
+		roce_ipv4_masked(ip, ROCE_CNP_L4_LEN, saddr, daddr);
 		cnp_l4_fill(l4, qp);
-		l4->icrc = icrc_crc((const __u8 *)ip, sizeof(*ip) + CNP_L4_LEN - ROCE_ICRC_LEN,
-				    sizeof(*ip) + CNP_L4_LEN - ROCE_ICRC_LEN);
+		l4->icrc = icrc_crc((const __u8 *)ip, sizeof(*ip) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN,
+				    sizeof(*ip) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN);
 		/* The masked fields, as sent. */
 		roce_ipv4_as_sent(ip, tos, CNP_TTL);
 		l4->udp.check = 0; /* IPv4: no checksum, as rxe sends */
@@ -379,14 +378,14 @@ static __always_inline __u32 cnp_build(struct cnp_frame *f, const struct np_qp *
 		ip6->flow_lbl[0] = ICRC_MASKED;
 		ip6->flow_lbl[1] = ICRC_MASKED;
 		ip6->flow_lbl[2] = ICRC_MASKED;
-		ip6->payload_len = bpf_htons(CNP_L4_LEN);
+		ip6->payload_len = bpf_htons(ROCE_CNP_L4_LEN);
 		ip6->nexthdr = NET_IPPROTO_UDP;
 		ip6->hop_limit = ICRC_MASKED;
 		__builtin_memcpy(ip6->saddr, qp->local_ip, 16);
 		__builtin_memcpy(ip6->daddr, qp->peer_ip, 16);
 		cnp_l4_fill(l4, qp);
-		l4->icrc = icrc_crc((const __u8 *)ip6, sizeof(*ip6) + CNP_L4_LEN - ROCE_ICRC_LEN,
-				    sizeof(*ip6) + CNP_L4_LEN - ROCE_ICRC_LEN);
+		l4->icrc = icrc_crc((const __u8 *)ip6, sizeof(*ip6) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN,
+				    sizeof(*ip6) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN);
 		ip6->priority = tos >> 4;
 		ip6->flow_lbl[0] = (tos & 0xF) << 4; /* flow label 0 */
 		ip6->flow_lbl[1] = 0;
@@ -414,53 +413,6 @@ static __always_inline __u64 now_ns(void)
 	return bpf_ktime_get_ns();
 }
 
-/* The most net_parse_roce reads: Ethernet, two tags, an IPv4 header with the
- * longest options (60 bytes, more than IPv6's 40), UDP and the BTH. */
-#define PARSE_LEN (sizeof(struct ethhdr) + VLAN_MAX_DEPTH * sizeof(struct vlan_hdr) + 60 + \
-		   sizeof(struct net_udphdr) + ROCE_BTH_LEN)
-
-/* parse runs net_parse_roce, first pulling the headers into the linear data
- * if they are in a fragment of the skb. */
-static __always_inline enum net_roce_result parse(struct __sk_buff *skb, struct net_roce *r)
-{
-	enum net_roce_result res;
-
-	res = net_parse_roce((void *)(long)skb->data, (void *)(long)skb->data_end, r);
-	if (res == NET_ROCE_TRUNCATED && skb->len > skb->data_end - skb->data) {
-		__u32 want = skb->len < PARSE_LEN ? skb->len : PARSE_LEN;
-
-		if (bpf_skb_pull_data(skb, want) == 0)
-			res = net_parse_roce((void *)(long)skb->data, (void *)(long)skb->data_end, r);
-	}
-	return res;
-}
-
-/* qp_addresses_match reports whether the packet goes from qp's peer to its
- * local address: a stale or foreign packet that names the QP is not its
- * notification. */
-static __always_inline int qp_addresses_match(const struct np_qp *qp, const struct net_roce *r,
-					      void *data_end)
-{
-	if (r->l3_proto == bpf_htons(ETH_P_IP)) {
-		const struct iphdr *ip = r->l3;
-
-		if (qp->family != NP_FAMILY_IPV4 || (void *)(ip + 1) > data_end)
-			return 0;
-		return ip->saddr == *(const __u32 *)qp->peer_ip && ip->daddr == *(const __u32 *)qp->local_ip;
-	}
-	if (r->l3_proto == bpf_htons(ETH_P_IPV6)) {
-		const struct ipv6hdr *ip6 = r->l3;
-		const __u32 *s, *d, *p = (const __u32 *)qp->peer_ip, *l = (const __u32 *)qp->local_ip;
-
-		if (qp->family != NP_FAMILY_IPV6 || (void *)(ip6 + 1) > data_end)
-			return 0;
-		s = (const __u32 *)ip6->saddr;
-		d = (const __u32 *)ip6->daddr;
-		return s[0] == p[0] && s[1] == p[1] && s[2] == p[2] && s[3] == p[3] &&
-		       d[0] == l[0] && d[1] == l[1] && d[2] == l[2] && d[3] == l[3];
-	}
-	return 0;
-}
 
 enum np_decision {
 	NP_NONE = 0,  /* nothing to send */
@@ -705,7 +657,7 @@ int np_ingress(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	st->packets++;
 
-	switch (parse(skb, &r)) {
+	switch (net_parse_roce_skb(skb, &r)) {
 	case NET_ROCE_OK:
 		break;
 	case NET_ROCE_TRUNCATED:
@@ -734,7 +686,10 @@ int np_ingress(struct __sk_buff *skb)
 	}
 	qpn = roce_bth_destqp(r.bth);
 	qp = bpf_map_lookup_elem(&np_qps, &qpn);
-	if (!qp || !qp_addresses_match(qp, &r, (void *)(long)skb->data_end)) {
+	/* From the QP's peer to its address: a stale or foreign packet that
+	 * names the QP is not its notification. */
+	if (!qp || !net_roce_from_to(&r, (void *)(long)skb->data_end, qp->family == NP_FAMILY_IPV4,
+				     qp->peer_ip, qp->local_ip)) {
 		st->unknown_qp++;
 		return TC_ACT_UNSPEC;
 	}
@@ -773,7 +728,7 @@ int np_egress(struct __sk_buff *skb)
 		return TC_ACT_SHOT; /* never let a clone out as data */
 	st->egress_clones++;
 
-	if (parse(skb, &r) != NET_ROCE_OK || r.vlan_tags || r.ipv4_options)
+	if (net_parse_roce_skb(skb, &r) != NET_ROCE_OK || r.vlan_tags || r.ipv4_options)
 		goto drop;
 	if (r.bth->opcode == ROCE_OP_CNP)
 		return TC_ACT_UNSPEC; /* already a CNP: passing this hook again */

@@ -577,7 +577,6 @@ static __always_inline int enqueue_unaccounted(struct __sk_buff *skb, struct por
  * IPv4-mapped IPv6 address; Congestion Port = ppfc_port; DSCP ppfc_dscp,
  * Not-ECT; the ICRC as for any RoCEv2 packet; Pause Duration 0 in a
  * resume. */
-#define PPFC_BTH_P 0x20
 #define PPFC_UDP_SPORT 0xC0FC
 #define PPFC_TTL 64
 #define PPFC_MAX_PAUSE_US 0xFFFF
@@ -695,7 +694,7 @@ static __attribute__((noinline)) int ppfc_build(struct ppfc_frame *f, const stru
 	/* The masked fields, as sent. */
 	roce_ipv4_as_sent(ip, (a->dscp & 0x3F) << 2, PPFC_TTL);
 	l4->udp.check = 0; /* IPv4: no checksum, as rxe sends */
-	l4->bth.ecn = PPFC_BTH_P;
+	l4->bth.ecn = ROCE_BTH_PPFC;
 	return 0;
 }
 
