@@ -22,7 +22,7 @@ func (qp *QP) syncKernelCNPsLocked() {
 	}
 	// The two clocks read together: an arrival's age on one is its age on
 	// the other.
-	cnow, mono := qp.agent.clock.Now(), monotonicNs()
+	cnow, mono := qp.agent.clockPair()
 	t := qp.agent.cfg.Trace
 	for ; r.kApplied < n; r.kApplied++ {
 		at := cnow
@@ -50,6 +50,27 @@ func (qp *QP) syncKernelCNPsLocked() {
 				RcBefore: before, RcAfter: r.rp.Rc()})
 		}
 	}
+}
+
+// clockPair reads the agent's clock and CLOCK_MONOTONIC at one instant:
+// the agent's between two monotonic readings, taken again (a few times at
+// most) if the goroutine lost the CPU in between, so that a kernel time
+// maps onto the agent's clock within a few µs, never later than it was.
+func (a *Agent) clockPair() (time.Duration, uint64) {
+	const tries, tight = 4, 4 * time.Microsecond
+	var now time.Duration
+	var m1, m2 uint64
+	for range tries {
+		m1 = monotonicNs()
+		now = a.clock.Now()
+		m2 = monotonicNs()
+		if time.Duration(m2-m1) <= tight {
+			break
+		}
+	}
+	// now was read between m1 and m2: pairing it with m1 maps a kernel
+	// time t to now - (m1 - t), never earlier than it happened.
+	return now, m1
 }
 
 // monotonicNs is CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
