@@ -155,16 +155,17 @@ func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 			errs = append(errs, fmt.Errorf("goodput: %w", err))
 		}
 	}
+	base := o.react
 	if o.reaction && ctx.Err() == nil {
-		progress("CNP reaction: %s, %s", o.react, units.FormatDuration(o.react.seconds))
-		r, err := runReaction(ctx, a, b, o.react)
+		progress("CNP reaction: %s, %s", base, units.FormatDuration(base.seconds))
+		r, err := runReaction(ctx, a, b, base)
 		rep.Reaction = &r
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cnp reaction: %w", err))
 		}
 	}
 	if o.reaction && ctx.Err() == nil {
-		k := o.react
+		k := base
 		k.kernelNP = true
 		progress("CNP reaction: %s, %s", k, units.FormatDuration(k.seconds))
 		r, err := runReaction(ctx, a, b, k)
@@ -174,7 +175,7 @@ func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 		}
 	}
 	if o.reaction && ctx.Err() == nil {
-		k := o.react
+		k := base
 		k.kernelNP, k.kernelRP = true, true
 		progress("CNP reaction: %s, %s", k, units.FormatDuration(k.seconds))
 		r, err := runReaction(ctx, a, b, k)
@@ -183,6 +184,7 @@ func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 			errs = append(errs, fmt.Errorf("cnp reaction, kernel np and rp: %w", err))
 		}
 	}
+
 	return rep, errors.Join(errs...)
 }
 

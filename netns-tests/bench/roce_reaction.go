@@ -45,6 +45,10 @@ type ReactionRow struct {
 	// NPHeld is the NP component of the held CNPs alone: N plus the
 	// transmit loop's wake-up, which sends them.
 	NPHeld Percentiles `json:"np_held_us"`
+	// Immediate is Reaction over the CNPs not held by N (their trigger CE
+	// came N or more after the previous CNP): the loop's own latency,
+	// without the coalescing the user set.
+	Immediate Percentiles `json:"reaction_not_held_us"`
 	// Sync, with the RP's CNP intake in the kernel: the cut (the CNP's
 	// arrival on a's device, from when every pacing decision uses the cut
 	// Rc) until the QP read it from the kernel's count (its next pacing
@@ -366,7 +370,7 @@ func matchReaction(row *ReactionRow, evs []agent.Event, npQPN, rpQPN uint32, per
 		held     bool
 	}
 	var fifo []inflight
-	var reaction, npPart, npHeld, ret, sync []float64
+	var reaction, immediate, npPart, npHeld, ret, sync []float64
 	trigger := time.Duration(-1) // first CE since the last CNP
 	lastSent := time.Duration(-1)
 	for _, e := range evs {
@@ -413,6 +417,8 @@ func matchReaction(row *ReactionRow, evs []agent.Event, npQPN, rpQPN uint32, per
 			if f.held {
 				row.Held++
 				npHeld = append(npHeld, us(f.sent-f.ce))
+			} else {
+				immediate = append(immediate, us(e.At-f.ce))
 			}
 		}
 	}
@@ -421,6 +427,7 @@ func matchReaction(row *ReactionRow, evs []agent.Event, npQPN, rpQPN uint32, per
 	row.NPHeld = percentiles(npHeld)
 	row.Return = percentiles(ret)
 	row.Sync = percentiles(sync)
+	row.Immediate = percentiles(immediate)
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
