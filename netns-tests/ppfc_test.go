@@ -71,7 +71,8 @@ func (c *ppfcCatch) all() []ppfcGot {
 // TestPPFCWire: a UDP source overfills a class with xoff/xon. The port
 // stops it: each notification 40 bytes of UDP payload to 4791 from
 // 0xC0FC, with a valid ICRC, naming the congested destination and the port,
-// PSNs in sequence. While the source ignores its stops it gets one per
+// PSNs in sequence. While the source ignores its stops it gets one stop (or
+// hold, where the queue is between xon and xoff as a pause runs out) per
 // pause, not one per packet. When it obeys (stops sending at the first
 // one), the queue drains to xon before the pause ends, and the next packet
 // toward the source (the receiver sends it one every ms) carries a resume.
@@ -110,15 +111,17 @@ func TestPPFCWire(t *testing.T) {
 			st := settle(t, port)
 			c := st.Classes[qdisc.ClassRoCE]
 			got := catch.all()
-			stops, resumes := checkPPFCs(t, got, self, d.ReceiverAddr, port.Info().Ifindex, rate, limit, xon)
-			t.Logf("1. ignoring: sent %d datagrams; class 3: max backlog %d B, dropped %d; PPFC stops sent %d, coalesced %d, resumes sent %d; received %d stops, %d resumes; port: PPFC errors %d",
-				sent, c.MaxBacklogBytes, c.DroppedLimitPackets, c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCResumesSent, stops, resumes, st.Port.PPFCErrors())
-			if stops == 0 || uint64(stops) != c.PPFCStopsSent {
-				t.Errorf("the source received %d stops, the port sent %d", stops, c.PPFCStopsSent)
+			stops, holds, resumes := checkPPFCs(t, got, self, d.ReceiverAddr, port.Info().Ifindex, rate, limit, xon)
+			t.Logf("1. ignoring: sent %d datagrams; class 3: max backlog %d B, dropped %d; PPFC stops sent %d, coalesced %d, holds sent %d, resumes sent %d; received %d stops, %d holds, %d resumes; port: PPFC errors %d",
+				sent, c.MaxBacklogBytes, c.DroppedLimitPackets, c.PPFCStopsSent, c.PPFCStopsCoalesced, c.PPFCHoldsSent, c.PPFCResumesSent, stops, holds, resumes, st.Port.PPFCErrors())
+			if stops == 0 || uint64(stops) != c.PPFCStopsSent || uint64(holds) != c.PPFCHoldsSent {
+				t.Errorf("the source received %d stops and %d holds, the port sent %d and %d", stops, holds, c.PPFCStopsSent, c.PPFCHoldsSent)
 			}
-			// One per pause: the pauses here are 16-33 ms.
-			if stops > 25 {
-				t.Errorf("%d stops in 300 ms: not one per pause", stops)
+			// One per pause: the pauses here are 16-33 ms. A hold is a
+			// pause too: the sender's bursts (a ticker on a busy core)
+			// leave the queue between xon and xoff when a pause runs out.
+			if stops+holds > 25 {
+				t.Errorf("%d stops and %d holds in 300 ms: not one per pause", stops, holds)
 			}
 			if c.PPFCStopsCoalesced == 0 {
 				t.Errorf("no stop was coalesced, though the source kept sending while paused")
@@ -147,11 +150,11 @@ func TestPPFCWire(t *testing.T) {
 			st = settle(t, port)
 			c2 := st.Classes[qdisc.ClassRoCE]
 			got = catch.all()
-			stops2, resumes2 := checkPPFCs(t, got[before:], self, d.ReceiverAddr, port.Info().Ifindex, rate, limit, xon)
-			t.Logf("2. obeying: stops sent %d, resumes sent %d; received %d stops, %d resumes",
-				c2.PPFCStopsSent-c.PPFCStopsSent, c2.PPFCResumesSent-c.PPFCResumesSent, stops2, resumes2)
-			if stops2 != 1 || resumes2 != 1 {
-				t.Fatalf("an obeying source received %d stops and %d resumes, want 1 and 1", stops2, resumes2)
+			stops2, holds2, resumes2 := checkPPFCs(t, got[before:], self, d.ReceiverAddr, port.Info().Ifindex, rate, limit, xon)
+			t.Logf("2. obeying: stops sent %d, holds sent %d, resumes sent %d; received %d stops, %d holds, %d resumes",
+				c2.PPFCStopsSent-c.PPFCStopsSent, c2.PPFCHoldsSent-c.PPFCHoldsSent, c2.PPFCResumesSent-c.PPFCResumesSent, stops2, holds2, resumes2)
+			if stops2 != 1 || holds2 != 0 || resumes2 != 1 {
+				t.Fatalf("an obeying source received %d stops, %d holds and %d resumes, want 1, 0 and 1", stops2, holds2, resumes2)
 			}
 			stop, resume := got[before], got[len(got)-1]
 			var f roce.PPFC
@@ -171,9 +174,10 @@ func TestPPFCWire(t *testing.T) {
 
 // checkPPFCs checks every datagram a source received is a well-formed PPFC
 // notification from the port (roce.ParsePPFC, the ICRC, the congested
-// destination and port, PSNs in sequence, a stop's pause at most the
-// drain time from the limit to xon/2) and counts stops and resumes.
-func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Addr, ifindex int, rate units.Rate, limit, xon units.ByteSize) (stops, resumes int) {
+// destination and port, PSNs in sequence, a stop's or hold's pause at most
+// the drain time from the limit to xon/2) and counts stops, holds and
+// resumes.
+func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Addr, ifindex int, rate units.Rate, limit, xon units.ByteSize) (stops, holds, resumes int) {
 	t.Helper()
 	maxPause := time.Duration(float64(limit-xon/2)*8/float64(rate)*float64(time.Second)) + time.Millisecond
 	var lastPSN uint32
@@ -203,40 +207,74 @@ func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Add
 			t.Errorf("PPFC %d: congestion port %d, want the port's ifindex %d", i, f.Port, ifindex)
 		}
 		switch f.Action {
-		case roce.PPFCStop:
-			stops++
+		case roce.PPFCStop, roce.PPFCHold:
+			if f.Action == roce.PPFCStop {
+				stops++
+			} else {
+				holds++
+			}
 			if f.Pause <= 0 || f.Pause > maxPause {
-				t.Errorf("stop %d: pause %v, want (0, %v]", i, f.Pause, maxPause)
+				t.Errorf("%v %d: pause %v, want (0, %v]", f.Action, i, f.Pause, maxPause)
 			}
 		case roce.PPFCResume:
 			resumes++
 		default:
-			t.Errorf("PPFC %d: %v (the port sends stop and resume only)", i, f.Action)
+			t.Errorf("PPFC %d: %v (no alarm threshold here)", i, f.Action)
 		}
 	}
-	return stops, resumes
+	return stops, holds, resumes
 }
 
 // TestRoCEPPFCIncast: eight RoCEv2 senders (DCQCN, one QP each) start at
 // once at the line rate. Before their first CNPs take effect they offer
 // eight times what the port drains. With xoff at 2 max_th (above the WRED
-// curve: PPFC is the backstop, not the control loop) and xon at 3/4 of
-// xoff, the port stops each sender once its packets reach xoff. What
-// arrives after that is the headroom a lossless port needs: what the
-// senders had on the way, and what the host held upstream of the port.
-// Measured over xoff: 0.3-1 MiB at 500 Mbit/s (4 ms of that rate is 1/4
-// of it); the buffer gives 3 MiB (limit 8 max_th, the lab's usual). The
-// run must be lossless everywhere: no port drop, no drop between the hooks, no socket
-// or per-CPU backlog drop, no resend; every stop the port sent was taken by
-// a sender; the port stays busy (utilization >= 95 % after the first
+// curve: PPFC is the backstop, not the control loop), the port stops each
+// sender once its packets reach xoff. What arrives after that is the
+// headroom a lossless port needs: what the senders had on the way, and what
+// the host held upstream of the port. Measured over xoff: 0.1-1 MiB at
+// 250-500 Mbit/s (4 ms of 500 Mbit/s is 1/4 of it); the buffer gives 3 MiB
+// (limit 8 max_th, the lab's usual). With the alarm halfway between xon and
+// xoff, the senders whose packets reach it are warned first (their DCQCN
+// increases held for the drain time to xon); a sender whose pause runs out
+// while the queue is still above xon is held (paused again).
+//
+// Two xon: 3/4 of xoff, where a sender is mostly resumed at xon before its
+// pause (drain time to xon/2) ends (0-3 holds a run); and 1/8 of xoff,
+// where a pause ends above xon whenever more than xon/2 = xoff/16 arrived
+// after the stop, less than the senders still have on the way (the peak
+// was 0.15-0.4 xoff over xoff), so holds follow in every run (5-14 at 500
+// Mbit/s idle; xon 1/4 of xoff left a run without one).
+//
+// Each run must be lossless everywhere: no port drop, no drop between the
+// hooks, no socket or per-CPU backlog drop, no resend; every stop, hold,
+// resume and alarm the port sent was taken by a sender, each hold paused
+// its QP, each alarm held its QP's rate; alarms were sent (and holds, at
+// xon 1/8); the port stays busy (utilization >= 95 % after the first
 // second).
 func TestRoCEPPFCIncast(t *testing.T) {
 	roceSize(t)
+	for _, v := range []struct {
+		name      string
+		xon       func(xoff units.ByteSize) units.ByteSize
+		wantHolds bool
+	}{
+		{"xon=3/4xoff", func(xoff units.ByteSize) units.ByteSize { return xoff * 3 / 4 }, false},
+		{"xon=1/8xoff", func(xoff units.ByteSize) units.ByteSize { return xoff / 8 }, true},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			cfg := rocePortConfig()
+			cc := &cfg.Classes[qdisc.ClassRoCE]
+			cc.XoffBytes = 2 * roceMaxTh
+			cc.XonBytes = v.xon(cc.XoffBytes)
+			cc.AlarmBytes = (cc.XonBytes + cc.XoffBytes) / 2
+			ppfcIncast(t, cfg, v.wantHolds)
+		})
+	}
+}
+
+func ppfcIncast(t *testing.T, cfg qdisc.Config, wantHolds bool) {
 	const senders = 8
-	cfg := rocePortConfig()
 	cc := &cfg.Classes[qdisc.ClassRoCE]
-	cc.XoffBytes = 2 * roceMaxTh
-	cc.XonBytes = cc.XoffBytes * 3 / 4
 	b := newRoCEBed(t, senders, cfg)
 	flows := make([]*roceFlow, senders)
 	for i := range flows {
@@ -259,25 +297,34 @@ func TestRoCEPPFCIncast(t *testing.T) {
 	st := settle(t, b.port)
 	r := st.Classes[qdisc.ClassRoCE]
 
-	var resent, outOfSeq, pauses, taken, resumed, ignored uint64
+	var resent, outOfSeq, pauses, holds, obeyed, increasesHeld, taken, held, resumed, alarmed, ignored uint64
 	var paused time.Duration
 	for i, f := range flows {
 		cli, srv := f.qp.Counters(), f.peer.Counters()
 		resent += cli.RetransmitPackets
 		outOfSeq += srv.OutOfSequence
 		pauses += cli.PPFCPauses
+		holds += cli.PPFCHolds
+		obeyed += cli.PPFCAlarmsObeyed
 		paused += time.Duration(cli.PPFCPausedNs)
+		if s, ok := f.qp.CC(); ok {
+			increasesHeld += s.Stats.IncreaseHolds
+		}
 		ac := b.clients[i].Counters()
 		taken += ac.PPFCReceivedStop
+		held += ac.PPFCReceivedHold
 		resumed += ac.PPFCReceivedResume
+		alarmed += ac.PPFCReceivedAlarm
 		ignored += ac.PPFCIgnoredSource + ac.PPFCIgnoredDestination
 	}
-	t.Logf("%d senders at once into %v: class 3 limit %s, xoff %s, xon %s (WRED min_th %s, max_th %s)",
-		senders, roceRate, kib(float64(cc.LimitBytes)), kib(float64(cc.XoffBytes)), kib(float64(cc.XonBytes)), kib(float64(roceMinTh)), kib(float64(roceMaxTh)))
-	t.Logf("port: max backlog %s, dropped %d, host queue dropped %d; PPFC stops sent %d (coalesced %d), resumes sent %d; errors %d",
-		kib(float64(r.MaxBacklogBytes)), portDrops(st), r.Host.DroppedPackets, r.PPFCStopsSent, r.PPFCStopsCoalesced, r.PPFCResumesSent, st.Port.PPFCErrors())
-	t.Logf("senders: took %d stops and %d resumes (%d ignored), QPs paused %d times for %v in all; retransmitted %d, out_of_sequence %d",
-		taken, resumed, ignored, pauses, paused.Round(time.Millisecond), resent, outOfSeq)
+	t.Logf("%d senders at once into %v: class 3 limit %s, xoff %s, alarm %s, xon %s (WRED min_th %s, max_th %s)",
+		senders, roceRate, kib(float64(cc.LimitBytes)), kib(float64(cc.XoffBytes)), kib(float64(cc.AlarmBytes)), kib(float64(cc.XonBytes)),
+		kib(float64(roceMinTh)), kib(float64(roceMaxTh)))
+	t.Logf("port: max backlog %s, dropped %d, host queue dropped %d; PPFC stops sent %d (coalesced %d), holds %d (coalesced %d), resumes %d, alarms %d (coalesced %d); errors %d",
+		kib(float64(r.MaxBacklogBytes)), portDrops(st), r.Host.DroppedPackets, r.PPFCStopsSent, r.PPFCStopsCoalesced, r.PPFCHoldsSent, r.PPFCHoldsCoalesced,
+		r.PPFCResumesSent, r.PPFCAlarmsSent, r.PPFCAlarmsCoalesced, st.Port.PPFCErrors())
+	t.Logf("senders: took %d stops, %d holds, %d resumes, %d alarms (%d ignored); QPs paused %d times and held %d, %v in all; %d alarms obeyed, %d DCQCN increase events held; retransmitted %d, out_of_sequence %d",
+		taken, held, resumed, alarmed, ignored, pauses, holds, paused.Round(time.Millisecond), obeyed, increasesHeld, resent, outOfSeq)
 	t.Logf("hosts: receive-buffer drops %d at the receiver, %d at the senders; per-CPU backlog drops %d; utilization %.3f over %v after the first second",
 		rcvbufDrops, sndbufDrops, backlogDrops, w.utilization(roceRate), w.dur.Round(time.Millisecond))
 
@@ -294,9 +341,20 @@ func TestRoCEPPFCIncast(t *testing.T) {
 	if r.PPFCStopsSent == 0 || pauses == 0 {
 		t.Errorf("PPFC never engaged: %d stops sent, %d pauses", r.PPFCStopsSent, pauses)
 	}
-	if taken != r.PPFCStopsSent || resumed != r.PPFCResumesSent || ignored != 0 || st.Port.PPFCErrors() != 0 {
-		t.Errorf("PPFC notifications lost or refused: the port sent %d stops and %d resumes (%d failed), the senders took %d and %d (%d ignored)",
-			r.PPFCStopsSent, r.PPFCResumesSent, st.Port.PPFCErrors(), taken, resumed, ignored)
+	if taken != r.PPFCStopsSent || held != r.PPFCHoldsSent || resumed != r.PPFCResumesSent || alarmed != r.PPFCAlarmsSent ||
+		ignored != 0 || st.Port.PPFCErrors() != 0 {
+		t.Errorf("PPFC notifications lost or refused: the port sent %d stops, %d holds, %d resumes and %d alarms (%d failed), the senders took %d, %d, %d and %d (%d ignored)",
+			r.PPFCStopsSent, r.PPFCHoldsSent, r.PPFCResumesSent, r.PPFCAlarmsSent, st.Port.PPFCErrors(), taken, held, resumed, alarmed, ignored)
+	}
+	// One QP per sender: each hold paused it, each alarm held its rate.
+	if holds != held || obeyed != alarmed {
+		t.Errorf("the senders took %d holds and %d alarms, their QPs obeyed %d and %d", held, alarmed, holds, obeyed)
+	}
+	if r.PPFCAlarmsSent == 0 {
+		t.Errorf("no alarm sent: the backlog crossed alarm %s on its way to xoff", kib(float64(cc.AlarmBytes)))
+	}
+	if wantHolds && r.PPFCHoldsSent == 0 {
+		t.Errorf("no hold sent: no pause ran out above xon %s", kib(float64(cc.XonBytes)))
 	}
 	if u := w.utilization(roceRate); u < 0.95 {
 		t.Errorf("utilization %.3f after the first second, want >= 0.95", u)
