@@ -239,11 +239,13 @@ func checkPPFCs(t *testing.T, got []ppfcGot, self netip.AddrPort, dest netip.Add
 // while the queue is still above xon is held (paused again).
 //
 // Two xon: 3/4 of xoff, where a sender is mostly resumed at xon before its
-// pause (drain time to xon/2) ends (0-3 holds a run); and 1/8 of xoff,
+// pause (drain time to xon/2) ends (0-9 holds a run here); and 1/8 of xoff,
 // where a pause ends above xon whenever more than xon/2 = xoff/16 arrived
 // after the stop, less than the senders still have on the way (the peak
-// was 0.15-0.4 xoff over xoff), so holds follow in every run (5-14 at 500
-// Mbit/s idle; xon 1/4 of xoff left a run without one).
+// was 0.15-0.4 xoff over xoff), so holds follow in every run (measured
+// 5-69 at 500 Mbit/s, 12-209 at 250; xon 1/4 of xoff left a run without
+// one). A low xon lengthens episodes (the WRED loop holds the queue above
+// it), which the many holds show.
 //
 // Each run must be lossless everywhere: no port drop, no drop between the
 // hooks, no socket or per-CPU backlog drop, no resend; every stop, hold,
