@@ -147,6 +147,9 @@ func (qp *QP) ppfcAlarmLocked(now, d time.Duration) {
 	if rp == nil {
 		return // no DCQCN, or no stream yet: no rate to hold
 	}
+	// CNPs the kernel took before the alarm act at their arrivals first:
+	// the hold must not move the RP past them.
+	qp.syncKernelCNPsLocked()
 	rp.HoldIncreases(now, now+d)
 	qp.mu.ctr.PPFCAlarmsObeyed++
 }

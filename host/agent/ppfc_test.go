@@ -10,6 +10,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -624,5 +625,30 @@ func TestPPFCAlarm(t *testing.T) {
 	}
 	if c := l.a.Counters(); c.PPFCReceivedAlarm != 1 || c.PPFCAlarmsObeyed != 1 || c.PPFCIgnoredDestination != 0 {
 		t.Errorf("agent counters %+v: want 1 alarm received, 1 obeyed", c)
+	}
+}
+
+// TestPPFCAlarmKernelCNPs: with the RP's CNP intake in the kernel
+// (Config.RPOffload), the alarm first runs the RP on the CNPs the kernel
+// took before it (each at its arrival), then holds: it does not move the
+// RP past them.
+func TestPPFCAlarmKernelCNPs(t *testing.T) {
+	off := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
+	l := newPPFCLab(t, func(c *Config) { c.RPOffload = off })
+	x := l.dcqcnQP(peerX)
+	l.tx(x)
+	l.ackAll(x)
+	l.clock.set(100 * time.Microsecond)
+	// The kernel counted a CNP 30 µs ago; nothing has read it yet.
+	off.ctr[x.QPN()].add(monotonicNs() - uint64(30*time.Microsecond))
+	l.ppfc(switchS, alarm(peerX, 200*time.Microsecond))
+	if c := x.Counters(); c.RPCNPKernel != 1 || c.RPCNPHandled != 1 || c.PPFCAlarmsObeyed != 1 {
+		t.Fatalf("counters %+v: want the kernel's CNP applied by the alarm, before its hold, and the alarm obeyed", c)
+	}
+	// Cut at about 70 µs: the increase events at about 125, 180, 235
+	// and 290 µs fall in the hold (to 300 µs).
+	l.clock.set(299 * time.Microsecond)
+	if s, _ := x.CC(); s.Stats.RateCuts != 1 || s.Stats.IncreaseHolds == 0 || s.Rc > 750*units.Mbit {
+		t.Errorf("RP %+v: want one cut and the increase events after it held", s)
 	}
 }
