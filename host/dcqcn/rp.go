@@ -4,8 +4,11 @@ import (
 	"math"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
+
+var _ cc.RateController = (*RP)(nil)
 
 // Never is what NextEvent returns when no timer event can change Rc.
 const Never = time.Duration(math.MaxInt64)
@@ -115,6 +118,12 @@ func (r *RP) Params() Params { return r.p }
 
 // Rc returns the current rate, rounded to the nearest bit/s.
 func (r *RP) Rc() units.Rate { return toRate(r.rc) }
+
+// Rate is Rc, the rate the engine paces the QP at (cc.RateController).
+func (r *RP) Rate() units.Rate { return r.Rc() }
+
+// OnNotification is OnCNP (cc.RateController).
+func (r *RP) OnNotification(now time.Duration) bool { return r.OnCNP(now) }
 
 // Rt returns the target rate, rounded to the nearest bit/s.
 func (r *RP) Rt() units.Rate { return toRate(r.rt) }
