@@ -1,11 +1,13 @@
 // Package agent is the host side of a RoCEv2 fabric: reliable-connected
-// queue pairs over UDP 4791 with DCQCN, as a NIC runs them. One Agent owns
-// one packet connection and any number of QPs, served by two goroutines (a
-// receive loop and a paced transmit loop) whatever the number of QPs.
+// queue pairs over UDP 4791 with DCQCN, as a NIC runs them: the RoCEv2
+// transport on the engine (host/engine). One Agent owns one engine, whose
+// two goroutines (a receive loop and a paced transmit loop) serve any
+// number of QPs; each QP is one of the engine's flows, its DCQCN reaction
+// point a cc.RateController.
 //
-// The protocol core depends only on pktio.Conn and Clock: unit tests run
-// two agents over an in-memory pipe, netns tests and the tools over
-// pktio.RoCEConn.
+// The protocol core depends only on pktio.Conn, a Clock and a Waker: unit
+// tests run two agents over an in-memory pipe, in fake time
+// (engine.FakeClock), netns tests and the tools over pktio.RoCEConn.
 //
 // On the wire (roce-wire.md): every packet, data, ACK, NAK or CNP, goes to
 // the peer's RoCEv2 port (4791), from the UDP source port of the QP that
@@ -26,13 +28,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -60,9 +62,6 @@ func SourcePort(qpn uint32) uint16 {
 	return sourcePortBase + uint16((qpn*goldenRatio32)>>(32-sourcePortBits))
 }
 
-// portBurstBytes is the port limiter's burst: 16 full 1 KB-MTU packets.
-const portBurstBytes = 16 * 1100
-
 // maxPacket holds the largest packet: BTH, RETH, 4096 bytes, ICRC.
 const maxPacket = roce.BTHLen + roce.RETHLen + roce.ImmDtLen + 4096 + roce.ICRCLen
 
@@ -74,7 +73,10 @@ type Config struct {
 	// every QP sends from that port instead of its own.
 	Conn pktio.Conn
 	// Clock is the time the DCQCN state machines see. Optional: monotonic.
-	Clock Clock
+	Clock engine.Clock
+	// Waker puts the transmit loop to sleep. Optional: the engine's
+	// (a timerfd; with an engine.FakeClock, the clock's own).
+	Waker engine.Waker
 	// Logger gets QP errors. Optional: slog.Default().
 	Logger *slog.Logger
 	// BatchSize is the most packets per send/receive system call.
@@ -153,9 +155,10 @@ type Event struct {
 type Agent struct {
 	cfg   Config
 	conn  pktio.Conn
-	clock Clock
+	clock engine.Clock
 	log   *slog.Logger
-	wake  *waker
+	eng   *engine.Engine
+	rx    agentRx
 
 	// QPNs: qpnFirst..qpnLast, the conn's block on a SteeredConn.
 	qpnFirst, qpnLast uint32
@@ -174,11 +177,8 @@ type Agent struct {
 	}
 	qps atomic.Pointer[[]*QP] // index qpn-qpnFirst; copy on write under mu
 
-	writeMu sync.Mutex // one sendmmsg at a time on the shared socket
-	drops   agentDrops
-	ppfc    agentPPFC
-	wg      sync.WaitGroup
-	closing atomic.Bool
+	drops agentDrops
+	ppfc  agentPPFC
 }
 
 // New starts an agent on cfg.Conn. Close stops it (and closes the Conn).
@@ -187,9 +187,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.wg.Add(2)
-	go a.rxLoop()
-	go a.txLoop()
+	a.eng.Start()
 	return a, nil
 }
 
@@ -202,11 +200,11 @@ func newAgent(cfg Config) (*Agent, error) {
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 64
 	}
-	if cfg.BatchSize < 1 || cfg.BatchSize > 1024 {
-		return nil, fmt.Errorf("agent: batch size %d: must be 1..1024", cfg.BatchSize)
+	if cfg.BatchSize < 1 || cfg.BatchSize > engine.MaxBatchSize {
+		return nil, fmt.Errorf("agent: batch size %d: must be 1..%d", cfg.BatchSize, engine.MaxBatchSize)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = NewMonotonicClock()
+		cfg.Clock = engine.NewMonotonicClock()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -226,11 +224,7 @@ func newAgent(cfg Config) (*Agent, error) {
 	if cfg.PPFCMaxPause < time.Microsecond || cfg.PPFCMaxPause > maxPPFCMaxPause {
 		return nil, fmt.Errorf("agent: ppfc_max_pause %v: must be 1us..%v", cfg.PPFCMaxPause, maxPPFCMaxPause)
 	}
-	w, err := newWaker()
-	if err != nil {
-		return nil, err
-	}
-	a := &Agent{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, log: cfg.Logger, wake: w,
+	a := &Agent{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, log: cfg.Logger,
 		qpnFirst: firstQPN, qpnLast: roce.PSNMask, // QPNs are 24 bits, like PSNs
 		fixedPort: pktio.FixedSourcePort(cfg.Conn),
 		recvPort:  cfg.Conn.LocalAddr().Port(),
@@ -239,17 +233,23 @@ func newAgent(cfg Config) (*Agent, error) {
 		first, last := sc.QPNBlock()
 		a.qpnFirst, a.qpnLast = max(first, firstQPN), min(last, roce.PSNMask)
 		if a.qpnFirst > a.qpnLast {
-			_ = w.close()
 			return nil, fmt.Errorf("agent: the conn's QPN block %#x..%#x holds no usable QPN", first, last)
 		}
 	}
+	a.rx.a = a
+	eng, err := engine.New(engine.Config{Conn: cfg.Conn, Clock: cfg.Clock, Waker: cfg.Waker, Logger: cfg.Logger,
+		BatchSize: cfg.BatchSize, MaxPacket: maxPacket, PortRate: cfg.PortRate}, &a.rx)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.eng = eng
 	a.mu.next = a.qpnFirst
 	a.qps.Store(new([]*QP))
 	return a, nil
 }
 
 // Clock returns the agent's clock.
-func (a *Agent) Clock() Clock { return a.clock }
+func (a *Agent) Clock() engine.Clock { return a.clock }
 
 // LocalAddr is the packet connection's address.
 func (a *Agent) LocalAddr() netip.AddrPort { return a.conn.LocalAddr() }
@@ -263,11 +263,7 @@ func (a *Agent) Close() error {
 	}
 	a.mu.closed = true
 	a.mu.Unlock()
-	a.closing.Store(true)
-	err := a.conn.Close()
-	a.wake.kick()
-	a.wg.Wait()
-	_ = a.wake.close()
+	err := a.eng.Close()
 	for _, qp := range *a.qps.Load() {
 		if qp != nil {
 			qp.mu.Lock()
@@ -281,7 +277,7 @@ func (a *Agent) Close() error {
 	return err
 }
 
-func (a *Agent) kick() { a.wake.kick() }
+func (a *Agent) kick() { a.eng.Kick() }
 
 // CreateQP creates a queue pair with its registered buffer; Connect it to
 // a peer before starting a stream.
@@ -334,6 +330,8 @@ func (a *Agent) CreateQP(cfg QPConfig) (*QP, error) {
 	copy(tab, old)
 	tab[idx] = qp
 	a.qps.Store(&tab)
+	qp.flow = &qpFlow{qp: qp}
+	a.eng.AddFlow(qp.flow)
 	return qp, nil
 }
 
@@ -379,6 +377,7 @@ func (qp *QP) Destroy() {
 	qp.doneOnce.Do(func() { close(qp.done) })
 	qp.mu.Unlock()
 
+	a.eng.RemoveFlow(qp.flow)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.drops.gone.Add(&ctr)
@@ -427,7 +426,8 @@ func (a *Agent) Counters() AgentCounters {
 	c.UnknownQP = a.drops.unknownQP.Load()
 	c.WrongPeer = a.drops.wrongPeer.Load()
 	c.Unsupported = a.drops.unsupported.Load()
-	c.SendErrors = a.drops.sendErrors.Load()
+	es := a.eng.Stats()
+	c.SendErrors, c.ReplyOverruns = es.SendErrors, es.ReplyOverruns
 	c.PPFCReceivedStop = a.ppfc.received[roce.PPFCStop].Load()
 	c.PPFCReceivedResume = a.ppfc.received[roce.PPFCResume].Load()
 	c.PPFCReceivedAlarm = a.ppfc.received[roce.PPFCAlarm].Load()
@@ -435,26 +435,6 @@ func (a *Agent) Counters() AgentCounters {
 	c.PPFCIgnoredSource = a.ppfc.ignoredSource.Load()
 	c.PPFCIgnoredDestination = a.ppfc.ignoredDestination.Load()
 	return c
-}
-
-// send writes pkts[:n] in one batch.
-func (a *Agent) send(msgs []pktio.Message, pkts []txPacket, n int) {
-	if n == 0 {
-		return
-	}
-	for i := range n {
-		msgs[i].Buffers[0] = pkts[i].buf[:pkts[i].n]
-		msgs[i].TOS = pkts[i].tos
-		msgs[i].Addr = pkts[i].qp.peerAddr()
-		msgs[i].SrcPort = pkts[i].qp.sourcePort()
-	}
-	a.writeMu.Lock()
-	sent, err := a.conn.WriteBatch(msgs[:n])
-	a.writeMu.Unlock()
-	if err != nil && !a.closing.Load() {
-		a.drops.sendErrors.Add(uint64(n - sent))
-		a.log.Debug("send batch", "err", err, "sent", sent, "of", n)
-	}
 }
 
 // peerAddr is read without the lock: it is set once by Connect, before
@@ -483,131 +463,47 @@ func (a *Agent) localPort(qpn uint32) uint16 {
 	return SourcePort(qpn)
 }
 
-func newSlots(n int) ([]txPacket, []pktio.Message) {
-	pkts := make([]txPacket, n)
-	msgs := make([]pktio.Message, n)
-	for i := range pkts {
-		pkts[i].buf = make([]byte, maxPacket)
-		msgs[i].Buffers = make([][]byte, 1)
+func newSlots(n int) ([]txPacket, []pktio.Message) { return engine.NewSlots(n, maxPacket) }
+
+// qpFlow is a QP as the engine's transmit loop sees it.
+type qpFlow struct{ qp *QP }
+
+// Fill implements engine.Flow: fillLocked under the QP's lock, each packet
+// addressed to the peer from the QP's source port.
+func (f *qpFlow) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimit) (int, time.Duration) {
+	qp := f.qp
+	qp.mu.Lock()
+	n, next := qp.fillLocked(now, out, port)
+	qp.mu.Unlock()
+	for i := range out[:n] {
+		out[i].Addr, out[i].SrcPort = qp.peerAddr(), qp.sourcePort()
 	}
-	return pkts, msgs
+	return n, next
 }
 
-// txLoop sends data and held-back CNPs, paced, in batches; it sleeps on
-// the waker until the earliest QP deadline or a kick.
-func (a *Agent) txLoop() {
-	defer a.wg.Done()
-	pkts, msgs := newSlots(a.cfg.BatchSize)
-	start := 0
-	var port *portLimit
-	if a.cfg.PortRate > 0 {
-		port = &portLimit{rate: float64(a.cfg.PortRate) / 8, depth: portBurstBytes}
-		port.b.tokens = portBurstBytes
-		port.b.at = a.clock.Now()
-	}
-	for !a.closing.Load() {
-		now := a.clock.Now()
-		if port != nil {
-			port.b.refill(now, port.rate, port.depth)
-		}
-		tab := *a.qps.Load()
-		n := 0
-		next := never
-		// Round robin: each QP fills at most MaxBurst packets per pass, and
-		// the pass starts one QP later each time.
-		if len(tab) > 0 {
-			start %= len(tab)
-			for i := range tab {
-				qp := tab[(start+i)%len(tab)]
-				if qp == nil {
-					continue
-				}
-				if n == len(pkts) {
-					next = now
-					break
-				}
-				qp.mu.Lock()
-				k, due := qp.fillLocked(now, pkts[n:], port)
-				qp.mu.Unlock()
-				for j := n; j < n+k; j++ {
-					pkts[j].qp = qp
-				}
-				n += k
-				next = min(next, due)
-			}
-			start++
-		}
-		a.send(msgs, pkts, n)
-		if n > 0 || next <= now {
-			continue
-		}
-		wait := time.Duration(-1)
-		if next != never {
-			wait = next - a.clock.Now()
-			if wait <= 0 {
-				continue
-			}
-		}
-		if err := a.wake.sleep(wait); err != nil {
-			return
-		}
-	}
+// agentRx is the agent as the engine's receive loop sees it; its fields
+// belong to that loop.
+type agentRx struct {
+	a  *Agent
+	h  roce.Header
+	rs replies
 }
 
-// rxLoop reads batches, dispatches each packet to its QP and sends the
-// replies of the batch (NAKs, CNPs, coalesced ACKs) in one system call.
-func (a *Agent) rxLoop() {
-	defer a.wg.Done()
-	in := make([]pktio.Message, a.cfg.BatchSize)
-	for i := range in {
-		in[i].Buffers = [][]byte{make([]byte, maxPacket+64)}
-	}
-	rpkts, rmsgs := newSlots(2*a.cfg.BatchSize + 1)
-	rs := &replies{pkts: rpkts}
-	var h roce.Header
-	for {
-		n, err := a.conn.ReadBatch(in)
-		if err != nil {
-			if a.closing.Load() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			a.log.Warn("receive", "err", err)
-			time.Sleep(time.Millisecond) // do not spin on a persistent error
-			continue
-		}
-		now, wall := a.clock.Now(), time.Now()
-		rs.n = 0
-		rs.ackQPs = rs.ackQPs[:0]
-		for i := range n {
-			a.receive(arrival(now, wall, in[i].RxTime), &in[i], &h, rs)
-		}
-		for _, qp := range rs.ackQPs {
-			qp.mu.Lock()
-			qp.flushAckLocked(rs)
-			qp.mu.Unlock()
-		}
-		a.send(rmsgs, rs.pkts, rs.n)
-	}
+// Receive implements engine.Receiver.
+func (r *agentRx) Receive(at time.Duration, m *pktio.Message, out *engine.Replies) {
+	r.rs.out = out
+	r.a.receive(at, m, &r.h, &r.rs)
 }
 
-// maxRxAge bounds how far back a datagram's kernel timestamp may move its
-// arrival: a wall clock stepped by NTP must not make a packet look ancient.
-const maxRxAge = 100 * time.Millisecond
-
-// arrival is when a datagram read at now (the agent's clock; wall on the
-// wall clock) arrived: its kernel timestamp, when the conn gives one. A
-// batch the loop reads late then acts as its packets arrived, spread in
-// time, not all at once (issue 15: a flood of CNPs sharing one batch
-// timestamp cut the rate once per batch).
-func arrival(now time.Duration, wall, rx time.Time) time.Duration {
-	if rx.IsZero() {
-		return now
+// EndBatch implements engine.Receiver: the coalesced ACKs of the batch.
+func (r *agentRx) EndBatch(out *engine.Replies) {
+	r.rs.out = out
+	for _, qp := range r.rs.ackQPs {
+		qp.mu.Lock()
+		qp.flushAckLocked(&r.rs)
+		qp.mu.Unlock()
 	}
-	age := wall.Sub(rx)
-	if age <= 0 {
-		return now
-	}
-	return max(now-min(age, maxRxAge), 0)
+	r.rs.ackQPs = r.rs.ackQPs[:0]
 }
 
 // receive checks one datagram and hands it to its QP, or a PPFC

@@ -81,6 +81,10 @@ type AgentCounters struct {
 	WrongPeer   uint64 `json:"wrong_peer"`
 	Unsupported uint64 `json:"unsupported_opcode"`
 	SendErrors  uint64 `json:"send_errors"`
+	// ReplyOverruns counts replies (ACKs, NAKs, CNPs) that did not fit in
+	// the receive loop's reply batch and were not sent: the peer recovers
+	// as from a loss.
+	ReplyOverruns uint64 `json:"reply_overruns"`
 	// PPFC notifications with a good ICRC, by PT (malformed ones count in
 	// Malformed, bad ICRCs in ICRCErrors); of them, those ignored because
 	// they came from outside Config.PPFCSources or named a destination no
@@ -128,7 +132,7 @@ func (c *Counters) Add(o *Counters) {
 
 // agentDrops are updated from the receive loop without a QP lock.
 type agentDrops struct {
-	malformed, icrc, unknownQP, wrongPeer, unsupported, sendErrors atomic.Uint64
+	malformed, icrc, unknownQP, wrongPeer, unsupported atomic.Uint64
 	// Counters of QPs already destroyed, so agent totals never go back.
 	// Guarded by Agent.mu.
 	gone Counters

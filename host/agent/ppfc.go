@@ -187,7 +187,7 @@ func (qp *QP) endPauseLocked(end time.Duration) {
 	if from := max(r.lastProgress, r.pausedSince); end > from {
 		r.lastProgress += end - from
 	}
-	r.pace.wakeAt = 0 // a pause is not timer lateness: no catch-up credit
+	r.pace.CancelWake() // a pause is not timer lateness: no catch-up credit
 	qp.mu.ctr.PPFCPausedNs += uint64(end - r.pausedSince)
 	r.paused = false
 }

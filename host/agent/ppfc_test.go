@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -8,18 +9,20 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
-// fakeClock is a Clock the test sets by hand.
-type fakeClock struct{ now atomic.Int64 }
+// kickWaker stands in for the engine's waker where no loop runs: it
+// counts kicks.
+type kickWaker struct{ kicks atomic.Int64 }
 
-func (c *fakeClock) Now() time.Duration      { return time.Duration(c.now.Load()) }
-func (c *fakeClock) set(t time.Duration)     { c.now.Store(int64(t)) }
-func (c *fakeClock) advance(d time.Duration) { c.now.Add(int64(d)) }
+func (w *kickWaker) Sleep(time.Duration) error { return errors.New("no transmit loop") }
+func (w *kickWaker) Kick()                     { w.kicks.Add(1) }
+func (w *kickWaker) Close() error              { return nil }
 
 var (
 	peerX   = netip.MustParseAddrPort("198.18.0.2:4791")
@@ -33,7 +36,8 @@ var (
 type ppfcLab struct {
 	t      *testing.T
 	a      *Agent
-	clock  *fakeClock
+	clock  *engine.FakeClock
+	waker  *kickWaker
 	local  netip.AddrPort // the agent's address and receive port
 	slots  []txPacket
 	rslots []txPacket
@@ -42,8 +46,8 @@ type ppfcLab struct {
 func newPPFCLab(t *testing.T, mod func(*Config)) *ppfcLab {
 	t.Helper()
 	pa, _ := pktio.NewPipe(pktio.PipeOptions{})
-	clock := &fakeClock{}
-	cfg := Config{Conn: pa, Clock: clock}
+	clock, waker := engine.NewFakeClock(0), &kickWaker{}
+	cfg := Config{Conn: pa, Clock: clock, Waker: waker}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -54,7 +58,7 @@ func newPPFCLab(t *testing.T, mod func(*Config)) *ppfcLab {
 	t.Cleanup(func() { _ = a.Close() })
 	slots, _ := newSlots(64)
 	rslots, _ := newSlots(8)
-	return &ppfcLab{t: t, a: a, clock: clock, local: pa.LocalAddr(), slots: slots, rslots: rslots}
+	return &ppfcLab{t: t, a: a, clock: clock, waker: waker, local: pa.LocalAddr(), slots: slots, rslots: rslots}
 }
 
 // qp connects a QP to peer (its QPN 0x100, first PSN 0) and starts an
@@ -107,16 +111,12 @@ func (l *ppfcLab) wantTx(qp *QP, pkts int, next time.Duration) {
 // deliver runs the receive path on one datagram from `from` and returns
 // the replies of the batch (NAKs and CNPs, then coalesced ACKs).
 func (l *ppfcLab) deliver(from netip.AddrPort, tos uint8, b []byte) []txPacket {
-	rs := &replies{pkts: l.rslots}
+	rx := agentRx{a: l.a}
+	out := engine.NewReplies(l.rslots)
 	m := pktio.Message{Buffers: [][]byte{b}, N: len(b), Addr: from, TOS: tos}
-	var h roce.Header
-	l.a.receive(l.clock.Now(), &m, &h, rs)
-	for _, qp := range rs.ackQPs {
-		qp.mu.Lock()
-		qp.flushAckLocked(rs)
-		qp.mu.Unlock()
-	}
-	return rs.pkts[:rs.n]
+	rx.Receive(l.clock.Now(), &m, out)
+	rx.EndBatch(out)
+	return out.Packets()
 }
 
 // ppfc sends a notification from the switch, ICRC sealed to the agent.
@@ -175,14 +175,14 @@ func TestPPFCStop(t *testing.T) {
 		l.wantTx(qp, 16, time.Millisecond) // the window; next: its ACK timeout
 		l.ackAll(qp)
 	}
-	l.clock.set(10 * time.Microsecond)
+	l.clock.Set(10 * time.Microsecond)
 	l.ppfc(switchS, stop(peerX, 100*time.Microsecond))
 	l.wantTx(x1, 0, 110*time.Microsecond) // nothing until the pause ends
 	l.wantTx(x2, 0, 110*time.Microsecond)
 	l.wantTx(y, 16, 1010*time.Microsecond)
-	l.clock.set(110*time.Microsecond - 1)
+	l.clock.Set(110*time.Microsecond - 1)
 	l.wantTx(x1, 0, 110*time.Microsecond)
-	l.clock.set(110 * time.Microsecond)
+	l.clock.Set(110 * time.Microsecond)
 	l.wantTx(x1, 16, 1110*time.Microsecond)
 	l.wantTx(x2, 16, 1110*time.Microsecond)
 	wantPPFC(t, x1, 1, 0, 100*time.Microsecond)
@@ -203,10 +203,10 @@ func TestPPFCResume(t *testing.T) {
 	l.ackAll(x)
 	l.ppfc(switchS, stop(peerX, 0))
 	l.wantTx(x, 0, roce.MaxPPFCPause) // 65.535 ms
-	l.clock.set(30 * time.Microsecond)
-	l.a.wake.kicked.Store(false)
+	l.clock.Set(30 * time.Microsecond)
+	kicks := l.waker.kicks.Load()
 	l.ppfc(switchS, resume(peerX))
-	if !l.a.wake.kicked.Load() {
+	if l.waker.kicks.Load() == kicks {
 		t.Error("resume did not kick the transmit loop")
 	}
 	l.wantTx(x, 16, 1030*time.Microsecond)
@@ -221,9 +221,9 @@ func TestPPFCResume(t *testing.T) {
 	l.ackAll(x)
 	start := l.clock.Now()
 	l.ppfc(switchS, stop(peerX, 0))
-	l.clock.set(start + roce.MaxPPFCPause - 1)
+	l.clock.Set(start + roce.MaxPPFCPause - 1)
 	l.wantTx(x, 0, start+roce.MaxPPFCPause)
-	l.clock.set(start + roce.MaxPPFCPause)
+	l.clock.Set(start + roce.MaxPPFCPause)
 	l.wantTx(x, 16, start+roce.MaxPPFCPause+time.Millisecond)
 	wantPPFC(t, x, 2, 1, 30*time.Microsecond+roce.MaxPPFCPause)
 }
@@ -236,7 +236,7 @@ func TestPPFCExtend(t *testing.T) {
 	l.wantTx(x, 16, time.Millisecond)
 	l.ackAll(x)
 	l.ppfc(switchS, stop(peerX, 100*time.Microsecond))
-	l.clock.set(50 * time.Microsecond)
+	l.clock.Set(50 * time.Microsecond)
 	l.ppfc(switchS, stop(peerX, 20*time.Microsecond)) // ends before the pause: no effect
 	l.wantTx(x, 0, 100*time.Microsecond)
 	l.ppfc(switchS, stop(peerX, 100*time.Microsecond))
@@ -245,7 +245,7 @@ func TestPPFCExtend(t *testing.T) {
 	l.wantTx(x, 0, 350*time.Microsecond)
 	l.ppfc(switchS, stop(peerX, 5*time.Millisecond)) // above PPFCMaxPause
 	l.wantTx(x, 0, 350*time.Microsecond)
-	l.clock.set(350 * time.Microsecond)
+	l.clock.Set(350 * time.Microsecond)
 	l.wantTx(x, 16, 1350*time.Microsecond)
 	wantPPFC(t, x, 5, 0, 350*time.Microsecond)
 }
@@ -256,19 +256,19 @@ func TestPPFCNoAckTimeout(t *testing.T) {
 	l := newPPFCLab(t, nil)
 	x := l.qp(peerX)
 	l.wantTx(x, 16, time.Millisecond) // unacknowledged: times out at 1 ms
-	l.clock.set(500 * time.Microsecond)
+	l.clock.Set(500 * time.Microsecond)
 	l.ppfc(switchS, stop(peerX, 0))
-	l.clock.set(10 * time.Millisecond)
+	l.clock.Set(10 * time.Millisecond)
 	l.wantTx(x, 0, 500*time.Microsecond+roce.MaxPPFCPause)
 	l.ppfc(switchS, resume(peerX))
 	// 0.5 ms of the timeout ran before the pause, 0.5 ms remain.
 	l.wantTx(x, 0, 10500*time.Microsecond)
-	l.clock.set(10500*time.Microsecond - 1)
+	l.clock.Set(10500*time.Microsecond - 1)
 	l.wantTx(x, 0, 10500*time.Microsecond)
 	if c := x.Counters(); c.LocalAckTimeoutErr != 0 || c.RetransmitPackets != 0 {
 		t.Fatalf("local_ack_timeout_err %d, retransmitted_packets %d: want 0 before the timeout", c.LocalAckTimeoutErr, c.RetransmitPackets)
 	}
-	l.clock.set(10500 * time.Microsecond)
+	l.clock.Set(10500 * time.Microsecond)
 	l.wantTx(x, 16, 11500*time.Microsecond) // the timeout, then go-back-N
 	if c := x.Counters(); c.LocalAckTimeoutErr != 1 || c.RetransmitPackets != 16 {
 		t.Fatalf("local_ack_timeout_err %d, retransmitted_packets %d: want 1 and 16", c.LocalAckTimeoutErr, c.RetransmitPackets)
@@ -277,15 +277,15 @@ func TestPPFCNoAckTimeout(t *testing.T) {
 	// An ACK during the pause restarts the timer; the pause after it does
 	// not count either.
 	l.ackAll(x)
-	l.clock.set(20 * time.Millisecond)
+	l.clock.Set(20 * time.Millisecond)
 	l.wantTx(x, 16, 21*time.Millisecond)
-	l.clock.set(20200 * time.Microsecond)
+	l.clock.Set(20200 * time.Microsecond)
 	l.ppfc(switchS, stop(peerX, 0))
-	l.clock.set(20400 * time.Microsecond)
+	l.clock.Set(20400 * time.Microsecond)
 	_, sent := x.Progress()
 	l.ack(x, sent-8) // half the window
 	l.wantTx(x, 0, 20200*time.Microsecond+roce.MaxPPFCPause)
-	l.clock.set(25 * time.Millisecond)
+	l.clock.Set(25 * time.Millisecond)
 	l.ppfc(switchS, resume(peerX))
 	l.wantTx(x, 8, 26*time.Millisecond) // the window's other half; timer from the resume
 	if c := x.Counters(); c.LocalAckTimeoutErr != 1 {
@@ -313,20 +313,20 @@ func TestPPFCRespondsWhilePaused(t *testing.T) {
 	}
 	ops := func(pkts []txPacket) (s []string) {
 		for _, p := range pkts {
-			s = append(s, roce.Opcode(p.buf[0]).String())
+			s = append(s, roce.Opcode(p.Buf[0]).String())
 		}
 		return s
 	}
 	if got := ops(l.deliver(peerX, ecnCE, data(0))); strings.Join(got, " ") != "CNP RC_ACKNOWLEDGE" {
 		t.Fatalf("replies %v: want a CNP and an ACK", got)
 	}
-	l.clock.set(time.Microsecond)
+	l.clock.Set(time.Microsecond)
 	if got := ops(l.deliver(peerX, ecnCE, data(1))); strings.Join(got, " ") != "RC_ACKNOWLEDGE" {
 		t.Fatalf("replies %v: want an ACK (the CNP waits for min_time_between_cnps)", got)
 	}
-	l.clock.set(4 * time.Microsecond)
+	l.clock.Set(4 * time.Microsecond)
 	l.wantTx(x, 1, roce.MaxPPFCPause) // the held-back CNP, no data
-	if op := roce.Opcode(l.slots[0].buf[0]); op != roce.OpCNP {
+	if op := roce.Opcode(l.slots[0].Buf[0]); op != roce.OpCNP {
 		t.Errorf("sent %v while paused, want the CNP", op)
 	}
 	if c := x.Counters(); c.RecvMessages != 2 || c.NPCNPSent != 2 {
@@ -527,16 +527,16 @@ func TestPPFCHold(t *testing.T) {
 		l.ackAll(qp)
 	}
 	l.ppfc(switchS, stop(peerX, 100*time.Microsecond))
-	l.clock.set(100 * time.Microsecond) // the pause ran out; the port holds
+	l.clock.Set(100 * time.Microsecond) // the pause ran out; the port holds
 	l.ppfc(switchS, hold(peerX, 80*time.Microsecond))
 	l.wantTx(x, 0, 180*time.Microsecond)
 	l.wantTx(y, 16, 1100*time.Microsecond)
-	l.clock.set(150 * time.Microsecond)
+	l.clock.Set(150 * time.Microsecond)
 	l.ppfc(switchS, hold(peerX, 10*time.Microsecond)) // ends before the pause: no effect
 	l.wantTx(x, 0, 180*time.Microsecond)
 	l.ppfc(switchS, hold(peerX, 50*time.Microsecond))
 	l.wantTx(x, 0, 200*time.Microsecond)
-	l.clock.set(200 * time.Microsecond)
+	l.clock.Set(200 * time.Microsecond)
 	l.wantTx(x, 16, 1200*time.Microsecond)
 	// The stop's pause and the holds' are two pauses: 100 + 100 µs.
 	wantPPFC(t, x, 1, 0, 200*time.Microsecond)
@@ -596,21 +596,21 @@ func TestPPFCAlarm(t *testing.T) {
 	x, plain := l.dcqcnQP(peerX), l.qp(peerX)
 	l.tx(x)
 	l.ackAll(x)
-	l.clock.set(10 * time.Microsecond)
+	l.clock.Set(10 * time.Microsecond)
 	l.cnp(x, peerX)
 	wantRc(t, x, 10*time.Microsecond, 500*units.Mbit)
 	// Increase events at 65, 120, 175, 230 µs …; the alarm holds those
 	// before 220 µs.
-	l.clock.set(20 * time.Microsecond)
+	l.clock.Set(20 * time.Microsecond)
 	l.ppfc(switchS, alarm(peerX, 200*time.Microsecond))
 	if n, _ := l.tx(x); n == 0 {
 		t.Error("an alarmed QP sent nothing: an alarm does not pause")
 	}
 	for _, at := range []time.Duration{65, 120, 175, 229} {
-		l.clock.set(at * time.Microsecond)
+		l.clock.Set(at * time.Microsecond)
 		wantRc(t, x, l.clock.Now(), 500*units.Mbit)
 	}
-	l.clock.set(230 * time.Microsecond)
+	l.clock.Set(230 * time.Microsecond)
 	wantRc(t, x, l.clock.Now(), 750*units.Mbit)
 	s, _ := x.CC()
 	if s.Stats.IncreaseHolds != 3 || s.Stats.RateCuts != 1 || s.Rt != units.Gbit {
@@ -638,7 +638,7 @@ func TestPPFCAlarmKernelCNPs(t *testing.T) {
 	x := l.dcqcnQP(peerX)
 	l.tx(x)
 	l.ackAll(x)
-	l.clock.set(100 * time.Microsecond)
+	l.clock.Set(100 * time.Microsecond)
 	// The kernel counted a CNP 30 µs ago; nothing has read it yet.
 	off.ctr[x.QPN()].add(monotonicNs() - uint64(30*time.Microsecond))
 	l.ppfc(switchS, alarm(peerX, 200*time.Microsecond))
@@ -647,7 +647,7 @@ func TestPPFCAlarmKernelCNPs(t *testing.T) {
 	}
 	// Cut at about 70 µs: the increase events at about 125, 180, 235
 	// and 290 µs fall in the hold (to 300 µs).
-	l.clock.set(299 * time.Microsecond)
+	l.clock.Set(299 * time.Microsecond)
 	if s, _ := x.CC(); s.Stats.RateCuts != 1 || s.Stats.IncreaseHolds == 0 || s.Rc > 750*units.Mbit {
 		t.Errorf("RP %+v: want one cut and the increase events after it held", s)
 	}

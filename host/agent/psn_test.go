@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -68,29 +69,6 @@ func TestAckPSNValidated(t *testing.T) {
 	}
 }
 
-// arrival turns a datagram's kernel timestamp into the agent's clock,
-// bounded by maxRxAge, never later than the read.
-func TestArrival(t *testing.T) {
-	wall := time.Unix(1_800_000_000, 0)
-	now := 5 * time.Second
-	for _, c := range []struct {
-		rx   time.Time
-		want time.Duration
-	}{
-		{time.Time{}, now}, // no timestamp
-		{wall.Add(-300 * time.Microsecond), now - 300*time.Microsecond}, // read 300 µs late
-		{wall.Add(time.Millisecond), now},                               // clock stepped back
-		{wall.Add(-time.Hour), now - maxRxAge},                          // stepped forward: bounded
-	} {
-		if got := arrival(now, wall, c.rx); got != c.want {
-			t.Errorf("arrival(%v, rx %v before the read) = %v, want %v", now, wall.Sub(c.rx), got, c.want)
-		}
-	}
-	if got := arrival(time.Millisecond, wall, wall.Add(-time.Second)); got != 0 {
-		t.Errorf("an arrival before the agent's clock started = %v, want 0", got)
-	}
-}
-
 // A batch of CNPs read at once acts as they arrived (issue 15 §4): with
 // mlx5's profile (one cut per rate_reduce_monitor_period, 4 µs), 100 CNPs
 // 5 µs apart cut 100 times when each carries its arrival time, once when
@@ -120,7 +98,7 @@ func TestCNPFloodArrivalTimes(t *testing.T) {
 			if err := qp.Start(Stream{Op: OpWrite, MessageBytes: 4096}); err != nil {
 				t.Fatal(err)
 			}
-			l.clock.set(time.Second)
+			l.clock.Set(time.Second)
 			l.tx(qp)
 			h := roce.CNPHeader(qp.QPN(), 0xFFFF)
 			b := make([]byte, roce.PacketLen(roce.OpCNP, 0))
@@ -129,9 +107,9 @@ func TestCNPFloodArrivalTimes(t *testing.T) {
 			// 100 CNPs arrive 5 µs apart; the loop reads them 1 ms after
 			// the last.
 			wall := time.Unix(1_800_000_000, 0)
-			l.clock.advance(500*time.Microsecond + time.Millisecond)
+			l.clock.Advance(500*time.Microsecond + time.Millisecond)
 			now := l.clock.Now()
-			rs := &replies{pkts: l.rslots}
+			rs := newReplies(l.rslots)
 			before := qp.Counters()
 			for i := range 100 {
 				rx := wall.Add(-time.Millisecond - time.Duration(99-i)*5*time.Microsecond)
@@ -140,7 +118,7 @@ func TestCNPFloodArrivalTimes(t *testing.T) {
 				}
 				m := pktio.Message{Buffers: [][]byte{b}, N: len(b), Addr: peerX, TOS: 0xC0, RxTime: rx}
 				var hd roce.Header
-				l.a.receive(arrival(now, wall, m.RxTime), &m, &hd, rs)
+				l.a.receive(engine.Arrival(now, wall, m.RxTime), &m, &hd, rs)
 			}
 			after := qp.Counters()
 			cuts := after.RPCNPHandled - before.RPCNPHandled

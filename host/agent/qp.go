@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
@@ -220,6 +221,7 @@ type QP struct {
 	}
 	done     chan struct{} // closed once the stream is finished or in error
 	doneOnce sync.Once
+	flow     *qpFlow // the QP in the engine's round robin
 }
 
 type requester struct {
@@ -247,7 +249,7 @@ type requester struct {
 	paused                   bool
 	pausedSince, pausedUntil time.Duration
 	// Pacer at Rc (or RateCap), MaxBurst packets deep.
-	pace bucket
+	pace engine.Bucket
 	rp   *dcqcn.RP
 	// The RP's CNP intake in the kernel (Config.RPOffload): the CNPs it
 	// counted up to kApplied ran through rp; kLast is the last one's
@@ -398,7 +400,7 @@ func (qp *QP) Start(s Stream) error {
 	}
 	now := qp.agent.clock.Now()
 	r.lastProgress = now
-	r.pace = bucket{at: now, tokens: float64(qp.cfg.MaxBurst * qp.wireBytes(qp.cfg.MTU, true))}
+	r.pace = engine.NewBucket(now, float64(qp.cfg.MaxBurst*qp.wireBytes(qp.cfg.MTU, true)))
 	if qp.cfg.CC == CCDCQCN {
 		r.rp = dcqcn.NewRP(qp.cfg.DCQCN, now)
 		if r.kCNPs != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 )
@@ -96,7 +97,7 @@ func FuzzReceive(f *testing.F) {
 			}
 			l.deliver(from, s[1]&0xFC, b)
 			delivered++
-			l.clock.advance(time.Duration(s[7]) * time.Microsecond)
+			l.clock.Advance(time.Duration(s[7]) * time.Microsecond)
 			l.tx(qp)
 		}
 		c := l.a.Counters()
@@ -118,7 +119,7 @@ func FuzzReceive(f *testing.F) {
 func newFuzzLab(t *testing.T) (*ppfcLab, *QP) {
 	t.Helper()
 	pa, _ := pktio.NewPipe(pktio.PipeOptions{Depth: 16})
-	clock := &fakeClock{}
+	clock := engine.NewFakeClock(0)
 	a, err := newAgent(Config{Conn: pa, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

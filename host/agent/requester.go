@@ -5,26 +5,22 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/roce"
 )
 
 // never is a deadline that does not come.
-const never = time.Duration(1<<63 - 1)
+const never = engine.Never
 
-// txPacket is one slot of the transmit loop's batch.
-type txPacket struct {
-	buf []byte
-	n   int
-	tos uint8
-	qp  *QP
-}
+// txPacket is one slot of a batch the engine sends.
+type txPacket = engine.Packet
 
 // fillLocked writes what the QP may send now into out: a due CNP, then data
 // paced at Rc (or RateCap) and by the port's bucket (nil: no port limit),
 // within the window, unless a PPFC stop paused the requester. It returns
 // the packets written and when the QP next needs the transmit loop.
 // Precondition: qp.mu is held.
-func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n int, next time.Duration) {
+func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLimit) (n int, next time.Duration) {
 	next = never
 	if !qp.mu.connected || qp.mu.destroyed {
 		return 0, next
@@ -32,8 +28,8 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 	// Notification point: a CNP held back by min_time_between_cnps.
 	if np := qp.mu.resp.np; np != nil {
 		if len(out) > 0 && np.Poll(now) {
-			out[0].n = qp.buildCNPLocked(out[0].buf)
-			out[0].tos = qp.cnpTOS
+			out[0].N = qp.buildCNPLocked(out[0].Buf)
+			out[0].TOS = qp.cnpTOS
 			n++
 		}
 		if due, ok := np.Next(); ok {
@@ -76,9 +72,9 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 	}
 	burst := float64(qp.cfg.MaxBurst * qp.wireBytes(qp.cfg.MTU, true))
 	if rate > 0 {
-		r.pace.refill(now, rate, burst)
+		r.pace.Refill(now, rate, burst)
 	}
-	r.pace.at = now
+	r.pace.Skip(now)
 	portBlocked := false
 	window := uint64(qp.cfg.Window)
 	if qp.cfg.InflightTime > 0 && rate > 0 {
@@ -110,25 +106,25 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 		if !r.windowOpen(window) {
 			break // an ACK kicks the loop
 		}
-		if rate > 0 && !r.pace.ready() {
+		if rate > 0 && !r.pace.Ready() {
 			break
 		}
-		if port != nil && !port.b.ready() {
+		if port != nil && !port.Ready() {
 			portBlocked = true
 			break
 		}
 		p := &out[n]
-		p.n = qp.buildDataLocked(p.buf, r.nxt)
-		p.tos = qp.dataTOS
-		wire := p.n + 14 + 8 + 20
+		p.N = qp.buildDataLocked(p.Buf, r.nxt)
+		p.TOS = qp.dataTOS
+		wire := p.N + 14 + 8 + 20
 		if qp.mu.local.Addr().Is6() {
 			wire += 20
 		}
 		if rate > 0 {
-			r.pace.spend(wire)
+			r.pace.Spend(wire)
 		}
 		if port != nil {
-			port.b.spend(wire)
+			port.Spend(wire)
 		}
 		if r.rp != nil {
 			r.rp.OnTransmit(now, wire)
@@ -142,20 +138,20 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *portLimit) (n 
 		r.nxt++
 		r.max = max(r.max, r.nxt)
 		qp.mu.ctr.TxPackets++
-		qp.mu.ctr.TxBytes += uint64(p.n)
+		qp.mu.ctr.TxBytes += uint64(p.N)
 		n++
 	}
 	if r.nxt < r.limit && r.windowOpen(window) {
 		switch {
-		case rate > 0 && !r.pace.ready():
-			next = min(next, r.pace.wait(now, rate, burst))
+		case rate > 0 && !r.pace.Ready():
+			next = min(next, r.pace.Wait(now, rate, burst))
 			if r.rp != nil {
 				// An increase step may raise Rc before then (at Rmin a
 				// burst can take seconds).
 				next = min(next, max(r.rp.NextEvent(), now+1))
 			}
 		case portBlocked:
-			next = min(next, port.nextWake(now))
+			next = min(next, port.NextWake(now))
 		default:
 			next = now // more to send right away
 		}

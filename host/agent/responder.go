@@ -3,6 +3,8 @@ package agent
 import (
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/engine"
+
 	"github.com/fabriclab/fabriclab/host/roce"
 )
 
@@ -10,21 +12,15 @@ import (
 // CNPs as they happen, ACKs once per QP at the end of the batch (ACK
 // coalescing: one ACK covers every AckReq packet of the batch).
 type replies struct {
-	pkts    []txPacket
-	n       int
-	ackQPs  []*QP
-	overrun uint64 // replies that did not fit (the requester recovers by timeout)
+	out    *engine.Replies
+	ackQPs []*QP
 }
 
-func (rs *replies) next() *txPacket {
-	if rs.n == len(rs.pkts) {
-		rs.overrun++
-		return nil
-	}
-	p := &rs.pkts[rs.n]
-	rs.n++
-	return p
-}
+func newReplies(slots []txPacket) *replies { return &replies{out: engine.NewReplies(slots)} }
+
+// next is the next reply slot, nil if the batch is full (the peer recovers
+// by timeout; the engine counts it).
+func (rs *replies) next() *txPacket { return rs.out.Next() }
 
 // onCELocked is the notification point (reference/dcqcn.md §NP): every
 // CE-marked packet counts, and turns into a CNP to the sender's QP unless
@@ -50,9 +46,9 @@ func (qp *QP) onCELocked(now time.Duration, rs *replies) {
 		return
 	}
 	if p := rs.next(); p != nil {
-		p.n = qp.buildCNPLocked(p.buf)
-		p.tos = qp.cnpTOS
-		p.qp = qp
+		p.N = qp.buildCNPLocked(p.Buf)
+		p.TOS = qp.cnpTOS
+		p.Addr, p.SrcPort = qp.peerAddr(), qp.sourcePort()
 	}
 }
 
@@ -176,9 +172,9 @@ func (qp *QP) sendAckLocked(rs *replies, psn uint32, syn roce.Syndrome) {
 	if p == nil {
 		return
 	}
-	p.n = buildAck(p.buf, qp.mu.local, qp.mu.peer.Addr, qp.mu.peer.QPN, psn, syn, qp.mu.resp.msn)
-	p.tos = qp.dataTOS
-	p.qp = qp
+	p.N = buildAck(p.Buf, qp.mu.local, qp.mu.peer.Addr, qp.mu.peer.QPN, psn, syn, qp.mu.resp.msn)
+	p.TOS = qp.dataTOS
+	p.Addr, p.SrcPort = qp.peerAddr(), qp.sourcePort()
 	qp.mu.ctr.TxPackets++
-	qp.mu.ctr.TxBytes += uint64(p.n)
+	qp.mu.ctr.TxBytes += uint64(p.N)
 }

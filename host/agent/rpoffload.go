@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/fabriclab/fabriclab/host/engine"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +29,7 @@ func (qp *QP) syncKernelCNPsLocked() {
 		at := cnow
 		if ns, ok := r.kCNPs.Arrival(r.kApplied); ok {
 			if ns <= mono {
-				at = cnow - min(time.Duration(mono-ns), maxRxAge)
+				at = cnow - min(time.Duration(mono-ns), engine.MaxArrivalAge)
 			}
 		} else {
 			qp.mu.ctr.RPCNPTimeUnknown++

@@ -97,7 +97,7 @@ func TestPerQPSourcePorts(t *testing.T) {
 		}
 	}
 	for _, q := range qps {
-		waitDone(t, q.a, 10*time.Second)
+		p.waitDone(t, q.a, 10*time.Second)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

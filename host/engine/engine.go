@@ -1,0 +1,452 @@
+// Package engine is the transport engine of the host agent: the receive
+// and transmit loops over one pktio.Conn that every fabric transport (RoCEv2
+// RC in host/agent, UET's PDS) runs on. It owns what a NIC's transport
+// block shares between its connections:
+//
+//   - the receive loop: batched reads, each datagram handed to the
+//     transport's Receiver with its kernel arrival time, the replies of a
+//     batch (ACKs, NAKs, CNPs) sent in one system call;
+//   - the transmit loop: a round robin over the transport's Flows, each
+//     filling at most its burst per pass, batched writes, and sleep on a
+//     Waker until the earliest flow deadline or a kick;
+//   - the port limiter: every flow together never sends faster than the
+//     line rate (Config.PortRate);
+//   - time: an injected Clock and Waker, so a transport runs on the real
+//     clock (MonotonicClock, TimerWaker) or in fake time in unit tests
+//     (FakeClock).
+//
+// Congestion control is not here: a flow paces itself with its controller
+// (host/cc) and a Bucket, and tells the loop when it next has work.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Never is a deadline that does not come.
+const Never = time.Duration(1<<63 - 1)
+
+// Packet is one datagram a transport hands the engine: Buf[:N] goes to
+// Addr from UDP source port SrcPort (0: the conn's) with TOS.
+type Packet struct {
+	Buf     []byte
+	N       int
+	TOS     uint8
+	Addr    netip.AddrPort
+	SrcPort uint16
+}
+
+// Flow is one sender of a transport (a RoCEv2 QP, a UET PDC): the transmit
+// loop asks it for packets.
+type Flow interface {
+	// Fill writes into out what the flow may send at now (at most its
+	// burst), paced and within its window, charging each packet to port
+	// (nil: no port limit) and stopping when port is not Ready. It returns
+	// how many packets it wrote and when it next needs the loop: now for
+	// more at once, Never for nothing until a kick.
+	Fill(now time.Duration, out []Packet, port *PortLimit) (n int, next time.Duration)
+}
+
+// Receiver is a transport's receive side.
+type Receiver interface {
+	// Receive handles one datagram that arrived at at (its kernel
+	// timestamp on the engine's clock where the conn gives one); replies
+	// go into out.
+	Receive(at time.Duration, m *pktio.Message, out *Replies)
+	// EndBatch runs after every datagram of a batch was received, before
+	// the replies are sent (ACK coalescing: one ACK per flow per batch).
+	EndBatch(out *Replies)
+}
+
+// Replies collects the packets the receive loop sends back for one batch.
+type Replies struct {
+	pkts    []Packet
+	n       int
+	overrun uint64
+}
+
+// NewReplies returns a reply batch over slots (tests; the engine makes its
+// own).
+func NewReplies(slots []Packet) *Replies { return &Replies{pkts: slots} }
+
+// Next returns the next free slot, or nil when the batch is full: the
+// reply is lost (counted in Stats.ReplyOverruns) and the peer recovers as
+// from a loss.
+func (r *Replies) Next() *Packet {
+	if r.n == len(r.pkts) {
+		r.overrun++
+		return nil
+	}
+	p := &r.pkts[r.n]
+	r.n++
+	return p
+}
+
+// Packets returns the replies written so far.
+func (r *Replies) Packets() []Packet { return r.pkts[:r.n] }
+
+// Config configures an Engine.
+type Config struct {
+	// Conn is the port. Required.
+	Conn pktio.Conn
+	// Clock is the time flows see. Optional: a MonotonicClock.
+	Clock Clock
+	// Waker puts the transmit loop to sleep. Optional: a TimerWaker on
+	// the monotonic clock; with a FakeClock, its NewWaker.
+	Waker Waker
+	// Logger gets send and receive errors. Optional: slog.Default().
+	Logger *slog.Logger
+	// BatchSize is the most packets per send/receive system call.
+	// Optional: 0 means 64.
+	BatchSize int
+	// MaxPacket is the largest datagram a transport builds or receives.
+	// Required.
+	MaxPacket int
+	// PortRate is the line rate all flows share. Optional: 0, no limit.
+	PortRate units.Rate
+	// PortBurst is the port limiter's depth in wire bytes. Optional: 0
+	// means DefaultPortBurst.
+	PortBurst int
+}
+
+// DefaultPortBurst is the port limiter's burst: 16 full 1 KB-MTU packets.
+const DefaultPortBurst = 16 * 1100
+
+// MaxBatchSize bounds Config.BatchSize.
+const MaxBatchSize = 1024
+
+// Stats are the engine's own counters.
+type Stats struct {
+	// SendErrors counts datagrams a WriteBatch failed to send.
+	SendErrors uint64
+	// ReplyOverruns counts replies that did not fit in a batch's reply
+	// slots.
+	ReplyOverruns uint64
+}
+
+// Engine runs a transport's loops on one conn.
+type Engine struct {
+	cfg   Config
+	conn  pktio.Conn
+	clock Clock
+	wake  Waker
+	log   *slog.Logger
+	rx    Receiver
+
+	flows atomic.Pointer[[]Flow] // copy on write under mu
+
+	mu struct {
+		sync.Mutex
+		started, closed bool
+	}
+	writeMu  sync.Mutex // one sendmmsg at a time on the shared socket
+	closing  atomic.Bool
+	wg       sync.WaitGroup
+	sendErrs atomic.Uint64
+	overruns atomic.Uint64
+	rxBusy   atomic.Bool // the receive loop is handling a batch
+}
+
+// New returns an engine for receiver rx; Start runs its loops.
+func New(cfg Config, rx Receiver) (*Engine, error) {
+	switch {
+	case cfg.Conn == nil:
+		return nil, errors.New("engine: Config.Conn is required")
+	case rx == nil:
+		return nil, errors.New("engine: a Receiver is required")
+	case cfg.MaxPacket <= 0:
+		return nil, fmt.Errorf("engine: max_packet %d: must be > 0", cfg.MaxPacket)
+	case cfg.PortBurst < 0:
+		return nil, fmt.Errorf("engine: port_burst %d: must be >= 0", cfg.PortBurst)
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 64
+	}
+	if cfg.BatchSize < 1 || cfg.BatchSize > MaxBatchSize {
+		return nil, fmt.Errorf("engine: batch size %d: must be 1..%d", cfg.BatchSize, MaxBatchSize)
+	}
+	if cfg.PortBurst == 0 {
+		cfg.PortBurst = DefaultPortBurst
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = NewMonotonicClock()
+	}
+	if cfg.Waker == nil {
+		if fc, ok := cfg.Clock.(*FakeClock); ok {
+			cfg.Waker = fc.NewWaker()
+		} else {
+			w, err := NewTimerWaker()
+			if err != nil {
+				return nil, err
+			}
+			cfg.Waker = w
+		}
+	}
+	e := &Engine{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, wake: cfg.Waker, log: cfg.Logger, rx: rx}
+	e.flows.Store(new([]Flow))
+	return e, nil
+}
+
+// Start runs the receive and transmit loops.
+func (e *Engine) Start() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.started || e.mu.closed {
+		return
+	}
+	e.mu.started = true
+	e.wg.Add(2)
+	go e.rxLoop()
+	go e.txLoop()
+}
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() Clock { return e.clock }
+
+// Conn returns the engine's conn.
+func (e *Engine) Conn() pktio.Conn { return e.conn }
+
+// Closing reports whether Close has begun.
+func (e *Engine) Closing() bool { return e.closing.Load() }
+
+// Kick wakes the transmit loop: a flow has something to send.
+func (e *Engine) Kick() { e.wake.Kick() }
+
+// AddFlow puts f in the transmit loop's round robin.
+func (e *Engine) AddFlow(f Flow) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := *e.flows.Load()
+	tab := make([]Flow, len(old), len(old)+1)
+	copy(tab, old)
+	tab = append(tab, f)
+	e.flows.Store(&tab)
+}
+
+// RemoveFlow takes f out of the round robin; the loop may still be inside
+// its Fill.
+func (e *Engine) RemoveFlow(f Flow) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := *e.flows.Load()
+	tab := make([]Flow, 0, len(old))
+	for _, g := range old {
+		if g != f {
+			tab = append(tab, g)
+		}
+	}
+	e.flows.Store(&tab)
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	return Stats{SendErrors: e.sendErrs.Load(), ReplyOverruns: e.overruns.Load()}
+}
+
+// Close stops both loops and closes the conn and the waker.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.mu.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.mu.closed = true
+	e.mu.Unlock()
+	e.closing.Store(true)
+	err := e.conn.Close()
+	e.wake.Kick()
+	e.wg.Wait()
+	_ = e.wake.Close()
+	return err
+}
+
+// NewSlots returns n packet slots of MaxPacket bytes and their messages.
+func (e *Engine) NewSlots(n int) ([]Packet, []pktio.Message) {
+	return NewSlots(n, e.cfg.MaxPacket)
+}
+
+// NewSlots returns n packet slots of size bytes each and n messages.
+func NewSlots(n, size int) ([]Packet, []pktio.Message) {
+	pkts := make([]Packet, n)
+	msgs := make([]pktio.Message, n)
+	for i := range pkts {
+		pkts[i].Buf = make([]byte, size)
+		msgs[i].Buffers = make([][]byte, 1)
+	}
+	return pkts, msgs
+}
+
+// send writes pkts in one batch.
+func (e *Engine) send(msgs []pktio.Message, pkts []Packet) {
+	if len(pkts) == 0 {
+		return
+	}
+	for i := range pkts {
+		p := &pkts[i]
+		msgs[i].Buffers[0] = p.Buf[:p.N]
+		msgs[i].TOS = p.TOS
+		msgs[i].Addr = p.Addr
+		msgs[i].SrcPort = p.SrcPort
+	}
+	e.writeMu.Lock()
+	sent, err := e.conn.WriteBatch(msgs[:len(pkts)])
+	e.writeMu.Unlock()
+	if err != nil && !e.closing.Load() {
+		e.sendErrs.Add(uint64(len(pkts) - sent))
+		e.log.Debug("send batch", "err", err, "sent", sent, "of", len(pkts))
+	}
+}
+
+// txLoop sends what the flows fill, paced, in batches; it sleeps on the
+// waker until the earliest flow deadline or a kick.
+func (e *Engine) txLoop() {
+	defer e.wg.Done()
+	pkts, msgs := e.NewSlots(e.cfg.BatchSize)
+	var port *PortLimit
+	if e.cfg.PortRate > 0 {
+		port = NewPortLimit(e.clock.Now(), e.cfg.PortRate, e.cfg.PortBurst)
+	}
+	start := 0
+	for !e.closing.Load() {
+		now := e.clock.Now()
+		n, next := e.fill(now, pkts, port, &start)
+		e.send(msgs, pkts[:n])
+		if n > 0 || next <= now {
+			continue
+		}
+		wait := time.Duration(-1)
+		if next != Never {
+			wait = next - e.clock.Now()
+			if wait <= 0 {
+				continue
+			}
+		}
+		if err := e.wake.Sleep(wait); err != nil {
+			return
+		}
+	}
+}
+
+// fill is one pass of the round robin: each flow fills at most its burst.
+// The next pass starts with the first flow the port (or the batch) turned
+// away, so that a port too slow to serve every flow each pass still
+// serves them in turn; after a full pass it starts one flow later.
+func (e *Engine) fill(now time.Duration, pkts []Packet, port *PortLimit, start *int) (n int, next time.Duration) {
+	if port != nil {
+		port.Refill(now)
+	}
+	next = Never
+	tab := *e.flows.Load()
+	if len(tab) == 0 {
+		return 0, next
+	}
+	*start %= len(tab)
+	first := *start
+	*start = first + 1
+	turned := false // the next pass's start is set
+	for i := range tab {
+		j := (first + i) % len(tab)
+		if n == len(pkts) {
+			next = now
+			if !turned {
+				*start = j
+			}
+			break
+		}
+		k, due := tab[j].Fill(now, pkts[n:], port)
+		n += k
+		next = min(next, due)
+		if port != nil && !turned && !port.Ready() {
+			// The port ran out in this flow's burst: the next pass begins
+			// after it, or with it if it sent nothing. The flows after it
+			// are still asked: what the port does not limit (a due CNP)
+			// goes now.
+			turned = true
+			*start = j
+			if k > 0 {
+				*start = j + 1
+			}
+		}
+	}
+	return n, next
+}
+
+// rxLoop reads batches, hands each datagram to the receiver and sends the
+// replies of the batch in one system call.
+func (e *Engine) rxLoop() {
+	defer e.wg.Done()
+	in := make([]pktio.Message, e.cfg.BatchSize)
+	for i := range in {
+		in[i].Buffers = [][]byte{make([]byte, e.cfg.MaxPacket+64)}
+	}
+	rpkts, rmsgs := e.NewSlots(2*e.cfg.BatchSize + 1)
+	rs := &Replies{pkts: rpkts}
+	// Kernel timestamps are wall-clock times: in fake time they mean
+	// nothing.
+	_, fake := e.clock.(*FakeClock)
+	for {
+		n, err := e.conn.ReadBatch(in)
+		if err != nil {
+			if e.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			e.log.Warn("receive", "err", err)
+			time.Sleep(time.Millisecond) // do not spin on a persistent error
+			continue
+		}
+		e.rxBusy.Store(true)
+		now, wall := e.clock.Now(), time.Now()
+		rs.n, rs.overrun = 0, 0
+		for i := range n {
+			at := now
+			if !fake {
+				at = Arrival(now, wall, in[i].RxTime)
+			}
+			e.rx.Receive(at, &in[i], rs)
+		}
+		e.rx.EndBatch(rs)
+		if rs.overrun > 0 {
+			e.overruns.Add(rs.overrun)
+		}
+		e.send(rmsgs, rs.pkts[:rs.n])
+		e.rxBusy.Store(false)
+	}
+}
+
+// ReceiveIdle reports whether the receive loop is between batches (fake
+// time: a driver advances the clock only when nothing is in hand).
+func (e *Engine) ReceiveIdle() bool { return !e.rxBusy.Load() }
+
+// MaxArrivalAge bounds how far back a datagram's kernel timestamp may move
+// its arrival: a wall clock stepped by NTP must not make a packet look
+// ancient.
+const MaxArrivalAge = 100 * time.Millisecond
+
+// Arrival is when a datagram read at now (the engine's clock; wall on the
+// wall clock) arrived: its kernel timestamp, when the conn gives one. A
+// batch the loop reads late then acts as its packets arrived, spread in
+// time, not all at once (a flood of CNPs sharing one batch timestamp cut
+// the rate once per batch).
+func Arrival(now time.Duration, wall, rx time.Time) time.Duration {
+	if rx.IsZero() {
+		return now
+	}
+	age := wall.Sub(rx)
+	if age <= 0 {
+		return now
+	}
+	return max(now-min(age, MaxArrivalAge), 0)
+}

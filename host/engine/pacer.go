@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// maxPacerSlack bounds the credit a late wakeup may claim.
+const maxPacerSlack = 500 * time.Microsecond
+
+// Bucket is a token bucket in bytes: a pure state machine fed "now", like
+// quic-go's pacer. It holds depth bytes (a burst of packets), plus what the
+// timer's lateness owes: the loop asked to wake at wakeAt and a timerfd
+// wakes 25–50 µs late, longer than a 4-packet burst lasts at 1 Gbit/s, so
+// dropping that credit would pace below the rate.
+type Bucket struct {
+	tokens float64
+	at     time.Duration // last refill
+	wakeAt time.Duration // when the owner asked to run again; 0 = not waiting
+}
+
+// NewBucket returns a bucket holding tokens bytes at now.
+func NewBucket(now time.Duration, tokens float64) Bucket {
+	return Bucket{tokens: tokens, at: now}
+}
+
+// Refill adds the credit earned since the last refill at rate bytes/s.
+func (b *Bucket) Refill(now time.Duration, rate, depth float64) {
+	if b.wakeAt > 0 && now > b.wakeAt {
+		depth += rate * min(now-b.wakeAt, maxPacerSlack).Seconds()
+	}
+	// Credit already granted (a late wakeup's, spent over several passes
+	// of the loop) is kept.
+	b.tokens = min(b.tokens+rate*(now-b.at).Seconds(), max(depth, b.tokens))
+	b.at = now
+	b.wakeAt = 0
+}
+
+// Ready reports whether a packet may go; it may overdraw by one packet.
+func (b *Bucket) Ready() bool { return b.tokens > 0 }
+
+// Spend takes bytes from the bucket.
+func (b *Bucket) Spend(bytes int) { b.tokens -= float64(bytes) }
+
+// Tokens is the credit in bytes (negative: overdrawn).
+func (b *Bucket) Tokens() float64 { return b.tokens }
+
+// maxBurstWait bounds how long the pacer waits to send a whole burst.
+const maxBurstWait = 200 * time.Microsecond
+
+// Wait returns when a whole burst (depth) is due: fewer wakeups, and the
+// lateness credit keeps the average at the rate. At a low rate, where a
+// burst takes longer than maxBurstWait to earn, it returns when the next
+// packet may go: a flow near its minimum rate must not hold a packet back
+// for several packet times (its ACK timeout runs meanwhile).
+func (b *Bucket) Wait(now time.Duration, rate, depth float64) time.Duration {
+	need := depth - b.tokens
+	if need/rate > maxBurstWait.Seconds() {
+		need = max(-b.tokens, 0) + 1
+	}
+	b.wakeAt = now + time.Duration(need/rate*1e9) + 1
+	return b.wakeAt
+}
+
+// PortLimit is the NIC's serializer: all flows of an engine share its rate
+// (Config.PortRate), as a NIC's queue pairs share the port whatever their
+// own rates.
+type PortLimit struct {
+	b     Bucket
+	rate  float64 // bytes per second
+	depth float64
+}
+
+// NewPortLimit returns a full port limiter of rate and burst depth bytes.
+func NewPortLimit(now time.Duration, rate units.Rate, depth int) *PortLimit {
+	return &PortLimit{b: NewBucket(now, float64(depth)), rate: rate.BytesPerSecond(), depth: float64(depth)}
+}
+
+// Refill adds the credit earned by now.
+func (p *PortLimit) Refill(now time.Duration) { p.b.Refill(now, p.rate, p.depth) }
+
+// Ready reports whether the port takes another packet now.
+func (p *PortLimit) Ready() bool { return p.b.Ready() }
+
+// Spend charges a packet of wire bytes to the port.
+func (p *PortLimit) Spend(wire int) { p.b.Spend(wire) }
+
+// NextWake is when the port has a burst's credit again.
+func (p *PortLimit) NextWake(now time.Duration) time.Duration {
+	if p.b.wakeAt == 0 {
+		p.b.Wait(now, p.rate, p.depth)
+	}
+	return p.b.wakeAt
+}
+
+// Skip moves the refill point to now without adding credit: time the owner
+// spent unpaced earns nothing.
+func (b *Bucket) Skip(now time.Duration) { b.at = now }
+
+// CancelWake forgets the wakeup the owner asked for: a pause is not timer
+// lateness, so it earns no catch-up credit.
+func (b *Bucket) CancelWake() { b.wakeAt = 0 }
