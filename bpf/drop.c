@@ -31,7 +31,6 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define IPPROTO_UDP 17
 #define IP_OFFSET_MASK 0x1FFF /* fragment offset, in 8-byte units */
 
-#define ROCEV2_UDP_PORT 4791
 /* drop_cfg holds the drop probability in parts per million. */
 #define DROP_PPM_ONE 1000000
 
@@ -45,7 +44,7 @@ struct udphdr {
 /* Load-time settings. */
 
 /* The UDP destination port whose datagrams are candidates, host order. */
-volatile const __u16 udp_dport = ROCEV2_UDP_PORT;
+volatile const __u16 udp_dport = ROCE_UDP_PORT;
 
 /* Tests only: draw the random number from test_rand instead of
  * bpf_get_prandom_u32, so BPF_PROG_RUN can check the decision. */

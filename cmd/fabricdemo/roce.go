@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fabriclab/fabriclab/host/roce"
 	"net"
 	"net/netip"
 	"os"
@@ -36,7 +37,6 @@ const (
 	// messageBytes is each RDMA WRITE (perftest's and roceperf's default
 	// is 64 KiB).
 	messageBytes = 64 << 10
-	roceUDPPort  = 4791
 	roceLinkMTU  = 9000
 	// receiverBufferBytes is the receiver's UDP receive buffer (the kernel
 	// doubles it): 64 MB hold about 250 ms of jumbo frames at 1 Gbit/s
@@ -69,7 +69,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		var conn *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error
-			conn, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, roceUDPPort), opts)
+			conn, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, roce.UDPPort), opts)
 			return err
 		})
 		if err != nil {
@@ -155,10 +155,10 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	rcfg.CNPPeriod = p.MinTimeBetweenCNPs
 	rcfg.CNPDSCP = p.CNPDSCP
 	rcfg.BufferBytes = 4 * messageBytes
-	rlocal := netip.AddrPortFrom(lab.ReceiverAddr, roceUDPPort)
+	rlocal := netip.AddrPortFrom(lab.ReceiverAddr, roce.UDPPort)
 	var flows []*roceFlow
 	for i := range o.senders {
-		slocal := netip.AddrPortFrom(lab.SenderAddrs[i], roceUDPPort)
+		slocal := netip.AddrPortFrom(lab.SenderAddrs[i], roce.UDPPort)
 		for q := range o.qps {
 			sqp, err := senders[i].CreateQP(scfg)
 			if err != nil {
@@ -588,7 +588,7 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 		d.printf("rx     RPS: %s (keeps each flow in order through the veths)\n", rps)
 	}
 	d.printf("hosts  one RoCE agent per namespace in this process (UDP %d): RC QPs, RDMA WRITE of %d KiB messages, MTU %d, ECT(0)\n",
-		roceUDPPort, messageBytes>>10, o.mtu)
+		roce.UDPPort, messageBytes>>10, o.mtu)
 	nGet := func(n string) string { v, _ := p.Get(n); return v }
 	d.printf("NP     receiver (%s): a CNP per QP at most every min_time_between_cnps %s us, DSCP %d\n", o.np, nGet("min_time_between_cnps"), p.CNPDSCP)
 	inc, dec := knobSummary(p)

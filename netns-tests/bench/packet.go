@@ -2,7 +2,11 @@
 
 package main
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/fabriclab/fabriclab/host/roce"
+)
 
 // Packet of the per-packet benchmark: Ethernet + IPv4 (1000 bytes in the IP
 // total length) + UDP to the RoCEv2 port, DSCP 26 (the RoCE class), ECT(0).
@@ -36,8 +40,8 @@ func craftPacket() []byte {
 	binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
 
 	udp := b[ethHdrLen+ipv4HdrLen:]
-	binary.BigEndian.PutUint16(udp[0:], 4791)
-	binary.BigEndian.PutUint16(udp[2:], 4791)
+	binary.BigEndian.PutUint16(udp[0:], roce.UDPPort)
+	binary.BigEndian.PutUint16(udp[2:], roce.UDPPort)
 	binary.BigEndian.PutUint16(udp[4:], benchIPLen-ipv4HdrLen)
 	for i := udpHdrLen; i < len(udp); i++ {
 		udp[i] = 0xab

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	rocewire "github.com/fabriclab/fabriclab/host/roce"
 	"net/netip"
 	"slices"
 	"sync"
@@ -213,7 +214,7 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 		var c *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error
-			c, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, 4791), pktio.RoCEOptions{})
+			c, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, rocewire.UDPPort), pktio.RoCEOptions{})
 			return err
 		})
 		return c, err
@@ -276,8 +277,8 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 		return row, err
 	}
 	ea, eb := qa.Endpoint(), qb.Endpoint()
-	ea.Addr = netip.AddrPortFrom(addrA.Addr(), 4791)
-	eb.Addr = netip.AddrPortFrom(addrB.Addr(), 4791)
+	ea.Addr = netip.AddrPortFrom(addrA.Addr(), rocewire.UDPPort)
+	eb.Addr = netip.AddrPortFrom(addrB.Addr(), rocewire.UDPPort)
 	if err := qa.Connect(ea.Addr, eb); err != nil {
 		return row, err
 	}

@@ -13,11 +13,8 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/roce"
 )
-
-// RoCEv2Port is the UDP destination port of RoCEv2 (IANA), the default
-// target of a loss link.
-const RoCEv2Port = 4791
 
 // LossSpec describes random loss on one device (the kernel here has no
 // netem): each UDP datagram to UDPPort is dropped with probability
@@ -77,7 +74,7 @@ func (n *Node) AddLoss(dev string, spec LossSpec) (*LossLink, error) {
 		return nil, err
 	}
 	if spec.UDPPort == 0 {
-		spec.UDPPort = RoCEv2Port
+		spec.UDPPort = roce.UDPPort // the default target of a loss link
 	}
 	cs, err := bpf.LoadDrop()
 	if err != nil {
