@@ -110,29 +110,36 @@ var _ SteeredConn = (*RoCEConn)(nil)
 //
 // The sockets are created in the network namespace of the calling OS
 // thread. Errors say which capability is missing.
-func ListenRoCE(laddr netip.AddrPort, opts RoCEOptions) (_ *RoCEConn, err error) {
+func ListenRoCE(laddr netip.AddrPort, opts RoCEOptions) (*RoCEConn, error) {
 	if !laddr.Addr().IsValid() {
 		return nil, errors.New("pktio: listen roce: no local address (use 0.0.0.0 or :: for any)")
 	}
+	if laddr.Port() == 0 {
+		laddr = netip.AddrPortFrom(laddr.Addr(), roce.UDPPort)
+	}
+	return listenRaw("roce", laddr, opts, true)
+}
+
+// listenRaw opens a raw send socket and a UDP receive socket on laddr's
+// port: the wildcard's, in the namespace's QPN steering (steered), or
+// laddr's own address, alone.
+func listenRaw(kind string, laddr netip.AddrPort, opts RoCEOptions, steered bool) (_ *RoCEConn, err error) {
 	addr := laddr.Addr().Unmap()
 	port := laddr.Port()
-	if port == 0 {
-		port = roce.UDPPort
-	}
 	laddr = netip.AddrPortFrom(addr, port)
 	batch := opts.BatchSize
 	if batch == 0 {
 		batch = DefaultBatchSize
 	}
 	if batch < 1 || batch > MaxBatchSize {
-		return nil, fmt.Errorf("pktio: listen roce %s: BatchSize %d out of range 1..%d", laddr, opts.BatchSize, MaxBatchSize)
+		return nil, fmt.Errorf("pktio: listen %s %s: BatchSize %d out of range 1..%d", kind, laddr, opts.BatchSize, MaxBatchSize)
 	}
 	sndbuf := opts.SendBufferBytes
 	if sndbuf == 0 {
 		sndbuf = DefaultUDPBufferBytes
 	}
 	if sndbuf < 0 || opts.RecvBufferBytes < 0 {
-		return nil, fmt.Errorf("pktio: listen roce %s: buffer sizes must not be negative (RecvBufferBytes %d, SendBufferBytes %d)", laddr, opts.RecvBufferBytes, opts.SendBufferBytes)
+		return nil, fmt.Errorf("pktio: listen %s %s: buffer sizes must not be negative (RecvBufferBytes %d, SendBufferBytes %d)", kind, laddr, opts.RecvBufferBytes, opts.SendBufferBytes)
 	}
 	v6 := addr.Is6()
 	c := &RoCEConn{local: laddr, v6: v6, batch: batch, routeFD: -1}
@@ -145,35 +152,40 @@ func ListenRoCE(laddr netip.AddrPort, opts RoCEOptions) (_ *RoCEConn, err error)
 		}
 	}()
 	if err := c.openRaw(sndbuf); err != nil {
-		return nil, fmt.Errorf("pktio: listen roce %s: %w", laddr, err)
+		return nil, fmt.Errorf("pktio: listen %s %s: %w", kind, laddr, err)
 	}
-	wildcard := netip.IPv4Unspecified()
-	if v6 {
-		wildcard = netip.IPv6Unspecified()
+	recvAddr := laddr
+	if steered {
+		recvAddr = netip.AddrPortFrom(netip.IPv4Unspecified(), port)
+		if v6 {
+			recvAddr = netip.AddrPortFrom(netip.IPv6Unspecified(), port)
+		}
 	}
-	c.recv, err = ListenUDP(netip.AddrPortFrom(wildcard, port), UDPOptions{
+	c.recv, err = ListenUDP(recvAddr, UDPOptions{
 		RecvBufferBytes: opts.RecvBufferBytes,
 		SendBufferBytes: receiveSendBufferBytes,
 		BatchSize:       batch,
-		ReusePort:       true,
+		ReusePort:       steered,
 	})
 	if err != nil {
 		return nil, err
 	}
 	var steerErr error
-	if err := c.recv.raw.Control(func(fd uintptr) { c.steer, steerErr = joinSteering(int(fd)) }); err != nil {
-		return nil, fmt.Errorf("pktio: listen roce %s: %w", laddr, err)
+	if steered {
+		if err := c.recv.raw.Control(func(fd uintptr) { c.steer, steerErr = joinSteering(int(fd)) }); err != nil {
+			return nil, fmt.Errorf("pktio: listen %s %s: %w", kind, laddr, err)
+		}
 	}
 	if steerErr != nil {
 		if errors.Is(steerErr, unix.EPERM) {
-			return nil, fmt.Errorf("pktio: listen roce %s: QPN steering needs %s: %w", laddr, steerNeeds, steerErr)
+			return nil, fmt.Errorf("pktio: listen %s %s: QPN steering needs %s: %w", kind, laddr, steerNeeds, steerErr)
 		}
-		return nil, fmt.Errorf("pktio: listen roce %s: QPN steering: %w", laddr, steerErr)
+		return nil, fmt.Errorf("pktio: listen %s %s: QPN steering: %w", kind, laddr, steerErr)
 	}
 	if v6 && !c.src.IsValid() {
 		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return nil, fmt.Errorf("pktio: listen roce %s: route socket: %w", laddr, err)
+			return nil, fmt.Errorf("pktio: listen %s %s: route socket: %w", kind, laddr, err)
 		}
 		c.routeFD = fd
 		c.routes = make(map[netip.Addr]netip.Addr)
@@ -408,6 +420,51 @@ func (c *RoCEConn) LocalAddr() netip.AddrPort { return c.local }
 
 // QPNBlock is the QPNs the namespace's steering hands to this conn.
 func (c *RoCEConn) QPNBlock() (first, last uint32) { return c.steer.qpnBlock() }
+
+// EntropyConn is a Conn for a transport whose UDP source port is a
+// per-packet entropy value (Ultra Ethernet's EV, uet.md "Entropy"): it
+// sends each datagram from its Message.SrcPort through a raw socket, as
+// RoCEConn does (IP ID 0, DF, per-datagram TOS; CAP_NET_RAW), and receives
+// on one UDP socket bound to its own address and port, shared with no one.
+type EntropyConn struct{ c *RoCEConn }
+
+var _ Conn = (*EntropyConn)(nil)
+
+// ListenEntropy opens laddr (a unicast address; port required, e.g. UET's
+// 4793) for one endpoint.
+func ListenEntropy(laddr netip.AddrPort, opts RoCEOptions) (*EntropyConn, error) {
+	a := laddr.Addr().Unmap()
+	switch {
+	case !a.IsValid() || a.IsUnspecified():
+		return nil, fmt.Errorf("pktio: listen entropy %v: needs a unicast local address", laddr)
+	case laddr.Port() == 0:
+		return nil, fmt.Errorf("pktio: listen entropy %v: needs a port", laddr)
+	}
+	c, err := listenRaw("entropy", laddr, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return &EntropyConn{c: c}, nil
+}
+
+// ReadBatch implements Conn.
+func (e *EntropyConn) ReadBatch(msgs []Message) (int, error) { return e.c.ReadBatch(msgs) }
+
+// WriteBatch implements Conn: each datagram from its own SrcPort (0: the
+// conn's port).
+func (e *EntropyConn) WriteBatch(msgs []Message) (int, error) { return e.c.WriteBatch(msgs) }
+
+// LocalAddr implements Conn.
+func (e *EntropyConn) LocalAddr() netip.AddrPort { return e.c.LocalAddr() }
+
+// Close implements Conn.
+func (e *EntropyConn) Close() error { return e.c.Close() }
+
+// SetReadDeadline: see RoCEConn.SetReadDeadline.
+func (e *EntropyConn) SetReadDeadline(t time.Time) error { return e.c.SetReadDeadline(t) }
+
+// Stats returns the counters (see RoCEConn.Stats).
+func (e *EntropyConn) Stats() UDPStats { return e.c.Stats() }
 
 // SteeringStats reads the namespace's steering counters.
 func (c *RoCEConn) SteeringStats() (SteeringStats, error) { return c.steer.readStats() }

@@ -550,3 +550,72 @@ func benchmarkSend(b *testing.B, cli, srv Conn, msgs []Message) {
 	<-done
 	b.ReportMetric(100*float64(int64(b.N)-received.Load())/float64(b.N), "loss-%")
 }
+
+// TestEntropyRoundTrip: an EntropyConn on port 4793 (UET's) sends each
+// datagram from its own source port (the entropy value), to the peer's
+// port, and receives alone on its own address; it refuses a wildcard
+// address and port 0.
+func TestEntropyRoundTrip(t *testing.T) {
+	const port = 4793
+	ns := newTestNetns(t, 0)
+	for _, fam := range roceFamilies {
+		t.Run(fam.name, func(t *testing.T) {
+			capt := ns.capture(t)
+			var a, b *EntropyConn
+			if err := ns.do(func() (err error) {
+				if a, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(fam.a), port), RoCEOptions{}); err != nil {
+					return err
+				}
+				b, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(fam.b), port), RoCEOptions{})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { a.Close(); b.Close() })
+			for _, c := range []*EntropyConn{a, b} {
+				if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sent := mkMsgs(50, b.LocalAddr(), 999, tosPattern)
+			for i := range sent {
+				sent[i].SrcPort = roceSrcPort(i)
+			}
+			if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			got := readN(t, b, len(sent), 2048)
+			for i := range sent {
+				checkRoundTrip(t, sent[i:i+1], got[i:i+1], netip.AddrPortFrom(netip.MustParseAddr(fam.a), roceSrcPort(i)))
+			}
+			pkts := capt.outgoing(t)
+			if len(pkts) != len(sent) {
+				t.Fatalf("captured %d packets, want %d", len(pkts), len(sent))
+			}
+			for i, p := range pkts {
+				h, err := parseIP(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				udp := udpOf(t, p, h.version)
+				if sport := binary.BigEndian.Uint16(udp[0:2]); h.dstPort != port || sport != roceSrcPort(i) {
+					t.Errorf("packet %d: port %d -> %d, want %d -> %d", i, sport, h.dstPort, roceSrcPort(i), port)
+				}
+			}
+			if err := ns.do(func() error {
+				for _, ap := range []netip.AddrPort{
+					netip.AddrPortFrom(netip.MustParseAddr(fam.any), port), // wildcard
+					netip.AddrPortFrom(netip.MustParseAddr(fam.a), 0),      // no port
+				} {
+					if c, err := ListenEntropy(ap, RoCEOptions{}); err == nil {
+						c.Close()
+						t.Errorf("ListenEntropy(%v) accepted", ap)
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -40,3 +40,20 @@ func (c *RoCEConn) Close() error                           { return errNotLinux 
 func (c *RoCEConn) SetReadDeadline(t time.Time) error      { return errNotLinux }
 func (c *RoCEConn) BufferBytes() (recv, send int)          { return 0, 0 }
 func (c *RoCEConn) Stats() UDPStats                        { return UDPStats{} }
+
+// EntropyConn is only implemented on Linux.
+type EntropyConn struct{}
+
+var _ Conn = (*EntropyConn)(nil)
+
+// ListenEntropy fails outside Linux.
+func ListenEntropy(laddr netip.AddrPort, opts RoCEOptions) (*EntropyConn, error) {
+	return nil, errNotLinux
+}
+
+func (e *EntropyConn) ReadBatch(msgs []Message) (int, error)  { return 0, errNotLinux }
+func (e *EntropyConn) WriteBatch(msgs []Message) (int, error) { return 0, errNotLinux }
+func (e *EntropyConn) LocalAddr() netip.AddrPort              { return netip.AddrPort{} }
+func (e *EntropyConn) Close() error                           { return errNotLinux }
+func (e *EntropyConn) SetReadDeadline(t time.Time) error      { return errNotLinux }
+func (e *EntropyConn) Stats() UDPStats                        { return UDPStats{} }
