@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"github.com/fabriclab/fabriclab/host/pattern"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -106,7 +107,7 @@ func TestWriteStreamVerified(t *testing.T) {
 			// The last message sits in the responder's buffer.
 			last := tc.count - 1
 			want1 := make([]byte, tc.msg)
-			fillPattern(want1, qa.QPN(), last, 0)
+			pattern.Fill(want1, qa.QPN(), last, 0)
 			if tc.op == OpWrite {
 				slots := uint64(len(qb.Buffer()) / tc.msg)
 				off := int(last%slots) * tc.msg

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/fabriclab/fabriclab/host/pattern"
 	"net/netip"
 	"time"
 
@@ -217,7 +218,7 @@ func (qp *QP) buildDataLocked(b []byte, idx uint64) int {
 	hl := h.Len()
 	payload := b[hl : hl+plen]
 	if s.Verify {
-		fillPattern(payload, qp.qpn, msg, off)
+		pattern.Fill(payload, qp.qpn, msg, off)
 	} else {
 		clear(payload)
 	}

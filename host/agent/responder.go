@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/fabriclab/fabriclab/host/pattern"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/engine"
@@ -124,7 +125,7 @@ func (qp *QP) onRequestLocked(now time.Duration, h *roce.Header, payload []byte,
 	}
 	dst := qp.buf[s.cursor : s.cursor+len(payload)]
 	copy(dst, payload)
-	if qp.cfg.VerifyIncoming && !matchPattern(dst, qp.mu.peer.QPN, s.msgs, s.msgOff) {
+	if qp.cfg.VerifyIncoming && !pattern.Match(dst, qp.mu.peer.QPN, s.msgs, s.msgOff) {
 		qp.mu.ctr.VerifyErrors++
 	}
 	s.cursor += len(payload)
