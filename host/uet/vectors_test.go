@@ -302,28 +302,32 @@ func TestNackCodeVectors(t *testing.T) {
 	}
 }
 
+// reservedVectors have reserved bits set; canonical is how host/uet
+// re-encodes them (reserved bits zero).
+var reservedVectors = []struct {
+	name, hex, canonical string
+}{
+	// RUD_REQ with AR and every reserved flag bit (0x63).
+	{"request flags", "106b 0000 00000001 0002 0003", "1008 0000 00000001 0002 0003"},
+	// ROD_REQ SYN slot with its 3 reserved bits set: 0xf005.
+	{"SYN slot", "1804 0000 00000105 0007 f005", "1804 0000 00000105 0007 8005"},
+	// ACK with the reserved flags 0x41.
+	{"ACK flags", "3841 0000 00000001 0002 0003", "3800 0000 00000001 0002 0003"},
+	// NACK with the reserved flags 0x47.
+	{"NACK flags", "5047 01 00 00000001 0002 0003 00000000", "5000 01 00 00000001 0002 0003 00000000"},
+	// CTRL with the reserved flags 0x43 (0x20 is isROD).
+	{"CTRL flags", "5843 0000 00000001 0002 0003 00000000", "5800 0000 00000001 0002 0003 00000000"},
+	// CTRL SYN slot reserved bits.
+	{"CTRL SYN slot", "5804 0000 00000001 0002 7001 00000000", "5804 0000 00000001 0002 0001 00000000"},
+	// ACK_CC CREDIT with its 24 reserved bits set.
+	{"CREDIT reserved", "4000 0000 00000001 0002 0003 10 00 0000 0000000000000000 000001 ffffff 0002",
+		"4000 0000 00000001 0002 0003 10 00 0000 0000000000000000 000001 000000 0002"},
+}
+
 // Reserved bits are ignored when read and written as zero.
 func TestReservedIgnored(t *testing.T) {
-	for _, c := range []struct {
-		name, in, canonical string
-	}{
-		// RUD_REQ with AR and every reserved flag bit (0x63).
-		{"request flags", "106b 0000 00000001 0002 0003", "1008 0000 00000001 0002 0003"},
-		// ROD_REQ SYN slot with its 3 reserved bits set: 0xf005.
-		{"SYN slot", "1804 0000 00000105 0007 f005", "1804 0000 00000105 0007 8005"},
-		// ACK with the reserved flags 0x41.
-		{"ACK flags", "3841 0000 00000001 0002 0003", "3800 0000 00000001 0002 0003"},
-		// NACK with the reserved flags 0x47.
-		{"NACK flags", "5047 01 00 00000001 0002 0003 00000000", "5000 01 00 00000001 0002 0003 00000000"},
-		// CTRL with the reserved flags 0x43 (0x20 is isROD).
-		{"CTRL flags", "5843 0000 00000001 0002 0003 00000000", "5800 0000 00000001 0002 0003 00000000"},
-		// CTRL SYN slot reserved bits.
-		{"CTRL SYN slot", "5804 0000 00000001 0002 7001 00000000", "5804 0000 00000001 0002 0001 00000000"},
-		// ACK_CC CREDIT with its 24 reserved bits set.
-		{"CREDIT reserved", "4000 0000 00000001 0002 0003 10 00 0000 0000000000000000 000001 ffffff 0002",
-			"4000 0000 00000001 0002 0003 10 00 0000 0000000000000000 000001 000000 0002"},
-	} {
-		in, want := mustHex(t, c.in), mustHex(t, c.canonical)
+	for _, c := range reservedVectors {
+		in, want := mustHex(t, c.hex), mustHex(t, c.canonical)
 		var h, hc Header
 		if _, err := DecodeHeader(in, &h); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -338,29 +342,33 @@ func TestReservedIgnored(t *testing.T) {
 	}
 }
 
+// rejectedVectors are UDP payloads Parse rejects, with the error and a
+// part of its message.
+var rejectedVectors = []struct {
+	name, hex string
+	want      error
+	msg       string
+}{
+	{"empty", "", ErrTruncated, "0 bytes, the PDS prologue needs 2"},
+	{"1 byte", "11", ErrTruncated, "1 bytes, the PDS prologue needs 2"},
+	{"type 0", "0000 0000 00000000 0000 0000", ErrUnknownType, "type 0"},
+	{"type 15", "7800 0000 00000000 0000 0000", ErrUnknownType, "type 15"},
+	{"type 31", "f800", ErrUnknownType, "type 31"},
+	{"TSS", "0800 0000 00000000 0000 0000", ErrUnsupportedType, "TSS"},
+	{"RUDI_REQ", "2000 0000 00000000", ErrUnsupportedType, "RUDI_REQ"},
+	{"UUD_REQ", "3000 0000", ErrUnsupportedType, "UUD_REQ"},
+	{"ACK_CCX", "4800 0000 00000000 0000 0000", ErrUnsupportedType, "ACK_CCX"},
+	{"NACK_CCX", "6000 0000 00000000 0000 0000", ErrUnsupportedType, "NACK_CCX"},
+	{"RUD_REQ short", "1000 0000 00000000 0000 00", ErrTruncated, "11 bytes, RUD_REQ needs 12"},
+	{"RUD_CC_REQ short", "6800 0000 00000000 0000 0000", ErrTruncated, "12 bytes, RUD_CC_REQ needs 16"},
+	{"ACK_CC short", "4000 0000 00000000 0000 0000 00", ErrTruncated, "13 bytes, ACK_CC needs 32"},
+	{"NACK short", "5000 01 00 00000000 0000 0000", ErrTruncated, "12 bytes, NACK needs 16"},
+	{"CTRL short", "5800", ErrTruncated, "2 bytes, CTRL needs 16"},
+	{"ACK_CC cc_type 2", "4000 0000 00000000 0000 0000 20 00 0000 0000000000000000 0000000000000000", ErrCCType, "cc_type 2"},
+}
+
 func TestRejected(t *testing.T) {
-	for _, c := range []struct {
-		name, hex string
-		want      error
-		msg       string
-	}{
-		{"empty", "", ErrTruncated, "0 bytes, the PDS prologue needs 2"},
-		{"1 byte", "11", ErrTruncated, "1 bytes, the PDS prologue needs 2"},
-		{"type 0", "0000 0000 00000000 0000 0000", ErrUnknownType, "type 0"},
-		{"type 15", "7800 0000 00000000 0000 0000", ErrUnknownType, "type 15"},
-		{"type 31", "f800", ErrUnknownType, "type 31"},
-		{"TSS", "0800 0000 00000000 0000 0000", ErrUnsupportedType, "TSS"},
-		{"RUDI_REQ", "2000 0000 00000000", ErrUnsupportedType, "RUDI_REQ"},
-		{"UUD_REQ", "3000 0000", ErrUnsupportedType, "UUD_REQ"},
-		{"ACK_CCX", "4800 0000 00000000 0000 0000", ErrUnsupportedType, "ACK_CCX"},
-		{"NACK_CCX", "6000 0000 00000000 0000 0000", ErrUnsupportedType, "NACK_CCX"},
-		{"RUD_REQ short", "1000 0000 00000000 0000 00", ErrTruncated, "11 bytes, RUD_REQ needs 12"},
-		{"RUD_CC_REQ short", "6800 0000 00000000 0000 0000", ErrTruncated, "12 bytes, RUD_CC_REQ needs 16"},
-		{"ACK_CC short", "4000 0000 00000000 0000 0000 00", ErrTruncated, "13 bytes, ACK_CC needs 32"},
-		{"NACK short", "5000 01 00 00000000 0000 0000", ErrTruncated, "12 bytes, NACK needs 16"},
-		{"CTRL short", "5800", ErrTruncated, "2 bytes, CTRL needs 16"},
-		{"ACK_CC cc_type 2", "4000 0000 00000000 0000 0000 20 00 0000 0000000000000000 0000000000000000", ErrCCType, "cc_type 2"},
-	} {
+	for _, c := range rejectedVectors {
 		var h Header
 		h.Type = TypeRUDReq
 		keep := h
