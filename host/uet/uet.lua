@@ -147,7 +147,15 @@ local e_reserved = ProtoExpert.new("fluet.reserved", "Reserved bits set (ignored
 p_uet.experts = { e_short, e_unknown_type, e_unsupported, e_cc_type, e_reserved }
 
 local data_dissector = Dissector.get("data")
-local band, rshift = bit32.band, bit32.rshift
+-- Lua 5.2 (Debian 12's Wireshark) has bit32; Lua 5.3+ dropped it for the
+-- native operators, which 5.2 cannot parse: compile those from a string.
+local band, rshift
+if bit32 then
+	band, rshift = bit32.band, bit32.rshift
+else
+	band = load("return function(a, b) return a & b end")()
+	rshift = load("return function(a, n) return a >> n end")()
+end
 local TWO32 = 4294967296
 
 local function mod32(v) return v % TWO32 end
