@@ -356,6 +356,7 @@ func (c *Controller) applyCwndPenalty(st AckCCState, newly int64, inFlight int) 
 // updateBaseRTT is §3.6.13.6 update_base_rtt (htsim update_base_rtt):
 // base_rtt is the smallest sample, and MaxWnd follows it.
 func (c *Controller) updateBaseRTT(rtt time.Duration) {
+	rtt = max(rtt, c.p.BaseRTTFloor)
 	if rtt < c.baseRTT {
 		c.baseRTT = rtt
 		c.maxWnd = c.p.maxWndAt(rtt)

@@ -3,6 +3,7 @@ package nscc
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -623,5 +624,21 @@ func TestInterface(t *testing.T) {
 	ackAt(c, 0, 4096, 200*us, true, 0)
 	if c.lastDec != time.Second || c.Stats().Decreases != 1 {
 		t.Errorf("last_dec_time %v, decreases %d: want 1s, 1", c.lastDec, c.Stats().Decreases)
+	}
+}
+
+// A base-RTT floor keeps base_rtt, and with it MaxWnd, from following a
+// sample below it.
+func TestBaseRTTFloor(t *testing.T) {
+	p := DefaultParams(units.Gbit, time.Millisecond, 4096)
+	p.BaseRTTFloor = time.Millisecond
+	c := New(p, 0)
+	c.OnAck(time.Millisecond, cc.AckSample{NewlyAcked: 4096, RTT: 50 * time.Microsecond, RTTValid: true})
+	if c.BaseRTT() != time.Millisecond || c.MaxWnd() != p.MaxWndBytes() {
+		t.Errorf("base_rtt %v MaxWnd %d after a 50 µs sample with a 1 ms floor: want 1ms, %d", c.BaseRTT(), c.MaxWnd(), p.MaxWndBytes())
+	}
+	p.BaseRTTFloor = 2 * time.Millisecond
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "base_rtt_floor=2ms: must be 0..config_base_rtt (1ms)") {
+		t.Errorf("Validate() = %v", err)
 	}
 }

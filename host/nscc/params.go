@@ -27,6 +27,12 @@ type Params struct {
 	// ConfigBaseRTT (config_base_rtt) is the round trip of an MTU packet
 	// over the longest path with no queues: the CCC's first base_rtt.
 	ConfigBaseRTT time.Duration
+	// BaseRTTFloor is the least base_rtt falls to (0: no floor, the
+	// spec's min of the samples). A software lab sets it to its
+	// ConfigBaseRTT: there the round trip is mostly the hosts' scheduling,
+	// its minimum (tens of µs) a rare best case, and a MaxWnd that follows
+	// the minimum starves every flow whose typical RTT is ten times it.
+	BaseRTTFloor time.Duration
 	// MTUBytes is the MTU: the minimum cwnd and CanSend's packet unit.
 	MTUBytes int
 	// MaxWndBDPs is MaxWnd in BDPs (htsim initNscc: 1.5); MaxWnd is
@@ -156,6 +162,9 @@ func (p Params) Validate() error {
 		}
 	}
 	checkTime("config_base_rtt", p.ConfigBaseRTT, 1)
+	if p.BaseRTTFloor < 0 || p.BaseRTTFloor > p.ConfigBaseRTT {
+		bad("base_rtt_floor", p.BaseRTTFloor, fmt.Sprintf("0..config_base_rtt (%v)", p.ConfigBaseRTT))
+	}
 	checkTime("target_qdelay", p.TargetQDelay, 1)
 	checkTime("qa_threshold", p.QAThreshold, 0)
 	checkTime("adjust_period_threshold", p.AdjustPeriodThreshold, 1)
