@@ -104,6 +104,28 @@ func DefaultParams(linkRate units.Rate, baseRTT time.Duration, mtu int) Params {
 	}
 }
 
+// LabParams are DefaultParams for a software lab whose round trip is the
+// hosts' scheduling: htsim's reference network (100 Gbit/s, 12 µs) slowed
+// down in time, as the DCQCN profiles slow the paper's testbed, so that
+// NSCC's moves keep their size relative to the BDP:
+//
+//   - b = 1: alpha = 4·MTU·a/tq. DefaultParams' b = tq/12 µs makes a
+//     lab's tq of hundreds of µs a b of tens, and the proportional increase
+//     (alpha·tq = 4·MTU·a·b per round trip) several BDPs per round trip
+//     instead of the reference's 0.11: windows jump between MTU and MaxWnd
+//     and the queue swings from empty to hundreds of KB (measured: an
+//     8 → 1 incast at 500 Mbit/s, tq 500 µs, 9-13 % above the ideal FCT).
+//   - BaseRTTFloor = baseRTT: the rare fast round trip of an idle host does
+//     not shrink MaxWnd.
+func LabParams(linkRate units.Rate, baseRTT time.Duration, mtu int) Params {
+	p := DefaultParams(linkRate, baseRTT, mtu)
+	if _, b := Scaling(linkRate, baseRTT, p.TargetQDelay); b > 0 {
+		p.AlphaBytesPerSecond /= b
+	}
+	p.BaseRTTFloor = baseRTT
+	return p
+}
+
 // Scaling returns htsim initNsccParams' scaling factors: a = BDP/150 000 B
 // (the BDP of 100 Gbit/s × 12 µs) with BDP = linkRate × baseRTT, and
 // b = targetQDelay/12 µs. DefaultParams scales alpha, fi, fi_scale and eta
