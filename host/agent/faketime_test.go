@@ -47,10 +47,7 @@ func (p *pair) idle() bool {
 // runUntil drives fake time to t.
 func (p *pair) runUntil(tb testing.TB, t time.Duration) {
 	tb.Helper()
-	done := func() bool { return p.clock.Now() >= t }
-	if err := p.clock.Drive(done, p.idle, t+time.Second); err != nil {
-		tb.Fatal(err)
-	}
+	p.clock.RunUntil(t, p.idle)
 }
 
 // waitDone drives fake time until qp is done, at most d of it.

@@ -51,13 +51,14 @@ func (c *FakeClock) Advance(d time.Duration) {
 	c.changed.Broadcast()
 }
 
-// Sleeping is how many of the clock's wakers are in Sleep.
+// Sleeping is how many of the clock's wakers are in Sleep and stay there:
+// a kicked or due sleeper is about to run, and does not count.
 func (c *FakeClock) Sleeping() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for _, w := range c.wakers {
-		if w.sleeping {
+		if w.sleeping && !w.kicked && !w.done && (w.deadline < 0 || c.now < w.deadline) {
 			n++
 		}
 	}
@@ -70,7 +71,7 @@ func (c *FakeClock) NextDeadline() (at time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, w := range c.wakers {
-		if w.sleeping && w.deadline >= 0 && (!ok || w.deadline < at) {
+		if w.sleeping && !w.kicked && w.deadline >= 0 && (!ok || w.deadline < at) {
 			at, ok = w.deadline, true
 		}
 	}
@@ -184,4 +185,25 @@ func (c *FakeClock) Drive(done, idle func() bool, limit time.Duration) error {
 		c.Set(at)
 	}
 	return nil
+}
+
+// RunUntil runs fake time to t: whenever the system is quiet (as for
+// Drive), the clock jumps to the earliest sleep's deadline or to t,
+// whichever comes first.
+func (c *FakeClock) RunUntil(t time.Duration, idle func() bool) {
+	for c.Now() < t {
+		if !idle() {
+			time.Sleep(20 * time.Microsecond)
+			continue
+		}
+		time.Sleep(50 * time.Microsecond)
+		if !idle() {
+			continue
+		}
+		at, ok := c.NextDeadline()
+		if !ok || at > t {
+			at = t
+		}
+		c.Set(at)
+	}
 }
