@@ -218,6 +218,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 // runState is what the run loop hands to the summary.
 type runState struct {
 	qps     []*agent.QP
+	cc      agent.CCMode
 	prev    []agent.Counters // at the last interval report
 	prevT   time.Duration
 	base    []agent.Counters // at the end of the warm-up
@@ -227,29 +228,20 @@ type runState struct {
 	wall0   time.Time
 }
 
+var _ streamSet = (*runState)(nil)
+
 // run starts the streams, reports intervals and stops; it fills r's
 // intervals and leaves the summary's raw material in r via endReport.
 func (c *ClientConfig) run(ctx context.Context, r *Report, sess *agent.Session, text bool) (*runState, error) {
 	qps := sess.QPs
 	n := len(qps)
-	st := &runState{qps: qps, prev: make([]agent.Counters, n), base: make([]agent.Counters, n)}
+	st := &runState{qps: qps, cc: c.CC, prev: make([]agent.Counters, n), base: make([]agent.Counters, n)}
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &st.rusage0)
 	t0 := time.Now()
 	st.wall0 = t0
 
 	// -n: whole messages, dealt out as evenly as possible.
-	var msgs []uint64
-	if c.Bytes > 0 {
-		total := ceilDiv(c.Bytes, uint64(c.MessageBytes))
-		for i := range n {
-			m := total / uint64(n)
-			if uint64(i) < total%uint64(n) {
-				m++
-			}
-			msgs = append(msgs, m)
-		}
-	}
-	doneCh := make(chan int, n)
+	msgs := c.messagesPerStream(n)
 	for i, qp := range qps {
 		s := agent.Stream{Op: c.Op, MessageBytes: c.MessageBytes, Verify: c.Verify}
 		if msgs != nil {
@@ -261,120 +253,57 @@ func (c *ClientConfig) run(ctx context.Context, r *Report, sess *agent.Session, 
 			}
 			return st, fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
 		}
-		go func() {
-			<-qp.Done() // closes at the latest when the session destroys the QP
-			doneCh <- i
-		}()
 	}
-
-	timed := c.Bytes == 0
-	omitAt, deadline := c.Omit, c.Omit+c.Duration
-	omitted := c.Omit > 0
-	nextTick := c.Interval
-	ndone := 0
-	var runErr error
-	interval := func(now time.Duration) {
-		iv := st.take(now, c.CC, omitted)
-		r.Intervals = append(r.Intervals, iv)
-		if text {
-			writeIntervalText(c.Out, &iv, string(c.CC))
-		}
-		if c.OnInterval != nil {
-			c.OnInterval(iv)
-		}
+	var show func(*Interval)
+	if text {
+		show = func(iv *Interval) { writeIntervalText(c.Out, iv, string(c.CC)) }
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-loop:
-	for {
-		next := time.Duration(1<<63 - 1)
-		if omitted {
-			next = min(next, omitAt)
-		}
-		if c.Interval > 0 {
-			next = min(next, nextTick)
-		}
-		if timed {
-			next = min(next, deadline)
-		}
-		timer.Reset(next - time.Since(t0))
-		select {
-		case <-ctx.Done():
-			r.Interrupted = true
-			break loop
-		case i := <-doneCh:
-			ndone++
-			if err := qps[i].Err(); err != nil {
-				runErr = fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
-				break loop
-			}
-			if ndone == n {
-				break loop
-			}
-		case <-timer.C:
-			now := time.Since(t0)
-			if timed && now >= deadline {
-				break loop
-			}
-			if omitted && now >= omitAt {
-				// The warm-up ends: its last interval, then the baseline;
-				// intervals restart from here.
-				if c.Interval > 0 && now > st.prevT {
-					interval(now)
-				}
-				omitted = false
-				st.snapshotBase(now)
-				nextTick = now + c.Interval
-				continue
-			}
-			if c.Interval > 0 && now >= nextTick {
-				interval(now)
-				nextTick += c.Interval
-				for nextTick <= now {
-					nextTick += c.Interval // a late wake-up skips ticks rather than bunching them
-				}
-			}
-		}
-	}
-	if omitted {
-		// Stopped during the warm-up: the summary covers it all.
-		omitted = false
-	}
-
-	// Stop, then wait for the last ACKs.
-	for _, qp := range qps {
-		qp.Stop()
-	}
-	drain := time.NewTimer(5*time.Second + c.AckTimeout)
-	defer drain.Stop()
-drainLoop:
-	for ndone < n {
-		select {
-		case i := <-doneCh:
-			ndone++
-			if err := qps[i].Err(); err != nil && runErr == nil {
-				runErr = fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
-			}
-		case <-drain.C:
-			if runErr == nil {
-				runErr = st.notDrained(5*time.Second + c.AckTimeout)
-			}
-			break drainLoop
-		}
-	}
-	now := time.Since(t0)
-	if c.Interval > 0 && now > st.prevT {
-		last := st.peek()
-		if last > 0 || now-st.prevT >= c.Interval/10 {
-			interval(now)
-		}
-	}
-	st.endT = now
+	end, runErr := timedLoop(ctx, c, r, st, t0, 5*time.Second+c.AckTimeout, show)
+	st.endT = end
 	return st, runErr
 }
 
+// messagesPerStream deals -n out over n streams as whole messages, as
+// evenly as possible; nil for a timed run.
+func (c *ClientConfig) messagesPerStream(n int) []uint64 {
+	if c.Bytes == 0 {
+		return nil
+	}
+	total := ceilDiv(c.Bytes, uint64(c.MessageBytes))
+	msgs := make([]uint64, n)
+	for i := range n {
+		msgs[i] = total / uint64(n)
+		if uint64(i) < total%uint64(n) {
+			msgs[i]++
+		}
+	}
+	return msgs
+}
+
+// Len implements streamSet.
+func (st *runState) Len() int { return len(st.qps) }
+
+// Done implements streamSet.
+func (st *runState) Done(i int) <-chan struct{} { return st.qps[i].Done() }
+
+// Err implements streamSet.
+func (st *runState) Err(i int) error {
+	if err := st.qps[i].Err(); err != nil {
+		return fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
+	}
+	return nil
+}
+
+// Stop implements streamSet.
+func (st *runState) Stop() {
+	for _, qp := range st.qps {
+		qp.Stop()
+	}
+}
+
 // take builds the interval since the last one and moves the mark.
-func (st *runState) take(now time.Duration, cc agent.CCMode, omitted bool) Interval {
+func (st *runState) take(now time.Duration, omitted bool) Interval {
+	cc := st.cc
 	var iv Interval
 	start, end := st.prevT.Seconds(), now.Seconds()
 	secs := end - start
