@@ -52,11 +52,19 @@ const clientBufferBytes = 4096
 // With Bind set, the RoCE packets and the side channel leave from it and
 // the server sends its ACKs and CNPs there; without, the route to the
 // server picks the address and the server uses the side channel's source.
+//
+// With Transport TransportUET it runs UET instead (a pds.Endpoint on UDP
+// 4793 of -B or the route's source, a Sender per stream against a UET
+// server's endpoint, the UET side channel), with the same timing, reports
+// and errors.
 func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := cfg.withDefaults()
+	if c.isUET() {
+		return runUET(ctx, c)
+	}
 	params, err := c.dcqcnParams()
 	if err != nil {
 		return nil, err

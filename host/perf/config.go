@@ -1,6 +1,6 @@
-// Package perf is roceperf, an iperf3-style RoCEv2 traffic tool, as a
-// library: the command (cmd/roceperf), the tests, the benchmarks and the
-// demo all run it in-process.
+// Package perf is roceperf, an iperf3-style RoCEv2 and Ultra Ethernet
+// traffic tool, as a library: the command (cmd/roceperf), the tests, the
+// benchmarks and the demo all run it in-process.
 //
 // A server (Listen/Serve) owns one RoCE agent on UDP 4791 and a TCP side
 // channel (18515, perftest's port). A client (RunClient) opens its own
@@ -14,6 +14,11 @@
 // Goodput is acknowledged payload: bytes the responder placed in order and
 // acknowledged, per QP. The server's QPs are DCQCN notification points:
 // CE-marked packets turn into CNPs, at most one per min_time_between_cnps.
+//
+// With Transport TransportUET the same client and server run Ultra
+// Ethernet Transport (host/pds) instead: one pds.Endpoint per end on UDP
+// 4793, a PDC per stream (each its own JobID) sharing the CCC (NSCC) to the
+// server, and a side channel of its own on the same TCP port (uet_side.go).
 package perf
 
 import (
@@ -29,6 +34,8 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -63,6 +70,23 @@ const (
 	DialTimeout = 10 * time.Second
 )
 
+// Transports (--transport): RoCEv2 RC queue pairs (host/agent, DCQCN), or
+// Ultra Ethernet Transport's PDS (host/pds, NSCC).
+const (
+	TransportRoCEv2 = "rocev2"
+	TransportUET    = "uet"
+)
+
+// UET's bounds as roceperf takes them: --mtu is the IP packet size of a
+// full data packet (pds.Config.MTU's range), --base-rtt NSCC's configured
+// base RTT (pds.Config.BaseRTT's).
+const (
+	MinUETMTU     = 512
+	MaxUETMTU     = 9000
+	MinUETBaseRTT = time.Microsecond
+	MaxUETBaseRTT = time.Second
+)
+
 // ServerConfig configures a server.
 type ServerConfig struct {
 	// Bind is the address to listen on. Optional: the zero Addr listens on
@@ -87,6 +111,19 @@ type ServerConfig struct {
 	// memory, sessions, connections, request size, timeouts). Optional:
 	// zero fields take agent's defaults (agent.ServerLimits).
 	Limits agent.ServerLimits
+
+	// Transport is TransportRoCEv2 (also "") or TransportUET: a UET server
+	// (ListenUET) serves UET sessions only, on Bind's UDP 4793 (Bind is
+	// then required, a unicast address, unless UETConn is given); UDPPort
+	// and NP are RoCEv2's.
+	Transport string
+	// UETLimits bound what UET clients may make the server hold.
+	// Optional: zero fields take the defaults (UETLimits).
+	UETLimits UETLimits
+	// UETConn is the UET endpoint's port. Optional: nil opens UDP 4793 on
+	// Bind (pktio.ListenEntropy). Tests pass one end of a pktio pipe; the
+	// server closes it.
+	UETConn pktio.Conn
 }
 
 // Where the notification point runs (ServerConfig.NP), and where the
@@ -174,6 +211,44 @@ type ClientConfig struct {
 	// Perftest also prints the QP address preamble and the ib_write_bw
 	// summary table (text), or adds end.perftest (JSON).
 	Perftest bool
+
+	// Transport (--transport) is TransportRoCEv2 (also "") or
+	// TransportUET. With UET, QPs is the number of streams (each a PDC of
+	// its own JobID, all sharing the CCC to the server), MTU is the IP
+	// packet size of a full data packet (MinUETMTU..MaxUETMTU, 0: 4096),
+	// LineRate is the endpoint's port rate and NSCC's BDP (0: 1 Gbit/s),
+	// DSCP the data's class; the RoCEv2-only fields (UDPPort, Op, CC,
+	// Profile, RP, Knobs, CNPDSCP, Window, InflightTime, AckReqEvery,
+	// MaxBurst, AckTimeout, RetryCount, Perftest) are not used.
+	Transport string
+	// BaseRTT (--base-rtt) is NSCC's configured base RTT. UET only;
+	// 0 means pds's default (100 µs).
+	BaseRTT time.Duration
+	// TraceCCC (--trace-ccc) prints every CCC transition with its time as
+	// the run goes (text), or lists them in end.uet.ccc_trace (JSON). UET
+	// only.
+	TraceCCC bool
+	// UETConn is the UET endpoint's port. Optional: nil opens UDP 4793 on
+	// Bind, or on the address the route to the server picks
+	// (pktio.ListenEntropy). Tests pass one end of a pktio pipe; RunClient
+	// closes it.
+	UETConn pktio.Conn
+}
+
+// isUET reports whether the run is Ultra Ethernet's.
+func (c *ClientConfig) isUET() bool { return c.Transport == TransportUET }
+
+// DefaultUETClientConfig returns the command-line defaults of a bare
+// "roceperf -c HOST --transport uet".
+func DefaultUETClientConfig(server string) ClientConfig {
+	c := DefaultClientConfig(server)
+	d := pds.DefaultConfig()
+	c.Transport = TransportUET
+	c.MTU = d.MTU
+	c.LineRate = d.LinkRate
+	c.BaseRTT = d.BaseRTT
+	c.DSCP = d.DSCP
+	return c
 }
 
 // DefaultClientConfig returns the command-line defaults: what a bare
@@ -210,6 +285,16 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	}
 	def(&c.QPs, DefaultQPs)
 	def(&c.MessageBytes, DefaultMessageBytes)
+	if c.isUET() {
+		d := pds.DefaultConfig()
+		def(&c.MTU, d.MTU)
+		if c.LineRate == 0 {
+			c.LineRate = d.LinkRate
+		}
+		if c.BaseRTT == 0 {
+			c.BaseRTT = d.BaseRTT
+		}
+	}
 	def(&c.MTU, DefaultMTU)
 	def(&c.Window, qc.Window)
 	def(&c.AckReqEvery, min(qc.AckReqEvery, c.Window))
@@ -255,6 +340,13 @@ func (c ClientConfig) Validate() error {
 	}
 	if _, _, err := splitServer(c.Server); err != nil {
 		return err
+	}
+	switch c.Transport {
+	case "", TransportRoCEv2:
+	case TransportUET:
+		return c.validateUET()
+	default:
+		return flagErr("--transport", c.Transport, "rocev2 or uet")
 	}
 	c = c.withDefaults()
 	switch {

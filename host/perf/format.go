@@ -99,7 +99,12 @@ func writeIntervalText(w io.Writer, iv *Interval, cc string) {
 func writeStartText(w io.Writer, r *Report) {
 	st := &r.Start
 	fmt.Fprintf(w, "Connecting to host %s, port %d\n", st.ConnectingTo.Host, st.ConnectingTo.Port)
-	for _, c := range st.Connected {
+	for i, c := range st.Connected {
+		if st.TestStart.Protocol == protocolUET {
+			fmt.Fprintf(w, "%s local %s port %d pdc %d job %#x connected to %s port %d\n",
+				streamID(uint32(i+1)), c.LocalHost, c.LocalPort, c.PDC, c.JobID, c.RemoteHost, c.RemotePort)
+			continue
+		}
 		fmt.Fprintf(w, "%s local %s port %d qpn %#x (source port %d) connected to %s port %d qpn %#x\n",
 			streamID(c.QPN), c.LocalHost, c.LocalPort, c.QPN, c.SourcePort, c.RemoteHost, c.RemotePort, c.RemoteQPN)
 	}
@@ -107,6 +112,9 @@ func writeStartText(w io.Writer, r *Report) {
 }
 
 func testLine(ts *TestStart) string {
+	if ts.Protocol == protocolUET {
+		return uetTestLine(ts)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Starting Test: protocol: %s, %d QPs, %d byte messages, omitting %g seconds, ", ts.Protocol, ts.NumStreams, ts.Blksize, ts.Omit)
 	if ts.Bytes > 0 {
@@ -302,6 +310,10 @@ func writePerftestSummary(w io.Writer, p *Perftest) {
 // WriteText prints the whole report as the client prints it over a run:
 // preamble, intervals, summary (and perftest's table if it has one).
 func (r *Report) WriteText(w io.Writer) {
+	if r.Start.TestStart.Protocol == protocolUET {
+		r.writeUETText(w)
+		return
+	}
 	writeStartText(w, r)
 	if r.End.Perftest != nil {
 		writePerftestPreamble(w, r)

@@ -4,13 +4,16 @@ import (
 	"encoding/json"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/nscc"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 )
 
 // Report is a run's result, shaped like iperf3's JSON (-J): start,
 // intervals, end. RoCE adds QP numbers, the DCQCN settings, the reaction
 // point's state per interval and the NIC counters (mlx5 names) of both
-// ends.
+// ends. UET (protocol "UET") adds job IDs and PDCs, the CCC's window per
+// interval and the endpoints' counters (end.uet).
 type Report struct {
 	Start     Start      `json:"start"`
 	Intervals []Interval `json:"intervals"`
@@ -47,6 +50,9 @@ type Connected struct {
 	RemoteRKey  uint32 `json:"remote_rkey"`
 	VAddr       uint64 `json:"vaddr"`
 	RemoteVAddr uint64 `json:"remote_vaddr"`
+	// UET: the stream's job and this end's PDC ID (its spdcid).
+	JobID uint32 `json:"job_id,omitempty"`
+	PDC   uint16 `json:"pdc,omitempty"`
 }
 
 // Timestamp is when the run started, as iperf3 prints it.
@@ -90,6 +96,8 @@ type TestStart struct {
 	RetryCount    int                    `json:"retry_count"`
 	Verify        bool                   `json:"verify"`
 	Interval      float64                `json:"interval"` // seconds
+	// BaseRTTUs is NSCC's configured base RTT (UET).
+	BaseRTTUs float64 `json:"base_rtt_us,omitempty"`
 }
 
 // Interval is one report interval: every QP and their sum.
@@ -118,6 +126,13 @@ type IntervalStream struct {
 	CNPIgnored  uint64  `json:"cnp_ignored"`
 	Retransmits uint64  `json:"retransmits"` // packets sent again (go-back-N)
 	TxPackets   uint64  `json:"tx_packets"`
+	// UET: the CCC's window and bytes in flight at the interval's end
+	// (one CCC for all the streams to the server); at the server, the
+	// CE-marked and duplicate packets of the interval.
+	CwndBytes     uint64 `json:"cwnd,omitempty"`
+	InFlightBytes uint64 `json:"in_flight,omitempty"`
+	CEReceived    uint64 `json:"ce_received,omitempty"`
+	Duplicates    uint64 `json:"duplicates,omitempty"`
 }
 
 // IntervalSum adds up the streams of one interval; RcBps is the sum of
@@ -135,6 +150,10 @@ type IntervalSum struct {
 	CNPIgnored    uint64  `json:"cnp_ignored"`
 	Retransmits   uint64  `json:"retransmits"`
 	TxPackets     uint64  `json:"tx_packets"`
+	CwndBytes     uint64  `json:"cwnd,omitempty"`      // UET
+	InFlightBytes uint64  `json:"in_flight,omitempty"` // UET
+	CEReceived    uint64  `json:"ce_received,omitempty"`
+	Duplicates    uint64  `json:"duplicates,omitempty"`
 }
 
 // End is the summary: per QP, summed, the counters of both ends and the
@@ -147,6 +166,79 @@ type End struct {
 	CPU         CPU         `json:"cpu_utilization_percent"`
 	// Perftest is ib_write_bw's summary row (with --perftest).
 	Perftest *Perftest `json:"perftest,omitempty"`
+	// UET is a UET run's transport counters.
+	UET *UETEnd `json:"uet,omitempty"`
+}
+
+// UETEnd is what a UET run counted: the client endpoint's totals and CCCs,
+// the receiver per stream, and with --trace-ccc the CCC transitions; in
+// the server's report, the server endpoint's totals and side channel.
+type UETEnd struct {
+	Client *pds.Counters `json:"client,omitempty"`
+	// CCCs are the client's sender CCCs at the end of the run.
+	CCCs []UETCCC `json:"cccs,omitempty"`
+	// Receiver is per stream, from the server's PDCs (null: the server's
+	// counters did not arrive).
+	Receiver []UETReceiverStats `json:"receiver"`
+	// Server is the server's endpoint and side channel since it started
+	// (the server's own report).
+	Server *UETServerAgent `json:"server,omitempty"`
+	// Trace is every CCC transition (--trace-ccc, JSON; at most 65536,
+	// the rest counted in TraceDropped with those the endpoint's trace
+	// could not hand over).
+	Trace        []CCCEvent `json:"ccc_trace,omitempty"`
+	TraceDropped uint64     `json:"ccc_trace_dropped,omitempty"`
+}
+
+// verifyErrors adds up the receiver's verify errors.
+func (u *UETEnd) verifyErrors() uint64 {
+	var n uint64
+	for _, s := range u.Receiver {
+		n += s.VerifyErrors
+	}
+	return n
+}
+
+// UETServerAgent is a UET server's endpoint since it started (every PDC
+// and drop: malformed, unknown_pdc, unsupported, NACKs sent by code) and
+// its side channel.
+type UETServerAgent struct {
+	pds.Counters
+	SideChannel UETServerStats `json:"side_channel"`
+}
+
+// UETCCC is a sender CCC (pds.CCCInfo): the window every PDC to one
+// destination in one traffic class shares.
+type UETCCC struct {
+	Src           string      `json:"src"`
+	Dst           string      `json:"dst"`
+	TC            uint8       `json:"tc"`
+	State         string      `json:"state"` // IDLE, ACTIVE, READY, PENDING
+	CwndBytes     int         `json:"cwnd"`
+	InFlightBytes int         `json:"in_flight"`
+	PDCs          int         `json:"pdcs"`
+	NSCC          *nscc.Stats `json:"nscc,omitempty"` // NSCC's counters
+}
+
+func uetCCCs(cs []pds.CCCInfo) []UETCCC {
+	out := make([]UETCCC, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, UETCCC{Src: c.Src, Dst: c.Dst, TC: c.TC, State: c.State.String(),
+			CwndBytes: c.Window, InFlightBytes: c.InFlight, PDCs: c.PDCs, NSCC: c.NSCC})
+	}
+	return out
+}
+
+// CCCEvent is one CCC transition as --trace-ccc shows it.
+type CCCEvent struct {
+	Time float64 `json:"time"` // seconds since the run's start
+	CCC  uint32  `json:"ccc"`  // the CCC's serial on the client endpoint
+	From string  `json:"from"`
+	To   string  `json:"to"`
+	PDCs int     `json:"pdcs"` // PDCs using it at the transition
+	Src  string  `json:"src"`
+	Dst  string  `json:"dst"`
+	TC   uint8   `json:"tc"`
 }
 
 // EndStream is one QP pair's summary.
@@ -159,8 +251,9 @@ type EndStream struct {
 // acknowledged (sender) or placed (receiver), and that side's counters
 // over the whole run under their mlx5 names.
 type StreamSummary struct {
-	ID            uint32  `json:"id"`  // the client's QPN, on both sides
-	QPN           uint32  `json:"qpn"` // this side's QPN
+	ID            uint32  `json:"id"`               // the client's QPN (UET: the stream's number), on both sides
+	QPN           uint32  `json:"qpn"`              // this side's QPN
+	JobID         uint32  `json:"job_id,omitempty"` // UET
 	Start         float64 `json:"start"`
 	End           float64 `json:"end"`
 	Seconds       float64 `json:"seconds"`

@@ -46,7 +46,17 @@ type Server struct {
 
 // Serve listens as cfg says and serves sessions until ctx is done (or,
 // with OneOff, the first session ends), then closes everything.
+//
+// With cfg.Transport TransportUET it serves UET sessions (ListenUET).
 func Serve(ctx context.Context, cfg ServerConfig) error {
+	if cfg.Transport == TransportUET {
+		s, err := ListenUET(cfg)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return s.Serve(ctx)
+	}
 	s, err := Listen(cfg)
 	if err != nil {
 		return err
@@ -59,6 +69,13 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 // agent. Errors are one line: "roceperf: tcp port 18515 on 198.18.0.1 is
 // already in use".
 func Listen(cfg ServerConfig) (*Server, error) {
+	switch cfg.Transport {
+	case "", TransportRoCEv2:
+	case TransportUET:
+		return nil, errors.New("roceperf: Listen serves RoCEv2: a UET server is ListenUET's")
+	default:
+		return nil, flagErr("--transport", cfg.Transport, "rocev2 or uet")
+	}
 	if cfg.Port == 0 {
 		cfg.Port = DefaultPort
 	}

@@ -1,0 +1,612 @@
+package perf
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// uetClientIdle is the client endpoint's idle timeout: a stream that
+// finished early (-n) keeps its PDC, and the server's target its
+// counters, until long after the server's tracker has read them.
+const uetClientIdle = 2 * time.Second
+
+// uetDrainWait bounds the wait for the last ACKs after the stop: pds fails
+// a PDC after 50 RTOs of 10 ms, long before.
+const uetDrainWait = 5 * time.Second
+
+// maxTraceEvents bounds the CCC transitions a JSON report keeps.
+const maxTraceEvents = 1 << 16
+
+// validateUET is Validate for --transport uet.
+func (c ClientConfig) validateUET() error {
+	c = c.withDefaults()
+	switch {
+	case c.QPs < 1 || c.QPs > MaxQPs:
+		return flagErr("-P", c.QPs, "1..%d", MaxQPs)
+	case c.Duration < time.Millisecond || c.Duration > MaxDuration:
+		return flagErr("-t", seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
+	case c.MessageBytes < 1 || c.MessageBytes > MaxMessageBytes:
+		return flagErr("-l", c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
+	case c.MTU < MinUETMTU || c.MTU > MaxUETMTU:
+		return flagErr("--mtu", c.MTU, "%d..%d with --transport uet (the IP packet size of a full data packet)", MinUETMTU, MaxUETMTU)
+	case c.LineRate > MaxLineRate || c.LineRate < units.Kbit:
+		return flagErr("-b", c.LineRate, "1kbit..1tbit, or 0 (1 Gbit/s) with --transport uet")
+	case c.DSCP > 63:
+		return flagErr("--dscp", c.DSCP, "1..63")
+	case c.BaseRTT < MinUETBaseRTT || c.BaseRTT > MaxUETBaseRTT:
+		return flagErr("--base-rtt", c.BaseRTT, "1us..1s")
+	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
+		return flagErr("-i", seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+	case c.Omit < 0 || c.Omit > MaxOmit:
+		return flagErr("-O", seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
+	}
+	if c.Bytes > 0 {
+		msgs := ceilDiv(c.Bytes, uint64(c.MessageBytes))
+		if msgs < uint64(c.QPs) {
+			return fmt.Errorf("roceperf: -n %d: %d message(s) of %d bytes (-l) cannot keep -P %d streams busy: need at least one message per stream",
+				c.Bytes, msgs, c.MessageBytes, c.QPs)
+		}
+	}
+	// What is left is pds's own rule on the endpoint as a whole (NSCC's
+	// window at this line rate, base RTT and MTU).
+	pc := c.uetConfig(placeholderConn{}, nil)
+	if err := pc.Validate(); err != nil {
+		return fmt.Errorf("roceperf: -b %s --base-rtt %v --mtu %d: %s", c.LineRate, c.BaseRTT, c.MTU, strings.TrimPrefix(err.Error(), "pds: "))
+	}
+	return nil
+}
+
+// placeholderConn stands for the conn when a configuration is validated
+// before the port is opened.
+type placeholderConn struct{ pktio.Conn }
+
+// uetConfig is the client endpoint's configuration. c has its defaults
+// filled.
+func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition)) pds.Config {
+	pc := pds.DefaultConfig()
+	pc.Conn, pc.Logger = conn, c.Logger
+	pc.LinkRate, pc.MTU, pc.BaseRTT, pc.DSCP = c.LineRate, c.MTU, c.BaseRTT, c.DSCP
+	pc.IdleTimeout = uetClientIdle
+	pc.Trace = trace
+	return pc
+}
+
+// runUET is RunClient with --transport uet: a pds endpoint on UDP 4793
+// (or c.UETConn), the session over the UET side channel, a Sender per
+// stream, the same timing and reports as RoCEv2's.
+func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
+	host, port, err := splitServer(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	raddr, err := resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	server := netip.AddrPortFrom(raddr, uint16(port))
+	bind := netip.Addr{}
+	if c.Bind.IsValid() {
+		bind = c.Bind.Unmap()
+		if bind.Is4() != raddr.Is4() {
+			return nil, fmt.Errorf("roceperf: -B %s: the server %s is of the other IP family", bind, raddr)
+		}
+	}
+	conn := c.UETConn
+	if conn == nil {
+		// UET's port is opened per address: -B, or the route's source.
+		local := bind
+		if !local.IsValid() || local.IsUnspecified() {
+			src, err := routeSource(raddr)
+			if err != nil {
+				return nil, reachErr(server, err)
+			}
+			local = src
+		}
+		ap := netip.AddrPortFrom(local, uet.Port)
+		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{})
+		if err != nil {
+			return nil, uetListenErr(ap, err)
+		}
+		conn = ec
+	}
+	local := conn.LocalAddr()
+	tr := &tracer{}
+	if c.TraceCCC {
+		tr.ch = make(chan pds.CCCTransition, 4096)
+	}
+	ep, err := pds.New(c.uetConfig(conn, tr.trace))
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "pds: "))
+	}
+	closeEP := sync.OnceValue(ep.Close)
+	defer closeEP()
+
+	// The side channel, from -B too.
+	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	if bind.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
+	}
+	tc, err := d.DialContext(dctx, "tcp", server.String())
+	if err != nil {
+		return nil, reachErr(server, err)
+	}
+	defer tc.Close()
+	side := bufio.NewReaderSize(tc, 4<<10)
+	// A cancelled ctx (or the dial timeout) ends a blocked read or write.
+	unblock := context.AfterFunc(dctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
+	jobs := uetJobIDs(c.QPs)
+	req := uetRequest{
+		Transport: TransportUET, UETVersion: uetProtocolVersion, Addr: local.Addr().String(),
+		Streams: c.QPs, JobIDs: jobs, MessageBytes: c.MessageBytes, Verify: c.Verify,
+		MTU: c.MTU, DSCP: c.DSCP, Bytes: c.Bytes,
+	}
+	if c.Bytes == 0 {
+		req.Duration = c.Omit + c.Duration
+	}
+	var rep uetReply
+	_ = tc.SetReadDeadline(time.Now().Add(DialTimeout))
+	if err := writeLine(tc, DialTimeout, req); err != nil {
+		return nil, sideErr(ctx, server, err)
+	}
+	if err := readJSONLine(side, minUETRequest, &rep); err != nil {
+		return nil, sideErr(ctx, server, err)
+	}
+	unblock()
+	if rep.Error != "" {
+		hint := ""
+		if strings.HasPrefix(rep.Error, "version ") {
+			// A RoCEv2 server reads no "version" in a UET request.
+			hint = " (a RoCEv2 server? start it with --transport uet)"
+		}
+		return nil, fmt.Errorf("roceperf: server %s refused the session: %s%s", server, rep.Error, hint)
+	}
+	dst, err := netip.ParseAddrPort(rep.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("roceperf: server %s answered with UET address %q: %v", server, clip(rep.Addr, 64), err)
+	}
+	if dst.Port() != local.Port() {
+		return nil, fmt.Errorf("roceperf: server %s: its UET port %d is not ours (%d): both ends use UDP %d", server, dst.Port(), local.Port(), uet.Port)
+	}
+	_ = tc.SetDeadline(time.Time{})
+
+	// The streams.
+	n := c.QPs
+	st := &uetState{ep: ep, dst: dst.Addr().Unmap(), jobs: jobs,
+		prev: make([]pds.SenderCounters, n), base: make([]pds.SenderCounters, n)}
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &st.rusage0)
+	t0 := time.Now()
+	st.wall0 = t0
+	tr.start(ep.Clock().Now())
+	msgs := c.messagesPerStream(n)
+	for i := range n {
+		s := pds.Stream{JobID: jobs[i], MessageBytes: c.MessageBytes, Verify: c.Verify}
+		if msgs != nil {
+			s.Messages = msgs[i]
+		}
+		snd, err := ep.Start(st.dst, s)
+		if err != nil {
+			st.Stop()
+			return nil, fmt.Errorf("roceperf: stream %d (job %#x): %s", i+1, jobs[i], strings.TrimPrefix(err.Error(), "pds: "))
+		}
+		st.senders = append(st.senders, snd)
+	}
+
+	r := &Report{}
+	r.Start = c.uetStartReport(host, port, local, dst, st)
+	out := c.Out
+	text := !c.JSON && out != nil
+	if text && c.TraceCCC {
+		out = &lockedWriter{w: out} // trace lines come from another goroutine
+	}
+	if text {
+		writeStartText(out, r)
+		if c.Interval > 0 {
+			fmt.Fprintln(out, uetClientHeader)
+		}
+	}
+	traced := tr.run(text, out)
+	var show func(*Interval)
+	if text {
+		show = func(iv *Interval) { writeUETIntervalText(out, iv) }
+	}
+	end, runErr := timedLoop(ctx, &c, r, st, t0, uetDrainWait, show)
+	st.endT = end
+	cccs := ep.CCCs()
+	epc := ep.Counters()
+
+	// The server's counters, then the summary.
+	var res uetResult
+	ferr := func() error {
+		_ = tc.SetDeadline(time.Now().Add(DialTimeout))
+		if err := writeLine(tc, DialTimeout, uetFinish{Finish: true}); err != nil {
+			return err
+		}
+		return readJSONLine(side, minUETRequest+n*uetStreamJSONBytes, &res)
+	}()
+	switch {
+	case ferr != nil:
+		ferr = fmt.Errorf("roceperf: the server's counters: %v", ferr)
+	case res.Error != "":
+		ferr = fmt.Errorf("roceperf: the server's counters: %s", res.Error)
+	case len(res.Streams) != n:
+		ferr = fmt.Errorf("roceperf: the server's counters: %d streams for %d", len(res.Streams), n)
+		res.Streams = nil
+	}
+	if ferr != nil && runErr == nil {
+		runErr = ferr
+	}
+	_ = closeEP() // no more transitions: the trace is complete
+	events, dropped := tr.stop(traced)
+	c.uetEndReport(r, st, res.Streams, epc, cccs)
+	if c.TraceCCC {
+		r.End.UET.Trace, r.End.UET.TraceDropped = events, dropped
+	}
+	if verr := r.End.UET.verifyErrors(); c.Verify && verr > 0 && runErr == nil {
+		runErr = fmt.Errorf("roceperf: --verify: %d message(s) did not match the sender's pattern at the server (verify_errors)", verr)
+	}
+	if runErr != nil {
+		r.Error = runErr.Error()
+	}
+	switch {
+	case c.JSON && c.Out != nil:
+		if err := r.WriteJSON(c.Out); err != nil && runErr == nil {
+			runErr = fmt.Errorf("roceperf: writing the report: %w", err)
+		}
+	case text:
+		writeUETSummaryText(out, r)
+	}
+	return r, runErr
+}
+
+// uetJobIDs picks a job ID per stream: consecutive from a random base, so
+// that a server tells this session's PDCs from an earlier one's.
+func uetJobIDs(n int) []uint32 {
+	base := 1 + rand.Uint32N(maxJobID-uint32(n))
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = base + uint32(i)
+	}
+	return ids
+}
+
+// sideErr is the one-line error of a failed side-channel exchange.
+func sideErr(ctx context.Context, server netip.AddrPort, err error) error {
+	var ne net.Error
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("roceperf: server %s: interrupted", server)
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+		return fmt.Errorf("roceperf: server %s closed the side channel without an answer", server)
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("roceperf: server %s: no answer on the side channel within %v", server, DialTimeout)
+	}
+	return fmt.Errorf("roceperf: server %s: side channel: %v", server, err)
+}
+
+// uetListenErr maps ListenEntropy's errors to the tool's one-liners.
+func uetListenErr(ap netip.AddrPort, err error) error {
+	switch {
+	case errors.Is(err, syscall.EPERM):
+		return fmt.Errorf("roceperf: cannot open the UET port (UDP %d): %s", ap.Port(), strings.TrimPrefix(err.Error(), fmt.Sprintf("pktio: listen entropy %s: ", ap)))
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("roceperf: udp port %d on %s is already in use (one UET endpoint per address: -B another)", ap.Port(), ap.Addr())
+	}
+	return listenErr("udp", "--transport uet", ap, err)
+}
+
+// lockedWriter serializes whole writes of several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// tracer takes the endpoint's CCC transitions (pds.Config.Trace, called
+// under the endpoint's lock: it must not block) and prints them (text) or
+// keeps them (JSON) on a goroutine of its own. A full channel drops and
+// counts.
+type tracer struct {
+	ch      chan pds.CCCTransition // nil: no trace
+	mu      sync.Mutex
+	closed  bool
+	dropped uint64
+	clock0  time.Duration // the endpoint clock at the run's start
+}
+
+func (t *tracer) trace(tr pds.CCCTransition) {
+	if t.ch == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	select {
+	case t.ch <- tr:
+	default:
+		t.dropped++
+	}
+}
+
+func (t *tracer) start(clock0 time.Duration) {
+	t.mu.Lock()
+	t.clock0 = clock0
+	t.mu.Unlock()
+}
+
+// run starts the consumer: lines to w (text), or events kept for the
+// report. The channel delivers what it returns.
+func (t *tracer) run(text bool, w io.Writer) <-chan []CCCEvent {
+	done := make(chan []CCCEvent, 1)
+	if t.ch == nil {
+		close(done)
+		return done
+	}
+	t.mu.Lock()
+	clock0 := t.clock0
+	t.mu.Unlock()
+	go func() {
+		var events []CCCEvent
+		for tr := range t.ch {
+			ev := CCCEvent{Time: (tr.At - clock0).Seconds(), CCC: tr.CCC, From: tr.From.String(), To: tr.To.String(), PDCs: tr.PDCs,
+				Src: tr.Key.Src.String(), Dst: tr.Key.Dst.String(), TC: tr.Key.TC}
+			if text {
+				fmt.Fprintln(w, traceLine(&ev))
+			} else if len(events) < maxTraceEvents {
+				events = append(events, ev)
+			} else {
+				t.mu.Lock()
+				t.dropped++
+				t.mu.Unlock()
+			}
+		}
+		done <- events
+	}()
+	return done
+}
+
+// stop closes the channel (the endpoint is closed: nothing more comes) and
+// waits for the consumer.
+func (t *tracer) stop(done <-chan []CCCEvent) ([]CCCEvent, uint64) {
+	if t.ch == nil {
+		return nil, 0
+	}
+	t.mu.Lock()
+	t.closed = true
+	close(t.ch)
+	t.mu.Unlock()
+	events := <-done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return events, t.dropped
+}
+
+// uetState is a UET run's streams: a Sender per stream, all on one
+// endpoint and one CCC.
+type uetState struct {
+	ep      *pds.Endpoint
+	dst     netip.Addr
+	jobs    []uint32
+	senders []*pds.Sender
+	prev    []pds.SenderCounters // at the last interval report
+	prevEP  pds.Counters
+	prevT   time.Duration
+	base    []pds.SenderCounters // at the end of the warm-up
+	baseEP  pds.Counters
+	baseT   time.Duration
+	endT    time.Duration
+	rusage0 unix.Rusage
+	wall0   time.Time
+}
+
+var _ streamSet = (*uetState)(nil)
+
+// Len implements streamSet.
+func (st *uetState) Len() int { return len(st.senders) }
+
+// Done implements streamSet.
+func (st *uetState) Done(i int) <-chan struct{} { return st.senders[i].Done() }
+
+// Err implements streamSet.
+func (st *uetState) Err(i int) error {
+	if err := st.senders[i].Err(); err != nil {
+		return fmt.Errorf("roceperf: stream %d (job %#x): %s", i+1, st.jobs[i], strings.TrimPrefix(err.Error(), "pds: "))
+	}
+	return nil
+}
+
+// Stop implements streamSet.
+func (st *uetState) Stop() {
+	for _, s := range st.senders {
+		s.Stop()
+	}
+}
+
+// ccc is the CCC of the streams' destination (the zero CCCInfo once it
+// is freed).
+func (st *uetState) ccc() pds.CCCInfo {
+	for _, c := range st.ep.CCCs() {
+		if c.Key.Dst == st.dst {
+			return c
+		}
+	}
+	return pds.CCCInfo{}
+}
+
+func (st *uetState) take(now time.Duration, omitted bool) Interval {
+	var iv Interval
+	start, end := st.prevT.Seconds(), now.Seconds()
+	secs := end - start
+	ccc := st.ccc()
+	epc := st.ep.Counters()
+	retx := epc.Retransmits - st.prevEP.Retransmits
+	iv.Sum = IntervalSum{Start: start, End: end, Seconds: secs, Omitted: omitted, Sender: true,
+		CwndBytes: uint64(ccc.Window), InFlightBytes: uint64(ccc.InFlight), Retransmits: retx,
+		TxPackets: epc.TxPackets - st.prevEP.TxPackets}
+	for i, s := range st.senders {
+		ctr := s.Counters()
+		is := IntervalStream{
+			ID: uint32(i + 1), Start: start, End: end, Seconds: secs,
+			Bytes:   ctr.BytesAcked - st.prev[i].BytesAcked,
+			Omitted: omitted, Sender: true,
+			CwndBytes: uint64(ccc.Window), InFlightBytes: uint64(ccc.InFlight),
+		}
+		if len(st.senders) == 1 {
+			// Retransmissions are the endpoint's: one stream's own only
+			// when it is alone.
+			is.Retransmits, is.TxPackets = retx, iv.Sum.TxPackets
+		}
+		is.BitsPerSecond = rate(is.Bytes, secs)
+		st.prev[i] = ctr
+		iv.Streams = append(iv.Streams, is)
+		iv.Sum.Bytes += is.Bytes
+	}
+	iv.Sum.BitsPerSecond = rate(iv.Sum.Bytes, secs)
+	st.prevEP = epc
+	st.prevT = now
+	return iv
+}
+
+func (st *uetState) peek() uint64 {
+	var b uint64
+	for i, s := range st.senders {
+		b += s.Counters().BytesAcked - st.prev[i].BytesAcked
+	}
+	return b
+}
+
+func (st *uetState) snapshotBase(now time.Duration) {
+	for i, s := range st.senders {
+		st.base[i] = s.Counters()
+	}
+	st.baseEP = st.ep.Counters()
+	st.baseT = now
+}
+
+func (st *uetState) notDrained(waited time.Duration) error {
+	var parts []string
+	for i, s := range st.senders {
+		select {
+		case <-s.Done():
+			continue
+		default:
+		}
+		ctr := s.Counters()
+		parts = append(parts, fmt.Sprintf("stream %d acked %d of %d messages", i+1, ctr.MessagesAcked, ctr.MessagesQueued))
+	}
+	return fmt.Errorf("roceperf: streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
+}
+
+// uetStartReport fills the report's start section.
+func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.AddrPort, st *uetState) Start {
+	now := time.Now()
+	s := Start{
+		Version:      "roceperf " + Version,
+		SystemInfo:   systemInfo(),
+		Timestamp:    Timestamp{Time: now.UTC().Format(iperfTime), TimeSecs: now.Unix()},
+		ConnectingTo: ConnectingTo{Host: host, Port: port},
+	}
+	for i, snd := range st.senders {
+		s.Connected = append(s.Connected, Connected{
+			LocalHost: local.Addr().String(), LocalPort: local.Port(),
+			RemoteHost: dst.Addr().String(), RemotePort: dst.Port(),
+			JobID: st.jobs[i], PDC: snd.PDC(),
+		})
+	}
+	ts := TestStart{
+		Protocol:    "UET",
+		NumStreams:  c.QPs,
+		Blksize:     c.MessageBytes,
+		Omit:        c.Omit.Seconds(),
+		TOS:         int(c.DSCP)<<2 | ecnECT0,
+		DSCP:        int(c.DSCP),
+		MTU:         c.MTU,
+		Op:          "write",
+		CC:          "nscc",
+		LineRateBps: uint64(c.LineRate),
+		BaseRTTUs:   float64(c.BaseRTT) / float64(time.Microsecond),
+		Verify:      c.Verify,
+		Interval:    c.Interval.Seconds(),
+	}
+	if c.Bytes > 0 {
+		ts.Bytes = c.Bytes
+		ts.Blocks = ceilDiv(c.Bytes, uint64(c.MessageBytes))
+	} else {
+		ts.Duration = c.Duration.Seconds()
+	}
+	s.TestStart = ts
+	return s
+}
+
+// uetEndReport fills the summary from the Senders' final counters, the
+// warm-up baseline and the server's counters (nil: they did not arrive).
+// The receiver's bytes after the warm-up are the server's total less what
+// the client had acknowledged when it ended, as RoCEv2's.
+func (c *ClientConfig) uetEndReport(r *Report, st *uetState, rcvs []UETReceiverStats, epc pds.Counters, cccs []pds.CCCInfo) {
+	e := &r.End
+	start, end := st.baseT.Seconds(), st.endT.Seconds()
+	secs := end - start
+	e.SumSent = Sum{Start: start, End: end, Seconds: secs, Sender: true, Retransmits: epc.Retransmits - st.baseEP.Retransmits}
+	e.SumReceived = Sum{Start: start, End: end, Seconds: secs}
+	for i, s := range st.senders {
+		ctr, base := s.Counters(), st.base[i]
+		snd := StreamSummary{
+			ID: uint32(i + 1), JobID: st.jobs[i], Start: start, End: end, Seconds: secs,
+			Bytes:    ctr.BytesAcked - base.BytesAcked,
+			Messages: ctr.MessagesAcked - base.MessagesAcked,
+			Sender:   true,
+		}
+		snd.AckedBytes, snd.AckedMessages = ctr.BytesAcked, ctr.MessagesAcked
+		if len(st.senders) == 1 {
+			snd.Retransmits = e.SumSent.Retransmits
+			snd.RetransmitPackets = epc.Retransmits
+		}
+		snd.BitsPerSecond = rate(snd.Bytes, secs)
+		rcv := StreamSummary{ID: uint32(i + 1), JobID: st.jobs[i], Start: start, End: end, Seconds: secs}
+		if rcvs != nil {
+			rs := rcvs[i]
+			rcv.Bytes = sub(rs.MessageBytes, base.BytesAcked)
+			rcv.Messages = sub(rs.Messages, base.MessagesAcked)
+			rcv.RecvBytes, rcv.RecvMessages = rs.MessageBytes, rs.Messages
+			rcv.VerifyErrors = rs.VerifyErrors
+		}
+		rcv.BitsPerSecond = rate(rcv.Bytes, secs)
+		e.Streams = append(e.Streams, EndStream{Sender: snd, Receiver: rcv})
+		e.SumSent.Bytes += snd.Bytes
+		e.SumSent.Messages += snd.Messages
+		e.SumReceived.Bytes += rcv.Bytes
+		e.SumReceived.Messages += rcv.Messages
+	}
+	e.SumSent.BitsPerSecond = rate(e.SumSent.Bytes, secs)
+	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, secs)
+	e.Counters.Server = []agent.QPReport{} // RoCEv2's; the receiver's counters are in e.UET
+	e.UET = &UETEnd{Client: &epc, CCCs: uetCCCs(cccs), Receiver: rcvs}
+	e.CPU = cpuSince(&st.rusage0, st.wall0)
+}

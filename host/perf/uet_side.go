@@ -1,0 +1,263 @@
+package perf
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/pds"
+)
+
+// The UET side channel (roceperf --transport uet): JSON lines over TCP
+// (18515), as the RoCEv2 one (host/agent), but nothing to connect: a UET
+// target PDC is established by the first packet's SYN. The client
+// announces its session (uetRequest: its UET address, the job IDs of its
+// streams, message size, verify); the server answers with its UET address
+// (uetReply) or an error line naming the field, the value and the range;
+// at the end the client sends {"finish":true} and the server answers with
+// the receiver's counters of the session's PDCs (uetResult). An error
+// line has the RoCEv2 side channel's shape ({"error":…,"cause":…}), so a
+// RoCEv2 client of a UET server, and a UET client of a RoCEv2 server,
+// print the other's refusal.
+
+// uetProtocolVersion is the UET side channel's version. It travels as
+// uet_version: a RoCEv2 server reads the request's "version" as 0 and
+// refuses it.
+const uetProtocolVersion = 1
+
+// uetRequest is the client's opening line.
+type uetRequest struct {
+	Transport  string `json:"transport"` // "uet"
+	UETVersion int    `json:"uet_version"`
+	// Addr is the client's UET address: the source of its PDCs' packets.
+	Addr string `json:"uet_addr"`
+	// Streams and JobIDs: one PDC per stream, each its own job.
+	Streams      int      `json:"streams"`
+	JobIDs       []uint32 `json:"job_ids"`
+	MessageBytes int      `json:"message_bytes"`
+	Verify       bool     `json:"verify"`
+	// Informational: the server prints them.
+	MTU      int           `json:"mtu,omitempty"`
+	DSCP     uint8         `json:"dscp,omitempty"`
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	Bytes    uint64        `json:"bytes,omitempty"`
+}
+
+// uetReply answers the request: the server's UET address, or why not
+// (Cause names the limit or rule, UETRefused*).
+type uetReply struct {
+	Error string `json:"error,omitempty"`
+	Cause string `json:"cause,omitempty"`
+	Addr  string `json:"uet_addr,omitempty"` // "198.18.0.1:4793"
+}
+
+type uetFinish struct {
+	Finish bool `json:"finish"`
+}
+
+// UETReceiverStats are one stream's counters at the server: the target
+// PDCs of its job from the client's address (pds.TargetStats, summed over
+// the PDC's incarnations if it was established again).
+type UETReceiverStats struct {
+	JobID        uint32 `json:"job_id"`
+	PDCs         int    `json:"pdcs"` // target PDCs seen for the job
+	Messages     uint64 `json:"messages"`
+	MessageBytes uint64 `json:"message_bytes"`
+	// VerifyErrors are messages whose payload failed the check; only with
+	// verify (a pds target checks every payload, and an unverified
+	// stream's zeros fail it).
+	VerifyErrors uint64 `json:"verify_errors"`
+	Duplicates   uint64 `json:"duplicates"`
+	OutOfOrder   uint64 `json:"out_of_order"`
+	CEReceived   uint64 `json:"ce_received"`
+}
+
+func (s *UETReceiverStats) add(t *pds.TargetStats) {
+	s.PDCs++
+	s.Messages += t.Messages
+	s.MessageBytes += t.MessageBytes
+	s.VerifyErrors += t.VerifyErrors
+	s.Duplicates += t.Duplicates
+	s.OutOfOrder += t.OutOfOrder
+	s.CEReceived += t.CEReceived
+}
+
+// uetResult is the server's answer to the finish: a stream per job ID, in
+// the request's order; or why the server ended the session.
+type uetResult struct {
+	Error   string             `json:"error,omitempty"`
+	Cause   string             `json:"cause,omitempty"`
+	Streams []UETReceiverStats `json:"streams"`
+}
+
+// Why a UET connection got no session (UETServerStats.Refused), or why
+// the server ended one (UETServerStats.Aborted).
+const (
+	UETRefusedConns        = "conns"           // max_conns
+	UETRefusedNoRequest    = "no_request"      // closed before a request line
+	UETRefusedTimeout      = "request_timeout" // no request line in time
+	UETRefusedRequestBytes = "request_bytes"   // max_request_bytes
+	UETRefusedMalformed    = "malformed"       // not one JSON request on one line
+	UETRefusedTransport    = "transport"       // not a UET request (a RoCEv2 client)
+	UETRefusedVersion      = "version"
+	UETRefusedStreams      = "streams"       // max_streams
+	UETRefusedJobIDs       = "job_ids"       // count, range, duplicates, in use
+	UETRefusedMessageBytes = "message_bytes" // max_message_bytes
+	UETRefusedAddr         = "uet_addr"      // not a unicast address of the server's family
+	UETRefusedSessions     = "sessions"      // max_sessions
+	UETRefusedBusy         = "busy"          // the address's previous PDCs did not expire in time
+	UETAbortedDuration     = "session_duration"
+	UETAbortedFinish       = "finish" // a line other than the finish
+)
+
+// Defaults of UETLimits.
+const (
+	DefaultUETMaxStreams      = 64
+	DefaultUETMaxSessions     = 32
+	DefaultUETRequestTimeout  = 10 * time.Second
+	DefaultUETSessionDuration = 25 * time.Hour
+)
+
+// Ranges the UET limits are checked against.
+const (
+	maxUETStreams     = 4096
+	maxUETConns       = 1 << 16
+	uetJobIDJSONBytes = 16 // "16777215," and room
+	minUETRequest     = 1 << 10
+	maxUETRequest     = 1 << 20
+	uetFinishBytes    = 4 << 10
+	// uetResultBytes bounds the client's read of the result: a stream's
+	// counters are under 256 bytes of JSON.
+	uetStreamJSONBytes = 256
+	uetLingerBytes     = 64 << 10
+	uetLingerTime      = 100 * time.Millisecond
+	// maxJobID is the largest JobID (24 bits, pds.Stream).
+	maxJobID = 1<<24 - 1
+)
+
+// UETLimits bound what the UET side channel's clients may make a server
+// hold. Every field is optional: 0 means the default noted.
+type UETLimits struct {
+	// MaxStreams is the most streams (PDCs) one session may announce
+	// (max_streams). 0 means 64, the RoCEv2 side's max_qps.
+	MaxStreams int
+	// MaxSessions is the most sessions at once (max_sessions). 0 means 32.
+	MaxSessions int
+	// MaxConns is the most side-channel connections at once (max_conns).
+	// 0 means twice MaxSessions.
+	MaxConns int
+	// MaxMessageBytes is the largest message a session may announce
+	// (max_message_bytes). 0 means MaxMessageBytes (16 MiB): a target
+	// holds no payload, only each message's progress.
+	MaxMessageBytes int
+	// MaxRequestBytes is the longest request line (max_request_bytes).
+	// 0 means 1 KiB plus 16 bytes per stream of MaxStreams.
+	MaxRequestBytes int
+	// RequestTimeout bounds the wait for the request line and each
+	// reply's write (request_timeout). 0 means 10 s.
+	RequestTimeout time.Duration
+	// MaxSessionDuration is how long a session may wait for its finish
+	// (max_session_duration). 0 means 25 h.
+	MaxSessionDuration time.Duration
+}
+
+func (l UETLimits) withDefaults() UETLimits {
+	if l.MaxStreams == 0 {
+		l.MaxStreams = DefaultUETMaxStreams
+	}
+	if l.MaxSessions == 0 {
+		l.MaxSessions = DefaultUETMaxSessions
+	}
+	if l.MaxConns == 0 {
+		l.MaxConns = 2 * l.MaxSessions
+	}
+	if l.MaxMessageBytes == 0 {
+		l.MaxMessageBytes = MaxMessageBytes
+	}
+	if l.MaxRequestBytes == 0 {
+		l.MaxRequestBytes = minUETRequest + l.MaxStreams*uetJobIDJSONBytes
+	}
+	if l.RequestTimeout == 0 {
+		l.RequestTimeout = DefaultUETRequestTimeout
+	}
+	if l.MaxSessionDuration == 0 {
+		l.MaxSessionDuration = DefaultUETSessionDuration
+	}
+	return l
+}
+
+// validate checks limits with their defaults filled, naming the first bad
+// one.
+func (l *UETLimits) validate() error {
+	switch {
+	case l.MaxStreams < 1 || l.MaxStreams > maxUETStreams:
+		return fmt.Errorf("roceperf: uet max_streams %d: must be 1..%d", l.MaxStreams, maxUETStreams)
+	case l.MaxSessions < 1 || l.MaxSessions > maxUETConns:
+		return fmt.Errorf("roceperf: uet max_sessions %d: must be 1..%d", l.MaxSessions, maxUETConns)
+	case l.MaxConns < 1 || l.MaxConns > maxUETConns:
+		return fmt.Errorf("roceperf: uet max_conns %d: must be 1..%d", l.MaxConns, maxUETConns)
+	case l.MaxMessageBytes < 1 || l.MaxMessageBytes > pds.MaxMessageBytes:
+		return fmt.Errorf("roceperf: uet max_message_bytes %d: must be 1..%d", l.MaxMessageBytes, pds.MaxMessageBytes)
+	case l.MaxRequestBytes < minUETRequest || l.MaxRequestBytes > maxUETRequest:
+		return fmt.Errorf("roceperf: uet max_request_bytes %d: must be %d..%d", l.MaxRequestBytes, minUETRequest, maxUETRequest)
+	case l.RequestTimeout < time.Millisecond || l.RequestTimeout > time.Hour:
+		return fmt.Errorf("roceperf: uet request_timeout %v: must be 1ms..1h", l.RequestTimeout)
+	case l.MaxSessionDuration < time.Millisecond || l.MaxSessionDuration > 30*24*time.Hour:
+		return fmt.Errorf("roceperf: uet max_session_duration %v: must be 1ms..720h", l.MaxSessionDuration)
+	}
+	return nil
+}
+
+// Side-channel line errors.
+var (
+	errLineTooLong = errors.New("line too long")
+	errNoNewline   = errors.New("unexpected end of input: no newline")
+)
+
+// readLine reads one '\n'-terminated line of at most limit bytes, newline
+// included, never buffering more than limit (plus the reader's buffer).
+func readLine(r *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if len(line)+len(frag) > limit {
+			return nil, errLineTooLong
+		}
+		switch {
+		case err == nil || errors.Is(err, bufio.ErrBufferFull):
+			line = append(line, frag...)
+			if err == nil {
+				return line, nil
+			}
+		case errors.Is(err, io.EOF) && len(line)+len(frag) > 0:
+			return nil, errNoNewline
+		default:
+			return nil, err
+		}
+	}
+}
+
+// writeLine sends v as one JSON line within timeout.
+func writeLine(c net.Conn, timeout time.Duration, v any) error {
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	return json.NewEncoder(c).Encode(v)
+}
+
+// readJSONLine reads one line of at most limit bytes into v.
+func readJSONLine(r *bufio.Reader, limit int, v any) error {
+	line, err := readLine(r, limit)
+	switch {
+	case errors.Is(err, errLineTooLong):
+		return fmt.Errorf("a side-channel line over %d bytes", limit)
+	case err != nil:
+		return err
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("not a side-channel line: %v", err)
+	}
+	return nil
+}
