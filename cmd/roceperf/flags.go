@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -27,7 +28,15 @@ root: CAP_NET_RAW for the raw socket RoCE packets leave by, CAP_BPF,
 CAP_NET_ADMIN and CAP_SYS_ADMIN for the steering that shares UDP 4791
 between the agents of a network namespace.
 
+With --transport uet both ends run Ultra Ethernet Transport instead: a UET
+endpoint (PDS, RUD, NSCC) on UDP 4793 of one address, each stream a PDC of
+its own job, all streams sharing the congestion control context (CCC) to
+the server. A UET server serves UET clients only (a RoCEv2 server on the
+same address needs another -p). Needs CAP_NET_RAW.
+
 Server or client:
+  --transport rocev2|uet    RoCEv2 queue pairs (default) or UET PDCs; both
+                            ends must use the same
   -p, --port N              side-channel TCP port (default 18515)
   --udp-port N              RoCEv2 UDP port RoCE packets arrive on (default
                             4791, shared by every agent of the host; each QP
@@ -40,11 +49,13 @@ Server or client:
   -V, --version             print the version and exit
   -h, --help                print this text and exit
 Server:
-  -s, --server              run as the server
+  -s, --server              run as the server (with --transport uet, -B is
+                            required: UET's UDP 4793 is opened per address)
   -1, --one-off             serve one client, then exit
   --np kernel|agent         where CE marks turn into CNPs: an eBPF program on
                             the devices holding -B (default kernel where it
                             attaches, else agent) or the server's agent
+                            (RoCEv2)
 Client:
   -c, --client HOST         run as a client of the server at HOST[:PORT]
   -t, --time SECONDS        time to transmit (default 10)
@@ -81,15 +92,32 @@ Client:
   --burst N                 packets paced back to back (default %d)
   --timeout TIME            ACK timeout (default %v; a bare number is ms)
   --retry N                 ACK timeouts in a row before a QP fails (default %d)
+Client, --transport uet (-t -n -P -l -i -O -J -B --dscp --verify as above;
+-P streams, one PDC and job each; the RoCEv2-only flags --udp-port --op --cc
+--dcqcn-profile --dcqcn --rp --cnp-dscp --perftest --window --inflight
+--ack-every --burst --timeout --retry are refused):
+  --mtu N                   IP packet size of a full data packet, 512..9000
+                            (default %d); at most the path's MTU
+  -b, --bitrate N[kmg]      the endpoint's line rate: its port limiter and
+                            NSCC's BDP (default %s)
+  --base-rtt TIME           NSCC's base RTT (default %v)
+  --trace-ccc               print every CCC transition with its time (-J:
+                            end.uet.ccc_trace)
 
 Examples:
   roceperf -s -B 198.18.0.1
   roceperf -c 198.18.0.1 -t 10 -P 4 -b 1g
   roceperf -c 198.18.0.1 -n 1G --verify --perftest
   roceperf -c 198.18.0.1 --dcqcn-profile paper --dcqcn rpg_ai_rate=10 -J
-`, qpDefaults.Window, qpDefaults.AckReqEvery, qpDefaults.MaxBurst, qpDefaults.AckTimeout, qpDefaults.RetryCount)
+  roceperf -s -B 198.18.0.1 --transport uet
+  roceperf -c 198.18.0.1 --transport uet -t 10 -P 2 --verify
+`, qpDefaults.Window, qpDefaults.AckReqEvery, qpDefaults.MaxBurst, qpDefaults.AckTimeout, qpDefaults.RetryCount,
+	uetDefaults.MTU, uetDefaults.LinkRate, uetDefaults.BaseRTT)
 
-var qpDefaults = agent.DefaultQPConfig()
+var (
+	qpDefaults  = agent.DefaultQPConfig()
+	uetDefaults = pds.DefaultConfig()
+)
 
 type action int
 
@@ -118,7 +146,15 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 // clientOnly are the flags a server refuses, as iperf3 does.
 var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "length", "mtu", "op", "b", "bitrate",
 	"cc", "dcqcn-profile", "dcqcn", "rp", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
-	"window", "inflight", "ack-every", "burst", "timeout", "retry"}
+	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "trace-ccc"}
+
+// rocev2Only are the flags --transport uet refuses; uetOnly those
+// --transport rocev2 refuses.
+var (
+	rocev2Only = []string{"udp-port", "op", "cc", "dcqcn-profile", "dcqcn", "rp", "np", "cnp-dscp", "perftest",
+		"window", "inflight", "ack-every", "burst", "timeout", "retry"}
+	uetOnly = []string{"base-rtt", "trace-ccc"}
+)
 
 func versionLine() string {
 	return fmt.Sprintf("roceperf %s (fabriclab; %s %s/%s; side-channel protocol %d)",
@@ -180,6 +216,9 @@ func parseArgs(args []string) (*options, error) {
 		burst    = str("", "burst")
 		timeout  = str("", "timeout")
 		retry    = str("", "retry")
+		tport    = str(perf.TransportRoCEv2, "transport")
+		baseRTT  = str("", "base-rtt")
+		traceCCC = boolean("trace-ccc")
 		knobs    repeated
 	)
 	fs.Var(&knobs, "dcqcn", "")
@@ -212,9 +251,32 @@ func parseArgs(args []string) (*options, error) {
 		return o, nil
 	}
 
+	// The transport, and the flags only the other one takes.
+	uetRun := false
+	switch *tport {
+	case perf.TransportRoCEv2:
+		for _, n := range uetOnly {
+			if set[n] {
+				return nil, fmt.Errorf("roceperf: %s: a UET option (--transport uet)", dash(n))
+			}
+		}
+	case perf.TransportUET:
+		uetRun = true
+		for _, n := range rocev2Only {
+			if set[n] {
+				return nil, fmt.Errorf("roceperf: %s: a RoCEv2 option, not for --transport uet", flagValue(fs, n))
+			}
+		}
+	default:
+		return nil, mustBe("--transport", *tport, "rocev2 or uet")
+	}
+
 	// Shared settings.
 	var err error
 	c := perf.DefaultClientConfig(*client)
+	if uetRun {
+		c = perf.DefaultUETClientConfig(*client)
+	}
 	if c.Interval, err = seconds(spelled("i", "interval"), *interval, 0, perf.MaxInterval); err != nil {
 		return nil, err
 	}
@@ -263,7 +325,13 @@ func parseArgs(args []string) (*options, error) {
 		if *npMode != "" && *npMode != perf.NPKernel && *npMode != perf.NPAgent {
 			return nil, mustBe("--np", *npMode, "kernel or agent")
 		}
+		if uetRun && (!bindAddr.IsValid() || bindAddr.IsUnspecified() || bindAddr.IsMulticast()) {
+			return nil, errors.New("roceperf: -s --transport uet: give -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")
+		}
 		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode}
+		if uetRun {
+			o.server.Transport = perf.TransportUET
+		}
 		if c.Interval == 0 {
 			o.server.Interval = -1
 		}
@@ -300,11 +368,19 @@ func parseArgs(args []string) (*options, error) {
 		return nil, mustBe(spelled("l", "length"), *length, "1..16M bytes")
 	}
 	c.MessageBytes = int(l)
-	if c.MTU, err = intIn("--mtu", *mtu, 256, 4096); err != nil {
-		return nil, err
-	}
-	if c.MTU&(c.MTU-1) != 0 {
-		return nil, mustBe("--mtu", *mtu, "256, 512, 1024, 2048 or 4096")
+	switch {
+	case uetRun && set["mtu"]:
+		if c.MTU, err = intIn("--mtu", *mtu, perf.MinUETMTU, perf.MaxUETMTU); err != nil {
+			return nil, err
+		}
+	case uetRun: // pds's default, not RoCEv2's
+	default:
+		if c.MTU, err = intIn("--mtu", *mtu, 256, 4096); err != nil {
+			return nil, err
+		}
+		if c.MTU&(c.MTU-1) != 0 {
+			return nil, mustBe("--mtu", *mtu, "256, 512, 1024, 2048 or 4096")
+		}
 	}
 	switch *op {
 	case "write":
@@ -324,11 +400,22 @@ func parseArgs(args []string) (*options, error) {
 	}
 	if *bitrate != "" {
 		r, perr := perf.ParseBitrate(*bitrate)
-		if perr != nil || (r != 0 && r < units.Kbit) || r > perf.MaxLineRate {
+		switch {
+		case uetRun && (perr != nil || r < units.Kbit || r > perf.MaxLineRate):
+			return nil, mustBe(spelled("b", "bitrate"), *bitrate, "1k..1t bits/s (k, m, g, t 1000-based, or 10gbit) with --transport uet")
+		case perr != nil || (r != 0 && r < units.Kbit) || r > perf.MaxLineRate:
 			return nil, mustBe(spelled("b", "bitrate"), *bitrate, "1k..1t bits/s (k, m, g, t 1000-based, or 10gbit), or 0 (--cc none: unpaced)")
 		}
 		c.LineRate = r
 	}
+	if *baseRTT != "" {
+		d, perr := units.ParseDuration(*baseRTT)
+		if perr != nil || d < perf.MinUETBaseRTT || d > perf.MaxUETBaseRTT {
+			return nil, mustBe("--base-rtt", *baseRTT, "1us..1s (e.g. 100us)")
+		}
+		c.BaseRTT = d
+	}
+	c.TraceCCC = *traceCCC
 	c.Profile = *profile
 	c.RP = *rpMode
 	if o.action == actionKnobHelp {
@@ -392,6 +479,16 @@ func parseArgs(args []string) (*options, error) {
 	}
 	o.client = c
 	return o, nil
+}
+
+// flagValue is a flag as the user gave it: "--cc none", or "--perftest"
+// for a switch.
+func flagValue(fs *flag.FlagSet, name string) string {
+	f := fs.Lookup(name)
+	if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+		return dash(name)
+	}
+	return dash(name) + " " + f.Value.String()
 }
 
 // serverAddr joins -c HOST with -p PORT; HOST may carry its own port.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -163,5 +164,71 @@ func TestRunWithoutNetwork(t *testing.T) {
 			t.Errorf("roceperf %s: exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr %q",
 				tc.args, code, out.String(), errb.String(), tc.code, tc.out, tc.err)
 		}
+	}
+}
+
+// TestParseUET: --transport uet takes the shared flags and its own, with
+// pds's defaults where RoCEv2's differ, and the server its -B.
+func TestParseUET(t *testing.T) {
+	o, err := parseArgs(strings.Fields("-c 198.18.0.1 --transport uet -t 2 -P 3 -l 1M --mtu 9000 -b 10g --base-rtt 50us --dscp 24 -i 0.5 -O 1 -J --verify --trace-ccc -B 198.18.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.client
+	if c.Transport != perf.TransportUET || c.Server != "198.18.0.1:18515" || c.QPs != 3 || c.Duration != 2*time.Second ||
+		c.MessageBytes != 1<<20 || c.MTU != 9000 || c.LineRate != 10*units.Gbit || c.BaseRTT != 50*time.Microsecond ||
+		c.DSCP != 24 || c.Interval != 500*time.Millisecond || c.Omit != time.Second || !c.JSON || !c.Verify || !c.TraceCCC ||
+		c.Bind.String() != "198.18.0.2" {
+		t.Errorf("uet client %+v", c)
+	}
+	// Defaults: pds's MTU, line rate and base RTT, not RoCEv2's.
+	o, err = parseArgs(strings.Fields("-c h --transport uet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, d := o.client, pds.DefaultConfig()
+	if c.MTU != d.MTU || c.LineRate != d.LinkRate || c.BaseRTT != d.BaseRTT || c.TraceCCC || c.QPs != 1 || c.MessageBytes != 64<<10 {
+		t.Errorf("uet defaults %+v", c)
+	}
+	// RoCEv2 stays the default, and its defaults stay.
+	o, err = parseArgs(strings.Fields("-c h"))
+	if err != nil || o.client.Transport != "" || o.client.MTU != 1024 || o.client.LineRate != 0 {
+		t.Errorf("rocev2 defaults %+v %v", o.client, err)
+	}
+	o, err = parseArgs(strings.Fields("-s --transport uet -B 198.18.0.1 -1 -i 0"))
+	if err != nil || o.server == nil || o.server.Transport != perf.TransportUET || o.server.Bind.String() != "198.18.0.1" || !o.server.OneOff {
+		t.Errorf("uet server %+v %v", o.server, err)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"-c h --transport quic", "roceperf: --transport quic: must be rocev2 or uet"},
+		{"-c h --transport uet --cc none", "roceperf: --cc none: a RoCEv2 option, not for --transport uet"},
+		{"-c h --transport uet --op send", "roceperf: --op send: a RoCEv2 option, not for --transport uet"},
+		{"-c h --transport uet --perftest", "roceperf: --perftest: a RoCEv2 option, not for --transport uet"},
+		{"-c h --transport uet --dcqcn rpg_ai_rate=1", "roceperf: --dcqcn rpg_ai_rate=1: a RoCEv2 option, not for --transport uet"},
+		{"-c h --transport uet --dcqcn help", "roceperf: --dcqcn help: a RoCEv2 option, not for --transport uet"},
+		{"-c h --transport uet --udp-port 5000", "roceperf: --udp-port 5000: a RoCEv2 option, not for --transport uet"},
+		{"-c h --transport uet --timeout 5", "roceperf: --timeout 5: a RoCEv2 option, not for --transport uet"},
+		{"-s -B 198.18.0.1 --transport uet --np agent", "roceperf: --np agent: a RoCEv2 option, not for --transport uet"},
+		{"-c h --trace-ccc", "roceperf: --trace-ccc: a UET option (--transport uet)"},
+		{"-c h --base-rtt 50us", "roceperf: --base-rtt: a UET option (--transport uet)"},
+		{"-c h --transport uet --mtu 256", "roceperf: --mtu 256: must be 512..9000"},
+		{"-c h --transport uet --mtu 9001", "roceperf: --mtu 9001: must be 512..9000"},
+		{"-c h --transport uet -b 0", "roceperf: -b 0: must be 1k..1t bits/s (k, m, g, t 1000-based, or 10gbit) with --transport uet"},
+		{"-c h --transport uet --base-rtt 2s", "roceperf: --base-rtt 2s: must be 1us..1s"},
+		{"-c h --transport uet --base-rtt soon", "roceperf: --base-rtt soon: must be 1us..1s"},
+		{"-c h --transport uet -n 1000 -P 2", "roceperf: -n 1000: 1 message(s) of 65536 bytes (-l) cannot keep -P 2 streams busy"},
+		{"-s --transport uet", "roceperf: -s --transport uet: give -B ADDR, a unicast address of this host"},
+		{"-s --transport uet -B 0.0.0.0", "roceperf: -s --transport uet: give -B ADDR"},
+		{"-s --transport uet -B 198.18.0.1 --trace-ccc", "roceperf: --trace-ccc is a client option"},
+	} {
+		_, err := parseArgs(strings.Fields(tc.args))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q:\ngot  %v\nwant %q…", tc.args, err, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"-h"}, &out, &out); code != exitOK ||
+		!strings.Contains(out.String(), "--transport rocev2|uet") || !strings.Contains(out.String(), "--trace-ccc") {
+		t.Errorf("help lacks --transport or --trace-ccc:\n%s", out.String())
 	}
 }

@@ -2,6 +2,8 @@
 // terminates queue pairs on UDP 4791, a client (-c HOST) runs RDMA WRITE or
 // SEND streams on -P queue pairs with DCQCN and reports goodput, the
 // reaction point's rate and the NIC counters like iperf3 (text or -J).
+// With --transport uet both ends run Ultra Ethernet Transport (host/pds,
+// NSCC) on UDP 4793 instead, -P PDCs sharing one CCC.
 //
 // It is a thin front end to package host/perf; run "roceperf -h" for usage.
 package main

@@ -337,3 +337,63 @@ func TestBinaryWithoutCapNetRaw(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryUET: the binary as a one-off UET server and as its client, two
+// processes on two addresses of one namespace: a verified -J run whose
+// report parses, and the errors of the combinations a UET run refuses.
+func TestBinaryUET(t *testing.T) {
+	requireRoot(t)
+	bin := buildBinary(t)
+	enterNetns(t)
+	server := exec.Command(bin, "-s", "-1", "--transport", "uet", "-B", "198.18.0.1", "-p", "18521")
+	var sout, serr bytes.Buffer
+	server.Stdout, server.Stderr = &sout, &serr
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer server.Process.Kill()
+	waitListening(t, "198.18.0.1:18521")
+	// Without -B the route to 198.18.0.1 picks 198.18.0.1 itself, whose
+	// UDP 4793 is the server's.
+	r := runBin(t, bin, "-c", "198.18.0.1", "-p", "18521", "--transport", "uet", "-n", "1M")
+	if want := "roceperf: udp port 4793 on 198.18.0.1 is already in use (one UET endpoint per address: -B another)\n"; r.code != exitRuntime || r.stderr != want {
+		t.Errorf("client on the server's address: exit %d, stderr %q; want %d, %q", r.code, r.stderr, exitRuntime, want)
+	}
+	r = runBin(t, bin, "-c", "198.18.0.1", "-p", "18521", "--transport", "uet", "-B", "198.18.0.2", "-n", "4M", "-P", "2", "--verify", "-J")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("UET run: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rep perf.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("-J output is not a report: %v\n%s", err, r.stdout)
+	}
+	if rep.Start.TestStart.Protocol != "UET" || rep.End.SumSent.Bytes != 4<<20 || rep.End.SumReceived.Bytes != 4<<20 ||
+		rep.End.UET == nil || len(rep.End.UET.Receiver) != 2 || rep.End.UET.Receiver[0].VerifyErrors+rep.End.UET.Receiver[1].VerifyErrors != 0 {
+		t.Errorf("UET run: protocol %q, sent %d, received %d, end.uet %+v", rep.Start.TestStart.Protocol, rep.End.SumSent.Bytes, rep.End.SumReceived.Bytes, rep.End.UET)
+	}
+	done := make(chan error, 1)
+	go func() { done <- server.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("one-off server: %v, stderr %q", err, serr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the one-off UET server did not exit after its client")
+	}
+	for _, want := range []string{"(UET on UDP 4793)", "Session: UET, 2 streams", "receiver: messages=64 verify_errors=0"} {
+		if !strings.Contains(sout.String(), want) {
+			t.Errorf("server output lacks %q:\n%s", want, sout.String())
+		}
+	}
+	oneLine := func(r result, code int, want string) {
+		t.Helper()
+		if r.code != code || r.stderr != want+"\n" {
+			t.Errorf("exit %d, stderr %q; want exit %d, stderr %q", r.code, r.stderr, code, want+"\n")
+		}
+	}
+	oneLine(runBin(t, bin, "-c", "198.18.0.1", "--transport", "uet", "--cc", "none"), exitUsage, "roceperf: --cc none: a RoCEv2 option, not for --transport uet")
+	oneLine(runBin(t, bin, "-s", "--transport", "uet"), exitUsage, "roceperf: -s --transport uet: give -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")
+	oneLine(runBin(t, bin, "-c", "198.18.0.1", "-p", "18521", "--transport", "uet", "-B", "198.18.0.2", "-t", "1"), exitRuntime,
+		"roceperf: cannot reach server 198.18.0.1:18521: connection refused")
+}
