@@ -34,6 +34,25 @@ func TestZeroAllocs(t *testing.T) {
 	a := randomHeader(r, TypeAckCC).Ack
 	n := randomHeader(r, TypeNack).Nack
 	c := randomHeader(r, TypeCtrl).Ctrl
+	sreq, sresp := randomSESRequest(r), randomSESResponse(r)
+	sesReq := make([]byte, SESStdLen+len(payload))
+	sreq.Encode(sesReq)
+	sesResp := make([]byte, SESRespLen+len(payload))
+	sresp.Encode(sesResp)
+	var outReq SESRequest
+	var outResp SESResponse
+	cases = append(cases,
+		fn{"DecodeSESRequest", func() { _, _ = DecodeSESRequest(sesReq, &outReq) }},
+		fn{"DecodeSESResponse", func() { _, _ = DecodeSESResponse(sesResp, &outResp) }},
+		fn{"SESRequest.Encode", func() { sreq.Encode(buf) }},
+		fn{"SESResponse.Encode", func() { sresp.Encode(buf) }},
+		fn{"SESRequest.Validate", func() { _ = sreq.Validate() }},
+		fn{"SESResponse.Validate", func() { _ = sresp.Validate() }},
+		fn{"Header.NextHeader", func() { sink += uint64(q.NextHeader) }},
+		fn{"SES names", func() {
+			sink += uint64(len(SESWrite.String()) + len(SESRespNoResponse.String()) + len(SESRCNoMatch.String()))
+		}},
+	)
 	cases = append(cases,
 		fn{"Request.Encode", func() { q.Encode(buf) }},
 		fn{"Ack.Encode", func() { a.Encode(buf) }},

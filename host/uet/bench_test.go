@@ -57,3 +57,49 @@ func BenchmarkBuild1024(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSES decodes and encodes the SES headers a data packet (REQ_STD)
+// and its acknowledgement (RESP) carry.
+func BenchmarkSES(b *testing.B) {
+	r := rand.New(rand.NewPCG(25, 26))
+	s, q := randomSESRequest(r), randomSESResponse(r)
+	req, resp := make([]byte, SESStdLen+1024), make([]byte, SESRespLen)
+	s.Encode(req)
+	q.Encode(resp)
+	b.Run("DecodeSESRequest", func(b *testing.B) {
+		var out SESRequest
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeSESRequest(req, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("DecodeSESResponse", func(b *testing.B) {
+		var out SESResponse
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeSESResponse(resp, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	buf := make([]byte, SESStdLen)
+	b.Run("SESRequest.Encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.MessageID++
+			if s.Encode(buf) == 0 {
+				b.Fatal("Encode wrote nothing")
+			}
+		}
+	})
+	b.Run("SESResponse.Encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if q.Encode(buf) == 0 {
+				b.Fatal("Encode wrote nothing")
+			}
+		}
+	})
+}

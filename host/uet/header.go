@@ -573,6 +573,23 @@ type Header struct {
 	Ctrl    Ctrl
 }
 
+// NextHeader returns the next header of the form h.Type selects: which SES
+// header follows the PDS header (DecodeSESRequest for NextHeaderReqStd,
+// DecodeSESResponse for NextHeaderRsp). It is NextHeaderNone for CTRL,
+// whose prologue bits carry a CtrlType, and for types this package does not
+// decode.
+func (h *Header) NextHeader() NextHeader {
+	switch h.Type.info().fam {
+	case famRequest:
+		return h.Request.NextHeader
+	case famAck:
+		return h.Ack.NextHeader
+	case famNack:
+		return h.Nack.NextHeader
+	}
+	return NextHeaderNone
+}
+
 // Len returns the encoded length of the form h.Type selects, or 0 if this
 // package does not encode h.Type or the form's own Type differs.
 func (h *Header) Len() int {

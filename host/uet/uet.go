@@ -30,11 +30,13 @@ const (
 
 var be = binary.BigEndian // UE 1.0.1: every PDS field is big-endian
 
-// Sentinel errors. Parse and DecodeHeader wrap them with the field, the
-// value and what was expected; test with errors.Is.
+// Sentinel errors. Parse, DecodeHeader and the SES decoders wrap them
+// with the field, the value and what was expected; test with errors.Is.
 var (
-	// ErrTruncated: the buffer ends before the header its type needs.
-	ErrTruncated = errors.New("truncated PDS header")
+	// ErrTruncated: the buffer ends before the header its type needs (a
+	// PDS header, or the SES header DecodeSESRequest or DecodeSESResponse
+	// reads).
+	ErrTruncated = errors.New("truncated header")
 	// ErrUnknownType: the prologue's type is 0 or 15–31 (not defined by
 	// UE 1.0.1).
 	ErrUnknownType = errors.New("unknown PDS type")
@@ -45,6 +47,6 @@ var (
 	// its cc_state has no layout this package knows.
 	ErrCCType = errors.New("unknown ACK_CC cc_type")
 	// ErrField: a field out of its wire range, or set where the form does
-	// not carry it (Validate).
-	ErrField = errors.New("PDS field out of range")
+	// not carry it (Validate, of a PDS or a SES header).
+	ErrField = errors.New("field out of range")
 )
