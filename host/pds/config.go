@@ -1,0 +1,193 @@
+package pds
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/cc"
+	"github.com/fabriclab/fabriclab/host/engine"
+	"github.com/fabriclab/fabriclab/host/nscc"
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Config configures an Endpoint. Fields marked optional have defaults
+// (DefaultConfig shows them); Validate names the field, the value and the
+// allowed range of a bad one.
+type Config struct {
+	// Conn is the endpoint's port: a pktio.EntropyConn on UDP 4793 (a
+	// pipe in tests). Required.
+	Conn pktio.Conn
+	// Clock and Waker: the engine's (see engine.Config). Optional.
+	Clock  engine.Clock
+	Waker  engine.Waker
+	Logger *slog.Logger
+	// BatchSize: packets per system call. Optional: 64.
+	BatchSize int
+	// LinkRate is the line rate: the engine's port limiter and NSCC's
+	// BDP. Optional: 1 Gbit/s.
+	LinkRate units.Rate
+	// MTU is the IP packet size of a full data packet (IPv4 + UDP + PDS +
+	// SES + payload). Optional: 4096, the lab's link MTU.
+	MTU int
+	// BaseRTT is NSCC's configured base RTT (htsim initNsccParams), the
+	// unloaded round trip of the path. Optional: 100 µs (a namespace
+	// path measured 40-80 µs; nscc's documentation).
+	BaseRTT time.Duration
+	// NewWindow makes a CCC's window controller. Optional: NSCC with
+	// nscc.LabParams(LinkRate, BaseRTT, MTU).
+	NewWindow func(now time.Duration) cc.WindowController
+	// DSCP is the traffic class's code point in the data packets' TOS
+	// byte (ECT(0) is added). Optional: 26, the lab's lossless class.
+	DSCP uint8
+	// RTO is the retransmission timeout: a PDC whose oldest packet goes
+	// unacknowledged this long resends what is unacknowledged. Optional:
+	// 10 ms (a 2-core VM stalls a CPU for milliseconds).
+	RTO time.Duration
+	// ProbeTimeout: a PDC with packets in flight and no ACK for this long
+	// asks the target with a CTRL ACK_REQ for the oldest one; the target
+	// answers with an ACK, or NACK PKT_NOT_RCVD if it never came (the
+	// probe follows the data on its path, so it cannot overtake it). It
+	// recovers a lost ACK or a lost last packet long before the RTO.
+	// Optional: 500 µs.
+	ProbeTimeout time.Duration
+	// MaxRetries bounds the timeouts in a row before a PDC fails.
+	// Optional: 50.
+	MaxRetries int
+	// IdleTimeout closes a PDC with nothing to send or acknowledge for
+	// this long (the initiator sends CLOSE_CMD); a target frees a PDC it
+	// heard nothing from for twice as long. Optional: 50 ms.
+	IdleTimeout time.Duration
+	// MaxPDCs and MaxCCCs bound the endpoint's contexts (initiator and
+	// target PDCs together; sender and receiver CCCs together): past them
+	// a new PDC is answered with NACK NO_PDC_AVAIL or NO_CCC_AVAIL.
+	// Optional: 4096 and 1024.
+	MaxPDCs, MaxCCCs int
+	// AckBytes: a target ACKs at once when this many bytes arrived on a
+	// PDC since its last ACK (htsim's sink coalesces up to 16 384 B);
+	// otherwise at the end of each receive batch, and at once on CE or an
+	// ACK request. Optional: 16384.
+	AckBytes int
+	// Verify checks every received payload against the pattern a Sender
+	// with Stream.Verify fills (host/pattern), counting messages that
+	// differ (verify_errors). Senders to this endpoint must verify too.
+	Verify bool
+	// Trace, if set, sees every CCC transition with its time (keep it
+	// short: it runs under the endpoint's lock).
+	Trace func(CCCTransition)
+}
+
+// Bounds of the configuration.
+const (
+	minMTU          = 512
+	maxMTU          = 9000
+	maxPDCWindow    = 1024 // packets between a PDC's oldest unacknowledged and its next PSN
+	maxSynPackets   = uet.PSNOffsetMask
+	minRTO          = 100 * time.Microsecond
+	maxRTO          = 10 * time.Second
+	maxIdleTimeout  = time.Hour
+	maxContexts     = 1 << 16 // PDC IDs are 16 bits
+	defaultDSCP     = 26
+	defaultAckBytes = 16384
+)
+
+// DefaultConfig returns the defaults, Conn unset.
+func DefaultConfig() Config {
+	return Config{
+		BatchSize:    64,
+		LinkRate:     units.Gbit,
+		MTU:          4096,
+		BaseRTT:      100 * time.Microsecond,
+		DSCP:         defaultDSCP,
+		RTO:          10 * time.Millisecond,
+		ProbeTimeout: 500 * time.Microsecond,
+		MaxRetries:   50,
+		IdleTimeout:  50 * time.Millisecond,
+		MaxPDCs:      4096,
+		MaxCCCs:      1024,
+		AckBytes:     defaultAckBytes,
+	}
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.BatchSize == 0 {
+		c.BatchSize = d.BatchSize
+	}
+	if c.LinkRate == 0 {
+		c.LinkRate = d.LinkRate
+	}
+	if c.MTU == 0 {
+		c.MTU = d.MTU
+	}
+	if c.BaseRTT == 0 {
+		c.BaseRTT = d.BaseRTT
+	}
+	if c.DSCP == 0 {
+		c.DSCP = d.DSCP
+	}
+	if c.RTO == 0 {
+		c.RTO = d.RTO
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = d.ProbeTimeout
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = d.MaxRetries
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.MaxPDCs == 0 {
+		c.MaxPDCs = d.MaxPDCs
+	}
+	if c.MaxCCCs == 0 {
+		c.MaxCCCs = d.MaxCCCs
+	}
+	if c.AckBytes == 0 {
+		c.AckBytes = d.AckBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks c as New would use it (after defaults).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Conn == nil:
+		return fmt.Errorf("pds: conn: required")
+	case c.MTU < minMTU || c.MTU > maxMTU:
+		return fmt.Errorf("pds: mtu %d: must be %d..%d", c.MTU, minMTU, maxMTU)
+	case c.DSCP > 63:
+		return fmt.Errorf("pds: dscp %d: must be 0..63", c.DSCP)
+	case c.BaseRTT < time.Microsecond || c.BaseRTT > time.Second:
+		return fmt.Errorf("pds: base_rtt %v: must be 1us..1s", c.BaseRTT)
+	case c.RTO < minRTO || c.RTO > maxRTO:
+		return fmt.Errorf("pds: rto %v: must be %v..%v", c.RTO, minRTO, maxRTO)
+	case c.ProbeTimeout < 10*time.Microsecond || c.ProbeTimeout > c.RTO:
+		return fmt.Errorf("pds: probe_timeout %v: must be 10us..rto (%v)", c.ProbeTimeout, c.RTO)
+	case c.MaxRetries < 1 || c.MaxRetries > 1000:
+		return fmt.Errorf("pds: max_retries %d: must be 1..1000", c.MaxRetries)
+	case c.IdleTimeout < c.RTO || c.IdleTimeout > maxIdleTimeout:
+		return fmt.Errorf("pds: idle_timeout %v: must be rto (%v)..%v", c.IdleTimeout, c.RTO, maxIdleTimeout)
+	case c.MaxPDCs < 1 || c.MaxPDCs >= maxContexts:
+		return fmt.Errorf("pds: max_pdcs %d: must be 1..%d", c.MaxPDCs, maxContexts-1)
+	case c.MaxCCCs < 1 || c.MaxCCCs >= maxContexts:
+		return fmt.Errorf("pds: max_cccs %d: must be 1..%d", c.MaxCCCs, maxContexts-1)
+	case c.AckBytes < c.MTU || c.AckBytes > 1<<20:
+		return fmt.Errorf("pds: ack_bytes %d: must be mtu (%d)..%d", c.AckBytes, c.MTU, 1<<20)
+	}
+	if c.NewWindow == nil {
+		p := nscc.LabParams(c.LinkRate, c.BaseRTT, c.MTU)
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("pds: nscc for link_rate %v base_rtt %v mtu %d: %w", c.LinkRate, c.BaseRTT, c.MTU, err)
+		}
+	}
+	return nil
+}

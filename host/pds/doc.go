@@ -1,0 +1,65 @@
+// Package pds is the Ultra Ethernet Transport on the host: a fabric
+// endpoint (FEP) on UDP 4793 that runs the Packet Delivery Sublayer and
+// the Congestion Management Sublayer's CCCs with NSCC, as one transport on
+// the engine (host/engine), beside RoCEv2 (host/agent). Its wire format
+// is host/uet's; uet.md and seed 004 are the sources.
+//
+// # PDS Manager
+//
+// Endpoint.Start looks a PDC up by {JobID, destination FEP, traffic class,
+// delivery mode} and allocates one on first use (seed 004): a PDC ID, a
+// random start PSN, one entropy value (the UDP source port of all its
+// packets; spreading a PDC over many is part 2's load balancing). Its
+// first packets carry SYN with the dpdcid slot's psn_offset, so the target
+// allocates its side from the packet alone (at most 4095 PSNs before the
+// first ACK says the target's PDC ID); the first ACK establishes it.
+// Delivery is RUD, reliable and unordered:
+//
+//   - data: RUD_REQ with the SES standard request header (a UET_WRITE of
+//     message_id, buffer offset, request length, SOM/EOM) and the payload;
+//     AR on a message's last packet and on retransmissions;
+//   - the target tracks 1024 PSNs beyond the cumulative one, places every
+//     payload by its SES offset (and with Config.Verify checks it against
+//     host/pattern), and ACKs with ACK_CC: cumulative PSN, the PSN
+//     answered, a 64-PSN SACK bitmap after the first missing PSN, and
+//     NSCC's cc_state (service time, rcvd_bytes, ooo_count). It ACKs at
+//     once on CE (with M set), on AR, or when AckBytes arrived, otherwise
+//     once per receive batch;
+//   - loss: a packet with three packets sent after it acknowledged is lost
+//     (SACK inference); with packets in flight and no ACK for the probe
+//     timeout (Config.ProbeTimeout, or twice the smoothed RTT) the
+//     initiator sends CTRL ACK_REQ for the oldest one, on the data's path
+//     and class so it cannot overtake it, and the target answers with its
+//     ACK and, if that PSN never came, NACK PKT_NOT_RCVD; the RTO resends
+//     all that is unacknowledged when nothing else helped;
+//   - NACKs: TRIMMED and PKT_NOT_RCVD resend the PSN; NO_PDC_AVAIL,
+//     NO_CCC_AVAIL and INV_DPDCID (the target refused or forgot the PDC)
+//     resend everything with SYN after an RTO;
+//   - close: a PDC with nothing to send or acknowledge for IdleTimeout
+//     sends CTRL CLOSE_CMD; the target frees its side and answers with an
+//     ACK whose req is CLOSE, on which the initiator frees its own. A
+//     target frees a PDC it heard nothing from for twice IdleTimeout.
+//   - limits: past Config.MaxPDCs or MaxCCCs a SYN is answered with NACK
+//     NO_PDC_AVAIL or NO_CCC_AVAIL.
+//
+// # CCC Manager and NSCC
+//
+// The sender's CCC is one per {source FEP, destination FEP, traffic
+// class}, shared by the PDCs of that pair (every JobID): created IDLE,
+// initialised with its window controller (NSCC, nscc.LabParams), and run
+// through uet.md's update_state table after every event, IDLE → ACTIVE →
+// READY ⇄ ACTIVE, PENDING when only ACKs are awaited, back to IDLE and
+// freed once no PDC uses it. Every transition is counted
+// (Counters.Transitions) and, with Config.Trace, reported with its time.
+// A CCC is the engine's flow: its PDCs send round robin while NSCC's
+// window (bytes in flight of the whole CCC) allows; no pacer, the ACK
+// clock and the engine's port limiter at the line rate. The receiver's
+// CCC of each source only counts against MaxCCCs (RCCC lives there in
+// part 2).
+//
+// # Not here
+//
+// ROD, RUDI and UUD delivery; RCCC credits; trimming; SES responses and
+// any SES semantics beyond a WRITE into a pattern-checked buffer; TSS
+// security.
+package pds

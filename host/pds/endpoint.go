@@ -1,0 +1,349 @@
+package pds
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/cc"
+	"github.com/fabriclab/fabriclab/host/engine"
+	"github.com/fabriclab/fabriclab/host/nscc"
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/uet"
+)
+
+// Header sizes around the PDS header.
+const (
+	ipv4UDPLen  = 20 + 8
+	ethernetLen = 14
+	ecnMask     = 0x3
+	ecnECT0     = 0x2
+	ecnCE       = 0x3
+	// ctrlDSCP is the class of ACKs, NACKs and control packets (the
+	// lab's CNP class: not held behind data).
+	ctrlDSCP = 48
+)
+
+// ipBytes is the IP packet size of a UDP payload of n bytes.
+func ipBytes(n int) int { return n + ipv4UDPLen }
+
+// maxDatagram is the largest UDP payload the endpoint builds or reads.
+const maxDatagram = maxMTU
+
+// Endpoint is a UET fabric endpoint (FEP) on one packet connection: the
+// PDS Manager (PDC lookup and allocation, SYN establishment, RUD delivery,
+// close), the CCC Manager and NSCC, as one transport on the engine.
+type Endpoint struct {
+	cfg     Config
+	eng     *engine.Engine
+	clock   engine.Clock
+	log     *slog.Logger
+	local   netip.AddrPort
+	port    uint16 // the peers' UET port: the conn's own
+	dataTOS uint8
+	ctrlTOS uint8
+	verify  bool
+
+	mu          sync.Mutex
+	initiators  map[uint16]*initiator // by spdcid
+	byKey       map[PDCKey]*initiator // open (not closing) PDCs
+	targets     map[targetKey]*target
+	targetsByID map[uint16]*target
+	nextID      uint16
+	cccs        cccManager
+	rxcccs      map[CCCKey]*rxCCC
+	owed        []*target // ACKs owed at the end of the batch
+	ctr         Counters
+	nacksRx     map[uet.NackCode]uint64
+	nacksTx     map[uet.NackCode]uint64
+	transitions [numCCCStates][numCCCStates]uint64
+	closed      bool
+	house       *housekeeping
+}
+
+// New starts an endpoint on cfg.Conn. Close stops it (and closes the
+// conn).
+func New(cfg Config) (*Endpoint, error) {
+	ep, err := newEndpoint(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ep.eng.Start()
+	return ep, nil
+}
+
+func newEndpoint(cfg Config) (*Endpoint, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.NewWindow == nil {
+		// The lab's round trip is the hosts' scheduling more than the
+		// wire (nscc.LabParams).
+		p := nscc.LabParams(cfg.LinkRate, cfg.BaseRTT, cfg.MTU)
+		cfg.NewWindow = func(now time.Duration) cc.WindowController { return nscc.New(p, now) }
+	}
+	ep := &Endpoint{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		local:       cfg.Conn.LocalAddr(),
+		port:        cfg.Conn.LocalAddr().Port(),
+		dataTOS:     cfg.DSCP<<2 | ecnECT0,
+		ctrlTOS:     ctrlDSCP<<2 | ecnECT0,
+		verify:      cfg.Verify,
+		initiators:  make(map[uint16]*initiator),
+		byKey:       make(map[PDCKey]*initiator),
+		targets:     make(map[targetKey]*target),
+		targetsByID: make(map[uint16]*target),
+		rxcccs:      make(map[CCCKey]*rxCCC),
+		cccs:        cccManager{byKey: make(map[CCCKey]*ccc)},
+	}
+	ep.ctr.Transitions = make(map[string]uint64)
+	// PDC IDs start at a random point: a restarted endpoint does not
+	// reuse the IDs its peers still hold state for.
+	ep.nextID = uint16(randomPSN())
+	ep.nacksRx = make(map[uet.NackCode]uint64)
+	ep.nacksTx = make(map[uet.NackCode]uint64)
+	eng, err := engine.New(engine.Config{Conn: cfg.Conn, Clock: cfg.Clock, Waker: cfg.Waker, Logger: cfg.Logger,
+		BatchSize: cfg.BatchSize, MaxPacket: maxDatagram, PortRate: cfg.LinkRate, PortBurst: 4 * (cfg.MTU + ethernetLen)}, (*endpointRx)(ep))
+	if err != nil {
+		return nil, fmt.Errorf("pds: %w", err)
+	}
+	ep.eng = eng
+	ep.clock = eng.Clock()
+	ep.house = &housekeeping{ep: ep}
+	eng.AddFlow(ep.house)
+	return ep, nil
+}
+
+// LocalAddr is the endpoint's address and UET port.
+func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.local }
+
+// Clock is the endpoint's clock.
+func (ep *Endpoint) Clock() engine.Clock { return ep.clock }
+
+func (ep *Endpoint) kick() { ep.eng.Kick() }
+
+// Close stops the loops and closes the conn; unfinished Senders end in
+// error.
+func (ep *Endpoint) Close() error {
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return nil
+	}
+	ep.closed = true
+	ep.mu.Unlock()
+	err := ep.eng.Close()
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, p := range ep.initiators {
+		for _, s := range p.senders {
+			s.finish(errors.New("pds: endpoint closed"))
+		}
+	}
+	return err
+}
+
+// Start sends s to the FEP dst (its address; the port is UET's) on the
+// PDC of {s.JobID, dst, the endpoint's traffic class, RUD}, opening it
+// (and the CCC of dst) on first use.
+func (ep *Endpoint) Start(dst netip.Addr, s Stream) (*Sender, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	dst = dst.Unmap()
+	if !dst.IsValid() || dst.IsUnspecified() || dst.Is4() != ep.local.Addr().Unmap().Is4() && ep.local.Addr().IsValid() && !ep.local.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("pds: destination %v: must be a unicast address of the endpoint's family", dst)
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return nil, errors.New("pds: endpoint closed")
+	}
+	now := ep.clock.Now()
+	key := PDCKey{JobID: s.JobID, Dst: dst, TC: ep.cfg.DSCP, Mode: ModeRUD}
+	p := ep.byKey[key]
+	if p != nil && (p.closing || p.err != nil) {
+		// Closing on idle: a new PDC takes the new work.
+		delete(ep.byKey, key)
+		p = nil
+	}
+	if p == nil {
+		var err error
+		if p, err = ep.newInitiator(now, key); err != nil {
+			return nil, err
+		}
+	}
+	snd := &Sender{pdc: p, s: s, done: make(chan struct{})}
+	p.senders = append(p.senders, snd)
+	p.lastActive = now
+	p.ccc.update(now)
+	ep.kick()
+	return snd, nil
+}
+
+// newInitiator is the PDS Manager's allocation of a PDC on first use: its
+// CCC from the CCC Manager (created IDLE, initialised with NSCC), a PDC
+// ID, a random start PSN, an entropy value.
+func (ep *Endpoint) newInitiator(now time.Duration, key PDCKey) (*initiator, error) {
+	if ep.pdcCount() >= ep.cfg.MaxPDCs {
+		ep.ctr.PDCRefused++
+		return nil, fmt.Errorf("pds: max_pdcs %d reached", ep.cfg.MaxPDCs)
+	}
+	ck := CCCKey{Src: ep.local.Addr(), Dst: key.Dst, TC: key.TC}
+	if ep.cccs.byKey[ck] == nil && ep.cccCount() >= ep.cfg.MaxCCCs {
+		ep.ctr.CCCRefused++
+		return nil, fmt.Errorf("pds: max_cccs %d reached", ep.cfg.MaxCCCs)
+	}
+	id, ok := ep.allocID()
+	if !ok {
+		return nil, fmt.Errorf("pds: no free PDC ID")
+	}
+	c, _ := ep.cccs.get(ep, now, ck)
+	p := &initiator{ep: ep, key: key, id: id, ccc: c, start: randomPSN(), ring: make([]txRec, maxPDCWindow),
+		ev: entropy(id), lastActive: now}
+	ep.initiators[id] = p
+	ep.byKey[key] = p
+	c.pdcs = append(c.pdcs, p)
+	ep.ctr.PDCsOpened++
+	return p, nil
+}
+
+// entropy is a PDC's entropy value, the UDP source port of its packets:
+// one per PDC in the dynamic range (part 2 spreads a PDC over many).
+func entropy(id uint16) uint16 { return 0xC000 | uint16(uint32(id)*0x9E37)&0x3FFF }
+
+func (ep *Endpoint) pdcCount() int { return len(ep.initiators) + len(ep.targets) }
+func (ep *Endpoint) cccCount() int { return len(ep.cccs.byKey) + len(ep.rxcccs) }
+
+// allocID returns a PDC ID no live PDC of this endpoint has (1..65535).
+func (ep *Endpoint) allocID() (uint16, bool) {
+	for range 1 << 16 {
+		ep.nextID++
+		if ep.nextID == 0 {
+			continue
+		}
+		if ep.initiators[ep.nextID] == nil && ep.targetsByID[ep.nextID] == nil {
+			return ep.nextID, true
+		}
+	}
+	return 0, false
+}
+
+func (ep *Endpoint) cccCreated(now time.Duration, c *ccc) {
+	ep.ctr.CCCsCreated++
+	ep.record(CCCTransition{At: now, CCC: c.serial, Key: c.key, From: cccFreed, To: CCCIdle, PDCs: len(c.pdcs)})
+}
+
+// cccTransition counts and traces a transition. The trace stamps it with
+// the clock when the state changed (an ACK's event time is its arrival,
+// earlier than a transmit pass that ran meanwhile).
+func (ep *Endpoint) cccTransition(_ time.Duration, c *ccc, from, to CCCState) {
+	now := ep.clock.Now()
+	ep.transitions[from][to]++
+	ep.ctr.Transitions[from.String()+"->"+to.String()]++
+	if to == cccFreed {
+		ep.ctr.CCCsFreed++
+	}
+	ep.record(CCCTransition{At: now, CCC: c.serial, Key: c.key, From: from, To: to, PDCs: len(c.pdcs)})
+}
+
+func (ep *Endpoint) record(t CCCTransition) {
+	if ep.cfg.Trace != nil {
+		ep.cfg.Trace(t)
+	}
+}
+
+// endpointRx is the endpoint as the engine's receive loop sees it.
+type endpointRx Endpoint
+
+// Receive implements engine.Receiver: one UET datagram.
+func (r *endpointRx) Receive(at time.Duration, m *pktio.Message, out *engine.Replies) {
+	ep := (*Endpoint)(r)
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.ctr.RxPackets++
+	ep.ctr.RxBytes += uint64(m.N)
+	if m.Truncated {
+		ep.ctr.Malformed++
+		return
+	}
+	var h uet.Header
+	rest, err := uet.Parse(m.Buffers[0][:m.N], &h)
+	if err != nil {
+		ep.ctr.Malformed++
+		return
+	}
+	switch {
+	case h.Type.IsRequest():
+		if h.Type != uet.TypeRUDReq {
+			ep.ctr.Unsupported++ // ROD and the CC forms: not served here
+			ep.sendNack(out, m, uet.NackPDCModeMismatch, h.Request.PSN, 0, h.Request.SPDCID, 0)
+			return
+		}
+		ep.onRequest(at, m, &h.Request, rest, out)
+	case h.Type == uet.TypeAck || h.Type == uet.TypeAckCC:
+		p := ep.initiators[h.Ack.DPDCID]
+		if p == nil || p.closed || p.key.Dst != m.Addr.Addr() {
+			ep.ctr.UnknownPDC++
+			return
+		}
+		p.onAck(at, &h.Ack)
+	case h.Type == uet.TypeNack:
+		p := ep.initiators[h.Nack.DPDCID]
+		if p == nil || p.closed || p.key.Dst != m.Addr.Addr() {
+			ep.ctr.UnknownPDC++
+			return
+		}
+		p.onNack(at, &h.Nack)
+	case h.Type == uet.TypeCtrl && h.Ctrl.CtrlType == uet.CtrlCloseCmd:
+		ep.onClose(at, m, &h.Ctrl, out)
+	case h.Type == uet.TypeCtrl && h.Ctrl.CtrlType == uet.CtrlAckReq:
+		ep.onProbe(at, m, &h.Ctrl, out)
+	default:
+		ep.ctr.Unsupported++
+	}
+}
+
+// EndBatch implements engine.Receiver: the coalesced ACKs of the batch.
+func (r *endpointRx) EndBatch(out *engine.Replies) {
+	ep := (*Endpoint)(r)
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	now := ep.clock.Now()
+	for _, t := range ep.owed {
+		if t.ackOwed {
+			ep.sendAck(now, t, out, uet.AckReqNone)
+		}
+	}
+	ep.owed = ep.owed[:0]
+}
+
+// housekeeping is a flow that sends nothing: it frees target PDCs the
+// source stopped talking to (a lost CLOSE_CMD, a source gone).
+type housekeeping struct{ ep *Endpoint }
+
+// Fill implements engine.Flow.
+func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.PortLimit) (int, time.Duration) {
+	ep := h.ep
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	idle := 2 * ep.cfg.IdleTimeout
+	next := engine.Never
+	for _, t := range ep.targets {
+		if now >= t.lastActive+idle {
+			if t.ackOwed {
+				ep.dropOwed(t)
+			}
+			ep.freeTarget(t)
+			ep.ctr.TargetPDCsExpired++
+			continue
+		}
+		next = min(next, t.lastActive+idle)
+	}
+	return 0, next
+}

@@ -1,0 +1,384 @@
+package pds
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/engine"
+	"github.com/fabriclab/fabriclab/host/pattern"
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/uet"
+)
+
+// targetKey names a PDC at its destination: the source FEP and the
+// source's PDC ID.
+type targetKey struct {
+	Src    netip.Addr
+	SPDCID uint16
+}
+
+// rxMsg is a message being reassembled.
+type rxMsg struct {
+	size int
+	got  int
+	bad  bool // a packet failed the payload check
+}
+
+// target is a PDC at its destination: which PSNs arrived, the ACK owed,
+// the messages being reassembled. Guarded by the endpoint's mu.
+type target struct {
+	ep    *Endpoint
+	key   targetKey
+	id    uint16 // this end's PDC ID (the ACK's spdcid)
+	start uint32 // PSN of index 0
+	cack  uint64 // every index below arrived
+	hi    uint64 // highest index arrived + 1
+	rcvd  [maxPDCWindow]bool
+	ccc   *rxCCC
+
+	rcvdBytes uint64 // UDP payload bytes, cumulative (ACK_CC rcvd_bytes)
+	ooo       uint64 // packets that arrived out of order
+
+	ackOwed       bool
+	ackIdx        uint64        // the packet the owed ACK answers
+	ackArrival    time.Duration // its arrival (service time)
+	ackCE         bool          // a CE-marked packet since the last ACK
+	ackEV         uint16        // the EV to answer on
+	bytesSinceAck int
+	lastActive    time.Duration
+
+	msgs  map[uint16]*rxMsg
+	jobID uint32 // from the SES headers
+	stats TargetStats
+}
+
+// TargetStats are one target PDC's counters.
+type TargetStats struct {
+	Src          netip.Addr `json:"src"`
+	SPDCID       uint16     `json:"spdcid"` // the source's PDC ID
+	PDC          uint16     `json:"pdc"`    // this end's
+	JobID        uint32     `json:"job_id"`
+	Messages     uint64     `json:"messages"`
+	MessageBytes uint64     `json:"message_bytes"`
+	VerifyErrors uint64     `json:"verify_errors"`
+	Duplicates   uint64     `json:"duplicates"`
+	OutOfOrder   uint64     `json:"out_of_order"`
+	CEReceived   uint64     `json:"ce_received"`
+}
+
+// Targets returns the counters of the live target PDCs.
+func (ep *Endpoint) Targets() []TargetStats {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	out := make([]TargetStats, 0, len(ep.targets))
+	for _, t := range ep.targets {
+		s := t.stats
+		s.Src, s.SPDCID, s.PDC, s.JobID, s.OutOfOrder = t.key.Src, t.key.SPDCID, t.id, t.jobID, t.ooo
+		out = append(out, s)
+	}
+	return out
+}
+
+func (t *target) psn(idx uint64) uint32 { return t.start + uint32(idx) }
+
+// rxCCC is the destination's CCC of a {source, destination, TC}: the
+// contexts the receiver counts against its limit (RCCC lives here in part
+// 2).
+type rxCCC struct {
+	key  CCCKey
+	pdcs int
+}
+
+// onRequest is a data packet: establish the PDC on SYN, record the PSN,
+// check and place the payload, owe or send the ACK.
+func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Request, rest []byte, out *engine.Replies) {
+	src := m.Addr.Addr()
+	key := targetKey{Src: src, SPDCID: r.SPDCID}
+	t := ep.targets[key]
+	if t != nil && r.SYN && r.StartPSN() != t.start {
+		// A new incarnation of the source's PDC ID (the source restarted
+		// and numbers its PDCs again): the old state is stale.
+		if t.ackOwed {
+			ep.dropOwed(t)
+		}
+		ep.freeTarget(t)
+		ep.ctr.TargetPDCsReplaced++
+		t = nil
+	}
+	if t == nil {
+		if !r.SYN {
+			// The PDC is gone here (idle timeout, or never was): the
+			// source must establish it again.
+			ep.ctr.UnknownPDC++
+			ep.sendNack(out, m, uet.NackInvDPDCID, r.PSN, 0, r.SPDCID, 0)
+			return
+		}
+		var code uet.NackCode
+		if t, code = ep.newTarget(now, key, r); t == nil {
+			ep.sendNack(out, m, code, r.PSN, 0, r.SPDCID, 0)
+			return
+		}
+	} else if !r.SYN && r.DPDCID != t.id {
+		ep.ctr.UnknownPDC++
+		ep.sendNack(out, m, uet.NackInvDPDCID, r.PSN, t.id, r.SPDCID, 0)
+		return
+	}
+	var ses sesHeader
+	n, err := ses.decode(rest)
+	if err != nil {
+		ep.ctr.Malformed++
+		return
+	}
+	pay := rest[n:]
+	t.lastActive = now
+	off := int64(int32(r.PSN - t.psn(t.cack)))
+	switch {
+	case off < 0 || t.rcvd[(t.cack+uint64(off))%maxPDCWindow] && off < maxPDCWindow:
+		ep.ctr.Duplicates++
+		t.stats.Duplicates++
+		t.owe(now, t.cack-1, m, m.TOS&ecnMask == ecnCE)
+		return
+	case off >= maxPDCWindow:
+		ep.ctr.OutOfWindow++
+		ep.sendNack(out, m, uet.NackPSNOORWindow, r.PSN, t.id, r.SPDCID, t.psn(t.hi))
+		return
+	}
+	idx := t.cack + uint64(off)
+	t.rcvd[idx%maxPDCWindow] = true
+	if off > 0 {
+		t.ooo++
+	}
+	t.hi = max(t.hi, idx+1)
+	t.rcvdBytes += uint64(m.N)
+	for t.cack < t.hi && t.rcvd[t.cack%maxPDCWindow] {
+		t.rcvd[t.cack%maxPDCWindow] = false
+		t.cack++
+	}
+	ep.ctr.RxDataPackets++
+	ep.deliver(t, &ses, pay)
+	ce := m.TOS&ecnMask == ecnCE
+	if ce {
+		ep.ctr.CEReceived++
+		t.stats.CEReceived++
+	}
+	t.owe(now, idx, m, ce)
+	t.bytesSinceAck += m.N
+	// At once on CE (uet.md: the sink ACKs at once on CE), on an ACK
+	// request, or when AckBytes arrived; else at the end of the batch.
+	if ce || r.AR || t.bytesSinceAck >= ep.cfg.AckBytes {
+		ep.sendAck(now, t, out, uet.AckReqNone)
+	}
+}
+
+// owe records that an ACK for index idx is due.
+func (t *target) owe(now time.Duration, idx uint64, m *pktio.Message, ce bool) {
+	if !t.ackOwed {
+		t.ackOwed = true
+		t.ep.owed = append(t.ep.owed, t)
+	}
+	t.ackIdx, t.ackArrival, t.ackEV = idx, now, m.Addr.Port()
+	t.ackCE = t.ackCE || ce
+}
+
+// deliver checks a packet's payload and advances its message.
+func (ep *Endpoint) deliver(t *target, s *sesHeader, pay []byte) {
+	if len(pay) == 0 && s.length > 0 {
+		ep.ctr.Malformed++
+		return
+	}
+	msg := t.msgs[s.msgID]
+	if msg == nil {
+		msg = &rxMsg{size: int(s.length)}
+		t.msgs[s.msgID] = msg
+	}
+	if uint64(s.offset)+uint64(len(pay)) > uint64(msg.size) {
+		ep.ctr.Malformed++
+		return
+	}
+	if ep.verify && !pattern.Match(pay, seed(s.jobID, t.key.SPDCID), uint64(s.msgID), int(s.offset)) {
+		msg.bad = true
+	}
+	msg.got += len(pay)
+	t.jobID = s.jobID
+	ep.ctr.RxPayloadBytes += uint64(len(pay))
+	if msg.got >= msg.size {
+		ep.ctr.MessagesReceived++
+		ep.ctr.MessageBytesReceived += uint64(msg.size)
+		t.stats.Messages++
+		t.stats.MessageBytes += uint64(msg.size)
+		if msg.bad {
+			ep.ctr.VerifyErrors++
+			t.stats.VerifyErrors++
+		}
+		delete(t.msgs, s.msgID)
+	}
+}
+
+// newTarget establishes a PDC on a SYN, or returns the NACK code that
+// refuses it.
+func (ep *Endpoint) newTarget(now time.Duration, key targetKey, r *uet.Request) (*target, uet.NackCode) {
+	if ep.pdcCount() >= ep.cfg.MaxPDCs {
+		ep.ctr.PDCRefused++
+		return nil, uet.NackNoPDCAvail
+	}
+	ck := CCCKey{Src: key.Src, Dst: ep.local.Addr(), TC: ep.cfg.DSCP}
+	c := ep.rxcccs[ck]
+	if c == nil {
+		if ep.cccCount() >= ep.cfg.MaxCCCs {
+			ep.ctr.CCCRefused++
+			return nil, uet.NackNoCCCAvail
+		}
+		c = &rxCCC{key: ck}
+		ep.rxcccs[ck] = c
+		ep.ctr.RxCCCsCreated++
+	}
+	id, ok := ep.allocID()
+	if !ok {
+		ep.ctr.PDCRefused++
+		return nil, uet.NackNoPDCAvail
+	}
+	c.pdcs++
+	t := &target{ep: ep, key: key, id: id, start: r.StartPSN(), ccc: c, lastActive: now, msgs: make(map[uint16]*rxMsg)}
+	ep.targets[key] = t
+	ep.targetsByID[id] = t
+	ep.ctr.TargetPDCsOpened++
+	ep.kick() // the housekeeping flow's deadline moved
+	return t, 0
+}
+
+// freeTarget forgets t; its CCC goes with its last PDC.
+func (ep *Endpoint) freeTarget(t *target) {
+	delete(ep.targets, t.key)
+	delete(ep.targetsByID, t.id)
+	ep.ctr.TargetPDCsClosed++
+	if t.ccc.pdcs--; t.ccc.pdcs == 0 {
+		delete(ep.rxcccs, t.ccc.key)
+		ep.ctr.RxCCCsFreed++
+	}
+}
+
+// sendAck writes the ACK_CC t owes: cumulative PSN, the PSN it answers,
+// a SACK bitmap of the 64 PSNs after the first missing one, and NSCC's
+// cc_state (service time, rcvd_bytes, ooo_count).
+func (ep *Endpoint) sendAck(now time.Duration, t *target, out *engine.Replies, req uet.AckReq) {
+	t.ackOwed = false
+	p := out.Next()
+	if p == nil {
+		return
+	}
+	cackPSN := t.psn(t.cack) - 1
+	var bm uint64
+	for i := uint64(0); i < 64 && t.cack+1+i < t.hi; i++ {
+		if t.rcvd[(t.cack+1+i)%maxPDCWindow] {
+			bm |= 1 << i
+		}
+	}
+	h := uet.Header{Type: uet.TypeAckCC, Ack: uet.Ack{
+		Type:         uet.TypeAckCC,
+		M:            t.ackCE,
+		Req:          req,
+		AckPSNOffset: int16(max(min(int64(t.psn(t.ackIdx)-cackPSN), 1<<15-1), -1<<15)),
+		CACKPSN:      cackPSN,
+		SPDCID:       t.id,
+		DPDCID:       t.key.SPDCID,
+		CC: uet.AckCC{
+			CCType:        uet.CCNSCC,
+			MPR:           uint8(min(maxPDCWindow, 255)),
+			SACKPSNOffset: 2, // the bitmap starts after the first missing PSN
+			SACKBitmap:    bm,
+			NSCC: uet.NSCCState{
+				ServiceTime: uet.ServiceTimeOf(max(ep.clock.Now()-t.ackArrival, 0)),
+				RcvdBytes:   uet.RcvdBytesOf(t.rcvdBytes),
+				OOOCount:    uint16(min(t.ooo, 0xFFFF)),
+			},
+		},
+	}}
+	p.N = h.Encode(p.Buf)
+	p.TOS = ep.ctrlTOS
+	p.Addr = netip.AddrPortFrom(t.key.Src, ep.port)
+	p.SrcPort = t.ackEV
+	t.ackCE = false
+	t.bytesSinceAck = 0
+	ep.ctr.AcksSent++
+	ep.ctr.TxPackets++
+	ep.ctr.TxBytes += uint64(p.N)
+}
+
+// sendNack answers the packet m with a NACK.
+func (ep *Endpoint) sendNack(out *engine.Replies, m *pktio.Message, code uet.NackCode, psn uint32, spdcid, dpdcid uint16, maxPlus1 uint32) {
+	ep.nacksTx[code]++
+	p := out.Next()
+	if p == nil {
+		return
+	}
+	h := uet.Header{Type: uet.TypeNack, Nack: uet.Nack{
+		M: m.TOS&ecnMask == ecnCE, Code: code, NackPSN: psn, SPDCID: spdcid, DPDCID: dpdcid, MaxRecvPSNPlus1: maxPlus1,
+	}}
+	p.N = h.Encode(p.Buf)
+	p.TOS = ep.ctrlTOS
+	p.Addr = netip.AddrPortFrom(m.Addr.Addr(), ep.port)
+	p.SrcPort = m.Addr.Port()
+	ep.ctr.TxPackets++
+	ep.ctr.TxBytes += uint64(p.N)
+}
+
+// onClose is a CLOSE_CMD: the target frees the PDC and answers with an
+// ACK whose req is CLOSE (also for a PDC it no longer knows: the source
+// may have missed the first answer).
+func (ep *Endpoint) onClose(now time.Duration, m *pktio.Message, c *uet.Ctrl, out *engine.Replies) {
+	key := targetKey{Src: m.Addr.Addr(), SPDCID: c.SPDCID}
+	t := ep.targets[key]
+	ep.ctr.ClosesReceived++
+	if t == nil {
+		t = &target{ep: ep, key: key, start: c.PSN, cack: 0, hi: 0}
+		t.ackIdx, t.ackEV = 0, m.Addr.Port()
+		ep.sendAck(now, t, out, uet.AckReqClose)
+		return
+	}
+	t.ackEV, t.ackArrival = m.Addr.Port(), now
+	if t.ackOwed {
+		// The owed ACK goes with this one.
+		ep.dropOwed(t)
+	}
+	ep.sendAck(now, t, out, uet.AckReqClose)
+	ep.freeTarget(t)
+}
+
+func (ep *Endpoint) dropOwed(t *target) {
+	for i, o := range ep.owed {
+		if o == t {
+			ep.owed = append(ep.owed[:i], ep.owed[i+1:]...)
+			break
+		}
+	}
+	t.ackOwed = false
+}
+
+// onProbe is a CTRL ACK_REQ: the target answers with its ACK, and with
+// NACK PKT_NOT_RCVD if the PSN asked about never arrived (the probe came
+// behind it on its path, so it is lost).
+func (ep *Endpoint) onProbe(now time.Duration, m *pktio.Message, c *uet.Ctrl, out *engine.Replies) {
+	ep.ctr.ProbesReceived++
+	t := ep.targets[targetKey{Src: m.Addr.Addr(), SPDCID: c.SPDCID}]
+	if t == nil || c.DPDCID != t.id {
+		ep.ctr.UnknownPDC++
+		ep.sendNack(out, m, uet.NackInvDPDCID, c.PSN, 0, c.SPDCID, 0)
+		return
+	}
+	t.lastActive = now
+	t.ackEV, t.ackArrival = m.Addr.Port(), now
+	if t.ackOwed {
+		ep.dropOwed(t)
+	}
+	off := int64(int32(c.PSN - t.psn(t.cack)))
+	got := off < 0 || off < maxPDCWindow && t.rcvd[(t.cack+uint64(off))%maxPDCWindow]
+	if got {
+		t.ackIdx = t.cack + uint64(off)
+	} else {
+		t.ackIdx = t.cack - 1
+	}
+	ep.sendAck(now, t, out, uet.AckReqNone)
+	if !got {
+		ep.sendNack(out, m, uet.NackPktNotRcvd, c.PSN, t.id, c.SPDCID, t.psn(t.hi))
+	}
+}
