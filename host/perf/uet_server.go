@@ -123,7 +123,10 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 		return nil, listenErr("tcp", "-p", tap, err)
 	}
 	pc := pds.DefaultConfig()
-	pc.Conn, pc.Logger, pc.IdleTimeout = conn, log, uetServerIdle
+	// The endpoint checks every payload (pds.Config.Verify); a session
+	// without --verify sends zeros, and its verify errors are not reported
+	// (totals).
+	pc.Conn, pc.Logger, pc.IdleTimeout, pc.Verify = conn, log, uetServerIdle, true
 	ep, err := pds.New(pc)
 	if err != nil {
 		_ = tl.Close()
