@@ -1,11 +1,15 @@
 -- uet.lua: a Wireshark dissector for the Ultra Ethernet Transport (UET)
--- PDS headers that fabriclab's host/uet encodes, on UDP port 4793.
+-- PDS and SES headers that fabriclab's host/uet encodes, on UDP port 4793.
 --
 -- Why: Debian 12's Wireshark/tshark 4.0 has no UET dissector (the built-in
 -- packet-uet.c is in later releases). This one decodes the forms host/uet
 -- decodes -- RUD_REQ, ROD_REQ, RUD_CC_REQ, ROD_CC_REQ (with the SYN form of
 -- the dpdcid slot), ACK (with the probe form), ACK_CC (NSCC and CREDIT
--- cc_state), NACK, CTRL -- and flags the rest.
+-- cc_state), NACK, CTRL -- and flags the rest. After a request, ACK,
+-- ACK_CC or NACK whose next header is REQ_STD (3) or RESP (4) it decodes
+-- the SES standard request or response header as host/uet's
+-- DecodeSESRequest and DecodeSESResponse do; other SES headers are shown
+-- as data.
 --
 -- Use:
 --   tshark -X lua_script:host/uet/uet.lua -r capture.pcap -Y fluet
@@ -20,7 +24,10 @@
 -- shows "UET". Field names are the host/uet Go struct fields in snake_case
 -- without the form's name: Request.PSN -> fluet.psn, Ack.CACKPSN ->
 -- fluet.cack_psn, Ack.CC.NSCC.RcvdBytes -> fluet.cc.nscc.rcvd_bytes,
--- Nack.Code -> fluet.code. Generated fields (not on the wire) are the Go
+-- Nack.Code -> fluet.code. SES fields sit under fluet.ses: SESRequest.JobID
+-- -> fluet.ses.job_id, and the response's under fluet.ses.resp, since a
+-- RESP's opcode has values of its own: SESResponse.ReturnCode ->
+-- fluet.ses.resp.return_code. Generated fields (not on the wire) are the Go
 -- methods: fluet.clear_psn (ClearPSN), fluet.start_psn (StartPSN),
 -- fluet.ack_psn (AckPSN), fluet.cc.sack_base (SACKBase). Values are shown
 -- in wire units; the labels add bytes and nanoseconds.
@@ -28,13 +35,19 @@
 -- Wire format: host/uet/doc.go, from uet.md, packet-uet.c and xdp2's pds.h.
 -- Where this dissector differs from packet-uet.c (rc and rcv_cwnd_pend at
 -- byte 2 of the NSCC cc_state, probe_opaque on probe ACKs, the SYN form and
--- isROD on CTRL, signed sack_psn_offset), doc.go says why.
+-- isROD on CTRL, signed sack_psn_offset; a RESP with an opcode it does not
+-- carry is shown in full; a restart token is shown in the buffer_offset or
+-- mem_key_match_bits field it occupies, labelled), doc.go says why.
 --
 -- Expert info: fluet.short (shorter than the header its type needs),
 -- fluet.unknown_type (type 0 or 15-31), fluet.unsupported_type (TSS, RUDI,
 -- UUD, ACK_CCX, NACK_CCX: not decoded), fluet.cc_type_unknown (ACK_CC
 -- cc_type other than NSCC and CREDIT) -- the packets host/uet.Parse rejects --
--- and fluet.reserved (reserved bits set; host/uet ignores them).
+-- and fluet.reserved (reserved bits set; host/uet ignores them). After the
+-- PDS header: fluet.ses.short (shorter than its SES header: what
+-- DecodeSESRequest and DecodeSESResponse reject) and fluet.ses.resp_opcode (a
+-- RESP whose opcode is not DEFAULT_RESPONSE, RESPONSE or NO_RESPONSE;
+-- packet-uet.c flags it too, host/uet decodes it as it is).
 --
 -- TestWiresharkDissector (host/uet) checks every field this script shows
 -- against host/uet.Parse on a pcap of every form.
@@ -71,11 +84,41 @@ local nack_code_names = {
 	[0xFF] = "EXP_NACK_FATAL",
 }
 
+-- SES names (host/uet: SESOpcode, SESRespOpcode, SESReturnCode; packet-uet.c's
+-- macro names without their prefix).
+local ses_opcode_names = {
+	[0x00] = "NO_OP", [0x01] = "WRITE", [0x02] = "READ", [0x03] = "ATOMIC",
+	[0x04] = "FETCHING_ATOMIC", [0x05] = "SEND", [0x06] = "RENDEZVOUS_SEND",
+	[0x07] = "DATAGRAM_SEND", [0x08] = "DEFERRABLE_SEND", [0x09] = "TAGGED_SEND",
+	[0x0A] = "RENDEZVOUS_TSEND", [0x0B] = "DEFERRABLE_TSEND", [0x0C] = "DEFERRABLE_RTR",
+	[0x0D] = "TSEND_ATOMIC", [0x0E] = "TSEND_FETCH_ATOMIC", [0x0F] = "MSG_ERROR",
+}
+local ses_resp_opcode_names = {
+	[0] = "DEFAULT_RESPONSE", [1] = "RESPONSE", [2] = "RESPONSE_W_DATA", [3] = "NO_RESPONSE",
+}
+local ses_return_code_names = {
+	[0x00] = "NULL", [0x01] = "OK", [0x02] = "BAD_GENERATION", [0x03] = "DISABLED",
+	[0x04] = "DISABLED_GEN", [0x05] = "NO_MATCH", [0x06] = "UNSUPPORTED_OP",
+	[0x07] = "UNSUPPORTED_SIZE", [0x08] = "AT_INVALID", [0x09] = "AT_PERM",
+	[0x0A] = "AT_ATS_ERROR", [0x0B] = "AT_NO_TRANS", [0x0C] = "AT_OUT_OF_RANGE",
+	[0x0D] = "HOST_POISONED", [0x0E] = "HOST_UNSUCCESS_CMPL", [0x0F] = "AMO_UNSUPPORTED_OP",
+	[0x10] = "AMO_UNSUPPORTED_DT", [0x11] = "AMO_UNSUPPORTED_SIZE", [0x12] = "AMO_UNALIGNED",
+	[0x13] = "AMO_FP_NAN", [0x14] = "AMO_FP_UNDERFLOW", [0x15] = "AMO_FP_OVERFLOW",
+	[0x16] = "AMO_FP_INEXACT", [0x17] = "PERM_VIOLATION", [0x18] = "OP_VIOLATION",
+	[0x19] = "BAD_INDEX", [0x1A] = "BAD_PID", [0x1B] = "BAD_JOB_ID", [0x1C] = "BAD_MKEY",
+	[0x1D] = "BAD_ADDR", [0x1E] = "CANCELLED", [0x1F] = "UNDELIVERABLE", [0x20] = "UNCOR",
+	[0x21] = "UNCOR_TRNSNT", [0x22] = "TOO_LONG", [0x23] = "INITIATOR_ERR", [0x24] = "DROPPED",
+}
+
 -- Header lengths (host/uet: RequestLen, RequestCCLen, AckLen, AckCCLen,
 -- NackLen, CtrlLen).
 local header_len = {
 	[2] = 12, [3] = 12, [13] = 16, [14] = 16, [7] = 12, [8] = 32, [10] = 16, [11] = 16,
 }
+-- SES header lengths (host/uet: SESStdLen, SESRespLen) by next header.
+local NH_REQ_STD, NH_RSP = 3, 4
+local ses_len = { [NH_REQ_STD] = 44, [NH_RSP] = 12 }
+local ses_name = { [NH_REQ_STD] = "REQ_STD", [NH_RSP] = "RESP" }
 local unsupported = { [1] = true, [4] = true, [5] = true, [6] = true, [9] = true, [12] = true }
 
 -- Flag bits of the prologue's low byte and the reserved ones per form
@@ -133,6 +176,36 @@ f.code = ProtoField.uint8("fluet.code", "NACK code", base.HEX, nack_code_names)
 f.vendor_code = ProtoField.uint8("fluet.vendor_code", "Vendor code", base.HEX)
 f.nack_psn = ProtoField.uint32("fluet.nack_psn", "NACK PSN", base.DEC)
 f.max_recv_psn_plus_1 = ProtoField.uint32("fluet.max_recv_psn_plus_1", "Max received PSN + 1", base.DEC)
+-- SES standard request (REQ_STD; host/uet SESRequest).
+f.ses_opcode = ProtoField.uint8("fluet.ses.opcode", "Opcode", base.DEC, ses_opcode_names, 0x3F)
+f.ses_version = ProtoField.uint8("fluet.ses.version", "Version", base.DEC, nil, 0xC0)
+f.ses_dc = ProtoField.bool("fluet.ses.dc", "DC (delivery complete)", 8, nil, 0x20)
+f.ses_ie = ProtoField.bool("fluet.ses.ie", "IE (initiator error)", 8, nil, 0x10)
+f.ses_rel = ProtoField.bool("fluet.ses.rel", "Rel (relative addressing)", 8, nil, 0x08)
+f.ses_hd = ProtoField.bool("fluet.ses.hd", "HD (header data present)", 8, nil, 0x04)
+f.ses_eom = ProtoField.bool("fluet.ses.eom", "EOM (end of message)", 8, nil, 0x02)
+f.ses_som = ProtoField.bool("fluet.ses.som", "SOM (start of message)", 8, nil, 0x01)
+f.ses_message_id = ProtoField.uint16("fluet.ses.message_id", "Message ID", base.DEC)
+f.ses_index_generation = ProtoField.uint8("fluet.ses.index_generation", "Index generation", base.DEC)
+f.ses_job_id = ProtoField.uint24("fluet.ses.job_id", "Job ID", base.DEC)
+f.ses_pid_on_fep = ProtoField.uint16("fluet.ses.pid_on_fep", "PIDonFEP", base.DEC, nil, 0x0FFF)
+f.ses_resource_index = ProtoField.uint16("fluet.ses.resource_index", "Resource index", base.DEC, nil, 0x0FFF)
+f.ses_buffer_offset = ProtoField.uint64("fluet.ses.buffer_offset", "Buffer offset", base.DEC)
+f.ses_initiator = ProtoField.uint32("fluet.ses.initiator", "Initiator", base.HEX)
+f.ses_mem_key_match_bits = ProtoField.uint64("fluet.ses.mem_key_match_bits", "Memory key/match bits", base.HEX)
+f.ses_header_data = ProtoField.uint64("fluet.ses.header_data", "Header data", base.HEX)
+f.ses_payload_length = ProtoField.uint32("fluet.ses.payload_length", "Payload length", base.DEC, nil, 0x3FFF)
+f.ses_message_offset = ProtoField.uint32("fluet.ses.message_offset", "Message offset", base.DEC)
+f.ses_request_length = ProtoField.uint32("fluet.ses.request_length", "Request length", base.DEC)
+-- SES response (RESP; host/uet SESResponse).
+f.resp_list = ProtoField.uint8("fluet.ses.resp.list", "List", base.DEC, nil, 0xC0)
+f.resp_opcode = ProtoField.uint8("fluet.ses.resp.opcode", "Opcode", base.DEC, ses_resp_opcode_names, 0x3F)
+f.resp_version = ProtoField.uint8("fluet.ses.resp.version", "Version", base.DEC, nil, 0xC0)
+f.resp_return_code = ProtoField.uint8("fluet.ses.resp.return_code", "Return code", base.DEC, ses_return_code_names, 0x3F)
+f.resp_message_id = ProtoField.uint16("fluet.ses.resp.message_id", "Message ID", base.DEC)
+f.resp_index_generation = ProtoField.uint8("fluet.ses.resp.index_generation", "Index generation", base.DEC)
+f.resp_job_id = ProtoField.uint24("fluet.ses.resp.job_id", "Job ID", base.DEC)
+f.resp_modified_length = ProtoField.uint32("fluet.ses.resp.modified_length", "Modified length", base.DEC)
 
 local e_short = ProtoExpert.new("fluet.short", "Shorter than its PDS header",
 	expert.group.MALFORMED, expert.severity.ERROR)
@@ -144,7 +217,12 @@ local e_cc_type = ProtoExpert.new("fluet.cc_type_unknown", "ACK_CC cc_type is ne
 	expert.group.MALFORMED, expert.severity.ERROR)
 local e_reserved = ProtoExpert.new("fluet.reserved", "Reserved bits set (ignored)",
 	expert.group.PROTOCOL, expert.severity.WARN)
-p_uet.experts = { e_short, e_unknown_type, e_unsupported, e_cc_type, e_reserved }
+local e_ses_short = ProtoExpert.new("fluet.ses.short", "Shorter than its SES header",
+	expert.group.MALFORMED, expert.severity.ERROR)
+local e_ses_resp_opcode = ProtoExpert.new("fluet.ses.resp_opcode",
+	"RESP opcode is not DEFAULT_RESPONSE, RESPONSE or NO_RESPONSE",
+	expert.group.PROTOCOL, expert.severity.WARN)
+p_uet.experts = { e_short, e_unknown_type, e_unsupported, e_cc_type, e_reserved, e_ses_short, e_ses_resp_opcode }
 
 local data_dissector = Dissector.get("data")
 -- Lua 5.2 (Debian 12's Wireshark) has bit32; Lua 5.3+ dropped it for the
@@ -261,6 +339,77 @@ local function dissect_ctrl(tvb, tree, flags, ct)
 	return string.format("%s PSN=%u", ctrl_type_names[ct] or string.format("0x%x", ct), psn)
 end
 
+-- The SES standard request at off (44 bytes; host/uet DecodeSESRequest):
+-- packet-uet.c's dissect_ses_std_req. SOM selects header_data or
+-- payload_length and message_offset for the 8 bytes at 32.
+local function dissect_ses_std(tvb, tree, off)
+	local function r(o, n) return tvb(off + o, n) end
+	local st = tree:add(r(0, 44), "SES standard request (REQ_STD)")
+	local op = band(r(0, 1):uint(), 0x3F)
+	local som = band(r(1, 1):uint(), 0x01) ~= 0
+	st:add(f.ses_opcode, r(0, 1))
+	st:add(f.ses_version, r(1, 1))
+	st:add(f.ses_dc, r(1, 1))
+	st:add(f.ses_ie, r(1, 1))
+	st:add(f.ses_rel, r(1, 1))
+	st:add(f.ses_hd, r(1, 1))
+	st:add(f.ses_eom, r(1, 1))
+	st:add(f.ses_som, r(1, 1))
+	st:add(f.ses_message_id, r(2, 2))
+	st:add(f.ses_index_generation, r(4, 1))
+	st:add(f.ses_job_id, r(5, 3))
+	st:add(f.ses_pid_on_fep, r(8, 2))
+	st:add(f.ses_resource_index, r(10, 2))
+	local bo = st:add(f.ses_buffer_offset, r(12, 8))
+	st:add(f.ses_initiator, r(20, 4))
+	local mk = st:add(f.ses_mem_key_match_bits, r(24, 8))
+	-- Deferrable sends carry a restart token in these slots (packet-uet.c).
+	if op == 0x08 or op == 0x0B then
+		bo:append_text(" (restart token)")
+	elseif op == 0x0C then
+		mk:append_text(" (restart token)")
+	end
+	local rsvd = band(r(0, 1):uint(), 0xC0) ~= 0 or band(r(8, 1):uint(), 0xF0) ~= 0 or
+		band(r(10, 1):uint(), 0xF0) ~= 0
+	if som then
+		st:add(f.ses_header_data, r(32, 8))
+	else
+		st:add(f.ses_payload_length, r(32, 4))
+		st:add(f.ses_message_offset, r(36, 4))
+		rsvd = rsvd or band(r(32, 4):uint(), 0xFFFFC000) ~= 0
+	end
+	st:add(f.ses_request_length, r(40, 4))
+	if rsvd then
+		st:add_proto_expert_info(e_reserved, "Reserved bits of the SES standard request set")
+	end
+	return string.format("%s MSG=%u", ses_opcode_names[op] or string.format("0x%02x", op), r(2, 2):uint())
+end
+
+-- The SES response at off (12 bytes; host/uet DecodeSESResponse):
+-- packet-uet.c's dissect_ses_resp, which stops at an opcode a RESP does not
+-- carry; this one flags it and goes on.
+local function dissect_ses_resp(tvb, tree, off)
+	local function r(o, n) return tvb(off + o, n) end
+	local st = tree:add(r(0, 12), "SES response (RESP)")
+	local op = band(r(0, 1):uint(), 0x3F)
+	local rc = band(r(1, 1):uint(), 0x3F)
+	st:add(f.resp_list, r(0, 1))
+	local opi = st:add(f.resp_opcode, r(0, 1))
+	if op ~= 0 and op ~= 1 and op ~= 3 then
+		opi:add_proto_expert_info(e_ses_resp_opcode, string.format(
+			"RESP opcode %s: a RESP carries DEFAULT_RESPONSE, RESPONSE or NO_RESPONSE",
+			ses_resp_opcode_names[op] or string.format("0x%02x", op)))
+	end
+	st:add(f.resp_version, r(1, 1))
+	st:add(f.resp_return_code, r(1, 1))
+	st:add(f.resp_message_id, r(2, 2))
+	st:add(f.resp_index_generation, r(4, 1))
+	st:add(f.resp_job_id, r(5, 3))
+	st:add(f.resp_modified_length, r(8, 4))
+	return string.format("%s %s MSG=%u", ses_resp_opcode_names[op] or string.format("0x%02x", op),
+		ses_return_code_names[rc] or string.format("0x%02x", rc), r(2, 2):uint())
+end
+
 function p_uet.dissector(tvb, pinfo, tree)
 	local len = tvb:len()
 	pinfo.cols.protocol = "UET"
@@ -336,7 +485,27 @@ function p_uet.dissector(tvb, pinfo, tree)
 	else
 		info = dissect_request(tvb, t, ty, flags)
 	end
-	pinfo.cols.info = name .. " " .. info
+	local col = name .. " " .. info
+	-- The SES header after a request, ACK, ACK_CC or NACK (not CTRL, whose
+	-- next-header bits are its control type), as packet-uet.c's dissect_ses.
+	local sl = ty ~= 11 and ses_len[nh]
+	if sl then
+		if len < need + sl then
+			t:add_proto_expert_info(e_ses_short, string.format("%d bytes after the PDS header, SES %s needs %d",
+				len - need, ses_name[nh], sl))
+		else
+			local sinfo
+			if nh == NH_REQ_STD then
+				sinfo = dissect_ses_std(tvb, t, need)
+			else
+				sinfo = dissect_ses_resp(tvb, t, need)
+			end
+			col = string.format("%s, %s %s", col, ses_name[nh], sinfo)
+			need = need + sl
+			t:set_len(need)
+		end
+	end
+	pinfo.cols.info = col
 	if len > need then
 		data_dissector:call(tvb(need):tvb(), pinfo, tree)
 	end

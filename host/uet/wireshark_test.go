@@ -41,12 +41,19 @@ func requireTool(t *testing.T, what, why string, err error) {
 	t.Skipf("%s is missing (%s): %v", what, why, err)
 }
 
-// wsFrame is one UDP payload of the capture and what Parse makes of it.
+// wsFrame is one UDP payload of the capture, what Parse makes of it and,
+// where the PDS header's next header is REQ_STD or RESP, what
+// DecodeSESRequest or DecodeSESResponse makes of the payload.
 type wsFrame struct {
-	name string
-	udp  []byte
-	h    Header
-	err  error
+	name    string
+	udp     []byte
+	h       Header
+	err     error
+	sesNH   NextHeader // NextHeaderReqStd or NextHeaderRsp if the frame has a SES header to decode
+	sesLen  int        // the SES header's length, 0 if sesErr
+	sesErr  error
+	sesReq  SESRequest
+	sesResp SESResponse
 }
 
 // wsFrames returns every form: the wire vectors (some with a payload after
@@ -57,7 +64,18 @@ func wsFrames(t *testing.T) []wsFrame {
 	var fs []wsFrame
 	add := func(name string, udp []byte) {
 		f := wsFrame{name: name, udp: udp}
-		_, f.err = Parse(udp, &f.h)
+		var p []byte
+		p, f.err = Parse(udp, &f.h)
+		if f.err == nil {
+			switch f.h.NextHeader() {
+			case NextHeaderReqStd:
+				f.sesNH = NextHeaderReqStd
+				f.sesLen, f.sesErr = DecodeSESRequest(p, &f.sesReq)
+			case NextHeaderRsp:
+				f.sesNH = NextHeaderRsp
+				f.sesLen, f.sesErr = DecodeSESResponse(p, &f.sesResp)
+			}
+		}
 		fs = append(fs, f)
 	}
 	for i, v := range vectors {
@@ -78,6 +96,49 @@ func wsFrames(t *testing.T) []wsFrame {
 	for _, v := range reservedVectors {
 		add("reserved: "+v.name, mustHex(t, v.hex))
 	}
+	// SES headers behind the PDS forms that carry them, with and without
+	// data after them.
+	sesBehind := func(name string, h Header, ses []byte, data string) {
+		b := make([]byte, MaxHeaderLen+len(ses)+len(data))
+		add(name, b[:Build(b, &h, append(bytes.Clone(ses), data...))])
+	}
+	reqHeaders := []Header{
+		{Type: TypeRUDReq, Request: Request{Type: TypeRUDReq, NextHeader: NextHeaderReqStd, AR: true, PSN: 100, SPDCID: 1, DPDCID: 2}},
+		{Type: TypeRODCCReq, Request: Request{Type: TypeRODCCReq, NextHeader: NextHeaderReqStd, SYN: true, PSN: 7, SPDCID: 3, PSNOffset: 7, CCCID: 4, CreditTarget: 16}},
+	}
+	for i, v := range sesReqVectors {
+		sesBehind("REQ_STD: "+v.name, reqHeaders[i%2], mustHex(t, v.hex), "payload"[:i%2*7])
+	}
+	respHeaders := []Header{
+		{Type: TypeAck, Ack: Ack{Type: TypeAck, NextHeader: NextHeaderRsp, CACKPSN: 100, SPDCID: 2, DPDCID: 1}},
+		{Type: TypeAckCC, Ack: Ack{Type: TypeAckCC, NextHeader: NextHeaderRsp, CACKPSN: 5, SPDCID: 2, DPDCID: 1,
+			CC: AckCC{CCType: CCCredit, Credit: CreditState{Credit: 9}}}},
+		{Type: TypeNack, Nack: Nack{NextHeader: NextHeaderRsp, Code: NackNoResource, NackPSN: 5}},
+	}
+	for i, v := range sesRespVectors {
+		sesBehind("RESP: "+v.name, respHeaders[i%3], mustHex(t, v.hex), "payload"[:i%2*7])
+	}
+	for _, v := range sesReservedVectors {
+		sesBehind("REQ_STD reserved: "+v.name, reqHeaders[0], mustHex(t, v.hex), "")
+	}
+	for i := range 8 {
+		h := randomHeader(r, reqHeaders[0].Type+Type(i%2)) // RUD_REQ, ROD_REQ
+		h.Request.NextHeader = NextHeaderReqStd
+		s := randomSESRequest(r)
+		ses := make([]byte, SESStdLen)
+		s.Encode(ses)
+		sesBehind(fmt.Sprintf("random REQ_STD #%d", i), h, ses, "data"[:i%5])
+		typ := []Type{TypeAck, TypeAckCC}[i%2]
+		h = randomHeader(r, typ)
+		h.Ack.NextHeader = NextHeaderRsp
+		q := randomSESResponse(r)
+		ses = make([]byte, SESRespLen)
+		q.Encode(ses)
+		sesBehind(fmt.Sprintf("random RESP #%d", i), h, ses, "data"[:i%5])
+	}
+	// SES headers one byte short.
+	sesBehind("REQ_STD short", reqHeaders[0], mustHex(t, sesReqVectors[0].hex)[:SESStdLen-1], "")
+	sesBehind("RESP short", respHeaders[0], mustHex(t, sesRespVectors[0].hex)[:SESRespLen-1], "")
 	for _, v := range rejectedVectors {
 		if v.hex == "" {
 			continue // UDP hands no empty payload to a dissector
@@ -293,6 +354,50 @@ func wantWireshark(h *Header, udp []byte) wsWant {
 	return w
 }
 
+// ses adds what the dissector must show of the frame's SES header, under
+// the Go paths "SESRequest.…" and "SESResponse.…".
+func (w *wsWant) ses(fr *wsFrame) {
+	if fr.sesNH == NextHeaderNone || fr.sesErr != nil {
+		return
+	}
+	if fr.sesNH == NextHeaderRsp {
+		r := &fr.sesResp
+		w.u("SESResponse.List", "fluet.ses.resp.list", uint64(r.List))
+		w.e("SESResponse.Opcode", "fluet.ses.resp.opcode", uint64(r.Opcode), r.Opcode.String())
+		w.u("SESResponse.Version", "fluet.ses.resp.version", uint64(r.Version))
+		w.e("SESResponse.ReturnCode", "fluet.ses.resp.return_code", uint64(r.ReturnCode), r.ReturnCode.String())
+		w.u("SESResponse.MessageID", "fluet.ses.resp.message_id", uint64(r.MessageID))
+		w.u("SESResponse.IndexGeneration", "fluet.ses.resp.index_generation", uint64(r.IndexGeneration))
+		w.u("SESResponse.JobID", "fluet.ses.resp.job_id", uint64(r.JobID))
+		w.u("SESResponse.ModifiedLength", "fluet.ses.resp.modified_length", uint64(r.ModifiedLength))
+		return
+	}
+	s := &fr.sesReq
+	w.e("SESRequest.Opcode", "fluet.ses.opcode", uint64(s.Opcode), s.Opcode.String())
+	w.u("SESRequest.Version", "fluet.ses.version", uint64(s.Version))
+	w.b("SESRequest.DC", "fluet.ses.dc", s.DC)
+	w.b("SESRequest.IE", "fluet.ses.ie", s.IE)
+	w.b("SESRequest.Rel", "fluet.ses.rel", s.Rel)
+	w.b("SESRequest.HD", "fluet.ses.hd", s.HD)
+	w.b("SESRequest.EOM", "fluet.ses.eom", s.EOM)
+	w.b("SESRequest.SOM", "fluet.ses.som", s.SOM)
+	w.u("SESRequest.MessageID", "fluet.ses.message_id", uint64(s.MessageID))
+	w.u("SESRequest.IndexGeneration", "fluet.ses.index_generation", uint64(s.IndexGeneration))
+	w.u("SESRequest.JobID", "fluet.ses.job_id", uint64(s.JobID))
+	w.u("SESRequest.PIDOnFEP", "fluet.ses.pid_on_fep", uint64(s.PIDOnFEP))
+	w.u("SESRequest.ResourceIndex", "fluet.ses.resource_index", uint64(s.ResourceIndex))
+	w.u("SESRequest.BufferOffset", "fluet.ses.buffer_offset", s.BufferOffset)
+	w.x("SESRequest.Initiator", "fluet.ses.initiator", uint64(s.Initiator), 8)
+	w.x("SESRequest.MemKeyMatchBits", "fluet.ses.mem_key_match_bits", s.MemKeyMatchBits, 16)
+	if s.SOM {
+		w.x("SESRequest.HeaderData", "fluet.ses.header_data", s.HeaderData, 16)
+	} else {
+		w.u("SESRequest.PayloadLength", "fluet.ses.payload_length", uint64(s.PayloadLength))
+		w.u("SESRequest.MessageOffset", "fluet.ses.message_offset", uint64(s.MessageOffset))
+	}
+	w.u("SESRequest.RequestLength", "fluet.ses.request_length", uint64(s.RequestLength))
+}
+
 // goFieldPaths lists every leaf field of Header ("Ack.CC.NSCC.RC").
 func goFieldPaths(t reflect.Type, prefix string) []string {
 	var paths []string
@@ -420,6 +525,7 @@ func TestWiresharkDissector(t *testing.T) {
 			continue
 		}
 		w := wantWireshark(&fr.h, fr.udp)
+		w.ses(&fr)
 		for p := range w.paths {
 			covered[p] = true
 		}
@@ -439,7 +545,9 @@ func TestWiresharkDissector(t *testing.T) {
 				t.Errorf("%s: %s shown (%s), not in the Go decode", where, name, f.ShowName)
 			}
 		}
-		// Reserved bits: Parse ignores them, the dissector warns.
+		// Reserved bits: Parse and the SES decoders ignore them, the
+		// dissector warns. A SES header too short for DecodeSES* and a RESP
+		// opcode that is not NoData carry their own expert infos.
 		n := fr.h.Len()
 		canon := make([]byte, n)
 		fr.h.Encode(canon)
@@ -447,9 +555,25 @@ func TestWiresharkDissector(t *testing.T) {
 		if !bytes.Equal(canon, fr.udp[:n]) {
 			wantExperts[expertReserved] = true
 		}
+		switch {
+		case fr.sesErr != nil:
+			if !errors.Is(fr.sesErr, ErrTruncated) {
+				t.Fatalf("%s: SES decode: %v", where, fr.sesErr)
+			}
+			wantExperts["fluet.ses.short"] = true
+		case fr.sesNH == NextHeaderReqStd:
+			ses := make([]byte, SESStdLen)
+			fr.sesReq.Encode(ses)
+			if !bytes.Equal(ses, fr.udp[n:n+SESStdLen]) {
+				wantExperts[expertReserved] = true
+			}
+		case fr.sesNH == NextHeaderRsp && !fr.sesResp.Opcode.NoData():
+			wantExperts["fluet.ses.resp_opcode"] = true
+		}
 		if !maps.Equal(got.experts, wantExperts) {
 			t.Errorf("%s: experts %v, want %v", where, keys(got.experts), keys(wantExperts))
 		}
+		n += fr.sesLen
 		wantData := ""
 		if len(fr.udp) > n {
 			wantData = strconv.Itoa(len(fr.udp) - n)
@@ -464,7 +588,10 @@ func TestWiresharkDissector(t *testing.T) {
 			t.Errorf("uet.lua's %s never shown", name)
 		}
 	}
-	for _, p := range goFieldPaths(reflect.TypeFor[Header](), "") {
+	paths := goFieldPaths(reflect.TypeFor[Header](), "")
+	paths = append(paths, goFieldPaths(reflect.TypeFor[SESRequest](), "SESRequest.")...)
+	paths = append(paths, goFieldPaths(reflect.TypeFor[SESResponse](), "SESResponse.")...)
+	for _, p := range paths {
 		if !covered[p] {
 			t.Errorf("Go field %s has no dissector field checked", p)
 		}
