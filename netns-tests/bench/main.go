@@ -89,6 +89,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == childArg {
 		os.Exit(roceChild(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == uetChildArg {
+		os.Exit(uetChild(os.Args[2:]))
+	}
 	os.Exit(run())
 }
 

@@ -49,15 +49,20 @@ type GoodputReport struct {
 	// 16-byte RETH more, once per message.
 	DatagramBytes int `json:"datagram_bytes"`
 	// CPU both tools were pinned to (client and server), -1 none.
-	CPU      int        `json:"cpu"`
-	Iperf    ToolRow    `json:"iperf3"`
-	Roceperf ToolRow    `json:"roceperf"`
-	Ratio    float64    `json:"goodput_ratio,omitempty"` // roceperf / iperf3 medians
-	PPSRatio float64    `json:"pps_per_core_ratio,omitempty"`
-	Goal     float64    `json:"goal_ratio"`
-	Stretch  float64    `json:"stretch_ratio"`
-	Verdict  string     `json:"verdict"` // stretch, ok, below, n/a
-	Order    [][]string `json:"order"`   // per round, the tools in the order they ran
+	CPU      int     `json:"cpu"`
+	Iperf    ToolRow `json:"iperf3"`
+	Roceperf ToolRow `json:"roceperf"`
+	Ratio    float64 `json:"goodput_ratio,omitempty"` // roceperf / iperf3 medians
+	PPSRatio float64 `json:"pps_per_core_ratio,omitempty"`
+	// UET: host/pds endpoints (NSCC) with roceperf's payload per packet;
+	// its ratios are to roceperf's medians.
+	UET         ToolRow    `json:"uet"`
+	UETRatio    float64    `json:"uet_goodput_ratio,omitempty"`
+	UETPPSRatio float64    `json:"uet_pps_per_core_ratio,omitempty"`
+	Goal        float64    `json:"goal_ratio"`
+	Stretch     float64    `json:"stretch_ratio"`
+	Verdict     string     `json:"verdict"` // stretch, ok, below, n/a
+	Order       [][]string `json:"order"`   // per round, the tools in the order they ran
 }
 
 // ToolRow is one tool over its rounds.
@@ -198,6 +203,8 @@ func runGoodput(ctx context.Context, a, b *topo.Node, o roceOpts) (*GoodputRepor
 		Iperf: ToolRow{Tool: "iperf3 -u", Command: fmt.Sprintf("iperf3 -u -b 0 -l %d -t %d", dg, o.seconds)},
 		Roceperf: ToolRow{Tool: "roceperf", Command: fmt.Sprintf("roceperf --cc none -b 0 --mtu %d -l %d -t %d (WRITE, 1 QP)",
 			o.mtu, roceMessageBytes, o.seconds)},
+		UET: ToolRow{Tool: "uet", Command: fmt.Sprintf("UET endpoints (host/pds, NSCC, RUD), MTU %d (%d B payload), %d KiB messages, %d s",
+			uetMTU(o.mtu), o.mtu, roceMessageBytes>>10, o.seconds)},
 	}
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		return g, errIperfMissing
@@ -214,9 +221,9 @@ func runGoodput(ctx context.Context, a, b *topo.Node, o roceOpts) (*GoodputRepor
 	var errs []error
 	n := 0
 	for r := range o.rounds {
-		tools := []string{"iperf3", "roceperf"}
-		if r%2 == 1 {
-			slices.Reverse(tools)
+		tools := []string{"iperf3", "roceperf", "uet"}
+		for range r % len(tools) {
+			tools = append(tools[1:], tools[0])
 		}
 		g.Order = append(g.Order, tools)
 		for _, tool := range tools {
@@ -227,12 +234,22 @@ func runGoodput(ctx context.Context, a, b *topo.Node, o roceOpts) (*GoodputRepor
 			progress("UDP goodput round %d/%d: %s (%d s)", r+1, o.rounds, tool, o.seconds)
 			var run UDPRun
 			var err error
-			if tool == "iperf3" {
+			switch tool {
+			case "iperf3":
 				run, err = iperfUDP(ctx, a, b, iperfPort+100+n, o.seconds, dg, o.cpu)
 				if err == nil {
 					g.Iperf.Runs = append(g.Iperf.Runs, run)
 				}
-			} else {
+			case "uet":
+				prof := ""
+				if o.profileDir != "" {
+					prof = filepath.Join(o.profileDir, fmt.Sprintf("round%d", r+1))
+				}
+				run, err = uetRun(ctx, exe, a, b, o, prof)
+				if err == nil {
+					g.UET.Runs = append(g.UET.Runs, run)
+				}
+			default:
 				prof := ""
 				if o.profileDir != "" {
 					prof = filepath.Join(o.profileDir, fmt.Sprintf("round%d", r+1))
@@ -251,7 +268,7 @@ func runGoodput(ctx context.Context, a, b *topo.Node, o roceOpts) (*GoodputRepor
 }
 
 func finishGoodput(g *GoodputReport) *GoodputReport {
-	for _, t := range []*ToolRow{&g.Iperf, &g.Roceperf} {
+	for _, t := range []*ToolRow{&g.Iperf, &g.Roceperf, &g.UET} {
 		var gb, pps, kpps []float64
 		for _, r := range t.Runs {
 			gb = append(gb, r.GoodputGbps)
@@ -278,6 +295,12 @@ func finishGoodput(g *GoodputReport) *GoodputReport {
 	}
 	if g.Iperf.PPSPerCore > 0 && g.Roceperf.PPSPerCore > 0 {
 		g.PPSRatio = g.Roceperf.PPSPerCore / g.Iperf.PPSPerCore
+	}
+	if g.Roceperf.GoodputGbps > 0 && g.UET.GoodputGbps > 0 {
+		g.UETRatio = g.UET.GoodputGbps / g.Roceperf.GoodputGbps
+	}
+	if g.Roceperf.PPSPerCore > 0 && g.UET.PPSPerCore > 0 {
+		g.UETPPSRatio = g.UET.PPSPerCore / g.Roceperf.PPSPerCore
 	}
 	return g
 }

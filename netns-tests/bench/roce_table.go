@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/fabriclab/fabriclab/host/uet"
 	"io"
 	"strings"
 )
@@ -39,6 +40,25 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 			g.DatagramBytes, kpps(g.Iperf.PPSPerCore), ppsPath(&g.Iperf))
 		fmt.Fprintf(tw, "pkts/s per core\troceperf sender (client)\tmedian\t%s/core\t-\t%s\t%s\t-\t-\t%s\n",
 			kpps(g.Roceperf.PPSPerCore), ppsRef, ppsRatio, ppsPath(&g.Roceperf))
+		if len(g.UET.Runs) > 0 {
+			rref, rratio, pref, pratio := "-", "-", "-", "-"
+			if g.Roceperf.GoodputGbps > 0 {
+				rref = fmt.Sprintf("%.2f Gbit/s", g.Roceperf.GoodputGbps)
+			}
+			if g.UETRatio > 0 {
+				rratio = fmt.Sprintf("%.2f", g.UETRatio)
+			}
+			if g.Roceperf.PPSPerCore > 0 {
+				pref = kpps(g.Roceperf.PPSPerCore) + "/core"
+			}
+			if g.UETPPSRatio > 0 {
+				pratio = fmt.Sprintf("%.2f", g.UETPPSRatio)
+			}
+			fmt.Fprintf(tw, "UDP goodput, UET\t%s\tmedian\t%s\t-\t%s\t%s\t-\tvs roceperf\t%s\n",
+				g.UET.Command, gbps(g.UET.GoodputGbps), rref, rratio, runsPath(&g.UET, "retrans"))
+			fmt.Fprintf(tw, "pkts/s per core, UET\tUET sender (host/pds endpoint)\tmedian\t%s/core\t-\t%s\t%s\t-\tvs roceperf\t%s\n",
+				kpps(g.UET.PPSPerCore), pref, pratio, ppsPath(&g.UET))
+		}
 	}
 	if x := r.Reaction; x != nil {
 		counts := fmt.Sprintf("%d CNPs cut Rc (%d held by N), %d CE at the NP, %d CNPs sent, %d handled, %d at Rmin (no cut), %d unmatched; port CE-marked %d, dropped %d; %.2f Gbit/s acked in %.1f s",
@@ -144,6 +164,12 @@ func printRoceNotes(w io.Writer, r *RoceReport) {
 		fmt.Fprintln(w, "iperf3's cpu_utilization_percent.host_total x seconds, roceperf's RUSAGE_SELF delta around RunClient (data packets incl.")
 		fmt.Fprintln(w, "retransmissions). Tick-based accounting charges the veth's receive softirq run inside the sender's send call to the sender,")
 		fmt.Fprintln(w, "for both tools alike. CPU column: sender and receiver process CPU as % of one CPU (roceperf server: over its lifetime).")
+		if len(g.UET.Runs) > 0 {
+			fmt.Fprintf(w, "UET rows: two host/pds endpoints (UDP 4793, RUD, NSCC at a %v line rate so the window does not bind) in child processes,\n", uetBenchLinkRate)
+			fmt.Fprintf(w, "in the same rounds (the three tools rotate). Each full packet carries roceperf's %d B of payload behind PDS 12 + SES %d bytes\n", g.MTU, uet.SESStdLen)
+			fmt.Fprintln(w, "(UET MTU = IP packet). Goodput: acknowledged message payload; pkts/s per core: data packets (retransmissions included, probes")
+			fmt.Fprintln(w, "and closes not) / the sender process's CPU seconds. Ratios are UET / roceperf: the two transports on the one engine.")
+		}
 	}
 	if x := r.Reaction; x != nil {
 		fmt.Fprintln(w, "CNP reaction rows: two agents in this process on one clock (sockets opened in namespaces a and b), one QP a->b, DCQCN")

@@ -1,0 +1,242 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// The UET rows run host/pds endpoints in child processes as the roceperf
+// rows run host/perf: the bench re-executes itself with uetChildArg. The
+// endpoints carry the same payload per packet as roceperf's MTU (the UET
+// MTU is the IP packet: payload + SES + PDS + UDP + IPv4 headers), NSCC
+// on an ample window (the line rate of the uetBenchLinkRate, far above
+// what the veth carries, so the window does not bind: the CPU does).
+const (
+	uetChildArg = "uet-child"
+	// uetBenchLinkRate is the endpoints' line rate: no port limit to
+	// speak of on a veth pair that carries a few Gbit/s.
+	uetBenchLinkRate = 100 * units.Gbit
+	uetBenchBaseRTT  = 200 * time.Microsecond
+	uetReady         = "uet-ready"
+)
+
+// uetMTU is the UET MTU whose packets carry payload bytes, as a RoCE MTU
+// of payload does.
+func uetMTU(payload int) int { return payload + uet.SESStdLen + uet.RequestLen + 8 + 20 }
+
+func uetChildConfig(conn pktio.Conn, payload int) pds.Config {
+	cfg := pds.DefaultConfig()
+	cfg.Conn = conn
+	cfg.LinkRate = uetBenchLinkRate
+	cfg.MTU = uetMTU(payload)
+	cfg.BaseRTT = uetBenchBaseRTT
+	cfg.AckBytes = max(cfg.AckBytes, cfg.MTU)
+	return cfg
+}
+
+// uetChild is main for a UET child; args follow uetChildArg.
+func uetChild(args []string) int {
+	fs := flag.NewFlagSet(uetChildArg, flag.ContinueOnError)
+	mode := fs.String("mode", "", "server or client")
+	local := fs.String("local", "", "this end's address")
+	server := fs.String("server", "", "client: the server's address")
+	seconds := fs.Int("seconds", 5, "client: test length")
+	payload := fs.Int("payload", 1024, "payload bytes per full packet")
+	msg := fs.Int("msg", roceMessageBytes, "client: message bytes")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process here")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	la, err := netip.ParseAddr(*local)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "local:", err)
+		return 2
+	}
+	conn, err := pktio.ListenEntropy(netip.AddrPortFrom(la, uet.Port), pktio.RoCEOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ep, err := pds.New(uetChildConfig(conn, *payload))
+	if err != nil {
+		conn.Close()
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer ep.Close()
+	switch *mode {
+	case "server":
+		fmt.Println(uetReady)
+		<-ctx.Done()
+		c := ep.Counters()
+		_ = json.NewEncoder(os.Stdout).Encode(map[string]uint64{"messages": c.MessagesReceived, "verify_errors": c.VerifyErrors})
+		return 0
+	case "client":
+		dst, err := netip.ParseAddr(*server)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "server:", err)
+			return 2
+		}
+		var ru0, ru1 unix.Rusage
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+		c0 := ep.Counters()
+		t0 := time.Now()
+		s, err := ep.Start(dst, pds.Stream{JobID: 1, MessageBytes: *msg})
+		var res childResult
+		if err == nil {
+			select {
+			case <-time.After(time.Duration(*seconds) * time.Second):
+			case <-ctx.Done():
+			}
+			acked := s.Counters().BytesAcked
+			res.Seconds = time.Since(t0).Seconds()
+			res.GoodputBps = float64(acked) * 8 / res.Seconds
+			s.Stop()
+			select {
+			case <-s.Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+		wall := time.Since(t0)
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+		c1 := ep.Counters()
+		res.TxPackets = c1.TxPackets - c0.TxPackets - (c1.ProbesSent - c0.ProbesSent) - (c1.ClosesSent - c0.ClosesSent)
+		res.Retransmits = c1.Retransmits - c0.Retransmits
+		tv := func(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+		res.UserSeconds = tv(ru1.Utime) - tv(ru0.Utime)
+		res.SysSeconds = tv(ru1.Stime) - tv(ru0.Stime)
+		res.WallSeconds = wall.Seconds()
+		if err != nil {
+			res.Error = err.Error()
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(res)
+		if res.Error != "" {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", uetChildArg, *mode)
+	return 2
+}
+
+// uetRun runs one UET test a -> b in two child processes.
+// prof, if set, is a path prefix for the children's CPU profiles.
+func uetRun(ctx context.Context, exe string, a, b *topo.Node, o roceOpts, prof string) (UDPRun, error) {
+	var run UDPRun
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+30)*time.Second)
+	defer cancel()
+	srvArgs := []string{uetChildArg, "-mode", "server", "-local", addrB.Addr().String(), "-payload", strconv.Itoa(o.mtu)}
+	cliArgs := []string{uetChildArg, "-mode", "client", "-local", addrA.Addr().String(), "-server", addrB.Addr().String(),
+		"-seconds", strconv.Itoa(o.seconds), "-payload", strconv.Itoa(o.mtu), "-msg", strconv.Itoa(roceMessageBytes)}
+	if prof != "" {
+		srvArgs = append(srvArgs, "-cpuprofile", prof+"-uet-server.pprof")
+		cliArgs = append(cliArgs, "-cpuprofile", prof+"-uet-client.pprof")
+	}
+	name, args := pinned(o.cpu, exe, srvArgs...)
+	srv := b.Command(rctx, name, args...)
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		return run, err
+	}
+	var srvErr bytes.Buffer
+	srv.Stderr = &srvErr
+	srv.WaitDelay = 2 * time.Second
+	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
+	t0 := time.Now()
+	if err := srv.Start(); err != nil {
+		return run, fmt.Errorf("start uet server: %w", err)
+	}
+	rd := bufio.NewReader(srvOut)
+	line, err := rd.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != uetReady {
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+		return run, fmt.Errorf("uet server did not start: %q %v: %s", line, err, srvErr.String())
+	}
+	stopServer := func() (map[string]uint64, error) {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		rest, _ := io.ReadAll(rd)
+		werr := srv.Wait()
+		var st map[string]uint64
+		if err := json.Unmarshal(rest, &st); err != nil {
+			return nil, fmt.Errorf("uet server output %q: %v (wait: %v, stderr: %s)", rest, err, werr, srvErr.String())
+		}
+		return st, nil
+	}
+	name, args = pinned(o.cpu, exe, cliArgs...)
+	cli := a.Command(rctx, name, args...)
+	cli.WaitDelay = 2 * time.Second
+	var stderr bytes.Buffer
+	cli.Stderr = &stderr
+	out, runErr := cli.Output()
+	st, serr := stopServer()
+	var res childResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return run, fmt.Errorf("uet client: %v %v (stderr: %s)", err, runErr, strings.TrimSpace(stderr.String()))
+	}
+	if res.Error != "" || runErr != nil {
+		return run, fmt.Errorf("uet client: %s %v", res.Error, runErr)
+	}
+	if serr != nil {
+		return run, serr
+	}
+	if st["verify_errors"] != 0 {
+		return run, fmt.Errorf("uet server: %d verify errors", st["verify_errors"])
+	}
+	if res.GoodputBps <= 0 || res.TxPackets == 0 {
+		return run, errors.New("uet reported no goodput or no packets sent")
+	}
+	run.GoodputGbps = res.GoodputBps / 1e9
+	run.SentPackets = res.TxPackets
+	run.Seconds = res.Seconds
+	run.SenderCPUSeconds = res.UserSeconds + res.SysSeconds
+	if run.SenderCPUSeconds > 0 {
+		run.PPSPerCore = float64(run.SentPackets) / run.SenderCPUSeconds
+	}
+	run.LossPct = 100 * float64(res.Retransmits) / float64(res.TxPackets)
+	if ps := srv.ProcessState; ps != nil {
+		if wall := time.Since(t0).Seconds(); wall > 0 {
+			run.ReceiverCPUPct = 100 * (ps.UserTime() + ps.SystemTime()).Seconds() / wall
+		}
+	}
+	return run, nil
+}
