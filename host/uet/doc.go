@@ -1,5 +1,7 @@
 // Package uet encodes and decodes the Packet Delivery Sublayer (PDS)
-// headers of the Ultra Ethernet Transport (UET).
+// headers of the Ultra Ethernet Transport (UET), and the two Semantic
+// Sublayer (SES) headers that follow them in this lab: the standard request
+// (REQ_STD) and the response (RESP).
 //
 // UET is the Ultra Ethernet Consortium's transport for AI and HPC traffic
 // (UE specification 1.0.1, chapter 3). Its PDS delivers packets over
@@ -14,7 +16,8 @@
 // for UET directly over IP).
 //
 // This package works on the UDP payload; host/pktio builds the UDP/IP
-// headers. It decodes into a caller-owned Header and encodes into a
+// headers. It decodes into a caller-owned Header (or SESRequest,
+// SESResponse) and encodes into a
 // caller's buffer, and allocates nothing on its success paths (errors
 // allocate: they wrap a sentinel with the field and value at fault).
 // Decoding never panics on any input (see the fuzz targets).
@@ -49,6 +52,46 @@
 // Header.Type; send with a form's Encode, or Header.Encode and Build for a
 // whole UDP payload.
 //
+// # SES headers
+//
+// The PDS header's next-header bits (Header.NextHeader) say which SES header
+// starts the payload Parse returns. Two are decoded here, with their own
+// calls: Parse does not look past the PDS header.
+//
+//	next header   header    bytes  Go
+//	3 REQ_STD     standard  44     SESRequest, DecodeSESRequest (SESStdLen)
+//	4 RESP        response  12     SESResponse, DecodeSESResponse (SESRespLen)
+//
+// REQ_SMALL, REQ_MEDIUM, RESP_DATA and RESP_DATA_SMALL are named
+// (NextHeader) but not decoded, nor are the extension headers (atomic,
+// rendezvous) that follow REQ_STD for some opcodes. The layout is
+// packet-uet.c's (dissect_ses_std_req, dissect_ses_resp), which xdp2's
+// ses.h agrees with byte for byte:
+//
+//	REQ_STD  0  rsvd(2) opcode(6) | version(2) dc ie rel hd eom som | message_id(16)
+//	         4  index_generation(8) | job_id(24)
+//	         8  rsvd(4) pid_on_fep(12) | rsvd(4) resource_index(12)
+//	        12  buffer_offset(64)                (DEFERRABLE_SEND/TSEND: restart token)
+//	        20  initiator(32)
+//	        24  mem_key_match_bits(64)           (DEFERRABLE_RTR: restart token)
+//	        32  SOM:     header_data(64)
+//	            not SOM: rsvd(18) payload_length(14) | message_offset(32)
+//	        40  request_length(32)
+//	RESP     0  list(2) opcode(6) | version(2) return_code(6) | message_id(16)
+//	         4  index_generation(8) | job_id(24)
+//	         8  modified_length(32)
+//
+// SOM, not HD, selects what the 8 bytes at 32 carry. In the medium request
+// HD chooses between header_data and buffer_offset for one slot; the
+// standard request gives each its own slot, and HD only says whether
+// header_data is meaningful: HeaderData is carried on every SOM packet
+// whatever HD says, and Validate rejects it without SOM (the slot then
+// carries PayloadLength and MessageOffset). The SES decoders reject only a
+// short buffer (ErrTruncated); every opcode, return code and flag
+// combination decodes, a RESP whose opcode is RESPONSE_W_DATA included
+// (SESRespOpcode.NoData is packet-uet.c's check). Reserved bits are
+// ignored on receive and written as zero; RESP has none.
+//
 // # Units
 //
 //	field                        wire                       Go
@@ -67,7 +110,8 @@
 // # What is rejected and what is ignored
 //
 // Rejected (error, h untouched): a buffer shorter than the prologue or the
-// type's header (ErrTruncated); type 0 or 15–31 (ErrUnknownType); a defined
+// type's header (ErrTruncated; for SES headers, shorter than SESStdLen or
+// SESRespLen); type 0 or 15–31 (ErrUnknownType); a defined
 // type not decoded here (ErrUnsupportedType); an ACK_CC whose cc_type is
 // neither NSCC nor CREDIT (ErrCCType), since its cc_state has no known
 // layout. Ignored on receive and written as zero: the reserved flag bits
@@ -99,18 +143,34 @@
 //     here, like the other two offsets.
 //   - cc_flags: uet.md names the 4 bits after cc_type, xdp2 calls them
 //     reserved, packet-uet.c does not show them; carried as AckCC.CCFlags.
+//   - SES restart tokens: packet-uet.c shows one 64-bit restart_token in
+//     the buffer_offset slot (DEFERRABLE_SEND, DEFERRABLE_TSEND) or the
+//     memory-key slot (DEFERRABLE_RTR); xdp2 splits those 64 bits into
+//     initiator and target restart tokens of 32 bits at the same offsets.
+//     This package keeps the 64 bits in
+//     BufferOffset or MemKeyMatchBits (SESOpcode.RestartToken says which);
+//     uet.lua labels them.
+//   - RESP opcode: packet-uet.c stops dissecting a RESP whose opcode is not
+//     DEFAULT_RESPONSE, RESPONSE or NO_RESPONSE; uet.lua flags it
+//     (fluet.ses.resp_opcode) and shows the rest, as DecodeSESResponse
+//     decodes it.
+//   - SES names: String uses packet-uet.c's macro names without their
+//     prefix (UET_SES_OPCODE_WRITE → "WRITE", UET_SES_RSP_RC_NO_MATCH →
+//     "NO_MATCH"); its value strings for return codes are sentences.
 //
 // # Wireshark
 //
 // Debian 12's Wireshark 4.0 has no UET dissector (packet-uet.c is in later
 // releases). uet.lua, beside this file, decodes every form above on UDP port
-// 4793 with the field names of the Go structs (snake_case, "fluet."
-// prefix: fluet.psn, fluet.cc.nscc.rcvd_bytes, …; the prefix keeps clear of
-// the built-in "uet" of newer Wiresharks):
+// 4793, and REQ_STD and RESP behind requests, ACKs and NACKs, with the field
+// names of the Go structs (snake_case, "fluet." prefix: fluet.psn,
+// fluet.cc.nscc.rcvd_bytes, fluet.ses.job_id, fluet.ses.resp.return_code, …;
+// the prefix keeps clear of the built-in "uet" of newer Wiresharks):
 //
 //	tshark -X lua_script:host/uet/uet.lua -r capture.pcap -Y fluet
 //	tshark -X lua_script:host/uet/uet.lua -r capture.pcap -O fluet
 //
 // or copy it to ~/.local/lib/wireshark/plugins/ for the GUI. The test
-// TestWiresharkDissector checks every field it shows against Parse.
+// TestWiresharkDissector checks every field it shows against Parse,
+// DecodeSESRequest and DecodeSESResponse.
 package uet

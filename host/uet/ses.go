@@ -67,7 +67,7 @@ const (
 )
 
 // SESRequest is the SES standard request header, REQ_STD (44 bytes; UE
-// 1.0.1 §4.3; packet-uet.c's dissect_ses_std_req, xdp2's
+// 1.0.1 figure 6 as packet-uet.c's dissect_ses_std_req cites it; xdp2's
 // uet_ses_request_std_hdr). It follows a PDS header whose next header is
 // NextHeaderReqStd. The extension headers some opcodes append (atomic,
 // rendezvous) follow it in the payload and are not decoded here.
@@ -226,7 +226,7 @@ func (s *SESRequest) Validate() error {
 }
 
 // SESResponse is the SES response header without data, RESP (12 bytes;
-// packet-uet.c's dissect_ses_resp, xdp2's uet_ses_nodata_response_hdr). It
+// UE 1.0.1 figure 15 as packet-uet.c's dissect_ses_resp cites it; xdp2's uet_ses_nodata_response_hdr). It
 // follows a PDS header (an ACK's, usually) whose next header is
 // NextHeaderRsp. It has no reserved bits.
 type SESResponse struct {
