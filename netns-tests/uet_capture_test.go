@@ -29,25 +29,32 @@ var uetTsharkFields = []string{
 	"frame.number", "udp.srcport", "udp.dstport",
 	"fluet.type", "fluet.flags", "fluet.psn", "fluet.spdcid", "fluet.dpdcid",
 	"fluet.cack_psn", "fluet.cc.nscc.rcvd_bytes", "fluet.code",
+	"fluet.ses.opcode", "fluet.ses.som", "fluet.ses.eom", "fluet.ses.message_id", "fluet.ses.job_id",
+	"fluet.ses.message_offset", "fluet.ses.payload_length", "fluet.ses.request_length",
 }
 
 // uetWire is one UET packet as the test decodes it itself, from the byte
 // offsets of uet.md's wire format, independent of host/uet and uet.lua.
 type uetWire struct {
-	frame              int
-	sport, dport       int
-	typ, flags         int
-	psn, cack          int64 // -1: not in this form
-	spdcid, dpdcid     int64
-	rcvdBytes, code    int64
-	synPSNOffset       bool
-	ecn                uint8
-	payloadLen         int
-	requestWithPayload bool
+	frame           int
+	sport, dport    int
+	typ, flags      int
+	psn, cack       int64 // -1: not in this form
+	spdcid, dpdcid  int64
+	rcvdBytes, code int64
+	// The SES standard request header after a data packet's PDS header
+	// (-1: none, or not in this packet).
+	sesOpcode, som, eom, msgID, jobID int64
+	msgOffset, payLen, reqLen         int64
+	synPSNOffset                      bool
+	ecn                               uint8
+	payloadLen                        int
+	requestWithPayload                bool
 }
 
 func uetDecodeIndependent(frame int, sport, dport int, ecn uint8, b []byte) (uetWire, error) {
-	w := uetWire{frame: frame, sport: sport, dport: dport, ecn: ecn, psn: -1, cack: -1, spdcid: -1, dpdcid: -1, rcvdBytes: -1, code: -1, payloadLen: len(b)}
+	w := uetWire{frame: frame, sport: sport, dport: dport, ecn: ecn, psn: -1, cack: -1, spdcid: -1, dpdcid: -1, rcvdBytes: -1, code: -1, payloadLen: len(b),
+		sesOpcode: -1, som: -1, eom: -1, msgID: -1, jobID: -1, msgOffset: -1, payLen: -1, reqLen: -1}
 	if len(b) < 12 {
 		return w, fmt.Errorf("frame %d: %d bytes of UDP payload", frame, len(b))
 	}
@@ -64,6 +71,18 @@ func uetDecodeIndependent(frame int, sport, dport int, ecn uint8, b []byte) (uet
 			w.dpdcid = be16(10)
 		}
 		w.requestWithPayload = len(b) > 12
+		if nh := (p >> 7) & 0xF; nh == 3 && len(b) >= 12+44 { // REQ_STD at byte 12
+			ses := b[12:]
+			w.sesOpcode = int64(ses[0] & 0x3F)
+			w.som, w.eom = int64(ses[1]&0x01), int64(ses[1]>>1&0x01)
+			w.msgID = int64(binary.BigEndian.Uint16(ses[2:]))
+			w.jobID = int64(ses[5])<<16 | int64(ses[6])<<8 | int64(ses[7])
+			if w.som == 0 {
+				w.payLen = int64(binary.BigEndian.Uint32(ses[32:]) & 0x3FFF)
+				w.msgOffset = int64(binary.BigEndian.Uint32(ses[36:]))
+			}
+			w.reqLen = int64(binary.BigEndian.Uint32(ses[40:]))
+		}
 	case 7, 8: // ACK, ACK_CC
 		w.cack, w.spdcid, w.dpdcid = be32(4), be16(8), be16(10)
 		if w.typ == 8 {
@@ -200,8 +219,13 @@ func TestUETCapture(t *testing.T) {
 		t.Fatalf("tshark shows %d frames, the pcap has %d", len(lines), len(mine))
 	}
 	num := func(s string) int64 {
-		if s == "" {
+		switch s {
+		case "":
 			return -1
+		case "True":
+			return 1
+		case "False":
+			return 0
 		}
 		v, err := strconv.ParseInt(strings.TrimPrefix(s, "0x"), map[bool]int{true: 16, false: 10}[strings.HasPrefix(s, "0x")], 64)
 		if err != nil {
@@ -222,8 +246,12 @@ func TestUETCapture(t *testing.T) {
 		if w.ecn == 3 {
 			ce++
 		}
-		got := []int64{num(col[1]), num(col[2]), num(col[3]), num(col[4]), num(col[5]), num(col[6]), num(col[7]), num(col[8]), num(col[9]), num(col[10])}
-		want := []int64{int64(w.sport), int64(w.dport), int64(w.typ), int64(w.flags), w.psn, w.spdcid, w.dpdcid, w.cack, w.rcvdBytes, w.code}
+		got := make([]int64, len(col)-1)
+		for k := range got {
+			got[k] = num(col[k+1])
+		}
+		want := []int64{int64(w.sport), int64(w.dport), int64(w.typ), int64(w.flags), w.psn, w.spdcid, w.dpdcid, w.cack, w.rcvdBytes, w.code,
+			w.sesOpcode, w.som, w.eom, w.msgID, w.jobID, w.msgOffset, w.payLen, w.reqLen}
 		if w.synPSNOffset {
 			got[6] = -1 // the dissector shows the SYN slot as psn_offset, not dpdcid
 		}
@@ -237,6 +265,9 @@ func TestUETCapture(t *testing.T) {
 		}
 		if w.dport != uet.Port {
 			t.Errorf("frame %d: UDP destination port %d, want %d", w.frame, w.dport, uet.Port)
+		}
+		if w.requestWithPayload && (w.sesOpcode != int64(uet.SESWrite) || w.reqLen != uetMsgBytes || w.jobID < 1 || w.jobID > 2) {
+			t.Errorf("frame %d: SES opcode %d, request length %d, job %d: want a WRITE of %d bytes in job 1 or 2", w.frame, w.sesOpcode, w.reqLen, w.jobID, uetMsgBytes)
 		}
 		if w.requestWithPayload && w.sport < 0xC000 {
 			t.Errorf("frame %d: data from source port %d, not an entropy value (0xC000..0xFFFF)", w.frame, w.sport)

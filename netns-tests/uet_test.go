@@ -35,6 +35,12 @@ const (
 	// uetIdle keeps finished PDCs open long enough to read their
 	// counters.
 	uetIdle = 2 * time.Second
+	// uetRTO is the last-resort retransmission timeout: losses are
+	// recovered by SACK inference and probes within a round trip or two,
+	// and an endpoint starved of CPU for tens of ms (two shared cores)
+	// must not resend what was never lost (the RoCE tests' ACK timeout is
+	// 268 ms for the same reason).
+	uetRTO = 200 * time.Millisecond
 )
 
 // uetPortConfig is the bottleneck port of the UET tests: WRED on the data
@@ -107,7 +113,7 @@ func newUETEndpoint(t *testing.T, n *topo.Node, addr netip.Addr, mod func(*pds.C
 	}
 	cfg := pds.DefaultConfig()
 	cfg.Conn, cfg.Logger = conn, testLogger(t)
-	cfg.LinkRate, cfg.MTU, cfg.BaseRTT, cfg.IdleTimeout, cfg.Verify = roceRate, roceMTU, uetBaseRTT, uetIdle, true
+	cfg.LinkRate, cfg.MTU, cfg.BaseRTT, cfg.IdleTimeout, cfg.RTO, cfg.Verify = roceRate, roceMTU, uetBaseRTT, uetIdle, uetRTO, true
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -264,7 +270,7 @@ func TestUETCCCLifecycle(t *testing.T) {
 	var mu sync.Mutex
 	var trace []pds.CCCTransition
 	b := newUETBed(t, 1, uetPortConfig(), func(c *pds.Config) {
-		c.IdleTimeout = 100 * time.Millisecond
+		c.IdleTimeout = 300 * time.Millisecond
 		c.Trace = func(tr pds.CCCTransition) { mu.Lock(); trace = append(trace, tr); mu.Unlock() }
 	})
 	var ss []*pds.Sender
@@ -276,7 +282,7 @@ func TestUETCCCLifecycle(t *testing.T) {
 		ss = append(ss, s)
 	}
 	waitSenders(t, time.Now(), ss, 30*time.Second)
-	time.Sleep(500 * time.Millisecond) // both PDCs close on idle, then the CCC goes
+	time.Sleep(time.Second) // both PDCs close on idle (300 ms), then the CCC goes
 	ca, cs := b.clients[0].Counters(), b.server.Counters()
 	mu.Lock()
 	defer mu.Unlock()

@@ -259,7 +259,7 @@ func (p *initiator) build(now time.Duration, idx uint64, r *txRec, retx bool, pk
 	} else {
 		h.Request.PSNOffset = uint16(idx) // idx < maxSynPackets
 	}
-	ses := sesHeader{jobID: p.key.JobID, msgID: m.id, offset: r.off, length: uint32(m.size), som: r.off == 0, eom: eom}
+	ses := sesHeader{jobID: p.key.JobID, msgID: m.id, offset: r.off, n: int(r.n), length: uint32(m.size), som: r.off == 0, eom: eom}
 	b := pkt.Buf
 	hn := h.Encode(b)
 	sn := ses.encode(b[hn:])

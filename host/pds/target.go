@@ -191,7 +191,7 @@ func (ep *Endpoint) deliver(t *target, s *sesHeader, pay []byte) {
 		msg = &rxMsg{size: int(s.length)}
 		t.msgs[s.msgID] = msg
 	}
-	if uint64(s.offset)+uint64(len(pay)) > uint64(msg.size) {
+	if s.n >= 0 && s.n != len(pay) || uint64(s.offset)+uint64(len(pay)) > uint64(msg.size) {
 		ep.ctr.Malformed++
 		return
 	}
