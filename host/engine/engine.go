@@ -117,6 +117,11 @@ type Config struct {
 	// PortBurst is the port limiter's depth in wire bytes. Optional: 0
 	// means DefaultPortBurst.
 	PortBurst int
+	// PortCatchUp is the most lateness the transmit loop may make up for
+	// when it wakes late for the port: a NIC's ring keeps transmitting
+	// while the host is descheduled, so credit for the time lost is the
+	// NIC's, not a burst. Optional: 0 means 500 µs (the pacer's).
+	PortCatchUp time.Duration
 }
 
 // DefaultPortBurst is the port limiter's burst: 16 full 1 KB-MTU packets.
@@ -168,6 +173,8 @@ func New(cfg Config, rx Receiver) (*Engine, error) {
 		return nil, fmt.Errorf("engine: max_packet %d: must be > 0", cfg.MaxPacket)
 	case cfg.PortBurst < 0:
 		return nil, fmt.Errorf("engine: port_burst %d: must be >= 0", cfg.PortBurst)
+	case cfg.PortCatchUp < 0 || cfg.PortCatchUp > time.Second:
+		return nil, fmt.Errorf("engine: port_catch_up %v: must be 0..1s", cfg.PortCatchUp)
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 64
@@ -317,7 +324,7 @@ func (e *Engine) txLoop() {
 	pkts, msgs := e.NewSlots(e.cfg.BatchSize)
 	var port *PortLimit
 	if e.cfg.PortRate > 0 {
-		port = NewPortLimit(e.clock.Now(), e.cfg.PortRate, e.cfg.PortBurst)
+		port = NewPortLimit(e.clock.Now(), e.cfg.PortRate, e.cfg.PortBurst, e.cfg.PortCatchUp)
 	}
 	start := 0
 	for !e.closing.Load() {

@@ -27,8 +27,13 @@ func NewBucket(now time.Duration, tokens float64) Bucket {
 
 // Refill adds the credit earned since the last refill at rate bytes/s.
 func (b *Bucket) Refill(now time.Duration, rate, depth float64) {
+	b.refill(now, rate, depth, maxPacerSlack)
+}
+
+// refill is Refill with the most lateness credit, slack.
+func (b *Bucket) refill(now time.Duration, rate, depth float64, slack time.Duration) {
 	if b.wakeAt > 0 && now > b.wakeAt {
-		depth += rate * min(now-b.wakeAt, maxPacerSlack).Seconds()
+		depth += rate * min(now-b.wakeAt, slack).Seconds()
 	}
 	// Credit already granted (a late wakeup's, spent over several passes
 	// of the loop) is kept.
@@ -67,18 +72,24 @@ func (b *Bucket) Wait(now time.Duration, rate, depth float64) time.Duration {
 // (Config.PortRate), as a NIC's queue pairs share the port whatever their
 // own rates.
 type PortLimit struct {
-	b     Bucket
-	rate  float64 // bytes per second
-	depth float64
+	b       Bucket
+	rate    float64 // bytes per second
+	depth   float64
+	catchUp time.Duration
 }
 
-// NewPortLimit returns a full port limiter of rate and burst depth bytes.
-func NewPortLimit(now time.Duration, rate units.Rate, depth int) *PortLimit {
-	return &PortLimit{b: NewBucket(now, float64(depth)), rate: rate.BytesPerSecond(), depth: float64(depth)}
+// NewPortLimit returns a full port limiter of rate and burst depth bytes,
+// whose loop may catch up on at most catchUp of lateness (0: the pacer's
+// 500 µs).
+func NewPortLimit(now time.Duration, rate units.Rate, depth int, catchUp time.Duration) *PortLimit {
+	if catchUp <= 0 {
+		catchUp = maxPacerSlack
+	}
+	return &PortLimit{b: NewBucket(now, float64(depth)), rate: rate.BytesPerSecond(), depth: float64(depth), catchUp: catchUp}
 }
 
 // Refill adds the credit earned by now.
-func (p *PortLimit) Refill(now time.Duration) { p.b.Refill(now, p.rate, p.depth) }
+func (p *PortLimit) Refill(now time.Duration) { p.b.refill(now, p.rate, p.depth, p.catchUp) }
 
 // Ready reports whether the port takes another packet now.
 func (p *PortLimit) Ready() bool { return p.b.Ready() }
