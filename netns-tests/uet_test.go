@@ -155,8 +155,8 @@ func waitSenders(t *testing.T, start time.Time, ss []*pds.Sender, limit time.Dur
 }
 
 // TestUETOneFlow: one UET flow at line rate through the port: goodput
-// ≥ 90 % of the payload capacity (98.5-99.2 % on a quiet machine), no loss
-// anywhere.
+// ≥ 85 % of the payload capacity (98.3-99.3 % on a quiet machine, see
+// below), no loss anywhere.
 func TestUETOneFlow(t *testing.T) {
 	roceSize(t)
 	b := newUETBed(t, 1, uetPortConfig(), nil)
@@ -188,14 +188,14 @@ func TestUETOneFlow(t *testing.T) {
 		mbit(goodput), 100*goodput/capacity, mbit(capacity), r.CEMarked(), r.EnqueuedPackets, portDrops(st), kib(float64(r.MaxBacklogBytes)), r.Sojourn.Quantile(0.99))
 	t.Logf("sender: %d retransmits, %d timeouts, %d probes, %d ECN echoes; receiver: %d messages, %d verify errors, %d duplicates; host drops: rcvbuf %d, backlog %d",
 		ca.Retransmits, ca.Timeouts, ca.ProbesSent, ca.ECNEchoes, cs.MessagesReceived, cs.VerifyErrors, cs.Duplicates, rcvbufDrops, backlogDrops)
-	// Quiet runs measure 98.5-99.2 %; with one core kept busy 90-98 %:
-	// the lone sender and receiver share the other core with the port's
-	// softirqs, and what a descheduled sender did not send is lost to
-	// the line (the window is not the limit: NSCC sits at MaxWnd with a
-	// third of it in flight; a window of 6 BDP measured the same). 90 %,
-	// as TestRoCEOneFlow.
-	if goodput < 0.90*capacity {
-		t.Errorf("goodput %s Mbit/s is below 90%% of the payload capacity %s Mbit/s", mbit(goodput), mbit(capacity))
+	// Quiet runs measure 98.3-99.3 % (20 runs); with one core kept busy
+	// 89.5-96 % (10 runs): the lone sender and receiver share the other
+	// core with the port's softirqs, and what a descheduled sender did not
+	// send is lost to the line (the window is not the limit: NSCC sits at
+	// MaxWnd with a third of it in flight; a window of 6 BDP measured the
+	// same). The bound leaves that margin.
+	if goodput < 0.85*capacity {
+		t.Errorf("goodput %s Mbit/s is below 85%% of the payload capacity %s Mbit/s", mbit(goodput), mbit(capacity))
 	}
 	if d := portDrops(st); d != 0 || ca.Retransmits != 0 || cs.VerifyErrors != 0 || rcvbufDrops != 0 {
 		t.Errorf("loss on a lossless path: port %d, retransmits %d, verify errors %d, receive buffer %d", d, ca.Retransmits, cs.VerifyErrors, rcvbufDrops)
