@@ -36,6 +36,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -44,8 +45,8 @@ const Version = "0.1.0"
 
 // Defaults and limits.
 const (
-	DefaultPort         = 18515 // side channel, perftest's port
-	DefaultUDPPort      = 4791  // RoCEv2 (IANA)
+	DefaultPort         = 18515        // side channel, perftest's port
+	DefaultUDPPort      = roce.UDPPort // RoCEv2 (IANA)
 	DefaultQPs          = 1
 	MaxQPs              = 4096
 	DefaultDuration     = 10 * time.Second
