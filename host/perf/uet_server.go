@@ -329,6 +329,7 @@ type uetSession struct {
 	prev      []UETReceiverStats           // at the last interval
 	prevT     time.Duration
 	intervals []Interval
+	released  bool // guarded by the server's mu
 }
 
 // targetID names a target PDC's incarnation: the source's PDC ID and this
@@ -387,6 +388,7 @@ func (s *UETServer) serveConn(c net.Conn) error {
 	ss.track(s.ep.Targets())
 	res := uetResult{Streams: ss.totals()}
 	s.finish(ss, res.Streams)
+	s.release(ss)
 	return writeLine(c, s.lim.RequestTimeout, res)
 }
 
@@ -475,19 +477,25 @@ func (s *UETServer) reserve(ss *uetSession) *refusal {
 	return nil
 }
 
+// release frees ss's slot, once (the result is written after it, so that
+// the client's next session from the same address finds the slot free).
 func (s *UETServer) release(ss *uetSession) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ss.released {
+		return
+	}
+	ss.released = true
 	s.mu.stats.Sessions--
 	s.mu.stats.Streams -= len(ss.req.JobIDs)
 	delete(s.mu.sessions, ss.addr)
 }
 
 // waitStale waits until no target PDC from addr is left: an earlier
-// session's, whose client closed its endpoint without closing them. The
-// new client's PDC IDs start again at 1, and a SYN that finds a target of
-// its source PDC ID would be taken for that PDC's packets. They expire
-// twice uetServerIdle after their last packet.
+// session's, whose client closed its endpoint without closing them, so
+// that the new session's counters are its own (pds itself replaces a PDC
+// whose SYN brings a new start PSN). They expire twice uetServerIdle after
+// their last packet.
 func (s *UETServer) waitStale(addr netip.Addr) *refusal {
 	wait := 2*uetServerIdle + 500*time.Millisecond
 	deadline := time.Now().Add(wait)

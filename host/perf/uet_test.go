@@ -237,7 +237,7 @@ func TestUETPipeVerified(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
-		"[  1] local 198.18.0.2 port 4793 pdc 1 job ",
+		"[  1] local 198.18.0.2 port 4793 pdc ",
 		"Starting Test: protocol: UET, 2 streams, 65536 byte messages, omitting 0 seconds, 4194304 bytes to send, mtu 4096, dscp 26, cc nscc (line rate 1.00 Gbits/sec, base_rtt 100µs), verify",
 		uetClientHeader, "[SUM]", "sender", "receiver", "uet: retransmits=", " cwnd=",
 		"receiver: messages=64 verify_errors=0 duplicates=",
