@@ -19,6 +19,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -39,6 +40,49 @@ func requireTool(t *testing.T, what, why string, ok bool) {
 		t.Fatalf("%s is missing (%s), and CI=true forbids skipping", what, why)
 	}
 	t.Skipf("%s is missing: %s", what, why)
+}
+
+// startTcpdump captures UDP port's packets on n's eth0 into pcap (at most
+// maxPackets) and returns once tcpdump listens; its stderr collects in
+// the buffer. ctx bounds its life.
+func startTcpdump(t *testing.T, ctx context.Context, n *topo.Node, pcap string, maxPackets, port int) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	// -Z root: tcpdump would otherwise drop to its own user and could not
+	// write into the test's private directory.
+	dump := n.Command(ctx, "tcpdump", "-i", "eth0", "-n", "-s", "0", "-U", "-Z", "root",
+		"-c", strconv.Itoa(maxPackets), "-w", pcap, "udp", "port", strconv.Itoa(port))
+	stderr, err := dump.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan error, 1)
+	var dumpErr bytes.Buffer
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		ready := false
+		for sc.Scan() {
+			dumpErr.WriteString(sc.Text() + "\n")
+			if !ready && strings.Contains(sc.Text(), "listening on") {
+				ready = true
+				listening <- nil
+			}
+		}
+		if !ready {
+			listening <- fmt.Errorf("tcpdump never listened: %s", dumpErr.String())
+		}
+	}()
+	select {
+	case err := <-listening:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("tcpdump not listening after 10 s")
+	}
+	return dump, &dumpErr
 }
 
 // icrcScript reads a pcap with scapy and checks the ICRC of every UDP 4791
@@ -188,41 +232,7 @@ func TestRoCECapture(t *testing.T) {
 	const maxPackets = 6000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// -Z root: tcpdump would otherwise drop to its own user and could not
-	// write into the test's private directory.
-	dump := b.d.Receiver.Command(ctx, "tcpdump", "-i", "eth0", "-n", "-s", "0", "-U", "-Z", "root",
-		"-c", strconv.Itoa(maxPackets), "-w", pcap, "udp", "port", strconv.Itoa(roce.UDPPort))
-	stderr, err := dump.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dump.Start(); err != nil {
-		t.Fatal(err)
-	}
-	dumpDone := make(chan error, 1)
-	var dumpErr bytes.Buffer
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		ready := false
-		for sc.Scan() {
-			dumpErr.WriteString(sc.Text() + "\n")
-			if !ready && strings.Contains(sc.Text(), "listening on") {
-				ready = true
-				dumpDone <- nil
-			}
-		}
-		if !ready {
-			dumpDone <- fmt.Errorf("tcpdump never listened: %s", dumpErr.String())
-		}
-	}()
-	select {
-	case err := <-dumpDone:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("tcpdump not listening after 10 s")
-	}
+	dump, dumpErr := startTcpdump(t, ctx, b.d.Receiver, pcap, maxPackets, roce.UDPPort)
 	for i, f := range flows {
 		f.startMsg(t, 0, false, msgSizes[i])
 	}

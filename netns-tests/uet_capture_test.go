@@ -1,8 +1,6 @@
 package netnstests
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -128,39 +126,7 @@ func TestUETCapture(t *testing.T) {
 	const maxPackets = 4000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dump := b.d.Receiver.Command(ctx, "tcpdump", "-i", "eth0", "-n", "-s", "0", "-U", "-Z", "root",
-		"-c", strconv.Itoa(maxPackets), "-w", pcap, "udp", "port", strconv.Itoa(uet.Port))
-	stderr, err := dump.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dump.Start(); err != nil {
-		t.Fatal(err)
-	}
-	listening := make(chan error, 1)
-	var dumpErr bytes.Buffer
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		ready := false
-		for sc.Scan() {
-			dumpErr.WriteString(sc.Text() + "\n")
-			if !ready && strings.Contains(sc.Text(), "listening on") {
-				ready = true
-				listening <- nil
-			}
-		}
-		if !ready {
-			listening <- fmt.Errorf("tcpdump never listened: %s", dumpErr.String())
-		}
-	}()
-	select {
-	case err := <-listening:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("tcpdump not listening after 10 s")
-	}
+	dump, dumpErr := startTcpdump(t, ctx, b.d.Receiver, pcap, maxPackets, uet.Port)
 	var ss []*pds.Sender
 	for i, c := range b.clients {
 		s, err := c.Start(b.d.ReceiverAddr, pds.Stream{JobID: uint32(i + 1), MessageBytes: uetMsgBytes, Messages: 40, Verify: true})
