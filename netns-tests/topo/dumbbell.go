@@ -5,7 +5,6 @@ package topo
 import (
 	"fmt"
 	"net/netip"
-	"testing"
 	"time"
 )
 
@@ -124,7 +123,7 @@ func NewDumbbell(ds DumbbellSpec) (*Dumbbell, error) {
 }
 
 // NewDumbbellT is NewDumbbell that fails tb on error and closes in tb.Cleanup.
-func NewDumbbellT(tb testing.TB, ds DumbbellSpec) *Dumbbell {
+func NewDumbbellT(tb TB, ds DumbbellSpec) *Dumbbell {
 	tb.Helper()
 	spec, err := DumbbellTopology(ds)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -119,7 +118,7 @@ func (n *Node) AddLoss(dev string, spec LossSpec) (*LossLink, error) {
 
 // AddLossT is AddLoss that fails tb on error and closes in tb.Cleanup
 // (before the lab, which was built earlier).
-func (n *Node) AddLossT(tb testing.TB, dev string, spec LossSpec) *LossLink {
+func (n *Node) AddLossT(tb TB, dev string, spec LossSpec) *LossLink {
 	tb.Helper()
 	l, err := n.AddLoss(dev, spec)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,7 +14,7 @@ import (
 // Require skips tb unless it runs as root on a kernel at least minKernel
 // ("major.minor", empty for any). Under CI=true it fails instead: a skip there
 // would silently hide a test CI is meant to run.
-func Require(tb testing.TB, minKernel string) {
+func Require(tb TB, minKernel string) {
 	tb.Helper()
 	skip := tb.Skipf
 	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {

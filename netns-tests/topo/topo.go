@@ -38,7 +38,6 @@ import (
 	"slices"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -148,7 +147,7 @@ func Build(spec Spec) (*Lab, error) {
 
 // BuildT builds spec or fails tb, and closes the lab in tb.Cleanup, which Go
 // runs even when the test panics.
-func BuildT(tb testing.TB, spec Spec) *Lab {
+func BuildT(tb TB, spec Spec) *Lab {
 	tb.Helper()
 	l, err := Build(spec)
 	if err != nil {

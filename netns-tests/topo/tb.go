@@ -1,0 +1,14 @@
+package topo
+
+// TB is the part of testing.TB the *T helpers use (BuildT, NewDumbbellT,
+// AddLossT, Require). A *testing.T or *testing.B is one; topo itself does
+// not import testing, so the commands that build labs with it
+// (cmd/fabricdemo) do not link the test framework.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+}
