@@ -65,19 +65,12 @@ func roceChild(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startProfile(*cpuprofile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
+	defer stopProfile()
 	switch *mode {
 	case "server":
 		addr, err := netip.ParseAddr(*bind)
@@ -116,20 +109,12 @@ func roceChild(args []string) int {
 			res.Retransmits = e.Counters.Client.RetransmitPackets
 			res.ToolCPUPct = e.CPU.HostTotal
 		}
-		tv := func(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-		res.UserSeconds = tv(ru1.Utime) - tv(ru0.Utime)
-		res.SysSeconds = tv(ru1.Stime) - tv(ru0.Stime)
-		res.WallSeconds = wall.Seconds()
 		if err != nil {
 			res.Error = err.Error()
 		} else if rep == nil {
 			res.Error = "no report"
 		}
-		_ = json.NewEncoder(os.Stdout).Encode(res)
-		if res.Error != "" {
-			return 1
-		}
-		return 0
+		return res.emit(&ru0, &ru1, wall)
 	}
 	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", childArg, *mode)
 	return 2
@@ -234,23 +219,58 @@ func roceperfRun(ctx context.Context, exe string, a, b *topo.Node, o roceOpts, p
 	if res.GoodputBps <= 0 || res.TxPackets == 0 {
 		return run, errors.New("roceperf reported no goodput or no packets sent")
 	}
-	run.GoodputGbps = res.GoodputBps / 1e9
-	run.SentPackets = res.TxPackets
-	run.Seconds = res.Seconds
+	return res.udpRun(srv.ProcessState, t0), nil
+}
+
+// startProfile writes a CPU profile of this process to path (none if
+// empty) until the returned stop.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// emit fills in the CPU seconds between ru0 and ru1 and the wall time,
+// prints res as the child's one JSON line and returns its exit status.
+func (res *childResult) emit(ru0, ru1 *unix.Rusage, wall time.Duration) int {
+	tv := func(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	res.UserSeconds = tv(ru1.Utime) - tv(ru0.Utime)
+	res.SysSeconds = tv(ru1.Stime) - tv(ru0.Stime)
+	res.WallSeconds = wall.Seconds()
+	_ = json.NewEncoder(os.Stdout).Encode(res)
+	if res.Error != "" {
+		return 1
+	}
+	return 0
+}
+
+// udpRun is a client child's result as a row's run; srv is the server
+// child's end state, started at t0.
+func (res *childResult) udpRun(srv *os.ProcessState, t0 time.Time) UDPRun {
+	run := UDPRun{GoodputGbps: res.GoodputBps / 1e9, SentPackets: res.TxPackets, Seconds: res.Seconds,
+		SenderCPUSeconds: res.UserSeconds + res.SysSeconds}
 	if run.Seconds <= 0 {
 		run.Seconds = res.WallSeconds
 	}
-	run.SenderCPUSeconds = res.UserSeconds + res.SysSeconds
 	if run.SenderCPUSeconds > 0 {
 		run.PPSPerCore = float64(run.SentPackets) / run.SenderCPUSeconds
 	}
 	if res.TxPackets > 0 {
 		run.LossPct = 100 * float64(res.Retransmits) / float64(res.TxPackets)
 	}
-	if ps := srv.ProcessState; ps != nil {
+	if srv != nil {
 		if wall := time.Since(t0).Seconds(); wall > 0 {
-			run.ReceiverCPUPct = 100 * (ps.UserTime() + ps.SystemTime()).Seconds() / wall
+			run.ReceiverCPUPct = 100 * (srv.UserTime() + srv.SystemTime()).Seconds() / wall
 		}
 	}
-	return run, nil
+	return run
 }

@@ -14,7 +14,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,19 +70,12 @@ func uetChild(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startProfile(*cpuprofile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
+	defer stopProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	la, err := netip.ParseAddr(*local)
@@ -141,18 +133,10 @@ func uetChild(args []string) int {
 		c1 := ep.Counters()
 		res.TxPackets = c1.TxPackets - c0.TxPackets - (c1.ProbesSent - c0.ProbesSent) - (c1.ClosesSent - c0.ClosesSent)
 		res.Retransmits = c1.Retransmits - c0.Retransmits
-		tv := func(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-		res.UserSeconds = tv(ru1.Utime) - tv(ru0.Utime)
-		res.SysSeconds = tv(ru1.Stime) - tv(ru0.Stime)
-		res.WallSeconds = wall.Seconds()
 		if err != nil {
 			res.Error = err.Error()
 		}
-		_ = json.NewEncoder(os.Stdout).Encode(res)
-		if res.Error != "" {
-			return 1
-		}
-		return 0
+		return res.emit(&ru0, &ru1, wall)
 	}
 	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", uetChildArg, *mode)
 	return 2
@@ -225,18 +209,5 @@ func uetRun(ctx context.Context, exe string, a, b *topo.Node, o roceOpts, prof s
 	if res.GoodputBps <= 0 || res.TxPackets == 0 {
 		return run, errors.New("uet reported no goodput or no packets sent")
 	}
-	run.GoodputGbps = res.GoodputBps / 1e9
-	run.SentPackets = res.TxPackets
-	run.Seconds = res.Seconds
-	run.SenderCPUSeconds = res.UserSeconds + res.SysSeconds
-	if run.SenderCPUSeconds > 0 {
-		run.PPSPerCore = float64(run.SentPackets) / run.SenderCPUSeconds
-	}
-	run.LossPct = 100 * float64(res.Retransmits) / float64(res.TxPackets)
-	if ps := srv.ProcessState; ps != nil {
-		if wall := time.Since(t0).Seconds(); wall > 0 {
-			run.ReceiverCPUPct = 100 * (ps.UserTime() + ps.SystemTime()).Seconds() / wall
-		}
-	}
-	return run, nil
+	return res.udpRun(srv.ProcessState, t0), nil
 }
