@@ -614,10 +614,12 @@ func TestRoCEOneFlow(t *testing.T) {
 	t.Logf("retransmitted %d, out_of_sequence %d; drops outside the port: receiver's UDP receive buffer %d, per-CPU backlogs (whole machine) %d",
 		cli.RetransmitPackets, srv.OutOfSequence, rcvbufDrops, backlogDrops)
 
-	// 90 % of the payload capacity (887 Mbit/s) leaves room for a noisy
-	// 2-core machine; quiet runs measure 98-99.5 %.
-	if w.goodput[0] < 0.90*capacity {
-		t.Errorf("goodput %s Mbit/s is below 90%% of the payload capacity %s Mbit/s", mbit(w.goodput[0]), mbit(capacity))
+	// Quiet runs measure 97-99.5 % (10 of 10 at 97.0-99.2 % on the
+	// engine); with one core kept busy 89.1-98.5 % (10 runs): a lone sender
+	// descheduled loses line time it cannot make up, as TestUETOneFlow's.
+	// 85 % leaves that margin.
+	if w.goodput[0] < 0.85*capacity {
+		t.Errorf("goodput %s Mbit/s is below 85%% of the payload capacity %s Mbit/s", mbit(w.goodput[0]), mbit(capacity))
 	}
 	if p99, bound := w.roce.Sojourn.Quantile(0.99), drainTime(roceMaxTh, roceRate); p99 > bound {
 		t.Errorf("sojourn p99 < %v with one line-rate flow: above max_th's drain time %v", p99, bound)
