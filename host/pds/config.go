@@ -47,6 +47,17 @@ type Config struct {
 	// DSCP is the traffic class's code point in the data packets' TOS
 	// byte (ECT(0) is added). Optional: 26, the lab's lossless class.
 	DSCP uint8
+	// TrimDSCP and TrimLastHopDSCP are the code points a switch port that
+	// trims (the port's trim option) gives a packet it cut to its headers
+	// instead of dropping it. A data packet that arrives with one of them
+	// is answered at once with NACK TRIMMED, or TRIMMED_LASTHOP for the
+	// second. (Without them only a trimmed packet that is not its
+	// message's first is recognised, by a payload shorter than its SES
+	// header says: the first packet's header has no payload length.) the lab's convention is
+	// that the port in front of the receiver trims with TrimLastHopDSCP,
+	// every other port with TrimDSCP (a receiver cannot tell which hop
+	// cut a packet; uet.md). Optional: 0, none. Must differ from DSCP.
+	TrimDSCP, TrimLastHopDSCP uint8
 	// RTO is the retransmission timeout: a PDC whose oldest packet goes
 	// unacknowledged this long resends what is unacknowledged. Optional:
 	// 10 ms (a 2-core VM stalls a CPU for milliseconds).
@@ -176,6 +187,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pds: port_catch_up %v: must be 0..1s", c.PortCatchUp)
 	case c.DSCP > 63:
 		return fmt.Errorf("pds: dscp %d: must be 0..63", c.DSCP)
+	case c.TrimDSCP > 63 || c.TrimDSCP != 0 && c.TrimDSCP == c.DSCP:
+		return fmt.Errorf("pds: trim_dscp %d: must be 0..63 and not dscp (%d)", c.TrimDSCP, c.DSCP)
+	case c.TrimLastHopDSCP > 63 || c.TrimLastHopDSCP != 0 && c.TrimLastHopDSCP == c.DSCP:
+		return fmt.Errorf("pds: trim_lasthop_dscp %d: must be 0..63 and not dscp (%d)", c.TrimLastHopDSCP, c.DSCP)
 	case c.BaseRTT < time.Microsecond || c.BaseRTT > time.Second:
 		return fmt.Errorf("pds: base_rtt %v: must be 1us..1s", c.BaseRTT)
 	case c.RTO < minRTO || c.RTO > maxRTO:

@@ -34,17 +34,20 @@ type Counters struct {
 	Transitions map[string]uint64 `json:"ccc_transitions"`
 
 	// Target side.
-	TargetPDCsOpened     uint64 `json:"target_pdcs_opened"`
-	TargetPDCsClosed     uint64 `json:"target_pdcs_closed"`
-	TargetPDCsExpired    uint64 `json:"target_pdcs_expired"`  // of the closed: no CLOSE_CMD, idle
-	TargetPDCsReplaced   uint64 `json:"target_pdcs_replaced"` // of the closed: a SYN with a new start PSN for the same source PDC ID
-	RxCCCsCreated        uint64 `json:"rx_cccs_created"`
-	RxCCCsFreed          uint64 `json:"rx_cccs_freed"`
-	RxDataPackets        uint64 `json:"rx_data_packets"` // new PSNs
-	RxPayloadBytes       uint64 `json:"rx_payload_bytes"`
-	Duplicates           uint64 `json:"duplicates"`
-	OutOfWindow          uint64 `json:"out_of_window"`
-	CEReceived           uint64 `json:"ce_received"`
+	TargetPDCsOpened   uint64 `json:"target_pdcs_opened"`
+	TargetPDCsClosed   uint64 `json:"target_pdcs_closed"`
+	TargetPDCsExpired  uint64 `json:"target_pdcs_expired"`  // of the closed: no CLOSE_CMD, idle
+	TargetPDCsReplaced uint64 `json:"target_pdcs_replaced"` // of the closed: a SYN with a new start PSN for the same source PDC ID
+	RxCCCsCreated      uint64 `json:"rx_cccs_created"`
+	RxCCCsFreed        uint64 `json:"rx_cccs_freed"`
+	RxDataPackets      uint64 `json:"rx_data_packets"` // new PSNs
+	RxPayloadBytes     uint64 `json:"rx_payload_bytes"`
+	Duplicates         uint64 `json:"duplicates"`
+	OutOfWindow        uint64 `json:"out_of_window"`
+	CEReceived         uint64 `json:"ce_received"`
+	// TrimmedReceived: data packets a switch trimmed (their trim DSCP, or
+	// a payload shorter than their SES header says), NACKed at once.
+	TrimmedReceived      uint64 `json:"trimmed_received"`
 	AcksSent             uint64 `json:"acks_sent"`
 	ClosesReceived       uint64 `json:"closes_received"`
 	ProbesReceived       uint64 `json:"probes_received"`

@@ -64,6 +64,7 @@ type TargetStats struct {
 	Duplicates   uint64     `json:"duplicates"`
 	OutOfOrder   uint64     `json:"out_of_order"`
 	CEReceived   uint64     `json:"ce_received"`
+	Trimmed      uint64     `json:"trimmed"`
 }
 
 // Targets returns the counters of the live target PDCs.
@@ -132,6 +133,17 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 	pay := rest[n:]
 	t.lastActive = now
 	off := int64(int32(r.PSN - t.psn(t.cack)))
+	if code, trimmed := ep.trimmed(m, &ses, pay); trimmed {
+		// A switch cut the packet to its headers instead of dropping it:
+		// NACK at once so the source resends without waiting for a
+		// timeout (uet.md; the source's NSCC takes the NACK's reason).
+		ep.ctr.TrimmedReceived++
+		t.stats.Trimmed++
+		if off >= 0 && off < maxPDCWindow && !t.rcvd[(t.cack+uint64(off))%maxPDCWindow] {
+			ep.sendNack(out, m, code, r.PSN, t.id, r.SPDCID, t.psn(t.hi))
+		}
+		return
+	}
 	switch {
 	case off < 0 || t.rcvd[(t.cack+uint64(off))%maxPDCWindow] && off < maxPDCWindow:
 		ep.ctr.Duplicates++
@@ -168,6 +180,19 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 	if ce || r.AR || t.bytesSinceAck >= ep.cfg.AckBytes {
 		ep.sendAck(now, t, out, uet.AckReqNone)
 	}
+}
+
+// trimmed reports whether data packet m was trimmed by a switch, and the
+// NACK code that answers it.
+func (ep *Endpoint) trimmed(m *pktio.Message, s *sesHeader, pay []byte) (uet.NackCode, bool) {
+	switch dscp := m.TOS >> 2; {
+	case dscp == ep.cfg.TrimLastHopDSCP && dscp != 0:
+		return uet.NackTrimmedLastHop, true
+	case dscp == ep.cfg.TrimDSCP && dscp != 0,
+		s.n >= 0 && len(pay) < s.n:
+		return uet.NackTrimmed, true
+	}
+	return 0, false
 }
 
 // owe records that an ACK for index idx is due.

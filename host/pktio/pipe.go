@@ -47,9 +47,10 @@ type PipeOptions struct {
 	// source as the receiver will see it), on the copy
 	// the receiver will read: m.Buffers[0] holds the datagram (m.N bytes),
 	// m.Addr is the destination the writer gave, m.TOS the TOS it was sent
-	// with. The filter may change the bytes and the TOS (tests mark CE with
+	// with. The filter may change the bytes, the TOS and the length (tests mark CE with
 	// m.TOS |= 3); other changes to m are ignored. Returning true drops the
-	// datagram (PipeStats.FilterDropped). Optional.
+	// datagram (PipeStats.FilterDropped). Lowering m.N cuts the datagram
+	// to its first m.N bytes (a switch that trims). Optional.
 	//
 	// It runs on the writing goroutine, so it must be safe for concurrent
 	// use when both ends (or several goroutines) write.
@@ -312,6 +313,9 @@ func (c *PipeConn) WriteBatch(msgs []Message) (int, error) {
 			s.m = Message{Buffers: s.bufs[:], N: size, Addr: m.Addr, SrcPort: from.Port(), TOS: m.TOS}
 			drop := c.p.filter(from, &s.m)
 			d.tos = s.m.TOS
+			if s.m.N >= 0 && s.m.N < len(d.buf) {
+				d.buf = d.buf[:s.m.N]
+			}
 			s.m, s.bufs[0] = Message{}, nil
 			c.p.scratch.Put(s)
 			if drop {
