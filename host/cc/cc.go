@@ -71,15 +71,48 @@ type WindowController interface {
 	NextEvent() time.Duration
 }
 
-// CreditSource is the receiver's grant of bytes to a sender (RCCC).
+// CreditDemand is what a sender asks its receiver for credit with (uet.md
+// "RCCC"; htsim UecSrc::computePullTarget).
+type CreditDemand struct {
+	// Backlog is the new bytes waiting to be sent (after the packet just
+	// sent).
+	Backlog int
+	// RetxBacklog is the bytes waiting to be retransmitted.
+	RetxBacklog int
+	// Window is the congestion window of a window controller that runs
+	// beside the credits (NSCC's cwnd): the target is at most Window + MTU.
+	// Optional: 0, no window.
+	Window int
+	// ActiveSources is how many sources (CCCs) the sending NIC has waiting
+	// to transmit, this one included: each asks for its share of what it
+	// lacks (htsim: UecNIC::activeSources, the sources queued at the
+	// sender's NIC). Optional: 0 or 1, no division.
+	ActiveSources int
+}
+
+// CreditSource is a sender's credit from its receiver (RCCC): bytes the
+// receiver allowed, granted by its pacer, plus the speculative credit a
+// sender starts with.
 type CreditSource interface {
-	// Credit is the bytes the sender may still send.
+	// Credit is the bytes the sender may still send; 0 or less once a
+	// packet overspent it (the debt is paid from the next grants).
 	Credit() int
-	// OnCredit takes a grant received at now: the receiver's cumulative
-	// credit count, as carried on the wire.
+	// CanSend reports whether a packet of any size may leave: credit > 0.
+	CanSend() bool
+	// OnCredit takes the receiver's cumulative credit count received at
+	// now, as carried on the wire: 24 bits of 256-byte units (an ACK_CC
+	// CREDIT cc_state's credit, a CTRL CREDIT's payload). A value not
+	// ahead of the last one (duplicate, reordered) adds nothing.
 	OnCredit(now time.Duration, cumulative uint32)
+	// OnAck and OnNack take an ACK or a NACK received at now: the first
+	// response from the receiver ends speculative credit.
+	OnAck(now time.Duration)
+	OnNack(now time.Duration)
 	// OnTransmit spends bytes sent at now.
 	OnTransmit(now time.Duration, bytes int)
-	// Target is the credit the sender asks for with backlog bytes waiting.
-	Target(backlog int) uint32
+	// Target is the cumulative credit target for demand d, as a request
+	// carries it (*_CC_REQ credit_target, CTRL CREDIT_REQ payload): 24 bits
+	// of 256-byte units. Call it after OnTransmit of the packet it rides
+	// on.
+	Target(d CreditDemand) uint32
 }
