@@ -131,6 +131,13 @@ struct class_config {
 	 * (below xoff_bytes) alarms its source, once per congestion episode.
 	 * 0: no alarms. xon_bytes < alarm_bytes < xoff_bytes. */
 	__u64 alarm_bytes;
+	/* Packet trimming (UET): a packet the class limit would tail-drop
+	 * leaves instead as its first trim_bytes bytes of IP packet, with
+	 * DSCP trim_dscp (ECN kept), in class trim_class. 0: off. Only IPv4
+	 * UDP packets longer than trim_bytes are trimmed. */
+	__u64 trim_bytes;
+	__u32 trim_dscp;
+	__u32 trim_class;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */
@@ -226,6 +233,20 @@ struct class_stats {
 	__u64 ppfc_hold_coalesced;
 	__u64 ppfc_alarm_sent;
 	__u64 ppfc_alarm_coalesced;
+	/* Trimming, in the class that trims: packets cut to trim_bytes and
+	 * moved to the trim class, the bytes cut off them and the bytes they
+	 * kept; and packets it would have trimmed but the trim class was full
+	 * (dropped). At rest enqueued = dequeued + dropped + trimmed +
+	 * backlog, in bytes with both trimmed byte counts. */
+	__u64 trimmed_packets;
+	__u64 trimmed_bytes;
+	__u64 trimmed_kept_bytes;
+	__u64 trim_dropped_packets;
+	__u64 trim_dropped_bytes;
+	/* In the trim class: trimmed packets that entered it from other
+	 * classes (included in its enqueued counters). */
+	__u64 trim_in_packets;
+	__u64 trim_in_bytes;
 };
 
 /* Per-CPU counters of the port as a whole. */

@@ -46,6 +46,9 @@ type PortClassConfig struct {
 	XoffBytes     uint64
 	XonBytes      uint64
 	AlarmBytes    uint64
+	TrimBytes     uint64
+	TrimDscp      uint32
+	TrimClass     uint32
 }
 
 type PortClassState struct {
@@ -108,6 +111,13 @@ type PortClassStats struct {
 	PpfcHoldCoalesced    uint64
 	PpfcAlarmSent        uint64
 	PpfcAlarmCoalesced   uint64
+	TrimmedPackets       uint64
+	TrimmedBytes         uint64
+	TrimmedKeptBytes     uint64
+	TrimDroppedPackets   uint64
+	TrimDroppedBytes     uint64
+	TrimInPackets        uint64
+	TrimInBytes          uint64
 }
 
 type PortPortConfig struct {
@@ -257,6 +267,7 @@ const (
 	PortVarTestNowNs     = "test_now_ns"
 	PortVarTestRand      = "test_rand"
 	PortVarTestSkbKey    = "test_skb_key"
+	PortVarTrimMark      = "trim_mark"
 	PortVarXmitIfindex   = "xmit_ifindex"
 	PortVarXmitNetnsIno  = "xmit_netns_ino"
 )
@@ -336,6 +347,7 @@ type PortVariableSpecs struct {
 	TestNowNs    *ebpf.VariableSpec `ebpf:"test_now_ns"`
 	TestRand     *ebpf.VariableSpec `ebpf:"test_rand"`
 	TestSkbKey   *ebpf.VariableSpec `ebpf:"test_skb_key"`
+	TrimMark     *ebpf.VariableSpec `ebpf:"trim_mark"`
 	XmitIfindex  *ebpf.VariableSpec `ebpf:"xmit_ifindex"`
 	XmitNetnsIno *ebpf.VariableSpec `ebpf:"xmit_netns_ino"`
 }
@@ -398,6 +410,7 @@ type PortVariables struct {
 	TestNowNs    *ebpf.Variable `ebpf:"test_now_ns"`
 	TestRand     *ebpf.Variable `ebpf:"test_rand"`
 	TestSkbKey   *ebpf.Variable `ebpf:"test_skb_key"`
+	TrimMark     *ebpf.Variable `ebpf:"trim_mark"`
 	XmitIfindex  *ebpf.Variable `ebpf:"xmit_ifindex"`
 	XmitNetnsIno *ebpf.Variable `ebpf:"xmit_netns_ino"`
 }
