@@ -245,6 +245,81 @@ type ClassConfig struct {
 	// (Holds need no setting: a source stopped in an episode whose pause
 	// runs out before the backlog is down to XonBytes is held again.)
 	AlarmBytes units.ByteSize `json:"alarm,omitempty"`
+
+	// TrimBytes turns on packet trimming (UET's switch behaviour; Linux
+	// has none, the enqueue program does it): a packet that would be
+	// tail-dropped at LimitBytes leaves instead as its first TrimBytes
+	// bytes of IP packet, with DSCP TrimDSCP (its ECN bits kept), through
+	// class TrimClass, served in strict priority, so that the receiver
+	// can NACK it at once. Only IPv4 UDP packets longer than TrimBytes are
+	// trimmed (IPv6 would need its UDP checksum recomputed over what is
+	// kept); other packets, and any when TrimClass is full too, are
+	// dropped. 0: off. MinTrimBytes to MaxTrimBytes; DefaultTrimBytes
+	// keeps UET's headers.
+	TrimBytes units.ByteSize `json:"trim_bytes,omitempty"`
+	// TrimDSCP is the code point of trimmed packets, by which a receiver
+	// knows them (host/pds Config.TrimDSCP) and the next port classifies
+	// them (map it to that port's trim class). 1 to 63, and not one the
+	// trimming class takes. DefaultTrimDSCP with TrimBytes.
+	TrimDSCP DSCP `json:"trim_dscp,omitempty"`
+	// TrimClass takes the trimmed packets: another class, which does not
+	// trim itself; the port serves it in strict priority (an HTB prio of
+	// its own in veth mode, its own virtual queue in virtual mode) and its
+	// limit applies. DefaultTrimClass with TrimBytes.
+	TrimClass ClassID `json:"trim_class,omitempty"`
+}
+
+// Packet trimming settings (ClassConfig.TrimBytes, TrimDSCP, TrimClass).
+const (
+	// DefaultTrimBytes keeps every header a UET receiver needs to NACK
+	// a trimmed packet: IPv4 (20) + UDP (8) + PDS (12 for RUD_REQ, 16
+	// for RUD_CC_REQ) + SES standard request (44) = 88 bytes, with 40 to
+	// spare for IPv4 options or a longer PDS header. RoCEv2's BTH and
+	// RETH (20 + 8 + 12 + 16 = 56) fit too.
+	DefaultTrimBytes units.ByteSize = 128
+	// MinTrimBytes is an IPv4 and a UDP header: the least a trimmed
+	// packet keeps to stay a UDP datagram.
+	MinTrimBytes units.ByteSize = 28
+	// MaxTrimBytes is an Ethernet MTU: trimming to more keeps payload,
+	// not headers.
+	MaxTrimBytes units.ByteSize = 1500
+	// DefaultTrimDSCP is a code point no standard PHB uses (CS1 is 8,
+	// AF11 10) and nothing else in the lab sends.
+	DefaultTrimDSCP DSCP = 9
+	// DefaultTrimClass is the highest class, free in DefaultConfig.
+	DefaultTrimClass ClassID = NumClasses - 1
+)
+
+// trimFrameOverhead is the Ethernet header a trimmed frame carries besides
+// its TrimBytes of IP packet.
+const trimFrameOverhead = 14
+
+// SetTrim turns trimming on with the defaults: DefaultTrimBytes of IP
+// packet, DefaultTrimDSCP, through DefaultTrimClass.
+func (cc *ClassConfig) SetTrim() {
+	cc.TrimBytes, cc.TrimDSCP, cc.TrimClass = DefaultTrimBytes, DefaultTrimDSCP, DefaultTrimClass
+}
+
+// StrictPriority reports whether the port serves class c before the other
+// classes: Strict, or the trim class of a class that trims.
+func (c *Config) StrictPriority(class ClassID) bool {
+	if int(class) >= NumClasses {
+		return false
+	}
+	if c.Classes[class].Strict {
+		return true
+	}
+	return c.TrimSource(class)
+}
+
+// TrimSource reports whether some class trims into class c.
+func (c *Config) TrimSource(class ClassID) bool {
+	for i := range c.Classes {
+		if cc := &c.Classes[i]; cc.TrimBytes != 0 && cc.TrimClass == class && ClassID(i) != class {
+			return true
+		}
+	}
+	return false
 }
 
 // PPFC reports whether some class sends PPFC notifications.
@@ -312,6 +387,33 @@ func (c *Config) Validate() error {
 		if err := c.Classes[i].validate(); err != nil {
 			errs = append(errs, fmt.Errorf("class %d: %w", i, err))
 		}
+		if err := c.validateTrim(ClassID(i)); err != nil {
+			errs = append(errs, fmt.Errorf("class %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateTrim checks how class i's trimming fits the other classes.
+func (c *Config) validateTrim(i ClassID) error {
+	cc := &c.Classes[i]
+	if cc.TrimBytes == 0 || cc.TrimClass >= NumClasses {
+		return nil // off, or reported by validate
+	}
+	var errs []error
+	t := &c.Classes[cc.TrimClass]
+	switch {
+	case cc.TrimClass == i:
+		errs = append(errs, fmt.Errorf("trim: trim_class (%d) must be another class (0 to %d, not %d)", cc.TrimClass, NumClasses-1, i))
+	case t.TrimBytes != 0:
+		errs = append(errs, fmt.Errorf("trim: trim_class (%d) trims too: a trim class must not trim (trimmed packets could only be dropped there)", cc.TrimClass))
+	case uint64(t.LimitBytes) < uint64(cc.TrimBytes)+trimFrameOverhead:
+		errs = append(errs, fmt.Errorf("trim: trim_class %d's limit (%s) must hold one trimmed frame (trim_bytes %s + %db Ethernet header)",
+			cc.TrimClass, t.LimitBytes, cc.TrimBytes, trimFrameOverhead))
+	}
+	if cc.TrimDSCP < NumDSCP && c.DSCPClass[cc.TrimDSCP] == i {
+		errs = append(errs, fmt.Errorf("trim: trim_dscp (%d) is a DSCP of class %d itself: a receiver could not tell trimmed packets from whole ones (map it to the trim class: dscp %d -> class %d)",
+			cc.TrimDSCP, i, cc.TrimDSCP, cc.TrimClass))
 	}
 	return errors.Join(errs...)
 }
@@ -364,6 +466,21 @@ func (cc *ClassConfig) validate() error {
 		// At or below xon an alarm would carry no drain time, and no
 		// congestion episode would have begun.
 		errs = append(errs, fmt.Errorf("ppfc: alarm (%s) must be above xon (%s) and below xoff (%s), or 0 (off)", cc.AlarmBytes, cc.XonBytes, cc.XoffBytes))
+	}
+	switch {
+	case cc.TrimBytes == 0 && (cc.TrimDSCP != 0 || cc.TrimClass != 0):
+		errs = append(errs, fmt.Errorf("trim: trim_dscp (%d) and trim_class (%d) need trim_bytes (0: trimming off)", cc.TrimDSCP, cc.TrimClass))
+	case cc.TrimBytes == 0:
+	default:
+		if cc.TrimBytes < MinTrimBytes || cc.TrimBytes > MaxTrimBytes {
+			errs = append(errs, fmt.Errorf("trim: trim_bytes (%s) must be %s to %s, or 0 (off)", cc.TrimBytes, MinTrimBytes, MaxTrimBytes))
+		}
+		if cc.TrimDSCP == 0 || cc.TrimDSCP >= NumDSCP {
+			errs = append(errs, fmt.Errorf("trim: trim_dscp (%d) must be 1 to %d (0 is best effort: a receiver could not tell trimmed packets)", cc.TrimDSCP, NumDSCP-1))
+		}
+		if cc.TrimClass >= NumClasses {
+			errs = append(errs, fmt.Errorf("trim: trim_class (%d) must be 0 to %d", cc.TrimClass, NumClasses-1))
+		}
 	}
 	return errors.Join(errs...)
 }

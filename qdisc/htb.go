@@ -31,9 +31,10 @@ const (
 	// limit, and a drop it did not see would break its accounting.
 	leafFifoLimitBytes = 1 << 31
 	htbQuantumBytes    = 10 * ethMTUBytes
-	// Strict classes are served first because HTB serves classes under
-	// their guaranteed rate by priority, and lower prio first; non-strict
-	// classes get a token guarantee and share the rest equally by DRR.
+	// Strict classes (and trim classes, Config.StrictPriority) are served
+	// first because HTB serves classes under their guaranteed rate by
+	// priority, and lower prio first; non-strict classes get a token
+	// guarantee and share the rest equally by DRR.
 	htbPrioStrict = 0
 	htbPrioNormal = 1
 )
@@ -97,16 +98,16 @@ func leafRates(cfg *Config) [NumClasses]uint64 {
 		token = 8000
 	}
 	strict := 0
-	for _, cc := range cfg.Classes {
-		if cc.Strict {
+	for i := range cfg.Classes {
+		if cfg.StrictPriority(ClassID(i)) {
 			strict++
 		}
 	}
 	var r [NumClasses]uint64
 	rest := port - uint64(NumClasses-strict)*token
-	for i, cc := range cfg.Classes {
+	for i := range cfg.Classes {
 		r[i] = token
-		if cc.Strict {
+		if cfg.StrictPriority(ClassID(i)) {
 			r[i] = rest / uint64(strict)
 		}
 	}
@@ -156,7 +157,7 @@ func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config) error {
 	rates := leafRates(cfg)
 	for c := range NumClasses {
 		prio := uint32(htbPrioNormal)
-		if cfg.Classes[c].Strict {
+		if cfg.StrictPriority(ClassID(c)) {
 			prio = htbPrioStrict
 		}
 		if err := t.Class().Add(htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rates[c], port, prio)); err != nil {
@@ -188,7 +189,7 @@ func updateHTB(ns netns.NsHandle, ifindex uint32, cfg *Config) error {
 	rates := leafRates(cfg)
 	for c := range NumClasses {
 		prio := uint32(htbPrioNormal)
-		if cfg.Classes[c].Strict {
+		if cfg.StrictPriority(ClassID(c)) {
 			prio = htbPrioStrict
 		}
 		if err := t.Class().Replace(htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rates[c], port, prio)); err != nil {

@@ -102,6 +102,9 @@ func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptio
 	if err := spec.Variables["ppfc_mark"].Set(ppfcMark(opts.Ifindex)); err != nil {
 		return nil, err
 	}
+	if err := spec.Variables["trim_mark"].Set(trimMark(opts.Ifindex)); err != nil {
+		return nil, err
+	}
 	o := &Objects{frameBytes: opts.FrameBytes, ifindex: opts.Ifindex}
 	if opts.Xmit != nil {
 		if err := errors.Join(spec.Variables["xmit_ifindex"].Set(uint32(opts.Xmit.Ifindex)),
@@ -276,6 +279,9 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 			XoffBytes:  uint64(cc.XoffBytes),
 			XonBytes:   uint64(cc.XonBytes),
 			AlarmBytes: uint64(cc.AlarmBytes),
+			TrimBytes:  uint64(cc.TrimBytes),
+			TrimDscp:   uint32(cc.TrimDSCP),
+			TrimClass:  uint32(cc.TrimClass),
 		}
 		drain := cc.Rate
 		if drain == 0 {
@@ -363,6 +369,9 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 		cc.XoffBytes = units.ByteSize(v.XoffBytes)
 		cc.XonBytes = units.ByteSize(v.XonBytes)
 		cc.AlarmBytes = units.ByteSize(v.AlarmBytes)
+		cc.TrimBytes = units.ByteSize(v.TrimBytes)
+		cc.TrimDSCP = DSCP(v.TrimDscp)
+		cc.TrimClass = ClassID(v.TrimClass)
 		readAQMFields(cc, &v)
 	}
 	return cfg, QueueMode(pc.QueueMode), nil
@@ -373,3 +382,10 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 const ppfcMarkBase = 0x50460000
 
 func ppfcMark(ifindex int) uint32 { return ppfcMarkBase | uint32(ifindex)&0xFFFF }
+
+// trimMarkBase marks a trimmed packet port_enqueue sends through the
+// device's egress once more ("TR"), so that its second pass lets it by;
+// the low 16 bits are the port's ifindex.
+const trimMarkBase = 0x54520000
+
+func trimMark(ifindex int) uint32 { return trimMarkBase | uint32(ifindex)&0xFFFF }

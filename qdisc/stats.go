@@ -103,6 +103,21 @@ type ClassStats struct {
 	PPFCHoldsCoalesced  uint64 `json:"ppfc_holds_coalesced"`
 	PPFCAlarmsSent      uint64 `json:"ppfc_alarms_sent"`
 	PPFCAlarmsCoalesced uint64 `json:"ppfc_alarms_coalesced"`
+	// Trimming (ClassConfig.TrimBytes), in the class that trims: packets
+	// cut and moved to the trim class, the bytes cut off them and the
+	// bytes they kept (TrimmedBytes + TrimmedKeptBytes is what they
+	// brought); and packets it would have trimmed but the trim class was
+	// full too, dropped (part of DroppedPackets). Packets it could not
+	// trim (not IPv4 UDP, no longer than TrimBytes) are DroppedLimit.
+	TrimmedPackets     uint64 `json:"trimmed_packets"`
+	TrimmedBytes       uint64 `json:"trimmed_bytes"`
+	TrimmedKeptBytes   uint64 `json:"trimmed_kept_bytes"`
+	TrimDroppedPackets uint64 `json:"trim_dropped_packets"`
+	TrimDroppedBytes   uint64 `json:"trim_dropped_bytes"`
+	// In the trim class: the trimmed packets it took in from other
+	// classes, counted in its Enqueued too.
+	TrimInPackets uint64 `json:"trim_in_packets"`
+	TrimInBytes   uint64 `json:"trim_in_bytes"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -200,17 +215,18 @@ func (s *ClassStats) CEMarked() uint64 { return s.CEMarkedECT0 + s.CEMarkedECT1 
 
 // DroppedPackets is the number of packets this class dropped, any cause.
 func (s *ClassStats) DroppedPackets() uint64 {
-	return s.DroppedLimitPackets + s.DroppedWREDPackets + s.AQMDroppedPackets
+	return s.DroppedLimitPackets + s.DroppedWREDPackets + s.AQMDroppedPackets + s.TrimDroppedPackets
 }
 
 // DroppedBytes is the number of bytes this class dropped, any cause.
 func (s *ClassStats) DroppedBytes() uint64 {
-	return s.DroppedLimitBytes + s.DroppedWREDBytes + s.AQMDroppedBytes
+	return s.DroppedLimitBytes + s.DroppedWREDBytes + s.AQMDroppedBytes + s.TrimDroppedBytes
 }
 
 // enqueueDrops are the packets and bytes dropped before entering the queue.
 func (s *ClassStats) enqueueDrops() (packets, bytes uint64) {
-	return s.DroppedLimitPackets + s.DroppedWREDPackets, s.DroppedLimitBytes + s.DroppedWREDBytes
+	return s.DroppedLimitPackets + s.DroppedWREDPackets + s.TrimDroppedPackets,
+		s.DroppedLimitBytes + s.DroppedWREDBytes + s.TrimDroppedBytes
 }
 
 // MeanSojourn is the average time a packet waited in the queue.
@@ -221,23 +237,26 @@ func (s *ClassStats) MeanSojourn() time.Duration {
 	return s.SojournSum / time.Duration(s.SojournSamples)
 }
 
-// CheckInvariant reports whether enqueued = dequeued + dropped + backlog holds,
-// in packets and bytes, and the host queue's own identity (HostQueueStats).
+// CheckInvariant reports whether enqueued = dequeued + dropped + trimmed +
+// backlog holds, in packets and bytes (a trimmed packet's bytes are those
+// cut and those kept), and the host queue's own identity (HostQueueStats).
 // It holds exactly only when no packet is in flight between the counters
 // (the port is idle).
 // Drops at dequeue (AQMDropped) are part of Dequeued: they left the queue.
+// Trimmed packets leave the class that trims them on arrival and enter
+// their trim class, whose own identity counts them (TrimIn).
 func (s *ClassStats) CheckInvariant() error {
 	if err := s.Host.CheckInvariant(); err != nil {
 		return fmt.Errorf("class %d: %w", s.Class, err)
 	}
 	dp, db := s.enqueueDrops()
-	if s.EnqueuedPackets != s.DequeuedPackets+dp+s.BacklogPackets {
-		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped at enqueue %d + backlog %d packets",
-			s.Class, s.EnqueuedPackets, s.DequeuedPackets, dp, s.BacklogPackets)
+	if s.EnqueuedPackets != s.DequeuedPackets+dp+s.TrimmedPackets+s.BacklogPackets {
+		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped at enqueue %d + trimmed %d + backlog %d packets",
+			s.Class, s.EnqueuedPackets, s.DequeuedPackets, dp, s.TrimmedPackets, s.BacklogPackets)
 	}
-	if s.EnqueuedBytes != s.DequeuedBytes+db+s.BacklogBytes {
-		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped at enqueue %d + backlog %d bytes",
-			s.Class, s.EnqueuedBytes, s.DequeuedBytes, db, s.BacklogBytes)
+	if tb := s.TrimmedBytes + s.TrimmedKeptBytes; s.EnqueuedBytes != s.DequeuedBytes+db+tb+s.BacklogBytes {
+		return fmt.Errorf("class %d: enqueued %d != dequeued %d + dropped at enqueue %d + trimmed %d + backlog %d bytes",
+			s.Class, s.EnqueuedBytes, s.DequeuedBytes, db, tb, s.BacklogBytes)
 	}
 	return nil
 }
@@ -331,6 +350,13 @@ func (s *Stats) Total() ClassStats {
 		t.PPFCHoldsCoalesced += c.PPFCHoldsCoalesced
 		t.PPFCAlarmsSent += c.PPFCAlarmsSent
 		t.PPFCAlarmsCoalesced += c.PPFCAlarmsCoalesced
+		t.TrimmedPackets += c.TrimmedPackets
+		t.TrimmedBytes += c.TrimmedBytes
+		t.TrimmedKeptBytes += c.TrimmedKeptBytes
+		t.TrimDroppedPackets += c.TrimDroppedPackets
+		t.TrimDroppedBytes += c.TrimDroppedBytes
+		t.TrimInPackets += c.TrimInPackets
+		t.TrimInBytes += c.TrimInBytes
 	}
 	return t
 }
@@ -433,6 +459,13 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.PPFCHoldsCoalesced += p.PpfcHoldCoalesced
 			c.PPFCAlarmsSent += p.PpfcAlarmSent
 			c.PPFCAlarmsCoalesced += p.PpfcAlarmCoalesced
+			c.TrimmedPackets += p.TrimmedPackets
+			c.TrimmedBytes += p.TrimmedBytes
+			c.TrimmedKeptBytes += p.TrimmedKeptBytes
+			c.TrimDroppedPackets += p.TrimDroppedPackets
+			c.TrimDroppedBytes += p.TrimDroppedBytes
+			c.TrimInPackets += p.TrimInPackets
+			c.TrimInBytes += p.TrimInBytes
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins
