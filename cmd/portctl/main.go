@@ -93,6 +93,17 @@ Class options (repeatable, applied in order):
                                   back at xon): no rate increase for the
                                   drain time to xon; 0: off (the default)
       no-ppfc                     PPFC off (the default)
+      trim[=SIZE]                 packet trimming (UET): a packet the limit
+                                  would drop leaves instead as its first
+                                  SIZE bytes of IP packet (default 128)
+                                  through the trim class, served in strict
+                                  priority; only IPv4 UDP longer than SIZE
+                                  is trimmed, other packets are dropped
+      trim-dscp=DSCP              DSCP of trimmed packets, ECN kept (default
+                                  9); map it to the trim class of the next
+                                  port (--dscp 9=7)
+      trim-class=CLASS            where trimmed packets go (default 7)
+      no-trim                     trimming off (the default)
   --dscp LIST=CLASS           map DSCPs to a class: 26=3, 24-31=3, 10,12,14=2
   --default-class CLASS       class for non-IP frames (ARP, LLDP)
 

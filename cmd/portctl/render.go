@@ -147,8 +147,11 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 	for i := range cfg.Classes {
 		cc := &cfg.Classes[i]
 		var extra []string
-		if cc.Strict {
+		switch {
+		case cc.Strict:
 			extra = append(extra, "strict")
+		case cfg.TrimSource(qdisc.ClassID(i)):
+			extra = append(extra, "strict (trim class)")
 		}
 		if cc.WREDDrop {
 			extra = append(extra, "wred-drop")
@@ -161,6 +164,9 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 			if cc.AlarmBytes != 0 {
 				extra = append(extra, fmt.Sprintf("alarm %s", cc.AlarmBytes))
 			}
+		}
+		if cc.TrimBytes != 0 {
+			extra = append(extra, fmt.Sprintf("trim %s dscp %d -> tc%d", cc.TrimBytes, cc.TrimDSCP, cc.TrimClass))
 		}
 		fmt.Fprintf(tw, "class %s\tlimit %s\tecn %s\t%s\n",
 			classLabel(qdisc.ClassID(i), cc.Name), cc.LimitBytes, ecnText(cc), strings.Join(extra, " "))
@@ -255,9 +261,20 @@ func renderStats(w io.Writer, info qdisc.Info, st *qdisc.Stats, q *qdisc.QdiscCo
 
 func renderClass(w io.Writer, c *qdisc.ClassStats) {
 	fmt.Fprintf(w, "class %s\n", classLabel(c.Class, c.Name))
-	fmt.Fprintf(w, " Sent %d bytes %d pkt (dropped %d: limit %d, wred %d, aqm %d)  marked CE %d (ect0 %d, ect1 %d)  sent CE %d\n",
-		c.DequeuedBytes, c.DequeuedPackets, c.DroppedPackets(), c.DroppedLimitPackets, c.DroppedWREDPackets, c.AQMDroppedPackets,
+	trimFull := ""
+	if c.TrimDroppedPackets != 0 {
+		trimFull = fmt.Sprintf(", trim class full %d", c.TrimDroppedPackets)
+	}
+	fmt.Fprintf(w, " Sent %d bytes %d pkt (dropped %d: limit %d, wred %d, aqm %d%s)  marked CE %d (ect0 %d, ect1 %d)  sent CE %d\n",
+		c.DequeuedBytes, c.DequeuedPackets, c.DroppedPackets(), c.DroppedLimitPackets, c.DroppedWREDPackets, c.AQMDroppedPackets, trimFull,
 		c.CEMarked(), c.CEMarkedECT0, c.CEMarkedECT1, c.DequeuedCEPackets)
+	if c.TrimmedPackets+c.TrimDroppedPackets != 0 {
+		fmt.Fprintf(w, " trimmed %d pkt to the trim class: cut %d bytes, kept %d bytes\n",
+			c.TrimmedPackets, c.TrimmedBytes, c.TrimmedKeptBytes)
+	}
+	if c.TrimInPackets != 0 {
+		fmt.Fprintf(w, " trimmed in %d bytes %d pkt (from classes that trim; counted in arrived)\n", c.TrimInBytes, c.TrimInPackets)
+	}
 	if c.AQMInsMarks+c.AQMPstMarks+c.AQMDroppedPackets > 0 {
 		fmt.Fprintf(w, " at dequeue: marked %d instantaneous, %d persistent; dropped %d not-ect\n",
 			c.AQMInsMarks, c.AQMPstMarks, c.AQMDroppedPackets)

@@ -17,9 +17,11 @@ import (
 //
 // CLASS is 0-7 (or tc0-tc7). An ITEM is a word (a mode: off, step, wred,
 // tcn, codel, ecnsharp; strict, no-strict, wred-drop, no-wred-drop, sqrt,
-// no-sqrt, force, no-force) or KEY=VALUE (limit, min, max, p, k, name, rate;
-// ins, ins-max, pst, interval, signal for ecnsharp; ins for tcn; target,
-// interval for codel). Fields the spec does not mention keep their value.
+// no-sqrt, force, no-force, no-ppfc, trim, no-trim) or KEY=VALUE (limit,
+// min, max, p, k, name, rate; ins, ins-max, pst, interval, signal for
+// ecnsharp; ins for tcn; target, interval for codel; xoff, xon, alarm;
+// trim, trim-dscp, trim-class). Fields the spec does not mention keep their
+// value.
 type tcSpec struct {
 	raw      string
 	class    qdisc.ClassID
@@ -43,6 +45,12 @@ type tcSpec struct {
 	// PPFC thresholds; noPPFC turns it off.
 	xoff, xon, alarm *units.ByteSize
 	noPPFC           bool
+	// Trimming: trim is the size (the word alone: the default), noTrim
+	// turns it off.
+	trim      *units.ByteSize
+	trimDSCP  *qdisc.DSCP
+	trimClass *qdisc.ClassID
+	noTrim    bool
 }
 
 // A dscpSpec is one --dscp option: DSCP values mapped to a class.
@@ -60,8 +68,9 @@ func specError(opt, raw, format string, args ...any) error {
 }
 
 const tcKeysHelp = "words: off, step, wred, tcn, codel, ecnsharp, strict, no-strict, wred-drop, no-wred-drop, " +
-	"sqrt, no-sqrt, force, no-force, no-ppfc; keys: limit=SIZE, min=SIZE, max=SIZE, p=PROB, k=SIZE, name=NAME, rate=RATE, " +
-	"ins=DUR, ins-max=DUR, pst=DUR, interval=DUR, target=DUR, signal=sojourn|qlen, xoff=SIZE, xon=SIZE, alarm=SIZE"
+	"sqrt, no-sqrt, force, no-force, no-ppfc, trim, no-trim; keys: limit=SIZE, min=SIZE, max=SIZE, p=PROB, k=SIZE, name=NAME, rate=RATE, " +
+	"ins=DUR, ins-max=DUR, pst=DUR, interval=DUR, target=DUR, signal=sojourn|qlen, xoff=SIZE, xon=SIZE, alarm=SIZE, " +
+	"trim=SIZE, trim-dscp=DSCP, trim-class=CLASS"
 
 // parseClass reads a class number, 0-7, optionally spelled tcN.
 func parseClass(s string) (qdisc.ClassID, error) {
@@ -129,6 +138,13 @@ func parseTC(raw string) (*tcSpec, error) {
 			case "no-ppfc", "noppfc":
 				field = "ppfc"
 				s.noPPFC = true
+			case "trim":
+				field = "trim"
+				v := qdisc.DefaultTrimBytes
+				s.trim = &v
+			case "no-trim", "notrim":
+				field = "trim"
+				s.noTrim = true
 			default:
 				m, err := qdisc.ParseECNMode(key)
 				if err != nil {
@@ -169,6 +185,29 @@ func parseTC(raw string) (*tcSpec, error) {
 			err = size(&s.xon, "xon")
 		case "alarm":
 			err = size(&s.alarm, "alarm")
+		case "trim", "trim-bytes", "trim_bytes":
+			if err = size(&s.trim, "trim"); err == nil && *s.trim == 0 {
+				s.trim, s.noTrim = nil, true // trim=0: off
+			}
+		case "trim-dscp", "trim_dscp":
+			if err = once("trim-dscp"); err == nil {
+				var n uint64
+				if n, err = strconv.ParseUint(val, 10, 8); err != nil || n >= qdisc.NumDSCP {
+					err = fmt.Errorf("trim-dscp %q: want a DSCP, 1-%d", val, qdisc.NumDSCP-1)
+				} else {
+					d := qdisc.DSCP(n)
+					s.trimDSCP = &d
+				}
+			}
+		case "trim-class", "trim_class":
+			if err = once("trim-class"); err == nil {
+				var c qdisc.ClassID
+				if c, err = parseClass(val); err != nil {
+					err = fmt.Errorf("trim-class: %w", err)
+				} else {
+					s.trimClass = &c
+				}
+			}
 		case "p", "probability", "max_p", "maxp":
 			if err = once("p"); err == nil {
 				var v float64
@@ -329,6 +368,9 @@ func (s *tcSpec) apply(cfg *qdisc.Config) error {
 		set(&cc.XonBytes, s.xon)
 		set(&cc.AlarmBytes, s.alarm)
 	}
+	if err := s.applyTrim(cc); err != nil {
+		return err
+	}
 	if err := s.applyAQM(cc, before); err != nil {
 		return err
 	}
@@ -350,6 +392,35 @@ func (s *tcSpec) apply(cfg *qdisc.Config) error {
 	}
 	if mode == qdisc.ECNStep && before == qdisc.ECNOff && s.k == nil {
 		return specError("--tc", s.raw, "switching class %d to step needs k=SIZE (e.g. %d:step:k=100kb)", s.class, s.class)
+	}
+	return nil
+}
+
+// applyTrim sets cc's trimming. Turning it on fills trim-dscp and
+// trim-class the spec does not give with the defaults.
+func (s *tcSpec) applyTrim(cc *qdisc.ClassConfig) error {
+	keys := s.trimDSCP != nil || s.trimClass != nil
+	switch {
+	case s.noTrim && (s.trim != nil || keys):
+		return specError("--tc", s.raw, "no-trim turns trimming off: give it without trim, trim-dscp and trim-class")
+	case s.noTrim:
+		cc.TrimBytes, cc.TrimDSCP, cc.TrimClass = 0, 0, 0
+		return nil
+	case s.trim == nil && keys && cc.TrimBytes == 0:
+		return specError("--tc", s.raw, "trim-dscp and trim-class need trim: class %d does not trim (e.g. %d:trim=%d,trim-dscp=%d,trim-class=%d)",
+			s.class, s.class, qdisc.DefaultTrimBytes, qdisc.DefaultTrimDSCP, qdisc.DefaultTrimClass)
+	}
+	if s.trim != nil {
+		if cc.TrimBytes == 0 {
+			cc.SetTrim()
+		}
+		cc.TrimBytes = *s.trim
+	}
+	if s.trimDSCP != nil {
+		cc.TrimDSCP = *s.trimDSCP
+	}
+	if s.trimClass != nil {
+		cc.TrimClass = *s.trimClass
 	}
 	return nil
 }
