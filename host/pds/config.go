@@ -7,6 +7,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/engine"
+	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -44,6 +45,11 @@ type Config struct {
 	// NewWindow makes a CCC's window controller. Optional: NSCC with
 	// nscc.LabParams(LinkRate, BaseRTT, MTU).
 	NewWindow func(now time.Duration) cc.WindowController
+	// NewBalancer makes a PDC's entropy load balancer (host/lb), which
+	// picks each packet's EV (UDP source port) and learns from its ACK's
+	// M flag, trimmed NACKs and timeouts. Optional: none, one EV per PDC
+	// (its packets take one path).
+	NewBalancer func(pdc uint16) lb.Balancer
 	// DSCP is the traffic class's code point in the data packets' TOS
 	// byte (ECT(0) is added). Optional: 26, the lab's lossless class.
 	DSCP uint8

@@ -206,6 +206,9 @@ func (ep *Endpoint) newInitiator(now time.Duration, key PDCKey) (*initiator, err
 	c, _ := ep.cccs.get(ep, now, ck)
 	p := &initiator{ep: ep, key: key, id: id, ccc: c, start: randomPSN(), ring: make([]txRec, maxPDCWindow),
 		ev: entropy(id), lastActive: now}
+	if ep.cfg.NewBalancer != nil {
+		p.lb = ep.cfg.NewBalancer(id)
+	}
 	ep.initiators[id] = p
 	ep.byKey[key] = p
 	c.pdcs = append(c.pdcs, p)

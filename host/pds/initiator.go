@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/engine"
+	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pattern"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -53,6 +54,7 @@ type txRec struct {
 	n      uint16 // payload bytes
 	size   int32  // IP packet bytes in flight
 	retx   uint8
+	ev     uint16 // the entropy value it last went with
 	acked  bool
 	lost   bool // taken as lost: out of flight, waiting in retxQ
 }
@@ -75,7 +77,10 @@ type initiator struct {
 	peerID      uint16 // dpdcid, once established
 	established bool
 	ccc         *ccc
-	ev          uint16 // entropy value: the UDP source port
+	ev          uint16      // entropy value (the UDP source port) without a balancer
+	lb          lb.Balancer // the EV of each packet, if set
+	fbIdx       uint64      // the packet whose ACK feedback went to lb (fbSet)
+	fbSet       bool
 
 	start     uint32 // PSN of index 0
 	base, nxt uint64 // oldest unacknowledged index, next new index
@@ -270,7 +275,11 @@ func (p *initiator) build(now time.Duration, idx uint64, r *txRec, retx bool, pk
 	pkt.N = hn + sn + int(r.n)
 	pkt.TOS = ep.dataTOS
 	pkt.Addr = netip.AddrPortFrom(p.key.Dst, ep.port)
-	pkt.SrcPort = p.ev
+	r.ev = p.ev
+	if p.lb != nil {
+		r.ev = p.lb.Next(now) // every packet, retransmissions too (htsim)
+	}
+	pkt.SrcPort = r.ev
 	ep.ctr.TxPackets++
 	ep.ctr.TxBytes += uint64(pkt.N)
 	return ipBytes(pkt.N)
@@ -278,12 +287,19 @@ func (p *initiator) build(now time.Duration, idx uint64, r *txRec, retx bool, pk
 
 // ack takes index idx as acknowledged and returns its bytes (0 if it was
 // already).
-func (p *initiator) ack(idx uint64) int {
+func (p *initiator) ack(now time.Duration, idx uint64) int {
 	r := p.rec(idx)
 	if r.acked {
 		return 0
 	}
 	r.acked = true
+	if p.lb != nil && !(p.fbSet && idx == p.fbIdx) && r.sentAt > 0 {
+		// The others this ACK covers came back clean: the target ACKs at
+		// once on CE, so a CE-marked packet triggers its own ACK. (htsim
+		// hears one EV per ACK; with 4 packets per ACK REPS then finds
+		// too few clean EVs to recycle.)
+		p.lb.Feedback(now, r.ev, lb.PathGood)
+	}
 	if !r.lost {
 		p.ccc.inFlight -= int(r.size)
 	}
@@ -328,6 +344,12 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 		ok  bool
 	}
 	if ai, ok := p.idxOf(a.AckPSN()); ok && ai < p.nxt && ai+maxPDCWindow > p.nxt {
+		if r := p.rec(ai); p.lb != nil && !r.acked && r.sentAt > 0 {
+			// The path the packet that triggered the ACK took (htsim
+			// processEv): clean, or CE-marked on the way (M).
+			p.lb.Feedback(now, r.ev, lb.AckFeedback(a.M))
+			p.fbIdx, p.fbSet = ai, true
+		}
 		if r := p.rec(ai); r.retx == 0 && !r.acked && r.sentAt > 0 {
 			st := time.Duration(0)
 			if a.Type == uet.TypeAckCC && a.CC.CCType == uet.CCNSCC {
@@ -356,7 +378,7 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 		if !r.acked {
 			later(p.base, r)
 		}
-		newly += p.ack(p.base)
+		newly += p.ack(now, p.base)
 	}
 	p.hiAcked = max(p.hiAcked, p.base)
 	if a.Type == uet.TypeAckCC {
@@ -367,7 +389,7 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 					if idx := sb + i; idx >= p.base && idx < p.nxt {
 						if r := p.rec(idx); !r.acked {
 							later(idx, r)
-							newly += p.ack(idx)
+							newly += p.ack(now, idx)
 						}
 						p.hiAcked = max(p.hiAcked, idx+1)
 					}
@@ -395,6 +417,7 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 		p.retries = 0
 		p.lastActive = now
 	}
+	p.fbSet = false
 	ep.ctr.AcksReceived++
 	if a.M {
 		ep.ctr.ECNEchoes++
@@ -445,6 +468,14 @@ func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
 	if r.retx == 0 && r.sentAt > 0 {
 		ns.RTT, ns.RTTValid = now-r.sentAt, true
 	}
+	if p.lb != nil && r.sentAt > 0 {
+		switch n.Code {
+		case uet.NackTrimmed:
+			p.lb.Feedback(now, r.ev, lb.PathNack) // cut in the fabric: the path is congested
+		case uet.NackTrimmedLastHop:
+			p.lb.Feedback(now, r.ev, lb.AckFeedback(n.M)) // cut at the receiver's port: the path was fine
+		}
+	}
 	if sz, ok := p.markLost(idx); ok {
 		ns.InFlight = p.ccc.inFlight
 		if n.Code == uet.NackPktNotRcvd {
@@ -472,6 +503,9 @@ func (p *initiator) timers(now time.Duration, out []engine.Packet) (n int, next 
 		if now >= deadline {
 			p.retries++
 			ep.ctr.Timeouts++
+			if p.lb != nil {
+				p.lb.Feedback(now, p.rec(p.base).ev, lb.PathTimeout)
+			}
 			if p.retries > ep.cfg.MaxRetries {
 				p.fail(now, fmt.Errorf("pds: pdc %d to %v: %d timeouts of %v in a row at psn %#x", p.id, p.key.Dst, p.retries, ep.cfg.RTO, p.psn(p.base)))
 				return 0, next
@@ -557,7 +591,7 @@ func (p *initiator) buildProbe(now time.Duration, idx uint64, pkt *engine.Packet
 	pkt.N = h.Encode(pkt.Buf)
 	pkt.TOS = ep.dataTOS
 	pkt.Addr = netip.AddrPortFrom(p.key.Dst, ep.port)
-	pkt.SrcPort = p.ev
+	pkt.SrcPort = p.rec(idx).ev // behind the packet on its path
 	p.lastProbe = now
 	ep.ctr.ProbesSent++
 	ep.ctr.TxPackets++
