@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -56,6 +57,9 @@ Server:
                             the devices holding -B (default kernel where it
                             attaches, else agent) or the server's agent
                             (RoCEv2)
+  --trim-dscp N, --trim-lasthop-dscp N  (--transport uet) DSCP 0..63 of
+                            packets a port trimmed (--tc trim,trim-dscp=N):
+                            NACKed TRIMMED / TRIMMED_LASTHOP (default 0: none)
 Client:
   -c, --client HOST         run as a client of the server at HOST[:PORT]
   -t, --time SECONDS        time to transmit (default 10)
@@ -103,6 +107,8 @@ Client, --transport uet (-t -n -P -l -i -O -J -B --dscp --verify as above;
   --base-rtt TIME           NSCC's base RTT (default %v)
   --trace-ccc               print every CCC transition with its time (-J:
                             end.uet.ccc_trace)
+  --lb oblivious|bitmap|reps|mixed  spread each PDC over 128 EVs with this
+                            load balancer (default none: one EV per PDC)
 
 Examples:
   roceperf -s -B 198.18.0.1
@@ -146,14 +152,14 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 // clientOnly are the flags a server refuses, as iperf3 does.
 var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "length", "mtu", "op", "b", "bitrate",
 	"cc", "dcqcn-profile", "dcqcn", "rp", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
-	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "trace-ccc"}
+	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "trace-ccc", "lb"}
 
 // rocev2Only are the flags --transport uet refuses; uetOnly those
 // --transport rocev2 refuses.
 var (
 	rocev2Only = []string{"udp-port", "op", "cc", "dcqcn-profile", "dcqcn", "rp", "np", "cnp-dscp", "perftest",
 		"window", "inflight", "ack-every", "burst", "timeout", "retry"}
-	uetOnly = []string{"base-rtt", "trace-ccc"}
+	uetOnly = []string{"base-rtt", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
 
 func versionLine() string {
@@ -219,6 +225,9 @@ func parseArgs(args []string) (*options, error) {
 		tport    = str(perf.TransportRoCEv2, "transport")
 		baseRTT  = str("", "base-rtt")
 		traceCCC = boolean("trace-ccc")
+		lbKind   = str("", "lb")
+		trimDSCP = str("", "trim-dscp")
+		trimLast = str("", "trim-lasthop-dscp")
 		knobs    repeated
 	)
 	fs.Var(&knobs, "dcqcn", "")
@@ -329,6 +338,23 @@ func parseArgs(args []string) (*options, error) {
 			return nil, errors.New("roceperf: -s --transport uet: give -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")
 		}
 		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode}
+		for _, t := range []struct {
+			name string
+			s    *string
+			p    *uint8
+		}{{"--trim-dscp", trimDSCP, &o.server.TrimDSCP}, {"--trim-lasthop-dscp", trimLast, &o.server.TrimLastHopDSCP}} {
+			if *t.s == "" {
+				continue
+			}
+			v, err := intIn(t.name, *t.s, 0, 63)
+			if err != nil {
+				return nil, err
+			}
+			if v != 0 && v == int(uetDefaults.DSCP) {
+				return nil, mustBe(t.name, *t.s, "0..63 and not %d (the data's DSCP)", uetDefaults.DSCP)
+			}
+			*t.p = uint8(v)
+		}
 		if uetRun {
 			o.server.Transport = perf.TransportUET
 		}
@@ -342,6 +368,11 @@ func parseArgs(args []string) (*options, error) {
 	}
 	if *npMode != "" {
 		return nil, errors.New("roceperf: --np is a server option")
+	}
+	for _, n := range []string{"trim-dscp", "trim-lasthop-dscp"} {
+		if set[n] {
+			return nil, fmt.Errorf("roceperf: --%s is a server option (the receiver NACKs trimmed packets)", n)
+		}
 	}
 
 	// Client settings.
@@ -416,6 +447,13 @@ func parseArgs(args []string) (*options, error) {
 		c.BaseRTT = d
 	}
 	c.TraceCCC = *traceCCC
+	if set["lb"] && !strings.EqualFold(*lbKind, "none") {
+		k, perr := lb.ParseKind(*lbKind)
+		if perr != nil {
+			return nil, mustBe("--lb", *lbKind, "none, oblivious, bitmap, reps or mixed")
+		}
+		c.LB = k
+	}
 	c.Profile = *profile
 	c.RP = *rpMode
 	if o.action == actionKnobHelp {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -230,5 +231,58 @@ func TestParseUET(t *testing.T) {
 	if code := run(context.Background(), []string{"-h"}, &out, &out); code != exitOK ||
 		!strings.Contains(out.String(), "--transport rocev2|uet") || !strings.Contains(out.String(), "--trace-ccc") {
 		t.Errorf("help lacks --transport or --trace-ccc:\n%s", out.String())
+	}
+}
+
+// TestParseUETLBTrim: --lb (client) picks a host/lb balancer, none by
+// default; --trim-dscp and --trim-lasthop-dscp (server) the code points
+// of trimmed packets; all three are UET's, each on its side.
+func TestParseUETLBTrim(t *testing.T) {
+	for _, tc := range []struct {
+		arg  string
+		want lb.Kind
+	}{
+		{"", 0}, {"--lb none", 0}, {"--lb NONE", 0},
+		{"--lb oblivious", lb.KindOblivious}, {"--lb bitmap", lb.KindBitmap},
+		{"--lb reps", lb.KindREPS}, {"--lb Mixed", lb.KindMixed},
+	} {
+		o, err := parseArgs(strings.Fields("-c h --transport uet " + tc.arg))
+		if err != nil || o.client.LB != tc.want {
+			t.Errorf("%q: lb %v, %v; want %v", tc.arg, o.client.LB, err, tc.want)
+		}
+	}
+	o, err := parseArgs(strings.Fields("-s --transport uet -B 198.18.0.1 --trim-dscp 9 --trim-lasthop-dscp 10"))
+	if err != nil || o.server.TrimDSCP != 9 || o.server.TrimLastHopDSCP != 10 {
+		t.Errorf("trim server %+v %v", o.server, err)
+	}
+	o, err = parseArgs(strings.Fields("-s --transport uet -B 198.18.0.1 --trim-dscp 0"))
+	if err != nil || o.server.TrimDSCP != 0 || o.server.TrimLastHopDSCP != 0 {
+		t.Errorf("trim 0 %+v %v", o.server, err)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"-c h --transport uet --lb ecmp", "roceperf: --lb ecmp: must be none, oblivious, bitmap, reps or mixed"},
+		{"-c h --transport uet --lb=", "roceperf: --lb : must be none, oblivious, bitmap, reps or mixed"},
+		{"-c h --lb reps", "roceperf: --lb: a UET option (--transport uet)"},
+		{"-c h --transport rocev2 --lb none", "roceperf: --lb: a UET option (--transport uet)"},
+		{"-s -B 198.18.0.1 --trim-dscp 9", "roceperf: --trim-dscp: a UET option (--transport uet)"},
+		{"-s -B 198.18.0.1 --transport rocev2 --trim-lasthop-dscp 10", "roceperf: --trim-lasthop-dscp: a UET option (--transport uet)"},
+		{"-s --transport uet -B 198.18.0.1 --lb reps", "roceperf: --lb is a client option"},
+		{"-c h --transport uet --trim-dscp 9", "roceperf: --trim-dscp is a server option"},
+		{"-c h --transport uet --trim-lasthop-dscp 10", "roceperf: --trim-lasthop-dscp is a server option"},
+		{"-s --transport uet -B 198.18.0.1 --trim-dscp 64", "roceperf: --trim-dscp 64: must be 0..63"},
+		{"-s --transport uet -B 198.18.0.1 --trim-dscp -1", "roceperf: --trim-dscp -1: must be 0..63"},
+		{"-s --transport uet -B 198.18.0.1 --trim-dscp cs1", "roceperf: --trim-dscp cs1: must be 0..63"},
+		{"-s --transport uet -B 198.18.0.1 --trim-lasthop-dscp 99", "roceperf: --trim-lasthop-dscp 99: must be 0..63"},
+		{"-s --transport uet -B 198.18.0.1 --trim-dscp 26", "roceperf: --trim-dscp 26: must be 0..63 and not 26 (the data's DSCP)"},
+	} {
+		_, err := parseArgs(strings.Fields(tc.args))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q:\ngot  %v\nwant %q…", tc.args, err, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"-h"}, &out, &out); code != exitOK ||
+		!strings.Contains(out.String(), "--lb oblivious|bitmap|reps|mixed") || !strings.Contains(out.String(), "--trim-lasthop-dscp N") {
+		t.Errorf("help lacks --lb or --trim-dscp:\n%s", out.String())
 	}
 }

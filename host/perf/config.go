@@ -34,6 +34,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -125,6 +126,11 @@ type ServerConfig struct {
 	// Bind (pktio.ListenEntropy). Tests pass one end of a pktio pipe; the
 	// server closes it.
 	UETConn pktio.Conn
+	// TrimDSCP and TrimLastHopDSCP (--trim-dscp, --trim-lasthop-dscp) are
+	// the code points of packets a switch port trimmed (pds.Config's
+	// fields of those names): the UET server answers them with NACK
+	// TRIMMED, or TRIMMED_LASTHOP for the second. UET only; 0 means none.
+	TrimDSCP, TrimLastHopDSCP uint8
 }
 
 // Where the notification point runs (ServerConfig.NP), and where the
@@ -229,6 +235,13 @@ type ClientConfig struct {
 	// the run goes (text), or lists them in end.uet.ccc_trace (JSON). UET
 	// only.
 	TraceCCC bool
+	// LB (--lb) is each PDC's entropy load balancer (host/lb), which
+	// spreads its packets over lb.DefaultParams' EVs. UET only; 0 means
+	// none, one EV per PDC.
+	LB lb.Kind
+	// LBSeed seeds the balancers: PDC p's draws from a PCG of (LBSeed, p).
+	// Optional: 0 draws a seed per run.
+	LBSeed uint64
 	// UETConn is the UET endpoint's port. Optional: nil opens UDP 4793 on
 	// Bind, or on the address the route to the server picks
 	// (pktio.ListenEntropy). Tests pass one end of a pktio pipe; RunClient

@@ -98,6 +98,11 @@ type TestStart struct {
 	Interval      float64                `json:"interval"` // seconds
 	// BaseRTTUs is NSCC's configured base RTT (UET).
 	BaseRTTUs float64 `json:"base_rtt_us,omitempty"`
+	// LB is the entropy load balancer of every PDC (--lb: oblivious,
+	// bitmap, reps, mixed; UET), LBSeed the seed of their draws; absent:
+	// none, one EV per PDC.
+	LB     string `json:"lb,omitempty"`
+	LBSeed uint64 `json:"lb_seed,omitempty"`
 }
 
 // Interval is one report interval: every QP and their sum.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -53,6 +55,8 @@ func (c ClientConfig) validateUET() error {
 		return flagErr("--dscp", c.DSCP, "1..63")
 	case c.BaseRTT < MinUETBaseRTT || c.BaseRTT > MaxUETBaseRTT:
 		return flagErr("--base-rtt", c.BaseRTT, "1us..1s")
+	case c.LB != 0 && !slices.Contains(lb.Kinds, c.LB):
+		return flagErr("--lb", c.LB, "none, %s", lbKindNames())
 	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
 		return flagErr("-i", seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:
@@ -86,7 +90,28 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	pc.LinkRate, pc.MTU, pc.BaseRTT, pc.DSCP = c.LineRate, c.MTU, c.BaseRTT, c.DSCP
 	pc.IdleTimeout = uetClientIdle
 	pc.Trace = trace
+	if kind, seed := c.LB, c.LBSeed; kind != 0 {
+		// PDC p's balancer draws from PCG(seed, p): a run is reproducible
+		// from its seed (test_start.lb_seed). Validate checked kind, and
+		// lb.DefaultParams are valid; a nil balancer would mean none.
+		pc.NewBalancer = func(pdc uint16) lb.Balancer {
+			b, err := lb.New(kind, lb.DefaultParams(), rand.New(rand.NewPCG(seed, uint64(pdc))))
+			if err != nil {
+				return nil
+			}
+			return b
+		}
+	}
 	return pc
+}
+
+// lbKindNames is the --lb values: "oblivious, bitmap, reps or mixed".
+func lbKindNames() string {
+	names := make([]string, len(lb.Kinds))
+	for i, k := range lb.Kinds {
+		names[i] = k.String()
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // runUET is RunClient with --transport uet: a pds endpoint on UDP 4793
@@ -108,6 +133,9 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		if bind.Is4() != raddr.Is4() {
 			return nil, fmt.Errorf("roceperf: -B %s: the server %s is of the other IP family", bind, raddr)
 		}
+	}
+	if c.LB != 0 && c.LBSeed == 0 {
+		c.LBSeed = rand.Uint64() | 1 // a seed per run; 0 means "draw one"
 	}
 	conn := c.UETConn
 	if conn == nil {
@@ -553,6 +581,8 @@ func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.Ad
 		LineRateBps: uint64(c.LineRate),
 		BaseRTTUs:   float64(c.BaseRTT) / float64(time.Microsecond),
 		Verify:      c.Verify,
+		LB:          lbName(c.LB),
+		LBSeed:      c.LBSeed,
 		Interval:    c.Interval.Seconds(),
 	}
 	if c.Bytes > 0 {
@@ -563,6 +593,14 @@ func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.Ad
 	}
 	s.TestStart = ts
 	return s
+}
+
+// lbName is test_start.lb: the balancer's name, "" for none.
+func lbName(k lb.Kind) string {
+	if k == 0 {
+		return ""
+	}
+	return k.String()
 }
 
 // uetEndReport fills the summary from the Senders' final counters, the

@@ -32,6 +32,9 @@ func uetTestLine(ts *TestStart) string {
 	rtt := time.Duration(ts.BaseRTTUs * float64(time.Microsecond))
 	fmt.Fprintf(&b, "mtu %d, dscp %d, cc %s (line rate %s, base_rtt %v)", ts.MTU, ts.DSCP, ts.CC,
 		strings.TrimSpace(FormatBitrate(float64(ts.LineRateBps))), rtt)
+	if ts.LB != "" {
+		fmt.Fprintf(&b, ", lb %s", ts.LB)
+	}
 	if ts.Verify {
 		b.WriteString(", verify")
 	}

@@ -127,6 +127,12 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	// without --verify sends zeros, and its verify errors are not reported
 	// (totals).
 	pc.Conn, pc.Logger, pc.IdleTimeout, pc.Verify = conn, log, uetServerIdle, true
+	pc.TrimDSCP, pc.TrimLastHopDSCP = cfg.TrimDSCP, cfg.TrimLastHopDSCP
+	if err := checkTrimDSCP(pc); err != nil {
+		_ = tl.Close()
+		_ = conn.Close()
+		return nil, err
+	}
 	ep, err := pds.New(pc)
 	if err != nil {
 		_ = tl.Close()
@@ -718,8 +724,24 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 	if len(e.Streams) > 1 {
 		fmt.Fprintf(w, "%s  %6d  %6d  receiver\n", intervalPrefix("[SUM]", 0, end, e.SumReceived.Bytes, e.SumReceived.BitsPerSecond), ce, dup)
 	}
-	fmt.Fprintln(w, uetReceiverLine(streams, ss.req.Verify))
+	// Trimmed packets are counted by the endpoint, not per PDC: since the
+	// server started (end.uet.server.trimmed_received in JSON).
+	fmt.Fprintf(w, "%s trimmed_received=%d (since start)\n", uetReceiverLine(streams, ss.req.Verify), e.UET.Server.TrimmedReceived)
 	fmt.Fprintf(w, "%s\n%s\n", uetServerLine(e.UET.Server), dashLine)
+}
+
+// checkTrimDSCP names the flag of a trim code point pds would refuse:
+// above 63, or the data's own DSCP.
+func checkTrimDSCP(pc pds.Config) error {
+	for _, t := range []struct {
+		flag string
+		v    uint8
+	}{{"--trim-dscp", pc.TrimDSCP}, {"--trim-lasthop-dscp", pc.TrimLastHopDSCP}} {
+		if t.v > 63 || t.v != 0 && t.v == pc.DSCP {
+			return flagErr(t.flag, t.v, "0..63 and not the data's DSCP (%d)", pc.DSCP)
+		}
+	}
+	return nil
 }
 
 // uetServerLine lists what the server's endpoint dropped or refused and

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
 )
@@ -519,6 +520,7 @@ func TestUETValidate(t *testing.T) {
 		{"base rtt", func(c *ClientConfig) { c.BaseRTT = 2 * time.Second }, "roceperf: --base-rtt 2s: must be 1us..1s"},
 		{"streams", func(c *ClientConfig) { c.QPs = 5000 }, "roceperf: -P 5000: must be 1..4096"},
 		{"bytes per stream", func(c *ClientConfig) { c.Bytes, c.QPs = 1000, 2 }, "roceperf: -n 1000: 1 message(s) of 65536 bytes (-l) cannot keep -P 2 streams busy"},
+		{"lb", func(c *ClientConfig) { c.LB = lb.Kind(9) }, "roceperf: --lb Kind(9): must be none, oblivious, bitmap, reps or mixed"},
 		{"nscc", func(c *ClientConfig) { c.LineRate = 2000 }, "roceperf: -b 2kbit --base-rtt 100µs --mtu 4096: nscc for link_rate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -529,5 +531,74 @@ func TestUETValidate(t *testing.T) {
 				t.Errorf("got  %v\nwant %q…", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestUETPipeLBTrim: a client with --lb reps and a server with
+// --trim-dscp/--trim-lasthop-dscp: every byte arrives, the setup line and
+// test_start name the balancer and its seed, and the server's report has
+// trimmed_received (text and JSON); a trim DSCP pds refuses names its flag.
+func TestUETPipeLBTrim(t *testing.T) {
+	p := startUETPipe(t, ServerConfig{TrimDSCP: 9, TrimLastHopDSCP: 10}, nil)
+	var out bytes.Buffer
+	c := p.clientConfig()
+	c.QPs, c.Bytes, c.LB, c.Out = 2, 1<<20, lb.KindREPS, &out
+	r, err := RunClient(context.Background(), c)
+	t.Logf("client:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.End.SumReceived.Bytes != 1<<20 {
+		t.Errorf("received %d bytes; want %d", r.End.SumReceived.Bytes, 1<<20)
+	}
+	if ts := r.Start.TestStart; ts.LB != "reps" || ts.LBSeed == 0 {
+		t.Errorf("test_start lb %q seed %d", ts.LB, ts.LBSeed)
+	}
+	if !strings.Contains(out.String(), "base_rtt 100µs), lb reps") {
+		t.Errorf("setup line lacks the balancer")
+	}
+	var jb bytes.Buffer
+	if err := r.WriteJSON(&jb); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(jb.String(), `"lb": "reps"`) && !strings.Contains(jb.String(), `"lb":"reps"`) {
+		t.Errorf("JSON lacks test_start.lb")
+	}
+	// Without --lb, no lb in the setup line or test_start.
+	c = p.clientConfig()
+	out.Reset()
+	c.Bytes, c.Out = 256<<10, &out
+	if r, err = RunClient(context.Background(), c); err != nil || r.Start.TestStart.LB != "" || r.Start.TestStart.LBSeed != 0 || strings.Contains(out.String(), ", lb ") {
+		t.Errorf("no --lb: %v, test_start %+v", err, r.Start.TestStart)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(p.out.String(), "trimmed_received=0 (since start)") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("server:\n%s", p.out.String())
+	if !strings.Contains(p.out.String(), "ce_received=0 trimmed_received=0 (since start)") {
+		t.Errorf("server report lacks trimmed_received")
+	}
+	sb, err := json.Marshal(UETEnd{Server: p.srv.agentReport()})
+	if err != nil || !strings.Contains(string(sb), `"trimmed_received":0`) {
+		t.Errorf("server JSON %s %v", sb, err)
+	}
+	for _, tc := range []struct {
+		cfg  ServerConfig
+		want string
+	}{
+		{ServerConfig{TrimDSCP: 26}, "roceperf: --trim-dscp 26: must be 0..63 and not the data's DSCP (26)"},
+		{ServerConfig{TrimLastHopDSCP: 64}, "roceperf: --trim-lasthop-dscp 64: must be 0..63"},
+	} {
+		ca, sb := pktio.NewPipe(pktio.PipeOptions{A: uetPipeClient, B: uetPipeServer})
+		tc.cfg.Transport, tc.cfg.UETConn, tc.cfg.Bind, tc.cfg.Port = TransportUET, sb, netip.MustParseAddr("127.0.0.1"), freePort(t)
+		s, err := ListenUET(tc.cfg)
+		if err == nil {
+			_ = s.Close()
+		}
+		_ = ca.Close()
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("got  %v\nwant %q…", err, tc.want)
+		}
 	}
 }
