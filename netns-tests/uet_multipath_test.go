@@ -2,8 +2,6 @@ package netnstests
 
 import (
 	"math/rand/v2"
-	"net"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -36,21 +34,8 @@ func TestUETMultipath(t *testing.T) {
 				MinThBytes: bdp, MaxThBytes: 2 * bdp, MaxP: 1}
 			return cfg
 		}})
-	poke := func(n *topo.Node, dst netip.Addr) {
-		if err := n.Do(func() error {
-			c, err := net.Dial("udp4", netip.AddrPortFrom(dst, 9).String())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_, err = c.Write([]byte{0})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	poke(m.Senders[0], m.ReceiverAddr)
-	poke(m.Receiver, m.SenderAddrs[0])
+	pokeNeighbor(t, m.Senders[0], m.ReceiverAddr)
+	pokeNeighbor(t, m.Receiver, m.SenderAddrs[0])
 	time.Sleep(20 * time.Millisecond)
 	server := newUETEndpoint(t, m.Receiver, m.ReceiverAddr, nil)
 	const run, skip = 3 * time.Second, 500 * time.Millisecond

@@ -80,24 +80,28 @@ func newUETBed(t *testing.T, senders int, cfg qdisc.Config, mod func(*pds.Config
 // (an incast's first ACK came 20 ms late).
 func warmNeighbors(t *testing.T, d *topo.Dumbbell) {
 	t.Helper()
-	poke := func(n *topo.Node, dst netip.Addr) {
-		if err := n.Do(func() error {
-			c, err := net.Dial("udp4", netip.AddrPortFrom(dst, 9).String()) // discard
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_, err = c.Write([]byte{0})
-			return err
-		}); err != nil {
-			t.Fatalf("warm the neighbours of %s: %v", n.Name, err)
-		}
-	}
 	for i, s := range d.Senders {
-		poke(s, d.ReceiverAddr)
-		poke(d.Receiver, d.SenderAddrs[i])
+		pokeNeighbor(t, s, d.ReceiverAddr)
+		pokeNeighbor(t, d.Receiver, d.SenderAddrs[i])
 	}
 	time.Sleep(20 * time.Millisecond)
+}
+
+// pokeNeighbor sends one datagram from n to dst's discard port, so that
+// n resolves the next hop toward dst.
+func pokeNeighbor(t *testing.T, n *topo.Node, dst netip.Addr) {
+	t.Helper()
+	if err := n.Do(func() error {
+		c, err := net.Dial("udp4", netip.AddrPortFrom(dst, 9).String()) // discard
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte{0})
+		return err
+	}); err != nil {
+		t.Fatalf("warm the neighbours of %s: %v", n.Name, err)
+	}
 }
 
 // newUETEndpoint opens UDP 4793 on addr in n (pktio.EntropyConn) and starts
