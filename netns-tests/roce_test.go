@@ -928,33 +928,5 @@ func softnetDrops() uint64 {
 // was full.
 func udpRcvbufErrors(t *testing.T, n *topo.Node) uint64 {
 	t.Helper()
-	var v uint64
-	err := n.Do(func() error {
-		b, err := os.ReadFile("/proc/thread-self/net/snmp")
-		if err != nil {
-			return err
-		}
-		var names []string
-		for _, l := range strings.Split(string(b), "\n") {
-			f := strings.Fields(l)
-			if len(f) == 0 || f[0] != "Udp:" {
-				continue
-			}
-			if names == nil {
-				names = f
-				continue
-			}
-			for i, name := range names {
-				if name == "RcvbufErrors" && i < len(f) {
-					v, err = strconv.ParseUint(f[i], 10, 64)
-					return err
-				}
-			}
-		}
-		return fmt.Errorf("no Udp RcvbufErrors in /proc/net/snmp")
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return udpCounter(t, n, "RcvbufErrors")
 }

@@ -165,8 +165,9 @@ func checkInvariants(t *testing.T, s qdisc.Stats, q qdisc.QdiscCounters) {
 	}
 }
 
-// sink receives UDP in a namespace and counts packets by ECN codepoint, as
-// the receiving host sees them (IP_RECVTOS).
+// sink receives UDP in a namespace and counts datagrams by the kind
+// classify gives them from their payload and TOS byte (IP_RECVTOS); newSink
+// counts them by ECN codepoint, as the receiving host sees them.
 type sink struct {
 	conn     *net.UDPConn
 	port     int
@@ -175,6 +176,12 @@ type sink struct {
 }
 
 func newSink(t *testing.T, n *topo.Node) *sink {
+	return newClassifyingSink(t, n, func(_ []byte, tos byte) int { return int(tos & 3) })
+}
+
+// newClassifyingSink counts each datagram in received[classify(...)], a
+// kind 0 to 3.
+func newClassifyingSink(t *testing.T, n *topo.Node, classify func(payload []byte, tos byte) int) *sink {
 	t.Helper()
 	s := &sink{}
 	err := n.Do(func() error {
@@ -203,11 +210,11 @@ func newSink(t *testing.T, n *topo.Node) *sink {
 		buf := make([]byte, 9000)
 		oob := make([]byte, 64)
 		for {
-			_, oobn, _, _, err := s.conn.ReadMsgUDP(buf, oob)
+			n, oobn, _, _, err := s.conn.ReadMsgUDP(buf, oob)
 			if err != nil {
 				return
 			}
-			s.received[tosFromCmsg(oob[:oobn])&3].Add(1)
+			s.received[classify(buf[:n], tosFromCmsg(oob[:oobn]))&3].Add(1)
 		}
 	}()
 	t.Cleanup(s.close)

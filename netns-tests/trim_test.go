@@ -9,15 +9,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/safchain/ethtool"
 	"golang.org/x/net/ipv4"
-	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -64,7 +61,7 @@ func TestPortTrim(t *testing.T) {
 				}
 				tosWhole := tosRoCEECT0
 				tosTrimmed := int(qdisc.DefaultTrimDSCP)<<2 | tosRoCEECT0&3
-				sk := newTrimSink(t, d.Receiver, func(b []byte, tos byte) int {
+				sk := newClassifyingSink(t, d.Receiver, func(b []byte, tos byte) int {
 					switch {
 					case len(b) == payload && int(tos) == tosWhole && string(b) == string(pattern):
 						return sinkWhole
@@ -83,7 +80,7 @@ func TestPortTrim(t *testing.T) {
 				}
 				s := settle(t, port) // the counters' identities, trimming included
 				c, tc := s.Classes[qdisc.ClassRoCE], s.Classes[trimClass]
-				whole, trimmed, other := sk.wait(c.DequeuedPackets + tc.DequeuedPackets)
+				whole, trimmed, other := sk.waitKinds(c.DequeuedPackets + tc.DequeuedPackets)
 				csum := udpCounter(t, d.Receiver, "InCsumErrors") - csum0
 				rcvbuf := udpCounter(t, d.Receiver, "RcvbufErrors") - rcvbuf0
 				t.Logf("sent %d; class 3: enqueued %d, dequeued %d, trimmed %d (cut %d B, kept %d B), dropped %d (trim class full %d), max backlog %d B; class %d: trimmed in %d, dequeued %d, max backlog %d B; receiver: %d whole, %d trimmed, %d other, %d checksum errors, %d rcvbuf errors",
@@ -201,71 +198,19 @@ func udpCounter(t *testing.T, n *topo.Node, name string) uint64 {
 	return v
 }
 
-// Kinds of datagram a trimSink counts.
+// Kinds of datagram TestPortTrim's sink counts.
 const (
 	sinkWhole = iota
 	sinkTrimmed
 	sinkOther
 )
 
-// trimSink receives UDP in a namespace and counts datagrams by the kind
-// classify gives them from their payload and TOS byte (IP_RECVTOS).
-type trimSink struct {
-	conn  *net.UDPConn
-	port  int
-	count [3]atomic.Uint64
-	wg    sync.WaitGroup
-}
-
-func newTrimSink(t *testing.T, n *topo.Node, classify func(payload []byte, tos byte) int) *trimSink {
-	t.Helper()
-	s := &trimSink{}
-	err := n.Do(func() error {
-		var err error
-		s.conn, err = net.ListenUDP("udp4", &net.UDPAddr{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.port = s.conn.LocalAddr().(*net.UDPAddr).Port
-	_ = s.conn.SetReadBuffer(8 << 20)
-	rc, err := s.conn.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
-	}); err != nil || serr != nil {
-		t.Fatalf("IP_RECVTOS: %v %v", err, serr)
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		buf := make([]byte, 9000)
-		oob := make([]byte, 64)
-		for {
-			n, oobn, _, _, err := s.conn.ReadMsgUDP(buf, oob)
-			if err != nil {
-				return
-			}
-			s.count[classify(buf[:n], tosFromCmsg(oob[:oobn]))].Add(1)
-		}
-	}()
-	t.Cleanup(func() {
-		s.conn.Close()
-		s.wg.Wait()
-	})
-	return s
-}
-
 // wait gives the receiving socket up to 2 s to read want datagrams, then
 // returns what it counted.
-func (s *trimSink) wait(want uint64) (whole, trimmed, other uint64) {
+func (s *sink) waitKinds(want uint64) (whole, trimmed, other uint64) {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		whole, trimmed, other = s.count[sinkWhole].Load(), s.count[sinkTrimmed].Load(), s.count[sinkOther].Load()
+		whole, trimmed, other = s.received[sinkWhole].Load(), s.received[sinkTrimmed].Load(), s.received[sinkOther].Load()
 		if whole+trimmed+other >= want || time.Now().After(deadline) {
 			return
 		}

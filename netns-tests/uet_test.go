@@ -74,6 +74,21 @@ func newUETBed(t *testing.T, senders int, cfg qdisc.Config, mod func(*pds.Config
 	return b
 }
 
+// startIncast starts one stream of perSender bytes (uetMsgBytes messages,
+// verified) from every client to the server, job IDs 1, 2, ….
+func (b *uetBed) startIncast(t *testing.T, perSender uint64) []*pds.Sender {
+	t.Helper()
+	var ss []*pds.Sender
+	for i, c := range b.clients {
+		s, err := c.Start(b.d.ReceiverAddr, pds.Stream{JobID: uint32(i + 1), MessageBytes: uetMsgBytes, Messages: perSender / uetMsgBytes, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	return ss
+}
+
 // warmNeighbors resolves the dumbbell's ARP entries both ways with one
 // datagram each, as a NIC's connection manager resolves the address before
 // the first packet: a raw socket's first packets otherwise wait for ARP
@@ -214,16 +229,8 @@ func TestUETIncast(t *testing.T) {
 	const senders, perSender = 8, 2 << 20
 	b := newUETBed(t, senders, uetPortConfig(), nil)
 	ideal := time.Duration(float64(senders*perSender*8) / (uetPayloadShare() * float64(roceRate)) * 1e9)
-	var ss []*pds.Sender
 	start := time.Now()
-	for i, c := range b.clients {
-		s, err := c.Start(b.d.ReceiverAddr, pds.Stream{JobID: uint32(i + 1), MessageBytes: uetMsgBytes, Messages: perSender / uetMsgBytes, Verify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ss = append(ss, s)
-	}
-	fct := waitSenders(t, start, ss, 20*ideal)
+	fct := waitSenders(t, start, b.startIncast(t, perSender), 20*ideal)
 	st := settle(t, b.port)
 	r := st.Classes[qdisc.ClassRoCE]
 	cs := b.server.Counters()
