@@ -10,6 +10,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -45,6 +46,17 @@ type Config struct {
 	// NewWindow makes a CCC's window controller. Optional: NSCC with
 	// nscc.LabParams(LinkRate, BaseRTT, MTU).
 	NewWindow func(now time.Duration) cc.WindowController
+	// CC is the congestion control of the endpoint's sender CCCs: NSCC
+	// (the default), RCCC, both, or none. The receiver side needs no
+	// mode: the endpoint's credit pacer serves every source whose data
+	// packets carry a credit target (RUD_CC_REQ).
+	CC CCMode
+	// RCCC configures RCCC at both ends: a sender CCC's credit (CC rccc
+	// or both) and the endpoint's credit pacer. Optional:
+	// rccc.LabParams(LinkRate, BaseRTT, MTU + 14), the pacer at 0.99 of
+	// the line, which the senders spend in wire bytes (IP packet and
+	// Ethernet header).
+	RCCC *rccc.Params
 	// NewBalancer makes a PDC's entropy load balancer (host/lb), which
 	// picks each packet's EV (UDP source port) and learns from its ACK's
 	// M flag, trimmed NACKs and timeouts. Optional: none, one EV per PDC
@@ -214,6 +226,12 @@ func (c Config) Validate() error {
 	case c.AckBytes < c.MTU || c.AckBytes > 1<<20:
 		return fmt.Errorf("pds: ack_bytes %d: must be mtu (%d)..%d", c.AckBytes, c.MTU, 1<<20)
 	}
+	if c.CC >= numCCModes {
+		return fmt.Errorf("pds: cc %d: must be one of %v", c.CC, CCModeNames())
+	}
+	if err := c.rcccParams().Validate(); err != nil {
+		return fmt.Errorf("pds: rccc: %w", err)
+	}
 	if c.NewWindow == nil {
 		p := nscc.LabParams(c.LinkRate, c.BaseRTT, c.MTU)
 		if err := p.Validate(); err != nil {
@@ -221,4 +239,12 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// rcccParams is Config.RCCC or its default (after withDefaults).
+func (c Config) rcccParams() rccc.Params {
+	if c.RCCC != nil {
+		return *c.RCCC
+	}
+	return rccc.LabParams(c.LinkRate, c.BaseRTT, c.MTU+ethernetLen)
 }
