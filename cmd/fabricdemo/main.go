@@ -9,9 +9,11 @@
 // switch's port towards the receiver, and runs one host/agent RoCE agent
 // per namespace in this process: RC queue pairs writing with DSCP 26
 // (class 3, "roce", ECT(0)), CNPs back with DSCP 48, the senders joining one
-// after the other. -traffic tcp runs the earlier demo instead: one iperf3
-// TCP flow per sender, cubic with classic ECN. Everything is removed at
-// exit, also on Ctrl-C.
+// after the other. -traffic uet runs Ultra Ethernet Transport instead: one
+// host/pds endpoint per namespace, the senders in an incast through a
+// 1-BDP port that trims, NSCC and/or RCCC (uet.go). -traffic tcp runs the
+// earlier demo: one iperf3 TCP flow per sender, cubic with classic ECN.
+// Everything is removed at exit, also on Ctrl-C.
 package main
 
 import (
@@ -30,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -46,6 +49,7 @@ const (
 
 	trafficRoCE = "roce"
 	trafficTCP  = "tcp"
+	trafficUET  = "uet"
 )
 
 const usageText = `Usage: sudo fabricdemo [flags]
@@ -76,8 +80,25 @@ goodput and Rc, α and the queue over the run, and a 500 ms zoom sampled every
 millisecond where each cut and recovery shows. Everything is removed at exit,
 also on Ctrl-C.
 
--traffic tcp runs the TCP demo instead: one iperf3 flow per sender, cubic
-with classic ECN, through the same port.
+-traffic uet runs Ultra Ethernet Transport instead: the senders start at
+once (an incast) and write 64 KiB messages, verified at the receiver, over
+UET endpoints (host/pds, UDP 4793, RUD) with the congestion control of -cc:
+nscc (the sender's window, ECN and delay), rccc (the receiver's credit
+pacer), both (the default: a packet leaves when both allow it) or none. The
+port's class 3 holds one BDP at the base RTT of 1 ms (62.5 KB at 500
+Mbit/s), marks ECN from 0.2 to 0.8 of it, and trims what it cannot hold to
+128 B (DSCP 9, strict class 7), which the receiver NACKs at once (-trim=false:
+it drops instead). The senders send for -duration, or -bytes SIZE each (the
+run ends when the last is acknowledged; -duration then bounds it). Every
+second: per flow goodput, the window (cwnd) and bytes in flight, the credit,
+the CCC states at the sender and the receiver, retransmissions and trim
+NACKs; the port's queue, sojourn, marks, trims and drops. At the end: each
+flow's FCT, the tail FCT over the ideal (all payload at the port's payload
+capacity), Jain fairness, the queue's p50/p99, every byte verified, the
+transport's and the port's counters, checks, and a PNG (demo-out/uet.png).
+
+-traffic tcp runs the TCP demo: one iperf3 flow per sender, cubic with
+classic ECN, through the same port.
 
 Examples:
   fabricdemo                        3 senders, 20 s, plot in demo-out/dcqcn.png
@@ -93,13 +114,20 @@ Examples:
   fabricdemo -dcqcn rpg_ai_rate=2,rpg_time_reset=1100
                                     twice the additive increase, twice as
                                     often: a fuller queue that can overflow
+  fabricdemo -traffic uet           3 UET senders, NSCC and RCCC, trimming
+  fabricdemo -traffic uet -cc nscc -senders 8
+                                    8 -> 1 as TestUETIncastTrim, window only
+  fabricdemo -traffic uet -cc none  no CC: the queue sits at its buffer,
+                                    trimming does all the work
+  fabricdemo -traffic uet -trim=false -bytes 8mb
+                                    8 MB each into a queue that drops
   fabricdemo -traffic tcp
 
 Flags:
 `
 
 type options struct {
-	traffic  string // trafficRoCE or trafficTCP
+	traffic  string // trafficRoCE, trafficTCP or trafficUET
 	senders  int
 	qps      int // RoCE: queue pairs per sender
 	rate     units.Rate
@@ -123,6 +151,11 @@ type options struct {
 	np       string  // where the receiver's NP runs: npKernel or npAgent
 	rp       string  // where the senders' RPs take their CNPs: rpKernel or rpAgent
 	cpuShare float64 // the CPU share measured for the default -rate; 0: -rate given
+	// UET: the senders' congestion control, trimming at the port, and
+	// the bytes each sends (0: messages until -duration).
+	cc    pds.CCMode
+	trim  bool
+	bytes units.ByteSize
 }
 
 // knobList collects -dcqcn name=value[,name=value...] in order.
@@ -174,12 +207,12 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		profile: defaultProfile, mtu: 4096, sample: 10 * time.Millisecond, plotPath: defaultPlot}
 	fs := flag.NewFlagSet("fabricdemo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.traffic, "traffic", o.traffic, "`kind` of traffic: roce (RoCEv2 with DCQCN) or tcp (iperf3, cubic + classic ECN)")
+	fs.StringVar(&o.traffic, "traffic", o.traffic, "`kind` of traffic: roce (RoCEv2 with DCQCN), uet (Ultra Ethernet Transport, NSCC/RCCC, an incast into a port that trims) or tcp (iperf3, cubic + classic ECN)")
 	fs.IntVar(&o.senders, "senders", o.senders, "number of senders (1-32)")
 	fs.IntVar(&o.qps, "qps", o.qps, "roce: queue pairs per sender, each a flow (1-16)")
 	fs.Var(&o.rate, "rate", "port `speed`, tc units (100mbit, 1gbit, ...); default: 500mbit, or 250mbit when other load holds the CPUs")
 	fs.Var(seconds{&o.duration}, "duration", "`seconds` of traffic, from the first flow's start to the end")
-	fs.Var(seconds{&o.stagger}, "stagger", "`seconds` between sender starts (shortened if the run is too short)")
+	fs.Var(seconds{&o.stagger}, "stagger", "`seconds` between sender starts (shortened if the run is too short); not with uet, whose senders start at once")
 	fs.StringVar(&o.profile, "profile", o.profile, "roce: DCQCN `profile`, paper or mlx5 (host/dcqcn), rate knobs scaled to -rate")
 	fs.Func("timescale", "roce: stretch the profile's timers (rpg_time_reset, dce_tcp_rtt, min_time_between_cnps, rate_reduce_monitor_period) by this `factor`; auto: the profile's reference line rate / -rate (40 for paper, 25 for mlx5 at 1gbit); 1: the profile's own timers (default auto)",
 		func(v string) error {
@@ -195,11 +228,16 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 			return nil
 		})
 	fs.Var(&o.knobs, "dcqcn", "roce: set a DCQCN knob by its mlx5 `name=value` (repeat, or comma-separate); e.g. rpg_ai_rate=2 (Mbit/s), rpg_time_reset=100 (us)")
-	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's)")
+	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's; uet: 0.2 and 0.8 BDP, p=1, limit 1 BDP)")
 	fs.StringVar(&o.ppfc, "ppfc", ppfcAuto, "roce: PPFC on class 3 (seed 003): `xoff=SIZE,xon=SIZE[,alarm=SIZE]`, auto (xoff at half the buffer, xon at 3/4 of xoff, alarm halfway between) or off")
 	fs.IntVar(&o.mtu, "mtu", o.mtu, "roce: path MTU, payload `bytes` per packet: 256, 512, 1024, 2048 or 4096 (the lab's links are 9000-byte jumbo)")
-	fs.DurationVar(&o.sample, "sample", o.sample, "roce: sampling `period` of Rc, α and the queue for the plot (1ms-1s)")
-	fs.StringVar(&o.plotPath, "plot", o.plotPath, "roce: write the PNG plot to this `file` (\"\" for none)")
+	fs.DurationVar(&o.sample, "sample", o.sample, "roce, uet: sampling `period` of the senders' state (Rc and α; cwnd and credit) and the queue for the plot (1ms-1s)")
+	fs.StringVar(&o.plotPath, "plot", o.plotPath, "roce, uet: write the PNG plot to this `file` (\"\" for none; default demo-out/dcqcn.png, uet: demo-out/uet.png)")
+	ccName := "both"
+	fs.StringVar(&ccName, "cc", ccName, "uet: the senders' congestion `control`: nscc (window), rccc (receiver credit), both or none")
+	o.trim = true
+	fs.BoolVar(&o.trim, "trim", o.trim, "uet: the port trims what its class 3 buffer cannot hold (-trim=false: it drops)")
+	fs.Var(&o.bytes, "bytes", "uet: each sender writes this `size` (tc units, whole 64 KiB messages) and the run ends when all are acknowledged, within -duration; default: messages until -duration")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
 	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
 	fs.StringVar(&o.rp, "rp", rpKernel, "roce: where each sender's reaction point takes its CNPs: kernel (eBPF on its device, host/rpbpf: Rc cut from a CNP's arrival on) or agent (its receive loop)")
@@ -230,8 +268,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	switch {
 	case fs.NArg() > 0:
 		return bad("unexpected argument %q (see -help)", fs.Arg(0))
-	case o.traffic != trafficRoCE && o.traffic != trafficTCP:
-		return bad("-traffic %q: want roce or tcp", o.traffic)
+	case o.traffic != trafficRoCE && o.traffic != trafficTCP && o.traffic != trafficUET:
+		return bad("-traffic %q: want roce, tcp or uet", o.traffic)
 	case o.senders < 1 || o.senders > maxSenders:
 		return bad("-senders %d: want 1 to %d", o.senders, maxSenders)
 	case o.qps < 1 || o.qps > maxQPs:
@@ -249,19 +287,51 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	case o.sample < time.Millisecond || o.sample > time.Second:
 		return bad("-sample %s: want 1ms to 1s", o.sample)
 	}
-	if o.traffic == trafficTCP {
-		var roceOnly []string
-		for _, f := range []string{"qps", "profile", "timescale", "dcqcn", "mtu", "sample", "plot", "ppfc"} {
+	if o.traffic != trafficUET {
+		var uetOnly []string
+		for _, f := range []string{"cc", "trim", "bytes"} {
 			if set[f] {
+				uetOnly = append(uetOnly, "-"+f)
+			}
+		}
+		if len(uetOnly) > 0 {
+			return bad("%s: only with -traffic uet", strings.Join(uetOnly, ", "))
+		}
+	}
+	if o.traffic != trafficRoCE {
+		var roceOnly []string
+		for _, f := range []string{"qps", "profile", "timescale", "dcqcn", "mtu", "sample", "plot", "ppfc", "np", "rp"} {
+			if set[f] && (o.traffic == trafficTCP || f != "sample" && f != "plot") {
 				roceOnly = append(roceOnly, "-"+f)
 			}
 		}
 		if len(roceOnly) > 0 {
 			return bad("%s: only with -traffic roce", strings.Join(roceOnly, ", "))
 		}
+	}
+	if o.traffic == trafficUET && set["stagger"] {
+		return bad("-stagger: not with -traffic uet, an incast (the senders start at once)")
+	}
+	switch o.traffic {
+	case trafficTCP:
 		o.plotPath = ""
+	case trafficUET:
+		mode, err := pds.ParseCCMode(ccName)
+		if err != nil {
+			return bad("-cc %s: want %s", ccName, strings.Join(pds.CCModeNames(), ", "))
+		}
+		o.cc, o.stagger = mode, 0
+		if !set["plot"] {
+			o.plotPath = defaultUETPlot
+		}
+		if o.bytes > maxUETBytes {
+			return bad("-bytes %s: want at most %s per sender", o.bytes, maxUETBytes)
+		}
 	}
 	cc := qdisc.DefaultConfig(o.rate).Classes[qdisc.ClassRoCE]
+	if o.traffic == trafficUET {
+		cc = uetClass(o.rate, o.trim)
+	}
 	if o.wred != "" {
 		if err := applyWRED(&cc, o.wred); err != nil {
 			return bad("-wred %s: %v", o.wred, err)
@@ -614,12 +684,15 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	b := lab.Bottleneck
 	d.cfg = qdisc.DefaultConfig(o.rate)
+	if o.traffic == trafficUET {
+		d.cfg.Classes[qdisc.ClassRoCE] = uetClass(o.rate, o.trim)
+	}
 	if o.wred != "" {
 		if err := applyWRED(&d.cfg.Classes[qdisc.ClassRoCE], o.wred); err != nil {
 			return fmt.Errorf("-wred %s: %w", o.wred, err)
 		}
 	}
-	if !tcp {
+	if o.traffic == trafficRoCE {
 		if err := applyPPFC(&d.cfg.Classes[qdisc.ClassRoCE], o.ppfc); err != nil {
 			return fmt.Errorf("-ppfc %s: %w", o.ppfc, err)
 		}
@@ -638,6 +711,9 @@ func (d *demo) run(ctx context.Context) error {
 	if tcp {
 		d.tcpIntro(rps)
 		return d.tcpTraffic(ctx)
+	}
+	if o.traffic == trafficUET {
+		return d.uetRun(ctx, rps)
 	}
 	return d.roceRun(ctx, rps)
 }

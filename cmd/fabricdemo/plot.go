@@ -206,10 +206,19 @@ func writeRoCEPlot(path string, r *RoCEReport) error {
 		return err
 	}
 	width := 30 * vg.Centimeter
+	columns := [][]*plot.Plot{{rates, alpha, queue}}
 	if zoom != nil {
 		width = 42 * vg.Centimeter
+		columns = append(columns, zoom)
 	}
 	heights := []vg.Length{10 * vg.Centimeter, 4.5 * vg.Centimeter, 6.5 * vg.Centimeter}
+	return writePanels(path, plotTitle(r), width, heights, columns)
+}
+
+// writePanels draws a title line and columns of panels, one above the
+// other, row i heights[i] high, into a PNG at path: one column fills the
+// width, two split it 70/30.
+func writePanels(path, title string, width vg.Length, heights []vg.Length, columns [][]*plot.Plot) error {
 	const headerH = vg.Centimeter
 	total := headerH
 	for _, h := range heights {
@@ -224,15 +233,11 @@ func writeRoCEPlot(path string, r *RoCEReport) error {
 	header.Min.Y = dc.Max.Y - headerH
 	sty := draw.TextStyle{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler, XAlign: draw.XLeft}
 	sty.Font.Size = vg.Points(11)
-	header.FillText(sty, vg.Point{X: dc.Min.X + vg.Centimeter/2, Y: header.Min.Y + vg.Centimeter/3}, plotTitle(r))
+	header.FillText(sty, vg.Point{X: dc.Min.X + vg.Centimeter/2, Y: header.Min.Y + vg.Centimeter/3}, title)
 
 	body := dc
 	body.Max.Y = header.Min.Y
-	columns := [][]*plot.Plot{{rates, alpha, queue}}
-	if zoom != nil {
-		columns = append(columns, zoom)
-	}
-	tiles := draw.Tiles{Rows: 3, Cols: 1, PadY: vg.Centimeter / 4,
+	tiles := draw.Tiles{Rows: len(heights), Cols: 1, PadY: vg.Centimeter / 4,
 		PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4, PadLeft: vg.Centimeter / 4, PadRight: vg.Centimeter / 2}
 	for k, col := range columns {
 		area := body

@@ -574,12 +574,20 @@ func renderClass(w io.Writer, v classView) {
 	fmt.Fprintf(w, "  CE marked  %10d pkt  = %s of %d ECN-capable arrivals\n", c.CEMarked(), pct(v.markFraction), ect)
 	fmt.Fprintf(w, "  dropped    %10d pkt  (buffer full: %d, WRED early drop: %d)\n",
 		c.DroppedPackets(), c.DroppedLimitPackets, c.DroppedWREDPackets)
+	if v.cc.TrimBytes != 0 || c.TrimmedPackets > 0 {
+		fmt.Fprintf(w, "  trimmed    %10d pkt  to %d B with DSCP %d into class %d (%d bytes cut off); %d dropped with the trim class full too\n",
+			c.TrimmedPackets, v.cc.TrimBytes, v.cc.TrimDSCP, v.cc.TrimClass, c.TrimmedBytes, c.TrimDroppedPackets)
+	}
 	fmt.Fprintf(w, "  queue      sojourn p50 %s  p99 %s  mean %s;  backlog peak %sKB (%d pkt)\n",
 		shortDur(v.p50), shortDur(v.p99), shortDur(c.MeanSojourn()), kb(c.MaxBacklogBytes), c.MaxBacklogPackets)
-	if v.invariant == "" {
+	switch {
+	case v.invariant == "" && c.TrimmedPackets > 0:
+		fmt.Fprintf(w, "  invariant  enqueued = dequeued + dropped + trimmed + backlog: %d = %d + %d + %d + %d pkt, bytes too: OK\n",
+			c.EnqueuedPackets, c.DequeuedPackets, c.DroppedPackets(), c.TrimmedPackets, c.BacklogPackets)
+	case v.invariant == "":
 		fmt.Fprintf(w, "  invariant  enqueued = dequeued + dropped + backlog: %d = %d + %d + %d pkt, bytes too: OK\n",
 			c.EnqueuedPackets, c.DequeuedPackets, c.DroppedPackets(), c.BacklogPackets)
-	} else {
+	default:
 		fmt.Fprintf(w, "  invariant  VIOLATED: %s\n", v.invariant)
 	}
 	if v.qd != nil {

@@ -215,8 +215,11 @@ func (s *Series) windowRate(i int, from float64) (float64, bool) {
 }
 
 // indexFrom is the first sample at or after t, -1 if none.
-func (s *Series) indexFrom(t float64) int {
-	for i, v := range s.T {
+func (s *Series) indexFrom(t float64) int { return indexFrom(s.T, t) }
+
+// indexFrom is the first of the times ts at or after t, -1 if none.
+func indexFrom(ts []float64, t float64) int {
+	for i, v := range ts {
 		if v >= t {
 			return i
 		}
@@ -229,32 +232,44 @@ func (s *Series) indexFrom(t float64) int {
 // received-bytes counter moves by whole packets, so a single period is
 // noisy.
 func (s *Series) Goodput(i int, startS, window float64) (ts, bps []float64) {
-	rb := s.Flows[i].RecvBytes
-	k := max(1, int(math.Round(window/max(s.PeriodS, 1e-9))))
-	for j := range s.T {
-		if s.T[j] < startS {
+	return slidingRate(s.T, s.Flows[i].RecvBytes, s.PeriodS, startS, window)
+}
+
+// slidingRate is the rate of the cumulative byte counter bytes, sampled
+// at times every period seconds, over a sliding window of about window
+// seconds ending at each sample from startS on, as (t, bits/s).
+func slidingRate(times []float64, bytes []uint64, period, startS, window float64) (ts, bps []float64) {
+	k := max(1, int(math.Round(window/max(period, 1e-9))))
+	for j := range times {
+		if times[j] < startS {
 			continue
 		}
 		a := max(j-k, 0)
-		for a < j && s.T[a] < startS { // the flow joins at a sample
+		for a < j && times[a] < startS { // the flow joins at a sample
 			a++
 		}
-		if a == j || s.T[j]-s.T[a] <= 0 {
+		if a == j || times[j]-times[a] <= 0 {
 			continue
 		}
-		ts = append(ts, s.T[j])
-		bps = append(bps, float64(sub(rb[j], rb[a]))*8/(s.T[j]-s.T[a]))
+		ts = append(ts, times[j])
+		bps = append(bps, float64(sub(bytes[j], bytes[a]))*8/(times[j]-times[a]))
 	}
 	return ts, bps
 }
 
 // queueStats summarises the backlog samples at or after from.
 func queueStats(s *Series, from float64, cc *qdisc.ClassConfig) QueueStats {
-	a := s.indexFrom(from)
+	return backlogStats(s.T, s.BacklogBytes, from, cc)
+}
+
+// backlogStats summarises the backlog samples taken at times at or after
+// from, against the class's WRED thresholds.
+func backlogStats(times []float64, backlog []uint64, from float64, cc *qdisc.ClassConfig) QueueStats {
+	a := indexFrom(times, from)
 	if a < 0 {
 		return QueueStats{}
 	}
-	qs := slices.Clone(s.BacklogBytes[a:])
+	qs := slices.Clone(backlog[a:])
 	var q QueueStats
 	q.Samples = len(qs)
 	if q.Samples == 0 {
@@ -437,6 +452,13 @@ func classDelta(prev, cur *qdisc.ClassStats) qdisc.ClassStats {
 	d.PPFCHoldsCoalesced = sub(cur.PPFCHoldsCoalesced, prev.PPFCHoldsCoalesced)
 	d.PPFCAlarmsSent = sub(cur.PPFCAlarmsSent, prev.PPFCAlarmsSent)
 	d.PPFCAlarmsCoalesced = sub(cur.PPFCAlarmsCoalesced, prev.PPFCAlarmsCoalesced)
+	d.TrimmedPackets = sub(cur.TrimmedPackets, prev.TrimmedPackets)
+	d.TrimmedBytes = sub(cur.TrimmedBytes, prev.TrimmedBytes)
+	d.TrimmedKeptBytes = sub(cur.TrimmedKeptBytes, prev.TrimmedKeptBytes)
+	d.TrimDroppedPackets = sub(cur.TrimDroppedPackets, prev.TrimDroppedPackets)
+	d.TrimDroppedBytes = sub(cur.TrimDroppedBytes, prev.TrimDroppedBytes)
+	d.TrimInPackets = sub(cur.TrimInPackets, prev.TrimInPackets)
+	d.TrimInBytes = sub(cur.TrimInBytes, prev.TrimInBytes)
 	for b := range d.Curve.Arrivals {
 		d.Curve.Arrivals[b] = sub(cur.Curve.Arrivals[b], prev.Curve.Arrivals[b])
 		d.Curve.Marks[b] = sub(cur.Curve.Marks[b], prev.Curve.Marks[b])

@@ -534,7 +534,7 @@ func TestParseFlagsRoCE(t *testing.T) {
 		args []string
 		err  string
 	}{
-		{[]string{"-traffic", "udp"}, `-traffic "udp": want roce or tcp`},
+		{[]string{"-traffic", "udp"}, `-traffic "udp": want roce, tcp or uet`},
 		{[]string{"-traffic", "tcp", "-profile", "mlx5", "-qps", "2"}, "-qps, -profile: only with -traffic roce"},
 		{[]string{"-profile", "fast"}, "-profile fast: want mlx5 or paper"},
 		{[]string{"-dcqcn", "rpg_ai_rate"}, "want name=value"},
