@@ -2,12 +2,15 @@ package pds
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/nscc"
+	"github.com/fabriclab/fabriclab/host/rccc"
+	"github.com/fabriclab/fabriclab/host/uet"
 )
 
 // CCCState is a Congestion Control Context's state (seed 004; uet.md "CCC
@@ -80,6 +83,12 @@ type ccc struct {
 	key    CCCKey
 	state  CCCState
 	wnd    cc.WindowController
+	// credit is RCCC's credit from the receiver (CC rccc or both), nil
+	// otherwise.
+	credit      *rccc.Sender
+	creditReqAt time.Duration // last CTRL CREDIT_REQ
+	creditAt    time.Duration // last packet that carried a target, or credit that came
+	creditReqs  uint64        // CREDIT_REQs sent
 
 	inFlight int // wire bytes sent, neither acknowledged nor taken as lost
 	pdcs     []*initiator
@@ -87,9 +96,37 @@ type ccc struct {
 	freed    bool
 }
 
-// canSend is NSCC.CanSend for a full packet (uet.md: in-flight + MTU ≤
-// cwnd).
-func (c *ccc) canSend(size int) bool { return c.wnd.CanSend(c.inFlight, size) }
+// canSend is the CCC's can_send for a full packet (uet.md): NSCC's
+// in-flight + MTU ≤ cwnd, and RCCC's credit > 0.
+func (c *ccc) canSend(size int) bool {
+	return c.wnd.CanSend(c.inFlight, size) && (c.credit == nil || c.credit.CanSend())
+}
+
+// cccID is the CCC's ccc_id on the wire (RUD_CC_REQ; the high byte of a
+// CTRL CREDIT or CREDIT_REQ payload): the low 8 bits of its serial, so
+// that a receiver tells a new incarnation of a CCC from the old one (both
+// ends' credit counts start at 0 with the CCC).
+func (c *ccc) cccID() uint8 { return uint8(c.serial) }
+
+// demand is what the CCC asks its receiver's pacer for (rccc.Sender.Target):
+// its PDCs' new and retransmit backlogs in wire bytes, NSCC's window when
+// it runs beside, the sending endpoint's CCCs with data waiting.
+func (c *ccc) demand() cc.CreditDemand {
+	d := cc.CreditDemand{ActiveSources: max(c.ep.busyCCCs, 1)}
+	for _, p := range c.pdcs {
+		nb, rb := p.backlogBytes()
+		d.Backlog = min(d.Backlog+nb, maxBacklog)
+		d.RetxBacklog = min(d.RetxBacklog+rb, maxBacklog)
+	}
+	if c.ep.cfg.CC.window() {
+		d.Window = c.wnd.Window()
+	}
+	return d
+}
+
+// maxBacklog caps a backlog in bytes (a stream without end): far above any
+// MaxWnd, the most a target asks for.
+const maxBacklog = 1 << 30
 
 // backlog reports whether any PDC has new data or a retransmission
 // waiting.
@@ -142,8 +179,19 @@ func (c *ccc) set(now time.Duration, to CCCState) {
 	}
 	from := c.state
 	c.state = to
+	if busy(from) != busy(to) {
+		if busy(to) {
+			c.ep.busyCCCs++
+		} else {
+			c.ep.busyCCCs--
+		}
+	}
 	c.ep.cccTransition(now, c, from, to)
 }
+
+// busy reports whether a CCC in state s has data waiting to go out (the
+// sender NIC's active sources, rccc's CreditDemand.ActiveSources).
+func busy(s CCCState) bool { return s == CCCActive || s == CCCReady }
 
 // cccManager holds the sender's CCCs (the CMS's CCC Manager, seed 004).
 type cccManager struct {
@@ -162,7 +210,13 @@ func (m *cccManager) get(ep *Endpoint, now time.Duration, key CCCKey) (c *ccc, o
 		return nil, false
 	}
 	m.serial++
-	c = &ccc{ep: ep, serial: m.serial, key: key, state: CCCIdle, wnd: ep.cfg.NewWindow(now)}
+	c = &ccc{ep: ep, serial: m.serial, key: key, state: CCCIdle, wnd: openWindow{}}
+	if ep.cfg.CC.window() {
+		c.wnd = ep.cfg.NewWindow(now)
+	}
+	if ep.cfg.CC.credit() {
+		c.credit = rccc.NewSender(ep.rcccParams, now)
+	}
 	m.byKey[key] = c
 	ep.cccCreated(now, c)
 	ep.eng.AddFlow(c)
@@ -193,6 +247,9 @@ type ackSample struct {
 	inFlight int
 	pend     uint8 // NSCC rcv_cwnd_pend
 	rc       bool  // NSCC rc
+	nsccCC   bool  // the ACK_CC carried NSCC's cc_state
+	credit   uet.Credit
+	creditOK bool // the ACK_CC carried a CREDIT cc_state
 }
 
 // ackCCTaker is a window controller that reads an ACK_CC's NSCC cc_state
@@ -208,13 +265,25 @@ type nackTaker interface {
 
 func (c *ccc) onAck(now time.Duration, s ackSample) {
 	cs := cc.AckSample{NewlyAcked: s.newly, RTT: s.rtt, RTTValid: s.rttOK, ECN: s.ecn, InFlight: s.inFlight}
-	if t, ok := c.wnd.(ackCCTaker); ok {
+	if c.credit != nil {
+		// The first answer ends speculation; an ACK_CC CREDIT repeats the
+		// receiver's cumulative grants (rccc's doc, "Wiring in a PDS").
+		c.credit.OnAck(now)
+		if s.creditOK {
+			c.credit.OnCredit(now, uint32(s.credit))
+			c.creditAt = now
+		}
+	}
+	if t, ok := c.wnd.(ackCCTaker); ok && s.nsccCC {
 		t.OnAckCC(now, cs, nscc.AckCCState{RcvCwndPend: s.pend, RestoreCwnd: s.rc})
 	} else {
 		c.wnd.OnAck(now, cs)
 	}
 	before := c.state
 	c.update(now)
+	if c.needsCreditRequest() {
+		c.ep.kick() // the transmit loop asks for credit
+	}
 	if c.state == CCCReady && before != CCCReady {
 		// The ACK opened a window the transmit loop was blocked on; a
 		// CCC already READY has its loop running or timed (a kick is a
@@ -277,6 +346,10 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 			port.Spend(size + ethernetLen)
 		}
 	}
+	if k, due := c.creditRequest(now, out[n:]); due != engine.Never {
+		n += k
+		next = min(next, due)
+	}
 	c.update(now)
 	switch {
 	case portFull:
@@ -294,6 +367,96 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 	}
 	return n, next
 }
+
+// creditRequest sends a CTRL CREDIT_REQ when the CCC has data waiting, no
+// credit, and nothing in flight whose request carries a target (rccc's
+// doc; htsim sendRTS): at once, then once per ProbeTimeout while that
+// lasts, so that a lost request or grant is asked again. It returns the
+// packets written and when to look again (engine.Never: no need).
+func (c *ccc) creditRequest(now time.Duration, out []engine.Packet) (n int, due time.Duration) {
+	if c.credit == nil || c.credit.CanSend() || c.inFlight > 0 || len(c.pdcs) == 0 {
+		return 0, engine.Never
+	}
+	if newData, retx := c.backlog(); !newData && !retx {
+		return 0, engine.Never
+	}
+	// At once when no request carried a target yet; else after a probe
+	// timeout without credit (the last target is at the receiver, whose
+	// grant may be on its way), and again every probe timeout.
+	every := c.ep.cfg.ProbeTimeout
+	if c.creditReqs > 0 || c.credit.Stats().SentBytes > 0 {
+		if due := max(c.creditAt, c.creditReqAt) + every; now < due {
+			return 0, due
+		}
+	}
+	if len(out) == 0 {
+		return 0, now
+	}
+	p := c.pdcs[0]
+	h := uet.Header{Type: uet.TypeCtrl, Ctrl: uet.Ctrl{
+		CtrlType: uet.CtrlCreditReq, PSN: p.psn(p.nxt), SPDCID: p.id,
+		Payload: creditPayload(c.cccID(), uet.Credit(c.credit.Target(c.demand()))),
+	}}
+	if p.established {
+		h.Ctrl.DPDCID = p.peerID
+	}
+	pkt := &out[0]
+	pkt.N = h.Encode(pkt.Buf)
+	pkt.TOS = c.ep.ctrlTOS
+	pkt.Addr = netip.AddrPortFrom(c.key.Dst, c.ep.port)
+	pkt.SrcPort = p.ev
+	c.creditReqAt = now
+	c.creditReqs++
+	c.ep.ctr.CreditRequestsSent++
+	c.ep.ctr.TxPackets++
+	c.ep.ctr.TxBytes += uint64(pkt.N)
+	return 1, now + every
+}
+
+// needsCreditRequest reports whether the CCC waits for credit with nothing
+// in flight: only a CREDIT_REQ gets it going.
+func (c *ccc) needsCreditRequest() bool {
+	return c.credit != nil && !c.credit.CanSend() && c.inFlight == 0 && c.state == CCCActive
+}
+
+// creditPayload is a CTRL CREDIT or CREDIT_REQ payload: the 24-bit
+// cumulative credit (or credit target) under the CCC's 8-bit ccc_id, the
+// layout of a *_CC_REQ's ccc_id and credit_target word (this lab's
+// choice: the control payload's layout is not public).
+func creditPayload(cccID uint8, credit uet.Credit) uint32 {
+	return uint32(cccID)<<24 | uint32(credit)&uet.Units24Mask
+}
+
+// splitCreditPayload reads a creditPayload.
+func splitCreditPayload(v uint32) (cccID uint8, credit uet.Credit) {
+	return uint8(v >> 24), uet.Credit(v & uet.Units24Mask)
+}
+
+// onCredit is a CTRL CREDIT from the receiver of the CCC: its cumulative
+// grant.
+func (c *ccc) onCredit(now time.Duration, credit uet.Credit) {
+	c.credit.OnCredit(now, uint32(credit))
+	c.creditAt = now
+	before := c.state
+	c.update(now)
+	if c.state == CCCReady && before != CCCReady {
+		c.ep.kick()
+	}
+}
+
+// openWindow is the window of a CCC without NSCC (CC rccc or none): it
+// holds nothing back.
+type openWindow struct{}
+
+var _ cc.WindowController = openWindow{}
+
+func (openWindow) Window() int                             { return math.MaxInt32 }
+func (openWindow) CanSend(inFlight, size int) bool         { return true }
+func (openWindow) OnAck(now time.Duration, s cc.AckSample) {}
+func (openWindow) OnNack(now time.Duration, size int)      {}
+func (openWindow) OnLoss(now time.Duration, size int)      {}
+func (openWindow) Advance(now time.Duration)               {}
+func (openWindow) NextEvent() time.Duration                { return engine.Never }
 
 // pick returns the next PDC with something to send, round robin.
 func (c *ccc) pick(now time.Duration) *initiator {
@@ -328,6 +491,19 @@ type CCCInfo struct {
 	PDCs     int      `json:"pdcs"`
 	// NSCC is the window controller's counters when it is NSCC.
 	NSCC *nscc.Stats `json:"nscc,omitempty"`
+	// Credit is RCCC's state in modes rccc and both.
+	Credit *CreditInfo `json:"rccc,omitempty"`
+}
+
+// CreditInfo is a sender CCC's RCCC credit.
+type CreditInfo struct {
+	Credit      int  `json:"credit"` // bytes; 0 or less: waiting for a grant
+	Speculating bool `json:"speculating"`
+	// Received is the receiver's cumulative credit as far as accepted
+	// (256-byte units mod 2^24, as the wire carries it).
+	Received       uet.Credit `json:"received"`
+	CreditRequests uint64     `json:"credit_requests"` // CTRL CREDIT_REQ sent
+	rccc.SenderStats
 }
 
 // CCCs returns the sender CCCs.
@@ -341,6 +517,13 @@ func (ep *Endpoint) CCCs() []CCCInfo {
 		if n, ok := c.wnd.(*nscc.Controller); ok {
 			st := n.Stats()
 			ci.NSCC = &st
+		}
+		if cs := c.credit; cs != nil {
+			ci.Credit = &CreditInfo{Credit: cs.Credit(), Speculating: cs.Speculating(), Received: cs.Received(),
+				CreditRequests: c.creditReqs, SenderStats: cs.Stats()}
+			if !c.ep.cfg.CC.window() {
+				ci.Window = 0
+			}
 		}
 		out = append(out, ci)
 	}

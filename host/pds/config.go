@@ -229,14 +229,14 @@ func (c Config) Validate() error {
 	if c.CC >= numCCModes {
 		return fmt.Errorf("pds: cc %d: must be one of %v", c.CC, CCModeNames())
 	}
-	if err := c.rcccParams().Validate(); err != nil {
-		return fmt.Errorf("pds: rccc: %w", err)
-	}
 	if c.NewWindow == nil {
 		p := nscc.LabParams(c.LinkRate, c.BaseRTT, c.MTU)
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("pds: nscc for link_rate %v base_rtt %v mtu %d: %w", c.LinkRate, c.BaseRTT, c.MTU, err)
 		}
+	}
+	if err := c.rcccParams().Validate(); err != nil {
+		return fmt.Errorf("pds: rccc: %w", err)
 	}
 	return nil
 }

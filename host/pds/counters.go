@@ -26,6 +26,11 @@ type Counters struct {
 	InvalidAckPSN  uint64 `json:"invalid_ack_psn"`
 	ClosesSent     uint64 `json:"closes_sent"`
 	ProbesSent     uint64 `json:"probes_sent"` // CTRL ACK_REQ after ProbeTimeout without an ACK
+	// RCCC at the sender: CTRL CREDIT_REQs sent, CTRL CREDITs received,
+	// and those of them for no CCC of ours or an earlier incarnation.
+	CreditRequestsSent uint64 `json:"credit_requests_sent"`
+	CreditsReceived    uint64 `json:"credits_received"`
+	StaleCredits       uint64 `json:"stale_credits"`
 	// NacksReceived by code.
 	NacksReceived map[string]uint64 `json:"nacks_received"`
 	// CCC Manager: contexts created and freed, transitions by "FROM->TO".
@@ -49,6 +54,14 @@ type Counters struct {
 	// a payload shorter than their SES header says), NACKed at once.
 	TrimmedReceived      uint64 `json:"trimmed_received"`
 	AcksSent             uint64 `json:"acks_sent"`
+	// RCCC at the receiver: CTRL CREDITs sent (and grants that found no
+	// slot, carried by the next), ACK_CCs with a CREDIT cc_state,
+	// CREDIT_REQs received, sources reset by a new ccc_id.
+	CreditsSent            uint64 `json:"credits_sent"`
+	CreditsUnsent          uint64 `json:"credits_unsent"`
+	CreditAcksSent         uint64 `json:"credit_acks_sent"`
+	CreditRequestsReceived uint64 `json:"credit_requests_received"`
+	CreditSourcesReset     uint64 `json:"credit_sources_reset"`
 	ClosesReceived       uint64 `json:"closes_received"`
 	ProbesReceived       uint64 `json:"probes_received"`
 	MessagesReceived     uint64 `json:"messages_received"`

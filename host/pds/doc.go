@@ -9,7 +9,7 @@
 // Endpoint.Start looks a PDC up by {JobID, destination FEP, traffic class,
 // delivery mode} and allocates one on first use (seed 004): a PDC ID, a
 // random start PSN, one entropy value (the UDP source port of all its
-// packets; spreading a PDC over many is part 2's load balancing). Its
+// packets, or one per packet with a load balancer). Its
 // first packets carry SYN with the dpdcid slot's psn_offset, so the target
 // allocates its side from the packet alone (at most 4095 PSNs before the
 // first ACK says the target's PDC ID); the first ACK establishes it.
@@ -51,15 +51,44 @@
 // READY ⇄ ACTIVE, PENDING when only ACKs are awaited, back to IDLE and
 // freed once no PDC uses it. Every transition is counted
 // (Counters.Transitions) and, with Config.Trace, reported with its time.
-// A CCC is the engine's flow: its PDCs send round robin while NSCC's
-// window (bytes in flight of the whole CCC) allows; no pacer, the ACK
-// clock and the engine's port limiter at the line rate. The receiver's
-// CCC of each source only counts against MaxCCCs (RCCC lives there in
-// part 2).
+// A CCC is the engine's flow: its PDCs send round robin while its
+// congestion control allows (Config.CC): NSCC's window (bytes in flight of
+// the whole CCC), RCCC's credit, both, or neither; no pacer at the sender,
+// the ACK clock, the credit and the engine's port limiter at the line
+// rate.
+//
+// # RCCC
+//
+// With CC rccc or both a sender CCC holds an rccc.Sender: it starts with
+// speculative credit, spends each data packet's wire bytes, and sends its
+// data as RUD_CC_REQ carrying its ccc_id and cumulative credit target.
+// Every receiving endpoint runs a credit pacer (rccc.Pacer, keyed by its
+// receiver CCCs) as an engine flow: a source joins with its first target,
+// and each grant leaves at once as a CTRL CREDIT to the PDC that last
+// heard from the source. An ACK_CC carries a CREDIT cc_state instead of
+// NSCC's when the source's credit moved since the last one and the source
+// is out of the pacer's round robin (while grants go on, the next CTRL
+// CREDIT repairs a lost one). A sender with data, no credit and nothing in
+// flight sends CTRL CREDIT_REQ (at once if no target went out yet, else
+// after a probe timeout without credit), which the receiver answers with
+// a CTRL CREDIT of what it granted. CTRL CREDIT and CREDIT_REQ payloads
+// put the ccc_id above the 24-bit count, the layout of the *_CC_REQ word:
+// a receiver that sees a new ccc_id for a CCC (the sender freed its CCC
+// and made a new one, whose counts start at 0) starts the source over,
+// and a sender ignores credit for an earlier incarnation. The receiver's
+// CCC is freed with its last PDC, and its source with it.
+//
+// # Trimming and load balancing
+//
+// A data packet that arrives with Config.TrimDSCP or TrimLastHopDSCP was
+// cut by a switch port: the target NACKs it TRIMMED or TRIMMED_LASTHOP at
+// once. With Config.NewBalancer each PDC picks every packet's entropy
+// value (host/lb) and feeds the balancer every ACK's M flag, trimmed
+// NACKs and timeouts.
 //
 // # Not here
 //
-// ROD, RUDI and UUD delivery; RCCC credits; trimming; SES responses and
+// ROD, RUDI and UUD delivery; SES responses and
 // any SES semantics beyond a WRITE into a pattern-checked buffer; TSS
 // security.
 package pds

@@ -12,6 +12,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
 )
 
@@ -46,6 +47,9 @@ type Endpoint struct {
 	dataTOS uint8
 	ctrlTOS uint8
 	verify  bool
+	reqLen  int // a data packet's PDS header: RUD_REQ, or RUD_CC_REQ with credit
+	// rcccParams are Config.RCCC's: the senders' credit and the pacer's.
+	rcccParams rccc.Params
 
 	mu          sync.Mutex
 	initiators  map[uint16]*initiator // by spdcid
@@ -56,6 +60,11 @@ type Endpoint struct {
 	cccs        cccManager
 	rxcccs      map[CCCKey]*rxCCC
 	owed        []*target // ACKs owed at the end of the batch
+	busyCCCs    int       // sender CCCs ACTIVE or READY
+	// pacer is RCCC's credit pacer of this receiving endpoint, keyed by
+	// the receiver CCC; grants is Advance's reused output.
+	pacer  *rccc.Pacer[CCCKey]
+	grants []rccc.Grant[CCCKey]
 	ctr         Counters
 	nacksRx     map[uet.NackCode]uint64
 	nacksTx     map[uet.NackCode]uint64
@@ -94,12 +103,17 @@ func newEndpoint(cfg Config) (*Endpoint, error) {
 		dataTOS:     cfg.DSCP<<2 | ecnECT0,
 		ctrlTOS:     ctrlDSCP<<2 | ecnECT0,
 		verify:      cfg.Verify,
+		reqLen:      uet.RequestLen,
+		rcccParams:  cfg.rcccParams(),
 		initiators:  make(map[uint16]*initiator),
 		byKey:       make(map[PDCKey]*initiator),
 		targets:     make(map[targetKey]*target),
 		targetsByID: make(map[uint16]*target),
 		rxcccs:      make(map[CCCKey]*rxCCC),
 		cccs:        cccManager{byKey: make(map[CCCKey]*ccc)},
+	}
+	if cfg.CC.credit() {
+		ep.reqLen = uet.RequestCCLen
 	}
 	ep.ctr.Transitions = make(map[string]uint64)
 	// PDC IDs start at a random point: a restarted endpoint does not
@@ -116,6 +130,8 @@ func newEndpoint(cfg Config) (*Endpoint, error) {
 	ep.clock = eng.Clock()
 	ep.house = &housekeeping{ep: ep}
 	eng.AddFlow(ep.house)
+	ep.pacer = rccc.NewPacer[CCCKey](ep.rcccParams, ep.clock.Now())
+	eng.AddFlow((*pacerFlow)(ep))
 	return ep, nil
 }
 
@@ -283,7 +299,7 @@ func (r *endpointRx) Receive(at time.Duration, m *pktio.Message, out *engine.Rep
 	}
 	switch {
 	case h.Type.IsRequest():
-		if h.Type != uet.TypeRUDReq {
+		if h.Type != uet.TypeRUDReq && h.Type != uet.TypeRUDCCReq {
 			ep.ctr.Unsupported++ // ROD and the CC forms: not served here
 			ep.sendNack(out, m, uet.NackPDCModeMismatch, h.Request.PSN, 0, h.Request.SPDCID, 0)
 			return
@@ -307,6 +323,10 @@ func (r *endpointRx) Receive(at time.Duration, m *pktio.Message, out *engine.Rep
 		ep.onClose(at, m, &h.Ctrl, out)
 	case h.Type == uet.TypeCtrl && h.Ctrl.CtrlType == uet.CtrlAckReq:
 		ep.onProbe(at, m, &h.Ctrl, out)
+	case h.Type == uet.TypeCtrl && h.Ctrl.CtrlType == uet.CtrlCredit:
+		ep.onCreditGrant(at, m, &h.Ctrl)
+	case h.Type == uet.TypeCtrl && h.Ctrl.CtrlType == uet.CtrlCreditReq:
+		ep.onCreditRequest(at, m, &h.Ctrl, out)
 	default:
 		ep.ctr.Unsupported++
 	}
@@ -337,6 +357,16 @@ func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.Port
 	defer ep.mu.Unlock()
 	idle := 2 * ep.cfg.IdleTimeout
 	next := engine.Never
+	for _, c := range ep.rxcccs {
+		// A receiver CCC a CREDIT_REQ made and no PDC followed.
+		if c.pdcs == 0 {
+			if now >= c.lastActive+idle {
+				ep.freeRxCCC(c)
+				continue
+			}
+			next = min(next, c.lastActive+idle)
+		}
+	}
 	for _, t := range ep.targets {
 		if now >= t.lastActive+idle {
 			if t.ackOwed {

@@ -190,7 +190,10 @@ func (p *initiator) nextMessage() *txMsg {
 }
 
 // payloadMax is the payload bytes of a full packet.
-func (ep *Endpoint) payloadMax() int { return ep.cfg.MTU - ipv4UDPLen - uet.RequestLen - sesLen }
+func (ep *Endpoint) payloadMax() int { return ep.cfg.MTU - ipv4UDPLen - ep.reqLen - sesLen }
+
+// packetOverhead is the wire bytes of a data packet besides its payload.
+func (ep *Endpoint) packetOverhead() int { return ethernetLen + ipv4UDPLen + ep.reqLen + sesLen }
 
 // fill writes the PDC's next packet into pkt: a retransmission first, else
 // new data. It returns the IP packet bytes charged to the window (0:
@@ -247,8 +250,12 @@ func (p *initiator) build(now time.Duration, idx uint64, r *txRec, retx bool, pk
 	ep := p.ep
 	m := r.msg
 	eom := int(r.off)+int(r.n) >= m.size
-	h := uet.Header{Type: uet.TypeRUDReq, Request: uet.Request{
-		Type:       uet.TypeRUDReq,
+	typ := uet.TypeRUDReq
+	if p.ccc.credit != nil {
+		typ = uet.TypeRUDCCReq
+	}
+	h := uet.Header{Type: typ, Request: uet.Request{
+		Type:       typ,
 		NextHeader: uet.NextHeaderReqStd,
 		Retx:       retx,
 		AR:         eom || retx,
@@ -263,6 +270,14 @@ func (p *initiator) build(now time.Duration, idx uint64, r *txRec, retx bool, pk
 		h.Request.DPDCID = p.peerID
 	} else {
 		h.Request.PSNOffset = uint16(idx) // idx < maxSynPackets
+	}
+	if c := p.ccc; c.credit != nil {
+		// RCCC: spend the packet's wire bytes, then ask for what the
+		// CCC lacks after it (rccc's doc, "Wiring in a PDS").
+		c.credit.OnTransmit(now, ipBytes(uet.RequestCCLen+sesLen+int(r.n))+ethernetLen)
+		h.Request.CCCID = c.cccID()
+		h.Request.CreditTarget = uet.Credit(c.credit.Target(c.demand()))
+		c.creditAt = now
 	}
 	ses := sesHeader{jobID: p.key.JobID, msgID: m.id, offset: r.off, n: int(r.n), length: uint32(m.size), som: r.off == 0, eom: eom}
 	b := pkt.Buf
@@ -283,6 +298,43 @@ func (p *initiator) build(now time.Duration, idx uint64, r *txRec, retx bool, pk
 	ep.ctr.TxPackets++
 	ep.ctr.TxBytes += uint64(pkt.N)
 	return ipBytes(pkt.N)
+}
+
+// backlogBytes is what the PDC has waiting, in wire bytes (IP packet and
+// Ethernet header per packet): new data (capped at maxBacklog; a stream
+// without end has that) and retransmissions.
+func (p *initiator) backlogBytes() (newBytes, retxBytes int) {
+	ep := p.ep
+	payload := 0
+	if p.hasNewData() {
+		if p.cur != nil {
+			payload = p.cur.size - p.curOff
+		}
+		for _, s := range p.senders {
+			switch {
+			case !s.wantsMore():
+			case s.s.Messages == 0:
+				payload = maxBacklog
+			default:
+				payload += int(min(s.s.Messages-s.queued, maxBacklog)) * s.s.MessageBytes
+			}
+			if payload >= maxBacklog {
+				payload = maxBacklog
+				break
+			}
+		}
+	}
+	if payload > 0 {
+		pm := ep.payloadMax()
+		pkts := (payload + pm - 1) / pm
+		newBytes = min(payload+pkts*(ep.packetOverhead()), maxBacklog)
+	}
+	for _, idx := range p.retxQ {
+		if r := p.rec(idx); idx >= p.base && !r.acked {
+			retxBytes += int(r.size) + ethernetLen
+		}
+	}
+	return newBytes, retxBytes
 }
 
 // ack takes index idx as acknowledged and returns its bytes (0 if it was
@@ -423,8 +475,13 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 		ep.ctr.ECNEchoes++
 	}
 	s := ackSample{newly: newly, rtt: sample.rtt, rttOK: sample.ok, ecn: a.M, inFlight: p.ccc.inFlight}
-	if a.Type == uet.TypeAckCC && a.CC.CCType == uet.CCNSCC {
-		s.pend, s.rc = a.CC.NSCC.RcvCwndPend, a.CC.NSCC.RC
+	if a.Type == uet.TypeAckCC {
+		switch a.CC.CCType {
+		case uet.CCNSCC:
+			s.nsccCC, s.pend, s.rc = true, a.CC.NSCC.RcvCwndPend, a.CC.NSCC.RC
+		case uet.CCCredit:
+			s.creditOK, s.credit = true, a.CC.Credit.Credit
+		}
 	}
 	p.ccc.onAck(now, s)
 	if a.Req == uet.AckReqClose && p.closing {
@@ -436,6 +493,9 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
 	ep := p.ep
 	ep.nacksRx[n.Code]++
+	if p.ccc.credit != nil {
+		p.ccc.credit.OnNack(now) // the first answer ends speculation
+	}
 	switch n.Code {
 	case uet.NackNoPDCAvail, uet.NackNoCCCAvail, uet.NackInvDPDCID:
 		// The destination refused the PDC or no longer knows it: start

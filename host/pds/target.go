@@ -7,6 +7,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/pattern"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
 )
 
@@ -83,11 +84,24 @@ func (ep *Endpoint) Targets() []TargetStats {
 func (t *target) psn(idx uint64) uint32 { return t.start + uint32(idx) }
 
 // rxCCC is the destination's CCC of a {source, destination, TC}: the
-// contexts the receiver counts against its limit (RCCC lives here in part
-// 2).
+// contexts the receiver counts against its limit, and RCCC's receiving
+// side: the source at the endpoint's pacer.
 type rxCCC struct {
-	key  CCCKey
-	pdcs int
+	key        CCCKey
+	pdcs       int
+	lastActive time.Duration
+	// credit: the source asked for credit (a credit target came), under
+	// the sender CCC's ccc_id cccID.
+	credit bool
+	cccID  uint8
+	// ackCredit is the credit the last ACK_CC with a CREDIT cc_state
+	// carried (ackCreditSet: one did).
+	ackCredit    uet.Credit
+	ackCreditSet bool
+	// last is the target PDC that last heard from the source, and ev the
+	// entropy value it came with: where CTRL CREDITs go.
+	last *target
+	ev   uint16
 }
 
 // onRequest is a data packet: establish the PDC on SYN, record the PSN,
@@ -123,6 +137,12 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 		ep.ctr.UnknownPDC++
 		ep.sendNack(out, m, uet.NackInvDPDCID, r.PSN, t.id, r.SPDCID, 0)
 		return
+	}
+	t.ccc.last, t.ccc.ev = t, m.Addr.Port()
+	if r.Type.HasReqCC() {
+		// Every RUD_CC_REQ carries the sender CCC's credit target, also a
+		// duplicate or a trimmed one (the headers survive a trim).
+		ep.onCreditTarget(now, t.ccc, r.CCCID, r.CreditTarget, out)
 	}
 	var ses sesHeader
 	n, err := ses.decode(rest)
@@ -246,16 +266,9 @@ func (ep *Endpoint) newTarget(now time.Duration, key targetKey, r *uet.Request) 
 		ep.ctr.PDCRefused++
 		return nil, uet.NackNoPDCAvail
 	}
-	ck := CCCKey{Src: key.Src, Dst: ep.local.Addr(), TC: ep.cfg.DSCP}
-	c := ep.rxcccs[ck]
+	c := ep.rxCCCOf(now, key.Src)
 	if c == nil {
-		if ep.cccCount() >= ep.cfg.MaxCCCs {
-			ep.ctr.CCCRefused++
-			return nil, uet.NackNoCCCAvail
-		}
-		c = &rxCCC{key: ck}
-		ep.rxcccs[ck] = c
-		ep.ctr.RxCCCsCreated++
+		return nil, uet.NackNoCCCAvail
 	}
 	id, ok := ep.allocID()
 	if !ok {
@@ -276,9 +289,39 @@ func (ep *Endpoint) freeTarget(t *target) {
 	delete(ep.targets, t.key)
 	delete(ep.targetsByID, t.id)
 	ep.ctr.TargetPDCsClosed++
+	if t.ccc.last == t {
+		t.ccc.last = nil
+	}
 	if t.ccc.pdcs--; t.ccc.pdcs == 0 {
-		delete(ep.rxcccs, t.ccc.key)
-		ep.ctr.RxCCCsFreed++
+		ep.freeRxCCC(t.ccc)
+	}
+}
+
+// rxCCCOf returns the receiver CCC of the source src, creating it if
+// there is none; nil when the limit of CCCs is reached.
+func (ep *Endpoint) rxCCCOf(now time.Duration, src netip.Addr) *rxCCC {
+	ck := CCCKey{Src: src, Dst: ep.local.Addr(), TC: ep.cfg.DSCP}
+	c := ep.rxcccs[ck]
+	if c == nil {
+		if ep.cccCount() >= ep.cfg.MaxCCCs {
+			ep.ctr.CCCRefused++
+			return nil
+		}
+		c = &rxCCC{key: ck}
+		ep.rxcccs[ck] = c
+		ep.ctr.RxCCCsCreated++
+	}
+	c.lastActive = now
+	return c
+}
+
+// freeRxCCC forgets c, and its source at the pacer: the sender's CCC is
+// gone or going, and a new one counts its credit from 0.
+func (ep *Endpoint) freeRxCCC(c *rxCCC) {
+	delete(ep.rxcccs, c.key)
+	ep.ctr.RxCCCsFreed++
+	if c.credit {
+		ep.pacer.Remove(c.key)
 	}
 }
 
@@ -318,6 +361,22 @@ func (ep *Endpoint) sendAck(now time.Duration, t *target, out *engine.Replies, r
 			},
 		},
 	}}
+	if c := t.ccc; c != nil && c.credit {
+		// RCCC: the ACK_CC repeats the cumulative credit when it moved
+		// since the last ACK_CC that carried it and the source is out of
+		// the pacer's round robin (its last grant: a lost CTRL CREDIT is
+		// repaired by the next one while grants go on); NSCC's cc_state
+		// otherwise (rccc's doc, "Wiring in a PDS").
+		if g, ok := ep.pacer.Granted(c.key); ok && (!c.ackCreditSet || g != c.ackCredit) {
+			if st, _ := ep.pacer.Source(c.key); st.State != rccc.SourceActive {
+				h.Ack.CC.CCType = uet.CCCredit
+				h.Ack.CC.NSCC = uet.NSCCState{}
+				h.Ack.CC.Credit = uet.CreditState{Credit: g, OOOCount: uint16(min(t.ooo, 0xFFFF))}
+				c.ackCredit, c.ackCreditSet = g, true
+				ep.ctr.CreditAcksSent++
+			}
+		}
+	}
 	p.N = h.Encode(p.Buf)
 	p.TOS = ep.ctrlTOS
 	p.Addr = netip.AddrPortFrom(t.key.Src, ep.port)
