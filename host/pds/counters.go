@@ -52,8 +52,8 @@ type Counters struct {
 	CEReceived         uint64 `json:"ce_received"`
 	// TrimmedReceived: data packets a switch trimmed (their trim DSCP, or
 	// a payload shorter than their SES header says), NACKed at once.
-	TrimmedReceived      uint64 `json:"trimmed_received"`
-	AcksSent             uint64 `json:"acks_sent"`
+	TrimmedReceived uint64 `json:"trimmed_received"`
+	AcksSent        uint64 `json:"acks_sent"`
 	// RCCC at the receiver: CTRL CREDITs sent (and grants that found no
 	// slot, carried by the next), ACK_CCs with a CREDIT cc_state,
 	// CREDIT_REQs received, sources reset by a new ccc_id.
@@ -62,11 +62,11 @@ type Counters struct {
 	CreditAcksSent         uint64 `json:"credit_acks_sent"`
 	CreditRequestsReceived uint64 `json:"credit_requests_received"`
 	CreditSourcesReset     uint64 `json:"credit_sources_reset"`
-	ClosesReceived       uint64 `json:"closes_received"`
-	ProbesReceived       uint64 `json:"probes_received"`
-	MessagesReceived     uint64 `json:"messages_received"`
-	MessageBytesReceived uint64 `json:"message_bytes_received"`
-	VerifyErrors         uint64 `json:"verify_errors"` // messages whose payload failed the check
+	ClosesReceived         uint64 `json:"closes_received"`
+	ProbesReceived         uint64 `json:"probes_received"`
+	MessagesReceived       uint64 `json:"messages_received"`
+	MessageBytesReceived   uint64 `json:"message_bytes_received"`
+	VerifyErrors           uint64 `json:"verify_errors"` // messages whose payload failed the check
 	// NacksSent by code.
 	NacksSent map[string]uint64 `json:"nacks_sent"`
 

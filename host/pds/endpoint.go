@@ -63,8 +63,8 @@ type Endpoint struct {
 	busyCCCs    int       // sender CCCs ACTIVE or READY
 	// pacer is RCCC's credit pacer of this receiving endpoint, keyed by
 	// the receiver CCC; grants is Advance's reused output.
-	pacer  *rccc.Pacer[CCCKey]
-	grants []rccc.Grant[CCCKey]
+	pacer       *rccc.Pacer[CCCKey]
+	grants      []rccc.Grant[CCCKey]
 	ctr         Counters
 	nacksRx     map[uet.NackCode]uint64
 	nacksTx     map[uet.NackCode]uint64
