@@ -85,7 +85,7 @@ once (an incast) and write 64 KiB messages, verified at the receiver, over
 UET endpoints (host/pds, UDP 4793, RUD) with the congestion control of -cc:
 nscc (the sender's window, ECN and delay), rccc (the receiver's credit
 pacer), both (the default: a packet leaves when both allow it) or none. The
-port's class 3 holds one BDP at the base RTT of 1 ms (62.5 KB at 500
+port's class 3 holds one BDP at the base RTT of 1 ms (62 500 B at 500
 Mbit/s), marks ECN from 0.2 to 0.8 of it, and trims what it cannot hold to
 128 B (DSCP 9, strict class 7), which the receiver NACKs at once (-trim=false:
 it drops instead). The senders send for -duration, or -bytes SIZE each (the
@@ -116,7 +116,8 @@ Examples:
                                     often: a fuller queue that can overflow
   fabricdemo -traffic uet           3 UET senders, NSCC and RCCC, trimming
   fabricdemo -traffic uet -cc nscc -senders 8
-                                    8 -> 1 as TestUETIncastTrim, window only
+                                    8 -> 1 (TestUETIncastTrim's incast),
+                                    NSCC's window only
   fabricdemo -traffic uet -cc none  no CC: the queue sits at its buffer,
                                     trimming does all the work
   fabricdemo -traffic uet -trim=false -bytes 8mb

@@ -104,6 +104,8 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 	// One endpoint per namespace, its UDP 4793 socket opened inside it;
 	// the receiver's with a deep receive buffer (a NIC's ring), as the
 	// RoCE demo's.
+	var rconn *pktio.EntropyConn
+	var sconns []*pktio.EntropyConn
 	open := func(n *topo.Node, addr netip.Addr, receiver bool) (*pds.Endpoint, error) {
 		opts := pktio.RoCEOptions{}
 		if receiver {
@@ -124,6 +126,11 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
 		d.closers = append(d.closers, ep.Close)
+		if receiver {
+			rconn = conn
+		} else {
+			sconns = append(sconns, conn)
+		}
 		return ep, nil
 	}
 	recv, err := open(lab.Receiver, lab.ReceiverAddr, true)
@@ -190,7 +197,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 
 	d.printf("%s", uetLiveHeader())
 	prevStats := base
-	prev := takeUETPoint(0, flows, recv, lab.ReceiverAddr)
+	prev := takeUETPoint(0, flows, recv, lab.ReceiverAddr, o.cc)
 	nextLive := time.Second
 	stopping, stoppedAt := false, time.Duration(0)
 	tick := time.NewTicker(o.sample)
@@ -203,7 +210,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		c0, c1 := &prevStats.Classes[qdisc.ClassRoCE], &st.Classes[qdisc.ClassRoCE]
 		s := interval(c0, c1, st.Time.Sub(prevStats.Time), o.rate)
 		s.T, s.Flows = el.Seconds(), len(flows)
-		p := takeUETPoint(el, flows, recv, lab.ReceiverAddr)
+		p := takeUETPoint(el, flows, recv, lab.ReceiverAddr, o.cc)
 		ls := UETSample{Sample: s, Trims: sub(c1.TrimmedPackets, c0.TrimmedPackets), PerFlow: p.since(&prev), Final: final}
 		renderUETSample(d.out, &ls, labels, cc)
 		rep.Live = append(rep.Live, ls)
@@ -218,7 +225,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 			stopAll()
 			return err
 		}
-		rep.Series.add(el.Seconds(), bl, flows, lab.ReceiverAddr)
+		rep.Series.add(el.Seconds(), bl, flows, lab.ReceiverAddr, o.cc)
 		select {
 		case <-allDone:
 			done = true
@@ -276,7 +283,12 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		r.Messages, r.BytesAcked = sc.MessagesAcked, sc.BytesAcked
 		r.Counters = f.ep.Counters()
 		if ci, ok := senderCCC(f.ep, lab.ReceiverAddr); ok {
-			r.NSCC = ci.NSCC
+			r.NSCC, r.Credit = ci.NSCC, ci.Credit
+		}
+		for _, rx := range recv.RxCCCs() {
+			if rx.Src == r.Src {
+				r.Pull = rx.Source
+			}
 		}
 		for _, t := range targets {
 			if t.Src.String() == r.Src && t.JobID == r.JobID {
@@ -296,6 +308,17 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		}
 	}
 	rep.Receiver = recv.Counters()
+	rs := rconn.Stats()
+	rep.RecvSocket = SocketCounters{RecvBufferDrops: rs.RecvBufferDrops, SendErrors: rs.SendErrors}
+	for _, c := range sconns {
+		ss := c.Stats()
+		rep.SendSocket.RecvBufferDrops += ss.RecvBufferDrops
+		rep.SendSocket.SendErrors += ss.SendErrors
+	}
+	if o.cc == pds.CCRCCC || o.cc == pds.CCBoth {
+		ps := recv.PacerStats()
+		rep.Pacer = &ps
+	}
 	if q, err := d.port.Qdisc(); err == nil {
 		rep.Qdisc = &q
 	}
@@ -359,31 +382,61 @@ type uetFlowPoint struct {
 	trimNACK uint64 // TRIMMED and TRIMMED_LASTHOP NACKs received
 }
 
-// cccView is a sender CCC as the demo shows it.
+// cccView is a flow's CCCs as the demo shows them: the sender's and the
+// receiver's.
 type cccView struct {
-	ok       bool // the CCC exists
+	ok       bool // the sender CCC exists
 	state    string
 	cwnd     int // bytes; noWindow without NSCC
 	inFlight int
 	credit   int  // RCCC credit, bytes
-	hasCred  bool // the CCC runs RCCC and pds reports its credit
+	hasCred  bool // the CCC runs RCCC
 	rxState  string
 }
 
-// noWindow is the cwnd of a CCC that runs no window (CC rccc or none):
-// pds reports math.MaxInt32.
+// noWindow is the cwnd of a CCC that runs no window (CC rccc or none).
 const noWindow = -1
 
-func viewCCC(ci pds.CCCInfo) cccView {
+// viewCCC is a sender CCC as the demo shows it in mode m.
+func viewCCC(ci pds.CCCInfo, m pds.CCMode) cccView {
 	v := cccView{ok: true, state: ci.State.String(), cwnd: ci.Window, inFlight: ci.InFlight}
-	if ci.Window >= 1<<30 {
+	if m != pds.CCNSCC && m != pds.CCBoth {
 		v.cwnd = noWindow
+	}
+	if c := ci.Credit; c != nil {
+		v.credit, v.hasCred = c.Credit, true
 	}
 	return v
 }
 
-func takeUETPoint(t time.Duration, flows []*uetFlow, recv *pds.Endpoint, dst netip.Addr) uetPoint {
+// rxStates are the receiver CCCs' states by source address: the credit
+// pacer's state of the source (satisfied, active, slow_pull) when it
+// asks for credit, "open" for a CCC without (the receiver's CCC of an
+// NSCC or uncontrolled sender).
+func rxStates(recv *pds.Endpoint) map[string]string {
+	m := map[string]string{}
+	for _, rx := range recv.RxCCCs() {
+		m[rx.Src] = "open"
+		if rx.Source != nil {
+			m[rx.Src] = rx.Source.State.String()
+		}
+	}
+	return m
+}
+
+// flowCCC is the view of flow f's CCCs toward dst.
+func flowCCC(f *uetFlow, dst netip.Addr, m pds.CCMode, rx map[string]string) cccView {
+	v := cccView{cwnd: noWindow}
+	if ci, ok := senderCCC(f.ep, dst); ok {
+		v = viewCCC(ci, m)
+	}
+	v.rxState = rx[f.ep.LocalAddr().Addr().String()]
+	return v
+}
+
+func takeUETPoint(t time.Duration, flows []*uetFlow, recv *pds.Endpoint, dst netip.Addr, m pds.CCMode) uetPoint {
 	p := uetPoint{t: t}
+	rx := rxStates(recv)
 	for _, f := range flows {
 		var fp uetFlowPoint
 		if f.s != nil {
@@ -394,9 +447,7 @@ func takeUETPoint(t time.Duration, flows []*uetFlow, recv *pds.Endpoint, dst net
 			default:
 			}
 		}
-		if ci, ok := senderCCC(f.ep, dst); ok {
-			fp.ccc = viewCCC(ci)
-		}
+		fp.ccc = flowCCC(f, dst, m, rx)
 		c := f.ep.Counters()
 		fp.retx, fp.timeouts = c.Retransmits, c.Timeouts
 		fp.trimNACK = c.NacksReceived[uet.NackTrimmed.String()] + c.NacksReceived[uet.NackTrimmedLastHop.String()]
@@ -433,7 +484,7 @@ func (p *uetPoint) since(prev *uetPoint) []UETFlowInterval {
 }
 
 // add appends one fast sample.
-func (s *UETSeries) add(t float64, backlog uint64, flows []*uetFlow, dst netip.Addr) {
+func (s *UETSeries) add(t float64, backlog uint64, flows []*uetFlow, dst netip.Addr, m pds.CCMode) {
 	s.T = append(s.T, t)
 	s.BacklogBytes = append(s.BacklogBytes, backlog)
 	for i, f := range flows {
@@ -442,14 +493,12 @@ func (s *UETSeries) add(t float64, backlog uint64, flows []*uetFlow, dst netip.A
 		if f.s != nil {
 			acked = f.s.Counters().BytesAcked
 		}
-		v := cccView{cwnd: noWindow}
-		if ci, ok := senderCCC(f.ep, dst); ok {
-			v = viewCCC(ci)
-		}
+		v := flowCCC(f, dst, m, nil)
 		fs.AckedBytes = append(fs.AckedBytes, acked)
 		fs.CwndBytes = append(fs.CwndBytes, v.cwnd)
 		fs.InFlightBytes = append(fs.InFlightBytes, v.inFlight)
-		if v.hasCred {
+		if m == pds.CCRCCC || m == pds.CCBoth {
+			// 0 before the CCC exists and after it is gone.
 			fs.CreditBytes = append(fs.CreditBytes, v.credit)
 		}
 	}

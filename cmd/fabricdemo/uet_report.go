@@ -13,6 +13,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -37,8 +38,11 @@ type UETFlow struct {
 	CreditMeanBytes float64 `json:"credit_mean_bytes,omitempty"`
 	// Counters are the sender's endpoint's (one flow per endpoint), NSCC
 	// its CCC's at the end.
-	Counters pds.Counters `json:"sender_counters"`
-	NSCC     *nscc.Stats  `json:"nscc,omitempty"`
+	Counters pds.Counters    `json:"sender_counters"`
+	NSCC     *nscc.Stats     `json:"nscc,omitempty"`
+	Credit   *pds.CreditInfo `json:"rccc,omitempty"`
+	// Pull is the flow's source at the receiver's credit pacer (RCCC).
+	Pull *rccc.SourceStats `json:"pacer_source,omitempty"`
 	// Received is what the receiver's target PDC of this flow counted.
 	Received UETReceived `json:"received"`
 	Error    string      `json:"error,omitempty"`
@@ -125,6 +129,9 @@ type UETTotals struct {
 	SendErrors     uint64            `json:"send_errors"`
 
 	NSCC nscc.Stats `json:"nscc"`
+	// RCCC at the senders: their CCCs' credit counters summed.
+	Credit         rccc.SenderStats `json:"rccc"`
+	CreditRequests uint64           `json:"credit_requests"`
 }
 
 // UETReport is the UET run's result, also written by -json.
@@ -156,6 +163,11 @@ type UETReport struct {
 	Jain            float64    `json:"jain"`        // over the flows' goodputs
 	Queue           QueueStats `json:"queue"`       // the backlog samples of the whole run
 	Transport       UETTotals  `json:"transport"`
+	// Pacer is the receiver's RCCC credit pacer (CC rccc or both).
+	Pacer *rccc.PacerStats `json:"pacer,omitempty"`
+	// The endpoints' UDP sockets: drops outside the port.
+	RecvSocket SocketCounters `json:"receiver_socket"`
+	SendSocket SocketCounters `json:"sender_sockets"`
 
 	ClassConfig  qdisc.ClassConfig    `json:"class3_config"`
 	Class        qdisc.ClassStats     `json:"class3"`     // during the run
@@ -244,6 +256,10 @@ func (r *UETReport) finish(st, base *qdisc.Stats) {
 		if f.NSCC != nil {
 			addNSCC(&t.NSCC, f.NSCC)
 		}
+		if c := f.Credit; c != nil {
+			addCredit(&t.Credit, &c.SenderStats)
+			t.CreditRequests += c.CreditRequests
+		}
 		if i < len(r.Series.Flows) {
 			f.CwndMeanBytes, f.CreditMeanBytes = r.Series.means(i, f.FCTS)
 		}
@@ -328,6 +344,19 @@ func addNSCC(sum, s *nscc.Stats) {
 	sum.Losses += s.Losses
 }
 
+// addCredit sums RCCC's sender counters.
+func addCredit(sum, s *rccc.SenderStats) {
+	sum.Credits += s.Credits
+	sum.DuplicateCredits += s.DuplicateCredits
+	sum.StaleCredits += s.StaleCredits
+	sum.CreditBytes += s.CreditBytes
+	sum.ClampedBytes += s.ClampedBytes
+	sum.SentBytes += s.SentBytes
+	sum.SpeculativeBytes += s.SpeculativeBytes
+	sum.UnusedSpeculative += s.UnusedSpeculative
+	sum.Overdrawn += s.Overdrawn
+}
+
 // means are flow i's mean window and credit over the samples before its
 // FCT (all samples if fct is 0), 0 where it has none.
 func (s *UETSeries) means(i int, fct float64) (cwnd, credit float64) {
@@ -392,8 +421,15 @@ func (r *UETReport) checks() []Check {
 		drops += r.TrimClass.DroppedPackets()
 		add(drops == 0, "%d packets dropped at the port (want 0: trimming replaces loss; %d trimmed = %s of the arrivals)", drops, c.TrimmedPackets, pct(r.TrimFraction))
 		if c.TrimmedPackets > 0 {
-			add(rc.TrimmedReceived == c.TrimmedPackets && r.Transport.TrimNACKs == c.TrimmedPackets,
-				"every trimmed packet NACKed: the port trimmed %d, the receiver saw %d, the senders got %d trim NACKs", c.TrimmedPackets, rc.TrimmedReceived, r.Transport.TrimNACKs)
+			// A trimmed copy of a PSN the receiver has already (a
+			// resend) needs no NACK (host/pds).
+			sent := trimNACKs(rc.NacksSent)
+			text := fmt.Sprintf("every trimmed packet NACKed: the port trimmed %d, the receiver saw %d and sent %d trim NACKs, the senders got %d",
+				c.TrimmedPackets, rc.TrimmedReceived, sent, r.Transport.TrimNACKs)
+			if rc.TrimmedReceived > sent {
+				text += fmt.Sprintf(" (%d trimmed copies of PSNs it had: no NACK)", rc.TrimmedReceived-sent)
+			}
+			add(rc.TrimmedReceived == c.TrimmedPackets && r.Transport.TrimNACKs == sent, "%s", text)
 		}
 	}
 	add(r.Transport.Timeouts == 0, "%d RTOs (want 0: trim NACKs, SACK and probes recover within round trips)", r.Transport.Timeouts)
@@ -423,6 +459,14 @@ func (r *UETReport) hints() []string {
 	if r.TailOverIdeal > wantTailOverIdeal && c.DroppedPackets() == 0 && t.Timeouts == 0 && r.Utilization < 0.9 {
 		out = append(out, fmt.Sprintf("No loss, yet the port ran at %s of %s: the senders did not keep it busy. The hosts share this machine's CPUs; other load slows them (run the demo on an idle machine, or a lower -rate).",
 			pct(r.Utilization), r.Rate))
+	}
+	if sent := trimNACKs(r.Receiver.NacksSent); r.TrimClass != nil && t.TrimNACKs < sent {
+		why := "lost on the way back"
+		if d := r.SendSocket.RecvBufferDrops; d > 0 {
+			why = fmt.Sprintf("lost where the senders' receive buffers dropped %d datagrams (an endpoint fell behind)", d)
+		}
+		out = append(out, fmt.Sprintf("The receiver sent %d trim NACKs, the senders got %d: the others were %s; probes and SACK recovered their packets.",
+			sent, t.TrimNACKs, why))
 	}
 	if t.Timeouts > 0 && c.DroppedPackets() == 0 {
 		out = append(out, fmt.Sprintf("%d RTOs without a drop at the port: an endpoint starved of CPU for more than the %s RTO, or a loss outside the port (a socket buffer).", t.Timeouts, shortDur(uetRTO)))
@@ -586,6 +630,15 @@ func renderUETSummary(w io.Writer, r *UETReport) {
 		fmt.Fprintf(w, "            %d multiplicative decreases, %d quick adapts, %d NACKs (%d cut cwnd), %d losses\n",
 			n.Decreases, n.QuickAdapts, n.Nacks, n.NackDecreases, n.Losses)
 	}
+	if p := r.Pacer; p != nil {
+		cr := &t.Credit
+		fmt.Fprintf(w, "  RCCC      pacer at r: %d grants (%s MB), %d slow pulls (%s MB), %d targets (%d stale); %d grants caught up late, %s of its schedule lost\n",
+			p.Grants, mb(p.GrantedBytes), p.SlowPulls, mb(p.SlowPullBytes), p.Targets, p.StaleTargets, p.CaughtUp, shortDur(p.Lost))
+		fmt.Fprintf(w, "            senders: sent %s MB on credit, %s MB of it speculative (%s MB left unused); credit taken %s MB (%s MB clamped at MaxWnd), %d credit requests, %d overdrawn\n",
+			mb(cr.SentBytes), mb(cr.SpeculativeBytes), mb(cr.UnusedSpeculative), mb(cr.CreditBytes), mb(cr.ClampedBytes), t.CreditRequests, cr.Overdrawn)
+	}
+	fmt.Fprintf(w, "  host      sockets' receive-buffer drops: %d at the receiver, %d at the senders; send errors %d\n",
+		r.RecvSocket.RecvBufferDrops, r.SendSocket.RecvBufferDrops, r.RecvSocket.SendErrors+r.SendSocket.SendErrors)
 	fmt.Fprintln(w)
 
 	renderClass(w, classView{c: &r.Class, cc: &r.ClassConfig, markFraction: r.MarkFraction, p50: r.SojournP50, p99: r.SojournP99,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -112,12 +114,15 @@ func fabricatedUETReport() *UETReport {
 	trims := []uint64{30, 30, 40}
 	for f := range n {
 		fl := UETFlow{Sender: []string{"s1", "s2", "s3"}[f], Src: []string{"198.18.1.2", "198.18.2.2", "198.18.3.2"}[f], Dst: "198.19.0.2",
-			JobID: uint32(f + 1), PDC: 0x100, FCTS: 2, Messages: 610, BytesAcked: 40_000_000, NSCC: &nscc.Stats{Acks: 1000, Decreases: 2}}
+			JobID: uint32(f + 1), PDC: 0x100, FCTS: 2, Messages: 610, BytesAcked: 40_000_000, NSCC: &nscc.Stats{Acks: 1000, Decreases: 2},
+			Credit: &pds.CreditInfo{CreditRequests: 1, SenderStats: rccc.SenderStats{CreditBytes: 40_500_000, SentBytes: 41_000_000, SpeculativeBytes: 90_000}},
+			Pull:   &rccc.SourceStats{State: rccc.SourceActive, GrantedBytes: 40_500_000}}
 		fl.Counters.Retransmits = trims[f]
 		fl.Counters.NacksReceived = map[string]uint64{uet.NackTrimmedLastHop.String(): trims[f]}
 		fl.Received = UETReceived{Messages: 610, MessageBytes: 40_000_000, Trimmed: trims[f]}
 		r.Flows = append(r.Flows, fl)
 	}
+	r.Pacer = &rccc.PacerStats{Grants: 7500, GrantedBytes: 121_500_000}
 	r.Receiver = pds.Counters{MessagesReceived: 3 * 610, MessageBytesReceived: 120_000_000, TrimmedReceived: 100,
 		NacksSent: map[string]uint64{uet.NackTrimmedLastHop.String(): 100}}
 	return r
@@ -164,7 +169,8 @@ func TestUETFinish(t *testing.T) {
 		t.Errorf("means cwnd %v credit %v", r.Flows[1].CwndMeanBytes, r.Flows[1].CreditMeanBytes)
 	}
 	tr := r.Transport
-	if tr.Retransmits != 100 || tr.TrimNACKs != 100 || tr.NACKs[uet.NackTrimmedLastHop.String()] != 100 || tr.NSCC.Acks != 3000 || tr.NSCC.Decreases != 6 {
+	if tr.Retransmits != 100 || tr.TrimNACKs != 100 || tr.NACKs[uet.NackTrimmedLastHop.String()] != 100 || tr.NSCC.Acks != 3000 || tr.NSCC.Decreases != 6 ||
+		tr.Credit.SentBytes != 123_000_000 || tr.Credit.SpeculativeBytes != 270_000 || tr.CreditRequests != 3 {
 		t.Errorf("transport %+v", tr)
 	}
 	if r.Invariant != "" || r.TrimClass == nil || r.TrimClass.TrimInPackets != 100 || r.ControlPackets != 50 || r.OtherPackets != 2 {
@@ -209,7 +215,7 @@ func TestUETChecksFail(t *testing.T) {
 	st.Classes[qdisc.ClassRoCE].TrimDroppedPackets = 2
 	st.Classes[qdisc.ClassRoCE].EnqueuedPackets += 2
 	r.finish(&st, &base)
-	want := []string{"every byte arrived verified", "2 packets dropped at the port", "every trimmed packet NACKed: the port trimmed 100, the receiver saw 100, the senders got 99",
+	want := []string{"every byte arrived verified", "2 packets dropped at the port", "every trimmed packet NACKed: the port trimmed 100, the receiver saw 100 and sent 100 trim NACKs, the senders got 99",
 		"1 RTOs", "tail FCT 4.00s = 2.0", "Jain fairness 0.9"}
 	failed := failedChecks(r)
 	if len(failed) != len(want) {
@@ -224,6 +230,19 @@ func TestUETChecksFail(t *testing.T) {
 	// the CPU for it.
 	if h := strings.Join(r.hints(), " "); strings.Contains(h, "without a drop") {
 		t.Errorf("hints %q", h)
+	}
+
+	// A trimmed resend of a PSN the receiver had is not NACKed: no miss.
+	r = fabricatedUETReport()
+	r.Flows[1].Counters.NacksReceived[uet.NackTrimmedLastHop.String()] = 29
+	r.Receiver.NacksSent[uet.NackTrimmedLastHop.String()] = 99
+	base, st = fabricatedUETStats()
+	r.finish(&st, &base)
+	if f := failedChecks(r); len(f) != 0 {
+		t.Errorf("a trimmed duplicate: failed %q", f)
+	}
+	if c := r.checks()[2].Text; !strings.HasSuffix(c, "the senders got 99 (1 trimmed copies of PSNs it had: no NACK)") {
+		t.Errorf("a trimmed duplicate: %q", c)
 	}
 
 	// -bytes: a flow short of its bytes fails the first check.
@@ -251,6 +270,17 @@ func TestUETHints(t *testing.T) {
 	}
 	if h := strings.Join(r.hints(), " "); !strings.Contains(h, "-cc none") {
 		t.Errorf("no CC: hints %q", h)
+	}
+
+	// A trim NACK lost in a sender's socket buffer.
+	r = fabricatedUETReport()
+	r.Flows[1].Counters.NacksReceived[uet.NackTrimmedLastHop.String()] = 29
+	r.SendSocket.RecvBufferDrops = 3
+	base, st = fabricatedUETStats()
+	r.finish(&st, &base)
+	if h := strings.Join(r.hints(), " "); !strings.Contains(h, "The receiver sent 100 trim NACKs, the senders got 99") ||
+		!strings.Contains(h, "receive buffers dropped 3 datagrams") {
+		t.Errorf("lost NACK: hints %q", h)
 	}
 
 	// No trimming: the drops are said, and how they were recovered.
@@ -336,6 +366,9 @@ func TestRenderUETSummary(t *testing.T) {
 		"NACKs received: TRIMMED_LASTHOP 100",
 		"1830 messages (120.0 MB) placed and verified, 0 verify errors",
 		"NSCC      3000 ACKs",
+		"RCCC      pacer at r: 7500 grants (121.5 MB)",
+		"host      sockets' receive-buffer drops: 0 at the receiver, 0 at the senders",
+		"senders: sent 123.0 MB on credit, 0.3 MB of it speculative",
 		"trimmed           100 pkt  to 128 B with DSCP 9 into class 7",
 		"invariant  enqueued = dequeued + dropped + trimmed + backlog: 30000 = 29900 + 0 + 100 + 0 pkt",
 		"control    50 pkt in class 6",
@@ -350,6 +383,11 @@ func TestRenderUETSummary(t *testing.T) {
 	}
 	if strings.Contains(out, "MISS") || strings.Contains(out, "hint:") {
 		t.Errorf("a good run with a MISS or a hint:\n%s", out)
+	}
+	// -json: the report marshals, the modes by name.
+	j, err := json.Marshal(r)
+	if err != nil || !bytes.Contains(j, []byte(`"cc":"both"`)) || !bytes.Contains(j, []byte(`"tail_fct_over_ideal":1.01`)) {
+		t.Errorf("json: %v %.300s", err, j)
 	}
 }
 
@@ -417,8 +455,14 @@ func TestUETSince(t *testing.T) {
 	if !iv[1].Done || iv[1].State != "-" || iv[1].CreditBytes != nil {
 		t.Errorf("flow 1, done and its CCC gone: %+v", iv[1])
 	}
-	if v := viewCCC(pds.CCCInfo{State: pds.CCCActive, Window: 1<<31 - 1, InFlight: 4096}); v.cwnd != noWindow || v.state != "ACTIVE" || !v.ok {
-		t.Errorf("no window: %+v", v)
+	// RCCC alone: no window, whatever pds reports for it; the credit.
+	ci := pds.CCCInfo{State: pds.CCCActive, Window: 0, InFlight: 4096, Credit: &pds.CreditInfo{Credit: -1200}}
+	if v := viewCCC(ci, pds.CCRCCC); v.cwnd != noWindow || v.state != "ACTIVE" || !v.ok || !v.hasCred || v.credit != -1200 {
+		t.Errorf("rccc: %+v", v)
+	}
+	ci.Window, ci.Credit = 40000, nil
+	if v := viewCCC(ci, pds.CCNSCC); v.cwnd != 40000 || v.hasCred {
+		t.Errorf("nscc: %+v", v)
 	}
 }
 
