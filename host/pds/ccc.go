@@ -89,6 +89,7 @@ type ccc struct {
 	creditReqAt time.Duration // last CTRL CREDIT_REQ
 	creditAt    time.Duration // last packet that carried a target, or credit that came
 	creditReqs  uint64        // CREDIT_REQs sent
+	creditWait  uint8         // CREDIT_REQs in a row without credit: the backoff
 
 	inFlight int // wire bytes sent, neither acknowledged nor taken as lost
 	pdcs     []*initiator
@@ -270,8 +271,7 @@ func (c *ccc) onAck(now time.Duration, s ackSample) {
 		// receiver's cumulative grants (rccc's doc, "Wiring in a PDS").
 		c.credit.OnAck(now)
 		if s.creditOK {
-			c.credit.OnCredit(now, uint32(s.credit))
-			c.creditAt = now
+			c.takeCredit(now, s.credit)
 		}
 	}
 	if t, ok := c.wnd.(ackCCTaker); ok && s.nsccCC {
@@ -382,8 +382,10 @@ func (c *ccc) creditRequest(now time.Duration, out []engine.Packet) (n int, due 
 	}
 	// At once when no request carried a target yet; else after a probe
 	// timeout without credit (the last target is at the receiver, whose
-	// grant may be on its way), and again every probe timeout.
-	every := c.ep.cfg.ProbeTimeout
+	// grant may be on its way: a receiver that serves many sources grants
+	// each one rarely), and again after twice as long each time, up to
+	// 64 probe timeouts, until credit comes.
+	every := c.ep.cfg.ProbeTimeout << min(c.creditWait, 6)
 	if c.creditReqs > 0 || c.credit.Stats().SentBytes > 0 {
 		if due := max(c.creditAt, c.creditReqAt) + every; now < due {
 			return 0, due
@@ -407,10 +409,11 @@ func (c *ccc) creditRequest(now time.Duration, out []engine.Packet) (n int, due 
 	pkt.SrcPort = p.ev
 	c.creditReqAt = now
 	c.creditReqs++
+	c.creditWait++
 	c.ep.ctr.CreditRequestsSent++
 	c.ep.ctr.TxPackets++
 	c.ep.ctr.TxBytes += uint64(pkt.N)
-	return 1, now + every
+	return 1, now + c.ep.cfg.ProbeTimeout<<min(c.creditWait, 6)
 }
 
 // needsCreditRequest reports whether the CCC waits for credit with nothing
@@ -435,12 +438,21 @@ func splitCreditPayload(v uint32) (cccID uint8, credit uet.Credit) {
 // onCredit is a CTRL CREDIT from the receiver of the CCC: its cumulative
 // grant.
 func (c *ccc) onCredit(now time.Duration, credit uet.Credit) {
-	c.credit.OnCredit(now, uint32(credit))
-	c.creditAt = now
+	c.takeCredit(now, credit)
 	before := c.state
 	c.update(now)
 	if c.state == CCCReady && before != CCCReady {
 		c.ep.kick()
+	}
+}
+
+// takeCredit gives the CCC's RCCC the receiver's cumulative credit; new
+// credit ends the CREDIT_REQ backoff (a repeated count does not).
+func (c *ccc) takeCredit(now time.Duration, credit uet.Credit) {
+	before := c.credit.Received()
+	c.credit.OnCredit(now, uint32(credit))
+	if c.credit.Received() != before {
+		c.creditAt, c.creditWait = now, 0
 	}
 }
 
