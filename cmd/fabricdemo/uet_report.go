@@ -432,6 +432,14 @@ func (r *UETReport) checks() []Check {
 			add(rc.TrimmedReceived == c.TrimmedPackets && r.Transport.TrimNACKs == sent, "%s", text)
 		}
 	}
+	if n := len(r.Flows); r.TrimClass != nil && n > 1 {
+		// N senders at the line rate into one port with no CC would have
+		// (N-1)/N of their packets trimmed; a CC that paces them leaves
+		// trimming the bursts.
+		noCC := float64(n-1) / float64(n)
+		add(r.TrimFraction <= noCC/2, "%s of the arrivals trimmed (want <= %s, half the %s that %d senders at the line rate without CC would lose)",
+			pct(r.TrimFraction), pct(noCC/2), pct(noCC), n)
+	}
 	add(r.Transport.Timeouts == 0, "%d RTOs (want 0: trim NACKs, SACK and probes recover within round trips)", r.Transport.Timeouts)
 	add(r.TailOverIdeal > 0 && r.TailOverIdeal <= wantTailOverIdeal, "tail FCT %s = %.3f x the ideal %s (want <= %.2f)",
 		shortDur(durationS(r.TrafficS)), r.TailOverIdeal, shortDur(durationS(r.IdealS)), wantTailOverIdeal)
@@ -453,7 +461,7 @@ func (r *UETReport) hints() []string {
 		out = append(out, fmt.Sprintf("Without trimming the %sKB buffer dropped %d packets: the senders found them by SACK (%d inferred losses), probes (%d) and the RTO (%d), and resent %d.",
 			kb(uint64(cc.LimitBytes)), c.DroppedPackets(), t.InferredLosses, t.Probes, t.Timeouts, t.Retransmits))
 	}
-	if r.CC == pds.CCNone && q.P50Bytes > uint64(cc.MaxThBytes) {
+	if n := float64(len(r.Flows)); r.CC == pds.CCNone && (q.P50Bytes > uint64(cc.MaxThBytes) || n > 1 && r.TrimFraction > (n-1)/n/2) {
 		out = append(out, "With -cc none every sender runs at its line rate: the queue sits at the buffer and the port trims (or drops) the excess, which the senders resend at once; -cc nscc, rccc or both hold it.")
 	}
 	if r.TailOverIdeal > wantTailOverIdeal && c.DroppedPackets() == 0 && t.Timeouts == 0 && r.Utilization < 0.9 {

@@ -272,6 +272,24 @@ func TestUETHints(t *testing.T) {
 		t.Errorf("no CC: hints %q", h)
 	}
 
+	// No CC, the queue below max_th at the samples, but 40 % trimmed.
+	r = fabricatedUETReport()
+	r.CC = pds.CCNone
+	base, st = fabricatedUETStats()
+	st.Classes[qdisc.ClassRoCE].TrimmedPackets = 20000
+	st.Classes[qdisc.ClassRoCE].EnqueuedPackets += 20000 - 100
+	r.Receiver.TrimmedReceived, r.Receiver.NacksSent[uet.NackTrimmedLastHop.String()] = 20000, 19999
+	for i, n := range []uint64{6666, 6666, 6667} {
+		r.Flows[i].Counters.NacksReceived[uet.NackTrimmedLastHop.String()] = n
+	}
+	r.finish(&st, &base)
+	if f := failedChecks(r); len(f) != 1 || !strings.HasPrefix(f[0], "40.1% of the arrivals trimmed (want <= 33.3%, half the 66.7% that 3 senders") {
+		t.Errorf("no CC, 40 %% trimmed: failed %q", f)
+	}
+	if h := strings.Join(r.hints(), " "); !strings.Contains(h, "-cc none") {
+		t.Errorf("no CC, 40 %% trimmed: hints %q", h)
+	}
+
 	// A trim NACK lost in a sender's socket buffer.
 	r = fabricatedUETReport()
 	r.Flows[1].Counters.NacksReceived[uet.NackTrimmedLastHop.String()] = 29
