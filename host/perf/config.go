@@ -224,9 +224,10 @@ type ClientConfig struct {
 	// its own JobID, all sharing the CCC to the server), MTU is the IP
 	// packet size of a full data packet (MinUETMTU..MaxUETMTU, 0: 4096),
 	// LineRate is the endpoint's port rate and NSCC's BDP (0: 1 Gbit/s),
-	// DSCP the data's class; the RoCEv2-only fields (UDPPort, Op, CC,
-	// Profile, RP, Knobs, CNPDSCP, Window, InflightTime, AckReqEvery,
-	// MaxBurst, AckTimeout, RetryCount, Perftest) are not used.
+	// DSCP the data's class, UETCC the congestion control; the RoCEv2-only
+	// fields (UDPPort, Op, CC, Profile, RP, Knobs, CNPDSCP, Window,
+	// InflightTime, AckReqEvery, MaxBurst, AckTimeout, RetryCount,
+	// Perftest) are not used.
 	Transport string
 	// BaseRTT (--base-rtt) is NSCC's configured base RTT. UET only;
 	// 0 means pds's default (100 µs).
@@ -242,6 +243,12 @@ type ClientConfig struct {
 	// LBSeed seeds the balancers: PDC p's draws from a PCG of (LBSeed, p).
 	// Optional: 0 draws a seed per run.
 	LBSeed uint64
+	// UETCC (--cc with --transport uet) is the congestion control of the
+	// client's sender CCCs (pds.Config.CC): NSCC's window (the zero
+	// value), RCCC's receiver credit, both, or none. It is the sender's
+	// mode: the server needs none (its endpoint grants credit to any
+	// source that asks for it). UET only.
+	UETCC pds.CCMode
 	// UETConn is the UET endpoint's port. Optional: nil opens UDP 4793 on
 	// Bind, or on the address the route to the server picks
 	// (pktio.ListenEntropy). Tests pass one end of a pktio pipe; RunClient

@@ -7,6 +7,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/rccc"
 )
 
 // Report is a run's result, shaped like iperf3's JSON (-J): start,
@@ -136,8 +137,11 @@ type IntervalStream struct {
 	// CE-marked and duplicate packets of the interval.
 	CwndBytes     uint64 `json:"cwnd,omitempty"`
 	InFlightBytes uint64 `json:"in_flight,omitempty"`
-	CEReceived    uint64 `json:"ce_received,omitempty"`
-	Duplicates    uint64 `json:"duplicates,omitempty"`
+	// CreditBytes is the CCC's RCCC credit at the interval's end (0 or
+	// less: waiting for a grant); absent without RCCC (--cc nscc, none).
+	CreditBytes *int   `json:"credit,omitempty"`
+	CEReceived  uint64 `json:"ce_received,omitempty"`
+	Duplicates  uint64 `json:"duplicates,omitempty"`
 }
 
 // IntervalSum adds up the streams of one interval; RcBps is the sum of
@@ -157,6 +161,7 @@ type IntervalSum struct {
 	TxPackets     uint64  `json:"tx_packets"`
 	CwndBytes     uint64  `json:"cwnd,omitempty"`      // UET
 	InFlightBytes uint64  `json:"in_flight,omitempty"` // UET
+	CreditBytes   *int    `json:"credit,omitempty"`    // UET, RCCC
 	CEReceived    uint64  `json:"ce_received,omitempty"`
 	Duplicates    uint64  `json:"duplicates,omitempty"`
 }
@@ -188,6 +193,10 @@ type UETEnd struct {
 	// Server is the server's endpoint and side channel since it started
 	// (the server's own report).
 	Server *UETServerAgent `json:"server,omitempty"`
+	// RxCCCs are the server's receiver CCCs of the session's client at
+	// its finish, with their source at the credit pacer when the client
+	// asks for credit (the server's own report).
+	RxCCCs []pds.RxCCCInfo `json:"rx_cccs,omitempty"`
 	// Trace is every CCC transition (--trace-ccc, JSON; at most 65536,
 	// the rest counted in TraceDropped with those the endpoint's trace
 	// could not hand over).
@@ -209,7 +218,10 @@ func (u *UETEnd) verifyErrors() uint64 {
 // its side channel.
 type UETServerAgent struct {
 	pds.Counters
-	SideChannel UETServerStats `json:"side_channel"`
+	// Pacer is the endpoint's RCCC credit pacer: the sources it serves
+	// now, what it granted since the start.
+	Pacer       rccc.PacerStats `json:"pacer"`
+	SideChannel UETServerStats  `json:"side_channel"`
 }
 
 // UETCCC is a sender CCC (pds.CCCInfo): the window every PDC to one
@@ -223,13 +235,16 @@ type UETCCC struct {
 	InFlightBytes int         `json:"in_flight"`
 	PDCs          int         `json:"pdcs"`
 	NSCC          *nscc.Stats `json:"nscc,omitempty"` // NSCC's counters
+	// RCCC is the CCC's credit (--cc rccc or both): bytes it may send,
+	// speculating, CREDIT_REQs sent and rccc.SenderStats.
+	RCCC *pds.CreditInfo `json:"rccc,omitempty"`
 }
 
 func uetCCCs(cs []pds.CCCInfo) []UETCCC {
 	out := make([]UETCCC, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, UETCCC{Src: c.Src, Dst: c.Dst, TC: c.TC, State: c.State.String(),
-			CwndBytes: c.Window, InFlightBytes: c.InFlight, PDCs: c.PDCs, NSCC: c.NSCC})
+			CwndBytes: c.Window, InFlightBytes: c.InFlight, PDCs: c.PDCs, NSCC: c.NSCC, RCCC: c.Credit})
 	}
 	return out
 }

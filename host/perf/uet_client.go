@@ -57,6 +57,8 @@ func (c ClientConfig) validateUET() error {
 		return flagErr("--base-rtt", c.BaseRTT, "1us..1s")
 	case c.LB != 0 && !slices.Contains(lb.Kinds, c.LB):
 		return flagErr("--lb", c.LB, "none, %s", lbKindNames())
+	case !slices.Contains(pds.CCModeNames(), c.UETCC.String()):
+		return flagErr("--cc", c.UETCC, "%s with --transport uet", ccModeNames())
 	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
 		return flagErr("-i", seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:
@@ -90,6 +92,7 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	pc.LinkRate, pc.MTU, pc.BaseRTT, pc.DSCP = c.LineRate, c.MTU, c.BaseRTT, c.DSCP
 	pc.IdleTimeout = uetClientIdle
 	pc.Trace = trace
+	pc.CC = c.UETCC
 	if kind, seed := c.LB, c.LBSeed; kind != 0 {
 		// PDC p's balancer draws from PCG(seed, p): a run is reproducible
 		// from its seed (test_start.lb_seed). Validate checked kind, and
@@ -111,6 +114,12 @@ func lbKindNames() string {
 	for i, k := range lb.Kinds {
 		names[i] = k.String()
 	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// ccModeNames is the --cc values of a UET run: "nscc, rccc, both or none".
+func ccModeNames() string {
+	names := pds.CCModeNames()
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
@@ -187,7 +196,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	req := uetRequest{
 		Transport: TransportUET, UETVersion: uetProtocolVersion, Addr: local.Addr().String(),
 		Streams: c.QPs, JobIDs: jobs, MessageBytes: c.MessageBytes, Verify: c.Verify,
-		MTU: c.MTU, DSCP: c.DSCP, Bytes: c.Bytes,
+		MTU: c.MTU, DSCP: c.DSCP, Bytes: c.Bytes, CC: c.UETCC.String(),
 	}
 	if c.Bytes == 0 {
 		req.Duration = c.Omit + c.Duration
@@ -497,7 +506,7 @@ func (st *uetState) take(now time.Duration, omitted bool) Interval {
 	retx := epc.Retransmits - st.prevEP.Retransmits
 	iv.Sum = IntervalSum{Start: start, End: end, Seconds: secs, Omitted: omitted, Sender: true,
 		CwndBytes: uint64(ccc.Window), InFlightBytes: uint64(ccc.InFlight), Retransmits: retx,
-		TxPackets: epc.TxPackets - st.prevEP.TxPackets}
+		TxPackets: epc.TxPackets - st.prevEP.TxPackets, CreditBytes: creditBytes(ccc.Credit)}
 	for i, s := range st.senders {
 		ctr := s.Counters()
 		is := IntervalStream{
@@ -505,6 +514,7 @@ func (st *uetState) take(now time.Duration, omitted bool) Interval {
 			Bytes:   ctr.BytesAcked - st.prev[i].BytesAcked,
 			Omitted: omitted, Sender: true,
 			CwndBytes: uint64(ccc.Window), InFlightBytes: uint64(ccc.InFlight),
+			CreditBytes: iv.Sum.CreditBytes,
 		}
 		if len(st.senders) == 1 {
 			// Retransmissions are the endpoint's: one stream's own only
@@ -520,6 +530,16 @@ func (st *uetState) take(now time.Duration, omitted bool) Interval {
 	st.prevEP = epc
 	st.prevT = now
 	return iv
+}
+
+// creditBytes is an interval's credit: the CCC's RCCC credit, nil when it
+// has none (cc nscc or none, or the CCC is gone).
+func creditBytes(ci *pds.CreditInfo) *int {
+	if ci == nil {
+		return nil
+	}
+	c := ci.Credit
+	return &c
 }
 
 func (st *uetState) peek() uint64 {
@@ -577,7 +597,7 @@ func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.Ad
 		DSCP:        int(c.DSCP),
 		MTU:         c.MTU,
 		Op:          "write",
-		CC:          "nscc",
+		CC:          c.UETCC.String(),
 		LineRateBps: uint64(c.LineRate),
 		BaseRTTUs:   float64(c.BaseRTT) / float64(time.Microsecond),
 		Verify:      c.Verify,

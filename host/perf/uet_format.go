@@ -49,6 +49,24 @@ func formatCwnd(b uint64) string {
 	return strings.TrimSpace(FormatBytes(float64(b)))
 }
 
+// formatCredit prints RCCC credit, which is negative while a CCC waits
+// for a grant it already spent: "12.0 KBytes", "-3.00 KBytes".
+func formatCredit(b int) string {
+	if b < 0 {
+		return "-" + strings.TrimSpace(FormatBytes(float64(-b)))
+	}
+	return strings.TrimSpace(FormatBytes(float64(b)))
+}
+
+// intervalCredit is an interval line's credit column: nothing without
+// RCCC.
+func intervalCredit(b *int) string {
+	if b == nil {
+		return ""
+	}
+	return "  credit " + formatCredit(*b)
+}
+
 // writeUETIntervalText prints one interval: a line per stream with the
 // CCC's window, a [SUM] line when there are several. Retransmissions are
 // the endpoint's: on the [SUM] line, or the stream's when it is alone.
@@ -65,14 +83,14 @@ func writeUETIntervalText(w io.Writer, iv *Interval) {
 		if many {
 			retr = ""
 		}
-		line := fmt.Sprintf("%s  %-13s %5s%s", intervalPrefix(streamID(s.ID), s.Start, s.End, s.Bytes, s.BitsPerSecond),
-			formatCwnd(s.CwndBytes), retr, omit(s.Omitted))
+		line := fmt.Sprintf("%s  %-13s %5s%s%s", intervalPrefix(streamID(s.ID), s.Start, s.End, s.Bytes, s.BitsPerSecond),
+			formatCwnd(s.CwndBytes), retr, intervalCredit(s.CreditBytes), omit(s.Omitted))
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 	if many {
 		s := iv.Sum
-		fmt.Fprintf(w, "%s  %-13s %5d%s\n", intervalPrefix("[SUM]", s.Start, s.End, s.Bytes, s.BitsPerSecond),
-			formatCwnd(s.CwndBytes), s.Retransmits, omit(s.Omitted))
+		fmt.Fprintf(w, "%s  %-13s %5d%s%s\n", intervalPrefix("[SUM]", s.Start, s.End, s.Bytes, s.BitsPerSecond),
+			formatCwnd(s.CwndBytes), s.Retransmits, intervalCredit(s.CreditBytes), omit(s.Omitted))
 		fmt.Fprintln(w, sepLine)
 	}
 }
@@ -142,10 +160,24 @@ func uetLine(u *UETEnd) string {
 		fmt.Fprintf(&b, " retransmits=%d timeouts=%d inferred_losses=%d probes_sent=%d ecn_echoes=%d nacks_received=%s ccc_transitions=%s",
 			c.Retransmits, c.Timeouts, c.InferredLosses, c.ProbesSent, c.ECNEchoes, byName(c.NacksReceived), byName(c.Transitions))
 	}
+	credit := false // the run used RCCC: a CCC with credit, or credit counted
 	for _, c := range u.CCCs {
-		fmt.Fprintf(&b, " cwnd=%s", formatCwnd(uint64(c.CwndBytes)))
+		credit = credit || c.RCCC != nil
+	}
+	if c := u.Client; c != nil && (credit || c.CreditRequestsSent+c.CreditsReceived+c.StaleCredits > 0) {
+		fmt.Fprintf(&b, " credit_requests_sent=%d credits_received=%d stale_credits=%d", c.CreditRequestsSent, c.CreditsReceived, c.StaleCredits)
+	}
+	for _, c := range u.CCCs {
+		if c.RCCC == nil || c.NSCC != nil {
+			fmt.Fprintf(&b, " cwnd=%s", formatCwnd(uint64(c.CwndBytes)))
+		}
 		if n := c.NSCC; n != nil {
 			fmt.Fprintf(&b, " (nscc: decreases=%d quick_adapts=%d nack_decreases=%d losses=%d)", n.Decreases, n.QuickAdapts, n.NackDecreases, n.Losses)
+		}
+		if r := c.RCCC; r != nil {
+			fmt.Fprintf(&b, " credit=%s (rccc: speculating=%t credit_requests=%d credits=%d duplicate_credits=%d stale_credits=%d credit_bytes=%d clamped_bytes=%d sent_bytes=%d speculative_bytes=%d unused_speculative_bytes=%d overdrawn=%d)",
+				formatCredit(r.Credit), r.Speculating, r.CreditRequests, r.Credits, r.DuplicateCredits, r.StaleCredits, r.CreditBytes, r.ClampedBytes,
+				r.SentBytes, r.SpeculativeBytes, r.UnusedSpeculative, r.Overdrawn)
 		}
 	}
 	return b.String()

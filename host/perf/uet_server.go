@@ -306,7 +306,19 @@ func (s *UETServer) reportRefusal(remote net.Addr, msg string) {
 }
 
 func (s *UETServer) agentReport() *UETServerAgent {
-	return &UETServerAgent{Counters: s.ep.Counters(), SideChannel: s.Stats()}
+	return &UETServerAgent{Counters: s.ep.Counters(), Pacer: s.ep.PacerStats(), SideChannel: s.Stats()}
+}
+
+// rxCCCs are the endpoint's receiver CCCs of the client at addr.
+func (s *UETServer) rxCCCs(addr netip.Addr) []pds.RxCCCInfo {
+	var out []pds.RxCCCInfo
+	for _, c := range s.ep.RxCCCs() {
+		if c.Key.Src.Unmap() == addr {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b pds.RxCCCInfo) int { return int(a.TC) - int(b.TC) })
+	return out
 }
 
 func (s *UETServer) printf(format string, args ...any) {
@@ -440,6 +452,8 @@ func (s *UETServer) check(req *uetRequest) (netip.Addr, *refusal) {
 		return netip.Addr{}, uetRefuse(UETRefusedJobIDs, "job_ids: %d for %d streams: one per stream", len(req.JobIDs), req.Streams)
 	case req.MessageBytes < 1 || req.MessageBytes > lim.MaxMessageBytes:
 		return netip.Addr{}, uetRefuse(UETRefusedMessageBytes, "message_bytes %d: this server allows 1..%d (max_message_bytes)", req.MessageBytes, lim.MaxMessageBytes)
+	case req.CC != "" && !slices.Contains(pds.CCModeNames(), req.CC):
+		return netip.Addr{}, uetRefuse(UETRefusedMalformed, "cc %q: must be %s", clip(req.CC, 32), ccModeNames())
 	}
 	seen := make(map[uint32]bool, len(req.JobIDs))
 	for i, id := range req.JobIDs {
@@ -662,7 +676,7 @@ func (s *UETServer) printSession(ss *uetSession) {
 	if ss.req.Verify {
 		verify = ", verify"
 	}
-	fmt.Fprintf(w, "Session: UET, %d streams, %d byte messages, mtu %d, dscp %d%s\n", len(ss.req.JobIDs), ss.req.MessageBytes, ss.req.MTU, ss.req.DSCP, verify)
+	fmt.Fprintf(w, "Session: UET, %d streams, %d byte messages, mtu %d, dscp %d, cc %s%s\n", len(ss.req.JobIDs), ss.req.MessageBytes, ss.req.MTU, ss.req.DSCP, ss.req.cc(), verify)
 	if s.cfg.Interval > 0 {
 		fmt.Fprintln(w, uetServerHeader)
 	}
@@ -684,7 +698,7 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 		Timestamp:  Timestamp{Time: ss.t0.UTC().Format(iperfTime), TimeSecs: ss.t0.Unix()},
 		TestStart: TestStart{Protocol: protocolUET, NumStreams: len(streams), Blksize: ss.req.MessageBytes,
 			Duration: ss.req.Duration.Seconds(), Bytes: ss.req.Bytes, MTU: ss.req.MTU,
-			TOS: int(ss.req.DSCP)<<2 | ecnECT0, DSCP: int(ss.req.DSCP), Op: "write", CC: "nscc", Verify: ss.req.Verify},
+			TOS: int(ss.req.DSCP)<<2 | ecnECT0, DSCP: int(ss.req.DSCP), Op: "write", CC: ss.req.cc(), Verify: ss.req.Verify},
 	}
 	e := &r.End
 	e.SumReceived = Sum{End: end, Seconds: end}
@@ -702,7 +716,7 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 	}
 	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, end)
 	e.Counters.Server = []agent.QPReport{}
-	e.UET = &UETEnd{Receiver: streams, Server: s.agentReport()}
+	e.UET = &UETEnd{Receiver: streams, Server: s.agentReport(), RxCCCs: s.rxCCCs(ss.addr)}
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
 	w := s.cfg.Out
@@ -727,6 +741,10 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 	// Trimmed packets are counted by the endpoint, not per PDC: since the
 	// server started (end.uet.server.trimmed_received in JSON).
 	fmt.Fprintf(w, "%s trimmed_received=%d (since start)\n", uetReceiverLine(streams, ss.req.Verify), e.UET.Server.TrimmedReceived)
+	for i := range e.UET.RxCCCs {
+		fmt.Fprintln(w, rxCCCLine(&e.UET.RxCCCs[i]))
+	}
+	fmt.Fprintln(w, creditLine(e.UET.Server))
 	fmt.Fprintf(w, "%s\n%s\n", uetServerLine(e.UET.Server), dashLine)
 }
 
@@ -742,6 +760,32 @@ func checkTrimDSCP(pc pds.Config) error {
 		}
 	}
 	return nil
+}
+
+// rxCCCLine is a receiver CCC at the session's finish: its PDCs, and its
+// source at the credit pacer when the client asks for credit.
+func rxCCCLine(c *pds.RxCCCInfo) string {
+	pdcs := "PDCs"
+	if c.PDCs == 1 {
+		pdcs = "PDC"
+	}
+	line := fmt.Sprintf("receiver ccc: %s -> %s tc %d, %d %s", c.Src, c.Dst, c.TC, c.PDCs, pdcs)
+	src := c.Source
+	if src == nil {
+		return line + ", no credit asked"
+	}
+	return line + fmt.Sprintf(", rccc %s target_bytes=%d granted_bytes=%d grants=%d slow_pulls=%d slow_pull_bytes=%d stale_targets=%d",
+		src.State, src.TargetBytes, src.GrantedBytes, src.Grants, src.SlowPulls, src.SlowPullBytes, src.StaleTargets)
+}
+
+// creditLine is the endpoint's RCCC receiver since it started: the credit
+// it sent and was asked for, and its pacer.
+func creditLine(sa *UETServerAgent) string {
+	c, p := &sa.Counters, &sa.Pacer
+	return fmt.Sprintf("rccc since start: credits_sent=%d credits_unsent=%d credit_acks_sent=%d credit_requests_received=%d credit_sources_reset=%d"+
+		" pacer: sources=%d active=%d slow_pull=%d grants=%d granted_bytes=%d slow_pulls=%d slow_pull_bytes=%d targets=%d stale_targets=%d removed=%d caught_up=%d lost=%v",
+		c.CreditsSent, c.CreditsUnsent, c.CreditAcksSent, c.CreditRequestsReceived, c.CreditSourcesReset,
+		p.Sources, p.Active, p.SlowPull, p.Grants, p.GrantedBytes, p.SlowPulls, p.SlowPullBytes, p.Targets, p.StaleTargets, p.Removed, p.CaughtUp, p.Lost)
 }
 
 // uetServerLine lists what the server's endpoint dropped or refused and

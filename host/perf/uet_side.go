@@ -45,6 +45,18 @@ type uetRequest struct {
 	DSCP     uint8         `json:"dscp,omitempty"`
 	Duration time.Duration `json:"duration_ns,omitempty"`
 	Bytes    uint64        `json:"bytes,omitempty"`
+	// CC is the client's congestion control (pds.CCMode's name; absent
+	// from a client before --cc: nscc). The server serves credit to
+	// whoever asks, whatever this says.
+	CC string `json:"cc,omitempty"`
+}
+
+// cc is the session's congestion control as the server prints it.
+func (r *uetRequest) cc() string {
+	if r.CC == "" {
+		return pds.CCNSCC.String()
+	}
+	return r.CC
 }
 
 // uetReply answers the request: the server's UET address, or why not

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
 )
@@ -269,7 +270,7 @@ func TestUETPipeVerified(t *testing.T) {
 	t.Logf("server:\n%s", srv)
 	for _, want := range []string{
 		"Server listening on 127.0.0.1 port", "(UET on UDP 4793)",
-		"Session: UET, 2 streams, 65536 byte messages, mtu 4096, dscp 26, verify",
+		"Session: UET, 2 streams, 65536 byte messages, mtu 4096, dscp 26, cc nscc, verify",
 		"receiver\n", "receiver: messages=64 verify_errors=0",
 		"server since start: no drops, no refused sessions",
 	} {
@@ -600,5 +601,118 @@ func TestUETPipeLBTrim(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("got  %v\nwant %q…", err, tc.want)
 		}
+	}
+}
+
+// TestUETPipeRCCC: a client with --cc rccc: every byte arrives verified,
+// the setup line, test_start and the server's session line name the mode,
+// the client's CCC reports its credit (text and JSON, intervals too) and
+// the server its receiver CCC, its pacer and the credit it sent; a mode
+// pds does not have names the flag and the values.
+func TestUETPipeRCCC(t *testing.T) {
+	p := startUETPipe(t, ServerConfig{}, nil)
+	var out bytes.Buffer
+	c := p.clientConfig()
+	c.QPs, c.Bytes, c.Verify, c.UETCC, c.Out = 2, 4<<20, true, pds.CCRCCC, &out
+	c.Interval = 20 * time.Millisecond
+	r, err := RunClient(context.Background(), c)
+	t.Logf("client:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &r.End
+	if e.SumSent.Bytes != 4<<20 || e.SumReceived.Bytes != 4<<20 || e.UET.verifyErrors() != 0 {
+		t.Errorf("sent %d, received %d bytes, %d verify errors; want %d, %d, 0", e.SumSent.Bytes, e.SumReceived.Bytes, e.UET.verifyErrors(), 4<<20, 4<<20)
+	}
+	if r.Start.TestStart.CC != "rccc" {
+		t.Errorf("test_start.cc %q; want rccc", r.Start.TestStart.CC)
+	}
+	if len(e.UET.CCCs) != 1 || e.UET.CCCs[0].RCCC == nil || e.UET.CCCs[0].NSCC != nil || e.UET.CCCs[0].RCCC.CreditBytes == 0 {
+		t.Errorf("CCCs %+v: want one with RCCC's credit and no NSCC", e.UET.CCCs)
+	}
+	if e.UET.Client.CreditsReceived == 0 {
+		t.Errorf("client credits_received 0")
+	}
+	credited := false
+	for _, iv := range r.Intervals {
+		credited = credited || iv.Sum.CreditBytes != nil
+	}
+	if !credited {
+		t.Errorf("no interval has the CCC's credit")
+	}
+	text := out.String()
+	for _, want := range []string{"cc rccc (line rate", "  credit ", " credit_requests_sent=", " credit=", "(rccc: speculating="} {
+		if !strings.Contains(text, want) {
+			t.Errorf("client output lacks %q", want)
+		}
+	}
+	var jb bytes.Buffer
+	if err := r.WriteJSON(&jb); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any // rccc has no window: no cwnd, no nscc
+	if err := json.Unmarshal(jb.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	ccc := m["end"].(map[string]any)["uet"].(map[string]any)["cccs"].([]any)[0].(map[string]any)
+	if rc, ok := ccc["rccc"].(map[string]any); !ok || rc["credit_bytes"] == nil || rc["speculating"] == nil || rc["credit_requests"] == nil {
+		t.Errorf("end.uet.cccs[0].rccc %v", ccc["rccc"])
+	}
+	if ts := m["start"].(map[string]any)["test_start"].(map[string]any); ts["cc"] != "rccc" {
+		t.Errorf("test_start.cc %v", ts["cc"])
+	}
+	iv := m["intervals"].([]any)[0].(map[string]any)["sum"].(map[string]any)
+	if _, ok := iv["credit"]; !ok {
+		t.Errorf("intervals[0].sum lacks credit: %v", iv)
+	}
+
+	// The server's report: its session line, the receiver CCC's source at
+	// the pacer, the pacer, the credit it sent.
+	waitFor(t, func() bool { return strings.Contains(p.out.String(), "server since start") })
+	srv := p.out.String()
+	t.Logf("server:\n%s", srv)
+	for _, want := range []string{
+		"Session: UET, 2 streams, 65536 byte messages, mtu 4096, dscp 26, cc rccc, verify",
+		"receiver ccc: 198.18.0.2 -> 198.18.0.1 tc 26, 2 PDCs, rccc ", " target_bytes=", " granted_bytes=",
+		"rccc since start: credits_sent=", " pacer: sources=",
+	} {
+		if !strings.Contains(srv, want) {
+			t.Errorf("server output lacks %q", want)
+		}
+	}
+	if strings.Contains(srv, "credits_sent=0 ") {
+		t.Errorf("the server sent no credit")
+	}
+	if sa := p.srv.agentReport(); sa.CreditsSent == 0 || sa.Pacer.Grants == 0 || sa.Pacer.GrantedBytes == 0 {
+		t.Errorf("server: credits_sent %d, pacer %+v", sa.CreditsSent, sa.Pacer)
+	}
+
+	// The server's JSON has them too.
+	pj := startUETPipe(t, ServerConfig{JSON: true}, nil)
+	c = pj.clientConfig()
+	c.Bytes, c.UETCC = 1<<20, pds.CCBoth
+	if _, err := RunClient(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(pj.out.String(), `"side_channel"`) })
+	var sr Report
+	if err := json.Unmarshal([]byte(pj.out.String()), &sr); err != nil {
+		t.Fatalf("server JSON: %v\n%s", err, pj.out.String())
+	}
+	u := sr.End.UET
+	if sr.Start.TestStart.CC != "both" || u == nil || u.Server == nil || u.Server.CreditsSent == 0 || u.Server.Pacer.Grants == 0 ||
+		len(u.RxCCCs) != 1 || u.RxCCCs[0].Source == nil || u.RxCCCs[0].Source.GrantedBytes == 0 {
+		t.Errorf("server JSON: cc %q, end.uet %+v", sr.Start.TestStart.CC, u)
+	}
+	for _, key := range []string{`"credits_sent"`, `"credit_acks_sent"`, `"credit_requests_received"`, `"pacer"`, `"rx_cccs"`, `"target_bytes"`, `"state"`} {
+		if !strings.Contains(pj.out.String(), key) {
+			t.Errorf("server JSON lacks %s", key)
+		}
+	}
+
+	c = p.clientConfig()
+	c.UETCC = pds.CCMode(9)
+	if err := c.Validate(); err == nil || err.Error() != "roceperf: --cc CCMode(9): must be nscc, rccc, both or none with --transport uet" {
+		t.Errorf("bad mode: %v", err)
 	}
 }
