@@ -97,13 +97,18 @@ Client:
   --timeout TIME            ACK timeout (default %v; a bare number is ms)
   --retry N                 ACK timeouts in a row before a QP fails (default %d)
 Client, --transport uet (-t -n -P -l -i -O -J -B --dscp --verify as above;
--P streams, one PDC and job each; the RoCEv2-only flags --udp-port --op --cc
+-P streams, one PDC and job each; the RoCEv2-only flags --udp-port --op
 --dcqcn-profile --dcqcn --rp --cnp-dscp --perftest --window --inflight
 --ack-every --burst --timeout --retry are refused):
   --mtu N                   IP packet size of a full data packet, 512..9000
                             (default %d); at most the path's MTU
   -b, --bitrate N[kmg]      the endpoint's line rate: its port limiter and
                             NSCC's BDP (default %s)
+  --cc nscc|rccc|both|none  the sender's congestion control: NSCC's window
+                            (default), RCCC's receiver credit, both (a packet
+                            needs both), or none (the PDC window and the
+                            line only); the server needs no flag: it grants
+                            credit to any client that asks
   --base-rtt TIME           NSCC's base RTT (default %v)
   --trace-ccc               print every CCC transition with its time (-J:
                             end.uet.ccc_trace)
@@ -117,6 +122,7 @@ Examples:
   roceperf -c 198.18.0.1 --dcqcn-profile paper --dcqcn rpg_ai_rate=10 -J
   roceperf -s -B 198.18.0.1 --transport uet
   roceperf -c 198.18.0.1 --transport uet -t 10 -P 2 --verify
+  roceperf -c 198.18.0.1 --transport uet -n 1G --cc rccc
 `, qpDefaults.Window, qpDefaults.AckReqEvery, qpDefaults.MaxBurst, qpDefaults.AckTimeout, qpDefaults.RetryCount,
 	uetDefaults.MTU, uetDefaults.LinkRate, uetDefaults.BaseRTT)
 
@@ -157,7 +163,7 @@ var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "leng
 // rocev2Only are the flags --transport uet refuses; uetOnly those
 // --transport rocev2 refuses.
 var (
-	rocev2Only = []string{"udp-port", "op", "cc", "dcqcn-profile", "dcqcn", "rp", "np", "cnp-dscp", "perftest",
+	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "cnp-dscp", "perftest",
 		"window", "inflight", "ack-every", "burst", "timeout", "retry"}
 	uetOnly = []string{"base-rtt", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
@@ -209,7 +215,7 @@ func parseArgs(args []string) (*options, error) {
 		mtu      = str("1024", "mtu")
 		op       = str("write", "op")
 		bitrate  = str("", "b", "bitrate")
-		cc       = str("dcqcn", "cc")
+		cc       = str("", "cc") // dcqcn (RoCEv2) or nscc (UET)
 		profile  = str(perf.DefaultProfile, "dcqcn-profile")
 		dscp     = str(strconv.Itoa(agent.DefaultDSCP), "dscp")
 		cnpDSCP  = str(strconv.Itoa(agent.DefaultCNPDSCP), "cnp-dscp")
@@ -421,13 +427,29 @@ func parseArgs(args []string) (*options, error) {
 	default:
 		return nil, mustBe("--op", *op, "write or send")
 	}
-	switch *cc {
-	case "dcqcn":
+	// --cc is the transport's: DCQCN or none (RoCEv2), a pds.CCMode (UET).
+	switch {
+	case uetRun && set["cc"]:
+		m, perr := pds.ParseCCMode(*cc)
+		if perr != nil {
+			hint := ""
+			if *cc == "dcqcn" {
+				hint = " (dcqcn is RoCEv2's)"
+			}
+			return nil, mustBe("--cc", *cc, "%s with --transport uet%s", uetCCNames(), hint)
+		}
+		c.UETCC = m
+	case uetRun: // pds's default, NSCC
+	case *cc == "dcqcn" || !set["cc"]:
 		c.CC = agent.CCDCQCN
-	case "none":
+	case *cc == "none":
 		c.CC = agent.CCNone
 	default:
-		return nil, mustBe("--cc", *cc, "dcqcn or none")
+		hint := ""
+		if _, perr := pds.ParseCCMode(*cc); perr == nil {
+			hint = fmt.Sprintf(" (%s is --transport uet's)", *cc)
+		}
+		return nil, mustBe("--cc", *cc, "dcqcn or none%s", hint)
 	}
 	if *bitrate != "" {
 		r, perr := perf.ParseBitrate(*bitrate)
@@ -517,6 +539,13 @@ func parseArgs(args []string) (*options, error) {
 	}
 	o.client = c
 	return o, nil
+}
+
+// uetCCNames is the --cc values of --transport uet: "nscc, rccc, both or
+// none".
+func uetCCNames() string {
+	n := pds.CCModeNames()
+	return strings.Join(n[:len(n)-1], ", ") + " or " + n[len(n)-1]
 }
 
 // flagValue is a flag as the user gave it: "--cc none", or "--perftest"

@@ -105,6 +105,9 @@ func TestParseErrors(t *testing.T) {
 		{"-c h -b fast", "roceperf: -b fast: must be 1k..1t bits/s"},
 		{"-c h -b 2t", "roceperf: -b 2t: must be 1k..1t bits/s"},
 		{"-c h --cc reno", "roceperf: --cc reno: must be dcqcn or none"},
+		{"-c h --cc=", "roceperf: --cc : must be dcqcn or none"},
+		{"-c h --cc rccc", "roceperf: --cc rccc: must be dcqcn or none (rccc is --transport uet's)"},
+		{"-c h --transport rocev2 --cc nscc", "roceperf: --cc nscc: must be dcqcn or none (nscc is --transport uet's)"},
 		{"-c h --op read", "roceperf: --op read: must be write or send"},
 		{"-c h --dscp 64", "roceperf: --dscp 64: must be 1..63"},
 		{"-c h --dscp 0", "roceperf: --dscp 0: must be 1..63"},
@@ -202,7 +205,6 @@ func TestParseUET(t *testing.T) {
 	}
 	for _, tc := range []struct{ args, want string }{
 		{"-c h --transport quic", "roceperf: --transport quic: must be rocev2 or uet"},
-		{"-c h --transport uet --cc none", "roceperf: --cc none: a RoCEv2 option, not for --transport uet"},
 		{"-c h --transport uet --op send", "roceperf: --op send: a RoCEv2 option, not for --transport uet"},
 		{"-c h --transport uet --perftest", "roceperf: --perftest: a RoCEv2 option, not for --transport uet"},
 		{"-c h --transport uet --dcqcn rpg_ai_rate=1", "roceperf: --dcqcn rpg_ai_rate=1: a RoCEv2 option, not for --transport uet"},
@@ -284,5 +286,51 @@ func TestParseUETLBTrim(t *testing.T) {
 	if code := run(context.Background(), []string{"-h"}, &out, &out); code != exitOK ||
 		!strings.Contains(out.String(), "--lb oblivious|bitmap|reps|mixed") || !strings.Contains(out.String(), "--trim-lasthop-dscp N") {
 		t.Errorf("help lacks --lb or --trim-dscp:\n%s", out.String())
+	}
+}
+
+// TestParseUETCC: --cc is the transport's: nscc (default), rccc, both or
+// none with --transport uet (pds.ParseCCMode), dcqcn (default) or none
+// with RoCEv2, each erring with its own values; a server takes none, as
+// it takes no other sender setting (--lb).
+func TestParseUETCC(t *testing.T) {
+	for _, tc := range []struct {
+		arg  string
+		want pds.CCMode
+	}{
+		{"", pds.CCNSCC}, {"--cc nscc", pds.CCNSCC}, {"--cc rccc", pds.CCRCCC},
+		{"--cc both", pds.CCBoth}, {"--cc none", pds.CCNone}, {"--cc RCCC", pds.CCRCCC}, {"--cc=both", pds.CCBoth},
+	} {
+		o, err := parseArgs(strings.Fields("-c h --transport uet " + tc.arg))
+		if err != nil || o.client.UETCC != tc.want {
+			t.Errorf("%q: uet cc %v, %v; want %v", tc.arg, o.client.UETCC, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		arg  string
+		want agent.CCMode
+	}{{"", agent.CCDCQCN}, {"--cc dcqcn", agent.CCDCQCN}, {"--cc none", agent.CCNone}} {
+		o, err := parseArgs(strings.Fields("-c h " + tc.arg))
+		if err != nil || o.client.CC != tc.want || o.client.UETCC != 0 {
+			t.Errorf("%q: rocev2 cc %v (uet cc %v), %v; want %v", tc.arg, o.client.CC, o.client.UETCC, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"-c h --transport uet --cc reno", "roceperf: --cc reno: must be nscc, rccc, both or none with --transport uet"},
+		{"-c h --transport uet --cc=", "roceperf: --cc : must be nscc, rccc, both or none with --transport uet"},
+		{"-c h --transport uet --cc dcqcn", "roceperf: --cc dcqcn: must be nscc, rccc, both or none with --transport uet (dcqcn is RoCEv2's)"},
+		{"-c h --cc both", "roceperf: --cc both: must be dcqcn or none (both is --transport uet's)"},
+		{"-s --transport uet -B 198.18.0.1 --cc rccc", "roceperf: --cc is a client option"},
+		{"-s -B 198.18.0.1 --cc dcqcn", "roceperf: --cc is a client option"},
+	} {
+		_, err := parseArgs(strings.Fields(tc.args))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q:\ngot  %v\nwant %q…", tc.args, err, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"-h"}, &out, &out); code != exitOK ||
+		!strings.Contains(out.String(), "--cc nscc|rccc|both|none") || !strings.Contains(out.String(), "--cc dcqcn|none") {
+		t.Errorf("help lacks --cc for each transport:\n%s", out.String())
 	}
 }
