@@ -53,7 +53,10 @@ type Counters struct {
 	// TrimmedReceived: data packets a switch trimmed (their trim DSCP, or
 	// a payload shorter than their SES header says), NACKed at once.
 	TrimmedReceived uint64 `json:"trimmed_received"`
-	AcksSent        uint64 `json:"acks_sent"`
+	// TrimmedDuplicates: of those, copies of a PSN already received (a
+	// spurious retransmission trimmed on the way): not NACKed.
+	TrimmedDuplicates uint64 `json:"trimmed_duplicates"`
+	AcksSent          uint64 `json:"acks_sent"`
 	// RCCC at the receiver: CTRL CREDITs sent (and grants that found no
 	// slot, carried by the next), ACK_CCs with a CREDIT cc_state,
 	// CREDIT_REQs received, sources reset by a new ccc_id.

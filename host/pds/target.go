@@ -161,6 +161,8 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 		t.stats.Trimmed++
 		if off >= 0 && off < maxPDCWindow && !t.rcvd[(t.cack+uint64(off))%maxPDCWindow] {
 			ep.sendNack(out, m, code, r.PSN, t.id, r.SPDCID, t.psn(t.hi))
+		} else {
+			ep.ctr.TrimmedDuplicates++
 		}
 		return
 	}
