@@ -90,6 +90,8 @@ type ccc struct {
 	creditAt    time.Duration // last packet that carried a target, or credit that came
 	creditReqs  uint64        // CREDIT_REQs sent
 	creditWait  uint8         // CREDIT_REQs in a row without credit: the backoff
+	grantAt     time.Duration // last new credit
+	grantGap    time.Duration // smoothed time between new credits (1/8 gain)
 
 	inFlight int // wire bytes sent, neither acknowledged nor taken as lost
 	pdcs     []*initiator
@@ -380,12 +382,9 @@ func (c *ccc) creditRequest(now time.Duration, out []engine.Packet) (n int, due 
 	if newData, retx := c.backlog(); !newData && !retx {
 		return 0, engine.Never
 	}
-	// At once when no request carried a target yet; else after a probe
-	// timeout without credit (the last target is at the receiver, whose
-	// grant may be on its way: a receiver that serves many sources grants
-	// each one rarely), and again after twice as long each time, up to
-	// 64 probe timeouts, until credit comes.
-	every := c.ep.cfg.ProbeTimeout << min(c.creditWait, 6)
+	// At once when no request carried a target yet; else after
+	// creditRequestInterval without credit.
+	every := c.creditRequestInterval()
 	if c.creditReqs > 0 || c.credit.Stats().SentBytes > 0 {
 		if due := max(c.creditAt, c.creditReqAt) + every; now < due {
 			return 0, due
@@ -413,7 +412,16 @@ func (c *ccc) creditRequest(now time.Duration, out []engine.Packet) (n int, due 
 	c.ep.ctr.CreditRequestsSent++
 	c.ep.ctr.TxPackets++
 	c.ep.ctr.TxBytes += uint64(pkt.N)
-	return 1, now + c.ep.cfg.ProbeTimeout<<min(c.creditWait, 6)
+	return 1, now + c.creditRequestInterval()
+}
+
+// creditRequestInterval is how long a CCC waits for credit before it asks
+// (again): a probe timeout, or twice the usual time between its grants if
+// longer (a pacer that serves many sources grants each one rarely, and
+// its next grant is on the way), doubled for each request in a row that
+// brought nothing, up to 64 times.
+func (c *ccc) creditRequestInterval() time.Duration {
+	return max(c.ep.cfg.ProbeTimeout, 2*c.grantGap) << min(c.creditWait, 6)
 }
 
 // needsCreditRequest reports whether the CCC waits for credit with nothing
@@ -452,7 +460,15 @@ func (c *ccc) takeCredit(now time.Duration, credit uet.Credit) {
 	before := c.credit.Received()
 	c.credit.OnCredit(now, uint32(credit))
 	if c.credit.Received() != before {
-		c.creditAt, c.creditWait = now, 0
+		if c.grantAt > 0 {
+			gap := now - c.grantAt
+			if c.grantGap == 0 {
+				c.grantGap = gap
+			} else {
+				c.grantGap += (gap - c.grantGap) / 8
+			}
+		}
+		c.creditAt, c.grantAt, c.creditWait = now, now, 0
 	}
 }
 
