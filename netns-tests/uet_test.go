@@ -221,40 +221,6 @@ func TestUETOneFlow(t *testing.T) {
 	}
 }
 
-// TestUETIncast: 8 senders each write 2 MB to one receiver at once, NSCC
-// on: the last completes within 1.15 × the ideal (16 MB at the payload
-// capacity), every byte verified, no loss.
-func TestUETIncast(t *testing.T) {
-	roceSize(t)
-	const senders, perSender = 8, 2 << 20
-	b := newUETBed(t, senders, uetPortConfig(), nil)
-	ideal := time.Duration(float64(senders*perSender*8) / (uetPayloadShare() * float64(roceRate)) * 1e9)
-	start := time.Now()
-	fct := waitSenders(t, start, b.startIncast(t, perSender), 20*ideal)
-	st := settle(t, b.port)
-	r := st.Classes[qdisc.ClassRoCE]
-	cs := b.server.Counters()
-	var tail time.Duration
-	var retx uint64
-	for i, f := range fct {
-		tail = max(tail, f)
-		retx += b.clients[i].Counters().Retransmits
-	}
-	t.Logf("FCTs %v; tail %v = %.3f × ideal %v; the port carried %.1f%% of its rate over the tail FCT", fct, tail.Round(time.Millisecond), float64(tail)/float64(ideal), ideal.Round(time.Millisecond),
-		100*float64(r.DequeuedBytes)*8/tail.Seconds()/float64(roceRate))
-	t.Logf("port: %d CE marked of %d, %d dropped, max backlog %s, sojourn p50 < %v p99 < %v; receiver: %d messages, %d verify errors, %d CE; senders: %d retransmits",
-		r.CEMarked(), r.EnqueuedPackets, portDrops(st), kib(float64(r.MaxBacklogBytes)), r.Sojourn.Quantile(0.5), r.Sojourn.Quantile(0.99), cs.MessagesReceived, cs.VerifyErrors, cs.CEReceived, retx)
-	if cs.MessagesReceived != senders*perSender/uetMsgBytes || cs.VerifyErrors != 0 {
-		t.Errorf("receiver: %d messages, %d verify errors; want %d, 0", cs.MessagesReceived, cs.VerifyErrors, senders*perSender/uetMsgBytes)
-	}
-	if float64(tail) > 1.15*float64(ideal) {
-		t.Errorf("tail FCT %v is %.3f × the ideal %v: want ≤ 1.15", tail, float64(tail)/float64(ideal), ideal)
-	}
-	if d := portDrops(st); d != 0 {
-		t.Errorf("the port dropped %d packets", d)
-	}
-}
-
 // TestUETRandomLoss: 1 % of the UET packets leaving the sender are lost
 // (a BPF drop on its link): SACK inference, probes and retransmission
 // deliver every message intact.

@@ -1,0 +1,210 @@
+package netnstests
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// The UET incast, 8 senders × 2 MB into one port, under each congestion
+// control (issue 11 §4a, §4c): with a deep queue (TestUETIncast) and
+// with htsim's 1-BDP queue that trims (TestUETIncastTrim).
+const (
+	uetIncastSenders = 8
+	uetIncastBytes   = 2 << 20
+)
+
+// uetIncastModes are the sender modes the incasts run.
+var uetIncastModes = []pds.CCMode{pds.CCNSCC, pds.CCRCCC, pds.CCBoth}
+
+// uetIncastResult is one incast's outcome.
+type uetIncastResult struct {
+	mode         pds.CCMode
+	tail, ideal  time.Duration
+	fct          []time.Duration
+	port, trimQ  qdisc.ClassStats
+	drops        uint64
+	backlogDrops uint64
+	// queue: the data class's backlog sampled every millisecond while
+	// the senders ran, bytes.
+	queueP50, queueP99, queueMax int64
+	server                       pds.Counters
+	retx, timeouts, inferred     uint64
+	nacks                        uint64 // TRIMMED_LASTHOP
+	creditRequests               uint64
+	pacer                        string
+}
+
+func (r uetIncastResult) ratio() float64 { return float64(r.tail) / float64(r.ideal) }
+
+// runUETIncast runs the incast through a port with cfg under mode; trim
+// says the port trims into the receiver's TrimLastHopDSCP.
+func runUETIncast(t *testing.T, mode pds.CCMode, cfg qdisc.Config) uetIncastResult {
+	t.Helper()
+	trim := cfg.Classes[qdisc.ClassRoCE].TrimBytes > 0
+	b := newUETBed(t, uetIncastSenders, cfg, func(c *pds.Config) {
+		c.CC = mode
+		if trim {
+			c.TrimLastHopDSCP = uint8(cfg.Classes[qdisc.ClassRoCE].TrimDSCP)
+		}
+	})
+	res := uetIncastResult{mode: mode, ideal: time.Duration(float64(uetIncastSenders*uetIncastBytes*8) / (uetPayloadShare() * float64(roceRate)) * 1e9)}
+	drops0 := softnetDrops()
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var queue []int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		queue = sampleBacklog(ctx, t, b.port, qdisc.ClassRoCE)
+	}()
+	start := time.Now()
+	res.fct = waitSenders(t, start, b.startIncast(t, uetIncastBytes), 20*res.ideal)
+	stop()
+	wg.Wait()
+	st := settle(t, b.port)
+	res.port = st.Classes[qdisc.ClassRoCE]
+	if trim {
+		res.trimQ = st.Classes[cfg.Classes[qdisc.ClassRoCE].TrimClass]
+	}
+	res.drops = portDrops(st)
+	res.backlogDrops = softnetDrops() - drops0
+	res.server = b.server.Counters()
+	for i, f := range res.fct {
+		res.tail = max(res.tail, f)
+		ca := b.clients[i].Counters()
+		res.retx += ca.Retransmits
+		res.timeouts += ca.Timeouts
+		res.inferred += ca.InferredLosses
+		res.nacks += ca.NacksReceived[uet.NackTrimmedLastHop.String()]
+		res.creditRequests += ca.CreditRequestsSent
+	}
+	slices.Sort(queue)
+	if n := len(queue); n > 0 {
+		res.queueP50, res.queueP99, res.queueMax = queue[n/2], queue[n*99/100], queue[n-1]
+	}
+	ps := b.server.PacerStats()
+	res.pacer = fmt.Sprintf("%d grants (%d slow pulls), %s granted, %d caught up, %v lost", ps.Grants, ps.SlowPulls, kib(float64(ps.GrantedBytes)), ps.CaughtUp, ps.Lost)
+	r := res.port
+	t.Logf("%s: FCTs %v; tail %v = %.3f × ideal %v", mode, res.fct, res.tail.Round(time.Millisecond), res.ratio(), res.ideal.Round(time.Millisecond))
+	t.Logf("%s: port: queue p50 %s p99 %s max %s (%d samples), sojourn p50 < %v p99 < %v; %d CE marked, %d trimmed of %d, %d dropped; trim class: %d in, max %s",
+		mode, kib(float64(res.queueP50)), kib(float64(res.queueP99)), kib(float64(r.MaxBacklogBytes)), len(queue), r.Sojourn.Quantile(0.5), r.Sojourn.Quantile(0.99),
+		r.CEMarked(), r.TrimmedPackets, r.EnqueuedPackets, res.drops, res.trimQ.TrimInPackets, kib(float64(res.trimQ.MaxBacklogBytes)))
+	cs := res.server
+	t.Logf("%s: receiver: %d messages, %d verify errors, %d trimmed, NACKs %v, %d duplicates, %d credits sent, %d credit ACKs; pacer: %s; senders: %d retransmits, %d inferred losses, %d timeouts, %d credit requests; host backlog drops %d",
+		mode, cs.MessagesReceived, cs.VerifyErrors, cs.TrimmedReceived, cs.NacksSent, cs.Duplicates, cs.CreditsSent, cs.CreditAcksSent, res.pacer, res.retx, res.inferred, res.timeouts, res.creditRequests, res.backlogDrops)
+	if want := uint64(uetIncastSenders * uetIncastBytes / uetMsgBytes); cs.MessagesReceived != want || cs.VerifyErrors != 0 {
+		t.Errorf("%s: receiver: %d messages, %d verify errors; want %d, 0", mode, cs.MessagesReceived, cs.VerifyErrors, want)
+	}
+	if mode != pds.CCNSCC && cs.CreditsSent == 0 {
+		t.Errorf("%s: the receiver granted no credit", mode)
+	}
+	return res
+}
+
+// sampleBacklog reads class's backlog every millisecond until ctx ends.
+func sampleBacklog(ctx context.Context, t *testing.T, port *qdisc.Port, class qdisc.ClassID) []int64 {
+	var out []int64
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+		}
+		b, _, err := port.Backlog(class)
+		if err != nil {
+			t.Errorf("backlog: %v", err)
+			return out
+		}
+		out = append(out, int64(b))
+	}
+}
+
+// uetTrimPortConfig is htsim's trimming setting (uet.md's caveats) scaled
+// to the lab: a data queue of 1 × BDP at uetBaseRTT, ECN from 0.2 to 0.8
+// of it, and a packet the full queue would drop trimmed to its headers
+// (qdisc ClassConfig.SetTrim: 128 B, DSCP 9, the strict trim class).
+func uetTrimPortConfig() qdisc.Config {
+	bdp := units.ByteSize(roceRate.BytesPerSecond() * uetBaseRTT.Seconds())
+	cfg := qdisc.DefaultConfig(roceRate)
+	cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "uet", LimitBytes: bdp, ECN: qdisc.ECNWRED,
+		MinThBytes: bdp / 5, MaxThBytes: bdp * 4 / 5, MaxP: 1}
+	cfg.Classes[qdisc.ClassRoCE].SetTrim()
+	return cfg
+}
+
+// TestUETIncast: 8 senders each write 2 MB to one receiver at once
+// through a deep queue (no trimming), under NSCC, RCCC and both: every
+// byte verified, nothing dropped, the tail within 1.15 × the ideal (16 MB
+// at the payload capacity), and RCCC's queue p99 below NSCC's.
+func TestUETIncast(t *testing.T) {
+	roceSize(t)
+	queueP99 := map[pds.CCMode]int64{}
+	for _, mode := range uetIncastModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			r := runUETIncast(t, mode, uetPortConfig())
+			queueP99[mode] = r.queueP99
+			if r.ratio() > 1.15 {
+				t.Errorf("tail FCT %v is %.3f × the ideal %v: want ≤ 1.15", r.tail, r.ratio(), r.ideal)
+			}
+			if r.drops != 0 {
+				t.Errorf("the port dropped %d packets", r.drops)
+			}
+		})
+	}
+	// Issue 11 §4c: RCCC keeps the last hop's queue below what NSCC alone
+	// leaves, although its speculative start (8 × MaxWnd) stands in the
+	// queue, which the pacer's 0.99 drains at 1 % of the line.
+	n, r := queueP99[pds.CCNSCC], queueP99[pds.CCRCCC]
+	t.Logf("queue p99: nscc %s, rccc %s (%.2f), both %s", kib(float64(n)), kib(float64(r)), float64(r)/float64(max(n, 1)), kib(float64(queueP99[pds.CCBoth])))
+	if n > 0 && r >= n {
+		t.Errorf("queue p99 under RCCC %s, under NSCC %s: want RCCC's lower", kib(float64(r)), kib(float64(n)))
+	}
+}
+
+// TestUETIncastTrim: the incast into a port whose data queue holds one BDP
+// and trims what it cannot hold (htsim's setting). The port is the
+// receiver's last hop, so its trimmed DSCP is the receiver's
+// TrimLastHopDSCP: every trimmed packet is NACKed TRIMMED_LASTHOP at once
+// and resent, nothing waits for a timeout, nothing is dropped, every byte
+// arrives verified, and the tail completes within 1.25 × the ideal
+// (htsim 15 → 1 with trimming: 1.033; NSCC measured 1.017-1.085 quiet,
+// 1.073-1.169 with one core busy: issue 11's goal of 1.10 holds quiet
+// only).
+func TestUETIncastTrim(t *testing.T) {
+	roceSize(t)
+	cfg := uetTrimPortConfig()
+	for _, mode := range uetIncastModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			r := runUETIncast(t, mode, cfg)
+			if r.port.TrimmedPackets == 0 && mode == pds.CCNSCC {
+				t.Errorf("the port trimmed nothing: the test did not fill its queue")
+			}
+			// Every packet the port trimmed reached the receiver as one
+			// and was NACKed, and the senders heard every NACK (the trim
+			// class is strict and never full; ACKs and NACKs go back on
+			// an empty path).
+			// (A trimmed copy of a PSN that already arrived gets none.)
+			if r.server.TrimmedReceived != r.port.TrimmedPackets || r.nacks+r.server.TrimmedDuplicates != r.port.TrimmedPackets {
+				t.Errorf("port trimmed %d; receiver saw %d (%d of PSNs it had); senders got %d TRIMMED_LASTHOP NACKs: want all equal but the duplicates",
+					r.port.TrimmedPackets, r.server.TrimmedReceived, r.server.TrimmedDuplicates, r.nacks)
+			}
+			if r.drops != 0 || r.timeouts != 0 || r.backlogDrops != 0 {
+				t.Errorf("port drops %d, timeouts %d, host backlog drops %d: want 0 (trimming replaces loss)", r.drops, r.timeouts, r.backlogDrops)
+			}
+			if r.ratio() > 1.25 {
+				t.Errorf("tail FCT %v is %.3f × the ideal %v: want ≤ 1.25", r.tail, r.ratio(), r.ideal)
+			}
+		})
+	}
+}
