@@ -3,6 +3,7 @@ package pds
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"time"
 
 	"github.com/fabriclab/fabriclab/host/uet"
 )
@@ -20,12 +21,18 @@ type Counters struct {
 	PDCErrors      uint64 `json:"pdc_errors"`
 	Retransmits    uint64 `json:"retransmits"`
 	Timeouts       uint64 `json:"timeouts"`
-	InferredLosses uint64 `json:"inferred_losses"` // SACK: dupThresh packets acknowledged beyond
+	InferredLosses uint64 `json:"inferred_losses"` // RACK: a later packet delivered, this one outstanding past its RTT + reo_wnd
 	AcksReceived   uint64 `json:"acks_received"`
 	ECNEchoes      uint64 `json:"ecn_echoes"` // ACKs with M set
 	InvalidAckPSN  uint64 `json:"invalid_ack_psn"`
 	ClosesSent     uint64 `json:"closes_sent"`
 	ProbesSent     uint64 `json:"probes_sent"` // CTRL ACK_REQ after ProbeTimeout without an ACK
+	// SpuriousRetransmits: duplicates the target reported (an ACK of its
+	// cumulative PSN that moves nothing, the PDS's DSACK), each a
+	// retransmission of a packet that was late, not lost. ReoWnd is the
+	// largest reordering window (RACK's reo_wnd) of the live PDCs.
+	SpuriousRetransmits uint64        `json:"spurious_retransmits"`
+	ReoWnd              time.Duration `json:"reo_wnd_ns"`
 	// RCCC at the sender: CTRL CREDIT_REQs sent, CTRL CREDITs received,
 	// and those of them for no CCC of ours or an earlier incarnation.
 	CreditRequestsSent uint64 `json:"credit_requests_sent"`
@@ -93,6 +100,9 @@ func (ep *Endpoint) Counters() Counters {
 	c := ep.ctr
 	c.NacksReceived = codeNames(ep.nacksRx)
 	c.NacksSent = codeNames(ep.nacksTx)
+	for _, p := range ep.initiators {
+		c.ReoWnd = max(c.ReoWnd, p.reoWnd())
+	}
 	c.Transitions = make(map[string]uint64, len(ep.ctr.Transitions))
 	for k, v := range ep.ctr.Transitions {
 		c.Transitions[k] = v

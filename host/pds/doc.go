@@ -25,9 +25,19 @@
 //     NSCC's cc_state (service time, rcvd_bytes, ooo_count). It ACKs at
 //     once on CE (with M set), on AR, or when AckBytes arrived, otherwise
 //     once per receive batch;
-//   - loss: a packet with three packets sent after it acknowledged is lost
-//     (SACK inference); with packets in flight and no ACK for the probe
-//     timeout (Config.ProbeTimeout, or twice the smoothed RTT) the
+//   - loss: RACK (RFC 8985): a packet is lost when one sent after it was
+//     acknowledged and it has been outstanding longer than that packet's
+//     RTT plus a reordering window, checked on every ACK and by a timer.
+//     The window is min_RTT/4 (at least a packet's time at the line
+//     rate), 0 on a PDC without a balancer that has seen no reordering
+//     and has three packets SACKed beyond the oldest (the DupAck rule's
+//     speed); it doubles, once per round trip, on a duplicate the target
+//     reports (its ACK of the cumulative PSN that moves nothing: the
+//     PDS's DSACK, counted as a spurious retransmission), up to half the
+//     RTO, and halves after 16 round trips without one if the reordering
+//     measured stayed under half of it. With packets in flight and no
+//     ACK for the probe timeout (Config.ProbeTimeout, or twice the
+//     smoothed RTT) the
 //     initiator sends CTRL ACK_REQ for the oldest one, on the data's path
 //     and class so it cannot overtake it, and the target answers with its
 //     ACK and, if that PSN never came, NACK PKT_NOT_RCVD; the RTO resends

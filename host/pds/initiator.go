@@ -2,6 +2,7 @@ package pds
 
 import (
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"time"
 
@@ -37,10 +38,20 @@ type PDCKey struct {
 	Mode  Mode
 }
 
-// dupThresh is the number of packets acknowledged beyond an
-// unacknowledged one, all sent after it, that makes it lost (TCP's
-// duplicate-ACK threshold; UET's SACK inference).
-const dupThresh = 3
+// Loss inference is RACK (RFC 8985): a packet is lost when one sent after
+// it was delivered and it has been outstanding longer than that packet's
+// RTT plus the reordering window reo_wnd.
+const (
+	// dupThresh is RFC 8985's DupThresh (§6.2 Step 4): a PDC that has
+	// seen no reordering and has this many packets SACKed beyond its
+	// oldest takes a reordering window of 0, as fast as the DupAck rule
+	// on a path that does not reorder.
+	dupThresh = 3
+	// reoWndRounds is how many round trips without a duplicate it takes
+	// before the reordering window may shrink (RFC 8985's
+	// reo_wnd_persist of 16).
+	reoWndRounds = 16
+)
 
 // maxCloseTries bounds the CLOSE_CMDs an initiator sends before it frees
 // the PDC without an answer.
@@ -94,6 +105,35 @@ type initiator struct {
 	holdUntil    time.Duration // after a refusal: send nothing before
 	retries      int
 	lastActive   time.Duration
+
+	// RACK (RFC 8985 §6.2): the most recently sent packet that was
+	// delivered (send time, index) and its RTT; the minimum RTT; the
+	// packets SACKed in [base, nxt); the reordering timer the transmit
+	// loop was last told of.
+	rackXmit  time.Duration
+	rackIdx   uint64
+	rackRTT   time.Duration
+	rackSet   bool
+	minRTT    time.Duration
+	minRTTSet bool
+	sacked    int
+	rackArmed time.Duration
+	// The reordering window: reordering seen (§6.2 Step 3), the window
+	// in doublings of its step (reoShift), the round trip of the last
+	// doubling (until base passes dsackRound), and over the round trips
+	// since (rounds, ending at roundEnd) whether a duplicate came and
+	// the largest reordering measured (roundsLate).
+	reorderingSeen bool
+	reoShift       uint
+	dsackRound     uint64
+	roundEnd       uint64
+	rounds         int
+	roundsDSACK    bool
+	roundsLate     time.Duration
+	// probeOut: a CTRL ACK_REQ for probeIdx awaits its answer, an ACK
+	// that may look like a duplicate's.
+	probeOut bool
+	probeIdx uint64
 
 	senders []*Sender
 	rr      int
@@ -345,6 +385,10 @@ func (p *initiator) ack(now time.Duration, idx uint64) int {
 		return 0
 	}
 	r.acked = true
+	p.sacked++ // until base passes it
+	if p.probeOut && idx == p.probeIdx {
+		p.probeOut = false // the probe's answer acknowledged it
+	}
 	if p.lb != nil && !(p.fbSet && idx == p.fbIdx) && r.sentAt > 0 {
 		// The others this ACK covers came back clean: the target ACKs at
 		// once on CE, so a CE-marked packet triggers its own ACK. (htsim
@@ -413,24 +457,22 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 			} else {
 				p.srtt += (sample.rtt - p.srtt) / 8
 			}
+			if !p.minRTTSet || sample.rtt < p.minRTT {
+				p.minRTT, p.minRTTSet = sample.rtt, true // RACK.min_RTT (§6.2 Step 1)
+			}
 		}
 	}
+	dup := p.reportsDuplicate(a, cack)
+	// Every packet newly acknowledged updates RACK (§6.2 Steps 2-3)
+	// against fack, the highest index acknowledged before this ACK.
 	newly := 0
-	// The last sent of the newly acknowledged packets (send time, then
-	// PSN): a packet sent before it and still unacknowledged is overtaken.
-	var hiSent time.Duration
-	var hiIdx uint64
-	later := func(idx uint64, r *txRec) {
-		if r.sentAt > hiSent || r.sentAt == hiSent && idx > hiIdx {
-			hiSent, hiIdx = r.sentAt, idx
-		}
-	}
+	fack := p.hiAcked
 	for ; p.base < cack; p.base++ {
-		r := p.rec(p.base)
-		if !r.acked {
-			later(p.base, r)
+		if r := p.rec(p.base); !r.acked {
+			p.rackDelivered(now, p.base, r, fack)
+			newly += p.ack(now, p.base)
 		}
-		newly += p.ack(now, p.base)
+		p.sacked--
 	}
 	p.hiAcked = max(p.hiAcked, p.base)
 	if a.Type == uet.TypeAckCC {
@@ -440,7 +482,7 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 				if bm&1 != 0 {
 					if idx := sb + i; idx >= p.base && idx < p.nxt {
 						if r := p.rec(idx); !r.acked {
-							later(idx, r)
+							p.rackDelivered(now, idx, r, fack)
 							newly += p.ack(now, idx)
 						}
 						p.hiAcked = max(p.hiAcked, idx+1)
@@ -450,19 +492,15 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 			}
 		}
 	}
-	// SACK loss inference: a packet with dupThresh packets acknowledged
-	// beyond it, sent after it, is lost (inferred loss, uet.md NSCC).
-	lost := 0
-	if p.hiAcked >= dupThresh {
-		for idx := p.base; idx+dupThresh < p.hiAcked+1 && idx < p.base+64; idx++ {
-			if r := p.rec(idx); !r.acked && !r.lost && (r.sentAt < hiSent || r.sentAt == hiSent && idx < hiIdx) {
-				if sz, ok := p.markLost(idx); ok {
-					lost++
-					ep.ctr.InferredLosses++
-					p.ccc.wnd.OnLoss(now, sz)
-				}
-			}
-		}
+	if dup {
+		p.onDuplicate()
+	}
+	p.endRound()
+	// RACK's loss detection on every ACK (§6.2 Step 5); the timer for
+	// what is not yet due runs from the CCC's Fill (timers).
+	if due := p.rackDetectLoss(now); due < p.rackArmed || p.rackArmed == 0 {
+		p.rackArmed = due
+		ep.kick()
 	}
 	if newly > 0 {
 		p.lastProgress = now
@@ -487,6 +525,161 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 	if a.Req == uet.AckReqClose && p.closing {
 		p.free(now)
 	}
+}
+
+// sentAfter is RFC 8985's RACK_sent_after: packet (t1, i1) went after
+// (t2, i2), by send time, then index.
+func sentAfter(t1 time.Duration, i1 uint64, t2 time.Duration, i2 uint64) bool {
+	return t1 > t2 || t1 == t2 && i1 > i2
+}
+
+// rackDelivered is RFC 8985 §6.2 Steps 2 and 3 for packet idx, newly
+// acknowledged: it becomes RACK's most recently delivered packet if it
+// went after the one there; never retransmitted and below fack it was
+// reordered, and how long it came after RACK's RTT is the reordering a
+// window must cover (measured for the window's decrease).
+func (p *initiator) rackDelivered(now time.Duration, idx uint64, r *txRec, fack uint64) {
+	if r.retx > 0 && p.minRTTSet && now-r.sentAt < p.minRTT {
+		// Acknowledged sooner after its retransmission than any round
+		// trip takes: the ACK is the original's (Step 2).
+		return
+	}
+	if r.retx == 0 && idx < fack {
+		p.reorderingSeen = true
+		if p.rackSet && sentAfter(p.rackXmit, p.rackIdx, r.sentAt, idx) {
+			p.roundsLate = max(p.roundsLate, now-r.sentAt-p.rackRTT)
+		}
+	}
+	if !p.rackSet || sentAfter(r.sentAt, idx, p.rackXmit, p.rackIdx) {
+		p.rackXmit, p.rackIdx, p.rackRTT, p.rackSet = r.sentAt, idx, now-r.sentAt, true
+	}
+}
+
+// reportsDuplicate reports whether ACK a answers a packet the target had
+// already: the target answers a duplicate with an ACK of its cumulative
+// PSN (ack_psn = cack_psn), so such an ACK that moves no cumulative point
+// is one, unless it is older than an ACK already taken (its SACK bitmap
+// reaches less far) or the answer to a probe or a close. It is this
+// PDS's DSACK (RFC 2883), which RFC 8985 §6.2 Step 4 grows reo_wnd on: a
+// retransmission that was not needed, the original being late, not lost.
+func (p *initiator) reportsDuplicate(a *uet.Ack, cack uint64) bool {
+	if a.Probe || a.Req != uet.AckReqNone || a.AckPSN() != a.CACKPSN || cack != p.base || cack == 0 {
+		return false
+	}
+	top := cack // the index after the highest one a acknowledges
+	if a.Type == uet.TypeAckCC && a.CC.SACKBitmap != 0 {
+		if sb, ok := p.idxOf(a.SACKBase()); ok {
+			top = sb + 64 - uint64(bits.LeadingZeros64(a.CC.SACKBitmap))
+		}
+	}
+	if top < p.hiAcked {
+		return false
+	}
+	if p.probeOut {
+		// The target answers a probe for a PSN it lacks with an ACK of
+		// its cumulative PSN too.
+		p.probeOut = false
+		return false
+	}
+	return true
+}
+
+// onDuplicate takes a duplicate the target reported: reordering is seen,
+// and the reordering window doubles, once per round trip (RFC 8985 §6.2
+// Step 4 adds min_RTT/4 per round trip with DSACK; doubling reaches a
+// sprayed PDC's path skew, many min RTTs, in a few round trips).
+func (p *initiator) onDuplicate() {
+	p.ep.ctr.SpuriousRetransmits++
+	p.reorderingSeen = true
+	p.roundsDSACK = true
+	if p.base < p.dsackRound {
+		return
+	}
+	p.dsackRound = p.nxt
+	if p.reoStep()<<p.reoShift < p.reoWndMax() {
+		p.reoShift++
+	}
+}
+
+// endRound counts round trips (one ends when base passes the next index
+// of its start, RFC 8985's dsack_round): after reoWndRounds of them
+// without a duplicate, and with the reordering measured under half the
+// window, the window halves (RFC 8985 resets it after 16 recoveries
+// without DSACK; a PDC that sprays reorders all the time, and a window
+// it still needs is kept).
+func (p *initiator) endRound() {
+	if p.base < p.roundEnd {
+		return
+	}
+	p.roundEnd = p.nxt
+	if p.rounds++; p.rounds < reoWndRounds {
+		return
+	}
+	if !p.roundsDSACK && p.reoShift > 0 && 2*p.roundsLate < p.reoStep()<<p.reoShift {
+		p.reoShift--
+	}
+	p.rounds, p.roundsDSACK, p.roundsLate = 0, false, 0
+}
+
+// reoStep is the reordering window's unit: min_RTT/4 (RFC 8985 §6.2
+// Step 4), and at least one full packet's time at the line rate (a fake
+// or loopback path's min RTT is next to nothing).
+func (p *initiator) reoStep() time.Duration {
+	ep := p.ep
+	pkt := time.Duration(float64(ep.cfg.MTU+ethernetLen) * 8 / float64(ep.cfg.LinkRate) * float64(time.Second))
+	return max(p.minRTT/4, pkt)
+}
+
+// reoWndMax bounds the reordering window: half the RTO. RFC 8985 bounds
+// it by SRTT, but the paths a sprayed PDC takes can differ by more than
+// its mean RTT, and SRTT never learns the slow paths' RTT while their
+// packets are taken for lost.
+func (p *initiator) reoWndMax() time.Duration { return p.ep.cfg.RTO / 2 }
+
+// reoWnd is RACK.reo_wnd (RFC 8985 §6.2 Step 4): 0 while the PDC has no
+// balancer and has seen no reordering and dupThresh packets are SACKed;
+// else its step doubled reoShift times, at most reoWndMax. A PDC with a
+// balancer sprays its packets over paths of different delays: it expects
+// reordering from the start.
+func (p *initiator) reoWnd() time.Duration {
+	if p.lb == nil && !p.reorderingSeen && p.sacked >= dupThresh {
+		return 0
+	}
+	return min(p.reoStep()<<p.reoShift, p.reoWndMax())
+}
+
+// rackDetectLoss is RFC 8985 §6.2 Step 5 and §6.3 (the reordering
+// timer): a packet sent before RACK's most recently delivered one and
+// outstanding longer than its RTT plus reo_wnd is lost (an inferred loss:
+// NSCC's OnLoss). It returns when the next of the others would be (the
+// RFC arms the timer for the last; the earliest costs nothing here).
+func (p *initiator) rackDetectLoss(now time.Duration) (next time.Duration) {
+	next = engine.Never
+	if !p.rackSet {
+		return next
+	}
+	wnd := p.reoWnd()
+	for idx := p.base; idx < p.nxt; idx++ {
+		r := p.rec(idx)
+		if r.acked || r.lost {
+			continue
+		}
+		if !sentAfter(p.rackXmit, p.rackIdx, r.sentAt, idx) {
+			if r.retx == 0 {
+				break // every later index went after it
+			}
+			continue
+		}
+		if due := r.sentAt + p.rackRTT + wnd; now < due {
+			next = min(next, due)
+			continue
+		}
+		if sz, ok := p.markLost(idx); ok {
+			p.ep.ctr.InferredLosses++
+			p.ccc.wnd.OnLoss(now, sz)
+		}
+	}
+	return next
 }
 
 // onNack is a NACK for this PDC.
@@ -555,6 +748,7 @@ func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
 func (p *initiator) timers(now time.Duration, out []engine.Packet) (n int, next time.Duration) {
 	ep := p.ep
 	next = engine.Never
+	p.rackArmed = next
 	if p.closed || p.err != nil {
 		return 0, next
 	}
@@ -579,6 +773,8 @@ func (p *initiator) timers(now time.Duration, out []engine.Packet) (n int, next 
 			deadline = now + ep.cfg.RTO
 		}
 		next = min(next, deadline)
+		p.rackArmed = p.rackDetectLoss(now)
+		next = min(next, p.rackArmed)
 		// The probe: no ACK for the probe timeout with packets in flight.
 		if oldest, ok := p.oldestInFlight(); ok && p.established {
 			pto := p.probeTimeout()
@@ -653,6 +849,7 @@ func (p *initiator) buildProbe(now time.Duration, idx uint64, pkt *engine.Packet
 	pkt.Addr = netip.AddrPortFrom(p.key.Dst, ep.port)
 	pkt.SrcPort = p.rec(idx).ev // behind the packet on its path
 	p.lastProbe = now
+	p.probeOut, p.probeIdx = true, idx
 	ep.ctr.ProbesSent++
 	ep.ctr.TxPackets++
 	ep.ctr.TxBytes += uint64(pkt.N)
