@@ -14,13 +14,10 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
-// The UET incast, 8 senders × 2 MB into one port, under each congestion
-// control (issue 11 §4a, §4c): with a deep queue (TestUETIncast) and
-// with htsim's 1-BDP queue that trims (TestUETIncastTrim).
-const (
-	uetIncastSenders = 8
-	uetIncastBytes   = 2 << 20
-)
+// The UET incast, N senders × 2 MB into one port, under each congestion
+// control (issue 11 §4a, §4c): 8 with a deep queue (TestUETIncast), 8
+// and 16 with htsim's 1-BDP queue that trims (TestUETIncastTrim).
+const uetIncastBytes = 2 << 20
 
 // uetIncastModes are the sender modes the incasts run.
 var uetIncastModes = []pds.CCMode{pds.CCNSCC, pds.CCRCCC, pds.CCBoth}
@@ -64,16 +61,16 @@ func (r uetIncastResult) checkTail(t *testing.T, bound float64) {
 
 // runUETIncast runs the incast through a port with cfg under mode; trim
 // says the port trims into the receiver's TrimLastHopDSCP.
-func runUETIncast(t *testing.T, mode pds.CCMode, cfg qdisc.Config) uetIncastResult {
+func runUETIncast(t *testing.T, senders int, mode pds.CCMode, cfg qdisc.Config) uetIncastResult {
 	t.Helper()
 	trim := cfg.Classes[qdisc.ClassRoCE].TrimBytes > 0
-	b := newUETBed(t, uetIncastSenders, cfg, func(c *pds.Config) {
+	b := newUETBed(t, senders, cfg, func(c *pds.Config) {
 		c.CC = mode
 		if trim {
 			c.TrimLastHopDSCP = uint8(cfg.Classes[qdisc.ClassRoCE].TrimDSCP)
 		}
 	})
-	res := uetIncastResult{mode: mode, ideal: time.Duration(float64(uetIncastSenders*uetIncastBytes*8) / (uetPayloadShare() * float64(roceRate)) * 1e9)}
+	res := uetIncastResult{mode: mode, ideal: time.Duration(float64(senders*uetIncastBytes*8) / (uetPayloadShare() * float64(roceRate)) * 1e9)}
 	drops0 := softnetDrops()
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -119,7 +116,7 @@ func runUETIncast(t *testing.T, mode pds.CCMode, cfg qdisc.Config) uetIncastResu
 	cs := res.server
 	t.Logf("%s: receiver: %d messages, %d verify errors, %d trimmed, NACKs %v, %d duplicates, %d credits sent, %d credit ACKs; pacer: %s; senders: %d retransmits, %d inferred losses, %d timeouts, %d credit requests; host backlog drops %d",
 		mode, cs.MessagesReceived, cs.VerifyErrors, cs.TrimmedReceived, cs.NacksSent, cs.Duplicates, cs.CreditsSent, cs.CreditAcksSent, res.pacer, res.retx, res.inferred, res.timeouts, res.creditRequests, res.backlogDrops)
-	if want := uint64(uetIncastSenders * uetIncastBytes / uetMsgBytes); cs.MessagesReceived != want || cs.VerifyErrors != 0 {
+	if want := uint64(senders * uetIncastBytes / uetMsgBytes); cs.MessagesReceived != want || cs.VerifyErrors != 0 {
 		t.Errorf("%s: receiver: %d messages, %d verify errors; want %d, 0", mode, cs.MessagesReceived, cs.VerifyErrors, want)
 	}
 	if mode != pds.CCNSCC && cs.CreditsSent == 0 {
@@ -171,7 +168,7 @@ func TestUETIncast(t *testing.T) {
 	queueP99 := map[pds.CCMode]int64{}
 	for _, mode := range uetIncastModes {
 		t.Run(mode.String(), func(t *testing.T) {
-			r := runUETIncast(t, mode, uetPortConfig())
+			r := runUETIncast(t, 8, mode, uetPortConfig())
 			queueP99[mode] = r.queueP99
 			r.checkTail(t, 1.15)
 			if r.drops != 0 {
@@ -192,38 +189,39 @@ func TestUETIncast(t *testing.T) {
 	}
 }
 
-// TestUETIncastTrim: the incast into a port whose data queue holds one BDP
-// and trims what it cannot hold (htsim's setting). The port is the
-// receiver's last hop, so its trimmed DSCP is the receiver's
-// TrimLastHopDSCP: every trimmed packet is NACKed TRIMMED_LASTHOP at once
-// and resent, nothing waits for a timeout, nothing is dropped, every byte
-// arrives verified, and the tail completes within 1.25 × the ideal (plus
-// what the credit pacer lost, checkTail)
-// (htsim 15 → 1 with trimming: 1.033; NSCC measured 1.017-1.085 quiet,
-// 1.073-1.169 with one core busy: issue 11's goal of 1.10 holds quiet
-// only).
+// TestUETIncastTrim: the incast, 8 → 1 and 16 → 1, into a port whose
+// data queue holds one BDP and trims what it cannot hold (htsim's
+// setting). The port is the receiver's last hop, so its trimmed DSCP is
+// the receiver's TrimLastHopDSCP: every trimmed packet is NACKed
+// TRIMMED_LASTHOP at once and resent, nothing waits for a timeout,
+// nothing is dropped, every byte arrives verified, and the tail completes
+// within 1.25 × the ideal plus what the credit pacer lost (checkTail).
+// htsim's 15 → 1 with trimming ends at 1.033; the measured ranges are in
+// the README's UET table (issue 11's goal of 1.10 holds for NSCC quiet).
 func TestUETIncastTrim(t *testing.T) {
 	roceSize(t)
 	cfg := uetTrimPortConfig()
-	for _, mode := range uetIncastModes {
-		t.Run(mode.String(), func(t *testing.T) {
-			r := runUETIncast(t, mode, cfg)
-			if r.port.TrimmedPackets == 0 && mode == pds.CCNSCC {
-				t.Errorf("the port trimmed nothing: the test did not fill its queue")
-			}
-			// Every packet the port trimmed reached the receiver as one
-			// and was NACKed, and the senders heard every NACK (the trim
-			// class is strict and never full; ACKs and NACKs go back on
-			// an empty path).
-			// (A trimmed copy of a PSN that already arrived gets none.)
-			if r.server.TrimmedReceived != r.port.TrimmedPackets || r.nacks+r.server.TrimmedDuplicates != r.port.TrimmedPackets {
-				t.Errorf("port trimmed %d; receiver saw %d (%d of PSNs it had); senders got %d TRIMMED_LASTHOP NACKs: want all equal but the duplicates",
-					r.port.TrimmedPackets, r.server.TrimmedReceived, r.server.TrimmedDuplicates, r.nacks)
-			}
-			if r.drops != 0 || r.timeouts != 0 || r.backlogDrops != 0 {
-				t.Errorf("port drops %d, timeouts %d, host backlog drops %d: want 0 (trimming replaces loss)", r.drops, r.timeouts, r.backlogDrops)
-			}
-			r.checkTail(t, 1.25)
-		})
+	for _, senders := range []int{8, 16} {
+		for _, mode := range uetIncastModes {
+			t.Run(fmt.Sprintf("%d/%s", senders, mode), func(t *testing.T) {
+				r := runUETIncast(t, senders, mode, cfg)
+				if r.port.TrimmedPackets == 0 && mode == pds.CCNSCC {
+					t.Errorf("the port trimmed nothing: the test did not fill its queue")
+				}
+				// Every packet the port trimmed reached the receiver as one
+				// and was NACKed, and the senders heard every NACK (the trim
+				// class is strict and never full; ACKs and NACKs go back on
+				// an empty path).
+				// (A trimmed copy of a PSN that already arrived gets none.)
+				if r.server.TrimmedReceived != r.port.TrimmedPackets || r.nacks+r.server.TrimmedDuplicates != r.port.TrimmedPackets {
+					t.Errorf("port trimmed %d; receiver saw %d (%d of PSNs it had); senders got %d TRIMMED_LASTHOP NACKs: want all equal but the duplicates",
+						r.port.TrimmedPackets, r.server.TrimmedReceived, r.server.TrimmedDuplicates, r.nacks)
+				}
+				if r.drops != 0 || r.timeouts != 0 || r.backlogDrops != 0 {
+					t.Errorf("port drops %d, timeouts %d, host backlog drops %d: want 0 (trimming replaces loss)", r.drops, r.timeouts, r.backlogDrops)
+				}
+				r.checkTail(t, 1.25)
+			})
+		}
 	}
 }
