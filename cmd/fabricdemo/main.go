@@ -18,12 +18,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -617,6 +619,47 @@ type demo struct {
 }
 
 func (d *demo) printf(format string, a ...any) { fmt.Fprintf(d.out, format, a...) }
+
+// writeOutputs writes the run's plot (with plot, when -plot names a file
+// and the traffic has one) and its JSON summary rep (when -json does),
+// and says where.
+func (d *demo) writeOutputs(o *options, plot func(path string) error, rep any) error {
+	if o.plotPath != "" && plot != nil {
+		if dir := filepath.Dir(o.plotPath); dir != "." {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("-plot %s: %w", o.plotPath, err)
+			}
+		}
+		if err := plot(o.plotPath); err != nil {
+			return fmt.Errorf("-plot %s: %w", o.plotPath, err)
+		}
+		d.printf("plot written to %s\n", o.plotPath)
+	}
+	if o.jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("write -json %s: %w", o.jsonPath, err)
+		}
+		d.printf("summary written to %s\n", o.jsonPath)
+	}
+	return nil
+}
+
+// runErrors is a run's outcome: flows that failed, a counter invariant
+// the port broke.
+func runErrors(failedFlows, flows int, invariant string) error {
+	var errs []error
+	if failedFlows > 0 {
+		errs = append(errs, fmt.Errorf("%d of %d flows failed", failedFlows, flows))
+	}
+	if invariant != "" {
+		errs = append(errs, fmt.Errorf("counter invariant violated: %s", invariant))
+	}
+	return errors.Join(errs...)
+}
 
 // cleanup stops the agents, detaches the port and removes the namespaces,
 // then checks that none is left.

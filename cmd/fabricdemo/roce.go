@@ -6,17 +6,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fabriclab/fabriclab/host/roce"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fabriclab/fabriclab/host/roce"
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
@@ -384,35 +382,10 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	rep.finish(&st, &base.Classes[qdisc.ClassRoCE], joined)
 	renderRoCESummary(d.out, rep)
 	d.printf("\n")
-	if o.plotPath != "" {
-		if dir := filepath.Dir(o.plotPath); dir != "." {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("-plot %s: %w", o.plotPath, err)
-			}
-		}
-		if err := writeRoCEPlot(o.plotPath, rep); err != nil {
-			return fmt.Errorf("-plot %s: %w", o.plotPath, err)
-		}
-		d.printf("plot written to %s\n", o.plotPath)
+	if err := d.writeOutputs(o, func(path string) error { return writeRoCEPlot(path, rep) }, rep); err != nil {
+		return err
 	}
-	if o.jsonPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err == nil {
-			err = os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			return fmt.Errorf("write -json %s: %w", o.jsonPath, err)
-		}
-		d.printf("summary written to %s\n", o.jsonPath)
-	}
-	var errs []error
-	if rep.FlowsWithErrs > 0 {
-		errs = append(errs, fmt.Errorf("%d of %d flows failed", rep.FlowsWithErrs, len(flows)))
-	}
-	if rep.Invariant != "" {
-		errs = append(errs, fmt.Errorf("counter invariant violated: %s", rep.Invariant))
-	}
-	return errors.Join(errs...)
+	return runErrors(rep.FlowsWithErrs, len(flows), rep.Invariant)
 }
 
 // demoBaseRTT is the base RTT of the in-flight bound: the agents'

@@ -6,7 +6,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -175,23 +174,10 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 	sum.finish(&st, sub(st.Classes[qdisc.ClassRoCE].DequeuedBytes, base.Classes[qdisc.ClassRoCE].DequeuedBytes))
 	renderSummary(d.out, sum)
 	d.printf("\n")
-	if o.jsonPath != "" {
-		b, err := json.MarshalIndent(sum, "", "  ")
-		if err == nil {
-			err = os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			return fmt.Errorf("write -json %s: %w", o.jsonPath, err)
-		}
-		d.printf("summary written to %s\n", o.jsonPath)
+	if err := d.writeOutputs(o, nil, sum); err != nil {
+		return err
 	}
-	if sum.FlowsWithErrs > 0 {
-		return fmt.Errorf("%d of %d flows failed", sum.FlowsWithErrs, o.senders)
-	}
-	if sum.Invariant != "" {
-		return fmt.Errorf("counter invariant violated: %s", sum.Invariant)
-	}
-	return nil
+	return runErrors(sum.FlowsWithErrs, o.senders, sum.Invariant)
 }
 
 // cancelAndWait drains events until every flow goroutine has returned.
