@@ -33,12 +33,7 @@ func TestUETMultipath(t *testing.T) {
 		rates[j] = pathRate
 	}
 	m := topo.NewMultipathT(t, topo.MultipathSpec{Paths: paths, MTU: roceMTU, DisableOffloads: true, PathRates: rates,
-		PortConfig: func(_ int, rate units.Rate) qdisc.Config {
-			cfg := qdisc.DefaultConfig(rate)
-			cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "uet", LimitBytes: roceLimit, ECN: qdisc.ECNWRED,
-				MinThBytes: bdp, MaxThBytes: 2 * bdp, MaxP: 1}
-			return cfg
-		}})
+		PortConfig: mpPortConfig(bdp)})
 	pokeNeighbor(t, m.Senders[0], m.ReceiverAddr)
 	pokeNeighbor(t, m.Receiver, m.SenderAddrs[0])
 	time.Sleep(20 * time.Millisecond)
@@ -46,22 +41,7 @@ func TestUETMultipath(t *testing.T) {
 	const run, skip = 3 * time.Second, 500 * time.Millisecond
 	goodput := map[string]float64{}
 	for i, kind := range []string{"none", "oblivious", "bitmap", "reps"} {
-		client := newUETEndpoint(t, m.Senders[0], m.SenderAddrs[0], func(c *pds.Config) {
-			if kind == "none" {
-				return
-			}
-			k, err := lb.ParseKind(kind)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.NewBalancer = func(pdc uint16) lb.Balancer {
-				b, err := lb.New(k, lb.DefaultParams(), rand.New(rand.NewPCG(uint64(i), uint64(pdc))))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
-		})
+		client := newBalancedClient(t, m, kind, uint64(i))
 		s, err := client.Start(m.ReceiverAddr, pds.Stream{JobID: uint32(i + 1), MessageBytes: uetMsgBytes, Verify: true})
 		if err != nil {
 			t.Fatal(err)
@@ -105,6 +85,40 @@ func TestUETMultipath(t *testing.T) {
 	}
 }
 
+// mpPortConfig is every path's port in the multipath tests: WRED on the
+// data class from 1 to 2 BDP of a path (uetPortConfig's curve).
+func mpPortConfig(bdp units.ByteSize) func(int, units.Rate) qdisc.Config {
+	return func(_ int, rate units.Rate) qdisc.Config {
+		cfg := qdisc.DefaultConfig(rate)
+		cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "uet", LimitBytes: roceLimit, ECN: qdisc.ECNWRED,
+			MinThBytes: bdp, MaxThBytes: 2 * bdp, MaxP: 1}
+		return cfg
+	}
+}
+
+// newBalancedClient starts a UET endpoint on the fabric's first sender
+// whose PDCs spray with the load balancer kind ("none": one EV per PDC),
+// seeded by seed and the PDC.
+func newBalancedClient(t *testing.T, m *topo.Multipath, kind string, seed uint64) *pds.Endpoint {
+	t.Helper()
+	return newUETEndpoint(t, m.Senders[0], m.SenderAddrs[0], func(c *pds.Config) {
+		if kind == "none" {
+			return
+		}
+		k, err := lb.ParseKind(kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.NewBalancer = func(pdc uint16) lb.Balancer {
+			b, err := lb.New(k, lb.DefaultParams(), rand.New(rand.NewPCG(seed, uint64(pdc))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	})
+}
+
 // TestUETMultipathCross: the same fabric with cross traffic on path 0: a
 // host on its spine sends unresponsive UDP in the data class (ECT(0), so
 // the port marks rather than drops it) at half the path's rate, so the
@@ -131,12 +145,7 @@ func TestUETMultipathCross(t *testing.T) {
 		rates[j] = pathRate
 	}
 	m := topo.NewMultipathT(t, topo.MultipathSpec{Paths: paths, MTU: roceMTU, DisableOffloads: true, PathRates: rates, CrossSpine: congested + 1,
-		PortConfig: func(_ int, rate units.Rate) qdisc.Config {
-			cfg := qdisc.DefaultConfig(rate)
-			cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "uet", LimitBytes: roceLimit, ECN: qdisc.ECNWRED,
-				MinThBytes: bdp, MaxThBytes: 2 * bdp, MaxP: 1}
-			return cfg
-		}})
+		PortConfig: mpPortConfig(bdp)})
 	pokeNeighbor(t, m.Senders[0], m.ReceiverAddr)
 	pokeNeighbor(t, m.Receiver, m.SenderAddrs[0])
 	pokeNeighbor(t, m.Cross, m.ReceiverAddr)
@@ -149,22 +158,7 @@ func TestUETMultipathCross(t *testing.T) {
 	for i, kind := range []string{"none", "oblivious", "bitmap", "reps"} {
 		// "none" is one EV on an idle path, without cross traffic: the
 		// unit the goal is in.
-		client := newUETEndpoint(t, m.Senders[0], m.SenderAddrs[0], func(c *pds.Config) {
-			if kind == "none" {
-				return
-			}
-			k, err := lb.ParseKind(kind)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.NewBalancer = func(pdc uint16) lb.Balancer {
-				b, err := lb.New(k, lb.DefaultParams(), rand.New(rand.NewPCG(uint64(i+10), uint64(pdc))))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
-		})
+		client := newBalancedClient(t, m, kind, uint64(i+10))
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var sent int
