@@ -86,6 +86,9 @@ type ccc struct {
 	// credit is RCCC's credit from the receiver (CC rccc or both), nil
 	// otherwise.
 	credit      *rccc.Sender
+	// id is the CCC's ccc_id on the wire; a credit resync takes the next
+	// one.
+	id          uint8
 	creditReqAt time.Duration // last CTRL CREDIT_REQ
 	creditAt    time.Duration // last packet that carried a target, or credit that came
 	creditReqs  uint64        // CREDIT_REQs sent
@@ -106,10 +109,11 @@ func (c *ccc) canSend(size int) bool {
 }
 
 // cccID is the CCC's ccc_id on the wire (RUD_CC_REQ; the high byte of a
-// CTRL CREDIT or CREDIT_REQ payload): the low 8 bits of its serial, so
-// that a receiver tells a new incarnation of a CCC from the old one (both
-// ends' credit counts start at 0 with the CCC).
-func (c *ccc) cccID() uint8 { return uint8(c.serial) }
+// CTRL CREDIT or CREDIT_REQ payload): the low 8 bits of its serial at
+// first, the next one after each credit resync, so that a receiver tells
+// a new incarnation of a CCC's credit from the old one (both ends' credit
+// counts start at 0 with it).
+func (c *ccc) cccID() uint8 { return c.id }
 
 // demand is what the CCC asks its receiver's pacer for (rccc.Sender.Target):
 // its PDCs' new and retransmit backlogs in wire bytes, NSCC's window when
@@ -187,6 +191,7 @@ func (c *ccc) set(now time.Duration, to CCCState) {
 			c.ep.busyCCCs++
 		} else {
 			c.ep.busyCCCs--
+			c.grantAt = 0 // the time between grants counts while busy only
 		}
 	}
 	c.ep.cccTransition(now, c, from, to)
@@ -213,7 +218,7 @@ func (m *cccManager) get(ep *Endpoint, now time.Duration, key CCCKey) (c *ccc, o
 		return nil, false
 	}
 	m.serial++
-	c = &ccc{ep: ep, serial: m.serial, key: key, state: CCCIdle, wnd: openWindow{}}
+	c = &ccc{ep: ep, serial: m.serial, id: uint8(m.serial), key: key, state: CCCIdle, wnd: openWindow{}}
 	if ep.cfg.CC.window() {
 		c.wnd = ep.cfg.NewWindow(now)
 	}
@@ -419,9 +424,9 @@ func (c *ccc) creditRequest(now time.Duration, out []engine.Packet) (n int, due 
 // (again): a probe timeout, or twice the usual time between its grants if
 // longer (a pacer that serves many sources grants each one rarely, and
 // its next grant is on the way), doubled for each request in a row that
-// brought nothing, up to 64 times.
+// brought nothing, up to 64 times, and at most the RTO.
 func (c *ccc) creditRequestInterval() time.Duration {
-	return max(c.ep.cfg.ProbeTimeout, 2*c.grantGap) << min(c.creditWait, 6)
+	return min(max(c.ep.cfg.ProbeTimeout, 2*c.grantGap)<<min(c.creditWait, 6), c.ep.cfg.RTO)
 }
 
 // needsCreditRequest reports whether the CCC waits for credit with nothing
@@ -458,6 +463,10 @@ func (c *ccc) onCredit(now time.Duration, credit uet.Credit) {
 // credit ends the CREDIT_REQ backoff (a repeated count does not).
 func (c *ccc) takeCredit(now time.Duration, credit uet.Credit) {
 	before := c.credit.Received()
+	if rccc.Ahead(uint64(before), credit) < 0 && !c.credit.CanSend() && c.inFlight == 0 {
+		c.resyncCredit(now)
+		return
+	}
 	c.credit.OnCredit(now, uint32(credit))
 	if c.credit.Received() != before {
 		if c.grantAt > 0 {
@@ -469,6 +478,24 @@ func (c *ccc) takeCredit(now time.Duration, credit uet.Credit) {
 			}
 		}
 		c.creditAt, c.grantAt, c.creditWait = now, now, 0
+	}
+}
+
+// resyncCredit starts the CCC's credit over under the next ccc_id: a
+// receiver that counts behind the CCC while it waits with nothing in
+// flight has lost its side (it freed its CCC, the source started again
+// from 0, and its grants read as old). The next request's new ccc_id
+// makes the receiver start its source over too, and the CCC starts
+// speculating again.
+func (c *ccc) resyncCredit(now time.Duration) {
+	c.credit = rccc.NewSender(c.ep.rcccParams, now)
+	c.id++
+	c.creditWait, c.grantAt, c.creditReqs = 0, 0, 0
+	c.ep.ctr.CreditResyncs++
+	before := c.state
+	c.update(now)
+	if c.state == CCCReady && before != CCCReady {
+		c.ep.kick()
 	}
 }
 

@@ -38,6 +38,10 @@ type Counters struct {
 	CreditRequestsSent uint64 `json:"credit_requests_sent"`
 	CreditsReceived    uint64 `json:"credits_received"`
 	StaleCredits       uint64 `json:"stale_credits"`
+	// CreditResyncs: a CCC waiting for credit with nothing in flight heard
+	// its receiver count behind it (the receiver lost its side) and
+	// started its credit over under a new ccc_id.
+	CreditResyncs uint64 `json:"credit_resyncs"`
 	// NacksReceived by code.
 	NacksReceived map[string]uint64 `json:"nacks_received"`
 	// CCC Manager: contexts created and freed, transitions by "FROM->TO".

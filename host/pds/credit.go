@@ -49,6 +49,9 @@ func (ep *Endpoint) onCreditRequest(now time.Duration, m *pktio.Message, ctl *ue
 	if c.last == nil {
 		c.ev = m.Addr.Port()
 	}
+	if t := ep.targets[targetKey{Src: m.Addr.Addr(), SPDCID: ctl.SPDCID}]; t != nil && t.ccc == c {
+		t.lastActive = now // a source waiting for credit is not idle
+	}
 	id, target := splitCreditPayload(ctl.Payload)
 	ep.onCreditTarget(now, c, id, target, out)
 	if g, ok := ep.pacer.Granted(c.key); ok {

@@ -172,3 +172,72 @@ func TestCreditNewCCC(t *testing.T) {
 		t.Errorf("%d CLOSE_CMDs lost; b: %d sources reset, %d CCCs created: want some, 2, 1", lost, cb.CreditSourcesReset, cb.RxCCCsCreated)
 	}
 }
+
+// TestCreditReceiverForgot: the receiver frees its CCC (the CLOSE_CMD of
+// its only PDC) while the sender's CCC lives on (the close ACK is lost and
+// a new stream joins the CCC): the receiver's new source counts from 0,
+// behind the sender, and its grants read as old. The sender, waiting with
+// nothing in flight, starts its credit over under a new ccc_id, and the
+// stream completes at once instead of stalling until the PDC fails.
+func TestCreditReceiverForgot(t *testing.T) {
+	var mu sync.Mutex
+	drop := false
+	p := newPair(t, func(from netip.AddrPort, m *pktio.Message) bool {
+		var h uet.Header
+		if _, err := uet.Parse(m.Buffers[0][:m.N], &h); err != nil {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return drop && (h.Type == uet.TypeAckCC || h.Type == uet.TypeAck) && h.Ack.Req == uet.AckReqClose
+	}, func(a, b *Config) { a.CC = CCRCCC })
+	s, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 1 << 20, Messages: 20, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, time.Second, s)
+	mu.Lock()
+	drop = true
+	mu.Unlock()
+	p.runFor(t, 60*time.Millisecond) // a's PDC closes; b frees its side and its CCC
+	if n := len(p.b.RxCCCs()); n != 0 {
+		t.Fatalf("b has %d receiver CCCs after the close, want 0", n)
+	}
+	start := p.clock.Now()
+	s2, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 100_000, Messages: 5, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, time.Second, s2)
+	took := p.clock.Now() - start
+	ca, cb := p.a.Counters(), p.b.Counters()
+	t.Logf("second stream: %v; a: %d resyncs, %d credit requests, %d stale credits, %d timeouts; b: %d sources reset", took, ca.CreditResyncs, ca.CreditRequestsSent, ca.StaleCredits, ca.Timeouts, cb.CreditSourcesReset)
+	if ca.CreditResyncs == 0 || ca.Timeouts != 0 || took > 20*time.Millisecond {
+		t.Errorf("second stream took %v with %d resyncs, %d timeouts: want within 20 ms, a resync, no timeout", took, ca.CreditResyncs, ca.Timeouts)
+	}
+}
+
+// TestCreditRequestInterval: a CCC that sends a message every 20 ms and
+// idles between learns the time between grants while it is busy only, so
+// its CREDIT_REQ stays prompt (it was 28 ms when the idle time counted).
+func TestCreditRequestInterval(t *testing.T) {
+	p := newPair(t, nil, func(a, b *Config) { a.CC = CCRCCC; a.IdleTimeout, b.IdleTimeout = time.Second, time.Second })
+	for range 10 {
+		s, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 8 << 10, Messages: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.wait(t, time.Second, s)
+		p.runFor(t, 20*time.Millisecond)
+	}
+	p.a.mu.Lock()
+	var iv time.Duration
+	for _, c := range p.a.cccs.byKey {
+		iv = c.creditRequestInterval()
+	}
+	p.a.mu.Unlock()
+	t.Logf("credit request interval %v", iv)
+	if iv > 2*p.a.cfg.ProbeTimeout {
+		t.Errorf("credit request interval %v after idle periods: want ≤ 2 × the probe timeout %v", iv, p.a.cfg.ProbeTimeout)
+	}
+}

@@ -754,6 +754,13 @@ func (p *initiator) timers(now time.Duration, out []engine.Packet) (n int, next 
 	}
 	if p.base < p.nxt {
 		deadline := p.lastProgress + ep.cfg.RTO
+		if _, flying := p.oldestInFlight(); now >= deadline && !flying && len(p.retxQ) > 0 {
+			// Everything outstanding is already taken as lost and waits
+			// to be resent (for credit, or the window): there is nothing
+			// on the wire to time out.
+			p.lastProgress = now
+			deadline = now + ep.cfg.RTO
+		}
 		if now >= deadline {
 			p.retries++
 			ep.ctr.Timeouts++

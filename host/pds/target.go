@@ -312,6 +312,7 @@ func (ep *Endpoint) rxCCCOf(now time.Duration, src netip.Addr) *rxCCC {
 		c = &rxCCC{key: ck}
 		ep.rxcccs[ck] = c
 		ep.ctr.RxCCCsCreated++
+		ep.kick() // housekeeping frees it if no PDC follows
 	}
 	c.lastActive = now
 	return c
