@@ -93,6 +93,7 @@ type ccc struct {
 	creditAt    time.Duration // last packet that carried a target, or credit that came
 	creditReqs  uint64        // CREDIT_REQs sent
 	creditWait  uint8         // CREDIT_REQs in a row without credit: the backoff
+	askNow      bool          // new credit left the CCC short with nothing in flight: ask at once
 	grantAt     time.Duration // last new credit
 	grantGap    time.Duration // smoothed time between new credits (1/8 gain)
 
@@ -387,10 +388,11 @@ func (c *ccc) creditRequest(now time.Duration, out []engine.Packet) (n int, due 
 	if newData, retx := c.backlog(); !newData && !retx {
 		return 0, engine.Never
 	}
-	// At once when no request carried a target yet; else after
-	// creditRequestInterval without credit.
+	// At once when no request carried a target yet, or when new credit
+	// left the CCC short; else after creditRequestInterval without
+	// credit.
 	every := c.creditRequestInterval()
-	if c.creditReqs > 0 || c.credit.Stats().SentBytes > 0 {
+	if (c.creditReqs > 0 || c.credit.Stats().SentBytes > 0) && !c.askNow {
 		if due := max(c.creditAt, c.creditReqAt) + every; now < due {
 			return 0, due
 		}
@@ -412,6 +414,7 @@ func (c *ccc) creditRequest(now time.Duration, out []engine.Packet) (n int, due 
 	pkt.Addr = netip.AddrPortFrom(c.key.Dst, c.ep.port)
 	pkt.SrcPort = p.ev
 	c.creditReqAt = now
+	c.askNow = false
 	c.creditReqs++
 	c.creditWait++
 	c.ep.ctr.CreditRequestsSent++
@@ -469,6 +472,13 @@ func (c *ccc) takeCredit(now time.Duration, credit uet.Credit) {
 	}
 	c.credit.OnCredit(now, uint32(credit))
 	if c.credit.Received() != before {
+		if !c.credit.CanSend() && c.inFlight == 0 {
+			// The grant covered the last target but not the debt the
+			// packets after it ran up (a target asks for a share of what
+			// is lacking): no packet is left to carry a new target.
+			c.askNow = true
+			c.ep.kick()
+		}
 		if c.grantAt > 0 {
 			gap := now - c.grantAt
 			if c.grantGap == 0 {
