@@ -179,8 +179,8 @@ func TestUETIncast(t *testing.T) {
 	// Issue 11 §4c: RCCC keeps the last hop's queue below what NSCC alone
 	// leaves, although its speculative start (8 × MaxWnd) stands in the
 	// queue, which the pacer's 0.99 drains at 1 % of the line. Measured
-	// p99 RCCC / NSCC: 0.42-1.15, median 0.57 (10 quiet runs); 0.27-1.08
-	// (5 beside stress-ng --cpu 1): lower in 11 of 15 runs, so the test
+	// p99 RCCC / NSCC: 0.39-1.18, median 0.52 (10 quiet runs); 0.35-0.83
+	// (5 beside stress-ng --cpu 1): lower in 14 of 15 runs, so the test
 	// guards against RCCC leaving more than NSCC by a margin.
 	n, r := queueP99[pds.CCNSCC], queueP99[pds.CCRCCC]
 	t.Logf("queue p99: nscc %s, rccc %s (%.2f), both %s", kib(float64(n)), kib(float64(r)), float64(r)/float64(max(n, 1)), kib(float64(queueP99[pds.CCBoth])))
