@@ -85,7 +85,7 @@ type ccc struct {
 	wnd    cc.WindowController
 	// credit is RCCC's credit from the receiver (CC rccc or both), nil
 	// otherwise.
-	credit      *rccc.Sender
+	credit *rccc.Sender
 	// id is the CCC's ccc_id on the wire; a credit resync takes the next
 	// one.
 	id          uint8
