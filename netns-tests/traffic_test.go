@@ -147,13 +147,15 @@ func checkInvariants(t *testing.T, s qdisc.Stats, q qdisc.QdiscCounters) {
 	// With the xmit hook nearly every departure is counted where HTB
 	// hands the packet over. The kernel skips tracing programs in a
 	// softirq that interrupted a task with BPF instrumentation disabled
-	// (here: another process's BPF syscalls; 0-3 % of departures under
-	// load): the peer counts those, exactly, as late departures. A broken
-	// hook would leave most departures late.
+	// (another process's BPF syscalls, a test reading the port's maps,
+	// another tracing program running on the CPU): the peer counts those,
+	// exactly, as late departures. Usually 0-3 % under load; in a few UET
+	// incast runs 12-26 % (of ~4400), in bursts. A broken hook would leave
+	// (nearly) all departures late: that is what this looks for.
 	t0 := s.Total()
 	if t0.Host.EnteredPackets > 0 {
-		if late := s.Port.LateDeparturePackets; late*10 > t0.DequeuedPackets {
-			t.Errorf("%d of %d departures counted late at the peer: more than 10 %%", late, t0.DequeuedPackets)
+		if late := s.Port.LateDeparturePackets; late*2 > t0.DequeuedPackets {
+			t.Errorf("%d of %d departures counted late at the peer: more than half (is the xmit hook attached?)", late, t0.DequeuedPackets)
 		} else if late > 0 {
 			t.Logf("%d of %d departures counted late at the peer (%.2f %%)", late, t0.DequeuedPackets, 100*float64(late)/float64(t0.DequeuedPackets))
 		}
