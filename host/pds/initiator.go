@@ -94,6 +94,7 @@ type initiator struct {
 	fbSet       bool
 
 	start     uint32 // PSN of index 0
+	synBase   uint64 // the index a SYN's psn_offset counts from: 0, or base when the target forgot the PDC
 	base, nxt uint64 // oldest unacknowledged index, next new index
 	hiAcked   uint64 // highest acknowledged index + 1
 	ring      []txRec
@@ -190,7 +191,7 @@ func (p *initiator) canSendNew() bool {
 	if p.nxt-p.base >= maxPDCWindow-1 {
 		return false
 	}
-	return p.established || p.nxt < maxSynPackets
+	return p.established || p.nxt-p.synBase < maxSynPackets
 }
 
 // ready reports whether the PDC has a packet to send now (window aside).
@@ -309,7 +310,7 @@ func (p *initiator) build(now time.Duration, idx uint64, r *txRec, retx bool, pk
 	if p.established {
 		h.Request.DPDCID = p.peerID
 	} else {
-		h.Request.PSNOffset = uint16(idx) // idx < maxSynPackets
+		h.Request.PSNOffset = uint16(idx - p.synBase) // < maxSynPackets
 	}
 	if c := p.ccc; c.credit != nil {
 		// RCCC: spend the packet's wire bytes, then ask for what the
@@ -694,6 +695,10 @@ func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
 		// The destination refused the PDC or no longer knows it: start
 		// over with a SYN after a timeout.
 		p.established = false
+		// The target's new PDC starts at the oldest unacknowledged PSN:
+		// what came before it was delivered (the SYNs' psn_offsets count
+		// from there, or they would point before the target's window).
+		p.synBase = p.base
 		for idx := p.base; idx < p.nxt; idx++ {
 			p.markLost(idx)
 		}

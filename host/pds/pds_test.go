@@ -386,3 +386,31 @@ func TestRestartedSource(t *testing.T) {
 		t.Errorf("b: %d replaced, %d messages, %d verify errors; want 1, 10, 0", cb.TargetPDCsReplaced, cb.MessagesReceived, cb.VerifyErrors)
 	}
 }
+
+// TestReestablish: the target forgets a PDC its source still holds (the
+// target's idle timeout is shorter), after thousands of PSNs; the source's
+// next data is refused with INV_DPDCID and it establishes the PDC again
+// with SYNs whose psn_offsets count from its oldest unacknowledged PSN,
+// and the stream completes.
+func TestReestablish(t *testing.T) {
+	p := newPair(t, nil, func(a, b *Config) { a.IdleTimeout, b.IdleTimeout = time.Second, 10*time.Millisecond })
+	s, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 1 << 20, Messages: 12, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, time.Second, s)
+	p.runFor(t, 30*time.Millisecond) // b frees its side after 20 ms
+	if n := p.b.Counters().TargetPDCsExpired; n != 1 {
+		t.Fatalf("b expired %d PDCs, want 1", n)
+	}
+	s2, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 100_000, Messages: 5, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, time.Second, s2)
+	ca, cb := p.a.Counters(), p.b.Counters()
+	t.Logf("a: nacks %v, %d timeouts, %d PDC errors; b: %d target PDCs opened, %d messages", ca.NacksReceived, ca.Timeouts, ca.PDCErrors, cb.TargetPDCsOpened, cb.MessagesReceived)
+	if cb.MessagesReceived != 17 || ca.PDCErrors != 0 || cb.TargetPDCsOpened != 2 {
+		t.Errorf("b received %d messages over %d PDCs; a: %d PDC errors: want 17, 2, 0", cb.MessagesReceived, cb.TargetPDCsOpened, ca.PDCErrors)
+	}
+}
