@@ -76,11 +76,14 @@ type Counters struct {
 	CreditAcksSent         uint64 `json:"credit_acks_sent"`
 	CreditRequestsReceived uint64 `json:"credit_requests_received"`
 	CreditSourcesReset     uint64 `json:"credit_sources_reset"`
-	ClosesReceived         uint64 `json:"closes_received"`
-	ProbesReceived         uint64 `json:"probes_received"`
-	MessagesReceived       uint64 `json:"messages_received"`
-	MessageBytesReceived   uint64 `json:"message_bytes_received"`
-	VerifyErrors           uint64 `json:"verify_errors"` // messages whose payload failed the check
+	// CreditTargetsCapped: targets further ahead of the grants than a
+	// sender asks for (spoofed or broken), cut to that.
+	CreditTargetsCapped  uint64 `json:"credit_targets_capped"`
+	ClosesReceived       uint64 `json:"closes_received"`
+	ProbesReceived       uint64 `json:"probes_received"`
+	MessagesReceived     uint64 `json:"messages_received"`
+	MessageBytesReceived uint64 `json:"message_bytes_received"`
+	VerifyErrors         uint64 `json:"verify_errors"` // messages whose payload failed the check
 	// NacksSent by code.
 	NacksSent map[string]uint64 `json:"nacks_sent"`
 

@@ -28,12 +28,28 @@ func (ep *Endpoint) onCreditTarget(now time.Duration, c *rxCCC, cccID uint8, tar
 		ep.ctr.CreditSourcesReset++
 	}
 	c.credit, c.cccID = true, cccID
+	// A sender asks for at most MaxWnd beyond what it holds: a target
+	// further ahead of what was granted is spoofed or broken, and would
+	// draw the pacer's grants for nothing.
+	granted, _ := ep.pacer.Granted(c.key)
+	if most := ep.maxTargetAhead(); rccc.Ahead(uint64(granted), target) > most {
+		target = uet.Credit((uint32(granted) + uint32(most)) & uet.Units24Mask)
+		ep.ctr.CreditTargetsCapped++
+	}
 	idle := ep.pacer.NextEvent() == rccc.Never
 	ep.pacer.OnTarget(now, c.key, target)
 	ep.grantsDue(now, out.Next)
 	if idle && ep.pacer.NextEvent() != rccc.Never {
 		ep.kick() // the pacer flow's next grant
 	}
+}
+
+// maxTargetAhead is the most 256-byte units a credit target may be
+// ahead of the source's grants: MaxWnd and the MTU a speculating sender
+// adds, twice over (a sender's debt).
+func (ep *Endpoint) maxTargetAhead() int32 {
+	p := ep.rcccParams
+	return int32(2 * (p.MaxWndBytes() + p.MTUBytes) / uet.ByteUnit)
 }
 
 // onCreditRequest is a CTRL CREDIT_REQ: a source with data, no credit and

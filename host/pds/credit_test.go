@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -239,5 +240,72 @@ func TestCreditRequestInterval(t *testing.T) {
 	t.Logf("credit request interval %v", iv)
 	if iv > 2*p.a.cfg.ProbeTimeout {
 		t.Errorf("credit request interval %v after idle periods: want ≤ 2 × the probe timeout %v", iv, p.a.cfg.ProbeTimeout)
+	}
+}
+
+// TestCreditTargetCapped: a CREDIT_REQ whose target is far ahead of what
+// the source was granted (spoofed, or a broken sender) is cut to what a
+// sender can ask for, so it draws no more than that from the pacer.
+func TestCreditTargetCapped(t *testing.T) {
+	pa, _ := pktio.NewPipe(pktio.PipeOptions{A: addrA, B: addrB})
+	cfg := DefaultConfig()
+	cfg.Conn, cfg.Clock = pa, engine.NewFakeClock(time.Millisecond)
+	ep, err := newEndpoint(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	buf := make([]byte, 64)
+	h := uet.Header{Type: uet.TypeCtrl, Ctrl: uet.Ctrl{CtrlType: uet.CtrlCreditReq, SPDCID: 9, Payload: creditPayload(1, 1<<22)}}
+	n := h.Encode(buf)
+	rs, _ := engine.NewSlots(8, maxDatagram)
+	out := engine.NewReplies(rs)
+	(*endpointRx)(ep).Receive(time.Millisecond, &pktio.Message{Buffers: [][]byte{buf[:n]}, N: n, Addr: addrB}, out)
+	c := ep.Counters()
+	rc := ep.RxCCCs()
+	if c.CreditTargetsCapped != 1 || len(rc) != 1 || rc[0].Source == nil {
+		t.Fatalf("capped %d, receiver CCCs %+v: want 1 capped and one source", c.CreditTargetsCapped, rc)
+	}
+	if most := uint64(ep.maxTargetAhead()) * uet.ByteUnit; rc[0].Source.TargetBytes > most {
+		t.Errorf("source target %d B, want at most %d B", rc[0].Source.TargetBytes, most)
+	}
+}
+
+// TestOORWindowBounded: a target that answers every packet with NACK
+// PSN_OOR_WINDOW (the two ends disagree on the PDC's PSNs) makes the PDC
+// fail after MaxRetries, each an RTO apart, instead of resending for ever.
+func TestOORWindowBounded(t *testing.T) {
+	pa, _ := pktio.NewPipe(pktio.PipeOptions{A: addrA, B: addrB})
+	cfg := DefaultConfig()
+	cfg.Conn, cfg.Clock, cfg.MaxRetries = pa, engine.NewFakeClock(time.Millisecond), 3
+	ep, err := newEndpoint(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	s, err := ep.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 100_000, Messages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, _ := engine.NewSlots(16, maxDatagram)
+	var p *initiator
+	for _, c := range ep.cccs.byKey {
+		c.Fill(time.Millisecond, slots, nil)
+		p = c.pdcs[0]
+	}
+	buf := make([]byte, 64)
+	rs, _ := engine.NewSlots(8, maxDatagram)
+	for i := range 4 {
+		h := uet.Header{Type: uet.TypeNack, Nack: uet.Nack{Code: uet.NackPSNOORWindow, NackPSN: p.psn(0), SPDCID: 5, DPDCID: p.id}}
+		n := h.Encode(buf)
+		(*endpointRx)(ep).Receive(time.Duration(2+i)*time.Millisecond, &pktio.Message{Buffers: [][]byte{buf[:n]}, N: n, Addr: addrB}, engine.NewReplies(rs))
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("sender not done after 4 PSN_OOR_WINDOW NACKs with MaxRetries 3")
+	}
+	if err := s.Err(); err == nil || !contains(err.Error(), "PSN_OOR_WINDOW") {
+		t.Errorf("sender error %v, want the PSN_OOR_WINDOW failure", err)
 	}
 }

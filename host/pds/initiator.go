@@ -715,6 +715,17 @@ func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
 		ep.ctr.InvalidAckPSN++
 		return
 	}
+	if n.Code == uet.NackPSNOORWindow {
+		// The target's window does not reach the PSN: the two ends
+		// disagree on the PDC's PSNs, which resending at once does not
+		// mend. Resend after an RTO, and fail after MaxRetries of them.
+		p.retries++
+		if p.retries > ep.cfg.MaxRetries {
+			p.fail(now, fmt.Errorf("pds: pdc %d to %v: %d PSN_OOR_WINDOW NACKs in a row at psn %#x", p.id, p.key.Dst, p.retries, n.NackPSN))
+			return
+		}
+		p.holdUntil = max(p.holdUntil, now+ep.cfg.RTO)
+	}
 	r := p.rec(idx)
 	ns := nscc.NackSample{Size: int(r.size), Reason: nscc.NackOther, InFlight: p.ccc.inFlight}
 	switch n.Code {
