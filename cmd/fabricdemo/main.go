@@ -620,6 +620,21 @@ type demo struct {
 
 func (d *demo) printf(format string, a ...any) { fmt.Fprintf(d.out, format, a...) }
 
+// settledStats waits up to 2 s for class 3 to drain and its counters to
+// meet their invariant, and returns the port's stats at rest.
+func (d *demo) settledStats() (qdisc.Stats, error) {
+	st, err := d.port.Stats()
+	for deadline := time.Now().Add(2 * time.Second); err == nil && time.Now().Before(deadline); {
+		c := &st.Classes[qdisc.ClassRoCE]
+		if c.BacklogPackets == 0 && c.CheckInvariant() == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+		st, err = d.port.Stats()
+	}
+	return st, err
+}
+
 // writeOutputs writes the run's plot (with plot, when -plot names a file
 // and the traffic has one) and its JSON summary rep (when -json does),
 // and says where.

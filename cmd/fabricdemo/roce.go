@@ -326,15 +326,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 
 	// Let the queue drain so the counters are at rest for the invariant,
 	// and the last CNPs reach the senders before their counters are read.
-	st, err := d.port.Stats()
-	for deadline := time.Now().Add(2 * time.Second); err == nil && time.Now().Before(deadline); {
-		c := &st.Classes[qdisc.ClassRoCE]
-		if c.BacklogPackets == 0 && c.CheckInvariant() == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-		st, err = d.port.Stats()
-	}
+	st, err := d.settledStats()
 	if err != nil {
 		return err
 	}

@@ -758,15 +758,23 @@ func renderRoCESummary(w io.Writer, r *RoCEReport) {
 	} else {
 		fmt.Fprintf(w, "Marking curve: no ECN-capable packet arrived in class 3\n")
 	}
+	renderChecks(w, r.checks(), r.hints())
+}
+
+func durationS(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
+
+// renderChecks prints a run's checks, ok or MISS, and the hints that
+// explain the misses.
+func renderChecks(w io.Writer, checks []Check, hints []string) {
 	fmt.Fprintf(w, "\nChecks\n")
-	for _, c := range r.checks() {
+	for _, c := range checks {
 		mark := "ok  "
 		if !c.OK {
 			mark = "MISS"
 		}
 		fmt.Fprintf(w, "  [%s] %s\n", mark, c.Text)
 	}
-	for _, h := range r.hints() {
+	for _, h := range hints {
 		for i, l := range wrap(h, 104) {
 			if i == 0 {
 				fmt.Fprintf(w, "  hint: %s\n", l)
@@ -776,5 +784,3 @@ func renderRoCESummary(w io.Writer, r *RoCEReport) {
 		}
 	}
 }
-
-func durationS(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }

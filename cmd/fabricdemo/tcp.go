@@ -151,15 +151,7 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 	wg.Wait()
 
 	// Let the queue drain so the counters are at rest for the invariant.
-	st, err := d.port.Stats()
-	for deadline := time.Now().Add(2 * time.Second); err == nil && time.Now().Before(deadline); {
-		c := &st.Classes[qdisc.ClassRoCE]
-		if c.BacklogPackets == 0 && c.CheckInvariant() == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-		st, err = d.port.Stats()
-	}
+	st, err := d.settledStats()
 	if err != nil {
 		return err
 	}

@@ -671,21 +671,5 @@ func renderUETSummary(w io.Writer, r *UETReport) {
 			fmt.Fprintf(w, "  (the bins within a packet of the %sKB buffer are mostly packets the port trimmed, which it does not mark)\n", kb(uint64(r.ClassConfig.LimitBytes)))
 		}
 	}
-	fmt.Fprintf(w, "\nChecks\n")
-	for _, c := range r.checks() {
-		mark := "ok  "
-		if !c.OK {
-			mark = "MISS"
-		}
-		fmt.Fprintf(w, "  [%s] %s\n", mark, c.Text)
-	}
-	for _, h := range r.hints() {
-		for i, l := range wrap(h, 104) {
-			if i == 0 {
-				fmt.Fprintf(w, "  hint: %s\n", l)
-			} else {
-				fmt.Fprintf(w, "        %s\n", l)
-			}
-		}
-	}
+	renderChecks(w, r.checks(), r.hints())
 }
