@@ -44,6 +44,16 @@
  * keeps np_mark, so other programs can tell it, and its opcode (0x81) is not
  * a trigger, so it can never loop.
  *
+ * The stack sized the clone for the qdisc (qdisc_skb_cb->pkt_len) before
+ * the egress hook ran, as the data packet it was: a TBF or HTB on the
+ * device would charge a 74-byte CNP the data packet's length (up to the
+ * MTU). So np_egress sends the CNP it built through the device's egress
+ * once more (bpf_redirect to itself), where the stack sizes it anew; the
+ * second pass finds opcode 0x81 and lets it through to the programs after
+ * np_egress and the qdisc. The redirect returns NET_XMIT_SUCCESS to
+ * bpf_clone_redirect whatever the qdisc then does: a CNP the qdisc drops
+ * at that enqueue ends its QP's wait at xmit_timeout_ns, not at once.
+ *
  * Spacing: N counts from where the CNP is transmitted. np_xmit runs at the
  * net_dev_start_xmit tracepoint, which xmit_one() fires after
  * dev_queue_xmit_nit() (where a packet tap takes its copy and stamp) and
@@ -64,8 +74,9 @@
  * inside bpf_clone_redirect, np_xmit included. With a qdisc the CNP may
  * leave later, from another CPU: the QP waits for it at most
  * xmit_timeout_ns after np_egress (counted in xmit_timeouts), so a CNP lost
- * silently after np_egress (a qdisc reset, a dequeue drop) cannot stop the
- * QP's CNPs; a drop the qdisc reports at enqueue ends the wait at once. The
+ * silently after np_egress (a drop at the qdisc's enqueue, a qdisc reset, a
+ * dequeue drop) cannot stop the QP's CNPs; a clone that fails (an error
+ * back from bpf_clone_redirect) ends the wait at once. The
  * guarantee holds for CNPs transmitted within max(N, xmit_timeout_ns) of
  * np_egress; one transmitted later still moves the time (xmit_late) and
  * shows in min_spacing_ns. A driver that answers NETDEV_TX_BUSY makes the
@@ -765,7 +776,8 @@ int np_egress(struct __sk_buff *skb)
 	st->egress_built++;
 	if (!tracked)
 		st->egress_stamped++;
-	return TC_ACT_UNSPEC;
+	/* Once more through the egress, sized as the CNP it now is. */
+	return bpf_redirect(skb->ifindex, 0);
 drop:
 	st->egress_dropped++;
 	return TC_ACT_SHOT;

@@ -1274,6 +1274,22 @@ static __always_inline void ppfc_resume(struct __sk_buff *skb, const struct port
  * ppfc_mark becomes the frame port_enqueue or ppfc_resume built; any other
  * IPv4 packet may carry a resume out to its destination. Everything else
  * passes untouched (TC_ACT_UNSPEC: later programs and the qdisc see it). */
+/* ppfc_frame_built: the marked packet is a notification ppfc_egress
+ * built already (its second pass, see ppfc_egress). */
+static __always_inline int ppfc_frame_built(struct __sk_buff *skb)
+{
+	struct roce_bth bth;
+
+	if (skb->len != PPFC_V4_LEN ||
+	    bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct net_udphdr), &bth, sizeof(bth)))
+		return 0;
+	return bth.opcode == ROCE_OP_CNP && (bth.ecn & ROCE_BTH_PPFC);
+}
+
+/* A clone it rewrites is sent through the device's egress once more
+ * (bpf_redirect to itself), like a trimmed packet: the stack sized it for
+ * the qdisc as the data packet it was copied from, and a TBF or HTB on
+ * the device would charge the 82-byte frame that length. */
 SEC("tc")
 int ppfc_egress(struct __sk_buff *skb)
 {
@@ -1285,8 +1301,11 @@ int ppfc_egress(struct __sk_buff *skb)
 	__u32 zero = 0;
 
 	if (skb->mark == ppfc_mark) {
-		struct ppfc_scratch *sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
+		struct ppfc_scratch *sc;
 
+		if (ppfc_frame_built(skb))
+			return TC_ACT_UNSPEC; /* the second pass */
+		sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
 		ps = bpf_map_lookup_elem(&port_counters, &zero);
 		if (!sc || !sc->ready || bpf_skb_change_tail(skb, PPFC_V4_LEN, 0) ||
 		    bpf_skb_store_bytes(skb, 0, &sc->f.eth, PPFC_V4_LEN, BPF_F_INVALIDATE_HASH)) {
@@ -1296,7 +1315,7 @@ int ppfc_egress(struct __sk_buff *skb)
 		}
 		sc->ready = 0;
 		skb->priority = 0;
-		return TC_ACT_UNSPEC;
+		return bpf_redirect(skb->ifindex, 0);
 	}
 	pc = bpf_map_lookup_elem(&port_cfg, &zero);
 	if (!pc || !(pc->flags & PORT_F_PPFC))

@@ -586,6 +586,21 @@ func TestNPBPFQdisc(t *testing.T) {
 				out, _ := l.np.Command(context.Background(), "tc", "-s", "qdisc", "show", "dev", npDev).CombinedOutput()
 				t.Errorf("stats %+v: %d CNPs on the tap; the qdisc: %s", st, len(sp)+1, out)
 			}
+			// The TBF charged each CNP its own 74 bytes, not the length
+			// of the data packet it was cloned from (np_egress sends it
+			// through the egress once more): what it sent beyond the
+			// background datagrams is the CNPs' bytes.
+			q := tbfStats(t, l)
+			bgFrame := uint64(14 + 20 + 8 + 1000)
+			if q.packets < uint64(bg) {
+				t.Fatalf("the TBF sent %d packets, fewer than the %d background datagrams", q.packets, bg)
+			}
+			other, otherBytes := q.packets-uint64(bg), q.bytes-min(q.bytes, uint64(bg)*bgFrame)
+			t.Logf("TBF: sent %d packets, %d bytes, dropped %d; beyond the background: %d packets, %d bytes (%.1f B each; a CNP is %d B)",
+				q.packets, q.bytes, q.drops, other, otherBytes, float64(otherBytes)/float64(max(other, 1)), npbpf.CNPLenIPv4)
+			if other < cnt.NPCNPSent || otherBytes > cnt.NPCNPSent*npbpf.CNPLenIPv4+uint64(other-cnt.NPCNPSent)*bgFrame {
+				t.Errorf("the TBF charged %d bytes for %d packets beyond the background, %d of them CNPs of %d B: a CNP charged more than its length", otherBytes, other, cnt.NPCNPSent, npbpf.CNPLenIPv4)
+			}
 			if tc.opts.NoXmitHook {
 				if st.EgressStamped != st.EgressBuilt || st.XmitStamped != 0 {
 					t.Errorf("without the hook: %d CNPs built, %d stamped at np_egress, %d at the hook", st.EgressBuilt, st.EgressStamped, st.XmitStamped)
@@ -598,6 +613,30 @@ func TestNPBPFQdisc(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tbfCounters are a qdisc's totals, as `tc -s -j qdisc show` gives them.
+type tbfCounters struct {
+	bytes, packets, drops uint64
+}
+
+// tbfStats reads the root qdisc's counters on the NP's device.
+func tbfStats(t *testing.T, l *npLab) tbfCounters {
+	t.Helper()
+	out, err := l.np.Command(context.Background(), "tc", "-s", "-j", "qdisc", "show", "dev", npDev, "root").Output()
+	if err != nil {
+		t.Fatalf("tc -s -j qdisc show: %v", err)
+	}
+	var qs []struct {
+		Kind    string `json:"kind"`
+		Bytes   uint64 `json:"bytes"`
+		Packets uint64 `json:"packets"`
+		Drops   uint64 `json:"drops"`
+	}
+	if err := json.Unmarshal(out, &qs); err != nil || len(qs) == 0 {
+		t.Fatalf("tc -s -j qdisc show: %v: %s", err, out)
+	}
+	return tbfCounters{qs[0].Bytes, qs[0].Packets, qs[0].Drops}
 }
 
 // background sends bursts datagrams of size bytes from the receiver to dst

@@ -17,6 +17,9 @@ import (
 const (
 	tcxNext   = ^uint32(0) // TC_ACT_UNSPEC as BPF_PROG_RUN returns it
 	tcActShot = 2
+	// tcActRedirect is np_egress's verdict on a CNP it built: once more
+	// through the device's egress (bpf_redirect), sized anew for the qdisc.
+	tcActRedirect = 7
 
 	ecnNotECT = 0
 	ecnECT0   = 2

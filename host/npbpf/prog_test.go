@@ -97,8 +97,8 @@ func TestCNPBytes(t *testing.T) {
 				setClock(t, o, 777)
 				data := p.frame(t)
 				ret, out := runProg(t, o.objs.Egress, data, o.Mark())
-				if ret != tcxNext {
-					t.Fatalf("np_egress returned %d, want TC_ACT_UNSPEC", int32(ret))
+				if ret != tcActRedirect {
+					t.Fatalf("np_egress returned %d, want TC_ACT_REDIRECT", int32(ret))
 				}
 				want := expectedCNP(t, c)
 				wantLen := CNPLenIPv4
@@ -224,7 +224,7 @@ func TestCNPFieldsFromQP(t *testing.T) {
 		addQP(t, o, c)
 		p := dataPkt{v6: c.Local.Is6(), ecn: ecnCE, op: roce.OpRCWriteMiddle, payload: 256, destQP: c.QPN, src: c.Peer, dst: c.Local}
 		ret, out := runProg(t, o.objs.Egress, p.frame(t), o.Mark())
-		if ret != tcxNext {
+		if ret != tcActRedirect {
 			t.Fatalf("case %d: np_egress returned %d", i, int32(ret))
 		}
 		if want := expectedCNP(t, c); !bytes.Equal(out, want) {
@@ -251,7 +251,7 @@ func TestEgressLeavesOtherPackets(t *testing.T) {
 	}{
 		{"unmarked CE packet", ce.frame(t), 0, tcxNext},
 		{"another mark", ce.frame(t), o.Mark() ^ 1, tcxNext},
-		{"marked CNP (built already)", cnp, o.Mark(), tcxNext},
+		{"marked CNP (built already: its second pass)", cnp, o.Mark(), tcxNext},
 		{"marked, unknown QP", dataPkt{ecn: ecnCE, op: roce.OpRCSendOnly, destQP: 0x999}.frame(t), o.Mark(), tcActShot},
 		{"marked, not RoCE", dataPkt{ecn: ecnCE, op: roce.OpRCSendOnly, destQP: c.QPN, dport: 4792}.frame(t), o.Mark(), tcActShot},
 		{"marked, VLAN", dataPkt{ecn: ecnCE, op: roce.OpRCSendOnly, destQP: c.QPN, vlans: 1}.frame(t), o.Mark(), tcActShot},
@@ -601,7 +601,7 @@ func TestSpacingFromEgress(t *testing.T) {
 	setClock(t, o, t0)
 	runProg(t, o.objs.Ingress, ce, 0) // decided at t0
 	setClock(t, o, t0+3000)
-	if ret, _ := runProg(t, o.objs.Egress, ce, o.Mark()); ret != tcxNext { // left at t0+3 µs
+	if ret, _ := runProg(t, o.objs.Egress, ce, o.Mark()); ret != tcActRedirect { // left at t0+3 µs
 		t.Fatalf("np_egress returned %d", int32(ret))
 	}
 	r0 := redirects(t, o)
@@ -647,7 +647,7 @@ func TestInflight(t *testing.T) {
 		t.Fatal("a CNP while another is in flight")
 	}
 	setClock(t, o, t0+5*n+100) // the in-flight CNP leaves
-	if ret, _ := runProg(t, o.objs.Egress, ce, o.Mark()); ret != tcxNext {
+	if ret, _ := runProg(t, o.objs.Egress, ce, o.Mark()); ret != tcActRedirect {
 		t.Fatal("np_egress failed")
 	}
 	setInflight(0, t0+5*n+100)

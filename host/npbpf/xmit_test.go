@@ -30,7 +30,7 @@ func ingressAt(tb testing.TB, o *Objects, at uint64, data []byte) bool {
 func egressAt(tb testing.TB, o *Objects, at uint64, data []byte) {
 	tb.Helper()
 	setClock(tb, o, at)
-	if ret, _ := runProg(tb, o.objs.Egress, data, o.Mark()); ret != tcxNext {
+	if ret, _ := runProg(tb, o.objs.Egress, data, o.Mark()); ret != tcActRedirect {
 		tb.Fatalf("np_egress returned %d", int32(ret))
 	}
 }
