@@ -178,8 +178,7 @@ func uetTrimPortConfig() qdisc.Config {
 // TestUETIncast: 8 senders each write 2 MB to one receiver at once
 // through a deep queue (no trimming), under NSCC, RCCC and both: every
 // byte verified, nothing dropped, the tail within 1.15 × the ideal (16 MB
-// at the payload capacity) plus what the credit pacer lost (checkTail),
-// and RCCC's median queue not above NSCC's (by a margin, see below).
+// at the payload capacity) plus what the credit pacer lost (checkTail).
 func TestUETIncast(t *testing.T) {
 	roceSize(t)
 	queue := map[pds.CCMode]uetIncastResult{}
@@ -193,20 +192,25 @@ func TestUETIncast(t *testing.T) {
 			}
 		})
 	}
-	// Issue 11 §4c: RCCC keeps the last hop's queue below what NSCC alone
-	// leaves. The median shows it (RCCC / NSCC 0.33-1.08 over 31 runs,
-	// quiet and busy, above 1 in 2); the p99 is the start's, RCCC's
-	// speculative credit (8 × MaxWnd) against NSCC's first window, and
-	// swings either way (0.18-1.56). The test guards the median against
-	// RCCC leaving more than NSCC by a margin.
+	// A deep queue keeps what RCCC's senders send on speculative credit
+	// at the start (8 × MaxWnd, 750 KB at 500 Mbit/s): the pacer grants
+	// 0.99 of the line from then on and drains it at 1 % of the line, so
+	// RCCC alone leaves the queue there for the whole incast (its median
+	// 3.6-5.3 × NSCC's, quiet). htsim's RCCC runs with trimming and 1-BDP
+	// queues (uet.md), where TestUETIncastTrim shows its queue below
+	// NSCC's. With both, NSCC's window bounds the start: the guard is that
+	// both leave no more than NSCC alone (measured 0.93-0.97).
 	n, r, b := queue[pds.CCNSCC], queue[pds.CCRCCC], queue[pds.CCBoth]
-	t.Logf("queue p50: nscc %s, rccc %s (%.2f), both %s; p99: nscc %s, rccc %s (%.2f), both %s",
-		kib(float64(n.queueP50)), kib(float64(r.queueP50)), float64(r.queueP50)/float64(max(n.queueP50, 1)), kib(float64(b.queueP50)),
-		kib(float64(n.queueP99)), kib(float64(r.queueP99)), float64(r.queueP99)/float64(max(n.queueP99, 1)), kib(float64(b.queueP99)))
-	if n.queueP50 > 0 && float64(r.queueP50) > 1.2*float64(n.queueP50) {
-		t.Errorf("queue p50 under RCCC %s, under NSCC %s: want at most 1.2 × NSCC's", kib(float64(r.queueP50)), kib(float64(n.queueP50)))
+	t.Logf("queue p50: nscc %s, rccc %s (%.2f), both %s (%.2f); p99: nscc %s, rccc %s (%.2f), both %s (%.2f)",
+		kib(float64(n.queueP50)), kib(float64(r.queueP50)), queueRatio(r.queueP50, n.queueP50), kib(float64(b.queueP50)), queueRatio(b.queueP50, n.queueP50),
+		kib(float64(n.queueP99)), kib(float64(r.queueP99)), queueRatio(r.queueP99, n.queueP99), kib(float64(b.queueP99)), queueRatio(b.queueP99, n.queueP99))
+	if n.queueP50 > 0 && float64(b.queueP50) > 1.2*float64(n.queueP50) {
+		t.Errorf("queue p50 under both %s, under NSCC %s: want at most 1.2 × NSCC's", kib(float64(b.queueP50)), kib(float64(n.queueP50)))
 	}
 }
+
+// queueRatio is a/b, b at least 1.
+func queueRatio(a, b int64) float64 { return float64(a) / float64(max(b, 1)) }
 
 // TestUETIncastTrim: the incast, 8 → 1 and 16 → 1, into a port whose
 // data queue holds one BDP and trims what it cannot hold (htsim's
@@ -221,9 +225,11 @@ func TestUETIncastTrim(t *testing.T) {
 	roceSize(t)
 	cfg := uetTrimPortConfig()
 	for _, senders := range []int{8, 16} {
+		queue := map[pds.CCMode]uetIncastResult{}
 		for _, mode := range uetIncastModes {
 			t.Run(fmt.Sprintf("%d/%s", senders, mode), func(t *testing.T) {
 				r := runUETIncast(t, senders, mode, cfg)
+				queue[mode] = r
 				if r.port.TrimmedPackets == 0 && mode == pds.CCNSCC {
 					t.Errorf("the port trimmed nothing: the test did not fill its queue")
 				}
@@ -243,6 +249,16 @@ func TestUETIncastTrim(t *testing.T) {
 				}
 				r.checkTail(t, 1.25)
 			})
+		}
+		// Issue 11 §4c: RCCC keeps the last hop's queue below what NSCC
+		// alone leaves, in htsim's setting (a 1-BDP queue that trims).
+		n, r, b := queue[pds.CCNSCC], queue[pds.CCRCCC], queue[pds.CCBoth]
+		t.Logf("%d -> 1: queue p50: nscc %s, rccc %s (%.2f), both %s (%.2f)", senders,
+			kib(float64(n.queueP50)), kib(float64(r.queueP50)), queueRatio(r.queueP50, n.queueP50), kib(float64(b.queueP50)), queueRatio(b.queueP50, n.queueP50))
+		for _, m := range []uetIncastResult{r, b} {
+			if n.queueP50 > 0 && float64(m.queueP50) > 0.8*float64(n.queueP50) {
+				t.Errorf("%d -> 1: queue p50 under %s %s, under NSCC %s: want at most 0.8 × NSCC's", senders, m.mode, kib(float64(m.queueP50)), kib(float64(n.queueP50)))
+			}
 		}
 	}
 }
