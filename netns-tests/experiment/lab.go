@@ -4,11 +4,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -24,10 +28,9 @@ import (
 const (
 	// All experiment traffic is DSCP 26 (class 3, "roce"); the kernel adds
 	// ECT(0) to the TOS of ECN-capable TCP connections itself.
-	dscp       = qdisc.DSCPRoCE
-	tos        = int(dscp) << 2
-	class      = qdisc.ClassRoCE
-	congestion = "cubic"
+	dscp  = qdisc.DSCPRoCE
+	tos   = int(dscp) << 2
+	class = qdisc.ClassRoCE
 	// Ports of the servers in the receiver.
 	longPort  = 5001
 	shortPort = 5002
@@ -54,8 +57,22 @@ func (e *experiment) dumbbellSpec() topo.DumbbellSpec {
 	}
 }
 
-// setup builds the lab, attaches the port and starts the servers.
+// setup registers DCTCP (-cc dctcp), builds the lab, attaches the port and
+// starts the servers.
 func (e *experiment) setup(ctx context.Context) error {
+	e.cc = e.o.cc
+	if e.o.cc == ccDCTCP {
+		// A name of this run's: another process may hold DefaultName.
+		var b [4]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return err
+		}
+		reg, err := dctcp.Register(dctcp.Options{Name: "dctcp_" + hex.EncodeToString(b[:])})
+		if err != nil {
+			return fmt.Errorf("register DCTCP: %w", err)
+		}
+		e.dctcp, e.cc = reg, reg.Name()
+	}
 	lab, err := topo.NewDumbbell(e.dumbbellSpec())
 	if err != nil {
 		return fmt.Errorf("build the lab: %w", err)
@@ -74,7 +91,7 @@ func (e *experiment) setup(ctx context.Context) error {
 		return fmt.Errorf("attach the port to %s:%s: %w", b.Node.Name, b.Dev, err)
 	}
 	e.port = port
-	e.srv, err = startServers(lab.Receiver, e.o.perScheme()+time.Minute)
+	e.srv, err = startServers(lab.Receiver, e.cc, e.o.perScheme()+time.Minute)
 	return err
 }
 
@@ -82,10 +99,10 @@ func (e *experiment) setupReport(limit units.ByteSize, rps string) Setup {
 	o := e.o
 	s := Setup{
 		RateBps: uint64(o.rate), Senders: o.senders(), DelayLink: delayLinkKind,
-		LongPerSender: o.longPerSender, Congestion: congestion, Class: int(class), DSCP: int(dscp),
+		LongPerSender: o.longPerSender, Congestion: o.cc, CongestionName: e.cc, Class: int(class), DSCP: int(dscp),
 		WarmupS: o.warmup.Seconds(), MeasureS: o.measure.Seconds(), SampleUs: us(o.sampleEvery),
 		ShortMinBytes: uint64(o.shortMinBytes), ShortMaxBytes: uint64(o.shortMaxBytes), ShortGapUs: us(o.shortGap),
-		Seed: o.seed, Lambda: o.lambda, LimitBytes: uint64(limit), Attach: string(e.port.Info().Attach), RPS: rps, OffloadsOff: true,
+		Seed: o.seed, Lambda: o.lambda, PstLambda: o.pstLambdaFor(), LimitBytes: uint64(limit), Attach: string(e.port.Info().Attach), RPS: rps, OffloadsOff: true,
 	}
 	for _, d := range o.delays {
 		s.DelaysUs = append(s.DelaysUs, us(d))
@@ -116,11 +133,21 @@ type servers struct {
 	}
 }
 
-func startServers(r *topo.Node, connDeadline time.Duration) (*servers, error) {
+func startServers(r *topo.Node, cc string, connDeadline time.Duration) (*servers, error) {
 	s := &servers{connDeadline: connDeadline}
 	s.mu.conns = map[net.Conn]struct{}{}
 	err := r.Do(func() error {
-		var lc net.ListenConfig
+		// The receiving ends run the senders' congestion control (DCTCP's
+		// ECE state machine is the receiver's): accepted sockets inherit
+		// the listener's.
+		lc := net.ListenConfig{Control: func(network, _ string, c syscall.RawConn) error {
+			if !strings.HasPrefix(network, "tcp") {
+				return nil
+			}
+			var serr error
+			err := c.Control(func(fd uintptr) { serr = dctcp.SetCongestion(int(fd), cc) })
+			return errors.Join(err, serr)
+		}}
 		var err error
 		if s.long, err = lc.Listen(context.Background(), "tcp4", fmt.Sprintf(":%d", longPort)); err != nil {
 			return err
@@ -315,14 +342,13 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 // dialTCP connects from node to addr with the per-socket settings of every
-// experiment flow: cubic, DSCP 26. The socket is created inside the node's
-// namespace and stays there.
-func dialTCP(ctx context.Context, node *topo.Node, addr string, timeout time.Duration) (*net.TCPConn, error) {
+// experiment flow: congestion control cc, DSCP 26. The socket is created
+// inside the node's namespace and stays there.
+func dialTCP(ctx context.Context, node *topo.Node, addr, cc string, timeout time.Duration) (*net.TCPConn, error) {
 	d := net.Dialer{Timeout: timeout, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
-			if serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, congestion); serr != nil {
-				serr = fmt.Errorf("TCP_CONGESTION %s: %w", congestion, serr)
+			if serr = dctcp.SetCongestion(int(fd), cc); serr != nil {
 				return
 			}
 			if serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, tos); serr != nil {

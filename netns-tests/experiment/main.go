@@ -29,6 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
@@ -83,6 +84,10 @@ type experiment struct {
 	port *qdisc.Port
 	cfg  qdisc.Config
 	srv  *servers
+	// dctcp is DCTCP registered for this run (-cc dctcp); cc is the name
+	// every socket sets with TCP_CONGESTION.
+	dctcp *dctcp.Registration
+	cc    string
 }
 
 func (e *experiment) printf(format string, a ...any) { fmt.Fprintf(e.out, format, a...) }
@@ -93,6 +98,11 @@ func (e *experiment) cleanup() error {
 	var errs []error
 	if e.srv != nil {
 		e.srv.close()
+	}
+	if e.dctcp != nil {
+		if err := e.dctcp.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("unregister %s: %w", e.dctcp.Name(), err))
+		}
 	}
 	if e.port != nil {
 		if err := e.port.Close(); err != nil {
@@ -127,7 +137,7 @@ func (e *experiment) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tune, err := tuneFrom(&rep.RTT, o.rate, o.lambda)
+	tune, err := tuneFrom(&rep.RTT, o.rate, o.lambda, o.pstLambdaFor())
 	if err != nil {
 		return err
 	}
@@ -143,26 +153,43 @@ func (e *experiment) run(ctx context.Context) error {
 	}
 	renderParams(e.out, rep)
 
-	sizes, gaps := shortFlowSizes(o.seed, o.senders(), o.shortFlows, o.shortMinBytes, o.shortMaxBytes, o.shortGap)
+	// Every run replays its own seeded flows, the same for every scheme;
+	// the schemes take turns within a run, so a drift of the machine
+	// spreads over all of them.
 	var failed []string
-	for i, s := range list {
-		e.printf("[%d/%d] %-9s %s: warm-up %s, measure %s ...", i+1, len(list), s.Label, s.Params.describe(o.rate), o.warmup, o.measure)
-		r, err := e.runScheme(ctx, s, sizes, gaps)
-		if ctx.Err() != nil {
-			e.printf(" interrupted\n")
-			return ctx.Err()
+	total := o.runs * len(list)
+	for run := 1; run <= o.runs; run++ {
+		seed := o.seed + uint64(run-1)
+		sizes, gaps := shortFlowSizes(seed, o.senders(), o.shortFlows, o.shortMinBytes, o.shortMaxBytes, o.shortGap)
+		var incast [][]int
+		if o.incastRounds > 0 {
+			incast = incastSizes(seed, o.incastRounds, o.incastFlows, o.shortMinBytes, o.shortMaxBytes)
 		}
-		if err != nil {
-			e.printf(" FAILED: %v\n", err)
-			r = Result{Scheme: s, Describe: s.Params.describe(o.rate), Error: err.Error()}
-			failed = append(failed, s.Label)
-		} else {
-			e.printf(" mean queue %.1f KB, util %.1f%%, short p99 %.0f µs\n", r.Queue.MeanBytes/1000, 100*r.Utilization, r.ShortFCTUs.P99)
+		for i, s := range list {
+			e.printf("[%d/%d] run %d %-9s %s: ", (run-1)*len(list)+i+1, total, run, s.Label, s.Params.describe(o.rate))
+			r, err := e.runScheme(ctx, s, sizes, gaps, incast)
+			if ctx.Err() != nil {
+				e.printf(" interrupted\n")
+				return ctx.Err()
+			}
+			if err != nil {
+				e.printf("FAILED: %v\n", err)
+				r = Result{Scheme: s, Describe: s.Params.describe(o.rate), Error: err.Error()}
+				failed = append(failed, fmt.Sprintf("%s (run %d)", s.Label, run))
+			} else {
+				e.printf("mean queue %.1f KB, util %.1f%%, short p99 %.0f µs", r.Queue.MeanBytes/1000, 100*r.Utilization, r.ShortFCTUs.P99)
+				if r.Incast.Rounds > 0 {
+					e.printf(", incast QCT p99 %.0f µs, %d drops", r.Incast.QCTUs.P99, r.Incast.Drops)
+				}
+				e.printf("\n")
+			}
+			r.Run = run
+			rep.Schemes = append(rep.Schemes, r)
 		}
-		rep.Schemes = append(rep.Schemes, r)
 	}
 	rep.LoadEnd = loadAvg()
 	rep.DelayLinks = e.delayReports()
+	rep.Summary = summarizeRuns(list, rep.Schemes, o.rate)
 	rep.Goals = checkGoals(rep.Schemes)
 	rep.Notes = reportNotes(rep)
 
@@ -178,7 +205,7 @@ func (e *experiment) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.printf("wrote %s\n", strings.Join(files, " and "))
+	e.printf("wrote %s\n", strings.Join(files, ", "))
 	if len(failed) > 0 {
 		return fmt.Errorf("schemes failed: %s", strings.Join(failed, ", "))
 	}
@@ -221,17 +248,17 @@ func reportNotes(r *Report) []string {
 		notes = append(notes, "the delay links dropped packets ("+strings.Join(dropped, "; ")+"): lower -rate")
 	}
 	for _, s := range r.Schemes {
-		noECN, notCubic := 0, 0
+		noECN, other := 0, 0
 		for _, f := range s.Long {
 			if !f.ECN {
 				noECN++
 			}
-			if f.Congestion != "cubic" {
-				notCubic++
+			if f.Congestion != r.Setup.CongestionName {
+				other++
 			}
 		}
-		if noECN > 0 || notCubic > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d long flows without ECN, %d not cubic", s.Label, noECN, notCubic))
+		if noECN > 0 || other > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d long flows without ECN, %d not %s", s.Label, noECN, other, r.Setup.CongestionName))
 		}
 		if s.ShortFailed > 0 {
 			notes = append(notes, fmt.Sprintf("%s: %d short flows failed (timeout or error) and are not in the FCTs", s.Label, s.ShortFailed))
@@ -240,8 +267,8 @@ func reportNotes(r *Report) []string {
 	return notes
 }
 
-// writeOutputs writes experiment.json and, if any scheme has queue
-// samples, queue.png; it returns the files written.
+// writeOutputs writes experiment.json and, if any scheme has the samples,
+// queue.png and fct.png; it returns the files written.
 func writeOutputs(dir string, r *Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("-out %s: %w", dir, err)
@@ -255,14 +282,21 @@ func writeOutputs(dir string, r *Report) ([]string, error) {
 		return nil, err
 	}
 	files := []string{js}
-	if !slices.ContainsFunc(r.Schemes, func(s Result) bool { return s.Error == "" && len(s.Series.MeanBytes) > 0 }) {
-		return files, nil // every scheme failed: nothing to plot
+	if slices.ContainsFunc(r.Schemes, func(s Result) bool { return s.Error == "" && len(s.Series.MeanBytes) > 0 }) {
+		png := filepath.Join(dir, "queue.png")
+		if err := writePlot(png, r); err != nil {
+			return files, err
+		}
+		files = append(files, png)
 	}
-	png := filepath.Join(dir, "queue.png")
-	if err := writePlot(png, r); err != nil {
-		return files, err
+	if slices.ContainsFunc(r.Schemes, func(s Result) bool { return s.Error == "" && len(s.ShortFCTsUs) > 0 }) {
+		png := filepath.Join(dir, "fct.png")
+		if err := writeFCTPlot(png, r); err != nil {
+			return files, err
+		}
+		files = append(files, png)
 	}
-	return append(files, png), nil
+	return files, nil
 }
 
 // group runs goroutines and keeps the first error; a panic in one becomes

@@ -34,7 +34,7 @@ func TestGroupRecoversPanics(t *testing.T) {
 }
 
 func TestReportNotes(t *testing.T) {
-	r := &Report{LoadStart: "1.00 1.00 1.00", LoadEnd: "2.00 1.00 1.00",
+	r := &Report{LoadStart: "1.00 1.00 1.00", LoadEnd: "2.00 1.00 1.00", Setup: Setup{Congestion: "cubic", CongestionName: "cubic"},
 		DelayLinks: []DelayReport{
 			{Sender: "s1", DelayUs: 400, Packets: 100, LatenessP99Us: 20},                       // on time
 			{Sender: "s2", DelayUs: 900, Packets: 100, LatenessP99Us: 524, LatenessMaxUs: 9000}, // late

@@ -206,3 +206,17 @@ func rttReport(names []string, delays []time.Duration, samples [][]time.Duration
 	}
 	return r
 }
+
+// incastSizes draws the query sizes of every incast round, uniform in
+// [lo, hi] bytes, from one seed (another stream than the short flows').
+func incastSizes(seed uint64, rounds, flows int, lo, hi units.ByteSize) [][]int {
+	r := rand.New(rand.NewPCG(seed, 1<<32))
+	out := make([][]int, rounds)
+	for k := range out {
+		out[k] = make([]int, flows)
+		for i := range out[k] {
+			out[k][i] = int(lo) + r.IntN(int(hi-lo)+1)
+		}
+	}
+	return out
+}

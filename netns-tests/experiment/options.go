@@ -20,18 +20,24 @@ const (
 
 const usageText = `Usage: sudo go run ./netns-tests/experiment [flags]     (or: sudo make experiment)
 
-The testbed experiment of ECN# (seed 002, sections 2.3 and 5.2) on a
+The testbed experiment of ECN# (seed 002, sections 2.3, 5.2 and 5.4) on a
 namespace dumbbell: senders s1..sN reach the receiver through one switch
 port (HTB at -rate, eBPF marking). Sender i's packets get a one-way delay
-(-delays), so the base RTTs differ about 3x. Long flows (TCP cubic, classic
-ECN) keep the port busy; short flows (3-60 KB, one at a time per sender)
-measure the flow completion time. The base RTTs are measured first; every
-scheme's parameters come from them (aqm.Tune, lambda = 1). Then each scheme
-runs in turn on the port's class 3: step-Tail (K from the p90 RTT), step-AVG
-(K from the mean RTT), CoDel, TCN and ECN#.
+(-delays), so the base RTTs differ about 3x. Long flows (DCTCP in BPF by
+default, -cc cubic for classic ECN) keep the port busy; short flows (3-60
+KB, one at a time per sender) measure the flow completion time; then
+incast rounds of synchronized query flows measure the query completion
+time and drops. The base RTTs are measured first; every scheme's
+parameters come from them (aqm.Tune: lambda 1 for the instantaneous
+thresholds, the congestion control's lambda for the persistent target).
+Each scheme runs -runs times on the port's class 3, the schemes
+interleaved: step-Tail (K from the p90 RTT), step-AVG (K from the mean
+RTT), CoDel, TCN and ECN#.
 
-Output: a table on the terminal, -out/experiment.json and -out/queue.png.
-It reports whether ECN# met the goals; it exits non-zero only on errors.
+Output: a table of means with 95% confidence intervals on the terminal,
+-out/experiment.json, -out/queue.png (the queue over time, first run) and
+-out/fct.png (the short flows' FCT CDF). It reports whether ECN# met the
+goals; it exits non-zero only on errors.
 
 Flags:
 `
@@ -54,10 +60,16 @@ type options struct {
 	pings         int
 	limit         units.ByteSize // 0: 4 x K_tail, at least minLimit
 	lambda        float64
+	pstLambda     float64       // 0: the congestion control's (pstLambdaFor)
+	cc            string        // the TCP flows' congestion control: dctcp or cubic
 	sharp         sharpOverride // ECN♯ parameters set by flag instead of aqm.Tune
 	seed          uint64
 	schemes       []string
 	outDir        string
+	runs          int           // repetitions of every scheme, interleaved
+	incastRounds  int           // incast rounds per scheme run; 0: none
+	incastFlows   int           // query flows per round, over the senders in turn
+	incastGap     time.Duration // pause between rounds
 }
 
 func defaultOptions() options {
@@ -68,7 +80,7 @@ func defaultOptions() options {
 		delays:        []time.Duration{400 * time.Microsecond, 900 * time.Microsecond, 1400 * time.Microsecond},
 		longPerSender: 2,
 		warmup:        2 * time.Second,
-		measure:       12 * time.Second,
+		measure:       8 * time.Second,
 		cooldown:      time.Second,
 		sampleEvery:   time.Millisecond,
 		shortGap:      20 * time.Millisecond,
@@ -77,9 +89,14 @@ func defaultOptions() options {
 		shortMaxBytes: 60 * units.KiB,
 		pings:         50,
 		lambda:        1,
+		cc:            ccDCTCP,
 		seed:          1,
 		schemes:       slices.Clone(schemeNames),
 		outDir:        "experiment-out",
+		runs:          5,
+		incastRounds:  5,
+		incastFlows:   8,
+		incastGap:     200 * time.Millisecond,
 	}
 }
 
@@ -164,6 +181,8 @@ const (
 	maxDelay         = 50 * time.Millisecond
 	maxShortFlows    = 100000
 	minLimit         = 128 * units.KiB
+	maxRuns          = 30
+	maxIncastFlows   = 256
 )
 
 func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
@@ -183,13 +202,19 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(&o.shortMaxBytes, "short-max", "largest short flow, tc `size`")
 	fs.IntVar(&o.pings, "pings", o.pings, "RTT probes per sender before the runs")
 	fs.Var(&o.limit, "limit", "class buffer, tc `size`; 0 = 4 x K_tail, at least 128kb")
-	fs.Float64Var(&o.lambda, "lambda", o.lambda, "lambda of the threshold rules (1 for classic ECN TCP)")
+	fs.StringVar(&o.cc, "cc", o.cc, "`congestion control` of every TCP flow, both ends: dctcp (DCTCP in BPF, host/dctcp; seed 002's setting) or cubic (classic ECN)")
+	fs.Float64Var(&o.lambda, "lambda", o.lambda, "λ of the instantaneous thresholds: K = λ·C·RTT, ins_target and TCN's = λ·RTT (1: today's practice, the seed's testbed, also with DCTCP)")
+	fs.Float64Var(&o.pstLambda, "pst-lambda", o.pstLambda, "λ of the persistent target: pst_target and CoDel's target = λ·RTT_avg (0: the congestion control's, 0.17 for DCTCP, -lambda for cubic)")
 	fs.Var(durationFlag{&o.sharp.InsTarget}, "sharp-ins-target", "ECN♯ ins_target `time` instead of aqm.Tune's λ·RTT_p90 (sensitivity runs)")
 	fs.Var(durationFlag{&o.sharp.PstTarget}, "sharp-pst-target", "ECN♯ pst_target `time` instead of aqm.Tune's λ·RTT_avg")
 	fs.Var(durationFlag{&o.sharp.PstInterval}, "sharp-pst-interval", "ECN♯ pst_interval `time` instead of aqm.Tune's RTT_p90")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the short-flow sizes and gaps (same sequence for every scheme)")
 	fs.Var(schemeList{&o.schemes}, "schemes", "`list` of schemes to run: "+strings.Join(schemeNames, ","))
-	fs.StringVar(&o.outDir, "out", o.outDir, "`directory` for experiment.json and queue.png")
+	fs.StringVar(&o.outDir, "out", o.outDir, "`directory` for experiment.json, queue.png and fct.png")
+	fs.IntVar(&o.runs, "runs", o.runs, "`runs` of every scheme (interleaved); the report gives means and 95% confidence intervals")
+	fs.IntVar(&o.incastRounds, "incast-rounds", o.incastRounds, "incast `rounds` after each measured window (seed 002 §5.4); 0 = none")
+	fs.IntVar(&o.incastFlows, "incast-flows", o.incastFlows, "query `flows` per incast round, released at once, spread over the senders; sizes as the short flows")
+	fs.Var(durationFlag{&o.incastGap}, "incast-gap", "pause `time` between incast rounds")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -259,6 +284,12 @@ func (o *options) validate() error {
 	if !(o.lambda > 0 && o.lambda <= 10) {
 		bad("-lambda (%g) must be in (0, 10]", o.lambda)
 	}
+	if !(o.pstLambda >= 0 && o.pstLambda <= 10) {
+		bad("-pst-lambda (%g) must be 0 (the congestion control's) or in (0, 10]", o.pstLambda)
+	}
+	if !slices.Contains(ccNames, o.cc) {
+		bad("-cc (%q) must be one of %s", o.cc, strings.Join(ccNames, ", "))
+	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration
@@ -266,6 +297,18 @@ func (o *options) validate() error {
 		if f.d < 0 || f.d > time.Second {
 			bad("%s (%s) must be 0 (from aqm.Tune) to 1s", f.name, units.FormatDuration(f.d))
 		}
+	}
+	if o.runs < 1 || o.runs > maxRuns {
+		bad("-runs (%d) must be 1 to %d", o.runs, maxRuns)
+	}
+	if o.incastRounds < 0 || o.incastRounds > 100 {
+		bad("-incast-rounds (%d) must be 0 to 100", o.incastRounds)
+	}
+	if o.incastRounds > 0 && (o.incastFlows < 1 || o.incastFlows > maxIncastFlows) {
+		bad("-incast-flows (%d) must be 1 to %d", o.incastFlows, maxIncastFlows)
+	}
+	if o.incastGap < 0 || o.incastGap > 10*time.Second {
+		bad("-incast-gap (%s) must be 0 to 10s", units.FormatDuration(o.incastGap))
 	}
 	if len(o.schemes) == 0 {
 		bad("-schemes: want at least one of %s", strings.Join(schemeNames, ","))
@@ -276,8 +319,34 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
+// The congestion controls the TCP flows may run.
+const (
+	ccDCTCP = "dctcp"
+	ccCubic = "cubic"
+)
+
+var ccNames = []string{ccDCTCP, ccCubic}
+
+// dctcpLambda is λ for DCTCP (seed 002 §2.1, after the DCTCP analysis: a
+// window cut by α/2 needs a queue of about 0.17·C·RTT).
+const dctcpLambda = 0.17
+
+// pstLambdaFor is the persistent target's λ: -pst-lambda, or the
+// congestion control's (§3.4: "λ is determined by the transport").
+func (o *options) pstLambdaFor() float64 {
+	switch {
+	case o.pstLambda > 0:
+		return o.pstLambda
+	case o.cc == ccDCTCP:
+		return dctcpLambda
+	}
+	return o.lambda
+}
+
 // senders is the number of senders, one per delay.
 func (o *options) senders() int { return len(o.delays) }
 
 // perScheme is how long one scheme takes at most, without the drain wait.
-func (o *options) perScheme() time.Duration { return o.warmup + o.measure }
+func (o *options) perScheme() time.Duration {
+	return o.warmup + o.measure + time.Duration(o.incastRounds)*(o.incastGap+shortTimeout)
+}

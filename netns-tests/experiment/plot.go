@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image/color"
 	"os"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -22,19 +23,33 @@ var (
 	colPeak  = color.NRGBA{R: 31, G: 119, B: 180, A: 90} // not premultiplied
 	colKTail = color.RGBA{R: 214, G: 39, B: 40, A: 255}
 	colKAvg  = color.RGBA{R: 44, G: 160, B: 44, A: 255}
+	colPst   = color.RGBA{R: 148, G: 103, B: 189, A: 255}
+	// One colour per scheme in the FCT plot, in schemeNames' order.
+	schemeColors = []color.Color{colKTail, colKAvg, color.RGBA{R: 255, G: 127, B: 14, A: 255}, color.RGBA{R: 140, G: 86, B: 75, A: 255}, colQueue}
 )
 
-// writePlot draws queue.png: one row per scheme (small multiples, same y
-// scale), the whole measured window on the left (10 ms means, maxima shaded
-// lighter) and its first zoomSamples samples at full resolution on the
-// right, with K_tail and K_avg as reference lines.
-func writePlot(path string, r *Report) error {
+// firstRuns is each scheme's first run that has queue samples, in the
+// order the schemes ran.
+func firstRuns(r *Report) []*Result {
 	var rows []*Result
+	seen := map[string]bool{}
 	for i := range r.Schemes {
-		if r.Schemes[i].Error == "" && len(r.Schemes[i].Series.MeanBytes) > 0 {
-			rows = append(rows, &r.Schemes[i])
+		s := &r.Schemes[i]
+		if s.Error == "" && len(s.Series.MeanBytes) > 0 && !seen[s.Name] {
+			seen[s.Name] = true
+			rows = append(rows, s)
 		}
 	}
+	return rows
+}
+
+// writePlot draws queue.png: one row per scheme (small multiples, same y
+// scale; each scheme's first run), the whole measured window on the left
+// (10 ms means, maxima shaded lighter) and its first zoomSamples samples at
+// full resolution on the right, with K_tail, K_avg and pst_target as
+// reference lines.
+func writePlot(path string, r *Report) error {
+	rows := firstRuns(r)
 	if len(rows) == 0 {
 		return fmt.Errorf("plot: no scheme has queue samples")
 	}
@@ -50,15 +65,16 @@ func writePlot(path string, r *Report) error {
 	}
 	yMax *= 1.05
 	kTail, kAvg := float64(r.Tune.KTailBytes)/1000, float64(r.Tune.KAvgBytes)/1000
+	pst := float64(r.Setup.RateBps) / 8 * r.Tune.PstTarget.Seconds() / 1000
 	sampleMs := r.Setup.SampleUs / 1000
 
 	plots := make([][]*plot.Plot, len(rows))
 	for i, s := range rows {
-		full, err := seriesPlot(s, r.Setup.MeasureS, yMax, kTail, kAvg)
+		full, err := seriesPlot(s, r.Setup.MeasureS, yMax, kTail, kAvg, pst)
 		if err != nil {
 			return err
 		}
-		zoom, err := zoomPlot(s, sampleMs, yMax, kTail, kAvg)
+		zoom, err := zoomPlot(s, sampleMs, yMax, kTail, kAvg, pst)
 		if err != nil {
 			return err
 		}
@@ -78,8 +94,8 @@ func writePlot(path string, r *Report) error {
 	sty := draw.TextStyle{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler, XAlign: draw.XLeft}
 	sty.Font.Size = vg.Points(10)
 	header.FillText(sty, vg.Point{X: dc.Min.X + vg.Centimeter/2, Y: header.Min.Y + vg.Centimeter/3},
-		fmt.Sprintf("bottleneck queue (KB) per scheme at %s; dashed red: K_tail = %.1f KB (= aqm.Tune's ins_target), green: K_avg = %.1f KB (= its pst_target); light: 10 ms maxima",
-			rateText(r.Setup.RateBps), kTail, kAvg))
+		fmt.Sprintf("bottleneck queue (KB) per scheme at %s, %s, first run; dashed red: K_tail = %.1f KB (= ins_target), green: K_avg = %.1f KB, purple: pst_target = %.1f KB; light: 10 ms maxima",
+			rateText(r.Setup.RateBps), r.Setup.Congestion, kTail, kAvg, pst))
 	body := dc
 	body.Max.Y = header.Min.Y
 	tiles := draw.Tiles{Rows: len(rows), Cols: 2, PadX: vg.Centimeter / 2, PadY: vg.Centimeter / 4,
@@ -107,7 +123,7 @@ func writePlot(path string, r *Report) error {
 	return f.Close()
 }
 
-func seriesPlot(s *Result, measureS, yMax, kTail, kAvg float64) (*plot.Plot, error) {
+func seriesPlot(s *Result, measureS, yMax, kTail, kAvg, pst float64) (*plot.Plot, error) {
 	p := newPanel(fmt.Sprintf("%s: mean %.1f KB, p99 %.1f KB", s.Label, s.Queue.MeanBytes/1000, s.Queue.P99Bytes/1000), yMax)
 	n := len(s.Series.MeanBytes)
 	mean, peak := make(plotter.XYs, n), make(plotter.XYs, n)
@@ -124,14 +140,14 @@ func seriesPlot(s *Result, measureS, yMax, kTail, kAvg float64) (*plot.Plot, err
 	if err := addLine(p, mean, colQueue, nil); err != nil {
 		return nil, err
 	}
-	if err := addRefs(p, 0, end, kTail, kAvg); err != nil {
+	if err := addRefs(p, 0, end, kTail, kAvg, pst); err != nil {
 		return nil, err
 	}
 	p.X.Min, p.X.Max = 0, end
 	return p, nil
 }
 
-func zoomPlot(s *Result, sampleMs, yMax, kTail, kAvg float64) (*plot.Plot, error) {
+func zoomPlot(s *Result, sampleMs, yMax, kTail, kAvg, pst float64) (*plot.Plot, error) {
 	p := newPanel(fmt.Sprintf("%s, every %.3g ms", s.Label, sampleMs), yMax)
 	pts := make(plotter.XYs, len(s.Zoom))
 	for i, b := range s.Zoom {
@@ -143,7 +159,7 @@ func zoomPlot(s *Result, sampleMs, yMax, kTail, kAvg float64) (*plot.Plot, error
 			return nil, err
 		}
 	}
-	if err := addRefs(p, 0, end, kTail, kAvg); err != nil {
+	if err := addRefs(p, 0, end, kTail, kAvg, pst); err != nil {
 		return nil, err
 	}
 	p.X.Min, p.X.Max = 0, end
@@ -174,11 +190,11 @@ func addLine(p *plot.Plot, pts plotter.XYs, c color.Color, dashes []vg.Length) e
 	return nil
 }
 
-func addRefs(p *plot.Plot, x0, x1, kTail, kAvg float64) error {
+func addRefs(p *plot.Plot, x0, x1, kTail, kAvg, pst float64) error {
 	for _, r := range []struct {
 		y float64
 		c color.Color
-	}{{kTail, colKTail}, {kAvg, colKAvg}} {
+	}{{kTail, colKTail}, {kAvg, colKAvg}, {pst, colPst}} {
 		if r.y <= 0 {
 			continue
 		}
@@ -197,4 +213,84 @@ func rateText(bps uint64) string {
 		return fmt.Sprintf("%g Mbit/s", float64(bps)/1e6)
 	}
 	return fmt.Sprintf("%d bit/s", bps)
+}
+
+// writeFCTPlot draws fct.png: the CDF of the short flows' completion times
+// per scheme, pooled over the runs, on a log time axis, and a panel of its
+// tail (the last 10 %).
+func writeFCTPlot(path string, r *Report) error {
+	type curve struct {
+		label string
+		c     color.Color
+		fcts  []float64
+	}
+	var curves []curve
+	for i, name := range schemeNames {
+		var all []float64
+		label := ""
+		for j := range r.Schemes {
+			s := &r.Schemes[j]
+			if s.Error == "" && s.Name == name {
+				all = append(all, s.ShortFCTsUs...)
+				label = s.Label
+			}
+		}
+		if len(all) > 0 {
+			slices.Sort(all)
+			curves = append(curves, curve{label, schemeColors[i%len(schemeColors)], all})
+		}
+	}
+	if len(curves) == 0 {
+		return fmt.Errorf("plot: no scheme has short flows")
+	}
+	whole, tail := plot.New(), plot.New()
+	whole.Title.Text = fmt.Sprintf("short-flow FCT CDF (%s, all runs pooled)", r.Setup.Congestion)
+	tail.Title.Text = "the tail: CDF from 0.9"
+	for _, p := range []*plot.Plot{whole, tail} {
+		p.X.Label.Text = "FCT (ms, log scale)"
+		p.Y.Label.Text = "fraction of flows"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Add(plotter.NewGrid())
+		p.Legend.Top, p.Legend.Left = false, false
+	}
+	whole.Y.Min, whole.Y.Max = 0, 1
+	tail.Y.Min, tail.Y.Max = 0.9, 1
+	for _, cv := range curves {
+		pts := make(plotter.XYs, len(cv.fcts))
+		for k, v := range cv.fcts {
+			pts[k] = plotter.XY{X: max(v, 1) / 1000, Y: float64(k+1) / float64(len(cv.fcts))}
+		}
+		for _, p := range []*plot.Plot{whole, tail} {
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return fmt.Errorf("plot: %w", err)
+			}
+			l.Color, l.Width = cv.c, vg.Points(1)
+			p.Add(l)
+			p.Legend.Add(fmt.Sprintf("%s (n=%d)", cv.label, len(cv.fcts)), l)
+		}
+	}
+	img := vgimg.NewWith(vgimg.UseWH(30*vg.Centimeter, 11*vg.Centimeter), vgimg.UseDPI(110))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter, PadY: vg.Centimeter / 2,
+		PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4, PadLeft: vg.Centimeter / 4, PadRight: vg.Centimeter / 2}
+	plots := [][]*plot.Plot{{whole, tail}}
+	canvases := plot.Align(plots, tiles, dc)
+	whole.Draw(canvases[0][0])
+	tail.Draw(canvases[0][1])
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
+		f.Close()
+		return fmt.Errorf("plot: write %s: %w", path, err)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

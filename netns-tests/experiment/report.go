@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,7 +26,10 @@ type Report struct {
 	Setup     Setup          `json:"setup"`
 	RTT       RTTReport      `json:"rtt"`
 	Tune      aqm.TuneOutput `json:"tune"`
-	Schemes   []Result       `json:"schemes"`
+	// Schemes holds every scheme run, in the order they ran.
+	Schemes []Result `json:"scheme_runs"`
+	// Summary is each scheme over its runs: means and 95 % intervals.
+	Summary []Summary `json:"summary"`
 	// DelayLinks are the senders' delay forwarders over the whole run.
 	DelayLinks []DelayReport `json:"delay_links,omitempty"`
 	Goals      []Goal        `json:"goals"`
@@ -53,20 +57,24 @@ type Setup struct {
 	DelayLink     string    `json:"delay_link"`
 	LongPerSender int       `json:"long_flows_per_sender"`
 	Congestion    string    `json:"congestion_control"`
-	Class         int       `json:"class"`
-	DSCP          int       `json:"dscp"`
-	WarmupS       float64   `json:"warmup_s"`
-	MeasureS      float64   `json:"measure_s"`
-	SampleUs      float64   `json:"sample_interval_us"`
-	ShortMinBytes uint64    `json:"short_min_bytes"`
-	ShortMaxBytes uint64    `json:"short_max_bytes"`
-	ShortGapUs    float64   `json:"short_mean_gap_us"`
-	Seed          uint64    `json:"seed"`
-	Lambda        float64   `json:"lambda"`
-	LimitBytes    uint64    `json:"limit_bytes"`
-	Attach        string    `json:"attach"`
-	RPS           string    `json:"rps,omitempty"`
-	OffloadsOff   bool      `json:"offloads_off"`
+	// CongestionName is what the sockets set (a registered BPF DCTCP has a
+	// name of its run).
+	CongestionName string  `json:"congestion_control_name"`
+	Class          int     `json:"class"`
+	DSCP           int     `json:"dscp"`
+	WarmupS        float64 `json:"warmup_s"`
+	MeasureS       float64 `json:"measure_s"`
+	SampleUs       float64 `json:"sample_interval_us"`
+	ShortMinBytes  uint64  `json:"short_min_bytes"`
+	ShortMaxBytes  uint64  `json:"short_max_bytes"`
+	ShortGapUs     float64 `json:"short_mean_gap_us"`
+	Seed           uint64  `json:"seed"`
+	Lambda         float64 `json:"lambda"`
+	PstLambda      float64 `json:"pst_lambda"`
+	LimitBytes     uint64  `json:"limit_bytes"`
+	Attach         string  `json:"attach"`
+	RPS            string  `json:"rps,omitempty"`
+	OffloadsOff    bool    `json:"offloads_off"`
 	// SharpOverrides are ECN♯ parameters set by flag, not by aqm.Tune.
 	SharpOverrides []string `json:"ecnsharp_overrides,omitempty"`
 }
@@ -93,6 +101,8 @@ type SenderRTT struct {
 // Result is one scheme's run.
 type Result struct {
 	Scheme
+	// Run is which of the -runs repetitions (1-based).
+	Run       int     `json:"run"`
 	Describe  string  `json:"describe"`
 	MeasuredS float64 `json:"measured_s"`
 	// Queue: the class backlog sampled every SampleUs (time average).
@@ -113,6 +123,10 @@ type Result struct {
 	ShortFCTUs    Dist   `json:"short_fct_us"`
 	ShortFailed   int    `json:"short_failed"`
 	ShortBySender []Dist `json:"short_fct_us_by_sender"`
+	// ShortFCTsUs are the FCTs themselves (the CDF plot).
+	ShortFCTsUs []float64 `json:"short_fcts_us"`
+	// Incast is the incast phase after the measured window.
+	Incast IncastResult `json:"incast"`
 	// Long flows over the measured window.
 	Long           []LongFlow `json:"long_flows"`
 	LongGoodputBps float64    `json:"long_goodput_bps"`
@@ -122,6 +136,20 @@ type Result struct {
 	Series Series   `json:"queue_series"`
 	Zoom   []uint64 `json:"queue_zoom_bytes"`
 	Error  string   `json:"error,omitempty"`
+}
+
+// IncastResult is the incast phase (seed 002 §5.4): Rounds rounds of
+// synchronized query flows on top of the long flows.
+type IncastResult struct {
+	Rounds int `json:"rounds"`
+	Flows  int `json:"flows"`
+	Failed int `json:"failed"` // queries without an answer within the short-flow timeout
+	// QCTUs is per round: the time to the last answer; FCTUs per query.
+	QCTUs   Dist       `json:"qct_us"`
+	FCTUs   Dist       `json:"fct_us"`
+	Drops   uint64     `json:"drops"`
+	CEMarks uint64     `json:"ce_marks"`
+	Queue   QueueStats `json:"queue"`
 }
 
 // LongFlow is one long TCP flow over the measured window, from TCP_INFO.
@@ -137,12 +165,17 @@ type LongFlow struct {
 
 // Goal is one of issue #3's goals for ECN♯ against step-Tail.
 type Goal struct {
-	Name      string  `json:"name"`
-	Want      string  `json:"want"`
-	Measured  string  `json:"measured"`
-	Value     float64 `json:"value"` // the compared quantity (a ratio or difference)
-	Evaluated bool    `json:"evaluated"`
-	Met       bool    `json:"met"`
+	Name     string `json:"name"`
+	Want     string `json:"want"`
+	Measured string `json:"measured"`
+	// Paired is the compared quantity (a relative reduction or change) of
+	// each run in which both schemes ran, ECN♯ against step-Tail of the
+	// same run, and its mean with a 95 % confidence interval.
+	Paired    Stat `json:"paired"`
+	Evaluated bool `json:"evaluated"`
+	// Met: the mean meets the goal; CIClears: the whole interval does.
+	Met      bool `json:"met"`
+	CIClears bool `json:"ci_clears"`
 }
 
 // Goal thresholds (issue #3 §5).
@@ -155,17 +188,32 @@ const (
 // goalEps absorbs float rounding at the exact thresholds.
 const goalEps = 1e-9
 
-// checkGoals compares ECN♯ with step-Tail. Utilization "within 3 %" is
-// relative (|u♯ − u_tail| ≤ 3 % of u_tail); being above counts as met.
+// checkGoals compares ECN♯ with step-Tail run by run (each run's pair saw
+// the same seeded flows and the same state of the machine) and gives the
+// mean change over the runs with its 95 % interval. Utilization "within
+// 3 %" is relative (u♯ / u_tail − 1 ≥ −3 %); being above counts as met.
 func checkGoals(rs []Result) []Goal {
-	var tail, sharp *Result
-	for i := range rs {
-		switch {
-		case rs[i].Error != "":
-		case rs[i].Name == "step-tail":
-			tail = &rs[i]
-		case rs[i].Name == "ecnsharp":
-			sharp = &rs[i]
+	tail, sharp := runsOf(rs, "step-tail"), runsOf(rs, "ecnsharp")
+	reduction := func(a, b float64) float64 { // how much lower b is than a
+		if a <= 0 {
+			return math.NaN()
+		}
+		return 1 - b/a
+	}
+	var q, u, f []float64
+	var qa, qb, ua, ub, fa, fb []float64
+	for run, t := range tail {
+		s, ok := sharp[run]
+		if !ok {
+			continue
+		}
+		q = append(q, reduction(t.Queue.MeanBytes, s.Queue.MeanBytes))
+		qa, qb = append(qa, t.Queue.MeanBytes), append(qb, s.Queue.MeanBytes)
+		u = append(u, -reduction(t.Utilization, s.Utilization))
+		ua, ub = append(ua, t.Utilization), append(ub, s.Utilization)
+		if t.ShortFCTUs.N > 0 && s.ShortFCTUs.N > 0 {
+			f = append(f, reduction(t.ShortFCTUs.P99, s.ShortFCTUs.P99))
+			fa, fb = append(fa, t.ShortFCTUs.P99), append(fb, s.ShortFCTUs.P99)
 		}
 	}
 	goals := []Goal{
@@ -173,64 +221,78 @@ func checkGoals(rs []Result) []Goal {
 		{Name: "utilization", Want: fmt.Sprintf("ECN♯ within %.0f%% of step-Tail (or above)", 100*goalUtilWithin)},
 		{Name: "short-flow p99 FCT", Want: fmt.Sprintf("ECN♯ >= %.0f%% lower than step-Tail", 100*goalFCTCut)},
 	}
-	if tail == nil || sharp == nil {
-		for i := range goals {
-			goals[i].Measured = "not evaluated: needs successful step-tail and ecnsharp runs"
+	set := func(g *Goal, vals []float64, threshold float64, measured string) {
+		g.Paired = newStat(vals)
+		g.Evaluated = g.Paired.N > 0
+		if !g.Evaluated {
+			g.Measured = "not evaluated: needs successful step-tail and ecnsharp runs with samples"
+			return
 		}
-		return goals
+		g.Met = g.Paired.Mean >= threshold-goalEps
+		g.CIClears = g.Paired.N > 1 && g.Paired.Lo() >= threshold-goalEps
+		g.Measured = measured
 	}
-	reduction := func(a, b float64) float64 { // how much lower b is than a
-		if a <= 0 {
-			return math.NaN()
-		}
-		return 1 - b/a
-	}
-	q := reduction(tail.Queue.MeanBytes, sharp.Queue.MeanBytes)
-	goals[0].Value, goals[0].Evaluated = q, !math.IsNaN(q)
-	goals[0].Met = goals[0].Evaluated && q >= goalQueueCut-goalEps
-	goals[0].Measured = fmt.Sprintf("%.1f KB -> %.1f KB: %s", tail.Queue.MeanBytes/1000, sharp.Queue.MeanBytes/1000, lowerText(q))
-
-	u := -reduction(tail.Utilization, sharp.Utilization) // relative change
-	goals[1].Value, goals[1].Evaluated = u, !math.IsNaN(u)
-	goals[1].Met = goals[1].Evaluated && u >= -goalUtilWithin-goalEps
-	goals[1].Measured = fmt.Sprintf("%.1f%% -> %.1f%%: %s relative", 100*tail.Utilization, 100*sharp.Utilization, signedPct(u))
-
-	f := reduction(tail.ShortFCTUs.P99, sharp.ShortFCTUs.P99)
-	goals[2].Value, goals[2].Evaluated = f, !math.IsNaN(f) && tail.ShortFCTUs.N > 0 && sharp.ShortFCTUs.N > 0
-	goals[2].Met = goals[2].Evaluated && f >= goalFCTCut-goalEps
-	goals[2].Measured = fmt.Sprintf("%.0f µs -> %.0f µs: %s", tail.ShortFCTUs.P99, sharp.ShortFCTUs.P99, lowerText(f))
-	for i := range goals {
-		if !goals[i].Evaluated {
-			goals[i].Measured = "not evaluated (no samples): " + goals[i].Measured
-		}
-	}
+	set(&goals[0], q, goalQueueCut, fmt.Sprintf("%s -> %s KB: %s", meanText(qa, 1000, "%.1f"), meanText(qb, 1000, "%.1f"), pairedText(newStat(q), "lower", "higher")))
+	set(&goals[1], u, -goalUtilWithin, fmt.Sprintf("%s%% -> %s%%: %s relative", meanText(ua, 0.01, "%.1f"), meanText(ub, 0.01, "%.1f"), pairedSigned(newStat(u))))
+	set(&goals[2], f, goalFCTCut, fmt.Sprintf("%s -> %s µs: %s", meanText(fa, 1, "%.0f"), meanText(fb, 1, "%.0f"), pairedText(newStat(f), "lower", "higher")))
 	return goals
 }
 
-// lowerText says how much lower (r > 0) or higher (r < 0) ECN♯ was.
-func lowerText(r float64) string {
-	switch {
-	case math.IsNaN(r):
-		return "n/a"
-	case r >= 0:
-		return fmt.Sprintf("%.1f%% lower", 100*r)
+// runsOf maps run number to the successful result of scheme name.
+func runsOf(rs []Result, name string) map[int]*Result {
+	out := map[int]*Result{}
+	for i := range rs {
+		if rs[i].Error == "" && rs[i].Name == name {
+			out[rs[i].Run] = &rs[i]
+		}
 	}
-	return fmt.Sprintf("%.1f%% higher", -100*r)
+	return out
 }
 
-func signedPct(f float64) string {
-	if math.IsNaN(f) {
+// meanText is the mean of xs divided by unit.
+func meanText(xs []float64, unit float64, format string) string {
+	st := newStat(xs)
+	if st.N == 0 {
 		return "n/a"
 	}
-	return fmt.Sprintf("%+.1f%%", 100*f)
+	return fmt.Sprintf(format, st.Mean/unit)
+}
+
+// pairedText says how much lower (or higher) ECN♯ was, with the interval
+// and the runs.
+func pairedText(st Stat, lower, higher string) string {
+	if st.N == 0 {
+		return "n/a"
+	}
+	word := lower
+	m, lo, hi := st.Mean, st.Lo(), st.Hi()
+	if m < 0 {
+		word, m, lo, hi = higher, -m, -hi, -lo
+	}
+	if st.N < 2 {
+		return fmt.Sprintf("%.1f%% %s (1 run)", 100*m, word)
+	}
+	return fmt.Sprintf("%.1f%% %s (mean of %d runs, 95%% CI %.1f to %.1f%%)", 100*m, word, st.N, 100*lo, 100*hi)
+}
+
+func pairedSigned(st Stat) string {
+	if st.N == 0 {
+		return "n/a"
+	}
+	if st.N < 2 {
+		return fmt.Sprintf("%+.1f%% (1 run)", 100*st.Mean)
+	}
+	return fmt.Sprintf("%+.1f%% (95%% CI %+.1f to %+.1f%%)", 100*st.Mean, 100*st.Lo(), 100*st.Hi())
 }
 
 func (g *Goal) verdict() string {
 	switch {
 	case !g.Evaluated:
 		return "NOT EVALUATED"
-	case g.Met:
+	case g.CIClears:
 		return "met"
+	case g.Met:
+		return "met (mean)"
 	}
 	return "NOT met"
 }
@@ -247,8 +309,8 @@ func renderParams(w io.Writer, r *Report) {
 		delays[i] = fmt.Sprintf("s%d %.0fµs", i+1, d)
 	}
 	fmt.Fprintf(w, "delay   one-way at the senders: %s (%s)\n", strings.Join(delays, ", "), s.DelayLink)
-	fmt.Fprintf(w, "flows   %d long TCP flows per sender (%s, classic ECN: tcp_ecn=1); short flows %.1f-%.1f KB uniform, one at a time per sender, exp. gaps of mean %.0f ms, seed %d\n",
-		s.LongPerSender, s.Congestion, float64(s.ShortMinBytes)/1000, float64(s.ShortMaxBytes)/1000, s.ShortGapUs/1000, s.Seed)
+	fmt.Fprintf(w, "flows   %d long TCP flows per sender (%s, ECN on both ends); short flows %.1f-%.1f KB uniform, one at a time per sender, exp. gaps of mean %.0f ms, seed %d\n",
+		s.LongPerSender, ccText(s), float64(s.ShortMinBytes)/1000, float64(s.ShortMaxBytes)/1000, s.ShortGapUs/1000, s.Seed)
 	fmt.Fprintf(w, "timing  per scheme: %.0f s warm-up, %.0f s measured; backlog sampled every %.0f µs\n", s.WarmupS, s.MeasureS, s.SampleUs)
 	fmt.Fprintf(w, "host    kernel %s, %d CPUs, load average %s at start (shared machine: expect noise)\n\n", r.Kernel, r.CPUs, orNA(r.LoadStart, "?"))
 
@@ -261,10 +323,10 @@ func renderParams(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "  pooled: p50 %.0f µs, mean %.0f µs, p90 %.0f µs; spread of the medians %.2fx\n\n", p.P50, p.Mean, p.P90, r.RTT.Spread)
 
 	t := &r.Tune
-	fmt.Fprintf(w, "parameters (aqm.Tune, seed 002 §3.4, lambda %g, C = %s):\n", s.Lambda, rate)
+	fmt.Fprintf(w, "parameters (aqm.Tune, seed 002 §3.4: λ %g for the instantaneous thresholds, λ_pst %g for the persistent target, C = %s):\n", s.Lambda, s.PstLambda, rate)
 	fmt.Fprintf(w, "  step-Tail K = λ·C·RTT_p90 = %.1f KB      step-AVG K = λ·C·RTT_avg = %.1f KB\n",
 		float64(t.KTailBytes)/1000, float64(t.KAvgBytes)/1000)
-	fmt.Fprintf(w, "  ECN♯ ins_target = λ·RTT_p90 = %s, pst_target = λ·RTT_avg = %s, pst_interval = RTT_p90 = %s\n",
+	fmt.Fprintf(w, "  ECN♯ ins_target = λ·RTT_p90 = %s, pst_target = λ_pst·RTT_avg = %s, pst_interval = RTT_p90 = %s\n",
 		units.FormatDuration(t.InsTarget), units.FormatDuration(t.PstTarget), units.FormatDuration(t.PstInterval))
 	fmt.Fprintf(w, "  CoDel target %s, interval %s; TCN threshold %s\n",
 		units.FormatDuration(t.CoDelTarget), units.FormatDuration(t.CoDelInterval), units.FormatDuration(t.TCNThreshold))
@@ -277,65 +339,86 @@ func renderParams(w io.Writer, r *Report) {
 	fmt.Fprintln(w)
 }
 
-// renderTable prints one row per scheme.
+// renderTable prints one row per scheme: each metric's mean over the runs
+// ± the half-width of its 95 % confidence interval.
 func renderTable(w io.Writer, r *Report) {
-	rate := units.Rate(r.Setup.RateBps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scheme\tparameters\tmean queue\tp99 queue\tmean sojourn\tutil\tshort FCT avg\tshort FCT p99\tshort n\tdrops\tCE marks (ins/pst)\tretrans\t")
-	for i := range r.Schemes {
-		s := &r.Schemes[i]
-		if s.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\tfailed: %s\t\t\t\t\t\t\t\t\t\t\n", s.Label, s.Params.describe(rate), s.Error)
-			continue
+	incast := slices.ContainsFunc(r.Summary, func(s Summary) bool { return s.IncastQCTP99Us.N > 0 })
+	head := "scheme\tparameters\truns\tmean queue KB\tmean queue µs\tp99 queue KB\tutil %\tshort FCT avg µs\tshort FCT p99 µs\tdrops\tmarked %\t"
+	if incast {
+		head += "incast QCT p50 µs\tincast QCT p99 µs\tincast drops\t"
+	}
+	fmt.Fprintln(tw, head)
+	for i := range r.Summary {
+		s := &r.Summary[i]
+		runs := fmt.Sprint(s.Runs)
+		if s.Failed > 0 {
+			runs += fmt.Sprintf(" (+%d failed)", s.Failed)
 		}
-		marks := fmt.Sprint(s.CEMarks)
-		if s.InsMarks+s.PstMarks > 0 {
-			marks = fmt.Sprintf("%d (%d/%d)", s.CEMarks, s.InsMarks, s.PstMarks)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", s.Label, s.Describe, runs,
+			ci(s.MeanQueueKB, "%.1f"), ci(s.MeanQueueUs, "%.0f"), ci(s.P99QueueKB, "%.1f"), ci(s.Utilization, "%.1f"),
+			ci(s.ShortFCTMeanUs, "%.0f"), ci(s.ShortFCTP99Us, "%.0f"), ci(s.Drops, "%.0f"), ci(s.MarkedPercent, "%.2f"))
+		if incast {
+			line += fmt.Sprintf("%s\t%s\t%s\t", ci(s.IncastQCTP50Us, "%.0f"), ci(s.IncastQCTP99Us, "%.0f"), ci(s.IncastDrops, "%.0f"))
 		}
-		short := fmt.Sprint(s.ShortFCTUs.N)
-		if s.ShortFailed > 0 {
-			short += fmt.Sprintf(" (+%d failed)", s.ShortFailed)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f KB %4.0f µs\t%.1f KB %4.0f µs\t%.0f µs\t%.1f%%\t%.0f µs\t%.0f µs\t%s\t%d\t%s\t%d\t\n",
-			s.Label, s.Params.describe(rate),
-			s.Queue.MeanBytes/1000, s.Queue.MeanUs, s.Queue.P99Bytes/1000, s.Queue.P99Us, s.SojournMeanUs,
-			100*s.Utilization, s.ShortFCTUs.Mean, s.ShortFCTUs.P99, short, s.Drops, marks, s.Retransmits)
+		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "KB = 1000 bytes; queue = class backlog sampled in time (µs at the port rate); sojourn = per packet, from the port's counters;")
-	fmt.Fprintln(w, "util = bytes leaving the port / (rate x time); CE marks (ins/pst) split dequeue-AQM marks into instantaneous (TCN, ECN♯) and persistent (CoDel, ECN♯).")
+	fmt.Fprintf(w, "each cell: mean over the runs ± the half-width of its 95%% confidence interval (Student's t); KB = 1000 bytes;\n")
+	fmt.Fprintln(w, "queue = class backlog sampled in time (µs at the port rate); util = bytes leaving the port / (rate x time); marked = CE marks / ECT arrivals;")
+	fmt.Fprintln(w, "short FCT = sequential 3-60 KB flows during the measured window; incast QCT = time to the last answer of a round of synchronized queries.")
 	fmt.Fprintln(w)
 }
 
-// renderFlows prints the long flows' goodput by sender and their RTTs as
-// the kernel saw them, per scheme: where the throughput went.
+// ci is a Stat as "mean ± half-width".
+func ci(s Stat, format string) string {
+	switch {
+	case s.N == 0:
+		return "-"
+	case s.N == 1 || math.IsNaN(s.CI95):
+		return fmt.Sprintf(format, s.Mean)
+	}
+	return fmt.Sprintf(format+" ± "+format, s.Mean, s.CI95)
+}
+
+// renderFlows prints the long flows' goodput by sender, the mean over the
+// runs, and their RTTs as the kernel saw them (the least min_rtt), per
+// scheme: where the throughput went.
 func renderFlows(w io.Writer, r *Report) {
-	fmt.Fprintln(w, "long flows: goodput by sender in Mbit/s (kernel min_rtt in µs)")
-	for i := range r.Schemes {
-		s := &r.Schemes[i]
-		if s.Error != "" || len(s.Long) == 0 {
-			continue
-		}
+	fmt.Fprintln(w, "long flows: goodput by sender in Mbit/s, mean over the runs (kernel min_rtt in µs)")
+	for _, sum := range r.Summary {
 		by := map[string]float64{}
 		rtt := map[string]float64{}
 		var order []string
-		noECN := 0
-		for _, f := range s.Long {
-			if _, ok := by[f.Sender]; !ok {
-				order = append(order, f.Sender)
-				rtt[f.Sender] = f.MinRTTUs
+		runs, noECN := 0, 0
+		var total float64
+		for i := range r.Schemes {
+			s := &r.Schemes[i]
+			if s.Error != "" || s.Name != sum.Name || len(s.Long) == 0 {
+				continue
 			}
-			by[f.Sender] += f.GoodputBps
-			rtt[f.Sender] = min(rtt[f.Sender], f.MinRTTUs)
-			if !f.ECN {
-				noECN++
+			runs++
+			total += s.LongGoodputBps
+			for _, f := range s.Long {
+				if _, ok := by[f.Sender]; !ok {
+					order = append(order, f.Sender)
+					rtt[f.Sender] = f.MinRTTUs
+				}
+				by[f.Sender] += f.GoodputBps
+				rtt[f.Sender] = min(rtt[f.Sender], f.MinRTTUs)
+				if !f.ECN {
+					noECN++
+				}
 			}
+		}
+		if runs == 0 {
+			continue
 		}
 		parts := make([]string, len(order))
 		for j, n := range order {
-			parts[j] = fmt.Sprintf("%s %.1f (%.0f)", n, by[n]/1e6, rtt[n])
+			parts[j] = fmt.Sprintf("%s %.1f (%.0f)", n, by[n]/float64(runs)/1e6, rtt[n])
 		}
-		line := fmt.Sprintf("  %-10s total %.1f  %s", s.Label, s.LongGoodputBps/1e6, strings.Join(parts, "  "))
+		line := fmt.Sprintf("  %-10s total %.1f  %s", sum.Label, total/float64(runs)/1e6, strings.Join(parts, "  "))
 		if noECN > 0 {
 			line += fmt.Sprintf("  WARNING: %d flows without ECN", noECN)
 		}
@@ -345,11 +428,20 @@ func renderFlows(w io.Writer, r *Report) {
 }
 
 func renderGoals(w io.Writer, goals []Goal) {
-	fmt.Fprintln(w, "goals (issue #3 §5, ECN♯ against step-Tail; an experiment, not a test: the exit code ignores them):")
+	fmt.Fprintln(w, "goals (seed 002's results, issue 12 §2: ECN♯ against step-Tail, paired within each run; \"met\" when the whole 95% interval")
+	fmt.Fprintln(w, "clears the goal, \"met (mean)\" when only the mean does; an experiment, not a test: the exit code ignores them):")
 	for _, g := range goals {
-		fmt.Fprintf(w, "  %-19s %-46s %-14s %s\n", g.Name, g.Want, g.verdict(), g.Measured)
+		fmt.Fprintf(w, "  %-19s %-42s %-13s %s\n", g.Name, g.Want, g.verdict(), g.Measured)
 	}
 	fmt.Fprintln(w)
+}
+
+// ccText names the congestion control as the sockets set it.
+func ccText(s *Setup) string {
+	if s.CongestionName != "" && s.CongestionName != s.Congestion {
+		return fmt.Sprintf("%s, registered as %s", s.Congestion, s.CongestionName)
+	}
+	return s.Congestion
 }
 
 func orNA(s, na string) string {

@@ -50,24 +50,76 @@ func TestCheckGoals(t *testing.T) {
 			}
 			for i, g := range goals {
 				if g.Evaluated != tc.evaluated || g.Met != tc.met[i] {
-					t.Errorf("goal %q: evaluated %v met %v (value %g), want %v %v", g.Name, g.Evaluated, g.Met, g.Value, tc.evaluated, tc.met[i])
+					t.Errorf("goal %q: evaluated %v met %v (value %g), want %v %v", g.Name, g.Evaluated, g.Met, g.Paired.Mean, tc.evaluated, tc.met[i])
 				}
 			}
 		})
 	}
 	// The values are the reductions the goals name.
 	g := checkGoals([]Result{result("step-tail", 20000, 0.8, 1000), result("ecnsharp", 5000, 0.78, 700)})
-	if math.Abs(g[0].Value-0.75) > 1e-12 || math.Abs(g[1].Value-(-0.025)) > 1e-12 || math.Abs(g[2].Value-0.3) > 1e-12 {
-		t.Errorf("values %g %g %g, want 0.75 -0.025 0.3", g[0].Value, g[1].Value, g[2].Value)
+	if math.Abs(g[0].Paired.Mean-0.75) > 1e-12 || math.Abs(g[1].Paired.Mean-(-0.025)) > 1e-12 || math.Abs(g[2].Paired.Mean-0.3) > 1e-12 {
+		t.Errorf("values %g %g %g, want 0.75 -0.025 0.3", g[0].Paired.Mean, g[1].Paired.Mean, g[2].Paired.Mean)
 	}
-	if !strings.Contains(g[0].Measured, "20.0 KB -> 5.0 KB: 75.0% lower") || !strings.Contains(g[2].Measured, "30.0% lower") {
+	if !strings.Contains(g[0].Measured, "20.0 -> 5.0 KB: 75.0% lower (1 run)") || !strings.Contains(g[2].Measured, "30.0% lower") {
 		t.Errorf("measured %q, %q", g[0].Measured, g[2].Measured)
 	}
 	if h := checkGoals([]Result{result("step-tail", 1000, 1, 1000), result("ecnsharp", 1000, 1, 1100)}); !strings.Contains(h[2].Measured, "10.0% higher") {
 		t.Errorf("a longer FCT reads %q, want \"10.0%% higher\"", h[2].Measured)
 	}
-	if !strings.Contains(g[0].Measured, "20.0 KB -> 5.0 KB") {
-		t.Errorf("measured %q", g[0].Measured)
+	if g[0].CIClears {
+		t.Error("one run has no interval: the goal cannot be met with confidence")
+	}
+}
+
+// TestCheckGoalsPaired: over several runs a goal compares ECN♯ with the
+// step-Tail of the same run, and is met with confidence only when the
+// whole 95 % interval clears it.
+func TestCheckGoalsPaired(t *testing.T) {
+	var rs []Result
+	// Queue reductions 0.84, 0.86, 0.85 (mean 0.85, sd 0.01: t(2) = 4.303,
+	// half-width 0.0248); step-Tail drifts between runs, which pairing
+	// takes out.
+	for i, pair := range [][2]float64{{10000, 1600}, {20000, 2800}, {40000, 6000}} {
+		tail, sharp := result("step-tail", pair[0], 1, 1000), result("ecnsharp", pair[1], 1, 700)
+		tail.Run, sharp.Run = i+1, i+1
+		rs = append(rs, tail, sharp)
+	}
+	g := checkGoals(rs)
+	if q := g[0].Paired; q.N != 3 || math.Abs(q.Mean-0.85) > 1e-9 || math.Abs(q.CI95-4.303*0.01/math.Sqrt(3)) > 1e-6 {
+		t.Errorf("paired queue reduction %+v, want n 3, mean 0.85, ci %.4f", q, 4.303*0.01/math.Sqrt(3))
+	}
+	if !g[0].Met || !g[0].CIClears || !strings.Contains(g[0].Measured, "85.0% lower (mean of 3 runs, 95% CI 82.5 to 87.5%)") {
+		t.Errorf("goal %+v", g[0])
+	}
+	// A mean above the goal whose interval reaches below it is met by the
+	// mean only.
+	rs = rs[:0]
+	for i, pair := range [][2]float64{{10000, 1000}, {10000, 3000}} {
+		tail, sharp := result("step-tail", pair[0], 1, 1000), result("ecnsharp", pair[1], 1, 700)
+		tail.Run, sharp.Run = i+1, i+1
+		rs = append(rs, tail, sharp)
+	}
+	g = checkGoals(rs)
+	if !g[0].Met || g[0].CIClears || g[0].verdict() != "met (mean)" {
+		t.Errorf("goal %+v: want met by the mean only", g[0])
+	}
+}
+
+func TestStat(t *testing.T) {
+	s := newStat([]float64{1, 2, 3, math.NaN(), 4, 5})
+	// mean 3, sd sqrt(2.5), t(4) = 2.776
+	if s.N != 5 || s.Mean != 3 || s.Min != 1 || s.Max != 5 || math.Abs(s.CI95-2.776*math.Sqrt(2.5)/math.Sqrt(5)) > 1e-9 {
+		t.Errorf("newStat = %+v", s)
+	}
+	if one := newStat([]float64{7}); one.N != 1 || one.Mean != 7 || !math.IsNaN(one.CI95) {
+		t.Errorf("one value: %+v", one)
+	}
+	b, err := json.Marshal(newStat(nil))
+	if err != nil || !strings.Contains(string(b), `"mean":null`) {
+		t.Errorf("an empty stat encodes as %s, %v: want null, not NaN", b, err)
+	}
+	if t975(40) != 1.96 || t975(1) != 12.706 || !math.IsNaN(t975(0)) {
+		t.Error("t975 table")
 	}
 }
 
@@ -196,14 +248,14 @@ func TestSchemesOverride(t *testing.T) {
 
 func TestTuneFrom(t *testing.T) {
 	rtt := &RTTReport{PooledUs: Dist{N: 10, P50: 1000, P90: 1500, Mean: 1100}}
-	out, err := tuneFrom(rtt, 200*units.Mbit, 1)
+	out, err := tuneFrom(rtt, 200*units.Mbit, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out.KTailBytes != 37500 || out.KAvgBytes != 27500 || out.InsTarget != 1500*time.Microsecond || out.PstTarget != 1100*time.Microsecond {
 		t.Errorf("tuneFrom = %+v", out)
 	}
-	if _, err := tuneFrom(&RTTReport{}, 200*units.Mbit, 1); err == nil {
+	if _, err := tuneFrom(&RTTReport{}, 200*units.Mbit, 1, 0); err == nil {
 		t.Error("no samples: want an error")
 	}
 }
@@ -297,6 +349,10 @@ func sampleReport(t *testing.T) *Report {
 		r.Schemes = append(r.Schemes, buildResult(s, 200*units.Mbit, w))
 	}
 	r.Schemes[2] = Result{Scheme: list[2], Error: "configure: boom"}
+	for i := range r.Schemes {
+		r.Schemes[i].Run = 1
+	}
+	r.Summary = summarizeRuns(list, r.Schemes, 200*units.Mbit)
 	r.Goals = checkGoals(r.Schemes)
 	return r
 }
@@ -312,9 +368,9 @@ func TestRender(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"step-Tail K = λ·C·RTT_p90 = 37.5 KB", "step-AVG K = λ·C·RTT_avg = 25.0 KB",
-		"ins_target = λ·RTT_p90 = 1.5ms", "pst_target = λ·RTT_avg = 1ms",
+		"ins_target = λ·RTT_p90 = 1.5ms", "pst_target = λ_pst·RTT_avg = 1ms",
 		"s3   delay   1500 µs", "spread of the medians 2.82x",
-		"failed: configure: boom", "K 37.5KB=1500µs", "98.0%",
+		"0 (+1 failed)", "K 37.5KB=1500µs", "98.0",
 		"mean queue", "NOT met", "lateness mean 20 µs",
 	} {
 		if !strings.Contains(out, want) {
@@ -339,19 +395,24 @@ func TestReportJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"setup", "rtt", "tune", "schemes", "goals", "delay_links", "loadavg_start"} {
+	for _, k := range []string{"setup", "rtt", "tune", "scheme_runs", "summary", "goals", "delay_links", "loadavg_start"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("experiment.json lacks %q", k)
 		}
 	}
-	s0 := m["schemes"].([]any)[0].(map[string]any)
-	for _, k := range []string{"name", "label", "params", "queue", "utilization", "short_fct_us", "queue_series", "drops", "ce_marks", "aqm_ins_marks", "aqm_pst_marks"} {
+	s0 := m["scheme_runs"].([]any)[0].(map[string]any)
+	for _, k := range []string{"name", "label", "run", "params", "queue", "utilization", "short_fct_us", "short_fcts_us", "incast", "queue_series", "drops", "ce_marks", "aqm_ins_marks", "aqm_pst_marks"} {
 		if _, ok := s0[k]; !ok {
 			t.Errorf("a scheme lacks %q", k)
 		}
 	}
 	if k := s0["params"].(map[string]any)["k_bytes"]; k != float64(37500) {
 		t.Errorf("step-tail k_bytes = %v, want 37500", k)
+	}
+	sum0 := m["summary"].([]any)[0].(map[string]any)
+	mq := sum0["mean_queue_kb"].(map[string]any)
+	if mq["n"] != float64(1) || mq["ci95"] != nil {
+		t.Errorf("summary mean_queue_kb %v: want one run, no interval (null)", mq)
 	}
 	// And it reads back into the same shape.
 	var back Report
@@ -370,8 +431,11 @@ func TestWriteOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 2 {
-		t.Errorf("wrote %v, want the JSON and the PNG", files)
+	if len(files) != 3 {
+		t.Errorf("wrote %v, want the JSON and the two PNGs", files)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "fct.png")); err != nil {
+		t.Error(err)
 	}
 	f, err := os.Open(filepath.Join(dir, "queue.png"))
 	if err != nil {

@@ -39,6 +39,7 @@ type window struct {
 	ShortFailed  int
 	LongSenders  []string // sender of each long flow
 	LongA, LongB []tcpSnap
+	Incast       IncastResult // the incast phase after the window
 }
 
 // seriesBucket is the resolution of the series in the JSON file and the
@@ -72,7 +73,9 @@ func buildResult(s Scheme, rate units.Rate, w *window) Result {
 		r.ShortBySender = append(r.ShortBySender, summarize(durationsUs(f)))
 	}
 	r.ShortFCTUs = summarize(durationsUs(all))
+	r.ShortFCTsUs = durationsUs(all)
 	r.ShortFailed = w.ShortFailed
+	r.Incast = w.Incast
 
 	for i := range w.LongSenders {
 		if i >= len(w.LongA) || i >= len(w.LongB) {

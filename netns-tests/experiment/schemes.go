@@ -140,10 +140,10 @@ func autoLimit(kTail units.ByteSize) units.ByteSize {
 // tuneFrom derives every scheme's parameters from the measured RTTs: the
 // pooled distribution stands for the flows' RTTs (each sender probed the
 // same number of times, and carries the same number of flows).
-func tuneFrom(rtt *RTTReport, rate units.Rate, lambda float64) (aqm.TuneOutput, error) {
+func tuneFrom(rtt *RTTReport, rate units.Rate, lambda, pstLambda float64) (aqm.TuneOutput, error) {
 	p := &rtt.PooledUs
 	if p.N == 0 {
 		return aqm.TuneOutput{}, fmt.Errorf("tune: no RTT samples")
 	}
-	return aqm.Tune(aqm.TuneInput{Rate: rate, RTTp50: fromUs(p.P50), RTTp90: fromUs(p.P90), RTTAvg: fromUs(p.Mean), Lambda: lambda})
+	return aqm.Tune(aqm.TuneInput{Rate: rate, RTTp50: fromUs(p.P50), RTTp90: fromUs(p.P90), RTTAvg: fromUs(p.Mean), Lambda: lambda, PstLambda: pstLambda})
 }

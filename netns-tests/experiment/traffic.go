@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,8 +24,9 @@ const (
 // runScheme configures class 3 for s, starts the long flows, lets them
 // leave slow start, then measures: the backlog every sampleEvery, the class
 // counters and TCP_INFO at the window's edges, and the short flows started
-// inside it. It stops the long flows and waits for the queue to drain.
-func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gaps [][]time.Duration) (Result, error) {
+// inside it; then, the long flows still running, the incast rounds
+// (incastPhase). It stops the long flows and waits for the queue to drain.
+func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gaps [][]time.Duration, incast [][]int) (Result, error) {
 	o := e.o
 	cc, err := s.classConfig("roce")
 	if err != nil {
@@ -109,6 +111,11 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 	if err := lf.g.firstErr(); err != nil {
 		return Result{}, err
 	}
+	if len(incast) > 0 {
+		if w.Incast, err = e.incastPhase(sctx, incast); err != nil {
+			return Result{}, fmt.Errorf("incast: %w", err)
+		}
+	}
 	lf.stop()
 	if err := e.drain(ctx); err != nil {
 		return Result{}, err
@@ -174,7 +181,7 @@ func (e *experiment) startLong(ctx context.Context, life time.Duration) (*longFl
 	deadline := time.Now().Add(life)
 	for _, node := range e.lab.Senders {
 		for range e.o.longPerSender {
-			c, err := dialTCP(ctx, node, addr, dialTimeout)
+			c, err := dialTCP(ctx, node, addr, e.cc, dialTimeout)
 			if err != nil {
 				lf.stop()
 				return nil, fmt.Errorf("long flow from %s: %w", node.Name, err)
@@ -252,7 +259,7 @@ func (e *experiment) shortFlows(ctx context.Context, node *topo.Node, end time.T
 		if ctx.Err() != nil || !time.Now().Before(end) {
 			break
 		}
-		fct, err := shortFlow(ctx, node, addr, buf[:4+sizes[k]])
+		fct, err := shortFlow(ctx, node, addr, e.cc, buf[:4+sizes[k]])
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -265,8 +272,8 @@ func (e *experiment) shortFlows(ctx context.Context, node *topo.Node, end time.T
 	return fcts, failed
 }
 
-func shortFlow(ctx context.Context, node *topo.Node, addr string, req []byte) (time.Duration, error) {
-	c, err := dialTCP(ctx, node, addr, dialTimeout)
+func shortFlow(ctx context.Context, node *topo.Node, addr, cc string, req []byte) (time.Duration, error) {
+	c, err := dialTCP(ctx, node, addr, cc, dialTimeout)
 	if err != nil {
 		return 0, err
 	}
@@ -282,4 +289,132 @@ func shortFlow(ctx context.Context, node *topo.Node, addr string, req []byte) (t
 		return 0, err
 	}
 	return time.Since(t0), nil
+}
+
+// incastPhase is seed 002 §5.4's incast: with the long flows still running,
+// rounds of synchronized query flows, each round sizes[k] (3-60 KB, one per
+// flow, spread over the senders in turn) released at once on connections
+// dialed before, the round's completion time (QCT) the time to the last
+// answer. The backlog is sampled meanwhile and the class counters read at
+// the phase's edges (drops, marks).
+func (e *experiment) incastPhase(ctx context.Context, sizes [][]int) (IncastResult, error) {
+	o := e.o
+	res := IncastResult{Rounds: len(sizes)}
+	st0, err := e.port.Stats()
+	if err != nil {
+		return res, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	var backlog []uint64
+	var sampErr error
+	done := make(chan struct{})
+	end := time.Now().Add(time.Duration(len(sizes))*(o.incastGap+shortTimeout) + time.Second)
+	go func() {
+		defer close(done)
+		backlog, sampErr = e.sampleBacklog(sctx, end)
+	}()
+	var qct []time.Duration
+	var fcts []time.Duration
+	for k, round := range sizes {
+		if k > 0 {
+			sleepCtx(ctx, o.incastGap)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		f, failed, err := e.queryRound(ctx, round)
+		if err != nil {
+			cancel()
+			<-done
+			return res, err
+		}
+		res.Failed += failed
+		res.Flows += len(round)
+		fcts = append(fcts, f...)
+		if failed == 0 && len(f) > 0 {
+			qct = append(qct, slices.Max(f))
+		}
+	}
+	cancel()
+	<-done
+	if sampErr != nil {
+		return res, sampErr
+	}
+	st1, err := e.port.Stats()
+	if err != nil {
+		return res, err
+	}
+	a, b := st0.Classes[class], st1.Classes[class]
+	res.Drops = sub(b.DroppedPackets(), a.DroppedPackets())
+	res.CEMarks = sub(b.CEMarked(), a.CEMarked())
+	res.QCTUs = summarize(durationsUs(qct))
+	res.FCTUs = summarize(durationsUs(fcts))
+	res.Queue = queueStats(backlog, o.rate)
+	return res, nil
+}
+
+// queryRound dials one connection per query (sender i%N for query i), then
+// releases every request at once and waits for all the answers. It returns
+// the FCTs of the queries that completed and the number that did not.
+func (e *experiment) queryRound(ctx context.Context, sizes []int) ([]time.Duration, int, error) {
+	addr := fmt.Sprintf("%s:%d", e.lab.ReceiverAddr, shortPort)
+	conns := make([]*net.TCPConn, len(sizes))
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	var dial group
+	for i := range sizes {
+		node := e.lab.Senders[i%len(e.lab.Senders)]
+		dial.Go(func() error {
+			c, err := dialTCP(ctx, node, addr, e.cc, dialTimeout)
+			if err != nil {
+				return fmt.Errorf("incast query %d from %s: %w", i, node.Name, err)
+			}
+			conns[i] = c
+			return nil
+		})
+	}
+	if err := dial.Wait(); err != nil {
+		return nil, 0, err
+	}
+	start := make(chan struct{})
+	fcts := make([]time.Duration, len(sizes))
+	ok := make([]bool, len(sizes))
+	var wg sync.WaitGroup
+	for i, n := range sizes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := make([]byte, 4+n)
+			binary.BigEndian.PutUint32(req, uint32(n))
+			<-start
+			t0 := time.Now()
+			c := conns[i]
+			_ = c.SetDeadline(t0.Add(shortTimeout))
+			if _, err := c.Write(req); err != nil {
+				return
+			}
+			var ans [1]byte
+			if _, err := io.ReadFull(c, ans[:]); err != nil {
+				return
+			}
+			fcts[i], ok[i] = time.Since(t0), true
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var out []time.Duration
+	failed := 0
+	for i := range sizes {
+		if ok[i] {
+			out = append(out, fcts[i])
+		} else {
+			failed++
+		}
+	}
+	return out, failed, nil
 }

@@ -18,9 +18,15 @@ type TuneInput struct {
 	RTTp50, RTTp90 time.Duration
 	// RTTAvg is the mean RTT. Optional: 0 uses RTTp50 (and a note says so).
 	RTTAvg time.Duration
-	// Lambda is λ of seed 002 eq. 1, set by the transport's reaction to a
-	// mark: 1 for classic ECN TCP, about 0.17 for DCTCP.
+	// Lambda is λ of seed 002 eq. 1 for the instantaneous thresholds (K,
+	// ins_target, TCN's): 1 for classic ECN TCP; the seed's testbed also
+	// ran DCTCP behind thresholds of λ = 1 (§5.2: DCTCP-RED-Tail 250 KB at
+	// 10 Gbit/s and a 210 µs RTT_p90), today's practice.
 	Lambda float64
+	// PstLambda is λ of the persistent target (pst_target and CoDel's
+	// target ≥ λ·RTT_avg, §3.4, "λ is determined by the transport
+	// protocol"): about 0.17 for DCTCP (§2.1). Optional: 0 uses Lambda.
+	PstLambda float64
 }
 
 // TuneOutput holds the derived parameters, durations rounded to whole µs
@@ -62,6 +68,9 @@ func Tune(in TuneInput) (TuneOutput, error) {
 	case !(in.Lambda > 0 && in.Lambda <= 10): // also NaN
 		return out, fmt.Errorf("tune: lambda (%s) must be in (0, 10] (1 for classic ECN TCP, 0.17 for DCTCP)",
 			strconv.FormatFloat(in.Lambda, 'g', -1, 64))
+	case !(in.PstLambda >= 0 && in.PstLambda <= 10): // also NaN
+		return out, fmt.Errorf("tune: pst_lambda (%s) must be in [0, 10] (0: lambda's)",
+			strconv.FormatFloat(in.PstLambda, 'g', -1, 64))
 	}
 	out.RTTAvg = in.RTTAvg
 	if out.RTTAvg == 0 {
@@ -69,7 +78,10 @@ func Tune(in TuneInput) (TuneOutput, error) {
 		out.Notes = append(out.Notes, fmt.Sprintf(
 			"no average RTT given: pst_target, K_avg and the CoDel target use RTT p50 (%s) as the mean", fd(in.RTTp50)))
 	}
-	l := in.Lambda
+	l, lp := in.Lambda, in.PstLambda
+	if lp == 0 {
+		lp = l
+	}
 	var err error
 	// eq. 2 with the high-percentile RTT: tolerate bursts without
 	// throughput loss (§3.2, §3.4).
@@ -78,7 +90,7 @@ func Tune(in TuneInput) (TuneOutput, error) {
 	}
 	// §3.4: "larger than or equal to λ × RTT, where ... RTT is the average
 	// RTT"; the bound itself is the most the persistent rule can trim.
-	if out.PstTarget, err = roundDuration("pst_target = λ·RTT_avg", l*float64(out.RTTAvg)); err != nil {
+	if out.PstTarget, err = roundDuration("pst_target = λ_pst·RTT_avg", lp*float64(out.RTTAvg)); err != nil {
 		return TuneOutput{}, err
 	}
 	// §3.4: "around the high percentile RTT"; §3.3: one worst-case RTT is

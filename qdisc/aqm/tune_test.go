@@ -66,6 +66,12 @@ func TestTuneCases(t *testing.T) {
 				CoDelTarget: 14 * us, CoDelInterval: 200 * us, TCNThreshold: 34 * us, RTTAvg: 80 * us},
 		},
 		{
+			name: "DCTCP behind today's thresholds: λ 1, λ_pst 0.17 (the persistent target only)",
+			in:   TuneInput{Rate: 10 * units.Gbit, RTTp50: 70 * us, RTTp90: 200 * us, RTTAvg: 80 * us, Lambda: 1, PstLambda: 0.17},
+			want: TuneOutput{InsTarget: 200 * us, PstTarget: 14 * us, PstInterval: 200 * us, KTailBytes: 250000, KAvgBytes: 100000,
+				CoDelTarget: 14 * us, CoDelInterval: 200 * us, TCNThreshold: 200 * us, RTTAvg: 80 * us},
+		},
+		{
 			name: "no mean: p50 stands in",
 			in:   TuneInput{Rate: 10 * units.Gbit, RTTp50: 85 * us, RTTp90: 200 * us, Lambda: 1},
 			want: TuneOutput{InsTarget: 200 * us, PstTarget: 85 * us, PstInterval: 200 * us, KTailBytes: 250000, KAvgBytes: 106250,
@@ -134,6 +140,7 @@ func TestTuneErrors(t *testing.T) {
 		{func(in *TuneInput) { in.Lambda = 0 }, "tune: lambda (0) must be in (0, 10]"},
 		{func(in *TuneInput) { in.Lambda = -1 }, "tune: lambda (-1) must be in (0, 10]"},
 		{func(in *TuneInput) { in.Lambda = 10.5 }, "tune: lambda (10.5) must be in (0, 10]"},
+		{func(in *TuneInput) { in.PstLambda = -0.1 }, "tune: pst_lambda (-0.1) must be in [0, 10] (0: lambda's)"},
 		{func(in *TuneInput) { in.Lambda = math.NaN() }, "tune: lambda (NaN) must be in (0, 10]"},
 		{func(in *TuneInput) { in.RTTp50, in.RTTp90, in.Lambda = 1, 1, 0.17 }, "tune: ins_target = λ·RTT_p90 (0.17ns) is below 1ns"},
 		{func(in *TuneInput) { in.RTTp90, in.Lambda = math.MaxInt64, 10 }, "tune: ins_target = λ·RTT_p90 (9.22e+10s) is too long"},

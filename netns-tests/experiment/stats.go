@@ -1,0 +1,93 @@
+package main
+
+// Statistics over repeated runs: every scheme runs -runs times (interleaved
+// with the others), and the report gives each metric's mean with a 95 %
+// confidence interval (Student's t), and the goals as paired differences
+// of ECN♯ against step-Tail within each run. Pure, unit-tested.
+
+import (
+	"encoding/json"
+	"math"
+)
+
+// Stat is one metric over the runs of a scheme.
+type Stat struct {
+	N      int       `json:"n"`
+	Mean   float64   `json:"mean"`
+	CI95   float64   `json:"ci95"` // half-width: the mean ± this covers the true mean with 95 % confidence
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Values []float64 `json:"values"`
+}
+
+// tQuantile975 is Student's t at 0.975 for df = 1..30 (two-sided 95 %).
+var tQuantile975 = []float64{
+	12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+	2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+	2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+}
+
+// t975 is Student's t at 0.975 with df degrees of freedom (the normal 1.96
+// beyond the table).
+func t975(df int) float64 {
+	switch {
+	case df < 1:
+		return math.NaN()
+	case df <= len(tQuantile975):
+		return tQuantile975[df-1]
+	}
+	return 1.96
+}
+
+// newStat summarises values; NaNs (a run without the metric) are left out.
+func newStat(values []float64) Stat {
+	s := Stat{Min: math.Inf(1), Max: math.Inf(-1)}
+	var sum float64
+	for _, v := range values {
+		if math.IsNaN(v) {
+			continue
+		}
+		s.Values = append(s.Values, v)
+		sum += v
+		s.Min, s.Max = min(s.Min, v), max(s.Max, v)
+	}
+	s.N = len(s.Values)
+	if s.N == 0 {
+		return Stat{Mean: math.NaN(), CI95: math.NaN(), Min: math.NaN(), Max: math.NaN()}
+	}
+	s.Mean = sum / float64(s.N)
+	if s.N < 2 {
+		s.CI95 = math.NaN()
+		return s
+	}
+	var ss float64
+	for _, v := range s.Values {
+		ss += (v - s.Mean) * (v - s.Mean)
+	}
+	sd := math.Sqrt(ss / float64(s.N-1))
+	s.CI95 = t975(s.N-1) * sd / math.Sqrt(float64(s.N))
+	return s
+}
+
+// Lo and Hi are the ends of the confidence interval.
+func (s Stat) Lo() float64 { return s.Mean - s.CI95 }
+func (s Stat) Hi() float64 { return s.Mean + s.CI95 }
+
+// MarshalJSON writes a NaN (no run had the metric, or one run has no
+// interval) as null.
+func (s Stat) MarshalJSON() ([]byte, error) {
+	num := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	return json.Marshal(struct {
+		N      int       `json:"n"`
+		Mean   *float64  `json:"mean"`
+		CI95   *float64  `json:"ci95"`
+		Min    *float64  `json:"min"`
+		Max    *float64  `json:"max"`
+		Values []float64 `json:"values"`
+	}{s.N, num(s.Mean), num(s.CI95), num(s.Min), num(s.Max), s.Values})
+}

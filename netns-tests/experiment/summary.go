@@ -1,0 +1,79 @@
+package main
+
+import (
+	"math"
+
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Summary is one scheme over its runs: every metric's mean with a 95 %
+// confidence interval.
+type Summary struct {
+	Name     string `json:"name"`
+	Label    string `json:"label"`
+	Describe string `json:"describe"`
+	Runs     int    `json:"runs"`   // that completed
+	Failed   int    `json:"failed"` // that failed (not in the stats)
+
+	MeanQueueKB    Stat `json:"mean_queue_kb"`
+	MeanQueueUs    Stat `json:"mean_queue_us"`
+	P99QueueKB     Stat `json:"p99_queue_kb"`
+	Utilization    Stat `json:"utilization_percent"`
+	ShortFCTMeanUs Stat `json:"short_fct_mean_us"`
+	ShortFCTP99Us  Stat `json:"short_fct_p99_us"`
+	Drops          Stat `json:"drops"`
+	MarkedPercent  Stat `json:"marked_percent"` // CE marks / ECT arrivals
+	Retransmits    Stat `json:"long_retransmits"`
+	IncastQCTP50Us Stat `json:"incast_qct_p50_us"`
+	IncastQCTP99Us Stat `json:"incast_qct_p99_us"`
+	IncastDrops    Stat `json:"incast_drops"`
+	IncastFailed   Stat `json:"incast_failed"`
+}
+
+// summarizeRuns builds one Summary per scheme of list from the runs in rs.
+func summarizeRuns(list []Scheme, rs []Result, rate units.Rate) []Summary {
+	out := make([]Summary, 0, len(list))
+	for _, sc := range list {
+		s := Summary{Name: sc.Name, Label: sc.Label, Describe: sc.Params.describe(rate)}
+		var mq, mqus, pq, ut, fm, fp, dr, mk, rt, q50, q99, idr, ifl []float64
+		nan := math.NaN()
+		for i := range rs {
+			r := &rs[i]
+			if r.Name != sc.Name {
+				continue
+			}
+			if r.Error != "" {
+				s.Failed++
+				continue
+			}
+			s.Runs++
+			mq = append(mq, r.Queue.MeanBytes/1000)
+			mqus = append(mqus, r.Queue.MeanUs)
+			pq = append(pq, r.Queue.P99Bytes/1000)
+			ut = append(ut, 100*r.Utilization)
+			if r.ShortFCTUs.N > 0 {
+				fm, fp = append(fm, r.ShortFCTUs.Mean), append(fp, r.ShortFCTUs.P99)
+			}
+			dr = append(dr, float64(r.Drops))
+			if r.ECTArrivals > 0 {
+				mk = append(mk, 100*float64(r.CEMarks)/float64(r.ECTArrivals))
+			} else {
+				mk = append(mk, nan)
+			}
+			rt = append(rt, float64(r.Retransmits))
+			if r.Incast.Rounds > 0 {
+				if r.Incast.QCTUs.N > 0 {
+					q50, q99 = append(q50, r.Incast.QCTUs.P50), append(q99, r.Incast.QCTUs.P99)
+				}
+				idr = append(idr, float64(r.Incast.Drops))
+				ifl = append(ifl, float64(r.Incast.Failed))
+			}
+		}
+		s.MeanQueueKB, s.MeanQueueUs, s.P99QueueKB, s.Utilization = newStat(mq), newStat(mqus), newStat(pq), newStat(ut)
+		s.ShortFCTMeanUs, s.ShortFCTP99Us = newStat(fm), newStat(fp)
+		s.Drops, s.MarkedPercent, s.Retransmits = newStat(dr), newStat(mk), newStat(rt)
+		s.IncastQCTP50Us, s.IncastQCTP99Us, s.IncastDrops, s.IncastFailed = newStat(q50), newStat(q99), newStat(idr), newStat(ifl)
+		out = append(out, s)
+	}
+	return out
+}
