@@ -61,7 +61,10 @@ func (e *experiment) dumbbellSpec() topo.DumbbellSpec {
 // starts the servers.
 func (e *experiment) setup(ctx context.Context) error {
 	e.cc = e.o.cc
-	if e.o.cc == ccDCTCP {
+	if e.o.transport == transportRoCE {
+		e.cc = ccCubic // the TCP servers only answer the RTT probes (UDP)
+	}
+	if e.cc == ccDCTCP {
 		// A name of this run's: another process may hold DefaultName.
 		var b [4]byte
 		if _, err := rand.Read(b[:]); err != nil {
@@ -99,7 +102,7 @@ func (e *experiment) setupReport(limit units.ByteSize, rps string) Setup {
 	o := e.o
 	s := Setup{
 		RateBps: uint64(o.rate), Senders: o.senders(), DelayLink: delayLinkKind,
-		LongPerSender: o.longPerSender, Congestion: o.cc, CongestionName: e.cc, Class: int(class), DSCP: int(dscp),
+		LongPerSender: o.longPerSender, Transport: o.transport, Congestion: o.congestion(), CongestionName: e.cc, Class: int(class), DSCP: int(dscp),
 		WarmupS: o.warmup.Seconds(), MeasureS: o.measure.Seconds(), SampleUs: us(o.sampleEvery),
 		ShortMinBytes: uint64(o.shortMinBytes), ShortMaxBytes: uint64(o.shortMaxBytes), ShortGapUs: us(o.shortGap),
 		Seed: o.seed, Lambda: o.lambda, PstLambda: o.pstLambdaFor(), LimitBytes: uint64(limit), Attach: string(e.port.Info().Attach), RPS: rps, OffloadsOff: true,

@@ -32,6 +32,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 func main() {
@@ -88,6 +89,8 @@ type experiment struct {
 	// every socket sets with TCP_CONGESTION.
 	dctcp *dctcp.Registration
 	cc    string
+	// roce is the agents of a -transport roce run.
+	roce *roceLab
 }
 
 func (e *experiment) printf(format string, a ...any) { fmt.Fprintf(e.out, format, a...) }
@@ -98,6 +101,11 @@ func (e *experiment) cleanup() error {
 	var errs []error
 	if e.srv != nil {
 		e.srv.close()
+	}
+	if e.roce != nil {
+		if err := e.roce.close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the agents: %w", err))
+		}
 	}
 	if e.dctcp != nil {
 		if err := e.dctcp.Close(); err != nil {
@@ -145,11 +153,25 @@ func (e *experiment) run(ctx context.Context) error {
 	limit := o.limit
 	if limit == 0 {
 		limit = autoLimit(tune.KTailBytes)
+		if o.transport == transportRoCE && o.incastRounds > 0 {
+			// RoCE fabrics are lossless (PFC): the class holds an incast
+			// round, whose queue pairs start at the line rate (DCQCN has
+			// no slow start), on top of the long flows' queue.
+			limit = max(limit, 4*tune.KTailBytes+units.ByteSize(o.incastFlows)*o.shortMaxBytes)
+		}
 	}
 	rep.Setup = e.setupReport(limit, rps)
-	list, err := schemes(o.schemes, tune, limit, o.sharp)
+	list, err := schemes(o.schemeList(), tune, limit, o.sharp, o.transport == transportRoCE)
 	if err != nil {
 		return err
+	}
+	if o.transport == transportRoCE {
+		// A QP keeps in flight what its Rc sends in a base RTT plus the
+		// time K_tail takes to drain (the RoCE tests' InflightTime rule).
+		inflight := fromUs(rep.RTT.PooledUs.P90) + time.Duration(float64(tune.KTailBytes)*8/float64(o.rate)*1e9)
+		if err := e.setupRoCE(inflight); err != nil {
+			return err
+		}
 	}
 	renderParams(e.out, rep)
 
@@ -190,7 +212,7 @@ func (e *experiment) run(ctx context.Context) error {
 	rep.LoadEnd = loadAvg()
 	rep.DelayLinks = e.delayReports()
 	rep.Summary = summarizeRuns(list, rep.Schemes, o.rate)
-	rep.Goals = checkGoals(rep.Schemes)
+	rep.Goals = checkGoals(rep.Schemes, o.transport)
 	rep.Notes = reportNotes(rep)
 
 	e.printf("\n")
@@ -253,7 +275,7 @@ func reportNotes(r *Report) []string {
 			if !f.ECN {
 				noECN++
 			}
-			if f.Congestion != r.Setup.CongestionName {
+			if want := r.Setup.CongestionName; r.Setup.Transport != transportRoCE && f.Congestion != want {
 				other++
 			}
 		}

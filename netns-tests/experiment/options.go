@@ -43,7 +43,40 @@ Flags:
 `
 
 // schemeNames are the schemes in the order they run, as -schemes spells them.
-var schemeNames = []string{"step-tail", "step-avg", "codel", "tcn", "ecnsharp"}
+var schemeNames = []string{"wred", "step-tail", "step-avg", "codel", "tcn", "ecnsharp"}
+
+// The schemes a transport runs unless -schemes says otherwise: DCQCN's own
+// probabilistic marking (WRED) is its baseline (seed 002 §5.4).
+var (
+	tcpSchemes  = []string{"step-tail", "step-avg", "codel", "tcn", "ecnsharp"}
+	roceSchemes = []string{"wred", "step-tail", "codel", "tcn", "ecnsharp"}
+)
+
+// schemeList is -schemes, or the transport's default.
+func (o *options) schemeList() []string {
+	switch {
+	case len(o.schemes) > 0:
+		return o.schemes
+	case o.transport == transportRoCE:
+		return roceSchemes
+	}
+	return tcpSchemes
+}
+
+// The transports.
+const (
+	transportTCP  = "tcp"
+	transportRoCE = "roce"
+)
+
+// congestion is what the long flows run: the TCP congestion control, or
+// DCQCN.
+func (o *options) congestion() string {
+	if o.transport == transportRoCE {
+		return "dcqcn"
+	}
+	return o.cc
+}
 
 type options struct {
 	rate          units.Rate
@@ -62,6 +95,7 @@ type options struct {
 	lambda        float64
 	pstLambda     float64       // 0: the congestion control's (pstLambdaFor)
 	cc            string        // the TCP flows' congestion control: dctcp or cubic
+	transport     string        // tcp or roce
 	sharp         sharpOverride // ECN♯ parameters set by flag instead of aqm.Tune
 	seed          uint64
 	schemes       []string
@@ -90,8 +124,9 @@ func defaultOptions() options {
 		pings:         50,
 		lambda:        1,
 		cc:            ccDCTCP,
+		transport:     transportTCP,
 		seed:          1,
-		schemes:       slices.Clone(schemeNames),
+		schemes:       nil, // the transport's (schemeList)
 		outDir:        "experiment-out",
 		runs:          5,
 		incastRounds:  5,
@@ -202,6 +237,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(&o.shortMaxBytes, "short-max", "largest short flow, tc `size`")
 	fs.IntVar(&o.pings, "pings", o.pings, "RTT probes per sender before the runs")
 	fs.Var(&o.limit, "limit", "class buffer, tc `size`; 0 = 4 x K_tail, at least 128kb")
+	fs.StringVar(&o.transport, "transport", o.transport, "`transport` of the flows: tcp, or roce (RC queue pairs of the host agent under DCQCN, seed 002 §3.5: ECN♯ with the probabilistic instantaneous curve)")
 	fs.StringVar(&o.cc, "cc", o.cc, "`congestion control` of every TCP flow, both ends: dctcp (DCTCP in BPF, host/dctcp; seed 002's setting) or cubic (classic ECN)")
 	fs.Float64Var(&o.lambda, "lambda", o.lambda, "λ of the instantaneous thresholds: K = λ·C·RTT, ins_target and TCN's = λ·RTT (1: today's practice, the seed's testbed, also with DCTCP)")
 	fs.Float64Var(&o.pstLambda, "pst-lambda", o.pstLambda, "λ of the persistent target: pst_target and CoDel's target = λ·RTT_avg (0: the congestion control's, 0.17 for DCTCP, -lambda for cubic)")
@@ -209,7 +245,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(durationFlag{&o.sharp.PstTarget}, "sharp-pst-target", "ECN♯ pst_target `time` instead of aqm.Tune's λ·RTT_avg")
 	fs.Var(durationFlag{&o.sharp.PstInterval}, "sharp-pst-interval", "ECN♯ pst_interval `time` instead of aqm.Tune's RTT_p90")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the short-flow sizes and gaps (same sequence for every scheme)")
-	fs.Var(schemeList{&o.schemes}, "schemes", "`list` of schemes to run: "+strings.Join(schemeNames, ","))
+	fs.Var(schemeList{&o.schemes}, "schemes", "`list` of schemes to run: "+strings.Join(schemeNames, ",")+" (default: tcp "+strings.Join(tcpSchemes, ",")+"; roce "+strings.Join(roceSchemes, ",")+")")
 	fs.StringVar(&o.outDir, "out", o.outDir, "`directory` for experiment.json, queue.png and fct.png")
 	fs.IntVar(&o.runs, "runs", o.runs, "`runs` of every scheme (interleaved); the report gives means and 95% confidence intervals")
 	fs.IntVar(&o.incastRounds, "incast-rounds", o.incastRounds, "incast `rounds` after each measured window (seed 002 §5.4); 0 = none")
@@ -287,6 +323,9 @@ func (o *options) validate() error {
 	if !(o.pstLambda >= 0 && o.pstLambda <= 10) {
 		bad("-pst-lambda (%g) must be 0 (the congestion control's) or in (0, 10]", o.pstLambda)
 	}
+	if o.transport != transportTCP && o.transport != transportRoCE {
+		bad("-transport (%q) must be tcp or roce", o.transport)
+	}
 	if !slices.Contains(ccNames, o.cc) {
 		bad("-cc (%q) must be one of %s", o.cc, strings.Join(ccNames, ", "))
 	}
@@ -310,9 +349,7 @@ func (o *options) validate() error {
 	if o.incastGap < 0 || o.incastGap > 10*time.Second {
 		bad("-incast-gap (%s) must be 0 to 10s", units.FormatDuration(o.incastGap))
 	}
-	if len(o.schemes) == 0 {
-		bad("-schemes: want at least one of %s", strings.Join(schemeNames, ","))
-	}
+
 	if o.outDir == "" {
 		bad("-out must name a directory")
 	}
@@ -337,7 +374,8 @@ func (o *options) pstLambdaFor() float64 {
 	switch {
 	case o.pstLambda > 0:
 		return o.pstLambda
-	case o.cc == ccDCTCP:
+	case o.cc == ccDCTCP || o.transport == transportRoCE:
+		// DCQCN cuts Rc by α/2 per notification, as DCTCP its window.
 		return dctcpLambda
 	}
 	return o.lambda

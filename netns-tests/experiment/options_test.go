@@ -16,8 +16,15 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if o == nil || code != exitOK {
 		t.Fatalf("defaults refused: %d %s", code, errs.String())
 	}
-	if o.senders() != 3 || o.rate != 200*units.Mbit || !slices.Equal(o.schemes, schemeNames) {
-		t.Errorf("defaults: %d senders at %s, schemes %v", o.senders(), o.rate, o.schemes)
+	if o.senders() != 3 || o.rate != 200*units.Mbit || !slices.Equal(o.schemeList(), tcpSchemes) || o.cc != ccDCTCP || o.runs != 5 {
+		t.Errorf("defaults: %d senders at %s, schemes %v, cc %s, %d runs", o.senders(), o.rate, o.schemeList(), o.cc, o.runs)
+	}
+	if o.pstLambdaFor() != dctcpLambda {
+		t.Errorf("DCTCP's persistent λ %g, want %g", o.pstLambdaFor(), dctcpLambda)
+	}
+	roce, _ := parseFlags([]string{"-transport", "roce"}, &out, &errs)
+	if roce == nil || !slices.Equal(roce.schemeList(), roceSchemes) || roce.congestion() != "dcqcn" {
+		t.Errorf("-transport roce: %+v", roce)
 	}
 	// Base RTTs spread about 3x: with the ~0.1 ms of the veth path the
 	// delays make RTTs of d, 2d, 3d.
@@ -25,9 +32,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if o.delays[1]+base != 2*(o.delays[0]+base) || o.delays[2]+base != 3*(o.delays[0]+base) {
 		t.Errorf("default delays %v do not make RTTs of d, 2d, 3d", o.delays)
 	}
-	// Well under 3 minutes: 5 schemes of warm-up + measure + drain.
-	if total := time.Duration(len(o.schemes)) * (o.perScheme() + o.cooldown); total > 2*time.Minute {
-		t.Errorf("a default run takes %s of traffic, want well under 3 minutes", total)
+	// Under 10 minutes: 5 runs of 5 schemes of warm-up + measure +
+	// incast + drain.
+	if total := time.Duration(o.runs*len(o.schemeList())) * (o.perScheme() + o.cooldown); total > 10*time.Minute {
+		t.Errorf("a default run takes up to %s of traffic, want under 10 minutes", total)
 	}
 }
 

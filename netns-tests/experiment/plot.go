@@ -254,8 +254,6 @@ func writeFCTPlot(path string, r *Report) error {
 		p.Add(plotter.NewGrid())
 		p.Legend.Top, p.Legend.Left = false, false
 	}
-	whole.Y.Min, whole.Y.Max = 0, 1
-	tail.Y.Min, tail.Y.Max = 0.9, 1
 	for _, cv := range curves {
 		pts := make(plotter.XYs, len(cv.fcts))
 		for k, v := range cv.fcts {
@@ -271,6 +269,9 @@ func writeFCTPlot(path string, r *Report) error {
 			p.Legend.Add(fmt.Sprintf("%s (n=%d)", cv.label, len(cv.fcts)), l)
 		}
 	}
+	// Set after Add, which widens the axes to the data.
+	whole.Y.Min, whole.Y.Max = 0, 1
+	tail.Y.Min, tail.Y.Max = 0.9, 1
 	img := vgimg.NewWith(vgimg.UseWH(30*vg.Centimeter, 11*vg.Centimeter), vgimg.UseDPI(110))
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter, PadY: vg.Centimeter / 2,

@@ -56,6 +56,7 @@ type Setup struct {
 	DelaysUs      []float64 `json:"one_way_delays_us"`
 	DelayLink     string    `json:"delay_link"`
 	LongPerSender int       `json:"long_flows_per_sender"`
+	Transport     string    `json:"transport"` // tcp or roce
 	Congestion    string    `json:"congestion_control"`
 	// CongestionName is what the sockets set (a registered BPF DCTCP has a
 	// name of its run).
@@ -161,6 +162,7 @@ type LongFlow struct {
 	SRTTUs      float64 `json:"srtt_us"`     // at the end of the window
 	ECN         bool    `json:"ecn"`         // ECN negotiated
 	Congestion  string  `json:"congestion_control"`
+	RcBps       uint64  `json:"rc_bps,omitempty"` // a RoCE QP's DCQCN rate at the window's end
 }
 
 // Goal is one of issue #3's goals for ECN♯ against step-Tail.
@@ -178,64 +180,110 @@ type Goal struct {
 	CIClears bool `json:"ci_clears"`
 }
 
-// Goal thresholds (issue #3 §5).
+// Goal thresholds (issue 12 §2 and §3, after seed 002).
 const (
 	goalQueueCut   = 0.80 // ECN♯ mean queue at least 80 % below step-Tail's
 	goalUtilWithin = 0.03 // utilization within 3 % of step-Tail's
 	goalFCTCut     = 0.20 // short-flow p99 FCT at least 20 % lower
+	// With DCQCN (§3, seed §5.4: up to 14.9 % lower): the short flows'
+	// mean FCT at least 10 % lower than the baseline's.
+	goalRoCEFCTCut = 0.10
 )
 
 // goalEps absorbs float rounding at the exact thresholds.
 const goalEps = 1e-9
 
-// checkGoals compares ECN♯ with step-Tail run by run (each run's pair saw
-// the same seeded flows and the same state of the machine) and gives the
-// mean change over the runs with its 95 % interval. Utilization "within
-// 3 %" is relative (u♯ / u_tail − 1 ≥ −3 %); being above counts as met.
-func checkGoals(rs []Result) []Goal {
-	tail, sharp := runsOf(rs, "step-tail"), runsOf(rs, "ecnsharp")
-	reduction := func(a, b float64) float64 { // how much lower b is than a
-		if a <= 0 {
-			return math.NaN()
-		}
-		return 1 - b/a
+// goalSpec is one goal: ECN♯'s metric against the baseline's of the same
+// run, as a reduction (1 − ♯/base) or, with change, a relative change
+// (♯/base − 1), met at threshold or above.
+type goalSpec struct {
+	name, want, baseline string
+	metric               func(*Result) (float64, bool)
+	change               bool
+	threshold            float64
+	unit                 float64 // the measured values are shown divided by it
+	format, unitText     string
+}
+
+// checkGoals compares ECN♯ with the baseline of each goal run by run (each
+// run's pair saw the same seeded flows and the same state of the machine)
+// and gives the mean change over the runs with its 95 % interval.
+// Utilization "within 3 %" is relative (u♯ / u_base − 1 ≥ −3 %); being
+// above counts as met.
+func checkGoals(rs []Result, transport string) []Goal {
+	queue := func(r *Result) (float64, bool) { return r.Queue.MeanBytes, true }
+	util := func(r *Result) (float64, bool) { return r.Utilization, true }
+	p99 := func(r *Result) (float64, bool) { return r.ShortFCTUs.P99, r.ShortFCTUs.N > 0 }
+	mean := func(r *Result) (float64, bool) { return r.ShortFCTUs.Mean, r.ShortFCTUs.N > 0 }
+	utilGoal := func(base, label string) goalSpec {
+		return goalSpec{name: "utilization" + label, want: fmt.Sprintf("ECN♯ within %.0f%% of %s (or above)", 100*goalUtilWithin, baseLabel(base)),
+			baseline: base, metric: util, change: true, threshold: -goalUtilWithin, unit: 0.01, format: "%.1f", unitText: "%"}
 	}
-	var q, u, f []float64
-	var qa, qb, ua, ub, fa, fb []float64
-	for run, t := range tail {
-		s, ok := sharp[run]
-		if !ok {
-			continue
+	var specs []goalSpec
+	if transport == transportRoCE {
+		for _, b := range []struct{ base, label string }{{"step-tail", ""}, {"wred", " (WRED)"}} {
+			specs = append(specs,
+				goalSpec{name: "short-flow FCT" + b.label, want: fmt.Sprintf("ECN♯ mean >= %.0f%% lower than %s", 100*goalRoCEFCTCut, baseLabel(b.base)),
+					baseline: b.base, metric: mean, threshold: goalRoCEFCTCut, unit: 1, format: "%.0f", unitText: " µs"},
+				utilGoal(b.base, b.label))
 		}
-		q = append(q, reduction(t.Queue.MeanBytes, s.Queue.MeanBytes))
-		qa, qb = append(qa, t.Queue.MeanBytes), append(qb, s.Queue.MeanBytes)
-		u = append(u, -reduction(t.Utilization, s.Utilization))
-		ua, ub = append(ua, t.Utilization), append(ub, s.Utilization)
-		if t.ShortFCTUs.N > 0 && s.ShortFCTUs.N > 0 {
-			f = append(f, reduction(t.ShortFCTUs.P99, s.ShortFCTUs.P99))
-			fa, fb = append(fa, t.ShortFCTUs.P99), append(fb, s.ShortFCTUs.P99)
+	} else {
+		specs = []goalSpec{
+			{name: "mean queue", want: fmt.Sprintf("ECN♯ >= %.0f%% below step-Tail", 100*goalQueueCut),
+				baseline: "step-tail", metric: queue, threshold: goalQueueCut, unit: 1000, format: "%.1f", unitText: " KB"},
+			utilGoal("step-tail", ""),
+			{name: "short-flow p99 FCT", want: fmt.Sprintf("ECN♯ >= %.0f%% lower than step-Tail", 100*goalFCTCut),
+				baseline: "step-tail", metric: p99, threshold: goalFCTCut, unit: 1, format: "%.0f", unitText: " µs"},
 		}
 	}
-	goals := []Goal{
-		{Name: "mean queue", Want: fmt.Sprintf("ECN♯ >= %.0f%% below step-Tail", 100*goalQueueCut)},
-		{Name: "utilization", Want: fmt.Sprintf("ECN♯ within %.0f%% of step-Tail (or above)", 100*goalUtilWithin)},
-		{Name: "short-flow p99 FCT", Want: fmt.Sprintf("ECN♯ >= %.0f%% lower than step-Tail", 100*goalFCTCut)},
-	}
-	set := func(g *Goal, vals []float64, threshold float64, measured string) {
+	sharp := runsOf(rs, "ecnsharp")
+	goals := make([]Goal, len(specs))
+	for i, sp := range specs {
+		g := &goals[i]
+		g.Name, g.Want = sp.name, sp.want
+		var vals, before, after []float64
+		for run, b := range runsOf(rs, sp.baseline) {
+			s, ok := sharp[run]
+			if !ok {
+				continue
+			}
+			x, okb := sp.metric(b)
+			y, oks := sp.metric(s)
+			if !okb || !oks || x <= 0 {
+				continue
+			}
+			v := 1 - y/x
+			if sp.change {
+				v = y/x - 1
+			}
+			vals, before, after = append(vals, v), append(before, x), append(after, y)
+		}
 		g.Paired = newStat(vals)
 		g.Evaluated = g.Paired.N > 0
 		if !g.Evaluated {
-			g.Measured = "not evaluated: needs successful step-tail and ecnsharp runs with samples"
-			return
+			g.Measured = "not evaluated: needs successful " + sp.baseline + " and ecnsharp runs with samples"
+			continue
 		}
-		g.Met = g.Paired.Mean >= threshold-goalEps
-		g.CIClears = g.Paired.N > 1 && g.Paired.Lo() >= threshold-goalEps
-		g.Measured = measured
+		g.Met = g.Paired.Mean >= sp.threshold-goalEps
+		g.CIClears = g.Paired.N > 1 && g.Paired.Lo() >= sp.threshold-goalEps
+		diff := pairedText(g.Paired, "lower", "higher")
+		if sp.change {
+			diff = pairedSigned(g.Paired) + " relative"
+		}
+		g.Measured = fmt.Sprintf("%s -> %s%s: %s", meanText(before, sp.unit, sp.format), meanText(after, sp.unit, sp.format), sp.unitText, diff)
 	}
-	set(&goals[0], q, goalQueueCut, fmt.Sprintf("%s -> %s KB: %s", meanText(qa, 1000, "%.1f"), meanText(qb, 1000, "%.1f"), pairedText(newStat(q), "lower", "higher")))
-	set(&goals[1], u, -goalUtilWithin, fmt.Sprintf("%s%% -> %s%%: %s relative", meanText(ua, 0.01, "%.1f"), meanText(ub, 0.01, "%.1f"), pairedSigned(newStat(u))))
-	set(&goals[2], f, goalFCTCut, fmt.Sprintf("%s -> %s µs: %s", meanText(fa, 1, "%.0f"), meanText(fb, 1, "%.0f"), pairedText(newStat(f), "lower", "higher")))
 	return goals
+}
+
+// baseLabel is how the goals name a baseline scheme.
+func baseLabel(name string) string {
+	switch name {
+	case "step-tail":
+		return "step-Tail"
+	case "wred":
+		return "WRED"
+	}
+	return name
 }
 
 // runsOf maps run number to the successful result of scheme name.
@@ -309,8 +357,12 @@ func renderParams(w io.Writer, r *Report) {
 		delays[i] = fmt.Sprintf("s%d %.0fµs", i+1, d)
 	}
 	fmt.Fprintf(w, "delay   one-way at the senders: %s (%s)\n", strings.Join(delays, ", "), s.DelayLink)
-	fmt.Fprintf(w, "flows   %d long TCP flows per sender (%s, ECN on both ends); short flows %.1f-%.1f KB uniform, one at a time per sender, exp. gaps of mean %.0f ms, seed %d\n",
-		s.LongPerSender, ccText(s), float64(s.ShortMinBytes)/1000, float64(s.ShortMaxBytes)/1000, s.ShortGapUs/1000, s.Seed)
+	long := fmt.Sprintf("%d long TCP flows per sender (%s, ECN on both ends)", s.LongPerSender, ccText(s))
+	if s.Transport == transportRoCE {
+		long = fmt.Sprintf("%d long RC queue pairs per sender (RoCEv2, DCQCN, 64 KiB WRITEs); a short flow is one WRITE on a queue pair of its own", s.LongPerSender)
+	}
+	fmt.Fprintf(w, "flows   %s; short flows %.1f-%.1f KB uniform, one at a time per sender, exp. gaps of mean %.0f ms, seed %d\n",
+		long, float64(s.ShortMinBytes)/1000, float64(s.ShortMaxBytes)/1000, s.ShortGapUs/1000, s.Seed)
 	fmt.Fprintf(w, "timing  per scheme: %.0f s warm-up, %.0f s measured; backlog sampled every %.0f µs\n", s.WarmupS, s.MeasureS, s.SampleUs)
 	fmt.Fprintf(w, "host    kernel %s, %d CPUs, load average %s at start (shared machine: expect noise)\n\n", r.Kernel, r.CPUs, orNA(r.LoadStart, "?"))
 
@@ -416,7 +468,10 @@ func renderFlows(w io.Writer, r *Report) {
 		}
 		parts := make([]string, len(order))
 		for j, n := range order {
-			parts[j] = fmt.Sprintf("%s %.1f (%.0f)", n, by[n]/float64(runs)/1e6, rtt[n])
+			parts[j] = fmt.Sprintf("%s %.1f", n, by[n]/float64(runs)/1e6)
+			if rtt[n] > 0 {
+				parts[j] += fmt.Sprintf(" (%.0f)", rtt[n])
+			}
 		}
 		line := fmt.Sprintf("  %-10s total %.1f  %s", sum.Label, total/float64(runs)/1e6, strings.Join(parts, "  "))
 		if noECN > 0 {
@@ -431,7 +486,7 @@ func renderGoals(w io.Writer, goals []Goal) {
 	fmt.Fprintln(w, "goals (seed 002's results, issue 12 §2: ECN♯ against step-Tail, paired within each run; \"met\" when the whole 95% interval")
 	fmt.Fprintln(w, "clears the goal, \"met (mean)\" when only the mean does; an experiment, not a test: the exit code ignores them):")
 	for _, g := range goals {
-		fmt.Fprintf(w, "  %-19s %-42s %-13s %s\n", g.Name, g.Want, g.verdict(), g.Measured)
+		fmt.Fprintf(w, "  %-22s %-42s %-13s %s\n", g.Name, g.Want, g.verdict(), g.Measured)
 	}
 	fmt.Fprintln(w)
 }

@@ -44,7 +44,7 @@ func TestCheckGoals(t *testing.T) {
 		{"ECN♯ above step-Tail's utilization", result("step-tail", 10000, 0.90, 1000), result("ecnsharp", 9000, 0.99, 1100), [3]bool{false, true, false}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			goals := checkGoals([]Result{tc.tail, result("codel", 1, 1, 1), tc.sh})
+			goals := checkGoals([]Result{tc.tail, result("codel", 1, 1, 1), tc.sh}, transportTCP)
 			if len(goals) != 3 {
 				t.Fatalf("%d goals, want 3", len(goals))
 			}
@@ -56,14 +56,14 @@ func TestCheckGoals(t *testing.T) {
 		})
 	}
 	// The values are the reductions the goals name.
-	g := checkGoals([]Result{result("step-tail", 20000, 0.8, 1000), result("ecnsharp", 5000, 0.78, 700)})
+	g := checkGoals([]Result{result("step-tail", 20000, 0.8, 1000), result("ecnsharp", 5000, 0.78, 700)}, transportTCP)
 	if math.Abs(g[0].Paired.Mean-0.75) > 1e-12 || math.Abs(g[1].Paired.Mean-(-0.025)) > 1e-12 || math.Abs(g[2].Paired.Mean-0.3) > 1e-12 {
 		t.Errorf("values %g %g %g, want 0.75 -0.025 0.3", g[0].Paired.Mean, g[1].Paired.Mean, g[2].Paired.Mean)
 	}
 	if !strings.Contains(g[0].Measured, "20.0 -> 5.0 KB: 75.0% lower (1 run)") || !strings.Contains(g[2].Measured, "30.0% lower") {
 		t.Errorf("measured %q, %q", g[0].Measured, g[2].Measured)
 	}
-	if h := checkGoals([]Result{result("step-tail", 1000, 1, 1000), result("ecnsharp", 1000, 1, 1100)}); !strings.Contains(h[2].Measured, "10.0% higher") {
+	if h := checkGoals([]Result{result("step-tail", 1000, 1, 1000), result("ecnsharp", 1000, 1, 1100)}, transportTCP); !strings.Contains(h[2].Measured, "10.0% higher") {
 		t.Errorf("a longer FCT reads %q, want \"10.0%% higher\"", h[2].Measured)
 	}
 	if g[0].CIClears {
@@ -84,7 +84,7 @@ func TestCheckGoalsPaired(t *testing.T) {
 		tail.Run, sharp.Run = i+1, i+1
 		rs = append(rs, tail, sharp)
 	}
-	g := checkGoals(rs)
+	g := checkGoals(rs, transportTCP)
 	if q := g[0].Paired; q.N != 3 || math.Abs(q.Mean-0.85) > 1e-9 || math.Abs(q.CI95-4.303*0.01/math.Sqrt(3)) > 1e-6 {
 		t.Errorf("paired queue reduction %+v, want n 3, mean 0.85, ci %.4f", q, 4.303*0.01/math.Sqrt(3))
 	}
@@ -99,7 +99,7 @@ func TestCheckGoalsPaired(t *testing.T) {
 		tail.Run, sharp.Run = i+1, i+1
 		rs = append(rs, tail, sharp)
 	}
-	g = checkGoals(rs)
+	g = checkGoals(rs, transportTCP)
 	if !g[0].Met || g[0].CIClears || g[0].verdict() != "met (mean)" {
 		t.Errorf("goal %+v: want met by the mean only", g[0])
 	}
@@ -133,17 +133,17 @@ func TestCheckGoalsNotEvaluated(t *testing.T) {
 		"ECN♯ failed":    {result("step-tail", 1, 1, 1), failed},
 		"nothing at all": nil,
 	} {
-		for _, g := range checkGoals(rs) {
+		for _, g := range checkGoals(rs, transportTCP) {
 			if g.Evaluated || g.Met || !strings.Contains(g.Measured, "not evaluated") {
 				t.Errorf("%s: goal %q = %+v, want not evaluated", name, g.Name, g)
 			}
 		}
 	}
-	g := checkGoals([]Result{result("step-tail", 2000, 1, 900), noShort})
+	g := checkGoals([]Result{result("step-tail", 2000, 1, 900), noShort}, transportTCP)
 	if !g[0].Evaluated || g[2].Evaluated || g[2].Met {
 		t.Errorf("without short flows only the FCT goal is not evaluated: %+v", g)
 	}
-	zero := checkGoals([]Result{result("step-tail", 0, 1, 900), result("ecnsharp", 0, 1, 100)})
+	zero := checkGoals([]Result{result("step-tail", 0, 1, 900), result("ecnsharp", 0, 1, 100)}, transportTCP)
 	if zero[0].Evaluated || zero[0].Met {
 		t.Errorf("an empty step-Tail queue cannot be cut by 80%%: %+v", zero[0])
 	}
@@ -161,7 +161,7 @@ func TestSchemes(t *testing.T) {
 	if got := autoLimit(100 * units.KiB); got != 400*units.KiB {
 		t.Errorf("autoLimit(100kb) = %s, want 400kb", got)
 	}
-	list, err := schemes(schemeNames, tune, limit, sharpOverride{})
+	list, err := schemes(tcpSchemes, tune, limit, sharpOverride{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +198,46 @@ func TestSchemes(t *testing.T) {
 	if d := list[0].Params.describe(200 * units.Mbit); d != "K 37.5KB=1500µs" {
 		t.Errorf("step-tail described as %q", d)
 	}
-	if _, err := schemes([]string{"step-tail"}, tune, 30000, sharpOverride{}); err == nil {
+	if _, err := schemes([]string{"step-tail"}, tune, 30000, sharpOverride{}, false); err == nil {
 		t.Error("K above the limit was accepted")
 	}
-	if _, err := schemes([]string{"red"}, tune, limit, sharpOverride{}); err == nil {
+	if _, err := schemes([]string{"red"}, tune, limit, sharpOverride{}, false); err == nil {
 		t.Error("an unknown scheme was accepted")
+	}
+}
+
+// TestSchemesRoCE: with DCQCN flows the baseline is WRED from K_avg to
+// K_tail, and ECN♯'s instantaneous marking is the same curve in time
+// (seed 002 §3.5), its persistent marking unchanged.
+func TestSchemesRoCE(t *testing.T) {
+	tune := testTune(t)
+	list, err := schemes([]string{"wred", "ecnsharp"}, tune, minLimit, sharpOverride{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, sh := list[0].Params, list[1].Params
+	if w.Mode != "wred" || w.KBytes != uint64(tune.KAvgBytes) || w.MaxThBytes != uint64(tune.KTailBytes) || w.MaxP != dcqcnMaxP {
+		t.Errorf("wred params %+v", w)
+	}
+	if sh.InsTargetUs != 1000 || sh.InsMaxUs != 1500 || sh.MaxP != dcqcnMaxP || sh.PstTargetUs != us(tune.PstTarget) || list[1].Label != "ECN♯ (prob.)" {
+		t.Errorf("ecnsharp params %+v, label %q: want the curve 1000-1500 µs with p 0.2", sh, list[1].Label)
+	}
+	cc, err := list[1].classConfig("roce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.InsMax != 1500*time.Microsecond || cc.MaxP != dcqcnMaxP {
+		t.Errorf("class config %+v", cc)
+	}
+	cfg := qdisc.DefaultConfig(200 * units.Mbit)
+	cfg.Classes[qdisc.ClassRoCE] = cc
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the port refuses it: %v", err)
+	}
+	wc, _ := list[0].classConfig("roce")
+	cfg.Classes[qdisc.ClassRoCE] = wc
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the port refuses WRED: %v", err)
 	}
 }
 
@@ -212,7 +247,7 @@ func TestSchemesNoSpread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := schemes([]string{"ecnsharp"}, tune, minLimit, sharpOverride{})
+	list, err := schemes([]string{"ecnsharp"}, tune, minLimit, sharpOverride{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +264,7 @@ func TestSchemesNoSpread(t *testing.T) {
 
 func TestSchemesOverride(t *testing.T) {
 	tune := testTune(t)
-	list, err := schemes([]string{"step-tail", "ecnsharp"}, tune, minLimit, sharpOverride{PstTarget: 200 * time.Microsecond})
+	list, err := schemes([]string{"step-tail", "ecnsharp"}, tune, minLimit, sharpOverride{PstTarget: 200 * time.Microsecond}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +360,7 @@ func sampleReport(t *testing.T) *Report {
 	t.Helper()
 	tune := testTune(t)
 	limit := autoLimit(tune.KTailBytes)
-	list, err := schemes(schemeNames, tune, limit, sharpOverride{})
+	list, err := schemes(tcpSchemes, tune, limit, sharpOverride{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +388,7 @@ func sampleReport(t *testing.T) *Report {
 		r.Schemes[i].Run = 1
 	}
 	r.Summary = summarizeRuns(list, r.Schemes, 200*units.Mbit)
-	r.Goals = checkGoals(r.Schemes)
+	r.Goals = checkGoals(r.Schemes, transportTCP)
 	return r
 }
 

@@ -16,13 +16,14 @@ type tcpSnap struct {
 	SRTT         time.Duration
 	ECN          bool
 	Congestion   string
+	Rc           uint64 // a RoCE QP's DCQCN rate, bit/s
 }
 
 // longFlowOver is one flow's goodput and retransmits between two
 // snapshots.
 func longFlowOver(sender string, a, b tcpSnap) LongFlow {
 	f := LongFlow{Sender: sender, Retransmits: sub(b.TotalRetrans, a.TotalRetrans),
-		MinRTTUs: us(b.MinRTT), SRTTUs: us(b.SRTT), ECN: b.ECN, Congestion: b.Congestion}
+		MinRTTUs: us(b.MinRTT), SRTTUs: us(b.SRTT), ECN: b.ECN, Congestion: b.Congestion, RcBps: b.Rc}
 	if dt := b.At.Sub(a.At); dt > 0 {
 		f.GoodputBps = float64(sub(b.BytesAcked, a.BytesAcked)) * 8 / dt.Seconds()
 	}

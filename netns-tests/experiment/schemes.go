@@ -22,8 +22,11 @@ type Scheme struct {
 type Params struct {
 	Mode          string  `json:"ecn_mode"`
 	LimitBytes    uint64  `json:"limit_bytes"`
-	KBytes        uint64  `json:"k_bytes,omitempty"`           // step
-	InsTargetUs   float64 `json:"ins_target_us,omitempty"`     // TCN threshold, ECN♯ ins_target
+	KBytes        uint64  `json:"k_bytes,omitempty"`           // step K; WRED min_th
+	MaxThBytes    uint64  `json:"max_th_bytes,omitempty"`      // WRED max_th
+	MaxP          float64 `json:"max_p,omitempty"`             // WRED, ECN♯'s probabilistic curve
+	InsTargetUs   float64 `json:"ins_target_us,omitempty"`     // TCN threshold, ECN♯ ins_target (Kmin of its curve)
+	InsMaxUs      float64 `json:"ins_max_us,omitempty"`        // ECN♯'s probabilistic curve: Kmax
 	PstTargetUs   float64 `json:"pst_target_us,omitempty"`     // ECN♯
 	PstIntervalUs float64 `json:"pst_interval_us,omitempty"`   // ECN♯
 	TargetUs      float64 `json:"codel_target_us,omitempty"`   // CoDel
@@ -38,14 +41,25 @@ type sharpOverride struct {
 	InsTarget, PstTarget, PstInterval time.Duration
 }
 
+// dcqcnMaxP is the marking probability at Kmax of DCQCN's RED curve: the
+// production practice dcqcn.md quotes (HPCC's authors: 20 %; the paper's
+// 1 % is for 40 Gbit/s and microsecond RTTs).
+const dcqcnMaxP = 0.2
+
 // schemes builds the schemes named in names (canonical order) from Tune's
-// output, with the class buffer limit.
-func schemes(names []string, t aqm.TuneOutput, limit units.ByteSize, ov sharpOverride) ([]Scheme, error) {
+// output, with the class buffer limit. With prob (DCQCN flows, seed 002
+// §3.5), ECN♯'s instantaneous marking is the probabilistic curve of the
+// WRED baseline, in sojourn: from λ·RTT_avg (K_avg/C) with probability 0
+// to λ·RTT_p90 (K_tail/C) with dcqcnMaxP, every packet above.
+func schemes(names []string, t aqm.TuneOutput, limit units.ByteSize, ov sharpOverride, prob bool) ([]Scheme, error) {
 	var out []Scheme
 	for _, n := range names {
 		s := Scheme{Name: n, Params: Params{LimitBytes: uint64(limit)}}
 		p := &s.Params
 		switch n {
+		case "wred":
+			s.Label = "WRED"
+			p.Mode, p.KBytes, p.MaxThBytes, p.MaxP = qdisc.ECNWRED.String(), uint64(t.KAvgBytes), uint64(t.KTailBytes), dcqcnMaxP
 		case "step-tail":
 			s.Label = "step-Tail"
 			p.Mode, p.KBytes = qdisc.ECNStep.String(), uint64(t.KTailBytes)
@@ -73,10 +87,16 @@ func schemes(names []string, t aqm.TuneOutput, limit units.ByteSize, ov sharpOve
 				}
 			}
 			p.InsTargetUs, p.PstTargetUs, p.PstIntervalUs = us(ins), us(pst), us(iv)
+			if prob {
+				s.Label = "ECN♯ (prob.)"
+				// The curve's Kmin is the WRED baseline's, in time; an
+				// ins_target set by flag moves Kmax.
+				p.InsTargetUs, p.InsMaxUs, p.MaxP = us(avgTime(t)), us(ins), dcqcnMaxP
+			}
 			// With no RTT spread the mean reaches the p90 and the
 			// persistent target is not below the instantaneous one: run
 			// it anyway (the tune notes say so) rather than refuse.
-			p.ForceTargets = pst >= ins
+			p.ForceTargets = pst >= fromUs(p.InsTargetUs)
 		default:
 			return nil, fmt.Errorf("unknown scheme %q", n)
 		}
@@ -100,6 +120,9 @@ func (s *Scheme) classConfig(name string) (qdisc.ClassConfig, error) {
 		LimitBytes:   units.ByteSize(p.LimitBytes),
 		ECN:          mode,
 		MinThBytes:   units.ByteSize(p.KBytes),
+		MaxThBytes:   units.ByteSize(p.MaxThBytes),
+		MaxP:         p.MaxP,
+		InsMax:       fromUs(p.InsMaxUs),
 		InsTarget:    fromUs(p.InsTargetUs),
 		PstTarget:    fromUs(p.PstTargetUs),
 		PstInterval:  fromUs(p.PstIntervalUs),
@@ -115,6 +138,8 @@ func (p *Params) describe(rate units.Rate) string {
 		return fmt.Sprintf("%.1fKB=%.0fµs", float64(b)/1000, bytesToUs(float64(b), rate))
 	}
 	switch p.Mode {
+	case "wred":
+		return fmt.Sprintf("min %s max %s p %.2g", q(p.KBytes), q(p.MaxThBytes), p.MaxP)
 	case "step":
 		return "K " + q(p.KBytes)
 	case "tcn":
@@ -123,12 +148,23 @@ func (p *Params) describe(rate units.Rate) string {
 		return fmt.Sprintf("target %.0fµs interval %.0fµs", p.TargetUs, p.IntervalUs)
 	case "ecnsharp":
 		d := fmt.Sprintf("ins %.0fµs pst %.0fµs/%.0fµs", p.InsTargetUs, p.PstTargetUs, p.PstIntervalUs)
+		if p.InsMaxUs > 0 {
+			d = fmt.Sprintf("ins %.0f-%.0fµs p %.2g pst %.0fµs/%.0fµs", p.InsTargetUs, p.InsMaxUs, p.MaxP, p.PstTargetUs, p.PstIntervalUs)
+		}
 		if len(p.Overridden) > 0 {
 			d += " (" + strings.Join(p.Overridden, ",") + " by flag)"
 		}
 		return d
 	}
 	return p.Mode
+}
+
+// avgTime is K_avg in time: λ·RTT_avg (aqm.Tune's K_avg over C).
+func avgTime(t aqm.TuneOutput) time.Duration {
+	if t.KTailBytes == 0 {
+		return 0
+	}
+	return time.Duration(float64(t.InsTarget) * float64(t.KAvgBytes) / float64(t.KTailBytes))
 }
 
 // autoLimit is the class buffer: 4·K_tail, so that the step-Tail queue

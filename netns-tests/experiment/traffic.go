@@ -44,7 +44,7 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 	// Everything of this scheme stops when it returns, or on any error.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lf, err := e.startLong(sctx, o.perScheme()+10*time.Second)
+	lf, err := e.startLongFlows(sctx, o.perScheme()+10*time.Second)
 	if err != nil {
 		return Result{}, err
 	}
@@ -52,9 +52,9 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 
 	sleepCtx(sctx, o.warmup)
 	if err := sctx.Err(); err != nil {
-		return Result{}, errors.Join(err, lf.g.firstErr())
+		return Result{}, errors.Join(err, lf.firstErr())
 	}
-	w := &window{SampleEvery: o.sampleEvery, LongSenders: lf.senders}
+	w := &window{SampleEvery: o.sampleEvery, LongSenders: lf.senderNames()}
 	st, err := e.port.Stats()
 	if err != nil {
 		return Result{}, err
@@ -82,7 +82,13 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 	var failedMu sync.Mutex
 	for i, node := range e.lab.Senders {
 		meas.Go(func() error {
-			f, failed := e.shortFlows(sctx, node, end, sizes[i], gaps[i])
+			var f []time.Duration
+			var failed int
+			if e.roce != nil {
+				f, failed = e.roceShortFlows(sctx, i, end, sizes[i], gaps[i])
+			} else {
+				f, failed = e.shortFlows(sctx, node, end, sizes[i], gaps[i])
+			}
 			fcts[i] = f
 			failedMu.Lock()
 			w.ShortFailed += failed
@@ -93,7 +99,7 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 	sleepCtx(sctx, time.Until(end))
 	if err := sctx.Err(); err != nil {
 		cancel()
-		return Result{}, errors.Join(err, meas.Wait(), lf.g.firstErr())
+		return Result{}, errors.Join(err, meas.Wait(), lf.firstErr())
 	}
 	st, err = e.port.Stats()
 	if err != nil {
@@ -108,7 +114,7 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 		return Result{}, err
 	}
 	w.FCTs = fcts
-	if err := lf.g.firstErr(); err != nil {
+	if err := lf.firstErr(); err != nil {
 		return Result{}, err
 	}
 	if len(incast) > 0 {
@@ -207,6 +213,35 @@ func (e *experiment) startLong(ctx context.Context, life time.Duration) (*longFl
 	}
 	return lf, nil
 }
+
+// longSet is the long flows of a scheme run, of either transport.
+type longSet interface {
+	info() ([]tcpSnap, error)
+	firstErr() error
+	senderNames() []string
+	stop()
+}
+
+// startLongFlows starts the long flows of the transport.
+func (e *experiment) startLongFlows(ctx context.Context, life time.Duration) (longSet, error) {
+	if e.roce != nil {
+		lf, err := e.startRoCELong()
+		if err != nil {
+			return nil, err
+		}
+		return roceLongSet{lf}, nil
+	}
+	return e.startLong(ctx, life)
+}
+
+type roceLongSet struct{ *roceLong }
+
+func (r roceLongSet) info() ([]tcpSnap, error) { return r.roceLong.info(), nil }
+func (r roceLongSet) firstErr() error          { return r.roceLong.err() }
+func (r roceLongSet) senderNames() []string    { return r.senders }
+
+func (lf *longFlows) firstErr() error       { return lf.g.firstErr() }
+func (lf *longFlows) senderNames() []string { return lf.senders }
 
 // info reads every flow's TCP_INFO.
 func (lf *longFlows) info() ([]tcpSnap, error) {
@@ -322,7 +357,14 @@ func (e *experiment) incastPhase(ctx context.Context, sizes [][]int) (IncastResu
 		if ctx.Err() != nil {
 			break
 		}
-		f, failed, err := e.queryRound(ctx, round)
+		var f []time.Duration
+		var failed int
+		var err error
+		if e.roce != nil {
+			f, failed, err = e.roceQueryRound(ctx, round)
+		} else {
+			f, failed, err = e.queryRound(ctx, round)
+		}
 		if err != nil {
 			cancel()
 			<-done
