@@ -106,56 +106,13 @@ func rocePortConfig() qdisc.Config {
 	return cfg
 }
 
-// roceKnobs turn the paper profile into what every sender runs (dcqcn.md
-// "Constants"). dcqcn.Profile("paper", 1 Gbit/s) already scales R_AI, R_HAI
-// and Rmin with the line rate (40 -> 1, 200 -> 5, 100 -> 2.5 Mbit/s); on top:
-//
-//   - Every time constant stretched by the same factor 40: the increase
-//     timer T (rpg_time_reset) and the alpha timer K (dce_tcp_rtt) 55 us ->
-//     2.2 ms, the NP's N (min_time_between_cnps) 50 us -> 2 ms. Rates / 40
-//     with times x 40 is the paper's 40 Gbit/s testbed slowed down 40 times:
-//     bytes per timer period, R_AI per T relative to the line, B and K > N
-//     stay as they were. Keeping the 40 Gbit/s times (the other consistent
-//     scaling) puts T and N far below this fabric's feedback delay, which is
-//     milliseconds: a CE mark is made at enqueue and reaches the NP a queue
-//     sojourn later (0.5-1 MB at 1 Gbit/s is 4-8 ms), plus the agents'
-//     scheduling on two shared cores. Measured with T = K = 55 or 300 us:
-//     the queue swung between empty and the limit, with drops, and the
-//     utilization was 0.71-0.97. The DCQCN demo uses the same factor.
-//   - N = 1 ms rather than the stretched 2 ms: with the NP in the kernel
-//     the CNPs leave at once, and two senders could then get too few of
-//     them to hold the queue under max_th (p99 of the backlog arrivals
-//     found: 380-530 KiB of max_th 512 KiB in 10 runs at 500 Mbit/s, one
-//     over); with 1 ms, 378-428 KiB in 6. K = 2.2 ms still exceeds N.
-//   - clamp_tgt_rate 0 and clamp_tgt_rate_after_time_inc 1 (the mlx5
-//     firmware defaults) instead of the paper's Rt = Rc on every cut. The
-//     marks made before the senders slow down still arrive a sojourn later,
-//     so every congestion episode brings a burst of CNPs; with Rt following
-//     each cut the burst ratchets Rt down 20-30 %, and the additive increase
-//     (1 Mbit/s per 2.2 ms) leaves the link partly idle for hundreds of ms
-//     (measured utilization 0.93-0.98). Keeping Rt unless the timer raised
-//     the rate since the last cut, fast recovery returns to the pre-episode
-//     rate within F*T = 11 ms: utilization 0.99+ with 2 and 4 senders.
-var roceKnobs = [][2]string{
-	{"rpg_time_reset", "2200"},
-	{"dce_tcp_rtt", "2200"},
-	{"min_time_between_cnps", "1000"},
-	{"clamp_tgt_rate", "0"},
-	{"clamp_tgt_rate_after_time_inc", "1"},
-	{"rate_validation", "75"},
-}
-
-// roceParams is the DCQCN configuration of every sender.
+// roceParams is the DCQCN configuration of every sender: the lab profile
+// (host/dcqcn.LabParams says why each knob).
 func roceParams(t *testing.T) dcqcn.Params {
 	t.Helper()
-	p, err := dcqcn.Profile("paper", roceRate)
+	p, err := dcqcn.Profile("lab", roceRate)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, kv := range roceKnobs {
-		if err := p.Set(kv[0], kv[1]); err != nil {
-			t.Fatal(err)
-		}
 	}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
@@ -702,7 +659,7 @@ func startPerfServer(t *testing.T, d *topo.Dumbbell) string {
 }
 
 // perfClientConfig is "roceperf -c SERVER -t D -b 1g --mtu 4096 -l 64k
-// --dcqcn-profile paper --dcqcn <roceKnobs> -i 0.2".
+// --dcqcn-profile lab -i 0.2".
 func perfClientConfig(server string, d time.Duration) perf.ClientConfig {
 	c := perf.DefaultClientConfig(server)
 	c.Duration = d
@@ -710,10 +667,7 @@ func perfClientConfig(server string, d time.Duration) perf.ClientConfig {
 	c.MessageBytes = roceMsgBytes
 	c.LineRate = roceRate
 	c.CC = agent.CCDCQCN
-	c.Profile = "paper"
-	for _, kv := range roceKnobs {
-		c.Knobs = append(c.Knobs, kv[0]+"="+kv[1])
-	}
+	c.Profile = "lab"
 	c.Interval = roceInterval
 	c.MaxBurst = roceMaxBurst
 	c.InflightTime = roceInflight

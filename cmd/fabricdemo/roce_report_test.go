@@ -536,7 +536,7 @@ func TestParseFlagsRoCE(t *testing.T) {
 	}{
 		{[]string{"-traffic", "udp"}, `-traffic "udp": want roce, tcp or uet`},
 		{[]string{"-traffic", "tcp", "-profile", "mlx5", "-qps", "2"}, "-qps, -profile: only with -traffic roce"},
-		{[]string{"-profile", "fast"}, "-profile fast: want mlx5 or paper"},
+		{[]string{"-profile", "fast"}, "-profile fast: want lab or mlx5 or paper"},
 		{[]string{"-dcqcn", "rpg_ai_rate"}, "want name=value"},
 		{[]string{"-dcqcn", "rpg_speed=3"}, `unknown knob "rpg_speed"`},
 		{[]string{"-dcqcn", "rpg_ai_rate=5gbit"}, "-dcqcn rpg_ai_rate=5gbit"},

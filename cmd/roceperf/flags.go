@@ -75,7 +75,7 @@ Client:
                             --cc none the pacing cap (default unpaced); the
                             -P QPs share it, as a NIC's QPs share the port
   --cc dcqcn|none           congestion control (default dcqcn)
-  --dcqcn-profile mlx5|paper  DCQCN profile (default mlx5)
+  --dcqcn-profile mlx5|paper|lab  DCQCN profile (default mlx5; lab: paper with ms timers, host/dcqcn.LabParams)
   --rp kernel|agent         where the DCQCN reaction point takes its CNPs: an
                             eBPF program on the devices holding -B, Rc cut
                             from a CNP's arrival on (default kernel where it

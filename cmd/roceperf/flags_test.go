@@ -123,7 +123,7 @@ func TestParseErrors(t *testing.T) {
 		{"-c h --udp-port 70000", "roceperf: --udp-port 70000: must be 0..65535"},
 		{"-s --udp-port 0", "roceperf: --udp-port 0: must be 1..65535"},
 		{"-c h -B nowhere", "roceperf: -B nowhere: must be an IP address of this host"},
-		{"-c h --dcqcn-profile hpcc", "roceperf: --dcqcn-profile hpcc: must be mlx5 or paper"},
+		{"-c h --dcqcn-profile hpcc", "roceperf: --dcqcn-profile hpcc: must be lab or mlx5 or paper"},
 		{"-c h --dcqcn rpg_ai_rate", `roceperf: --dcqcn "rpg_ai_rate": want name=value`},
 		{"-c h --dcqcn nope=1", `roceperf: --dcqcn unknown knob "nope"`},
 		{"-c h --dcqcn rpg_threshold=0", "roceperf: --dcqcn rpg_threshold=0: must be 1..255"},

@@ -142,7 +142,8 @@ const (
 	MLX5RefLineRate = 25 * units.Gbit
 )
 
-// Profile returns the named profile scaled to lineRate: "paper" or "mlx5".
+// Profile returns the named profile scaled to lineRate: "paper", "mlx5"
+// or "lab".
 func Profile(name string, lineRate units.Rate) (Params, error) {
 	if lineRate == 0 {
 		return Params{}, errors.New("dcqcn: line rate 0: must be > 0")
@@ -152,12 +153,55 @@ func Profile(name string, lineRate units.Rate) (Params, error) {
 		return PaperParams(lineRate), nil
 	case "mlx5":
 		return MLX5Params(lineRate), nil
+	case "lab":
+		return LabParams(lineRate), nil
 	}
 	return Params{}, fmt.Errorf("dcqcn: unknown profile %q (valid: %s)", name, strings.Join(ProfileNames(), ", "))
 }
 
 // ProfileNames lists the names Profile accepts, sorted.
-func ProfileNames() []string { return []string{"mlx5", "paper"} }
+func ProfileNames() []string { return []string{"lab", "mlx5", "paper"} }
+
+// LabParams is the paper profile for a lab of software hosts whose round
+// trips are milliseconds (network namespaces on shared cores: the netns
+// tests, the experiment). PaperParams already scales R_AI, R_HAI and Rmin
+// with the line rate (at 1 Gbit/s: 40 -> 1, 200 -> 5, 100 -> 2.5 Mbit/s); on
+// top:
+//
+//   - Every time constant stretched by the same factor 40: the increase
+//     timer T (rpg_time_reset) and the alpha timer K (dce_tcp_rtt) 55 µs ->
+//     2.2 ms. Rates / 40 with times × 40 is the paper's 40 Gbit/s testbed
+//     slowed down 40 times: bytes per timer period, R_AI per T relative to
+//     the line, B and K > N stay as they were. Keeping the 40 Gbit/s times
+//     puts T and N far below such a fabric's feedback delay (a CE mark made
+//     at enqueue reaches the NP a queue sojourn later, 4-8 ms for 0.5-1 MB
+//     at 1 Gbit/s, plus the hosts' scheduling): measured with T = K = 55 or
+//     300 µs the queue swung between empty and the limit, with drops, at
+//     0.71-0.97 utilization.
+//   - N (min_time_between_cnps) 1 ms rather than the stretched 2 ms: with
+//     the NP in the kernel the CNPs leave at once, and two senders could
+//     then get too few of them to hold the queue under max_th (the netns
+//     tests: p99 of the backlog arrivals found 380-530 KiB of max_th 512
+//     KiB in 10 runs at 500 Mbit/s, one over; with 1 ms, 378-428 KiB in 6).
+//     K = 2.2 ms still exceeds N.
+//   - clamp_tgt_rate 0 and clamp_tgt_rate_after_time_inc 1 (the mlx5
+//     firmware defaults) instead of the paper's Rt = Rc on every cut: the
+//     marks made before the senders slow down arrive a sojourn later, so a
+//     congestion episode brings a burst of CNPs; with Rt following each cut
+//     the burst ratchets Rt down 20-30 % and the additive increase leaves
+//     the link partly idle for hundreds of ms (0.93-0.98 utilization).
+//   - rate_validation 75: a software sender that did not send at its Rc
+//     (CPU, window) does not raise it.
+func LabParams(lineRate units.Rate) Params {
+	p := PaperParams(lineRate)
+	p.RPGTimeReset = 2200 * time.Microsecond
+	p.DCETCPRTT = 2200 * time.Microsecond
+	p.MinTimeBetweenCNPs = time.Millisecond
+	p.ClampTgtRate = false
+	p.ClampTgtRateAfterTimeInc = true
+	p.RateValidation = 75
+	return p
+}
 
 // PaperParams is the paper-style profile (dcqcn.md "Constants"): N = 50 µs,
 // K = 55 µs, g = 1/256, F = 5, B = 10 MB, T = 55 µs, α starts at 1, no CNP

@@ -276,3 +276,27 @@ func FuzzParamsSet(f *testing.F) {
 		}
 	})
 }
+
+// TestLabParams: the lab profile is the paper profile with the knobs the
+// netns tests set by name before it existed.
+func TestLabParams(t *testing.T) {
+	want := PaperParams(500 * units.Mbit)
+	for _, kv := range [][2]string{
+		{"rpg_time_reset", "2200"}, {"dce_tcp_rtt", "2200"}, {"min_time_between_cnps", "1000"},
+		{"clamp_tgt_rate", "0"}, {"clamp_tgt_rate_after_time_inc", "1"}, {"rate_validation", "75"},
+	} {
+		if err := want.Set(kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Profile("lab", 500*units.Mbit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("lab profile %+v\nwant         %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Error(err)
+	}
+}

@@ -113,7 +113,7 @@ func TestValidate(t *testing.T) {
 		{"cc", func(c *ClientConfig) { c.CC = "reno" }, "roceperf: --cc reno: must be dcqcn or none"},
 		{"op", func(c *ClientConfig) { c.Op = 7 }, "roceperf: --op 7: must be write or send"},
 		{"rate", func(c *ClientConfig) { c.LineRate = 2 * units.Tbit }, "roceperf: -b 2tbit: must be 1kbit..1tbit"},
-		{"profile", func(c *ClientConfig) { c.Profile = "hpcc" }, "roceperf: --dcqcn-profile hpcc: must be mlx5 or paper"},
+		{"profile", func(c *ClientConfig) { c.Profile = "hpcc" }, "roceperf: --dcqcn-profile hpcc: must be lab or mlx5 or paper"},
 		{"window", func(c *ClientConfig) { c.Window = 1 << 21 }, "roceperf: --window 2097152: must be 1..1048576 packets"},
 		{"ack every", func(c *ClientConfig) { c.Window, c.AckReqEvery = 8, 16 }, "roceperf: --ack-every 16: must be 1..8 packets (the window)"},
 		{"burst", func(c *ClientConfig) { c.MaxBurst = 300 }, "roceperf: --burst 300: must be 1..256 packets"},

@@ -107,20 +107,7 @@ func writePlot(path string, r *Report) error {
 		}
 	}
 
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
-		f.Close()
-		return fmt.Errorf("plot: write %s: %w", path, err)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return savePNG(path, img)
 }
 
 func seriesPlot(s *Result, measureS, yMax, kTail, kAvg, pst float64) (*plot.Plot, error) {
@@ -280,6 +267,11 @@ func writeFCTPlot(path string, r *Report) error {
 	canvases := plot.Align(plots, tiles, dc)
 	whole.Draw(canvases[0][0])
 	tail.Draw(canvases[0][1])
+	return savePNG(path, img)
+}
+
+// savePNG writes img to path as a PNG.
+func savePNG(path string, img *vgimg.Canvas) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -38,18 +38,6 @@ const (
 	roceAckTimeout = 4096 * time.Nanosecond << 16
 )
 
-// roceKnobs are the DCQCN knobs of the lab's RoCE tests (netns-tests,
-// roceKnobs): the paper profile with its timers scaled to RTTs of about a
-// millisecond (50 µs N and 55 µs timers are for tens of µs).
-var roceKnobs = [][2]string{
-	{"rpg_time_reset", "2200"},
-	{"dce_tcp_rtt", "2200"},
-	{"min_time_between_cnps", "1000"},
-	{"clamp_tgt_rate", "0"},
-	{"clamp_tgt_rate_after_time_inc", "1"},
-	{"rate_validation", "75"},
-}
-
 // roceHost is a node's agent: UDP 4791, the kernel RP on its devices.
 type roceHost struct {
 	node *topo.Node
@@ -114,20 +102,15 @@ func (h *roceHost) endpoint(q *agent.QP) agent.Endpoint {
 
 // setupRoCE starts an agent in every sender and in the receiver.
 func (e *experiment) setupRoCE(inflight time.Duration) error {
-	p, err := dcqcn.Profile("paper", e.o.rate)
-	if err != nil {
-		return err
-	}
-	for _, kv := range roceKnobs {
-		if err := p.Set(kv[0], kv[1]); err != nil {
-			return fmt.Errorf("dcqcn %s=%s: %w", kv[0], kv[1], err)
-		}
-	}
+	// The RoCE tests' profile: the paper's, its timers scaled to RTTs of
+	// milliseconds.
+	p := dcqcn.LabParams(e.o.rate)
 	if err := p.Validate(); err != nil {
 		return err
 	}
 	rl := &roceLab{params: p, inflight: inflight}
 	e.roce = rl
+	var err error
 	if rl.recv, err = newRoCEHost(e.lab.Receiver, e.lab.ReceiverAddr); err != nil {
 		return err
 	}
