@@ -336,18 +336,8 @@ func TestDCTCPStepPort(t *testing.T) {
 	var lines []string
 	for i, c := range flows.conns {
 		local, remote := netip.MustParseAddrPort(c.LocalAddr().String()), netip.MustParseAddrPort(c.RemoteAddr().String())
-		var a, b dctcp.Flow
-		for _, f := range f0 {
-			if f.Key.Local == local && f.Key.Remote == remote {
-				a = f
-			}
-		}
-		found := false
-		for _, f := range f1 {
-			if f.Key.Local == local && f.Key.Remote == remote {
-				b, found = f, true
-			}
-		}
+		a, _ := findFlow(f0, local, remote)
+		b, found := findFlow(f1, local, remote)
 		if !found || b.Fallback {
 			t.Fatalf("flow %v: in the program's flows %v, fallback to Reno %v", local, found, b.Fallback)
 		}
@@ -408,4 +398,14 @@ func TestDCTCPStepPort(t *testing.T) {
 	if d := portDrops(st1); d != 0 || backlogDrops != 0 {
 		t.Errorf("drops: port %d, per-CPU backlogs %d: want none (ECN holds the queue)", d, backlogDrops)
 	}
+}
+
+// findFlow is the flow of fs with these ends.
+func findFlow(fs []dctcp.Flow, local, remote netip.AddrPort) (dctcp.Flow, bool) {
+	for _, f := range fs {
+		if f.Key.Local == local && f.Key.Remote == remote {
+			return f, true
+		}
+	}
+	return dctcp.Flow{}, false
 }

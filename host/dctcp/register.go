@@ -297,20 +297,6 @@ func (r *Registration) Flows() ([]Flow, error) {
 	return out, nil
 }
 
-// Flow is the flow whose local end is local and remote end remote.
-func (r *Registration) Flow(local, remote netip.AddrPort) (Flow, bool, error) {
-	fs, err := r.Flows()
-	if err != nil {
-		return Flow{}, false, err
-	}
-	for _, f := range fs {
-		if f.Key.Local == local && f.Key.Remote == remote {
-			return f, true, nil
-		}
-	}
-	return Flow{}, false, nil
-}
-
 // Counters are the program's totals over every connection.
 type Counters struct {
 	Inits          uint64 `json:"inits"`
