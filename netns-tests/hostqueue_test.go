@@ -92,8 +92,11 @@ func TestHostQueueApart(t *testing.T) {
 			cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: limit, ECN: qdisc.ECNStep, MinThBytes: limit - 1}
 			d, port, sk, dst := udpPort(t, 2, cfg, am.legacy)
 
-			// Two senders at 0.65x the port rate each, 20 ms on, 40 ms
-			// off: the queue builds to ~150 KB and drains, 70 times.
+			// Two senders at 0.65x the port rate each, 15 ms on, 40 ms
+			// off: the queue builds to ~110 KB (bursts add ~30 KB) and
+			// drains, 70 times. The p99 sojourn, ~5.5 ms, lies mid-way in
+			// its log2 bucket [4.2, 8.4) ms: at 20 ms on it sat at the
+			// bucket's edge and a stall of 0.5 ms moved it one bucket up.
 			const seconds = 4
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
@@ -111,7 +114,7 @@ func TestHostQueueApart(t *testing.T) {
 				senders.Add(1)
 				go func() {
 					defer senders.Done()
-					f := flow{tos: tosRoCEECT0, payload: 1400, rate: rate * 65 / 100, on: 20 * time.Millisecond, off: 40 * time.Millisecond, total: seconds * time.Second}
+					f := flow{tos: tosRoCEECT0, payload: 1400, rate: rate * 65 / 100, on: 15 * time.Millisecond, off: 40 * time.Millisecond, total: seconds * time.Second}
 					_, errs[i] = f.send(ctx, s, dst)
 				}()
 			}
