@@ -1,0 +1,470 @@
+package tunnel
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/safchain/ethtool"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/nsexec"
+)
+
+// MetaRoot is where a pinned PE records its configuration, beside the
+// ports' records.
+var MetaRoot = filepath.Join(filepath.Dir(qdisc.MetaRoot), "tunnels")
+
+// AttachOptions say how a PE is attached.
+type AttachOptions struct {
+	// Pin keeps the PE attached after the process exits (the CLI); Open
+	// finds it again. Unpinned PEs detach when closed.
+	Pin bool
+}
+
+// PE is the tunnel's programs on one device: encapsulation at egress (first
+// in the chain, so a port on the same device sees the outer header) and
+// decapsulation at ingress.
+type PE struct {
+	ns    netns.NsHandle
+	maps  bpf.TunnelMaps
+	progs bpf.TunnelPrograms // empty when opened from pins
+	links []link.Link
+	meta  peMeta
+}
+
+// peMeta is what a pinned PE records about itself.
+type peMeta struct {
+	Netns  string `json:"netns,omitempty"`
+	Dev    string `json:"dev"`
+	PinDir string `json:"pin_dir,omitempty"`
+	Config Config `json:"config"`
+}
+
+// Attach loads the programs, configures them and attaches them to dev in
+// the named namespace ("" = the caller's).
+func Attach(netnsName, dev string, cfg Config, opts AttachOptions) (_ *PE, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &PE{ns: netns.None(), meta: peMeta{Netns: netnsName, Dev: dev}}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.teardown())
+		}
+	}()
+	if p.ns, err = openNetns(netnsName); err != nil {
+		return nil, err
+	}
+	ifindex, mtu, err := p.device()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.checkGRO(); err != nil {
+		return nil, err
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = mtu
+	}
+	if opts.Pin {
+		dir := pinDir(p.ns, dev)
+		if _, err := os.Stat(metaPath(dir)); err == nil {
+			return nil, fmt.Errorf("a tunnel PE is already attached to %s (detach it first)", describeDev(netnsName, dev))
+		}
+		p.meta.PinDir = dir
+	}
+	var objs bpf.TunnelObjects
+	if err := bpf.LoadTunnelObjects(&objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load tunnel programs: %+v", ve)
+		}
+		return nil, fmt.Errorf("load tunnel programs: %w", err)
+	}
+	p.maps, p.progs = objs.TunnelMaps, objs.TunnelPrograms
+	if err := p.write(cfg); err != nil {
+		return nil, err
+	}
+	// Encapsulation first at egress: a port on the device (a rate limiter,
+	// a marking queue) must see and count the outer header.
+	for _, a := range []struct {
+		prog   *ebpf.Program
+		where  ebpf.AttachType
+		anchor link.Anchor
+	}{
+		{p.progs.TunnelEncap, ebpf.AttachTCXEgress, link.Head()},
+		{p.progs.TunnelDecap, ebpf.AttachTCXIngress, link.Head()},
+	} {
+		var l link.Link
+		err := nsexec.Do(p.ns, func() (err error) {
+			l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: a.prog, Attach: a.where, Anchor: a.anchor})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("attach %s to %s (needs TCX, Linux 6.6 or later): %w", a.prog, describeDev(netnsName, dev), err)
+		}
+		p.links = append(p.links, l)
+	}
+	if opts.Pin {
+		if err := p.pin(); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// device reads dev's index and MTU.
+func (p *PE) device() (ifindex, mtu int, err error) {
+	h, err := netlinkHandle(p.ns)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(p.meta.Dev)
+	if err != nil {
+		return 0, 0, fmt.Errorf("device %q: %w", describeDev(p.meta.Netns, p.meta.Dev), err)
+	}
+	return l.Attrs().Index, l.Attrs().MTU, nil
+}
+
+// checkGRO refuses a device that merges received packets: decapsulation
+// takes no GSO packets (the kernel's flags that would fix their GSO state
+// after the outer header goes are not in 6.18).
+func (p *PE) checkGRO() error {
+	return nsexec.Do(p.ns, func() error {
+		e, err := ethtool.NewEthtool()
+		if err != nil {
+			return fmt.Errorf("ethtool: %w", err)
+		}
+		defer e.Close()
+		feats, err := e.Features(p.meta.Dev)
+		if err != nil {
+			return fmt.Errorf("ethtool features of %s: %w", describeDev(p.meta.Netns, p.meta.Dev), err)
+		}
+		if feats["rx-gro"] || feats["generic-receive-offload"] || feats["rx-gro-hw"] || feats["large-receive-offload"] {
+			return fmt.Errorf("%s merges received packets (GRO/LRO), which the decapsulation does not take; turn it off: ethtool -K %s gro off lro off",
+				describeDev(p.meta.Netns, p.meta.Dev), p.meta.Dev)
+		}
+		return nil
+	})
+}
+
+// Configure replaces the routes, peers and settings live; counters stay.
+func (p *PE) Configure(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.MTU == 0 {
+		_, mtu, err := p.device()
+		if err != nil {
+			return err
+		}
+		cfg.MTU = mtu
+	}
+	if err := p.write(cfg); err != nil {
+		return err
+	}
+	if p.meta.PinDir != "" {
+		return writeMeta(&p.meta)
+	}
+	return nil
+}
+
+// Config is the configuration in effect (defaults filled in).
+func (p *PE) Config() Config { return p.meta.Config }
+
+// write puts cfg into the maps: settings first, then routes and peers added
+// before stale ones are removed, so no packet in between finds neither.
+func (p *PE) write(cfg Config) error {
+	cfg = cfg.withDefaults()
+	v := bpf.TunnelPeConfig{
+		Local:         addrBE(cfg.Local),
+		Mtu:           uint32(cfg.MTU),
+		EcnMode:       uint32(cfg.ECN),
+		Ttl:           uint32(cfg.TTL),
+		LogIntervalNs: uint64(cfg.LogInterval.Nanoseconds()),
+	}
+	if cfg.TwoThreshold {
+		v.TwoThreshold = 1
+	}
+	if err := p.maps.TunnelCfg.Put(uint32(0), &v); err != nil {
+		return fmt.Errorf("write tunnel config: %w", err)
+	}
+	want := map[bpf.TunnelRoutePrefix]bool{}
+	for _, r := range cfg.Routes {
+		k := bpf.TunnelRoutePrefix{Prefixlen: uint32(r.Prefix.Bits()), Addr: addrBE(r.Prefix.Addr())}
+		want[k] = true
+		if err := p.maps.TunnelRoutes.Put(&k, &bpf.TunnelEncapRoute{Remote: addrBE(r.Remote)}); err != nil {
+			return fmt.Errorf("write route %v: %w", r.Prefix, err)
+		}
+	}
+	var stale []bpf.TunnelRoutePrefix
+	var k bpf.TunnelRoutePrefix
+	var rv bpf.TunnelEncapRoute
+	it := p.maps.TunnelRoutes.Iterate()
+	for it.Next(&k, &rv) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read routes: %w", err)
+	}
+	for _, k := range stale {
+		if err := p.maps.TunnelRoutes.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove route: %w", err)
+		}
+	}
+	peers := map[uint32]bool{}
+	for _, a := range cfg.peers() {
+		peers[addrBE(a)] = true
+		if err := p.maps.TunnelPeers.Put(addrBE(a), uint32(1)); err != nil {
+			return fmt.Errorf("write peer %v: %w", a, err)
+		}
+	}
+	var stalePeers []uint32
+	var pk, pv uint32
+	pit := p.maps.TunnelPeers.Iterate()
+	for pit.Next(&pk, &pv) {
+		if !peers[pk] {
+			stalePeers = append(stalePeers, pk)
+		}
+	}
+	if err := pit.Err(); err != nil {
+		return fmt.Errorf("read peers: %w", err)
+	}
+	for _, k := range stalePeers {
+		if err := p.maps.TunnelPeers.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove peer: %w", err)
+		}
+	}
+	p.meta.Config = cfg
+	return nil
+}
+
+// addrBE is an IPv4 address as the programs compare it: network order in
+// a host-order integer.
+func addrBE(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+func addrFromBE(v uint32) netip.Addr {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
+
+// Close detaches the PE and removes its pins. It is idempotent.
+func (p *PE) Close() error { return p.teardown() }
+
+// Release closes this process's handles and leaves a pinned PE attached.
+func (p *PE) Release() error {
+	if p.meta.PinDir == "" {
+		return errors.New("release: tunnel PE is not pinned; Close it instead")
+	}
+	p.closeHandles()
+	return nil
+}
+
+func (p *PE) closeHandles() {
+	for _, l := range p.links {
+		l.Close()
+	}
+	p.links = nil
+	closeAll(&p.maps, &p.progs)
+	p.maps, p.progs = bpf.TunnelMaps{}, bpf.TunnelPrograms{}
+	if p.ns.IsOpen() {
+		p.ns.Close()
+		p.ns = netns.None()
+	}
+}
+
+func closeAll(cs ...interface{ Close() error }) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+func (p *PE) teardown() error {
+	var errs []error
+	for _, l := range p.links {
+		if p.meta.PinDir != "" {
+			if err := l.Unpin(); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if p.meta.PinDir != "" {
+		for _, m := range p.mapsByName() {
+			if m != nil && m.IsPinned() {
+				if err := m.Unpin(); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	p.closeHandles()
+	if p.meta.PinDir != "" {
+		if err := os.RemoveAll(p.meta.PinDir); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.Remove(metaPath(p.meta.PinDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		p.meta.PinDir = ""
+	}
+	return errors.Join(errs...)
+}
+
+func (p *PE) mapsByName() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		bpf.TunnelMapTunnelCfg:      p.maps.TunnelCfg,
+		bpf.TunnelMapTunnelRoutes:   p.maps.TunnelRoutes,
+		bpf.TunnelMapTunnelPeers:    p.maps.TunnelPeers,
+		bpf.TunnelMapTunnelCounters: p.maps.TunnelCounters,
+		bpf.TunnelMapTunnelLogLast:  p.maps.TunnelLogLast,
+		bpf.TunnelMapTunnelEvents:   p.maps.TunnelEvents,
+	}
+}
+
+func (p *PE) pin() error {
+	if err := os.MkdirAll(p.meta.PinDir, 0o700); err != nil {
+		return fmt.Errorf("pin: %w", err)
+	}
+	for name, m := range p.mapsByName() {
+		if err := m.Pin(filepath.Join(p.meta.PinDir, name)); err != nil {
+			return fmt.Errorf("pin map %s: %w", name, err)
+		}
+	}
+	for i, l := range p.links {
+		if err := l.Pin(filepath.Join(p.meta.PinDir, fmt.Sprintf("link%d", i))); err != nil {
+			return fmt.Errorf("pin link: %w", err)
+		}
+	}
+	return writeMeta(&p.meta)
+}
+
+// Open finds a pinned PE on dev in netns ("" = the caller's namespace).
+func Open(netnsName, dev string) (_ *PE, err error) {
+	p := &PE{ns: netns.None()}
+	defer func() {
+		if err != nil {
+			p.closeHandles()
+		}
+	}()
+	if p.ns, err = openNetns(netnsName); err != nil {
+		return nil, err
+	}
+	dir := pinDir(p.ns, dev)
+	b, err := os.ReadFile(metaPath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no tunnel PE is attached to %s (attach one with: portctl tunnel attach)", describeDev(netnsName, dev))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &p.meta); err != nil {
+		return nil, fmt.Errorf("tunnel record %s: %w", metaPath(dir), err)
+	}
+	maps := map[string]**ebpf.Map{
+		bpf.TunnelMapTunnelCfg: &p.maps.TunnelCfg, bpf.TunnelMapTunnelRoutes: &p.maps.TunnelRoutes,
+		bpf.TunnelMapTunnelPeers: &p.maps.TunnelPeers, bpf.TunnelMapTunnelCounters: &p.maps.TunnelCounters,
+		bpf.TunnelMapTunnelLogLast: &p.maps.TunnelLogLast, bpf.TunnelMapTunnelEvents: &p.maps.TunnelEvents,
+	}
+	for name, dst := range maps {
+		if *dst, err = ebpf.LoadPinnedMap(filepath.Join(dir, name), nil); err != nil {
+			return nil, fmt.Errorf("open pinned map %s: %w", name, err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "link") {
+			l, err := link.LoadPinnedLink(filepath.Join(dir, e.Name()), nil)
+			if err != nil {
+				return nil, fmt.Errorf("open pinned link %s: %w", e.Name(), err)
+			}
+			p.links = append(p.links, l)
+		}
+	}
+	return p, nil
+}
+
+func openNetns(name string) (netns.NsHandle, error) {
+	if name == "" {
+		return netns.None(), nil
+	}
+	var h netns.NsHandle
+	var err error
+	if name[0] == '/' {
+		h, err = netns.GetFromPath(name)
+	} else {
+		h, err = netns.GetFromName(name)
+	}
+	if err != nil {
+		return netns.None(), fmt.Errorf("netns %q: %w", name, err)
+	}
+	return h, nil
+}
+
+func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) {
+	if ns.IsOpen() {
+		return netlink.NewHandleAt(ns)
+	}
+	return netlink.NewHandle()
+}
+
+// pinDir names the PE by its namespace's inode and the device, beside the
+// ports' pins.
+func pinDir(ns netns.NsHandle, dev string) string {
+	path := "/proc/self/ns/net"
+	if ns.IsOpen() {
+		path = fmt.Sprintf("/proc/self/fd/%d", int(ns))
+	}
+	id := "self"
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err == nil {
+		id = fmt.Sprint(st.Ino)
+	}
+	return filepath.Join(qdisc.PinRoot, "tunnel_ns"+id+"_"+dev)
+}
+
+func metaPath(pinDir string) string {
+	return filepath.Join(MetaRoot, filepath.Base(pinDir)+".json")
+}
+
+func writeMeta(m *peMeta) error {
+	if err := os.MkdirAll(MetaRoot, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := metaPath(m.PinDir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, metaPath(m.PinDir))
+}
+
+func describeDev(ns, dev string) string {
+	if ns == "" {
+		return dev
+	}
+	return dev + " in netns " + ns
+}

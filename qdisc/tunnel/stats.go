@@ -1,0 +1,164 @@
+package tunnel
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/fabriclab/fabriclab/bpf"
+)
+
+// Stats are a PE's counters, summed over CPUs.
+type Stats struct {
+	Encap EncapStats `json:"encap"`
+	Decap DecapStats `json:"decap"`
+}
+
+// EncapStats count tunnel_encap's packets.
+type EncapStats struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"` // inner IP bytes
+	// Passed: not for a tunnel (no route, not IPv4, VLAN-tagged).
+	Passed uint64 `json:"passed"`
+	// TooBig did not fit the MTU once encapsulated; with DF they were
+	// answered with ICMP Fragmentation Needed (ICMPSent), otherwise
+	// dropped.
+	TooBig     uint64 `json:"too_big"`
+	ICMPSent   uint64 `json:"icmp_sent"`
+	ICMPFailed uint64 `json:"icmp_failed"`
+	Malformed  uint64 `json:"malformed"`
+	Errors     uint64 `json:"errors"`
+	// GSOFixed: GSO packets other than TCP, whose segments grew by the
+	// outer header (the kernel keeps a UDP gso_size).
+	GSOFixed uint64 `json:"gso_fixed"`
+	// OuterECN counts encapsulated packets by the outer codepoint written,
+	// indexed by ECN value.
+	OuterECN [4]uint64 `json:"outer_ecn"`
+}
+
+// DecapStats count tunnel_decap's packets.
+type DecapStats struct {
+	Packets   uint64 `json:"packets"`
+	Bytes     uint64 `json:"bytes"` // inner IP bytes
+	Passed    uint64 `json:"passed"`
+	Malformed uint64 `json:"malformed"`
+	Spoofed   uint64 `json:"spoofed"`
+	GSO       uint64 `json:"gso"`
+	Errors    uint64 `json:"errors"`
+	// Dropped by the table: inner Not-ECT under outer CE.
+	Dropped uint64 `json:"dropped"`
+	Warn    uint64 `json:"warn"`  // (!) cells
+	Alarm   uint64 `json:"alarm"` // (!!!) cells
+	// Light: outer ECT(1) over an ECN-capable inner header in
+	// two-threshold mode, kept from the inner header.
+	Light      uint64 `json:"light"`
+	EventsLost uint64 `json:"events_lost"`
+	// Cells counts arrivals by [inner][outer] codepoint value.
+	Cells [4][4]uint64 `json:"cells"`
+}
+
+// Stats reads the counters.
+func (p *PE) Stats() (Stats, error) {
+	var per []bpf.TunnelPeStats
+	if err := p.maps.TunnelCounters.Lookup(uint32(0), &per); err != nil {
+		return Stats{}, fmt.Errorf("read tunnel counters: %w", err)
+	}
+	var s Stats
+	for _, c := range per {
+		e, d := &s.Encap, &s.Decap
+		e.Packets += c.EncapPackets
+		e.Bytes += c.EncapBytes
+		e.Passed += c.EncapPassed
+		e.TooBig += c.EncapTooBig
+		e.ICMPSent += c.EncapIcmpSent
+		e.ICMPFailed += c.EncapIcmpFailed
+		e.Malformed += c.EncapMalformed
+		e.Errors += c.EncapErrors
+		e.GSOFixed += c.EncapGsoFixed
+		for i := range e.OuterECN {
+			e.OuterECN[i] += c.EncapOuterEcn[i]
+		}
+		d.Packets += c.DecapPackets
+		d.Bytes += c.DecapBytes
+		d.Passed += c.DecapPassed
+		d.Malformed += c.DecapMalformed
+		d.Spoofed += c.DecapSpoofed
+		d.GSO += c.DecapGso
+		d.Errors += c.DecapErrors
+		d.Dropped += c.DecapDropped
+		d.Warn += c.DecapWarn
+		d.Alarm += c.DecapAlarm
+		d.Light += c.DecapLight
+		d.EventsLost += c.DecapEventsLost
+		for i, n := range c.DecapCells {
+			d.Cells[i>>2][i&3] += n
+		}
+	}
+	return s, nil
+}
+
+// Event is a decapsulated packet in a currently-unused cell of RFC 6040's
+// table, reported at most once per cell per LogInterval.
+type Event struct {
+	Time                 time.Duration // CLOCK_MONOTONIC
+	OuterSrc, OuterDst   netip.Addr
+	InnerSrc, InnerDst   netip.Addr
+	Inner, Outer, Result ECN
+	Cell                 Cell
+	Dropped              bool
+}
+
+// Events reads the unused-cell reports until ctx ends, calling fn for each.
+func (p *PE) Events(ctx context.Context, fn func(Event)) error {
+	rd, err := ringbuf.NewReader(p.maps.TunnelEvents)
+	if err != nil {
+		return fmt.Errorf("tunnel events: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { rd.Close() })
+	defer stop()
+	defer rd.Close()
+	for {
+		rec, err := rd.Read()
+		if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("tunnel events: %w", err)
+		}
+		var ev bpf.TunnelDecapEvent
+		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &ev); err != nil {
+			return fmt.Errorf("tunnel event: %w", err)
+		}
+		fn(Event{
+			Time:     time.Duration(ev.TimeNs),
+			OuterSrc: addrFromBE(ev.OuterSrc), OuterDst: addrFromBE(ev.OuterDst),
+			InnerSrc: addrFromBE(ev.InnerSrc), InnerDst: addrFromBE(ev.InnerDst),
+			Inner: ECN(ev.InnerEcn), Outer: ECN(ev.OuterEcn), Result: ECN(ev.ResultEcn),
+			Cell: Cell(ev.Cell), Dropped: ev.Dropped != 0,
+		})
+	}
+}
+
+// LogEvent writes an event as the RFC asks of unused cells: logged, at
+// warning level for (!!!).
+func LogEvent(log *slog.Logger, ev Event) {
+	level := slog.LevelInfo
+	if ev.Cell == CellAlarm {
+		level = slog.LevelWarn
+	}
+	result := ev.Result.String()
+	if ev.Dropped {
+		result = "drop"
+	}
+	log.Log(context.Background(), level, "RFC 6040 unused ECN combination at decapsulation",
+		"cell", ev.Cell.String(), "inner", ev.Inner.String(), "outer", ev.Outer.String(), "result", result,
+		"outer_src", ev.OuterSrc, "outer_dst", ev.OuterDst, "inner_src", ev.InnerSrc, "inner_dst", ev.InnerDst)
+}
