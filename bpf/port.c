@@ -1621,6 +1621,9 @@ static __always_inline struct xmit_handoff *handoff_slot(__u64 key)
 	return bpf_map_lookup_elem(&handoff, &i);
 }
 
+/* port_dequeue returns TC_ACT_UNSPEC (TCX_NEXT), never TC_ACT_OK: a
+ * program after it at the peer's ingress (a tunnel PE's decapsulation) must
+ * still see the packet, after the port's mark. */
 SEC("tc")
 int port_dequeue(struct __sk_buff *skb)
 {
@@ -1638,7 +1641,7 @@ int port_dequeue(struct __sk_buff *skb)
 
 	ps = bpf_map_lookup_elem(&port_counters, &zero);
 	if (!ps)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	/* Read the type first: only then does the kernel leave a delivery-time
 	 * stamp visible at ingress (kernel.md). */
 	tstamp_type = skb->tstamp_type;
@@ -1646,7 +1649,7 @@ int port_dequeue(struct __sk_buff *skb)
 	if ((tstamp_type != BPF_SKB_CLOCK_MONOTONIC && !test_hooks) ||
 	    (stamp & STAMP_MAGIC_MASK) != STAMP_MAGIC) {
 		ps->dequeue_unstamped_packets++;
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	}
 	class_id = stamp & STAMP_CLASS_MASK;
 
@@ -1659,7 +1662,7 @@ int port_dequeue(struct __sk_buff *skb)
 	st = bpf_map_lookup_elem(&class_counters, &class_id);
 	cc = bpf_map_lookup_elem(&class_cfg, &class_id);
 	if (!pc || !cs || !st || !cc)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 
 	if (pc->flags & PORT_F_XMIT_HOOK) {
 		key = skb_key(skb, ADDR_DEQUEUE);
@@ -1711,7 +1714,7 @@ apply:
 	}
 	if (ecn == ECN_CE)
 		st->dequeued_ce_packets++;
-	return TC_ACT_OK;
+	return TC_ACT_UNSPEC;
 }
 
 /* skb_stamped reports whether the skb carries a monotonic delivery time, as

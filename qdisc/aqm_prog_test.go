@@ -152,7 +152,7 @@ func TestECNSharpMatchesAlgorithm1(t *testing.T) {
 				for i, s := range steps {
 					want := ref.OnDequeue(aqm.Time(s.now), signal(s), s.rnd)
 					got := rig.dequeue(s)
-					if got.ret != tcActOK {
+					if got.ret != tcActNext {
 						t.Fatalf("seed %d step %d: verdict %d", seed, i, got.ret)
 					}
 					if (got.ecn == ce) != want.Mark() {
@@ -268,7 +268,7 @@ func TestDequeueAQMNotECT(t *testing.T) {
 		cc := ClassConfig{Name: "roce", LimitBytes: 4 * units.MiB, ECN: ECNTCN, InsTarget: 10 * time.Microsecond, WREDDrop: drop}
 		rig := newAQMRig(t, cc)
 		got := rig.dequeue(dequeueStep{now: 1e9, sojourn: 51200, ecn: notECT})
-		wantRet := uint32(tcActOK)
+		wantRet := uint32(tcActNext)
 		if drop {
 			wantRet = tcActShot
 		}
@@ -276,7 +276,7 @@ func TestDequeueAQMNotECT(t *testing.T) {
 			t.Errorf("drop=%v: verdict %d ecn %d, want verdict %d and Not-ECT", drop, got.ret, got.ecn, wantRet)
 		}
 		got = rig.dequeue(dequeueStep{now: 2e9, sojourn: 51200, ecn: ce})
-		if got.ret != tcActOK || got.ecn != ce {
+		if got.ret != tcActNext || got.ecn != ce {
 			t.Errorf("drop=%v: CE packet: verdict %d ecn %d", drop, got.ret, got.ecn)
 		}
 		c := stats(t, rig.o).Classes[ClassRoCE]

@@ -298,7 +298,7 @@ func TestPPFCHoldAndAlarm(t *testing.T) {
 	// The pause runs out in the next one: no hold, and an alarm again.
 	r.at(until, 200_000+n)
 	dq := run(t, r.o.PortDequeue, r.pkt, skbCtx{Tstamp: uint64(until-ms)&^0xFF | 0xA8 | uint64(ClassRoCE)})
-	if dq.ret != tcActOK {
+	if dq.ret != tcActNext {
 		t.Fatalf("port_dequeue: verdict %d", dq.ret)
 	}
 	var cs bpf.PortClassState

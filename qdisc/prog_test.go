@@ -28,6 +28,9 @@ const (
 const (
 	tcActOK   = 0
 	tcActShot = 2
+	// tcActNext is TC_ACT_UNSPEC, TCX_NEXT: port_dequeue's pass, so that a
+	// program after it at the peer's ingress still runs.
+	tcActNext = 0xffffffff
 )
 
 // skbCtx mirrors struct __sk_buff (192 bytes). BPF_PROG_RUN accepts
@@ -558,7 +561,7 @@ func TestDequeueAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	deq := run(t, o.PortDequeue, enq.out, skbCtx{Tstamp: enq.ctx.Tstamp})
-	if deq.ret != tcActOK {
+	if deq.ret != tcActNext {
 		t.Fatalf("dequeue verdict %d", deq.ret)
 	}
 	if deq.ctx.Tstamp != 0 {

@@ -381,7 +381,7 @@ func TestTrimAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range queued {
-		if d := runTrim(t, o.PortDequeue, r.out, skbCtx{Tstamp: r.ctx.Tstamp}); d.ret != tcActOK {
+		if d := runTrim(t, o.PortDequeue, r.out, skbCtx{Tstamp: r.ctx.Tstamp}); d.ret != tcActNext {
 			t.Fatalf("dequeue %d: verdict %d", i, d.ret)
 		}
 	}

@@ -129,11 +129,11 @@ func TestXmitHandoff(t *testing.T) {
 		pst     uint64
 		dropped uint64 // aqm_dropped
 	}{
-		{"pass", ect0, aqmPass, tcActOK, ect0, 0, 0, 0},
-		{"instantaneous mark", ect0, aqmMarkIns, tcActOK, ce, 1, 0, 0},
-		{"persistent mark ect1", ect1, aqmMarkPst, tcActOK, ce, 0, 1, 0},
+		{"pass", ect0, aqmPass, tcActNext, ect0, 0, 0, 0},
+		{"instantaneous mark", ect0, aqmMarkIns, tcActNext, ce, 1, 0, 0},
+		{"persistent mark ect1", ect1, aqmMarkPst, tcActNext, ce, 0, 1, 0},
 		{"not-ect with the drop profile", notECT, aqmMarkIns, tcActShot, notECT, 0, 0, 1},
-		{"ce stays ce", ce, aqmMarkIns, tcActOK, ce, 0, 0, 0},
+		{"ce stays ce", ce, aqmMarkIns, tcActNext, ce, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newXmitRig(t, cc)
@@ -142,7 +142,7 @@ func TestXmitHandoff(t *testing.T) {
 			key := r.xmit(pkt, t0+30_000, tc.verdict)
 			before := stats(t, r.o).Classes[ClassRoCE]
 			got := r.peer(pkt, t0+100_000, key)
-			if got.ret != tc.ret || (tc.ret == tcActOK && got.ecn != tc.outECN) {
+			if got.ret != tc.ret || (tc.ret == tcActNext && got.ecn != tc.outECN) {
 				t.Fatalf("verdict %d ecn %d, want %d and ecn %d", got.ret, got.ecn, tc.ret, tc.outECN)
 			}
 			if got.ctx.Tstamp != 0 {
@@ -163,7 +163,7 @@ func TestXmitHandoff(t *testing.T) {
 			if c.AQMInsMarks != tc.ins || c.AQMPstMarks != tc.pst || c.AQMDroppedPackets != tc.dropped {
 				t.Errorf("aqm marks %d ins %d pst, dropped %d; want %d, %d, %d", c.AQMInsMarks, c.AQMPstMarks, c.AQMDroppedPackets, tc.ins, tc.pst, tc.dropped)
 			}
-			if wantCE := tc.ret == tcActOK && tc.outECN == ce; (c.DequeuedCEPackets == 1) != wantCE || c.CEMarked() != tc.ins+tc.pst {
+			if wantCE := tc.ret == tcActNext && tc.outECN == ce; (c.DequeuedCEPackets == 1) != wantCE || c.CEMarked() != tc.ins+tc.pst {
 				t.Errorf("dequeued CE %d, marked %d", c.DequeuedCEPackets, c.CEMarked())
 			}
 			if n := r.handoffs(); n != 0 {
@@ -190,7 +190,7 @@ func TestXmitLateDeparture(t *testing.T) {
 	pkt := r.enqueue(t0, ect0)
 	// No record at this key.
 	got := r.peer(pkt, t0+150_000, 42)
-	if got.ret != tcActOK || got.ecn != ce {
+	if got.ret != tcActNext || got.ecn != ce {
 		t.Fatalf("late departure: verdict %d ecn %d, want pass and CE (150 µs > 100 µs)", got.ret, got.ecn)
 	}
 	c := stats(t, r.o).Classes[ClassRoCE]
