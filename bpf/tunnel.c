@@ -317,7 +317,7 @@ static __always_inline int icmp_frag_needed(struct __sk_buff *skb, struct pe_sta
 	fib.ipv4_src = cfg->local;
 	fib.ipv4_dst = orig.saddr;
 	fib.ifindex = skb->ifindex;
-	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0); /* as if it arrived on the device */
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
 		if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)))
 			goto fail;

@@ -225,10 +225,11 @@ func (n *Node) LinkIndex(dev string) (int, error) {
 }
 
 // offloadFeatures are the ethtool feature strings behind `ethtool -K dev
-// tso|gso|gro`.
+// tso|gso|gro|tx-udp-segmentation`.
 var offloadFeatures = []string{
 	"tx-tcp-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation", "tx-tcp6-segmentation", // tso
 	"tx-generic-segmentation", // gso
+	"tx-udp-segmentation",     // UDP GSO super-packets
 	"rx-gro",                  // gro
 }
 

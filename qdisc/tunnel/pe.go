@@ -71,7 +71,7 @@ func Attach(netnsName, dev string, cfg Config, opts AttachOptions) (_ *PE, err e
 	if err != nil {
 		return nil, err
 	}
-	if err := p.checkGRO(); err != nil {
+	if err := p.checkOffloads(); err != nil {
 		return nil, err
 	}
 	if cfg.MTU == 0 {
@@ -97,14 +97,17 @@ func Attach(netnsName, dev string, cfg Config, opts AttachOptions) (_ *PE, err e
 		return nil, err
 	}
 	// Encapsulation first at egress: a port on the device (a rate limiter,
-	// a marking queue) must see and count the outer header.
+	// a marking queue) must see and count the outer header. A program
+	// attached later goes after these at either hook.
 	for _, a := range []struct {
 		prog   *ebpf.Program
 		where  ebpf.AttachType
 		anchor link.Anchor
 	}{
 		{p.progs.TunnelEncap, ebpf.AttachTCXEgress, link.Head()},
-		{p.progs.TunnelDecap, ebpf.AttachTCXIngress, link.Head()},
+		// Decapsulation last at ingress: a port's departure hook on the
+		// veth peer must see the packet as it was queued.
+		{p.progs.TunnelDecap, ebpf.AttachTCXIngress, link.Tail()},
 	} {
 		var l link.Link
 		err := nsexec.Do(p.ns, func() (err error) {
@@ -138,10 +141,13 @@ func (p *PE) device() (ifindex, mtu int, err error) {
 	return l.Attrs().Index, l.Attrs().MTU, nil
 }
 
-// checkGRO refuses a device that merges received packets: decapsulation
-// takes no GSO packets (the kernel's flags that would fix their GSO state
-// after the outer header goes are not in 6.18).
-func (p *PE) checkGRO() error {
+// checkOffloads refuses a device that would hand the programs merged
+// packets or send encapsulated ones unsegmented. Decapsulation takes no GSO
+// packets (the kernel flags that fix their GSO state after the outer header
+// goes are not in 6.18), so the PE merges none on receive (GRO, LRO), and
+// segments what it encapsulates before it leaves (no TSO, GSO or UDP GSO on
+// the device): the peer PE then receives wire-size packets even on veth.
+func (p *PE) checkOffloads() error {
 	return nsexec.Do(p.ns, func() error {
 		e, err := ethtool.NewEthtool()
 		if err != nil {
@@ -152,9 +158,15 @@ func (p *PE) checkGRO() error {
 		if err != nil {
 			return fmt.Errorf("ethtool features of %s: %w", describeDev(p.meta.Netns, p.meta.Dev), err)
 		}
-		if feats["rx-gro"] || feats["generic-receive-offload"] || feats["rx-gro-hw"] || feats["large-receive-offload"] {
-			return fmt.Errorf("%s merges received packets (GRO/LRO), which the decapsulation does not take; turn it off: ethtool -K %s gro off lro off",
-				describeDev(p.meta.Netns, p.meta.Dev), p.meta.Dev)
+		var on []string
+		for _, f := range []string{"rx-gro", "rx-lro", "tx-tcp-segmentation", "tx-generic-segmentation", "tx-udp-segmentation"} {
+			if feats[f] {
+				on = append(on, f)
+			}
+		}
+		if len(on) > 0 {
+			return fmt.Errorf("%s has %s on: a tunnel PE needs received packets unmerged and tunnelled ones segmented; turn them off: ethtool -K %s gro off lro off tso off gso off tx-udp-segmentation off",
+				describeDev(p.meta.Netns, p.meta.Dev), strings.Join(on, ", "), p.meta.Dev)
 		}
 		return nil
 	})
