@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
 )
 
 // TestNetnsUET: roceperf --transport uet between two namespaces joined by
@@ -22,11 +22,11 @@ import (
 func TestNetnsUET(t *testing.T) {
 	requireRoot(t)
 	srvUET, cliUET := netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.1.2")
-	lab := topo.BuildT(t, topo.Spec{
-		Nodes: []topo.NodeSpec{{Name: "srv"}, {Name: "cli"}},
-		Links: []topo.LinkSpec{{
-			A:   topo.Endpoint{Node: "srv", Dev: "eth0", Addr: netip.PrefixFrom(srvUET, 24)},
-			B:   topo.Endpoint{Node: "cli", Dev: "eth0", Addr: netip.PrefixFrom(cliUET, 24)},
+	lab := lab.BuildT(t, lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "srv"}, {Name: "cli"}},
+		Links: []lab.LinkSpec{{
+			A:   lab.Endpoint{Node: "srv", Dev: "eth0", Addr: netip.PrefixFrom(srvUET, 24)},
+			B:   lab.Endpoint{Node: "cli", Dev: "eth0", Addr: netip.PrefixFrom(cliUET, 24)},
 			MTU: 9000,
 		}},
 	})

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ func Require(tb TB, minKernel string) {
 		skip = tb.Fatalf
 	}
 	if os.Geteuid() != 0 {
-		skip("topo: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) to create network namespaces")
+		skip("lab: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) to create network namespaces")
 		return
 	}
 	if minKernel == "" {
@@ -29,22 +29,22 @@ func Require(tb TB, minKernel string) {
 	}
 	want, err := parseKernel(minKernel)
 	if err != nil {
-		tb.Fatalf("topo.Require: bad minKernel %q: %v", minKernel, err)
+		tb.Fatalf("lab.Require: bad minKernel %q: %v", minKernel, err)
 		return
 	}
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
-		tb.Fatalf("topo.Require: uname: %v", err)
+		tb.Fatalf("lab.Require: uname: %v", err)
 		return
 	}
 	release := unix.ByteSliceToString(uts.Release[:])
 	have, err := parseKernel(release)
 	if err != nil {
-		tb.Fatalf("topo.Require: cannot parse kernel release %q: %v", release, err)
+		tb.Fatalf("lab.Require: cannot parse kernel release %q: %v", release, err)
 		return
 	}
 	if have[0] < want[0] || have[0] == want[0] && have[1] < want[1] {
-		skip("topo: needs kernel >= %s, running %s", minKernel, release)
+		skip("lab: needs kernel >= %s, running %s", minKernel, release)
 	}
 }
 

@@ -1,7 +1,7 @@
-package topo
+package lab
 
 // TB is the part of testing.TB the *T helpers use (BuildT, NewDumbbellT,
-// AddLossT, Require). A *testing.T or *testing.B is one; topo itself does
+// AddLossT, Require). A *testing.T or *testing.B is one; lab itself does
 // not import testing, so the commands that build labs with it
 // (cmd/fabricdemo) do not link the test framework.
 type TB interface {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"errors"
@@ -77,22 +77,22 @@ func (n *Node) AddLoss(dev string, spec LossSpec) (*LossLink, error) {
 	}
 	cs, err := bpf.LoadDrop()
 	if err != nil {
-		return nil, fmt.Errorf("topo: load drop spec: %w", err)
+		return nil, fmt.Errorf("lab: load drop spec: %w", err)
 	}
 	if err := cs.Variables[bpf.DropVarUdpDport].Set(spec.UDPPort); err != nil {
-		return nil, fmt.Errorf("topo: set udp_dport: %w", err)
+		return nil, fmt.Errorf("lab: set udp_dport: %w", err)
 	}
 	l := &LossLink{node: n, dev: dev}
 	if err := cs.LoadAndAssign(&l.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("topo: load drop program: %+v", ve)
+			return nil, fmt.Errorf("lab: load drop program: %+v", ve)
 		}
-		return nil, fmt.Errorf("topo: load drop program: %w", err)
+		return nil, fmt.Errorf("lab: load drop program: %w", err)
 	}
 	if err := l.objs.DropCfg.Put(uint32(0), ppm); err != nil {
 		l.objs.Close()
-		return nil, fmt.Errorf("topo: set drop probability: %w", err)
+		return nil, fmt.Errorf("lab: set drop probability: %w", err)
 	}
 	where := ebpf.AttachTCXEgress
 	if spec.Ingress {
@@ -111,7 +111,7 @@ func (n *Node) AddLoss(dev string, spec LossSpec) (*LossLink, error) {
 		if errors.Is(err, ebpf.ErrNotSupported) {
 			err = fmt.Errorf("%w (loss links need TCX, kernel >= %s)", err, tcxKernel)
 		}
-		return nil, fmt.Errorf("topo: attach drop program to %s/%s: %w", n.Name, dev, err)
+		return nil, fmt.Errorf("lab: attach drop program to %s/%s: %w", n.Name, dev, err)
 	}
 	return l, nil
 }
@@ -145,7 +145,7 @@ func (l *LossLink) SetFraction(f float64) error {
 func (l *LossLink) Stats() (LossStats, error) {
 	var per []bpf.DropDropStats
 	if err := l.objs.DropCounters.Lookup(uint32(0), &per); err != nil {
-		return LossStats{}, fmt.Errorf("topo: read drop counters: %w", err)
+		return LossStats{}, fmt.Errorf("lab: read drop counters: %w", err)
 	}
 	var s LossStats
 	for _, c := range per {

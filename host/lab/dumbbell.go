@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"fmt"
@@ -62,7 +62,7 @@ type Dumbbell struct {
 // to add nodes or routes before building.
 func DumbbellTopology(ds DumbbellSpec) (Spec, error) {
 	if ds.Senders < 1 || ds.Senders > MaxSenders {
-		return Spec{}, fmt.Errorf("topo: %w: DumbbellSpec.Senders: %d outside 1..%d", ErrInvalidSpec, ds.Senders, MaxSenders)
+		return Spec{}, fmt.Errorf("lab: %w: DumbbellSpec.Senders: %d outside 1..%d", ErrInvalidSpec, ds.Senders, MaxSenders)
 	}
 	if len(ds.SenderDelays) > ds.Senders {
 		return Spec{}, specErr("DumbbellSpec.SenderDelays", "%d entries for %d senders (at most one per sender)", len(ds.SenderDelays), ds.Senders)
@@ -127,11 +127,11 @@ func NewDumbbellT(tb TB, ds DumbbellSpec) *Dumbbell {
 	tb.Helper()
 	spec, err := DumbbellTopology(ds)
 	if err != nil {
-		tb.Fatalf("topo.NewDumbbell: %v", err)
+		tb.Fatalf("lab.NewDumbbell: %v", err)
 	}
 	d, err := newDumbbellFrom(BuildT(tb, spec), spec, ds)
 	if err != nil {
-		tb.Fatalf("topo.NewDumbbell: %v", err) // BuildT's cleanup closes the lab
+		tb.Fatalf("lab.NewDumbbell: %v", err) // BuildT's cleanup closes the lab
 	}
 	return d
 }
@@ -162,7 +162,7 @@ func newDumbbellFrom(lab *Lab, spec Spec, ds DumbbellSpec) (*Dumbbell, error) {
 			}
 			dl, err := d.Senders[i].AddDelay(d.SenderPorts[i].PeerDev, DelaySpec{Delay: delay})
 			if err != nil {
-				return nil, fmt.Errorf("topo: DumbbellSpec.SenderDelays[%d]: %w", i, err)
+				return nil, fmt.Errorf("lab: DumbbellSpec.SenderDelays[%d]: %w", i, err)
 			}
 			d.Delays[i] = dl
 		}

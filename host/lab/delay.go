@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"encoding/binary"
@@ -191,7 +191,7 @@ func (s DelayStats) LatenessQuantile(q float64) time.Duration {
 // the goroutines.
 //
 // Accuracy and capacity on the development VM (2 cores shared by sender,
-// forwarder and receiver; go test -run Delay -v ./netns-tests/topo/): a
+// forwarder and receiver; go test -run Delay -v ./host/lab/): a
 // 2 ms link added 2.04 ms to the median RTT (never less than 2 ms); at low
 // rates packets are released 30 µs late on average. The write syscall also
 // runs the rest of the emulated path (switch and receiver softirqs), about
@@ -341,7 +341,7 @@ func (n *Node) AddDelay(dev string, spec DelaySpec) (*DelayLink, error) {
 	name := fmt.Sprintf("%s%s-d%d", NamePrefix, l.runID[strings.LastIndexByte(l.runID, '-')+1:], len(l.delays))
 	d, err := newDelayLink(n, dev, name, spec)
 	if err != nil {
-		return nil, fmt.Errorf("topo: %s: delay on %s: %w", n.Name, dev, err)
+		return nil, fmt.Errorf("lab: %s: delay on %s: %w", n.Name, dev, err)
 	}
 	l.delays = append(l.delays, d)
 	return d, nil
@@ -853,7 +853,7 @@ func (d *DelayLink) close() error {
 		errs = append(errs, fmt.Errorf("close delay objects: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("topo: %s: close delay on %s: %w", d.node.Name, d.dev, err)
+		return fmt.Errorf("lab: %s: close delay on %s: %w", d.node.Name, d.dev, err)
 	}
 	return nil
 }
