@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -35,7 +36,8 @@ func sojournSince(before, after qdisc.ClassStats) time.Duration {
 // the persistent marks fire and the queue falls to around pst_target, with
 // the link still full (seed 002 §2.3, §3.3).
 func TestECNSharpPersistentQueue(t *testing.T) {
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 2, DisableOffloads: true,
 		SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}})
 	const rate = 200 * units.Mbit
@@ -109,7 +111,8 @@ func TestECNSharpPersistentQueue(t *testing.T) {
 // persistent logic could react, and nothing is dropped while the buffer
 // holds the burst (seed 002 §3.3 "Burst tolerance").
 func TestECNSharpIncast(t *testing.T) {
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const senders = 6
 	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: senders, DisableOffloads: true,
 		SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}})

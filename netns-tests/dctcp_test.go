@@ -20,6 +20,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -266,7 +267,8 @@ func replayTrace(p dctcp.Params, events []dctcp.Event) (windows, cuts int, bad [
 // marking fraction, which the flows' mean α follows. Every α and every cut
 // the program made is the pure-Go reference's (host/dctcp).
 func TestDCTCPStepPort(t *testing.T) {
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	reg := registerDCTCP(t, true)
 	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 2, DisableOffloads: true})
 	const rate = 200 * units.Mbit

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -112,7 +113,8 @@ const mpARPNoise = 4
 // near uniformly; one source port always takes one path; the return path
 // spreads too; the cross host's traffic takes its spine's port only.
 func TestMultipath(t *testing.T) {
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const paths = 4
 	rates := make([]units.Rate, paths)
 	for j := range rates {
@@ -306,7 +308,8 @@ func TestMultipath(t *testing.T) {
 // the second sender's source ports spread over both paths too, and only
 // the path with a port counts in port stats.
 func TestMultipathBareAndPort(t *testing.T) {
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	m := lab.NewMultipathT(t, lab.MultipathSpec{Paths: 2, Senders: 2, DisableOffloads: true, PathRates: []units.Rate{0, 100 * units.Mbit}})
 	if m.Paths() != 2 || m.Ports[0] != nil || m.Ports[1] == nil || m.Cross != nil || len(m.Senders) != 2 {
 		t.Fatalf("paths %d, ports %v, cross %v, %d senders", m.Paths(), m.Ports, m.Cross, len(m.Senders))

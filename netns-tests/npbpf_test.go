@@ -23,6 +23,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -55,7 +56,8 @@ type npLab struct {
 
 func newNPLab(t *testing.T, opts npbpf.Options) *npLab {
 	t.Helper()
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	built := lab.BuildT(t, lab.Spec{
 		Nodes: []lab.NodeSpec{{Name: "rp"}, {Name: "np"}},
 		Links: []lab.LinkSpec{{

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -73,7 +74,8 @@ const tcxKernel = "6.6"
 func TestStepMarkingTCP(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
-			lab.Require(t, tcxKernel)
+			labtest.RequireRoot(t)
+			labtest.RequireKernel(t, tcxKernel)
 			d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 2, DisableOffloads: true,
 				SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}})
 			const rate = 200 * units.Mbit
@@ -316,7 +318,8 @@ func TestCNPStrictPriority(t *testing.T) {
 func TestDetachLeavesNothing(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
-			lab.Require(t, tcxKernel)
+			labtest.RequireRoot(t)
+			labtest.RequireKernel(t, tcxKernel)
 			d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
 			b := d.Bottleneck
 			before := tcShow(t, b.Node, b.Dev) + tcShow(t, b.PeerNode, b.PeerDev)
@@ -360,7 +363,8 @@ func tcShow(t *testing.T, n *lab.Node, dev string) string {
 
 // A second attach on a pinned port fails and leaves the first one working.
 func TestSecondAttachKeepsFirst(t *testing.T) {
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
 	b := d.Bottleneck
 	opts := qdisc.AttachOptions{Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName, Pin: true}

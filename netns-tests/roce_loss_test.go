@@ -13,6 +13,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
 
@@ -95,7 +96,7 @@ func craftLoss(t *testing.T, p lossPkt) []byte {
 // loadDropTest loads drop_udp with the random draw taken from test_rand.
 func loadDropTest(t *testing.T, testHooks bool) *bpf.DropObjects {
 	t.Helper()
-	lab.Require(t, "")
+	labtest.RequireRoot(t)
 	spec, err := bpf.LoadDrop()
 	if err != nil {
 		t.Fatal(err)

@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
+
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/pktio"
@@ -23,7 +26,6 @@ import (
 	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
-	"github.com/vishvananda/netns"
 )
 
 // The RoCEv2 hosts through the switch port (issue §7): RC queue pairs over
@@ -209,7 +211,8 @@ func newRoCEBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 // agents (the roceperf tests bring their own).
 func newPortBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 	t.Helper()
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: senders, MTU: roceLinkMTU, DisableOffloads: true})
 	b := &roceBed{d: d}
 	b.port = attachPort(t, d.Bottleneck, cfg, false)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -110,7 +111,8 @@ func waitIdle(t *testing.T, p *qdisc.Port) qdisc.Stats {
 // bottleneck and opens a UDP sink in the receiver; dst is the sink.
 func udpPort(t *testing.T, senders int, cfg qdisc.Config, legacy bool) (*lab.Dumbbell, *qdisc.Port, *sink, netip.AddrPort) {
 	t.Helper()
-	lab.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: senders, DisableOffloads: true})
 	port := attachPort(t, d.Bottleneck, cfg, legacy)
 	sk := newSink(t, d.Receiver)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/ipv4"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -40,7 +41,8 @@ func TestPortTrim(t *testing.T) {
 			offload bool
 		}{{"offloaded", true}, {"computed", false}} {
 			t.Run(am.name+"/"+senderCsum.name, func(t *testing.T) {
-				lab.Require(t, tcxKernel)
+				labtest.RequireRoot(t)
+				labtest.RequireKernel(t, tcxKernel)
 				d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1, DisableOffloads: true})
 				setTxChecksum(t, d.Bottleneck.Node, d.Bottleneck.Dev, false)
 				if !senderCsum.offload {

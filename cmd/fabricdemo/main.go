@@ -31,10 +31,9 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/kernel"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -777,35 +776,23 @@ func (d *demo) run(ctx context.Context) error {
 	return d.roceRun(ctx, rps)
 }
 
+// kernelRelease is the running kernel's release, for the reports.
 func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
+	rel, err := kernel.Release()
+	if err != nil {
 		return "unknown"
 	}
-	return unix.ByteSliceToString(u.Release[:])
+	return rel
 }
 
 // kernelAtLeast compares the major.minor of a release like "6.18.44-foo"
 // with want ("6.6"). An unparsable release counts as new enough: the port
 // falls back by itself if TCX is missing.
 func kernelAtLeast(release, want string) bool {
-	parse := func(s string) (int, int, bool) {
-		parts := strings.SplitN(s, ".", 3)
-		if len(parts) < 2 {
-			return 0, 0, false
-		}
-		minor := parts[1]
-		if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-			minor = minor[:i]
-		}
-		a, err1 := strconv.Atoi(parts[0])
-		b, err2 := strconv.Atoi(minor)
-		return a, b, err1 == nil && err2 == nil
-	}
-	ra, rb, ok := parse(release)
-	wa, wb, _ := parse(want)
-	if !ok {
+	have, err := kernel.ParseVersion(release)
+	if err != nil {
 		return true
 	}
-	return ra > wa || ra == wa && rb >= wb
+	w, err := kernel.ParseVersion(want)
+	return err != nil || have.AtLeast(w)
 }

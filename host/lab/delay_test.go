@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
 // Tolerances of the RTT tests, chosen on the 2-core development VM (see the
@@ -178,7 +179,8 @@ func assertAddedRTT(t *testing.T, what string, base, delayed []time.Duration, wa
 // TestDelayRTT: a 2 ms SenderDelay on s1 adds 2 ms (+ at most rttSlack at the
 // median) to s1's RTT; s2, undelayed, gives the base RTT of the same path.
 func TestDelayRTT(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const delay = 2 * time.Millisecond
 	d := NewDumbbellT(t, DumbbellSpec{Senders: 2, SenderDelays: []time.Duration{delay}})
 	if len(d.Delays) != 2 || d.Delays[0] == nil || d.Delays[1] != nil {
@@ -249,7 +251,8 @@ func TestDelayTimerLateness(t *testing.T) {
 // TestDelayIPv6: the same over IPv6, where neighbour discovery must bypass
 // the delay and bpf_redirect_neigh takes its IPv6 path.
 func TestDelayIPv6(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const delay = time.Millisecond
 	d := NewDumbbellT(t, DumbbellSpec{Senders: 2, IPv6: true, SenderDelays: []time.Duration{delay}})
 	echoServer(t, d.Receiver, d.ReceiverAddr6, 7000)
@@ -266,7 +269,8 @@ func TestDelayIPv6(t *testing.T) {
 // TestDelayPerFlow: PerFlow gives two flows of one sender different delays
 // (1 ms and 4 ms by destination port); a third flow gets none.
 func TestDelayPerFlow(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	d := NewDumbbellT(t, DumbbellSpec{Senders: 1})
 	want := map[uint16]time.Duration{7001: time.Millisecond, 7002: 4 * time.Millisecond}
 	dl, err := d.Senders[0].AddDelay("eth0", DelaySpec{PerFlow: func(k FlowKey) time.Duration {
@@ -389,7 +393,8 @@ func udpPair(t *testing.T, from, to *Node, dst netip.Addr, basePort uint16, n in
 // and each in order. 20 kpps is well below the capacity TestDelayCapacity
 // measures.
 func TestDelayOrderNoLoss(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const (
 		rate  = 20000
 		total = rate // 1 s
@@ -496,7 +501,8 @@ func drainDelay(t *testing.T, dl *DelayLink) {
 // times the experiment's 17 kpps and above the 20 kpps TestDelayOrderNoLoss
 // relies on.
 func TestDelayCapacity(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const window = time.Second
 	sizes := []int{1500, 100}
 	d := NewDumbbellT(t, DumbbellSpec{Senders: 1})
@@ -570,7 +576,8 @@ func TestDelayCapacity(t *testing.T) {
 // through a delay link intact: the kernel segments the GSO packets for the
 // TUN and completes their checksums.
 func TestDelayTCP(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const total = 8 << 20
 	d := NewDumbbellT(t, DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{time.Millisecond}})
 	var ln net.Listener
@@ -690,7 +697,8 @@ func assertProgsGone(t *testing.T, ids []ebpf.ProgramID) {
 // TUN and stops the goroutines; it is idempotent; the device then works
 // undelayed and takes a new delay link; a failed AddDelay leaves nothing.
 func TestDelayClose(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	d := NewDumbbellT(t, DumbbellSpec{Senders: 1})
 	s1 := d.Senders[0]
 	echoServer(t, d.Receiver, d.ReceiverAddr, 7000)
@@ -782,7 +790,8 @@ func TestDelayClose(t *testing.T) {
 // TestDelayLabClose: closing a dumbbell's lab closes its delay links (their
 // programs are unloaded) before the namespaces go.
 func TestDelayLabClose(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	d, err := NewDumbbell(DumbbellSpec{Senders: 3, SenderDelays: []time.Duration{time.Millisecond, 0, 2 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -814,7 +823,8 @@ func TestDelaySignalTearsDown(t *testing.T) {
 		delaySignalChild()
 		return
 	}
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDelaySignalTearsDown$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "TOPO_DELAY_SIGNAL_CHILD=1")
 	var stdout, stderr bytes.Buffer
@@ -1032,7 +1042,8 @@ func TestDelayFlowRelease(t *testing.T) {
 // kernel refuses to run an IP frame shorter than its IP header, so the
 // malformed path is reached with a bad IHL and a headerless ICMPv6 packet.
 func TestDelayProgRun(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const tunIndex, devIndex = 77, 78
 	cs, err := bpf.LoadDelay()
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
 const minKernel = "5.10"
@@ -51,7 +53,8 @@ func twoNodeSpec() Spec {
 }
 
 func TestTwoNodeLab(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	l := BuildT(t, twoNodeSpec())
 	a, b := l.Node("a"), l.Node("b")
 
@@ -172,7 +175,8 @@ func TestTwoNodeLab(t *testing.T) {
 }
 
 func TestDumbbell(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	d := NewDumbbellT(t, DumbbellSpec{
 		Senders:         2,
 		MTU:             4000,
@@ -244,7 +248,8 @@ func TestDumbbell(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	good := func() Spec { return twoNodeSpec() }
 	cases := []struct {
 		name  string
@@ -358,7 +363,8 @@ func TestBuildErrors(t *testing.T) {
 }
 
 func TestSweepStale(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	dead := deadPid(t)
 	stale := fmt.Sprintf("%s%d-beef-stale", NamePrefix, dead)
 	h, err := newNamedNetns(stale)
@@ -382,7 +388,8 @@ func TestSweepStale(t *testing.T) {
 }
 
 func TestConcurrentLabsDistinct(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	const n = 4
 	labs := make([]*Lab, n)
 	var wg sync.WaitGroup
@@ -426,7 +433,8 @@ func TestConcurrentLabsDistinct(t *testing.T) {
 }
 
 func TestDoPropagatesPanicAndGoexit(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	l := BuildT(t, Spec{Nodes: []NodeSpec{{Name: "x"}}})
 
 	// Goexit (what t.FailNow does) in fn must end the caller's goroutine too.
@@ -453,7 +461,8 @@ func TestDoPropagatesPanicAndGoexit(t *testing.T) {
 }
 
 func TestCloseKillsProcesses(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	l := BuildT(t, Spec{Nodes: []NodeSpec{{Name: "x"}}})
 	cmd := l.Node("x").Command(context.Background(), "sleep", "60")
 	if err := cmd.Start(); err != nil {
@@ -488,7 +497,8 @@ func TestSignalTearsDown(t *testing.T) {
 		signalChild()
 		return
 	}
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	for _, tc := range []struct {
 		sig  syscall.Signal
 		code int
@@ -523,19 +533,6 @@ func signalChild() {
 	_ = syscall.Kill(os.Getpid(), syscall.Signal(sig))
 	time.Sleep(10 * time.Second)
 	os.Exit(4) // the handler should have exited first
-}
-
-func TestParseKernel(t *testing.T) {
-	for in, want := range map[string][2]int{"6.18.44-fc-v595": {6, 18}, "5.10": {5, 10}, "6.1-rc3": {6, 1}} {
-		if got, err := parseKernel(in); err != nil || got != want {
-			t.Errorf("parseKernel(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"6", "", "x.y"} {
-		if _, err := parseKernel(in); err == nil {
-			t.Errorf("parseKernel(%q) succeeded", in)
-		}
-	}
 }
 
 func TestSysctlPath(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
 // TestNetnsUET: roceperf --transport uet between two namespaces joined by
@@ -20,7 +21,7 @@ import (
 // counters; then a second run from the same address, whose PDC IDs the
 // server must not take for the first run's.
 func TestNetnsUET(t *testing.T) {
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	srvUET, cliUET := netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.1.2")
 	lab := lab.BuildT(t, lab.Spec{
 		Nodes: []lab.NodeSpec{{Name: "srv"}, {Name: "cli"}},
@@ -115,7 +116,7 @@ func TestNetnsUET(t *testing.T) {
 // client of a UET server each get the other side's refusal, one line that
 // says which transport to run.
 func TestNetnsUETCrossTransport(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	startServer(t, ServerConfig{}) // RoCEv2 on 198.18.0.1, side channel 18515
 	u, err := ListenUET(ServerConfig{Transport: TransportUET, Bind: srvAddr, Port: 18516})
 	if err != nil {

@@ -27,10 +27,9 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/kernel"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -368,11 +367,11 @@ func (g *group) Wait() error {
 }
 
 func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
+	rel, err := kernel.Release()
+	if err != nil {
 		return "unknown"
 	}
-	return unix.ByteSliceToString(u.Release[:])
+	return rel
 }
 
 func loadAvg() string {
