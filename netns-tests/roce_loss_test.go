@@ -12,8 +12,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/fabriclab/fabriclab/bpf"
-	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
 
@@ -273,7 +273,7 @@ func TestRoCELossGoBackN(t *testing.T) {
 	roceSize(t)
 	b := newRoCEBed(t, 1, rocePortConfig())
 	const fraction = 0.01
-	loss := b.d.Senders[0].AddLossT(t, "eth0", lab.LossSpec{Fraction: fraction})
+	loss := b.d.Senders[0].AddLossT(t, "eth0", link.LossSpec{Fraction: fraction})
 	p := roceParams(t)
 	f := b.dial(t, 0, senderQPConfig(p), true)
 	const messages = 512 // 32 MiB: about 8200 packets, 82 drops expected

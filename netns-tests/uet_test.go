@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -227,7 +228,7 @@ func TestUETOneFlow(t *testing.T) {
 func TestUETRandomLoss(t *testing.T) {
 	roceSize(t)
 	b := newUETBed(t, 1, uetPortConfig(), nil)
-	loss := b.d.Senders[0].AddLossT(t, "eth0", lab.LossSpec{Fraction: 0.01, UDPPort: uet.Port})
+	loss := b.d.Senders[0].AddLossT(t, "eth0", link.LossSpec{Fraction: 0.01, UDPPort: uet.Port})
 	const msgs = 300
 	s, err := b.clients[0].Start(b.d.ReceiverAddr, pds.Stream{JobID: 1, MessageBytes: uetMsgBytes, Messages: msgs, Verify: true})
 	if err != nil {

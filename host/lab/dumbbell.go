@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/fabriclab/fabriclab/host/lab/link"
 )
 
 // MaxSenders bounds DumbbellSpec.Senders: sender i uses 198.18.i.0/24 and
@@ -24,7 +26,7 @@ type DumbbellSpec struct {
 	// often bbr, which ignores ECN. Choose it per socket (iperf3 -C cubic).
 	SenderSysctls map[string]string
 	// SenderDelays[i] is the one-way delay added to packets leaving sender
-	// i's eth0 (towards the switch), 0..MaxDelay, by a DelayLink. Optional:
+	// i's eth0 (towards the switch), 0..link.MaxDelay, by a link.Delay. Optional:
 	// nil, a missing entry or 0 means none. At most Senders entries.
 	SenderDelays []time.Duration
 }
@@ -55,7 +57,7 @@ type Dumbbell struct {
 
 	// Delays[i] delays what Senders[i] sends (DumbbellSpec.SenderDelays);
 	// nil where no delay was asked for. The lab closes them.
-	Delays []*DelayLink
+	Delays []*link.Delay
 }
 
 // DumbbellTopology returns the Spec NewDumbbell builds, for callers that want
@@ -68,8 +70,8 @@ func DumbbellTopology(ds DumbbellSpec) (Spec, error) {
 		return Spec{}, specErr("DumbbellSpec.SenderDelays", "%d entries for %d senders (at most one per sender)", len(ds.SenderDelays), ds.Senders)
 	}
 	for i, d := range ds.SenderDelays {
-		if d < 0 || d > MaxDelay {
-			return Spec{}, specErr(fmt.Sprintf("DumbbellSpec.SenderDelays[%d]", i), "%v outside 0..%v", d, MaxDelay)
+		if d < 0 || d > link.MaxDelay {
+			return Spec{}, specErr(fmt.Sprintf("DumbbellSpec.SenderDelays[%d]", i), "%v outside 0..%v", d, link.MaxDelay)
 		}
 	}
 	var spec Spec
@@ -155,12 +157,12 @@ func newDumbbellFrom(lab *Lab, spec Spec, ds DumbbellSpec) (*Dumbbell, error) {
 		}
 	}
 	if ds.SenderDelays != nil {
-		d.Delays = make([]*DelayLink, len(d.Senders))
+		d.Delays = make([]*link.Delay, len(d.Senders))
 		for i, delay := range ds.SenderDelays {
 			if delay == 0 {
 				continue
 			}
-			dl, err := d.Senders[i].AddDelay(d.SenderPorts[i].PeerDev, DelaySpec{Delay: delay})
+			dl, err := d.Senders[i].AddDelay(d.SenderPorts[i].PeerDev, link.DelaySpec{Delay: delay})
 			if err != nil {
 				return nil, fmt.Errorf("lab: DumbbellSpec.SenderDelays[%d]: %w", i, err)
 			}

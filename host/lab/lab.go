@@ -16,11 +16,12 @@
 // Namespaces are named fl-<pid>-<4 hex>-<node> and bind-mounted under
 // /run/netns, so `ip netns exec` and `ip -n` work on them while a lab runs.
 //
-// # Delay links
+// # Link emulation
 //
 // The development kernel has no netem, so Node.AddDelay (and
 // DumbbellSpec.SenderDelays) adds delay with eBPF and a TUN forwarder in Go;
-// see DelayLink for the design, its accuracy and its capacity. Labs close
+// see link.Delay (host/lab/link) for the design, its accuracy and its
+// capacity; Node.AddLoss adds random loss (link.Loss). Labs close
 // their delay links first when they close.
 package lab
 
@@ -43,6 +44,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/lab/link"
 )
 
 // NetnsDir is where named namespaces are bind-mounted; it is the directory
@@ -116,7 +119,7 @@ type Lab struct {
 	closed bool
 	nodes  []*Node
 	byName map[string]*Node
-	delays []*DelayLink // closed before the nodes
+	delays []*link.Delay // closed before the nodes
 }
 
 // Build creates the topology described by spec. On error nothing it created

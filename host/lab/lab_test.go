@@ -493,7 +493,7 @@ func TestCloseKillsProcesses(t *testing.T) {
 // TestSignalTearsDown runs a child test binary that builds a lab and then
 // signals itself; the handler must delete the lab and exit 128+signal.
 func TestSignalTearsDown(t *testing.T) {
-	if os.Getenv("TOPO_SIGNAL_CHILD") != "" {
+	if os.Getenv("LAB_SIGNAL_CHILD") != "" {
 		signalChild()
 		return
 	}
@@ -505,7 +505,7 @@ func TestSignalTearsDown(t *testing.T) {
 	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
 		t.Run(tc.sig.String(), func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestSignalTearsDown$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "TOPO_SIGNAL_CHILD="+strconv.Itoa(int(tc.sig)))
+			cmd.Env = append(os.Environ(), "LAB_SIGNAL_CHILD="+strconv.Itoa(int(tc.sig)))
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -523,7 +523,7 @@ func TestSignalTearsDown(t *testing.T) {
 }
 
 func signalChild() {
-	sig, _ := strconv.Atoi(os.Getenv("TOPO_SIGNAL_CHILD"))
+	sig, _ := strconv.Atoi(os.Getenv("LAB_SIGNAL_CHILD"))
 	l, err := Build(twoNodeSpec())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -533,6 +533,24 @@ func signalChild() {
 	_ = syscall.Kill(os.Getpid(), syscall.Signal(sig))
 	time.Sleep(10 * time.Second)
 	os.Exit(4) // the handler should have exited first
+}
+
+// TestDumbbellDelayErrors: bad sender delays are refused before anything
+// is built, with the field, the value and the range in the message.
+func TestDumbbellDelayErrors(t *testing.T) {
+	for _, tc := range []struct {
+		ds   DumbbellSpec
+		want string
+	}{
+		{DumbbellSpec{Senders: 2, SenderDelays: make([]time.Duration, 3)}, "DumbbellSpec.SenderDelays: 3 entries for 2 senders"},
+		{DumbbellSpec{Senders: 2, SenderDelays: []time.Duration{0, -time.Millisecond}}, "DumbbellSpec.SenderDelays[1]: -1ms outside 0..10s"},
+		{DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{11 * time.Second}}, "DumbbellSpec.SenderDelays[0]: 11s outside 0..10s"},
+	} {
+		_, err := DumbbellTopology(tc.ds)
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("DumbbellTopology(%+v) = %v, want ErrInvalidSpec with %q", tc.ds, err, tc.want)
+		}
+	}
 }
 
 func TestSysctlPath(t *testing.T) {

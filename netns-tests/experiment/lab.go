@@ -39,7 +39,7 @@ const (
 	// linux/tcp.h): ECN was negotiated on the connection.
 	tcpiOptECN = 8
 	// delayLinkKind is how host/lab applies DumbbellSpec.SenderDelays.
-	delayLinkKind = "lab.DelayLink: eBPF redirect to a TUN, Go forwarder on a timerfd"
+	delayLinkKind = "link.Delay: eBPF redirect to a TUN, Go forwarder on a timerfd"
 	// maxShortRequest bounds what the short-flow server reads.
 	maxShortRequest = 16 << 20
 )
