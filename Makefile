@@ -16,7 +16,7 @@ help:
 	@echo "make build          build portctl, roceperf and fabricdemo into $(BIN)/"
 	@echo "make demo           (root) live DCQCN demo: RoCEv2 senders share a WRED port (DEMO_FLAGS=-help)"
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
-	@echo "make netns-test     (root) only the topology tests in network namespaces"
+	@echo "make netns-test     (root) only the tests in network namespaces (host/lab, netns-tests)"
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf vs iperf3 -u, CNP reaction time"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
@@ -54,11 +54,12 @@ lint:
 test: deps lint
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
+# host/lab/link measures the delay link's capacity: netns-test runs it alone.
 unit-test:
-	$(GO) test -count=1 ./qdisc/... ./host/... ./cmd/...
+	$(GO) test -count=1 $$($(GO) list ./qdisc/... ./host/... ./cmd/... | grep -v /host/lab/link)
 
 netns-test: deps
-	$(GO) test -count=1 -p 1 -timeout 15m -v ./netns-tests/...
+	$(GO) test -count=1 -p 1 -timeout 15m -v ./host/lab/... ./netns-tests/...
 
 bench: deps
 	$(GO) run ./netns-tests/bench

@@ -14,8 +14,8 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/roce"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -28,7 +28,7 @@ type injector struct {
 	sent atomic.Uint64
 }
 
-func newInjector(t *testing.T, n *topo.Node) *injector {
+func newInjector(t *testing.T, n *lab.Node) *injector {
 	t.Helper()
 	j := &injector{fd: -1}
 	if err := n.Do(func() (err error) {

@@ -14,7 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -35,8 +36,9 @@ func sojournSince(before, after qdisc.ClassStats) time.Duration {
 // the persistent marks fire and the queue falls to around pst_target, with
 // the link still full (seed 002 §2.3, §3.3).
 func TestECNSharpPersistentQueue(t *testing.T) {
-	topo.Require(t, tcxKernel)
-	d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 2, DisableOffloads: true,
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 2, DisableOffloads: true,
 		SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}})
 	const rate = 200 * units.Mbit
 	const (
@@ -109,9 +111,10 @@ func TestECNSharpPersistentQueue(t *testing.T) {
 // persistent logic could react, and nothing is dropped while the buffer
 // holds the burst (seed 002 §3.3 "Burst tolerance").
 func TestECNSharpIncast(t *testing.T) {
-	topo.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const senders = 6
-	d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: senders, DisableOffloads: true,
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: senders, DisableOffloads: true,
 		SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}})
 	const rate = 200 * units.Mbit
 	cfg := qdisc.DefaultConfig(rate)
@@ -157,7 +160,7 @@ func TestECNSharpIncast(t *testing.T) {
 // a server in the receiver, then runs rounds: every sender writes size bytes
 // at once and the round ends when the server has acknowledged them all. It
 // returns each round's completion time.
-func incastRounds(d *topo.Dumbbell, rounds, size int, limit time.Duration) ([]time.Duration, error) {
+func incastRounds(d *lab.Dumbbell, rounds, size int, limit time.Duration) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var ln net.Listener

@@ -19,7 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/dctcp"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -74,7 +75,7 @@ type longTCP struct {
 // startLongTCP connects perSender flows from every sender of d to a sink
 // in the receiver, both ends running cc, data at DSCP 26 (class 3), and
 // writes on each until ctx ends.
-func startLongTCP(t *testing.T, ctx context.Context, d *topo.Dumbbell, cc string, perSender int) *longTCP {
+func startLongTCP(t *testing.T, ctx context.Context, d *lab.Dumbbell, cc string, perSender int) *longTCP {
 	t.Helper()
 	l := &longTCP{}
 	lc := net.ListenConfig{Control: tcpControl(cc, 0)}
@@ -266,9 +267,10 @@ func replayTrace(p dctcp.Params, events []dctcp.Event) (windows, cuts int, bad [
 // marking fraction, which the flows' mean α follows. Every α and every cut
 // the program made is the pure-Go reference's (host/dctcp).
 func TestDCTCPStepPort(t *testing.T) {
-	topo.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	reg := registerDCTCP(t, true)
-	d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 2, DisableOffloads: true})
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 2, DisableOffloads: true})
 	const rate = 200 * units.Mbit
 	const k = 32 * units.KiB
 	cfg := qdisc.DefaultConfig(rate)

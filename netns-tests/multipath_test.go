@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // mpEntropyConn opens a per-datagram source-port endpoint (what a UET sender
 // uses) on addr:4793 inside n.
-func mpEntropyConn(t *testing.T, n *topo.Node, addr netip.Addr) *pktio.EntropyConn {
+func mpEntropyConn(t *testing.T, n *lab.Node, addr netip.Addr) *pktio.EntropyConn {
 	t.Helper()
 	var c *pktio.EntropyConn
 	if err := n.Do(func() (err error) {
@@ -71,20 +72,20 @@ func mpWait(cond func() bool) bool {
 	return cond()
 }
 
-func mpDeltas(t *testing.T, m *topo.Multipath, before []topo.PathCounters) []topo.PathCounters {
+func mpDeltas(t *testing.T, m *lab.Multipath, before []lab.PathCounters) []lab.PathCounters {
 	t.Helper()
 	now, err := m.PathCounters()
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := make([]topo.PathCounters, len(now))
+	d := make([]lab.PathCounters, len(now))
 	for j := range now {
 		d[j] = now[j].Sub(before[j])
 	}
 	return d
 }
 
-func mpCounters(t *testing.T, m *topo.Multipath) []topo.PathCounters {
+func mpCounters(t *testing.T, m *lab.Multipath) []lab.PathCounters {
 	t.Helper()
 	c, err := m.PathCounters()
 	if err != nil {
@@ -94,7 +95,7 @@ func mpCounters(t *testing.T, m *topo.Multipath) []topo.PathCounters {
 }
 
 // mpLinkTx is the transmit counter of dev in n.
-func mpLinkTx(t *testing.T, n *topo.Node, dev string) uint64 {
+func mpLinkTx(t *testing.T, n *lab.Node, dev string) uint64 {
 	t.Helper()
 	l, err := n.Netlink().LinkByName(dev)
 	if err != nil {
@@ -112,13 +113,14 @@ const mpARPNoise = 4
 // near uniformly; one source port always takes one path; the return path
 // spreads too; the cross host's traffic takes its spine's port only.
 func TestMultipath(t *testing.T) {
-	topo.Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	const paths = 4
 	rates := make([]units.Rate, paths)
 	for j := range rates {
 		rates[j] = units.Gbit
 	}
-	m := topo.NewMultipathT(t, topo.MultipathSpec{Paths: paths, DisableOffloads: true, PathRates: rates, CrossSpine: 3})
+	m := lab.NewMultipathT(t, lab.MultipathSpec{Paths: paths, DisableOffloads: true, PathRates: rates, CrossSpine: 3})
 	sk := newSink(t, m.Receiver)
 	dst := netip.AddrPortFrom(m.ReceiverAddr, uint16(sk.port))
 	conn := mpEntropyConn(t, m.Senders[0], m.SenderAddrs[0])
@@ -197,7 +199,7 @@ func TestMultipath(t *testing.T) {
 			for round := range 2 {
 				before := mpCounters(t, m)
 				mpSend(t, conn, dst, []uint16{port}, each)
-				var d []topo.PathCounters
+				var d []lab.PathCounters
 				path := -1
 				mpWait(func() bool {
 					d = mpDeltas(t, m, before)
@@ -306,8 +308,9 @@ func TestMultipath(t *testing.T) {
 // the second sender's source ports spread over both paths too, and only
 // the path with a port counts in port stats.
 func TestMultipathBareAndPort(t *testing.T) {
-	topo.Require(t, tcxKernel)
-	m := topo.NewMultipathT(t, topo.MultipathSpec{Paths: 2, Senders: 2, DisableOffloads: true, PathRates: []units.Rate{0, 100 * units.Mbit}})
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	m := lab.NewMultipathT(t, lab.MultipathSpec{Paths: 2, Senders: 2, DisableOffloads: true, PathRates: []units.Rate{0, 100 * units.Mbit}})
 	if m.Paths() != 2 || m.Ports[0] != nil || m.Ports[1] == nil || m.Cross != nil || len(m.Senders) != 2 {
 		t.Fatalf("paths %d, ports %v, cross %v, %d senders", m.Paths(), m.Ports, m.Cross, len(m.Senders))
 	}
@@ -345,22 +348,22 @@ func TestMultipathBareAndPort(t *testing.T) {
 // Specs the fabric refuses before touching the kernel.
 func TestMultipathSpecErrors(t *testing.T) {
 	for _, tc := range []struct {
-		ms   topo.MultipathSpec
+		ms   lab.MultipathSpec
 		want string
 	}{
-		{topo.MultipathSpec{Paths: 1}, "MultipathSpec.Paths: 1 outside 2..8"},
-		{topo.MultipathSpec{Paths: 9}, "MultipathSpec.Paths: 9 outside 2..8"},
-		{topo.MultipathSpec{Paths: 2, Senders: 64}, "MultipathSpec.Senders: 64 outside 0..63 (0 is 1)"},
-		{topo.MultipathSpec{Paths: 2, PathRates: make([]units.Rate, 3)}, "MultipathSpec.PathRates: 3 entries for 2 paths"},
-		{topo.MultipathSpec{Paths: 2, PathRates: []units.Rate{units.Kbit}}, "MultipathSpec.PathRates[0]: port at"},
-		{topo.MultipathSpec{Paths: 2, CrossSpine: 3}, "MultipathSpec.CrossSpine: 3 outside 0..2"},
+		{lab.MultipathSpec{Paths: 1}, "MultipathSpec.Paths: 1 outside 2..8"},
+		{lab.MultipathSpec{Paths: 9}, "MultipathSpec.Paths: 9 outside 2..8"},
+		{lab.MultipathSpec{Paths: 2, Senders: 64}, "MultipathSpec.Senders: 64 outside 0..63 (0 is 1)"},
+		{lab.MultipathSpec{Paths: 2, PathRates: make([]units.Rate, 3)}, "MultipathSpec.PathRates: 3 entries for 2 paths"},
+		{lab.MultipathSpec{Paths: 2, PathRates: []units.Rate{units.Kbit}}, "MultipathSpec.PathRates[0]: port at"},
+		{lab.MultipathSpec{Paths: 2, CrossSpine: 3}, "MultipathSpec.CrossSpine: 3 outside 0..2"},
 	} {
-		_, err := topo.MultipathTopology(tc.ms)
-		if !errors.Is(err, topo.ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+		_, err := lab.MultipathTopology(tc.ms)
+		if !errors.Is(err, lab.ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.ms, err, tc.want)
 		}
 	}
-	spec, err := topo.MultipathTopology(topo.MultipathSpec{Paths: 8, Senders: 63, CrossSpine: 8})
+	spec, err := lab.MultipathTopology(lab.MultipathSpec{Paths: 8, Senders: 63, CrossSpine: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

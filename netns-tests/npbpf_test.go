@@ -22,10 +22,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/roce"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 )
 
 // The kernel NP lab: a sender ("rp", the reaction point's host) and a
@@ -46,7 +47,7 @@ const (
 )
 
 type npLab struct {
-	rp, np *topo.Node
+	rp, np *lab.Node
 	nph    *npbpf.NP
 	rpMAC  net.HardwareAddr
 	npMAC  net.HardwareAddr
@@ -55,17 +56,18 @@ type npLab struct {
 
 func newNPLab(t *testing.T, opts npbpf.Options) *npLab {
 	t.Helper()
-	topo.Require(t, tcxKernel)
-	lab := topo.BuildT(t, topo.Spec{
-		Nodes: []topo.NodeSpec{{Name: "rp"}, {Name: "np"}},
-		Links: []topo.LinkSpec{{
-			A:               topo.Endpoint{Node: "rp", Dev: npDev, Addr: npLabRP, Addr6: npLabRP6},
-			B:               topo.Endpoint{Node: "np", Dev: npDev, Addr: npLabNP, Addr6: npLabNP6},
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	built := lab.BuildT(t, lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "rp"}, {Name: "np"}},
+		Links: []lab.LinkSpec{{
+			A:               lab.Endpoint{Node: "rp", Dev: npDev, Addr: npLabRP, Addr6: npLabRP6},
+			B:               lab.Endpoint{Node: "np", Dev: npDev, Addr: npLabNP, Addr6: npLabNP6},
 			DisableOffloads: true,
 		}},
 	})
-	l := &npLab{rp: lab.Node("rp"), np: lab.Node("np")}
-	mac := func(n *topo.Node) net.HardwareAddr {
+	l := &npLab{rp: built.Node("rp"), np: built.Node("np")}
+	mac := func(n *lab.Node) net.HardwareAddr {
 		var hw net.HardwareAddr
 		if err := n.Do(func() error {
 			ifi, err := net.InterfaceByName(npDev)

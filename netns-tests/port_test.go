@@ -14,7 +14,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -73,8 +74,9 @@ const tcxKernel = "6.6"
 func TestStepMarkingTCP(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
-			topo.Require(t, tcxKernel)
-			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 2, DisableOffloads: true,
+			labtest.RequireRoot(t)
+			labtest.RequireKernel(t, tcxKernel)
+			d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 2, DisableOffloads: true,
 				SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}})
 			const rate = 200 * units.Mbit
 			const k = 64 * units.KiB
@@ -316,8 +318,9 @@ func TestCNPStrictPriority(t *testing.T) {
 func TestDetachLeavesNothing(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
-			topo.Require(t, tcxKernel)
-			d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1})
+			labtest.RequireRoot(t)
+			labtest.RequireKernel(t, tcxKernel)
+			d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
 			b := d.Bottleneck
 			before := tcShow(t, b.Node, b.Dev) + tcShow(t, b.PeerNode, b.PeerDev)
 			port, err := qdisc.Attach(qdisc.DefaultConfig(units.Gbit), qdisc.AttachOptions{
@@ -342,7 +345,7 @@ func TestDetachLeavesNothing(t *testing.T) {
 	}
 }
 
-func tcShow(t *testing.T, n *topo.Node, dev string) string {
+func tcShow(t *testing.T, n *lab.Node, dev string) string {
 	t.Helper()
 	var out []byte
 	for _, args := range [][]string{
@@ -360,8 +363,9 @@ func tcShow(t *testing.T, n *topo.Node, dev string) string {
 
 // A second attach on a pinned port fails and leaves the first one working.
 func TestSecondAttachKeepsFirst(t *testing.T) {
-	topo.Require(t, tcxKernel)
-	d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1})
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
 	b := d.Bottleneck
 	opts := qdisc.AttachOptions{Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName, Pin: true}
 	first, err := qdisc.Attach(qdisc.DefaultConfig(units.Gbit), opts)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/roce"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -32,7 +32,7 @@ type ppfcGot struct {
 }
 
 // catchPPFC listens on UDP 4791 in n until the test ends.
-func catchPPFC(t *testing.T, n *topo.Node) *ppfcCatch {
+func catchPPFC(t *testing.T, n *lab.Node) *ppfcCatch {
 	t.Helper()
 	c := &ppfcCatch{done: make(chan struct{}), any: make(chan struct{}, 1)}
 	if err := n.Do(func() (err error) {

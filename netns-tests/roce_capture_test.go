@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/roce"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -45,7 +45,7 @@ func requireTool(t *testing.T, what, why string, ok bool) {
 // startTcpdump captures UDP port's packets on n's eth0 into pcap (at most
 // maxPackets) and returns once tcpdump listens; its stderr collects in
 // the buffer. ctx bounds its life.
-func startTcpdump(t *testing.T, ctx context.Context, n *topo.Node, pcap string, maxPackets, port int) (*exec.Cmd, *bytes.Buffer) {
+func startTcpdump(t *testing.T, ctx context.Context, n *lab.Node, pcap string, maxPackets, port int) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	// -Z root: tcpdump would otherwise drop to its own user and could not
 	// write into the test's private directory.

@@ -12,7 +12,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/fabriclab/fabriclab/bpf"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
 
@@ -95,7 +96,7 @@ func craftLoss(t *testing.T, p lossPkt) []byte {
 // loadDropTest loads drop_udp with the random draw taken from test_rand.
 func loadDropTest(t *testing.T, testHooks bool) *bpf.DropObjects {
 	t.Helper()
-	topo.Require(t, "")
+	labtest.RequireRoot(t)
 	spec, err := bpf.LoadDrop()
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +273,7 @@ func TestRoCELossGoBackN(t *testing.T) {
 	roceSize(t)
 	b := newRoCEBed(t, 1, rocePortConfig())
 	const fraction = 0.01
-	loss := b.d.Senders[0].AddLossT(t, "eth0", topo.LossSpec{Fraction: fraction})
+	loss := b.d.Senders[0].AddLossT(t, "eth0", link.LossSpec{Fraction: fraction})
 	p := roceParams(t)
 	f := b.dial(t, 0, senderQPConfig(p), true)
 	const messages = 512 // 32 MiB: about 8200 packets, 82 drops expected

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -19,7 +19,7 @@ import (
 // line rate from that.
 
 // roceRates are the line rates the lab may choose, fastest first, each
-// with the least share of the CPUs (topo.CPUShare) it needs: the senders, the
+// with the least share of the CPUs (lab.CPUShare) it needs: the senders, the
 // receiver and the port's softirqs need every core, which one unpaced flow
 // (one core) does not show. Measured here (2 cores; one unpaced flow
 // carries 2.9-7 Gbit/s of payload, idle or beside one busy core): the
@@ -43,7 +43,7 @@ const roceHeadroom = 0.25
 var roceSizing struct {
 	once     sync.Once
 	capacity float64 // bit/s of payload, one unpaced flow
-	share    float64 // of the CPUs this process gets (topo.CPUShare)
+	share    float64 // of the CPUs this process gets (lab.CPUShare)
 	err      string
 }
 
@@ -57,7 +57,7 @@ var roceSizing struct {
 func roceSize(t *testing.T) {
 	t.Helper()
 	roceSizing.once.Do(func() {
-		roceSizing.share = topo.CPUShare(300 * time.Millisecond)
+		roceSizing.share = lab.CPUShare(300 * time.Millisecond)
 		ok := t.Run("calibrate", func(t *testing.T) {
 			b := newRoCEBed(t, 1, qdisc.DefaultConfig(10*units.Gbit))
 			qc := agent.DefaultQPConfig()

@@ -13,17 +13,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
+
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
-	"github.com/vishvananda/netns"
 )
 
 // The RoCEv2 hosts through the switch port (issue §7): RC queue pairs over
@@ -162,7 +164,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // roceBed is a dumbbell with the port on its bottleneck, one agent per
 // sender and a serving agent on the receiver.
 type roceBed struct {
-	d       *topo.Dumbbell
+	d       *lab.Dumbbell
 	port    *qdisc.Port
 	server  *agent.Agent
 	srvConn *pktio.RoCEConn
@@ -209,8 +211,9 @@ func newRoCEBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 // agents (the roceperf tests bring their own).
 func newPortBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 	t.Helper()
-	topo.Require(t, tcxKernel)
-	d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: senders, MTU: roceLinkMTU, DisableOffloads: true})
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: senders, MTU: roceLinkMTU, DisableOffloads: true})
 	b := &roceBed{d: d}
 	b.port = attachPort(t, d.Bottleneck, cfg, false)
 	// RC is go-back-N: a packet overtaken on the way costs a NAK and a
@@ -223,7 +226,7 @@ func newPortBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 
 // newRoCEAgent opens UDP 4791 in n and starts an agent on it; the test's
 // cleanup closes it.
-func newRoCEAgent(t *testing.T, n *topo.Node) (*agent.Agent, *pktio.RoCEConn) {
+func newRoCEAgent(t *testing.T, n *lab.Node) (*agent.Agent, *pktio.RoCEConn) {
 	t.Helper()
 	var conn *pktio.RoCEConn
 	if err := n.Do(func() (err error) {
@@ -629,7 +632,7 @@ func (r *perfRun) goodput(from, to time.Time) float64 {
 
 // startPerfServer runs a roceperf server (perf.Listen) in the receiver; the
 // test's cleanup stops it.
-func startPerfServer(t *testing.T, d *topo.Dumbbell) string {
+func startPerfServer(t *testing.T, d *lab.Dumbbell) string {
 	t.Helper()
 	var srv *perf.Server
 	if err := d.Receiver.Do(func() (err error) {
@@ -887,7 +890,7 @@ func softnetDrops() uint64 {
 // udpRcvbufErrors is the UDP RcvbufErrors counter of n's namespace
 // (/proc/net/snmp): datagrams dropped because a socket's receive buffer
 // was full.
-func udpRcvbufErrors(t *testing.T, n *topo.Node) uint64 {
+func udpRcvbufErrors(t *testing.T, n *lab.Node) uint64 {
 	t.Helper()
 	return udpCounter(t, n, "RcvbufErrors")
 }

@@ -20,7 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -40,7 +41,7 @@ var attachModes = []struct {
 	legacy bool
 }{{"tcx", false}, {"legacy", true}}
 
-func attachPort(t *testing.T, p topo.Port, cfg qdisc.Config, legacy bool) *qdisc.Port {
+func attachPort(t *testing.T, p lab.Port, cfg qdisc.Config, legacy bool) *qdisc.Port {
 	t.Helper()
 	return attachPortWith(t, p, cfg, qdisc.AttachOptions{Legacy: legacy})
 }
@@ -49,7 +50,7 @@ func attachPort(t *testing.T, p topo.Port, cfg qdisc.Config, legacy bool) *qdisc
 // filled from p) and checks the port came up as asked: the attach mode, and
 // departures counted at xmit unless opts ask for the peer's ingress. This
 // kernel has everything the xmit hook needs, so a fallback is a failure.
-func attachPortWith(t *testing.T, p topo.Port, cfg qdisc.Config, opts qdisc.AttachOptions) *qdisc.Port {
+func attachPortWith(t *testing.T, p lab.Port, cfg qdisc.Config, opts qdisc.AttachOptions) *qdisc.Port {
 	t.Helper()
 	opts.Dev, opts.Netns = p.Dev, p.Node.NetnsName
 	opts.PeerDev, opts.PeerNetns = p.PeerDev, p.PeerNode.NetnsName
@@ -108,10 +109,11 @@ func waitIdle(t *testing.T, p *qdisc.Port) qdisc.Stats {
 
 // udpPort builds a dumbbell with offloads off, attaches cfg to its
 // bottleneck and opens a UDP sink in the receiver; dst is the sink.
-func udpPort(t *testing.T, senders int, cfg qdisc.Config, legacy bool) (*topo.Dumbbell, *qdisc.Port, *sink, netip.AddrPort) {
+func udpPort(t *testing.T, senders int, cfg qdisc.Config, legacy bool) (*lab.Dumbbell, *qdisc.Port, *sink, netip.AddrPort) {
 	t.Helper()
-	topo.Require(t, tcxKernel)
-	d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: senders, DisableOffloads: true})
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: senders, DisableOffloads: true})
 	port := attachPort(t, d.Bottleneck, cfg, legacy)
 	sk := newSink(t, d.Receiver)
 	return d, port, sk, netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port))
@@ -177,13 +179,13 @@ type sink struct {
 	wg       sync.WaitGroup
 }
 
-func newSink(t *testing.T, n *topo.Node) *sink {
+func newSink(t *testing.T, n *lab.Node) *sink {
 	return newClassifyingSink(t, n, func(_ []byte, tos byte) int { return int(tos & 3) })
 }
 
 // newClassifyingSink counts each datagram in received[classify(...)], a
 // kind 0 to 3.
-func newClassifyingSink(t *testing.T, n *topo.Node, classify func(payload []byte, tos byte) int) *sink {
+func newClassifyingSink(t *testing.T, n *lab.Node, classify func(payload []byte, tos byte) int) *sink {
 	t.Helper()
 	s := &sink{}
 	err := n.Do(func() error {
@@ -261,7 +263,7 @@ type flow struct {
 }
 
 // send runs the flow from node n to dst and returns the datagrams sent.
-func (f flow) send(ctx context.Context, n *topo.Node, dst netip.AddrPort) (int, error) {
+func (f flow) send(ctx context.Context, n *lab.Node, dst netip.AddrPort) (int, error) {
 	var conn *net.UDPConn
 	err := n.Do(func() error {
 		var err error
@@ -330,7 +332,7 @@ type iperf3Result struct {
 // control cc, set per socket: a namespace inherits the host's default (often
 // bbr, which ignores ECN) and may only switch to the host's allowed list.
 // midway, if set, runs once the flows are past slow start.
-func iperf3TCP(t *testing.T, d *topo.Dumbbell, tos int, cc string, seconds int, midway func()) []iperf3Result {
+func iperf3TCP(t *testing.T, d *lab.Dumbbell, tos int, cc string, seconds int, midway func()) []iperf3Result {
 	t.Helper()
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		t.Fatal("iperf3 not found: apt-get install -y iperf3")
@@ -405,7 +407,7 @@ func leftovers(before map[string]bool) ([]string, error) {
 
 func leftoversNow(before map[string]bool) ([]string, error) {
 	var left []string
-	names, err := topo.LiveNamespaces(fmt.Sprintf("%s%d-", topo.NamePrefix, os.Getpid()))
+	names, err := lab.LiveNamespaces(fmt.Sprintf("%s%d-", lab.NamePrefix, os.Getpid()))
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,8 @@ import (
 	"github.com/safchain/ethtool"
 	"golang.org/x/net/ipv4"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -40,8 +41,9 @@ func TestPortTrim(t *testing.T) {
 			offload bool
 		}{{"offloaded", true}, {"computed", false}} {
 			t.Run(am.name+"/"+senderCsum.name, func(t *testing.T) {
-				topo.Require(t, tcxKernel)
-				d := topo.NewDumbbellT(t, topo.DumbbellSpec{Senders: 1, DisableOffloads: true})
+				labtest.RequireRoot(t)
+				labtest.RequireKernel(t, tcxKernel)
+				d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1, DisableOffloads: true})
 				setTxChecksum(t, d.Bottleneck.Node, d.Bottleneck.Dev, false)
 				if !senderCsum.offload {
 					setTxChecksum(t, d.SenderPorts[0].PeerNode, d.SenderPorts[0].PeerDev, false)
@@ -137,7 +139,7 @@ func TestPortTrim(t *testing.T) {
 }
 
 // setTxChecksum turns dev's transmit checksum offload on or off.
-func setTxChecksum(t *testing.T, n *topo.Node, dev string, on bool) {
+func setTxChecksum(t *testing.T, n *lab.Node, dev string, on bool) {
 	t.Helper()
 	err := n.Do(func() error {
 		et, err := ethtool.NewEthtool()
@@ -163,7 +165,7 @@ func setTxChecksum(t *testing.T, n *topo.Node, dev string, on bool) {
 }
 
 // udpCounter reads a counter of the Udp line of n's /proc/net/snmp.
-func udpCounter(t *testing.T, n *topo.Node, name string) uint64 {
+func udpCounter(t *testing.T, n *lab.Node, name string) uint64 {
 	t.Helper()
 	var v uint64
 	err := n.Do(func() error {
@@ -220,7 +222,7 @@ func (s *sink) waitKinds(want uint64) (whole, trimmed, other uint64) {
 
 // floodUDP sends payload from n to dst with TOS tos at rate (of Ethernet
 // frames) for total, paced every 500 µs, and returns the datagrams sent.
-func floodUDP(ctx context.Context, n *topo.Node, dst netip.AddrPort, tos int, payload []byte, rate units.Rate, total time.Duration) (int, error) {
+func floodUDP(ctx context.Context, n *lab.Node, dst netip.AddrPort, tos int, payload []byte, rate units.Rate, total time.Duration) (int, error) {
 	var conn *net.UDPConn
 	err := n.Do(func() error {
 		var err error

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -32,7 +32,7 @@ func TestUETMultipath(t *testing.T) {
 	for j := range rates {
 		rates[j] = pathRate
 	}
-	m := topo.NewMultipathT(t, topo.MultipathSpec{Paths: paths, MTU: roceMTU, DisableOffloads: true, PathRates: rates,
+	m := lab.NewMultipathT(t, lab.MultipathSpec{Paths: paths, MTU: roceMTU, DisableOffloads: true, PathRates: rates,
 		PortConfig: mpPortConfig(bdp)})
 	pokeNeighbor(t, m.Senders[0], m.ReceiverAddr)
 	pokeNeighbor(t, m.Receiver, m.SenderAddrs[0])
@@ -99,7 +99,7 @@ func mpPortConfig(bdp units.ByteSize) func(int, units.Rate) qdisc.Config {
 // newBalancedClient starts a UET endpoint on the fabric's first sender
 // whose PDCs spray with the load balancer kind ("none": one EV per PDC),
 // seeded by seed and the PDC.
-func newBalancedClient(t *testing.T, m *topo.Multipath, kind string, seed uint64) *pds.Endpoint {
+func newBalancedClient(t *testing.T, m *lab.Multipath, kind string, seed uint64) *pds.Endpoint {
 	t.Helper()
 	return newUETEndpoint(t, m.Senders[0], m.SenderAddrs[0], func(c *pds.Config) {
 		if kind == "none" {
@@ -144,7 +144,7 @@ func TestUETMultipathCross(t *testing.T) {
 	for j := range rates {
 		rates[j] = pathRate
 	}
-	m := topo.NewMultipathT(t, topo.MultipathSpec{Paths: paths, MTU: roceMTU, DisableOffloads: true, PathRates: rates, CrossSpine: congested + 1,
+	m := lab.NewMultipathT(t, lab.MultipathSpec{Paths: paths, MTU: roceMTU, DisableOffloads: true, PathRates: rates, CrossSpine: congested + 1,
 		PortConfig: mpPortConfig(bdp)})
 	pokeNeighbor(t, m.Senders[0], m.ReceiverAddr)
 	pokeNeighbor(t, m.Receiver, m.SenderAddrs[0])

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -93,7 +94,7 @@ func (b *uetBed) startIncast(t *testing.T, perSender uint64) []*pds.Sender {
 // datagram each, as a NIC's connection manager resolves the address before
 // the first packet: a raw socket's first packets otherwise wait for ARP
 // (an incast's first ACK came 20 ms late).
-func warmNeighbors(t *testing.T, d *topo.Dumbbell) {
+func warmNeighbors(t *testing.T, d *lab.Dumbbell) {
 	t.Helper()
 	for i, s := range d.Senders {
 		pokeNeighbor(t, s, d.ReceiverAddr)
@@ -104,7 +105,7 @@ func warmNeighbors(t *testing.T, d *topo.Dumbbell) {
 
 // pokeNeighbor sends one datagram from n to dst's discard port, so that
 // n resolves the next hop toward dst.
-func pokeNeighbor(t *testing.T, n *topo.Node, dst netip.Addr) {
+func pokeNeighbor(t *testing.T, n *lab.Node, dst netip.Addr) {
 	t.Helper()
 	if err := n.Do(func() error {
 		c, err := net.Dial("udp4", netip.AddrPortFrom(dst, 9).String()) // discard
@@ -121,7 +122,7 @@ func pokeNeighbor(t *testing.T, n *topo.Node, dst netip.Addr) {
 
 // newUETEndpoint opens UDP 4793 on addr in n (pktio.EntropyConn) and starts
 // an endpoint on it; the test's cleanup closes it.
-func newUETEndpoint(t *testing.T, n *topo.Node, addr netip.Addr, mod func(*pds.Config)) *pds.Endpoint {
+func newUETEndpoint(t *testing.T, n *lab.Node, addr netip.Addr, mod func(*pds.Config)) *pds.Endpoint {
 	t.Helper()
 	var conn *pktio.EntropyConn
 	if err := n.Do(func() (err error) {
@@ -227,7 +228,7 @@ func TestUETOneFlow(t *testing.T) {
 func TestUETRandomLoss(t *testing.T) {
 	roceSize(t)
 	b := newUETBed(t, 1, uetPortConfig(), nil)
-	loss := b.d.Senders[0].AddLossT(t, "eth0", topo.LossSpec{Fraction: 0.01, UDPPort: uet.Port})
+	loss := b.d.Senders[0].AddLossT(t, "eth0", link.LossSpec{Fraction: 0.01, UDPPort: uet.Port})
 	const msgs = 300
 	s, err := b.clients[0].Start(b.d.ReceiverAddr, pds.Stream{JobID: 1, MessageBytes: uetMsgBytes, Messages: msgs, Verify: true})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -338,7 +339,7 @@ func TestAQMLiveSwitch(t *testing.T) {
 }
 
 func TestDequeueAQMNeedsVeth(t *testing.T) {
-	requirePrivileged(t)
+	labtest.RequireRoot(t)
 	cfg := DefaultConfig(units.Gbit)
 	cfg.Classes[ClassRoCE].ECN = ECNTCN
 	cfg.Classes[ClassRoCE].InsTarget = 100 * time.Microsecond

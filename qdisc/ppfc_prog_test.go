@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -74,7 +75,7 @@ func newPPFCNetns(tb testing.TB) netns.NsHandle {
 
 func newPPFCRig(tb testing.TB, cc ClassConfig, mode QueueMode) *ppfcRig {
 	tb.Helper()
-	requirePrivileged(tb)
+	labtest.RequireRoot(tb)
 	cfg := DefaultConfig(units.Gbit)
 	cfg.Classes[ClassRoCE] = cc
 	r := &ppfcRig{tb: tb, o: loadTest(tb, cfg, mode), cc: cc, ns: newPPFCNetns(tb)}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"math"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -73,19 +73,6 @@ type skbCtx struct {
 	HWTstamp     uint64
 }
 
-// requirePrivileged skips without root, except under CI where a skip would
-// hide a test that must run.
-func requirePrivileged(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		tb.Fatal("needs root to load BPF programs, and CI=true forbids skipping")
-	}
-	tb.Skip("needs root to load BPF programs")
-}
-
 func testConfig() Config {
 	cfg := DefaultConfig(units.Gbit)
 	cfg.Classes[ClassRoCE] = ClassConfig{Name: "roce", LimitBytes: 1 * units.MiB, ECN: ECNStep, MinThBytes: 10000}
@@ -94,7 +81,7 @@ func testConfig() Config {
 
 func loadTest(tb testing.TB, cfg Config, mode QueueMode) *Objects {
 	tb.Helper()
-	requirePrivileged(tb)
+	labtest.RequireRoot(tb)
 	o, err := LoadObjects(cfg, mode, priorityBase, LoadOptions{TestHooks: true})
 	if err != nil {
 		tb.Fatal(err)
@@ -466,7 +453,7 @@ func TestWREDDeterministic(t *testing.T) {
 // TestWREDStatistical checks the marking fraction with the kernel's own
 // random numbers.
 func TestWREDStatistical(t *testing.T) {
-	requirePrivileged(t)
+	labtest.RequireRoot(t)
 	o, err := LoadObjects(wredConfig(), QueueVeth, priorityBase, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -267,7 +268,7 @@ func TestHandoffSlotsSpread(t *testing.T) {
 // xmit hook's programs load, filtered to a device; without a target they
 // are not loaded at all.
 func TestXmitProgramsLoad(t *testing.T) {
-	requirePrivileged(t)
+	labtest.RequireRoot(t)
 	o, err := LoadObjects(DefaultConfig(units.Gbit), QueueVeth, priorityBase, LoadOptions{Xmit: &XmitTarget{Ifindex: 1, NetnsIno: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dctcp"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
 func TestBadOptions(t *testing.T) {
@@ -37,7 +37,8 @@ func TestBadOptions(t *testing.T) {
 // TestRunCommand: the name is registered while the command runs, the
 // command's exit status is dctcp's, and nothing stays registered.
 func TestRunCommand(t *testing.T) {
-	topo.Require(t, "6.4")
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, "6.4")
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)

@@ -31,11 +31,10 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/kernel"
 	"github.com/fabriclab/fabriclab/host/pds"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -390,7 +389,7 @@ func demoParams(profile string, rate units.Rate, timescale float64, knobs []stri
 const defaultRate = 500 * units.Mbit
 
 // busyRate is the port speed when this process gets less than
-// minShareForDefault of the CPUs (topo.CPUShare): beside stress-ng on one
+// minShareForDefault of the CPUs (lab.CPUShare): beside stress-ng on one
 // of 2 cores (share about 0.6) the demo's hosts could not hold 500 Mbit/s.
 const (
 	busyRate           = 250 * units.Mbit
@@ -399,7 +398,7 @@ const (
 
 // cpuShare measures the share of the CPUs this process gets; tests
 // replace it.
-var cpuShare = func() float64 { return topo.CPUShare(300 * time.Millisecond) }
+var cpuShare = func() float64 { return lab.CPUShare(300 * time.Millisecond) }
 
 // autoRate is the port speed when -rate is not given.
 func autoRate(share float64) units.Rate {
@@ -583,7 +582,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// Our own signal handling: stop the traffic, clean up, exit 130/143.
-	ctx, cancel, interrupt := topo.CatchInterrupts(context.Background(), "fabricdemo", "cleaning up", stderr)
+	ctx, cancel, interrupt := lab.CatchInterrupts(context.Background(), "fabricdemo", "cleaning up", stderr)
 	defer cancel()
 	defer interrupt.Stop()
 	signalled := interrupt.Signal
@@ -597,7 +596,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if sig := signalled(); sig != nil {
-		return topo.SignalExitCode(sig)
+		return lab.SignalExitCode(sig)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fabricdemo: %v\n", err)
@@ -608,11 +607,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // demo is one run: the lab, the port and what was measured.
 type demo struct {
-	o    *options
-	out  io.Writer
-	lab  *topo.Dumbbell
-	port *qdisc.Port
-	cfg  qdisc.Config
+	o        *options
+	out      io.Writer
+	dumbbell *lab.Dumbbell
+	port     *qdisc.Port
+	cfg      qdisc.Config
 	// closers stop what the run started in the lab (RoCE agents), before
 	// the port and the namespaces go.
 	closers []func() error
@@ -691,12 +690,12 @@ func (d *demo) cleanup() error {
 			errs = append(errs, fmt.Errorf("detach port: %w", err))
 		}
 	}
-	if d.lab != nil {
-		id := d.lab.RunID()
-		if err := d.lab.Close(); err != nil {
+	if d.dumbbell != nil {
+		id := d.dumbbell.RunID()
+		if err := d.dumbbell.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("remove lab: %w", err))
 		}
-		left, _ := topo.LiveNamespaces(id + "-")
+		left, _ := lab.LiveNamespaces(id + "-")
 		if len(left) > 0 {
 			errs = append(errs, fmt.Errorf("namespaces left behind: %s (ip netns del them)", strings.Join(left, " ")))
 		} else {
@@ -721,7 +720,7 @@ func (d *demo) run(ctx context.Context) error {
 		d.printf("kernel %s: no TCX (< %s): the port falls back to clsact + cls_bpf\n", rel, minKernel)
 	}
 
-	spec := topo.DumbbellSpec{Senders: o.senders, DisableOffloads: true}
+	spec := lab.DumbbellSpec{Senders: o.senders, DisableOffloads: true}
 	if tcp {
 		// Congestion control is chosen per socket (iperf3 -C): a namespace
 		// may only default to what the host allows
@@ -733,15 +732,15 @@ func (d *demo) run(ctx context.Context) error {
 		// 1 Gbit/s is 30 kpps instead of 115 at MTU 1024.
 		spec.MTU = roceLinkMTU
 	}
-	lab, err := topo.NewDumbbell(spec)
+	dumbbell, err := lab.NewDumbbell(spec)
 	if err != nil {
 		return fmt.Errorf("build the lab: %w", err)
 	}
-	d.lab = lab
+	d.dumbbell = dumbbell
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	b := lab.Bottleneck
+	b := dumbbell.Bottleneck
 	d.cfg = qdisc.DefaultConfig(o.rate)
 	if o.traffic == trafficUET {
 		d.cfg.Classes[qdisc.ClassRoCE] = uetClass(o.rate, o.trim)
@@ -763,7 +762,7 @@ func (d *demo) run(ctx context.Context) error {
 		return fmt.Errorf("attach the port to %s:%s: %w", b.Node.Name, b.Dev, err)
 	}
 	d.port = port
-	rps, err := d.lab.SteerRx(ctx)
+	rps, err := d.dumbbell.SteerRx(ctx)
 	if err != nil {
 		return err
 	}
@@ -777,35 +776,23 @@ func (d *demo) run(ctx context.Context) error {
 	return d.roceRun(ctx, rps)
 }
 
+// kernelRelease is the running kernel's release, for the reports.
 func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
+	rel, err := kernel.Release()
+	if err != nil {
 		return "unknown"
 	}
-	return unix.ByteSliceToString(u.Release[:])
+	return rel
 }
 
 // kernelAtLeast compares the major.minor of a release like "6.18.44-foo"
 // with want ("6.6"). An unparsable release counts as new enough: the port
 // falls back by itself if TCX is missing.
 func kernelAtLeast(release, want string) bool {
-	parse := func(s string) (int, int, bool) {
-		parts := strings.SplitN(s, ".", 3)
-		if len(parts) < 2 {
-			return 0, 0, false
-		}
-		minor := parts[1]
-		if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-			minor = minor[:i]
-		}
-		a, err1 := strconv.Atoi(parts[0])
-		b, err2 := strconv.Atoi(minor)
-		return a, b, err1 == nil && err2 == nil
-	}
-	ra, rb, ok := parse(release)
-	wa, wb, _ := parse(want)
-	if !ok {
+	have, err := kernel.ParseVersion(release)
+	if err != nil {
 		return true
 	}
-	return ra > wa || ra == wa && rb >= wb
+	w, err := kernel.ParseVersion(want)
+	return err != nil || have.AtLeast(w)
 }

@@ -18,10 +18,10 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 	"github.com/vishvananda/netns"
@@ -58,12 +58,12 @@ type roceFlow struct {
 }
 
 func (d *demo) roceRun(ctx context.Context, rps string) error {
-	o, lab := d.o, d.lab
+	o, dumbbell := d.o, d.dumbbell
 	p := o.params
 
 	// One agent per namespace, its UDP socket opened inside it.
 	// RoCEConn: every packet to 4791, a UDP source port per QP.
-	listen := func(n *topo.Node, addr netip.Addr, opts pktio.RoCEOptions, np npbpf.NPOffload, rp rpbpf.Offload) (*agent.Agent, *pktio.RoCEConn, error) {
+	listen := func(n *lab.Node, addr netip.Addr, opts pktio.RoCEOptions, np npbpf.NPOffload, rp rpbpf.Offload) (*agent.Agent, *pktio.RoCEConn, error) {
 		var conn *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error
@@ -88,8 +88,8 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	var np npbpf.NPOffload
 	if o.np == npKernel {
 		var devs *npbpf.Devices
-		err := lab.Receiver.Do(func() error {
-			names, err := npbpf.LocalDevices(lab.ReceiverAddr)
+		err := dumbbell.Receiver.Do(func() error {
+			names, err := npbpf.LocalDevices(dumbbell.ReceiverAddr)
 			if err == nil {
 				devs, err = npbpf.AttachDevices(netns.None(), names, npbpf.Options{})
 			}
@@ -101,7 +101,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		d.closers = append(d.closers, devs.Close)
 		np = devs
 	}
-	recv, rconn, err := listen(lab.Receiver, lab.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes}, np, nil)
+	recv, rconn, err := listen(dumbbell.Receiver, dumbbell.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes}, np, nil)
 	if err != nil {
 		return err
 	}
@@ -113,8 +113,8 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		var rp rpbpf.Offload
 		if o.rp == rpKernel {
 			var k *rpbpf.RP
-			err := lab.Senders[i].Do(func() error {
-				names, err := npbpf.LocalDevices(lab.SenderAddrs[i])
+			err := dumbbell.Senders[i].Do(func() error {
+				names, err := npbpf.LocalDevices(dumbbell.SenderAddrs[i])
 				if err == nil {
 					k, err = rpbpf.Attach(netns.None(), names)
 				}
@@ -126,12 +126,12 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 			d.closers = append(d.closers, k.Close)
 			rp = k
 		}
-		if senders[i], sconns[i], err = listen(lab.Senders[i], lab.SenderAddrs[i], pktio.RoCEOptions{}, nil, rp); err != nil {
+		if senders[i], sconns[i], err = listen(dumbbell.Senders[i], dumbbell.SenderAddrs[i], pktio.RoCEOptions{}, nil, rp); err != nil {
 			return err
 		}
 	}
 
-	if err := warmPaths(lab); err != nil {
+	if err := warmPaths(dumbbell); err != nil {
 		return err
 	}
 
@@ -153,14 +153,14 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	rcfg.CNPPeriod = p.MinTimeBetweenCNPs
 	rcfg.CNPDSCP = p.CNPDSCP
 	rcfg.BufferBytes = 4 * messageBytes
-	rlocal := netip.AddrPortFrom(lab.ReceiverAddr, roce.UDPPort)
+	rlocal := netip.AddrPortFrom(dumbbell.ReceiverAddr, roce.UDPPort)
 	var flows []*roceFlow
 	for i := range o.senders {
-		slocal := netip.AddrPortFrom(lab.SenderAddrs[i], roce.UDPPort)
+		slocal := netip.AddrPortFrom(dumbbell.SenderAddrs[i], roce.UDPPort)
 		for q := range o.qps {
 			sqp, err := senders[i].CreateQP(scfg)
 			if err != nil {
-				return fmt.Errorf("%s: %w", lab.Senders[i].Name, err)
+				return fmt.Errorf("%s: %w", dumbbell.Senders[i].Name, err)
 			}
 			rqp, err := recv.CreateQP(rcfg)
 			if err != nil {
@@ -176,7 +176,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 			}
 			off := time.Duration(i) * o.stagger
 			flows = append(flows, &roceFlow{
-				info: FlowInfo{Sender: lab.Senders[i].Name, QP: q + 1, Src: slocal.Addr().String(), Dst: rlocal.Addr().String(),
+				info: FlowInfo{Sender: dumbbell.Senders[i].Name, QP: q + 1, Src: slocal.Addr().String(), Dst: rlocal.Addr().String(),
 					SenderQPN: sqp.QPN(), ReceiverQPN: rqp.QPN(), StartS: off.Seconds()},
 				offset: off, sqp: sqp, rqp: rqp,
 			})
@@ -418,9 +418,9 @@ func zoomWindow(duration, lastJoin time.Duration) (from, to time.Duration) {
 // neighbour are dropped, which RC repairs by going back N. Each sender
 // sends a datagram to the receiver's discard port and waits for the ICMP
 // port unreachable that proves the way back works too.
-func warmPaths(lab *topo.Dumbbell) error {
-	dst := netip.AddrPortFrom(lab.ReceiverAddr, 9).String()
-	for _, s := range lab.Senders {
+func warmPaths(dumbbell *lab.Dumbbell) error {
+	dst := netip.AddrPortFrom(dumbbell.ReceiverAddr, 9).String()
+	for _, s := range dumbbell.Senders {
 		err := s.Do(func() error {
 			c, err := net.Dial("udp4", dst)
 			if err != nil {
@@ -523,12 +523,12 @@ func knobValues(p *dcqcn.Params) map[string]string {
 // roceIntro describes the lab, the port, the DCQCN settings and the flows.
 func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	o, info, cc, p := d.o, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE], &d.o.params
-	b := d.lab.Bottleneck
-	names := make([]string, len(d.lab.Senders))
-	for i, s := range d.lab.Senders {
+	b := d.dumbbell.Bottleneck
+	names := make([]string, len(d.dumbbell.Senders))
+	for i, s := range d.dumbbell.Senders {
 		names[i] = s.Name
 	}
-	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.lab.RunID())
+	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.dumbbell.RunID())
 	if o.cpuShare > 0 {
 		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
 	}

@@ -31,12 +31,12 @@ const (
 
 func (d *demo) tcpIntro(rps string) {
 	o, info, cc := d.o, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE]
-	b := d.lab.Bottleneck
-	names := make([]string, len(d.lab.Senders))
-	for i, s := range d.lab.Senders {
+	b := d.dumbbell.Bottleneck
+	names := make([]string, len(d.dumbbell.Senders))
+	for i, s := range d.dumbbell.Senders {
 		names[i] = s.Name
 	}
-	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.lab.RunID())
+	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.dumbbell.RunID())
 	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking (attach %s, dequeue hook on r:%s)\n",
 		b.Dev, b.PeerDev, o.rate, info.Attach, info.PeerDev)
 	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))
@@ -57,8 +57,8 @@ type flowEvent struct {
 }
 
 func (d *demo) tcpTraffic(ctx context.Context) error {
-	o, lab := d.o, d.lab
-	raddr := lab.ReceiverAddr.String()
+	o, dumbbell := d.o, d.dumbbell
+	raddr := dumbbell.ReceiverAddr.String()
 
 	// One single-shot server per flow, so each flow has its own port.
 	var servers []*exec.Cmd
@@ -72,7 +72,7 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 	}()
 	for i := range o.senders {
 		var buf bytes.Buffer
-		cmd := lab.Receiver.Command(srvCtx, "iperf3", "-s", "-1", "-B", raddr, "-p", strconv.Itoa(basePort+i))
+		cmd := dumbbell.Receiver.Command(srvCtx, "iperf3", "-s", "-1", "-B", raddr, "-p", strconv.Itoa(basePort+i))
 		cmd.Stdout, cmd.Stderr = &buf, &buf
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start iperf3 server: %w", err)
@@ -188,11 +188,11 @@ func cancelAndWait(wg *sync.WaitGroup, events <-chan flowEvent) {
 // flow runs iperf3 client i, starting at t0 + i·stagger and ending with the
 // run, and reports its start and its result.
 func (d *demo) flow(ctx context.Context, i int, t0 time.Time, events chan<- flowEvent) {
-	o, lab := d.o, d.lab
+	o, dumbbell := d.o, d.dumbbell
 	offset := time.Duration(i) * o.stagger
 	secs := o.duration - offset
 	f := FlowResult{
-		Sender: lab.Senders[i].Name, Src: lab.SenderAddrs[i].String(), Dst: lab.ReceiverAddr.String(),
+		Sender: dumbbell.Senders[i].Name, Src: dumbbell.SenderAddrs[i].String(), Dst: dumbbell.ReceiverAddr.String(),
 		Port: basePort + i, StartS: offset.Seconds(), Seconds: secs.Seconds(),
 	}
 	finish := func(err error) {
@@ -209,7 +209,7 @@ func (d *demo) flow(ctx context.Context, i int, t0 time.Time, events chan<- flow
 	}
 	cctx, cancel := context.WithTimeout(ctx, secs+15*time.Second)
 	defer cancel()
-	cmd := lab.Senders[i].Command(cctx, "iperf3", "-c", f.Dst, "-p", strconv.Itoa(f.Port),
+	cmd := dumbbell.Senders[i].Command(cctx, "iperf3", "-c", f.Dst, "-p", strconv.Itoa(f.Port),
 		"-t", strconv.Itoa(int(secs/time.Second)), "-S", tosRoCE, "-C", congestion, "-J", "--connect-timeout", "3000")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -248,7 +248,7 @@ func (d *demo) waitListening(ctx context.Context, n int) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		var ports map[int]bool
-		err := d.lab.Receiver.Do(func() error {
+		err := d.dumbbell.Receiver.Do(func() error {
 			var text strings.Builder
 			for _, f := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
 				b, err := os.ReadFile(f)

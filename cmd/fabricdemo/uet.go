@@ -17,12 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -93,7 +93,7 @@ type uetFlow struct {
 }
 
 func (d *demo) uetRun(ctx context.Context, rps string) error {
-	o, lab := d.o, d.lab
+	o, dumbbell := d.o, d.dumbbell
 	cc := &d.cfg.Classes[qdisc.ClassRoCE]
 	// The endpoints log only what goes wrong, beside the live view.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -103,7 +103,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 	// RoCE demo's.
 	var rconn *pktio.EntropyConn
 	var sconns []*pktio.EntropyConn
-	open := func(n *topo.Node, addr netip.Addr, receiver bool) (*pds.Endpoint, error) {
+	open := func(n *lab.Node, addr netip.Addr, receiver bool) (*pds.Endpoint, error) {
 		opts := pktio.RoCEOptions{}
 		if receiver {
 			opts.RecvBufferBytes = receiverBufferBytes
@@ -130,19 +130,19 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		}
 		return ep, nil
 	}
-	recv, err := open(lab.Receiver, lab.ReceiverAddr, true)
+	recv, err := open(dumbbell.Receiver, dumbbell.ReceiverAddr, true)
 	if err != nil {
 		return err
 	}
 	flows := make([]*uetFlow, o.senders)
-	for i, n := range lab.Senders {
-		ep, err := open(n, lab.SenderAddrs[i], false)
+	for i, n := range dumbbell.Senders {
+		ep, err := open(n, dumbbell.SenderAddrs[i], false)
 		if err != nil {
 			return err
 		}
 		flows[i] = &uetFlow{name: n.Name, ep: ep}
 	}
-	if err := warmPaths(lab); err != nil {
+	if err := warmPaths(dumbbell); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -176,7 +176,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		}
 	}
 	for i, f := range flows {
-		s, err := f.ep.Start(lab.ReceiverAddr, pds.Stream{JobID: uint32(i + 1), MessageBytes: messageBytes, Messages: msgs, Verify: true})
+		s, err := f.ep.Start(dumbbell.ReceiverAddr, pds.Stream{JobID: uint32(i + 1), MessageBytes: messageBytes, Messages: msgs, Verify: true})
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("%s: start: %w", f.name, err)
@@ -187,14 +187,14 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 			<-s.Done()
 			f.doneAt.Store(int64(time.Since(t0)))
 		})
-		rep.Flows = append(rep.Flows, UETFlow{Sender: f.name, Src: lab.SenderAddrs[i].String(), Dst: lab.ReceiverAddr.String(), JobID: uint32(i + 1), PDC: s.PDC()})
+		rep.Flows = append(rep.Flows, UETFlow{Sender: f.name, Src: dumbbell.SenderAddrs[i].String(), Dst: dumbbell.ReceiverAddr.String(), JobID: uint32(i + 1), PDC: s.PDC()})
 	}
 	allDone := make(chan struct{})
 	go func() { wg.Wait(); close(allDone) }()
 
 	d.printf("%s", uetLiveHeader())
 	prevStats := base
-	prev := takeUETPoint(0, flows, recv, lab.ReceiverAddr, o.cc)
+	prev := takeUETPoint(0, flows, recv, dumbbell.ReceiverAddr, o.cc)
 	nextLive := time.Second
 	stopping, stoppedAt := false, time.Duration(0)
 	tick := time.NewTicker(o.sample)
@@ -207,7 +207,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		c0, c1 := &prevStats.Classes[qdisc.ClassRoCE], &st.Classes[qdisc.ClassRoCE]
 		s := interval(c0, c1, st.Time.Sub(prevStats.Time), o.rate)
 		s.T, s.Flows = el.Seconds(), len(flows)
-		p := takeUETPoint(el, flows, recv, lab.ReceiverAddr, o.cc)
+		p := takeUETPoint(el, flows, recv, dumbbell.ReceiverAddr, o.cc)
 		ls := UETSample{Sample: s, Trims: sub(c1.TrimmedPackets, c0.TrimmedPackets), PerFlow: p.since(&prev), Final: final}
 		renderUETSample(d.out, &ls, labels, cc)
 		rep.Live = append(rep.Live, ls)
@@ -222,7 +222,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 			stopAll()
 			return err
 		}
-		rep.Series.add(el.Seconds(), bl, flows, lab.ReceiverAddr, o.cc)
+		rep.Series.add(el.Seconds(), bl, flows, dumbbell.ReceiverAddr, o.cc)
 		select {
 		case <-allDone:
 			done = true
@@ -271,7 +271,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		sc := f.s.Counters()
 		r.Messages, r.BytesAcked = sc.MessagesAcked, sc.BytesAcked
 		r.Counters = f.ep.Counters()
-		if ci, ok := senderCCC(f.ep, lab.ReceiverAddr); ok {
+		if ci, ok := senderCCC(f.ep, dumbbell.ReceiverAddr); ok {
 			r.NSCC, r.Credit = ci.NSCC, ci.Credit
 		}
 		for _, rx := range recv.RxCCCs() {
@@ -472,8 +472,8 @@ func (s *UETSeries) add(t float64, backlog uint64, flows []*uetFlow, dst netip.A
 // congestion control.
 func (d *demo) uetIntro(rps string, r *UETReport) {
 	o, info, cc := d.o, d.port.Info(), &r.ClassConfig
-	b := d.lab.Bottleneck
-	d.printf("\nlab    %d senders -> sw -> r   (namespaces %s-*)\n", len(d.lab.Senders), d.lab.RunID())
+	b := d.dumbbell.Bottleneck
+	d.printf("\nlab    %d senders -> sw -> r   (namespaces %s-*)\n", len(d.dumbbell.Senders), d.dumbbell.RunID())
 	if o.cpuShare > 0 {
 		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
 	}

@@ -13,21 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
-
-// requireRoot skips without root, except under CI=true where a skip would
-// hide a test CI is meant to run.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("needs root to create network namespaces and load BPF programs, and CI=true forbids skipping")
-	}
-	t.Skip("needs root to create network namespaces and load BPF programs")
-}
 
 // lab is a veth pair between two fresh namespaces: swp0 in sw (the port),
 // eth0 in rx (the far end, which runs the dequeue hook).
@@ -46,7 +34,7 @@ func sh(t *testing.T, name string, args ...string) string {
 }
 
 func newLab(t *testing.T) *lab {
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	for _, tool := range []string{"ip", "tc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s not found: %v", tool, err)

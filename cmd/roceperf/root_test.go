@@ -10,67 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/perf"
 )
-
-// requireRoot skips without root, except under CI=true where a skip would
-// hide a test CI is meant to run.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("needs root to create a network namespace, and CI=true forbids skipping")
-	}
-	t.Skip("needs root to create a network namespace")
-}
-
-// enterNetns moves the test's locked thread into a fresh namespace with lo
-// up and 198.18.0.1/32, 198.18.0.2/32 on it. Commands started from this
-// goroutine inherit the namespace; the thread is retired with the test.
-func enterNetns(t *testing.T) {
-	t.Helper()
-	requireRoot(t)
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatalf("get netns: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = netns.Set(orig)
-		orig.Close()
-		ns.Close()
-	})
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []string{"198.18.0.1/32", "198.18.0.2/32"} {
-		addr, _ := netlink.ParseAddr(a)
-		if err := netlink.AddrAdd(lo, addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func buildBinary(t *testing.T) string {
 	t.Helper()
@@ -105,9 +53,9 @@ func runBin(t *testing.T, bin string, args ...string) result {
 // TestBinary runs the built command inside a namespace: exit codes, the
 // one-line errors, a JSON run, a server run by the binary and SIGINT.
 func TestBinary(t *testing.T) {
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	bin := buildBinary(t) // in the root namespace, where the module cache may need the network
-	enterNetns(t)
+	labtest.EnterNetns(t)
 
 	oneLine := func(r result, code int, want string) {
 		t.Helper()
@@ -257,9 +205,9 @@ func waitListening(t *testing.T, addr string) {
 // from the namespace's steering (found across processes), each QP sends
 // from its own source port, and all three verified runs complete.
 func TestBinaryThreeClients(t *testing.T) {
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	bin := buildBinary(t)
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	server := exec.Command(bin, "-s", "-B", "198.18.0.1", "-p", "18517", "-i", "0")
 	var sout, serr bytes.Buffer
 	server.Stdout, server.Stderr = &sout, &serr
@@ -321,13 +269,13 @@ func TestBinaryThreeClients(t *testing.T) {
 // TestBinaryWithoutCapNetRaw: without CAP_NET_RAW (dropped by setpriv) the
 // tool fails in one line that says what it needs.
 func TestBinaryWithoutCapNetRaw(t *testing.T) {
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Skip("setpriv (util-linux) is not installed")
 	}
 	bin := buildBinary(t)
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	for _, args := range [][]string{{"-s", "-1"}, {"-c", "198.18.0.1", "-t", "1"}} {
 		r := runBin(t, setpriv, append([]string{"--bounding-set=-net_raw", "--inh-caps=-net_raw", bin}, args...)...)
 		want := "roceperf: cannot open the RoCEv2 port (UDP 4791): the raw send socket needs CAP_NET_RAW"
@@ -342,9 +290,9 @@ func TestBinaryWithoutCapNetRaw(t *testing.T) {
 // processes on two addresses of one namespace: a verified -J run whose
 // report parses, and the errors of the combinations a UET run refuses.
 func TestBinaryUET(t *testing.T) {
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	bin := buildBinary(t)
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	server := exec.Command(bin, "-s", "-1", "--transport", "uet", "-B", "198.18.0.1", "-p", "18521")
 	var sout, serr bytes.Buffer
 	server.Stdout, server.Stderr = &sout, &serr
@@ -406,9 +354,9 @@ func TestBinaryUET(t *testing.T) {
 // the client's CCC runs on the server's credit, and the server's report
 // counts the credit it sent, its pacer's grants and the client's source.
 func TestBinaryUETRCCC(t *testing.T) {
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	bin := buildBinary(t)
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	server := exec.Command(bin, "-s", "-1", "--transport", "uet", "-B", "198.18.0.1", "-p", "18522", "-J")
 	var sout, serr bytes.Buffer
 	server.Stdout, server.Stderr = &sout, &serr

@@ -15,7 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
 // structOpsNeeds is what Register needs: BPF TCP congestion controls
@@ -73,7 +73,8 @@ func structOpsMaps(t *testing.T, prefix string) int {
 // registration lives, a second registration under it fails by name, and
 // Close removes it and frees the program.
 func TestRegisterUnregister(t *testing.T) {
-	topo.Require(t, structOpsNeeds)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, structOpsNeeds)
 	before := structOpsMaps(t, "dctcp")
 	name := testName(t)
 	r, err := Register(Options{Name: name})
@@ -111,7 +112,8 @@ func TestRegisterUnregister(t *testing.T) {
 // no deferred Close) leaves nothing registered: the kernel drops the link
 // with the process's file descriptors.
 func TestUnregisterOnKill(t *testing.T) {
-	topo.Require(t, structOpsNeeds)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, structOpsNeeds)
 	name := testName(t)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "DCTCP_TEST_CHILD="+name)

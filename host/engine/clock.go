@@ -40,7 +40,7 @@ type Waker interface {
 // wake a sleeping runtime through epoll_wait's millisecond timeout (a
 // 100 µs time.Sleep took 1 ms on the development VM), far too coarse to
 // pace 1 KB packets at 1 Gbit/s (8 µs apart); a timerfd read through the
-// Go netpoller wakes 25–50 µs late (netns-tests/topo
+// Go netpoller wakes 25–50 µs late (host/lab
 // TestDelayTimerLateness). A kick arms the same timerfd to fire at once,
 // so one file serves both.
 type TimerWaker struct {

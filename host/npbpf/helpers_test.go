@@ -4,13 +4,13 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/roce"
 )
 
@@ -36,22 +36,9 @@ var (
 	addrRecv6   = netip.MustParseAddr("2001:db8::2")
 )
 
-// requireRoot skips without root, except under CI where a skip would hide
-// a test that must run.
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		tb.Fatal("needs root to load BPF programs, and CI=true forbids skipping")
-	}
-	tb.Skip("needs root to load BPF programs")
-}
-
 func loadTest(tb testing.TB) *Objects {
 	tb.Helper()
-	requireRoot(tb)
+	labtest.RequireRoot(tb)
 	o, err := load(LoadOptions{TestHooks: true}, true)
 	if err != nil {
 		tb.Fatal(err)

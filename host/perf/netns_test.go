@@ -8,75 +8,24 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
+
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 var (
 	srvAddr = netip.MustParseAddr("198.18.0.1")
 	cliAddr = netip.MustParseAddr("198.18.0.2")
 )
-
-// requireRoot skips without root, except under CI=true where a skip would
-// hide a test CI is meant to run.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("needs root to create a network namespace, and CI=true forbids skipping")
-	}
-	t.Skip("needs root to create a network namespace")
-}
-
-// enterNetns locks the test's goroutine to its thread and moves the thread
-// into a fresh network namespace with lo up and 198.18.0.1/32 and
-// 198.18.0.2/32 on it. Every socket the test opens from its own goroutine
-// lives there. The thread never leaves the lock: when the test's goroutine
-// ends, the runtime retires it, namespace and all.
-func enterNetns(t *testing.T) {
-	t.Helper()
-	requireRoot(t)
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatalf("get netns: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = netns.Set(orig) // best effort; the thread is retired anyway
-		orig.Close()
-		ns.Close()
-	})
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		t.Fatalf("lo: %v", err)
-	}
-	if err := netlink.LinkSetUp(lo); err != nil {
-		t.Fatalf("lo up: %v", err)
-	}
-	for _, a := range []string{"198.18.0.1/32", "198.18.0.2/32"} {
-		addr, _ := netlink.ParseAddr(a)
-		if err := netlink.AddrAdd(lo, addr); err != nil {
-			t.Fatalf("add %s to lo: %v", a, err)
-		}
-	}
-}
 
 // relax gives the QPs more time to recover from a stall: both agents run
 // in this process, the VM has two CPUs that other tests may be using, and
@@ -141,7 +90,7 @@ func startServer(t *testing.T, cfg ServerConfig) (*Server, *syncBuffer) {
 }
 
 func TestNetnsVerifiedRun(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	_, srvOut := startServer(t, ServerConfig{})
 	var out bytes.Buffer
 	var ivs []Interval
@@ -213,7 +162,7 @@ func TestNetnsVerifiedRun(t *testing.T) {
 // TestNetnsExactBytes: -n delivers exactly the bytes asked for, rounded up
 // to whole messages, dealt out over the QPs.
 func TestNetnsExactBytes(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	startServer(t, ServerConfig{})
 	for _, tc := range []struct {
 		bytes    uint64
@@ -258,7 +207,7 @@ func TestNetnsExactBytes(t *testing.T) {
 }
 
 func TestNetnsErrors(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	ctx := context.Background()
 	run := func(cfg ClientConfig) error {
 		t.Helper()
@@ -300,7 +249,7 @@ func TestNetnsErrors(t *testing.T) {
 // TestNetnsBind: -B puts the client's RoCE socket and side channel on
 // 198.18.0.2, not the 198.18.0.1 the route to the server would pick.
 func TestNetnsBind(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	_, srvOut := startServer(t, ServerConfig{})
 	cfg := DefaultClientConfig(srvAddr.String())
 	cfg.Bind = cliAddr
@@ -329,7 +278,7 @@ func TestNetnsBind(t *testing.T) {
 // TestNetnsInterrupt: a cancelled context ends the run early with a
 // summary of what ran.
 func TestNetnsInterrupt(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	startServer(t, ServerConfig{})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(700*time.Millisecond, cancel)
@@ -361,7 +310,7 @@ func TestNetnsInterrupt(t *testing.T) {
 // TestNetnsServerGone: QPs that lose their peer fail the run with the QP's
 // error, after the summary.
 func TestNetnsServerGone(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	s, _ := startServer(t, ServerConfig{})
 	time.AfterFunc(500*time.Millisecond, func() { _ = s.Close() })
 	cfg := DefaultClientConfig(srvAddr.String())
@@ -388,7 +337,7 @@ func TestNetnsServerGone(t *testing.T) {
 // TestNetnsOneOff: a one-off server serves one session, then Serve returns
 // and later clients are refused.
 func TestNetnsOneOff(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	var out bytes.Buffer
 	s, err := Listen(ServerConfig{Bind: srvAddr, OneOff: true, JSON: true, Out: &syncBuffer{}})
 	if err != nil {
@@ -422,7 +371,7 @@ func TestNetnsOneOff(t *testing.T) {
 // TestNetnsCongestionControl: DCQCN paces at the line rate (-b), --cc none
 // at its cap, and the omitted warm-up stays out of the summary.
 func TestNetnsCongestionControl(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	startServer(t, ServerConfig{})
 	for _, cc := range []agent.CCMode{agent.CCDCQCN, agent.CCNone} {
 		cfg := DefaultClientConfig(srvAddr.String())
@@ -469,7 +418,7 @@ func TestNetnsCongestionControl(t *testing.T) {
 // three verified runs complete. A packet for a QPN no agent owns is
 // dropped and counted.
 func TestNetnsThreeClients(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	srv, _ := startServer(t, ServerConfig{})
 	ns, err := netns.Get() // this test's namespace, for the clients' threads
 	if err != nil {
@@ -580,7 +529,7 @@ func TestNetnsThreeClients(t *testing.T) {
 // error the client prints, and shows every refusal and its agent's drops,
 // in text and in JSON.
 func TestNetnsRefused(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	lim := agent.ServerLimits{MaxQPs: 2}
 	s, text := startServer(t, ServerConfig{Limits: lim})
 	jsonOut := &syncBuffer{}

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
 // TestNetnsUET: roceperf --transport uet between two namespaces joined by
@@ -20,13 +21,13 @@ import (
 // counters; then a second run from the same address, whose PDC IDs the
 // server must not take for the first run's.
 func TestNetnsUET(t *testing.T) {
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	srvUET, cliUET := netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.1.2")
-	lab := topo.BuildT(t, topo.Spec{
-		Nodes: []topo.NodeSpec{{Name: "srv"}, {Name: "cli"}},
-		Links: []topo.LinkSpec{{
-			A:   topo.Endpoint{Node: "srv", Dev: "eth0", Addr: netip.PrefixFrom(srvUET, 24)},
-			B:   topo.Endpoint{Node: "cli", Dev: "eth0", Addr: netip.PrefixFrom(cliUET, 24)},
+	lab := lab.BuildT(t, lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "srv"}, {Name: "cli"}},
+		Links: []lab.LinkSpec{{
+			A:   lab.Endpoint{Node: "srv", Dev: "eth0", Addr: netip.PrefixFrom(srvUET, 24)},
+			B:   lab.Endpoint{Node: "cli", Dev: "eth0", Addr: netip.PrefixFrom(cliUET, 24)},
 			MTU: 9000,
 		}},
 	})
@@ -115,7 +116,7 @@ func TestNetnsUET(t *testing.T) {
 // client of a UET server each get the other side's refusal, one line that
 // says which transport to run.
 func TestNetnsUETCrossTransport(t *testing.T) {
-	enterNetns(t)
+	labtest.EnterNetns(t)
 	startServer(t, ServerConfig{}) // RoCEv2 on 198.18.0.1, side channel 18515
 	u, err := ListenUET(ServerConfig{Transport: TransportUET, Bind: srvAddr, Port: 18516})
 	if err != nil {

@@ -7,29 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-)
 
-// requireRoot skips tb unless it runs as root. Under CI=true a skip would
-// hide a test CI is meant to run, so it fails instead.
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-		tb.Fatalf("pktio: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) to create a network namespace, and CI=true forbids skipping")
-	}
-	tb.Skip("pktio: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) to create a network namespace")
-}
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
+)
 
 // Test addresses, all on lo inside the test's own network namespace.
 const (
@@ -51,7 +38,7 @@ type testNetns struct {
 // newTestNetns creates the namespace; loMTU, if non-zero, is set on its lo.
 func newTestNetns(tb testing.TB, loMTU int) *testNetns {
 	tb.Helper()
-	requireRoot(tb)
+	labtest.RequireRoot(tb)
 	n := &testNetns{}
 	errc := make(chan error, 1)
 	go func() {

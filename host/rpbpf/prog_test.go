@@ -3,11 +3,11 @@ package rpbpf
 import (
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 )
 
@@ -23,20 +23,9 @@ var (
 	addrRecv6   = netip.MustParseAddr("2001:db8::2")
 )
 
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		tb.Fatal("needs root to load BPF programs, and CI=true forbids skipping")
-	}
-	tb.Skip("needs root to load BPF programs")
-}
-
 func loadTest(tb testing.TB) *Objects {
 	tb.Helper()
-	requireRoot(tb)
+	labtest.RequireRoot(tb)
 	o, err := Load(LoadOptions{TestHooks: true})
 	if err != nil {
 		tb.Fatal(err)

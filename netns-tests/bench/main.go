@@ -40,7 +40,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -138,7 +138,7 @@ func run() int {
 
 	// Our own signal handling: cancel the context so every deferred
 	// teardown (port.Close, lab.Close, iperf3 kill) runs on the way out.
-	topo.DisableSignalHandler()
+	lab.DisableSignalHandler()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

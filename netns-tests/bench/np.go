@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 )
 
 // The kernel NP rows (host/npbpf): CE-marked RoCEv2 data arriving at the
@@ -81,11 +81,11 @@ func runNP(ctx context.Context, f *npFlagSet) (*NPReport, error) {
 	if *f.count < 1 || *f.gap <= 0 {
 		return rep, errors.New("-np-count and -np-gap must be positive")
 	}
-	lab, err := topo.Build(topo.Spec{
-		Nodes: []topo.NodeSpec{{Name: "rp"}, {Name: "np"}},
-		Links: []topo.LinkSpec{{
-			A:               topo.Endpoint{Node: "rp", Dev: npDev, Addr: npRP4, Addr6: npRP6},
-			B:               topo.Endpoint{Node: "np", Dev: npDev, Addr: npNP4, Addr6: npNP6},
+	lab, err := lab.Build(lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "rp"}, {Name: "np"}},
+		Links: []lab.LinkSpec{{
+			A:               lab.Endpoint{Node: "rp", Dev: npDev, Addr: npRP4, Addr6: npRP6},
+			B:               lab.Endpoint{Node: "np", Dev: npDev, Addr: npNP4, Addr6: npNP6},
 			DisableOffloads: true,
 		}},
 	})
@@ -109,7 +109,7 @@ func runNP(ctx context.Context, f *npFlagSet) (*NPReport, error) {
 	return rep, err
 }
 
-func runKernelNPRows(ctx context.Context, rpn, npn *topo.Node, f *npFlagSet) ([]NPRow, error) {
+func runKernelNPRows(ctx context.Context, rpn, npn *lab.Node, f *npFlagSet) ([]NPRow, error) {
 	np, err := npbpf.Attach(npn.NsHandle(), npDev, npbpf.Options{})
 	if err != nil {
 		return nil, err
@@ -173,7 +173,7 @@ func runKernelNPRows(ctx context.Context, rpn, npn *topo.Node, f *npFlagSet) ([]
 // runAgentNPRow measures the agent's user-space NP the same way: a QP of
 // an agent on a UDP socket at the receiver, connected to the sender's
 // address, takes the SEND_ONLY packets in PSN order.
-func runAgentNPRow(rpn, npn *topo.Node, f *npFlagSet) (NPRow, error) {
+func runAgentNPRow(rpn, npn *lab.Node, f *npFlagSet) (NPRow, error) {
 	row := NPRow{Name: "agent NP (user space), IPv4", Verdict: "ref"}
 	var conn *pktio.UDPConn
 	if err := npn.Do(func() (err error) {
@@ -211,7 +211,7 @@ func runAgentNPRow(rpn, npn *topo.Node, f *npFlagSet) (NPRow, error) {
 // measureNP sends the CE packets from rp to qpn at np and fills row from
 // what the tap on np's device saw; spin: the tap never sleeps (see
 // npprobe.TapOptions).
-func measureNP(row *NPRow, rpn, npn *topo.Node, rpAddr, npAddr netip.Addr, qpn uint32, f *npFlagSet, spin bool) error {
+func measureNP(row *NPRow, rpn, npn *lab.Node, rpAddr, npAddr netip.Addr, qpn uint32, f *npFlagSet, spin bool) error {
 	var s *npprobe.Sender
 	if err := rpn.Do(func() (err error) {
 		s, err = npprobe.NewSender(netip.AddrPortFrom(rpAddr, roce.UDPPort))

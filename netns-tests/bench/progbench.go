@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -978,7 +978,7 @@ func emptyTracing() (*ebpf.Program, error) {
 }
 
 // udpSink receives and discards UDP in b until closed.
-func udpSink(b *topo.Node) (*net.UDPConn, error) {
+func udpSink(b *lab.Node) (*net.UDPConn, error) {
 	var conn *net.UDPConn
 	if err := b.Do(func() error {
 		var err error
@@ -1000,7 +1000,7 @@ func udpSink(b *topo.Node) (*net.UDPConn, error) {
 
 // udpBlast sends paced (rate > 0) or unpaced UDP from a to dst for d and
 // returns the datagrams sent. Unpaced, it runs pinned to cpu.
-func udpBlast(a *topo.Node, dst *net.UDPAddr, rate units.Rate, d time.Duration, cpu int) (int, error) {
+func udpBlast(a *lab.Node, dst *net.UDPAddr, rate units.Rate, d time.Duration, cpu int) (int, error) {
 	var conn *net.UDPConn
 	if err := a.Do(func() error {
 		var err error
@@ -1057,11 +1057,11 @@ func udpBlast(a *topo.Node, dst *net.UDPAddr, rate units.Rate, d time.Duration, 
 
 // runXmitInSitu measures the xmit hook and the peer hook on real traffic.
 func runXmitInSitu(trials int) ([]ProgRow, error) {
-	lab, err := topo.Build(topo.Spec{
-		Nodes: []topo.NodeSpec{{Name: "a"}, {Name: "b"}},
-		Links: []topo.LinkSpec{{
-			A: topo.Endpoint{Node: "a", Dev: devA, Addr: addrA},
-			B: topo.Endpoint{Node: "b", Dev: devB, Addr: addrB},
+	lab, err := lab.Build(lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
+		Links: []lab.LinkSpec{{
+			A: lab.Endpoint{Node: "a", Dev: devA, Addr: addrA},
+			B: lab.Endpoint{Node: "b", Dev: devB, Addr: addrB},
 		}},
 	})
 	if err != nil {
@@ -1233,7 +1233,7 @@ func portProgramsOf(port *qdisc.Port) ([]*ebpf.Program, error) {
 // transmission beyond its own run time: an unpaced sender pinned to one CPU
 // (the veth delivers on the same CPU, so its rate is that CPU's cost per
 // packet) with 64 empty programs attached against none, interleaved.
-func dispatchCost(a *topo.Node, dst *net.UDPAddr, trials int) (ProgRow, error) {
+func dispatchCost(a *lab.Node, dst *net.UDPAddr, trials int) (ProgRow, error) {
 	cpu := runtime.NumCPU() - 1
 	var with, without []float64
 	for trial := range trials * 2 {

@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/roce"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -133,13 +133,13 @@ func roceDatagramBytes(mtu int) int { return roce.BTHLen + mtu + roce.ICRCLen }
 func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 	rep := &RoceReport{}
 	if _, err := exec.LookPath("ip"); err != nil {
-		return rep, errors.New("ip (iproute2) not found in PATH: topo runs commands with `ip netns exec`; install iproute2")
+		return rep, errors.New("ip (iproute2) not found in PATH: host/lab runs commands with `ip netns exec`; install iproute2")
 	}
-	lab, err := topo.Build(topo.Spec{
-		Nodes: []topo.NodeSpec{{Name: "a"}, {Name: "b"}},
-		Links: []topo.LinkSpec{{
-			A:   topo.Endpoint{Node: "a", Dev: devA, Addr: addrA},
-			B:   topo.Endpoint{Node: "b", Dev: devB, Addr: addrB},
+	lab, err := lab.Build(lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
+		Links: []lab.LinkSpec{{
+			A:   lab.Endpoint{Node: "a", Dev: devA, Addr: addrA},
+			B:   lab.Endpoint{Node: "b", Dev: devB, Addr: addrB},
 			MTU: roceLinkMTU(o.mtu),
 		}},
 	})
@@ -195,7 +195,7 @@ func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 
 // runGoodput alternates iperf3 -u and roceperf, rounds times each, the
 // order swapped every round so neither always runs first.
-func runGoodput(ctx context.Context, a, b *topo.Node, o roceOpts) (*GoodputReport, error) {
+func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport, error) {
 	dg := roceDatagramBytes(o.mtu)
 	g := &GoodputReport{
 		MTU: o.mtu, LinkMTU: roceLinkMTU(o.mtu), DatagramBytes: dg, CPU: o.cpu,

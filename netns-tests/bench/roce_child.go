@@ -22,8 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/perf"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 )
 
 // roceperf runs in child processes of the bench, one per side, started
@@ -122,7 +122,7 @@ func roceChild(args []string) int {
 
 // roceperfRun runs one roceperf test a -> b in two child processes.
 // prof, if set, is a path prefix for the children's CPU profiles.
-func roceperfRun(ctx context.Context, exe string, a, b *topo.Node, o roceOpts, prof string) (UDPRun, error) {
+func roceperfRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof string) (UDPRun, error) {
 	var run UDPRun
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+30)*time.Second)
 	defer cancel()

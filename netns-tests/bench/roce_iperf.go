@@ -12,12 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
 )
 
 // iperfUDP runs one iperf3 -u -b 0 test a -> b with datagrams of dgram
 // bytes of UDP payload: a one-off server in b, a JSON client in a.
-func iperfUDP(ctx context.Context, a, b *topo.Node, port, seconds, dgram, cpu int) (UDPRun, error) {
+func iperfUDP(ctx context.Context, a, b *lab.Node, port, seconds, dgram, cpu int) (UDPRun, error) {
 	var run UDPRun
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
 	defer cancel()

@@ -15,11 +15,11 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 	"github.com/vishvananda/netns"
@@ -167,7 +167,7 @@ func (l *eventLog) trace(e agent.Event) {
 // egress has no port), so the k-th CNP handled is the k-th sent. A handled
 // CNP with RcAfter < RcBefore is a cut: reaction = cut − trigger CE. A CNP
 // arriving at Rmin does not cut and is counted apart.
-func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row ReactionRow, err error) {
+func runReaction(ctx context.Context, a, b *lab.Node, o reactionOpts) (row ReactionRow, err error) {
 	row.Config = o.String()
 	cfg := qdisc.DefaultConfig(o.portRate)
 	roce := &cfg.Classes[qdisc.ClassRoCE]
@@ -210,7 +210,7 @@ func runReaction(ctx context.Context, a, b *topo.Node, o reactionOpts) (row Reac
 		defer tap.Close()
 		off = devs
 	}
-	listen := func(n *topo.Node, addr netip.Addr) (*pktio.RoCEConn, error) {
+	listen := func(n *lab.Node, addr netip.Addr) (*pktio.RoCEConn, error) {
 		var c *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -89,14 +89,14 @@ func runThroughput(ctx context.Context, rounds, seconds, cpu int, limit units.By
 		return rows, errIperfMissing
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		return rows, errors.New("ip (iproute2) not found in PATH: topo runs commands with `ip netns exec`; install iproute2")
+		return rows, errors.New("ip (iproute2) not found in PATH: host/lab runs commands with `ip netns exec`; install iproute2")
 	}
 
-	lab, err := topo.Build(topo.Spec{
-		Nodes: []topo.NodeSpec{{Name: "a"}, {Name: "b"}},
-		Links: []topo.LinkSpec{{
-			A: topo.Endpoint{Node: "a", Dev: devA, Addr: addrA},
-			B: topo.Endpoint{Node: "b", Dev: devB, Addr: addrB},
+	lab, err := lab.Build(lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
+		Links: []lab.LinkSpec{{
+			A: lab.Endpoint{Node: "a", Dev: devA, Addr: addrA},
+			B: lab.Endpoint{Node: "b", Dev: devB, Addr: addrB},
 		}},
 	})
 	if err != nil {
@@ -219,7 +219,7 @@ type iperfResult struct {
 
 // oneRun attaches the port if the configuration has one, runs one iperf3
 // test a -> b, and detaches. Every step is bounded by a timeout.
-func oneRun(ctx context.Context, a, b *topo.Node, c tpConfig, port, seconds, cpu int, limit units.ByteSize, st *portTotals) (res iperfResult, err error) {
+func oneRun(ctx context.Context, a, b *lab.Node, c tpConfig, port, seconds, cpu int, limit units.ByteSize, st *portTotals) (res iperfResult, err error) {
 	if c.attach {
 		p, err := qdisc.Attach(portConfig(limit), qdisc.AttachOptions{
 			Dev: devA, Netns: a.NetnsName, PeerDev: devB, PeerNetns: b.NetnsName,
@@ -248,7 +248,7 @@ func oneRun(ctx context.Context, a, b *topo.Node, c tpConfig, port, seconds, cpu
 }
 
 // iperf runs a one-off server in b and a JSON client in a.
-func iperf(ctx context.Context, a, b *topo.Node, port, seconds, cpu int) (iperfResult, error) {
+func iperf(ctx context.Context, a, b *lab.Node, port, seconds, cpu int) (iperfResult, error) {
 	var res iperfResult
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
 	defer cancel()
@@ -328,7 +328,7 @@ var errExited = errors.New("exited before listening")
 // waitListening polls the node's TCP table (from inside its namespace) until
 // a socket listens on port. Probing with a connection instead would use up
 // the one test a -1 server accepts.
-func waitListening(ctx context.Context, n *topo.Node, port int, exited <-chan struct{}) error {
+func waitListening(ctx context.Context, n *lab.Node, port int, exited <-chan struct{}) error {
 	want := fmt.Sprintf(":%04X", port)
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -21,10 +21,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -144,7 +144,7 @@ func uetChild(args []string) int {
 
 // uetRun runs one UET test a -> b in two child processes.
 // prof, if set, is a path prefix for the children's CPU profiles.
-func uetRun(ctx context.Context, exe string, a, b *topo.Node, o roceOpts, prof string) (UDPRun, error) {
+func uetRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof string) (UDPRun, error) {
 	var run UDPRun
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+30)*time.Second)
 	defer cancel()

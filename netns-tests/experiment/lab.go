@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/dctcp"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -38,16 +38,16 @@ const (
 	// tcpiOptECN is TCPI_OPT_ECN of tcp_info.tcpi_options (uapi
 	// linux/tcp.h): ECN was negotiated on the connection.
 	tcpiOptECN = 8
-	// delayLinkKind is how topo applies DumbbellSpec.SenderDelays.
-	delayLinkKind = "topo.DelayLink: eBPF redirect to a TUN, Go forwarder on a timerfd"
+	// delayLinkKind is how host/lab applies DumbbellSpec.SenderDelays.
+	delayLinkKind = "link.Delay: eBPF redirect to a TUN, Go forwarder on a timerfd"
 	// maxShortRequest bounds what the short-flow server reads.
 	maxShortRequest = 16 << 20
 )
 
 // dumbbellSpec is the lab: one sender per delay, classic ECN on the
 // senders, offloads off so the port sees MTU-sized packets.
-func (e *experiment) dumbbellSpec() topo.DumbbellSpec {
-	return topo.DumbbellSpec{
+func (e *experiment) dumbbellSpec() lab.DumbbellSpec {
+	return lab.DumbbellSpec{
 		Senders:         e.o.senders(),
 		DisableOffloads: true,
 		// Congestion control is set per socket (a namespace may only pick
@@ -76,7 +76,7 @@ func (e *experiment) setup(ctx context.Context) error {
 		}
 		e.dctcp, e.cc = reg, reg.Name()
 	}
-	lab, err := topo.NewDumbbell(e.dumbbellSpec())
+	lab, err := lab.NewDumbbell(e.dumbbellSpec())
 	if err != nil {
 		return fmt.Errorf("build the lab: %w", err)
 	}
@@ -136,7 +136,7 @@ type servers struct {
 	}
 }
 
-func startServers(r *topo.Node, cc string, connDeadline time.Duration) (*servers, error) {
+func startServers(r *lab.Node, cc string, connDeadline time.Duration) (*servers, error) {
 	s := &servers{connDeadline: connDeadline}
 	s.mu.conns = map[net.Conn]struct{}{}
 	err := r.Do(func() error {
@@ -347,7 +347,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // dialTCP connects from node to addr with the per-socket settings of every
 // experiment flow: congestion control cc, DSCP 26. The socket is created
 // inside the node's namespace and stays there.
-func dialTCP(ctx context.Context, node *topo.Node, addr, cc string, timeout time.Duration) (*net.TCPConn, error) {
+func dialTCP(ctx context.Context, node *lab.Node, addr, cc string, timeout time.Duration) (*net.TCPConn, error) {
 	d := net.Dialer{Timeout: timeout, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {

@@ -27,10 +27,9 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fabriclab/fabriclab/host/dctcp"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/kernel"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -50,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 
 	// Our own signal handling: stop the traffic, clean up, exit 130/143.
-	ctx, cancel, interrupt := topo.CatchInterrupts(context.Background(), "experiment", "tearing down", stderr)
+	ctx, cancel, interrupt := lab.CatchInterrupts(context.Background(), "experiment", "tearing down", stderr)
 	defer cancel()
 	defer interrupt.Stop()
 
@@ -65,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			}
 		}
 		if sig := interrupt.Signal(); sig != nil {
-			code = topo.SignalExitCode(sig)
+			code = lab.SignalExitCode(sig)
 		}
 	}()
 	if err := e.run(ctx); err != nil {
@@ -81,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 type experiment struct {
 	o    *options
 	out  io.Writer
-	lab  *topo.Dumbbell
+	lab  *lab.Dumbbell
 	port *qdisc.Port
 	cfg  qdisc.Config
 	srv  *servers
@@ -122,7 +121,7 @@ func (e *experiment) cleanup() error {
 		if err := e.lab.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("remove lab: %w", err))
 		}
-		if left, _ := topo.LiveNamespaces(id + "-"); len(left) > 0 {
+		if left, _ := lab.LiveNamespaces(id + "-"); len(left) > 0 {
 			errs = append(errs, fmt.Errorf("namespaces left behind: %s (ip netns del them)", strings.Join(left, " ")))
 		} else {
 			e.printf("cleanup: port detached, namespaces %s-* removed\n", id)
@@ -368,11 +367,11 @@ func (g *group) Wait() error {
 }
 
 func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
+	rel, err := kernel.Release()
+	if err != nil {
 		return "unknown"
 	}
-	return unix.ByteSliceToString(u.Release[:])
+	return rel
 }
 
 func loadAvg() string {

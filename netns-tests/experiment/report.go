@@ -36,7 +36,7 @@ type Report struct {
 	Notes      []string      `json:"notes,omitempty"`
 }
 
-// DelayReport is one sender's delay link (topo.DelayLink) over the whole
+// DelayReport is one sender's delay link (link.Delay) over the whole
 // run: whether it kept up and how late it released packets.
 type DelayReport struct {
 	Sender         string  `json:"sender"`

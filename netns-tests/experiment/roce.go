@@ -22,11 +22,11 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
 )
 
 const (
@@ -40,7 +40,7 @@ const (
 
 // roceHost is a node's agent: UDP 4791, the kernel RP on its devices.
 type roceHost struct {
-	node *topo.Node
+	node *lab.Node
 	addr netip.Addr
 	a    *agent.Agent
 	conn *pktio.RoCEConn
@@ -57,7 +57,7 @@ type roceLab struct {
 	inflight time.Duration
 }
 
-func newRoCEHost(n *topo.Node, addr netip.Addr) (*roceHost, error) {
+func newRoCEHost(n *lab.Node, addr netip.Addr) (*roceHost, error) {
 	h := &roceHost{node: n, addr: addr}
 	err := n.Do(func() (err error) {
 		if h.conn, err = pktio.ListenRoCE(netip.AddrPortFrom(netip.IPv4Unspecified(), roce.UDPPort), pktio.RoCEOptions{}); err != nil {

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
 )
 
 const (
@@ -280,7 +280,7 @@ func (g *group) firstErr() error {
 // pause gaps[k], connect, then time from the first write of sizes[k] bytes
 // to the server's one-byte answer. It returns the FCTs and the number of
 // flows that failed.
-func (e *experiment) shortFlows(ctx context.Context, node *topo.Node, end time.Time, sizes []int, gaps []time.Duration) ([]time.Duration, int) {
+func (e *experiment) shortFlows(ctx context.Context, node *lab.Node, end time.Time, sizes []int, gaps []time.Duration) ([]time.Duration, int) {
 	addr := fmt.Sprintf("%s:%d", e.lab.ReceiverAddr, shortPort)
 	var fcts []time.Duration
 	failed := 0
@@ -307,7 +307,7 @@ func (e *experiment) shortFlows(ctx context.Context, node *topo.Node, end time.T
 	return fcts, failed
 }
 
-func shortFlow(ctx context.Context, node *topo.Node, addr, cc string, req []byte) (time.Duration, error) {
+func shortFlow(ctx context.Context, node *lab.Node, addr, cc string, req []byte) (time.Duration, error) {
 	c, err := dialTCP(ctx, node, addr, cc, dialTimeout)
 	if err != nil {
 		return 0, err

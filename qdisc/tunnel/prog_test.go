@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
 // TC verdicts as the programs return them.
@@ -32,17 +32,6 @@ var (
 	dcB      = netip.MustParsePrefix("198.19.2.0/24")
 )
 
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		tb.Fatal("needs root to load BPF programs, and CI=true forbids skipping")
-	}
-	tb.Skip("needs root to load BPF programs")
-}
-
 // testPE loads the programs with the test clock and configures them
 // without attaching.
 type testPE struct {
@@ -52,7 +41,7 @@ type testPE struct {
 
 func loadTestPE(t *testing.T, cfg Config) *testPE {
 	t.Helper()
-	requireRoot(t)
+	labtest.RequireRoot(t)
 	spec, err := bpf.LoadTunnel()
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
-package topo
+package lab
 
 // TB is the part of testing.TB the *T helpers use (BuildT, NewDumbbellT,
-// AddLossT, Require). A *testing.T or *testing.B is one; topo itself does
+// AddLossT). A *testing.T or *testing.B is one; lab itself does
 // not import testing, so the commands that build labs with it
 // (cmd/fabricdemo) do not link the test framework.
 type TB interface {
@@ -10,5 +10,4 @@ type TB interface {
 	Errorf(format string, args ...any)
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
-	Skipf(format string, args ...any)
 }

@@ -1,13 +1,12 @@
 //go:build linux
 
-package topo
+package link_test
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -22,11 +21,13 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+	ebpflink "github.com/cilium/ebpf/link"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
-	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/host/lab/link"
 )
 
 // Tolerances of the RTT tests, chosen on the 2-core development VM (see the
@@ -49,7 +50,7 @@ const (
 
 // echoServer echoes every datagram sent to addr:port in n until the test
 // ends.
-func echoServer(t *testing.T, n *Node, addr netip.Addr, port uint16) {
+func echoServer(t *testing.T, n *lab.Node, addr netip.Addr, port uint16) {
 	t.Helper()
 	var c *net.UDPConn
 	if err := n.Do(func() (err error) {
@@ -78,7 +79,7 @@ func echoServer(t *testing.T, n *Node, addr netip.Addr, port uint16) {
 
 // probeTarget is where probeRTT sends from and to.
 type probeTarget struct {
-	from *Node
+	from *lab.Node
 	dst  netip.AddrPort
 }
 
@@ -148,7 +149,7 @@ func (r rttSummary) String() string {
 	return fmt.Sprintf("min %v p50 %v p90 %v p99 %v max %v", r.min, r.p50, r.p90, r.p99, r.max)
 }
 
-func logDelayStats(t *testing.T, name string, s DelayStats) {
+func logDelayStats(t *testing.T, name string, s link.DelayStats) {
 	t.Helper()
 	t.Logf("%s: released %d (%d B), dropped %d (queue full %d, oversize %d, write errors %d), held max %d; lateness mean %v p50 < %v p99 < %v max %v; kernel: diverted %d returned %d reentered %d bypassed %d malformed %d dropped %d, tun dropped %d",
 		name, s.Packets, s.Bytes, s.Dropped, s.QueueFull, s.Oversize, s.WriteErrors, s.MaxHeld,
@@ -178,9 +179,10 @@ func assertAddedRTT(t *testing.T, what string, base, delayed []time.Duration, wa
 // TestDelayRTT: a 2 ms SenderDelay on s1 adds 2 ms (+ at most rttSlack at the
 // median) to s1's RTT; s2, undelayed, gives the base RTT of the same path.
 func TestDelayRTT(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
 	const delay = 2 * time.Millisecond
-	d := NewDumbbellT(t, DumbbellSpec{Senders: 2, SenderDelays: []time.Duration{delay}})
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 2, SenderDelays: []time.Duration{delay}})
 	if len(d.Delays) != 2 || d.Delays[0] == nil || d.Delays[1] != nil {
 		t.Fatalf("Delays = %v, want a link on s1 only", d.Delays)
 	}
@@ -249,9 +251,10 @@ func TestDelayTimerLateness(t *testing.T) {
 // TestDelayIPv6: the same over IPv6, where neighbour discovery must bypass
 // the delay and bpf_redirect_neigh takes its IPv6 path.
 func TestDelayIPv6(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
 	const delay = time.Millisecond
-	d := NewDumbbellT(t, DumbbellSpec{Senders: 2, IPv6: true, SenderDelays: []time.Duration{delay}})
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 2, IPv6: true, SenderDelays: []time.Duration{delay}})
 	echoServer(t, d.Receiver, d.ReceiverAddr6, 7000)
 	dst := netip.AddrPortFrom(d.ReceiverAddr6, 7000)
 	rtts := probeRTT(t, rttProbes, rttGap, probeTarget{d.Senders[1], dst}, probeTarget{d.Senders[0], dst})
@@ -266,10 +269,11 @@ func TestDelayIPv6(t *testing.T) {
 // TestDelayPerFlow: PerFlow gives two flows of one sender different delays
 // (1 ms and 4 ms by destination port); a third flow gets none.
 func TestDelayPerFlow(t *testing.T) {
-	Require(t, tcxKernel)
-	d := NewDumbbellT(t, DumbbellSpec{Senders: 1})
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
 	want := map[uint16]time.Duration{7001: time.Millisecond, 7002: 4 * time.Millisecond}
-	dl, err := d.Senders[0].AddDelay("eth0", DelaySpec{PerFlow: func(k FlowKey) time.Duration {
+	dl, err := d.Senders[0].AddDelay("eth0", link.DelaySpec{PerFlow: func(k link.FlowKey) time.Duration {
 		if k.Proto != unix.IPPROTO_UDP || k.Dst != d.ReceiverAddr {
 			return 0
 		}
@@ -358,7 +362,7 @@ func receiveSequenced(conns []*net.UDPConn) ([]flowResult, func()) {
 
 // udpPair opens n flows from node from to distinct ports of dst in node to:
 // connected senders and bound receivers (with 4 MB receive buffers).
-func udpPair(t *testing.T, from, to *Node, dst netip.Addr, basePort uint16, n int) (snd, rcv []*net.UDPConn) {
+func udpPair(t *testing.T, from, to *lab.Node, dst netip.Addr, basePort uint16, n int) (snd, rcv []*net.UDPConn) {
 	t.Helper()
 	for i := range n {
 		port := basePort + uint16(i)
@@ -389,14 +393,15 @@ func udpPair(t *testing.T, from, to *Node, dst netip.Addr, basePort uint16, n in
 // and each in order. 20 kpps is well below the capacity TestDelayCapacity
 // measures.
 func TestDelayOrderNoLoss(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
 	const (
 		rate  = 20000
 		total = rate // 1 s
 		size  = 72   // UDP payload: 100-byte IP packets
 	)
-	d := NewDumbbellT(t, DumbbellSpec{Senders: 1})
-	dl, err := d.Senders[0].AddDelay("eth0", DelaySpec{Delay: 2 * time.Millisecond, Jitter: time.Millisecond, Seed: 1})
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
+	dl, err := d.Senders[0].AddDelay("eth0", link.DelaySpec{Delay: 2 * time.Millisecond, Jitter: time.Millisecond, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +480,7 @@ func blast(t *testing.T, snd, rcv *net.UDPConn, ipSize int, window time.Duration
 }
 
 // drainDelay waits, at most 5 s, until dl holds nothing.
-func drainDelay(t *testing.T, dl *DelayLink) {
+func drainDelay(t *testing.T, dl *link.Delay) {
 	t.Helper()
 	for end := time.Now().Add(5 * time.Second); dl.Stats().Held > 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
@@ -496,10 +501,11 @@ func drainDelay(t *testing.T, dl *DelayLink) {
 // times the experiment's 17 kpps and above the 20 kpps TestDelayOrderNoLoss
 // relies on.
 func TestDelayCapacity(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
 	const window = time.Second
 	sizes := []int{1500, 100}
-	d := NewDumbbellT(t, DumbbellSpec{Senders: 1})
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
 	port := uint16(7200)
 	basePPS := map[int]float64{}
 	for _, ipSize := range sizes {
@@ -511,7 +517,7 @@ func TestDelayCapacity(t *testing.T) {
 			ipSize, float64(offered)/took.Seconds(), float64(received)/took.Seconds(), float64(received*ipSize)*8/took.Seconds()/1e9)
 	}
 
-	dl, err := d.Senders[0].AddDelay("eth0", DelaySpec{Delay: time.Millisecond})
+	dl, err := d.Senders[0].AddDelay("eth0", link.DelaySpec{Delay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +525,7 @@ func TestDelayCapacity(t *testing.T) {
 		snd, rcv := udpPair(t, d.Senders[0], d.Receiver, d.ReceiverAddr, port, 1)
 		port++
 		before := dl.Stats()
-		var mid DelayStats
+		var mid link.DelayStats
 		offered, received, took := blast(t, snd[0], rcv[0], ipSize, window, func() { mid = dl.Stats() })
 		drainDelay(t, dl)
 		after := dl.Stats()
@@ -551,7 +557,7 @@ func TestDelayCapacity(t *testing.T) {
 			drainDelay(t, dl)
 			after := dl.Stats()
 			var lateSum time.Duration
-			var late DelayStats
+			var late link.DelayStats
 			for i := range late.Lateness {
 				late.Lateness[i] = after.Lateness[i] - before.Lateness[i]
 			}
@@ -570,9 +576,10 @@ func TestDelayCapacity(t *testing.T) {
 // through a delay link intact: the kernel segments the GSO packets for the
 // TUN and completes their checksums.
 func TestDelayTCP(t *testing.T) {
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
 	const total = 8 << 20
-	d := NewDumbbellT(t, DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{time.Millisecond}})
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{time.Millisecond}})
 	var ln net.Listener
 	if err := d.Receiver.Do(func() (err error) {
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(d.ReceiverAddr, 7400).String())
@@ -632,15 +639,15 @@ func TestDelayTCP(t *testing.T) {
 }
 
 // tcxPrograms lists the TCX programs on dev in n.
-func tcxPrograms(t *testing.T, n *Node, dev string, where ebpf.AttachType) int {
+func tcxPrograms(t *testing.T, n *lab.Node, dev string, where ebpf.AttachType) int {
 	t.Helper()
 	idx, err := n.LinkIndex(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res *link.QueryResult
+	var res *ebpflink.QueryResult
 	if err := n.Do(func() (err error) {
-		res, err = link.QueryPrograms(link.QueryOptions{Target: idx, Attach: where})
+		res, err = ebpflink.QueryPrograms(ebpflink.QueryOptions{Target: idx, Attach: where})
 		return err
 	}); err != nil {
 		t.Fatalf("query %s %s: %v", n.Name, dev, err)
@@ -648,10 +655,10 @@ func tcxPrograms(t *testing.T, n *Node, dev string, where ebpf.AttachType) int {
 	return len(res.Programs)
 }
 
-func delayProgIDs(t *testing.T, d *DelayLink) []ebpf.ProgramID {
+func delayProgIDs(t *testing.T, d *link.Delay) []ebpf.ProgramID {
 	t.Helper()
 	var ids []ebpf.ProgramID
-	for _, p := range []*ebpf.Program{d.objs.DelayDivert, d.objs.DelayReturn} {
+	for _, p := range d.Programs() {
 		info, err := p.Info()
 		if err != nil {
 			t.Fatal(err)
@@ -690,21 +697,22 @@ func assertProgsGone(t *testing.T, ids []ebpf.ProgramID) {
 // TUN and stops the goroutines; it is idempotent; the device then works
 // undelayed and takes a new delay link; a failed AddDelay leaves nothing.
 func TestDelayClose(t *testing.T) {
-	Require(t, tcxKernel)
-	d := NewDumbbellT(t, DumbbellSpec{Senders: 1})
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
 	s1 := d.Senders[0]
 	echoServer(t, d.Receiver, d.ReceiverAddr, 7000)
 	dst := netip.AddrPortFrom(d.ReceiverAddr, 7000)
 
-	if _, err := s1.AddDelay("nosuch0", DelaySpec{Delay: time.Millisecond}); err == nil {
+	if _, err := s1.AddDelay("nosuch0", link.DelaySpec{Delay: time.Millisecond}); err == nil {
 		t.Fatal("AddDelay on a missing device succeeded")
 	} else {
 		t.Logf("AddDelay(nosuch0): %v", err)
 	}
-	if _, err := s1.AddDelay("lo", DelaySpec{Delay: time.Millisecond}); err == nil {
+	if _, err := s1.AddDelay("lo", link.DelaySpec{Delay: time.Millisecond}); err == nil {
 		t.Fatal("AddDelay on lo succeeded")
 	}
-	if _, err := s1.AddDelay("eth0", DelaySpec{Delay: -time.Millisecond}); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := s1.AddDelay("eth0", link.DelaySpec{Delay: -time.Millisecond}); !errors.Is(err, lab.ErrInvalidSpec) {
 		t.Fatalf("AddDelay with a negative delay: %v, want ErrInvalidSpec", err)
 	}
 	links := func() []string {
@@ -723,7 +731,7 @@ func TestDelayClose(t *testing.T) {
 	}
 
 	goroutines := runtime.NumGoroutine()
-	dl, err := s1.AddDelay("eth0", DelaySpec{Delay: 3 * time.Millisecond, Jitter: time.Millisecond})
+	dl, err := s1.AddDelay("eth0", link.DelaySpec{Delay: 3 * time.Millisecond, Jitter: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -744,7 +752,7 @@ func TestDelayClose(t *testing.T) {
 	if err := dl.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if ok, err := dl.tunExists(); ok || err != nil {
+	if ok, err := dl.TunExists(); ok || err != nil {
 		t.Fatalf("tun %s still exists after Close (err %v)", dl.TunName(), err)
 	}
 	if n := tcxPrograms(t, s1, "eth0", ebpf.AttachTCXEgress); n != 0 {
@@ -767,7 +775,7 @@ func TestDelayClose(t *testing.T) {
 	}
 
 	// The device takes a new delay link, which the lab closes.
-	dl2, err := s1.AddDelay("eth0", DelaySpec{Delay: time.Millisecond})
+	dl2, err := s1.AddDelay("eth0", link.DelaySpec{Delay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -782,8 +790,9 @@ func TestDelayClose(t *testing.T) {
 // TestDelayLabClose: closing a dumbbell's lab closes its delay links (their
 // programs are unloaded) before the namespaces go.
 func TestDelayLabClose(t *testing.T) {
-	Require(t, tcxKernel)
-	d, err := NewDumbbell(DumbbellSpec{Senders: 3, SenderDelays: []time.Duration{time.Millisecond, 0, 2 * time.Millisecond}})
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
+	d, err := lab.NewDumbbell(lab.DumbbellSpec{Senders: 3, SenderDelays: []time.Duration{time.Millisecond, 0, 2 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -795,14 +804,14 @@ func TestDelayLabClose(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, dl := range []*DelayLink{d.Delays[0], d.Delays[2]} {
-		if !dl.closing.Load() {
+	for _, dl := range []*link.Delay{d.Delays[0], d.Delays[2]} {
+		if !dl.Closed() {
 			t.Errorf("delay link %s not closed by the lab", dl.TunName())
 		}
 	}
 	assertProgsGone(t, ids)
 	assertGone(t, d.RunID())
-	if _, err := d.Senders[0].AddDelay("eth0", DelaySpec{}); !errors.Is(err, ErrClosed) {
+	if _, err := d.Senders[0].AddDelay("eth0", link.DelaySpec{}); !errors.Is(err, lab.ErrClosed) {
 		t.Errorf("AddDelay after Close: %v, want ErrClosed", err)
 	}
 }
@@ -810,13 +819,14 @@ func TestDelayLabClose(t *testing.T) {
 // TestDelaySignalTearsDown: SIGINT in a process with delay links tears them
 // down with the lab (exit 130, namespaces and programs gone).
 func TestDelaySignalTearsDown(t *testing.T) {
-	if os.Getenv("TOPO_DELAY_SIGNAL_CHILD") != "" {
+	if os.Getenv("LINK_DELAY_SIGNAL_CHILD") != "" {
 		delaySignalChild()
 		return
 	}
-	Require(t, tcxKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDelaySignalTearsDown$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "TOPO_DELAY_SIGNAL_CHILD=1")
+	cmd.Env = append(os.Environ(), "LINK_DELAY_SIGNAL_CHILD=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -829,7 +839,7 @@ func TestDelaySignalTearsDown(t *testing.T) {
 		t.Errorf("teardown reported errors: %s", stderr.String())
 	}
 	fields := strings.Fields(stdout.String())
-	if len(fields) < 3 || !strings.HasPrefix(fields[0], NamePrefix) {
+	if len(fields) < 3 || !strings.HasPrefix(fields[0], lab.NamePrefix) {
 		t.Fatalf("child printed %q, want a run id and program ids", stdout.String())
 	}
 	assertGone(t, fields[0])
@@ -846,13 +856,13 @@ func TestDelaySignalTearsDown(t *testing.T) {
 }
 
 func delaySignalChild() {
-	d, err := NewDumbbell(DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{time.Millisecond}})
+	d, err := lab.NewDumbbell(lab.DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{time.Millisecond}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
 	fmt.Print(d.RunID())
-	for _, p := range []*ebpf.Program{d.Delays[0].objs.DelayDivert, d.Delays[0].objs.DelayReturn} {
+	for _, p := range d.Delays[0].Programs() {
 		info, _ := p.Info()
 		id, _ := info.ID()
 		fmt.Print(" ", id)
@@ -863,282 +873,14 @@ func delaySignalChild() {
 	os.Exit(4) // the handler should have exited first
 }
 
-// TestDelaySpecErrors: bad delays are refused before anything is built, with
-// the field, the value and the range in the message.
-func TestDelaySpecErrors(t *testing.T) {
-	for _, tc := range []struct {
-		ds   DumbbellSpec
-		want string
-	}{
-		{DumbbellSpec{Senders: 2, SenderDelays: make([]time.Duration, 3)}, "DumbbellSpec.SenderDelays: 3 entries for 2 senders"},
-		{DumbbellSpec{Senders: 2, SenderDelays: []time.Duration{0, -time.Millisecond}}, "DumbbellSpec.SenderDelays[1]: -1ms outside 0..10s"},
-		{DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{11 * time.Second}}, "DumbbellSpec.SenderDelays[0]: 11s outside 0..10s"},
-	} {
-		_, err := DumbbellTopology(tc.ds)
-		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("DumbbellTopology(%+v) = %v, want ErrInvalidSpec with %q", tc.ds, err, tc.want)
-		}
-	}
-	for _, tc := range []struct {
-		s    DelaySpec
-		want string
-	}{
-		{DelaySpec{Delay: -1}, "DelaySpec.Delay: -1ns outside 0..10s"},
-		{DelaySpec{Delay: time.Minute}, "DelaySpec.Delay: 1m0s outside 0..10s"},
-		{DelaySpec{Jitter: -time.Millisecond}, "DelaySpec.Jitter: -1ms outside 0..10s"},
-		{DelaySpec{Limit: -1}, "DelaySpec.Limit: -1 outside 0..1048576 (0 means 10000)"},
-		{DelaySpec{Limit: MaxDelayLimit + 1}, "DelaySpec.Limit: 1048577 outside"},
-	} {
-		err := tc.s.validate("DelaySpec")
-		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("validate(%+v) = %v, want ErrInvalidSpec with %q", tc.s, err, tc.want)
-		}
-	}
-	if err := (DelaySpec{Delay: MaxDelay, Jitter: MaxDelay, Limit: MaxDelayLimit}).validate("DelaySpec"); err != nil {
-		t.Errorf("limits themselves refused: %v", err)
-	}
-}
-
-func TestDelayParseFlow(t *testing.T) {
-	a4, b4 := netip.MustParseAddr("198.18.1.2"), netip.MustParseAddr("198.19.0.2")
-	a6, b6 := netip.MustParseAddr("2001:db8:1::2"), netip.MustParseAddr("2001:db8:ff::2")
-	ip4 := func(proto byte, frag uint16, l4 ...byte) []byte {
-		b := make([]byte, 20, 20+len(l4))
-		b[0] = 0x45
-		binary.BigEndian.PutUint16(b[6:], frag)
-		b[9] = proto
-		copy(b[12:], a4.AsSlice())
-		copy(b[16:], b4.AsSlice())
-		return append(b, l4...)
-	}
-	ip6 := func(nh byte, rest ...byte) []byte {
-		b := make([]byte, 40, 40+len(rest))
-		b[0] = 0x60
-		b[6] = nh
-		copy(b[8:], a6.AsSlice())
-		copy(b[24:], b6.AsSlice())
-		return append(b, rest...)
-	}
-	ports := []byte{0x1f, 0x40, 0x1b, 0x58}  // 8000 -> 7000
-	hbh := []byte{17, 0, 0, 0, 0, 0, 0, 0}   // hop-by-hop, next UDP, 8 bytes
-	frag6 := []byte{17, 0, 0, 1, 0, 0, 0, 1} // fragment, next UDP, M=1
-	for _, tc := range []struct {
-		name string
-		pkt  []byte
-		want FlowKey
-	}{
-		{"udp4", ip4(17, 0, ports...), FlowKey{a4, b4, 17, 8000, 7000}},
-		{"tcp4 DF", ip4(6, 0x4000, ports...), FlowKey{a4, b4, 6, 8000, 7000}},
-		{"icmp4", ip4(1, 0, 8, 0, 0, 0), FlowKey{a4, b4, 1, 0, 0}},
-		{"udp4 first fragment", ip4(17, 0x2000, ports...), FlowKey{a4, b4, 17, 0, 0}},
-		{"udp4 later fragment", ip4(17, 0x0010, ports...), FlowKey{a4, b4, 17, 0, 0}},
-		{"udp4 no ports", ip4(17, 0, 0x1f), FlowKey{a4, b4, 17, 0, 0}},
-		{"udp6", ip6(17, ports...), FlowKey{a6, b6, 17, 8000, 7000}},
-		{"udp6 hop-by-hop", ip6(0, append(hbh, ports...)...), FlowKey{a6, b6, 17, 8000, 7000}},
-		{"udp6 fragment", ip6(44, append(frag6, ports...)...), FlowKey{a6, b6, 17, 0, 0}},
-		{"ipv6 truncated ext", ip6(0, 17), FlowKey{Src: a6, Dst: b6}},
-		{"ipv4 truncated", ip4(17, 0)[:19], FlowKey{}},
-		{"ipv4 bad ihl", append([]byte{0x4f}, make([]byte, 30)...), FlowKey{}},
-		{"not ip", []byte{0x00, 1, 2, 3}, FlowKey{}},
-		{"empty", nil, FlowKey{}},
-	} {
-		if got := parseFlow(tc.pkt); got != tc.want {
-			t.Errorf("%s: parseFlow = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	if n := testing.AllocsPerRun(100, func() { parseFlow(ip6(17, ports...)) }); n > 1 {
-		t.Errorf("parseFlow allocates %v times", n)
-	}
-}
-
-func TestDelayReleaseHeap(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	var h releaseHeap
-	for i := range 2000 {
-		h.push(heldPacket{release: r.Int64N(100), seq: uint64(i)})
-		if i%3 == 0 {
-			h.pop()
-		}
-	}
-	prev := heldPacket{release: -1}
-	for len(h) > 0 {
-		x := h.pop()
-		if x.release < prev.release || x.release == prev.release && x.seq < prev.seq {
-			t.Fatalf("popped %+v after %+v", x, prev)
-		}
-		prev = x
-	}
-}
-
-// TestDelayFlowRelease: jitter and per-flow delays never reorder a flow,
-// never release early, PerFlow results are clamped, and the flow table is
-// pruned.
-func TestDelayFlowRelease(t *testing.T) {
-	const delay, jitter = 1000, 500 // ns
-	calls := 0
-	d := &DelayLink{spec: DelaySpec{Delay: delay, Jitter: jitter, PerFlow: func(k FlowKey) time.Duration {
-		calls++
-		switch k.DstPort {
-		case 1:
-			return -time.Second
-		case 2:
-			return time.Hour
-		}
-		return delay
-	}}, flows: map[FlowKey]*flowState{}, pruneAt: minFlowPrune, rng: rand.New(rand.NewPCG(3, 4))}
-	pkt := func(dport uint16) []byte {
-		b := make([]byte, 28)
-		b[0], b[9] = 0x45, 17
-		binary.BigEndian.PutUint16(b[22:], dport)
-		return b
-	}
-	last := map[uint16]int64{}
-	for i := range 1000 {
-		arrival := int64(i * 100)
-		for _, port := range []uint16{7000, 7001} {
-			rel := d.flowRelease(pkt(port), arrival)
-			if rel < arrival+delay {
-				t.Fatalf("port %d released at %d, before arrival %d + delay", port, rel, arrival)
-			}
-			if rel < last[port] {
-				t.Fatalf("port %d reordered: %d after %d", port, rel, last[port])
-			}
-			if rel > max(last[port], arrival+delay+jitter) {
-				t.Fatalf("port %d held too long: %d", port, rel)
-			}
-			last[port] = rel
-		}
-	}
-	if calls != 2 {
-		t.Errorf("PerFlow called %d times for 2 flows", calls)
-	}
-	if rel := d.flowRelease(pkt(1), 0); rel < 0 || rel > jitter {
-		t.Errorf("negative PerFlow delay not clamped to 0: release %d", rel)
-	}
-	if rel := d.flowRelease(pkt(2), 0); rel < int64(MaxDelay) || rel > int64(MaxDelay)+jitter {
-		t.Errorf("PerFlow delay of an hour not clamped to MaxDelay: release %d", rel)
-	}
-	// Many short flows, long past: the table stays bounded.
-	for i := range 10 * minFlowPrune {
-		d.flowRelease(pkt(uint16(10000+i)), int64(1e12)+int64(i)*int64(time.Millisecond))
-	}
-	if len(d.flows) > 2*minFlowPrune {
-		t.Errorf("flow table holds %d flows", len(d.flows))
-	}
-}
-
-// TestDelayProgRun runs the two programs on crafted frames through
-// BPF_PROG_TEST_RUN (which returns the verdict without redirecting). The
-// kernel refuses to run an IP frame shorter than its IP header, so the
-// malformed path is reached with a bad IHL and a headerless ICMPv6 packet.
-func TestDelayProgRun(t *testing.T) {
-	Require(t, tcxKernel)
-	const tunIndex, devIndex = 77, 78
-	cs, err := bpf.LoadDelay()
+// assertGone fails t if a namespace of the run is left.
+func assertGone(t *testing.T, runID string) {
+	t.Helper()
+	names, err := lab.LiveNamespaces(runID + "-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cs.Variables[bpf.DelayVarTunIfindex].Set(uint32(tunIndex)); err != nil {
-		t.Fatal(err)
-	}
-	if err := cs.Variables[bpf.DelayVarDevIfindex].Set(uint32(devIndex)); err != nil {
-		t.Fatal(err)
-	}
-	var objs bpf.DelayObjects
-	if err := cs.LoadAndAssign(&objs, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer objs.Close()
-
-	const (
-		pass     = ^uint32(0) // TC_ACT_UNSPEC (-1): next program, then the qdisc
-		shot     = 2
-		redirect = 7
-	)
-	unicast := []byte{0x02, 0, 0, 0, 0, 1}
-	eth := func(dst []byte, proto uint16, l3 ...byte) []byte {
-		b := append(append(slices.Clone(dst), 0x02, 0, 0, 0, 0, 2), byte(proto>>8), byte(proto))
-		return append(b, l3...)
-	}
-	ip4 := make([]byte, 28) // IPv4 + UDP header, 198.18.1.2 -> 198.19.0.2
-	ip4[0], ip4[9] = 0x45, 17
-	copy(ip4[12:], []byte{198, 18, 1, 2, 198, 19, 0, 2})
-	ip6 := func(dst0, nh byte, rest ...byte) []byte {
-		b := make([]byte, 40)
-		b[0], b[6], b[24] = 0x60, nh, dst0
-		return append(b, rest...)
-	}
-	// __sk_buff up to ingress_ifindex (the fields BPF_PROG_TEST_RUN takes).
-	type skbCtx struct {
-		Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority, IngressIfindex uint32
-	}
-	run := func(prog *ebpf.Program, frame []byte, ingress uint32) uint32 {
-		t.Helper()
-		ctx := skbCtx{IngressIfindex: ingress}
-		ret, err := prog.Run(&ebpf.RunOptions{Data: frame, Context: &ctx})
-		if err != nil {
-			t.Fatalf("run %v on % x: %v", prog, frame, err)
-		}
-		return ret
-	}
-	counters := func() bpf.DelayDelayStats {
-		var per []bpf.DelayDelayStats
-		if err := objs.DelayCounters.Lookup(uint32(0), &per); err != nil {
-			t.Fatal(err)
-		}
-		var s bpf.DelayDelayStats
-		for _, c := range per {
-			s.Diverted += c.Diverted
-			s.Returned += c.Returned
-			s.Reentered += c.Reentered
-			s.Bypassed += c.Bypassed
-			s.Malformed += c.Malformed
-			s.ReturnDropped += c.ReturnDropped
-			s.RedirectErrors += c.RedirectErrors
-		}
-		return s
-	}
-
-	for _, tc := range []struct {
-		name    string
-		frame   []byte
-		ingress uint32
-		want    uint32
-	}{
-		{"ipv4 udp", eth(unicast, 0x0800, ip4...), 0, redirect},
-		{"ipv4 forwarded", eth(unicast, 0x0800, ip4...), 3, redirect},
-		{"ipv4 back from the tun", eth(unicast, 0x0800, ip4...), tunIndex, pass},
-		{"arp", eth([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0806, make([]byte, 28)...), 0, pass},
-		{"arp reply", eth(unicast, 0x0806, make([]byte, 28)...), 0, pass},
-		{"ipv4 to an L2 multicast", eth([]byte{0x01, 0, 0x5e, 0, 0, 1}, 0x0800, ip4...), 0, pass},
-		{"ipv6 udp", eth(unicast, 0x86dd, ip6(0x20, 17, make([]byte, 8)...)...), 0, redirect},
-		{"ipv6 neighbour solicitation", eth(unicast, 0x86dd, ip6(0xfe, 58, 135, 0, 0, 0)...), 0, pass},
-		{"ipv6 echo request", eth(unicast, 0x86dd, ip6(0x20, 58, 128, 0, 0, 0)...), 0, redirect},
-		{"ipv6 to ff02::", eth(unicast, 0x86dd, ip6(0xff, 17, make([]byte, 8)...)...), 0, pass},
-		{"ipv4 bad ihl", eth(unicast, 0x0800, append([]byte{0x44}, ip4[1:]...)...), 0, pass},
-		{"icmpv6 without type", eth(unicast, 0x86dd, ip6(0x20, 58)...), 0, pass},
-	} {
-		if got := run(objs.DelayDivert, tc.frame, tc.ingress); got != tc.want {
-			t.Errorf("delay_divert(%s) = %d, want %d", tc.name, int32(got), int32(tc.want))
-		}
-	}
-	s := counters()
-	if s.Diverted != 4 || s.Reentered != 1 || s.Bypassed != 5 || s.Malformed != 2 {
-		t.Errorf("divert counters %+v, want diverted 4, reentered 1, bypassed 5, malformed 2", s)
-	}
-
-	// At the TUN, skb->protocol comes from the frame BPF_PROG_TEST_RUN builds.
-	if got := run(objs.DelayReturn, eth(unicast, 0x0800, ip4...), 0); got != redirect {
-		t.Errorf("delay_return(ipv4) = %d, want %d", int32(got), redirect)
-	}
-	if got := run(objs.DelayReturn, eth(unicast, 0x86dd, ip6(0x20, 17, make([]byte, 8)...)...), 0); got != redirect {
-		t.Errorf("delay_return(ipv6) = %d, want %d", int32(got), redirect)
-	}
-	if got := run(objs.DelayReturn, eth(unicast, 0x0806, make([]byte, 28)...), 0); got != shot {
-		t.Errorf("delay_return(arp) = %d, want %d", int32(got), shot)
-	}
-	s = counters()
-	if s.Returned != 2 || s.ReturnDropped != 1 || s.RedirectErrors != 0 {
-		t.Errorf("return counters %+v, want returned 2, return_dropped 1", s)
+	if len(names) != 0 {
+		t.Fatalf("namespaces of %s still present: %v", runID, names)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"errors"
@@ -57,7 +57,7 @@ func SweepStale() ([]string, error) {
 			continue
 		}
 		if err := deleteNamed(name); err != nil {
-			errs = append(errs, fmt.Errorf("topo: sweep %s: %w", name, err))
+			errs = append(errs, fmt.Errorf("lab: sweep %s: %w", name, err))
 			continue
 		}
 		swept = append(swept, name)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 )
 
 // ErrClosed is returned by Node methods after the lab was closed.
-var ErrClosed = errors.New("topo: lab closed")
+var ErrClosed = errors.New("lab: lab closed")
 
 // Node is one network namespace of a Lab.
 type Node struct {
@@ -53,7 +53,7 @@ func (n *Node) Netlink() *netlink.Handle {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if n.closed {
-		panic(fmt.Sprintf("topo: Netlink() on node %q after its lab was closed", n.Name))
+		panic(fmt.Sprintf("lab: Netlink() on node %q after its lab was closed", n.Name))
 	}
 	return n.nl
 }
@@ -74,7 +74,7 @@ func (n *Node) Do(fn func() error) error {
 	fd, err := unix.FcntlInt(uintptr(n.ns), unix.F_DUPFD_CLOEXEC, 0)
 	n.mu.RUnlock()
 	if err != nil {
-		return fmt.Errorf("topo: dup netns fd of %s: %w", n.NetnsName, err)
+		return fmt.Errorf("lab: dup netns fd of %s: %w", n.NetnsName, err)
 	}
 	defer unix.Close(fd)
 	return doInNetns(netns.NsHandle(fd), n.NetnsName, fn)
@@ -109,19 +109,19 @@ func doInNetns(target netns.NsHandle, name string, fn func() error) error {
 		orig, err := netns.Get()
 		if err != nil {
 			runtime.UnlockOSThread()
-			res.err = fmt.Errorf("topo: get current netns: %w", err)
+			res.err = fmt.Errorf("lab: get current netns: %w", err)
 			return
 		}
 		defer orig.Close()
 		if err := netns.Set(target); err != nil {
 			runtime.UnlockOSThread()
-			res.err = fmt.Errorf("topo: enter netns %s: %w", name, err)
+			res.err = fmt.Errorf("lab: enter netns %s: %w", name, err)
 			return
 		}
 		defer func() {
 			if err := netns.Set(orig); err != nil {
 				// Thread stays locked; it dies with this goroutine.
-				res.err = errors.Join(res.err, fmt.Errorf("topo: restore netns after %s: %w", name, err))
+				res.err = errors.Join(res.err, fmt.Errorf("lab: restore netns after %s: %w", name, err))
 				return
 			}
 			runtime.UnlockOSThread()
@@ -161,7 +161,7 @@ func (n *Node) Sysctl(key, value string) error {
 		return err
 	}
 	if strings.ContainsAny(value, "\n\x00") {
-		return fmt.Errorf("topo: sysctl %s: value %q contains a newline or NUL", key, value)
+		return fmt.Errorf("lab: sysctl %s: value %q contains a newline or NUL", key, value)
 	}
 	return n.Do(func() error {
 		if err := os.WriteFile(path, []byte(value), 0); err != nil {
@@ -219,7 +219,7 @@ func (n *Node) LinkIndex(dev string) (int, error) {
 	}
 	l, err := n.nl.LinkByName(dev)
 	if err != nil {
-		return 0, fmt.Errorf("topo: %s: link %s: %w", n.Name, dev, err)
+		return 0, fmt.Errorf("lab: %s: link %s: %w", n.Name, dev, err)
 	}
 	return l.Attrs().Index, nil
 }
@@ -315,7 +315,7 @@ func (n *Node) teardown() error {
 		errs = append(errs, fmt.Errorf("delete netns %s: %w", n.NetnsName, err))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("topo: teardown %s: %w", n.Name, errors.Join(errs...))
+		return fmt.Errorf("lab: teardown %s: %w", n.Name, errors.Join(errs...))
 	}
 	return nil
 }

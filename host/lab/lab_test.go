@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"bytes"
@@ -22,6 +22,8 @@ import (
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
 const minKernel = "5.10"
@@ -51,7 +53,8 @@ func twoNodeSpec() Spec {
 }
 
 func TestTwoNodeLab(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	l := BuildT(t, twoNodeSpec())
 	a, b := l.Node("a"), l.Node("b")
 
@@ -172,7 +175,8 @@ func TestTwoNodeLab(t *testing.T) {
 }
 
 func TestDumbbell(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	d := NewDumbbellT(t, DumbbellSpec{
 		Senders:         2,
 		MTU:             4000,
@@ -244,7 +248,8 @@ func TestDumbbell(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	good := func() Spec { return twoNodeSpec() }
 	cases := []struct {
 		name  string
@@ -358,7 +363,8 @@ func TestBuildErrors(t *testing.T) {
 }
 
 func TestSweepStale(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	dead := deadPid(t)
 	stale := fmt.Sprintf("%s%d-beef-stale", NamePrefix, dead)
 	h, err := newNamedNetns(stale)
@@ -382,7 +388,8 @@ func TestSweepStale(t *testing.T) {
 }
 
 func TestConcurrentLabsDistinct(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	const n = 4
 	labs := make([]*Lab, n)
 	var wg sync.WaitGroup
@@ -426,7 +433,8 @@ func TestConcurrentLabsDistinct(t *testing.T) {
 }
 
 func TestDoPropagatesPanicAndGoexit(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	l := BuildT(t, Spec{Nodes: []NodeSpec{{Name: "x"}}})
 
 	// Goexit (what t.FailNow does) in fn must end the caller's goroutine too.
@@ -453,7 +461,8 @@ func TestDoPropagatesPanicAndGoexit(t *testing.T) {
 }
 
 func TestCloseKillsProcesses(t *testing.T) {
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	l := BuildT(t, Spec{Nodes: []NodeSpec{{Name: "x"}}})
 	cmd := l.Node("x").Command(context.Background(), "sleep", "60")
 	if err := cmd.Start(); err != nil {
@@ -484,18 +493,19 @@ func TestCloseKillsProcesses(t *testing.T) {
 // TestSignalTearsDown runs a child test binary that builds a lab and then
 // signals itself; the handler must delete the lab and exit 128+signal.
 func TestSignalTearsDown(t *testing.T) {
-	if os.Getenv("TOPO_SIGNAL_CHILD") != "" {
+	if os.Getenv("LAB_SIGNAL_CHILD") != "" {
 		signalChild()
 		return
 	}
-	Require(t, minKernel)
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
 	for _, tc := range []struct {
 		sig  syscall.Signal
 		code int
 	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
 		t.Run(tc.sig.String(), func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestSignalTearsDown$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "TOPO_SIGNAL_CHILD="+strconv.Itoa(int(tc.sig)))
+			cmd.Env = append(os.Environ(), "LAB_SIGNAL_CHILD="+strconv.Itoa(int(tc.sig)))
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -513,7 +523,7 @@ func TestSignalTearsDown(t *testing.T) {
 }
 
 func signalChild() {
-	sig, _ := strconv.Atoi(os.Getenv("TOPO_SIGNAL_CHILD"))
+	sig, _ := strconv.Atoi(os.Getenv("LAB_SIGNAL_CHILD"))
 	l, err := Build(twoNodeSpec())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -525,15 +535,20 @@ func signalChild() {
 	os.Exit(4) // the handler should have exited first
 }
 
-func TestParseKernel(t *testing.T) {
-	for in, want := range map[string][2]int{"6.18.44-fc-v595": {6, 18}, "5.10": {5, 10}, "6.1-rc3": {6, 1}} {
-		if got, err := parseKernel(in); err != nil || got != want {
-			t.Errorf("parseKernel(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"6", "", "x.y"} {
-		if _, err := parseKernel(in); err == nil {
-			t.Errorf("parseKernel(%q) succeeded", in)
+// TestDumbbellDelayErrors: bad sender delays are refused before anything
+// is built, with the field, the value and the range in the message.
+func TestDumbbellDelayErrors(t *testing.T) {
+	for _, tc := range []struct {
+		ds   DumbbellSpec
+		want string
+	}{
+		{DumbbellSpec{Senders: 2, SenderDelays: make([]time.Duration, 3)}, "DumbbellSpec.SenderDelays: 3 entries for 2 senders"},
+		{DumbbellSpec{Senders: 2, SenderDelays: []time.Duration{0, -time.Millisecond}}, "DumbbellSpec.SenderDelays[1]: -1ms outside 0..10s"},
+		{DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{11 * time.Second}}, "DumbbellSpec.SenderDelays[0]: 11s outside 0..10s"},
+	} {
+		_, err := DumbbellTopology(tc.ds)
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("DumbbellTopology(%+v) = %v, want ErrInvalidSpec with %q", tc.ds, err, tc.want)
 		}
 	}
 }

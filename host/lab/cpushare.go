@@ -1,4 +1,4 @@
-package topo
+package lab
 
 import (
 	"runtime"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"errors"
@@ -248,17 +248,17 @@ func NewMultipathT(tb TB, ms MultipathSpec) *Multipath {
 	tb.Helper()
 	spec, err := MultipathTopology(ms)
 	if err != nil {
-		tb.Fatalf("topo.NewMultipath: %v", err)
+		tb.Fatalf("lab.NewMultipath: %v", err)
 	}
 	lab := BuildT(tb, spec)
 	m, err := newMultipathFrom(lab, ms)
 	if err != nil {
-		tb.Fatalf("topo.NewMultipath: %v", err) // BuildT's cleanup closes the lab
+		tb.Fatalf("lab.NewMultipath: %v", err) // BuildT's cleanup closes the lab
 	}
 	// Registered after BuildT's, so it runs before the lab closes.
 	tb.Cleanup(func() {
 		if err := m.closePorts(); err != nil {
-			tb.Errorf("topo: multipath %s: %v", lab.RunID(), err)
+			tb.Errorf("lab: multipath %s: %v", lab.RunID(), err)
 		}
 	})
 	return m
@@ -306,7 +306,7 @@ func newMultipathFrom(lab *Lab, ms MultipathSpec) (*Multipath, error) {
 		opts.PeerDev, opts.PeerNetns = pp.PeerDev, pp.PeerNode.NetnsName
 		p, err := qdisc.Attach(ms.portConfig(j, rate), opts)
 		if err != nil {
-			err = fmt.Errorf("topo: multipath: port on path %d (%s:%s, %s): %w", j, pp.Node.Name, pp.Dev, rate, err)
+			err = fmt.Errorf("lab: multipath: port on path %d (%s:%s, %s): %w", j, pp.Node.Name, pp.Dev, rate, err)
 			return nil, errors.Join(err, m.closePorts())
 		}
 		m.Ports[j] = p
@@ -321,12 +321,12 @@ func addECMP(n *Node, dst netip.Prefix, spines []*Node, gws []netip.Addr) error 
 	for j, sp := range spines {
 		l, err := n.nl.LinkByName(sp.Name)
 		if err != nil {
-			return fmt.Errorf("topo: multipath: %s: link %s: %w", n.Name, sp.Name, err)
+			return fmt.Errorf("lab: multipath: %s: link %s: %w", n.Name, sp.Name, err)
 		}
 		hops[j] = &netlink.NexthopInfo{LinkIndex: l.Attrs().Index, Gw: net.IP(gws[j].AsSlice())}
 	}
 	if err := n.nl.RouteAdd(&netlink.Route{Dst: prefixToIPNet(dst), MultiPath: hops}); err != nil {
-		return fmt.Errorf("topo: multipath: %s: ECMP route %s over %d spines: %w", n.Name, dst, len(spines), err)
+		return fmt.Errorf("lab: multipath: %s: ECMP route %s over %d spines: %w", n.Name, dst, len(spines), err)
 	}
 	return nil
 }
@@ -373,7 +373,7 @@ func linkStats(p Port) (*netlink.LinkStatistics, error) {
 		return nil
 	}()
 	if err != nil {
-		return nil, fmt.Errorf("topo: multipath: counters of %s:%s: %w", p.Node.Name, p.Dev, err)
+		return nil, fmt.Errorf("lab: multipath: counters of %s:%s: %w", p.Node.Name, p.Dev, err)
 	}
 	return st, nil
 }
@@ -388,7 +388,7 @@ func (m *Multipath) PortStats() ([]*qdisc.Stats, error) {
 		}
 		s, err := p.Stats()
 		if err != nil {
-			return nil, fmt.Errorf("topo: multipath: port of path %d: %w", j, err)
+			return nil, fmt.Errorf("lab: multipath: port of path %d: %w", j, err)
 		}
 		out[j] = &s
 	}

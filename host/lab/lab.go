@@ -1,6 +1,6 @@
 //go:build linux
 
-// Package topo builds throwaway network-namespace topologies (nodes joined by
+// Package lab builds throwaway network-namespace topologies (nodes joined by
 // veth pairs) for tests, benchmarks and demos of the fabric emulator.
 //
 // Everything lives in named namespaces created by this package; the root
@@ -16,13 +16,14 @@
 // Namespaces are named fl-<pid>-<4 hex>-<node> and bind-mounted under
 // /run/netns, so `ip netns exec` and `ip -n` work on them while a lab runs.
 //
-// # Delay links
+// # Link emulation
 //
 // The development kernel has no netem, so Node.AddDelay (and
 // DumbbellSpec.SenderDelays) adds delay with eBPF and a TUN forwarder in Go;
-// see DelayLink for the design, its accuracy and its capacity. Labs close
+// see link.Delay (host/lab/link) for the design, its accuracy and its
+// capacity; Node.AddLoss adds random loss (link.Loss). Labs close
 // their delay links first when they close.
-package topo
+package lab
 
 import (
 	"crypto/rand"
@@ -43,6 +44,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/lab/link"
 )
 
 // NetnsDir is where named namespaces are bind-mounted; it is the directory
@@ -116,7 +119,7 @@ type Lab struct {
 	closed bool
 	nodes  []*Node
 	byName map[string]*Node
-	delays []*DelayLink // closed before the nodes
+	delays []*link.Delay // closed before the nodes
 }
 
 // Build creates the topology described by spec. On error nothing it created
@@ -151,11 +154,11 @@ func BuildT(tb TB, spec Spec) *Lab {
 	tb.Helper()
 	l, err := Build(spec)
 	if err != nil {
-		tb.Fatalf("topo.Build: %v", err)
+		tb.Fatalf("lab.Build: %v", err)
 	}
 	tb.Cleanup(func() {
 		if err := l.Close(); err != nil {
-			tb.Errorf("topo: closing lab %s: %v", l.RunID(), err)
+			tb.Errorf("lab: closing lab %s: %v", l.RunID(), err)
 		}
 	})
 	return l
@@ -171,7 +174,7 @@ func (l *Lab) Node(name string) *Node {
 	defer l.mu.Unlock()
 	n, ok := l.byName[name]
 	if !ok {
-		panic(fmt.Sprintf("topo: lab %s has no node %q", l.runID, name))
+		panic(fmt.Sprintf("lab: lab %s has no node %q", l.runID, name))
 	}
 	return n
 }
@@ -234,10 +237,10 @@ func (l *Lab) build(spec Spec) error {
 	for i, ns := range spec.Nodes {
 		n, err := l.addNode(ns.Name)
 		if err != nil {
-			return fmt.Errorf("topo: Nodes[%d] %q: %w", i, ns.Name, err)
+			return fmt.Errorf("lab: Nodes[%d] %q: %w", i, ns.Name, err)
 		}
 		if err := n.baseline(ns.Forwarding, uses6); err != nil {
-			return fmt.Errorf("topo: Nodes[%d] %q: %w", i, ns.Name, err)
+			return fmt.Errorf("lab: Nodes[%d] %q: %w", i, ns.Name, err)
 		}
 	}
 
@@ -248,7 +251,7 @@ func (l *Lab) build(spec Spec) error {
 		for _, k := range sortedKeys(ns.Sysctls) {
 			exists, err := n.sysctlExists(k)
 			if err != nil {
-				return fmt.Errorf("topo: Nodes[%d].Sysctls[%q]: %w", i, k, err)
+				return fmt.Errorf("lab: Nodes[%d].Sysctls[%q]: %w", i, k, err)
 			}
 			if !exists {
 				if deferred[i] == nil {
@@ -258,14 +261,14 @@ func (l *Lab) build(spec Spec) error {
 				continue
 			}
 			if err := n.Sysctl(k, ns.Sysctls[k]); err != nil {
-				return fmt.Errorf("topo: Nodes[%d].Sysctls[%q]: %w", i, k, err)
+				return fmt.Errorf("lab: Nodes[%d].Sysctls[%q]: %w", i, k, err)
 			}
 		}
 	}
 
 	for i, ls := range spec.Links {
 		if err := l.addLink(ls); err != nil {
-			return fmt.Errorf("topo: Links[%d] (%s:%s <-> %s:%s): %w",
+			return fmt.Errorf("lab: Links[%d] (%s:%s <-> %s:%s): %w",
 				i, ls.A.Node, ls.A.Dev, ls.B.Node, ls.B.Dev, err)
 		}
 	}
@@ -274,7 +277,7 @@ func (l *Lab) build(spec Spec) error {
 	for i, ls := range spec.Links {
 		for _, ep := range []Endpoint{ls.A, ls.B} {
 			if err := l.byName[ep.Node].waitOperational(ep.Dev, deadline); err != nil {
-				return fmt.Errorf("topo: Links[%d] %s:%s: %w", i, ep.Node, ep.Dev, err)
+				return fmt.Errorf("lab: Links[%d] %s:%s: %w", i, ep.Node, ep.Dev, err)
 			}
 		}
 	}
@@ -283,7 +286,7 @@ func (l *Lab) build(spec Spec) error {
 		n := l.byName[ns.Name]
 		for _, k := range sortedKeys(deferred[i]) {
 			if err := n.Sysctl(k, deferred[i][k]); err != nil {
-				return fmt.Errorf("topo: Nodes[%d].Sysctls[%q]: %w", i, k, err)
+				return fmt.Errorf("lab: Nodes[%d].Sysctls[%q]: %w", i, k, err)
 			}
 		}
 	}
@@ -292,7 +295,7 @@ func (l *Lab) build(spec Spec) error {
 		n := l.byName[rs.Node]
 		r := &netlink.Route{Dst: prefixToIPNet(rs.Dst), Gw: net.IP(rs.Via.AsSlice())}
 		if err := n.nl.RouteAdd(r); err != nil {
-			return fmt.Errorf("topo: Routes[%d] (%s: %s via %s): %w", i, rs.Node, rs.Dst, rs.Via, err)
+			return fmt.Errorf("lab: Routes[%d] (%s: %s via %s): %w", i, rs.Node, rs.Dst, rs.Via, err)
 		}
 	}
 	return nil
@@ -469,7 +472,7 @@ func register(l *Lab) error {
 	for range 64 {
 		var b [2]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return fmt.Errorf("topo: run id: %w", err)
+			return fmt.Errorf("lab: run id: %w", err)
 		}
 		id := fmt.Sprintf("%s%d-%04x", NamePrefix, os.Getpid(), binary.BigEndian.Uint16(b[:]))
 		if runIDTaken(id) {
@@ -479,7 +482,7 @@ func register(l *Lab) error {
 		live[l] = struct{}{}
 		return nil
 	}
-	return errors.New("topo: could not find a free run id")
+	return errors.New("lab: could not find a free run id")
 }
 
 func runIDTaken(id string) bool {
@@ -513,11 +516,11 @@ func installSignalHandler() {
 			if sig == syscall.SIGTERM {
 				code = 143
 			}
-			fmt.Fprintf(os.Stderr, "topo: %v: tearing down network namespace labs\n", sig)
+			fmt.Fprintf(os.Stderr, "lab: %v: tearing down network namespace labs\n", sig)
 			done := make(chan struct{})
 			go func() {
 				if err := CloseAll(); err != nil {
-					fmt.Fprintf(os.Stderr, "topo: teardown: %v\n", err)
+					fmt.Fprintf(os.Stderr, "lab: teardown: %v\n", err)
 				}
 				close(done)
 			}()
@@ -532,7 +535,7 @@ func installSignalHandler() {
 	})
 }
 
-// DisableSignalHandler stops topo from handling SIGINT/SIGTERM, for programs
+// DisableSignalHandler stops lab from handling SIGINT/SIGTERM, for programs
 // with their own shutdown path; they must call CloseAll (or Close) on exit.
 func DisableSignalHandler() {
 	sigOnce.Do(func() {}) // prevents a later install

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"context"

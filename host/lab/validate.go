@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 const maxNodeName = 32
 
 func specErr(field, format string, args ...any) error {
-	return fmt.Errorf("topo: %w: %s: %s", ErrInvalidSpec, field, fmt.Sprintf(format, args...))
+	return fmt.Errorf("lab: %w: %s: %s", ErrInvalidSpec, field, fmt.Sprintf(format, args...))
 }
 
 // validate checks the whole spec up front so a typo never leaves a half-built

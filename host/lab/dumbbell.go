@@ -1,11 +1,13 @@
 //go:build linux
 
-package topo
+package lab
 
 import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/fabriclab/fabriclab/host/lab/link"
 )
 
 // MaxSenders bounds DumbbellSpec.Senders: sender i uses 198.18.i.0/24 and
@@ -24,7 +26,7 @@ type DumbbellSpec struct {
 	// often bbr, which ignores ECN. Choose it per socket (iperf3 -C cubic).
 	SenderSysctls map[string]string
 	// SenderDelays[i] is the one-way delay added to packets leaving sender
-	// i's eth0 (towards the switch), 0..MaxDelay, by a DelayLink. Optional:
+	// i's eth0 (towards the switch), 0..link.MaxDelay, by a link.Delay. Optional:
 	// nil, a missing entry or 0 means none. At most Senders entries.
 	SenderDelays []time.Duration
 }
@@ -55,21 +57,21 @@ type Dumbbell struct {
 
 	// Delays[i] delays what Senders[i] sends (DumbbellSpec.SenderDelays);
 	// nil where no delay was asked for. The lab closes them.
-	Delays []*DelayLink
+	Delays []*link.Delay
 }
 
 // DumbbellTopology returns the Spec NewDumbbell builds, for callers that want
 // to add nodes or routes before building.
 func DumbbellTopology(ds DumbbellSpec) (Spec, error) {
 	if ds.Senders < 1 || ds.Senders > MaxSenders {
-		return Spec{}, fmt.Errorf("topo: %w: DumbbellSpec.Senders: %d outside 1..%d", ErrInvalidSpec, ds.Senders, MaxSenders)
+		return Spec{}, fmt.Errorf("lab: %w: DumbbellSpec.Senders: %d outside 1..%d", ErrInvalidSpec, ds.Senders, MaxSenders)
 	}
 	if len(ds.SenderDelays) > ds.Senders {
 		return Spec{}, specErr("DumbbellSpec.SenderDelays", "%d entries for %d senders (at most one per sender)", len(ds.SenderDelays), ds.Senders)
 	}
 	for i, d := range ds.SenderDelays {
-		if d < 0 || d > MaxDelay {
-			return Spec{}, specErr(fmt.Sprintf("DumbbellSpec.SenderDelays[%d]", i), "%v outside 0..%v", d, MaxDelay)
+		if d < 0 || d > link.MaxDelay {
+			return Spec{}, specErr(fmt.Sprintf("DumbbellSpec.SenderDelays[%d]", i), "%v outside 0..%v", d, link.MaxDelay)
 		}
 	}
 	var spec Spec
@@ -127,11 +129,11 @@ func NewDumbbellT(tb TB, ds DumbbellSpec) *Dumbbell {
 	tb.Helper()
 	spec, err := DumbbellTopology(ds)
 	if err != nil {
-		tb.Fatalf("topo.NewDumbbell: %v", err)
+		tb.Fatalf("lab.NewDumbbell: %v", err)
 	}
 	d, err := newDumbbellFrom(BuildT(tb, spec), spec, ds)
 	if err != nil {
-		tb.Fatalf("topo.NewDumbbell: %v", err) // BuildT's cleanup closes the lab
+		tb.Fatalf("lab.NewDumbbell: %v", err) // BuildT's cleanup closes the lab
 	}
 	return d
 }
@@ -155,14 +157,14 @@ func newDumbbellFrom(lab *Lab, spec Spec, ds DumbbellSpec) (*Dumbbell, error) {
 		}
 	}
 	if ds.SenderDelays != nil {
-		d.Delays = make([]*DelayLink, len(d.Senders))
+		d.Delays = make([]*link.Delay, len(d.Senders))
 		for i, delay := range ds.SenderDelays {
 			if delay == 0 {
 				continue
 			}
-			dl, err := d.Senders[i].AddDelay(d.SenderPorts[i].PeerDev, DelaySpec{Delay: delay})
+			dl, err := d.Senders[i].AddDelay(d.SenderPorts[i].PeerDev, link.DelaySpec{Delay: delay})
 			if err != nil {
-				return nil, fmt.Errorf("topo: DumbbellSpec.SenderDelays[%d]: %w", i, err)
+				return nil, fmt.Errorf("lab: DumbbellSpec.SenderDelays[%d]: %w", i, err)
 			}
 			d.Delays[i] = dl
 		}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package link
 
 import (
 	"encoding/binary"
@@ -10,13 +10,12 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+	ebpflink "github.com/cilium/ebpf/link"
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -35,8 +34,6 @@ const (
 	// LatenessBuckets is the length of DelayStats.Lateness.
 	LatenessBuckets = 40
 
-	// tcxKernel is the first kernel with TCX, which the delay link attaches with.
-	tcxKernel = "6.6"
 	// writeBatch is the most packets the writer takes out of the queue at once.
 	writeBatch = 64
 	// minFlowPrune is the flow-table size below which idle flows are kept.
@@ -81,21 +78,22 @@ func (k FlowKey) String() string {
 	return fmt.Sprintf("%d %s:%d > %s:%d", k.Proto, k.Src, k.SrcPort, k.Dst, k.DstPort)
 }
 
-// validate checks spec; field prefixes the field names in errors.
-func (s DelaySpec) validate(field string) error {
+// Validate checks the spec; its errors wrap ErrInvalidSpec and name the
+// field, the value and the range.
+func (s DelaySpec) Validate() error {
 	if s.Delay < 0 || s.Delay > MaxDelay {
-		return specErr(field+".Delay", "%v outside 0..%v", s.Delay, MaxDelay)
+		return specErr("DelaySpec.Delay", "%v outside 0..%v", s.Delay, MaxDelay)
 	}
 	if s.Jitter < 0 || s.Jitter > MaxDelay {
-		return specErr(field+".Jitter", "%v outside 0..%v", s.Jitter, MaxDelay)
+		return specErr("DelaySpec.Jitter", "%v outside 0..%v", s.Jitter, MaxDelay)
 	}
 	if s.Limit < 0 || s.Limit > MaxDelayLimit {
-		return specErr(field+".Limit", "%d outside 0..%d (0 means %d)", s.Limit, MaxDelayLimit, DefaultDelayLimit)
+		return specErr("DelaySpec.Limit", "%d outside 0..%d (0 means %d)", s.Limit, MaxDelayLimit, DefaultDelayLimit)
 	}
 	return nil
 }
 
-// DelayStats are a delay link's counters since AddDelay.
+// DelayStats are a delay link's counters since NewDelay.
 type DelayStats struct {
 	// The forwarder (user space).
 	Packets        uint64 // released: written back to the TUN on time
@@ -154,7 +152,7 @@ func (s DelayStats) LatenessQuantile(q float64) time.Duration {
 	return s.LatenessMax
 }
 
-// DelayLink delays the packets leaving one device of a node, for kernels
+// Delay delays the packets leaving one device of a namespace, for kernels
 // without netem. Where netem exists (most lab servers) it may be used
 // instead; nothing in the project requires it.
 //
@@ -191,7 +189,7 @@ func (s DelayStats) LatenessQuantile(q float64) time.Duration {
 // the goroutines.
 //
 // Accuracy and capacity on the development VM (2 cores shared by sender,
-// forwarder and receiver; go test -run Delay -v ./netns-tests/topo/): a
+// forwarder and receiver; go test -run Delay -v ./host/lab/link/): a
 // 2 ms link added 2.04 ms to the median RTT (never less than 2 ms); at low
 // rates packets are released 30 µs late on average. The write syscall also
 // runs the rest of the emulated path (switch and receiver softirqs), about
@@ -204,8 +202,9 @@ func (s DelayStats) LatenessQuantile(q float64) time.Duration {
 // held queue then grows to Limit and the lateness with it. Other load on the
 // cores shows up the same way: DelayStats.LatenessMean and LatenessQuantile
 // say whether a run got the delay it asked for.
-type DelayLink struct {
-	node    *Node
+type Delay struct {
+	ns      Netns
+	nl      *netlink.Handle
 	dev     string
 	tunName string
 	spec    DelaySpec
@@ -214,7 +213,7 @@ type DelayLink struct {
 
 	devIndex, tunIndex int
 	objs               bpf.DelayObjects
-	divert, ret        link.Link
+	divert, ret        ebpflink.Link
 	tun                *os.File
 	timer              *os.File
 	timerFD            int
@@ -321,44 +320,26 @@ func (h *releaseHeap) pop() heldPacket {
 	return top
 }
 
-// AddDelay delays every unicast IP packet leaving dev (a device with an
-// Ethernet header, such as a veth) by spec. The lab closes the link when it
-// closes; Close may be called earlier. It needs TCX (kernel >= 6.6).
-func (n *Node) AddDelay(dev string, spec DelaySpec) (*DelayLink, error) {
-	if err := validDevName(dev); err != nil {
-		return nil, specErr("dev", "%v", err)
-	}
-	if err := spec.validate("DelaySpec"); err != nil {
+// NewDelay delays every unicast IP packet leaving dev, a device with an
+// Ethernet header (such as a veth) in ns, by spec, through a TUN device
+// named tunName that it creates in ns. It needs TCX (kernel >= 6.6). Close
+// removes it; the caller must close it before ns goes away.
+func NewDelay(ns Netns, dev, tunName string, spec DelaySpec) (_ *Delay, err error) {
+	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	l := n.lab
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, ErrClosed
-	}
-	// Unique within the run, and recognisably ours: fl-<run hex>-d<n>.
-	name := fmt.Sprintf("%s%s-d%d", NamePrefix, l.runID[strings.LastIndexByte(l.runID, '-')+1:], len(l.delays))
-	d, err := newDelayLink(n, dev, name, spec)
-	if err != nil {
-		return nil, fmt.Errorf("topo: %s: delay on %s: %w", n.Name, dev, err)
-	}
-	l.delays = append(l.delays, d)
-	return d, nil
-}
-
-func newDelayLink(n *Node, dev, tunName string, spec DelaySpec) (_ *DelayLink, err error) {
-	d := &DelayLink{node: n, dev: dev, tunName: tunName, spec: spec, limit: spec.Limit, timerFD: -1}
+	d := &Delay{ns: ns, nl: ns.Netlink(), dev: dev, tunName: tunName, spec: spec, limit: spec.Limit, timerFD: -1}
 	if d.limit == 0 {
 		d.limit = DefaultDelayLimit
 	}
 	defer func() {
 		if err != nil {
 			_ = d.Close()
+			err = fmt.Errorf("link: delay on %s: %w", dev, err)
 		}
 	}()
 
-	devLink, err := n.nl.LinkByName(dev)
+	devLink, err := d.nl.LinkByName(dev)
 	if err != nil {
 		return nil, fmt.Errorf("lookup %s: %w", dev, err)
 	}
@@ -370,7 +351,7 @@ func newDelayLink(n *Node, dev, tunName string, spec DelaySpec) (_ *DelayLink, e
 	}
 
 	// The TUN is created in the namespace of the thread that opens it.
-	err = n.Do(func() error {
+	err = ns.Do(func() error {
 		ifce, err := water.New(water.Config{DeviceType: water.TUN,
 			PlatformSpecificParams: water.PlatformSpecificParams{Name: tunName}})
 		if err != nil {
@@ -393,28 +374,23 @@ func newDelayLink(n *Node, dev, tunName string, spec DelaySpec) (_ *DelayLink, e
 	if err := d.tun.SetReadDeadline(time.Time{}); err != nil {
 		return nil, fmt.Errorf("tun %s is not in the Go poller: %w", tunName, err)
 	}
-	tunLink, err := n.nl.LinkByName(tunName)
+	tunLink, err := d.nl.LinkByName(tunName)
 	if err != nil {
 		return nil, fmt.Errorf("lookup %s: %w", tunName, err)
 	}
 	d.tunIndex = tunLink.Attrs().Index
 	// No IPv6 on the TUN: it would send router solicitations and MLD reports
 	// through the forwarder and out of dev.
-	v6 := "net/ipv6/conf/" + tunName + "/disable_ipv6"
-	if ok, err := n.sysctlExists(v6); err != nil {
+	if err := disableIPv6(ns, tunName); err != nil {
 		return nil, err
-	} else if ok {
-		if err := n.Sysctl(v6, "1"); err != nil {
-			return nil, err
-		}
 	}
-	if err := n.nl.LinkSetTxQLen(tunLink, tunQueueLen); err != nil {
+	if err := d.nl.LinkSetTxQLen(tunLink, tunQueueLen); err != nil {
 		return nil, fmt.Errorf("set %s txqueuelen %d: %w", tunName, tunQueueLen, err)
 	}
-	if err := n.nl.LinkSetMTU(tunLink, d.mtu); err != nil {
+	if err := d.nl.LinkSetMTU(tunLink, d.mtu); err != nil {
 		return nil, fmt.Errorf("set %s mtu %d: %w", tunName, d.mtu, err)
 	}
-	if err := n.nl.LinkSetUp(tunLink); err != nil {
+	if err := d.nl.LinkSetUp(tunLink); err != nil {
 		return nil, fmt.Errorf("set %s up: %w", tunName, err)
 	}
 
@@ -465,10 +441,10 @@ func newDelayLink(n *Node, dev, tunName string, spec DelaySpec) (_ *DelayLink, e
 
 // attach puts prog first on the device's TCX hook: at dev egress, a program
 // after it (a port) then sees each packet once, after the delay.
-func (d *DelayLink) attach(prog *ebpf.Program, ifindex int, where ebpf.AttachType) (link.Link, error) {
-	var l link.Link
-	err := d.node.Do(func() (err error) {
-		l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: where, Anchor: link.Head()})
+func (d *Delay) attach(prog *ebpf.Program, ifindex int, where ebpf.AttachType) (ebpflink.Link, error) {
+	var l ebpflink.Link
+	err := d.ns.Do(func() (err error) {
+		l, err = ebpflink.AttachTCX(ebpflink.TCXOptions{Interface: ifindex, Program: prog, Attach: where, Anchor: ebpflink.Head()})
 		return err
 	})
 	if errors.Is(err, ebpf.ErrNotSupported) {
@@ -477,19 +453,19 @@ func (d *DelayLink) attach(prog *ebpf.Program, ifindex int, where ebpf.AttachTyp
 	return l, err
 }
 
-func (d *DelayLink) needFlows() bool { return d.spec.PerFlow != nil || d.spec.Jitter > 0 }
+func (d *Delay) needFlows() bool { return d.spec.PerFlow != nil || d.spec.Jitter > 0 }
 
-// TunName returns the name of the TUN device inside the node.
-func (d *DelayLink) TunName() string { return d.tunName }
+// TunName returns the name of the TUN device inside the namespace.
+func (d *Delay) TunName() string { return d.tunName }
 
 // Dev returns the delayed device.
-func (d *DelayLink) Dev() string { return d.dev }
+func (d *Delay) Dev() string { return d.dev }
 
-func (d *DelayLink) now() int64 { return int64(time.Since(d.epoch)) }
+func (d *Delay) now() int64 { return int64(time.Since(d.epoch)) }
 
 // getFreeLocked returns a buffer for the next arrival, or nil at the limit.
 // Precondition: d.mu is held.
-func (d *DelayLink) getFreeLocked() *packet {
+func (d *Delay) getFreeLocked() *packet {
 	if k := len(d.mu.free); k > 0 {
 		p := d.mu.free[k-1]
 		d.mu.free = d.mu.free[:k-1]
@@ -506,14 +482,14 @@ func (d *DelayLink) getFreeLocked() *packet {
 
 // armLocked sets the timer to fire at release (ns since epoch).
 // Precondition: d.mu is held and the link is not closed.
-func (d *DelayLink) armLocked(release, now int64) {
+func (d *Delay) armLocked(release, now int64) {
 	wait := max(release-now, 1) // 0 would disarm it
 	ts := unix.ItimerSpec{Value: unix.NsecToTimespec(wait)}
 	_ = unix.TimerfdSettime(d.timerFD, 0, &ts, nil)
 	d.mu.armedAt = release
 }
 
-func (d *DelayLink) readLoop() {
+func (d *Delay) readLoop() {
 	defer d.wg.Done()
 	scratch := make([]byte, d.mtu+1)
 	d.mu.Lock()
@@ -576,7 +552,7 @@ func (d *DelayLink) readLoop() {
 
 // flowRelease applies the per-flow delay, the jitter and the no-reordering
 // rule. Reader goroutine only.
-func (d *DelayLink) flowRelease(pkt []byte, arrival int64) int64 {
+func (d *Delay) flowRelease(pkt []byte, arrival int64) int64 {
 	k := parseFlow(pkt)
 	st := d.flows[k]
 	if st == nil {
@@ -604,7 +580,7 @@ func (d *DelayLink) flowRelease(pkt []byte, arrival int64) int64 {
 	return release
 }
 
-func (d *DelayLink) writeLoop() {
+func (d *Delay) writeLoop() {
 	defer d.wg.Done()
 	batch := make([]heldPacket, 0, writeBatch)
 	var tick [8]byte
@@ -654,7 +630,7 @@ func (d *DelayLink) writeLoop() {
 	}
 }
 
-func (d *DelayLink) recordLateness(ns int64) {
+func (d *Delay) recordLateness(ns int64) {
 	b := 0
 	if ns > 0 {
 		b = min(bits.Len64(uint64(ns))-1, LatenessBuckets-1)
@@ -733,7 +709,7 @@ type kernelStats struct {
 	tunDropped uint64
 }
 
-func (d *DelayLink) readKernelStats() (kernelStats, error) {
+func (d *Delay) readKernelStats() (kernelStats, error) {
 	var ks kernelStats
 	var perCPU []bpf.DelayDelayStats
 	if err := d.objs.DelayCounters.Lookup(uint32(0), &perCPU); err != nil {
@@ -750,7 +726,7 @@ func (d *DelayLink) readKernelStats() (kernelStats, error) {
 		ks.bpf.ReturnDropped += s.ReturnDropped
 		ks.bpf.RedirectErrors += s.RedirectErrors
 	}
-	l, err := d.node.nl.LinkByIndex(d.tunIndex)
+	l, err := d.nl.LinkByIndex(d.tunIndex)
 	if err != nil {
 		return ks, fmt.Errorf("read %s stats: %w", d.tunName, err)
 	}
@@ -761,7 +737,7 @@ func (d *DelayLink) readKernelStats() (kernelStats, error) {
 }
 
 // Stats returns the counters. After Close it returns the final values.
-func (d *DelayLink) Stats() DelayStats {
+func (d *Delay) Stats() DelayStats {
 	var s DelayStats
 	s.Packets = d.c.packets.Load()
 	s.Bytes = d.c.bytes.Load()
@@ -803,7 +779,7 @@ func (d *DelayLink) Stats() DelayStats {
 // Close detaches the programs, stops the goroutines and deletes the TUN.
 // Packets still held are dropped (DelayStats.DroppedOnClose). It is
 // idempotent and safe to call concurrently.
-func (d *DelayLink) Close() error {
+func (d *Delay) Close() error {
 	d.closeOnce.Do(func() {
 		d.closeMu.Lock()
 		defer d.closeMu.Unlock()
@@ -812,7 +788,7 @@ func (d *DelayLink) Close() error {
 	return d.closeErr
 }
 
-func (d *DelayLink) close() error {
+func (d *Delay) close() error {
 	var errs []error
 	// Stop diverting first: from here on packets leave dev undelayed.
 	if d.divert != nil {
@@ -853,18 +829,7 @@ func (d *DelayLink) close() error {
 		errs = append(errs, fmt.Errorf("close delay objects: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("topo: %s: close delay on %s: %w", d.node.Name, d.dev, err)
+		return fmt.Errorf("link: close delay on %s: %w", d.dev, err)
 	}
 	return nil
-}
-
-// tunExists reports whether the delay link's TUN is still in the node; for
-// tests.
-func (d *DelayLink) tunExists() (bool, error) {
-	_, err := d.node.nl.LinkByName(d.tunName)
-	var nf netlink.LinkNotFoundError
-	if errors.As(err, &nf) {
-		return false, nil
-	}
-	return err == nil, err
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topo
+package link
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"net"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+	ebpflink "github.com/cilium/ebpf/link"
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -47,12 +47,11 @@ func (s LossStats) Fraction() float64 {
 	return float64(s.Dropped) / float64(s.Candidates)
 }
 
-// LossLink is a drop program attached to one device of a node.
-type LossLink struct {
-	node   *Node
+// Loss is a drop program attached to one device of a namespace.
+type Loss struct {
 	dev    string
 	objs   bpf.DropObjects
-	lnk    link.Link
+	lnk    ebpflink.Link
 	closed bool
 }
 
@@ -65,9 +64,10 @@ func FractionPPM(f float64) (uint32, error) {
 	return uint32(math.Round(f * 1e6)), nil
 }
 
-// AddLoss attaches a loss link to dev (first in its TCX chain, so a port
-// program behind it never sees the dropped packets). Close detaches it.
-func (n *Node) AddLoss(dev string, spec LossSpec) (*LossLink, error) {
+// NewLoss attaches a loss link to dev in ns, first in its TCX chain, so a
+// port program behind it never sees the dropped packets. It needs TCX
+// (kernel >= 6.6). Close detaches it.
+func NewLoss(ns Netns, dev string, spec LossSpec) (*Loss, error) {
 	ppm, err := FractionPPM(spec.Fraction)
 	if err != nil {
 		return nil, err
@@ -77,33 +77,33 @@ func (n *Node) AddLoss(dev string, spec LossSpec) (*LossLink, error) {
 	}
 	cs, err := bpf.LoadDrop()
 	if err != nil {
-		return nil, fmt.Errorf("topo: load drop spec: %w", err)
+		return nil, fmt.Errorf("link: load drop spec: %w", err)
 	}
 	if err := cs.Variables[bpf.DropVarUdpDport].Set(spec.UDPPort); err != nil {
-		return nil, fmt.Errorf("topo: set udp_dport: %w", err)
+		return nil, fmt.Errorf("link: set udp_dport: %w", err)
 	}
-	l := &LossLink{node: n, dev: dev}
+	l := &Loss{dev: dev}
 	if err := cs.LoadAndAssign(&l.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("topo: load drop program: %+v", ve)
+			return nil, fmt.Errorf("link: load drop program: %+v", ve)
 		}
-		return nil, fmt.Errorf("topo: load drop program: %w", err)
+		return nil, fmt.Errorf("link: load drop program: %w", err)
 	}
 	if err := l.objs.DropCfg.Put(uint32(0), ppm); err != nil {
 		l.objs.Close()
-		return nil, fmt.Errorf("topo: set drop probability: %w", err)
+		return nil, fmt.Errorf("link: set drop probability: %w", err)
 	}
 	where := ebpf.AttachTCXEgress
 	if spec.Ingress {
 		where = ebpf.AttachTCXIngress
 	}
-	err = n.Do(func() error {
+	err = ns.Do(func() error {
 		ifi, err := net.InterfaceByName(dev)
 		if err != nil {
 			return err
 		}
-		l.lnk, err = link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: l.objs.DropUdp, Attach: where, Anchor: link.Head()})
+		l.lnk, err = ebpflink.AttachTCX(ebpflink.TCXOptions{Interface: ifi.Index, Program: l.objs.DropUdp, Attach: where, Anchor: ebpflink.Head()})
 		return err
 	})
 	if err != nil {
@@ -111,29 +111,13 @@ func (n *Node) AddLoss(dev string, spec LossSpec) (*LossLink, error) {
 		if errors.Is(err, ebpf.ErrNotSupported) {
 			err = fmt.Errorf("%w (loss links need TCX, kernel >= %s)", err, tcxKernel)
 		}
-		return nil, fmt.Errorf("topo: attach drop program to %s/%s: %w", n.Name, dev, err)
+		return nil, fmt.Errorf("link: attach drop program to %s: %w", dev, err)
 	}
 	return l, nil
 }
 
-// AddLossT is AddLoss that fails tb on error and closes in tb.Cleanup
-// (before the lab, which was built earlier).
-func (n *Node) AddLossT(tb TB, dev string, spec LossSpec) *LossLink {
-	tb.Helper()
-	l, err := n.AddLoss(dev, spec)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			tb.Errorf("close loss link: %v", err)
-		}
-	})
-	return l
-}
-
 // SetFraction changes the drop probability of the live link.
-func (l *LossLink) SetFraction(f float64) error {
+func (l *Loss) SetFraction(f float64) error {
 	ppm, err := FractionPPM(f)
 	if err != nil {
 		return err
@@ -142,10 +126,10 @@ func (l *LossLink) SetFraction(f float64) error {
 }
 
 // Stats reads the counters.
-func (l *LossLink) Stats() (LossStats, error) {
+func (l *Loss) Stats() (LossStats, error) {
 	var per []bpf.DropDropStats
 	if err := l.objs.DropCounters.Lookup(uint32(0), &per); err != nil {
-		return LossStats{}, fmt.Errorf("topo: read drop counters: %w", err)
+		return LossStats{}, fmt.Errorf("link: read drop counters: %w", err)
 	}
 	var s LossStats
 	for _, c := range per {
@@ -161,7 +145,7 @@ func (l *LossLink) Stats() (LossStats, error) {
 
 // Close detaches the program and frees it. It is idempotent; not safe
 // for concurrent use with the other methods.
-func (l *LossLink) Close() error {
+func (l *Loss) Close() error {
 	if l.closed {
 		return nil
 	}
