@@ -14,7 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fabriclab/fabriclab/netns-tests/topo"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -24,8 +25,8 @@ import (
 // line. The core knows only the PEs' WAN subnets: a's and b's packets cross
 // it only inside the tunnel.
 type wanLab struct {
-	lab                  *topo.Lab
-	a, pe1, core, pe2, b *topo.Node
+	lab                  *lab.Lab
+	a, pe1, core, pe2, b *lab.Node
 	aAddr, bAddr         netip.Addr
 	pe1WAN, pe2WAN       netip.Addr
 	dc1, dc2             netip.Prefix
@@ -33,25 +34,26 @@ type wanLab struct {
 
 func newWANLab(t *testing.T) *wanLab {
 	t.Helper()
-	topo.Require(t, "6.6")
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
 	p := netip.MustParsePrefix
 	w := &wanLab{
 		aAddr: netip.MustParseAddr("198.18.1.10"), bAddr: netip.MustParseAddr("198.19.2.10"),
 		pe1WAN: netip.MustParseAddr("198.18.101.1"), pe2WAN: netip.MustParseAddr("198.18.102.1"),
 		dc1: p("198.18.1.0/24"), dc2: p("198.19.2.0/24"),
 	}
-	fwd := func(name string) topo.NodeSpec { return topo.NodeSpec{Name: name, Forwarding: true} }
-	w.lab = topo.BuildT(t, topo.Spec{
-		Nodes: []topo.NodeSpec{{Name: "a"}, fwd("pe1"), fwd("core"), fwd("pe2"), {Name: "b"}},
-		Links: []topo.LinkSpec{
+	fwd := func(name string) lab.NodeSpec { return lab.NodeSpec{Name: name, Forwarding: true} }
+	w.lab = lab.BuildT(t, lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "a"}, fwd("pe1"), fwd("core"), fwd("pe2"), {Name: "b"}},
+		Links: []lab.LinkSpec{
 			// The DC links keep their offloads: a's TCP reaches PE1 as GSO
 			// packets, which the tunnel must carry.
-			{A: topo.Endpoint{Node: "a", Dev: "eth0", Addr: p("198.18.1.10/24")}, B: topo.Endpoint{Node: "pe1", Dev: "lan", Addr: p("198.18.1.1/24")}},
-			{A: topo.Endpoint{Node: "pe1", Dev: "wan", Addr: p("198.18.101.1/24")}, B: topo.Endpoint{Node: "core", Dev: "w1", Addr: p("198.18.101.254/24")}, DisableOffloads: true},
-			{A: topo.Endpoint{Node: "core", Dev: "w2", Addr: p("198.18.102.254/24")}, B: topo.Endpoint{Node: "pe2", Dev: "wan", Addr: p("198.18.102.1/24")}, DisableOffloads: true},
-			{A: topo.Endpoint{Node: "pe2", Dev: "lan", Addr: p("198.19.2.1/24")}, B: topo.Endpoint{Node: "b", Dev: "eth0", Addr: p("198.19.2.10/24")}},
+			{A: lab.Endpoint{Node: "a", Dev: "eth0", Addr: p("198.18.1.10/24")}, B: lab.Endpoint{Node: "pe1", Dev: "lan", Addr: p("198.18.1.1/24")}},
+			{A: lab.Endpoint{Node: "pe1", Dev: "wan", Addr: p("198.18.101.1/24")}, B: lab.Endpoint{Node: "core", Dev: "w1", Addr: p("198.18.101.254/24")}, DisableOffloads: true},
+			{A: lab.Endpoint{Node: "core", Dev: "w2", Addr: p("198.18.102.254/24")}, B: lab.Endpoint{Node: "pe2", Dev: "wan", Addr: p("198.18.102.1/24")}, DisableOffloads: true},
+			{A: lab.Endpoint{Node: "pe2", Dev: "lan", Addr: p("198.19.2.1/24")}, B: lab.Endpoint{Node: "b", Dev: "eth0", Addr: p("198.19.2.10/24")}},
 		},
-		Routes: []topo.RouteSpec{
+		Routes: []lab.RouteSpec{
 			{Node: "a", Dst: w.dc2, Via: netip.MustParseAddr("198.18.1.1")},
 			{Node: "b", Dst: w.dc1, Via: netip.MustParseAddr("198.19.2.1")},
 			{Node: "pe1", Dst: p("198.18.102.0/24"), Via: netip.MustParseAddr("198.18.101.254")},
@@ -68,7 +70,7 @@ func newWANLab(t *testing.T) *wanLab {
 // DC's prefix to the other PE.
 func (w *wanLab) attachPEs(t *testing.T, twoThreshold bool) (pe1, pe2 *tunnel.PE) {
 	t.Helper()
-	attach := func(n *topo.Node, local, remote netip.Addr, dst netip.Prefix) *tunnel.PE {
+	attach := func(n *lab.Node, local, remote netip.Addr, dst netip.Prefix) *tunnel.PE {
 		cfg := tunnel.Config{Local: local, Routes: []tunnel.Route{{Prefix: dst, Remote: remote}}, TwoThreshold: twoThreshold}
 		pe, err := tunnel.Attach(n.NetnsName, "wan", cfg, tunnel.AttachOptions{})
 		if err != nil {
@@ -109,7 +111,7 @@ func TestTunnelPE(t *testing.T) {
 	const rate = 50 * units.Mbit
 	cfg := qdisc.DefaultConfig(rate)
 	cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: 4 * units.MiB, ECN: qdisc.ECNStep, MinThBytes: 30 * units.KiB}
-	port := attachPort(t, topo.Port{Node: w.core, Dev: "w2", PeerNode: w.pe2, PeerDev: "wan"}, cfg, false)
+	port := attachPort(t, lab.Port{Node: w.core, Dev: "w2", PeerNode: w.pe2, PeerDev: "wan"}, cfg, false)
 	pe1, pe2 := w.attachPEs(t, false)
 
 	sk := newSink(t, w.b)
