@@ -45,6 +45,7 @@ Commands:
   stats      per-class counters like tc -s; --watch for per-second rates
   detach     remove the port: programs, HTB queues, pins
   tune       derive marking thresholds from rate and RTTs (no --dev needed)
+  tunnel     an IP-in-IP tunnel PE with RFC 6040 ECN ("portctl tunnel help")
   help       this text; "portctl help COMMAND" or "portctl COMMAND --help"
 
 Every command but tune takes --dev DEV and --netns NAME (a name under
@@ -127,6 +128,7 @@ func init() {
 		"stats":     {cmdStats, statsHelp},
 		"detach":    {cmdDetach, detachHelp},
 		"tune":      {cmdTune, tuneHelp},
+		"tunnel":    {cmdTunnel, tunnelHelp},
 	}
 }
 
@@ -145,7 +147,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(args) > 1 && args[0] == "help" {
 			c, ok := commands[args[1]]
 			if !ok {
-				fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune)\n", args[1])
+				fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel)\n", args[1])
 				return exitUsage
 			}
 			fmt.Fprint(stdout, c.help)
@@ -156,7 +158,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune; see portctl help)\n", args[0])
+		fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel; see portctl help)\n", args[0])
 		return exitUsage
 	}
 	return c.run(args[1:], stdout, stderr)
