@@ -132,6 +132,8 @@ static __always_inline int net_l3(void *data, void *data_end, __be16 *proto, __u
 #define ROCE_BTH_FECN 0x80      /* byte 4 */
 #define ROCE_BTH_BECN 0x40      /* byte 4 */
 #define ROCE_BTH_PPFC 0x20      /* byte 4: P, a PPFC notification (seed 003), not a CNP */
+#define ROCE_BTH_WAN_LIGHT 0x10 /* byte 4: L, a WAN port's light-congestion CNP to a
+				 * tunnel-ingress PE (seed 001); without it, heavy */
 #define ROCE_CNP_L4_LEN 40      /* UDP 8 + BTH 12 + 16 reserved + ICRC 4 */
 #define ROCE_QPN_MASK 0xFFFFFF
 

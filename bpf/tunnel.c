@@ -25,6 +25,20 @@
  * In two-threshold mode (seed 001) an outer ECT(1) means "light congestion"
  * seen by a WAN port and is for the PE alone: it is counted, not copied in.
  *
+ * WAN congestion notifications (seed 001; issue 13 §4): a WAN port that
+ * marks a tunnelled packet sends a RoCEv2 CNP to the packet's outer source,
+ * this PE, from the outer destination (the egress PE, which names the
+ * tunnel), to UDP 4791 from the inner flow's UDP source port, with the
+ * inner BTH's destination QP; BTH byte 4 carries L (ROCE_BTH_WAN_LIGHT)
+ * for light congestion (an ECT(1) mark past T1) and not for heavy (CE past
+ * T2). tunnel_decap takes these CNPs (from peer PEs only), counts them per
+ * tunnel in tunnel_congestion, reports each on the tunnel_cnps ring buffer
+ * for the PE agent (which slows or reroutes the tunnel on light
+ * congestion), and drops them: they end here. On heavy congestion
+ * tunnel_encap also marks CE in the inner header of ECN-capable packets
+ * into that tunnel for heavy_hold_ns, so the receivers' NPs send CNPs end
+ * to end and the senders' DCQCN cuts.
+ *
  * Neither program touches VLAN-tagged frames or IPv6: they pass untouched
  * (counted). GSO packets stay out of the decap path (dropped and counted:
  * the agent refuses devices with GRO on, which is what would make them).
@@ -71,6 +85,27 @@ struct pe_config {
 	__u32 ttl;           /* of the outer header */
 	__u32 pad;
 	__u64 log_interval_ns; /* per unused cell, between ring buffer events */
+	__u64 heavy_hold_ns;   /* inner CE marking after a heavy CNP; 0: off */
+};
+
+/* What this PE knows of congestion in one tunnel (key: the remote PE). */
+struct pe_congestion {
+	__u64 light_cnps;
+	__u64 heavy_cnps;
+	__u64 last_light_ns;
+	__u64 last_heavy_ns;
+	__u64 heavy_until_ns;  /* inner CE marking until then */
+	__u64 inner_ce_marked; /* packets tunnel_encap marked CE inside */
+};
+
+/* A WAN CNP as the PE received it. */
+struct cnp_event {
+	__u64 time_ns;
+	__be32 remote; /* the egress PE: the tunnel */
+	__u32 dest_qp;
+	__u16 sport;   /* the marked flow's UDP source port, host order */
+	__u8 light;
+	__u8 pad[5];
 };
 
 struct route_prefix {
@@ -94,6 +129,7 @@ struct pe_stats {
 	__u64 encap_malformed;    /* truncated or bad IPv4 header: dropped */
 	__u64 encap_errors;       /* a helper failed: dropped */
 	__u64 encap_gso_fixed;    /* GSO packets whose segments grew by 20 bytes */
+	__u64 encap_inner_ce;     /* inner CE set under heavy congestion */
 	__u64 encap_outer_ecn[4]; /* by outer codepoint written */
 	/* tunnel_decap */
 	__u64 decap_packets;
@@ -108,6 +144,10 @@ struct pe_stats {
 	__u64 decap_alarm;     /* (!!!) cells */
 	__u64 decap_light;     /* two-threshold: outer ECT(1) kept from the inner */
 	__u64 decap_events_lost;
+	__u64 cnp_light;       /* WAN CNPs from peer PEs, by kind */
+	__u64 cnp_heavy;
+	__u64 cnp_unknown;     /* CNPs to this PE from others: passed on */
+	__u64 cnp_events_lost;
 	__u64 decap_cells[16]; /* [inner << 2 | outer] */
 };
 
@@ -170,8 +210,21 @@ struct {
 	__uint(max_entries, 4096 * 16);
 } tunnel_events SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __be32);
+	__type(value, struct pe_congestion);
+} tunnel_congestion SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096 * 64);
+} tunnel_cnps SEC(".maps");
+
 /* For bpf2go -type. */
 const struct decap_event *unused_decap_event __attribute__((unused));
+const struct cnp_event *unused_cnp_event __attribute__((unused));
 const enum decap_cell *unused_decap_cell __attribute__((unused));
 const enum encap_ecn_mode *unused_encap_ecn_mode __attribute__((unused));
 
@@ -208,6 +261,8 @@ static const __u8 rfc6040_cell[16] = {
 	/* inner CE: outer ECT(1) is (!!!) */
 	DECAP_CELL_OK, DECAP_CELL_ALARM, DECAP_CELL_OK, DECAP_CELL_OK,
 };
+
+#define READ_ONCE(x) (*(volatile typeof(x) *)&(x))
 
 /* Tests only: the clock for the event rate limit. */
 volatile const __u8 test_hooks = 0;
@@ -348,8 +403,11 @@ int tunnel_encap(struct __sk_buff *skb)
 	struct pe_stats *st;
 	struct ethhdr *eth = data;
 	struct iphdr *ip, outer = {};
+	struct pe_congestion *cong;
 	__u32 zero = 0, ihl_bytes, inner_len;
-	__u8 ecn;
+	__be32 remote;
+	__be16 df;
+	__u8 ecn, tos;
 
 	st = stats();
 	cfg = bpf_map_lookup_elem(&tunnel_cfg, &zero);
@@ -380,29 +438,53 @@ int tunnel_encap(struct __sk_buff *skb)
 		st->encap_malformed++;
 		return TC_ACT_SHOT;
 	}
+	df = ip->frag_off & bpf_htons(NET_IPV4_FLAG_DF);
 	if (!skb->gso_size && inner_len + TUNNEL_OUTER_LEN > cfg->mtu) {
 		st->encap_too_big++;
-		if (ip->frag_off & bpf_htons(NET_IPV4_FLAG_DF))
+		if (df)
 			return icmp_frag_needed(skb, st, cfg, ihl_bytes);
 		return TC_ACT_SHOT;
 	}
+	tos = ip->tos;
+	remote = route->remote;
+
+	/* Heavy congestion in this tunnel: the inner header carries it to the
+	 * receiver, whose NP answers the sender (seed 001, T2). */
+	cong = bpf_map_lookup_elem(&tunnel_congestion, &remote);
+	if (cong && ((tos & ECN_MASK) == ECN_ECT0 || (tos & ECN_MASK) == ECN_ECT1) && now_ns() < READ_ONCE(cong->heavy_until_ns)) {
+		__u16 old_word = bpf_htons((__u16)(0x40 | (ihl_bytes >> 2)) << 8 | tos);
+		__u16 new_word = bpf_htons((__u16)(0x40 | (ihl_bytes >> 2)) << 8 | (tos | ECN_CE));
+
+		if (bpf_l3_csum_replace(skb, sizeof(*eth) + __builtin_offsetof(struct iphdr, check), old_word, new_word,
+					sizeof(__u16))) {
+			st->encap_errors++;
+			return TC_ACT_SHOT;
+		}
+		tos |= ECN_CE;
+		if (bpf_skb_store_bytes(skb, sizeof(*eth) + __builtin_offsetof(struct iphdr, tos), &tos, sizeof(tos), 0)) {
+			st->encap_errors++;
+			return TC_ACT_SHOT;
+		}
+		st->encap_inner_ce++;
+		__sync_fetch_and_add(&cong->inner_ce_marked, 1);
+	}
 
 	/* RFC 6040 §4.1. */
-	ecn = cfg->ecn_mode == ENCAP_ECN_COMPAT ? ECN_NOT_ECT : ip->tos & ECN_MASK;
+	ecn = cfg->ecn_mode == ENCAP_ECN_COMPAT ? ECN_NOT_ECT : tos & ECN_MASK;
 	outer.version = 4;
 	outer.ihl = NET_IPV4_MIN_IHL;
-	outer.tos = (ip->tos & ~ECN_MASK) | ecn;
+	outer.tos = (tos & ~ECN_MASK) | ecn;
 	outer.tot_len = bpf_htons(inner_len + TUNNEL_OUTER_LEN > 0xffff ? 0xffff : inner_len + TUNNEL_OUTER_LEN);
 	/* RFC 2003 §3.1: DF copied from the inner header. An atomic datagram's
 	 * ID is not used (RFC 6864); others get a random one. */
-	if (ip->frag_off & bpf_htons(NET_IPV4_FLAG_DF))
+	if (df)
 		outer.frag_off = bpf_htons(NET_IPV4_FLAG_DF);
 	else
 		outer.id = (__be16)bpf_get_prandom_u32();
 	outer.ttl = cfg->ttl;
 	outer.protocol = TUNNEL_IPPROTO_IPIP;
 	outer.saddr = cfg->local;
-	outer.daddr = route->remote;
+	outer.daddr = remote;
 	outer.check = ipv4_csum(&outer);
 
 	/* A TCP GSO packet's segments keep their size on the wire: gso_size
@@ -458,6 +540,67 @@ static __always_inline void report_cell(struct pe_stats *st, const struct pe_con
 	bpf_ringbuf_submit(ev, 0);
 }
 
+/*
+ * wan_cnp takes a UDP packet to this PE: a WAN CNP from a peer PE is counted
+ * against its tunnel, reported and dropped; anything else goes on to the
+ * stack.
+ */
+static __always_inline int wan_cnp(struct __sk_buff *skb, struct pe_stats *st, const struct pe_config *cfg,
+				   __u32 ihl_bytes, __be32 src)
+{
+	struct {
+		struct net_udphdr udp;
+		struct roce_bth bth;
+	} h;
+	struct pe_congestion *cong, fresh = {};
+	struct cnp_event *ev;
+	__u64 now;
+	__u8 light;
+
+	if (ihl_bytes < 20 || bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + (ihl_bytes & 0x3c), &h, sizeof(h)) ||
+	    h.udp.dest != bpf_htons(ROCE_UDP_PORT) || h.bth.opcode != ROCE_OP_CNP || h.bth.ecn & ROCE_BTH_PPFC) {
+		st->decap_passed++;
+		return TC_ACT_UNSPEC;
+	}
+	if (!bpf_map_lookup_elem(&tunnel_peers, &src)) {
+		st->cnp_unknown++;
+		return TC_ACT_UNSPEC;
+	}
+	light = !!(h.bth.ecn & ROCE_BTH_WAN_LIGHT);
+	now = now_ns();
+	cong = bpf_map_lookup_elem(&tunnel_congestion, &src);
+	if (!cong) {
+		bpf_map_update_elem(&tunnel_congestion, &src, &fresh, BPF_NOEXIST);
+		cong = bpf_map_lookup_elem(&tunnel_congestion, &src);
+		if (!cong)
+			return TC_ACT_SHOT;
+	}
+	if (light) {
+		st->cnp_light++;
+		__sync_fetch_and_add(&cong->light_cnps, 1);
+		cong->last_light_ns = now;
+	} else {
+		st->cnp_heavy++;
+		__sync_fetch_and_add(&cong->heavy_cnps, 1);
+		cong->last_heavy_ns = now;
+		if (cfg->heavy_hold_ns)
+			cong->heavy_until_ns = now + cfg->heavy_hold_ns;
+	}
+	ev = bpf_ringbuf_reserve(&tunnel_cnps, sizeof(*ev), 0);
+	if (!ev) {
+		st->cnp_events_lost++;
+		return TC_ACT_SHOT;
+	}
+	ev->time_ns = now;
+	ev->remote = src;
+	ev->dest_qp = roce_bth_destqp(&h.bth);
+	ev->sport = bpf_ntohs(h.udp.source);
+	ev->light = light;
+	__builtin_memset(ev->pad, 0, sizeof(ev->pad));
+	bpf_ringbuf_submit(ev, 0);
+	return TC_ACT_SHOT;
+}
+
 SEC("tc")
 int tunnel_decap(struct __sk_buff *skb)
 {
@@ -488,6 +631,8 @@ int tunnel_decap(struct __sk_buff *skb)
 		st->decap_passed++; /* too short to be ours; the stack judges it */
 		return TC_ACT_UNSPEC;
 	}
+	if (ip->version == 4 && ip->protocol == NET_IPPROTO_UDP && ip->daddr == cfg->local)
+		return wan_cnp(skb, st, cfg, ip->ihl * 4, ip->saddr);
 	if (ip->version != 4 || ip->protocol != TUNNEL_IPPROTO_IPIP || ip->daddr != cfg->local) {
 		st->decap_passed++;
 		return TC_ACT_UNSPEC;

@@ -13,6 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type TunnelCnpEvent struct {
+	_      structs.HostLayout
+	TimeNs uint64
+	Remote uint32
+	DestQp uint32
+	Sport  uint16
+	Light  uint8
+	Pad    [5]uint8
+}
+
 type TunnelDecapCell uint32
 
 const (
@@ -57,6 +67,17 @@ type TunnelPeConfig struct {
 	Ttl           uint32
 	Pad           uint32
 	LogIntervalNs uint64
+	HeavyHoldNs   uint64
+}
+
+type TunnelPeCongestion struct {
+	_             structs.HostLayout
+	LightCnps     uint64
+	HeavyCnps     uint64
+	LastLightNs   uint64
+	LastHeavyNs   uint64
+	HeavyUntilNs  uint64
+	InnerCeMarked uint64
 }
 
 type TunnelPeStats struct {
@@ -70,6 +91,7 @@ type TunnelPeStats struct {
 	EncapMalformed  uint64
 	EncapErrors     uint64
 	EncapGsoFixed   uint64
+	EncapInnerCe    uint64
 	EncapOuterEcn   [4]uint64
 	DecapPackets    uint64
 	DecapBytes      uint64
@@ -83,6 +105,10 @@ type TunnelPeStats struct {
 	DecapAlarm      uint64
 	DecapLight      uint64
 	DecapEventsLost uint64
+	CnpLight        uint64
+	CnpHeavy        uint64
+	CnpUnknown      uint64
+	CnpEventsLost   uint64
 	DecapCells      [16]uint64
 }
 
@@ -97,6 +123,8 @@ type TunnelRoutePrefix struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	TunnelMapTunnelCfg          = "tunnel_cfg"
+	TunnelMapTunnelCnps         = "tunnel_cnps"
+	TunnelMapTunnelCongestion   = "tunnel_congestion"
 	TunnelMapTunnelCounters     = "tunnel_counters"
 	TunnelMapTunnelEvents       = "tunnel_events"
 	TunnelMapTunnelLogLast      = "tunnel_log_last"
@@ -106,6 +134,7 @@ const (
 	TunnelProgTunnelEncap       = "tunnel_encap"
 	TunnelVarTestHooks          = "test_hooks"
 	TunnelVarTestNowNs          = "test_now_ns"
+	TunnelVarUnusedCnpEvent     = "unused_cnp_event"
 	TunnelVarUnusedDecapCell    = "unused_decap_cell"
 	TunnelVarUnusedDecapEvent   = "unused_decap_event"
 	TunnelVarUnusedEncapEcnMode = "unused_encap_ecn_mode"
@@ -161,12 +190,14 @@ type TunnelProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TunnelMapSpecs struct {
-	TunnelCfg      *ebpf.MapSpec `ebpf:"tunnel_cfg"`
-	TunnelCounters *ebpf.MapSpec `ebpf:"tunnel_counters"`
-	TunnelEvents   *ebpf.MapSpec `ebpf:"tunnel_events"`
-	TunnelLogLast  *ebpf.MapSpec `ebpf:"tunnel_log_last"`
-	TunnelPeers    *ebpf.MapSpec `ebpf:"tunnel_peers"`
-	TunnelRoutes   *ebpf.MapSpec `ebpf:"tunnel_routes"`
+	TunnelCfg        *ebpf.MapSpec `ebpf:"tunnel_cfg"`
+	TunnelCnps       *ebpf.MapSpec `ebpf:"tunnel_cnps"`
+	TunnelCongestion *ebpf.MapSpec `ebpf:"tunnel_congestion"`
+	TunnelCounters   *ebpf.MapSpec `ebpf:"tunnel_counters"`
+	TunnelEvents     *ebpf.MapSpec `ebpf:"tunnel_events"`
+	TunnelLogLast    *ebpf.MapSpec `ebpf:"tunnel_log_last"`
+	TunnelPeers      *ebpf.MapSpec `ebpf:"tunnel_peers"`
+	TunnelRoutes     *ebpf.MapSpec `ebpf:"tunnel_routes"`
 }
 
 // TunnelVariableSpecs contains global variables before they are loaded into the kernel.
@@ -175,6 +206,7 @@ type TunnelMapSpecs struct {
 type TunnelVariableSpecs struct {
 	TestHooks          *ebpf.VariableSpec `ebpf:"test_hooks"`
 	TestNowNs          *ebpf.VariableSpec `ebpf:"test_now_ns"`
+	UnusedCnpEvent     *ebpf.VariableSpec `ebpf:"unused_cnp_event"`
 	UnusedDecapCell    *ebpf.VariableSpec `ebpf:"unused_decap_cell"`
 	UnusedDecapEvent   *ebpf.VariableSpec `ebpf:"unused_decap_event"`
 	UnusedEncapEcnMode *ebpf.VariableSpec `ebpf:"unused_encap_ecn_mode"`
@@ -200,17 +232,21 @@ func (o *TunnelObjects) Close() error {
 //
 // It can be passed to LoadTunnelObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TunnelMaps struct {
-	TunnelCfg      *ebpf.Map `ebpf:"tunnel_cfg"`
-	TunnelCounters *ebpf.Map `ebpf:"tunnel_counters"`
-	TunnelEvents   *ebpf.Map `ebpf:"tunnel_events"`
-	TunnelLogLast  *ebpf.Map `ebpf:"tunnel_log_last"`
-	TunnelPeers    *ebpf.Map `ebpf:"tunnel_peers"`
-	TunnelRoutes   *ebpf.Map `ebpf:"tunnel_routes"`
+	TunnelCfg        *ebpf.Map `ebpf:"tunnel_cfg"`
+	TunnelCnps       *ebpf.Map `ebpf:"tunnel_cnps"`
+	TunnelCongestion *ebpf.Map `ebpf:"tunnel_congestion"`
+	TunnelCounters   *ebpf.Map `ebpf:"tunnel_counters"`
+	TunnelEvents     *ebpf.Map `ebpf:"tunnel_events"`
+	TunnelLogLast    *ebpf.Map `ebpf:"tunnel_log_last"`
+	TunnelPeers      *ebpf.Map `ebpf:"tunnel_peers"`
+	TunnelRoutes     *ebpf.Map `ebpf:"tunnel_routes"`
 }
 
 func (m *TunnelMaps) Close() error {
 	return _TunnelClose(
 		m.TunnelCfg,
+		m.TunnelCnps,
+		m.TunnelCongestion,
 		m.TunnelCounters,
 		m.TunnelEvents,
 		m.TunnelLogLast,
@@ -225,6 +261,7 @@ func (m *TunnelMaps) Close() error {
 type TunnelVariables struct {
 	TestHooks          *ebpf.Variable `ebpf:"test_hooks"`
 	TestNowNs          *ebpf.Variable `ebpf:"test_now_ns"`
+	UnusedCnpEvent     *ebpf.Variable `ebpf:"unused_cnp_event"`
 	UnusedDecapCell    *ebpf.Variable `ebpf:"unused_decap_cell"`
 	UnusedDecapEvent   *ebpf.Variable `ebpf:"unused_decap_event"`
 	UnusedEncapEcnMode *ebpf.Variable `ebpf:"unused_encap_ecn_mode"`

@@ -40,11 +40,21 @@ type Config struct {
 	// LogInterval is the least time between two reports of the same
 	// unused decapsulation cell. 0 means DefaultLogInterval.
 	LogInterval time.Duration `json:"log_interval,omitempty"`
+	// HeavyHold is how long after a heavy-congestion CNP from a WAN port
+	// the PE marks CE in the inner header of ECN-capable packets into
+	// that tunnel (seed 001, T2), so the receivers' NPs answer the
+	// senders. 0 means DefaultHeavyHold; a negative value turns it off.
+	HeavyHold time.Duration `json:"heavy_hold,omitempty"`
 }
 
 const (
 	DefaultTTL         = 64
 	DefaultLogInterval = time.Second
+	// DefaultHeavyHold is the lab DCQCN profile's CNP interval N (1 ms):
+	// a receiver NP answers one marked packet per QP per N.
+	DefaultHeavyHold = time.Millisecond
+	// MaxHeavyHold bounds HeavyHold.
+	MaxHeavyHold = time.Second
 	// MinMTU: an outer header and the 68 bytes every IPv4 link carries
 	// (RFC 791).
 	MinMTU = 68 + OuterHeaderBytes
@@ -61,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LogInterval == 0 {
 		c.LogInterval = DefaultLogInterval
+	}
+	if c.HeavyHold == 0 {
+		c.HeavyHold = DefaultHeavyHold
 	}
 	return c
 }
@@ -115,6 +128,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogInterval < 0 {
 		return fmt.Errorf("log_interval (%v): want 0 (the default, %v) or more", c.LogInterval, DefaultLogInterval)
+	}
+	if c.HeavyHold > MaxHeavyHold {
+		return fmt.Errorf("heavy_hold (%v): want at most %v (0: the default, %v; negative: off)", c.HeavyHold, MaxHeavyHold, DefaultHeavyHold)
 	}
 	return nil
 }

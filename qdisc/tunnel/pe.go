@@ -207,6 +207,9 @@ func (p *PE) write(cfg Config) error {
 		Ttl:           uint32(cfg.TTL),
 		LogIntervalNs: uint64(cfg.LogInterval.Nanoseconds()),
 	}
+	if cfg.HeavyHold > 0 {
+		v.HeavyHoldNs = uint64(cfg.HeavyHold.Nanoseconds())
+	}
 	if cfg.TwoThreshold {
 		v.TwoThreshold = 1
 	}
@@ -342,12 +345,14 @@ func (p *PE) teardown() error {
 
 func (p *PE) mapsByName() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
-		bpf.TunnelMapTunnelCfg:      p.maps.TunnelCfg,
-		bpf.TunnelMapTunnelRoutes:   p.maps.TunnelRoutes,
-		bpf.TunnelMapTunnelPeers:    p.maps.TunnelPeers,
-		bpf.TunnelMapTunnelCounters: p.maps.TunnelCounters,
-		bpf.TunnelMapTunnelLogLast:  p.maps.TunnelLogLast,
-		bpf.TunnelMapTunnelEvents:   p.maps.TunnelEvents,
+		bpf.TunnelMapTunnelCfg:        p.maps.TunnelCfg,
+		bpf.TunnelMapTunnelRoutes:     p.maps.TunnelRoutes,
+		bpf.TunnelMapTunnelPeers:      p.maps.TunnelPeers,
+		bpf.TunnelMapTunnelCounters:   p.maps.TunnelCounters,
+		bpf.TunnelMapTunnelLogLast:    p.maps.TunnelLogLast,
+		bpf.TunnelMapTunnelEvents:     p.maps.TunnelEvents,
+		bpf.TunnelMapTunnelCongestion: p.maps.TunnelCongestion,
+		bpf.TunnelMapTunnelCnps:       p.maps.TunnelCnps,
 	}
 }
 
@@ -394,6 +399,7 @@ func Open(netnsName, dev string) (_ *PE, err error) {
 		bpf.TunnelMapTunnelCfg: &p.maps.TunnelCfg, bpf.TunnelMapTunnelRoutes: &p.maps.TunnelRoutes,
 		bpf.TunnelMapTunnelPeers: &p.maps.TunnelPeers, bpf.TunnelMapTunnelCounters: &p.maps.TunnelCounters,
 		bpf.TunnelMapTunnelLogLast: &p.maps.TunnelLogLast, bpf.TunnelMapTunnelEvents: &p.maps.TunnelEvents,
+		bpf.TunnelMapTunnelCongestion: &p.maps.TunnelCongestion, bpf.TunnelMapTunnelCnps: &p.maps.TunnelCnps,
 	}
 	for name, dst := range maps {
 		if *dst, err = ebpf.LoadPinnedMap(filepath.Join(dir, name), nil); err != nil {

@@ -533,3 +533,93 @@ func TestDecapRejects(t *testing.T) {
 		t.Errorf("a truncated packet was tunnelled or decapsulated: %+v", s)
 	}
 }
+
+// wanCNP is a WAN port's CNP to this PE: from the egress PE, to UDP 4791
+// from the marked flow's port, BTH opcode 0x81 with B and, when light, L.
+func wanCNP(t *testing.T, src netip.Addr, light bool, byte4 byte) []byte {
+	ip := &layers.IPv4{Version: 4, TOS: 48 << 2, TTL: 64, Protocol: layers.IPProtocolUDP,
+		SrcIP: net.IP(src.AsSlice()), DstIP: net.IP(peLocal.AsSlice())}
+	udp := &layers.UDP{SrcPort: 0xc123, DstPort: 4791}
+	udp.SetNetworkLayerForChecksum(ip)
+	bth := make([]byte, 12+16+4)
+	bth[0] = 0x81
+	bth[4] = 0x40 | byte4
+	if light {
+		bth[4] |= 0x10
+	}
+	bth[5], bth[6], bth[7] = 0x00, 0x12, 0x34 // dest QP 0x1234
+	return serialize(t, &layers.Ethernet{SrcMAC: macNext, DstMAC: macPE, EthernetType: layers.EthernetTypeIPv4}, ip, udp, gopacket.Payload(bth))
+}
+
+// TestWANCNP: a peer PE's CNP is counted by kind against its tunnel,
+// reported and dropped; others pass on to the stack. A heavy one makes
+// tunnel_encap mark CE inside ECN-capable packets into that tunnel for
+// HeavyHold, and only then.
+func TestWANCNP(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.HeavyHold = time.Millisecond
+	tp := loadTestPE(t, cfg)
+	tp.setClock(t, 10*time.Second)
+	cases := []struct {
+		name    string
+		frame   []byte
+		verdict uint32
+	}{
+		{"light from the peer", wanCNP(t, peRemote, true, 0), verdictShot},
+		{"heavy from the peer", wanCNP(t, peRemote, false, 0), verdictShot},
+		{"from a stranger", wanCNP(t, netip.MustParseAddr("198.18.9.9"), true, 0), verdictNext},
+		{"a PPFC notification", wanCNP(t, peRemote, false, 0x20), verdictNext},
+		{"UDP to another port", innerPkt{src: peRemote, dst: peLocal, payload: 40}.frame(t), verdictNext},
+	}
+	cases[4].frame[14+20+2], cases[4].frame[14+20+3] = 0x12, 0x34 // not 4791
+	for _, c := range cases {
+		if v, _, _ := run(t, tp.progs.TunnelDecap, c.frame, bpf.SkBuff{}); v != c.verdict {
+			t.Errorf("%s: verdict %#x, want %#x", c.name, v, c.verdict)
+		}
+	}
+	s := tp.stats(t).Decap
+	if s.CNPLight != 1 || s.CNPHeavy != 1 || s.CNPUnknown != 1 || s.Passed != 2 {
+		t.Errorf("counters %+v: want 1 light, 1 heavy, 1 unknown, 2 passed", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var ns []Notification
+	if err := tp.Notifications(ctx, func(n Notification) { ns = append(ns, n) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(ns) != 2 || !ns[0].Light || ns[1].Light || ns[0].Remote != peRemote || ns[0].DestQP != 0x1234 || ns[0].SourcePort != 0xc123 || ns[0].Time != 10*time.Second {
+		t.Errorf("notifications %+v: want light then heavy from %v, QP 0x1234, port 0xc123, at 10s", ns, peRemote)
+	}
+	cong, err := tp.Congestion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cong[peRemote]; c.LightCNPs != 1 || c.HeavyCNPs != 1 || c.HeavyUntil != 10*time.Second+time.Millisecond {
+		t.Errorf("congestion %+v: want one of each, heavy until 10.001s", c)
+	}
+
+	// Within the hold: ECT(0) and ECT(1) leave with CE inside (and, in
+	// normal mode, outside); Not-ECT untouched. After it: nothing marked.
+	for _, at := range []struct {
+		d    time.Duration
+		mark bool
+	}{{500 * time.Microsecond, true}, {1500 * time.Microsecond, false}} {
+		tp.setClock(t, 10*time.Second+at.d)
+		for _, ecn := range codepoints {
+			p := innerPkt{dscp: 26, ecn: ecn, payload: 100, df: true}
+			_, got, _ := run(t, tp.progs.TunnelEncap, p.frame(t), bpf.SkBuff{})
+			want := ecn
+			if at.mark && (ecn == ECT0 || ecn == ECT1) {
+				want = CE
+			}
+			inner := got[34:]
+			if ECN(inner[1]&3) != want || ECN(got[14+1]&3) != want || inner[1]>>2 != 26 || !ipv4Valid(inner) {
+				t.Errorf("%v after the heavy CNP, %v: inner %v, outer %v (checksum ok %v); want %v",
+					at.d, ecn, ECN(inner[1]&3), ECN(got[14+1]&3), ipv4Valid(inner), want)
+			}
+		}
+	}
+	if s := tp.stats(t).Encap; s.InnerCE != 2 {
+		t.Errorf("inner CE marked %d, want 2", s.InnerCE)
+	}
+}

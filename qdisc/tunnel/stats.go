@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/fabriclab/fabriclab/bpf"
@@ -39,6 +40,9 @@ type EncapStats struct {
 	// GSOFixed: GSO packets other than TCP, whose segments grew by the
 	// outer header (the kernel keeps a UDP gso_size).
 	GSOFixed uint64 `json:"gso_fixed"`
+	// InnerCE: ECN-capable packets marked CE inside while the tunnel was
+	// heavily congested (Config.HeavyHold).
+	InnerCE uint64 `json:"inner_ce"`
 	// OuterECN counts encapsulated packets by the outer codepoint written,
 	// indexed by ECN value.
 	OuterECN [4]uint64 `json:"outer_ecn"`
@@ -61,6 +65,12 @@ type DecapStats struct {
 	// two-threshold mode, kept from the inner header.
 	Light      uint64 `json:"light"`
 	EventsLost uint64 `json:"events_lost"`
+	// CNPLight and CNPHeavy count the WAN ports' notifications from peer
+	// PEs; CNPUnknown the CNPs to this PE from others (passed on).
+	CNPLight      uint64 `json:"cnp_light"`
+	CNPHeavy      uint64 `json:"cnp_heavy"`
+	CNPUnknown    uint64 `json:"cnp_unknown"`
+	CNPEventsLost uint64 `json:"cnp_events_lost"`
 	// Cells counts arrivals by [inner][outer] codepoint value.
 	Cells [4][4]uint64 `json:"cells"`
 }
@@ -83,6 +93,7 @@ func (p *PE) Stats() (Stats, error) {
 		e.Malformed += c.EncapMalformed
 		e.Errors += c.EncapErrors
 		e.GSOFixed += c.EncapGsoFixed
+		e.InnerCE += c.EncapInnerCe
 		for i := range e.OuterECN {
 			e.OuterECN[i] += c.EncapOuterEcn[i]
 		}
@@ -98,6 +109,10 @@ func (p *PE) Stats() (Stats, error) {
 		d.Alarm += c.DecapAlarm
 		d.Light += c.DecapLight
 		d.EventsLost += c.DecapEventsLost
+		d.CNPLight += c.CnpLight
+		d.CNPHeavy += c.CnpHeavy
+		d.CNPUnknown += c.CnpUnknown
+		d.CNPEventsLost += c.CnpEventsLost
 		for i, n := range c.DecapCells {
 			d.Cells[i>>2][i&3] += n
 		}
@@ -118,9 +133,27 @@ type Event struct {
 
 // Events reads the unused-cell reports until ctx ends, calling fn for each.
 func (p *PE) Events(ctx context.Context, fn func(Event)) error {
-	rd, err := ringbuf.NewReader(p.maps.TunnelEvents)
+	return readRing(ctx, p.maps.TunnelEvents, func(raw []byte) error {
+		var ev bpf.TunnelDecapEvent
+		if err := binary.Read(bytes.NewReader(raw), binary.NativeEndian, &ev); err != nil {
+			return fmt.Errorf("tunnel event: %w", err)
+		}
+		fn(Event{
+			Time:     time.Duration(ev.TimeNs),
+			OuterSrc: addrFromBE(ev.OuterSrc), OuterDst: addrFromBE(ev.OuterDst),
+			InnerSrc: addrFromBE(ev.InnerSrc), InnerDst: addrFromBE(ev.InnerDst),
+			Inner: ECN(ev.InnerEcn), Outer: ECN(ev.OuterEcn), Result: ECN(ev.ResultEcn),
+			Cell: Cell(ev.Cell), Dropped: ev.Dropped != 0,
+		})
+		return nil
+	})
+}
+
+// readRing reads a ring buffer until ctx ends.
+func readRing(ctx context.Context, m *ebpf.Map, fn func([]byte) error) error {
+	rd, err := ringbuf.NewReader(m)
 	if err != nil {
-		return fmt.Errorf("tunnel events: %w", err)
+		return fmt.Errorf("ring buffer %v: %w", m, err)
 	}
 	stop := context.AfterFunc(ctx, func() { rd.Close() })
 	defer stop()
@@ -131,19 +164,11 @@ func (p *PE) Events(ctx context.Context, fn func(Event)) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("tunnel events: %w", err)
+			return fmt.Errorf("ring buffer %v: %w", m, err)
 		}
-		var ev bpf.TunnelDecapEvent
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &ev); err != nil {
-			return fmt.Errorf("tunnel event: %w", err)
+		if err := fn(rec.RawSample); err != nil {
+			return err
 		}
-		fn(Event{
-			Time:     time.Duration(ev.TimeNs),
-			OuterSrc: addrFromBE(ev.OuterSrc), OuterDst: addrFromBE(ev.OuterDst),
-			InnerSrc: addrFromBE(ev.InnerSrc), InnerDst: addrFromBE(ev.InnerDst),
-			Inner: ECN(ev.InnerEcn), Outer: ECN(ev.OuterEcn), Result: ECN(ev.ResultEcn),
-			Cell: Cell(ev.Cell), Dropped: ev.Dropped != 0,
-		})
 	}
 }
 
@@ -161,4 +186,56 @@ func LogEvent(log *slog.Logger, ev Event) {
 	log.Log(context.Background(), level, "RFC 6040 unused ECN combination at decapsulation",
 		"cell", ev.Cell.String(), "inner", ev.Inner.String(), "outer", ev.Outer.String(), "result", result,
 		"outer_src", ev.OuterSrc, "outer_dst", ev.OuterDst, "inner_src", ev.InnerSrc, "inner_dst", ev.InnerDst)
+}
+
+// Notification is a WAN port's CNP as the PE received it.
+type Notification struct {
+	Time   time.Duration // CLOCK_MONOTONIC, at the PE's ingress
+	Remote netip.Addr    // the egress PE: the tunnel
+	Light  bool          // light congestion (ECT(1) past T1); else heavy (CE past T2)
+	// DestQP and SourcePort name the marked flow: its BTH destination QP
+	// and UDP source port.
+	DestQP     uint32
+	SourcePort uint16
+}
+
+// Notifications reads the WAN CNPs until ctx ends, calling fn for each.
+func (p *PE) Notifications(ctx context.Context, fn func(Notification)) error {
+	return readRing(ctx, p.maps.TunnelCnps, func(raw []byte) error {
+		var ev bpf.TunnelCnpEvent
+		if err := binary.Read(bytes.NewReader(raw), binary.NativeEndian, &ev); err != nil {
+			return fmt.Errorf("tunnel CNP: %w", err)
+		}
+		fn(Notification{Time: time.Duration(ev.TimeNs), Remote: addrFromBE(ev.Remote), Light: ev.Light != 0,
+			DestQP: ev.DestQp, SourcePort: ev.Sport})
+		return nil
+	})
+}
+
+// Congestion is what a PE knows of congestion in one tunnel.
+type Congestion struct {
+	LightCNPs, HeavyCNPs uint64
+	// LastLight and LastHeavy are when the last CNPs came
+	// (CLOCK_MONOTONIC), 0 if none.
+	LastLight, LastHeavy time.Duration
+	// HeavyUntil is when inner CE marking stops.
+	HeavyUntil    time.Duration
+	InnerCEMarked uint64
+}
+
+// Congestion reads the per-tunnel congestion state, by remote PE.
+func (p *PE) Congestion() (map[netip.Addr]Congestion, error) {
+	out := map[netip.Addr]Congestion{}
+	var k uint32
+	var v bpf.TunnelPeCongestion
+	it := p.maps.TunnelCongestion.Iterate()
+	for it.Next(&k, &v) {
+		out[addrFromBE(k)] = Congestion{LightCNPs: v.LightCnps, HeavyCNPs: v.HeavyCnps,
+			LastLight: time.Duration(v.LastLightNs), LastHeavy: time.Duration(v.LastHeavyNs),
+			HeavyUntil: time.Duration(v.HeavyUntilNs), InnerCEMarked: v.InnerCeMarked}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read tunnel congestion: %w", err)
+	}
+	return out, nil
 }
