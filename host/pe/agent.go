@@ -1,0 +1,336 @@
+// Package pe is the tunnel-ingress PE's agent (seed 001; issue 13 §4): it
+// takes the WAN ports' congestion notifications that the PE's eBPF programs
+// (qdisc/tunnel) receive and reacts to light congestion without telling the
+// senders: it slows the tunnel down (a rate limiter on the PE's WAN device
+// driven by a DCQCN reaction point, cc.RateController) or spills the
+// tunnel's flows onto a second WAN path. Heavy congestion is handled in the
+// data path: the encapsulation marks CE inside (tunnel.Config.HeavyHold);
+// the agent counts it.
+//
+// The agent is a state machine on an injected clock (OnNotification,
+// Advance, NextEvent); Run drives it from a PE's ring buffer on the real
+// clock.
+package pe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/cc"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Mode is how the PE reacts to light congestion.
+type Mode int
+
+const (
+	// Observe only counts notifications (scheme (a): end-to-end only).
+	Observe Mode = iota
+	// RateLimit cuts the tunnel's rate on each light CNP as a DCQCN RP
+	// would, and raises it again on the RP's timers.
+	RateLimit
+	// Reroute spreads the tunnel's flows over the second WAN path on a
+	// light CNP, and returns them to the first after RerouteHold without
+	// one.
+	Reroute
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Observe:
+		return "observe"
+	case RateLimit:
+		return "rate"
+	case Reroute:
+		return "reroute"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// ParseMode reads "observe", "rate" or "reroute".
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(s) {
+	case "observe", "none":
+		return Observe, nil
+	case "rate", "rate-limit":
+		return RateLimit, nil
+	case "reroute":
+		return Reroute, nil
+	}
+	return 0, fmt.Errorf("pe mode %q: want observe, rate or reroute", s)
+}
+
+// Limiter sets the rate the tunnel may leave the PE at.
+type Limiter interface {
+	SetRate(units.Rate) error
+}
+
+// Paths moves the tunnel's flows: spill spreads them over both WAN paths,
+// !spill keeps them on the first.
+type Paths interface {
+	Spill(spill bool) error
+}
+
+// Config is the agent's policy.
+type Config struct {
+	Mode Mode
+	// Controller drives the limiter in RateLimit mode; nil means a DCQCN
+	// RP with dcqcn.LabParams(LineRate) without rate validation (the PE
+	// does not count the tunnel's bytes per packet).
+	Controller cc.RateController
+	// LineRate is the WAN rate the limiter starts at (RateLimit).
+	LineRate units.Rate
+	// MinChange is the least relative rate change that is applied to the
+	// limiter (each change is a netlink round trip); 0 means 1 %.
+	MinChange float64
+	// RerouteHold is how long the flows stay spread after the last light
+	// CNP (Reroute); 0 means 50 ms.
+	RerouteHold time.Duration
+}
+
+const (
+	defaultMinChange   = 0.01
+	defaultRerouteHold = 50 * time.Millisecond
+)
+
+// Stats are what the agent did.
+type Stats struct {
+	LightCNPs, HeavyCNPs uint64
+	// RateUpdates counts limiter changes; Rate is the last rate set.
+	RateUpdates uint64
+	Rate        units.Rate
+	MinRate     units.Rate
+	// Spills and Unspills count path moves.
+	Spills, Unspills uint64
+	Spilled          bool
+	Errors           uint64
+	// Reaction is, per light CNP that changed the limiter or the paths,
+	// the time from the CNP's arrival at the PE's device to the change
+	// being in place.
+	Reaction []time.Duration
+}
+
+// Agent reacts to one tunnel's notifications.
+type Agent struct {
+	cfg     Config
+	limiter Limiter
+	paths   Paths
+	rc      cc.RateController
+
+	mu         sync.Mutex
+	stats      Stats
+	applied    units.Rate
+	spillUntil time.Duration
+	lastErr    error
+}
+
+// New makes an agent. RateLimit needs a limiter (and LineRate unless a
+// Controller is given), Reroute needs paths.
+func New(cfg Config, limiter Limiter, paths Paths, now time.Duration) (*Agent, error) {
+	if cfg.MinChange == 0 {
+		cfg.MinChange = defaultMinChange
+	}
+	if cfg.RerouteHold == 0 {
+		cfg.RerouteHold = defaultRerouteHold
+	}
+	if cfg.MinChange < 0 || cfg.MinChange >= 1 {
+		return nil, fmt.Errorf("pe: min_change (%v): want 0 to 1 (0: 1 %%)", cfg.MinChange)
+	}
+	if cfg.RerouteHold < 0 {
+		return nil, fmt.Errorf("pe: reroute_hold (%v): want 0 (50 ms) or more", cfg.RerouteHold)
+	}
+	a := &Agent{cfg: cfg, limiter: limiter, paths: paths}
+	switch cfg.Mode {
+	case Observe:
+	case RateLimit:
+		if limiter == nil {
+			return nil, errors.New("pe: rate mode needs a limiter")
+		}
+		a.rc = cfg.Controller
+		if a.rc == nil {
+			if cfg.LineRate <= 0 {
+				return nil, fmt.Errorf("pe: line_rate (%v): want the WAN rate the limiter starts at", cfg.LineRate)
+			}
+			p := dcqcn.LabParams(cfg.LineRate)
+			p.RateValidation = 0
+			if err := p.Validate(); err != nil {
+				return nil, fmt.Errorf("pe: %w", err)
+			}
+			a.rc = dcqcn.NewRP(p, now)
+		}
+		a.stats.MinRate = a.rc.Rate()
+		if err := a.setRate(a.rc.Rate()); err != nil {
+			return nil, fmt.Errorf("pe: initial rate: %w", err)
+		}
+	case Reroute:
+		if paths == nil {
+			return nil, errors.New("pe: reroute mode needs paths")
+		}
+	default:
+		return nil, fmt.Errorf("pe: mode (%v): want observe, rate or reroute", cfg.Mode)
+	}
+	return a, nil
+}
+
+func (a *Agent) setRate(r units.Rate) error {
+	if err := a.limiter.SetRate(r); err != nil {
+		a.stats.Errors++
+		a.lastErr = err
+		return err
+	}
+	a.applied = r
+	a.stats.Rate = r
+	a.stats.RateUpdates++
+	a.stats.MinRate = min(a.stats.MinRate, r)
+	return nil
+}
+
+// changed reports whether r differs from the applied rate by MinChange.
+func (a *Agent) changed(r units.Rate) bool {
+	d := float64(r) - float64(a.applied)
+	return d*d > a.cfg.MinChange*a.cfg.MinChange*float64(a.applied)*float64(a.applied)
+}
+
+// OnNotification takes one WAN CNP that reached the PE at n.Time; now is
+// the agent's clock when it handles it (the reaction time is measured
+// between the two on the same monotonic clock).
+func (a *Agent) OnNotification(n tunnel.Notification, now time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !n.Light {
+		a.stats.HeavyCNPs++
+		return
+	}
+	a.stats.LightCNPs++
+	reacted := false
+	switch a.cfg.Mode {
+	case RateLimit:
+		a.rc.Advance(now)
+		if a.rc.OnNotification(now) && a.changed(a.rc.Rate()) {
+			reacted = a.setRate(a.rc.Rate()) == nil
+		}
+	case Reroute:
+		if !a.stats.Spilled {
+			if err := a.paths.Spill(true); err != nil {
+				a.stats.Errors++
+				a.lastErr = err
+			} else {
+				a.stats.Spilled = true
+				a.stats.Spills++
+				reacted = true
+			}
+		}
+		a.spillUntil = now + a.cfg.RerouteHold
+	}
+	if reacted && n.Time > 0 {
+		a.stats.Reaction = append(a.stats.Reaction, max(now-n.Time, 0))
+	}
+}
+
+// Advance runs the timers due by now: the controller's increases, the end
+// of a spill.
+func (a *Agent) Advance(now time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch a.cfg.Mode {
+	case RateLimit:
+		a.rc.Advance(now)
+		if a.changed(a.rc.Rate()) {
+			a.setRate(a.rc.Rate())
+		}
+	case Reroute:
+		if a.stats.Spilled && now >= a.spillUntil {
+			if err := a.paths.Spill(false); err != nil {
+				a.stats.Errors++
+				a.lastErr = err
+				return
+			}
+			a.stats.Spilled = false
+			a.stats.Unspills++
+		}
+	}
+}
+
+// NextEvent is when Advance next has something to do.
+func (a *Agent) NextEvent() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch a.cfg.Mode {
+	case RateLimit:
+		return a.rc.NextEvent()
+	case Reroute:
+		if a.stats.Spilled {
+			return a.spillUntil
+		}
+	}
+	return never
+}
+
+const never = time.Duration(1<<63 - 1)
+
+// Stats returns a copy of the counters.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stats
+	s.Reaction = slices.Clone(s.Reaction)
+	return s
+}
+
+// Err is the last limiter or path error, if any.
+func (a *Agent) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastErr
+}
+
+// Monotonic is CLOCK_MONOTONIC, the clock of the PE's BPF timestamps.
+func Monotonic() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
+}
+
+// Run drives the agent from pe's notifications on CLOCK_MONOTONIC until
+// ctx ends.
+func (a *Agent) Run(ctx context.Context, pe *tunnel.PE) error {
+	notes := make(chan tunnel.Notification, 1024)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- pe.Notifications(ctx, func(n tunnel.Notification) {
+			select {
+			case notes <- n:
+			default: // the ring buffer coalesces too: a full queue drops
+			}
+		})
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := Monotonic()
+		a.Advance(now)
+		wait := time.Hour
+		if next := a.NextEvent(); next != never {
+			wait = max(next-now, 50*time.Microsecond)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return <-errc
+		case err := <-errc:
+			return err
+		case n := <-notes:
+			a.OnNotification(n, Monotonic())
+		case <-timer.C:
+		}
+	}
+}
