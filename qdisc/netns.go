@@ -4,26 +4,12 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 )
 
-// openNetns opens a namespace by name (under /var/run/netns) or path; ""
-// means the caller's namespace and yields a closed handle.
-func openNetns(nameOrPath string) (netns.NsHandle, error) {
-	if nameOrPath == "" {
-		return netns.None(), nil
-	}
-	var h netns.NsHandle
-	var err error
-	if nameOrPath[0] == '/' {
-		h, err = netns.GetFromPath(nameOrPath)
-	} else {
-		h, err = netns.GetFromName(nameOrPath)
-	}
-	if err != nil {
-		return netns.None(), fmt.Errorf("netns %q: %w", nameOrPath, err)
-	}
-	return h, nil
-}
+// openNetns opens a namespace by name or path ("": the caller's).
+func openNetns(nameOrPath string) (netns.NsHandle, error) { return nsexec.Open(nameOrPath) }
 
 // dupNetns gives the port its own handle, so the caller may close theirs.
 func dupNetns(h netns.NsHandle) (netns.NsHandle, error) {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -701,12 +700,7 @@ func (p *Port) HostBacklog(class ClassID) (bytes, packets uint64, err error) {
 	return cs.HostBacklogBytes, cs.HostBacklogPackets, nil
 }
 
-func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) {
-	if ns.IsOpen() {
-		return netlink.NewHandleAt(ns)
-	}
-	return netlink.NewHandle()
-}
+func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) { return nsexec.Netlink(ns) }
 
 // vethPeer finds the peer of a veth and the named namespace it lives in
 // ("" when it is the device's own namespace).
@@ -771,22 +765,8 @@ func pinDir(ns netns.NsHandle, dev string) string {
 	return filepath.Join(PinRoot, "ns"+id+"_"+dev)
 }
 
-// netnsIno is the inode number of a namespace (the caller's for a closed
-// handle): the kernel's net->ns.inum, which the xmit hook compares.
-func netnsIno(ns netns.NsHandle) (uint32, error) {
-	var st unix.Stat_t
-	path := "/proc/self/ns/net"
-	if ns.IsOpen() {
-		path = fmt.Sprintf("/proc/self/fd/%d", int(ns))
-	}
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, fmt.Errorf("netns inode: %w", err)
-	}
-	if st.Ino > math.MaxUint32 {
-		return 0, fmt.Errorf("netns inode %d does not fit the kernel's 32-bit inum", st.Ino)
-	}
-	return uint32(st.Ino), nil
-}
+// netnsIno is the kernel's net->ns.inum, which the xmit hook compares.
+func netnsIno(ns netns.NsHandle) (uint32, error) { return nsexec.Ino(ns) }
 
 func metaPath(pinDir string) string {
 	return filepath.Join(MetaRoot, filepath.Base(pinDir)+".json")
@@ -822,9 +802,4 @@ func ensureBPFFS() error {
 	return nil
 }
 
-func describeDev(ns, dev string) string {
-	if ns == "" {
-		return dev
-	}
-	return dev + " in netns " + ns
-}
+func describeDev(ns, dev string) string { return nsexec.Describe(ns, dev) }

@@ -13,9 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/safchain/ethtool"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -64,7 +62,7 @@ func Attach(netnsName, dev string, cfg Config, opts AttachOptions) (_ *PE, err e
 			err = errors.Join(err, p.teardown())
 		}
 	}()
-	if p.ns, err = openNetns(netnsName); err != nil {
+	if p.ns, err = nsexec.Open(netnsName); err != nil {
 		return nil, err
 	}
 	ifindex, mtu, err := p.device()
@@ -80,7 +78,7 @@ func Attach(netnsName, dev string, cfg Config, opts AttachOptions) (_ *PE, err e
 	if opts.Pin {
 		dir := pinDir(p.ns, dev)
 		if _, err := os.Stat(metaPath(dir)); err == nil {
-			return nil, fmt.Errorf("a tunnel PE is already attached to %s (detach it first)", describeDev(netnsName, dev))
+			return nil, fmt.Errorf("a tunnel PE is already attached to %s (detach it first)", nsexec.Describe(netnsName, dev))
 		}
 		p.meta.PinDir = dir
 	}
@@ -115,7 +113,7 @@ func Attach(netnsName, dev string, cfg Config, opts AttachOptions) (_ *PE, err e
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("attach %s to %s (needs TCX, Linux 6.6 or later): %w", a.prog, describeDev(netnsName, dev), err)
+			return nil, fmt.Errorf("attach %s to %s (needs TCX, Linux 6.6 or later): %w", a.prog, nsexec.Describe(netnsName, dev), err)
 		}
 		p.links = append(p.links, l)
 	}
@@ -129,14 +127,14 @@ func Attach(netnsName, dev string, cfg Config, opts AttachOptions) (_ *PE, err e
 
 // device reads dev's index and MTU.
 func (p *PE) device() (ifindex, mtu int, err error) {
-	h, err := netlinkHandle(p.ns)
+	h, err := nsexec.Netlink(p.ns)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer h.Close()
 	l, err := h.LinkByName(p.meta.Dev)
 	if err != nil {
-		return 0, 0, fmt.Errorf("device %q: %w", describeDev(p.meta.Netns, p.meta.Dev), err)
+		return 0, 0, fmt.Errorf("device %q: %w", nsexec.Describe(p.meta.Netns, p.meta.Dev), err)
 	}
 	return l.Attrs().Index, l.Attrs().MTU, nil
 }
@@ -156,7 +154,7 @@ func (p *PE) checkOffloads() error {
 		defer e.Close()
 		feats, err := e.Features(p.meta.Dev)
 		if err != nil {
-			return fmt.Errorf("ethtool features of %s: %w", describeDev(p.meta.Netns, p.meta.Dev), err)
+			return fmt.Errorf("ethtool features of %s: %w", nsexec.Describe(p.meta.Netns, p.meta.Dev), err)
 		}
 		var on []string
 		for _, f := range []string{"rx-gro", "rx-lro", "tx-tcp-segmentation", "tx-generic-segmentation", "tx-udp-segmentation"} {
@@ -166,7 +164,7 @@ func (p *PE) checkOffloads() error {
 		}
 		if len(on) > 0 {
 			return fmt.Errorf("%s has %s on: a tunnel PE needs received packets unmerged and tunnelled ones segmented; turn them off: ethtool -K %s gro off lro off tso off gso off tx-udp-segmentation off",
-				describeDev(p.meta.Netns, p.meta.Dev), strings.Join(on, ", "), p.meta.Dev)
+				nsexec.Describe(p.meta.Netns, p.meta.Dev), strings.Join(on, ", "), p.meta.Dev)
 		}
 		return nil
 	})
@@ -381,13 +379,13 @@ func Open(netnsName, dev string) (_ *PE, err error) {
 			p.closeHandles()
 		}
 	}()
-	if p.ns, err = openNetns(netnsName); err != nil {
+	if p.ns, err = nsexec.Open(netnsName); err != nil {
 		return nil, err
 	}
 	dir := pinDir(p.ns, dev)
 	b, err := os.ReadFile(metaPath(dir))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no tunnel PE is attached to %s (attach one with: portctl tunnel attach)", describeDev(netnsName, dev))
+		return nil, fmt.Errorf("no tunnel PE is attached to %s (attach one with: portctl tunnel attach)", nsexec.Describe(netnsName, dev))
 	}
 	if err != nil {
 		return nil, err
@@ -422,41 +420,12 @@ func Open(netnsName, dev string) (_ *PE, err error) {
 	return p, nil
 }
 
-func openNetns(name string) (netns.NsHandle, error) {
-	if name == "" {
-		return netns.None(), nil
-	}
-	var h netns.NsHandle
-	var err error
-	if name[0] == '/' {
-		h, err = netns.GetFromPath(name)
-	} else {
-		h, err = netns.GetFromName(name)
-	}
-	if err != nil {
-		return netns.None(), fmt.Errorf("netns %q: %w", name, err)
-	}
-	return h, nil
-}
-
-func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) {
-	if ns.IsOpen() {
-		return netlink.NewHandleAt(ns)
-	}
-	return netlink.NewHandle()
-}
-
 // pinDir names the PE by its namespace's inode and the device, beside the
 // ports' pins.
 func pinDir(ns netns.NsHandle, dev string) string {
-	path := "/proc/self/ns/net"
-	if ns.IsOpen() {
-		path = fmt.Sprintf("/proc/self/fd/%d", int(ns))
-	}
 	id := "self"
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err == nil {
-		id = fmt.Sprint(st.Ino)
+	if ino, err := nsexec.Ino(ns); err == nil {
+		id = fmt.Sprint(ino)
 	}
 	return filepath.Join(qdisc.PinRoot, "tunnel_ns"+id+"_"+dev)
 }
@@ -478,11 +447,4 @@ func writeMeta(m *peMeta) error {
 		return err
 	}
 	return os.Rename(tmp, metaPath(m.PinDir))
-}
-
-func describeDev(ns, dev string) string {
-	if ns == "" {
-		return dev
-	}
-	return dev + " in netns " + ns
 }
