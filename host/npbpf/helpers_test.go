@@ -10,6 +10,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/roce"
 )
@@ -46,18 +47,6 @@ func loadTest(tb testing.TB) *Objects {
 	tb.Cleanup(func() { o.Close() })
 	return o
 }
-
-// skbCtx is the head of struct __sk_buff: BPF_PROG_RUN takes a shorter
-// context, and of these fields only mark may be set.
-type skbCtx struct {
-	Len     uint32
-	PktType uint32
-	Mark    uint32
-}
-
-// skbCtxFullLen is sizeof(struct __sk_buff), what BPF_PROG_RUN writes
-// back; mark is at offset 8.
-const skbCtxFullLen = 192
 
 // dataPkt describes a RoCEv2 packet from the sender to the receiver.
 type dataPkt struct {
@@ -174,7 +163,7 @@ func (p dataPkt) frame(tb testing.TB) []byte {
 func runProg(tb testing.TB, prog *ebpf.Program, data []byte, mark uint32) (uint32, []byte) {
 	tb.Helper()
 	out := make([]byte, len(data)+256)
-	opts := &ebpf.RunOptions{Data: data, DataOut: out, Context: skbCtx{Mark: mark}}
+	opts := &ebpf.RunOptions{Data: data, DataOut: out, Context: bpf.SkBuff{Mark: mark}}
 	ret, err := prog.Run(opts)
 	if err != nil {
 		tb.Fatalf("prog run: %v", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -297,15 +298,15 @@ func TestIngressAnswersCE(t *testing.T) {
 			data := dataPkt{v6: v6, ecn: ecnCE, op: op, payload: 100, destQP: c.QPN}.frame(t)
 			r0, s0 := redirects(t, o), stats(t, o)
 			out := make([]byte, len(data)+256)
-			var ctxOut [skbCtxFullLen]byte // struct __sk_buff
-			ret, err := o.objs.Ingress.Run(&ebpf.RunOptions{Data: data, DataOut: out, Context: skbCtx{Mark: 42}, ContextOut: &ctxOut})
+			var ctxOut bpf.SkBuff
+			ret, err := o.objs.Ingress.Run(&ebpf.RunOptions{Data: data, DataOut: out, Context: bpf.SkBuff{Mark: 42}, ContextOut: &ctxOut})
 			if err != nil {
 				t.Fatal(err)
 			}
 			out = out[:min(len(out), len(data))]
-			if ret != tcxNext || !bytes.Equal(out, data) || binary.LittleEndian.Uint32(ctxOut[8:]) != 42 {
+			if ret != tcxNext || !bytes.Equal(out, data) || ctxOut.Mark != 42 {
 				t.Errorf("v6=%v %v: verdict %d, packet unchanged %v, mark %d (want TC_ACT_UNSPEC, true, 42)",
-					v6, op, int32(ret), bytes.Equal(out, data), binary.LittleEndian.Uint32(ctxOut[8:]))
+					v6, op, int32(ret), bytes.Equal(out, data), ctxOut.Mark)
 			}
 			if n := redirects(t, o) - r0; n != 1 {
 				t.Errorf("v6=%v %v: %d CNPs, want 1", v6, op, n)

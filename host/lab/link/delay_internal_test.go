@@ -211,13 +211,9 @@ func TestDelayProgRun(t *testing.T) {
 		b[0], b[6], b[24] = 0x60, nh, dst0
 		return append(b, rest...)
 	}
-	// __sk_buff up to ingress_ifindex (the fields BPF_PROG_TEST_RUN takes).
-	type skbCtx struct {
-		Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority, IngressIfindex uint32
-	}
 	run := func(prog *ebpf.Program, frame []byte, ingress uint32) uint32 {
 		t.Helper()
-		ctx := skbCtx{IngressIfindex: ingress}
+		ctx := bpf.SkBuff{IngressIfidx: ingress}
 		ret, err := prog.Run(&ebpf.RunOptions{Data: frame, Context: &ctx})
 		if err != nil {
 			t.Fatalf("run %v on % x: %v", prog, frame, err)
