@@ -238,8 +238,8 @@ func (cf *classFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.defaultClass, "default-class", "", "")
 }
 
-func (cf *classFlags) edits() (*edits, error) {
-	e, err := parseEdits(cf.tc, cf.dscp, cf.defaultClass)
+func (cf *classFlags) edits() (*qdisc.Edits, error) {
+	e, err := qdisc.ParseEdits(cf.tc, cf.dscp, cf.defaultClass)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -347,7 +347,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		cfg := qdisc.DefaultConfig(r)
-		if err := e.apply(&cfg); err != nil {
+		if err := e.Apply(&cfg); err != nil {
 			return usageError{fmt.Errorf("invalid configuration: %w", err)}
 		}
 		// qdisc.Attach must not be called on a device that already has a
@@ -439,7 +439,7 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		if e.empty() && rate == "" {
+		if e.Empty() && rate == "" {
 			return usagef("nothing to change: give --rate or class options (--tc, --dscp)")
 		}
 		p, err := qdisc.Open(c.netns, c.dev)
@@ -455,7 +455,7 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 		if r != 0 {
 			cfg.Rate = r
 		}
-		if err := e.apply(&cfg); err != nil {
+		if err := e.Apply(&cfg); err != nil {
 			return usageError{fmt.Errorf("invalid configuration: %w", err)}
 		}
 		if cfg.DefaultClass != old && p.Info().HTB {

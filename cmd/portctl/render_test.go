@@ -15,11 +15,11 @@ import (
 
 func TestRenderShow(t *testing.T) {
 	cfg := qdisc.DefaultConfig(units.Gbit)
-	e, err := parseEdits([]string{"3:wred-drop", "5:name=bulk:step:k=100kb", "1:rate=200mbit"}, []string{"24-25,27=3", "46=5"}, "")
+	e, err := qdisc.ParseEdits([]string{"3:wred-drop", "5:name=bulk:step:k=100kb", "1:rate=200mbit"}, []string{"24-25,27=3", "46=5"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.apply(&cfg); err != nil {
+	if err := e.Apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	info := qdisc.Info{Dev: "swp0", Netns: "sw", PeerDev: "eth0", PeerNetns: "r",
@@ -89,7 +89,7 @@ func TestECNText(t *testing.T) {
 		{qdisc.ClassConfig{ECN: qdisc.ECNStep, MinThBytes: 100 * units.KiB}, "step K 100kb"},
 		{qdisc.ClassConfig{ECN: qdisc.ECNOff}, "off"},
 	} {
-		if got := ecnText(&tc.cc); got != tc.want {
+		if got := tc.cc.ECNText(); got != tc.want {
 			t.Errorf("ecnText(%+v) = %q, want %q", tc.cc, got, tc.want)
 		}
 	}

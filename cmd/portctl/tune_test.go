@@ -32,11 +32,11 @@ note: pst_interval ≈ RTT_p90; a smaller one reacts faster to bursty traffic
       (seed 002 §3.4)
 
 Options for portctl attach/configure (class 3):
---tc 3:ecnsharp:ins=200us,pst=85us,interval=200us
---tc 3:tcn:ins=200us
---tc 3:codel:target=85us,interval=200us
 --tc 3:step:k=250000b  # step-Tail (K from RTT p90)
 --tc 3:step:k=106250b  # step-AVG (K from mean RTT)
+--tc 3:tcn:ins=200us
+--tc 3:codel:target=85us,interval=200us
+--tc 3:ecnsharp:ins=200us,pst=85us,interval=200us
 `
 
 // TestTuneSeed: the seed's ins_target, pst_interval, pst_target, CoDel
@@ -94,11 +94,11 @@ func TestTuneJSON(t *testing.T) {
 		t.Errorf("notes: %q", d.Notes)
 	}
 	want := []string{
-		"--tc 5:ecnsharp:ins=34us,pst=14us,interval=200us",
-		"--tc 5:tcn:ins=34us",
-		"--tc 5:codel:target=14us,interval=200us",
 		"--tc 5:step:k=42500b",
 		"--tc 5:step:k=17000b",
+		"--tc 5:tcn:ins=34us",
+		"--tc 5:codel:target=14us,interval=200us",
+		"--tc 5:ecnsharp:ins=34us,pst=14us,interval=200us",
 	}
 	if strings.Join(got.Options, "\n") != strings.Join(want, "\n") {
 		t.Errorf("options %q, want %q", got.Options, want)
@@ -122,18 +122,18 @@ func TestTuneOptionsApply(t *testing.T) {
 		if !ok {
 			continue
 		}
-		s, err := parseTC(strings.TrimSpace(v))
+		s, err := qdisc.ParseTC(strings.TrimSpace(v))
 		if err != nil {
 			t.Errorf("--tc %s: %v", v, err)
 			continue
 		}
 		cfg := qdisc.DefaultConfig(10 * units.Gbit)
-		e := &edits{tc: []*tcSpec{s}}
-		if err := e.apply(&cfg); err != nil {
+		e := &qdisc.Edits{TC: []*qdisc.TCSpec{s}}
+		if err := e.Apply(&cfg); err != nil {
 			t.Errorf("--tc %s: %v", v, err)
 			continue
 		}
-		cc := cfg.Classes[s.class]
+		cc := cfg.Classes[s.Class()]
 		modes[cc.ECN]++
 		if cc.ECN == qdisc.ECNStep && cc.MinThBytes != 250000 && cc.MinThBytes != 106250 {
 			t.Errorf("--tc %s: k = %s", v, cc.MinThBytes)

@@ -1,4 +1,4 @@
-package main
+package qdisc_test
 
 import (
 	"strings"
@@ -209,8 +209,8 @@ func TestParseAndApply(t *testing.T) {
 		{name: "dscp not a number", in: opts{dscp: []string{"ef=5"}}, err: `--dscp ef=5: dscp "ef" is not a number (want 0-63)`},
 		{name: "default class", in: opts{def: "8"}, err: "--default-class 8: class 8 out of range 0-7"},
 		// Settings that do not fit the class's mode.
-		{name: "k in wred mode", in: opts{tc: []string{"3:k=10kb"}}, err: "--tc 3:k=10kb: k is the step-mode threshold but class 3 is in wred mode (write 3:step:k=10kb)"},
-		{name: "min in off mode", in: opts{tc: []string{"0:min=10kb"}}, err: "--tc 0:min=10kb: min, max and p set the WRED curve but class 0 is in off mode"},
+		{name: "k in wred mode", in: opts{tc: []string{"3:k=10kb"}}, err: "--tc 3:k=10kb: k is a setting of step but class 3 is in wred mode (e.g. 3:step:k=100kb)"},
+		{name: "min in off mode", in: opts{tc: []string{"0:min=10kb"}}, err: "--tc 0:min=10kb: min is a setting of wred but class 0 is in off mode (e.g. 0:wred:min=50kb,max=1mb,p=0.1)"},
 		{name: "min in step mode", in: opts{tc: []string{"3:step", "3:min=10kb"}}, err: "step mode takes k=SIZE"},
 		{name: "wred from off needs curve", in: opts{tc: []string{"0:wred:min=10kb"}}, err: "--tc 0:wred:min=10kb: switching class 0 to wred needs max=SIZE, p=PROB"},
 		{name: "step from off needs k", in: opts{tc: []string{"0:step"}}, err: "--tc 0:step: switching class 0 to step needs k=SIZE"},
@@ -224,9 +224,9 @@ func TestParseAndApply(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := qdisc.DefaultConfig(units.Gbit)
-			e, err := parseEdits(tc.in.tc, tc.in.dscp, tc.in.def)
+			e, err := qdisc.ParseEdits(tc.in.tc, tc.in.dscp, tc.in.def)
 			if err == nil {
-				err = e.apply(&cfg)
+				err = e.Apply(&cfg)
 			}
 			if tc.err != "" {
 				if err == nil {
@@ -246,7 +246,7 @@ func TestParseAndApply(t *testing.T) {
 }
 
 func TestParseEditsReportsEveryError(t *testing.T) {
-	_, err := parseEdits([]string{"9:off", "3:bogus"}, []string{"64=1"}, "")
+	_, err := qdisc.ParseEdits([]string{"9:off", "3:bogus"}, []string{"64=1"}, "")
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -259,11 +259,11 @@ func TestParseEditsReportsEveryError(t *testing.T) {
 
 func TestDefaultConfigNeedsNoEdits(t *testing.T) {
 	cfg := qdisc.DefaultConfig(units.Gbit)
-	e, err := parseEdits(nil, nil, "")
-	if err != nil || !e.empty() {
+	e, err := qdisc.ParseEdits(nil, nil, "")
+	if err != nil || !e.Empty() {
 		t.Fatalf("empty edits: %v %v", e, err)
 	}
-	if err := e.apply(&cfg); err != nil {
+	if err := e.Apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	if cfg != qdisc.DefaultConfig(units.Gbit) {
