@@ -49,6 +49,11 @@ type PortClassConfig struct {
 	TrimBytes     uint64
 	TrimDscp      uint32
 	TrimClass     uint32
+	T1Bytes       uint64
+	T2Bytes       uint64
+	T2MaxBytes    uint64
+	LightMaxP     uint64
+	HeavyMaxP     uint64
 }
 
 type PortClassState struct {
@@ -118,6 +123,8 @@ type PortClassStats struct {
 	TrimDroppedBytes     uint64
 	TrimInPackets        uint64
 	TrimInBytes          uint64
+	LightMarked          uint64
+	HeavyMarked          uint64
 }
 
 type PortPortConfig struct {

@@ -154,6 +154,8 @@ type ClassConfig struct {
 	// ForceTargets accepts an ECN♯ PstTarget at or above InsTarget, which
 	// makes the persistent logic pointless and is usually a typo.
 	ForceTargets bool `json:"force_targets,omitempty"`
+	// TwoThreshold are the settings of ECNTwoThreshold (seed 001).
+	TwoThreshold TwoThreshold `json:"two_threshold,omitzero"`
 
 	// XoffBytes turns on PPFC (seed 003) for the class: a packet that
 	// takes the backlog to XoffBytes or above stops its source; a paused

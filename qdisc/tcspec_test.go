@@ -90,6 +90,28 @@ func TestParseAndApply(t *testing.T) {
 			err:  "pst_target (150us) must be below ins_target (100us) (force_targets to allow)",
 		},
 		{
+			name: "two-threshold (seed 001)",
+			in:   opts{tc: []string{"3:2t:t1=50kb,t2=200kb,p1=1,t2-max=400kb,p2=20%", "5:ecn=two-threshold,t1=10kb,t2=20kb,light-p=0.5,t2_max=40kb,heavy_p=1"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				want := qdisc.TwoThreshold{T1Bytes: 50 * units.KiB, T2Bytes: 200 * units.KiB, T2MaxBytes: 400 * units.KiB, LightMaxP: 1, HeavyMaxP: 0.2}
+				if cc := c.Classes[3]; cc.ECN != qdisc.ECNTwoThreshold || cc.TwoThreshold != want {
+					t.Errorf("class 3 = %+v", cc)
+				}
+				if cc := c.Classes[5]; cc.ECN != qdisc.ECNTwoThreshold || cc.TwoThreshold.T2MaxBytes != 40*units.KiB || cc.TwoThreshold.LightMaxP != 0.5 {
+					t.Errorf("class 5 = %+v", cc)
+				}
+			},
+		},
+		{name: "two-threshold needs its thresholds", in: opts{tc: []string{"3:2t:t1=50kb,t2=200kb"}},
+			err: "--tc 3:2t:t1=50kb,t2=200kb: switching class 3 to two-threshold needs p1=PROB, t2-max=SIZE, p2=PROB"},
+		{name: "two-threshold t1 at t2", in: opts{tc: []string{"3:2t:t1=200kb,t2=200kb,p1=1,t2-max=400kb,p2=0.2"}},
+			err: "class 3: two-threshold: t2 (200kb) must be greater than t1 (200kb)"},
+		{name: "two-threshold t2-max above limit", in: opts{tc: []string{"3:2t:t1=50kb,t2=200kb,p1=1,t2-max=4mb,p2=0.2"}},
+			err: "class 3: two-threshold: t2_max (4mb) must be greater than t2 (200kb) and at most limit (2mb)"},
+		{name: "t1 outside two-threshold", in: opts{tc: []string{"3:t1=50kb"}},
+			err: "--tc 3:t1=50kb: t1 is a setting of two-threshold but class 3 is in wred mode (e.g. 3:2t:t1=50kb,t2=200kb,p1=1,t2-max=400kb,p2=0.2)"},
+		{name: "two-threshold bad probability", in: opts{tc: []string{"3:2t:p2=1.5"}}, err: `--tc 3:2t:p2=1.5: p2: invalid probability "1.5"`},
+		{
 			name: "wred on roce",
 			in:   opts{tc: []string{"3:wred:min=100kb,max=1.5mb,p=0.2,limit=4mb"}},
 			check: func(t *testing.T, c *qdisc.Config) {

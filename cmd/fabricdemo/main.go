@@ -231,7 +231,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 			return nil
 		})
 	fs.Var(&o.knobs, "dcqcn", "roce: set a DCQCN knob by its mlx5 `name=value` (repeat, or comma-separate); e.g. rpg_ai_rate=2 (Mbit/s), rpg_time_reset=100 (us)")
-	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer in portctl's --tc grammar without the class: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them, or another mode with its settings (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's; uet: 0.2 and 0.8 BDP, p=1, limit 1 BDP)")
+	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer in portctl's --tc grammar without the class: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them, or another mode (2t:t1=SIZE,t2=SIZE,p1=PROB,t2-max=SIZE,p2=PROB) (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's; uet: 0.2 and 0.8 BDP, p=1, limit 1 BDP)")
 	fs.StringVar(&o.ppfc, "ppfc", ppfcAuto, "roce: PPFC on class 3 (seed 003): `xoff=SIZE,xon=SIZE[,alarm=SIZE]`, auto (xoff at half the buffer, xon at 3/4 of xoff, alarm halfway between) or off")
 	fs.IntVar(&o.mtu, "mtu", o.mtu, "roce: path MTU, payload `bytes` per packet: 256, 512, 1024, 2048 or 4096 (the lab's links are 9000-byte jumbo)")
 	fs.DurationVar(&o.sample, "sample", o.sample, "roce, uet: sampling `period` of the senders' state (Rc and α; cwnd and credit) and the queue for the plot (1ms-1s)")
@@ -462,7 +462,7 @@ func stretchTimers(p *dcqcn.Params, f float64) {
 
 // applyWRED applies -wred to class 3: items of portctl's --tc grammar
 // without the class ("min=SIZE,max=SIZE,p=PROB,limit=SIZE", any of them;
-// or another mode with its settings, "step:k=SIZE") through qdisc's one
+// or another mode with its settings, "2t:t1=...") through qdisc's one
 // parser, and checks the result.
 func applyWRED(cc *qdisc.ClassConfig, spec string) error {
 	return applyClassSpec(cc, spec)

@@ -72,6 +72,13 @@ Class options (repeatable, applied in order):
                                   at min to p at max; all marked at/above max
       step,k=SIZE                 mark every ECT packet that finds more than k
                                   bytes queued (DCTCP-style K)
+      2t,t1=SIZE,t2=SIZE,p1=PROB,t2-max=SIZE,p2=PROB
+                                  two thresholds (seed 001, WAN tunnels):
+                                  from t1 ECT(0) becomes ECT(1) ("light")
+                                  with probability rising to p1 at t2; from
+                                  t2 CE with probability rising to p2 at
+                                  t2-max, all at/above it. Marks the outer
+                                  header of IP-in-IP
       limit=SIZE                  class buffer: tail drop above it
       strict | no-strict          serve before all non-strict classes (CNPs)
       wred-drop | no-wred-drop    drop Not-ECT packets on the marking curve

@@ -238,6 +238,9 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 	if c.TrimInPackets != 0 {
 		fmt.Fprintf(w, " trimmed in %d bytes %d pkt (from classes that trim; counted in arrived)\n", c.TrimInBytes, c.TrimInPackets)
 	}
+	if c.LightMarked+c.HeavyMarked > 0 {
+		fmt.Fprintf(w, " two-threshold: light marks (ect0 -> ect1) %d, heavy marks (ce) %d\n", c.LightMarked, c.HeavyMarked)
+	}
 	if c.AQMInsMarks+c.AQMPstMarks+c.AQMDroppedPackets > 0 {
 		fmt.Fprintf(w, " at dequeue: marked %d instantaneous, %d persistent; dropped %d not-ect\n",
 			c.AQMInsMarks, c.AQMPstMarks, c.AQMDroppedPackets)

@@ -37,6 +37,7 @@ Options for portctl attach/configure (class 3):
 --tc 3:tcn:ins=200us
 --tc 3:codel:target=85us,interval=200us
 --tc 3:ecnsharp:ins=200us,pst=85us,interval=200us
+--tc 3:2t:t1=106250b,t2=250000b,p1=1,t2-max=500000b,p2=0.2
 `
 
 // TestTuneSeed: the seed's ins_target, pst_interval, pst_target, CoDel
@@ -99,6 +100,7 @@ func TestTuneJSON(t *testing.T) {
 		"--tc 5:tcn:ins=34us",
 		"--tc 5:codel:target=14us,interval=200us",
 		"--tc 5:ecnsharp:ins=34us,pst=14us,interval=200us",
+		"--tc 5:2t:t1=17000b,t2=42500b,p1=1,t2-max=85000b,p2=0.2",
 	}
 	if strings.Join(got.Options, "\n") != strings.Join(want, "\n") {
 		t.Errorf("options %q, want %q", got.Options, want)
@@ -139,7 +141,7 @@ func TestTuneOptionsApply(t *testing.T) {
 			t.Errorf("--tc %s: k = %s", v, cc.MinThBytes)
 		}
 	}
-	want := map[qdisc.ECNMode]int{qdisc.ECNSharp: 1, qdisc.ECNTCN: 1, qdisc.ECNCoDel: 1, qdisc.ECNStep: 2}
+	want := map[qdisc.ECNMode]int{qdisc.ECNSharp: 1, qdisc.ECNTCN: 1, qdisc.ECNCoDel: 1, qdisc.ECNStep: 2, qdisc.ECNTwoThreshold: 1}
 	for m, n := range want {
 		if modes[m] != n {
 			t.Errorf("%d %s lines, want %d (got %v)", modes[m], m, n, modes)
