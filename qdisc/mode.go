@@ -40,6 +40,9 @@ type marker interface {
 	// class entering the mode from before still needs.
 	tcKeys() []tcKey
 	applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error
+	// help is the mode's entry in portctl's --tc help: the items at
+	// column 6, what they do at column 34, within 80 columns.
+	help() string
 	// example is a --tc option that sets the mode, after "CLASS:".
 	example() string
 	// ceCurve is the configured probability that an ECN-capable packet
@@ -160,6 +163,15 @@ func linear(backlog, lo, hi uint64, maxP float64) float64 {
 		return 1
 	}
 	return maxP * float64(backlog-lo) / float64(hi-lo)
+}
+
+// TCModesHelp is every mode's entry in the --tc help, in ECNMode order.
+func TCModesHelp() string {
+	var b strings.Builder
+	for _, mk := range markers {
+		b.WriteString(mk.help())
+	}
+	return b.String()
 }
 
 // A TuneOption is a derived --tc option: Spec after "CLASS:" (e.g.

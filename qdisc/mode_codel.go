@@ -82,3 +82,9 @@ func (codelMarker) tune(out aqm.TuneOutput) []TuneOption {
 }
 
 func (codelMarker) ceCurve(*ClassConfig, uint64) (float64, bool) { return 0, false }
+
+func (codelMarker) help() string {
+	return "      codel,target=DUR,interval=DUR\n" +
+		"                                  CoDel's control law at dequeue, marking\n" +
+		"                                  instead of dropping (RFC 8289; veth mode)\n"
+}

@@ -218,3 +218,11 @@ func (sharpMarker) tune(out aqm.TuneOutput) []TuneOption {
 }
 
 func (sharpMarker) ceCurve(*ClassConfig, uint64) (float64, bool) { return 0, false }
+
+func (sharpMarker) help() string {
+	return "      ecnsharp,ins=DUR,pst=DUR,interval=DUR\n" +
+		"                                  ECN# (seed 002): sojourn above ins, or the\n" +
+		"                                  persistent-queue logic (pst, interval);\n" +
+		"                                  options sqrt, force, signal=qlen (sizes),\n" +
+		"                                  ins-max=DUR,p=PROB (veth mode)\n"
+}

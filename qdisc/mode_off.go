@@ -25,3 +25,7 @@ func (offMarker) applyTC(*ClassConfig, tcArgs, ECNMode, ClassID) error { return 
 func (offMarker) example() string                                      { return "off" }
 func (offMarker) tune(aqm.TuneOutput) []TuneOption                     { return nil }
 func (offMarker) ceCurve(*ClassConfig, uint64) (float64, bool)         { return 0, true }
+
+func (offMarker) help() string {
+	return "      off                         no ECN marking, tail drop at limit only\n"
+}

@@ -73,3 +73,8 @@ func (stepMarker) ceCurve(cc *ClassConfig, backlog uint64) (float64, bool) {
 	}
 	return 0, true
 }
+
+func (stepMarker) help() string {
+	return "      step,k=SIZE                 mark every ECT packet that finds more than k\n" +
+		"                                  bytes queued (DCTCP-style K)\n"
+}

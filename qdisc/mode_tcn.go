@@ -59,3 +59,8 @@ func (tcnMarker) tune(out aqm.TuneOutput) []TuneOption {
 }
 
 func (tcnMarker) ceCurve(*ClassConfig, uint64) (float64, bool) { return 0, false }
+
+func (tcnMarker) help() string {
+	return "      tcn,ins=DUR                 mark a packet whose sojourn exceeds ins as\n" +
+		"                                  it leaves (TCN; veth mode)\n"
+}

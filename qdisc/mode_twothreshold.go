@@ -163,3 +163,13 @@ func (twoThresholdMarker) ceCurve(cc *ClassConfig, backlog uint64) (float64, boo
 	t := &cc.TwoThreshold
 	return linear(backlog, uint64(t.T2Bytes), uint64(t.T2MaxBytes), t.HeavyMaxP), true
 }
+
+func (twoThresholdMarker) help() string {
+	return "      2t,t1=SIZE,t2=SIZE,p1=PROB,t2-max=SIZE,p2=PROB\n" +
+		"                                  two thresholds (seed 001, WAN tunnels):\n" +
+		"                                  from t1 ECT(0) becomes ECT(1) (\"light\")\n" +
+		"                                  with probability rising to p1 at t2; from\n" +
+		"                                  t2 CE with probability rising to p2 at\n" +
+		"                                  t2-max, all at/above it. Marks the outer\n" +
+		"                                  header of IP-in-IP\n"
+}

@@ -93,3 +93,9 @@ func (wredMarker) tune(aqm.TuneOutput) []TuneOption { return nil }
 func (wredMarker) ceCurve(cc *ClassConfig, backlog uint64) (float64, bool) {
 	return linear(backlog, uint64(cc.MinThBytes), uint64(cc.MaxThBytes), cc.MaxP), true
 }
+
+func (wredMarker) help() string {
+	return "      wred,min=SIZE,max=SIZE,p=PROB\n" +
+		"                                  WRED/ECN: marking probability rises from 0\n" +
+		"                                  at min to p at max; all marked at/above max\n"
+}

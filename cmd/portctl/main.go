@@ -62,24 +62,13 @@ Examples:
 Exit status: 0 ok, 1 runtime error, 2 usage error.
 `
 
-const classHelp = `
+// classHelp lists the class options; the marking modes' entries come from
+// their homes in qdisc.
+var classHelp = `
 Class options (repeatable, applied in order):
   --tc CLASS:ITEM[,ITEM]...   set up traffic class CLASS (0-7 or tc0-tc7);
                               ':' and ',' both separate items:
-      off                         no ECN marking, tail drop at limit only
-      wred,min=SIZE,max=SIZE,p=PROB
-                                  WRED/ECN: marking probability rises from 0
-                                  at min to p at max; all marked at/above max
-      step,k=SIZE                 mark every ECT packet that finds more than k
-                                  bytes queued (DCTCP-style K)
-      2t,t1=SIZE,t2=SIZE,p1=PROB,t2-max=SIZE,p2=PROB
-                                  two thresholds (seed 001, WAN tunnels):
-                                  from t1 ECT(0) becomes ECT(1) ("light")
-                                  with probability rising to p1 at t2; from
-                                  t2 CE with probability rising to p2 at
-                                  t2-max, all at/above it. Marks the outer
-                                  header of IP-in-IP
-      limit=SIZE                  class buffer: tail drop above it
+` + qdisc.TCModesHelp() + `      limit=SIZE                  class buffer: tail drop above it
       strict | no-strict          serve before all non-strict classes (CNPs)
       wred-drop | no-wred-drop    drop Not-ECT packets on the marking curve
                                   (Linux RED); default: they pass until the
@@ -264,7 +253,7 @@ func parseRateFlag(s string) (units.Rate, error) {
 	return r, nil
 }
 
-const attachHelp = `Usage: portctl attach --dev DEV --rate RATE [options] [class options]
+var attachHelp = `Usage: portctl attach --dev DEV --rate RATE [options] [class options]
 
 Make DEV's egress a switch port. It stays attached after portctl exits;
 remove it with portctl detach. Prints the effective configuration.
@@ -399,7 +388,7 @@ func printShow(w io.Writer, p *qdisc.Port, js bool) error {
 	return nil
 }
 
-const configureHelp = `Usage: portctl configure --dev DEV [--rate RATE] [class options]
+var configureHelp = `Usage: portctl configure --dev DEV [--rate RATE] [class options]
 
 Change an attached port live: the maps and HTB classes are updated in place,
 so queues and counters survive. Settings not mentioned keep their value.
