@@ -358,8 +358,13 @@ func (cc *ClassConfig) validate() error {
 	} else {
 		errs = append(errs, fmt.Errorf("ecn (%d) must be %s", uint32(cc.ECN), ECNModeNames()))
 	}
-	if (cc.SqrtLaw || cc.QueueSignal) && cc.ECN != ECNSharp {
-		errs = append(errs, fmt.Errorf("%s: sqrt_law and queue_signal are ecnsharp options", cc.ECN))
+	// Settings only another mode reads, which would silently do nothing.
+	for i, mk := range markers {
+		if sc, ok := mk.(strayChecker); ok && ECNMode(i) != cc.ECN {
+			if err := sc.stray(cc); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	if cc.Rate != 0 && cc.Rate < MinRate {
 		errs = append(errs, fmt.Errorf("rate (%s) must be 0 (the port's) or at least %s", cc.Rate, MinRate))

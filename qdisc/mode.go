@@ -55,6 +55,13 @@ type marker interface {
 	tune(out aqm.TuneOutput) []TuneOption
 }
 
+// strayChecker is a marker with settings that mean nothing to any other
+// mode and are likely a mistake there: stray reports them for a class in
+// another mode.
+type strayChecker interface {
+	stray(cc *ClassConfig) error
+}
+
 // markers holds every mode's marker at its ECNMode; each mode_NAME.go
 // registers its own.
 var markers []marker

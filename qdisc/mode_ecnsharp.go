@@ -70,6 +70,14 @@ func (sharpMarker) validate(cc *ClassConfig) []error {
 	return errs
 }
 
+// stray: sqrt_law and queue_signal are flags no other mode reads.
+func (sharpMarker) stray(cc *ClassConfig) error {
+	if cc.SqrtLaw || cc.QueueSignal {
+		return fmt.Errorf("%s: sqrt_law and queue_signal are ecnsharp options", cc.ECN)
+	}
+	return nil
+}
+
 func (sharpMarker) encode(v *bpf.PortClassConfig, cc *ClassConfig) {
 	v.AqmIntervalNs = uint64(cc.PstInterval)
 	v.MaxP = probToFixed(cc.MaxP)
