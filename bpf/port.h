@@ -110,7 +110,7 @@ struct class_config {
 	__u64 max_th_bytes; /* WRED max_th */
 	__u64 max_p;        /* marking probability at max_th, PROB_ONE = 1.0 */
 	__u64 rate_bps;     /* virtual-queue drain rate; 0 = the port's */
-	__u32 ecn_mode;
+	enum ecn_mode ecn_mode; /* 4 bytes, as the __u32 it was */
 	__u32 flags;
 	/* Virtual queue: ns per byte at the effective drain rate, 16.16 fixed
 	 * point, from user space so the hot path multiplies instead of

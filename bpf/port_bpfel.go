@@ -33,7 +33,7 @@ type PortClassConfig struct {
 	MaxThBytes    uint64
 	MaxP          uint64
 	RateBps       uint64
-	EcnMode       uint32
+	EcnMode       PortEcnMode
 	Flags         uint32
 	VqNsPerByteFp uint64
 	InsLo         uint64
@@ -126,6 +126,18 @@ type PortClassStats struct {
 	LightMarked          uint64
 	HeavyMarked          uint64
 }
+
+type PortEcnMode uint32
+
+const (
+	PortEcnModeECN_MODE_OFF           PortEcnMode = 0
+	PortEcnModeECN_MODE_STEP          PortEcnMode = 1
+	PortEcnModeECN_MODE_WRED          PortEcnMode = 2
+	PortEcnModeECN_MODE_TCN           PortEcnMode = 3
+	PortEcnModeECN_MODE_CODEL         PortEcnMode = 4
+	PortEcnModeECN_MODE_ECNSHARP      PortEcnMode = 5
+	PortEcnModeECN_MODE_TWO_THRESHOLD PortEcnMode = 6
+)
 
 type PortPortConfig struct {
 	_            structs.HostLayout

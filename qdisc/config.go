@@ -52,8 +52,9 @@ type DSCP uint8
 // ECNMode is how a class marks ECN-capable packets.
 type ECNMode uint32
 
-// The modes (ECNOff, ECNStep, ...) mirror enum ecn_mode in bpf/port.h;
-// each is declared in its home, mode_NAME.go (see marker).
+// The modes (ECNOff, ECNStep, ...) are enum ecn_mode of bpf/port.h, as
+// bpf2go generates it (bpf.PortEcnMode); each is declared in its home,
+// mode_NAME.go (see marker).
 
 // QueueMode is how a port learns its backlog.
 type QueueMode uint32

@@ -11,7 +11,7 @@ import (
 
 // ECNCoDel runs CoDel's control law (Target, Interval) at dequeue and
 // marks instead of dropping (RFC 8289 with ECN).
-const ECNCoDel ECNMode = 4 // ECN_MODE_CODEL
+const ECNCoDel = ECNMode(bpf.PortEcnModeECN_MODE_CODEL)
 
 type codelMarker struct{}
 

@@ -13,7 +13,7 @@ import (
 // ECNSharp is ECN♯ (seed 002): instantaneous marking above InsTarget OR
 // the persistent-queue marking of Algorithm 1 (PstTarget, PstInterval),
 // decided at dequeue.
-const ECNSharp ECNMode = 5 // ECN_MODE_ECNSHARP
+const ECNSharp = ECNMode(bpf.PortEcnModeECN_MODE_ECNSHARP)
 
 type sharpMarker struct{}
 

@@ -6,7 +6,7 @@ import (
 )
 
 // ECNOff never marks: the class only tail-drops at its limit.
-const ECNOff ECNMode = 0 // ECN_MODE_OFF
+const ECNOff = ECNMode(bpf.PortEcnModeECN_MODE_OFF)
 
 type offMarker struct{}
 

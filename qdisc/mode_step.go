@@ -10,7 +10,7 @@ import (
 
 // ECNStep marks every ECN-capable packet that finds more than K bytes
 // queued (DCTCP-style; K is MinThBytes).
-const ECNStep ECNMode = 1 // ECN_MODE_STEP
+const ECNStep = ECNMode(bpf.PortEcnModeECN_MODE_STEP)
 
 type stepMarker struct{}
 

@@ -11,7 +11,7 @@ import (
 
 // ECNTCN marks a packet whose sojourn exceeds InsTarget when it leaves the
 // queue (TCN; what codel's ce_threshold does).
-const ECNTCN ECNMode = 3 // ECN_MODE_TCN
+const ECNTCN = ECNMode(bpf.PortEcnModeECN_MODE_TCN)
 
 type tcnMarker struct{}
 

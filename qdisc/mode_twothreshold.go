@@ -13,7 +13,7 @@ import (
 // backlog a packet finds (ClassConfig.TwoThreshold). It marks the first IP
 // header the port parses, which for IP-in-IP is the outer one, as the seed
 // wants: the tunnel's egress PE reads the outer codepoint.
-const ECNTwoThreshold ECNMode = 6 // ECN_MODE_TWO_THRESHOLD
+const ECNTwoThreshold = ECNMode(bpf.PortEcnModeECN_MODE_TWO_THRESHOLD)
 
 // TwoThreshold are the settings of ECNTwoThreshold:
 //

@@ -11,7 +11,7 @@ import (
 // ECNWRED marks with a probability rising linearly from 0 at MinThBytes to
 // MaxP at MaxThBytes, and marks every packet at or above MaxThBytes (seed
 // 000's switch WRED, on the instantaneous backlog).
-const ECNWRED ECNMode = 2 // ECN_MODE_WRED
+const ECNWRED = ECNMode(bpf.PortEcnModeECN_MODE_WRED)
 
 type wredMarker struct{}
 

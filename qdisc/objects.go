@@ -229,7 +229,7 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 		v := bpf.PortClassConfig{
 			LimitBytes: uint64(cc.LimitBytes),
 			RateBps:    uint64(cc.Rate),
-			EcnMode:    uint32(cc.ECN),
+			EcnMode:    bpf.PortEcnMode(cc.ECN),
 			XoffBytes:  uint64(cc.XoffBytes),
 			XonBytes:   uint64(cc.XonBytes),
 			AlarmBytes: uint64(cc.AlarmBytes),
