@@ -75,9 +75,8 @@ func checkValue(name, val string) error {
 					_, err = units.ParseProbability(val)
 				case "DUR":
 					_, err = units.ParseDuration(val)
-				default: // a word among the alternatives
-					err = nil
-					if !strings.EqualFold(val, kind) && strings.ToUpper(kind) != kind {
+				default: // a literal word: signal=qlen
+					if err = nil; !strings.EqualFold(val, kind) {
 						err = fmt.Errorf("%q: want %s", val, k.arg)
 					}
 				}
