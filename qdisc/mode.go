@@ -13,10 +13,12 @@ import (
 // A marker is the Go home of one ECN mode: its names, the checks of its
 // settings, their place in the class's map value, how portctl shows them,
 // the --tc keys that set them and the rule that derives them from RTTs.
-// Each mode has one file, mode_NAME.go, with its marker and its entry in
-// markers; its C is in bpf/port.c. The code shared by every mode (the
-// class limit, PPFC, trimming, the --tc grammar) asks the marker of the
-// class's mode and knows no mode by name.
+// Each mode has one file, mode_NAME.go: its ECNMode (a value of enum
+// ecn_mode in bpf/port.h), its settings if they are its own (TwoThreshold),
+// and its marker, which registers itself from init; optionally a tcHinter
+// and a strayChecker. Its C is in bpf/port.c. The code shared by every mode
+// (the class limit, PPFC, trimming, the --tc grammar, portctl) asks the
+// marker of the class's mode and knows no mode by name.
 type marker interface {
 	// names are the mode's spellings for ParseECNMode, --tc and JSON;
 	// the first is the canonical one String returns.
