@@ -112,13 +112,8 @@ func verdictOf(r runResult, ecn uint8) aqm.TwoThresholdVerdict {
 // spares light-marked with LightMaxP. The counters agree with what the
 // packets carry.
 func TestTwoThresholdFractions(t *testing.T) {
-	requirePrivileged(t)
 	cc := twoThresholdClass()
-	o, err := LoadObjects(twoThresholdConfig(cc), QueueVeth, priorityBase, LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
+	o := loadRandom(t, twoThresholdConfig(cc))
 	m := model(&cc)
 	const n = 20000
 	pkt := craft(t, pktSpec{dscp: 26, ecn: ect0, payload: 100})
@@ -160,6 +155,19 @@ func TestTwoThresholdFractions(t *testing.T) {
 			t.Errorf("backlog %d: ce_marked_ect0 +%d, packets marked CE %d", backlog, d, heavy)
 		}
 	}
+}
+
+// loadRandom loads cfg with the kernel's random numbers (no test hooks),
+// after loadTest's privilege check.
+func loadRandom(tb testing.TB, cfg Config) *Objects {
+	tb.Helper()
+	loadTest(tb, cfg, QueueVeth)
+	o, err := LoadObjects(cfg, QueueVeth, priorityBase, LoadOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { o.Close() })
+	return o
 }
 
 // craftIPIP builds Ethernet + IPv4 (protocol 4, IP-in-IP) + IPv4 + UDP:
