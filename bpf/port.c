@@ -310,10 +310,11 @@ static __always_inline enum parse_result parse(struct __sk_buff *skb, struct pkt
 	return PARSE_NON_IP;
 }
 
-/* set_ce rewrites ECT(0)/ECT(1) to CE. IPv4 fixes the header checksum
- * incrementally (RFC 1624); IPv6 has no header checksum and the UDP/TCP
- * pseudo-header does not cover the traffic class. */
-static __always_inline int set_ce(struct __sk_buff *skb, const struct pkt_info *pi)
+/* set_ecn rewrites the ECN field of the first IP header (the outer one of a
+ * tunnelled packet) to ecn. IPv4 fixes the header checksum incrementally
+ * (RFC 1624); IPv6 has no header checksum and the UDP/TCP pseudo-header
+ * does not cover the traffic class. */
+static __always_inline int set_ecn(struct __sk_buff *skb, const struct pkt_info *pi, __u8 ecn)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -326,7 +327,7 @@ static __always_inline int set_ce(struct __sk_buff *skb, const struct pkt_info *
 		if ((void *)(ip + 1) > data_end)
 			return -1;
 		old_word = *(__u16 *)ip;
-		ip->tos |= ECN_CE;
+		ip->tos = (ip->tos & ~ECN_MASK) | ecn;
 		new_word = *(__u16 *)ip;
 		/* HC' = ~(~HC + ~m + m'), all in one's complement. */
 		sum = (__u16)~ip->check + (__u16)~old_word + new_word;
@@ -340,10 +341,16 @@ static __always_inline int set_ce(struct __sk_buff *skb, const struct pkt_info *
 
 		if ((void *)(ip6 + 1) > data_end)
 			return -1;
-		ip6->flow_lbl[0] |= ECN_CE << 4;
+		ip6->flow_lbl[0] = (ip6->flow_lbl[0] & ~(ECN_MASK << 4)) | (ecn << 4);
 		return 0;
 	}
 	return -1;
+}
+
+/* set_ce rewrites ECT(0)/ECT(1) to CE. */
+static __always_inline int set_ce(struct __sk_buff *skb, const struct pkt_info *pi)
+{
+	return set_ecn(skb, pi, ECN_CE);
 }
 
 enum verdict {
@@ -353,6 +360,7 @@ enum verdict {
 	VERDICT_DROP_WRED = 3,
 	VERDICT_TRIMMED = 4,   /* cut and moved to the trim class */
 	VERDICT_DROP_TRIM = 5, /* trimmable, but the trim class is full */
+	VERDICT_LIGHT = 6,     /* two-threshold: ECT(0) -> ECT(1) */
 };
 
 /* congested reports whether a packet finding backlog bytes ahead of it falls
@@ -383,11 +391,64 @@ static __always_inline bool congested(const struct class_config *cc, __u64 backl
 	}
 }
 
-/* wred_draw draws a random number only where the WRED curve needs one:
- * between min_th and max_th. */
+/* two_threshold is the two-threshold mechanism of seed 001
+ * (draft-hu-rtgwg-pre-ecn-wan-00, "Two Threshold ECN Mechanism") on the
+ * backlog a packet finds:
+ *  1. from t1 (T1) an ECT(0) packet is marked ECT(1), "light congestion",
+ *     with a probability rising linearly with the queue: 0 at t1,
+ *     light_max_p at t2. The seed changes the meaning of ECT(1) only, so
+ *     only ECT(0) is light-marked; ECT(1) and CE arrivals keep theirs.
+ *  2. from t2 (T2) an ECT packet, ECT(0) or ECT(1), is marked CE on a
+ *     RED-like curve: heavy_max_p*(backlog-t2)/(t2_max-t2), every one at or
+ *     above t2_max (as this port's WRED). Not-ECT is dropped there only
+ *     with CLASS_F_WRED_DROP.
+ * The seed does not say what happens to the ECT(0) packets above T2 that
+ * the CE curve spares: the queue has passed T1 too, so they are
+ * light-marked with light_max_p. One draw decides both: CE when
+ * rnd < p_ce, else ECT(1) when rnd - p_ce < p_light*(1-p_ce), which given
+ * no CE is a draw below p_light. */
+static __always_inline enum verdict two_threshold(const struct class_config *cc, __u64 backlog,
+						  __u8 ecn, __u32 rnd)
+{
+	__u64 u = rnd, p_ce = 0, p_light, span;
+
+	if (backlog < cc->t1_bytes)
+		return VERDICT_PASS;
+	if (backlog >= cc->t2_bytes) {
+		span = cc->t2_max_bytes - cc->t2_bytes;
+		if (backlog >= cc->t2_max_bytes || span == 0)
+			p_ce = PROB_ONE;
+		else /* both factors below 2^33: fits in 64 bits */
+			p_ce = cc->heavy_max_p * (backlog - cc->t2_bytes) / span;
+		if (u < p_ce) {
+			if (ecn == ECN_ECT0 || ecn == ECN_ECT1)
+				return VERDICT_MARK;
+			if (ecn == ECN_NOT_ECT && (cc->flags & CLASS_F_WRED_DROP))
+				return VERDICT_DROP_WRED;
+			return VERDICT_PASS;
+		}
+		p_light = cc->light_max_p;
+	} else {
+		span = cc->t2_bytes - cc->t1_bytes;
+		p_light = span ? cc->light_max_p * (backlog - cc->t1_bytes) / span : 0;
+	}
+	if (ecn != ECN_ECT0)
+		return VERDICT_PASS;
+	/* p_ce > 0 keeps the product below 2^64. */
+	if (p_ce)
+		p_light = (p_light * (PROB_ONE - p_ce)) >> PROB_SHIFT;
+	return u - p_ce < p_light ? VERDICT_LIGHT : VERDICT_PASS;
+}
+
+/* wred_draw draws a random number only where the marking curve needs one:
+ * between WRED's min_th and max_th, or the two-threshold curves (from t1;
+ * at or above t2_max only the light marking of what CE spares, which is
+ * none). */
 static __always_inline __u32 wred_draw(const struct class_config *cc, __u64 backlog)
 {
 	if (cc->ecn_mode == ECN_MODE_WRED && backlog >= cc->min_th_bytes && backlog < cc->max_th_bytes)
+		return random_u32();
+	if (cc->ecn_mode == ECN_MODE_TWO_THRESHOLD && backlog >= cc->t1_bytes && backlog < cc->t2_max_bytes)
 		return random_u32();
 	return 0;
 }
@@ -399,6 +460,8 @@ static __always_inline enum verdict decide(const struct class_config *cc, __u64 
 {
 	if (backlog + len > cc->limit_bytes)
 		return VERDICT_DROP_LIMIT;
+	if (cc->ecn_mode == ECN_MODE_TWO_THRESHOLD)
+		return two_threshold(cc, backlog, ecn, rnd);
 	if (!congested(cc, backlog, rnd))
 		return VERDICT_PASS;
 	if (ecn == ECN_ECT0 || ecn == ECN_ECT1)
@@ -477,7 +540,7 @@ static __always_inline __u64 enqueue_virtual(struct class_state *cs, struct clas
 		*v = backlog + len > cc->limit_bytes ? VERDICT_DROP_LIMIT : VERDICT_PASS;
 	else
 		*v = decide(cc, backlog, len, ecn, rnd);
-	if (*v == VERDICT_PASS || *v == VERDICT_MARK) {
+	if (*v == VERDICT_PASS || *v == VERDICT_MARK || *v == VERDICT_LIGHT) {
 		/* backlog < 2^32 and ns/byte < 2^14 at the slowest port: the
 		 * product fits. */
 		sojourn = (backlog * cc->vq_ns_per_byte_fp) >> VQ_FP_SHIFT;
@@ -533,6 +596,8 @@ static __always_inline int enqueue_unaccounted(struct __sk_buff *skb, struct por
 	}
 	if (v == VERDICT_MARK && set_ce(skb, pi) == 0)
 		ps->unaccounted_ce_marked_packets++;
+	if (v == VERDICT_LIGHT)
+		set_ecn(skb, pi, ECN_ECT1);
 	return TC_ACT_OK;
 }
 
@@ -1197,7 +1262,13 @@ int port_enqueue(struct __sk_buff *skb)
 				st->ce_marked_ect0++;
 			else
 				st->ce_marked_ect1++;
+			if (cc->ecn_mode == ECN_MODE_TWO_THRESHOLD)
+				st->heavy_marked++;
 		}
+		break;
+	case VERDICT_LIGHT:
+		if (set_ecn(skb, &pi, ECN_ECT1) == 0)
+			st->light_marked++;
 		break;
 	default:
 		break;
@@ -1562,7 +1633,8 @@ static __always_inline enum aqm_verdict depart(struct class_state *cs, struct cl
 
 	sojourn = now > enqueued_ns ? now - enqueued_ns : 0;
 	record_sojourn(st, sojourn);
-	if (cc->ecn_mode >= ECN_MODE_TCN)
+	if (cc->ecn_mode == ECN_MODE_TCN || cc->ecn_mode == ECN_MODE_CODEL ||
+	    cc->ecn_mode == ECN_MODE_ECNSHARP)
 		return aqm_decide(class_id, now, sojourn, backlog);
 	return AQM_PASS;
 }

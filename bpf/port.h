@@ -29,9 +29,10 @@ enum queue_mode {
 	QUEUE_MODE_VIRTUAL = 1,
 };
 
-/* Marking policy of a traffic class. OFF, STEP and WRED decide at enqueue on
- * the backlog a packet finds; TCN, CODEL and ECNSHARP decide at dequeue on the
- * packet's sojourn (veth mode only: they need the dequeue hook). */
+/* Marking policy of a traffic class. OFF, STEP, WRED and TWO_THRESHOLD decide
+ * at enqueue on the backlog a packet finds; TCN, CODEL and ECNSHARP decide at
+ * dequeue on the packet's sojourn (veth mode only: they need the dequeue
+ * hook). Go: qdisc/mode_NAME.go, one file per mode. */
 enum ecn_mode {
 	ECN_MODE_OFF = 0,      /* never mark: tail drop only */
 	ECN_MODE_STEP = 1,     /* mark when backlog > min_th (K) */
@@ -39,6 +40,9 @@ enum ecn_mode {
 	ECN_MODE_TCN = 3,      /* mark when sojourn > ins_lo */
 	ECN_MODE_CODEL = 4,    /* CoDel's control law (aqm_target, aqm_interval_ns) */
 	ECN_MODE_ECNSHARP = 5, /* ECN#: instantaneous OR persistent (seed 002) */
+	/* Two thresholds (seed 001): ECT(0) -> ECT(1) from t1_bytes, CE from
+	 * t2_bytes (enqueue, both queue modes) */
+	ECN_MODE_TWO_THRESHOLD = 6,
 };
 
 enum aqm_flags {
@@ -106,7 +110,7 @@ struct class_config {
 	__u64 max_th_bytes; /* WRED max_th */
 	__u64 max_p;        /* marking probability at max_th, PROB_ONE = 1.0 */
 	__u64 rate_bps;     /* virtual-queue drain rate; 0 = the port's */
-	__u32 ecn_mode;
+	enum ecn_mode ecn_mode; /* 4 bytes, as the __u32 it was */
 	__u32 flags;
 	/* Virtual queue: ns per byte at the effective drain rate, 16.16 fixed
 	 * point, from user space so the hot path multiplies instead of
@@ -138,6 +142,17 @@ struct class_config {
 	__u64 trim_bytes;
 	__u32 trim_dscp;
 	__u32 trim_class;
+	/* Two-threshold marking (seed 001, ECN_MODE_TWO_THRESHOLD) on the
+	 * backlog a packet finds: from t1_bytes ECT(0) becomes ECT(1) with a
+	 * probability rising linearly to light_max_p at t2_bytes (and staying
+	 * there above it); from t2_bytes ECT packets become CE with a
+	 * probability rising linearly to heavy_max_p at t2_max_bytes, every
+	 * one at or above it. t1 < t2 < t2_max <= limit. */
+	__u64 t1_bytes;
+	__u64 t2_bytes;
+	__u64 t2_max_bytes;
+	__u64 light_max_p; /* PROB_ONE = 1.0 */
+	__u64 heavy_max_p;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */
@@ -247,6 +262,10 @@ struct class_stats {
 	 * classes (included in its enqueued counters). */
 	__u64 trim_in_packets;
 	__u64 trim_in_bytes;
+	/* Two-threshold marking (seed 001): ECT(0) -> ECT(1) light marks, and
+	 * CE heavy marks (also counted in ce_marked_ect0/ect1). */
+	__u64 light_marked;
+	__u64 heavy_marked;
 };
 
 /* Per-CPU counters of the port as a whole. */

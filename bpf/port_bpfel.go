@@ -33,7 +33,7 @@ type PortClassConfig struct {
 	MaxThBytes    uint64
 	MaxP          uint64
 	RateBps       uint64
-	EcnMode       uint32
+	EcnMode       PortEcnMode
 	Flags         uint32
 	VqNsPerByteFp uint64
 	InsLo         uint64
@@ -49,6 +49,11 @@ type PortClassConfig struct {
 	TrimBytes     uint64
 	TrimDscp      uint32
 	TrimClass     uint32
+	T1Bytes       uint64
+	T2Bytes       uint64
+	T2MaxBytes    uint64
+	LightMaxP     uint64
+	HeavyMaxP     uint64
 }
 
 type PortClassState struct {
@@ -118,7 +123,21 @@ type PortClassStats struct {
 	TrimDroppedBytes     uint64
 	TrimInPackets        uint64
 	TrimInBytes          uint64
+	LightMarked          uint64
+	HeavyMarked          uint64
 }
+
+type PortEcnMode uint32
+
+const (
+	PortEcnModeECN_MODE_OFF           PortEcnMode = 0
+	PortEcnModeECN_MODE_STEP          PortEcnMode = 1
+	PortEcnModeECN_MODE_WRED          PortEcnMode = 2
+	PortEcnModeECN_MODE_TCN           PortEcnMode = 3
+	PortEcnModeECN_MODE_CODEL         PortEcnMode = 4
+	PortEcnModeECN_MODE_ECNSHARP      PortEcnMode = 5
+	PortEcnModeECN_MODE_TWO_THRESHOLD PortEcnMode = 6
+)
 
 type PortPortConfig struct {
 	_            structs.HostLayout

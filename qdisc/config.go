@@ -13,7 +13,6 @@ package qdisc
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -53,81 +52,9 @@ type DSCP uint8
 // ECNMode is how a class marks ECN-capable packets.
 type ECNMode uint32
 
-// Values mirror enum ecn_mode in bpf/port.h.
-const (
-	// ECNOff never marks: the class only tail-drops at its limit.
-	ECNOff ECNMode = 0
-	// ECNStep marks every ECN-capable packet that finds more than K bytes
-	// queued (DCTCP-style; K is MinTh).
-	ECNStep ECNMode = 1
-	// ECNWRED marks with a probability rising linearly from 0 at MinTh to
-	// MaxP at MaxTh, and marks every packet at or above MaxTh.
-	ECNWRED ECNMode = 2
-	// ECNTCN marks a packet whose sojourn exceeds InsTarget when it leaves
-	// the queue (TCN; what codel's ce_threshold does).
-	ECNTCN ECNMode = 3
-	// ECNCoDel runs CoDel's control law (Target, Interval) at dequeue and
-	// marks instead of dropping (RFC 8289 with ECN).
-	ECNCoDel ECNMode = 4
-	// ECNSharp is ECN♯ (seed 002): instantaneous marking above InsTarget
-	// OR the persistent-queue marking of Algorithm 1 (PstTarget,
-	// PstInterval), decided at dequeue.
-	ECNSharp ECNMode = 5
-)
-
-// Dequeue reports whether the mode decides where packets leave the queue
-// (on their sojourn), which needs the veth queue mode's dequeue hook.
-func (m ECNMode) Dequeue() bool { return m == ECNTCN || m == ECNCoDel || m == ECNSharp }
-
-func (m ECNMode) String() string {
-	switch m {
-	case ECNOff:
-		return "off"
-	case ECNStep:
-		return "step"
-	case ECNWRED:
-		return "wred"
-	case ECNTCN:
-		return "tcn"
-	case ECNCoDel:
-		return "codel"
-	case ECNSharp:
-		return "ecnsharp"
-	}
-	return fmt.Sprintf("ecn-mode(%d)", uint32(m))
-}
-
-// ECNModeNames lists the modes as ParseECNMode spells them.
-const ECNModeNames = "off, step, wred, tcn, codel or ecnsharp"
-
-// ParseECNMode reads "off", "step", "wred", "tcn", "codel" or "ecnsharp".
-func ParseECNMode(s string) (ECNMode, error) {
-	switch strings.ToLower(s) {
-	case "off", "none":
-		return ECNOff, nil
-	case "step":
-		return ECNStep, nil
-	case "wred", "red":
-		return ECNWRED, nil
-	case "tcn":
-		return ECNTCN, nil
-	case "codel":
-		return ECNCoDel, nil
-	case "ecnsharp", "ecn#", "ecn♯", "ecn-sharp":
-		return ECNSharp, nil
-	}
-	return 0, fmt.Errorf("ecn mode %q: want %s", s, ECNModeNames)
-}
-
-func (m ECNMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
-
-func (m *ECNMode) UnmarshalText(b []byte) error {
-	v, err := ParseECNMode(string(b))
-	if err == nil {
-		*m = v
-	}
-	return err
-}
+// The modes (ECNOff, ECNStep, ...) are enum ecn_mode of bpf/port.h, as
+// bpf2go generates it (bpf.PortEcnMode); each is declared in its home,
+// mode_NAME.go (see marker).
 
 // QueueMode is how a port learns its backlog.
 type QueueMode uint32
@@ -173,7 +100,9 @@ type ClassConfig struct {
 	// LimitBytes is the class's buffer: a packet that would take the
 	// backlog above it is tail-dropped.
 	LimitBytes units.ByteSize `json:"limit"`
-	ECN        ECNMode        `json:"ecn"`
+	// ECN is the marking mode; its settings are the fields its marker
+	// (mode_NAME.go) reads.
+	ECN ECNMode `json:"ecn"`
 	// MinThBytes is WRED's min_th, or K in step mode.
 	MinThBytes units.ByteSize `json:"min_th"`
 	// MaxThBytes is WRED's max_th. Unused in step mode.
@@ -226,6 +155,8 @@ type ClassConfig struct {
 	// ForceTargets accepts an ECN♯ PstTarget at or above InsTarget, which
 	// makes the persistent logic pointless and is usually a typo.
 	ForceTargets bool `json:"force_targets,omitempty"`
+	// TwoThreshold are the settings of ECNTwoThreshold (seed 001).
+	TwoThreshold TwoThreshold `json:"two_threshold,omitzero"`
 
 	// XoffBytes turns on PPFC (seed 003) for the class: a packet that
 	// takes the backlog to XoffBytes or above stops its source; a paused
@@ -423,25 +354,18 @@ func (cc *ClassConfig) validate() error {
 	if cc.LimitBytes == 0 || cc.LimitBytes > maxBufferBytes {
 		errs = append(errs, fmt.Errorf("limit (%s) must be greater than 0 and at most %s", cc.LimitBytes, maxBufferBytes))
 	}
-	switch cc.ECN {
-	case ECNOff:
-	case ECNStep:
-		if cc.MinThBytes >= cc.LimitBytes {
-			errs = append(errs, fmt.Errorf("step: K (%s) must be below limit (%s)", cc.MinThBytes, cc.LimitBytes))
+	if mk := markerOf(cc.ECN); mk != nil {
+		errs = append(errs, mk.validate(cc)...)
+	} else {
+		errs = append(errs, fmt.Errorf("ecn (%d) must be %s", uint32(cc.ECN), ECNModeNames()))
+	}
+	// Settings only another mode reads, which would silently do nothing.
+	for i, mk := range markers {
+		if sc, ok := mk.(strayChecker); ok && ECNMode(i) != cc.ECN {
+			if err := sc.stray(cc); err != nil {
+				errs = append(errs, err)
+			}
 		}
-	case ECNWRED:
-		if cc.MinThBytes >= cc.MaxThBytes {
-			errs = append(errs, fmt.Errorf("wred: max_th (%s) must be greater than min_th (%s)", cc.MaxThBytes, cc.MinThBytes))
-		}
-		if cc.MaxThBytes > cc.LimitBytes {
-			errs = append(errs, fmt.Errorf("wred: max_th (%s) must not exceed limit (%s)", cc.MaxThBytes, cc.LimitBytes))
-		}
-		if !(cc.MaxP > 0 && cc.MaxP <= 1) {
-			errs = append(errs, fmt.Errorf("wred: max_p (%g) must be in (0, 1]", cc.MaxP))
-		}
-	case ECNTCN, ECNCoDel, ECNSharp:
-	default:
-		errs = append(errs, fmt.Errorf("ecn (%d) must be %s", uint32(cc.ECN), ECNModeNames))
 	}
 	if cc.Rate != 0 && cc.Rate < MinRate {
 		errs = append(errs, fmt.Errorf("rate (%s) must be 0 (the port's) or at least %s", cc.Rate, MinRate))
@@ -449,7 +373,6 @@ func (cc *ClassConfig) validate() error {
 	if cc.WREDDrop && cc.ECN == ECNOff {
 		errs = append(errs, errors.New("wred_drop needs an ecn mode other than off: it drops where ECT would be marked"))
 	}
-	errs = append(errs, cc.validateAQM()...)
 	switch {
 	case cc.XoffBytes == 0 && cc.XonBytes != 0:
 		errs = append(errs, fmt.Errorf("ppfc: xon (%s) needs xoff (0: PPFC off)", cc.XonBytes))
@@ -494,62 +417,4 @@ func checkDuration(field string, d time.Duration, mode ECNMode) error {
 		return fmt.Errorf("%s: %s (%s) must be greater than 0 and at most %s", mode, field, units.FormatDuration(d), units.FormatDuration(maxAQMTime))
 	}
 	return nil
-}
-
-// validateAQM checks the dequeue AQM settings of the class's mode.
-func (cc *ClassConfig) validateAQM() []error {
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if (cc.SqrtLaw || cc.QueueSignal) && cc.ECN != ECNSharp {
-		add(fmt.Errorf("%s: sqrt_law and queue_signal are ecnsharp options", cc.ECN))
-	}
-	switch cc.ECN {
-	case ECNTCN:
-		add(checkDuration("ins_target", cc.InsTarget, cc.ECN))
-	case ECNCoDel:
-		add(checkDuration("target", cc.Target, cc.ECN))
-		add(checkDuration("interval", cc.Interval, cc.ECN))
-	case ECNSharp:
-		add(checkDuration("pst_interval", cc.PstInterval, cc.ECN))
-		if cc.QueueSignal {
-			if cc.InsTarget != 0 || cc.InsMax != 0 || cc.PstTarget != 0 {
-				add(fmt.Errorf("ecnsharp: queue_signal compares bytes: give ins_target_bytes, ins_max_bytes and pst_target_bytes, not durations (ins_target %s, ins_max %s, pst_target %s)",
-					units.FormatDuration(cc.InsTarget), units.FormatDuration(cc.InsMax), units.FormatDuration(cc.PstTarget)))
-			}
-			if cc.InsTargetBytes == 0 || cc.InsTargetBytes >= cc.LimitBytes {
-				add(fmt.Errorf("ecnsharp: ins_target_bytes (%s) must be greater than 0 and below limit (%s)", cc.InsTargetBytes, cc.LimitBytes))
-			}
-			if cc.InsMaxBytes != 0 && (cc.InsMaxBytes <= cc.InsTargetBytes || cc.InsMaxBytes > cc.LimitBytes) {
-				add(fmt.Errorf("ecnsharp: ins_max_bytes (%s) must be 0 (cut-off) or above ins_target_bytes (%s) and at most limit (%s)", cc.InsMaxBytes, cc.InsTargetBytes, cc.LimitBytes))
-			}
-			if cc.PstTargetBytes == 0 {
-				add(fmt.Errorf("ecnsharp: pst_target_bytes (%s) must be greater than 0", cc.PstTargetBytes))
-			} else if cc.PstTargetBytes >= cc.InsTargetBytes && !cc.ForceTargets {
-				add(fmt.Errorf("ecnsharp: pst_target_bytes (%s) must be below ins_target_bytes (%s) (force_targets to allow)", cc.PstTargetBytes, cc.InsTargetBytes))
-			}
-		} else {
-			if cc.InsTargetBytes != 0 || cc.InsMaxBytes != 0 || cc.PstTargetBytes != 0 {
-				add(fmt.Errorf("ecnsharp: the byte thresholds (ins_target_bytes %s, ins_max_bytes %s, pst_target_bytes %s) need queue_signal; the sojourn signal takes durations",
-					cc.InsTargetBytes, cc.InsMaxBytes, cc.PstTargetBytes))
-			}
-			add(checkDuration("ins_target", cc.InsTarget, cc.ECN))
-			add(checkDuration("pst_target", cc.PstTarget, cc.ECN))
-			if cc.InsMax != 0 && (cc.InsMax <= cc.InsTarget || cc.InsMax > maxAQMTime) {
-				add(fmt.Errorf("ecnsharp: ins_max (%s) must be 0 (cut-off) or above ins_target (%s) and at most %s",
-					units.FormatDuration(cc.InsMax), units.FormatDuration(cc.InsTarget), units.FormatDuration(maxAQMTime)))
-			}
-			if cc.PstTarget > 0 && cc.PstTarget >= cc.InsTarget && !cc.ForceTargets {
-				add(fmt.Errorf("ecnsharp: pst_target (%s) must be below ins_target (%s) (force_targets to allow)",
-					units.FormatDuration(cc.PstTarget), units.FormatDuration(cc.InsTarget)))
-			}
-		}
-		if (cc.InsMax != 0 || cc.InsMaxBytes != 0) && !(cc.MaxP > 0 && cc.MaxP <= 1) {
-			add(fmt.Errorf("ecnsharp: max_p (%g) must be in (0, 1] for the probabilistic curve", cc.MaxP))
-		}
-	}
-	return errs
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -209,48 +208,6 @@ func checkQueueMode(cfg *Config, mode QueueMode) error {
 	return errors.Join(errs...)
 }
 
-// aqmFields fills the dequeue AQM fields of a class's map value.
-func aqmFields(v *bpf.PortClassConfig, cc *ClassConfig) {
-	switch cc.ECN {
-	case ECNTCN:
-		v.InsLo = uint64(cc.InsTarget)
-	case ECNCoDel:
-		v.AqmTarget = uint64(cc.Target)
-		v.AqmIntervalNs = uint64(cc.Interval)
-	case ECNSharp:
-		v.AqmIntervalNs = uint64(cc.PstInterval)
-		if cc.QueueSignal {
-			v.AqmFlags |= aqmFlagQueueSignal
-			v.InsLo, v.InsHi, v.AqmTarget = uint64(cc.InsTargetBytes), uint64(cc.InsMaxBytes), uint64(cc.PstTargetBytes)
-		} else {
-			v.InsLo, v.InsHi, v.AqmTarget = uint64(cc.InsTarget), uint64(cc.InsMax), uint64(cc.PstTarget)
-		}
-		if cc.SqrtLaw {
-			v.AqmFlags |= aqmFlagSqrtLaw
-		}
-	}
-}
-
-// readAQMFields sets the active mode's AQM fields of cc from a map value;
-// the other modes' fields keep what user space last wrote.
-func readAQMFields(cc *ClassConfig, v *bpf.PortClassConfig) {
-	switch cc.ECN {
-	case ECNTCN:
-		cc.InsTarget = time.Duration(v.InsLo)
-	case ECNCoDel:
-		cc.Target, cc.Interval = time.Duration(v.AqmTarget), time.Duration(v.AqmIntervalNs)
-	case ECNSharp:
-		cc.PstInterval = time.Duration(v.AqmIntervalNs)
-		cc.QueueSignal = v.AqmFlags&aqmFlagQueueSignal != 0
-		cc.SqrtLaw = v.AqmFlags&aqmFlagSqrtLaw != 0
-		if cc.QueueSignal {
-			cc.InsTargetBytes, cc.InsMaxBytes, cc.PstTargetBytes = units.ByteSize(v.InsLo), units.ByteSize(v.InsHi), units.ByteSize(v.AqmTarget)
-		} else {
-			cc.InsTarget, cc.InsMax, cc.PstTarget = time.Duration(v.InsLo), time.Duration(v.InsHi), time.Duration(v.AqmTarget)
-		}
-	}
-}
-
 // sameAQM reports whether two map values run the same dequeue AQM with the
 // same settings, so that its state may carry over.
 func sameAQM(a, b *bpf.PortClassConfig) bool {
@@ -271,11 +228,8 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 	for i, cc := range cfg.Classes {
 		v := bpf.PortClassConfig{
 			LimitBytes: uint64(cc.LimitBytes),
-			MinThBytes: uint64(cc.MinThBytes),
-			MaxThBytes: uint64(cc.MaxThBytes),
-			MaxP:       probToFixed(cc.MaxP),
 			RateBps:    uint64(cc.Rate),
-			EcnMode:    uint32(cc.ECN),
+			EcnMode:    bpf.PortEcnMode(cc.ECN),
 			XoffBytes:  uint64(cc.XoffBytes),
 			XonBytes:   uint64(cc.XonBytes),
 			AlarmBytes: uint64(cc.AlarmBytes),
@@ -295,7 +249,7 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 		if v.MtuBytes == 0 {
 			v.MtuBytes = DefaultFrameBytes
 		}
-		aqmFields(&v, &cc)
+		markerOf(cc.ECN).encode(&v, &cc) // a valid mode: cfg.Validate said so
 		var old bpf.PortClassConfig
 		if err := o.ClassCfg.Lookup(uint32(i), &old); err != nil {
 			return fmt.Errorf("read class %d config: %w", i, err)
@@ -360,9 +314,6 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 		}
 		cc := &cfg.Classes[i]
 		cc.LimitBytes = units.ByteSize(v.LimitBytes)
-		cc.MinThBytes = units.ByteSize(v.MinThBytes)
-		cc.MaxThBytes = units.ByteSize(v.MaxThBytes)
-		cc.MaxP = probFromFixed(v.MaxP)
 		cc.Rate = units.Rate(v.RateBps)
 		cc.ECN = ECNMode(v.EcnMode)
 		cc.WREDDrop = v.Flags&classFlagWREDDrop != 0
@@ -372,7 +323,11 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 		cc.TrimBytes = units.ByteSize(v.TrimBytes)
 		cc.TrimDSCP = DSCP(v.TrimDscp)
 		cc.TrimClass = ClassID(v.TrimClass)
-		readAQMFields(cc, &v)
+		// The mode's settings; the other modes' fields keep what user
+		// space last wrote.
+		if mk := markerOf(cc.ECN); mk != nil {
+			mk.decode(cc, &v)
+		}
 	}
 	return cfg, QueueMode(pc.QueueMode), nil
 }

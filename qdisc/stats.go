@@ -118,6 +118,11 @@ type ClassStats struct {
 	// classes, counted in its Enqueued too.
 	TrimInPackets uint64 `json:"trim_in_packets"`
 	TrimInBytes   uint64 `json:"trim_in_bytes"`
+	// Two-threshold marking (seed 001): ECT(0) packets marked ECT(1)
+	// ("light congestion", from T1), and packets marked CE ("heavy", from
+	// T2; also in CEMarkedECT0/ECT1).
+	LightMarked uint64 `json:"light_marked,omitempty"`
+	HeavyMarked uint64 `json:"heavy_marked,omitempty"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -357,6 +362,8 @@ func (s *Stats) Total() ClassStats {
 		t.TrimDroppedBytes += c.TrimDroppedBytes
 		t.TrimInPackets += c.TrimInPackets
 		t.TrimInBytes += c.TrimInBytes
+		t.LightMarked += c.LightMarked
+		t.HeavyMarked += c.HeavyMarked
 	}
 	return t
 }
@@ -466,6 +473,8 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.TrimDroppedBytes += p.TrimDroppedBytes
 			c.TrimInPackets += p.TrimInPackets
 			c.TrimInBytes += p.TrimInBytes
+			c.LightMarked += p.LightMarked
+			c.HeavyMarked += p.HeavyMarked
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins

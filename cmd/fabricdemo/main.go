@@ -230,7 +230,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 			return nil
 		})
 	fs.Var(&o.knobs, "dcqcn", "roce: set a DCQCN knob by its mlx5 `name=value` (repeat, or comma-separate); e.g. rpg_ai_rate=2 (Mbit/s), rpg_time_reset=100 (us)")
-	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's; uet: 0.2 and 0.8 BDP, p=1, limit 1 BDP)")
+	fs.StringVar(&o.wred, "wred", "", "class 3 marking `curve` and buffer in portctl's --tc grammar without the class: min=SIZE,max=SIZE,p=PROB,limit=SIZE, any of them, or another mode (2t:t1=SIZE,t2=SIZE,p1=PROB,t2-max=SIZE,p2=PROB) (default min=50kb,max=1000kb,p=0.1,limit=2mb, seed 000's; uet: 0.2 and 0.8 BDP, p=1, limit 1 BDP)")
 	fs.StringVar(&o.ppfc, "ppfc", ppfcAuto, "roce: PPFC on class 3 (seed 003): `xoff=SIZE,xon=SIZE[,alarm=SIZE]`, auto (xoff at half the buffer, xon at 3/4 of xoff, alarm halfway between) or off")
 	fs.IntVar(&o.mtu, "mtu", o.mtu, "roce: path MTU, payload `bytes` per packet: 256, 512, 1024, 2048 or 4096 (the lab's links are 9000-byte jumbo)")
 	fs.DurationVar(&o.sample, "sample", o.sample, "roce, uet: sampling `period` of the senders' state (Rc and α; cwnd and credit) and the queue for the plot (1ms-1s)")
@@ -459,48 +459,30 @@ func stretchTimers(p *dcqcn.Params, f float64) {
 	p.RateReduceMonitorPeriod = scale(p.RateReduceMonitorPeriod, time.Hour)
 }
 
-// applyWRED sets class 3's WRED curve from "min=SIZE,max=SIZE,p=PROB" and
-// its buffer from "limit=SIZE" (any subset, tc units) and checks the
-// result.
+// applyWRED applies -wred to class 3: items of portctl's --tc grammar
+// without the class ("min=SIZE,max=SIZE,p=PROB,limit=SIZE", any of them;
+// or another mode with its settings, "2t:t1=...") through qdisc's one
+// parser, and checks the result.
 func applyWRED(cc *qdisc.ClassConfig, spec string) error {
-	seen := map[string]bool{}
-	for _, kv := range strings.Split(spec, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok {
-			return fmt.Errorf("%q: want key=value with key min, max, p or limit", kv)
-		}
-		if seen[k] {
-			return fmt.Errorf("%s given twice", k)
-		}
-		seen[k] = true
-		switch k {
-		case "min", "max", "limit":
-			sz, err := units.ParseSize(v)
-			if err != nil {
-				return fmt.Errorf("%s: %v", k, err)
-			}
-			switch k {
-			case "min":
-				cc.MinThBytes = sz
-			case "max":
-				cc.MaxThBytes = sz
-			default:
-				cc.LimitBytes = sz
-			}
-		case "p":
-			p, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("p: %q is not a probability", v)
-			}
-			cc.MaxP = p
-		default:
-			return fmt.Errorf("unknown key %q: want min, max, p or limit", k)
-		}
+	return applyClassSpec(cc, spec)
+}
+
+// applyClassSpec applies --tc items to class 3 as cc, in a default port.
+func applyClassSpec(cc *qdisc.ClassConfig, items string) error {
+	s, err := qdisc.ParseTC(fmt.Sprintf("%d:%s", qdisc.ClassRoCE, items))
+	if err != nil {
+		return err
 	}
-	cc.ECN = qdisc.ECNWRED
 	cfg := qdisc.DefaultConfig(units.Gbit)
 	cfg.Classes[qdisc.ClassRoCE] = *cc
-	return cfg.Validate()
+	if err := s.Apply(&cfg); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	*cc = cfg.Classes[qdisc.ClassRoCE]
+	return nil
 }
 
 const ppfcAuto = "auto"
@@ -522,34 +504,23 @@ func applyPPFC(cc *qdisc.ClassConfig, spec string) error {
 		cc.XonBytes = cc.XoffBytes * 3 / 4
 		cc.AlarmBytes = (cc.XonBytes + cc.XoffBytes) / 2
 	default:
-		var xoff, xon, alarm units.ByteSize
+		// The --tc grammar reads the values; -ppfc takes only its keys,
+		// and both thresholds.
 		seen := map[string]bool{}
 		for _, kv := range strings.Split(spec, ",") {
-			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			k, _, ok := strings.Cut(strings.TrimSpace(kv), "=")
 			if !ok || (k != "xoff" && k != "xon" && k != "alarm") {
 				return fmt.Errorf("%q: want xoff=SIZE,xon=SIZE[,alarm=SIZE], auto or off", kv)
 			}
-			if seen[k] {
-				return fmt.Errorf("%s given twice", k)
-			}
 			seen[k] = true
-			sz, err := units.ParseSize(v)
-			if err != nil {
-				return fmt.Errorf("%s: %v", k, err)
-			}
-			switch k {
-			case "xoff":
-				xoff = sz
-			case "xon":
-				xon = sz
-			default:
-				alarm = sz
-			}
 		}
 		if !seen["xoff"] || !seen["xon"] {
 			return errors.New("want both xoff=SIZE and xon=SIZE")
 		}
-		cc.XoffBytes, cc.XonBytes, cc.AlarmBytes = xoff, xon, alarm
+		if !seen["alarm"] {
+			spec += ",alarm=0"
+		}
+		return applyClassSpec(cc, spec)
 	}
 	cfg := qdisc.DefaultConfig(units.Gbit)
 	cfg.Classes[qdisc.ClassRoCE] = *cc

@@ -130,22 +130,8 @@ func jain(xs []float64) float64 {
 // markProb is the configured probability that an ECN-capable packet finding
 // backlog bytes queued is marked (the curve the BPF program implements).
 func markProb(cc *qdisc.ClassConfig, backlog uint64) float64 {
-	minTh, maxTh := uint64(cc.MinThBytes), uint64(cc.MaxThBytes)
-	switch cc.ECN {
-	case qdisc.ECNStep:
-		if backlog > minTh {
-			return 1
-		}
-	case qdisc.ECNWRED:
-		switch {
-		case backlog < minTh:
-			return 0
-		case backlog >= maxTh:
-			return 1
-		}
-		return cc.MaxP * float64(backlog-minTh) / float64(maxTh-minTh)
-	}
-	return 0
+	p, _ := cc.CEProbability(backlog)
+	return p
 }
 
 // CurveRow compares one backlog bin of the observed marking curve with the
@@ -477,8 +463,10 @@ func wredText(cc *qdisc.ClassConfig) string {
 		return fmt.Sprintf("WRED ECN min_th %sKB max_th %sKB max_p %g", kb(uint64(cc.MinThBytes)), kb(uint64(cc.MaxThBytes)), cc.MaxP)
 	case qdisc.ECNStep:
 		return fmt.Sprintf("step ECN K %sKB", kb(uint64(cc.MinThBytes)))
+	case qdisc.ECNOff:
+		return "no ECN"
 	}
-	return "no ECN"
+	return cc.ECNText()
 }
 
 // renderCurve prints the observed marking curve next to the configured one.

@@ -63,17 +63,13 @@ Examples:
 Exit status: 0 ok, 1 runtime error, 2 usage error.
 `
 
-const classHelp = `
+// classHelp lists the class options; the marking modes' entries come from
+// their homes in qdisc.
+var classHelp = `
 Class options (repeatable, applied in order):
   --tc CLASS:ITEM[,ITEM]...   set up traffic class CLASS (0-7 or tc0-tc7);
                               ':' and ',' both separate items:
-      off                         no ECN marking, tail drop at limit only
-      wred,min=SIZE,max=SIZE,p=PROB
-                                  WRED/ECN: marking probability rises from 0
-                                  at min to p at max; all marked at/above max
-      step,k=SIZE                 mark every ECT packet that finds more than k
-                                  bytes queued (DCTCP-style K)
-      limit=SIZE                  class buffer: tail drop above it
+` + qdisc.TCModesHelp() + `      limit=SIZE                  class buffer: tail drop above it
       strict | no-strict          serve before all non-strict classes (CNPs)
       wred-drop | no-wred-drop    drop Not-ECT packets on the marking curve
                                   (Linux RED); default: they pass until the
@@ -240,8 +236,8 @@ func (cf *classFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.defaultClass, "default-class", "", "")
 }
 
-func (cf *classFlags) edits() (*edits, error) {
-	e, err := parseEdits(cf.tc, cf.dscp, cf.defaultClass)
+func (cf *classFlags) edits() (*qdisc.Edits, error) {
+	e, err := qdisc.ParseEdits(cf.tc, cf.dscp, cf.defaultClass)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -259,7 +255,7 @@ func parseRateFlag(s string) (units.Rate, error) {
 	return r, nil
 }
 
-const attachHelp = `Usage: portctl attach --dev DEV --rate RATE [options] [class options]
+var attachHelp = `Usage: portctl attach --dev DEV --rate RATE [options] [class options]
 
 Make DEV's egress a switch port. It stays attached after portctl exits;
 remove it with portctl detach. Prints the effective configuration.
@@ -349,7 +345,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		cfg := qdisc.DefaultConfig(r)
-		if err := e.apply(&cfg); err != nil {
+		if err := e.Apply(&cfg); err != nil {
 			return usageError{fmt.Errorf("invalid configuration: %w", err)}
 		}
 		// qdisc.Attach must not be called on a device that already has a
@@ -394,7 +390,7 @@ func printShow(w io.Writer, p *qdisc.Port, js bool) error {
 	return nil
 }
 
-const configureHelp = `Usage: portctl configure --dev DEV [--rate RATE] [class options]
+var configureHelp = `Usage: portctl configure --dev DEV [--rate RATE] [class options]
 
 Change an attached port live: the maps and HTB classes are updated in place,
 so queues and counters survive. Settings not mentioned keep their value.
@@ -441,7 +437,7 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		if e.empty() && rate == "" {
+		if e.Empty() && rate == "" {
 			return usagef("nothing to change: give --rate or class options (--tc, --dscp)")
 		}
 		p, err := qdisc.Open(c.netns, c.dev)
@@ -457,7 +453,7 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 		if r != 0 {
 			cfg.Rate = r
 		}
-		if err := e.apply(&cfg); err != nil {
+		if err := e.Apply(&cfg); err != nil {
 			return usageError{fmt.Errorf("invalid configuration: %w", err)}
 		}
 		if cfg.DefaultClass != old && p.Info().HTB {

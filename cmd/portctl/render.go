@@ -29,43 +29,6 @@ func devLabel(dev, ns string) string {
 	return dev + " (netns " + ns + ")"
 }
 
-// ecnText is a class's marking policy in tc spelling:
-// "wred min 50kb max 1000kb probability 0.1", "step K 100kb", "off".
-func ecnText(cc *qdisc.ClassConfig) string {
-	switch cc.ECN {
-	case qdisc.ECNWRED:
-		return fmt.Sprintf("wred min %s max %s probability %s", cc.MinThBytes, cc.MaxThBytes, strconv.FormatFloat(cc.MaxP, 'g', 6, 64))
-	case qdisc.ECNStep:
-		return fmt.Sprintf("step K %s", cc.MinThBytes)
-	case qdisc.ECNTCN:
-		return fmt.Sprintf("tcn ins_target %s", units.FormatDuration(cc.InsTarget))
-	case qdisc.ECNCoDel:
-		return fmt.Sprintf("codel target %s interval %s", units.FormatDuration(cc.Target), units.FormatDuration(cc.Interval))
-	case qdisc.ECNSharp:
-		var ins, pst string
-		if cc.QueueSignal {
-			ins, pst = "ins_target "+cc.InsTargetBytes.String(), cc.PstTargetBytes.String()
-			if cc.InsMaxBytes != 0 {
-				ins = fmt.Sprintf("ins_min %s ins_max %s probability %s", cc.InsTargetBytes, cc.InsMaxBytes, strconv.FormatFloat(cc.MaxP, 'g', 6, 64))
-			}
-		} else {
-			ins, pst = "ins_target "+units.FormatDuration(cc.InsTarget), units.FormatDuration(cc.PstTarget)
-			if cc.InsMax != 0 {
-				ins = fmt.Sprintf("ins_min %s ins_max %s probability %s", units.FormatDuration(cc.InsTarget), units.FormatDuration(cc.InsMax), strconv.FormatFloat(cc.MaxP, 'g', 6, 64))
-			}
-		}
-		t := fmt.Sprintf("ecnsharp %s pst_target %s pst_interval %s", ins, pst, units.FormatDuration(cc.PstInterval))
-		if cc.QueueSignal {
-			t += " signal qlen"
-		}
-		if cc.SqrtLaw {
-			t += " sqrt"
-		}
-		return t
-	}
-	return cc.ECN.String()
-}
-
 // dscpRanges groups the DSCPs mapped to each class into runs: 24-31,34.
 func dscpRanges(ds []int) string {
 	var parts []string
@@ -169,7 +132,7 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 			extra = append(extra, fmt.Sprintf("trim %s dscp %d -> tc%d", cc.TrimBytes, cc.TrimDSCP, cc.TrimClass))
 		}
 		fmt.Fprintf(tw, "class %s\tlimit %s\tecn %s\t%s\n",
-			classLabel(qdisc.ClassID(i), cc.Name), cc.LimitBytes, ecnText(cc), strings.Join(extra, " "))
+			classLabel(qdisc.ClassID(i), cc.Name), cc.LimitBytes, cc.ECNText(), strings.Join(extra, " "))
 	}
 	tw.Flush()
 	for _, l := range strings.SplitAfter(buf.String(), "\n") {
@@ -274,6 +237,9 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 	}
 	if c.TrimInPackets != 0 {
 		fmt.Fprintf(w, " trimmed in %d bytes %d pkt (from classes that trim; counted in arrived)\n", c.TrimInBytes, c.TrimInPackets)
+	}
+	if c.LightMarked+c.HeavyMarked > 0 {
+		fmt.Fprintf(w, " two-threshold: light marks (ect0 -> ect1) %d, heavy marks (ce) %d\n", c.LightMarked, c.HeavyMarked)
 	}
 	if c.AQMInsMarks+c.AQMPstMarks+c.AQMDroppedPackets > 0 {
 		fmt.Fprintf(w, " at dequeue: marked %d instantaneous, %d persistent; dropped %d not-ect\n",

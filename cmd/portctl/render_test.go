@@ -15,11 +15,11 @@ import (
 
 func TestRenderShow(t *testing.T) {
 	cfg := qdisc.DefaultConfig(units.Gbit)
-	e, err := parseEdits([]string{"3:wred-drop", "5:name=bulk:step:k=100kb", "1:rate=200mbit"}, []string{"24-25,27=3", "46=5"}, "")
+	e, err := qdisc.ParseEdits([]string{"3:wred-drop", "5:name=bulk:step:k=100kb", "1:rate=200mbit"}, []string{"24-25,27=3", "46=5"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.apply(&cfg); err != nil {
+	if err := e.Apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	info := qdisc.Info{Dev: "swp0", Netns: "sw", PeerDev: "eth0", PeerNetns: "r",
@@ -88,8 +88,11 @@ func TestECNText(t *testing.T) {
 		{qdisc.ClassConfig{ECN: qdisc.ECNWRED, MinThBytes: 1500, MaxThBytes: 3000, MaxP: 1}, "wred min 1500b max 3000b probability 1"},
 		{qdisc.ClassConfig{ECN: qdisc.ECNStep, MinThBytes: 100 * units.KiB}, "step K 100kb"},
 		{qdisc.ClassConfig{ECN: qdisc.ECNOff}, "off"},
+		{qdisc.ClassConfig{ECN: qdisc.ECNTwoThreshold, TwoThreshold: qdisc.TwoThreshold{T1Bytes: 50 * units.KiB, T2Bytes: 200 * units.KiB,
+			T2MaxBytes: 400 * units.KiB, LightMaxP: 1, HeavyMaxP: 0.2}},
+			"two-threshold t1 50kb t2 200kb light_probability 1 t2_max 400kb heavy_probability 0.2"},
 	} {
-		if got := ecnText(&tc.cc); got != tc.want {
+		if got := tc.cc.ECNText(); got != tc.want {
 			t.Errorf("ecnText(%+v) = %q, want %q", tc.cc, got, tc.want)
 		}
 	}
@@ -165,6 +168,14 @@ qdisc htb root: Sent 990126 bytes 993 pkt (dropped 0, overlimits 0) backlog 2000
 	}
 	if strings.Contains(b.String(), "qdisc ") {
 		t.Errorf("qdisc line without qdisc counters:\n%s", b.String())
+	}
+
+	// Two-threshold marks (seed 001) get their line.
+	b.Reset()
+	st.Classes[3].LightMarked, st.Classes[3].HeavyMarked = 120, 41
+	renderStats(&b, info, &st, nil, false)
+	if !strings.Contains(b.String(), "\n two-threshold: light marks (ect0 -> ect1) 120, heavy marks (ce) 41\n") {
+		t.Errorf("two-threshold counters missing:\n%s", b.String())
 	}
 
 	// Nothing seen yet.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -237,6 +238,22 @@ func TestRootLifecycle(t *testing.T) {
 	}
 	if sj.Config.Classes[3].MinThBytes != 100*1024 || sj.Port.Attach != qdisc.AttachTCX || sj.Port.PeerNetns != l.rx {
 		t.Errorf("show -j: %+v", sj)
+	}
+	// A two-threshold class (seed 001) goes through the maps and back.
+	out = l.ok(t, "configure", "--tc", "2:2t:t1=10kb,t2=20kb,p1=0.5,t2-max=40kb,p2=0.2")
+	want2t := "ecn two-threshold t1 10kb t2 20kb light_probability 0.5 t2_max 40kb heavy_probability 0.2"
+	mustContain(t, "configure 2t output", out, want2t)
+	mustContain(t, "show after configure 2t", l.ok(t, "show"), want2t)
+	var sj2 showJSON
+	if err := json.Unmarshal([]byte(l.ok(t, "show", "-j")), &sj2); err != nil {
+		t.Fatalf("show -j: %v", err)
+	}
+	if tt := sj2.Config.Classes[2].TwoThreshold; sj2.Config.Classes[2].ECN != qdisc.ECNTwoThreshold || tt.T1Bytes != 10*1024 || tt.T2MaxBytes != 40*1024 || math.Abs(tt.HeavyMaxP-0.2) > 1e-9 {
+		t.Errorf("show -j class 2: %+v", sj2.Config.Classes[2])
+	}
+	if _, errOut, code := l.portctl(t, "configure", "--netns", l.sw, "--dev", "swp0", "--tc", "2:t1=20kb"); code != 2 ||
+		!strings.Contains(errOut, "two-threshold: t2 (20kb) must be greater than t1 (20kb)") {
+		t.Errorf("configure t1 = t2: exit %d, %q", code, errOut)
 	}
 	if _, errOut, code := l.portctl(t, "configure", "--netns", l.sw, "--dev", "swp0", "--default-class", "2"); code != 2 || !strings.Contains(errOut, "cannot change live") {
 		t.Errorf("configure --default-class on a shaped port: exit %d, %q", code, errOut)

@@ -43,9 +43,9 @@ func TestParseTrim(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := qdisc.DefaultConfig(units.Gbit)
-			e, err := parseEdits(tc.tc, nil, "")
+			e, err := qdisc.ParseEdits(tc.tc, nil, "")
 			if err == nil {
-				err = e.apply(&cfg)
+				err = e.Apply(&cfg)
 			}
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -66,11 +66,11 @@ func TestParseTrim(t *testing.T) {
 
 func TestRenderShowTrim(t *testing.T) {
 	cfg := qdisc.DefaultConfig(units.Gbit)
-	e, err := parseEdits([]string{"3:trim,limit=64kb:off"}, []string{"9=7"}, "")
+	e, err := qdisc.ParseEdits([]string{"3:trim,limit=64kb:off"}, []string{"9=7"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.apply(&cfg); err != nil {
+	if err := e.Apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer

@@ -93,7 +93,7 @@ func cmdTune(args []string, stdout, stderr io.Writer) int {
 				return usagef("%s %s: %v", d.flag, d.val, err)
 			}
 		}
-		cl, err := parseClass(class)
+		cl, err := qdisc.ParseClass(class)
 		if err != nil {
 			return usagef("--class %s: %v", class, err)
 		}
@@ -111,16 +111,13 @@ func cmdTune(args []string, stdout, stderr io.Writer) int {
 }
 
 // tuneOptions returns the --tc options for the derived values, each with an
-// optional comment.
+// optional comment: every mode's tune rule (qdisc.TuneOptions).
 func tuneOptions(cl qdisc.ClassID, out aqm.TuneOutput) [][2]string {
-	fd := units.FormatDuration
-	return [][2]string{
-		{fmt.Sprintf("--tc %d:ecnsharp:ins=%s,pst=%s,interval=%s", cl, fd(out.InsTarget), fd(out.PstTarget), fd(out.PstInterval)), ""},
-		{fmt.Sprintf("--tc %d:tcn:ins=%s", cl, fd(out.TCNThreshold)), ""},
-		{fmt.Sprintf("--tc %d:codel:target=%s,interval=%s", cl, fd(out.CoDelTarget), fd(out.CoDelInterval)), ""},
-		{fmt.Sprintf("--tc %d:step:k=%s", cl, out.KTailBytes), "step-Tail (K from RTT p90)"},
-		{fmt.Sprintf("--tc %d:step:k=%s", cl, out.KAvgBytes), "step-AVG (K from mean RTT)"},
+	var opts [][2]string
+	for _, o := range qdisc.TuneOptions(out) {
+		opts = append(opts, [2]string{fmt.Sprintf("--tc %d:%s", cl, o.Spec), o.Comment})
 	}
+	return opts
 }
 
 func renderTune(w io.Writer, in aqm.TuneInput, cl qdisc.ClassID, out aqm.TuneOutput) {

@@ -32,11 +32,12 @@ note: pst_interval ≈ RTT_p90; a smaller one reacts faster to bursty traffic
       (seed 002 §3.4)
 
 Options for portctl attach/configure (class 3):
---tc 3:ecnsharp:ins=200us,pst=85us,interval=200us
---tc 3:tcn:ins=200us
---tc 3:codel:target=85us,interval=200us
 --tc 3:step:k=250000b  # step-Tail (K from RTT p90)
 --tc 3:step:k=106250b  # step-AVG (K from mean RTT)
+--tc 3:tcn:ins=200us
+--tc 3:codel:target=85us,interval=200us
+--tc 3:ecnsharp:ins=200us,pst=85us,interval=200us
+--tc 3:2t:t1=106250b,t2=250000b,p1=1,t2-max=500000b,p2=0.2
 `
 
 // TestTuneSeed: the seed's ins_target, pst_interval, pst_target, CoDel
@@ -94,11 +95,12 @@ func TestTuneJSON(t *testing.T) {
 		t.Errorf("notes: %q", d.Notes)
 	}
 	want := []string{
-		"--tc 5:ecnsharp:ins=34us,pst=14us,interval=200us",
-		"--tc 5:tcn:ins=34us",
-		"--tc 5:codel:target=14us,interval=200us",
 		"--tc 5:step:k=42500b",
 		"--tc 5:step:k=17000b",
+		"--tc 5:tcn:ins=34us",
+		"--tc 5:codel:target=14us,interval=200us",
+		"--tc 5:ecnsharp:ins=34us,pst=14us,interval=200us",
+		"--tc 5:2t:t1=17000b,t2=42500b,p1=1,t2-max=85000b,p2=0.2",
 	}
 	if strings.Join(got.Options, "\n") != strings.Join(want, "\n") {
 		t.Errorf("options %q, want %q", got.Options, want)
@@ -122,24 +124,24 @@ func TestTuneOptionsApply(t *testing.T) {
 		if !ok {
 			continue
 		}
-		s, err := parseTC(strings.TrimSpace(v))
+		s, err := qdisc.ParseTC(strings.TrimSpace(v))
 		if err != nil {
 			t.Errorf("--tc %s: %v", v, err)
 			continue
 		}
 		cfg := qdisc.DefaultConfig(10 * units.Gbit)
-		e := &edits{tc: []*tcSpec{s}}
-		if err := e.apply(&cfg); err != nil {
+		e := &qdisc.Edits{TC: []*qdisc.TCSpec{s}}
+		if err := e.Apply(&cfg); err != nil {
 			t.Errorf("--tc %s: %v", v, err)
 			continue
 		}
-		cc := cfg.Classes[s.class]
+		cc := cfg.Classes[s.Class()]
 		modes[cc.ECN]++
 		if cc.ECN == qdisc.ECNStep && cc.MinThBytes != 250000 && cc.MinThBytes != 106250 {
 			t.Errorf("--tc %s: k = %s", v, cc.MinThBytes)
 		}
 	}
-	want := map[qdisc.ECNMode]int{qdisc.ECNSharp: 1, qdisc.ECNTCN: 1, qdisc.ECNCoDel: 1, qdisc.ECNStep: 2}
+	want := map[qdisc.ECNMode]int{qdisc.ECNSharp: 1, qdisc.ECNTCN: 1, qdisc.ECNCoDel: 1, qdisc.ECNStep: 2, qdisc.ECNTwoThreshold: 1}
 	for m, n := range want {
 		if modes[m] != n {
 			t.Errorf("%d %s lines, want %d (got %v)", modes[m], m, n, modes)

@@ -225,6 +225,8 @@ type delta struct {
 	// The dequeue AQMs' verdicts: CE marks by the instantaneous (TCN, ECN♯)
 	// and the persistent (ECN♯, CoDel) condition, and drops.
 	insMarks, pstMarks, aqmDropped uint64
+	// lightMarked are two-threshold's ECT(0) -> ECT(1) marks (seed 001).
+	lightMarked uint64
 	// primed is how many of the dequeued packets were the cases' primer
 	// runs (not timed, all passed).
 	primed uint64
@@ -250,6 +252,7 @@ func diff(a, b counters) delta {
 		unaccounted: b.port.UnaccountedPackets - a.port.UnaccountedPackets,
 		unstamped:   b.port.DequeueUnstampedPackets - a.port.DequeueUnstampedPackets,
 		malformed:   b.port.MalformedPackets - a.port.MalformedPackets,
+		lightMarked: b.class.LightMarked - a.class.LightMarked,
 		insMarks:    b.class.AQMInsMarks - a.class.AQMInsMarks,
 		pstMarks:    b.class.AQMPstMarks - a.class.AQMPstMarks,
 		aqmDropped:  b.class.AQMDroppedPackets - a.class.AQMDroppedPackets,
@@ -330,6 +333,18 @@ func checkEnqueue(wantMarkAll, wantMarkNone bool) func(d delta) (string, error) 
 		}
 		return fmt.Sprintf("%s runs, %.1f%% marked", si(d.enqueued), pct(d.marked, d.enqueued)), nil
 	}
+}
+
+// checkLight is checkEnqueue for a two-threshold class between T1 and T2:
+// no CE, some but not all ECT(0) packets light-marked ECT(1).
+func checkLight(d delta) (string, error) {
+	if _, err := checkEnqueue(false, true)(d); err != nil {
+		return "", err
+	}
+	if d.lightMarked == 0 || d.lightMarked == d.enqueued {
+		return "", fmt.Errorf("light-marked %d of %d, want some", d.lightMarked, d.enqueued)
+	}
+	return fmt.Sprintf("%s runs, %.1f%% light-marked ECT(1)", si(d.enqueued), pct(d.lightMarked, d.enqueued)), nil
 }
 
 // want is how many of the timed runs a dequeue AQM row expects to mark.
@@ -491,6 +506,13 @@ func progCases() []progCase {
 			path: "QueueVirtual 10 Gbit/s: spin lock, drain, WRED below min_th: pass", prog: enqueueProg,
 			mode: qdisc.QueueVirtual, portRate: 10 * units.Gbit,
 			class: wred(3*gib, limit, limit, 0.1), backlog: uint64(mib), check: checkEnqueue(false, true),
+		},
+		{
+			program: "port_enqueue", state: "(e) two-threshold, light region",
+			path: "T1 < backlog < T2, p≈0.5: draw, ECT(0) -> ECT(1) ~half, checksum fix (ECT(0) each run)", prog: enqueueProg,
+			class: qdisc.ClassConfig{Name: "roce", ECN: qdisc.ECNTwoThreshold, LimitBytes: limit,
+				TwoThreshold: qdisc.TwoThreshold{T1Bytes: mib, T2Bytes: 3 * gib, T2MaxBytes: limit, LightMaxP: 1, HeavyMaxP: 0.2}},
+			backlog: uint64(3*gib/2 + mib/2), harness: true, check: checkLight,
 		},
 		{
 			program: "port_dequeue", state: "stamped packet",

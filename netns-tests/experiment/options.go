@@ -43,7 +43,7 @@ Flags:
 `
 
 // schemeNames are the schemes in the order they run, as -schemes spells them.
-var schemeNames = []string{"wred", "step-tail", "step-avg", "codel", "tcn", "ecnsharp"}
+var schemeNames = []string{"wred", "step-tail", "step-avg", "codel", "tcn", "ecnsharp", "two-threshold"}
 
 // The schemes a transport runs unless -schemes says otherwise: DCQCN's own
 // probabilistic marking (WRED) is its baseline (seed 002 §5.4).

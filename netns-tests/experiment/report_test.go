@@ -161,11 +161,15 @@ func TestSchemes(t *testing.T) {
 	if got := autoLimit(100 * units.KiB); got != 400*units.KiB {
 		t.Errorf("autoLimit(100kb) = %s, want 400kb", got)
 	}
-	list, err := schemes(tcpSchemes, tune, limit, sharpOverride{}, false)
+	list, err := schemes(append(tcpSchemes[:len(tcpSchemes):len(tcpSchemes)], "two-threshold"), tune, limit, sharpOverride{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]qdisc.ClassConfig{
+		// qdisc.TwoThresholdTune: T1 = min(K_avg, K_tail/2), T2 = K_tail,
+		// T2max = 2·K_tail.
+		"two-threshold": {ECN: qdisc.ECNTwoThreshold, TwoThreshold: qdisc.TwoThreshold{
+			T1Bytes: 18750, T2Bytes: 37500, T2MaxBytes: 75000, LightMaxP: 1, HeavyMaxP: 0.2}},
 		"step-tail": {ECN: qdisc.ECNStep, MinThBytes: 37500},
 		"step-avg":  {ECN: qdisc.ECNStep, MinThBytes: 25000},
 		"codel":     {ECN: qdisc.ECNCoDel, Target: time.Millisecond, Interval: 1500 * time.Microsecond},

@@ -32,6 +32,12 @@ type Params struct {
 	TargetUs      float64 `json:"codel_target_us,omitempty"`   // CoDel
 	IntervalUs    float64 `json:"codel_interval_us,omitempty"` // CoDel
 	ForceTargets  bool    `json:"force_targets,omitempty"`     // ECN♯ pst_target ≥ ins_target accepted
+	// Two-threshold (seed 001): ECT(1) from T1, CE from T2 to T2max.
+	T1Bytes    uint64  `json:"t1_bytes,omitempty"`
+	T2Bytes    uint64  `json:"t2_bytes,omitempty"`
+	T2MaxBytes uint64  `json:"t2_max_bytes,omitempty"`
+	LightMaxP  float64 `json:"light_max_p,omitempty"`
+	HeavyMaxP  float64 `json:"heavy_max_p,omitempty"`
 	// Overridden lists the parameters set by flag instead of aqm.Tune.
 	Overridden []string `json:"overridden,omitempty"`
 }
@@ -97,6 +103,19 @@ func schemes(names []string, t aqm.TuneOutput, limit units.ByteSize, ov sharpOve
 			// persistent target is not below the instantaneous one: run
 			// it anyway (the tune notes say so) rather than refuse.
 			p.ForceTargets = pst >= fromUs(p.InsTargetUs)
+		case "two-threshold":
+			// The lab's endpoints take ECT(1) for ECT: only the CE
+			// curve acts on them (no tunnel ingress PE reacts to the
+			// light marks), so this is WRED from K_tail with the light
+			// marks counted.
+			s.Label = "2T"
+			tt := qdisc.TwoThresholdTune(t)
+			p.Mode = qdisc.ECNTwoThreshold.String()
+			p.T1Bytes, p.T2Bytes, p.T2MaxBytes = uint64(tt.T1Bytes), uint64(tt.T2Bytes), uint64(tt.T2MaxBytes)
+			p.LightMaxP, p.HeavyMaxP = tt.LightMaxP, tt.HeavyMaxP
+			if p.T2MaxBytes > p.LimitBytes {
+				return nil, fmt.Errorf("%s: t2_max (%s) must be at most the class limit (%s): raise -limit", s.Label, units.ByteSize(p.T2MaxBytes), limit)
+			}
 		default:
 			return nil, fmt.Errorf("unknown scheme %q", n)
 		}
@@ -129,6 +148,8 @@ func (s *Scheme) classConfig(name string) (qdisc.ClassConfig, error) {
 		Target:       fromUs(p.TargetUs),
 		Interval:     fromUs(p.IntervalUs),
 		ForceTargets: p.ForceTargets,
+		TwoThreshold: qdisc.TwoThreshold{T1Bytes: units.ByteSize(p.T1Bytes), T2Bytes: units.ByteSize(p.T2Bytes),
+			T2MaxBytes: units.ByteSize(p.T2MaxBytes), LightMaxP: p.LightMaxP, HeavyMaxP: p.HeavyMaxP},
 	}, nil
 }
 
@@ -142,6 +163,8 @@ func (p *Params) describe(rate units.Rate) string {
 		return fmt.Sprintf("min %s max %s p %.2g", q(p.KBytes), q(p.MaxThBytes), p.MaxP)
 	case "step":
 		return "K " + q(p.KBytes)
+	case "two-threshold":
+		return fmt.Sprintf("t1 %s t2 %s p1 %.2g t2max %s p2 %.2g", q(p.T1Bytes), q(p.T2Bytes), p.LightMaxP, q(p.T2MaxBytes), p.HeavyMaxP)
 	case "tcn":
 		return fmt.Sprintf("T %.0fµs", p.InsTargetUs)
 	case "codel":

@@ -1,4 +1,4 @@
-package main
+package qdisc_test
 
 import (
 	"strings"
@@ -89,6 +89,28 @@ func TestParseAndApply(t *testing.T) {
 			in:   opts{tc: []string{"3:ecnsharp:ins=100us,pst=150us,interval=200us"}},
 			err:  "pst_target (150us) must be below ins_target (100us) (force_targets to allow)",
 		},
+		{
+			name: "two-threshold (seed 001)",
+			in:   opts{tc: []string{"3:2t:t1=50kb,t2=200kb,p1=1,t2-max=400kb,p2=20%", "5:ecn=two-threshold,t1=10kb,t2=20kb,light-p=0.5,t2_max=40kb,heavy_p=1"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				want := qdisc.TwoThreshold{T1Bytes: 50 * units.KiB, T2Bytes: 200 * units.KiB, T2MaxBytes: 400 * units.KiB, LightMaxP: 1, HeavyMaxP: 0.2}
+				if cc := c.Classes[3]; cc.ECN != qdisc.ECNTwoThreshold || cc.TwoThreshold != want {
+					t.Errorf("class 3 = %+v", cc)
+				}
+				if cc := c.Classes[5]; cc.ECN != qdisc.ECNTwoThreshold || cc.TwoThreshold.T2MaxBytes != 40*units.KiB || cc.TwoThreshold.LightMaxP != 0.5 {
+					t.Errorf("class 5 = %+v", cc)
+				}
+			},
+		},
+		{name: "two-threshold needs its thresholds", in: opts{tc: []string{"3:2t:t1=50kb,t2=200kb"}},
+			err: "--tc 3:2t:t1=50kb,t2=200kb: switching class 3 to two-threshold needs p1=PROB, t2-max=SIZE, p2=PROB"},
+		{name: "two-threshold t1 at t2", in: opts{tc: []string{"3:2t:t1=200kb,t2=200kb,p1=1,t2-max=400kb,p2=0.2"}},
+			err: "class 3: two-threshold: t2 (200kb) must be greater than t1 (200kb)"},
+		{name: "two-threshold t2-max above limit", in: opts{tc: []string{"3:2t:t1=50kb,t2=200kb,p1=1,t2-max=4mb,p2=0.2"}},
+			err: "class 3: two-threshold: t2_max (4mb) must be greater than t2 (200kb) and at most limit (2mb)"},
+		{name: "t1 outside two-threshold", in: opts{tc: []string{"3:t1=50kb"}},
+			err: "--tc 3:t1=50kb: t1 is a setting of two-threshold but class 3 is in wred mode (e.g. 3:2t:t1=50kb,t2=200kb,p1=1,t2-max=400kb,p2=0.2)"},
+		{name: "two-threshold bad probability", in: opts{tc: []string{"3:2t:p2=1.5"}}, err: `--tc 3:2t:p2=1.5: p2: invalid probability "1.5"`},
 		{
 			name: "wred on roce",
 			in:   opts{tc: []string{"3:wred:min=100kb,max=1.5mb,p=0.2,limit=4mb"}},
@@ -209,8 +231,8 @@ func TestParseAndApply(t *testing.T) {
 		{name: "dscp not a number", in: opts{dscp: []string{"ef=5"}}, err: `--dscp ef=5: dscp "ef" is not a number (want 0-63)`},
 		{name: "default class", in: opts{def: "8"}, err: "--default-class 8: class 8 out of range 0-7"},
 		// Settings that do not fit the class's mode.
-		{name: "k in wred mode", in: opts{tc: []string{"3:k=10kb"}}, err: "--tc 3:k=10kb: k is the step-mode threshold but class 3 is in wred mode (write 3:step:k=10kb)"},
-		{name: "min in off mode", in: opts{tc: []string{"0:min=10kb"}}, err: "--tc 0:min=10kb: min, max and p set the WRED curve but class 0 is in off mode"},
+		{name: "k in wred mode", in: opts{tc: []string{"3:k=10kb"}}, err: "--tc 3:k=10kb: k is a setting of step but class 3 is in wred mode (e.g. 3:step:k=100kb)"},
+		{name: "min in off mode", in: opts{tc: []string{"0:min=10kb"}}, err: "--tc 0:min=10kb: min is a setting of wred but class 0 is in off mode (e.g. 0:wred:min=50kb,max=1mb,p=0.1)"},
 		{name: "min in step mode", in: opts{tc: []string{"3:step", "3:min=10kb"}}, err: "step mode takes k=SIZE"},
 		{name: "wred from off needs curve", in: opts{tc: []string{"0:wred:min=10kb"}}, err: "--tc 0:wred:min=10kb: switching class 0 to wred needs max=SIZE, p=PROB"},
 		{name: "step from off needs k", in: opts{tc: []string{"0:step"}}, err: "--tc 0:step: switching class 0 to step needs k=SIZE"},
@@ -224,9 +246,9 @@ func TestParseAndApply(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := qdisc.DefaultConfig(units.Gbit)
-			e, err := parseEdits(tc.in.tc, tc.in.dscp, tc.in.def)
+			e, err := qdisc.ParseEdits(tc.in.tc, tc.in.dscp, tc.in.def)
 			if err == nil {
-				err = e.apply(&cfg)
+				err = e.Apply(&cfg)
 			}
 			if tc.err != "" {
 				if err == nil {
@@ -246,7 +268,7 @@ func TestParseAndApply(t *testing.T) {
 }
 
 func TestParseEditsReportsEveryError(t *testing.T) {
-	_, err := parseEdits([]string{"9:off", "3:bogus"}, []string{"64=1"}, "")
+	_, err := qdisc.ParseEdits([]string{"9:off", "3:bogus"}, []string{"64=1"}, "")
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -259,11 +281,11 @@ func TestParseEditsReportsEveryError(t *testing.T) {
 
 func TestDefaultConfigNeedsNoEdits(t *testing.T) {
 	cfg := qdisc.DefaultConfig(units.Gbit)
-	e, err := parseEdits(nil, nil, "")
-	if err != nil || !e.empty() {
+	e, err := qdisc.ParseEdits(nil, nil, "")
+	if err != nil || !e.Empty() {
 		t.Fatalf("empty edits: %v %v", e, err)
 	}
-	if err := e.apply(&cfg); err != nil {
+	if err := e.Apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	if cfg != qdisc.DefaultConfig(units.Gbit) {

@@ -1,0 +1,101 @@
+package qdisc
+
+import (
+	"fmt"
+
+	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/qdisc/aqm"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// ECNWRED marks with a probability rising linearly from 0 at MinThBytes to
+// MaxP at MaxThBytes, and marks every packet at or above MaxThBytes (seed
+// 000's switch WRED, on the instantaneous backlog).
+const ECNWRED = ECNMode(bpf.PortEcnModeECN_MODE_WRED)
+
+type wredMarker struct{}
+
+var _ marker = wredMarker{}
+
+func init() { register(ECNWRED, wredMarker{}) }
+
+func (wredMarker) names() []string { return []string{"wred", "red"} }
+func (wredMarker) dequeue() bool   { return false }
+
+func (wredMarker) validate(cc *ClassConfig) []error {
+	var errs []error
+	if cc.MinThBytes >= cc.MaxThBytes {
+		errs = append(errs, fmt.Errorf("wred: max_th (%s) must be greater than min_th (%s)", cc.MaxThBytes, cc.MinThBytes))
+	}
+	if cc.MaxThBytes > cc.LimitBytes {
+		errs = append(errs, fmt.Errorf("wred: max_th (%s) must not exceed limit (%s)", cc.MaxThBytes, cc.LimitBytes))
+	}
+	if !(cc.MaxP > 0 && cc.MaxP <= 1) {
+		errs = append(errs, fmt.Errorf("wred: max_p (%g) must be in (0, 1]", cc.MaxP))
+	}
+	return errs
+}
+
+func (wredMarker) encode(v *bpf.PortClassConfig, cc *ClassConfig) {
+	v.MinThBytes, v.MaxThBytes, v.MaxP = uint64(cc.MinThBytes), uint64(cc.MaxThBytes), probToFixed(cc.MaxP)
+}
+
+func (wredMarker) decode(cc *ClassConfig, v *bpf.PortClassConfig) {
+	cc.MinThBytes, cc.MaxThBytes, cc.MaxP = units.ByteSize(v.MinThBytes), units.ByteSize(v.MaxThBytes), probFromFixed(v.MaxP)
+}
+
+func (wredMarker) text(cc *ClassConfig) string {
+	return fmt.Sprintf("wred min %s max %s probability %s", cc.MinThBytes, cc.MaxThBytes, formatProb(cc.MaxP))
+}
+
+var keyMaxP = tcKey{name: "p", aliases: []string{"probability", "max_p", "maxp"}, arg: "PROB"}
+
+func (wredMarker) tcKeys() []tcKey {
+	return []tcKey{
+		{name: "min", aliases: []string{"min_th", "minth"}, arg: "SIZE"},
+		{name: "max", aliases: []string{"max_th", "maxth"}, arg: "SIZE"},
+		keyMaxP,
+	}
+}
+
+func (wredMarker) example() string { return "wred:min=50kb,max=1mb,p=0.1" }
+
+func (wredMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error {
+	if err := set.size("min", &cc.MinThBytes); err != nil {
+		return err
+	}
+	if err := set.size("max", &cc.MaxThBytes); err != nil {
+		return err
+	}
+	if err := set.prob("p", &cc.MaxP); err != nil {
+		return err
+	}
+	if before == ECNWRED {
+		return nil
+	}
+	// Entering wred from a mode whose thresholds mean nothing to it; a
+	// step class's K is min_th.
+	var missing []string
+	for _, k := range []struct {
+		key, arg string
+		kept     bool
+	}{{"min", "SIZE", before == ECNStep}, {"max", "SIZE", false}, {"p", "PROB", false}} {
+		if _, ok := set[k.key]; !ok && !k.kept {
+			missing = append(missing, k.key+"="+k.arg)
+		}
+	}
+	return needs(ECNWRED, class, missing, "wred:min=50kb,max=1mb,p=0.1", "")
+}
+
+// tune: none; the experiment's WRED baseline runs from K_avg to K_tail.
+func (wredMarker) tune(aqm.TuneOutput) []TuneOption { return nil }
+
+func (wredMarker) ceCurve(cc *ClassConfig, backlog uint64) (float64, bool) {
+	return linear(backlog, uint64(cc.MinThBytes), uint64(cc.MaxThBytes), cc.MaxP), true
+}
+
+func (wredMarker) help() string {
+	return "      wred,min=SIZE,max=SIZE,p=PROB\n" +
+		"                                  WRED/ECN: marking probability rises from 0\n" +
+		"                                  at min to p at max; all marked at/above max\n"
+}
