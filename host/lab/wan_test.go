@@ -3,8 +3,11 @@
 package lab
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -414,5 +417,72 @@ func TestWANOnePath(t *testing.T) {
 	t.Logf("RTT without WAN delay: median %v", median(rtts))
 	if s := peStats(t, w.PE2); s.Decap.Packets != 5 {
 		t.Errorf("PE2 decapsulated %d, want 5", s.Decap.Packets)
+	}
+}
+
+// TestWANTCP: TCP from a sender with TSO on (GSO packets at pe1) crosses
+// the tunnel and the delay intact, the sender learning the tunnel's path
+// MTU from pe1.
+func TestWANTCP(t *testing.T) {
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	ws := WANSpec{WANDelay: 5 * time.Millisecond, CorePort: qdisc.DefaultConfig(50 * units.Mbit)}
+	w := NewWANT(t, ws)
+
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	var ln net.Listener
+	if err := w.Receiver.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", net.JoinHostPort(w.ReceiverAddr.String(), "0"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sum := make(chan [32]byte, 1)
+	go func() {
+		var s [32]byte
+		defer func() { sum <- s }()
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		h := sha256.New()
+		io.Copy(h, c)
+		copy(s[:], h.Sum(nil))
+	}()
+	var c net.Conn
+	if err := w.Senders[0].Do(func() (err error) {
+		c, err = (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp4", ln.Addr().String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	if _, err := io.Copy(c, bytes.NewReader(data)); err != nil {
+		t.Fatalf("TCP across the WAN: %v; PE1 %+v", err, peStats(t, w.PE1).Encap)
+	}
+	c.Close()
+	if got := <-sum; got != sha256.Sum256(data) {
+		t.Errorf("TCP across the WAN: 4 MB arrived altered or short")
+	}
+	elapsed := time.Since(start)
+	s1, s2 := peStats(t, w.PE1), peStats(t, w.PE2)
+	fd := w.Paths[0].ForwardDelay.Stats()
+	ps, err := w.CorePort.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot := ps.Total()
+	t.Logf("4 MB in %v; PE1 encapsulated %d (GSO kept %d, too big %d, ICMP sent %d), PE2 decapsulated %d (GSO refused %d); forward delay diverted %d, dropped %d, lateness mean %v; core port dequeued %d (%d B), dropped %d",
+		elapsed, s1.Encap.Packets, s1.Encap.GSOFixed, s1.Encap.TooBig, s1.Encap.ICMPSent, s2.Decap.Packets, s2.Decap.GSO,
+		fd.Diverted, fd.Dropped+fd.KernelDropped+fd.TunDropped, fd.LatenessMean, tot.DequeuedPackets, tot.DequeuedBytes, tot.DroppedLimitPackets)
+	if s1.Encap.Errors != 0 || s2.Decap.GSO != 0 || s2.Decap.Errors != 0 {
+		t.Errorf("PE1 encap errors %d, PE2 decap GSO %d, errors %d: want none", s1.Encap.Errors, s2.Decap.GSO, s2.Decap.Errors)
 	}
 }
