@@ -201,7 +201,7 @@ func (ws WANSpec) senders() int { return max(ws.Senders, 1) }
 
 func (ws WANSpec) paths() int {
 	if ws.SecondPath {
-		return 2
+		return MaxWANPaths
 	}
 	return 1
 }
