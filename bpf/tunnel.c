@@ -58,6 +58,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define TUNNEL_IPPROTO_IPIP 4
 #define TUNNEL_IPPROTO_ICMP 1
+#define TUNNEL_IPPROTO_TCP 6
 #define TUNNEL_OUTER_LEN 20 /* the outer header never carries options */
 #define TUNNEL_ICMP_DEST_UNREACH 3
 #define TUNNEL_ICMP_FRAG_NEEDED 4
@@ -393,6 +394,28 @@ fail:
 	return TC_ACT_SHOT;
 }
 
+/* gso_fits reports whether a GSO packet's segments, with the outer header,
+ * fit mtu: gso_size, the inner IPv4 header and the TCP header (its data
+ * offset) or UDP's 8 bytes. Unknown transports do not fit. */
+static __always_inline int gso_fits(struct __sk_buff *skb, __u32 ihl_bytes, __u32 mtu)
+{
+	__u8 proto, doff;
+	__u32 l4;
+
+	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, protocol), &proto, 1))
+		return 0;
+	if (proto == NET_IPPROTO_UDP) {
+		l4 = sizeof(struct net_udphdr);
+	} else if (proto == TUNNEL_IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + (ihl_bytes & 0x3c) + 12, &doff, 1))
+			return 0;
+		l4 = (doff >> 4) * 4;
+	} else {
+		return 0;
+	}
+	return skb->gso_size + ihl_bytes + l4 + TUNNEL_OUTER_LEN <= mtu;
+}
+
 SEC("tc")
 int tunnel_encap(struct __sk_buff *skb)
 {
@@ -405,6 +428,7 @@ int tunnel_encap(struct __sk_buff *skb)
 	struct iphdr *ip, outer = {};
 	struct pe_congestion *cong;
 	__u32 zero = 0, ihl_bytes, inner_len;
+	__u64 flags;
 	__be32 remote;
 	__be16 df;
 	__u8 ecn, tos;
@@ -487,13 +511,17 @@ int tunnel_encap(struct __sk_buff *skb)
 	outer.daddr = remote;
 	outer.check = ipv4_csum(&outer);
 
-	/* A TCP GSO packet's segments keep their size on the wire: gso_size
-	 * shrinks by the outer header (no BPF_F_ADJ_ROOM_FIXED_GSO). The kernel
-	 * refuses that for other GSO types (UDP's gso_size delimits datagrams):
-	 * those keep gso_size, and their segments grow by 20 bytes. */
-	if (bpf_skb_adjust_room(skb, TUNNEL_OUTER_LEN, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4)) {
-		if (!skb->gso_size || bpf_skb_adjust_room(skb, TUNNEL_OUTER_LEN, BPF_ADJ_ROOM_MAC,
-							  BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_FIXED_GSO)) {
+	/* A GSO packet whose segments fit the MTU with the outer header keeps
+	 * its gso_size. One whose segments would not has it cut by the outer
+	 * header, so the segments keep their size on the wire; the kernel
+	 * allows that for TCP only (UDP's gso_size delimits datagrams): other
+	 * GSO packets keep gso_size and their segments grow by 20 bytes. */
+	flags = BPF_F_ADJ_ROOM_ENCAP_L3_IPV4;
+	if (skb->gso_size && gso_fits(skb, ihl_bytes, cfg->mtu))
+		flags |= BPF_F_ADJ_ROOM_FIXED_GSO;
+	if (bpf_skb_adjust_room(skb, TUNNEL_OUTER_LEN, BPF_ADJ_ROOM_MAC, flags)) {
+		if (!skb->gso_size || (flags & BPF_F_ADJ_ROOM_FIXED_GSO) ||
+		    bpf_skb_adjust_room(skb, TUNNEL_OUTER_LEN, BPF_ADJ_ROOM_MAC, flags | BPF_F_ADJ_ROOM_FIXED_GSO)) {
 			st->encap_errors++;
 			return TC_ACT_SHOT;
 		}

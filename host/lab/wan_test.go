@@ -485,4 +485,10 @@ func TestWANTCP(t *testing.T) {
 	if s1.Encap.Errors != 0 || s2.Decap.GSO != 0 || s2.Decap.Errors != 0 {
 		t.Errorf("PE1 encap errors %d, PE2 decap GSO %d, errors %d: want none", s1.Encap.Errors, s2.Decap.GSO, s2.Decap.Errors)
 	}
+	// GSO packets whose segments fit keep their size: the tunnel adds no
+	// segments (measured 1.09x the wire minimum, against 1.33x when every
+	// gso_size was cut by 20 bytes).
+	if ideal := float64(len(data)) / 1428; float64(s2.Decap.Packets) > 1.2*ideal {
+		t.Errorf("%d packets crossed the tunnel for 4 MB: more than 1.2x the %.0f of full 1480-byte packets", s2.Decap.Packets, ideal)
+	}
 }

@@ -37,8 +37,9 @@ type EncapStats struct {
 	ICMPFailed uint64 `json:"icmp_failed"`
 	Malformed  uint64 `json:"malformed"`
 	Errors     uint64 `json:"errors"`
-	// GSOFixed: GSO packets other than TCP, whose segments grew by the
-	// outer header (the kernel keeps a UDP gso_size).
+	// GSOFixed: GSO packets whose segments did not fit with the outer
+	// header but whose gso_size the kernel keeps (not TCP): their
+	// segments grew by 20 bytes.
 	GSOFixed uint64 `json:"gso_fixed"`
 	// InnerCE: ECN-capable packets marked CE inside while the tunnel was
 	// heavily congested (Config.HeavyHold).
