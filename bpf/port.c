@@ -692,9 +692,53 @@ _Static_assert(sizeof(struct ppfc_l4) == PPFC_L4_LEN, "ppfc_l4 is 48 bytes");
 _Static_assert(__builtin_offsetof(struct ppfc_frame, ip) == 16, "IP header aligned");
 _Static_assert(sizeof(struct ppfc_frame) - 2 == PPFC_V4_LEN, "ppfc_frame is one IPv4 PPFC");
 
+/* A WAN CNP (seed 001; issue 13 §4): a RoCEv2 CNP to a tunnel-ingress PE,
+ * 74 bytes. Same alignment as ppfc_frame. */
+struct wan_cnp_frame {
+	__u8 align[2];
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct net_udphdr udp;
+	struct roce_bth bth;
+	__u8 rsvd[ROCE_CNP_RSVD_LEN];
+	__u32 icrc;
+};
+
+#define WAN_CNP_V4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + ROCE_CNP_L4_LEN) /* 74 */
+
+_Static_assert(sizeof(struct wan_cnp_frame) - 2 == WAN_CNP_V4_LEN, "wan_cnp_frame is one IPv4 CNP");
+
+/* wan_cnp's working memory: port_enqueue leaves it too little stack. */
+struct wan_cnp_work {
+	struct bpf_fib_lookup fib;
+	struct iphdr hdr;
+	struct {
+		struct net_udphdr udp;
+		__u8 bth[8];
+	} l4;
+	struct wan_cnp_key key;
+};
+
+/* The map holds it as words: bpf2go has no Go type for bpf_fib_lookup's
+ * unions. */
+struct wan_cnp_buf {
+	__u64 words[(sizeof(struct wan_cnp_work) + 7) / 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wan_cnp_buf);
+} wan_cnp_work SEC(".maps");
+
 struct ppfc_scratch {
-	struct ppfc_frame f;
-	__u32 ready; /* f holds a frame for the next marked clone */
+	union {
+		struct ppfc_frame f;
+		struct wan_cnp_frame c;
+	};
+	__u32 ready; /* a frame for the next marked clone */
+	__u32 len;   /* its length: PPFC_V4_LEN or WAN_CNP_V4_LEN */
 };
 
 struct {
@@ -780,6 +824,7 @@ static __always_inline long ppfc_clone(struct __sk_buff *skb, struct ppfc_scratc
 	long ret;
 
 	sc->ready = 1;
+	sc->len = PPFC_V4_LEN;
 	skb->mark = ppfc_mark;
 	ret = bpf_clone_redirect(skb, ifindex, 0);
 	skb->mark = mark;
@@ -1123,6 +1168,146 @@ static __always_inline enum verdict enqueue_trimmed(struct __sk_buff *skb, const
 	return VERDICT_TRIMMED;
 }
 
+/*
+ * WAN CNPs (seed 001 "Two Threshold ECN Mechanism"; issue 13 §4). A WAN
+ * port that marks a tunnelled packet, light (ECT(1) past T1) or heavy (CE
+ * past T2), sends a CNP to the tunnel-ingress PE, the packet's outer
+ * source, so that it reacts within a one-way delay instead of a round
+ * trip through the receiver. In RoCEv2 CNP format (IBTA A17.9.3), as the
+ * tunnel's far end would send it: from the outer destination (the egress
+ * PE, which names the tunnel) to the outer source, UDP 4791 from the inner
+ * flow's UDP source port, the inner BTH's destination QP (0 if the inner
+ * packet is not RoCEv2), BECN set, DSCP ppfc_dscp (CNP), Not-ECT, the 16
+ * reserved bytes zero, the ICRC computed. Light and heavy differ in one
+ * bit the ICRC masks, L (ROCE_BTH_WAN_LIGHT, BTH byte 4): set for light.
+ * At most one per PE, class and kind per wan_cnp_interval_ns (claimed by
+ * compare-and-swap in wan_cnp_last). The frame goes out like a PPFC
+ * notification: built in ppfc_scratch, a clone sent to the device toward
+ * the PE, rewritten there by ppfc_egress.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct wan_cnp_key);
+	__type(value, __u64);
+} wan_cnp_last SEC(".maps");
+
+/* wan_cnp sends the CNP a marked packet owes its tunnel's ingress PE. A
+ * function of its own, building in the scratch map: port_enqueue's stack
+ * has no room for the frame or the FIB lookup. */
+static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct class_config *cc,
+					     struct class_stats *st, __u32 l3_off, __u32 class_and_kind)
+{
+	struct wan_cnp_frame *f;
+	struct wan_cnp_work *w;
+	struct ppfc_scratch *sc;
+	struct port_config *pc;
+	struct port_stats *ps;
+	__u64 now, old, *last, zero64 = 0;
+	__u32 zero = 0, off, dest_qp = 0, mark;
+	__be32 from, to;
+	__u16 sport = 0;
+	__u8 light = class_and_kind & 1;
+	long rc;
+
+	pc = bpf_map_lookup_elem(&port_cfg, &zero);
+	ps = bpf_map_lookup_elem(&port_counters, &zero);
+	sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
+	w = bpf_map_lookup_elem(&wan_cnp_work, &zero);
+	if (!pc || !ps || !sc || !w)
+		return 0;
+	if (bpf_skb_load_bytes(skb, l3_off & 0xFF, &w->hdr, sizeof(w->hdr)) || w->hdr.version != 4 ||
+	    w->hdr.protocol != 4 || w->hdr.ihl < NET_IPV4_MIN_IHL)
+		return 0;
+	from = w->hdr.daddr;
+	to = w->hdr.saddr;
+	w->key.pe = to;
+	w->key.class_id = class_and_kind >> 1;
+	w->key.light = light;
+	w->key.pad = 0;
+	last = bpf_map_lookup_elem(&wan_cnp_last, &w->key);
+	if (!last) {
+		bpf_map_update_elem(&wan_cnp_last, &w->key, &zero64, BPF_NOEXIST);
+		last = bpf_map_lookup_elem(&wan_cnp_last, &w->key);
+		if (!last)
+			return 0;
+	}
+	now = now_ns();
+	old = READ_ONCE(*last);
+	if (old && now - old < cc->wan_cnp_interval_ns) {
+		st->wan_cnp_coalesced++;
+		return 0;
+	}
+	if (__sync_val_compare_and_swap(last, old, now) != old) {
+		st->wan_cnp_coalesced++; /* another CPU sent it */
+		return 0;
+	}
+
+	/* The marked flow: the inner UDP source port and, for RoCEv2, the
+	 * destination QP. */
+	off = (l3_off & 0xFF) + w->hdr.ihl * 4;
+	if (!bpf_skb_load_bytes(skb, off & 0x1FF, &w->hdr, sizeof(w->hdr)) && w->hdr.protocol == NET_IPPROTO_UDP &&
+	    w->hdr.ihl >= NET_IPV4_MIN_IHL &&
+	    !bpf_skb_load_bytes(skb, (off + w->hdr.ihl * 4) & 0x1FF, &w->l4, sizeof(w->l4))) {
+		sport = bpf_ntohs(w->l4.udp.source);
+		if (w->l4.udp.dest == bpf_htons(ROCE_UDP_PORT))
+			dest_qp = (__u32)w->l4.bth[5] << 16 | (__u32)w->l4.bth[6] << 8 | w->l4.bth[7];
+	}
+
+	__builtin_memset(&w->fib, 0, sizeof(w->fib));
+	w->fib.family = NET_AF_INET;
+	w->fib.ipv4_dst = to;
+	w->fib.ifindex = skb->ingress_ifindex;
+	rc = bpf_fib_lookup(skb, &w->fib, sizeof(w->fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS || w->fib.ifindex == skb->ifindex)
+		goto fail;
+	f = &sc->c;
+	__builtin_memcpy(f->eth.h_dest, w->fib.dmac, ETH_ALEN);
+	__builtin_memcpy(f->eth.h_source, w->fib.smac, ETH_ALEN);
+	f->eth.h_proto = bpf_htons(ETH_P_IP);
+	roce_ipv4_masked(&f->ip, ROCE_CNP_L4_LEN, from, to);
+	f->udp.source = bpf_htons(sport);
+	f->udp.dest = bpf_htons(ROCE_UDP_PORT);
+	f->udp.len = bpf_htons(ROCE_CNP_L4_LEN);
+	f->udp.check = 0xFFFF;
+	f->bth.opcode = ROCE_OP_CNP;
+	f->bth.flags = 0;
+	f->bth.pkey = 0xFFFF;
+	f->bth.ecn = ICRC_MASKED;
+	f->bth.destqp[0] = dest_qp >> 16;
+	f->bth.destqp[1] = dest_qp >> 8;
+	f->bth.destqp[2] = dest_qp;
+	f->bth.ack = 0;
+	f->bth.psn[0] = 0;
+	f->bth.psn[1] = 0;
+	f->bth.psn[2] = 0;
+	__builtin_memset(f->rsvd, 0, sizeof(f->rsvd));
+	f->icrc = icrc_crc((const __u8 *)&f->ip, sizeof(f->ip) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN,
+			   sizeof(f->ip) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN);
+	roce_ipv4_as_sent(&f->ip, (pc->ppfc_dscp & 0x3F) << 2, PPFC_TTL);
+	f->udp.check = 0;
+	f->bth.ecn = ROCE_BTH_BECN | (light ? ROCE_BTH_WAN_LIGHT : 0);
+
+	mark = skb->mark;
+	sc->ready = 1;
+	sc->len = WAN_CNP_V4_LEN;
+	skb->mark = ppfc_mark;
+	rc = bpf_clone_redirect(skb, w->fib.ifindex, 0);
+	skb->mark = mark;
+	sc->ready = 0;
+	if (rc)
+		goto fail;
+	if (light)
+		st->wan_cnp_light_sent++;
+	else
+		st->wan_cnp_heavy_sent++;
+	return 0;
+fail:
+	ps->wan_cnp_failed++;
+	__sync_val_compare_and_swap(last, now, old); /* a later mark tries again */
+	return 0;
+}
+
 SEC("tc")
 int port_enqueue(struct __sk_buff *skb)
 {
@@ -1264,11 +1449,16 @@ int port_enqueue(struct __sk_buff *skb)
 				st->ce_marked_ect1++;
 			if (cc->ecn_mode == ECN_MODE_TWO_THRESHOLD)
 				st->heavy_marked++;
+			if (cc->wan_cnp_interval_ns && pi.l3_proto == ETH_P_IP && !pi.vlan)
+				wan_cnp(skb, cc, st, pi.l3_off, class_id << 1);
 		}
 		break;
 	case VERDICT_LIGHT:
-		if (set_ecn(skb, &pi, ECN_ECT1) == 0)
+		if (set_ecn(skb, &pi, ECN_ECT1) == 0) {
 			st->light_marked++;
+			if (cc->wan_cnp_interval_ns && pi.l3_proto == ETH_P_IP && !pi.vlan)
+				wan_cnp(skb, cc, st, pi.l3_off, class_id << 1 | 1);
+		}
 		break;
 	default:
 		break;
@@ -1351,10 +1541,12 @@ static __always_inline int ppfc_frame_built(struct __sk_buff *skb)
 {
 	struct roce_bth bth;
 
-	if (skb->len != PPFC_V4_LEN ||
+	if ((skb->len != PPFC_V4_LEN && skb->len != WAN_CNP_V4_LEN) ||
 	    bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct net_udphdr), &bth, sizeof(bth)))
 		return 0;
-	return bth.opcode == ROCE_OP_CNP && (bth.ecn & ROCE_BTH_PPFC);
+	if (skb->len == PPFC_V4_LEN)
+		return bth.opcode == ROCE_OP_CNP && (bth.ecn & ROCE_BTH_PPFC);
+	return bth.opcode == ROCE_OP_CNP && !(bth.ecn & ROCE_BTH_PPFC);
 }
 
 /* A clone it rewrites is sent through the device's egress once more
@@ -1378,11 +1570,23 @@ int ppfc_egress(struct __sk_buff *skb)
 			return TC_ACT_UNSPEC; /* the second pass */
 		sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
 		ps = bpf_map_lookup_elem(&port_counters, &zero);
-		if (!sc || !sc->ready || bpf_skb_change_tail(skb, PPFC_V4_LEN, 0) ||
-		    bpf_skb_store_bytes(skb, 0, &sc->f.eth, PPFC_V4_LEN, BPF_F_INVALIDATE_HASH)) {
+		if (!sc || !sc->ready) {
 			if (ps)
 				ps->ppfc_build_errors++;
 			return TC_ACT_SHOT; /* never let a clone out as data */
+		}
+		if (sc->len == WAN_CNP_V4_LEN) {
+			if (bpf_skb_change_tail(skb, WAN_CNP_V4_LEN, 0) ||
+			    bpf_skb_store_bytes(skb, 0, &sc->c.eth, WAN_CNP_V4_LEN, BPF_F_INVALIDATE_HASH)) {
+				if (ps)
+					ps->wan_cnp_failed++;
+				return TC_ACT_SHOT;
+			}
+		} else if (bpf_skb_change_tail(skb, PPFC_V4_LEN, 0) ||
+			   bpf_skb_store_bytes(skb, 0, &sc->f.eth, PPFC_V4_LEN, BPF_F_INVALIDATE_HASH)) {
+			if (ps)
+				ps->ppfc_build_errors++;
+			return TC_ACT_SHOT;
 		}
 		sc->ready = 0;
 		skb->priority = 0;

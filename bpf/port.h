@@ -153,6 +153,11 @@ struct class_config {
 	__u64 t2_max_bytes;
 	__u64 light_max_p; /* PROB_ONE = 1.0 */
 	__u64 heavy_max_p;
+	/* Seed 001's notification: a tunnelled (IPv4 protocol 4) packet
+	 * marked light or heavy makes the port send a RoCEv2 CNP to its outer
+	 * source, the tunnel-ingress PE, at most one per PE, class and kind
+	 * per wan_cnp_interval_ns. 0: off. */
+	__u64 wan_cnp_interval_ns;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */
@@ -266,6 +271,11 @@ struct class_stats {
 	 * CE heavy marks (also counted in ce_marked_ect0/ect1). */
 	__u64 light_marked;
 	__u64 heavy_marked;
+	/* CNPs to tunnel-ingress PEs (wan_cnp_interval_ns), by kind, and marks
+	 * that found one sent within the interval. */
+	__u64 wan_cnp_light_sent;
+	__u64 wan_cnp_heavy_sent;
+	__u64 wan_cnp_coalesced;
 };
 
 /* Per-CPU counters of the port as a whole. */
@@ -302,6 +312,17 @@ struct port_stats {
 	__u64 ppfc_self;
 	__u64 ppfc_redirect_errors;
 	__u64 ppfc_build_errors;
+	/* WAN CNPs that could not be sent: no route or neighbour toward the
+	 * PE, the PE behind the port itself, a failed clone. */
+	__u64 wan_cnp_failed;
+};
+
+/* The coalescing of WAN CNPs: one per PE, class and kind per interval. */
+struct wan_cnp_key {
+	__u32 pe; /* the outer source, network order */
+	__u32 class_id;
+	__u32 light;
+	__u32 pad;
 };
 
 /* A source the port has paused or alarmed (PPFC) for a destination, per

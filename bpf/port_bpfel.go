@@ -27,33 +27,34 @@ type PortAqmState struct {
 }
 
 type PortClassConfig struct {
-	_             structs.HostLayout
-	LimitBytes    uint64
-	MinThBytes    uint64
-	MaxThBytes    uint64
-	MaxP          uint64
-	RateBps       uint64
-	EcnMode       PortEcnMode
-	Flags         uint32
-	VqNsPerByteFp uint64
-	InsLo         uint64
-	InsHi         uint64
-	AqmTarget     uint64
-	AqmIntervalNs uint64
-	MtuBytes      uint64
-	AqmFlags      uint32
-	AqmPad        uint32
-	XoffBytes     uint64
-	XonBytes      uint64
-	AlarmBytes    uint64
-	TrimBytes     uint64
-	TrimDscp      uint32
-	TrimClass     uint32
-	T1Bytes       uint64
-	T2Bytes       uint64
-	T2MaxBytes    uint64
-	LightMaxP     uint64
-	HeavyMaxP     uint64
+	_                structs.HostLayout
+	LimitBytes       uint64
+	MinThBytes       uint64
+	MaxThBytes       uint64
+	MaxP             uint64
+	RateBps          uint64
+	EcnMode          PortEcnMode
+	Flags            uint32
+	VqNsPerByteFp    uint64
+	InsLo            uint64
+	InsHi            uint64
+	AqmTarget        uint64
+	AqmIntervalNs    uint64
+	MtuBytes         uint64
+	AqmFlags         uint32
+	AqmPad           uint32
+	XoffBytes        uint64
+	XonBytes         uint64
+	AlarmBytes       uint64
+	TrimBytes        uint64
+	TrimDscp         uint32
+	TrimClass        uint32
+	T1Bytes          uint64
+	T2Bytes          uint64
+	T2MaxBytes       uint64
+	LightMaxP        uint64
+	HeavyMaxP        uint64
+	WanCnpIntervalNs uint64
 }
 
 type PortClassState struct {
@@ -125,6 +126,9 @@ type PortClassStats struct {
 	TrimInBytes          uint64
 	LightMarked          uint64
 	HeavyMarked          uint64
+	WanCnpLightSent      uint64
+	WanCnpHeavySent      uint64
+	WanCnpCoalesced      uint64
 }
 
 type PortEcnMode uint32
@@ -171,6 +175,7 @@ type PortPortStats struct {
 	PpfcSelf                   uint64
 	PpfcRedirectErrors         uint64
 	PpfcBuildErrors            uint64
+	WanCnpFailed               uint64
 }
 
 type PortPpfcKey struct {
@@ -233,6 +238,7 @@ type PortPpfcScratch struct {
 		}
 	}
 	Ready uint32
+	Len   uint32
 }
 
 type PortPpfcSource struct {
@@ -248,6 +254,19 @@ type PortPpfcSource struct {
 	Alarms        uint64
 	Episode       uint64
 	Alarmed       uint64
+}
+
+type PortWanCnpBuf struct {
+	_     structs.HostLayout
+	Words [15]uint64
+}
+
+type PortWanCnpKey struct {
+	_       structs.HostLayout
+	Pe      uint32
+	ClassId uint32
+	Light   uint32
+	Pad     uint32
 }
 
 type PortXmitHandoff struct {
@@ -276,6 +295,8 @@ const (
 	PortMapPortCounters  = "port_counters"
 	PortMapPpfcScratch   = "ppfc_scratch"
 	PortMapPpfcSources   = "ppfc_sources"
+	PortMapWanCnpLast    = "wan_cnp_last"
+	PortMapWanCnpWork    = "wan_cnp_work"
 	PortProgPortDequeue  = "port_dequeue"
 	PortProgPortEnqueue  = "port_enqueue"
 	PortProgPortHostDrop = "port_host_drop"
@@ -355,6 +376,8 @@ type PortMapSpecs struct {
 	PortCounters  *ebpf.MapSpec `ebpf:"port_counters"`
 	PpfcScratch   *ebpf.MapSpec `ebpf:"ppfc_scratch"`
 	PpfcSources   *ebpf.MapSpec `ebpf:"ppfc_sources"`
+	WanCnpLast    *ebpf.MapSpec `ebpf:"wan_cnp_last"`
+	WanCnpWork    *ebpf.MapSpec `ebpf:"wan_cnp_work"`
 }
 
 // PortVariableSpecs contains global variables before they are loaded into the kernel.
@@ -402,6 +425,8 @@ type PortMaps struct {
 	PortCounters  *ebpf.Map `ebpf:"port_counters"`
 	PpfcScratch   *ebpf.Map `ebpf:"ppfc_scratch"`
 	PpfcSources   *ebpf.Map `ebpf:"ppfc_sources"`
+	WanCnpLast    *ebpf.Map `ebpf:"wan_cnp_last"`
+	WanCnpWork    *ebpf.Map `ebpf:"wan_cnp_work"`
 }
 
 func (m *PortMaps) Close() error {
@@ -417,6 +442,8 @@ func (m *PortMaps) Close() error {
 		m.PortCounters,
 		m.PpfcScratch,
 		m.PpfcSources,
+		m.WanCnpLast,
+		m.WanCnpWork,
 	)
 }
 

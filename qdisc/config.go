@@ -253,6 +253,17 @@ func (c *Config) TrimSource(class ClassID) bool {
 	return false
 }
 
+// Notifies reports whether some class sends notifications through
+// ppfc_egress: PPFC, or CNPs to tunnel-ingress PEs (two-threshold).
+func (c *Config) Notifies() bool {
+	for i := range c.Classes {
+		if c.Classes[i].ECN == ECNTwoThreshold && c.Classes[i].TwoThreshold.NotifyInterval > 0 {
+			return true
+		}
+	}
+	return c.PPFC()
+}
+
 // PPFC reports whether some class sends PPFC notifications.
 func (c *Config) PPFC() bool {
 	for i := range c.Classes {

@@ -2,6 +2,7 @@ package qdisc
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
@@ -40,7 +41,16 @@ type TwoThreshold struct {
 	LightMaxP float64 `json:"light_max_p"`
 	// HeavyMaxP is the CE probability at T2MaxBytes, in (0, 1].
 	HeavyMaxP float64 `json:"heavy_max_p"`
+	// NotifyInterval turns on the seed's notification: a tunnelled (IPv4
+	// protocol 4) packet marked light or heavy makes the port send a
+	// RoCEv2 CNP to its outer source, the tunnel-ingress PE (L bit set
+	// for light; bpf/port.c wan_cnp), at most one per PE, class and kind
+	// per NotifyInterval. 0: off.
+	NotifyInterval time.Duration `json:"notify_interval,omitempty"`
 }
+
+// MaxNotifyInterval bounds TwoThreshold.NotifyInterval.
+const MaxNotifyInterval = time.Second
 
 type twoThresholdMarker struct{}
 
@@ -68,6 +78,9 @@ func (twoThresholdMarker) validate(cc *ClassConfig) []error {
 	if !(t.HeavyMaxP > 0 && t.HeavyMaxP <= 1) {
 		errs = append(errs, fmt.Errorf("two-threshold: heavy_max_p (%g) must be in (0, 1]", t.HeavyMaxP))
 	}
+	if t.NotifyInterval < 0 || t.NotifyInterval > MaxNotifyInterval || t.NotifyInterval > 0 && t.NotifyInterval < time.Microsecond {
+		errs = append(errs, fmt.Errorf("two-threshold: notify_interval (%v) must be 0 (off) or 1µs to %v", t.NotifyInterval, MaxNotifyInterval))
+	}
 	return errs
 }
 
@@ -75,19 +88,25 @@ func (twoThresholdMarker) encode(v *bpf.PortClassConfig, cc *ClassConfig) {
 	t := &cc.TwoThreshold
 	v.T1Bytes, v.T2Bytes, v.T2MaxBytes = uint64(t.T1Bytes), uint64(t.T2Bytes), uint64(t.T2MaxBytes)
 	v.LightMaxP, v.HeavyMaxP = probToFixed(t.LightMaxP), probToFixed(t.HeavyMaxP)
+	v.WanCnpIntervalNs = uint64(t.NotifyInterval.Nanoseconds())
 }
 
 func (twoThresholdMarker) decode(cc *ClassConfig, v *bpf.PortClassConfig) {
 	cc.TwoThreshold = TwoThreshold{
 		T1Bytes: units.ByteSize(v.T1Bytes), T2Bytes: units.ByteSize(v.T2Bytes), T2MaxBytes: units.ByteSize(v.T2MaxBytes),
 		LightMaxP: probFromFixed(v.LightMaxP), HeavyMaxP: probFromFixed(v.HeavyMaxP),
+		NotifyInterval: time.Duration(v.WanCnpIntervalNs),
 	}
 }
 
 func (twoThresholdMarker) text(cc *ClassConfig) string {
 	t := &cc.TwoThreshold
-	return fmt.Sprintf("two-threshold t1 %s t2 %s light_probability %s t2_max %s heavy_probability %s",
+	s := fmt.Sprintf("two-threshold t1 %s t2 %s light_probability %s t2_max %s heavy_probability %s",
 		t.T1Bytes, t.T2Bytes, formatProb(t.LightMaxP), t.T2MaxBytes, formatProb(t.HeavyMaxP))
+	if t.NotifyInterval > 0 {
+		s += fmt.Sprintf(" notify_pe every %v", t.NotifyInterval)
+	}
+	return s
 }
 
 func (twoThresholdMarker) tcKeys() []tcKey {
@@ -97,6 +116,7 @@ func (twoThresholdMarker) tcKeys() []tcKey {
 		{name: "t2-max", aliases: []string{"t2_max", "t2max"}, arg: "SIZE"},
 		{name: "p1", aliases: []string{"light-p", "light_p", "light_max_p"}, arg: "PROB"},
 		{name: "p2", aliases: []string{"heavy-p", "heavy_p", "heavy_max_p"}, arg: "PROB"},
+		{name: "notify", aliases: []string{"notify-pe", "notify_interval"}, arg: "DURATION"},
 	}
 }
 
@@ -118,6 +138,9 @@ func (twoThresholdMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, c
 		return err
 	}
 	if err := set.prob("p2", &t.HeavyMaxP); err != nil {
+		return err
+	}
+	if err := set.duration("notify", &t.NotifyInterval); err != nil {
 		return err
 	}
 	if before == ECNTwoThreshold {
@@ -171,5 +194,8 @@ func (twoThresholdMarker) help() string {
 		"                                  with probability rising to p1 at t2; from\n" +
 		"                                  t2 CE with probability rising to p2 at\n" +
 		"                                  t2-max, all at/above it. Marks the outer\n" +
-		"                                  header of IP-in-IP\n"
+		"                                  header of IP-in-IP. notify=DURATION: a\n" +
+		"                                  marked tunnelled packet sends a CNP to\n" +
+		"                                  its ingress PE (L bit: light), at most\n" +
+		"                                  one per PE and kind per DURATION\n"
 }

@@ -228,8 +228,8 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	if err := p.attachPPFC(); err != nil {
 		// Legacy cls_bpf allows one filter of ours per hook: a second
 		// port in the namespace cannot add its own. Fatal only if it
-		// is to send PPFC.
-		if cfg.PPFC() || p.meta.Attach != AttachLegacy {
+		// is to send PPFC or WAN CNPs.
+		if cfg.Notifies() || p.meta.Attach != AttachLegacy {
 			return nil, err
 		}
 		p.meta.PPFCNote = err.Error()

@@ -123,6 +123,11 @@ type ClassStats struct {
 	// T2; also in CEMarkedECT0/ECT1).
 	LightMarked uint64 `json:"light_marked,omitempty"`
 	HeavyMarked uint64 `json:"heavy_marked,omitempty"`
+	// WAN CNPs sent to tunnel-ingress PEs by kind (TwoThreshold.
+	// NotifyInterval), and marks whose CNP was coalesced.
+	WANCNPLightSent uint64 `json:"wan_cnp_light_sent,omitempty"`
+	WANCNPHeavySent uint64 `json:"wan_cnp_heavy_sent,omitempty"`
+	WANCNPCoalesced uint64 `json:"wan_cnp_coalesced,omitempty"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -298,6 +303,9 @@ type PortCounters struct {
 	PPFCSelf           uint64 `json:"ppfc_self"`
 	PPFCRedirectErrors uint64 `json:"ppfc_redirect_errors"`
 	PPFCBuildErrors    uint64 `json:"ppfc_build_errors"`
+	// WANCNPFailed counts WAN CNPs not sent: no route or neighbour toward
+	// the PE, a PE behind the port itself, a failed clone or rewrite.
+	WANCNPFailed uint64 `json:"wan_cnp_failed,omitempty"`
 }
 
 // PPFCErrors sums the PPFC notifications the port failed to send.
@@ -364,6 +372,9 @@ func (s *Stats) Total() ClassStats {
 		t.TrimInBytes += c.TrimInBytes
 		t.LightMarked += c.LightMarked
 		t.HeavyMarked += c.HeavyMarked
+		t.WANCNPLightSent += c.WANCNPLightSent
+		t.WANCNPHeavySent += c.WANCNPHeavySent
+		t.WANCNPCoalesced += c.WANCNPCoalesced
 	}
 	return t
 }
@@ -395,6 +406,7 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 		s.Port.PPFCSelf += p.PpfcSelf
 		s.Port.PPFCRedirectErrors += p.PpfcRedirectErrors
 		s.Port.PPFCBuildErrors += p.PpfcBuildErrors
+		s.Port.WANCNPFailed += p.WanCnpFailed
 	}
 	for i := range NumClasses {
 		c := &s.Classes[i]
@@ -475,6 +487,9 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.TrimInBytes += p.TrimInBytes
 			c.LightMarked += p.LightMarked
 			c.HeavyMarked += p.HeavyMarked
+			c.WANCNPLightSent += p.WanCnpLightSent
+			c.WANCNPHeavySent += p.WanCnpHeavySent
+			c.WANCNPCoalesced += p.WanCnpCoalesced
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins

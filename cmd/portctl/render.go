@@ -240,6 +240,9 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 	}
 	if c.LightMarked+c.HeavyMarked > 0 {
 		fmt.Fprintf(w, " two-threshold: light marks (ect0 -> ect1) %d, heavy marks (ce) %d\n", c.LightMarked, c.HeavyMarked)
+		if n := c.WANCNPLightSent + c.WANCNPHeavySent + c.WANCNPCoalesced; n > 0 {
+			fmt.Fprintf(w, " CNPs to tunnel PEs: light %d, heavy %d, coalesced %d\n", c.WANCNPLightSent, c.WANCNPHeavySent, c.WANCNPCoalesced)
+		}
 	}
 	if c.AQMInsMarks+c.AQMPstMarks+c.AQMDroppedPackets > 0 {
 		fmt.Fprintf(w, " at dequeue: marked %d instantaneous, %d persistent; dropped %d not-ect\n",
