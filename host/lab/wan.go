@@ -38,10 +38,12 @@ var (
 )
 
 const (
-	wanPE1SideBase = 200 // pe1:wan<k> 198.18.(200+k).1/24, c<k>:w1 .254
+	wanPE1SideBase = 200 // pe1:wan<k> 198.18.(200+k).1/24, f<k>:p .254
 	wanPE2SideBase = 210 // c<k>:w2 198.18.(210+k).254/24, pe2:wan<k> .1
+	wanFiberBase   = 220 // f<k>:c 198.18.(220+k).1/24, c<k>:w1 .254
 	wanPEHost      = 1
 	wanCoreHost    = 254
+	wanFiberHost   = 1
 )
 
 // WANSpec describes two data centres joined across a WAN by a pair of
@@ -117,21 +119,29 @@ type WANPath struct {
 	// PE1Addr and PE2Addr are the PEs' addresses on this path: the
 	// tunnel's outer source and destination.
 	PE1Addr, PE2Addr netip.Addr
-	// Uplink is pe1:wan<k> -> c<k>:w1: the tunnel's encapsulation, then
-	// the forward delay.
+	// Fiber is f<k>, the router between pe1 and c<k> that holds the
+	// path's delay in both directions, so that no delay link shares a
+	// device with a PE or a port (their programs would order against
+	// it).
+	Fiber *Node
+	// Uplink is pe1:wan<k> -> f<k>:p: the tunnel's encapsulation (and a
+	// PE rate limiter, if one is attached there).
 	Uplink Port
+	// FiberOut is f<k>:c -> c<k>:w1: the forward delay.
+	FiberOut Port
 	// Downlink is c<k>:w2 -> pe2:wan<k>: the core port's device; the
 	// port's departure hook and then PE2's decapsulation run at pe2:wan<k>
 	// ingress.
 	Downlink Port
-	// Return is c<k>:w1 -> pe1:wan<k>: the reverse delay.
+	// Return is f<k>:p -> pe1:wan<k>: the reverse delay, which the core's
+	// CNPs to pe1 cross too.
 	Return Port
 	// Port is the switch port on Downlink; nil on the second path without
 	// WANSpec.SecondCorePort.
 	Port *qdisc.Port
 	// PE1 and PE2 are the tunnel PEs on pe1:wan<k> and pe2:wan<k>.
 	PE1, PE2 *tunnel.PE
-	// ForwardDelay (on Uplink) and ReverseDelay (on Return) are nil
+	// ForwardDelay (on FiberOut) and ReverseDelay (on Return) are nil
 	// without WANSpec.WANDelay. The lab closes them.
 	ForwardDelay, ReverseDelay *link.Delay
 
@@ -144,27 +154,27 @@ type WANPath struct {
 // facing leaf1:h<i> 198.18.i.1, and leaf1:pe1 198.18.64.1/24 faces pe1:lan
 // .2. DC2 is 198.19.0.0/17: the receiver is 198.19.1.2/24 on eth0 facing
 // leaf2:r0 .1, and leaf2:pe2 198.19.64.1/24 faces pe2:lan .2. Path k
-// (1-based) is pe1:wan<k> 198.18.(200+k).1/24 facing c<k>:w1 .254, and
-// c<k>:w2 198.18.(210+k).254/24 facing pe2:wan<k> .1.
+// (1-based) is pe1:wan<k> 198.18.(200+k).1/24 facing the fiber f<k>:p
+// .254, f<k>:c 198.18.(220+k).1/24 facing c<k>:w1 .254, and c<k>:w2
+// 198.18.(210+k).254/24 facing pe2:wan<k> .1.
 //
 // Routing: hosts and leaves route the other DC via their PE. Each PE routes
-// its own DC via its leaf, the other PE's WAN subnets via the core of the
-// same path, and the other DC's prefix via c1 (SetRoute changes that). A
-// tunnel PE on every PE WAN device encapsulates what is routed to the other
-// DC to the other PE's address on that path and decapsulates what comes
-// back, so the cores carry only PE-to-PE packets: they have no route but
-// their connected WAN subnets and could not forward a DC packet.
+// its own DC via its leaf, the other PE's WAN subnets via the next hop of
+// the same path, and the other DC's prefix via path 1 (SetRoute changes
+// that). A tunnel PE on every PE WAN device encapsulates what is routed to
+// the other DC to the other PE's address on that path and decapsulates what
+// comes back, so fibers and cores carry only PE-to-PE packets: they know
+// the PEs' WAN subnets and nothing else, and could not forward a DC packet.
 //
-// Attach order, which decides the order of the programs on shared hooks:
-// the delay links first, then the core ports, then the PEs. At pe1:wan<k>
-// egress the encapsulation (TCX head) thus runs before the delay's
-// diversion, so the delay holds the packet as it goes on the wire, outer
-// header included; sent out of the device again by the delay, the packet
-// passes the encapsulation a second time, as an outer packet addressed to
-// pe2 (not in a tunnelled prefix), and leaves as it is: encapsulated once.
-// At pe2:wan<k> ingress the decapsulation (TCX tail)
-// runs after the core port's departure hook, which sees the packet as it
-// was queued.
+// The fiber f<k> holds the path's one-way delay in both directions (its
+// egress toward the core and toward pe1), so no delay link shares a device
+// with a PE, a port or a port's notifications: a delay is the first
+// program at its hook and would otherwise hold packets before them (a
+// clone a port sends as a CNP, for one, leaves through a device with a
+// delay link and was lost there). The core port's CNPs to pe1 cross the
+// reverse delay like any packet. At pe2:wan<k> ingress the decapsulation
+// (TCX tail) runs after the core port's departure hook, which sees the
+// packet as it was queued.
 //
 // Close detaches the PEs and the ports, then closes the lab (and the delay
 // links with it).
@@ -269,7 +279,8 @@ func WANTopology(ws WANSpec) (Spec, error) {
 		NodeSpec{Name: "leaf1", Forwarding: true},
 		NodeSpec{Name: "pe1", Forwarding: true, Sysctls: ecmp})
 	for k := 1; k <= ws.paths(); k++ {
-		spec.Nodes = append(spec.Nodes, NodeSpec{Name: fmt.Sprintf("c%d", k), Forwarding: true})
+		spec.Nodes = append(spec.Nodes, NodeSpec{Name: fmt.Sprintf("f%d", k), Forwarding: true},
+			NodeSpec{Name: fmt.Sprintf("c%d", k), Forwarding: true})
 	}
 	spec.Nodes = append(spec.Nodes,
 		NodeSpec{Name: "pe2", Forwarding: true, Sysctls: ecmp},
@@ -307,17 +318,21 @@ func WANTopology(ws WANSpec) (Spec, error) {
 	route("leaf2", wanDC1, hostPrefix(wanLeaf2Uplink, 2).Addr())
 	route("pe2", wanDC2, hostPrefix(wanLeaf2Uplink, 1).Addr())
 
-	// The WAN: the cores get no routes, their connected subnets are the
-	// PEs' addresses and nothing else.
+	// The WAN: pe1 - f<k> (the fiber, its delay) - c<k> - pe2. The cores
+	// and fibers know the PEs' WAN subnets and nothing else.
 	for k := 1; k <= ws.paths(); k++ {
-		c, wan := fmt.Sprintf("c%d", k), fmt.Sprintf("wan%d", k)
-		s1, s2 := wanSubnet(k, wanPE1SideBase), wanSubnet(k, wanPE2SideBase)
+		f, c, wan := fmt.Sprintf("f%d", k), fmt.Sprintf("c%d", k), fmt.Sprintf("wan%d", k)
+		s1, s2, sf := wanSubnet(k, wanPE1SideBase), wanSubnet(k, wanPE2SideBase), wanSubnet(k, wanFiberBase)
 		addLink(Endpoint{Node: "pe1", Dev: wan, Addr: hostPrefix(s1, wanPEHost)},
-			Endpoint{Node: c, Dev: "w1", Addr: hostPrefix(s1, wanCoreHost)}, true)
+			Endpoint{Node: f, Dev: "p", Addr: hostPrefix(s1, wanCoreHost)}, true)
+		addLink(Endpoint{Node: f, Dev: "c", Addr: hostPrefix(sf, wanFiberHost)},
+			Endpoint{Node: c, Dev: "w1", Addr: hostPrefix(sf, wanCoreHost)}, true)
 		addLink(Endpoint{Node: c, Dev: "w2", Addr: hostPrefix(s2, wanCoreHost)},
 			Endpoint{Node: "pe2", Dev: wan, Addr: hostPrefix(s2, wanPEHost)}, true)
 		route("pe1", s2, wanCoreAddr(k, wanPE1SideBase))
 		route("pe2", s1, wanCoreAddr(k, wanPE2SideBase))
+		route(f, s2, hostPrefix(sf, wanCoreHost).Addr())
+		route(c, s1, hostPrefix(sf, wanFiberHost).Addr())
 	}
 	// The DC prefixes through c1 (WANViaCore1).
 	route("pe1", wanDC2, wanCoreAddr(1, wanPE1SideBase))
@@ -388,15 +403,18 @@ func newWANFrom(lab *Lab, ws WANSpec) (*WAN, error) {
 	}
 	for k := 1; k <= ws.paths(); k++ {
 		c := lab.Node(fmt.Sprintf("c%d", k))
+		f := lab.Node(fmt.Sprintf("f%d", k))
 		wan := fmt.Sprintf("wan%d", k)
 		w.Paths = append(w.Paths, &WANPath{
 			k:        k,
 			Core:     c,
+			Fiber:    f,
 			PE1Addr:  wanPEAddr(k, wanPE1SideBase),
 			PE2Addr:  wanPEAddr(k, wanPE2SideBase),
-			Uplink:   Port{Node: w.PE1Node, Dev: wan, PeerNode: c, PeerDev: "w1"},
+			Uplink:   Port{Node: w.PE1Node, Dev: wan, PeerNode: f, PeerDev: "p"},
+			FiberOut: Port{Node: f, Dev: "c", PeerNode: c, PeerDev: "w1"},
 			Downlink: Port{Node: c, Dev: "w2", PeerNode: w.PE2Node, PeerDev: wan},
-			Return:   Port{Node: c, Dev: "w1", PeerNode: w.PE1Node, PeerDev: wan},
+			Return:   Port{Node: f, Dev: "p", PeerNode: w.PE1Node, PeerDev: wan},
 		})
 	}
 	if err := w.attach(ws); err != nil {
@@ -407,14 +425,13 @@ func newWANFrom(lab *Lab, ws WANSpec) (*WAN, error) {
 }
 
 func (w *WAN) attach(ws WANSpec) error {
-	// Delay links first: the PEs' encapsulation, attached later at the
-	// head of the same hook, runs before the diversion (see WAN).
+	// Delay links first, on the fibers' devices (see WAN).
 	if ws.WANDelay > 0 {
 		ds := link.DelaySpec{Delay: ws.WANDelay}
 		for k, p := range w.Paths {
 			var err error
-			if p.ForwardDelay, err = p.Uplink.Node.AddDelay(p.Uplink.Dev, ds); err != nil {
-				return fmt.Errorf("lab: WAN: forward delay of path %d (%s:%s): %w", k+1, p.Uplink.Node.Name, p.Uplink.Dev, err)
+			if p.ForwardDelay, err = p.FiberOut.Node.AddDelay(p.FiberOut.Dev, ds); err != nil {
+				return fmt.Errorf("lab: WAN: forward delay of path %d (%s:%s): %w", k+1, p.FiberOut.Node.Name, p.FiberOut.Dev, err)
 			}
 			if p.ReverseDelay, err = p.Return.Node.AddDelay(p.Return.Dev, ds); err != nil {
 				return fmt.Errorf("lab: WAN: reverse delay of path %d (%s:%s): %w", k+1, p.Return.Node.Name, p.Return.Dev, err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -84,11 +85,16 @@ type Paths interface {
 type Config struct {
 	Mode Mode
 	// Controller drives the limiter in RateLimit mode; nil means a DCQCN
-	// RP with dcqcn.LabParams(LineRate) without rate validation (the PE
-	// does not count the tunnel's bytes per packet).
+	// RP (WANParams) for LineRate, RTT and MinRate.
 	Controller cc.RateController
 	// LineRate is the WAN rate the limiter starts at (RateLimit).
 	LineRate units.Rate
+	// MinRate is the least rate the limiter is cut to. 0 means LineRate/10.
+	MinRate units.Rate
+	// RTT is the WAN's round trip: the default controller's timers scale
+	// to it, and a light CNP within RTT of the last cut is coalesced (the
+	// cut cannot have reached the WAN port yet). 0 means 10 ms.
+	RTT time.Duration
 	// MinChange is the least relative rate change that is applied to the
 	// limiter (each change is a netlink round trip); 0 means 1 %.
 	MinChange float64
@@ -100,11 +106,28 @@ type Config struct {
 const (
 	defaultMinChange   = 0.01
 	defaultRerouteHold = 50 * time.Millisecond
+	defaultRTT         = 10 * time.Millisecond
 )
+
+// WANParams is the tunnel's DCQCN reaction point: the lab profile
+// (dcqcn.LabParams) with its timers, the rate-increase timer T and the α
+// timer K, at the WAN's round trip, since a cut takes an RTT to show at the
+// WAN port (the paper's 55 µs timers assume a data-centre RTT); Rmin at
+// minRate; no rate validation (the PE does not count the tunnel's bytes).
+func WANParams(lineRate, minRate units.Rate, rtt time.Duration) dcqcn.Params {
+	p := dcqcn.LabParams(lineRate)
+	p.RPGTimeReset = rtt
+	p.DCETCPRTT = rtt
+	p.RPGMinRate = minRate
+	p.RateValidation = 0
+	return p
+}
 
 // Stats are what the agent did.
 type Stats struct {
 	LightCNPs, HeavyCNPs uint64
+	// Coalesced counts light CNPs within an RTT of the last cut.
+	Coalesced uint64
 	// RateUpdates counts limiter changes; Rate is the last rate set.
 	RateUpdates uint64
 	Rate        units.Rate
@@ -125,17 +148,28 @@ type Agent struct {
 	limiter Limiter
 	paths   Paths
 	rc      cc.RateController
+	clock   engine.Clock
 
 	mu         sync.Mutex
 	stats      Stats
 	applied    units.Rate
+	lastCut    time.Duration
+	cut        bool
 	spillUntil time.Duration
 	lastErr    error
 }
 
-// New makes an agent. RateLimit needs a limiter (and LineRate unless a
-// Controller is given), Reroute needs paths.
-func New(cfg Config, limiter Limiter, paths Paths, now time.Duration) (*Agent, error) {
+// New makes an agent on clock (Monotonic for the PE's BPF timestamps).
+// RateLimit needs a limiter (and LineRate unless a Controller is given),
+// Reroute needs paths.
+func New(cfg Config, limiter Limiter, paths Paths, clock engine.Clock) (*Agent, error) {
+	now := clock.Now()
+	if cfg.RTT == 0 {
+		cfg.RTT = defaultRTT
+	}
+	if cfg.MinRate == 0 {
+		cfg.MinRate = cfg.LineRate / 10
+	}
 	if cfg.MinChange == 0 {
 		cfg.MinChange = defaultMinChange
 	}
@@ -148,7 +182,10 @@ func New(cfg Config, limiter Limiter, paths Paths, now time.Duration) (*Agent, e
 	if cfg.RerouteHold < 0 {
 		return nil, fmt.Errorf("pe: reroute_hold (%v): want 0 (50 ms) or more", cfg.RerouteHold)
 	}
-	a := &Agent{cfg: cfg, limiter: limiter, paths: paths}
+	if cfg.RTT < 0 {
+		return nil, fmt.Errorf("pe: rtt (%v): want the WAN round trip, or 0 (10 ms)", cfg.RTT)
+	}
+	a := &Agent{cfg: cfg, limiter: limiter, paths: paths, clock: clock}
 	switch cfg.Mode {
 	case Observe:
 	case RateLimit:
@@ -160,8 +197,10 @@ func New(cfg Config, limiter Limiter, paths Paths, now time.Duration) (*Agent, e
 			if cfg.LineRate <= 0 {
 				return nil, fmt.Errorf("pe: line_rate (%v): want the WAN rate the limiter starts at", cfg.LineRate)
 			}
-			p := dcqcn.LabParams(cfg.LineRate)
-			p.RateValidation = 0
+			if cfg.MinRate <= 0 || cfg.MinRate > cfg.LineRate {
+				return nil, fmt.Errorf("pe: min_rate (%v): want above 0 and at most line_rate (%v)", cfg.MinRate, cfg.LineRate)
+			}
+			p := WANParams(cfg.LineRate, cfg.MinRate, cfg.RTT)
 			if err := p.Validate(); err != nil {
 				return nil, fmt.Errorf("pe: %w", err)
 			}
@@ -200,12 +239,13 @@ func (a *Agent) changed(r units.Rate) bool {
 	return d*d > a.cfg.MinChange*a.cfg.MinChange*float64(a.applied)*float64(a.applied)
 }
 
-// OnNotification takes one WAN CNP that reached the PE at n.Time; now is
-// the agent's clock when it handles it (the reaction time is measured
-// between the two on the same monotonic clock).
-func (a *Agent) OnNotification(n tunnel.Notification, now time.Duration) {
+// OnNotification takes one WAN CNP that reached the PE at n.Time (on the
+// agent's clock). The reaction time runs from then until the limiter or
+// the paths are changed.
+func (a *Agent) OnNotification(n tunnel.Notification) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := a.clock.Now()
 	if !n.Light {
 		a.stats.HeavyCNPs++
 		return
@@ -214,9 +254,16 @@ func (a *Agent) OnNotification(n tunnel.Notification, now time.Duration) {
 	reacted := false
 	switch a.cfg.Mode {
 	case RateLimit:
+		if a.cut && now-a.lastCut < a.cfg.RTT {
+			a.stats.Coalesced++
+			return
+		}
 		a.rc.Advance(now)
-		if a.rc.OnNotification(now) && a.changed(a.rc.Rate()) {
-			reacted = a.setRate(a.rc.Rate()) == nil
+		if a.rc.OnNotification(now) {
+			a.cut, a.lastCut = true, now
+			if a.changed(a.rc.Rate()) {
+				reacted = a.setRate(a.rc.Rate()) == nil
+			}
 		}
 	case Reroute:
 		if !a.stats.Spilled {
@@ -232,7 +279,7 @@ func (a *Agent) OnNotification(n tunnel.Notification, now time.Duration) {
 		a.spillUntil = now + a.cfg.RerouteHold
 	}
 	if reacted && n.Time > 0 {
-		a.stats.Reaction = append(a.stats.Reaction, max(now-n.Time, 0))
+		a.stats.Reaction = append(a.stats.Reaction, max(a.clock.Now()-n.Time, 0))
 	}
 }
 
@@ -293,15 +340,21 @@ func (a *Agent) Err() error {
 	return a.lastErr
 }
 
-// Monotonic is CLOCK_MONOTONIC, the clock of the PE's BPF timestamps.
-func Monotonic() time.Duration {
+// Monotonic is CLOCK_MONOTONIC, the clock of the PE's BPF timestamps
+// (bpf_ktime_get_ns).
+type Monotonic struct{}
+
+var _ engine.Clock = Monotonic{}
+
+// Now implements engine.Clock.
+func (Monotonic) Now() time.Duration {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return time.Duration(ts.Nano())
 }
 
-// Run drives the agent from pe's notifications on CLOCK_MONOTONIC until
-// ctx ends.
+// Run drives the agent from pe's notifications until ctx ends; the agent's
+// clock must be Monotonic.
 func (a *Agent) Run(ctx context.Context, pe *tunnel.PE) error {
 	notes := make(chan tunnel.Notification, 1024)
 	errc := make(chan error, 1)
@@ -316,7 +369,7 @@ func (a *Agent) Run(ctx context.Context, pe *tunnel.PE) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := Monotonic()
+		now := a.clock.Now()
 		a.Advance(now)
 		wait := time.Hour
 		if next := a.NextEvent(); next != never {
@@ -329,7 +382,7 @@ func (a *Agent) Run(ctx context.Context, pe *tunnel.PE) error {
 		case err := <-errc:
 			return err
 		case n := <-notes:
-			a.OnNotification(n, Monotonic())
+			a.OnNotification(n)
 		case <-timer.C:
 		}
 	}

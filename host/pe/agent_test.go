@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -35,20 +36,23 @@ var light = tunnel.Notification{Light: true}
 // time less the CNP's arrival.
 func TestRateLimitAgent(t *testing.T) {
 	lim := &fakeLimiter{}
-	a, err := New(Config{Mode: RateLimit, LineRate: 200 * units.Mbit}, lim, nil, 0)
+	clock := engine.NewFakeClock(0)
+	a, err := New(Config{Mode: RateLimit, LineRate: 200 * units.Mbit, RTT: 10 * time.Millisecond}, lim, nil, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(lim.rates) != 1 || lim.rates[0] != 200*units.Mbit {
 		t.Fatalf("initial rates %v, want the line rate", lim.rates)
 	}
-	a.OnNotification(tunnel.Notification{Light: false, Time: time.Millisecond}, time.Millisecond)
+	clock.Set(time.Millisecond)
+	a.OnNotification(tunnel.Notification{Light: false, Time: time.Millisecond})
 	if len(lim.rates) != 1 {
 		t.Fatalf("a heavy CNP changed the limiter: %v", lim.rates)
 	}
 	n := light
 	n.Time = 10 * time.Millisecond
-	a.OnNotification(n, 10*time.Millisecond+40*time.Microsecond)
+	clock.Set(10*time.Millisecond + 40*time.Microsecond)
+	a.OnNotification(n)
 	if len(lim.rates) != 2 || lim.rates[1] != 100*units.Mbit {
 		t.Fatalf("after a light CNP rates %v, want a cut to 100 Mbit/s", lim.rates)
 	}
@@ -56,18 +60,26 @@ func TestRateLimitAgent(t *testing.T) {
 	if s.LightCNPs != 1 || s.HeavyCNPs != 1 || len(s.Reaction) != 1 || s.Reaction[0] != 40*time.Microsecond || s.MinRate != 100*units.Mbit {
 		t.Errorf("stats %+v", s)
 	}
-	// The RP does not coalesce (the WAN port does, per PE): a second CNP
-	// cuts again, by α/2 with α near 1.
-	a.OnNotification(light, 10*time.Millisecond+500*time.Microsecond)
-	if len(lim.rates) != 3 || lim.rates[2] > 55*units.Mbit {
-		t.Errorf("after a second CNP rates %v, want a second cut to about 50 Mbit/s", lim.rates)
+	// Within an RTT of the cut a CNP is coalesced: the cut has not
+	// reached the WAN port yet. After it, the next one cuts again (from
+	// 150 Mbit/s: T = RTT brought one fast-recovery step, by α/2).
+	clock.Set(15 * time.Millisecond)
+	a.OnNotification(light)
+	if len(lim.rates) != 2 || a.Stats().Coalesced != 1 {
+		t.Errorf("a CNP 5 ms after the cut: rates %v, coalesced %d; want no change, 1", lim.rates, a.Stats().Coalesced)
+	}
+	clock.Set(21 * time.Millisecond)
+	a.OnNotification(light)
+	if len(lim.rates) != 3 || lim.rates[2] > 80*units.Mbit {
+		t.Errorf("after a second CNP past the RTT rates %v, want a second cut to about 75 Mbit/s", lim.rates)
 	}
 	// The timers bring it back to the line rate within a second.
-	for now := 11 * time.Millisecond; now < time.Second; now += time.Millisecond {
+	for now := 22 * time.Millisecond; now < 3*time.Second; now += time.Millisecond {
+		clock.Set(now)
 		a.Advance(now)
 	}
 	if last := lim.rates[len(lim.rates)-1]; last < 195*units.Mbit {
-		t.Errorf("after 1 s without CNPs the limiter is at %v, want back near 200 Mbit/s (rates %v)", last, lim.rates)
+		t.Errorf("after 3 s without CNPs the limiter is at %v, want back near 200 Mbit/s (rates %v)", last, lim.rates)
 	}
 	for i := 3; i < len(lim.rates); i++ {
 		if d := float64(lim.rates[i]) - float64(lim.rates[i-1]); d < 0 {
@@ -80,12 +92,15 @@ func TestRateLimitAgent(t *testing.T) {
 // CNPs keep them there, RerouteHold after the last one they return.
 func TestRerouteAgent(t *testing.T) {
 	paths := &fakePaths{}
-	a, err := New(Config{Mode: Reroute, RerouteHold: 20 * time.Millisecond}, nil, paths, 0)
+	clock := engine.NewFakeClock(0)
+	a, err := New(Config{Mode: Reroute, RerouteHold: 20 * time.Millisecond}, nil, paths, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.OnNotification(tunnel.Notification{Light: true, Time: 900 * time.Microsecond}, 1*time.Millisecond)
-	a.OnNotification(light, 5*time.Millisecond)
+	clock.Set(time.Millisecond)
+	a.OnNotification(tunnel.Notification{Light: true, Time: 900 * time.Microsecond})
+	clock.Set(5 * time.Millisecond)
+	a.OnNotification(light)
 	a.Advance(20 * time.Millisecond)
 	if len(paths.moves) != 1 || !paths.moves[0] {
 		t.Fatalf("moves %v, want one spill", paths.moves)
@@ -111,12 +126,13 @@ func TestAgentConfigErrors(t *testing.T) {
 	}{
 		{Config{Mode: RateLimit, LineRate: units.Gbit}, nil, nil, "rate mode needs a limiter"},
 		{Config{Mode: RateLimit}, &fakeLimiter{}, nil, "line_rate (0"},
+		{Config{Mode: RateLimit, LineRate: units.Gbit, MinRate: 2 * units.Gbit}, &fakeLimiter{}, nil, "min_rate (2gbit)"},
 		{Config{Mode: Reroute}, nil, nil, "reroute mode needs paths"},
 		{Config{Mode: 9}, nil, nil, "mode (mode(9))"},
 		{Config{MinChange: 2}, nil, nil, "min_change (2)"},
 		{Config{Mode: RateLimit, LineRate: units.Gbit}, &fakeLimiter{fail: true}, nil, "initial rate: netlink: no"},
 	} {
-		if _, err := New(c.cfg, c.lim, c.path, 0); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := New(c.cfg, c.lim, c.path, engine.NewFakeClock(0)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.cfg, err, c.want)
 		}
 	}

@@ -1,0 +1,124 @@
+package netnstests
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/host/pe"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// wanCoreClass is the WAN port's two-threshold class with notifications to
+// the ingress PE (seed 001).
+func wanCoreClass() qdisc.ClassConfig {
+	return qdisc.ClassConfig{Name: "wan", LimitBytes: 2 * units.MiB, ECN: qdisc.ECNTwoThreshold,
+		TwoThreshold: qdisc.TwoThreshold{T1Bytes: 30 * units.KiB, T2Bytes: 90 * units.KiB, T2MaxBytes: 180 * units.KiB,
+			LightMaxP: 0.3, HeavyMaxP: 0.2, NotifyInterval: time.Millisecond}}
+}
+
+// TestWANNotify runs seed 001's loop on real packets across a WAN with 5 ms
+// each way: UDP at 1.5x the core's rate congests its two-threshold port,
+// which marks the outer headers and sends CNPs to PE1; PE1 counts every
+// one, its agent cuts the tunnel's rate (a port on PE1's WAN device)
+// within a few hundred µs of the CNP's arrival, PE2 keeps the light marks
+// out of the inner headers, and every CE the receiver sees is accounted
+// for: a heavy mark at the core or one PE1 made inside during a heavy
+// hold.
+func TestWANNotify(t *testing.T) {
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	const coreRate = 100 * units.Mbit
+	core := qdisc.DefaultConfig(coreRate)
+	core.Classes[qdisc.ClassRoCE] = wanCoreClass()
+	w := lab.NewWANT(t, lab.WANSpec{Senders: 1, WANDelay: 5 * time.Millisecond, CorePort: core,
+		Tunnel: tunnel.Config{TwoThreshold: true}})
+
+	// The tunnel's rate limiter on PE1's WAN device, at twice the core's
+	// rate to begin with: the core is the bottleneck until the agent acts.
+	limCfg := qdisc.DefaultConfig(2 * coreRate)
+	limCfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "tunnel", LimitBytes: 8 * units.MiB, ECN: qdisc.ECNOff}
+	limiter := attachPort(t, w.Paths[0].Uplink, limCfg, false)
+	agent, err := pe.New(pe.Config{Mode: pe.RateLimit, LineRate: 2 * coreRate, RTT: 10 * time.Millisecond},
+		pe.PortLimiter{Port: limiter}, nil, pe.Monotonic{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	actx, stopAgent := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := agent.Run(actx, w.PE1); err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+
+	sk := newSink(t, w.Receiver)
+	dst := netip.AddrPortFrom(w.ReceiverAddr, uint16(sk.port))
+	f := flow{tos: tosRoCEECT0, payload: 1000, rate: coreRate * 3 / 2, total: 400 * time.Millisecond}
+	sent, err := f.send(ctx, w.Senders[0], dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, limiter)
+	ps := waitIdle(t, w.CorePort)
+	time.Sleep(50 * time.Millisecond) // the last CNPs cross the WAN back
+	stopAgent()
+	wg.Wait()
+
+	c := ps.Classes[qdisc.ClassRoCE]
+	s1, s2 := tunnelStats(t, w.PE1), tunnelStats(t, w.PE2)
+	as := agent.Stats()
+	var got uint64
+	for i := range sk.received {
+		got += sk.received[i].Load()
+	}
+	t.Logf("sent %d, received %d (Not-ECT %d, ECT(1) %d, ECT(0) %d, CE %d)", sent, got,
+		sk.received[0].Load(), sk.received[1].Load(), sk.received[2].Load(), sk.received[3].Load())
+	t.Logf("core: light marks %d, heavy %d, CNPs light %d heavy %d coalesced %d failed %d, dropped %d",
+		c.LightMarked, c.HeavyMarked, c.WANCNPLightSent, c.WANCNPHeavySent, c.WANCNPCoalesced, ps.Port.WANCNPFailed, c.DroppedPackets())
+	t.Logf("PE1: CNPs light %d heavy %d, inner CE %d; PE2: outer ECT(1) kept out %d; agent: %d rate updates, min rate %v, reactions %v",
+		s1.Decap.CNPLight, s1.Decap.CNPHeavy, s1.Encap.InnerCE, s2.Decap.Light, as.RateUpdates, as.MinRate, as.Reaction)
+
+	if c.LightMarked == 0 || c.WANCNPLightSent == 0 {
+		t.Fatalf("the core's queue never passed T1: %d light marks, %d CNPs", c.LightMarked, c.WANCNPLightSent)
+	}
+	// Every CNP the core sent reached PE1, and nothing else did.
+	if s1.Decap.CNPLight != c.WANCNPLightSent || s1.Decap.CNPHeavy != c.WANCNPHeavySent || ps.Port.WANCNPFailed != 0 {
+		t.Errorf("PE1 got %d light and %d heavy CNPs, the core sent %d and %d (%d failed)",
+			s1.Decap.CNPLight, s1.Decap.CNPHeavy, c.WANCNPLightSent, c.WANCNPHeavySent, ps.Port.WANCNPFailed)
+	}
+	// Light marks stay in the WAN: PE2 kept every one out.
+	if n := sk.received[tunnel.ECT1].Load(); n != 0 || s2.Decap.Light != c.LightMarked {
+		t.Errorf("the receiver saw %d ECT(1); PE2 kept %d outer ECT(1) out of %d light marks", n, s2.Decap.Light, c.LightMarked)
+	}
+	// Every CE accounted for.
+	if ce := sk.received[tunnel.CE].Load(); ce != c.HeavyMarked+s1.Encap.InnerCE {
+		t.Errorf("the receiver saw %d CE: the core marked %d, PE1 %d inside", ce, c.HeavyMarked, s1.Encap.InnerCE)
+	}
+	if got != uint64(sent) || c.DroppedPackets() != 0 {
+		t.Errorf("sent %d, received %d, the core dropped %d: want no loss", sent, got, c.DroppedPackets())
+	}
+	// The agent cut the tunnel's rate, each time within 2 ms of the
+	// CNP's arrival at PE1.
+	if as.MinRate >= 2*coreRate || len(as.Reaction) == 0 {
+		t.Errorf("the agent never cut the tunnel's rate: min %v, reactions %v", as.MinRate, as.Reaction)
+	}
+	for _, r := range as.Reaction {
+		if r > 2*time.Millisecond {
+			t.Errorf("a reaction took %v after the CNP arrived", r)
+		}
+	}
+	if err := agent.Err(); err != nil {
+		t.Errorf("agent: %v", err)
+	}
+}
