@@ -1535,19 +1535,11 @@ static __always_inline void ppfc_resume(struct __sk_buff *skb, const struct port
  * ppfc_mark becomes the frame port_enqueue or ppfc_resume built; any other
  * IPv4 packet may carry a resume out to its destination. Everything else
  * passes untouched (TC_ACT_UNSPEC: later programs and the qdisc see it). */
-/* ppfc_frame_built: the marked packet is a notification ppfc_egress
- * built already (its second pass, see ppfc_egress). */
-static __always_inline int ppfc_frame_built(struct __sk_buff *skb)
-{
-	struct roce_bth bth;
-
-	if ((skb->len != PPFC_V4_LEN && skb->len != WAN_CNP_V4_LEN) ||
-	    bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct net_udphdr), &bth, sizeof(bth)))
-		return 0;
-	if (skb->len == PPFC_V4_LEN)
-		return bth.opcode == ROCE_OP_CNP && (bth.ecn & ROCE_BTH_PPFC);
-	return bth.opcode == ROCE_OP_CNP && !(bth.ecn & ROCE_BTH_PPFC);
-}
+/* A frame ppfc_egress built carries ppfc_mark with this bit on its second
+ * pass through the device's egress. A mark, not the frame's contents: a
+ * clone of a CNP on its way to a paused source (the packet a resume rides
+ * on) looks like a WAN CNP until it is rewritten. */
+#define PPFC_MARK_BUILT 0x00010000
 
 /* A clone it rewrites is sent through the device's egress once more
  * (bpf_redirect to itself), like a trimmed packet: the stack sized it for
@@ -1566,8 +1558,7 @@ int ppfc_egress(struct __sk_buff *skb)
 	if (skb->mark == ppfc_mark) {
 		struct ppfc_scratch *sc;
 
-		if (ppfc_frame_built(skb))
-			return TC_ACT_UNSPEC; /* the second pass */
+		/* the first pass: a clone to rewrite */
 		sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
 		ps = bpf_map_lookup_elem(&port_counters, &zero);
 		if (!sc || !sc->ready) {
@@ -1590,7 +1581,12 @@ int ppfc_egress(struct __sk_buff *skb)
 		}
 		sc->ready = 0;
 		skb->priority = 0;
+		skb->mark = ppfc_mark | PPFC_MARK_BUILT;
 		return bpf_redirect(skb->ifindex, 0);
+	}
+	if (skb->mark == (ppfc_mark | PPFC_MARK_BUILT)) {
+		skb->mark = 0; /* the second pass: out it goes */
+		return TC_ACT_UNSPEC;
 	}
 	pc = bpf_map_lookup_elem(&port_cfg, &zero);
 	if (!pc || !(pc->flags & PORT_F_PPFC))

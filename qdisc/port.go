@@ -263,9 +263,7 @@ func (p *Port) attachPPFC() error {
 		if a.Index == p.meta.Ifindex || a.Flags&net.FlagLoopback != 0 {
 			continue
 		}
-		// First at the hook: a delay link there (host/lab/link) must hold
-		// the notification the clone becomes, not the clone.
-		if err := p.attachProgAt(p.ns, a.Index, p.progs.PpfcEgress, ebpf.AttachTCXEgress, link.Head()); err != nil {
+		if err := p.attachProg(p.ns, a.Index, p.progs.PpfcEgress, ebpf.AttachTCXEgress); err != nil {
 			return fmt.Errorf("attach ppfc_egress to %s: %w", describeDev(p.meta.Netns, a.Name), err)
 		}
 		p.meta.PPFCIfindexes = append(p.meta.PPFCIfindexes, a.Index)
@@ -343,15 +341,10 @@ func (p *Port) findPeer(opts AttachOptions) error {
 }
 
 func (p *Port) attachProg(ns netns.NsHandle, ifindex int, prog *ebpf.Program, where ebpf.AttachType) error {
-	return p.attachProgAt(ns, ifindex, prog, where, nil)
-}
-
-// attachProgAt attaches prog at anchor (nil: after what is there) with TCX.
-func (p *Port) attachProgAt(ns netns.NsHandle, ifindex int, prog *ebpf.Program, where ebpf.AttachType, anchor link.Anchor) error {
 	if p.meta.Attach == AttachTCX {
 		var l link.Link
 		err := nsexec.Do(ns, func() (err error) {
-			l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: where, Anchor: anchor})
+			l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: where})
 			return err
 		})
 		if err == nil {
