@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -354,36 +356,38 @@ func (Monotonic) Now() time.Duration {
 }
 
 // Run drives the agent from pe's notifications until ctx ends; the agent's
-// clock must be Monotonic.
+// clock must be Monotonic. One goroutine on a locked OS thread reads the
+// CNPs and keeps the timers, with real-time priority (SCHED_FIFO 10) when
+// the process may have it: the lab's senders and delay links share its
+// CPUs, and a reaction that waits for the scheduler is a reaction late.
 func (a *Agent) Run(ctx context.Context, pe *tunnel.PE) error {
-	notes := make(chan tunnel.Notification, 1024)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- pe.Notifications(ctx, func(n tunnel.Notification) {
-			select {
-			case notes <- n:
-			default: // the ring buffer coalesces too: a full queue drops
-			}
-		})
-	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	rd, err := pe.NotificationReader()
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	stop := context.AfterFunc(ctx, func() { rd.Close() })
+	defer stop()
+	// The thread dies with the goroutine (no UnlockOSThread), and its
+	// priority with it.
+	runtime.LockOSThread()
+	_ = unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 10}, 0)
 	for {
 		now := a.clock.Now()
 		a.Advance(now)
-		wait := time.Hour
+		wait := 100 * time.Millisecond
 		if next := a.NextEvent(); next != never {
-			wait = max(next-now, 50*time.Microsecond)
+			wait = min(max(next-now, 50*time.Microsecond), wait)
 		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return <-errc
-		case err := <-errc:
+		n, ok, err := rd.Next(time.Now().Add(wait))
+		if errors.Is(err, os.ErrClosed) || ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
 			return err
-		case n := <-notes:
+		}
+		if ok {
 			a.OnNotification(n)
-		case <-timer.C:
 		}
 	}
 }

@@ -203,15 +203,56 @@ type Notification struct {
 // Notifications reads the WAN CNPs until ctx ends, calling fn for each.
 func (p *PE) Notifications(ctx context.Context, fn func(Notification)) error {
 	return readRing(ctx, p.maps.TunnelCnps, func(raw []byte) error {
-		var ev bpf.TunnelCnpEvent
-		if err := binary.Read(bytes.NewReader(raw), binary.NativeEndian, &ev); err != nil {
-			return fmt.Errorf("tunnel CNP: %w", err)
+		n, err := parseNotification(raw)
+		if err == nil {
+			fn(n)
 		}
-		fn(Notification{Time: time.Duration(ev.TimeNs), Remote: addrFromBE(ev.Remote), Light: ev.Light != 0,
-			DestQP: ev.DestQp, SourcePort: ev.Sport})
-		return nil
+		return err
 	})
 }
+
+func parseNotification(raw []byte) (Notification, error) {
+	var ev bpf.TunnelCnpEvent
+	if err := binary.Read(bytes.NewReader(raw), binary.NativeEndian, &ev); err != nil {
+		return Notification{}, fmt.Errorf("tunnel CNP: %w", err)
+	}
+	return Notification{Time: time.Duration(ev.TimeNs), Remote: addrFromBE(ev.Remote), Light: ev.Light != 0,
+		DestQP: ev.DestQp, SourcePort: ev.Sport}, nil
+}
+
+// NotificationReader reads the WAN CNPs one at a time on the caller's
+// goroutine, for a loop that also keeps timers (the PE agent).
+type NotificationReader struct{ rd *ringbuf.Reader }
+
+// NotificationReader opens the CNP ring buffer; Close it when done.
+func (p *PE) NotificationReader() (*NotificationReader, error) {
+	rd, err := ringbuf.NewReader(p.maps.TunnelCnps)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel CNPs: %w", err)
+	}
+	return &NotificationReader{rd: rd}, nil
+}
+
+// Next waits until deadline (zero: forever) for the next CNP; ok is false
+// when the deadline passed first. After Close it returns os.ErrClosed.
+func (r *NotificationReader) Next(deadline time.Time) (n Notification, ok bool, err error) {
+	r.rd.SetDeadline(deadline)
+	rec, err := r.rd.Read()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return Notification{}, false, nil
+	}
+	if errors.Is(err, ringbuf.ErrClosed) {
+		return Notification{}, false, os.ErrClosed
+	}
+	if err != nil {
+		return Notification{}, false, fmt.Errorf("tunnel CNPs: %w", err)
+	}
+	n, err = parseNotification(rec.RawSample)
+	return n, err == nil, err
+}
+
+// Close ends a Next in progress and every later one.
+func (r *NotificationReader) Close() error { return r.rd.Close() }
 
 // Congestion is what a PE knows of congestion in one tunnel.
 type Congestion struct {
