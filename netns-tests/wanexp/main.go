@@ -138,8 +138,8 @@ func (x *experiment) run(ctx context.Context) error {
 				r = Result{Scheme: sc.Name, Label: sc.Label, Run: run, Error: err.Error()}
 				failed = append(failed, fmt.Sprintf("%s (run %d)", sc.Name, run))
 			} else {
-				x.printf("WAN queue p50 %.1f p99 %.1f KB, util %.1f%%, lost %d, resent %d, PE reaction %s, e2e %s, FCT p99 %.0f µs\n",
-					r.CoreQueueKB.P50, r.CoreQueueKB.P99, r.CoreUtil, r.Drops.Lost(), r.Drops.Retransmits,
+				x.printf("WAN queue p50 %.1f p99 %.1f KB, util %.1f%%, lost %d (hosts %d), resent %d, PE reaction %s, e2e %s, FCT p99 %.0f µs\n",
+					r.CoreQueueKB.P50, r.CoreQueueKB.P99, r.CoreUtil, r.Drops.Lost(), r.Drops.HostLost(), r.Drops.Retransmits,
 					ptrMs(r.PEReactionMs), ptrMs(r.E2EReactionMs), r.ShortFCTUs.P99)
 			}
 			rep.Schemes = append(rep.Schemes, r)

@@ -80,6 +80,10 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 		}
 	}()
 
+	if _, err := w.SteerRx(ctx); err != nil {
+		return res, err
+	}
+
 	var limiter *qdisc.Port
 	var lim pe.Limiter
 	if sc.Limiter != nil {
@@ -160,6 +164,10 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 		long = append(long, p)
 	}
 	acked0 := ackedBytes(long)
+	hostDrops0, err := hostDrops(w)
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	for i, p := range long {
 		if err := p.S.Start(agent.Stream{Op: agent.OpWrite, MessageBytes: longMsgBytes}); err != nil {
@@ -228,6 +236,11 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	shortWG.Wait()
 	waitDrain(ctx, ports, limiter)
 
+	hostDrops1, err := hostDrops(w)
+	if err != nil {
+		return res, err
+	}
+	res.Drops.Hosts, res.Drops.Backlog = hostDrops1[0]-hostDrops0[0], hostDrops1[1]-hostDrops0[1]
 	as := ag.Stats()
 	res.WindowS = window.Seconds()
 	res.fill(o, sc, ss, before, after, window)
@@ -260,9 +273,10 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 			}
 		}
 	}
-	for _, h := range hosts.Senders {
+	for _, h := range append([]*rocelab.Host{hosts.Recv}, hosts.Senders...) {
 		c := h.Agent.Counters()
 		res.Drops.Retransmits += c.RetransmitPackets
+		res.Drops.Agents += c.SendErrors + c.ReplyOverruns
 	}
 	res.Drops.OutOfSequence = hosts.Recv.Agent.Counters().OutOfSequence
 	if err := ag.Err(); err != nil {
@@ -445,4 +459,20 @@ func durationsUs(ds []time.Duration) []float64 {
 		out[i] = float64(d) / float64(time.Microsecond)
 	}
 	return out
+}
+
+// hostDrops is the hosts' UDP RcvbufErrors (receiver and senders) and the
+// machine's softnet backlog drops.
+func hostDrops(w *lab.WAN) ([2]uint64, error) {
+	var d [2]uint64
+	for _, n := range append([]*lab.Node{w.Receiver}, w.Senders...) {
+		v, err := n.UDPCounter("RcvbufErrors")
+		if err != nil {
+			return d, fmt.Errorf("%s: %w", n.Name, err)
+		}
+		d[0] += v
+	}
+	var err error
+	d[1], err = lab.SoftnetDrops()
+	return d, err
 }
