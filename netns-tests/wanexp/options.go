@@ -52,6 +52,7 @@ type options struct {
 	senders       int
 	rate          units.Rate
 	peRate        units.Rate
+	peMinRate     units.Rate
 	delay         time.Duration
 	duration      time.Duration
 	t1, t2, t2Max units.ByteSize
@@ -68,17 +69,19 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		runs:     3,
+		runs:     5,
 		schemes:  slices.Clone(schemeNames),
 		senders:  3,
 		rate:     100 * units.Mbit,
 		delay:    5 * time.Millisecond,
 		duration: 4 * time.Second,
-		// The WAN's BDP at 100 Mbit/s and 10 ms is 125 KB (see README).
-		t1:          30 * units.KiB,
+		// The WAN's BDP at 100 Mbit/s and 10 ms is 125 KB (see README);
+		// t1, t2-max and p1, p2 follow portctl tune's two-threshold rule
+		// (t1 = t2/2, t2-max = 2 t2, p1 = 1, p2 = 0.2).
+		t1:          45 * units.KiB,
 		t2:          90 * units.KiB,
 		t2Max:       180 * units.KiB,
-		lightP:      0.3,
+		lightP:      1,
 		heavyP:      0.2,
 		notify:      time.Millisecond,
 		limit:       4 * units.MiB,
@@ -158,6 +161,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.IntVar(&o.senders, "senders", o.senders, "senders in DC1, one long queue pair each at the core's rate")
 	fs.Var(rateFlag{&o.rate}, "rate", "the WAN core port's rate (the bottleneck), and each sender's DCQCN line rate")
 	fs.Var(rateFlag{&o.peRate}, "pe-rate", "PE1's tunnel line rate in (b), the rate its limiter starts at (default 1.5x -rate)")
+	fs.Var(rateFlag{&o.peMinRate}, "pe-min-rate", "the least rate PE1's agent cuts the tunnel to in (b) (default the agent's, -pe-rate/10)")
 	fs.DurationVar(&o.delay, "delay", o.delay, "one-way WAN delay each way")
 	fs.DurationVar(&o.duration, "duration", o.duration, "traffic time per scheme and run, from the long flows' start")
 	fs.Var(sizeFlag{&o.t1}, "t1", "light threshold (ECT(1) from here)")
@@ -215,6 +219,9 @@ func (o *options) validate() error {
 	if o.peRate <= o.rate {
 		errs = append(errs, fmt.Errorf("-pe-rate (%s): want above -rate (%s), so that the core is the bottleneck until the PE acts", o.peRate, o.rate))
 	}
+	if o.peMinRate < 0 || o.peMinRate > o.peRate {
+		errs = append(errs, fmt.Errorf("-pe-min-rate (%s): want 0 (the agent's default) to -pe-rate (%s)", o.peMinRate, o.peRate))
+	}
 	if o.delay <= 0 || o.delay > link.MaxDelay {
 		errs = append(errs, fmt.Errorf("-delay (%v): want above 0, at most %v", o.delay, link.MaxDelay))
 	}
@@ -241,6 +248,6 @@ func (o *options) validate() error {
 
 // setup is what every scheme shares.
 func (o *options) setup() schemeSetup {
-	return schemeSetup{coreRate: o.rate, peRate: o.peRate, wanRTT: 2 * o.delay, limit: o.limit,
+	return schemeSetup{coreRate: o.rate, peRate: o.peRate, peMinRate: o.peMinRate, wanRTT: 2 * o.delay, limit: o.limit,
 		th: Thresholds{T1: o.t1, T2: o.t2, T2Max: o.t2Max, LightMaxP: o.lightP, HeavyMaxP: o.heavyP, Notify: o.notify}}
 }

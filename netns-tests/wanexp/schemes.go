@@ -63,6 +63,7 @@ type Scheme struct {
 // schemeSetup is what every scheme shares.
 type schemeSetup struct {
 	coreRate, peRate units.Rate
+	peMinRate        units.Rate // 0: the agent's default
 	wanRTT           time.Duration
 	th               Thresholds
 	limit            units.ByteSize // every RoCE class's buffer: lossless
@@ -93,7 +94,7 @@ func (s schemeSetup) scheme(name string) (Scheme, error) {
 	case schemeRate:
 		sc.Core.Classes[qdisc.ClassRoCE] = s.roceClassTwoThreshold()
 		sc.TwoThreshold = true
-		agent.Mode, agent.LineRate = pe.RateLimit, s.peRate
+		agent.Mode, agent.LineRate, agent.MinRate = pe.RateLimit, s.peRate, s.peMinRate
 		// The PE's buffer is where the tunnel's excess now waits: its
 		// class marks the outer header on the same CE curve, which PE2
 		// copies inside, so the senders hear of it end to end.
@@ -134,7 +135,11 @@ func (sc *Scheme) describe() string {
 	}
 	fmt.Fprintf(&b, "; PE agent %s", sc.Agent.Mode)
 	if sc.Limiter != nil {
-		fmt.Fprintf(&b, " at %s (PE buffer marks CE from %s)", sc.Limiter.Rate, sc.Limiter.Classes[qdisc.ClassRoCE].MinThBytes)
+		fmt.Fprintf(&b, " at %s", sc.Limiter.Rate)
+		if sc.Agent.MinRate > 0 {
+			fmt.Fprintf(&b, ", floor %s", sc.Agent.MinRate)
+		}
+		fmt.Fprintf(&b, " (PE buffer marks CE from %s)", sc.Limiter.Classes[qdisc.ClassRoCE].MinThBytes)
 	}
 	if sc.SecondPath {
 		b.WriteString(", second core c2 (same port)")
