@@ -122,6 +122,7 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	defer func() {
 		cancel()
 		wg.Wait()
+		shortWG.Wait() // on an early return: before the hosts close
 		if agentErr != nil && !errors.Is(agentErr, context.Canceled) {
 			err = errors.Join(err, fmt.Errorf("PE agent: %w", agentErr))
 		}
