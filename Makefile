@@ -10,7 +10,7 @@ BIN := bin
 # Tools the tests, the benchmark and the demo run (Debian package names).
 RUNTIME_DEPS := iperf3 iproute2 ethtool tcpdump tshark python3-scapy
 
-.PHONY: help build generate check-generate deps test unit-test netns-test bench demo experiment lint clean
+.PHONY: help build generate check-generate deps test unit-test netns-test bench demo experiment wan-experiment lint clean
 
 help:
 	@echo "make build          build portctl, roceperf and fabricdemo into $(BIN)/"
@@ -19,6 +19,7 @@ help:
 	@echo "make netns-test     (root) only the tests in network namespaces (host/lab, netns-tests)"
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf vs iperf3 -u, CNP reaction time"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
+	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (WAN_FLAGS=-help)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
 	@echo "make lint           gofmt and go vet"
 	@echo "make clean          remove $(BIN)/"
@@ -73,6 +74,11 @@ demo: deps
 EXPERIMENT_FLAGS ?=
 experiment: deps
 	$(GO) run ./netns-tests/experiment $(EXPERIMENT_FLAGS)
+
+# Issue 13 §5, the WAN lab's experiment (seed 001); writes wanexp-out/.
+WAN_FLAGS ?=
+wan-experiment: deps
+	$(GO) run ./netns-tests/wanexp $(WAN_FLAGS)
 
 clean:
 	rm -rf $(BIN)

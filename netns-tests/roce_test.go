@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -872,18 +870,7 @@ func portDrops(s qdisc.Stats) uint64 {
 // a veth delivers into these queues, so they are a drop point outside the
 // port.
 func softnetDrops() uint64 {
-	b, err := os.ReadFile("/proc/net/softnet_stat")
-	if err != nil {
-		return 0
-	}
-	var n uint64
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 1 {
-			v, _ := strconv.ParseUint(f[1], 16, 64)
-			n += v
-		}
-	}
+	n, _ := lab.SoftnetDrops()
 	return n
 }
 

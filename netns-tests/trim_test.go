@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -167,33 +164,7 @@ func setTxChecksum(t *testing.T, n *lab.Node, dev string, on bool) {
 // udpCounter reads a counter of the Udp line of n's /proc/net/snmp.
 func udpCounter(t *testing.T, n *lab.Node, name string) uint64 {
 	t.Helper()
-	var v uint64
-	err := n.Do(func() error {
-		// /proc/self/net is the process leader's namespace, not this
-		// thread's.
-		b, err := os.ReadFile("/proc/thread-self/net/snmp")
-		if err != nil {
-			return err
-		}
-		var names []string
-		for _, l := range strings.Split(string(b), "\n") {
-			f := strings.Fields(l)
-			if len(f) == 0 || f[0] != "Udp:" {
-				continue
-			}
-			if names == nil {
-				names = f
-				continue
-			}
-			for i := range names {
-				if names[i] == name && i < len(f) {
-					v, err = strconv.ParseUint(f[i], 10, 64)
-					return err
-				}
-			}
-		}
-		return fmt.Errorf("no Udp %s in /proc/net/snmp", name)
-	})
+	v, err := n.UDPCounter(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,51 @@ import (
 // spurious fast retransmits although nothing was dropped. It returns the
 // CPUs used, or "" when there is a single CPU.
 func (d *Dumbbell) SteerRx(ctx context.Context) (string, error) {
+	var sw []rxDev
+	for _, p := range d.SenderPorts {
+		sw = append(sw, rxDev{p.Node, p.Dev})
+	}
+	cpus, err := steerRx(ctx, sw, []rxDev{{d.Receiver, d.Bottleneck.PeerDev}})
+	if err != nil || cpus == nil {
+		return "", err
+	}
+	return fmt.Sprintf("switch ports on CPU %d, receiver on CPU %d", cpus[0], cpus[1]), nil
+}
+
+// SteerRx is the WAN's: the receive processing of the network (leaf1's
+// ports toward the senders, where a sender's packets enter, and each
+// core's device from its fiber, where the delay link's forwarder writes
+// them back) on one CPU, the receiver's on another, so that no flow is
+// reordered on the way (see Dumbbell.SteerRx). It returns the CPUs used,
+// or "" when there is a single CPU.
+func (w *WAN) SteerRx(ctx context.Context) (string, error) {
+	var net []rxDev
+	for i := range w.Senders {
+		net = append(net, rxDev{w.Leaf1, fmt.Sprintf("h%d", i+1)})
+	}
+	for _, p := range w.Paths {
+		net = append(net, rxDev{p.FiberOut.PeerNode, p.FiberOut.PeerDev})
+	}
+	cpus, err := steerRx(ctx, net, []rxDev{{w.Receiver, "eth0"}})
+	if err != nil || cpus == nil {
+		return "", err
+	}
+	return fmt.Sprintf("leaf1 and the cores on CPU %d, receiver on CPU %d", cpus[0], cpus[1]), nil
+}
+
+// rxDev is a device whose receive processing is steered.
+type rxDev struct {
+	node *Node
+	dev  string
+}
+
+// steerRx sets RPS on first to the first CPU this process may run on and
+// on second to the second; it returns the two CPUs, or nil with a single
+// one.
+func steerRx(ctx context.Context, first, second []rxDev) ([]int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return "", nil
+		return nil, nil
 	}
 	var cpus []int
 	for c := 0; c < 1024 && len(cpus) < 2; c++ {
@@ -29,26 +71,25 @@ func (d *Dumbbell) SteerRx(ctx context.Context) (string, error) {
 		}
 	}
 	if len(cpus) < 2 {
-		return "", nil
+		return nil, nil
 	}
-	write := func(n *Node, dev string, cpu int) error {
-		path := "/sys/class/net/" + dev + "/queues/rx-0/rps_cpus"
+	write := func(d rxDev, cpu int) error {
+		path := "/sys/class/net/" + d.dev + "/queues/rx-0/rps_cpus"
 		// ip netns exec mounts the namespace's own /sys for the child.
-		out, err := n.Command(ctx, "sh", "-c", `echo "$0" > "$1"`, cpuMask(cpu), path).CombinedOutput()
+		out, err := d.node.Command(ctx, "sh", "-c", `echo "$0" > "$1"`, cpuMask(cpu), path).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("set RPS on %s:%s: %v %s", n.Name, dev, err, bytes.TrimSpace(out))
+			return fmt.Errorf("set RPS on %s:%s: %v %s", d.node.Name, d.dev, err, bytes.TrimSpace(out))
 		}
 		return nil
 	}
-	for _, p := range d.SenderPorts {
-		if err := write(p.Node, p.Dev, cpus[0]); err != nil {
-			return "", err
+	for k, devs := range [][]rxDev{first, second} {
+		for _, d := range devs {
+			if err := write(d, cpus[k]); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if err := write(d.Receiver, d.Bottleneck.PeerDev, cpus[1]); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("switch ports on CPU %d, receiver on CPU %d", cpus[0], cpus[1]), nil
+	return cpus, nil
 }
 
 // cpuMask is the rps_cpus mask of one CPU: hex, in 32-bit words separated by

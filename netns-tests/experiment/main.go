@@ -30,6 +30,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/kernel"
+	"github.com/fabriclab/fabriclab/netns-tests/internal/rocelab"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -89,7 +90,7 @@ type experiment struct {
 	dctcp *dctcp.Registration
 	cc    string
 	// roce is the agents of a -transport roce run.
-	roce *roceLab
+	roce *rocelab.Hosts
 }
 
 func (e *experiment) printf(format string, a ...any) { fmt.Fprintf(e.out, format, a...) }
@@ -102,7 +103,7 @@ func (e *experiment) cleanup() error {
 		e.srv.close()
 	}
 	if e.roce != nil {
-		if err := e.roce.close(); err != nil {
+		if err := e.roce.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close the agents: %w", err))
 		}
 	}

@@ -7,56 +7,11 @@ package main
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"time"
 
+	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
-
-// Dist summarises a sample. Percentiles are nearest-rank: the smallest
-// sample with at least q·N samples at or below it, so a p99 is a value
-// that was measured, not interpolated.
-type Dist struct {
-	N    int     `json:"n"`
-	Min  float64 `json:"min"`
-	Mean float64 `json:"mean"`
-	P50  float64 `json:"p50"`
-	P90  float64 `json:"p90"`
-	P99  float64 `json:"p99"`
-	Max  float64 `json:"max"`
-}
-
-func summarize(xs []float64) Dist {
-	if len(xs) == 0 {
-		return Dist{}
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	var sum float64
-	for _, x := range s {
-		sum += x
-	}
-	return Dist{
-		N:    len(s),
-		Min:  s[0],
-		Mean: sum / float64(len(s)),
-		P50:  nearestRank(s, 0.50),
-		P90:  nearestRank(s, 0.90),
-		P99:  nearestRank(s, 0.99),
-		Max:  s[len(s)-1],
-	}
-}
-
-// nearestRank is the q-quantile (0 < q <= 1) of sorted, nearest-rank.
-func nearestRank(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	// The epsilon keeps 0.9·10 = 9.000000000000002 at rank 9.
-	rank := int(math.Ceil(q*float64(len(sorted)) - 1e-9))
-	rank = min(max(rank, 1), len(sorted))
-	return sorted[rank-1]
-}
 
 // durationsUs converts durations to float microseconds, the unit of every
 // time in the report.
@@ -104,7 +59,7 @@ func queueStats(backlog []uint64, rate units.Rate) QueueStats {
 			idle++
 		}
 	}
-	d := summarize(xs)
+	d := stats.Summarize(xs)
 	q := QueueStats{Samples: d.N, MeanBytes: d.Mean, P50Bytes: d.P50, P99Bytes: d.P99, MaxBytes: d.Max,
 		MeanUs: bytesToUs(d.Mean, rate), P99Us: bytesToUs(d.P99, rate)}
 	if d.N > 0 {
@@ -192,7 +147,7 @@ func rttReport(names []string, delays []time.Duration, samples [][]time.Duration
 			sr.Lost = lost[i]
 		}
 		if i < len(samples) {
-			sr.RTTUs = summarize(durationsUs(samples[i]))
+			sr.RTTUs = stats.Summarize(durationsUs(samples[i]))
 			pooled = append(pooled, samples[i]...)
 		}
 		if sr.RTTUs.N > 0 {
@@ -200,7 +155,7 @@ func rttReport(names []string, delays []time.Duration, samples [][]time.Duration
 		}
 		r.PerSender = append(r.PerSender, sr)
 	}
-	r.PooledUs = summarize(durationsUs(pooled))
+	r.PooledUs = stats.Summarize(durationsUs(pooled))
 	if hi > 0 && lo > 0 && !math.IsInf(lo, 1) {
 		r.Spread = hi / lo
 	}

@@ -9,51 +9,6 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
-func TestNearestRank(t *testing.T) {
-	one2ten := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	for _, tc := range []struct {
-		xs   []float64
-		q    float64
-		want float64
-	}{
-		{one2ten, 0.5, 5},
-		{one2ten, 0.9, 9}, // not 10: 0.9·10 is exactly rank 9
-		{one2ten, 0.91, 10},
-		{one2ten, 0.99, 10},
-		{one2ten, 1, 10},
-		{one2ten, 0.01, 1},
-		{[]float64{7}, 0.99, 7},
-		{nil, 0.5, 0},
-	} {
-		if got := nearestRank(tc.xs, tc.q); got != tc.want {
-			t.Errorf("nearestRank(%v, %g) = %g, want %g", tc.xs, tc.q, got, tc.want)
-		}
-	}
-	// 200 samples: p99 is the 198th, so one outlier in 100 does not set it.
-	xs := make([]float64, 200)
-	for i := range xs {
-		xs[i] = float64(i + 1)
-	}
-	if got := nearestRank(xs, 0.99); got != 198 {
-		t.Errorf("p99 of 1..200 = %g, want 198", got)
-	}
-}
-
-func TestSummarize(t *testing.T) {
-	in := []float64{5, 1, 4, 2, 3}
-	d := summarize(in)
-	want := Dist{N: 5, Min: 1, Mean: 3, P50: 3, P90: 5, P99: 5, Max: 5}
-	if d != want {
-		t.Errorf("summarize = %+v, want %+v", d, want)
-	}
-	if !slices.Equal(in, []float64{5, 1, 4, 2, 3}) {
-		t.Errorf("summarize sorted its input: %v", in)
-	}
-	if (summarize(nil) != Dist{}) {
-		t.Errorf("summarize(nil) = %+v, want zero", summarize(nil))
-	}
-}
-
 func TestQueueStats(t *testing.T) {
 	// 200 Mbit/s: 25 000 bytes drain in 1 ms.
 	rate := 200 * units.Mbit

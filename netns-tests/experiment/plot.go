@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"image/color"
-	"os"
 	"slices"
 
 	"gonum.org/v1/plot"
@@ -12,6 +10,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/fabriclab/fabriclab/netns-tests/internal/figure"
 )
 
 // zoomSamples is how much of the start of each run the right-hand panels show
@@ -107,7 +107,7 @@ func writePlot(path string, r *Report) error {
 		}
 	}
 
-	return savePNG(path, img)
+	return figure.SavePNG(path, img)
 }
 
 func seriesPlot(s *Result, measureS, yMax, kTail, kAvg, pst float64) (*plot.Plot, error) {
@@ -267,23 +267,5 @@ func writeFCTPlot(path string, r *Report) error {
 	canvases := plot.Align(plots, tiles, dc)
 	whole.Draw(canvases[0][0])
 	tail.Draw(canvases[0][1])
-	return savePNG(path, img)
-}
-
-// savePNG writes img to path as a PNG.
-func savePNG(path string, img *vgimg.Canvas) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
-		f.Close()
-		return fmt.Errorf("plot: write %s: %w", path, err)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return figure.SavePNG(path, img)
 }

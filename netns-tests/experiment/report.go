@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -87,16 +88,16 @@ type RTTReport struct {
 	PerSender []SenderRTT `json:"per_sender"`
 	// Pooled over all senders (each gave the same number of probes): the
 	// RTT distribution of the flows, what Tune gets.
-	PooledUs Dist `json:"pooled_us"`
+	PooledUs stats.Dist `json:"pooled_us"`
 	// Spread is the largest per-sender median over the smallest.
 	Spread float64 `json:"spread"`
 }
 
 type SenderRTT struct {
-	Sender  string  `json:"sender"`
-	DelayUs float64 `json:"one_way_delay_us"`
-	Lost    int     `json:"lost"`
-	RTTUs   Dist    `json:"rtt_us"`
+	Sender  string     `json:"sender"`
+	DelayUs float64    `json:"one_way_delay_us"`
+	Lost    int        `json:"lost"`
+	RTTUs   stats.Dist `json:"rtt_us"`
 }
 
 // Result is one scheme's run.
@@ -121,9 +122,9 @@ type Result struct {
 	PstMarks    uint64 `json:"aqm_pst_marks"` // CoDel, ECN♯ persistent
 	Drops       uint64 `json:"drops"`
 	// Short flows started in the measured window.
-	ShortFCTUs    Dist   `json:"short_fct_us"`
-	ShortFailed   int    `json:"short_failed"`
-	ShortBySender []Dist `json:"short_fct_us_by_sender"`
+	ShortFCTUs    stats.Dist   `json:"short_fct_us"`
+	ShortFailed   int          `json:"short_failed"`
+	ShortBySender []stats.Dist `json:"short_fct_us_by_sender"`
 	// ShortFCTsUs are the FCTs themselves (the CDF plot).
 	ShortFCTsUs []float64 `json:"short_fcts_us"`
 	// Incast is the incast phase after the measured window.
@@ -146,8 +147,8 @@ type IncastResult struct {
 	Flows  int `json:"flows"`
 	Failed int `json:"failed"` // queries without an answer within the short-flow timeout
 	// QCTUs is per round: the time to the last answer; FCTUs per query.
-	QCTUs   Dist       `json:"qct_us"`
-	FCTUs   Dist       `json:"fct_us"`
+	QCTUs   stats.Dist `json:"qct_us"`
+	FCTUs   stats.Dist `json:"fct_us"`
 	Drops   uint64     `json:"drops"`
 	CEMarks uint64     `json:"ce_marks"`
 	Queue   QueueStats `json:"queue"`
@@ -173,8 +174,8 @@ type Goal struct {
 	// Paired is the compared quantity (a relative reduction or change) of
 	// each run in which both schemes ran, ECN♯ against step-Tail of the
 	// same run, and its mean with a 95 % confidence interval.
-	Paired    Stat `json:"paired"`
-	Evaluated bool `json:"evaluated"`
+	Paired    stats.Stat `json:"paired"`
+	Evaluated bool       `json:"evaluated"`
 	// Met: the mean meets the goal; CIClears: the whole interval does.
 	Met      bool `json:"met"`
 	CIClears bool `json:"ci_clears"`
@@ -258,7 +259,7 @@ func checkGoals(rs []Result, transport string) []Goal {
 			}
 			vals, before, after = append(vals, v), append(before, x), append(after, y)
 		}
-		g.Paired = newStat(vals)
+		g.Paired = stats.NewStat(vals)
 		g.Evaluated = g.Paired.N > 0
 		if !g.Evaluated {
 			g.Measured = "not evaluated: needs successful " + sp.baseline + " and ecnsharp runs with samples"
@@ -299,7 +300,7 @@ func runsOf(rs []Result, name string) map[int]*Result {
 
 // meanText is the mean of xs divided by unit.
 func meanText(xs []float64, unit float64, format string) string {
-	st := newStat(xs)
+	st := stats.NewStat(xs)
 	if st.N == 0 {
 		return "n/a"
 	}
@@ -308,7 +309,7 @@ func meanText(xs []float64, unit float64, format string) string {
 
 // pairedText says how much lower (or higher) ECN♯ was, with the interval
 // and the runs.
-func pairedText(st Stat, lower, higher string) string {
+func pairedText(st stats.Stat, lower, higher string) string {
 	if st.N == 0 {
 		return "n/a"
 	}
@@ -323,7 +324,7 @@ func pairedText(st Stat, lower, higher string) string {
 	return fmt.Sprintf("%.1f%% %s (mean of %d runs, 95%% CI %.1f to %.1f%%)", 100*m, word, st.N, 100*lo, 100*hi)
 }
 
-func pairedSigned(st Stat) string {
+func pairedSigned(st stats.Stat) string {
 	if st.N == 0 {
 		return "n/a"
 	}
@@ -423,7 +424,7 @@ func renderTable(w io.Writer, r *Report) {
 }
 
 // ci is a Stat as "mean ± half-width".
-func ci(s Stat, format string) string {
+func ci(s stats.Stat, format string) string {
 	switch {
 	case s.N == 0:
 		return "-"

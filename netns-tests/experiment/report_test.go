@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -28,7 +29,7 @@ func testTune(t *testing.T) aqm.TuneOutput {
 
 func result(name string, meanQ, util, p99 float64) Result {
 	return Result{Scheme: Scheme{Name: name, Label: name}, Queue: QueueStats{MeanBytes: meanQ},
-		Utilization: util, ShortFCTUs: Dist{N: 100, P99: p99}}
+		Utilization: util, ShortFCTUs: stats.Dist{N: 100, P99: p99}}
 }
 
 func TestCheckGoals(t *testing.T) {
@@ -105,29 +106,11 @@ func TestCheckGoalsPaired(t *testing.T) {
 	}
 }
 
-func TestStat(t *testing.T) {
-	s := newStat([]float64{1, 2, 3, math.NaN(), 4, 5})
-	// mean 3, sd sqrt(2.5), t(4) = 2.776
-	if s.N != 5 || s.Mean != 3 || s.Min != 1 || s.Max != 5 || math.Abs(s.CI95-2.776*math.Sqrt(2.5)/math.Sqrt(5)) > 1e-9 {
-		t.Errorf("newStat = %+v", s)
-	}
-	if one := newStat([]float64{7}); one.N != 1 || one.Mean != 7 || !math.IsNaN(one.CI95) {
-		t.Errorf("one value: %+v", one)
-	}
-	b, err := json.Marshal(newStat(nil))
-	if err != nil || !strings.Contains(string(b), `"mean":null`) {
-		t.Errorf("an empty stat encodes as %s, %v: want null, not NaN", b, err)
-	}
-	if t975(40) != 1.96 || t975(1) != 12.706 || !math.IsNaN(t975(0)) {
-		t.Error("t975 table")
-	}
-}
-
 func TestCheckGoalsNotEvaluated(t *testing.T) {
 	failed := result("ecnsharp", 1, 1, 1)
 	failed.Error = "boom"
 	noShort := result("ecnsharp", 1000, 1, 0)
-	noShort.ShortFCTUs = Dist{}
+	noShort.ShortFCTUs = stats.Dist{}
 	for name, rs := range map[string][]Result{
 		"no ECN♯":        {result("step-tail", 1, 1, 1)},
 		"ECN♯ failed":    {result("step-tail", 1, 1, 1), failed},
@@ -286,7 +269,7 @@ func TestSchemesOverride(t *testing.T) {
 }
 
 func TestTuneFrom(t *testing.T) {
-	rtt := &RTTReport{PooledUs: Dist{N: 10, P50: 1000, P90: 1500, Mean: 1100}}
+	rtt := &RTTReport{PooledUs: stats.Dist{N: 10, P50: 1000, P90: 1500, Mean: 1100}}
 	out, err := tuneFrom(rtt, 200*units.Mbit, 1, 0)
 	if err != nil {
 		t.Fatal(err)

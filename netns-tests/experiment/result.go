@@ -3,6 +3,7 @@ package main
 import (
 	"time"
 
+	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -71,9 +72,9 @@ func buildResult(s Scheme, rate units.Rate, w *window) Result {
 	var all []time.Duration
 	for _, f := range w.FCTs {
 		all = append(all, f...)
-		r.ShortBySender = append(r.ShortBySender, summarize(durationsUs(f)))
+		r.ShortBySender = append(r.ShortBySender, stats.Summarize(durationsUs(f)))
 	}
-	r.ShortFCTUs = summarize(durationsUs(all))
+	r.ShortFCTUs = stats.Summarize(durationsUs(all))
 	r.ShortFCTsUs = durationsUs(all)
 	r.ShortFailed = w.ShortFailed
 	r.Incast = w.Incast

@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 
+	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -15,19 +16,19 @@ type Summary struct {
 	Runs     int    `json:"runs"`   // that completed
 	Failed   int    `json:"failed"` // that failed (not in the stats)
 
-	MeanQueueKB    Stat `json:"mean_queue_kb"`
-	MeanQueueUs    Stat `json:"mean_queue_us"`
-	P99QueueKB     Stat `json:"p99_queue_kb"`
-	Utilization    Stat `json:"utilization_percent"`
-	ShortFCTMeanUs Stat `json:"short_fct_mean_us"`
-	ShortFCTP99Us  Stat `json:"short_fct_p99_us"`
-	Drops          Stat `json:"drops"`
-	MarkedPercent  Stat `json:"marked_percent"` // CE marks / ECT arrivals
-	Retransmits    Stat `json:"long_retransmits"`
-	IncastQCTP50Us Stat `json:"incast_qct_p50_us"`
-	IncastQCTP99Us Stat `json:"incast_qct_p99_us"`
-	IncastDrops    Stat `json:"incast_drops"`
-	IncastFailed   Stat `json:"incast_failed"`
+	MeanQueueKB    stats.Stat `json:"mean_queue_kb"`
+	MeanQueueUs    stats.Stat `json:"mean_queue_us"`
+	P99QueueKB     stats.Stat `json:"p99_queue_kb"`
+	Utilization    stats.Stat `json:"utilization_percent"`
+	ShortFCTMeanUs stats.Stat `json:"short_fct_mean_us"`
+	ShortFCTP99Us  stats.Stat `json:"short_fct_p99_us"`
+	Drops          stats.Stat `json:"drops"`
+	MarkedPercent  stats.Stat `json:"marked_percent"` // CE marks / ECT arrivals
+	Retransmits    stats.Stat `json:"long_retransmits"`
+	IncastQCTP50Us stats.Stat `json:"incast_qct_p50_us"`
+	IncastQCTP99Us stats.Stat `json:"incast_qct_p99_us"`
+	IncastDrops    stats.Stat `json:"incast_drops"`
+	IncastFailed   stats.Stat `json:"incast_failed"`
 }
 
 // summarizeRuns builds one Summary per scheme of list from the runs in rs.
@@ -69,10 +70,10 @@ func summarizeRuns(list []Scheme, rs []Result, rate units.Rate) []Summary {
 				ifl = append(ifl, float64(r.Incast.Failed))
 			}
 		}
-		s.MeanQueueKB, s.MeanQueueUs, s.P99QueueKB, s.Utilization = newStat(mq), newStat(mqus), newStat(pq), newStat(ut)
-		s.ShortFCTMeanUs, s.ShortFCTP99Us = newStat(fm), newStat(fp)
-		s.Drops, s.MarkedPercent, s.Retransmits = newStat(dr), newStat(mk), newStat(rt)
-		s.IncastQCTP50Us, s.IncastQCTP99Us, s.IncastDrops, s.IncastFailed = newStat(q50), newStat(q99), newStat(idr), newStat(ifl)
+		s.MeanQueueKB, s.MeanQueueUs, s.P99QueueKB, s.Utilization = stats.NewStat(mq), stats.NewStat(mqus), stats.NewStat(pq), stats.NewStat(ut)
+		s.ShortFCTMeanUs, s.ShortFCTP99Us = stats.NewStat(fm), stats.NewStat(fp)
+		s.Drops, s.MarkedPercent, s.Retransmits = stats.NewStat(dr), stats.NewStat(mk), stats.NewStat(rt)
+		s.IncastQCTP50Us, s.IncastQCTP99Us, s.IncastDrops, s.IncastFailed = stats.NewStat(q50), stats.NewStat(q99), stats.NewStat(idr), stats.NewStat(ifl)
 		out = append(out, s)
 	}
 	return out

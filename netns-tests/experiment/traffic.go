@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
 )
 
 const (
@@ -389,8 +390,8 @@ func (e *experiment) incastPhase(ctx context.Context, sizes [][]int) (IncastResu
 	a, b := st0.Classes[class], st1.Classes[class]
 	res.Drops = sub(b.DroppedPackets(), a.DroppedPackets())
 	res.CEMarks = sub(b.CEMarked(), a.CEMarked())
-	res.QCTUs = summarize(durationsUs(qct))
-	res.FCTUs = summarize(durationsUs(fcts))
+	res.QCTUs = stats.Summarize(durationsUs(qct))
+	res.FCTUs = stats.Summarize(durationsUs(fcts))
 	res.Queue = queueStats(backlog, o.rate)
 	return res, nil
 }

@@ -1,14 +1,60 @@
-package main
-
-// Statistics over repeated runs: every scheme runs -runs times (interleaved
-// with the others), and the report gives each metric's mean with a 95 %
-// confidence interval (Student's t), and the goals as paired differences
-// of ECN♯ against step-Tail within each run. Pure, unit-tested.
+// Package stats summarises the measurements of the lab's experiments:
+// distributions with nearest-rank percentiles (Dist) and a metric over
+// repeated runs with its 95 % confidence interval (Stat). Pure, shared by
+// netns-tests/experiment and netns-tests/wanexp.
+package stats
 
 import (
 	"encoding/json"
 	"math"
+	"slices"
 )
+
+// Dist summarises a sample. Percentiles are nearest-rank: the smallest
+// sample with at least q·N samples at or below it, so a p99 is a value
+// that was measured, not interpolated.
+type Dist struct {
+	N    int     `json:"n"`
+	Min  float64 `json:"min"`
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+}
+
+// Summarize is xs's distribution; the zero Dist for none.
+func Summarize(xs []float64) Dist {
+	if len(xs) == 0 {
+		return Dist{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	var sum float64
+	for _, x := range s {
+		sum += x
+	}
+	return Dist{
+		N:    len(s),
+		Min:  s[0],
+		Mean: sum / float64(len(s)),
+		P50:  NearestRank(s, 0.50),
+		P90:  NearestRank(s, 0.90),
+		P99:  NearestRank(s, 0.99),
+		Max:  s[len(s)-1],
+	}
+}
+
+// NearestRank is the q-quantile (0 < q <= 1) of sorted, nearest-rank.
+func NearestRank(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	// The epsilon keeps 0.9·10 = 9.000000000000002 at rank 9.
+	rank := int(math.Ceil(q*float64(len(sorted)) - 1e-9))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
 
 // Stat is one metric over the runs of a scheme.
 type Stat struct {
@@ -27,9 +73,9 @@ var tQuantile975 = []float64{
 	2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 }
 
-// t975 is Student's t at 0.975 with df degrees of freedom (the normal 1.96
+// T975 is Student's t at 0.975 with df degrees of freedom (the normal 1.96
 // beyond the table).
-func t975(df int) float64 {
+func T975(df int) float64 {
 	switch {
 	case df < 1:
 		return math.NaN()
@@ -39,8 +85,8 @@ func t975(df int) float64 {
 	return 1.96
 }
 
-// newStat summarises values; NaNs (a run without the metric) are left out.
-func newStat(values []float64) Stat {
+// NewStat summarises values; NaNs (a run without the metric) are left out.
+func NewStat(values []float64) Stat {
 	s := Stat{Min: math.Inf(1), Max: math.Inf(-1)}
 	var sum float64
 	for _, v := range values {
@@ -65,7 +111,7 @@ func newStat(values []float64) Stat {
 		ss += (v - s.Mean) * (v - s.Mean)
 	}
 	sd := math.Sqrt(ss / float64(s.N-1))
-	s.CI95 = t975(s.N-1) * sd / math.Sqrt(float64(s.N))
+	s.CI95 = T975(s.N-1) * sd / math.Sqrt(float64(s.N))
 	return s
 }
 
