@@ -300,6 +300,29 @@ static __always_inline void pull_ipv4(struct __sk_buff *skb)
 		bpf_skb_pull_data(skb, want);
 }
 
+/* ipv4_head finds the IPv4 header of an untagged IPv4 frame, pulled into
+ * the linear data: NULL if the frame is something else (*cut = 0) or too
+ * short for the header (*cut = 1). */
+static __always_inline struct iphdr *ipv4_head(struct __sk_buff *skb, int *cut)
+{
+	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip;
+
+	*cut = 0;
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return NULL;
+	pull_ipv4(skb);
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip = data + sizeof(struct ethhdr);
+	if ((void *)(ip + 1) > data_end) {
+		*cut = 1;
+		return NULL;
+	}
+	return ip;
+}
+
 /* ipv4_csum is the header checksum of a 20-byte header whose check is 0. */
 static __always_inline __u16 ipv4_csum(struct iphdr *ip)
 {
@@ -419,12 +442,11 @@ static __always_inline int gso_fits(struct __sk_buff *skb, __u32 ihl_bytes, __u3
 SEC("tc")
 int tunnel_encap(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	struct route_prefix key = {.prefixlen = 32};
 	struct pe_config *cfg;
 	struct encap_route *route;
 	struct pe_stats *st;
-	struct ethhdr *eth = data;
+	int cut;
 	struct iphdr *ip, outer = {};
 	struct pe_congestion *cong;
 	__u32 zero = 0, ihl_bytes, inner_len;
@@ -437,18 +459,14 @@ int tunnel_encap(struct __sk_buff *skb)
 	cfg = bpf_map_lookup_elem(&tunnel_cfg, &zero);
 	if (!st || !cfg)
 		return TC_ACT_UNSPEC;
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP)) {
+	ip = ipv4_head(skb, &cut);
+	if (!ip) {
+		if (cut) {
+			st->encap_malformed++;
+			return TC_ACT_SHOT;
+		}
 		st->encap_passed++;
 		return TC_ACT_UNSPEC;
-	}
-	pull_ipv4(skb);
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	eth = data;
-	ip = (void *)(eth + 1);
-	if ((void *)(ip + 1) > data_end) {
-		st->encap_malformed++;
-		return TC_ACT_SHOT;
 	}
 	key.addr = ip->daddr;
 	route = bpf_map_lookup_elem(&tunnel_routes, &key);
@@ -458,7 +476,7 @@ int tunnel_encap(struct __sk_buff *skb)
 	}
 	ihl_bytes = ip->ihl * 4;
 	inner_len = bpf_ntohs(ip->tot_len);
-	if (ip->version != 4 || ihl_bytes < 20 || inner_len < ihl_bytes || inner_len > skb->len - sizeof(*eth)) {
+	if (ip->version != 4 || ihl_bytes < 20 || inner_len < ihl_bytes || inner_len > skb->len - sizeof(struct ethhdr)) {
 		st->encap_malformed++;
 		return TC_ACT_SHOT;
 	}
@@ -479,13 +497,13 @@ int tunnel_encap(struct __sk_buff *skb)
 		__u16 old_word = bpf_htons((__u16)(0x40 | (ihl_bytes >> 2)) << 8 | tos);
 		__u16 new_word = bpf_htons((__u16)(0x40 | (ihl_bytes >> 2)) << 8 | (tos | ECN_CE));
 
-		if (bpf_l3_csum_replace(skb, sizeof(*eth) + __builtin_offsetof(struct iphdr, check), old_word, new_word,
+		if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, check), old_word, new_word,
 					sizeof(__u16))) {
 			st->encap_errors++;
 			return TC_ACT_SHOT;
 		}
 		tos |= ECN_CE;
-		if (bpf_skb_store_bytes(skb, sizeof(*eth) + __builtin_offsetof(struct iphdr, tos), &tos, sizeof(tos), 0)) {
+		if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, tos), &tos, sizeof(tos), 0)) {
 			st->encap_errors++;
 			return TC_ACT_SHOT;
 		}
@@ -527,7 +545,7 @@ int tunnel_encap(struct __sk_buff *skb)
 		}
 		st->encap_gso_fixed++;
 	}
-	if (bpf_skb_store_bytes(skb, sizeof(*eth), &outer, sizeof(outer), BPF_F_INVALIDATE_HASH)) {
+	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), &outer, sizeof(outer), BPF_F_INVALIDATE_HASH)) {
 		st->encap_errors++;
 		return TC_ACT_SHOT;
 	}
@@ -632,10 +650,9 @@ static __always_inline int wan_cnp(struct __sk_buff *skb, struct pe_stats *st, c
 SEC("tc")
 int tunnel_decap(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	struct pe_config *cfg;
 	struct pe_stats *st;
-	struct ethhdr *eth = data;
+	int cut;
 	struct iphdr *ip, inner;
 	__u32 zero = 0, olen, idx, inner_len;
 	__be32 osrc, odst;
@@ -646,17 +663,9 @@ int tunnel_decap(struct __sk_buff *skb)
 	cfg = bpf_map_lookup_elem(&tunnel_cfg, &zero);
 	if (!st || !cfg)
 		return TC_ACT_UNSPEC;
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP)) {
-		st->decap_passed++;
-		return TC_ACT_UNSPEC;
-	}
-	pull_ipv4(skb);
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	eth = data;
-	ip = (void *)(eth + 1);
-	if ((void *)(ip + 1) > data_end) {
-		st->decap_passed++; /* too short to be ours; the stack judges it */
+	ip = ipv4_head(skb, &cut);
+	if (!ip) {
+		st->decap_passed++; /* not ours, or too short to be; the stack judges it */
 		return TC_ACT_UNSPEC;
 	}
 	if (ip->version == 4 && ip->protocol == NET_IPPROTO_UDP && ip->daddr == cfg->local)
@@ -674,7 +683,7 @@ int tunnel_decap(struct __sk_buff *skb)
 	olen = ip->ihl * 4;
 	outer_ecn = ip->tos & ECN_MASK;
 	if (olen < 20 || bpf_ntohs(ip->tot_len) < olen + sizeof(inner) ||
-	    bpf_ntohs(ip->tot_len) > skb->len - sizeof(*eth) ||
+	    bpf_ntohs(ip->tot_len) > skb->len - sizeof(struct ethhdr) ||
 	    ip->frag_off & bpf_htons(NET_IPV4_FLAG_MF | NET_IPV4_FRAG_OFFSET)) {
 		st->decap_malformed++;
 		return TC_ACT_SHOT;
@@ -683,7 +692,7 @@ int tunnel_decap(struct __sk_buff *skb)
 		st->decap_gso++;
 		return TC_ACT_SHOT;
 	}
-	if (bpf_skb_load_bytes(skb, sizeof(*eth) + (olen & 0x3c), &inner, sizeof(inner))) {
+	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + (olen & 0x3c), &inner, sizeof(inner))) {
 		st->decap_malformed++;
 		return TC_ACT_SHOT;
 	}
@@ -730,9 +739,9 @@ int tunnel_decap(struct __sk_buff *skb)
 		old_word = bpf_htons((__u16)(0x40 | inner.ihl) << 8 | inner.tos);
 		inner.tos = (inner.tos & ~ECN_MASK) | result;
 		new_word = bpf_htons((__u16)(0x40 | inner.ihl) << 8 | inner.tos);
-		if (bpf_l3_csum_replace(skb, sizeof(*eth) + __builtin_offsetof(struct iphdr, check), old_word,
+		if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, check), old_word,
 					new_word, sizeof(__u16)) ||
-		    bpf_skb_store_bytes(skb, sizeof(*eth) + __builtin_offsetof(struct iphdr, tos), &inner.tos,
+		    bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, tos), &inner.tos,
 					sizeof(inner.tos), 0)) {
 			st->decap_errors++;
 			return TC_ACT_SHOT;
