@@ -71,11 +71,15 @@ func TestWANNotify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Settle: PE1's queue, the fiber's 5 ms, the core's queue, then the
+	// last CNPs' way back.
 	waitIdle(t, limiter)
-	ps := waitIdle(t, w.CorePort)
-	time.Sleep(50 * time.Millisecond) // the last CNPs cross the WAN back
+	time.Sleep(2*oneWay + 10*time.Millisecond)
+	waitIdle(t, w.CorePort)
+	time.Sleep(2*oneWay + 10*time.Millisecond)
 	stopAgent()
 	wg.Wait()
+	ps := portStats(t, w.CorePort)
 
 	c := ps.Classes[qdisc.ClassRoCE]
 	s1, s2 := tunnelStats(t, w.PE1), tunnelStats(t, w.PE2)
@@ -112,14 +116,14 @@ func TestWANNotify(t *testing.T) {
 	}
 	// The agent cut the tunnel's rate. The CNP crossed one one-way delay;
 	// for the PE to act before a round trip could, its own part must stay
-	// under another: the median well under it, none past the round trip
-	// (the HTB change, 0.8-2 ms here, is most of it; a busy CPU adds).
+	// under another: the median under it, none past the round trip (the
+	// HTB change, 0.8-2 ms here, is most of it; a busy CPU adds).
 	if as.MinRate >= 2*coreRate || len(as.Reaction) == 0 {
 		t.Fatalf("the agent never cut the tunnel's rate: min %v, reactions %v", as.MinRate, as.Reaction)
 	}
 	sorted := slices.Sorted(slices.Values(as.Reaction))
-	if med := sorted[len(sorted)/2]; med >= oneWay/2 {
-		t.Errorf("median reaction %v after the CNP arrived, want under %v (reactions %v)", med, oneWay/2, as.Reaction)
+	if med := sorted[len(sorted)/2]; med >= oneWay {
+		t.Errorf("median reaction %v after the CNP arrived, want under %v (reactions %v)", med, oneWay, as.Reaction)
 	}
 	if worst := sorted[len(sorted)-1]; worst >= 2*oneWay {
 		t.Errorf("a reaction took %v after the CNP arrived, a round trip or more (reactions %v)", worst, as.Reaction)
