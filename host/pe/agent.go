@@ -372,6 +372,13 @@ func (a *Agent) Run(ctx context.Context, pe *tunnel.PE) error {
 	// priority with it.
 	runtime.LockOSThread()
 	_ = unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 10}, 0)
+	// Warm up: the first limiter change on a thread (entering the
+	// namespace, its first netlink socket) took 7 ms, not 1.
+	a.mu.Lock()
+	if a.cfg.Mode == RateLimit {
+		_ = a.limiter.SetRate(a.applied)
+	}
+	a.mu.Unlock()
 	for {
 		now := a.clock.Now()
 		a.Advance(now)
