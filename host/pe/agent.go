@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -356,10 +355,10 @@ func (Monotonic) Now() time.Duration {
 }
 
 // Run drives the agent from pe's notifications until ctx ends; the agent's
-// clock must be Monotonic. One goroutine on a locked OS thread reads the
-// CNPs and keeps the timers, with real-time priority (SCHED_FIFO 10) when
-// the process may have it: the lab's senders and delay links share its
-// CPUs, and a reaction that waits for the scheduler is a reaction late.
+// clock must be Monotonic. One goroutine reads the CNPs and keeps the
+// timers: no hand-off between goroutines for a CNP to wait on. (Real-time
+// priority for it made reactions slower here, 5-10 ms against 1-2: the
+// HTB change it waits for is kernel work its priority holds back.)
 func (a *Agent) Run(ctx context.Context, pe *tunnel.PE) error {
 	rd, err := pe.NotificationReader()
 	if err != nil {
@@ -368,12 +367,8 @@ func (a *Agent) Run(ctx context.Context, pe *tunnel.PE) error {
 	defer rd.Close()
 	stop := context.AfterFunc(ctx, func() { rd.Close() })
 	defer stop()
-	// The thread dies with the goroutine (no UnlockOSThread), and its
-	// priority with it.
-	runtime.LockOSThread()
-	_ = unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 10}, 0)
-	// Warm up: the first limiter change on a thread (entering the
-	// namespace, its first netlink socket) took 7 ms, not 1.
+	// Warm up: the first limiter change (its first netlink socket in the
+	// namespace) took 7 ms, not 1.
 	a.mu.Lock()
 	if a.cfg.Mode == RateLimit {
 		_ = a.limiter.SetRate(a.applied)
