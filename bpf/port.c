@@ -1301,6 +1301,13 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 		st->wan_cnp_light_sent++;
 	else
 		st->wan_cnp_heavy_sent++;
+	{
+		__u32 class_id = class_and_kind >> 1;
+		struct class_state *cs = bpf_map_lookup_elem(&class_queue, &class_id);
+
+		if (cs)
+			__sync_val_compare_and_swap(light ? &cs->wan_cnp_first_light_ns : &cs->wan_cnp_first_heavy_ns, 0, now);
+	}
 	return 0;
 fail:
 	ps->wan_cnp_failed++;

@@ -183,6 +183,11 @@ struct class_state {
 	__u64 ppfc_episode;
 	__u32 ppfc_above_xon;
 	__u32 ppfc_pad;
+	/* When the class sent its first WAN CNP of each kind (CLOCK_MONOTONIC,
+	 * 0: none yet): the onset of light and heavy congestion as the PE
+	 * learns of it, for measuring the PE's reaction exactly. */
+	__u64 wan_cnp_first_light_ns;
+	__u64 wan_cnp_first_heavy_ns;
 };
 
 /* State of a class's dequeue AQM (TCN has none). Go zeroes it when the

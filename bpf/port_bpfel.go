@@ -76,6 +76,8 @@ type PortClassState struct {
 	PpfcEpisode           uint64
 	PpfcAboveXon          uint32
 	PpfcPad               uint32
+	WanCnpFirstLightNs    uint64
+	WanCnpFirstHeavyNs    uint64
 }
 
 type PortClassStats struct {

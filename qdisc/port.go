@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -685,6 +686,20 @@ func (p *Port) Backlog(class ClassID) (bytes, packets uint64, err error) {
 		return 0, 0, fmt.Errorf("backlog: read class %d: %w", class, err)
 	}
 	return cs.BacklogBytes, cs.BacklogPackets, nil
+}
+
+// FirstWANCNP reads when a class sent its first WAN CNP of each kind
+// (CLOCK_MONOTONIC; 0: none yet): the onset of light and heavy congestion
+// as the tunnel-ingress PE learns of it.
+func (p *Port) FirstWANCNP(class ClassID) (light, heavy time.Duration, err error) {
+	if class >= NumClasses {
+		return 0, 0, fmt.Errorf("first wan cnp: class (%d) must be 0 to %d", class, NumClasses-1)
+	}
+	var cs bpf.PortClassState
+	if err := p.maps.ClassQueue.Lookup(uint32(class), &cs); err != nil {
+		return 0, 0, fmt.Errorf("first wan cnp: read class %d: %w", class, err)
+	}
+	return time.Duration(cs.WanCnpFirstLightNs), time.Duration(cs.WanCnpFirstHeavyNs), nil
 }
 
 // HostBacklog reads a class's host queue (xmit hook only): packets that

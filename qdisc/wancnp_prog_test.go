@@ -157,6 +157,13 @@ func TestWANCNPFromPort(t *testing.T) {
 	if n := len(r.wanCNPs()); n != 0 {
 		t.Errorf("an unmarked tunnelled packet and a marked plain one sent %d CNPs, want 0", n)
 	}
+	var qs bpf.PortClassState
+	if err := r.o.ClassQueue.Lookup(uint32(ClassRoCE), &qs); err != nil {
+		t.Fatal(err)
+	}
+	if qs.WanCnpFirstLightNs != uint64(t0) || qs.WanCnpFirstHeavyNs != uint64(t0+600*time.Microsecond) {
+		t.Errorf("first CNPs at %d (light) and %d (heavy), want %d and %d", qs.WanCnpFirstLightNs, qs.WanCnpFirstHeavyNs, t0, t0+600*time.Microsecond)
+	}
 	s, err := r.o.Stats(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -141,6 +141,9 @@ type Stats struct {
 	// the time from the CNP's arrival at the PE's device to the change
 	// being in place.
 	Reaction []time.Duration
+	// FirstAction is when the first such change was in place (the
+	// agent's clock; 0: none yet).
+	FirstAction time.Duration
 }
 
 // Agent reacts to one tunnel's notifications.
@@ -279,8 +282,14 @@ func (a *Agent) OnNotification(n tunnel.Notification) {
 		}
 		a.spillUntil = now + a.cfg.RerouteHold
 	}
-	if reacted && n.Time > 0 {
-		a.stats.Reaction = append(a.stats.Reaction, max(a.clock.Now()-n.Time, 0))
+	if reacted {
+		done := a.clock.Now()
+		if a.stats.FirstAction == 0 {
+			a.stats.FirstAction = done
+		}
+		if n.Time > 0 {
+			a.stats.Reaction = append(a.stats.Reaction, max(done-n.Time, 0))
+		}
 	}
 }
 

@@ -57,7 +57,8 @@ func TestRateLimitAgent(t *testing.T) {
 		t.Fatalf("after a light CNP rates %v, want a cut to 100 Mbit/s", lim.rates)
 	}
 	s := a.Stats()
-	if s.LightCNPs != 1 || s.HeavyCNPs != 1 || len(s.Reaction) != 1 || s.Reaction[0] != 40*time.Microsecond || s.MinRate != 100*units.Mbit {
+	if s.LightCNPs != 1 || s.HeavyCNPs != 1 || len(s.Reaction) != 1 || s.Reaction[0] != 40*time.Microsecond || s.MinRate != 100*units.Mbit ||
+		s.FirstAction != 10*time.Millisecond+40*time.Microsecond {
 		t.Errorf("stats %+v", s)
 	}
 	// Within an RTT of the cut a CNP is coalesced: the cut has not

@@ -130,9 +130,12 @@ type Result struct {
 	CNPsToPE   uint64 `json:"cnps_to_pe1"`
 	PE1InnerCE uint64 `json:"pe1_inner_ce"`
 	SenderCuts uint64 `json:"sender_rate_cuts"`
-	// Reaction times in ms (null: none): see reactions.
-	PEReactionMs  *float64 `json:"pe_reaction_ms"`
-	E2EReactionMs *float64 `json:"e2e_reaction_ms"`
+	// Reaction times in ms (null: none): see reactions. PEReactionMs is
+	// exact (the core's first light CNP to the agent's first change, in
+	// BPF and agent timestamps) when PEReactionExact, else sampled.
+	PEReactionMs    *float64 `json:"pe_reaction_ms"`
+	PEReactionExact bool     `json:"pe_reaction_exact,omitempty"`
+	E2EReactionMs   *float64 `json:"e2e_reaction_ms"`
 	// The agent: its own reaction (a CNP's arrival at PE1 to the limiter
 	// or route change), light CNPs, actions, the least rate it set.
 	AgentReactionUs stats.Dist `json:"agent_reaction_us"`

@@ -246,6 +246,16 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	res.WindowS = window.Seconds()
 	res.fill(o, sc, ss, before, after, window)
 	res.GoodputMbps = float64(acked) * 8 / window.Seconds() / 1e6
+	// The PE's reaction, exactly: from the core's first light CNP (the
+	// first light mark, timestamped in BPF) to the agent's first change
+	// in place, both on CLOCK_MONOTONIC. The samples' estimate, resolved
+	// to their period, stays as the fallback.
+	if sc.Agent.Mode != pe.Observe {
+		if light, _, err := w.CorePort.FirstWANCNP(qdisc.ClassRoCE); err == nil && light > 0 && as.FirstAction > light {
+			res.PEReactionMs = msPtr(as.FirstAction-light, true)
+			res.PEReactionExact = true
+		}
+	}
 	res.AgentLightCNPs, res.AgentActions = as.LightCNPs, uint64(len(as.Reaction))
 	res.AgentReactionUs = stats.Summarize(durationsUs(as.Reaction))
 	if sc.Agent.Mode == pe.RateLimit {
