@@ -176,6 +176,19 @@ func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config) error {
 }
 
 // updateHTB changes the rates and priorities in place, keeping the queues.
+// setPortClassRate changes the port class's rate and ceil alone.
+func setPortClassRate(ns netns.NsHandle, ifindex uint32, bps uint64) error {
+	t, err := openTC(ns)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if err := t.Class().Replace(htbClass(ifindex, core.BuildHandle(htbMajor, 0), core.BuildHandle(htbMajor, htbPortMinor), bps, bps, 0)); err != nil {
+		return fmt.Errorf("change htb port class: %w", err)
+	}
+	return nil
+}
+
 func updateHTB(ns netns.NsHandle, ifindex uint32, cfg *Config) error {
 	t, err := openTC(ns)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -92,18 +93,21 @@ type AttachOptions struct {
 
 // portMeta is what a pinned port records about itself.
 type portMeta struct {
-	Dev          string     `json:"dev"`
-	Ifindex      int        `json:"ifindex"`
-	Netns        string     `json:"netns,omitempty"`
-	PeerDev      string     `json:"peer_dev,omitempty"`
-	PeerIfindex  int        `json:"peer_ifindex,omitempty"`
-	PeerNetns    string     `json:"peer_netns,omitempty"`
-	Mode         QueueMode  `json:"queue_mode"`
-	Attach       AttachMode `json:"attach"`
-	HTB          bool       `json:"htb"`
-	PinDir       string     `json:"pin_dir,omitempty"`
-	Config       Config     `json:"config"`
-	LegacyHandle uint32     `json:"legacy_handle,omitempty"`
+	Dev         string     `json:"dev"`
+	Ifindex     int        `json:"ifindex"`
+	Netns       string     `json:"netns,omitempty"`
+	PeerDev     string     `json:"peer_dev,omitempty"`
+	PeerIfindex int        `json:"peer_ifindex,omitempty"`
+	PeerNetns   string     `json:"peer_netns,omitempty"`
+	Mode        QueueMode  `json:"queue_mode"`
+	Attach      AttachMode `json:"attach"`
+	HTB         bool       `json:"htb"`
+	// HTBCeilBps is the rate the leaf classes' ceilings were last set at:
+	// SetRate changes the port class alone up to it.
+	HTBCeilBps   uint64 `json:"htb_ceil_bps,omitempty"`
+	PinDir       string `json:"pin_dir,omitempty"`
+	Config       Config `json:"config"`
+	LegacyHandle uint32 `json:"legacy_handle,omitempty"`
 	// FrameBytes is the device's MTU plus its Ethernet header (CoDel).
 	FrameBytes uint64 `json:"frame_bytes,omitempty"`
 	// Departure is empty for virtual-queue ports and ports recorded
@@ -202,6 +206,7 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	p.meta.Config = cfg
 
 	if p.meta.HTB {
+		p.meta.HTBCeilBps = uint64(cfg.Rate)
 		if err := installHTB(p.ns, uint32(p.meta.Ifindex), &cfg); err != nil {
 			return nil, err
 		}
@@ -394,6 +399,7 @@ func (p *Port) Configure(cfg Config) error {
 		if err := updateHTB(p.ns, uint32(p.meta.Ifindex), &cfg); err != nil {
 			return err
 		}
+		p.meta.HTBCeilBps = uint64(cfg.Rate)
 	}
 	p.mu.cfg = cfg
 	p.meta.Config = cfg
@@ -686,6 +692,46 @@ func (p *Port) Backlog(class ClassID) (bytes, packets uint64, err error) {
 		return 0, 0, fmt.Errorf("backlog: read class %d: %w", class, err)
 	}
 	return cs.BacklogBytes, cs.BacklogPackets, nil
+}
+
+// SetRate changes the port's rate live, cheaper than Configure: the maps as
+// Configure writes them, and in the HTB tree only the port class, whose
+// rate and ceil bound every class below it (their own assured rates are a
+// token 1/1000 of the rate, strict classes' the rest of it). A rate above
+// the one the classes' ceilings were set at takes the full Configure. The
+// tunnel PE's limiter cuts with it (host/pe), where an HTB change is most
+// of the reaction time: one class change instead of nine.
+func (p *Port) SetRate(rate units.Rate) error {
+	p.mu.Lock()
+	cfg := p.mu.cfg
+	full := !p.meta.HTB || uint64(rate) > p.meta.HTBCeilBps
+	p.mu.Unlock()
+	cfg.Rate = rate
+	if full {
+		return p.Configure(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return errors.New("set rate: port is closed")
+	}
+	o := Objects{PortObjects: bpf.PortObjects{PortMaps: p.maps}, frameBytes: p.meta.FrameBytes,
+		xmitHook: p.meta.Departure == DepartXmit, ifindex: p.meta.Ifindex}
+	if err := o.writeConfig(cfg, p.meta.Mode, priorityBase); err != nil {
+		return err
+	}
+	if err := setPortClassRate(p.ns, uint32(p.meta.Ifindex), uint64(rate)); err != nil {
+		return err
+	}
+	p.mu.cfg = cfg
+	p.meta.Config = cfg
+	if p.meta.PinDir != "" {
+		return writeMeta(&p.meta)
+	}
+	return nil
 }
 
 // FirstWANCNP reads when a class sent its first WAN CNP of each kind

@@ -13,13 +13,6 @@ type PortLimiter struct{ Port *qdisc.Port }
 
 var _ Limiter = PortLimiter{}
 
-// SetRate changes the port's rate live (HTB and the maps); queues and
-// counters are kept.
-func (l PortLimiter) SetRate(r units.Rate) error {
-	cfg, err := l.Port.Config()
-	if err != nil {
-		return err
-	}
-	cfg.Rate = r
-	return l.Port.Configure(cfg)
-}
+// SetRate changes the port's rate live (qdisc.Port.SetRate: the maps and
+// one HTB class); queues and counters are kept.
+func (l PortLimiter) SetRate(r units.Rate) error { return l.Port.SetRate(r) }
