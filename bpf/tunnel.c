@@ -491,8 +491,9 @@ int tunnel_encap(struct __sk_buff *skb)
 	remote = route->remote;
 
 	/* Heavy congestion in this tunnel: the inner header carries it to the
-	 * receiver, whose NP answers the sender (seed 001, T2). */
-	cong = bpf_map_lookup_elem(&tunnel_congestion, &remote);
+	 * receiver, whose NP answers the sender (seed 001, T2). With the hold
+	 * off, no lookup per packet. */
+	cong = cfg->heavy_hold_ns ? bpf_map_lookup_elem(&tunnel_congestion, &remote) : NULL;
 	if (cong && ((tos & ECN_MASK) == ECN_ECT0 || (tos & ECN_MASK) == ECN_ECT1) && now_ns() < READ_ONCE(cong->heavy_until_ns)) {
 		__u16 old_word = bpf_htons((__u16)(0x40 | (ihl_bytes >> 2)) << 8 | tos);
 		__u16 new_word = bpf_htons((__u16)(0x40 | (ihl_bytes >> 2)) << 8 | (tos | ECN_CE));
