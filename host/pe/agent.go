@@ -4,8 +4,9 @@
 // senders: it slows the tunnel down (a rate limiter on the PE's WAN device
 // driven by a DCQCN reaction point, cc.RateController) or spills the
 // tunnel's flows onto a second WAN path. Heavy congestion is handled in the
-// data path: the encapsulation marks CE inside (tunnel.Config.HeavyHold);
-// the agent counts it.
+// data path too (the encapsulation marks CE inside, tunnel.Config.HeavyHold);
+// a rate-limiting agent cuts on it as well, so that its timers never raise
+// the tunnel past a WAN port at T2.
 //
 // The agent is a state machine on an injected clock (OnNotification,
 // Advance, NextEvent); Run drives it from a PE's ring buffer on the real
@@ -250,11 +251,18 @@ func (a *Agent) OnNotification(n tunnel.Notification) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.clock.Now()
-	if !n.Light {
+	if n.Light {
+		a.stats.LightCNPs++
+	} else {
 		a.stats.HeavyCNPs++
-		return
+		// The data path marks inside on heavy congestion; a rate
+		// limiter must not let its timers raise the tunnel past the
+		// WAN meanwhile: heavy CNPs cut it as light ones do. Paths are
+		// spilled on light congestion only.
+		if a.cfg.Mode != RateLimit {
+			return
+		}
 	}
-	a.stats.LightCNPs++
 	reacted := false
 	switch a.cfg.Mode {
 	case RateLimit:
