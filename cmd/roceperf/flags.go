@@ -110,6 +110,8 @@ Client, --transport uet (-t -n -P -l -i -O -J -B --dscp --verify as above;
                             line only); the server needs no flag: it grants
                             credit to any client that asks
   --base-rtt TIME           NSCC's base RTT (default %v)
+  --nscc NAME=VALUE         set an NSCC knob by its spec name, repeatable
+                            (target_qdelay, qa_threshold, gamma, max_wnd, ...)
   --trace-ccc               print every CCC transition with its time (-J:
                             end.uet.ccc_trace)
   --lb oblivious|bitmap|reps|mixed  spread each PDC over 128 EVs with this
@@ -158,14 +160,14 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 // clientOnly are the flags a server refuses, as iperf3 does.
 var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "length", "mtu", "op", "b", "bitrate",
 	"cc", "dcqcn-profile", "dcqcn", "rp", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
-	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "trace-ccc", "lb"}
+	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "trace-ccc", "lb", "nscc"}
 
 // rocev2Only are the flags --transport uet refuses; uetOnly those
 // --transport rocev2 refuses.
 var (
 	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "cnp-dscp", "perftest",
 		"window", "inflight", "ack-every", "burst", "timeout", "retry"}
-	uetOnly = []string{"base-rtt", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
+	uetOnly = []string{"base-rtt", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
 
 func versionLine() string {
@@ -235,8 +237,10 @@ func parseArgs(args []string) (*options, error) {
 		trimDSCP = str("", "trim-dscp")
 		trimLast = str("", "trim-lasthop-dscp")
 		knobs    repeated
+		nsccKnob repeated
 	)
 	fs.Var(&knobs, "dcqcn", "")
+	fs.Var(&nsccKnob, "nscc", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return &options{action: actionHelp}, nil
@@ -483,6 +487,7 @@ func parseArgs(args []string) (*options, error) {
 		return o, nil
 	}
 	c.Knobs = knobs
+	c.NSCCKnobs = nsccKnob
 	d, err := intIn("--dscp", *dscp, 1, 63)
 	if err != nil {
 		return nil, err

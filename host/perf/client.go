@@ -135,6 +135,9 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 		return nil, fmt.Errorf("roceperf: %w", err)
 	}
 	defer ag.Close()
+	if c.OnAgent != nil {
+		c.OnAgent(ag)
+	}
 
 	qc := agent.DefaultQPConfig()
 	qc.MTU, qc.DSCP, qc.CC = c.MTU, c.DSCP, c.CC

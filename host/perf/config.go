@@ -254,6 +254,16 @@ type ClientConfig struct {
 	// (pktio.ListenEntropy). Tests pass one end of a pktio pipe; RunClient
 	// closes it.
 	UETConn pktio.Conn
+	// NSCCKnobs are name=value settings (--nscc) applied with
+	// nscc.Params.Set to nscc.LabParams of the line rate, base RTT and
+	// MTU, in order. UET only.
+	NSCCKnobs []string
+
+	// OnAgent and OnEndpoint, if set, are called once with the run's RoCE
+	// agent or UET endpoint as soon as it exists, for live counters (the
+	// daemon's metrics). They must not keep it past RunClient's return.
+	OnAgent    func(*agent.Agent)
+	OnEndpoint func(*pds.Endpoint)
 }
 
 // isUET reports whether the run is Ultra Ethernet's.

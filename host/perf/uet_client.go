@@ -18,7 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -71,6 +73,9 @@ func (c ClientConfig) validateUET() error {
 				c.Bytes, msgs, c.MessageBytes, c.QPs)
 		}
 	}
+	if _, err := c.nsccParams(); err != nil {
+		return err
+	}
 	// What is left is pds's own rule on the endpoint as a whole (NSCC's
 	// window at this line rate, base RTT and MTU).
 	pc := c.uetConfig(placeholderConn{}, nil)
@@ -78,6 +83,22 @@ func (c ClientConfig) validateUET() error {
 		return fmt.Errorf("roceperf: -b %s --base-rtt %v --mtu %d: %s", c.LineRate, c.BaseRTT, c.MTU, strings.TrimPrefix(err.Error(), "pds: "))
 	}
 	return nil
+}
+
+// nsccParams are the sender CCCs' NSCC parameters: the endpoint's
+// default (nscc.LabParams) with NSCCKnobs applied. c has its defaults.
+func (c *ClientConfig) nsccParams() (nscc.Params, error) {
+	p := nscc.LabParams(c.LineRate, c.BaseRTT, c.MTU)
+	for _, kv := range c.NSCCKnobs {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return p, flagErr("--nscc", kv, "name=value (knobs: %s)", strings.Join(nscc.KnobNames(), ", "))
+		}
+		if err := p.Set(name, value); err != nil {
+			return p, fmt.Errorf("roceperf: --nscc %s: %s", kv, strings.TrimPrefix(err.Error(), "nscc: "))
+		}
+	}
+	return p, nil
 }
 
 // placeholderConn stands for the conn when a configuration is validated
@@ -93,6 +114,12 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	pc.IdleTimeout = uetClientIdle
 	pc.Trace = trace
 	pc.CC = c.UETCC
+	if len(c.NSCCKnobs) > 0 {
+		// Validate (validateUET) reports a bad knob; here it is skipped.
+		if p, err := c.nsccParams(); err == nil {
+			pc.NewWindow = func(now time.Duration) cc.WindowController { return nscc.New(p, now) }
+		}
+	}
 	if kind, seed := c.LB, c.LBSeed; kind != 0 {
 		// PDC p's balancer draws from PCG(seed, p): a run is reproducible
 		// from its seed (test_start.lb_seed). Validate checked kind, and
@@ -176,6 +203,9 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	}
 	closeEP := sync.OnceValue(ep.Close)
 	defer closeEP()
+	if c.OnEndpoint != nil {
+		c.OnEndpoint(ep)
+	}
 
 	// The side channel, from -B too.
 	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
