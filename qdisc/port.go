@@ -653,6 +653,31 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 	return p, nil
 }
 
+// Forget detaches the port on dev as far as it still can and removes its
+// record and pins whatever is left of it: for a record whose links cannot
+// be opened any more (the device or its namespace went away while
+// attached, and a new namespace has the old one's inode), which Open
+// refuses and so Close cannot reach. Nothing attached: nil.
+func Forget(netnsName, dev string) error {
+	if p, err := Open(netnsName, dev); err == nil {
+		return p.Close()
+	}
+	ns, err := openNetns(netnsName)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	dir := pinDir(ns, dev)
+	return errors.Join(os.RemoveAll(dir), ignoreNotExist(os.Remove(metaPath(dir))))
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
 func ifindexIn(ns netns.NsHandle, dev string) (int, error) {
 	h, err := netlinkHandle(ns)
 	if err != nil {

@@ -453,6 +453,13 @@ func (qp *QP) Counters() Counters {
 	return c
 }
 
+// Peer is the connected peer's address and QPN (zero before Connect).
+func (qp *QP) Peer() Endpoint {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.mu.peer
+}
+
 // NPOffloaded reports whether the kernel NP answers this QP's CE packets.
 func (qp *QP) NPOffloaded() bool {
 	qp.mu.Lock()

@@ -295,6 +295,14 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 }
 
+// Drain stops accepting sessions and lets those in progress run to their
+// end: Serve returns once the last one has. Cancelling Serve's context
+// ends them at once.
+func (s *Server) Drain() { s.ln.drain() }
+
+// Sessions is the number of sessions in progress.
+func (s *Server) Sessions() int { return s.side.Stats().Sessions }
+
 // Close stops listening, ends the sessions and closes the agent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
@@ -553,6 +561,7 @@ type listener struct {
 	mu       sync.Mutex
 	accepted bool
 	closed   bool
+	draining bool // Drain: no new connections; Accept fails once the last ends
 	conns    map[*trackedConn]struct{}
 	first    *trackedConn // the one-off session
 }
@@ -573,6 +582,12 @@ func (l *listener) Accept() (net.Conn, error) {
 	l.mu.Unlock()
 	c, err := l.Listener.Accept()
 	if err != nil {
+		l.mu.Lock()
+		draining := l.draining
+		l.mu.Unlock()
+		if draining && errors.Is(err, net.ErrClosed) {
+			l.waitConns()
+		}
 		return nil, err
 	}
 	l.mu.Lock()
@@ -602,6 +617,31 @@ func (l *listener) Close() error {
 		_ = c.Close()
 	}
 	return l.Listener.Close()
+}
+
+// drain refuses new connections (the socket is closed, so clients get a
+// reset); Accept returns net.ErrClosed once every connection has ended.
+func (l *listener) drain() {
+	l.mu.Lock()
+	l.draining = true
+	l.mu.Unlock()
+	_ = l.Listener.Close()
+}
+
+// waitConns waits until no tracked connection is open.
+func (l *listener) waitConns() {
+	for {
+		l.mu.Lock()
+		var c *trackedConn
+		for c = range l.conns {
+			break
+		}
+		l.mu.Unlock()
+		if c == nil {
+			return
+		}
+		<-c.done
+	}
 }
 
 // localFor is the local address of the connection from remote.

@@ -183,6 +183,11 @@ func (s *UETServer) Serve(ctx context.Context) error {
 	}
 }
 
+// Drain stops accepting sessions and lets those in progress run to their
+// end: Serve returns once the last one has. Cancelling Serve's context
+// ends them at once.
+func (s *UETServer) Drain() { s.ln.drain() }
+
 // Close stops listening, ends the sessions and closes the endpoint.
 func (s *UETServer) Close() error {
 	s.closeOnce.Do(func() {

@@ -1,0 +1,557 @@
+// Package daemon is fabriclabd, the agent of a lab server: from one YAML
+// file it serves RoCEv2 and UET sessions (the traffic tool's -s server,
+// host/perf), attaches switch egress ports to the server's NICs (qdisc, in
+// virtual-queue mode by default), runs flows to other servers, and exports
+// every counter for Prometheus with the NIC's names (np_cnp_sent,
+// rp_cnp_handled, ...) per QP, PDC and port class.
+//
+// Reload (SIGHUP in cmd/fabriclabd) applies a new file as a difference:
+// servers, ports and flows whose settings did not change keep running
+// (sessions and flows are not interrupted, port counters survive a
+// changed AQM), and a file that fails validation or cannot be applied
+// leaves the running configuration as it was. Drain (SIGTERM) stops
+// accepting sessions, lets those in progress end, stops the flows and
+// detaches the ports.
+package daemon
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/conf"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Defaults.
+const (
+	DefaultConfigPath    = "/etc/fabriclab/fabriclabd.yaml"
+	DefaultMetricsListen = "127.0.0.1:9471"
+	DefaultDrainTimeout  = 30 * time.Second
+	MaxDrainTimeout      = time.Hour
+	DefaultFlowPause     = time.Second
+	MaxFlowStart         = 24 * time.Hour
+)
+
+// Config is the daemon's file.
+type Config struct {
+	Log     LogConfig     `yaml:"log"`
+	Metrics MetricsConfig `yaml:"metrics"`
+	// DrainTimeout bounds how long Drain waits for sessions in progress.
+	DrainTimeout time.Duration  `yaml:"drain_timeout"`
+	Servers      []ServerConfig `yaml:"servers"`
+	Profiles     Profiles       `yaml:"profiles"`
+	Ports        []PortConfig   `yaml:"ports"`
+	Flows        []FlowConfig   `yaml:"flows"`
+}
+
+// LogConfig: slog JSON on stderr (the journal), at Level.
+type LogConfig struct {
+	Level string `yaml:"level"` // debug, info (default), warn, error
+}
+
+// MetricsConfig is the HTTP endpoint: /metrics (Prometheus) and /healthz.
+type MetricsConfig struct {
+	// Listen is host:port. Optional: DefaultMetricsListen; "off" serves
+	// nothing.
+	Listen string `yaml:"listen"`
+}
+
+// ServerConfig is one listening server, exactly what `roceperf -s`
+// (or `roceperf -s --transport uet`) serves: clients cannot tell them apart.
+type ServerConfig struct {
+	Transport string     `yaml:"transport"` // rocev2 (default) or uet
+	Bind      netip.Addr `yaml:"bind"`      // optional for rocev2 (all addresses); required for uet
+	Port      int        `yaml:"port"`      // side channel; default 18515
+	UDPPort   int        `yaml:"udp_port"`  // rocev2; default 4791
+	NP        string     `yaml:"np"`        // rocev2: kernel or agent (default: kernel where it attaches)
+	// What clients may make the server hold.
+	MaxQPs          int           `yaml:"max_qps"`           // rocev2: per session; uet: streams (PDCs) per session
+	MaxSessions     int           `yaml:"max_sessions"`      // at once
+	MaxTotalQPs     int           `yaml:"max_total_qps"`     // rocev2
+	MaxMessageBytes int           `yaml:"max_message_bytes"` //
+	RequestTimeout  time.Duration `yaml:"request_timeout"`
+	// UET: the code points of trimmed packets (NACK TRIMMED, TRIMMED_LASTHOP).
+	TrimDSCP        uint8 `yaml:"trim_dscp"`
+	TrimLastHopDSCP uint8 `yaml:"trim_lasthop_dscp"`
+}
+
+// Profiles are named congestion-control settings that flows refer to.
+type Profiles struct {
+	DCQCN map[string]DCQCNProfile `yaml:"dcqcn"`
+	NSCC  map[string]NSCCProfile  `yaml:"nscc"`
+}
+
+// DCQCNProfile is a DCQCN base profile and knobs by their mlx5 names
+// (rpg_time_reset, rate_reduce_monitor_period, ...; `roceperf --dcqcn help`).
+type DCQCNProfile struct {
+	Base  string            `yaml:"base"` // mlx5 (default), paper or lab
+	Knobs map[string]string `yaml:"knobs"`
+}
+
+// NSCCProfile is NSCC's base RTT and knobs by their spec names
+// (target_qdelay, gamma, max_wnd, ...; nscc.KnobNames).
+type NSCCProfile struct {
+	BaseRTT time.Duration     `yaml:"base_rtt"`
+	Knobs   map[string]string `yaml:"knobs"`
+}
+
+// PortConfig is a switch egress port on one of this server's devices,
+// configured as portctl's options are (--tc, --dscp, --default-class).
+type PortConfig struct {
+	Dev   string     `yaml:"dev"`
+	Netns string     `yaml:"netns"` // optional: the daemon's own
+	Mode  string     `yaml:"mode"`  // virtual (default: a NIC's far end is not ours) or veth
+	Rate  units.Rate `yaml:"rate"`
+	TC    []string   `yaml:"tc"`   // "3:wred:min=50kb,max=1mb,p=0.1"
+	DSCP  []string   `yaml:"dscp"` // "26=3"
+	// DefaultClass is the class of unmapped DSCPs. Optional.
+	DefaultClass string `yaml:"default_class"`
+}
+
+// FlowConfig is traffic this server sends: a roceperf client run against
+// Server, started Start after the daemon (or the reload that added it).
+type FlowConfig struct {
+	Name      string     `yaml:"name"`
+	Transport string     `yaml:"transport"` // rocev2 (default) or uet
+	Server    string     `yaml:"server"`    // host or host:port of a server (another daemon, roceperf -s)
+	Bind      netip.Addr `yaml:"bind"`      // optional: the route's source
+	QPs       int        `yaml:"qps"`       // rocev2 QPs, uet streams (PDCs); default 1
+	// Rate is the emulated NIC's line rate (roceperf -b).
+	Rate units.Rate `yaml:"rate"`
+	// CC is dcqcn (default) or none for rocev2; nscc (default), rccc,
+	// both or none for uet.
+	CC    string `yaml:"cc"`
+	DCQCN string `yaml:"dcqcn"` // a profiles.dcqcn name; default: mlx5's defaults
+	NSCC  string `yaml:"nscc"`  // a profiles.nscc name; default: the lab's
+	LB    string `yaml:"lb"`    // uet: oblivious, bitmap, reps or mixed
+	// Size ends a run after this much payload; else Duration (default 10 s).
+	Size     units.ByteSize `yaml:"size"`
+	Duration time.Duration  `yaml:"duration"`
+	Message  units.ByteSize `yaml:"message"` // bytes per message; default 64 KiB
+	MTU      int            `yaml:"mtu"`
+	DSCP     uint8          `yaml:"dscp"`
+	Start    time.Duration  `yaml:"start"`
+	// Repeat runs the flow again Pause after each run ends, until it is
+	// removed or the daemon stops.
+	Repeat bool          `yaml:"repeat"`
+	Pause  time.Duration `yaml:"pause"`
+}
+
+// Load reads and validates the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes and validates a config; errors name the file, the line,
+// the field, the value and what is allowed.
+func Parse(name string, data []byte) (*Config, error) {
+	var c Config
+	if err := conf.Decode(name, data, &c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, conf.Locate(name, data, err)
+	}
+	return &c, nil
+}
+
+// WithDefaults fills the optional fields.
+func (c Config) WithDefaults() Config {
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Metrics.Listen == "" {
+		c.Metrics.Listen = DefaultMetricsListen
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	c.Servers = slices.Clone(c.Servers)
+	for i := range c.Servers {
+		s := &c.Servers[i]
+		if s.Transport == "" {
+			s.Transport = perf.TransportRoCEv2
+		}
+		if s.Port == 0 {
+			s.Port = perf.DefaultPort
+		}
+		if s.Transport == perf.TransportRoCEv2 && s.UDPPort == 0 {
+			s.UDPPort = perf.DefaultUDPPort
+		}
+	}
+	c.Ports = slices.Clone(c.Ports)
+	for i := range c.Ports {
+		if c.Ports[i].Mode == "" {
+			c.Ports[i].Mode = qdisc.QueueVirtual.String()
+		}
+	}
+	c.Flows = slices.Clone(c.Flows)
+	for i := range c.Flows {
+		f := &c.Flows[i]
+		if f.Transport == "" {
+			f.Transport = perf.TransportRoCEv2
+		}
+		if f.Repeat && f.Pause == 0 {
+			f.Pause = DefaultFlowPause
+		}
+	}
+	return c
+}
+
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// Validate checks every field; the first bad one is a *conf.Error.
+func (c *Config) Validate() error {
+	d := c.WithDefaults()
+	if !slices.Contains(logLevels, d.Log.Level) {
+		return conf.Errorf("log.level", d.Log.Level, "must be one of %s", strings.Join(logLevels, ", "))
+	}
+	if l := d.Metrics.Listen; l != "off" {
+		if _, err := netip.ParseAddrPort(l); err != nil {
+			return conf.Errorf("metrics.listen", l, "must be ADDRESS:PORT (e.g. %s) or off", DefaultMetricsListen)
+		}
+	}
+	if d.DrainTimeout < 0 || d.DrainTimeout > MaxDrainTimeout {
+		return conf.Errorf("drain_timeout", d.DrainTimeout, "must be 0 (%v)..%v", DefaultDrainTimeout, MaxDrainTimeout)
+	}
+	listens := map[string]string{}
+	for i, s := range d.Servers {
+		p := conf.Index("servers", i)
+		if err := s.validate(p); err != nil {
+			return err
+		}
+		for _, k := range s.listenKeys() {
+			if prev, ok := listens[k]; ok {
+				return conf.Errorf(p, k, "the same address and port as %s", prev)
+			}
+			listens[k] = p
+		}
+	}
+	for name, pr := range d.Profiles.DCQCN {
+		if _, err := pr.params(units.Gbit * 10); err != nil {
+			return conf.Errorf(conf.Key("profiles.dcqcn", name), "", "%s", strings.TrimPrefix(err.Error(), "dcqcn: "))
+		}
+	}
+	for name, pr := range d.Profiles.NSCC {
+		if pr.BaseRTT != 0 && (pr.BaseRTT < perf.MinUETBaseRTT || pr.BaseRTT > perf.MaxUETBaseRTT) {
+			return conf.Errorf(conf.Join(conf.Key("profiles.nscc", name), "base_rtt"), pr.BaseRTT, "must be %v..%v", perf.MinUETBaseRTT, perf.MaxUETBaseRTT)
+		}
+	}
+	devs := map[string]string{}
+	for i, pc := range d.Ports {
+		p := conf.Index("ports", i)
+		if _, err := pc.qdiscConfig(p); err != nil {
+			return err
+		}
+		k := pc.key()
+		if prev, ok := devs[k]; ok {
+			return conf.Errorf(conf.Join(p, "dev"), pc.Dev, "already a port (%s)", prev)
+		}
+		devs[k] = p
+	}
+	names := map[string]string{}
+	for i, f := range d.Flows {
+		p := conf.Index("flows", i)
+		if f.Name == "" {
+			return conf.Errorf(conf.Join(p, "name"), "", "required: a unique name")
+		}
+		if prev, ok := names[f.Name]; ok {
+			return conf.Errorf(conf.Join(p, "name"), f.Name, "already the name of %s", prev)
+		}
+		names[f.Name] = p
+		if _, err := d.clientConfig(p, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s ServerConfig) validate(p string) error {
+	switch s.Transport {
+	case perf.TransportRoCEv2, perf.TransportUET:
+	default:
+		return conf.Errorf(conf.Join(p, "transport"), s.Transport, "must be rocev2 or uet")
+	}
+	switch {
+	case s.Port < 1 || s.Port > 65535:
+		return conf.Errorf(conf.Join(p, "port"), s.Port, "must be 1..65535")
+	case s.UDPPort < 0 || s.UDPPort > 65535:
+		return conf.Errorf(conf.Join(p, "udp_port"), s.UDPPort, "must be 1..65535")
+	case s.Transport == perf.TransportUET && s.UDPPort != 0:
+		return conf.Errorf(conf.Join(p, "udp_port"), s.UDPPort, "rocev2 only: UET is on UDP 4793")
+	case s.Transport == perf.TransportUET && (!s.Bind.IsValid() || s.Bind.IsUnspecified()):
+		return conf.Errorf(conf.Join(p, "bind"), s.Bind, "required with transport uet: a unicast address of this server")
+	case s.NP != "" && s.NP != perf.NPKernel && s.NP != perf.NPAgent:
+		return conf.Errorf(conf.Join(p, "np"), s.NP, "must be kernel or agent")
+	case s.NP != "" && s.Transport == perf.TransportUET:
+		return conf.Errorf(conf.Join(p, "np"), s.NP, "rocev2 only")
+	case s.MaxQPs < 0 || s.MaxQPs > perf.MaxQPs:
+		return conf.Errorf(conf.Join(p, "max_qps"), s.MaxQPs, "must be 0 (default)..%d", perf.MaxQPs)
+	case s.MaxSessions < 0 || s.MaxSessions > 4096:
+		return conf.Errorf(conf.Join(p, "max_sessions"), s.MaxSessions, "must be 0 (default)..4096")
+	case s.MaxTotalQPs < 0 || (s.MaxTotalQPs > 0 && s.MaxTotalQPs < s.MaxQPs):
+		return conf.Errorf(conf.Join(p, "max_total_qps"), s.MaxTotalQPs, "must be 0 (default) or at least max_qps (%d)", s.MaxQPs)
+	case s.MaxMessageBytes < 0 || s.MaxMessageBytes > perf.MaxMessageBytes:
+		return conf.Errorf(conf.Join(p, "max_message_bytes"), s.MaxMessageBytes, "must be 0 (default)..%d", perf.MaxMessageBytes)
+	case s.RequestTimeout < 0 || s.RequestTimeout > time.Hour:
+		return conf.Errorf(conf.Join(p, "request_timeout"), s.RequestTimeout, "must be 0 (default)..1h")
+	case s.TrimDSCP > 63:
+		return conf.Errorf(conf.Join(p, "trim_dscp"), s.TrimDSCP, "must be 0 (none)..63")
+	case s.TrimLastHopDSCP > 63:
+		return conf.Errorf(conf.Join(p, "trim_lasthop_dscp"), s.TrimLastHopDSCP, "must be 0 (none)..63")
+	case (s.TrimDSCP != 0 || s.TrimLastHopDSCP != 0) && s.Transport != perf.TransportUET:
+		return conf.Errorf(conf.Join(p, "trim_dscp"), s.TrimDSCP, "uet only")
+	}
+	return nil
+}
+
+// listenKeys are the sockets the server binds, to find two servers on one.
+func (s ServerConfig) listenKeys() []string {
+	bind := "0.0.0.0"
+	if s.Bind.IsValid() {
+		bind = s.Bind.String()
+	}
+	return []string{fmt.Sprintf("tcp %s:%d", bind, s.Port)}
+}
+
+// perfConfig is the server as host/perf takes it.
+func (s ServerConfig) perfConfig() perf.ServerConfig {
+	return perf.ServerConfig{
+		Bind: s.Bind, Port: s.Port, UDPPort: s.UDPPort, NP: s.NP, Transport: s.Transport,
+		Interval: -1,
+		Limits: agent.ServerLimits{MaxQPs: s.MaxQPs, MaxSessions: s.MaxSessions, MaxTotalQPs: s.MaxTotalQPs,
+			MaxMessageBytes: s.MaxMessageBytes, RequestTimeout: s.RequestTimeout},
+		UETLimits: perf.UETLimits{MaxStreams: s.MaxQPs, MaxSessions: s.MaxSessions,
+			MaxMessageBytes: s.MaxMessageBytes, RequestTimeout: s.RequestTimeout},
+		TrimDSCP: s.TrimDSCP, TrimLastHopDSCP: s.TrimLastHopDSCP,
+	}
+}
+
+// name labels the server in metrics and logs: "rocev2 198.18.0.1:18515".
+func (s ServerConfig) name() string {
+	bind := "*"
+	if s.Bind.IsValid() {
+		bind = s.Bind.String()
+	}
+	return fmt.Sprintf("%s %s:%d", s.Transport, bind, s.Port)
+}
+
+// sortedKnobs are the knobs as name=value, by name: a map has no order,
+// and the result must not depend on Go's.
+func sortedKnobs(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (pr DCQCNProfile) params(lineRate units.Rate) (dcqcn.Params, error) {
+	base := pr.Base
+	if base == "" {
+		base = perf.DefaultProfile
+	}
+	p, err := dcqcn.Profile(base, lineRate)
+	if err != nil {
+		return p, fmt.Errorf("base %q: must be one of %s", base, strings.Join(dcqcn.ProfileNames(), ", "))
+	}
+	for _, kv := range sortedKnobs(pr.Knobs) {
+		name, value, _ := strings.Cut(kv, "=")
+		if err := p.Set(name, value); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+func (pc PortConfig) key() string { return pc.Netns + "/" + pc.Dev }
+
+// qdiscConfig is the port's configuration: qdisc.DefaultConfig(rate) with
+// the tc, dscp and default_class edits, as portctl attach makes it.
+func (pc PortConfig) qdiscConfig(p string) (qdisc.Config, error) {
+	if pc.Dev == "" || len(pc.Dev) > 15 || strings.ContainsAny(pc.Dev, "/ ") {
+		return qdisc.Config{}, conf.Errorf(conf.Join(p, "dev"), pc.Dev, "required: a device name of 1..15 characters")
+	}
+	var mode qdisc.QueueMode
+	if err := mode.UnmarshalText([]byte(pc.Mode)); err != nil {
+		return qdisc.Config{}, conf.Errorf(conf.Join(p, "mode"), pc.Mode, "must be virtual or veth")
+	}
+	if pc.Rate == 0 {
+		return qdisc.Config{}, conf.Errorf(conf.Join(p, "rate"), "", "required: the port's rate, e.g. 10gbit")
+	}
+	cfg := qdisc.DefaultConfig(pc.Rate)
+	edits, err := qdisc.ParseEdits(pc.TC, pc.DSCP, pc.DefaultClass)
+	if err != nil {
+		return cfg, conf.Errorf(p, "", "%v", err)
+	}
+	if err := edits.Apply(&cfg); err != nil {
+		return cfg, conf.Errorf(p, "", "%v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, conf.Errorf(p, "", "%v", err)
+	}
+	return cfg, nil
+}
+
+// perfFlag maps roceperf's flag names in perf's errors to a flow's fields.
+var perfFlag = map[string]string{
+	"-c": "server", "-P": "qps", "-t": "duration", "-n": "size", "-l": "message", "--mtu": "mtu",
+	"-b": "rate", "--dscp": "dscp", "--cc": "cc", "--lb": "lb", "--base-rtt": "nscc", "--nscc": "nscc",
+	"--dcqcn": "dcqcn", "--dcqcn-profile": "dcqcn", "-B": "bind", "--transport": "transport",
+}
+
+var perfErrRE = regexp.MustCompile(`^roceperf: (-{1,2}[A-Za-z-]+) (.*?): (.*)$`)
+
+// clientConfig is the flow as a perf client run, validated by perf.
+func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error) {
+	var cc perf.ClientConfig
+	switch f.Transport {
+	case perf.TransportRoCEv2:
+		cc = perf.DefaultClientConfig(f.Server)
+	case perf.TransportUET:
+		cc = perf.DefaultUETClientConfig(f.Server)
+	default:
+		return cc, conf.Errorf(conf.Join(p, "transport"), f.Transport, "must be rocev2 or uet")
+	}
+	if f.Server == "" {
+		return cc, conf.Errorf(conf.Join(p, "server"), "", "required: HOST or HOST:PORT of a server")
+	}
+	if f.Start < 0 || f.Start > MaxFlowStart {
+		return cc, conf.Errorf(conf.Join(p, "start"), f.Start, "must be 0..%v", MaxFlowStart)
+	}
+	if f.Pause < 0 || f.Pause > MaxFlowStart {
+		return cc, conf.Errorf(conf.Join(p, "pause"), f.Pause, "must be 0..%v", MaxFlowStart)
+	}
+	if f.Pause != 0 && !f.Repeat {
+		return cc, conf.Errorf(conf.Join(p, "pause"), f.Pause, "only with repeat: true")
+	}
+	if f.Size != 0 && f.Duration != 0 {
+		return cc, conf.Errorf(conf.Join(p, "duration"), f.Duration, "not with size: a flow ends on one of them")
+	}
+	cc.Interval = 0
+	cc.Bind = f.Bind
+	if f.QPs != 0 {
+		cc.QPs = f.QPs
+	}
+	if f.Rate != 0 {
+		cc.LineRate = f.Rate
+	}
+	if f.Size != 0 {
+		cc.Bytes = uint64(f.Size)
+	}
+	if f.Duration != 0 {
+		cc.Duration = f.Duration
+	}
+	if f.Message != 0 {
+		if f.Message > perf.MaxMessageBytes {
+			return cc, conf.Errorf(conf.Join(p, "message"), f.Message, "must be 1..%d bytes", perf.MaxMessageBytes)
+		}
+		cc.MessageBytes = int(f.Message)
+	}
+	if f.MTU != 0 {
+		cc.MTU = f.MTU
+	}
+	if f.DSCP != 0 {
+		cc.DSCP = f.DSCP
+	}
+	isUET := f.Transport == perf.TransportUET
+	switch {
+	case isUET && f.DCQCN != "":
+		return cc, conf.Errorf(conf.Join(p, "dcqcn"), f.DCQCN, "rocev2 only (uet flows take nscc)")
+	case !isUET && f.NSCC != "":
+		return cc, conf.Errorf(conf.Join(p, "nscc"), f.NSCC, "uet only (rocev2 flows take dcqcn)")
+	case !isUET && f.LB != "":
+		return cc, conf.Errorf(conf.Join(p, "lb"), f.LB, "uet only")
+	}
+	if isUET {
+		if f.CC != "" {
+			m, err := pds.ParseCCMode(f.CC)
+			if err != nil {
+				return cc, conf.Errorf(conf.Join(p, "cc"), f.CC, "must be one of %s for uet", strings.Join(pds.CCModeNames(), ", "))
+			}
+			cc.UETCC = m
+		}
+		if f.LB != "" {
+			k, err := lb.ParseKind(f.LB)
+			if err != nil {
+				return cc, conf.Errorf(conf.Join(p, "lb"), f.LB, "must be oblivious, bitmap, reps or mixed")
+			}
+			cc.LB = k
+		}
+		if f.NSCC != "" {
+			pr, ok := c.Profiles.NSCC[f.NSCC]
+			if !ok {
+				return cc, conf.Errorf(conf.Join(p, "nscc"), f.NSCC, "no such profile under profiles.nscc (%s)", profileNames(c.Profiles.NSCC))
+			}
+			if pr.BaseRTT != 0 {
+				cc.BaseRTT = pr.BaseRTT
+			}
+			cc.NSCCKnobs = sortedKnobs(pr.Knobs)
+		}
+	} else {
+		switch f.CC {
+		case "", "dcqcn":
+			cc.CC = agent.CCDCQCN
+		case "none":
+			cc.CC = agent.CCNone
+		default:
+			return cc, conf.Errorf(conf.Join(p, "cc"), f.CC, "must be dcqcn or none for rocev2")
+		}
+		if f.DCQCN != "" {
+			pr, ok := c.Profiles.DCQCN[f.DCQCN]
+			if !ok {
+				return cc, conf.Errorf(conf.Join(p, "dcqcn"), f.DCQCN, "no such profile under profiles.dcqcn (%s)", profileNames(c.Profiles.DCQCN))
+			}
+			if pr.Base != "" {
+				cc.Profile = pr.Base
+			}
+			cc.Knobs = sortedKnobs(pr.Knobs)
+		}
+	}
+	if err := cc.Validate(); err != nil {
+		if m := perfErrRE.FindStringSubmatch(err.Error()); m != nil {
+			field := perfFlag[m[1]]
+			if field == "" {
+				field = m[1]
+			}
+			value := m[2]
+			if i := strings.Index(value, " -"); i > 0 {
+				// "-b 50mbit --base-rtt 100µs --mtu 4096: ...": a rule
+				// across flags names the first; the rest are in the text.
+				return cc, conf.Errorf(conf.Join(p, field), value[:i], "with%s: %s", strings.NewReplacer(" --base-rtt", " base_rtt", " --mtu", " mtu").Replace(value[i:]), m[3])
+			}
+			return cc, conf.Errorf(conf.Join(p, field), value, "%s", m[3])
+		}
+		return cc, conf.Errorf(p, "", "%s", strings.TrimPrefix(err.Error(), "roceperf: "))
+	}
+	return cc, nil
+}
+
+func profileNames[T any](m map[string]T) string {
+	if len(m) == 0 {
+		return "none defined"
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+const good = `
+servers:
+  - {transport: rocev2, bind: 198.18.0.1}
+  - {transport: uet, bind: 198.18.0.1, port: 18516}
+profiles:
+  dcqcn:
+    gentle: {base: mlx5, knobs: {rpg_time_reset: 300, rate_reduce_monitor_period: 8}}
+  nscc:
+    wan: {base_rtt: 5ms, knobs: {gamma: 0.5}}
+ports:
+  - {dev: eth1, rate: 10gbit, tc: ["3:wred:min=50kb,max=1mb,p=0.1"]}
+flows:
+  - {name: a, server: 198.18.0.2, rate: 1gbit, dcqcn: gentle, size: 10MB}
+  - {name: b, transport: uet, server: "198.18.0.2:18516", rate: 1gbit, nscc: wan, repeat: true}
+`
+
+func TestParseGood(t *testing.T) {
+	c, err := Parse("x.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.WithDefaults()
+	if d.Metrics.Listen != DefaultMetricsListen || d.Servers[0].Port != 18515 || d.Ports[0].Mode != "virtual" || d.Flows[1].Pause != DefaultFlowPause {
+		t.Fatalf("defaults: %+v", d)
+	}
+	cc, err := d.clientConfig("flows[0]", d.Flows[0])
+	if err != nil || len(cc.Knobs) != 2 || cc.Knobs[0] != "rate_reduce_monitor_period=8" || cc.Bytes != 10<<20 {
+		t.Fatalf("flow a: %+v %v", cc, err)
+	}
+	cc, err = d.clientConfig("flows[1]", d.Flows[1])
+	if err != nil || cc.BaseRTT.Milliseconds() != 5 || len(cc.NSCCKnobs) != 1 {
+		t.Fatalf("flow b: %+v %v", cc, err)
+	}
+}
+
+// TestParseErrors: every error names the line, the field, the value and
+// what is allowed.
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct{ edit, want string }{
+		{"transport: rocev2, bind: 198.18.0.1}|transport: roce, bind: 198.18.0.1}", `x.yaml:3: servers[0].transport: "roce": must be rocev2 or uet`},
+		{"port: 18516}|port: 70000}", `x.yaml:4: servers[1].port: "70000": must be 1..65535`},
+		{"{transport: uet, bind: 198.18.0.1, port: 18516}|{transport: uet, port: 18516}", `x.yaml:4: servers[1].bind: "invalid IP": required with transport uet`},
+		{"port: 18516}|port: 18515}", `servers[1]: "tcp 198.18.0.1:18515": the same address and port as servers[0]`},
+		{"rpg_time_reset: 300|rpg_time_rest: 300", `x.yaml:7: profiles.dcqcn.gentle: unknown knob "rpg_time_rest" (valid: clamp_tgt_rate,`},
+		{"gamma: 0.5|gamma: 5", `flows[1].nscc: "gamma=5": gamma=5: must be in (0, 1]`},
+		{"rate: 10gbit|rate: 10gigs", `x.yaml:11: ports[0].rate: "10gigs": unknown unit "gigs"`},
+		{"p=0.1|p=1.5", `x.yaml:11: ports[0]: `},
+		{"{dev: eth1,|{dev: eth1, mode: fast,", `x.yaml:11: ports[0].mode: "fast": must be virtual or veth`},
+		{"dcqcn: gentle|dcqcn: harsh", `x.yaml:13: flows[0].dcqcn: "harsh": no such profile under profiles.dcqcn (gentle)`},
+		{"{name: b,|{name: a,", `x.yaml:14: flows[1].name: "a": already the name of flows[0]`},
+		{"size: 10MB|size: 10MB, duration: 5s", `flows[0].duration: "5s": not with size`},
+		{"rate: 1gbit, dcqcn|rate: 10tbit, dcqcn", `x.yaml:13: flows[0].rate: "10tbit": must be`},
+		{"repeat: true|repeat: sometimes", `x.yaml:14: flows[1].repeat: "sometimes": want true or false`},
+		{"servers:|server:", `x.yaml:2: server: unknown field; the document has drain_timeout, flows, log, metrics, ports, profiles, servers`},
+		{"{name: a, server: 198.18.0.2,|{name: a,", `x.yaml:13: flows[0].server: required`},
+		{"size: 10MB|start: -1s", `x.yaml:13: flows[0].start: "-1s": want a duration like 100us, 5ms, 1.5s`},
+	} {
+		old, repl, _ := strings.Cut(c.edit, "|")
+		src := strings.Replace(good, old, repl, 1)
+		if src == good {
+			t.Fatalf("edit %q changed nothing", c.edit)
+		}
+		_, err := Parse("x.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("edit %q: got %v\nwant %q", c.edit, err, c.want)
+		}
+	}
+}
+
+// TestShippedConfig: the example config the package installs is valid.
+func TestShippedConfig(t *testing.T) {
+	data, err := os.ReadFile("../../cmd/fabriclabd/fabriclabd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse("fabriclabd.yaml", data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte("flows: [{name: a, server: x, qps: 0}]"))
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = Parse("f", b) })
+}

@@ -1,0 +1,491 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/qdisc"
+)
+
+// Options are what the command line gives besides the file.
+type Options struct {
+	Logger *slog.Logger
+	// Level is the logger's level: the file's log.level sets it.
+	Level *slog.LevelVar
+}
+
+// Daemon runs one configuration at a time. Its methods are safe for
+// concurrent use; Apply and Drain are serialized.
+type Daemon struct {
+	log   *slog.Logger
+	level *slog.LevelVar
+
+	applyMu sync.Mutex // one Apply or Drain at a time
+
+	mu       sync.Mutex
+	cfg      Config // the running one, with defaults
+	gen      uint64 // configurations applied
+	draining bool
+	servers  map[string]*server // by ServerConfig.name()
+	ports    map[string]*port   // by PortConfig.key()
+	flows    map[string]*flow   // by name
+	reloads  struct {
+		ok, failed uint64
+		lastErr    string
+		lastOK     time.Time
+	}
+}
+
+// New returns a daemon with nothing running; Apply starts a configuration.
+func New(o Options) *Daemon {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Daemon{log: log, level: o.Level,
+		servers: map[string]*server{}, ports: map[string]*port{}, flows: map[string]*flow{}}
+}
+
+type server struct {
+	cfg   ServerConfig
+	roce  *perf.Server    // one of roce, uet
+	uet   *perf.UETServer //
+	stop  context.CancelFunc
+	ended chan struct{} // Serve returned
+}
+
+func (s *server) drain() {
+	if s.roce != nil {
+		s.roce.Drain()
+	} else {
+		s.uet.Drain()
+	}
+}
+
+// close ends the sessions and closes the server.
+func (s *server) close() error {
+	s.stop()
+	<-s.ended
+	if s.roce != nil {
+		return s.roce.Close()
+	}
+	return s.uet.Close()
+}
+
+type port struct {
+	cfg PortConfig
+	q   qdisc.Config
+	p   *qdisc.Port
+}
+
+// Apply makes c the running configuration: what is new starts, what is
+// gone stops, what changed is changed in place where it can be (port
+// AQMs) and restarted where it cannot (a server's limits, a flow's
+// settings), and what is the same keeps running untouched. If c is invalid
+// or a new server or port cannot start, nothing changes and the error says
+// why.
+func (d *Daemon) Apply(c *Config) error {
+	if err := c.Validate(); err != nil {
+		d.failed(err)
+		return err
+	}
+	d.applyMu.Lock()
+	defer d.applyMu.Unlock()
+	d.mu.Lock()
+	if d.draining {
+		d.mu.Unlock()
+		return errors.New("draining: not applying a configuration")
+	}
+	old := d.cfg
+	d.mu.Unlock()
+	nc := c.WithDefaults()
+
+	// Prepare what may fail, undoing it all on the first failure.
+	var undo []func()
+	rollback := func(err error) error {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		d.failed(err)
+		return err
+	}
+	newServers := map[string]*server{}
+	restarted := map[string]bool{}
+	for i, sc := range nc.Servers {
+		k := sc.name()
+		if cur, ok := d.servers[k]; ok {
+			if reflect.DeepEqual(cur.cfg, sc) {
+				continue
+			}
+			restarted[k] = true // same socket: reopened in the commit
+			continue
+		}
+		s, err := d.startServer(sc)
+		if err != nil {
+			return rollback(fmt.Errorf("servers[%d] (%s): %w", i, k, err))
+		}
+		newServers[k] = s
+		undo = append(undo, func() { _ = s.close() })
+	}
+	newPorts := map[string]*port{}
+	for i, pc := range nc.Ports {
+		q, _ := pc.qdiscConfig("") // validated
+		k := pc.key()
+		if cur, ok := d.ports[k]; ok {
+			if cur.cfg.Mode != pc.Mode {
+				return rollback(fmt.Errorf("ports[%d].mode %s: a port's mode cannot change live (it is %s): remove the port, reload, add it again", i, pc.Mode, cur.cfg.Mode))
+			}
+			if reflect.DeepEqual(cur.q, q) {
+				continue
+			}
+			prev := cur.q
+			if err := cur.p.Configure(q); err != nil {
+				return rollback(fmt.Errorf("ports[%d] (%s): %w", i, describePort(pc), err))
+			}
+			undo = append(undo, func() { _ = cur.p.Configure(prev) })
+			continue
+		}
+		p, err := d.attachPort(pc, q)
+		if err != nil {
+			return rollback(fmt.Errorf("ports[%d] (%s): %w", i, describePort(pc), err))
+		}
+		newPorts[k] = p
+		undo = append(undo, func() { _ = p.p.Close() })
+	}
+
+	// Commit: nothing below fails the reload (a restarted server that
+	// cannot listen again is logged and missing from /healthz).
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keep := map[string]bool{}
+	for _, sc := range nc.Servers {
+		keep[sc.name()] = true
+	}
+	for k, s := range d.servers {
+		if !keep[k] || restarted[k] {
+			if err := s.close(); err != nil {
+				d.log.Warn("server close", "server", k, "err", err)
+			}
+			delete(d.servers, k)
+			d.log.Info("server stopped", "server", k)
+		}
+	}
+	for _, sc := range nc.Servers {
+		k := sc.name()
+		if restarted[k] {
+			s, err := d.startServer(sc)
+			if err != nil {
+				d.log.Error("server restart failed", "server", k, "err", err)
+				continue
+			}
+			newServers[k] = s
+		}
+	}
+	for k, s := range newServers {
+		d.servers[k] = s
+		d.log.Info("server started", "server", k)
+	}
+	keep = map[string]bool{}
+	for _, pc := range nc.Ports {
+		keep[pc.key()] = true
+		if cur, ok := d.ports[pc.key()]; ok {
+			q, _ := pc.qdiscConfig("")
+			if !reflect.DeepEqual(cur.q, q) {
+				d.log.Info("port reconfigured", "port", describePort(pc))
+			}
+			cur.cfg, cur.q = pc, q
+		}
+	}
+	for k, p := range d.ports {
+		if !keep[k] {
+			if err := p.p.Close(); err != nil {
+				d.log.Warn("port detach", "port", describePort(p.cfg), "err", err)
+			}
+			unmarkOwned(p.cfg)
+			delete(d.ports, k)
+			d.log.Info("port detached", "port", describePort(p.cfg))
+		}
+	}
+	for k, p := range newPorts {
+		d.ports[k] = p
+		d.log.Info("port attached", "port", describePort(p.cfg), "rate", p.cfg.Rate.String(), "mode", p.cfg.Mode)
+	}
+	// Flows: the same name and settings (profiles resolved) keep running.
+	want := map[string]perf.ClientConfig{}
+	for i, f := range nc.Flows {
+		cc, _ := nc.clientConfig(fmt.Sprintf("flows[%d]", i), f)
+		want[f.Name] = cc
+	}
+	for name, fl := range d.flows {
+		w, ok := want[name]
+		if ok && reflect.DeepEqual(fl.spec, flowSpecOf(nc, name)) && sameClient(fl.cc, w) {
+			continue
+		}
+		fl.stop()
+		delete(d.flows, name)
+		d.log.Info("flow stopped", "flow", name)
+	}
+	for _, f := range nc.Flows {
+		if _, ok := d.flows[f.Name]; ok {
+			continue
+		}
+		fl := d.startFlow(f, want[f.Name])
+		d.flows[f.Name] = fl
+	}
+	if d.level != nil {
+		_ = d.level.UnmarshalText([]byte(nc.Log.Level))
+	}
+	d.cfg = nc
+	d.gen++
+	d.reloads.ok++
+	d.reloads.lastErr = ""
+	d.reloads.lastOK = time.Now()
+	d.log.Info("configuration applied", "generation", d.gen, "servers", len(d.servers), "ports", len(d.ports), "flows", len(d.flows),
+		"was_servers", len(old.Servers), "was_ports", len(old.Ports), "was_flows", len(old.Flows))
+	return nil
+}
+
+// Refuse records a configuration that could not even be read (Load
+// failed), as Apply records one it refuses: /healthz and the reload
+// metrics show it.
+func (d *Daemon) Refuse(err error) { d.failed(err) }
+
+func (d *Daemon) failed(err error) {
+	d.mu.Lock()
+	d.reloads.failed++
+	d.reloads.lastErr = err.Error()
+	d.mu.Unlock()
+}
+
+func flowSpecOf(c Config, name string) FlowConfig {
+	for _, f := range c.Flows {
+		if f.Name == name {
+			return f
+		}
+	}
+	return FlowConfig{}
+}
+
+// sameClient compares two client runs' settings (not their hooks).
+func sameClient(a, b perf.ClientConfig) bool {
+	a.OnAgent, a.OnEndpoint, a.OnInterval, a.Logger, a.Out = nil, nil, nil, nil, nil
+	b.OnAgent, b.OnEndpoint, b.OnInterval, b.Logger, b.Out = nil, nil, nil, nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+func (d *Daemon) startServer(sc ServerConfig) (*server, error) {
+	pc := sc.perfConfig()
+	pc.Logger = d.log.With("server", sc.name())
+	s := &server{cfg: sc, ended: make(chan struct{})}
+	var serve func(context.Context) error
+	if sc.Transport == perf.TransportUET {
+		u, err := perf.ListenUET(pc)
+		if err != nil {
+			return nil, err
+		}
+		s.uet, serve = u, u.Serve
+	} else {
+		r, err := perf.Listen(pc)
+		if err != nil {
+			return nil, err
+		}
+		s.roce, serve = r, r.Serve
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	go func() {
+		defer close(s.ended)
+		if err := serve(ctx); err != nil {
+			d.log.Error("server failed", "server", sc.name(), "err", err)
+		}
+	}()
+	return s, nil
+}
+
+func describePort(pc PortConfig) string {
+	if pc.Netns == "" {
+		return pc.Dev
+	}
+	return pc.Netns + "/" + pc.Dev
+}
+
+// attachPort attaches a port, pinned so that portctl show and stats see
+// it. A port this daemon left pinned (it was killed) is detached first.
+func (d *Daemon) attachPort(pc PortConfig, q qdisc.Config) (*port, error) {
+	var mode qdisc.QueueMode
+	_ = mode.UnmarshalText([]byte(pc.Mode))
+	opts := qdisc.AttachOptions{Dev: pc.Dev, Netns: pc.Netns, Mode: mode, Pin: true}
+	p, err := qdisc.Attach(q, opts)
+	if err != nil && ownedLeftover(pc) {
+		d.log.Warn("detaching a port left attached by an earlier fabriclabd", "port", describePort(pc))
+		if ferr := qdisc.Forget(pc.Netns, pc.Dev); ferr != nil {
+			d.log.Warn("detach leftover", "port", describePort(pc), "err", ferr)
+		}
+		p, err = qdisc.Attach(q, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	markOwned(pc)
+	return &port{cfg: pc, q: q, p: p}, nil
+}
+
+// Drain stops taking sessions, lets those in progress end (at most
+// timeout, then ends them), stops the flows and detaches the ports.
+// Nothing the daemon started is left running.
+func (d *Daemon) Drain(timeout time.Duration) error {
+	d.applyMu.Lock()
+	defer d.applyMu.Unlock()
+	d.mu.Lock()
+	d.draining = true
+	servers := make([]*server, 0, len(d.servers))
+	for _, s := range d.servers {
+		servers = append(servers, s)
+	}
+	flows := d.flows
+	d.flows = map[string]*flow{}
+	d.mu.Unlock()
+
+	d.log.Info("draining", "servers", len(servers), "flows", len(flows), "timeout", timeout.String())
+	for _, fl := range flows {
+		fl.stop()
+	}
+	for _, s := range servers {
+		s.drain()
+	}
+	deadline := time.After(timeout)
+	for _, s := range servers {
+		select {
+		case <-s.ended:
+		case <-deadline:
+			d.log.Warn("drain timeout: ending the sessions in progress", "server", s.cfg.name())
+		}
+	}
+	var errs []error
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, s := range d.servers {
+		errs = append(errs, s.close())
+		delete(d.servers, k)
+	}
+	for k, p := range d.ports {
+		if err := p.p.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("port %s: %w", describePort(p.cfg), err))
+		}
+		unmarkOwned(p.cfg)
+		delete(d.ports, k)
+	}
+	d.log.Info("drained")
+	return errors.Join(errs...)
+}
+
+// Health is what /healthz reports.
+type Health struct {
+	Status          string         `json:"status"` // ok, degraded (a configured server or port is missing), draining
+	Generation      uint64         `json:"generation"`
+	Servers         []ServerHealth `json:"servers"`
+	Ports           []string       `json:"ports"`
+	Flows           []FlowHealth   `json:"flows"`
+	ReloadsOK       uint64         `json:"reloads_ok"`
+	ReloadsFailed   uint64         `json:"reloads_failed"`
+	LastReloadError string         `json:"last_reload_error,omitempty"`
+}
+
+// ServerHealth is one server's sessions.
+type ServerHealth struct {
+	Name     string `json:"name"`
+	Sessions int    `json:"sessions"`
+}
+
+// FlowHealth is one flow's progress.
+type FlowHealth struct {
+	Name      string `json:"name"`
+	State     string `json:"state"` // waiting, running, pausing, done, failed
+	Runs      uint64 `json:"runs"`
+	Failures  uint64 `json:"failures"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Health reports the running configuration.
+func (d *Daemon) Health() Health {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := Health{Status: "ok", Generation: d.gen, ReloadsOK: d.reloads.ok, ReloadsFailed: d.reloads.failed,
+		LastReloadError: d.reloads.lastErr, Servers: []ServerHealth{}, Ports: []string{}, Flows: []FlowHealth{}}
+	for _, sc := range d.cfg.Servers {
+		s, ok := d.servers[sc.name()]
+		if !ok {
+			h.Status = "degraded"
+			continue
+		}
+		sh := ServerHealth{Name: sc.name()}
+		if s.roce != nil {
+			sh.Sessions = s.roce.Sessions()
+		} else {
+			sh.Sessions = s.uet.Stats().Sessions
+		}
+		h.Servers = append(h.Servers, sh)
+	}
+	for _, pc := range d.cfg.Ports {
+		if _, ok := d.ports[pc.key()]; ok {
+			h.Ports = append(h.Ports, describePort(pc))
+		} else {
+			h.Status = "degraded"
+		}
+	}
+	for _, fc := range d.cfg.Flows {
+		if fl, ok := d.flows[fc.Name]; ok {
+			h.Flows = append(h.Flows, fl.health())
+		}
+	}
+	if d.draining {
+		h.Status = "draining"
+	}
+	return h
+}
+
+// Live handles, for metrics: taken under the daemon's lock.
+type liveServer struct {
+	name  string
+	agent *agent.Agent
+	side  *agent.Server
+	ep    *pds.Endpoint
+	uet   *perf.UETServer
+}
+
+func (d *Daemon) snapshot() (servers []liveServer, ports []*port, flows []*flow) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, sc := range d.cfg.Servers {
+		s, ok := d.servers[sc.name()]
+		if !ok {
+			continue
+		}
+		ls := liveServer{name: sc.name()}
+		if s.roce != nil {
+			ls.agent, ls.side = s.roce.Agent(), s.roce.SideChannel()
+		} else {
+			ls.ep, ls.uet = s.uet.Endpoint(), s.uet
+		}
+		servers = append(servers, ls)
+	}
+	for _, pc := range d.cfg.Ports {
+		if p, ok := d.ports[pc.key()]; ok {
+			ports = append(ports, p)
+		}
+	}
+	for _, fc := range d.cfg.Flows {
+		if fl, ok := d.flows[fc.Name]; ok {
+			flows = append(flows, fl)
+		}
+	}
+	return servers, ports, flows
+}

@@ -1,0 +1,275 @@
+package daemon
+
+import (
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+)
+
+// Metric names are fabriclab_<scope>_<counter>, where the counter is the
+// name the JSON reports and portctl print, the NIC's own for a QP
+// (mlx5's np_cnp_sent, rp_cnp_handled, out_of_sequence, ...): one name
+// per counter everywhere. Counters end in _total.
+//
+//	fabriclab_qp_*        per QP: labels server or flow, qpn, peer
+//	fabriclab_rocev2_*    per RoCEv2 agent (a server's, a flow's): the
+//	                      QP counters summed, never going back, and drops
+//	                      no QP could be charged with (icrc_errors, ...)
+//	fabriclab_uet_*       per UET endpoint
+//	fabriclab_pdc_*       per target PDC of a UET server: src, spdcid, pdc, job_id
+//	fabriclab_ccc_*       per sender CCC of a UET flow: cwnd, in flight
+//	fabriclab_port_*      per switch port class: port, class, name
+//	fabriclab_flow_*      per configured flow
+//	fabriclab_server_*    per server's side channel
+//	fabriclab_config_*    reloads
+const ns = "fabriclab"
+
+// collector builds every metric at scrape time from the live objects.
+type collector struct{ d *Daemon }
+
+var _ prometheus.Collector = collector{}
+
+// Describe sends nothing: the metric set follows the configuration (an
+// unchecked collector).
+func (collector) Describe(chan<- *prometheus.Desc) {}
+
+// emitter turns struct fields into const metrics.
+type emitter struct {
+	ch    chan<- prometheus.Metric
+	descs map[string]*prometheus.Desc
+}
+
+func (e *emitter) emit(name string, kind prometheus.ValueType, help string, labels []string, values []string, v float64) {
+	key := name + "|" + strings.Join(labels, ",")
+	desc, ok := e.descs[key]
+	if !ok {
+		desc = prometheus.NewDesc(name, help, labels, nil)
+		e.descs[key] = desc
+	}
+	m, err := prometheus.NewConstMetric(desc, kind, v, values...)
+	if err == nil {
+		e.ch <- m
+	}
+}
+
+// gaugeFields are the fields that go up and down (levels, not events).
+func isGauge(field string) bool {
+	for _, s := range []string{"backlog", "in_flight", "cwnd", "depth", "reo_wnd", "credit", "sessions", "conns", "qps", "buffer_bytes", "window"} {
+		if strings.Contains(field, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// fields emits every number of the struct v (by its json tags, nested
+// structs prefixed), as scope's metrics. Maps of string to uint64 become
+// one metric with the key as label key.
+func (e *emitter) fields(scope string, v any, labels, values []string) {
+	e.walk(scope, "", reflect.ValueOf(v), labels, values)
+}
+
+func (e *emitter) walk(scope, prefix string, v reflect.Value, labels, values []string) {
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "-" {
+			continue
+		}
+		fv := v.Field(i)
+		if f.Anonymous && tag == "" {
+			e.walk(scope, prefix, fv, labels, values)
+			continue
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		name := prefix + tag
+		switch fv.Kind() {
+		case reflect.Struct:
+			if f.Type == reflect.TypeFor[time.Time]() {
+				continue
+			}
+			e.walk(scope, name+"_", fv, labels, values)
+		case reflect.Pointer:
+			if !fv.IsNil() && fv.Elem().Kind() == reflect.Struct {
+				e.walk(scope, name+"_", fv.Elem(), labels, values)
+			}
+		case reflect.Map:
+			if fv.Type().Key().Kind() != reflect.String || !isUint(fv.Type().Elem().Kind()) {
+				continue
+			}
+			it := fv.MapRange()
+			for it.Next() {
+				e.number(scope, name, it.Value(), append(labels, "key"), append(values, it.Key().String()))
+			}
+		default:
+			e.number(scope, name, fv, labels, values)
+		}
+	}
+}
+
+func isUint(k reflect.Kind) bool {
+	switch k {
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+func (e *emitter) number(scope, name string, fv reflect.Value, labels, values []string) {
+	var x float64
+	switch fv.Kind() {
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		x = float64(fv.Uint())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		x = float64(fv.Int())
+	case reflect.Float32, reflect.Float64:
+		x = fv.Float()
+	case reflect.Bool:
+		if fv.Bool() {
+			x = 1
+		}
+	default:
+		return // strings, arrays (histograms are emitted apart)
+	}
+	full := ns + "_" + scope + "_" + sanitize(name)
+	kind := prometheus.CounterValue
+	if isGauge(name) || fv.Kind() == reflect.Bool || fv.Kind() == reflect.Float64 {
+		kind = prometheus.GaugeValue
+	} else {
+		full += "_total"
+	}
+	e.emit(full, kind, scope+" "+name+" (as in the JSON reports)", labels, values, x)
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// Collect reads every live object once.
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	e := &emitter{ch: ch, descs: map[string]*prometheus.Desc{}}
+	d := c.d
+	servers, ports, flows := d.snapshot()
+	for _, s := range servers {
+		if s.agent != nil {
+			qpMetrics(e, "server", s.name, s.agent)
+			e.fields("server", s.side.Stats(), []string{"server"}, []string{s.name})
+		}
+		if s.ep != nil {
+			e.fields("uet", s.ep.Counters(), []string{"server"}, []string{s.name})
+			for _, t := range s.ep.Targets() {
+				e.fields("pdc", t, []string{"server", "src", "spdcid", "pdc", "job_id"},
+					[]string{s.name, t.Src.String(), strconv.Itoa(int(t.SPDCID)), strconv.Itoa(int(t.PDC)), strconv.Itoa(int(t.JobID))})
+			}
+			e.fields("server", s.uet.Stats(), []string{"server"}, []string{s.name})
+		}
+	}
+	for _, fl := range flows {
+		h := fl.health()
+		fl.mu.Lock()
+		a, ep := fl.agent, fl.ep
+		bytes, bps := fl.bytes, fl.lastBps
+		fl.mu.Unlock()
+		l, v := []string{"flow"}, []string{fl.spec.Name}
+		if a != nil {
+			qpMetrics(e, "flow", fl.spec.Name, a)
+		}
+		if ep != nil {
+			e.fields("uet", ep.Counters(), l, v)
+			for _, ccc := range ep.CCCs() {
+				e.fields("ccc", ccc, []string{"flow", "src", "dst", "tc"}, []string{fl.spec.Name, ccc.Src, ccc.Dst, strconv.Itoa(int(ccc.TC))})
+			}
+		}
+		e.emit(ns+"_flow_runs_total", prometheus.CounterValue, "client runs of the flow ended", l, v, float64(h.Runs))
+		e.emit(ns+"_flow_failures_total", prometheus.CounterValue, "client runs of the flow that failed", l, v, float64(h.Failures))
+		e.emit(ns+"_flow_received_bytes_total", prometheus.CounterValue, "payload acknowledged in the flow's finished runs", l, v, float64(bytes))
+		e.emit(ns+"_flow_last_bits_per_second", prometheus.GaugeValue, "goodput of the flow's last finished run", l, v, bps)
+		e.emit(ns+"_flow_running", prometheus.GaugeValue, "1 while a client run is in progress", l, v, b2f(h.State == "running"))
+	}
+	for _, p := range ports {
+		portMetrics(e, p)
+	}
+	h := d.Health()
+	e.emit(ns+"_config_generation", prometheus.GaugeValue, "configurations applied since the start", nil, nil, float64(h.Generation))
+	e.emit(ns+"_config_reloads_total", prometheus.CounterValue, "configurations applied", nil, nil, float64(h.ReloadsOK))
+	e.emit(ns+"_config_reload_failures_total", prometheus.CounterValue, "configurations refused (invalid, or could not start)", nil, nil, float64(h.ReloadsFailed))
+	e.emit(ns+"_config_last_reload_successful", prometheus.GaugeValue, "0 if the last configuration offered was refused", nil, nil, b2f(h.LastReloadError == ""))
+	e.emit(ns+"_up", prometheus.GaugeValue, "1 unless degraded or draining", nil, nil, b2f(h.Status == "ok"))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// qpMetrics exports an agent's QPs and its totals under owner (server or
+// flow) name.
+func qpMetrics(e *emitter, owner, name string, a *agent.Agent) {
+	for _, qp := range a.QPs() {
+		peer := qp.Peer()
+		e.fields("qp", qp.Counters(), []string{owner, "qpn", "peer", "peer_qpn"},
+			[]string{name, fmt.Sprintf("%#x", qp.QPN()), peer.Addr.Addr().String(), fmt.Sprintf("%#x", peer.QPN)})
+	}
+	e.fields("rocev2", a.Counters(), []string{owner}, []string{name})
+}
+
+// portMetrics exports a port's classes, and each class's sojourn
+// histogram as a Prometheus histogram in seconds.
+func portMetrics(e *emitter, p *port) {
+	st, err := p.p.Stats()
+	if err != nil {
+		return
+	}
+	portName := describePort(p.cfg)
+	e.emit(ns+"_port_rate_bits_per_second", prometheus.GaugeValue, "the port's configured rate", []string{"port"}, []string{portName}, float64(p.q.Rate))
+	for _, cs := range st.Classes {
+		if cs.EnqueuedPackets == 0 && cs.Name == "" {
+			continue
+		}
+		l := []string{"port", "class", "name"}
+		v := []string{portName, strconv.Itoa(int(cs.Class)), cs.Name}
+		e.fields("port", cs, l, v)
+		buckets := map[float64]uint64{}
+		var cum uint64
+		for b, n := range cs.Sojourn {
+			cum += n
+			buckets[float64(uint64(1)<<(b+1))/1e9] = cum
+		}
+		key := ns + "_port_sojourn_seconds|" + strings.Join(l, ",")
+		desc, ok := e.descs[key]
+		if !ok {
+			desc = prometheus.NewDesc(ns+"_port_sojourn_seconds", "sojourn in the port's queue (log2 buckets)", l, nil)
+			e.descs[key] = desc
+		}
+		if m, err := prometheus.NewConstHistogram(desc, cs.Sojourn.Count(), cs.SojournSum.Seconds(), buckets, v...); err == nil {
+			e.ch <- m
+		}
+	}
+}
+
+
