@@ -10,7 +10,14 @@ BIN := bin
 # Tools the tests, the benchmark and the demo run (Debian package names).
 RUNTIME_DEPS := iperf3 iproute2 ethtool tcpdump tshark python3-scapy
 
-.PHONY: help build generate check-generate deps test unit-test netns-test bench demo experiment wan-experiment lint clean
+# make install: the binaries, the daemon's unit and its config (kept if present).
+PREFIX ?= /usr/local
+DESTDIR ?=
+UNITDIR ?= /etc/systemd/system
+CONFDIR ?= /etc/fabriclab
+INSTALL_BINS := fabriclabd roceperf portctl dctcp
+
+.PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench demo experiment wan-experiment lint clean
 
 help:
 	@echo "make build          build portctl, roceperf and fabricdemo into $(BIN)/"
@@ -21,6 +28,8 @@ help:
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
 	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (WAN_FLAGS=-help)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
+	@echo "make install        (root) fabriclabd, roceperf, portctl, dctcp to $(PREFIX)/bin, the systemd unit, $(CONFDIR)/fabriclabd.yaml"
+	@echo "make uninstall      (root) stop and remove them (the config stays)"
 	@echo "make lint           gofmt and go vet"
 	@echo "make clean          remove $(BIN)/"
 
@@ -79,6 +88,23 @@ experiment: deps
 WAN_FLAGS ?=
 wan-experiment: deps
 	$(GO) run ./netns-tests/wanexp $(WAN_FLAGS)
+
+install:
+	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(INSTALL_BINS))
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(CONFDIR)
+	install -m 0755 $(addprefix $(BIN)/,$(INSTALL_BINS)) $(DESTDIR)$(PREFIX)/bin/
+	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g; s|/etc/fabriclab/|$(CONFDIR)/|g' cmd/fabriclabd/fabriclabd.service > $(DESTDIR)$(UNITDIR)/fabriclabd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/fabriclabd.service
+	@if [ -e $(DESTDIR)$(CONFDIR)/fabriclabd.yaml ]; then echo "keeping $(DESTDIR)$(CONFDIR)/fabriclabd.yaml"; \
+	else install -m 0644 cmd/fabriclabd/fabriclabd.yaml $(DESTDIR)$(CONFDIR)/fabriclabd.yaml; fi
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; \
+	echo "installed: systemctl enable --now fabriclabd"; fi
+
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now fabriclabd 2>/dev/null || true; fi
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(INSTALL_BINS)) $(DESTDIR)$(UNITDIR)/fabriclabd.service
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "kept $(DESTDIR)$(CONFDIR)/fabriclabd.yaml (remove it by hand)"
 
 clean:
 	rm -rf $(BIN)

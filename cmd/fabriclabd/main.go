@@ -162,7 +162,7 @@ func shutdownHTTP(srv *http.Server) {
 	_ = srv.Shutdown(ctx)
 }
 
-// notifySystemd tells systemd (Type=notify-reload) where the daemon is:
+// notifySystemd tells systemd (Type=notify) where the daemon is:
 // READY, RELOADING, STOPPING. Without NOTIFY_SOCKET it does nothing.
 func notifySystemd(state string) {
 	sock := os.Getenv("NOTIFY_SOCKET")

@@ -271,5 +271,3 @@ func portMetrics(e *emitter, p *port) {
 		}
 	}
 }
-
-
