@@ -114,7 +114,9 @@ func (dl *daemonLab) start(t *testing.T, bin string) {
 			t.Logf("fabriclabd log:\n%s", dl.logs.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
+	// Loading the port's and the NP's programs takes the verifier a few
+	// seconds on a busy 2-core machine.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if h, err := dl.health(); err == nil && h.Status == "ok" {
 			return
@@ -126,7 +128,7 @@ func (dl *daemonLab) start(t *testing.T, bin string) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("fabriclabd not healthy after 10 s\n%s", dl.logs.String())
+			t.Fatalf("fabriclabd not healthy after 30 s\n%s", dl.logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

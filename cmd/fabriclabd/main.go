@@ -82,6 +82,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 
 	d := daemon.New(daemon.Options{Logger: log, Level: level})
+	log.Info("starting", "config", *path, "servers", len(cfg.Servers), "ports", len(cfg.Ports), "flows", len(cfg.Flows))
+	t0 := time.Now()
 	if err := d.Apply(cfg); err != nil {
 		log.Error("start", "path", *path, "err", err.Error())
 		_ = d.Drain(0)
@@ -94,7 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		_ = d.Drain(0)
 		return 1
 	}
-	log.Info("fabriclabd started", "config", *path, "pid", os.Getpid(), "metrics", running.Metrics.Listen)
+	log.Info("fabriclabd started", "config", *path, "pid", os.Getpid(), "metrics", running.Metrics.Listen, "start_seconds", time.Since(t0).Seconds())
 	notifySystemd("READY=1")
 
 	for sig := range sigs {
