@@ -59,6 +59,10 @@ const NamePrefix = "fl-"
 // can tell a typo from a kernel failure.
 var ErrInvalidSpec = errors.New("invalid topology spec")
 
+// AddrRange4 is the IPv4 range a lab may use (RFC 2544's benchmarking
+// range); nothing else is ever configured.
+var AddrRange4 = labPrefix4
+
 var (
 	// The address ranges a lab may use; nothing else is ever configured.
 	labPrefix4 = netip.MustParsePrefix("198.18.0.0/15")

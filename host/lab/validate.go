@@ -177,6 +177,13 @@ func (s Spec) validate() error {
 	return nil
 }
 
+// CheckNodeName reports whether s is a valid node name (NodeSpec.Name).
+func CheckNodeName(s string) error { return validNodeName(s) }
+
+// CheckDevName reports whether s is a valid interface name
+// (Endpoint.Dev).
+func CheckDevName(s string) error { return validDevName(s) }
+
 func validNodeName(s string) error {
 	if s == "" {
 		return fmt.Errorf("empty")
