@@ -40,12 +40,12 @@ type Result struct {
 
 // LinkResult is a file link's addresses.
 type LinkResult struct {
-	A      string       `json:"a"` // node:dev
-	B      string       `json:"b"`
+	A      string `json:"a"` // node:dev
+	B      string `json:"b"`
 	Subnet string `json:"subnet"`
-	AAddr  string       `json:"a_addr"`
-	BAddr  string       `json:"b_addr"`
-	Relay  string       `json:"relay,omitempty"`
+	AAddr  string `json:"a_addr"`
+	BAddr  string `json:"b_addr"`
+	Relay  string `json:"relay,omitempty"`
 }
 
 // FlowResult is one flow's outcome.

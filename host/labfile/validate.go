@@ -411,4 +411,3 @@ func orList(s []string) string {
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
-
