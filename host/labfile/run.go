@@ -352,6 +352,12 @@ func (r *runner) run(ctx context.Context) *Result {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
+		defer func() {
+			if v := recover(); v != nil {
+				r.log.Error("sampler panicked; the run goes on without samples", "panic", v)
+				<-done
+			}
+		}()
 		r.sample(t0, flows, res, done)
 	}()
 	<-done
@@ -389,6 +395,13 @@ const (
 // namespace.
 func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 	fl := fr.plan.Flow
+	// A panic in a flow fails the flow, not the process: Run still tears
+	// the lab down.
+	defer func() {
+		if v := recover(); v != nil {
+			fr.set(func(fr *flowRun) { fr.state, fr.err = stateFailed, fmt.Errorf("panic: %v", v) })
+		}
+	}()
 	if wait := time.Until(t0.Add(fr.start)); wait > 0 {
 		select {
 		case <-ctx.Done():
