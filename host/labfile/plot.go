@@ -16,7 +16,8 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab/figure"
 )
 
-// plot writes goodput.png (each flow's goodput per report interval) and
+// plot writes goodput.png (each flow's goodput per report interval, a step
+// per interval) and
 // ports.png (each watched port's backlog) into dir, and returns their
 // paths.
 func (res *Result) plot(dir string) ([]string, error) {
@@ -25,13 +26,16 @@ func (res *Result) plot(dir string) ([]string, error) {
 	}
 	var files []string
 	gp := plot.New()
-	gp.Title.Text = res.Name + ": goodput per flow, each report interval"
+	gp.Title.Text = res.Name + ": goodput per flow over each of its report intervals"
 	gp.X.Label.Text, gp.Y.Label.Text = "s", "Mbit/s"
 	for i, f := range res.Flows {
+		// The flow's own intervals, placed at its start: finer than the
+		// samples, which see a flow shorter than an interval not at all.
 		var xy plotter.XYs
-		for _, s := range res.Samples {
-			if i < len(s.Flows) && s.Flows[i].State == stateRunning {
-				xy = append(xy, plotter.XY{X: s.T, Y: s.Flows[i].GoodputBps / 1e6})
+		if f.Report != nil {
+			for _, iv := range f.Report.Intervals {
+				xy = append(xy, plotter.XY{X: f.StartS + iv.Sum.Start, Y: iv.Sum.BitsPerSecond / 1e6},
+					plotter.XY{X: f.StartS + iv.Sum.End, Y: iv.Sum.BitsPerSecond / 1e6})
 			}
 		}
 		if err := addLine(gp, i, f.Name, xy); err != nil {
