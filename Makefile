@@ -15,15 +15,16 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 UNITDIR ?= /etc/systemd/system
 CONFDIR ?= /etc/fabriclab
-INSTALL_BINS := fabriclabd roceperf portctl dctcp
+INSTALL_BINS := fabriclabd fabriclab roceperf portctl dctcp
 
-.PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench demo experiment wan-experiment lint clean
+.PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench demo lab experiment wan-experiment lint clean
 
 help:
-	@echo "make build          build portctl, roceperf and fabricdemo into $(BIN)/"
+	@echo "make build          build portctl, roceperf, fabricdemo, fabriclab and dctcp into $(BIN)/"
 	@echo "make demo           (root) live DCQCN demo: RoCEv2 senders share a WRED port (DEMO_FLAGS=-help)"
+	@echo "make lab            (root) run a lab file: make lab LAB=host/labfile/examples/dumbbell.yaml (LAB_FLAGS='-t 2s')"
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
-	@echo "make netns-test     (root) only the tests in network namespaces (host/lab, netns-tests)"
+	@echo "make netns-test     (root) only the tests in network namespaces (host/lab, host/labfile, netns-tests)"
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf vs iperf3 -u, CNP reaction time"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
 	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (WAN_FLAGS=-help)"
@@ -69,7 +70,7 @@ unit-test:
 	$(GO) test -count=1 $$($(GO) list ./qdisc/... ./host/... ./cmd/... | grep -v /host/lab/link)
 
 netns-test: deps
-	$(GO) test -count=1 -p 1 -timeout 15m -v ./host/lab/... ./netns-tests/...
+	$(GO) test -count=1 -p 1 -timeout 15m -v ./host/lab/... ./host/labfile/ ./netns-tests/...
 
 bench: deps
 	$(GO) run ./netns-tests/bench
@@ -78,6 +79,13 @@ DEMO_FLAGS ?=
 demo: deps
 	$(GO) build -o $(BIN)/ ./cmd/fabricdemo
 	$(BIN)/fabricdemo $(DEMO_FLAGS)
+
+# A lab in one file (host/labfile): fabriclab run LAB.
+LAB ?= host/labfile/examples/dumbbell.yaml
+LAB_FLAGS ?=
+lab: deps
+	$(GO) build -o $(BIN)/ ./cmd/fabriclab
+	$(BIN)/fabriclab run $(LAB) $(LAB_FLAGS)
 
 # Seed 002's testbed experiment (issue #3 §5); writes experiment-out/.
 EXPERIMENT_FLAGS ?=

@@ -1,16 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"image/color"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/fabriclab/fabriclab/host/lab/figure"
 )
 
 // goodputWindowS smooths the plotted goodput: the received-bytes counter
@@ -266,20 +266,7 @@ func writePanels(path, title string, width vg.Length, heights []vg.Length, colum
 		}
 	}
 
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
-		f.Close()
-		return fmt.Errorf("plot: write %s: %w", path, err)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return figure.SavePNG(path, img)
 }
 
 func plotTitle(r *RoCEReport) string {

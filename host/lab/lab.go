@@ -59,6 +59,10 @@ const NamePrefix = "fl-"
 // can tell a typo from a kernel failure.
 var ErrInvalidSpec = errors.New("invalid topology spec")
 
+// AddrRange4 is the IPv4 range a lab may use (RFC 2544's benchmarking
+// range); nothing else is ever configured.
+var AddrRange4 = labPrefix4
+
 var (
 	// The address ranges a lab may use; nothing else is ever configured.
 	labPrefix4 = netip.MustParsePrefix("198.18.0.0/15")
@@ -109,6 +113,10 @@ type RouteSpec struct {
 	Node string
 	Dst  netip.Prefix
 	Via  netip.Addr
+	// Vias are further on-link gateways: with them the route is an ECMP
+	// route over Via and Vias, hashed as the node's
+	// net.ipv4.fib_multipath_hash_policy says. Optional.
+	Vias []netip.Addr
 }
 
 // Lab is a built topology. All methods are safe for concurrent use.
@@ -293,12 +301,34 @@ func (l *Lab) build(spec Spec) error {
 
 	for i, rs := range spec.Routes {
 		n := l.byName[rs.Node]
+		if len(rs.Vias) > 0 {
+			if err := n.routeVia(rs.Dst, spec.hops(rs)); err != nil {
+				return fmt.Errorf("lab: Routes[%d] (%s: %s via %s and %v): %w", i, rs.Node, rs.Dst, rs.Via, rs.Vias, err)
+			}
+			continue
+		}
 		r := &netlink.Route{Dst: prefixToIPNet(rs.Dst), Gw: net.IP(rs.Via.AsSlice())}
 		if err := n.nl.RouteAdd(r); err != nil {
 			return fmt.Errorf("lab: Routes[%d] (%s: %s via %s): %w", i, rs.Node, rs.Dst, rs.Via, err)
 		}
 	}
 	return nil
+}
+
+// hops are an ECMP route's nexthops: each gateway with the device of rs's
+// node on its subnet (validate checked there is one).
+func (s Spec) hops(rs RouteSpec) []wanHop {
+	var out []wanHop
+	for _, gw := range append([]netip.Addr{rs.Via}, rs.Vias...) {
+		for _, l := range s.Links {
+			for _, ep := range []Endpoint{l.A, l.B} {
+				if ep.Node == rs.Node && ep.Addr.Masked().Contains(gw) {
+					out = append(out, wanHop{dev: ep.Dev, gw: gw})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // addNode creates the named namespace and the handles bound to it.

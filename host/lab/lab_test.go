@@ -317,6 +317,18 @@ func TestBuildErrors(t *testing.T) {
 			s.Routes = []RouteSpec{{Node: "a", Dst: netip.MustParsePrefix("198.19.0.0/24"), Via: netip.MustParseAddr("198.18.5.1")}}
 			return s
 		}, "Routes[0].Via"},
+		{"off-link ECMP gateway", func() Spec {
+			s := good()
+			s.Routes = []RouteSpec{{Node: "a", Dst: netip.MustParsePrefix("198.19.0.0/24"), Via: netip.MustParseAddr("198.18.100.2"),
+				Vias: []netip.Addr{netip.MustParseAddr("198.18.5.1")}}}
+			return s
+		}, "Routes[0].Vias[0]"},
+		{"ECMP gateway twice", func() Spec {
+			s := good()
+			s.Routes = []RouteSpec{{Node: "a", Dst: netip.MustParsePrefix("198.19.0.0/24"), Via: netip.MustParseAddr("198.18.100.2"),
+				Vias: []netip.Addr{netip.MustParseAddr("198.18.100.2")}}}
+			return s
+		}, "Routes[0].Vias[0]"},
 		{"unknown route node", func() Spec {
 			s := good()
 			s.Routes = []RouteSpec{{Node: "x", Dst: netip.MustParsePrefix("198.19.0.0/24"), Via: netip.MustParseAddr("198.18.100.2")}}

@@ -141,21 +141,32 @@ func (s Spec) validate() error {
 		if !r.Via.IsValid() {
 			return specErr(f+".Via", "required")
 		}
-		if r.Via.Is4() != r.Dst.Addr().Is4() {
-			return specErr(f+".Via", "%s is not the same address family as Dst %s", r.Via, r.Dst)
-		}
-		if addrNode[r.Via] == r.Node {
-			return specErr(f+".Via", "%s is node %q's own address (%s), not a gateway", r.Via, r.Node, addrs[r.Via])
-		}
-		reachable := false
-		for _, s := range onLink {
-			if s.node == r.Node && s.p.Contains(r.Via) {
-				reachable = true
-				break
+		gws := map[netip.Addr]bool{}
+		for j, via := range append([]netip.Addr{r.Via}, r.Vias...) {
+			vf := f + ".Via"
+			if j > 0 {
+				vf = fmt.Sprintf("%s.Vias[%d]", f, j-1)
 			}
-		}
-		if !reachable {
-			return specErr(f+".Via", "%s is not on any subnet of node %q", r.Via, r.Node)
+			if via.Is4() != r.Dst.Addr().Is4() {
+				return specErr(vf, "%s is not the same address family as Dst %s", via, r.Dst)
+			}
+			if addrNode[via] == r.Node {
+				return specErr(vf, "%s is node %q's own address (%s), not a gateway", via, r.Node, addrs[via])
+			}
+			if gws[via] {
+				return specErr(vf, "%s is listed twice", via)
+			}
+			gws[via] = true
+			reachable := false
+			for _, s := range onLink {
+				if s.node == r.Node && s.p.Contains(via) {
+					reachable = true
+					break
+				}
+			}
+			if !reachable {
+				return specErr(vf, "%s is not on any subnet of node %q", via, r.Node)
+			}
 		}
 		key := r.Node + " " + r.Dst.String()
 		if j, dup := seen[key]; dup {
@@ -165,6 +176,13 @@ func (s Spec) validate() error {
 	}
 	return nil
 }
+
+// CheckNodeName reports whether s is a valid node name (NodeSpec.Name).
+func CheckNodeName(s string) error { return validNodeName(s) }
+
+// CheckDevName reports whether s is a valid interface name
+// (Endpoint.Dev).
+func CheckDevName(s string) error { return validDevName(s) }
 
 func validNodeName(s string) error {
 	if s == "" {

@@ -11,7 +11,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/fabriclab/fabriclab/netns-tests/internal/figure"
+	"github.com/fabriclab/fabriclab/host/lab/figure"
 )
 
 var (

@@ -1,4 +1,4 @@
-// Package figure writes the experiments' gonum/plot canvases.
+// Package figure writes gonum/plot canvases: the experiments' and fabriclab's.
 package figure
 
 import (

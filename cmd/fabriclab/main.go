@@ -1,0 +1,193 @@
+// Command fabriclab runs a lab described in one file (host/labfile):
+//
+//	fabriclab run LAB.yaml [-t DUR] [-o DIR] [-json] [-v]
+//	fabriclab validate LAB.yaml
+//	fabriclab help
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/labfile"
+)
+
+const usage = `usage:
+  fabriclab run LAB.yaml [-t DUR] [-o DIR] [-json] [-v]
+      build the lab in network namespaces, run its flows, print a live view
+      every report interval and a summary, write result.json and plots to
+      DIR, and tear everything down (also on error and Ctrl-C).
+      -t DUR   cap the run: flows' starts and timed durations are scaled to
+               fit in DUR when they reach past it (sized flows keep their size)
+      -o DIR   output directory (default: the file's report.output, else
+               fabriclab-out/NAME); "-" writes nothing
+      -json    print the result as JSON instead of the tables
+      -v       log the run's steps and the agents' warnings to stderr
+  fabriclab validate LAB.yaml
+      check the file (every error names file:line, the field, the value and
+      what is allowed) and print the addresses and routes it would build
+  fabriclab help
+      this text
+
+Examples: host/labfile/examples/*.yaml. The schema: README, "A lab in one file".
+Exit status: 0 when every flow delivered, 1 when one failed or the lab could
+not be built, 2 on bad usage or a bad file, 130 on Ctrl-C.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "validate":
+		return validate(args[1:], stdout, stderr)
+	case "run":
+		return runLab(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "fabriclab: unknown command %q: want run, validate or help\n", args[0])
+	return 2
+}
+
+// parseArgs takes LAB.yaml before or after the flags.
+func parseArgs(fs *flag.FlagSet, args []string) (string, error) {
+	var file string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return "", err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		if file != "" {
+			return "", fmt.Errorf("one lab file at a time (got %s and %s)", file, args[0])
+		}
+		file, args = args[0], args[1:]
+	}
+	if file == "" {
+		return "", errors.New("no lab file given")
+	}
+	return file, nil
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path, err := parseArgs(fs, args)
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab validate: %v\n", err)
+		return 2
+	}
+	f, err := labfile.Load(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+		return 2
+	}
+	p := f.Plan()
+	fmt.Fprintf(stdout, "%s: %d nodes, %d links, %d ports, %d PEs, %d flows\n", path, len(f.Nodes), len(f.Links), len(p.Ports), len(p.PEs), len(f.Flows))
+	for _, l := range p.Links {
+		relay := ""
+		if l.Relay != "" {
+			relay = " (through relay " + l.Relay + ")"
+		}
+		fmt.Fprintf(stdout, "  link %-16s %-18s ⇄ %-16s %-18s%s\n", l.A.Node+":"+l.A.Dev, l.A.Addr, l.B.Node+":"+l.B.Dev, l.B.Addr, relay)
+	}
+	for _, r := range p.Spec.Routes {
+		via := r.Via.String()
+		for _, v := range r.Vias {
+			via += ", " + v.String()
+		}
+		fmt.Fprintf(stdout, "  route %-8s %-18s via %s\n", r.Node, r.Dst, via)
+	}
+	for _, po := range p.Ports {
+		fmt.Fprintf(stdout, "  port %s at %s\n", po.Name, po.Config.Rate)
+	}
+	for _, pe := range p.PEs {
+		fmt.Fprintf(stdout, "  pe %s:%s local %s, %d prefixes to %s\n", pe.Node, pe.Dev, pe.Config.Local, len(pe.Config.Routes), pe.Config.Routes[0].Remote)
+	}
+	for _, fp := range p.Flows {
+		fmt.Fprintf(stdout, "  flow %s: %s → %s, %s/%s, mtu %d, line rate %s, bottleneck %s\n", fp.Flow.Name, fp.Flow.From, p.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC, fp.Client.MTU, fp.Client.LineRate, fp.Bottleneck)
+	}
+	return 0
+}
+
+func runLab(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dur := fs.Duration("t", 0, "cap the run's timeline at `DUR`")
+	out := fs.String("o", "", "output `DIR`")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	verbose := fs.Bool("v", false, "log the steps to stderr")
+	path, err := parseArgs(fs, args)
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab run: %v\n", err)
+		return 2
+	}
+	if *dur < 0 {
+		fmt.Fprintf(stderr, "fabriclab run: -t %v: want a positive duration\n", *dur)
+		return 2
+	}
+	f, err := labfile.Load(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "fabriclab run: needs root (network namespaces, BPF programs)")
+		return 1
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, cancel, interrupt := lab.CatchInterrupts(context.Background(), "fabriclab", "tearing the lab down", stderr)
+	defer interrupt.Stop()
+	defer cancel()
+	opts := labfile.RunOptions{Duration: *dur, OutDir: *out, Logger: log}
+	if !*asJSON {
+		fmt.Fprintf(stdout, "fabriclab: %s: %d flows over %d nodes; report every %v\n", f.RunName(), len(f.Flows), len(f.Nodes), interval(f))
+		opts.OnSample = func(s *labfile.Sample) { labfile.WriteSample(stdout, s) }
+	}
+	res, err := labfile.Run(ctx, f, opts)
+	if res != nil {
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(res)
+		} else {
+			res.WriteSummary(stdout)
+		}
+	}
+	if sig := interrupt.Signal(); sig != nil {
+		return lab.SignalExitCode(sig)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func interval(f *labfile.File) time.Duration {
+	if f.Report.Interval == 0 {
+		return labfile.DefaultInterval
+	}
+	return f.Report.Interval
+}

@@ -1,0 +1,259 @@
+//go:build linux
+
+// Package labfile is a lab in one file: a YAML document that names the
+// nodes (hosts, switches, tunnel PEs), the links between them (rate, delay,
+// loss, MTU), the switch ports' AQM, the flows (RoCEv2 with DCQCN, UET with
+// NSCC/RCCC) and what to report. Parse decodes and validates all of it
+// before anything touches the kernel; Run builds the lab in network
+// namespaces (host/lab), runs the flows (host/perf) at their start times,
+// samples them and the ports, and tears everything down.
+//
+// Addressing is automatic, inside 198.18.0.0/15 only: link i (in file
+// order) gets the /24 198.18.0.0 + 256·i (links 256 to 511 are
+// 198.19.x.0/24), end a .1 and end b .2, unless the link pins a subnet of
+// its own (the first and second addresses of that subnet). A link with
+// delay or loss runs through a relay namespace of its own (so no delay or
+// loss program shares a device with a switch port or a tunnel PE, as in
+// lab.NewWAN): its subnet splits into two halves, a .1 ⇄ relay .2 in the
+// first and relay .129 ⇄ b .130 in the second (for a /24). Routes come
+// from the graph: every node routes every subnet it is not on over its
+// shortest paths (hop count, never through a host), equal-cost next hops
+// as one ECMP route hashed on the 5-tuple.
+package labfile
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/conf"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Node kinds.
+const (
+	KindHost   = "host"   // runs flows; never forwards
+	KindSwitch = "switch" // forwards; a link's rate puts a port on its device
+	KindPE     = "pe"     // forwards; tunnels to its peer PE across the WAN
+)
+
+// Transports and congestion controls of a flow.
+const (
+	TransportRoCEv2 = "rocev2"
+	TransportUET    = "uet"
+	CCDCQCN         = "dcqcn"
+	CCNone          = "none"
+)
+
+// Defaults.
+const (
+	// DefaultDuration is how long a flow without size or duration runs.
+	DefaultDuration = 3 * time.Second
+	// DefaultInterval is the report interval: the live view's and the
+	// flows' sampling.
+	DefaultInterval = 500 * time.Millisecond
+	// DefaultProfile is a DCQCN flow's profile: the paper's for hosts
+	// whose round trips are milliseconds (dcqcn.LabParams), which the
+	// netns tests use; mlx5's timers, made for µs round trips, let a
+	// 200 Mbit/s port fill its 2 MB buffer here.
+	DefaultProfile = "lab"
+	// DefaultLinkMTU is a link's MTU without mtu.
+	DefaultLinkMTU = 1500
+	// DefaultUETBaseRTT is NSCC's base RTT in a lab: a round trip here is
+	// the hosts' scheduling on shared cores more than the wire (see
+	// netns-tests/uet_test.go, where 1 ms gave 99 % of the capacity).
+	DefaultUETBaseRTT = time.Millisecond
+	// RoCEAckTimeout is every RoCEv2 flow's local ACK timeout, 4.096 µs ×
+	// 2^16 as the netns tests: a software host on two shared cores stalls
+	// for tens of ms, and a timeout that fires then resends what was
+	// never lost.
+	RoCEAckTimeout = 4096 * time.Nanosecond << 16
+	// MaxStart bounds a flow's start and a run's length.
+	MaxStart = time.Hour
+)
+
+// File is a decoded and validated lab file.
+type File struct {
+	// Name labels the run. Optional: the file's base name.
+	Name string `yaml:"name"`
+	// Duration is how long flows without size or duration run. Optional:
+	// DefaultDuration.
+	Duration time.Duration `yaml:"duration"`
+	Nodes    []Node        `yaml:"nodes"`
+	Links    []Link        `yaml:"links"`
+	Ports    []Port        `yaml:"ports"`
+	Flows    []Flow        `yaml:"flows"`
+	Report   Report        `yaml:"report"`
+
+	// Path is the file's name as given to Load or Parse.
+	Path string `yaml:"-"`
+	// plan is the topology Parse computed.
+	plan *Plan
+}
+
+// Node is one network namespace.
+type Node struct {
+	Name string `yaml:"name"`
+	// Kind is host, switch or pe.
+	Kind string `yaml:"kind"`
+	// Peer is a pe's other PE, the tunnel's far end. Required for a pe,
+	// refused on others.
+	Peer string `yaml:"peer"`
+}
+
+// Link is a veth pair between two nodes. A and B are "node" or
+// "node:dev"; a device not named is named after the node at the other
+// end (sw1's device toward h1 is h1), or eth<n> when that does not fit.
+type Link struct {
+	A string `yaml:"a"`
+	B string `yaml:"b"`
+	// Rate puts a switch egress port at that rate on the device of each
+	// end that is a switch. Optional: 0 is no port.
+	Rate units.Rate `yaml:"rate"`
+	// Delay is the one-way delay of each direction. Optional.
+	Delay time.Duration `yaml:"delay"`
+	// Loss is the fraction of the flows' datagrams (RoCEv2's UDP 4791 and
+	// UET's 4793) dropped in each direction, 0..1. Optional.
+	Loss float64 `yaml:"loss"`
+	// MTU of both ends. Optional: DefaultLinkMTU.
+	MTU int `yaml:"mtu"`
+	// Subnet pins the link's subnet inside 198.18.0.0/15 (at most a /30;
+	// a /29 with delay or loss). Optional: the link's automatic /24.
+	Subnet netip.Prefix `yaml:"subnet"`
+}
+
+// Port overrides one switch port's configuration, with the spellings of
+// portctl's options, applied to qdisc.DefaultConfig at the link's rate.
+type Port struct {
+	// Port is "switch:dev", the device of a link with a rate.
+	Port string `yaml:"port"`
+	// TC are --tc values: "3:wred:min=50kb,max=1mb,p=0.1".
+	TC []string `yaml:"tc"`
+	// DSCP are --dscp values: "26=3", "24-31=3".
+	DSCP []string `yaml:"dscp"`
+	// DefaultClass is --default-class: the class of non-IP frames.
+	DefaultClass string `yaml:"default-class"`
+}
+
+// Flow is one perf client run (host/perf RunClient) from From to a
+// server on To.
+type Flow struct {
+	// Name labels the flow. Optional: f<n>, its place in the file.
+	Name string `yaml:"name"`
+	From string `yaml:"from"`
+	To   string `yaml:"to"`
+	// Transport is rocev2 (the default) or uet.
+	Transport string `yaml:"transport"`
+	// CC is rocev2's dcqcn (the default) or none; uet's nscc (the
+	// default), rccc, both or none.
+	CC string `yaml:"cc"`
+	// Profile is the DCQCN profile (dcqcn.ProfileNames). Optional:
+	// DefaultProfile.
+	Profile string `yaml:"profile"`
+	// Knobs set DCQCN knobs by their mlx5 names after the profile:
+	// {rpg_time_reset: 300}.
+	Knobs map[string]string `yaml:"knobs"`
+	// QPs (rocev2) or Streams (uet): parallel QPs or PDCs. Optional: 1.
+	QPs     int `yaml:"qps"`
+	Streams int `yaml:"streams"`
+	// Size is the payload to deliver; the flow ends when it is
+	// acknowledged. Optional: without it the flow runs for Duration.
+	Size units.ByteSize `yaml:"size"`
+	// Duration of a flow without size. Optional: the file's duration.
+	Duration time.Duration `yaml:"duration"`
+	// Start is the flow's start, from the run's. Optional: 0.
+	Start time.Duration `yaml:"start"`
+	// LineRate is the sender NIC's rate (DCQCN starts at it; with cc none
+	// it caps the flow; UET's port rate and BDP). Optional: the rate of
+	// the sender's link, else the fastest link rate of the lab, else
+	// perf's default.
+	LineRate units.Rate `yaml:"line-rate"`
+	// MessageSize is each message (RDMA WRITE, UET message). Optional:
+	// 64 KiB.
+	MessageSize units.ByteSize `yaml:"message-size"`
+	// MTU is rocev2's path MTU (256..4096, a power of two) or uet's full
+	// data packet's IP size (512..9000). Optional: the largest that fits
+	// the path.
+	MTU int `yaml:"mtu"`
+	// LB is uet's entropy load balancer: oblivious, bitmap, reps, mixed.
+	// Optional: none, one entropy value per PDC.
+	LB string `yaml:"lb"`
+	// BaseRTT is NSCC's base RTT (uet). Optional: DefaultUETBaseRTT.
+	BaseRTT time.Duration `yaml:"base-rtt"`
+	// Verify checks every payload byte at the server.
+	Verify bool `yaml:"verify"`
+}
+
+// Report says what a run reports.
+type Report struct {
+	// Interval is the live view's period. Optional: DefaultInterval.
+	Interval time.Duration `yaml:"interval"`
+	// Output is the directory for result.json and the plots. Optional:
+	// fabriclab-out/<name>.
+	Output string `yaml:"output"`
+	// Watch are the ports ("switch:dev") the live view and the plots
+	// show. Optional: every port.
+	Watch []string `yaml:"watch"`
+}
+
+// Load reads and validates the lab file at path.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes and validates a lab file; name is the file's name in
+// errors. Every error names the file and line, the field path
+// ("flows[1].from"), the value and what is allowed.
+func Parse(name string, data []byte) (*File, error) {
+	f := &File{}
+	if err := conf.Decode(name, data, f); err != nil {
+		return nil, err
+	}
+	f.Path = name
+	if err := f.validate(); err != nil {
+		return nil, conf.Locate(name, data, err)
+	}
+	return f, nil
+}
+
+// Plan is the topology Parse computed: addresses, routes, ports, PEs and
+// the flows' perf configurations.
+func (f *File) Plan() *Plan { return f.plan }
+
+// RunName is Name, or the file's base name without its extension.
+func (f *File) RunName() string {
+	if f.Name != "" {
+		return f.Name
+	}
+	base := filepath.Base(f.Path)
+	if base == "." || base == "/" || base == "" {
+		return "lab"
+	}
+	return strings.TrimSuffix(base, filepath.Ext(base))
+}
+
+// OutputDir is Report.Output, or fabriclab-out/<RunName>.
+func (f *File) OutputDir() string {
+	if f.Report.Output != "" {
+		return f.Report.Output
+	}
+	return filepath.Join("fabriclab-out", f.RunName())
+}
+
+// interval is the report interval with its default.
+func (f *File) interval() time.Duration {
+	if f.Report.Interval == 0 {
+		return DefaultInterval
+	}
+	return f.Report.Interval
+}
+
+// String names a flow in messages.
+func (fl *Flow) String() string { return fmt.Sprintf("%s (%s → %s)", fl.Name, fl.From, fl.To) }

@@ -1,0 +1,183 @@
+//go:build linux
+
+package labfile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fabriclab/fabriclab/host/conf"
+)
+
+// base is a valid dumbbell the error cases edit.
+const base = `name: t
+nodes:
+  - {name: h1, kind: host}
+  - {name: h2, kind: host}
+  - {name: sw1, kind: switch}
+  - {name: r1, kind: host}
+links:
+  - {a: h1, b: sw1, mtu: 9000}
+  - {a: h2, b: sw1, mtu: 9000}
+  - {a: sw1, b: r1, rate: 200mbit, mtu: 9000}
+ports:
+  - {port: sw1:r1, tc: ["3:wred:min=100kb,max=400kb,p=0.2"]}
+flows:
+  - {name: f1, from: h1, to: r1}
+  - {name: f2, from: h2, to: r1, transport: uet, size: 4mb}
+`
+
+func TestParseBase(t *testing.T) {
+	f, err := Parse("t.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := f.Flows[0]
+	if fl.Transport != TransportRoCEv2 || fl.CC != CCDCQCN || fl.Profile != DefaultProfile {
+		t.Errorf("defaults of flows[0]: %+v", fl)
+	}
+	p := f.Plan()
+	c := p.Flows[0].Client
+	if c.MTU != 4096 || c.LineRate != 200e6 || c.Duration != DefaultDuration || c.AckTimeout != RoCEAckTimeout || c.Server != "198.18.2.2:18515" || c.Bind.String() != "198.18.0.1" {
+		t.Errorf("flows[0]'s client: %+v", c)
+	}
+	u := p.Flows[1].Client
+	if u.Transport != "uet" || u.Bytes != 4<<20 || u.MTU != 4096 || u.BaseRTT != DefaultUETBaseRTT || u.Server != "198.18.2.2:18516" {
+		t.Errorf("flows[1]'s client: %+v", u)
+	}
+	if len(p.Servers) != 2 || len(p.Ports) != 1 || !p.Ports[0].Watch {
+		t.Errorf("servers %+v, ports %+v", p.Servers, p.Ports)
+	}
+	cc := p.Ports[0].Config.Classes[3]
+	if cc.MinThBytes != 100<<10 || cc.MaxThBytes != 400<<10 || cc.MaxP != 0.2 {
+		t.Errorf("the port's class 3: %+v", cc)
+	}
+}
+
+// TestParseErrors: each bad file's error, word for word: the file and
+// line, the field's path, the value and what is allowed.
+func TestParseErrors(t *testing.T) {
+	edit := func(old, new string) string {
+		if !strings.Contains(base, old) {
+			t.Fatalf("base lacks %q", old)
+		}
+		return strings.Replace(base, old, new, 1)
+	}
+	for _, c := range []struct{ src, want string }{
+		{"", `t.yaml: the file is empty`},
+		{"nodes: []\n", `t.yaml:1: nodes: want at least one node`},
+		{edit("{name: h2, kind: host}", "{name: h1, kind: host}"), `t.yaml:4: nodes[1].name: "h1": given twice (also nodes[0])`},
+		{edit("{name: h2, kind: host}", "{name: h2, kind: router}"), `t.yaml:4: nodes[1].kind: "router": want host, switch or pe`},
+		{edit("{name: h2, kind: host}", "{name: _h2, kind: host}"), `t.yaml:4: nodes[1].name: "_h2": names starting with "_" are the relays the lab adds for delay and loss`},
+		{edit("{name: h2, kind: host}", "{name: pe9, kind: pe}"), `t.yaml:4: nodes[1].peer: a pe needs its peer: the other pe of its tunnel`},
+		{edit("{name: h2, kind: host}", "{name: pe9, kind: pe, peer: sw1}"), `t.yaml:4: nodes[1].peer: "sw1": is a switch; a pe's peer is a pe`},
+		{edit("{name: h2, kind: host}", "{name: h2, kind: host, peer: sw1}"), `t.yaml:4: nodes[1].peer: "sw1": only a pe has a peer; h2 is a host`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw9, mtu: 9000}"), `t.yaml:9: links[1].b: "sw9": no such node; nodes are h1, h2, sw1, r1`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: h2, mtu: 9000}"), `t.yaml:9: links[1].b: "h2": a link joins two different nodes (a is h2 too)`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: \"sw1:averyverylongdevice\"}"), `t.yaml:9: links[1].b: "sw1:averyverylongdevice": device: "averyverylongdevice" longer than 15 bytes (IFNAMSIZ)`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw1, rate: 0mbit}\n  - {a: h1, b: h2, rate: 1gbit}"), `t.yaml:10: links[2].rate: "1gbit": a rate is a switch port's, at the switch end(s); neither h1 nor h2 is a switch`},
+		{edit("rate: 200mbit", "rate: 10kbit"), `t.yaml:10: links[2].rate: "10kbit": want at least 640kbit (a port's minimum), or none`},
+		{edit("rate: 200mbit", "rate: fast"), `t.yaml:10: links[2].rate: "fast": `},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw1, loss: 2}"), `t.yaml:9: links[1].loss: "2": want a fraction 0..1 (0.01 drops 1 %)`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw1, delay: 20s}"), `t.yaml:9: links[1].delay: "20s": want 0..10s`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw1, mtu: 70000}"), `t.yaml:9: links[1].mtu: "70000": want 68..65535 (default 1500)`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw1, subnet: 10.0.0.0/24}"), `t.yaml:9: links[1].subnet: "10.0.0.0/24": want an IPv4 subnet inside 198.18.0.0/15`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw1, subnet: 198.18.7.1/24}"), `t.yaml:9: links[1].subnet: "198.18.7.1/24": host bits set; did you mean 198.18.7.0/24?`},
+		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw1, delay: 1ms, subnet: 198.18.7.0/30}"), `t.yaml:9: links[1].subnet: "198.18.7.0/30": want a /29 or shorter (two addresses per side, two sides with a relay for delay or loss)`},
+		{edit("{a: h1, b: sw1, mtu: 9000}\n  - {a: h2, b: sw1, mtu: 9000}", "{a: h1, b: sw1, subnet: 198.18.7.0/24}\n  - {a: h2, b: sw1, subnet: 198.18.7.128/25}"), `t.yaml:9: links[1].subnet: "198.18.7.128/25": overlaps links[0].subnet 198.18.7.0/24`},
+		{edit("{a: h1, b: sw1, mtu: 9000}\n  - {a: h2, b: sw1, mtu: 9000}", "{a: h1, b: \"sw1:p1\"}\n  - {a: h2, b: \"sw1:p1\"}"), `t.yaml:9: links[1].b: "sw1:p1": device p1 of sw1 is links[0].b already`},
+		{edit("{port: sw1:r1,", "{port: sw1:h1,"), `t.yaml:12: ports[0].port: "sw1:h1": no switch port there; ports are the switch ends of links with a rate: sw1:r1`},
+		{edit(`"3:wred:min=100kb,max=400kb,p=0.2"`, `"3:wred:min=100kb,max=400kb,p=0.2", "9:strict"`), `t.yaml:12: ports[0].tc[1]: "9:strict": class 9 out of range 0-7`},
+		{edit(`"3:wred:min=100kb,max=400kb,p=0.2"`, `"3:wred:min=400kb,max=100kb,p=0.2"`), `t.yaml:12: ports[0]: "sw1:r1": the port at 200mbit: class 3: wred: max_th (100kb) must be greater than min_th (400kb)`},
+		{edit(`tc: [`, `dscp: ["26=9"], tc: [`), `t.yaml:12: ports[0].dscp[0]: "26=9": class 9 out of range 0-7`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h9, to: r1}"), `t.yaml:14: flows[0].from: "h9": no such node; nodes are h1, h2, sw1, r1`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: sw1}"), `t.yaml:14: flows[0].to: "sw1": is a switch; flows run between hosts (hosts are h1, h2, r1)`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f2, from: h1, to: r1}"), `t.yaml:15: flows[1].name: "f2": given twice (also flows[0])`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp}"), `t.yaml:14: flows[0].transport: "tcp": want rocev2 or uet`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, cc: nscc}"), `t.yaml:14: flows[0].cc: "nscc": want dcqcn or none with transport rocev2`},
+		{edit("transport: uet, size: 4mb", "transport: uet, cc: dcqcn"), `t.yaml:15: flows[1].cc: "dcqcn": want nscc, rccc, both or none with transport uet`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, profile: cx7}"), `t.yaml:14: flows[0].profile: "cx7": want lab, mlx5 or paper`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, knobs: {rpg_time_rest: 300}}"), `t.yaml:14: flows[0].knobs.rpg_time_rest: "300": unknown knob "rpg_time_rest"`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, knobs: {rpg_time_reset: -5}}"), `t.yaml:14: flows[0].knobs.rpg_time_reset: "-5": rpg_time_reset=-5: `},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, cc: none, knobs: {rpg_time_reset: 300}}"), `t.yaml:14: flows[0].knobs: dcqcn only; this flow is rocev2/none`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, streams: 2}"), `t.yaml:14: flows[0].streams: "2": a rocev2 flow has qps, not streams`},
+		{edit("transport: uet, size: 4mb", "transport: uet, qps: 2"), `t.yaml:15: flows[1].qps: "2": a uet flow has streams, not qps`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, qps: 5000}"), `t.yaml:14: flows[0].qps: "5000": want 1..4096 (default 1)`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, size: 1mb, duration: 2s}"), `t.yaml:14: flows[0].duration: "2s": give size or duration, not both (size 1mb)`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, start: -1s}"), `t.yaml:14: flows[0].start: "-1s": want a duration like 100us, 5ms, 1.5s`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, mtu: 1500}"), `t.yaml:14: flows[0].mtu: "1500": want 256, 512, 1024, 2048 or 4096 with transport rocev2`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, lb: reps}"), `t.yaml:14: flows[0].lb: uet only; this flow is rocev2/dcqcn`},
+		{edit("transport: uet, size: 4mb", "transport: uet, lb: spray"), `t.yaml:15: flows[1].lb: "spray": want none, oblivious, bitmap, reps or mixed`},
+		{strings.Replace(edit("{a: h1, b: sw1, mtu: 9000}", "{a: h1, b: sw1}"), "{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, mtu: 4096}", 1), `t.yaml:14: flows[0].mtu: "4096": the path from h1 to r1 carries IP packets up to 1500 bytes: a RoCEv2 MTU m needs m + 63; raise the links' mtu`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: h2, transport: uet}"), `t.yaml:15: flows[1].from: "h2": h2 is a uet server in f1 already: a host has one uet endpoint (UDP 4793), which serves or sends`},
+		{strings.Replace(edit("{a: sw1, b: r1, rate: 200mbit, mtu: 9000}", "{a: sw1, b: r1, rate: 200mbit, mtu: 9000}\n  - {a: h2, b: r2}"), "{name: r1, kind: host}", "{name: r1, kind: host}\n  - {name: r2, kind: host}", 1) + "  - {name: f3, from: h1, to: r2}\n",
+			`t.yaml:18: flows[2].to: "r2": no path from h1 to r2 (routes never cross a host)`},
+		{base + "report: {interval: 1ms}\n", `t.yaml:16: report.interval: "1ms": want 10ms..60s (default 500ms)`},
+		{base + "report: {watch: [sw1:h1]}\n", `t.yaml:16: report.watch[0]: "sw1:h1": no switch port there; ports are sw1:r1`},
+		{base + "colour: blue\n", `t.yaml:16: colour: unknown field; the document has duration, flows, links, name, nodes, ports, report`},
+		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has kind, name, peer`},
+	} {
+		_, err := Parse("t.yaml", []byte(c.src))
+		var ce *conf.Error
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) || !errors.As(err, &ce) {
+			t.Errorf("got  %v\nwant %s", err, c.want)
+		}
+	}
+}
+
+func TestPEErrors(t *testing.T) {
+	wan, err := os.ReadFile("examples/wan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ old, new, want string }{
+		{"{name: pe2, kind: pe, peer: pe1}", "{name: pe2, kind: pe, peer: pe3}", `wan.yaml:12: nodes[3].peer: "pe2": pe2's peer is "pe3"; the two pes of a tunnel name each other`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe1}", `nodes[3].peer: "pe1": a pe's peer is another pe, not itself`},
+		{"{a: pe2, b: sw2, mtu: 9000}", "{a: pe2, b: sw2, mtu: 9000}\n  - {a: pe2, b: core, mtu: 9000}", `nodes[5].kind: "pe": pe2 has two links toward pe1`},
+		{"{a: pe2, b: sw2, mtu: 9000}\n  - {a: sw2, b: r1, mtu: 9000}", "{a: core, b: sw2, mtu: 9000}\n  - {a: sw2, b: r1, mtu: 9000}", `nodes[5].kind: "pe": pe2 has no data centre behind it`},
+	} {
+		src := strings.Replace(string(wan), c.old, c.new, 1)
+		if src == string(wan) {
+			t.Fatalf("wan.yaml lacks %q", c.old)
+		}
+		_, err := Parse("wan.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got  %v\nwant %s", err, c.want)
+		}
+	}
+}
+
+// TestExamplesParse: every shipped example is valid.
+func TestExamplesParse(t *testing.T) {
+	files, err := filepath.Glob("examples/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, p := range files {
+		if _, err := Load(p); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("examples/*.yaml")
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(base))
+	f.Add([]byte("nodes: [{name: a, kind: pe, peer: a}]\nlinks: [{a: a, b: a}]\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		file, err := Parse("f.yaml", b)
+		if err == nil && file.Plan() == nil {
+			t.Fatal("valid without a plan")
+		}
+	})
+}

@@ -1,0 +1,183 @@
+//go:build linux
+
+package labfile
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
+)
+
+// exampleRun caps each example's timeline: four of them stay well within
+// a minute.
+const exampleRun = 2 * time.Second
+
+// TestExamplesRun runs every file of examples/ in namespaces, each in
+// exampleRun, and checks the numbers: every flow delivered without
+// failing, goodput within sane bounds of its bottleneck, the ports'
+// counters adding up at rest (enqueued = dequeued + dropped + backlog),
+// the marking ports marking under congestion, and nothing of the run
+// left behind (namespaces, ports, PEs, pins).
+func TestExamplesRun(t *testing.T) {
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, "6.6") // TCX: delay links and PEs
+	files, err := filepath.Glob("examples/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, path := range files {
+		name := filepath.Base(path)
+		t.Run(name, func(t *testing.T) {
+			f, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := pinned(t)
+			out := t.TempDir()
+			res, err := Run(context.Background(), f, RunOptions{Duration: exampleRun, OutDir: out})
+			if res == nil {
+				t.Fatalf("Run: %v", err)
+			}
+			for _, fr := range res.Flows {
+				fr.Report = nil // keep the log short
+				t.Logf("%s: %d bytes in %.2fs, %.1f Mbit/s, FCT %.3fs (%.2f × ideal), CNPs %d/%d, ECN echoes %d, retransmits %d, %s %s",
+					fr.Name, fr.Bytes, fr.Seconds, fr.GoodputBps/1e6, fr.FCTS, fr.FCTRatio, fr.CNPSent, fr.CNPHandled, fr.ECNEchoes, fr.Retransmits, fr.State, fr.Error)
+			}
+			for _, p := range res.Ports {
+				t.Logf("port %s: %d packets, %.2f%% marked, %d dropped, p99 sojourn < %.0f µs, max backlog %d B",
+					p.Name, p.EnqueuedPackets, 100*p.MarkedFraction, p.DroppedPackets, p.SojournP99US, p.MaxBacklogBytes)
+			}
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			checkExample(t, name, f, res)
+			if left, err := lab.LiveNamespaces(res.RunID + "-"); err != nil || len(left) > 0 {
+				t.Errorf("namespaces of run %s left behind: %v %v", res.RunID, left, err)
+			}
+			if after := pinned(t); !slices.Equal(before, after) {
+				t.Errorf("pins before the run %v, after %v", before, after)
+			}
+			for _, want := range []string{"result.json", "goodput.png", "ports.png"} {
+				if _, err := os.Stat(filepath.Join(out, want)); err != nil {
+					t.Errorf("output: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// checkExample holds each example to its numbers.
+func checkExample(t *testing.T, name string, f *File, res *Result) {
+	t.Helper()
+	var total float64
+	for i, fr := range res.Flows {
+		fp := &f.Plan().Flows[i]
+		if fr.Error != "" || fr.Bytes == 0 {
+			t.Errorf("%s: %d bytes, error %q", fr.Name, fr.Bytes, fr.Error)
+		}
+		// Goodput is payload: never above the sender's line rate.
+		if line := float64(fp.Client.LineRate); fr.GoodputBps > 1.02*line {
+			t.Errorf("%s: %.1f Mbit/s above its line rate %s", fr.Name, fr.GoodputBps/1e6, fp.Client.LineRate)
+		}
+		if fr.SizeBytes > 0 && fr.Bytes < fr.SizeBytes {
+			t.Errorf("%s: %d of %d bytes", fr.Name, fr.Bytes, fr.SizeBytes)
+		}
+		total += fr.GoodputBps
+	}
+	for _, p := range res.Ports {
+		if p.Error != "" || p.InvariantError != "" {
+			t.Errorf("port %s: %s%s", p.Name, p.Error, p.InvariantError)
+		}
+		if p.BacklogPackets != 0 {
+			t.Errorf("port %s: %d packets still queued at rest", p.Name, p.BacklogPackets)
+		}
+	}
+	port := func(n string) PortResult {
+		for _, p := range res.Ports {
+			if p.Name == n {
+				return p
+			}
+		}
+		t.Fatalf("no port %s", n)
+		return PortResult{}
+	}
+	const mbit = 1e6
+	switch name {
+	case "dumbbell.yaml":
+		// Two flows through 200 Mbit/s: each gets a share, neither more
+		// than the port; the WRED port marks.
+		for _, fr := range res.Flows {
+			if fr.GoodputBps < 30*mbit || fr.GoodputBps > 200*mbit {
+				t.Errorf("%s: %.1f Mbit/s, want 30..200", fr.Name, fr.GoodputBps/mbit)
+			}
+			if fr.CNPHandled == 0 {
+				t.Errorf("%s: no CNP handled under congestion", fr.Name)
+			}
+		}
+		if p := port("sw1:r1"); p.CEMarked == 0 {
+			t.Errorf("sw1:r1 marked nothing")
+		}
+	case "incast.yaml":
+		// 16 MB through 200 Mbit/s: the tail within 2 × the ideal of all
+		// of it, nothing dropped in the deep buffer, marks.
+		var tail float64
+		for _, fr := range res.Flows {
+			tail = max(tail, fr.FCTS)
+		}
+		ideal := float64(4*4<<20*8) / (200 * mbit)
+		if tail == 0 || tail > 2*ideal {
+			t.Errorf("tail FCT %.3fs, want ≤ 2 × %.3fs", tail, ideal)
+		}
+		if p := port("sw1:r1"); p.CEMarked == 0 || p.DroppedPackets != 0 {
+			t.Errorf("sw1:r1: %d marks, %d drops; want marks and no drop", p.CEMarked, p.DroppedPackets)
+		}
+	case "multipath.yaml":
+		// Sprayed over two 100 Mbit/s spines: well above one path's rate.
+		if total < 130*mbit || total > 204*mbit {
+			t.Errorf("%.1f Mbit/s over two 100 Mbit/s paths, want 130..204", total/mbit)
+		}
+		for _, n := range []string{"sp1:leaf2", "sp2:leaf2"} {
+			if p := port(n); p.DequeuedPackets < 1000 {
+				t.Errorf("%s carried %d packets: the spray missed it", n, p.DequeuedPackets)
+			}
+		}
+	case "wan.yaml":
+		// Two 16 MB flows across the tunnel and 3 ms: both done, together
+		// at most the core port's rate.
+		if total < 60*mbit {
+			t.Errorf("%.1f Mbit/s in all across the WAN, want ≥ 60", total/mbit)
+		}
+		for _, fr := range res.Flows {
+			if fr.GoodputBps > 200*mbit {
+				t.Errorf("%s: %.1f Mbit/s above the core port's 200", fr.Name, fr.GoodputBps/mbit)
+			}
+		}
+	default:
+		t.Errorf("no numbers to check for %s: add them here", name)
+	}
+}
+
+// pinned lists what ports and PEs have pinned or recorded: a run pins
+// nothing, so the lists must not change.
+func pinned(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, dir := range []string{qdisc.MetaRoot, qdisc.PinRoot, tunnel.MetaRoot} {
+		ents, err := os.ReadDir(dir)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}

@@ -1,0 +1,861 @@
+//go:build linux
+
+package labfile
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/conf"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Side-channel TCP ports of the servers: RoCEv2's is perftest's; UET's
+// server listens beside it, as one node may serve both.
+const (
+	RoCESidePort = perf.DefaultPort
+	UETSidePort  = perf.DefaultPort + 1
+)
+
+// rocePacketOverhead is what a RoCEv2 packet adds to its payload MTU on
+// the wire's IP MTU: IPv4, UDP, BTH, RETH, ICRC and up to 3 bytes of pad.
+const rocePacketOverhead = 20 + 8 + roce.BTHLen + roce.RETHLen + roce.ICRCLen + 3
+
+// Plan is what Run builds: the lab.Spec (nodes, veths, addresses, routes,
+// ECMP included), the relays that hold the links' delay and loss, the
+// switch ports, the tunnel PEs, the servers and every flow's perf client
+// configuration.
+type Plan struct {
+	Spec    lab.Spec
+	Links   []LinkPlan
+	Relays  []RelayPlan
+	Ports   []PortPlan
+	PEs     []PEPlan
+	Servers []ServerPlan
+	Flows   []FlowPlan
+	// Addrs is each node's address: the one on its first link, where its
+	// flows' servers listen and its clients send from.
+	Addrs map[string]netip.Addr
+}
+
+// LinkPlan is a file link as built: its subnet and its two ends.
+type LinkPlan struct {
+	Subnet netip.Prefix
+	A, B   lab.Endpoint
+	// Relay is the relay node's name, or "" for a plain veth.
+	Relay string
+}
+
+// RelayPlan is a forwarding namespace in the middle of a link with delay
+// or loss, holding them on its two devices' egress: DevA toward the
+// link's a end, DevB toward b.
+type RelayPlan struct {
+	Node       string
+	DevA, DevB string
+	Delay      time.Duration
+	Loss       float64
+}
+
+// PortPlan is a switch egress port.
+type PortPlan struct {
+	Name              string // "switch:dev"
+	Node, Dev         string
+	PeerNode, PeerDev string
+	Link              int // the file's link
+	Config            qdisc.Config
+	Watch             bool // shown live and in the plots
+}
+
+// PEPlan is a tunnel PE on a PE node's WAN device.
+type PEPlan struct {
+	Node, Dev string
+	Config    tunnel.Config
+}
+
+// ServerPlan is one perf server: one per node and transport, shared by
+// the flows to it.
+type ServerPlan struct {
+	Node      string
+	Transport string
+	Addr      netip.AddrPort // the side channel
+}
+
+// FlowPlan is a flow as run.
+type FlowPlan struct {
+	Flow   *Flow
+	Server int // Plan.Servers index
+	Client perf.ClientConfig
+	// PathMTU is the largest IP packet the flow's path carries (less
+	// the tunnel's header where it crosses one).
+	PathMTU int
+	// Bottleneck is the slowest of the flow's line rate and the ports on
+	// its path: its ideal rate alone.
+	Bottleneck units.Rate
+	// Crosses says the flow crosses a PE tunnel.
+	Crosses bool
+}
+
+// edge is one veth of the graph.
+type edge struct {
+	node   [2]string
+	dev    [2]string
+	addr   [2]netip.Prefix
+	mtu    int
+	link   int  // the file's link
+	wan    bool // inside a PE pair's WAN
+	subnet netip.Prefix
+}
+
+func (e *edge) other(n string) int {
+	if e.node[0] == n {
+		return 1
+	}
+	return 0
+}
+
+// graph is the nodes (the file's and the relays) and their veths.
+type graph struct {
+	kind  map[string]string // relays are "relay"
+	order []string
+	edges []*edge
+	adj   map[string][]*edge
+}
+
+func (g *graph) forwards(n string) bool { return g.kind[n] != KindHost }
+
+func (g *graph) addNode(name, kind string) {
+	g.kind[name] = kind
+	g.order = append(g.order, name)
+}
+
+func (g *graph) addEdge(e *edge) {
+	g.edges = append(g.edges, e)
+	g.adj[e.node[0]] = append(g.adj[e.node[0]], e)
+	g.adj[e.node[1]] = append(g.adj[e.node[1]], e)
+}
+
+// newPlan computes the plan of a file whose fields were checked.
+func newPlan(f *File) (*Plan, error) {
+	g := &graph{kind: map[string]string{}, adj: map[string][]*edge{}}
+	for _, n := range f.Nodes {
+		g.addNode(n.Name, n.Kind)
+	}
+	devs, err := f.deviceNames()
+	if err != nil {
+		return nil, err
+	}
+	subnets, err := f.subnets()
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Addrs: map[string]netip.Addr{}}
+	for i := range f.Links {
+		l := &f.Links[i]
+		a, _, _ := splitEnd(l.A)
+		b, _, _ := splitEnd(l.B)
+		mtu := l.MTU
+		if mtu == 0 {
+			mtu = DefaultLinkMTU
+		}
+		s := subnets[i]
+		lp := LinkPlan{Subnet: s}
+		if !l.relayed() {
+			e := &edge{node: [2]string{a, b}, dev: devs[i], addr: [2]netip.Prefix{nthHost(s, 1), nthHost(s, 2)}, mtu: mtu, link: i, subnet: s}
+			g.addEdge(e)
+			lp.A = lab.Endpoint{Node: a, Dev: e.dev[0], Addr: e.addr[0]}
+			lp.B = lab.Endpoint{Node: b, Dev: e.dev[1], Addr: e.addr[1]}
+		} else {
+			r := fmt.Sprintf("%sl%d", relayPrefix, i)
+			g.addNode(r, "relay")
+			lo, hi := halves(s)
+			// The relay's devices are named after the ends they face.
+			ra, rb := relayDev(a, "a"), relayDev(b, "b")
+			if ra == rb {
+				ra, rb = "a", "b"
+			}
+			e1 := &edge{node: [2]string{a, r}, dev: [2]string{devs[i][0], ra}, addr: [2]netip.Prefix{nthHost(lo, 1), nthHost(lo, 2)}, mtu: mtu, link: i, subnet: lo}
+			e2 := &edge{node: [2]string{r, b}, dev: [2]string{rb, devs[i][1]}, addr: [2]netip.Prefix{nthHost(hi, 1), nthHost(hi, 2)}, mtu: mtu, link: i, subnet: hi}
+			g.addEdge(e1)
+			g.addEdge(e2)
+			p.Relays = append(p.Relays, RelayPlan{Node: r, DevA: ra, DevB: rb, Delay: l.Delay, Loss: l.Loss})
+			lp.Relay = r
+			lp.A = lab.Endpoint{Node: a, Dev: e1.dev[0], Addr: e1.addr[0]}
+			lp.B = lab.Endpoint{Node: b, Dev: e2.dev[1], Addr: e2.addr[1]}
+		}
+		p.Links = append(p.Links, lp)
+	}
+	for _, e := range g.edges {
+		for k := range 2 {
+			if _, ok := p.Addrs[e.node[k]]; !ok {
+				p.Addrs[e.node[k]] = e.addr[k].Addr()
+			}
+		}
+	}
+	pes, dcOf, err := f.tunnels(g)
+	if err != nil {
+		return nil, err
+	}
+	p.PEs = pes
+
+	// Nodes: every one hashes ECMP on the 5-tuple, so an entropy value (a
+	// UDP source port) picks the path.
+	ecmp := map[string]string{"net.ipv4.fib_multipath_hash_policy": "1"}
+	for _, n := range g.order {
+		p.Spec.Nodes = append(p.Spec.Nodes, lab.NodeSpec{Name: n, Forwarding: g.forwards(n), Sysctls: ecmp})
+	}
+	for _, e := range g.edges {
+		// Offloads off everywhere: ports see wire-size packets, and a PE
+		// refuses merged or unsegmented ones.
+		p.Spec.Links = append(p.Spec.Links, lab.LinkSpec{
+			A:   lab.Endpoint{Node: e.node[0], Dev: e.dev[0], Addr: e.addr[0]},
+			B:   lab.Endpoint{Node: e.node[1], Dev: e.dev[1], Addr: e.addr[1]},
+			MTU: e.mtu, DisableOffloads: true,
+		})
+	}
+	p.Spec.Routes = g.routes(dcOf)
+
+	if err := f.planPorts(g, p); err != nil {
+		return nil, err
+	}
+	if err := f.planFlows(g, p, dcOf); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// relayDev is a relay's device toward node: the node's name where it
+// fits an interface name, else def.
+func relayDev(node, def string) string {
+	if lab.CheckDevName(node) == nil {
+		return node
+	}
+	return def
+}
+
+// deviceNames names every link end: as written, or after the node at
+// the other end, or eth<n>.
+func (f *File) deviceNames() ([][2]string, error) {
+	out := make([][2]string, len(f.Links))
+	used := map[string]map[string]string{} // node -> dev -> field
+	take := func(node, dev, field string) {
+		if used[node] == nil {
+			used[node] = map[string]string{}
+		}
+		used[node][dev] = field
+	}
+	for i, l := range f.Links {
+		for k, raw := range []string{l.A, l.B} {
+			node, dev, _ := splitEnd(raw)
+			if dev == "" {
+				continue
+			}
+			field := conf.Join(conf.Index("links", i), []string{"a", "b"}[k])
+			if prev, dup := used[node][dev]; dup {
+				return nil, conf.Errorf(field, raw, "device %s of %s is %s already", dev, node, prev)
+			}
+			take(node, dev, field)
+			out[i][k] = dev
+		}
+	}
+	for i, l := range f.Links {
+		a, _, _ := splitEnd(l.A)
+		b, _, _ := splitEnd(l.B)
+		for k, pair := range [][2]string{{a, b}, {b, a}} {
+			if out[i][k] != "" {
+				continue
+			}
+			node, peer := pair[0], pair[1]
+			dev := ""
+			for n := 1; n < 100 && dev == ""; n++ {
+				c := peer
+				if n > 1 {
+					c = peer + "-" + strconv.Itoa(n)
+				}
+				if _, dup := used[node][c]; lab.CheckDevName(c) == nil && !dup {
+					dev = c
+				}
+			}
+			for n := 0; dev == ""; n++ {
+				if c := "eth" + strconv.Itoa(n); used[node][c] == "" {
+					dev = c
+				}
+			}
+			take(node, dev, conf.Index("links", i))
+			out[i][k] = dev
+		}
+	}
+	return out, nil
+}
+
+// subnets gives every link its subnet: the pinned one, or the next /24
+// of 198.18.0.0/15 that no pinned subnet overlaps, in file order.
+func (f *File) subnets() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, len(f.Links))
+	next := 0
+	for i, l := range f.Links {
+		if l.Subnet.IsValid() {
+			out[i] = l.Subnet
+			continue
+		}
+		for ; ; next++ {
+			if next >= MaxLinks {
+				return nil, conf.Errorf(conf.Index("links", i), "", "no /24 of %s left for this link (the pinned subnets took the rest)", lab.AddrRange4)
+			}
+			c := nth24(next)
+			if !slices.ContainsFunc(f.Links, func(o Link) bool { return o.Subnet.IsValid() && o.Subnet.Overlaps(c) }) {
+				break
+			}
+		}
+		out[i] = nth24(next)
+		next++
+	}
+	return out, nil
+}
+
+// nth24 is the n-th /24 of 198.18.0.0/15.
+func nth24(n int) netip.Prefix {
+	base := lab.AddrRange4.Addr().As4()
+	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(n)<<8
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), 0}), 24)
+}
+
+// nthHost is address n of subnet s, with s's length.
+func nthHost(s netip.Prefix, n uint32) netip.Prefix {
+	b := s.Masked().Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += n
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), s.Bits())
+}
+
+// halves splits s into its two halves.
+func halves(s netip.Prefix) (lo, hi netip.Prefix) {
+	lo = netip.PrefixFrom(s.Masked().Addr(), s.Bits()+1)
+	size := uint32(1) << (32 - s.Bits() - 1)
+	return lo, netip.PrefixFrom(nthHost(lo, size).Addr(), s.Bits()+1)
+}
+
+// dist is the hop count from every node to the edge's subnet over
+// forwarding nodes: the edge's ends are 0; a node one hop from a
+// forwarding node at d is d+1. Hosts are never crossed.
+func (g *graph) dist(target *edge) map[string]int {
+	d := map[string]int{target.node[0]: 0, target.node[1]: 0}
+	queue := []string{target.node[0], target.node[1]}
+	for len(queue) > 0 {
+		x := queue[0]
+		queue = queue[1:]
+		if !g.forwards(x) {
+			continue
+		}
+		for _, e := range g.adj[x] {
+			y := e.node[e.other(x)]
+			if _, seen := d[y]; !seen {
+				d[y] = d[x] + 1
+				queue = append(queue, y)
+			}
+		}
+	}
+	return d
+}
+
+// nextHops are n's equal-cost next hops toward the subnet whose
+// distances d gives: the edges to forwarding neighbours one hop closer.
+func (g *graph) nextHops(n string, d map[string]int) []*edge {
+	dn, ok := d[n]
+	if !ok || dn == 0 {
+		return nil
+	}
+	var out []*edge
+	for _, e := range g.adj[n] {
+		y := e.node[e.other(n)]
+		if dy, ok := d[y]; ok && dy == dn-1 && g.forwards(y) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// routes computes every node's route to every subnet it is not on. The
+// nodes inside a PE pair's WAN learn only the WAN's subnets: what they
+// carry between the PEs is tunnelled (as lab.NewWAN's cores).
+func (g *graph) routes(dcOf map[string]string) []lab.RouteSpec {
+	var out []lab.RouteSpec
+	for _, t := range g.edges {
+		d := g.dist(t)
+		for _, n := range g.order {
+			if dcOf[n] == "wan" && !t.wan {
+				continue
+			}
+			hops := g.nextHops(n, d)
+			if len(hops) == 0 {
+				continue
+			}
+			rs := lab.RouteSpec{Node: n, Dst: t.subnet}
+			for i, e := range hops {
+				gw := e.addr[e.other(n)].Addr()
+				if i == 0 {
+					rs.Via = gw
+				} else {
+					rs.Vias = append(rs.Vias, gw)
+				}
+			}
+			out = append(out, rs)
+		}
+	}
+	return out
+}
+
+// tunnels finds each PE pair's WAN and data centres and configures the
+// PEs: each tunnels the other side's data-centre subnets to the other
+// PE's WAN address. dcOf maps nodes to "wan" or the PE whose data
+// centre they are in.
+func (f *File) tunnels(g *graph) ([]PEPlan, map[string]string, error) {
+	dcOf := map[string]string{}
+	var out []PEPlan
+	done := map[string]bool{}
+	for i, n := range f.Nodes {
+		if n.Kind != KindPE || done[n.Name] {
+			continue
+		}
+		done[n.Name], done[n.Peer] = true, true
+		pair := [2]string{n.Name, n.Peer}
+		comps := g.components(pair)
+		side := map[string]string{} // node -> pe name or "wan"
+		for _, c := range comps {
+			touches := [2]bool{}
+			for _, m := range c {
+				for _, e := range g.adj[m] {
+					for k, pe := range pair {
+						if e.node[e.other(m)] == pe {
+							touches[k] = true
+						}
+					}
+				}
+			}
+			tag := ""
+			switch {
+			case touches[0] && touches[1]:
+				tag = "wan"
+			case touches[0]:
+				tag = pair[0]
+			case touches[1]:
+				tag = pair[1]
+			}
+			for _, m := range c {
+				if tag != "" {
+					side[m] = tag
+				}
+			}
+		}
+		// The WAN device of each PE, and the subnets behind each.
+		var wanEdge [2]*edge
+		behind := [2][]netip.Prefix{}
+		for k, pe := range pair {
+			field := conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "kind")
+			for _, e := range g.adj[pe] {
+				y := e.node[e.other(pe)]
+				if y == pair[1-k] || side[y] == "wan" {
+					if wanEdge[k] != nil {
+						return nil, nil, conf.Errorf(field, KindPE, "%s has two links toward %s (devices %s and %s); a pe has one WAN link", pe, pair[1-k], wanEdge[k].dev[wanEdge[k].other(y)], e.dev[e.other(y)])
+					}
+					wanEdge[k] = e
+				}
+			}
+			if wanEdge[k] == nil {
+				return nil, nil, conf.Errorf(field, KindPE, "%s has no path to its peer %s that avoids both data centres; link them through a WAN", pe, pair[1-k])
+			}
+		}
+		for _, e := range g.edges {
+			t0, t1 := sideOf(side, pair, e.node[0]), sideOf(side, pair, e.node[1])
+			switch {
+			case e == wanEdge[0] || e == wanEdge[1] || t0 == "wan" || t1 == "wan":
+				e.wan = true
+			case t0 == pair[0] || t1 == pair[0]:
+				behind[0] = append(behind[0], e.subnet)
+			case t0 == pair[1] || t1 == pair[1]:
+				behind[1] = append(behind[1], e.subnet)
+			}
+		}
+		for k, pe := range pair {
+			if len(behind[k]) == 0 {
+				return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "kind"), KindPE, "%s has no data centre behind it: link it to a switch or host on the side away from %s", pe, pair[1-k])
+			}
+		}
+		for k, pe := range pair {
+			we, pw := wanEdge[k], wanEdge[1-k]
+			cfg := tunnel.Config{Local: we.addr[1-we.other(pe)].Addr()}
+			remote := pw.addr[1-pw.other(pair[1-k])].Addr()
+			for _, s := range behind[1-k] {
+				cfg.Routes = append(cfg.Routes, tunnel.Route{Prefix: s, Remote: remote})
+			}
+			if err := cfg.Validate(); err != nil {
+				return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "kind"), KindPE, "the tunnel: %v", err)
+			}
+			out = append(out, PEPlan{Node: pe, Dev: we.dev[1-we.other(pe)], Config: cfg})
+		}
+		maps.Copy(dcOf, side)
+	}
+	return out, dcOf, nil
+}
+
+func sideOf(side map[string]string, pair [2]string, n string) string {
+	if n == pair[0] || n == pair[1] {
+		return n
+	}
+	return side[n]
+}
+
+func peIndex(f *File, name string, def int) int {
+	for i, n := range f.Nodes {
+		if n.Name == name {
+			return i
+		}
+	}
+	return def
+}
+
+// components are the connected components of the graph without the
+// nodes in cut.
+func (g *graph) components(cut [2]string) [][]string {
+	seen := map[string]bool{cut[0]: true, cut[1]: true}
+	var out [][]string
+	for _, start := range g.order {
+		if seen[start] {
+			continue
+		}
+		seen[start] = true
+		c := []string{start}
+		for i := 0; i < len(c); i++ {
+			for _, e := range g.adj[c[i]] {
+				y := e.node[e.other(c[i])]
+				if !seen[y] {
+					seen[y] = true
+					c = append(c, y)
+				}
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// planPorts puts a port on every switch end of a link with a rate and
+// applies the ports: overrides.
+func (f *File) planPorts(g *graph, p *Plan) error {
+	byName := map[string]int{}
+	for i, l := range f.Links {
+		if l.Rate == 0 {
+			continue
+		}
+		lp := p.Links[i]
+		for k, ep := range []lab.Endpoint{lp.A, lp.B} {
+			if g.kind[ep.Node] != KindSwitch {
+				continue
+			}
+			// The peer is the other end, or the relay in between.
+			other := []lab.Endpoint{lp.B, lp.A}[k]
+			peer := other.Node
+			peerDev := other.Dev
+			if lp.Relay != "" {
+				peer = lp.Relay
+				peerDev = map[int]string{0: p.relay(lp.Relay).DevA, 1: p.relay(lp.Relay).DevB}[k]
+			}
+			name := ep.Node + ":" + ep.Dev
+			byName[name] = len(p.Ports)
+			p.Ports = append(p.Ports, PortPlan{Name: name, Node: ep.Node, Dev: ep.Dev, PeerNode: peer, PeerDev: peerDev, Link: i,
+				Config: qdisc.DefaultConfig(l.Rate), Watch: len(f.Report.Watch) == 0})
+		}
+	}
+	seen := map[string]int{}
+	for i, po := range f.Ports {
+		fp := conf.Index("ports", i)
+		j, ok := byName[po.Port]
+		if !ok {
+			return conf.Errorf(conf.Join(fp, "port"), po.Port, "no switch port there; ports are the switch ends of links with a rate: %s", p.portNames())
+		}
+		if prev, dup := seen[po.Port]; dup {
+			return conf.Errorf(conf.Join(fp, "port"), po.Port, "given twice (also ports[%d])", prev)
+		}
+		seen[po.Port] = i
+		for k, raw := range po.TC {
+			if _, err := qdisc.ParseTC(raw); err != nil {
+				return conf.Errorf(conf.Index(conf.Join(fp, "tc"), k), raw, "%s", trimOpt(err.Error(), "--tc "+raw))
+			}
+		}
+		for k, raw := range po.DSCP {
+			if _, err := qdisc.ParseDSCPSpec(raw); err != nil {
+				return conf.Errorf(conf.Index(conf.Join(fp, "dscp"), k), raw, "%s", trimOpt(err.Error(), "--dscp "+raw))
+			}
+		}
+		ed, err := qdisc.ParseEdits(po.TC, po.DSCP, po.DefaultClass)
+		if err != nil {
+			return conf.Errorf(conf.Join(fp, "default-class"), po.DefaultClass, "%s", trimOpt(err.Error(), "--default-class "+po.DefaultClass))
+		}
+		if err := ed.Apply(&p.Ports[j].Config); err != nil {
+			return conf.Errorf(fp, po.Port, "the port at %s: %s", p.Ports[j].Config.Rate, oneLine(err))
+		}
+	}
+	for i, w := range f.Report.Watch {
+		j, ok := byName[w]
+		if !ok {
+			return conf.Errorf(conf.Index("report.watch", i), w, "no switch port there; ports are %s", p.portNames())
+		}
+		p.Ports[j].Watch = true
+	}
+	return nil
+}
+
+func (p *Plan) relay(name string) RelayPlan {
+	for _, r := range p.Relays {
+		if r.Node == name {
+			return r
+		}
+	}
+	return RelayPlan{}
+}
+
+func (p *Plan) portNames() string {
+	if len(p.Ports) == 0 {
+		return "(none: no link has a rate at a switch)"
+	}
+	names := make([]string, len(p.Ports))
+	for i, po := range p.Ports {
+		names[i] = po.Name
+	}
+	return orList(names)
+}
+
+// planFlows checks that every flow's hosts are connected, picks its
+// defaults from its path and builds its perf configuration and server.
+func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
+	servers := map[[2]string]int{}
+	uetUsers := map[string]string{} // node -> flow using its UET endpoint
+	var maxRate units.Rate
+	for _, l := range f.Links {
+		maxRate = max(maxRate, l.Rate)
+	}
+	for i := range f.Flows {
+		fl := &f.Flows[i]
+		fp := func(field string) string { return conf.Join(conf.Index("flows", i), field) }
+		uet := fl.Transport == TransportUET
+		if uet {
+			// One UET endpoint per address (UDP 4793, pktio.ListenEntropy):
+			// a host sends one UET flow, and serves or sends, not both.
+			for _, role := range []struct{ node, field, as string }{{fl.From, "from", "send"}, {fl.To, "to", "serve"}} {
+				key := role.node + "/" + role.as
+				other := role.node + "/" + map[string]string{"send": "serve", "serve": "send"}[role.as]
+				if prev, ok := uetUsers[other]; ok {
+					return conf.Errorf(fp(role.field), role.node, "%s is a uet %s in %s already: a host has one uet endpoint (UDP 4793), which serves or sends", role.node, map[string]string{"send": "server", "serve": "sender"}[role.as], prev)
+				}
+				if prev, ok := uetUsers[key]; ok && role.as == "send" {
+					return conf.Errorf(fp(role.field), role.node, "%s sends uet in %s already: a host has one uet endpoint (UDP 4793); give that flow more streams", role.node, prev)
+				}
+				uetUsers[key] = fl.Name
+			}
+		}
+		to := p.Addrs[fl.To]
+		from := p.Addrs[fl.From]
+		if !to.IsValid() || !from.IsValid() {
+			return conf.Errorf(fp("to"), fl.To, "%s and %s are not connected: a host needs a link", fl.From, fl.To)
+		}
+		path, ok := g.path(fl.From, to)
+		if !ok {
+			return conf.Errorf(fp("to"), fl.To, "no path from %s to %s (routes never cross a host)", fl.From, fl.To)
+		}
+		fpn := FlowPlan{Flow: fl, Crosses: dcOf[fl.From] != "" && dcOf[fl.To] != "" && dcOf[fl.From] != dcOf[fl.To]}
+		fpn.PathMTU = MaxLinkMTU
+		lineRate := fl.LineRate
+		if lineRate == 0 {
+			if r := f.Links[g.adj[fl.From][0].link].Rate; r != 0 {
+				lineRate = r
+			} else {
+				lineRate = maxRate
+			}
+		}
+		fpn.Bottleneck = lineRate
+		for _, h := range path {
+			mtu := h.e.mtu
+			if h.e.wan && fpn.Crosses {
+				mtu -= tunnel.OuterHeaderBytes
+			}
+			fpn.PathMTU = min(fpn.PathMTU, mtu)
+			for _, po := range p.Ports {
+				if po.Node == h.from && po.Dev == h.e.dev[1-h.e.other(h.from)] {
+					if fpn.Bottleneck == 0 || po.Config.Rate < fpn.Bottleneck {
+						fpn.Bottleneck = po.Config.Rate
+					}
+				}
+			}
+		}
+		mtu := fl.MTU
+		if uet {
+			if mtu == 0 {
+				mtu = min(4096, fpn.PathMTU)
+			}
+			if mtu > fpn.PathMTU || mtu < perf.MinUETMTU {
+				return conf.Errorf(fp("mtu"), mtu, "the path from %s to %s carries IP packets up to %d bytes%s; want %d..%d", fl.From, fl.To, fpn.PathMTU, tunnelNote(fpn.Crosses), perf.MinUETMTU, min(fpn.PathMTU, perf.MaxUETMTU))
+			}
+		} else {
+			if mtu == 0 {
+				for _, m := range slices.Backward(roceMTUs) {
+					if m+rocePacketOverhead <= fpn.PathMTU {
+						mtu = m
+						break
+					}
+				}
+			}
+			if mtu == 0 || mtu+rocePacketOverhead > fpn.PathMTU {
+				return conf.Errorf(fp("mtu"), mtu, "the path from %s to %s carries IP packets up to %d bytes%s: a RoCEv2 MTU m needs m + %d; raise the links' mtu", fl.From, fl.To, fpn.PathMTU, tunnelNote(fpn.Crosses), rocePacketOverhead)
+			}
+		}
+
+		key := [2]string{fl.To, fl.Transport}
+		si, ok := servers[key]
+		if !ok {
+			port := RoCESidePort
+			if uet {
+				port = UETSidePort
+			}
+			si = len(p.Servers)
+			servers[key] = si
+			p.Servers = append(p.Servers, ServerPlan{Node: fl.To, Transport: fl.Transport, Addr: netip.AddrPortFrom(to, uint16(port))})
+		}
+		fpn.Server = si
+		c, err := f.clientConfig(fl, p.Servers[si].Addr.String(), from, mtu, lineRate)
+		if err != nil {
+			return conf.Errorf(conf.Index("flows", i), fl.Name, "%v", err)
+		}
+		fpn.Client = c
+		p.Flows = append(p.Flows, fpn)
+	}
+	return nil
+}
+
+func tunnelNote(crosses bool) string {
+	if crosses {
+		return fmt.Sprintf(" (the tunnel takes %d)", tunnel.OuterHeaderBytes)
+	}
+	return ""
+}
+
+// clientConfig is the flow's perf client, checked by perf itself.
+func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, lineRate units.Rate) (perf.ClientConfig, error) {
+	var c perf.ClientConfig
+	streams := max(fl.QPs, fl.Streams, 1)
+	if fl.Transport == TransportUET {
+		c = perf.DefaultUETClientConfig(server)
+		cc, _ := pds.ParseCCMode(fl.CC)
+		c.UETCC = cc
+		if fl.LB != "" && fl.LB != "none" {
+			c.LB, _ = lb.ParseKind(fl.LB)
+		}
+		c.BaseRTT = fl.BaseRTT
+	} else {
+		c = perf.DefaultClientConfig(server)
+		c.CC = agent.CCMode(fl.CC)
+		if fl.CC == CCDCQCN {
+			c.Profile = fl.Profile
+		}
+		for _, k := range slices.Sorted(maps.Keys(fl.Knobs)) {
+			c.Knobs = append(c.Knobs, k+"="+fl.Knobs[k])
+		}
+		c.AckTimeout = RoCEAckTimeout
+	}
+	c.Bind = from
+	c.QPs = streams
+	c.MTU = mtu
+	if lineRate != 0 {
+		c.LineRate = lineRate
+	}
+	if fl.MessageSize != 0 {
+		c.MessageBytes = int(fl.MessageSize)
+	}
+	if fl.Size != 0 {
+		c.Bytes = uint64(fl.Size)
+	} else {
+		c.Duration = fl.Duration
+		if c.Duration == 0 {
+			c.Duration = f.Duration
+		}
+	}
+	c.Interval = f.interval()
+	c.Verify = fl.Verify
+	return c, c.Validate()
+}
+
+// hop is one step of a path: leaving node from over edge e.
+type hop struct {
+	from string
+	e    *edge
+}
+
+// path is every edge the routes may take from node n to the host
+// address dst (all equal-cost branches), ending with dst's own link.
+func (g *graph) path(n string, dst netip.Addr) ([]hop, bool) {
+	var target *edge
+	for _, e := range g.edges {
+		if e.subnet.Contains(dst) {
+			target = e
+		}
+	}
+	if target == nil {
+		return nil, false
+	}
+	if target.node[0] == n || target.node[1] == n {
+		return []hop{{n, target}}, true
+	}
+	d := g.dist(target)
+	if _, ok := d[n]; !ok {
+		return nil, false
+	}
+	var out []hop
+	seen := map[string]bool{}
+	frontier := []string{n}
+	for len(frontier) > 0 {
+		x := frontier[0]
+		frontier = frontier[1:]
+		if seen[x] {
+			continue
+		}
+		seen[x] = true
+		if d[x] == 0 {
+			out = append(out, hop{x, target})
+			continue
+		}
+		for _, e := range g.nextHops(x, d) {
+			out = append(out, hop{x, e})
+			frontier = append(frontier, e.node[e.other(x)])
+		}
+	}
+	return out, true
+}
+
+// trimOpt drops a qdisc parser's repetition of the option and value.
+func trimOpt(msg, prefix string) string {
+	if len(msg) > len(prefix)+2 && msg[:len(prefix)] == prefix && msg[len(prefix):len(prefix)+2] == ": " {
+		return msg[len(prefix)+2:]
+	}
+	return msg
+}
+
+// oneLine joins a multi-line error.
+func oneLine(err error) string {
+	b := []byte(err.Error())
+	for i, c := range b {
+		if c == '\n' {
+			b[i] = ';'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,329 @@
+//go:build linux
+
+package labfile
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Result is what a run measured; result.json is it.
+type Result struct {
+	Name  string    `json:"name"`
+	File  string    `json:"file"`
+	RunID string    `json:"run_id"` // the namespaces' prefix
+	Start time.Time `json:"start"`
+	// Seconds is from the first flow's start to the last one's end.
+	Seconds float64 `json:"seconds"`
+	// TimelineScale is what RunOptions.Duration multiplied the flows'
+	// starts and timed durations by (1: as written).
+	TimelineScale float64 `json:"timeline_scale"`
+	// Interrupted: the run's context was cancelled (Ctrl-C).
+	Interrupted bool         `json:"interrupted,omitempty"`
+	Links       []LinkResult `json:"links"`
+	Flows       []FlowResult `json:"flows"`
+	Ports       []PortResult `json:"ports"`
+	// Samples are the live view's, one per report interval.
+	Samples []Sample `json:"samples"`
+	// Files are what the run wrote besides result.json (the plots).
+	Files []string `json:"files,omitempty"`
+}
+
+// LinkResult is a file link's addresses.
+type LinkResult struct {
+	A      string `json:"a"` // node:dev
+	B      string `json:"b"`
+	Subnet string `json:"subnet"`
+	AAddr  string `json:"a_addr"`
+	BAddr  string `json:"b_addr"`
+	Relay  string `json:"relay,omitempty"`
+}
+
+// FlowResult is one flow's outcome.
+type FlowResult struct {
+	Name      string  `json:"name"`
+	From      string  `json:"from"`
+	To        string  `json:"to"`
+	Transport string  `json:"transport"`
+	CC        string  `json:"cc"`
+	StartS    float64 `json:"start_s"` // as run (scaled)
+	// SizeBytes is the flow's size; 0 for a timed flow.
+	SizeBytes uint64 `json:"size_bytes,omitempty"`
+	// Bytes is the payload acknowledged, Seconds the time it took
+	// (for a sized flow its FCT), GoodputBps their ratio.
+	Bytes      uint64  `json:"bytes"`
+	Seconds    float64 `json:"seconds"`
+	GoodputBps float64 `json:"goodput_bps"`
+	// BottleneckBps is the slowest of the flow's line rate and the ports
+	// on its path; IdealFCTS the size at that rate; FCTRatio FCT/ideal.
+	BottleneckBps uint64  `json:"bottleneck_bps"`
+	FCTS          float64 `json:"fct_s,omitempty"`
+	IdealFCTS     float64 `json:"ideal_fct_s,omitempty"`
+	FCTRatio      float64 `json:"fct_ratio,omitempty"`
+	// RoCEv2 (mlx5 names): CNPs the receiver's NP sent, CNPs the
+	// sender's RP handled, packets resent by go-back-N, ACK timeouts.
+	CNPSent            uint64 `json:"np_cnp_sent,omitempty"`
+	CNPHandled         uint64 `json:"rp_cnp_handled,omitempty"`
+	LocalAckTimeoutErr uint64 `json:"local_ack_timeout_err,omitempty"`
+	// UET: ACKs with ECN echoed, NSCC's multiplicative decreases,
+	// timeouts; Retransmits is both transports'.
+	ECNEchoes     uint64 `json:"ecn_echoes,omitempty"`
+	NSCCDecreases uint64 `json:"nscc_decreases,omitempty"`
+	Timeouts      uint64 `json:"timeouts,omitempty"`
+	Retransmits   uint64 `json:"retransmits"`
+	State         string `json:"state"`
+	Error         string `json:"error,omitempty"`
+	// Report is perf's full report (iperf3's shape).
+	Report *perf.Report `json:"report,omitempty"`
+}
+
+// PortResult is one switch port's counters after the run, at rest.
+type PortResult struct {
+	Name    string `json:"name"` // switch:dev
+	Node    string `json:"node"`
+	Dev     string `json:"dev"`
+	RateBps uint64 `json:"rate_bps"`
+	Watched bool   `json:"watched"`
+	// Totals over the classes.
+	EnqueuedPackets uint64 `json:"enqueued_packets"`
+	DequeuedPackets uint64 `json:"dequeued_packets"`
+	DroppedPackets  uint64 `json:"dropped_packets"`
+	BacklogPackets  uint64 `json:"backlog_packets"`
+	TrimmedPackets  uint64 `json:"trimmed_packets,omitempty"`
+	CEMarked        uint64 `json:"ce_marked"`
+	// MarkedFraction is CE marks over ECN-capable arrivals.
+	MarkedFraction float64 `json:"marked_fraction"`
+	// SojournP99 bounds the 99th percentile of the queueing delay (the
+	// histogram bucket's upper edge, see qdisc.SojournHistogram).
+	SojournP99US float64 `json:"sojourn_p99_us"`
+	// MaxBacklogBytes is the largest class backlog seen.
+	MaxBacklogBytes uint64 `json:"max_backlog_bytes"`
+	// InvariantError is set when enqueued ≠ dequeued + dropped + backlog
+	// (qdisc.ClassStats.CheckInvariant) in some class at rest.
+	InvariantError string      `json:"invariant_error,omitempty"`
+	Error          string      `json:"error,omitempty"`
+	Stats          qdisc.Stats `json:"stats"`
+}
+
+// Sample is one report interval: every flow and every watched port.
+type Sample struct {
+	T     float64      `json:"t"` // seconds since the run's start
+	Flows []FlowSample `json:"flows"`
+	Ports []PortSample `json:"ports"`
+}
+
+// FlowSample is a flow over its last interval.
+type FlowSample struct {
+	Name       string  `json:"name"`
+	State      string  `json:"state"`
+	GoodputBps float64 `json:"goodput_bps"`
+	// RcBps is RoCEv2 DCQCN's rate (the sum over the flow's QPs),
+	// CwndBytes UET NSCC's window.
+	RcBps       uint64 `json:"rc_bps,omitempty"`
+	CwndBytes   uint64 `json:"cwnd,omitempty"`
+	CNPs        uint64 `json:"cnps,omitempty"`
+	Retransmits uint64 `json:"retransmits,omitempty"`
+}
+
+// PortSample is a watched port: its backlog now, and what it sent,
+// marked and dropped since the last sample.
+type PortSample struct {
+	Name           string  `json:"name"`
+	BacklogBytes   uint64  `json:"backlog_bytes"`
+	DequeuedBps    float64 `json:"dequeued_bps"`
+	CEMarks        uint64  `json:"ce_marks"`
+	DroppedPackets uint64  `json:"dropped_packets"`
+}
+
+// Failed is the number of flows that failed.
+func (res *Result) Failed() int {
+	n := 0
+	for _, f := range res.Flows {
+		if f.Error != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *runner) newResult() *Result {
+	res := &Result{Name: r.f.RunName(), File: r.f.Path, RunID: r.lab.RunID(), TimelineScale: r.scale}
+	for _, lp := range r.p.Links {
+		res.Links = append(res.Links, LinkResult{
+			A: lp.A.Node + ":" + lp.A.Dev, B: lp.B.Node + ":" + lp.B.Dev, Subnet: lp.Subnet.String(),
+			AAddr: lp.A.Addr.String(), BAddr: lp.B.Addr.String(), Relay: lp.Relay,
+		})
+	}
+	return res
+}
+
+// flowResult sums a flow's report up.
+func flowResult(fr *flowRun) FlowResult {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	fl, fp := fr.plan.Flow, fr.plan
+	out := FlowResult{Name: fl.Name, From: fl.From, To: fl.To, Transport: fl.Transport, CC: fl.CC,
+		StartS: fr.start.Seconds(), SizeBytes: uint64(fl.Size), BottleneckBps: uint64(fp.Bottleneck), State: fr.state, Report: fr.report}
+	if fr.err != nil {
+		out.Error = fr.err.Error()
+	}
+	r := fr.report
+	if r == nil {
+		if out.Error == "" {
+			out.Error = "no report"
+		}
+		return out
+	}
+	e := &r.End
+	out.Bytes, out.Seconds, out.GoodputBps = e.SumSent.Bytes, e.SumSent.Seconds, e.SumSent.BitsPerSecond
+	out.Retransmits = e.SumSent.Retransmits
+	if fl.Size != 0 && out.Bytes >= uint64(fl.Size) {
+		out.FCTS = e.SumSent.Seconds
+		out.IdealFCTS = fp.idealFCT().Seconds()
+		if out.IdealFCTS > 0 {
+			out.FCTRatio = out.FCTS / out.IdealFCTS
+		}
+	}
+	if fl.Transport == TransportUET {
+		if u := e.UET; u != nil {
+			if c := u.Client; c != nil {
+				out.ECNEchoes, out.Timeouts, out.Retransmits = c.ECNEchoes, c.Timeouts, c.Retransmits
+			}
+			for _, c := range u.CCCs {
+				if c.NSCC != nil {
+					out.NSCCDecreases += c.NSCC.Decreases
+				}
+			}
+		}
+	} else {
+		for _, s := range e.Streams {
+			out.CNPHandled += s.Sender.RPCNPHandled
+			out.LocalAckTimeoutErr += s.Sender.LocalAckTimeoutErr
+			out.CNPSent += s.Receiver.NPCNPSent
+		}
+	}
+	if out.Error == "" && out.Bytes == 0 {
+		out.Error = "delivered nothing"
+	}
+	return out
+}
+
+// fill sums a port's stats up.
+func (pr *PortResult) fill(st *qdisc.Stats) {
+	pr.Stats = *st
+	t := st.Total()
+	pr.EnqueuedPackets, pr.DequeuedPackets = t.EnqueuedPackets, t.DequeuedPackets
+	pr.DroppedPackets, pr.BacklogPackets, pr.TrimmedPackets = t.DroppedPackets(), t.BacklogPackets, t.TrimmedPackets
+	pr.CEMarked = t.CEMarked()
+	if ect := t.ArrivedECT0 + t.ArrivedECT1; ect > 0 {
+		pr.MarkedFraction = float64(pr.CEMarked) / float64(ect)
+	}
+	pr.SojournP99US = float64(t.Sojourn.Quantile(0.99)) / 1e3
+	var errs []string
+	for i := range st.Classes {
+		c := &st.Classes[i]
+		pr.MaxBacklogBytes = max(pr.MaxBacklogBytes, c.MaxBacklogBytes)
+		if err := c.CheckInvariant(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	pr.InvariantError = strings.Join(errs, "; ")
+}
+
+// write puts result.json and the plots in dir.
+func (res *Result) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	files, perr := res.plot(dir)
+	res.Files = files
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "result.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return perr
+}
+
+// WriteSample prints a sample as the live view's lines: one per flow,
+// one per watched port.
+func WriteSample(w io.Writer, s *Sample) {
+	fmt.Fprintf(w, "t=%5.1fs", s.T)
+	for _, f := range s.Flows {
+		switch f.State {
+		case stateRunning:
+			fmt.Fprintf(w, "  %s %s", f.Name, mbps(f.GoodputBps))
+			switch {
+			case f.RcBps > 0:
+				fmt.Fprintf(w, " (Rc %s)", mbps(float64(f.RcBps)))
+			case f.CwndBytes > 0:
+				fmt.Fprintf(w, " (cwnd %s)", kb(f.CwndBytes))
+			}
+		default:
+			fmt.Fprintf(w, "  %s %s", f.Name, f.State)
+		}
+	}
+	fmt.Fprintln(w)
+	for _, p := range s.Ports {
+		fmt.Fprintf(w, "         port %s: %s out, backlog %s, %d CE, %d dropped\n", p.Name, mbps(p.DequeuedBps), kb(p.BacklogBytes), p.CEMarks, p.DroppedPackets)
+	}
+}
+
+// WriteSummary prints the result's tables: flows, then ports.
+func (res *Result) WriteSummary(w io.Writer) {
+	fmt.Fprintf(w, "\n%s (run %s), %.1f s", res.Name, res.RunID, res.Seconds)
+	if res.TimelineScale != 1 {
+		fmt.Fprintf(w, ", timeline scaled by %.3g", res.TimelineScale)
+	}
+	if res.Interrupted {
+		fmt.Fprint(w, ", interrupted")
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-12s %-10s %10s %12s %9s %9s %7s  %s\n", "flow", "transport", "bytes", "goodput", "FCT", "FCT/ideal", "retx", "congestion control")
+	for _, f := range res.Flows {
+		fct, ratio := "-", "-"
+		if f.FCTS > 0 {
+			fct, ratio = fmt.Sprintf("%.3fs", f.FCTS), fmt.Sprintf("%.2f", f.FCTRatio)
+		}
+		cc := f.CC
+		if f.Transport == TransportUET {
+			cc += fmt.Sprintf(": %d ECN echoes, %d decreases, %d timeouts", f.ECNEchoes, f.NSCCDecreases, f.Timeouts)
+		} else {
+			cc += fmt.Sprintf(": %d CNPs sent, %d handled, %d ACK timeouts", f.CNPSent, f.CNPHandled, f.LocalAckTimeoutErr)
+		}
+		fmt.Fprintf(w, "%-12s %-10s %10s %12s %9s %9s %7d  %s\n", f.Name, f.Transport, perf.FormatBytes(float64(f.Bytes)), mbps(f.GoodputBps), fct, ratio, f.Retransmits, cc)
+		if f.Error != "" {
+			fmt.Fprintf(w, "%-12s FAILED: %s\n", "", f.Error)
+		}
+	}
+	fmt.Fprintf(w, "%-16s %10s %10s %9s %8s %10s %12s\n", "port", "rate", "packets", "marked", "drops", "p99 wait", "max backlog")
+	for _, p := range res.Ports {
+		if p.Error != "" {
+			fmt.Fprintf(w, "%-16s error: %s\n", p.Name, p.Error)
+			continue
+		}
+		fmt.Fprintf(w, "%-16s %10s %10d %8.2f%% %8d %8.0fus %12s\n", p.Name, units.Rate(p.RateBps), p.EnqueuedPackets, 100*p.MarkedFraction,
+			p.DroppedPackets, p.SojournP99US, kb(p.MaxBacklogBytes))
+		if p.InvariantError != "" {
+			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
+		}
+	}
+	for _, f := range res.Files {
+		fmt.Fprintf(w, "wrote %s\n", f)
+	}
+}
+
+func mbps(bps float64) string { return fmt.Sprintf("%.1f Mbit/s", bps/1e6) }
+
+func kb(b uint64) string { return fmt.Sprintf("%.1f KB", float64(b)/1e3) }

@@ -1,0 +1,413 @@
+//go:build linux
+
+package labfile
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/conf"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/link"
+	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// Bounds of the schema.
+const (
+	// MaxLinks is the number of /24s in 198.18.0.0/15.
+	MaxLinks = 512
+	// MinLinkMTU and MaxLinkMTU bound a link's MTU (lab.LinkSpec's).
+	MinLinkMTU = 68
+	MaxLinkMTU = 65535
+	// maxPinnedBits: a pinned subnet needs two host addresses, four with
+	// a relay (two halves).
+	maxPinnedBits      = 30
+	maxPinnedRelayBits = 29
+	// relayPrefix starts the names of the relay nodes the lab adds;
+	// node names may not start with it.
+	relayPrefix = "_"
+)
+
+var (
+	kinds      = []string{KindHost, KindSwitch, KindPE}
+	transports = []string{TransportRoCEv2, TransportUET}
+	roceCCs    = []string{CCDCQCN, CCNone}
+	roceMTUs   = []int{256, 512, 1024, 2048, 4096}
+)
+
+// validate checks the file and computes its plan. It returns the first
+// bad field as a *conf.Error.
+func (f *File) validate() error {
+	if f.Duration == 0 {
+		f.Duration = DefaultDuration
+	}
+	if f.Duration < time.Millisecond || f.Duration > MaxStart {
+		return conf.Errorf("duration", units.FormatDuration(f.Duration), "want 1ms..1h (default %s)", units.FormatDuration(DefaultDuration))
+	}
+	if len(f.Nodes) == 0 {
+		return conf.Errorf("nodes", "", "want at least one node")
+	}
+	byName := map[string]int{}
+	for i := range f.Nodes {
+		n := &f.Nodes[i]
+		p := conf.Index("nodes", i)
+		if err := lab.CheckNodeName(n.Name); err != nil {
+			return conf.Errorf(conf.Join(p, "name"), n.Name, "%v", err)
+		}
+		if strings.HasPrefix(n.Name, relayPrefix) {
+			return conf.Errorf(conf.Join(p, "name"), n.Name, "names starting with %q are the relays the lab adds for delay and loss", relayPrefix)
+		}
+		if j, dup := byName[n.Name]; dup {
+			return conf.Errorf(conf.Join(p, "name"), n.Name, "given twice (also nodes[%d])", j)
+		}
+		byName[n.Name] = i
+		if !slices.Contains(kinds, n.Kind) {
+			return conf.Errorf(conf.Join(p, "kind"), n.Kind, "want %s", orList(kinds))
+		}
+	}
+	for i := range f.Nodes {
+		n := &f.Nodes[i]
+		p := conf.Join(conf.Index("nodes", i), "peer")
+		if n.Kind != KindPE {
+			if n.Peer != "" {
+				return conf.Errorf(p, n.Peer, "only a pe has a peer; %s is a %s", n.Name, n.Kind)
+			}
+			continue
+		}
+		j, ok := byName[n.Peer]
+		switch {
+		case n.Peer == "":
+			return conf.Errorf(p, "", "a pe needs its peer: the other pe of its tunnel")
+		case !ok:
+			return conf.Errorf(p, n.Peer, "no such node; nodes are %s", nodeNames(f.Nodes))
+		case n.Peer == n.Name:
+			return conf.Errorf(p, n.Peer, "a pe's peer is another pe, not itself")
+		case f.Nodes[j].Kind != KindPE:
+			return conf.Errorf(p, n.Peer, "is a %s; a pe's peer is a pe", f.Nodes[j].Kind)
+		case f.Nodes[j].Peer != n.Name:
+			return conf.Errorf(p, n.Peer, "%s's peer is %q; the two pes of a tunnel name each other", n.Peer, f.Nodes[j].Peer)
+		}
+	}
+
+	if len(f.Links) > MaxLinks {
+		return conf.Errorf("links", len(f.Links), "at most %d links (the /24s of 198.18.0.0/15)", MaxLinks)
+	}
+	for i := range f.Links {
+		if err := f.checkLink(i, byName); err != nil {
+			return err
+		}
+	}
+	if err := f.checkReport(); err != nil {
+		return err
+	}
+	for i := range f.Flows {
+		if err := f.checkFlow(i, byName); err != nil {
+			return err
+		}
+	}
+	p, err := newPlan(f)
+	if err != nil {
+		return err
+	}
+	f.plan = p
+	return nil
+}
+
+// checkLink checks links[i] on its own.
+func (f *File) checkLink(i int, byName map[string]int) error {
+	l := &f.Links[i]
+	p := conf.Index("links", i)
+	var ends [2]string
+	for k, raw := range []string{l.A, l.B} {
+		fp := conf.Join(p, []string{"a", "b"}[k])
+		node, dev, err := splitEnd(raw)
+		if err != nil {
+			return conf.Errorf(fp, raw, "%v", err)
+		}
+		if _, ok := byName[node]; !ok {
+			return conf.Errorf(fp, raw, "no such node; nodes are %s", nodeNames(f.Nodes))
+		}
+		if dev != "" {
+			if err := lab.CheckDevName(dev); err != nil {
+				return conf.Errorf(fp, raw, "device: %v", err)
+			}
+		}
+		ends[k] = node
+	}
+	if ends[0] == ends[1] {
+		return conf.Errorf(conf.Join(p, "b"), l.B, "a link joins two different nodes (a is %s too)", ends[0])
+	}
+	if l.Rate != 0 {
+		if f.kind(ends[0]) != KindSwitch && f.kind(ends[1]) != KindSwitch {
+			return conf.Errorf(conf.Join(p, "rate"), l.Rate, "a rate is a switch port's, at the switch end(s); neither %s nor %s is a switch", ends[0], ends[1])
+		}
+		if l.Rate < qdisc.MinRate {
+			return conf.Errorf(conf.Join(p, "rate"), l.Rate, "want at least %s (a port's minimum), or none", qdisc.MinRate)
+		}
+	}
+	if l.Delay < 0 || l.Delay > link.MaxDelay {
+		return conf.Errorf(conf.Join(p, "delay"), units.FormatDuration(l.Delay), "want 0..%s", units.FormatDuration(link.MaxDelay))
+	}
+	if l.Loss < 0 || l.Loss > 1 {
+		return conf.Errorf(conf.Join(p, "loss"), l.Loss, "want a fraction 0..1 (0.01 drops 1 %%)")
+	}
+	if l.MTU != 0 && (l.MTU < MinLinkMTU || l.MTU > MaxLinkMTU) {
+		return conf.Errorf(conf.Join(p, "mtu"), l.MTU, "want %d..%d (default %d)", MinLinkMTU, MaxLinkMTU, DefaultLinkMTU)
+	}
+	if s := l.Subnet; s.IsValid() {
+		fp := conf.Join(p, "subnet")
+		maxBits := maxPinnedBits
+		if l.relayed() {
+			maxBits = maxPinnedRelayBits
+		}
+		switch {
+		case !s.Addr().Is4() || !lab.AddrRange4.Contains(s.Addr()) || s.Bits() < lab.AddrRange4.Bits():
+			return conf.Errorf(fp, s, "want an IPv4 subnet inside %s", lab.AddrRange4)
+		case s != s.Masked():
+			return conf.Errorf(fp, s, "host bits set; did you mean %s?", s.Masked())
+		case s.Bits() > maxBits:
+			return conf.Errorf(fp, s, "want a /%d or shorter (two addresses per side%s)", maxBits, map[bool]string{true: ", two sides with a relay for delay or loss", false: ""}[l.relayed()])
+		}
+		for j := range i {
+			if o := f.Links[j].Subnet; o.IsValid() && o.Overlaps(s) {
+				return conf.Errorf(fp, s, "overlaps links[%d].subnet %s", j, o)
+			}
+		}
+	}
+	return nil
+}
+
+// relayed reports whether the link runs through a relay (delay, loss).
+func (l *Link) relayed() bool { return l.Delay > 0 || l.Loss > 0 }
+
+// checkReport checks report but watch, which needs the ports.
+func (f *File) checkReport() error {
+	iv := f.Report.Interval
+	if iv != 0 && (iv < perf.MinInterval || iv > perf.MaxInterval) {
+		return conf.Errorf("report.interval", units.FormatDuration(iv), "want %s..%s (default %s)",
+			units.FormatDuration(perf.MinInterval), units.FormatDuration(perf.MaxInterval), units.FormatDuration(DefaultInterval))
+	}
+	return nil
+}
+
+// checkFlow checks flows[i] on its own and fills its defaults.
+func (f *File) checkFlow(i int, byName map[string]int) error {
+	fl := &f.Flows[i]
+	p := conf.Index("flows", i)
+	fp := func(field string) string { return conf.Join(p, field) }
+	if fl.Name == "" {
+		fl.Name = fmt.Sprintf("f%d", i+1)
+	}
+	if err := lab.CheckNodeName(fl.Name); err != nil {
+		return conf.Errorf(fp("name"), fl.Name, "%v", err)
+	}
+	for j := range i {
+		if f.Flows[j].Name == fl.Name {
+			return conf.Errorf(fp("name"), fl.Name, "given twice (also flows[%d])", j)
+		}
+	}
+	for _, end := range []struct{ field, node string }{{"from", fl.From}, {"to", fl.To}} {
+		j, ok := byName[end.node]
+		switch {
+		case end.node == "":
+			return conf.Errorf(fp(end.field), "", "required: a host")
+		case !ok:
+			return conf.Errorf(fp(end.field), end.node, "no such node; nodes are %s", nodeNames(f.Nodes))
+		case f.Nodes[j].Kind != KindHost:
+			return conf.Errorf(fp(end.field), end.node, "is a %s; flows run between hosts (%s)", f.Nodes[j].Kind, f.hostNames())
+		}
+	}
+	if fl.From == fl.To {
+		return conf.Errorf(fp("to"), fl.To, "a flow goes to another host than its sender")
+	}
+	if fl.Transport == "" {
+		fl.Transport = TransportRoCEv2
+	}
+	if !slices.Contains(transports, fl.Transport) {
+		return conf.Errorf(fp("transport"), fl.Transport, "want %s", orList(transports))
+	}
+	uet := fl.Transport == TransportUET
+	only := func(field string, set bool, what string) error {
+		if set {
+			return conf.Errorf(fp(field), "", "%s only; this flow is %s/%s", what, fl.Transport, fl.CC)
+		}
+		return nil
+	}
+	if uet {
+		if fl.CC == "" {
+			fl.CC = pds.CCNSCC.String()
+		}
+		if _, err := pds.ParseCCMode(fl.CC); err != nil {
+			return conf.Errorf(fp("cc"), fl.CC, "want %s with transport uet", orList(pds.CCModeNames()))
+		}
+		for _, o := range []struct {
+			field string
+			set   bool
+		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}} {
+			if err := only(o.field, o.set, "rocev2"); err != nil {
+				if o.field == "qps" {
+					return conf.Errorf(fp("qps"), fl.QPs, "a uet flow has streams, not qps")
+				}
+				return err
+			}
+		}
+		if fl.LB != "" && fl.LB != "none" {
+			if _, err := lb.ParseKind(fl.LB); err != nil {
+				return conf.Errorf(fp("lb"), fl.LB, "want none, %s", orList(kindNames()))
+			}
+		}
+		if fl.BaseRTT == 0 {
+			fl.BaseRTT = DefaultUETBaseRTT
+		}
+		if fl.BaseRTT < perf.MinUETBaseRTT || fl.BaseRTT > perf.MaxUETBaseRTT {
+			return conf.Errorf(fp("base-rtt"), units.FormatDuration(fl.BaseRTT), "want %s..%s (default %s)",
+				units.FormatDuration(perf.MinUETBaseRTT), units.FormatDuration(perf.MaxUETBaseRTT), units.FormatDuration(DefaultUETBaseRTT))
+		}
+	} else {
+		if fl.CC == "" {
+			fl.CC = CCDCQCN
+		}
+		if !slices.Contains(roceCCs, fl.CC) {
+			return conf.Errorf(fp("cc"), fl.CC, "want %s with transport rocev2", orList(roceCCs))
+		}
+		if fl.Streams != 0 {
+			return conf.Errorf(fp("streams"), fl.Streams, "a rocev2 flow has qps, not streams")
+		}
+		for _, o := range []struct {
+			field string
+			set   bool
+		}{{"lb", fl.LB != ""}, {"base-rtt", fl.BaseRTT != 0}} {
+			if err := only(o.field, o.set, "uet"); err != nil {
+				return err
+			}
+		}
+		if fl.CC == CCDCQCN {
+			if fl.Profile == "" {
+				fl.Profile = DefaultProfile
+			}
+			if !slices.Contains(dcqcn.ProfileNames(), fl.Profile) {
+				return conf.Errorf(fp("profile"), fl.Profile, "want %s", orList(dcqcn.ProfileNames()))
+			}
+		} else {
+			if err := only("profile", fl.Profile != "", "dcqcn"); err != nil {
+				return err
+			}
+			if err := only("knobs", len(fl.Knobs) > 0, "dcqcn"); err != nil {
+				return err
+			}
+		}
+	}
+	streams := max(fl.QPs, fl.Streams)
+	if streams < 0 || streams > perf.MaxQPs {
+		field := map[bool]string{true: "streams", false: "qps"}[uet]
+		return conf.Errorf(fp(field), streams, "want 1..%d (default 1)", perf.MaxQPs)
+	}
+	if fl.Size != 0 && fl.Duration != 0 {
+		return conf.Errorf(fp("duration"), units.FormatDuration(fl.Duration), "give size or duration, not both (size %s)", fl.Size)
+	}
+	if fl.Duration != 0 && (fl.Duration < time.Millisecond || fl.Duration > MaxStart) {
+		return conf.Errorf(fp("duration"), units.FormatDuration(fl.Duration), "want 1ms..1h (default: the file's duration, %s)", units.FormatDuration(f.Duration))
+	}
+	if fl.Start < 0 || fl.Start > MaxStart {
+		return conf.Errorf(fp("start"), units.FormatDuration(fl.Start), "want 0..1h from the run's start")
+	}
+	if fl.LineRate != 0 && (fl.LineRate < units.Kbit || fl.LineRate > perf.MaxLineRate) {
+		return conf.Errorf(fp("line-rate"), fl.LineRate, "want 1kbit..%s", perf.MaxLineRate)
+	}
+	if fl.MessageSize > perf.MaxMessageBytes {
+		return conf.Errorf(fp("message-size"), fl.MessageSize, "want 1b..%s (default 64kb)", units.ByteSize(perf.MaxMessageBytes))
+	}
+	if fl.MTU != 0 {
+		if uet && (fl.MTU < perf.MinUETMTU || fl.MTU > perf.MaxUETMTU) {
+			return conf.Errorf(fp("mtu"), fl.MTU, "want %d..%d with transport uet (a full data packet's IP size)", perf.MinUETMTU, perf.MaxUETMTU)
+		}
+		if !uet && !slices.Contains(roceMTUs, fl.MTU) {
+			return conf.Errorf(fp("mtu"), fl.MTU, "want 256, 512, 1024, 2048 or 4096 with transport rocev2")
+		}
+	}
+	if fl.CC == CCDCQCN {
+		// Every knob by its name, at the line rate DCQCN will scale to.
+		rate := fl.LineRate
+		if rate == 0 {
+			rate = perf.DefaultLineRate
+		}
+		params, err := dcqcn.Profile(fl.Profile, rate)
+		if err != nil {
+			return conf.Errorf(fp("profile"), fl.Profile, "%v", err)
+		}
+		for _, k := range slices.Sorted(maps.Keys(fl.Knobs)) {
+			if err := params.Set(k, fl.Knobs[k]); err != nil {
+				return conf.Errorf(conf.Key(fp("knobs"), k), fl.Knobs[k], "%s", strings.TrimPrefix(err.Error(), "dcqcn: "))
+			}
+		}
+	}
+	return nil
+}
+
+// splitEnd splits a link end "node" or "node:dev".
+func splitEnd(s string) (node, dev string, err error) {
+	node, dev, hasDev := strings.Cut(s, ":")
+	switch {
+	case s == "":
+		return "", "", fmt.Errorf("required: a node, or node:device")
+	case node == "":
+		return "", "", fmt.Errorf("want node or node:device")
+	case hasDev && dev == "":
+		return "", "", fmt.Errorf("empty device after ':'; want node or node:device")
+	}
+	return node, dev, nil
+}
+
+func (f *File) kind(node string) string {
+	for _, n := range f.Nodes {
+		if n.Name == node {
+			return n.Kind
+		}
+	}
+	return ""
+}
+
+func (f *File) hostNames() string {
+	var out []string
+	for _, n := range f.Nodes {
+		if n.Kind == KindHost {
+			out = append(out, n.Name)
+		}
+	}
+	if len(out) == 0 {
+		return "the file has none"
+	}
+	return "hosts are " + strings.Join(out, ", ")
+}
+
+func nodeNames(ns []Node) string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.Name
+	}
+	return strings.Join(out, ", ")
+}
+
+func kindNames() []string {
+	out := make([]string, len(lb.Kinds))
+	for i, k := range lb.Kinds {
+		out[i] = k.String()
+	}
+	return out
+}
+
+// orList words choices as "a, b or c".
+func orList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
