@@ -135,7 +135,7 @@ type Port struct {
 	// DSCP are --dscp values: "26=3", "24-31=3".
 	DSCP []string `yaml:"dscp"`
 	// DefaultClass is --default-class: the class of non-IP frames.
-	DefaultClass string `yaml:"default-class"`
+	DefaultClass string `yaml:"default_class"`
 }
 
 // Flow is one perf client run (host/perf RunClient) from From to a
@@ -170,10 +170,10 @@ type Flow struct {
 	// it caps the flow; UET's port rate and BDP). Optional: the rate of
 	// the sender's link, else the fastest link rate of the lab, else
 	// perf's default.
-	LineRate units.Rate `yaml:"line-rate"`
+	LineRate units.Rate `yaml:"line_rate"`
 	// MessageSize is each message (RDMA WRITE, UET message). Optional:
 	// 64 KiB.
-	MessageSize units.ByteSize `yaml:"message-size"`
+	MessageSize units.ByteSize `yaml:"message_size"`
 	// MTU is rocev2's path MTU (256..4096, a power of two) or uet's full
 	// data packet's IP size (512..9000). Optional: the largest that fits
 	// the path.
@@ -182,7 +182,7 @@ type Flow struct {
 	// Optional: none, one entropy value per PDC.
 	LB string `yaml:"lb"`
 	// BaseRTT is NSCC's base RTT (uet). Optional: DefaultUETBaseRTT.
-	BaseRTT time.Duration `yaml:"base-rtt"`
+	BaseRTT time.Duration `yaml:"base_rtt"`
 	// Verify checks every payload byte at the server.
 	Verify bool `yaml:"verify"`
 }

@@ -600,7 +600,7 @@ func (f *File) planPorts(g *graph, p *Plan) error {
 		}
 		ed, err := qdisc.ParseEdits(po.TC, po.DSCP, po.DefaultClass)
 		if err != nil {
-			return conf.Errorf(conf.Join(fp, "default-class"), po.DefaultClass, "%s", trimOpt(err.Error(), "--default-class "+po.DefaultClass))
+			return conf.Errorf(conf.Join(fp, "default_class"), po.DefaultClass, "%s", trimOpt(err.Error(), "--default-class "+po.DefaultClass))
 		}
 		if err := ed.Apply(&p.Ports[j].Config); err != nil {
 			return conf.Errorf(fp, po.Port, "the port at %s: %s", p.Ports[j].Config.Rate, oneLine(err))

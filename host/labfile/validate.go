@@ -268,7 +268,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			fl.BaseRTT = DefaultUETBaseRTT
 		}
 		if fl.BaseRTT < perf.MinUETBaseRTT || fl.BaseRTT > perf.MaxUETBaseRTT {
-			return conf.Errorf(fp("base-rtt"), units.FormatDuration(fl.BaseRTT), "want %s..%s (default %s)",
+			return conf.Errorf(fp("base_rtt"), units.FormatDuration(fl.BaseRTT), "want %s..%s (default %s)",
 				units.FormatDuration(perf.MinUETBaseRTT), units.FormatDuration(perf.MaxUETBaseRTT), units.FormatDuration(DefaultUETBaseRTT))
 		}
 	} else {
@@ -284,7 +284,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		for _, o := range []struct {
 			field string
 			set   bool
-		}{{"lb", fl.LB != ""}, {"base-rtt", fl.BaseRTT != 0}} {
+		}{{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}} {
 			if err := only(o.field, o.set, "uet"); err != nil {
 				return err
 			}
@@ -320,10 +320,10 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		return conf.Errorf(fp("start"), units.FormatDuration(fl.Start), "want 0..1h from the run's start")
 	}
 	if fl.LineRate != 0 && (fl.LineRate < units.Kbit || fl.LineRate > perf.MaxLineRate) {
-		return conf.Errorf(fp("line-rate"), fl.LineRate, "want 1kbit..%s", perf.MaxLineRate)
+		return conf.Errorf(fp("line_rate"), fl.LineRate, "want 1kbit..%s", perf.MaxLineRate)
 	}
 	if fl.MessageSize > perf.MaxMessageBytes {
-		return conf.Errorf(fp("message-size"), fl.MessageSize, "want 1b..%s (default 64kb)", units.ByteSize(perf.MaxMessageBytes))
+		return conf.Errorf(fp("message_size"), fl.MessageSize, "want 1b..%s (default 64kb)", units.ByteSize(perf.MaxMessageBytes))
 	}
 	if fl.MTU != 0 {
 		if uet && (fl.MTU < perf.MinUETMTU || fl.MTU > perf.MaxUETMTU) {
