@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ type daemonLab struct {
 	dir, conf    string
 	cmd          *exec.Cmd
 	exited       chan error
-	logs         *strings.Builder
+	logs         *lockedBuilder
 }
 
 const daemonMetrics = "198.18.10.1:9471"
@@ -55,7 +56,7 @@ func newDaemonLab(t *testing.T) *daemonLab {
 	})
 	dl := &daemonLab{Lab: l, d: l.Node("d"), c: l.Node("c"),
 		dAddr: netip.MustParseAddr("198.18.10.1"), cAddr: netip.MustParseAddr("198.18.10.2"),
-		dir: t.TempDir(), logs: &strings.Builder{}}
+		dir: t.TempDir(), logs: &lockedBuilder{}}
 	dl.conf = filepath.Join(dl.dir, "fabriclabd.yaml")
 	return dl
 }
@@ -85,21 +86,12 @@ func (dl *daemonLab) start(t *testing.T, bin string) {
 	// namespace's bpffs, where it pins its port for portctl (as under
 	// systemd's NetworkNamespacePath=). It execs: the pid is the daemon's.
 	dl.cmd = exec.Command("nsenter", "--net="+filepath.Join(lab.NetnsDir, dl.d.NetnsName), bin, "-config", dl.conf)
-	pr, pw := io.Pipe()
-	dl.cmd.Stderr = pw
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			dl.logs.WriteString(sc.Text() + "\n")
-		}
-	}()
+	dl.cmd.Stderr = dl.logs
 	if err := dl.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	dl.exited = make(chan error, 1)
-	go func() { err := dl.cmd.Wait(); pw.Close(); <-logDone; dl.exited <- err }()
+	go func() { dl.exited <- dl.cmd.Wait() }()
 	t.Cleanup(func() {
 		if dl.cmd.ProcessState == nil {
 			_ = dl.cmd.Process.Signal(syscall.SIGKILL)
@@ -134,12 +126,13 @@ func (dl *daemonLab) start(t *testing.T, bin string) {
 	}
 }
 
-// get fetches path from the daemon's HTTP endpoint, from inside c.
-func (dl *daemonLab) get(path string) (*http.Response, []byte, error) {
+// httpGet fetches path from a daemon's HTTP endpoint at addr, from
+// inside n (a plain HTTP/1.0 exchange on a socket made in n).
+func httpGet(n *lab.Node, addr, path string) (*http.Response, []byte, error) {
 	var resp *http.Response
 	var body []byte
-	err := dl.c.Do(func() error {
-		conn, err := net.DialTimeout("tcp", daemonMetrics, 2*time.Second)
+	err := n.Do(func() error {
+		conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err != nil {
 			return err
 		}
@@ -156,21 +149,22 @@ func (dl *daemonLab) get(path string) (*http.Response, []byte, error) {
 	return resp, body, err
 }
 
-func (dl *daemonLab) health() (daemon.Health, error) {
+// healthz reads a daemon's /healthz.
+func healthz(n *lab.Node, addr string) (daemon.Health, error) {
 	var h daemon.Health
-	_, body, err := dl.get("/healthz")
+	_, body, err := httpGet(n, addr, "/healthz")
 	if err != nil {
 		return h, err
 	}
 	return h, json.Unmarshal(body, &h)
 }
 
-// metrics scrapes /metrics.
-func (dl *daemonLab) metrics(t *testing.T) map[string]*dto.MetricFamily {
+// scrape reads a daemon's /metrics.
+func scrape(t *testing.T, n *lab.Node, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
-	_, body, err := dl.get("/metrics")
+	_, body, err := httpGet(n, addr, "/metrics")
 	if err != nil {
-		t.Fatalf("scrape: %v", err)
+		t.Fatalf("scrape %s: %v", addr, err)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	mf, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
@@ -178,6 +172,31 @@ func (dl *daemonLab) metrics(t *testing.T) map[string]*dto.MetricFamily {
 		t.Fatalf("parse metrics: %v", err)
 	}
 	return mf
+}
+
+func (dl *daemonLab) health() (daemon.Health, error) { return healthz(dl.c, daemonMetrics) }
+
+func (dl *daemonLab) metrics(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	return scrape(t, dl.c, daemonMetrics)
+}
+
+// lockedBuilder collects a child's stderr for the test's log.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // value is the sum of the metric's series whose labels include want.

@@ -2,6 +2,7 @@
 //
 //	fabriclab run LAB.yaml [-t DUR] [-o DIR] [-json] [-v]
 //	fabriclab validate LAB.yaml
+//	fabriclab plan LAB.yaml -node NAME [-apply]
 //	fabriclab help
 package main
 
@@ -34,6 +35,12 @@ const usage = `usage:
   fabriclab validate LAB.yaml
       check the file (every error names file:line, the field, the value and
       what is allowed) and print the addresses and routes it would build
+  fabriclab plan LAB.yaml -node NAME [-apply]
+      one node of the lab on a machine of its own (a lab server, a Vagrant
+      VM): print its addresses, routes, netem (a link's delay and loss),
+      ports, PEs, servers and flows; with -apply, configure this machine's
+      network (the namespace it runs in) so: its NICs must be the file's
+      devices. fabriclabd runs the rest (its config's lab: {file, node}).
   fabriclab help
       this text
 
@@ -59,8 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args[1:], stdout, stderr)
 	case "run":
 		return runLab(args[1:], stdout, stderr)
+	case "plan":
+		return plan(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "fabriclab: unknown command %q: want run, validate or help\n", args[0])
+	fmt.Fprintf(stderr, "fabriclab: unknown command %q: want run, validate, plan or help\n", args[0])
 	return 2
 }
 
@@ -123,6 +132,76 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, fp := range p.Flows {
 		fmt.Fprintf(stdout, "  flow %s: %s → %s, %s/%s, mtu %d, line rate %s, bottleneck %s\n", fp.Flow.Name, fp.Flow.From, p.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC, fp.Client.MTU, fp.Client.LineRate, fp.Bottleneck)
+	}
+	return 0
+}
+
+func plan(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	node := fs.String("node", "", "")
+	apply := fs.Bool("apply", false, "")
+	path, err := parseArgs(fs, args)
+	if err == nil && *node == "" {
+		err = errors.New("-node NAME is required")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab plan: %v\n", err)
+		return 2
+	}
+	f, err := labfile.Load(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+		return 2
+	}
+	d, err := f.Deploy(*node)
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab plan: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "%s: node %s (%s)\n", path, d.Node.Name, d.Node.Kind)
+	for _, l := range d.Plan.Spec.Links {
+		for _, ep := range []lab.Endpoint{l.A, l.B} {
+			if ep.Node == d.Node.Name {
+				mtu := l.MTU
+				if mtu == 0 {
+					mtu = labfile.DefaultLinkMTU
+				}
+				fmt.Fprintf(stdout, "  dev %-8s %-18s mtu %d, offloads off\n", ep.Dev, ep.Addr, mtu)
+			}
+		}
+	}
+	for _, r := range d.Plan.Spec.Routes {
+		if r.Node != d.Node.Name {
+			continue
+		}
+		via := r.Via.String()
+		for _, v := range r.Vias {
+			via += ", " + v.String()
+		}
+		fmt.Fprintf(stdout, "  route %-18s via %s\n", r.Dst, via)
+	}
+	for _, n := range d.Netem {
+		fmt.Fprintf(stdout, "  netem %s delay %v loss %g\n", n.Dev, n.Delay, n.Loss)
+	}
+	for _, po := range d.Ports {
+		fmt.Fprintf(stdout, "  port %s at %s (fabriclabd: virtual queue)\n", po.Dev, po.Config.Rate)
+	}
+	for _, pe := range d.PEs {
+		fmt.Fprintf(stdout, "  pe %s local %s, %d prefixes to %s\n", pe.Dev, pe.Config.Local, len(pe.Config.Routes), pe.Config.Routes[0].Remote)
+	}
+	for _, s := range d.Servers {
+		fmt.Fprintf(stdout, "  server %s %s\n", s.Transport, s.Addr)
+	}
+	for _, fp := range d.Flows {
+		fmt.Fprintf(stdout, "  flow %s → %s (%s), %s/%s\n", fp.Flow.Name, fp.Flow.To, d.Plan.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC)
+	}
+	if *apply {
+		if err := d.Apply(); err != nil {
+			fmt.Fprintf(stderr, "fabriclab plan -apply: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "applied to this machine's network\n")
 	}
 	return 0
 }

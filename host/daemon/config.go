@@ -27,6 +27,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/conf"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/labfile"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
@@ -54,6 +55,20 @@ type Config struct {
 	Profiles     Profiles       `yaml:"profiles"`
 	Ports        []PortConfig   `yaml:"ports"`
 	Flows        []FlowConfig   `yaml:"flows"`
+	// Lab runs one node of a lab file (host/labfile) on this server: its
+	// servers, its ports (in virtual-queue mode), its tunnel PEs and the
+	// flows that leave it (repeating, Pause apart), beside what the
+	// sections above list. The machine's addresses and routes are the
+	// file's plan (fabriclab plan FILE -node NODE -apply).
+	Lab *LabRef `yaml:"lab"`
+
+	deploy *labfile.Deployment // Lab, loaded by Validate
+}
+
+// LabRef names a lab file and the node this server is.
+type LabRef struct {
+	File string `yaml:"file"`
+	Node string `yaml:"node"`
 }
 
 // LogConfig: slog JSON on stderr (the journal), at Level.
@@ -111,6 +126,8 @@ type NSCCProfile struct {
 // configured as portctl's options are (--tc, --dscp, --default-class).
 type PortConfig struct {
 	Dev   string     `yaml:"dev"`
+	// config is the whole port configuration of a lab file's port.
+	config *qdisc.Config
 	Netns string     `yaml:"netns"` // optional: the daemon's own
 	Mode  string     `yaml:"mode"`  // virtual (default: a NIC's far end is not ours) or veth
 	Rate  units.Rate `yaml:"rate"`
@@ -147,6 +164,9 @@ type FlowConfig struct {
 	// removed or the daemon stops.
 	Repeat bool          `yaml:"repeat"`
 	Pause  time.Duration `yaml:"pause"`
+
+	// client is a lab file's flow, planned by labfile.
+	client *perf.ClientConfig
 }
 
 // Load reads and validates the file at path.
@@ -183,6 +203,23 @@ func (c Config) WithDefaults() Config {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
 	c.Servers = slices.Clone(c.Servers)
+	c.Ports = slices.Clone(c.Ports)
+	c.Flows = slices.Clone(c.Flows)
+	if dep := c.deploy; dep != nil {
+		for _, sp := range dep.Servers {
+			c.Servers = append(c.Servers, ServerConfig{Transport: sp.Transport, Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port())})
+		}
+		for _, po := range dep.Ports {
+			q := po.Config
+			c.Ports = append(c.Ports, PortConfig{Dev: po.Dev, Rate: q.Rate, config: &q})
+		}
+		for _, fp := range dep.Flows {
+			cc := fp.Client
+			cc.Interval = 0
+			c.Flows = append(c.Flows, FlowConfig{Name: fp.Flow.Name, Transport: fp.Flow.Transport, Server: cc.Server,
+				Start: fp.Flow.Start, Repeat: true, client: &cc})
+		}
+	}
 	for i := range c.Servers {
 		s := &c.Servers[i]
 		if s.Transport == "" {
@@ -195,13 +232,11 @@ func (c Config) WithDefaults() Config {
 			s.UDPPort = perf.DefaultUDPPort
 		}
 	}
-	c.Ports = slices.Clone(c.Ports)
 	for i := range c.Ports {
 		if c.Ports[i].Mode == "" {
 			c.Ports[i].Mode = qdisc.QueueVirtual.String()
 		}
 	}
-	c.Flows = slices.Clone(c.Flows)
 	for i := range c.Flows {
 		f := &c.Flows[i]
 		if f.Transport == "" {
@@ -216,8 +251,14 @@ func (c Config) WithDefaults() Config {
 
 var logLevels = []string{"debug", "info", "warn", "error"}
 
-// Validate checks every field; the first bad one is a *conf.Error.
+// Validate checks every field; the first bad one is a *conf.Error. It
+// reads the lab file, if any.
 func (c *Config) Validate() error {
+	if c.Lab != nil {
+		if err := c.loadLab(); err != nil {
+			return err
+		}
+	}
 	d := c.WithDefaults()
 	if !slices.Contains(logLevels, d.Log.Level) {
 		return conf.Errorf("log.level", d.Log.Level, "must be one of %s", strings.Join(logLevels, ", "))
@@ -386,6 +427,9 @@ func (pc PortConfig) key() string { return pc.Netns + "/" + pc.Dev }
 // qdiscConfig is the port's configuration: qdisc.DefaultConfig(rate) with
 // the tc, dscp and default_class edits, as portctl attach makes it.
 func (pc PortConfig) qdiscConfig(p string) (qdisc.Config, error) {
+	if pc.config != nil {
+		return *pc.config, nil // validated by labfile
+	}
 	if pc.Dev == "" || len(pc.Dev) > 15 || strings.ContainsAny(pc.Dev, "/ ") {
 		return qdisc.Config{}, conf.Errorf(conf.Join(p, "dev"), pc.Dev, "required: a device name of 1..15 characters")
 	}
@@ -421,6 +465,9 @@ var perfErrRE = regexp.MustCompile(`^roceperf: (-{1,2}[A-Za-z-]+) (.*?): (.*)$`)
 
 // clientConfig is the flow as a perf client run, validated by perf.
 func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error) {
+	if f.client != nil {
+		return *f.client, nil // planned and validated by labfile
+	}
 	var cc perf.ClientConfig
 	switch f.Transport {
 	case perf.TransportRoCEv2:
@@ -542,6 +589,34 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 		return cc, conf.Errorf(p, "", "%s", strings.TrimPrefix(err.Error(), "roceperf: "))
 	}
 	return cc, nil
+}
+
+// loadLab reads the lab file and takes this server's node of it.
+func (c *Config) loadLab() error {
+	if c.Lab.File == "" {
+		return conf.Errorf("lab.file", "", "required: the lab file (fabriclab's YAML)")
+	}
+	if c.Lab.Node == "" {
+		return conf.Errorf("lab.node", "", "required: this server's node in %s", c.Lab.File)
+	}
+	f, err := labfile.Load(c.Lab.File)
+	if err != nil {
+		return conf.Errorf("lab.file", c.Lab.File, "%v", err)
+	}
+	d, err := f.Deploy(c.Lab.Node)
+	if err != nil {
+		return conf.Errorf("lab.node", c.Lab.Node, "%v", err)
+	}
+	c.deploy = d
+	return nil
+}
+
+// PEs are the tunnel PEs of the lab file's node.
+func (c *Config) pes() []labfile.PEPlan {
+	if c.deploy == nil {
+		return nil
+	}
+	return c.deploy.PEs
 }
 
 func profileNames[T any](m map[string]T) string {

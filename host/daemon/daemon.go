@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/labfile"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 )
 
 // Options are what the command line gives besides the file.
@@ -36,6 +38,7 @@ type Daemon struct {
 	draining bool
 	servers  map[string]*server // by ServerConfig.name()
 	ports    map[string]*port   // by PortConfig.key()
+	pes      map[string]*pe     // by device: a lab file's tunnel PEs
 	flows    map[string]*flow   // by name
 	reloads  struct {
 		ok, failed uint64
@@ -51,7 +54,7 @@ func New(o Options) *Daemon {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Daemon{log: log, level: o.Level,
-		servers: map[string]*server{}, ports: map[string]*port{}, flows: map[string]*flow{}}
+		servers: map[string]*server{}, ports: map[string]*port{}, pes: map[string]*pe{}, flows: map[string]*flow{}}
 }
 
 type server struct {
@@ -78,6 +81,20 @@ func (s *server) close() error {
 		return s.roce.Close()
 	}
 	return s.uet.Close()
+}
+
+// pe is a lab file's tunnel PE on one of this server's devices.
+type pe struct {
+	plan labfile.PEPlan
+	t    *tunnel.PE
+}
+
+func attachPE(pl labfile.PEPlan) (*pe, error) {
+	t, err := tunnel.Attach("", pl.Dev, pl.Config, tunnel.AttachOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &pe{plan: pl, t: t}, nil
 }
 
 type port struct {
@@ -161,6 +178,23 @@ func (d *Daemon) Apply(c *Config) error {
 		undo = append(undo, func() { _ = p.p.Close() })
 	}
 
+	newPEs := map[string]*pe{}
+	changedPEs := map[string]labfile.PEPlan{}
+	for _, pl := range nc.pes() {
+		if cur, ok := d.pes[pl.Dev]; ok {
+			if !reflect.DeepEqual(cur.plan, pl) {
+				changedPEs[pl.Dev] = pl // the device's programs: replaced in the commit
+			}
+			continue
+		}
+		x, err := attachPE(pl)
+		if err != nil {
+			return rollback(fmt.Errorf("lab %s: tunnel PE on %s: %w", nc.Lab.Node, pl.Dev, err))
+		}
+		newPEs[pl.Dev] = x
+		undo = append(undo, func() { _ = x.t.Close() })
+	}
+
 	// Commit: nothing below fails the reload (a restarted server that
 	// cannot listen again is logged and missing from /healthz).
 	d.mu.Lock()
@@ -217,6 +251,30 @@ func (d *Daemon) Apply(c *Config) error {
 	for k, p := range newPorts {
 		d.ports[k] = p
 		d.log.Info("port attached", "port", describePort(p.cfg), "rate", p.cfg.Rate.String(), "mode", p.cfg.Mode)
+	}
+	keep = map[string]bool{}
+	for _, pl := range nc.pes() {
+		keep[pl.Dev] = true
+	}
+	for dev, x := range d.pes {
+		if _, changed := changedPEs[dev]; changed || !keep[dev] {
+			if err := x.t.Close(); err != nil {
+				d.log.Warn("tunnel PE detach", "dev", dev, "err", err)
+			}
+			delete(d.pes, dev)
+		}
+	}
+	for dev, pl := range changedPEs {
+		x, err := attachPE(pl)
+		if err != nil {
+			d.log.Error("tunnel PE reattach failed", "dev", dev, "err", err)
+			continue
+		}
+		newPEs[dev] = x
+	}
+	for dev, x := range newPEs {
+		d.pes[dev] = x
+		d.log.Info("tunnel PE attached", "dev", dev, "local", x.plan.Config.Local.String())
 	}
 	// Flows: the same name and settings (profiles resolved) keep running.
 	want := map[string]perf.ClientConfig{}
@@ -382,6 +440,12 @@ func (d *Daemon) Drain(timeout time.Duration) error {
 		}
 		unmarkOwned(p.cfg)
 		delete(d.ports, k)
+	}
+	for dev, x := range d.pes {
+		if err := x.t.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("tunnel PE %s: %w", dev, err))
+		}
+		delete(d.pes, dev)
 	}
 	d.log.Info("drained")
 	return errors.Join(errs...)

@@ -236,49 +236,53 @@ var offloadFeatures = []string{
 // SetOffloads turns TSO, GSO and GRO on or off for dev and verifies the
 // result, so packet-level emulation is not silently fed 64 KiB super-packets.
 func (n *Node) SetOffloads(dev string, on bool) error {
-	return n.Do(func() error {
-		// The ethtool ioctl resolves dev in its socket's namespace, so the
-		// socket must be created here.
-		et, err := ethtool.NewEthtool()
-		if err != nil {
-			return fmt.Errorf("ethtool: %w", err)
+	// The ethtool ioctl resolves dev in its socket's namespace, so the
+	// socket must be created there.
+	return n.Do(func() error { return SetOffloads(dev, on) })
+}
+
+// SetOffloads is Node.SetOffloads in the calling thread's namespace (a
+// lab server's own NICs, ApplyNode).
+func SetOffloads(dev string, on bool) error {
+	et, err := ethtool.NewEthtool()
+	if err != nil {
+		return fmt.Errorf("ethtool: %w", err)
+	}
+	defer et.Close()
+	states, err := et.FeaturesWithState(dev)
+	if err != nil {
+		return fmt.Errorf("ethtool features %s: %w", dev, err)
+	}
+	want := map[string]bool{}
+	for _, f := range offloadFeatures {
+		if st, ok := states[f]; ok && st.Available {
+			want[f] = on
 		}
-		defer et.Close()
-		states, err := et.FeaturesWithState(dev)
-		if err != nil {
-			return fmt.Errorf("ethtool features %s: %w", dev, err)
+	}
+	if len(want) > 0 {
+		if err := et.Change(dev, want); err != nil {
+			return fmt.Errorf("ethtool set %s offloads=%v: %w", dev, on, err)
 		}
-		want := map[string]bool{}
-		for _, f := range offloadFeatures {
-			if st, ok := states[f]; ok && st.Available {
-				want[f] = on
-			}
+	}
+	got, err := et.Features(dev)
+	if err != nil {
+		return fmt.Errorf("ethtool features %s: %w", dev, err)
+	}
+	var wrong []string
+	for _, f := range offloadFeatures {
+		if _, known := states[f]; !known {
+			continue
 		}
-		if len(want) > 0 {
-			if err := et.Change(dev, want); err != nil {
-				return fmt.Errorf("ethtool set %s offloads=%v: %w", dev, on, err)
-			}
+		// Off must really be off; on is best effort for fixed features.
+		if got[f] != on && (!on || want[f]) {
+			wrong = append(wrong, f)
 		}
-		got, err := et.Features(dev)
-		if err != nil {
-			return fmt.Errorf("ethtool features %s: %w", dev, err)
-		}
-		var wrong []string
-		for _, f := range offloadFeatures {
-			if _, known := states[f]; !known {
-				continue
-			}
-			// Off must really be off; on is best effort for fixed features.
-			if got[f] != on && (!on || want[f]) {
-				wrong = append(wrong, f)
-			}
-		}
-		if len(wrong) > 0 {
-			slices.Sort(wrong)
-			return fmt.Errorf("ethtool %s: could not turn %s %s", dev, strings.Join(wrong, ","), onOff(on))
-		}
-		return nil
-	})
+	}
+	if len(wrong) > 0 {
+		slices.Sort(wrong)
+		return fmt.Errorf("ethtool %s: could not turn %s %s", dev, strings.Join(wrong, ","), onOff(on))
+	}
+	return nil
 }
 
 func onOff(on bool) string {

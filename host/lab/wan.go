@@ -532,13 +532,18 @@ func (n *Node) routeVia(dst netip.Prefix, hops []wanHop) error {
 	if n.closed {
 		return ErrClosed
 	}
+	return routeVia(n.nl, dst, hops)
+}
+
+// routeVia replaces h's route to dst by one over hops.
+func routeVia(h *netlink.Handle, dst netip.Prefix, hops []wanHop) error {
 	var nh []*netlink.NexthopInfo
-	for _, h := range hops {
-		l, err := n.nl.LinkByName(h.dev)
+	for _, hp := range hops {
+		l, err := h.LinkByName(hp.dev)
 		if err != nil {
-			return fmt.Errorf("link %s: %w", h.dev, err)
+			return fmt.Errorf("link %s: %w", hp.dev, err)
 		}
-		nh = append(nh, &netlink.NexthopInfo{LinkIndex: l.Attrs().Index, Gw: net.IP(h.gw.AsSlice())})
+		nh = append(nh, &netlink.NexthopInfo{LinkIndex: l.Attrs().Index, Gw: net.IP(hp.gw.AsSlice())})
 	}
 	rt := &netlink.Route{Dst: prefixToIPNet(dst)}
 	if len(nh) == 1 {
@@ -546,7 +551,7 @@ func (n *Node) routeVia(dst netip.Prefix, hops []wanHop) error {
 	} else {
 		rt.MultiPath = nh
 	}
-	if err := n.nl.RouteReplace(rt); err != nil {
+	if err := h.RouteReplace(rt); err != nil {
 		return fmt.Errorf("replace route %s: %w", dst, err)
 	}
 	return nil

@@ -48,6 +48,8 @@ type Plan struct {
 	// Addrs is each node's address: the one on its first link, where its
 	// flows' servers listen and its clients send from.
 	Addrs map[string]netip.Addr
+	// Deploy: the plan of machines (DeployPlan), not namespaces.
+	Deploy bool
 }
 
 // LinkPlan is a file link as built: its subnet and its two ends.
@@ -56,6 +58,10 @@ type LinkPlan struct {
 	A, B   lab.Endpoint
 	// Relay is the relay node's name, or "" for a plain veth.
 	Relay string
+	// Delay and Loss are each end's netem in a DeployPlan (a relay holds
+	// them in a Plan).
+	Delay time.Duration
+	Loss  float64
 }
 
 // RelayPlan is a forwarding namespace in the middle of a link with delay
@@ -146,8 +152,12 @@ func (g *graph) addEdge(e *edge) {
 	g.adj[e.node[1]] = append(g.adj[e.node[1]], e)
 }
 
-// newPlan computes the plan of a file whose fields were checked.
-func newPlan(f *File) (*Plan, error) {
+// newPlan computes the plan of a file whose fields were checked. With
+// deploy the file runs on machines, not namespaces (DeployPlan): a link
+// with delay or loss is a plain link whose ends hold netem
+// (LinkPlan.Delay, Loss), since a machine cannot grow a relay between its
+// NIC and the next one.
+func newPlan(f *File, deploy bool) (*Plan, error) {
 	g := &graph{kind: map[string]string{}, adj: map[string][]*edge{}}
 	for _, n := range f.Nodes {
 		g.addNode(n.Name, n.Kind)
@@ -160,7 +170,7 @@ func newPlan(f *File) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Addrs: map[string]netip.Addr{}}
+	p := &Plan{Addrs: map[string]netip.Addr{}, Deploy: deploy}
 	for i := range f.Links {
 		l := &f.Links[i]
 		a, _, _ := splitEnd(l.A)
@@ -171,7 +181,10 @@ func newPlan(f *File) (*Plan, error) {
 		}
 		s := subnets[i]
 		lp := LinkPlan{Subnet: s}
-		if !l.relayed() {
+		if deploy {
+			lp.Delay, lp.Loss = l.Delay, l.Loss
+		}
+		if !l.relayed() || deploy {
 			e := &edge{node: [2]string{a, b}, dev: devs[i], addr: [2]netip.Prefix{nthHost(s, 1), nthHost(s, 2)}, mtu: mtu, link: i, subnet: s}
 			g.addEdge(e)
 			lp.A = lab.Endpoint{Node: a, Dev: e.dev[0], Addr: e.addr[0]}

@@ -113,7 +113,7 @@ func (f *File) validate() error {
 			return err
 		}
 	}
-	p, err := newPlan(f)
+	p, err := newPlan(f, false)
 	if err != nil {
 		return err
 	}
