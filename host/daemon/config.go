@@ -125,14 +125,14 @@ type NSCCProfile struct {
 // PortConfig is a switch egress port on one of this server's devices,
 // configured as portctl's options are (--tc, --dscp, --default-class).
 type PortConfig struct {
-	Dev   string     `yaml:"dev"`
+	Dev string `yaml:"dev"`
 	// config is the whole port configuration of a lab file's port.
 	config *qdisc.Config
-	Netns string     `yaml:"netns"` // optional: the daemon's own
-	Mode  string     `yaml:"mode"`  // virtual (default: a NIC's far end is not ours) or veth
-	Rate  units.Rate `yaml:"rate"`
-	TC    []string   `yaml:"tc"`   // "3:wred:min=50kb,max=1mb,p=0.1"
-	DSCP  []string   `yaml:"dscp"` // "26=3"
+	Netns  string     `yaml:"netns"` // optional: the daemon's own
+	Mode   string     `yaml:"mode"`  // virtual (default: a NIC's far end is not ours) or veth
+	Rate   units.Rate `yaml:"rate"`
+	TC     []string   `yaml:"tc"`   // "3:wred:min=50kb,max=1mb,p=0.1"
+	DSCP   []string   `yaml:"dscp"` // "26=3"
 	// DefaultClass is the class of unmapped DSCPs. Optional.
 	DefaultClass string `yaml:"default_class"`
 }
