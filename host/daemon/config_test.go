@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -59,7 +60,7 @@ func TestParseErrors(t *testing.T) {
 		{"size: 10MB|size: 10MB, duration: 5s", `flows[0].duration: "5s": not with size`},
 		{"rate: 1gbit, dcqcn|rate: 10tbit, dcqcn", `x.yaml:13: flows[0].rate: "10tbit": must be`},
 		{"repeat: true|repeat: sometimes", `x.yaml:14: flows[1].repeat: "sometimes": want true or false`},
-		{"servers:|server:", `x.yaml:2: server: unknown field; the document has drain_timeout, flows, log, metrics, ports, profiles, servers`},
+		{"servers:|server:", `x.yaml:2: server: unknown field; the document has drain_timeout, flows, lab, log, metrics, ports, profiles, servers`},
 		{"{name: a, server: 198.18.0.2,|{name: a,", `x.yaml:13: flows[0].server: required`},
 		{"size: 10MB|start: -1s", `x.yaml:13: flows[0].start: "-1s": want a duration like 100us, 5ms, 1.5s`},
 	} {
@@ -90,4 +91,57 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(good))
 	f.Add([]byte("flows: [{name: a, server: x, qps: 0}]"))
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = Parse("f", b) })
+}
+
+// TestLabMode: a lab file's node becomes servers, ports and flows.
+func TestLabMode(t *testing.T) {
+	for _, c := range []struct{ node, want string }{
+		{"sw", "ports eth1 eth2"},
+		{"h1", "servers uet 198.18.1.1:18516 flows h1-h2"},
+		{"h2", "servers rocev2 198.18.2.1:18515 flows h2-h1"},
+	} {
+		cfg, err := Parse("x.yaml", []byte("lab: {file: ../../vagrant/lab.yaml, node: "+c.node+"}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := cfg.WithDefaults()
+		var got []string
+		if len(d.Servers) > 0 {
+			got = append(got, "servers")
+			for _, s := range d.Servers {
+				got = append(got, s.Transport, fmt.Sprintf("%s:%d", s.Bind, s.Port))
+			}
+		}
+		if len(d.Ports) > 0 {
+			got = append(got, "ports")
+			for _, p := range d.Ports {
+				if p.Mode != "virtual" {
+					t.Errorf("%s: port %s in mode %s", c.node, p.Dev, p.Mode)
+				}
+				got = append(got, p.Dev)
+			}
+		}
+		if len(d.Flows) > 0 {
+			got = append(got, "flows")
+			for _, f := range d.Flows {
+				if !f.Repeat {
+					t.Errorf("%s: flow %s does not repeat", c.node, f.Name)
+				}
+				got = append(got, f.Name)
+			}
+		}
+		if s := strings.Join(got, " "); s != c.want {
+			t.Errorf("node %s: %s, want %s", c.node, s, c.want)
+		}
+	}
+	for _, c := range []struct{ src, want string }{
+		{"lab: {file: ../../vagrant/lab.yaml, node: s9}\n", `x.yaml:1: lab.node: "s9": `},
+		{"lab: {file: /nonexistent.yaml, node: sw}\n", `x.yaml:1: lab.file: "/nonexistent.yaml": `},
+		{"lab: {node: sw}\n", `x.yaml:1: lab.file: required`},
+	} {
+		_, err := Parse("x.yaml", []byte(c.src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want %q", c.src, err, c.want)
+		}
+	}
 }
