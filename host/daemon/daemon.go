@@ -457,6 +457,7 @@ type Health struct {
 	Generation      uint64         `json:"generation"`
 	Servers         []ServerHealth `json:"servers"`
 	Ports           []string       `json:"ports"`
+	PEs             []string       `json:"tunnel_pes"`
 	Flows           []FlowHealth   `json:"flows"`
 	ReloadsOK       uint64         `json:"reloads_ok"`
 	ReloadsFailed   uint64         `json:"reloads_failed"`
@@ -483,7 +484,7 @@ func (d *Daemon) Health() Health {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h := Health{Status: "ok", Generation: d.gen, ReloadsOK: d.reloads.ok, ReloadsFailed: d.reloads.failed,
-		LastReloadError: d.reloads.lastErr, Servers: []ServerHealth{}, Ports: []string{}, Flows: []FlowHealth{}}
+		LastReloadError: d.reloads.lastErr, Servers: []ServerHealth{}, Ports: []string{}, PEs: []string{}, Flows: []FlowHealth{}}
 	for _, sc := range d.cfg.Servers {
 		s, ok := d.servers[sc.name()]
 		if !ok {
@@ -501,6 +502,13 @@ func (d *Daemon) Health() Health {
 	for _, pc := range d.cfg.Ports {
 		if _, ok := d.ports[pc.key()]; ok {
 			h.Ports = append(h.Ports, describePort(pc))
+		} else {
+			h.Status = "degraded"
+		}
+	}
+	for _, pl := range d.cfg.pes() {
+		if _, ok := d.pes[pl.Dev]; ok {
+			h.PEs = append(h.PEs, pl.Dev)
 		} else {
 			h.Status = "degraded"
 		}
@@ -525,7 +533,7 @@ type liveServer struct {
 	uet   *perf.UETServer
 }
 
-func (d *Daemon) snapshot() (servers []liveServer, ports []*port, flows []*flow) {
+func (d *Daemon) snapshot() (servers []liveServer, ports []*port, pes []*pe, flows []*flow) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, sc := range d.cfg.Servers {
@@ -546,10 +554,15 @@ func (d *Daemon) snapshot() (servers []liveServer, ports []*port, flows []*flow)
 			ports = append(ports, p)
 		}
 	}
+	for _, pl := range d.cfg.pes() {
+		if x, ok := d.pes[pl.Dev]; ok {
+			pes = append(pes, x)
+		}
+	}
 	for _, fc := range d.cfg.Flows {
 		if fl, ok := d.flows[fc.Name]; ok {
 			flows = append(flows, fl)
 		}
 	}
-	return servers, ports, flows
+	return servers, ports, pes, flows
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 )
 
 // Metric names are fabriclab_<scope>_<counter>, where the counter is the
@@ -172,7 +173,7 @@ func sanitize(s string) string {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	e := &emitter{ch: ch, descs: map[string]*prometheus.Desc{}}
 	d := c.d
-	servers, ports, flows := d.snapshot()
+	servers, ports, pes, flows := d.snapshot()
 	for _, s := range servers {
 		if s.agent != nil {
 			qpMetrics(e, "server", s.name, s.agent)
@@ -212,6 +213,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range ports {
 		portMetrics(e, p)
 	}
+	for _, x := range pes {
+		tunnelMetrics(e, x)
+	}
 	h := d.Health()
 	e.emit(ns+"_config_generation", prometheus.GaugeValue, "configurations applied since the start", nil, nil, float64(h.Generation))
 	e.emit(ns+"_config_reloads_total", prometheus.CounterValue, "configurations applied", nil, nil, float64(h.ReloadsOK))
@@ -236,6 +240,28 @@ func qpMetrics(e *emitter, owner, name string, a *agent.Agent) {
 			[]string{name, fmt.Sprintf("%#x", qp.QPN()), peer.Addr.Addr().String(), fmt.Sprintf("%#x", peer.QPN)})
 	}
 	e.fields("rocev2", a.Counters(), []string{owner}, []string{name})
+}
+
+// tunnelMetrics exports a tunnel PE's counters; the RFC 6040 table's
+// cells as fabriclab_tunnel_decap_cells_total{inner, outer}.
+func tunnelMetrics(e *emitter, x *pe) {
+	st, err := x.t.Stats()
+	if err != nil {
+		return
+	}
+	l, v := []string{"dev"}, []string{x.plan.Dev}
+	e.fields("tunnel_encap", st.Encap, l, v)
+	e.fields("tunnel_decap", st.Decap, l, v)
+	for outer, n := range st.Encap.OuterECN {
+		e.emit(ns+"_tunnel_encap_outer_ecn_total", prometheus.CounterValue, "encapsulated packets by the outer ECN codepoint written",
+			[]string{"dev", "outer"}, []string{x.plan.Dev, tunnel.ECN(outer).String()}, float64(n))
+	}
+	for inner, row := range st.Decap.Cells {
+		for outer, n := range row {
+			e.emit(ns+"_tunnel_decap_cells_total", prometheus.CounterValue, "decapsulated packets by RFC 6040 cell",
+				[]string{"dev", "inner", "outer"}, []string{x.plan.Dev, tunnel.ECN(inner).String(), tunnel.ECN(outer).String()}, float64(n))
+		}
+	}
 }
 
 // portMetrics exports a port's classes, and each class's sojourn
