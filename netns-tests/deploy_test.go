@@ -20,18 +20,55 @@ import (
 // daemons where this machine can: a namespace per VM, the lab file's
 // devices as veths. Each "VM" gets `fabriclab plan LAB -node N -apply`
 // (addresses, routes, forwarding) and a fabriclabd running its node of
-// the file (lab: {file, node}). The switch's ports count the hosts'
-// flows, the flows' QPs and PDCs deliver, and SIGTERM leaves nothing
-// attached. The lab file's rates are scaled from 1 Gbit/s to 200 Mbit/s,
-// which two shared cores carry.
+// the file (lab: {file, node}). The flows deliver across the switch's
+// virtual-queue ports (lab.yaml) and across the PEs' tunnel (lab-wan.yaml),
+// and SIGTERM leaves nothing attached. The files' rates are scaled from
+// 1 Gbit/s to 200 Mbit/s, which two shared cores carry; the WAN's 5 ms
+// is left out (it is netem in a VM, and this kernel has no netem).
 func TestVagrantLabInNamespaces(t *testing.T) {
 	labtest.RequireRoot(t)
-	src, err := os.ReadFile("../vagrant/lab.yaml")
+	t.Run("lab", func(t *testing.T) {
+		deployInNamespaces(t, "../vagrant/lab.yaml", func(l *lab.Lab, at string) {
+			// The hosts' flows cross the switch's ports.
+			waitFor(t, 15*time.Second, "h1's RoCEv2 flow and h2's UET flow deliver", func() bool {
+				q, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "h1-h2"})
+				u, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_uet_rx_payload_bytes_total", nil)
+				return q > 1e6 && u > 1e6
+			})
+			sw := scrape(t, l.Node("sw"), at)
+			for _, dev := range []string{"eth1", "eth2"} {
+				if v, _ := value(sw, "fabriclab_port_dequeued_packets_total", map[string]string{"port": dev, "class": "3"}); v < 100 {
+					t.Errorf("the switch's port %s sent %v packets of class 3", dev, v)
+				}
+			}
+		})
+	})
+	t.Run("lab-wan", func(t *testing.T) {
+		deployInNamespaces(t, "../vagrant/lab-wan.yaml", func(l *lab.Lab, at string) {
+			waitFor(t, 15*time.Second, "h1's RoCEv2 flow delivers across the tunnel", func() bool {
+				q, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "h1-h2"})
+				return q > 1e6
+			})
+			enc, _ := value(scrape(t, l.Node("pe1"), at), "fabriclab_tunnel_encap_packets_total", map[string]string{"dev": "eth2"})
+			dec, _ := value(scrape(t, l.Node("pe2"), at), "fabriclab_tunnel_decap_packets_total", map[string]string{"dev": "eth2"})
+			if enc < 100 || dec < 100 {
+				t.Errorf("the tunnel: pe1 encapsulated %v packets, pe2 decapsulated %v", enc, dec)
+			}
+		})
+	})
+}
+
+// deployInNamespaces provisions the lab file's nodes, each in a namespace
+// of its own, runs check on them and stops the daemons.
+func deployInNamespaces(t *testing.T, path string, check func(l *lab.Lab, at string)) {
+	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "lab.yaml")
-	if err := os.WriteFile(file, []byte(strings.ReplaceAll(string(src), "1gbit", "200mbit")), 0o644); err != nil {
+	text := strings.ReplaceAll(string(src), "1gbit", "200mbit")
+	text = strings.ReplaceAll(text, "delay: 5ms, ", "")
+	file := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	f, err := labfile.Load(file)
@@ -68,8 +105,11 @@ func TestVagrantLabInNamespaces(t *testing.T) {
 		}
 		t.Logf("%s", out)
 	}
-	if v, err := l.Node("sw").ReadSysctl("net.ipv4.ip_forward"); err != nil || v != "1" {
-		t.Fatalf("the switch does not forward after plan -apply: %q %v", v, err)
+	for _, n := range f.Nodes {
+		want := map[bool]string{true: "0", false: "1"}[n.Kind == labfile.KindHost]
+		if v, err := l.Node(n.Name).ReadSysctl("net.ipv4.ip_forward"); err != nil || v != want {
+			t.Fatalf("%s (%s) has ip_forward %q after plan -apply (%v), want %s", n.Name, n.Kind, v, err, want)
+		}
 	}
 
 	// A fabriclabd per node, as the provisioning writes it.
@@ -116,22 +156,7 @@ func TestVagrantLabInNamespaces(t *testing.T) {
 		})
 	}
 
-	// The hosts' flows cross the switch's ports.
-	waitFor(t, 15*time.Second, "h1's RoCEv2 flow and h2's UET flow deliver", func() bool {
-		q, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "h1-h2"})
-		u, _ := value(scrape(t, l.Node("h2"), at), "fabriclab_uet_rx_payload_bytes_total", nil)
-		r, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_uet_rx_payload_bytes_total", nil)
-		return q > 1e6 && u+r > 1e6
-	})
-	sw := scrape(t, l.Node("sw"), at)
-	for _, dev := range []string{"eth1", "eth2"} {
-		if v, _ := value(sw, "fabriclab_port_dequeued_packets_total", map[string]string{"port": dev, "class": "3"}); v < 100 {
-			t.Errorf("the switch's port %s sent %v packets of class 3", dev, v)
-		}
-	}
-	if ce, _ := value(sw, "fabriclab_port_ce_marked_ect0_total", map[string]string{"port": "eth2"}); ce == 0 {
-		t.Logf("no CE marks on sw:eth2 yet (the flows' DCQCN keeps it under min_th)")
-	}
+	check(l, at)
 
 	// Stop: every daemon drains and detaches.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -147,10 +172,12 @@ func TestVagrantLabInNamespaces(t *testing.T) {
 			t.Fatalf("fabriclabd %s still running 30 s after SIGTERM", name)
 		}
 	}
-	for _, dev := range []string{"eth1", "eth2"} {
-		if p, err := qdisc.Open(l.Node("sw").NetnsName, dev); err == nil {
-			p.Release()
-			t.Errorf("sw:%s still has a port after its daemon stopped", dev)
+	for _, n := range f.Nodes {
+		for _, dev := range []string{"eth1", "eth2"} {
+			if p, err := qdisc.Open(l.Node(n.Name).NetnsName, dev); err == nil {
+				p.Release()
+				t.Errorf("%s:%s still has a port after its daemon stopped", n.Name, dev)
+			}
 		}
 	}
 }
