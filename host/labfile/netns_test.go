@@ -125,6 +125,21 @@ func checkExample(t *testing.T, name string, f *File, res *Result) {
 		if p := port("sw1:r1"); p.CEMarked == 0 {
 			t.Errorf("sw1:r1 marked nothing")
 		}
+	case "demo.yaml":
+		// The demo's three senders through 500 Mbit/s: each gets a share
+		// and reacts to CNPs; the WRED port marks and, with DCQCN, holds
+		// the queue below its 2 MB without a drop.
+		for _, fr := range res.Flows {
+			if fr.GoodputBps < 40*mbit || fr.GoodputBps > 500*mbit {
+				t.Errorf("%s: %.1f Mbit/s, want 40..500", fr.Name, fr.GoodputBps/mbit)
+			}
+			if fr.CNPHandled == 0 {
+				t.Errorf("%s: no CNP handled under congestion", fr.Name)
+			}
+		}
+		if p := port("sw:r"); p.CEMarked == 0 || p.DroppedPackets != 0 {
+			t.Errorf("sw:r: %d marks, %d drops; want marks and no drop", p.CEMarked, p.DroppedPackets)
+		}
 	case "incast.yaml":
 		// 16 MB through 200 Mbit/s: the tail within 2 × the ideal of all
 		// of it, nothing dropped in the deep buffer, marks.
