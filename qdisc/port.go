@@ -165,7 +165,15 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 		// down what it claimed, and this one belongs to the other port.
 		dir := pinDir(p.ns, opts.Dev)
 		if _, err := os.Stat(metaPath(dir)); err == nil {
-			return nil, fmt.Errorf("attach: a port is already attached to %s; detach it first", describeDev(opts.Netns, opts.Dev))
+			if !stalePort(opts.Netns, opts.Dev) {
+				return nil, fmt.Errorf("attach: a port is already attached to %s; detach it first", describeDev(opts.Netns, opts.Dev))
+			}
+			// A record left by a namespace that is gone, whose inode this
+			// one reuses (pin directories are named after it): its pins
+			// and record go, and nothing of this namespace is touched.
+			if err := removeRecord(dir); err != nil {
+				return nil, fmt.Errorf("attach: removing a stale port record on %s: %w", describeDev(opts.Netns, opts.Dev), err)
+			}
 		}
 		p.meta.PinDir = dir
 	}
@@ -653,6 +661,31 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 	return p, nil
 }
 
+// stalePort reports whether the pinned port recorded for dev belongs to a
+// namespace that no longer exists: its TCX links are attached to no
+// device. A record that cannot be opened, or a legacy (clsact) port, is
+// not called stale: Attach keeps refusing, and Forget is the way out.
+func stalePort(netnsName, dev string) bool {
+	p, err := Open(netnsName, dev)
+	if err != nil {
+		return false
+	}
+	defer p.Release()
+	if len(p.links) == 0 {
+		return false
+	}
+	for _, l := range p.links {
+		info, err := l.Info()
+		if err != nil {
+			return false
+		}
+		if t := info.TCX(); t == nil || t.Ifindex != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Forget detaches the port on dev as far as it still can and removes its
 // record and pins whatever is left of it: for a record whose links cannot
 // be opened any more (the device or its namespace went away while
@@ -667,7 +700,11 @@ func Forget(netnsName, dev string) error {
 		return err
 	}
 	defer ns.Close()
-	dir := pinDir(ns, dev)
+	return removeRecord(pinDir(ns, dev))
+}
+
+// removeRecord removes a port's pins and record, and nothing else.
+func removeRecord(dir string) error {
 	return errors.Join(os.RemoveAll(dir), ignoreNotExist(os.Remove(metaPath(dir))))
 }
 
