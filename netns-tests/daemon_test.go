@@ -267,7 +267,7 @@ ports:
 flows:
   - name: to-c
     server: 198.18.10.2:18600
-    rate: 300mbit
+    line_rate: 300mbit
     dcqcn: gentle
     duration: 40s
 `
@@ -386,7 +386,7 @@ func TestDaemon(t *testing.T) {
 	dl.writeConfig(t, strings.Replace(daemonConfig, "p=0.2", "p=0.5", 1)+`  - name: uet-to-c
     transport: uet
     server: 198.18.10.2:18601
-    rate: 300mbit
+    line_rate: 300mbit
     size: 1MB
     start: 30s
 `)

@@ -144,9 +144,12 @@ type FlowConfig struct {
 	Transport string     `yaml:"transport"` // rocev2 (default) or uet
 	Server    string     `yaml:"server"`    // host or host:port of a server (another daemon, roceperf -s)
 	Bind      netip.Addr `yaml:"bind"`      // optional: the route's source
-	QPs       int        `yaml:"qps"`       // rocev2 QPs, uet streams (PDCs); default 1
-	// Rate is the emulated NIC's line rate (roceperf -b).
-	Rate units.Rate `yaml:"rate"`
+	// QPs (rocev2) or Streams (uet): parallel QPs or PDCs, as in a lab
+	// file. Default 1.
+	QPs     int `yaml:"qps"`
+	Streams int `yaml:"streams"`
+	// LineRate is the emulated NIC's line rate (roceperf -b).
+	LineRate units.Rate `yaml:"line_rate"`
 	// CC is dcqcn (default) or none for rocev2; nscc (default), rccc,
 	// both or none for uet.
 	CC    string `yaml:"cc"`
@@ -156,7 +159,7 @@ type FlowConfig struct {
 	// Size ends a run after this much payload; else Duration (default 10 s).
 	Size     units.ByteSize `yaml:"size"`
 	Duration time.Duration  `yaml:"duration"`
-	Message  units.ByteSize `yaml:"message"` // bytes per message; default 64 KiB
+	MessageSize units.ByteSize `yaml:"message_size"` // bytes per message; default 64 KiB
 	MTU      int            `yaml:"mtu"`
 	DSCP     uint8          `yaml:"dscp"`
 	Start    time.Duration  `yaml:"start"`
@@ -456,8 +459,8 @@ func (pc PortConfig) qdiscConfig(p string) (qdisc.Config, error) {
 
 // perfFlag maps roceperf's flag names in perf's errors to a flow's fields.
 var perfFlag = map[string]string{
-	"-c": "server", "-P": "qps", "-t": "duration", "-n": "size", "-l": "message", "--mtu": "mtu",
-	"-b": "rate", "--dscp": "dscp", "--cc": "cc", "--lb": "lb", "--base-rtt": "nscc", "--nscc": "nscc",
+	"-c": "server", "-P": "qps", "-t": "duration", "-n": "size", "-l": "message_size", "--mtu": "mtu",
+	"-b": "line_rate", "--dscp": "dscp", "--cc": "cc", "--lb": "lb", "--base-rtt": "nscc", "--nscc": "nscc",
 	"--dcqcn": "dcqcn", "--dcqcn-profile": "dcqcn", "-B": "bind", "--transport": "transport",
 }
 
@@ -494,11 +497,19 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 	}
 	cc.Interval = 0
 	cc.Bind = f.Bind
-	if f.QPs != 0 {
+	isUET := f.Transport == perf.TransportUET
+	switch {
+	case isUET && f.QPs != 0:
+		return cc, conf.Errorf(conf.Join(p, "qps"), f.QPs, "a uet flow has streams, not qps")
+	case !isUET && f.Streams != 0:
+		return cc, conf.Errorf(conf.Join(p, "streams"), f.Streams, "a rocev2 flow has qps, not streams")
+	case f.QPs != 0:
 		cc.QPs = f.QPs
+	case f.Streams != 0:
+		cc.QPs = f.Streams
 	}
-	if f.Rate != 0 {
-		cc.LineRate = f.Rate
+	if f.LineRate != 0 {
+		cc.LineRate = f.LineRate
 	}
 	if f.Size != 0 {
 		cc.Bytes = uint64(f.Size)
@@ -506,11 +517,11 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 	if f.Duration != 0 {
 		cc.Duration = f.Duration
 	}
-	if f.Message != 0 {
-		if f.Message > perf.MaxMessageBytes {
-			return cc, conf.Errorf(conf.Join(p, "message"), f.Message, "must be 1..%d bytes", perf.MaxMessageBytes)
+	if f.MessageSize != 0 {
+		if f.MessageSize > perf.MaxMessageBytes {
+			return cc, conf.Errorf(conf.Join(p, "message_size"), f.MessageSize, "must be 1..%d bytes", perf.MaxMessageBytes)
 		}
-		cc.MessageBytes = int(f.Message)
+		cc.MessageBytes = int(f.MessageSize)
 	}
 	if f.MTU != 0 {
 		cc.MTU = f.MTU
@@ -518,7 +529,6 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 	if f.DSCP != 0 {
 		cc.DSCP = f.DSCP
 	}
-	isUET := f.Transport == perf.TransportUET
 	switch {
 	case isUET && f.DCQCN != "":
 		return cc, conf.Errorf(conf.Join(p, "dcqcn"), f.DCQCN, "rocev2 only (uet flows take nscc)")

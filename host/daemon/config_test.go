@@ -19,8 +19,8 @@ profiles:
 ports:
   - {dev: eth1, rate: 10gbit, tc: ["3:wred:min=50kb,max=1mb,p=0.1"]}
 flows:
-  - {name: a, server: 198.18.0.2, rate: 1gbit, dcqcn: gentle, size: 10MB}
-  - {name: b, transport: uet, server: "198.18.0.2:18516", rate: 1gbit, nscc: wan, repeat: true}
+  - {name: a, server: 198.18.0.2, line_rate: 1gbit, dcqcn: gentle, size: 10MB}
+  - {name: b, transport: uet, server: "198.18.0.2:18516", line_rate: 1gbit, nscc: wan, repeat: true}
 `
 
 func TestParseGood(t *testing.T) {
@@ -58,7 +58,8 @@ func TestParseErrors(t *testing.T) {
 		{"dcqcn: gentle|dcqcn: harsh", `x.yaml:13: flows[0].dcqcn: "harsh": no such profile under profiles.dcqcn (gentle)`},
 		{"{name: b,|{name: a,", `x.yaml:14: flows[1].name: "a": already the name of flows[0]`},
 		{"size: 10MB|size: 10MB, duration: 5s", `flows[0].duration: "5s": not with size`},
-		{"rate: 1gbit, dcqcn|rate: 10tbit, dcqcn", `x.yaml:13: flows[0].rate: "10tbit": must be`},
+		{"line_rate: 1gbit, dcqcn|line_rate: 10tbit, dcqcn", `x.yaml:13: flows[0].line_rate: "10tbit": must be`},
+		{"nscc: wan,|nscc: wan, qps: 2,", `x.yaml:14: flows[1].qps: "2": a uet flow has streams, not qps`},
 		{"repeat: true|repeat: sometimes", `x.yaml:14: flows[1].repeat: "sometimes": want true or false`},
 		{"servers:|server:", `x.yaml:2: server: unknown field; the document has drain_timeout, flows, lab, log, metrics, ports, profiles, servers`},
 		{"{name: a, server: 198.18.0.2,|{name: a,", `x.yaml:13: flows[0].server: required`},
