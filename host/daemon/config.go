@@ -157,12 +157,12 @@ type FlowConfig struct {
 	NSCC  string `yaml:"nscc"`  // a profiles.nscc name; default: the lab's
 	LB    string `yaml:"lb"`    // uet: oblivious, bitmap, reps or mixed
 	// Size ends a run after this much payload; else Duration (default 10 s).
-	Size     units.ByteSize `yaml:"size"`
-	Duration time.Duration  `yaml:"duration"`
+	Size        units.ByteSize `yaml:"size"`
+	Duration    time.Duration  `yaml:"duration"`
 	MessageSize units.ByteSize `yaml:"message_size"` // bytes per message; default 64 KiB
-	MTU      int            `yaml:"mtu"`
-	DSCP     uint8          `yaml:"dscp"`
-	Start    time.Duration  `yaml:"start"`
+	MTU         int            `yaml:"mtu"`
+	DSCP        uint8          `yaml:"dscp"`
+	Start       time.Duration  `yaml:"start"`
 	// Repeat runs the flow again Pause after each run ends, until it is
 	// removed or the daemon stops.
 	Repeat bool          `yaml:"repeat"`
