@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -180,7 +181,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			e.fields("server", s.side.Stats(), []string{"server"}, []string{s.name})
 		}
 		if s.ep != nil {
-			e.fields("uet", s.ep.Counters(), []string{"server"}, []string{s.name})
+			ol, ov := owner("server", s.name)
+			e.fields("uet", s.ep.Counters(), ol, ov)
 			for _, t := range s.ep.Targets() {
 				e.fields("pdc", t, []string{"server", "src", "spdcid", "pdc", "job_id"},
 					[]string{s.name, t.Src.String(), strconv.Itoa(int(t.SPDCID)), strconv.Itoa(int(t.PDC)), strconv.Itoa(int(t.JobID))})
@@ -199,7 +201,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			qpMetrics(e, "flow", fl.spec.Name, a)
 		}
 		if ep != nil {
-			e.fields("uet", ep.Counters(), l, v)
+			ol, ov := owner("flow", fl.spec.Name)
+			e.fields("uet", ep.Counters(), ol, ov)
 			for _, ccc := range ep.CCCs() {
 				e.fields("ccc", ccc, []string{"flow", "src", "dst", "tc"}, []string{fl.spec.Name, ccc.Src, ccc.Dst, strconv.Itoa(int(ccc.TC))})
 			}
@@ -231,15 +234,26 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// qpMetrics exports an agent's QPs and its totals under owner (server or
-// flow) name.
-func qpMetrics(e *emitter, owner, name string, a *agent.Agent) {
+// owner labels a series of a family that servers and flows share (qp,
+// rocev2, uet): both labels, one empty, so that every series of a family
+// has the same label names (what sum by() and joins expect).
+func owner(kind, name string) ([]string, []string) {
+	if kind == "server" {
+		return []string{"server", "flow"}, []string{name, ""}
+	}
+	return []string{"server", "flow"}, []string{"", name}
+}
+
+// qpMetrics exports an agent's QPs and its totals under its owner (kind
+// server or flow).
+func qpMetrics(e *emitter, kind, name string, a *agent.Agent) {
+	ol, ov := owner(kind, name)
 	for _, qp := range a.QPs() {
 		peer := qp.Peer()
-		e.fields("qp", qp.Counters(), []string{owner, "qpn", "peer", "peer_qpn"},
-			[]string{name, fmt.Sprintf("%#x", qp.QPN()), peer.Addr.Addr().String(), fmt.Sprintf("%#x", peer.QPN)})
+		e.fields("qp", qp.Counters(), append(slices.Clone(ol), "qpn", "peer", "peer_qpn"),
+			append(slices.Clone(ov), fmt.Sprintf("%#x", qp.QPN()), peer.Addr.Addr().String(), fmt.Sprintf("%#x", peer.QPN)))
 	}
-	e.fields("rocev2", a.Counters(), []string{owner}, []string{name})
+	e.fields("rocev2", a.Counters(), ol, ov)
 }
 
 // tunnelMetrics exports a tunnel PE's counters; the RFC 6040 table's
