@@ -32,7 +32,7 @@ type flow struct {
 	lastBps   float64
 	agent     *agent.Agent  // the run in progress (rocev2)
 	ep        *pds.Endpoint // the run in progress (uet)
-	liveBytes func() uint64
+	senders   []*pds.Sender // its PDCs
 }
 
 func (d *Daemon) startFlow(f FlowConfig, cc perf.ClientConfig) *flow {
@@ -42,6 +42,7 @@ func (d *Daemon) startFlow(f FlowConfig, cc perf.ClientConfig) *flow {
 	cc.Logger = log
 	cc.OnAgent = func(a *agent.Agent) { fl.set(func() { fl.agent = a }) }
 	cc.OnEndpoint = func(ep *pds.Endpoint) { fl.set(func() { fl.ep = ep }) }
+	cc.OnSenders = func(s []*pds.Sender) { fl.set(func() { fl.senders = s }) }
 	log.Info("flow started", "server", f.Server, "transport", f.Transport, "start", f.Start.String())
 	go func() {
 		defer close(fl.done)
@@ -59,7 +60,7 @@ func (d *Daemon) startFlow(f FlowConfig, cc perf.ClientConfig) *flow {
 			fl.set(func() { fl.state = "running" })
 			r, err := perf.RunClient(ctx, cc)
 			fl.set(func() {
-				fl.agent, fl.ep = nil, nil
+				fl.agent, fl.ep, fl.senders = nil, nil, nil
 				fl.runs++
 				if r != nil {
 					fl.bytes += r.End.SumReceived.Bytes

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding"
 	"fmt"
 	"reflect"
 	"slices"
@@ -24,7 +25,8 @@ import (
 //	                      QP counters summed, never going back, and drops
 //	                      no QP could be charged with (icrc_errors, ...)
 //	fabriclab_uet_*       per UET endpoint
-//	fabriclab_pdc_*       per target PDC of a UET server: src, spdcid, pdc, job_id
+//	fabriclab_pdc_*       per PDC: a UET server's targets (server, src,
+//	                      spdcid, pdc, job_id), a UET flow's senders (flow, pdc)
 //	fabriclab_ccc_*       per sender CCC of a UET flow: cwnd, in flight
 //	fabriclab_port_*      per switch port class: port, class, name
 //	fabriclab_flow_*      per configured flow
@@ -135,7 +137,14 @@ func isUint(k reflect.Kind) bool {
 	return false
 }
 
+var textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+
 func (e *emitter) number(scope, name string, fv reflect.Value, labels, values []string) {
+	// A field that is a label already (a PDC's pdc, a CCC's tc) or an
+	// enum that prints as a name (a CCC's state) is not a quantity.
+	if slices.Contains(labels, name) || fv.Type().Implements(textMarshaler) {
+		return
+	}
 	var x float64
 	switch fv.Kind() {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
@@ -193,7 +202,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, fl := range flows {
 		h := fl.health()
 		fl.mu.Lock()
-		a, ep := fl.agent, fl.ep
+		a, ep, senders := fl.agent, fl.ep, fl.senders
 		bytes, bps := fl.bytes, fl.lastBps
 		fl.mu.Unlock()
 		l, v := []string{"flow"}, []string{fl.spec.Name}
@@ -203,6 +212,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if ep != nil {
 			ol, ov := owner("flow", fl.spec.Name)
 			e.fields("uet", ep.Counters(), ol, ov)
+			for _, snd := range senders {
+				e.fields("pdc", snd.Counters(), []string{"flow", "pdc"}, []string{fl.spec.Name, strconv.Itoa(int(snd.PDC()))})
+			}
 			for _, ccc := range ep.CCCs() {
 				e.fields("ccc", ccc, []string{"flow", "src", "dst", "tc"}, []string{fl.spec.Name, ccc.Src, ccc.Dst, strconv.Itoa(int(ccc.TC))})
 			}

@@ -62,3 +62,39 @@ func TestMetricFamiliesGather(t *testing.T) {
 		}
 	}
 }
+
+// identityCollector emits a target PDC's and a CCC's counters.
+type identityCollector struct{}
+
+func (identityCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (identityCollector) Collect(ch chan<- prometheus.Metric) {
+	e := &emitter{ch: ch, descs: map[string]*prometheus.Desc{}}
+	e.fields("pdc", pds.TargetStats{SPDCID: 7, PDC: 9, JobID: 3, Messages: 4}, []string{"server", "src", "spdcid", "pdc", "job_id"}, []string{"s", "198.18.0.1", "7", "9", "3"})
+	e.fields("ccc", pds.CCCInfo{TC: 3, Window: 4096}, []string{"flow", "src", "dst", "tc"}, []string{"f", "a", "b", "3"})
+}
+
+// TestIdentityFieldsAreLabels: a PDC's IDs and a CCC's TC and state are
+// labels or nothing, not metrics.
+func TestIdentityFieldsAreLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(identityCollector{})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = true
+	}
+	for _, name := range []string{"fabriclab_pdc_spdcid_total", "fabriclab_pdc_pdc_total", "fabriclab_pdc_job_id_total", "fabriclab_ccc_tc_total", "fabriclab_ccc_state_total"} {
+		if got[name] {
+			t.Errorf("%s exported", name)
+		}
+	}
+	for _, name := range []string{"fabriclab_pdc_messages_total", "fabriclab_ccc_cwnd"} {
+		if !got[name] {
+			t.Errorf("%s missing (have %v)", name, got)
+		}
+	}
+}

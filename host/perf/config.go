@@ -264,6 +264,9 @@ type ClientConfig struct {
 	// daemon's metrics). They must not keep it past RunClient's return.
 	OnAgent    func(*agent.Agent)
 	OnEndpoint func(*pds.Endpoint)
+	// OnSenders, if set, is called once with a UET run's senders (one
+	// PDC per stream) once they have started.
+	OnSenders func([]*pds.Sender)
 }
 
 // isUET reports whether the run is Ultra Ethernet's.

@@ -278,6 +278,9 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		}
 		st.senders = append(st.senders, snd)
 	}
+	if c.OnSenders != nil {
+		c.OnSenders(slices.Clone(st.senders))
+	}
 
 	r := &Report{}
 	r.Start = c.uetStartReport(host, port, local, dst, st)
