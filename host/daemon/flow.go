@@ -23,16 +23,16 @@ type flow struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu        sync.Mutex
-	state     string
-	runs      uint64
-	failures  uint64
-	lastErr   string
-	bytes     uint64 // acknowledged payload of finished runs
-	lastBps   float64
-	agent     *agent.Agent  // the run in progress (rocev2)
-	ep        *pds.Endpoint // the run in progress (uet)
-	senders   []*pds.Sender // its PDCs
+	mu       sync.Mutex
+	state    string
+	runs     uint64
+	failures uint64
+	lastErr  string
+	bytes    uint64 // acknowledged payload of finished runs
+	lastBps  float64
+	agent    *agent.Agent  // the run in progress (rocev2)
+	ep       *pds.Endpoint // the run in progress (uet)
+	senders  []*pds.Sender // its PDCs
 }
 
 func (d *Daemon) startFlow(f FlowConfig, cc perf.ClientConfig) *flow {
