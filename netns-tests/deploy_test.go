@@ -33,7 +33,9 @@ func TestVagrantLabInNamespaces(t *testing.T) {
 			waitFor(t, 15*time.Second, "h1's RoCEv2 flow and h2's UET flow deliver", func() bool {
 				q, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "h1-h2"})
 				u, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_uet_rx_payload_bytes_total", nil)
-				return q > 1e6 && u > 1e6
+				// h2's UET flow, per sender PDC.
+				s, _ := value(scrape(t, l.Node("h2"), at), "fabriclab_pdc_bytes_acked_total", map[string]string{"flow": "h2-h1"})
+				return q > 1e6 && u > 1e6 && s > 1e6
 			})
 			sw := scrape(t, l.Node("sw"), at)
 			for _, dev := range []string{"eth1", "eth2"} {
