@@ -880,34 +880,48 @@ func vethPeer(ns netns.NsHandle, dev string) (string, string, error) {
 
 // pinDir names a port by its namespace's inode and device name, unique
 // while the namespace lives.
-func pinDir(ns netns.NsHandle, dev string) string {
+func pinDir(ns netns.NsHandle, dev string) string { return PinDir(ns, "ns", dev) }
+
+// PinDir is where a pinned object (prefix "ns": a port; "tunnel_ns": a
+// PE) on dev in namespace ns keeps its pins: named after the namespace's
+// inode and the device, unique while the namespace lives.
+func PinDir(ns netns.NsHandle, prefix, dev string) string {
 	id := "self"
 	if ino, err := netnsIno(ns); err == nil {
 		id = fmt.Sprint(ino)
 	}
-	return filepath.Join(PinRoot, "ns"+id+"_"+dev)
+	return filepath.Join(PinRoot, prefix+id+"_"+dev)
 }
 
 // netnsIno is the kernel's net->ns.inum, which the xmit hook compares.
 func netnsIno(ns netns.NsHandle) (uint32, error) { return nsexec.Ino(ns) }
 
-func metaPath(pinDir string) string {
-	return filepath.Join(MetaRoot, filepath.Base(pinDir)+".json")
+func metaPath(pinDir string) string { return RecordPath(MetaRoot, pinDir) }
+
+func writeMeta(m *portMeta) error { return WriteRecord(MetaRoot, m.PinDir, m) }
+
+// RecordPath is the JSON record, under root, of the object pinned in
+// pinDir.
+func RecordPath(root, pinDir string) string {
+	return filepath.Join(root, filepath.Base(pinDir)+".json")
 }
 
-func writeMeta(m *portMeta) error {
-	if err := os.MkdirAll(MetaRoot, 0o755); err != nil {
+// WriteRecord writes v as the record of the object pinned in pinDir,
+// atomically (a reader sees the old record or the new one).
+func WriteRecord(root, pinDir string, v any) error {
+	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(m, "", "  ")
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := metaPath(m.PinDir) + ".tmp"
+	path := RecordPath(root, pinDir)
+	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, metaPath(m.PinDir))
+	return os.Rename(tmp, path)
 }
 
 // ensureBPFFS mounts bpffs on /sys/fs/bpf if nothing is mounted there.

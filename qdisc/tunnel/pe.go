@@ -422,29 +422,8 @@ func Open(netnsName, dev string) (_ *PE, err error) {
 
 // pinDir names the PE by its namespace's inode and the device, beside the
 // ports' pins.
-func pinDir(ns netns.NsHandle, dev string) string {
-	id := "self"
-	if ino, err := nsexec.Ino(ns); err == nil {
-		id = fmt.Sprint(ino)
-	}
-	return filepath.Join(qdisc.PinRoot, "tunnel_ns"+id+"_"+dev)
-}
+func pinDir(ns netns.NsHandle, dev string) string { return qdisc.PinDir(ns, "tunnel_ns", dev) }
 
-func metaPath(pinDir string) string {
-	return filepath.Join(MetaRoot, filepath.Base(pinDir)+".json")
-}
+func metaPath(pinDir string) string { return qdisc.RecordPath(MetaRoot, pinDir) }
 
-func writeMeta(m *peMeta) error {
-	if err := os.MkdirAll(MetaRoot, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := metaPath(m.PinDir) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, metaPath(m.PinDir))
-}
+func writeMeta(m *peMeta) error { return qdisc.WriteRecord(MetaRoot, m.PinDir, m) }
