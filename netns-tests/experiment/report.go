@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )

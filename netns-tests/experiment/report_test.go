@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
 	"github.com/fabriclab/fabriclab/qdisc/units"

@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )

@@ -3,7 +3,7 @@ package main
 import (
 	"math"
 
-	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 

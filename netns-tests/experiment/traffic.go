@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
-	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 )
 
 // sample is one reading of the sampler, every -sample from the long

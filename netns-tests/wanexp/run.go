@@ -19,7 +19,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/netns-tests/internal/rocelab"
-	"github.com/fabriclab/fabriclab/netns-tests/internal/stats"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	"github.com/fabriclab/fabriclab/qdisc/units"
