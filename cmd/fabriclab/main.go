@@ -1,6 +1,6 @@
 // Command fabriclab runs a lab described in one file (host/labfile):
 //
-//	fabriclab run LAB.yaml [-t DUR] [-o DIR] [-json] [-v]
+//	fabriclab run LAB.yaml [-t DUR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
 //	fabriclab validate LAB.yaml
 //	fabriclab plan LAB.yaml -node NAME [-apply]
 //	fabriclab help
@@ -15,6 +15,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
@@ -22,14 +24,22 @@ import (
 )
 
 const usage = `usage:
-  fabriclab run LAB.yaml [-t DUR] [-o DIR] [-json] [-v]
+  fabriclab run LAB.yaml [-t DUR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
       build the lab in network namespaces, run its flows, print a live view
       every report interval and a summary, write result.json and plots to
-      DIR, and tear everything down (also on error and Ctrl-C).
-      -t DUR   cap the run: flows' starts and timed durations are scaled to
-               fit in DUR when they reach past it (sized flows keep their size)
+      DIR, and tear everything down (also on error and Ctrl-C). A file with
+      variants (or runs above 1) is a comparison: every run builds the lab
+      afresh and runs each variant in turn, and the summary gives each
+      variant's mean and 95% confidence interval over its runs; each run's
+      own result.json and plots go to DIR/VARIANT/runN.
+      -t DUR   cap each run: flows' starts, every, pause and timed durations
+               are scaled to fit in DUR when they reach past it (sized flows
+               keep their sizes)
       -o DIR   output directory (default: the file's report.output, else
                fabriclab-out/NAME); "-" writes nothing
+      -runs N  runs per variant (default: the file's runs)
+      -variants A,B
+               run only these variants
       -json    print the result as JSON instead of the tables
       -v       log the run's steps and the agents' warnings to stderr
   fabriclab validate LAB.yaml
@@ -131,7 +141,23 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  pe %s:%s local %s, %d prefixes to %s\n", pe.Node, pe.Dev, pe.Config.Local, len(pe.Config.Routes), pe.Config.Routes[0].Remote)
 	}
 	for _, fp := range p.Flows {
-		fmt.Fprintf(stdout, "  flow %s: %s → %s, %s/%s, mtu %d, line rate %s, bottleneck %s\n", fp.Flow.Name, fp.Flow.From, p.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC, fp.Client.MTU, fp.Client.LineRate, fp.Bottleneck)
+		fmt.Fprintf(stdout, "  flow %s: %s → %s, %s/%s", fp.Flow.Name, fp.Flow.From, p.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC)
+		if fp.TCP == nil {
+			fmt.Fprintf(stdout, ", mtu %d, line rate %s", fp.Client.MTU, fp.Client.LineRate)
+		} else if fp.TCP.DSCP != 0 {
+			fmt.Fprintf(stdout, ", dscp %d", fp.TCP.DSCP)
+		}
+		fmt.Fprintf(stdout, ", bottleneck %s, base RTT %v", fp.Bottleneck, fp.BaseRTT)
+		if n := fp.Flow.Count; n > 1 {
+			fmt.Fprintf(stdout, ", %d instances", n)
+		}
+		fmt.Fprintln(stdout)
+	}
+	for _, v := range f.Variants {
+		fmt.Fprintf(stdout, "  variant %s: %d port edit(s)\n", v.Name, len(v.Ports))
+	}
+	if len(f.Variants) > 0 || f.Runs > 1 {
+		fmt.Fprintf(stdout, "  %d run(s) per variant, seed %d\n", f.Runs, f.Seed)
 	}
 	return 0
 }
@@ -212,6 +238,8 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	dur := fs.Duration("t", 0, "cap the run's timeline at `DUR`")
 	out := fs.String("o", "", "output `DIR`")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	runs := fs.Int("runs", 0, "runs per variant")
+	variants := fs.String("variants", "", "run only these `A,B` variants")
 	verbose := fs.Bool("v", false, "log the steps to stderr")
 	path, err := parseArgs(fs, args)
 	if err != nil {
@@ -222,10 +250,24 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fabriclab run: -t %v: want a positive duration\n", *dur)
 		return 2
 	}
+	if *runs < 0 || *runs > labfile.MaxRuns {
+		fmt.Fprintf(stderr, "fabriclab run: -runs %d: want 1..%d (default: the file's runs)\n", *runs, labfile.MaxRuns)
+		return 2
+	}
 	f, err := labfile.Load(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
 		return 2
+	}
+	var only []string
+	if *variants != "" {
+		only = strings.Split(*variants, ",")
+		for _, v := range only {
+			if !slices.Contains(f.VariantNames(), v) {
+				fmt.Fprintf(stderr, "fabriclab run: -variants %s: %s has no variant %q (its variants: %s)\n", *variants, f.RunName(), v, strings.Join(f.VariantNames(), ", "))
+				return 2
+			}
+		}
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(stderr, "fabriclab run: needs root (network namespaces, BPF programs)")
@@ -240,6 +282,9 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	defer interrupt.Stop()
 	defer cancel()
 	opts := labfile.RunOptions{Duration: *dur, OutDir: *out, Logger: log}
+	if len(f.Variants) > 0 || f.Runs > 1 || *runs > 1 {
+		return compare(ctx, f, labfile.CompareOptions{RunOptions: opts, Runs: *runs, Variants: only}, *asJSON, interrupt, stdout, stderr)
+	}
 	if !*asJSON {
 		fmt.Fprintf(stdout, "fabriclab: %s: %d flows over %d nodes; report every %v\n", f.RunName(), len(f.Flows), len(f.Nodes), interval(f))
 		opts.OnSample = func(s *labfile.Sample) { labfile.WriteSample(stdout, s) }
@@ -252,6 +297,49 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 			_ = enc.Encode(res)
 		} else {
 			res.WriteSummary(stdout)
+		}
+	}
+	if sig := interrupt.Signal(); sig != nil {
+		return lab.SignalExitCode(sig)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// compare runs a comparison: the live view per run, then the table.
+func compare(ctx context.Context, f *labfile.File, opts labfile.CompareOptions, asJSON bool, interrupt *lab.Interrupt, stdout, stderr io.Writer) int {
+	if !asJSON {
+		n, runs := max(len(opts.Variants), len(f.Variants), 1), f.Runs
+		if opts.Runs != 0 {
+			runs = opts.Runs
+		}
+		fmt.Fprintf(stdout, "fabriclab: %s: %d variant(s) × %d run(s), a fresh lab each\n", f.RunName(), n, runs)
+		opts.OnRun = func(v string, run int, res *labfile.Result, err error) {
+			fmt.Fprintf(stdout, "run %d %-14s", run, v)
+			if res != nil {
+				for _, p := range res.Ports {
+					if p.Watched && p.Error == "" {
+						fmt.Fprintf(stdout, "  %s: util %.1f%%, mean wait %.0fus, %.2f%% marked, %d dropped", p.Name, 100*p.Utilization, p.MeanSojournUS, 100*p.MarkedFraction, p.DroppedPackets)
+					}
+				}
+			}
+			if err != nil {
+				fmt.Fprintf(stdout, "  FAILED: %v", err)
+			}
+			fmt.Fprintln(stdout)
+		}
+	}
+	c, err := labfile.Compare(ctx, f, opts)
+	if c != nil {
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(c)
+		} else {
+			c.WriteSummary(stdout)
 		}
 	}
 	if sig := interrupt.Signal(); sig != nil {

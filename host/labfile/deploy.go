@@ -70,7 +70,10 @@ func (f *File) Deploy(node string) (*Deployment, error) {
 			d.PEs = append(d.PEs, pe)
 		}
 	}
-	for _, fl := range p.Flows {
+	for k, fl := range p.Flows {
+		if fl.TCP != nil && (fl.Flow.From == node || fl.Flow.To == node) {
+			return nil, conf.Errorf(conf.Join(conf.Index("flows", k), "transport"), TransportTCP, "a lab server's fabriclabd runs rocev2 and uet flows; tcp flows run in namespaces (fabriclab run)")
+		}
 		if fl.Flow.From == node {
 			d.Flows = append(d.Flows, fl)
 		}

@@ -44,8 +44,13 @@ const (
 const (
 	TransportRoCEv2 = "rocev2"
 	TransportUET    = "uet"
+	TransportTCP    = "tcp"
 	CCDCQCN         = "dcqcn"
 	CCNone          = "none"
+	// CCDCTCP is a tcp flow's default: the kernel's dctcp where it is
+	// built, else the project's BPF DCTCP (host/dctcp) registered for the
+	// run.
+	CCDCTCP = "dctcp"
 )
 
 // Defaults.
@@ -73,6 +78,12 @@ const (
 	RoCEAckTimeout = 4096 * time.Nanosecond << 16
 	// MaxStart bounds a flow's start and a run's length.
 	MaxStart = time.Hour
+	// MaxCount bounds a flow's instances.
+	MaxCount = 100000
+	// MaxRuns bounds a file's runs per variant.
+	MaxRuns = 1000
+	// DefaultSeed seeds the sizes drawn between size and size_max.
+	DefaultSeed = 1
 )
 
 // File is a decoded and validated lab file.
@@ -87,6 +98,17 @@ type File struct {
 	Ports    []Port        `yaml:"ports"`
 	Flows    []Flow        `yaml:"flows"`
 	Report   Report        `yaml:"report"`
+	// Variants compare port configurations on the same lab and traffic:
+	// every run runs each variant in turn (interleaved, so a drift of the
+	// machine spreads over all of them). Optional: one run of the file
+	// as written.
+	Variants []Variant `yaml:"variants"`
+	// Runs is how many times each variant runs. Optional: 1.
+	Runs int `yaml:"runs"`
+	// Seed seeds the sizes flows draw between size and size_max; run k
+	// uses Seed + k - 1, the same for every variant. Optional:
+	// DefaultSeed.
+	Seed uint64 `yaml:"seed"`
 
 	// Path is the file's name as given to Load or Parse.
 	Path string `yaml:"-"`
@@ -138,17 +160,26 @@ type Port struct {
 	DefaultClass string `yaml:"default_class"`
 }
 
-// Flow is one perf client run (host/perf RunClient) from From to a
-// server on To.
+// Variant is one port configuration of a comparison: the file's ports
+// with these applied on top (a class's tc here replaces the file's for
+// that class).
+type Variant struct {
+	Name  string `yaml:"name"`
+	Ports []Port `yaml:"ports"`
+}
+
+// Flow is one perf client run (host/perf RunClient), or one TCP
+// connection, from From to a server on To; with count, a series of them.
 type Flow struct {
 	// Name labels the flow. Optional: f<n>, its place in the file.
 	Name string `yaml:"name"`
 	From string `yaml:"from"`
 	To   string `yaml:"to"`
-	// Transport is rocev2 (the default) or uet.
+	// Transport is rocev2 (the default), uet or tcp.
 	Transport string `yaml:"transport"`
 	// CC is rocev2's dcqcn (the default) or none; uet's nscc (the
-	// default), rccc, both or none.
+	// default), rccc, both or none; tcp's dctcp (the default) or any
+	// congestion control the kernel has (cubic, reno, ...).
 	CC string `yaml:"cc"`
 	// Profile is the DCQCN profile (dcqcn.ProfileNames). Optional:
 	// DefaultProfile.
@@ -162,6 +193,19 @@ type Flow struct {
 	// Size is the payload to deliver; the flow ends when it is
 	// acknowledged. Optional: without it the flow runs for Duration.
 	Size units.ByteSize `yaml:"size"`
+	// SizeMax draws each instance's size uniformly from size..size_max
+	// (seeded: the file's seed, the run and the flow). Optional.
+	SizeMax units.ByteSize `yaml:"size_max"`
+	// Count runs the flow that many times, one instance after another:
+	// short flows for FCTs, or, with the same every on several senders,
+	// incast rounds. Needs size. Optional: 1.
+	Count int `yaml:"count"`
+	// Every starts instance k at start + k·every (an instance still
+	// running delays the next, counted as late). Optional.
+	Every time.Duration `yaml:"every"`
+	// Pause starts each instance that long after the previous one ends.
+	// Optional: 0, back to back; not with every.
+	Pause time.Duration `yaml:"pause"`
 	// Duration of a flow without size. Optional: the file's duration.
 	Duration time.Duration `yaml:"duration"`
 	// Start is the flow's start, from the run's. Optional: 0.
@@ -185,6 +229,9 @@ type Flow struct {
 	BaseRTT time.Duration `yaml:"base_rtt"`
 	// Verify checks every payload byte at the server.
 	Verify bool `yaml:"verify"`
+	// DSCP of a tcp flow's packets, which picks the port's class (as
+	// the ports' dscp maps). Optional: 0.
+	DSCP int `yaml:"dscp"`
 }
 
 // Report says what a run reports.

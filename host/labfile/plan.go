@@ -27,6 +27,10 @@ import (
 const (
 	RoCESidePort = perf.DefaultPort
 	UETSidePort  = perf.DefaultPort + 1
+	// TCPPort is the first tcp server's port on a node; a node serving
+	// tcp with several congestion controls (the listener's, which the
+	// receiver's ACKs follow) listens on the next ones.
+	TCPPort = perf.DefaultPort + 2
 )
 
 // rocePacketOverhead is what a RoCEv2 packet adds to its payload MTU on
@@ -45,6 +49,9 @@ type Plan struct {
 	PEs     []PEPlan
 	Servers []ServerPlan
 	Flows   []FlowPlan
+	// Variants are the file's variants: each port's configuration with
+	// the variant's edits on top of the file's.
+	Variants []VariantPlan
 	// Addrs is each node's address: the one on its first link, where its
 	// flows' servers listen and its clients send from.
 	Addrs map[string]netip.Addr
@@ -84,6 +91,12 @@ type PortPlan struct {
 	Watch             bool // shown live and in the plots
 }
 
+// VariantPlan is a variant's port configurations, Plan.Ports' order.
+type VariantPlan struct {
+	Name  string
+	Ports []qdisc.Config
+}
+
 // PEPlan is a tunnel PE on a PE node's WAN device.
 type PEPlan struct {
 	Node, Dev string
@@ -95,14 +108,19 @@ type PEPlan struct {
 type ServerPlan struct {
 	Node      string
 	Transport string
-	Addr      netip.AddrPort // the side channel
+	Addr      netip.AddrPort // the side channel; tcp's listener
+	// CC is a tcp server's congestion control.
+	CC string
 }
 
 // FlowPlan is a flow as run.
 type FlowPlan struct {
 	Flow   *Flow
 	Server int // Plan.Servers index
+	// Client is a rocev2 or uet flow's perf client.
 	Client perf.ClientConfig
+	// TCP is a tcp flow's connection.
+	TCP *TCPPlan
 	// PathMTU is the largest IP packet the flow's path carries (less
 	// the tunnel's header where it crosses one).
 	PathMTU int
@@ -111,6 +129,9 @@ type FlowPlan struct {
 	Bottleneck units.Rate
 	// Crosses says the flow crosses a PE tunnel.
 	Crosses bool
+	// BaseRTT is the delay the links on its path add, both ways (the
+	// longest of its ECMP branches): the ideal FCT's round trip.
+	BaseRTT time.Duration
 }
 
 // edge is one veth of the graph.
@@ -244,6 +265,15 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 	}
 	if err := f.planFlows(g, p, dcOf); err != nil {
 		return nil, err
+	}
+	// The ends of tcp flows negotiate ECN (RFC 3168) whatever their
+	// congestion control: cubic and reno react to CE as to a loss.
+	for i := range p.Spec.Nodes {
+		n := &p.Spec.Nodes[i]
+		if slices.ContainsFunc(p.Flows, func(fp FlowPlan) bool { return fp.TCP != nil && (fp.Flow.From == n.Name || fp.Flow.To == n.Name) }) {
+			n.Sysctls = maps.Clone(n.Sysctls)
+			n.Sysctls["net.ipv4.tcp_ecn"] = "1"
+		}
 	}
 	return p, nil
 }
@@ -590,15 +620,44 @@ func (f *File) planPorts(g *graph, p *Plan) error {
 				Config: qdisc.DefaultConfig(l.Rate), Watch: len(f.Report.Watch) == 0})
 		}
 	}
+	configs := make([]qdisc.Config, len(p.Ports))
+	for i := range p.Ports {
+		configs[i] = p.Ports[i].Config
+	}
+	if err := f.editPorts("ports", f.Ports, byName, p, configs); err != nil {
+		return err
+	}
+	for i := range p.Ports {
+		p.Ports[i].Config = configs[i]
+	}
+	for i, v := range f.Variants {
+		vp := VariantPlan{Name: v.Name, Ports: slices.Clone(configs)}
+		if err := f.editPorts(conf.Join(conf.Index("variants", i), "ports"), v.Ports, byName, p, vp.Ports); err != nil {
+			return err
+		}
+		p.Variants = append(p.Variants, vp)
+	}
+	for i, w := range f.Report.Watch {
+		j, ok := byName[w]
+		if !ok {
+			return conf.Errorf(conf.Index("report.watch", i), w, "no switch port there; ports are %s", p.portNames())
+		}
+		p.Ports[j].Watch = true
+	}
+	return nil
+}
+
+// editPorts applies ports (at field) to configs, Plan.Ports' order.
+func (f *File) editPorts(field string, ports []Port, byName map[string]int, p *Plan, configs []qdisc.Config) error {
 	seen := map[string]int{}
-	for i, po := range f.Ports {
-		fp := conf.Index("ports", i)
+	for i, po := range ports {
+		fp := conf.Index(field, i)
 		j, ok := byName[po.Port]
 		if !ok {
 			return conf.Errorf(conf.Join(fp, "port"), po.Port, "no switch port there; ports are the switch ends of links with a rate: %s", p.portNames())
 		}
 		if prev, dup := seen[po.Port]; dup {
-			return conf.Errorf(conf.Join(fp, "port"), po.Port, "given twice (also ports[%d])", prev)
+			return conf.Errorf(conf.Join(fp, "port"), po.Port, "given twice (also %s[%d])", field, prev)
 		}
 		seen[po.Port] = i
 		for k, raw := range po.TC {
@@ -615,16 +674,9 @@ func (f *File) planPorts(g *graph, p *Plan) error {
 		if err != nil {
 			return conf.Errorf(conf.Join(fp, "default_class"), po.DefaultClass, "%s", trimOpt(err.Error(), "--default-class "+po.DefaultClass))
 		}
-		if err := ed.Apply(&p.Ports[j].Config); err != nil {
-			return conf.Errorf(fp, po.Port, "the port at %s: %s", p.Ports[j].Config.Rate, oneLine(err))
+		if err := ed.Apply(&configs[j]); err != nil {
+			return conf.Errorf(fp, po.Port, "the port at %s: %s", configs[j].Rate, oneLine(err))
 		}
-	}
-	for i, w := range f.Report.Watch {
-		j, ok := byName[w]
-		if !ok {
-			return conf.Errorf(conf.Index("report.watch", i), w, "no switch port there; ports are %s", p.portNames())
-		}
-		p.Ports[j].Watch = true
 	}
 	return nil
 }
@@ -711,6 +763,21 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 				}
 			}
 		}
+		fpn.BaseRTT = 2 * f.pathDelay(path, fl.From)
+		if fl.Transport == TransportTCP {
+			si := f.tcpServer(p, servers, fl, to)
+			fpn.Server = si
+			fpn.TCP = &TCPPlan{Server: p.Servers[si].Addr, Bind: from, CC: fl.CC, DSCP: fl.DSCP,
+				Size: uint64(fl.Size), WriteBytes: int(fl.MessageSize), Duration: fl.Duration}
+			if fl.Size == 0 && fpn.TCP.Duration == 0 {
+				fpn.TCP.Duration = f.Duration
+			}
+			if fpn.TCP.WriteBytes == 0 {
+				fpn.TCP.WriteBytes = defaultTCPWrite
+			}
+			p.Flows = append(p.Flows, fpn)
+			continue
+		}
 		mtu := fl.MTU
 		if uet {
 			if mtu == 0 {
@@ -753,6 +820,56 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 		p.Flows = append(p.Flows, fpn)
 	}
 	return nil
+}
+
+// tcpServer is the tcp server on the flow's receiver with its congestion
+// control, added when it is the first.
+func (f *File) tcpServer(p *Plan, servers map[[2]string]int, fl *Flow, to netip.Addr) int {
+	key := [2]string{fl.To, TransportTCP + "/" + fl.CC}
+	if si, ok := servers[key]; ok {
+		return si
+	}
+	n := 0
+	for _, sp := range p.Servers {
+		if sp.Node == fl.To && sp.Transport == TransportTCP {
+			n++
+		}
+	}
+	si := len(p.Servers)
+	servers[key] = si
+	p.Servers = append(p.Servers, ServerPlan{Node: fl.To, Transport: TransportTCP, CC: fl.CC, Addr: netip.AddrPortFrom(to, uint16(TCPPort+n))})
+	return si
+}
+
+// pathDelay is the one-way delay of the path's slowest branch from n: a
+// link's delay counts once (half on each side of its relay).
+func (f *File) pathDelay(path []hop, n string) time.Duration {
+	from := map[string][]*edge{}
+	for _, h := range path {
+		from[h.from] = append(from[h.from], h.e)
+	}
+	memo := map[string]time.Duration{}
+	var walk func(string, int) time.Duration
+	walk = func(x string, depth int) time.Duration {
+		if d, ok := memo[x]; ok || depth > len(path) {
+			return d
+		}
+		var worst time.Duration
+		for _, e := range from[x] {
+			l := &f.Links[e.link]
+			d := l.Delay
+			if l.relayed() {
+				d /= 2
+			}
+			if next := e.node[e.other(x)]; next != x {
+				d += walk(next, depth+1)
+			}
+			worst = max(worst, d)
+		}
+		memo[x] = worst
+		return worst
+	}
+	return walk(n, 0)
 }
 
 func tunnelNote(crosses bool) string {

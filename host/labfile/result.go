@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -64,7 +65,8 @@ type FlowResult struct {
 	Seconds    float64 `json:"seconds"`
 	GoodputBps float64 `json:"goodput_bps"`
 	// BottleneckBps is the slowest of the flow's line rate and the ports
-	// on its path; IdealFCTS the size at that rate; FCTRatio FCT/ideal.
+	// on its path; IdealFCTS the size at that rate plus the path's base
+	// RTT (its links' delays, both ways); FCTRatio FCT/ideal.
 	BottleneckBps uint64  `json:"bottleneck_bps"`
 	FCTS          float64 `json:"fct_s,omitempty"`
 	IdealFCTS     float64 `json:"ideal_fct_s,omitempty"`
@@ -80,10 +82,48 @@ type FlowResult struct {
 	NSCCDecreases uint64 `json:"nscc_decreases,omitempty"`
 	Timeouts      uint64 `json:"timeouts,omitempty"`
 	Retransmits   uint64 `json:"retransmits"`
-	State         string `json:"state"`
-	Error         string `json:"error,omitempty"`
-	// Report is perf's full report (iperf3's shape).
+	// TCP: the kernel's name of the congestion control, segments whose
+	// ACKs echoed CE (tcpi_delivered_ce), connections without ECN.
+	KernelCC    string `json:"kernel_cc,omitempty"`
+	DeliveredCE uint64 `json:"delivered_ce,omitempty"`
+	NoECN       int    `json:"no_ecn,omitempty"`
+	State       string `json:"state"`
+	Error       string `json:"error,omitempty"`
+	// Series is a flow with count above 1: every instance and their FCTs.
+	// Bytes then sums the instances, Seconds spans them, GoodputBps is
+	// Bytes over the time instances ran.
+	Series *SeriesResult `json:"series,omitempty"`
+	// Report is perf's full report (iperf3's shape) of a single flow.
 	Report *perf.Report `json:"report,omitempty"`
+}
+
+// SeriesResult is a flow's instances.
+type SeriesResult struct {
+	Count     int `json:"count"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	// NotRun were never started (the run was cut or a failure stopped it).
+	NotRun int `json:"not_run,omitempty"`
+	// Late started after their every slot: the previous instance ran over.
+	Late int `json:"late,omitempty"`
+	// FCTS is the completed instances' FCTs (seconds), FCTRatio their
+	// FCT over ideal (the size at the flow's bottleneck rate).
+	FCTS      stats.Dist       `json:"fct_s"`
+	FCTRatio  stats.Dist       `json:"fct_ratio"`
+	Instances []InstanceResult `json:"instances"`
+}
+
+// InstanceResult is one instance of a series.
+type InstanceResult struct {
+	StartS    float64 `json:"start_s"`
+	SizeBytes uint64  `json:"size_bytes,omitempty"`
+	Bytes     uint64  `json:"bytes"`
+	Seconds   float64 `json:"seconds"`
+	FCTS      float64 `json:"fct_s,omitempty"`
+	IdealFCTS float64 `json:"ideal_fct_s,omitempty"`
+	FCTRatio  float64 `json:"fct_ratio,omitempty"`
+	Late      bool    `json:"late,omitempty"`
+	Error     string  `json:"error,omitempty"`
 }
 
 // PortResult is one switch port's counters after the run, at rest.
@@ -109,9 +149,15 @@ type PortResult struct {
 	MaxBacklogBytes uint64 `json:"max_backlog_bytes"`
 	// InvariantError is set when enqueued ≠ dequeued + dropped + backlog
 	// (qdisc.ClassStats.CheckInvariant) in some class at rest.
-	InvariantError string      `json:"invariant_error,omitempty"`
-	Error          string      `json:"error,omitempty"`
-	Stats          qdisc.Stats `json:"stats"`
+	// Utilization is the bits the port sent over its rate × the run's
+	// seconds; MeanSojournUS the mean queueing delay of what it sent.
+	Utilization    float64 `json:"utilization"`
+	MeanSojournUS  float64 `json:"mean_sojourn_us"`
+	InvariantError string  `json:"invariant_error,omitempty"`
+	Error          string  `json:"error,omitempty"`
+	// Stats are the port's counters per class (nil in a comparison's
+	// summary of runs).
+	Stats *qdisc.Stats `json:"stats,omitempty"`
 }
 
 // Sample is one report interval: every flow and every watched port.
@@ -123,8 +169,10 @@ type Sample struct {
 
 // FlowSample is a flow over its last interval.
 type FlowSample struct {
-	Name       string  `json:"name"`
-	State      string  `json:"state"`
+	Name  string `json:"name"`
+	State string `json:"state"`
+	// Instances of a series done so far.
+	Instances  int     `json:"instances,omitempty"`
 	GoodputBps float64 `json:"goodput_bps"`
 	// RcBps is RoCEv2 DCQCN's rate (the sum over the flow's QPs),
 	// CwndBytes UET NSCC's window.
@@ -166,37 +214,126 @@ func (r *runner) newResult() *Result {
 	return res
 }
 
-// flowResult sums a flow's report up.
+// flowResult sums a flow's instances up.
 func flowResult(fr *flowRun) FlowResult {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	fl, fp := fr.plan.Flow, fr.plan
 	out := FlowResult{Name: fl.Name, From: fl.From, To: fl.To, Transport: fl.Transport, CC: fl.CC,
-		StartS: fr.start.Seconds(), SizeBytes: uint64(fl.Size), BottleneckBps: uint64(fp.Bottleneck), State: fr.state, Report: fr.report}
-	if fr.err != nil {
-		out.Error = fr.err.Error()
+		StartS: fr.start.Seconds(), BottleneckBps: uint64(fp.Bottleneck), State: fr.state}
+	if len(fr.instances) == 0 {
+		out.Error = "not started"
+		return out
 	}
-	r := fr.report
-	if r == nil {
-		if out.Error == "" {
-			out.Error = "no report"
+	ins := make([]InstanceResult, len(fr.instances))
+	var firstErr string
+	failed := 0
+	for k := range fr.instances {
+		ins[k] = fr.plan.instanceResult(&fr.instances[k], &out)
+		if ins[k].Error != "" {
+			failed++
+			if firstErr == "" {
+				firstErr = ins[k].Error
+			}
+		}
+	}
+	if fl.Count <= 1 {
+		in := ins[0]
+		out.SizeBytes, out.Bytes, out.Seconds = in.SizeBytes, in.Bytes, in.Seconds
+		out.FCTS, out.IdealFCTS, out.FCTRatio = in.FCTS, in.IdealFCTS, in.FCTRatio
+		if out.Seconds > 0 {
+			out.GoodputBps = float64(out.Bytes) * 8 / out.Seconds
+		}
+		out.Report = fr.instances[0].report
+		out.Error = in.Error
+		if out.Error == "" && out.Bytes == 0 {
+			out.Error = "delivered nothing"
 		}
 		return out
 	}
-	e := &r.End
-	out.Bytes, out.Seconds, out.GoodputBps = e.SumSent.Bytes, e.SumSent.Seconds, e.SumSent.BitsPerSecond
-	out.Retransmits = e.SumSent.Retransmits
-	if fl.Size != 0 && out.Bytes >= uint64(fl.Size) {
-		out.FCTS = e.SumSent.Seconds
-		out.IdealFCTS = fp.idealFCT().Seconds()
-		if out.IdealFCTS > 0 {
-			out.FCTRatio = out.FCTS / out.IdealFCTS
+	// A series: its totals, the FCTs' distribution, every instance.
+	s := &SeriesResult{Count: fl.Count, Instances: ins}
+	var fcts, ratios []float64
+	var busy float64
+	for _, in := range ins {
+		out.Bytes += in.Bytes
+		busy += in.Seconds
+		if in.Late {
+			s.Late++
+		}
+		if in.Error != "" {
+			continue
+		}
+		s.Completed++
+		fcts = append(fcts, in.FCTS)
+		if in.FCTRatio > 0 {
+			ratios = append(ratios, in.FCTRatio)
 		}
 	}
-	if fl.Transport == TransportUET {
+	s.Failed = len(ins) - s.Completed
+	s.NotRun = fl.Count - len(ins)
+	s.FCTS, s.FCTRatio = stats.Summarize(fcts), stats.Summarize(ratios)
+	out.Series = s
+	last := ins[len(ins)-1]
+	out.Seconds = last.StartS + last.Seconds - ins[0].StartS
+	if busy > 0 {
+		out.GoodputBps = float64(out.Bytes) * 8 / busy
+	}
+	switch {
+	case failed > 0:
+		out.Error = fmt.Sprintf("%d of %d instances failed; the first: %s", failed, fl.Count, firstErr)
+	case s.NotRun > 0:
+		out.Error = fmt.Sprintf("%d of %d instances did not run", s.NotRun, fl.Count)
+	}
+	return out
+}
+
+// instanceResult is one instance's outcome; its counters add to out's.
+func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceResult {
+	in := InstanceResult{StartS: ir.start.Seconds(), SizeBytes: ir.size, Late: ir.late}
+	if ir.err != nil {
+		in.Error = ir.err.Error()
+	}
+	complete := func() {
+		if ir.size != 0 && in.Bytes >= ir.size && in.Error == "" {
+			in.FCTS = in.Seconds
+			in.IdealFCTS = fp.idealFCT(ir.size).Seconds()
+			if in.IdealFCTS > 0 {
+				in.FCTRatio = in.FCTS / in.IdealFCTS
+			}
+		}
+	}
+	if t := ir.tcp; t != nil {
+		in.Bytes, in.Seconds = t.Delivered, t.Elapsed.Seconds()
+		out.Retransmits += t.Retransmits
+		out.DeliveredCE += t.DeliveredCE
+		if t.CC != "" {
+			out.KernelCC = t.CC
+		}
+		if t.Delivered > 0 && !t.ECN {
+			out.NoECN++
+		}
+		complete()
+		return in
+	}
+	r := ir.report
+	if r == nil {
+		if in.Error == "" {
+			in.Error = "no report"
+		}
+		return in
+	}
+	e := &r.End
+	in.Bytes, in.Seconds = e.SumSent.Bytes, e.SumSent.Seconds
+	retx := e.SumSent.Retransmits
+	defer func() { out.Retransmits += retx }()
+	complete()
+	if fp.Flow.Transport == TransportUET {
 		if u := e.UET; u != nil {
 			if c := u.Client; c != nil {
-				out.ECNEchoes, out.Timeouts, out.Retransmits = c.ECNEchoes, c.Timeouts, c.Retransmits
+				out.ECNEchoes += c.ECNEchoes
+				out.Timeouts += c.Timeouts
+				retx = c.Retransmits
 			}
 			for _, c := range u.CCCs {
 				if c.NSCC != nil {
@@ -211,16 +348,14 @@ func flowResult(fr *flowRun) FlowResult {
 			out.CNPSent += s.Receiver.NPCNPSent
 		}
 	}
-	if out.Error == "" && out.Bytes == 0 {
-		out.Error = "delivered nothing"
-	}
-	return out
+	return in
 }
 
 // fill sums a port's stats up.
 func (pr *PortResult) fill(st *qdisc.Stats) {
-	pr.Stats = *st
+	pr.Stats = st
 	t := st.Total()
+	pr.MeanSojournUS = float64(t.MeanSojourn()) / 1e3
 	pr.EnqueuedPackets, pr.DequeuedPackets = t.EnqueuedPackets, t.DequeuedPackets
 	pr.DroppedPackets, pr.BacklogPackets, pr.TrimmedPackets = t.DroppedPackets(), t.BacklogPackets, t.TrimmedPackets
 	pr.CEMarked = t.CEMarked()
@@ -291,16 +426,34 @@ func (res *Result) WriteSummary(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-12s %-10s %10s %12s %9s %9s %7s  %s\n", "flow", "transport", "bytes", "goodput", "FCT", "FCT/ideal", "retx", "congestion control")
+	fmt.Fprintf(w, "%-12s (a series: FCT and FCT/ideal are its instances' p50/p99)\n", "")
 	for _, f := range res.Flows {
 		fct, ratio := "-", "-"
-		if f.FCTS > 0 {
+		switch {
+		case f.FCTS > 0:
 			fct, ratio = fmt.Sprintf("%.3fs", f.FCTS), fmt.Sprintf("%.2f", f.FCTRatio)
+		case f.Series != nil && f.Series.Completed > 0:
+			// A series: median and p99 of its instances.
+			fct = fmt.Sprintf("%.0f/%.0fms", 1e3*f.Series.FCTS.P50, 1e3*f.Series.FCTS.P99)
+			ratio = fmt.Sprintf("%.1f/%.1f", f.Series.FCTRatio.P50, f.Series.FCTRatio.P99)
 		}
 		cc := f.CC
-		if f.Transport == TransportUET {
+		switch f.Transport {
+		case TransportUET:
 			cc += fmt.Sprintf(": %d ECN echoes, %d decreases, %d timeouts", f.ECNEchoes, f.NSCCDecreases, f.Timeouts)
-		} else {
+		case TransportTCP:
+			cc += fmt.Sprintf(" (%s): %d segments CE-echoed", f.KernelCC, f.DeliveredCE)
+			if f.NoECN > 0 {
+				cc += fmt.Sprintf(", %d connections without ECN", f.NoECN)
+			}
+		default:
 			cc += fmt.Sprintf(": %d CNPs sent, %d handled, %d ACK timeouts", f.CNPSent, f.CNPHandled, f.LocalAckTimeoutErr)
+		}
+		if s := f.Series; s != nil {
+			cc += fmt.Sprintf("; %d of %d instances done", s.Completed, s.Count)
+			if s.Late > 0 {
+				cc += fmt.Sprintf(", %d late", s.Late)
+			}
 		}
 		fmt.Fprintf(w, "%-12s %-10s %10s %12s %9s %9s %7d  %s\n", f.Name, f.Transport, perf.FormatBytes(float64(f.Bytes)), mbps(f.GoodputBps), fct, ratio, f.Retransmits, cc)
 		if f.Error != "" {

@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/perf"
@@ -52,6 +56,12 @@ type RunOptions struct {
 	// OnSample is called with every report interval's sample, from Run's
 	// sampler goroutine (keep it short). Optional.
 	OnSample func(*Sample)
+	// Variant runs the file's variant of that name: its ports on top of
+	// the file's. Optional: the file's ports as written.
+	Variant string
+	// Run numbers the run (1, 2, ...): the sizes drawn between size and
+	// size_max are seeded by the file's seed + Run - 1. Optional: 1.
+	Run int
 }
 
 // Run builds the lab of f in fresh network namespaces (names unique to the
@@ -72,6 +82,16 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	}
 	r := &runner{f: f, p: f.plan, log: log, opts: opts}
 	r.scale = timelineScale(f, opts.Duration)
+	if opts.Variant != "" {
+		i := slices.Index(f.VariantNames(), opts.Variant)
+		if i < 0 {
+			return nil, fmt.Errorf("labfile: %s has no variant %q; its variants are %s", f.RunName(), opts.Variant, orList(f.VariantNames()))
+		}
+		r.variant = &r.p.Variants[i]
+	}
+	if opts.Run < 0 || opts.Run > MaxRuns {
+		return nil, fmt.Errorf("labfile: run %d: want 1..%d", opts.Run, MaxRuns)
+	}
 	l, err := lab.Build(r.p.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
@@ -84,6 +104,9 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		}
 	}()
 	if err := r.attach(); err != nil {
+		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
+	}
+	if err := r.resolveTCP(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
 	r.warmNeighbours()
@@ -114,6 +137,12 @@ type runner struct {
 	opts  RunOptions
 	scale float64
 	lab   *lab.Lab
+	// variant is RunOptions.Variant's plan, or nil.
+	variant *VariantPlan
+	// tcpCC maps a tcp flow's cc to the kernel's name; dctcp is the BPF
+	// DCTCP registered for the run, if any.
+	tcpCC map[string]string
+	dctcp *dctcp.Registration
 
 	losses  []*link.Loss
 	ports   []*qdisc.Port // Plan.Ports order
@@ -138,9 +167,9 @@ func timelineScale(f *File, d time.Duration) float64 {
 	var end time.Duration
 	for i := range f.Flows {
 		fl := &f.Flows[i]
-		e := fl.Start
+		e := fl.Start + time.Duration(fl.Count-1)*fl.Every
 		if fl.Size == 0 {
-			e += f.plan.Flows[i].Client.Duration
+			e += f.plan.Flows[i].duration()
 		}
 		end = max(end, e)
 	}
@@ -156,6 +185,9 @@ func timelineScale(f *File, d time.Duration) float64 {
 func (r *runner) attach() error {
 	var lossPorts []uint16
 	for _, fp := range r.p.Flows {
+		if fp.TCP != nil {
+			continue // a link's loss is the RoCEv2 and UET datagrams'
+		}
 		port := uint16(roce.UDPPort)
 		if fp.Flow.Transport == TransportUET {
 			port = uet.Port
@@ -186,8 +218,12 @@ func (r *runner) attach() error {
 			}
 		}
 	}
-	for _, pp := range r.p.Ports {
-		port, err := qdisc.Attach(pp.Config, qdisc.AttachOptions{
+	for i, pp := range r.p.Ports {
+		cfg := pp.Config
+		if r.variant != nil {
+			cfg = r.variant.Ports[i]
+		}
+		port, err := qdisc.Attach(cfg, qdisc.AttachOptions{
 			Dev: pp.Dev, Netns: r.lab.Node(pp.Node).NetnsName,
 			PeerDev: pp.PeerDev, PeerNetns: r.lab.Node(pp.PeerNode).NetnsName,
 		})
@@ -248,7 +284,17 @@ func (r *runner) startServers(ctx context.Context) error {
 	for _, sp := range r.p.Servers {
 		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport)}
 		var s server
+		if sp.Transport == TransportTCP {
+			t, err := listenTCP(r.lab.Node(sp.Node), sp.Addr, r.tcpCC[sp.CC])
+			if err != nil {
+				return fmt.Errorf("tcp server on %s (%v, %s): %w", sp.Node, sp.Addr, sp.CC, err)
+			}
+			s = t
+		}
 		err := r.lab.Node(sp.Node).Do(func() error {
+			if s != nil {
+				return nil
+			}
 			// Listen opens its sockets on this goroutine, in the namespace.
 			if sp.Transport == TransportUET {
 				cfg.Transport = perf.TransportUET
@@ -300,18 +346,38 @@ func (r *runner) teardown() error {
 		errs = append(errs, r.losses[i].Close())
 	}
 	errs = append(errs, r.lab.Close())
+	if r.dctcp != nil {
+		// After the namespaces: their sockets are gone.
+		errs = append(errs, r.dctcp.Close())
+	}
 	return errors.Join(errs...)
 }
 
 // flowRun is one flow's live state.
 type flowRun struct {
 	plan  *FlowPlan
+	index int           // in the file
 	start time.Duration // scaled
+	// sizes are the instances' sizes (one for a single flow; nil for a
+	// timed one).
+	sizes []uint64
+	// tcpSent counts a tcp flow's bytes written, for the live view.
+	tcpSent atomic.Uint64
 
-	mu     sync.Mutex
-	state  string // waiting, running, done, failed
-	last   perf.Interval
+	mu        sync.Mutex
+	state     string // waiting, running, done, failed
+	last      perf.Interval
+	lastSent  uint64 // tcpSent at the last sample
+	instances []instanceRun
+}
+
+// instanceRun is one instance of a flow.
+type instanceRun struct {
+	start  time.Duration // from the run's start, as it started
+	size   uint64
+	late   bool // started after its every slot
 	report *perf.Report
+	tcp    *tcpReport
 	err    error
 }
 
@@ -321,16 +387,35 @@ func (fr *flowRun) set(f func(*flowRun)) {
 	f(fr)
 }
 
+// drawSizes draws a flow's instance sizes: size, or uniform in
+// size..size_max from the run's seed and the flow's place in the file
+// (the same in every variant of a run).
+func drawSizes(fl *Flow, seed uint64, index int) []uint64 {
+	if fl.Size == 0 {
+		return nil
+	}
+	out := make([]uint64, fl.Count)
+	rng := rand.New(rand.NewPCG(seed, uint64(index)))
+	for k := range out {
+		out[k] = uint64(fl.Size)
+		if fl.SizeMax > fl.Size {
+			out[k] += rng.Uint64N(uint64(fl.SizeMax-fl.Size) + 1)
+		}
+	}
+	return out
+}
+
 // run runs the flows and the sampler and collects the result.
 func (r *runner) run(ctx context.Context) *Result {
 	res := r.newResult()
+	seed := r.f.Seed + uint64(max(r.opts.Run, 1)-1)
 	flows := make([]*flowRun, len(r.p.Flows))
 	var deadline time.Duration
 	for i := range r.p.Flows {
 		fp := &r.p.Flows[i]
-		fr := &flowRun{plan: fp, state: stateWaiting, start: time.Duration(float64(fp.Flow.Start) * r.scale)}
+		fr := &flowRun{plan: fp, index: i, state: stateWaiting, start: r.scaled(fp.Flow.Start), sizes: drawSizes(fp.Flow, seed, i)}
 		flows[i] = fr
-		deadline = max(deadline, fr.start+r.flowBudget(fp))
+		deadline = max(deadline, fr.start+r.seriesBudget(fr))
 	}
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
@@ -367,20 +452,51 @@ func (r *runner) run(ctx context.Context) *Result {
 	return res
 }
 
-// flowBudget is how long a flow may run from its start before it is cut.
-func (r *runner) flowBudget(fp *FlowPlan) time.Duration {
-	if fp.Flow.Size == 0 {
-		return time.Duration(float64(fp.Client.Duration)*r.scale) + drainGrace
+// scaled is d on the run's timeline.
+func (r *runner) scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * r.scale) }
+
+// duration is a timed flow's length as written.
+func (fp *FlowPlan) duration() time.Duration {
+	if fp.TCP != nil {
+		return fp.TCP.Duration
 	}
-	return time.Duration(sizedSlack*fp.idealFCT().Seconds()*float64(time.Second)) + drainGrace
+	return fp.Client.Duration
 }
 
-// idealFCT is the flow's size at its bottleneck rate alone.
-func (fp *FlowPlan) idealFCT() time.Duration {
-	if fp.Flow.Size == 0 || fp.Bottleneck == 0 {
+// instanceBudget is how long an instance may run from its start before it
+// is cut.
+func (r *runner) instanceBudget(fp *FlowPlan, size uint64) time.Duration {
+	if size == 0 {
+		return r.scaled(fp.duration()) + drainGrace
+	}
+	return time.Duration(sizedSlack*fp.idealFCT(size).Seconds()*float64(time.Second)) + drainGrace
+}
+
+// seriesBudget bounds a flow's every instance, from its start.
+func (r *runner) seriesBudget(fr *flowRun) time.Duration {
+	fl := fr.plan.Flow
+	if fr.sizes == nil {
+		return r.instanceBudget(fr.plan, 0)
+	}
+	var sum, worst time.Duration
+	for _, n := range fr.sizes {
+		b := r.instanceBudget(fr.plan, n) - drainGrace
+		sum += b + r.scaled(fl.Pause)
+		worst = max(worst, b)
+	}
+	if fl.Every != 0 {
+		sum = max(sum, time.Duration(fl.Count-1)*r.scaled(fl.Every)+worst)
+	}
+	return sum + drainGrace
+}
+
+// idealFCT is size at the flow's bottleneck rate alone, plus the path's
+// base RTT (the last byte's acknowledgement, or a tcp flow's answer).
+func (fp *FlowPlan) idealFCT(size uint64) time.Duration {
+	if size == 0 || fp.Bottleneck == 0 {
 		return 0
 	}
-	return time.Duration(float64(fp.Flow.Size) * 8 / float64(fp.Bottleneck) * 1e9)
+	return time.Duration(float64(size)*8/float64(fp.Bottleneck)*1e9) + fp.BaseRTT
 }
 
 // Flow states in samples and results.
@@ -391,7 +507,7 @@ const (
 	stateFailed  = "failed"
 )
 
-// runFlow waits for the flow's start and runs its client in its sender's
+// runFlow runs the flow's instances, each at its start, in its sender's
 // namespace.
 func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 	fl := fr.plan.Flow
@@ -399,52 +515,111 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 	// the lab down.
 	defer func() {
 		if v := recover(); v != nil {
-			fr.set(func(fr *flowRun) { fr.state, fr.err = stateFailed, fmt.Errorf("panic: %v", v) })
+			fr.set(func(fr *flowRun) {
+				fr.state = stateFailed
+				fr.instances = append(fr.instances, instanceRun{err: fmt.Errorf("panic: %v", v)})
+			})
 		}
 	}()
-	if wait := time.Until(t0.Add(fr.start)); wait > 0 {
-		select {
-		case <-ctx.Done():
-			fr.set(func(fr *flowRun) { fr.state, fr.err = stateFailed, fmt.Errorf("not started: %w", context.Cause(ctx)) })
-			return
-		case <-time.After(wait):
+	n := max(len(fr.sizes), 1)
+	next := fr.start
+	failed := false
+	for k := range n {
+		late := false
+		if wait := time.Until(t0.Add(next)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				fr.set(func(fr *flowRun) {
+					fr.instances = append(fr.instances, instanceRun{start: next, err: fmt.Errorf("not started: %w", context.Cause(ctx))})
+				})
+				failed = true
+			case <-time.After(wait):
+			}
+		} else if k > 0 && fl.Every != 0 && wait < -time.Millisecond {
+			late = true
 		}
-	}
-	cfg := fr.plan.Client
-	if fl.Size == 0 {
-		cfg.Duration = max(time.Duration(float64(cfg.Duration)*r.scale), time.Millisecond)
-	}
-	cfg.Logger = r.log.With("flow", fl.Name)
-	cfg.OnInterval = func(iv perf.Interval) { fr.set(func(fr *flowRun) { fr.last = iv }) }
-	fctx, cancel := context.WithTimeout(ctx, r.flowBudget(fr.plan))
-	defer cancel()
-	fr.set(func(fr *flowRun) { fr.state = stateRunning })
-	r.log.Info("flow starts", "flow", fl.Name, "from", fl.From, "to", fl.To, "transport", fl.Transport, "cc", fl.CC)
-	var rep *perf.Report
-	err := r.lab.Node(fl.From).Do(func() (err error) {
-		rep, err = perf.RunClient(fctx, cfg)
-		return err
-	})
-	if err == nil && rep != nil && rep.Interrupted {
-		switch {
-		case ctx.Err() == nil && fctx.Err() != nil:
-			err = fmt.Errorf("cut after %v: not finished within its budget", r.flowBudget(fr.plan))
-		case ctx.Err() != nil:
-			err = fmt.Errorf("interrupted: %w", context.Cause(ctx))
+		if ctx.Err() != nil {
+			failed = true
+			break
+		}
+		var size uint64
+		if fr.sizes != nil {
+			size = fr.sizes[k]
+		}
+		in := instanceRun{start: time.Since(t0), size: size, late: late}
+		fr.set(func(fr *flowRun) { fr.state = stateRunning })
+		if k == 0 {
+			r.log.Info("flow starts", "flow", fl.Name, "from", fl.From, "to", fl.To, "transport", fl.Transport, "cc", fl.CC, "count", n)
+		}
+		r.runInstance(ctx, fr, &in)
+		fr.set(func(fr *flowRun) { fr.instances = append(fr.instances, in) })
+		if in.err != nil {
+			failed = true
+			r.log.Warn("flow failed", "flow", fl.Name, "instance", k+1, "err", in.err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		if fl.Every != 0 {
+			next = fr.start + time.Duration(k+1)*r.scaled(fl.Every)
+		} else {
+			next = time.Since(t0) + r.scaled(fl.Pause)
 		}
 	}
 	fr.set(func(fr *flowRun) {
-		fr.report, fr.err = rep, err
 		fr.state = stateDone
-		if err != nil {
+		if failed {
 			fr.state = stateFailed
 		}
 	})
-	if err != nil {
-		r.log.Warn("flow failed", "flow", fl.Name, "err", err)
-	} else {
+	if !failed {
 		r.log.Info("flow done", "flow", fl.Name)
 	}
+}
+
+// runInstance runs one instance of fr's flow.
+func (r *runner) runInstance(ctx context.Context, fr *flowRun, in *instanceRun) {
+	fl := fr.plan.Flow
+	budget := r.instanceBudget(fr.plan, in.size)
+	fctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	node := r.lab.Node(fl.From)
+	if tp := fr.plan.TCP; tp != nil {
+		tp := *tp
+		tp.Duration = max(r.scaled(tp.Duration), time.Millisecond)
+		rep, err := runTCP(fctx, node, &tp, r.tcpCC[tp.CC], in.size, &fr.tcpSent)
+		in.tcp = &rep
+		in.err = r.cutOrInterrupted(ctx, fctx, budget, err, err != nil && fctx.Err() != nil)
+		return
+	}
+	cfg := fr.plan.Client
+	if in.size == 0 {
+		cfg.Duration = max(r.scaled(cfg.Duration), time.Millisecond)
+	} else {
+		cfg.Bytes = in.size
+	}
+	cfg.Logger = r.log.With("flow", fl.Name)
+	cfg.OnInterval = func(iv perf.Interval) { fr.set(func(fr *flowRun) { fr.last = iv }) }
+	err := node.Do(func() (err error) {
+		in.report, err = perf.RunClient(fctx, cfg)
+		return err
+	})
+	in.err = r.cutOrInterrupted(ctx, fctx, budget, err, err == nil && in.report != nil && in.report.Interrupted)
+}
+
+// cutOrInterrupted names why an instance stopped early: its budget, or
+// the run's cancellation.
+func (r *runner) cutOrInterrupted(ctx, fctx context.Context, budget time.Duration, err error, stopped bool) error {
+	if !stopped {
+		return err
+	}
+	switch {
+	case ctx.Err() == nil && fctx.Err() != nil:
+		return fmt.Errorf("cut after %v: not finished within its budget", budget)
+	case ctx.Err() != nil:
+		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	}
+	return err
 }
 
 // sample takes a Sample every report interval until done closes.
@@ -456,8 +631,17 @@ func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan
 		s := &Sample{T: time.Since(t0).Seconds()}
 		for _, fr := range flows {
 			fr.mu.Lock()
-			fs := FlowSample{Name: fr.plan.Flow.Name, State: fr.state}
-			if fr.state == stateRunning {
+			fs := FlowSample{Name: fr.plan.Flow.Name, State: fr.state, Instances: len(fr.instances)}
+			switch {
+			case fr.plan.TCP != nil:
+				// What the socket took: the sending rate, send buffer
+				// included.
+				sent := fr.tcpSent.Load()
+				if fr.state == stateRunning {
+					fs.GoodputBps = float64(sent-fr.lastSent) * 8 / r.f.interval().Seconds()
+				}
+				fr.lastSent = sent
+			case fr.state == stateRunning:
 				sum := &fr.last.Sum
 				fs.GoodputBps, fs.RcBps, fs.CwndBytes = sum.BitsPerSecond, sum.RcBps, sum.CwndBytes
 				fs.CNPs, fs.Retransmits = sum.CNPHandled, sum.Retransmits
@@ -526,6 +710,9 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 			pr.Error = err.Error()
 		} else {
 			pr.fill(&st)
+			if res.Seconds > 0 && pp.Config.Rate > 0 {
+				pr.Utilization = float64(st.Total().DequeuedBytes) * 8 / (float64(pp.Config.Rate) * res.Seconds)
+			}
 		}
 		res.Ports = append(res.Ports, pr)
 	}

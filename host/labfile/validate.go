@@ -38,7 +38,7 @@ const (
 
 var (
 	kinds      = []string{KindHost, KindSwitch, KindPE}
-	transports = []string{TransportRoCEv2, TransportUET}
+	transports = []string{TransportRoCEv2, TransportUET, TransportTCP}
 	roceCCs    = []string{CCDCQCN, CCNone}
 	roceMTUs   = []int{256, 512, 1024, 2048, 4096}
 )
@@ -112,6 +112,9 @@ func (f *File) validate() error {
 		if err := f.checkFlow(i, byName); err != nil {
 			return err
 		}
+	}
+	if err := f.checkVariants(); err != nil {
+		return err
 	}
 	p, err := newPlan(f, false)
 	if err != nil {
@@ -198,6 +201,42 @@ func (f *File) checkReport() error {
 	return nil
 }
 
+// checkVariants checks the comparison's fields on their own (their ports
+// are checked with the plan's) and fills runs and seed.
+func (f *File) checkVariants() error {
+	if f.Runs == 0 {
+		f.Runs = 1
+	}
+	if f.Runs < 1 || f.Runs > MaxRuns {
+		return conf.Errorf("runs", f.Runs, "want 1..%d (default 1)", MaxRuns)
+	}
+	if f.Seed == 0 {
+		f.Seed = DefaultSeed
+	}
+	for i := range f.Variants {
+		v := &f.Variants[i]
+		p := conf.Join(conf.Index("variants", i), "name")
+		if err := lab.CheckNodeName(v.Name); err != nil {
+			return conf.Errorf(p, v.Name, "%v", err)
+		}
+		for j := range i {
+			if f.Variants[j].Name == v.Name {
+				return conf.Errorf(p, v.Name, "given twice (also variants[%d])", j)
+			}
+		}
+	}
+	return nil
+}
+
+// VariantNames are the variants in file order.
+func (f *File) VariantNames() []string {
+	out := make([]string, len(f.Variants))
+	for i, v := range f.Variants {
+		out[i] = v.Name
+	}
+	return out
+}
+
 // checkFlow checks flows[i] on its own and fills its defaults.
 func (f *File) checkFlow(i int, byName map[string]int) error {
 	fl := &f.Flows[i]
@@ -235,13 +274,36 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		return conf.Errorf(fp("transport"), fl.Transport, "want %s", orList(transports))
 	}
 	uet := fl.Transport == TransportUET
+	tcp := fl.Transport == TransportTCP
 	only := func(field string, set bool, what string) error {
 		if set {
 			return conf.Errorf(fp(field), "", "%s only; this flow is %s/%s", what, fl.Transport, fl.CC)
 		}
 		return nil
 	}
-	if uet {
+	if !tcp && fl.DSCP != 0 {
+		return conf.Errorf(fp("dscp"), fl.DSCP, "tcp only: rocev2 and uet mark their own DSCPs")
+	}
+	if tcp {
+		if fl.CC == "" {
+			fl.CC = CCDCTCP
+		}
+		if err := checkTCPCC(fl.CC); err != nil {
+			return conf.Errorf(fp("cc"), fl.CC, "%v", err)
+		}
+		for _, o := range []struct {
+			field string
+			set   bool
+		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"streams", fl.Streams != 0},
+			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}} {
+			if o.set {
+				return conf.Errorf(fp(o.field), "", "not for a tcp flow (one connection; the links' MTUs set its segments)")
+			}
+		}
+		if fl.DSCP < 0 || fl.DSCP > 63 {
+			return conf.Errorf(fp("dscp"), fl.DSCP, "want 0..63")
+		}
+	} else if uet {
 		if fl.CC == "" {
 			fl.CC = pds.CCNSCC.String()
 		}
@@ -319,6 +381,9 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 	if fl.Start < 0 || fl.Start > MaxStart {
 		return conf.Errorf(fp("start"), units.FormatDuration(fl.Start), "want 0..1h from the run's start")
 	}
+	if err := f.checkSeries(fl, fp); err != nil {
+		return err
+	}
 	if fl.LineRate != 0 && (fl.LineRate < units.Kbit || fl.LineRate > perf.MaxLineRate) {
 		return conf.Errorf(fp("line_rate"), fl.LineRate, "want 1kbit..%s", perf.MaxLineRate)
 	}
@@ -347,6 +412,45 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			if err := params.Set(k, fl.Knobs[k]); err != nil {
 				return conf.Errorf(conf.Key(fp("knobs"), k), fl.Knobs[k], "%s", strings.TrimPrefix(err.Error(), "dcqcn: "))
 			}
+		}
+	}
+	return nil
+}
+
+// checkSeries checks count, every, pause and size_max.
+func (f *File) checkSeries(fl *Flow, fp func(string) string) error {
+	if fl.Count == 0 {
+		fl.Count = 1
+	}
+	if fl.Count < 1 || fl.Count > MaxCount {
+		return conf.Errorf(fp("count"), fl.Count, "want 1..%d (default 1)", MaxCount)
+	}
+	if fl.Count > 1 && fl.Size == 0 {
+		return conf.Errorf(fp("count"), fl.Count, "a series of instances needs size (each instance's FCT is measured)")
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"every", fl.Every}, {"pause", fl.Pause}} {
+		if d.v == 0 {
+			continue
+		}
+		if fl.Count == 1 {
+			return conf.Errorf(fp(d.field), units.FormatDuration(d.v), "only with count above 1")
+		}
+		if d.v < 0 || d.v > MaxStart {
+			return conf.Errorf(fp(d.field), units.FormatDuration(d.v), "want 0..1h")
+		}
+	}
+	if fl.Every != 0 && fl.Pause != 0 {
+		return conf.Errorf(fp("pause"), units.FormatDuration(fl.Pause), "give every or pause, not both (every %s)", units.FormatDuration(fl.Every))
+	}
+	if fl.SizeMax != 0 {
+		if fl.Size == 0 {
+			return conf.Errorf(fp("size_max"), fl.SizeMax, "needs size: sizes are drawn from size..size_max")
+		}
+		if fl.SizeMax <= fl.Size {
+			return conf.Errorf(fp("size_max"), fl.SizeMax, "must be above size (%s)", fl.Size)
 		}
 	}
 	return nil

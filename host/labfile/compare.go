@@ -1,0 +1,390 @@
+//go:build linux
+
+package labfile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+
+	"github.com/fabriclab/fabriclab/host/lab/stats"
+)
+
+// CompareOptions say how to run a file's variants.
+type CompareOptions struct {
+	// Run is every run's options; its Variant, Run and OutDir are set per
+	// run (each run's result.json and plots go to OutDir/VARIANT/runN).
+	RunOptions
+	// Runs overrides the file's runs. Optional: 0 keeps them.
+	Runs int
+	// Variants runs only these (file order kept). Optional: all of them.
+	Variants []string
+	// OnRun is called after each run (progress). Optional.
+	OnRun func(variant string, run int, res *Result, err error)
+}
+
+// Comparison is a file's variants, each run Runs times, interleaved: run 1
+// of every variant, then run 2, so that a drift of the machine spreads
+// over all of them. The lab is built afresh for every run.
+type Comparison struct {
+	Name     string    `json:"name"`
+	File     string    `json:"file"`
+	Start    time.Time `json:"start"`
+	Seconds  float64   `json:"seconds"`
+	Runs     int       `json:"runs"`
+	Seed     uint64    `json:"seed"`
+	Variants []string  `json:"variants"`
+	// Interrupted: the context was cancelled; the runs so far are here.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Summary is each variant's metrics over its runs: mean and 95 %
+	// confidence interval (Student's t).
+	Summary []VariantSummary `json:"summary"`
+	// RunResults are the runs in the order they ran, without their
+	// samples and full reports (in their own result.json: Dir).
+	RunResults []RunSummary `json:"runs_results"`
+	Files      []string     `json:"files,omitempty"`
+}
+
+// RunSummary is one run of a variant.
+type RunSummary struct {
+	Variant string       `json:"variant"`
+	Run     int          `json:"run"`
+	Dir     string       `json:"dir,omitempty"`
+	Error   string       `json:"error,omitempty"`
+	Seconds float64      `json:"seconds"`
+	Flows   []FlowResult `json:"flows"`
+	Ports   []PortResult `json:"ports"`
+}
+
+// VariantSummary is a variant over its runs. A run that failed counts in
+// Failed and in none of the metrics.
+type VariantSummary struct {
+	Name   string        `json:"name"`
+	Runs   int           `json:"runs"`
+	Failed int           `json:"failed"`
+	Ports  []PortSummary `json:"ports"`
+	Flows  []FlowSummary `json:"flows"`
+}
+
+// PortSummary is a watched port's metrics over the runs.
+type PortSummary struct {
+	Name string `json:"name"`
+	// Utilization is the port's sent bits over its rate × the run.
+	Utilization    stats.Stat `json:"utilization"`
+	MeanSojournUS  stats.Stat `json:"mean_sojourn_us"`
+	SojournP99US   stats.Stat `json:"sojourn_p99_us"`
+	MarkedFraction stats.Stat `json:"marked_fraction"`
+	Dropped        stats.Stat `json:"dropped_packets"`
+	MaxBacklog     stats.Stat `json:"max_backlog_bytes"`
+}
+
+// FlowSummary is a flow's metrics over the runs: goodput, and for sized
+// flows the FCT (a series': its median and 99th percentile per run).
+type FlowSummary struct {
+	Name       string     `json:"name"`
+	GoodputBps stats.Stat `json:"goodput_bps"`
+	FCTRatio   stats.Stat `json:"fct_ratio"`
+	FCTP50S    stats.Stat `json:"fct_p50_s"`
+	FCTP99S    stats.Stat `json:"fct_p99_s"`
+	RatioP50   stats.Stat `json:"fct_ratio_p50"`
+	RatioP99   stats.Stat `json:"fct_ratio_p99"`
+	// Instances are the completed instances of a series over all runs,
+	// and FCTRatios every one's FCT over ideal (the CDF's points).
+	Instances int       `json:"instances,omitempty"`
+	FCTRatios []float64 `json:"fct_ratios,omitempty"`
+}
+
+// Compare runs each of f's variants (or the file as written, if it has
+// none) f.Runs times and sums them up. Every run is a Run: its own lab,
+// torn down before the next. The error joins the runs' errors; the
+// comparison covers every run that ran.
+func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, error) {
+	if f == nil || f.plan == nil {
+		return nil, errors.New("labfile: Compare needs a File from Load or Parse")
+	}
+	runs := f.Runs
+	if opts.Runs != 0 {
+		runs = opts.Runs
+	}
+	if runs < 1 || runs > MaxRuns {
+		return nil, fmt.Errorf("labfile: runs %d: want 1..%d", runs, MaxRuns)
+	}
+	variants := f.VariantNames()
+	if len(opts.Variants) > 0 {
+		for _, v := range opts.Variants {
+			if !slices.Contains(variants, v) {
+				return nil, fmt.Errorf("labfile: %s has no variant %q; its variants are %s", f.RunName(), v, orList(variants))
+			}
+		}
+		variants = slices.DeleteFunc(variants, func(v string) bool { return !slices.Contains(opts.Variants, v) })
+	}
+	if len(variants) == 0 {
+		variants = []string{""} // the file as written
+	}
+	dir := opts.OutDir
+	if dir == "" {
+		dir = f.OutputDir()
+	}
+	c := &Comparison{Name: f.RunName(), File: f.Path, Start: time.Now(), Runs: runs, Seed: f.Seed, Variants: variants}
+	var errs []error
+	results := map[string][]*Result{}
+	for run := 1; run <= runs && ctx.Err() == nil; run++ {
+		for _, v := range variants {
+			if ctx.Err() != nil {
+				break
+			}
+			ro := opts.RunOptions
+			ro.Variant, ro.Run = v, run
+			rs := RunSummary{Variant: v, Run: run}
+			if dir != "-" {
+				rs.Dir = filepath.Join(dir, orName(v, "file"), fmt.Sprintf("run%d", run))
+				ro.OutDir = rs.Dir
+			}
+			res, err := Run(ctx, f, ro)
+			if opts.OnRun != nil {
+				opts.OnRun(v, run, res, err)
+			}
+			if err != nil {
+				rs.Error = err.Error()
+				errs = append(errs, fmt.Errorf("%s run %d: %w", orName(v, f.RunName()), run, err))
+			}
+			if res != nil {
+				rs.Seconds = res.Seconds
+				for _, fr := range res.Flows {
+					fr.Report = nil
+					rs.Flows = append(rs.Flows, fr)
+				}
+				for _, pr := range res.Ports {
+					pr.Stats = nil
+					rs.Ports = append(rs.Ports, pr)
+				}
+				if err == nil {
+					results[v] = append(results[v], res)
+				}
+			}
+			c.RunResults = append(c.RunResults, rs)
+		}
+	}
+	c.Interrupted = ctx.Err() != nil
+	c.Seconds = time.Since(c.Start).Seconds()
+	for _, v := range variants {
+		c.Summary = append(c.Summary, summarize(v, results[v], runs))
+	}
+	if dir != "-" {
+		if err := c.write(dir); err != nil {
+			errs = append(errs, fmt.Errorf("labfile: %w", err))
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func orName(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// summarize is a variant's summary over its successful runs.
+func summarize(name string, rs []*Result, runs int) VariantSummary {
+	vs := VariantSummary{Name: name, Runs: len(rs), Failed: runs - len(rs)}
+	if len(rs) == 0 {
+		return vs
+	}
+	col := func(get func(*Result) float64) stats.Stat {
+		xs := make([]float64, len(rs))
+		for i, r := range rs {
+			xs[i] = get(r)
+		}
+		return stats.NewStat(xs)
+	}
+	nan := math.NaN()
+	for j, p := range rs[0].Ports {
+		if !p.Watched {
+			continue
+		}
+		port := func(get func(*PortResult) float64) stats.Stat {
+			return col(func(r *Result) float64 {
+				if j >= len(r.Ports) || r.Ports[j].Error != "" {
+					return nan
+				}
+				return get(&r.Ports[j])
+			})
+		}
+		vs.Ports = append(vs.Ports, PortSummary{Name: p.Name,
+			Utilization:    port(func(p *PortResult) float64 { return p.Utilization }),
+			MeanSojournUS:  port(func(p *PortResult) float64 { return p.MeanSojournUS }),
+			SojournP99US:   port(func(p *PortResult) float64 { return p.SojournP99US }),
+			MarkedFraction: port(func(p *PortResult) float64 { return p.MarkedFraction }),
+			Dropped:        port(func(p *PortResult) float64 { return float64(p.DroppedPackets) }),
+			MaxBacklog:     port(func(p *PortResult) float64 { return float64(p.MaxBacklogBytes) }),
+		})
+	}
+	for j, fl := range rs[0].Flows {
+		flow := func(get func(*FlowResult) float64) stats.Stat {
+			return col(func(r *Result) float64 {
+				if j >= len(r.Flows) {
+					return nan
+				}
+				v := get(&r.Flows[j])
+				if v == 0 {
+					return nan // not measured (a timed flow's FCT)
+				}
+				return v
+			})
+		}
+		fs := FlowSummary{Name: fl.Name,
+			GoodputBps: flow(func(f *FlowResult) float64 { return f.GoodputBps }),
+			FCTRatio:   flow(func(f *FlowResult) float64 { return f.FCTRatio }),
+		}
+		if fl.Series != nil {
+			fs.FCTP50S = flow(func(f *FlowResult) float64 { return seriesDist(f, false).P50 })
+			fs.FCTP99S = flow(func(f *FlowResult) float64 { return seriesDist(f, false).P99 })
+			fs.RatioP50 = flow(func(f *FlowResult) float64 { return seriesDist(f, true).P50 })
+			fs.RatioP99 = flow(func(f *FlowResult) float64 { return seriesDist(f, true).P99 })
+			for _, r := range rs {
+				if j < len(r.Flows) && r.Flows[j].Series != nil {
+					for _, in := range r.Flows[j].Series.Instances {
+						if in.Error == "" && in.FCTRatio > 0 {
+							fs.FCTRatios = append(fs.FCTRatios, in.FCTRatio)
+						}
+					}
+				}
+			}
+			fs.Instances = len(fs.FCTRatios)
+		} else {
+			fs.FCTP50S, fs.FCTP99S, fs.RatioP50, fs.RatioP99 = stats.NewStat(nil), stats.NewStat(nil), stats.NewStat(nil), stats.NewStat(nil)
+		}
+		vs.Flows = append(vs.Flows, fs)
+	}
+	return vs
+}
+
+func seriesDist(f *FlowResult, ratio bool) stats.Dist {
+	if f.Series == nil {
+		return stats.Dist{}
+	}
+	if ratio {
+		return f.Series.FCTRatio
+	}
+	return f.Series.FCTS
+}
+
+// write puts result.json (the comparison) and fct.png (the series' FCT
+// over ideal, a CDF per variant) in dir.
+func (c *Comparison) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	png, perr := c.plotFCT(dir)
+	if png != "" {
+		c.Files = append(c.Files, png)
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "result.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return perr
+}
+
+// plotFCT draws the CDF of every variant's series FCT/ideal, pooled over
+// its flows and runs; "" when no variant has a series.
+func (c *Comparison) plotFCT(dir string) (string, error) {
+	p := plot.New()
+	p.Title.Text = c.Name + ": FCT / ideal of the series' instances, every run"
+	p.X.Label.Text, p.Y.Label.Text = "FCT / ideal", "fraction of instances"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	drawn := false
+	for i, v := range c.Summary {
+		var xs []float64
+		for _, f := range v.Flows {
+			xs = append(xs, f.FCTRatios...)
+		}
+		if len(xs) == 0 {
+			continue
+		}
+		slices.Sort(xs)
+		xy := make(plotter.XYs, len(xs))
+		for k, x := range xs {
+			xy[k] = plotter.XY{X: x, Y: float64(k+1) / float64(len(xs))}
+		}
+		if err := addLine(p, i, orName(v.Name, c.Name), xy); err != nil {
+			return "", err
+		}
+		drawn = true
+	}
+	if !drawn {
+		return "", nil
+	}
+	p.Legend.Top, p.Legend.Left = false, false
+	path := filepath.Join(dir, "fct.png")
+	return path, save(path, p)
+}
+
+// WriteSummary prints the comparison: per variant, the watched ports
+// and the flows, mean ± 95 % CI over the runs.
+func (c *Comparison) WriteSummary(w io.Writer) {
+	fmt.Fprintf(w, "\n%s: %d variant(s) × %d run(s), seed %d, %.0f s", c.Name, len(c.Variants), c.Runs, c.Seed, c.Seconds)
+	if c.Interrupted {
+		fmt.Fprint(w, ", interrupted")
+	}
+	fmt.Fprintln(w, "; mean ± 95% CI over the runs")
+	fmt.Fprintf(w, "%-14s %-14s %14s %16s %16s %14s %10s\n", "variant", "port", "utilization", "mean wait", "p99 wait", "CE marked", "drops")
+	for _, v := range c.Summary {
+		if v.Runs == 0 {
+			fmt.Fprintf(w, "%-14s every run failed\n", orName(v.Name, c.Name))
+			continue
+		}
+		for _, p := range v.Ports {
+			fmt.Fprintf(w, "%-14s %-14s %14s %16s %16s %14s %10s\n", orName(v.Name, c.Name), p.Name,
+				statText(p.Utilization, 100, "%.1f%%"), statText(p.MeanSojournUS, 1, "%.0fus"), statText(p.SojournP99US, 1, "%.0fus"),
+				statText(p.MarkedFraction, 100, "%.2f%%"), statText(p.Dropped, 1, "%.0f"))
+		}
+	}
+	fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s\n", "variant", "flow", "goodput", "FCT/ideal", "series p50", "series p99")
+	for _, v := range c.Summary {
+		for _, f := range v.Flows {
+			p50, p99 := "-", "-"
+			if f.Instances > 0 {
+				p50 = statText(f.RatioP50, 1, "%.2f×")
+				p99 = statText(f.RatioP99, 1, "%.2f×")
+			}
+			fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s\n", orName(v.Name, c.Name), f.Name,
+				statText(f.GoodputBps, 1e-6, "%.1fMb/s"), statText(f.FCTRatio, 1, "%.2f×"), p50, p99)
+		}
+		if v.Failed > 0 {
+			fmt.Fprintf(w, "%-14s %d of %d runs failed\n", orName(v.Name, c.Name), v.Failed, v.Failed+v.Runs)
+		}
+	}
+	for _, f := range c.Files {
+		fmt.Fprintf(w, "wrote %s\n", f)
+	}
+}
+
+// statText is "mean ± ci" in format's unit (values × scale).
+func statText(s stats.Stat, scale float64, format string) string {
+	if s.N == 0 || math.IsNaN(s.Mean) {
+		return "-"
+	}
+	m := fmt.Sprintf(format, s.Mean*scale)
+	if s.N < 2 || math.IsNaN(s.CI95) {
+		return m
+	}
+	unit := strings.TrimLeft(fmt.Sprintf(format, 0.0), "0123456789.")
+	return strings.TrimSuffix(m, unit) + "±" + fmt.Sprintf(format, s.CI95*scale)
+}
