@@ -89,17 +89,20 @@ type PortSummary struct {
 	MaxBacklog     stats.Stat `json:"max_backlog_bytes"`
 }
 
-// FlowSummary is a flow's metrics over the runs: goodput, and for sized
-// flows the FCT (a series': its median and 99th percentile per run).
+// FlowSummary is a group of flows (Flow.Group; a flow alone by default)
+// over the runs: their summed goodput, a single sized flow's FCT/ideal
+// (the group's mean), and the series' FCTs pooled over the group's flows:
+// their median and 99th percentile in each run.
 type FlowSummary struct {
 	Name       string     `json:"name"`
+	Flows      int        `json:"flows"`
 	GoodputBps stats.Stat `json:"goodput_bps"`
 	FCTRatio   stats.Stat `json:"fct_ratio"`
 	FCTP50S    stats.Stat `json:"fct_p50_s"`
 	FCTP99S    stats.Stat `json:"fct_p99_s"`
 	RatioP50   stats.Stat `json:"fct_ratio_p50"`
 	RatioP99   stats.Stat `json:"fct_ratio_p99"`
-	// Instances are the completed instances of a series over all runs,
+	// Instances are the group's completed series instances over all runs,
 	// and FCTRatios every one's FCT over ideal (the CDF's points).
 	Instances int       `json:"instances,omitempty"`
 	FCTRatios []float64 `json:"fct_ratios,omitempty"`
@@ -231,44 +234,67 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 			MaxBacklog:     port(func(p *PortResult) float64 { return float64(p.MaxBacklogBytes) }),
 		})
 	}
+	// Flows by group, in the order groups first appear.
+	var groups []string
+	members := map[string][]int{}
 	for j, fl := range rs[0].Flows {
-		flow := func(get func(*FlowResult) float64) stats.Stat {
-			return col(func(r *Result) float64 {
+		g := fl.Group
+		if _, ok := members[g]; !ok {
+			groups = append(groups, g)
+		}
+		members[g] = append(members[g], j)
+	}
+	for _, g := range groups {
+		idx := members[g]
+		fs := FlowSummary{Name: g, Flows: len(idx)}
+		var goodput, ratio, p50, p99, r50, r99 []float64
+		for _, r := range rs {
+			var bps float64
+			var fcts, ratios, single []float64
+			series := false
+			for _, j := range idx {
 				if j >= len(r.Flows) {
-					return nan
+					continue
 				}
-				v := get(&r.Flows[j])
-				if v == 0 {
-					return nan // not measured (a timed flow's FCT)
+				f := &r.Flows[j]
+				bps += f.GoodputBps
+				if f.FCTRatio > 0 {
+					single = append(single, f.FCTRatio)
 				}
-				return v
-			})
-		}
-		fs := FlowSummary{Name: fl.Name,
-			GoodputBps: flow(func(f *FlowResult) float64 { return f.GoodputBps }),
-			FCTRatio:   flow(func(f *FlowResult) float64 { return f.FCTRatio }),
-		}
-		if fl.Series != nil {
-			fs.FCTP50S = flow(func(f *FlowResult) float64 { return seriesDist(f, false).P50 })
-			fs.FCTP99S = flow(func(f *FlowResult) float64 { return seriesDist(f, false).P99 })
-			fs.RatioP50 = flow(func(f *FlowResult) float64 { return seriesDist(f, true).P50 })
-			fs.RatioP99 = flow(func(f *FlowResult) float64 { return seriesDist(f, true).P99 })
-			for _, r := range rs {
-				if j < len(r.Flows) && r.Flows[j].Series != nil {
-					for _, in := range r.Flows[j].Series.Instances {
-						if in.Error == "" && in.FCTRatio > 0 {
-							fs.FCTRatios = append(fs.FCTRatios, in.FCTRatio)
-						}
+				if f.Series == nil {
+					continue
+				}
+				series = true
+				for _, in := range f.Series.Instances {
+					if in.Error == "" && in.FCTRatio > 0 {
+						fcts = append(fcts, in.FCTS)
+						ratios = append(ratios, in.FCTRatio)
 					}
 				}
 			}
-			fs.Instances = len(fs.FCTRatios)
-		} else {
-			fs.FCTP50S, fs.FCTP99S, fs.RatioP50, fs.RatioP99 = stats.NewStat(nil), stats.NewStat(nil), stats.NewStat(nil), stats.NewStat(nil)
+			goodput = append(goodput, bps)
+			ratio = append(ratio, orNaN(stats.Summarize(single).Mean, len(single)))
+			if series {
+				fd, rd := stats.Summarize(fcts), stats.Summarize(ratios)
+				p50, p99 = append(p50, orNaN(fd.P50, fd.N)), append(p99, orNaN(fd.P99, fd.N))
+				r50, r99 = append(r50, orNaN(rd.P50, rd.N)), append(r99, orNaN(rd.P99, rd.N))
+				fs.FCTRatios = append(fs.FCTRatios, ratios...)
+			}
 		}
+		fs.GoodputBps, fs.FCTRatio = stats.NewStat(goodput), stats.NewStat(ratio)
+		fs.FCTP50S, fs.FCTP99S, fs.RatioP50, fs.RatioP99 = stats.NewStat(p50), stats.NewStat(p99), stats.NewStat(r50), stats.NewStat(r99)
+		fs.Instances = len(fs.FCTRatios)
 		vs.Flows = append(vs.Flows, fs)
 	}
 	return vs
+}
+
+// orNaN is v, or NaN when it summarises no sample.
+func orNaN(v float64, n int) float64 {
+	if n == 0 {
+		return math.NaN()
+	}
+	return v
 }
 
 func seriesDist(f *FlowResult, ratio bool) stats.Dist {
@@ -356,7 +382,7 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 				statText(p.MarkedFraction, 100, "%.2f%%"), statText(p.Dropped, 1, "%.0f"))
 		}
 	}
-	fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s\n", "variant", "flow", "goodput", "FCT/ideal", "series p50", "series p99")
+	fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %9s\n", "variant", "flows", "goodput", "FCT/ideal", "series p50", "series p99", "instances")
 	for _, v := range c.Summary {
 		for _, f := range v.Flows {
 			p50, p99 := "-", "-"
@@ -364,8 +390,12 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 				p50 = statText(f.RatioP50, 1, "%.2f×")
 				p99 = statText(f.RatioP99, 1, "%.2f×")
 			}
-			fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s\n", orName(v.Name, c.Name), f.Name,
-				statText(f.GoodputBps, 1e-6, "%.1fMb/s"), statText(f.FCTRatio, 1, "%.2f×"), p50, p99)
+			name := f.Name
+			if f.Flows > 1 {
+				name = fmt.Sprintf("%s (%d)", f.Name, f.Flows)
+			}
+			fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %9d\n", orName(v.Name, c.Name), name,
+				statText(f.GoodputBps, 1e-6, "%.1fMb/s"), statText(f.FCTRatio, 1, "%.2f×"), p50, p99, f.Instances)
 		}
 		if v.Failed > 0 {
 			fmt.Fprintf(w, "%-14s %d of %d runs failed\n", orName(v.Name, c.Name), v.Failed, v.Failed+v.Runs)

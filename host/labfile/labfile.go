@@ -173,7 +173,10 @@ type Variant struct {
 type Flow struct {
 	// Name labels the flow. Optional: f<n>, its place in the file.
 	Name string `yaml:"name"`
-	From string `yaml:"from"`
+	// Group pools flows in a comparison's summary: their goodput summed,
+	// their series' FCTs together. Optional: the flow alone.
+	Group string `yaml:"group"`
+	From  string `yaml:"from"`
 	To   string `yaml:"to"`
 	// Transport is rocev2 (the default), uet or tcp.
 	Transport string `yaml:"transport"`

@@ -52,6 +52,7 @@ type LinkResult struct {
 // FlowResult is one flow's outcome.
 type FlowResult struct {
 	Name      string  `json:"name"`
+	Group     string  `json:"group"`
 	From      string  `json:"from"`
 	To        string  `json:"to"`
 	Transport string  `json:"transport"`
@@ -219,7 +220,7 @@ func flowResult(fr *flowRun) FlowResult {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	fl, fp := fr.plan.Flow, fr.plan
-	out := FlowResult{Name: fl.Name, From: fl.From, To: fl.To, Transport: fl.Transport, CC: fl.CC,
+	out := FlowResult{Name: fl.Name, Group: fl.Group, From: fl.From, To: fl.To, Transport: fl.Transport, CC: fl.CC,
 		StartS: fr.start.Seconds(), BottleneckBps: uint64(fp.Bottleneck), State: fr.state}
 	if len(fr.instances) == 0 {
 		out.Error = "not started"

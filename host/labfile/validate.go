@@ -253,6 +253,12 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			return conf.Errorf(fp("name"), fl.Name, "given twice (also flows[%d])", j)
 		}
 	}
+	if fl.Group == "" {
+		fl.Group = fl.Name
+	}
+	if err := lab.CheckNodeName(fl.Group); err != nil {
+		return conf.Errorf(fp("group"), fl.Group, "%v", err)
+	}
 	for _, end := range []struct{ field, node string }{{"from", fl.From}, {"to", fl.To}} {
 		j, ok := byName[end.node]
 		switch {
