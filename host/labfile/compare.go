@@ -60,6 +60,7 @@ type Comparison struct {
 type RunSummary struct {
 	Variant string       `json:"variant"`
 	Run     int          `json:"run"`
+	RunID   string       `json:"run_id,omitempty"`
 	Dir     string       `json:"dir,omitempty"`
 	Error   string       `json:"error,omitempty"`
 	Seconds float64      `json:"seconds"`
@@ -163,7 +164,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 				errs = append(errs, fmt.Errorf("%s run %d: %w", orName(v, f.RunName()), run, err))
 			}
 			if res != nil {
-				rs.Seconds = res.Seconds
+				rs.Seconds, rs.RunID = res.Seconds, res.RunID
 				for _, fr := range res.Flows {
 					fr.Report = nil
 					rs.Flows = append(rs.Flows, fr)

@@ -177,7 +177,7 @@ type Flow struct {
 	// their series' FCTs together. Optional: the flow alone.
 	Group string `yaml:"group"`
 	From  string `yaml:"from"`
-	To   string `yaml:"to"`
+	To    string `yaml:"to"`
 	// Transport is rocev2 (the default), uet or tcp.
 	Transport string `yaml:"transport"`
 	// CC is rocev2's dcqcn (the default) or none; uet's nscc (the

@@ -1,0 +1,166 @@
+//go:build linux
+
+package labfile
+
+import (
+	"bytes"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+)
+
+// experimentFile is a small comparison: tcp flows, a series, variants.
+const experimentFile = `name: x
+seed: 7
+runs: 3
+nodes:
+  - {name: s1, kind: host}
+  - {name: s2, kind: host}
+  - {name: sw, kind: switch}
+  - {name: r, kind: host}
+links:
+  - {a: s1, b: sw, delay: 400us}
+  - {a: s2, b: sw, delay: 1400us}
+  - {a: sw, b: r, rate: 200mbit}
+ports:
+  - {port: sw:r, tc: ["0:step:k=72500b,limit=290000b"]}
+flows:
+  - {name: long1, group: long, from: s1, to: r, transport: tcp}
+  - {name: long2, group: long, from: s2, to: r, transport: tcp, cc: cubic, dscp: 26}
+  - {name: short, from: s1, to: r, transport: tcp, size: 3kb, size_max: 60kb, count: 50, pause: 20ms, start: 1s}
+  - {name: query, from: s2, to: r, size: 20kb, count: 5, every: 200ms, start: 2s}
+variants:
+  - name: step
+  - name: sharp
+    ports: [{port: sw:r, tc: ["0:ecnsharp:ins=2900us,pst=323us,interval=2900us"]}]
+`
+
+// TestPlanComparison: tcp flows get their servers (one per receiver and
+// congestion control), ECN at both ends, the path's base RTT; variants
+// edit the file's ports and nothing else.
+func TestPlanComparison(t *testing.T) {
+	f, err := Parse("x.yaml", []byte(experimentFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Plan()
+	if f.Runs != 3 || f.Seed != 7 || !slices.Equal(f.VariantNames(), []string{"step", "sharp"}) {
+		t.Errorf("runs %d, seed %d, variants %v", f.Runs, f.Seed, f.VariantNames())
+	}
+	l1, l2, short, query := p.Flows[0], p.Flows[1], p.Flows[2], p.Flows[3]
+	if l1.TCP == nil || l1.TCP.CC != CCDCTCP || l1.TCP.Duration != DefaultDuration || l1.TCP.WriteBytes != defaultTCPWrite {
+		t.Errorf("long1: %+v", l1.TCP)
+	}
+	if l2.TCP == nil || l2.TCP.CC != "cubic" || l2.TCP.DSCP != 26 || l2.Server == l1.Server {
+		t.Errorf("long2: %+v (server %d, long1's %d): cubic needs its own listener", l2.TCP, l2.Server, l1.Server)
+	}
+	if short.Server != l1.Server || p.Servers[l1.Server].Addr.Port() != TCPPort || p.Servers[l2.Server].Addr.Port() != TCPPort+1 {
+		t.Errorf("servers %+v", p.Servers)
+	}
+	if l1.BaseRTT != 800*time.Microsecond || l2.BaseRTT != 2800*time.Microsecond {
+		t.Errorf("base RTTs %v, %v; want 800µs, 2.8ms (the links' delays both ways)", l1.BaseRTT, l2.BaseRTT)
+	}
+	if query.TCP != nil || query.Client.Bytes != 20<<10 || query.Flow.Count != 5 {
+		t.Errorf("query: %+v", query)
+	}
+	for _, n := range p.Spec.Nodes {
+		want := map[string]bool{"s1": true, "s2": true, "r": true}[n.Name]
+		if got := n.Sysctls["net.ipv4.tcp_ecn"] == "1"; got != want {
+			t.Errorf("%s: tcp_ecn %q", n.Name, n.Sysctls["net.ipv4.tcp_ecn"])
+		}
+	}
+	if len(p.Variants) != 2 {
+		t.Fatalf("variants %+v", p.Variants)
+	}
+	step, sharp := p.Variants[0].Ports[0].Classes[0], p.Variants[1].Ports[0].Classes[0]
+	if step != p.Ports[0].Config.Classes[0] || step.ECN != qdisc.ECNStep || step.MinThBytes != 72500 {
+		t.Errorf("step: %+v", step)
+	}
+	if sharp.ECN != qdisc.ECNSharp || sharp.LimitBytes != 290000 || sharp.InsTarget != 2900*time.Microsecond {
+		t.Errorf("sharp: %+v: the file's limit stays, the mode changes", sharp)
+	}
+	if p.Ports[0].Config.Classes[0].ECN != qdisc.ECNStep {
+		t.Errorf("a variant changed the file's port")
+	}
+	if _, err := f.Deploy("s1"); err == nil || !strings.Contains(err.Error(), "tcp flows run in namespaces") {
+		t.Errorf("Deploy with tcp flows: %v", err)
+	}
+}
+
+// TestDrawSizes: sizes lie in size..size_max, depend on the seed and the
+// flow only (every variant of a run replays them), and spread.
+func TestDrawSizes(t *testing.T) {
+	fl := &Flow{Size: 3000, SizeMax: 60000, Count: 2000}
+	a, b := drawSizes(fl, 1, 3), drawSizes(fl, 1, 3)
+	if !slices.Equal(a, b) {
+		t.Fatal("the same seed and flow drew different sizes")
+	}
+	if slices.Equal(a, drawSizes(fl, 2, 3)) || slices.Equal(a, drawSizes(fl, 1, 4)) {
+		t.Error("another seed or flow drew the same sizes")
+	}
+	var sum float64
+	for _, n := range a {
+		if n < 3000 || n > 60000 {
+			t.Fatalf("size %d outside 3000..60000", n)
+		}
+		sum += float64(n)
+	}
+	if mean := sum / float64(len(a)); math.Abs(mean-31500) > 1500 {
+		t.Errorf("mean size %.0f, want about 31500 (uniform)", mean)
+	}
+	if s := drawSizes(&Flow{Size: 5000, Count: 3}, 1, 0); !slices.Equal(s, []uint64{5000, 5000, 5000}) {
+		t.Errorf("fixed size: %v", s)
+	}
+	if s := drawSizes(&Flow{Count: 1}, 1, 0); s != nil {
+		t.Errorf("timed flow: %v", s)
+	}
+}
+
+// TestSummarize: a variant's metrics over its runs, mean and 95 % CI, the
+// group's series pooled per run.
+func TestSummarize(t *testing.T) {
+	run := func(util, r1, r2 float64) *Result {
+		series := func(r float64) *SeriesResult {
+			return &SeriesResult{Count: 2, Completed: 2, Instances: []InstanceResult{{FCTS: r / 1000, FCTRatio: r}, {FCTS: 2 * r / 1000, FCTRatio: 2 * r}}}
+		}
+		return &Result{
+			Ports: []PortResult{{Name: "sw:r", Watched: true, Utilization: util, MarkedFraction: 0.1}, {Name: "sw:s1", Watched: false}},
+			Flows: []FlowResult{
+				{Name: "a", Group: "short", GoodputBps: 1e6, Series: series(r1)},
+				{Name: "b", Group: "short", GoodputBps: 2e6, Series: series(r2)},
+				{Name: "c", Group: "c", GoodputBps: 5e6, FCTRatio: 1.5},
+			},
+		}
+	}
+	vs := summarize("v", []*Result{run(0.9, 1, 3), run(0.8, 2, 4), run(1.0, 3, 5)}, 4)
+	if vs.Runs != 3 || vs.Failed != 1 || len(vs.Ports) != 1 || len(vs.Flows) != 2 {
+		t.Fatalf("%+v", vs)
+	}
+	u := vs.Ports[0].Utilization
+	// Student's t at 2 degrees of freedom: 4.303 · 0.1 / √3.
+	if math.Abs(u.Mean-0.9) > 1e-9 || math.Abs(u.CI95-4.303*0.1/math.Sqrt(3)) > 1e-6 {
+		t.Errorf("utilization %+v", u)
+	}
+	g := vs.Flows[0]
+	if g.Name != "short" || g.Flows != 2 || g.Instances != 12 || math.Abs(g.GoodputBps.Mean-3e6) > 1 {
+		t.Errorf("group short: %+v", g)
+	}
+	// Run 1 pools ratios 1, 2, 3, 6: nearest-rank p50 2, p99 6.
+	if g.RatioP50.Values[0] != 2 || g.RatioP99.Values[0] != 6 {
+		t.Errorf("run 1's pooled p50 %v, p99 %v; want 2, 6", g.RatioP50.Values, g.RatioP99.Values)
+	}
+	if c := vs.Flows[1]; c.FCTRatio.Mean != 1.5 || c.Instances != 0 || c.RatioP50.N != 0 {
+		t.Errorf("flow c: %+v", c)
+	}
+	var buf bytes.Buffer
+	(&Comparison{Name: "x", Runs: 4, Variants: []string{"v"}, Summary: []VariantSummary{vs}}).WriteSummary(&buf)
+	for _, want := range []string{"90.0±24.8%", "short (2)", "1 of 4 runs failed"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
