@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
+	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
