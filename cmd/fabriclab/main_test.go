@@ -27,6 +27,9 @@ func TestCommands(t *testing.T) {
 		{[]string{"plan", "../../vagrant/lab-wan.yaml", "-node", "pe1"}, 0, "netem eth2 delay 5ms loss 0", ""},
 		{[]string{"validate", "../../vagrant/lab-wan.yaml"}, 0, "4 nodes, 3 links", ""},
 		{[]string{"validate", "nonexistent.yaml"}, 2, "", "no such file"},
+		{[]string{"validate", "../../host/labfile/examples/ecnsharp.yaml"}, 0, "variant ecnsharp: 1 port edit(s)", ""},
+		{[]string{"run", "../../host/labfile/examples/ecnsharp.yaml", "-runs", "-1"}, 2, "", "-runs -1: want 1..1000"},
+		{[]string{"run", "../../host/labfile/examples/ecnsharp.yaml", "-variants", "step-tail,red"}, 2, "", `has no variant "red" (its variants: step-tail, step-avg, codel, tcn, ecnsharp)`},
 	}
 	for _, e := range examples {
 		cases = append(cases, tc{[]string{"validate", e}, 0, filepath.Base(e), ""})
