@@ -290,8 +290,14 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 		opts.OnSample = func(s *labfile.Sample) { labfile.WriteSample(stdout, s) }
 	}
 	res, err := labfile.Run(ctx, f, opts)
-	if res != nil {
-		if *asJSON {
+	return report(res, res != nil, *asJSON, err, interrupt, stdout, stderr)
+}
+
+// report prints a run's or a comparison's result, as JSON or its tables,
+// and returns the exit status.
+func report(res interface{ WriteSummary(io.Writer) }, ok, asJSON bool, err error, interrupt *lab.Interrupt, stdout, stderr io.Writer) int {
+	if ok {
+		if asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			_ = enc.Encode(res)
@@ -333,23 +339,7 @@ func compare(ctx context.Context, f *labfile.File, opts labfile.CompareOptions, 
 		}
 	}
 	c, err := labfile.Compare(ctx, f, opts)
-	if c != nil {
-		if asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(c)
-		} else {
-			c.WriteSummary(stdout)
-		}
-	}
-	if sig := interrupt.Signal(); sig != nil {
-		return lab.SignalExitCode(sig)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
-		return 1
-	}
-	return 0
+	return report(c, c != nil, asJSON, err, interrupt, stdout, stderr)
 }
 
 func interval(f *labfile.File) time.Duration {
