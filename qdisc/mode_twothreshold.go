@@ -116,7 +116,7 @@ func (twoThresholdMarker) tcKeys() []tcKey {
 		{name: "t2-max", aliases: []string{"t2_max", "t2max"}, arg: "SIZE"},
 		{name: "p1", aliases: []string{"light-p", "light_p", "light_max_p"}, arg: "PROB"},
 		{name: "p2", aliases: []string{"heavy-p", "heavy_p", "heavy_max_p"}, arg: "PROB"},
-		{name: "notify", aliases: []string{"notify-pe", "notify_interval"}, arg: "DURATION"},
+		{name: "notify", aliases: []string{"notify-pe", "notify_interval"}, arg: "DUR"},
 	}
 }
 

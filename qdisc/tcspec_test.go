@@ -91,9 +91,9 @@ func TestParseAndApply(t *testing.T) {
 		},
 		{
 			name: "two-threshold (seed 001)",
-			in:   opts{tc: []string{"3:2t:t1=50kb,t2=200kb,p1=1,t2-max=400kb,p2=20%", "5:ecn=two-threshold,t1=10kb,t2=20kb,light-p=0.5,t2_max=40kb,heavy_p=1"}},
+			in:   opts{tc: []string{"3:2t:t1=50kb,t2=200kb,p1=1,t2-max=400kb,p2=20%,notify=1ms", "5:ecn=two-threshold,t1=10kb,t2=20kb,light-p=0.5,t2_max=40kb,heavy_p=1"}},
 			check: func(t *testing.T, c *qdisc.Config) {
-				want := qdisc.TwoThreshold{T1Bytes: 50 * units.KiB, T2Bytes: 200 * units.KiB, T2MaxBytes: 400 * units.KiB, LightMaxP: 1, HeavyMaxP: 0.2}
+				want := qdisc.TwoThreshold{T1Bytes: 50 * units.KiB, T2Bytes: 200 * units.KiB, T2MaxBytes: 400 * units.KiB, LightMaxP: 1, HeavyMaxP: 0.2, NotifyInterval: time.Millisecond}
 				if cc := c.Classes[3]; cc.ECN != qdisc.ECNTwoThreshold || cc.TwoThreshold != want {
 					t.Errorf("class 3 = %+v", cc)
 				}
