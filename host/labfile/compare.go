@@ -76,6 +76,18 @@ type VariantSummary struct {
 	Failed int           `json:"failed"`
 	Ports  []PortSummary `json:"ports"`
 	Flows  []FlowSummary `json:"flows"`
+	PEs    []PESummary   `json:"pes,omitempty"`
+}
+
+// PESummary is a PE agent's work over the runs.
+type PESummary struct {
+	Node        string     `json:"node"`
+	Agent       string     `json:"agent"`
+	LightCNPs   stats.Stat `json:"light_cnps"`
+	RateUpdates stats.Stat `json:"rate_updates"`
+	// MinRateBps is the least rate the limiter was set to.
+	MinRateBps    stats.Stat `json:"min_rate_bps"`
+	ReactionP50MS stats.Stat `json:"reaction_p50_ms"`
 }
 
 // PortSummary is a watched port's metrics over the runs.
@@ -233,6 +245,30 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 			MarkedFraction: port(func(p *PortResult) float64 { return p.MarkedFraction }),
 			Dropped:        port(func(p *PortResult) float64 { return float64(p.DroppedPackets) }),
 			MaxBacklog:     port(func(p *PortResult) float64 { return float64(p.MaxBacklogBytes) }),
+		})
+	}
+	for j, p := range rs[0].PEs {
+		if p.AgentStats == nil {
+			continue
+		}
+		pe := func(get func(*PEResult) float64) stats.Stat {
+			return col(func(r *Result) float64 {
+				if j >= len(r.PEs) || r.PEs[j].AgentStats == nil {
+					return nan
+				}
+				return get(&r.PEs[j])
+			})
+		}
+		vs.PEs = append(vs.PEs, PESummary{Node: p.Node, Agent: p.Agent,
+			LightCNPs:   pe(func(p *PEResult) float64 { return float64(p.AgentStats.LightCNPs) }),
+			RateUpdates: pe(func(p *PEResult) float64 { return float64(p.AgentStats.RateUpdates) }),
+			MinRateBps: pe(func(p *PEResult) float64 {
+				if p.AgentStats.RateUpdates == 0 {
+					return nan
+				}
+				return float64(p.AgentStats.MinRate)
+			}),
+			ReactionP50MS: pe(func(p *PEResult) float64 { return orNaN(p.ReactionP50MS, int(p.AgentStats.RateUpdates)) }),
 		})
 	}
 	// Flows by group, in the order groups first appear.
@@ -400,6 +436,15 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 		}
 		if v.Failed > 0 {
 			fmt.Fprintf(w, "%-14s %d of %d runs failed\n", orName(v.Name, c.Name), v.Failed, v.Failed+v.Runs)
+		}
+	}
+	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.PEs) > 0 }) {
+		fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %16s\n", "variant", "pe agent", "light CNPs", "rate changes", "least rate", "reaction p50")
+		for _, v := range c.Summary {
+			for _, p := range v.PEs {
+				fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %16s\n", orName(v.Name, c.Name), p.Node+" "+p.Agent,
+					statText(p.LightCNPs, 1, "%.0f"), statText(p.RateUpdates, 1, "%.0f"), statText(p.MinRateBps, 1e-6, "%.1fMb/s"), statText(p.ReactionP50MS, 1, "%.2fms"))
+			}
 		}
 	}
 	for _, f := range c.Files {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
 
@@ -76,7 +77,7 @@ func TestPlanComparison(t *testing.T) {
 	if len(p.Variants) != 2 {
 		t.Fatalf("variants %+v", p.Variants)
 	}
-	step, sharp := p.Variants[0].Ports[0].Classes[0], p.Variants[1].Ports[0].Classes[0]
+	step, sharp := p.Variants[0].Plan.Ports[0].Config.Classes[0], p.Variants[1].Plan.Ports[0].Config.Classes[0]
 	if step != p.Ports[0].Config.Classes[0] || step.ECN != qdisc.ECNStep || step.MinThBytes != 72500 {
 		t.Errorf("step: %+v", step)
 	}
@@ -162,5 +163,37 @@ func TestSummarize(t *testing.T) {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, buf.String())
 		}
+	}
+}
+
+// TestPlanWANVariants: a variant's pes get their decap and agent, a rate
+// agent its limiter port on the pe's WAN device; the file's plan keeps
+// its own.
+func TestPlanWANVariants(t *testing.T) {
+	f, err := Load("examples/wan-experiment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := f.Plan()
+	if len(base.Ports) != 1 || base.PEs[0].Agent == nil || base.PEs[0].Agent.Mode != pe.Observe || base.PEs[0].Config.TwoThreshold {
+		t.Errorf("the file's plan: ports %d, pe1 %+v", len(base.Ports), base.PEs[0])
+	}
+	vp := base.Variants[1].Plan
+	if base.Variants[1].Name != "pe-rate" || len(vp.Ports) != 2 {
+		t.Fatalf("pe-rate: %+v", vp.Ports)
+	}
+	lim := vp.Ports[1]
+	if lim.Name != "pe1:core" || !lim.Limiter || lim.Config.Rate != 150e6 || lim.PeerNode != "_l4" || lim.Config.Classes[3].MaxThBytes != 180<<10 {
+		t.Errorf("the limiter: %+v", lim)
+	}
+	a := vp.PEs[0].Agent
+	if vp.PEs[0].Node != "pe1" || a == nil || a.Mode != pe.RateLimit || a.LineRate != 150e6 || a.RTT != 10*time.Millisecond {
+		t.Errorf("pe1's agent: %+v (the RTT: twice the WAN's 5 ms)", a)
+	}
+	if !vp.PEs[0].Config.TwoThreshold || !vp.PEs[1].Config.TwoThreshold || vp.PEs[1].Agent != nil {
+		t.Errorf("pe-rate's PEs: %+v", vp.PEs)
+	}
+	if c := vp.Ports[0].Config.Classes[3]; c.ECN != qdisc.ECNTwoThreshold || c.TwoThreshold.NotifyInterval != time.Millisecond || c.LimitBytes != 4<<20 {
+		t.Errorf("the WAN port in pe-rate: %+v", c)
 	}
 }

@@ -114,6 +114,9 @@ type File struct {
 	Path string `yaml:"-"`
 	// plan is the topology Parse computed.
 	plan *Plan
+	// variant is set on the copy of the file a variant is planned from.
+	variant      *Variant
+	variantIndex int
 }
 
 // Node is one network namespace.
@@ -124,6 +127,44 @@ type Node struct {
 	// Peer is a pe's other PE, the tunnel's far end. Required for a pe,
 	// refused on others.
 	Peer string `yaml:"peer"`
+	// Decap is a pe's decapsulation: rfc6040 (the default, RFC 6040
+	// normal mode) or two-threshold (seed 001: an outer ECT(1), the WAN
+	// port's light mark, is not copied inside).
+	Decap string `yaml:"decap"`
+	// Agent is a pe's agent (host/pe), which reacts to the WAN ports'
+	// congestion notifications. Optional: none.
+	Agent *PEAgent `yaml:"agent"`
+}
+
+// PE decapsulation modes.
+const (
+	DecapRFC6040      = "rfc6040"
+	DecapTwoThreshold = "two-threshold"
+)
+
+// PEAgent is a tunnel PE's agent (host/pe.Config).
+type PEAgent struct {
+	// Mode is observe (count the notifications) or rate (cut the
+	// tunnel's rate on a light CNP: a limiter port on the PE's WAN device,
+	// "pe:dev" in ports, driven by a DCQCN reaction point at the WAN's
+	// RTT).
+	Mode string `yaml:"mode"`
+	// LineRate is the limiter's rate, where the agent starts and
+	// recovers to. Required with rate.
+	LineRate units.Rate `yaml:"line_rate"`
+	// MinRate is the least rate a cut reaches. Optional: line_rate / 10.
+	MinRate units.Rate `yaml:"min_rate"`
+	// RTT is the WAN's round trip: the reaction point's timers, and
+	// light CNPs within it of a cut are coalesced. Optional: twice the
+	// delay of the links between the two PEs.
+	RTT time.Duration `yaml:"rtt"`
+}
+
+// NodeOverride changes a pe's decap or agent in a variant.
+type NodeOverride struct {
+	Name  string   `yaml:"name"`
+	Decap string   `yaml:"decap"`
+	Agent *PEAgent `yaml:"agent"`
 }
 
 // Link is a veth pair between two nodes. A and B are "node" or
@@ -160,12 +201,14 @@ type Port struct {
 	DefaultClass string `yaml:"default_class"`
 }
 
-// Variant is one port configuration of a comparison: the file's ports
-// with these applied on top (a class's tc here replaces the file's for
-// that class).
+// Variant is one configuration of a comparison: the file's ports with
+// these applied on top (a --tc spec changes what it names, the rest of
+// the class stays), and its pes' decap and agents.
 type Variant struct {
 	Name  string `yaml:"name"`
 	Ports []Port `yaml:"ports"`
+	// Nodes change pes' decap and agent (the rest of the node stays).
+	Nodes []NodeOverride `yaml:"nodes"`
 }
 
 // Flow is one perf client run (host/perf RunClient), or one TCP
@@ -228,6 +271,10 @@ type Flow struct {
 	// LB is uet's entropy load balancer: oblivious, bitmap, reps, mixed.
 	// Optional: none, one entropy value per PDC.
 	LB string `yaml:"lb"`
+	// Inflight bounds each rocev2 QP's bytes in flight to Rc × inflight
+	// (roceperf --inflight; a lab setting: a host here has no NIC's
+	// window). Optional: perf's default.
+	Inflight time.Duration `yaml:"inflight"`
 	// BaseRTT is NSCC's base RTT (uet). Optional: DefaultUETBaseRTT.
 	BaseRTT time.Duration `yaml:"base_rtt"`
 	// Verify checks every payload byte at the server.

@@ -109,6 +109,10 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, size_max: 1mb}"), `t.yaml:14: flows[0].size_max: "1mb": needs size: sizes are drawn from size..size_max`},
 		{base + "runs: 0\nvariants: [{name: a}, {name: a}]\n", `t.yaml:17: variants[1].name: "a": given twice (also variants[0])`},
 		{base + "runs: -2\n", `t.yaml:16: runs: "-2": want 1..1000 (default 1)`},
+		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, decap: two-threshold}"), `t.yaml:5: nodes[2].decap: "two-threshold": only a pe decapsulates; sw1 is a switch`},
+		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, agent: {mode: rate}}"), `t.yaml:5: nodes[2].agent: only a pe has an agent; sw1 is a switch`},
+		{base + "variants:\n  - name: a\n    nodes: [{name: sw1, decap: two-threshold}]\n", `t.yaml:18: variants[0].nodes[0].name: "sw1": is a switch; a variant changes pes (decap, agent)`},
+		{base + "variants:\n  - name: a\n    nodes: [{name: pe7}]\n", `t.yaml:18: variants[0].nodes[0].name: "pe7": no such node; nodes are h1, h2, sw1, r1`},
 		{base + "variants:\n  - name: a\n    ports: [{port: sw1:h1}]\n", `t.yaml:18: variants[0].ports[0].port: "sw1:h1": no switch port there; ports are the switch ends of links with a rate: sw1:r1`},
 		{base + "variants:\n  - name: a\n    ports: [{port: sw1:r1, tc: [\"3:step:min=1kb\"]}]\n", `t.yaml:18: variants[0].ports[0]: "sw1:r1": the port at 200mbit: --tc 3:step:min=1kb: min, max and p set the WRED curve but class 3 is in step mode`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, cc: nscc}"), `t.yaml:14: flows[0].cc: "nscc": want dcqcn or none with transport rocev2`},
@@ -132,7 +136,7 @@ func TestParseErrors(t *testing.T) {
 		{base + "report: {interval: 1ms}\n", `t.yaml:16: report.interval: "1ms": want 10ms..60s (default 500ms)`},
 		{base + "report: {watch: [sw1:h1]}\n", `t.yaml:16: report.watch[0]: "sw1:h1": no switch port there; ports are sw1:r1`},
 		{base + "colour: blue\n", `t.yaml:16: colour: unknown field; the document has duration, flows, links, name, nodes, ports, report, runs, seed, variants`},
-		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has kind, name, peer`},
+		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has agent, decap, kind, name, peer`},
 	} {
 		_, err := Parse("t.yaml", []byte(c.src))
 		var ce *conf.Error
@@ -152,6 +156,12 @@ func TestPEErrors(t *testing.T) {
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe1}", `nodes[3].peer: "pe1": a pe's peer is another pe, not itself`},
 		{"{a: pe2, b: sw2, mtu: 9000}", "{a: pe2, b: sw2, mtu: 9000}\n  - {a: pe2, b: core, mtu: 9000}", `nodes[5].kind: "pe": pe2 has two links toward pe1`},
 		{"{a: pe2, b: sw2, mtu: 9000}\n  - {a: sw2, b: r1, mtu: 9000}", "{a: core, b: sw2, mtu: 9000}\n  - {a: sw2, b: r1, mtu: 9000}", `nodes[5].kind: "pe": pe2 has no data centre behind it`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, decap: 6040}", `nodes[3].decap: "6040": want rfc6040 or two-threshold (default rfc6040)`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: rate}}", `nodes[3].agent.line_rate: required with mode rate: the limiter's rate, where the agent starts`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: rate, line_rate: 100mbit, min_rate: 200mbit}}", `nodes[3].agent.min_rate: "200mbit": want 640kbit..100mbit, below line_rate (default line_rate / 10)`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: observe, line_rate: 100mbit}}", `nodes[3].agent.line_rate: only with mode rate (the limiter's)`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: reroute}}", `nodes[3].agent.mode: "reroute": needs a second WAN path per pe`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: fast}}", `nodes[3].agent.mode: "fast": want none, observe or rate`},
 	} {
 		src := strings.Replace(string(wan), c.old, c.new, 1)
 		if src == string(wan) {

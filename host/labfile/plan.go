@@ -15,6 +15,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -49,8 +50,8 @@ type Plan struct {
 	PEs     []PEPlan
 	Servers []ServerPlan
 	Flows   []FlowPlan
-	// Variants are the file's variants: each port's configuration with
-	// the variant's edits on top of the file's.
+	// Variants are the file's variants, each planned whole: the same
+	// nodes, links, addresses and flows, its own ports and PEs.
 	Variants []VariantPlan
 	// Addrs is each node's address: the one on its first link, where its
 	// flows' servers listen and its clients send from.
@@ -89,18 +90,24 @@ type PortPlan struct {
 	Link              int // the file's link
 	Config            qdisc.Config
 	Watch             bool // shown live and in the plots
+	// Limiter: a pe's rate limiter, on its WAN device, whose rate the
+	// pe's agent sets.
+	Limiter bool
 }
 
-// VariantPlan is a variant's port configurations, Plan.Ports' order.
+// VariantPlan is a variant's plan.
 type VariantPlan struct {
-	Name  string
-	Ports []qdisc.Config
+	Name string
+	Plan *Plan
 }
 
 // PEPlan is a tunnel PE on a PE node's WAN device.
 type PEPlan struct {
 	Node, Dev string
 	Config    tunnel.Config
+	// Agent is the PE's agent, or nil; a rate agent's limiter is the
+	// port on Dev (a PortPlan with Limiter).
+	Agent *pe.Config
 }
 
 // ServerPlan is one perf server: one per node and transport, shared by
@@ -545,7 +552,13 @@ func (f *File) tunnels(g *graph) ([]PEPlan, map[string]string, error) {
 			if err := cfg.Validate(); err != nil {
 				return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "kind"), KindPE, "the tunnel: %v", err)
 			}
-			out = append(out, PEPlan{Node: pe, Dev: we.dev[1-we.other(pe)], Config: cfg})
+			node := &f.Nodes[peIndex(f, pe, i)]
+			cfg.TwoThreshold = node.Decap == DecapTwoThreshold
+			pp := PEPlan{Node: pe, Dev: we.dev[1-we.other(pe)], Config: cfg}
+			if a := node.Agent; a != nil {
+				pp.Agent = a.config(2 * f.wanDelay(g))
+			}
+			out = append(out, pp)
 		}
 		maps.Copy(dcOf, side)
 	}
@@ -620,6 +633,22 @@ func (f *File) planPorts(g *graph, p *Plan) error {
 				Config: qdisc.DefaultConfig(l.Rate), Watch: len(f.Report.Watch) == 0})
 		}
 	}
+	// A rate agent's limiter: a port on its pe's WAN device.
+	for _, pp := range p.PEs {
+		if pp.Agent == nil || pp.Agent.Mode != pe.RateLimit {
+			continue
+		}
+		for _, e := range g.adj[pp.Node] {
+			k := 1 - e.other(pp.Node)
+			if e.dev[k] != pp.Dev {
+				continue
+			}
+			name := pp.Node + ":" + pp.Dev
+			byName[name] = len(p.Ports)
+			p.Ports = append(p.Ports, PortPlan{Name: name, Node: pp.Node, Dev: pp.Dev, PeerNode: e.node[1-k], PeerDev: e.dev[1-k], Link: e.link,
+				Config: qdisc.DefaultConfig(pp.Agent.LineRate), Watch: len(f.Report.Watch) == 0, Limiter: true})
+		}
+	}
 	configs := make([]qdisc.Config, len(p.Ports))
 	for i := range p.Ports {
 		configs[i] = p.Ports[i].Config
@@ -627,15 +656,13 @@ func (f *File) planPorts(g *graph, p *Plan) error {
 	if err := f.editPorts("ports", f.Ports, byName, p, configs); err != nil {
 		return err
 	}
-	for i := range p.Ports {
-		p.Ports[i].Config = configs[i]
-	}
-	for i, v := range f.Variants {
-		vp := VariantPlan{Name: v.Name, Ports: slices.Clone(configs)}
-		if err := f.editPorts(conf.Join(conf.Index("variants", i), "ports"), v.Ports, byName, p, vp.Ports); err != nil {
+	if v := f.variant; v != nil {
+		if err := f.editPorts(conf.Join(conf.Index("variants", f.variantIndex), "ports"), v.Ports, byName, p, configs); err != nil {
 			return err
 		}
-		p.Variants = append(p.Variants, vp)
+	}
+	for i := range p.Ports {
+		p.Ports[i].Config = configs[i]
 	}
 	for i, w := range f.Report.Watch {
 		j, ok := byName[w]
@@ -841,6 +868,19 @@ func (f *File) tcpServer(p *Plan, servers map[[2]string]int, fl *Flow, to netip.
 	return si
 }
 
+// wanDelay is the one-way delay of the WAN: the links between PEs.
+func (f *File) wanDelay(g *graph) time.Duration {
+	var d time.Duration
+	seen := map[int]bool{}
+	for _, e := range g.edges {
+		if e.wan && !seen[e.link] {
+			seen[e.link] = true
+			d += f.Links[e.link].Delay
+		}
+	}
+	return d
+}
+
 // pathDelay is the one-way delay of the path's slowest branch from n: a
 // link's delay counts once (half on each side of its relay).
 func (f *File) pathDelay(path []hop, n string) time.Duration {
@@ -901,6 +941,9 @@ func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, l
 			c.Knobs = append(c.Knobs, k+"="+fl.Knobs[k])
 		}
 		c.AckTimeout = RoCEAckTimeout
+		if fl.Inflight != 0 {
+			c.InflightTime = fl.Inflight
+		}
 	}
 	c.Bind = from
 	c.QPs = streams

@@ -12,17 +12,22 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab/stats"
+	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // Result is what a run measured; result.json is it.
 type Result struct {
-	Name  string    `json:"name"`
-	File  string    `json:"file"`
-	RunID string    `json:"run_id"` // the namespaces' prefix
-	Start time.Time `json:"start"`
+	Name  string `json:"name"`
+	File  string `json:"file"`
+	RunID string `json:"run_id"` // the namespaces' prefix
+	// Variant and Run: which of a comparison's runs this is.
+	Variant string    `json:"variant,omitempty"`
+	Run     int       `json:"run,omitempty"`
+	Start   time.Time `json:"start"`
 	// Seconds is from the first flow's start to the last one's end.
 	Seconds float64 `json:"seconds"`
 	// TimelineScale is what RunOptions.Duration multiplied the flows'
@@ -33,6 +38,7 @@ type Result struct {
 	Links       []LinkResult `json:"links"`
 	Flows       []FlowResult `json:"flows"`
 	Ports       []PortResult `json:"ports"`
+	PEs         []PEResult   `json:"pes,omitempty"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -150,6 +156,11 @@ type PortResult struct {
 	MaxBacklogBytes uint64 `json:"max_backlog_bytes"`
 	// InvariantError is set when enqueued ≠ dequeued + dropped + backlog
 	// (qdisc.ClassStats.CheckInvariant) in some class at rest.
+	// HostDroppedPackets and HostMeanWaitUS are the host queue's, between
+	// the port's departure and the peer's ingress (qdisc.HostQueueStats):
+	// the kernel's, not the port's.
+	HostDroppedPackets uint64  `json:"host_dropped_packets"`
+	HostMeanWaitUS     float64 `json:"host_mean_wait_us"`
 	// Utilization is the bits the port sent over its rate × the run's
 	// seconds; MeanSojournUS the mean queueing delay of what it sent.
 	Utilization    float64 `json:"utilization"`
@@ -159,6 +170,55 @@ type PortResult struct {
 	// Stats are the port's counters per class (nil in a comparison's
 	// summary of runs).
 	Stats *qdisc.Stats `json:"stats,omitempty"`
+}
+
+// PEResult is a tunnel PE's counters and its agent's work after the run.
+type PEResult struct {
+	Node  string `json:"node"`
+	Dev   string `json:"dev"`
+	Decap string `json:"decap"`
+	// Agent is the agent's mode ("" without one); AgentStats what it did,
+	// ReactionP50MS/P99MS the time from a light CNP's arrival to the
+	// limiter's change in place.
+	Agent         string       `json:"agent,omitempty"`
+	AgentStats    *pe.Stats    `json:"agent_stats,omitempty"`
+	ReactionP50MS float64      `json:"reaction_p50_ms,omitempty"`
+	ReactionP99MS float64      `json:"reaction_p99_ms,omitempty"`
+	Tunnel        tunnel.Stats `json:"tunnel"`
+	Error         string       `json:"error,omitempty"`
+}
+
+// peResult reads PE i.
+func (r *runner) peResult(i int, pp *PEPlan) PEResult {
+	out := PEResult{Node: pp.Node, Dev: pp.Dev, Decap: DecapRFC6040}
+	if pp.Config.TwoThreshold {
+		out.Decap = DecapTwoThreshold
+	}
+	var errs []string
+	if st, err := r.pes[i].Stats(); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		out.Tunnel = st
+	}
+	for _, a := range r.agents {
+		if a.node != pp.Node {
+			continue
+		}
+		st := a.ag.Stats()
+		out.Agent, out.AgentStats = pp.Agent.Mode.String(), &st
+		var ms []float64
+		for _, d := range st.Reaction {
+			ms = append(ms, float64(d)/1e6)
+		}
+		d := stats.Summarize(ms)
+		out.ReactionP50MS, out.ReactionP99MS = d.P50, d.P99
+		st.Reaction = nil // summed up above
+		if err := a.ag.Err(); err != nil {
+			errs = append(errs, "agent: "+err.Error())
+		}
+	}
+	out.Error = strings.Join(errs, "; ")
+	return out
 }
 
 // Sample is one report interval: every flow and every watched port.
@@ -357,6 +417,7 @@ func (pr *PortResult) fill(st *qdisc.Stats) {
 	pr.Stats = st
 	t := st.Total()
 	pr.MeanSojournUS = float64(t.MeanSojourn()) / 1e3
+	pr.HostDroppedPackets, pr.HostMeanWaitUS = t.Host.DroppedPackets, float64(t.Host.MeanWait())/1e3
 	pr.EnqueuedPackets, pr.DequeuedPackets = t.EnqueuedPackets, t.DequeuedPackets
 	pr.DroppedPackets, pr.BacklogPackets, pr.TrimmedPackets = t.DroppedPackets(), t.BacklogPackets, t.TrimmedPackets
 	pr.CEMarked = t.CEMarked()

@@ -18,6 +18,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
+	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -87,7 +88,7 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		if i < 0 {
 			return nil, fmt.Errorf("labfile: %s has no variant %q; its variants are %s", f.RunName(), opts.Variant, orList(f.VariantNames()))
 		}
-		r.variant = &r.p.Variants[i]
+		r.p = r.p.Variants[i].Plan
 	}
 	if opts.Run < 0 || opts.Run > MaxRuns {
 		return nil, fmt.Errorf("labfile: run %d: want 1..%d", opts.Run, MaxRuns)
@@ -107,6 +108,9 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
 	if err := r.resolveTCP(); err != nil {
+		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
+	}
+	if err := r.startAgents(ctx); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
 	r.warmNeighbours()
@@ -137,19 +141,19 @@ type runner struct {
 	opts  RunOptions
 	scale float64
 	lab   *lab.Lab
-	// variant is RunOptions.Variant's plan, or nil.
-	variant *VariantPlan
 	// tcpCC maps a tcp flow's cc to the kernel's name; dctcp is the BPF
 	// DCTCP registered for the run, if any.
 	tcpCC map[string]string
 	dctcp *dctcp.Registration
 
-	losses  []*link.Loss
-	ports   []*qdisc.Port // Plan.Ports order
-	pes     []*tunnel.PE
-	servers []server
-	stop    context.CancelFunc // the servers'
-	served  sync.WaitGroup
+	losses     []*link.Loss
+	ports      []*qdisc.Port // Plan.Ports order
+	pes        []*tunnel.PE  // Plan.PEs order
+	agents     []*peAgent
+	stopAgents context.CancelFunc
+	servers    []server
+	stop       context.CancelFunc // the servers'
+	served     sync.WaitGroup
 }
 
 // server is a started perf server.
@@ -218,12 +222,8 @@ func (r *runner) attach() error {
 			}
 		}
 	}
-	for i, pp := range r.p.Ports {
-		cfg := pp.Config
-		if r.variant != nil {
-			cfg = r.variant.Ports[i]
-		}
-		port, err := qdisc.Attach(cfg, qdisc.AttachOptions{
+	for _, pp := range r.p.Ports {
+		port, err := qdisc.Attach(pp.Config, qdisc.AttachOptions{
 			Dev: pp.Dev, Netns: r.lab.Node(pp.Node).NetnsName,
 			PeerDev: pp.PeerDev, PeerNetns: r.lab.Node(pp.PeerNode).NetnsName,
 		})
@@ -274,6 +274,47 @@ func (r *runner) warmNeighbours() {
 		}
 	}
 	time.Sleep(20 * time.Millisecond)
+}
+
+// peAgent is a running PE agent.
+type peAgent struct {
+	node string
+	ag   *pe.Agent
+	done chan struct{}
+	err  error // Run's, once done is closed
+}
+
+// startAgents runs every PE's agent on its tunnel's notifications until
+// teardown; a rate agent drives the limiter port on the PE's WAN device.
+func (r *runner) startAgents(ctx context.Context) error {
+	actx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopAgents = stop
+	for i, pp := range r.p.PEs {
+		if pp.Agent == nil {
+			continue
+		}
+		var lim pe.Limiter
+		if pp.Agent.Mode == pe.RateLimit {
+			j := slices.IndexFunc(r.p.Ports, func(po PortPlan) bool { return po.Limiter && po.Node == pp.Node && po.Dev == pp.Dev })
+			if j < 0 {
+				return fmt.Errorf("pe %s: no limiter port on %s", pp.Node, pp.Dev)
+			}
+			lim = pe.PortLimiter{Port: r.ports[j]}
+		}
+		ag, err := pe.New(*pp.Agent, lim, nil, pe.Monotonic{})
+		if err != nil {
+			return fmt.Errorf("pe %s: agent: %w", pp.Node, err)
+		}
+		a := &peAgent{node: pp.Node, ag: ag, done: make(chan struct{})}
+		r.agents = append(r.agents, a)
+		t := r.pes[i]
+		go func() {
+			defer close(a.done)
+			a.err = ag.Run(actx, t)
+		}()
+		r.log.Info("pe agent runs", "pe", pp.Node, "mode", pp.Agent.Mode)
+	}
+	return nil
 }
 
 // startServers opens every server in its node's namespace and serves it
@@ -335,6 +376,12 @@ func (r *runner) teardown() error {
 	}
 	for _, s := range r.servers {
 		_ = s.Close() // already closed by Serve's return
+	}
+	if r.stopAgents != nil {
+		r.stopAgents()
+		for _, a := range r.agents {
+			<-a.done
+		}
 	}
 	for i := len(r.pes) - 1; i >= 0; i-- {
 		errs = append(errs, r.pes[i].Close())
@@ -408,6 +455,7 @@ func drawSizes(fl *Flow, seed uint64, index int) []uint64 {
 // run runs the flows and the sampler and collects the result.
 func (r *runner) run(ctx context.Context) *Result {
 	res := r.newResult()
+	res.Variant, res.Run = r.opts.Variant, r.opts.Run
 	seed := r.f.Seed + uint64(max(r.opts.Run, 1)-1)
 	flows := make([]*flowRun, len(r.p.Flows))
 	var deadline time.Duration
@@ -702,6 +750,9 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	for i, pp := range r.p.PEs {
+		res.PEs = append(res.PEs, r.peResult(i, &pp))
 	}
 	for i, pp := range r.p.Ports {
 		st, err := r.ports[i].Stats()

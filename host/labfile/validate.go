@@ -15,6 +15,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -72,6 +73,9 @@ func (f *File) validate() error {
 		if !slices.Contains(kinds, n.Kind) {
 			return conf.Errorf(conf.Join(p, "kind"), n.Kind, "want %s", orList(kinds))
 		}
+		if err := checkPEFields(p, n.Name, n.Kind, n.Decap, n.Agent); err != nil {
+			return err
+		}
 	}
 	for i := range f.Nodes {
 		n := &f.Nodes[i]
@@ -120,8 +124,123 @@ func (f *File) validate() error {
 	if err != nil {
 		return err
 	}
+	for i := range f.Variants {
+		vf, err := f.withVariant(i, byName)
+		if err != nil {
+			return err
+		}
+		vp, err := newPlan(vf, false)
+		if err != nil {
+			return err
+		}
+		p.Variants = append(p.Variants, VariantPlan{Name: f.Variants[i].Name, Plan: vp})
+	}
 	f.plan = p
 	return nil
+}
+
+// withVariant is a copy of the file with variant i's node overrides
+// applied, whose plan applies its ports.
+func (f *File) withVariant(i int, byName map[string]int) (*File, error) {
+	v := &f.Variants[i]
+	vf := *f
+	vf.Nodes = slices.Clone(f.Nodes)
+	vf.variant, vf.variantIndex = v, i
+	seen := map[string]int{}
+	for j, o := range v.Nodes {
+		p := conf.Index(conf.Join(conf.Index("variants", i), "nodes"), j)
+		k, ok := byName[o.Name]
+		switch {
+		case !ok:
+			return nil, conf.Errorf(conf.Join(p, "name"), o.Name, "no such node; nodes are %s", nodeNames(f.Nodes))
+		case f.Nodes[k].Kind != KindPE:
+			return nil, conf.Errorf(conf.Join(p, "name"), o.Name, "is a %s; a variant changes pes (decap, agent)", f.Nodes[k].Kind)
+		}
+		if prev, dup := seen[o.Name]; dup {
+			return nil, conf.Errorf(conf.Join(p, "name"), o.Name, "given twice (also nodes[%d])", prev)
+		}
+		seen[o.Name] = j
+		if err := checkPEFields(p, o.Name, KindPE, o.Decap, o.Agent); err != nil {
+			return nil, err
+		}
+		n := &vf.Nodes[k]
+		if o.Decap != "" {
+			n.Decap = o.Decap
+		}
+		if o.Agent != nil {
+			n.Agent = o.Agent
+			if o.Agent.Mode == "none" {
+				n.Agent = nil
+			}
+		}
+	}
+	return &vf, nil
+}
+
+// checkPEFields checks a node's decap and agent (at path p).
+func checkPEFields(p, name, kind, decap string, a *PEAgent) error {
+	if kind != KindPE {
+		if decap != "" {
+			return conf.Errorf(conf.Join(p, "decap"), decap, "only a pe decapsulates; %s is a %s", name, kind)
+		}
+		if a != nil {
+			return conf.Errorf(conf.Join(p, "agent"), "", "only a pe has an agent; %s is a %s", name, kind)
+		}
+		return nil
+	}
+	if decap != "" && decap != DecapRFC6040 && decap != DecapTwoThreshold {
+		return conf.Errorf(conf.Join(p, "decap"), decap, "want %s or %s (default %s)", DecapRFC6040, DecapTwoThreshold, DecapRFC6040)
+	}
+	if a == nil {
+		return nil
+	}
+	ap := conf.Join(p, "agent")
+	switch a.Mode {
+	case "none", "observe":
+	case "rate":
+		if a.LineRate == 0 {
+			return conf.Errorf(conf.Join(ap, "line_rate"), "", "required with mode rate: the limiter's rate, where the agent starts")
+		}
+		if a.LineRate < qdisc.MinRate {
+			return conf.Errorf(conf.Join(ap, "line_rate"), a.LineRate, "want at least %s (a port's minimum)", qdisc.MinRate)
+		}
+		if a.MinRate != 0 && (a.MinRate < qdisc.MinRate || a.MinRate >= a.LineRate) {
+			return conf.Errorf(conf.Join(ap, "min_rate"), a.MinRate, "want %s..%s, below line_rate (default line_rate / 10)", qdisc.MinRate, a.LineRate)
+		}
+	case "reroute":
+		return conf.Errorf(conf.Join(ap, "mode"), a.Mode, "needs a second WAN path per pe, which a lab file's pe does not have (make wan-experiment runs it); want none, observe or rate")
+	default:
+		return conf.Errorf(conf.Join(ap, "mode"), a.Mode, "want none, observe or rate")
+	}
+	if a.Mode != "rate" {
+		for _, f := range []struct {
+			field string
+			set   bool
+		}{{"line_rate", a.LineRate != 0}, {"min_rate", a.MinRate != 0}} {
+			if f.set {
+				return conf.Errorf(conf.Join(ap, f.field), "", "only with mode rate (the limiter's)")
+			}
+		}
+	}
+	if a.RTT < 0 || a.RTT > 10*time.Second {
+		return conf.Errorf(conf.Join(ap, "rtt"), units.FormatDuration(a.RTT), "want 0..10s (default: twice the WAN links' delay)")
+	}
+	return nil
+}
+
+// config is the agent's host/pe configuration; wanRTT is the default RTT.
+func (a *PEAgent) config(wanRTT time.Duration) *pe.Config {
+	if a == nil || a.Mode == "none" {
+		return nil
+	}
+	c := &pe.Config{Mode: pe.Observe, RTT: a.RTT}
+	if a.Mode == "rate" {
+		c.Mode, c.LineRate, c.MinRate = pe.RateLimit, a.LineRate, a.MinRate
+	}
+	if c.RTT == 0 && wanRTT > 0 {
+		c.RTT = wanRTT
+	}
+	return c
 }
 
 // checkLink checks links[i] on its own.
@@ -301,7 +420,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			field string
 			set   bool
 		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"streams", fl.Streams != 0},
-			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}} {
+			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0}} {
 			if o.set {
 				return conf.Errorf(fp(o.field), "", "not for a tcp flow (one connection; the links' MTUs set its segments)")
 			}
@@ -319,7 +438,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		for _, o := range []struct {
 			field string
 			set   bool
-		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}} {
+		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"inflight", fl.Inflight != 0}} {
 			if err := only(o.field, o.set, "rocev2"); err != nil {
 				if o.field == "qps" {
 					return conf.Errorf(fp("qps"), fl.QPs, "a uet flow has streams, not qps")

@@ -127,24 +127,27 @@ func WANParams(lineRate, minRate units.Rate, rtt time.Duration) dcqcn.Params {
 
 // Stats are what the agent did.
 type Stats struct {
-	LightCNPs, HeavyCNPs uint64
+	LightCNPs uint64 `json:"light_cnps"`
+	HeavyCNPs uint64 `json:"heavy_cnps"`
 	// Coalesced counts light CNPs within an RTT of the last cut.
-	Coalesced uint64
-	// RateUpdates counts limiter changes; Rate is the last rate set.
-	RateUpdates uint64
-	Rate        units.Rate
-	MinRate     units.Rate
+	Coalesced uint64 `json:"coalesced"`
+	// RateUpdates counts limiter changes; Rate is the last rate set,
+	// MinRate the least.
+	RateUpdates uint64     `json:"rate_updates"`
+	Rate        units.Rate `json:"rate"`
+	MinRate     units.Rate `json:"min_rate"`
 	// Spills and Unspills count path moves.
-	Spills, Unspills uint64
-	Spilled          bool
-	Errors           uint64
+	Spills   uint64 `json:"spills"`
+	Unspills uint64 `json:"unspills"`
+	Spilled  bool   `json:"spilled"`
+	Errors   uint64 `json:"errors"`
 	// Reaction is, per light CNP that changed the limiter or the paths,
 	// the time from the CNP's arrival at the PE's device to the change
 	// being in place.
-	Reaction []time.Duration
+	Reaction []time.Duration `json:"reaction_ns,omitempty"`
 	// FirstAction is when the first such change was in place (the
 	// agent's clock; 0: none yet).
-	FirstAction time.Duration
+	FirstAction time.Duration `json:"first_action_ns,omitempty"`
 }
 
 // Agent reacts to one tunnel's notifications.
