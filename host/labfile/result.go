@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -488,7 +489,9 @@ func (res *Result) WriteSummary(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-12s %-10s %10s %12s %9s %9s %7s  %s\n", "flow", "transport", "bytes", "goodput", "FCT", "FCT/ideal", "retx", "congestion control")
-	fmt.Fprintf(w, "%-12s (a series: FCT and FCT/ideal are its instances' p50/p99)\n", "")
+	if slices.ContainsFunc(res.Flows, func(f FlowResult) bool { return f.Series != nil }) {
+		fmt.Fprintf(w, "%-12s (a series: FCT and FCT/ideal are its instances' p50/p99)\n", "")
+	}
 	for _, f := range res.Flows {
 		fct, ratio := "-", "-"
 		switch {
@@ -532,6 +535,21 @@ func (res *Result) WriteSummary(w io.Writer) {
 			p.DroppedPackets, p.SojournP99US, kb(p.MaxBacklogBytes))
 		if p.InvariantError != "" {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
+		}
+	}
+	for _, p := range res.PEs {
+		d := &p.Tunnel.Decap
+		fmt.Fprintf(w, "pe %s:%s (%s): %d encapsulated, %d decapsulated, %d light marks kept outside, CNPs from the WAN: %d light, %d heavy",
+			p.Node, p.Dev, p.Decap, p.Tunnel.Encap.Packets, d.Packets, d.Light, d.CNPLight, d.CNPHeavy)
+		if a := p.AgentStats; a != nil {
+			fmt.Fprintf(w, "; agent %s: %d rate changes", p.Agent, a.RateUpdates)
+			if a.RateUpdates > 0 {
+				fmt.Fprintf(w, ", least rate %s, reaction p50 %.2f ms", a.MinRate, p.ReactionP50MS)
+			}
+		}
+		fmt.Fprintln(w)
+		if p.Error != "" {
+			fmt.Fprintf(w, "%-16s error: %s\n", "", p.Error)
 		}
 	}
 	for _, f := range res.Files {
