@@ -193,6 +193,12 @@ func TestPlanWANVariants(t *testing.T) {
 	if !vp.PEs[0].Config.TwoThreshold || !vp.PEs[1].Config.TwoThreshold || vp.PEs[1].Agent != nil {
 		t.Errorf("pe-rate's PEs: %+v", vp.PEs)
 	}
+	if _, err := f.Deploy("pe1"); err == nil || !strings.Contains(err.Error(), "nodes[4].agent: fabriclabd does not run a pe's agent") {
+		t.Errorf("Deploy pe1 with an agent: %v", err)
+	}
+	if d, err := f.Deploy("pe2"); err != nil || len(d.PEs) != 1 {
+		t.Errorf("Deploy pe2: %v", err)
+	}
 	if c := vp.Ports[0].Config.Classes[3]; c.ECN != qdisc.ECNTwoThreshold || c.TwoThreshold.NotifyInterval != time.Millisecond || c.LimitBytes != 4<<20 {
 		t.Errorf("the WAN port in pe-rate: %+v", c)
 	}

@@ -67,6 +67,9 @@ func (f *File) Deploy(node string) (*Deployment, error) {
 	}
 	for _, pe := range p.PEs {
 		if pe.Node == node {
+			if pe.Agent != nil {
+				return nil, conf.Errorf(conf.Join(conf.Index("nodes", i), "agent"), "", "fabriclabd does not run a pe's agent (host/pe) yet; agents run in namespaces (fabriclab run)")
+			}
 			d.PEs = append(d.PEs, pe)
 		}
 	}
