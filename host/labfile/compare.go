@@ -115,6 +115,12 @@ type FlowSummary struct {
 	FCTP99S    stats.Stat `json:"fct_p99_s"`
 	RatioP50   stats.Stat `json:"fct_ratio_p50"`
 	RatioP99   stats.Stat `json:"fct_ratio_p99"`
+	// QCTP50S and QCTP99S are a group of rounds' query completion times
+	// (seed 002 §5.4): when the group's flows are series with the same
+	// start, every and count, round k's QCT is from its first instance's
+	// start to its last one's end; median and p99 per run.
+	QCTP50S stats.Stat `json:"qct_p50_s"`
+	QCTP99S stats.Stat `json:"qct_p99_s"`
 	// Instances are the group's completed series instances over all runs,
 	// and FCTRatios every one's FCT over ideal (the CDF's points).
 	Instances int       `json:"instances,omitempty"`
@@ -318,12 +324,60 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 				fs.FCTRatios = append(fs.FCTRatios, ratios...)
 			}
 		}
+		var q50, q99 []float64
+		for _, r := range rs {
+			if qct, ok := roundQCTs(r, idx); ok {
+				d := stats.Summarize(qct)
+				q50, q99 = append(q50, orNaN(d.P50, d.N)), append(q99, orNaN(d.P99, d.N))
+			}
+		}
+		fs.QCTP50S, fs.QCTP99S = stats.NewStat(q50), stats.NewStat(q99)
 		fs.GoodputBps, fs.FCTRatio = stats.NewStat(goodput), stats.NewStat(ratio)
 		fs.FCTP50S, fs.FCTP99S, fs.RatioP50, fs.RatioP99 = stats.NewStat(p50), stats.NewStat(p99), stats.NewStat(r50), stats.NewStat(r99)
 		fs.Instances = len(fs.FCTRatios)
 		vs.Flows = append(vs.Flows, fs)
 	}
 	return vs
+}
+
+// roundQCTs are the completion times of the rounds the flows idx of r
+// make: false unless they are at least two series with every, the same
+// start and count. A round with a failed instance has no QCT.
+func roundQCTs(r *Result, idx []int) ([]float64, bool) {
+	if len(idx) < 2 {
+		return nil, false
+	}
+	var first *FlowResult
+	for _, j := range idx {
+		if j >= len(r.Flows) {
+			return nil, false
+		}
+		f := &r.Flows[j]
+		if f.Series == nil || f.Series.EveryS == 0 {
+			return nil, false
+		}
+		if first == nil {
+			first = f
+		} else if f.Series.EveryS != first.Series.EveryS || f.Series.Count != first.Series.Count || f.StartS != first.StartS {
+			return nil, false
+		}
+	}
+	var out []float64
+	for k := range first.Series.Count {
+		start, end := math.Inf(1), math.Inf(-1)
+		for _, j := range idx {
+			ins := r.Flows[j].Series.Instances
+			if k >= len(ins) || ins[k].Error != "" {
+				start = math.NaN()
+				break
+			}
+			start, end = min(start, ins[k].StartS), max(end, ins[k].StartS+ins[k].Seconds)
+		}
+		if !math.IsNaN(start) {
+			out = append(out, end-start)
+		}
+	}
+	return out, true
 }
 
 // orNaN is v, or NaN when it summarises no sample.
@@ -419,7 +473,7 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 				statText(p.MarkedFraction, 100, "%.2f%%"), statText(p.Dropped, 1, "%.0f"))
 		}
 	}
-	fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %9s\n", "variant", "flows", "goodput", "FCT/ideal", "series p50", "series p99", "instances")
+	fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %9s %16s\n", "variant", "flows", "goodput", "FCT/ideal", "series p50", "series p99", "instances", "round QCT p99")
 	for _, v := range c.Summary {
 		for _, f := range v.Flows {
 			p50, p99 := "-", "-"
@@ -431,8 +485,8 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 			if f.Flows > 1 {
 				name = fmt.Sprintf("%s (%d)", f.Name, f.Flows)
 			}
-			fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %9d\n", orName(v.Name, c.Name), name,
-				statText(f.GoodputBps, 1e-6, "%.1fMb/s"), statText(f.FCTRatio, 1, "%.2f×"), p50, p99, f.Instances)
+			fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %9d %16s\n", orName(v.Name, c.Name), name,
+				statText(f.GoodputBps, 1e-6, "%.1fMb/s"), statText(f.FCTRatio, 1, "%.2f×"), p50, p99, f.Instances, statText(f.QCTP99S, 1e3, "%.1fms"))
 		}
 		if v.Failed > 0 {
 			fmt.Fprintf(w, "%-14s %d of %d runs failed\n", orName(v.Name, c.Name), v.Failed, v.Failed+v.Runs)

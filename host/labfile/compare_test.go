@@ -203,3 +203,29 @@ func TestPlanWANVariants(t *testing.T) {
 		t.Errorf("the WAN port in pe-rate: %+v", c)
 	}
 }
+
+// TestRoundQCTs: a round's QCT spans its first start to its last end;
+// flows that are not rounds have none.
+func TestRoundQCTs(t *testing.T) {
+	series := func(every float64, in ...InstanceResult) *SeriesResult {
+		return &SeriesResult{Count: len(in), EveryS: every, Instances: in}
+	}
+	r := &Result{Flows: []FlowResult{
+		{Name: "q1", StartS: 1, Series: series(0.2, InstanceResult{StartS: 1.0, Seconds: 0.010}, InstanceResult{StartS: 1.2, Seconds: 0.030})},
+		{Name: "q2", StartS: 1, Series: series(0.2, InstanceResult{StartS: 1.001, Seconds: 0.020}, InstanceResult{StartS: 1.2, Seconds: 0.010})},
+		{Name: "q3", StartS: 1, Series: series(0.2, InstanceResult{StartS: 1.0, Seconds: 0.010}, InstanceResult{StartS: 1.2, Error: "cut"})},
+		{Name: "s", StartS: 1, Series: series(0, InstanceResult{StartS: 1.0, Seconds: 0.010}, InstanceResult{StartS: 1.1, Seconds: 0.010})},
+	}}
+	q, ok := roundQCTs(r, []int{0, 1})
+	if !ok || len(q) != 2 || math.Abs(q[0]-0.021) > 1e-9 || math.Abs(q[1]-0.030) > 1e-9 {
+		t.Errorf("QCTs %v %v; want [0.021 0.030]", q, ok)
+	}
+	if q, ok := roundQCTs(r, []int{0, 2}); !ok || len(q) != 1 {
+		t.Errorf("with a failed instance: %v %v; want round 1 only", q, ok)
+	}
+	for _, idx := range [][]int{{0}, {0, 3}} {
+		if _, ok := roundQCTs(r, idx); ok {
+			t.Errorf("%v are not rounds", idx)
+		}
+	}
+}

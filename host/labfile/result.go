@@ -107,9 +107,12 @@ type FlowResult struct {
 
 // SeriesResult is a flow's instances.
 type SeriesResult struct {
-	Count     int `json:"count"`
-	Completed int `json:"completed"`
-	Failed    int `json:"failed"`
+	Count int `json:"count"`
+	// EveryS is the flow's every (as written; 0 with pause): instance k of
+	// every flow with the same every and start is round k.
+	EveryS    float64 `json:"every_s,omitempty"`
+	Completed int     `json:"completed"`
+	Failed    int     `json:"failed"`
 	// NotRun were never started (the run was cut or a failure stopped it).
 	NotRun int `json:"not_run,omitempty"`
 	// Late started after their every slot: the previous instance ran over.
@@ -162,8 +165,10 @@ type PortResult struct {
 	// the kernel's, not the port's.
 	HostDroppedPackets uint64  `json:"host_dropped_packets"`
 	HostMeanWaitUS     float64 `json:"host_mean_wait_us"`
-	// Utilization is the bits the port sent over its rate × the run's
-	// seconds; MeanSojournUS the mean queueing delay of what it sent.
+	// Utilization is the bits the port sent over its rate × the time: from
+	// the run's start to the last timed flow's end (the load the file
+	// keeps up), or the whole run without timed flows. MeanSojournUS is the
+	// mean queueing delay of what it sent.
 	Utilization    float64 `json:"utilization"`
 	MeanSojournUS  float64 `json:"mean_sojourn_us"`
 	InvariantError string  `json:"invariant_error,omitempty"`
@@ -314,7 +319,7 @@ func flowResult(fr *flowRun) FlowResult {
 		return out
 	}
 	// A series: its totals, the FCTs' distribution, every instance.
-	s := &SeriesResult{Count: fl.Count, Instances: ins}
+	s := &SeriesResult{Count: fl.Count, EveryS: fl.Every.Seconds(), Instances: ins}
 	var fcts, ratios []float64
 	var busy float64
 	for _, in := range ins {

@@ -151,9 +151,16 @@ type runner struct {
 	pes        []*tunnel.PE  // Plan.PEs order
 	agents     []*peAgent
 	stopAgents context.CancelFunc
-	servers    []server
-	stop       context.CancelFunc // the servers'
-	served     sync.WaitGroup
+
+	// timedLeft counts the timed flows still running; when the last ends,
+	// busy records the ports' sent bytes and the time: the utilization's
+	// window.
+	timedLeft atomic.Int32
+	busyOnce  sync.Once
+	busy      portsSent
+	servers   []server
+	stop      context.CancelFunc // the servers'
+	served    sync.WaitGroup
 }
 
 // server is a started perf server.
@@ -465,6 +472,11 @@ func (r *runner) run(ctx context.Context) *Result {
 		flows[i] = fr
 		deadline = max(deadline, fr.start+r.seriesBudget(fr))
 	}
+	for _, fr := range flows {
+		if fr.sizes == nil {
+			r.timedLeft.Add(1)
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	t0 := time.Now()
@@ -547,6 +559,23 @@ func (fp *FlowPlan) idealFCT(size uint64) time.Duration {
 	return time.Duration(float64(size)*8/float64(fp.Bottleneck)*1e9) + fp.BaseRTT
 }
 
+// portsSent is what each port had sent at a time from the run's start.
+type portsSent struct {
+	at    time.Duration
+	bytes []uint64 // Plan.Ports order; nil: not taken
+}
+
+// snapshotSent takes portsSent now.
+func (r *runner) snapshotSent(t0 time.Time) portsSent {
+	ps := portsSent{at: time.Since(t0), bytes: make([]uint64, len(r.ports))}
+	for i, p := range r.ports {
+		if st, err := p.Stats(); err == nil {
+			ps.bytes[i] = st.Total().DequeuedBytes
+		}
+	}
+	return ps
+}
+
 // Flow states in samples and results.
 const (
 	stateWaiting = "waiting"
@@ -620,6 +649,9 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 			fr.state = stateFailed
 		}
 	})
+	if fr.sizes == nil && r.timedLeft.Add(-1) == 0 {
+		r.busyOnce.Do(func() { r.busy = r.snapshotSent(t0) })
+	}
 	if !failed {
 		r.log.Info("flow done", "flow", fl.Name)
 	}
@@ -761,8 +793,13 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 			pr.Error = err.Error()
 		} else {
 			pr.fill(&st)
-			if res.Seconds > 0 && pp.Config.Rate > 0 {
-				pr.Utilization = float64(st.Total().DequeuedBytes) * 8 / (float64(pp.Config.Rate) * res.Seconds)
+			// Over the timed flows' span (the port's load), else the run.
+			sent, secs := st.Total().DequeuedBytes, res.Seconds
+			if r.busy.bytes != nil {
+				sent, secs = r.busy.bytes[i], r.busy.at.Seconds()
+			}
+			if secs > 0 && pp.Config.Rate > 0 {
+				pr.Utilization = float64(sent) * 8 / (float64(pp.Config.Rate) * secs)
 			}
 		}
 		res.Ports = append(res.Ports, pr)
