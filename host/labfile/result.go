@@ -54,6 +54,29 @@ type LinkResult struct {
 	AAddr  string `json:"a_addr"`
 	BAddr  string `json:"b_addr"`
 	Relay  string `json:"relay,omitempty"`
+	// Delays are the relay's delay links, a host queue of their own: one
+	// per direction, on the relay's device toward each end.
+	Delays []DelayResult `json:"delays,omitempty"`
+}
+
+// DelayResult is a delay link's counters (host/lab/link.DelayStats).
+type DelayResult struct {
+	Dev     string `json:"dev"` // relay:dev
+	Packets uint64 `json:"packets"`
+	// Dropped sums the forwarder's drops (queue full, oversize, write
+	// errors), the TUN queue's and the kernel's.
+	Dropped uint64 `json:"dropped"`
+	MaxHeld int    `json:"max_held"`
+	// LatenessP99US bounds the 99th percentile of how late a packet left
+	// (a factor-of-two bucket), LatenessMaxUS the worst.
+	LatenessP99US float64 `json:"lateness_p99_us"`
+	LatenessMaxUS float64 `json:"lateness_max_us"`
+}
+
+func delayResult(rd relayDelay) DelayResult {
+	st := rd.d.Stats()
+	return DelayResult{Dev: rd.relay + ":" + rd.dev, Packets: st.Packets, Dropped: st.Dropped + st.TunDropped + st.KernelDropped,
+		MaxHeld: st.MaxHeld, LatenessP99US: float64(st.LatenessQuantile(0.99)) / 1e3, LatenessMaxUS: float64(st.LatenessMax) / 1e3}
 }
 
 // FlowResult is one flow's outcome.
@@ -84,6 +107,10 @@ type FlowResult struct {
 	CNPSent            uint64 `json:"np_cnp_sent,omitempty"`
 	CNPHandled         uint64 `json:"rp_cnp_handled,omitempty"`
 	LocalAckTimeoutErr uint64 `json:"local_ack_timeout_err,omitempty"`
+	// OutOfSequence counts packets the receiver took out of sequence
+	// (each a NAK and a go-back-N), PacketSeqErr the NAKs the sender got.
+	OutOfSequence uint64 `json:"out_of_sequence,omitempty"`
+	PacketSeqErr  uint64 `json:"packet_seq_err,omitempty"`
 	// UET: ACKs with ECN echoed, NSCC's multiplicative decreases,
 	// timeouts; Retransmits is both transports'.
 	ECNEchoes     uint64 `json:"ecn_echoes,omitempty"`
@@ -412,7 +439,9 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 		for _, s := range e.Streams {
 			out.CNPHandled += s.Sender.RPCNPHandled
 			out.LocalAckTimeoutErr += s.Sender.LocalAckTimeoutErr
+			out.PacketSeqErr += s.Sender.PacketSeqErr
 			out.CNPSent += s.Receiver.NPCNPSent
+			out.OutOfSequence += s.Receiver.OutOfSequence
 		}
 	}
 	return in
@@ -540,6 +569,13 @@ func (res *Result) WriteSummary(w io.Writer) {
 			p.DroppedPackets, p.SojournP99US, kb(p.MaxBacklogBytes))
 		if p.InvariantError != "" {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
+		}
+	}
+	for _, l := range res.Links {
+		for _, d := range l.Delays {
+			if d.Dropped > 0 {
+				fmt.Fprintf(w, "delay link %s dropped %d of %d packets (a host queue: lower the rates)\n", d.Dev, d.Dropped, d.Packets+d.Dropped)
+			}
 		}
 	}
 	for _, p := range res.PEs {

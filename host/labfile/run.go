@@ -133,6 +133,12 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	return res, nil
 }
 
+// relayDelay is a delay link on a relay's device.
+type relayDelay struct {
+	relay, dev string
+	d          *link.Delay
+}
+
 // runner is one Run's state.
 type runner struct {
 	f     *File
@@ -147,6 +153,7 @@ type runner struct {
 	dctcp *dctcp.Registration
 
 	losses     []*link.Loss
+	delays     []relayDelay  // closed with the lab
 	ports      []*qdisc.Port // Plan.Ports order
 	pes        []*tunnel.PE  // Plan.PEs order
 	agents     []*peAgent
@@ -223,9 +230,11 @@ func (r *runner) attach() error {
 				}
 			}
 			if rl.Delay > 0 {
-				if _, err := n.AddDelay(dev, link.DelaySpec{Delay: rl.Delay}); err != nil {
+				d, err := n.AddDelay(dev, link.DelaySpec{Delay: rl.Delay})
+				if err != nil {
 					return fmt.Errorf("delay on %s:%s: %w", rl.Node, dev, err)
 				}
+				r.delays = append(r.delays, relayDelay{relay: rl.Node, dev: dev, d: d})
 			}
 		}
 	}
@@ -785,6 +794,13 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 	}
 	for i, pp := range r.p.PEs {
 		res.PEs = append(res.PEs, r.peResult(i, &pp))
+	}
+	for _, rd := range r.delays {
+		for i := range res.Links {
+			if l := &res.Links[i]; l.Relay == rd.relay {
+				l.Delays = append(l.Delays, delayResult(rd))
+			}
+		}
 	}
 	for i, pp := range r.p.Ports {
 		st, err := r.ports[i].Stats()
