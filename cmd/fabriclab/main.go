@@ -318,7 +318,10 @@ func report(res interface{ WriteSummary(io.Writer) }, ok, asJSON bool, err error
 // compare runs a comparison: the live view per run, then the table.
 func compare(ctx context.Context, f *labfile.File, opts labfile.CompareOptions, asJSON bool, interrupt *lab.Interrupt, stdout, stderr io.Writer) int {
 	if !asJSON {
-		n, runs := max(len(opts.Variants), len(f.Variants), 1), f.Runs
+		n, runs := max(len(f.Variants), 1), f.Runs
+		if len(opts.Variants) > 0 {
+			n = len(opts.Variants)
+		}
 		if opts.Runs != 0 {
 			runs = opts.Runs
 		}

@@ -68,12 +68,15 @@ type RunSummary struct {
 	Ports   []PortResult `json:"ports"`
 }
 
-// VariantSummary is a variant over its runs. A run that failed counts in
-// Failed and in none of the metrics.
+// VariantSummary is a variant over its runs. A run whose lab broke (not
+// built, a pe agent died) counts in Failed and in none of the metrics; a
+// run with failed flows counts, without them (FlowsFailed says how many
+// runs had one).
 type VariantSummary struct {
 	Name   string        `json:"name"`
-	Runs   int           `json:"runs"`
-	Failed int           `json:"failed"`
+	Runs        int `json:"runs"`
+	Failed      int `json:"failed"`
+	FlowsFailed int `json:"flows_failed_runs,omitempty"`
 	Ports  []PortSummary `json:"ports"`
 	Flows  []FlowSummary `json:"flows"`
 	PEs    []PESummary   `json:"pes,omitempty"`
@@ -93,7 +96,8 @@ type PESummary struct {
 // PortSummary is a watched port's metrics over the runs.
 type PortSummary struct {
 	Name string `json:"name"`
-	// Utilization is the port's sent bits over its rate × the run.
+	// Utilization is the port's sent bits over its rate × the timed
+	// flows' span (PortResult.Utilization).
 	Utilization    stats.Stat `json:"utilization"`
 	MeanSojournUS  stats.Stat `json:"mean_sojourn_us"`
 	SojournP99US   stats.Stat `json:"sojourn_p99_us"`
@@ -191,7 +195,10 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 					pr.Stats = nil
 					rs.Ports = append(rs.Ports, pr)
 				}
-				if err == nil {
+				// A run whose flows failed counts: its failed instances
+				// are out of the FCTs (and counted), the rest of it
+				// stands. A run that broke otherwise does not.
+				if err == nil || errors.Is(err, ErrFlowsFailed) {
 					results[v] = append(results[v], res)
 				}
 			}
@@ -201,7 +208,13 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 	c.Interrupted = ctx.Err() != nil
 	c.Seconds = time.Since(c.Start).Seconds()
 	for _, v := range variants {
-		c.Summary = append(c.Summary, summarize(v, results[v], runs))
+		ran := 0
+		for _, rs := range c.RunResults {
+			if rs.Variant == v {
+				ran++
+			}
+		}
+		c.Summary = append(c.Summary, summarize(v, results[v], ran))
 	}
 	if dir != "-" {
 		if err := c.write(dir); err != nil {
@@ -221,6 +234,11 @@ func orName(v, def string) string {
 // summarize is a variant's summary over its successful runs.
 func summarize(name string, rs []*Result, runs int) VariantSummary {
 	vs := VariantSummary{Name: name, Runs: len(rs), Failed: runs - len(rs)}
+	for _, r := range rs {
+		if r.Failed() > 0 {
+			vs.FlowsFailed++
+		}
+	}
 	if len(rs) == 0 {
 		return vs
 	}
@@ -371,7 +389,10 @@ func roundQCTs(r *Result, idx []int) ([]float64, bool) {
 				start = math.NaN()
 				break
 			}
-			start, end = min(start, ins[k].StartS), max(end, ins[k].StartS+ins[k].Seconds)
+			// The data's span: each instance's connection or QP setup
+			// is before it (the experiment's queries go out on
+			// connections made beforehand).
+			start, end = min(start, ins[k].EndS-ins[k].Seconds), max(end, ins[k].EndS)
 		}
 		if !math.IsNaN(start) {
 			out = append(out, end-start)
@@ -490,6 +511,9 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 		}
 		if v.Failed > 0 {
 			fmt.Fprintf(w, "%-14s %d of %d runs failed\n", orName(v.Name, c.Name), v.Failed, v.Failed+v.Runs)
+		}
+		if v.FlowsFailed > 0 {
+			fmt.Fprintf(w, "%-14s %d of %d runs had failed flows (not in the FCTs; result.json says which)\n", orName(v.Name, c.Name), v.FlowsFailed, v.Runs)
 		}
 	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.PEs) > 0 }) {

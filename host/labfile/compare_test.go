@@ -211,9 +211,10 @@ func TestRoundQCTs(t *testing.T) {
 		return &SeriesResult{Count: len(in), EveryS: every, Instances: in}
 	}
 	r := &Result{Flows: []FlowResult{
-		{Name: "q1", StartS: 1, Series: series(0.2, InstanceResult{StartS: 1.0, Seconds: 0.010}, InstanceResult{StartS: 1.2, Seconds: 0.030})},
-		{Name: "q2", StartS: 1, Series: series(0.2, InstanceResult{StartS: 1.001, Seconds: 0.020}, InstanceResult{StartS: 1.2, Seconds: 0.010})},
-		{Name: "q3", StartS: 1, Series: series(0.2, InstanceResult{StartS: 1.0, Seconds: 0.010}, InstanceResult{StartS: 1.2, Error: "cut"})},
+		// Each instance's setup takes 5 ms before its data.
+		{Name: "q1", StartS: 1, Series: series(0.2, InstanceResult{StartS: 0.995, EndS: 1.010, Seconds: 0.010}, InstanceResult{StartS: 1.195, EndS: 1.230, Seconds: 0.030})},
+		{Name: "q2", StartS: 1, Series: series(0.2, InstanceResult{StartS: 0.996, EndS: 1.021, Seconds: 0.020}, InstanceResult{StartS: 1.195, EndS: 1.210, Seconds: 0.010})},
+		{Name: "q3", StartS: 1, Series: series(0.2, InstanceResult{StartS: 0.995, EndS: 1.010, Seconds: 0.010}, InstanceResult{StartS: 1.195, Error: "cut"})},
 		{Name: "s", StartS: 1, Series: series(0, InstanceResult{StartS: 1.0, Seconds: 0.010}, InstanceResult{StartS: 1.1, Seconds: 0.010})},
 	}}
 	q, ok := roundQCTs(r, []int{0, 1})

@@ -98,7 +98,8 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: f1, from: h1, to: r1}", "{name: f2, from: h1, to: r1}"), `t.yaml:15: flows[1].name: "f2": given twice (also flows[0])`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcpx}"), `t.yaml:14: flows[0].transport: "tcpx": want rocev2, uet or tcp`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, cc: Cubic}"), `t.yaml:14: flows[0].cc: "Cubic": a kernel congestion control's name: [a-z0-9_-] (dctcp, cubic, reno, ...)`},
-		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, qps: 2}"), `t.yaml:14: flows[0].qps: not for a tcp flow (one connection; the links' MTUs set its segments)`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, qps: 2}"), `t.yaml:14: flows[0].qps: not for a tcp flow (one kernel connection: the kernel paces it, the links' MTUs set its segments)`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, line_rate: 1mbit}"), `t.yaml:14: flows[0].line_rate: not for a tcp flow`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, dscp: 64}"), `t.yaml:14: flows[0].dscp: "64": want 0..63`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, dscp: 26}"), `t.yaml:14: flows[0].dscp: "26": tcp only: rocev2 and uet mark their own DSCPs`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, count: 5}"), `t.yaml:14: flows[0].count: "5": a series of instances needs size (each instance's FCT is measured)`},
@@ -162,6 +163,8 @@ func TestPEErrors(t *testing.T) {
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: observe, line_rate: 100mbit}}", `nodes[3].agent.line_rate: only with mode rate (the limiter's)`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: reroute}}", `nodes[3].agent.mode: "reroute": needs a second WAN path per pe`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: fast}}", `nodes[3].agent.mode: "fast": want none, observe or rate`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: rate, line_rate: 100mbit, rtt: 200ms}}", `nodes[3].agent: rtt 200ms (default: twice the delay between the pes) gives the reaction point`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: rate, line_rate: 5mbit}}", `nodes[3].agent: min_rate 500kbit (default line_rate / 10): want at least 640kbit`},
 	} {
 		src := strings.Replace(string(wan), c.old, c.new, 1)
 		if src == string(wan) {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
@@ -556,7 +557,16 @@ func (f *File) tunnels(g *graph) ([]PEPlan, map[string]string, error) {
 			cfg.TwoThreshold = node.Decap == DecapTwoThreshold
 			pp := PEPlan{Node: pe, Dev: we.dev[1-we.other(pe)], Config: cfg}
 			if a := node.Agent; a != nil {
-				pp.Agent = a.config(2 * f.wanDelay(g))
+				// The default RTT: there and back between this pair's
+				// WAN devices.
+				var wanRTT time.Duration
+				if path, ok := g.path(pe, remote); ok {
+					wanRTT = 2 * f.pathDelay(path, pe)
+				}
+				pp.Agent = a.config(wanRTT)
+				if err := checkAgent(pp.Agent); err != nil {
+					return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "agent"), "", "%s", oneLine(err))
+				}
 			}
 			out = append(out, pp)
 		}
@@ -844,6 +854,9 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			return conf.Errorf(conf.Index("flows", i), fl.Name, "%v", err)
 		}
 		fpn.Client = c
+		if fpn.Bottleneck == 0 {
+			fpn.Bottleneck = c.LineRate // no rate in the lab: perf's default
+		}
 		p.Flows = append(p.Flows, fpn)
 	}
 	return nil
@@ -868,21 +881,9 @@ func (f *File) tcpServer(p *Plan, servers map[[2]string]int, fl *Flow, to netip.
 	return si
 }
 
-// wanDelay is the one-way delay of the WAN: the links between PEs.
-func (f *File) wanDelay(g *graph) time.Duration {
-	var d time.Duration
-	seen := map[int]bool{}
-	for _, e := range g.edges {
-		if e.wan && !seen[e.link] {
-			seen[e.link] = true
-			d += f.Links[e.link].Delay
-		}
-	}
-	return d
-}
-
 // pathDelay is the one-way delay of the path's slowest branch from n: a
-// link's delay counts once (half on each side of its relay).
+// link's delay counts once (half on each side of its relay; a deploy
+// plan's link, whose netem delays both ends' egress, whole).
 func (f *File) pathDelay(path []hop, n string) time.Duration {
 	from := map[string][]*edge{}
 	for _, h := range path {
@@ -896,10 +897,9 @@ func (f *File) pathDelay(path []hop, n string) time.Duration {
 		}
 		var worst time.Duration
 		for _, e := range from[x] {
-			l := &f.Links[e.link]
-			d := l.Delay
-			if l.relayed() {
-				d /= 2
+			d := f.Links[e.link].Delay
+			if strings.HasPrefix(e.node[0], relayPrefix) || strings.HasPrefix(e.node[1], relayPrefix) {
+				d /= 2 // the link's two halves; a deploy plan's netem is per end
 			}
 			if next := e.node[e.other(x)]; next != x {
 				d += walk(next, depth+1)

@@ -29,7 +29,7 @@ type Result struct {
 	Variant string    `json:"variant,omitempty"`
 	Run     int       `json:"run,omitempty"`
 	Start   time.Time `json:"start"`
-	// Seconds is from the first flow's start to the last one's end.
+	// Seconds is from the run's start to the last flow's end.
 	Seconds float64 `json:"seconds"`
 	// TimelineScale is what RunOptions.Duration multiplied the flows'
 	// starts and timed durations by (1: as written).
@@ -145,7 +145,8 @@ type SeriesResult struct {
 	// Late started after their every slot: the previous instance ran over.
 	Late int `json:"late,omitempty"`
 	// FCTS is the completed instances' FCTs (seconds), FCTRatio their
-	// FCT over ideal (the size at the flow's bottleneck rate).
+	// FCT over ideal (the size at the flow's bottleneck rate plus the
+	// path's base RTT).
 	FCTS      stats.Dist       `json:"fct_s"`
 	FCTRatio  stats.Dist       `json:"fct_ratio"`
 	Instances []InstanceResult `json:"instances"`
@@ -153,7 +154,11 @@ type SeriesResult struct {
 
 // InstanceResult is one instance of a series.
 type InstanceResult struct {
+	// StartS is when the instance started (its connection or QP setup
+	// first), EndS when it returned; Seconds is its data's time, the last
+	// Seconds before EndS (for a sized instance its FCT).
 	StartS    float64 `json:"start_s"`
+	EndS      float64 `json:"end_s"`
 	SizeBytes uint64  `json:"size_bytes,omitempty"`
 	Bytes     uint64  `json:"bytes"`
 	Seconds   float64 `json:"seconds"`
@@ -218,7 +223,10 @@ type PEResult struct {
 	ReactionP50MS float64      `json:"reaction_p50_ms,omitempty"`
 	ReactionP99MS float64      `json:"reaction_p99_ms,omitempty"`
 	Tunnel        tunnel.Stats `json:"tunnel"`
-	Error         string       `json:"error,omitempty"`
+	// AgentFailed: the agent stopped before the run's end (Error says
+	// why); the run fails with ErrAgentFailed.
+	AgentFailed bool   `json:"agent_failed,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // peResult reads PE i.
@@ -236,6 +244,12 @@ func (r *runner) peResult(i int, pp *PEPlan) PEResult {
 	for _, a := range r.agents {
 		if a.node != pp.Node {
 			continue
+		}
+		select {
+		case <-a.done: // before teardown: it died
+			out.AgentFailed = true
+			errs = append(errs, fmt.Sprintf("agent stopped during the run: %v", a.err))
+		default:
 		}
 		st := a.ag.Stats()
 		out.Agent, out.AgentStats = pp.Agent.Mode.String(), &st
@@ -368,8 +382,7 @@ func flowResult(fr *flowRun) FlowResult {
 	s.NotRun = fl.Count - len(ins)
 	s.FCTS, s.FCTRatio = stats.Summarize(fcts), stats.Summarize(ratios)
 	out.Series = s
-	last := ins[len(ins)-1]
-	out.Seconds = last.StartS + last.Seconds - ins[0].StartS
+	out.Seconds = ins[len(ins)-1].EndS - ins[0].StartS
 	if busy > 0 {
 		out.GoodputBps = float64(out.Bytes) * 8 / busy
 	}
@@ -384,7 +397,7 @@ func flowResult(fr *flowRun) FlowResult {
 
 // instanceResult is one instance's outcome; its counters add to out's.
 func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceResult {
-	in := InstanceResult{StartS: ir.start.Seconds(), SizeBytes: ir.size, Late: ir.late}
+	in := InstanceResult{StartS: ir.start.Seconds(), EndS: ir.end.Seconds(), SizeBytes: ir.size, Late: ir.late}
 	if ir.err != nil {
 		in.Error = ir.err.Error()
 	}

@@ -30,6 +30,10 @@ import (
 // failed (its FlowResult.Error says why).
 var ErrFlowsFailed = errors.New("labfile: flows failed")
 
+// ErrAgentFailed is wrapped by Run's error when a PE's agent stopped
+// during the run: what the run measured is not what the file describes.
+var ErrAgentFailed = errors.New("labfile: a pe agent failed")
+
 // Bounds of a run.
 const (
 	// drainGrace is how long past its planned end a flow may take to
@@ -38,6 +42,9 @@ const (
 	// sizedSlack: a sized flow is cut at this many times its ideal FCT
 	// (plus drainGrace) from its start.
 	sizedSlack = 10
+	// minSizedBudget is the least a sized instance may take (before
+	// drainGrace): connection setup, a tcp flow's slow start.
+	minSizedBudget = time.Second
 	// settleWait bounds the wait for the ports to empty after the flows.
 	settleWait = 2 * time.Second
 )
@@ -125,6 +132,11 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		}
 		if werr := res.write(dir); werr != nil {
 			return res, fmt.Errorf("labfile: %w", werr)
+		}
+	}
+	for _, p := range res.PEs {
+		if p.AgentFailed {
+			return res, fmt.Errorf("%w: %s: %s", ErrAgentFailed, p.Node, p.Error)
 		}
 	}
 	if n := res.Failed(); n > 0 {
@@ -326,7 +338,15 @@ func (r *runner) startAgents(ctx context.Context) error {
 		t := r.pes[i]
 		go func() {
 			defer close(a.done)
+			defer func() {
+				if v := recover(); v != nil {
+					a.err = fmt.Errorf("panic: %v", v)
+				}
+			}()
 			a.err = ag.Run(actx, t)
+			if a.err != nil && actx.Err() == nil {
+				r.log.Error("pe agent stopped", "pe", a.node, "err", a.err)
+			}
 		}()
 		r.log.Info("pe agent runs", "pe", pp.Node, "mode", pp.Agent.Mode)
 	}
@@ -374,6 +394,11 @@ func (r *runner) startServers(ctx context.Context) error {
 		r.served.Add(1)
 		go func() {
 			defer r.served.Done()
+			defer func() {
+				if v := recover(); v != nil {
+					r.log.Error("server panicked", "node", sp.Node, "transport", sp.Transport, "panic", v)
+				}
+			}()
 			if err := s.Serve(sctx); err != nil && sctx.Err() == nil {
 				r.log.Warn("server stopped", "node", sp.Node, "transport", sp.Transport, "err", err)
 			}
@@ -437,6 +462,7 @@ type flowRun struct {
 // instanceRun is one instance of a flow.
 type instanceRun struct {
 	start  time.Duration // from the run's start, as it started
+	end    time.Duration // when it returned, its report in
 	size   uint64
 	late   bool // started after its every slot
 	report *perf.Report
@@ -538,7 +564,7 @@ func (r *runner) instanceBudget(fp *FlowPlan, size uint64) time.Duration {
 	if size == 0 {
 		return r.scaled(fp.duration()) + drainGrace
 	}
-	return time.Duration(sizedSlack*fp.idealFCT(size).Seconds()*float64(time.Second)) + drainGrace
+	return max(time.Duration(sizedSlack*fp.idealFCT(size).Seconds()*float64(time.Second)), minSizedBudget) + drainGrace
 }
 
 // seriesBudget bounds a flow's every instance, from its start.
@@ -606,6 +632,9 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 				fr.instances = append(fr.instances, instanceRun{err: fmt.Errorf("panic: %v", v)})
 			})
 		}
+		if fr.sizes == nil && r.timedLeft.Add(-1) == 0 {
+			r.busyOnce.Do(func() { r.busy = r.snapshotSent(t0) })
+		}
 	}()
 	n := max(len(fr.sizes), 1)
 	next := fr.start
@@ -614,11 +643,7 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 		late := false
 		if wait := time.Until(t0.Add(next)); wait > 0 {
 			select {
-			case <-ctx.Done():
-				fr.set(func(fr *flowRun) {
-					fr.instances = append(fr.instances, instanceRun{start: next, err: fmt.Errorf("not started: %w", context.Cause(ctx))})
-				})
-				failed = true
+			case <-ctx.Done(): // the rest did not run (SeriesResult.NotRun)
 			case <-time.After(wait):
 			}
 		} else if k > 0 && fl.Every != 0 && wait < -time.Millisecond {
@@ -638,6 +663,7 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 			r.log.Info("flow starts", "flow", fl.Name, "from", fl.From, "to", fl.To, "transport", fl.Transport, "cc", fl.CC, "count", n)
 		}
 		r.runInstance(ctx, fr, &in)
+		in.end = time.Since(t0)
 		fr.set(func(fr *flowRun) { fr.instances = append(fr.instances, in) })
 		if in.err != nil {
 			failed = true
@@ -658,9 +684,6 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 			fr.state = stateFailed
 		}
 	})
-	if fr.sizes == nil && r.timedLeft.Add(-1) == 0 {
-		r.busyOnce.Do(func() { r.busy = r.snapshotSent(t0) })
-	}
 	if !failed {
 		r.log.Info("flow done", "flow", fl.Name)
 	}
@@ -705,6 +728,8 @@ func (r *runner) cutOrInterrupted(ctx, fctx context.Context, budget time.Duratio
 	switch {
 	case ctx.Err() == nil && fctx.Err() != nil:
 		return fmt.Errorf("cut after %v: not finished within its budget", budget)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return errors.New("cut at the run's deadline: the flows' budgets ran out")
 	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
 	}

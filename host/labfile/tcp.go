@@ -69,8 +69,9 @@ func checkTCPCC(name string) error {
 var tcpRegistrations atomic.Uint32
 
 // resolveTCP maps every tcp flow's congestion control to the kernel's
-// name: dctcp to the kernel's if it has one, else to the project's BPF
-// DCTCP, registered here for the run (closed by teardown). Others must be
+// name: dctcp to the kernel's if it has one (loaded, or a module it loads
+// now), else to the project's BPF DCTCP, registered here for the run
+// (closed by teardown). Others must be
 // in the kernel (a module autoloads on first use).
 func (r *runner) resolveTCP() error {
 	r.tcpCC = map[string]string{}
@@ -85,6 +86,10 @@ func (r *runner) resolveTCP() error {
 		}
 		if slices.Contains(avail, cc) {
 			r.tcpCC[cc] = cc
+			continue
+		}
+		if cc == CCDCTCP && probeTCPCC(cc) == nil {
+			r.tcpCC[cc] = cc // the kernel's, its module loaded now
 			continue
 		}
 		if cc == CCDCTCP {
@@ -179,6 +184,7 @@ func (s *tcpServer) Serve(ctx context.Context) error {
 		s.conns.Add(1)
 		go func() {
 			defer s.conns.Done()
+			defer func() { _ = recover() }() // a sink's panic loses its flow, not the run's teardown
 			s.sink(c)
 			s.mu.Lock()
 			delete(s.open, c)

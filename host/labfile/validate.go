@@ -3,6 +3,7 @@
 package labfile
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -131,6 +132,10 @@ func (f *File) validate() error {
 		}
 		vp, err := newPlan(vf, false)
 		if err != nil {
+			var ce *conf.Error
+			if errors.As(err, &ce) {
+				ce.Allowed += fmt.Sprintf(" (in variant %s)", f.Variants[i].Name)
+			}
 			return err
 		}
 		p.Variants = append(p.Variants, VariantPlan{Name: f.Variants[i].Name, Plan: vp})
@@ -157,7 +162,7 @@ func (f *File) withVariant(i int, byName map[string]int) (*File, error) {
 			return nil, conf.Errorf(conf.Join(p, "name"), o.Name, "is a %s; a variant changes pes (decap, agent)", f.Nodes[k].Kind)
 		}
 		if prev, dup := seen[o.Name]; dup {
-			return nil, conf.Errorf(conf.Join(p, "name"), o.Name, "given twice (also nodes[%d])", prev)
+			return nil, conf.Errorf(conf.Join(p, "name"), o.Name, "given twice (also variants[%d].nodes[%d])", i, prev)
 		}
 		seen[o.Name] = j
 		if err := checkPEFields(p, o.Name, KindPE, o.Decap, o.Agent); err != nil {
@@ -224,6 +229,29 @@ func checkPEFields(p, name, kind, decap string, a *PEAgent) error {
 	}
 	if a.RTT < 0 || a.RTT > 10*time.Second {
 		return conf.Errorf(conf.Join(ap, "rtt"), units.FormatDuration(a.RTT), "want 0..10s (default: twice the WAN links' delay)")
+	}
+	return nil
+}
+
+// checkAgent checks what pe.New will: a rate agent's reaction point (its
+// timers at the RTT, its least rate) and a limiter that can be set there.
+func checkAgent(c *pe.Config) error {
+	if c.Mode != pe.RateLimit {
+		return nil
+	}
+	minRate := c.MinRate
+	if minRate == 0 {
+		minRate = c.LineRate / 10
+	}
+	if minRate < qdisc.MinRate {
+		return fmt.Errorf("min_rate %s (default line_rate / 10): want at least %s, the limiter port's minimum", minRate, qdisc.MinRate)
+	}
+	rtt := c.RTT
+	if rtt == 0 {
+		return fmt.Errorf("rtt: the pes' path has no delay to default it from; give rtt (over 1ms, the reaction point's min_time_between_cnps, up to 131ms)")
+	}
+	if err := pe.WANParams(c.LineRate, minRate, rtt).Validate(); err != nil {
+		return fmt.Errorf("rtt %s (default: twice the delay between the pes) gives the reaction point %v", units.FormatDuration(rtt), err)
 	}
 	return nil
 }
@@ -420,9 +448,10 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			field string
 			set   bool
 		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"streams", fl.Streams != 0},
-			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0}} {
+			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0},
+			{"line_rate", fl.LineRate != 0}} {
 			if o.set {
-				return conf.Errorf(fp(o.field), "", "not for a tcp flow (one connection; the links' MTUs set its segments)")
+				return conf.Errorf(fp(o.field), "", "not for a tcp flow (one kernel connection: the kernel paces it, the links' MTUs set its segments)")
 			}
 		}
 		if fl.DSCP < 0 || fl.DSCP > 63 {
