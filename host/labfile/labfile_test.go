@@ -200,6 +200,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte(base))
+	f.Add([]byte(experimentFile))
 	f.Add([]byte("nodes: [{name: a, kind: pe, peer: a}]\nlinks: [{a: a, b: a}]\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		file, err := Parse("f.yaml", b)
