@@ -128,6 +128,29 @@ type Lab struct {
 	nodes  []*Node
 	byName map[string]*Node
 	delays []*link.Delay // closed before the nodes
+	spec   Spec          // as built: ReplaceRoute resolves devices in it
+}
+
+// ReplaceRoute replaces rs.Node's route to rs.Dst by one over rs.Via and
+// rs.Vias (ECMP with more than one), each out of the device of the
+// node's link whose subnet holds it, as Build installs routes: for a lab
+// whose traffic moves while it runs (a PE's reroute agent).
+func (l *Lab) ReplaceRoute(rs RouteSpec) error {
+	l.mu.Lock()
+	n, ok := l.byName[rs.Node]
+	closed := l.closed
+	l.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case !ok:
+		return fmt.Errorf("lab: ReplaceRoute: no node %q", rs.Node)
+	}
+	hops := l.spec.hops(rs)
+	if len(hops) != 1+len(rs.Vias) {
+		return fmt.Errorf("lab: ReplaceRoute: %s: a next hop of %s via %s and %v is on none of its links", rs.Node, rs.Dst, rs.Via, rs.Vias)
+	}
+	return n.routeVia(rs.Dst, hops)
 }
 
 // Build creates the topology described by spec. On error nothing it created
@@ -141,7 +164,7 @@ func Build(spec Spec) (*Lab, error) {
 	// Best effort: a sweep failure must not stop a test that would work.
 	_, _ = SweepStale()
 
-	l := &Lab{byName: make(map[string]*Node, len(spec.Nodes))}
+	l := &Lab{byName: make(map[string]*Node, len(spec.Nodes)), spec: spec}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := register(l); err != nil {

@@ -73,13 +73,13 @@ type RunSummary struct {
 // run with failed flows counts, without them (FlowsFailed says how many
 // runs had one).
 type VariantSummary struct {
-	Name   string        `json:"name"`
-	Runs        int `json:"runs"`
-	Failed      int `json:"failed"`
-	FlowsFailed int `json:"flows_failed_runs,omitempty"`
-	Ports  []PortSummary `json:"ports"`
-	Flows  []FlowSummary `json:"flows"`
-	PEs    []PESummary   `json:"pes,omitempty"`
+	Name        string        `json:"name"`
+	Runs        int           `json:"runs"`
+	Failed      int           `json:"failed"`
+	FlowsFailed int           `json:"flows_failed_runs,omitempty"`
+	Ports       []PortSummary `json:"ports"`
+	Flows       []FlowSummary `json:"flows"`
+	PEs         []PESummary   `json:"pes,omitempty"`
 }
 
 // PESummary is a PE agent's work over the runs.
@@ -91,6 +91,8 @@ type PESummary struct {
 	// MinRateBps is the least rate the limiter was set to.
 	MinRateBps    stats.Stat `json:"min_rate_bps"`
 	ReactionP50MS stats.Stat `json:"reaction_p50_ms"`
+	// Spills counts a reroute agent's moves onto every path.
+	Spills stats.Stat `json:"spills"`
 }
 
 // PortSummary is a watched port's metrics over the runs.
@@ -292,7 +294,10 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 				}
 				return float64(p.AgentStats.MinRate)
 			}),
-			ReactionP50MS: pe(func(p *PEResult) float64 { return orNaN(p.ReactionP50MS, int(p.AgentStats.RateUpdates)) }),
+			ReactionP50MS: pe(func(p *PEResult) float64 {
+				return orNaN(p.ReactionP50MS, int(p.AgentStats.RateUpdates+p.AgentStats.Spills))
+			}),
+			Spills: pe(func(p *PEResult) float64 { return float64(p.AgentStats.Spills) }),
 		})
 	}
 	// Flows by group, in the order groups first appear.
@@ -517,11 +522,12 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 		}
 	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.PEs) > 0 }) {
-		fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %16s\n", "variant", "pe agent", "light CNPs", "rate changes", "least rate", "reaction p50")
+		fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %10s %16s\n", "variant", "pe agent", "light CNPs", "rate changes", "least rate", "spills", "reaction p50")
 		for _, v := range c.Summary {
 			for _, p := range v.PEs {
-				fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %16s\n", orName(v.Name, c.Name), p.Node+" "+p.Agent,
-					statText(p.LightCNPs, 1, "%.0f"), statText(p.RateUpdates, 1, "%.0f"), statText(p.MinRateBps, 1e-6, "%.1fMb/s"), statText(p.ReactionP50MS, 1, "%.2fms"))
+				fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %10s %16s\n", orName(v.Name, c.Name), p.Node+" "+p.Agent,
+					statText(p.LightCNPs, 1, "%.0f"), statText(p.RateUpdates, 1, "%.0f"), statText(p.MinRateBps, 1e-6, "%.1fMb/s"),
+					statText(p.Spills, 1, "%.0f"), statText(p.ReactionP50MS, 1, "%.2fms"))
 			}
 		}
 	}

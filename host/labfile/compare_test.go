@@ -175,14 +175,31 @@ func TestPlanWANVariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := f.Plan()
-	if len(base.Ports) != 1 || base.PEs[0].Agent == nil || base.PEs[0].Agent.Mode != pe.Observe || base.PEs[0].Config.TwoThreshold {
-		t.Errorf("the file's plan: ports %d, pe1 %+v", len(base.Ports), base.PEs[0])
+	if len(base.Ports) != 2 || len(base.PEs) != 4 || base.PEs[0].Agent == nil || base.PEs[0].Agent.Mode != pe.Observe || base.PEs[0].Config.TwoThreshold {
+		t.Fatalf("the file's plan: ports %d, PEs %+v", len(base.Ports), base.PEs)
+	}
+	// Two tunnel paths per pe; both route the other DC over path 1.
+	for i, want := range []struct {
+		node, dev string
+		path      int
+	}{{"pe1", "core", 0}, {"pe1", "core2", 1}, {"pe2", "core", 0}, {"pe2", "core2", 1}} {
+		if pp := base.PEs[i]; pp.Node != want.node || pp.Dev != want.dev || pp.Path != want.path || (pp.Path == 1 && (pp.Agent != nil || pp.Spill != nil)) {
+			t.Errorf("PEs[%d]: %s:%s path %d", i, pp.Node, pp.Dev, pp.Path)
+		}
+	}
+	if u := base.PEs[0].Unspill; len(u) != 6 || len(base.PEs[0].Spill) != 6 || len(base.PEs[0].Spill[0].Vias) != 1 {
+		t.Errorf("unspill %v, spill %v", u, base.PEs[0].Spill)
+	}
+	for _, rs := range base.Spec.Routes {
+		if rs.Node == "pe1" && rs.Dst.String() == "198.18.9.0/24" && (rs.Via.String() != "198.18.4.2" || len(rs.Vias) != 0) {
+			t.Errorf("pe1's route to r's subnet: %+v; want path 1's relay only", rs)
+		}
 	}
 	vp := base.Variants[1].Plan
-	if base.Variants[1].Name != "pe-rate" || len(vp.Ports) != 2 {
+	if base.Variants[1].Name != "pe-rate" || len(vp.Ports) != 3 {
 		t.Fatalf("pe-rate: %+v", vp.Ports)
 	}
-	lim := vp.Ports[1]
+	lim := vp.Ports[2]
 	if lim.Name != "pe1:core" || !lim.Limiter || lim.Config.Rate != 150e6 || lim.PeerNode != "_l4" || lim.Config.Classes[3].MaxThBytes != 180<<10 {
 		t.Errorf("the limiter: %+v", lim)
 	}
@@ -190,17 +207,21 @@ func TestPlanWANVariants(t *testing.T) {
 	if vp.PEs[0].Node != "pe1" || a == nil || a.Mode != pe.RateLimit || a.LineRate != 150e6 || a.RTT != 10*time.Millisecond {
 		t.Errorf("pe1's agent: %+v (the RTT: twice the WAN's 5 ms)", a)
 	}
-	if !vp.PEs[0].Config.TwoThreshold || !vp.PEs[1].Config.TwoThreshold || vp.PEs[1].Agent != nil {
+	if !vp.PEs[0].Config.TwoThreshold || !vp.PEs[2].Config.TwoThreshold || vp.PEs[2].Agent != nil || vp.PEs[1].Agent != nil {
 		t.Errorf("pe-rate's PEs: %+v", vp.PEs)
+	}
+	if c := vp.Ports[0].Config.Classes[3]; c.ECN != qdisc.ECNTwoThreshold || c.TwoThreshold.NotifyInterval != time.Millisecond || c.LimitBytes != 4<<20 {
+		t.Errorf("the WAN port in pe-rate: %+v", c)
+	}
+	rr := base.Variants[2].Plan
+	if a := rr.PEs[0].Agent; base.Variants[2].Name != "reroute" || a == nil || a.Mode != pe.Reroute || len(rr.Ports) != 2 {
+		t.Errorf("reroute: agent %+v, ports %d", a, len(rr.Ports))
 	}
 	if _, err := f.Deploy("pe1"); err == nil || !strings.Contains(err.Error(), "nodes[4].agent: fabriclabd does not run a pe's agent") {
 		t.Errorf("Deploy pe1 with an agent: %v", err)
 	}
-	if d, err := f.Deploy("pe2"); err != nil || len(d.PEs) != 1 {
+	if d, err := f.Deploy("pe2"); err != nil || len(d.PEs) != 2 {
 		t.Errorf("Deploy pe2: %v", err)
-	}
-	if c := vp.Ports[0].Config.Classes[3]; c.ECN != qdisc.ECNTwoThreshold || c.TwoThreshold.NotifyInterval != time.Millisecond || c.LimitBytes != 4<<20 {
-		t.Errorf("the WAN port in pe-rate: %+v", c)
 	}
 }
 

@@ -144,10 +144,11 @@ const (
 
 // PEAgent is a tunnel PE's agent (host/pe.Config).
 type PEAgent struct {
-	// Mode is observe (count the notifications) or rate (cut the
-	// tunnel's rate on a light CNP: a limiter port on the PE's WAN device,
+	// Mode is observe (count the notifications), rate (cut the tunnel's
+	// rate on a light CNP: a limiter port on the PE's first WAN device,
 	// "pe:dev" in ports, driven by a DCQCN reaction point at the WAN's
-	// RTT).
+	// RTT) or reroute (spread the tunnel over every WAN path on a light
+	// CNP, back to path 1 when they stop: a pe linked into the WAN twice).
 	Mode string `yaml:"mode"`
 	// LineRate is the limiter's rate, where the agent starts and
 	// recovers to. Required with rate.

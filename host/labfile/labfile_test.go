@@ -155,14 +155,14 @@ func TestPEErrors(t *testing.T) {
 	for _, c := range []struct{ old, new, want string }{
 		{"{name: pe2, kind: pe, peer: pe1}", "{name: pe2, kind: pe, peer: pe3}", `wan.yaml:12: nodes[3].peer: "pe2": pe2's peer is "pe3"; the two pes of a tunnel name each other`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe1}", `nodes[3].peer: "pe1": a pe's peer is another pe, not itself`},
-		{"{a: pe2, b: sw2, mtu: 9000}", "{a: pe2, b: sw2, mtu: 9000}\n  - {a: pe2, b: core, mtu: 9000}", `nodes[5].kind: "pe": pe2 has two links toward pe1`},
+		{"{a: pe2, b: sw2, mtu: 9000}", "{a: pe2, b: sw2, mtu: 9000}\n  - {a: pe2, b: core, mtu: 9000}", `nodes[3].kind: "pe": pe1 has 1 WAN links and pe2 2; the k-th WAN links of the two pes make tunnel path k: give them as many, at most 2`},
 		{"{a: pe2, b: sw2, mtu: 9000}\n  - {a: sw2, b: r1, mtu: 9000}", "{a: core, b: sw2, mtu: 9000}\n  - {a: sw2, b: r1, mtu: 9000}", `nodes[5].kind: "pe": pe2 has no data centre behind it`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, decap: 6040}", `nodes[3].decap: "6040": want rfc6040 or two-threshold (default rfc6040)`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: rate}}", `nodes[3].agent.line_rate: required with mode rate: the limiter's rate, where the agent starts`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: rate, line_rate: 100mbit, min_rate: 200mbit}}", `nodes[3].agent.min_rate: "200mbit": want 640kbit..100mbit, below line_rate (default line_rate / 10)`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: observe, line_rate: 100mbit}}", `nodes[3].agent.line_rate: only with mode rate (the limiter's)`},
-		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: reroute}}", `nodes[3].agent.mode: "reroute": needs a second WAN path per pe`},
-		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: fast}}", `nodes[3].agent.mode: "fast": want none, observe or rate`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: reroute}}", `nodes[3].agent.mode: "reroute": reroute spreads the tunnel over a second WAN path: link pe1 and pe2 into the WAN twice`},
+		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: fast}}", `nodes[3].agent.mode: "fast": want none, observe, rate or reroute`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: rate, line_rate: 100mbit, rtt: 200ms}}", `nodes[3].agent: rtt 200ms (default: twice the delay between the pes) gives the reaction point`},
 		{"{name: pe1, kind: pe, peer: pe2}", "{name: pe1, kind: pe, peer: pe2, agent: {mode: rate, line_rate: 5mbit}}", `nodes[3].agent: min_rate 500kbit (default line_rate / 10): want at least 640kbit`},
 	} {

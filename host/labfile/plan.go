@@ -24,6 +24,9 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
+// MaxWANPaths is the most WAN links a pe has: tunnel paths to its peer.
+const MaxWANPaths = 2
+
 // Side-channel TCP ports of the servers: RoCEv2's is perftest's; UET's
 // server listens beside it, as one node may serve both.
 const (
@@ -105,7 +108,13 @@ type VariantPlan struct {
 // PEPlan is a tunnel PE on a PE node's WAN device.
 type PEPlan struct {
 	Node, Dev string
-	Config    tunnel.Config
+	// Path is the tunnel path: the PE's Path-th WAN link (from 0).
+	Path   int
+	Config tunnel.Config
+	// Unspill and Spill are, on path 0's PEs of a pair with more than one
+	// path, both PEs' routes to the other data centre over path 1 only
+	// (as built) and over every path (a reroute agent's spill).
+	Unspill, Spill []lab.RouteSpec
 	// Agent is the PE's agent, or nil; a rate agent's limiter is the
 	// port on Dev (a PortPlan with Limiter).
 	Agent *pe.Config
@@ -267,6 +276,15 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 		})
 	}
 	p.Spec.Routes = g.routes(dcOf)
+	for _, pp := range p.PEs {
+		for _, u := range pp.Unspill {
+			for k, rs := range p.Spec.Routes {
+				if rs.Node == u.Node && rs.Dst == u.Dst {
+					p.Spec.Routes[k] = u
+				}
+			}
+		}
+	}
 
 	if err := f.planPorts(g, p); err != nil {
 		return nil, err
@@ -487,8 +505,8 @@ func (f *File) tunnels(g *graph) ([]PEPlan, map[string]string, error) {
 			touches := [2]bool{}
 			for _, m := range c {
 				for _, e := range g.adj[m] {
-					for k, pe := range pair {
-						if e.node[e.other(m)] == pe {
+					for k, pn := range pair {
+						if e.node[e.other(m)] == pn {
 							touches[k] = true
 						}
 					}
@@ -509,28 +527,35 @@ func (f *File) tunnels(g *graph) ([]PEPlan, map[string]string, error) {
 				}
 			}
 		}
-		// The WAN device of each PE, and the subnets behind each.
-		var wanEdge [2]*edge
+		// The WAN devices of each PE (its links into the WAN, in file
+		// order: the k-th of each PE make tunnel path k), and the subnets
+		// behind each.
+		var wanEdges [2][]*edge
 		behind := [2][]netip.Prefix{}
-		for k, pe := range pair {
-			field := conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "kind")
-			for _, e := range g.adj[pe] {
-				y := e.node[e.other(pe)]
-				if y == pair[1-k] || side[y] == "wan" {
-					if wanEdge[k] != nil {
-						return nil, nil, conf.Errorf(field, KindPE, "%s has two links toward %s (devices %s and %s); a pe has one WAN link", pe, pair[1-k], wanEdge[k].dev[wanEdge[k].other(y)], e.dev[e.other(y)])
-					}
-					wanEdge[k] = e
+		for k, pn := range pair {
+			field := conf.Join(conf.Index("nodes", peIndex(f, pn, i)), "kind")
+			for _, e := range g.adj[pn] {
+				if y := e.node[e.other(pn)]; y == pair[1-k] || side[y] == "wan" {
+					wanEdges[k] = append(wanEdges[k], e)
 				}
 			}
-			if wanEdge[k] == nil {
-				return nil, nil, conf.Errorf(field, KindPE, "%s has no path to its peer %s that avoids both data centres; link them through a WAN", pe, pair[1-k])
+			if len(wanEdges[k]) == 0 {
+				return nil, nil, conf.Errorf(field, KindPE, "%s has no path to its peer %s that avoids both data centres; link them through a WAN", pn, pair[1-k])
+			}
+		}
+		if n0, n1 := len(wanEdges[0]), len(wanEdges[1]); n0 != n1 || n0 > MaxWANPaths {
+			return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", i), "kind"), KindPE, "%s has %d WAN links and %s %d; the k-th WAN links of the two pes make tunnel path k: give them as many, at most %d", pair[0], n0, pair[1], n1, MaxWANPaths)
+		}
+		isWAN := map[*edge]bool{}
+		for _, es := range wanEdges {
+			for _, e := range es {
+				isWAN[e] = true
 			}
 		}
 		for _, e := range g.edges {
 			t0, t1 := sideOf(side, pair, e.node[0]), sideOf(side, pair, e.node[1])
 			switch {
-			case e == wanEdge[0] || e == wanEdge[1] || t0 == "wan" || t1 == "wan":
+			case isWAN[e] || t0 == "wan" || t1 == "wan":
 				e.wan = true
 			case t0 == pair[0] || t1 == pair[0]:
 				behind[0] = append(behind[0], e.subnet)
@@ -538,37 +563,60 @@ func (f *File) tunnels(g *graph) ([]PEPlan, map[string]string, error) {
 				behind[1] = append(behind[1], e.subnet)
 			}
 		}
-		for k, pe := range pair {
+		for k, pn := range pair {
 			if len(behind[k]) == 0 {
-				return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "kind"), KindPE, "%s has no data centre behind it: link it to a switch or host on the side away from %s", pe, pair[1-k])
+				return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", peIndex(f, pn, i)), "kind"), KindPE, "%s has no data centre behind it: link it to a switch or host on the side away from %s", pn, pair[1-k])
 			}
 		}
-		for k, pe := range pair {
-			we, pw := wanEdge[k], wanEdge[1-k]
-			cfg := tunnel.Config{Local: we.addr[1-we.other(pe)].Addr()}
-			remote := pw.addr[1-pw.other(pair[1-k])].Addr()
-			for _, s := range behind[1-k] {
-				cfg.Routes = append(cfg.Routes, tunnel.Route{Prefix: s, Remote: remote})
-			}
-			if err := cfg.Validate(); err != nil {
-				return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "kind"), KindPE, "the tunnel: %v", err)
-			}
-			node := &f.Nodes[peIndex(f, pe, i)]
-			cfg.TwoThreshold = node.Decap == DecapTwoThreshold
-			pp := PEPlan{Node: pe, Dev: we.dev[1-we.other(pe)], Config: cfg}
-			if a := node.Agent; a != nil {
-				// The default RTT: there and back between this pair's
-				// WAN devices.
-				var wanRTT time.Duration
-				if path, ok := g.path(pe, remote); ok {
-					wanRTT = 2 * f.pathDelay(path, pe)
+		// With more than one path, both pes route the other data centre
+		// over path 1; a reroute agent spreads it over all (ECMP) and back.
+		var unspill, spill []lab.RouteSpec
+		if len(wanEdges[0]) > 1 {
+			for k, pn := range pair {
+				var gws []netip.Addr
+				for _, e := range wanEdges[k] {
+					gws = append(gws, e.addr[e.other(pn)].Addr())
 				}
-				pp.Agent = a.config(wanRTT)
-				if err := checkAgent(pp.Agent); err != nil {
-					return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", peIndex(f, pe, i)), "agent"), "", "%s", oneLine(err))
+				for _, s := range behind[1-k] {
+					unspill = append(unspill, lab.RouteSpec{Node: pn, Dst: s, Via: gws[0]})
+					spill = append(spill, lab.RouteSpec{Node: pn, Dst: s, Via: gws[0], Vias: gws[1:]})
 				}
 			}
-			out = append(out, pp)
+		}
+		for k, pn := range pair {
+			ni := peIndex(f, pn, i)
+			node := &f.Nodes[ni]
+			for j, we := range wanEdges[k] {
+				pw := wanEdges[1-k][j]
+				cfg := tunnel.Config{Local: we.addr[1-we.other(pn)].Addr(), TwoThreshold: node.Decap == DecapTwoThreshold}
+				remote := pw.addr[1-pw.other(pair[1-k])].Addr()
+				for _, s := range behind[1-k] {
+					cfg.Routes = append(cfg.Routes, tunnel.Route{Prefix: s, Remote: remote})
+				}
+				if err := cfg.Validate(); err != nil {
+					return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", ni), "kind"), KindPE, "the tunnel: %v", err)
+				}
+				pp := PEPlan{Node: pn, Dev: we.dev[1-we.other(pn)], Path: j, Config: cfg}
+				if j == 0 {
+					pp.Unspill, pp.Spill = unspill, spill
+				}
+				if a := node.Agent; a != nil && j == 0 {
+					// The default RTT: there and back between this pair's
+					// WAN devices on path 1.
+					var wanRTT time.Duration
+					if path, ok := g.path(pn, remote); ok {
+						wanRTT = 2 * f.pathDelay(path, pn)
+					}
+					pp.Agent = a.config(wanRTT)
+					if pp.Agent != nil && pp.Agent.Mode == pe.Reroute && len(wanEdges[k]) < 2 {
+						return nil, nil, conf.Errorf(conf.Join(conf.Join(conf.Index("nodes", ni), "agent"), "mode"), a.Mode, "reroute spreads the tunnel over a second WAN path: link %s and %s into the WAN twice (the k-th WAN links make path k)", pair[0], pair[1])
+					}
+					if err := checkAgent(pp.Agent); err != nil {
+						return nil, nil, conf.Errorf(conf.Join(conf.Index("nodes", ni), "agent"), "", "%s", oneLine(err))
+					}
+				}
+				out = append(out, pp)
+			}
 		}
 		maps.Copy(dcOf, side)
 	}

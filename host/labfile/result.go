@@ -214,6 +214,7 @@ type PortResult struct {
 type PEResult struct {
 	Node  string `json:"node"`
 	Dev   string `json:"dev"`
+	Path  int    `json:"path"` // the tunnel path, from 0
 	Decap string `json:"decap"`
 	// Agent is the agent's mode ("" without one); AgentStats what it did,
 	// ReactionP50MS/P99MS the time from a light CNP's arrival to the
@@ -231,7 +232,7 @@ type PEResult struct {
 
 // peResult reads PE i.
 func (r *runner) peResult(i int, pp *PEPlan) PEResult {
-	out := PEResult{Node: pp.Node, Dev: pp.Dev, Decap: DecapRFC6040}
+	out := PEResult{Node: pp.Node, Dev: pp.Dev, Path: pp.Path, Decap: DecapRFC6040}
 	if pp.Config.TwoThreshold {
 		out.Decap = DecapTwoThreshold
 	}
@@ -242,7 +243,7 @@ func (r *runner) peResult(i int, pp *PEPlan) PEResult {
 		out.Tunnel = st
 	}
 	for _, a := range r.agents {
-		if a.node != pp.Node {
+		if a.node != pp.Node || a.dev != pp.Dev {
 			continue
 		}
 		select {

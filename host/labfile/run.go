@@ -304,12 +304,31 @@ func (r *runner) warmNeighbours() {
 	time.Sleep(20 * time.Millisecond)
 }
 
+// reroutePaths is a reroute agent's pe.Paths: both PEs' routes to the
+// other data centre over every WAN path (ECMP) or over path 1.
+type reroutePaths struct {
+	lab            *lab.Lab
+	spill, unspill []lab.RouteSpec
+}
+
+func (p reroutePaths) Spill(spill bool) error {
+	routes := p.unspill
+	if spill {
+		routes = p.spill
+	}
+	var errs []error
+	for _, rs := range routes {
+		errs = append(errs, p.lab.ReplaceRoute(rs))
+	}
+	return errors.Join(errs...)
+}
+
 // peAgent is a running PE agent.
 type peAgent struct {
-	node string
-	ag   *pe.Agent
-	done chan struct{}
-	err  error // Run's, once done is closed
+	node, dev string
+	ag        *pe.Agent
+	done      chan struct{}
+	err       error // Run's, once done is closed
 }
 
 // startAgents runs every PE's agent on its tunnel's notifications until
@@ -329,11 +348,15 @@ func (r *runner) startAgents(ctx context.Context) error {
 			}
 			lim = pe.PortLimiter{Port: r.ports[j]}
 		}
-		ag, err := pe.New(*pp.Agent, lim, nil, pe.Monotonic{})
+		var paths pe.Paths
+		if pp.Agent.Mode == pe.Reroute {
+			paths = reroutePaths{lab: r.lab, spill: pp.Spill, unspill: pp.Unspill}
+		}
+		ag, err := pe.New(*pp.Agent, lim, paths, pe.Monotonic{})
 		if err != nil {
 			return fmt.Errorf("pe %s: agent: %w", pp.Node, err)
 		}
-		a := &peAgent{node: pp.Node, ag: ag, done: make(chan struct{})}
+		a := &peAgent{node: pp.Node, dev: pp.Dev, ag: ag, done: make(chan struct{})}
 		r.agents = append(r.agents, a)
 		t := r.pes[i]
 		go func() {

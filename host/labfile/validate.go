@@ -213,9 +213,8 @@ func checkPEFields(p, name, kind, decap string, a *PEAgent) error {
 			return conf.Errorf(conf.Join(ap, "min_rate"), a.MinRate, "want %s..%s, below line_rate (default line_rate / 10)", qdisc.MinRate, a.LineRate)
 		}
 	case "reroute":
-		return conf.Errorf(conf.Join(ap, "mode"), a.Mode, "needs a second WAN path per pe, which a lab file's pe does not have (make wan-experiment runs it); want none, observe or rate")
 	default:
-		return conf.Errorf(conf.Join(ap, "mode"), a.Mode, "want none, observe or rate")
+		return conf.Errorf(conf.Join(ap, "mode"), a.Mode, "want none, observe, rate or reroute")
 	}
 	if a.Mode != "rate" {
 		for _, f := range []struct {
@@ -262,8 +261,11 @@ func (a *PEAgent) config(wanRTT time.Duration) *pe.Config {
 		return nil
 	}
 	c := &pe.Config{Mode: pe.Observe, RTT: a.RTT}
-	if a.Mode == "rate" {
+	switch a.Mode {
+	case "rate":
 		c.Mode, c.LineRate, c.MinRate = pe.RateLimit, a.LineRate, a.MinRate
+	case "reroute":
+		c.Mode = pe.Reroute
 	}
 	if c.RTT == 0 && wanRTT > 0 {
 		c.RTT = wanRTT
