@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -570,6 +571,31 @@ func (r *runner) run(ctx context.Context) *Result {
 	return res
 }
 
+// stableStats reads a port's counters until two reads in a row agree
+// (until deadline at the latest, and at least once more after it): the
+// counters are read one map at a time, so a stray packet of the lab at
+// rest (a TCP FIN, a neighbour probe) crossing the port during a read
+// tears it, and the identities of qdisc.ClassStats.CheckInvariant hold
+// only for a read that nothing crossed.
+func stableStats(p *qdisc.Port, deadline time.Time) (qdisc.Stats, error) {
+	prev, err := p.Stats()
+	if err != nil {
+		return prev, err
+	}
+	for range 50 {
+		time.Sleep(2 * time.Millisecond)
+		st, err := p.Stats()
+		if err != nil {
+			return st, err
+		}
+		if reflect.DeepEqual(st.Classes, prev.Classes) || time.Now().After(deadline.Add(100*time.Millisecond)) {
+			return st, nil
+		}
+		prev = st
+	}
+	return prev, nil
+}
+
 // scaled is d on the run's timeline.
 func (r *runner) scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * r.scale) }
 
@@ -851,7 +877,7 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 		}
 	}
 	for i, pp := range r.p.Ports {
-		st, err := r.ports[i].Stats()
+		st, err := stableStats(r.ports[i], deadline)
 		pr := PortResult{Name: pp.Name, Node: pp.Node, Dev: pp.Dev, RateBps: uint64(pp.Config.Rate), Watched: pp.Watch}
 		if err != nil {
 			pr.Error = err.Error()
