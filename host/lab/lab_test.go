@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -704,4 +705,63 @@ func deadPid(t *testing.T) int {
 	}
 	t.Fatal("no dead pid found")
 	return 0
+}
+
+// TestReplaceRoute: a node's route moves between one next hop and ECMP
+// over two while the lab runs, each out of the device whose subnet holds
+// the gateway; a gateway on none of the node's links is refused.
+func TestReplaceRoute(t *testing.T) {
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
+	ep := func(node, dev, addr string) Endpoint {
+		return Endpoint{Node: node, Dev: dev, Addr: netip.MustParsePrefix(addr)}
+	}
+	dst := netip.MustParsePrefix("198.18.12.0/24")
+	m1, m2 := netip.MustParseAddr("198.18.10.2"), netip.MustParseAddr("198.18.11.2")
+	l := BuildT(t, Spec{
+		Nodes: []NodeSpec{{Name: "a"}, {Name: "m1", Forwarding: true}, {Name: "m2", Forwarding: true}, {Name: "b"}},
+		Links: []LinkSpec{
+			{A: ep("a", "p1", "198.18.10.1/24"), B: ep("m1", "a", "198.18.10.2/24")},
+			{A: ep("a", "p2", "198.18.11.1/24"), B: ep("m2", "a", "198.18.11.2/24")},
+			{A: ep("m1", "b", "198.18.12.1/24"), B: ep("b", "p1", "198.18.12.2/24")},
+			{A: ep("m2", "b", "198.18.13.1/24"), B: ep("b", "p2", "198.18.13.2/24")},
+		},
+		Routes: []RouteSpec{{Node: "a", Dst: dst, Via: m1}},
+	})
+	nexthops := func() []string {
+		t.Helper()
+		rs, err := l.Node("a").Netlink().RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: prefixToIPNet(dst)}, netlink.RT_FILTER_DST)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("a's routes to %s: %v %v", dst, rs, err)
+		}
+		if len(rs[0].MultiPath) == 0 {
+			return []string{rs[0].Gw.String()}
+		}
+		var out []string
+		for _, nh := range rs[0].MultiPath {
+			out = append(out, nh.Gw.String())
+		}
+		return out
+	}
+	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2"}) {
+		t.Fatalf("as built: %v", got)
+	}
+	if err := l.ReplaceRoute(RouteSpec{Node: "a", Dst: dst, Via: m1, Vias: []netip.Addr{m2}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2", "198.18.11.2"}) {
+		t.Errorf("spread: %v", got)
+	}
+	if err := l.ReplaceRoute(RouteSpec{Node: "a", Dst: dst, Via: m1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2"}) {
+		t.Errorf("back: %v", got)
+	}
+	if err := l.ReplaceRoute(RouteSpec{Node: "a", Dst: dst, Via: netip.MustParseAddr("198.18.12.1")}); err == nil || !strings.Contains(err.Error(), "on none of its links") {
+		t.Errorf("a gateway off a's links: %v", err)
+	}
+	if err := l.ReplaceRoute(RouteSpec{Node: "z", Dst: dst, Via: m1}); err == nil {
+		t.Error("an unknown node was accepted")
+	}
 }
