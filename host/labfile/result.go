@@ -40,6 +40,12 @@ type Result struct {
 	Flows       []FlowResult `json:"flows"`
 	Ports       []PortResult `json:"ports"`
 	PEs         []PEResult   `json:"pes,omitempty"`
+	// HostDrops are each host's UDP receive-buffer drops during the run
+	// (RoCEv2's and UET's packets lost in the receiving host, not the
+	// network); SoftnetDrops the machine's per-CPU input backlog drops
+	// (every namespace's, and any other process's).
+	HostDrops    []HostDrops `json:"host_drops"`
+	SoftnetDrops uint64      `json:"softnet_drops"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -197,6 +203,9 @@ type PortResult struct {
 	// the kernel's, not the port's.
 	HostDroppedPackets uint64  `json:"host_dropped_packets"`
 	HostMeanWaitUS     float64 `json:"host_mean_wait_us"`
+	// QdiscDroppedPackets are the kernel qdisc's own drops (HTB's
+	// leaves), which the port's programs do not see.
+	QdiscDroppedPackets uint64 `json:"qdisc_dropped_packets"`
 	// Utilization is the bits the port sent over its rate × the time: from
 	// the run's start to the last timed flow's end (the load the file
 	// keeps up), or the whole run without timed flows. MeanSojournUS is the
@@ -208,6 +217,12 @@ type PortResult struct {
 	// Stats are the port's counters per class (nil in a comparison's
 	// summary of runs).
 	Stats *qdisc.Stats `json:"stats,omitempty"`
+}
+
+// HostDrops is a host's drops outside the network.
+type HostDrops struct {
+	Node            string `json:"node"`
+	UDPRcvbufErrors uint64 `json:"udp_rcvbuf_errors"`
 }
 
 // PEResult is a tunnel PE's counters and its agent's work after the run.
@@ -584,6 +599,14 @@ func (res *Result) WriteSummary(w io.Writer) {
 		if p.InvariantError != "" {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
 		}
+	}
+	for _, h := range res.HostDrops {
+		if h.UDPRcvbufErrors > 0 {
+			fmt.Fprintf(w, "host %s dropped %d datagrams: its UDP receive buffer was full (a host queue, not the network)\n", h.Node, h.UDPRcvbufErrors)
+		}
+	}
+	if res.SoftnetDrops > 0 {
+		fmt.Fprintf(w, "the kernel dropped %d packets from full per-CPU input backlogs (netdev_max_backlog)\n", res.SoftnetDrops)
 	}
 	for _, l := range res.Links {
 		for _, d := range l.Delays {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -538,6 +539,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	}
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
+	hostDrops0 := r.hostDrops()
 	t0 := time.Now()
 	res.Start = t0
 	var wg sync.WaitGroup
@@ -568,7 +570,39 @@ func (r *runner) run(ctx context.Context) *Result {
 	<-sampled
 	res.Seconds = time.Since(t0).Seconds()
 	r.finish(res, flows, ctx.Err() != nil)
+	for k, v := range r.hostDrops() {
+		if d := v - hostDrops0[k]; d > 0 || k != softnetKey {
+			if k == softnetKey {
+				res.SoftnetDrops = d
+			} else {
+				res.HostDrops = append(res.HostDrops, HostDrops{Node: k, UDPRcvbufErrors: d})
+			}
+		}
+	}
+	slices.SortFunc(res.HostDrops, func(a, b HostDrops) int { return strings.Compare(a.Node, b.Node) })
 	return res
+}
+
+// softnetKey is hostDrops' key of the machine's input backlog drops.
+const softnetKey = ""
+
+// hostDrops reads every host's UDP receive-buffer drops (RcvbufErrors,
+// its namespace's) and, under softnetKey, the machine's per-CPU input
+// backlog drops (lab.SoftnetDrops): the host queues outside the ports.
+func (r *runner) hostDrops() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, n := range r.f.Nodes {
+		if n.Kind != KindHost {
+			continue
+		}
+		if v, err := r.lab.Node(n.Name).UDPCounter("RcvbufErrors"); err == nil {
+			out[n.Name] = v
+		}
+	}
+	if v, err := lab.SoftnetDrops(); err == nil {
+		out[softnetKey] = v
+	}
+	return out
 }
 
 // stableStats reads a port's counters until two reads in a row agree
@@ -883,6 +917,9 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 			pr.Error = err.Error()
 		} else {
 			pr.fill(&st)
+			if q, err := r.ports[i].Qdisc(); err == nil {
+				pr.QdiscDroppedPackets = q.Drops
+			}
 			// Over the timed flows' span (the port's load), else the run.
 			sent, secs := st.Total().DequeuedBytes, res.Seconds
 			if r.busy.bytes != nil {
