@@ -50,6 +50,39 @@ func (w *WAN) SteerRx(ctx context.Context) (string, error) {
 	return fmt.Sprintf("leaf1 and the cores on CPU %d, receiver on CPU %d", cpus[0], cpus[1]), nil
 }
 
+// SteerRx steers the receive processing of the network devices (the
+// forwarding nodes', where packets enter and where a delay link's
+// forwarder writes them back) to one CPU and the hosts' to another (RPS),
+// so that no flow is reordered between namespaces (see Dumbbell.SteerRx).
+// Each is "node" and the device's name. It returns the CPUs used, or ""
+// when there is a single CPU.
+func (l *Lab) SteerRx(ctx context.Context, network, hosts [][2]string) (string, error) {
+	devs := func(in [][2]string) ([]rxDev, error) {
+		var out []rxDev
+		for _, d := range in {
+			n := l.Node(d[0])
+			if n == nil {
+				return nil, fmt.Errorf("lab: SteerRx: no node %q", d[0])
+			}
+			out = append(out, rxDev{n, d[1]})
+		}
+		return out, nil
+	}
+	first, err := devs(network)
+	if err != nil {
+		return "", err
+	}
+	second, err := devs(hosts)
+	if err != nil {
+		return "", err
+	}
+	cpus, err := steerRx(ctx, first, second)
+	if err != nil || cpus == nil {
+		return "", err
+	}
+	return fmt.Sprintf("network on CPU %d, hosts on CPU %d", cpus[0], cpus[1]), nil
+}
+
 // rxDev is a device whose receive processing is steered.
 type rxDev struct {
 	node *Node

@@ -46,6 +46,10 @@ type Result struct {
 	// (every namespace's, and any other process's).
 	HostDrops    []HostDrops `json:"host_drops"`
 	SoftnetDrops uint64      `json:"softnet_drops"`
+	// Servers are the rocev2 servers' agents: what they dropped before a
+	// QP (malformed, bad ICRC, unknown QP, wrong peer) and the replies
+	// they could not send (send errors, reply-batch overruns).
+	Servers []ServerResult `json:"servers,omitempty"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -217,6 +221,22 @@ type PortResult struct {
 	// Stats are the port's counters per class (nil in a comparison's
 	// summary of runs).
 	Stats *qdisc.Stats `json:"stats,omitempty"`
+}
+
+// ServerResult is a rocev2 server's agent's drops over the run.
+type ServerResult struct {
+	Node          string `json:"node"`
+	Malformed     uint64 `json:"malformed"`
+	ICRCErrors    uint64 `json:"icrc_errors"`
+	UnknownQP     uint64 `json:"unknown_qp"`
+	WrongPeer     uint64 `json:"wrong_peer"`
+	SendErrors    uint64 `json:"send_errors"`
+	ReplyOverruns uint64 `json:"reply_overruns"`
+}
+
+// Dropped sums them.
+func (s *ServerResult) Dropped() uint64 {
+	return s.Malformed + s.ICRCErrors + s.UnknownQP + s.WrongPeer + s.SendErrors + s.ReplyOverruns
 }
 
 // HostDrops is a host's drops outside the network.
@@ -598,6 +618,11 @@ func (res *Result) WriteSummary(w io.Writer) {
 			p.DroppedPackets, p.SojournP99US, kb(p.MaxBacklogBytes))
 		if p.InvariantError != "" {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
+		}
+	}
+	for _, sv := range res.Servers {
+		if n := sv.Dropped(); n > 0 {
+			fmt.Fprintf(w, "the rocev2 server on %s dropped %d packets before a QP or replies it could not send: %+v\n", sv.Node, n, sv)
 		}
 	}
 	for _, h := range res.HostDrops {

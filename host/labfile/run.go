@@ -122,6 +122,9 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	if err := r.startAgents(ctx); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
+	if err := r.steerRx(ctx); err != nil {
+		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
+	}
 	r.warmNeighbours()
 	if err := r.startServers(ctx); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
@@ -279,6 +282,31 @@ func containsPort(ps []uint16, p uint16) bool {
 		}
 	}
 	return false
+}
+
+// steerRx puts the receive processing of every forwarding node's devices
+// (switches, PEs, relays) on one CPU and the hosts' on the other: a veth
+// delivers a packet on the CPU that sent it, and a flow whose packets are
+// sent from two CPUs (a sender that migrates, a shaper's timer) would be
+// processed in parallel and reordered — spurious go-back-N and fast
+// retransmits with nothing lost.
+func (r *runner) steerRx(ctx context.Context) error {
+	var network, hosts [][2]string
+	for _, ls := range r.p.Spec.Links {
+		for _, ep := range []lab.Endpoint{ls.A, ls.B} {
+			d := [2]string{ep.Node, ep.Dev}
+			if r.f.kind(ep.Node) == KindHost {
+				hosts = append(hosts, d)
+			} else {
+				network = append(network, d)
+			}
+		}
+	}
+	cpus, err := r.lab.SteerRx(ctx, network, hosts)
+	if err == nil && cpus != "" {
+		r.log.Info("receive processing steered", "cpus", cpus)
+	}
+	return err
 }
 
 // warmNeighbours sends one datagram across every veth in each direction
@@ -902,6 +930,13 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 	}
 	for i, pp := range r.p.PEs {
 		res.PEs = append(res.PEs, r.peResult(i, &pp))
+	}
+	for i, sp := range r.p.Servers {
+		if v, ok := r.servers[i].(*perf.Server); ok {
+			c := v.Agent().Counters()
+			res.Servers = append(res.Servers, ServerResult{Node: sp.Node, Malformed: c.Malformed, ICRCErrors: c.ICRCErrors,
+				UnknownQP: c.UnknownQP, WrongPeer: c.WrongPeer, SendErrors: c.SendErrors, ReplyOverruns: c.ReplyOverruns})
+		}
 	}
 	for _, rd := range r.delays {
 		for i := range res.Links {
