@@ -239,7 +239,6 @@ type tcpReport struct {
 	Retransmits uint64
 	DeliveredCE uint64
 	ECN         bool
-	SRTT        time.Duration
 	CC          string // as the kernel names it
 }
 
@@ -303,7 +302,6 @@ func runTCP(ctx context.Context, node *lab.Node, tp *TCPPlan, cc string, size ui
 				rep.Retransmits = uint64(info.Total_retrans)
 				rep.DeliveredCE = uint64(info.Delivered_ce)
 				rep.ECN = info.Options&tcpiOptECN != 0
-				rep.SRTT = time.Duration(info.Rtt) * time.Microsecond
 			}
 			rep.CC, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 		})
