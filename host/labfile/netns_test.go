@@ -175,7 +175,7 @@ func checkExample(t *testing.T, name string, f *File, res *Result) {
 	for i, fr := range res.Flows {
 		fp := &f.Plan().Flows[i]
 		// A tcp series may lose one instance in fifty to a connection
-		// reset (1 of about 6000 in a campaign, cause not found): it is
+		// reset (once in about 40 runs of 1,050, cause not found): it is
 		// counted and out of the FCTs, as make experiment does.
 		s := fr.Series
 		tolerated := fp.TCP != nil && s != nil && s.NotRun == 0 && s.Failed <= max(1, s.Count/50)
