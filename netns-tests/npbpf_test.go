@@ -703,8 +703,10 @@ func blast(t *testing.T, s *npprobe.Sender, dst netip.AddrPort, qpns []uint32, d
 }
 
 // checkXmitStamped: N counted from the transmit hook for every CNP the NP
-// built, none waited past the timeout, and some (queued) or none waited in
-// a qdisc after the clone returned.
+// built but the rare one the hook did not see go (host/npbpf's package
+// comment; at most 1 in 1000 here, against about 1 in 30,000 measured),
+// no CNP waited past the timeout but those, and some (queued) or none
+// waited in a qdisc after the clone returned.
 func checkXmitStamped(t *testing.T, np *npbpf.NP, queued bool) {
 	t.Helper()
 	st, err := np.Stats()
@@ -713,9 +715,16 @@ func checkXmitStamped(t *testing.T, np *npbpf.NP, queued bool) {
 	}
 	// A CNP a qdisc refused after np_egress built it is a redirect
 	// error, and never transmitted.
-	if st.XmitStamped > st.EgressBuilt || st.XmitStamped+st.RedirectErrors < st.EgressBuilt || st.EgressStamped != 0 || st.XmitLate != 0 || st.XmitTimeouts != 0 {
-		t.Errorf("%d CNPs built (%d refused): %d stamped at the transmit hook (%d late), %d at np_egress, %d transmit timeouts; want all at the hook, in time",
-			st.EgressBuilt, st.RedirectErrors, st.XmitStamped, st.XmitLate, st.EgressStamped, st.XmitTimeouts)
+	var unseen uint64
+	if st.XmitStamped+st.RedirectErrors < st.EgressBuilt {
+		unseen = st.EgressBuilt - st.XmitStamped - st.RedirectErrors
+	}
+	if unseen != 0 {
+		t.Logf("the transmit hook did not see %d of %d CNPs go (%d transmit timeouts)", unseen, st.EgressBuilt, st.XmitTimeouts)
+	}
+	if st.XmitStamped > st.EgressBuilt || unseen > 1+st.EgressBuilt/1000 || st.EgressStamped != 0 || st.XmitLate != 0 || st.XmitTimeouts > unseen {
+		t.Errorf("%d CNPs built (%d refused): %d stamped at the transmit hook (%d late), %d at np_egress, %d transmit timeouts; want all at the hook but at most %d, in time",
+			st.EgressBuilt, st.RedirectErrors, st.XmitStamped, st.XmitLate, st.EgressStamped, st.XmitTimeouts, 1+st.EgressBuilt/1000)
 	}
 	if (st.XmitQueued != 0) != queued {
 		t.Errorf("%d of %d CNPs transmitted after the clone returned; want some: %v", st.XmitQueued, st.EgressBuilt, queued)

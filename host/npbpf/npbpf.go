@@ -27,6 +27,13 @@
 // leaving the egress program, and the guarantee holds there only.
 // Stats.XmitStamped and EgressStamped count which applied. The programs
 // need a kernel with BTF (>= 6.6 for TCX, as before).
+//
+// Rarely the tracing program does not run for a CNP the device did
+// transmit (seen on 6.18 behind a TBF: about 1 CNP in 30,000; the device's
+// TX counter, the tap and the peer all had it, the program never saw its
+// sk_buff, and its recursion-miss counter stayed 0). Its QP then waits
+// LoadOptions.XmitTimeout, counted in XmitTimeouts, before it decides
+// again: that CNP's follower leaves later, never earlier, than N.
 package npbpf
 
 import (
