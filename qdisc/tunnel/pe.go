@@ -78,7 +78,15 @@ func Attach(netnsName, dev string, cfg Config, opts AttachOptions) (_ *PE, err e
 	if opts.Pin {
 		dir := pinDir(p.ns, dev)
 		if _, err := os.Stat(metaPath(dir)); err == nil {
-			return nil, fmt.Errorf("a tunnel PE is already attached to %s (detach it first)", nsexec.Describe(netnsName, dev))
+			if !stalePE(netnsName, dev) {
+				return nil, fmt.Errorf("a tunnel PE is already attached to %s (detach it first)", nsexec.Describe(netnsName, dev))
+			}
+			// A record left by a namespace that is gone, whose inode this
+			// one reuses (pin directories are named after it): its pins
+			// and record go, and nothing of this namespace is touched.
+			if err := removeRecord(dir); err != nil {
+				return nil, fmt.Errorf("removing a stale tunnel PE record on %s: %w", nsexec.Describe(netnsName, dev), err)
+			}
 		}
 		p.meta.PinDir = dir
 	}
@@ -418,6 +426,56 @@ func Open(netnsName, dev string) (_ *PE, err error) {
 		}
 	}
 	return p, nil
+}
+
+// stalePE reports whether the pinned PE recorded for dev belongs to a
+// namespace that no longer exists: its TCX links are attached to no
+// device. A record that cannot be opened is not called stale: Attach keeps
+// refusing, and Forget is the way out.
+func stalePE(netnsName, dev string) bool {
+	p, err := Open(netnsName, dev)
+	if err != nil {
+		return false
+	}
+	defer p.closeHandles()
+	if len(p.links) == 0 {
+		return false
+	}
+	for _, l := range p.links {
+		info, err := l.Info()
+		if err != nil {
+			return false
+		}
+		if t := info.TCX(); t == nil || t.Ifindex != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Forget detaches the PE on dev as far as it still can and removes its
+// record and pins whatever is left of it: for a record whose pins cannot
+// be opened any more, which Open refuses and so Close cannot reach.
+// Nothing attached: nil.
+func Forget(netnsName, dev string) error {
+	if p, err := Open(netnsName, dev); err == nil {
+		return p.Close()
+	}
+	ns, err := nsexec.Open(netnsName)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	return removeRecord(pinDir(ns, dev))
+}
+
+// removeRecord removes a PE's pins and record, and nothing else.
+func removeRecord(dir string) error {
+	err := os.Remove(metaPath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	return errors.Join(os.RemoveAll(dir), err)
 }
 
 // pinDir names the PE by its namespace's inode and the device, beside the
