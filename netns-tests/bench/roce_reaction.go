@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	rocewire "github.com/fabriclab/fabriclab/host/roce"
 	"net/netip"
 	"slices"
 	"sync"
@@ -16,9 +15,11 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	rocewire "github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -80,18 +81,10 @@ type Percentiles struct {
 	Max float64 `json:"max"`
 }
 
+// percentiles are us's nearest-rank percentiles (host/lab/stats).
 func percentiles(us []float64) Percentiles {
-	if len(us) == 0 {
-		return Percentiles{}
-	}
-	s := slices.Clone(us)
-	slices.Sort(s)
-	q := func(p float64) float64 {
-		// Nearest rank.
-		i := int(p*float64(len(s))+0.999999) - 1
-		return s[min(max(i, 0), len(s)-1)]
-	}
-	return Percentiles{N: len(s), P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: s[len(s)-1]}
+	d := stats.Summarize(us)
+	return Percentiles{N: d.N, P50: d.P50, P90: d.P90, P99: d.P99, Max: d.Max}
 }
 
 func (p Percentiles) String() string {
