@@ -19,6 +19,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -858,7 +859,7 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 				fpn.TCP.Duration = f.Duration
 			}
 			if fpn.TCP.WriteBytes == 0 {
-				fpn.TCP.WriteBytes = defaultTCPWrite
+				fpn.TCP.WriteBytes = tcpflow.DefaultWrite
 			}
 			p.Flows = append(p.Flows, fpn)
 			continue

@@ -17,12 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
@@ -164,10 +164,10 @@ type runner struct {
 	opts  RunOptions
 	scale float64
 	lab   *lab.Lab
-	// tcpCC maps a tcp flow's cc to the kernel's name; dctcp is the BPF
-	// DCTCP registered for the run, if any.
-	tcpCC map[string]string
-	dctcp *dctcp.Registration
+	// tcpCC maps a tcp flow's cc to the kernel's name; tcpCCs holds the
+	// BPF DCTCP registered for the run, if any.
+	tcpCC  map[string]string
+	tcpCCs tcpflow.CCs
 
 	losses     []*link.Loss
 	delays     []relayDelay  // closed with the lab
@@ -487,10 +487,8 @@ func (r *runner) teardown() error {
 		errs = append(errs, r.losses[i].Close())
 	}
 	errs = append(errs, r.lab.Close())
-	if r.dctcp != nil {
-		// After the namespaces: their sockets are gone.
-		errs = append(errs, r.dctcp.Close())
-	}
+	// After the namespaces: their sockets are gone.
+	errs = append(errs, r.tcpCCs.Close())
 	return errors.Join(errs...)
 }
 
@@ -519,7 +517,7 @@ type instanceRun struct {
 	size   uint64
 	late   bool // started after its every slot
 	report *perf.Report
-	tcp    *tcpReport
+	tcp    *tcpflow.Report
 	err    error
 }
 

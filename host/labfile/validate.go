@@ -18,6 +18,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -443,7 +444,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		if fl.CC == "" {
 			fl.CC = CCDCTCP
 		}
-		if err := checkTCPCC(fl.CC); err != nil {
+		if err := tcpflow.CheckCC(fl.CC); err != nil {
 			return conf.Errorf(fp("cc"), fl.CC, "%v", err)
 		}
 		for _, o := range []struct {
