@@ -14,6 +14,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/labfile"
 	"github.com/fabriclab/fabriclab/qdisc"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestVagrantLabInNamespaces runs the Vagrant lab's provisioning and
@@ -57,6 +58,79 @@ func TestVagrantLabInNamespaces(t *testing.T) {
 				t.Errorf("the tunnel: pe1 encapsulated %v packets, pe2 decapsulated %v", enc, dec)
 			}
 		})
+	})
+}
+
+// deployTCPLab is a lab file with tcp flows, deployed: h1's DCTCP flow and
+// h2's cubic flow cross the switch's marking port to each other's tcp
+// servers, which the receivers' fabriclabd run.
+const deployTCPLab = `name: tcp-deploy
+nodes:
+  - {name: h1, kind: host}
+  - {name: sw, kind: switch}
+  - {name: h2, kind: host}
+links:
+  - {a: h1:eth1, b: sw:eth1, rate: 1gbit}
+  - {a: sw:eth2, b: h2:eth1, rate: 1gbit}
+ports:
+  - {port: sw:eth2, tc: ["0:step:k=30kb"]}
+  - {port: sw:eth1, tc: ["0:step:k=30kb"]}
+flows:
+  - {name: h1-h2, from: h1, to: h2, transport: tcp, size: 4mb}
+  - {name: h2-h1, from: h2, to: h1, transport: tcp, cc: cubic, size: 2mb}
+`
+
+// TestDeployTCPInNamespaces: a lab file's tcp flows on lab servers: each
+// receiver's fabriclabd serves them (one tcp server per congestion
+// control), each sender's runs its flow again and again through the
+// switch's virtual-queue port, which marks; DCTCP's CE is echoed; every
+// run delivers its size.
+func TestDeployTCPInNamespaces(t *testing.T) {
+	labtest.RequireRoot(t)
+	path := filepath.Join(t.TempDir(), "tcp.yaml")
+	if err := os.WriteFile(path, []byte(deployTCPLab), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deployInNamespaces(t, path, func(l *lab.Lab, at string) {
+		for _, c := range []struct{ from, flow string }{{"h1", "h1-h2"}, {"h2", "h2-h1"}} {
+			waitFor(t, 20*time.Second, c.flow+" delivers twice", func() bool {
+				mf := scrape(t, l.Node(c.from), at)
+				runs, _ := value(mf, "fabriclab_flow_runs_total", map[string]string{"flow": c.flow})
+				fails, _ := value(mf, "fabriclab_flow_failures_total", map[string]string{"flow": c.flow})
+				return runs-fails >= 2
+			})
+		}
+		m1, m2 := scrape(t, l.Node("h1"), at), scrape(t, l.Node("h2"), at)
+		flow := func(mf map[string]*dto.MetricFamily, name, metric string) float64 {
+			v, _ := value(mf, metric, map[string]string{"flow": name})
+			return v
+		}
+		for _, c := range []struct {
+			mf   map[string]*dto.MetricFamily
+			name string
+			size float64
+		}{{m1, "h1-h2", 4 << 20}, {m2, "h2-h1", 2 << 20}} {
+			runs, fails, bytes := flow(c.mf, c.name, "fabriclab_flow_runs_total"), flow(c.mf, c.name, "fabriclab_flow_failures_total"), flow(c.mf, c.name, "fabriclab_flow_received_bytes_total")
+			t.Logf("%s: %v runs, %v failed, %v bytes, %v CE echoed, %v without ECN", c.name, runs, fails, bytes,
+				flow(c.mf, c.name, "fabriclab_flow_tcp_delivered_ce_total"), flow(c.mf, c.name, "fabriclab_flow_tcp_no_ecn_runs_total"))
+			// The daemons start together: a first run may find the
+			// receiver's server not yet listening (refused, counted,
+			// run again a second later); none fails after.
+			if fails > 1 || runs-fails < 1 || bytes != (runs-fails)*c.size || flow(c.mf, c.name, "fabriclab_flow_tcp_no_ecn_runs_total") != 0 {
+				t.Errorf("%s: %v runs (%v failed) delivered %v bytes (want %v each), every one with ECN", c.name, runs, fails, bytes, c.size)
+			}
+		}
+		if ce := flow(m1, "h1-h2", "fabriclab_flow_tcp_delivered_ce_total"); ce == 0 {
+			t.Errorf("h1's DCTCP flow had no CE echoed through the marking port")
+		}
+		// The receivers' servers: h2 serves dctcp, h1 cubic.
+		if v, _ := value(m2, "fabriclab_tcp_server_connections_total", nil); v < 2 {
+			t.Errorf("h2's tcp server accepted %v connections, h1's flow delivered at least twice", v)
+		}
+		sw := scrape(t, l.Node("sw"), at)
+		if v, _ := value(sw, "fabriclab_port_ce_marked_ect0_total", map[string]string{"port": "eth2", "class": "0"}); v == 0 {
+			t.Errorf("the switch's port toward h2 marked nothing")
+		}
 	})
 }
 

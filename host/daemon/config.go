@@ -31,6 +31,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -85,12 +86,17 @@ type MetricsConfig struct {
 
 // ServerConfig is one listening server, exactly what `roceperf -s`
 // (or `roceperf -s --transport uet`) serves: clients cannot tell them apart.
+// A tcp server is a lab file's kernel TCP sink (host/tcpflow).
 type ServerConfig struct {
-	Transport string     `yaml:"transport"` // rocev2 (default) or uet
-	Bind      netip.Addr `yaml:"bind"`      // optional for rocev2 (all addresses); required for uet
-	Port      int        `yaml:"port"`      // side channel; default 18515
-	UDPPort   int        `yaml:"udp_port"`  // rocev2; default 4791
-	NP        string     `yaml:"np"`        // rocev2: kernel or agent (default: kernel where it attaches)
+	Transport string     `yaml:"transport"` // rocev2 (default), uet or tcp
+	Bind      netip.Addr `yaml:"bind"`      // optional for rocev2 and tcp (all addresses); required for uet
+	Port      int        `yaml:"port"`      // side channel (tcp: the listener); default 18515 (tcp 18517)
+	// CC is a tcp server's congestion control, the kernel's name: the
+	// receiver's ACKs follow it (DCTCP's ECE echo). Default dctcp (the
+	// BPF DCTCP of host/dctcp where the kernel has none).
+	CC      string `yaml:"cc"`
+	UDPPort int    `yaml:"udp_port"` // rocev2; default 4791
+	NP      string `yaml:"np"`       // rocev2: kernel or agent (default: kernel where it attaches)
 	// What clients may make the server hold.
 	MaxQPs          int           `yaml:"max_qps"`           // rocev2: per session; uet: streams (PDCs) per session
 	MaxSessions     int           `yaml:"max_sessions"`      // at once
@@ -141,8 +147,8 @@ type PortConfig struct {
 // Server, started Start after the daemon (or the reload that added it).
 type FlowConfig struct {
 	Name      string     `yaml:"name"`
-	Transport string     `yaml:"transport"` // rocev2 (default) or uet
-	Server    string     `yaml:"server"`    // host or host:port of a server (another daemon, roceperf -s)
+	Transport string     `yaml:"transport"` // rocev2 (default), uet or tcp
+	Server    string     `yaml:"server"`    // host or host:port of a server (another daemon, roceperf -s; tcp: ADDRESS[:PORT])
 	Bind      netip.Addr `yaml:"bind"`      // optional: the route's source
 	// QPs (rocev2) or Streams (uet): parallel QPs or PDCs, as in a lab
 	// file. Default 1.
@@ -151,7 +157,8 @@ type FlowConfig struct {
 	// LineRate is the emulated NIC's line rate (roceperf -b).
 	LineRate units.Rate `yaml:"line_rate"`
 	// CC is dcqcn (default) or none for rocev2; nscc (default), rccc,
-	// both or none for uet.
+	// both or none for uet; the kernel's congestion control for tcp
+	// (default dctcp).
 	CC    string `yaml:"cc"`
 	DCQCN string `yaml:"dcqcn"` // a profiles.dcqcn name; default: mlx5's defaults
 	NSCC  string `yaml:"nscc"`  // a profiles.nscc name; default: the lab's
@@ -168,8 +175,10 @@ type FlowConfig struct {
 	Repeat bool          `yaml:"repeat"`
 	Pause  time.Duration `yaml:"pause"`
 
-	// client is a lab file's flow, planned by labfile.
+	// client is a lab file's flow, planned by labfile; tcp, a lab
+	// file's tcp flow.
 	client *perf.ClientConfig
+	tcp    *tcpflow.Conn
 }
 
 // Load reads and validates the file at path.
@@ -210,13 +219,19 @@ func (c Config) WithDefaults() Config {
 	c.Flows = slices.Clone(c.Flows)
 	if dep := c.deploy; dep != nil {
 		for _, sp := range dep.Servers {
-			c.Servers = append(c.Servers, ServerConfig{Transport: sp.Transport, Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port())})
+			c.Servers = append(c.Servers, ServerConfig{Transport: sp.Transport, Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), CC: sp.CC})
 		}
 		for _, po := range dep.Ports {
 			q := po.Config
 			c.Ports = append(c.Ports, PortConfig{Dev: po.Dev, Rate: q.Rate, config: &q})
 		}
 		for _, fp := range dep.Flows {
+			if tp := fp.TCP; tp != nil {
+				conn := tp.Conn(tp.CC, tp.Size)
+				c.Flows = append(c.Flows, FlowConfig{Name: fp.Flow.Name, Transport: labfile.TransportTCP, Server: tp.Server.String(),
+					Start: fp.Flow.Start, Repeat: true, tcp: &conn})
+				continue
+			}
 			cc := fp.Client
 			cc.Interval = 0
 			c.Flows = append(c.Flows, FlowConfig{Name: fp.Flow.Name, Transport: fp.Flow.Transport, Server: cc.Server,
@@ -230,6 +245,12 @@ func (c Config) WithDefaults() Config {
 		}
 		if s.Port == 0 {
 			s.Port = perf.DefaultPort
+			if s.Transport == labfile.TransportTCP {
+				s.Port = labfile.TCPPort
+			}
+		}
+		if s.Transport == labfile.TransportTCP && s.CC == "" {
+			s.CC = tcpflow.DCTCP
 		}
 		if s.Transport == perf.TransportRoCEv2 && s.UDPPort == 0 {
 			s.UDPPort = perf.DefaultUDPPort
@@ -319,6 +340,12 @@ func (c *Config) Validate() error {
 			return conf.Errorf(conf.Join(p, "name"), f.Name, "already the name of %s", prev)
 		}
 		names[f.Name] = p
+		if f.Transport == labfile.TransportTCP {
+			if _, err := d.tcpConn(p, f); err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := d.clientConfig(p, f); err != nil {
 			return err
 		}
@@ -329,8 +356,13 @@ func (c *Config) Validate() error {
 func (s ServerConfig) validate(p string) error {
 	switch s.Transport {
 	case perf.TransportRoCEv2, perf.TransportUET:
+		if s.CC != "" {
+			return conf.Errorf(conf.Join(p, "cc"), s.CC, "tcp only: a rocev2 or uet flow's client picks its congestion control")
+		}
+	case labfile.TransportTCP:
+		return s.validateTCP(p)
 	default:
-		return conf.Errorf(conf.Join(p, "transport"), s.Transport, "must be rocev2 or uet")
+		return conf.Errorf(conf.Join(p, "transport"), s.Transport, "must be rocev2, uet or tcp")
 	}
 	switch {
 	case s.Port < 1 || s.Port > 65535:
@@ -363,6 +395,94 @@ func (s ServerConfig) validate(p string) error {
 		return conf.Errorf(conf.Join(p, "trim_dscp"), s.TrimDSCP, "uet only")
 	}
 	return nil
+}
+
+// validateTCP checks a tcp server: a listener and its congestion control.
+func (s ServerConfig) validateTCP(p string) error {
+	for _, f := range []struct {
+		field string
+		set   bool
+		value any
+	}{
+		{"udp_port", s.UDPPort != 0, s.UDPPort}, {"np", s.NP != "", s.NP}, {"max_qps", s.MaxQPs != 0, s.MaxQPs},
+		{"max_total_qps", s.MaxTotalQPs != 0, s.MaxTotalQPs}, {"max_message_bytes", s.MaxMessageBytes != 0, s.MaxMessageBytes},
+		{"max_sessions", s.MaxSessions != 0, s.MaxSessions}, {"request_timeout", s.RequestTimeout != 0, s.RequestTimeout},
+		{"trim_dscp", s.TrimDSCP != 0, s.TrimDSCP}, {"trim_lasthop_dscp", s.TrimLastHopDSCP != 0, s.TrimLastHopDSCP},
+	} {
+		if f.set {
+			return conf.Errorf(conf.Join(p, f.field), f.value, "not for a tcp server (a kernel TCP sink)")
+		}
+	}
+	if s.Port < 1 || s.Port > 65535 {
+		return conf.Errorf(conf.Join(p, "port"), s.Port, "must be 1..65535")
+	}
+	if s.Bind.IsValid() && !s.Bind.Is4() {
+		return conf.Errorf(conf.Join(p, "bind"), s.Bind, "an IPv4 address of this server (tcp flows are IPv4)")
+	}
+	if err := tcpflow.CheckCC(s.CC); err != nil {
+		return conf.Errorf(conf.Join(p, "cc"), s.CC, "%v", err)
+	}
+	return nil
+}
+
+// tcpConn is a tcp flow's connection; its CC is the name the config gives
+// (resolved to the kernel's when the flow starts).
+func (c *Config) tcpConn(p string, f FlowConfig) (tcpflow.Conn, error) {
+	if f.tcp != nil {
+		return *f.tcp, nil // planned and validated by labfile
+	}
+	for _, x := range []struct {
+		field string
+		set   bool
+		value any
+	}{
+		{"qps", f.QPs != 0, f.QPs}, {"streams", f.Streams != 0, f.Streams}, {"line_rate", f.LineRate != 0, f.LineRate},
+		{"dcqcn", f.DCQCN != "", f.DCQCN}, {"nscc", f.NSCC != "", f.NSCC}, {"lb", f.LB != "", f.LB}, {"mtu", f.MTU != 0, f.MTU},
+	} {
+		if x.set {
+			return tcpflow.Conn{}, conf.Errorf(conf.Join(p, x.field), x.value, "not for a tcp flow (a kernel connection: its congestion control is cc)")
+		}
+	}
+	conn := tcpflow.Conn{Bind: f.Bind, CC: f.CC, DSCP: int(f.DSCP), Size: uint64(f.Size), Duration: f.Duration, WriteBytes: int(f.MessageSize)}
+	server, err := netip.ParseAddrPort(f.Server)
+	if err != nil {
+		a, aerr := netip.ParseAddr(f.Server)
+		if aerr != nil {
+			return conn, conf.Errorf(conf.Join(p, "server"), f.Server, "must be ADDRESS or ADDRESS:PORT (IPv4) of a tcp server")
+		}
+		server = netip.AddrPortFrom(a, labfile.TCPPort)
+	}
+	conn.Server = server
+	switch {
+	case !server.Addr().Is4() || server.Port() == 0:
+		return conn, conf.Errorf(conf.Join(p, "server"), f.Server, "must be ADDRESS or ADDRESS:PORT (IPv4) of a tcp server")
+	case f.Bind.IsValid() && !f.Bind.Is4():
+		return conn, conf.Errorf(conf.Join(p, "bind"), f.Bind, "an IPv4 address of this server (tcp flows are IPv4)")
+	case f.Start < 0 || f.Start > MaxFlowStart:
+		return conn, conf.Errorf(conf.Join(p, "start"), f.Start, "must be 0..%v", MaxFlowStart)
+	case f.Pause < 0 || f.Pause > MaxFlowStart:
+		return conn, conf.Errorf(conf.Join(p, "pause"), f.Pause, "must be 0..%v", MaxFlowStart)
+	case f.Pause != 0 && !f.Repeat:
+		return conn, conf.Errorf(conf.Join(p, "pause"), f.Pause, "only with repeat: true")
+	case f.Size != 0 && f.Duration != 0:
+		return conn, conf.Errorf(conf.Join(p, "duration"), f.Duration, "not with size: a flow ends on one of them")
+	case f.Duration < 0 || (f.Duration > 0 && f.Duration < time.Millisecond) || f.Duration > perf.MaxDuration:
+		return conn, conf.Errorf(conf.Join(p, "duration"), f.Duration, "must be 1ms..%v", perf.MaxDuration)
+	case f.MessageSize > perf.MaxMessageBytes:
+		return conn, conf.Errorf(conf.Join(p, "message_size"), f.MessageSize, "must be 1..%d bytes (a write's size)", perf.MaxMessageBytes)
+	case f.DSCP > 63:
+		return conn, conf.Errorf(conf.Join(p, "dscp"), f.DSCP, "must be 0..63")
+	}
+	if conn.CC == "" {
+		conn.CC = tcpflow.DCTCP
+	}
+	if err := tcpflow.CheckCC(conn.CC); err != nil {
+		return conn, conf.Errorf(conf.Join(p, "cc"), f.CC, "%v", err)
+	}
+	if conn.Size == 0 && conn.Duration == 0 {
+		conn.Duration = perf.DefaultDuration
+	}
+	return conn, nil
 }
 
 // listenKeys are the sockets the server binds, to find two servers on one.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 const good = `
@@ -46,7 +47,7 @@ func TestParseGood(t *testing.T) {
 // what is allowed.
 func TestParseErrors(t *testing.T) {
 	for _, c := range []struct{ edit, want string }{
-		{"transport: rocev2, bind: 198.18.0.1}|transport: roce, bind: 198.18.0.1}", `x.yaml:3: servers[0].transport: "roce": must be rocev2 or uet`},
+		{"transport: rocev2, bind: 198.18.0.1}|transport: roce, bind: 198.18.0.1}", `x.yaml:3: servers[0].transport: "roce": must be rocev2, uet or tcp`},
 		{"port: 18516}|port: 70000}", `x.yaml:4: servers[1].port: "70000": must be 1..65535`},
 		{"{transport: uet, bind: 198.18.0.1, port: 18516}|{transport: uet, port: 18516}", `x.yaml:4: servers[1].bind: "invalid IP": required with transport uet`},
 		{"port: 18516}|port: 18515}", `servers[1]: "tcp 198.18.0.1:18515": the same address and port as servers[0]`},
@@ -143,6 +144,63 @@ func TestLabMode(t *testing.T) {
 		_, err := Parse("x.yaml", []byte(c.src))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want %q", c.src, err, c.want)
+		}
+	}
+}
+
+const goodTCP = `
+servers:
+  - {transport: tcp, bind: 198.18.0.1}
+  - {transport: tcp, port: 18600, cc: cubic}
+flows:
+  - {name: t, transport: tcp, server: 198.18.0.2, size: 10MB, dscp: 26}
+  - {name: u, transport: tcp, server: "198.18.0.2:18600", cc: cubic, repeat: true, message_size: 64kb}
+`
+
+// TestTCP: tcp servers and flows (host/tcpflow) with their defaults, and
+// every field a tcp server or flow refuses, by name.
+func TestTCP(t *testing.T) {
+	c, err := Parse("x.yaml", []byte(goodTCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.WithDefaults()
+	if s := d.Servers[0]; s.Port != 18517 || s.CC != "dctcp" || s.UDPPort != 0 || s.name() != "tcp 198.18.0.1:18517" {
+		t.Errorf("server 0: %+v", s)
+	}
+	tc, err := d.tcpConn("flows[0]", d.Flows[0])
+	if err != nil || tc.Server.String() != "198.18.0.2:18517" || tc.CC != "dctcp" || tc.Size != 10<<20 || tc.Duration != 0 || tc.DSCP != 26 {
+		t.Errorf("flow t: %+v, %v", tc, err)
+	}
+	tc, err = d.tcpConn("flows[1]", d.Flows[1])
+	if err != nil || tc.Server.Port() != 18600 || tc.CC != "cubic" || tc.Duration != 10*time.Second || tc.WriteBytes != 64<<10 {
+		t.Errorf("flow u: %+v, %v", tc, err)
+	}
+	for _, c := range []struct{ edit, want string }{
+		{"{transport: tcp, bind: 198.18.0.1}|{transport: tcp, bind: 198.18.0.1, udp_port: 4791}", `x.yaml:3: servers[0].udp_port: "4791": not for a tcp server`},
+		{"{transport: tcp, bind: 198.18.0.1}|{transport: tcp, bind: 198.18.0.1, np: agent}", `x.yaml:3: servers[0].np: "agent": not for a tcp server`},
+		{"{transport: tcp, bind: 198.18.0.1}|{transport: tcp, bind: 198.18.0.1, max_qps: 4}", `x.yaml:3: servers[0].max_qps: "4": not for a tcp server`},
+		{"cc: cubic}|cc: Cubic!}", `x.yaml:4: servers[1].cc: "Cubic!": a kernel congestion control's name`},
+		{"{transport: tcp, bind: 198.18.0.1}|{transport: tcp, bind: 2001:db8::1}", `x.yaml:3: servers[0].bind: "2001:db8::1": an IPv4 address`},
+		{"{transport: tcp, bind: 198.18.0.1}|{transport: rocev2, bind: 198.18.0.1, cc: dctcp}", `x.yaml:3: servers[0].cc: "dctcp": tcp only`},
+		{"size: 10MB, dscp: 26|size: 10MB, dscp: 26, qps: 2", `x.yaml:6: flows[0].qps: "2": not for a tcp flow`},
+		{"size: 10MB, dscp: 26|size: 10MB, dscp: 26, line_rate: 1gbit", `x.yaml:6: flows[0].line_rate: "1gbit": not for a tcp flow`},
+		{"size: 10MB, dscp: 26|size: 10MB, dscp: 26, dcqcn: gentle", `x.yaml:6: flows[0].dcqcn: "gentle": not for a tcp flow`},
+		{"server: 198.18.0.2, size|server: host2, size", `x.yaml:6: flows[0].server: "host2": must be ADDRESS or ADDRESS:PORT (IPv4)`},
+		{"size: 10MB, dscp: 26|size: 10MB, duration: 1s, dscp: 26", `x.yaml:6: flows[0].duration: "1s": not with size`},
+		{"dscp: 26|dscp: 64", `x.yaml:6: flows[0].dscp: "64": must be 0..63`},
+		{"cc: cubic, repeat|cc: no/such, repeat", `x.yaml:7: flows[1].cc: "no/such": a kernel congestion control's name`},
+		{"message_size: 64kb|message_size: 64mb", `x.yaml:7: flows[1].message_size: "64mb": must be 1..16777216 bytes`},
+		{"repeat: true|pause: 2s", `x.yaml:7: flows[1].pause: "2s": only with repeat`},
+	} {
+		old, repl, _ := strings.Cut(c.edit, "|")
+		src := strings.Replace(goodTCP, old, repl, 1)
+		if src == goodTCP {
+			t.Fatalf("edit %q changed nothing", c.edit)
+		}
+		_, err := Parse("x.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("edit %q: got %v\nwant %q", c.edit, err, c.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"reflect"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/labfile"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 )
@@ -40,7 +42,10 @@ type Daemon struct {
 	ports    map[string]*port   // by PortConfig.key()
 	pes      map[string]*pe     // by device: a lab file's tunnel PEs
 	flows    map[string]*flow   // by name
-	reloads  struct {
+	// tcpCCs resolves tcp servers' and flows' congestion controls; a
+	// BPF DCTCP it registers stays until Drain.
+	tcpCCs  tcpflow.CCs
+	reloads struct {
 		ok, failed uint64
 		lastErr    string
 		lastOK     time.Time
@@ -59,23 +64,32 @@ func New(o Options) *Daemon {
 
 type server struct {
 	cfg   ServerConfig
-	roce  *perf.Server    // one of roce, uet
+	roce  *perf.Server    // one of roce, uet, tcp
 	uet   *perf.UETServer //
+	tcp   *tcpflow.Server //
 	stop  context.CancelFunc
-	ended chan struct{} // Serve returned
+	ended chan struct{} // Serve returned (tcp: and its connections ended)
 }
 
 func (s *server) drain() {
-	if s.roce != nil {
+	switch {
+	case s.roce != nil:
 		s.roce.Drain()
-	} else {
+	case s.uet != nil:
 		s.uet.Drain()
+	default:
+		s.tcp.Shutdown()
 	}
 }
 
 // close ends the sessions and closes the server.
 func (s *server) close() error {
 	s.stop()
+	if s.tcp != nil {
+		err := s.tcp.Close() // resets the connections still open
+		<-s.ended
+		return err
+	}
 	<-s.ended
 	if s.roce != nil {
 		return s.roce.Close()
@@ -278,13 +292,24 @@ func (d *Daemon) Apply(c *Config) error {
 	}
 	// Flows: the same name and settings (profiles resolved) keep running.
 	want := map[string]perf.ClientConfig{}
+	wantTCP := map[string]tcpflow.Conn{}
 	for i, f := range nc.Flows {
-		cc, _ := nc.clientConfig(fmt.Sprintf("flows[%d]", i), f)
+		p := fmt.Sprintf("flows[%d]", i)
+		if f.Transport == labfile.TransportTCP {
+			wantTCP[f.Name], _ = nc.tcpConn(p, f)
+			continue
+		}
+		cc, _ := nc.clientConfig(p, f)
 		want[f.Name] = cc
 	}
 	for name, fl := range d.flows {
-		w, ok := want[name]
-		if ok && reflect.DeepEqual(fl.spec, flowSpecOf(nc, name)) && sameClient(fl.cc, w) {
+		same := false
+		if tc, ok := wantTCP[name]; ok {
+			same = fl.tcp != nil && *fl.tcp == tc
+		} else if w, ok := want[name]; ok {
+			same = fl.tcp == nil && sameClient(fl.cc, w)
+		}
+		if same && reflect.DeepEqual(fl.spec, flowSpecOf(nc, name)) {
 			continue
 		}
 		fl.stop()
@@ -295,7 +320,12 @@ func (d *Daemon) Apply(c *Config) error {
 		if _, ok := d.flows[f.Name]; ok {
 			continue
 		}
-		fl := d.startFlow(f, want[f.Name])
+		var fl *flow
+		if tc, ok := wantTCP[f.Name]; ok {
+			fl = d.startTCPFlow(f, tc)
+		} else {
+			fl = d.startFlow(f, want[f.Name])
+		}
 		d.flows[f.Name] = fl
 	}
 	if d.level != nil {
@@ -344,13 +374,33 @@ func (d *Daemon) startServer(sc ServerConfig) (*server, error) {
 	pc.Logger = d.log.With("server", sc.name())
 	s := &server{cfg: sc, ended: make(chan struct{})}
 	var serve func(context.Context) error
-	if sc.Transport == perf.TransportUET {
+	switch sc.Transport {
+	case labfile.TransportTCP:
+		cc, err := d.resolveCC(sc.CC)
+		if err != nil {
+			return nil, err
+		}
+		bind := netip.IPv4Unspecified()
+		if sc.Bind.IsValid() {
+			bind = sc.Bind
+		}
+		t, err := tcpflow.Listen(nil, netip.AddrPortFrom(bind, uint16(sc.Port)), cc)
+		if err != nil {
+			return nil, err
+		}
+		s.tcp = t
+		serve = func(ctx context.Context) error {
+			err := t.Serve(ctx)
+			t.Wait()
+			return err
+		}
+	case perf.TransportUET:
 		u, err := perf.ListenUET(pc)
 		if err != nil {
 			return nil, err
 		}
 		s.uet, serve = u, u.Serve
-	} else {
+	default:
 		r, err := perf.Listen(pc)
 		if err != nil {
 			return nil, err
@@ -447,6 +497,10 @@ func (d *Daemon) Drain(timeout time.Duration) error {
 		}
 		delete(d.pes, dev)
 	}
+	// After the sockets: none uses a BPF DCTCP registered for them.
+	if err := d.tcpCCs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("BPF DCTCP: %w", err))
+	}
 	d.log.Info("drained")
 	return errors.Join(errs...)
 }
@@ -492,10 +546,13 @@ func (d *Daemon) Health() Health {
 			continue
 		}
 		sh := ServerHealth{Name: sc.name()}
-		if s.roce != nil {
+		switch {
+		case s.roce != nil:
 			sh.Sessions = s.roce.Sessions()
-		} else {
+		case s.uet != nil:
 			sh.Sessions = s.uet.Stats().Sessions
+		default:
+			sh.Sessions = s.tcp.Open()
 		}
 		h.Servers = append(h.Servers, sh)
 	}
@@ -531,6 +588,7 @@ type liveServer struct {
 	side  *agent.Server
 	ep    *pds.Endpoint
 	uet   *perf.UETServer
+	tcp   *tcpflow.Server
 }
 
 func (d *Daemon) snapshot() (servers []liveServer, ports []*port, pes []*pe, flows []*flow) {
@@ -542,10 +600,13 @@ func (d *Daemon) snapshot() (servers []liveServer, ports []*port, pes []*pe, flo
 			continue
 		}
 		ls := liveServer{name: sc.name()}
-		if s.roce != nil {
+		switch {
+		case s.roce != nil:
 			ls.agent, ls.side = s.roce.Agent(), s.roce.SideChannel()
-		} else {
+		case s.uet != nil:
 			ls.ep, ls.uet = s.uet.Endpoint(), s.uet
+		default:
+			ls.tcp = s.tcp
 		}
 		servers = append(servers, ls)
 	}

@@ -29,8 +29,9 @@ import (
 //	                      spdcid, pdc, job_id), a UET flow's senders (flow, pdc)
 //	fabriclab_ccc_*       per sender CCC of a UET flow: cwnd, in flight
 //	fabriclab_port_*      per switch port class: port, class, name
-//	fabriclab_flow_*      per configured flow
+//	fabriclab_flow_*      per configured flow (a tcp flow's: flow_tcp_*)
 //	fabriclab_server_*    per server's side channel
+//	fabriclab_tcp_server_* per tcp server (a lab file's kernel TCP sink)
 //	fabriclab_config_*    reloads
 const ns = "fabriclab"
 
@@ -198,6 +199,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			e.fields("server", s.uet.Stats(), []string{"server"}, []string{s.name})
 		}
+		if s.tcp != nil {
+			l, v := []string{"server"}, []string{s.name}
+			e.emit(ns+"_tcp_server_received_bytes_total", prometheus.CounterValue, "bytes the tcp server's connections read", l, v, float64(s.tcp.Received()))
+			e.emit(ns+"_tcp_server_connections_total", prometheus.CounterValue, "connections the tcp server accepted", l, v, float64(s.tcp.Accepted()))
+			e.emit(ns+"_tcp_server_open_connections", prometheus.GaugeValue, "the tcp server's connections in progress", l, v, float64(s.tcp.Open()))
+		}
 	}
 	for _, fl := range flows {
 		h := fl.health()
@@ -224,6 +231,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		e.emit(ns+"_flow_received_bytes_total", prometheus.CounterValue, "payload acknowledged in the flow's finished runs", l, v, float64(bytes))
 		e.emit(ns+"_flow_last_bits_per_second", prometheus.GaugeValue, "goodput of the flow's last finished run", l, v, bps)
 		e.emit(ns+"_flow_running", prometheus.GaugeValue, "1 while a client run is in progress", l, v, b2f(h.State == "running"))
+		if fl.tcp != nil {
+			fl.mu.Lock()
+			retr, ce, noECN := fl.tcpRetransmits, fl.tcpDeliveredCE, fl.tcpNoECN
+			fl.mu.Unlock()
+			e.emit(ns+"_flow_tcp_retransmits_total", prometheus.CounterValue, "segments the tcp flow's finished connections retransmitted (tcpi_total_retrans)", l, v, float64(retr))
+			e.emit(ns+"_flow_tcp_delivered_ce_total", prometheus.CounterValue, "segments of the tcp flow's finished connections whose ACKs echoed CE (tcpi_delivered_ce)", l, v, float64(ce))
+			e.emit(ns+"_flow_tcp_no_ecn_runs_total", prometheus.CounterValue, "the tcp flow's finished connections that did not negotiate ECN", l, v, float64(noECN))
+		}
 	}
 	for _, p := range ports {
 		portMetrics(e, p)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/pe"
+	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
 
@@ -53,7 +54,7 @@ func TestPlanComparison(t *testing.T) {
 		t.Errorf("runs %d, seed %d, variants %v", f.Runs, f.Seed, f.VariantNames())
 	}
 	l1, l2, short, query := p.Flows[0], p.Flows[1], p.Flows[2], p.Flows[3]
-	if l1.TCP == nil || l1.TCP.CC != CCDCTCP || l1.TCP.Duration != DefaultDuration || l1.TCP.WriteBytes != defaultTCPWrite {
+	if l1.TCP == nil || l1.TCP.CC != CCDCTCP || l1.TCP.Duration != DefaultDuration || l1.TCP.WriteBytes != tcpflow.DefaultWrite {
 		t.Errorf("long1: %+v", l1.TCP)
 	}
 	if l2.TCP == nil || l2.TCP.CC != "cubic" || l2.TCP.DSCP != 26 || l2.Server == l1.Server {
@@ -87,8 +88,15 @@ func TestPlanComparison(t *testing.T) {
 	if p.Ports[0].Config.Classes[0].ECN != qdisc.ECNStep {
 		t.Errorf("a variant changed the file's port")
 	}
-	if _, err := f.Deploy("s1"); err == nil || !strings.Contains(err.Error(), "tcp flows run in namespaces") {
-		t.Errorf("Deploy with tcp flows: %v", err)
+	// Deployed, a tcp flow runs on its sender's fabriclabd against the
+	// receiver's tcp servers; a series does not yet.
+	if _, err := f.Deploy("s1"); err == nil || !strings.Contains(err.Error(), "series (count, every, pause, size_max) run in namespaces") {
+		t.Errorf("Deploy with a series: %v", err)
+	}
+	if d, err := f.Deploy("r"); err != nil || len(d.Servers) != 3 || d.Servers[0].Transport != TransportTCP || d.Servers[1].CC != "cubic" {
+		t.Errorf("Deploy of the tcp receiver: %+v, %v", d, err)
+	} else if d, err := f.Deploy("s2"); err == nil {
+		t.Errorf("s2's query is a series: %+v", d.Flows)
 	}
 }
 

@@ -74,9 +74,6 @@ func (f *File) Deploy(node string) (*Deployment, error) {
 		}
 	}
 	for k, fl := range p.Flows {
-		if fl.TCP != nil && (fl.Flow.From == node || fl.Flow.To == node) {
-			return nil, conf.Errorf(conf.Join(conf.Index("flows", k), "transport"), TransportTCP, "a lab server's fabriclabd runs rocev2 and uet flows; tcp flows run in namespaces (fabriclab run)")
-		}
 		if fl.Flow.From == node {
 			if fl.Flow.Count > 1 || fl.Flow.SizeMax != 0 {
 				return nil, conf.Errorf(conf.Join(conf.Index("flows", k), "count"), fl.Flow.Count, "a lab server's fabriclabd repeats a flow a second apart while it runs; series (count, every, pause, size_max) run in namespaces (fabriclab run)")
