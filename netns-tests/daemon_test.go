@@ -226,6 +226,8 @@ next:
 			sum += m.Counter.GetValue()
 		case m.Gauge != nil:
 			sum += m.Gauge.GetValue()
+		case m.Histogram != nil: // its count
+			sum += float64(m.Histogram.GetSampleCount())
 		}
 	}
 	return sum, found

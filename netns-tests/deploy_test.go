@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,9 +62,10 @@ func TestVagrantLabInNamespaces(t *testing.T) {
 	})
 }
 
-// deployTCPLab is a lab file with tcp flows, deployed: h1's DCTCP flow and
-// h2's cubic flow cross the switch's marking port to each other's tcp
-// servers, which the receivers' fabriclabd run.
+// deployTCPLab is a lab file with tcp flows and series, deployed: h1's
+// DCTCP flow and h2's cubic flow cross the switch's marking port to each
+// other's tcp servers, which the receivers' fabriclabd run; h1 sends a
+// series of short DCTCP flows, h2 a series of RoCEv2 requests on a grid.
 const deployTCPLab = `name: tcp-deploy
 nodes:
   - {name: h1, kind: host}
@@ -78,14 +80,18 @@ ports:
 flows:
   - {name: h1-h2, from: h1, to: h2, transport: tcp, size: 4mb}
   - {name: h2-h1, from: h2, to: h1, transport: tcp, cc: cubic, size: 2mb}
+  - {name: h1-short, from: h1, to: h2, transport: tcp, size: 10kb, size_max: 100kb, count: 20, pause: 10ms}
+  - {name: h2-rpc, from: h2, to: h1, size: 20kb, size_max: 60kb, count: 10, every: 100ms, line_rate: 1gbit}
 `
 
-// TestDeployTCPInNamespaces: a lab file's tcp flows on lab servers: each
-// receiver's fabriclabd serves them (one tcp server per congestion
-// control), each sender's runs its flow again and again through the
-// switch's virtual-queue port, which marks; DCTCP's CE is echoed; every
-// run delivers its size.
-func TestDeployTCPInNamespaces(t *testing.T) {
+// TestDeployTCPAndSeries: a lab file's tcp flows and series on lab
+// servers: each receiver's fabriclabd serves them (one tcp server per
+// congestion control), each sender's runs its flow again and again
+// through the switch's virtual-queue port, which marks; DCTCP's CE is
+// echoed; every run delivers its size. A series runs its count (sized
+// from the file's seed, every slot or pause apart), and each delivered
+// instance is in the flow's FCT and FCT/ideal histograms.
+func TestDeployTCPAndSeries(t *testing.T) {
 	labtest.RequireRoot(t)
 	path := filepath.Join(t.TempDir(), "tcp.yaml")
 	if err := os.WriteFile(path, []byte(deployTCPLab), 0o644); err != nil {
@@ -111,8 +117,9 @@ func TestDeployTCPInNamespaces(t *testing.T) {
 			size float64
 		}{{m1, "h1-h2", 4 << 20}, {m2, "h2-h1", 2 << 20}} {
 			runs, fails, bytes := flow(c.mf, c.name, "fabriclab_flow_runs_total"), flow(c.mf, c.name, "fabriclab_flow_failures_total"), flow(c.mf, c.name, "fabriclab_flow_received_bytes_total")
-			t.Logf("%s: %v runs, %v failed, %v bytes, %v CE echoed, %v without ECN", c.name, runs, fails, bytes,
-				flow(c.mf, c.name, "fabriclab_flow_tcp_delivered_ce_total"), flow(c.mf, c.name, "fabriclab_flow_tcp_no_ecn_runs_total"))
+			t.Logf("%s: %v runs, %v failed, %v bytes, last at %.0f Mbit/s, %v CE echoed, %v without ECN", c.name, runs, fails, bytes,
+				flow(c.mf, c.name, "fabriclab_flow_last_bits_per_second")/1e6, flow(c.mf, c.name, "fabriclab_flow_tcp_delivered_ce_total"),
+				flow(c.mf, c.name, "fabriclab_flow_tcp_no_ecn_runs_total"))
 			// The daemons start together: a first run may find the
 			// receiver's server not yet listening (refused, counted,
 			// run again a second later); none fails after.
@@ -120,12 +127,43 @@ func TestDeployTCPInNamespaces(t *testing.T) {
 				t.Errorf("%s: %v runs (%v failed) delivered %v bytes (want %v each), every one with ECN", c.name, runs, fails, bytes, c.size)
 			}
 		}
-		if ce := flow(m1, "h1-h2", "fabriclab_flow_tcp_delivered_ce_total"); ce == 0 {
-			t.Errorf("h1's DCTCP flow had no CE echoed through the marking port")
-		}
 		// The receivers' servers: h2 serves dctcp, h1 cubic.
 		if v, _ := value(m2, "fabriclab_tcp_server_connections_total", nil); v < 2 {
 			t.Errorf("h2's tcp server accepted %v connections, h1's flow delivered at least twice", v)
+		}
+		// The series: a cycle each, every instance's FCT observed.
+		for _, c := range []struct{ from, flow string }{{"h1", "h1-short"}, {"h2", "h2-rpc"}} {
+			count := map[string]float64{"h1-short": 20, "h2-rpc": 10}[c.flow]
+			labels := map[string]string{"flow": c.flow}
+			waitFor(t, 20*time.Second, c.flow+" runs a whole series", func() bool {
+				v, _ := value(scrape(t, l.Node(c.from), at), "fabriclab_flow_runs_total", labels)
+				return v >= count+1
+			})
+			mf := scrape(t, l.Node(c.from), at)
+			runs, _ := value(mf, "fabriclab_flow_runs_total", labels)
+			fails, _ := value(mf, "fabriclab_flow_failures_total", labels)
+			fcts, _ := value(mf, "fabriclab_flow_fct_seconds", labels)
+			ratios, _ := value(mf, "fabriclab_flow_fct_ideal_ratio", labels)
+			late, _ := value(mf, "fabriclab_flow_late_runs_total", labels)
+			t.Logf("%s: %v runs, %v failed, %v FCTs (mean %.2f ms), %v FCT/ideal (mean %.2f), %v late", c.flow, runs, fails,
+				fcts, 1e3*histMean(mf, "fabriclab_flow_fct_seconds", labels), ratios, histMean(mf, "fabriclab_flow_fct_ideal_ratio", labels), late)
+			if fails > 1 || fcts != runs-fails || ratios != fcts {
+				t.Errorf("%s: %v runs (%v failed): %v FCTs and %v ratios observed, want one per delivered run", c.flow, runs, fails, fcts, ratios)
+			}
+		}
+		// h1's DCTCP runs through the marking port see CE echoed. Only
+		// those after the switch's daemon attached its ports: a host's
+		// flows start with its own daemon, and on a busy machine the
+		// switch's programs load later (its earlier runs crossed a plain
+		// forwarder at veth speed, unmarked).
+		m1 = scrape(t, l.Node("h1"), at)
+		runs0, ce0 := flow(m1, "h1-h2", "fabriclab_flow_runs_total"), flow(m1, "h1-h2", "fabriclab_flow_tcp_delivered_ce_total")
+		waitFor(t, 10*time.Second, "h1-h2 runs twice more", func() bool {
+			return flow(scrape(t, l.Node("h1"), at), "h1-h2", "fabriclab_flow_runs_total") >= runs0+2
+		})
+		m1 = scrape(t, l.Node("h1"), at)
+		if ce := flow(m1, "h1-h2", "fabriclab_flow_tcp_delivered_ce_total") - ce0; ce == 0 {
+			t.Errorf("h1's DCTCP flow had no CE echoed through the marking port in its last runs (%v Mbit/s)", flow(m1, "h1-h2", "fabriclab_flow_last_bits_per_second")/1e6)
 		}
 		sw := scrape(t, l.Node("sw"), at)
 		if v, _ := value(sw, "fabriclab_port_ce_marked_ect0_total", map[string]string{"port": "eth2", "class": "0"}); v == 0 {
@@ -256,4 +294,33 @@ func deployInNamespaces(t *testing.T, path string, check func(l *lab.Lab, at str
 			}
 		}
 	}
+}
+
+// histMean is the mean of the histogram name's series with labels.
+func histMean(mf map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	f, ok := mf[name]
+	if !ok {
+		return 0
+	}
+	var n uint64
+	var sum float64
+	for _, m := range f.Metric {
+		if h := m.Histogram; h != nil && hasLabels(m, labels) {
+			n += h.GetSampleCount()
+			sum += h.GetSampleSum()
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		if !slices.ContainsFunc(m.Label, func(lp *dto.LabelPair) bool { return lp.GetName() == k && lp.GetValue() == v }) {
+			return false
+		}
+	}
+	return true
 }

@@ -217,10 +217,18 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  pe %s local %s, %d prefixes to %s\n", pe.Dev, pe.Config.Local, len(pe.Config.Routes), pe.Config.Routes[0].Remote)
 	}
 	for _, s := range d.Servers {
-		fmt.Fprintf(stdout, "  server %s %s\n", s.Transport, s.Addr)
+		fmt.Fprintf(stdout, "  server %s %s", s.Transport, s.Addr)
+		if s.CC != "" {
+			fmt.Fprintf(stdout, " (%s)", s.CC)
+		}
+		fmt.Fprintln(stdout)
 	}
 	for _, fp := range d.Flows {
-		fmt.Fprintf(stdout, "  flow %s → %s (%s), %s/%s\n", fp.Flow.Name, fp.Flow.To, d.Plan.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC)
+		fmt.Fprintf(stdout, "  flow %s → %s (%s), %s/%s", fp.Flow.Name, fp.Flow.To, d.Plan.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC)
+		if fl := fp.Flow; fl.Count > 1 {
+			fmt.Fprintf(stdout, ", series of %d (seed %d)", fl.Count, d.Seed)
+		}
+		fmt.Fprintln(stdout)
 	}
 	if *apply {
 		if err := d.Apply(); err != nil {

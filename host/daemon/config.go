@@ -179,6 +179,9 @@ type FlowConfig struct {
 	// file's tcp flow.
 	client *perf.ClientConfig
 	tcp    *tcpflow.Conn
+	// series is a lab file's flow: its sizes, count and spacing, and its
+	// ideal FCT.
+	series *series
 }
 
 // Load reads and validates the file at path.
@@ -226,16 +229,17 @@ func (c Config) WithDefaults() Config {
 			c.Ports = append(c.Ports, PortConfig{Dev: po.Dev, Rate: q.Rate, config: &q})
 		}
 		for _, fp := range dep.Flows {
+			sr := &series{plan: &fp, seed: dep.Seed}
 			if tp := fp.TCP; tp != nil {
 				conn := tp.Conn(tp.CC, tp.Size)
 				c.Flows = append(c.Flows, FlowConfig{Name: fp.Flow.Name, Transport: labfile.TransportTCP, Server: tp.Server.String(),
-					Start: fp.Flow.Start, Repeat: true, tcp: &conn})
+					Start: fp.Flow.Start, Repeat: true, tcp: &conn, series: sr})
 				continue
 			}
 			cc := fp.Client
 			cc.Interval = 0
 			c.Flows = append(c.Flows, FlowConfig{Name: fp.Flow.Name, Transport: fp.Flow.Transport, Server: cc.Server,
-				Start: fp.Flow.Start, Repeat: true, client: &cc})
+				Start: fp.Flow.Start, Repeat: true, client: &cc, series: sr})
 		}
 	}
 	for i := range c.Servers {

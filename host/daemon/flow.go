@@ -6,15 +6,18 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/labfile"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // flow runs one FlowConfig: its client runs, one after the other.
@@ -39,6 +42,81 @@ type flow struct {
 	// segments, and runs whose connection did not negotiate ECN.
 	tcpRetransmits, tcpDeliveredCE, tcpNoECN uint64
 	tcpCC                                    string // the kernel's name
+	// Sized runs that delivered their size: FCT, and FCT against the
+	// ideal (a lab file's flows); runs that missed their every slot.
+	fct, fctRatio histogram
+	late          uint64
+}
+
+// Histogram bounds: FCT from 50 µs to about 105 s (doubling), FCT/ideal.
+var (
+	fctBounds   = prometheus.ExponentialBuckets(50e-6, 2, 22)
+	ratioBounds = []float64{1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000}
+)
+
+// histogram counts observations per bound (the last: above every bound).
+type histogram struct {
+	counts []uint64
+	sum    float64
+	n      uint64
+}
+
+func (h *histogram) observe(bounds []float64, v float64) {
+	if h.counts == nil {
+		h.counts = make([]uint64, len(bounds)+1)
+	}
+	i, _ := slices.BinarySearch(bounds, v)
+	h.counts[i]++
+	h.sum += v
+	h.n++
+}
+
+// cumulative is the histogram as Prometheus takes it: upper bound to the
+// count at or below it.
+func (h *histogram) cumulative(bounds []float64) map[float64]uint64 {
+	out := make(map[float64]uint64, len(bounds))
+	var cum uint64
+	for i, b := range bounds {
+		if h.counts != nil {
+			cum += h.counts[i]
+		}
+		out[b] = cum
+	}
+	return out
+}
+
+// series is a lab file's flow as its sender's daemon runs it: a cycle of
+// Count runs, Every apart or Pause after each, sizes drawn per cycle from
+// the file's seed (cycle 0 as the file's first run in namespaces draws
+// them); a plain flow's cycle is one run of its size.
+type series struct {
+	plan *labfile.FlowPlan
+	seed uint64
+}
+
+func (s *series) count() int {
+	if s == nil {
+		return 1
+	}
+	return max(s.plan.Flow.Count, 1)
+}
+
+func (s *series) sizes(cycle int) []uint64 {
+	if s == nil {
+		return nil
+	}
+	return labfile.DrawSizes(s.plan.Flow, s.seed+uint64(cycle), s.plan.Index)
+}
+
+// gap is the wait before run k (k >= 1) of a cycle that started at t0,
+// and whether the run is late for its every slot.
+func (s *series) gap(k int, t0 time.Time) (time.Duration, bool) {
+	fl := s.plan.Flow
+	if fl.Every == 0 {
+		return fl.Pause, false
+	}
+	w := time.Until(t0.Add(time.Duration(k) * fl.Every))
+	return max(w, 0), w < -time.Millisecond
 }
 
 // runResult is one client run's outcome.
@@ -46,6 +124,7 @@ type runResult struct {
 	reported bool // bytes and bps are the run's
 	bytes    uint64
 	bps      float64
+	elapsed  time.Duration // a sized run's FCT, when it delivered its size
 	err      error
 }
 
@@ -57,13 +136,21 @@ func (d *Daemon) startFlow(f FlowConfig, cc perf.ClientConfig) *flow {
 	cc.OnAgent = func(a *agent.Agent) { fl.set(func() { fl.agent = a }) }
 	cc.OnEndpoint = func(ep *pds.Endpoint) { fl.set(func() { fl.ep = ep }) }
 	cc.OnSenders = func(s []*pds.Sender) { fl.set(func() { fl.senders = s }) }
-	d.runFlow(fl, log, func(ctx context.Context) runResult {
-		r, err := perf.RunClient(ctx, cc)
+	d.runFlow(fl, log, func(ctx context.Context, size uint64) runResult {
+		c := cc
+		if size != 0 {
+			c.Bytes, c.Duration = size, 0
+		}
+		r, err := perf.RunClient(ctx, c)
 		fl.set(func() { fl.agent, fl.ep, fl.senders = nil, nil, nil })
 		if r == nil {
 			return runResult{err: err}
 		}
-		return runResult{reported: true, bytes: r.End.SumReceived.Bytes, bps: r.End.SumReceived.BitsPerSecond, err: err}
+		res := runResult{reported: true, bytes: r.End.SumReceived.Bytes, bps: r.End.SumReceived.BitsPerSecond, err: err}
+		if s := r.End.SumSent; c.Bytes != 0 && err == nil && !r.Interrupted && s.Bytes >= c.Bytes {
+			res.elapsed = time.Duration(s.Seconds * float64(time.Second))
+		}
+		return res
 	})
 	return fl
 }
@@ -73,8 +160,11 @@ func (d *Daemon) startFlow(f FlowConfig, cc perf.ClientConfig) *flow {
 func (d *Daemon) startTCPFlow(f FlowConfig, conn tcpflow.Conn) *flow {
 	fl := &flow{spec: f, tcp: &conn}
 	log := d.log.With("flow", f.Name)
-	d.runFlow(fl, log, func(ctx context.Context) runResult {
+	d.runFlow(fl, log, func(ctx context.Context, size uint64) runResult {
 		c := conn
+		if size != 0 {
+			c.Size, c.Duration = size, 0
+		}
 		cc, err := d.resolveCC(conn.CC)
 		if err != nil {
 			return runResult{err: err}
@@ -92,7 +182,11 @@ func (d *Daemon) startTCPFlow(f FlowConfig, conn tcpflow.Conn) *flow {
 				fl.tcpNoECN++
 			}
 		})
-		return runResult{reported: true, bytes: rep.Delivered, bps: float64(rep.Delivered) * 8 / rep.Elapsed.Seconds(), err: err}
+		res := runResult{reported: true, bytes: rep.Delivered, bps: float64(rep.Delivered) * 8 / rep.Elapsed.Seconds(), err: err}
+		if c.Size != 0 && err == nil && rep.Delivered >= c.Size {
+			res.elapsed = rep.Elapsed
+		}
+		return res
 	})
 	return fl
 }
@@ -106,47 +200,62 @@ func (d *Daemon) resolveCC(cc string) (string, error) {
 	return name, err
 }
 
-// runFlow runs fl's client runs: Start after now, then Pause apart while
-// it repeats, until it is stopped.
-func (d *Daemon) runFlow(fl *flow, log *slog.Logger, run func(context.Context) runResult) {
+// runFlow runs fl's client runs: Start after now, a cycle of runs (a
+// series' Count, else one), then Pause apart while it repeats, until it
+// is stopped.
+func (d *Daemon) runFlow(fl *flow, log *slog.Logger, run func(ctx context.Context, size uint64) runResult) {
 	f := fl.spec
 	ctx, cancel := context.WithCancel(context.Background())
 	fl.cancel, fl.done, fl.state = cancel, make(chan struct{}), "waiting"
-	log.Info("flow started", "server", f.Server, "transport", f.Transport, "start", f.Start.String())
+	log.Info("flow started", "server", f.Server, "transport", f.Transport, "start", f.Start.String(), "count", f.series.count())
+	sleep := func(d time.Duration) bool {
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
 	go func() {
 		defer close(fl.done)
 		wait := f.Start
-		for {
-			if wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-			}
-			fl.set(func() { fl.state = "running" })
-			r := run(ctx)
-			err := r.err
-			fl.set(func() {
-				fl.runs++
-				fl.bytes += r.bytes
-				if r.reported {
-					fl.lastBps = r.bps
-				}
-				if err != nil && ctx.Err() == nil {
-					fl.failures++
-					fl.lastErr = strings.TrimPrefix(err.Error(), "roceperf: ")
-				}
-			})
-			if ctx.Err() != nil {
+		for cycle := 0; ; cycle++ {
+			if !sleep(wait) {
 				return
 			}
-			if err != nil {
-				log.Warn("flow run failed", "err", err)
-			} else {
-				log.Info("flow run done", "bytes", r.bytes, "bits_per_second", r.bps)
+			sizes, t0 := f.series.sizes(cycle), time.Now()
+			var err error
+			for k := range f.series.count() {
+				late := false
+				if k > 0 {
+					var gap time.Duration
+					gap, late = f.series.gap(k, t0)
+					fl.set(func() { fl.state = "pausing" })
+					if !sleep(gap) {
+						return
+					}
+				}
+				var size uint64
+				if sizes != nil {
+					size = sizes[k]
+				}
+				fl.set(func() { fl.state = "running" })
+				r := run(ctx, size)
+				fl.record(ctx, r, size, late)
+				if ctx.Err() != nil {
+					return
+				}
+				if r.err != nil {
+					err = r.err
+					log.Warn("flow run failed", "err", r.err)
+				} else {
+					log.Info("flow run done", "bytes", r.bytes, "bits_per_second", r.bps, "fct_seconds", r.elapsed.Seconds())
+				}
 			}
 			if !f.Repeat {
 				fl.set(func() {
@@ -161,6 +270,32 @@ func (d *Daemon) runFlow(fl *flow, log *slog.Logger, run func(context.Context) r
 			wait = f.Pause
 		}
 	}()
+}
+
+// record adds a run's outcome to the flow's counters.
+func (fl *flow) record(ctx context.Context, r runResult, size uint64, late bool) {
+	fl.set(func() {
+		fl.runs++
+		fl.bytes += r.bytes
+		if r.reported {
+			fl.lastBps = r.bps
+		}
+		if late {
+			fl.late++
+		}
+		if r.err != nil && ctx.Err() == nil {
+			fl.failures++
+			fl.lastErr = strings.TrimPrefix(r.err.Error(), "roceperf: ")
+		}
+		if r.elapsed > 0 {
+			fl.fct.observe(fctBounds, r.elapsed.Seconds())
+			if s := fl.spec.series; s != nil {
+				if ideal := s.plan.IdealFCT(size); ideal > 0 {
+					fl.fctRatio.observe(ratioBounds, r.elapsed.Seconds()/ideal.Seconds())
+				}
+			}
+		}
+	})
 }
 
 func (fl *flow) set(f func()) {

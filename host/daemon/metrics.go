@@ -29,7 +29,8 @@ import (
 //	                      spdcid, pdc, job_id), a UET flow's senders (flow, pdc)
 //	fabriclab_ccc_*       per sender CCC of a UET flow: cwnd, in flight
 //	fabriclab_port_*      per switch port class: port, class, name
-//	fabriclab_flow_*      per configured flow (a tcp flow's: flow_tcp_*)
+//	fabriclab_flow_*      per configured flow (a tcp flow's: flow_tcp_*);
+//	                      fct_seconds and fct_ideal_ratio are histograms
 //	fabriclab_server_*    per server's side channel
 //	fabriclab_tcp_server_* per tcp server (a lab file's kernel TCP sink)
 //	fabriclab_config_*    reloads
@@ -231,6 +232,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		e.emit(ns+"_flow_received_bytes_total", prometheus.CounterValue, "payload acknowledged in the flow's finished runs", l, v, float64(bytes))
 		e.emit(ns+"_flow_last_bits_per_second", prometheus.GaugeValue, "goodput of the flow's last finished run", l, v, bps)
 		e.emit(ns+"_flow_running", prometheus.GaugeValue, "1 while a client run is in progress", l, v, b2f(h.State == "running"))
+		fl.mu.Lock()
+		fct, ratio, late := fl.fct, fl.fctRatio, fl.late
+		fct.counts, ratio.counts = slices.Clone(fct.counts), slices.Clone(ratio.counts)
+		fl.mu.Unlock()
+		e.emit(ns+"_flow_late_runs_total", prometheus.CounterValue, "runs of a series that started after their every slot", l, v, float64(late))
+		e.histogram(ns+"_flow_fct_seconds", "flow completion time of the flow's sized runs that delivered their size", l, v, &fct, fctBounds)
+		if fl.spec.series != nil {
+			e.histogram(ns+"_flow_fct_ideal_ratio", "FCT over the ideal (the size at the path's bottleneck alone plus its base RTT) of a lab file's sized runs", l, v, &ratio, ratioBounds)
+		}
 		if fl.tcp != nil {
 			fl.mu.Lock()
 			retr, ce, noECN := fl.tcpRetransmits, fl.tcpDeliveredCE, fl.tcpNoECN
@@ -302,6 +312,19 @@ func tunnelMetrics(e *emitter, x *pe) {
 			e.emit(ns+"_tunnel_decap_cells_total", prometheus.CounterValue, "decapsulated packets by RFC 6040 cell",
 				[]string{"dev", "inner", "outer"}, []string{x.plan.Dev, tunnel.ECN(inner).String(), tunnel.ECN(outer).String()}, float64(n))
 		}
+	}
+}
+
+// histogram emits h with its bounds.
+func (e *emitter) histogram(name, help string, labels, values []string, h *histogram, bounds []float64) {
+	key := name + "|" + strings.Join(labels, ",")
+	desc, ok := e.descs[key]
+	if !ok {
+		desc = prometheus.NewDesc(name, help, labels, nil)
+		e.descs[key] = desc
+	}
+	if m, err := prometheus.NewConstHistogram(desc, h.n, h.sum, h.cumulative(bounds), values...); err == nil {
+		e.ch <- m
 	}
 }
 

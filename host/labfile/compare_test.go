@@ -88,15 +88,14 @@ func TestPlanComparison(t *testing.T) {
 	if p.Ports[0].Config.Classes[0].ECN != qdisc.ECNStep {
 		t.Errorf("a variant changed the file's port")
 	}
-	// Deployed, a tcp flow runs on its sender's fabriclabd against the
-	// receiver's tcp servers; a series does not yet.
-	if _, err := f.Deploy("s1"); err == nil || !strings.Contains(err.Error(), "series (count, every, pause, size_max) run in namespaces") {
-		t.Errorf("Deploy with a series: %v", err)
+	// Deployed, tcp flows and series run on their senders' fabriclabd
+	// (the file's seed and each flow's place for the sizes) against the
+	// receiver's servers.
+	if d, err := f.Deploy("s1"); err != nil || d.Seed != 7 || len(d.Flows) != 2 || d.Flows[0].Index != 0 || d.Flows[1].Index != 2 || d.Flows[1].Flow.Count != 50 {
+		t.Errorf("Deploy of s1 (long1, the short series): %+v, %v", d, err)
 	}
 	if d, err := f.Deploy("r"); err != nil || len(d.Servers) != 3 || d.Servers[0].Transport != TransportTCP || d.Servers[1].CC != "cubic" {
 		t.Errorf("Deploy of the tcp receiver: %+v, %v", d, err)
-	} else if d, err := f.Deploy("s2"); err == nil {
-		t.Errorf("s2's query is a series: %+v", d.Flows)
 	}
 }
 
@@ -104,11 +103,11 @@ func TestPlanComparison(t *testing.T) {
 // flow only (every variant of a run replays them), and spread.
 func TestDrawSizes(t *testing.T) {
 	fl := &Flow{Size: 3000, SizeMax: 60000, Count: 2000}
-	a, b := drawSizes(fl, 1, 3), drawSizes(fl, 1, 3)
+	a, b := DrawSizes(fl, 1, 3), DrawSizes(fl, 1, 3)
 	if !slices.Equal(a, b) {
 		t.Fatal("the same seed and flow drew different sizes")
 	}
-	if slices.Equal(a, drawSizes(fl, 2, 3)) || slices.Equal(a, drawSizes(fl, 1, 4)) {
+	if slices.Equal(a, DrawSizes(fl, 2, 3)) || slices.Equal(a, DrawSizes(fl, 1, 4)) {
 		t.Error("another seed or flow drew the same sizes")
 	}
 	var sum float64
@@ -121,10 +120,10 @@ func TestDrawSizes(t *testing.T) {
 	if mean := sum / float64(len(a)); math.Abs(mean-31500) > 1500 {
 		t.Errorf("mean size %.0f, want about 31500 (uniform)", mean)
 	}
-	if s := drawSizes(&Flow{Size: 5000, Count: 3}, 1, 0); !slices.Equal(s, []uint64{5000, 5000, 5000}) {
+	if s := DrawSizes(&Flow{Size: 5000, Count: 3}, 1, 0); !slices.Equal(s, []uint64{5000, 5000, 5000}) {
 		t.Errorf("fixed size: %v", s)
 	}
-	if s := drawSizes(&Flow{Count: 1}, 1, 0); s != nil {
+	if s := DrawSizes(&Flow{Count: 1}, 1, 0); s != nil {
 		t.Errorf("timed flow: %v", s)
 	}
 }

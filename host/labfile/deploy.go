@@ -21,8 +21,11 @@ import (
 // DeployPlan: the same addresses and routes as in namespaces, but links
 // with delay or loss carry netem at both ends instead of a relay.
 type Deployment struct {
-	Node    Node
-	Plan    *Plan
+	Node Node
+	Plan *Plan
+	// Seed draws the series' sizes (DrawSizes): the file's, as its first
+	// run in namespaces draws them.
+	Seed    uint64
 	Servers []ServerPlan // on this node
 	Ports   []PortPlan   // on this node's devices
 	PEs     []PEPlan     // on this node's devices
@@ -54,7 +57,7 @@ func (f *File) Deploy(node string) (*Deployment, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Deployment{Node: f.Nodes[i], Plan: p}
+	d := &Deployment{Node: f.Nodes[i], Plan: p, Seed: f.Seed}
 	for _, s := range p.Servers {
 		if s.Node == node {
 			d.Servers = append(d.Servers, s)
@@ -73,11 +76,8 @@ func (f *File) Deploy(node string) (*Deployment, error) {
 			d.PEs = append(d.PEs, pe)
 		}
 	}
-	for k, fl := range p.Flows {
+	for _, fl := range p.Flows {
 		if fl.Flow.From == node {
-			if fl.Flow.Count > 1 || fl.Flow.SizeMax != 0 {
-				return nil, conf.Errorf(conf.Join(conf.Index("flows", k), "count"), fl.Flow.Count, "a lab server's fabriclabd repeats a flow a second apart while it runs; series (count, every, pause, size_max) run in namespaces (fabriclab run)")
-			}
 			d.Flows = append(d.Flows, fl)
 		}
 	}

@@ -133,7 +133,9 @@ type ServerPlan struct {
 
 // FlowPlan is a flow as run.
 type FlowPlan struct {
-	Flow   *Flow
+	Flow *Flow
+	// Index is the flow's place in the file (DrawSizes' stream).
+	Index  int
 	Server int // Plan.Servers index
 	// Client is a rocev2 or uet flow's perf client.
 	Client perf.ClientConfig
@@ -824,7 +826,7 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 		if !ok {
 			return conf.Errorf(fp("to"), fl.To, "no path from %s to %s (routes never cross a host)", fl.From, fl.To)
 		}
-		fpn := FlowPlan{Flow: fl, Crosses: dcOf[fl.From] != "" && dcOf[fl.To] != "" && dcOf[fl.From] != dcOf[fl.To]}
+		fpn := FlowPlan{Flow: fl, Index: i, Crosses: dcOf[fl.From] != "" && dcOf[fl.To] != "" && dcOf[fl.From] != dcOf[fl.To]}
 		fpn.PathMTU = MaxLinkMTU
 		lineRate := fl.LineRate
 		if lineRate == 0 {

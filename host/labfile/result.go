@@ -440,7 +440,7 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 	complete := func() {
 		if ir.size != 0 && in.Bytes >= ir.size && in.Error == "" {
 			in.FCTS = in.Seconds
-			in.IdealFCTS = fp.idealFCT(ir.size).Seconds()
+			in.IdealFCTS = fp.IdealFCT(ir.size).Seconds()
 			if in.IdealFCTS > 0 {
 				in.FCTRatio = in.FCTS / in.IdealFCTS
 			}

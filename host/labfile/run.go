@@ -527,10 +527,11 @@ func (fr *flowRun) set(f func(*flowRun)) {
 	f(fr)
 }
 
-// drawSizes draws a flow's instance sizes: size, or uniform in
+// DrawSizes draws a flow's instance sizes: size, or uniform in
 // size..size_max from the run's seed and the flow's place in the file
-// (the same in every variant of a run).
-func drawSizes(fl *Flow, seed uint64, index int) []uint64 {
+// (FlowPlan.Index; the same in every variant of a run). Nil for a timed
+// flow.
+func DrawSizes(fl *Flow, seed uint64, index int) []uint64 {
 	if fl.Size == 0 {
 		return nil
 	}
@@ -554,7 +555,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	var deadline time.Duration
 	for i := range r.p.Flows {
 		fp := &r.p.Flows[i]
-		fr := &flowRun{plan: fp, index: i, state: stateWaiting, start: r.scaled(fp.Flow.Start), sizes: drawSizes(fp.Flow, seed, i)}
+		fr := &flowRun{plan: fp, index: i, state: stateWaiting, start: r.scaled(fp.Flow.Start), sizes: DrawSizes(fp.Flow, seed, i)}
 		flows[i] = fr
 		deadline = max(deadline, fr.start+r.seriesBudget(fr))
 	}
@@ -673,7 +674,7 @@ func (r *runner) instanceBudget(fp *FlowPlan, size uint64) time.Duration {
 	if size == 0 {
 		return r.scaled(fp.duration()) + drainGrace
 	}
-	return max(time.Duration(sizedSlack*fp.idealFCT(size).Seconds()*float64(time.Second)), minSizedBudget) + drainGrace
+	return max(time.Duration(sizedSlack*fp.IdealFCT(size).Seconds()*float64(time.Second)), minSizedBudget) + drainGrace
 }
 
 // seriesBudget bounds a flow's every instance, from its start.
@@ -694,9 +695,10 @@ func (r *runner) seriesBudget(fr *flowRun) time.Duration {
 	return sum + drainGrace
 }
 
-// idealFCT is size at the flow's bottleneck rate alone, plus the path's
-// base RTT (the last byte's acknowledgement, or a tcp flow's answer).
-func (fp *FlowPlan) idealFCT(size uint64) time.Duration {
+// IdealFCT is size at the flow's bottleneck rate alone, plus the path's
+// base RTT (the last byte's acknowledgement, or a tcp flow's answer); 0
+// when either is unknown.
+func (fp *FlowPlan) IdealFCT(size uint64) time.Duration {
 	if size == 0 || fp.Bottleneck == 0 {
 		return 0
 	}
