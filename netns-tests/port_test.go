@@ -187,6 +187,13 @@ func TestWREDCurveUDP(t *testing.T) {
 				if n < 300 {
 					continue // too few samples to judge
 				}
+				if float64(b+1)*bin > float64(1*units.MiB)-1500 {
+					// Arrivals here may find the class at its limit and be
+					// tail-dropped, never marked: a sender that falls behind
+					// on a busy machine catches up in one burst past 750 KB
+					// (seen: 217 drops, bin 31 marked 0.54 of 476 arrivals).
+					continue
+				}
 				// Expected fraction: the curve at the bin's middle (it is
 				// linear within a bin, so the middle is the mean).
 				mid := (float64(b) + 0.5) * bin
