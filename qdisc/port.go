@@ -671,10 +671,17 @@ func stalePort(netnsName, dev string) bool {
 		return false
 	}
 	defer p.Release()
-	if len(p.links) == 0 {
+	return LinksOrphaned(p.links)
+}
+
+// LinksOrphaned reports whether pinned TCX links are attached to no device
+// any more (theirs went away with its namespace): what makes a pinned
+// record stale. No links, or one that is not TCX or cannot be read: false.
+func LinksOrphaned(links []link.Link) bool {
+	if len(links) == 0 {
 		return false
 	}
-	for _, l := range p.links {
+	for _, l := range links {
 		info, err := l.Info()
 		if err != nil {
 			return false

@@ -438,19 +438,7 @@ func stalePE(netnsName, dev string) bool {
 		return false
 	}
 	defer p.closeHandles()
-	if len(p.links) == 0 {
-		return false
-	}
-	for _, l := range p.links {
-		info, err := l.Info()
-		if err != nil {
-			return false
-		}
-		if t := info.TCX(); t == nil || t.Ifindex != 0 {
-			return false
-		}
-	}
-	return true
+	return qdisc.LinksOrphaned(p.links)
 }
 
 // Forget detaches the PE on dev as far as it still can and removes its
