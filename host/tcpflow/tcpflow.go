@@ -167,6 +167,7 @@ type Server struct {
 	conns    sync.WaitGroup
 	mu       sync.Mutex
 	open     map[net.Conn]struct{}
+	closed   bool // Close began: a connection accepted now is closed at once
 	received atomic.Uint64
 	accepted atomic.Uint64
 }
@@ -214,17 +215,26 @@ func (s *Server) Serve(ctx context.Context) error {
 			return err
 		}
 		s.accepted.Add(1)
+		// Registered with Close's flag under one lock: Close either
+		// sees the connection or the connection sees Close.
 		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
 		s.open[c] = struct{}{}
-		s.mu.Unlock()
 		s.conns.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.conns.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.open, c)
+				s.mu.Unlock()
+			}()
 			defer func() { _ = recover() }() // a sink's panic loses its flow, not the server
 			s.sink(c)
-			s.mu.Lock()
-			delete(s.open, c)
-			s.mu.Unlock()
 		}()
 	}
 }
@@ -257,13 +267,18 @@ func (s *Server) Shutdown() { _ = s.ln.Close() }
 // Wait waits for the connections in progress to end.
 func (s *Server) Wait() { s.conns.Wait() }
 
-// Close stops accepting, resets the connections still open and waits for
+// Close stops accepting, resets the connections still open (a deadline
+// would not do: the sink renews its own before each read) and waits for
 // their goroutines.
 func (s *Server) Close() error {
 	err := s.ln.Close()
 	s.mu.Lock()
+	s.closed = true
 	for c := range s.open {
-		_ = c.SetDeadline(time.Now())
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // RST: the client's run ends now too
+		}
+		_ = c.Close()
 	}
 	s.mu.Unlock()
 	s.conns.Wait()
