@@ -254,6 +254,22 @@ static __always_inline enum net_roce_result net_parse_roce_skb(struct __sk_buff 
 	return res;
 }
 
+/* net_cut_to cuts a clone that becomes a notification to len bytes, which
+ * the caller then overwrites whole. bpf_skb_change_tail refuses an skb with
+ * the encapsulation flag set (-ENOTSUPP): a packet a tunnel PE encapsulated
+ * keeps it across a veth into the next namespace, and after decapsulation
+ * too. Removing the room after the MAC header instead (the bytes are
+ * rewritten anyway) does not look at the flag; it needs an IP packet of
+ * at least len bytes. */
+static __always_inline long net_cut_to(struct __sk_buff *skb, __u32 len)
+{
+	long rc = bpf_skb_change_tail(skb, len, 0);
+
+	if (rc && skb->len > len)
+		rc = bpf_skb_adjust_room(skb, -(__s32)(skb->len - len), BPF_ADJ_ROOM_MAC, 0);
+	return rc;
+}
+
 /* net_roce_from_to reports whether the packet r parsed goes from src to
  * dst: both 16 bytes in network order, an IPv4 address in the first 4;
  * is_v4 says which family the pair is. A packet of the other family does

@@ -35,7 +35,7 @@
  * packet carrying np_mark is a clone np_ingress made. bpf_clone_redirect
  * runs the device's egress path synchronously, so np_egress has finished
  * before np_ingress resumes. It trims the clone to the CNP's length
- * (bpf_skb_change_tail) and writes the whole CNP over it in one
+ * (net_cut_to) and writes the whole CNP over it in one
  * bpf_skb_store_bytes: Ethernet addresses swapped, the IP and UDP headers
  * from the QP context (source = local, destination = peer, UDP source port
  * = the QP's, destination 4791), BTH opcode 0x81 with B = 1 and DestQP = the
@@ -753,7 +753,7 @@ int np_egress(struct __sk_buff *skb)
 	len = cnp_build(&f, qp, eth);
 	if (len == 0)
 		goto drop;
-	if (bpf_skb_change_tail(skb, len, 0))
+	if (net_cut_to(skb, len))
 		goto drop;
 	if (bpf_skb_store_bytes(skb, 0, &f.eth, len, BPF_F_RECOMPUTE_CSUM | BPF_F_INVALIDATE_HASH))
 		goto drop;

@@ -1574,13 +1574,13 @@ int ppfc_egress(struct __sk_buff *skb)
 			return TC_ACT_SHOT; /* never let a clone out as data */
 		}
 		if (sc->len == WAN_CNP_V4_LEN) {
-			if (bpf_skb_change_tail(skb, WAN_CNP_V4_LEN, 0) ||
+			if (net_cut_to(skb, WAN_CNP_V4_LEN) ||
 			    bpf_skb_store_bytes(skb, 0, &sc->c.eth, WAN_CNP_V4_LEN, BPF_F_INVALIDATE_HASH)) {
 				if (ps)
 					ps->wan_cnp_failed++;
 				return TC_ACT_SHOT;
 			}
-		} else if (bpf_skb_change_tail(skb, PPFC_V4_LEN, 0) ||
+		} else if (net_cut_to(skb, PPFC_V4_LEN) ||
 			   bpf_skb_store_bytes(skb, 0, &sc->f.eth, PPFC_V4_LEN, BPF_F_INVALIDATE_HASH)) {
 			if (ps)
 				ps->ppfc_build_errors++;
