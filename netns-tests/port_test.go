@@ -8,7 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -398,5 +402,112 @@ func TestSecondAttachKeepsFirst(t *testing.T) {
 	}
 	if _, err := qdisc.Open(b.Node.NetnsName, b.Dev); err == nil {
 		t.Fatal("port still recorded after detach")
+	}
+}
+
+// TestShapedVirtualPort: a virtual-queue port with Shape (a rate limiter
+// on a NIC, as a PE's agent uses on a lab server) really sends at its rate
+// and its HTB queue is the one its virtual queue models: sampled side by
+// side while a sender runs at twice the rate, the two backlogs agree
+// within a tenth of the class's limit, the virtual queue marks and drops
+// at its limit and HTB drops nothing. SetRate moves both: at half the
+// rate the receiver gets half.
+func TestShapedVirtualPort(t *testing.T) {
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, tcxKernel)
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1, DisableOffloads: true})
+	const rate = 100 * units.Mbit
+	cfg := qdisc.DefaultConfig(rate) // class 3: WRED 50 KB..1 MB, limit 2 MB
+	if _, err := qdisc.Attach(cfg, qdisc.AttachOptions{Dev: d.Bottleneck.Dev, Netns: d.Bottleneck.Node.NetnsName, Mode: qdisc.QueueVirtual, NoShaping: true, Shape: true}); err == nil {
+		t.Fatal("shape with no-shaping attached")
+	}
+	port, err := qdisc.Attach(cfg, qdisc.AttachOptions{Dev: d.Bottleneck.Dev, Netns: d.Bottleneck.Node.NetnsName, Mode: qdisc.QueueVirtual, Shape: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := port.Close(); err != nil {
+			t.Errorf("detach: %v", err)
+		}
+		if out := tcShow(t, d.Bottleneck.Node, d.Bottleneck.Dev); strings.Contains(out, "htb") {
+			t.Errorf("HTB left on the device after detach:\n%s", out)
+		}
+	})
+	if info := port.Info(); !info.HTB || info.Mode != qdisc.QueueVirtual {
+		t.Fatalf("port info %+v: want a virtual-queue port with HTB", info)
+	}
+	sk := newSink(t, d.Receiver)
+	dst := netip.AddrPortFrom(d.ReceiverAddr, uint16(sk.port))
+	limit := float64(cfg.Classes[qdisc.ClassRoCE].LimitBytes)
+
+	for _, r := range []units.Rate{rate, rate / 2} {
+		if err := port.SetRate(r); err != nil {
+			t.Fatal(err)
+		}
+		before, got0 := portStats(t, port).Classes[qdisc.ClassRoCE], sk.total()
+		q0, err := port.Qdisc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		var (
+			wg   sync.WaitGroup
+			sent int
+			serr error
+		)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sent, serr = flow{tos: tosRoCEECT0, payload: 1400, rate: 2 * r, total: 2 * time.Second}.send(ctx, d.Senders[0], dst)
+		}()
+		// Side by side, from 0.5 s (both queues full by then) to 1.8 s.
+		time.Sleep(500 * time.Millisecond)
+		var diffs, htbMax []float64
+		for range 26 {
+			s, err1 := port.Stats()
+			q, err2 := port.Qdisc()
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			diffs = append(diffs, math.Abs(float64(q.BacklogBytes)-float64(s.Classes[qdisc.ClassRoCE].BacklogBytes)))
+			htbMax = append(htbMax, float64(q.BacklogBytes))
+			time.Sleep(50 * time.Millisecond)
+		}
+		wg.Wait()
+		cancel()
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		// Drained: HTB's queue at the rate, 2 MB in 160 ms at most.
+		time.Sleep(500 * time.Millisecond)
+		c := portStats(t, port).Classes[qdisc.ClassRoCE]
+		q, err := port.Qdisc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sk.total() - got0
+		// The rate over the 2 s of sending plus the drain of what the
+		// limit held: delivered bytes / (2 s + limit/rate).
+		wire := float64(got) * (1400 + 42) * 8
+		secs := 2 + limit*8/float64(r)
+		slices.Sort(diffs)
+		t.Logf("%v: sent %d, delivered %d (%.1f Mbit/s over %.2f s); virtual: enqueued %d, dropped %d, CE %d; HTB: sent %d, dropped %d; |HTB - virtual| median %.0f B, max %.0f B; HTB max %.0f B",
+			r, sent, got, wire/secs/1e6, secs, c.EnqueuedPackets-before.EnqueuedPackets, c.DroppedLimitPackets-before.DroppedLimitPackets,
+			c.CEMarked()-before.CEMarked(), q.SentPackets-q0.SentPackets, q.Drops-q0.Drops, diffs[len(diffs)/2], diffs[len(diffs)-1], slices.Max(htbMax))
+		if bps := wire / secs; bps < 0.9*float64(r) || bps > 1.05*float64(r) {
+			t.Errorf("%v: delivered %.1f Mbit/s, want the port rate", r, bps/1e6)
+		}
+		if q.Drops != q0.Drops {
+			t.Errorf("%v: HTB dropped %d packets; the virtual queue's limit should drop first", r, q.Drops-q0.Drops)
+		}
+		if c.DroppedLimitPackets == before.DroppedLimitPackets || c.CEMarked() == before.CEMarked() {
+			t.Errorf("%v: the virtual queue marked %d and dropped %d at twice its rate", r, c.CEMarked()-before.CEMarked(), c.DroppedLimitPackets-before.DroppedLimitPackets)
+		}
+		if slices.Max(htbMax) < limit/2 {
+			t.Errorf("%v: HTB's backlog peaked at %.0f B: it did not shape", r, slices.Max(htbMax))
+		}
+		if med := diffs[len(diffs)/2]; med > limit/10 {
+			t.Errorf("%v: HTB's backlog and the virtual queue's differ by %.0f B (median), want within %.0f", r, med, limit/10)
+		}
 	}
 }

@@ -79,8 +79,16 @@ type AttachOptions struct {
 	// Legacy forces clsact + cls_bpf even where TCX exists.
 	Legacy bool
 	// NoShaping leaves the device's root qdisc alone: no HTB classes, no
-	// port-speed queue. Virtual-queue ports never install HTB.
+	// port-speed queue. Virtual-queue ports install HTB only with Shape.
 	NoShaping bool
+	// Shape installs the port's HTB tree on a virtual-queue port too, so
+	// that the device really sends at the port rate: a port slower than
+	// the NIC under it (a PE's rate limiter on a lab server). The virtual
+	// queue, which drains at the same rate, still decides marks and
+	// drops; HTB's queue is the real one, within a burst (100 µs at the
+	// rate) of it, and its counters are the port's Qdisc(). Veth ports
+	// shape unless NoShaping.
+	Shape bool
 	// Pin records the port in bpffs and under MetaRoot so it outlives the
 	// process (the CLI). Unpinned ports detach when closed.
 	Pin bool
@@ -184,7 +192,10 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	}
 
 	base := uint32(0)
-	p.meta.HTB = opts.Mode == QueueVeth && !opts.NoShaping
+	if opts.Shape && (opts.Mode != QueueVirtual || opts.NoShaping) {
+		return nil, fmt.Errorf("attach: shape is for virtual-queue ports without no-shaping (this port is %s)", opts.Mode)
+	}
+	p.meta.HTB = (opts.Mode == QueueVeth && !opts.NoShaping) || opts.Shape
 	if p.meta.HTB {
 		base = priorityBase
 	}
@@ -385,6 +396,10 @@ func (p *Port) Configure(cfg Config) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.configureLocked(cfg)
+}
+
+func (p *Port) configureLocked(cfg Config) error {
 	if p.mu.closed {
 		return errors.New("configure: port is closed")
 	}
@@ -769,21 +784,20 @@ func (p *Port) Backlog(class ClassID) (bytes, packets uint64, err error) {
 // token 1/1000 of the rate, strict classes' the rest of it). A rate above
 // the one the classes' ceilings were set at takes the full Configure. The
 // tunnel PE's limiter cuts with it (host/pe), where an HTB change is most
-// of the reaction time: one class change instead of nine.
+// of the reaction time: one class change instead of nine. It holds the
+// port's lock throughout, so a Configure beside it is never undone by the
+// configuration SetRate started from.
 func (p *Port) SetRate(rate units.Rate) error {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	cfg := p.mu.cfg
-	full := !p.meta.HTB || uint64(rate) > p.meta.HTBCeilBps
-	p.mu.Unlock()
 	cfg.Rate = rate
-	if full {
-		return p.Configure(cfg)
-	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	if !p.meta.HTB || uint64(rate) > p.meta.HTBCeilBps {
+		return p.configureLocked(cfg)
+	}
 	if p.mu.closed {
 		return errors.New("set rate: port is closed")
 	}

@@ -277,6 +277,9 @@ Options:
   --peer-netns NAME    namespace of the peer (default: found, or --netns)
   --legacy             attach with clsact + cls_bpf instead of TCX links
   --no-shaping         leave the root qdisc alone (no HTB at port rate)
+  --shape              virtual mode: install HTB at the port rate too, so
+                       DEV really sends at --rate (a port slower than the
+                       NIC: a rate limiter); the virtual queue still marks
   --departure xmit|peer-ingress
                        where a packet leaves the queue (veth mode). xmit:
                        where HTB hands it to DEV (tracepoint
@@ -304,6 +307,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 		peerDev, peerNetns  string
 		departure           string
 		legacy, noShape, js bool
+		shape               bool
 	)
 	fs := newFlags("attach", &c)
 	cf.register(fs)
@@ -313,6 +317,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&peerNetns, "peer-netns", "", "")
 	fs.BoolVar(&legacy, "legacy", false, "")
 	fs.BoolVar(&noShape, "no-shaping", false, "")
+	fs.BoolVar(&shape, "shape", false, "")
 	fs.StringVar(&departure, "departure", "", "")
 	fs.BoolVar(&js, "j", false, "")
 	fs.BoolVar(&js, "json", false, "")
@@ -333,6 +338,9 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 		}
 		if qm == qdisc.QueueVirtual && (peerDev != "" || peerNetns != "" || departure != "") {
 			return usagef("--peer-dev, --peer-netns and --departure only apply to --mode veth")
+		}
+		if shape && (qm != qdisc.QueueVirtual || noShape) {
+			return usagef("--shape applies to --mode virtual, without --no-shaping (a veth port shapes already)")
 		}
 		var dep qdisc.DepartureHook
 		if departure != "" {
@@ -358,7 +366,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 		p, err := qdisc.Attach(cfg, qdisc.AttachOptions{
 			Dev: c.dev, Netns: c.netns, Mode: qm,
 			PeerDev: peerDev, PeerNetns: peerNetns,
-			Legacy: legacy, NoShaping: noShape, Pin: true, Departure: dep,
+			Legacy: legacy, NoShaping: noShape, Shape: shape, Pin: true, Departure: dep,
 		})
 		if err != nil {
 			return err
