@@ -15,6 +15,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/labfile"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -30,7 +31,7 @@ import (
 func TestVagrantLabInNamespaces(t *testing.T) {
 	labtest.RequireRoot(t)
 	t.Run("lab", func(t *testing.T) {
-		deployInNamespaces(t, "../vagrant/lab.yaml", func(l *lab.Lab, at string) {
+		deployInNamespaces(t, "../vagrant/lab.yaml", "", func(l *lab.Lab, at string) {
 			// The hosts' flows cross the switch's ports.
 			waitFor(t, 15*time.Second, "h1's RoCEv2 flow and h2's UET flow deliver", func() bool {
 				q, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "h1-h2"})
@@ -48,7 +49,7 @@ func TestVagrantLabInNamespaces(t *testing.T) {
 		})
 	})
 	t.Run("lab-wan", func(t *testing.T) {
-		deployInNamespaces(t, "../vagrant/lab-wan.yaml", func(l *lab.Lab, at string) {
+		deployInNamespaces(t, "../vagrant/lab-wan.yaml", "", func(l *lab.Lab, at string) {
 			waitFor(t, 15*time.Second, "h1's RoCEv2 flow delivers across the tunnel", func() bool {
 				q, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "h1-h2"})
 				return q > 1e6
@@ -97,7 +98,7 @@ func TestDeployTCPAndSeries(t *testing.T) {
 	if err := os.WriteFile(path, []byte(deployTCPLab), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deployInNamespaces(t, path, func(l *lab.Lab, at string) {
+	deployInNamespaces(t, path, "", func(l *lab.Lab, at string) {
 		for _, c := range []struct{ from, flow string }{{"h1", "h1-h2"}, {"h2", "h2-h1"}} {
 			waitFor(t, 20*time.Second, c.flow+" delivers twice", func() bool {
 				mf := scrape(t, l.Node(c.from), at)
@@ -172,9 +173,162 @@ func TestDeployTCPAndSeries(t *testing.T) {
 	})
 }
 
-// deployInNamespaces provisions the lab file's nodes, each in a namespace
-// of its own, runs check on them and stops the daemons.
-func deployInNamespaces(t *testing.T, path string, check func(l *lab.Lab, at string)) {
+// deployPELab is a WAN lab file with PE agents, deployed: two senders
+// behind pe1, the receiver behind pe2, two WAN cores whose ports toward pe2
+// run at 100 Mbit/s. The senders' 2 × 100 Mbit/s congest path 1's WAN
+// port, which marks ECT(1) from T1 and sends pe1 a CNP of light
+// congestion (at most every ms). Variant pe-rate: pe1's agent cuts its
+// limiter, a shaped port on its WAN device (150 Mbit/s). Variant reroute:
+// pe1's agent spreads the tunnel over both cores.
+const deployPELab = `name: pe-deploy
+nodes:
+  - {name: s1, kind: host}
+  - {name: s2, kind: host}
+  - {name: pe1, kind: pe, peer: pe2}
+  - {name: core, kind: switch}
+  - {name: core2, kind: switch}
+  - {name: pe2, kind: pe, peer: pe1}
+  - {name: r, kind: host}
+links:
+  - {a: s1:eth1, b: pe1:eth1}
+  - {a: s2:eth1, b: pe1:eth2}
+  - {a: pe1:eth3, b: core:eth1}
+  - {a: pe1:eth4, b: core2:eth1}
+  - {a: core:eth2, b: pe2:eth1, rate: 100mbit}
+  - {a: core2:eth2, b: pe2:eth2, rate: 100mbit}
+  - {a: pe2:eth3, b: r:eth1}
+ports:
+  - {port: core:eth2, tc: ["3:wred:min=90kb,max=180kb,p=0.2,limit=4mb"]}
+  - {port: core2:eth2, tc: ["3:wred:min=90kb,max=180kb,p=0.2,limit=4mb"]}
+flows:
+  - {name: f1, from: s1, to: r, qps: 2, line_rate: 100mbit, duration: 30s}
+  - {name: f2, from: s2, to: r, qps: 2, line_rate: 100mbit, duration: 30s}
+variants:
+  - name: pe-rate
+    nodes:
+      - {name: pe1, decap: two-threshold, agent: {mode: rate, line_rate: 150mbit, rtt: 10ms}}
+      - {name: pe2, decap: two-threshold}
+    ports:
+      - {port: core:eth2, tc: ["3:2t:t1=45kb,t2=90kb,t2-max=180kb,p1=1,p2=0.2,notify=1ms"]}
+      - {port: pe1:eth3, tc: ["3:wred:min=90kb,max=180kb,p=0.2,limit=4mb"]}
+  - name: reroute
+    nodes:
+      - {name: pe1, decap: two-threshold, agent: {mode: reroute, rtt: 10ms}}
+      - {name: pe2, decap: two-threshold}
+    ports:
+      - {port: core:eth2, tc: ["3:2t:t1=45kb,t2=90kb,t2-max=180kb,p1=1,p2=0.2,notify=1ms"]}
+      - {port: core2:eth2, tc: ["3:2t:t1=45kb,t2=90kb,t2-max=180kb,p1=1,p2=0.2,notify=1ms"]}
+`
+
+// TestDeployPEAgents: a lab file's PE agents on lab servers (issue 14 §2,
+// seed 001's schemes b and c). pe1's fabriclabd runs the variant's agent on
+// its tunnel's notifications: the rate agent cuts its shaped limiter port
+// (the agent's rate gauge and the port's shaper rate agree, and the
+// shaper sends) and the reroute agent moves pe1's own routes, so path 2's
+// WAN port carries the tunnel too; both report reaction times. After
+// SIGTERM pe1's route to r's data centre is back on path 1 and nothing is
+// attached.
+func TestDeployPEAgents(t *testing.T) {
+	labtest.RequireRoot(t)
+	path := filepath.Join(t.TempDir(), "pe.yaml")
+	if err := os.WriteFile(path, []byte(deployPELab), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agent := func(mf map[string]*dto.MetricFamily, name string) float64 {
+		v, _ := value(mf, "fabriclab_pe_agent_"+name, map[string]string{"dev": "eth3"})
+		return v
+	}
+	t.Run("pe-rate", func(t *testing.T) {
+		deployInNamespaces(t, path, "pe-rate", func(l *lab.Lab, at string) {
+			defer func() {
+				if t.Failed() {
+					for _, c := range [][]string{{"ip", "neigh"}, {"ip", "route"}, {"sysctl", "net.ipv4.conf.eth1.forwarding", "net.ipv4.conf.eth2.forwarding", "net.ipv4.ip_forward"}} {
+						out, _ := l.Node("core").Command(context.Background(), c[0], c[1:]...).CombinedOutput()
+						t.Logf("core: %v:\n%s", c, out)
+					}
+					dumpMetrics(t, l, at, map[string][]string{"pe1": {"fabriclab_pe_agent_", "fabriclab_port_", "fabriclab_tunnel_encap_packets"},
+						"core": {"fabriclab_port_"}, "s1": {"fabriclab_flow_", "fabriclab_qp_acked_bytes"}})
+				}
+			}()
+			waitFor(t, 20*time.Second, "pe1's rate agent cuts its limiter", func() bool {
+				mf := scrape(t, l.Node("pe1"), at)
+				return agent(mf, "light_cnps_total") > 0 && agent(mf, "rate_updates_total") > 2
+			})
+			mf := scrape(t, l.Node("pe1"), at)
+			rate, minRate := agent(mf, "rate_bits_per_second"), agent(mf, "min_rate_bits_per_second")
+			shaper, _ := value(mf, "fabriclab_port_shaper_rate_bits_per_second", map[string]string{"port": "eth3"})
+			sent, _ := value(mf, "fabriclab_port_shaper_sent_bytes_total", map[string]string{"port": "eth3"})
+			drops, _ := value(mf, "fabriclab_port_shaper_drops_total", map[string]string{"port": "eth3"})
+			reactions := histCount(mf, "fabriclab_pe_agent_reaction_seconds", map[string]string{"dev": "eth3"})
+			t.Logf("pe1's agent: %v light CNPs (%v coalesced), %v rate updates, rate %.1f Mbit/s (min %.1f), limiter at %.1f Mbit/s sent %.1f MB (%v HTB drops); %v reactions, mean %.2f ms",
+				agent(mf, "light_cnps_total"), agent(mf, "coalesced_total"), agent(mf, "rate_updates_total"), rate/1e6, minRate/1e6, shaper/1e6, sent/1e6, drops,
+				reactions, 1e3*histMean(mf, "fabriclab_pe_agent_reaction_seconds", map[string]string{"dev": "eth3"}))
+			if minRate >= 150e6 || minRate < 15e6 {
+				t.Errorf("the limiter's least rate %.1f Mbit/s: want a cut below its 150 Mbit/s, not below the 15 Mbit/s floor", minRate/1e6)
+			}
+			if sent < 1e6 || reactions == 0 || agent(mf, "errors_total") != 0 {
+				t.Errorf("the limiter sent %.0f bytes, %v reactions, %v errors", sent, reactions, agent(mf, "errors_total"))
+			}
+			// The gauge and the port are read apart: the agent may move
+			// the rate in between, by a step at most (its cut or raise).
+			if shaper < rate/2 || shaper > 2*rate {
+				t.Errorf("the shaper runs at %.1f Mbit/s, the agent set %.1f", shaper/1e6, rate/1e6)
+			}
+			if h, err := healthz(l.Node("pe1"), at); err != nil || len(h.Agents) != 1 || h.Agents[0].State != "running" || h.Agents[0].Mode != "rate" {
+				t.Errorf("pe1's /healthz agents %+v (%v)", h.Agents, err)
+			}
+		})
+	})
+	t.Run("reroute", func(t *testing.T) {
+		var l0 *lab.Lab
+		deployInNamespaces(t, path, "reroute", func(l *lab.Lab, at string) {
+			l0 = l
+			defer func() {
+				if t.Failed() {
+					out, _ := l.Node("pe1").Command(context.Background(), "ip", "route").CombinedOutput()
+					t.Logf("pe1's routes:\n%s", out)
+					dumpMetrics(t, l, at, map[string][]string{"pe1": {"fabriclab_pe_agent_", "fabriclab_tunnel_encap_packets"}, "core2": {"fabriclab_port_enqueued_packets"}})
+				}
+			}()
+			waitFor(t, 20*time.Second, "pe1's reroute agent spills onto path 2", func() bool {
+				mf := scrape(t, l.Node("pe1"), at)
+				return agent(mf, "spills_total") > 0
+			})
+			// While spilled, path 2's tunnel PE encapsulates and its WAN
+			// port carries the tunnel's flows (those ECMP hashes there).
+			waitFor(t, 20*time.Second, "path 2 carries the tunnel", func() bool {
+				enc, _ := value(scrape(t, l.Node("pe1"), at), "fabriclab_tunnel_encap_packets_total", map[string]string{"dev": "eth4"})
+				v, _ := value(scrape(t, l.Node("core2"), at), "fabriclab_port_dequeued_packets_total", map[string]string{"port": "eth2", "class": "3"})
+				return enc > 0 && v > 0
+			})
+			mf := scrape(t, l.Node("pe1"), at)
+			enc2, _ := value(mf, "fabriclab_tunnel_encap_packets_total", map[string]string{"dev": "eth4"})
+			t.Logf("pe1's agent: %v light CNPs, %v spills, %v unspills (path 2's PE encapsulated %v packets), %v reactions (mean %.2f ms)", agent(mf, "light_cnps_total"), agent(mf, "spills_total"),
+				agent(mf, "unspills_total"), enc2, histCount(mf, "fabriclab_pe_agent_reaction_seconds", map[string]string{"dev": "eth3"}),
+				1e3*histMean(mf, "fabriclab_pe_agent_reaction_seconds", map[string]string{"dev": "eth3"}))
+			if agent(mf, "errors_total") != 0 || histCount(mf, "fabriclab_pe_agent_reaction_seconds", map[string]string{"dev": "eth3"}) == 0 {
+				t.Errorf("%v route errors, no reaction observed", agent(mf, "errors_total"))
+			}
+		})
+		if l0 == nil || t.Failed() {
+			return
+		}
+		// Drained: pe1's routes to the far data centre are path 1's alone.
+		b, err := l0.Node("pe1").Command(context.Background(), "ip", "-4", "route", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := string(b)
+		if strings.Contains(out, "nexthop") {
+			t.Errorf("pe1's routes still spread over both paths after its daemon stopped:\n%s", out)
+		}
+	})
+}
+
+// deployInNamespaces provisions the lab file's nodes (of its variant, if
+// not ""), each in a namespace of its own, runs check on them and stops
+// the daemons.
+func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.Lab, at string)) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +355,12 @@ func deployInNamespaces(t *testing.T, path string, check func(l *lab.Lab, at str
 		spec.Nodes[i].Forwarding = false
 	}
 	l := lab.BuildT(t, spec)
+	devs := map[string][]string{} // each node's devices
+	for _, ls := range spec.Links {
+		for _, ep := range []lab.Endpoint{ls.A, ls.B} {
+			devs[ep.Node] = append(devs[ep.Node], ep.Dev)
+		}
+	}
 
 	bins := t.TempDir()
 	for _, cmd := range []string{"fabriclab", "fabriclabd"} {
@@ -213,7 +373,7 @@ func deployInNamespaces(t *testing.T, path string, check func(l *lab.Lab, at str
 		return exec.Command("nsenter", append([]string{"--net=" + filepath.Join(lab.NetnsDir, n.NetnsName)}, args...)...)
 	}
 	for _, n := range f.Nodes {
-		out, err := nsenter(l.Node(n.Name), filepath.Join(bins, "fabriclab"), "plan", file, "-node", n.Name, "-apply").CombinedOutput()
+		out, err := nsenter(l.Node(n.Name), filepath.Join(bins, "fabriclab"), "plan", file, "-node", n.Name, "-variant", variant, "-apply").CombinedOutput()
 		if err != nil {
 			t.Fatalf("fabriclab plan -node %s -apply: %v\n%s", n.Name, err, out)
 		}
@@ -235,7 +395,7 @@ func deployInNamespaces(t *testing.T, path string, check func(l *lab.Lab, at str
 	procs := map[string]*daemonProc{}
 	for _, n := range f.Nodes {
 		conf := filepath.Join(t.TempDir(), "fabriclabd.yaml")
-		text := "log: {level: info}\nmetrics: {listen: \"127.0.0.1:9471\"}\ndrain_timeout: 10s\nlab: {file: " + file + ", node: " + n.Name + "}\n"
+		text := "log: {level: info}\nmetrics: {listen: \"127.0.0.1:9471\"}\ndrain_timeout: 10s\nlab: {file: " + file + ", node: " + n.Name + ", variant: \"" + variant + "\"}\n"
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -252,8 +412,9 @@ func deployInNamespaces(t *testing.T, path string, check func(l *lab.Lab, at str
 			if p.cmd.ProcessState == nil {
 				_ = p.cmd.Process.Signal(syscall.SIGKILL)
 				<-p.exited
-				for _, dev := range []string{"eth1", "eth2"} {
+				for _, dev := range devs[name] {
 					_ = qdisc.Forget(l.Node(name).NetnsName, dev)
+					_ = tunnel.Forget(l.Node(name).NetnsName, dev)
 				}
 			}
 			if t.Failed() {
@@ -287,13 +448,54 @@ func deployInNamespaces(t *testing.T, path string, check func(l *lab.Lab, at str
 		}
 	}
 	for _, n := range f.Nodes {
-		for _, dev := range []string{"eth1", "eth2"} {
+		for _, dev := range devs[n.Name] {
 			if p, err := qdisc.Open(l.Node(n.Name).NetnsName, dev); err == nil {
 				p.Release()
 				t.Errorf("%s:%s still has a port after its daemon stopped", n.Name, dev)
 			}
 		}
 	}
+}
+
+// dumpMetrics logs the series of each node's metrics whose names start
+// with one of the prefixes.
+func dumpMetrics(t *testing.T, l *lab.Lab, at string, prefixes map[string][]string) {
+	for node, ps := range prefixes {
+		for name, f := range scrape(t, l.Node(node), at) {
+			if !slices.ContainsFunc(ps, func(p string) bool { return strings.HasPrefix(name, p) }) {
+				continue
+			}
+			for _, m := range f.Metric {
+				var v float64
+				switch {
+				case m.Counter != nil:
+					v = m.Counter.GetValue()
+				case m.Gauge != nil:
+					v = m.Gauge.GetValue()
+				case m.Histogram != nil:
+					v = float64(m.Histogram.GetSampleCount())
+				}
+				if v != 0 {
+					t.Logf("%s: %s%v = %v", node, name, m.Label, v)
+				}
+			}
+		}
+	}
+}
+
+// histCount is the count of the histogram name's series with labels.
+func histCount(mf map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	f, ok := mf[name]
+	if !ok {
+		return 0
+	}
+	var n uint64
+	for _, m := range f.Metric {
+		if h := m.Histogram; h != nil && hasLabels(m, labels) {
+			n += h.GetSampleCount()
+		}
+	}
+	return float64(n)
 }
 
 // histMean is the mean of the histogram name's series with labels.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
+	peagent "github.com/fabriclab/fabriclab/host/pe"
 )
 
 const usage = `usage:
@@ -45,12 +46,13 @@ const usage = `usage:
   fabriclab validate LAB.yaml
       check the file (every error names file:line, the field, the value and
       what is allowed) and print the addresses and routes it would build
-  fabriclab plan LAB.yaml -node NAME [-apply]
+  fabriclab plan LAB.yaml -node NAME [-variant V] [-apply]
       one node of the lab on a machine of its own (a lab server, a Vagrant
       VM): print its addresses, routes, netem (a link's delay and loss),
-      ports, PEs, servers and flows; with -apply, configure this machine's
-      network (the namespace it runs in) so: its NICs must be the file's
-      devices. fabriclabd runs the rest (its config's lab: {file, node}).
+      ports, PEs and their agents, servers and flows, of the file or of
+      its variant V; with -apply, configure this machine's network (the
+      namespace it runs in) so: its NICs must be the file's devices.
+      fabriclabd runs the rest (its config's lab: {file, node, variant}).
   fabriclab help
       this text
 
@@ -166,6 +168,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	node := fs.String("node", "", "")
+	variant := fs.String("variant", "", "")
 	apply := fs.Bool("apply", false, "")
 	path, err := parseArgs(fs, args)
 	if err == nil && *node == "" {
@@ -180,12 +183,16 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
 		return 2
 	}
-	d, err := f.Deploy(*node)
+	d, err := f.DeployVariant(*node, *variant)
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab plan: %v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stdout, "%s: node %s (%s)\n", path, d.Node.Name, d.Node.Kind)
+	fmt.Fprintf(stdout, "%s: node %s (%s)", path, d.Node.Name, d.Node.Kind)
+	if d.Variant != "" {
+		fmt.Fprintf(stdout, ", variant %s", d.Variant)
+	}
+	fmt.Fprintln(stdout)
 	for _, l := range d.Plan.Spec.Links {
 		for _, ep := range []lab.Endpoint{l.A, l.B} {
 			if ep.Node == d.Node.Name {
@@ -211,10 +218,27 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  netem %s delay %v loss %g\n", n.Dev, n.Delay, n.Loss)
 	}
 	for _, po := range d.Ports {
+		if po.Limiter {
+			fmt.Fprintf(stdout, "  port %s at %s (fabriclabd: virtual queue, shaped: the pe agent's limiter)\n", po.Dev, po.Config.Rate)
+			continue
+		}
 		fmt.Fprintf(stdout, "  port %s at %s (fabriclabd: virtual queue)\n", po.Dev, po.Config.Rate)
 	}
 	for _, pe := range d.PEs {
-		fmt.Fprintf(stdout, "  pe %s local %s, %d prefixes to %s\n", pe.Dev, pe.Config.Local, len(pe.Config.Routes), pe.Config.Routes[0].Remote)
+		fmt.Fprintf(stdout, "  pe %s local %s, %d prefixes to %s", pe.Dev, pe.Config.Local, len(pe.Config.Routes), pe.Config.Routes[0].Remote)
+		if pe.Config.TwoThreshold {
+			fmt.Fprintf(stdout, ", two-threshold decap")
+		}
+		if a := pe.Agent; a != nil {
+			fmt.Fprintf(stdout, "; agent %s", a.Mode)
+			switch a.Mode {
+			case peagent.RateLimit:
+				fmt.Fprintf(stdout, " from %s, rtt %v", a.LineRate, a.RTT)
+			case peagent.Reroute:
+				fmt.Fprintf(stdout, " over %d routes of this node", len(labfile.OwnRoutes(pe.Spill, d.Node.Name)))
+			}
+		}
+		fmt.Fprintln(stdout)
 	}
 	for _, s := range d.Servers {
 		fmt.Fprintf(stdout, "  server %s %s", s.Transport, s.Addr)

@@ -70,6 +70,9 @@ type Config struct {
 type LabRef struct {
 	File string `yaml:"file"`
 	Node string `yaml:"node"`
+	// Variant deploys one of the file's variants (its pes' decap and
+	// agents, its ports). Optional: the file as written.
+	Variant string `yaml:"variant"`
 }
 
 // LogConfig: slog JSON on stderr (the journal), at Level.
@@ -137,8 +140,12 @@ type PortConfig struct {
 	Netns  string     `yaml:"netns"` // optional: the daemon's own
 	Mode   string     `yaml:"mode"`  // virtual (default: a NIC's far end is not ours) or veth
 	Rate   units.Rate `yaml:"rate"`
-	TC     []string   `yaml:"tc"`   // "3:wred:min=50kb,max=1mb,p=0.1"
-	DSCP   []string   `yaml:"dscp"` // "26=3"
+	// Shape makes a virtual-queue port really send at Rate (HTB on the
+	// device, qdisc.AttachOptions.Shape): a port slower than its NIC. A
+	// lab file's PE rate limiter is one.
+	Shape bool     `yaml:"shape"`
+	TC    []string `yaml:"tc"`   // "3:wred:min=50kb,max=1mb,p=0.1"
+	DSCP  []string `yaml:"dscp"` // "26=3"
 	// DefaultClass is the class of unmapped DSCPs. Optional.
 	DefaultClass string `yaml:"default_class"`
 }
@@ -226,7 +233,7 @@ func (c Config) WithDefaults() Config {
 		}
 		for _, po := range dep.Ports {
 			q := po.Config
-			c.Ports = append(c.Ports, PortConfig{Dev: po.Dev, Rate: q.Rate, config: &q})
+			c.Ports = append(c.Ports, PortConfig{Dev: po.Dev, Rate: q.Rate, Shape: po.Limiter, config: &q})
 		}
 		for _, fp := range dep.Flows {
 			sr := &series{plan: &fp, seed: dep.Seed}
@@ -564,6 +571,9 @@ func (pc PortConfig) qdiscConfig(p string) (qdisc.Config, error) {
 	if err := mode.UnmarshalText([]byte(pc.Mode)); err != nil {
 		return qdisc.Config{}, conf.Errorf(conf.Join(p, "mode"), pc.Mode, "must be virtual or veth")
 	}
+	if pc.Shape && mode != qdisc.QueueVirtual {
+		return qdisc.Config{}, conf.Errorf(conf.Join(p, "shape"), true, "only with mode virtual (a veth port shapes at its rate already)")
+	}
 	if pc.Rate == 0 {
 		return qdisc.Config{}, conf.Errorf(conf.Join(p, "rate"), "", "required: the port's rate, e.g. 10gbit")
 	}
@@ -737,7 +747,14 @@ func (c *Config) loadLab() error {
 	if err != nil {
 		return conf.Errorf("lab.file", c.Lab.File, "%v", err)
 	}
-	d, err := f.Deploy(c.Lab.Node)
+	if v := c.Lab.Variant; v != "" && !slices.Contains(f.VariantNames(), v) {
+		names := strings.Join(f.VariantNames(), ", ")
+		if names == "" {
+			names = "none"
+		}
+		return conf.Errorf("lab.variant", v, "not a variant of %s (variants: %s)", c.Lab.File, names)
+	}
+	d, err := f.DeployVariant(c.Lab.Node, c.Lab.Variant)
 	if err != nil {
 		return conf.Errorf("lab.node", c.Lab.Node, "%v", err)
 	}

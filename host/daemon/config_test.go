@@ -78,6 +78,41 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestLabAgents: a pe node of a variant with an agent deploys its tunnel
+// PEs with the agent and, for a rate agent, the limiter port on its WAN
+// device, shaped; the file as written deploys the observe agent.
+func TestLabAgents(t *testing.T) {
+	for _, c := range []struct{ variant, want string }{
+		{"", "pe core observe; pe core2; ports"},
+		{"pe-rate", "pe core rate; pe core2; ports core shaped 150mbit"},
+		{"reroute", "pe core reroute; pe core2; ports"},
+	} {
+		cfg, err := Parse("x.yaml", []byte("lab: {file: ../labfile/examples/wan-experiment.yaml, node: pe1, variant: \""+c.variant+"\"}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := cfg.WithDefaults()
+		var got []string
+		for _, pl := range cfg.pes() {
+			s := "pe " + pl.Dev
+			if pl.Agent != nil {
+				s += " " + pl.Agent.Mode.String()
+			}
+			got = append(got, s)
+		}
+		ports := "ports"
+		for _, p := range d.Ports {
+			ports += " " + p.Dev
+			if p.Shape {
+				ports += " shaped " + p.Rate.String()
+			}
+		}
+		if s := strings.Join(append(got, ports), "; "); s != c.want {
+			t.Errorf("variant %q: %s, want %s", c.variant, s, c.want)
+		}
+	}
+}
+
 // TestShippedConfig: the example config the package installs is valid.
 func TestShippedConfig(t *testing.T) {
 	data, err := os.ReadFile("../../cmd/fabriclabd/fabriclabd.yaml")
@@ -140,6 +175,9 @@ func TestLabMode(t *testing.T) {
 		{"lab: {file: ../../vagrant/lab.yaml, node: s9}\n", `x.yaml:1: lab.node: "s9": `},
 		{"lab: {file: /nonexistent.yaml, node: sw}\n", `x.yaml:1: lab.file: "/nonexistent.yaml": `},
 		{"lab: {node: sw}\n", `x.yaml:1: lab.file: required`},
+		{"lab: {file: ../../vagrant/lab.yaml, node: sw, variant: fast}\n", `x.yaml:1: lab.variant: "fast": not a variant of ../../vagrant/lab.yaml (variants: none)`},
+		{"lab: {file: ../labfile/examples/wan-experiment.yaml, node: pe1, variant: pe-fast}\n", `lab.variant: "pe-fast": not a variant of ../labfile/examples/wan-experiment.yaml (variants: rfc6040, pe-rate, reroute)`},
+		{"ports: [{dev: eth1, rate: 1gbit, mode: veth, shape: true}]\n", `x.yaml:1: ports[0].shape: "true": only with mode virtual`},
 	} {
 		_, err := Parse("x.yaml", []byte(c.src))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

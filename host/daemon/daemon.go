@@ -99,8 +99,9 @@ func (s *server) close() error {
 
 // pe is a lab file's tunnel PE on one of this server's devices.
 type pe struct {
-	plan labfile.PEPlan
-	t    *tunnel.PE
+	plan  labfile.PEPlan
+	t     *tunnel.PE
+	agent *tunnelAgent // the plan's agent; nil without one
 }
 
 func attachPE(pl labfile.PEPlan) (*pe, error) {
@@ -167,6 +168,7 @@ func (d *Daemon) Apply(c *Config) error {
 		undo = append(undo, func() { _ = s.close() })
 	}
 	newPorts := map[string]*port{}
+	touched := map[string]bool{} // ports configured anew: their agents restart
 	for i, pc := range nc.Ports {
 		q, _ := pc.qdiscConfig("") // validated
 		k := pc.key()
@@ -174,10 +176,14 @@ func (d *Daemon) Apply(c *Config) error {
 			if cur.cfg.Mode != pc.Mode {
 				return rollback(fmt.Errorf("ports[%d].mode %s: a port's mode cannot change live (it is %s): remove the port, reload, add it again", i, pc.Mode, cur.cfg.Mode))
 			}
+			if cur.cfg.Shape != pc.Shape {
+				return rollback(fmt.Errorf("ports[%d].shape %v: shaping cannot change live (it is %v): remove the port, reload, add it again", i, pc.Shape, cur.cfg.Shape))
+			}
 			if reflect.DeepEqual(cur.q, q) {
 				continue
 			}
 			prev := cur.q
+			touched[k] = true
 			if err := cur.p.Configure(q); err != nil {
 				return rollback(fmt.Errorf("ports[%d] (%s): %w", i, describePort(pc), err))
 			}
@@ -213,6 +219,21 @@ func (d *Daemon) Apply(c *Config) error {
 	// cannot listen again is logged and missing from /healthz).
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// PE agents whose tunnel or limiter port changes or goes stop first;
+	// they start again below, on what is then attached.
+	keepPE := map[string]labfile.PEPlan{}
+	for _, pl := range nc.pes() {
+		keepPE[pl.Dev] = pl
+	}
+	for dev, x := range d.pes {
+		pl, kept := keepPE[dev]
+		_, changed := changedPEs[dev]
+		if a := x.agent; a != nil && (!kept || changed || touched[a.limiter] || (a.limiter != "" && newPorts[a.limiter] != nil) || pl.Agent == nil) {
+			a.close(d.log)
+			x.agent = nil
+			d.log.Info("pe agent stopped", "pe", dev)
+		}
+	}
 	keep := map[string]bool{}
 	for _, sc := range nc.Servers {
 		keep[sc.name()] = true
@@ -289,6 +310,15 @@ func (d *Daemon) Apply(c *Config) error {
 	for dev, x := range newPEs {
 		d.pes[dev] = x
 		d.log.Info("tunnel PE attached", "dev", dev, "local", x.plan.Config.Local.String())
+	}
+	for _, pl := range nc.pes() {
+		x, ok := d.pes[pl.Dev]
+		if !ok || pl.Agent == nil || x.agent != nil {
+			continue
+		}
+		if err := d.startAgent(x, nc.deploy); err != nil {
+			d.log.Error("pe agent failed to start", "pe", pl.Dev, "err", err)
+		}
 	}
 	// Flows: the same name and settings (profiles resolved) keep running.
 	want := map[string]perf.ClientConfig{}
@@ -430,7 +460,7 @@ func describePort(pc PortConfig) string {
 func (d *Daemon) attachPort(pc PortConfig, q qdisc.Config) (*port, error) {
 	var mode qdisc.QueueMode
 	_ = mode.UnmarshalText([]byte(pc.Mode))
-	opts := qdisc.AttachOptions{Dev: pc.Dev, Netns: pc.Netns, Mode: mode, Pin: true}
+	opts := qdisc.AttachOptions{Dev: pc.Dev, Netns: pc.Netns, Mode: mode, Shape: pc.Shape, Pin: true}
 	p, err := qdisc.Attach(q, opts)
 	if err != nil && ownedLeftover(pc) {
 		d.log.Warn("detaching a port left attached by an earlier fabriclabd", "port", describePort(pc))
@@ -480,6 +510,13 @@ func (d *Daemon) Drain(timeout time.Duration) error {
 	var errs []error
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// Agents before the ports they drive and the tunnels they read.
+	for _, x := range d.pes {
+		if x.agent != nil {
+			x.agent.close(d.log)
+			x.agent = nil
+		}
+	}
 	for k, s := range d.servers {
 		errs = append(errs, s.close())
 		delete(d.servers, k)
@@ -512,6 +549,7 @@ type Health struct {
 	Servers         []ServerHealth `json:"servers"`
 	Ports           []string       `json:"ports"`
 	PEs             []string       `json:"tunnel_pes"`
+	Agents          []AgentHealth  `json:"pe_agents"`
 	Flows           []FlowHealth   `json:"flows"`
 	ReloadsOK       uint64         `json:"reloads_ok"`
 	ReloadsFailed   uint64         `json:"reloads_failed"`
@@ -522,6 +560,14 @@ type Health struct {
 type ServerHealth struct {
 	Name     string `json:"name"`
 	Sessions int    `json:"sessions"`
+}
+
+// AgentHealth is a PE agent's state.
+type AgentHealth struct {
+	Dev   string `json:"dev"`
+	Mode  string `json:"mode"`
+	State string `json:"state"` // running, failed
+	Error string `json:"error,omitempty"`
 }
 
 // FlowHealth is one flow's progress.
@@ -538,7 +584,7 @@ func (d *Daemon) Health() Health {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h := Health{Status: "ok", Generation: d.gen, ReloadsOK: d.reloads.ok, ReloadsFailed: d.reloads.failed,
-		LastReloadError: d.reloads.lastErr, Servers: []ServerHealth{}, Ports: []string{}, PEs: []string{}, Flows: []FlowHealth{}}
+		LastReloadError: d.reloads.lastErr, Servers: []ServerHealth{}, Ports: []string{}, PEs: []string{}, Agents: []AgentHealth{}, Flows: []FlowHealth{}}
 	for _, sc := range d.cfg.Servers {
 		s, ok := d.servers[sc.name()]
 		if !ok {
@@ -564,11 +610,28 @@ func (d *Daemon) Health() Health {
 		}
 	}
 	for _, pl := range d.cfg.pes() {
-		if _, ok := d.pes[pl.Dev]; ok {
+		x, ok := d.pes[pl.Dev]
+		if ok {
 			h.PEs = append(h.PEs, pl.Dev)
 		} else {
 			h.Status = "degraded"
 		}
+		if pl.Agent == nil {
+			continue
+		}
+		ah := AgentHealth{Dev: pl.Dev, Mode: pl.Agent.Mode.String(), State: "running"}
+		switch {
+		case !ok || x.agent == nil:
+			ah.State, ah.Error = "failed", "not running (see the log)"
+		default:
+			if f := x.agent.failure(); f != "" {
+				ah.State, ah.Error = "failed", f
+			}
+		}
+		if ah.State != "running" {
+			h.Status = "degraded"
+		}
+		h.Agents = append(h.Agents, ah)
 	}
 	for _, fc := range d.cfg.Flows {
 		if fl, ok := d.flows[fc.Name]; ok {
@@ -591,7 +654,13 @@ type liveServer struct {
 	tcp   *tcpflow.Server
 }
 
-func (d *Daemon) snapshot() (servers []liveServer, ports []*port, pes []*pe, flows []*flow) {
+// livePE is a tunnel PE and its agent as they were at the snapshot.
+type livePE struct {
+	*pe
+	agent *tunnelAgent
+}
+
+func (d *Daemon) snapshot() (servers []liveServer, ports []*port, pes []livePE, flows []*flow) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, sc := range d.cfg.Servers {
@@ -617,7 +686,7 @@ func (d *Daemon) snapshot() (servers []liveServer, ports []*port, pes []*pe, flo
 	}
 	for _, pl := range d.cfg.pes() {
 		if x, ok := d.pes[pl.Dev]; ok {
-			pes = append(pes, x)
+			pes = append(pes, livePE{pe: x, agent: x.agent})
 		}
 	}
 	for _, fc := range d.cfg.Flows {

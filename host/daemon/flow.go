@@ -48,10 +48,12 @@ type flow struct {
 	late          uint64
 }
 
-// Histogram bounds: FCT from 50 µs to about 105 s (doubling), FCT/ideal.
+// Histogram bounds: FCT from 50 µs to about 105 s (doubling), FCT/ideal,
+// a PE agent's reaction from 10 µs to about 5 s (doubling).
 var (
-	fctBounds   = prometheus.ExponentialBuckets(50e-6, 2, 22)
-	ratioBounds = []float64{1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000}
+	fctBounds      = prometheus.ExponentialBuckets(50e-6, 2, 22)
+	ratioBounds    = []float64{1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000}
+	reactionBounds = prometheus.ExponentialBuckets(10e-6, 2, 20)
 )
 
 // histogram counts observations per bound (the last: above every bound).

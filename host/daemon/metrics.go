@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	peagent "github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 )
 
@@ -33,6 +34,9 @@ import (
 //	                      fct_seconds and fct_ideal_ratio are histograms
 //	fabriclab_server_*    per server's side channel
 //	fabriclab_tcp_server_* per tcp server (a lab file's kernel TCP sink)
+//	fabriclab_tunnel_*    per tunnel PE of a lab file's node: dev
+//	fabriclab_pe_agent_*  per PE agent: dev, mode; reaction_seconds is a
+//	                      histogram
 //	fabriclab_config_*    reloads
 const ns = "fabriclab"
 
@@ -255,6 +259,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, x := range pes {
 		tunnelMetrics(e, x)
+		if x.agent != nil {
+			agentMetrics(e, x.agent)
+		}
 	}
 	h := d.Health()
 	e.emit(ns+"_config_generation", prometheus.GaugeValue, "configurations applied since the start", nil, nil, float64(h.Generation))
@@ -295,7 +302,7 @@ func qpMetrics(e *emitter, kind, name string, a *agent.Agent) {
 
 // tunnelMetrics exports a tunnel PE's counters; the RFC 6040 table's
 // cells as fabriclab_tunnel_decap_cells_total{inner, outer}.
-func tunnelMetrics(e *emitter, x *pe) {
+func tunnelMetrics(e *emitter, x livePE) {
 	st, err := x.t.Stats()
 	if err != nil {
 		return
@@ -313,6 +320,40 @@ func tunnelMetrics(e *emitter, x *pe) {
 				[]string{"dev", "inner", "outer"}, []string{x.plan.Dev, tunnel.ECN(inner).String(), tunnel.ECN(outer).String()}, float64(n))
 		}
 	}
+}
+
+// agentMetrics exports a PE agent's counters (host/pe.Stats) and its
+// reaction times, from a light CNP's arrival at the PE to the limiter or
+// the routes changed.
+func agentMetrics(e *emitter, a *tunnelAgent) {
+	st := a.ag.Stats()
+	l, v := []string{"dev", "mode"}, []string{a.dev, a.mode.String()}
+	for _, c := range []struct {
+		name, help string
+		n          uint64
+	}{
+		{"light_cnps_total", "WAN CNPs of light congestion (above T1) the agent took", st.LightCNPs},
+		{"heavy_cnps_total", "WAN CNPs of heavy congestion (above T2) the agent took", st.HeavyCNPs},
+		{"coalesced_total", "light CNPs within a WAN RTT of the last cut (rate agent)", st.Coalesced},
+		{"rate_updates_total", "limiter rate changes (rate agent)", st.RateUpdates},
+		{"spills_total", "moves of the tunnel's flows onto every WAN path (reroute agent)", st.Spills},
+		{"unspills_total", "moves back to path 1 (reroute agent)", st.Unspills},
+		{"errors_total", "limiter or route changes that failed", st.Errors},
+	} {
+		e.emit(ns+"_pe_agent_"+c.name, prometheus.CounterValue, c.help, l, v, float64(c.n))
+	}
+	if a.mode == peagent.RateLimit {
+		e.emit(ns+"_pe_agent_rate_bits_per_second", prometheus.GaugeValue, "the limiter's rate", l, v, float64(st.Rate))
+		e.emit(ns+"_pe_agent_min_rate_bits_per_second", prometheus.GaugeValue, "the least rate the limiter was cut to", l, v, float64(st.MinRate))
+	}
+	if a.mode == peagent.Reroute {
+		e.emit(ns+"_pe_agent_spilled", prometheus.GaugeValue, "1 while the tunnel's flows are spread over every WAN path", l, v, b2f(st.Spilled))
+	}
+	a.mu.Lock()
+	h := a.reaction
+	h.counts = slices.Clone(h.counts)
+	a.mu.Unlock()
+	e.histogram(ns+"_pe_agent_reaction_seconds", "from a light CNP's arrival at the PE to the agent's change in place", l, v, &h, reactionBounds)
 }
 
 // histogram emits h with its bounds.
@@ -337,6 +378,22 @@ func portMetrics(e *emitter, p *port) {
 	}
 	portName := describePort(p.cfg)
 	e.emit(ns+"_port_rate_bits_per_second", prometheus.GaugeValue, "the port's configured rate", []string{"port"}, []string{portName}, float64(p.q.Rate))
+	// Port-wide: packets by kind, malformed ones, notifications not sent.
+	e.fields("port", st.Port, []string{"port"}, []string{portName})
+	if p.cfg.Shape {
+		// A shaped port's HTB holds the real queue, which the virtual
+		// queue models: its own counters, apart from the port's.
+		if q, err := p.p.Qdisc(); err == nil {
+			pl := []string{"port"}
+			pv := []string{portName}
+			e.emit(ns+"_port_shaper_backlog_bytes", prometheus.GaugeValue, "bytes in the shaped port's HTB queue (the real queue its virtual queue models)", pl, pv, float64(q.BacklogBytes))
+			e.emit(ns+"_port_shaper_sent_bytes_total", prometheus.CounterValue, "bytes the shaped port's HTB sent", pl, pv, float64(q.SentBytes))
+			e.emit(ns+"_port_shaper_drops_total", prometheus.CounterValue, "packets the shaped port's HTB dropped (the virtual queue's limit should drop first)", pl, pv, float64(q.Drops))
+		}
+		if c, err := p.p.Config(); err == nil {
+			e.emit(ns+"_port_shaper_rate_bits_per_second", prometheus.GaugeValue, "the shaped port's rate now (a PE agent's limiter moves it)", []string{"port"}, []string{portName}, float64(c.Rate))
+		}
+	}
 	for _, cs := range st.Classes {
 		if cs.EnqueuedPackets == 0 && cs.Name == "" {
 			continue

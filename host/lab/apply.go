@@ -117,3 +117,22 @@ func addrStrings(rs RouteSpec) []string {
 	}
 	return out
 }
+
+// ApplyRoute replaces one of spec's routes in the calling thread's
+// namespace, as ApplyNode installs it: Lab.ReplaceRoute for a machine of
+// its own (a reroute agent on a lab server moving its own routes).
+func ApplyRoute(spec Spec, rs RouteSpec) error {
+	hops := spec.hops(rs)
+	if len(hops) != 1+len(rs.Vias) {
+		return fmt.Errorf("lab: ApplyRoute: %s: a next hop of %s via %s is on none of its links", rs.Node, rs.Dst, strings.Join(addrStrings(rs), ", "))
+	}
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return fmt.Errorf("lab: netlink: %w", err)
+	}
+	defer h.Close()
+	if err := routeVia(h, rs.Dst, hops); err != nil {
+		return fmt.Errorf("lab: route %s via %s: %w", rs.Dst, strings.Join(addrStrings(rs), ", "), err)
+	}
+	return nil
+}

@@ -224,8 +224,21 @@ func TestPlanWANVariants(t *testing.T) {
 	if a := rr.PEs[0].Agent; base.Variants[2].Name != "reroute" || a == nil || a.Mode != pe.Reroute || len(rr.Ports) != 2 {
 		t.Errorf("reroute: agent %+v, ports %d", a, len(rr.Ports))
 	}
-	if _, err := f.Deploy("pe1"); err == nil || !strings.Contains(err.Error(), "nodes[4].agent: fabriclabd does not run a pe's agent") {
-		t.Errorf("Deploy pe1 with an agent: %v", err)
+	// Deployed: pe1 runs its agent; a rate variant's limiter is one of
+	// pe1's ports; a reroute agent moves pe1's own routes alone.
+	if d, err := f.Deploy("pe1"); err != nil || len(d.PEs) != 2 || d.PEs[0].Agent == nil || d.PEs[0].Agent.Mode != pe.Observe || len(d.Ports) != 0 {
+		t.Errorf("Deploy pe1: %+v, %v", d, err)
+	}
+	if d, err := f.DeployVariant("pe1", "pe-rate"); err != nil || d.Variant != "pe-rate" || d.PEs[0].Agent.Mode != pe.RateLimit || len(d.Ports) != 1 || !d.Ports[0].Limiter || d.Ports[0].Dev != "core" {
+		t.Errorf("DeployVariant pe1 pe-rate: %+v, %v", d, err)
+	}
+	if d, err := f.DeployVariant("pe1", "reroute"); err != nil || d.PEs[0].Agent.Mode != pe.Reroute {
+		t.Errorf("DeployVariant pe1 reroute: %v", err)
+	} else if own := OwnRoutes(d.PEs[0].Spill, "pe1"); len(own) != 2 || len(d.PEs[0].Spill) != 6 || len(own[0].Vias) != 1 {
+		t.Errorf("pe1's own spill routes %+v of %+v", own, d.PEs[0].Spill)
+	}
+	if _, err := f.DeployVariant("pe1", "nope"); err == nil || !strings.Contains(err.Error(), `variant: "nope": not a variant of`) {
+		t.Errorf("DeployVariant of no variant: %v", err)
 	}
 	if d, err := f.Deploy("pe2"); err != nil || len(d.PEs) != 2 {
 		t.Errorf("Deploy pe2: %v", err)

@@ -22,15 +22,31 @@ import (
 // with delay or loss carry netem at both ends instead of a relay.
 type Deployment struct {
 	Node Node
-	Plan *Plan
+	// Variant is the variant deployed ("": the file as written).
+	Variant string
+	Plan    *Plan
 	// Seed draws the series' sizes (DrawSizes): the file's, as its first
 	// run in namespaces draws them.
 	Seed    uint64
 	Servers []ServerPlan // on this node
 	Ports   []PortPlan   // on this node's devices
-	PEs     []PEPlan     // on this node's devices
-	Flows   []FlowPlan   // leaving this node
-	Netem   []NetemPlan  // on this node's devices
+	// PEs are the tunnel PEs on this node's devices. An agent's limiter
+	// is one of Ports (Limiter); a reroute agent moves this node's
+	// routes alone (OwnRoutes): its peer's return path stays on path 1.
+	PEs   []PEPlan    // on this node's devices
+	Flows []FlowPlan  // leaving this node
+	Netem []NetemPlan // on this node's devices
+}
+
+// OwnRoutes are the routes of rs on node.
+func OwnRoutes(rs []lab.RouteSpec, node string) []lab.RouteSpec {
+	var out []lab.RouteSpec
+	for _, r := range rs {
+		if r.Node == node {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // NetemPlan is a device's netem: the link's delay and loss, each way.
@@ -44,7 +60,11 @@ type NetemPlan struct {
 func (f *File) DeployPlan() (*Plan, error) { return newPlan(f, true) }
 
 // Deploy is node's share of the file's DeployPlan.
-func (f *File) Deploy(node string) (*Deployment, error) {
+func (f *File) Deploy(node string) (*Deployment, error) { return f.DeployVariant(node, "") }
+
+// DeployVariant is node's share of a variant's plan for machines: the
+// file with the variant's pes and ports ("": the file as written).
+func (f *File) DeployVariant(node, variant string) (*Deployment, error) {
 	i := slices.IndexFunc(f.Nodes, func(n Node) bool { return n.Name == node })
 	if i < 0 {
 		names := make([]string, len(f.Nodes))
@@ -53,11 +73,30 @@ func (f *File) Deploy(node string) (*Deployment, error) {
 		}
 		return nil, conf.Errorf("node", node, "not a node of %s (nodes: %v)", f.Path, names)
 	}
-	p, err := f.DeployPlan()
+	df := f
+	if variant != "" {
+		k := slices.IndexFunc(f.Variants, func(v Variant) bool { return v.Name == variant })
+		if k < 0 {
+			names := f.VariantNames()
+			if len(names) == 0 {
+				return nil, conf.Errorf("variant", variant, "%s has no variants", f.Path)
+			}
+			return nil, conf.Errorf("variant", variant, "not a variant of %s (variants: %v)", f.Path, names)
+		}
+		byName := map[string]int{}
+		for j, n := range f.Nodes {
+			byName[n.Name] = j
+		}
+		var err error
+		if df, err = f.withVariant(k, byName); err != nil {
+			return nil, err
+		}
+	}
+	p, err := newPlan(df, true)
 	if err != nil {
 		return nil, err
 	}
-	d := &Deployment{Node: f.Nodes[i], Plan: p, Seed: f.Seed}
+	d := &Deployment{Node: df.Nodes[i], Variant: variant, Plan: p, Seed: f.Seed}
 	for _, s := range p.Servers {
 		if s.Node == node {
 			d.Servers = append(d.Servers, s)
@@ -70,9 +109,6 @@ func (f *File) Deploy(node string) (*Deployment, error) {
 	}
 	for _, pe := range p.PEs {
 		if pe.Node == node {
-			if pe.Agent != nil {
-				return nil, conf.Errorf(conf.Join(conf.Index("nodes", i), "agent"), "", "fabriclabd does not run a pe's agent (host/pe) yet; agents run in namespaces (fabriclab run)")
-			}
 			d.PEs = append(d.PEs, pe)
 		}
 	}

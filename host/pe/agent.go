@@ -103,6 +103,11 @@ type Config struct {
 	// RerouteHold is how long the flows stay spread after the last light
 	// CNP (Reroute); 0 means 50 ms.
 	RerouteHold time.Duration
+	// OnReaction, if set, takes each reaction time (Stats.Reaction's
+	// samples) instead of Stats, which then keeps none: an agent that runs
+	// for days (fabriclabd) keeps a histogram, not every sample. It is
+	// called with the agent's lock held.
+	OnReaction func(time.Duration)
 }
 
 const (
@@ -299,7 +304,11 @@ func (a *Agent) OnNotification(n tunnel.Notification) {
 			a.stats.FirstAction = done
 		}
 		if n.Time > 0 {
-			a.stats.Reaction = append(a.stats.Reaction, max(done-n.Time, 0))
+			if r := max(done-n.Time, 0); a.cfg.OnReaction != nil {
+				a.cfg.OnReaction(r)
+			} else {
+				a.stats.Reaction = append(a.stats.Reaction, r)
+			}
 		}
 	}
 }

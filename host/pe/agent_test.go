@@ -162,3 +162,22 @@ func TestRateLimitAgentHeavy(t *testing.T) {
 		t.Errorf("a heavy CNP moved paths: %v", paths.moves)
 	}
 }
+
+// TestOnReaction: with OnReaction the reaction times go to the hook and
+// Stats keeps none (an agent that runs for days).
+func TestOnReaction(t *testing.T) {
+	var got []time.Duration
+	clock := engine.NewFakeClock(0)
+	a, err := New(Config{Mode: RateLimit, LineRate: 200 * units.Mbit, RTT: 10 * time.Millisecond,
+		OnReaction: func(r time.Duration) { got = append(got, r) }}, &fakeLimiter{}, nil, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := light
+	n.Time = 10 * time.Millisecond
+	clock.Set(10*time.Millisecond + 40*time.Microsecond)
+	a.OnNotification(n)
+	if s := a.Stats(); len(got) != 1 || got[0] != 40*time.Microsecond || len(s.Reaction) != 0 || s.RateUpdates != 2 {
+		t.Errorf("hook got %v, stats kept %v (%d rate updates); want [40µs] in the hook alone", got, s.Reaction, s.RateUpdates)
+	}
+}
