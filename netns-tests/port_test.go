@@ -409,7 +409,7 @@ func TestSecondAttachKeepsFirst(t *testing.T) {
 // on a NIC, as a PE's agent uses on a lab server) really sends at its rate
 // and its HTB queue is the one its virtual queue models: sampled side by
 // side while a sender runs at twice the rate, the two backlogs agree
-// within a tenth of the class's limit, the virtual queue marks and drops
+// within a quarter of the class's limit, the virtual queue marks and drops
 // at its limit and HTB drops nothing. SetRate moves both: at half the
 // rate the receiver gets half.
 func TestShapedVirtualPort(t *testing.T) {
@@ -506,8 +506,12 @@ func TestShapedVirtualPort(t *testing.T) {
 		if slices.Max(htbMax) < limit/2 {
 			t.Errorf("%v: HTB's backlog peaked at %.0f B: it did not shape", r, slices.Max(htbMax))
 		}
-		if med := diffs[len(diffs)/2]; med > limit/10 {
-			t.Errorf("%v: HTB's backlog and the virtual queue's differ by %.0f B (median), want within %.0f", r, med, limit/10)
+		// HTB's dequeue runs on timers and softirqs: with a core kept
+		// busy it lags the virtual queue's clock (358 KB median measured
+		// at 100 Mbit/s, 10-17 KB idle), and the real queue grows by the
+		// lag. A quarter of the limit bounds that.
+		if med := diffs[len(diffs)/2]; med > limit/4 {
+			t.Errorf("%v: HTB's backlog and the virtual queue's differ by %.0f B (median), want within %.0f", r, med, limit/4)
 		}
 	}
 }

@@ -220,7 +220,8 @@ func (d *Daemon) Apply(c *Config) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// PE agents whose tunnel or limiter port changes or goes stop first;
-	// they start again below, on what is then attached.
+	// they start again below, on what is then attached (a rate agent at
+	// its limiter's line rate).
 	keepPE := map[string]labfile.PEPlan{}
 	for _, pl := range nc.pes() {
 		keepPE[pl.Dev] = pl
@@ -228,7 +229,8 @@ func (d *Daemon) Apply(c *Config) error {
 	for dev, x := range d.pes {
 		pl, kept := keepPE[dev]
 		_, changed := changedPEs[dev]
-		if a := x.agent; a != nil && (!kept || changed || touched[a.limiter] || (a.limiter != "" && newPorts[a.limiter] != nil) || pl.Agent == nil) {
+		// A failed agent starts again on any reload.
+		if a := x.agent; a != nil && (!kept || changed || touched[a.limiter] || (a.limiter != "" && newPorts[a.limiter] != nil) || pl.Agent == nil || a.failure() != "") {
 			a.close(d.log)
 			x.agent = nil
 			d.log.Info("pe agent stopped", "pe", dev)

@@ -204,7 +204,11 @@ func (d *Daemon) resolveCC(cc string) (string, error) {
 
 // runFlow runs fl's client runs: Start after now, a cycle of runs (a
 // series' Count, else one), then Pause apart while it repeats, until it
-// is stopped.
+// is stopped. An every series keeps its grid: the next cycle starts Pause
+// after the slot that follows its last run, however long that run took.
+// Until a run first succeeds (the receiver's daemon may start later than
+// this one), a failed run is followed by DefaultFlowPause, not by the
+// series' gap: a short pause must not fail a whole cycle at start.
 func (d *Daemon) runFlow(fl *flow, log *slog.Logger, run func(ctx context.Context, size uint64) runResult) {
 	f := fl.spec
 	ctx, cancel := context.WithCancel(context.Background())
@@ -226,17 +230,22 @@ func (d *Daemon) runFlow(fl *flow, log *slog.Logger, run func(ctx context.Contex
 	go func() {
 		defer close(fl.done)
 		wait := f.Start
+		succeeded := false
 		for cycle := 0; ; cycle++ {
 			if !sleep(wait) {
 				return
 			}
 			sizes, t0 := f.series.sizes(cycle), time.Now()
 			var err error
+			backoff := false // the last run failed before any succeeded
 			for k := range f.series.count() {
 				late := false
 				if k > 0 {
 					var gap time.Duration
 					gap, late = f.series.gap(k, t0)
+					if backoff {
+						gap, late = max(gap, DefaultFlowPause), false
+					}
 					fl.set(func() { fl.state = "pausing" })
 					if !sleep(gap) {
 						return
@@ -252,10 +261,12 @@ func (d *Daemon) runFlow(fl *flow, log *slog.Logger, run func(ctx context.Contex
 				if ctx.Err() != nil {
 					return
 				}
+				backoff = r.err != nil && !succeeded
 				if r.err != nil {
 					err = r.err
 					log.Warn("flow run failed", "err", r.err)
 				} else {
+					succeeded = true
 					log.Info("flow run done", "bytes", r.bytes, "bits_per_second", r.bps, "fct_seconds", r.elapsed.Seconds())
 				}
 			}
@@ -270,6 +281,10 @@ func (d *Daemon) runFlow(fl *flow, log *slog.Logger, run func(ctx context.Contex
 			}
 			fl.set(func() { fl.state = "pausing" })
 			wait = f.Pause
+			if s := f.series; s != nil && s.plan.Flow.Every > 0 {
+				g, _ := s.gap(s.count(), t0) // to the slot after the last
+				wait += g
+			}
 		}
 	}()
 }

@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,5 +57,71 @@ func TestHistogram(t *testing.T) {
 	var empty histogram
 	if c := empty.cumulative(fctBounds); len(c) != len(fctBounds) || c[fctBounds[0]] != 0 {
 		t.Errorf("empty: %v", c)
+	}
+}
+
+// runStarts runs a flow of spec with run until n runs started, and
+// returns when each started, from the first.
+func runStarts(t *testing.T, spec FlowConfig, n int, fail func(call int) bool) []time.Duration {
+	t.Helper()
+	d := New(Options{})
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+		enough = make(chan struct{})
+	)
+	fl := &flow{spec: spec}
+	d.runFlow(fl, d.log, func(ctx context.Context, size uint64) runResult {
+		mu.Lock()
+		defer mu.Unlock()
+		starts = append(starts, time.Now())
+		call := len(starts)
+		if call == n {
+			close(enough)
+		}
+		if fail(call) {
+			return runResult{err: errors.New("connection refused")}
+		}
+		return runResult{reported: true, bytes: size}
+	})
+	select {
+	case <-enough:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flow's runs did not start")
+	}
+	fl.stop()
+	out := make([]time.Duration, n)
+	for i := range n {
+		out[i] = starts[i].Sub(starts[0])
+	}
+	return out
+}
+
+// TestRunFlowGrid: an every series' next cycle starts Pause after the
+// slot that follows its last run (the grid kept), not Pause after the run.
+func TestRunFlowGrid(t *testing.T) {
+	fl := &labfile.Flow{Size: 1 << 10, Count: 3, Every: 20 * time.Millisecond}
+	spec := FlowConfig{Name: "g", Repeat: true, Pause: 30 * time.Millisecond,
+		series: &series{plan: &labfile.FlowPlan{Flow: fl, Bottleneck: units.Gbit}, seed: 1}}
+	s := runStarts(t, spec, 4, func(int) bool { return false })
+	// Cycle 1 at 3 × 20 ms + 30 ms.
+	if s[1] < 20*time.Millisecond || s[2] < 40*time.Millisecond || s[3] < 90*time.Millisecond || s[3] > 110*time.Millisecond {
+		t.Errorf("run starts %v: want 0, 20 ms, 40 ms and the next cycle at 90 ms", s)
+	}
+}
+
+// TestRunFlowStartupBackoff: until a run succeeds, a failed run is
+// followed by DefaultFlowPause (the receiver's daemon may start later),
+// then the series' own pause again.
+func TestRunFlowStartupBackoff(t *testing.T) {
+	fl := &labfile.Flow{Size: 1 << 10, Count: 10, Pause: 10 * time.Millisecond}
+	spec := FlowConfig{Name: "b", Repeat: true, Pause: time.Second,
+		series: &series{plan: &labfile.FlowPlan{Flow: fl, Bottleneck: units.Gbit}, seed: 1}}
+	s := runStarts(t, spec, 4, func(call int) bool { return call == 1 })
+	if d := s[1] - s[0]; d < DefaultFlowPause {
+		t.Errorf("the run after a refused first run started %v later, want %v", d, DefaultFlowPause)
+	}
+	if d := s[3] - s[2]; d > 500*time.Millisecond {
+		t.Errorf("after a success, runs %v apart, want the series' 10 ms", d)
 	}
 }

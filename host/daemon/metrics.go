@@ -209,6 +209,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			e.emit(ns+"_tcp_server_received_bytes_total", prometheus.CounterValue, "bytes the tcp server's connections read", l, v, float64(s.tcp.Received()))
 			e.emit(ns+"_tcp_server_connections_total", prometheus.CounterValue, "connections the tcp server accepted", l, v, float64(s.tcp.Accepted()))
 			e.emit(ns+"_tcp_server_open_connections", prometheus.GaugeValue, "the tcp server's connections in progress", l, v, float64(s.tcp.Open()))
+			e.emit(ns+"_tcp_server_accept_errors_total", prometheus.CounterValue, "accepts that failed and were retried (out of descriptors, an aborted handshake)", l, v, float64(s.tcp.AcceptErrors()))
 		}
 	}
 	for _, fl := range flows {
@@ -247,8 +248,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if fl.tcp != nil {
 			fl.mu.Lock()
-			retr, ce, noECN := fl.tcpRetransmits, fl.tcpDeliveredCE, fl.tcpNoECN
+			retr, ce, noECN, kernelCC := fl.tcpRetransmits, fl.tcpDeliveredCE, fl.tcpNoECN, fl.tcpCC
 			fl.mu.Unlock()
+			if kernelCC != "" {
+				// The congestion control the kernel ran (the BPF DCTCP's
+				// name where it has no dctcp), as an info metric.
+				e.emit(ns+"_flow_tcp_cc_info", prometheus.GaugeValue, "the congestion control the tcp flow's last connection ran (TCP_CONGESTION)",
+					append(slices.Clone(l), "cc"), append(slices.Clone(v), kernelCC), 1)
+			}
 			e.emit(ns+"_flow_tcp_retransmits_total", prometheus.CounterValue, "segments the tcp flow's finished connections retransmitted (tcpi_total_retrans)", l, v, float64(retr))
 			e.emit(ns+"_flow_tcp_delivered_ce_total", prometheus.CounterValue, "segments of the tcp flow's finished connections whose ACKs echoed CE (tcpi_delivered_ce)", l, v, float64(ce))
 			e.emit(ns+"_flow_tcp_no_ecn_runs_total", prometheus.CounterValue, "the tcp flow's finished connections that did not negotiate ECN", l, v, float64(noECN))

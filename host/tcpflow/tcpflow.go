@@ -170,6 +170,8 @@ type Server struct {
 	closed   bool // Close began: a connection accepted now is closed at once
 	received atomic.Uint64
 	accepted atomic.Uint64
+	// acceptErrors counts Accept's failures that Serve waited out.
+	acceptErrors atomic.Uint64
 }
 
 // Listen opens a server at addr with the congestion control cc (the
@@ -195,6 +197,10 @@ func (s *Server) Addr() netip.AddrPort { return s.ln.Addr().(*net.TCPAddr).AddrP
 func (s *Server) Received() uint64 { return s.received.Load() }
 func (s *Server) Accepted() uint64 { return s.accepted.Load() }
 
+// AcceptErrors is Accept's failures Serve waited out and accepted again
+// after (out of descriptors, an aborted handshake).
+func (s *Server) AcceptErrors() uint64 { return s.acceptErrors.Load() }
+
 // Open is the connections in progress.
 func (s *Server) Open() int {
 	s.mu.Lock()
@@ -206,14 +212,27 @@ func (s *Server) Open() int {
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
 	defer stop()
+	var backoff time.Duration
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			// Out of descriptors, an aborted handshake: the listener
+			// still works. Wait and accept again, as net/http does.
+			s.acceptErrors.Add(1)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue
 		}
+		backoff = 0
 		s.accepted.Add(1)
 		// Registered with Close's flag under one lock: Close either
 		// sees the connection or the connection sees Close.
@@ -331,9 +350,6 @@ func Run(ctx context.Context, do Do, tc Conn, progress *atomic.Uint64) (Report, 
 	}
 	c := conn.(*net.TCPConn)
 	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
-
 	wb := tc.WriteBytes
 	if wb <= 0 {
 		wb = DefaultWrite
@@ -344,6 +360,10 @@ func Run(ctx context.Context, do Do, tc Conn, progress *atomic.Uint64) (Report, 
 	if size == 0 {
 		_ = c.SetWriteDeadline(t0.Add(tc.Duration))
 	}
+	// After the duration's deadline, so that a cancel overrides it and
+	// never the reverse.
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
 	var rep Report
 	for size == 0 || rep.Sent < size {
 		n := len(buf)
@@ -362,6 +382,8 @@ func Run(ctx context.Context, do Do, tc Conn, progress *atomic.Uint64) (Report, 
 			return rep, fmt.Errorf("write after %d bytes: %w", rep.Sent, err)
 		}
 	}
+	// Clearing the duration's deadline keeps a cancel's read deadline,
+	// which bounds the wait for the server's count below.
 	_ = c.SetWriteDeadline(time.Time{})
 	if err := c.CloseWrite(); err != nil {
 		return rep, fmt.Errorf("half-close: %w", err)
