@@ -254,20 +254,37 @@ static __always_inline enum net_roce_result net_parse_roce_skb(struct __sk_buff 
 	return res;
 }
 
-/* net_cut_to cuts a clone that becomes a notification to len bytes, which
- * the caller then overwrites whole. bpf_skb_change_tail refuses an skb with
- * the encapsulation flag set (-ENOTSUPP): a packet a tunnel PE encapsulated
- * keeps it across a veth into the next namespace, and after decapsulation
- * too. Removing the room after the MAC header instead (the bytes are
- * rewritten anyway) does not look at the flag; it needs an IP packet of
- * at least len bytes. */
+/* net_cut_to makes a clone that becomes a notification len bytes long,
+ * which the caller then overwrites whole. bpf_skb_change_tail refuses an
+ * skb with the encapsulation flag set (-ENOTSUPP): a packet a tunnel PE
+ * encapsulated keeps it across a veth into the next namespace, and after
+ * decapsulation too. Removing (or adding) room after the MAC header does
+ * not look at the flag; it moves at most 0xfff bytes a call and needs an IP
+ * packet. A GSO clone is refused there: its GSO type would stay on a
+ * single small frame (bpf_skb_change_tail resets it, this cannot). */
+#define NET_ADJ_ROOM_MAX 0xfff
+#define NET_CUT_STEPS 17 /* 64 KiB in NET_ADJ_ROOM_MAX steps */
 static __always_inline long net_cut_to(struct __sk_buff *skb, __u32 len)
 {
 	long rc = bpf_skb_change_tail(skb, len, 0);
+	int i;
 
-	if (rc && skb->len > len)
-		rc = bpf_skb_adjust_room(skb, -(__s32)(skb->len - len), BPF_ADJ_ROOM_MAC, 0);
-	return rc;
+	if (!rc)
+		return 0;
+	if (skb->gso_segs > 1)
+		return rc;
+	if (skb->len < len)
+		return bpf_skb_adjust_room(skb, len - skb->len, BPF_ADJ_ROOM_MAC, 0);
+	for (i = 0; i < NET_CUT_STEPS && skb->len > len; i++) {
+		__u32 cut = skb->len - len;
+
+		if (cut > NET_ADJ_ROOM_MAX)
+			cut = NET_ADJ_ROOM_MAX;
+		rc = bpf_skb_adjust_room(skb, -(__s32)cut, BPF_ADJ_ROOM_MAC, 0);
+		if (rc)
+			return rc;
+	}
+	return skb->len == len ? 0 : -1;
 }
 
 /* net_roce_from_to reports whether the packet r parsed goes from src to

@@ -226,7 +226,7 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 
 	if p.meta.HTB {
 		p.meta.HTBCeilBps = uint64(cfg.Rate)
-		if err := installHTB(p.ns, uint32(p.meta.Ifindex), &cfg); err != nil {
+		if err := installHTB(p.ns, uint32(p.meta.Ifindex), &cfg, p.meta.Mode == QueueVirtual); err != nil {
 			return nil, err
 		}
 	}
@@ -419,7 +419,7 @@ func (p *Port) configureLocked(cfg Config) error {
 		return err
 	}
 	if p.meta.HTB {
-		if err := updateHTB(p.ns, uint32(p.meta.Ifindex), &cfg); err != nil {
+		if err := updateHTB(p.ns, uint32(p.meta.Ifindex), &cfg, p.meta.Mode == QueueVirtual); err != nil {
 			return err
 		}
 		p.meta.HTBCeilBps = uint64(cfg.Rate)

@@ -15,6 +15,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -756,6 +757,11 @@ func (c *Config) loadLab() error {
 	}
 	d, err := f.DeployVariant(c.Lab.Node, c.Lab.Variant)
 	if err != nil {
+		var ce *conf.Error
+		if c.Lab.Variant != "" && !(errors.As(err, &ce) && ce.Path == "node") {
+			// The file as written planned (Load): the variant is why.
+			return conf.Errorf("lab.variant", c.Lab.Variant, "node %s: %v", c.Lab.Node, err)
+		}
 		return conf.Errorf("lab.node", c.Lab.Node, "%v", err)
 	}
 	c.deploy = d

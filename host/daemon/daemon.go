@@ -42,6 +42,8 @@ type Daemon struct {
 	ports    map[string]*port   // by PortConfig.key()
 	pes      map[string]*pe     // by device: a lab file's tunnel PEs
 	flows    map[string]*flow   // by name
+	// agentStarts counts the PE agents started per device.
+	agentStarts map[string]uint64
 	// tcpCCs resolves tcp servers' and flows' congestion controls; a
 	// BPF DCTCP it registers stays until Drain.
 	tcpCCs  tcpflow.CCs
@@ -59,7 +61,7 @@ func New(o Options) *Daemon {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Daemon{log: log, level: o.Level,
-		servers: map[string]*server{}, ports: map[string]*port{}, pes: map[string]*pe{}, flows: map[string]*flow{}}
+		servers: map[string]*server{}, ports: map[string]*port{}, pes: map[string]*pe{}, flows: map[string]*flow{}, agentStarts: map[string]uint64{}}
 }
 
 type server struct {
@@ -182,12 +184,22 @@ func (d *Daemon) Apply(c *Config) error {
 			if reflect.DeepEqual(cur.q, q) {
 				continue
 			}
-			prev := cur.q
+			// A PE agent's limiter runs at the agent's rate, not its
+			// configured one: a refused reload puts that back too.
+			prev, liveRate := cur.q, cur.q.Rate
+			if live, err := cur.p.Config(); err == nil {
+				liveRate = live.Rate
+			}
 			touched[k] = true
 			if err := cur.p.Configure(q); err != nil {
 				return rollback(fmt.Errorf("ports[%d] (%s): %w", i, describePort(pc), err))
 			}
-			undo = append(undo, func() { _ = cur.p.Configure(prev) })
+			undo = append(undo, func() {
+				_ = cur.p.Configure(prev)
+				if liveRate != prev.Rate {
+					_ = cur.p.SetRate(liveRate)
+				}
+			})
 			continue
 		}
 		p, err := d.attachPort(pc, q)

@@ -250,6 +250,11 @@ func (d *Daemon) runFlow(fl *flow, log *slog.Logger, run func(ctx context.Contex
 					if !sleep(gap) {
 						return
 					}
+					if backoff {
+						// The grid moves with the wait: run k is due now,
+						// the rest every slot after it (none late for it).
+						t0 = time.Now().Add(-time.Duration(k) * f.series.plan.Flow.Every)
+					}
 				}
 				var size uint64
 				if sizes != nil {

@@ -105,7 +105,10 @@ func TestRunFlowGrid(t *testing.T) {
 		series: &series{plan: &labfile.FlowPlan{Flow: fl, Bottleneck: units.Gbit}, seed: 1}}
 	s := runStarts(t, spec, 4, func(int) bool { return false })
 	// Cycle 1 at 3 × 20 ms + 30 ms.
-	if s[1] < 20*time.Millisecond || s[2] < 40*time.Millisecond || s[3] < 90*time.Millisecond || s[3] > 110*time.Millisecond {
+	// s[0] is taken a little after the cycle's t0: lower bounds with a
+	// millisecond or two of slack; the upper one still tells the old
+	// behaviour (Pause after the last run: 70 ms) and a double wait (150).
+	if s[1] < 18*time.Millisecond || s[2] < 38*time.Millisecond || s[3] < 87*time.Millisecond || s[3] > 130*time.Millisecond {
 		t.Errorf("run starts %v: want 0, 20 ms, 40 ms and the next cycle at 90 ms", s)
 	}
 }
@@ -123,5 +126,13 @@ func TestRunFlowStartupBackoff(t *testing.T) {
 	}
 	if d := s[3] - s[2]; d > 500*time.Millisecond {
 		t.Errorf("after a success, runs %v apart, want the series' 10 ms", d)
+	}
+	// An every series after a refused first run: the grid restarts at
+	// the retry, so the runs after it keep their slots.
+	fl = &labfile.Flow{Size: 1 << 10, Count: 10, Every: 20 * time.Millisecond}
+	spec.series = &series{plan: &labfile.FlowPlan{Flow: fl, Bottleneck: units.Gbit}, seed: 1}
+	s = runStarts(t, spec, 4, func(call int) bool { return call == 1 })
+	if d := s[2] - s[1]; s[1] < DefaultFlowPause || d < 18*time.Millisecond || s[3]-s[2] < 18*time.Millisecond {
+		t.Errorf("every series after a refused run: starts %v, want the retry after %v and 20 ms slots after it", s, DefaultFlowPause)
 	}
 }

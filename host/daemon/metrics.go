@@ -29,7 +29,10 @@ import (
 //	fabriclab_pdc_*       per PDC: a UET server's targets (server, src,
 //	                      spdcid, pdc, job_id), a UET flow's senders (flow, pdc)
 //	fabriclab_ccc_*       per sender CCC of a UET flow: cwnd, in flight
-//	fabriclab_port_*      per switch port class: port, class, name
+//	fabriclab_port_*      per switch port class: port, class, name; port-
+//	                      wide counters (packets by kind, notifications
+//	                      not sent) and the rate: port; a shaped port's
+//	                      HTB queue: fabriclab_port_shaper_*
 //	fabriclab_flow_*      per configured flow (a tcp flow's: flow_tcp_*);
 //	                      fct_seconds and fct_ideal_ratio are histograms
 //	fabriclab_server_*    per server's side channel
@@ -346,6 +349,7 @@ func agentMetrics(e *emitter, a *tunnelAgent) {
 		{"spills_total", "moves of the tunnel's flows onto every WAN path (reroute agent)", st.Spills},
 		{"unspills_total", "moves back to path 1 (reroute agent)", st.Unspills},
 		{"errors_total", "limiter or route changes that failed", st.Errors},
+		{"starts_total", "agents this daemon started on the device (a reload that changes the PE or its limiter starts a new one)", a.starts},
 	} {
 		e.emit(ns+"_pe_agent_"+c.name, prometheus.CounterValue, c.help, l, v, float64(c.n))
 	}
@@ -384,7 +388,11 @@ func portMetrics(e *emitter, p *port) {
 		return
 	}
 	portName := describePort(p.cfg)
-	e.emit(ns+"_port_rate_bits_per_second", prometheus.GaugeValue, "the port's configured rate", []string{"port"}, []string{portName}, float64(p.q.Rate))
+	rate := p.q.Rate
+	if c, err := p.p.Config(); err == nil {
+		rate = c.Rate // a PE agent's limiter moves it
+	}
+	e.emit(ns+"_port_rate_bits_per_second", prometheus.GaugeValue, "the port's rate now", []string{"port"}, []string{portName}, float64(rate))
 	// Port-wide: packets by kind, malformed ones, notifications not sent.
 	e.fields("port", st.Port, []string{"port"}, []string{portName})
 	if p.cfg.Shape {
@@ -396,9 +404,6 @@ func portMetrics(e *emitter, p *port) {
 			e.emit(ns+"_port_shaper_backlog_bytes", prometheus.GaugeValue, "bytes in the shaped port's HTB queue (the real queue its virtual queue models)", pl, pv, float64(q.BacklogBytes))
 			e.emit(ns+"_port_shaper_sent_bytes_total", prometheus.CounterValue, "bytes the shaped port's HTB sent", pl, pv, float64(q.SentBytes))
 			e.emit(ns+"_port_shaper_drops_total", prometheus.CounterValue, "packets the shaped port's HTB dropped (the virtual queue's limit should drop first)", pl, pv, float64(q.Drops))
-		}
-		if c, err := p.p.Config(); err == nil {
-			e.emit(ns+"_port_shaper_rate_bits_per_second", prometheus.GaugeValue, "the shaped port's rate now (a PE agent's limiter moves it)", []string{"port"}, []string{portName}, float64(c.Rate))
 		}
 	}
 	for _, cs := range st.Classes {

@@ -28,6 +28,9 @@ type tunnelAgent struct {
 	paths   *ownPaths
 	stop    context.CancelFunc
 	done    chan struct{}
+	// starts is how many agents this daemon started on dev, this one
+	// included: a reload that restarts the agent shows.
+	starts uint64
 
 	mu       sync.Mutex
 	reaction histogram // seconds
@@ -78,6 +81,11 @@ func (d *Daemon) startAgent(x *pe, dep *labfile.Deployment) error {
 		lim = peagent.PortLimiter{Port: p.p}
 	case peagent.Reroute:
 		ta.paths = &ownPaths{spec: dep.Plan.Spec, spill: labfile.OwnRoutes(pl.Spill, dep.Node.Name), unspill: labfile.OwnRoutes(pl.Unspill, dep.Node.Name)}
+		// Path 1 first: a daemon killed while spilled left the routes
+		// spread (replacing a route is idempotent).
+		if err := ta.paths.Spill(false); err != nil {
+			return fmt.Errorf("routes to path 1: %w", err)
+		}
 	}
 	var paths peagent.Paths
 	if ta.paths != nil {
@@ -100,6 +108,7 @@ func (d *Daemon) startAgent(x *pe, dep *labfile.Deployment) error {
 			}
 			if err != nil && ctx.Err() == nil {
 				log.Error("pe agent stopped", "err", err)
+				ta.restore(log)
 			}
 			ta.mu.Lock()
 			ta.err = err
@@ -107,21 +116,29 @@ func (d *Daemon) startAgent(x *pe, dep *labfile.Deployment) error {
 		}()
 		err = ag.Run(ctx, x.t)
 	}()
+	d.agentStarts[pl.Dev]++
+	ta.starts = d.agentStarts[pl.Dev]
 	x.agent = ta
 	log.Info("pe agent runs", "line_rate", cfg.LineRate.String(), "rtt", cfg.RTT.String())
 	return nil
 }
 
-// close stops the agent and puts back what it moved: a spilled reroute
-// agent's routes return to path 1 (a rate agent's limiter is the port's,
-// reset or detached by whoever closes it).
+// close stops the agent and puts back what it moved.
 func (ta *tunnelAgent) close(log *slog.Logger) {
 	ta.stop()
 	<-ta.done
-	if ta.paths != nil && ta.ag.Stats().Spilled {
-		if err := ta.paths.Spill(false); err != nil {
-			log.Warn("pe agent: routes back to path 1", "pe", ta.dev, "err", err)
-		}
+	ta.restore(log)
+}
+
+// restore puts a reroute agent's routes back on path 1, whatever its
+// stats say (a spill that failed half-way moved some); a rate agent's
+// limiter is the port's, reset or detached by whoever owns it.
+func (ta *tunnelAgent) restore(log *slog.Logger) {
+	if ta.paths == nil {
+		return
+	}
+	if err := ta.paths.Spill(false); err != nil {
+		log.Warn("pe agent: routes back to path 1", "pe", ta.dev, "err", err)
 	}
 }
 
