@@ -211,8 +211,11 @@ func TestWREDCurveUDP(t *testing.T) {
 					want = maxP * (mid - float64(minTh)) / float64(maxTh-minTh)
 				}
 				got := c.Curve.Fraction(b)
+				// 4.5σ: about 40 bins are judged per run (both attach
+				// modes), and at 4σ one in 300 runs failed by chance
+				// alone (CI: bin 10 at 4.1σ, its neighbours on the curve).
 				sigma := math.Sqrt(want * (1 - want) / float64(n))
-				tol := math.Max(4*sigma, 0.02)
+				tol := math.Max(4.5*sigma, 0.02)
 				t.Logf("bin %2d [%4d, %4d) KB: %5d ECT arrivals, marked %.4f, curve %.4f ± %.4f", b, b*int(bin)/1024, (b+1)*int(bin)/1024, n, got, want, tol)
 				if math.Abs(got-want) > tol {
 					t.Errorf("bin %d: marked fraction %.4f, curve says %.4f (tolerance %.4f)", b, got, want, tol)
