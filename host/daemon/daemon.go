@@ -242,7 +242,7 @@ func (d *Daemon) Apply(c *Config) error {
 		pl, kept := keepPE[dev]
 		_, changed := changedPEs[dev]
 		// A failed agent starts again on any reload.
-		if a := x.agent; a != nil && (!kept || changed || touched[a.limiter] || (a.limiter != "" && newPorts[a.limiter] != nil) || pl.Agent == nil || a.failure() != "") {
+		if a := x.agent; a != nil && (!kept || changed || touched[a.limiter] || pl.Agent == nil || a.failure() != "") {
 			a.close(d.log)
 			x.agent = nil
 			d.log.Info("pe agent stopped", "pe", dev)
