@@ -198,12 +198,15 @@ struct {
 	__type(value, __u64);
 } addr_scratch SEC(".maps");
 
+
 static __always_inline __u64 now_ns(void)
 {
 	if (test_hooks)
 		return test_now_ns;
 	return bpf_ktime_get_ns();
 }
+
+#include "idle.h"
 
 static __always_inline __u32 random_u32(void)
 {
@@ -484,7 +487,7 @@ static __always_inline void note_max(__u64 *max, __u64 v)
 static __always_inline void vq_advance(struct class_state *cs, __u64 now, __u64 ns_per_byte_fp,
 				       __u64 *left_bytes, __u64 *left_packets)
 {
-	__u64 elapsed, drain;
+	__u64 elapsed, drain, last = cs->vq_last_ns;
 
 	*left_bytes = 0;
 	*left_packets = 0;
@@ -507,6 +510,9 @@ static __always_inline void vq_advance(struct class_state *cs, __u64 now, __u64 
 	if (drain >= cs->backlog_bytes) {
 		*left_bytes = cs->backlog_bytes;
 		*left_packets = cs->backlog_packets;
+		/* It ran dry when its last byte left (idle.h); backlog < 2^32
+		 * and ns/byte < 2^14: the product fits. */
+		cs->idle_since_ns = last + ((cs->backlog_bytes * ns_per_byte_fp) >> VQ_FP_SHIFT);
 	} else {
 		*left_bytes = drain;
 		*left_packets = cs->backlog_packets * drain / cs->backlog_bytes;
@@ -547,6 +553,12 @@ static __always_inline __u64 enqueue_virtual(struct class_state *cs, struct clas
 		cs->backlog_bytes += len;
 		cs->backlog_packets += 1;
 		enqueued = true;
+		/* It ends the idle period: booked after the lock, which
+		 * allows no helper calls (idle_end_pending). */
+		if (backlog == 0 && cs->idle_since_ns) {
+			cs->idle_pending_ns = cs->idle_since_ns;
+			cs->idle_since_ns = 0;
+		}
 	}
 	backlog_after = cs->backlog_bytes;
 	packets_after = cs->backlog_packets;
@@ -717,6 +729,17 @@ struct wan_cnp_work {
 		__u8 bth[8];
 	} l4;
 	struct wan_cnp_key key;
+	/* What wan_cnp works with, kept here rather than in registers and
+	 * on the stack: its stack adds to port_enqueue's, near the
+	 * verifier's 512 bytes. */
+	__u64 now;
+	__u64 old;
+	__be32 from;
+	__be32 to;
+	__u32 dest_qp;
+	__u16 sport;
+	__u8 light;
+	__u8 pad;
 };
 
 /* The map holds it as words: bpf2go has no Go type for bpf_fib_lookup's
@@ -1141,6 +1164,8 @@ static __always_inline enum verdict enqueue_trimmed(struct __sk_buff *skb, const
 		return VERDICT_DROP_TRIM;
 	if (pc->queue_mode == QUEUE_MODE_VIRTUAL) {
 		enqueue_virtual(tcs, tst, tcc, len, ecn, true, &v);
+		if (READ_ONCE(tcs->idle_pending_ns))
+			idle_end_pending(tcs, tst, pc, trim_class);
 		if (v != VERDICT_PASS)
 			return VERDICT_DROP_TRIM;
 	} else {
@@ -1154,6 +1179,8 @@ static __always_inline enum verdict enqueue_trimmed(struct __sk_buff *skb, const
 			__sync_fetch_and_add(&tcs->backlog_bytes, -(__s64)len);
 			return VERDICT_DROP_TRIM;
 		}
+		if (backlog == 0)
+			idle_end(tcs, tst, pc, trim_class);
 		after = __sync_fetch_and_add(&tcs->backlog_packets, 1) + 1;
 		note_max(&tcs->max_backlog_bytes, backlog + len);
 		note_max(&tcs->max_backlog_packets, after);
@@ -1203,11 +1230,8 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 	struct ppfc_scratch *sc;
 	struct port_config *pc;
 	struct port_stats *ps;
-	__u64 now, old, *last, zero64 = 0;
-	__u32 zero = 0, off, dest_qp = 0, mark;
-	__be32 from, to;
-	__u16 sport = 0;
-	__u8 light = class_and_kind & 1;
+	__u64 *last, zero64 = 0;
+	__u32 zero = 0, off, mark;
 	long rc;
 
 	pc = bpf_map_lookup_elem(&port_cfg, &zero);
@@ -1219,11 +1243,14 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 	if (bpf_skb_load_bytes(skb, l3_off & 0xFF, &w->hdr, sizeof(w->hdr)) || w->hdr.version != 4 ||
 	    w->hdr.protocol != 4 || w->hdr.ihl < NET_IPV4_MIN_IHL)
 		return 0;
-	from = w->hdr.daddr;
-	to = w->hdr.saddr;
-	w->key.pe = to;
+	w->light = class_and_kind & 1;
+	w->from = w->hdr.daddr;
+	w->to = w->hdr.saddr;
+	w->dest_qp = 0;
+	w->sport = 0;
+	w->key.pe = w->to;
 	w->key.class_id = class_and_kind >> 1;
-	w->key.light = light;
+	w->key.light = w->light;
 	w->key.pad = 0;
 	last = bpf_map_lookup_elem(&wan_cnp_last, &w->key);
 	if (!last) {
@@ -1232,13 +1259,13 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 		if (!last)
 			return 0;
 	}
-	now = now_ns();
-	old = READ_ONCE(*last);
-	if (old && now - old < cc->wan_cnp_interval_ns) {
+	w->now = now_ns();
+	w->old = READ_ONCE(*last);
+	if (w->old && w->now - w->old < cc->wan_cnp_interval_ns) {
 		st->wan_cnp_coalesced++;
 		return 0;
 	}
-	if (__sync_val_compare_and_swap(last, old, now) != old) {
+	if (__sync_val_compare_and_swap(last, w->old, w->now) != w->old) {
 		st->wan_cnp_coalesced++; /* another CPU sent it */
 		return 0;
 	}
@@ -1249,14 +1276,14 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 	if (!bpf_skb_load_bytes(skb, off & 0x1FF, &w->hdr, sizeof(w->hdr)) && w->hdr.protocol == NET_IPPROTO_UDP &&
 	    w->hdr.ihl >= NET_IPV4_MIN_IHL &&
 	    !bpf_skb_load_bytes(skb, (off + w->hdr.ihl * 4) & 0x1FF, &w->l4, sizeof(w->l4))) {
-		sport = bpf_ntohs(w->l4.udp.source);
+		w->sport = bpf_ntohs(w->l4.udp.source);
 		if (w->l4.udp.dest == bpf_htons(ROCE_UDP_PORT))
-			dest_qp = (__u32)w->l4.bth[5] << 16 | (__u32)w->l4.bth[6] << 8 | w->l4.bth[7];
+			w->dest_qp = (__u32)w->l4.bth[5] << 16 | (__u32)w->l4.bth[6] << 8 | w->l4.bth[7];
 	}
 
 	__builtin_memset(&w->fib, 0, sizeof(w->fib));
 	w->fib.family = NET_AF_INET;
-	w->fib.ipv4_dst = to;
+	w->fib.ipv4_dst = w->to;
 	w->fib.ifindex = skb->ingress_ifindex;
 	rc = bpf_fib_lookup(skb, &w->fib, sizeof(w->fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS || w->fib.ifindex == skb->ifindex)
@@ -1265,8 +1292,8 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 	__builtin_memcpy(f->eth.h_dest, w->fib.dmac, ETH_ALEN);
 	__builtin_memcpy(f->eth.h_source, w->fib.smac, ETH_ALEN);
 	f->eth.h_proto = bpf_htons(ETH_P_IP);
-	roce_ipv4_masked(&f->ip, ROCE_CNP_L4_LEN, from, to);
-	f->udp.source = bpf_htons(sport);
+	roce_ipv4_masked(&f->ip, ROCE_CNP_L4_LEN, w->from, w->to);
+	f->udp.source = bpf_htons(w->sport);
 	f->udp.dest = bpf_htons(ROCE_UDP_PORT);
 	f->udp.len = bpf_htons(ROCE_CNP_L4_LEN);
 	f->udp.check = 0xFFFF;
@@ -1274,9 +1301,9 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 	f->bth.flags = 0;
 	f->bth.pkey = 0xFFFF;
 	f->bth.ecn = ICRC_MASKED;
-	f->bth.destqp[0] = dest_qp >> 16;
-	f->bth.destqp[1] = dest_qp >> 8;
-	f->bth.destqp[2] = dest_qp;
+	f->bth.destqp[0] = w->dest_qp >> 16;
+	f->bth.destqp[1] = w->dest_qp >> 8;
+	f->bth.destqp[2] = w->dest_qp;
 	f->bth.ack = 0;
 	f->bth.psn[0] = 0;
 	f->bth.psn[1] = 0;
@@ -1286,7 +1313,7 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 			   sizeof(f->ip) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN);
 	roce_ipv4_as_sent(&f->ip, (pc->ppfc_dscp & 0x3F) << 2, PPFC_TTL);
 	f->udp.check = 0;
-	f->bth.ecn = ROCE_BTH_BECN | (light ? ROCE_BTH_WAN_LIGHT : 0);
+	f->bth.ecn = ROCE_BTH_BECN | (w->light ? ROCE_BTH_WAN_LIGHT : 0);
 
 	mark = skb->mark;
 	sc->ready = 1;
@@ -1297,7 +1324,7 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 	sc->ready = 0;
 	if (rc)
 		goto fail;
-	if (light)
+	if (w->light)
 		st->wan_cnp_light_sent++;
 	else
 		st->wan_cnp_heavy_sent++;
@@ -1306,12 +1333,13 @@ static __attribute__((noinline)) int wan_cnp(struct __sk_buff *skb, const struct
 		struct class_state *cs = bpf_map_lookup_elem(&class_queue, &class_id);
 
 		if (cs)
-			__sync_val_compare_and_swap(light ? &cs->wan_cnp_first_light_ns : &cs->wan_cnp_first_heavy_ns, 0, now);
+			__sync_val_compare_and_swap(w->light ? &cs->wan_cnp_first_light_ns : &cs->wan_cnp_first_heavy_ns,
+						    0, w->now);
 	}
 	return 0;
 fail:
 	ps->wan_cnp_failed++;
-	__sync_val_compare_and_swap(last, now, old); /* a later mark tries again */
+	__sync_val_compare_and_swap(last, w->now, w->old); /* a later mark tries again */
 	return 0;
 }
 
@@ -1379,6 +1407,8 @@ int port_enqueue(struct __sk_buff *skb)
 
 	if (pc->queue_mode == QUEUE_MODE_VIRTUAL) {
 		backlog = enqueue_virtual(cs, st, cc, len, ecn, false, &v);
+		if (READ_ONCE(cs->idle_pending_ns))
+			idle_end_pending(cs, st, pc, class_id);
 	} else {
 		__u64 after;
 
@@ -1401,6 +1431,9 @@ int port_enqueue(struct __sk_buff *skb)
 			if (cc->xoff_bytes && backlog + len > cc->xon_bytes &&
 			    !READ_ONCE(cs->ppfc_above_xon))
 				cs->ppfc_above_xon = 1;
+			/* It ends the class's idle period, if one is open. */
+			if (backlog == 0)
+				idle_end(cs, st, pc, class_id);
 		}
 	}
 
@@ -1823,6 +1856,7 @@ __attribute__((noinline)) int aqm_decide(__u32 class_id, __u64 now, __u64 sojour
 /* depart takes a packet out of its class's backlog where it leaves the
  * queue, records its sojourn and runs the class's dequeue AQM on it. */
 static __always_inline enum aqm_verdict depart(struct class_state *cs, struct class_stats *st,
+					      const struct port_config *pc,
 					      const struct class_config *cc, __u32 class_id,
 					      __u32 len, __u64 enqueued_ns, __u64 now)
 {
@@ -1831,6 +1865,8 @@ static __always_inline enum aqm_verdict depart(struct class_state *cs, struct cl
 	backlog = __sync_fetch_and_add(&cs->backlog_bytes, -(__s64)len);
 	backlog = backlog > len ? backlog - len : 0; /* what stays queued */
 	__sync_fetch_and_add(&cs->backlog_packets, -1LL);
+	if (backlog == 0)
+		idle_begin(cs, pc, cc, len, now);
 	/* PPFC: down to xon ends the congestion episode. */
 	if (cc->xoff_bytes && backlog <= cc->xon_bytes && READ_ONCE(cs->ppfc_above_xon) &&
 	    __sync_val_compare_and_swap(&cs->ppfc_above_xon, 1, 0) == 1)
@@ -1967,7 +2003,7 @@ int port_dequeue(struct __sk_buff *skb)
 		}
 		ps->late_departure_packets++;
 	}
-	v = depart(cs, st, cc, class_id, len, stamp & ~STAMP_MASK, now_ns());
+	v = depart(cs, st, pc, cc, class_id, len, stamp & ~STAMP_MASK, now_ns());
 
 apply:
 	ecn = parse(skb, &pi) == PARSE_IP ? pi.dsfield & ECN_MASK : ECN_NOT_ECT;
@@ -2070,7 +2106,7 @@ int port_xmit(__u64 *ctx)
 	h->class_id = class_id;
 	h->verdict = AQM_PASS;
 
-	v = depart(cs, st, cc, class_id, len, stamp & ~STAMP_MASK, now);
+	v = depart(cs, st, pc, cc, class_id, len, stamp & ~STAMP_MASK, now);
 	after = __sync_fetch_and_add(&cs->host_backlog_bytes, len) + len;
 	note_max(&cs->max_host_backlog_bytes, after);
 	after = __sync_fetch_and_add(&cs->host_backlog_packets, 1) + 1;

@@ -71,6 +71,9 @@ enum port_flags {
 	/* Some class has PPFC thresholds: ppfc_egress looks for paused
 	 * sources to resume. */
 	PORT_F_PPFC = 1 << 2,
+	/* A reader drains idle_log: every idle period a class ends is
+	 * written there (idle.h). */
+	PORT_F_IDLE_LOG = 1 << 3,
 };
 
 /* The handoff table: one record per packet between HTB's exit and the peer's
@@ -188,6 +191,14 @@ struct class_state {
 	 * learns of it, for measuring the PE's reaction exactly. */
 	__u64 wan_cnp_first_light_ns;
 	__u64 wan_cnp_first_heavy_ns;
+	/* When the class's link went idle: its last departure's end (the
+	 * departure plus its serialization at the class's rate) once the
+	 * backlog fell to 0; 0 while busy or unknown. The next arrival that
+	 * finds the class empty ends the idle period (idle.h). */
+	__u64 idle_since_ns;
+	/* Virtual queue: an idle period an arrival ended under vq_lock, for
+	 * booking after it (idle_end_pending). */
+	__u64 idle_pending_ns;
 };
 
 /* State of a class's dequeue AQM (TCN has none). Go zeroes it when the
@@ -281,6 +292,12 @@ struct class_stats {
 	__u64 wan_cnp_light_sent;
 	__u64 wan_cnp_heavy_sent;
 	__u64 wan_cnp_coalesced;
+	/* Idle periods (idle.h): ended by an arrival that found the class
+	 * empty after its link had gone idle, their total length, and those
+	 * idle_log had no room for (PORT_F_IDLE_LOG). */
+	__u64 idle_periods;
+	__u64 idle_ns;
+	__u64 idle_log_lost;
 };
 
 /* Per-CPU counters of the port as a whole. */
@@ -366,6 +383,15 @@ struct xmit_handoff {
 	__u8 class_id;
 	__u8 verdict;  /* the dequeue AQM's decision (enum aqm_verdict) */
 	__u16 pad;
+};
+
+/* One idle period of a class, as idle_log carries it: the class's link
+ * sat idle from from_ns to to_ns (CLOCK_MONOTONIC). */
+struct idle_event {
+	__u64 from_ns;
+	__u64 to_ns;
+	__u32 class_id;
+	__u32 pad;
 };
 
 #endif

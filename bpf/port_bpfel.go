@@ -78,6 +78,8 @@ type PortClassState struct {
 	PpfcPad               uint32
 	WanCnpFirstLightNs    uint64
 	WanCnpFirstHeavyNs    uint64
+	IdleSinceNs           uint64
+	IdlePendingNs         uint64
 }
 
 type PortClassStats struct {
@@ -131,6 +133,9 @@ type PortClassStats struct {
 	WanCnpLightSent      uint64
 	WanCnpHeavySent      uint64
 	WanCnpCoalesced      uint64
+	IdlePeriods          uint64
+	IdleNs               uint64
+	IdleLogLost          uint64
 }
 
 type PortEcnMode uint32
@@ -144,6 +149,14 @@ const (
 	PortEcnModeECN_MODE_ECNSHARP      PortEcnMode = 5
 	PortEcnModeECN_MODE_TWO_THRESHOLD PortEcnMode = 6
 )
+
+type PortIdleEvent struct {
+	_       structs.HostLayout
+	FromNs  uint64
+	ToNs    uint64
+	ClassId uint32
+	Pad     uint32
+}
 
 type PortPortConfig struct {
 	_            structs.HostLayout
@@ -260,7 +273,7 @@ type PortPpfcSource struct {
 
 type PortWanCnpBuf struct {
 	_     structs.HostLayout
-	Words [15]uint64
+	Words [19]uint64
 }
 
 type PortWanCnpKey struct {
@@ -293,6 +306,7 @@ const (
 	PortMapClassQueue    = "class_queue"
 	PortMapDscpClass     = "dscp_class"
 	PortMapHandoff       = "handoff"
+	PortMapIdleLog       = "idle_log"
 	PortMapPortCfg       = "port_cfg"
 	PortMapPortCounters  = "port_counters"
 	PortMapPpfcScratch   = "ppfc_scratch"
@@ -304,6 +318,7 @@ const (
 	PortProgPortHostDrop = "port_host_drop"
 	PortProgPortXmit     = "port_xmit"
 	PortProgPpfcEgress   = "ppfc_egress"
+	PortVarIdleEventBtf  = "idle_event_btf"
 	PortVarPpfcMark      = "ppfc_mark"
 	PortVarTestHooks     = "test_hooks"
 	PortVarTestNowNs     = "test_now_ns"
@@ -374,6 +389,7 @@ type PortMapSpecs struct {
 	ClassQueue    *ebpf.MapSpec `ebpf:"class_queue"`
 	DscpClass     *ebpf.MapSpec `ebpf:"dscp_class"`
 	Handoff       *ebpf.MapSpec `ebpf:"handoff"`
+	IdleLog       *ebpf.MapSpec `ebpf:"idle_log"`
 	PortCfg       *ebpf.MapSpec `ebpf:"port_cfg"`
 	PortCounters  *ebpf.MapSpec `ebpf:"port_counters"`
 	PpfcScratch   *ebpf.MapSpec `ebpf:"ppfc_scratch"`
@@ -386,6 +402,7 @@ type PortMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type PortVariableSpecs struct {
+	IdleEventBtf *ebpf.VariableSpec `ebpf:"idle_event_btf"`
 	PpfcMark     *ebpf.VariableSpec `ebpf:"ppfc_mark"`
 	TestHooks    *ebpf.VariableSpec `ebpf:"test_hooks"`
 	TestNowNs    *ebpf.VariableSpec `ebpf:"test_now_ns"`
@@ -423,6 +440,7 @@ type PortMaps struct {
 	ClassQueue    *ebpf.Map `ebpf:"class_queue"`
 	DscpClass     *ebpf.Map `ebpf:"dscp_class"`
 	Handoff       *ebpf.Map `ebpf:"handoff"`
+	IdleLog       *ebpf.Map `ebpf:"idle_log"`
 	PortCfg       *ebpf.Map `ebpf:"port_cfg"`
 	PortCounters  *ebpf.Map `ebpf:"port_counters"`
 	PpfcScratch   *ebpf.Map `ebpf:"ppfc_scratch"`
@@ -440,6 +458,7 @@ func (m *PortMaps) Close() error {
 		m.ClassQueue,
 		m.DscpClass,
 		m.Handoff,
+		m.IdleLog,
 		m.PortCfg,
 		m.PortCounters,
 		m.PpfcScratch,
@@ -453,6 +472,7 @@ func (m *PortMaps) Close() error {
 //
 // It can be passed to LoadPortObjects or ebpf.CollectionSpec.LoadAndAssign.
 type PortVariables struct {
+	IdleEventBtf *ebpf.Variable `ebpf:"idle_event_btf"`
 	PpfcMark     *ebpf.Variable `ebpf:"ppfc_mark"`
 	TestHooks    *ebpf.Variable `ebpf:"test_hooks"`
 	TestNowNs    *ebpf.Variable `ebpf:"test_now_ns"`

@@ -17,6 +17,7 @@ const (
 	portFlagSetPriority = 1 << 0 // PORT_F_SET_PRIORITY
 	portFlagXmitHook    = 1 << 1 // PORT_F_XMIT_HOOK
 	portFlagPPFC        = 1 << 2 // PORT_F_PPFC
+	portFlagIdleLog     = 1 << 3 // PORT_F_IDLE_LOG
 	aqmFlagSqrtLaw      = 1 << 0 // AQM_F_SQRT_LAW
 	aqmFlagQueueSignal  = 1 << 1 // AQM_F_QLEN_SIGNAL
 	probOne             = 1 << 32
@@ -284,6 +285,12 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 	if o.xmitHook {
 		pc.Flags |= portFlagXmitHook
 	}
+	// The idle log's reader owns its flag (Port.OpenIdleLog).
+	var oldPC bpf.PortPortConfig
+	if err := o.PortCfg.Lookup(uint32(0), &oldPC); err != nil {
+		return fmt.Errorf("read port config: %w", err)
+	}
+	pc.Flags |= oldPC.Flags & portFlagIdleLog
 	if err := o.PortCfg.Put(uint32(0), &pc); err != nil {
 		return fmt.Errorf("write port config: %w", err)
 	}

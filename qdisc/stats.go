@@ -128,6 +128,13 @@ type ClassStats struct {
 	WANCNPLightSent uint64 `json:"wan_cnp_light_sent,omitempty"`
 	WANCNPHeavySent uint64 `json:"wan_cnp_heavy_sent,omitempty"`
 	WANCNPCoalesced uint64 `json:"wan_cnp_coalesced,omitempty"`
+	// Idle periods of the class's link (bpf/idle.h): from the end of a
+	// departure that left the class empty to the next arrival, their
+	// count and total length, and those the idle log (Port.OpenIdleLog)
+	// had no room for. An idle period still open is not counted.
+	IdlePeriods uint64        `json:"idle_periods"`
+	Idle        time.Duration `json:"idle_ns"`
+	IdleLogLost uint64        `json:"idle_log_lost,omitempty"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -490,6 +497,9 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.WANCNPLightSent += p.WanCnpLightSent
 			c.WANCNPHeavySent += p.WanCnpHeavySent
 			c.WANCNPCoalesced += p.WanCnpCoalesced
+			c.IdlePeriods += p.IdlePeriods
+			c.Idle += time.Duration(p.IdleNs)
+			c.IdleLogLost += p.IdleLogLost
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins

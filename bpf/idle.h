@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The port's idle ledger: when each class's link sat idle. Host-lost time
+ * (issue 26 §1) is the time a port sat idle while a sender had data and
+ * window it could not send because its host did not run it; the senders
+ * know when they were held, the port knows when it was idle, and user
+ * space intersects the two (host/hostlost).
+ *
+ * A class goes idle when a departure leaves its backlog empty: from the end
+ * of that packet's serialization at the class's rate (the veth itself is
+ * instant; HTB released the packet at the rate). The next arrival that
+ * finds the backlog empty ends the period. The two sides race on two CPUs;
+ * idle_since_ns is written with exchanges (full barriers) and a departure
+ * that sees a packet arrive after it marked the class idle takes its mark
+ * back, so a period never spans a packet in the queue.
+ *
+ * Included by port.c after port.h and the class maps.
+ */
+#ifndef FABRICLAB_IDLE_H
+#define FABRICLAB_IDLE_H
+
+/* Read in user space with a ring buffer reader only while PORT_F_IDLE_LOG
+ * is set: 2^15 events of 32 bytes, about 2 s of a port going idle after
+ * every packet at 15 kpps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} idle_log SEC(".maps");
+
+/* Puts struct idle_event in the BTF for bpf2go's -type: nothing else
+ * names it outside a function. */
+const struct idle_event *idle_event_btf __attribute__((unused));
+
+/* serialize_ns is how long len bytes hold the class's link. */
+static __always_inline __u64 serialize_ns(const struct port_config *pc,
+					  const struct class_config *cc, __u32 len)
+{
+	__u64 rate = cc->rate_bps ? cc->rate_bps : pc->rate_bps;
+
+	/* len < 2^17 and 8e9 < 2^33: the product fits. */
+	return rate ? (__u64)len * 8000000000ULL / rate : 0;
+}
+
+/* idle_begin marks the class idle from the end of a departure of len
+ * bytes at now that left its backlog empty (veth mode). */
+static __always_inline void idle_begin(struct class_state *cs, const struct port_config *pc,
+				       const struct class_config *cc, __u32 len, __u64 now)
+{
+	__u64 t = now + serialize_ns(pc, cc, len);
+
+	__sync_lock_test_and_set(&cs->idle_since_ns, t);
+	/* A packet that arrived meanwhile found the backlog it had claimed
+	 * non-empty, or took the mark already: either way the class is busy. */
+	if (READ_ONCE(cs->backlog_bytes) != 0)
+		__sync_val_compare_and_swap(&cs->idle_since_ns, t, 0);
+}
+
+/* idle_record books one idle period [from, to) of class_id. A function of
+ * its own: inlined, its locals would push port_enqueue's stack, with
+ * trim_packet's under it, past the verifier's 512 bytes. */
+static __attribute__((noinline)) void idle_record(struct class_stats *st, const struct port_config *pc,
+					__u32 class_id, __u64 from, __u64 to)
+{
+	struct idle_event *ev;
+
+	if (!from || to <= from)
+		return;
+	st->idle_periods++;
+	st->idle_ns += to - from;
+	if (!(pc->flags & PORT_F_IDLE_LOG))
+		return;
+	/* Reserved in place: port_enqueue's stack has no room for a copy. */
+	ev = bpf_ringbuf_reserve(&idle_log, sizeof(*ev), 0);
+	if (!ev) {
+		st->idle_log_lost++;
+		return;
+	}
+	ev->from_ns = from;
+	ev->to_ns = to;
+	ev->class_id = class_id;
+	ev->pad = 0;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+/* idle_end ends the class's idle period at now, for an arrival that found
+ * its backlog empty and entered it (veth mode). */
+static __attribute__((noinline)) void idle_end(struct class_state *cs, struct class_stats *st,
+					       const struct port_config *pc, __u32 class_id)
+{
+	idle_record(st, pc, class_id, __sync_lock_test_and_set(&cs->idle_since_ns, 0), now_ns());
+}
+
+/* idle_end_pending books the idle period a virtual queue's arrival ended
+ * under its lock (enqueue_virtual), which allows no helper calls: it ends
+ * now, right after the lock; whichever CPU takes it first books it. */
+static __attribute__((noinline)) void idle_end_pending(struct class_state *cs,
+						       struct class_stats *st,
+						       const struct port_config *pc, __u32 class_id)
+{
+	idle_record(st, pc, class_id, __sync_lock_test_and_set(&cs->idle_pending_ns, 0), now_ns());
+}
+
+#endif
