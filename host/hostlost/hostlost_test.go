@@ -1,0 +1,131 @@
+package hostlost
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+func iv(from, to int) Interval { return Interval{time.Duration(from), time.Duration(to)} }
+
+func TestUnion(t *testing.T) {
+	got := Union([]Interval{iv(5, 7), iv(1, 3), iv(2, 4), iv(9, 9), iv(7, 8), iv(10, 12)})
+	want := []Interval{iv(1, 4), iv(5, 8), iv(10, 12)}
+	if !slices.Equal(got, want) {
+		t.Errorf("Union = %v, want %v", got, want)
+	}
+}
+
+func TestIntersect(t *testing.T) {
+	a := []Interval{iv(0, 10), iv(20, 30), iv(40, 50)}
+	b := []Interval{iv(5, 25), iv(28, 45), iv(60, 70)}
+	got := Intersect(nil, a, b)
+	want := []Interval{iv(5, 10), iv(20, 25), iv(28, 30), iv(40, 45)}
+	if !slices.Equal(got, want) {
+		t.Errorf("Intersect = %v, want %v", got, want)
+	}
+	if s := Sum(got); s != 17 {
+		t.Errorf("Sum = %d, want 17", s)
+	}
+	if d := Between(got, 8, 29); d != 2+5+1 {
+		t.Errorf("Between(8, 29) = %d, want 8", d)
+	}
+}
+
+func TestClip(t *testing.T) {
+	in, after := Clip([]Interval{iv(0, 5), iv(8, 12), iv(15, 20), iv(3, 9)}, 4, 10, nil, nil)
+	if want := []Interval{iv(4, 5), iv(8, 10), iv(4, 9)}; !slices.Equal(in, want) {
+		t.Errorf("in = %v, want %v", in, want)
+	}
+	if want := []Interval{iv(10, 12), iv(15, 20)}; !slices.Equal(after, want) {
+		t.Errorf("after = %v, want %v", after, want)
+	}
+}
+
+// The meter counts only the idle time some sender was held, across its
+// folds, once for overlapping senders and ports.
+func TestMeterIntersects(t *testing.T) {
+	m, err := NewMeter(MeterConfig{Tick: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, h2 := m.Held(), m.Held()
+	p := m.Port("sw1:r1")
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := m.start
+	at := func(ms float64) time.Duration { return t0 + time.Duration(ms*1e5) } // tenths of ms, all in the past by Stop
+	// Idle 1–3 and 5–9 units; sender 1 held 2–6, sender 2 4–8.
+	p.Add(at(1), at(3))
+	p.Add(at(5), at(9))
+	h1.Add(at(2), at(6))
+	h2.Add(at(4), at(8))
+	// An interval from before the run does not count.
+	h1.Add(t0-time.Millisecond, t0)
+	m.mu.Lock()
+	m.fold(at(5.5)) // a fold in the middle of the overlaps
+	m.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	r := m.Stop()
+	unit := 100 * time.Microsecond
+	if want := 4 * unit; r.Starved != want { // 2–3 and 5–8
+		t.Errorf("starved %v, want %v", r.Starved, want)
+	}
+	if want := 6 * unit; r.Held != want {
+		t.Errorf("held %v, want %v", r.Held, want)
+	}
+	if len(r.Ports) != 1 || r.Ports[0].Idle != 6*unit || r.Ports[0].Starved != 4*unit {
+		t.Errorf("ports %+v, want idle %v, starved %v", r.Ports, 6*unit, 4*unit)
+	}
+	if d := r.StarvedBetween(at(0), at(6)); d != 2*unit {
+		t.Errorf("starved before 6 units: %v, want %v", d, 2*unit)
+	}
+	if r.Wall <= 0 || r.Share != float64(r.Starved)/float64(r.Wall) {
+		t.Errorf("wall %v, share %g", r.Wall, r.Share)
+	}
+	t.Log(r)
+}
+
+func TestMeterConfigErrors(t *testing.T) {
+	for _, c := range []MeterConfig{{Budget: 2}, {Tick: time.Microsecond}, {Horizon: -1}} {
+		if _, err := NewMeter(c); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}
+
+func TestReadKernel(t *testing.T) {
+	dir := t.TempDir()
+	procRoot = dir
+	ksoftirqdPIDs = nil
+	t.Cleanup(func() { procRoot = "/proc"; ksoftirqdPIDs = nil })
+	write := func(name, s string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("42/task/42/schedstat", "1000 250 3\n")
+	write("42/task/43/schedstat", "2000 750 9\n")
+	write("7/comm", "ksoftirqd/0\n")
+	write("7/schedstat", "500 100 2\n")
+	write("8/comm", "kworker/0:1\n")
+	write("stat", "cpu  15026 0 5264 71668 537 0 181 570 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+	write("net/softnet_stat", "00000015 00000002 00000003 0\n00001634 00000001 0000000a 0\n")
+	k, err := ReadKernel(42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Kernel{RunDelay: 1000, RunTime: 3000, Threads: 2, SoftirqDelay: 100, SoftirqTime: 500,
+		Steal: 5700 * time.Millisecond, Squeezed: 13, BacklogDrops: 3, GoSchedWait: k.GoSchedWait}
+	if k != want {
+		t.Errorf("ReadKernel = %+v, want %+v", k, want)
+	}
+}

@@ -1,0 +1,286 @@
+package hostlost
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultBudget is the share of a run a port may sit idle while a sender
+// was held before the run counts as host-starved: a tail FCT / ideal
+// compared within 0.03 of a reference needs the host to take well under
+// that.
+const DefaultBudget = 0.02
+
+// MeterConfig configures a Meter.
+type MeterConfig struct {
+	// PIDs are the processes whose threads run the lab (Kernel.RunDelay).
+	// Optional: this process.
+	PIDs []int
+	// Budget is the share of the run (Report.Share) above which it is
+	// host-starved. Optional: DefaultBudget.
+	Budget float64
+	// Tick is how often the meter folds the logs. Optional: 200 ms.
+	Tick time.Duration
+	// Horizon is how long it waits for an interval to be logged after it
+	// ended (a port's idle period is read from its ring a little after
+	// the arrival that ended it). Optional: 100 ms.
+	Horizon time.Duration
+}
+
+// maxStarvedIntervals bounds the starved intervals a port keeps for
+// StarvedBetween; beyond it only the totals grow.
+const maxStarvedIntervals = 1 << 20
+
+// Meter intersects the ports' idle periods with the senders' held time as
+// a run goes, and reads the kernel's accounting at its start and stop.
+type Meter struct {
+	cfg MeterConfig
+
+	mu        sync.Mutex
+	held      []*Log
+	ports     []*meterPort
+	carry     []Interval // held intervals past the last cut
+	scratch   []Interval
+	cut       time.Duration
+	heldTotal time.Duration
+	start     time.Duration
+	k0        Kernel
+	kerr      error
+	started   bool
+	stopped   bool
+	report    Report
+	stopc     chan struct{}
+	done      chan struct{}
+}
+
+type meterPort struct {
+	name     string
+	log      *Log
+	carry    []Interval
+	idle     time.Duration
+	starved  time.Duration
+	ivs      []Interval // starved intervals, in time order
+	overflow bool
+}
+
+// NewMeter returns a meter; register its logs, then Start it.
+func NewMeter(cfg MeterConfig) (*Meter, error) {
+	if cfg.Budget == 0 {
+		cfg.Budget = DefaultBudget
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = 200 * time.Millisecond
+	}
+	if cfg.Horizon == 0 {
+		cfg.Horizon = 100 * time.Millisecond
+	}
+	var errs []error
+	if cfg.Budget < 0 || cfg.Budget > 1 {
+		errs = append(errs, fmt.Errorf("hostlost: budget %g: must be 0..1", cfg.Budget))
+	}
+	if cfg.Tick < time.Millisecond || cfg.Tick > time.Minute {
+		errs = append(errs, fmt.Errorf("hostlost: tick %v: must be 1ms..1m", cfg.Tick))
+	}
+	if cfg.Horizon < 0 || cfg.Horizon > time.Minute {
+		errs = append(errs, fmt.Errorf("hostlost: horizon %v: must be 0..1m", cfg.Horizon))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Meter{cfg: cfg}, nil
+}
+
+// Held returns a new log of held time for one sender (engine.Config.Held).
+func (m *Meter) Held() *Log {
+	l := NewLog()
+	m.mu.Lock()
+	m.held = append(m.held, l)
+	m.mu.Unlock()
+	return l
+}
+
+// Port returns a new log of one port's idle periods, named name in the
+// report.
+func (m *Meter) Port(name string) *Log {
+	l := NewLog()
+	m.mu.Lock()
+	m.ports = append(m.ports, &meterPort{name: name, log: l})
+	m.mu.Unlock()
+	return l
+}
+
+// Start reads the kernel's accounting and starts folding the logs.
+func (m *Meter) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started {
+		return errors.New("hostlost: meter started twice")
+	}
+	m.started = true
+	m.start = Now()
+	m.cut = m.start
+	m.k0, m.kerr = ReadKernel(m.cfg.PIDs...)
+	m.stopc, m.done = make(chan struct{}), make(chan struct{})
+	go m.loop()
+	return nil
+}
+
+func (m *Meter) loop() {
+	defer close(m.done)
+	t := time.NewTicker(m.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopc:
+			return
+		case <-t.C:
+			m.mu.Lock()
+			m.fold(Now() - m.cfg.Horizon)
+			m.mu.Unlock()
+		}
+	}
+}
+
+// fold intersects everything logged between the last cut and cut.
+// Precondition: m.mu is held.
+func (m *Meter) fold(cut time.Duration) {
+	if cut <= m.cut {
+		return
+	}
+	buf := m.scratch[:0]
+	for _, l := range m.held {
+		buf = l.Drain(buf)
+	}
+	buf = append(buf, m.carry...)
+	var in []Interval
+	in, m.carry = Clip(buf, m.cut, cut, nil, m.carry[:0])
+	held := Union(in)
+	m.heldTotal += Sum(held)
+	for _, p := range m.ports {
+		pb := p.log.Drain(buf[:0])
+		pb = append(pb, p.carry...)
+		var idle []Interval
+		idle, p.carry = Clip(pb, m.cut, cut, nil, p.carry[:0])
+		idle = Union(idle)
+		p.idle += Sum(idle)
+		n := len(p.ivs)
+		p.ivs = Intersect(p.ivs, idle, held)
+		p.starved += Sum(p.ivs[n:])
+		if len(p.ivs) > maxStarvedIntervals {
+			p.ivs = p.ivs[:n]
+			p.overflow = true
+		}
+	}
+	m.scratch = buf[:0]
+	m.cut = cut
+}
+
+// Stop folds what is left, reads the kernel again and returns the report.
+// Later calls return the same report.
+func (m *Meter) Stop() Report {
+	m.mu.Lock()
+	if !m.started || m.stopped {
+		r := m.report
+		m.mu.Unlock()
+		return r
+	}
+	m.stopped = true
+	m.mu.Unlock()
+	close(m.stopc)
+	<-m.done
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	end := Now()
+	m.fold(end)
+	k1, kerr := ReadKernel(m.cfg.PIDs...)
+	r := Report{Wall: end - m.start, Held: m.heldTotal, Budget: m.cfg.Budget, Kernel: k1.Sub(m.k0)}
+	if err := errors.Join(m.kerr, kerr); err != nil {
+		r.KernelError = err.Error()
+	}
+	for _, l := range m.held {
+		_, _, lost := l.Totals()
+		r.HeldLost += lost
+	}
+	var all []Interval
+	for _, p := range m.ports {
+		_, _, lost := p.log.Totals()
+		r.Ports = append(r.Ports, PortReport{Name: p.name, Idle: p.idle, Starved: p.starved, IdleLost: lost, Truncated: p.overflow})
+		all = append(all, p.ivs...)
+	}
+	all = Union(all)
+	r.Starved = Sum(all)
+	if r.Wall > 0 {
+		r.Share = float64(r.Starved) / float64(r.Wall)
+	}
+	r.HostStarved = r.Share > r.Budget
+	r.starved = all
+	m.report = r
+	return r
+}
+
+// Report is what a Meter measured over a run.
+type Report struct {
+	// Wall is the run's length.
+	Wall time.Duration `json:"wall_ns"`
+	// Starved is the time some port sat idle while a sender was held:
+	// time the host took from the fabric. Share is its part of Wall.
+	Starved time.Duration `json:"starved_ns"`
+	Share   float64       `json:"share"`
+	// HostStarved says Share passed Budget: the run's efficiency figures
+	// (utilization, FCT / ideal) say more about the host than the fabric.
+	HostStarved bool    `json:"host_starved"`
+	Budget      float64 `json:"budget"`
+	// Held is the union of the senders' held time, idle port or not; and
+	// intervals the senders' logs had no room for.
+	Held     time.Duration `json:"held_ns"`
+	HeldLost uint64        `json:"held_lost,omitempty"`
+	Ports    []PortReport  `json:"ports,omitempty"`
+	// Kernel is the kernel's accounting of the run.
+	Kernel      Kernel `json:"kernel"`
+	KernelError string `json:"kernel_error,omitempty"`
+
+	starved []Interval
+}
+
+// PortReport is one port's part.
+type PortReport struct {
+	Name string `json:"name"`
+	// Idle is the time the port sat idle in the run, Starved the part of
+	// it some sender was held.
+	Idle    time.Duration `json:"idle_ns"`
+	Starved time.Duration `json:"starved_ns"`
+	// IdleLost counts idle periods its log had no room for; Truncated
+	// says StarvedBetween no longer sees all of them.
+	IdleLost  uint64 `json:"idle_lost,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// StarvedBetween is the starved time between from and to (CLOCK_MONOTONIC,
+// Now): a flow's share of it.
+func (r *Report) StarvedBetween(from, to time.Duration) time.Duration {
+	return Between(r.starved, from, to)
+}
+
+// String is the report in one line.
+func (r Report) String() string {
+	var b strings.Builder
+	if r.HostStarved {
+		fmt.Fprintf(&b, "host-starved: %.1f %% of the run (budget %.1f %%): ", 100*r.Share, 100*r.Budget)
+	} else {
+		b.WriteString("host-lost: ")
+	}
+	fmt.Fprintf(&b, "a port idle while a sender was held %s (%.2f %% of %s); senders held %s",
+		ms(r.Starved), 100*r.Share, ms(r.Wall), ms(r.Held))
+	for _, p := range r.Ports {
+		fmt.Fprintf(&b, "; %s idle %s", p.Name, ms(p.Idle))
+	}
+	k := r.Kernel
+	fmt.Fprintf(&b, "; kernel: run delay %s over %d threads, softirq threads %s, steal %s, Go scheduler %s, %d squeezed, %d backlog drops",
+		ms(k.RunDelay), k.Threads, ms(k.SoftirqDelay), ms(k.Steal), ms(k.GoSchedWait), k.Squeezed, k.BacklogDrops)
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
