@@ -35,8 +35,12 @@ type IdleLog struct {
 	rec ringbuf.Record
 }
 
-// ErrIdleLogClosed is what Read returns once the log is closed.
-var ErrIdleLogClosed = errors.New("idle log closed")
+// ErrIdleLogClosed is what Read returns once the log is closed, and
+// ErrIdleLogFlushed once it has handed out what Flush found.
+var (
+	ErrIdleLogClosed  = errors.New("idle log closed")
+	ErrIdleLogFlushed = errors.New("idle log flushed")
+)
 
 // OpenIdleLog starts the port's idle log. One log at a time per port:
 // whoever closes it turns the port's writing off.
@@ -72,13 +76,17 @@ func openIdleLog(m *bpf.PortMaps) (*IdleLog, error) {
 	return &IdleLog{cfg: m.PortCfg, rd: rd}, nil
 }
 
-// Read blocks for the next idle period. Before it returns ErrIdleLogClosed
-// after Close it hands out what the ring still held.
+// Read blocks for the next idle period; after Close it returns
+// ErrIdleLogClosed, after Flush what the ring held and then
+// ErrIdleLogFlushed.
 func (l *IdleLog) Read() (IdlePeriod, error) {
 	for {
 		if err := l.rd.ReadInto(&l.rec); err != nil {
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return IdlePeriod{}, ErrIdleLogClosed
+			}
+			if errors.Is(err, ringbuf.ErrFlushed) {
+				return IdlePeriod{}, ErrIdleLogFlushed
 			}
 			return IdlePeriod{}, fmt.Errorf("idle log: %w", err)
 		}
@@ -88,9 +96,13 @@ func (l *IdleLog) Read() (IdlePeriod, error) {
 	}
 }
 
-// SetDeadline makes a blocked Read return os.ErrDeadlineExceeded at t (the
-// zero time: never).
+// SetDeadline makes Read return os.ErrDeadlineExceeded at t once the ring
+// is empty (the zero time: never). Not while a Read blocks: use Flush.
 func (l *IdleLog) SetDeadline(t time.Time) { l.rd.SetDeadline(t) }
+
+// Flush makes a blocked or later Read hand out what the ring holds now,
+// then return ErrIdleLogFlushed once.
+func (l *IdleLog) Flush() error { return l.rd.Flush() }
 
 // Close turns the port's writing off and ends Read.
 func (l *IdleLog) Close() error {
