@@ -35,6 +35,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/engine"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -79,6 +80,9 @@ type Config struct {
 	Waker engine.Waker
 	// Logger gets QP errors. Optional: slog.Default().
 	Logger *slog.Logger
+	// Held gets the time the agent's QPs were held (engine.Config.Held;
+	// host/hostlost). Optional: not measured.
+	Held *hostlost.Log
 	// BatchSize is the most packets per send/receive system call.
 	// Optional: 0 means 64.
 	BatchSize int
@@ -238,7 +242,7 @@ func newAgent(cfg Config) (*Agent, error) {
 	}
 	a.rx.a = a
 	eng, err := engine.New(engine.Config{Conn: cfg.Conn, Clock: cfg.Clock, Waker: cfg.Waker, Logger: cfg.Logger,
-		BatchSize: cfg.BatchSize, MaxPacket: maxPacket, PortRate: cfg.PortRate}, &a.rx)
+		BatchSize: cfg.BatchSize, MaxPacket: maxPacket, PortRate: cfg.PortRate, Held: cfg.Held}, &a.rx)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}

@@ -16,13 +16,35 @@ type Clock interface {
 }
 
 // MonotonicClock reads Go's monotonic clock relative to its creation.
-type MonotonicClock struct{ epoch time.Time }
+type MonotonicClock struct {
+	epoch time.Time
+	// mono is CLOCK_MONOTONIC at epoch, which Go's monotonic clock reads
+	// underneath: the kernel's timestamps (bpf_ktime_get_ns) are on it.
+	mono time.Duration
+}
 
 // NewMonotonicClock returns a clock whose zero is now.
-func NewMonotonicClock() *MonotonicClock { return &MonotonicClock{epoch: time.Now()} }
+func NewMonotonicClock() *MonotonicClock {
+	var t1, t2 unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &t1)
+	epoch := time.Now()
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &t2)
+	return &MonotonicClock{epoch: epoch, mono: time.Duration((t1.Nano() + t2.Nano()) / 2)}
+}
 
 // Now implements Clock.
 func (c *MonotonicClock) Now() time.Duration { return time.Since(c.epoch) }
+
+// Monotonic converts a time of this clock to CLOCK_MONOTONIC (within a
+// microsecond).
+func (c *MonotonicClock) Monotonic(d time.Duration) time.Duration { return c.mono + d }
+
+// MonotonicClocks convert their time to CLOCK_MONOTONIC, the kernel's:
+// an engine measures host-lost time only on one (Config.Held).
+type MonotonicClocks interface {
+	Clock
+	Monotonic(time.Duration) time.Duration
+}
 
 // Waker puts the transmit loop to sleep until a deadline or a kick.
 type Waker interface {

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -122,6 +123,13 @@ type Config struct {
 	// while the host is descheduled, so credit for the time lost is the
 	// NIC's, not a burst. Optional: 0 means 500 µs (the pacer's).
 	PortCatchUp time.Duration
+	// Held, when set, gets the time the flows were held: from the moment
+	// a flow could send (its deadline, or the kernel arrival time of the
+	// datagram whose handling kicked the loop: an ACK or credit that
+	// opened its window) to the pass of the transmit loop that sent it
+	// (host/hostlost). It needs a Clock that converts to CLOCK_MONOTONIC
+	// (MonotonicClocks). Optional: nil, not measured.
+	Held *hostlost.Log
 }
 
 // DefaultPortBurst is the port limiter's burst: 16 full 1 KB-MTU packets.
@@ -160,6 +168,14 @@ type Engine struct {
 	sendErrs atomic.Uint64
 	overruns atomic.Uint64
 	rxBusy   atomic.Bool // the receive loop is handling a batch
+
+	// Held time (Config.Held): the earliest kick since the transmit
+	// loop's last pass, and the arrival of the datagram the receive loop
+	// is handling (-1: none), on the engine's clock.
+	held     *hostlost.Log
+	mono     MonotonicClocks
+	kickedAt atomic.Int64
+	rxAt     atomic.Int64
 }
 
 // New returns an engine for receiver rx; Start runs its loops.
@@ -175,6 +191,9 @@ func New(cfg Config, rx Receiver) (*Engine, error) {
 		return nil, fmt.Errorf("engine: port_burst %d: must be >= 0", cfg.PortBurst)
 	case cfg.PortCatchUp < 0 || cfg.PortCatchUp > time.Second:
 		return nil, fmt.Errorf("engine: port_catch_up %v: must be 0..1s", cfg.PortCatchUp)
+	}
+	if _, ok := cfg.Clock.(MonotonicClocks); cfg.Held != nil && cfg.Clock != nil && !ok {
+		return nil, fmt.Errorf("engine: held time needs a clock on CLOCK_MONOTONIC (a MonotonicClock), not %T", cfg.Clock)
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 64
@@ -204,6 +223,12 @@ func New(cfg Config, rx Receiver) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, wake: cfg.Waker, log: cfg.Logger, rx: rx}
 	e.flows.Store(new([]Flow))
+	if cfg.Held != nil {
+		e.held = cfg.Held
+		e.mono = cfg.Clock.(MonotonicClocks)
+		e.kickedAt.Store(int64(Never))
+		e.rxAt.Store(-1)
+	}
 	return e, nil
 }
 
@@ -229,8 +254,23 @@ func (e *Engine) Conn() pktio.Conn { return e.conn }
 // Closing reports whether Close has begun.
 func (e *Engine) Closing() bool { return e.closing.Load() }
 
-// Kick wakes the transmit loop: a flow has something to send.
-func (e *Engine) Kick() { e.wake.Kick() }
+// Kick wakes the transmit loop: a flow has something to send. A kick from
+// the handling of a received datagram dates from its arrival.
+func (e *Engine) Kick() {
+	if e.held != nil {
+		at := e.rxAt.Load()
+		if at < 0 {
+			at = int64(e.clock.Now())
+		}
+		for {
+			old := e.kickedAt.Load()
+			if at >= old || e.kickedAt.CompareAndSwap(old, at) {
+				break
+			}
+		}
+	}
+	e.wake.Kick()
+}
 
 // AddFlow puts f in the transmit loop's round robin.
 func (e *Engine) AddFlow(f Flow) {
@@ -327,9 +367,18 @@ func (e *Engine) txLoop() {
 		port = NewPortLimit(e.clock.Now(), e.cfg.PortRate, e.cfg.PortBurst, e.cfg.PortCatchUp)
 	}
 	start := 0
+	due := Never // the previous pass's deadline: flows could send from then
 	for !e.closing.Load() {
 		now := e.clock.Now()
+		ready := due
+		if e.held != nil {
+			ready = min(ready, time.Duration(e.kickedAt.Swap(int64(Never))))
+		}
 		n, next := e.fill(now, pkts, port, &start)
+		if n > 0 && ready < now && e.held != nil {
+			e.held.Add(e.mono.Monotonic(ready), e.mono.Monotonic(now))
+		}
+		due = next
 		e.send(msgs, pkts[:n])
 		if n > 0 || next <= now {
 			continue
@@ -422,7 +471,13 @@ func (e *Engine) rxLoop() {
 			if !fake {
 				at = Arrival(now, wall, in[i].RxTime)
 			}
+			if e.held != nil {
+				e.rxAt.Store(int64(at))
+			}
 			e.rx.Receive(at, &in[i], rs)
+		}
+		if e.held != nil {
+			e.rxAt.Store(-1)
 		}
 		e.rx.EndBatch(rs)
 		if rs.overrun > 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/engine"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pktio"
@@ -26,6 +27,9 @@ type Config struct {
 	Clock  engine.Clock
 	Waker  engine.Waker
 	Logger *slog.Logger
+	// Held gets the time the endpoint's flows were held (engine.Config.
+	// Held; host/hostlost). Optional: not measured.
+	Held *hostlost.Log
 	// BatchSize: packets per system call. Optional: 64.
 	BatchSize int
 	// LinkRate is the line rate: the engine's port limiter and NSCC's
