@@ -15,6 +15,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf"
@@ -169,6 +170,10 @@ type roceBed struct {
 	clients []*agent.Agent
 	conns   []*pktio.RoCEConn
 	side    string // the server's side channel, host:port
+	// meter measures host-lost time: the endpoints' held time against
+	// the port's idle periods in the data class (host/hostlost).
+	meter     *hostlost.Meter
+	stopMeter func() error
 }
 
 func newRoCEBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
@@ -214,6 +219,15 @@ func newPortBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: senders, MTU: roceLinkMTU, DisableOffloads: true})
 	b := &roceBed{d: d}
 	b.port = attachPort(t, d.Bottleneck, cfg, false)
+	m, err := hostlost.NewMeter(hostlost.MeterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.meter = m
+	if b.stopMeter, err = lab.MeterPort(m, "bottleneck", b.port, qdisc.ClassRoCE); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.stopMeter() })
 	// RC is go-back-N: a packet overtaken on the way costs a NAK and a
 	// retransmission. Keep each flow in order through the veths.
 	if _, err := d.SteerRx(context.Background()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -47,6 +48,17 @@ type uetIncastResult struct {
 	// was due to grant and woke more than its CatchUp late (the host's
 	// scheduler held it), credit the senders never got.
 	pacerLost time.Duration
+	// host is what the host took from the run (host/hostlost), starved
+	// the part of it inside [start, tail]: time the port sat idle while
+	// a sender was held.
+	host    hostlost.Report
+	starved time.Duration
+}
+
+// netRatio is the tail over the ideal extended by the host-starved time:
+// the transport's own efficiency, the host's share taken out.
+func (r uetIncastResult) netRatio() float64 {
+	return float64(r.tail) / float64(r.ideal+r.starved)
 }
 
 func (r uetIncastResult) ratio() float64 { return float64(r.tail) / float64(r.ideal) }
@@ -85,10 +97,17 @@ func runUETIncast(t *testing.T, senders int, mode pds.CCMode, cfg qdisc.Config) 
 		defer wg.Done()
 		queue = sampleBacklog(ctx, t, b.port, qdisc.ClassRoCE)
 	}()
-	start := time.Now()
+	if err := b.meter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start, startMono := time.Now(), hostlost.Now()
 	res.fct = waitSenders(t, start, b.startIncast(t, uetIncastBytes), 20*res.ideal)
 	stop()
 	wg.Wait()
+	if err := b.stopMeter(); err != nil {
+		t.Error(err)
+	}
+	res.host = b.meter.Stop()
 	st := settle(t, b.port)
 	res.port = st.Classes[qdisc.ClassRoCE]
 	if trim {
@@ -108,6 +127,7 @@ func runUETIncast(t *testing.T, senders int, mode pds.CCMode, cfg qdisc.Config) 
 		res.probesLost += ca.ProbesSent
 	}
 	res.probesLost -= min(res.probesLost, res.server.ProbesReceived)
+	res.starved = res.host.StarvedBetween(startMono, startMono+res.tail)
 	slices.Sort(queue)
 	if n := len(queue); n > 0 {
 		res.queueP50, res.queueP99, res.queueMax = queue[n/2], queue[n*99/100], queue[n-1]
@@ -116,7 +136,9 @@ func runUETIncast(t *testing.T, senders int, mode pds.CCMode, cfg qdisc.Config) 
 	res.pacerLost = ps.Lost
 	res.pacer = fmt.Sprintf("%d grants (%d slow pulls), %s granted, %d caught up, %v lost", ps.Grants, ps.SlowPulls, kib(float64(ps.GrantedBytes)), ps.CaughtUp, ps.Lost)
 	r := res.port
-	t.Logf("%s: FCTs %v; tail %v = %.3f × ideal %v", mode, res.fct, res.tail.Round(time.Millisecond), res.ratio(), res.ideal.Round(time.Millisecond))
+	t.Logf("%s: FCTs %v; tail %v = %.3f × ideal %v; %.3f × (ideal + %v the port was starved)", mode, res.fct, res.tail.Round(time.Millisecond), res.ratio(), res.ideal.Round(time.Millisecond),
+		res.netRatio(), res.starved.Round(10*time.Microsecond))
+	t.Logf("%s: %v", mode, res.host)
 	t.Logf("%s: port: queue p50 %s p99 %s max %s (%d samples), sojourn p50 < %v p99 < %v; %d CE marked, %d trimmed of %d, %d dropped; trim class: %d in, max %s",
 		mode, kib(float64(res.queueP50)), kib(float64(res.queueP99)), kib(float64(r.MaxBacklogBytes)), len(queue), r.Sojourn.Quantile(0.5), r.Sojourn.Quantile(0.99),
 		r.CEMarked(), r.TrimmedPackets, r.EnqueuedPackets, res.drops, res.trimQ.TrimInPackets, kib(float64(res.trimQ.MaxBacklogBytes)))

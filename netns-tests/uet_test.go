@@ -67,9 +67,15 @@ func newUETBed(t *testing.T, senders int, cfg qdisc.Config, mod func(*pds.Config
 	t.Helper()
 	b := &uetBed{roceBed: newPortBed(t, senders, cfg)}
 	d := b.d
-	b.server = newUETEndpoint(t, d.Receiver, d.ReceiverAddr, mod)
+	held := func(c *pds.Config) {
+		c.Held = b.meter.Held()
+		if mod != nil {
+			mod(c)
+		}
+	}
+	b.server = newUETEndpoint(t, d.Receiver, d.ReceiverAddr, held)
 	for i, s := range d.Senders {
-		b.clients = append(b.clients, newUETEndpoint(t, s, d.SenderAddrs[i], mod))
+		b.clients = append(b.clients, newUETEndpoint(t, s, d.SenderAddrs[i], held))
 	}
 	warmNeighbors(t, d)
 	return b
