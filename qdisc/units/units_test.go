@@ -532,3 +532,28 @@ func FuzzParseProbability(f *testing.F) {
 		}
 	})
 }
+
+func TestTimescale(t *testing.T) {
+	var one Timescale
+	if one.Rate(500*Mbit) != 500*Mbit || one.Time(time.Millisecond) != time.Millisecond || one.K() != 1 {
+		t.Errorf("the zero timescale scales")
+	}
+	k := Timescale(4)
+	if got := k.Rate(500 * Mbit); got != 125*Mbit {
+		t.Errorf("Rate(500mbit) at 4 = %v, want 125mbit", got)
+	}
+	if got := k.Time(1500 * time.Microsecond); got != 6*time.Millisecond {
+		t.Errorf("Time(1.5ms) at 4 = %v, want 6ms", got)
+	}
+	if got := k.Fabric(6 * time.Millisecond); got != 1500*time.Microsecond {
+		t.Errorf("Fabric(6ms) at 4 = %v, want 1.5ms", got)
+	}
+	for _, bad := range []Timescale{0.5, -1, 1001} {
+		if bad.Validate() == nil {
+			t.Errorf("timescale %g: no error", float64(bad))
+		}
+	}
+	if err := Timescale(1000).Validate(); err != nil {
+		t.Error(err)
+	}
+}
