@@ -129,7 +129,8 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 			rpOff = rp
 		}
 	}
-	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger, PortRate: portRate, RPOffload: rpOff})
+	k := c.Timescale
+	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger, PortRate: k.Rate(portRate), RPOffload: rpOff, Held: c.Held})
 	if err != nil {
 		_ = udp.Close()
 		return nil, fmt.Errorf("roceperf: %w", err)
@@ -152,15 +153,17 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	qc.InflightTime = c.InflightTime
 	qc.AckTimeout, qc.RetryCount = c.AckTimeout, c.RetryCount
 	qc.BufferBytes = clientBufferBytes
+	qc = qc.Slowed(k)
 	req := agent.SessionRequest{
 		MessageBytes: c.MessageBytes,
 		Op:           c.Op.String(),
 		Verify:       c.Verify,
 		NP:           true,
-		CNPPeriod:    params.MinTimeBetweenCNPs,
-		CNPDSCP:      params.CNPDSCP,
-		AckReqEvery:  c.AckReqEvery,
-		Bytes:        c.Bytes,
+		// The server's NP runs at the client's slowed period.
+		CNPPeriod:   k.Time(params.MinTimeBetweenCNPs),
+		CNPDSCP:     params.CNPDSCP,
+		AckReqEvery: c.AckReqEvery,
+		Bytes:       c.Bytes,
 	}
 	if c.Bytes == 0 {
 		req.Duration = c.Omit + c.Duration
@@ -269,7 +272,7 @@ func (c *ClientConfig) run(ctx context.Context, r *Report, sess *agent.Session, 
 	if text {
 		show = func(iv *Interval) { writeIntervalText(c.Out, iv, string(c.CC)) }
 	}
-	end, runErr := timedLoop(ctx, c, r, st, t0, 5*time.Second+c.AckTimeout, show)
+	end, runErr := timedLoop(ctx, c, r, st, t0, 5*time.Second+c.Timescale.Time(c.AckTimeout), show)
 	st.endT = end
 	return st, runErr
 }

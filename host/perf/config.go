@@ -34,6 +34,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
@@ -131,6 +132,15 @@ type ServerConfig struct {
 	// fields of those names): the UET server answers them with NACK
 	// TRIMMED, or TRIMMED_LASTHOP for the second. UET only; 0 means none.
 	TrimDSCP, TrimLastHopDSCP uint8
+	// Timescale slows the fabric the server runs on (units.Timescale): a
+	// UET endpoint's line rate over k, its base RTT, RTO and probe timeout
+	// times k (pds.Config.Slowed). A RoCEv2 server's QPs take their CNP
+	// period from the client's request, which the client's Timescale
+	// slows. Optional: 1.
+	Timescale units.Timescale
+	// Held gets the time the server's replies (ACKs, CNPs, credit) were
+	// held by its host (engine.Config.Held). Optional: not measured.
+	Held *hostlost.Log
 }
 
 // Where the notification point runs (ServerConfig.NP), and where the
@@ -267,6 +277,17 @@ type ClientConfig struct {
 	// OnSenders, if set, is called once with a UET run's senders (one
 	// PDC per stream) once they have started.
 	OnSenders func([]*pds.Sender)
+
+	// Timescale slows the fabric the client runs on (units.Timescale): the
+	// line rate over k; DCQCN's parameters after its profile and knobs
+	// (dcqcn.Params.Slowed), the in-flight time and ACK timeout, or NSCC's
+	// base RTT and the UET endpoint's timers (pds.Config.Slowed), times k.
+	// Duration, Interval and Omit stay wall-clock: the run's own. Optional:
+	// 1.
+	Timescale units.Timescale
+	// Held gets the time the client's flows were held by its host
+	// (engine.Config.Held). Optional: not measured.
+	Held *hostlost.Log
 }
 
 // isUET reports whether the run is Ultra Ethernet's.
@@ -422,6 +443,8 @@ func (c ClientConfig) Validate() error {
 		return flagErr("--timeout", c.AckTimeout, "10us..1m")
 	case c.RetryCount < 0 || c.RetryCount > 1000:
 		return flagErr("--retry", c.RetryCount, "0..1000")
+	case c.Timescale.Validate() != nil:
+		return flagErr("--timescale", c.Timescale, "1..%d", units.MaxTimescale)
 	}
 	if _, err := dcqcn.Profile(c.Profile, DefaultLineRate); err != nil {
 		return flagErr("--dcqcn-profile", c.Profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))

@@ -119,6 +119,7 @@ func TestValidate(t *testing.T) {
 		{"burst", func(c *ClientConfig) { c.MaxBurst = 300 }, "roceperf: --burst 300: must be 1..256 packets"},
 		{"timeout", func(c *ClientConfig) { c.AckTimeout = time.Microsecond }, "roceperf: --timeout 1µs: must be 10us..1m"},
 		{"retry", func(c *ClientConfig) { c.RetryCount = 1001 }, "roceperf: --retry 1001: must be 0..1000"},
+		{"timescale", func(c *ClientConfig) { c.Timescale = 0.5 }, "roceperf: --timescale 0.5: must be 1..1000"},
 		{"udp port", func(c *ClientConfig) { c.UDPPort = 70000 }, "roceperf: --udp-port 70000: must be 0..65535"},
 		{"server port", func(c *ClientConfig) { c.Server = "198.18.0.1:0" }, "roceperf: -p 0: must be 1..65535"},
 		{"knob syntax", func(c *ClientConfig) { c.Knobs = []string{"rpg_ai_rate"} }, `roceperf: --dcqcn "rpg_ai_rate": want name=value`},

@@ -18,6 +18,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 	"github.com/vishvananda/netns"
 )
 
@@ -94,6 +95,9 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if cfg.Interval > 0 && (cfg.Interval < MinInterval || cfg.Interval > MaxInterval) {
 		return nil, flagErr("-i", seconds(cfg.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	}
+	if err := cfg.Timescale.Validate(); err != nil {
+		return nil, flagErr("--timescale", cfg.Timescale, "1..%d", units.MaxTimescale)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = discardLogger()
@@ -123,7 +127,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		_ = udp.Close()
 		return nil, err
 	}
-	acfg := agent.Config{Conn: udp, Logger: log}
+	acfg := agent.Config{Conn: udp, Logger: log, Held: cfg.Held}
 	if np != nil {
 		acfg.NPOffload = np
 	}

@@ -65,6 +65,8 @@ func (c ClientConfig) validateUET() error {
 		return flagErr("-i", seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:
 		return flagErr("-O", seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
+	case c.Timescale.Validate() != nil:
+		return flagErr("--timescale", c.Timescale, "1..%d", units.MaxTimescale)
 	}
 	if c.Bytes > 0 {
 		msgs := ceilDiv(c.Bytes, uint64(c.MessageBytes))
@@ -80,7 +82,11 @@ func (c ClientConfig) validateUET() error {
 	// window at this line rate, base RTT and MTU).
 	pc := c.uetConfig(placeholderConn{}, nil)
 	if err := pc.Validate(); err != nil {
-		return fmt.Errorf("roceperf: -b %s --base-rtt %v --mtu %d: %s", c.LineRate, c.BaseRTT, c.MTU, strings.TrimPrefix(err.Error(), "pds: "))
+		ts := ""
+		if c.Timescale.K() != 1 {
+			ts = " --timescale " + c.Timescale.String()
+		}
+		return fmt.Errorf("roceperf: -b %s --base-rtt %v --mtu %d%s: %s", c.LineRate, c.BaseRTT, c.MTU, ts, strings.TrimPrefix(err.Error(), "pds: "))
 	}
 	return nil
 }
@@ -114,11 +120,20 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	pc.IdleTimeout = uetClientIdle
 	pc.Trace = trace
 	pc.CC = c.UETCC
+	pc.Held = c.Held
+	k := c.Timescale
 	if len(c.NSCCKnobs) > 0 {
 		// Validate (validateUET) reports a bad knob; here it is skipped.
 		if p, err := c.nsccParams(); err == nil {
+			p = p.Slowed(k)
 			pc.NewWindow = func(now time.Duration) cc.WindowController { return nscc.New(p, now) }
 		}
+	}
+	if k.K() != 1 {
+		pc = pc.Slowed(k)
+		// The idle timeout is the tool's: how long a finished stream's
+		// counters stay readable, not a fabric time.
+		pc.IdleTimeout = max(uetClientIdle, pc.RTO)
 	}
 	if kind, seed := c.LB, c.LBSeed; kind != 0 {
 		// PDC p's balancer draws from PCG(seed, p): a run is reproducible

@@ -21,6 +21,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // uetServerIdle is the server endpoint's idle timeout: a target PDC the
@@ -60,6 +61,9 @@ type UETServer struct {
 	ep   *pds.Endpoint
 	ln   *listener
 	log  *slog.Logger
+	// idle is the endpoint's idle timeout (uetServerIdle, or the RTO of
+	// a slowed fabric where that is longer).
+	idle time.Duration
 
 	outMu sync.Mutex // one writer of Out at a time
 
@@ -91,6 +95,9 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	lim := cfg.UETLimits.withDefaults()
 	if err := lim.validate(); err != nil {
 		return nil, err
+	}
+	if err := cfg.Timescale.Validate(); err != nil {
+		return nil, flagErr("--timescale", cfg.Timescale, "1..%d", units.MaxTimescale)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -128,6 +135,13 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	// (totals).
 	pc.Conn, pc.Logger, pc.IdleTimeout, pc.Verify = conn, log, uetServerIdle, true
 	pc.TrimDSCP, pc.TrimLastHopDSCP = cfg.TrimDSCP, cfg.TrimLastHopDSCP
+	pc.Held = cfg.Held
+	if k := cfg.Timescale; k.K() != 1 {
+		pc = pc.Slowed(k)
+		// The idle timeout is the tool's (how long a finished session's
+		// PDCs linger), not a fabric time.
+		pc.IdleTimeout = max(uetServerIdle, pc.RTO)
+	}
 	if err := checkTrimDSCP(pc); err != nil {
 		_ = tl.Close()
 		_ = conn.Close()
@@ -139,7 +153,7 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "pds: "))
 	}
-	s := &UETServer{cfg: cfg, lim: lim, bind: bind, ep: ep, log: log,
+	s := &UETServer{cfg: cfg, lim: lim, bind: bind, ep: ep, log: log, idle: pc.IdleTimeout,
 		ln: &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}}}
 	s.mu.stats.Refused = map[string]uint64{}
 	s.mu.stats.Aborted = map[string]uint64{}
@@ -519,10 +533,10 @@ func (s *UETServer) release(ss *uetSession) {
 // waitStale waits until no target PDC from addr is left: an earlier
 // session's, whose client closed its endpoint without closing them, so
 // that the new session's counters are its own (pds itself replaces a PDC
-// whose SYN brings a new start PSN). They expire twice uetServerIdle after
+// whose SYN brings a new start PSN). They expire twice the idle timeout after
 // their last packet.
 func (s *UETServer) waitStale(addr netip.Addr) *refusal {
-	wait := 2*uetServerIdle + 500*time.Millisecond
+	wait := 2*s.idle + 500*time.Millisecond
 	deadline := time.Now().Add(wait)
 	for {
 		n := 0

@@ -15,10 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // The UET client and server in one process, over an in-memory pipe
@@ -714,5 +716,45 @@ func TestUETPipeRCCC(t *testing.T) {
 	c.UETCC = pds.CCMode(9)
 	if err := c.Validate(); err == nil || err.Error() != "roceperf: --cc CCMode(9): must be nscc, rccc, both or none with --transport uet" {
 		t.Errorf("bad mode: %v", err)
+	}
+}
+
+// TestUETTimescale: with Timescale 4 on both ends the client's endpoint
+// runs at a quarter of its line rate with NSCC's base RTT and the
+// timers four times as long, the server's credit pacer grants at a
+// quarter of its line (an RCCC flow's goodput is the slowed line's), and
+// both ends log their held time to the given logs.
+func TestUETTimescale(t *testing.T) {
+	c := DefaultUETClientConfig("198.18.0.1")
+	c.LineRate, c.BaseRTT, c.Timescale, c.Held = 500*units.Mbit, time.Millisecond, 4, hostlost.NewLog()
+	pc := c.uetConfig(placeholderConn{}, nil)
+	d := pds.DefaultConfig()
+	if pc.LinkRate != 125*units.Mbit || pc.BaseRTT != 4*time.Millisecond || pc.RTO != 4*d.RTO || pc.ProbeTimeout != 4*d.ProbeTimeout ||
+		pc.IdleTimeout != uetClientIdle || pc.Held != c.Held {
+		t.Errorf("slowed endpoint: rate %v, base RTT %v, RTO %v, probe %v, idle %v, held %p", pc.LinkRate, pc.BaseRTT, pc.RTO, pc.ProbeTimeout, pc.IdleTimeout, pc.Held)
+	}
+	for _, k := range []units.Timescale{0.5, 1001} {
+		c.Timescale = k
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--timescale") {
+			t.Errorf("timescale %v: %v", k, err)
+		}
+	}
+
+	srvHeld, cliHeld := hostlost.NewLog(), hostlost.NewLog()
+	p := startUETPipe(t, ServerConfig{Timescale: 4, Held: srvHeld}, nil)
+	c = p.clientConfig()
+	c.Bytes, c.UETCC, c.LineRate, c.BaseRTT, c.Timescale, c.Held = 1<<20, pds.CCRCCC, 80*units.Mbit, time.Millisecond, 4, cliHeld
+	r, err := RunClient(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bps := r.End.SumSent.BitsPerSecond
+	if bps < 0.75*20e6 || bps > 1.05*20e6 {
+		t.Errorf("goodput %.1f Mbit/s: want that of 80 Mbit/s slowed by 4 (20 Mbit/s, less the headers)", bps/1e6)
+	}
+	n, _, _ := cliHeld.Totals()
+	m, _, _ := srvHeld.Totals()
+	if n == 0 || m == 0 {
+		t.Errorf("held intervals: client %d, server %d; want some at both ends", n, m)
 	}
 }
