@@ -132,6 +132,12 @@ type ServerConfig struct {
 	// fields of those names): the UET server answers them with NACK
 	// TRIMMED, or TRIMMED_LASTHOP for the second. UET only; 0 means none.
 	TrimDSCP, TrimLastHopDSCP uint8
+	// LineRate and BaseRTT are a UET server endpoint's line rate and base
+	// RTT: its RCCC credit pacer grants 0.99 of that line (pds.Config's
+	// LinkRate and BaseRTT). UET only. Optional: pds's defaults.
+	LineRate units.Rate
+	BaseRTT  time.Duration
+
 	// Timescale slows the fabric the server runs on (units.Timescale): a
 	// UET endpoint's line rate over k, its base RTT, RTO and probe timeout
 	// times k (pds.Config.Slowed). A RoCEv2 server's QPs take their CNP

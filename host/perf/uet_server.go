@@ -136,6 +136,12 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	pc.Conn, pc.Logger, pc.IdleTimeout, pc.Verify = conn, log, uetServerIdle, true
 	pc.TrimDSCP, pc.TrimLastHopDSCP = cfg.TrimDSCP, cfg.TrimLastHopDSCP
 	pc.Held = cfg.Held
+	if cfg.LineRate != 0 {
+		pc.LinkRate = cfg.LineRate
+	}
+	if cfg.BaseRTT != 0 {
+		pc.BaseRTT = cfg.BaseRTT
+	}
 	if k := cfg.Timescale; k.K() != 1 {
 		pc = pc.Slowed(k)
 		// The idle timeout is the tool's (how long a finished session's
