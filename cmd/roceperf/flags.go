@@ -47,6 +47,12 @@ Server or client:
   -J, --json                JSON output (one report at the end)
   --logfile FILE            send output to FILE (appended)
   -d, --debug               debug logging
+  --timescale K             slow the fabric K times, 1..1000 (default 1): the
+                            line rate over K; DCQCN's timers, the in-flight
+                            time, the ACK timeout, NSCC's base RTT and UET's
+                            timers times K (a UET server: its credit pacer
+                            and timers; a RoCEv2 server's CNP period is the
+                            client's); -t, -i and -O stay wall-clock
   -V, --version             print the version and exit
   -h, --help                print this text and exit
 Server:
@@ -236,6 +242,7 @@ func parseArgs(args []string) (*options, error) {
 		lbKind   = str("", "lb")
 		trimDSCP = str("", "trim-dscp")
 		trimLast = str("", "trim-lasthop-dscp")
+		tscale   = str("", "timescale")
 		knobs    repeated
 		nsccKnob repeated
 	)
@@ -325,6 +332,13 @@ func parseArgs(args []string) (*options, error) {
 			o.action = actionKnobHelp
 		}
 	}
+	var timescale units.Timescale
+	if *tscale != "" {
+		v, perr := strconv.ParseFloat(strings.TrimSpace(*tscale), 64)
+		if timescale = units.Timescale(v); perr != nil || v == 0 || timescale.Validate() != nil {
+			return nil, mustBe("--timescale", *tscale, "1..%d (a fabric K times slower)", units.MaxTimescale)
+		}
+	}
 
 	switch {
 	case *server && *client != "":
@@ -335,7 +349,7 @@ func parseArgs(args []string) (*options, error) {
 	case *server:
 		for _, n := range clientOnly {
 			if set[n] {
-				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, -1, -i, -J, --logfile", dash(n))
+				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, -1, -i, -J, --logfile, --timescale", dash(n))
 			}
 		}
 		if set["udp-port"] && udpN == 0 {
@@ -347,7 +361,8 @@ func parseArgs(args []string) (*options, error) {
 		if uetRun && (!bindAddr.IsValid() || bindAddr.IsUnspecified() || bindAddr.IsMulticast()) {
 			return nil, errors.New("roceperf: -s --transport uet: give -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")
 		}
-		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode}
+		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode,
+			Timescale: timescale}
 		for _, t := range []struct {
 			name string
 			s    *string
@@ -390,6 +405,7 @@ func parseArgs(args []string) (*options, error) {
 		c.Server = serverAddr(*client, portN, set["p"] || set["port"])
 	}
 	c.Bind, c.UDPPort = bindAddr, udpN
+	c.Timescale = timescale
 	c.Verify, c.Perftest = *verify, *perftest
 	if c.Duration, err = seconds(spelled("t", "time"), *dur, time.Millisecond, perf.MaxDuration); err != nil {
 		return nil, err

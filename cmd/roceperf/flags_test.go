@@ -334,3 +334,26 @@ func TestParseUETCC(t *testing.T) {
 		t.Errorf("help lacks --cc for each transport:\n%s", out.String())
 	}
 }
+
+// TestParseTimescale: --timescale K on either end sets the config's
+// Timescale; a K outside 1..1000 is refused by name and range.
+func TestParseTimescale(t *testing.T) {
+	o, err := parseArgs(strings.Fields("-c 198.18.0.1 --transport uet --timescale 4"))
+	if err != nil || o.client.Timescale != 4 {
+		t.Fatalf("client: %+v, %v", o, err)
+	}
+	o, err = parseArgs(strings.Fields("-s --transport uet -B 198.18.0.1 --timescale 2.5"))
+	if err != nil || o.server == nil || o.server.Timescale != 2.5 {
+		t.Fatalf("server: %+v, %v", o, err)
+	}
+	for _, bad := range []string{"0", "0.5", "1001", "x", "NaN"} {
+		_, err := parseArgs(strings.Fields("-c h --timescale " + bad))
+		if want := "roceperf: --timescale " + bad + ": must be 1..1000"; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("--timescale %s: %v; want %q…", bad, err, want)
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"-h"}, &out, &out); code != 0 || !strings.Contains(out.String(), "--timescale K") {
+		t.Errorf("help: exit %d, lacks --timescale K", code)
+	}
+}
