@@ -116,3 +116,19 @@ func TestValidate(t *testing.T) {
 	}()
 	New(zero, 0)
 }
+
+// A fabric that trims: tq is three quarters of the base RTT (§3.6.13.3,
+// htsim initNsccParams), qa_threshold four tq, alpha as it was.
+func TestTrimming(t *testing.T) {
+	p := LabParams(500*units.Mbit, time.Millisecond, 4096)
+	tr := p.Trimming()
+	if tr.TargetQDelay != 750*time.Microsecond || tr.QAThreshold != 3*time.Millisecond {
+		t.Errorf("tq %v, qa_threshold %v; want 750µs, 3ms", tr.TargetQDelay, tr.QAThreshold)
+	}
+	if tr.AlphaBytesPerSecond != p.AlphaBytesPerSecond || tr.FIBytes != p.FIBytes {
+		t.Errorf("alpha or fi changed")
+	}
+	if err := tr.Validate(); err != nil {
+		t.Error(err)
+	}
+}

@@ -48,7 +48,8 @@ type Config struct {
 	// path measured 40-80 µs; nscc's documentation).
 	BaseRTT time.Duration
 	// NewWindow makes a CCC's window controller. Optional: NSCC with
-	// nscc.LabParams(LinkRate, BaseRTT, MTU).
+	// nscc.LabParams(LinkRate, BaseRTT, MTU), .Trimming() when TrimDSCP or
+	// TrimLastHopDSCP say the fabric trims.
 	NewWindow func(now time.Duration) cc.WindowController
 	// CC is the congestion control of the endpoint's sender CCCs: NSCC
 	// (the default), RCCC, both, or none. The receiver side needs no
@@ -234,7 +235,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pds: cc %d: must be one of %v", c.CC, CCModeNames())
 	}
 	if c.NewWindow == nil {
-		p := nscc.LabParams(c.LinkRate, c.BaseRTT, c.MTU)
+		p := c.nsccParams()
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("pds: nscc for link_rate %v base_rtt %v mtu %d: %w", c.LinkRate, c.BaseRTT, c.MTU, err)
 		}
@@ -244,6 +245,21 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// nsccParams are the default NSCC parameters (after withDefaults): the
+// lab's (nscc.LabParams), for a fabric that trims when the endpoint knows
+// trimmed packets' code points (nscc.Params.Trimming: tq 0.75 × RTT).
+func (c Config) nsccParams() nscc.Params {
+	p := nscc.LabParams(c.LinkRate, c.BaseRTT, c.MTU)
+	if c.Trims() {
+		p = p.Trimming()
+	}
+	return p
+}
+
+// Trims reports whether the endpoint is told the fabric trims: it knows
+// the code points of trimmed packets.
+func (c Config) Trims() bool { return c.TrimDSCP != 0 || c.TrimLastHopDSCP != 0 }
 
 // rcccParams is Config.RCCC or its default (after withDefaults).
 func (c Config) rcccParams() rccc.Params {

@@ -92,7 +92,7 @@ func newEndpoint(cfg Config) (*Endpoint, error) {
 	if cfg.NewWindow == nil {
 		// The lab's round trip is the hosts' scheduling more than the
 		// wire (nscc.LabParams).
-		p := nscc.LabParams(cfg.LinkRate, cfg.BaseRTT, cfg.MTU)
+		p := cfg.nsccParams()
 		cfg.NewWindow = func(now time.Duration) cc.WindowController { return nscc.New(p, now) }
 	}
 	ep := &Endpoint{
