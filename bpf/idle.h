@@ -55,20 +55,13 @@ static __always_inline void idle_begin(struct class_state *cs, const struct port
 		__sync_val_compare_and_swap(&cs->idle_since_ns, t, 0);
 }
 
-/* idle_record books one idle period [from, to) of class_id. A function of
- * its own: inlined, its locals would push port_enqueue's stack, with
- * trim_packet's under it, past the verifier's 512 bytes. */
-static __attribute__((noinline)) void idle_record(struct class_stats *st, const struct port_config *pc,
-					__u32 class_id, __u64 from, __u64 to)
+/* idle_log_write writes one event, counting it lost when the ring is
+ * full. */
+static __always_inline void idle_log_write(struct class_stats *st, __u32 class_id, __u32 kind,
+					   __u64 from, __u64 to)
 {
 	struct idle_event *ev;
 
-	if (!from || to <= from)
-		return;
-	st->idle_periods++;
-	st->idle_ns += to - from;
-	if (!(pc->flags & PORT_F_IDLE_LOG))
-		return;
 	/* Reserved in place: port_enqueue's stack has no room for a copy. */
 	ev = bpf_ringbuf_reserve(&idle_log, sizeof(*ev), 0);
 	if (!ev) {
@@ -78,8 +71,22 @@ static __attribute__((noinline)) void idle_record(struct class_stats *st, const 
 	ev->from_ns = from;
 	ev->to_ns = to;
 	ev->class_id = class_id;
-	ev->pad = 0;
+	ev->kind = kind;
 	bpf_ringbuf_submit(ev, 0);
+}
+
+/* idle_record books one idle period [from, to) of class_id. A function of
+ * its own: inlined, its locals would push port_enqueue's stack, with
+ * trim_packet's under it, past the verifier's 512 bytes. */
+static __attribute__((noinline)) void idle_record(struct class_stats *st, const struct port_config *pc,
+						  __u32 class_id, __u64 from, __u64 to)
+{
+	if (!from || to <= from)
+		return;
+	st->idle_periods++;
+	st->idle_ns += to - from;
+	if (pc->flags & PORT_F_IDLE_LOG)
+		idle_log_write(st, class_id, IDLE_EMPTY, from, to);
 }
 
 /* idle_end ends the class's idle period at now, for an arrival that found
@@ -98,6 +105,42 @@ static __attribute__((noinline)) void idle_end_pending(struct class_state *cs,
 						       const struct port_config *pc, __u32 class_id)
 {
 	idle_record(st, pc, class_id, __sync_lock_test_and_set(&cs->idle_pending_ns, 0), now_ns());
+}
+
+/* The port's link, as the departures at the xmit hook drive it: free
+ * again a serialization after each departure, or after the previous free
+ * time if the departures come faster (HTB catching up on a late timer).
+ * One per port; the xmit hook runs under the device's transmit lock, one
+ * departure at a time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct link_state);
+} port_link SEC(".maps");
+
+/* link_depart books a departure at now of len bytes enqueued at
+ * enqueued_ns: if it leaves after both the link was free and the packet
+ * was there, the port held it back for the difference (IDLE_HELD), time a
+ * switch would have been sending. */
+static __always_inline void link_depart(struct class_stats *st, const struct port_config *pc,
+					__u32 class_id, __u32 len, __u64 enqueued_ns, __u64 now)
+{
+	__u32 zero = 0;
+	struct link_state *ls = bpf_map_lookup_elem(&port_link, &zero);
+	__u64 start;
+
+	if (!ls || !pc->rate_bps)
+		return;
+	start = ls->free_ns > enqueued_ns ? ls->free_ns : enqueued_ns;
+	if (ls->free_ns && now > start) {
+		st->held_back_ns += now - start;
+		st->held_back_packets++;
+		if (pc->flags & PORT_F_IDLE_LOG)
+			idle_log_write(st, class_id, IDLE_HELD, start, now);
+	}
+	/* len < 2^17 and 8e9 < 2^33: the product fits. */
+	ls->free_ns = (now > ls->free_ns ? now : ls->free_ns) + (__u64)len * 8000000000ULL / pc->rate_bps;
 }
 
 #endif

@@ -2107,6 +2107,7 @@ int port_xmit(__u64 *ctx)
 	h->verdict = AQM_PASS;
 
 	v = depart(cs, st, pc, cc, class_id, len, stamp & ~STAMP_MASK, now);
+	link_depart(st, pc, class_id, len, stamp & ~STAMP_MASK, now);
 	after = __sync_fetch_and_add(&cs->host_backlog_bytes, len) + len;
 	note_max(&cs->max_host_backlog_bytes, after);
 	after = __sync_fetch_and_add(&cs->host_backlog_packets, 1) + 1;

@@ -298,6 +298,11 @@ struct class_stats {
 	__u64 idle_periods;
 	__u64 idle_ns;
 	__u64 idle_log_lost;
+	/* Service the port lost (IDLE_HELD, xmit hook only): time a departure
+	 * of this class came after the link was free and the packet was
+	 * queued, summed, and how many departures were late. */
+	__u64 held_back_ns;
+	__u64 held_back_packets;
 };
 
 /* Per-CPU counters of the port as a whole. */
@@ -385,13 +390,30 @@ struct xmit_handoff {
 	__u16 pad;
 };
 
-/* One idle period of a class, as idle_log carries it: the class's link
- * sat idle from from_ns to to_ns (CLOCK_MONOTONIC). */
+/* Kinds of idle_log events. */
+enum idle_kind {
+	/* The class's link sat idle: nothing queued. */
+	IDLE_EMPTY = 0,
+	/* The port held a packet back while its link was free: HTB, run by
+	 * this machine's CPUs, sent it late (a timer or softirq that ran late,
+	 * a CPU the hypervisor stopped). No switch does that: host-lost time
+	 * with the queue full. */
+	IDLE_HELD = 1,
+};
+
+/* One period of a class's link, as idle_log carries it: from from_ns to
+ * to_ns (CLOCK_MONOTONIC), of kind (enum idle_kind). */
 struct idle_event {
 	__u64 from_ns;
 	__u64 to_ns;
 	__u32 class_id;
-	__u32 pad;
+	__u32 kind;
+};
+
+/* The port's link as its departures drive it (xmit hook): when it is free
+ * again after the last departure, at the port's rate. One per port. */
+struct link_state {
+	__u64 free_ns;
 };
 
 #endif

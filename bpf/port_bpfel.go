@@ -136,6 +136,8 @@ type PortClassStats struct {
 	IdlePeriods          uint64
 	IdleNs               uint64
 	IdleLogLost          uint64
+	HeldBackNs           uint64
+	HeldBackPackets      uint64
 }
 
 type PortEcnMode uint32
@@ -155,7 +157,12 @@ type PortIdleEvent struct {
 	FromNs  uint64
 	ToNs    uint64
 	ClassId uint32
-	Pad     uint32
+	Kind    uint32
+}
+
+type PortLinkState struct {
+	_      structs.HostLayout
+	FreeNs uint64
 }
 
 type PortPortConfig struct {
@@ -309,6 +316,7 @@ const (
 	PortMapIdleLog       = "idle_log"
 	PortMapPortCfg       = "port_cfg"
 	PortMapPortCounters  = "port_counters"
+	PortMapPortLink      = "port_link"
 	PortMapPpfcScratch   = "ppfc_scratch"
 	PortMapPpfcSources   = "ppfc_sources"
 	PortMapWanCnpLast    = "wan_cnp_last"
@@ -392,6 +400,7 @@ type PortMapSpecs struct {
 	IdleLog       *ebpf.MapSpec `ebpf:"idle_log"`
 	PortCfg       *ebpf.MapSpec `ebpf:"port_cfg"`
 	PortCounters  *ebpf.MapSpec `ebpf:"port_counters"`
+	PortLink      *ebpf.MapSpec `ebpf:"port_link"`
 	PpfcScratch   *ebpf.MapSpec `ebpf:"ppfc_scratch"`
 	PpfcSources   *ebpf.MapSpec `ebpf:"ppfc_sources"`
 	WanCnpLast    *ebpf.MapSpec `ebpf:"wan_cnp_last"`
@@ -443,6 +452,7 @@ type PortMaps struct {
 	IdleLog       *ebpf.Map `ebpf:"idle_log"`
 	PortCfg       *ebpf.Map `ebpf:"port_cfg"`
 	PortCounters  *ebpf.Map `ebpf:"port_counters"`
+	PortLink      *ebpf.Map `ebpf:"port_link"`
 	PpfcScratch   *ebpf.Map `ebpf:"ppfc_scratch"`
 	PpfcSources   *ebpf.Map `ebpf:"ppfc_sources"`
 	WanCnpLast    *ebpf.Map `ebpf:"wan_cnp_last"`
@@ -461,6 +471,7 @@ func (m *PortMaps) Close() error {
 		m.IdleLog,
 		m.PortCfg,
 		m.PortCounters,
+		m.PortLink,
 		m.PpfcScratch,
 		m.PpfcSources,
 		m.WanCnpLast,

@@ -13,13 +13,18 @@ import (
 	"github.com/fabriclab/fabriclab/bpf"
 )
 
-// IdlePeriod is a stretch of time a class's link sat idle: from the end of
-// the departure that left the class empty (its serialization at the
-// class's rate included) to the next arrival. Times are CLOCK_MONOTONIC,
-// the clock of bpf_ktime_get_ns.
+// IdlePeriod is a stretch of time a class's link did not send: with Held
+// false it sat idle, from the end of the departure that left the class
+// empty (its serialization at the class's rate included) to the next
+// arrival; with Held true the port held a queued packet back while the
+// link was free, from when the link was free (or the packet arrived) to
+// its late departure (xmit hook only): HTB on this machine's CPUs ran
+// late, which no switch does. Times are CLOCK_MONOTONIC, the clock of
+// bpf_ktime_get_ns.
 type IdlePeriod struct {
 	Class    ClassID
 	From, To time.Duration
+	Held     bool
 }
 
 // IdleLog streams a port's idle periods as the programs see them end
@@ -116,17 +121,24 @@ func (l *IdleLog) Close() error {
 
 // decodeIdleEvent reads a struct idle_event.
 func decodeIdleEvent(b []byte) (IdlePeriod, bool) {
-	if len(b) < 20 {
+	if len(b) < 24 {
 		return IdlePeriod{}, false
 	}
 	from := binary.NativeEndian.Uint64(b[0:])
 	to := binary.NativeEndian.Uint64(b[8:])
 	class := binary.NativeEndian.Uint32(b[16:])
-	if class >= NumClasses || to < from {
+	kind := binary.NativeEndian.Uint32(b[20:])
+	if class >= NumClasses || to < from || kind > idleKindHeld {
 		return IdlePeriod{}, false
 	}
-	return IdlePeriod{Class: ClassID(class), From: time.Duration(from), To: time.Duration(to)}, true
+	return IdlePeriod{Class: ClassID(class), From: time.Duration(from), To: time.Duration(to), Held: kind == idleKindHeld}, true
 }
+
+// enum idle_kind (bpf/port.h).
+const (
+	idleKindEmpty = 0 // IDLE_EMPTY
+	idleKindHeld  = 1 // IDLE_HELD
+)
 
 // setPortFlag sets or clears one bit of the port's flags.
 func setPortFlag(m *ebpf.Map, flag uint32, on bool) error {

@@ -1,6 +1,7 @@
 package qdisc
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -108,5 +109,28 @@ func TestIdlePeriodsVirtual(t *testing.T) {
 	s := stats(t, o).Classes[ClassRoCE]
 	if want := time.Millisecond - drain; s.IdlePeriods != 1 || s.Idle != want {
 		t.Errorf("%d periods, %v idle; want 1, %v (dry at 1 ms + %v)", s.IdlePeriods, s.Idle, want, drain)
+	}
+}
+
+// The ring's events: both kinds, and what a reader refuses.
+func TestDecodeIdleEvent(t *testing.T) {
+	ev := func(from, to uint64, class, kind uint32) []byte {
+		b := make([]byte, 24)
+		binary.NativeEndian.PutUint64(b[0:], from)
+		binary.NativeEndian.PutUint64(b[8:], to)
+		binary.NativeEndian.PutUint32(b[16:], class)
+		binary.NativeEndian.PutUint32(b[20:], kind)
+		return b
+	}
+	if p, ok := decodeIdleEvent(ev(10, 20, 3, idleKindEmpty)); !ok || p != (IdlePeriod{Class: 3, From: 10, To: 20}) {
+		t.Errorf("idle: %+v %v", p, ok)
+	}
+	if p, ok := decodeIdleEvent(ev(10, 20, 3, idleKindHeld)); !ok || !p.Held {
+		t.Errorf("held back: %+v %v", p, ok)
+	}
+	for _, b := range [][]byte{ev(20, 10, 3, 0), ev(1, 2, NumClasses, 0), ev(1, 2, 3, 7), ev(1, 2, 3, 0)[:20]} {
+		if p, ok := decodeIdleEvent(b); ok {
+			t.Errorf("% x decoded as %+v", b, p)
+		}
 	}
 }

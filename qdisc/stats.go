@@ -135,6 +135,12 @@ type ClassStats struct {
 	IdlePeriods uint64        `json:"idle_periods"`
 	Idle        time.Duration `json:"idle_ns"`
 	IdleLogLost uint64        `json:"idle_log_lost,omitempty"`
+	// HeldBack is the service the port lost (xmit hook only): time its
+	// departures of this class came after the link was free and the
+	// packet was queued, the emulated switch's own host-lost time, and
+	// how many departures were late (IdlePeriod.Held).
+	HeldBack        time.Duration `json:"held_back_ns"`
+	HeldBackPackets uint64        `json:"held_back_packets"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -500,6 +506,8 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.IdlePeriods += p.IdlePeriods
 			c.Idle += time.Duration(p.IdleNs)
 			c.IdleLogLost += p.IdleLogLost
+			c.HeldBack += time.Duration(p.HeldBackNs)
+			c.HeldBackPackets += p.HeldBackPackets
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins

@@ -52,7 +52,8 @@ func TestMeterIntersects(t *testing.T) {
 		t.Fatal(err)
 	}
 	h1, h2 := m.Held(), m.Held()
-	p := m.Port("sw1:r1")
+	pl := m.Port("sw1:r1")
+	p := pl.Idle
 	if err := m.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,20 +66,22 @@ func TestMeterIntersects(t *testing.T) {
 	h2.Add(at(4), at(8))
 	// An interval from before the run does not count.
 	h1.Add(t0-time.Millisecond, t0)
+	// The port held a packet back 10–11 units: lost whoever was held.
+	pl.HeldBack.Add(at(10), at(11))
 	m.mu.Lock()
 	m.fold(at(5.5)) // a fold in the middle of the overlaps
 	m.mu.Unlock()
 	time.Sleep(2 * time.Millisecond)
 	r := m.Stop()
 	unit := 100 * time.Microsecond
-	if want := 4 * unit; r.Starved != want { // 2–3 and 5–8
+	if want := 5 * unit; r.Starved != want { // 2–3, 5–8 and 10–11
 		t.Errorf("starved %v, want %v", r.Starved, want)
 	}
 	if want := 6 * unit; r.Held != want {
 		t.Errorf("held %v, want %v", r.Held, want)
 	}
-	if len(r.Ports) != 1 || r.Ports[0].Idle != 6*unit || r.Ports[0].Starved != 4*unit {
-		t.Errorf("ports %+v, want idle %v, starved %v", r.Ports, 6*unit, 4*unit)
+	if len(r.Ports) != 1 || r.Ports[0].Idle != 6*unit || r.Ports[0].HeldBack != unit || r.Ports[0].Starved != 5*unit {
+		t.Errorf("ports %+v, want idle %v, holding back %v, starved %v", r.Ports, 6*unit, unit, 5*unit)
 	}
 	if d := r.StarvedBetween(at(0), at(6)); d != 2*unit {
 		t.Errorf("starved before 6 units: %v, want %v", d, 2*unit)

@@ -57,13 +57,16 @@ type Meter struct {
 }
 
 type meterPort struct {
-	name     string
-	log      *Log
-	carry    []Interval
-	idle     time.Duration
-	starved  time.Duration
-	ivs      []Interval // starved intervals, in time order
-	overflow bool
+	name      string
+	log       *Log // idle periods
+	back      *Log // service lost with packets queued
+	carry     []Interval
+	backCarry []Interval
+	idle      time.Duration
+	heldBack  time.Duration
+	starved   time.Duration
+	ivs       []Interval // starved intervals, in time order
+	overflow  bool
 }
 
 // NewMeter returns a meter; register its logs, then Start it.
@@ -102,14 +105,20 @@ func (m *Meter) Held() *Log {
 	return l
 }
 
-// Port returns a new log of one port's idle periods, named name in the
-// report.
-func (m *Meter) Port(name string) *Log {
-	l := NewLog()
+// PortLogs are one port's logs: its idle periods (intersected with the
+// senders' held time) and the service it lost with packets queued (host
+// time as it stands: a switch's link does not wait for a CPU).
+type PortLogs struct {
+	Idle, HeldBack *Log
+}
+
+// Port returns the logs of one port, named name in the report.
+func (m *Meter) Port(name string) PortLogs {
+	p := &meterPort{name: name, log: NewLog(), back: NewLog()}
 	m.mu.Lock()
-	m.ports = append(m.ports, &meterPort{name: name, log: l})
+	m.ports = append(m.ports, p)
 	m.mu.Unlock()
-	return l
+	return PortLogs{Idle: p.log, HeldBack: p.back}
 }
 
 // Start reads the kernel's accounting and starts folding the logs.
@@ -166,12 +175,18 @@ func (m *Meter) fold(cut time.Duration) {
 		idle, p.carry = Clip(pb, m.cut, cut, nil, p.carry[:0])
 		idle = Union(idle)
 		p.idle += Sum(idle)
-		n := len(p.ivs)
-		p.ivs = Intersect(p.ivs, idle, held)
-		p.starved += Sum(p.ivs[n:])
-		if len(p.ivs) > maxStarvedIntervals {
-			p.ivs = p.ivs[:n]
+		bb := p.back.Drain(nil)
+		bb = append(bb, p.backCarry...)
+		var back []Interval
+		back, p.backCarry = Clip(bb, m.cut, cut, nil, p.backCarry[:0])
+		back = Union(back)
+		p.heldBack += Sum(back)
+		st := Union(append(Intersect(nil, idle, held), back...))
+		p.starved += Sum(st)
+		if len(p.ivs)+len(st) > maxStarvedIntervals {
 			p.overflow = true
+		} else {
+			p.ivs = append(p.ivs, st...)
 		}
 	}
 	m.scratch = buf[:0]
@@ -207,7 +222,8 @@ func (m *Meter) Stop() Report {
 	var all []Interval
 	for _, p := range m.ports {
 		_, _, lost := p.log.Totals()
-		r.Ports = append(r.Ports, PortReport{Name: p.name, Idle: p.idle, Starved: p.starved, IdleLost: lost, Truncated: p.overflow})
+		_, _, blost := p.back.Totals()
+		r.Ports = append(r.Ports, PortReport{Name: p.name, Idle: p.idle, HeldBack: p.heldBack, Starved: p.starved, IdleLost: lost + blost, Truncated: p.overflow})
 		all = append(all, p.ivs...)
 	}
 	all = Union(all)
@@ -225,8 +241,9 @@ func (m *Meter) Stop() Report {
 type Report struct {
 	// Wall is the run's length.
 	Wall time.Duration `json:"wall_ns"`
-	// Starved is the time some port sat idle while a sender was held:
-	// time the host took from the fabric. Share is its part of Wall.
+	// Starved is the time some port sat idle while a sender was held, or
+	// held queued packets back while its link was free: time the host
+	// took from the fabric. Share is its part of Wall.
 	Starved time.Duration `json:"starved_ns"`
 	Share   float64       `json:"share"`
 	// HostStarved says Share passed Budget: the run's efficiency figures
@@ -248,10 +265,13 @@ type Report struct {
 // PortReport is one port's part.
 type PortReport struct {
 	Name string `json:"name"`
-	// Idle is the time the port sat idle in the run, Starved the part of
-	// it some sender was held.
-	Idle    time.Duration `json:"idle_ns"`
-	Starved time.Duration `json:"starved_ns"`
+	// Idle is the time the port sat idle in the run; HeldBack the time it
+	// held queued packets back while its link was free (HTB on this
+	// machine's CPUs running late); Starved the time it lost to the host:
+	// idle while some sender was held, or holding back.
+	Idle     time.Duration `json:"idle_ns"`
+	HeldBack time.Duration `json:"held_back_ns"`
+	Starved  time.Duration `json:"starved_ns"`
 	// IdleLost counts idle periods its log had no room for; Truncated
 	// says StarvedBetween no longer sees all of them.
 	IdleLost  uint64 `json:"idle_lost,omitempty"`
@@ -272,10 +292,10 @@ func (r Report) String() string {
 	} else {
 		b.WriteString("host-lost: ")
 	}
-	fmt.Fprintf(&b, "a port idle while a sender was held %s (%.2f %% of %s); senders held %s",
+	fmt.Fprintf(&b, "the ports lost %s to the host (%.2f %% of %s); senders held %s",
 		ms(r.Starved), 100*r.Share, ms(r.Wall), ms(r.Held))
 	for _, p := range r.Ports {
-		fmt.Fprintf(&b, "; %s idle %s", p.Name, ms(p.Idle))
+		fmt.Fprintf(&b, "; %s idle %s, holding back %s", p.Name, ms(p.Idle), ms(p.HeldBack))
 	}
 	k := r.Kernel
 	fmt.Fprintf(&b, "; kernel: run delay %s over %d threads, softirq threads %s, steal %s, Go scheduler %s, %d squeezed, %d backlog drops",

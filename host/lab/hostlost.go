@@ -11,7 +11,8 @@ import (
 )
 
 // MeterPort feeds the idle periods of a port's classes (all of them when
-// none are named) into m as the port name, until the returned stop is
+// none are named), and the time it held their packets back, into m as the
+// port name, until the returned stop is
 // called: before m.Stop, so that the meter has them all, and before the
 // port closes. A class's idle periods are its link's only if the other
 // classes are idle too: name the class the lab's data goes through.
@@ -35,8 +36,13 @@ func MeterPort(m *hostlost.Meter, name string, p *qdisc.Port, classes ...qdisc.C
 				}
 				return
 			}
-			if len(classes) == 0 || slices.Contains(classes, ip.Class) {
-				sink.Add(ip.From, ip.To)
+			if len(classes) > 0 && !slices.Contains(classes, ip.Class) {
+				continue
+			}
+			if ip.Held {
+				sink.HeldBack.Add(ip.From, ip.To)
+			} else {
+				sink.Idle.Add(ip.From, ip.To)
 			}
 		}
 	}()
