@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc"
-	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // The UET incast, N senders × 2 MB into one port, under each congestion
@@ -63,16 +63,42 @@ func (r uetIncastResult) netRatio() float64 {
 
 func (r uetIncastResult) ratio() float64 { return float64(r.tail) / float64(r.ideal) }
 
-// checkTail fails the incast whose tail exceeds bound × the ideal plus
-// the pacer's lost schedule: RCCC's senders send only what the pacer
-// granted, and a software pacer on two shared cores wakes up to several
-// ms late (a 500 µs timerfd in another process beside the incast: p99
-// 4 ms late), which no transport makes up.
-func (r uetIncastResult) checkTail(t *testing.T, bound float64) {
+// htsimTail is htsim's tail FCT / ideal for the lab's incasts in the same
+// setting (reference/htsim.md's results, host/htsim's Scaled mapping of
+// the fabric: 500 Mbit/s, base RTT 1 ms, MTU 4096, 2 MiB per sender; the
+// greatest of seeds 1–5): the deep queue with an ACK per packet, and the
+// 1-BDP trimming queue. make bench runs htsim beside the lab for them.
+var htsimTail = map[string]float64{
+	"deep/8/nscc":  1.004,
+	"deep/8/rccc":  1.003,
+	"deep/8/both":  1.003,
+	"trim/8/nscc":  1.015,
+	"trim/8/rccc":  1.012,
+	"trim/8/both":  1.012,
+	"trim/16/nscc": 1.013,
+	"trim/16/rccc": 1.012,
+	"trim/16/both": 1.012,
+}
+
+// htsimMargin is how far the lab's tail FCT / ideal, net of the time the
+// host starved the port, may sit above htsim's (issue 26).
+const htsimMargin = 0.03
+
+// checkTail fails the incast whose tail over the ideal extended by the
+// time the port sat idle while a sender was held (netRatio) is more than
+// htsimMargin above htsim's in the same setting. RCCC's credit pacer runs
+// in the receiver's transmit loop: its late grants are held time too.
+func (r uetIncastResult) checkTail(t *testing.T, key string) {
 	t.Helper()
-	if limit := time.Duration(bound*float64(r.ideal)) + r.pacerLost; r.tail > limit {
-		t.Errorf("%s: tail FCT %v is %.3f × the ideal %v: want ≤ %.2f × ideal + the pacer's lost %v = %v",
-			r.mode, r.tail.Round(time.Millisecond), r.ratio(), r.ideal.Round(time.Millisecond), bound, r.pacerLost.Round(time.Millisecond), limit.Round(time.Millisecond))
+	ref, ok := htsimTail[key]
+	if !ok {
+		t.Fatalf("no htsim reference for %s", key)
+	}
+	t.Logf("%s: tail FCT / ideal %.3f raw, %.3f net of the host's %v; htsim %.3f (%+.3f)",
+		key, r.ratio(), r.netRatio(), r.starved.Round(10*time.Microsecond), ref, r.netRatio()-ref)
+	if r.netRatio() > ref+htsimMargin {
+		t.Errorf("%s: tail FCT %v is %.3f × the ideal %v, %.3f net of the %v the host starved the port: want ≤ htsim's %.3f + %.2f",
+			key, r.tail.Round(time.Millisecond), r.ratio(), r.ideal.Round(time.Millisecond), r.netRatio(), r.starved.Round(10*time.Microsecond), ref, htsimMargin)
 	}
 }
 
@@ -97,17 +123,12 @@ func runUETIncast(t *testing.T, senders int, mode pds.CCMode, cfg qdisc.Config) 
 		defer wg.Done()
 		queue = sampleBacklog(ctx, t, b.port, qdisc.ClassRoCE)
 	}()
-	if err := b.meter.Start(); err != nil {
-		t.Fatal(err)
-	}
+	b.startMeter(t)
 	start, startMono := time.Now(), hostlost.Now()
 	res.fct = waitSenders(t, start, b.startIncast(t, uetIncastBytes), 20*res.ideal)
 	stop()
 	wg.Wait()
-	if err := b.stopMeter(); err != nil {
-		t.Error(err)
-	}
-	res.host = b.meter.Stop()
+	res.host = b.hostLost(t)
 	st := settle(t, b.port)
 	res.port = st.Classes[qdisc.ClassRoCE]
 	if trim {
@@ -138,7 +159,6 @@ func runUETIncast(t *testing.T, senders int, mode pds.CCMode, cfg qdisc.Config) 
 	r := res.port
 	t.Logf("%s: FCTs %v; tail %v = %.3f × ideal %v; %.3f × (ideal + %v the port was starved)", mode, res.fct, res.tail.Round(time.Millisecond), res.ratio(), res.ideal.Round(time.Millisecond),
 		res.netRatio(), res.starved.Round(10*time.Microsecond))
-	t.Logf("%s: %v", mode, res.host)
 	t.Logf("%s: port: queue p50 %s p99 %s max %s (%d samples), sojourn p50 < %v p99 < %v; %d CE marked, %d trimmed of %d, %d dropped; trim class: %d in, max %s",
 		mode, kib(float64(res.queueP50)), kib(float64(res.queueP99)), kib(float64(r.MaxBacklogBytes)), len(queue), r.Sojourn.Quantile(0.5), r.Sojourn.Quantile(0.99),
 		r.CEMarked(), r.TrimmedPackets, r.EnqueuedPackets, res.drops, res.trimQ.TrimInPackets, kib(float64(res.trimQ.MaxBacklogBytes)))
@@ -189,18 +209,18 @@ func sampleBacklog(ctx context.Context, t *testing.T, port *qdisc.Port, class qd
 // of it, and a packet the full queue would drop trimmed to its headers
 // (qdisc ClassConfig.SetTrim: 128 B, DSCP 9, the strict trim class).
 func uetTrimPortConfig() qdisc.Config {
-	bdp := units.ByteSize(roceRate.BytesPerSecond() * uetBaseRTT.Seconds())
-	cfg := qdisc.DefaultConfig(roceRate)
-	cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "uet", LimitBytes: bdp, ECN: qdisc.ECNWRED,
-		MinThBytes: bdp / 5, MaxThBytes: bdp * 4 / 5, MaxP: 1}
+	cfg := qdisc.DefaultConfig(fabricRate)
+	cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "uet", LimitBytes: uetBDP, ECN: qdisc.ECNWRED,
+		MinThBytes: uetBDP / 5, MaxThBytes: uetBDP * 4 / 5, MaxP: 1}
 	cfg.Classes[qdisc.ClassRoCE].SetTrim()
-	return cfg
+	return cfg.Slowed(labScale)
 }
 
-// TestUETIncast: 8 senders each write 2 MB to one receiver at once
+// TestUETIncast: 8 senders each write 2 MiB to one receiver at once
 // through a deep queue (no trimming), under NSCC, RCCC and both: every
-// byte verified, nothing dropped, the tail within 1.15 × the ideal (16 MB
-// at the payload capacity) plus what the credit pacer lost (checkTail).
+// byte verified, nothing dropped, the tail over the ideal (16 MiB at the
+// payload capacity) extended by the time the host starved the port within
+// htsimMargin of htsim's (checkTail).
 func TestUETIncast(t *testing.T) {
 	roceSize(t)
 	queue := map[pds.CCMode]uetIncastResult{}
@@ -208,7 +228,7 @@ func TestUETIncast(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			r := runUETIncast(t, 8, mode, uetPortConfig())
 			queue[mode] = r
-			r.checkTail(t, 1.15)
+			r.checkTail(t, "deep/8/"+mode.String())
 			if r.drops != 0 {
 				t.Errorf("the port dropped %d packets", r.drops)
 			}
@@ -239,48 +259,81 @@ func queueRatio(a, b int64) float64 { return float64(a) / float64(max(b, 1)) }
 // setting). The port is the receiver's last hop, so its trimmed DSCP is
 // the receiver's TrimLastHopDSCP: every trimmed packet is NACKed
 // TRIMMED_LASTHOP at once and resent, nothing waits for a timeout,
-// nothing is dropped, every byte arrives verified, and the tail completes
-// within 1.25 × the ideal plus what the credit pacer lost (checkTail).
-// htsim's 15 → 1 with trimming ends at 1.033; the measured ranges are in
-// the README's UET table (issue 11's goal of 1.10 holds for NSCC quiet).
+// nothing is dropped, every byte arrives verified, and the tail net of
+// the host's time is within htsimMargin of htsim's (checkTail).
 func TestUETIncastTrim(t *testing.T) {
 	roceSize(t)
 	cfg := uetTrimPortConfig()
 	for _, senders := range []int{8, 16} {
-		queue := map[pds.CCMode]uetIncastResult{}
-		for _, mode := range uetIncastModes {
-			t.Run(fmt.Sprintf("%d/%s", senders, mode), func(t *testing.T) {
-				r := runUETIncast(t, senders, mode, cfg)
-				queue[mode] = r
-				if r.port.TrimmedPackets == 0 && mode == pds.CCNSCC {
-					t.Errorf("the port trimmed nothing: the test did not fill its queue")
-				}
-				// Every packet the port trimmed reached the receiver as one
-				// and was NACKed, and the senders heard every NACK (the trim
-				// class is strict and never full; ACKs and NACKs go back on
-				// an empty path).
-				// (A trimmed copy of a PSN that already arrived gets none.)
-				if r.server.TrimmedReceived != r.port.TrimmedPackets || r.nacks+r.server.TrimmedDuplicates != r.port.TrimmedPackets {
-					t.Errorf("port trimmed %d; receiver saw %d (%d of PSNs it had); senders got %d TRIMMED_LASTHOP NACKs: want all equal but the duplicates",
-						r.port.TrimmedPackets, r.server.TrimmedReceived, r.server.TrimmedDuplicates, r.nacks)
-				}
-				// No data packet is lost: the port's only drops are probes
-				// too short to trim.
-				if r.drops != r.probesLost || r.timeouts != 0 || r.backlogDrops != 0 {
-					t.Errorf("port drops %d (%d probes lost), timeouts %d, host backlog drops %d: want no drop but the probes', no timeout (trimming replaces loss)", r.drops, r.probesLost, r.timeouts, r.backlogDrops)
-				}
-				r.checkTail(t, 1.25)
-			})
-		}
-		// Issue 11 §4c: RCCC keeps the last hop's queue below what NSCC
-		// alone leaves, in htsim's setting (a 1-BDP queue that trims).
-		n, r, b := queue[pds.CCNSCC], queue[pds.CCRCCC], queue[pds.CCBoth]
-		t.Logf("%d -> 1: queue p50: nscc %s, rccc %s (%.2f), both %s (%.2f)", senders,
-			kib(float64(n.queueP50)), kib(float64(r.queueP50)), queueRatio(r.queueP50, n.queueP50), kib(float64(b.queueP50)), queueRatio(b.queueP50, n.queueP50))
-		for _, m := range []uetIncastResult{r, b} {
-			if n.queueP50 > 0 && m.queueP50 >= n.queueP50 {
-				t.Errorf("%d -> 1: queue p50 under %s %s, under NSCC %s: want below NSCC's", senders, m.mode, kib(float64(m.queueP50)), kib(float64(n.queueP50)))
+		// The queue a host held back is the host's: a group whose
+		// queues break the rule in a host-starved run runs once more.
+		for attempt := 1; attempt <= 2; attempt++ {
+			if !trimGroup(t, cfg, senders, attempt) {
+				break
 			}
 		}
 	}
+}
+
+// trimGroup runs one group of TestUETIncastTrim (senders → 1 under each
+// mode) and reports whether it should run again: its queues broke the
+// rule in a host-starved run, on the first attempt.
+func trimGroup(t *testing.T, cfg qdisc.Config, senders, attempt int) (again bool) {
+	queue := map[pds.CCMode]uetIncastResult{}
+	name := fmt.Sprint(senders)
+	if attempt > 1 {
+		name += "-again"
+	}
+	for _, mode := range uetIncastModes {
+		t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
+			r := runUETIncast(t, senders, mode, cfg)
+			queue[mode] = r
+			if r.port.TrimmedPackets == 0 && mode == pds.CCNSCC {
+				t.Errorf("the port trimmed nothing: the test did not fill its queue")
+			}
+			// Every packet the port trimmed reached the receiver as one
+			// and was NACKed, and the senders heard every NACK (the trim
+			// class is strict and never full; ACKs and NACKs go back on
+			// an empty path).
+			// (A trimmed copy of a PSN that already arrived gets none.)
+			if r.server.TrimmedReceived != r.port.TrimmedPackets || r.nacks+r.server.TrimmedDuplicates != r.port.TrimmedPackets {
+				t.Errorf("port trimmed %d; receiver saw %d (%d of PSNs it had); senders got %d TRIMMED_LASTHOP NACKs: want all equal but the duplicates",
+					r.port.TrimmedPackets, r.server.TrimmedReceived, r.server.TrimmedDuplicates, r.nacks)
+			}
+			// No data packet is lost: the port's only drops are probes
+			// too short to trim.
+			if r.drops != r.probesLost || r.timeouts != 0 || r.backlogDrops != 0 {
+				t.Errorf("port drops %d (%d probes lost), timeouts %d, host backlog drops %d: want no drop but the probes', no timeout (trimming replaces loss)", r.drops, r.probesLost, r.timeouts, r.backlogDrops)
+			}
+			r.checkTail(t, fmt.Sprintf("trim/%d/%s", senders, mode))
+		})
+	}
+	// Issue 11 §4c: RCCC keeps the last hop's queue below what NSCC alone
+	// leaves, in htsim's setting (a 1-BDP queue that trims).
+	n, r, b := queue[pds.CCNSCC], queue[pds.CCRCCC], queue[pds.CCBoth]
+	t.Logf("%d -> 1: queue p50: nscc %s, rccc %s (%.2f), both %s (%.2f)", senders,
+		kib(float64(n.queueP50)), kib(float64(r.queueP50)), queueRatio(r.queueP50, n.queueP50), kib(float64(b.queueP50)), queueRatio(b.queueP50, n.queueP50))
+	var broken []string
+	for _, m := range []uetIncastResult{r, b} {
+		if n.queueP50 > 0 && m.queueP50 >= n.queueP50 {
+			broken = append(broken, fmt.Sprintf("%d -> 1: queue p50 under %s %s, under NSCC %s: want below NSCC's", senders, m.mode, kib(float64(m.queueP50)), kib(float64(n.queueP50))))
+		}
+	}
+	if len(broken) == 0 {
+		return false
+	}
+	var starved []string
+	for _, m := range []uetIncastResult{n, r, b} {
+		if m.host.HostStarved {
+			starved = append(starved, fmt.Sprintf("%s %.1f %%", m.mode, 100*m.host.Share))
+		}
+	}
+	if attempt == 1 && len(starved) > 0 {
+		t.Logf("%s; the host starved the run (%s of it): running the group once more", strings.Join(broken, "; "), strings.Join(starved, ", "))
+		return true
+	}
+	for _, e := range broken {
+		t.Error(e)
+	}
+	return false
 }

@@ -26,8 +26,8 @@ import (
 func TestUETMultipath(t *testing.T) {
 	roceSize(t)
 	const paths = 4
-	pathRate := roceRate / 4
-	bdp := units.ByteSize(pathRate.BytesPerSecond() * uetBaseRTT.Seconds())
+	pathRate := roceRate / 4 // on the wire; a path's BDP is the fabric's
+	bdp := units.ByteSize((fabricRate / 4).BytesPerSecond() * uetBaseRTT.Seconds())
 	rates := make([]units.Rate, paths)
 	for j := range rates {
 		rates[j] = pathRate
@@ -38,7 +38,7 @@ func TestUETMultipath(t *testing.T) {
 	pokeNeighbor(t, m.Receiver, m.SenderAddrs[0])
 	time.Sleep(20 * time.Millisecond)
 	server := newUETEndpoint(t, m.Receiver, m.ReceiverAddr, nil)
-	const run, skip = 3 * time.Second, 500 * time.Millisecond
+	run, skip := fabric(1500*time.Millisecond), fabric(250*time.Millisecond)
 	goodput := map[string]float64{}
 	for i, kind := range []string{"none", "oblivious", "bitmap", "reps"} {
 		client := newBalancedClient(t, m, kind, uint64(i))
@@ -138,8 +138,8 @@ func newBalancedClient(t *testing.T, m *lab.Multipath, kind string, seed uint64)
 func TestUETMultipathCross(t *testing.T) {
 	roceSize(t)
 	const paths, congested = 4, 0
-	pathRate := roceRate / 4
-	bdp := units.ByteSize(pathRate.BytesPerSecond() * uetBaseRTT.Seconds())
+	pathRate := roceRate / 4 // on the wire; a path's BDP is the fabric's
+	bdp := units.ByteSize((fabricRate / 4).BytesPerSecond() * uetBaseRTT.Seconds())
 	rates := make([]units.Rate, paths)
 	for j := range rates {
 		rates[j] = pathRate
@@ -152,7 +152,7 @@ func TestUETMultipathCross(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	server := newUETEndpoint(t, m.Receiver, m.ReceiverAddr, nil)
 	sk := newSink(t, m.Receiver)
-	const run, skip = 3 * time.Second, 500 * time.Millisecond
+	run, skip := fabric(1500*time.Millisecond), fabric(250*time.Millisecond)
 	crossRate := pathRate / 2
 	goodput, share := map[string]float64{}, map[string]float64{}
 	for i, kind := range []string{"none", "oblivious", "bitmap", "reps"} {
