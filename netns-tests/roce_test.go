@@ -617,6 +617,10 @@ func runFlows(t *testing.T, b *roceBed, flows []*roceFlow, d time.Duration) []sa
 // above). The ideal, no mark at all, is logged.
 func TestRoCEOneFlow(t *testing.T) {
 	roceSize(t)
+	retryStarved(t, roceOneFlow)
+}
+
+func roceOneFlow(t *testing.T, c *hostChecks) hostlost.Report {
 	b := newRoCEBed(t, 1, rocePortConfig())
 	f := b.dial(t, 0, senderQPConfig(roceParams(t)), false)
 	run, skip := fabric(2500*time.Millisecond), fabric(500*time.Millisecond)
@@ -649,11 +653,13 @@ func TestRoCEOneFlow(t *testing.T) {
 	if goodputNet < 0.85*capacity {
 		t.Errorf("goodput %s Mbit/s net of the host's %v is below 85%% of the payload capacity %s Mbit/s (raw %s)", mbit(goodputNet), w.starved, mbit(capacity), mbit(w.goodput[0]))
 	}
+	// A port the host held back builds a queue of its own: these two may
+	// run once more in a host-starved run.
 	if p99, bound := w.roce.Sojourn.Quantile(0.99), drainTime(roceMaxTh, roceRate); p99 > bound {
-		t.Errorf("sojourn p99 < %v with one line-rate flow: above max_th's drain time %v", p99, bound)
+		c.Errorf("sojourn p99 < %v with one line-rate flow: above max_th's drain time %v", p99, bound)
 	}
 	if marked, pkts := r.CEMarked(), r.EnqueuedPackets; float64(marked) > 0.001*float64(pkts) {
-		t.Errorf("congestion signals with one line-rate flow: port marked %d of %d packets (more than 0.1 %%), np_cnp_sent %d, rp_cnp_handled %d (max backlog %d B, min_th %d B)",
+		c.Errorf("congestion signals with one line-rate flow: port marked %d of %d packets (more than 0.1 %%), np_cnp_sent %d, rp_cnp_handled %d (max backlog %d B, min_th %d B)",
 			marked, pkts, srv.NPCNPSent, cli.RPCNPHandled, r.MaxBacklogBytes, uint64(roceMinTh))
 	} else if marked > 0 {
 		t.Logf("a host hold reached the port: %d of %d packets marked, np_cnp_sent %d (max backlog %s, min_th %s)", marked, pkts, srv.NPCNPSent, kib(float64(r.MaxBacklogBytes)), kib(float64(roceMinTh)))
@@ -661,6 +667,7 @@ func TestRoCEOneFlow(t *testing.T) {
 	if d := portDrops(st); d != 0 {
 		t.Errorf("the port dropped %d packets", d)
 	}
+	return host
 }
 
 // perfRun is one roceperf client (host/perf, the tool's library) run from

@@ -275,7 +275,7 @@ func TestUETCCCLifecycle(t *testing.T) {
 	var mu sync.Mutex
 	var trace []pds.CCCTransition
 	b := newUETBed(t, 1, uetPortConfig(), func(c *pds.Config) {
-		c.IdleTimeout = 300 * time.Millisecond
+		c.IdleTimeout = fabric(300 * time.Millisecond)
 		c.Trace = func(tr pds.CCCTransition) { mu.Lock(); trace = append(trace, tr); mu.Unlock() }
 	})
 	var ss []*pds.Sender
@@ -287,7 +287,7 @@ func TestUETCCCLifecycle(t *testing.T) {
 		ss = append(ss, s)
 	}
 	waitSenders(t, time.Now(), ss, 30*time.Second)
-	time.Sleep(time.Second) // both PDCs close on idle (300 ms), then the CCC goes
+	time.Sleep(fabric(time.Second)) // both PDCs close on idle (300 ms), then the CCC goes
 	ca, cs := b.clients[0].Counters(), b.server.Counters()
 	mu.Lock()
 	defer mu.Unlock()
