@@ -80,7 +80,7 @@ func ReadKernel(pids ...int) (Kernel, error) {
 		k.RunTime += r
 		k.Threads += n
 	}
-	for _, pid := range ksoftirqds() {
+	for _, pid := range Ksoftirqds() {
 		if d, r, err := schedstat(filepath.Join(procRoot, strconv.Itoa(pid), "schedstat")); err == nil {
 			k.SoftirqDelay += d
 			k.SoftirqTime += r
@@ -140,7 +140,8 @@ func schedstat(path string) (delay, run time.Duration, err error) {
 // machine.
 var ksoftirqdPIDs []int
 
-func ksoftirqds() []int {
+// Ksoftirqds are the pids of the softirq threads (ksoftirqd/N).
+func Ksoftirqds() []int {
 	if ksoftirqdPIDs != nil {
 		return ksoftirqdPIDs
 	}

@@ -1,0 +1,159 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Runqueue waits: the time a lab's threads were runnable and not running,
+ * as intervals, from the scheduler's own tracepoints (host/hostlost/runq).
+ * A thread woken (or preempted while still runnable) starts waiting; the
+ * switch that puts it on a CPU ends the wait, and the interval goes to the
+ * ring for user space to intersect with the switch ports' idle periods:
+ * the time the host kept a sender or a softirq from running while the
+ * fabric had nothing to send. Schedstat's run_delay is the same total,
+ * without the times.
+ *
+ * Which threads: every thread of the processes in watched (by tgid), and
+ * any thread whose tgid is there (a kernel thread's tgid is its pid: the
+ * ksoftirqd threads).
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+struct task_struct {
+	int pid;
+	int tgid;
+};
+#pragma clang attribute pop
+
+#define TASK_RUNNING 0
+
+/* One wait, as the ring carries it. */
+struct runq_wait {
+	__u64 from_ns; /* CLOCK_MONOTONIC */
+	__u64 to_ns;
+	__u32 tid;
+	__u32 tgid;
+};
+
+/* Puts struct runq_wait in the BTF for bpf2go's -type. */
+const struct runq_wait *runq_wait_btf __attribute__((unused));
+
+/* Counters: waits written, and lost to a full ring or a full table. */
+struct runq_stats {
+	__u64 waits;
+	__u64 ring_lost;
+	__u64 table_full;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32); /* tgid */
+	__type(value, __u8);
+} watched SEC(".maps");
+
+/* Threads waiting now: tid -> since when. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} waiting SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} waits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct runq_stats);
+} stats SEC(".maps");
+
+static __always_inline int is_watched(const struct task_struct *p)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+
+	return bpf_map_lookup_elem(&watched, &tgid) != NULL;
+}
+
+static __always_inline void wait_begin(const struct task_struct *p)
+{
+	__u32 zero = 0, tid = BPF_CORE_READ(p, pid);
+	__u64 now = bpf_ktime_get_ns();
+	struct runq_stats *st;
+
+	if (bpf_map_update_elem(&waiting, &tid, &now, BPF_ANY)) {
+		st = bpf_map_lookup_elem(&stats, &zero);
+		if (st)
+			st->table_full++;
+	}
+}
+
+/* sched_wakeup(struct task_struct *p) */
+SEC("tp_btf/sched_wakeup")
+int runq_wakeup(__u64 *ctx)
+{
+	const struct task_struct *p = (const void *)ctx[0];
+
+	if (p && is_watched(p))
+		wait_begin(p);
+	return 0;
+}
+
+/* sched_wakeup_new(struct task_struct *p) */
+SEC("tp_btf/sched_wakeup_new")
+int runq_wakeup_new(__u64 *ctx)
+{
+	const struct task_struct *p = (const void *)ctx[0];
+
+	if (p && is_watched(p))
+		wait_begin(p);
+	return 0;
+}
+
+/* sched_switch(bool preempt, struct task_struct *prev, struct task_struct
+ * *next, unsigned int prev_state) */
+SEC("tp_btf/sched_switch")
+int runq_switch(__u64 *ctx)
+{
+	const struct task_struct *prev = (const void *)ctx[1];
+	const struct task_struct *next = (const void *)ctx[2];
+	unsigned int prev_state = (unsigned int)ctx[3];
+	__u32 zero = 0, tid;
+	struct runq_stats *st;
+	struct runq_wait *w;
+	__u64 *since, from;
+
+	/* Preempted, still runnable: it waits from now. */
+	if (prev && prev_state == TASK_RUNNING && is_watched(prev))
+		wait_begin(prev);
+	if (!next || !is_watched(next))
+		return 0;
+	tid = BPF_CORE_READ(next, pid);
+	since = bpf_map_lookup_elem(&waiting, &tid);
+	if (!since)
+		return 0;
+	from = *since;
+	bpf_map_delete_elem(&waiting, &tid);
+	st = bpf_map_lookup_elem(&stats, &zero);
+	if (!st)
+		return 0;
+	w = bpf_ringbuf_reserve(&waits, sizeof(*w), 0);
+	if (!w) {
+		st->ring_lost++;
+		return 0;
+	}
+	w->from_ns = from;
+	w->to_ns = bpf_ktime_get_ns();
+	w->tid = tid;
+	w->tgid = BPF_CORE_READ(next, tgid);
+	bpf_ringbuf_submit(w, 0);
+	st->waits++;
+	return 0;
+}

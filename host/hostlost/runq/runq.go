@@ -1,0 +1,167 @@
+//go:build linux
+
+// Package runq logs the time a lab's threads waited on a runqueue,
+// runnable and not running, as intervals (bpf/runq.c on the scheduler's
+// tracepoints) into a hostlost.Log: for senders the lab does not run on
+// its own engine (kernel TCP, iperf3), the kernel's account of when the
+// host held them. A Meter intersects them with the ports' idle periods
+// like an engine's held time. Schedstat's run delay (hostlost.Kernel) is
+// the same total without the times.
+//
+// A thread of a watched process waits from its wakeup, or from its
+// preemption while still runnable, to the switch that puts it on a CPU.
+// The softirq threads (ksoftirqd) carry the softirq work the kernel
+// deferred: a switch port's forwarding, a TCP sender's ACK processing.
+package runq
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/hostlost"
+)
+
+// Config says whose waits to log.
+type Config struct {
+	// PIDs are the processes (thread group ids) whose threads count.
+	// Optional: none.
+	PIDs []int
+	// Softirq adds the ksoftirqd threads.
+	Softirq bool
+	// Sink gets every wait (CLOCK_MONOTONIC). Required.
+	Sink *hostlost.Log
+}
+
+// Stats count what the tracer saw.
+type Stats struct {
+	// Waits is how many waits it logged; RingLost those the ring had no
+	// room for, TableFull the threads it could not track (8192 at once).
+	Waits, RingLost, TableFull uint64
+}
+
+// Tracer logs runqueue waits until Close.
+type Tracer struct {
+	objs  bpf.RunqObjects
+	links []link.Link
+	rd    *ringbuf.Reader
+	sink  *hostlost.Log
+	wg    sync.WaitGroup
+	err   error
+	once  sync.Once
+}
+
+// Start loads and attaches the tracer. It needs root (BPF, tracing).
+func Start(cfg Config) (*Tracer, error) {
+	if cfg.Sink == nil {
+		return nil, errors.New("runq: Config.Sink is required")
+	}
+	t := &Tracer{sink: cfg.Sink}
+	if err := bpf.LoadRunqObjects(&t.objs, nil); err != nil {
+		return nil, fmt.Errorf("runq: load: %w", err)
+	}
+	pids := cfg.PIDs
+	if cfg.Softirq {
+		pids = append(append([]int(nil), pids...), hostlost.Ksoftirqds()...)
+	}
+	for _, p := range pids {
+		if err := t.Watch(p); err != nil {
+			t.objs.Close()
+			return nil, err
+		}
+	}
+	rd, err := ringbuf.NewReader(t.objs.Waits)
+	if err != nil {
+		t.objs.Close()
+		return nil, fmt.Errorf("runq: %w", err)
+	}
+	t.rd = rd
+	for _, p := range []*ebpf.Program{t.objs.RunqWakeup, t.objs.RunqWakeupNew, t.objs.RunqSwitch} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			t.detach()
+			return nil, fmt.Errorf("runq: attach %s: %w", p, err)
+		}
+		t.links = append(t.links, l)
+	}
+	t.wg.Add(1)
+	go t.read()
+	return t, nil
+}
+
+// Watch adds a process (or a kernel thread, by its pid).
+func (t *Tracer) Watch(pid int) error {
+	if pid <= 0 || pid > 1<<22 {
+		return fmt.Errorf("runq: pid %d: must be 1..%d", pid, 1<<22)
+	}
+	if err := t.objs.Watched.Put(uint32(pid), uint8(1)); err != nil {
+		return fmt.Errorf("runq: watch %d: %w", pid, err)
+	}
+	return nil
+}
+
+func (t *Tracer) read() {
+	defer t.wg.Done()
+	var rec ringbuf.Record
+	for {
+		if err := t.rd.ReadInto(&rec); err != nil {
+			if !errors.Is(err, ringbuf.ErrClosed) && !errors.Is(err, ringbuf.ErrFlushed) {
+				t.err = err
+			}
+			return
+		}
+		if b := rec.RawSample; len(b) >= 16 {
+			from := binary.NativeEndian.Uint64(b[0:])
+			to := binary.NativeEndian.Uint64(b[8:])
+			t.sink.Add(time.Duration(from), time.Duration(to))
+		}
+	}
+}
+
+// Stats reads the counters.
+func (t *Tracer) Stats() (Stats, error) {
+	var per []bpf.RunqRunqStats
+	if err := t.objs.Stats.Lookup(uint32(0), &per); err != nil {
+		return Stats{}, fmt.Errorf("runq: stats: %w", err)
+	}
+	var s Stats
+	for _, p := range per {
+		s.Waits += p.Waits
+		s.RingLost += p.RingLost
+		s.TableFull += p.TableFull
+	}
+	return s, nil
+}
+
+// Close detaches the tracer, hands the sink what the ring still held and
+// frees everything. Later calls return the first one's result.
+func (t *Tracer) Close() error {
+	t.once.Do(func() {
+		for _, l := range t.links {
+			l.Close()
+		}
+		t.links = nil
+		ferr := t.rd.Flush()
+		if ferr != nil {
+			t.rd.Close()
+		}
+		t.wg.Wait()
+		t.err = errors.Join(t.err, ferr, t.rd.Close(), t.objs.Close())
+	})
+	return t.err
+}
+
+func (t *Tracer) detach() {
+	for _, l := range t.links {
+		l.Close()
+	}
+	t.rd.Close()
+	t.objs.Close()
+}
