@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -54,32 +55,40 @@ func TestECNSharpPersistentQueue(t *testing.T) {
 	}
 
 	const seconds = 6
-	// run measures the second half of a run: past slow start.
-	run := func(name string) (sojourn time.Duration, goodput float64, c qdisc.ClassStats) {
+	// run measures the second half of a run: past slow start. goodput is
+	// net of the time the host took from the port (host/hostlost).
+	run := func(name string) (sojourn time.Duration, goodput float64, c qdisc.ClassStats, host hostlost.Report) {
 		var mid qdisc.Stats
+		meter := meterTCP(t, port, qdisc.ClassRoCE)
+		t0 := hostlost.Now()
 		res := iperf3TCP(t, d, tosRoCETCP, "cubic", seconds, func() {
 			time.Sleep(time.Duration(seconds) * time.Second / 6) // to the midpoint
 			mid = portStats(t, port)
-		})
+		}, meter)
 		end := portStats(t, port)
+		host = meter.report(t)
+		var raw float64
 		for _, r := range res {
-			goodput += r.End.SumReceived.BitsPerSecond
+			raw += r.End.SumReceived.BitsPerSecond
 		}
+		starved := host.StarvedBetween(t0, t0+time.Duration(seconds)*time.Second)
+		goodput = raw * seconds / (seconds - starved.Seconds())
 		c = settle(t, port).Classes[qdisc.ClassRoCE]
 		sojourn = sojournSince(mid.Classes[qdisc.ClassRoCE], end.Classes[qdisc.ClassRoCE])
-		t.Logf("%s: mean sojourn %v over the second half, goodput %.1f Mbit/s (%.1f%%), marks %d instantaneous %d persistent, drops %d",
-			name, sojourn, goodput/1e6, 100*goodput/float64(rate), c.AQMInsMarks, c.AQMPstMarks, c.DroppedPackets())
-		return sojourn, goodput, c
+		t.Logf("%s: mean sojourn %v over the second half, goodput %.1f Mbit/s (%.1f%%), %.1f Mbit/s (%.1f%%) net of the %v the host took from the port, marks %d instantaneous %d persistent, drops %d",
+			name, sojourn, raw/1e6, 100*raw/float64(rate), goodput/1e6, 100*goodput/float64(rate), starved.Round(time.Millisecond), c.AQMInsMarks, c.AQMPstMarks, c.DroppedPackets())
+		return sojourn, goodput, c, host
 	}
 
-	tcnSojourn, tcnGoodput, tcn := run("tcn")
+	tcnSojourn, tcnGoodput, tcn, tcnHost := run("tcn")
 
 	cfg.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "roce", LimitBytes: 1 * units.MiB, ECN: qdisc.ECNSharp,
 		InsTarget: insTarget, PstTarget: pstTarget, PstInterval: pstInterval}
 	if err := port.Configure(cfg); err != nil {
 		t.Fatal(err)
 	}
-	sharpSojourn, sharpGoodput, sharp := run("ecnsharp")
+	sharpSojourn, sharpGoodput, sharp, sharpHost := run("ecnsharp")
+	_, _ = tcnHost, sharpHost
 
 	if tcnSojourn < pstInterval {
 		t.Errorf("tcn: mean sojourn %v: no standing queue to remove (want above %v)", tcnSojourn, pstInterval)

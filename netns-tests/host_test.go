@@ -2,10 +2,12 @@ package netnstests
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/host/hostlost/runq"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
@@ -22,6 +24,43 @@ import (
 type portMeter struct {
 	m    *hostlost.Meter
 	stop func() error
+	runq *runq.Tracer // meterTCP's
+}
+
+// meterTCP meters a port fed by kernel TCP: its idle and held-back time,
+// and as the senders' held time the runqueue waits of this process's
+// threads, of the processes watched (iperf3's) and of the softirq threads,
+// which run TCP's ACK clock (host/hostlost/runq).
+func meterTCP(t *testing.T, port *qdisc.Port, classes ...qdisc.ClassID) *portMeter {
+	t.Helper()
+	m, err := hostlost.NewMeter(hostlost.MeterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rq, err := runq.Start(runq.Config{PIDs: []int{os.Getpid()}, Softirq: true, Sink: m.Held()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := lab.MeterPort(m, "port", port, classes...)
+	if err != nil {
+		rq.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rq.Close(); _ = stop(); m.Stop() })
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &portMeter{m: m, stop: stop, runq: rq}
+}
+
+// watch adds a sender process's threads (meterTCP).
+func (p *portMeter) watch(t *testing.T, pid int) {
+	if p == nil || p.runq == nil {
+		return
+	}
+	if err := p.runq.Watch(pid); err != nil {
+		t.Error(err)
+	}
 }
 
 // meterPort starts metering port's classes (all when none are named).
@@ -45,6 +84,11 @@ func meterPort(t *testing.T, port *qdisc.Port, classes ...qdisc.ClassID) *portMe
 // report stops the meter and logs its report.
 func (p *portMeter) report(t *testing.T) hostlost.Report {
 	t.Helper()
+	if p.runq != nil {
+		if err := p.runq.Close(); err != nil {
+			t.Error(err)
+		}
+	}
 	if err := p.stop(); err != nil {
 		t.Error(err)
 	}

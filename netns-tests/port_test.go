@@ -18,6 +18,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -96,15 +97,20 @@ func TestStepMarkingTCP(t *testing.T) {
 
 			const seconds = 6
 			var warm qdisc.Stats
-			res := iperf3TCP(t, d, tosRoCETCP, "cubic", seconds, func() { warm = portStats(t, port) })
+			meter := meterTCP(t, port, qdisc.ClassRoCE)
+			t0 := hostlost.Now()
+			res := iperf3TCP(t, d, tosRoCETCP, "cubic", seconds, func() { warm = portStats(t, port) }, meter)
+			host := meter.report(t)
 			c := settle(t, port).Classes[qdisc.ClassRoCE]
-			var goodput float64
+			var raw float64
 			retrans := 0
 			for _, r := range res {
-				goodput += r.End.SumReceived.BitsPerSecond
+				raw += r.End.SumReceived.BitsPerSecond
 				retrans += r.End.SumSent.Retransmits
 			}
-			t.Logf("retransmits: %d", retrans)
+			starved := host.StarvedBetween(t0, t0+time.Duration(seconds)*time.Second)
+			goodput := raw * seconds / (seconds - starved.Seconds())
+			t.Logf("retransmits: %d; goodput %.1f Mbit/s, %.1f Mbit/s net of the %v the host took from the port", retrans, raw/1e6, goodput/1e6, starved.Round(time.Millisecond))
 			// The backlog distribution after slow start: the curve's
 			// arrivals since the midway snapshot.
 			steady := c.Curve

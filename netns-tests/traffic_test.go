@@ -1,6 +1,7 @@
 package netnstests
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -332,7 +333,7 @@ type iperf3Result struct {
 // control cc, set per socket: a namespace inherits the host's default (often
 // bbr, which ignores ECN) and may only switch to the host's allowed list.
 // midway, if set, runs once the flows are past slow start.
-func iperf3TCP(t *testing.T, d *lab.Dumbbell, tos int, cc string, seconds int, midway func()) []iperf3Result {
+func iperf3TCP(t *testing.T, d *lab.Dumbbell, tos int, cc string, seconds int, midway func(), meter *portMeter) []iperf3Result {
 	t.Helper()
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		t.Fatal("iperf3 not found: apt-get install -y iperf3")
@@ -364,8 +365,15 @@ func iperf3TCP(t *testing.T, d *lab.Dumbbell, tos int, cc string, seconds int, m
 			var err error
 			// The server may need a moment to listen: retry briefly.
 			for try := 0; try < 20; try++ {
-				out, err = s.Command(ctx, "iperf3", "-c", d.ReceiverAddr.String(), "-p", fmt.Sprint(5201+i),
-					"-t", fmt.Sprint(seconds), "-S", fmt.Sprint(tos), "-C", cc, "-J").Output()
+				cmd := s.Command(ctx, "iperf3", "-c", d.ReceiverAddr.String(), "-p", fmt.Sprint(5201+i),
+					"-t", fmt.Sprint(seconds), "-S", fmt.Sprint(tos), "-C", cc, "-J")
+				var buf bytes.Buffer
+				cmd.Stdout = &buf
+				if err = cmd.Start(); err == nil {
+					meter.watch(t, cmd.Process.Pid)
+					err = cmd.Wait()
+				}
+				out = buf.Bytes()
 				results[i] = iperf3Result{}
 				if jerr := json.Unmarshal(out, &results[i]); jerr == nil && results[i].Error != "" {
 					err = errors.New(results[i].Error)
