@@ -119,25 +119,62 @@ struct {
 	__type(value, struct link_state);
 } port_link SEC(".maps");
 
+/* link_book books the pending lateness: what HTB did not make up. */
+static __always_inline void link_book(struct link_state *ls, struct class_stats *st,
+				      const struct port_config *pc)
+{
+	__u64 from = ls->pend_from_ns, to = ls->pend_to_ns;
+
+	ls->pend_from_ns = 0;
+	if (!from || to <= from)
+		return;
+	st->held_back_ns += to - from;
+	st->held_back_packets++;
+	if (pc->flags & PORT_F_IDLE_LOG)
+		idle_log_write(st, ls->pend_class, IDLE_HELD, from, to);
+}
+
 /* link_depart books a departure at now of len bytes enqueued at
- * enqueued_ns: if it leaves after both the link was free and the packet
- * was there, the port held it back for the difference (IDLE_HELD), time a
- * switch would have been sending. */
+ * enqueued_ns. One that leaves after both the link was free and the
+ * packet was there was held back for the difference (IDLE_HELD), time a
+ * switch would have been sending; but HTB, its timer late, then sends
+ * its bucket's worth ahead of the line, so the lateness waits while the
+ * departures run further ahead and is booked shortened by that: the
+ * service the port lost for good. (st is this departure's class's; a
+ * pending lateness is booked to the first class that departs on time.) */
 static __always_inline void link_depart(struct class_stats *st, const struct port_config *pc,
 					__u32 class_id, __u32 len, __u64 enqueued_ns, __u64 now)
 {
 	__u32 zero = 0;
 	struct link_state *ls = bpf_map_lookup_elem(&port_link, &zero);
-	__u64 start;
+	__u64 start, lead;
 
 	if (!ls || !pc->rate_bps)
 		return;
 	start = ls->free_ns > enqueued_ns ? ls->free_ns : enqueued_ns;
 	if (ls->free_ns && now > start) {
-		st->held_back_ns += now - start;
-		st->held_back_packets++;
-		if (pc->flags & PORT_F_IDLE_LOG)
-			idle_log_write(st, class_id, IDLE_HELD, start, now);
+		/* Late: a new lateness; the one before it is final. */
+		link_book(ls, st, pc);
+		ls->pend_from_ns = start;
+		ls->pend_to_ns = now;
+		ls->pend_class = class_id;
+		ls->lead_ns = 0;
+	} else if (ls->free_ns && now < ls->free_ns && ls->free_ns - now > ls->lead_ns) {
+		/* Further ahead: catching up on the pending lateness. */
+		lead = ls->free_ns - now;
+		if (ls->pend_from_ns) {
+			__u64 made_up = lead - ls->lead_ns, left = ls->pend_to_ns - ls->pend_from_ns;
+
+			if (made_up > left)
+				made_up = left;
+			ls->pend_to_ns -= made_up;
+			st->caught_up_ns += made_up;
+		}
+		ls->lead_ns = lead;
+	} else {
+		/* On the line, or no further ahead: the catch-up is over. */
+		link_book(ls, st, pc);
+		ls->lead_ns = now < ls->free_ns ? ls->free_ns - now : 0;
 	}
 	/* len < 2^17 and 8e9 < 2^33: the product fits. */
 	ls->free_ns = (now > ls->free_ns ? now : ls->free_ns) + (__u64)len * 8000000000ULL / pc->rate_bps;

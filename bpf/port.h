@@ -303,6 +303,9 @@ struct class_stats {
 	 * queued, summed, and how many departures were late. */
 	__u64 held_back_ns;
 	__u64 held_back_packets;
+	/* Of the lateness, what HTB's bucket made up by sending ahead of
+	 * the line afterwards: not booked as held back. */
+	__u64 caught_up_ns;
 };
 
 /* Per-CPU counters of the port as a whole. */
@@ -411,9 +414,17 @@ struct idle_event {
 };
 
 /* The port's link as its departures drive it (xmit hook): when it is free
- * again after the last departure, at the port's rate. One per port. */
+ * again after the last departure, at the port's rate; how far the last
+ * departure ran ahead of that (HTB's bucket catching up after running
+ * late); and the lateness not yet booked, which the catch-up shortens.
+ * One per port. */
 struct link_state {
 	__u64 free_ns;
+	__u64 lead_ns;
+	__u64 pend_from_ns; /* 0: none pending */
+	__u64 pend_to_ns;
+	__u32 pend_class;
+	__u32 pad;
 };
 
 #endif

@@ -138,6 +138,7 @@ type PortClassStats struct {
 	IdleLogLost          uint64
 	HeldBackNs           uint64
 	HeldBackPackets      uint64
+	CaughtUpNs           uint64
 }
 
 type PortEcnMode uint32
@@ -161,8 +162,13 @@ type PortIdleEvent struct {
 }
 
 type PortLinkState struct {
-	_      structs.HostLayout
-	FreeNs uint64
+	_          structs.HostLayout
+	FreeNs     uint64
+	LeadNs     uint64
+	PendFromNs uint64
+	PendToNs   uint64
+	PendClass  uint32
+	Pad        uint32
 }
 
 type PortPortConfig struct {

@@ -159,9 +159,9 @@ func runUETIncast(t *testing.T, senders int, mode pds.CCMode, cfg qdisc.Config) 
 	r := res.port
 	t.Logf("%s: FCTs %v; tail %v = %.3f × ideal %v; %.3f × (ideal + %v the port was starved)", mode, res.fct, res.tail.Round(time.Millisecond), res.ratio(), res.ideal.Round(time.Millisecond),
 		res.netRatio(), res.starved.Round(10*time.Microsecond))
-	t.Logf("%s: port: queue p50 %s p99 %s max %s (%d samples), sojourn p50 < %v p99 < %v; %d CE marked, %d trimmed of %d, %d dropped; trim class: %d in, max %s",
+	t.Logf("%s: port: queue p50 %s p99 %s max %s (%d samples), sojourn p50 < %v p99 < %v; %d CE marked, %d trimmed of %d, %d dropped; trim class: %d in, max %s; held back %v, caught up %v",
 		mode, kib(float64(res.queueP50)), kib(float64(res.queueP99)), kib(float64(r.MaxBacklogBytes)), len(queue), r.Sojourn.Quantile(0.5), r.Sojourn.Quantile(0.99),
-		r.CEMarked(), r.TrimmedPackets, r.EnqueuedPackets, res.drops, res.trimQ.TrimInPackets, kib(float64(res.trimQ.MaxBacklogBytes)))
+		r.CEMarked(), r.TrimmedPackets, r.EnqueuedPackets, res.drops, res.trimQ.TrimInPackets, kib(float64(res.trimQ.MaxBacklogBytes)), r.HeldBack.Round(10*time.Microsecond), r.CaughtUp.Round(10*time.Microsecond))
 	cs := res.server
 	t.Logf("%s: receiver: %d messages, %d verify errors, %d trimmed, NACKs %v, %d duplicates, %d credits sent, %d credit ACKs; pacer: %s; senders: %d retransmits, %d inferred losses, %d timeouts, %d credit requests; host backlog drops %d",
 		mode, cs.MessagesReceived, cs.VerifyErrors, cs.TrimmedReceived, cs.NacksSent, cs.Duplicates, cs.CreditsSent, cs.CreditAcksSent, res.pacer, res.retx, res.inferred, res.timeouts, res.creditRequests, res.backlogDrops)

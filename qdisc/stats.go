@@ -141,6 +141,9 @@ type ClassStats struct {
 	// how many departures were late (IdlePeriod.Held).
 	HeldBack        time.Duration `json:"held_back_ns"`
 	HeldBackPackets uint64        `json:"held_back_packets"`
+	// CaughtUp is the lateness HTB made up by sending ahead of the line
+	// after it, not in HeldBack.
+	CaughtUp time.Duration `json:"caught_up_ns"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -508,6 +511,7 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.IdleLogLost += p.IdleLogLost
 			c.HeldBack += time.Duration(p.HeldBackNs)
 			c.HeldBackPackets += p.HeldBackPackets
+			c.CaughtUp += time.Duration(p.CaughtUpNs)
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins
