@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -81,16 +80,16 @@ type RoCEConn struct {
 	src     netip.Addr     // source written in the headers; invalid: wildcard
 	v6      bool
 	batch   int
-	file    *os.File // the raw socket
-	raw     syscall.RawConn
 	sndbuf  int
 	steer   *steering
 	routeFD int // IPv6 wildcard: a UDP socket connected to learn route sources; -1 otherwise
 
 	closeOnce sync.Once
 	closeErr  error
+	closed    atomic.Bool
 
 	wmu    sync.Mutex
+	raw    pollFD                    // the raw socket; Precondition: wmu is held.
 	w      sendState                 // Precondition: wmu is held.
 	heads  [][rawHeaderLen]byte      // one IP + UDP header per datagram of a batch
 	routes map[netip.Addr]netip.Addr // IPv6 wildcard: source per destination
@@ -142,7 +141,8 @@ func listenRaw(kind string, laddr netip.AddrPort, opts RoCEOptions, steered bool
 		return nil, fmt.Errorf("pktio: listen %s %s: buffer sizes must not be negative (RecvBufferBytes %d, SendBufferBytes %d)", kind, laddr, opts.RecvBufferBytes, opts.SendBufferBytes)
 	}
 	v6 := addr.Is6()
-	c := &RoCEConn{local: laddr, v6: v6, batch: batch, routeFD: -1}
+	c := &RoCEConn{local: laddr, v6: v6, batch: batch, routeFD: -1, raw: pollFD{fd: -1}}
+	c.raw.closed = &c.closed
 	if !addr.IsUnspecified() {
 		c.src = addr
 	}
@@ -233,13 +233,9 @@ func (c *RoCEConn) openRaw(sndbuf int) error {
 		}
 	}
 	c.sndbuf, _ = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
-	// A non-blocking fd makes the File pollable: Write waits in the
-	// netpoller on EAGAIN.
-	c.file = os.NewFile(uintptr(fd), "rocev2-raw")
-	c.raw, err = c.file.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("raw socket: %w", err)
-	}
+	// Not in the netpoller (pollFD): a full send buffer is waited out in
+	// poll(2).
+	c.raw.fd = fd
 	return nil
 }
 
@@ -255,6 +251,9 @@ func (c *RoCEConn) ReadBatch(msgs []Message) (int, error) { return c.recv.ReadBa
 func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
 	return writeBatches(msgs, c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
 }
 
@@ -405,7 +404,7 @@ func (c *RoCEConn) routeSource(dst netip.Addr) (netip.Addr, error) {
 // sendPrepared sends the first k prepared datagrams and returns how many
 // went out. Precondition: wmu is held.
 func (c *RoCEConn) sendPrepared(k int) (int, error) {
-	n, err := c.w.sendmmsg(c.raw, k, &c.datagramsSent, &c.bytesSent)
+	n, err := c.w.sendmmsg(&c.raw, k, &c.datagramsSent, &c.bytesSent)
 	if err == nil && c.w.errno != 0 {
 		// The raw socket's sockaddr carries no port: name the host.
 		dst := parseSockaddr(&c.w.names[n])
@@ -476,13 +475,15 @@ func (c *RoCEConn) Close() error {
 	err := net.ErrClosed
 	c.closeOnce.Do(func() {
 		var errs []error
+		c.closed.Store(true) // a WriteBatch waiting in poll(2) returns within pollWaitMillis
 		if c.recv != nil {
 			errs = append(errs, c.recv.Close())
 		}
-		if c.file != nil {
-			errs = append(errs, c.file.Close()) // unblocks a WriteBatch waiting in the netpoller
-		}
 		c.wmu.Lock()
+		if c.raw.fd >= 0 {
+			errs = append(errs, unix.Close(c.raw.fd))
+			c.raw.fd = -1
+		}
 		if c.routeFD >= 0 {
 			unix.Close(c.routeFD)
 			c.routeFD = -1
