@@ -79,6 +79,10 @@ type UDPStats struct {
 	// buffer was full (SO_RXQ_OVFL, sk_drops). The kernel reports it with the
 	// next datagram queued after a drop, so it lags by one arrival.
 	RecvBufferDrops uint64
+	// GSODatagrams are the datagrams of DatagramsSent that left in UDP GSO
+	// sends, GSOSends those sends (RoCEConn, EntropyConn; GSODatagrams /
+	// GSOSends is the mean segments per send).
+	GSODatagrams, GSOSends uint64
 }
 
 // UDPConn is a Conn over an unconnected UDP socket (Linux). Reads and writes
