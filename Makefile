@@ -17,7 +17,7 @@ UNITDIR ?= /etc/systemd/system
 CONFDIR ?= /etc/fabriclab
 INSTALL_BINS := fabriclabd fabriclab roceperf portctl dctcp
 
-.PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench demo lab experiment wan-experiment lint clean
+.PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench bench-smoke demo lab experiment wan-experiment lint clean
 
 help:
 	@echo "make build          build portctl, roceperf, fabricdemo, fabriclab and dctcp into $(BIN)/"
@@ -26,6 +26,7 @@ help:
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
 	@echo "make netns-test     (root) only the tests in network namespaces (host/lab, host/labfile, netns-tests)"
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf vs iperf3 -u, CNP reaction time"
+	@echo "make bench-smoke    (root) every bench section once, short (about a minute): the bench still runs"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
 	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (WAN_FLAGS=-help)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
@@ -74,6 +75,11 @@ netns-test: deps
 
 bench: deps
 	$(GO) run ./netns-tests/bench
+
+# CI: every section of the bench once, short; fails only if a measurement
+# cannot be made (the numbers are not judged).
+bench-smoke: deps
+	$(GO) run ./netns-tests/bench -smoke
 
 DEMO_FLAGS ?=
 demo: deps

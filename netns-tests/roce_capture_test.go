@@ -260,6 +260,7 @@ func TestRoCECapture(t *testing.T) {
 		firstPSN             uint32
 		sent                 uint64
 		data, ce, cnp, ack   int
+		gsoSegments          int // data with IP ID > 0: segment 1.. of a GSO send
 		ops                  map[int]int
 		maxPad               int
 		// UDP source ports seen on data (from the sender's QP) and on
@@ -315,15 +316,18 @@ func TestRoCECapture(t *testing.T) {
 			report("not decoded as InfiniBand: %s", pk.line)
 			continue
 		}
-		// kernel.md: a DF socket sends IP ID 0, which the ICRC covers.
-		if pk.ipID != 0 || pk.df != 1 {
-			report("IP ID %#x DF %d, want ID 0 with DF: %s", pk.ipID, pk.df, pk.line)
+		// kernel.md: a DF socket sends IP ID 0, which the ICRC covers;
+		// segment k of a UDP GSO send (pktio) has ID k, and its ICRC is
+		// the one of ID k (scapy checks every ICRC below).
+		if pk.ipID >= roce.GSOSegments || pk.df != 1 {
+			report("IP ID %#x DF %d, want an ID below %d (0, or a GSO segment's) with DF: %s", pk.ipID, pk.df, roce.GSOSegments, pk.line)
 		}
 		// roce-wire.md, "Encapsulation": every packet, data, ACK or CNP,
-		// to 4791, with UDP checksum 0; the source port is the sending
-		// QP's (checked below, per QP).
-		if pk.dport != roce.UDPPort || pk.udpChecksum != 0 {
-			report("UDP destination port %d checksum %#x, want 4791 and 0 (the ICRC covers the payload): %s", pk.dport, pk.udpChecksum, pk.line)
+		// to 4791; the source port is the sending QP's (checked below,
+		// per QP). The UDP checksum is 0 from the raw socket, real from a
+		// GSO send (the ICRC masks it).
+		if pk.dport != roce.UDPPort {
+			report("UDP destination port %d, want 4791: %s", pk.dport, pk.line)
 		}
 		switch {
 		case pk.dst == recv: // sender -> receiver: data
@@ -333,6 +337,9 @@ func TestRoCECapture(t *testing.T) {
 				continue
 			}
 			e.data++
+			if pk.ipID > 0 {
+				e.gsoSegments++
+			}
 			e.dataSports[pk.sport]++
 			e.ops[pk.opcode]++
 			e.maxPad = max(e.maxPad, pk.pad)
@@ -401,9 +408,9 @@ func TestRoCECapture(t *testing.T) {
 	}
 
 	t.Logf("capture: %d UDP 4791 packets, all decoded by tshark as InfiniBand: %v (%d not)", total, undecoded == 0, undecoded)
-	t.Logf("%-4s %8s %8s %6s %6s %6s %-12s %-12s %s", "flow", "data", "CE", "CNP", "ACK", "pad", "data sport", "reply sport", "data opcodes")
+	t.Logf("%-4s %8s %8s %8s %6s %6s %6s %-12s %-12s %s", "flow", "data", "ID > 0", "CE", "CNP", "ACK", "pad", "data sport", "reply sport", "data opcodes")
 	for _, e := range exps {
-		t.Logf("%-4s %8d %8d %6d %6d %6d %-12s %-12s %v", e.name, e.data, e.ce, e.cnp, e.ack, e.maxPad, fmt.Sprint(keys(e.dataSports)), fmt.Sprint(keys(e.replySports)), e.ops)
+		t.Logf("%-4s %8d %8d %8d %6d %6d %6d %-12s %-12s %v", e.name, e.data, e.gsoSegments, e.ce, e.cnp, e.ack, e.maxPad, fmt.Sprint(keys(e.dataSports)), fmt.Sprint(keys(e.replySports)), e.ops)
 	}
 	t.Logf("scapy ICRC: %d UDP 4791, %d with a BTH, %d ok, %d bad; opcodes %v %v; CNPs with BECN=1, FECN=0, zero reserved bytes: %d of %d",
 		ic.UDP4791, ic.BTH, ic.OK, ic.Bad, ic.Opcodes, ic.BadExamples, ic.CNP-len(ic.CNPBad), ic.CNP)
@@ -459,6 +466,24 @@ func TestRoCECapture(t *testing.T) {
 			}
 		}
 	}
+	// The senders sent runs of their QP's packets as GSO sends, and the
+	// port saw them one by one: its RoCE class's packets are at most a
+	// path MTU's (a super-packet would be up to 64 KB).
+	for _, e := range exps {
+		if e.gsoSegments == 0 {
+			t.Errorf("%s: no data packet with an IP ID above 0: no GSO send captured", e.name)
+		}
+	}
+	st, err := b.port.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := st.Classes[qdisc.ClassRoCE]
+	const maxFrame = 14 + 20 + 8 + roce.BTHLen + roce.RETHLen + roceMTU + roce.ICRCLen
+	if rc.EnqueuedPackets == 0 || rc.EnqueuedBytes > rc.EnqueuedPackets*maxFrame {
+		t.Errorf("port: %d bytes in %d packets, more than %d bytes a packet: it saw GSO super-packets", rc.EnqueuedBytes, rc.EnqueuedPackets, maxFrame)
+	}
+	t.Logf("port: %d packets, %.0f bytes each on average (at most %d a path-MTU frame)", rc.EnqueuedPackets, float64(rc.EnqueuedBytes)/float64(max(rc.EnqueuedPackets, 1)), maxFrame)
 	if exps[1].maxPad != 3 {
 		t.Errorf("%s: 4001-byte WRITE_ONLY packets carry pad %d, want 3", exps[1].name, exps[1].maxPad)
 	}

@@ -266,14 +266,18 @@ func TestRoCELossProgramRandom(t *testing.T) {
 }
 
 // TestRoCELossGoBackN drops 1 % of the RoCE packets a sender sends
-// (bpf/drop.c at the sender's egress, before the switch port) under a
-// verified stream of a fixed size: RC's go-back-N must deliver every byte
-// intact, exercising NAKs, out-of-sequence arrivals and retransmissions.
+// (bpf/drop.c where its link enters the switch, before the switch port)
+// under a verified stream of a fixed size: RC's go-back-N must deliver
+// every byte intact, exercising NAKs, out-of-sequence arrivals and
+// retransmissions. The drop sits at the switch's ingress, where the
+// packets are the wire's: at the sender's own egress it would see a UDP
+// GSO send (pktio) whole, before the device cuts it.
 func TestRoCELossGoBackN(t *testing.T) {
 	roceSize(t)
 	b := newRoCEBed(t, 1, rocePortConfig())
 	const fraction = 0.01
-	loss := b.d.Senders[0].AddLossT(t, "eth0", link.LossSpec{Fraction: fraction})
+	in := b.d.SenderPorts[0]
+	loss := in.Node.AddLossT(t, in.Dev, link.LossSpec{Fraction: fraction, Ingress: true})
 	p := roceParams(t)
 	f := b.dial(t, 0, senderQPConfig(p), true)
 	const messages = 512 // 32 MiB: about 8200 packets, 82 drops expected

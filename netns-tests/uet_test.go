@@ -237,12 +237,14 @@ func TestUETOneFlow(t *testing.T) {
 }
 
 // TestUETRandomLoss: 1 % of the UET packets leaving the sender are lost
-// (a BPF drop on its link): SACK inference, probes and retransmission
-// deliver every message intact.
+// (a BPF drop on its link, where it enters the switch: the packets are
+// the wire's there, not the sender's GSO sends): SACK inference, probes
+// and retransmission deliver every message intact.
 func TestUETRandomLoss(t *testing.T) {
 	roceSize(t)
 	b := newUETBed(t, 1, uetPortConfig(), nil)
-	loss := b.d.Senders[0].AddLossT(t, "eth0", link.LossSpec{Fraction: 0.01, UDPPort: uet.Port})
+	in := b.d.SenderPorts[0]
+	loss := in.Node.AddLossT(t, in.Dev, link.LossSpec{Fraction: 0.01, UDPPort: uet.Port, Ingress: true})
 	const msgs = 300
 	s, err := b.clients[0].Start(b.d.ReceiverAddr, pds.Stream{JobID: 1, MessageBytes: uetMsgBytes, Messages: msgs, Verify: true})
 	if err != nil {

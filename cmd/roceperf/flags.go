@@ -16,6 +16,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -43,6 +44,11 @@ Server or client:
                             4791, shared by every agent of the host; each QP
                             sends from its own source port: the ECMP entropy)
   -B, --bind ADDR           bind to this address
+  --send auto|raw           how packets leave: runs of one source port (a
+                            QP's) as UDP GSO sends, the rest through a raw
+                            socket (auto, the default), or all through the
+                            raw socket (raw: a port on this host's own device
+                            would see a GSO send as one packet)
   -i, --interval SECONDS    seconds between reports (default 1, 0 = none)
   -J, --json                JSON output (one report at the end)
   --logfile FILE            send output to FILE (appended)
@@ -243,6 +249,7 @@ func parseArgs(args []string) (*options, error) {
 		trimDSCP = str("", "trim-dscp")
 		trimLast = str("", "trim-lasthop-dscp")
 		tscale   = str("", "timescale")
+		sendPath = str("auto", "send")
 		knobs    repeated
 		nsccKnob repeated
 	)
@@ -316,6 +323,11 @@ func parseArgs(args []string) (*options, error) {
 			return nil, mustBe(spelled("B", "bind"), *bind, "an IP address of this host")
 		}
 	}
+	send, err := pktio.ParseSendPath(*sendPath)
+	if err != nil {
+		return nil, mustBe("--send", *sendPath, "auto or raw")
+	}
+	c.SendPath = send
 	portN, udpN := 0, 0
 	if *port != "" {
 		if portN, err = intIn(spelled("p", "port"), *port, 1, 65535); err != nil {
@@ -349,7 +361,7 @@ func parseArgs(args []string) (*options, error) {
 	case *server:
 		for _, n := range clientOnly {
 			if set[n] {
-				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, -1, -i, -J, --logfile, --timescale", dash(n))
+				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, --send, -1, -i, -J, --logfile, --timescale", dash(n))
 			}
 		}
 		if set["udp-port"] && udpN == 0 {
@@ -362,7 +374,7 @@ func parseArgs(args []string) (*options, error) {
 			return nil, errors.New("roceperf: -s --transport uet: give -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")
 		}
 		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode,
-			Timescale: timescale}
+			SendPath: send, Timescale: timescale}
 		for _, t := range []struct {
 			name string
 			s    *string

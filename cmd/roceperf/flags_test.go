@@ -11,6 +11,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -54,8 +55,15 @@ func TestParseClient(t *testing.T) {
 		strings.Join(c.Knobs, " ") != "rpg_ai_rate=1 rpg_hai_rate=10" ||
 		c.Duration != 10*time.Second || c.MessageBytes != 64<<10 || c.MTU != 1024 || c.Interval != time.Second ||
 		c.CC != agent.CCDCQCN || c.LineRate != 0 || c.DSCP != 26 || c.CNPDSCP != 48 ||
-		c.Window != def.Window || c.AckTimeout != def.AckTimeout {
+		c.Window != def.Window || c.AckTimeout != def.AckTimeout || c.SendPath != pktio.SendAuto {
 		t.Errorf("defaults: %+v", c)
+	}
+	// --send raw on either end.
+	if o, err = parseArgs(strings.Fields("-c h --send raw")); err != nil || o.client.SendPath != pktio.SendRaw {
+		t.Errorf("-c h --send raw: %v, %+v", err, o)
+	}
+	if o, err = parseArgs(strings.Fields("-s --send raw")); err != nil || o.server.SendPath != pktio.SendRaw {
+		t.Errorf("-s --send raw: %v, %+v", err, o)
 	}
 	for _, tc := range []struct{ args, server string }{
 		{"-c ::1", "[::1]:18515"},
@@ -109,6 +117,7 @@ func TestParseErrors(t *testing.T) {
 		{"-c h --cc rccc", "roceperf: --cc rccc: must be dcqcn or none (rccc is --transport uet's)"},
 		{"-c h --transport rocev2 --cc nscc", "roceperf: --cc nscc: must be dcqcn or none (nscc is --transport uet's)"},
 		{"-c h --op read", "roceperf: --op read: must be write or send"},
+		{"-c h --send gso", "roceperf: --send gso: must be auto or raw"},
 		{"-c h --dscp 64", "roceperf: --dscp 64: must be 1..63"},
 		{"-c h --dscp 0", "roceperf: --dscp 0: must be 1..63"},
 		{"-c h --cnp-dscp 99", "roceperf: --cnp-dscp 99: must be 1..63"},

@@ -396,11 +396,28 @@ func (e *Engine) txLoop() {
 	}
 }
 
-// fill is one pass of the round robin: each flow fills at most its burst.
+// fill fills pkts with passes of the round robin while a pass adds
+// packets and a flow can send more at once (next is now), so that one
+// send carries what would otherwise take a system call per pass: with a
+// burst of 8 a flow that may send 64 packets now fills one batch, and the
+// conn can send a run of one source port as one GSO send. What a flow
+// sends and when does not change, only how many system calls carry it.
+func (e *Engine) fill(now time.Duration, pkts []Packet, port *PortLimit, start *int) (n int, next time.Duration) {
+	for {
+		k, due := e.pass(now, pkts[n:], port, start)
+		n, next = n+k, due
+		if k == 0 || n == len(pkts) || next > now {
+			return n, next
+		}
+		now = e.clock.Now()
+	}
+}
+
+// pass is one pass of the round robin: each flow fills at most its burst.
 // The next pass starts with the first flow the port (or the batch) turned
 // away, so that a port too slow to serve every flow each pass still
 // serves them in turn; after a full pass it starts one flow later.
-func (e *Engine) fill(now time.Duration, pkts []Packet, port *PortLimit, start *int) (n int, next time.Duration) {
+func (e *Engine) pass(now time.Duration, pkts []Packet, port *PortLimit, start *int) (n int, next time.Duration) {
 	if port != nil {
 		port.Refill(now)
 	}

@@ -102,7 +102,9 @@ type LinkSpec struct {
 	A, B Endpoint
 	MTU  int // 0 means 1500
 	// DisableOffloads turns TSO, GSO and GRO off on both ends so every
-	// packet crosses the emulated port at wire size.
+	// packet crosses the emulated port at wire size. Without it UDP GSO
+	// (tx-udp-segmentation) is off all the same: a host's UDP GSO send
+	// leaves its device as datagrams, as from a NIC with USO.
 	DisableOffloads bool
 	TxQueueLen      int // 0 keeps the kernel default
 }
@@ -469,6 +471,8 @@ func (l *Lab) addLink(ls LinkSpec) error {
 			if err := side.n.SetOffloads(side.ep.Dev, false); err != nil {
 				return fmt.Errorf("%s: %w", side.ep.Node, err)
 			}
+		} else if err := side.n.noUDPSegmentation(side.ep.Dev); err != nil {
+			return fmt.Errorf("%s: %w", side.ep.Node, err)
 		}
 		if err := side.n.nl.LinkSetUp(link); err != nil {
 			return fmt.Errorf("%s: set %s up: %w", side.ep.Node, side.ep.Dev, err)

@@ -175,6 +175,24 @@ func TestTwoNodeLab(t *testing.T) {
 	mustPanic(t, "unknown node", func() { l.Node("zz") })
 }
 
+// TestUDPSegmentationOff: a link built with offloads at their defaults
+// still cuts UDP GSO sends as they leave (tx-udp-segmentation off, so a
+// switch port downstream sees datagrams), and keeps TSO and GRO.
+func TestUDPSegmentationOff(t *testing.T) {
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, minKernel)
+	spec := twoNodeSpec()
+	spec.Links[0].DisableOffloads = false
+	l := BuildT(t, spec)
+	for _, n := range l.Nodes() {
+		f := features(t, n, "eth0")
+		if f[udpSegmentation] || !f["tx-tcp-segmentation"] || !f["tx-generic-segmentation"] {
+			t.Errorf("%s/eth0: %s %v, tso %v, gso %v; want off, on, on", n.Name, udpSegmentation, f[udpSegmentation],
+				f["tx-tcp-segmentation"], f["tx-generic-segmentation"])
+		}
+	}
+}
+
 func TestDumbbell(t *testing.T) {
 	labtest.RequireRoot(t)
 	labtest.RequireKernel(t, minKernel)

@@ -285,6 +285,36 @@ func SetOffloads(dev string, on bool) error {
 	return nil
 }
 
+// udpSegmentation is the ethtool feature behind `ethtool -K dev
+// tx-udp-segmentation`: whether a UDP GSO send leaves the device whole.
+const udpSegmentation = "tx-udp-segmentation"
+
+// noUDPSegmentation turns tx-udp-segmentation off for dev, so the device
+// cuts a UDP GSO send (how pktio sends RoCEv2 and UET runs) into its
+// datagrams as it transmits it, as a NIC with USO does in hardware: the
+// next hop, a switch port's TC program and HTB, sees packets of the path
+// MTU. A veth has it on and would carry the super-packet whole.
+func (n *Node) noUDPSegmentation(dev string) error {
+	return n.Do(func() error {
+		et, err := ethtool.NewEthtool()
+		if err != nil {
+			return fmt.Errorf("ethtool: %w", err)
+		}
+		defer et.Close()
+		if err := et.Change(dev, map[string]bool{udpSegmentation: false}); err != nil {
+			return fmt.Errorf("ethtool %s %s off: %w", dev, udpSegmentation, err)
+		}
+		got, err := et.Features(dev)
+		if err != nil {
+			return fmt.Errorf("ethtool features %s: %w", dev, err)
+		}
+		if got[udpSegmentation] {
+			return fmt.Errorf("ethtool %s: could not turn %s off", dev, udpSegmentation)
+		}
+		return nil
+	})
+}
+
 func onOff(on bool) string {
 	if on {
 		return "on"

@@ -108,7 +108,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if udpPort == 0 {
 		udpPort = DefaultUDPPort
 	}
-	udp, err := pktio.ListenRoCE(netip.AddrPortFrom(laddr, udpPort), pktio.RoCEOptions{})
+	udp, err := pktio.ListenRoCE(netip.AddrPortFrom(laddr, udpPort), pktio.RoCEOptions{SendPath: c.SendPath})
 	if err != nil {
 		return nil, listenErr("udp", "--udp-port", netip.AddrPortFrom(laddr, udpPort), err)
 	}

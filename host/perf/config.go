@@ -114,6 +114,10 @@ type ServerConfig struct {
 	// memory, sessions, connections, request size, timeouts). Optional:
 	// zero fields take agent's defaults (agent.ServerLimits).
 	Limits agent.ServerLimits
+	// SendPath (--send) is how the server's port sends: UDP GSO for runs
+	// of one source port (pktio.SendAuto) or the raw socket always
+	// (pktio.SendRaw). Optional: pktio.SendAuto.
+	SendPath pktio.SendPath
 
 	// Transport is TransportRoCEv2 (also "") or TransportUET: a UET server
 	// (ListenUET) serves UET sessions only, on Bind's UDP 4793 (Bind is
@@ -270,6 +274,10 @@ type ClientConfig struct {
 	// (pktio.ListenEntropy). Tests pass one end of a pktio pipe; RunClient
 	// closes it.
 	UETConn pktio.Conn
+	// SendPath (--send) is how the client's port sends (RoCEv2 and UET):
+	// UDP GSO for runs of one source port (pktio.SendAuto) or the raw
+	// socket always (pktio.SendRaw). Optional: pktio.SendAuto.
+	SendPath pktio.SendPath
 	// NSCCKnobs are name=value settings (--nscc) applied with
 	// nscc.Params.Set to nscc.LabParams of the line rate, base RTT and
 	// MTU, in order. UET only.

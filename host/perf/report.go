@@ -333,6 +333,9 @@ type UDPStats struct {
 	SendErrors        uint64 `json:"send_errors"`
 	Truncated         uint64 `json:"truncated"`
 	RecvBufferDrops   uint64 `json:"recv_buffer_drops"`
+	// GSODatagrams of DatagramsSent left in GSOSends UDP GSO sends.
+	GSODatagrams uint64 `json:"gso_datagrams"`
+	GSOSends     uint64 `json:"gso_sends"`
 }
 
 func udpStats(s pktio.UDPStats) UDPStats { return UDPStats(s) }

@@ -107,7 +107,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		bind = cfg.Bind.Unmap()
 	}
 	uap := netip.AddrPortFrom(bind, uint16(cfg.UDPPort))
-	udp, err := pktio.ListenRoCE(uap, pktio.RoCEOptions{})
+	udp, err := pktio.ListenRoCE(uap, pktio.RoCEOptions{SendPath: cfg.SendPath})
 	if err != nil {
 		return nil, listenErr("udp", "--udp-port", uap, err)
 	}

@@ -200,7 +200,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 			local = src
 		}
 		ap := netip.AddrPortFrom(local, uet.Port)
-		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{})
+		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{SendPath: c.SendPath})
 		if err != nil {
 			return nil, uetListenErr(ap, err)
 		}

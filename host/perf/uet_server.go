@@ -110,7 +110,7 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 			return nil, errors.New("roceperf: --transport uet: the server needs -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")
 		}
 		ap := netip.AddrPortFrom(bind, uet.Port)
-		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{})
+		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{SendPath: cfg.SendPath})
 		if err != nil {
 			return nil, uetListenErr(ap, err)
 		}

@@ -13,19 +13,22 @@
 // puts on the wire. An unconnected UDP socket with IP_MTU_DISCOVER =
 // IP_PMTUDISC_DO sends DF packets with ID 0, which is what UDPConn does. It
 // never connects its socket (a connected socket numbers its packets) and
-// never uses UDP GSO (UDP_SEGMENT), which would give the segments of one
-// send IDs 1, 2, 3… and break the ICRC; nor UDP GRO (UDP_GRO), which would
-// hand several datagrams over in one buffer for no gain over recvmmsg. The
-// TOS byte (DSCP and ECN) is masked in the ICRC, so it is set per datagram.
+// never uses UDP GSO (UDP_SEGMENT), which gives the segments of one send
+// IDs 0, 1, 2…; nor UDP GRO (UDP_GRO), which would hand several datagrams
+// over in one buffer for no gain over recvmmsg. The TOS byte (DSCP and ECN)
+// is masked in the ICRC, so it is set per datagram.
 //
 // UDPConn sends every datagram from its own port. RoCEv2 wants more
 // (roce-wire.md, "Encapsulation"): destination port 4791 on every packet,
 // data, ACK, NAK and CNP alike, and a UDP source port per QP for ECMP
-// entropy. RoCEConn does that: it builds the IP and UDP headers itself and
-// sends through a raw socket (so each datagram has its own source port, IP
-// ID 0 and DF as before), and it receives on UDP 4791 shared with every
-// other agent of the host through SO_REUSEPORT, an eBPF program handing each
-// packet to the agent that owns its destination QP (SteeredConn).
+// entropy. RoCEConn does that: a run of datagrams from one source port (a
+// QP's packets) leaves through a UDP socket bound to that port in UDP GSO
+// sends, each segment's ICRC rewritten for the ID the kernel gives it
+// (gso_linux.go); the rest through a raw socket, with IP and UDP headers
+// built here (ID 0 and DF as before). It receives on UDP 4791 shared with
+// every other agent of the host through SO_REUSEPORT, an eBPF program
+// handing each packet to the agent that owns its destination QP
+// (SteeredConn).
 package pktio
 
 import (

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -106,6 +107,17 @@ func configureNetns(h netns.NsHandle, n *testNetns, loMTU int) error {
 		if err := nl.LinkSetMTU(lo, loMTU); err != nil {
 			return fmt.Errorf("lo mtu %d: %w", loMTU, err)
 		}
+	}
+	// lo segments a UDP GSO send as it leaves, as a lab's veths do
+	// (host/lab): captures and receivers see the datagrams, not one
+	// super-packet. The ethtool socket is this thread's, in the netns.
+	et, err := ethtool.NewEthtool()
+	if err != nil {
+		return fmt.Errorf("ethtool: %w", err)
+	}
+	defer et.Close()
+	if err := et.Change("lo", map[string]bool{"tx-udp-segmentation": false}); err != nil {
+		return fmt.Errorf("lo tx-udp-segmentation off: %w", err)
 	}
 	// IPv6 inserts an address's local route (table local) from a
 	// workqueue (addrconf_dad_work, even with nodad on lo) after

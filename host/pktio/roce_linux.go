@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +50,10 @@ type RoCEOptions struct {
 	// BatchSize is the most datagrams one recvmmsg/sendmmsg moves, 1 to
 	// MaxBatchSize. Optional: 0 means DefaultBatchSize.
 	BatchSize int
+	// SendPath is how datagrams leave: UDP GSO where a run of them
+	// shares a source port, the raw socket otherwise (SendAuto), or the
+	// raw socket always (SendRaw). Optional: SendAuto.
+	SendPath SendPath
 }
 
 // RoCEConn is the host's RoCEv2 port as one agent sees it (Linux): a
@@ -58,12 +61,18 @@ type RoCEOptions struct {
 // receives the packets of its block of QPNs on a UDP port (4791) shared
 // with every other agent of the network namespace.
 //
-// Send: a raw socket (IPPROTO_RAW, so IP_HDRINCL / IPV6_HDRINCL) and
-// sendmmsg; RoCEConn writes the IPv4 header (ID 0, DF, the Message's TOS,
-// TTL 64; the kernel fills the checksum, the length and, from a wildcard
-// address, the source) or the IPv6 header, and the UDP header: source port
-// Message.SrcPort, checksum 0 over IPv4 (RoCEv2 and rxe send none), the
-// full checksum over IPv6, where UDP requires one. Needs CAP_NET_RAW.
+// Send: consecutive datagrams of a batch from one source port (a QP's
+// packets) go through a UDP socket bound to that port, those to one
+// destination with one TOS as one UDP GSO send (gso_linux.go: segment k
+// gets IPv4 ID k and an ICRC for it; a real UDP checksum); the others
+// through a raw socket (IPPROTO_RAW, so IP_HDRINCL / IPV6_HDRINCL) and
+// sendmmsg, for which RoCEConn writes the IPv4 header (ID 0, DF, the
+// Message's TOS, TTL 64; the kernel fills the checksum, the length and,
+// from a wildcard address, the source) or the IPv6 header, and the UDP
+// header: source port Message.SrcPort, checksum 0 over IPv4 (RoCEv2 and
+// rxe send none), the full checksum over IPv6, where UDP requires one.
+// RoCEOptions.SendPath SendRaw sends everything the raw way. Needs
+// CAP_NET_RAW.
 //
 // Receive: a UDPConn bound to the wildcard address of the family on the
 // port with SO_REUSEPORT (recvmmsg, IP_RECVTOS / IPV6_RECVTCLASS), whose
@@ -81,19 +90,20 @@ type RoCEConn struct {
 	src     netip.Addr     // source written in the headers; invalid: wildcard
 	v6      bool
 	batch   int
-	file    *os.File // the raw socket
-	raw     syscall.RawConn
 	sndbuf  int
 	steer   *steering
 	routeFD int // IPv6 wildcard: a UDP socket connected to learn route sources; -1 otherwise
 
 	closeOnce sync.Once
 	closeErr  error
+	closed    atomic.Bool
 
 	wmu    sync.Mutex
+	raw    pollFD                    // the raw socket; Precondition: wmu is held.
 	w      sendState                 // Precondition: wmu is held.
 	heads  [][rawHeaderLen]byte      // one IP + UDP header per datagram of a batch
 	routes map[netip.Addr]netip.Addr // IPv6 wildcard: source per destination
+	gso    *gsoSender                // nil: SendRaw; Precondition: wmu is held.
 
 	datagramsSent atomic.Uint64
 	bytesSent     atomic.Uint64
@@ -117,13 +127,14 @@ func ListenRoCE(laddr netip.AddrPort, opts RoCEOptions) (*RoCEConn, error) {
 	if laddr.Port() == 0 {
 		laddr = netip.AddrPortFrom(laddr.Addr(), roce.UDPPort)
 	}
-	return listenRaw("roce", laddr, opts, true)
+	return listenRaw("roce", laddr, opts, true, true)
 }
 
 // listenRaw opens a raw send socket and a UDP receive socket on laddr's
 // port: the wildcard's, in the namespace's QPN steering (steered), or
-// laddr's own address, alone.
-func listenRaw(kind string, laddr netip.AddrPort, opts RoCEOptions, steered bool) (_ *RoCEConn, err error) {
+// laddr's own address, alone. icrc: the datagrams are RoCEv2, whose ICRC a
+// GSO send must rewrite per segment.
+func listenRaw(kind string, laddr netip.AddrPort, opts RoCEOptions, steered, icrc bool) (_ *RoCEConn, err error) {
 	addr := laddr.Addr().Unmap()
 	port := laddr.Port()
 	laddr = netip.AddrPortFrom(addr, port)
@@ -141,8 +152,12 @@ func listenRaw(kind string, laddr netip.AddrPort, opts RoCEOptions, steered bool
 	if sndbuf < 0 || opts.RecvBufferBytes < 0 {
 		return nil, fmt.Errorf("pktio: listen %s %s: buffer sizes must not be negative (RecvBufferBytes %d, SendBufferBytes %d)", kind, laddr, opts.RecvBufferBytes, opts.SendBufferBytes)
 	}
+	if opts.SendPath != SendAuto && opts.SendPath != SendRaw {
+		return nil, fmt.Errorf("pktio: listen %s %s: SendPath %d: want SendAuto (%d) or SendRaw (%d)", kind, laddr, opts.SendPath, SendAuto, SendRaw)
+	}
 	v6 := addr.Is6()
-	c := &RoCEConn{local: laddr, v6: v6, batch: batch, routeFD: -1}
+	c := &RoCEConn{local: laddr, v6: v6, batch: batch, routeFD: -1, raw: pollFD{fd: -1}}
+	c.raw.closed = &c.closed
 	if !addr.IsUnspecified() {
 		c.src = addr
 	}
@@ -192,6 +207,11 @@ func listenRaw(kind string, laddr netip.AddrPort, opts RoCEOptions, steered bool
 	}
 	c.w.init(batch)
 	c.heads = make([][rawHeaderLen]byte, batch)
+	if opts.SendPath == SendAuto {
+		if c.gso, err = newGSOSender(v6, c.src, c.sndbuf, batch, icrc, port, &c.closed); err != nil {
+			return nil, fmt.Errorf("pktio: listen %s %s: %w", kind, laddr, err)
+		}
+	}
 	return c, nil
 }
 
@@ -233,13 +253,9 @@ func (c *RoCEConn) openRaw(sndbuf int) error {
 		}
 	}
 	c.sndbuf, _ = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
-	// A non-blocking fd makes the File pollable: Write waits in the
-	// netpoller on EAGAIN.
-	c.file = os.NewFile(uintptr(fd), "rocev2-raw")
-	c.raw, err = c.file.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("raw socket: %w", err)
-	}
+	// Not in the netpoller (pollFD): a full send buffer is waited out in
+	// poll(2).
+	c.raw.fd = fd
 	return nil
 }
 
@@ -247,15 +263,70 @@ func (c *RoCEConn) openRaw(sndbuf int) error {
 // QPNs, from any source port; see UDPConn.ReadBatch.
 func (c *RoCEConn) ReadBatch(msgs []Message) (int, error) { return c.recv.ReadBatch(msgs) }
 
-// WriteBatch sends msgs in order, BatchSize datagrams per sendmmsg, each to
-// its Message.Addr from its Message.SrcPort (0: LocalAddr's port) with its
-// Message.TOS. It returns how many were sent; if fewer than len(msgs), err
-// says why msgs[n] failed (a datagram over the path MTU wraps
-// syscall.EMSGSIZE: DF is set) and msgs[n+1:] were not tried.
+// WriteBatch sends msgs in order, each to its Message.Addr from its
+// Message.SrcPort (0: LocalAddr's port) with its Message.TOS: a run of
+// datagrams from one source port through that port's UDP socket in GSO
+// sends of up to roce.GSOSegments datagrams, the rest through the raw
+// socket, BatchSize datagrams per sendmmsg. It returns how many were sent;
+// if fewer than len(msgs), err says why msgs[n] failed (a datagram over the
+// path MTU wraps syscall.EMSGSIZE: DF is set) and msgs[n+1:] were not tried.
 func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return writeBatches(msgs, c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if c.gso == nil || c.gso.off != nil {
+		return writeBatches(msgs, c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
+	}
+	sent := 0
+	for sent < len(msgs) {
+		rest := msgs[sent:]
+		if run := c.sourcePortRun(rest); run >= minGSORun {
+			n, fallback, err := c.gso.write(rest[:run], c.local.Port(), &c.datagramsSent, &c.bytesSent)
+			sent += n
+			if err != nil {
+				c.sendErrors.Add(1)
+				return sent, err
+			}
+			if fallback {
+				n, err := writeBatches(rest[n:run], c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
+				sent += n
+				if err != nil {
+					return sent, err
+				}
+			}
+			continue
+		}
+		// Raw: up to the next run long enough for GSO.
+		end := 1
+		for end < len(rest) && c.sourcePortRun(rest[end:]) < minGSORun {
+			end++
+		}
+		n, err := writeBatches(rest[:end], c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// sourcePortRun is how many datagrams at the head of msgs share the first
+// one's source port.
+func (c *RoCEConn) sourcePortRun(msgs []Message) int {
+	port := func(m *Message) uint16 {
+		if m.SrcPort == 0 {
+			return c.local.Port()
+		}
+		return m.SrcPort
+	}
+	p := port(&msgs[0])
+	n := 1
+	for n < len(msgs) && port(&msgs[n]) == p {
+		n++
+	}
+	return n
 }
 
 // prepareWrite builds the headers, sockaddrs and iovecs of msgs (at most
@@ -405,7 +476,7 @@ func (c *RoCEConn) routeSource(dst netip.Addr) (netip.Addr, error) {
 // sendPrepared sends the first k prepared datagrams and returns how many
 // went out. Precondition: wmu is held.
 func (c *RoCEConn) sendPrepared(k int) (int, error) {
-	n, err := c.w.sendmmsg(c.raw, k, &c.datagramsSent, &c.bytesSent)
+	n, err := c.w.sendmmsg(&c.raw, k, &c.datagramsSent, &c.bytesSent)
 	if err == nil && c.w.errno != 0 {
 		// The raw socket's sockaddr carries no port: name the host.
 		dst := parseSockaddr(&c.w.names[n])
@@ -423,9 +494,11 @@ func (c *RoCEConn) QPNBlock() (first, last uint32) { return c.steer.qpnBlock() }
 
 // EntropyConn is a Conn for a transport whose UDP source port is a
 // per-packet entropy value (Ultra Ethernet's EV, uet.md "Entropy"): it
-// sends each datagram from its Message.SrcPort through a raw socket, as
-// RoCEConn does (IP ID 0, DF, per-datagram TOS; CAP_NET_RAW), and receives
-// on one UDP socket bound to its own address and port, shared with no one.
+// sends each datagram from its Message.SrcPort as RoCEConn does (runs of
+// one EV in UDP GSO sends, with nothing to rewrite, UET having no ICRC;
+// the rest through a raw socket with IP ID 0, DF, per-datagram TOS;
+// CAP_NET_RAW), and receives on one UDP socket bound to its own address
+// and port, shared with no one.
 type EntropyConn struct{ c *RoCEConn }
 
 var _ Conn = (*EntropyConn)(nil)
@@ -440,7 +513,7 @@ func ListenEntropy(laddr netip.AddrPort, opts RoCEOptions) (*EntropyConn, error)
 	case laddr.Port() == 0:
 		return nil, fmt.Errorf("pktio: listen entropy %v: needs a port", laddr)
 	}
-	c, err := listenRaw("entropy", laddr, opts, false)
+	c, err := listenRaw("entropy", laddr, opts, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -466,6 +539,9 @@ func (e *EntropyConn) SetReadDeadline(t time.Time) error { return e.c.SetReadDea
 // Stats returns the counters (see RoCEConn.Stats).
 func (e *EntropyConn) Stats() UDPStats { return e.c.Stats() }
 
+// GSOOff: see RoCEConn.GSOOff.
+func (e *EntropyConn) GSOOff() error { return e.c.GSOOff() }
+
 // SteeringStats reads the namespace's steering counters.
 func (c *RoCEConn) SteeringStats() (SteeringStats, error) { return c.steer.readStats() }
 
@@ -476,13 +552,18 @@ func (c *RoCEConn) Close() error {
 	err := net.ErrClosed
 	c.closeOnce.Do(func() {
 		var errs []error
+		c.closed.Store(true) // a WriteBatch waiting in poll(2) returns within pollWaitMillis
 		if c.recv != nil {
 			errs = append(errs, c.recv.Close())
 		}
-		if c.file != nil {
-			errs = append(errs, c.file.Close()) // unblocks a WriteBatch waiting in the netpoller
-		}
 		c.wmu.Lock()
+		if c.raw.fd >= 0 {
+			errs = append(errs, unix.Close(c.raw.fd))
+			c.raw.fd = -1
+		}
+		if c.gso != nil {
+			c.gso.close()
+		}
 		if c.routeFD >= 0 {
 			unix.Close(c.routeFD)
 			c.routeFD = -1
@@ -512,5 +593,23 @@ func (c *RoCEConn) Stats() UDPStats {
 	s.DatagramsSent = c.datagramsSent.Load()
 	s.BytesSent = c.bytesSent.Load()
 	s.SendErrors = c.sendErrors.Load()
+	if g := c.gso; g != nil {
+		s.GSODatagrams, s.GSOSends = g.gsoDatagrams.Load(), g.gsoSends.Load()
+	}
 	return s
 }
+
+// GSOOff says why UDP GSO is off for this conn: nil while it is on,
+// errGSOOff under SendRaw, else the kernel's refusal. Safe to call
+// concurrently with I/O.
+func (c *RoCEConn) GSOOff() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.gso == nil {
+		return errGSOOff
+	}
+	return c.gso.off
+}
+
+// errGSOOff is GSOOff's answer under SendRaw.
+var errGSOOff = errors.New("pktio: UDP GSO off (SendRaw)")

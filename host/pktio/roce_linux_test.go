@@ -454,6 +454,12 @@ func TestRoCEAllocs(t *testing.T) {
 			b := ns.listenRoCE(t, fam.any, RoCEOptions{})
 			sent := mkRoCEMsgs(64, netip.AddrPortFrom(netip.MustParseAddr(fam.b), 4791), 1024, b)
 			back := mkRoCEMsgs(64, netip.AddrPortFrom(netip.MustParseAddr(fam.a), 4791), 64, a)
+			// One source port and TOS: GSO sends (the socket opened by
+			// AllocsPerRun's warm-up run).
+			gso := mkRoCEMsgs(64, netip.AddrPortFrom(netip.MustParseAddr(fam.b), 4791), 1024, b)
+			for i := range gso {
+				gso[i].SrcPort, gso[i].TOS = 0xC0DE, 0x6A
+			}
 			got := readMsgs(64, 2048)
 			read := func(c *RoCEConn) {
 				for n := 0; n < 64; {
@@ -473,8 +479,15 @@ func TestRoCEAllocs(t *testing.T) {
 					t.Fatal(err)
 				}
 				read(a)
+				if _, err := a.WriteBatch(gso); err != nil {
+					t.Fatal(err)
+				}
+				read(b)
 			})
-			t.Logf("%s: %.3f allocs per 2 × 64 datagrams", fam.name, allocs)
+			if st := a.Stats(); st.GSOSends == 0 {
+				t.Errorf("stats %+v: the one-port batch sent no GSO send", st)
+			}
+			t.Logf("%s: %.3f allocs per 3 × 64 datagrams", fam.name, allocs)
 			if allocs > 0.5 && !raceEnabled {
 				t.Errorf("%.2f allocs per batch, want 0", allocs)
 			}
@@ -483,10 +496,12 @@ func TestRoCEAllocs(t *testing.T) {
 }
 
 // BenchmarkSendCost compares what one 1024-byte datagram costs the sender:
-// today's unconnected UDP socket (one source port, TOS per datagram in a
-// cmsg) against RoCEConn's raw socket (IP and UDP headers built here,
-// source port per datagram). Batches of 64 through sendmmsg to a receiver
-// in the same namespace, which reads in a goroutine; ns/op is per datagram.
+// an unconnected UDP socket (one source port, TOS per datagram in a cmsg),
+// RoCEConn's raw socket (IP and UDP headers built here, source port per
+// datagram) and RoCEConn's GSO sends (64 datagrams of one QP's source port:
+// one send; lo segments them as it transmits, as a lab's veths do).
+// Batches of 64 to a receiver in the same namespace, which reads in a
+// goroutine; ns/op is per datagram.
 func BenchmarkSendCost(b *testing.B) {
 	for _, fam := range roceFamilies {
 		b.Run(fam.name+"/udp", func(b *testing.B) {
@@ -499,10 +514,20 @@ func BenchmarkSendCost(b *testing.B) {
 		b.Run(fam.name+"/raw", func(b *testing.B) {
 			ns := newTestNetns(b, 0)
 			srv := ns.listenRoCE(b, fam.b, RoCEOptions{})
-			cli := ns.listenRoCE(b, fam.a, RoCEOptions{})
+			cli := ns.listenRoCE(b, fam.a, RoCEOptions{SendPath: SendRaw})
 			msgs := mkRoCEMsgs(64, netip.AddrPortFrom(netip.MustParseAddr(fam.b), 4791), 1024, srv)
 			for i := range msgs {
 				msgs[i].TOS = 0x6A
+			}
+			benchmarkSend(b, cli, srv, msgs)
+		})
+		b.Run(fam.name+"/gso", func(b *testing.B) {
+			ns := newTestNetns(b, 0)
+			srv := ns.listenRoCE(b, fam.b, RoCEOptions{})
+			cli := ns.listenRoCE(b, fam.a, RoCEOptions{})
+			msgs := mkRoCEMsgs(64, netip.AddrPortFrom(netip.MustParseAddr(fam.b), 4791), 1024, srv)
+			for i := range msgs {
+				msgs[i].SrcPort, msgs[i].TOS = 0xC0DE, 0x6A
 			}
 			benchmarkSend(b, cli, srv, msgs)
 		})

@@ -12,6 +12,7 @@ type RoCEOptions struct {
 	RecvBufferBytes int
 	SendBufferBytes int
 	BatchSize       int
+	SendPath        SendPath
 }
 
 // SteeringStats are the namespace's steering counters. See the Linux
@@ -57,3 +58,5 @@ func (e *EntropyConn) LocalAddr() netip.AddrPort              { return netip.Add
 func (e *EntropyConn) Close() error                           { return errNotLinux }
 func (e *EntropyConn) SetReadDeadline(t time.Time) error      { return errNotLinux }
 func (e *EntropyConn) Stats() UDPStats                        { return UDPStats{} }
+func (c *RoCEConn) GSOOff() error                             { return errNotLinux }
+func (e *EntropyConn) GSOOff() error                          { return errNotLinux }

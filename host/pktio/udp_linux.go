@@ -79,6 +79,10 @@ type UDPStats struct {
 	// buffer was full (SO_RXQ_OVFL, sk_drops). The kernel reports it with the
 	// next datagram queued after a drop, so it lags by one arrival.
 	RecvBufferDrops uint64
+	// GSODatagrams are the datagrams of DatagramsSent that left in UDP GSO
+	// sends, GSOSends those sends (RoCEConn, EntropyConn; GSODatagrams /
+	// GSOSends is the mean segments per send).
+	GSODatagrams, GSOSends uint64
 }
 
 // UDPConn is a Conn over an unconnected UDP socket (Linux). Reads and writes
@@ -522,11 +526,18 @@ func (c *UDPConn) sendPrepared(k int) (int, error) {
 	return n, err
 }
 
+// rawWriter is the write side of a syscall.RawConn (or a pollFD): f is
+// called until it returns true, waiting for the socket to be writable in
+// between.
+type rawWriter interface {
+	Write(f func(fd uintptr) bool) error
+}
+
 // sendmmsg makes one sendmmsg of the first k prepared datagrams on raw, counts
 // what went out and returns how many did. A datagram the kernel refused
 // leaves its errno in w.errno (at index n) for the owner to name; a failed
 // call is the error. Precondition: the owner's write lock is held.
-func (w *sendState) sendmmsg(raw syscall.RawConn, k int, datagrams, bytes *atomic.Uint64) (int, error) {
+func (w *sendState) sendmmsg(raw rawWriter, k int, datagrams, bytes *atomic.Uint64) (int, error) {
 	if k == 0 {
 		return 0, nil
 	}

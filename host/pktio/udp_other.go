@@ -21,6 +21,7 @@ type UDPOptions struct {
 type UDPStats struct {
 	DatagramsSent, BytesSent, DatagramsReceived, BytesReceived uint64
 	SendErrors, Truncated, RecvBufferDrops                     uint64
+	GSODatagrams, GSOSends                                     uint64
 }
 
 // UDPConn is only implemented on Linux (recvmmsg/sendmmsg, IP_RECVTOS).

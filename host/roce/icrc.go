@@ -122,8 +122,8 @@ func icrcTransport(crc uint32, sc *icrcScratch, n int, covered []byte) uint32 {
 // over IPv4. udpPayload is the whole UDP payload including its last 4 ICRC
 // bytes, which are not covered. The IP header is reconstructed as Linux
 // sends it from an unconnected UDP socket with IP_PMTUDISC_DO: IHL 5, ID 0,
-// DF set (kernel.md). It returns 0 if either address is not IPv4 (or
-// IPv4-mapped IPv6).
+// DF set (kernel.md); ICRCIDDelta turns it into another ID's. It returns 0
+// if either address is not IPv4 (or IPv4-mapped IPv6).
 func ICRCv4(src, dst netip.AddrPort, udpPayload []byte) uint32 {
 	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
 	if !sa.Is4() || !da.Is4() {
@@ -189,12 +189,18 @@ func SealICRC(src, dst netip.AddrPort, udpPayload []byte) {
 }
 
 // VerifyICRC reports whether the last 4 bytes of udpPayload hold its ICRC.
-// A payload too short for a BTH and an ICRC does not verify.
+// A payload too short for a BTH and an ICRC does not verify. Over IPv4 the
+// ICRC covers the IP ID, which a UDP socket does not show: it is taken to be
+// 0 or, as a UDP GSO send numbers its segments, below GSOSegments.
 func VerifyICRC(src, dst netip.AddrPort, udpPayload []byte) bool {
 	if len(udpPayload) < BTHLen+ICRCLen {
 		return false
 	}
-	return le.Uint32(udpPayload[len(udpPayload)-ICRCLen:]) == ICRC(src, dst, udpPayload)
+	got, want := le.Uint32(udpPayload[len(udpPayload)-ICRCLen:]), ICRC(src, dst, udpPayload)
+	if got == want {
+		return true
+	}
+	return src.Addr().Unmap().Is4() && segmentID(len(udpPayload), got^want) > 0
 }
 
 // ICRCFromIP returns the ICRC (zlib value) of a whole IPv4 or IPv6 packet,

@@ -21,7 +21,8 @@
 //
 // It reports and never judges: the exit status is non-zero only when a
 // measurement could not be made. Run as root: go run ./netns-tests/bench
-// (-no-throughput, -no-roce skip parts; -only picks sections; -help).
+// (-no-throughput, -no-roce skip parts; -only picks sections; -smoke runs
+// every section once, short, in about a minute: make bench-smoke; -help).
 package main
 
 import (
@@ -110,9 +111,22 @@ func run() int {
 	skipRoce := flag.Bool("no-roce", false, "skip the RoCEv2 host rows (roceperf goodput, pps per core, CNP reaction, kernel NP)")
 	only := flag.String("only", "", "run only these sections, comma-separated: "+strings.Join(sectionNames, ", ")+
 		" (roce = goodput,reaction); overrides -no-throughput and -no-roce")
+	smoke := flag.Bool("smoke", false, "a quick pass through every section (CI): -rounds 1 -seconds 1 -repeat 20000 -trials 1 "+
+		"-reaction-seconds 1 -np-count 500 and 1 s in-situ trials; flags given explicitly win")
 	rf := roceFlags()
 	nf := npFlags()
 	flag.Parse()
+	if *smoke {
+		smokeDefaults(map[string]func(){
+			"rounds":           func() { *rounds = 1 },
+			"seconds":          func() { *seconds = 1 },
+			"repeat":           func() { *repeat = 20_000 },
+			"trials":           func() { *trials = 1 },
+			"reaction-seconds": func() { *rf.rSeconds = 1 },
+			"np-count":         func() { *nf.count = 500 },
+		})
+		inSituSend = time.Second
+	}
 	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat || *cpu >= runtime.NumCPU() {
 		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d\n", maxRepeat, runtime.NumCPU())
 		return 2
@@ -208,6 +222,15 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// smokeDefaults applies each setting whose flag the command line did not
+// set, so that -smoke -rounds 3 still runs three rounds.
+func smokeDefaults(settings map[string]func()) {
+	flag.Visit(func(f *flag.Flag) { delete(settings, f.Name) })
+	for _, set := range settings {
+		set()
+	}
 }
 
 func progress(format string, args ...any) {

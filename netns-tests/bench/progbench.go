@@ -38,8 +38,14 @@ const (
 	// the skb->priority store of the production path is included.
 	shapedPriorityBase = 1<<16 | 0x10
 	harnessFallthrough = 99 // harness return value when its tail call failed
-	gib                = units.ByteSize(1 << 30)
-	mib                = units.ByteSize(1 << 20)
+	// The verdicts the port programs return on every measured path
+	// (bpf/port.c): port_enqueue passes with TC_ACT_OK, port_dequeue with
+	// TC_ACT_UNSPEC (TCX_NEXT) so a program after it at the peer's
+	// ingress still runs; BPF_PROG_RUN reports -1 as a u32.
+	tcActOK     = 0
+	tcActUnspec = ^uint32(0)
+	gib         = units.ByteSize(1 << 30)
+	mib         = units.ByteSize(1 << 20)
 )
 
 // ProgRow is one line of the per-packet cost table.
@@ -302,6 +308,25 @@ type progCase struct {
 	primeWait time.Duration
 	// check verifies from the counters that every run took path.
 	check func(d delta) (string, error)
+}
+
+// wantVerdict is the TC verdict c's program returns on its measured path.
+func (c progCase) wantVerdict() uint32 {
+	if c.program == "port_dequeue" {
+		return tcActUnspec
+	}
+	return tcActOK
+}
+
+// verdictName names a TC verdict for errors.
+func verdictName(v uint32) string {
+	switch v {
+	case tcActOK:
+		return "TC_ACT_OK"
+	case tcActUnspec:
+		return "TC_ACT_UNSPEC"
+	}
+	return fmt.Sprint(int32(v))
 }
 
 func enqueueProg(o *qdisc.Objects) *ebpf.Program { return o.PortEnqueue }
@@ -849,8 +874,8 @@ func (e *benchEnv) runCase(c progCase, floor float64) (ProgRow, error) {
 		}
 		// The slot holds the program here (see below).
 		ret, err := harness.Run(&ebpf.RunOptions{Data: e.pkt})
-		if err == nil && ret != 0 {
-			err = fmt.Errorf("returned %d", ret)
+		if err == nil && ret != c.wantVerdict() {
+			err = fmt.Errorf("returned %s, want %s", verdictName(ret), verdictName(c.wantVerdict()))
 		}
 		if err != nil {
 			restoreErr = fmt.Errorf("primer run: %w", err)
@@ -878,8 +903,8 @@ func (e *benchEnv) runCase(c progCase, floor float64) (ProgRow, error) {
 			if err != nil {
 				return ProgRow{}, err
 			}
-			if ret != 0 {
-				return ProgRow{}, fmt.Errorf("returned %d, want TC_ACT_OK", ret)
+			if ret != c.wantVerdict() {
+				return ProgRow{}, fmt.Errorf("returned %s, want %s", verdictName(ret), verdictName(c.wantVerdict()))
 			}
 			trialNs = append(trialNs, float64(d.Nanoseconds()))
 			continue
@@ -907,8 +932,8 @@ func (e *benchEnv) runCase(c progCase, floor float64) (ProgRow, error) {
 		if ret == harnessFallthrough {
 			return ProgRow{}, errors.New("harness tail call into the program failed")
 		}
-		if ret != 0 {
-			return ProgRow{}, fmt.Errorf("returned %d, want TC_ACT_OK", ret)
+		if ret != c.wantVerdict() {
+			return ProgRow{}, fmt.Errorf("returned %s, want %s", verdictName(ret), verdictName(c.wantVerdict()))
 		}
 		trialNs = append(trialNs, float64(d1.Nanoseconds()-d0.Nanoseconds())+floor)
 	}
@@ -961,11 +986,13 @@ func si(n uint64) string {
 const (
 	inSituRate    = 500 * units.Mbit
 	inSituPayload = 1400
-	inSituSend    = 2 * time.Second
 	// inSituDispatchProgs is how many empty programs the dispatch estimate
 	// attaches at once: enough to rise above the sender's noise.
 	inSituDispatchProgs = 64
 )
+
+// inSituSend is how long each in-situ trial sends (-smoke: 1 s).
+var inSituSend = 2 * time.Second
 
 // progStat is a program's kernel statistics at one moment.
 type progStat struct{ runs, ns uint64 }

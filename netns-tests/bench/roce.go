@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -56,13 +57,25 @@ type GoodputReport struct {
 	PPSRatio float64 `json:"pps_per_core_ratio,omitempty"`
 	// UET: host/pds endpoints (NSCC) with roceperf's payload per packet;
 	// its ratios are to roceperf's medians.
-	UET         ToolRow    `json:"uet"`
-	UETRatio    float64    `json:"uet_goodput_ratio,omitempty"`
-	UETPPSRatio float64    `json:"uet_pps_per_core_ratio,omitempty"`
-	Goal        float64    `json:"goal_ratio"`
-	Stretch     float64    `json:"stretch_ratio"`
-	Verdict     string     `json:"verdict"` // stretch, ok, below, n/a
-	Order       [][]string `json:"order"`   // per round, the tools in the order they ran
+	UET         ToolRow `json:"uet"`
+	UETRatio    float64 `json:"uet_goodput_ratio,omitempty"`
+	UETPPSRatio float64 `json:"uet_pps_per_core_ratio,omitempty"`
+	// UETIperfPPSRatio is UET's pps per core / iperf3's.
+	UETIperfPPSRatio float64 `json:"uet_pps_per_core_vs_iperf3,omitempty"`
+	// RoceperfRaw and UETRaw are the same senders with every packet
+	// through the raw socket (--send raw, the path before UDP GSO), in the
+	// same rounds: the before beside the after. Their ratios are to
+	// iperf3's medians. Absent with -send-raw-rows=false.
+	RoceperfRaw         *ToolRow `json:"roceperf_raw,omitempty"`
+	RawPPSRatio         float64  `json:"roceperf_raw_pps_per_core_ratio,omitempty"`
+	UETRaw              *ToolRow `json:"uet_raw,omitempty"`
+	UETRawIperfPPSRatio float64  `json:"uet_raw_pps_per_core_vs_iperf3,omitempty"`
+	// PPSGoal is the goal of every sender's pps per core / iperf3's.
+	PPSGoal float64    `json:"pps_per_core_goal_ratio"`
+	Goal    float64    `json:"goal_ratio"`
+	Stretch float64    `json:"stretch_ratio"`
+	Verdict string     `json:"verdict"` // stretch, ok, below, n/a
+	Order   [][]string `json:"order"`   // per round, the tools in the order they ran
 }
 
 // ToolRow is one tool over its rounds.
@@ -75,6 +88,11 @@ type ToolRow struct {
 	PPSPerCore  float64 `json:"median_pps_per_core"`
 	SentKpps    float64 `json:"median_sent_kpps"`
 	SpreadPct   float64 `json:"goodput_spread_pct"`
+	// PPSSpreadPct is (max - min) / median of the rounds' pps per core.
+	PPSSpreadPct float64 `json:"pps_per_core_spread_pct"`
+	// GSOPct and SegmentsPerSend: medians of the rounds' (roceperf, UET).
+	GSOPct          float64 `json:"median_gso_datagrams_pct"`
+	SegmentsPerSend float64 `json:"median_segments_per_gso_send"`
 }
 
 // UDPRun is one round of one tool.
@@ -87,8 +105,12 @@ type UDPRun struct {
 	GoodputGbps float64 `json:"goodput_gbps"`
 	// SentPackets are the datagrams the sender sent (roceperf: data
 	// packets, retransmissions included).
-	SentPackets uint64  `json:"sent_packets"`
-	Seconds     float64 `json:"seconds"`
+	SentPackets uint64 `json:"sent_packets"`
+	// GSOPct is the share of the datagrams the sender's conn sent in UDP
+	// GSO sends, SegmentsPerSend their mean per send (roceperf, UET).
+	GSOPct          float64 `json:"gso_datagrams_pct"`
+	SegmentsPerSend float64 `json:"segments_per_gso_send,omitempty"`
+	Seconds         float64 `json:"seconds"`
 	// SenderCPUSeconds is user+system time of the sender process over the
 	// test (getrusage RUSAGE_SELF deltas; iperf3: its
 	// cpu_utilization_percent.host_total × test seconds).
@@ -106,12 +128,14 @@ type UDPRun struct {
 
 type roceOpts struct {
 	goodput, reaction bool
-	rounds, seconds   int
-	mtu               int
-	cpu               int
-	burst             int // roceperf --burst; 0: its default
-	profileDir        string
-	react             reactionOpts
+	// rawRows adds roceperf and UET with --send raw to the goodput rounds.
+	rawRows         bool
+	rounds, seconds int
+	mtu             int
+	cpu             int
+	burst           int // roceperf --burst; 0: its default
+	profileDir      string
+	react           reactionOpts
 }
 
 // roceLinkMTU is the veth MTU a path MTU needs: 1500 up to 1024 (a 1024
@@ -199,12 +223,18 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 	dg := roceDatagramBytes(o.mtu)
 	g := &GoodputReport{
 		MTU: o.mtu, LinkMTU: roceLinkMTU(o.mtu), DatagramBytes: dg, CPU: o.cpu,
-		Goal: goodputGoal, Stretch: goodputStretch, Verdict: "n/a",
+		Goal: goodputGoal, Stretch: goodputStretch, PPSGoal: goodputGoal, Verdict: "n/a",
 		Iperf: ToolRow{Tool: "iperf3 -u", Command: fmt.Sprintf("iperf3 -u -b 0 -l %d -t %d", dg, o.seconds)},
 		Roceperf: ToolRow{Tool: "roceperf", Command: fmt.Sprintf("roceperf --cc none -b 0 --mtu %d -l %d -t %d (WRITE, 1 QP)",
 			o.mtu, roceMessageBytes, o.seconds)},
 		UET: ToolRow{Tool: "uet", Command: fmt.Sprintf("UET endpoints (host/pds, NSCC, RUD), MTU %d (%d B payload), %d KiB messages, %d s",
 			uetMTU(o.mtu), o.mtu, roceMessageBytes>>10, o.seconds)},
+	}
+	tools := []string{"iperf3", "roceperf", "uet"}
+	if o.rawRows {
+		g.RoceperfRaw = &ToolRow{Tool: "roceperf --send raw", Command: g.Roceperf.Command + " --send raw"}
+		g.UETRaw = &ToolRow{Tool: "uet, raw socket", Command: g.UET.Command + ", raw socket (pktio.SendRaw)"}
+		tools = []string{"iperf3", "roceperf", "roceperf-raw", "uet", "uet-raw"}
 	}
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		return g, errIperfMissing
@@ -221,12 +251,12 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 	var errs []error
 	n := 0
 	for r := range o.rounds {
-		tools := []string{"iperf3", "roceperf", "uet"}
-		for range r % len(tools) {
-			tools = append(tools[1:], tools[0])
+		order := slices.Clone(tools)
+		for range r % len(order) {
+			order = append(order[1:], order[0])
 		}
-		g.Order = append(g.Order, tools)
-		for _, tool := range tools {
+		g.Order = append(g.Order, order)
+		for _, tool := range order {
 			if ctx.Err() != nil {
 				return finishGoodput(g), errors.Join(append(errs, ctx.Err())...)
 			}
@@ -234,30 +264,30 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 			progress("UDP goodput round %d/%d: %s (%d s)", r+1, o.rounds, tool, o.seconds)
 			var run UDPRun
 			var err error
+			prof := ""
+			if o.profileDir != "" {
+				prof = filepath.Join(o.profileDir, fmt.Sprintf("round%d-%s", r+1, tool))
+			}
+			var row *ToolRow
 			switch tool {
 			case "iperf3":
 				run, err = iperfUDP(ctx, a, b, iperfPort+100+n, o.seconds, dg, o.cpu)
-				if err == nil {
-					g.Iperf.Runs = append(g.Iperf.Runs, run)
-				}
+				row = &g.Iperf
 			case "uet":
-				prof := ""
-				if o.profileDir != "" {
-					prof = filepath.Join(o.profileDir, fmt.Sprintf("round%d", r+1))
-				}
-				run, err = uetRun(ctx, exe, a, b, o, prof)
-				if err == nil {
-					g.UET.Runs = append(g.UET.Runs, run)
-				}
+				run, err = uetRun(ctx, exe, a, b, o, prof, pktio.SendAuto)
+				row = &g.UET
+			case "uet-raw":
+				run, err = uetRun(ctx, exe, a, b, o, prof, pktio.SendRaw)
+				row = g.UETRaw
+			case "roceperf-raw":
+				run, err = roceperfRun(ctx, exe, a, b, o, prof, pktio.SendRaw)
+				row = g.RoceperfRaw
 			default:
-				prof := ""
-				if o.profileDir != "" {
-					prof = filepath.Join(o.profileDir, fmt.Sprintf("round%d", r+1))
-				}
-				run, err = roceperfRun(ctx, exe, a, b, o, prof)
-				if err == nil {
-					g.Roceperf.Runs = append(g.Roceperf.Runs, run)
-				}
+				run, err = roceperfRun(ctx, exe, a, b, o, prof, pktio.SendAuto)
+				row = &g.Roceperf
+			}
+			if err == nil {
+				row.Runs = append(row.Runs, run)
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("round %d, %s: %w", r+1, tool, err))
@@ -268,18 +298,27 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 }
 
 func finishGoodput(g *GoodputReport) *GoodputReport {
-	for _, t := range []*ToolRow{&g.Iperf, &g.Roceperf, &g.UET} {
-		var gb, pps, kpps []float64
+	for _, t := range []*ToolRow{&g.Iperf, &g.Roceperf, &g.UET, g.RoceperfRaw, g.UETRaw} {
+		if t == nil {
+			continue
+		}
+		var gb, pps, kpps, gso, segs []float64
 		for _, r := range t.Runs {
 			gb = append(gb, r.GoodputGbps)
 			pps = append(pps, r.PPSPerCore)
+			gso = append(gso, r.GSOPct)
+			segs = append(segs, r.SegmentsPerSend)
 			if r.Seconds > 0 {
 				kpps = append(kpps, float64(r.SentPackets)/r.Seconds/1e3)
 			}
 		}
 		t.GoodputGbps, t.PPSPerCore, t.SentKpps = median(gb), median(pps), median(kpps)
+		t.GSOPct, t.SegmentsPerSend = median(gso), median(segs)
 		if len(gb) > 1 && t.GoodputGbps > 0 {
 			t.SpreadPct = 100 * (slices.Max(gb) - slices.Min(gb)) / t.GoodputGbps
+		}
+		if len(pps) > 1 && t.PPSPerCore > 0 {
+			t.PPSSpreadPct = 100 * (slices.Max(pps) - slices.Min(pps)) / t.PPSPerCore
 		}
 	}
 	if g.Iperf.GoodputGbps > 0 && g.Roceperf.GoodputGbps > 0 {
@@ -302,6 +341,15 @@ func finishGoodput(g *GoodputReport) *GoodputReport {
 	if g.Roceperf.PPSPerCore > 0 && g.UET.PPSPerCore > 0 {
 		g.UETPPSRatio = g.UET.PPSPerCore / g.Roceperf.PPSPerCore
 	}
+	perIperf := func(t *ToolRow) float64 {
+		if t == nil || t.PPSPerCore <= 0 || g.Iperf.PPSPerCore <= 0 {
+			return 0
+		}
+		return t.PPSPerCore / g.Iperf.PPSPerCore
+	}
+	g.UETIperfPPSRatio = perIperf(&g.UET)
+	g.RawPPSRatio = perIperf(g.RoceperfRaw)
+	g.UETRawIperfPPSRatio = perIperf(g.UETRaw)
 	return g
 }
 

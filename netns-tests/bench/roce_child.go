@@ -24,6 +24,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/pktio"
 )
 
 // roceperf runs in child processes of the bench, one per side, started
@@ -40,6 +41,10 @@ type childResult struct {
 	Seconds     float64 `json:"seconds"`
 	TxPackets   uint64  `json:"tx_packets"`
 	Retransmits uint64  `json:"retransmits"`
+	// The sender's conn: what it sent, and of that in UDP GSO sends.
+	ConnDatagrams uint64 `json:"conn_datagrams"`
+	GSODatagrams  uint64 `json:"gso_datagrams"`
+	GSOSends      uint64 `json:"gso_sends"`
 	// CPU of this process over RunClient (getrusage RUSAGE_SELF deltas).
 	UserSeconds float64 `json:"user_seconds"`
 	SysSeconds  float64 `json:"sys_seconds"`
@@ -60,7 +65,13 @@ func roceChild(args []string) int {
 	msg := fs.Int("msg", roceMessageBytes, "client: message bytes")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process here")
 	burst := fs.Int("burst", 0, "client: --burst (0: the tool's default)")
+	sendPath := fs.String("send", "auto", "--send: auto or raw")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	send, err := pktio.ParseSendPath(*sendPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -78,7 +89,7 @@ func roceChild(args []string) int {
 			fmt.Fprintln(os.Stderr, "bind:", err)
 			return 2
 		}
-		if err := perf.Serve(ctx, perf.ServerConfig{Bind: addr, OneOff: true, Interval: -1}); err != nil {
+		if err := perf.Serve(ctx, perf.ServerConfig{Bind: addr, OneOff: true, Interval: -1, SendPath: send}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -90,6 +101,7 @@ func roceChild(args []string) int {
 		cfg.MessageBytes = *msg
 		cfg.Duration = time.Duration(*seconds) * time.Second
 		cfg.Interval = 0
+		cfg.SendPath = send
 		if *burst > 0 {
 			cfg.MaxBurst = *burst
 		}
@@ -108,6 +120,8 @@ func roceChild(args []string) int {
 			res.TxPackets = e.Counters.Client.TxPackets
 			res.Retransmits = e.Counters.Client.RetransmitPackets
 			res.ToolCPUPct = e.CPU.HostTotal
+			u := e.Counters.ClientUDP
+			res.ConnDatagrams, res.GSODatagrams, res.GSOSends = u.DatagramsSent, u.GSODatagrams, u.GSOSends
 		}
 		if err != nil {
 			res.Error = err.Error()
@@ -120,14 +134,15 @@ func roceChild(args []string) int {
 	return 2
 }
 
-// roceperfRun runs one roceperf test a -> b in two child processes.
-// prof, if set, is a path prefix for the children's CPU profiles.
-func roceperfRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof string) (UDPRun, error) {
+// roceperfRun runs one roceperf test a -> b in two child processes, both
+// sending the send way. prof, if set, is a path prefix for the children's
+// CPU profiles.
+func roceperfRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof string, send pktio.SendPath) (UDPRun, error) {
 	var run UDPRun
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+30)*time.Second)
 	defer cancel()
 
-	srvArgs := []string{childArg, "-mode", "server", "-bind", addrB.Addr().String()}
+	srvArgs := []string{childArg, "-mode", "server", "-bind", addrB.Addr().String(), "-send", send.String()}
 	if prof != "" {
 		srvArgs = append(srvArgs, "-cpuprofile", prof+"-server.pprof")
 	}
@@ -162,7 +177,7 @@ func roceperfRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, pr
 		return run, fmt.Errorf("roceperf server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
 	}
 
-	cliArgs := []string{childArg, "-mode", "client", "-server", addrB.Addr().String(),
+	cliArgs := []string{childArg, "-mode", "client", "-server", addrB.Addr().String(), "-send", send.String(),
 		"-seconds", strconv.Itoa(o.seconds), "-mtu", strconv.Itoa(o.mtu), "-msg", strconv.Itoa(roceMessageBytes)}
 	if prof != "" {
 		cliArgs = append(cliArgs, "-cpuprofile", prof+"-client.pprof")
@@ -266,6 +281,12 @@ func (res *childResult) udpRun(srv *os.ProcessState, t0 time.Time) UDPRun {
 	}
 	if res.TxPackets > 0 {
 		run.LossPct = 100 * float64(res.Retransmits) / float64(res.TxPackets)
+	}
+	if res.ConnDatagrams > 0 {
+		run.GSOPct = 100 * float64(res.GSODatagrams) / float64(res.ConnDatagrams)
+	}
+	if res.GSOSends > 0 {
+		run.SegmentsPerSend = float64(res.GSODatagrams) / float64(res.GSOSends)
 	}
 	if srv != nil {
 		if wall := time.Since(t0).Seconds(); wall > 0 {

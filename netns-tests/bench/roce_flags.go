@@ -48,6 +48,7 @@ type roceFlagSet struct {
 	cpu        *int
 	burst      *int
 	profileDir *string
+	rawRows    *bool
 	rSeconds   *float64
 	rRate      units.Rate
 	rLine      units.Rate
@@ -61,6 +62,7 @@ func roceFlags() *roceFlagSet {
 		cpu:        flag.Int("roce-cpu", -1, "pin both tools' client and server of the goodput rows to this CPU (-1: no pinning; iperf3 -A, taskset for roceperf)"),
 		burst:      flag.Int("roce-burst", 0, "roceperf --burst for the goodput rows (packets per QP per transmit pass; 0: the tool's default)"),
 		profileDir: flag.String("roce-profile", "", "write CPU profiles of the roceperf client and server processes (pprof) into this directory"),
+		rawRows:    flag.Bool("send-raw-rows", true, "also run roceperf and UET with every packet through the raw socket (--send raw, the path before UDP GSO) in the goodput rounds"),
 		rSeconds:   flag.Float64("reaction-seconds", 3, "length of the CNP reaction run"),
 		rRate:      200 * units.Mbit,
 		rLine:      1 * units.Gbit,
@@ -74,7 +76,7 @@ func roceFlags() *roceFlagSet {
 }
 
 func (f *roceFlagSet) opts(rounds, seconds int) (roceOpts, error) {
-	o := roceOpts{rounds: rounds, seconds: seconds, mtu: *f.mtu, cpu: *f.cpu, burst: *f.burst, profileDir: *f.profileDir}
+	o := roceOpts{rounds: rounds, seconds: seconds, mtu: *f.mtu, cpu: *f.cpu, burst: *f.burst, profileDir: *f.profileDir, rawRows: *f.rawRows}
 	switch {
 	case *f.mtu != 1024 && *f.mtu != 4096:
 		return o, fmt.Errorf("-roce-mtu %d: must be 1024 or 4096", *f.mtu)

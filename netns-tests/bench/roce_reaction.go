@@ -207,7 +207,9 @@ func runReaction(ctx context.Context, a, b *lab.Node, o reactionOpts) (row React
 		var c *pktio.RoCEConn
 		err := n.Do(func() error {
 			var err error
-			c, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, rocewire.UDPPort), pktio.RoCEOptions{})
+			// The port sits on a's own device, before the device cuts a
+			// GSO send: it would see one as a single packet.
+			c, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, rocewire.UDPPort), pktio.RoCEOptions{SendPath: pktio.SendRaw})
 			return err
 		})
 		return c, err

@@ -21,43 +21,59 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 		if g.Iperf.GoodputGbps > 0 {
 			ref = fmt.Sprintf("%.2f Gbit/s", g.Iperf.GoodputGbps)
 		}
-		ratio := "-"
-		if g.Ratio > 0 {
-			ratio = fmt.Sprintf("%.2f", g.Ratio)
+		ratio := func(v float64) string {
+			if v <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", v)
 		}
 		fmt.Fprintf(tw, "UDP goodput\t%s\tmedian\t%s\t-\t-\t-\t-\tref\t%s\n",
 			g.Iperf.Command, gbps(g.Iperf.GoodputGbps), runsPath(&g.Iperf, "loss"))
 		fmt.Fprintf(tw, "UDP goodput\t%s\tmedian\t%s\t-\t%s\t%s\t>= %.1f (stretch %.0f)\t%s\t%s\n",
-			g.Roceperf.Command, gbps(g.Roceperf.GoodputGbps), ref, ratio, g.Goal, g.Stretch, g.Verdict, runsPath(&g.Roceperf, "retrans"))
-		ppsRef, ppsRatio := "-", "-"
+			g.Roceperf.Command, gbps(g.Roceperf.GoodputGbps), ref, ratio(g.Ratio), g.Goal, g.Stretch, g.Verdict, runsPath(&g.Roceperf, "retrans"))
+		if t := g.RoceperfRaw; t != nil {
+			fmt.Fprintf(tw, "UDP goodput\t%s\tmedian\t%s\t-\t%s\t%s\t-\tbefore\t%s\n",
+				t.Command, gbps(t.GoodputGbps), ref, ratio(div(t.GoodputGbps, g.Iperf.GoodputGbps)), runsPath(t, "retrans"))
+		}
+		ppsRef := "-"
 		if g.Iperf.PPSPerCore > 0 {
 			ppsRef = kpps(g.Iperf.PPSPerCore) + "/core"
 		}
-		if g.PPSRatio > 0 {
-			ppsRatio = fmt.Sprintf("%.2f", g.PPSRatio)
+		ppsGoal := fmt.Sprintf(">= %.1f", g.PPSGoal)
+		ppsVerdict := func(r float64) string {
+			switch {
+			case r <= 0:
+				return "n/a"
+			case r >= g.PPSGoal:
+				return "ok"
+			}
+			return "below"
 		}
 		fmt.Fprintf(tw, "pkts/s per core\tiperf3 -u sender, %d-byte datagrams\tmedian\t%s/core\t-\t-\t-\t-\tref\t%s\n",
 			g.DatagramBytes, kpps(g.Iperf.PPSPerCore), ppsPath(&g.Iperf))
-		fmt.Fprintf(tw, "pkts/s per core\troceperf sender (client)\tmedian\t%s/core\t-\t%s\t%s\t-\t-\t%s\n",
-			kpps(g.Roceperf.PPSPerCore), ppsRef, ppsRatio, ppsPath(&g.Roceperf))
+		fmt.Fprintf(tw, "pkts/s per core\troceperf sender (client)\tmedian\t%s/core\t-\t%s\t%s\t%s\t%s\t%s\n",
+			kpps(g.Roceperf.PPSPerCore), ppsRef, ratio(g.PPSRatio), ppsGoal, ppsVerdict(g.PPSRatio), ppsPath(&g.Roceperf))
+		if t := g.RoceperfRaw; t != nil {
+			fmt.Fprintf(tw, "pkts/s per core\troceperf sender, --send raw\tmedian\t%s/core\t-\t%s\t%s\t-\tbefore\t%s\n",
+				kpps(t.PPSPerCore), ppsRef, ratio(g.RawPPSRatio), ppsPath(t))
+		}
 		if len(g.UET.Runs) > 0 {
-			rref, rratio, pref, pratio := "-", "-", "-", "-"
+			rref := "-"
 			if g.Roceperf.GoodputGbps > 0 {
 				rref = fmt.Sprintf("%.2f Gbit/s", g.Roceperf.GoodputGbps)
 			}
-			if g.UETRatio > 0 {
-				rratio = fmt.Sprintf("%.2f", g.UETRatio)
-			}
-			if g.Roceperf.PPSPerCore > 0 {
-				pref = kpps(g.Roceperf.PPSPerCore) + "/core"
-			}
-			if g.UETPPSRatio > 0 {
-				pratio = fmt.Sprintf("%.2f", g.UETPPSRatio)
-			}
 			fmt.Fprintf(tw, "UDP goodput, UET\t%s\tmedian\t%s\t-\t%s\t%s\t-\tvs roceperf\t%s\n",
-				g.UET.Command, gbps(g.UET.GoodputGbps), rref, rratio, runsPath(&g.UET, "retrans"))
-			fmt.Fprintf(tw, "pkts/s per core, UET\tUET sender (host/pds endpoint)\tmedian\t%s/core\t-\t%s\t%s\t-\tvs roceperf\t%s\n",
-				kpps(g.UET.PPSPerCore), pref, pratio, ppsPath(&g.UET))
+				g.UET.Command, gbps(g.UET.GoodputGbps), rref, ratio(g.UETRatio), runsPath(&g.UET, "retrans"))
+			if t := g.UETRaw; t != nil && len(t.Runs) > 0 {
+				fmt.Fprintf(tw, "UDP goodput, UET\t%s\tmedian\t%s\t-\t%s\t%s\t-\tbefore\t%s\n",
+					t.Command, gbps(t.GoodputGbps), rref, ratio(div(t.GoodputGbps, g.Roceperf.GoodputGbps)), runsPath(t, "retrans"))
+			}
+			fmt.Fprintf(tw, "pkts/s per core, UET\tUET sender (host/pds endpoint)\tmedian\t%s/core\t-\t%s\t%s\t%s\t%s\t%s\n",
+				kpps(g.UET.PPSPerCore), ppsRef, ratio(g.UETIperfPPSRatio), ppsGoal, ppsVerdict(g.UETIperfPPSRatio), ppsPath(&g.UET))
+			if t := g.UETRaw; t != nil && len(t.Runs) > 0 {
+				fmt.Fprintf(tw, "pkts/s per core, UET\tUET sender, raw socket\tmedian\t%s/core\t-\t%s\t%s\t-\tbefore\t%s\n",
+					kpps(t.PPSPerCore), ppsRef, ratio(g.UETRawIperfPPSRatio), ppsPath(t))
+			}
 		}
 	}
 	if x := r.Reaction; x != nil {
@@ -95,6 +111,14 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 		fmt.Fprintf(tw, "%s\t  taken -> read by the QP\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", name, usVal(x.Sync), x.Sync, x.Config)
 	}
 
+}
+
+// div is a/b, 0 without a b.
+func div(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
 }
 
 func gbps(v float64) string {
@@ -140,8 +164,15 @@ func ppsPath(t *ToolRow) string {
 		ps = append(ps, fmt.Sprintf("%.0f", r.PPSPerCore/1e3))
 		cs = append(cs, fmt.Sprintf("%.0f%%/%.0f%%", 100*r.SenderCPUSeconds/max(r.Seconds, 1e-9), r.ReceiverCPUPct))
 	}
-	return fmt.Sprintf("rounds %s kpps/core; sent %.0f kpps; CPU sender/receiver %s", orNA(strings.Join(ps, " "), "none"),
-		t.SentKpps, orNA(strings.Join(cs, " "), "-"))
+	out := fmt.Sprintf("rounds %s kpps/core", orNA(strings.Join(ps, " "), "none"))
+	if len(t.Runs) > 1 {
+		out += fmt.Sprintf(" (spread %.0f%%)", t.PPSSpreadPct)
+	}
+	out += fmt.Sprintf("; sent %.0f kpps; CPU sender/receiver %s", t.SentKpps, orNA(strings.Join(cs, " "), "-"))
+	if t.GSOPct > 0 {
+		out += fmt.Sprintf("; %.0f%% of datagrams in UDP GSO sends, %.1f per send", t.GSOPct, t.SegmentsPerSend)
+	}
+	return out
 }
 
 // printRoceNotes explains the RoCEv2 rows under the table.
@@ -166,9 +197,15 @@ func printRoceNotes(w io.Writer, r *RoceReport) {
 		fmt.Fprintln(w, "for both tools alike. CPU column: sender and receiver process CPU as % of one CPU (roceperf server: over its lifetime).")
 		if len(g.UET.Runs) > 0 {
 			fmt.Fprintf(w, "UET rows: two host/pds endpoints (UDP 4793, RUD, NSCC at a %v line rate so the window does not bind) in child processes,\n", uetBenchLinkRate)
-			fmt.Fprintf(w, "in the same rounds (the three tools rotate). Each full packet carries roceperf's %d B of payload behind PDS 12 + SES %d bytes\n", g.MTU, uet.SESStdLen)
-			fmt.Fprintln(w, "(UET MTU = IP packet). Goodput: acknowledged message payload; pkts/s per core: data packets (retransmissions included, probes")
-			fmt.Fprintln(w, "and closes not) / the sender process's CPU seconds. Ratios are UET / roceperf: the two transports on the one engine.")
+			fmt.Fprintf(w, "in the same rounds (the tools rotate). Each full packet carries roceperf's %d B of payload behind PDS 12 + SES %d bytes\n", g.MTU, uet.SESStdLen)
+			fmt.Fprintln(w, "(UET MTU = IP packet). Goodput: acknowledged message payload, ratio UET / roceperf (the two transports on the one engine);")
+			fmt.Fprintln(w, "pkts/s per core: data packets (retransmissions included, probes and closes not) / the sender process's CPU seconds, ratio")
+			fmt.Fprintln(w, "to iperf3's.")
+		}
+		if g.RoceperfRaw != nil {
+			fmt.Fprintln(w, "roceperf and UET send runs of one source port (a QP's, a PDC's EV) as UDP GSO sends through a UDP socket bound to that port")
+			fmt.Fprintln(w, "(host/pktio; the veth cuts them into datagrams as it transmits: tx-udp-segmentation off), the rest through the raw socket;")
+			fmt.Fprintln(w, "'before' rows: the same senders with every packet through the raw socket (--send raw), in the same rounds.")
 		}
 	}
 	if x := r.Reaction; x != nil {

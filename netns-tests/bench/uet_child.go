@@ -67,7 +67,13 @@ func uetChild(args []string) int {
 	payload := fs.Int("payload", 1024, "payload bytes per full packet")
 	msg := fs.Int("msg", roceMessageBytes, "client: message bytes")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process here")
+	sendPath := fs.String("send", "auto", "how the endpoint's conn sends: auto or raw")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	send, err := pktio.ParseSendPath(*sendPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	stopProfile, err := startProfile(*cpuprofile)
@@ -83,7 +89,7 @@ func uetChild(args []string) int {
 		fmt.Fprintln(os.Stderr, "local:", err)
 		return 2
 	}
-	conn, err := pktio.ListenEntropy(netip.AddrPortFrom(la, uet.Port), pktio.RoCEOptions{})
+	conn, err := pktio.ListenEntropy(netip.AddrPortFrom(la, uet.Port), pktio.RoCEOptions{SendPath: send})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -133,6 +139,8 @@ func uetChild(args []string) int {
 		c1 := ep.Counters()
 		res.TxPackets = c1.TxPackets - c0.TxPackets - (c1.ProbesSent - c0.ProbesSent) - (c1.ClosesSent - c0.ClosesSent)
 		res.Retransmits = c1.Retransmits - c0.Retransmits
+		u := conn.Stats()
+		res.ConnDatagrams, res.GSODatagrams, res.GSOSends = u.DatagramsSent, u.GSODatagrams, u.GSOSends
 		if err != nil {
 			res.Error = err.Error()
 		}
@@ -142,14 +150,14 @@ func uetChild(args []string) int {
 	return 2
 }
 
-// uetRun runs one UET test a -> b in two child processes.
-// prof, if set, is a path prefix for the children's CPU profiles.
-func uetRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof string) (UDPRun, error) {
+// uetRun runs one UET test a -> b in two child processes, both sending the
+// send way. prof, if set, is a path prefix for the children's CPU profiles.
+func uetRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof string, send pktio.SendPath) (UDPRun, error) {
 	var run UDPRun
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+30)*time.Second)
 	defer cancel()
-	srvArgs := []string{uetChildArg, "-mode", "server", "-local", addrB.Addr().String(), "-payload", strconv.Itoa(o.mtu)}
-	cliArgs := []string{uetChildArg, "-mode", "client", "-local", addrA.Addr().String(), "-server", addrB.Addr().String(),
+	srvArgs := []string{uetChildArg, "-mode", "server", "-local", addrB.Addr().String(), "-payload", strconv.Itoa(o.mtu), "-send", send.String()}
+	cliArgs := []string{uetChildArg, "-mode", "client", "-local", addrA.Addr().String(), "-server", addrB.Addr().String(), "-send", send.String(),
 		"-seconds", strconv.Itoa(o.seconds), "-payload", strconv.Itoa(o.mtu), "-msg", strconv.Itoa(roceMessageBytes)}
 	if prof != "" {
 		srvArgs = append(srvArgs, "-cpuprofile", prof+"-uet-server.pprof")
