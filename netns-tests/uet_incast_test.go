@@ -85,10 +85,13 @@ var htsimTail = map[string]float64{
 const htsimMargin = 0.03
 
 // checkTail fails the incast whose tail over the ideal extended by the
-// time the port sat idle while a sender was held (netRatio) is more than
-// htsimMargin above htsim's in the same setting. RCCC's credit pacer runs
-// in the receiver's transmit loop: its late grants are held time too.
-func (r uetIncastResult) checkTail(t *testing.T, key string) {
+// time the host took from the port (netRatio) is more than htsimMargin
+// above htsim's in the same setting. RCCC's credit pacer runs in the
+// receiver's transmit loop: its late grants are held time too. What the
+// host does to the controllers (a round trip it stretched reads as
+// queueing) the figure cannot take out: a host-starved run may run once
+// more (runIncast).
+func (r uetIncastResult) checkTail(t *testing.T, c *hostChecks, key string) {
 	t.Helper()
 	ref, ok := htsimTail[key]
 	if !ok {
@@ -97,9 +100,22 @@ func (r uetIncastResult) checkTail(t *testing.T, key string) {
 	t.Logf("%s: tail FCT / ideal %.3f raw, %.3f net of the host's %v; htsim %.3f (%+.3f)",
 		key, r.ratio(), r.netRatio(), r.starved.Round(10*time.Microsecond), ref, r.netRatio()-ref)
 	if r.netRatio() > ref+htsimMargin {
-		t.Errorf("%s: tail FCT %v is %.3f × the ideal %v, %.3f net of the %v the host starved the port: want ≤ htsim's %.3f + %.2f",
+		c.Errorf("%s: tail FCT %v is %.3f × the ideal %v, %.3f net of the %v the host starved the port: want ≤ htsim's %.3f + %.2f",
 			key, r.tail.Round(time.Millisecond), r.ratio(), r.ideal.Round(time.Millisecond), r.netRatio(), r.starved.Round(10*time.Microsecond), ref, htsimMargin)
 	}
+}
+
+// runIncast runs the incast and checks its tail against htsim's under
+// key, once more if the host starved a run whose tail failed.
+func runIncast(t *testing.T, senders int, mode pds.CCMode, cfg qdisc.Config, key string) uetIncastResult {
+	t.Helper()
+	var r uetIncastResult
+	retryStarved(t, func(t *testing.T, c *hostChecks) hostlost.Report {
+		r = runUETIncast(t, senders, mode, cfg)
+		r.checkTail(t, c, key)
+		return r.host
+	})
+	return r
 }
 
 // runUETIncast runs the incast through a port with cfg under mode; trim
@@ -226,9 +242,8 @@ func TestUETIncast(t *testing.T) {
 	queue := map[pds.CCMode]uetIncastResult{}
 	for _, mode := range uetIncastModes {
 		t.Run(mode.String(), func(t *testing.T) {
-			r := runUETIncast(t, 8, mode, uetPortConfig())
+			r := runIncast(t, 8, mode, uetPortConfig(), "deep/8/"+mode.String())
 			queue[mode] = r
-			r.checkTail(t, "deep/8/"+mode.String())
 			if r.drops != 0 {
 				t.Errorf("the port dropped %d packets", r.drops)
 			}
@@ -286,7 +301,7 @@ func trimGroup(t *testing.T, cfg qdisc.Config, senders, attempt int) (again bool
 	}
 	for _, mode := range uetIncastModes {
 		t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
-			r := runUETIncast(t, senders, mode, cfg)
+			r := runIncast(t, senders, mode, cfg, fmt.Sprintf("trim/%d/%s", senders, mode))
 			queue[mode] = r
 			if r.port.TrimmedPackets == 0 && mode == pds.CCNSCC {
 				t.Errorf("the port trimmed nothing: the test did not fill its queue")
@@ -305,7 +320,6 @@ func trimGroup(t *testing.T, cfg qdisc.Config, senders, attempt int) (again bool
 			if r.drops != r.probesLost || r.timeouts != 0 || r.backlogDrops != 0 {
 				t.Errorf("port drops %d (%d probes lost), timeouts %d, host backlog drops %d: want no drop but the probes', no timeout (trimming replaces loss)", r.drops, r.probesLost, r.timeouts, r.backlogDrops)
 			}
-			r.checkTail(t, fmt.Sprintf("trim/%d/%s", senders, mode))
 		})
 	}
 	// Issue 11 §4c: RCCC keeps the last hop's queue below what NSCC alone
