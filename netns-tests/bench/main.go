@@ -57,7 +57,13 @@ type Report struct {
 	Throughput []ThroughputRow `json:"throughput"`
 	Roce       *RoceReport     `json:"roce,omitempty"`
 	NP         *NPReport       `json:"np_bpf,omitempty"`
-	Errors     []string        `json:"errors,omitempty"`
+	Delay      *DelayReport    `json:"delay,omitempty"`
+	// Host is what the kernel accounted the machine took from each
+	// section (host/hostlost.Kernel: run delay of this process's threads,
+	// the softirq threads', steal, time_squeeze, backlog drops): the
+	// figures run on a shared VM, and this says how shared.
+	Host   []SectionHost `json:"host,omitempty"`
+	Errors []string      `json:"errors,omitempty"`
 	// ElapsedSeconds is the wall time of the whole run.
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 }
@@ -131,7 +137,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d\n", maxRepeat, runtime.NumCPU())
 		return 2
 	}
-	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce}
+	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true}
 	if *only != "" {
 		var err error
 		if sec, err = parseSections(*only); err != nil {
@@ -165,9 +171,12 @@ func run() int {
 	}
 	failed := false
 
+	host := hostMeter{rep: &rep}
 	if sec.prog {
 		progress("per-packet cost: %d trials x %d repetitions per state", *trials, *repeat)
+		host.begin("prog")
 		rows, err := runProgBench(*repeat, *trials)
+		host.end()
 		rep.Programs = rows
 		if err != nil {
 			failed = true
@@ -176,7 +185,9 @@ func run() int {
 	}
 
 	if sec.throughput && ctx.Err() == nil {
+		host.begin("throughput")
 		trows, err := runThroughput(ctx, *rounds, *seconds, *cpu, units.ByteSize(*portLimit))
+		host.end()
 		rep.Throughput = trows
 		if err != nil {
 			failed = true
@@ -184,15 +195,29 @@ func run() int {
 		}
 	}
 	if (ro.goodput || ro.reaction) && ctx.Err() == nil {
+		host.begin("roce")
 		rr, err := runRoce(ctx, ro)
+		host.end()
 		rep.Roce = rr
 		if err != nil {
 			failed = true
 			rep.Errors = append(rep.Errors, "roce: "+err.Error())
 		}
 	}
+	if sec.delay && ctx.Err() == nil {
+		host.begin("delay")
+		dr, err := runDelay(ctx, *seconds, *cpu)
+		host.end()
+		rep.Delay = dr
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "delay link: "+err.Error())
+		}
+	}
 	if sec.np && ctx.Err() == nil {
+		host.begin("np")
 		nr, err := runNP(ctx, nf)
+		host.end()
 		rep.NP = nr
 		if err != nil {
 			failed = true

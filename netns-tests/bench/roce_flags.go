@@ -14,10 +14,10 @@ import (
 
 // sections are the parts of a run -only can pick.
 type sections struct {
-	prog, throughput, goodput, reaction, np bool
+	prog, throughput, goodput, reaction, np, delay bool
 }
 
-var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np"}
+var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np", "delay"}
 
 func parseSections(list string) (sections, error) {
 	var s sections
@@ -25,6 +25,8 @@ func parseSections(list string) (sections, error) {
 		switch strings.TrimSpace(name) {
 		case "prog":
 			s.prog = true
+		case "delay":
+			s.delay = true
 		case "throughput", "tcp":
 			s.throughput = true
 		case "roce":

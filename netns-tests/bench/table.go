@@ -101,6 +101,8 @@ func printTable(w io.Writer, r *Report) {
 	}
 	printRoceNotes(w, r.Roce)
 	printNPNotes(w, r.NP)
+	printDelay(w, r.Delay)
+	printHost(w, r.Host)
 	if r.ElapsedSeconds > 0 {
 		fmt.Fprintf(w, "\nrun time %.0f s\n", r.ElapsedSeconds)
 	}
