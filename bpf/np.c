@@ -494,13 +494,16 @@ static __always_inline struct np_verdict on_ce(struct np_qp *qp, __u64 now)
 }
 
 /* on_packet sends a pending CNP once N has passed (host/dcqcn NP.Poll),
- * with any RC request of the QP as the clock tick. */
-static __always_inline struct np_verdict on_packet(struct np_qp *qp, __u64 now)
+ * with any RC request of the QP as the clock tick. The clock is read only
+ * then: every data packet of every QP comes through here. */
+static __always_inline struct np_verdict on_packet(struct np_qp *qp)
 {
 	struct np_verdict v = {};
+	__u64 now;
 
 	if (!READ_ONCE(qp->pending)) /* the common case, without the lock */
 		return v;
+	now = now_ns();
 	bpf_spin_lock(&qp->lock);
 	if (qp->pending) {
 		v.timed_out = xmit_wait_over(qp, now);
@@ -711,7 +714,7 @@ int np_ingress(struct __sk_buff *skb)
 			st->coalesced++;
 	} else {
 		st->not_ce++;
-		v = on_packet(qp, now_ns());
+		v = on_packet(qp);
 	}
 	if (v.timed_out)
 		st->xmit_timeouts++;
