@@ -153,7 +153,10 @@ int runq_switch(__u64 *ctx)
 	w->to_ns = bpf_ktime_get_ns();
 	w->tid = tid;
 	w->tgid = BPF_CORE_READ(next, tgid);
-	bpf_ringbuf_submit(w, 0);
+	/* The reader polls: a wakeup per wait would make waits of its own
+	 * (a ring half full wakes it). */
+	bpf_ringbuf_submit(w, bpf_ringbuf_query(&waits, BPF_RB_AVAIL_DATA) > (1 << 19) ? BPF_RB_FORCE_WAKEUP
+											: BPF_RB_NO_WAKEUP);
 	st->waits++;
 	return 0;
 }

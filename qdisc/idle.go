@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -81,12 +82,21 @@ func openIdleLog(m *bpf.PortMaps) (*IdleLog, error) {
 	return &IdleLog{cfg: m.PortCfg, rd: rd}, nil
 }
 
+// IdleLogPoll is how often Read looks at the ring: the programs do not
+// wake the reader per event (only when the ring is half full), so that a
+// port going idle after every packet does not cost the host a wakeup each.
+const IdleLogPoll = 10 * time.Millisecond
+
 // Read blocks for the next idle period; after Close it returns
 // ErrIdleLogClosed, after Flush what the ring held and then
-// ErrIdleLogFlushed.
+// ErrIdleLogFlushed. Periods reach it up to IdleLogPoll after they end.
 func (l *IdleLog) Read() (IdlePeriod, error) {
 	for {
+		l.rd.SetDeadline(time.Now().Add(IdleLogPoll))
 		if err := l.rd.ReadInto(&l.rec); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return IdlePeriod{}, ErrIdleLogClosed
 			}
@@ -100,10 +110,6 @@ func (l *IdleLog) Read() (IdlePeriod, error) {
 		}
 	}
 }
-
-// SetDeadline makes Read return os.ErrDeadlineExceeded at t once the ring
-// is empty (the zero time: never). Not while a Read blocks: use Flush.
-func (l *IdleLog) SetDeadline(t time.Time) { l.rd.SetDeadline(t) }
 
 // Flush makes a blocked or later Read hand out what the ring holds now,
 // then return ErrIdleLogFlushed once.

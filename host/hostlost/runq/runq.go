@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -28,6 +29,9 @@ import (
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 )
+
+// pollEvery is how often the reader looks at the ring.
+const pollEvery = 10 * time.Millisecond
 
 // Config says whose waits to log.
 type Config struct {
@@ -111,7 +115,13 @@ func (t *Tracer) read() {
 	defer t.wg.Done()
 	var rec ringbuf.Record
 	for {
+		// The program wakes no reader per wait (only a ring half full):
+		// poll.
+		t.rd.SetDeadline(time.Now().Add(pollEvery))
 		if err := t.rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
 			if !errors.Is(err, ringbuf.ErrClosed) && !errors.Is(err, ringbuf.ErrFlushed) {
 				t.err = err
 			}
