@@ -654,7 +654,7 @@ func roceOneFlow(t *testing.T, c *hostChecks) hostlost.Report {
 		t.Errorf("goodput %s Mbit/s net of the host's %v is below 85%% of the payload capacity %s Mbit/s (raw %s)", mbit(goodputNet), w.starved, mbit(capacity), mbit(w.goodput[0]))
 	}
 	// A port the host held back builds a queue of its own: these two may
-	// run once more in a host-starved run.
+	// run again in a host-starved run (retryStarved).
 	if p99, bound := w.roce.Sojourn.Quantile(0.99), drainTime(roceMaxTh, roceRate); p99 > bound {
 		c.Errorf("sojourn p99 < %v with one line-rate flow: above max_th's drain time %v", p99, bound)
 	}
