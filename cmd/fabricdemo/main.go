@@ -69,7 +69,7 @@ pause ends before that is held again, and one that takes it to 7/16 of the
 buffer is warned not to raise its rate meanwhile (an alarm; -ppfc).
 
 DCQCN runs the paper's profile: its rate knobs scaled to -rate, its timers
-stretched by the same factor (x80 at the default 500mbit, -timescale), which keeps every
+stretched by the same factor (x80 at the default 500mbit, -stretch), which keeps every
 byte quantity of the loop as on the paper's 40 Gbit/s fabric. Links are
 9000-byte jumbo frames, RoCE MTU 4096.
 
@@ -107,7 +107,7 @@ Examples:
   fabricdemo -senders 8 -stagger 0  8 senders at once: PPFC stops them
                                     before the buffer overflows (-ppfc off:
                                     it overflows)
-  fabricdemo -timescale 1           the paper's own 55us timers at 1gbit: too
+  fabricdemo -stretch 1             the paper's own 55us timers at 1gbit: too
                                     fast to hold the queue, which overflows
   fabricdemo -profile mlx5          the ConnectX firmware defaults: α stays
                                     low at this packet rate and the queue
@@ -138,14 +138,14 @@ type options struct {
 	// RoCE: the DCQCN profile, the -dcqcn overrides in order, and the
 	// resulting parameters (profile, then the demo's settings, then the
 	// overrides).
-	profile   string
-	timescale float64 // -timescale; 0 until parsed means auto
-	knobs     knobList
-	params    dcqcn.Params
-	wred      string // -wred as given, "" for the traffic's default curve
-	ppfc      string // -ppfc as given: auto, off or xoff=SIZE,xon=SIZE
-	mtu       int
-	sample    time.Duration
+	profile string
+	stretch float64 // -stretch; 0 until parsed means auto
+	knobs   knobList
+	params  dcqcn.Params
+	wred    string // -wred as given, "" for the traffic's default curve
+	ppfc    string // -ppfc as given: auto, off or xoff=SIZE,xon=SIZE
+	mtu     int
+	sample  time.Duration
 	// Where to write the plot (RoCE) and the JSON summary; "" for none.
 	plotPath string
 	jsonPath string
@@ -216,17 +216,17 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(seconds{&o.duration}, "duration", "`seconds` of traffic, from the first flow's start to the end")
 	fs.Var(seconds{&o.stagger}, "stagger", "`seconds` between sender starts (shortened if the run is too short); not with uet, whose senders start at once")
 	fs.StringVar(&o.profile, "profile", o.profile, "roce: DCQCN `profile`, paper or mlx5 (host/dcqcn), rate knobs scaled to -rate")
-	fs.Func("timescale", "roce: stretch the profile's timers (rpg_time_reset, dce_tcp_rtt, min_time_between_cnps, rate_reduce_monitor_period) by this `factor`; auto: the profile's reference line rate / -rate (40 for paper, 25 for mlx5 at 1gbit); 1: the profile's own timers (default auto)",
+	fs.Func("stretch", "roce: stretch the profile's timers (rpg_time_reset, dce_tcp_rtt, min_time_between_cnps, rate_reduce_monitor_period) by this `factor`; auto: the profile's reference line rate / -rate (40 for paper, 25 for mlx5 at 1gbit); 1: the profile's own timers (default auto)",
 		func(v string) error {
 			if v == "auto" {
-				o.timescale = 0
+				o.stretch = 0
 				return nil
 			}
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0.01 || f > 10000 {
 				return fmt.Errorf("want auto or a factor from 0.01 to 10000")
 			}
-			o.timescale = f
+			o.stretch = f
 			return nil
 		})
 	fs.Var(&o.knobs, "dcqcn", "roce: set a DCQCN knob by its mlx5 `name=value` (repeat, or comma-separate); e.g. rpg_ai_rate=2 (Mbit/s), rpg_time_reset=100 (us)")
@@ -302,7 +302,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	}
 	if o.traffic != trafficRoCE {
 		var roceOnly []string
-		for _, f := range []string{"qps", "profile", "timescale", "dcqcn", "mtu", "sample", "plot", "ppfc", "np", "rp"} {
+		for _, f := range []string{"qps", "profile", "stretch", "dcqcn", "mtu", "sample", "plot", "ppfc", "np", "rp"} {
 			if set[f] && (o.traffic == trafficTCP || f != "sample" && f != "plot") {
 				roceOnly = append(roceOnly, "-"+f)
 			}
@@ -345,28 +345,28 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		}
 	}
 	if o.traffic == trafficRoCE {
-		p, f, err := demoParams(o.profile, o.rate, o.timescale, o.knobs)
+		p, f, err := demoParams(o.profile, o.rate, o.stretch, o.knobs)
 		if err != nil {
 			return bad("%v", err)
 		}
-		o.params, o.timescale = p, f
+		o.params, o.stretch = p, f
 	}
 	o.stagger = fitStagger(o.senders, o.duration, o.stagger)
 	return o, exitOK
 }
 
 // demoParams is the DCQCN profile scaled to the line rate, its timers
-// stretched by timescale (0: auto), then the user's -dcqcn overrides. It
+// stretched by stretch (0: auto), then the user's -dcqcn overrides. It
 // returns the factor used.
-func demoParams(profile string, rate units.Rate, timescale float64, knobs []string) (dcqcn.Params, float64, error) {
+func demoParams(profile string, rate units.Rate, stretch float64, knobs []string) (dcqcn.Params, float64, error) {
 	p, err := dcqcn.Profile(profile, rate)
 	if err != nil {
 		return p, 0, fmt.Errorf("-profile %s: want %s", profile, strings.Join(dcqcn.ProfileNames(), " or "))
 	}
-	if timescale == 0 {
-		timescale = autoTimescale(profile, rate)
+	if stretch == 0 {
+		stretch = autoStretch(profile, rate)
 	}
-	stretchTimers(&p, timescale)
+	stretchTimers(&p, stretch)
 	// A software sender can fall behind its Rc (CPU); the lab keeps Rc
 	// from growing meanwhile (-dcqcn rate_validation=0: firmware's rule).
 	p.RateValidation = demoRateValidation
@@ -377,9 +377,9 @@ func demoParams(profile string, rate units.Rate, timescale float64, knobs []stri
 		}
 	}
 	if err := p.Validate(); err != nil {
-		return p, 0, fmt.Errorf("DCQCN settings (-profile %s, -timescale %g, -dcqcn): %w", profile, timescale, err)
+		return p, 0, fmt.Errorf("DCQCN settings (-profile %s, -stretch %g, -dcqcn): %w", profile, stretch, err)
 	}
-	return p, timescale, nil
+	return p, stretch, nil
 }
 
 // defaultRate is the port speed: what this lab's 2-core reference VM
@@ -421,12 +421,12 @@ const (
 // increase step needs the QP to have sent 75 % of Rc since the last one.
 const demoRateValidation = 75
 
-// autoTimescale is the profile's reference line rate over the port's: the
+// autoStretch is the profile's reference line rate over the port's: the
 // profiles scale their rate knobs by rate/reference, and stretching the
 // timers by the inverse keeps every byte quantity of the loop (queue
 // thresholds, the byte counter, what a sender sends between two timer
 // events) as at the reference speed. Never below 1.
-func autoTimescale(profile string, rate units.Rate) float64 {
+func autoStretch(profile string, rate units.Rate) float64 {
 	ref := dcqcn.PaperLineRate
 	if profile == "mlx5" {
 		ref = dcqcn.MLX5RefLineRate

@@ -191,7 +191,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	cc := &d.cfg.Classes[qdisc.ClassRoCE]
 	rep := &RoCEReport{
 		Senders: o.senders, QPsPerSender: o.qps, Rate: o.rate, DurationS: o.duration.Seconds(), StaggerS: o.stagger.Seconds(),
-		MTU: o.mtu, MessageBytes: messageBytes, Profile: o.profile, Timescale: o.timescale, Knobs: knobValues(&p), Overrides: o.knobs,
+		MTU: o.mtu, MessageBytes: messageBytes, Profile: o.profile, Stretch: o.stretch, Knobs: knobValues(&p), Overrides: o.knobs,
 		Kernel: kernelRelease(), Port: d.port.Info(), ClassConfig: *cc,
 		Series: Series{PeriodS: o.sample.Seconds(), Flows: make([]FlowSeries, len(flows))},
 		Zoom:   Series{PeriodS: min(zoomPeriod, o.sample).Seconds(), Flows: make([]FlowSeries, len(flows))},
@@ -557,7 +557,7 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	nGet := func(n string) string { v, _ := p.Get(n); return v }
 	d.printf("NP     receiver (%s): a CNP per QP at most every min_time_between_cnps %s us, DSCP %d\n", o.np, nGet("min_time_between_cnps"), p.CNPDSCP)
 	inc, dec := knobSummary(p)
-	d.printf("RP     senders (CNPs taken by the %s): DCQCN %q profile, rate knobs scaled to %s, %s\n", o.rp, o.profile, o.rate, timescaleText(o.timescale))
+	d.printf("RP     senders (CNPs taken by the %s): DCQCN %q profile, rate knobs scaled to %s, %s\n", o.rp, o.profile, o.rate, stretchText(o.stretch))
 	d.printf("       climb: %s\n", inc)
 	d.printf("       cut:   %s\n", dec)
 	if len(o.knobs) > 0 {

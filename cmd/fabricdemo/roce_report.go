@@ -161,7 +161,7 @@ type RoCEReport struct {
 	MTU          int               `json:"mtu"`
 	MessageBytes int               `json:"message_bytes"`
 	Profile      string            `json:"dcqcn_profile"`
-	Timescale    float64           `json:"timescale"`           // the profile's timers were stretched by this
+	Stretch      float64           `json:"timescale"`           // -stretch: the profile's timers were stretched by this
 	Overrides    []string          `json:"dcqcn_set,omitempty"` // -dcqcn, in order
 	Knobs        map[string]string `json:"dcqcn"`               // every knob's effective value, mlx5 units
 	Kernel       string            `json:"kernel"`
@@ -479,12 +479,12 @@ func knobSummary(p *dcqcn.Params) (increase, decrease string) {
 	return increase, decrease
 }
 
-// timescaleText says how the profile's timers were stretched.
-func timescaleText(f float64) string {
+// stretchText says how the profile's timers were stretched.
+func stretchText(f float64) string {
 	if f == 1 {
 		return "its own timers"
 	}
-	return fmt.Sprintf("timers stretched x%g (-timescale)", f)
+	return fmt.Sprintf("timers stretched x%g (-stretch)", f)
 }
 
 // roceLiveHeader heads the live view; its columns line up with
@@ -631,7 +631,7 @@ func (r *RoCEReport) hints() []string {
 	case overflow:
 		out = append(out, fmt.Sprintf("The queue overflowed (%d drops, above max_th in %s of the samples): the senders climbed back faster"+
 			" than the CNPs cut them. After a cut, fast recovery restores the rate in rpg_threshold x rpg_time_reset (%s x %s us here);"+
-			" longer timers (-timescale) or a steeper curve (-wred) hold the queue.", drops, pct(q.Above), r.Knobs["rpg_threshold"], r.Knobs["rpg_time_reset"]))
+			" longer timers (-stretch) or a steeper curve (-wred) hold the queue.", drops, pct(q.Above), r.Knobs["rpg_threshold"], r.Knobs["rpg_time_reset"]))
 	}
 	util := r.UtilizationWindow
 	if util == 0 {
