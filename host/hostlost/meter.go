@@ -220,10 +220,13 @@ func (m *Meter) Stop() Report {
 		r.HeldLost += lost
 	}
 	var all []Interval
+	r.portStarved = make(map[string][]Interval, len(m.ports))
 	for _, p := range m.ports {
 		_, _, lost := p.log.Totals()
 		_, _, blost := p.back.Totals()
 		r.Ports = append(r.Ports, PortReport{Name: p.name, Idle: p.idle, HeldBack: p.heldBack, Starved: p.starved, IdleLost: lost + blost, Truncated: p.overflow})
+		// Each fold's intervals are a union after the last fold's.
+		r.portStarved[p.name] = Union(append(r.portStarved[p.name], p.ivs...))
 		all = append(all, p.ivs...)
 	}
 	all = Union(all)
@@ -259,7 +262,8 @@ type Report struct {
 	Kernel      Kernel `json:"kernel"`
 	KernelError string `json:"kernel_error,omitempty"`
 
-	starved []Interval
+	starved     []Interval
+	portStarved map[string][]Interval // by port name, each a union
 }
 
 // PortReport is one port's part.
@@ -282,6 +286,18 @@ type PortReport struct {
 // Now): a flow's share of it.
 func (r *Report) StarvedBetween(from, to time.Duration) time.Duration {
 	return Between(r.starved, from, to)
+}
+
+// PortsStarvedBetween is the starved time between from and to of the
+// ports named (their union; unknown names count nothing): the host's loss
+// on one path of a lab whose other ports the flows do not cross, which
+// idle while senders are held without losing anything.
+func (r *Report) PortsStarvedBetween(from, to time.Duration, names ...string) time.Duration {
+	var ivs []Interval
+	for _, n := range names {
+		ivs = append(ivs, r.portStarved[n]...)
+	}
+	return Between(Union(ivs), from, to)
 }
 
 // String is the report in one line.
