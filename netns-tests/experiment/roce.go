@@ -28,7 +28,7 @@ const roceLongMsg = 64 << 10
 // RoCE tests' profile: the paper's DCQCN, its timers scaled to RTTs of
 // milliseconds.
 func (e *experiment) setupRoCE(inflight time.Duration) error {
-	hs, err := rocelab.New(e.lab.Senders, e.lab.SenderAddrs, e.lab.Receiver, e.lab.ReceiverAddr, dcqcn.LabParams(e.o.rate), inflight)
+	hs, err := rocelab.New(e.lab.Senders, e.lab.SenderAddrs, e.lab.Receiver, e.lab.ReceiverAddr, dcqcn.LabParams(e.o.rate), inflight, rocelab.Options{})
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 		return res, err
 	}
 
-	hosts, err := rocelab.New(w.Senders, w.SenderAddrs, w.Receiver, w.ReceiverAddr, o.senderParams(), o.inflight())
+	hosts, err := rocelab.New(w.Senders, w.SenderAddrs, w.Receiver, w.ReceiverAddr, o.senderParams(), o.inflight(), rocelab.Options{})
 	if err != nil {
 		return res, err
 	}
