@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/kernel"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -100,6 +101,15 @@ transport's and the port's counters, checks, and a PNG (demo-out/uet.png).
 
 -traffic tcp runs the TCP demo: one iperf3 flow per sender, cubic with
 classic ECN, through the same port.
+
+Every run meters what this shared machine took from the fabric
+(host/hostlost): the time the port sat idle while an agent or endpoint of
+this process held a flow it could have sent, and the time the port held
+queued packets back while its link was free. The summary prints the
+meter's line (host-starved: X % of the run, when over its budget) and the
+utilization (UET: the tail FCT over the ideal) net of that time beside the
+raw figure; -json has them too. iperf3's kernel TCP logs no held time: it
+gets the port's idle and held-back time and the kernel's accounting.
 
 Examples:
   fabricdemo                        3 senders, 20 s, plot in demo-out/dcqcn.png
@@ -586,6 +596,10 @@ type demo struct {
 	// closers stop what the run started in the lab (RoCE agents), before
 	// the port and the namespaces go.
 	closers []func() error
+	// meter measures what the host took from the run (hostlost.go);
+	// stopFeed stops the port's feed into it.
+	meter    *hostlost.Meter
+	stopFeed func() error
 }
 
 func (d *demo) printf(format string, a ...any) { fmt.Fprintf(d.out, format, a...) }
@@ -650,6 +664,9 @@ func runErrors(failedFlows, flows int, invariant string) error {
 // then checks that none is left.
 func (d *demo) cleanup() error {
 	var errs []error
+	if err := d.closeMeter(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, c := range slices.Backward(d.closers) {
 		if err := c(); err != nil {
 			errs = append(errs, err)
@@ -733,6 +750,9 @@ func (d *demo) run(ctx context.Context) error {
 		return fmt.Errorf("attach the port to %s:%s: %w", b.Node.Name, b.Dev, err)
 	}
 	d.port = port
+	if err := d.openMeter(); err != nil {
+		return err
+	}
 	rps, err := d.dumbbell.SteerRx(ctx)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
@@ -73,7 +74,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
-		a, err := agent.New(agent.Config{Conn: conn, NPOffload: np, RPOffload: rp})
+		a, err := agent.New(agent.Config{Conn: conn, NPOffload: np, RPOffload: rp, Held: d.held()})
 		if err != nil {
 			conn.Close()
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
@@ -222,8 +223,13 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	}
 
 	d.printf("%s", roceLiveHeader())
+	mono0, err := d.startMeter()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
-	var allJoined *qdisc.Stats // port counters when the last flow joined
+	var allJoinedMono time.Duration // when the last flow joined, on the meter's clock
+	var allJoined *qdisc.Stats      // port counters when the last flow joined
 	prevStats := base
 	prevLive := livePoint{}
 	nextLive := time.Second
@@ -248,7 +254,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 						return err
 					}
 					allJoined = &st
-					rep.AllJoinedS = el.Seconds()
+					rep.AllJoinedS, allJoinedMono = el.Seconds(), hostlost.Now()
 				}
 			}
 			if f.started {
@@ -323,6 +329,10 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	if stopCtx.Err() == nil { // all acknowledged: the traffic ended now
 		trafficEnd = time.Since(t0)
 	}
+	host, err := d.stopMeter()
+	if err != nil {
+		return err
+	}
 
 	// Let the queue drain so the counters are at rest for the invariant,
 	// and the last CNPs reach the senders before their counters are read.
@@ -372,6 +382,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		joined = &allJoined.Classes[qdisc.ClassRoCE]
 	}
 	rep.finish(&st, &base.Classes[qdisc.ClassRoCE], joined)
+	rep.hostLost(host, mono0, allJoinedMono)
 	renderRoCESummary(d.out, rep)
 	d.printf("\n")
 	if err := d.writeOutputs(o, func(path string) error { return writeRoCEPlot(path, rep) }, rep); err != nil {

@@ -96,6 +96,10 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 	}
 	events := make(chan flowEvent, 2*o.senders)
 	var wg sync.WaitGroup
+	mono0, err := d.startMeter()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	for i := range o.senders {
 		wg.Add(1)
@@ -149,6 +153,10 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	host, err := d.stopMeter()
+	if err != nil {
+		return err
+	}
 
 	// Let the queue drain so the counters are at rest for the invariant.
 	st, err := d.settledStats()
@@ -164,6 +172,7 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 		sum.Qdisc = &q
 	}
 	sum.finish(&st, sub(st.Classes[qdisc.ClassRoCE].DequeuedBytes, base.Classes[qdisc.ClassRoCE].DequeuedBytes))
+	sum.HostLost.set(host, mono0, sum.TrafficS, sum.Utilization)
 	renderSummary(d.out, sum)
 	d.printf("\n")
 	if err := d.writeOutputs(o, nil, sum); err != nil {

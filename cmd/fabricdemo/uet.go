@@ -116,7 +116,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
 		cfg := uetEndpointConfig(o.rate, o.cc, cc, receiver)
-		cfg.Conn, cfg.Logger = conn, logger.With("host", n.Name)
+		cfg.Conn, cfg.Logger, cfg.Held = conn, logger.With("host", n.Name), d.held()
 		ep, err := pds.New(cfg)
 		if err != nil {
 			conn.Close()
@@ -163,6 +163,10 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 	d.uetIntro(rps, rep)
 
 	base, err := d.port.Stats()
+	if err != nil {
+		return err
+	}
+	mono0, err := d.startMeter()
 	if err != nil {
 		return err
 	}
@@ -260,6 +264,10 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		}
 	}
 
+	host, err := d.stopMeter()
+	if err != nil {
+		return err
+	}
 	// Let the queue drain so the counters are at rest for the invariant.
 	st, err := d.settledStats()
 	if err != nil {
@@ -312,6 +320,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		rep.Qdisc = &q
 	}
 	rep.finish(&st, &base)
+	rep.hostLost(host, mono0)
 	renderUETSummary(d.out, rep)
 	d.printf("\n")
 	if err := d.writeOutputs(o, func(path string) error { return writeUETPlot(path, rep) }, rep); err != nil {
