@@ -53,8 +53,17 @@ func (e *experiment) dumbbellSpec() lab.DumbbellSpec {
 		// Congestion control is set per socket (a namespace may only pick
 		// from the host's allowed list and inherits its default, often bbr).
 		SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"},
-		SenderDelays:  e.o.delays,
+		SenderDelays:  e.o.wireDelays(),
 	}
+}
+
+// wireDelays are the senders' one-way delays on the slowed fabric.
+func (o *options) wireDelays() []time.Duration {
+	out := make([]time.Duration, len(o.delays))
+	for i, d := range o.delays {
+		out[i] = o.wire(d)
+	}
+	return out
 }
 
 // setup registers DCTCP (-cc dctcp), builds the lab, attaches the port and
@@ -87,7 +96,7 @@ func (e *experiment) setup(ctx context.Context) error {
 	b := lab.Bottleneck
 	// Attach with the seed-000 defaults; each scheme reconfigures class 3.
 	e.cfg = qdisc.DefaultConfig(e.o.rate)
-	port, err := qdisc.Attach(e.cfg, qdisc.AttachOptions{
+	port, err := qdisc.Attach(e.cfg.Slowed(e.o.timescale), qdisc.AttachOptions{
 		Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName,
 	})
 	if err != nil {
@@ -101,7 +110,7 @@ func (e *experiment) setup(ctx context.Context) error {
 func (e *experiment) setupReport(limit units.ByteSize, rps string) Setup {
 	o := e.o
 	s := Setup{
-		RateBps: uint64(o.rate), Senders: o.senders(), DelayLink: delayLinkKind,
+		RateBps: uint64(o.rate), Timescale: o.timescale.K(), WireRateBps: uint64(o.wireRate()), Senders: o.senders(), DelayLink: delayLinkKind,
 		LongPerSender: o.longPerSender, Transport: o.transport, Congestion: o.congestion(), CongestionName: e.cc, Class: int(class), DSCP: int(dscp),
 		WarmupS: o.warmup.Seconds(), MeasureS: o.measure.Seconds(), SampleUs: us(o.sampleEvery),
 		ShortMinBytes: uint64(o.shortMinBytes), ShortMaxBytes: uint64(o.shortMaxBytes), ShortGapUs: us(o.shortGap),
@@ -322,6 +331,13 @@ func (e *experiment) measureRTT(ctx context.Context) (RTTReport, error) {
 		return RTTReport{}, err
 	}
 	e.printf(" done\n\n")
+	// The fabric's RTTs: what aqm.Tune derives the fabric's parameters
+	// from (the host's share of them shrinks k times).
+	for _, s := range samples {
+		for j := range s {
+			s[j] = e.o.timescale.Fabric(s[j])
+		}
+	}
 	r := rttReport(names, e.o.delays, samples, lost, e.o.pings)
 	for _, s := range r.PerSender {
 		if s.RTTUs.N == 0 {
