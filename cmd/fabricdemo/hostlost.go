@@ -14,6 +14,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // HostLost is the host's part of a run in the summaries and -json.
@@ -120,4 +121,21 @@ func renderHostLost(w io.Writer, h *HostLost) {
 	}
 	fmt.Fprintf(w, "  Host: the port lost %s of the traffic to the host: utilization %s net of it\n", shortDur(durationS(h.StarvedS)), pct(h.UtilizationNet))
 	fmt.Fprintf(w, "        %s\n", h.Report)
+}
+
+// Scale is the fabric's time scale in the summaries and -json: the rates
+// and times they show are the wire's, FabricRate the -rate they model.
+type Scale struct {
+	LabTimescale float64    `json:"lab_timescale"`
+	FabricRate   units.Rate `json:"fabric_rate"`
+}
+
+func (d *demo) scale() Scale { return Scale{LabTimescale: d.o.timescale.K(), FabricRate: d.o.rate} }
+
+// scaleIntro says how the fabric is slowed, if it is.
+func (d *demo) scaleIntro() {
+	if k := d.o.timescale; k.K() != 1 {
+		d.printf("scale  the fabric at %s runs %sx slower (-timescale): the port at %s, every time %sx as long, bytes as they are;\n"+
+			"       the rates and times below are the wire's\n", d.o.rate, k, d.w.rate, k)
+	}
 }

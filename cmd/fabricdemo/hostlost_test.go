@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 func TestNetUtilization(t *testing.T) {
@@ -95,5 +96,43 @@ func TestHostLostReports(t *testing.T) {
 	js, _ = json.Marshal(roce)
 	if !strings.Contains(string(js), `"all_active_utilization_net":0.9`) && !strings.Contains(string(js), `"all_active_utilization_net":0.899`) {
 		t.Errorf("RoCE -json lacks the window's net utilization: %s", js)
+	}
+}
+
+// -timescale slows the fabric: the options on the wire, the bounds on
+// the wire, the factor refused by name.
+func TestParseFlagsTimescale(t *testing.T) {
+	var out, errs bytes.Buffer
+	o, code := parseFlags([]string{"-rate", "500mbit", "-timescale", "4", "-duration", "10s", "-stagger", "2s", "-sample", "5ms"}, &out, &errs)
+	if o == nil {
+		t.Fatalf("refused (%d): %s", code, errs.String())
+	}
+	w := o.onWire()
+	if w.rate != 125*units.Mbit || w.duration != 40*time.Second || w.stagger != 8*time.Second || w.sample != 20*time.Millisecond {
+		t.Errorf("on the wire: %s, %s, %s, %s", w.rate, w.duration, w.stagger, w.sample)
+	}
+	if w.params.RPGTimeReset != 4*o.params.RPGTimeReset || w.params.RPGAIRate != o.params.RPGAIRate/4 || o.rate != 500*units.Mbit {
+		t.Errorf("DCQCN on the wire: T %v (fabric %v), R_AI %s (fabric %s)", w.params.RPGTimeReset, o.params.RPGTimeReset, w.params.RPGAIRate, o.params.RPGAIRate)
+	}
+	if w := (&options{rate: units.Gbit}).onWire(); w.rate != units.Gbit {
+		t.Errorf("no time scale: %s on the wire", w.rate)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-timescale", "0.5"}, "timescale 0.5: must be 1..1000"},
+		{[]string{"-timescale", "slow"}, "want a factor"},
+		{[]string{"-rate", "2mbit", "-timescale", "4", "-traffic", "tcp"}, "-rate 2mbit (500kbit on the wire at -timescale 4): want at least 1mbit on the wire"},
+	} {
+		errs.Reset()
+		if o, _ := parseFlags(tc.args, &out, &errs); o != nil || !strings.Contains(errs.String(), tc.want) {
+			t.Errorf("%v: %q, want %q", tc.args, errs.String(), tc.want)
+		}
+	}
+	out.Reset()
+	parseFlags([]string{"-help"}, &out, &errs)
+	if !strings.Contains(out.String(), "-timescale k slows the whole fabric") || !strings.Contains(out.String(), "host-starved: X % of the run") {
+		t.Error("-help does not document -timescale and the host-lost line")
 	}
 }

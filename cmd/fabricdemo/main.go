@@ -102,6 +102,14 @@ transport's and the port's counters, checks, and a PNG (demo-out/uet.png).
 -traffic tcp runs the TCP demo: one iperf3 flow per sender, cubic with
 classic ECN, through the same port.
 
+-timescale k slows the whole fabric down k times (issue 26 §2): the port
+runs at -rate/k, DCQCN's rate knobs over k and its timers times k, the
+agents' and endpoints' timers times k, -duration, -stagger and -sample k
+times as long; every byte (buffers, thresholds, messages) stays. The host's
+stalls shrink k times beside the fabric's round trips. The live view and
+the summary show the wire's rates and times (what the lab ran); -json has
+the factor and the fabric's rate.
+
 Every run meters what this shared machine took from the fabric
 (host/hostlost): the time the port sat idle while an agent or endpoint of
 this process held a flow it could have sent, and the time the port held
@@ -168,6 +176,20 @@ type options struct {
 	cc    pds.CCMode
 	trim  bool
 	bytes units.ByteSize
+	// timescale slows the fabric (units.Timescale): the fields above are
+	// the fabric's, onWire gives what the lab runs.
+	timescale units.Timescale
+}
+
+// onWire is o on the fabric slowed by its time scale: the port's rate
+// over k, DCQCN's parameters slowed, the run's times k times as long.
+func (o *options) onWire() *options {
+	w := *o
+	k := o.timescale
+	w.rate = k.Rate(o.rate)
+	w.duration, w.stagger, w.sample = k.Time(o.duration), k.Time(o.stagger), k.Time(o.sample)
+	w.params = o.params.Slowed(k)
+	return &w
 }
 
 // knobList collects -dcqcn name=value[,name=value...] in order.
@@ -252,6 +274,15 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(&o.bytes, "bytes", "uet: each sender writes this `size` (tc units, whole 64 KiB messages) and the run ends when all are acknowledged, within -duration; default: messages until -duration")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
 	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
+	fs.Func("timescale", "slow the whole fabric `k` times (1-1000): the port, DCQCN's rate knobs and the senders at -rate/k, every timer and -duration, -stagger and -sample k times as long, bytes as they are (default 1)",
+		func(v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("want a factor 1..%d", units.MaxTimescale)
+			}
+			o.timescale = units.Timescale(f)
+			return o.timescale.Validate()
+		})
 	fs.StringVar(&o.rp, "rp", rpKernel, "roce: where each sender's reaction point takes its CNPs: kernel (eBPF on its device, host/rpbpf: Rc cut from a CNP's arrival on) or agent (its receive loop)")
 	fs.StringVar(&o.np, "np", npKernel, "roce: where the receiver turns CE marks into CNPs: kernel (eBPF on its device, host/npbpf) or agent (its receive loop)")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead
@@ -286,8 +317,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		return bad("-senders %d: want 1 to %d", o.senders, maxSenders)
 	case o.qps < 1 || o.qps > maxQPs:
 		return bad("-qps %d: want 1 to %d", o.qps, maxQPs)
-	case o.rate < units.Mbit:
-		return bad("-rate %s: want at least 1mbit", o.rate)
+	case o.rate < units.Mbit || o.timescale.Rate(o.rate) < units.Mbit:
+		return bad("-rate %s (%s on the wire at -timescale %s): want at least 1mbit on the wire", o.rate, o.timescale.Rate(o.rate), o.timescale)
 	case o.duration < 2*time.Second:
 		return bad("-duration %s: want at least 2s", o.duration)
 	case !slices.Contains([]int{256, 512, 1024, 2048, 4096}, o.mtu):
@@ -600,6 +631,9 @@ type demo struct {
 	// stopFeed stops the port's feed into it.
 	meter    *hostlost.Meter
 	stopFeed func() error
+	// w is the options on the wire (options.onWire): the rate the port
+	// runs, the times the run takes. cfg is the port on the wire.
+	w *options
 }
 
 func (d *demo) printf(format string, a ...any) { fmt.Fprintf(d.out, format, a...) }
@@ -695,6 +729,7 @@ func (d *demo) cleanup() error {
 
 func (d *demo) run(ctx context.Context) error {
 	o := d.o
+	d.w = o.onWire()
 	tcp := o.traffic == trafficTCP
 	if tcp {
 		if err := ensureIperf3(ctx, d.out, exec.LookPath, runLoud(d.out)); err != nil {
@@ -729,6 +764,8 @@ func (d *demo) run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	b := dumbbell.Bottleneck
+	// The fabric's port, then slowed: the buffer, thresholds and BDP in
+	// bytes are the fabric's.
 	d.cfg = qdisc.DefaultConfig(o.rate)
 	if o.traffic == trafficUET {
 		d.cfg.Classes[qdisc.ClassRoCE] = uetClass(o.rate, o.trim)
@@ -743,6 +780,7 @@ func (d *demo) run(ctx context.Context) error {
 			return fmt.Errorf("-ppfc %s: %w", o.ppfc, err)
 		}
 	}
+	d.cfg = d.cfg.Slowed(o.timescale)
 	port, err := qdisc.Attach(d.cfg, qdisc.AttachOptions{
 		Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName, Legacy: o.legacy,
 	})

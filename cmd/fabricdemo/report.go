@@ -279,6 +279,7 @@ type Summary struct {
 	Kernel      string     `json:"kernel"`
 	Port        qdisc.Info `json:"port"`
 	Interrupted bool       `json:"interrupted,omitempty"`
+	Scale
 
 	Flows         []FlowResult         `json:"flows"`
 	GoodputBps    float64              `json:"goodput_bps"`

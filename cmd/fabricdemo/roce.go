@@ -59,7 +59,9 @@ type roceFlow struct {
 }
 
 func (d *demo) roceRun(ctx context.Context, rps string) error {
-	o, dumbbell := d.o, d.dumbbell
+	// o is the run on the wire; the QPs are configured for the fabric
+	// (d.o) and slowed.
+	o, dumbbell := d.w, d.dumbbell
 	p := o.params
 
 	// One agent per namespace, its UDP socket opened inside it.
@@ -136,24 +138,26 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		return err
 	}
 
+	f := d.o // the fabric's
 	scfg := agent.DefaultQPConfig()
 	scfg.MTU = o.mtu
 	scfg.CC = agent.CCDCQCN
-	scfg.DCQCN = p
+	scfg.DCQCN = f.params
 	scfg.CNPDSCP = p.CNPDSCP
 	scfg.BufferBytes = 64 << 10 // nothing is written to the senders
-	scfg.AckTimeout = ackTimeoutFor(d.cfg.Classes[qdisc.ClassRoCE].LimitBytes, o.rate)
+	scfg.AckTimeout = ackTimeoutFor(d.cfg.Classes[qdisc.ClassRoCE].LimitBytes, f.rate)
 	// In flight at most Rc·(base RTT + max_th/C), as a NIC at Rc through a
 	// queue at max_th holds (agent.QPConfig.InflightTime): a sender that
 	// fell behind cannot catch up with a whole window at once.
 	maxTh := d.cfg.Classes[qdisc.ClassRoCE].MaxThBytes
-	scfg.InflightTime = demoBaseRTT + time.Duration(float64(maxTh)*8/float64(o.rate)*1e9)
+	scfg.InflightTime = demoBaseRTT + time.Duration(float64(maxTh)*8/float64(f.rate)*1e9)
 	rcfg := agent.DefaultQPConfig()
 	rcfg.MTU = o.mtu
 	rcfg.NP = true
-	rcfg.CNPPeriod = p.MinTimeBetweenCNPs
+	rcfg.CNPPeriod = f.params.MinTimeBetweenCNPs
 	rcfg.CNPDSCP = p.CNPDSCP
 	rcfg.BufferBytes = 4 * messageBytes
+	scfg, rcfg = scfg.Slowed(f.timescale), rcfg.Slowed(f.timescale)
 	rlocal := netip.AddrPortFrom(dumbbell.ReceiverAddr, roce.UDPPort)
 	var flows []*roceFlow
 	for i := range o.senders {
@@ -193,7 +197,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	rep := &RoCEReport{
 		Senders: o.senders, QPsPerSender: o.qps, Rate: o.rate, DurationS: o.duration.Seconds(), StaggerS: o.stagger.Seconds(),
 		MTU: o.mtu, MessageBytes: messageBytes, Profile: o.profile, Stretch: o.stretch, Knobs: knobValues(&p), Overrides: o.knobs,
-		Kernel: kernelRelease(), Port: d.port.Info(), ClassConfig: *cc,
+		Kernel: kernelRelease(), Port: d.port.Info(), ClassConfig: *cc, Scale: d.scale(),
 		Series: Series{PeriodS: o.sample.Seconds(), Flows: make([]FlowSeries, len(flows))},
 		Zoom:   Series{PeriodS: min(zoomPeriod, o.sample).Seconds(), Flows: make([]FlowSeries, len(flows))},
 	}
@@ -533,7 +537,7 @@ func knobValues(p *dcqcn.Params) map[string]string {
 
 // roceIntro describes the lab, the port, the DCQCN settings and the flows.
 func (d *demo) roceIntro(rps string, flows []*roceFlow) {
-	o, info, cc, p := d.o, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE], &d.o.params
+	o, info, cc, p := d.w, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE], &d.w.params
 	b := d.dumbbell.Bottleneck
 	names := make([]string, len(d.dumbbell.Senders))
 	for i, s := range d.dumbbell.Senders {
@@ -541,10 +545,11 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	}
 	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.dumbbell.RunID())
 	if o.cpuShare > 0 {
-		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
+		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", d.o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
 	}
 	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking (attach %s, dequeue hook on r:%s)\n",
 		b.Dev, b.PeerDev, o.rate, info.Attach, info.PeerDev)
+	d.scaleIntro()
 	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB (the CP)\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))
 	if cc.XoffBytes != 0 {
 		d.printf("PPFC   class 3: a packet that takes the queue to xoff %sKB stops its sender for the time the queue takes to drain to xon/2;\n"+

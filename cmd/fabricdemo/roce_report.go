@@ -168,6 +168,7 @@ type RoCEReport struct {
 	Kernel       string            `json:"kernel"`
 	Port         qdisc.Info        `json:"port"`
 	Interrupted  bool              `json:"interrupted,omitempty"`
+	Scale
 
 	Flows       []RoCEFlow `json:"flows"`
 	TrafficS    float64    `json:"traffic_s"`    // first start to the last ACK

@@ -149,6 +149,7 @@ type UETReport struct {
 	Kernel         string        `json:"kernel"`
 	Port           qdisc.Info    `json:"port"`
 	Interrupted    bool          `json:"interrupted,omitempty"`
+	Scale
 
 	Flows    []UETFlow    `json:"flows"`
 	Receiver pds.Counters `json:"receiver_counters"`
