@@ -78,14 +78,13 @@ func (d *demo) startMeter() (time.Duration, error) {
 }
 
 // stopMeter stops the port's feed, then the meter: the traffic ended.
-// It prints the report's line and returns it (nil without a meter).
+// It returns the report (nil without a meter); the summary prints it.
 func (d *demo) stopMeter() (*hostlost.Report, error) {
 	if d.meter == nil {
 		return nil, nil
 	}
 	err := d.stopFeed()
 	r := d.meter.Stop()
-	d.printf("%s\n", r)
 	if err != nil {
 		return nil, fmt.Errorf("host-lost meter: %w", err)
 	}
