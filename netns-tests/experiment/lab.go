@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
@@ -103,8 +104,38 @@ func (e *experiment) setup(ctx context.Context) error {
 		return fmt.Errorf("attach the port to %s:%s: %w", b.Node.Name, b.Dev, err)
 	}
 	e.port = port
+	if e.o.quickAck {
+		if err := quickAck(lab.Receiver); err != nil {
+			return err
+		}
+	}
 	e.srv, err = startServers(lab.Receiver, e.cc, e.o.perScheme()+time.Minute)
 	return err
+}
+
+// quickAck sets quickack on n's routes through a gateway (to the other
+// hosts): TCP there ACKs every packet, no delayed ACKs (RTAX_QUICKACK).
+func quickAck(n *lab.Node) error {
+	h := n.Netlink()
+	routes, err := h.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("quickack: routes of %s: %w", n.Name, err)
+	}
+	set := 0
+	for _, r := range routes {
+		if r.Gw == nil {
+			continue
+		}
+		r.QuickACK = 1
+		if err := h.RouteReplace(&r); err != nil {
+			return fmt.Errorf("quickack: route %v of %s: %w", r.Dst, n.Name, err)
+		}
+		set++
+	}
+	if set == 0 {
+		return fmt.Errorf("quickack: %s has no route through a gateway", n.Name)
+	}
+	return nil
 }
 
 func (e *experiment) setupReport(limit units.ByteSize, rps string) Setup {
@@ -115,6 +146,10 @@ func (e *experiment) setupReport(limit units.ByteSize, rps string) Setup {
 		WarmupS: o.warmup.Seconds(), MeasureS: o.measure.Seconds(), SampleUs: us(o.sampleEvery),
 		ShortMinBytes: uint64(o.shortMinBytes), ShortMaxBytes: uint64(o.shortMaxBytes), ShortGapUs: us(o.shortGap),
 		Seed: o.seed, Lambda: o.lambda, PstLambda: o.pstLambdaFor(), LimitBytes: uint64(limit), Attach: string(e.port.Info().Attach), RPS: rps, OffloadsOff: true,
+		QuickAck: o.quickAck,
+	}
+	if o.sharp.SqrtLaw {
+		s.SharpOverrides = append(s.SharpOverrides, "sqrt law")
 	}
 	for _, d := range o.delays {
 		s.DelaysUs = append(s.DelaysUs, us(d))

@@ -115,6 +115,9 @@ type options struct {
 	incastRounds  int           // incast rounds per scheme run; 0: none
 	incastFlows   int           // query flows per round, over the senders in turn
 	incastGap     time.Duration // pause between rounds
+	// quickAck turns the receiver's delayed ACKs off (the route's
+	// quickack): seed 002's ns-3 runs ACK every packet.
+	quickAck bool
 	// timescale slows the fabric (units.Timescale): every field above is
 	// the fabric's; wire and wireRate give what the lab runs.
 	timescale units.Timescale
@@ -264,6 +267,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(durationFlag{&o.sharp.InsTarget}, "sharp-ins-target", "ECN♯ ins_target `time` instead of aqm.Tune's λ·RTT_p90 (sensitivity runs)")
 	fs.Var(durationFlag{&o.sharp.PstTarget}, "sharp-pst-target", "ECN♯ pst_target `time` instead of aqm.Tune's λ·RTT_avg")
 	fs.Var(durationFlag{&o.sharp.PstInterval}, "sharp-pst-interval", "ECN♯ pst_interval `time` instead of aqm.Tune's RTT_p90")
+	fs.BoolVar(&o.sharp.SqrtLaw, "sharp-sqrt", false, "ECN♯'s persistent marks at pst_interval/sqrt(count), CoDel's law as the authors' ns-3 code, instead of Algorithm 1's pst_interval/count")
+	fs.BoolVar(&o.quickAck, "quickack", false, "no delayed ACKs at the receiver (its route's quickack): an ACK per packet, as seed 002's ns-3 runs")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the short-flow sizes and gaps (same sequence for every scheme)")
 	fs.Var(schemeList{&o.schemes}, "schemes", "`list` of schemes to run: "+strings.Join(schemeNames, ",")+" (default: tcp "+strings.Join(tcpSchemes, ",")+"; roce "+strings.Join(roceSchemes, ",")+")")
 	fs.StringVar(&o.outDir, "out", o.outDir, "`directory` for experiment.json, queue.png and fct.png")

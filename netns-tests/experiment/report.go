@@ -83,6 +83,8 @@ type Setup struct {
 	Attach         string  `json:"attach"`
 	RPS            string  `json:"rps,omitempty"`
 	OffloadsOff    bool    `json:"offloads_off"`
+	// QuickAck: the receiver ACKed every packet (-quickack).
+	QuickAck bool `json:"quickack,omitempty"`
 	// SharpOverrides are ECN♯ parameters set by flag, not by aqm.Tune.
 	SharpOverrides []string `json:"ecnsharp_overrides,omitempty"`
 }
@@ -406,6 +408,9 @@ func renderParams(w io.Writer, r *Report) {
 	}
 	fmt.Fprintf(w, "flows   %s; short flows %.1f-%.1f KB uniform, one at a time per sender, exp. gaps of mean %g ms, seed %d\n",
 		long, float64(s.ShortMinBytes)/1000, float64(s.ShortMaxBytes)/1000, s.ShortGapUs/1000, s.Seed)
+	if s.QuickAck {
+		fmt.Fprintln(w, "        the receiver ACKs every packet (-quickack: its routes' quickack, no delayed ACKs)")
+	}
 	fmt.Fprintf(w, "timing  per scheme: %g s warm-up, %g s measured; backlog sampled every %.0f µs\n", s.WarmupS, s.MeasureS, s.SampleUs)
 	if s.Timescale > 1 {
 		fmt.Fprintf(w, "scale   the fabric runs %gx slower (-timescale): the port at %s, every time %gx as long, bytes as they are; the times\n"+

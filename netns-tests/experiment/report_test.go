@@ -595,3 +595,32 @@ func renderString(r *Report) string {
 	renderTable(&b, r)
 	return b.String()
 }
+
+// -sharp-sqrt spaces ECN♯'s persistent marks by CoDel's law, in the
+// class config and the description; -quickack shows in the setup.
+func TestSharpSqrtAndQuickAck(t *testing.T) {
+	list, err := schemes([]string{"ecnsharp"}, testTune(t), minLimit, sharpOverride{SqrtLaw: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &list[0].Params
+	cc, err := list[0].classConfig("roce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.SqrtLaw || !cc.SqrtLaw || !strings.Contains(p.describe(200*units.Mbit), "sqrt by flag") {
+		t.Errorf("sqrt law: params %+v, class %+v", p, cc)
+	}
+	var out, errs bytes.Buffer
+	o, _ := parseFlags([]string{"-sharp-sqrt", "-quickack"}, &out, &errs)
+	if o == nil || !o.sharp.SqrtLaw || !o.quickAck {
+		t.Fatalf("flags: %+v %s", o, errs.String())
+	}
+	r := sampleReport(t)
+	r.Setup.QuickAck = true
+	var b bytes.Buffer
+	renderParams(&b, r)
+	if !strings.Contains(b.String(), "the receiver ACKs every packet (-quickack") {
+		t.Errorf("setup lacks the quickack line:\n%s", b.String())
+	}
+}
