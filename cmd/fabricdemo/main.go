@@ -274,15 +274,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(&o.bytes, "bytes", "uet: each sender writes this `size` (tc units, whole 64 KiB messages) and the run ends when all are acknowledged, within -duration; default: messages until -duration")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
 	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
-	fs.Func("timescale", "slow the whole fabric `k` times (1-1000): the port, DCQCN's rate knobs and the senders at -rate/k, every timer and -duration, -stagger and -sample k times as long, bytes as they are (default 1)",
-		func(v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("want a factor 1..%d", units.MaxTimescale)
-			}
-			o.timescale = units.Timescale(f)
-			return o.timescale.Validate()
-		})
+	fs.Var(&o.timescale, "timescale", "slow the whole fabric `k` times (1-1000): the port, DCQCN's rate knobs and the senders at -rate/k, every timer and -duration, -stagger and -sample k times as long, bytes as they are (default 1)")
 	fs.StringVar(&o.rp, "rp", rpKernel, "roce: where each sender's reaction point takes its CNPs: kernel (eBPF on its device, host/rpbpf: Rc cut from a CNP's arrival on) or agent (its receive loop)")
 	fs.StringVar(&o.np, "np", npKernel, "roce: where the receiver turns CE marks into CNPs: kernel (eBPF on its device, host/npbpf) or agent (its receive loop)")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -276,15 +275,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.IntVar(&o.incastRounds, "incast-rounds", o.incastRounds, "incast `rounds` after each measured window (seed 002 §5.4); 0 = none")
 	fs.IntVar(&o.incastFlows, "incast-flows", o.incastFlows, "query `flows` per incast round, released at once, spread over the senders; sizes as the short flows")
 	fs.Var(durationFlag{&o.incastGap}, "incast-gap", "pause `time` between incast rounds")
-	fs.Func("timescale", "slow the fabric `k` times (1-1000): rates over k, times (delays, AQM targets, durations, sampling) times k, bytes as they are; the flags and the report stay the fabric's (default 1)",
-		func(v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("want a factor 1..%d", units.MaxTimescale)
-			}
-			o.timescale = units.Timescale(f)
-			return nil
-		})
+	fs.Var(&o.timescale, "timescale", "slow the fabric `k` times (1-1000): rates over k, times (delays, AQM targets, durations, sampling) times k, bytes as they are; the flags and the report stay the fabric's (default 1)")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

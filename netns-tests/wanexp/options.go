@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -191,15 +190,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.DurationVar(&o.sampleEvery, "sample", o.sampleEvery, "queue and reaction sampling period")
 	fs.DurationVar(&o.senderRTT, "sender-rtt", o.senderRTT, "the senders' DCQCN timers (rate increase T, alpha K) (default the WAN RTT, 2x -delay)")
 	fs.StringVar(&o.outDir, "out", o.outDir, "output directory")
-	fs.Func("timescale", "slow the fabric `k` times (1-1000): rates over k, times (the WAN delay, timers, -duration, sampling) times k, bytes as they are; the flags and the report stay the fabric's (default 1)",
-		func(v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("want a factor 1..%d", units.MaxTimescale)
-			}
-			o.timescale = units.Timescale(f)
-			return nil
-		})
+	fs.Var(&o.timescale, "timescale", "slow the fabric `k` times (1-1000): rates over k, times (the WAN delay, timers, -duration, sampling) times k, bytes as they are; the flags and the report stay the fabric's (default 1)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, exitOK
