@@ -168,3 +168,33 @@ func TestPortsStarvedBetween(t *testing.T) {
 		t.Errorf("all ports: %v, want %v", d, 5*unit)
 	}
 }
+
+// A sender behind a delay link holds the ports' time that much later:
+// HeldVia compares its held intervals with the ports' idle periods then.
+func TestMeterHeldVia(t *testing.T) {
+	m, err := NewMeter(MeterConfig{Tick: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	near, far := m.Held(), m.HeldVia(3*100*time.Microsecond)
+	p := m.Port("bottleneck")
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := m.start
+	at := func(units float64) time.Duration { return t0 + time.Duration(units*1e5) }
+	// Idle 4–6 units. Held 0–2 (near: the port did not idle then) and,
+	// behind 3 units of delay, 1–2 (reaching the port 4–5).
+	p.Idle.Add(at(4), at(6))
+	near.Add(at(0), at(2))
+	far.Add(at(1), at(2))
+	time.Sleep(time.Millisecond)
+	r := m.Stop()
+	unit := 100 * time.Microsecond
+	if r.Starved != unit {
+		t.Errorf("starved %v, want %v: the far sender's held time, 3 units later", r.Starved, unit)
+	}
+	if d := r.StarvedBetween(at(4), at(5)); d != unit {
+		t.Errorf("starved in 4–5 units: %v, want %v", d, unit)
+	}
+}

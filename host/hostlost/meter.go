@@ -40,7 +40,7 @@ type Meter struct {
 	cfg MeterConfig
 
 	mu        sync.Mutex
-	held      []*Log
+	held      []heldLog
 	ports     []*meterPort
 	carry     []Interval // held intervals past the last cut
 	scratch   []Interval
@@ -54,6 +54,13 @@ type Meter struct {
 	report    Report
 	stopc     chan struct{}
 	done      chan struct{}
+}
+
+// heldLog is a sender's log and how much later its packets reach the
+// ports (Meter.HeldVia).
+type heldLog struct {
+	log   *Log
+	delay time.Duration
 }
 
 type meterPort struct {
@@ -96,11 +103,18 @@ func NewMeter(cfg MeterConfig) (*Meter, error) {
 	return &Meter{cfg: cfg}, nil
 }
 
-// Held returns a new log of held time for one sender (engine.Config.Held).
-func (m *Meter) Held() *Log {
+// Held returns a new log of held time for one sender (engine.Config.Held)
+// whose packets reach the ports at once.
+func (m *Meter) Held() *Log { return m.HeldVia(0) }
+
+// HeldVia is Held for a sender whose packets reach the ports delay after
+// it sends them (a delay link or a WAN between them): the port idles
+// that much later for the time the sender was held, so its intervals are
+// compared with the ports' delay later.
+func (m *Meter) HeldVia(delay time.Duration) *Log {
 	l := NewLog()
 	m.mu.Lock()
-	m.held = append(m.held, l)
+	m.held = append(m.held, heldLog{log: l, delay: max(delay, 0)})
 	m.mu.Unlock()
 	return l
 }
@@ -160,8 +174,13 @@ func (m *Meter) fold(cut time.Duration) {
 		return
 	}
 	buf := m.scratch[:0]
-	for _, l := range m.held {
-		buf = l.Drain(buf)
+	for _, h := range m.held {
+		n := len(buf)
+		buf = h.log.Drain(buf)
+		for i := n; i < len(buf); i++ {
+			buf[i].From += h.delay
+			buf[i].To += h.delay
+		}
 	}
 	buf = append(buf, m.carry...)
 	var in []Interval
@@ -215,8 +234,8 @@ func (m *Meter) Stop() Report {
 	if err := errors.Join(m.kerr, kerr); err != nil {
 		r.KernelError = err.Error()
 	}
-	for _, l := range m.held {
-		_, _, lost := l.Totals()
+	for _, h := range m.held {
+		_, _, lost := h.log.Totals()
 		r.HeldLost += lost
 	}
 	var all []Interval
