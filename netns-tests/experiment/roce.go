@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,12 +33,26 @@ const roceLongMsg = 64 << 10
 // in-flight time of a QP.
 func (e *experiment) startRoCE(m *hostlost.Meter, inflight time.Duration) error {
 	hs, err := rocelab.New(e.lab.Senders, e.lab.SenderAddrs, e.lab.Receiver, e.lab.ReceiverAddr, dcqcn.LabParams(e.o.rate), inflight,
-		rocelab.Options{Timescale: e.o.timescale, Held: m.Held})
+		rocelab.Options{Timescale: e.o.timescale, Held: e.heldLog(m)})
 	if err != nil {
 		return err
 	}
 	e.roce = hs
 	return nil
+}
+
+// heldLog gives each agent its held-time log. A sender's packets reach
+// the port its delay link later; the receiver's replies go back at once
+// and release the next packets of every sender, which reach the port
+// the least delay later.
+func (e *experiment) heldLog(m *hostlost.Meter) func(i int) *hostlost.Log {
+	delays := e.o.wireDelays()
+	return func(i int) *hostlost.Log {
+		if i < 0 {
+			return m.HeldVia(slices.Min(delays))
+		}
+		return m.HeldVia(delays[i])
+	}
 }
 
 // stopRoCE closes the scheme's agents.

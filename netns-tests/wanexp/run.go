@@ -153,8 +153,16 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 		feeds = append(feeds, stop)
 	}
 
+	// The senders' packets reach the cores a WAN delay after they leave,
+	// what the receiver's replies release two (PE1's limiter, before the
+	// fiber, sees them a delay earlier: its figures lean late).
 	hosts, err := rocelab.New(w.Senders, w.SenderAddrs, w.Receiver, w.ReceiverAddr, o.senderParams(), o.inflight(),
-		rocelab.Options{Timescale: k, Held: m.Held})
+		rocelab.Options{Timescale: k, Held: func(i int) *hostlost.Log {
+			if i < 0 {
+				return m.HeldVia(2 * o.wire(o.delay))
+			}
+			return m.HeldVia(o.wire(o.delay))
+		}})
 	if err != nil {
 		return res, err
 	}

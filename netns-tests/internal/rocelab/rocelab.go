@@ -113,9 +113,10 @@ type Options struct {
 	// configuration is slowed by it (agent.QPConfig.Slowed). Optional:
 	// none.
 	Timescale units.Timescale
-	// Held, if not nil, gives each agent its held-time log
-	// (hostlost.Meter.Held). Optional: not measured.
-	Held func() *hostlost.Log
+	// Held, if not nil, gives each agent its held-time log: sender i's,
+	// and the receiver's for i = -1 (hostlost.Meter.HeldVia, with the
+	// delay from that host to the ports). Optional: not measured.
+	Held func(i int) *hostlost.Log
 }
 
 // New starts an agent in every sender and in the receiver. On error it
@@ -128,18 +129,18 @@ func New(senders []*lab.Node, senderAddrs []netip.Addr, recv *lab.Node, recvAddr
 		return nil, err
 	}
 	hs := &Hosts{Params: p, Inflight: inflight, opts: opts}
-	held := func() *hostlost.Log {
+	held := func(i int) *hostlost.Log {
 		if opts.Held == nil {
 			return nil
 		}
-		return opts.Held()
+		return opts.Held(i)
 	}
 	var err error
-	if hs.Recv, err = NewHost(recv, recvAddr, held()); err != nil {
+	if hs.Recv, err = NewHost(recv, recvAddr, held(-1)); err != nil {
 		return nil, err
 	}
 	for i, n := range senders {
-		h, err := NewHost(n, senderAddrs[i], held())
+		h, err := NewHost(n, senderAddrs[i], held(i))
 		if err != nil {
 			return nil, errors.Join(err, hs.Close())
 		}
