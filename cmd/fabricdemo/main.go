@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/kernel"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -69,7 +70,7 @@ pause ends before that is held again, and one that takes it to 7/16 of the
 buffer is warned not to raise its rate meanwhile (an alarm; -ppfc).
 
 DCQCN runs the paper's profile: its rate knobs scaled to -rate, its timers
-stretched by the same factor (x80 at the default 500mbit, -timescale), which keeps every
+stretched by the same factor (x80 at the default 500mbit, -stretch), which keeps every
 byte quantity of the loop as on the paper's 40 Gbit/s fabric. Links are
 9000-byte jumbo frames, RoCE MTU 4096.
 
@@ -101,13 +102,30 @@ transport's and the port's counters, checks, and a PNG (demo-out/uet.png).
 -traffic tcp runs the TCP demo: one iperf3 flow per sender, cubic with
 classic ECN, through the same port.
 
+-timescale k slows the whole fabric down k times (issue 26 §2): the port
+runs at -rate/k, DCQCN's rate knobs over k and its timers times k, the
+agents' and endpoints' timers times k, -duration, -stagger and -sample k
+times as long; every byte (buffers, thresholds, messages) stays. The host's
+stalls shrink k times beside the fabric's round trips. The live view and
+the summary show the wire's rates and times (what the lab ran); -json has
+the factor and the fabric's rate.
+
+Every run meters what this shared machine took from the fabric
+(host/hostlost): the time the port sat idle while an agent or endpoint of
+this process held a flow it could have sent, and the time the port held
+queued packets back while its link was free. The summary prints the
+meter's line (host-starved: X % of the run, when over its budget) and the
+utilization (UET: the tail FCT over the ideal) net of that time beside the
+raw figure; -json has them too. iperf3's kernel TCP logs no held time: it
+gets the port's idle and held-back time and the kernel's accounting.
+
 Examples:
   fabricdemo                        3 senders, 20 s, plot in demo-out/dcqcn.png
   fabricdemo -senders 4 -qps 2      8 flows
   fabricdemo -senders 8 -stagger 0  8 senders at once: PPFC stops them
                                     before the buffer overflows (-ppfc off:
                                     it overflows)
-  fabricdemo -timescale 1           the paper's own 55us timers at 1gbit: too
+  fabricdemo -stretch 1             the paper's own 55us timers at 1gbit: too
                                     fast to hold the queue, which overflows
   fabricdemo -profile mlx5          the ConnectX firmware defaults: α stays
                                     low at this packet rate and the queue
@@ -138,14 +156,14 @@ type options struct {
 	// RoCE: the DCQCN profile, the -dcqcn overrides in order, and the
 	// resulting parameters (profile, then the demo's settings, then the
 	// overrides).
-	profile   string
-	timescale float64 // -timescale; 0 until parsed means auto
-	knobs     knobList
-	params    dcqcn.Params
-	wred      string // -wred as given, "" for the traffic's default curve
-	ppfc      string // -ppfc as given: auto, off or xoff=SIZE,xon=SIZE
-	mtu       int
-	sample    time.Duration
+	profile string
+	stretch float64 // -stretch; 0 until parsed means auto
+	knobs   knobList
+	params  dcqcn.Params
+	wred    string // -wred as given, "" for the traffic's default curve
+	ppfc    string // -ppfc as given: auto, off or xoff=SIZE,xon=SIZE
+	mtu     int
+	sample  time.Duration
 	// Where to write the plot (RoCE) and the JSON summary; "" for none.
 	plotPath string
 	jsonPath string
@@ -158,6 +176,20 @@ type options struct {
 	cc    pds.CCMode
 	trim  bool
 	bytes units.ByteSize
+	// timescale slows the fabric (units.Timescale): the fields above are
+	// the fabric's, onWire gives what the lab runs.
+	timescale units.Timescale
+}
+
+// onWire is o on the fabric slowed by its time scale: the port's rate
+// over k, DCQCN's parameters slowed, the run's times k times as long.
+func (o *options) onWire() *options {
+	w := *o
+	k := o.timescale
+	w.rate = k.Rate(o.rate)
+	w.duration, w.stagger, w.sample = k.Time(o.duration), k.Time(o.stagger), k.Time(o.sample)
+	w.params = o.params.Slowed(k)
+	return &w
 }
 
 // knobList collects -dcqcn name=value[,name=value...] in order.
@@ -216,17 +248,17 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(seconds{&o.duration}, "duration", "`seconds` of traffic, from the first flow's start to the end")
 	fs.Var(seconds{&o.stagger}, "stagger", "`seconds` between sender starts (shortened if the run is too short); not with uet, whose senders start at once")
 	fs.StringVar(&o.profile, "profile", o.profile, "roce: DCQCN `profile`, paper or mlx5 (host/dcqcn), rate knobs scaled to -rate")
-	fs.Func("timescale", "roce: stretch the profile's timers (rpg_time_reset, dce_tcp_rtt, min_time_between_cnps, rate_reduce_monitor_period) by this `factor`; auto: the profile's reference line rate / -rate (40 for paper, 25 for mlx5 at 1gbit); 1: the profile's own timers (default auto)",
+	fs.Func("stretch", "roce: stretch the profile's timers (rpg_time_reset, dce_tcp_rtt, min_time_between_cnps, rate_reduce_monitor_period) by this `factor`; auto: the profile's reference line rate / -rate (40 for paper, 25 for mlx5 at 1gbit); 1: the profile's own timers (default auto)",
 		func(v string) error {
 			if v == "auto" {
-				o.timescale = 0
+				o.stretch = 0
 				return nil
 			}
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0.01 || f > 10000 {
 				return fmt.Errorf("want auto or a factor from 0.01 to 10000")
 			}
-			o.timescale = f
+			o.stretch = f
 			return nil
 		})
 	fs.Var(&o.knobs, "dcqcn", "roce: set a DCQCN knob by its mlx5 `name=value` (repeat, or comma-separate); e.g. rpg_ai_rate=2 (Mbit/s), rpg_time_reset=100 (us)")
@@ -242,6 +274,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(&o.bytes, "bytes", "uet: each sender writes this `size` (tc units, whole 64 KiB messages) and the run ends when all are acknowledged, within -duration; default: messages until -duration")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the summary and the samples as JSON to this `file`")
 	fs.BoolVar(&o.legacy, "legacy", false, "attach with clsact + cls_bpf instead of TCX")
+	fs.Var(&o.timescale, "timescale", "slow the whole fabric `k` times (1-1000): the port, DCQCN's rate knobs and the senders at -rate/k, every timer and -duration, -stagger and -sample k times as long, bytes as they are (default 1)")
 	fs.StringVar(&o.rp, "rp", rpKernel, "roce: where each sender's reaction point takes its CNPs: kernel (eBPF on its device, host/rpbpf: Rc cut from a CNP's arrival on) or agent (its receive loop)")
 	fs.StringVar(&o.np, "np", npKernel, "roce: where the receiver turns CE marks into CNPs: kernel (eBPF on its device, host/npbpf) or agent (its receive loop)")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead
@@ -276,8 +309,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		return bad("-senders %d: want 1 to %d", o.senders, maxSenders)
 	case o.qps < 1 || o.qps > maxQPs:
 		return bad("-qps %d: want 1 to %d", o.qps, maxQPs)
-	case o.rate < units.Mbit:
-		return bad("-rate %s: want at least 1mbit", o.rate)
+	case o.rate < units.Mbit || o.timescale.Rate(o.rate) < units.Mbit:
+		return bad("-rate %s (%s on the wire at -timescale %s): want at least 1mbit on the wire", o.rate, o.timescale.Rate(o.rate), o.timescale)
 	case o.duration < 2*time.Second:
 		return bad("-duration %s: want at least 2s", o.duration)
 	case !slices.Contains([]int{256, 512, 1024, 2048, 4096}, o.mtu):
@@ -302,7 +335,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	}
 	if o.traffic != trafficRoCE {
 		var roceOnly []string
-		for _, f := range []string{"qps", "profile", "timescale", "dcqcn", "mtu", "sample", "plot", "ppfc", "np", "rp"} {
+		for _, f := range []string{"qps", "profile", "stretch", "dcqcn", "mtu", "sample", "plot", "ppfc", "np", "rp"} {
 			if set[f] && (o.traffic == trafficTCP || f != "sample" && f != "plot") {
 				roceOnly = append(roceOnly, "-"+f)
 			}
@@ -345,28 +378,28 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		}
 	}
 	if o.traffic == trafficRoCE {
-		p, f, err := demoParams(o.profile, o.rate, o.timescale, o.knobs)
+		p, f, err := demoParams(o.profile, o.rate, o.stretch, o.knobs)
 		if err != nil {
 			return bad("%v", err)
 		}
-		o.params, o.timescale = p, f
+		o.params, o.stretch = p, f
 	}
 	o.stagger = fitStagger(o.senders, o.duration, o.stagger)
 	return o, exitOK
 }
 
 // demoParams is the DCQCN profile scaled to the line rate, its timers
-// stretched by timescale (0: auto), then the user's -dcqcn overrides. It
+// stretched by stretch (0: auto), then the user's -dcqcn overrides. It
 // returns the factor used.
-func demoParams(profile string, rate units.Rate, timescale float64, knobs []string) (dcqcn.Params, float64, error) {
+func demoParams(profile string, rate units.Rate, stretch float64, knobs []string) (dcqcn.Params, float64, error) {
 	p, err := dcqcn.Profile(profile, rate)
 	if err != nil {
 		return p, 0, fmt.Errorf("-profile %s: want %s", profile, strings.Join(dcqcn.ProfileNames(), " or "))
 	}
-	if timescale == 0 {
-		timescale = autoTimescale(profile, rate)
+	if stretch == 0 {
+		stretch = autoStretch(profile, rate)
 	}
-	stretchTimers(&p, timescale)
+	stretchTimers(&p, stretch)
 	// A software sender can fall behind its Rc (CPU); the lab keeps Rc
 	// from growing meanwhile (-dcqcn rate_validation=0: firmware's rule).
 	p.RateValidation = demoRateValidation
@@ -377,9 +410,9 @@ func demoParams(profile string, rate units.Rate, timescale float64, knobs []stri
 		}
 	}
 	if err := p.Validate(); err != nil {
-		return p, 0, fmt.Errorf("DCQCN settings (-profile %s, -timescale %g, -dcqcn): %w", profile, timescale, err)
+		return p, 0, fmt.Errorf("DCQCN settings (-profile %s, -stretch %g, -dcqcn): %w", profile, stretch, err)
 	}
-	return p, timescale, nil
+	return p, stretch, nil
 }
 
 // defaultRate is the port speed: what this lab's 2-core reference VM
@@ -421,12 +454,12 @@ const (
 // increase step needs the QP to have sent 75 % of Rc since the last one.
 const demoRateValidation = 75
 
-// autoTimescale is the profile's reference line rate over the port's: the
+// autoStretch is the profile's reference line rate over the port's: the
 // profiles scale their rate knobs by rate/reference, and stretching the
 // timers by the inverse keeps every byte quantity of the loop (queue
 // thresholds, the byte counter, what a sender sends between two timer
 // events) as at the reference speed. Never below 1.
-func autoTimescale(profile string, rate units.Rate) float64 {
+func autoStretch(profile string, rate units.Rate) float64 {
 	ref := dcqcn.PaperLineRate
 	if profile == "mlx5" {
 		ref = dcqcn.MLX5RefLineRate
@@ -586,6 +619,13 @@ type demo struct {
 	// closers stop what the run started in the lab (RoCE agents), before
 	// the port and the namespaces go.
 	closers []func() error
+	// meter measures what the host took from the run (hostlost.go);
+	// stopFeed stops the port's feed into it.
+	meter    *hostlost.Meter
+	stopFeed func() error
+	// w is the options on the wire (options.onWire): the rate the port
+	// runs, the times the run takes. cfg is the port on the wire.
+	w *options
 }
 
 func (d *demo) printf(format string, a ...any) { fmt.Fprintf(d.out, format, a...) }
@@ -650,6 +690,9 @@ func runErrors(failedFlows, flows int, invariant string) error {
 // then checks that none is left.
 func (d *demo) cleanup() error {
 	var errs []error
+	if err := d.closeMeter(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, c := range slices.Backward(d.closers) {
 		if err := c(); err != nil {
 			errs = append(errs, err)
@@ -678,6 +721,7 @@ func (d *demo) cleanup() error {
 
 func (d *demo) run(ctx context.Context) error {
 	o := d.o
+	d.w = o.onWire()
 	tcp := o.traffic == trafficTCP
 	if tcp {
 		if err := ensureIperf3(ctx, d.out, exec.LookPath, runLoud(d.out)); err != nil {
@@ -712,6 +756,8 @@ func (d *demo) run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	b := dumbbell.Bottleneck
+	// The fabric's port, then slowed: the buffer, thresholds and BDP in
+	// bytes are the fabric's.
 	d.cfg = qdisc.DefaultConfig(o.rate)
 	if o.traffic == trafficUET {
 		d.cfg.Classes[qdisc.ClassRoCE] = uetClass(o.rate, o.trim)
@@ -726,6 +772,7 @@ func (d *demo) run(ctx context.Context) error {
 			return fmt.Errorf("-ppfc %s: %w", o.ppfc, err)
 		}
 	}
+	d.cfg = d.cfg.Slowed(o.timescale)
 	port, err := qdisc.Attach(d.cfg, qdisc.AttachOptions{
 		Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName, Legacy: o.legacy,
 	})
@@ -733,6 +780,9 @@ func (d *demo) run(ctx context.Context) error {
 		return fmt.Errorf("attach the port to %s:%s: %w", b.Node.Name, b.Dev, err)
 	}
 	d.port = port
+	if err := d.openMeter(); err != nil {
+		return err
+	}
 	rps, err := d.dumbbell.SteerRx(ctx)
 	if err != nil {
 		return err

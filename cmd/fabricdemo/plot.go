@@ -272,8 +272,8 @@ func writePanels(path, title string, width vg.Length, heights []vg.Length, colum
 func plotTitle(r *RoCEReport) string {
 	cc := &r.ClassConfig
 	ts := ""
-	if r.Timescale != 1 {
-		ts = fmt.Sprintf(", timers x%g", r.Timescale)
+	if r.Stretch != 1 {
+		ts = fmt.Sprintf(", timers x%g", r.Stretch)
 	}
 	return fmt.Sprintf("DCQCN (%s profile%s): %d RoCEv2 flow(s) into a %s port, WRED min_th %s KB, max_th %s KB, max_p %g;  %s utilization, Jain %.3f",
 		r.Profile, ts, len(r.Flows), r.Rate, kb(uint64(cc.MinThBytes)), kb(uint64(cc.MaxThBytes)), cc.MaxP, pct(r.UtilizationWindow), r.JainWindow)

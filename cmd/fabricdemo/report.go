@@ -279,11 +279,13 @@ type Summary struct {
 	Kernel      string     `json:"kernel"`
 	Port        qdisc.Info `json:"port"`
 	Interrupted bool       `json:"interrupted,omitempty"`
+	Scale
 
 	Flows         []FlowResult         `json:"flows"`
 	GoodputBps    float64              `json:"goodput_bps"`
 	Utilization   float64              `json:"utilization"` // class 3 dequeued bits / (rate · traffic time)
-	Jain          float64              `json:"jain"`        // over each flow's whole-run goodput
+	HostLost                           // the host's part over the traffic (hostlost.go)
+	Jain          float64              `json:"jain"` // over each flow's whole-run goodput
 	JainWindow    float64              `json:"jain_all_active,omitempty"`
 	WindowFromS   float64              `json:"all_active_from_s,omitempty"`
 	WindowToS     float64              `json:"all_active_to_s,omitempty"`
@@ -521,8 +523,10 @@ func renderSummary(w io.Writer, s *Summary) {
 	default:
 		fmt.Fprintf(w, "  Jain fairness: %.3f over whole-run averages\n", s.Jain)
 	}
-	fmt.Fprintf(w, "  Link utilization: %s of %s (class 3 dequeued, L2 bytes, over the %.2f s from first start to last end)\n\n",
+	fmt.Fprintf(w, "  Link utilization: %s of %s (class 3 dequeued, L2 bytes, over the %.2f s from first start to last end)\n",
 		pct(s.Utilization), s.Rate, s.TrafficS)
+	renderHostLost(w, &s.HostLost)
+	fmt.Fprintln(w)
 
 	renderClass(w, classView{c: c, cc: &s.ClassConfig, markFraction: s.MarkFraction, p50: s.SojournP50, p99: s.SojournP99,
 		invariant: s.Invariant, qd: s.Qdisc, dev: s.Port.Dev, other: s.OtherPackets, unaccounted: s.Unaccounted,

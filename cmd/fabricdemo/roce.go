@@ -18,6 +18,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
@@ -58,7 +59,9 @@ type roceFlow struct {
 }
 
 func (d *demo) roceRun(ctx context.Context, rps string) error {
-	o, dumbbell := d.o, d.dumbbell
+	// o is the run on the wire; the QPs are configured for the fabric
+	// (d.o) and slowed.
+	o, dumbbell := d.w, d.dumbbell
 	p := o.params
 
 	// One agent per namespace, its UDP socket opened inside it.
@@ -73,7 +76,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
-		a, err := agent.New(agent.Config{Conn: conn, NPOffload: np, RPOffload: rp})
+		a, err := agent.New(agent.Config{Conn: conn, NPOffload: np, RPOffload: rp, Held: d.held()})
 		if err != nil {
 			conn.Close()
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
@@ -135,24 +138,26 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		return err
 	}
 
+	f := d.o // the fabric's
 	scfg := agent.DefaultQPConfig()
 	scfg.MTU = o.mtu
 	scfg.CC = agent.CCDCQCN
-	scfg.DCQCN = p
+	scfg.DCQCN = f.params
 	scfg.CNPDSCP = p.CNPDSCP
 	scfg.BufferBytes = 64 << 10 // nothing is written to the senders
-	scfg.AckTimeout = ackTimeoutFor(d.cfg.Classes[qdisc.ClassRoCE].LimitBytes, o.rate)
+	scfg.AckTimeout = ackTimeoutFor(d.cfg.Classes[qdisc.ClassRoCE].LimitBytes, f.rate)
 	// In flight at most Rc·(base RTT + max_th/C), as a NIC at Rc through a
 	// queue at max_th holds (agent.QPConfig.InflightTime): a sender that
 	// fell behind cannot catch up with a whole window at once.
 	maxTh := d.cfg.Classes[qdisc.ClassRoCE].MaxThBytes
-	scfg.InflightTime = demoBaseRTT + time.Duration(float64(maxTh)*8/float64(o.rate)*1e9)
+	scfg.InflightTime = demoBaseRTT + time.Duration(float64(maxTh)*8/float64(f.rate)*1e9)
 	rcfg := agent.DefaultQPConfig()
 	rcfg.MTU = o.mtu
 	rcfg.NP = true
-	rcfg.CNPPeriod = p.MinTimeBetweenCNPs
+	rcfg.CNPPeriod = f.params.MinTimeBetweenCNPs
 	rcfg.CNPDSCP = p.CNPDSCP
 	rcfg.BufferBytes = 4 * messageBytes
+	scfg, rcfg = scfg.Slowed(f.timescale), rcfg.Slowed(f.timescale)
 	rlocal := netip.AddrPortFrom(dumbbell.ReceiverAddr, roce.UDPPort)
 	var flows []*roceFlow
 	for i := range o.senders {
@@ -191,8 +196,8 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	cc := &d.cfg.Classes[qdisc.ClassRoCE]
 	rep := &RoCEReport{
 		Senders: o.senders, QPsPerSender: o.qps, Rate: o.rate, DurationS: o.duration.Seconds(), StaggerS: o.stagger.Seconds(),
-		MTU: o.mtu, MessageBytes: messageBytes, Profile: o.profile, Timescale: o.timescale, Knobs: knobValues(&p), Overrides: o.knobs,
-		Kernel: kernelRelease(), Port: d.port.Info(), ClassConfig: *cc,
+		MTU: o.mtu, MessageBytes: messageBytes, Profile: o.profile, Stretch: o.stretch, Knobs: knobValues(&p), Overrides: o.knobs,
+		Kernel: kernelRelease(), Port: d.port.Info(), ClassConfig: *cc, Scale: d.scale(),
 		Series: Series{PeriodS: o.sample.Seconds(), Flows: make([]FlowSeries, len(flows))},
 		Zoom:   Series{PeriodS: min(zoomPeriod, o.sample).Seconds(), Flows: make([]FlowSeries, len(flows))},
 	}
@@ -222,8 +227,13 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	}
 
 	d.printf("%s", roceLiveHeader())
+	mono0, err := d.startMeter()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
-	var allJoined *qdisc.Stats // port counters when the last flow joined
+	var allJoinedMono time.Duration // when the last flow joined, on the meter's clock
+	var allJoined *qdisc.Stats      // port counters when the last flow joined
 	prevStats := base
 	prevLive := livePoint{}
 	nextLive := time.Second
@@ -248,7 +258,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 						return err
 					}
 					allJoined = &st
-					rep.AllJoinedS = el.Seconds()
+					rep.AllJoinedS, allJoinedMono = el.Seconds(), hostlost.Now()
 				}
 			}
 			if f.started {
@@ -323,6 +333,10 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	if stopCtx.Err() == nil { // all acknowledged: the traffic ended now
 		trafficEnd = time.Since(t0)
 	}
+	host, err := d.stopMeter()
+	if err != nil {
+		return err
+	}
 
 	// Let the queue drain so the counters are at rest for the invariant,
 	// and the last CNPs reach the senders before their counters are read.
@@ -372,6 +386,7 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 		joined = &allJoined.Classes[qdisc.ClassRoCE]
 	}
 	rep.finish(&st, &base.Classes[qdisc.ClassRoCE], joined)
+	rep.hostLost(host, mono0, allJoinedMono)
 	renderRoCESummary(d.out, rep)
 	d.printf("\n")
 	if err := d.writeOutputs(o, func(path string) error { return writeRoCEPlot(path, rep) }, rep); err != nil {
@@ -522,7 +537,7 @@ func knobValues(p *dcqcn.Params) map[string]string {
 
 // roceIntro describes the lab, the port, the DCQCN settings and the flows.
 func (d *demo) roceIntro(rps string, flows []*roceFlow) {
-	o, info, cc, p := d.o, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE], &d.o.params
+	o, info, cc, p := d.w, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE], &d.w.params
 	b := d.dumbbell.Bottleneck
 	names := make([]string, len(d.dumbbell.Senders))
 	for i, s := range d.dumbbell.Senders {
@@ -530,10 +545,11 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	}
 	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.dumbbell.RunID())
 	if o.cpuShare > 0 {
-		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
+		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", d.o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
 	}
 	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking (attach %s, dequeue hook on r:%s)\n",
 		b.Dev, b.PeerDev, o.rate, info.Attach, info.PeerDev)
+	d.scaleIntro()
 	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB (the CP)\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))
 	if cc.XoffBytes != 0 {
 		d.printf("PPFC   class 3: a packet that takes the queue to xoff %sKB stops its sender for the time the queue takes to drain to xon/2;\n"+
@@ -557,7 +573,7 @@ func (d *demo) roceIntro(rps string, flows []*roceFlow) {
 	nGet := func(n string) string { v, _ := p.Get(n); return v }
 	d.printf("NP     receiver (%s): a CNP per QP at most every min_time_between_cnps %s us, DSCP %d\n", o.np, nGet("min_time_between_cnps"), p.CNPDSCP)
 	inc, dec := knobSummary(p)
-	d.printf("RP     senders (CNPs taken by the %s): DCQCN %q profile, rate knobs scaled to %s, %s\n", o.rp, o.profile, o.rate, timescaleText(o.timescale))
+	d.printf("RP     senders (CNPs taken by the %s): DCQCN %q profile, rate knobs scaled to %s, %s\n", o.rp, o.profile, o.rate, stretchText(o.stretch))
 	d.printf("       climb: %s\n", inc)
 	d.printf("       cut:   %s\n", dec)
 	if len(o.knobs) > 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -161,23 +162,29 @@ type RoCEReport struct {
 	MTU          int               `json:"mtu"`
 	MessageBytes int               `json:"message_bytes"`
 	Profile      string            `json:"dcqcn_profile"`
-	Timescale    float64           `json:"timescale"`           // the profile's timers were stretched by this
+	Stretch      float64           `json:"timescale"`           // -stretch: the profile's timers were stretched by this
 	Overrides    []string          `json:"dcqcn_set,omitempty"` // -dcqcn, in order
 	Knobs        map[string]string `json:"dcqcn"`               // every knob's effective value, mlx5 units
 	Kernel       string            `json:"kernel"`
 	Port         qdisc.Info        `json:"port"`
 	Interrupted  bool              `json:"interrupted,omitempty"`
+	Scale
 
 	Flows       []RoCEFlow `json:"flows"`
 	TrafficS    float64    `json:"traffic_s"`    // first start to the last ACK
 	AllJoinedS  float64    `json:"all_joined_s"` // when the last flow joined
 	GoodputBps  float64    `json:"goodput_bps"`  // all flows' payload / traffic time
 	Utilization float64    `json:"utilization"`  // class 3 dequeued L2 bits / (rate · traffic time)
+	// The host's part over the traffic (hostlost.go).
+	HostLost
 	// While all flows competed (AllJoinedS to the end).
-	UtilizationWindow float64    `json:"all_active_utilization"`
-	JainWindow        float64    `json:"all_active_jain"`
-	Jain              float64    `json:"jain"` // over whole-run goodputs
-	Queue             QueueStats `json:"all_active_queue"`
+	UtilizationWindow float64 `json:"all_active_utilization"`
+	// The host's part of that window and the utilization net of it.
+	StarvedWindowS       float64    `json:"all_active_host_starved_s"`
+	UtilizationWindowNet float64    `json:"all_active_utilization_net"`
+	JainWindow           float64    `json:"all_active_jain"`
+	Jain                 float64    `json:"jain"` // over whole-run goodputs
+	Queue                QueueStats `json:"all_active_queue"`
 
 	Loop          LoopTotals           `json:"loop"`
 	PPFC          PPFCTotals           `json:"ppfc"`
@@ -387,6 +394,20 @@ func (r *RoCEReport) finish(st *qdisc.Stats, base, joined *qdisc.ClassStats) {
 	r.Unaccounted = st.Port.UnaccountedPackets
 }
 
+// hostLost fills the host's part from the meter's report (nil: not
+// metered): the traffic from start, the window from allJoined (both on
+// the meter's clock; allJoined 0 if the last flow never joined).
+func (r *RoCEReport) hostLost(h *hostlost.Report, start, allJoined time.Duration) {
+	if h == nil {
+		return
+	}
+	r.HostLost.set(h, start, r.TrafficS, r.Utilization)
+	if w := r.TrafficS - r.AllJoinedS; allJoined > 0 && w > 0 && r.UtilizationWindow > 0 {
+		r.StarvedWindowS = h.StarvedBetween(allJoined, allJoined+durationS(w)).Seconds()
+		r.UtilizationWindowNet = netUtilization(r.UtilizationWindow, w, r.StarvedWindowS)
+	}
+}
+
 // wrap breaks text into lines of at most width bytes at spaces.
 func wrap(text string, width int) []string {
 	var lines []string
@@ -479,12 +500,12 @@ func knobSummary(p *dcqcn.Params) (increase, decrease string) {
 	return increase, decrease
 }
 
-// timescaleText says how the profile's timers were stretched.
-func timescaleText(f float64) string {
+// stretchText says how the profile's timers were stretched.
+func stretchText(f float64) string {
 	if f == 1 {
 		return "its own timers"
 	}
-	return fmt.Sprintf("timers stretched x%g (-timescale)", f)
+	return fmt.Sprintf("timers stretched x%g (-stretch)", f)
 }
 
 // roceLiveHeader heads the live view; its columns line up with
@@ -631,7 +652,7 @@ func (r *RoCEReport) hints() []string {
 	case overflow:
 		out = append(out, fmt.Sprintf("The queue overflowed (%d drops, above max_th in %s of the samples): the senders climbed back faster"+
 			" than the CNPs cut them. After a cut, fast recovery restores the rate in rpg_threshold x rpg_time_reset (%s x %s us here);"+
-			" longer timers (-timescale) or a steeper curve (-wred) hold the queue.", drops, pct(q.Above), r.Knobs["rpg_threshold"], r.Knobs["rpg_time_reset"]))
+			" longer timers (-stretch) or a steeper curve (-wred) hold the queue.", drops, pct(q.Above), r.Knobs["rpg_threshold"], r.Knobs["rpg_time_reset"]))
 	}
 	util := r.UtilizationWindow
 	if util == 0 {
@@ -696,8 +717,13 @@ func renderRoCESummary(w io.Writer, r *RoCEReport) {
 	} else {
 		fmt.Fprintf(w, "  Link utilization: %s of %s over the %.2f s run (class 3 dequeued, L2 bytes);\n", pct(r.Utilization), r.Rate, r.TrafficS)
 	}
-	fmt.Fprintf(w, "                    payload is %s of the wire bytes at MTU %d, so goodput tops out near %s Mbit/s\n\n",
+	fmt.Fprintf(w, "                    payload is %s of the wire bytes at MTU %d, so goodput tops out near %s Mbit/s\n",
 		pct(payloadFraction(r.MTU, r.MessageBytes)), r.MTU, mbits(payloadFraction(r.MTU, r.MessageBytes)*float64(r.Rate)))
+	renderHostLost(w, &r.HostLost)
+	if r.Report != nil && r.UtilizationWindowNet > 0 {
+		fmt.Fprintf(w, "        while all competed: %s of it, utilization %s net of it\n", shortDur(durationS(r.StarvedWindowS)), pct(r.UtilizationWindowNet))
+	}
+	fmt.Fprintln(w)
 
 	l := &r.Loop
 	fmt.Fprintf(w, "DCQCN loop (the port's counters, then the NICs', mlx5 names)\n")

@@ -152,7 +152,7 @@ func fabricatedReport(t *testing.T) *RoCEReport {
 	cc := qdisc.DefaultConfig(units.Gbit).Classes[qdisc.ClassRoCE]
 	s := fabricatedSeries()
 	r := &RoCEReport{Senders: 2, QPsPerSender: 1, Rate: units.Gbit, DurationS: 2, StaggerS: 1, MTU: 4096, MessageBytes: 64 << 10,
-		Profile: "paper", Timescale: 40, ClassConfig: cc, Series: s, TrafficS: 2, AllJoinedS: 1}
+		Profile: "paper", Stretch: 40, ClassConfig: cc, Series: s, TrafficS: 2, AllJoinedS: 1}
 	p := dcqcn.PaperParams(units.Gbit)
 	stretchTimers(&p, 40)
 	r.Knobs = knobValues(&p)
@@ -510,19 +510,19 @@ func TestParseFlagsRoCE(t *testing.T) {
 	if o == nil || code != exitOK {
 		t.Fatalf("defaults: %d %s", code, errb.String())
 	}
-	if o.traffic != trafficRoCE || o.profile != "paper" || o.timescale != 80 || o.rate != 500*units.Mbit || o.mtu != 4096 || o.plotPath != defaultPlot || o.qps != 1 {
+	if o.traffic != trafficRoCE || o.profile != "paper" || o.stretch != 80 || o.rate != 500*units.Mbit || o.mtu != 4096 || o.plotPath != defaultPlot || o.qps != 1 {
 		t.Errorf("defaults %+v", o)
 	}
 	if o.params.RPGTimeReset != 4400*time.Microsecond || o.params.DCETCPRTT != 4400*time.Microsecond ||
 		o.params.MinTimeBetweenCNPs != 4*time.Millisecond || o.params.RPGAIRate != 500*units.Kbit || o.params.RateValidation != 75 {
 		t.Errorf("paper at 500mbit, x80: %+v", o.params)
 	}
-	o, _ = parseFlags([]string{"-profile", "mlx5", "-timescale", "1", "-dcqcn", "rpg_ai_rate=2,rpg_time_reset=100", "-dcqcn", "rpg_threshold=3",
+	o, _ = parseFlags([]string{"-profile", "mlx5", "-stretch", "1", "-dcqcn", "rpg_ai_rate=2,rpg_time_reset=100", "-dcqcn", "rpg_threshold=3",
 		"-qps", "2", "-mtu", "1024", "-wred", "min=20kb,p=0.2", "-plot", "", "-sample", "5ms"}, &out, &errb)
 	if o == nil {
 		t.Fatalf("flags: %s", errb.String())
 	}
-	if o.profile != "mlx5" || o.timescale != 1 || o.params.RPGAIRate != 2*units.Mbit || o.params.RPGTimeReset != 100*time.Microsecond ||
+	if o.profile != "mlx5" || o.stretch != 1 || o.params.RPGAIRate != 2*units.Mbit || o.params.RPGTimeReset != 100*time.Microsecond ||
 		o.params.RPGThreshold != 3 || o.params.DCETCPRTT != time.Microsecond || o.qps != 2 || o.mtu != 1024 || o.plotPath != "" ||
 		o.sample != 5*time.Millisecond || o.wred != "min=20kb,p=0.2" {
 		t.Errorf("flags %+v", o)
@@ -545,7 +545,7 @@ func TestParseFlagsRoCE(t *testing.T) {
 		{[]string{"-wred", "burst=1"}, `unknown key "burst"`},
 		{[]string{"-mtu", "9000"}, "-mtu 9000: want 256, 512, 1024, 2048 or 4096"},
 		{[]string{"-qps", "0"}, "-qps 0: want 1 to 16"},
-		{[]string{"-timescale", "fast"}, "want auto or a factor"},
+		{[]string{"-stretch", "fast"}, "want auto or a factor"},
 		{[]string{"-sample", "10us"}, "-sample 10µs: want 1ms to 1s"},
 	} {
 		errb.Reset()
@@ -556,14 +556,14 @@ func TestParseFlagsRoCE(t *testing.T) {
 	}
 }
 
-func TestTimescale(t *testing.T) {
-	if f := autoTimescale("paper", units.Gbit); f != 40 {
+func TestStretch(t *testing.T) {
+	if f := autoStretch("paper", units.Gbit); f != 40 {
 		t.Errorf("paper at 1gbit: %v", f)
 	}
-	if f := autoTimescale("mlx5", units.Gbit); f != 25 {
+	if f := autoStretch("mlx5", units.Gbit); f != 25 {
 		t.Errorf("mlx5 at 1gbit: %v", f)
 	}
-	if f := autoTimescale("paper", 100*units.Gbit); f != 1 {
+	if f := autoStretch("paper", 100*units.Gbit); f != 1 {
 		t.Errorf("paper above its reference: %v", f)
 	}
 	p := dcqcn.MLX5Params(units.Gbit)
@@ -579,7 +579,7 @@ func TestTimescale(t *testing.T) {
 	}
 	// Past the knobs' range the paper's K > N cannot hold: the error says
 	// what to change.
-	if _, _, err := demoParams("paper", 10*units.Mbit, 0, nil); err == nil || !strings.Contains(err.Error(), "-timescale") {
+	if _, _, err := demoParams("paper", 10*units.Mbit, 0, nil); err == nil || !strings.Contains(err.Error(), "-stretch") {
 		t.Errorf("paper at 10mbit: %v", err)
 	}
 }

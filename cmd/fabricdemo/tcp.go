@@ -30,7 +30,7 @@ const (
 )
 
 func (d *demo) tcpIntro(rps string) {
-	o, info, cc := d.o, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE]
+	o, info, cc := d.w, d.port.Info(), &d.cfg.Classes[qdisc.ClassRoCE]
 	b := d.dumbbell.Bottleneck
 	names := make([]string, len(d.dumbbell.Senders))
 	for i, s := range d.dumbbell.Senders {
@@ -39,6 +39,7 @@ func (d *demo) tcpIntro(rps string) {
 	d.printf("\nlab    %s -> sw -> r   (namespaces %s-*)\n", strings.Join(names, ","), d.dumbbell.RunID())
 	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking (attach %s, dequeue hook on r:%s)\n",
 		b.Dev, b.PeerDev, o.rate, info.Attach, info.PeerDev)
+	d.scaleIntro()
 	d.printf("class  3 %q, DSCP %d: %s, buffer %sKB\n", cc.Name, qdisc.DSCPRoCE, wredText(cc), kb(uint64(cc.LimitBytes)))
 	if rps != "" {
 		d.printf("rx     RPS: %s (keeps each flow in order through the veths)\n", rps)
@@ -57,7 +58,7 @@ type flowEvent struct {
 }
 
 func (d *demo) tcpTraffic(ctx context.Context) error {
-	o, dumbbell := d.o, d.dumbbell
+	o, dumbbell := d.w, d.dumbbell
 	raddr := dumbbell.ReceiverAddr.String()
 
 	// One single-shot server per flow, so each flow has its own port.
@@ -96,6 +97,10 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 	}
 	events := make(chan flowEvent, 2*o.senders)
 	var wg sync.WaitGroup
+	mono0, err := d.startMeter()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	for i := range o.senders {
 		wg.Add(1)
@@ -149,6 +154,10 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	host, err := d.stopMeter()
+	if err != nil {
+		return err
+	}
 
 	// Let the queue drain so the counters are at rest for the invariant.
 	st, err := d.settledStats()
@@ -157,13 +166,14 @@ func (d *demo) tcpTraffic(ctx context.Context) error {
 	}
 	sum := &Summary{
 		Senders: o.senders, Rate: o.rate, DurationS: o.duration.Seconds(), StaggerS: o.stagger.Seconds(),
-		Kernel: kernelRelease(), Port: d.port.Info(), Flows: flows, TrafficS: trafficEnd.Seconds(),
+		Kernel: kernelRelease(), Port: d.port.Info(), Flows: flows, TrafficS: trafficEnd.Seconds(), Scale: d.scale(),
 		ClassConfig: *cc, Samples: samples,
 	}
 	if q, err := d.port.Qdisc(); err == nil {
 		sum.Qdisc = &q
 	}
 	sum.finish(&st, sub(st.Classes[qdisc.ClassRoCE].DequeuedBytes, base.Classes[qdisc.ClassRoCE].DequeuedBytes))
+	sum.HostLost.set(host, mono0, sum.TrafficS, sum.Utilization)
 	renderSummary(d.out, sum)
 	d.printf("\n")
 	if err := d.writeOutputs(o, nil, sum); err != nil {
@@ -188,7 +198,7 @@ func cancelAndWait(wg *sync.WaitGroup, events <-chan flowEvent) {
 // flow runs iperf3 client i, starting at t0 + i·stagger and ending with the
 // run, and reports its start and its result.
 func (d *demo) flow(ctx context.Context, i int, t0 time.Time, events chan<- flowEvent) {
-	o, dumbbell := d.o, d.dumbbell
+	o, dumbbell := d.w, d.dumbbell
 	offset := time.Duration(i) * o.stagger
 	secs := o.duration - offset
 	f := FlowResult{
@@ -210,7 +220,7 @@ func (d *demo) flow(ctx context.Context, i int, t0 time.Time, events chan<- flow
 	cctx, cancel := context.WithTimeout(ctx, secs+15*time.Second)
 	defer cancel()
 	cmd := dumbbell.Senders[i].Command(cctx, "iperf3", "-c", f.Dst, "-p", strconv.Itoa(f.Port),
-		"-t", strconv.Itoa(int(secs/time.Second)), "-S", tosRoCE, "-C", congestion, "-J", "--connect-timeout", "3000")
+		"-t", strconv.Itoa(int((secs+time.Second-1)/time.Second)), "-S", tosRoCE, "-C", congestion, "-J", "--connect-timeout", "3000")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

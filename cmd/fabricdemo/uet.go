@@ -93,7 +93,9 @@ type uetFlow struct {
 }
 
 func (d *demo) uetRun(ctx context.Context, rps string) error {
-	o, dumbbell := d.o, d.dumbbell
+	// o is the run on the wire; the endpoints are configured for the
+	// fabric (d.o) and slowed.
+	o, dumbbell := d.w, d.dumbbell
 	cc := &d.cfg.Classes[qdisc.ClassRoCE]
 	// The endpoints log only what goes wrong, beside the live view.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -115,8 +117,8 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		}); err != nil {
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
-		cfg := uetEndpointConfig(o.rate, o.cc, cc, receiver)
-		cfg.Conn, cfg.Logger = conn, logger.With("host", n.Name)
+		cfg := uetEndpointConfig(d.o.rate, o.cc, cc, receiver).Slowed(o.timescale)
+		cfg.Conn, cfg.Logger, cfg.Held = conn, logger.With("host", n.Name), d.held()
 		ep, err := pds.New(cfg)
 		if err != nil {
 			conn.Close()
@@ -153,7 +155,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 	rep := &UETReport{
 		Senders: o.senders, Rate: o.rate, DurationS: o.duration.Seconds(), BytesPerSender: msgs * messageBytes,
 		MessageBytes: messageBytes, MTU: uetMTU, CC: o.cc, Trim: cc.TrimBytes != 0, BaseRTT: uetBaseRTT,
-		Kernel: kernelRelease(), Port: d.port.Info(), ClassConfig: *cc,
+		Kernel: kernelRelease(), Port: d.port.Info(), ClassConfig: *cc, Scale: d.scale(),
 		Series: UETSeries{PeriodS: o.sample.Seconds(), Flows: make([]UETFlowSeries, len(flows))},
 	}
 	labels := make([]string, len(flows))
@@ -163,6 +165,10 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 	d.uetIntro(rps, rep)
 
 	base, err := d.port.Stats()
+	if err != nil {
+		return err
+	}
+	mono0, err := d.startMeter()
 	if err != nil {
 		return err
 	}
@@ -260,6 +266,10 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		}
 	}
 
+	host, err := d.stopMeter()
+	if err != nil {
+		return err
+	}
 	// Let the queue drain so the counters are at rest for the invariant.
 	st, err := d.settledStats()
 	if err != nil {
@@ -312,6 +322,7 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		rep.Qdisc = &q
 	}
 	rep.finish(&st, &base)
+	rep.hostLost(host, mono0)
 	renderUETSummary(d.out, rep)
 	d.printf("\n")
 	if err := d.writeOutputs(o, func(path string) error { return writeUETPlot(path, rep) }, rep); err != nil {
@@ -471,16 +482,18 @@ func (s *UETSeries) add(t float64, backlog uint64, flows []*uetFlow, dst netip.A
 // uetIntro describes the lab, the port, the endpoints and their
 // congestion control.
 func (d *demo) uetIntro(rps string, r *UETReport) {
-	o, info, cc := d.o, d.port.Info(), &r.ClassConfig
+	o, info, cc := d.w, d.port.Info(), &r.ClassConfig
 	b := d.dumbbell.Bottleneck
 	d.printf("\nlab    %d senders -> sw -> r   (namespaces %s-*)\n", len(d.dumbbell.Senders), d.dumbbell.RunID())
 	if o.cpuShare > 0 {
-		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
+		d.printf("rate   %s: this process gets %.2f of the CPUs (%s from %.2f, else %s; -rate sets it)\n", d.o.rate, o.cpuShare, defaultRate, minShareForDefault, busyRate)
 	}
-	bdp := o.rate.BytesPerSecond() * uetBaseRTT.Seconds()
+	baseRTT := o.timescale.Time(uetBaseRTT)
+	bdp := o.rate.BytesPerSecond() * baseRTT.Seconds()
 	d.printf("port   sw:%s -> r:%s at %s: HTB queue, eBPF ECN marking and trimming (attach %s)\n", b.Dev, b.PeerDev, o.rate, info.Attach)
+	d.scaleIntro()
 	d.printf("class  3 %q, DSCP %d: buffer %sKB = %.2f BDP (BDP %s x %s = %sKB), %s\n",
-		cc.Name, qdisc.DSCPRoCE, kb(uint64(cc.LimitBytes)), float64(cc.LimitBytes)/bdp, o.rate, uetBaseRTT, kb(uint64(bdp)), wredText(cc))
+		cc.Name, qdisc.DSCPRoCE, kb(uint64(cc.LimitBytes)), float64(cc.LimitBytes)/bdp, o.rate, baseRTT, kb(uint64(bdp)), wredText(cc))
 	if cc.TrimBytes != 0 {
 		d.printf("trim   a packet the full buffer would drop leaves as its first %d B with DSCP %d through class %d (strict):\n"+
 			"       the receiver NACKs it TRIMMED_LASTHOP at once and the sender resends it (-trim=false: dropped)\n",
@@ -493,9 +506,9 @@ func (d *demo) uetIntro(rps string, r *UETReport) {
 	}
 	d.printf("hosts  one UET endpoint per namespace in this process (host/pds, UDP %d, RUD): %d KiB WRITE messages,\n"+
 		"       payload verified at the receiver, MTU %d, data DSCP %d ECT(0), ACKs DSCP %d; base RTT %s, RTO %s\n",
-		uet.Port, messageBytes>>10, uetMTU, qdisc.DSCPRoCE, qdisc.DSCPCNP, uetBaseRTT, uetRTO)
-	np := nscc.LabParams(o.rate, uetBaseRTT, uetMTU)
-	rp := rccc.LabParams(o.rate, uetBaseRTT, uetMTU+14)
+		uet.Port, messageBytes>>10, uetMTU, qdisc.DSCPRoCE, qdisc.DSCPCNP, baseRTT, o.timescale.Time(uetRTO))
+	np := nscc.LabParams(o.rate, baseRTT, uetMTU)
+	rp := rccc.LabParams(o.rate, baseRTT, uetMTU+14)
 	nsccText := fmt.Sprintf("NSCC   the sender's window: MaxWnd %sKB (%.1f BDP), target queueing delay %s; ECN and delay cut it, quick adapt on trims and losses",
 		kb(uint64(np.MaxWndBytes())), np.MaxWndBDPs, np.TargetQDelay)
 	rcccText := fmt.Sprintf("RCCC   the receiver's credit: its pacer grants %d B at a time, round robin, at %.2f x the line (%s); a sender starts with\n"+

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/rccc"
@@ -148,6 +149,7 @@ type UETReport struct {
 	Kernel         string        `json:"kernel"`
 	Port           qdisc.Info    `json:"port"`
 	Interrupted    bool          `json:"interrupted,omitempty"`
+	Scale
 
 	Flows    []UETFlow    `json:"flows"`
 	Receiver pds.Counters `json:"receiver_counters"`
@@ -155,14 +157,19 @@ type UETReport struct {
 	TrafficS float64 `json:"traffic_s"`
 	// IdealS is the time all the payload acknowledged takes at the port's
 	// payload capacity (PayloadFraction of the rate), from the start.
-	PayloadFraction float64    `json:"payload_fraction"`
-	IdealS          float64    `json:"ideal_s"`
-	TailOverIdeal   float64    `json:"tail_fct_over_ideal"`
-	GoodputBps      float64    `json:"goodput_bps"` // all payload / TrafficS
-	Utilization     float64    `json:"utilization"` // class 3 dequeued L2 bits / (rate · TrafficS), resent packets included
-	Jain            float64    `json:"jain"`        // over the flows' goodputs
-	Queue           QueueStats `json:"queue"`       // the backlog samples of the whole run
-	Transport       UETTotals  `json:"transport"`
+	PayloadFraction float64 `json:"payload_fraction"`
+	IdealS          float64 `json:"ideal_s"`
+	TailOverIdeal   float64 `json:"tail_fct_over_ideal"`
+	// The host's part over the tail FCT (hostlost.go), and the tail FCT
+	// over the ideal extended by it: the ratio the UET incast tests
+	// compare with htsim's.
+	HostLost
+	TailOverIdealNet float64    `json:"tail_fct_over_ideal_net"`
+	GoodputBps       float64    `json:"goodput_bps"` // all payload / TrafficS
+	Utilization      float64    `json:"utilization"` // class 3 dequeued L2 bits / (rate · TrafficS), resent packets included
+	Jain             float64    `json:"jain"`        // over the flows' goodputs
+	Queue            QueueStats `json:"queue"`       // the backlog samples of the whole run
+	Transport        UETTotals  `json:"transport"`
 	// Pacer is the receiver's RCCC credit pacer (CC rccc or both).
 	Pacer *rccc.PacerStats `json:"pacer,omitempty"`
 	// The endpoints' UDP sockets: drops outside the port.
@@ -310,6 +317,18 @@ func (r *UETReport) finish(st, base *qdisc.Stats) {
 		}
 	}
 	r.Unaccounted = sub(st.Port.UnaccountedPackets, base.Port.UnaccountedPackets)
+}
+
+// hostLost fills the host's part from the meter's report (nil: not
+// metered) for the traffic from start on the meter's clock.
+func (r *UETReport) hostLost(h *hostlost.Report, start time.Duration) {
+	if h == nil {
+		return
+	}
+	r.HostLost.set(h, start, r.TrafficS, r.Utilization)
+	if r.IdealS > 0 {
+		r.TailOverIdealNet = r.TrafficS / (r.IdealS + r.StarvedS)
+	}
 }
 
 // trimmedRowsOff reports whether a curve row off the configured curve
@@ -623,7 +642,12 @@ func renderUETSummary(w io.Writer, r *UETReport) {
 	if len(r.Flows) > 1 {
 		fmt.Fprintf(w, "  Jain fairness: %.3f over the flows' goodputs\n", r.Jain)
 	}
-	fmt.Fprintf(w, "  Link utilization: %s of %s over the tail FCT (class 3 dequeued, L2 bytes, resent packets included)\n\n", pct(r.Utilization), r.Rate)
+	fmt.Fprintf(w, "  Link utilization: %s of %s over the tail FCT (class 3 dequeued, L2 bytes, resent packets included)\n", pct(r.Utilization), r.Rate)
+	renderHostLost(w, &r.HostLost)
+	if r.Report != nil && r.TailOverIdealNet > 0 {
+		fmt.Fprintf(w, "        tail FCT %.3f x (the ideal + the host's %s)\n", r.TailOverIdealNet, shortDur(durationS(r.StarvedS)))
+	}
+	fmt.Fprintln(w)
 
 	t, rc := &r.Transport, &r.Receiver
 	fmt.Fprintf(w, "UET transport (the senders' endpoints summed, then the receiver's)\n")

@@ -86,6 +86,12 @@ func TestMeterIntersects(t *testing.T) {
 	if d := r.StarvedBetween(at(0), at(6)); d != 2*unit {
 		t.Errorf("starved before 6 units: %v, want %v", d, 2*unit)
 	}
+	if d := r.PortsStarvedBetween(at(0), at(9), "sw1:r1", "nowhere"); d != 4*unit {
+		t.Errorf("sw1:r1 starved before 9 units: %v, want %v", d, 4*unit)
+	}
+	if d := r.PortsStarvedBetween(at(0), at(20)); d != 0 {
+		t.Errorf("no port named: %v starved, want 0", d)
+	}
 	if r.Wall <= 0 || r.Share != float64(r.Starved)/float64(r.Wall) {
 		t.Errorf("wall %v, share %g", r.Wall, r.Share)
 	}
@@ -130,5 +136,65 @@ func TestReadKernel(t *testing.T) {
 		Steal: 5700 * time.Millisecond, Squeezed: 13, BacklogDrops: 3, GoSchedWait: k.GoSchedWait}
 	if k != want {
 		t.Errorf("ReadKernel = %+v, want %+v", k, want)
+	}
+}
+
+// PortsStarvedBetween counts the ports named, once where they overlap.
+func TestPortsStarvedBetween(t *testing.T) {
+	m, err := NewMeter(MeterConfig{Tick: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := m.Port("c1"), m.Port("c2")
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := m.start
+	at := func(ms float64) time.Duration { return t0 + time.Duration(ms*1e5) }
+	a.HeldBack.Add(at(1), at(3))
+	b.HeldBack.Add(at(2), at(6))
+	time.Sleep(time.Millisecond)
+	r := m.Stop()
+	unit := 100 * time.Microsecond
+	for _, tc := range []struct {
+		names []string
+		want  time.Duration
+	}{{[]string{"c1"}, 2 * unit}, {[]string{"c2"}, 4 * unit}, {[]string{"c1", "c2"}, 5 * unit}} {
+		if d := r.PortsStarvedBetween(at(0), at(10), tc.names...); d != tc.want {
+			t.Errorf("%v: %v starved, want %v", tc.names, d, tc.want)
+		}
+	}
+	if d := r.StarvedBetween(at(0), at(10)); d != 5*unit {
+		t.Errorf("all ports: %v, want %v", d, 5*unit)
+	}
+}
+
+// A sender behind a delay link holds the ports' time that much later:
+// HeldVia compares its held intervals with the ports' idle periods then.
+func TestMeterHeldVia(t *testing.T) {
+	m, err := NewMeter(MeterConfig{Tick: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	near, far := m.Held(), m.HeldVia(3*100*time.Microsecond)
+	p := m.Port("bottleneck")
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := m.start
+	at := func(units float64) time.Duration { return t0 + time.Duration(units*1e5) }
+	// Idle 4–6 units. Held 0–2 (near: the port did not idle then) and,
+	// behind 3 units of delay, 1–2 (reaching the port 4–5).
+	p.Idle.Add(at(4), at(6))
+	near.Add(at(0), at(2))
+	far.Add(at(1), at(2))
+	time.Sleep(time.Millisecond)
+	r := m.Stop()
+	unit := 100 * time.Microsecond
+	if r.Starved != unit {
+		t.Errorf("starved %v, want %v: the far sender's held time, 3 units later", r.Starved, unit)
+	}
+	if d := r.StarvedBetween(at(4), at(5)); d != unit {
+		t.Errorf("starved in 4–5 units: %v, want %v", d, unit)
 	}
 }

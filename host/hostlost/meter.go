@@ -40,7 +40,7 @@ type Meter struct {
 	cfg MeterConfig
 
 	mu        sync.Mutex
-	held      []*Log
+	held      []heldLog
 	ports     []*meterPort
 	carry     []Interval // held intervals past the last cut
 	scratch   []Interval
@@ -54,6 +54,13 @@ type Meter struct {
 	report    Report
 	stopc     chan struct{}
 	done      chan struct{}
+}
+
+// heldLog is a sender's log and how much later its packets reach the
+// ports (Meter.HeldVia).
+type heldLog struct {
+	log   *Log
+	delay time.Duration
 }
 
 type meterPort struct {
@@ -96,11 +103,18 @@ func NewMeter(cfg MeterConfig) (*Meter, error) {
 	return &Meter{cfg: cfg}, nil
 }
 
-// Held returns a new log of held time for one sender (engine.Config.Held).
-func (m *Meter) Held() *Log {
+// Held returns a new log of held time for one sender (engine.Config.Held)
+// whose packets reach the ports at once.
+func (m *Meter) Held() *Log { return m.HeldVia(0) }
+
+// HeldVia is Held for a sender whose packets reach the ports delay after
+// it sends them (a delay link or a WAN between them): the port idles
+// that much later for the time the sender was held, so its intervals are
+// compared with the ports' delay later.
+func (m *Meter) HeldVia(delay time.Duration) *Log {
 	l := NewLog()
 	m.mu.Lock()
-	m.held = append(m.held, l)
+	m.held = append(m.held, heldLog{log: l, delay: max(delay, 0)})
 	m.mu.Unlock()
 	return l
 }
@@ -160,8 +174,13 @@ func (m *Meter) fold(cut time.Duration) {
 		return
 	}
 	buf := m.scratch[:0]
-	for _, l := range m.held {
-		buf = l.Drain(buf)
+	for _, h := range m.held {
+		n := len(buf)
+		buf = h.log.Drain(buf)
+		for i := n; i < len(buf); i++ {
+			buf[i].From += h.delay
+			buf[i].To += h.delay
+		}
 	}
 	buf = append(buf, m.carry...)
 	var in []Interval
@@ -215,15 +234,18 @@ func (m *Meter) Stop() Report {
 	if err := errors.Join(m.kerr, kerr); err != nil {
 		r.KernelError = err.Error()
 	}
-	for _, l := range m.held {
-		_, _, lost := l.Totals()
+	for _, h := range m.held {
+		_, _, lost := h.log.Totals()
 		r.HeldLost += lost
 	}
 	var all []Interval
+	r.portStarved = make(map[string][]Interval, len(m.ports))
 	for _, p := range m.ports {
 		_, _, lost := p.log.Totals()
 		_, _, blost := p.back.Totals()
 		r.Ports = append(r.Ports, PortReport{Name: p.name, Idle: p.idle, HeldBack: p.heldBack, Starved: p.starved, IdleLost: lost + blost, Truncated: p.overflow})
+		// Each fold's intervals are a union after the last fold's.
+		r.portStarved[p.name] = Union(append(r.portStarved[p.name], p.ivs...))
 		all = append(all, p.ivs...)
 	}
 	all = Union(all)
@@ -259,7 +281,8 @@ type Report struct {
 	Kernel      Kernel `json:"kernel"`
 	KernelError string `json:"kernel_error,omitempty"`
 
-	starved []Interval
+	starved     []Interval
+	portStarved map[string][]Interval // by port name, each a union
 }
 
 // PortReport is one port's part.
@@ -282,6 +305,18 @@ type PortReport struct {
 // Now): a flow's share of it.
 func (r *Report) StarvedBetween(from, to time.Duration) time.Duration {
 	return Between(r.starved, from, to)
+}
+
+// PortsStarvedBetween is the starved time between from and to of the
+// ports named (their union; unknown names count nothing): the host's loss
+// on one path of a lab whose other ports the flows do not cross, which
+// idle while senders are held without losing anything.
+func (r *Report) PortsStarvedBetween(from, to time.Duration, names ...string) time.Duration {
+	var ivs []Interval
+	for _, n := range names {
+		ivs = append(ivs, r.portStarved[n]...)
+	}
+	return Between(Union(ivs), from, to)
 }
 
 // String is the report in one line.

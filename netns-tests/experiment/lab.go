@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
@@ -53,8 +54,17 @@ func (e *experiment) dumbbellSpec() lab.DumbbellSpec {
 		// Congestion control is set per socket (a namespace may only pick
 		// from the host's allowed list and inherits its default, often bbr).
 		SenderSysctls: map[string]string{"net.ipv4.tcp_ecn": "1"},
-		SenderDelays:  e.o.delays,
+		SenderDelays:  e.o.wireDelays(),
 	}
+}
+
+// wireDelays are the senders' one-way delays on the slowed fabric.
+func (o *options) wireDelays() []time.Duration {
+	out := make([]time.Duration, len(o.delays))
+	for i, d := range o.delays {
+		out[i] = o.wire(d)
+	}
+	return out
 }
 
 // setup registers DCTCP (-cc dctcp), builds the lab, attaches the port and
@@ -87,25 +97,59 @@ func (e *experiment) setup(ctx context.Context) error {
 	b := lab.Bottleneck
 	// Attach with the seed-000 defaults; each scheme reconfigures class 3.
 	e.cfg = qdisc.DefaultConfig(e.o.rate)
-	port, err := qdisc.Attach(e.cfg, qdisc.AttachOptions{
+	port, err := qdisc.Attach(e.cfg.Slowed(e.o.timescale), qdisc.AttachOptions{
 		Dev: b.Dev, Netns: b.Node.NetnsName, PeerDev: b.PeerDev, PeerNetns: b.PeerNode.NetnsName,
 	})
 	if err != nil {
 		return fmt.Errorf("attach the port to %s:%s: %w", b.Node.Name, b.Dev, err)
 	}
 	e.port = port
+	if e.o.quickAck {
+		if err := quickAck(lab.Receiver); err != nil {
+			return err
+		}
+	}
 	e.srv, err = startServers(lab.Receiver, e.cc, e.o.perScheme()+time.Minute)
 	return err
+}
+
+// quickAck sets quickack on n's routes through a gateway (to the other
+// hosts): TCP there ACKs every packet, no delayed ACKs (RTAX_QUICKACK).
+func quickAck(n *lab.Node) error {
+	h := n.Netlink()
+	routes, err := h.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("quickack: routes of %s: %w", n.Name, err)
+	}
+	set := 0
+	for _, r := range routes {
+		if r.Gw == nil {
+			continue
+		}
+		r.QuickACK = 1
+		if err := h.RouteReplace(&r); err != nil {
+			return fmt.Errorf("quickack: route %v of %s: %w", r.Dst, n.Name, err)
+		}
+		set++
+	}
+	if set == 0 {
+		return fmt.Errorf("quickack: %s has no route through a gateway", n.Name)
+	}
+	return nil
 }
 
 func (e *experiment) setupReport(limit units.ByteSize, rps string) Setup {
 	o := e.o
 	s := Setup{
-		RateBps: uint64(o.rate), Senders: o.senders(), DelayLink: delayLinkKind,
+		RateBps: uint64(o.rate), Timescale: o.timescale.K(), WireRateBps: uint64(o.wireRate()), Senders: o.senders(), DelayLink: delayLinkKind,
 		LongPerSender: o.longPerSender, Transport: o.transport, Congestion: o.congestion(), CongestionName: e.cc, Class: int(class), DSCP: int(dscp),
 		WarmupS: o.warmup.Seconds(), MeasureS: o.measure.Seconds(), SampleUs: us(o.sampleEvery),
 		ShortMinBytes: uint64(o.shortMinBytes), ShortMaxBytes: uint64(o.shortMaxBytes), ShortGapUs: us(o.shortGap),
 		Seed: o.seed, Lambda: o.lambda, PstLambda: o.pstLambdaFor(), LimitBytes: uint64(limit), Attach: string(e.port.Info().Attach), RPS: rps, OffloadsOff: true,
+		QuickAck: o.quickAck,
+	}
+	if o.sharp.SqrtLaw {
+		s.SharpOverrides = append(s.SharpOverrides, "sqrt law")
 	}
 	for _, d := range o.delays {
 		s.DelaysUs = append(s.DelaysUs, us(d))
@@ -322,6 +366,13 @@ func (e *experiment) measureRTT(ctx context.Context) (RTTReport, error) {
 		return RTTReport{}, err
 	}
 	e.printf(" done\n\n")
+	// The fabric's RTTs: what aqm.Tune derives the fabric's parameters
+	// from (the host's share of them shrinks k times).
+	for _, s := range samples {
+		for j := range s {
+			s[j] = e.o.timescale.Fabric(s[j])
+		}
+	}
 	r := rttReport(names, e.o.delays, samples, lost, e.o.pings)
 	for _, s := range r.PerSender {
 		if s.RTTUs.N == 0 {

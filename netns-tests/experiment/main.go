@@ -89,8 +89,10 @@ type experiment struct {
 	// every socket sets with TCP_CONGESTION.
 	dctcp *dctcp.Registration
 	cc    string
-	// roce is the agents of a -transport roce run.
-	roce *rocelab.Hosts
+	// roce is the agents of a -transport roce scheme run, roceInflight
+	// their QPs' in-flight time on the fabric.
+	roce         *rocelab.Hosts
+	roceInflight time.Duration
 }
 
 func (e *experiment) printf(format string, a ...any) { fmt.Fprintf(e.out, format, a...) }
@@ -102,10 +104,8 @@ func (e *experiment) cleanup() error {
 	if e.srv != nil {
 		e.srv.close()
 	}
-	if e.roce != nil {
-		if err := e.roce.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close the agents: %w", err))
-		}
+	if err := e.stopRoCE(); err != nil {
+		errs = append(errs, err)
 	}
 	if e.dctcp != nil {
 		if err := e.dctcp.Close(); err != nil {
@@ -168,10 +168,7 @@ func (e *experiment) run(ctx context.Context) error {
 	if o.transport == transportRoCE {
 		// A QP keeps in flight what its Rc sends in a base RTT plus the
 		// time K_tail takes to drain (the RoCE tests' InflightTime rule).
-		inflight := fromUs(rep.RTT.PooledUs.P90) + time.Duration(float64(tune.KTailBytes)*8/float64(o.rate)*1e9)
-		if err := e.setupRoCE(inflight); err != nil {
-			return err
-		}
+		e.roceInflight = fromUs(rep.RTT.PooledUs.P90) + time.Duration(float64(tune.KTailBytes)*8/float64(o.rate)*1e9)
 	}
 	renderParams(e.out, rep)
 
@@ -199,11 +196,10 @@ func (e *experiment) run(ctx context.Context) error {
 				r = Result{Scheme: s, Describe: s.Params.describe(o.rate), Error: err.Error()}
 				failed = append(failed, fmt.Sprintf("%s (run %d)", s.Label, run))
 			} else {
-				e.printf("mean queue %.1f KB, util %.1f%%, short p99 %.0f µs", r.Queue.MeanBytes/1000, 100*r.Utilization, r.ShortFCTUs.P99)
-				if r.Incast.Rounds > 0 {
-					e.printf(", incast QCT p99 %.0f µs, %d drops", r.Incast.QCTUs.P99, r.Incast.Drops)
-				}
-				e.printf("\n")
+				e.printf("%s\n", runLine(&r))
+			}
+			if r.HostLost != nil {
+				e.printf("    %s\n", r.HostLost)
 			}
 			r.Run = run
 			rep.Schemes = append(rep.Schemes, r)
@@ -234,9 +230,11 @@ func (e *experiment) run(ctx context.Context) error {
 	return nil
 }
 
-// delayReports reads the senders' delay links.
+// delayReports reads the senders' delay links; the lateness is the
+// fabric's (the wall's over -timescale), as the delays.
 func (e *experiment) delayReports() []DelayReport {
 	var out []DelayReport
+	k := e.o.timescale
 	for i, d := range e.lab.Delays {
 		if d == nil {
 			continue
@@ -245,7 +243,7 @@ func (e *experiment) delayReports() []DelayReport {
 		out = append(out, DelayReport{
 			Sender: e.lab.Senders[i].Name, DelayUs: us(e.o.delays[i]), Packets: st.Packets,
 			Dropped: st.Dropped + st.TunDropped + st.KernelDropped, MaxHeld: st.MaxHeld,
-			LatenessMeanUs: us(st.LatenessMean), LatenessP99Us: us(st.LatenessQuantile(0.99)), LatenessMaxUs: us(st.LatenessMax),
+			LatenessMeanUs: us(k.Fabric(st.LatenessMean)), LatenessP99Us: us(k.Fabric(st.LatenessQuantile(0.99))), LatenessMaxUs: us(k.Fabric(st.LatenessMax)),
 		})
 	}
 	return out

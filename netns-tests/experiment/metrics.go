@@ -25,6 +25,30 @@ func durationsUs(ds []time.Duration) []float64 {
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
+// fabricUs converts times measured on the slowed fabric (wall times) to
+// the fabric's, in float microseconds.
+func fabricUs(ds []time.Duration, k units.Timescale) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = us(k.Fabric(d))
+	}
+	return out
+}
+
+// netUs is fabricUs of each time less the time the host starved the
+// port meanwhile (starved, in the same order), never below 0: what the
+// flow would have taken had the host not taken the port's time.
+func netUs(ds, starved []time.Duration, k units.Timescale) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		if i < len(starved) {
+			d = max(d-starved[i], 0)
+		}
+		out[i] = us(k.Fabric(d))
+	}
+	return out
+}
+
 func fromUs(v float64) time.Duration { return time.Duration(math.Round(v * float64(time.Microsecond))) }
 
 // bytesToUs is how long a backlog of b bytes takes to drain at rate.

@@ -34,6 +34,16 @@ Each scheme runs -runs times on the port's class 3, the schemes
 interleaved: step-Tail (K from the p90 RTT), step-AVG (K from the mean
 RTT), CoDel, TCN and ECN#.
 
+-timescale k slows the whole fabric down k times (issue 26 §2): the port
+and the DCQCN senders run at -rate/k, the delays, the AQM times, the run's
+durations and the sampling take k times as long, every byte (buffer,
+thresholds, flow sizes) stays. The flags and the report are the fabric's
+(-rate, -delays, -measure, the FCTs and the queue in µs); the run takes k
+times its -warmup + -measure. The host's stalls (a VM that stops a CPU
+for a millisecond) shrink k times beside the fabric's round trips. Every
+run meters what the host took from the port (host/hostlost) and prints
+it beside the results, with utilization and FCTs net of it.
+
 Output: a table of means with 95% confidence intervals on the terminal,
 -out/experiment.json, -out/queue.png (the queue over time, first run) and
 -out/fct.png (the short flows' FCT CDF). It reports whether ECN# met the
@@ -104,7 +114,19 @@ type options struct {
 	incastRounds  int           // incast rounds per scheme run; 0: none
 	incastFlows   int           // query flows per round, over the senders in turn
 	incastGap     time.Duration // pause between rounds
+	// quickAck turns the receiver's delayed ACKs off (the route's
+	// quickack): seed 002's ns-3 runs ACK every packet.
+	quickAck bool
+	// timescale slows the fabric (units.Timescale): every field above is
+	// the fabric's; wire and wireRate give what the lab runs.
+	timescale units.Timescale
 }
+
+// wire is a fabric time d on the slowed fabric: the wall time it takes.
+func (o *options) wire(d time.Duration) time.Duration { return o.timescale.Time(d) }
+
+// wireRate is the port's rate on the slowed fabric.
+func (o *options) wireRate() units.Rate { return o.timescale.Rate(o.rate) }
 
 func defaultOptions() options {
 	return options{
@@ -244,6 +266,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(durationFlag{&o.sharp.InsTarget}, "sharp-ins-target", "ECN♯ ins_target `time` instead of aqm.Tune's λ·RTT_p90 (sensitivity runs)")
 	fs.Var(durationFlag{&o.sharp.PstTarget}, "sharp-pst-target", "ECN♯ pst_target `time` instead of aqm.Tune's λ·RTT_avg")
 	fs.Var(durationFlag{&o.sharp.PstInterval}, "sharp-pst-interval", "ECN♯ pst_interval `time` instead of aqm.Tune's RTT_p90")
+	fs.BoolVar(&o.sharp.SqrtLaw, "sharp-sqrt", false, "ECN♯'s persistent marks at pst_interval/sqrt(count), CoDel's law as the authors' ns-3 code, instead of Algorithm 1's pst_interval/count")
+	fs.BoolVar(&o.quickAck, "quickack", false, "no delayed ACKs at the receiver (its route's quickack): an ACK per packet, as seed 002's ns-3 runs")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "seed of the short-flow sizes and gaps (same sequence for every scheme)")
 	fs.Var(schemeList{&o.schemes}, "schemes", "`list` of schemes to run: "+strings.Join(schemeNames, ",")+" (default: tcp "+strings.Join(tcpSchemes, ",")+"; roce "+strings.Join(roceSchemes, ",")+")")
 	fs.StringVar(&o.outDir, "out", o.outDir, "`directory` for experiment.json, queue.png and fct.png")
@@ -251,6 +275,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.IntVar(&o.incastRounds, "incast-rounds", o.incastRounds, "incast `rounds` after each measured window (seed 002 §5.4); 0 = none")
 	fs.IntVar(&o.incastFlows, "incast-flows", o.incastFlows, "query `flows` per incast round, released at once, spread over the senders; sizes as the short flows")
 	fs.Var(durationFlag{&o.incastGap}, "incast-gap", "pause `time` between incast rounds")
+	fs.Var(&o.timescale, "timescale", "slow the fabric `k` times (1-1000): rates over k, times (delays, AQM targets, durations, sampling) times k, bytes as they are; the flags and the report stay the fabric's (default 1)")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -276,31 +301,43 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 func (o *options) validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if o.rate < units.Mbit || o.rate > 10*units.Gbit {
-		bad("-rate (%s) must be 1mbit to 10gbit", o.rate)
+	if err := o.timescale.Validate(); err != nil {
+		bad("-timescale: %v", err)
+		o.timescale = 1 // the wall-time bounds below need a valid one
+	}
+	// The wall-time bounds hold on the slowed fabric: at -timescale k a
+	// -measure of 100ms takes k times that.
+	wall := func(d time.Duration) string {
+		if o.timescale.K() == 1 {
+			return units.FormatDuration(d)
+		}
+		return fmt.Sprintf("%s, %s at -timescale %s", units.FormatDuration(d), units.FormatDuration(o.wire(d)), o.timescale)
+	}
+	if o.rate < units.Mbit || o.rate > 100*units.Gbit || o.wireRate() > 10*units.Gbit || o.wireRate() < units.Mbit {
+		bad("-rate (%s, %s on the wire) must be 1mbit to 100gbit, and 1mbit to 10gbit on the wire (-rate / -timescale)", o.rate, o.wireRate())
 	}
 	if len(o.delays) < 1 || len(o.delays) > maxSenders {
 		bad("-delays: %d senders, want 1 to %d", len(o.delays), maxSenders)
 	}
 	for i, d := range o.delays {
-		if d < 0 || d > maxDelay {
-			bad("-delays: sender %d's delay (%s) must be 0 to %s", i+1, units.FormatDuration(d), units.FormatDuration(maxDelay))
+		if d < 0 || o.wire(d) > maxDelay {
+			bad("-delays: sender %d's delay (%s) must take 0 to %s", i+1, wall(d), units.FormatDuration(maxDelay))
 		}
 	}
 	if o.longPerSender < 0 || o.longPerSender > maxLongPerSender {
 		bad("-long (%d) must be 0 to %d", o.longPerSender, maxLongPerSender)
 	}
-	if o.warmup < 0 || o.warmup > time.Minute {
-		bad("-warmup (%s) must be 0 to 1m", o.warmup)
+	if o.warmup < 0 || o.wire(o.warmup) > time.Minute {
+		bad("-warmup (%s) must take 0 to 1m", wall(o.warmup))
 	}
-	if o.measure < time.Second || o.measure > maxMeasure {
-		bad("-measure (%s) must be 1s to %s", o.measure, maxMeasure)
+	if o.wire(o.measure) < time.Second || o.wire(o.measure) > maxMeasure {
+		bad("-measure (%s) must take 1s to %s", wall(o.measure), maxMeasure)
 	}
 	if o.cooldown < 0 || o.cooldown > time.Minute {
 		bad("-cooldown (%s) must be 0 to 1m", o.cooldown)
 	}
-	if o.sampleEvery < 100*time.Microsecond || o.sampleEvery > time.Second {
-		bad("-sample (%s) must be 100us to 1s", units.FormatDuration(o.sampleEvery))
+	if o.wire(o.sampleEvery) < 100*time.Microsecond || o.wire(o.sampleEvery) > time.Second {
+		bad("-sample (%s) must take 100us to 1s", wall(o.sampleEvery))
 	}
 	if o.shortGap < 0 || o.shortGap > 10*time.Second {
 		bad("-short-gap (%s) must be 0 to 10s", units.FormatDuration(o.shortGap))
@@ -384,7 +421,8 @@ func (o *options) pstLambdaFor() float64 {
 // senders is the number of senders, one per delay.
 func (o *options) senders() int { return len(o.delays) }
 
-// perScheme is how long one scheme takes at most, without the drain wait.
+// perScheme is how long one scheme takes at most on the wall clock,
+// without the drain wait.
 func (o *options) perScheme() time.Duration {
-	return o.warmup + o.measure + time.Duration(o.incastRounds)*(o.incastGap+shortTimeout)
+	return o.wire(o.warmup + o.measure + time.Duration(o.incastRounds)*(o.incastGap+shortTimeout))
 }

@@ -97,3 +97,39 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestParseFlagsTimescale: the flags stay the fabric's, the wall-time
+// bounds hold on the slowed fabric, and a bad factor is refused by name.
+func TestParseFlagsTimescale(t *testing.T) {
+	var out, errs bytes.Buffer
+	o, code := parseFlags([]string{"-timescale", "50", "-rate", "10gbit", "-delays", "30us,60us", "-measure", "100ms", "-warmup", "40ms", "-sample", "20us"}, &out, &errs)
+	if o == nil {
+		t.Fatalf("refused (%d): %s", code, errs.String())
+	}
+	if o.wireRate() != 200*units.Mbit || o.wire(o.measure) != 5*time.Second || !slices.Equal(o.wireDelays(), []time.Duration{1500 * time.Microsecond, 3 * time.Millisecond}) {
+		t.Errorf("wire: %s, measure %s, delays %v", o.wireRate(), o.wire(o.measure), o.wireDelays())
+	}
+	if got := o.perScheme(); got != 50*(140*time.Millisecond+5*(200*time.Millisecond+shortTimeout)) {
+		t.Errorf("perScheme %s: want the fabric's times 50 times", got)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-timescale", "0.5"}, "-timescale: timescale 0.5: must be 1..1000"},
+		{[]string{"-timescale", "fast"}, "want a factor"},
+		{[]string{"-timescale", "10", "-measure", "50ms"}, "-measure (50ms, 500ms at -timescale 10) must take 1s to 10m0s"},
+		{[]string{"-timescale", "100", "-rate", "50mbit"}, "1mbit to 10gbit on the wire"},
+	} {
+		errs.Reset()
+		if o, _ := parseFlags(tc.args, &out, &errs); o != nil || !strings.Contains(errs.String(), tc.want) {
+			t.Errorf("%v: got %q, want %q", tc.args, errs.String(), tc.want)
+		}
+	}
+	errs.Reset()
+	out.Reset()
+	parseFlags([]string{"-help"}, &out, &errs)
+	if !strings.Contains(out.String(), "-timescale k slows the whole fabric") {
+		t.Error("-help does not document -timescale")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -52,7 +53,12 @@ type DelayReport struct {
 
 // Setup is what was run, from the flags.
 type Setup struct {
-	RateBps       uint64    `json:"rate_bps"`
+	RateBps uint64 `json:"rate_bps"`
+	// Timescale is the fabric's slow-down (units.Timescale): the lab ran
+	// at WireRateBps, every time k times the fabric's. The report's times
+	// and rates are the fabric's.
+	Timescale     float64   `json:"timescale"`
+	WireRateBps   uint64    `json:"wire_rate_bps"`
 	Senders       int       `json:"senders"`
 	DelaysUs      []float64 `json:"one_way_delays_us"`
 	DelayLink     string    `json:"delay_link"`
@@ -77,6 +83,8 @@ type Setup struct {
 	Attach         string  `json:"attach"`
 	RPS            string  `json:"rps,omitempty"`
 	OffloadsOff    bool    `json:"offloads_off"`
+	// QuickAck: the receiver ACKed every packet (-quickack).
+	QuickAck bool `json:"quickack,omitempty"`
 	// SharpOverrides are ECN♯ parameters set by flag, not by aqm.Tune.
 	SharpOverrides []string `json:"ecnsharp_overrides,omitempty"`
 }
@@ -115,6 +123,14 @@ type Result struct {
 	// Utilization is dequeued bytes / (rate · measured time).
 	Utilization   float64 `json:"utilization"`
 	DequeuedBytes uint64  `json:"dequeued_bytes"`
+	// HostLost is what the host took from the scheme's run, from the long
+	// flows' start to their stop (host/hostlost; wall times);
+	// HostLostShare the part of the measured window the port lost to the
+	// host (idle while a sender was held, or holding packets back), and
+	// UtilizationNet the utilization of the rest of the window.
+	HostLost       *hostlost.Report `json:"host_lost,omitempty"`
+	HostLostShare  float64          `json:"host_lost_share"`
+	UtilizationNet float64          `json:"utilization_net"`
 	// Counters over the measured window.
 	ECTArrivals uint64 `json:"ect_arrivals"`
 	CEMarks     uint64 `json:"ce_marks"`
@@ -122,7 +138,10 @@ type Result struct {
 	PstMarks    uint64 `json:"aqm_pst_marks"` // CoDel, ECN♯ persistent
 	Drops       uint64 `json:"drops"`
 	// Short flows started in the measured window.
-	ShortFCTUs    stats.Dist   `json:"short_fct_us"`
+	ShortFCTUs stats.Dist `json:"short_fct_us"`
+	// ShortFCTNetUs are the FCTs less the time the host starved the port
+	// during each flow.
+	ShortFCTNetUs stats.Dist   `json:"short_fct_net_us"`
 	ShortFailed   int          `json:"short_failed"`
 	ShortBySender []stats.Dist `json:"short_fct_us_by_sender"`
 	// ShortFCTsUs are the FCTs themselves (the CDF plot).
@@ -147,11 +166,14 @@ type IncastResult struct {
 	Flows  int `json:"flows"`
 	Failed int `json:"failed"` // queries without an answer within the short-flow timeout
 	// QCTUs is per round: the time to the last answer; FCTUs per query.
-	QCTUs   stats.Dist `json:"qct_us"`
-	FCTUs   stats.Dist `json:"fct_us"`
-	Drops   uint64     `json:"drops"`
-	CEMarks uint64     `json:"ce_marks"`
-	Queue   QueueStats `json:"queue"`
+	QCTUs stats.Dist `json:"qct_us"`
+	// QCTNetUs is QCTUs less the time the host starved the port during
+	// each round.
+	QCTNetUs stats.Dist `json:"qct_net_us"`
+	FCTUs    stats.Dist `json:"fct_us"`
+	Drops    uint64     `json:"drops"`
+	CEMarks  uint64     `json:"ce_marks"`
+	Queue    QueueStats `json:"queue"`
 }
 
 // LongFlow is one long TCP flow over the measured window, from TCP_INFO.
@@ -346,6 +368,28 @@ func (g *Goal) verdict() string {
 	return "NOT met"
 }
 
+// runLine is one scheme run's results in a line, with the figures net of
+// the host's time beside the raw ones when it was metered.
+func runLine(r *Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "mean queue %.1f KB, util %.1f%%", r.Queue.MeanBytes/1000, 100*r.Utilization)
+	if r.HostLost != nil {
+		fmt.Fprintf(&b, " (%.1f%% net of the host's %.1f%%)", 100*r.UtilizationNet, 100*r.HostLostShare)
+	}
+	fmt.Fprintf(&b, ", short p99 %.0f µs", r.ShortFCTUs.P99)
+	if r.ShortFCTNetUs.N > 0 {
+		fmt.Fprintf(&b, " (%.0f net)", r.ShortFCTNetUs.P99)
+	}
+	if r.Incast.Rounds > 0 {
+		fmt.Fprintf(&b, ", incast QCT p99 %.0f µs", r.Incast.QCTUs.P99)
+		if r.Incast.QCTNetUs.N > 0 {
+			fmt.Fprintf(&b, " (%.0f net)", r.Incast.QCTNetUs.P99)
+		}
+		fmt.Fprintf(&b, ", %d drops", r.Incast.Drops)
+	}
+	return b.String()
+}
+
 // renderParams prints the setup, the measured RTTs and the derived
 // parameters: everything a reader needs to reproduce the run.
 func renderParams(w io.Writer, r *Report) {
@@ -362,9 +406,16 @@ func renderParams(w io.Writer, r *Report) {
 	if s.Transport == transportRoCE {
 		long = fmt.Sprintf("%d long RC queue pairs per sender (RoCEv2, DCQCN, 64 KiB WRITEs); a short flow is one WRITE on a queue pair of its own", s.LongPerSender)
 	}
-	fmt.Fprintf(w, "flows   %s; short flows %.1f-%.1f KB uniform, one at a time per sender, exp. gaps of mean %.0f ms, seed %d\n",
+	fmt.Fprintf(w, "flows   %s; short flows %.1f-%.1f KB uniform, one at a time per sender, exp. gaps of mean %g ms, seed %d\n",
 		long, float64(s.ShortMinBytes)/1000, float64(s.ShortMaxBytes)/1000, s.ShortGapUs/1000, s.Seed)
-	fmt.Fprintf(w, "timing  per scheme: %.0f s warm-up, %.0f s measured; backlog sampled every %.0f µs\n", s.WarmupS, s.MeasureS, s.SampleUs)
+	if s.QuickAck {
+		fmt.Fprintln(w, "        the receiver ACKs every packet (-quickack: its routes' quickack, no delayed ACKs)")
+	}
+	fmt.Fprintf(w, "timing  per scheme: %g s warm-up, %g s measured; backlog sampled every %.0f µs\n", s.WarmupS, s.MeasureS, s.SampleUs)
+	if s.Timescale > 1 {
+		fmt.Fprintf(w, "scale   the fabric runs %gx slower (-timescale): the port at %s, every time %gx as long, bytes as they are; the times\n"+
+			"        and rates shown are the fabric's\n", s.Timescale, units.Rate(s.WireRateBps), s.Timescale)
+	}
 	fmt.Fprintf(w, "host    kernel %s, %d CPUs, load average %s at start (shared machine: expect noise)\n\n", r.Kernel, r.CPUs, orNA(r.LoadStart, "?"))
 
 	fmt.Fprintf(w, "base RTT (%d UDP echoes per sender through the idle port):\n", r.RTT.Probes)
@@ -397,9 +448,13 @@ func renderParams(w io.Writer, r *Report) {
 func renderTable(w io.Writer, r *Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	incast := slices.ContainsFunc(r.Summary, func(s Summary) bool { return s.IncastQCTP99Us.N > 0 })
+	host := slices.ContainsFunc(r.Summary, func(s Summary) bool { return s.HostLostPercent.N > 0 })
 	head := "scheme\tparameters\truns\tmean queue KB\tmean queue µs\tp99 queue KB\tutil %\tshort FCT avg µs\tshort FCT p99 µs\tdrops\tmarked %\t"
 	if incast {
 		head += "incast QCT p50 µs\tincast QCT p99 µs\tincast drops\t"
+	}
+	if host {
+		head += "host-lost %\tutil net %\tshort FCT p99 net µs\t"
 	}
 	fmt.Fprintln(tw, head)
 	for i := range r.Summary {
@@ -414,12 +469,23 @@ func renderTable(w io.Writer, r *Report) {
 		if incast {
 			line += fmt.Sprintf("%s\t%s\t%s\t", ci(s.IncastQCTP50Us, "%.0f"), ci(s.IncastQCTP99Us, "%.0f"), ci(s.IncastDrops, "%.0f"))
 		}
+		if host {
+			lost := ci(s.HostLostPercent, "%.2f")
+			if s.HostStarved > 0 {
+				lost += fmt.Sprintf(" (%d starved)", s.HostStarved)
+			}
+			line += fmt.Sprintf("%s\t%s\t%s\t", lost, ci(s.UtilizationNet, "%.1f"), ci(s.ShortFCTNetP99Us, "%.0f"))
+		}
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "each cell: mean over the runs ± the half-width of its 95%% confidence interval (Student's t); KB = 1000 bytes;\n")
 	fmt.Fprintln(w, "queue = class backlog sampled in time (µs at the port rate); util = bytes leaving the port / (rate x time); marked = CE marks / ECT arrivals;")
 	fmt.Fprintln(w, "short FCT = sequential 3-60 KB flows during the measured window; incast QCT = time to the last answer of a round of synchronized queries.")
+	if host {
+		fmt.Fprintln(w, "host-lost = the window's time the port lost to the host (idle while a sender was held, or holding packets back; host/hostlost),")
+		fmt.Fprintln(w, "\"starved\" the runs above the meter's budget; net = utilization over the rest of the window, FCTs less the host's time during each.")
+	}
 	fmt.Fprintln(w)
 }
 

@@ -7,10 +7,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
@@ -490,5 +492,135 @@ func TestWriteOutputs(t *testing.T) {
 	allFailed := &Report{Schemes: []Result{{Scheme: Scheme{Name: "tcn"}, Error: "boom"}}}
 	if files, err := writeOutputs(t.TempDir(), allFailed); err != nil || len(files) != 1 {
 		t.Errorf("every scheme failed: wrote %v, %v; want the JSON alone", files, err)
+	}
+}
+
+// TestBuildResultTimescale: on a fabric slowed k times the row is the
+// fabric's: FCTs, sojourns and RTTs over k, goodput and Rc times k, the
+// utilization against the wire's rate; with the meter's view, the
+// figures net of the host beside the raw ones.
+func TestBuildResultTimescale(t *testing.T) {
+	rate, k := 200*units.Mbit, units.Timescale(4)
+	t0 := time.Unix(1000, 0)
+	var a, b qdisc.ClassStats
+	b.DequeuedBytes = 50_000_000 // 8 s at 50 Mbit/s on the wire
+	b.SojournSum, b.SojournSamples = 800*time.Millisecond, 1000
+	host := &hostlost.Report{Wall: 10 * time.Second, Starved: time.Second}
+	w := &window{
+		Start: a, End: b, StartT: t0, EndT: t0.Add(8 * time.Second), Timescale: k,
+		Backlog: []uint64{1000, 3000}, SampleEvery: time.Millisecond,
+		FCTs:       [][]time.Duration{{4 * time.Millisecond, 8 * time.Millisecond}},
+		FCTStarved: [][]time.Duration{{0, 4 * time.Millisecond}},
+		Host:       host, Starved: 2 * time.Second,
+		LongSenders: []string{"s1"},
+		LongA:       []tcpSnap{{At: t0}},
+		LongB:       []tcpSnap{{At: t0.Add(8 * time.Second), BytesAcked: 12_500_000, MinRTT: 4 * time.Millisecond, Rc: 25_000_000}},
+	}
+	r := buildResult(Scheme{Name: "tcn", Label: "TCN", Params: Params{Mode: "tcn"}}, rate, w)
+	if math.Abs(r.Utilization-1) > 1e-9 || r.MeasuredS != 2 {
+		t.Errorf("utilization %g over %g s, want 1 over the fabric's 2 s", r.Utilization, r.MeasuredS)
+	}
+	if math.Abs(r.UtilizationNet-8.0/6) > 1e-9 || r.HostLostShare != 0.25 || r.HostLost != host {
+		t.Errorf("net utilization %g, host share %g: want %g over the 6 s the host left, 0.25", r.UtilizationNet, r.HostLostShare, 8.0/6)
+	}
+	if r.SojournMeanUs != 200 || r.Queue.MeanUs != 80 {
+		t.Errorf("sojourn %g µs, queue %g µs: want the fabric's 200 and 80", r.SojournMeanUs, r.Queue.MeanUs)
+	}
+	if r.ShortFCTUs.Min != 1000 || r.ShortFCTUs.Max != 2000 || r.ShortFCTNetUs.Max != 1000 {
+		t.Errorf("FCTs %+v, net %+v: want 1000-2000 µs raw, both 1000 net", r.ShortFCTUs, r.ShortFCTNetUs)
+	}
+	if f := r.Long[0]; f.GoodputBps != 50e6 || f.MinRTTUs != 1000 || f.RcBps != 100_000_000 {
+		t.Errorf("long flow %+v: want the fabric's 50 Mbit/s, 1000 µs, Rc 100 Mbit/s", f)
+	}
+	if l := runLine(&r); !strings.Contains(l, "util 100.0% (133.3% net of the host's 25.0%)") || !strings.Contains(l, "short p99 2000 µs (1000 net)") {
+		t.Errorf("run line %q", l)
+	}
+	// Without the meter: no net figures.
+	w.Host = nil
+	if r := buildResult(Scheme{Name: "tcn", Params: Params{Mode: "tcn"}}, rate, w); r.UtilizationNet != 0 || r.ShortFCTNetUs.N != 0 || strings.Contains(runLine(&r), "net") {
+		t.Errorf("no meter, yet net figures: %+v, %q", r.ShortFCTNetUs, runLine(&r))
+	}
+}
+
+func TestNetUs(t *testing.T) {
+	got := netUs([]time.Duration{3 * time.Millisecond, time.Millisecond, 2 * time.Millisecond}, []time.Duration{time.Millisecond, 2 * time.Millisecond}, 2)
+	if want := []float64{1000, 0, 1000}; !slices.Equal(got, want) {
+		t.Errorf("netUs = %v, want %v (never below 0; no starved time: the raw)", got, want)
+	}
+	if got := fabricUs([]time.Duration{time.Millisecond}, 0); got[0] != 1000 {
+		t.Errorf("fabricUs at the zero time scale = %v, want 1000", got)
+	}
+}
+
+// TestRenderHostLost: with metered runs the table has the host's share and
+// the net figures, and counts the runs over the meter's budget.
+func TestRenderHostLost(t *testing.T) {
+	r := sampleReport(t)
+	if strings.Contains(renderString(r), "host-lost") {
+		t.Error("a report without metered runs shows host-lost columns")
+	}
+	for i := range r.Schemes {
+		s := &r.Schemes[i]
+		if s.Error != "" {
+			continue
+		}
+		s.HostLost = &hostlost.Report{HostStarved: i == 0}
+		s.HostLostShare, s.UtilizationNet = 0.05, 1.0
+		s.ShortFCTNetUs = stats.Dist{N: 1, Mean: 500, P99: 900}
+	}
+	r.Summary = summarizeRuns([]Scheme{r.Schemes[0].Scheme, r.Schemes[1].Scheme}, r.Schemes, 200*units.Mbit)
+	if s := r.Summary[0]; s.HostLostPercent.Mean != 5 || s.HostStarved != 1 || s.UtilizationNet.Mean != 100 || s.ShortFCTNetP99Us.Mean != 900 {
+		t.Errorf("summary %+v", s)
+	}
+	out := renderString(r)
+	for _, want := range []string{"host-lost %", "util net %", "short FCT p99 net µs", "5.00 (1 starved)", "host/hostlost"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"host_lost":{`, `"host_lost_share":0.05`, `"utilization_net":1`, `"short_fct_net_us"`, `"qct_net_us"`,
+		`"host_lost_percent"`, `"host_starved_runs":1`, `"utilization_net_percent"`, `"short_fct_net_p99_us"`, `"starved_ns"`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("experiment.json lacks %s", k)
+		}
+	}
+}
+
+func renderString(r *Report) string {
+	var b bytes.Buffer
+	renderTable(&b, r)
+	return b.String()
+}
+
+// -sharp-sqrt spaces ECN♯'s persistent marks by CoDel's law, in the
+// class config and the description; -quickack shows in the setup.
+func TestSharpSqrtAndQuickAck(t *testing.T) {
+	list, err := schemes([]string{"ecnsharp"}, testTune(t), minLimit, sharpOverride{SqrtLaw: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &list[0].Params
+	cc, err := list[0].classConfig("roce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.SqrtLaw || !cc.SqrtLaw || !strings.Contains(p.describe(200*units.Mbit), "sqrt by flag") {
+		t.Errorf("sqrt law: params %+v, class %+v", p, cc)
+	}
+	var out, errs bytes.Buffer
+	o, _ := parseFlags([]string{"-sharp-sqrt", "-quickack"}, &out, &errs)
+	if o == nil || !o.sharp.SqrtLaw || !o.quickAck {
+		t.Fatalf("flags: %+v %s", o, errs.String())
+	}
+	r := sampleReport(t)
+	r.Setup.QuickAck = true
+	var b bytes.Buffer
+	renderParams(&b, r)
+	if !strings.Contains(b.String(), "the receiver ACKs every packet (-quickack") {
+		t.Errorf("setup lacks the quickack line:\n%s", b.String())
 	}
 }

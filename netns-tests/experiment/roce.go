@@ -13,26 +13,58 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/netns-tests/internal/rocelab"
 )
 
 // roceLongMsg is a long flow's WRITE size.
 const roceLongMsg = 64 << 10
 
-// setupRoCE starts an agent in every sender and in the receiver, under the
-// RoCE tests' profile: the paper's DCQCN, its timers scaled to RTTs of
-// milliseconds.
-func (e *experiment) setupRoCE(inflight time.Duration) error {
-	hs, err := rocelab.New(e.lab.Senders, e.lab.SenderAddrs, e.lab.Receiver, e.lab.ReceiverAddr, dcqcn.LabParams(e.o.rate), inflight)
+// startRoCE starts an agent in every sender and in the receiver for one
+// scheme's run, their held time logged to m, under the RoCE tests'
+// profile: the paper's DCQCN, its timers scaled to RTTs of milliseconds,
+// on the fabric at -rate, slowed by -timescale. inflight is the fabric's
+// in-flight time of a QP.
+func (e *experiment) startRoCE(m *hostlost.Meter, inflight time.Duration) error {
+	hs, err := rocelab.New(e.lab.Senders, e.lab.SenderAddrs, e.lab.Receiver, e.lab.ReceiverAddr, dcqcn.LabParams(e.o.rate), inflight,
+		rocelab.Options{Timescale: e.o.timescale, Held: e.heldLog(m)})
 	if err != nil {
 		return err
 	}
 	e.roce = hs
+	return nil
+}
+
+// heldLog gives each agent its held-time log. A sender's packets reach
+// the port its delay link later; the receiver's replies go back at once
+// and release the next packets of every sender, which reach the port
+// the least delay later.
+func (e *experiment) heldLog(m *hostlost.Meter) func(i int) *hostlost.Log {
+	delays := e.o.wireDelays()
+	return func(i int) *hostlost.Log {
+		if i < 0 {
+			return m.HeldVia(slices.Min(delays))
+		}
+		return m.HeldVia(delays[i])
+	}
+}
+
+// stopRoCE closes the scheme's agents.
+func (e *experiment) stopRoCE() error {
+	if e.roce == nil {
+		return nil
+	}
+	err := e.roce.Close()
+	e.roce = nil
+	if err != nil {
+		return fmt.Errorf("close the agents: %w", err)
+	}
 	return nil
 }
 
@@ -99,11 +131,11 @@ func (lf *roceLong) stop() {
 
 // roceShortFlows is shortFlows for RoCE: node i's short messages one at a
 // time until end, each on a queue pair of its own.
-func (e *experiment) roceShortFlows(ctx context.Context, i int, end time.Time, sizes []int, gaps []time.Duration) ([]time.Duration, int) {
-	var fcts []time.Duration
+func (e *experiment) roceShortFlows(ctx context.Context, i int, end time.Time, sizes []int, gaps []time.Duration) ([]flowSpan, int) {
+	var fcts []flowSpan
 	failed := 0
 	for k := range sizes {
-		sleepCtx(ctx, gaps[k])
+		sleepCtx(ctx, e.o.wire(gaps[k]))
 		if ctx.Err() != nil || !time.Now().Before(end) {
 			break
 		}
@@ -112,7 +144,8 @@ func (e *experiment) roceShortFlows(ctx context.Context, i int, end time.Time, s
 			failed++
 			continue
 		}
-		fct, err := p.Message(ctx, sizes[k], shortTimeout)
+		from := hostlost.Now()
+		fct, err := p.Message(ctx, sizes[k], e.o.wire(shortTimeout))
 		p.Destroy()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -121,7 +154,7 @@ func (e *experiment) roceShortFlows(ctx context.Context, i int, end time.Time, s
 			failed++
 			continue
 		}
-		fcts = append(fcts, fct)
+		fcts = append(fcts, flowSpan{FCT: fct, From: from, To: hostlost.Now()})
 	}
 	return fcts, failed
 }
@@ -153,7 +186,7 @@ func (e *experiment) roceQueryRound(ctx context.Context, sizes []int) ([]time.Du
 		go func() {
 			defer wg.Done()
 			<-start
-			fcts[i], errs[i] = pairs[i].Message(ctx, n, shortTimeout)
+			fcts[i], errs[i] = pairs[i].Message(ctx, n, e.o.wire(shortTimeout))
 		}()
 	}
 	close(start)

@@ -32,6 +32,7 @@ type Params struct {
 	TargetUs      float64 `json:"codel_target_us,omitempty"`   // CoDel
 	IntervalUs    float64 `json:"codel_interval_us,omitempty"` // CoDel
 	ForceTargets  bool    `json:"force_targets,omitempty"`     // ECN♯ pst_target ≥ ins_target accepted
+	SqrtLaw       bool    `json:"sqrt_law,omitempty"`          // ECN♯ persistent marks at interval/sqrt(count)
 	// Two-threshold (seed 001): ECT(1) from T1, CE from T2 to T2max.
 	T1Bytes    uint64  `json:"t1_bytes,omitempty"`
 	T2Bytes    uint64  `json:"t2_bytes,omitempty"`
@@ -43,8 +44,10 @@ type Params struct {
 }
 
 // sharpOverride holds ECN♯ parameters given by flag; 0 keeps aqm.Tune's.
+// SqrtLaw spaces the persistent marks by CoDel's law.
 type sharpOverride struct {
 	InsTarget, PstTarget, PstInterval time.Duration
+	SqrtLaw                           bool
 }
 
 // dcqcnMaxP is the marking probability at Kmax of DCQCN's RED curve: the
@@ -93,6 +96,10 @@ func schemes(names []string, t aqm.TuneOutput, limit units.ByteSize, ov sharpOve
 				}
 			}
 			p.InsTargetUs, p.PstTargetUs, p.PstIntervalUs = us(ins), us(pst), us(iv)
+			if ov.SqrtLaw {
+				p.SqrtLaw = true
+				p.Overridden = append(p.Overridden, "sqrt")
+			}
 			if prob {
 				s.Label = "ECN♯ (prob.)"
 				// The curve's Kmin is the WRED baseline's, in time; an
@@ -148,6 +155,7 @@ func (s *Scheme) classConfig(name string) (qdisc.ClassConfig, error) {
 		Target:       fromUs(p.TargetUs),
 		Interval:     fromUs(p.IntervalUs),
 		ForceTargets: p.ForceTargets,
+		SqrtLaw:      p.SqrtLaw,
 		TwoThreshold: qdisc.TwoThreshold{T1Bytes: units.ByteSize(p.T1Bytes), T2Bytes: units.ByteSize(p.T2Bytes),
 			T2MaxBytes: units.ByteSize(p.T2MaxBytes), LightMaxP: p.LightMaxP, HeavyMaxP: p.HeavyMaxP},
 	}, nil

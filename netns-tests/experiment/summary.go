@@ -29,6 +29,14 @@ type Summary struct {
 	IncastQCTP99Us stats.Stat `json:"incast_qct_p99_us"`
 	IncastDrops    stats.Stat `json:"incast_drops"`
 	IncastFailed   stats.Stat `json:"incast_failed"`
+	// The host's part (Result.HostLostShare, in percent) and the figures
+	// net of it; HostStarved counts the runs the meter found over its
+	// budget.
+	HostLostPercent   stats.Stat `json:"host_lost_percent"`
+	HostStarved       int        `json:"host_starved_runs"`
+	UtilizationNet    stats.Stat `json:"utilization_net_percent"`
+	ShortFCTNetMeanUs stats.Stat `json:"short_fct_net_mean_us"`
+	ShortFCTNetP99Us  stats.Stat `json:"short_fct_net_p99_us"`
 }
 
 // summarizeRuns builds one Summary per scheme of list from the runs in rs.
@@ -36,7 +44,7 @@ func summarizeRuns(list []Scheme, rs []Result, rate units.Rate) []Summary {
 	out := make([]Summary, 0, len(list))
 	for _, sc := range list {
 		s := Summary{Name: sc.Name, Label: sc.Label, Describe: sc.Params.describe(rate)}
-		var mq, mqus, pq, ut, fm, fp, dr, mk, rt, q50, q99, idr, ifl []float64
+		var mq, mqus, pq, ut, fm, fp, dr, mk, rt, q50, q99, idr, ifl, hl, un, fnm, fnp []float64
 		nan := math.NaN()
 		for i := range rs {
 			r := &rs[i]
@@ -62,6 +70,15 @@ func summarizeRuns(list []Scheme, rs []Result, rate units.Rate) []Summary {
 				mk = append(mk, nan)
 			}
 			rt = append(rt, float64(r.Retransmits))
+			if r.HostLost != nil {
+				hl, un = append(hl, 100*r.HostLostShare), append(un, 100*r.UtilizationNet)
+				if r.HostLost.HostStarved {
+					s.HostStarved++
+				}
+			}
+			if r.ShortFCTNetUs.N > 0 {
+				fnm, fnp = append(fnm, r.ShortFCTNetUs.Mean), append(fnp, r.ShortFCTNetUs.P99)
+			}
 			if r.Incast.Rounds > 0 {
 				if r.Incast.QCTUs.N > 0 {
 					q50, q99 = append(q50, r.Incast.QCTUs.P50), append(q99, r.Incast.QCTUs.P99)
@@ -74,6 +91,8 @@ func summarizeRuns(list []Scheme, rs []Result, rate units.Rate) []Summary {
 		s.ShortFCTMeanUs, s.ShortFCTP99Us = stats.NewStat(fm), stats.NewStat(fp)
 		s.Drops, s.MarkedPercent, s.Retransmits = stats.NewStat(dr), stats.NewStat(mk), stats.NewStat(rt)
 		s.IncastQCTP50Us, s.IncastQCTP99Us, s.IncastDrops, s.IncastFailed = stats.NewStat(q50), stats.NewStat(q99), stats.NewStat(idr), stats.NewStat(ifl)
+		s.HostLostPercent, s.UtilizationNet = stats.NewStat(hl), stats.NewStat(un)
+		s.ShortFCTNetMeanUs, s.ShortFCTNetP99Us = stats.NewStat(fnm), stats.NewStat(fnp)
 		out = append(out, s)
 	}
 	return out

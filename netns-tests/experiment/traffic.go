@@ -13,13 +13,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
 )
 
 const (
-	dialTimeout  = 3 * time.Second
-	shortTimeout = 2 * time.Second // a short flow that takes longer failed
+	dialTimeout = 3 * time.Second // the host's, not the fabric's
+	// shortTimeout is the fabric's: a short flow that takes longer failed.
+	shortTimeout = 2 * time.Second
 )
 
 // runScheme configures class 3 for s, starts the long flows, lets them
@@ -27,7 +29,10 @@ const (
 // counters and TCP_INFO at the window's edges, and the short flows started
 // inside it; then, the long flows still running, the incast rounds
 // (incastPhase). It stops the long flows and waits for the queue to drain.
-func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gaps [][]time.Duration, incast [][]int) (Result, error) {
+// A host-lost meter (host/hostlost) runs from the long flows' start to
+// their stop: the port's idle and held-back time in class 3, and with
+// -transport roce the agents' held time.
+func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gaps [][]time.Duration, incast [][]int) (res Result, err error) {
 	o := e.o
 	cc, err := s.classConfig("roce")
 	if err != nil {
@@ -35,36 +40,60 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 	}
 	cfg := e.cfg
 	cfg.Classes[class] = cc
-	if err := e.port.Configure(cfg); err != nil {
+	if err := e.port.Configure(cfg.Slowed(o.timescale)); err != nil {
 		return Result{}, fmt.Errorf("configure class %d: %w", class, err)
 	}
 	if err := e.drain(ctx); err != nil {
 		return Result{}, err
 	}
 
+	m, err := hostlost.NewMeter(hostlost.MeterConfig{})
+	if err != nil {
+		return Result{}, err
+	}
+	stopFeed, err := lab.MeterPort(m, "bottleneck", e.port, class)
+	if err != nil {
+		return Result{}, err
+	}
+	// On an early return: the feed before the meter, the meter before the
+	// agents go.
+	defer func() {
+		err = errors.Join(err, stopFeed())
+		m.Stop()
+		err = errors.Join(err, e.stopRoCE())
+	}()
+	if o.transport == transportRoCE {
+		if err := e.startRoCE(m, e.roceInflight); err != nil {
+			return Result{}, err
+		}
+	}
+
 	// Everything of this scheme stops when it returns, or on any error.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := m.Start(); err != nil {
+		return Result{}, err
+	}
 	lf, err := e.startLongFlows(sctx, o.perScheme()+10*time.Second)
 	if err != nil {
 		return Result{}, err
 	}
 	defer lf.stop()
 
-	sleepCtx(sctx, o.warmup)
+	sleepCtx(sctx, o.wire(o.warmup))
 	if err := sctx.Err(); err != nil {
 		return Result{}, errors.Join(err, lf.firstErr())
 	}
-	w := &window{SampleEvery: o.sampleEvery, LongSenders: lf.senderNames()}
+	w := &window{SampleEvery: o.sampleEvery, LongSenders: lf.senderNames(), Timescale: o.timescale}
 	st, err := e.port.Stats()
 	if err != nil {
 		return Result{}, err
 	}
-	w.Start, w.StartT = st.Classes[class], st.Time
+	w.Start, w.StartT, w.StartMono = st.Classes[class], st.Time, hostlost.Now()
 	if w.LongA, err = lf.info(); err != nil {
 		return Result{}, err
 	}
-	end := w.StartT.Add(o.measure)
+	end := w.StartT.Add(o.wire(o.measure))
 
 	var meas group
 	meas.cancel = cancel
@@ -79,18 +108,18 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 		w.Backlog, err = e.sampleBacklog(sctx, end)
 		return err
 	})
-	fcts := make([][]time.Duration, len(e.lab.Senders))
+	spans := make([][]flowSpan, len(e.lab.Senders))
 	var failedMu sync.Mutex
 	for i, node := range e.lab.Senders {
 		meas.Go(func() error {
-			var f []time.Duration
+			var f []flowSpan
 			var failed int
 			if e.roce != nil {
 				f, failed = e.roceShortFlows(sctx, i, end, sizes[i], gaps[i])
 			} else {
 				f, failed = e.shortFlows(sctx, node, end, sizes[i], gaps[i])
 			}
-			fcts[i] = f
+			spans[i] = f
 			failedMu.Lock()
 			w.ShortFailed += failed
 			failedMu.Unlock()
@@ -106,7 +135,7 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 	if err != nil {
 		return Result{}, err
 	}
-	w.End, w.EndT = st.Classes[class], st.Time
+	w.End, w.EndT, w.EndMono = st.Classes[class], st.Time, hostlost.Now()
 	if w.LongB, err = lf.info(); err != nil {
 		return Result{}, err
 	}
@@ -114,20 +143,49 @@ func (e *experiment) runScheme(ctx context.Context, s Scheme, sizes [][]int, gap
 	if err := meas.Wait(); err != nil {
 		return Result{}, err
 	}
-	w.FCTs = fcts
 	if err := lf.firstErr(); err != nil {
 		return Result{}, err
 	}
+	var rounds []flowSpan
 	if len(incast) > 0 {
-		if w.Incast, err = e.incastPhase(sctx, incast); err != nil {
+		if w.Incast, rounds, err = e.incastPhase(sctx, incast); err != nil {
 			return Result{}, fmt.Errorf("incast: %w", err)
 		}
 	}
 	lf.stop()
+	// The traffic's end: the port's feed first, so that the meter has
+	// every idle period.
+	if err := stopFeed(); err != nil {
+		return Result{}, fmt.Errorf("host-lost meter: %w", err)
+	}
+	host := m.Stop()
+	w.Host = &host
+	w.Starved = host.StarvedBetween(w.StartMono, w.EndMono)
+	for _, f := range spans {
+		fcts, starved := make([]time.Duration, len(f)), make([]time.Duration, len(f))
+		for j, sp := range f {
+			fcts[j], starved[j] = sp.FCT, host.StarvedBetween(sp.From, sp.To)
+		}
+		w.FCTs, w.FCTStarved = append(w.FCTs, fcts), append(w.FCTStarved, starved)
+	}
+	if len(rounds) > 0 {
+		qct, starved := make([]time.Duration, len(rounds)), make([]time.Duration, len(rounds))
+		for j, r := range rounds {
+			qct[j], starved[j] = r.FCT, host.StarvedBetween(r.From, r.To)
+		}
+		w.Incast.QCTNetUs = stats.Summarize(netUs(qct, starved, o.timescale))
+	}
 	if err := e.drain(ctx); err != nil {
 		return Result{}, err
 	}
 	return buildResult(s, o.rate, w), nil
+}
+
+// flowSpan is a flow's (or an incast round's) completion time and when it
+// ran, on CLOCK_MONOTONIC (hostlost.Now): the host-lost meter's clock.
+type flowSpan struct {
+	FCT      time.Duration
+	From, To time.Duration
 }
 
 // drain waits (at most -cooldown) for class 3 to empty.
@@ -148,9 +206,10 @@ func (e *experiment) drain(ctx context.Context) error {
 	}
 }
 
-// sampleBacklog reads class 3's backlog every sampleEvery until end.
+// sampleBacklog reads class 3's backlog every sampleEvery (of the
+// fabric's time) until end.
 func (e *experiment) sampleBacklog(ctx context.Context, end time.Time) ([]uint64, error) {
-	every := e.o.sampleEvery
+	every := e.o.wire(e.o.sampleEvery)
 	n := int(time.Until(end)/every) + 1
 	out := make([]uint64, 0, n)
 	t := time.NewTicker(every)
@@ -278,12 +337,12 @@ func (g *group) firstErr() error {
 }
 
 // shortFlows runs node's short flows one at a time until end: for flow k,
-// pause gaps[k], connect, then time from the first write of sizes[k] bytes
-// to the server's one-byte answer. It returns the FCTs and the number of
-// flows that failed.
-func (e *experiment) shortFlows(ctx context.Context, node *lab.Node, end time.Time, sizes []int, gaps []time.Duration) ([]time.Duration, int) {
+// pause gaps[k] (the fabric's), connect, then time from the first write of
+// sizes[k] bytes to the server's one-byte answer. It returns the FCTs
+// (wall times) and the number of flows that failed.
+func (e *experiment) shortFlows(ctx context.Context, node *lab.Node, end time.Time, sizes []int, gaps []time.Duration) ([]flowSpan, int) {
 	addr := fmt.Sprintf("%s:%d", e.lab.ReceiverAddr, shortPort)
-	var fcts []time.Duration
+	var fcts []flowSpan
 	failed := 0
 	maxSize := 0
 	for _, n := range sizes {
@@ -291,11 +350,11 @@ func (e *experiment) shortFlows(ctx context.Context, node *lab.Node, end time.Ti
 	}
 	buf := make([]byte, 4+maxSize)
 	for k := range sizes {
-		sleepCtx(ctx, gaps[k])
+		sleepCtx(ctx, e.o.wire(gaps[k]))
 		if ctx.Err() != nil || !time.Now().Before(end) {
 			break
 		}
-		fct, err := shortFlow(ctx, node, addr, e.cc, buf[:4+sizes[k]])
+		fct, err := shortFlow(ctx, node, addr, e.cc, buf[:4+sizes[k]], e.o.wire(shortTimeout))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -308,23 +367,23 @@ func (e *experiment) shortFlows(ctx context.Context, node *lab.Node, end time.Ti
 	return fcts, failed
 }
 
-func shortFlow(ctx context.Context, node *lab.Node, addr, cc string, req []byte) (time.Duration, error) {
+func shortFlow(ctx context.Context, node *lab.Node, addr, cc string, req []byte, timeout time.Duration) (flowSpan, error) {
 	c, err := dialTCP(ctx, node, addr, cc, dialTimeout)
 	if err != nil {
-		return 0, err
+		return flowSpan{}, err
 	}
 	defer c.Close()
 	binary.BigEndian.PutUint32(req, uint32(len(req)-4))
-	t0 := time.Now()
-	_ = c.SetDeadline(t0.Add(shortTimeout))
+	t0, from := time.Now(), hostlost.Now()
+	_ = c.SetDeadline(t0.Add(timeout))
 	if _, err := c.Write(req); err != nil {
-		return 0, err
+		return flowSpan{}, err
 	}
 	var ans [1]byte
 	if _, err := io.ReadFull(c, ans[:]); err != nil {
-		return 0, err
+		return flowSpan{}, err
 	}
-	return time.Since(t0), nil
+	return flowSpan{FCT: time.Since(t0), From: from, To: hostlost.Now()}, nil
 }
 
 // incastPhase is seed 002 §5.4's incast: with the long flows still running,
@@ -333,27 +392,29 @@ func shortFlow(ctx context.Context, node *lab.Node, addr, cc string, req []byte)
 // dialed before, the round's completion time (QCT) the time to the last
 // answer. The backlog is sampled meanwhile and the class counters read at
 // the phase's edges (drops, marks).
-func (e *experiment) incastPhase(ctx context.Context, sizes [][]int) (IncastResult, error) {
+// It returns each completed round's QCT and span for the host-lost meter.
+func (e *experiment) incastPhase(ctx context.Context, sizes [][]int) (IncastResult, []flowSpan, error) {
 	o := e.o
 	res := IncastResult{Rounds: len(sizes)}
 	st0, err := e.port.Stats()
 	if err != nil {
-		return res, err
+		return res, nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	var backlog []uint64
 	var sampErr error
 	done := make(chan struct{})
-	end := time.Now().Add(time.Duration(len(sizes))*(o.incastGap+shortTimeout) + time.Second)
+	end := time.Now().Add(o.wire(time.Duration(len(sizes))*(o.incastGap+shortTimeout)) + time.Second)
 	go func() {
 		defer close(done)
 		backlog, sampErr = e.sampleBacklog(sctx, end)
 	}()
+	var rounds []flowSpan
 	var qct []time.Duration
 	var fcts []time.Duration
 	for k, round := range sizes {
 		if k > 0 {
-			sleepCtx(ctx, o.incastGap)
+			sleepCtx(ctx, o.wire(o.incastGap))
 		}
 		if ctx.Err() != nil {
 			break
@@ -361,39 +422,42 @@ func (e *experiment) incastPhase(ctx context.Context, sizes [][]int) (IncastResu
 		var f []time.Duration
 		var failed int
 		var err error
+		from := hostlost.Now()
 		if e.roce != nil {
 			f, failed, err = e.roceQueryRound(ctx, round)
 		} else {
 			f, failed, err = e.queryRound(ctx, round)
 		}
+		to := hostlost.Now()
 		if err != nil {
 			cancel()
 			<-done
-			return res, err
+			return res, nil, err
 		}
 		res.Failed += failed
 		res.Flows += len(round)
 		fcts = append(fcts, f...)
 		if failed == 0 && len(f) > 0 {
 			qct = append(qct, slices.Max(f))
+			rounds = append(rounds, flowSpan{FCT: slices.Max(f), From: from, To: to})
 		}
 	}
 	cancel()
 	<-done
 	if sampErr != nil {
-		return res, sampErr
+		return res, nil, sampErr
 	}
 	st1, err := e.port.Stats()
 	if err != nil {
-		return res, err
+		return res, nil, err
 	}
 	a, b := st0.Classes[class], st1.Classes[class]
 	res.Drops = sub(b.DroppedPackets(), a.DroppedPackets())
 	res.CEMarks = sub(b.CEMarked(), a.CEMarked())
-	res.QCTUs = stats.Summarize(durationsUs(qct))
-	res.FCTUs = stats.Summarize(durationsUs(fcts))
+	res.QCTUs = stats.Summarize(fabricUs(qct, o.timescale))
+	res.FCTUs = stats.Summarize(fabricUs(fcts, o.timescale))
 	res.Queue = queueStats(backlog, o.rate)
-	return res, nil
+	return res, rounds, nil
 }
 
 // queryRound dials one connection per query (sender i%N for query i), then
@@ -437,7 +501,7 @@ func (e *experiment) queryRound(ctx context.Context, sizes []int) ([]time.Durati
 			<-start
 			t0 := time.Now()
 			c := conns[i]
-			_ = c.SetDeadline(t0.Add(shortTimeout))
+			_ = c.SetDeadline(t0.Add(e.o.wire(shortTimeout)))
 			if _, err := c.Write(req); err != nil {
 				return
 			}

@@ -71,6 +71,9 @@ type Setup struct {
 	InflightMs    float64  `json:"qp_inflight_ms"`
 	Schemes       []string `json:"schemes"`
 	Describe      []string `json:"describe"`
+	// Timescale slowed the fabric (units.Timescale): the lab ran every
+	// rate over it and every time times it; the report is the fabric's.
+	Timescale float64 `json:"timescale"`
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -113,11 +116,15 @@ func (x *experiment) run(ctx context.Context) error {
 			OneWayDelayMs: msOf(o.delay), DurationS: o.duration.Seconds(), Runs: o.runs,
 			T1: uint64(o.t1), T2: uint64(o.t2), T2Max: uint64(o.t2Max), ShortBytes: uint64(o.shortBytes),
 			ShortEveryMs: msOf(o.shortEvery), SampleUs: float64(o.sampleEvery) / 1e3, SenderRTTMs: msOf(o.senderRTT),
-			InflightMs: msOf(o.inflight()), Schemes: o.schemes}}
+			InflightMs: msOf(o.inflight()), Schemes: o.schemes, Timescale: o.timescale.K()}}
 	x.printf("WAN: %d senders at %s each -> PE1 => %v each way => core %s => PE2 -> receiver; thresholds t1 %s, t2 %s, t2-max %s\n",
 		o.senders, o.rate, o.delay, o.rate, o.t1, o.t2, o.t2Max)
 	x.printf("senders: DCQCN lab profile, timers at %v, in flight <= Rc x %v; short WRITEs of %s every %v from s1; %v per run\n",
 		o.senderRTT, o.inflight(), o.shortBytes, o.shortEvery, o.duration)
+	if k := o.timescale; k.K() != 1 {
+		x.printf("scale: the fabric runs %sx slower (-timescale): the core at %s, every time %sx as long, bytes as they are; the report is the fabric's\n",
+			k, k.Rate(o.rate), k)
+	}
 	for _, sc := range list {
 		d := sc.describe()
 		rep.Setup.Describe = append(rep.Setup.Describe, d)
@@ -141,6 +148,9 @@ func (x *experiment) run(ctx context.Context) error {
 				x.printf("WAN queue p50 %.1f p99 %.1f KB, util %.1f%%, lost %d (hosts %d), resent %d, PE reaction %s, e2e %s, FCT p99 %.0f µs\n",
 					r.CoreQueueKB.P50, r.CoreQueueKB.P99, r.CoreUtil, r.Drops.Lost(), r.Drops.HostLost(), r.Drops.Retransmits,
 					ptrMs(r.PEReactionMs), ptrMs(r.E2EReactionMs), r.ShortFCTUs.P99)
+			}
+			if l := r.hostLine(); l != "" {
+				x.printf("    %s\n", l)
 			}
 			rep.Schemes = append(rep.Schemes, r)
 		}

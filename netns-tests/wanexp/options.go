@@ -39,6 +39,14 @@ from the post to its ACK. Schemes, each in a fresh lab, interleaved per run:
   reroute  (c) two thresholds, a second core c2 (the same port), PE1's
            agent spreads the tunnel over both cores (ECMP) on a light CNP
 
+-timescale k slows the whole fabric down k times (issue 26 §2): the ports,
+the PE's limiter and the DCQCN senders run at their rates over k, the WAN
+delay, the timers, the run and the sampling take k times as long, every
+byte (thresholds, buffers, WRITEs) stays. The flags and the report are the
+fabric's; the run takes k times -duration. Every run meters what the host
+took from the ports (host/hostlost) and prints it beside the results, the
+core's utilization and the short WRITEs' FCTs net of it.
+
 Output: the table (mean +- 95% CI over -runs), the goals of (b) against
 (a), -out/wanexp.json and -out/wan-queue.png, -out/wan-fct.png. It exits
 non-zero only on errors.
@@ -65,7 +73,13 @@ type options struct {
 	sampleEvery   time.Duration
 	senderRTT     time.Duration
 	outDir        string
+	// timescale slows the fabric (units.Timescale): every field above is
+	// the fabric's; wire gives what the lab runs.
+	timescale units.Timescale
 }
+
+// wire is a fabric time d on the slowed fabric: the wall time it takes.
+func (o *options) wire(d time.Duration) time.Duration { return o.timescale.Time(d) }
 
 func defaultOptions() options {
 	return options{
@@ -176,6 +190,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.DurationVar(&o.sampleEvery, "sample", o.sampleEvery, "queue and reaction sampling period")
 	fs.DurationVar(&o.senderRTT, "sender-rtt", o.senderRTT, "the senders' DCQCN timers (rate increase T, alpha K) (default the WAN RTT, 2x -delay)")
 	fs.StringVar(&o.outDir, "out", o.outDir, "output directory")
+	fs.Var(&o.timescale, "timescale", "slow the fabric `k` times (1-1000): rates over k, times (the WAN delay, timers, -duration, sampling) times k, bytes as they are; the flags and the report stay the fabric's (default 1)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, exitOK
@@ -207,14 +222,26 @@ const maxOfferedRate = 1 * units.Gbit
 
 func (o *options) validate() error {
 	var errs []error
+	if err := o.timescale.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("-timescale: %w", err))
+		o.timescale = 1 // the wall-time bounds below need a valid one
+	}
+	k := o.timescale
+	// wall is a fabric time and, slowed, what it takes.
+	wall := func(d time.Duration) string {
+		if k.K() == 1 {
+			return d.String()
+		}
+		return fmt.Sprintf("%v, %v at -timescale %s", d, o.wire(d), k)
+	}
 	if o.runs < 1 || o.runs > 30 {
 		errs = append(errs, fmt.Errorf("-runs (%d): want 1..30", o.runs))
 	}
 	if o.senders < 1 || o.senders > lab.MaxWANSenders {
 		errs = append(errs, fmt.Errorf("-senders (%d): want 1..%d", o.senders, lab.MaxWANSenders))
 	}
-	if o.rate <= 0 || units.Rate(o.senders)*o.rate > maxOfferedRate {
-		errs = append(errs, fmt.Errorf("-rate (%s) x -senders (%d): want above 0 and at most %s offered (the delay link's capacity)", o.rate, o.senders, maxOfferedRate))
+	if o.rate <= 0 || units.Rate(o.senders)*k.Rate(o.rate) > maxOfferedRate {
+		errs = append(errs, fmt.Errorf("-rate (%s, %s on the wire) x -senders (%d): want above 0 and at most %s offered on the wire (the delay link's capacity)", o.rate, k.Rate(o.rate), o.senders, maxOfferedRate))
 	}
 	if o.peRate <= o.rate {
 		errs = append(errs, fmt.Errorf("-pe-rate (%s): want above -rate (%s), so that the core is the bottleneck until the PE acts", o.peRate, o.rate))
@@ -222,17 +249,17 @@ func (o *options) validate() error {
 	if o.peMinRate < 0 || o.peMinRate > o.peRate {
 		errs = append(errs, fmt.Errorf("-pe-min-rate (%s): want 0 (the agent's default) to -pe-rate (%s)", o.peMinRate, o.peRate))
 	}
-	if o.delay <= 0 || o.delay > link.MaxDelay {
-		errs = append(errs, fmt.Errorf("-delay (%v): want above 0, at most %v", o.delay, link.MaxDelay))
+	if o.delay <= 0 || o.wire(o.delay) > link.MaxDelay {
+		errs = append(errs, fmt.Errorf("-delay (%s): want above 0, taking at most %v", wall(o.delay), link.MaxDelay))
 	}
-	if o.duration < 500*time.Millisecond || o.duration > 5*time.Minute {
-		errs = append(errs, fmt.Errorf("-duration (%v): want 500ms..5m", o.duration))
+	if o.wire(o.duration) < 500*time.Millisecond || o.wire(o.duration) > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("-duration (%s): want it to take 500ms..5m", wall(o.duration)))
 	}
 	if !(o.t1 > 0 && o.t1 < o.t2 && o.t2 < o.t2Max && o.t2Max <= o.limit) {
 		errs = append(errs, fmt.Errorf("-t1 (%s) < -t2 (%s) < -t2-max (%s) <= -limit (%s): want that order", o.t1, o.t2, o.t2Max, o.limit))
 	}
-	if o.sampleEvery < 100*time.Microsecond || o.sampleEvery > 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("-sample (%v): want 100µs..100ms", o.sampleEvery))
+	if o.wire(o.sampleEvery) < 100*time.Microsecond || o.wire(o.sampleEvery) > 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("-sample (%s): want it to take 100µs..100ms", wall(o.sampleEvery)))
 	}
 	if o.shortEvery < 0 {
 		errs = append(errs, fmt.Errorf("-short-every (%v): want 0 (none) or more", o.shortEvery))

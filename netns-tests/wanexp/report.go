@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // sample is one reading of the sampler, every -sample from the long
@@ -142,15 +145,86 @@ type Result struct {
 	AgentLightCNPs  uint64     `json:"agent_light_cnps"`
 	AgentActions    uint64     `json:"agent_actions"`
 	PEMinRateMbps   float64    `json:"pe_min_rate_mbps,omitempty"`
-	// Short WRITEs: post to ACK.
-	ShortFCTUs  stats.Dist `json:"short_fct_us"`
-	ShortFCTs   []float64  `json:"short_fcts_us"`
-	ShortFailed int        `json:"short_failed"`
+	// HostLost is what the host took from the run, from the long flows'
+	// start to the traffic's end (host/hostlost; wall times): the cores'
+	// and PE1's limiter's idle time while an agent was held, and their
+	// held-back time. HostLostShare is c1's part of the window, and
+	// CoreUtilNet (Core2UtilNet) each core's utilization over the rest.
+	HostLost      *hostlost.Report `json:"host_lost,omitempty"`
+	HostLostShare float64          `json:"host_lost_share"`
+	CoreUtilNet   float64          `json:"core_util_net_percent"`
+	Core2UtilNet  *float64         `json:"core2_util_net_percent,omitempty"`
+	// Short WRITEs: post to ACK; net: less the time the host starved c1
+	// or PE1's limiter during each.
+	ShortFCTNetUs stats.Dist `json:"short_fct_net_us"`
+	ShortFCTUs    stats.Dist `json:"short_fct_us"`
+	ShortFCTs     []float64  `json:"short_fcts_us"`
+	ShortFailed   int        `json:"short_failed"`
 	// Series is the backlogs for the plot: the maxima per SeriesEveryMs,
 	// as [t ms, c1 KB, c2 KB, PE KB].
 	SeriesEveryMs float64     `json:"series_every_ms"`
 	Series        [][]float64 `json:"series"`
 	Error         string      `json:"error,omitempty"`
+}
+
+// The meter's names of the ports (hostlost.PortReport.Name).
+const (
+	portC1  = "c1"
+	portC2  = "c2"
+	portPE1 = "pe1"
+)
+
+// hostLost sets the host's part of the run from the meter's report: window
+// is the measured time on the wire, starved each core's starved time in
+// it (c1, then c2).
+func (r *Result) hostLost(host *hostlost.Report, window time.Duration, starved []time.Duration) {
+	r.HostLost = host
+	if window <= 0 || len(starved) == 0 {
+		return
+	}
+	r.HostLostShare = float64(starved[0]) / float64(window)
+	net := func(util float64, starved time.Duration) float64 {
+		if starved >= window {
+			return 0
+		}
+		return util * float64(window) / float64(window-starved)
+	}
+	r.CoreUtilNet = net(r.CoreUtil, starved[0])
+	if r.Core2Util != nil && len(starved) > 1 {
+		u := net(*r.Core2Util, starved[1])
+		r.Core2UtilNet = &u
+	}
+}
+
+// durationsUs converts times measured on the slowed fabric (wall times)
+// to the fabric's, in µs.
+func durationsUs(ds []time.Duration, k units.Timescale) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = float64(k.Fabric(d)) / float64(time.Microsecond)
+	}
+	return out
+}
+
+// netUs is durationsUs of each time less the host's starved time during it
+// (same order), never below 0.
+func netUs(ds, starved []time.Duration, k units.Timescale) []float64 {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		if i < len(starved) {
+			d = max(d-starved[i], 0)
+		}
+		out[i] = d
+	}
+	return durationsUs(out, k)
+}
+
+// hostLine is the run's host-lost line: the meter's report, c1's share.
+func (r *Result) hostLine() string {
+	if r.HostLost == nil {
+		return ""
+	}
+	return fmt.Sprintf("c1 lost %.2f%% of the window to the host (util %.1f%% net of it); %s", 100*r.HostLostShare, r.CoreUtilNet, r.HostLost)
 }
 
 // seriesEvery is the resolution of Result.Series: the maximum of each
@@ -211,13 +285,19 @@ type Summary struct {
 	AgentUsP50    stats.Stat `json:"agent_reaction_p50_us"`
 	FCTP50Us      stats.Stat `json:"short_fct_p50_us"`
 	FCTP99Us      stats.Stat `json:"short_fct_p99_us"`
+	// The host's part (Result.HostLostShare, in percent), the figures net
+	// of it, and the runs the meter found over its budget.
+	HostLostPercent stats.Stat `json:"host_lost_percent"`
+	HostStarved     int        `json:"host_starved_runs"`
+	CoreUtilNet     stats.Stat `json:"core_util_net_percent"`
+	FCTP99NetUs     stats.Stat `json:"short_fct_p99_net_us"`
 }
 
 func summarize(names []string, rs []Result) []Summary {
 	var out []Summary
 	for _, n := range names {
 		s := Summary{Scheme: n, Label: schemeLabels[n]}
-		var p50, p99, c2, pe, util, util2, gp, lost, hlost, retx, per, e2e, ag, f50, f99 []float64
+		var p50, p99, c2, pe, util, util2, gp, lost, hlost, retx, per, e2e, ag, f50, f99, hl, un, f99n []float64
 		for i := range rs {
 			r := &rs[i]
 			if r.Scheme != n {
@@ -248,12 +328,22 @@ func summarize(names []string, rs []Result) []Summary {
 			if r.ShortFCTUs.N > 0 {
 				f50, f99 = append(f50, r.ShortFCTUs.P50), append(f99, r.ShortFCTUs.P99)
 			}
+			if r.HostLost != nil {
+				hl, un = append(hl, 100*r.HostLostShare), append(un, r.CoreUtilNet)
+				if r.HostLost.HostStarved {
+					s.HostStarved++
+				}
+			}
+			if r.ShortFCTNetUs.N > 0 {
+				f99n = append(f99n, r.ShortFCTNetUs.P99)
+			}
 		}
 		s.CoreP50KB, s.CoreP99KB, s.Core2P99KB, s.PEP99KB = stats.NewStat(p50), stats.NewStat(p99), stats.NewStat(c2), stats.NewStat(pe)
 		s.CoreUtil, s.Core2Util, s.GoodputMbps = stats.NewStat(util), stats.NewStat(util2), stats.NewStat(gp)
 		s.Lost, s.HostLost, s.Retransmits = stats.NewStat(lost), stats.NewStat(hlost), stats.NewStat(retx)
 		s.PEReactionMs, s.E2EReactionMs, s.AgentUsP50 = stats.NewStat(per), stats.NewStat(e2e), stats.NewStat(ag)
 		s.FCTP50Us, s.FCTP99Us = stats.NewStat(f50), stats.NewStat(f99)
+		s.HostLostPercent, s.CoreUtilNet, s.FCTP99NetUs = stats.NewStat(hl), stats.NewStat(un), stats.NewStat(f99n)
 		out = append(out, s)
 	}
 	return out
@@ -372,10 +462,18 @@ func ci(s stats.Stat, format string) string {
 	return fmt.Sprintf(format+" ± "+format, s.Mean, s.CI95)
 }
 
-// renderTable writes the summary as a Markdown table.
+// renderTable writes the summary as a Markdown table; the host's columns
+// when some run was metered.
 func renderTable(w io.Writer, sums []Summary) {
-	fmt.Fprintln(w, "| scheme | WAN queue p50 | WAN queue p99 | c2 / PE queue p99 | core util | goodput | lost: network / hosts | resent | PE reaction | end-to-end reaction | agent (CNP→cut) | short FCT p50 | short FCT p99 |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	host := slices.ContainsFunc(sums, func(s Summary) bool { return s.HostLostPercent.N > 0 })
+	head, rule := "| scheme | WAN queue p50 | WAN queue p99 | c2 / PE queue p99 | core util | goodput | lost: network / hosts | resent | PE reaction | end-to-end reaction | agent (CNP→cut) | short FCT p50 | short FCT p99 |",
+		"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+	if host {
+		head += " host-lost (c1) | core util net | short FCT p99 net |"
+		rule += " --- | --- | --- |"
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, rule)
 	for _, s := range sums {
 		other := "—"
 		switch {
@@ -392,10 +490,18 @@ func renderTable(w io.Writer, sums []Summary) {
 		if s.Failed > 0 {
 			label += fmt.Sprintf(" (%d failed)", s.Failed)
 		}
-		fmt.Fprintf(w, "| %s | %s KB | %s KB | %s | %s | %s Mbit/s | %s / %s | %s | %s | %s | %s | %s µs | %s µs |\n",
+		fmt.Fprintf(w, "| %s | %s KB | %s KB | %s | %s | %s Mbit/s | %s / %s | %s | %s | %s | %s | %s µs | %s µs |",
 			label, ci(s.CoreP50KB, "%.1f"), ci(s.CoreP99KB, "%.1f"), other, util, ci(s.GoodputMbps, "%.1f"),
 			ci(s.Lost, "%.0f"), ci(s.HostLost, "%.0f"), ci(s.Retransmits, "%.0f"), msText(s.PEReactionMs), msText(s.E2EReactionMs),
 			usText(s.AgentUsP50), ci(s.FCTP50Us, "%.0f"), ci(s.FCTP99Us, "%.0f"))
+		if host {
+			lost := ci(s.HostLostPercent, "%.2f") + " %"
+			if s.HostStarved > 0 {
+				lost += fmt.Sprintf(" (%d host-starved)", s.HostStarved)
+			}
+			fmt.Fprintf(w, " %s | %s %% | %s µs |", lost, ci(s.CoreUtilNet, "%.1f"), ci(s.FCTP99NetUs, "%.0f"))
+		}
+		fmt.Fprintln(w)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -231,5 +232,88 @@ func TestWriteOutputs(t *testing.T) {
 	}
 	if !math.IsNaN(ms(nil)) {
 		t.Error("ms(nil)")
+	}
+}
+
+// TestHostLost: the run's host-lost figures, net of each core's own
+// starved time, in the summary, the table and the JSON file.
+func TestHostLost(t *testing.T) {
+	r := result(schemeReroute, 1, 100, 80, 0, 0, nil)
+	u2 := 40.0
+	r.Core2Util = &u2
+	host := &hostlost.Report{Wall: 5 * time.Second, Starved: time.Second, HostStarved: true}
+	r.hostLost(host, 4*time.Second, []time.Duration{time.Second, 2 * time.Second})
+	if r.HostLost != host || r.HostLostShare != 0.25 || math.Abs(r.CoreUtilNet-80.0*4/3) > 1e-9 || *r.Core2UtilNet != 80 {
+		t.Errorf("share %g, c1 net %g, c2 net %v: want 0.25, %g, 80", r.HostLostShare, r.CoreUtilNet, *r.Core2UtilNet, 80.0*4/3)
+	}
+	if l := r.hostLine(); !strings.Contains(l, "c1 lost 25.00% of the window to the host (util 106.7% net of it); host-starved:") {
+		t.Errorf("host line %q", l)
+	}
+	// A core starved the whole window has no net utilization.
+	r2 := result(schemeRFC6040, 1, 100, 80, 0, 0, nil)
+	r2.hostLost(host, time.Second, []time.Duration{time.Second})
+	if r2.CoreUtilNet != 0 {
+		t.Errorf("c1 starved all along: net utilization %g, want 0", r2.CoreUtilNet)
+	}
+	r.ShortFCTNetUs = stats.Summarize(netUs([]time.Duration{4 * time.Millisecond, time.Millisecond}, []time.Duration{2 * time.Millisecond, 3 * time.Millisecond}, 2))
+	if r.ShortFCTNetUs.Max != 1000 || r.ShortFCTNetUs.Min != 0 {
+		t.Errorf("net FCTs %+v: want the fabric's 1000 and 0 µs", r.ShortFCTNetUs)
+	}
+	sums := summarize([]string{schemeReroute}, []Result{r})
+	if s := sums[0]; s.HostLostPercent.Mean != 25 || s.HostStarved != 1 || s.FCTP99NetUs.Mean != 1000 {
+		t.Errorf("summary %+v", s)
+	}
+	var buf bytes.Buffer
+	renderTable(&buf, sums)
+	if out := buf.String(); !strings.Contains(out, "| host-lost (c1) | core util net | short FCT p99 net |") || !strings.Contains(out, "| 25.00 % (1 host-starved) | 106.7 % | 1000 µs |") {
+		t.Errorf("table:\n%s", out)
+	}
+	buf.Reset()
+	renderTable(&buf, summarize([]string{schemeRFC6040}, []Result{result(schemeRFC6040, 1, 100, 80, 0, 0, nil)}))
+	if strings.Contains(buf.String(), "host-lost") {
+		t.Errorf("no metered run, yet the host's columns:\n%s", buf.String())
+	}
+	b, err := json.Marshal(Report{Schemes: []Result{r}, Summary: sums})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"host_lost":{`, `"host_lost_share":0.25`, `"core_util_net_percent"`, `"core2_util_net_percent":80`, `"short_fct_net_us"`, `"host_starved_runs":1`, `"short_fct_p99_net_us"`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("wanexp.json lacks %s", k)
+		}
+	}
+}
+
+func TestParseFlagsTimescale(t *testing.T) {
+	var out, errb bytes.Buffer
+	o, code := parseFlags([]string{"-timescale", "4", "-rate", "200mbit", "-duration", "1s"}, &out, &errb)
+	if o == nil || code != exitOK {
+		t.Fatalf("code %d: %s", code, errb.String())
+	}
+	if o.timescale != 4 || o.wire(o.duration) != 4*time.Second || o.rate != 200*units.Mbit {
+		t.Errorf("options %+v", o)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-timescale", "2000"}, "-timescale: timescale 2000: must be 1..1000"},
+		{[]string{"-timescale", "x"}, "want a factor"},
+		{[]string{"-timescale", "100", "-duration", "10s"}, "-duration (10s, 16m40s at -timescale 100): want it to take 500ms..5m"},
+		// 3 x 400 Mbit/s is too much for the delay links, 3 x 100 on the wire is not.
+		{[]string{"-rate", "400mbit"}, "at most 1gbit offered on the wire"},
+	} {
+		errb.Reset()
+		if o, _ := parseFlags(tc.args, &out, &errb); o != nil || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: %q, want %q", tc.args, errb.String(), tc.want)
+		}
+	}
+	if o, _ := parseFlags([]string{"-rate", "400mbit", "-timescale", "4"}, &out, &errb); o == nil {
+		t.Errorf("400mbit slowed 4x refused: %s", errb.String())
+	}
+	errb.Reset()
+	parseFlags([]string{"-help"}, &out, &errb)
+	if !strings.Contains(errb.String(), "-timescale k slows the whole fabric") {
+		t.Error("-help does not document -timescale")
 	}
 }

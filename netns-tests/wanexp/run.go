@@ -15,6 +15,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
@@ -59,13 +60,18 @@ func (o *options) inflight() time.Duration {
 }
 
 // runScheme runs sc once in a lab of its own, closed before it returns.
+// sc is the fabric's: the lab runs it slowed by -timescale, and the result
+// is the fabric's again. A host-lost meter (host/hostlost) runs from the
+// long flows' start to the traffic's end: the ports' idle and held-back
+// time (the cores', PE1's limiter's) against the agents' held time.
 func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Result, err error) {
 	o := x.o
+	k := o.timescale
 	res = Result{Scheme: sc.Name, Label: sc.Label, Run: run}
-	spec := lab.WANSpec{Senders: o.senders, SecondPath: sc.SecondPath, WANDelay: o.delay, CorePort: sc.Core,
+	spec := lab.WANSpec{Senders: o.senders, SecondPath: sc.SecondPath, WANDelay: o.wire(o.delay), CorePort: sc.Core.Slowed(k),
 		Tunnel: tunnel.Config{TwoThreshold: sc.TwoThreshold}}
 	if sc.SecondPath {
-		c2 := sc.Core
+		c2 := sc.Core.Slowed(k)
 		spec.SecondCorePort = &c2
 	}
 	w, err := lab.NewWAN(spec)
@@ -88,7 +94,7 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	var lim pe.Limiter
 	if sc.Limiter != nil {
 		u := w.Paths[0].Uplink
-		limiter, err = qdisc.Attach(*sc.Limiter, qdisc.AttachOptions{Dev: u.Dev, Netns: u.Node.NetnsName, PeerDev: u.PeerDev, PeerNetns: u.PeerNode.NetnsName})
+		limiter, err = qdisc.Attach(sc.Limiter.Slowed(k), qdisc.AttachOptions{Dev: u.Dev, Netns: u.Node.NetnsName, PeerDev: u.PeerDev, PeerNetns: u.PeerNode.NetnsName})
 		if err != nil {
 			return res, fmt.Errorf("PE1 limiter on %s:%s: %w", u.Node.Name, u.Dev, err)
 		}
@@ -99,12 +105,64 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	if sc.SecondPath {
 		paths = wanPaths{w}
 	}
-	ag, err := pe.New(sc.Agent, lim, paths, pe.Monotonic{})
+	ag, err := pe.New(sc.Agent.Slowed(k), lim, paths, pe.Monotonic{})
 	if err != nil {
 		return res, err
 	}
 
-	hosts, err := rocelab.New(w.Senders, w.SenderAddrs, w.Receiver, w.ReceiverAddr, o.senderParams(), o.inflight())
+	m, err := hostlost.NewMeter(hostlost.MeterConfig{})
+	if err != nil {
+		return res, err
+	}
+	ports := []*qdisc.Port{w.CorePort}
+	meterPorts := []struct {
+		name string
+		p    *qdisc.Port
+	}{{portC1, w.CorePort}}
+	if sc.SecondPath {
+		ports = append(ports, w.Paths[1].Port)
+		meterPorts = append(meterPorts, struct {
+			name string
+			p    *qdisc.Port
+		}{portC2, w.Paths[1].Port})
+	}
+	if limiter != nil {
+		meterPorts = append(meterPorts, struct {
+			name string
+			p    *qdisc.Port
+		}{portPE1, limiter})
+	}
+	var feeds []func() error
+	stopFeeds := func() error {
+		var errs []error
+		for _, f := range feeds {
+			errs = append(errs, f())
+		}
+		return errors.Join(errs...)
+	}
+	// Before the ports and the agents close: the feeds, then the meter.
+	defer func() {
+		err = errors.Join(err, stopFeeds())
+		m.Stop()
+	}()
+	for _, mp := range meterPorts {
+		stop, err := lab.MeterPort(m, mp.name, mp.p, qdisc.ClassRoCE)
+		if err != nil {
+			return res, err
+		}
+		feeds = append(feeds, stop)
+	}
+
+	// The senders' packets reach the cores a WAN delay after they leave,
+	// what the receiver's replies release two (PE1's limiter, before the
+	// fiber, sees them a delay earlier: its figures lean late).
+	hosts, err := rocelab.New(w.Senders, w.SenderAddrs, w.Receiver, w.ReceiverAddr, o.senderParams(), o.inflight(),
+		rocelab.Options{Timescale: k, Held: func(i int) *hostlost.Log {
+			if i < 0 {
+				return m.HeldVia(2 * o.wire(o.delay))
+			}
+			return m.HeldVia(o.wire(o.delay))
+		}})
 	if err != nil {
 		return res, err
 	}
@@ -135,7 +193,7 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 		if err != nil {
 			return res, err
 		}
-		_, err = p.Message(rctx, 1024, shortTimeout)
+		_, err = p.Message(rctx, 1024, o.wire(shortTimeout))
 		p.Destroy()
 		if err != nil {
 			return res, fmt.Errorf("first WRITE from %s: %w", w.Senders[i].Name, err)
@@ -143,10 +201,6 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	}
 	time.Sleep(50 * time.Millisecond)
 
-	ports := []*qdisc.Port{w.CorePort}
-	if sc.SecondPath {
-		ports = append(ports, w.Paths[1].Port)
-	}
 	before, err := readPorts(ports, limiter)
 	if err != nil {
 		return res, err
@@ -169,22 +223,26 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	if err != nil {
 		return res, err
 	}
-	start := time.Now()
+	if err := m.Start(); err != nil {
+		return res, err
+	}
+	start, startMono := time.Now(), hostlost.Now()
 	for i, p := range long {
 		if err := p.S.Start(agent.Stream{Op: agent.OpWrite, MessageBytes: longMsgBytes}); err != nil {
 			return res, fmt.Errorf("long flow from %s: %w", w.Senders[i].Name, err)
 		}
 	}
-	end := start.Add(o.duration)
+	end := start.Add(o.wire(o.duration))
 
 	// The short WRITEs, from s1.
 	var fcts []time.Duration
+	var spans [][2]time.Duration // each WRITE's, on the meter's clock
 	var shortFailed atomic.Int64
 	if o.shortEvery > 0 {
 		shortWG.Add(1)
 		go func() {
 			defer shortWG.Done()
-			t := time.NewTicker(o.shortEvery)
+			t := time.NewTicker(o.wire(o.shortEvery))
 			defer t.Stop()
 			for {
 				select {
@@ -199,7 +257,8 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 						shortFailed.Add(1)
 						continue
 					}
-					fct, err := p.Message(rctx, int(o.shortBytes), shortTimeout)
+					from := hostlost.Now()
+					fct, err := p.Message(rctx, int(o.shortBytes), o.wire(shortTimeout))
 					p.Destroy()
 					if err != nil {
 						if rctx.Err() == nil {
@@ -208,6 +267,7 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 						continue
 					}
 					fcts = append(fcts, fct)
+					spans = append(spans, [2]time.Duration{from, hostlost.Now()})
 				}
 			}
 		}()
@@ -217,7 +277,7 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	if err != nil {
 		return res, err
 	}
-	window := time.Since(start)
+	window, endMono := time.Since(start), hostlost.Now()
 	after, err := readPorts(ports, limiter)
 	if err != nil {
 		return res, err
@@ -233,8 +293,12 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	}
 	long = nil
 	// The short WRITE in flight ends (its own timeout at most) before
-	// the counters are read.
+	// the counters are read: the traffic's end.
 	shortWG.Wait()
+	if err := stopFeeds(); err != nil {
+		return res, fmt.Errorf("host-lost meter: %w", err)
+	}
+	host := m.Stop()
 	waitDrain(ctx, ports, limiter)
 
 	hostDrops1, err := hostDrops(w)
@@ -243,26 +307,40 @@ func (x *experiment) runScheme(ctx context.Context, sc Scheme, run int) (res Res
 	}
 	res.Drops.Hosts, res.Drops.Backlog = hostDrops1[0]-hostDrops0[0], hostDrops1[1]-hostDrops0[1]
 	as := ag.Stats()
-	res.WindowS = window.Seconds()
-	res.fill(o, sc, ss, before, after, window)
-	res.GoodputMbps = float64(acked) * 8 / window.Seconds() / 1e6
+	fabricWindow := k.Fabric(window)
+	res.WindowS = fabricWindow.Seconds()
+	res.fill(o, sc, ss, before, after, fabricWindow)
+	res.GoodputMbps = float64(acked) * 8 / fabricWindow.Seconds() / 1e6
+	// The host's part: each core's own starved time (a port the flows do
+	// not cross, c2 before a spill, loses nothing while it idles), the
+	// short WRITEs' on their path (c1 and PE1's limiter).
+	starved := make([]time.Duration, len(after.cores))
+	for i, n := range []string{portC1, portC2}[:len(after.cores)] {
+		starved[i] = host.PortsStarvedBetween(startMono, endMono, n)
+	}
+	res.hostLost(&host, window, starved)
+	shortStarved := make([]time.Duration, len(spans))
+	for i, sp := range spans {
+		shortStarved[i] = host.PortsStarvedBetween(sp[0], sp[1], portC1, portPE1)
+	}
 	// The PE's reaction, exactly: from the core's first light CNP (the
 	// first light mark, timestamped in BPF) to the agent's first change
 	// in place, both on CLOCK_MONOTONIC. The samples' estimate, resolved
 	// to their period, stays as the fallback.
 	if sc.Agent.Mode != pe.Observe {
 		if light, _, err := w.CorePort.FirstWANCNP(qdisc.ClassRoCE); err == nil && light > 0 && as.FirstAction > light {
-			res.PEReactionMs = msPtr(as.FirstAction-light, true)
+			res.PEReactionMs = msPtr(k.Fabric(as.FirstAction-light), true)
 			res.PEReactionExact = true
 		}
 	}
 	res.AgentLightCNPs, res.AgentActions = as.LightCNPs, uint64(len(as.Reaction))
-	res.AgentReactionUs = stats.Summarize(durationsUs(as.Reaction))
+	res.AgentReactionUs = stats.Summarize(durationsUs(as.Reaction, k))
 	if sc.Agent.Mode == pe.RateLimit {
-		res.PEMinRateMbps = float64(as.MinRate) / float64(units.Mbit)
+		res.PEMinRateMbps = float64(as.MinRate) * k.K() / float64(units.Mbit)
 	}
-	res.ShortFCTs = durationsUs(fcts)
+	res.ShortFCTs = durationsUs(fcts, k)
 	res.ShortFCTUs = stats.Summarize(res.ShortFCTs)
+	res.ShortFCTNetUs = stats.Summarize(netUs(fcts, shortStarved, k))
 	res.ShortFailed = int(shortFailed.Load())
 
 	// Losses along the way.
@@ -395,7 +473,7 @@ func (r *Result) fill(o *options, sc Scheme, ss []sample, before, after portCoun
 // sampleUntil reads the queues, the agent and the senders' rate cuts
 // every -sample from start until end.
 func (x *experiment) sampleUntil(ctx context.Context, start, end time.Time, cores []*qdisc.Port, limiter *qdisc.Port, ag *pe.Agent, long []*rocelab.Pair) ([]sample, error) {
-	every := x.o.sampleEvery
+	every := x.o.wire(x.o.sampleEvery)
 	out := make([]sample, 0, int(end.Sub(start)/every)+1)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -407,7 +485,7 @@ func (x *experiment) sampleUntil(ctx context.Context, start, end time.Time, core
 			if now.After(end) {
 				return out, nil
 			}
-			s := sample{At: now.Sub(start)}
+			s := sample{At: x.o.timescale.Fabric(now.Sub(start))}
 			var err error
 			if s.Core, _, err = cores[0].Backlog(qdisc.ClassRoCE); err != nil {
 				return out, err
@@ -462,14 +540,6 @@ func ackedBytes(long []*rocelab.Pair) uint64 {
 		n += acked * rocelab.MTU
 	}
 	return n
-}
-
-func durationsUs(ds []time.Duration) []float64 {
-	out := make([]float64, len(ds))
-	for i, d := range ds {
-		out[i] = float64(d) / float64(time.Microsecond)
-	}
-	return out
 }
 
 // hostDrops is the hosts' UDP RcvbufErrors (receiver and senders) and the

@@ -3,6 +3,8 @@ package units
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -72,3 +74,18 @@ func (k Timescale) Fabric(d time.Duration) time.Duration {
 
 // String is "1" or the factor, as a lab file writes it.
 func (k Timescale) String() string { return fmt.Sprintf("%g", k.K()) }
+
+// Set parses a factor and validates it: *Timescale is a flag.Value, so
+// every lab program's -timescale reads and refuses it alike.
+func (k *Timescale) Set(s string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return fmt.Errorf("timescale %q: want a factor 1..%d", s, MaxTimescale)
+	}
+	v := Timescale(f)
+	if err := v.Validate(); err != nil {
+		return err
+	}
+	*k = v
+	return nil
+}

@@ -557,3 +557,22 @@ func TestTimescale(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// *Timescale is a flag.Value: Set takes a factor, refuses one outside
+// 1..MaxTimescale by value and range, and leaves the old value then.
+func TestTimescaleSet(t *testing.T) {
+	var k Timescale
+	if err := k.Set(" 50 "); err != nil || k != 50 || k.String() != "50" {
+		t.Errorf("Set(50): %v, %v", k, err)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"0.5", "timescale 0.5: must be 1..1000"},
+		{"fast", `timescale "fast": want a factor 1..1000`},
+		{"NaN", "timescale NaN: must be 1..1000"},
+	} {
+		if err := k.Set(tc.in); err == nil || err.Error() != tc.want || k != 50 {
+			t.Errorf("Set(%q) = %v (k %v), want %q and k kept", tc.in, err, k, tc.want)
+		}
+	}
+	var _ flag.Value = &k
+}

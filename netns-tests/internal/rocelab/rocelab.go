@@ -18,11 +18,13 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 const (
@@ -31,8 +33,9 @@ const (
 	MTU = 1024
 	// maxBurst is the packets the pacer sends back to back.
 	maxBurst = 2
-	// ackTimeout is IB local ACK timeout 16 (268 ms): a lossless run
-	// resends nothing, and a sender starved of CPU must not either.
+	// ackTimeout is IB local ACK timeout 16 (268 ms) on the fabric: a
+	// lossless run resends nothing, and a sender starved of CPU must not
+	// either.
 	ackTimeout = 4096 * time.Nanosecond << 16
 )
 
@@ -45,8 +48,9 @@ type Host struct {
 	rp    *rpbpf.RP
 }
 
-// NewHost starts an agent in n, which is reached at addr.
-func NewHost(n *lab.Node, addr netip.Addr) (*Host, error) {
+// NewHost starts an agent in n, which is reached at addr; held, if not
+// nil, gets the time its QPs were held (agent.Config.Held).
+func NewHost(n *lab.Node, addr netip.Addr, held *hostlost.Log) (*Host, error) {
 	h := &Host{Node: n, Addr: addr}
 	err := n.Do(func() (err error) {
 		if h.conn, err = pktio.ListenRoCE(netip.AddrPortFrom(netip.IPv4Unspecified(), roce.UDPPort), pktio.RoCEOptions{}); err != nil {
@@ -60,7 +64,7 @@ func NewHost(n *lab.Node, addr netip.Addr) (*Host, error) {
 		return err
 	})
 	if err == nil {
-		h.Agent, err = agent.New(agent.Config{Conn: h.conn, RPOffload: h.rp})
+		h.Agent, err = agent.New(agent.Config{Conn: h.conn, RPOffload: h.rp, Held: held})
 	}
 	if err != nil {
 		h.Close()
@@ -95,25 +99,48 @@ func (h *Host) endpoint(q *agent.QP) agent.Endpoint {
 type Hosts struct {
 	Senders []*Host
 	Recv    *Host
-	Params  dcqcn.Params
-	// Inflight bounds a QP's unacknowledged bytes to Rc times this
-	// (agent.QPConfig.InflightTime).
+	// Params and Inflight are the fabric's (Options.Timescale slows
+	// them): the DCQCN of the sending QPs, and the bound of a QP's
+	// unacknowledged bytes, Rc times Inflight (agent.QPConfig.InflightTime).
+	Params   dcqcn.Params
 	Inflight time.Duration
+	opts     Options
+}
+
+// Options are the optional settings of New.
+type Options struct {
+	// Timescale slows the fabric (units.Timescale): every QP's
+	// configuration is slowed by it (agent.QPConfig.Slowed). Optional:
+	// none.
+	Timescale units.Timescale
+	// Held, if not nil, gives each agent its held-time log: sender i's,
+	// and the receiver's for i = -1 (hostlost.Meter.HeldVia, with the
+	// delay from that host to the ports). Optional: not measured.
+	Held func(i int) *hostlost.Log
 }
 
 // New starts an agent in every sender and in the receiver. On error it
 // closes what it started.
-func New(senders []*lab.Node, senderAddrs []netip.Addr, recv *lab.Node, recvAddr netip.Addr, p dcqcn.Params, inflight time.Duration) (*Hosts, error) {
+func New(senders []*lab.Node, senderAddrs []netip.Addr, recv *lab.Node, recvAddr netip.Addr, p dcqcn.Params, inflight time.Duration, opts Options) (*Hosts, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	hs := &Hosts{Params: p, Inflight: inflight}
+	if err := opts.Timescale.Validate(); err != nil {
+		return nil, err
+	}
+	hs := &Hosts{Params: p, Inflight: inflight, opts: opts}
+	held := func(i int) *hostlost.Log {
+		if opts.Held == nil {
+			return nil
+		}
+		return opts.Held(i)
+	}
 	var err error
-	if hs.Recv, err = NewHost(recv, recvAddr); err != nil {
+	if hs.Recv, err = NewHost(recv, recvAddr, held(-1)); err != nil {
 		return nil, err
 	}
 	for i, n := range senders {
-		h, err := NewHost(n, senderAddrs[i])
+		h, err := NewHost(n, senderAddrs[i], held(i))
 		if err != nil {
 			return nil, errors.Join(err, hs.Close())
 		}
@@ -152,6 +179,7 @@ func (hs *Hosts) Pair(i int) (*Pair, error) {
 	scfg.AckTimeout = ackTimeout
 	rcfg := scfg
 	rcfg.CC = agent.CCNone
+	scfg, rcfg = scfg.Slowed(hs.opts.Timescale), rcfg.Slowed(hs.opts.Timescale)
 	s, err := h.Agent.CreateQP(scfg)
 	if err != nil {
 		return nil, err
