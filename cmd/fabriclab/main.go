@@ -1,6 +1,6 @@
 // Command fabriclab runs a lab described in one file (host/labfile):
 //
-//	fabriclab run LAB.yaml [-t DUR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+//	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
 //	fabriclab validate LAB.yaml
 //	fabriclab plan LAB.yaml -node NAME [-apply]
 //	fabriclab help
@@ -22,10 +22,11 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
 	peagent "github.com/fabriclab/fabriclab/host/pe"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 const usage = `usage:
-  fabriclab run LAB.yaml [-t DUR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+  fabriclab run LAB.yaml [-t DUR] [-timescale K] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
       build the lab in network namespaces, run its flows, print a live view
       every report interval and a summary, write result.json and plots to
       DIR, and tear everything down (also on error and Ctrl-C). A file with
@@ -36,6 +37,10 @@ const usage = `usage:
       -t DUR   cap each run: flows' starts, every, pause and timed durations
                are scaled to fit in DUR when they reach past it (sized flows
                keep their sizes)
+      -timescale K
+               run the fabric K times slower, 1..1000 (default: the file's
+               timescale): rates over K, every fabric time times K, bytes
+               the same; -t caps the slowed run
       -o DIR   output directory (default: the file's report.output, else
                fabriclab-out/NAME); "-" writes nothing
       -runs N  runs per variant (default: the file's runs)
@@ -122,6 +127,9 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	p := f.Plan()
 	fmt.Fprintf(stdout, "%s: %d nodes, %d links, %d ports, %d PEs, %d flows\n", path, len(f.Nodes), len(f.Links), len(p.Ports), len(p.PEs), len(f.Flows))
+	if k := p.Timescale; k.K() != 1 {
+		fmt.Fprintf(stdout, "  timescale %s: rates below are the slowed fabric's (÷%s), times ×%s, bytes as written\n", k, k, k)
+	}
 	for _, l := range p.Links {
 		relay := ""
 		if l.Relay != "" {
@@ -145,7 +153,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	for _, fp := range p.Flows {
 		fmt.Fprintf(stdout, "  flow %s: %s → %s, %s/%s", fp.Flow.Name, fp.Flow.From, p.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC)
 		if fp.TCP == nil {
-			fmt.Fprintf(stdout, ", mtu %d, line rate %s", fp.Client.MTU, fp.Client.LineRate)
+			fmt.Fprintf(stdout, ", mtu %d, line rate %s", fp.Client.MTU, fp.Client.Timescale.Rate(fp.Client.LineRate))
 		} else if fp.TCP.DSCP != 0 {
 			fmt.Fprintf(stdout, ", dscp %d", fp.TCP.DSCP)
 		}
@@ -273,6 +281,7 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	runs := fs.Int("runs", 0, "runs per variant")
 	variants := fs.String("variants", "", "run only these `A,B` variants")
 	verbose := fs.Bool("v", false, "log the steps to stderr")
+	timescale := fs.Float64("timescale", 0, "run the fabric `K` times slower")
 	path, err := parseArgs(fs, args)
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab run: %v\n", err)
@@ -290,6 +299,12 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
 		return 2
+	}
+	if *timescale != 0 {
+		if err := f.SetTimescale(units.Timescale(*timescale)); err != nil {
+			fmt.Fprintf(stderr, "fabriclab run: -timescale %g: %v\n", *timescale, err)
+			return 2
+		}
 	}
 	var only []string
 	if *variants != "" {

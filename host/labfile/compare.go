@@ -38,13 +38,16 @@ type CompareOptions struct {
 // of every variant, then run 2, so that a drift of the machine spreads
 // over all of them. The lab is built afresh for every run.
 type Comparison struct {
-	Name     string    `json:"name"`
-	File     string    `json:"file"`
-	Start    time.Time `json:"start"`
-	Seconds  float64   `json:"seconds"`
-	Runs     int       `json:"runs"`
-	Seed     uint64    `json:"seed"`
-	Variants []string  `json:"variants"`
+	Name    string    `json:"name"`
+	File    string    `json:"file"`
+	Start   time.Time `json:"start"`
+	Seconds float64   `json:"seconds"`
+	Runs    int       `json:"runs"`
+	Seed    uint64    `json:"seed"`
+	// Timescale is the file's: the fabric ran this many times slower
+	// (Result.Timescale).
+	Timescale float64  `json:"timescale"`
+	Variants  []string `json:"variants"`
 	// Interrupted: the context was cancelled; the runs so far are here.
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Summary is each variant's metrics over its runs: mean and 95 %
@@ -164,7 +167,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 	if dir == "" {
 		dir = f.OutputDir()
 	}
-	c := &Comparison{Name: f.RunName(), File: f.Path, Start: time.Now(), Runs: runs, Seed: f.Seed, Variants: variants}
+	c := &Comparison{Name: f.RunName(), File: f.Path, Start: time.Now(), Runs: runs, Seed: f.Seed, Timescale: f.plan.Timescale.K(), Variants: variants}
 	var errs []error
 	results := map[string][]*Result{}
 	for run := 1; run <= runs && ctx.Err() == nil; run++ {
@@ -483,6 +486,9 @@ func (c *Comparison) plotFCT(dir string) (string, error) {
 // and the flows, mean ± 95 % CI over the runs.
 func (c *Comparison) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "\n%s: %d variant(s) × %d run(s), seed %d, %.0f s", c.Name, len(c.Variants), c.Runs, c.Seed, c.Seconds)
+	if c.Timescale != 1 && c.Timescale != 0 {
+		fmt.Fprintf(w, ", timescale %g", c.Timescale)
+	}
 	if c.Interrupted {
 		fmt.Fprint(w, ", interrupted")
 	}

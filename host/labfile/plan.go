@@ -63,6 +63,11 @@ type Plan struct {
 	Addrs map[string]netip.Addr
 	// Deploy: the plan of machines (DeployPlan), not namespaces.
 	Deploy bool
+	// Timescale is the file's: the plan's rates and times are slowed by
+	// it (a DeployPlan's are not: machines run the file's own fabric).
+	Timescale units.Timescale
+	// Interval is the report interval on the run's timeline.
+	Interval time.Duration
 }
 
 // LinkPlan is a file link as built: its subnet and its two ends.
@@ -129,6 +134,8 @@ type ServerPlan struct {
 	Addr      netip.AddrPort // the side channel; tcp's listener
 	// CC is a tcp server's congestion control.
 	CC string
+	// Timescale is the plan's: perf slows the endpoint by it.
+	Timescale units.Timescale
 }
 
 // FlowPlan is a flow as run.
@@ -152,6 +159,9 @@ type FlowPlan struct {
 	// BaseRTT is the delay the links on its path add, both ways (the
 	// longest of its ECMP branches): the ideal FCT's round trip.
 	BaseRTT time.Duration
+	// Start, Every and Pause are the flow's on the run's timeline: the
+	// file's, slowed by the plan's Timescale (and scaled by a run's -t).
+	Start, Every, Pause time.Duration
 }
 
 // edge is one veth of the graph.
@@ -294,6 +304,12 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 	}
 	if err := f.planFlows(g, p, dcOf); err != nil {
 		return nil, err
+	}
+	p.Interval = f.interval()
+	if !deploy {
+		if err := f.slow(p); err != nil {
+			return nil, err
+		}
 	}
 	// The ends of tcp flows negotiate ECN (RFC 3168) whatever their
 	// congestion control: cubic and reno react to CE as to a loss.
@@ -826,7 +842,8 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 		if !ok {
 			return conf.Errorf(fp("to"), fl.To, "no path from %s to %s (routes never cross a host)", fl.From, fl.To)
 		}
-		fpn := FlowPlan{Flow: fl, Index: i, Crosses: dcOf[fl.From] != "" && dcOf[fl.To] != "" && dcOf[fl.From] != dcOf[fl.To]}
+		fpn := FlowPlan{Flow: fl, Index: i, Crosses: dcOf[fl.From] != "" && dcOf[fl.To] != "" && dcOf[fl.From] != dcOf[fl.To],
+			Start: fl.Start, Every: fl.Every, Pause: fl.Pause}
 		fpn.PathMTU = MaxLinkMTU
 		lineRate := fl.LineRate
 		if lineRate == 0 {

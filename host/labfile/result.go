@@ -34,6 +34,11 @@ type Result struct {
 	// TimelineScale is what RunOptions.Duration multiplied the flows'
 	// starts and timed durations by (1: as written).
 	TimelineScale float64 `json:"timeline_scale"`
+	// Timescale is the file's (File.Timescale): the fabric ran this many
+	// times slower. The result's times and rates are as measured, on the
+	// wall clock; FCT/ideal, utilization and queues in BDPs are the
+	// fabric's own.
+	Timescale float64 `json:"timescale"`
 	// Interrupted: the run's context was cancelled (Ctrl-C).
 	Interrupted bool         `json:"interrupted,omitempty"`
 	Links       []LinkResult `json:"links"`
@@ -348,7 +353,7 @@ func (res *Result) Failed() int {
 }
 
 func (r *runner) newResult() *Result {
-	res := &Result{Name: r.f.RunName(), File: r.f.Path, RunID: r.lab.RunID(), TimelineScale: r.scale}
+	res := &Result{Name: r.f.RunName(), File: r.f.Path, RunID: r.lab.RunID(), TimelineScale: r.scale, Timescale: r.p.Timescale.K()}
 	for _, lp := range r.p.Links {
 		res.Links = append(res.Links, LinkResult{
 			A: lp.A.Node + ":" + lp.A.Dev, B: lp.B.Node + ":" + lp.B.Dev, Subnet: lp.Subnet.String(),
@@ -564,6 +569,9 @@ func WriteSample(w io.Writer, s *Sample) {
 // WriteSummary prints the result's tables: flows, then ports.
 func (res *Result) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "\n%s (run %s), %.1f s", res.Name, res.RunID, res.Seconds)
+	if res.Timescale != 1 {
+		fmt.Fprintf(w, ", timescale %g (the fabric %g times slower; times as measured)", res.Timescale, res.Timescale)
+	}
 	if res.TimelineScale != 1 {
 		fmt.Fprintf(w, ", timeline scaled by %.3g", res.TimelineScale)
 	}

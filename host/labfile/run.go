@@ -91,7 +91,7 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &runner{f: f, p: f.plan, log: log, opts: opts}
-	r.scale = timelineScale(f, opts.Duration)
+	r.scale = timelineScale(f.plan, opts.Duration)
 	if opts.Variant != "" {
 		i := slices.Index(f.VariantNames(), opts.Variant)
 		if i < 0 {
@@ -193,18 +193,19 @@ type server interface {
 	Close() error
 }
 
-// timelineScale is the factor the flows' starts and timed durations are
-// multiplied by to fit within d (1 when they fit or d is 0).
-func timelineScale(f *File, d time.Duration) float64 {
+// timelineScale is the factor the flows' starts and timed durations (on
+// the plan's timeline, slowed) are multiplied by to fit within d (1 when
+// they fit or d is 0).
+func timelineScale(p *Plan, d time.Duration) float64 {
 	if d <= 0 {
 		return 1
 	}
 	var end time.Duration
-	for i := range f.Flows {
-		fl := &f.Flows[i]
-		e := fl.Start + time.Duration(fl.Count-1)*fl.Every
-		if fl.Size == 0 {
-			e += f.plan.Flows[i].duration()
+	for i := range p.Flows {
+		fp := &p.Flows[i]
+		e := fp.Start + time.Duration(fp.Flow.Count-1)*fp.Every
+		if fp.Flow.Size == 0 {
+			e += fp.duration()
 		}
 		end = max(end, e)
 	}
@@ -412,7 +413,7 @@ func (r *runner) startServers(ctx context.Context) error {
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop = stop
 	for _, sp := range r.p.Servers {
-		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport)}
+		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport), Timescale: sp.Timescale}
 		var s server
 		if sp.Transport == TransportTCP {
 			t, err := listenTCP(r.lab.Node(sp.Node), sp.Addr, r.tcpCC[sp.CC])
@@ -555,7 +556,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	var deadline time.Duration
 	for i := range r.p.Flows {
 		fp := &r.p.Flows[i]
-		fr := &flowRun{plan: fp, index: i, state: stateWaiting, start: r.scaled(fp.Flow.Start), sizes: DrawSizes(fp.Flow, seed, i)}
+		fr := &flowRun{plan: fp, index: i, state: stateWaiting, start: r.scaled(fp.Start), sizes: DrawSizes(fp.Flow, seed, i)}
 		flows[i] = fr
 		deadline = max(deadline, fr.start+r.seriesBudget(fr))
 	}
@@ -686,11 +687,11 @@ func (r *runner) seriesBudget(fr *flowRun) time.Duration {
 	var sum, worst time.Duration
 	for _, n := range fr.sizes {
 		b := r.instanceBudget(fr.plan, n) - drainGrace
-		sum += b + r.scaled(fl.Pause)
+		sum += b + r.scaled(fr.plan.Pause)
 		worst = max(worst, b)
 	}
 	if fl.Every != 0 {
-		sum = max(sum, time.Duration(fl.Count-1)*r.scaled(fl.Every)+worst)
+		sum = max(sum, time.Duration(fl.Count-1)*r.scaled(fr.plan.Every)+worst)
 	}
 	return sum + drainGrace
 }
@@ -784,9 +785,9 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 			}
 		}
 		if fl.Every != 0 {
-			next = fr.start + time.Duration(k+1)*r.scaled(fl.Every)
+			next = fr.start + time.Duration(k+1)*r.scaled(fr.plan.Every)
 		} else {
-			next = time.Since(t0) + r.scaled(fl.Pause)
+			next = time.Since(t0) + r.scaled(fr.plan.Pause)
 		}
 	}
 	fr.set(func(fr *flowRun) {
@@ -849,7 +850,7 @@ func (r *runner) cutOrInterrupted(ctx, fctx context.Context, budget time.Duratio
 
 // sample takes a Sample every report interval until done closes.
 func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan struct{}) {
-	tick := time.NewTicker(r.f.interval())
+	tick := time.NewTicker(r.p.Interval)
 	defer tick.Stop()
 	prev := make([]qdisc.ClassStats, len(r.ports))
 	take := func() {
@@ -863,7 +864,7 @@ func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan
 				// included.
 				sent := fr.tcpSent.Load()
 				if fr.state == stateRunning {
-					fs.GoodputBps = float64(sent-fr.lastSent) * 8 / r.f.interval().Seconds()
+					fs.GoodputBps = float64(sent-fr.lastSent) * 8 / r.p.Interval.Seconds()
 				}
 				fr.lastSent = sent
 			case fr.state == stateRunning:
@@ -886,7 +887,7 @@ func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan
 			t := st.Total()
 			s.Ports = append(s.Ports, PortSample{Name: pp.Name,
 				BacklogBytes:   t.BacklogBytes,
-				DequeuedBps:    float64(t.DequeuedBytes-prev[i].DequeuedBytes) * 8 / r.f.interval().Seconds(),
+				DequeuedBps:    float64(t.DequeuedBytes-prev[i].DequeuedBytes) * 8 / r.p.Interval.Seconds(),
 				CEMarks:        t.CEMarked() - prev[i].CEMarked(),
 				DroppedPackets: t.DroppedPackets() - prev[i].DroppedPackets()})
 			prev[i] = t

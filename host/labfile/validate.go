@@ -122,6 +122,26 @@ func (f *File) validate() error {
 	if err := f.checkVariants(); err != nil {
 		return err
 	}
+	if err := checkTimescale(f.Timescale); err != nil {
+		return err
+	}
+	return f.planAll()
+}
+
+// checkTimescale checks a timescale's range.
+func checkTimescale(k units.Timescale) error {
+	if err := k.Validate(); err != nil {
+		return conf.Errorf("timescale", k, "want 1..%d (the fabric k times slower; default 1)", units.MaxTimescale)
+	}
+	return nil
+}
+
+// planAll computes the plan of a checked file and of each variant.
+func (f *File) planAll() error {
+	byName := map[string]int{}
+	for i, n := range f.Nodes {
+		byName[n.Name] = i
+	}
 	p, err := newPlan(f, false)
 	if err != nil {
 		return err
