@@ -158,10 +158,22 @@ func validate(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, ", dscp %d", fp.TCP.DSCP)
 		}
 		fmt.Fprintf(stdout, ", bottleneck %s, base RTT %v", fp.Bottleneck, fp.BaseRTT)
+		if fp.Flow.Transport == labfile.TransportUET {
+			fmt.Fprintf(stdout, " (NSCC's %v)", fp.Client.Timescale.Time(fp.Client.BaseRTT))
+		}
 		if n := fp.Flow.Count; n > 1 {
 			fmt.Fprintf(stdout, ", %d instances", n)
 		}
 		fmt.Fprintln(stdout)
+	}
+	for _, sp := range p.Servers {
+		if sp.Transport == labfile.TransportUET {
+			fmt.Fprintf(stdout, "  server %s uet: line rate %s, base RTT %v", sp.Node, sp.Timescale.Rate(sp.LineRate), sp.Timescale.Time(sp.BaseRTT))
+			if sp.TrimDSCP != 0 || sp.TrimLastHopDSCP != 0 {
+				fmt.Fprintf(stdout, ", trimmed DSCP %d (last hop %d)", sp.TrimDSCP, sp.TrimLastHopDSCP)
+			}
+			fmt.Fprintln(stdout)
+		}
 	}
 	for _, v := range f.Variants {
 		fmt.Fprintf(stdout, "  variant %s: %d port edit(s)\n", v.Name, len(v.Ports))

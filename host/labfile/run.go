@@ -413,7 +413,8 @@ func (r *runner) startServers(ctx context.Context) error {
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop = stop
 	for _, sp := range r.p.Servers {
-		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport), Timescale: sp.Timescale}
+		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport),
+			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale}
 		var s server
 		if sp.Transport == TransportTCP {
 			t, err := listenTCP(r.lab.Node(sp.Node), sp.Addr, r.tcpCC[sp.CC])
