@@ -176,7 +176,11 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for _, v := range f.Variants {
-		fmt.Fprintf(stdout, "  variant %s: %d port edit(s)\n", v.Name, len(v.Ports))
+		fmt.Fprintf(stdout, "  variant %s: %d port edit(s)", v.Name, len(v.Ports))
+		if len(v.Flows) > 0 {
+			fmt.Fprintf(stdout, ", %d flow edit(s)", len(v.Flows))
+		}
+		fmt.Fprintln(stdout)
 	}
 	if len(f.Variants) > 0 || f.Runs > 1 {
 		fmt.Fprintf(stdout, "  %d run(s) per variant, seed %d\n", f.Runs, f.Seed)

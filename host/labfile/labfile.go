@@ -225,6 +225,18 @@ type Variant struct {
 	Ports []Port `yaml:"ports"`
 	// Nodes change pes' decap and agent (the rest of the node stays).
 	Nodes []NodeOverride `yaml:"nodes"`
+	// Flows change flows' congestion control (the rest of the flow
+	// stays): the same traffic under NSCC, RCCC or both.
+	Flows []FlowOverride `yaml:"flows"`
+}
+
+// FlowOverride changes the congestion control of one flow (name) or of
+// every flow of a group in a variant.
+type FlowOverride struct {
+	Name  string `yaml:"name"`
+	Group string `yaml:"group"`
+	// CC is as a flow's cc, for its transport. Required.
+	CC string `yaml:"cc"`
 }
 
 // Flow is one perf client run (host/perf RunClient), or one TCP

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -46,5 +47,31 @@ func TestTrimDSCPs(t *testing.T) {
 	_, err = Parse("t.yaml", []byte(strings.Replace(twoHops, "3:trim,trim-dscp=10", "3:trim", 1)))
 	if want := `t.yaml:14: flows[0].to: "r": port spine:r trims into DSCP 9 as another port on the path does`; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("got  %v\nwant %s…", err, want)
+	}
+}
+
+// TestFlowOverrides: a variant's flows: entries pick one flow or a group
+// and set its cc, checked for the flow's transport.
+func TestFlowOverrides(t *testing.T) {
+	f, err := Parse("t.yaml", []byte(base+"variants:\n  - {name: a, flows: [{name: f1, cc: none}, {group: f2, cc: both}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vp := f.Plan().Variants[0].Plan
+	if vp.Flows[0].Flow.CC != "none" || vp.Flows[1].Client.UETCC != pds.CCBoth || f.Flows[0].CC != "dcqcn" {
+		t.Errorf("variant flows: %s, %v; the file's f1 %s", vp.Flows[0].Flow.CC, vp.Flows[1].Client.UETCC, f.Flows[0].CC)
+	}
+	for _, c := range []struct{ v, want string }{
+		{"{name: a, flows: [{name: f1, group: g, cc: none}]}", `variants[0].flows[0]: give name (one flow) or group (its flows), not both or neither`},
+		{"{name: a, flows: [{name: f9, cc: none}]}", `variants[0].flows[0].name: "f9": no such flow`},
+		{"{name: a, flows: [{group: g9, cc: none}]}", `variants[0].flows[0].group: "g9": no flow is in this group`},
+		{"{name: a, flows: [{name: f1, cc: rccc}]}", `variants[0].flows[0].cc: "rccc": flow f1: want dcqcn or none with transport rocev2`},
+		{"{name: a, flows: [{name: f2, cc: dcqcn}]}", `variants[0].flows[0].cc: "dcqcn": flow f2: want nscc, rccc, both or none with transport uet`},
+		{"{name: a, flows: [{name: f2, cc: both}, {group: f2, cc: rccc}]}", `variants[0].flows[1]: flow f2 is given twice (also variants[0].flows[0])`},
+	} {
+		_, err := Parse("t.yaml", []byte(base+"variants:\n  - "+c.v+"\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\ngot  %v\nwant …%s", c.v, err, c.want)
+		}
 	}
 }
