@@ -398,6 +398,13 @@ func compare(ctx context.Context, f *labfile.File, opts labfile.CompareOptions, 
 					}
 				}
 			}
+			if res != nil && res.HostLost != nil && res.HostLost.Wall > 0 {
+				h := res.HostLost
+				fmt.Fprintf(stdout, "  host-lost %.2f%%", 100*h.Share)
+				if h.HostStarved {
+					fmt.Fprint(stdout, " (host-starved)")
+				}
+			}
 			if err != nil {
 				fmt.Fprintf(stdout, "  FAILED: %v", err)
 			}

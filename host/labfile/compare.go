@@ -69,6 +69,8 @@ type RunSummary struct {
 	Seconds float64      `json:"seconds"`
 	Flows   []FlowResult `json:"flows"`
 	Ports   []PortResult `json:"ports"`
+	// HostLost is what the host took from the run.
+	HostLost *HostLost `json:"host_lost,omitempty"`
 }
 
 // VariantSummary is a variant over its runs. A run whose lab broke (not
@@ -83,6 +85,10 @@ type VariantSummary struct {
 	Ports       []PortSummary `json:"ports"`
 	Flows       []FlowSummary `json:"flows"`
 	PEs         []PESummary   `json:"pes,omitempty"`
+	// HostLostShare is the share of each run the host took (HostLost's
+	// Share); HostStarved counts the runs over its budget.
+	HostLostShare stats.Stat `json:"host_lost_share"`
+	HostStarved   int        `json:"host_starved_runs"`
 }
 
 // PESummary is a PE agent's work over the runs.
@@ -191,7 +197,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 				errs = append(errs, fmt.Errorf("%s run %d: %w", orName(v, f.RunName()), run, err))
 			}
 			if res != nil {
-				rs.Seconds, rs.RunID = res.Seconds, res.RunID
+				rs.Seconds, rs.RunID, rs.HostLost = res.Seconds, res.RunID, res.HostLost
 				for _, fr := range res.Flows {
 					fr.Report = nil
 					rs.Flows = append(rs.Flows, fr)
@@ -255,6 +261,15 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		return stats.NewStat(xs)
 	}
 	nan := math.NaN()
+	vs.HostLostShare = col(func(r *Result) float64 {
+		if h := r.HostLost; h != nil && h.Wall > 0 {
+			if h.HostStarved {
+				vs.HostStarved++
+			}
+			return h.Share
+		}
+		return nan
+	})
 	for j, p := range rs[0].Ports {
 		if !p.Watched {
 			continue
@@ -525,6 +540,12 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 		}
 		if v.FlowsFailed > 0 {
 			fmt.Fprintf(w, "%-14s %d of %d runs had failed flows (not in the FCTs; result.json says which)\n", orName(v.Name, c.Name), v.FlowsFailed, v.Runs)
+		}
+	}
+	for _, v := range c.Summary {
+		if v.HostLostShare.N > 0 {
+			fmt.Fprintf(w, "%-14s host-lost %s of each run (a port idle while a sender was held); %d of %d runs host-starved\n",
+				orName(v.Name, c.Name), statText(v.HostLostShare, 100, "%.2f%%"), v.HostStarved, v.Runs)
 		}
 	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.PEs) > 0 }) {

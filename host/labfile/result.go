@@ -55,6 +55,9 @@ type Result struct {
 	// QP (malformed, bad ICRC, unknown QP, wrong peer) and the replies
 	// they could not send (send errors, reply-batch overruns).
 	Servers []ServerResult `json:"servers,omitempty"`
+	// HostLost is what the host took from the run: the time a port the
+	// flows cross sat idle while a sender was held, and each flow's share.
+	HostLost *HostLost `json:"host_lost,omitempty"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -180,8 +183,12 @@ type InstanceResult struct {
 	FCTS      float64 `json:"fct_s,omitempty"`
 	IdealFCTS float64 `json:"ideal_fct_s,omitempty"`
 	FCTRatio  float64 `json:"fct_ratio,omitempty"`
-	Late      bool    `json:"late,omitempty"`
-	Error     string  `json:"error,omitempty"`
+	// StarvedS is the host-lost time inside the instance's data span and
+	// FCTRatioNet its FCT over the ideal extended by it (HostLost).
+	StarvedS    float64 `json:"starved_s,omitempty"`
+	FCTRatioNet float64 `json:"fct_ratio_net,omitempty"`
+	Late        bool    `json:"late,omitempty"`
+	Error       string  `json:"error,omitempty"`
 }
 
 // PortResult is one switch port's counters after the run, at rest.
@@ -627,6 +634,9 @@ func (res *Result) WriteSummary(w io.Writer) {
 		if p.InvariantError != "" {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
 		}
+	}
+	if l := res.HostLost.line(); l != "" {
+		fmt.Fprintln(w, l)
 	}
 	for _, sv := range res.Servers {
 		if n := sv.Dropped(); n > 0 {

@@ -17,8 +17,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -116,6 +118,7 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	if err := r.attach(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
+	r.newMeter()
 	if err := r.resolveTCP(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
@@ -185,6 +188,16 @@ type runner struct {
 	servers   []server
 	stop      context.CancelFunc // the servers'
 	served    sync.WaitGroup
+
+	// meter measures what the host took from the run (host/hostlost):
+	// the metered ports' idle periods against the senders' held time.
+	// flowHeld is each flow's held log (its instances share it);
+	// stopFeeds ends the ports' feeds into the meter (before it stops,
+	// and before the ports close); meterErr says why nothing is metered.
+	meter     *hostlost.Meter
+	flowHeld  []*hostlost.Log
+	stopFeeds []func() error
+	meterErr  error
 }
 
 // server is a started perf server.
@@ -415,6 +428,9 @@ func (r *runner) startServers(ctx context.Context) error {
 	for _, sp := range r.p.Servers {
 		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport),
 			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale}
+		if r.meter != nil {
+			cfg.Held = r.meter.Held()
+		}
 		var s server
 		if sp.Transport == TransportTCP {
 			t, err := listenTCP(r.lab.Node(sp.Node), sp.Addr, r.tcpCC[sp.CC])
@@ -466,6 +482,7 @@ func (r *runner) startServers(ctx context.Context) error {
 // then the lab (its delay links, then the namespaces).
 func (r *runner) teardown() error {
 	var errs []error
+	errs = append(errs, r.stopPortFeeds())
 	if r.stop != nil {
 		r.stop()
 		r.served.Wait()
@@ -514,13 +531,18 @@ type flowRun struct {
 
 // instanceRun is one instance of a flow.
 type instanceRun struct {
-	start  time.Duration // from the run's start, as it started
-	end    time.Duration // when it returned, its report in
-	size   uint64
-	late   bool // started after its every slot
-	report *perf.Report
-	tcp    *tcpflow.Report
-	err    error
+	start time.Duration // from the run's start, as it started
+	end   time.Duration // when it returned, its report in
+	// dataStart is when its data started (a uet flow's senders; else
+	// start, its setup included); dataMono the same on CLOCK_MONOTONIC,
+	// the host-lost meter's clock.
+	dataStart time.Duration
+	dataMono  time.Duration
+	size      uint64
+	late      bool // started after its every slot
+	report    *perf.Report
+	tcp       *tcpflow.Report
+	err       error
 }
 
 func (fr *flowRun) set(f func(*flowRun)) {
@@ -569,6 +591,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	hostDrops0 := r.hostDrops()
+	r.startMeter()
 	t0 := time.Now()
 	res.Start = t0
 	var wg sync.WaitGroup
@@ -598,7 +621,9 @@ func (r *runner) run(ctx context.Context) *Result {
 	<-done
 	<-sampled
 	res.Seconds = time.Since(t0).Seconds()
+	host := r.stopMeter()
 	r.finish(res, flows, ctx.Err() != nil)
+	res.HostLost = r.hostLost(host, flows, res)
 	for k, v := range r.hostDrops() {
 		if d := v - hostDrops0[k]; d > 0 || k != softnetKey {
 			if k == softnetKey {
@@ -771,11 +796,12 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 			size = fr.sizes[k]
 		}
 		in := instanceRun{start: time.Since(t0), size: size, late: late}
+		in.dataStart, in.dataMono = in.start, hostlost.Now()
 		fr.set(func(fr *flowRun) { fr.state = stateRunning })
 		if k == 0 {
 			r.log.Info("flow starts", "flow", fl.Name, "from", fl.From, "to", fl.To, "transport", fl.Transport, "cc", fl.CC, "count", n)
 		}
-		r.runInstance(ctx, fr, &in)
+		r.runInstance(ctx, t0, fr, &in)
 		in.end = time.Since(t0)
 		fr.set(func(fr *flowRun) { fr.instances = append(fr.instances, in) })
 		if in.err != nil {
@@ -803,7 +829,7 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 }
 
 // runInstance runs one instance of fr's flow.
-func (r *runner) runInstance(ctx context.Context, fr *flowRun, in *instanceRun) {
+func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in *instanceRun) {
 	fl := fr.plan.Flow
 	budget := r.instanceBudget(fr.plan, in.size)
 	fctx, cancel := context.WithTimeout(ctx, budget)
@@ -825,6 +851,11 @@ func (r *runner) runInstance(ctx context.Context, fr *flowRun, in *instanceRun) 
 	}
 	cfg.Logger = r.log.With("flow", fl.Name)
 	cfg.OnInterval = func(iv perf.Interval) { fr.set(func(fr *flowRun) { fr.last = iv }) }
+	if r.flowHeld != nil {
+		cfg.Held = r.flowHeld[fr.index]
+	}
+	// A uet flow's data starts with its senders; RunClient returns after.
+	cfg.OnSenders = func([]*pds.Sender) { in.dataStart, in.dataMono = time.Since(t0), hostlost.Now() }
 	err := node.Do(func() (err error) {
 		in.report, err = perf.RunClient(fctx, cfg)
 		return err
