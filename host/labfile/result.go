@@ -58,6 +58,10 @@ type Result struct {
 	// HostLost is what the host took from the run: the time a port the
 	// flows cross sat idle while a sender was held, and each flow's share.
 	HostLost *HostLost `json:"host_lost,omitempty"`
+	// Incasts are the groups of sized flows that share a port (at least
+	// two, one instance each): tail and mean FCT over the group's ideal,
+	// the port's queue in BDPs while they ran.
+	Incasts []IncastResult `json:"incasts,omitempty"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -635,6 +639,7 @@ func (res *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
 		}
 	}
+	writeIncasts(w, res.Incasts)
 	if l := res.HostLost.line(); l != "" {
 		fmt.Fprintln(w, l)
 	}

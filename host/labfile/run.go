@@ -591,9 +591,13 @@ func (r *runner) run(ctx context.Context) *Result {
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	hostDrops0 := r.hostDrops()
+	incasts := r.p.incasts()
 	r.startMeter()
 	t0 := time.Now()
 	res.Start = t0
+	qctx, stopQueues := context.WithCancel(context.Background())
+	queued := make(chan map[int][]queueSample, 1)
+	go func() { queued <- r.sampleQueues(qctx, t0, incasts) }()
 	var wg sync.WaitGroup
 	for _, fr := range flows {
 		wg.Add(1)
@@ -621,9 +625,12 @@ func (r *runner) run(ctx context.Context) *Result {
 	<-done
 	<-sampled
 	res.Seconds = time.Since(t0).Seconds()
+	stopQueues()
+	queues := <-queued
 	host := r.stopMeter()
 	r.finish(res, flows, ctx.Err() != nil)
 	res.HostLost = r.hostLost(host, flows, res)
+	res.Incasts = r.incastResults(incasts, flows, res, host, queues)
 	for k, v := range r.hostDrops() {
 		if d := v - hostDrops0[k]; d > 0 || k != softnetKey {
 			if k == softnetKey {

@@ -1,0 +1,73 @@
+//go:build linux
+
+package labfile
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// TestIncastSummary: the group's tail runs from its first data start to
+// its last end, the mean over its flows' ends from the same start, both
+// over every byte at the port's payload capacity; the net ratios extend
+// the ideal by the host-lost time in each span; the queue counts the
+// samples inside the tail only.
+func TestIncastSummary(t *testing.T) {
+	const s = time.Second
+	flows := []incastFlow{
+		{name: "a", size: 1e6, share: 0.5, dataStart: s, dataMono: 100 * s, fct: 3 * s},
+		{name: "b", size: 1e6, share: 0.5, dataStart: 1500 * time.Millisecond, dataMono: 100*s + 500*time.Millisecond, fct: 3500 * time.Millisecond},
+	}
+	// A tenth of every span was host-lost.
+	starved := func(from, to time.Duration) time.Duration { return (to - from) / 10 }
+	var queue []queueSample
+	for k := range 12 {
+		queue = append(queue, queueSample{at: time.Duration(k) * 500 * time.Millisecond, bytes: uint64(10 * k)})
+	}
+	var ir IncastResult
+	incastSummary(&ir, flows, 8e6, 10, starved, queue)
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	for _, c := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"bytes", float64(ir.Bytes), 2e6},
+		{"ideal (2 MB at half of 8 Mbit/s)", ir.IdealS, 4},
+		{"tail (1 s to 5 s)", ir.TailFCTS, 4},
+		{"mean (ends 3 s and 4 s after the start)", ir.MeanFCTS, 3.5},
+		{"tail/ideal", ir.TailRatio, 1},
+		{"mean/ideal", ir.MeanRatio, 0.875},
+		{"starved in the tail", ir.StarvedS, 0.4},
+		{"tail net", ir.TailRatioNet, 4 / 4.4},
+		{"mean net (0.3 s and 0.4 s starved)", ir.MeanRatioNet, 3.5 / 4.35},
+		// Samples at 1.0, 1.5 … 5.0 s: 20, 30 … 100 bytes.
+		{"queue samples", float64(ir.QueueSamples), 9},
+		{"queue p50", ir.QueueP50Bytes, 60},
+		{"queue p99", ir.QueueP99Bytes, 100},
+		{"queue max", ir.QueueMaxBytes, 100},
+		{"queue p50 in BDPs", ir.QueueP50BDPs, 6},
+		{"queue p99 in BDPs", ir.QueueP99BDPs, 10},
+	} {
+		if !near(c.got, c.want) {
+			t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	if ir.Error != "" || ir.Flows != 2 {
+		t.Errorf("flows %d, error %q", ir.Flows, ir.Error)
+	}
+
+	// Without host-lost time there are no net ratios; a flow that did not
+	// complete leaves no FCTs, only why.
+	var none IncastResult
+	incastSummary(&none, flows, 8e6, 0, nil, nil)
+	if none.TailRatioNet != 0 || none.QueueP50BDPs != 0 || none.TailRatio != 1 {
+		t.Errorf("unmetered: %+v", none)
+	}
+	flows[1].fct = 0
+	var failed IncastResult
+	incastSummary(&failed, flows, 8e6, 10, starved, queue)
+	if failed.Error != "flow b did not complete" || failed.TailFCTS != 0 || failed.IdealS != 4 {
+		t.Errorf("failed: %+v", failed)
+	}
+}
