@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // TestIncastSummary: the group's tail runs from its first data start to
@@ -69,5 +71,36 @@ func TestIncastSummary(t *testing.T) {
 	incastSummary(&failed, flows, 8e6, 10, starved, queue)
 	if failed.Error != "flow b did not complete" || failed.TailFCTS != 0 || failed.IdealS != 4 {
 		t.Errorf("failed: %+v", failed)
+	}
+}
+
+// TestIncastPlan: the examples' senders make one incast into the port in
+// front of the receiver, at NSCC's base RTT's BDP (the same bytes at any
+// timescale), with the uet payload share of netns-tests.
+func TestIncastPlan(t *testing.T) {
+	f, err := Load("examples/uet-incast-deep.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []float64{4, 1} {
+		if err := f.SetTimescale(units.Timescale(k)); err != nil {
+			t.Fatal(err)
+		}
+		ips := f.Plan().incasts()
+		if len(ips) != 1 || ips[0].group != "incast" || len(ips[0].flows) != 8 || f.Plan().Ports[ips[0].port].Name != "sw:r" ||
+			ips[0].class != 3 || math.Abs(ips[0].bdpBytes-62500) > 1e-6 {
+			t.Fatalf("timescale %v: incasts %+v", k, ips)
+		}
+	}
+	if got, want := f.Plan().Flows[0].payloadShare(), 4012.0/4110; got != want {
+		t.Errorf("uet payload share %v, want %v", got, want)
+	}
+	// A group of one, a timed flow or a series is no incast.
+	f, err = Parse("t.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ips := f.Plan().incasts(); len(ips) != 0 {
+		t.Errorf("incasts of flows alone: %+v", ips)
 	}
 }

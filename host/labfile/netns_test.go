@@ -163,6 +163,14 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 		if !(wait["pe-rate"] < 0.5*wait["rfc6040"]) {
 			t.Errorf("WAN port's mean wait: pe-rate %.0f µs, rfc6040 %.0f µs; want pe-rate below half", wait["pe-rate"], wait["rfc6040"])
 		}
+	case "uet-incast-deep.yaml", "uet-incast-trim.yaml", "uet-incast-trim-16.yaml":
+		// Each variant's incast summary (its numbers: checkExample and
+		// TestUETIncastDeepTimescale).
+		for _, v := range c.Summary {
+			if len(v.Incasts) != 1 || v.Incasts[0].TailRatio.N != 1 {
+				t.Errorf("%s: incasts %+v: want one, with its tail", v.Name, v.Incasts)
+			}
+		}
 	default:
 		t.Errorf("no numbers to check for the comparison %s: add them here", name)
 	}
@@ -391,6 +399,26 @@ func checkExample(t *testing.T, name string, f *File, res *Result) {
 			if fr.Group == "long" && fr.DeliveredCE == 0 {
 				t.Errorf("%s: no CE echoed to a long DCTCP flow", fr.Name)
 			}
+		}
+	case "uet-incast-deep.yaml", "uet-incast-trim.yaml", "uet-incast-trim-16.yaml":
+		// Every byte delivered (above), into one incast whose tail stays
+		// within 1.5 × the ideal (a bound for a loaded machine: the
+		// measured ranges are in the README); the deep queue drops
+		// nothing, the 1-BDP one trims under NSCC.
+		if len(res.Incasts) != 1 {
+			t.Fatalf("incasts %+v: want one", res.Incasts)
+		}
+		ic := res.Incasts[0]
+		t.Logf("incast: tail %.3f, mean %.3f × ideal %.3fs (net %.3f, %.3f); queue p50 %.2f p99 %.2f BDP; %d trimmed, %d dropped; %s",
+			ic.TailRatio, ic.MeanRatio, ic.IdealS, ic.TailRatioNet, ic.MeanRatioNet, ic.QueueP50BDPs, ic.QueueP99BDPs, ic.Trimmed, ic.Dropped, res.HostLost.line())
+		if ic.Error != "" || ic.TailRatio > 1.5 {
+			t.Errorf("incast: tail %.3f × ideal, %s", ic.TailRatio, ic.Error)
+		}
+		if name == "uet-incast-deep.yaml" && ic.Dropped != 0 {
+			t.Errorf("the deep queue dropped %d packets", ic.Dropped)
+		}
+		if name != "uet-incast-deep.yaml" && res.Variant == "nscc" && ic.Trimmed == 0 {
+			t.Errorf("the 1-BDP queue trimmed nothing under NSCC")
 		}
 	default:
 		t.Errorf("no numbers to check for %s: add them here", name)

@@ -5,10 +5,52 @@ package labfile
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
+
+// TestUETIncastPlan: the incast examples' receiver runs at its link's
+// rate with its flows' base RTT (its RCCC pacer's), takes the last hop's
+// trimmed DSCP as TRIMMED_LASTHOP, and each variant runs the flows under
+// its congestion control.
+func TestUETIncastPlan(t *testing.T) {
+	for _, c := range []struct {
+		file    string
+		senders int
+		trim    uint8
+	}{{"uet-incast-deep.yaml", 8, 0}, {"uet-incast-trim.yaml", 8, 9}, {"uet-incast-trim-16.yaml", 16, 9}} {
+		f, err := Load("examples/" + c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := f.Plan()
+		if len(p.Servers) != 1 || len(p.Flows) != c.senders || len(p.Ports) != 1 {
+			t.Fatalf("%s: %d servers, %d flows, %d ports", c.file, len(p.Servers), len(p.Flows), len(p.Ports))
+		}
+		sp := p.Servers[0]
+		if sp.LineRate != 500*units.Mbit || sp.BaseRTT != time.Millisecond || sp.Timescale != 4 || sp.TrimLastHopDSCP != c.trim || sp.TrimDSCP != 0 {
+			t.Errorf("%s: server %+v: want 500mbit, 1ms, timescale 4, last-hop trim DSCP %d", c.file, sp, c.trim)
+		}
+		for _, fp := range p.Flows {
+			if len(fp.Ports) != 1 || fp.LastPort != 0 || fp.Client.MTU != 4096 || fp.Client.BaseRTT != time.Millisecond || fp.Client.UETCC != pds.CCNSCC {
+				t.Errorf("%s: flow %s: ports %v (last %d), mtu %d, base RTT %v, cc %v", c.file, fp.Flow.Name, fp.Ports, fp.LastPort, fp.Client.MTU, fp.Client.BaseRTT, fp.Client.UETCC)
+			}
+		}
+		for _, vp := range p.Variants {
+			want, _ := pds.ParseCCMode(vp.Name)
+			for _, fp := range vp.Plan.Flows {
+				if fp.Client.UETCC != want || fp.Flow.CC != vp.Name {
+					t.Errorf("%s: variant %s: flow %s runs %v (%s)", c.file, vp.Name, fp.Flow.Name, fp.Client.UETCC, fp.Flow.CC)
+				}
+			}
+		}
+		if f.Flows[0].CC != "nscc" {
+			t.Errorf("%s: a variant changed the file's flow: %s", c.file, f.Flows[0].CC)
+		}
+	}
+}
 
 // twoHops is a sender, a leaf and a spine switch and a receiver: two
 // ports on the path, the spine's in front of the receiver.
