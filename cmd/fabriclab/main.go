@@ -1,6 +1,6 @@
 // Command fabriclab runs a lab described in one file (host/labfile):
 //
-//	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+//	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
 //	fabriclab validate LAB.yaml
 //	fabriclab plan LAB.yaml -node NAME [-apply]
 //	fabriclab help
@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
 	peagent "github.com/fabriclab/fabriclab/host/pe"
@@ -26,7 +27,7 @@ import (
 )
 
 const usage = `usage:
-  fabriclab run LAB.yaml [-t DUR] [-timescale K] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+  fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
       build the lab in network namespaces, run its flows, print a live view
       every report interval and a summary, write result.json and plots to
       DIR, and tear everything down (also on error and Ctrl-C). A file with
@@ -41,6 +42,11 @@ const usage = `usage:
                run the fabric K times slower, 1..1000 (default: the file's
                timescale): rates over K, every fabric time times K, bytes
                the same; -t caps the slowed run
+      -htsim DIR
+               also run the lab's UET incast in htsim (UEC's reference
+               simulator), built in DIR (default $HTSIM), one seed per
+               variant, and print its row beside the lab's; a lab htsim
+               cannot express says why in one line
       -o DIR   output directory (default: the file's report.output, else
                fabriclab-out/NAME); "-" writes nothing
       -runs N  runs per variant (default: the file's runs)
@@ -298,6 +304,7 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	variants := fs.String("variants", "", "run only these `A,B` variants")
 	verbose := fs.Bool("v", false, "log the steps to stderr")
 	timescale := fs.Float64("timescale", 0, "run the fabric `K` times slower")
+	htsimDir := fs.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build `DIR`")
 	path, err := parseArgs(fs, args)
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab run: %v\n", err)
@@ -345,6 +352,9 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	defer interrupt.Stop()
 	defer cancel()
 	opts := labfile.RunOptions{Duration: *dur, OutDir: *out, Logger: log}
+	if *htsimDir != "" {
+		opts.Htsim = &htsim.Runner{Dir: *htsimDir}
+	}
 	if len(f.Variants) > 0 || f.Runs > 1 || *runs > 1 {
 		return compare(ctx, f, labfile.CompareOptions{RunOptions: opts, Runs: *runs, Variants: only}, *asJSON, interrupt, stdout, stderr)
 	}

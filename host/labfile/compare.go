@@ -93,6 +93,9 @@ type VariantSummary struct {
 	HostStarved   int        `json:"host_starved_runs"`
 	// Incasts are the runs' incast groups (Result.Incasts).
 	Incasts []IncastSummary `json:"incasts,omitempty"`
+	// Htsim is htsim's run of the variant's incast, once
+	// (RunOptions.Htsim), or why there is none.
+	Htsim *HtsimRun `json:"htsim,omitempty"`
 }
 
 // IncastSummary is an incast group over the runs: its ratios, the
@@ -207,6 +210,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 			}
 			ro := opts.RunOptions
 			ro.Variant, ro.Run = v, run
+			ro.Htsim = nil // once per variant, below
 			rs := RunSummary{Variant: v, Run: run}
 			if dir != "-" {
 				rs.Dir = filepath.Join(dir, orName(v, "file"), fmt.Sprintf("run%d", run))
@@ -249,7 +253,13 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 				ran++
 			}
 		}
-		c.Summary = append(c.Summary, summarize(v, results[v], ran))
+		vs := summarize(v, results[v], ran)
+		if opts.Htsim != nil && ctx.Err() == nil {
+			if p, err := f.variantPlan(v); err == nil {
+				vs.Htsim = f.runHtsim(ctx, p, opts.Htsim)
+			}
+		}
+		c.Summary = append(c.Summary, vs)
 	}
 	if dir != "-" {
 		if err := c.write(dir); err != nil {
@@ -649,6 +659,13 @@ func writeIncastTable(w io.Writer, c *Comparison) {
 			if ic.Failed > 0 {
 				fmt.Fprintf(w, "%-14s %-16s %d run(s) with a flow that did not complete (not above)\n", "", "", ic.Failed)
 			}
+		}
+		if h := v.Htsim; h != nil && h.Result != nil {
+			r := h.Result
+			fmt.Fprintf(w, "%-14s %-16s %-6s %14.3f %14.3f %14s %14s %12s %12s %10d\n", orName(v.Name, c.Name), fmt.Sprintf("seed %d", r.Plan.Scenario.Seed), "htsim",
+				r.TailOverIdeal, r.MeanOverIdeal, "", "", fmt.Sprintf("%.2fBDP", r.Queue.P50BDPs), fmt.Sprintf("%.2fBDP", r.Queue.P99BDPs), r.Counters.NACKs)
+		} else if h != nil {
+			fmt.Fprintf(w, "%-14s %s\n", orName(v.Name, c.Name), h.Error)
 		}
 	}
 }

@@ -309,23 +309,42 @@ func (r *runner) incastResults(ips []incastPlan, flows []*flowRun, res *Result, 
 	return out
 }
 
-// writeIncasts prints the run's incasts, each one line, and htsim's
-// beside them when it ran.
-func writeIncasts(w io.Writer, incasts []IncastResult) {
-	for _, ic := range incasts {
+// writeIncasts prints the run's incasts: a line of what each is, then its
+// row, net of host-lost time, and htsim's for the same setting when it ran
+// (h: the first incast's, the one htsim can express).
+func writeIncasts(w io.Writer, incasts []IncastResult, h *HtsimRun) {
+	row := func(what string, tail, mean float64, p50, p99 string, trims string) {
+		fmt.Fprintf(w, "  %-28s %10.3f %10.3f %11s %11s %8s\n", what, tail, mean, p50, p99, trims)
+	}
+	bdp := func(v float64, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f BDP", v)
+	}
+	for k, ic := range incasts {
 		fmt.Fprintf(w, "incast %s: %d flows into %s (class %d), ideal %.1f ms (%s at its payload capacity)", ic.Group, ic.Flows, ic.Port, ic.Class, 1e3*ic.IdealS, kb(ic.Bytes))
 		if ic.Error != "" {
 			fmt.Fprintf(w, ": %s\n", ic.Error)
 			continue
 		}
-		fmt.Fprintf(w, "\n  tail %.3f × ideal, mean %.3f", ic.TailRatio, ic.MeanRatio)
+		fmt.Fprintf(w, "; queue max %s, %d samples, BDP %s; %d dropped, %d retransmits\n", kb(uint64(ic.QueueMaxBytes)), ic.QueueSamples, kb(uint64(ic.BDPBytes)), ic.Dropped, ic.Retransmits)
+		fmt.Fprintf(w, "  %-28s %10s %10s %11s %11s %8s\n", "", "tail/ideal", "mean/ideal", "queue p50", "queue p99", "trims")
+		row("lab", ic.TailRatio, ic.MeanRatio, bdp(ic.QueueP50BDPs, ic.BDPBytes > 0), bdp(ic.QueueP99BDPs, ic.BDPBytes > 0), fmt.Sprint(ic.Trimmed))
 		if ic.TailRatioNet > 0 {
-			fmt.Fprintf(w, " (net of %.1f ms host-lost: %.3f, %.3f)", 1e3*ic.StarvedS, ic.TailRatioNet, ic.MeanRatioNet)
+			row(fmt.Sprintf("lab, net of %.1f ms host-lost", 1e3*ic.StarvedS), ic.TailRatioNet, ic.MeanRatioNet, "", "", "")
 		}
-		fmt.Fprintf(w, "; queue p50 %s p99 %s max %s", kb(uint64(ic.QueueP50Bytes)), kb(uint64(ic.QueueP99Bytes)), kb(uint64(ic.QueueMaxBytes)))
-		if ic.BDPBytes > 0 {
-			fmt.Fprintf(w, " (%.2f / %.2f BDP of %s)", ic.QueueP50BDPs, ic.QueueP99BDPs, kb(uint64(ic.BDPBytes)))
+		if k > 0 || h == nil {
+			continue
 		}
-		fmt.Fprintf(w, ", %d samples; %d trimmed, %d dropped, %d retransmits\n", ic.QueueSamples, ic.Trimmed, ic.Dropped, ic.Retransmits)
+		if r := h.Result; r != nil {
+			s := &r.Plan.Scenario
+			row(fmt.Sprintf("htsim (%s, seed %d)", s.Mapping, s.Seed), r.TailOverIdeal, r.MeanOverIdeal, bdp(r.Queue.P50BDPs, true), bdp(r.Queue.P99BDPs, true), fmt.Sprint(r.Counters.NACKs))
+		} else {
+			fmt.Fprintf(w, "  %s\n", h.Error)
+		}
+	}
+	if len(incasts) == 0 && h != nil {
+		fmt.Fprintln(w, h.line())
 	}
 }

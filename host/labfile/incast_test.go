@@ -4,9 +4,11 @@ package labfile
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -102,5 +104,31 @@ func TestIncastPlan(t *testing.T) {
 	}
 	if ips := f.Plan().incasts(); len(ips) != 0 {
 		t.Errorf("incasts of flows alone: %+v", ips)
+	}
+}
+
+// TestWriteIncasts: the lab's row, its row net of host-lost time and
+// htsim's side by side; htsim's one-line reason where it did not run.
+func TestWriteIncasts(t *testing.T) {
+	ic := IncastResult{Group: "incast", Flows: 8, Port: "sw:r", Class: 3, IdealS: 1.1, Bytes: 16 << 20, TailRatio: 1.031, MeanRatio: 0.924,
+		StarvedS: 0.002, TailRatioNet: 1.029, MeanRatioNet: 0.923, BDPBytes: 62500, QueueP50BDPs: 1.84, QueueP99BDPs: 11.7}
+	h := &HtsimRun{Result: &htsim.Result{TailOverIdeal: 1.003, MeanOverIdeal: 0.899, Queue: htsim.Queue{P50BDPs: 1.64, P99BDPs: 10.65},
+		Plan: htsim.Plan{Scenario: htsim.Scenario{Seed: 1, Mapping: htsim.Scaled}}}}
+	var b strings.Builder
+	writeIncasts(&b, []IncastResult{ic}, h)
+	for _, want := range []string{
+		"incast incast: 8 flows into sw:r (class 3), ideal 1100.0 ms",
+		"  lab                               1.031      0.924    1.84 BDP   11.70 BDP        0",
+		"  lab, net of 2.0 ms host-lost      1.029      0.923",
+		"  htsim (scaled, seed 1)            1.003      0.899    1.64 BDP   10.65 BDP        0",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	writeIncasts(&b, []IncastResult{ic}, &HtsimRun{Error: "htsim cannot run this lab: flow f2 is tcp; htsim runs UET"})
+	if !strings.Contains(b.String(), "\n  htsim cannot run this lab: flow f2 is tcp") {
+		t.Errorf("no reason:\n%s", b.String())
 	}
 }

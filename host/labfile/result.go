@@ -62,6 +62,9 @@ type Result struct {
 	// two, one instance each): tail and mean FCT over the group's ideal,
 	// the port's queue in BDPs while they ran.
 	Incasts []IncastResult `json:"incasts,omitempty"`
+	// Htsim is htsim's run of the same incast (RunOptions.Htsim), or why
+	// there is none.
+	Htsim *HtsimRun `json:"htsim,omitempty"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -639,7 +642,7 @@ func (res *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
 		}
 	}
-	writeIncasts(w, res.Incasts)
+	writeIncasts(w, res.Incasts, res.Htsim)
 	if l := res.HostLost.line(); l != "" {
 		fmt.Fprintln(w, l)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -74,6 +75,10 @@ type RunOptions struct {
 	// Run numbers the run (1, 2, ...): the sizes drawn between size and
 	// size_max are seeded by the file's seed + Run - 1. Optional: 1.
 	Run int
+	// Htsim runs the lab's incast in htsim too, after the lab
+	// (HtsimScenario): Result.Htsim, or in a comparison each variant's
+	// once. Optional: the lab alone.
+	Htsim *htsim.Runner
 }
 
 // Run builds the lab of f in fresh network namespaces (names unique to the
@@ -133,6 +138,9 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
 	res = r.run(ctx)
+	if opts.Htsim != nil {
+		res.Htsim = f.runHtsim(ctx, r.p, opts.Htsim)
+	}
 	if opts.OutDir != "-" {
 		dir := opts.OutDir
 		if dir == "" {
