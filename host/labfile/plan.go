@@ -15,6 +15,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/conf"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
@@ -958,8 +959,19 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 		if uet {
 			sp := &p.Servers[si]
 			sp.BaseRTT = max(sp.BaseRTT, fl.BaseRTT)
-			if err := p.trimDSCPs(&fpn, sp, c.DSCP); err != nil {
+			trims, err := p.trimDSCPs(&fpn, sp, c.DSCP)
+			if err != nil {
 				return conf.Errorf(fp("to"), fl.To, "%v", err)
+			}
+			if trims {
+				// What pds runs for an endpoint told the trimmed DSCPs
+				// (nscc.Params.Trimming: tq 0.75 × base RTT); perf's
+				// client says it with NSCC's knobs.
+				n := nscc.LabParams(c.LineRate, c.BaseRTT, c.MTU).Trimming()
+				fpn.Client.NSCCKnobs = []string{"target_qdelay=" + units.FormatDuration(n.TargetQDelay), "qa_threshold=" + units.FormatDuration(n.QAThreshold)}
+				if err := fpn.Client.Validate(); err != nil {
+					return conf.Errorf(conf.Index("flows", i), fl.Name, "%v", err)
+				}
 			}
 		}
 		if fpn.Bottleneck == 0 {
@@ -974,8 +986,8 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 // may receive (pds.Config's): the port in front of the receiver trims
 // into TrimLastHopDSCP, any other port on the path into TrimDSCP; the
 // receiver tells the two apart by their DSCP only. dscp is the flow's
-// data's.
-func (p *Plan) trimDSCPs(fp *FlowPlan, sp *ServerPlan, dscp uint8) error {
+// data's; trims says a port on its path trims it.
+func (p *Plan) trimDSCPs(fp *FlowPlan, sp *ServerPlan, dscp uint8) (trims bool, err error) {
 	by := map[uint8]string{}
 	for _, j := range fp.Ports {
 		po := &p.Ports[j]
@@ -983,24 +995,25 @@ func (p *Plan) trimDSCPs(fp *FlowPlan, sp *ServerPlan, dscp uint8) error {
 		if cc.TrimBytes == 0 {
 			continue
 		}
+		trims = true
 		d := uint8(cc.TrimDSCP)
 		field, what := &sp.TrimDSCP, "trim"
 		if j == fp.LastPort {
 			field, what = &sp.TrimLastHopDSCP, "last-hop trim"
 		}
 		if *field != 0 && *field != d {
-			return fmt.Errorf("port %s trims into DSCP %d, but %s's receiver already takes %d as its %s DSCP: give the ports before the last hop one trim-dscp", po.Name, d, sp.Node, *field, what)
+			return trims, fmt.Errorf("port %s trims into DSCP %d, but %s's receiver already takes %d as its %s DSCP: give the ports before the last hop one trim-dscp", po.Name, d, sp.Node, *field, what)
 		}
 		*field = d
 		if prev, ok := by[d]; ok && prev != what {
-			return fmt.Errorf("port %s trims into DSCP %d as another port on the path does: the receiver tells the last hop's trims by their DSCP; give the ports before it another trim-dscp", po.Name, d)
+			return trims, fmt.Errorf("port %s trims into DSCP %d as another port on the path does: the receiver tells the last hop's trims by their DSCP; give the ports before it another trim-dscp", po.Name, d)
 		}
 		by[d] = what
 	}
 	if sp.TrimDSCP != 0 && sp.TrimDSCP == sp.TrimLastHopDSCP {
-		return fmt.Errorf("the ports in front of %s and before it both trim into DSCP %d: the receiver tells the last hop's trims by their DSCP; give the others another trim-dscp", sp.Node, sp.TrimDSCP)
+		return trims, fmt.Errorf("the ports in front of %s and before it both trim into DSCP %d: the receiver tells the last hop's trims by their DSCP; give the others another trim-dscp", sp.Node, sp.TrimDSCP)
 	}
-	return nil
+	return trims, nil
 }
 
 // tcpServer is the tcp server on the flow's receiver with its congestion

@@ -33,9 +33,14 @@ func TestUETIncastPlan(t *testing.T) {
 		if sp.LineRate != 500*units.Mbit || sp.BaseRTT != time.Millisecond || sp.Timescale != 4 || sp.TrimLastHopDSCP != c.trim || sp.TrimDSCP != 0 {
 			t.Errorf("%s: server %+v: want 500mbit, 1ms, timescale 4, last-hop trim DSCP %d", c.file, sp, c.trim)
 		}
+		// A path that trims runs NSCC at tq 0.75 × base RTT
+		// (nscc.Params.Trimming), as pds does for an endpoint that knows
+		// the trimmed DSCPs.
+		knobs := map[bool]string{false: "", true: "target_qdelay=750us qa_threshold=3ms"}[c.trim != 0]
 		for _, fp := range p.Flows {
-			if len(fp.Ports) != 1 || fp.LastPort != 0 || fp.Client.MTU != 4096 || fp.Client.BaseRTT != time.Millisecond || fp.Client.UETCC != pds.CCNSCC {
-				t.Errorf("%s: flow %s: ports %v (last %d), mtu %d, base RTT %v, cc %v", c.file, fp.Flow.Name, fp.Ports, fp.LastPort, fp.Client.MTU, fp.Client.BaseRTT, fp.Client.UETCC)
+			if len(fp.Ports) != 1 || fp.LastPort != 0 || fp.Client.MTU != 4096 || fp.Client.BaseRTT != time.Millisecond || fp.Client.UETCC != pds.CCNSCC ||
+				strings.Join(fp.Client.NSCCKnobs, " ") != knobs {
+				t.Errorf("%s: flow %s: ports %v (last %d), mtu %d, base RTT %v, cc %v, nscc knobs %q", c.file, fp.Flow.Name, fp.Ports, fp.LastPort, fp.Client.MTU, fp.Client.BaseRTT, fp.Client.UETCC, fp.Client.NSCCKnobs)
 			}
 		}
 		for _, vp := range p.Variants {
