@@ -15,9 +15,10 @@ import (
 // HostLost is what the host took from a run (host/hostlost): the time a
 // port its rocev2 and uet flows cross sat idle on their class while one
 // of their senders (or a receiver's replies and credit) had data and
-// window and was not run, against the run's length; and each flow's
-// share of it. A run over the budget is host-starved: its efficiency
-// figures say more about the machine than the fabric.
+// window and was not run, or held their queued packets back while its
+// link was free (its HTB late), against the run's length; and each
+// flow's share of it. A run over the budget is host-starved: its
+// efficiency figures say more about the machine than the fabric.
 type HostLost struct {
 	hostlost.Report
 	Flows []FlowHostLost `json:"flows,omitempty"`
@@ -44,7 +45,7 @@ func (p *Plan) meteredPorts() map[int]qdisc.ClassID {
 	votes := map[int]map[qdisc.ClassID]int{}
 	for _, fp := range p.Flows {
 		if fp.TCP != nil {
-			continue // the kernel's: no held time to meet
+			continue // kernel TCP: no held time to meter
 		}
 		for _, j := range fp.Ports {
 			if votes[j] == nil {
