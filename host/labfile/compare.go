@@ -614,7 +614,7 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 	}
 	for _, v := range c.Summary {
 		if v.HostLostShare.N > 0 {
-			fmt.Fprintf(w, "%-14s host-lost %s of each run (a port idle while a sender was held); %d of %d runs host-starved\n",
+			fmt.Fprintf(w, "%-14s host-lost %s of each run (a port idle with a sender held, or holding packets back); %d of %d runs host-starved\n",
 				orName(v.Name, c.Name), statText(v.HostLostShare, 100, "%.2f%%"), v.HostStarved, v.Runs)
 		}
 	}
