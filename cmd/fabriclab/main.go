@@ -1,6 +1,6 @@
 // Command fabriclab runs a lab described in one file (host/labfile):
 //
-//	fabriclab run LAB.yaml [-t DUR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+//	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
 //	fabriclab validate LAB.yaml
 //	fabriclab plan LAB.yaml -node NAME [-apply]
 //	fabriclab help
@@ -19,13 +19,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
 	peagent "github.com/fabriclab/fabriclab/host/pe"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 const usage = `usage:
-  fabriclab run LAB.yaml [-t DUR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+  fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
       build the lab in network namespaces, run its flows, print a live view
       every report interval and a summary, write result.json and plots to
       DIR, and tear everything down (also on error and Ctrl-C). A file with
@@ -36,6 +38,15 @@ const usage = `usage:
       -t DUR   cap each run: flows' starts, every, pause and timed durations
                are scaled to fit in DUR when they reach past it (sized flows
                keep their sizes)
+      -timescale K
+               run the fabric K times slower, 1..1000 (default: the file's
+               timescale): rates over K, every fabric time times K, bytes
+               the same; -t caps the slowed run
+      -htsim DIR
+               also run the lab's UET incast in htsim (UEC's reference
+               simulator), built in DIR (default $HTSIM), one seed per
+               variant, and print its row beside the lab's; a lab htsim
+               cannot express says why in one line
       -o DIR   output directory (default: the file's report.output, else
                fabriclab-out/NAME); "-" writes nothing
       -runs N  runs per variant (default: the file's runs)
@@ -122,6 +133,9 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	p := f.Plan()
 	fmt.Fprintf(stdout, "%s: %d nodes, %d links, %d ports, %d PEs, %d flows\n", path, len(f.Nodes), len(f.Links), len(p.Ports), len(p.PEs), len(f.Flows))
+	if k := p.Timescale; k.K() != 1 {
+		fmt.Fprintf(stdout, "  timescale %s: rates below are the slowed fabric's (÷%s), times ×%s, bytes as written\n", k, k, k)
+	}
 	for _, l := range p.Links {
 		relay := ""
 		if l.Relay != "" {
@@ -145,18 +159,34 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	for _, fp := range p.Flows {
 		fmt.Fprintf(stdout, "  flow %s: %s → %s, %s/%s", fp.Flow.Name, fp.Flow.From, p.Servers[fp.Server].Addr, fp.Flow.Transport, fp.Flow.CC)
 		if fp.TCP == nil {
-			fmt.Fprintf(stdout, ", mtu %d, line rate %s", fp.Client.MTU, fp.Client.LineRate)
+			fmt.Fprintf(stdout, ", mtu %d, line rate %s", fp.Client.MTU, fp.Client.Timescale.Rate(fp.Client.LineRate))
 		} else if fp.TCP.DSCP != 0 {
 			fmt.Fprintf(stdout, ", dscp %d", fp.TCP.DSCP)
 		}
 		fmt.Fprintf(stdout, ", bottleneck %s, base RTT %v", fp.Bottleneck, fp.BaseRTT)
+		if fp.Flow.Transport == labfile.TransportUET {
+			fmt.Fprintf(stdout, " (NSCC's %v)", fp.Client.Timescale.Time(fp.Client.BaseRTT))
+		}
 		if n := fp.Flow.Count; n > 1 {
 			fmt.Fprintf(stdout, ", %d instances", n)
 		}
 		fmt.Fprintln(stdout)
 	}
+	for _, sp := range p.Servers {
+		if sp.Transport == labfile.TransportUET {
+			fmt.Fprintf(stdout, "  server %s uet: line rate %s, base RTT %v", sp.Node, sp.Timescale.Rate(sp.LineRate), sp.Timescale.Time(sp.BaseRTT))
+			if sp.TrimDSCP != 0 || sp.TrimLastHopDSCP != 0 {
+				fmt.Fprintf(stdout, ", trimmed DSCP %d (last hop %d)", sp.TrimDSCP, sp.TrimLastHopDSCP)
+			}
+			fmt.Fprintln(stdout)
+		}
+	}
 	for _, v := range f.Variants {
-		fmt.Fprintf(stdout, "  variant %s: %d port edit(s)\n", v.Name, len(v.Ports))
+		fmt.Fprintf(stdout, "  variant %s: %d port edit(s)", v.Name, len(v.Ports))
+		if len(v.Flows) > 0 {
+			fmt.Fprintf(stdout, ", %d flow edit(s)", len(v.Flows))
+		}
+		fmt.Fprintln(stdout)
 	}
 	if len(f.Variants) > 0 || f.Runs > 1 {
 		fmt.Fprintf(stdout, "  %d run(s) per variant, seed %d\n", f.Runs, f.Seed)
@@ -273,6 +303,8 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	runs := fs.Int("runs", 0, "runs per variant")
 	variants := fs.String("variants", "", "run only these `A,B` variants")
 	verbose := fs.Bool("v", false, "log the steps to stderr")
+	timescale := fs.Float64("timescale", 0, "run the fabric `K` times slower")
+	htsimDir := fs.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build `DIR`")
 	path, err := parseArgs(fs, args)
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab run: %v\n", err)
@@ -290,6 +322,12 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
 		return 2
+	}
+	if *timescale != 0 {
+		if err := f.SetTimescale(units.Timescale(*timescale)); err != nil {
+			fmt.Fprintf(stderr, "fabriclab run: -timescale %g: %v\n", *timescale, err)
+			return 2
+		}
 	}
 	var only []string
 	if *variants != "" {
@@ -314,6 +352,9 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	defer interrupt.Stop()
 	defer cancel()
 	opts := labfile.RunOptions{Duration: *dur, OutDir: *out, Logger: log}
+	if *htsimDir != "" {
+		opts.Htsim = &htsim.Runner{Dir: *htsimDir}
+	}
 	if len(f.Variants) > 0 || f.Runs > 1 || *runs > 1 {
 		return compare(ctx, f, labfile.CompareOptions{RunOptions: opts, Runs: *runs, Variants: only}, *asJSON, interrupt, stdout, stderr)
 	}
@@ -365,6 +406,13 @@ func compare(ctx context.Context, f *labfile.File, opts labfile.CompareOptions, 
 					if p.Watched && p.Error == "" {
 						fmt.Fprintf(stdout, "  %s: util %.1f%%, mean wait %.0fus, %.2f%% marked, %d dropped", p.Name, 100*p.Utilization, p.MeanSojournUS, 100*p.MarkedFraction, p.DroppedPackets)
 					}
+				}
+			}
+			if res != nil && res.HostLost != nil && res.HostLost.Wall > 0 {
+				h := res.HostLost
+				fmt.Fprintf(stdout, "  host-lost %.2f%%", 100*h.Share)
+				if h.HostStarved {
+					fmt.Fprint(stdout, " (host-starved)")
 				}
 			}
 			if err != nil {

@@ -29,6 +29,8 @@ func TestCommands(t *testing.T) {
 		{[]string{"validate", "nonexistent.yaml"}, 2, "", "no such file"},
 		{[]string{"validate", "../../host/labfile/examples/ecnsharp.yaml"}, 0, "variant ecnsharp: 1 port edit(s)", ""},
 		{[]string{"run", "../../host/labfile/examples/ecnsharp.yaml", "-runs", "-1"}, 2, "", "-runs -1: want 1..1000"},
+		{[]string{"run", "../../host/labfile/examples/incast.yaml", "-timescale", "2000"}, 2, "", `-timescale 2000: ../../host/labfile/examples/incast.yaml: timescale: "2000": want 1..1000`},
+		{[]string{"run", "../../host/labfile/examples/incast.yaml", "-timescale", "600"}, 2, "", `timescale: "600": the report interval 250ms becomes 150s, over perf's 60s: want at most 240`},
 		{[]string{"run", "../../host/labfile/examples/ecnsharp.yaml", "-variants", "step-tail,red"}, 2, "", `has no variant "red" (its variants: step-tail, step-avg, codel, tcn, ecnsharp)`},
 	}
 	for _, e := range examples {

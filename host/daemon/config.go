@@ -110,6 +110,11 @@ type ServerConfig struct {
 	// UET: the code points of trimmed packets (NACK TRIMMED, TRIMMED_LASTHOP).
 	TrimDSCP        uint8 `yaml:"trim_dscp"`
 	TrimLastHopDSCP uint8 `yaml:"trim_lasthop_dscp"`
+
+	// lineRate and baseRTT are a lab node's uet server's (its credit
+	// pacer's: labfile.ServerPlan).
+	lineRate units.Rate
+	baseRTT  time.Duration
 }
 
 // Profiles are named congestion-control settings that flows refer to.
@@ -230,7 +235,8 @@ func (c Config) WithDefaults() Config {
 	c.Flows = slices.Clone(c.Flows)
 	if dep := c.deploy; dep != nil {
 		for _, sp := range dep.Servers {
-			c.Servers = append(c.Servers, ServerConfig{Transport: sp.Transport, Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), CC: sp.CC})
+			c.Servers = append(c.Servers, ServerConfig{Transport: sp.Transport, Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), CC: sp.CC,
+				TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, lineRate: sp.LineRate, baseRTT: sp.BaseRTT})
 		}
 		for _, po := range dep.Ports {
 			q := po.Config
@@ -516,6 +522,7 @@ func (s ServerConfig) perfConfig() perf.ServerConfig {
 		UETLimits: perf.UETLimits{MaxStreams: s.MaxQPs, MaxSessions: s.MaxSessions,
 			MaxMessageBytes: s.MaxMessageBytes, RequestTimeout: s.RequestTimeout},
 		TrimDSCP: s.TrimDSCP, TrimLastHopDSCP: s.TrimLastHopDSCP,
+		LineRate: s.lineRate, BaseRTT: s.baseRTT,
 	}
 }
 

@@ -38,13 +38,16 @@ type CompareOptions struct {
 // of every variant, then run 2, so that a drift of the machine spreads
 // over all of them. The lab is built afresh for every run.
 type Comparison struct {
-	Name     string    `json:"name"`
-	File     string    `json:"file"`
-	Start    time.Time `json:"start"`
-	Seconds  float64   `json:"seconds"`
-	Runs     int       `json:"runs"`
-	Seed     uint64    `json:"seed"`
-	Variants []string  `json:"variants"`
+	Name    string    `json:"name"`
+	File    string    `json:"file"`
+	Start   time.Time `json:"start"`
+	Seconds float64   `json:"seconds"`
+	Runs    int       `json:"runs"`
+	Seed    uint64    `json:"seed"`
+	// Timescale is the file's: the fabric ran this many times slower
+	// (Result.Timescale).
+	Timescale float64  `json:"timescale"`
+	Variants  []string `json:"variants"`
 	// Interrupted: the context was cancelled; the runs so far are here.
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Summary is each variant's metrics over its runs: mean and 95 %
@@ -66,6 +69,10 @@ type RunSummary struct {
 	Seconds float64      `json:"seconds"`
 	Flows   []FlowResult `json:"flows"`
 	Ports   []PortResult `json:"ports"`
+	// HostLost is what the host took from the run.
+	HostLost *HostLost `json:"host_lost,omitempty"`
+	// Incasts are the run's incast groups.
+	Incasts []IncastResult `json:"incasts,omitempty"`
 }
 
 // VariantSummary is a variant over its runs. A run whose lab broke (not
@@ -80,6 +87,35 @@ type VariantSummary struct {
 	Ports       []PortSummary `json:"ports"`
 	Flows       []FlowSummary `json:"flows"`
 	PEs         []PESummary   `json:"pes,omitempty"`
+	// HostLostShare is the share of each run the host took (HostLost's
+	// Share); HostStarved counts the runs over its budget.
+	HostLostShare stats.Stat `json:"host_lost_share"`
+	HostStarved   int        `json:"host_starved_runs"`
+	// Incasts are the runs' incast groups (Result.Incasts).
+	Incasts []IncastSummary `json:"incasts,omitempty"`
+	// Htsim is htsim's run of the variant's incast, once
+	// (RunOptions.Htsim), or why there is none.
+	Htsim *HtsimRun `json:"htsim,omitempty"`
+}
+
+// IncastSummary is an incast group over the runs: its ratios, the
+// port's queue and its trims, mean and 95 % CI (IncastResult's fields).
+type IncastSummary struct {
+	Group        string     `json:"group"`
+	Flows        int        `json:"flows"`
+	Port         string     `json:"port"`
+	IdealS       float64    `json:"ideal_s"`
+	TailRatio    stats.Stat `json:"tail_ratio"`
+	MeanRatio    stats.Stat `json:"mean_ratio"`
+	TailRatioNet stats.Stat `json:"tail_ratio_net"`
+	MeanRatioNet stats.Stat `json:"mean_ratio_net"`
+	QueueP50BDPs stats.Stat `json:"queue_p50_bdps"`
+	QueueP99BDPs stats.Stat `json:"queue_p99_bdps"`
+	Trimmed      stats.Stat `json:"trimmed_packets"`
+	Dropped      stats.Stat `json:"dropped_packets"`
+	// Failed counts runs whose incast did not complete (not in the
+	// ratios).
+	Failed int `json:"failed_runs,omitempty"`
 }
 
 // PESummary is a PE agent's work over the runs.
@@ -164,7 +200,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 	if dir == "" {
 		dir = f.OutputDir()
 	}
-	c := &Comparison{Name: f.RunName(), File: f.Path, Start: time.Now(), Runs: runs, Seed: f.Seed, Variants: variants}
+	c := &Comparison{Name: f.RunName(), File: f.Path, Start: time.Now(), Runs: runs, Seed: f.Seed, Timescale: f.plan.Timescale.K(), Variants: variants}
 	var errs []error
 	results := map[string][]*Result{}
 	for run := 1; run <= runs && ctx.Err() == nil; run++ {
@@ -174,6 +210,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 			}
 			ro := opts.RunOptions
 			ro.Variant, ro.Run = v, run
+			ro.Htsim = nil // once per variant, below
 			rs := RunSummary{Variant: v, Run: run}
 			if dir != "-" {
 				rs.Dir = filepath.Join(dir, orName(v, "file"), fmt.Sprintf("run%d", run))
@@ -188,7 +225,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 				errs = append(errs, fmt.Errorf("%s run %d: %w", orName(v, f.RunName()), run, err))
 			}
 			if res != nil {
-				rs.Seconds, rs.RunID = res.Seconds, res.RunID
+				rs.Seconds, rs.RunID, rs.HostLost, rs.Incasts = res.Seconds, res.RunID, res.HostLost, res.Incasts
 				for _, fr := range res.Flows {
 					fr.Report = nil
 					rs.Flows = append(rs.Flows, fr)
@@ -216,7 +253,13 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 				ran++
 			}
 		}
-		c.Summary = append(c.Summary, summarize(v, results[v], ran))
+		vs := summarize(v, results[v], ran)
+		if opts.Htsim != nil && ctx.Err() == nil {
+			if p, err := f.variantPlan(v); err == nil {
+				vs.Htsim = f.runHtsim(ctx, p, opts.Htsim)
+			}
+		}
+		c.Summary = append(c.Summary, vs)
 	}
 	if dir != "-" {
 		if err := c.write(dir); err != nil {
@@ -252,6 +295,40 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		return stats.NewStat(xs)
 	}
 	nan := math.NaN()
+	vs.HostLostShare = col(func(r *Result) float64 {
+		if h := r.HostLost; h != nil && h.Wall > 0 {
+			if h.HostStarved {
+				vs.HostStarved++
+			}
+			return h.Share
+		}
+		return nan
+	})
+	for j, ic := range rs[0].Incasts {
+		is := IncastSummary{Group: ic.Group, Flows: ic.Flows, Port: ic.Port, IdealS: ic.IdealS}
+		for _, r := range rs {
+			if j >= len(r.Incasts) || r.Incasts[j].Error != "" {
+				is.Failed++
+			}
+		}
+		get := func(f func(*IncastResult) float64) stats.Stat {
+			return col(func(r *Result) float64 {
+				if j >= len(r.Incasts) || r.Incasts[j].Error != "" {
+					return nan
+				}
+				return f(&r.Incasts[j])
+			})
+		}
+		is.TailRatio = get(func(i *IncastResult) float64 { return i.TailRatio })
+		is.MeanRatio = get(func(i *IncastResult) float64 { return i.MeanRatio })
+		is.TailRatioNet = get(func(i *IncastResult) float64 { return orNaN(i.TailRatioNet, boolInt(i.TailRatioNet > 0)) })
+		is.MeanRatioNet = get(func(i *IncastResult) float64 { return orNaN(i.MeanRatioNet, boolInt(i.MeanRatioNet > 0)) })
+		is.QueueP50BDPs = get(func(i *IncastResult) float64 { return orNaN(i.QueueP50BDPs, i.QueueSamples) })
+		is.QueueP99BDPs = get(func(i *IncastResult) float64 { return orNaN(i.QueueP99BDPs, i.QueueSamples) })
+		is.Trimmed = get(func(i *IncastResult) float64 { return float64(i.Trimmed) })
+		is.Dropped = get(func(i *IncastResult) float64 { return float64(i.Dropped) })
+		vs.Incasts = append(vs.Incasts, is)
+	}
 	for j, p := range rs[0].Ports {
 		if !p.Watched {
 			continue
@@ -406,6 +483,14 @@ func roundQCTs(r *Result, idx []int) ([]float64, bool) {
 	return out, true
 }
 
+// boolInt is 1 for true: a count of one sample for orNaN.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // orNaN is v, or NaN when it summarises no sample.
 func orNaN(v float64, n int) float64 {
 	if n == 0 {
@@ -483,6 +568,9 @@ func (c *Comparison) plotFCT(dir string) (string, error) {
 // and the flows, mean ± 95 % CI over the runs.
 func (c *Comparison) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "\n%s: %d variant(s) × %d run(s), seed %d, %.0f s", c.Name, len(c.Variants), c.Runs, c.Seed, c.Seconds)
+	if c.Timescale != 1 && c.Timescale != 0 {
+		fmt.Fprintf(w, ", timescale %g", c.Timescale)
+	}
 	if c.Interrupted {
 		fmt.Fprint(w, ", interrupted")
 	}
@@ -521,6 +609,15 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "%-14s %d of %d runs had failed flows (not in the FCTs; result.json says which)\n", orName(v.Name, c.Name), v.FlowsFailed, v.Runs)
 		}
 	}
+	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.Incasts) > 0 }) {
+		writeIncastTable(w, c)
+	}
+	for _, v := range c.Summary {
+		if v.HostLostShare.N > 0 {
+			fmt.Fprintf(w, "%-14s host-lost %s of each run (a port idle with a sender held, or holding packets back); %d of %d runs host-starved\n",
+				orName(v.Name, c.Name), statText(v.HostLostShare, 100, "%.2f%%"), v.HostStarved, v.Runs)
+		}
+	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.PEs) > 0 }) {
 		fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %10s %16s\n", "variant", "pe agent", "light CNPs", "rate changes", "least rate", "spills", "reaction p50")
 		for _, v := range c.Summary {
@@ -547,4 +644,28 @@ func statText(s stats.Stat, scale float64, format string) string {
 	}
 	unit := strings.TrimLeft(fmt.Sprintf(format, 0.0), "0123456789.")
 	return strings.TrimSuffix(m, unit) + "±" + fmt.Sprintf(format, s.CI95*scale)
+}
+
+// writeIncastTable prints each variant's incasts: the lab's ratios raw
+// and net of host-lost time, the queue in BDPs and the trims, mean ± 95 %
+// CI over the runs.
+func writeIncastTable(w io.Writer, c *Comparison) {
+	fmt.Fprintf(w, "%-14s %-16s %-6s %14s %14s %14s %14s %12s %12s %10s\n", "variant", "incast", "", "tail/ideal", "mean/ideal", "tail net", "mean net", "queue p50", "queue p99", "trims")
+	for _, v := range c.Summary {
+		for _, ic := range v.Incasts {
+			fmt.Fprintf(w, "%-14s %-16s %-6s %14s %14s %14s %14s %12s %12s %10s\n", orName(v.Name, c.Name), fmt.Sprintf("%s (%d)", ic.Group, ic.Flows), "lab",
+				statText(ic.TailRatio, 1, "%.3f"), statText(ic.MeanRatio, 1, "%.3f"), statText(ic.TailRatioNet, 1, "%.3f"), statText(ic.MeanRatioNet, 1, "%.3f"),
+				statText(ic.QueueP50BDPs, 1, "%.2fBDP"), statText(ic.QueueP99BDPs, 1, "%.2fBDP"), statText(ic.Trimmed, 1, "%.0f"))
+			if ic.Failed > 0 {
+				fmt.Fprintf(w, "%-14s %-16s %d run(s) with a flow that did not complete (not above)\n", "", "", ic.Failed)
+			}
+		}
+		if h := v.Htsim; h != nil && h.Result != nil {
+			r := h.Result
+			fmt.Fprintf(w, "%-14s %-16s %-6s %14.3f %14.3f %14s %14s %12s %12s %10d\n", orName(v.Name, c.Name), fmt.Sprintf("seed %d", r.Plan.Scenario.Seed), "htsim",
+				r.TailOverIdeal, r.MeanOverIdeal, "", "", fmt.Sprintf("%.2fBDP", r.Queue.P50BDPs), fmt.Sprintf("%.2fBDP", r.Queue.P99BDPs), r.Counters.NACKs)
+		} else if h != nil {
+			fmt.Fprintf(w, "%-14s %s\n", orName(v.Name, c.Name), h.Error)
+		}
+	}
 }

@@ -22,6 +22,7 @@
 package labfile
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -109,9 +110,23 @@ type File struct {
 	// uses Seed + k - 1, the same for every variant. Optional:
 	// DefaultSeed.
 	Seed uint64 `yaml:"seed"`
+	// Timescale runs the whole fabric k times slower (units.Timescale),
+	// so that the host's stalls shrink k times beside its round trips:
+	// every rate the plan derives over k (ports, links, line rates, PE
+	// agents), every time times k (link delays, AQM times, DCQCN's and
+	// NSCC's parameters, RTO and ACK timeouts, flow starts, durations,
+	// every and pause, the report interval); sizes, limits and thresholds
+	// stay in bytes. A run's times are wall-clock as measured; its
+	// dimensionless figures (FCT/ideal, utilization, queue in BDPs) are
+	// the fabric's. What does not slow: the host's own costs and the
+	// kernel's timers (a tcp flow's RTO and delayed ACKs). Optional: 1.
+	Timescale units.Timescale `yaml:"timescale"`
 
 	// Path is the file's name as given to Load or Parse.
 	Path string `yaml:"-"`
+	// data is the file's text, for the lines of errors found later
+	// (SetTimescale).
+	data []byte
 	// plan is the topology Parse computed.
 	plan *Plan
 	// variant is set on the copy of the file a variant is planned from.
@@ -210,6 +225,18 @@ type Variant struct {
 	Ports []Port `yaml:"ports"`
 	// Nodes change pes' decap and agent (the rest of the node stays).
 	Nodes []NodeOverride `yaml:"nodes"`
+	// Flows change flows' congestion control (the rest of the flow
+	// stays): the same traffic under NSCC, RCCC or both.
+	Flows []FlowOverride `yaml:"flows"`
+}
+
+// FlowOverride changes the congestion control of one flow (name) or of
+// every flow of a group in a variant.
+type FlowOverride struct {
+	Name  string `yaml:"name"`
+	Group string `yaml:"group"`
+	// CC is as a flow's cc, for its transport. Required.
+	CC string `yaml:"cc"`
 }
 
 // Flow is one perf client run (host/perf RunClient), or one TCP
@@ -314,11 +341,31 @@ func Parse(name string, data []byte) (*File, error) {
 	if err := conf.Decode(name, data, f); err != nil {
 		return nil, err
 	}
-	f.Path = name
+	f.Path, f.data = name, data
 	if err := f.validate(); err != nil {
 		return nil, conf.Locate(name, data, err)
 	}
 	return f, nil
+}
+
+// SetTimescale replaces the file's timescale with k (fabriclab run
+// -timescale) and plans the file again; on error the file keeps its plan.
+func (f *File) SetTimescale(k units.Timescale) error {
+	old := f.Timescale
+	f.Timescale = k
+	err := checkTimescale(k)
+	if err == nil {
+		err = f.planAll()
+	}
+	if err == nil {
+		return nil
+	}
+	f.Timescale = old
+	if ce := (*conf.Error)(nil); errors.As(err, &ce) && ce.Path == "timescale" {
+		ce.File = f.Path // the value given here, not a line of the file
+		return err
+	}
+	return conf.Locate(f.Path, f.data, err)
 }
 
 // Plan is the topology Parse computed: addresses, routes, ports, PEs and
@@ -345,7 +392,8 @@ func (f *File) OutputDir() string {
 	return filepath.Join("fabriclab-out", f.RunName())
 }
 
-// interval is the report interval with its default.
+// interval is the report interval with its default, as written (the
+// plan's Interval is the run's, slowed).
 func (f *File) interval() time.Duration {
 	if f.Report.Interval == 0 {
 		return DefaultInterval

@@ -136,8 +136,12 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 			}
 		}
 	}
-	for _, want := range []string{"result.json", "fct.png"} {
-		if _, err := os.Stat(filepath.Join(out, want)); err != nil {
+	want := []string{"result.json"}
+	if slices.ContainsFunc(f.Flows, func(fl Flow) bool { return fl.Count > 1 }) {
+		want = append(want, "fct.png") // the series' FCT/ideal
+	}
+	for _, w := range want {
+		if _, err := os.Stat(filepath.Join(out, w)); err != nil {
 			t.Errorf("output: %v", err)
 		}
 	}
@@ -162,6 +166,14 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 		// (measured: 0.9 ms against 5.4 ms of mean wait).
 		if !(wait["pe-rate"] < 0.5*wait["rfc6040"]) {
 			t.Errorf("WAN port's mean wait: pe-rate %.0f µs, rfc6040 %.0f µs; want pe-rate below half", wait["pe-rate"], wait["rfc6040"])
+		}
+	case "uet-incast-deep.yaml", "uet-incast-trim.yaml", "uet-incast-trim-16.yaml":
+		// Each variant's incast summary (its numbers: checkExample and
+		// TestUETIncastDeepTimescale).
+		for _, v := range c.Summary {
+			if len(v.Incasts) != 1 || v.Incasts[0].TailRatio.N != 1 {
+				t.Errorf("%s: incasts %+v: want one, with its tail", v.Name, v.Incasts)
+			}
 		}
 	default:
 		t.Errorf("no numbers to check for the comparison %s: add them here", name)
@@ -392,6 +404,26 @@ func checkExample(t *testing.T, name string, f *File, res *Result) {
 				t.Errorf("%s: no CE echoed to a long DCTCP flow", fr.Name)
 			}
 		}
+	case "uet-incast-deep.yaml", "uet-incast-trim.yaml", "uet-incast-trim-16.yaml":
+		// Every byte delivered (above), into one incast whose tail, net
+		// of the host-lost time, stays within 1.5 × the ideal (a bound
+		// for a loaded machine: the measured ranges are in the README);
+		// the deep queue drops nothing, the 1-BDP one trims under NSCC.
+		if len(res.Incasts) != 1 {
+			t.Fatalf("incasts %+v: want one", res.Incasts)
+		}
+		ic := res.Incasts[0]
+		t.Logf("incast: tail %.3f, mean %.3f × ideal %.3fs (net %.3f, %.3f); queue p50 %.2f p99 %.2f BDP; %d trimmed, %d dropped; %s",
+			ic.TailRatio, ic.MeanRatio, ic.IdealS, ic.TailRatioNet, ic.MeanRatioNet, ic.QueueP50BDPs, ic.QueueP99BDPs, ic.Trimmed, ic.Dropped, res.HostLost.line())
+		if ic.Error != "" || ic.TailRatioNet > 1.5 {
+			t.Errorf("incast: tail %.3f × ideal, %.3f net of the host: want ≤ 1.5 net %s", ic.TailRatio, ic.TailRatioNet, ic.Error)
+		}
+		if name == "uet-incast-deep.yaml" && ic.Dropped != 0 {
+			t.Errorf("the deep queue dropped %d packets", ic.Dropped)
+		}
+		if name != "uet-incast-deep.yaml" && res.Variant == "nscc" && ic.Trimmed == 0 {
+			t.Errorf("the 1-BDP queue trimmed nothing under NSCC")
+		}
 	default:
 		t.Errorf("no numbers to check for %s: add them here", name)
 	}
@@ -412,4 +444,91 @@ func pinned(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// incastDeepTailBound bounds the tail FCT / ideal, net of the host-lost
+// time, of uet-incast-deep.yaml's nscc variant at timescale 4: htsim's
+// tail in the same setting (1.003–1.004 over seeds 1–5, reference/
+// htsim.md) plus the netns incasts' margin of 0.03 (htsimMargin).
+// Measured on this VM, 8 runs with 2–24 % of each run host-lost: net
+// 0.993–1.010 (raw 1.026–1.355).
+const incastDeepTailBound = 1.034
+
+// TestUETIncastDeepTimescale: uet-incast-deep.yaml's nscc variant at
+// timescale 4 — netns-tests' TestUETIncast, slowed four times — delivers
+// every byte, verified; loses nothing anywhere (the port and its host
+// queue, the qdisc, the hosts' receive buffers, the machine's input
+// backlogs); and ends its tail, net of the time the host took from the
+// port, within incastDeepTailBound × the ideal. A run the host starved
+// (hostlost's budget) that misses the bound runs once more, both logged.
+func TestUETIncastDeepTimescale(t *testing.T) {
+	labtest.RequireRoot(t)
+	f, err := Load("examples/uet-incast-deep.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTimescale(4); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		ic, starved := runIncastDeep(t, f)
+		if ic.TailRatioNet <= incastDeepTailBound {
+			return
+		}
+		if attempt == 1 && starved {
+			t.Logf("tail %.3f × ideal net of the host's %.1f ms, over %.2f in a host-starved run: once more", ic.TailRatioNet, 1e3*ic.StarvedS, incastDeepTailBound)
+			continue
+		}
+		t.Errorf("tail %.3f × ideal (%.3f net of the host's %.1f ms): want ≤ %.2f net", ic.TailRatio, ic.TailRatioNet, 1e3*ic.StarvedS, incastDeepTailBound)
+		return
+	}
+}
+
+// runIncastDeep runs f's nscc variant once, checks that it delivered
+// everything and lost nothing, and returns its incast and whether the
+// host starved it.
+func runIncastDeep(t *testing.T, f *File) (IncastResult, bool) {
+	t.Helper()
+	res, err := Run(context.Background(), f, RunOptions{Variant: "nscc", OutDir: t.TempDir()})
+	if res == nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if res.Timescale != 4 {
+		t.Errorf("result at timescale %v", res.Timescale)
+	}
+	var retx, timeouts uint64
+	for _, fr := range res.Flows {
+		retx, timeouts = retx+fr.Retransmits, timeouts+fr.Timeouts
+		if fr.Error != "" || fr.Bytes != 2<<20 {
+			t.Errorf("%s: %d of %d bytes, %s", fr.Name, fr.Bytes, 2<<20, fr.Error)
+		}
+	}
+	for _, p := range res.Ports {
+		if p.DroppedPackets != 0 || p.HostDroppedPackets != 0 || p.QdiscDroppedPackets != 0 || p.InvariantError != "" {
+			t.Errorf("port %s: %d dropped, %d in its host queue, %d by the qdisc; %s", p.Name, p.DroppedPackets, p.HostDroppedPackets, p.QdiscDroppedPackets, p.InvariantError)
+		}
+	}
+	for _, h := range res.HostDrops {
+		if h.UDPRcvbufErrors != 0 {
+			t.Errorf("host %s dropped %d datagrams at its receive buffer", h.Node, h.UDPRcvbufErrors)
+		}
+	}
+	if res.SoftnetDrops != 0 {
+		t.Errorf("%d packets dropped from the per-CPU input backlogs", res.SoftnetDrops)
+	}
+	h := res.HostLost
+	if h == nil || h.Wall == 0 {
+		t.Fatalf("host-lost time not measured: %+v", h)
+	}
+	t.Log(h.line())
+	if len(res.Incasts) != 1 || res.Incasts[0].Error != "" {
+		t.Fatalf("incasts %+v: want one that completed", res.Incasts)
+	}
+	ic := res.Incasts[0]
+	t.Logf("incast: tail %.3f × ideal %.3f s, mean %.3f; net of %.1f ms host-lost %.3f, %.3f; queue p50 %.2f p99 %.2f BDP (%d samples); %d retransmits, %d timeouts",
+		ic.TailRatio, ic.IdealS, ic.MeanRatio, 1e3*ic.StarvedS, ic.TailRatioNet, ic.MeanRatioNet, ic.QueueP50BDPs, ic.QueueP99BDPs, ic.QueueSamples, retx, timeouts)
+	return ic, h.HostStarved
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/conf"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
@@ -63,6 +64,11 @@ type Plan struct {
 	Addrs map[string]netip.Addr
 	// Deploy: the plan of machines (DeployPlan), not namespaces.
 	Deploy bool
+	// Timescale is the file's: the plan's rates and times are slowed by
+	// it (a DeployPlan's are not: machines run the file's own fabric).
+	Timescale units.Timescale
+	// Interval is the report interval on the run's timeline.
+	Interval time.Duration
 }
 
 // LinkPlan is a file link as built: its subnet and its two ends.
@@ -129,6 +135,18 @@ type ServerPlan struct {
 	Addr      netip.AddrPort // the side channel; tcp's listener
 	// CC is a tcp server's congestion control.
 	CC string
+	// LineRate and BaseRTT are a uet server's endpoint's, in the fabric's
+	// terms (perf slows them by Timescale): its receiving NIC's rate (its
+	// link's, else the lab's fastest) and the longest base_rtt of its
+	// flows, where its RCCC credit pacer runs.
+	LineRate units.Rate
+	BaseRTT  time.Duration
+	// TrimDSCP and TrimLastHopDSCP are the DSCPs of the packets the ports
+	// on its flows' paths trim (pds.Config's): the port in front of the
+	// receiver trims into TrimLastHopDSCP, any other into TrimDSCP.
+	TrimDSCP, TrimLastHopDSCP uint8
+	// Timescale is the plan's: perf slows the endpoint by it.
+	Timescale units.Timescale
 }
 
 // FlowPlan is a flow as run.
@@ -152,6 +170,14 @@ type FlowPlan struct {
 	// BaseRTT is the delay the links on its path add, both ways (the
 	// longest of its ECMP branches): the ideal FCT's round trip.
 	BaseRTT time.Duration
+	// Start, Every and Pause are the flow's on the run's timeline: the
+	// file's, slowed by the plan's Timescale (and scaled by a run's -t).
+	Start, Every, Pause time.Duration
+	// Ports are the Plan.Ports its data crosses (every ECMP branch), in
+	// path order; LastPort is the one in front of the receiver, -1 if
+	// none.
+	Ports    []int
+	LastPort int
 }
 
 // edge is one veth of the graph.
@@ -294,6 +320,12 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 	}
 	if err := f.planFlows(g, p, dcOf); err != nil {
 		return nil, err
+	}
+	p.Interval = f.interval()
+	if !deploy {
+		if err := f.slow(p); err != nil {
+			return nil, err
+		}
 	}
 	// The ends of tcp flows negotiate ECN (RFC 3168) whatever their
 	// congestion control: cubic and reno react to CE as to a loss.
@@ -826,7 +858,8 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 		if !ok {
 			return conf.Errorf(fp("to"), fl.To, "no path from %s to %s (routes never cross a host)", fl.From, fl.To)
 		}
-		fpn := FlowPlan{Flow: fl, Index: i, Crosses: dcOf[fl.From] != "" && dcOf[fl.To] != "" && dcOf[fl.From] != dcOf[fl.To]}
+		fpn := FlowPlan{Flow: fl, Index: i, Crosses: dcOf[fl.From] != "" && dcOf[fl.To] != "" && dcOf[fl.From] != dcOf[fl.To],
+			Start: fl.Start, Every: fl.Every, Pause: fl.Pause, LastPort: -1}
 		fpn.PathMTU = MaxLinkMTU
 		lineRate := fl.LineRate
 		if lineRate == 0 {
@@ -837,19 +870,28 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			}
 		}
 		fpn.Bottleneck = lineRate
+		hops := g.hopsTo(to)
 		for _, h := range path {
 			mtu := h.e.mtu
 			if h.e.wan && fpn.Crosses {
 				mtu -= tunnel.OuterHeaderBytes
 			}
 			fpn.PathMTU = min(fpn.PathMTU, mtu)
-			for _, po := range p.Ports {
+			for j, po := range p.Ports {
 				if po.Node == h.from && po.Dev == h.e.dev[1-h.e.other(h.from)] {
 					if fpn.Bottleneck == 0 || po.Config.Rate < fpn.Bottleneck {
 						fpn.Bottleneck = po.Config.Rate
 					}
+					if !slices.Contains(fpn.Ports, j) {
+						fpn.Ports = append(fpn.Ports, j)
+					}
 				}
 			}
+		}
+		// Path order: the farthest from the receiver first.
+		slices.SortStableFunc(fpn.Ports, func(a, b int) int { return hops[p.Ports[b].Node] - hops[p.Ports[a].Node] })
+		if n := len(fpn.Ports); n > 0 {
+			fpn.LastPort = fpn.Ports[n-1]
 		}
 		fpn.BaseRTT = 2 * f.pathDelay(path, fl.From)
 		if fl.Transport == TransportTCP {
@@ -897,7 +939,16 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			}
 			si = len(p.Servers)
 			servers[key] = si
-			p.Servers = append(p.Servers, ServerPlan{Node: fl.To, Transport: fl.Transport, Addr: netip.AddrPortFrom(to, uint16(port))})
+			sp := ServerPlan{Node: fl.To, Transport: fl.Transport, Addr: netip.AddrPortFrom(to, uint16(port))}
+			if uet {
+				// The receiving NIC's rate, as a sender's line rate
+				// defaults: its credit pacer grants 0.99 of it.
+				sp.LineRate = f.Links[g.adj[fl.To][0].link].Rate
+				if sp.LineRate == 0 {
+					sp.LineRate = maxRate
+				}
+			}
+			p.Servers = append(p.Servers, sp)
 		}
 		fpn.Server = si
 		c, err := f.clientConfig(fl, p.Servers[si].Addr.String(), from, mtu, lineRate)
@@ -905,12 +956,64 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			return conf.Errorf(conf.Index("flows", i), fl.Name, "%v", err)
 		}
 		fpn.Client = c
+		if uet {
+			sp := &p.Servers[si]
+			sp.BaseRTT = max(sp.BaseRTT, fl.BaseRTT)
+			trims, err := p.trimDSCPs(&fpn, sp, c.DSCP)
+			if err != nil {
+				return conf.Errorf(fp("to"), fl.To, "%v", err)
+			}
+			if trims {
+				// What pds runs for an endpoint told the trimmed DSCPs
+				// (nscc.Params.Trimming: tq 0.75 × base RTT); perf's
+				// client says it with NSCC's knobs.
+				n := nscc.LabParams(c.LineRate, c.BaseRTT, c.MTU).Trimming()
+				fpn.Client.NSCCKnobs = []string{"target_qdelay=" + units.FormatDuration(n.TargetQDelay), "qa_threshold=" + units.FormatDuration(n.QAThreshold)}
+				if err := fpn.Client.Validate(); err != nil {
+					return conf.Errorf(conf.Index("flows", i), fl.Name, "%v", err)
+				}
+			}
+		}
 		if fpn.Bottleneck == 0 {
 			fpn.Bottleneck = c.LineRate // no rate in the lab: perf's default
 		}
 		p.Flows = append(p.Flows, fpn)
 	}
 	return nil
+}
+
+// trimDSCPs gives the flow's server the DSCPs of the trimmed packets it
+// may receive (pds.Config's): the port in front of the receiver trims
+// into TrimLastHopDSCP, any other port on the path into TrimDSCP; the
+// receiver tells the two apart by their DSCP only. dscp is the flow's
+// data's; trims says a port on its path trims it.
+func (p *Plan) trimDSCPs(fp *FlowPlan, sp *ServerPlan, dscp uint8) (trims bool, err error) {
+	by := map[uint8]string{}
+	for _, j := range fp.Ports {
+		po := &p.Ports[j]
+		cc := &po.Config.Classes[po.Config.DSCPClass[dscp]]
+		if cc.TrimBytes == 0 {
+			continue
+		}
+		trims = true
+		d := uint8(cc.TrimDSCP)
+		field, what := &sp.TrimDSCP, "trim"
+		if j == fp.LastPort {
+			field, what = &sp.TrimLastHopDSCP, "last-hop trim"
+		}
+		if *field != 0 && *field != d {
+			return trims, fmt.Errorf("port %s trims into DSCP %d, but %s's receiver already takes %d as its %s DSCP: give the ports before the last hop one trim-dscp", po.Name, d, sp.Node, *field, what)
+		}
+		*field = d
+		if prev, ok := by[d]; ok && prev != what {
+			return trims, fmt.Errorf("port %s trims into DSCP %d as another port on the path does: the receiver tells the last hop's trims by their DSCP; give the ports before it another trim-dscp", po.Name, d)
+		}
+		by[d] = what
+	}
+	if sp.TrimDSCP != 0 && sp.TrimDSCP == sp.TrimLastHopDSCP {
+		return trims, fmt.Errorf("the ports in front of %s and before it both trim into DSCP %d: the receiver tells the last hop's trims by their DSCP; give the others another trim-dscp", sp.Node, sp.TrimDSCP)
+	}
+	return trims, nil
 }
 
 // tcpServer is the tcp server on the flow's receiver with its congestion
@@ -1022,6 +1125,17 @@ func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, l
 type hop struct {
 	from string
 	e    *edge
+}
+
+// hopsTo is every node's hop count to the subnet of the host address
+// dst (g.dist of its link).
+func (g *graph) hopsTo(dst netip.Addr) map[string]int {
+	for _, e := range g.edges {
+		if e.subnet.Contains(dst) {
+			return g.dist(e)
+		}
+	}
+	return nil
 }
 
 // path is every edge the routes may take from node n to the host

@@ -34,6 +34,11 @@ type Result struct {
 	// TimelineScale is what RunOptions.Duration multiplied the flows'
 	// starts and timed durations by (1: as written).
 	TimelineScale float64 `json:"timeline_scale"`
+	// Timescale is the file's (File.Timescale): the fabric ran this many
+	// times slower. The result's times and rates are as measured, on the
+	// wall clock; FCT/ideal, utilization and queues in BDPs are the
+	// fabric's own.
+	Timescale float64 `json:"timescale"`
 	// Interrupted: the run's context was cancelled (Ctrl-C).
 	Interrupted bool         `json:"interrupted,omitempty"`
 	Links       []LinkResult `json:"links"`
@@ -50,6 +55,16 @@ type Result struct {
 	// QP (malformed, bad ICRC, unknown QP, wrong peer) and the replies
 	// they could not send (send errors, reply-batch overruns).
 	Servers []ServerResult `json:"servers,omitempty"`
+	// HostLost is what the host took from the run: the time a port the
+	// flows cross sat idle while a sender was held, and each flow's share.
+	HostLost *HostLost `json:"host_lost,omitempty"`
+	// Incasts are the groups of sized flows that share a port (at least
+	// two, one instance each): tail and mean FCT over the group's ideal,
+	// the port's queue in BDPs while they ran.
+	Incasts []IncastResult `json:"incasts,omitempty"`
+	// Htsim is htsim's run of the same incast (RunOptions.Htsim), or why
+	// there is none.
+	Htsim *HtsimRun `json:"htsim,omitempty"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -175,8 +190,12 @@ type InstanceResult struct {
 	FCTS      float64 `json:"fct_s,omitempty"`
 	IdealFCTS float64 `json:"ideal_fct_s,omitempty"`
 	FCTRatio  float64 `json:"fct_ratio,omitempty"`
-	Late      bool    `json:"late,omitempty"`
-	Error     string  `json:"error,omitempty"`
+	// StarvedS is the host-lost time inside the instance's data span and
+	// FCTRatioNet its FCT over the ideal extended by it (HostLost).
+	StarvedS    float64 `json:"starved_s,omitempty"`
+	FCTRatioNet float64 `json:"fct_ratio_net,omitempty"`
+	Late        bool    `json:"late,omitempty"`
+	Error       string  `json:"error,omitempty"`
 }
 
 // PortResult is one switch port's counters after the run, at rest.
@@ -348,7 +367,7 @@ func (res *Result) Failed() int {
 }
 
 func (r *runner) newResult() *Result {
-	res := &Result{Name: r.f.RunName(), File: r.f.Path, RunID: r.lab.RunID(), TimelineScale: r.scale}
+	res := &Result{Name: r.f.RunName(), File: r.f.Path, RunID: r.lab.RunID(), TimelineScale: r.scale, Timescale: r.p.Timescale.K()}
 	for _, lp := range r.p.Links {
 		res.Links = append(res.Links, LinkResult{
 			A: lp.A.Node + ":" + lp.A.Dev, B: lp.B.Node + ":" + lp.B.Dev, Subnet: lp.Subnet.String(),
@@ -564,6 +583,9 @@ func WriteSample(w io.Writer, s *Sample) {
 // WriteSummary prints the result's tables: flows, then ports.
 func (res *Result) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "\n%s (run %s), %.1f s", res.Name, res.RunID, res.Seconds)
+	if res.Timescale != 1 {
+		fmt.Fprintf(w, ", timescale %g (the fabric %g times slower; times as measured)", res.Timescale, res.Timescale)
+	}
 	if res.TimelineScale != 1 {
 		fmt.Fprintf(w, ", timeline scaled by %.3g", res.TimelineScale)
 	}
@@ -619,6 +641,10 @@ func (res *Result) WriteSummary(w io.Writer) {
 		if p.InvariantError != "" {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
 		}
+	}
+	writeIncasts(w, res.Incasts, res.Htsim)
+	if l := res.HostLost.line(); l != "" {
+		fmt.Fprintln(w, l)
 	}
 	for _, sv := range res.Servers {
 		if n := sv.Dropped(); n > 0 {

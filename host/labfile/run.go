@@ -17,8 +17,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -72,6 +75,10 @@ type RunOptions struct {
 	// Run numbers the run (1, 2, ...): the sizes drawn between size and
 	// size_max are seeded by the file's seed + Run - 1. Optional: 1.
 	Run int
+	// Htsim runs the lab's incast in htsim too, after the lab
+	// (HtsimScenario): Result.Htsim, or in a comparison each variant's
+	// once. Optional: the lab alone.
+	Htsim *htsim.Runner
 }
 
 // Run builds the lab of f in fresh network namespaces (names unique to the
@@ -91,7 +98,7 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &runner{f: f, p: f.plan, log: log, opts: opts}
-	r.scale = timelineScale(f, opts.Duration)
+	r.scale = timelineScale(f.plan, opts.Duration)
 	if opts.Variant != "" {
 		i := slices.Index(f.VariantNames(), opts.Variant)
 		if i < 0 {
@@ -116,6 +123,7 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	if err := r.attach(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
+	r.newMeter()
 	if err := r.resolveTCP(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
@@ -130,6 +138,9 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
 	res = r.run(ctx)
+	if opts.Htsim != nil {
+		res.Htsim = f.runHtsim(ctx, r.p, opts.Htsim)
+	}
 	if opts.OutDir != "-" {
 		dir := opts.OutDir
 		if dir == "" {
@@ -185,6 +196,16 @@ type runner struct {
 	servers   []server
 	stop      context.CancelFunc // the servers'
 	served    sync.WaitGroup
+
+	// meter measures what the host took from the run (host/hostlost):
+	// the metered ports' idle periods against the senders' held time.
+	// flowHeld is each flow's held log (its instances share it);
+	// stopFeeds ends the ports' feeds into the meter (before it stops,
+	// and before the ports close); meterErr says why nothing is metered.
+	meter     *hostlost.Meter
+	flowHeld  []*hostlost.Log
+	stopFeeds []func() error
+	meterErr  error
 }
 
 // server is a started perf server.
@@ -193,18 +214,19 @@ type server interface {
 	Close() error
 }
 
-// timelineScale is the factor the flows' starts and timed durations are
-// multiplied by to fit within d (1 when they fit or d is 0).
-func timelineScale(f *File, d time.Duration) float64 {
+// timelineScale is the factor the flows' starts and timed durations (on
+// the plan's timeline, slowed) are multiplied by to fit within d (1 when
+// they fit or d is 0).
+func timelineScale(p *Plan, d time.Duration) float64 {
 	if d <= 0 {
 		return 1
 	}
 	var end time.Duration
-	for i := range f.Flows {
-		fl := &f.Flows[i]
-		e := fl.Start + time.Duration(fl.Count-1)*fl.Every
-		if fl.Size == 0 {
-			e += f.plan.Flows[i].duration()
+	for i := range p.Flows {
+		fp := &p.Flows[i]
+		e := fp.Start + time.Duration(fp.Flow.Count-1)*fp.Every
+		if fp.Flow.Size == 0 {
+			e += fp.duration()
 		}
 		end = max(end, e)
 	}
@@ -412,7 +434,11 @@ func (r *runner) startServers(ctx context.Context) error {
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop = stop
 	for _, sp := range r.p.Servers {
-		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport)}
+		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport),
+			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale}
+		if r.meter != nil {
+			cfg.Held = r.meter.Held()
+		}
 		var s server
 		if sp.Transport == TransportTCP {
 			t, err := listenTCP(r.lab.Node(sp.Node), sp.Addr, r.tcpCC[sp.CC])
@@ -464,6 +490,7 @@ func (r *runner) startServers(ctx context.Context) error {
 // then the lab (its delay links, then the namespaces).
 func (r *runner) teardown() error {
 	var errs []error
+	errs = append(errs, r.stopPortFeeds())
 	if r.stop != nil {
 		r.stop()
 		r.served.Wait()
@@ -512,13 +539,18 @@ type flowRun struct {
 
 // instanceRun is one instance of a flow.
 type instanceRun struct {
-	start  time.Duration // from the run's start, as it started
-	end    time.Duration // when it returned, its report in
-	size   uint64
-	late   bool // started after its every slot
-	report *perf.Report
-	tcp    *tcpflow.Report
-	err    error
+	start time.Duration // from the run's start, as it started
+	end   time.Duration // when it returned, its report in
+	// dataStart is when its data started (a uet flow's senders; else
+	// start, its setup included); dataMono the same on CLOCK_MONOTONIC,
+	// the host-lost meter's clock.
+	dataStart time.Duration
+	dataMono  time.Duration
+	size      uint64
+	late      bool // started after its every slot
+	report    *perf.Report
+	tcp       *tcpflow.Report
+	err       error
 }
 
 func (fr *flowRun) set(f func(*flowRun)) {
@@ -555,7 +587,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	var deadline time.Duration
 	for i := range r.p.Flows {
 		fp := &r.p.Flows[i]
-		fr := &flowRun{plan: fp, index: i, state: stateWaiting, start: r.scaled(fp.Flow.Start), sizes: DrawSizes(fp.Flow, seed, i)}
+		fr := &flowRun{plan: fp, index: i, state: stateWaiting, start: r.scaled(fp.Start), sizes: DrawSizes(fp.Flow, seed, i)}
 		flows[i] = fr
 		deadline = max(deadline, fr.start+r.seriesBudget(fr))
 	}
@@ -567,8 +599,13 @@ func (r *runner) run(ctx context.Context) *Result {
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	hostDrops0 := r.hostDrops()
+	incasts := r.p.incasts()
+	r.startMeter()
 	t0 := time.Now()
 	res.Start = t0
+	qctx, stopQueues := context.WithCancel(context.Background())
+	queued := make(chan map[int][]queueSample, 1)
+	go func() { queued <- r.sampleQueues(qctx, t0, incasts) }()
 	var wg sync.WaitGroup
 	for _, fr := range flows {
 		wg.Add(1)
@@ -596,7 +633,12 @@ func (r *runner) run(ctx context.Context) *Result {
 	<-done
 	<-sampled
 	res.Seconds = time.Since(t0).Seconds()
+	stopQueues()
+	queues := <-queued
+	host := r.stopMeter()
 	r.finish(res, flows, ctx.Err() != nil)
+	res.HostLost = r.hostLost(host, flows, res)
+	res.Incasts = r.incastResults(incasts, flows, res, host, queues)
 	for k, v := range r.hostDrops() {
 		if d := v - hostDrops0[k]; d > 0 || k != softnetKey {
 			if k == softnetKey {
@@ -686,11 +728,11 @@ func (r *runner) seriesBudget(fr *flowRun) time.Duration {
 	var sum, worst time.Duration
 	for _, n := range fr.sizes {
 		b := r.instanceBudget(fr.plan, n) - drainGrace
-		sum += b + r.scaled(fl.Pause)
+		sum += b + r.scaled(fr.plan.Pause)
 		worst = max(worst, b)
 	}
 	if fl.Every != 0 {
-		sum = max(sum, time.Duration(fl.Count-1)*r.scaled(fl.Every)+worst)
+		sum = max(sum, time.Duration(fl.Count-1)*r.scaled(fr.plan.Every)+worst)
 	}
 	return sum + drainGrace
 }
@@ -769,11 +811,12 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 			size = fr.sizes[k]
 		}
 		in := instanceRun{start: time.Since(t0), size: size, late: late}
+		in.dataStart, in.dataMono = in.start, hostlost.Now()
 		fr.set(func(fr *flowRun) { fr.state = stateRunning })
 		if k == 0 {
 			r.log.Info("flow starts", "flow", fl.Name, "from", fl.From, "to", fl.To, "transport", fl.Transport, "cc", fl.CC, "count", n)
 		}
-		r.runInstance(ctx, fr, &in)
+		r.runInstance(ctx, t0, fr, &in)
 		in.end = time.Since(t0)
 		fr.set(func(fr *flowRun) { fr.instances = append(fr.instances, in) })
 		if in.err != nil {
@@ -784,9 +827,9 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 			}
 		}
 		if fl.Every != 0 {
-			next = fr.start + time.Duration(k+1)*r.scaled(fl.Every)
+			next = fr.start + time.Duration(k+1)*r.scaled(fr.plan.Every)
 		} else {
-			next = time.Since(t0) + r.scaled(fl.Pause)
+			next = time.Since(t0) + r.scaled(fr.plan.Pause)
 		}
 	}
 	fr.set(func(fr *flowRun) {
@@ -801,7 +844,7 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 }
 
 // runInstance runs one instance of fr's flow.
-func (r *runner) runInstance(ctx context.Context, fr *flowRun, in *instanceRun) {
+func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in *instanceRun) {
 	fl := fr.plan.Flow
 	budget := r.instanceBudget(fr.plan, in.size)
 	fctx, cancel := context.WithTimeout(ctx, budget)
@@ -823,6 +866,11 @@ func (r *runner) runInstance(ctx context.Context, fr *flowRun, in *instanceRun) 
 	}
 	cfg.Logger = r.log.With("flow", fl.Name)
 	cfg.OnInterval = func(iv perf.Interval) { fr.set(func(fr *flowRun) { fr.last = iv }) }
+	if r.flowHeld != nil {
+		cfg.Held = r.flowHeld[fr.index]
+	}
+	// A uet flow's data starts with its senders; RunClient returns after.
+	cfg.OnSenders = func([]*pds.Sender) { in.dataStart, in.dataMono = time.Since(t0), hostlost.Now() }
 	err := node.Do(func() (err error) {
 		in.report, err = perf.RunClient(fctx, cfg)
 		return err
@@ -849,7 +897,7 @@ func (r *runner) cutOrInterrupted(ctx, fctx context.Context, budget time.Duratio
 
 // sample takes a Sample every report interval until done closes.
 func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan struct{}) {
-	tick := time.NewTicker(r.f.interval())
+	tick := time.NewTicker(r.p.Interval)
 	defer tick.Stop()
 	prev := make([]qdisc.ClassStats, len(r.ports))
 	take := func() {
@@ -863,7 +911,7 @@ func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan
 				// included.
 				sent := fr.tcpSent.Load()
 				if fr.state == stateRunning {
-					fs.GoodputBps = float64(sent-fr.lastSent) * 8 / r.f.interval().Seconds()
+					fs.GoodputBps = float64(sent-fr.lastSent) * 8 / r.p.Interval.Seconds()
 				}
 				fr.lastSent = sent
 			case fr.state == stateRunning:
@@ -886,7 +934,7 @@ func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan
 			t := st.Total()
 			s.Ports = append(s.Ports, PortSample{Name: pp.Name,
 				BacklogBytes:   t.BacklogBytes,
-				DequeuedBps:    float64(t.DequeuedBytes-prev[i].DequeuedBytes) * 8 / r.f.interval().Seconds(),
+				DequeuedBps:    float64(t.DequeuedBytes-prev[i].DequeuedBytes) * 8 / r.p.Interval.Seconds(),
 				CEMarks:        t.CEMarked() - prev[i].CEMarked(),
 				DroppedPackets: t.DroppedPackets() - prev[i].DroppedPackets()})
 			prev[i] = t

@@ -122,6 +122,26 @@ func (f *File) validate() error {
 	if err := f.checkVariants(); err != nil {
 		return err
 	}
+	if err := checkTimescale(f.Timescale); err != nil {
+		return err
+	}
+	return f.planAll()
+}
+
+// checkTimescale checks a timescale's range.
+func checkTimescale(k units.Timescale) error {
+	if err := k.Validate(); err != nil {
+		return conf.Errorf("timescale", k, "want 1..%d (the fabric k times slower; default 1)", units.MaxTimescale)
+	}
+	return nil
+}
+
+// planAll computes the plan of a checked file and of each variant.
+func (f *File) planAll() error {
+	byName := map[string]int{}
+	for i, n := range f.Nodes {
+		byName[n.Name] = i
+	}
 	p, err := newPlan(f, false)
 	if err != nil {
 		return err
@@ -180,7 +200,76 @@ func (f *File) withVariant(i int, byName map[string]int) (*File, error) {
 			}
 		}
 	}
+	if len(v.Flows) > 0 {
+		vf.Flows = slices.Clone(f.Flows)
+		if err := overrideFlows(conf.Join(conf.Index("variants", i), "flows"), v.Flows, vf.Flows); err != nil {
+			return nil, err
+		}
+	}
 	return &vf, nil
+}
+
+// overrideFlows applies a variant's flow overrides (at field) to flows.
+func overrideFlows(field string, os []FlowOverride, flows []Flow) error {
+	by := map[string]int{} // flow -> override
+	for i, o := range os {
+		p := conf.Index(field, i)
+		var match []int
+		switch {
+		case (o.Name == "") == (o.Group == ""):
+			return conf.Errorf(p, "", "give name (one flow) or group (its flows), not both or neither")
+		case o.Name != "":
+			if j := slices.IndexFunc(flows, func(fl Flow) bool { return fl.Name == o.Name }); j >= 0 {
+				match = append(match, j)
+			} else {
+				return conf.Errorf(conf.Join(p, "name"), o.Name, "no such flow")
+			}
+		default:
+			for j := range flows {
+				if flows[j].Group == o.Group {
+					match = append(match, j)
+				}
+			}
+			if len(match) == 0 {
+				return conf.Errorf(conf.Join(p, "group"), o.Group, "no flow is in this group")
+			}
+		}
+		for _, j := range match {
+			fl := &flows[j]
+			if prev, dup := by[fl.Name]; dup {
+				return conf.Errorf(p, "", "flow %s is given twice (also %s)", fl.Name, conf.Index(field, prev))
+			}
+			by[fl.Name] = i
+			if err := checkCC(fl.Transport, o.CC); err != nil {
+				return conf.Errorf(conf.Join(p, "cc"), o.CC, "flow %s: %s", fl.Name, err.Allowed)
+			}
+			fl.CC = o.CC
+			if fl.CC == CCDCQCN && fl.Profile == "" {
+				fl.Profile = DefaultProfile
+			}
+		}
+	}
+	return nil
+}
+
+// checkCC checks a congestion control for a transport; the error's
+// Allowed says what is.
+func checkCC(transport, cc string) *conf.Error {
+	switch transport {
+	case TransportTCP:
+		if err := tcpflow.CheckCC(cc); err != nil {
+			return conf.Errorf("cc", cc, "%v", err)
+		}
+	case TransportUET:
+		if _, err := pds.ParseCCMode(cc); err != nil {
+			return conf.Errorf("cc", cc, "want %s with transport uet", orList(pds.CCModeNames()))
+		}
+	default:
+		if !slices.Contains(roceCCs, cc) {
+			return conf.Errorf("cc", cc, "want %s with transport rocev2", orList(roceCCs))
+		}
+	}
+	return nil
 }
 
 // checkPEFields checks a node's decap and agent (at path p).
