@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -63,23 +64,6 @@ func (r uetIncastResult) netRatio() float64 {
 
 func (r uetIncastResult) ratio() float64 { return float64(r.tail) / float64(r.ideal) }
 
-// htsimTail is htsim's tail FCT / ideal for the lab's incasts in the same
-// setting (reference/htsim.md's results, host/htsim's Scaled mapping of
-// the fabric: 500 Mbit/s, base RTT 1 ms, MTU 4096, 2 MiB per sender; the
-// greatest of seeds 1–5): the deep queue with an ACK per packet, and the
-// 1-BDP trimming queue. make bench runs htsim beside the lab for them.
-var htsimTail = map[string]float64{
-	"deep/8/nscc":  1.004,
-	"deep/8/rccc":  1.003,
-	"deep/8/both":  1.003,
-	"trim/8/nscc":  1.015,
-	"trim/8/rccc":  1.012,
-	"trim/8/both":  1.012,
-	"trim/16/nscc": 1.013,
-	"trim/16/rccc": 1.012,
-	"trim/16/both": 1.012,
-}
-
 // htsimMargin is how far the lab's tail FCT / ideal, net of the time the
 // host starved the port, may sit above htsim's (issue 26).
 const htsimMargin = 0.03
@@ -93,7 +77,7 @@ const htsimMargin = 0.03
 // more (runIncast).
 func (r uetIncastResult) checkTail(t *testing.T, c *hostChecks, key string) {
 	t.Helper()
-	ref, ok := htsimTail[key]
+	ref, ok := htsim.RecordedTail(key)
 	if !ok {
 		t.Fatalf("no htsim reference for %s", key)
 	}

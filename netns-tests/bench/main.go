@@ -17,7 +17,11 @@
 //     rate cut at the RP) as percentiles;
 //  4. the kernel NP (np.go): CE in -> CNP out on the receiver's device,
 //     IPv4 and IPv6, against a 20 µs p99 goal, and the agent's NP measured
-//     the same way.
+//     the same way;
+//  5. the delay link's capacity (delay.go);
+//  6. the UET incasts of netns-tests as lab files beside htsim in the same
+//     setting (incast.go): tail FCT / ideal net of host-lost time against
+//     htsim's + 0.03.
 //
 // It reports and never judges: the exit status is non-zero only when a
 // measurement could not be made. Run as root: go run ./netns-tests/bench
@@ -41,7 +45,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/labfile"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -58,6 +64,7 @@ type Report struct {
 	Roce       *RoceReport     `json:"roce,omitempty"`
 	NP         *NPReport       `json:"np_bpf,omitempty"`
 	Delay      *DelayReport    `json:"delay,omitempty"`
+	Incast     *IncastReport   `json:"incast,omitempty"`
 	// Host is what the kernel accounted the machine took from each
 	// section (host/hostlost.Kernel: run delay of this process's threads,
 	// the softirq threads', steal, time_squeeze, backlog drops): the
@@ -119,6 +126,9 @@ func run() int {
 		" (roce = goodput,reaction); overrides -no-throughput and -no-roce")
 	smoke := flag.Bool("smoke", false, "a quick pass through every section (CI): -rounds 1 -seconds 1 -repeat 20000 -trials 1 "+
 		"-reaction-seconds 1 -np-count 500 and 1 s in-situ trials; flags given explicitly win")
+	incastRuns := flag.Int("incast-runs", 3, "runs per variant of the UET incast lab files")
+	incastSeeds := flag.Int("incast-seeds", 5, "htsim seeds per UET incast variant")
+	htsimDir := flag.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build directory for the incast section (default $"+htsim.EnvDir+"; without one, htsim's recorded tails)")
 	rf := roceFlags()
 	nf := npFlags()
 	flag.Parse()
@@ -130,14 +140,17 @@ func run() int {
 			"trials":           func() { *trials = 1 },
 			"reaction-seconds": func() { *rf.rSeconds = 1 },
 			"np-count":         func() { *nf.count = 500 },
+			"incast-runs":      func() { *incastRuns = 1 },
+			"incast-seeds":     func() { *incastSeeds = 1 },
 		})
 		inSituSend = time.Second
 	}
-	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat || *cpu >= runtime.NumCPU() {
-		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d\n", maxRepeat, runtime.NumCPU())
+	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat || *cpu >= runtime.NumCPU() ||
+		*incastRuns < 1 || *incastRuns > labfile.MaxRuns || *incastSeeds < 1 || *incastSeeds > 100 {
+		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d, -incast-runs in 1..%d, -incast-seeds in 1..100\n", maxRepeat, runtime.NumCPU(), labfile.MaxRuns)
 		return 2
 	}
-	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true}
+	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true, incast: true}
 	if *only != "" {
 		var err error
 		if sec, err = parseSections(*only); err != nil {
@@ -222,6 +235,16 @@ func run() int {
 		if err != nil {
 			failed = true
 			rep.Errors = append(rep.Errors, "kernel NP: "+err.Error())
+		}
+	}
+	if sec.incast && ctx.Err() == nil {
+		host.begin("incast")
+		ir, err := runIncasts(ctx, incastOpts{runs: *incastRuns, seeds: *incastSeeds, smoke: *smoke, examples: examplesDir(), htsimDir: *htsimDir})
+		host.end()
+		rep.Incast = ir
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "incast: "+err.Error())
 		}
 	}
 	if ctx.Err() != nil {

@@ -14,10 +14,10 @@ import (
 
 // sections are the parts of a run -only can pick.
 type sections struct {
-	prog, throughput, goodput, reaction, np, delay bool
+	prog, throughput, goodput, reaction, np, delay, incast bool
 }
 
-var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np", "delay"}
+var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np", "delay", "incast"}
 
 func parseSections(list string) (sections, error) {
 	var s sections
@@ -27,6 +27,8 @@ func parseSections(list string) (sections, error) {
 			s.prog = true
 		case "delay":
 			s.delay = true
+		case "incast":
+			s.incast = true
 		case "throughput", "tcp":
 			s.throughput = true
 		case "roce":

@@ -29,8 +29,10 @@ func printTable(w io.Writer, r *Report) {
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "measure\tstate / config\tmethod\tvalue\tnet\treference\tratio\tgoal\tverdict\tpath measured [verified by counters]")
-	fmt.Fprintln(tw, "-------\t--------------\t------\t-----\t---\t---------\t-----\t----\t-------\t------------------------------------")
+	if len(r.Programs) > 0 || len(r.Throughput) > 0 || r.Roce != nil || r.NP != nil {
+		fmt.Fprintln(tw, "measure\tstate / config\tmethod\tvalue\tnet\treference\tratio\tgoal\tverdict\tpath measured [verified by counters]")
+		fmt.Fprintln(tw, "-------\t--------------\t------\t-----\t---\t---------\t-----\t----\t-------\t------------------------------------")
+	}
 	for _, p := range r.Programs {
 		ref, ratio, goal := "-", "-", "-"
 		if p.Verdict != "ref" {
@@ -102,6 +104,7 @@ func printTable(w io.Writer, r *Report) {
 	printRoceNotes(w, r.Roce)
 	printNPNotes(w, r.NP)
 	printDelay(w, r.Delay)
+	printIncasts(w, r.Incast)
 	printHost(w, r.Host)
 	if r.ElapsedSeconds > 0 {
 		fmt.Fprintf(w, "\nrun time %.0f s\n", r.ElapsedSeconds)
