@@ -146,3 +146,12 @@ func retryStarved(t *testing.T, run func(t *testing.T, c *hostChecks) hostlost.R
 		return
 	}
 }
+
+// worse is the report of the two whose share of its run the host took
+// more of: a check over both runs is as starved as its worse run.
+func worse(a, b hostlost.Report) hostlost.Report {
+	if b.Share > a.Share {
+		return b
+	}
+	return a
+}
