@@ -37,21 +37,24 @@ type FlowHostLost struct {
 	FCTRatioNet float64 `json:"fct_ratio_net,omitempty"`
 }
 
-// meteredPorts are the ports the run's rocev2 and uet flows cross, each
-// with the class their data takes there (the most flows', where they
-// differ: a class's idle periods are the port's only while the others
-// are idle too).
+// meteredPorts are the ports the run's flows cross, each with the class
+// their data takes there (the most flows', where they differ: a class's
+// idle periods are the port's only while the others are idle too). Kernel
+// TCP's senders have no held time here (the runqueue tracer would cost
+// them a tenth of their throughput), so a port only they cross counts
+// only the time it held packets back.
 func (p *Plan) meteredPorts() map[int]qdisc.ClassID {
 	votes := map[int]map[qdisc.ClassID]int{}
 	for _, fp := range p.Flows {
+		dscp := fp.Client.DSCP
 		if fp.TCP != nil {
-			continue // kernel TCP: no held time to meter
+			dscp = uint8(fp.TCP.DSCP)
 		}
 		for _, j := range fp.Ports {
 			if votes[j] == nil {
 				votes[j] = map[qdisc.ClassID]int{}
 			}
-			votes[j][p.Ports[j].Config.DSCPClass[fp.Client.DSCP]]++
+			votes[j][p.Ports[j].Config.DSCPClass[dscp]]++
 		}
 	}
 	out := map[int]qdisc.ClassID{}
