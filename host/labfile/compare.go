@@ -111,8 +111,11 @@ type IncastSummary struct {
 	MeanRatioNet stats.Stat `json:"mean_ratio_net"`
 	QueueP50BDPs stats.Stat `json:"queue_p50_bdps"`
 	QueueP99BDPs stats.Stat `json:"queue_p99_bdps"`
-	Trimmed      stats.Stat `json:"trimmed_packets"`
-	Dropped      stats.Stat `json:"dropped_packets"`
+	// In bytes: the only figures where the flows have no base RTT.
+	QueueP50Bytes stats.Stat `json:"queue_p50_bytes"`
+	QueueP99Bytes stats.Stat `json:"queue_p99_bytes"`
+	Trimmed       stats.Stat `json:"trimmed_packets"`
+	Dropped       stats.Stat `json:"dropped_packets"`
 	// Failed counts runs whose incast did not complete (not in the
 	// ratios).
 	Failed int `json:"failed_runs,omitempty"`
@@ -323,8 +326,14 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		is.MeanRatio = get(func(i *IncastResult) float64 { return i.MeanRatio })
 		is.TailRatioNet = get(func(i *IncastResult) float64 { return orNaN(i.TailRatioNet, boolInt(i.TailRatioNet > 0)) })
 		is.MeanRatioNet = get(func(i *IncastResult) float64 { return orNaN(i.MeanRatioNet, boolInt(i.MeanRatioNet > 0)) })
-		is.QueueP50BDPs = get(func(i *IncastResult) float64 { return orNaN(i.QueueP50BDPs, i.QueueSamples) })
-		is.QueueP99BDPs = get(func(i *IncastResult) float64 { return orNaN(i.QueueP99BDPs, i.QueueSamples) })
+		is.QueueP50BDPs = get(func(i *IncastResult) float64 {
+			return orNaN(i.QueueP50BDPs, boolInt(i.BDPBytes > 0 && i.QueueSamples > 0))
+		})
+		is.QueueP99BDPs = get(func(i *IncastResult) float64 {
+			return orNaN(i.QueueP99BDPs, boolInt(i.BDPBytes > 0 && i.QueueSamples > 0))
+		})
+		is.QueueP50Bytes = get(func(i *IncastResult) float64 { return orNaN(i.QueueP50Bytes, i.QueueSamples) })
+		is.QueueP99Bytes = get(func(i *IncastResult) float64 { return orNaN(i.QueueP99Bytes, i.QueueSamples) })
 		is.Trimmed = get(func(i *IncastResult) float64 { return float64(i.Trimmed) })
 		is.Dropped = get(func(i *IncastResult) float64 { return float64(i.Dropped) })
 		vs.Incasts = append(vs.Incasts, is)

@@ -424,6 +424,27 @@ func checkExample(t *testing.T, name string, f *File, res *Result) {
 		if name != "uet-incast-deep.yaml" && res.Variant == "nscc" && ic.Trimmed == 0 {
 			t.Errorf("the 1-BDP queue trimmed nothing under NSCC")
 		}
+	case "roce-incast.yaml":
+		// Every byte delivered (above) through the deep WRED queue with
+		// no drop; DCQCN engaged (marks, CNPs sent and handled); the
+		// port stays busy, so the tail net of the host stays near the
+		// ideal (the bound is the UET files' loaded-machine one).
+		if len(res.Incasts) != 1 {
+			t.Fatalf("incasts %+v: want one", res.Incasts)
+		}
+		ic := res.Incasts[0]
+		var sent, handled uint64
+		for _, fr := range res.Flows {
+			sent, handled = sent+fr.CNPSent, handled+fr.CNPHandled
+		}
+		t.Logf("incast: tail %.3f, mean %.3f × ideal %.3fs (net %.3f, %.3f); queue p50 %.0f p99 %.0f KiB; CNPs %d sent, %d handled; %s",
+			ic.TailRatio, ic.MeanRatio, ic.IdealS, ic.TailRatioNet, ic.MeanRatioNet, ic.QueueP50Bytes/1024, ic.QueueP99Bytes/1024, sent, handled, res.HostLost.line())
+		if ic.Error != "" || ic.TailRatioNet > 1.5 {
+			t.Errorf("incast: tail %.3f × ideal, %.3f net of the host: want ≤ 1.5 net %s", ic.TailRatio, ic.TailRatioNet, ic.Error)
+		}
+		if p := port("sw:r"); p.DroppedPackets != 0 || p.CEMarked == 0 || sent == 0 || handled == 0 {
+			t.Errorf("sw:r: %d dropped, %d marked; CNPs %d sent, %d handled: want no drop, marks and CNPs", p.DroppedPackets, p.CEMarked, sent, handled)
+		}
 	default:
 		t.Errorf("no numbers to check for %s: add them here", name)
 	}

@@ -32,17 +32,22 @@ import (
 const incastMargin = 0.03
 
 // incastCase is one lab file: its queue ("deep", "trim") and senders
-// name htsim's recorded tails.
+// name htsim's recorded tails; cc names a file without variants. A case
+// without htsim has no reference (DCQCN: reference/htsim.md says why
+// htsim_roce is none).
 type incastCase struct {
 	file    string
 	queue   string
 	senders int
+	cc      string
+	htsim   bool
 }
 
 var incastCases = []incastCase{
-	{"uet-incast-deep.yaml", "deep", 8},
-	{"uet-incast-trim.yaml", "trim", 8},
-	{"uet-incast-trim-16.yaml", "trim", 16},
+	{"uet-incast-deep.yaml", "deep", 8, "", true},
+	{"uet-incast-trim.yaml", "trim", 8, "", true},
+	{"uet-incast-trim-16.yaml", "trim", 16, "", true},
+	{"roce-incast.yaml", "wred", 8, "dcqcn", false},
 }
 
 // IncastReport is the incast section.
@@ -68,6 +73,10 @@ type IncastRow struct {
 	QueueP50  stats.Stat `json:"queue_p50_bdps"`
 	QueueP99  stats.Stat `json:"queue_p99_bdps"`
 	Trimmed   stats.Stat `json:"trimmed_packets"`
+	// QueueP50KiB and QueueP99KiB stand in where the flows have no base
+	// RTT (no BDP): means over the runs.
+	QueueP50KiB float64 `json:"queue_p50_kib,omitempty"`
+	QueueP99KiB float64 `json:"queue_p99_kib,omitempty"`
 	// Htsim's over its seeds; HtsimRecorded says its tail is the recorded
 	// one (no build).
 	HtsimTail     stats.Stat `json:"htsim_tail_ratio"`
@@ -91,8 +100,8 @@ type incastOpts struct {
 	htsimDir    string
 }
 
-// runIncasts runs every case: in a smoke run only the 8 → 1 files' nscc
-// variant.
+// runIncasts runs every case: in a smoke run only the 8 → 1 files' first
+// variant, once.
 func runIncasts(ctx context.Context, o incastOpts) (*IncastReport, error) {
 	rep := &IncastReport{Runs: o.runs, HtsimSeeds: o.seeds}
 	var runner *htsim.Runner
@@ -114,8 +123,8 @@ func runIncasts(ctx context.Context, o incastOpts) (*IncastReport, error) {
 			continue
 		}
 		variants := f.VariantNames()
-		if o.smoke {
-			variants = []string{"nscc"}
+		if o.smoke && len(variants) > 1 {
+			variants = variants[:1]
 		}
 		out, err := os.MkdirTemp("", "bench-incast-")
 		if err != nil {
@@ -132,7 +141,7 @@ func runIncasts(ctx context.Context, o incastOpts) (*IncastReport, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", c.file, err))
 		}
 		for _, v := range cmp.Summary {
-			row := IncastRow{Case: htsim.RecordedKey(c.queue, c.senders, v.Name), Timescale: cmp.Timescale, Runs: v.Runs, Failed: v.Failed,
+			row := IncastRow{Case: htsim.RecordedKey(c.queue, c.senders, orNA(v.Name, c.cc)), Timescale: cmp.Timescale, Runs: v.Runs, Failed: v.Failed,
 				HostShare: v.HostLostShare, Starved: v.HostStarved}
 			if len(v.Incasts) != 1 {
 				row.Error = fmt.Sprintf("%d incast groups: want one", len(v.Incasts))
@@ -143,7 +152,12 @@ func runIncasts(ctx context.Context, o incastOpts) (*IncastReport, error) {
 			ic := v.Incasts[0]
 			row.Tail, row.TailNet, row.MeanNet = ic.TailRatio, ic.TailRatioNet, ic.MeanRatioNet
 			row.QueueP50, row.QueueP99, row.Trimmed = ic.QueueP50BDPs, ic.QueueP99BDPs, ic.Trimmed
-			if err := incastHtsim(ctx, &row, f, v.Name, runner, o.seeds); err != nil {
+			if row.QueueP50.N == 0 && ic.QueueP50Bytes.N > 0 {
+				row.QueueP50KiB, row.QueueP99KiB = ic.QueueP50Bytes.Mean/1024, ic.QueueP99Bytes.Mean/1024
+			}
+			if !c.htsim {
+				row.Verdict = "no reference"
+			} else if err := incastHtsim(ctx, &row, f, v.Name, runner, o.seeds); err != nil {
 				row.Error = err.Error()
 				errs = append(errs, fmt.Errorf("%s %s: htsim: %w", c.file, v.Name, err))
 			}
@@ -221,9 +235,13 @@ func printIncasts(w io.Writer, r *IncastReport) {
 		if x.Error != "" {
 			verdict += ": " + x.Error
 		}
-		fmt.Fprintf(tw, "%s\t%g×\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%+.3f\t%s\n", x.Case, x.Timescale, host,
-			ratioStat(x.Tail), ratioStat(x.TailNet), ratioStat(x.MeanNet), queueStat(x.QueueP50, x.QueueP99), countStat(x.Trimmed),
-			htail, ratioStat(x.HtsimMean), queueStat(x.HtsimQueueP50, x.HtsimQueueP99), countStat(x.HtsimTrimmed), x.Delta, verdict)
+		delta := "-"
+		if x.HtsimTail.N > 0 {
+			delta = fmt.Sprintf("%+.3f", x.Delta)
+		}
+		fmt.Fprintf(tw, "%s\t%g×\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Case, x.Timescale, host,
+			ratioStat(x.Tail), ratioStat(x.TailNet), ratioStat(x.MeanNet), labQueue(x), countStat(x.Trimmed),
+			htail, ratioStat(x.HtsimMean), queueStat(x.HtsimQueueP50, x.HtsimQueueP99), countStat(x.HtsimTrimmed), delta, verdict)
 	}
 	tw.Flush()
 }
@@ -243,6 +261,13 @@ func queueStat(p50, p99 stats.Stat) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f/%.2f", p50.Mean, p99.Mean)
+}
+
+func labQueue(x IncastRow) string {
+	if x.QueueP50.N == 0 && x.QueueP99KiB > 0 {
+		return fmt.Sprintf("%.0f/%.0f KiB", x.QueueP50KiB, x.QueueP99KiB)
+	}
+	return queueStat(x.QueueP50, x.QueueP99)
 }
 
 func countStat(s stats.Stat) string {
