@@ -425,10 +425,11 @@ func checkExample(t *testing.T, name string, f *File, res *Result) {
 			t.Errorf("the 1-BDP queue trimmed nothing under NSCC")
 		}
 	case "roce-incast.yaml":
-		// Every byte delivered (above) through the deep WRED queue with
-		// no drop; DCQCN engaged (marks, CNPs sent and handled); the
-		// port stays busy, so the tail net of the host stays near the
-		// ideal (the bound is the UET files' loaded-machine one).
+		// Every byte delivered (above) through the WRED queue, PPFC
+		// keeping it lossless; DCQCN engaged (marks, CNPs sent and
+		// handled). DCQCN from line rate cuts deep and climbs back on
+		// its timers, so the port idles: measured tail 1.2-2.4 × ideal
+		// (3 runs, host-starved ones), mean 1.0-1.1; 2.5 net bounds it.
 		if len(res.Incasts) != 1 {
 			t.Fatalf("incasts %+v: want one", res.Incasts)
 		}
@@ -439,11 +440,19 @@ func checkExample(t *testing.T, name string, f *File, res *Result) {
 		}
 		t.Logf("incast: tail %.3f, mean %.3f × ideal %.3fs (net %.3f, %.3f); queue p50 %.0f p99 %.0f KiB; CNPs %d sent, %d handled; %s",
 			ic.TailRatio, ic.MeanRatio, ic.IdealS, ic.TailRatioNet, ic.MeanRatioNet, ic.QueueP50Bytes/1024, ic.QueueP99Bytes/1024, sent, handled, res.HostLost.line())
-		if ic.Error != "" || ic.TailRatioNet > 1.5 {
-			t.Errorf("incast: tail %.3f × ideal, %.3f net of the host: want ≤ 1.5 net %s", ic.TailRatio, ic.TailRatioNet, ic.Error)
+		if ic.Error != "" || ic.TailRatioNet > 2.5 {
+			t.Errorf("incast: tail %.3f × ideal, %.3f net of the host: want ≤ 2.5 net %s", ic.TailRatio, ic.TailRatioNet, ic.Error)
 		}
-		if p := port("sw:r"); p.DroppedPackets != 0 || p.CEMarked == 0 || sent == 0 || handled == 0 {
-			t.Errorf("sw:r: %d dropped, %d marked; CNPs %d sent, %d handled: want no drop, marks and CNPs", p.DroppedPackets, p.CEMarked, sent, handled)
+		if p := port("sw:r"); p.DroppedPackets != 0 || p.HostDroppedPackets != 0 || p.QdiscDroppedPackets != 0 || p.CEMarked == 0 || sent == 0 || handled == 0 {
+			t.Errorf("sw:r: %d dropped (%d in its host queue, %d by the qdisc), %d marked; CNPs %d sent, %d handled: want no drop, marks and CNPs",
+				p.DroppedPackets, p.HostDroppedPackets, p.QdiscDroppedPackets, p.CEMarked, sent, handled)
+		}
+		var retx uint64
+		for _, fr := range res.Flows {
+			retx += fr.Retransmits
+		}
+		if retx != 0 || res.SoftnetDrops != 0 {
+			t.Errorf("lossless incast: %d retransmits, %d per-CPU backlog drops", retx, res.SoftnetDrops)
 		}
 	default:
 		t.Errorf("no numbers to check for %s: add them here", name)
