@@ -3,8 +3,10 @@ package netnstests
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/hostlost/runq"
@@ -154,4 +156,29 @@ func worse(a, b hostlost.Report) hostlost.Report {
 		return b
 	}
 	return a
+}
+
+// readKernel reads the kernel's accounting for this process.
+func readKernel(t *testing.T) hostlost.Kernel {
+	t.Helper()
+	k, err := hostlost.ReadKernel(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// kernelShare is, as a report, the share of a run's CPU time the
+// hypervisor took (steal over wall × CPUs since k0): the host's measure
+// for a check no port's idle time can show (a PE agent's reaction), which
+// a stolen vCPU delays while its thread reads as running.
+func kernelShare(t *testing.T, k0 hostlost.Kernel, wall time.Duration) hostlost.Report {
+	t.Helper()
+	k := readKernel(t).Sub(k0)
+	rep := hostlost.Report{Wall: wall, Starved: k.Steal / time.Duration(runtime.NumCPU()), Budget: hostlost.DefaultBudget, Kernel: k}
+	rep.Share = rep.Starved.Seconds() / wall.Seconds()
+	rep.HostStarved = rep.Share > rep.Budget
+	t.Logf("host: steal %v over %v on %d CPUs (%.1f %% of the run); run delay %v over %d threads", k.Steal.Round(time.Millisecond),
+		wall.Round(time.Millisecond), runtime.NumCPU(), 100*rep.Share, k.RunDelay.Round(time.Millisecond), k.Threads)
+	return rep
 }
