@@ -3,6 +3,7 @@ package hostlost
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -134,8 +135,23 @@ func TestReadKernel(t *testing.T) {
 	}
 	want := Kernel{RunDelay: 1000, RunTime: 3000, Threads: 2, SoftirqDelay: 100, SoftirqTime: 500,
 		Steal: 5700 * time.Millisecond, Squeezed: 13, BacklogDrops: 3, GoSchedWait: k.GoSchedWait}
-	if k != want {
-		t.Errorf("ReadKernel = %+v, want %+v", k, want)
+	got := k
+	got.threads = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadKernel = %+v, want %+v", got, want)
+	}
+
+	// Thread 42 ran on, 43 exited, 44 is new: the difference counts 42's
+	// part and 44's whole, never 43's life as a negative.
+	os.RemoveAll(filepath.Join(dir, "42/task/43"))
+	write("42/task/42/schedstat", "1500 300 4\n")
+	write("42/task/44/schedstat", "100 20 1\n")
+	k2, err := ReadKernel(42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := k2.Sub(k); d.RunDelay != 70 || d.RunTime != 600 || d.Threads != 2 {
+		t.Errorf("Sub: run delay %v, run time %v, %d threads; want 70ns, 600ns, 2", d.RunDelay, d.RunTime, d.Threads)
 	}
 }
 

@@ -42,16 +42,36 @@ type Kernel struct {
 	// middle): the Go scheduler's queue, which the threads' run delay
 	// does not see.
 	GoSchedWait time.Duration `json:"go_sched_wait_ns"`
+
+	// threads are the readings of each thread (by TID), so that Sub
+	// counts a thread that exited between two readings as nothing rather
+	// than subtracting its whole life (a negative run delay).
+	threads map[int]threadStat
 }
 
-// Sub is k − o, field by field (the counters between two readings).
+type threadStat struct{ delay, run time.Duration }
+
+// Sub is k − o, field by field (the counters between two readings). The
+// threads' run delay and run time are summed thread by thread: a thread
+// of both readings counts its difference, one new since o all of its
+// own, one that exited since o nothing (its last part is lost, never
+// subtracted).
 func (k Kernel) Sub(o Kernel) Kernel {
-	return Kernel{
+	d := Kernel{
 		RunDelay: k.RunDelay - o.RunDelay, RunTime: k.RunTime - o.RunTime, Threads: k.Threads,
 		SoftirqDelay: k.SoftirqDelay - o.SoftirqDelay, SoftirqTime: k.SoftirqTime - o.SoftirqTime,
 		Steal: k.Steal - o.Steal, Squeezed: k.Squeezed - o.Squeezed, BacklogDrops: k.BacklogDrops - o.BacklogDrops,
 		GoSchedWait: k.GoSchedWait - o.GoSchedWait,
 	}
+	if k.threads != nil && o.threads != nil {
+		d.RunDelay, d.RunTime = 0, 0
+		for tid, now := range k.threads {
+			was := o.threads[tid]
+			d.RunDelay += now.delay - was.delay
+			d.RunTime += now.run - was.run
+		}
+	}
+	return d
 }
 
 // procRoot is /proc (tests point it elsewhere).
@@ -70,16 +90,17 @@ func ReadKernel(pids ...int) (Kernel, error) {
 		pids = []int{os.Getpid()}
 	}
 	var errs []error
+	k.threads = map[int]threadStat{}
 	for _, pid := range pids {
-		d, r, n, err := threadsSchedstat(pid)
-		if err != nil {
+		if err := threadsSchedstat(pid, k.threads); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		k.RunDelay += d
-		k.RunTime += r
-		k.Threads += n
 	}
+	for _, ts := range k.threads {
+		k.RunDelay += ts.delay
+		k.RunTime += ts.run
+	}
+	k.Threads = len(k.threads)
 	for _, pid := range Ksoftirqds() {
 		if d, r, err := schedstat(filepath.Join(procRoot, strconv.Itoa(pid), "schedstat")); err == nil {
 			k.SoftirqDelay += d
@@ -99,23 +120,25 @@ func ReadKernel(pids ...int) (Kernel, error) {
 	return k, errors.Join(errs...)
 }
 
-// threadsSchedstat sums the schedstat of every thread of pid.
-func threadsSchedstat(pid int) (delay, run time.Duration, n int, err error) {
+// threadsSchedstat reads the schedstat of every thread of pid into out.
+func threadsSchedstat(pid int, out map[int]threadStat) error {
 	dir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("hostlost: threads of %d: %w", pid, err)
+		return fmt.Errorf("hostlost: threads of %d: %w", pid, err)
 	}
 	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
 		d, r, err := schedstat(filepath.Join(dir, e.Name(), "schedstat"))
 		if err != nil {
 			continue // exited meanwhile
 		}
-		delay += d
-		run += r
-		n++
+		out[tid] = threadStat{delay: d, run: r}
 	}
-	return delay, run, n, nil
+	return nil
 }
 
 // schedstat reads "run_ns delay_ns timeslices".
