@@ -13,11 +13,12 @@ import (
 )
 
 // HostLost is what the host took from a run (host/hostlost): the time a
-// port its rocev2 and uet flows cross sat idle on their class while one
-// of their senders (or a receiver's replies and credit) had data and
-// window and was not run, or held their queued packets back while its
-// link was free (its HTB late), against the run's length; and each
-// flow's share of it. A run over the budget is host-starved: its
+// port its flows cross sat idle on their class while one of their rocev2
+// or uet senders (or a receiver's replies and credit) had data and window
+// and was not run, or a relay's delay link held their packets past their
+// release (tcp's too: the kernel's senders are not metered themselves),
+// or the port held their queued packets back while its link was free
+// (its HTB late), against the run's length; and each flow's share of it. A run over the budget is host-starved: its
 // efficiency figures say more about the machine than the fabric.
 type HostLost struct {
 	hostlost.Report
@@ -42,7 +43,8 @@ type FlowHostLost struct {
 // idle periods are the port's only while the others are idle too). Kernel
 // TCP's senders have no held time here (the runqueue tracer would cost
 // them a tenth of their throughput), so a port only they cross counts
-// only the time it held packets back.
+// the time it held packets back and the time the relays on their paths
+// held their packets late.
 func (p *Plan) meteredPorts() map[int]qdisc.ClassID {
 	votes := map[int]map[qdisc.ClassID]int{}
 	for _, fp := range p.Flows {
@@ -80,10 +82,23 @@ func (r *runner) newMeter() {
 	}
 	r.meter = m
 	r.flowHeld = make([]*hostlost.Log, len(r.p.Flows))
+	// A relay device's delay link holds every flow's packets it is late
+	// with: one log, compared at the soonest any of them reaches a port.
+	via := map[[2]string]time.Duration{}
 	for i, fp := range r.p.Flows {
 		if fp.TCP == nil {
 			r.flowHeld[i] = m.Held()
 		}
+		for _, h := range fp.RelayHolds {
+			key := [2]string{r.p.Relays[h.Relay].Node, h.Dev}
+			if v, ok := via[key]; !ok || h.Via < v {
+				via[key] = h.Via
+			}
+		}
+	}
+	r.relayHeld = make(map[[2]string]*hostlost.Log, len(via))
+	for key, v := range via {
+		r.relayHeld[key] = m.HeldVia(v)
 	}
 }
 

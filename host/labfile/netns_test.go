@@ -160,11 +160,12 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 	var buf bytes.Buffer
 	c.WriteSummary(&buf)
 	t.Log(buf.String())
-	wait := map[string]float64{}
+	wait, lost := map[string]float64{}, map[string]float64{}
 	for _, v := range c.Summary {
 		if len(v.Ports) > 0 {
 			wait[v.Name] = v.Ports[0].MeanSojournUS.Mean
 		}
+		lost[v.Name] = v.HostLostShare.Max
 	}
 	switch name {
 	case "ecnsharp.yaml":
@@ -172,9 +173,13 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 		// whose K is the p90 RTT's (measured: 940 µs against 2.4 ms).
 		// A run the host starved moves both queues: the pair runs
 		// again, up to exampleAttempts times, each logged.
-		starved := starvedVariants(c, "step-tail", "ecnsharp")
-		for attempt := 1; !(wait["ecnsharp"] < 0.8*wait["step-tail"]); attempt++ {
+		starved := starvedVariants(c, waitCompareBudget, "step-tail", "ecnsharp")
+		for attempt := 1; ; attempt++ {
 			msg := fmt.Sprintf("mean wait: ECN♯ %.0f µs, step-Tail %.0f µs; want ECN♯ below 0.8 × step-Tail's", wait["ecnsharp"], wait["step-tail"])
+			t.Logf("run %d: %s; host-lost ECN♯ %.1f %%, step-Tail %.1f %% (compared under %.0f %%)", attempt, msg, 100*lost["ecnsharp"], 100*lost["step-tail"], 100*waitCompareBudget)
+			if wait["ecnsharp"] < 0.8*wait["step-tail"] {
+				break
+			}
 			if starved == "" {
 				t.Error(msg)
 				break
@@ -193,8 +198,9 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 				if len(v.Ports) > 0 {
 					wait[v.Name] = v.Ports[0].MeanSojournUS.Mean
 				}
+				lost[v.Name] = v.HostLostShare.Max
 			}
-			starved = starvedVariants(pair, "step-tail", "ecnsharp")
+			starved = starvedVariants(pair, waitCompareBudget, "step-tail", "ecnsharp")
 		}
 	case "wan-experiment.yaml":
 		// Issue 13 §5: the PE's rate cut moves the queue off the WAN port
@@ -216,12 +222,23 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 }
 
 // checkExample holds each example to its numbers.
-// starvedVariants names the variants of c among names whose runs the
-// host starved, with their shares ("" if none).
-func starvedVariants(c *Comparison, names ...string) string {
+// waitCompareBudget is the host-lost share above which ecnsharp.yaml's
+// two queues are not compared. The relays' delay links (user space)
+// hold the TCP flows' packets late in every run, so the port loses
+// some of its time even on a quiet machine, and a starved port's
+// step-Tail queue sinks below its K while ECN♯'s holds its target.
+// Measured (3 runs each, fabriclab run ecnsharp.yaml -variants
+// step-tail,ecnsharp): quiet 1.8–5.8 % lost (one run 20 %), wait ratio
+// 0.52–0.62; beside stress-ng --cpu 2 --cpu-load 50, 14–22 % lost,
+// ratio 0.70–0.81.
+const waitCompareBudget = 0.10
+
+// starvedVariants names the variants of c among names with a run the
+// host took more than budget of, with their shares ("" if none).
+func starvedVariants(c *Comparison, budget float64, names ...string) string {
 	var out []string
 	for _, v := range c.Summary {
-		if slices.Contains(names, v.Name) && v.HostStarved > 0 {
+		if slices.Contains(names, v.Name) && v.HostLostShare.N > 0 && v.HostLostShare.Max > budget {
 			out = append(out, fmt.Sprintf("%s (%.1f %%)", v.Name, 100*v.HostLostShare.Mean))
 		}
 	}

@@ -178,6 +178,21 @@ type FlowPlan struct {
 	// none.
 	Ports    []int
 	LastPort int
+	// RelayHolds are the relay devices its data and its replies leave
+	// by, each with how long after a packet leaves there the flow's
+	// nearest port on its data path sees the effect (host/hostlost's
+	// HeldVia: a relay that holds packets late starves the port then).
+	RelayHolds []RelayHold
+}
+
+// RelayHold is a relay device on a flow's loop and the time from it to
+// the flow's nearest port on its data path: 0 or the links between for
+// data; for a reply, the rest of its way back to the sender and the
+// data's way from there.
+type RelayHold struct {
+	Relay int // Plan.Relays index
+	Dev   string
+	Via   time.Duration
 }
 
 // edge is one veth of the graph.
@@ -894,6 +909,7 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			fpn.LastPort = fpn.Ports[n-1]
 		}
 		fpn.BaseRTT = 2 * f.pathDelay(path, fl.From)
+		fpn.RelayHolds = f.relayHolds(p, path, fl.From, fpn.Ports)
 		if fl.Transport == TransportTCP {
 			si := f.tcpServer(p, servers, fl, to)
 			fpn.Server = si
@@ -1064,6 +1080,75 @@ func (f *File) pathDelay(path []hop, n string) time.Duration {
 		return worst
 	}
 	return walk(n, 0)
+}
+
+// relayHolds are the relay devices on the loop of a flow from n along
+// path whose data crosses ports, with the time from each to the nearest
+// of them (FlowPlan.RelayHolds). Times are a packet's along the path's
+// slowest branch from n, a relay's delay counted as it releases the
+// packet; a reply takes the data's path back, so the loop is twice the
+// one-way delay.
+func (f *File) relayHolds(p *Plan, path []hop, n string, ports []int) []RelayHold {
+	if len(ports) == 0 {
+		return nil
+	}
+	relay := map[string]int{}
+	for i, r := range p.Relays {
+		relay[r.Node] = i
+	}
+	// Hops are in breadth-first order from n: a node's arrival time is
+	// final before its own hops are read.
+	at := map[string]time.Duration{n: 0}
+	var oneWay time.Duration
+	type out struct {
+		relay int
+		dev   string
+		sent  time.Duration // the data's release there
+	}
+	var outs []out
+	for _, h := range path {
+		t := at[h.from]
+		if i, ok := relay[h.from]; ok {
+			t += p.Relays[i].Delay
+			dev := h.e.dev[1-h.e.other(h.from)]
+			if !slices.ContainsFunc(outs, func(o out) bool { return o.relay == i && o.dev == dev }) {
+				outs = append(outs, out{i, dev, t})
+			}
+		}
+		next := h.e.node[h.e.other(h.from)]
+		at[next] = max(at[next], t)
+		oneWay = max(oneWay, at[next])
+	}
+	loop := 2 * oneWay
+	// via is the way around the loop from a packet's release at pos to
+	// the nearest port.
+	via := func(pos time.Duration) time.Duration {
+		best := time.Duration(-1)
+		for _, j := range ports {
+			d := at[p.Ports[j].Node] - pos
+			if loop > 0 {
+				d = ((d % loop) + loop) % loop
+			}
+			if best < 0 || d < best {
+				best = max(d, 0)
+			}
+		}
+		return best
+	}
+	var holds []RelayHold
+	for _, o := range outs {
+		r := p.Relays[o.relay]
+		back := r.DevA
+		if o.dev == r.DevA {
+			back = r.DevB
+		}
+		// A reply reaches the relay on its way back at loop − sent and
+		// leaves it a delay later: loop − (sent − delay).
+		holds = append(holds,
+			RelayHold{Relay: o.relay, Dev: o.dev, Via: via(o.sent)},
+			RelayHold{Relay: o.relay, Dev: back, Via: via(loop - (o.sent - r.Delay))})
+	}
+	return holds
 }
 
 func tunnelNote(crosses bool) string {

@@ -4,6 +4,7 @@ package labfile
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -220,5 +221,41 @@ links:
 	want := []string{"a:s-s:a-2", "a:s-2-s:a-3", "s:eth0-averyveryverylongname:s", "s:a-a:eth9"}
 	if !slices.Equal(got, want) {
 		t.Errorf("devices %v, want %v", got, want)
+	}
+}
+
+// TestRelayHolds: a relay's held packets reach the port around the
+// flow's loop: its data at once (or past the links between), its replies
+// after the rest of their way back and the data's way out again.
+func TestRelayHolds(t *testing.T) {
+	// s ─1ms─ sw ─[port]─ m ─2ms─ r: one-way 3 ms, the loop 6 ms; the
+	// port at sw sees the data 1 ms out.
+	src := `nodes: [{name: s, kind: host}, {name: sw, kind: switch}, {name: m, kind: switch}, {name: r, kind: host}]
+links:
+  - {a: s, b: sw, delay: 1ms}
+  - {a: sw, b: m, rate: 100mbit}
+  - {a: m, b: r, delay: 2ms}
+ports: [{port: sw:m, tc: ["0:step:k=30kb"]}]
+flows: [{name: f, from: s, to: r, transport: tcp, size: 1mb}]
+timescale: 2
+`
+	f, err := Parse("x.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Plan()
+	got := map[string]string{}
+	for _, h := range p.Flows[0].RelayHolds {
+		got[p.Relays[h.Relay].Node+":"+h.Dev] = h.Via.String()
+	}
+	// In the file's time (the plan's is twice it: timescale 2):
+	want := map[string]string{
+		"_l0:sw": "0s",  // data, released into the port
+		"_l0:s":  "2ms", // a reply: at s at once, its data 1 ms out
+		"_l2:r":  "8ms", // data past the port, released at 3 ms: r, 3 ms back to s, 1 ms out
+		"_l2:m":  "4ms", // a reply released at 5 ms: 1 ms to s, 1 ms out
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("relay holds %v, want %v", got, want)
 	}
 }

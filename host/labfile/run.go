@@ -120,10 +120,10 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 			err = errors.Join(err, fmt.Errorf("labfile: teardown of %s: %w", l.RunID(), terr))
 		}
 	}()
+	r.newMeter() // before attach: the relays' delay links log held time
 	if err := r.attach(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
-	r.newMeter()
 	if err := r.resolveTCP(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
@@ -204,6 +204,7 @@ type runner struct {
 	// and before the ports close); meterErr says why nothing is metered.
 	meter     *hostlost.Meter
 	flowHeld  []*hostlost.Log
+	relayHeld map[[2]string]*hostlost.Log // by relay node and device
 	stopFeeds []func() error
 	meterErr  error
 }
@@ -269,7 +270,7 @@ func (r *runner) attach() error {
 				}
 			}
 			if rl.Delay > 0 {
-				d, err := n.AddDelay(dev, link.DelaySpec{Delay: rl.Delay})
+				d, err := n.AddDelay(dev, link.DelaySpec{Delay: rl.Delay, Held: r.relayHeld[[2]string{rl.Node, dev}]})
 				if err != nil {
 					return fmt.Errorf("delay on %s:%s: %w", rl.Node, dev, err)
 				}

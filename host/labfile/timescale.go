@@ -81,6 +81,9 @@ func (f *File) slow(p *Plan) error {
 		fp.Bottleneck = k.Rate(fp.Bottleneck)
 		fp.BaseRTT = k.Time(fp.BaseRTT)
 		fp.Start, fp.Every, fp.Pause = k.Time(fp.Start), k.Time(fp.Every), k.Time(fp.Pause)
+		for j := range fp.RelayHolds {
+			fp.RelayHolds[j].Via = k.Time(fp.RelayHolds[j].Via)
+		}
 		if fp.TCP != nil {
 			fp.TCP.Duration = k.Time(fp.TCP.Duration)
 			continue

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 )
 
 const (
@@ -63,6 +64,11 @@ type DelaySpec struct {
 	// dropped (DelayStats.QueueFull). Optional: 0 means DefaultDelayLimit.
 	// Packet buffers take at most (Limit+65) × (MTU+1) bytes.
 	Limit int
+	// Held, when set, gets the time the link held packets past their
+	// release time (the writer ran late: the host's time, not the
+	// link's delay), from a packet's release to its write, on
+	// CLOCK_MONOTONIC (host/hostlost). Optional.
+	Held *hostlost.Log
 }
 
 // FlowKey is the 5-tuple a delay link orders and delays packets by. Ports are
@@ -218,6 +224,7 @@ type Delay struct {
 	timer              *os.File
 	timerFD            int
 	epoch              time.Time
+	epochMono          time.Duration // hostlost.Now() at epoch
 	wg                 sync.WaitGroup
 
 	// closeMu orders Close against Stats' kernel reads.
@@ -419,7 +426,7 @@ func NewDelay(ns Netns, dev, tunName string, spec DelaySpec) (_ *Delay, err erro
 		return nil, fmt.Errorf("load delay programs: %w", err)
 	}
 
-	d.epoch = time.Now()
+	d.epoch, d.epochMono = time.Now(), hostlost.Now()
 	d.rng = rand.New(rand.NewPCG(uint64(spec.Seed), 0x9e3779b97f4a7c15))
 	if d.needFlows() {
 		d.flows = make(map[FlowKey]*flowState)
@@ -614,8 +621,13 @@ func (d *Delay) writeLoop() {
 			continue
 		}
 		d.mu.Unlock()
+		held := heldRun{log: d.spec.Held}
 		for _, h := range batch {
-			late := d.now() - h.release
+			now := d.now()
+			late := now - h.release
+			if late > 0 {
+				held.add(d.epochMono+time.Duration(h.release), d.epochMono+time.Duration(now))
+			}
 			if _, err := d.tun.Write(h.pkt.buf[:h.pkt.n]); err != nil {
 				if d.closing.Load() {
 					continue
@@ -627,6 +639,33 @@ func (d *Delay) writeLoop() {
 			d.c.bytes.Add(uint64(h.pkt.n))
 			d.recordLateness(late)
 		}
+		held.flush()
+	}
+}
+
+// heldRun merges a batch's late packets' held intervals (release to
+// write, in release order) into runs before they go to the log: one
+// Add per stretch the writer was behind, not one per packet.
+type heldRun struct {
+	log *hostlost.Log // nil: not measured
+	cur hostlost.Interval
+}
+
+func (r *heldRun) add(from, to time.Duration) {
+	if r.log == nil {
+		return
+	}
+	if from > r.cur.To {
+		r.flush()
+		r.cur.From = from
+	}
+	r.cur.To = max(r.cur.To, to)
+}
+
+func (r *heldRun) flush() {
+	if r.log != nil {
+		r.log.Add(r.cur.From, r.cur.To)
+		r.cur = hostlost.Interval{}
 	}
 }
 

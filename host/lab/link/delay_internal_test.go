@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
@@ -280,4 +281,23 @@ func TestDelayProgRun(t *testing.T) {
 	if s.Returned != 2 || s.ReturnDropped != 1 || s.RedirectErrors != 0 {
 		t.Errorf("return counters %+v, want returned 2, return_dropped 1", s)
 	}
+}
+
+// TestHeldRun: a batch's late packets give the log one interval per
+// stretch the writer was behind: overlapping holds merge, a gap splits.
+func TestHeldRun(t *testing.T) {
+	l := hostlost.NewLog()
+	r := heldRun{log: l}
+	r.add(10, 30) // released at 10, written at 30
+	r.add(12, 31)
+	r.add(31, 32) // touches the stretch
+	r.add(40, 45) // on time in between: a new stretch
+	r.flush()
+	r.flush() // nothing left
+	got := l.Drain(nil)
+	want := []hostlost.Interval{{From: 10, To: 32}, {From: 40, To: 45}}
+	if !slices.Equal(got, want) {
+		t.Errorf("held %v, want %v", got, want)
+	}
+	(&heldRun{}).add(1, 2) // no log: nothing measured, no panic
 }
