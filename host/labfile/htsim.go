@@ -25,8 +25,12 @@ type HtsimRun struct {
 // congestion control, and the one port in front of their receiver, at
 // the fabric's own rate (htsim has no timescale: its Scaled mapping, the
 // default here, is its own slowing of its reference network to the lab's
-// RTT), with the file's seed. A lab htsim cannot express gets an error of
-// one line saying why.
+// RTT), with the file's seed. htsim's round trip is the flows' base_rtt,
+// all of it on its wire: links with delay may carry part of it in the lab
+// too (the same for every flow, at most base_rtt), and should: a path
+// whose wire is much shorter than base_rtt holds less in flight and
+// hides NSCC's queueing delay (the examples' trimming incasts). A lab
+// htsim cannot express gets an error of one line saying why.
 func (f *File) HtsimScenario(variant string) (htsim.Scenario, error) {
 	p, err := f.variantPlan(variant)
 	if err != nil {
@@ -90,8 +94,12 @@ func (f *File) htsimScenario(p *Plan) (htsim.Scenario, error) {
 			why = fmt.Sprintf("flows %s and %s differ in mtu or base_rtt; htsim has one of each", first.Flow.Name, fl.Name)
 		case len(fp.Ports) != 1 || fp.Ports[0] != first.Ports[0]:
 			why = fmt.Sprintf("flow %s crosses %d ports; the mapping has one, in front of the receiver, that every flow shares", fl.Name, len(fp.Ports))
-		case fp.BaseRTT != 0:
-			why = fmt.Sprintf("flow %s's path has %v of link delay; htsim takes its round trip from base_rtt alone", fl.Name, fp.BaseRTT)
+		case fp.BaseRTT != first.BaseRTT:
+			why = fmt.Sprintf("flows %s and %s's paths have %v and %v of link delay; htsim's senders share one round trip",
+				first.Flow.Name, fl.Name, c.Timescale.Fabric(first.BaseRTT), c.Timescale.Fabric(fp.BaseRTT))
+		case c.Timescale.Fabric(fp.BaseRTT) > c.BaseRTT:
+			why = fmt.Sprintf("flow %s's path has %v of link delay, over its base_rtt %v: htsim's round trip is base_rtt, its wire included",
+				fl.Name, c.Timescale.Fabric(fp.BaseRTT), c.BaseRTT)
 		}
 		if why != "" {
 			return s, errNoHtsim("%s", why)

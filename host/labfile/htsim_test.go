@@ -78,6 +78,12 @@ flows:
 	if _, err := mustParse(t, src).HtsimScenario(""); err != nil {
 		t.Fatalf("the base maps: %v", err)
 	}
+	// A wire round trip every flow shares, within base_rtt, maps: htsim's
+	// round trip is base_rtt, its wire included.
+	delayed := strings.Replace(src, "{a: sw, b: r, rate: 500mbit, mtu: 9000}", "{a: sw, b: r, rate: 500mbit, mtu: 9000, delay: 400us}", 1)
+	if s, err := mustParse(t, delayed).HtsimScenario(""); err != nil || s.BaseRTT != time.Millisecond {
+		t.Errorf("400us of delay on the receiver's link: %+v, %v; want base RTT 1ms", s, err)
+	}
 	for _, c := range []struct{ old, new, want string }{
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, size: 2mb}", "flow f2 is rocev2; htsim runs UET"},
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, transport: uet}", "flow f2 is timed; htsim's flows are sized"},
@@ -86,7 +92,8 @@ flows:
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, transport: uet, size: 2mb, cc: rccc}", "flows f1 and f2 run nscc and rccc"},
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, transport: uet, size: 2mb, streams: 2}", "flow f2 has 2 streams"},
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, transport: uet, size: 2mb, line_rate: 1gbit}", "the senders' line rate"},
-		{"{a: s2, b: sw, mtu: 9000}", "{a: s2, b: sw, mtu: 9000, delay: 1ms}", "flow f2's path has 2ms of link delay"},
+		{"{a: s2, b: sw, mtu: 9000}", "{a: s2, b: sw, mtu: 9000, delay: 1ms}", "flows f1 and f2's paths have 0s and 2ms of link delay"},
+		{"{a: sw, b: r, rate: 500mbit, mtu: 9000}", "{a: sw, b: r, rate: 500mbit, mtu: 9000, delay: 600us}", "flow f1's path has 1.2ms of link delay, over its base_rtt 1ms"},
 		{"{a: s2, b: sw, mtu: 9000}", "{a: s2, b: sw, mtu: 9000, loss: 0.01}", "links[1] drops 0.01 of the packets"},
 		{"p=1,limit=4mb", "p=0.1,limit=4mb", "port sw:r's class 3 marks with WRED up to p 0.1 at max_th"},
 		{"3:wred:min=62500b,max=125000b,p=1,limit=4mb", "3:codel:target=1ms,interval=10ms", "port sw:r's class 3 marks with codel"},
