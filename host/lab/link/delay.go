@@ -64,10 +64,11 @@ type DelaySpec struct {
 	// dropped (DelayStats.QueueFull). Optional: 0 means DefaultDelayLimit.
 	// Packet buffers take at most (Limit+65) × (MTU+1) bytes.
 	Limit int
-	// Held, when set, gets the time the link held packets past their
-	// release time (the writer ran late: the host's time, not the
-	// link's delay), from a packet's release to its write, on
-	// CLOCK_MONOTONIC (host/hostlost). Optional.
+	// Held, when set, gets the time the link fell behind its release
+	// times (the writer ran late: the host's time, not the link's
+	// delay): for a packet whose lateness grew past the link's steady
+	// lateness (lagMeter), from its release plus that lateness to its
+	// write, on CLOCK_MONOTONIC (host/hostlost). Optional.
 	Held *hostlost.Log
 }
 
@@ -225,6 +226,7 @@ type Delay struct {
 	timerFD            int
 	epoch              time.Time
 	epochMono          time.Duration // hostlost.Now() at epoch
+	lag                lagMeter      // writer goroutine only
 	wg                 sync.WaitGroup
 
 	// closeMu orders Close against Stats' kernel reads.
@@ -625,8 +627,8 @@ func (d *Delay) writeLoop() {
 		for _, h := range batch {
 			now := d.now()
 			late := now - h.release
-			if late > 0 {
-				held.add(d.epochMono+time.Duration(h.release), d.epochMono+time.Duration(now))
+			if from, ok := d.lag.grow(late); ok {
+				held.add(d.epochMono+time.Duration(h.release+from), d.epochMono+time.Duration(now))
 			}
 			if _, err := d.tun.Write(h.pkt.buf[:h.pkt.n]); err != nil {
 				if d.closing.Load() {
@@ -641,6 +643,36 @@ func (d *Delay) writeLoop() {
 		}
 		held.flush()
 	}
+}
+
+// heldJitter is how much a delay link's release lateness moves without
+// the link falling behind: the timerfd wakes 25-50 µs late on a quiet
+// machine (TestDelayTimerLateness).
+const heldJitter = 100 * time.Microsecond
+
+// lagMeter tells a delay link falling behind from a steady lateness. A
+// lateness that stays put only shifts the link's packets: the port after
+// it idles as long, later. The link takes time from the fabric when its
+// lateness grows: by the growth, past heldJitter, from the lowest
+// lateness since it last grew (so a slow creep counts too, in steps).
+// Writer goroutine only.
+type lagMeter struct {
+	base int64 // ns: the lateness the link is known to carry
+}
+
+// grow takes a packet's lateness (ns) and says whether the link fell
+// behind with it, and from how late: the packet was held from its
+// release + from to its write.
+func (m *lagMeter) grow(late int64) (from int64, ok bool) {
+	late = max(late, 0)
+	switch {
+	case late > m.base+int64(heldJitter):
+		from, m.base = m.base, late
+		return from, true
+	case late < m.base:
+		m.base = late
+	}
+	return 0, false
 }
 
 // heldRun merges a batch's late packets' held intervals (release to

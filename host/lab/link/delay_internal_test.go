@@ -301,3 +301,31 @@ func TestHeldRun(t *testing.T) {
 	}
 	(&heldRun{}).add(1, 2) // no log: nothing measured, no panic
 }
+
+// TestLagMeter: a steady or jittering lateness is no hold; a growth past
+// heldJitter is, from the lateness before it; a slow creep counts once
+// it adds up; a catch-up lowers the base.
+func TestLagMeter(t *testing.T) {
+	us := func(n int64) int64 { return n * 1000 }
+	var m lagMeter
+	for _, c := range []struct {
+		late, from int64
+		ok         bool
+	}{
+		{us(30), 0, false},         // the timer's own lateness
+		{us(80), 0, false},         // jitter
+		{us(2000), 0, true},        // a 2 ms stall, from 0 late
+		{us(2050), 0, false},       // steady at 2 ms: a shift, no hold
+		{us(2000), 0, false},       // base 2 ms
+		{us(2060), 0, false},       // creeping...
+		{us(2120), us(2000), true}, // ...past 100 µs from the base
+		{us(50), 0, false},         // caught up
+		{us(1050), us(50), true},   // the next stall, from the new base
+		{-5, 0, false},             // early is on time
+	} {
+		from, ok := m.grow(c.late)
+		if ok != c.ok || from != c.from {
+			t.Errorf("grow(%d µs) = %d, %v; want %d, %v", c.late/1000, from, ok, c.from, c.ok)
+		}
+	}
+}
