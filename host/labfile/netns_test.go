@@ -302,6 +302,7 @@ func judgeExample(t *testing.T, name string, f *File, res *Result, rerun func() 
 	}
 }
 
+// checkExample holds each example to its numbers.
 func checkExample(t checker, name string, f *File, res *Result) {
 	t.Helper()
 	var total float64
