@@ -135,11 +135,13 @@ func TestRPOffload(t *testing.T) {
 
 	// Three CNPs the kernel took 40 µs ago, then one whose time the ring
 	// lost (more than Ring since).
+	// before is read first: the agent may sync the ring as soon as
+	// the CNPs are in it, before qa.CC asks.
+	before := a.clock.Now()
 	mono := monotonicNs()
 	for range 3 {
 		kc.add(mono - 40_000)
 	}
-	before := a.clock.Now()
 	cc1, _ := qa.CC()
 	if cc1.Stats.RateCuts != cc0.Stats.RateCuts+3 || cc1.Rc >= cc0.Rc {
 		t.Fatalf("after 3 kernel CNPs: %d cuts (was %d), Rc %v (was %v)", cc1.Stats.RateCuts, cc0.Stats.RateCuts, cc1.Rc, cc0.Rc)
