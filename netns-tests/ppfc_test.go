@@ -5,13 +5,11 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
-	"github.com/fabriclab/fabriclab/host/hostlost/runq"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -89,8 +87,9 @@ func TestPPFCWire(t *testing.T) {
 
 // ppfcWire is one run of TestPPFCWire. Part 2's resume is host-sensitive
 // (hc): it rides the receiver's next packet toward the source, one a
-// millisecond from a Go ticker, in the few ms between the queue's drain
-// to xon and the pause's end; a stalled ticker or a late HTB misses it.
+// millisecond or two from a Go ticker, in the few ms between the queue's
+// drain to xon and the pause's end; a late source or a stolen CPU
+// misses it.
 func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) {
 	const rate = 100 * units.Mbit
 	const limit, xoff, xon = 512 * units.KiB, 300 * units.KiB, 200 * units.KiB
@@ -149,13 +148,7 @@ func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) 
 		<-catch.any
 	}
 	before := len(catch.all())
-	k0, w0, m0 := readKernel(t), time.Now(), hostlost.Now()
-	waits := hostlost.NewLog()
-	rq, err := runq.Start(runq.Config{PIDs: []int{os.Getpid()}, Softirq: true, Sink: waits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	meter := meterPort(t, port, qdisc.ClassRoCE)
+	k0, w0 := readKernel(t), time.Now()
 	sctx, scancel := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -177,39 +170,26 @@ func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) 
 	t.Logf("2. obeying: stops sent %d, holds sent %d, resumes sent %d; received %d stops, %d holds, %d resumes",
 		c2.PPFCStopsSent-c.PPFCStopsSent, c2.PPFCHoldsSent-c.PPFCHoldsSent, c2.PPFCResumesSent-c.PPFCResumesSent, stops2, holds2, resumes2)
 	host = kernelShare(t, k0, time.Since(w0))
-	if err := rq.Close(); err != nil {
-		t.Error(err)
-	}
-	waited := waits.Drain(nil)
-	heldBack := meter.report(t).Ports[0].HeldBack
 	if stops2 != 1 || holds2 != 0 {
 		t.Fatalf("an obeying source received %d stops, %d holds and %d resumes, want 1, 0 and 1", stops2, holds2, resumes2)
 	}
 	// The resume's window: the stop's pause less the drain from xoff
-	// to xon. The host spends it three ways: the source sending on
-	// after the stop arrived (its goroutines late: the queue drains
-	// that much longer), a thread of this process or ksoftirqd waiting
-	// for a CPU during the pause (the ticker's packets late), and HTB
-	// holding the link back. Half of the window spent so leaves too
-	// little for what is not measured (Go's scheduler, a skipped tick).
+	// to xon. The host spends it where the source sends on after the
+	// stop arrived (its goroutines late: the queue drains that much
+	// longer) and where the hypervisor steals (kernelShare). Nothing
+	// here reads the port's maps or traces the scheduler meanwhile:
+	// either makes the kernel skip the port's xmit hook, whose
+	// departures then count late and hold the backlog above xon
+	// (measured: the resume missed in 1 of 16 runs bare, about 1 in 5
+	// with the runqueue tracer and the port's meter running).
 	stop := got[before]
 	var sf roce.PPFC
 	_ = roce.ParsePPFC(stop.payload, &sf)
 	window := sf.Pause - time.Duration(float64(xoff-xon)*8/float64(rate)*float64(time.Second))
-	stopMono := m0 + stop.at.Sub(w0)
-	// The longest single wait that touched the pause: a union over
-	// every thread would count threads the resume does not need.
-	var waitedInPause time.Duration
-	for _, w := range waited {
-		if w.To > stopMono && w.From < stopMono+sf.Pause {
-			waitedInPause = max(waitedInPause, w.Len())
-		}
-	}
 	overrun := max(quiet.Sub(stop.at), 0)
-	spent := overrun + waitedInPause + heldBack
-	t.Logf("host: the source sent on %v after the stop; the longest runqueue wait of this process's threads and ksoftirqd in the pause %v; HTB held back %v: %v of the resume's window of about %v",
-		overrun.Round(10*time.Microsecond), waitedInPause.Round(10*time.Microsecond), heldBack.Round(10*time.Microsecond), spent.Round(10*time.Microsecond), window.Round(100*time.Microsecond))
-	if spent >= window/2 {
+	t.Logf("host: the source sent on %v after the stop, of the resume's window of about %v",
+		overrun.Round(10*time.Microsecond), window.Round(100*time.Microsecond))
+	if overrun >= window/2 {
 		host.HostStarved = true
 	}
 	if resumes2 != 1 {
