@@ -217,13 +217,16 @@ func (qp *QP) buildDataLocked(b []byte, idx uint64) int {
 	}
 	hl := h.Len()
 	payload := b[hl : hl+plen]
+	n := 0
 	if s.Verify {
 		pattern.Fill(payload, qp.qpn, msg, off)
+		n = roce.Build(b, &h, payload) // payload aliases b: Build's copy is in place
+		roce.SealICRC(qp.mu.local, qp.mu.peer.Addr, b[:n])
 	} else {
 		clear(payload)
+		n = roce.Build(b, &h, payload)
+		roce.SealICRCZeroTail(qp.mu.local, qp.mu.peer.Addr, b[:n], plen+int(roce.PadFor(plen))) // zeros and zero pad
 	}
-	n := roce.Build(b, &h, payload) // payload aliases b: Build's copy is in place
-	roce.SealICRC(qp.mu.local, qp.mu.peer.Addr, b[:n])
 	return n
 }
 

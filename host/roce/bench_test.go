@@ -71,3 +71,14 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkSealICRCZeroTail1024(b *testing.B) {
+	src := netip.MustParseAddrPort("10.0.17.1:49320")
+	dst := netip.MustParseAddrPort("10.0.18.1:4791")
+	pkt := benchPacket(b, 1024)
+	b.SetBytes(int64(len(pkt)))
+	b.ReportAllocs()
+	for b.Loop() {
+		SealICRCZeroTail(src, dst, pkt, 1024)
+	}
+}

@@ -218,3 +218,26 @@ func FuzzPPFC(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSealICRCZeroTail: for any UDP payload whose last zeros bytes before
+// the ICRC are zero, SealICRCZeroTail writes SealICRC's ICRC.
+func FuzzSealICRCZeroTail(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s, uint16(len(s)/2), true)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, zeros uint16, v4 bool) {
+		src, dst := netip.MustParseAddrPort("198.18.0.1:49152"), netip.MustParseAddrPort("198.18.0.2:4791")
+		if !v4 {
+			src, dst = netip.MustParseAddrPort("[2001:db8::1]:49152"), netip.MustParseAddrPort("[2001:db8::2]:4791")
+		}
+		want := bytes.Clone(in)
+		z := min(int(zeros), max(0, len(want)-ICRCLen-BTHLen))
+		clear(want[max(0, len(want)-ICRCLen-z):max(0, len(want)-ICRCLen)])
+		got := bytes.Clone(want)
+		SealICRC(src, dst, want)
+		SealICRCZeroTail(src, dst, got, int(zeros))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%d zeros before the ICRC of %d bytes: %x, SealICRC's %x", zeros, len(in), got, want)
+		}
+	})
+}

@@ -109,13 +109,17 @@ func putMaskedUDP(b []byte, srcPort, dstPort uint16, udpLen int) {
 // icrcTransport continues crc over sc[:n] (masked headers already filled
 // in) followed by covered, the BTH onward, with BTH byte 4 masked. The BTH
 // is copied next to the headers so that short packets take one CRC call.
-func icrcTransport(crc uint32, sc *icrcScratch, n int, covered []byte) uint32 {
+// The last zeros bytes of covered (after the BTH) are taken to be zero and
+// not read (icrcZeros).
+func icrcTransport(crc uint32, sc *icrcScratch, n int, covered []byte, zeros int) uint32 {
 	m := copy(sc[n:n+BTHLen], covered)
 	if m > bthOffECN {
 		sc[n+bthOffECN] = icrcMasked
 	}
+	zeros = max(0, min(zeros, len(covered)-m))
 	crc = icrcUpdate(crc, sc[:n+m])
-	return icrcUpdate(crc, covered[m:])
+	crc = icrcUpdate(crc, covered[m:len(covered)-zeros])
+	return icrcZeros(crc, zeros)
 }
 
 // ICRCv4 returns the ICRC (zlib value) of udpPayload sent from src to dst
@@ -125,6 +129,10 @@ func icrcTransport(crc uint32, sc *icrcScratch, n int, covered []byte) uint32 {
 // DF set (kernel.md); ICRCIDDelta turns it into another ID's. It returns 0
 // if either address is not IPv4 (or IPv4-mapped IPv6).
 func ICRCv4(src, dst netip.AddrPort, udpPayload []byte) uint32 {
+	return icrcV4(src, dst, udpPayload, 0)
+}
+
+func icrcV4(src, dst netip.AddrPort, udpPayload []byte, zeros int) uint32 {
 	sa, da := src.Addr().Unmap(), dst.Addr().Unmap()
 	if !sa.Is4() || !da.Is4() {
 		return 0
@@ -144,7 +152,7 @@ func ICRCv4(src, dst netip.AddrPort, udpPayload []byte) uint32 {
 	copy(b[ipv4OffSrc:], s4[:])
 	copy(b[ipv4OffDst:], d4[:])
 	putMaskedUDP(b[ipv4HdrLen:], src.Port(), dst.Port(), udpLen)
-	crc := icrcTransport(icrcSeed, sc, len(b), icrcCovered(udpPayload))
+	crc := icrcTransport(icrcSeed, sc, len(b), icrcCovered(udpPayload), zeros)
 	icrcScratchPool.Put(sc)
 	return crc
 }
@@ -153,6 +161,10 @@ func ICRCv4(src, dst netip.AddrPort, udpPayload []byte) uint32 {
 // over IPv6 without extension headers. udpPayload includes its last 4 ICRC
 // bytes, which are not covered.
 func ICRCv6(src, dst netip.AddrPort, udpPayload []byte) uint32 {
+	return icrcV6(src, dst, udpPayload, 0)
+}
+
+func icrcV6(src, dst netip.AddrPort, udpPayload []byte, zeros int) uint32 {
 	udpLen := udpHdrLen + len(udpPayload)
 	sc := icrcScratchPool.Get().(*icrcScratch)
 	b := sc[:ipv6HdrLen+udpHdrLen]
@@ -165,7 +177,7 @@ func ICRCv6(src, dst netip.AddrPort, udpPayload []byte) uint32 {
 	copy(b[ipv6OffSrc:], s16[:])
 	copy(b[ipv6OffDst:], d16[:])
 	putMaskedUDP(b[ipv6HdrLen:], src.Port(), dst.Port(), udpLen)
-	crc := icrcTransport(icrcSeed, sc, len(b), icrcCovered(udpPayload))
+	crc := icrcTransport(icrcSeed, sc, len(b), icrcCovered(udpPayload), zeros)
 	icrcScratchPool.Put(sc)
 	return crc
 }
@@ -173,10 +185,14 @@ func ICRCv6(src, dst netip.AddrPort, udpPayload []byte) uint32 {
 // ICRC returns ICRCv4 if src is an IPv4 (or IPv4-mapped) address, else
 // ICRCv6.
 func ICRC(src, dst netip.AddrPort, udpPayload []byte) uint32 {
+	return icrcOf(src, dst, udpPayload, 0)
+}
+
+func icrcOf(src, dst netip.AddrPort, udpPayload []byte, zeros int) uint32 {
 	if src.Addr().Unmap().Is4() {
-		return ICRCv4(src, dst, udpPayload)
+		return icrcV4(src, dst, udpPayload, zeros)
 	}
-	return ICRCv6(src, dst, udpPayload)
+	return icrcV6(src, dst, udpPayload, zeros)
 }
 
 // SealICRC writes the ICRC of udpPayload little-endian into its last 4
@@ -186,6 +202,16 @@ func SealICRC(src, dst netip.AddrPort, udpPayload []byte) {
 		return
 	}
 	le.PutUint32(udpPayload[len(udpPayload)-ICRCLen:], ICRC(src, dst, udpPayload))
+}
+
+// SealICRCZeroTail is SealICRC for a packet whose zeros bytes before the
+// ICRC are zero, as the caller wrote them (a payload of zeros): the result
+// is the same, without reading them. Bytes of the BTH are always read.
+func SealICRCZeroTail(src, dst netip.AddrPort, udpPayload []byte, zeros int) {
+	if len(udpPayload) < ICRCLen {
+		return
+	}
+	le.PutUint32(udpPayload[len(udpPayload)-ICRCLen:], icrcOf(src, dst, udpPayload, zeros))
 }
 
 // VerifyICRC reports whether the last 4 bytes of udpPayload hold its ICRC.
@@ -275,7 +301,7 @@ func ICRCFromIP(pkt []byte) (uint32, error) {
 	u := sc[n : n+udpHdrLen]
 	copy(u, pkt[ipHdr:])
 	u[udpOffCsum], u[udpOffCsum+1] = icrcMasked, icrcMasked
-	crc = icrcTransport(crc, sc, n+udpHdrLen, pkt[ipHdr+udpHdrLen:])
+	crc = icrcTransport(crc, sc, n+udpHdrLen, pkt[ipHdr+udpHdrLen:], 0)
 	icrcScratchPool.Put(sc)
 	return crc, nil
 }

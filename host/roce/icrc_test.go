@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -242,5 +243,46 @@ func TestICRCFromIPErrors(t *testing.T) {
 	}
 	if want := crc32.ChecksumIEEE(m); got != want {
 		t.Fatalf("with options %#08x, want %#08x", got, want)
+	}
+}
+
+// TestSealICRCZeroTail: a payload of zeros sealed without reading it gets
+// the ICRC SealICRC computes over it, for every length the cache holds and
+// beyond it, over IPv4 and IPv6, with and without a RETH.
+func TestSealICRCZeroTail(t *testing.T) {
+	pairs := [][2]netip.AddrPort{
+		{netip.MustParseAddrPort("198.18.0.1:49320"), netip.MustParseAddrPort("198.18.0.2:4791")},
+		{netip.MustParseAddrPort("[2001:db8::1]:49152"), netip.MustParseAddrPort("[2001:db8::2]:4791")},
+	}
+	lengths := []int{0, 1, 15, 16, 63, 64, 65, 255, 1024, 4096, 4097, 9000}
+	for i := range maxZeroLengths + 8 { // past the cache's bound
+		lengths = append(lengths, 100+i)
+	}
+	for _, op := range []Opcode{OpRCWriteFirst, OpRCWriteMiddle, OpRCSendOnly} {
+		for _, pr := range pairs {
+			for _, n := range lengths {
+				h := Header{BTH: BTH{Opcode: op, PKey: DefaultPKey, DestQP: 0x118, PSN: uint32(n)}}
+				if op.HasRETH() {
+					h.RETH = RETH{VA: 0x1000, RKey: 7, DMALen: uint32(n)}
+				}
+				want := make([]byte, PacketLen(op, n))
+				Build(want, &h, make([]byte, n))
+				got := slices.Clone(want)
+				SealICRC(pr[0], pr[1], want)
+				SealICRCZeroTail(pr[0], pr[1], got, n)
+				if !slices.Equal(got, want) {
+					t.Fatalf("%v %v, %d zero bytes: ICRC %x, SealICRC's %x", op, pr[0].Addr(), n,
+						got[len(got)-ICRCLen:], want[len(want)-ICRCLen:])
+				}
+				// A zero count past the payload cannot reach the BTH.
+				if op.HasRETH() {
+					continue
+				}
+				SealICRCZeroTail(pr[0], pr[1], got, len(got))
+				if !slices.Equal(got, want) {
+					t.Fatalf("%v, %d zeros claimed over %d bytes: ICRC changed", op, len(got), n)
+				}
+			}
+		}
 	}
 }
