@@ -28,7 +28,7 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// The demo's choices for a RoCE run; see the README and the intro it
+// The demo's choices for a RoCE run; see docs/roce.md and the intro it
 // prints.
 const (
 	defaultProfile = "paper"

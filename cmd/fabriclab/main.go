@@ -67,7 +67,7 @@ const usage = `usage:
   fabriclab help
       this text
 
-Examples: host/labfile/examples/*.yaml. The schema: README, "A lab in one file".
+Examples: host/labfile/examples/*.yaml. The schema: docs/labfiles.md.
 Exit status: 0 when every flow delivered, 1 when one failed or the lab could
 not be built, 2 on bad usage or a bad file, 130 on Ctrl-C.
 `

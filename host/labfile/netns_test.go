@@ -529,7 +529,7 @@ func checkExample(t checker, name string, f *File, res *Result) {
 	case "uet-incast-deep.yaml", "uet-incast-trim.yaml", "uet-incast-trim-16.yaml":
 		// Every byte delivered (above), into one incast whose tail, net
 		// of the host-lost time, stays within 1.5 × the ideal (a bound
-		// for a loaded machine: the measured ranges are in the README);
+		// for a loaded machine: the measured ranges are in docs/labfiles.md);
 		// the deep queue drops nothing, the 1-BDP one trims under NSCC.
 		if len(res.Incasts) != 1 {
 			t.Fatalf("incasts %+v: want one", res.Incasts)

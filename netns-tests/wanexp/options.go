@@ -89,7 +89,7 @@ func defaultOptions() options {
 		rate:     100 * units.Mbit,
 		delay:    5 * time.Millisecond,
 		duration: 4 * time.Second,
-		// The WAN's BDP at 100 Mbit/s and 10 ms is 125 KB (see README);
+		// The WAN's BDP at 100 Mbit/s and 10 ms is 125 KB (see docs/experiments.md);
 		// t1, t2-max and p1, p2 follow portctl tune's two-threshold rule
 		// (t1 = t2/2, t2-max = 2 t2, p1 = 1, p2 = 0.2).
 		t1:          45 * units.KiB,
