@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -54,6 +55,9 @@ func ParseBitrate(s string) (units.Rate, error) {
 	default:
 		r, err := units.ParseRate(s)
 		if err != nil {
+			if amb := (*units.AmbiguousRateError)(nil); errors.As(err, &amb) {
+				return 0, err // it names its own fix
+			}
 			return 0, fmt.Errorf("want bits/s with an optional k, m, g suffix (1000-based) or a tc rate like 10gbit")
 		}
 		return r, nil

@@ -69,6 +69,10 @@ func TestParse(t *testing.T) {
 			t.Errorf("ParseBitrate(%q) succeeded", s)
 		}
 	}
+	// iperf3 users write 10Gbps for bits, tc reads bytes: refused, with both.
+	if _, err := ParseBitrate("10Gbps"); err == nil || !strings.Contains(err.Error(), "write 10gbit for bits per second, or 80gbit for tc's meaning") {
+		t.Errorf("ParseBitrate(10Gbps) = %v; want the ambiguity named", err)
+	}
 	for _, tc := range []struct {
 		s    string
 		want time.Duration

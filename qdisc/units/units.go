@@ -44,8 +44,7 @@ const (
 
 const (
 	rateHint  = "want a number with a unit like 100mbit, 1gbit, 10gbit"
-	rateUnits = "bit, kbit, mbit, gbit, tbit, kibit..tibit; " +
-		"bps, kbps..tbps, kibps..tibps are bytes/s; a bare number is bit"
+	rateUnits = "bit, kbit, mbit, gbit, tbit, kibit..tibit; a bare number is bit"
 	sizeHint  = "want a number with a unit like 1500b, 64kb, 1.5mb"
 	sizeUnits = "b, kb or k, mb or m, gb or g (1024-based), kbit, mbit, gbit; a bare number is bytes"
 	timeHint  = "want a number with a unit like 100us, 5ms, 1s"
@@ -64,6 +63,14 @@ var rateScale = map[string]uint64{
 	"mibit": 1 << 20,
 	"gibit": 1 << 30,
 	"tibit": 1 << 40,
+}
+
+// ambiguousRateScale holds the units refused as ambiguous, with tc's meaning:
+// tc reads bps, kbps, … as bytes per second, while people in this field
+// write 10Gbps for 10 gigabits. A silent choice either way would be off by
+// 8 for someone, so both are spelled out instead (one rule: every rate of
+// the lab, flags and files, goes through ParseRate).
+var ambiguousRateScale = map[string]uint64{
 	"bps":   8,
 	"kbps":  8e3,
 	"mbps":  8e6,
@@ -105,9 +112,38 @@ var timeScale = map[string]uint64{
 	"nsecs": 1,
 }
 
-// ParseRate parses a tc rate such as "100mbit", "10gbit", "1.5mbit" or
-// "125kbps" (bytes/s). A bare number is bits per second.
+// AmbiguousRateError is ParseRate's refusal of a byte-rate unit (bps, kbps,
+// …): tc's bytes per second, or the field's bits per second.
+type AmbiguousRateError struct {
+	Input string // as given
+	Unit  string // as given, "Gbps"
+	Bits  string // the bits reading, "10gbit"
+	TC    string // tc's reading, "80gbit"
+}
+
+func (e *AmbiguousRateError) Error() string {
+	return fmt.Sprintf("invalid rate %q: unit %q is ambiguous: tc reads it as bytes per second (%s), "+
+		"people write Gbps for bits; write %s for bits per second, or %s for tc's meaning; %s",
+		e.Input, e.Unit, e.TC, e.Bits, e.TC, rateHint)
+}
+
+// ParseRate parses a tc rate such as "100mbit", "10gbit" or "1.5mbit". A
+// bare number is bits per second. tc's byte rates (bps, kbps, …: "125kbps"
+// is 1 Mbit/s to tc) are refused as ambiguous, with both readings named.
 func ParseRate(s string) (Rate, error) {
+	trimmed := strings.TrimSpace(s)
+	if num, rest, err := scanNumber(trimmed); err == nil && !num.neg {
+		unit := asciiLower(rest)
+		if scale, ok := ambiguousRateScale[unit]; ok {
+			numText := strings.TrimPrefix(trimmed[:len(trimmed)-len(rest)], "+")
+			bits := unit[:len(unit)-len("ps")] + "it" // gbps -> gbit
+			tcMeaning := "beyond the largest rate"
+			if v, err := parseQuantity("rate", numText, nil, scale, math.MaxUint64, "", "", ""); err == nil {
+				tcMeaning = Rate(v).String()
+			}
+			return 0, &AmbiguousRateError{Input: s, Unit: rest, Bits: numText + bits, TC: tcMeaning}
+		}
+	}
 	v, err := parseQuantity("rate", s, rateScale, 1, math.MaxUint64, Rate(math.MaxUint64).String(), rateHint, rateUnits)
 	return Rate(v), err
 }
