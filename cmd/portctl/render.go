@@ -252,8 +252,8 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 		c.BacklogBytes, c.BacklogPackets, c.MaxBacklogBytes, c.MaxBacklogPackets)
 	if c.SojournSamples > 0 {
 		fmt.Fprintf(w, " sojourn mean %s p50 %s p99 %s (%d samples)\n",
-			units.FormatDuration(c.MeanSojourn()), units.FormatDuration(c.Sojourn.Quantile(0.5)),
-			units.FormatDuration(c.Sojourn.Quantile(0.99)), c.SojournSamples)
+			units.FormatDuration(c.MeanSojourn()), units.FormatBound(c.Sojourn.Quantile(0.5)),
+			units.FormatBound(c.Sojourn.Quantile(0.99)), c.SojournSamples)
 	}
 	fmt.Fprintf(w, " arrived %d bytes %d pkt: not-ect %d, ect0 %d, ect1 %d, ce %d\n",
 		c.EnqueuedBytes, c.EnqueuedPackets, c.ArrivedNotECT, c.ArrivedECT0, c.ArrivedECT1, c.ArrivedCE)
@@ -266,8 +266,8 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 			h.EnteredPackets, h.DeliveredPackets, h.DroppedPackets, h.BacklogBytes, h.BacklogPackets, h.MaxBacklogBytes, h.MaxBacklogPackets)
 		if h.DeliveredPackets > 0 {
 			fmt.Fprintf(w, " host wait mean %s p50 %s p99 %s max %s\n",
-				units.FormatDuration(h.MeanWait()), units.FormatDuration(h.Wait.Quantile(0.5)),
-				units.FormatDuration(h.Wait.Quantile(0.99)), units.FormatDuration(h.WaitMax))
+				units.FormatDuration(h.MeanWait()), units.FormatBound(h.Wait.Quantile(0.5)),
+				units.FormatBound(h.Wait.Quantile(0.99)), units.FormatDuration(h.WaitMax))
 		}
 	}
 }

@@ -226,6 +226,25 @@ func ParseDuration(s string) (time.Duration, error) {
 	return time.Duration(v), err
 }
 
+// FormatBound prints d as an upper bound to 3 significant digits, "<16.8ms":
+// for a quantile of a log2 histogram, whose bucket edge (16.777216ms) has
+// no more precision than its bucket.
+func FormatBound(d time.Duration) string {
+	// Round first, then pick the unit: 999.9us is <1ms, not <1e+03us.
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(d), 'g', 3, 64), 64)
+	unit := "ns"
+	for _, u := range [...]struct {
+		n    float64
+		name string
+	}{{1e9, "s"}, {1e6, "ms"}, {1e3, "us"}} {
+		if v >= u.n {
+			v, unit = v/u.n, u.name
+			break
+		}
+	}
+	return "<" + strconv.FormatFloat(v, 'f', -1, 64) + unit
+}
+
 // FormatDuration formats d in tc style with the largest unit of s, ms, us,
 // ns not exceeding d, exactly: "2s", "5ms", "1.5ms", "100us", "250ns".
 // Zero is "0us".
