@@ -182,7 +182,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	sess, err := ag.DialConn(dctx, tc, c.QPs, qc, req)
 	cancel()
 	if err != nil {
-		return nil, dialErr(server, err)
+		return nil, dialErr(ctx, server, err)
 	}
 	defer sess.Close()
 
@@ -616,13 +616,13 @@ func reachErr(server netip.AddrPort, err error) error {
 }
 
 // dialErr maps Agent.Dial's errors to the tool's one-liners.
-func dialErr(server netip.AddrPort, err error) error {
+func dialErr(ctx context.Context, server netip.AddrPort, err error) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return reachErr(server, err)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("roceperf: server %s: no answer on the side channel within %v", server, DialTimeout)
+	if e := sideChannelErr(ctx, server, err); e != nil {
+		return e
 	}
 	return fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
 }

@@ -2,7 +2,14 @@ package perf
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -461,5 +468,34 @@ func TestServerAgentLine(t *testing.T) {
 	_ = r.WriteJSON(&b)
 	if bytes.Contains(b.Bytes(), []byte("server_agent")) {
 		t.Errorf("a client's report with server_agent")
+	}
+}
+
+// TestSideChannelErr: a side channel that never answers, closes or answers
+// something else says what the peer likely is not.
+func TestSideChannelErr(t *testing.T) {
+	server := netip.MustParseAddrPort("198.18.0.2:18515")
+	var syn error
+	if err := json.Unmarshal([]byte("SSH-2.0-OpenSSH_9.2\r"), new(struct{})); err != nil {
+		syn = fmt.Errorf("agent: side channel to %s: bad side-channel message: %w", server, err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want string
+	}{
+		{context.Background(), &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, "no answer on the side channel within 10s: not a roceperf server"},
+		{context.Background(), fmt.Errorf("agent: side channel to %s: %w", server, io.EOF), "closed the side channel without an answer: not a roceperf server"},
+		{context.Background(), syn, "answered something else than roceperf's side channel: not a roceperf server"},
+		{cancelled, io.EOF, "interrupted"},
+	} {
+		if err := sideChannelErr(tc.ctx, server, tc.err); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("sideChannelErr(%v) = %v; want %q", tc.err, err, tc.want)
+		}
+	}
+	if err := sideChannelErr(context.Background(), server, errors.New("refused the session: version 3")); err != nil {
+		t.Errorf("a session refusal is not a side-channel failure: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package perf
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -377,16 +378,32 @@ func uetJobIDs(n int) []uint32 {
 
 // sideErr is the one-line error of a failed side-channel exchange.
 func sideErr(ctx context.Context, server netip.AddrPort, err error) error {
+	if e := sideChannelErr(ctx, server, err); e != nil {
+		return e
+	}
+	return fmt.Errorf("roceperf: server %s: side channel: %v", server, err)
+}
+
+// notServerHint is what a side channel that never answers, closes, or
+// answers something else most often means.
+const notServerHint = "not a roceperf server (roceperf -s, with --transport uet for UET)?"
+
+// sideChannelErr names what went wrong on a side channel the dial reached,
+// with its likely cause; nil if err is none of these.
+func sideChannelErr(ctx context.Context, server netip.AddrPort, err error) error {
 	var ne net.Error
+	var syn *json.SyntaxError
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("roceperf: server %s: interrupted", server)
-	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
-		return fmt.Errorf("roceperf: server %s closed the side channel without an answer", server)
-	case errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("roceperf: server %s: no answer on the side channel within %v", server, DialTimeout)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		return fmt.Errorf("roceperf: server %s closed the side channel without an answer: %s", server, notServerHint)
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("roceperf: server %s: no answer on the side channel within %v: %s", server, DialTimeout, notServerHint)
+	case errors.As(err, &syn):
+		return fmt.Errorf("roceperf: server %s answered something else than roceperf's side channel: %s", server, notServerHint)
 	}
-	return fmt.Errorf("roceperf: server %s: side channel: %v", server, err)
+	return nil
 }
 
 // uetListenErr maps ListenEntropy's errors to the tool's one-liners.
