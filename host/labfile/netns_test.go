@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -372,6 +373,7 @@ func checkExample(t checker, name string, f *File, res *Result) {
 		if p := port("sw1:r1"); p.CEMarked == 0 {
 			t.Errorf("sw1:r1 marked nothing")
 		}
+		checkLiveView(t, res)
 	case "demo.yaml":
 		// The demo's three senders through 500 Mbit/s: each gets a share
 		// and reacts to CNPs; the WRED port marks and, with DCQCN, holds
@@ -683,4 +685,46 @@ func runIncastDeep(t *testing.T, f *File) (IncastResult, bool) {
 	t.Logf("incast: tail %.3f × ideal %.3f s, mean %.3f; net of %.1f ms host-lost %.3f, %.3f; queue p50 %.2f p99 %.2f BDP (%d samples); %d retransmits, %d timeouts",
 		ic.TailRatio, ic.IdealS, ic.MeanRatio, 1e3*ic.StarvedS, ic.TailRatioNet, ic.MeanRatioNet, ic.QueueP50BDPs, ic.QueueP99BDPs, ic.QueueSamples, retx, timeouts)
 	return ic, h.HostStarved
+}
+
+// checkLiveView: each live sample's flows add up to what the port sent in
+// the same window (their acknowledged bytes lag it by a round trip). It ran
+// an interval behind: f1 0.0 Mbit/s at t=0.5 s beside a port already
+// sending 186. Samples where a flow changed state are skipped (it ran part
+// of the window); so are ones with the port under 50 Mbit/s.
+func checkLiveView(t checker, res *Result) {
+	t.Helper()
+	const mbit = 1e6
+	checked := 0
+	var prev *Sample
+	for i := range res.Samples {
+		s := &res.Samples[i]
+		steady := len(s.Ports) == 1
+		for j, f := range s.Flows {
+			was := stateWaiting
+			if prev != nil && j < len(prev.Flows) {
+				was = prev.Flows[j].State
+			}
+			if f.State != was && !(prev == nil && f.State == stateRunning) {
+				steady = false
+			}
+		}
+		prev = s
+		if !steady || s.Ports[0].DequeuedBps < 50*mbit {
+			continue
+		}
+		var sum float64
+		for _, f := range s.Flows {
+			sum += f.GoodputBps
+		}
+		checked++
+		out := s.Ports[0].DequeuedBps
+		t.Logf("live view t=%.1fs: flows %.1f Mbit/s, port %.1f out", s.T, sum/mbit, out/mbit)
+		if math.Abs(sum-out) > 0.2*out {
+			t.Errorf("live view at t=%.1fs: the flows' goodput %.1f Mbit/s, the port's %.1f out: want within 20 %%", s.T, sum/mbit, out/mbit)
+		}
+	}
+	if checked == 0 {
+		t.Errorf("live view: no sample with the port sending and no flow starting or ending")
+	}
 }

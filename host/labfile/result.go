@@ -330,7 +330,8 @@ type Sample struct {
 	Ports []PortSample `json:"ports"`
 }
 
-// FlowSample is a flow over its last interval.
+// FlowSample is a flow over the sample's interval: its goodput over the
+// same window as the ports' rates; Rc and cwnd as of its last report.
 type FlowSample struct {
 	Name  string `json:"name"`
 	State string `json:"state"`

@@ -531,10 +531,15 @@ type flowRun struct {
 	// tcpSent counts a tcp flow's bytes written, for the live view.
 	tcpSent atomic.Uint64
 
-	mu        sync.Mutex
-	state     string // waiting, running, done, failed
-	last      perf.Interval
-	lastSent  uint64 // tcpSent at the last sample
+	mu       sync.Mutex
+	state    string // waiting, running, done, failed
+	last     perf.Interval
+	lastSent uint64 // tcpSent at the last sample
+	// acked reads the running instance's acknowledged bytes (perf's
+	// OnData; nil outside its RunClient), lastAcked its value at the last
+	// sample: the live view's goodput over the same window as the ports'.
+	acked     func() uint64
+	lastAcked uint64
 	instances []instanceRun
 }
 
@@ -867,6 +872,8 @@ func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in 
 	}
 	cfg.Logger = r.log.With("flow", fl.Name)
 	cfg.OnInterval = func(iv perf.Interval) { fr.set(func(fr *flowRun) { fr.last = iv }) }
+	cfg.OnData = func(acked func() uint64) { fr.set(func(fr *flowRun) { fr.acked, fr.lastAcked = acked, 0 }) }
+	defer fr.set(func(fr *flowRun) { fr.acked = nil })
 	if r.flowHeld != nil {
 		cfg.Held = r.flowHeld[fr.index]
 	}
@@ -916,9 +923,16 @@ func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan
 				}
 				fr.lastSent = sent
 			case fr.state == stateRunning:
+				// Rc and cwnd as of the flow's last interval report; the
+				// goodput since the last sample, as the ports' rates.
 				sum := &fr.last.Sum
-				fs.GoodputBps, fs.RcBps, fs.CwndBytes = sum.BitsPerSecond, sum.RcBps, sum.CwndBytes
+				fs.RcBps, fs.CwndBytes = sum.RcBps, sum.CwndBytes
 				fs.CNPs, fs.Retransmits = sum.CNPHandled, sum.Retransmits
+				if fr.acked != nil {
+					acked := fr.acked()
+					fs.GoodputBps = float64(acked-min(fr.lastAcked, acked)) * 8 / r.p.Interval.Seconds()
+					fr.lastAcked = acked
+				}
 			}
 			fr.mu.Unlock()
 			s.Flows = append(s.Flows, fs)

@@ -268,6 +268,15 @@ func (c *ClientConfig) run(ctx context.Context, r *Report, sess *agent.Session, 
 			return st, fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
 		}
 	}
+	if c.OnData != nil {
+		c.OnData(func() uint64 {
+			var b uint64
+			for _, qp := range qps {
+				b += qp.Counters().AckedBytes
+			}
+			return b
+		})
+	}
 	var show func(*Interval)
 	if text {
 		show = func(iv *Interval) { writeIntervalText(c.Out, iv, string(c.CC)) }

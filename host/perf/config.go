@@ -291,6 +291,12 @@ type ClientConfig struct {
 	// OnSenders, if set, is called once with a UET run's senders (one
 	// PDC per stream) once they have started.
 	OnSenders func([]*pds.Sender)
+	// OnData, if set, is called once as the streams start, either
+	// transport, with a function that returns the payload bytes
+	// acknowledged so far, callable from any goroutine until RunClient
+	// returns: a live view reads it on its own clock, where OnInterval's
+	// reports run a whole interval behind.
+	OnData func(acked func() uint64)
 
 	// Timescale slows the fabric the client runs on (units.Timescale): the
 	// line rate over k; DCQCN's parameters after its profile and knobs

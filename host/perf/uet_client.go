@@ -297,6 +297,16 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	if c.OnSenders != nil {
 		c.OnSenders(slices.Clone(st.senders))
 	}
+	if c.OnData != nil {
+		senders := slices.Clone(st.senders)
+		c.OnData(func() uint64 {
+			var b uint64
+			for _, s := range senders {
+				b += s.Counters().BytesAcked
+			}
+			return b
+		})
+	}
 
 	r := &Report{}
 	r.Start = c.uetStartReport(host, port, local, dst, st)
