@@ -73,7 +73,7 @@ func TestValidate(t *testing.T) {
 		{"max wnd", func(p *Params) { p.MaxWndBDPs = 0 }, "nscc: max_wnd=0: must be in (0, 1000] (BDPs)"},
 		{"max wnd NaN", func(p *Params) { p.MaxWndBDPs = math.NaN() }, "nscc: max_wnd=NaN: must be in (0, 1000] (BDPs)"},
 		{"max wnd below mtu", func(p *Params) { p.MaxWndBDPs = 0.4 },
-			"nscc: max_wnd (0.4 BDP = 4000 B at 1gbit and 80µs) must be at least mtu (4096 B)"},
+			"nscc: max_wnd (0.4 BDP = 4000 B at 1gbit and 80µs) must be at least mtu (4096 B): a base_rtt of at least 82µs at this link rate makes it one"},
 		{"initial cwnd", func(p *Params) { p.InitialCwndBytes = 20000 },
 			"nscc: initial_cwnd=20000: must be 0 (MaxWnd) or mtu..MaxWnd (4096..15000 bytes)"},
 		{"initial cwnd small", func(p *Params) { p.InitialCwndBytes = 100 },

@@ -157,8 +157,12 @@ func (p Params) Validate() error {
 		bad("max_wnd", p.MaxWndBDPs, fmt.Sprintf("in (0, %d] (BDPs)", maxMaxWnd))
 	} else if p.LinkRate > 0 && p.ConfigBaseRTT > 0 && mtuOK {
 		if w := math.Floor(p.MaxWndBDPs * p.BDPBytes()); w < float64(p.MTUBytes) {
-			errs = append(errs, fmt.Errorf("rccc: max_wnd (%v BDP = %.0f B at %v and %v) must be at least mtu (%d B)",
-				p.MaxWndBDPs, w, p.LinkRate, p.ConfigBaseRTT, p.MTUBytes))
+			// The fix: a base RTT (or a link rate) whose BDP holds a packet.
+			need := float64(p.MTUBytes) / p.MaxWndBDPs // bytes of BDP
+			rtt := time.Duration(math.Ceil(need*8/float64(p.LinkRate)*1e6)) * time.Microsecond
+			errs = append(errs, fmt.Errorf("rccc: max_wnd (%v BDP = %.0f B at %v and %v) must be at least mtu (%d B): "+
+				"a base_rtt of at least %v at this link rate makes it one",
+				p.MaxWndBDPs, w, p.LinkRate, p.ConfigBaseRTT, p.MTUBytes, rtt))
 		} else {
 			wndOK = true
 		}

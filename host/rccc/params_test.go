@@ -77,7 +77,7 @@ func TestValidate(t *testing.T) {
 		{"slow pull", func(p *Params) { p.SlowPullBytes = 1 << 21 }, "rccc: slow_pull=2097152: must be a multiple of 256 in 256..1048576 (bytes)"},
 		{"max wnd", func(p *Params) { p.MaxWndBDPs = -1 }, "rccc: max_wnd=-1: must be in (0, 1000] (BDPs)"},
 		{"max wnd below mtu", func(p *Params) { p.MaxWndBDPs = 0.4 },
-			"rccc: max_wnd (0.4 BDP = 4000 B at 1gbit and 80µs) must be at least mtu (4096 B)"},
+			"rccc: max_wnd (0.4 BDP = 4000 B at 1gbit and 80µs) must be at least mtu (4096 B): a base_rtt of at least 82µs at this link rate makes it one"},
 		{"speculative", func(p *Params) { p.SpeculativeBytes = 15001 }, "rccc: speculative=15001: must be 0..max_wnd (0..15000 bytes)"},
 		{"slow pull max", func(p *Params) { p.SlowPullMaxBytes = -1 }, "rccc: slow_pull_max=-1: must be 0..max_wnd (0..15000 bytes)"},
 		{"catch up", func(p *Params) { p.CatchUp = -us }, "rccc: catch_up=-1µs: must be 0..1s"},
