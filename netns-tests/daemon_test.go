@@ -496,3 +496,24 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestDaemonUnderIPNetnsExec: under ip netns exec, whose fresh /sys hides
+// the system's bpffs, the daemon would pin its port where portctl --netns
+// never looks (`open pinned map port_cfg: no such file or directory`). It
+// refuses instead, saying how to start it, and leaves no port behind.
+func TestDaemonUnderIPNetnsExec(t *testing.T) {
+	dl := newDaemonLab(t)
+	bin := buildDaemon(t)
+	dl.writeConfig(t, daemonConfig)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", dl.d.NetnsName, bin, "-config", dl.conf).CombinedOutput()
+	t.Logf("fabriclabd under ip netns exec: %v\n%s", err, out)
+	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "nsenter --net=/run/netns/NAME") {
+		t.Fatalf("want a refusal that names nsenter, at once")
+	}
+	if p, err := qdisc.Open(dl.d.NetnsName, "eth0"); err == nil {
+		_ = p.Close()
+		t.Errorf("a port is attached to eth0 after the refusal")
+	}
+}

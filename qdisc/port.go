@@ -169,6 +169,10 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 		return nil, err
 	}
 	if opts.Pin {
+		// Before anything is attached: a pin nobody else can see is no pin.
+		if err := ensureBPFFS(); err != nil {
+			return nil, fmt.Errorf("attach %s: %w", describeDev(opts.Netns, opts.Dev), err)
+		}
 		// Check before claiming the pin directory: a failed attach tears
 		// down what it claimed, and this one belongs to the other port.
 		dir := pinDir(p.ns, opts.Dev)
@@ -945,11 +949,22 @@ func WriteRecord(root, pinDir string, v any) error {
 	return os.Rename(tmp, path)
 }
 
-// ensureBPFFS mounts bpffs on /sys/fs/bpf if nothing is mounted there.
+// ErrPrivateBPFFS: this process has a mount namespace of its own whose
+// /sys hides the system's bpffs, so whatever it pinned would be seen by no
+// other process.
+var ErrPrivateBPFFS = errors.New("/sys/fs/bpf here is not the system's bpffs: this process has a mount namespace " +
+	"of its own with a fresh /sys (ip netns exec makes one), so a port pinned here would be invisible to portctl " +
+	"and fabriclabd; run it in the host's mount namespace: portctl --netns NAME, or nsenter --net=/run/netns/NAME")
+
+// ensureBPFFS mounts bpffs on /sys/fs/bpf if nothing is mounted there. It
+// refuses where that bpffs would be private (ErrPrivateBPFFS).
 func ensureBPFFS() error {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
 		return nil
+	}
+	if privateSys() {
+		return ErrPrivateBPFFS
 	}
 	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
 		return err
@@ -958,6 +973,28 @@ func ensureBPFFS() error {
 		return fmt.Errorf("mount bpffs on /sys/fs/bpf: %w", err)
 	}
 	return nil
+}
+
+// privateSys reports whether this process is in another mount namespace
+// than its parent or PID 1, which sees a bpffs on /sys/fs/bpf that this one
+// does not: what ip netns exec leaves (the parent is its caller). PID 1
+// may be unreadable (a sandbox); the parent is the one ip netns exec ran in.
+func privateSys() bool {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return false
+	}
+	for _, pid := range []int{os.Getppid(), 1} {
+		other, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		if err != nil || other == self {
+			continue
+		}
+		var st unix.Statfs_t
+		if unix.Statfs(fmt.Sprintf("/proc/%d/root/sys/fs/bpf", pid), &st) == nil && st.Type == unix.BPF_FS_MAGIC {
+			return true
+		}
+	}
+	return false
 }
 
 func describeDev(ns, dev string) string { return nsexec.Describe(ns, dev) }
