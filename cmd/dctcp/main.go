@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dctcp"
+	"github.com/fabriclab/fabriclab/host/version"
 )
 
 // Exit codes.
@@ -53,6 +54,7 @@ type options struct {
 	interval  time.Duration
 	shiftG    uint
 	alphaInit uint
+	version   bool
 	command   []string
 }
 
@@ -65,6 +67,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	p := dctcp.DefaultParams()
 	fs.UintVar(&o.shiftG, "g", uint(p.ShiftG), "dctcp_shift_g: the gain g = 1/2^`shift` (0-10)")
 	fs.UintVar(&o.alphaInit, "alpha-init", uint(p.AlphaOnInit), "dctcp_alpha_on_init: α when a connection starts, in 1/1024 (0-1024)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -91,6 +94,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "dctcp: %v\n", err)
 		return exitUsage
+	}
+	if o.version {
+		fmt.Fprintln(stdout, version.Line("dctcp"))
+		return exitOK
 	}
 	params := dctcp.Params{ShiftG: uint32(o.shiftG), AlphaOnInit: dctcp.Alpha(o.alphaInit)}
 	if err := params.Validate(); err != nil {

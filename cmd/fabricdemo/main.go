@@ -36,6 +36,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/kernel"
 	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/version"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -277,6 +278,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.Var(&o.timescale, "timescale", "slow the whole fabric `k` times (1-1000): the port, DCQCN's rate knobs and the senders at -rate/k, every timer and -duration, -stagger and -sample k times as long, bytes as they are (default 1)")
 	fs.StringVar(&o.rp, "rp", rpKernel, "roce: where each sender's reaction point takes its CNPs: kernel (eBPF on its device, host/rpbpf: Rc cut from a CNP's arrival on) or agent (its receive loop)")
 	fs.StringVar(&o.np, "np", npKernel, "roce: where the receiver turns CE marks into CNPs: kernel (eBPF on its device, host/npbpf) or agent (its receive loop)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -289,6 +291,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 		}
 		fmt.Fprintln(stderr, "see fabricdemo -help")
 		return nil, exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Line("fabricdemo"))
+		return nil, exitOK
 	}
 	bad := func(format string, a ...any) (*options, int) {
 		fmt.Fprintf(stderr, "fabricdemo: "+format+"\n", a...)

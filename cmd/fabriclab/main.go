@@ -23,6 +23,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
 	peagent "github.com/fabriclab/fabriclab/host/pe"
+	"github.com/fabriclab/fabriclab/host/version"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -64,6 +65,8 @@ const usage = `usage:
       its variant V; with -apply, configure this machine's network (the
       namespace it runs in) so: its NICs must be the file's devices.
       fabriclabd runs the rest (its config's lab: {file, node, variant}).
+  fabriclab version
+      print the version (also -V, --version)
   fabriclab help
       this text
 
@@ -84,6 +87,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
+		return 0
+	case "version", "-V", "-version", "--version":
+		fmt.Fprintln(stdout, version.Line("fabriclab"))
 		return 0
 	case "validate":
 		return validate(args[1:], stdout, stderr)

@@ -28,12 +28,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/daemon"
+	"github.com/fabriclab/fabriclab/host/version"
 )
 
-const usage = `usage: fabriclabd [-config FILE] [-check]
+const usage = `usage: fabriclabd [-config FILE] [-check] [-version]
 
   -config FILE   the configuration (default %s)
   -check         validate FILE, print "ok" or the first error, and exit
+  -version, -V   print the version and exit
 
 Signals: SIGHUP reloads FILE; SIGTERM or SIGINT drains (no new sessions,
 those in progress end, at most drain_timeout) and exits.
@@ -49,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	path := fs.String("config", daemon.DefaultConfigPath, "")
 	check := fs.Bool("check", false, "")
+	showVersion := fs.Bool("version", false, "")
+	fs.BoolVar(showVersion, "V", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, usage, daemon.DefaultConfigPath, daemon.DefaultMetricsListen)
@@ -60,6 +64,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fabriclabd: unexpected argument %q (fabriclabd -h for help)\n", fs.Arg(0))
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Line("fabriclabd"))
+		return 0
 	}
 	cfg, err := daemon.Load(*path)
 	if *check {

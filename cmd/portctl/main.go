@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/version"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -47,6 +48,7 @@ Commands:
   tune       derive marking thresholds from rate and RTTs (no --dev needed)
   tunnel     an IP-in-IP tunnel PE with RFC 6040 ECN ("portctl tunnel help")
   help       this text; "portctl help COMMAND" or "portctl COMMAND --help"
+  version    the version (also -V, --version)
 
 Every command but tune takes --dev DEV and --netns NAME (a name under
 /var/run/netns; default: the current namespace). Options go after the command.
@@ -139,6 +141,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "version", "-V", "-version", "--version":
+		fmt.Fprintln(stdout, version.Line("portctl"))
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			c, ok := commands[args[1]]

@@ -39,11 +39,13 @@ import (
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/host/version"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
-// Version is roceperf's version, printed by -V and in the JSON report.
-const Version = "0.1.0"
+// Version is roceperf's version, printed by -V and in the JSON report:
+// the project's.
+const Version = version.Version
 
 // Defaults and limits.
 const (
