@@ -70,7 +70,7 @@ func TestDaemonTCP(t *testing.T) {
 		t.Fatalf("tcp to the daemon: %v", err)
 	}
 	mf := dl.metrics(t)
-	srvLabel := map[string]string{"server": "tcp 198.18.10.1:18517"}
+	srvLabel := map[string]string{"server": "tcp/198.18.10.1:18517"}
 	if got, _ := value(mf, "fabriclab_tcp_server_received_bytes_total", srvLabel); uint64(got) != rep.Delivered || rep.Delivered != 4<<20 {
 		t.Errorf("fabriclab_tcp_server_received_bytes_total = %v, the connection delivered %d (want %d)", got, rep.Delivered, 4<<20)
 	}

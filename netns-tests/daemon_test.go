@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -317,7 +318,7 @@ func TestDaemon(t *testing.T) {
 		t.Fatalf("the server placed %d bytes, want %d", recv, 4<<20)
 	}
 	mf := dl.metrics(t)
-	srvLabel := map[string]string{"server": "rocev2 198.18.10.1:18515"}
+	srvLabel := map[string]string{"server": "rocev2/198.18.10.1:18515"}
 	for _, c := range []struct {
 		name string
 		want uint64
@@ -345,7 +346,7 @@ func TestDaemon(t *testing.T) {
 		uetBytes += s.MessageBytes
 	}
 	mf = dl.metrics(t)
-	if got, _ := value(mf, "fabriclab_uet_rx_payload_bytes_total", map[string]string{"server": "uet 198.18.10.1:18516"}); uint64(got) != uetBytes || uetBytes != 4<<20 {
+	if got, _ := value(mf, "fabriclab_uet_rx_payload_bytes_total", map[string]string{"server": "uet/198.18.10.1:18516"}); uint64(got) != uetBytes || uetBytes != 4<<20 {
 		t.Errorf("fabriclab_uet_rx_payload_bytes_total = %v, the client's report says %d (want %d)", got, uetBytes, 4<<20)
 	}
 
@@ -355,6 +356,7 @@ func TestDaemon(t *testing.T) {
 		return v > 1e6
 	})
 	mf = dl.metrics(t)
+	lintMetrics(t, mf)
 	qpn := seriesLabel(mf, "fabriclab_qp_acked_bytes_total", "flow", "to-c", "qpn")
 	acked0, _ := value(mf, "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "to-c"})
 	enq0, _ := value(mf, "fabriclab_port_enqueued_packets_total", map[string]string{"port": "eth0", "class": "3"})
@@ -515,5 +517,34 @@ func TestDaemonUnderIPNetnsExec(t *testing.T) {
 	if p, err := qdisc.Open(dl.d.NetnsName, "eth0"); err == nil {
 		_ = p.Close()
 		t.Errorf("a port is attached to eth0 after the refusal")
+	}
+}
+
+// lintMetrics: a live scrape passes promtool check metrics' lint, and its
+// label values are neither spaced nor empty (but the owner pair's).
+func lintMetrics(t *testing.T, mf map[string]*dto.MetricFamily) {
+	t.Helper()
+	var mfs []*dto.MetricFamily
+	for _, m := range mf {
+		mfs = append(mfs, m)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	for name, m := range mf {
+		for _, s := range m.GetMetric() {
+			for _, l := range s.GetLabel() {
+				// A series is a server's or a flow's: the other owner
+				// label is empty, which PromQL reads as absent.
+				owner := l.GetName() == "server" || l.GetName() == "flow"
+				if v := l.GetValue(); v == "" && !owner || strings.ContainsAny(v, " \t") {
+					t.Errorf("%s{%s=%q}: an empty or spaced label value", name, l.GetName(), v)
+				}
+			}
+		}
 	}
 }

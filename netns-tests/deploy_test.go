@@ -119,7 +119,7 @@ func TestDeployTCPAndSeries(t *testing.T) {
 		}{{m1, "h1-h2", 4 << 20}, {m2, "h2-h1", 2 << 20}} {
 			runs, fails, bytes := flow(c.mf, c.name, "fabriclab_flow_runs_total"), flow(c.mf, c.name, "fabriclab_flow_failures_total"), flow(c.mf, c.name, "fabriclab_flow_received_bytes_total")
 			t.Logf("%s: %v runs, %v failed, %v bytes, last at %.0f Mbit/s, %v CE echoed, %v without ECN", c.name, runs, fails, bytes,
-				flow(c.mf, c.name, "fabriclab_flow_last_bits_per_second")/1e6, flow(c.mf, c.name, "fabriclab_flow_tcp_delivered_ce_total"),
+				flow(c.mf, c.name, "fabriclab_flow_last_goodput_bytes_per_second")*8/1e6, flow(c.mf, c.name, "fabriclab_flow_tcp_delivered_ce_total"),
 				flow(c.mf, c.name, "fabriclab_flow_tcp_no_ecn_runs_total"))
 			// The daemons start together: a first run may find the
 			// receiver's server not yet listening (refused, counted,
@@ -164,7 +164,7 @@ func TestDeployTCPAndSeries(t *testing.T) {
 		})
 		m1 = scrape(t, l.Node("h1"), at)
 		if ce := flow(m1, "h1-h2", "fabriclab_flow_tcp_delivered_ce_total") - ce0; ce == 0 {
-			t.Errorf("h1's DCTCP flow had no CE echoed through the marking port in its last runs (%v Mbit/s)", flow(m1, "h1-h2", "fabriclab_flow_last_bits_per_second")/1e6)
+			t.Errorf("h1's DCTCP flow had no CE echoed through the marking port in its last runs (%v Mbit/s)", flow(m1, "h1-h2", "fabriclab_flow_last_goodput_bytes_per_second")*8/1e6)
 		}
 		sw := scrape(t, l.Node("sw"), at)
 		if v, _ := value(sw, "fabriclab_port_ce_marked_ect0_total", map[string]string{"port": "eth2", "class": "0"}); v == 0 {
@@ -262,8 +262,9 @@ func TestDeployPEAgents(t *testing.T) {
 			var rate, minRate, shaper float64
 			for try := 1; ; try++ {
 				mf = scrape(t, l.Node("pe1"), at)
-				rate, minRate = agent(mf, "rate_bits_per_second"), agent(mf, "min_rate_bits_per_second")
-				shaper, _ = value(mf, "fabriclab_port_rate_bits_per_second", map[string]string{"port": "eth3"})
+				rate, minRate = 8*agent(mf, "rate_bytes_per_second"), 8*agent(mf, "min_rate_bytes_per_second")
+				shaper, _ = value(mf, "fabriclab_port_rate_bytes_per_second", map[string]string{"port": "eth3"})
+				shaper *= 8
 				if (shaper >= rate/2 && shaper <= 2*rate) || try == 5 {
 					break
 				}

@@ -526,13 +526,14 @@ func (s ServerConfig) perfConfig() perf.ServerConfig {
 	}
 }
 
-// name labels the server in metrics and logs: "rocev2 198.18.0.1:18515".
+// name labels the server in metrics and logs: "rocev2/198.18.0.1:18515"
+// (no space: a label value promtool accepts; "rocev2/*:18515" unbound).
 func (s ServerConfig) name() string {
-	bind := "*"
+	addr := fmt.Sprintf("*:%d", s.Port)
 	if s.Bind.IsValid() {
-		bind = s.Bind.String()
+		addr = netip.AddrPortFrom(s.Bind, uint16(s.Port)).String()
 	}
-	return fmt.Sprintf("%s %s:%d", s.Transport, bind, s.Port)
+	return s.Transport + "/" + addr
 }
 
 // sortedKnobs are the knobs as name=value, by name: a map has no order,

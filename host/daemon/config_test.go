@@ -203,7 +203,7 @@ func TestTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := c.WithDefaults()
-	if s := d.Servers[0]; s.Port != 18517 || s.CC != "dctcp" || s.UDPPort != 0 || s.name() != "tcp 198.18.0.1:18517" {
+	if s := d.Servers[0]; s.Port != 18517 || s.CC != "dctcp" || s.UDPPort != 0 || s.name() != "tcp/198.18.0.1:18517" {
 		t.Errorf("server 0: %+v", s)
 	}
 	tc, err := d.tcpConn("flows[0]", d.Flows[0])

@@ -19,7 +19,9 @@ import (
 // Metric names are fabriclab_<scope>_<counter>, where the counter is the
 // name the JSON reports and portctl print, the NIC's own for a QP
 // (mlx5's np_cnp_sent, rp_cnp_handled, out_of_sequence, ...): one name
-// per counter everywhere. Counters end in _total.
+// per counter everywhere. Counters end in _total; a report's nanoseconds
+// (sojourn_sum_ns) are seconds (sojourn_sum_seconds_total); a maximum is
+// a gauge.
 //
 //	fabriclab_qp_*        per QP: labels server or flow, qpn, peer
 //	fabriclab_rocev2_*    per RoCEv2 agent (a server's, a flow's): the
@@ -73,7 +75,7 @@ func (e *emitter) emit(name string, kind prometheus.ValueType, help string, labe
 
 // gaugeFields are the fields that go up and down (levels, not events).
 func isGauge(field string) bool {
-	for _, s := range []string{"backlog", "in_flight", "cwnd", "depth", "reo_wnd", "credit", "sessions", "conns", "qps", "buffer_bytes", "window"} {
+	for _, s := range []string{"backlog", "in_flight", "cwnd", "depth", "reo_wnd", "credit", "sessions", "conns", "qps", "buffer_bytes", "window", "max"} {
 		if strings.Contains(field, s) {
 			return true
 		}
@@ -169,7 +171,12 @@ func (e *emitter) number(scope, name string, fv reflect.Value, labels, values []
 	default:
 		return // strings, arrays (histograms are emitted apart)
 	}
-	full := ns + "_" + scope + "_" + sanitize(name)
+	// Base units (promtool): a JSON report's nanoseconds are seconds here.
+	metric := sanitize(name)
+	if base, ok := strings.CutSuffix(metric, "_ns"); ok {
+		metric, x = base+"_seconds", x/1e9
+	}
+	full := ns + "_" + scope + "_" + metric
 	kind := prometheus.CounterValue
 	if isGauge(name) || fv.Kind() == reflect.Bool || fv.Kind() == reflect.Float64 {
 		kind = prometheus.GaugeValue
@@ -238,7 +245,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		e.emit(ns+"_flow_runs_total", prometheus.CounterValue, "client runs of the flow ended", l, v, float64(h.Runs))
 		e.emit(ns+"_flow_failures_total", prometheus.CounterValue, "client runs of the flow that failed", l, v, float64(h.Failures))
 		e.emit(ns+"_flow_received_bytes_total", prometheus.CounterValue, "payload acknowledged in the flow's finished runs", l, v, float64(bytes))
-		e.emit(ns+"_flow_last_bits_per_second", prometheus.GaugeValue, "goodput of the flow's last finished run", l, v, bps)
+		e.emit(ns+"_flow_last_goodput_bytes_per_second", prometheus.GaugeValue, "goodput of the flow's last finished run (bytes/s: Prometheus' base unit; ×8 for bit/s)", l, v, bps/8)
 		e.emit(ns+"_flow_running", prometheus.GaugeValue, "1 while a client run is in progress", l, v, b2f(h.State == "running"))
 		fl.mu.Lock()
 		fct, ratio, late := fl.fct, fl.fctRatio, fl.late
@@ -354,8 +361,8 @@ func agentMetrics(e *emitter, a *tunnelAgent) {
 		e.emit(ns+"_pe_agent_"+c.name, prometheus.CounterValue, c.help, l, v, float64(c.n))
 	}
 	if a.mode == peagent.RateLimit {
-		e.emit(ns+"_pe_agent_rate_bits_per_second", prometheus.GaugeValue, "the limiter's rate", l, v, float64(st.Rate))
-		e.emit(ns+"_pe_agent_min_rate_bits_per_second", prometheus.GaugeValue, "the least rate the limiter was cut to", l, v, float64(st.MinRate))
+		e.emit(ns+"_pe_agent_rate_bytes_per_second", prometheus.GaugeValue, "the limiter's rate (bytes/s)", l, v, float64(st.Rate)/8)
+		e.emit(ns+"_pe_agent_min_rate_bytes_per_second", prometheus.GaugeValue, "the least rate the limiter was cut to (bytes/s)", l, v, float64(st.MinRate)/8)
 	}
 	if a.mode == peagent.Reroute {
 		e.emit(ns+"_pe_agent_spilled", prometheus.GaugeValue, "1 while the tunnel's flows are spread over every WAN path", l, v, b2f(st.Spilled))
@@ -392,7 +399,7 @@ func portMetrics(e *emitter, p *port) {
 	if c, err := p.p.Config(); err == nil {
 		rate = c.Rate // a PE agent's limiter moves it
 	}
-	e.emit(ns+"_port_rate_bits_per_second", prometheus.GaugeValue, "the port's rate now", []string{"port"}, []string{portName}, float64(rate))
+	e.emit(ns+"_port_rate_bytes_per_second", prometheus.GaugeValue, "the port's rate now (bytes/s)", []string{"port"}, []string{portName}, float64(rate)/8)
 	// Port-wide: packets by kind, malformed ones, notifications not sent.
 	e.fields("port", st.Port, []string{"port"}, []string{portName})
 	if p.cfg.Shape {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -96,5 +97,23 @@ func TestIdentityFieldsAreLabels(t *testing.T) {
 		if !got[name] {
 			t.Errorf("%s missing (have %v)", name, got)
 		}
+	}
+}
+
+// TestMetricsLint: the families pass promtool check metrics' lint (base
+// units, counters and gauges by meaning, help on every family).
+func TestMetricsLint(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(fieldsCollector{}, identityCollector{})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
 }
