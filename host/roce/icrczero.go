@@ -31,7 +31,11 @@ var (
 	zeroRuns      [maxZeroRun + 1]atomic.Pointer[zeroRun]
 	zeroRunsMu    sync.Mutex // serializes adding to zeroRuns
 	zeroRunsCount int        // under zeroRunsMu
-	zeroBytes     [4096]byte
+	// zeroRunsFull is set once the cache holds maxZeroLengths: a length
+	// it lacks then takes no lock (messages of random sizes end in ever
+	// new lengths).
+	zeroRunsFull atomic.Bool
+	zeroBytes    [4096]byte
 )
 
 // zeroState runs the CRC's state s over n zero bytes the slow way.
@@ -69,6 +73,9 @@ func zeroRunFor(n int) *zeroRun {
 	if r := zeroRuns[n].Load(); r != nil {
 		return r
 	}
+	if zeroRunsFull.Load() {
+		return nil
+	}
 	zeroRunsMu.Lock()
 	defer zeroRunsMu.Unlock()
 	if r := zeroRuns[n].Load(); r != nil {
@@ -80,6 +87,7 @@ func zeroRunFor(n int) *zeroRun {
 	r := newZeroRun(n)
 	zeroRuns[n].Store(r)
 	zeroRunsCount++
+	zeroRunsFull.Store(zeroRunsCount >= maxZeroLengths)
 	return r
 }
 
