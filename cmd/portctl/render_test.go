@@ -144,10 +144,10 @@ func TestRenderStats(t *testing.T) {
 class tc3 (roce)
  Sent 990000 bytes 990 pkt (dropped 8: limit 6, wred 2, aqm 0)  marked CE 41 (ect0 40, ect1 1)  sent CE 39
  backlog 2000b 2p  max backlog 150000b 150p
- sojourn mean 20us p50 <16.4us p99 <65.5us (990 samples)
+ sojourn mean 20us p50 <16.4us p99 <65.6us (990 samples)
  arrived 1000000 bytes 1000 pkt: not-ect 10, ect0 980, ect1 10, ce 0
  host queue (after the port, not in its backlog): entered 990 pkt, delivered 989, dropped 0, in flight 1000b 1p (max 40000b 40p)
- host wait mean 5us p50 <8.19us p99 <8.19us max 900us
+ host wait mean 5us p50 <8.2us p99 <8.2us max 900us
 port counters: ipv4 1000 ipv6 0 vlan 0 non-ip 3 malformed 0 pkt
  unaccounted 126 bytes 3 pkt (marked CE 0, dropped 0)  dequeue-unstamped 0 pkt
  late departures 0 pkt (counted at the peer; handoff slot busy 0), stale handoffs 0

@@ -637,8 +637,12 @@ func (res *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "%-16s error: %s\n", p.Name, p.Error)
 			continue
 		}
+		wait := "-" // no sojourn sampled
+		if p.SojournP99US > 0 {
+			wait = units.FormatBound(time.Duration(p.SojournP99US * 1e3))
+		}
 		fmt.Fprintf(w, "%-16s %10s %10d %8.2f%% %8d %10s %12s\n", p.Name, units.Rate(p.RateBps), p.EnqueuedPackets, 100*p.MarkedFraction,
-			p.DroppedPackets, units.FormatBound(time.Duration(p.SojournP99US*1e3)), kb(p.MaxBacklogBytes))
+			p.DroppedPackets, wait, kb(p.MaxBacklogBytes))
 		if p.InvariantError != "" {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
 		}

@@ -226,12 +226,19 @@ func ParseDuration(s string) (time.Duration, error) {
 	return time.Duration(v), err
 }
 
-// FormatBound prints d as an upper bound to 3 significant digits, "<16.8ms":
+// FormatBound prints d as an upper bound to 3 significant digits, rounded
+// up, "<16.8ms":
 // for a quantile of a log2 histogram, whose bucket edge (16.777216ms) has
 // no more precision than its bucket.
 func FormatBound(d time.Duration) string {
-	// Round first, then pick the unit: 999.9us is <1ms, not <1e+03us.
-	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(d), 'g', 3, 64), 64)
+	// Round up (a bound must not shrink: <8.2us for an edge of 8.192us),
+	// then pick the unit: 999.9us is <1ms, not <1e+03us.
+	v := float64(d)
+	if v > 0 {
+		step := math.Pow(10, math.Floor(math.Log10(v))-2) // the third digit's
+		v = math.Ceil(v/step) * step
+		v, _ = strconv.ParseFloat(strconv.FormatFloat(v, 'g', 3, 64), 64) // step's float error
+	}
 	unit := "ns"
 	for _, u := range [...]struct {
 		n    float64

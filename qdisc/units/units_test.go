@@ -575,8 +575,8 @@ func TestTimescaleSet(t *testing.T) {
 // is, without the bucket edge's false digits.
 func TestFormatBound(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		1 << 24: "<16.8ms", 1 << 31: "<2.15s", 512: "<512ns", 1 << 10: "<1.02us", 1 << 20: "<1.05ms", 0: "<0ns",
-		999_999: "<1ms", 1_234_567_890_123: "<1230s",
+		1 << 24: "<16.8ms", 1 << 31: "<2.15s", 512: "<512ns", 1 << 10: "<1.03us", 1 << 20: "<1.05ms", 0: "<0ns",
+		1 << 13: "<8.2us", 1 << 16: "<65.6us", 999_999: "<1ms", 1_000_000: "<1ms", 1_234_567_890_123: "<1240s",
 	} {
 		if got := FormatBound(d); got != want {
 			t.Errorf("FormatBound(%d) = %q, want %q", d, got, want)
