@@ -481,6 +481,9 @@ func TestSideChannelErr(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
+	// A budget that ran out is not an interruption: the silence is named.
+	expired, cancelExpired := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancelExpired()
 	for _, tc := range []struct {
 		ctx  context.Context
 		err  error
@@ -490,6 +493,7 @@ func TestSideChannelErr(t *testing.T) {
 		{context.Background(), fmt.Errorf("agent: side channel to %s: %w", server, io.EOF), "closed the side channel without an answer: not a roceperf server"},
 		{context.Background(), syn, "answered something else than roceperf's side channel: not a roceperf server"},
 		{cancelled, io.EOF, "interrupted"},
+		{expired, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, "no answer on the side channel"},
 	} {
 		if err := sideChannelErr(tc.ctx, server, tc.err); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("sideChannelErr(%v) = %v; want %q", tc.err, err, tc.want)

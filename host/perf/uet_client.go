@@ -404,7 +404,7 @@ func sideChannelErr(ctx context.Context, server netip.AddrPort, err error) error
 	var ne net.Error
 	var syn *json.SyntaxError
 	switch {
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.Canceled):
 		return fmt.Errorf("roceperf: server %s: interrupted", server)
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
 		return fmt.Errorf("roceperf: server %s closed the side channel without an answer: %s", server, notServerHint)
