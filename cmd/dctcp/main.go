@@ -68,6 +68,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.UintVar(&o.shiftG, "g", uint(p.ShiftG), "dctcp_shift_g: the gain g = 1/2^`shift` (0-10)")
 	fs.UintVar(&o.alphaInit, "alpha-init", uint(p.AlphaOnInit), "dctcp_alpha_on_init: α when a connection starts, in 1/1024 (0-1024)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.version, "V", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()

@@ -279,6 +279,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.rp, "rp", rpKernel, "roce: where each sender's reaction point takes its CNPs: kernel (eBPF on its device, host/rpbpf: Rc cut from a CNP's arrival on) or agent (its receive loop)")
 	fs.StringVar(&o.np, "np", npKernel, "roce: where the receiver turns CE marks into CNPs: kernel (eBPF on its device, host/npbpf) or agent (its receive loop)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.BoolVar(showVersion, "V", false, "print the version and exit")
 	fs.Usage = func() {} // flag errors get a one-line hint below instead
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
