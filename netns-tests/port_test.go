@@ -311,48 +311,76 @@ func TestNotECTTailDrop(t *testing.T) {
 func TestCNPStrictPriority(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
-			const rate = 100 * units.Mbit
-			d, port, _, dst := udpPort(t, 2, qdisc.DefaultConfig(rate), am.legacy)
-
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			roce := flow{tos: tosRoCEECT0, payload: 1400, rate: 2 * rate, total: 3 * time.Second}
-			// CNPs: 2000 small packets a second, starting once the RoCE
-			// queue is full.
-			cnp := flow{tos: tosCNP, payload: 32, rate: 2000 * 74 * 8, total: 2 * time.Second}
-			errc := make(chan error, 1)
-			go func() {
-				_, err := roce.send(ctx, d.Senders[0], dst)
-				errc <- err
-			}()
-			time.Sleep(500 * time.Millisecond)
-			cnpSent, err := cnp.send(ctx, d.Senders[1], dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
-			s := settle(t, port)
-			r, c := s.Classes[qdisc.ClassRoCE], s.Classes[qdisc.ClassCNP]
-			t.Logf("roce: mean sojourn %v, p99 < %v, max backlog %d B, dropped %d; cnp: %d sent, %d dequeued, mean sojourn %v, p99 < %v, dropped %d",
-				r.MeanSojourn(), r.Sojourn.Quantile(0.99), r.MaxBacklogBytes, r.DroppedPackets(),
-				cnpSent, c.DequeuedPackets, c.MeanSojourn(), c.Sojourn.Quantile(0.99), c.DroppedPackets())
-
-			if r.MeanSojourn() < 50*time.Millisecond {
-				t.Errorf("RoCE class mean sojourn %v: the class was not kept full", r.MeanSojourn())
-			}
-			if c.DroppedPackets() != 0 || c.DequeuedPackets != uint64(cnpSent) {
-				t.Errorf("CNP class: %d dropped, %d of %d dequeued", c.DroppedPackets(), c.DequeuedPackets, cnpSent)
-			}
-			// One full RoCE frame in service at 100 Mbit/s is 115 µs;
-			// allow scheduling noise on a 2-core VM, far below the RoCE
-			// queue's ~160 ms.
-			if p99 := c.Sojourn.Quantile(0.99); p99 > 2*time.Millisecond {
-				t.Errorf("CNP p99 sojourn < %v: strict priority did not let CNPs overtake", p99)
-			}
+			// The CNPs' p99 sojourn is the one check a stalled CPU moves
+			// (retryStarved): 1 % of 4000 CNPs waits past 1 ms once the
+			// VM has stopped the port's CPUs for ~20 ms (2000 CNPs a
+			// second, each stall of S ms delaying 2(S-1) of them past
+			// 1 ms). Seen once in 8 fresh-clone runs: p99 < 2.1 ms.
+			retryStarved(t, func(t *testing.T, hc *hostChecks) hostlost.Report {
+				return cnpStrictPriorityRun(t, am.legacy, hc)
+			})
 		})
 	}
+}
+
+// cnpStallBudget is the stolen CPU time over the CNP phase that can push
+// 1 % of its CNPs past 1 ms (see TestCNPStrictPriority).
+const cnpStallBudget = 20 * time.Millisecond
+
+func cnpStrictPriorityRun(t *testing.T, legacy bool, hc *hostChecks) hostlost.Report {
+	const rate = 100 * units.Mbit
+	d, port, _, dst := udpPort(t, 2, qdisc.DefaultConfig(rate), legacy)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	roce := flow{tos: tosRoCEECT0, payload: 1400, rate: 2 * rate, total: 3 * time.Second}
+	// CNPs: 2000 small packets a second, starting once the RoCE queue is
+	// full.
+	cnp := flow{tos: tosCNP, payload: 32, rate: 2000 * 74 * 8, total: 2 * time.Second}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := roce.send(ctx, d.Senders[0], dst)
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	k0, t0 := readKernel(t), time.Now()
+	cnpSent, err := cnp.send(ctx, d.Senders[1], dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host's figure: CPU time the hypervisor stole over the CNP
+	// phase, on any CPU (the port dequeues on whichever runs it).
+	k, wall := readKernel(t).Sub(k0), time.Since(t0)
+	host := hostlost.Report{Wall: wall, Starved: k.Steal, Budget: cnpStallBudget.Seconds() / wall.Seconds(), Kernel: k}
+	host.Share = host.Starved.Seconds() / wall.Seconds()
+	host.HostStarved = host.Starved >= cnpStallBudget
+	t.Logf("host: steal %v over the %v of CNPs (budget %v)", k.Steal.Round(time.Millisecond), wall.Round(time.Millisecond), cnpStallBudget)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	s := settle(t, port)
+	r, c := s.Classes[qdisc.ClassRoCE], s.Classes[qdisc.ClassCNP]
+	t.Logf("roce: mean sojourn %v, p99 < %v, max backlog %d B, dropped %d; cnp: %d sent, %d dequeued, mean sojourn %v, p99 < %v, dropped %d",
+		r.MeanSojourn(), r.Sojourn.Quantile(0.99), r.MaxBacklogBytes, r.DroppedPackets(),
+		cnpSent, c.DequeuedPackets, c.MeanSojourn(), c.Sojourn.Quantile(0.99), c.DroppedPackets())
+
+	if r.MeanSojourn() < 50*time.Millisecond {
+		t.Errorf("RoCE class mean sojourn %v: the class was not kept full", r.MeanSojourn())
+	}
+	if c.DroppedPackets() != 0 || c.DequeuedPackets != uint64(cnpSent) {
+		t.Errorf("CNP class: %d dropped, %d of %d dequeued", c.DroppedPackets(), c.DequeuedPackets, cnpSent)
+	}
+	// One full RoCE frame in service at 100 Mbit/s is 115 µs; allow
+	// scheduling noise on a 2-core VM, far below the RoCE queue's ~160 ms.
+	// No stall of the host excuses a tail a tenth of the RoCE queue's
+	// sojourn: that is strict priority not working.
+	p99 := c.Sojourn.Quantile(0.99)
+	if p99 > r.MeanSojourn()/10 {
+		t.Errorf("CNP p99 sojourn < %v against the RoCE class's mean %v: strict priority did not let CNPs overtake", p99, r.MeanSojourn())
+	} else if p99 > 2*time.Millisecond {
+		hc.Errorf("CNP p99 sojourn < %v: above 2 ms, behind the full RoCE class", p99)
+	}
+	return host
 }
 
 // Detach leaves the devices as they were: default qdisc, no filters.
