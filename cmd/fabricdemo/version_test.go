@@ -1,21 +1,20 @@
 package main
 
 import (
-	"bytes"
-	"strings"
+	"io"
 	"testing"
 
-	"github.com/fabriclab/fabriclab/host/version"
+	"github.com/fabriclab/fabriclab/host/version/versiontest"
 )
 
-// TestVersion: --version prints the version line and exits 0, as every
-// fabriclab binary does.
+// TestVersion: --version, -version and -V print the version and exit 0,
+// as on every fabriclab binary.
 func TestVersion(t *testing.T) {
-	for _, arg := range []string{"--version", "-V"} {
-		var out, errb bytes.Buffer
-		o, code := parseFlags([]string{arg}, &out, &errb)
-		if o != nil || code != exitOK || !strings.HasPrefix(out.String(), "fabricdemo "+version.Version+" (fabriclab") {
-			t.Errorf("fabricdemo %s: options %v, exit %d, stdout %q, stderr %q", arg, o, code, out.String(), errb.String())
+	versiontest.Check(t, "fabricdemo", func(args []string, stdout, stderr io.Writer) int {
+		o, code := parseFlags(args, stdout, stderr)
+		if o != nil {
+			return -1 // parsed as a run, not a version request
 		}
-	}
+		return code
+	})
 }
