@@ -103,26 +103,12 @@ static __always_inline enum verdict classify(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	__u32 off = sizeof(*eth);
-	__u16 proto;
+	__be16 proto;
+	__u32 off;
+	__u8 tags;
 
-	if ((void *)(eth + 1) > data_end)
+	if (net_l3(data, data_end, &proto, &off, &tags))
 		return VERDICT_MALFORMED;
-	proto = eth->h_proto;
-
-#pragma unroll
-	for (int i = 0; i < VLAN_MAX_DEPTH; i++) {
-		struct vlan_hdr *vh;
-
-		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
-			break;
-		vh = data + off;
-		if ((void *)(vh + 1) > data_end)
-			return VERDICT_MALFORMED;
-		proto = vh->h_vlan_encapsulated_proto;
-		off += sizeof(*vh);
-	}
 
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data + off;

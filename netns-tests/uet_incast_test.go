@@ -39,7 +39,7 @@ type uetIncastResult struct {
 	retx, timeouts, inferred     uint64
 	// probesLost: CTRL ACK_REQs the senders sent that the receiver never
 	// saw. A probe follows the data in its class and is shorter than
-	// the port's trim size, so a full class drops it (bpf/port.c trims
+	// the port's trim size, so a full class drops it (bpf/port_trim.h trims
 	// only what is longer); its sender probes again.
 	probesLost     uint64
 	nacks          uint64 // TRIMMED_LASTHOP

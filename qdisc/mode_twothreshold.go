@@ -44,7 +44,7 @@ type TwoThreshold struct {
 	// NotifyInterval turns on the seed's notification: a tunnelled (IPv4
 	// protocol 4) packet marked light or heavy makes the port send a
 	// RoCEv2 CNP to its outer source, the tunnel-ingress PE (L bit set
-	// for light; bpf/port.c wan_cnp), at most one per PE, class and kind
+	// for light; bpf/port_wancnp.h wan_cnp), at most one per PE, class and kind
 	// per NotifyInterval. 0: off.
 	NotifyInterval time.Duration `json:"notify_interval,omitempty"`
 }

@@ -142,7 +142,7 @@ func loadError(what string, err error) error {
 }
 
 // handoffSlot is the handoff table's slot of a key (an skb's address), as
-// port.c's handoff_slot computes it: Fibonacci hashing.
+// port_xmit.h's handoff_slot computes it: Fibonacci hashing.
 func handoffSlot(key uint64) uint32 {
 	return uint32((key * 0x9E3779B97F4A7C15) >> (64 - handoffSlotBits))
 }

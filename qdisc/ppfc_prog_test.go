@@ -24,7 +24,7 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
-// PPFC (bpf/port.c) under BPF_PROG_RUN. port_enqueue looks the route toward
+// PPFC (bpf/port_ppfc.h) under BPF_PROG_RUN. port_enqueue looks the route toward
 // a packet's source up and clones the packet to the device toward it, so
 // the programs run inside a network namespace of their own where craft's
 // source, 198.18.1.2, sits behind a veth (a route and a permanent

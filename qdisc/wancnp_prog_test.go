@@ -18,7 +18,7 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 )
 
-// WAN CNPs (seed 001; bpf/port.c wan_cnp) under BPF_PROG_RUN, on the PPFC
+// WAN CNPs (seed 001; bpf/port_wancnp.h wan_cnp) under BPF_PROG_RUN, on the PPFC
 // rig: the tunnel-ingress PE is ppfcSource, behind the rig's veth.
 
 var wanEgressPE = netip.MustParseAddr("198.19.200.1")

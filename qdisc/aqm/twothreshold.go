@@ -99,7 +99,7 @@ func (c *TwoThresholdConfig) LightP(backlog uint64) uint64 {
 
 // TwoThresholdDecide decides for a packet of codepoint ecn that finds
 // backlog bytes queued, with rnd a uniform 32-bit random number, as
-// port.c's two_threshold does, to the bit. One draw decides both marks:
+// port_mark.h's two_threshold does, to the bit. One draw decides both marks:
 // CE when rnd < HeavyP; otherwise ECT(1) when rnd − HeavyP is below
 // LightP·(1 − HeavyP), which given no CE happens with probability LightP.
 // Only ECT(0) is light-marked (ECT(1) already says "light congestion");

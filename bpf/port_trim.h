@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Packet trimming (UET): a packet its class would tail-drop leaves
+ * as its headers through the trim class.
+ *
+ * Part of port.c, included once from it: it uses port.c's maps and
+ * helpers and is not a header of its own.
+ */
+#ifndef PORT_TRIM_H
+#define PORT_TRIM_H
+
+/* Packet trimming (UET, issue 11 §3): a switch that trims turns a packet its
+ * class would tail-drop into its headers. The first trim_bytes bytes of the
+ * IP packet leave with DSCP trim_dscp (ECN kept) through trim_class, which
+ * is served in strict priority, so the receiver learns at once what was lost
+ * and NACKs it (TRIMMED) instead of waiting for a timeout. Linux switches do
+ * not trim: this port does it here.
+ *
+ * Only IPv4 UDP is trimmed. IPv4 lets a UDP datagram carry no checksum (0),
+ * so the cut needs no sum over the payload that is left. IPv6 requires one
+ * (RFC 8200 §8.1) and would need it recomputed over what is kept, up to
+ * trim_bytes of packet: IPv6 packets are not trimmable and are tail-dropped
+ * as before, like every other packet that is not IPv4 UDP, IPv4 fragments,
+ * GSO super-packets (several wire packets in one skb) and packets no longer
+ * than trim_bytes. */
+#define TRIM_L3_OFF_MAX (sizeof(struct ethhdr) + VLAN_MAX_DEPTH * sizeof(struct vlan_hdr))
+
+/* A trimmed packet is sent through the device's egress once more
+ * (bpf_redirect to itself): the stack sized it for the qdisc
+ * (qdisc_skb_cb->pkt_len) before this hook ran, and HTB would charge the
+ * trim class the whole packet's length; the second pass sizes it anew.
+ * trim_mark (set by the loader per port, like ppfc_mark) tells
+ * port_enqueue's second pass that the packet is accounted already; the
+ * packet's own mark waits in cb[TRIM_CB_MARK] meanwhile (nothing runs
+ * between the two passes). A redirect the kernel fails (the device going
+ * down at that moment) would leave the packet in the trim class's backlog
+ * for good. */
+volatile const __u32 trim_mark = 0x54520000; /* "TR" */
+#define TRIM_CB_MARK 0
+#define UDP_CHECK_OFF 6 /* offsetof(struct net_udphdr, check) */
+
+enum trim_result {
+	TRIM_NOT_TRIMMABLE = -1, /* the packet is as it was */
+	TRIM_FAILED = -2,        /* a helper failed, maybe after the cut: drop it */
+};
+
+/* udp4_seed is what the stack leaves in the checksum field of an IPv4 UDP
+ * packet whose checksum is completed later, by a device or by
+ * skb_checksum_help (CHECKSUM_PARTIAL): the pseudo-header sum, folded, not
+ * complemented (udp4_hwcsum). */
+static __always_inline __u16 udp4_seed(__be32 saddr, __be32 daddr, __u32 udp_len)
+{
+	__u32 s = bpf_ntohl(saddr), d = bpf_ntohl(daddr);
+	__u32 sum = (s >> 16) + (s & 0xffff) + (d >> 16) + (d & 0xffff) + NET_IPPROTO_UDP + udp_len;
+
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return bpf_htons(sum);
+}
+
+/* trim_packet cuts an IPv4 UDP packet whose IP header starts at l3_off to
+ * trim_bytes of IP packet and rewrites its headers: DSCP trim_dscp with the
+ * ECN bits kept, total length and header checksum, UDP length, UDP checksum
+ * none. It returns the frame's new length, or a trim_result. A global
+ * function: the verifier checks it once, on its own. */
+__attribute__((noinline)) int trim_packet(struct __sk_buff *skb, __u32 l3_off, __u32 trim_bytes,
+					  __u32 trim_dscp)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u16 old_word, old_len, check, seed;
+	__u32 ihl, tot_len, new_len, check_off, sum;
+	struct net_udphdr *udp;
+	__be32 saddr, daddr;
+	struct iphdr *ip;
+
+	if (l3_off > TRIM_L3_OFF_MAX || skb->gso_segs > 1)
+		return TRIM_NOT_TRIMMABLE;
+	ip = data + l3_off;
+	if ((void *)(ip + 1) > data_end)
+		return TRIM_NOT_TRIMMABLE;
+	if (ip->version != 4 || ip->protocol != NET_IPPROTO_UDP ||
+	    (ip->frag_off & bpf_htons(NET_IPV4_FLAG_MF | NET_IPV4_FRAG_OFFSET)))
+		return TRIM_NOT_TRIMMABLE;
+	ihl = ip->ihl * 4;
+	tot_len = bpf_ntohs(ip->tot_len);
+	/* The IP and UDP headers must survive the cut, and the packet must
+	 * be all there. */
+	if (ihl < sizeof(*ip) || ihl + sizeof(*udp) > trim_bytes || tot_len <= trim_bytes ||
+	    skb->len < l3_off + tot_len)
+		return TRIM_NOT_TRIMMABLE;
+	saddr = ip->saddr;
+	daddr = ip->daddr;
+	new_len = l3_off + trim_bytes;
+	if (bpf_skb_change_tail(skb, new_len, 0))
+		return TRIM_FAILED;
+
+	/* The cut invalidated every packet pointer: find the headers again. */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip = data + l3_off;
+	if ((void *)(ip + 1) > data_end)
+		return TRIM_FAILED;
+	udp = (void *)ip + ihl;
+	if ((void *)(udp + 1) > data_end)
+		return TRIM_FAILED;
+	old_word = *(__u16 *)ip; /* version, ihl, tos */
+	old_len = ip->tot_len;
+	ip->tos = (trim_dscp & 0x3F) << 2 | (ip->tos & ECN_MASK);
+	ip->tot_len = bpf_htons(trim_bytes);
+	/* HC' = ~(~HC + ~m + m') for both words (RFC 1624). */
+	sum = (__u16)~ip->check + (__u16)~old_word + *(__u16 *)ip + (__u16)~old_len + ip->tot_len;
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	ip->check = ~sum;
+	udp->len = bpf_htons(trim_bytes - ihl);
+	udp->check = 0;
+
+	/* Is the UDP checksum still to be computed (CHECKSUM_PARTIAL: sent by
+	 * this host, or forwarded from a veth, which offloads it)? Then the
+	 * stack completes it from the seed in the field wherever the packet
+	 * leaves without an offload (skb_checksum_help), and a 0 there would
+	 * turn into a wrong checksum: the field must hold the seed of the
+	 * new length instead. __sk_buff does not say; bpf_l4_csum_replace
+	 * does: without BPF_F_PSEUDO_HDR it leaves the field of a
+	 * CHECKSUM_PARTIAL skb alone and updates any other's
+	 * (inet_proto_csum_replace4). So replace 0 by 1 and look. */
+	check_off = l3_off + ihl + UDP_CHECK_OFF;
+	if (bpf_l4_csum_replace(skb, check_off, 0, 1, sizeof(__u16)))
+		return TRIM_FAILED;
+	if (bpf_skb_load_bytes(skb, check_off, &check, sizeof(check)))
+		return TRIM_FAILED;
+	seed = check ? 0 : udp4_seed(saddr, daddr, trim_bytes - ihl);
+	if (bpf_skb_store_bytes(skb, check_off, &seed, sizeof(seed), 0))
+		return TRIM_FAILED;
+	return new_len;
+}
+
+/* enqueue_trimmed puts a trimmed packet of len bytes into the trim class,
+ * where only the limit applies (no marking, no early drop, no PPFC), and
+ * counts it there. It returns VERDICT_TRIMMED, or VERDICT_DROP_TRIM when the
+ * trim class is full too. */
+static __always_inline enum verdict enqueue_trimmed(struct __sk_buff *skb, const struct port_config *pc,
+						  __u32 trim_class, __u32 len, __u8 ecn)
+{
+	struct class_config *tcc;
+	struct class_state *tcs;
+	struct class_stats *tst;
+	enum verdict v = VERDICT_PASS;
+	__u64 backlog, after;
+
+	tcc = bpf_map_lookup_elem(&class_cfg, &trim_class);
+	tcs = bpf_map_lookup_elem(&class_queue, &trim_class);
+	tst = bpf_map_lookup_elem(&class_counters, &trim_class);
+	if (!tcc || !tcs || !tst)
+		return VERDICT_DROP_TRIM;
+	if (pc->queue_mode == QUEUE_MODE_VIRTUAL) {
+		enqueue_virtual(tcs, tst, tcc, len, ecn, true, &v);
+		if (READ_ONCE(tcs->idle_pending_ns))
+			idle_end_pending(tcs, tst, pc, trim_class);
+		if (v != VERDICT_PASS)
+			return VERDICT_DROP_TRIM;
+	} else {
+		/* It leaves through the trim class's queue: that class's
+		 * stamp (the same call succeeded on this skb before). */
+		if (bpf_skb_set_tstamp(skb, (now_ns() & ~STAMP_MASK) | STAMP_MAGIC | trim_class,
+				       BPF_SKB_CLOCK_MONOTONIC))
+			return VERDICT_DROP_TRIM;
+		backlog = __sync_fetch_and_add(&tcs->backlog_bytes, len);
+		if (backlog + len > tcc->limit_bytes) {
+			__sync_fetch_and_add(&tcs->backlog_bytes, -(__s64)len);
+			return VERDICT_DROP_TRIM;
+		}
+		if (backlog == 0)
+			idle_end(tcs, tst, pc, trim_class);
+		after = __sync_fetch_and_add(&tcs->backlog_packets, 1) + 1;
+		note_max(&tcs->max_backlog_bytes, backlog + len);
+		note_max(&tcs->max_backlog_packets, after);
+	}
+	if (pc->flags & PORT_F_SET_PRIORITY)
+		skb->priority = pc->priority_base + trim_class;
+	tst->enqueued_packets++;
+	tst->enqueued_bytes += len;
+	tst->arrived_by_ecn[ecn & ECN_MASK]++;
+	tst->trim_in_packets++;
+	tst->trim_in_bytes += len;
+	return VERDICT_TRIMMED;
+}
+
+#endif /* PORT_TRIM_H */
