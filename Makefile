@@ -20,13 +20,13 @@ INSTALL_BINS := fabriclabd fabriclab roceperf portctl dctcp
 .PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench bench-smoke demo lab experiment wan-experiment lint clean
 
 help:
-	@echo "make build          build portctl, roceperf, fabricdemo, fabriclab, fabriclabd and dctcp into $(BIN)/"
+	@echo "make build          build portctl, roceperf, fabricdemo, fabriclab, fabriclabd, dctcp and fabricbench into $(BIN)/"
 	@echo "make demo           (root) live DCQCN demo: RoCEv2 senders share a WRED port (DEMO_FLAGS=-help)"
 	@echo "make lab            (root) run a lab file: make lab LAB=host/labfile/examples/dumbbell.yaml (LAB_FLAGS='-t 2s')"
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
 	@echo "make unit-test      unit tests only (no root needed for most; skips what needs it)"
 	@echo "make netns-test     (root) only the tests in network namespaces (host/lab, host/labfile, netns-tests)"
-	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf/UET vs iperf3 -u, CNP reaction, UET incasts beside htsim (HTSIM=dir)"
+	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf/UET vs iperf3 -u, CNP reaction, UET incasts beside htsim (HTSIM=dir; BENCH_FLAGS=-help)"
 	@echo "make bench-smoke    (root) every bench section once, short (about a minute): the bench still runs"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
 	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (WAN_FLAGS=-help)"
@@ -76,13 +76,16 @@ unit-test:
 netns-test: deps
 	$(GO) test -count=1 -p 1 -timeout 15m -v ./host/lab/... ./host/labfile/ ./netns-tests/...
 
+BENCH_FLAGS ?=
 bench: deps
-	$(GO) run ./netns-tests/bench
+	$(GO) build -o $(BIN)/ ./cmd/fabricbench
+	$(BIN)/fabricbench $(BENCH_FLAGS)
 
 # CI: every section of the bench once, short; fails only if a measurement
 # cannot be made (the numbers are not judged).
 bench-smoke: deps
-	$(GO) run ./netns-tests/bench -smoke
+	$(GO) build -o $(BIN)/ ./cmd/fabricbench
+	$(BIN)/fabricbench -smoke
 
 DEMO_FLAGS ?=
 demo: deps

@@ -1,6 +1,6 @@
 //go:build linux
 
-// Command bench measures the port programs beside their references and
+// Command fabricbench (make bench) measures the port programs beside their references and
 // prints one table of ratios (or -json):
 //
 //  1. the per-packet cost of port_enqueue and port_dequeue in named states,
@@ -24,9 +24,10 @@
 //     htsim's + 0.03.
 //
 // It reports and never judges: the exit status is non-zero only when a
-// measurement could not be made. Run as root: go run ./netns-tests/bench
-// (-no-throughput, -no-roce skip parts; -only picks sections; -smoke runs
-// every section once, short, in about a minute: make bench-smoke; -help).
+// measurement could not be made. Run as root: sudo make bench, or
+// fabricbench built from cmd/fabricbench (-no-throughput, -no-roce skip
+// parts; -only picks sections; -smoke runs every section once, short, in
+// about a minute: make bench-smoke; -help).
 package main
 
 import (
@@ -48,6 +49,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
+	"github.com/fabriclab/fabriclab/host/version"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -131,7 +133,14 @@ func run() int {
 	htsimDir := flag.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build directory for the incast section (default $"+htsim.EnvDir+"; without one, htsim's recorded tails)")
 	rf := roceFlags()
 	nf := npFlags()
+	var showVersion bool
+	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
+	flag.BoolVar(&showVersion, "V", false, "print the version and exit")
 	flag.Parse()
+	if showVersion {
+		fmt.Println(version.Line("fabricbench"))
+		return 0
+	}
 	if *smoke {
 		smokeDefaults(map[string]func(){
 			"rounds":           func() { *rounds = 1 },
@@ -147,25 +156,25 @@ func run() int {
 	}
 	if *rounds < 1 || *seconds < 1 || *trials < 1 || *repeat < 1 || *repeat > maxRepeat || *cpu >= runtime.NumCPU() ||
 		*incastRuns < 1 || *incastRuns > labfile.MaxRuns || *incastSeeds < 1 || *incastSeeds > 100 {
-		fmt.Fprintf(os.Stderr, "bench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d, -incast-runs in 1..%d, -incast-seeds in 1..100\n", maxRepeat, runtime.NumCPU(), labfile.MaxRuns)
+		fmt.Fprintf(os.Stderr, "fabricbench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d, -incast-runs in 1..%d, -incast-seeds in 1..100\n", maxRepeat, runtime.NumCPU(), labfile.MaxRuns)
 		return 2
 	}
 	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true, incast: true}
 	if *only != "" {
 		var err error
 		if sec, err = parseSections(*only); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
+			fmt.Fprintln(os.Stderr, "fabricbench:", err)
 			return 2
 		}
 	}
 	ro, err := rf.opts(*rounds, *seconds)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
+		fmt.Fprintln(os.Stderr, "fabricbench:", err)
 		return 2
 	}
 	ro.goodput, ro.reaction = sec.goodput, sec.reaction
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "bench: needs root (BPF programs, network namespaces): sudo go run ./netns-tests/bench")
+		fmt.Fprintln(os.Stderr, "fabricbench: needs root (BPF programs, network namespaces): sudo fabricbench")
 		return 1
 	}
 
@@ -257,7 +266,7 @@ func run() int {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
+			fmt.Fprintln(os.Stderr, "fabricbench:", err)
 			return 1
 		}
 	} else {
@@ -265,7 +274,7 @@ func run() int {
 	}
 	if failed {
 		for _, e := range rep.Errors {
-			fmt.Fprintln(os.Stderr, "bench: measurement failed:", e)
+			fmt.Fprintln(os.Stderr, "fabricbench: measurement failed:", e)
 		}
 		return 1
 	}
@@ -282,7 +291,7 @@ func smokeDefaults(settings map[string]func()) {
 }
 
 func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	fmt.Fprintf(os.Stderr, "fabricbench: "+format+"\n", args...)
 }
 
 func header(repeat, trials, rounds, seconds int) Header {
