@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
@@ -514,7 +515,13 @@ func parseArgs(args []string) (*options, error) {
 		o.client = c
 		return o, nil
 	}
-	c.Knobs = knobs
+	for _, kv := range knobs {
+		k, perr := dcqcn.ParseKnob(kv)
+		if perr != nil {
+			return nil, mustBe("--dcqcn", kv, "name=value (--dcqcn help lists the knobs)")
+		}
+		c.Knobs = append(c.Knobs, k)
+	}
 	c.NSCCKnobs = nsccKnob
 	d, err := intIn("--dscp", *dscp, 1, 63)
 	if err != nil {
@@ -568,7 +575,7 @@ func parseArgs(args []string) (*options, error) {
 		}
 	}
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, perfErr(err)
 	}
 	o.client = c
 	return o, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestParseClient(t *testing.T) {
 	c = o.client
 	def := agent.DefaultQPConfig()
 	if c.Server != "h:9000" || c.QPs != 2 || c.Bytes != 10<<20 || c.Profile != "paper" ||
-		strings.Join(c.Knobs, " ") != "rpg_ai_rate=1 rpg_hai_rate=10" ||
+		fmt.Sprint(c.Knobs) != "[rpg_ai_rate=1 rpg_hai_rate=10]" ||
 		c.Duration != 10*time.Second || c.MessageBytes != 64<<10 || c.MTU != 1024 || c.Interval != time.Second ||
 		c.CC != agent.CCDCQCN || c.LineRate != 0 || c.DSCP != 26 || c.CNPDSCP != 48 ||
 		c.Window != def.Window || c.AckTimeout != def.AckTimeout || c.SendPath != pktio.SendAuto {
@@ -133,10 +134,10 @@ func TestParseErrors(t *testing.T) {
 		{"-s --udp-port 0", "roceperf: --udp-port 0: must be 1..65535"},
 		{"-c h -B nowhere", "roceperf: -B nowhere: must be an IP address of this host"},
 		{"-c h --dcqcn-profile hpcc", "roceperf: --dcqcn-profile hpcc: must be lab or mlx5 or paper"},
-		{"-c h --dcqcn rpg_ai_rate", `roceperf: --dcqcn "rpg_ai_rate": want name=value`},
-		{"-c h --dcqcn nope=1", `roceperf: --dcqcn unknown knob "nope"`},
-		{"-c h --dcqcn rpg_threshold=0", "roceperf: --dcqcn rpg_threshold=0: must be 1..255"},
-		{"-c h -n 1000 -P 2", "roceperf: -n 1000: 1 message(s) of 65536 bytes (-l) cannot keep -P 2 QPs busy"},
+		{"-c h --dcqcn rpg_ai_rate", `roceperf: --dcqcn rpg_ai_rate: must be name=value`},
+		{"-c h --dcqcn nope=1", `roceperf: --dcqcn: unknown knob "nope"`},
+		{"-c h --dcqcn rpg_threshold=0", "roceperf: --dcqcn: rpg_threshold=0: must be 1..255"},
+		{"-c h -n 1000 -P 2", "roceperf: -n 1000 with -l 65536 -P 2: 1 message(s) cannot keep every QP busy"},
 		{"-s -P 2", "roceperf: -P is a client option"},
 		{"-s --verify", "roceperf: --verify is a client option"},
 		{"-c h -1", "roceperf: -1 is a server option"},
@@ -228,7 +229,7 @@ func TestParseUET(t *testing.T) {
 		{"-c h --transport uet -b 0", "roceperf: -b 0: must be 1k..1t bits/s (k, m, g, t 1000-based, or 10gbit) with --transport uet"},
 		{"-c h --transport uet --base-rtt 2s", "roceperf: --base-rtt 2s: must be 1us..1s"},
 		{"-c h --transport uet --base-rtt soon", "roceperf: --base-rtt soon: must be 1us..1s"},
-		{"-c h --transport uet -n 1000 -P 2", "roceperf: -n 1000: 1 message(s) of 65536 bytes (-l) cannot keep -P 2 streams busy"},
+		{"-c h --transport uet -n 1000 -P 2", "roceperf: -n 1000 with -l 65536 -P 2: 1 message(s) cannot keep every stream busy"},
 		{"-s --transport uet", "roceperf: -s --transport uet: give -B ADDR, a unicast address of this host"},
 		{"-s --transport uet -B 0.0.0.0", "roceperf: -s --transport uet: give -B ADDR"},
 		{"-s --transport uet -B 198.18.0.1 --trace-ccc", "roceperf: --trace-ccc is a client option"},

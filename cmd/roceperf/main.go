@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case actionKnobHelp:
 		s, err := perf.KnobHelp(o.client.Profile, o.client.LineRate)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, perfErr(err))
 			return exitUsage
 		}
 		fmt.Fprint(stdout, s)
@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg := *o.server
 		cfg.Out, cfg.Logger = out, logger
 		if err := perf.Serve(ctx, cfg); err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, perfErr(err))
 			return exitRuntime
 		}
 		if ctx.Err() != nil {
@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.Out, cfg.Logger = out, logger
 	r, err := perf.RunClient(ctx, cfg)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, perfErr(err))
 		return exitRuntime
 	}
 	if r.Interrupted {

@@ -83,7 +83,7 @@ func TestBinary(t *testing.T) {
 		<-served
 		srv.Close()
 	}()
-	oneLine(runBin(t, bin, "-s", "-B", "198.18.0.1"), exitRuntime, "roceperf: tcp port 18515 on 198.18.0.1 is already in use")
+	oneLine(runBin(t, bin, "-s", "-B", "198.18.0.1"), exitRuntime, "roceperf: -p 18515: already in use on 198.18.0.1 (tcp)")
 
 	// A JSON run against it.
 	// More time to recover from a stall than the defaults' 8 × 16 ms: the
@@ -278,7 +278,7 @@ func TestBinaryWithoutCapNetRaw(t *testing.T) {
 	labtest.EnterNetns(t)
 	for _, args := range [][]string{{"-s", "-1"}, {"-c", "198.18.0.1", "-t", "1"}} {
 		r := runBin(t, setpriv, append([]string{"--bounding-set=-net_raw", "--inh-caps=-net_raw", bin}, args...)...)
-		want := "roceperf: cannot open the RoCEv2 port (UDP 4791): the raw send socket needs CAP_NET_RAW"
+		want := "roceperf: cannot open the RoCEv2 port (UDP 4791): pktio: listen roce 0.0.0.0:4791: the raw send socket needs CAP_NET_RAW"
 		if r.code != exitRuntime || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("roceperf %s without CAP_NET_RAW: exit %d, stderr %q; want exit %d and one line starting %q",
 				strings.Join(args, " "), r.code, r.stderr, exitRuntime, want)
@@ -304,7 +304,7 @@ func TestBinaryUET(t *testing.T) {
 	// Without -B the route to 198.18.0.1 picks 198.18.0.1 itself, whose
 	// UDP 4793 is the server's.
 	r := runBin(t, bin, "-c", "198.18.0.1", "-p", "18521", "--transport", "uet", "-n", "1M")
-	if want := "roceperf: udp port 4793 on 198.18.0.1 is already in use (one UET endpoint per address: -B another)\n"; r.code != exitRuntime || r.stderr != want {
+	if want := "roceperf: -B 198.18.0.1: udp port 4793 is already in use on it (one UET endpoint per address: bind another)\n"; r.code != exitRuntime || r.stderr != want {
 		t.Errorf("client on the server's address: exit %d, stderr %q; want %d, %q", r.code, r.stderr, exitRuntime, want)
 	}
 	r = runBin(t, bin, "-c", "198.18.0.1", "-p", "18521", "--transport", "uet", "-B", "198.18.0.2", "-n", "4M", "-P", "2", "--verify", "-J")

@@ -121,7 +121,25 @@ func DefaultQPConfig() QPConfig {
 	}
 }
 
-// Validate checks every field and names the first bad one.
+// ConfigError is a QPConfig field Validate refuses. Detail, without the
+// package's name, is what a server tells a client it refuses.
+type ConfigError struct {
+	Field string // as a session request names it: "mtu", "dscp", ...
+	Value string
+	Must  string
+}
+
+func (e *ConfigError) Error() string { return "agent: " + e.Detail() }
+
+// Detail is "dscp 64: must be 0..63".
+func (e *ConfigError) Detail() string { return e.Field + " " + e.Value + ": " + e.Must }
+
+func qpErr(field, value, must string, args ...any) error {
+	return &ConfigError{Field: field, Value: value, Must: fmt.Sprintf(must, args...)}
+}
+
+// Validate checks every field and names the first bad one (*ConfigError,
+// or DCQCN's refusal).
 func (c *QPConfig) Validate() error {
 	okMTU := false
 	for _, m := range validMTUs {
@@ -129,31 +147,31 @@ func (c *QPConfig) Validate() error {
 	}
 	switch {
 	case !okMTU:
-		return fmt.Errorf("agent: mtu %d: must be one of 256, 512, 1024, 2048, 4096", c.MTU)
+		return qpErr("mtu", fmt.Sprintf("%d", c.MTU), "must be one of 256, 512, 1024, 2048, 4096")
 	case c.DSCP > 63:
-		return fmt.Errorf("agent: dscp %d: must be 0..63", c.DSCP)
+		return qpErr("dscp", fmt.Sprintf("%d", c.DSCP), "must be 0..63")
 	case c.CNPDSCP > 63:
-		return fmt.Errorf("agent: cnp_dscp %d: must be 0..63", c.CNPDSCP)
+		return qpErr("cnp_dscp", fmt.Sprintf("%d", c.CNPDSCP), "must be 0..63")
 	case c.CC != CCNone && c.CC != CCDCQCN:
-		return fmt.Errorf("agent: cc %q: must be none or dcqcn", c.CC)
+		return qpErr("cc", fmt.Sprintf("%q", c.CC), "must be none or dcqcn")
 	case c.NP && (c.CNPPeriod < 0 || c.CNPPeriod > time.Second):
-		return fmt.Errorf("agent: min_time_between_cnps %v: must be 0..1s", c.CNPPeriod)
+		return qpErr("min_time_between_cnps", fmt.Sprintf("%v", c.CNPPeriod), "must be 0..1s")
 	case c.Window < 1 || c.Window > 1<<20:
-		return fmt.Errorf("agent: window %d: must be 1..%d packets", c.Window, 1<<20)
+		return qpErr("window", fmt.Sprintf("%d", c.Window), "must be 1..%d packets", 1<<20)
 	case c.InflightTime < 0 || c.InflightTime > time.Second:
-		return fmt.Errorf("agent: inflight_time %v: must be 0..1s", c.InflightTime)
+		return qpErr("inflight_time", fmt.Sprintf("%v", c.InflightTime), "must be 0..1s")
 	case c.AckReqEvery < 1 || c.AckReqEvery > c.Window:
-		return fmt.Errorf("agent: ackreq_every %d: must be 1..window (%d)", c.AckReqEvery, c.Window)
+		return qpErr("ackreq_every", fmt.Sprintf("%d", c.AckReqEvery), "must be 1..window (%d)", c.Window)
 	case c.AckTimeout < 10*time.Microsecond || c.AckTimeout > time.Minute:
-		return fmt.Errorf("agent: ack_timeout %v: must be 10us..1m", c.AckTimeout)
+		return qpErr("ack_timeout", fmt.Sprintf("%v", c.AckTimeout), "must be 10us..1m")
 	case c.RetryCount < 0 || c.RetryCount > 1000:
-		return fmt.Errorf("agent: retry_count %d: must be 0..1000", c.RetryCount)
+		return qpErr("retry_count", fmt.Sprintf("%d", c.RetryCount), "must be 0..1000")
 	case c.MaxBurst < 1 || c.MaxBurst > 256:
-		return fmt.Errorf("agent: max_burst %d: must be 1..256 packets", c.MaxBurst)
+		return qpErr("max_burst", fmt.Sprintf("%d", c.MaxBurst), "must be 1..256 packets")
 	case c.BufferBytes < 0 || c.BufferBytes > 1<<31:
-		return fmt.Errorf("agent: buffer %d: must be 0..%d bytes", c.BufferBytes, 1<<31)
+		return qpErr("buffer", fmt.Sprintf("%d", c.BufferBytes), "must be 0..%d bytes", 1<<31)
 	case c.PSN > roce.PSNMask:
-		return fmt.Errorf("agent: psn %#x: must be 0..0xffffff", c.PSN)
+		return qpErr("psn", fmt.Sprintf("%#x", c.PSN), "must be 0..0xffffff")
 	}
 	if c.CC == CCDCQCN {
 		if err := c.DCQCN.Validate(); err != nil {

@@ -11,7 +11,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"time"
 )
@@ -409,7 +408,7 @@ func (s *Server) serve(c net.Conn) error {
 	cfg.BufferBytes = bufBytes
 	qps, err := s.a.createSessionQPs(c, req, cfg)
 	if err != nil {
-		rf := refuse(RefusedAgent, "cannot create the session's QPs: %v", trimAgent(err))
+		rf := refuse(RefusedAgent, "cannot create the session's QPs: %v", err)
 		s.refuse(c, r, rf, lingerTime)
 		return rf
 	}
@@ -506,7 +505,7 @@ func (s *Server) check(c net.Conn, req *SessionRequest) (QPConfig, *refusal) {
 	cfg.VerifyIncoming = req.Verify
 	cfg.BufferBytes = lim.bufferFor(req.MessageBytes)
 	if err := cfg.Validate(); err != nil {
-		return cfg, refuse(RefusedQPConfig, "%v", trimAgent(err))
+		return cfg, refuse(RefusedQPConfig, "%s", detail(err))
 	}
 	local := s.a.localAddr(c)
 	for i, ep := range req.QPs {
@@ -657,9 +656,15 @@ func (a *Agent) createSessionQPs(c net.Conn, req *SessionRequest, cfg QPConfig) 
 	return qps, nil
 }
 
-// trimAgent drops the package prefix of an error the client will read
-// after its own "agent: server ... refused the session: ".
-func trimAgent(err error) string { return strings.TrimPrefix(err.Error(), "agent: ") }
+// detail is err as a client reads it in a refusal: without this
+// package's name where the error has a Detail (ConfigError,
+// dcqcn.KnobError).
+func detail(err error) string {
+	if d, ok := err.(interface{ Detail() string }); ok {
+		return d.Detail()
+	}
+	return err.Error()
+}
 
 // clip shortens a client's string for an error line.
 func clip(s string, n int) string {

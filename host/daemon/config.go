@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -328,7 +327,8 @@ func (c *Config) Validate() error {
 	}
 	for name, pr := range d.Profiles.DCQCN {
 		if _, err := pr.params(units.Gbit * 10); err != nil {
-			return conf.Errorf(conf.Key("profiles.dcqcn", name), "", "%s", strings.TrimPrefix(err.Error(), "dcqcn: "))
+			p := conf.Key("profiles.dcqcn", name)
+			return labfile.DCQCNError(conf.Join(p, "base"), conf.Join(p, "knobs"), err)
 		}
 	}
 	for name, pr := range d.Profiles.NSCC {
@@ -552,17 +552,7 @@ func (pr DCQCNProfile) params(lineRate units.Rate) (dcqcn.Params, error) {
 	if base == "" {
 		base = perf.DefaultProfile
 	}
-	p, err := dcqcn.Profile(base, lineRate)
-	if err != nil {
-		return p, fmt.Errorf("base %q: must be one of %s", base, strings.Join(dcqcn.ProfileNames(), ", "))
-	}
-	for _, kv := range sortedKnobs(pr.Knobs) {
-		name, value, _ := strings.Cut(kv, "=")
-		if err := p.Set(name, value); err != nil {
-			return p, err
-		}
-	}
-	return p, nil
+	return dcqcn.New(base, lineRate, labfile.SortedKnobs(pr.Knobs)...)
 }
 
 func (pc PortConfig) key() string { return pc.Netns + "/" + pc.Dev }
@@ -600,14 +590,18 @@ func (pc PortConfig) qdiscConfig(p string) (qdisc.Config, error) {
 	return cfg, nil
 }
 
-// perfFlag maps roceperf's flag names in perf's errors to a flow's fields.
-var perfFlag = map[string]string{
-	"-c": "server", "-P": "qps", "-t": "duration", "-n": "size", "-l": "message_size", "--mtu": "mtu",
-	"-b": "line_rate", "--dscp": "dscp", "--cc": "cc", "--lb": "lb", "--base-rtt": "nscc", "--nscc": "nscc",
-	"--dcqcn": "dcqcn", "--dcqcn-profile": "dcqcn", "-B": "bind", "--transport": "transport",
+// perfKey is a flow's key for a perf setting where it is not the
+// setting's own name (perf.Field).
+var perfKey = map[perf.Field]string{
+	perf.FieldKnobs: "dcqcn", perf.FieldProfile: "dcqcn", perf.FieldNSCCKnobs: "nscc", perf.FieldBaseRTT: "nscc",
 }
 
-var perfErrRE = regexp.MustCompile(`^roceperf: (-{1,2}[A-Za-z-]+) (.*?): (.*)$`)
+func flowKey(f perf.Field) string {
+	if k, ok := perfKey[f]; ok {
+		return k
+	}
+	return string(f)
+}
 
 // clientConfig is the flow as a perf client run, validated by perf.
 func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error) {
@@ -722,24 +716,24 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 			if pr.Base != "" {
 				cc.Profile = pr.Base
 			}
-			cc.Knobs = sortedKnobs(pr.Knobs)
+			cc.Knobs = labfile.SortedKnobs(pr.Knobs)
 		}
 	}
 	if err := cc.Validate(); err != nil {
-		if m := perfErrRE.FindStringSubmatch(err.Error()); m != nil {
-			field := perfFlag[m[1]]
-			if field == "" {
-				field = m[1]
-			}
-			value := m[2]
-			if i := strings.Index(value, " -"); i > 0 {
-				// "-b 50mbit --base-rtt 100µs --mtu 4096: ...": a rule
-				// across flags names the first; the rest are in the text.
-				return cc, conf.Errorf(conf.Join(p, field), value[:i], "with%s: %s", strings.NewReplacer(" --base-rtt", " base_rtt", " --mtu", " mtu").Replace(value[i:]), m[3])
-			}
-			return cc, conf.Errorf(conf.Join(p, field), value, "%s", m[3])
+		var ce *perf.ConfigError
+		if !errors.As(err, &ce) {
+			return cc, conf.Errorf(p, "", "%v", err)
 		}
-		return cc, conf.Errorf(p, "", "%s", strings.TrimPrefix(err.Error(), "roceperf: "))
+		// A rule across settings names the first; the rest are in the text.
+		msg := ce.Reason()
+		if len(ce.With) > 0 {
+			with := make([]string, len(ce.With))
+			for i, s := range ce.With {
+				with[i] = flowKey(s.Field) + " " + s.Value
+			}
+			msg = "with " + strings.Join(with, " ") + ": " + msg
+		}
+		return cc, conf.Errorf(conf.Join(p, flowKey(ce.Field)), ce.Value, "%s", msg)
 	}
 	return cc, nil
 }

@@ -34,7 +34,7 @@ func TestParseGood(t *testing.T) {
 		t.Fatalf("defaults: %+v", d)
 	}
 	cc, err := d.clientConfig("flows[0]", d.Flows[0])
-	if err != nil || len(cc.Knobs) != 2 || cc.Knobs[0] != "rate_reduce_monitor_period=8" || cc.Bytes != 10<<20 {
+	if err != nil || len(cc.Knobs) != 2 || cc.Knobs[0].String() != "rate_reduce_monitor_period=8" || cc.Bytes != 10<<20 {
 		t.Fatalf("flow a: %+v %v", cc, err)
 	}
 	cc, err = d.clientConfig("flows[1]", d.Flows[1])
@@ -51,8 +51,8 @@ func TestParseErrors(t *testing.T) {
 		{"port: 18516}|port: 70000}", `x.yaml:4: servers[1].port: "70000": must be 1..65535`},
 		{"{transport: uet, bind: 198.18.0.1, port: 18516}|{transport: uet, port: 18516}", `x.yaml:4: servers[1].bind: "invalid IP": required with transport uet`},
 		{"port: 18516}|port: 18515}", `servers[1]: "tcp 198.18.0.1:18515": the same address and port as servers[0]`},
-		{"rpg_time_reset: 300|rpg_time_rest: 300", `x.yaml:7: profiles.dcqcn.gentle: unknown knob "rpg_time_rest" (valid: clamp_tgt_rate,`},
-		{"gamma: 0.5|gamma: 5", `flows[1].nscc: "gamma=5": gamma=5: must be in (0, 1]`},
+		{"rpg_time_reset: 300|rpg_time_rest: 300", `x.yaml:7: profiles.dcqcn.gentle.knobs.rpg_time_rest: unknown knob (valid: clamp_tgt_rate,`},
+		{"gamma: 0.5|gamma: 5", `flows[1].nscc: nscc: gamma=5: must be in (0, 1]`},
 		{"rate: 10gbit|rate: 10gigs", `x.yaml:11: ports[0].rate: "10gigs": unknown unit "gigs"`},
 		{"p=0.1|p=1.5", `x.yaml:11: ports[0]: `},
 		{"{dev: eth1,|{dev: eth1, mode: fast,", `x.yaml:11: ports[0].mode: "fast": must be virtual or veth`},

@@ -307,7 +307,7 @@ func (fl *flow) record(ctx context.Context, r runResult, size uint64, late bool)
 		}
 		if r.err != nil && ctx.Err() == nil {
 			fl.failures++
-			fl.lastErr = strings.TrimPrefix(r.err.Error(), "roceperf: ")
+			fl.lastErr = r.err.Error()
 		}
 		if r.elapsed > 0 {
 			fl.fct.observe(fctBounds, r.elapsed.Seconds())

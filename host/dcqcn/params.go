@@ -146,7 +146,7 @@ const (
 // or "lab".
 func Profile(name string, lineRate units.Rate) (Params, error) {
 	if lineRate == 0 {
-		return Params{}, errors.New("dcqcn: line rate 0: must be > 0")
+		return Params{}, &KnobError{Reason: "line rate 0: must be > 0"}
 	}
 	switch name {
 	case "paper":
@@ -156,7 +156,7 @@ func Profile(name string, lineRate units.Rate) (Params, error) {
 	case "lab":
 		return LabParams(lineRate), nil
 	}
-	return Params{}, fmt.Errorf("dcqcn: unknown profile %q (valid: %s)", name, strings.Join(ProfileNames(), ", "))
+	return Params{}, &KnobError{Profile: true, Value: name, Reason: "must be one of " + strings.Join(ProfileNames(), ", ")}
 }
 
 // ProfileNames lists the names Profile accepts, sorted.
@@ -438,8 +438,8 @@ func lookupKnob(name string) (*knob, error) {
 			}
 		}
 	}
-	return nil, fmt.Errorf("dcqcn: unknown knob %q (valid: %s; variants: %s)",
-		name, strings.Join(KnobNames(), ", "), strings.Join(VariantNames(), ", "))
+	return nil, &KnobError{Knob: name, Unknown: true, Reason: fmt.Sprintf("valid: %s; variants: %s",
+		strings.Join(KnobNames(), ", "), strings.Join(VariantNames(), ", "))}
 }
 
 // Set sets the knob or variant switch name from value. Values are plain
@@ -455,10 +455,10 @@ func (p *Params) Set(name, value string) error {
 	}
 	v, err := k.parse(value)
 	if err != nil {
-		return fmt.Errorf("dcqcn: %s=%s: %v", name, quoteIfNeeded(value), err)
+		return &KnobError{Knob: name, Value: value, Reason: err.Error()}
 	}
 	if err := k.check(p, v); err != nil {
-		return fmt.Errorf("dcqcn: %s=%s: %v", name, quoteIfNeeded(value), err)
+		return &KnobError{Knob: name, Value: value, Reason: err.Error()}
 	}
 	k.set(p, v)
 	return nil
@@ -479,33 +479,35 @@ func (p *Params) Get(name string) (string, error) {
 func (p Params) Validate() error {
 	var errs []error
 	if p.LineRate == 0 {
-		errs = append(errs, errors.New("dcqcn: line rate 0: must be > 0"))
+		errs = append(errs, &KnobError{Reason: "line rate 0: must be > 0"})
 	}
 	for _, ks := range [][]knob{mlx5Knobs, variantKnobs} {
 		for i := range ks {
 			k := &ks[i]
 			v := k.get(&p)
 			if err := k.check(&p, v); err != nil {
-				errs = append(errs, fmt.Errorf("dcqcn: %s=%s: %v", k.name, k.format(v), err))
+				errs = append(errs, &KnobError{Knob: k.name, Value: k.format(v), Reason: err.Error()})
 			}
 		}
 	}
 	maxRate := p.MaxRate()
 	if p.LineRate > 0 && p.RPGMinRate > maxRate {
-		errs = append(errs, fmt.Errorf("dcqcn: rpg_min_rate (%s) must not exceed the max rate (%s Mbit/s)",
-			formatMbit(int64(p.RPGMinRate)), formatMbit(int64(maxRate))))
+		errs = append(errs, &KnobError{Knob: "rpg_min_rate", Value: formatMbit(int64(p.RPGMinRate)),
+			Reason: fmt.Sprintf("must not exceed the max rate (%s Mbit/s)", formatMbit(int64(maxRate)))})
 	}
 	if r := p.RateToSetOnFirstCNP; r != 0 && (r < p.RPGMinRate || (p.LineRate > 0 && r > maxRate)) {
-		errs = append(errs, fmt.Errorf("dcqcn: rate_to_set_on_first_cnp (%s) must be 0 or between rpg_min_rate (%s) and the max rate (%s Mbit/s)",
-			formatMbit(int64(r)), formatMbit(int64(p.RPGMinRate)), formatMbit(int64(maxRate))))
+		errs = append(errs, &KnobError{Knob: "rate_to_set_on_first_cnp", Value: formatMbit(int64(r)),
+			Reason: fmt.Sprintf("must be 0 or between rpg_min_rate (%s) and the max rate (%s Mbit/s)",
+				formatMbit(int64(p.RPGMinRate)), formatMbit(int64(maxRate)))})
 	}
 	// Paper §3.1: the α timer fires only after K without a CNP, and an NP
 	// sends at most one CNP per N, so K must exceed N or a continuously
 	// marked flow sees α decay between its CNPs. Moot when α is sampled
 	// per period (mlx5: K = 1 µs < N = 4 µs by design).
 	if p.AlphaRule != AlphaPerPeriod && p.AlphaTimerRestart && p.DCETCPRTT <= p.MinTimeBetweenCNPs {
-		errs = append(errs, fmt.Errorf("dcqcn: dce_tcp_rtt (%s µs) must be greater than min_time_between_cnps (%s µs) when the α timer restarts on every cut (paper: K > N)",
-			formatMicros(int64(p.DCETCPRTT)), formatMicros(int64(p.MinTimeBetweenCNPs))))
+		errs = append(errs, &KnobError{Knob: "dce_tcp_rtt", Value: formatMicros(int64(p.DCETCPRTT)),
+			Reason: fmt.Sprintf("must be greater than min_time_between_cnps (%s µs) when the α timer restarts on every cut (paper: K > N)",
+				formatMicros(int64(p.MinTimeBetweenCNPs)))})
 	}
 	return errors.Join(errs...)
 }

@@ -1176,9 +1176,7 @@ func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, l
 		if fl.CC == CCDCQCN {
 			c.Profile = fl.Profile
 		}
-		for _, k := range slices.Sorted(maps.Keys(fl.Knobs)) {
-			c.Knobs = append(c.Knobs, k+"="+fl.Knobs[k])
-		}
+		c.Knobs = SortedKnobs(fl.Knobs)
 		c.AckTimeout = RoCEAckTimeout
 		if fl.Inflight != 0 {
 			c.InflightTime = fl.Inflight

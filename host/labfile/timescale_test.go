@@ -4,6 +4,7 @@ package labfile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func TestTimescalePlan(t *testing.T) {
 			{"roce client line rate", b1[0].Client.LineRate, 100 * units.Mbit},
 			{"roce client in-flight time", b1[0].Client.InflightTime, 25 * time.Millisecond},
 			{"roce client ACK timeout", b1[0].Client.AckTimeout, RoCEAckTimeout},
-			{"roce client knobs", strings.Join(b1[0].Client.Knobs, ","), "rpg_time_reset=10ms"},
+			{"roce client knobs", fmt.Sprint(b1[0].Client.Knobs), "[rpg_time_reset=10ms]"},
 			{"roce client interval", b1[0].Client.Interval, tm(250 * time.Millisecond)},
 			{"roce client bytes", b1[0].Client.Bytes, uint64(1 << 20)},
 			{"uet start", b1[1].Start, tm(10 * time.Millisecond)},

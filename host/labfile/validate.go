@@ -650,14 +650,8 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		if rate == 0 {
 			rate = perf.DefaultLineRate
 		}
-		params, err := dcqcn.Profile(fl.Profile, rate)
-		if err != nil {
-			return conf.Errorf(fp("profile"), fl.Profile, "%v", err)
-		}
-		for _, k := range slices.Sorted(maps.Keys(fl.Knobs)) {
-			if err := params.Set(k, fl.Knobs[k]); err != nil {
-				return conf.Errorf(conf.Key(fp("knobs"), k), fl.Knobs[k], "%s", strings.TrimPrefix(err.Error(), "dcqcn: "))
-			}
+		if _, err := dcqcn.New(fl.Profile, rate, SortedKnobs(fl.Knobs)...); err != nil {
+			return DCQCNError(fp("profile"), fp("knobs"), err)
 		}
 	}
 	return nil
@@ -760,4 +754,33 @@ func orList(s []string) string {
 		return strings.Join(s, "")
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
+
+// SortedKnobs are a YAML map of DCQCN knobs in name order: a map's order
+// is Go's, and a knob set later may depend on one set before it.
+func SortedKnobs(m map[string]string) []dcqcn.Knob {
+	out := make([]dcqcn.Knob, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, dcqcn.Knob{Name: k, Value: m[k]})
+	}
+	return out
+}
+
+// DCQCNError is dcqcn.New's refusal at its YAML key: the profile's at
+// profilePath, a knob's under knobsPath (the first, if several).
+func DCQCNError(profilePath, knobsPath string, err error) error {
+	kes := dcqcn.KnobErrors(err)
+	if len(kes) == 0 {
+		return conf.Errorf(knobsPath, "", "%v", err)
+	}
+	ke := kes[0]
+	switch {
+	case ke.Profile:
+		return conf.Errorf(profilePath, ke.Value, "%s", ke.Reason)
+	case ke.Unknown:
+		return conf.Errorf(conf.Key(knobsPath, ke.Knob), "", "unknown knob (%s)", ke.Reason)
+	case ke.Knob == "":
+		return conf.Errorf(knobsPath, ke.Value, "%s", ke.Reason)
+	}
+	return conf.Errorf(conf.Key(knobsPath, ke.Knob), ke.Value, "%s", ke.Reason)
 }

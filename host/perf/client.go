@@ -82,7 +82,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if c.Bind.IsValid() {
 		bind = c.Bind.Unmap()
 		if bind.Is4() != raddr.Is4() {
-			return nil, fmt.Errorf("roceperf: -B %s: the server %s is of the other IP family", bind, raddr)
+			return nil, &ConfigError{Field: FieldBind, Value: bind.String(), Must: fmt.Sprintf("the server %s is of the other IP family", raddr)}
 		}
 	}
 	// The address the server sends RoCE packets to: -B, or the source the
@@ -110,7 +110,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	}
 	udp, err := pktio.ListenRoCE(netip.AddrPortFrom(laddr, udpPort), pktio.RoCEOptions{SendPath: c.SendPath})
 	if err != nil {
-		return nil, listenErr("udp", "--udp-port", netip.AddrPortFrom(laddr, udpPort), err)
+		return nil, listenErr("udp", FieldUDPPort, netip.AddrPortFrom(laddr, udpPort), err)
 	}
 	// The line rate is the NIC's: its QPs share it whatever their Rc.
 	portRate := c.LineRate
@@ -133,7 +133,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger, PortRate: k.Rate(portRate), RPOffload: rpOff, Held: c.Held})
 	if err != nil {
 		_ = udp.Close()
-		return nil, fmt.Errorf("roceperf: %w", err)
+		return nil, err
 	}
 	defer ag.Close()
 	if c.OnAgent != nil {
@@ -205,12 +205,12 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	res, ferr := sess.Finish(fctx)
 	fcancel()
 	if ferr != nil && runErr == nil {
-		runErr = fmt.Errorf("roceperf: the server's counters: %s", strings.TrimPrefix(ferr.Error(), "agent: "))
+		runErr = fmt.Errorf("the server's counters: %w", ferr)
 	}
 	c.endReport(r, st, sess, res, ag.Counters())
 	r.End.Counters.ClientUDP = udpStats(udp.Stats())
 	if verr := r.verifyErrors(); c.Verify && verr > 0 && runErr == nil {
-		runErr = fmt.Errorf("roceperf: --verify: %d packet(s) did not match the sender's pattern at the server (verify_errors)", verr)
+		runErr = fmt.Errorf("payload check: %d packet(s) did not match the sender's pattern at the server (verify_errors)", verr)
 	}
 	if runErr != nil {
 		r.Error = runErr.Error()
@@ -218,7 +218,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	switch {
 	case c.JSON && c.Out != nil:
 		if err := r.WriteJSON(c.Out); err != nil && runErr == nil {
-			runErr = fmt.Errorf("roceperf: writing the report: %w", err)
+			runErr = fmt.Errorf("writing the report: %w", err)
 		}
 	case text:
 		writeSummaryText(c.Out, r)
@@ -265,7 +265,7 @@ func (c *ClientConfig) run(ctx context.Context, r *Report, sess *agent.Session, 
 			for _, q := range qps[:i] {
 				q.Stop()
 			}
-			return st, fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
+			return st, err
 		}
 	}
 	if c.OnData != nil {
@@ -312,7 +312,7 @@ func (st *runState) Done(i int) <-chan struct{} { return st.qps[i].Done() }
 // Err implements streamSet.
 func (st *runState) Err(i int) error {
 	if err := st.qps[i].Err(); err != nil {
-		return fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
+		return err
 	}
 	return nil
 }
@@ -392,7 +392,7 @@ func (st *runState) notDrained(waited time.Duration) error {
 		acked, sent := qp.Progress()
 		parts = append(parts, fmt.Sprintf("qp %#x acked %d of %d packets", qp.QPN(), acked, sent))
 	}
-	return fmt.Errorf("roceperf: streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
+	return fmt.Errorf("streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
 }
 
 func rate(bytes uint64, secs float64) float64 {
@@ -586,7 +586,7 @@ func resolve(ctx context.Context, host string) (netip.Addr, error) {
 	}
 	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(addrs) == 0 {
-		return netip.Addr{}, fmt.Errorf("roceperf: -c %s: cannot resolve the host: %v", host, err)
+		return netip.Addr{}, &ConfigError{Field: FieldServer, Value: host, Must: "cannot resolve the host", Cause: err}
 	}
 	for _, a := range addrs {
 		if a.Unmap().Is4() {
@@ -621,7 +621,7 @@ func reachErr(server netip.AddrPort, err error) error {
 	case errors.Is(err, context.Canceled):
 		reason = "interrupted"
 	}
-	return fmt.Errorf("roceperf: cannot reach server %s: %s", server, reason)
+	return fmt.Errorf("cannot reach server %s: %s", server, reason)
 }
 
 // dialErr maps Agent.Dial's errors to the tool's one-liners.
@@ -633,23 +633,24 @@ func dialErr(ctx context.Context, server netip.AddrPort, err error) error {
 	if e := sideChannelErr(ctx, server, err); e != nil {
 		return e
 	}
-	return fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "agent: "))
+	return err
 }
 
-// listenErr maps a listen error to the tool's one-liners.
-func listenErr(proto, portFlag string, ap netip.AddrPort, err error) error {
+// listenErr maps a listen error to a one-liner; portField is the setting
+// that picks the port.
+func listenErr(proto string, portField Field, ap netip.AddrPort, err error) error {
 	port := strconv.Itoa(int(ap.Port()))
 	switch {
 	case proto == "udp" && errors.Is(err, syscall.EPERM):
 		// pktio says which capability: CAP_NET_RAW for the raw socket, the
 		// BPF ones for the steering.
-		return fmt.Errorf("roceperf: cannot open the RoCEv2 port (UDP %s): %s", port, strings.TrimPrefix(err.Error(), fmt.Sprintf("pktio: listen roce %s: ", ap)))
+		return fmt.Errorf("cannot open the RoCEv2 port (UDP %s): %w", port, err)
 	case errors.Is(err, syscall.EADDRINUSE):
-		return fmt.Errorf("roceperf: %s port %s on %s is already in use", proto, port, ap.Addr())
+		return &ConfigError{Field: portField, Value: port, Must: fmt.Sprintf("already in use on %s (%s)", ap.Addr(), proto)}
 	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		return fmt.Errorf("roceperf: -B %s: no interface of this host has that address", ap.Addr())
+		return &ConfigError{Field: FieldBind, Value: ap.Addr().String(), Must: "no interface of this host has that address"}
 	case errors.Is(err, syscall.EACCES):
-		return fmt.Errorf("roceperf: %s port %s on %s: permission denied (%s)", proto, port, ap.Addr(), portFlag)
+		return &ConfigError{Field: portField, Value: port, Must: fmt.Sprintf("permission denied on %s (%s)", ap.Addr(), proto)}
 	}
-	return fmt.Errorf("roceperf: listen %s %s: %v", proto, ap, err)
+	return fmt.Errorf("listen %s %s: %w", proto, ap, err)
 }

@@ -204,9 +204,9 @@ type ClientConfig struct {
 	// loop. Optional: "" means kernel where it attaches, else the agent
 	// (with a warning). DCQCN only.
 	RP string
-	// Knobs are name=value settings (--dcqcn) applied with dcqcn.Params.Set
-	// after the profile, in order. cnp_dscp given here overrides CNPDSCP.
-	Knobs []string
+	// Knobs are set on the profile in order (dcqcn.New). cnp_dscp given
+	// here overrides CNPDSCP.
+	Knobs []dcqcn.Knob
 	// DSCP marks data and ACKs; 0 means 26. CNPDSCP marks the server's
 	// CNPs; 0 means 48. (DSCP 0 itself cannot be chosen.)
 	DSCP, CNPDSCP uint8
@@ -403,17 +403,11 @@ func (c ClientConfig) withDefaults() ClientConfig {
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// flagErr formats the one-line error of a bad setting: the flag, the value
-// and what it must be.
-func flagErr(flag string, value any, must string, args ...any) error {
-	return fmt.Errorf("roceperf: %s %v: must be %s", flag, value, fmt.Sprintf(must, args...))
-}
-
-// Validate checks every field and names the flag, the value and the allowed
-// range of the first bad one: "roceperf: -P 5000: must be 1..4096".
+// Validate checks every field; the first bad one is a *ConfigError with
+// its field, its value and the allowed range: "qps 5000: must be 1..4096".
 func (c ClientConfig) Validate() error {
 	if strings.TrimSpace(c.Server) == "" {
-		return errors.New("roceperf: -c: no server given")
+		return &ConfigError{Field: FieldServer, Must: "required: no server given"}
 	}
 	if _, _, err := splitServer(c.Server); err != nil {
 		return err
@@ -423,63 +417,64 @@ func (c ClientConfig) Validate() error {
 	case TransportUET:
 		return c.validateUET()
 	default:
-		return flagErr("--transport", c.Transport, "rocev2 or uet")
+		return configErr(FieldTransport, c.Transport, "rocev2 or uet")
 	}
 	c = c.withDefaults()
 	switch {
 	case c.RP != "" && c.RP != RPKernel && c.RP != RPAgent:
-		return flagErr("--rp", c.RP, "kernel or agent")
+		return configErr(FieldRP, c.RP, "kernel or agent")
 	case c.UDPPort < 0 || c.UDPPort > 65535:
-		return flagErr("--udp-port", c.UDPPort, "0..65535 (0: 4791)")
+		return configErr(FieldUDPPort, c.UDPPort, "0..65535 (0: 4791)")
 	case c.QPs < 1 || c.QPs > MaxQPs:
-		return flagErr("-P", c.QPs, "1..%d", MaxQPs)
+		return configErr(FieldQPs, c.QPs, "1..%d", MaxQPs)
 	case c.Duration < time.Millisecond || c.Duration > MaxDuration:
-		return flagErr("-t", seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
+		return configErr(FieldDuration, seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
 	case c.MessageBytes < 1 || c.MessageBytes > MaxMessageBytes:
-		return flagErr("-l", c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
+		return configErr(FieldMessageSize, c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
 	case !validMTU(c.MTU):
-		return flagErr("--mtu", c.MTU, "256, 512, 1024, 2048 or 4096")
+		return configErr(FieldMTU, c.MTU, "256, 512, 1024, 2048 or 4096")
 	case c.Op != agent.OpWrite && c.Op != agent.OpSend:
-		return flagErr("--op", int(c.Op), "write or send")
+		return configErr(FieldOp, int(c.Op), "write or send")
 	case c.LineRate > MaxLineRate || (c.LineRate != 0 && c.LineRate < units.Kbit):
-		return flagErr("-b", c.LineRate, "1kbit..1tbit, or 0 (--cc none: unpaced; dcqcn: 10gbit)")
+		return configErr(FieldLineRate, c.LineRate, "1kbit..1tbit, or 0 (cc none: unpaced; dcqcn: 10gbit)")
 	case c.CC != agent.CCDCQCN && c.CC != agent.CCNone:
-		return flagErr("--cc", c.CC, "dcqcn or none")
+		return configErr(FieldCC, c.CC, "dcqcn or none")
 	case c.DSCP > 63:
-		return flagErr("--dscp", c.DSCP, "1..63")
+		return configErr(FieldDSCP, c.DSCP, "1..63")
 	case c.CNPDSCP > 63:
-		return flagErr("--cnp-dscp", c.CNPDSCP, "1..63")
+		return configErr(FieldCNPDSCP, c.CNPDSCP, "1..63")
 	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
-		return flagErr("-i", seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:
-		return flagErr("-O", seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
+		return configErr(FieldOmit, seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
 	case c.Window < 1 || c.Window > 1<<20:
-		return flagErr("--window", c.Window, "1..%d packets", 1<<20)
+		return configErr(FieldWindow, c.Window, "1..%d packets", 1<<20)
 	case c.InflightTime < 0 || c.InflightTime > time.Second:
-		return flagErr("--inflight", c.InflightTime, "0..1s")
+		return configErr(FieldInflight, c.InflightTime, "0..1s")
 	case c.AckReqEvery < 1 || c.AckReqEvery > c.Window:
-		return flagErr("--ack-every", c.AckReqEvery, "1..%d packets (the window)", c.Window)
+		return configErr(FieldAckEvery, c.AckReqEvery, "1..%d packets (the window)", c.Window)
 	case c.MaxBurst < 1 || c.MaxBurst > 256:
-		return flagErr("--burst", c.MaxBurst, "1..256 packets")
+		return configErr(FieldBurst, c.MaxBurst, "1..256 packets")
 	case c.AckTimeout < 10*time.Microsecond || c.AckTimeout > time.Minute:
-		return flagErr("--timeout", c.AckTimeout, "10us..1m")
+		return configErr(FieldTimeout, c.AckTimeout, "10us..1m")
 	case c.RetryCount < 0 || c.RetryCount > 1000:
-		return flagErr("--retry", c.RetryCount, "0..1000")
+		return configErr(FieldRetry, c.RetryCount, "0..1000")
 	case c.Timescale.Validate() != nil:
-		return flagErr("--timescale", c.Timescale, "1..%d", units.MaxTimescale)
+		return configErr(FieldTimescale, c.Timescale, "1..%d", units.MaxTimescale)
 	}
 	if _, err := dcqcn.Profile(c.Profile, DefaultLineRate); err != nil {
-		return flagErr("--dcqcn-profile", c.Profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
+		return configErr(FieldProfile, c.Profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
 	}
 	if mem := uint64(c.QPs) * uint64(agent.SessionBufferBytes(c.MessageBytes)); mem > MaxServerMemory {
-		return fmt.Errorf("roceperf: -P %d with -l %d: the server would register %s (-P × max(4 × -l, 64K)); at most 2 GiB",
-			c.QPs, c.MessageBytes, FormatBytes(float64(mem)))
+		return &ConfigError{Field: FieldQPs, Value: strconv.Itoa(c.QPs), With: []Setting{{FieldMessageSize, strconv.Itoa(c.MessageBytes)}},
+			Must: fmt.Sprintf("the server would register %s (a buffer of max(4 messages, 64K) per QP); at most 2 GiB", FormatBytes(float64(mem)))}
 	}
 	if c.Bytes > 0 {
 		msgs := ceilDiv(c.Bytes, uint64(c.MessageBytes))
 		if msgs < uint64(c.QPs) {
-			return fmt.Errorf("roceperf: -n %d: %d message(s) of %d bytes (-l) cannot keep -P %d QPs busy: need at least one message per QP",
-				c.Bytes, msgs, c.MessageBytes, c.QPs)
+			return &ConfigError{Field: FieldSize, Value: strconv.FormatUint(c.Bytes, 10),
+				With: []Setting{{FieldMessageSize, strconv.Itoa(c.MessageBytes)}, {FieldQPs, strconv.Itoa(c.QPs)}},
+				Must: fmt.Sprintf("%d message(s) cannot keep every QP busy: need at least one message per QP", msgs)}
 		}
 	}
 	if _, err := c.dcqcnParams(); err != nil {
@@ -513,26 +508,16 @@ func (c ClientConfig) effectiveLineRate() units.Rate {
 // the knobs; CNPDSCP goes into cnp_dscp unless a knob sets it. c has its
 // defaults filled.
 func (c ClientConfig) dcqcnParams() (dcqcn.Params, error) {
-	p, err := dcqcn.Profile(c.Profile, c.effectiveLineRate())
-	if err != nil {
-		return p, flagErr("--dcqcn-profile", c.Profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
+	knobs := append([]dcqcn.Knob{{Name: "cnp_dscp", Value: strconv.Itoa(int(c.CNPDSCP))}}, c.Knobs...)
+	p, err := dcqcn.New(c.Profile, c.effectiveLineRate(), knobs...)
+	if err == nil {
+		return p, nil
 	}
-	p.CNPDSCP = c.CNPDSCP
-	for _, kv := range c.Knobs {
-		name, value, ok := strings.Cut(kv, "=")
-		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
-		if !ok || name == "" || value == "" {
-			return p, fmt.Errorf("roceperf: --dcqcn %q: want name=value (--dcqcn help lists the knobs)", kv)
-		}
-		if err := p.Set(name, value); err != nil {
-			return p, fmt.Errorf("roceperf: --dcqcn %s", strings.TrimPrefix(err.Error(), "dcqcn: "))
-		}
+	var ke *dcqcn.KnobError
+	if errors.As(err, &ke) && ke.Profile {
+		return p, configErr(FieldProfile, c.Profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
 	}
-	if err := p.Validate(); err != nil {
-		msg := strings.ReplaceAll(err.Error(), "dcqcn: ", "")
-		return p, fmt.Errorf("roceperf: --dcqcn: %s", strings.ReplaceAll(msg, "\n", "; "))
-	}
-	return p, nil
+	return p, &ConfigError{Field: FieldKnobs, Cause: err}
 }
 
 // splitServer splits "host:port" or "host" (port 18515); IPv6 literals may
@@ -547,14 +532,14 @@ func splitServer(s string) (host string, port int, err error) {
 		if !strings.Contains(s, ":") {
 			return s, DefaultPort, nil
 		}
-		return "", 0, fmt.Errorf("roceperf: -c %s: want host or host:port", s)
+		return "", 0, &ConfigError{Field: FieldServer, Value: s, Must: "want host or host:port"}
 	}
 	n, err := strconv.Atoi(p)
 	if err != nil || n < 1 || n > 65535 {
-		return "", 0, flagErr("-p", p, "1..65535")
+		return "", 0, configErr(FieldPort, p, "1..65535")
 	}
 	if h == "" {
-		return "", 0, fmt.Errorf("roceperf: -c %s: no host", s)
+		return "", 0, &ConfigError{Field: FieldServer, Value: s, Must: "no host"}
 	}
 	return h, n, nil
 }
@@ -571,7 +556,7 @@ func KnobHelp(profile string, lineRate units.Rate) (string, error) {
 	}
 	p, err := dcqcn.Profile(profile, lineRate)
 	if err != nil {
-		return "", flagErr("--dcqcn-profile", profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
+		return "", configErr(FieldProfile, profile, "%s", strings.Join(dcqcn.ProfileNames(), " or "))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "DCQCN knobs of profile %s at line rate %s (set with --dcqcn name=value;\n", profile, lineRate)

@@ -224,26 +224,26 @@ func TestNetnsErrors(t *testing.T) {
 			t.Errorf("got  %v\nwant %s", err, msg)
 		}
 	}
-	want(run(cfg), "roceperf: cannot reach server 198.18.0.2:18515: connection refused")
+	want(run(cfg), "cannot reach server 198.18.0.2:18515: connection refused")
 	cfg.Server = "198.18.0.9"
-	want(run(cfg), "roceperf: cannot reach server 198.18.0.9:18515: network is unreachable")
+	want(run(cfg), "cannot reach server 198.18.0.9:18515: network is unreachable")
 
 	s, _ := startServer(t, ServerConfig{})
 	// UDP 4791 is the host's, shared by its agents: the side channel's
 	// port is what a second server cannot have.
 	_, err := Listen(ServerConfig{Bind: srvAddr})
-	want(err, "roceperf: tcp port 18515 on 198.18.0.1 is already in use")
+	want(err, "port 18515: already in use on 198.18.0.1 (tcp)")
 	_, err = Listen(ServerConfig{Bind: netip.MustParseAddr("198.18.0.7")})
-	want(err, "roceperf: -B 198.18.0.7: no interface of this host has that address")
+	want(err, "bind 198.18.0.7: no interface of this host has that address")
 	if p := s.UDPAddr().Port(); p != 4791 {
 		t.Errorf("server UDP port %d", p)
 	}
 
 	cfg = DefaultClientConfig(srvAddr.String())
 	cfg.Bind = netip.MustParseAddr("198.18.0.5")
-	want(run(cfg), "roceperf: -B 198.18.0.5: no interface of this host has that address")
+	want(run(cfg), "bind 198.18.0.5: no interface of this host has that address")
 	cfg.Bind = netip.MustParseAddr("::1")
-	want(run(cfg), "roceperf: -B ::1: the server 198.18.0.1 is of the other IP family")
+	want(run(cfg), "bind ::1: the server 198.18.0.1 is of the other IP family")
 }
 
 // TestNetnsBind: -B puts the client's RoCE socket and side channel on
@@ -543,7 +543,7 @@ func TestNetnsRefused(t *testing.T) {
 		cfg.QPs, cfg.Bytes = 3, 1<<20
 		relax(&cfg)
 		_, err := RunClient(context.Background(), cfg)
-		want := fmt.Sprintf("roceperf: server %s refused the session: qps 3: this server allows 1..2 per session (max_qps)", side)
+		want := fmt.Sprintf("agent: server %s refused the session: qps 3: this server allows 1..2 per session (max_qps)", side)
 		if err == nil || err.Error() != want {
 			t.Errorf("got  %v\nwant %s", err, want)
 		}

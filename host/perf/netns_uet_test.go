@@ -134,7 +134,7 @@ func TestNetnsUETCrossTransport(t *testing.T) {
 	c := DefaultUETClientConfig(srvAddr.String())
 	c.Bind, c.Bytes = cliAddr, 1<<20
 	_, err = RunClient(context.Background(), c)
-	want := "roceperf: server 198.18.0.1:18515 refused the session: version 0: this server speaks 1 (a RoCEv2 server? start it with --transport uet)"
+	want := "server 198.18.0.1:18515 refused the session: version 0: this server speaks 1 (a RoCEv2 server? it must serve transport uet)"
 	if err == nil || err.Error() != want {
 		t.Errorf("UET client of a RoCEv2 server:\ngot  %v\nwant %s", err, want)
 	}
@@ -142,7 +142,7 @@ func TestNetnsUETCrossTransport(t *testing.T) {
 	rc.Bytes = 1 << 20
 	relax(&rc)
 	_, err = RunClient(context.Background(), rc)
-	want = "roceperf: server 198.18.0.1:18516 refused the session: transport rocev2: this server serves uet (run the client with --transport uet)"
+	want = "agent: server 198.18.0.1:18516 refused the session: transport rocev2: this server serves uet (the client must use transport uet)"
 	if err == nil || err.Error() != want {
 		t.Errorf("RoCEv2 client of a UET server:\ngot  %v\nwant %s", err, want)
 	}

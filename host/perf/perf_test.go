@@ -111,37 +111,37 @@ func TestValidate(t *testing.T) {
 		mod  func(*ClientConfig)
 		want string
 	}{
-		{"no server", func(c *ClientConfig) { c.Server = "" }, "roceperf: -c: no server given"},
-		{"qps", func(c *ClientConfig) { c.QPs = 5000 }, "roceperf: -P 5000: must be 1..4096"},
-		{"negative qps", func(c *ClientConfig) { c.QPs = -1 }, "roceperf: -P -1: must be 1..4096"},
-		{"mtu", func(c *ClientConfig) { c.MTU = 1500 }, "roceperf: --mtu 1500: must be 256, 512, 1024, 2048 or 4096"},
-		{"length", func(c *ClientConfig) { c.MessageBytes = 32 << 20 }, "roceperf: -l 33554432: must be 1..16777216 bytes (16M)"},
-		{"time", func(c *ClientConfig) { c.Duration = 25 * time.Hour }, "roceperf: -t 90000: must be 0.001..86400 seconds"},
-		{"interval", func(c *ClientConfig) { c.Interval = time.Millisecond }, "roceperf: -i 0.001: must be 0 (no interval reports) or 0.01..60 seconds"},
-		{"omit", func(c *ClientConfig) { c.Omit = -time.Second }, "roceperf: -O -1: must be 0..60 seconds"},
-		{"dscp", func(c *ClientConfig) { c.DSCP = 64 }, "roceperf: --dscp 64: must be 1..63"},
-		{"cnp dscp", func(c *ClientConfig) { c.CNPDSCP = 99 }, "roceperf: --cnp-dscp 99: must be 1..63"},
-		{"cc", func(c *ClientConfig) { c.CC = "reno" }, "roceperf: --cc reno: must be dcqcn or none"},
-		{"op", func(c *ClientConfig) { c.Op = 7 }, "roceperf: --op 7: must be write or send"},
-		{"rate", func(c *ClientConfig) { c.LineRate = 2 * units.Tbit }, "roceperf: -b 2tbit: must be 1kbit..1tbit"},
-		{"profile", func(c *ClientConfig) { c.Profile = "hpcc" }, "roceperf: --dcqcn-profile hpcc: must be lab or mlx5 or paper"},
-		{"window", func(c *ClientConfig) { c.Window = 1 << 21 }, "roceperf: --window 2097152: must be 1..1048576 packets"},
-		{"ack every", func(c *ClientConfig) { c.Window, c.AckReqEvery = 8, 16 }, "roceperf: --ack-every 16: must be 1..8 packets (the window)"},
-		{"burst", func(c *ClientConfig) { c.MaxBurst = 300 }, "roceperf: --burst 300: must be 1..256 packets"},
-		{"timeout", func(c *ClientConfig) { c.AckTimeout = time.Microsecond }, "roceperf: --timeout 1µs: must be 10us..1m"},
-		{"retry", func(c *ClientConfig) { c.RetryCount = 1001 }, "roceperf: --retry 1001: must be 0..1000"},
-		{"timescale", func(c *ClientConfig) { c.Timescale = 0.5 }, "roceperf: --timescale 0.5: must be 1..1000"},
-		{"udp port", func(c *ClientConfig) { c.UDPPort = 70000 }, "roceperf: --udp-port 70000: must be 0..65535"},
-		{"server port", func(c *ClientConfig) { c.Server = "198.18.0.1:0" }, "roceperf: -p 0: must be 1..65535"},
-		{"knob syntax", func(c *ClientConfig) { c.Knobs = []string{"rpg_ai_rate"} }, `roceperf: --dcqcn "rpg_ai_rate": want name=value`},
-		{"knob name", func(c *ClientConfig) { c.Knobs = []string{"rpg_bogus=1"} }, `roceperf: --dcqcn unknown knob "rpg_bogus"`},
-		{"knob value", func(c *ClientConfig) { c.Knobs = []string{"rpg_ai_rate=20000"} }, "roceperf: --dcqcn rpg_ai_rate=20000: must be 0..10000"},
+		{"no server", func(c *ClientConfig) { c.Server = "" }, "server: required: no server given"},
+		{"qps", func(c *ClientConfig) { c.QPs = 5000 }, "qps 5000: must be 1..4096"},
+		{"negative qps", func(c *ClientConfig) { c.QPs = -1 }, "qps -1: must be 1..4096"},
+		{"mtu", func(c *ClientConfig) { c.MTU = 1500 }, "mtu 1500: must be 256, 512, 1024, 2048 or 4096"},
+		{"length", func(c *ClientConfig) { c.MessageBytes = 32 << 20 }, "message_size 33554432: must be 1..16777216 bytes (16M)"},
+		{"time", func(c *ClientConfig) { c.Duration = 25 * time.Hour }, "duration 90000: must be 0.001..86400 seconds"},
+		{"interval", func(c *ClientConfig) { c.Interval = time.Millisecond }, "interval 0.001: must be 0 (no interval reports) or 0.01..60 seconds"},
+		{"omit", func(c *ClientConfig) { c.Omit = -time.Second }, "omit -1: must be 0..60 seconds"},
+		{"dscp", func(c *ClientConfig) { c.DSCP = 64 }, "dscp 64: must be 1..63"},
+		{"cnp dscp", func(c *ClientConfig) { c.CNPDSCP = 99 }, "cnp_dscp 99: must be 1..63"},
+		{"cc", func(c *ClientConfig) { c.CC = "reno" }, "cc reno: must be dcqcn or none"},
+		{"op", func(c *ClientConfig) { c.Op = 7 }, "op 7: must be write or send"},
+		{"rate", func(c *ClientConfig) { c.LineRate = 2 * units.Tbit }, "line_rate 2tbit: must be 1kbit..1tbit"},
+		{"profile", func(c *ClientConfig) { c.Profile = "hpcc" }, "profile hpcc: must be lab or mlx5 or paper"},
+		{"window", func(c *ClientConfig) { c.Window = 1 << 21 }, "window 2097152: must be 1..1048576 packets"},
+		{"ack every", func(c *ClientConfig) { c.Window, c.AckReqEvery = 8, 16 }, "ack_every 16: must be 1..8 packets (the window)"},
+		{"burst", func(c *ClientConfig) { c.MaxBurst = 300 }, "burst 300: must be 1..256 packets"},
+		{"timeout", func(c *ClientConfig) { c.AckTimeout = time.Microsecond }, "timeout 1µs: must be 10us..1m"},
+		{"retry", func(c *ClientConfig) { c.RetryCount = 1001 }, "retry 1001: must be 0..1000"},
+		{"timescale", func(c *ClientConfig) { c.Timescale = 0.5 }, "timescale 0.5: must be 1..1000"},
+		{"udp port", func(c *ClientConfig) { c.UDPPort = 70000 }, "udp_port 70000: must be 0..65535"},
+		{"server port", func(c *ClientConfig) { c.Server = "198.18.0.1:0" }, "port 0: must be 1..65535"},
+		{"knob empty", func(c *ClientConfig) { c.Knobs = []dcqcn.Knob{{Name: "rpg_ai_rate"}} }, `knobs: rpg_ai_rate="": invalid rate`},
+		{"knob name", func(c *ClientConfig) { c.Knobs = []dcqcn.Knob{{Name: "rpg_bogus", Value: "1"}} }, `knobs: unknown knob "rpg_bogus"`},
+		{"knob value", func(c *ClientConfig) { c.Knobs = []dcqcn.Knob{{Name: "rpg_ai_rate", Value: "20000"}} }, "knobs: rpg_ai_rate=20000: must be 0..10000"},
 		{"knobs together", func(c *ClientConfig) {
 			c.Profile = "paper"
-			c.Knobs = []string{"dce_tcp_rtt=10", "min_time_between_cnps=50"}
-		}, "roceperf: --dcqcn: dce_tcp_rtt (10 µs) must be greater than min_time_between_cnps (50 µs)"},
-		{"bytes per qp", func(c *ClientConfig) { c.Bytes, c.QPs = 1000, 2 }, "roceperf: -n 1000: 1 message(s) of 65536 bytes (-l) cannot keep -P 2 QPs busy"},
-		{"server memory", func(c *ClientConfig) { c.QPs, c.MessageBytes = 4096, 16<<20 }, "roceperf: -P 4096 with -l 16777216: the server would register"},
+			c.Knobs = []dcqcn.Knob{{Name: "dce_tcp_rtt", Value: "10"}, {Name: "min_time_between_cnps", Value: "50"}}
+		}, "knobs: dce_tcp_rtt=10: must be greater than min_time_between_cnps (50 µs)"},
+		{"bytes per qp", func(c *ClientConfig) { c.Bytes, c.QPs = 1000, 2 }, "size 1000 with message_size 65536 qps 2: 1 message(s) cannot keep every QP busy"},
+		{"server memory", func(c *ClientConfig) { c.QPs, c.MessageBytes = 4096, 16<<20 }, "qps 4096 with message_size 16777216: the server would register"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultClientConfig("198.18.0.1")
@@ -164,7 +164,7 @@ func TestDCQCNParams(t *testing.T) {
 	c := DefaultClientConfig("h").withDefaults()
 	c.LineRate = units.Gbit
 	c.CNPDSCP = 46
-	c.Knobs = []string{"rpg_ai_rate=1", "min_time_between_cnps=50us"}
+	c.Knobs = []dcqcn.Knob{{Name: "rpg_ai_rate", Value: "1"}, {Name: "min_time_between_cnps", Value: "50us"}}
 	p, err := c.dcqcnParams()
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestDCQCNParams(t *testing.T) {
 		t.Errorf("params %+v", p)
 	}
 	// A cnp_dscp knob overrides --cnp-dscp.
-	c.Knobs = append(c.Knobs, "cnp_dscp=40")
+	c.Knobs = append(c.Knobs, dcqcn.Knob{Name: "cnp_dscp", Value: "40"})
 	if p, _ = c.dcqcnParams(); p.CNPDSCP != 40 {
 		t.Errorf("cnp_dscp knob: %d", p.CNPDSCP)
 	}

@@ -67,15 +67,15 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 }
 
 // Listen opens the server's RoCEv2 port and TCP listener and starts its
-// agent. Errors are one line: "roceperf: tcp port 18515 on 198.18.0.1 is
-// already in use".
+// agent. Errors are one line: "port 18515: already in use on 198.18.0.1
+// (tcp)".
 func Listen(cfg ServerConfig) (*Server, error) {
 	switch cfg.Transport {
 	case "", TransportRoCEv2:
 	case TransportUET:
-		return nil, errors.New("roceperf: Listen serves RoCEv2: a UET server is ListenUET's")
+		return nil, errors.New("perf: Listen serves RoCEv2: a UET server is ListenUET's")
 	default:
-		return nil, flagErr("--transport", cfg.Transport, "rocev2 or uet")
+		return nil, configErr(FieldTransport, cfg.Transport, "rocev2 or uet")
 	}
 	if cfg.Port == 0 {
 		cfg.Port = DefaultPort
@@ -85,18 +85,18 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	switch {
 	case cfg.Port < 1 || cfg.Port > 65535:
-		return nil, flagErr("-p", cfg.Port, "1..65535")
+		return nil, configErr(FieldPort, cfg.Port, "1..65535")
 	case cfg.UDPPort < 1 || cfg.UDPPort > 65535:
-		return nil, flagErr("--udp-port", cfg.UDPPort, "1..65535")
+		return nil, configErr(FieldUDPPort, cfg.UDPPort, "1..65535")
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
 	if cfg.Interval > 0 && (cfg.Interval < MinInterval || cfg.Interval > MaxInterval) {
-		return nil, flagErr("-i", seconds(cfg.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+		return nil, configErr(FieldInterval, seconds(cfg.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	}
 	if err := cfg.Timescale.Validate(); err != nil {
-		return nil, flagErr("--timescale", cfg.Timescale, "1..%d", units.MaxTimescale)
+		return nil, configErr(FieldTimescale, cfg.Timescale, "1..%d", units.MaxTimescale)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -109,7 +109,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	uap := netip.AddrPortFrom(bind, uint16(cfg.UDPPort))
 	udp, err := pktio.ListenRoCE(uap, pktio.RoCEOptions{SendPath: cfg.SendPath})
 	if err != nil {
-		return nil, listenErr("udp", "--udp-port", uap, err)
+		return nil, listenErr("udp", FieldUDPPort, uap, err)
 	}
 	network := "tcp4"
 	if bind.Is6() {
@@ -119,7 +119,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	tl, err := net.Listen(network, tap.String())
 	if err != nil {
 		_ = udp.Close()
-		return nil, listenErr("tcp", "-p", tap, err)
+		return nil, listenErr("tcp", FieldPort, tap, err)
 	}
 	np, err := attachNP(cfg.NP, bind, log)
 	if err != nil {
@@ -138,7 +138,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		if np != nil {
 			_ = np.Close()
 		}
-		return nil, fmt.Errorf("roceperf: %w", err)
+		return nil, err
 	}
 	s := &Server{
 		np:   np,
@@ -153,7 +153,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	s.side, err = ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
 	if err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("roceperf: server limits: %s", strings.TrimPrefix(err.Error(), "agent: "))
+		return nil, &ConfigError{Field: FieldServerLimits, Cause: err}
 	}
 	return s, nil
 }
@@ -166,7 +166,7 @@ func attachNP(mode string, bind netip.Addr, log *slog.Logger) (*npbpf.Devices, e
 		return nil, nil
 	case "", NPKernel:
 	default:
-		return nil, flagErr("--np", mode, "kernel or agent")
+		return nil, configErr(FieldNP, mode, "kernel or agent")
 	}
 	devs, err := npbpf.LocalDevices(bind)
 	var np *npbpf.Devices
@@ -177,7 +177,7 @@ func attachNP(mode string, bind netip.Addr, log *slog.Logger) (*npbpf.Devices, e
 	case err == nil:
 		return np, nil
 	case mode == NPKernel:
-		return nil, fmt.Errorf("roceperf: --np kernel: %w", err)
+		return nil, &ConfigError{Field: FieldNP, Value: NPKernel, Cause: err}
 	}
 	log.Warn("the kernel NP did not attach; the agent answers CE marks", "err", err)
 	return nil, nil
@@ -192,7 +192,7 @@ func attachRP(mode string, bind netip.Addr, log *slog.Logger) (*rpbpf.RP, error)
 		return nil, nil
 	case "", RPKernel:
 	default:
-		return nil, flagErr("--rp", mode, "kernel or agent")
+		return nil, configErr(FieldRP, mode, "kernel or agent")
 	}
 	devs, err := npbpf.LocalDevices(bind)
 	var rp *rpbpf.RP
@@ -203,7 +203,7 @@ func attachRP(mode string, bind netip.Addr, log *slog.Logger) (*rpbpf.RP, error)
 	case err == nil:
 		return rp, nil
 	case mode == RPKernel:
-		return nil, fmt.Errorf("roceperf: --rp kernel: %w", err)
+		return nil, &ConfigError{Field: FieldRP, Value: RPKernel, Cause: err}
 	}
 	if log != nil {
 		log.Warn("the kernel RP did not attach; the agent takes the CNPs", "err", err)
@@ -289,7 +289,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	select {
 	case err := <-errc:
 		if err != nil {
-			return fmt.Errorf("roceperf: %s", err)
+			return err
 		}
 		return nil
 	case <-ctx.Done():

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,35 +46,36 @@ func (c ClientConfig) validateUET() error {
 	c = c.withDefaults()
 	switch {
 	case c.QPs < 1 || c.QPs > MaxQPs:
-		return flagErr("-P", c.QPs, "1..%d", MaxQPs)
+		return configErr(FieldQPs, c.QPs, "1..%d", MaxQPs)
 	case c.Duration < time.Millisecond || c.Duration > MaxDuration:
-		return flagErr("-t", seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
+		return configErr(FieldDuration, seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
 	case c.MessageBytes < 1 || c.MessageBytes > MaxMessageBytes:
-		return flagErr("-l", c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
+		return configErr(FieldMessageSize, c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
 	case c.MTU < MinUETMTU || c.MTU > MaxUETMTU:
-		return flagErr("--mtu", c.MTU, "%d..%d with --transport uet (the IP packet size of a full data packet)", MinUETMTU, MaxUETMTU)
+		return configErr(FieldMTU, c.MTU, "%d..%d with transport uet (the IP packet size of a full data packet)", MinUETMTU, MaxUETMTU)
 	case c.LineRate > MaxLineRate || c.LineRate < units.Kbit:
-		return flagErr("-b", c.LineRate, "1kbit..1tbit, or 0 (1 Gbit/s) with --transport uet")
+		return configErr(FieldLineRate, c.LineRate, "1kbit..1tbit, or 0 (1 Gbit/s) with transport uet")
 	case c.DSCP > 63:
-		return flagErr("--dscp", c.DSCP, "1..63")
+		return configErr(FieldDSCP, c.DSCP, "1..63")
 	case c.BaseRTT < MinUETBaseRTT || c.BaseRTT > MaxUETBaseRTT:
-		return flagErr("--base-rtt", c.BaseRTT, "1us..1s")
+		return configErr(FieldBaseRTT, c.BaseRTT, "1us..1s")
 	case c.LB != 0 && !slices.Contains(lb.Kinds, c.LB):
-		return flagErr("--lb", c.LB, "none, %s", lbKindNames())
+		return configErr(FieldLB, c.LB, "none, %s", lbKindNames())
 	case !slices.Contains(pds.CCModeNames(), c.UETCC.String()):
-		return flagErr("--cc", c.UETCC, "%s with --transport uet", ccModeNames())
+		return configErr(FieldCC, c.UETCC, "%s with transport uet", ccModeNames())
 	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
-		return flagErr("-i", seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:
-		return flagErr("-O", seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
+		return configErr(FieldOmit, seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
 	case c.Timescale.Validate() != nil:
-		return flagErr("--timescale", c.Timescale, "1..%d", units.MaxTimescale)
+		return configErr(FieldTimescale, c.Timescale, "1..%d", units.MaxTimescale)
 	}
 	if c.Bytes > 0 {
 		msgs := ceilDiv(c.Bytes, uint64(c.MessageBytes))
 		if msgs < uint64(c.QPs) {
-			return fmt.Errorf("roceperf: -n %d: %d message(s) of %d bytes (-l) cannot keep -P %d streams busy: need at least one message per stream",
-				c.Bytes, msgs, c.MessageBytes, c.QPs)
+			return &ConfigError{Field: FieldSize, Value: strconv.FormatUint(c.Bytes, 10),
+				With: []Setting{{FieldMessageSize, strconv.Itoa(c.MessageBytes)}, {FieldQPs, strconv.Itoa(c.QPs)}},
+				Must: fmt.Sprintf("%d message(s) cannot keep every stream busy: need at least one message per stream", msgs)}
 		}
 	}
 	if _, err := c.nsccParams(); err != nil {
@@ -83,11 +85,11 @@ func (c ClientConfig) validateUET() error {
 	// window at this line rate, base RTT and MTU).
 	pc := c.uetConfig(placeholderConn{}, nil)
 	if err := pc.Validate(); err != nil {
-		ts := ""
+		with := []Setting{{FieldBaseRTT, c.BaseRTT.String()}, {FieldMTU, strconv.Itoa(c.MTU)}}
 		if c.Timescale.K() != 1 {
-			ts = " --timescale " + c.Timescale.String()
+			with = append(with, Setting{FieldTimescale, c.Timescale.String()})
 		}
-		return fmt.Errorf("roceperf: -b %s --base-rtt %v --mtu %d%s: %s", c.LineRate, c.BaseRTT, c.MTU, ts, strings.TrimPrefix(err.Error(), "pds: "))
+		return &ConfigError{Field: FieldLineRate, Value: c.LineRate.String(), With: with, Cause: err}
 	}
 	return nil
 }
@@ -99,10 +101,10 @@ func (c *ClientConfig) nsccParams() (nscc.Params, error) {
 	for _, kv := range c.NSCCKnobs {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok {
-			return p, flagErr("--nscc", kv, "name=value (knobs: %s)", strings.Join(nscc.KnobNames(), ", "))
+			return p, configErr(FieldNSCCKnobs, kv, "name=value (knobs: %s)", strings.Join(nscc.KnobNames(), ", "))
 		}
 		if err := p.Set(name, value); err != nil {
-			return p, fmt.Errorf("roceperf: --nscc %s: %s", kv, strings.TrimPrefix(err.Error(), "nscc: "))
+			return p, &ConfigError{Field: FieldNSCCKnobs, Cause: err}
 		}
 	}
 	return p, nil
@@ -183,7 +185,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	if c.Bind.IsValid() {
 		bind = c.Bind.Unmap()
 		if bind.Is4() != raddr.Is4() {
-			return nil, fmt.Errorf("roceperf: -B %s: the server %s is of the other IP family", bind, raddr)
+			return nil, &ConfigError{Field: FieldBind, Value: bind.String(), Must: fmt.Sprintf("the server %s is of the other IP family", raddr)}
 		}
 	}
 	if c.LB != 0 && c.LBSeed == 0 {
@@ -215,7 +217,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	ep, err := pds.New(c.uetConfig(conn, tr.trace))
 	if err != nil {
 		_ = conn.Close()
-		return nil, fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "pds: "))
+		return nil, err
 	}
 	closeEP := sync.OnceValue(ep.Close)
 	defer closeEP()
@@ -260,16 +262,16 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		hint := ""
 		if strings.HasPrefix(rep.Error, "version ") {
 			// A RoCEv2 server reads no "version" in a UET request.
-			hint = " (a RoCEv2 server? start it with --transport uet)"
+			hint = " (a RoCEv2 server? it must serve transport uet)"
 		}
-		return nil, fmt.Errorf("roceperf: server %s refused the session: %s%s", server, rep.Error, hint)
+		return nil, fmt.Errorf("server %s refused the session: %s%s", server, rep.Error, hint)
 	}
 	dst, err := netip.ParseAddrPort(rep.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("roceperf: server %s answered with UET address %q: %v", server, clip(rep.Addr, 64), err)
+		return nil, fmt.Errorf("server %s answered with UET address %q: %v", server, clip(rep.Addr, 64), err)
 	}
 	if dst.Port() != local.Port() {
-		return nil, fmt.Errorf("roceperf: server %s: its UET port %d is not ours (%d): both ends use UDP %d", server, dst.Port(), local.Port(), uet.Port)
+		return nil, fmt.Errorf("server %s: its UET port %d is not ours (%d): both ends use UDP %d", server, dst.Port(), local.Port(), uet.Port)
 	}
 	_ = tc.SetDeadline(time.Time{})
 
@@ -290,7 +292,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		snd, err := ep.Start(st.dst, s)
 		if err != nil {
 			st.Stop()
-			return nil, fmt.Errorf("roceperf: stream %d (job %#x): %s", i+1, jobs[i], strings.TrimPrefix(err.Error(), "pds: "))
+			return nil, fmt.Errorf("stream %d (job %#x): %w", i+1, jobs[i], err)
 		}
 		st.senders = append(st.senders, snd)
 	}
@@ -342,11 +344,11 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	}()
 	switch {
 	case ferr != nil:
-		ferr = fmt.Errorf("roceperf: the server's counters: %v", ferr)
+		ferr = fmt.Errorf("the server's counters: %v", ferr)
 	case res.Error != "":
-		ferr = fmt.Errorf("roceperf: the server's counters: %s", res.Error)
+		ferr = fmt.Errorf("the server's counters: %s", res.Error)
 	case len(res.Streams) != n:
-		ferr = fmt.Errorf("roceperf: the server's counters: %d streams for %d", len(res.Streams), n)
+		ferr = fmt.Errorf("the server's counters: %d streams for %d", len(res.Streams), n)
 		res.Streams = nil
 	}
 	if ferr != nil && runErr == nil {
@@ -359,7 +361,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		r.End.UET.Trace, r.End.UET.TraceDropped = events, dropped
 	}
 	if verr := r.End.UET.verifyErrors(); c.Verify && verr > 0 && runErr == nil {
-		runErr = fmt.Errorf("roceperf: --verify: %d message(s) did not match the sender's pattern at the server (verify_errors)", verr)
+		runErr = fmt.Errorf("payload check: %d message(s) did not match the sender's pattern at the server (verify_errors)", verr)
 	}
 	if runErr != nil {
 		r.Error = runErr.Error()
@@ -367,7 +369,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	switch {
 	case c.JSON && c.Out != nil:
 		if err := r.WriteJSON(c.Out); err != nil && runErr == nil {
-			runErr = fmt.Errorf("roceperf: writing the report: %w", err)
+			runErr = fmt.Errorf("writing the report: %w", err)
 		}
 	case text:
 		writeUETSummaryText(out, r)
@@ -391,12 +393,12 @@ func sideErr(ctx context.Context, server netip.AddrPort, err error) error {
 	if e := sideChannelErr(ctx, server, err); e != nil {
 		return e
 	}
-	return fmt.Errorf("roceperf: server %s: side channel: %v", server, err)
+	return fmt.Errorf("server %s: side channel: %v", server, err)
 }
 
 // notServerHint is what a side channel that never answers, closes, or
 // answers something else most often means.
-const notServerHint = "not a roceperf server (roceperf -s, with --transport uet for UET)?"
+const notServerHint = "not a roceperf server or fabriclabd (one serving transport uet, for UET)?"
 
 // sideChannelErr names what went wrong on a side channel the dial reached,
 // with its likely cause; nil if err is none of these.
@@ -405,13 +407,13 @@ func sideChannelErr(ctx context.Context, server netip.AddrPort, err error) error
 	var syn *json.SyntaxError
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
-		return fmt.Errorf("roceperf: server %s: interrupted", server)
+		return fmt.Errorf("server %s: interrupted", server)
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
-		return fmt.Errorf("roceperf: server %s closed the side channel without an answer: %s", server, notServerHint)
+		return fmt.Errorf("server %s closed the side channel without an answer: %s", server, notServerHint)
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("roceperf: server %s: no answer on the side channel within %v: %s", server, DialTimeout, notServerHint)
+		return fmt.Errorf("server %s: no answer on the side channel within %v: %s", server, DialTimeout, notServerHint)
 	case errors.As(err, &syn):
-		return fmt.Errorf("roceperf: server %s answered something else than roceperf's side channel: %s", server, notServerHint)
+		return fmt.Errorf("server %s answered something else than roceperf's side channel: %s", server, notServerHint)
 	}
 	return nil
 }
@@ -420,11 +422,11 @@ func sideChannelErr(ctx context.Context, server netip.AddrPort, err error) error
 func uetListenErr(ap netip.AddrPort, err error) error {
 	switch {
 	case errors.Is(err, syscall.EPERM):
-		return fmt.Errorf("roceperf: cannot open the UET port (UDP %d): %s", ap.Port(), strings.TrimPrefix(err.Error(), fmt.Sprintf("pktio: listen entropy %s: ", ap)))
+		return fmt.Errorf("cannot open the UET port (UDP %d): %w", ap.Port(), err)
 	case errors.Is(err, syscall.EADDRINUSE):
-		return fmt.Errorf("roceperf: udp port %d on %s is already in use (one UET endpoint per address: -B another)", ap.Port(), ap.Addr())
+		return &ConfigError{Field: FieldBind, Value: ap.Addr().String(), Must: fmt.Sprintf("udp port %d is already in use on it (one UET endpoint per address: bind another)", ap.Port())}
 	}
-	return listenErr("udp", "--transport uet", ap, err)
+	return listenErr("udp", FieldBind, ap, err)
 }
 
 // lockedWriter serializes whole writes of several goroutines.
@@ -549,7 +551,7 @@ func (st *uetState) Done(i int) <-chan struct{} { return st.senders[i].Done() }
 // Err implements streamSet.
 func (st *uetState) Err(i int) error {
 	if err := st.senders[i].Err(); err != nil {
-		return fmt.Errorf("roceperf: stream %d (job %#x): %s", i+1, st.jobs[i], strings.TrimPrefix(err.Error(), "pds: "))
+		return fmt.Errorf("stream %d (job %#x): %w", i+1, st.jobs[i], err)
 	}
 	return nil
 }
@@ -644,7 +646,7 @@ func (st *uetState) notDrained(waited time.Duration) error {
 		ctr := s.Counters()
 		parts = append(parts, fmt.Sprintf("stream %d acked %d of %d messages", i+1, ctr.MessagesAcked, ctr.MessagesQueued))
 	}
-	return fmt.Errorf("roceperf: streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
+	return fmt.Errorf("streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
 }
 
 // uetStartReport fills the report's start section.

@@ -84,20 +84,20 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 		cfg.Port = DefaultPort
 	}
 	if cfg.Port < 1 || cfg.Port > 65535 {
-		return nil, flagErr("-p", cfg.Port, "1..65535")
+		return nil, configErr(FieldPort, cfg.Port, "1..65535")
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
 	if cfg.Interval > 0 && (cfg.Interval < MinInterval || cfg.Interval > MaxInterval) {
-		return nil, flagErr("-i", seconds(cfg.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+		return nil, configErr(FieldInterval, seconds(cfg.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	}
 	lim := cfg.UETLimits.withDefaults()
 	if err := lim.validate(); err != nil {
 		return nil, err
 	}
 	if err := cfg.Timescale.Validate(); err != nil {
-		return nil, flagErr("--timescale", cfg.Timescale, "1..%d", units.MaxTimescale)
+		return nil, configErr(FieldTimescale, cfg.Timescale, "1..%d", units.MaxTimescale)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -107,7 +107,7 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	conn := cfg.UETConn
 	if conn == nil {
 		if !bind.IsValid() || bind.IsUnspecified() || bind.IsMulticast() {
-			return nil, errors.New("roceperf: --transport uet: the server needs -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")
+			return nil, &ConfigError{Field: FieldBind, Value: cfg.Bind.String(), Must: "required with transport uet: a unicast address of this host (UET's UDP 4793 is opened per address)"}
 		}
 		ap := netip.AddrPortFrom(bind, uet.Port)
 		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{SendPath: cfg.SendPath})
@@ -127,7 +127,7 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	tl, err := net.Listen(network, tap.String())
 	if err != nil {
 		_ = conn.Close()
-		return nil, listenErr("tcp", "-p", tap, err)
+		return nil, listenErr("tcp", FieldPort, tap, err)
 	}
 	pc := pds.DefaultConfig()
 	// The endpoint checks every payload (pds.Config.Verify); a session
@@ -157,7 +157,7 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	if err != nil {
 		_ = tl.Close()
 		_ = conn.Close()
-		return nil, fmt.Errorf("roceperf: %s", strings.TrimPrefix(err.Error(), "pds: "))
+		return nil, err
 	}
 	s := &UETServer{cfg: cfg, lim: lim, bind: bind, ep: ep, log: log, idle: pc.IdleTimeout,
 		ln: &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}}}
@@ -226,7 +226,7 @@ func (s *UETServer) acceptLoop() error {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return fmt.Errorf("roceperf: accept: %w", err)
+			return fmt.Errorf("accept: %w", err)
 		}
 		// Over max_conns: answered here, without a goroutine.
 		if rf := s.acquireConn(); rf != nil {
@@ -266,7 +266,7 @@ func (s *UETServer) count(f func(*UETServerStats)) {
 // line's text.
 type refusal struct{ cause, msg string }
 
-func (r *refusal) Error() string { return "roceperf: refused: " + r.msg }
+func (r *refusal) Error() string { return "refused: " + r.msg }
 
 // clip shortens a client's string for an error line.
 func clip(s string, n int) string {
@@ -420,13 +420,13 @@ func (s *UETServer) serveConn(c net.Conn) error {
 	if err != nil {
 		if cause == "" {
 			s.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
-			return fmt.Errorf("roceperf: uet session from %v: %w", ss.remote, err)
+			return fmt.Errorf("uet session from %v: %w", ss.remote, err)
 		}
 		s.count(func(st *UETServerStats) { st.Aborted[cause]++ })
 		s.printf("roceperf: session from %s: %s\n%s\n", ss.remote, msg, dashLine)
 		_ = writeLine(c, s.lim.RequestTimeout, uetResult{Error: msg, Cause: cause})
 		linger(c, r, uetLingerTime)
-		return fmt.Errorf("roceperf: uet session from %v: %s", ss.remote, msg)
+		return fmt.Errorf("uet session from %v: %s", ss.remote, msg)
 	}
 	ss.track(s.ep.Targets())
 	res := uetResult{Streams: ss.totals()}
@@ -468,7 +468,7 @@ func (s *UETServer) check(req *uetRequest) (netip.Addr, *refusal) {
 		if t == "" {
 			t = TransportRoCEv2 // a RoCEv2 client's request has no transport
 		}
-		return netip.Addr{}, uetRefuse(UETRefusedTransport, "transport %s: this server serves uet (run the client with --transport uet)", clip(t, 32))
+		return netip.Addr{}, uetRefuse(UETRefusedTransport, "transport %s: this server serves uet (the client must use transport uet)", clip(t, 32))
 	case req.UETVersion != uetProtocolVersion:
 		return netip.Addr{}, uetRefuse(UETRefusedVersion, "uet_version %d: this server speaks %d", req.UETVersion, uetProtocolVersion)
 	case req.Streams < 1 || req.Streams > lim.MaxStreams:
@@ -773,15 +773,15 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 	fmt.Fprintf(w, "%s\n%s\n", uetServerLine(e.UET.Server), dashLine)
 }
 
-// checkTrimDSCP names the flag of a trim code point pds would refuse:
+// checkTrimDSCP names the field of a trim code point pds would refuse:
 // above 63, or the data's own DSCP.
 func checkTrimDSCP(pc pds.Config) error {
 	for _, t := range []struct {
-		flag string
-		v    uint8
-	}{{"--trim-dscp", pc.TrimDSCP}, {"--trim-lasthop-dscp", pc.TrimLastHopDSCP}} {
+		field Field
+		v     uint8
+	}{{FieldTrimDSCP, pc.TrimDSCP}, {FieldTrimLastHop, pc.TrimLastHopDSCP}} {
 		if t.v > 63 || t.v != 0 && t.v == pc.DSCP {
-			return flagErr(t.flag, t.v, "0..63 and not the data's DSCP (%d)", pc.DSCP)
+			return configErr(t.field, t.v, "0..63 and not the data's DSCP (%d)", pc.DSCP)
 		}
 	}
 	return nil

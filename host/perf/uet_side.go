@@ -207,19 +207,19 @@ func (l UETLimits) withDefaults() UETLimits {
 func (l *UETLimits) validate() error {
 	switch {
 	case l.MaxStreams < 1 || l.MaxStreams > maxUETStreams:
-		return fmt.Errorf("roceperf: uet max_streams %d: must be 1..%d", l.MaxStreams, maxUETStreams)
+		return fmt.Errorf("uet max_streams %d: must be 1..%d", l.MaxStreams, maxUETStreams)
 	case l.MaxSessions < 1 || l.MaxSessions > maxUETConns:
-		return fmt.Errorf("roceperf: uet max_sessions %d: must be 1..%d", l.MaxSessions, maxUETConns)
+		return fmt.Errorf("uet max_sessions %d: must be 1..%d", l.MaxSessions, maxUETConns)
 	case l.MaxConns < 1 || l.MaxConns > maxUETConns:
-		return fmt.Errorf("roceperf: uet max_conns %d: must be 1..%d", l.MaxConns, maxUETConns)
+		return fmt.Errorf("uet max_conns %d: must be 1..%d", l.MaxConns, maxUETConns)
 	case l.MaxMessageBytes < 1 || l.MaxMessageBytes > pds.MaxMessageBytes:
-		return fmt.Errorf("roceperf: uet max_message_bytes %d: must be 1..%d", l.MaxMessageBytes, pds.MaxMessageBytes)
+		return fmt.Errorf("uet max_message_bytes %d: must be 1..%d", l.MaxMessageBytes, pds.MaxMessageBytes)
 	case l.MaxRequestBytes < minUETRequest || l.MaxRequestBytes > maxUETRequest:
-		return fmt.Errorf("roceperf: uet max_request_bytes %d: must be %d..%d", l.MaxRequestBytes, minUETRequest, maxUETRequest)
+		return fmt.Errorf("uet max_request_bytes %d: must be %d..%d", l.MaxRequestBytes, minUETRequest, maxUETRequest)
 	case l.RequestTimeout < time.Millisecond || l.RequestTimeout > time.Hour:
-		return fmt.Errorf("roceperf: uet request_timeout %v: must be 1ms..1h", l.RequestTimeout)
+		return fmt.Errorf("uet request_timeout %v: must be 1ms..1h", l.RequestTimeout)
 	case l.MaxSessionDuration < time.Millisecond || l.MaxSessionDuration > 30*24*time.Hour:
-		return fmt.Errorf("roceperf: uet max_session_duration %v: must be 1ms..720h", l.MaxSessionDuration)
+		return fmt.Errorf("uet max_session_duration %v: must be 1ms..720h", l.MaxSessionDuration)
 	}
 	return nil
 }

@@ -469,13 +469,13 @@ func TestUETPipeSessions(t *testing.T) {
 	c := p.clientConfig()
 	c.QPs = 5
 	_, err := RunClient(context.Background(), c)
-	want := fmt.Sprintf("roceperf: server %s refused the session: streams 5: this server allows 1..4 per session (max_streams)", p.side)
+	want := fmt.Sprintf("server %s refused the session: streams 5: this server allows 1..4 per session (max_streams)", p.side)
 	if err == nil || err.Error() != want {
 		t.Errorf("got  %v\nwant %s", err, want)
 	}
 	// A RoCEv2 request (agent's side channel) and bad UET ones.
 	for _, tc := range []struct{ line, want string }{
-		{`{"version":1,"qps":[{"qpn":17}],"mtu":1024,"message_bytes":65536}`, `"transport rocev2: this server serves uet (run the client with --transport uet)"`},
+		{`{"version":1,"qps":[{"qpn":17}],"mtu":1024,"message_bytes":65536}`, `"transport rocev2: this server serves uet (the client must use transport uet)"`},
 		{`{"transport":"uet","uet_version":9}`, `"uet_version 9: this server speaks 1"`},
 		{`{"transport":"uet","uet_version":1,"streams":2,"job_ids":[1],"message_bytes":1}`, `"job_ids: 1 for 2 streams: one per stream"`},
 		{`{"transport":"uet","uet_version":1,"streams":2,"job_ids":[7,7],"message_bytes":1}`, `"job_ids[1] 7: given twice: one job per stream"`},
@@ -518,13 +518,13 @@ func TestUETValidate(t *testing.T) {
 		mod  func(*ClientConfig)
 		want string
 	}{
-		{"transport", func(c *ClientConfig) { c.Transport = "tcp" }, "roceperf: --transport tcp: must be rocev2 or uet"},
-		{"mtu", func(c *ClientConfig) { c.MTU = 256 }, "roceperf: --mtu 256: must be 512..9000 with --transport uet"},
-		{"base rtt", func(c *ClientConfig) { c.BaseRTT = 2 * time.Second }, "roceperf: --base-rtt 2s: must be 1us..1s"},
-		{"streams", func(c *ClientConfig) { c.QPs = 5000 }, "roceperf: -P 5000: must be 1..4096"},
-		{"bytes per stream", func(c *ClientConfig) { c.Bytes, c.QPs = 1000, 2 }, "roceperf: -n 1000: 1 message(s) of 65536 bytes (-l) cannot keep -P 2 streams busy"},
-		{"lb", func(c *ClientConfig) { c.LB = lb.Kind(9) }, "roceperf: --lb Kind(9): must be none, oblivious, bitmap, reps or mixed"},
-		{"nscc", func(c *ClientConfig) { c.LineRate = 2000 }, "roceperf: -b 2kbit --base-rtt 100µs --mtu 4096: nscc for link_rate"},
+		{"transport", func(c *ClientConfig) { c.Transport = "tcp" }, "transport tcp: must be rocev2 or uet"},
+		{"mtu", func(c *ClientConfig) { c.MTU = 256 }, "mtu 256: must be 512..9000 with transport uet"},
+		{"base rtt", func(c *ClientConfig) { c.BaseRTT = 2 * time.Second }, "base_rtt 2s: must be 1us..1s"},
+		{"streams", func(c *ClientConfig) { c.QPs = 5000 }, "qps 5000: must be 1..4096"},
+		{"bytes per stream", func(c *ClientConfig) { c.Bytes, c.QPs = 1000, 2 }, "size 1000 with message_size 65536 qps 2: 1 message(s) cannot keep every stream busy"},
+		{"lb", func(c *ClientConfig) { c.LB = lb.Kind(9) }, "lb Kind(9): must be none, oblivious, bitmap, reps or mixed"},
+		{"nscc", func(c *ClientConfig) { c.LineRate = 2000 }, "line_rate 2kbit with base_rtt 100µs mtu 4096: pds: nscc for link_rate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultUETClientConfig("198.18.0.1")
@@ -590,8 +590,8 @@ func TestUETPipeLBTrim(t *testing.T) {
 		cfg  ServerConfig
 		want string
 	}{
-		{ServerConfig{TrimDSCP: 26}, "roceperf: --trim-dscp 26: must be 0..63 and not the data's DSCP (26)"},
-		{ServerConfig{TrimLastHopDSCP: 64}, "roceperf: --trim-lasthop-dscp 64: must be 0..63"},
+		{ServerConfig{TrimDSCP: 26}, "trim_dscp 26: must be 0..63 and not the data's DSCP (26)"},
+		{ServerConfig{TrimLastHopDSCP: 64}, "trim_lasthop_dscp 64: must be 0..63"},
 	} {
 		ca, sb := pktio.NewPipe(pktio.PipeOptions{A: uetPipeClient, B: uetPipeServer})
 		tc.cfg.Transport, tc.cfg.UETConn, tc.cfg.Bind, tc.cfg.Port = TransportUET, sb, netip.MustParseAddr("127.0.0.1"), freePort(t)
@@ -714,7 +714,7 @@ func TestUETPipeRCCC(t *testing.T) {
 
 	c = p.clientConfig()
 	c.UETCC = pds.CCMode(9)
-	if err := c.Validate(); err == nil || err.Error() != "roceperf: --cc CCMode(9): must be nscc, rccc, both or none with --transport uet" {
+	if err := c.Validate(); err == nil || err.Error() != "cc CCMode(9): must be nscc, rccc, both or none with transport uet" {
 		t.Errorf("bad mode: %v", err)
 	}
 }
@@ -735,7 +735,7 @@ func TestUETTimescale(t *testing.T) {
 	}
 	for _, k := range []units.Timescale{0.5, 1001} {
 		c.Timescale = k
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--timescale") {
+		if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "timescale ") {
 			t.Errorf("timescale %v: %v", k, err)
 		}
 	}
