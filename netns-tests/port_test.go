@@ -562,8 +562,14 @@ func TestShapedVirtualPort(t *testing.T) {
 			t.Logf("%v: sent %d, delivered %d (%.1f Mbit/s over %.2f s); virtual: enqueued %d, dropped %d, CE %d; HTB: sent %d, dropped %d; |HTB - virtual| median %.0f B, max %.0f B; HTB max %.0f B",
 				r, sent, got, wire/secs/1e6, secs, c.EnqueuedPackets-before.EnqueuedPackets, c.DroppedLimitPackets-before.DroppedLimitPackets,
 				c.CEMarked()-before.CEMarked(), q.SentPackets-q0.SentPackets, q.Drops-q0.Drops, diffs[len(diffs)/2], diffs[len(diffs)-1], slices.Max(htbMax))
-			if bps := wire / secs; bps < 0.9*float64(r) || bps > 1.05*float64(r) {
+			// A host that takes HTB's service time lowers the rate: below
+			// 0.9 of it, a starved run runs again; below half, or above
+			// the rate, the port is wrong whatever the host did.
+			switch bps := wire / secs; {
+			case bps < 0.5*float64(r) || bps > 1.05*float64(r):
 				t.Errorf("%v: delivered %.1f Mbit/s, want the port rate", r, bps/1e6)
+			case bps < 0.9*float64(r):
+				hc.Errorf("%v: delivered %.1f Mbit/s, want the port rate (0.9 of it at least)", r, bps/1e6)
 			}
 			// HTB's fifos hold the class's limit and a quarter more: they
 			// drop only what HTB lags the virtual queue by beyond that.
