@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
-	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/pktio"
@@ -230,7 +231,7 @@ func parseArgs(args []string) (*options, error) {
 		mtu      = str("1024", "mtu")
 		op       = str("write", "op")
 		bitrate  = str("", "b", "bitrate")
-		cc       = str("", "cc") // dcqcn (RoCEv2) or nscc (UET)
+		ccName   = str("", "cc") // dcqcn (RoCEv2) or nscc (UET)
 		profile  = str(perf.DefaultProfile, "dcqcn-profile")
 		dscp     = str(strconv.Itoa(agent.DefaultDSCP), "dscp")
 		cnpDSCP  = str(strconv.Itoa(agent.DefaultCNPDSCP), "cnp-dscp")
@@ -463,26 +464,26 @@ func parseArgs(args []string) (*options, error) {
 	// --cc is the transport's: DCQCN or none (RoCEv2), a pds.CCMode (UET).
 	switch {
 	case uetRun && set["cc"]:
-		m, perr := pds.ParseCCMode(*cc)
+		m, perr := pds.ParseCCMode(*ccName)
 		if perr != nil {
 			hint := ""
-			if *cc == "dcqcn" {
+			if *ccName == "dcqcn" {
 				hint = " (dcqcn is RoCEv2's)"
 			}
-			return nil, mustBe("--cc", *cc, "%s with --transport uet%s", uetCCNames(), hint)
+			return nil, mustBe("--cc", *ccName, "%s with --transport uet%s", uetCCNames(), hint)
 		}
 		c.UETCC = m
 	case uetRun: // pds's default, NSCC
-	case *cc == "dcqcn" || !set["cc"]:
+	case *ccName == "dcqcn" || !set["cc"]:
 		c.CC = agent.CCDCQCN
-	case *cc == "none":
+	case *ccName == "none":
 		c.CC = agent.CCNone
 	default:
 		hint := ""
-		if _, perr := pds.ParseCCMode(*cc); perr == nil {
-			hint = fmt.Sprintf(" (%s is --transport uet's)", *cc)
+		if _, perr := pds.ParseCCMode(*ccName); perr == nil {
+			hint = fmt.Sprintf(" (%s is --transport uet's)", *ccName)
 		}
-		return nil, mustBe("--cc", *cc, "dcqcn or none%s", hint)
+		return nil, mustBe("--cc", *ccName, "dcqcn or none%s", hint)
 	}
 	if *bitrate != "" {
 		r, perr := perf.ParseBitrate(*bitrate)
@@ -516,13 +517,19 @@ func parseArgs(args []string) (*options, error) {
 		return o, nil
 	}
 	for _, kv := range knobs {
-		k, perr := dcqcn.ParseKnob(kv)
+		k, perr := cc.ParseKnob(kv)
 		if perr != nil {
 			return nil, mustBe("--dcqcn", kv, "name=value (--dcqcn help lists the knobs)")
 		}
 		c.Knobs = append(c.Knobs, k)
 	}
-	c.NSCCKnobs = nsccKnob
+	for _, kv := range nsccKnob {
+		k, perr := cc.ParseKnob(kv)
+		if perr != nil {
+			return nil, mustBe("--nscc", kv, "name=value (knobs: %s)", strings.Join(nscc.KnobNames(), ", "))
+		}
+		c.NSCCKnobs = append(c.NSCCKnobs, k)
+	}
 	d, err := intIn("--dscp", *dscp, 1, 63)
 	if err != nil {
 		return nil, err

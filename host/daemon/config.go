@@ -536,17 +536,6 @@ func (s ServerConfig) name() string {
 	return s.Transport + "/" + addr
 }
 
-// sortedKnobs are the knobs as name=value, by name: a map has no order,
-// and the result must not depend on Go's.
-func sortedKnobs(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func (pr DCQCNProfile) params(lineRate units.Rate) (dcqcn.Params, error) {
 	base := pr.Base
 	if base == "" {
@@ -697,7 +686,7 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 			if pr.BaseRTT != 0 {
 				cc.BaseRTT = pr.BaseRTT
 			}
-			cc.NSCCKnobs = sortedKnobs(pr.Knobs)
+			cc.NSCCKnobs = labfile.SortedKnobs(pr.Knobs)
 		}
 	} else {
 		switch f.CC {

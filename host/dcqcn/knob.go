@@ -3,29 +3,10 @@ package dcqcn
 import (
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
-
-// Knob is one knob or variant switch by its mlx5 name, with a value as Set
-// takes it.
-type Knob struct {
-	Name  string
-	Value string
-}
-
-func (k Knob) String() string { return k.Name + "=" + k.Value }
-
-// ParseKnob reads "name=value", the spelling of a command line.
-func ParseKnob(s string) (Knob, error) {
-	name, value, ok := strings.Cut(s, "=")
-	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
-	if !ok || name == "" || value == "" {
-		return Knob{}, &KnobError{Value: s, Reason: "want name=value (knobs: " + strings.Join(KnobNames(), ", ") + ")"}
-	}
-	return Knob{Name: name, Value: value}, nil
-}
 
 // KnobError is a setting Profile, Set, New or Validate refuses. Its fields
 // let a caller name the setting in its own words (a flag, a YAML key);
@@ -90,7 +71,7 @@ func KnobErrors(err error) []*KnobError {
 // New is a sender's parameters as every tool builds them: the profile
 // scaled to lineRate, the knobs set in order, the whole validated. An
 // error is a *KnobError, or several joined (KnobErrors lists them).
-func New(profile string, lineRate units.Rate, knobs ...Knob) (Params, error) {
+func New(profile string, lineRate units.Rate, knobs ...cc.Knob) (Params, error) {
 	p, err := Profile(profile, lineRate)
 	if err != nil {
 		return p, err

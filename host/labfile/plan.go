@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/conf"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lb"
@@ -984,7 +985,7 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 				// (nscc.Params.Trimming: tq 0.75 × base RTT); perf's
 				// client says it with NSCC's knobs.
 				n := nscc.LabParams(c.LineRate, c.BaseRTT, c.MTU).Trimming()
-				fpn.Client.NSCCKnobs = []string{"target_qdelay=" + units.FormatDuration(n.TargetQDelay), "qa_threshold=" + units.FormatDuration(n.QAThreshold)}
+				fpn.Client.NSCCKnobs = []cc.Knob{{Name: "target_qdelay", Value: units.FormatDuration(n.TargetQDelay)}, {Name: "qa_threshold", Value: units.FormatDuration(n.QAThreshold)}}
 				if err := fpn.Client.Validate(); err != nil {
 					return conf.Errorf(conf.Index("flows", i), fl.Name, "%v", err)
 				}

@@ -3,6 +3,7 @@
 package labfile
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,11 +37,11 @@ func TestUETIncastPlan(t *testing.T) {
 		// A path that trims runs NSCC at tq 0.75 × base RTT
 		// (nscc.Params.Trimming), as pds does for an endpoint that knows
 		// the trimmed DSCPs.
-		knobs := map[bool]string{false: "", true: "target_qdelay=750us qa_threshold=3ms"}[c.trim != 0]
+		knobs := map[bool]string{false: "[]", true: "[target_qdelay=750us qa_threshold=3ms]"}[c.trim != 0]
 		for _, fp := range p.Flows {
 			if len(fp.Ports) != 1 || fp.LastPort != 0 || fp.Client.MTU != 4096 || fp.Client.BaseRTT != time.Millisecond || fp.Client.UETCC != pds.CCNSCC ||
-				strings.Join(fp.Client.NSCCKnobs, " ") != knobs {
-				t.Errorf("%s: flow %s: ports %v (last %d), mtu %d, base RTT %v, cc %v, nscc knobs %q", c.file, fp.Flow.Name, fp.Ports, fp.LastPort, fp.Client.MTU, fp.Client.BaseRTT, fp.Client.UETCC, fp.Client.NSCCKnobs)
+				fmt.Sprint(fp.Client.NSCCKnobs) != knobs {
+				t.Errorf("%s: flow %s: ports %v (last %d), mtu %d, base RTT %v, cc %v, nscc knobs %v", c.file, fp.Flow.Name, fp.Ports, fp.LastPort, fp.Client.MTU, fp.Client.BaseRTT, fp.Client.UETCC, fp.Client.NSCCKnobs)
 			}
 		}
 		for _, vp := range p.Variants {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/conf"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/lab"
@@ -756,12 +757,12 @@ func orList(s []string) string {
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
-// SortedKnobs are a YAML map of DCQCN knobs in name order: a map's order
+// SortedKnobs are a YAML map of knobs (DCQCN's, NSCC's) in name order: a map's order
 // is Go's, and a knob set later may depend on one set before it.
-func SortedKnobs(m map[string]string) []dcqcn.Knob {
-	out := make([]dcqcn.Knob, 0, len(m))
+func SortedKnobs(m map[string]string) []cc.Knob {
+	out := make([]cc.Knob, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, dcqcn.Knob{Name: k, Value: m[k]})
+		out = append(out, cc.Knob{Name: k, Value: m[k]})
 	}
 	return out
 }

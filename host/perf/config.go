@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lb"
@@ -206,7 +207,7 @@ type ClientConfig struct {
 	RP string
 	// Knobs are set on the profile in order (dcqcn.New). cnp_dscp given
 	// here overrides CNPDSCP.
-	Knobs []dcqcn.Knob
+	Knobs []cc.Knob
 	// DSCP marks data and ACKs; 0 means 26. CNPDSCP marks the server's
 	// CNPs; 0 means 48. (DSCP 0 itself cannot be chosen.)
 	DSCP, CNPDSCP uint8
@@ -280,10 +281,9 @@ type ClientConfig struct {
 	// UDP GSO for runs of one source port (pktio.SendAuto) or the raw
 	// socket always (pktio.SendRaw). Optional: pktio.SendAuto.
 	SendPath pktio.SendPath
-	// NSCCKnobs are name=value settings (--nscc) applied with
-	// nscc.Params.Set to nscc.LabParams of the line rate, base RTT and
-	// MTU, in order. UET only.
-	NSCCKnobs []string
+	// NSCCKnobs are set with nscc.Params.Set on nscc.LabParams of the
+	// line rate, base RTT and MTU, in order. UET only.
+	NSCCKnobs []cc.Knob
 
 	// OnAgent and OnEndpoint, if set, are called once with the run's RoCE
 	// agent or UET endpoint as soon as it exists, for live counters (the
@@ -508,7 +508,7 @@ func (c ClientConfig) effectiveLineRate() units.Rate {
 // the knobs; CNPDSCP goes into cnp_dscp unless a knob sets it. c has its
 // defaults filled.
 func (c ClientConfig) dcqcnParams() (dcqcn.Params, error) {
-	knobs := append([]dcqcn.Knob{{Name: "cnp_dscp", Value: strconv.Itoa(int(c.CNPDSCP))}}, c.Knobs...)
+	knobs := append([]cc.Knob{{Name: "cnp_dscp", Value: strconv.Itoa(int(c.CNPDSCP))}}, c.Knobs...)
 	p, err := dcqcn.New(c.Profile, c.effectiveLineRate(), knobs...)
 	if err == nil {
 		return p, nil

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 )
 
@@ -22,7 +23,7 @@ func TestConfigErrorFormat(t *testing.T) {
 	}
 	c := DefaultClientConfig("198.18.0.1")
 	c.Profile = "paper"
-	c.Knobs = []dcqcn.Knob{{Name: "dce_tcp_rtt", Value: "10"}, {Name: "min_time_between_cnps", Value: "50"}}
+	c.Knobs = []cc.Knob{{Name: "dce_tcp_rtt", Value: "10"}, {Name: "min_time_between_cnps", Value: "50"}}
 	err := c.Validate()
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Field != FieldKnobs || len(dcqcn.KnobErrors(err)) != 1 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -133,12 +134,12 @@ func TestValidate(t *testing.T) {
 		{"timescale", func(c *ClientConfig) { c.Timescale = 0.5 }, "timescale 0.5: must be 1..1000"},
 		{"udp port", func(c *ClientConfig) { c.UDPPort = 70000 }, "udp_port 70000: must be 0..65535"},
 		{"server port", func(c *ClientConfig) { c.Server = "198.18.0.1:0" }, "port 0: must be 1..65535"},
-		{"knob empty", func(c *ClientConfig) { c.Knobs = []dcqcn.Knob{{Name: "rpg_ai_rate"}} }, `knobs: rpg_ai_rate="": invalid rate`},
-		{"knob name", func(c *ClientConfig) { c.Knobs = []dcqcn.Knob{{Name: "rpg_bogus", Value: "1"}} }, `knobs: unknown knob "rpg_bogus"`},
-		{"knob value", func(c *ClientConfig) { c.Knobs = []dcqcn.Knob{{Name: "rpg_ai_rate", Value: "20000"}} }, "knobs: rpg_ai_rate=20000: must be 0..10000"},
+		{"knob empty", func(c *ClientConfig) { c.Knobs = []cc.Knob{{Name: "rpg_ai_rate"}} }, `knobs: rpg_ai_rate="": invalid rate`},
+		{"knob name", func(c *ClientConfig) { c.Knobs = []cc.Knob{{Name: "rpg_bogus", Value: "1"}} }, `knobs: unknown knob "rpg_bogus"`},
+		{"knob value", func(c *ClientConfig) { c.Knobs = []cc.Knob{{Name: "rpg_ai_rate", Value: "20000"}} }, "knobs: rpg_ai_rate=20000: must be 0..10000"},
 		{"knobs together", func(c *ClientConfig) {
 			c.Profile = "paper"
-			c.Knobs = []dcqcn.Knob{{Name: "dce_tcp_rtt", Value: "10"}, {Name: "min_time_between_cnps", Value: "50"}}
+			c.Knobs = []cc.Knob{{Name: "dce_tcp_rtt", Value: "10"}, {Name: "min_time_between_cnps", Value: "50"}}
 		}, "knobs: dce_tcp_rtt=10: must be greater than min_time_between_cnps (50 µs)"},
 		{"bytes per qp", func(c *ClientConfig) { c.Bytes, c.QPs = 1000, 2 }, "size 1000 with message_size 65536 qps 2: 1 message(s) cannot keep every QP busy"},
 		{"server memory", func(c *ClientConfig) { c.QPs, c.MessageBytes = 4096, 16<<20 }, "qps 4096 with message_size 16777216: the server would register"},
@@ -164,7 +165,7 @@ func TestDCQCNParams(t *testing.T) {
 	c := DefaultClientConfig("h").withDefaults()
 	c.LineRate = units.Gbit
 	c.CNPDSCP = 46
-	c.Knobs = []dcqcn.Knob{{Name: "rpg_ai_rate", Value: "1"}, {Name: "min_time_between_cnps", Value: "50us"}}
+	c.Knobs = []cc.Knob{{Name: "rpg_ai_rate", Value: "1"}, {Name: "min_time_between_cnps", Value: "50us"}}
 	p, err := c.dcqcnParams()
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestDCQCNParams(t *testing.T) {
 		t.Errorf("params %+v", p)
 	}
 	// A cnp_dscp knob overrides --cnp-dscp.
-	c.Knobs = append(c.Knobs, dcqcn.Knob{Name: "cnp_dscp", Value: "40"})
+	c.Knobs = append(c.Knobs, cc.Knob{Name: "cnp_dscp", Value: "40"})
 	if p, _ = c.dcqcnParams(); p.CNPDSCP != 40 {
 		t.Errorf("cnp_dscp knob: %d", p.CNPDSCP)
 	}

@@ -98,12 +98,8 @@ func (c ClientConfig) validateUET() error {
 // default (nscc.LabParams) with NSCCKnobs applied. c has its defaults.
 func (c *ClientConfig) nsccParams() (nscc.Params, error) {
 	p := nscc.LabParams(c.LineRate, c.BaseRTT, c.MTU)
-	for _, kv := range c.NSCCKnobs {
-		name, value, ok := strings.Cut(kv, "=")
-		if !ok {
-			return p, configErr(FieldNSCCKnobs, kv, "name=value (knobs: %s)", strings.Join(nscc.KnobNames(), ", "))
-		}
-		if err := p.Set(name, value); err != nil {
+	for _, k := range c.NSCCKnobs {
+		if err := p.Set(k.Name, k.Value); err != nil {
 			return p, &ConfigError{Field: FieldNSCCKnobs, Cause: err}
 		}
 	}
