@@ -19,6 +19,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/fabriclab/fabriclab/host/lab/stats"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // CompareOptions say how to run a file's variants.
@@ -38,6 +39,8 @@ type CompareOptions struct {
 // of every variant, then run 2, so that a drift of the machine spreads
 // over all of them. The lab is built afresh for every run.
 type Comparison struct {
+	// Schema is ComparisonSchema (ResultSchema's sibling).
+	Schema  string    `json:"schema"`
 	Name    string    `json:"name"`
 	File    string    `json:"file"`
 	Start   time.Time `json:"start"`
@@ -203,7 +206,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 	if dir == "" {
 		dir = f.OutputDir()
 	}
-	c := &Comparison{Name: f.RunName(), File: f.Path, Start: time.Now(), Runs: runs, Seed: f.Seed, Timescale: f.plan.Timescale.K(), Variants: variants}
+	c := &Comparison{Schema: ComparisonSchema, Name: f.RunName(), File: f.Path, Start: time.Now(), Runs: runs, Seed: f.Seed, Timescale: f.plan.Timescale.K(), Variants: variants}
 	var errs []error
 	results := map[string][]*Result{}
 	for run := 1; run <= runs && ctx.Err() == nil; run++ {
@@ -592,7 +595,7 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 		}
 		for _, p := range v.Ports {
 			fmt.Fprintf(w, "%-14s %-14s %14s %16s %16s %14s %10s\n", orName(v.Name, c.Name), p.Name,
-				statText(p.Utilization, 100, "%.1f%%"), statText(p.MeanSojournUS, 1, "%.0fus"), statText(p.SojournP99US, 1, "%.0fus"),
+				statText(p.Utilization, 100, "%.1f%%"), statText(p.MeanSojournUS, 1, "%.0fus"), boundText(p.SojournP99US),
 				statText(p.MarkedFraction, 100, "%.2f%%"), statText(p.Dropped, 1, "%.0f"))
 		}
 	}
@@ -653,6 +656,20 @@ func statText(s stats.Stat, scale float64, format string) string {
 	}
 	unit := strings.TrimLeft(fmt.Sprintf(format, 0.0), "0123456789.")
 	return strings.TrimSuffix(m, unit) + "±" + fmt.Sprintf(format, s.CI95*scale)
+}
+
+// boundText is a histogram bound over the runs (microseconds): each run's
+// is a bucket's upper edge, not a value, so their mean would be false
+// precision. One bound if every run had it, else the least and the most.
+func boundText(s stats.Stat) string {
+	if s.N == 0 || s.Max <= 0 {
+		return "-"
+	}
+	us := func(v float64) string { return units.FormatBound(time.Duration(v * 1e3)) }
+	if s.Min == s.Max {
+		return us(s.Max)
+	}
+	return us(s.Min) + ".." + us(s.Max)
 }
 
 // writeIncastTable prints each variant's incasts: the lab's ratios raw

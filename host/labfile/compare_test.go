@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -268,6 +269,24 @@ func TestRoundQCTs(t *testing.T) {
 	for _, idx := range [][]int{{0}, {0, 3}} {
 		if _, ok := roundQCTs(r, idx); ok {
 			t.Errorf("%v are not rounds", idx)
+		}
+	}
+}
+
+// TestBoundText: a p99 over runs is shown as the histogram's bounds, never
+// as a mean of bucket edges (33554±0us was one).
+func TestBoundText(t *testing.T) {
+	for _, tc := range []struct {
+		values []float64 // µs: bucket upper edges, 2^n ns
+		want   string
+	}{
+		{nil, "-"},
+		{[]float64{33554.432, 33554.432, 33554.432}, "<33.6ms"},
+		{[]float64{16777.216, 67108.864, 33554.432}, "<16.8ms..<67.2ms"},
+		{[]float64{8.192}, "<8.2us"},
+	} {
+		if got := boundText(stats.NewStat(tc.values)); got != tc.want {
+			t.Errorf("boundText(%v) = %q, want %q", tc.values, got, tc.want)
 		}
 	}
 }

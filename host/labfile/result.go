@@ -20,11 +20,22 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
+// The schemas of result.json: a run's (Result) and a comparison's. The
+// number goes up when a field changes meaning or goes away; a field added
+// keeps it.
+const (
+	ResultSchema     = "fabriclab.result/1"
+	ComparisonSchema = "fabriclab.comparison/1"
+)
+
 // Result is what a run measured; result.json is it.
 type Result struct {
-	Name  string `json:"name"`
-	File  string `json:"file"`
-	RunID string `json:"run_id"` // the namespaces' prefix
+	// Schema is ResultSchema: which of the two a result.json is, and its
+	// version.
+	Schema string `json:"schema"`
+	Name   string `json:"name"`
+	File   string `json:"file"`
+	RunID  string `json:"run_id"` // the namespaces' prefix
 	// Variant and Run: which of a comparison's runs this is.
 	Variant string    `json:"variant,omitempty"`
 	Run     int       `json:"run,omitempty"`
@@ -368,7 +379,7 @@ func (res *Result) Failed() int {
 }
 
 func (r *runner) newResult() *Result {
-	res := &Result{Name: r.f.RunName(), File: r.f.Path, RunID: r.lab.RunID(), TimelineScale: r.scale, Timescale: r.p.Timescale.K()}
+	res := &Result{Schema: ResultSchema, Name: r.f.RunName(), File: r.f.Path, RunID: r.lab.RunID(), TimelineScale: r.scale, Timescale: r.p.Timescale.K()}
 	for _, lp := range r.p.Links {
 		res.Links = append(res.Links, LinkResult{
 			A: lp.A.Node + ":" + lp.A.Dev, B: lp.B.Node + ":" + lp.B.Dev, Subnet: lp.Subnet.String(),
