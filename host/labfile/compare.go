@@ -94,6 +94,9 @@ type VariantSummary struct {
 	// Share); HostStarved counts the runs over its budget.
 	HostLostShare stats.Stat `json:"host_lost_share"`
 	HostStarved   int        `json:"host_starved_runs"`
+	// Lost is each run's packets lost anywhere (Result.Lost): a lossless
+	// variant has 0 in every run.
+	Lost stats.Stat `json:"lost_packets"`
 	// Incasts are the runs' incast groups (Result.Incasts).
 	Incasts []IncastSummary `json:"incasts,omitempty"`
 	// Htsim is htsim's run of the variant's incast, once
@@ -148,6 +151,8 @@ type PortSummary struct {
 	MarkedFraction stats.Stat `json:"marked_fraction"`
 	Dropped        stats.Stat `json:"dropped_packets"`
 	MaxBacklog     stats.Stat `json:"max_backlog_bytes"`
+	QueueP50Bytes  stats.Stat `json:"queue_p50_bytes"`
+	QueueP99Bytes  stats.Stat `json:"queue_p99_bytes"`
 }
 
 // FlowSummary is a group of flows (Flow.Group; a flow alone by default)
@@ -310,6 +315,7 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		}
 		return nan
 	})
+	vs.Lost = col(func(r *Result) float64 { return float64(r.Lost()) })
 	for j, ic := range rs[0].Incasts {
 		is := IncastSummary{Group: ic.Group, Flows: ic.Flows, Port: ic.Port, IdealS: ic.IdealS}
 		for _, r := range rs {
@@ -360,6 +366,8 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 			MarkedFraction: port(func(p *PortResult) float64 { return p.MarkedFraction }),
 			Dropped:        port(func(p *PortResult) float64 { return float64(p.DroppedPackets) }),
 			MaxBacklog:     port(func(p *PortResult) float64 { return float64(p.MaxBacklogBytes) }),
+			QueueP50Bytes:  port(func(p *PortResult) float64 { return orNaN(p.QueueP50Bytes, p.QueueSamples) }),
+			QueueP99Bytes:  port(func(p *PortResult) float64 { return orNaN(p.QueueP99Bytes, p.QueueSamples) }),
 		})
 	}
 	for j, p := range rs[0].PEs {
@@ -623,6 +631,11 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.Incasts) > 0 }) {
 		writeIncastTable(w, c)
+	}
+	for _, v := range c.Summary {
+		if v.Lost.N > 0 && v.Lost.Max > 0 {
+			fmt.Fprintf(w, "%-14s lost %s packets per run (ports, host queues and sockets, and resends)\n", orName(v.Name, c.Name), statText(v.Lost, 1, "%.0f"))
+		}
 	}
 	for _, v := range c.Summary {
 		if v.HostLostShare.N > 0 {

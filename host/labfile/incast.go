@@ -131,11 +131,12 @@ type queueSample struct {
 	bytes uint64
 }
 
-// sampleQueues reads each incast port's class backlog every
+// sampleQueues reads the backlog of each port the flows cross, of the
+// class they take there (an incast's own class at its port), every
 // incastSample × timescale until ctx ends; samples[j] is Plan.Ports j's.
 func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPlan) map[int][]queueSample {
 	out := map[int][]queueSample{}
-	class := map[int]qdisc.ClassID{}
+	class := r.p.meteredPorts()
 	for _, ip := range ips {
 		class[ip.port] = ip.class
 	}
@@ -157,6 +158,33 @@ func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPla
 			}
 			out[j] = append(out[j], queueSample{at: time.Since(t0), bytes: b})
 		}
+	}
+}
+
+// portQueues sets each port's queue percentiles from its samples over
+// Utilization's span: the timed flows' (the load the file keeps up), or
+// the whole run.
+func (r *runner) portQueues(res *Result, queues map[int][]queueSample) {
+	span := time.Duration(res.Seconds * float64(time.Second))
+	if r.busy.bytes != nil {
+		span = r.busy.at
+	}
+	for j, ss := range queues {
+		if j >= len(res.Ports) {
+			continue
+		}
+		var q []float64
+		for _, s := range ss {
+			if s.at <= span {
+				q = append(q, float64(s.bytes))
+			}
+		}
+		if len(q) == 0 {
+			continue
+		}
+		slices.Sort(q)
+		p := &res.Ports[j]
+		p.QueueSamples, p.QueueP50Bytes, p.QueueP99Bytes = len(q), stats.NearestRank(q, 0.5), stats.NearestRank(q, 0.99)
 	}
 }
 

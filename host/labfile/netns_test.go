@@ -68,8 +68,9 @@ func TestExamplesRun(t *testing.T) {
 					fr.Name, fr.Bytes, fr.Seconds, fr.GoodputBps/1e6, fr.FCTS, fr.FCTRatio, fr.CNPSent, fr.CNPHandled, fr.ECNEchoes, fr.Retransmits, fr.State, fr.Error)
 			}
 			for _, p := range res.Ports {
-				t.Logf("port %s: %d packets, %.2f%% marked, %d dropped, p99 sojourn < %.0f µs, max backlog %d B",
-					p.Name, p.EnqueuedPackets, 100*p.MarkedFraction, p.DroppedPackets, p.SojournP99US, p.MaxBacklogBytes)
+				t.Logf("port %s: %d packets, %.2f%% marked, %d dropped, p99 sojourn < %.0f µs, max backlog %d B, queue p50 %.0f B p99 %.0f B (%d samples)",
+					p.Name, p.EnqueuedPackets, 100*p.MarkedFraction, p.DroppedPackets, p.SojournP99US, p.MaxBacklogBytes, p.QueueP50Bytes, p.QueueP99Bytes, p.QueueSamples)
+				checkPortQueue(t, &p)
 			}
 			if err != nil {
 				t.Errorf("Run: %v", err)
@@ -129,7 +130,8 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 			t.Log(line)
 		}
 		for _, p := range res.Ports {
-			t.Logf("%s port %s: util %.1f%%, mean wait %.0f µs, %.2f%% marked, %d dropped", rs.Variant, p.Name, 100*p.Utilization, p.MeanSojournUS, 100*p.MarkedFraction, p.DroppedPackets)
+			t.Logf("%s port %s: util %.1f%%, mean wait %.0f µs, %.2f%% marked, %d dropped, queue p99 %.0f B", rs.Variant, p.Name, 100*p.Utilization, p.MeanSojournUS, 100*p.MarkedFraction, p.DroppedPackets, p.QueueP99Bytes)
+			checkPortQueue(t, &p)
 		}
 		t.Run(rs.Variant, func(t *testing.T) {
 			judgeExample(t, name, f, res, func() *Result {
@@ -726,5 +728,17 @@ func checkLiveView(t checker, res *Result) {
 	}
 	if checked == 0 {
 		t.Errorf("live view: no sample with the port sending and no flow starting or ending")
+	}
+}
+
+// checkPortQueue: a loaded port has its queue sampled, and no percentile
+// above the largest backlog its counters saw.
+func checkPortQueue(t *testing.T, p *PortResult) {
+	t.Helper()
+	if p.Utilization > 0.5 && p.QueueSamples == 0 {
+		t.Errorf("port %s: %.0f %% utilized, no queue samples", p.Name, 100*p.Utilization)
+	}
+	if p.QueueP50Bytes > p.QueueP99Bytes || p.QueueP99Bytes > float64(p.MaxBacklogBytes) {
+		t.Errorf("port %s: queue p50 %.0f B, p99 %.0f B, max backlog %d B: want p50 <= p99 <= max", p.Name, p.QueueP50Bytes, p.QueueP99Bytes, p.MaxBacklogBytes)
 	}
 }

@@ -230,6 +230,13 @@ type PortResult struct {
 	SojournP99US float64 `json:"sojourn_p99_us"`
 	// MaxBacklogBytes is the largest class backlog seen.
 	MaxBacklogBytes uint64 `json:"max_backlog_bytes"`
+	// QueueP50Bytes and QueueP99Bytes are the backlog of the class the
+	// flows take here, sampled every 3 ms (× timescale) over the same
+	// span as Utilization; QueueSamples how many samples (0: none, the
+	// port carries no flow).
+	QueueP50Bytes float64 `json:"queue_p50_bytes,omitempty"`
+	QueueP99Bytes float64 `json:"queue_p99_bytes,omitempty"`
+	QueueSamples  int     `json:"queue_samples,omitempty"`
 	// InvariantError is set when enqueued ≠ dequeued + dropped + backlog
 	// (qdisc.ClassStats.CheckInvariant) in some class at rest.
 	// HostDroppedPackets and HostMeanWaitUS are the host queue's, between
@@ -365,6 +372,25 @@ type PortSample struct {
 	DequeuedBps    float64 `json:"dequeued_bps"`
 	CEMarks        uint64  `json:"ce_marks"`
 	DroppedPackets uint64  `json:"dropped_packets"`
+}
+
+// Lost counts what the run lost anywhere: the ports' drops (their own,
+// the kernel qdisc's and the host queues' behind them), the hosts' socket
+// and per-CPU backlog drops, and the flows' resends (a loss the counters
+// above missed still costs one). Trimmed packets are not lost: the
+// receiver learns of them. A lossless run has 0.
+func (res *Result) Lost() uint64 {
+	n := res.SoftnetDrops
+	for _, p := range res.Ports {
+		n += p.DroppedPackets + p.QdiscDroppedPackets + p.HostDroppedPackets
+	}
+	for _, h := range res.HostDrops {
+		n += h.UDPRcvbufErrors
+	}
+	for _, f := range res.Flows {
+		n += f.Retransmits
+	}
+	return n
 }
 
 // Failed is the number of flows that failed.

@@ -645,6 +645,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	r.finish(res, flows, ctx.Err() != nil)
 	res.HostLost = r.hostLost(host, flows, res)
 	res.Incasts = r.incastResults(incasts, flows, res, host, queues)
+	r.portQueues(res, queues)
 	for k, v := range r.hostDrops() {
 		if d := v - hostDrops0[k]; d > 0 || k != softnetKey {
 			if k == softnetKey {
