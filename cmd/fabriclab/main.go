@@ -197,6 +197,9 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	if len(f.Variants) > 0 || f.Runs > 1 {
 		fmt.Fprintf(stdout, "  %d run(s) per variant, seed %d\n", f.Runs, f.Seed)
 	}
+	for _, g := range f.Goals {
+		fmt.Fprintf(stdout, "  goal %s\n", &g)
+	}
 	return 0
 }
 

@@ -59,7 +59,9 @@ type Comparison struct {
 	// RunResults are the runs in the order they ran, without their
 	// samples and full reports (in their own result.json: Dir).
 	RunResults []RunSummary `json:"runs_results"`
-	Files      []string     `json:"files,omitempty"`
+	// Goals are the file's goals checked on Summary.
+	Goals []GoalResult `json:"goals,omitempty"`
+	Files []string     `json:"files,omitempty"`
 }
 
 // RunSummary is one run of a variant.
@@ -272,6 +274,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 		}
 		c.Summary = append(c.Summary, vs)
 	}
+	c.Goals = evalGoals(f.Goals, c.Summary)
 	if dir != "-" {
 		if err := c.write(dir); err != nil {
 			errs = append(errs, fmt.Errorf("labfile: %w", err))
@@ -653,6 +656,7 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 			}
 		}
 	}
+	writeGoals(w, c.Goals)
 	for _, f := range c.Files {
 		fmt.Fprintf(w, "wrote %s\n", f)
 	}

@@ -104,6 +104,9 @@ type File struct {
 	// machine spreads over all of them). Optional: one run of the file
 	// as written.
 	Variants []Variant `yaml:"variants"`
+	// Goals are what the variants are compared to show, checked on the
+	// comparison's summary and reported (Goal). Optional.
+	Goals []Goal `yaml:"goals"`
 	// Runs is how many times each variant runs. Optional: 1.
 	Runs int `yaml:"runs"`
 	// Seed seeds the sizes flows draw between size and size_max; run k

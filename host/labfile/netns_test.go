@@ -115,6 +115,16 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 	if len(c.RunResults) != len(f.Variants) {
 		t.Fatalf("%d runs for %d variants", len(c.RunResults), len(f.Variants))
 	}
+	// Goals are findings, not checks: each is evaluated, met or not.
+	if len(c.Goals) != len(f.Goals) {
+		t.Errorf("%d goals checked of the file's %d", len(c.Goals), len(f.Goals))
+	}
+	for _, g := range c.Goals {
+		t.Logf("goal %s: evaluated %v, met %v: %s", g.Goal, g.Evaluated, g.Met, g.Text)
+		if !g.Evaluated {
+			t.Errorf("goal %s not evaluated: %s", g.Goal, g.Text)
+		}
+	}
 	for _, rs := range c.RunResults {
 		res := full[rs.Variant]
 		if res == nil {

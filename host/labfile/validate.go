@@ -163,7 +163,7 @@ func (f *File) planAll() error {
 		p.Variants = append(p.Variants, VariantPlan{Name: f.Variants[i].Name, Plan: vp})
 	}
 	f.plan = p
-	return nil
+	return f.checkGoals(p)
 }
 
 // withVariant is a copy of the file with variant i's node overrides
