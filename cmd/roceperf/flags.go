@@ -14,6 +14,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/cc"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -89,7 +90,9 @@ Client:
                             --cc none the pacing cap (default unpaced); the
                             -P QPs share it, as a NIC's QPs share the port
   --cc dcqcn|none           congestion control (default dcqcn)
-  --dcqcn-profile mlx5|paper|lab  DCQCN profile (default mlx5; lab: paper with ms timers, host/dcqcn.LabParams)
+  --dcqcn-profile lab|mlx5|paper  DCQCN profile (default lab: the paper's loop with timers for
+                            this lab's ms round trips, host/dcqcn.LabParams;
+                            mlx5: the NIC firmware's µs timers)
   --rp kernel|agent         where the DCQCN reaction point takes its CNPs: an
                             eBPF program on the devices holding -B, Rc cut
                             from a CNP's arrival on (default kernel where it
@@ -232,7 +235,7 @@ func parseArgs(args []string) (*options, error) {
 		op       = str("write", "op")
 		bitrate  = str("", "b", "bitrate")
 		ccName   = str("", "cc") // dcqcn (RoCEv2) or nscc (UET)
-		profile  = str(perf.DefaultProfile, "dcqcn-profile")
+		profile  = str(dcqcn.DefaultProfile, "dcqcn-profile")
 		dscp     = str(strconv.Itoa(agent.DefaultDSCP), "dscp")
 		cnpDSCP  = str(strconv.Itoa(agent.DefaultCNPDSCP), "cnp-dscp")
 		omit     = str("0", "O", "omit")

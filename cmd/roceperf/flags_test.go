@@ -27,7 +27,7 @@ func TestParseClient(t *testing.T) {
 	}
 	want := perf.ClientConfig{
 		Server: "198.18.0.1:18515", QPs: 4, Duration: 2500 * time.Millisecond, MessageBytes: 1 << 20, MTU: 4096,
-		LineRate: 25 * units.Gbit, CC: agent.CCNone, Profile: "mlx5", DSCP: 24, CNPDSCP: 46,
+		LineRate: 25 * units.Gbit, CC: agent.CCNone, Profile: "lab", DSCP: 24, CNPDSCP: 46,
 		Interval: 500 * time.Millisecond, Omit: time.Second, JSON: true, Perftest: true, Verify: true, Op: agent.OpSend,
 		Window: 64, AckReqEvery: 8, MaxBurst: 2, AckTimeout: 5 * time.Millisecond, RetryCount: 3, UDPPort: 5000,
 	}
@@ -167,7 +167,7 @@ func TestRunWithoutNetwork(t *testing.T) {
 		{"--help", exitOK, "--dcqcn NAME=VALUE", ""},
 		{"-V", exitOK, "roceperf " + perf.Version, ""},
 		{"--version", exitOK, "side-channel protocol", ""},
-		{"--dcqcn help", exitOK, "DCQCN knobs of profile mlx5 at line rate 10gbit", ""},
+		{"--dcqcn help", exitOK, "DCQCN knobs of profile lab at line rate 10gbit", ""},
 		{"--dcqcn help --dcqcn-profile paper -b 1g", exitOK, "rpg_ai_rate                    1\n", ""},
 		{"", exitUsage, "", "roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)\n"},
 		{"-c h -P 0", exitUsage, "", "roceperf: -P 0: must be 1..4096\n"},

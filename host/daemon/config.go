@@ -125,7 +125,7 @@ type Profiles struct {
 // DCQCNProfile is a DCQCN base profile and knobs by their mlx5 names
 // (rpg_time_reset, rate_reduce_monitor_period, ...; `roceperf --dcqcn help`).
 type DCQCNProfile struct {
-	Base  string            `yaml:"base"` // mlx5 (default), paper or lab
+	Base  string            `yaml:"base"` // lab (default, dcqcn.DefaultProfile), mlx5 or paper
 	Knobs map[string]string `yaml:"knobs"`
 }
 
@@ -539,7 +539,7 @@ func (s ServerConfig) name() string {
 func (pr DCQCNProfile) params(lineRate units.Rate) (dcqcn.Params, error) {
 	base := pr.Base
 	if base == "" {
-		base = perf.DefaultProfile
+		base = dcqcn.DefaultProfile
 	}
 	return dcqcn.New(base, lineRate, labfile.SortedKnobs(pr.Knobs)...)
 }

@@ -61,11 +61,6 @@ const (
 	// DefaultInterval is the report interval: the live view's and the
 	// flows' sampling.
 	DefaultInterval = 500 * time.Millisecond
-	// DefaultProfile is a DCQCN flow's profile: the paper's for hosts
-	// whose round trips are milliseconds (dcqcn.LabParams), which the
-	// netns tests use; mlx5's timers, made for µs round trips, let a
-	// 200 Mbit/s port fill its 2 MB buffer here.
-	DefaultProfile = "lab"
 	// DefaultLinkMTU is a link's MTU without mtu.
 	DefaultLinkMTU = 1500
 	// DefaultUETBaseRTT is NSCC's base RTT in a lab: a round trip here is
@@ -259,7 +254,7 @@ type Flow struct {
 	// congestion control the kernel has (cubic, reno, ...).
 	CC string `yaml:"cc"`
 	// Profile is the DCQCN profile (dcqcn.ProfileNames). Optional:
-	// DefaultProfile.
+	// dcqcn.DefaultProfile.
 	Profile string `yaml:"profile"`
 	// Knobs set DCQCN knobs by their mlx5 names after the profile:
 	// {rpg_time_reset: 300}.

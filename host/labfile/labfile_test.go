@@ -4,6 +4,7 @@ package labfile
 
 import (
 	"errors"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,7 +37,7 @@ func TestParseBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	fl := f.Flows[0]
-	if fl.Transport != TransportRoCEv2 || fl.CC != CCDCQCN || fl.Profile != DefaultProfile {
+	if fl.Transport != TransportRoCEv2 || fl.CC != CCDCQCN || fl.Profile != dcqcn.DefaultProfile {
 		t.Errorf("defaults of flows[0]: %+v", fl)
 	}
 	p := f.Plan()

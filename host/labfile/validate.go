@@ -246,7 +246,7 @@ func overrideFlows(field string, os []FlowOverride, flows []Flow) error {
 			}
 			fl.CC = o.CC
 			if fl.CC == CCDCQCN && fl.Profile == "" {
-				fl.Profile = DefaultProfile
+				fl.Profile = dcqcn.DefaultProfile
 			}
 		}
 	}
@@ -600,7 +600,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		}
 		if fl.CC == CCDCQCN {
 			if fl.Profile == "" {
-				fl.Profile = DefaultProfile
+				fl.Profile = dcqcn.DefaultProfile
 			}
 			if !slices.Contains(dcqcn.ProfileNames(), fl.Profile) {
 				return conf.Errorf(fp("profile"), fl.Profile, "want %s", orList(dcqcn.ProfileNames()))

@@ -59,7 +59,6 @@ const (
 	DefaultMessageBytes = 64 << 10
 	MaxMessageBytes     = 16 << 20
 	DefaultMTU          = 1024
-	DefaultProfile      = "mlx5"
 	// DefaultLineRate is the line rate a DCQCN run assumes when LineRate is
 	// 0: the reaction point starts at it and the profile's rate knobs are
 	// scaled to it.
@@ -198,7 +197,7 @@ type ClientConfig struct {
 	// share the port (agent.Config.PortRate).
 	LineRate units.Rate
 	CC       agent.CCMode // --cc: dcqcn (also the zero value) or none
-	Profile  string       // --dcqcn-profile: mlx5 (also "") or paper
+	Profile  string       // a dcqcn profile; "" is dcqcn.DefaultProfile
 	// RP is where the reaction point takes its CNPs (--rp): RPKernel, the
 	// eBPF program on the host's devices (host/rpbpf: Rc is cut from a
 	// CNP's arrival on the device on), or RPAgent, the client's receive
@@ -340,7 +339,7 @@ func DefaultClientConfig(server string) ClientConfig {
 		MTU:          DefaultMTU,
 		Op:           agent.OpWrite,
 		CC:           agent.CCDCQCN,
-		Profile:      DefaultProfile,
+		Profile:      dcqcn.DefaultProfile,
 		DSCP:         agent.DefaultDSCP,
 		CNPDSCP:      agent.DefaultCNPDSCP,
 		Interval:     DefaultInterval,
@@ -387,7 +386,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 		c.CC = agent.CCDCQCN
 	}
 	if c.Profile == "" {
-		c.Profile = DefaultProfile
+		c.Profile = dcqcn.DefaultProfile
 	}
 	if c.DSCP == 0 {
 		c.DSCP = agent.DefaultDSCP
@@ -552,7 +551,7 @@ func KnobHelp(profile string, lineRate units.Rate) (string, error) {
 		lineRate = DefaultLineRate
 	}
 	if profile == "" {
-		profile = DefaultProfile
+		profile = dcqcn.DefaultProfile
 	}
 	p, err := dcqcn.Profile(profile, lineRate)
 	if err != nil {

@@ -358,10 +358,10 @@ func TestReportJSON(t *testing.T) {
 	m := checkReportJSON(t, b.Bytes())
 	ts := m["start"].(map[string]any)["test_start"].(map[string]any)
 	dc := ts["dcqcn"].(map[string]any)
-	if dc["rpg_ai_rate"] != 2.0 || dc["min_time_between_cnps"] != 4.0 { // mlx5 at 10G: 5 Mbit/s × 10/25
+	if dc["rpg_ai_rate"] != 10.0 || dc["min_time_between_cnps"] != 1000.0 { // lab at 10G: 40 Mbit/s × 10/40, N 1 ms
 		t.Errorf("dcqcn knobs: rpg_ai_rate %v, min_time_between_cnps %v", dc["rpg_ai_rate"], dc["min_time_between_cnps"])
 	}
-	if ts["line_rate_bps"] != 1e10 || ts["tos"] != 104.0 || ts["cc"] != "dcqcn" || ts["dcqcn_profile"] != "mlx5" {
+	if ts["line_rate_bps"] != 1e10 || ts["tos"] != 104.0 || ts["cc"] != "dcqcn" || ts["dcqcn_profile"] != "lab" {
 		t.Errorf("test_start %v", ts)
 	}
 	var back Report
@@ -384,7 +384,7 @@ func TestReportText(t *testing.T) {
 	for _, want := range []string{
 		"Connecting to host 198.18.0.1, port 18515",
 		"[ 17] local 198.18.0.2 port 4791 qpn 0x11 (source port 57236) connected to 198.18.0.1 port 4791 qpn 0x11",
-		"Starting Test: protocol: RoCEv2, 2 QPs, 65536 byte messages, omitting 0 seconds, 10 second test, op write, mtu 1024, dscp 26, cc dcqcn (profile mlx5, line rate 10.0 Gbits/sec)",
+		"Starting Test: protocol: RoCEv2, 2 QPs, 65536 byte messages, omitting 0 seconds, 10 second test, op write, mtu 1024, dscp 26, cc dcqcn (profile lab, line rate 10.0 Gbits/sec)",
 		clientHeader,
 		"[ 17]   0.00-1.00   sec   112 MBytes   940 Mbits/sec  10.0 Gbits/sec   0.999     4      2",
 		"[SUM]   0.00-1.00   sec   224 MBytes  1.88 Gbits/sec  20.0 Gbits/sec             8      4",
