@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/sidechan"
 )
 
 // serverAgent is an agent on a pipe, for the side channel's server: its
@@ -116,10 +117,7 @@ func TestServerLimitsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ServerLimits{
-		MaxQPs: 64, MaxMessageBytes: 256 << 20, MaxSessions: 32, MaxTotalQPs: 256, MaxBufferBytes: 1 << 30,
-		MaxConns: 64, MaxRequestBytes: 20 << 10, RequestTimeout: 10 * time.Second, MaxSessionDuration: 25 * time.Hour,
-	}
+	want := ServerLimits{MaxQPs: 64, MaxMessageBytes: 256 << 20, MaxTotalQPs: 256, MaxBufferBytes: 1 << 30, Limits: sidechan.Limits{MaxSessions: 32, MaxConns: 64, MaxRequestBytes: 20 << 10, RequestTimeout: 10 * time.Second, MaxSessionDuration: 25 * time.Hour}}
 	if got := srv.Limits(); got != want {
 		t.Errorf("defaults\n got %+v\nwant %+v", got, want)
 	}
@@ -142,16 +140,16 @@ func TestServerLimitsInvalid(t *testing.T) {
 		{ServerLimits{MaxQPs: -1}, "agent: max_qps -1: must be 1..4096"},
 		{ServerLimits{MaxQPs: 5000}, "agent: max_qps 5000: must be 1..4096"},
 		{ServerLimits{MaxQPs: 64, MaxTotalQPs: 16}, "agent: max_total_qps 16: must be max_qps (64)..65536"},
-		{ServerLimits{MaxSessions: -2}, "agent: max_sessions -2: must be 1..65536"},
-		{ServerLimits{MaxConns: 1 << 20}, "agent: max_conns 1048576: must be 1..65536"},
+		{ServerLimits{Limits: sidechan.Limits{MaxSessions: -2}}, "agent: max_sessions -2: must be 1..65536"},
+		{ServerLimits{Limits: sidechan.Limits{MaxConns: 1 << 20}}, "agent: max_conns 1048576: must be 1..65536"},
 		{ServerLimits{MaxBufferBytes: 4096}, "agent: max_buffer_bytes 4096: must be 65536..1099511627776"},
 		{ServerLimits{BufferBytes: 2 << 30}, "agent: buffer_bytes 2147483648: must be 0 (4 messages) or 1..1073741824 (max_buffer_bytes, at most 2 GiB)"},
 		{ServerLimits{MaxMessageBytes: 2 << 30}, "agent: max_message_bytes 2147483648: must be 1..1073741824"},
 		{ServerLimits{BufferBytes: 1 << 20, MaxMessageBytes: 2 << 20}, "agent: max_message_bytes 2097152: must fit in buffer_bytes (1048576)"},
 		{ServerLimits{MaxMessageBytes: 512 << 20}, "agent: max_message_bytes 536870912: its QP buffer (2147483648 bytes, 4 messages) exceeds max_buffer_bytes (1073741824)"},
-		{ServerLimits{MaxRequestBytes: 100}, "agent: max_request_bytes 100: must be 1024..67108864"},
-		{ServerLimits{RequestTimeout: time.Microsecond}, "agent: request_timeout 1µs: must be 1ms..1h0m0s"},
-		{ServerLimits{MaxSessionDuration: -time.Second}, "agent: max_session_duration -1s: must be 1ms..720h0m0s"},
+		{ServerLimits{Limits: sidechan.Limits{MaxRequestBytes: 100}}, "agent: max_request_bytes 100: must be 1024..67108864"},
+		{ServerLimits{Limits: sidechan.Limits{RequestTimeout: time.Microsecond}}, "agent: request_timeout 1µs: must be 1ms..1h0m0s"},
+		{ServerLimits{Limits: sidechan.Limits{MaxSessionDuration: -time.Second}}, "agent: max_session_duration -1s: must be 1ms..720h0m0s"},
 	} {
 		if _, err := a.NewServer(ServerOptions{ServerLimits: tc.l}); err == nil || err.Error() != tc.want {
 			t.Errorf("%+v:\n got %v\nwant %s", tc.l, err, tc.want)
@@ -169,7 +167,7 @@ func TestServerRefusals(t *testing.T) {
 	var refusedMu sync.Mutex
 	var refused []string
 	srv, addr := serveTCP(t, serverAgent(t), ServerOptions{
-		ServerLimits: ServerLimits{RequestTimeout: 200 * time.Millisecond},
+		ServerLimits: ServerLimits{Limits: sidechan.Limits{RequestTimeout: 200 * time.Millisecond}},
 		OnRefuse: func(_ net.Addr, cause, msg string) {
 			refusedMu.Lock()
 			refused = append(refused, cause)
@@ -238,9 +236,7 @@ func TestServerRefusals(t *testing.T) {
 // a session ends.
 func TestServerTotals(t *testing.T) {
 	a := serverAgent(t)
-	srv, addr := serveTCP(t, a, ServerOptions{ServerLimits: ServerLimits{
-		MaxQPs: 4, MaxTotalQPs: 6, MaxSessions: 3, MaxConns: 4, MaxBufferBytes: 1 << 20,
-	}})
+	srv, addr := serveTCP(t, a, ServerOptions{ServerLimits: ServerLimits{MaxQPs: 4, MaxTotalQPs: 6, MaxBufferBytes: 1 << 20, Limits: sidechan.Limits{MaxSessions: 3, MaxConns: 4}}})
 	// 2 QPs × 256 KiB (4 messages of 64 KiB): half the memory.
 	rep, first := ask(t, addr, request(2, 64<<10))
 	if rep.Error != "" || len(rep.QPs) != 2 {
@@ -391,9 +387,7 @@ func TestServerMemory(t *testing.T) {
 // never finishes, a finish line that is not one.
 func TestServerTimeouts(t *testing.T) {
 	a := serverAgent(t)
-	srv, addr := serveTCP(t, a, ServerOptions{ServerLimits: ServerLimits{
-		RequestTimeout: 50 * time.Millisecond, MaxSessionDuration: 300 * time.Millisecond,
-	}})
+	srv, addr := serveTCP(t, a, ServerOptions{ServerLimits: ServerLimits{Limits: sidechan.Limits{RequestTimeout: 50 * time.Millisecond, MaxSessionDuration: 300 * time.Millisecond}}})
 	start := time.Now()
 	rep, _ := ask(t, addr, "")
 	if d := time.Since(start); rep.Cause != RefusedTimeout || rep.Error != "no request line within 50ms (request_timeout)" || d > 2*time.Second {
@@ -439,46 +433,5 @@ func TestServerTimeouts(t *testing.T) {
 	st := waitStats(t, srv, idle)
 	if st.Refused[RefusedTimeout] != 2 || st.Aborted[AbortedDuration] != 1 || st.Aborted[AbortedFinish] != 1 || st.QPs != 0 || len(a.QPs()) != 0 {
 		t.Errorf("stats %+v, agent QPs %d", st, len(a.QPs()))
-	}
-}
-
-// TestReadLine: the bounded reader returns lines up to the limit, refuses
-// longer ones without reading on, and tells a cut line from a clean end.
-func TestReadLine(t *testing.T) {
-	for _, tc := range []struct {
-		in    string
-		limit int
-		want  []string
-		err   error
-	}{
-		{"a\nbb\n", 3, []string{"a\n", "bb\n"}, nil},
-		{"abc\n", 3, nil, errLineTooLong},
-		{"abc", 4, nil, errNoNewline},
-		{strings.Repeat("y", 10000) + "\n", 10001, []string{strings.Repeat("y", 10000) + "\n"}, nil},
-		{strings.Repeat("y", 10001) + "\n", 10001, nil, errLineTooLong},
-	} {
-		sr := strings.NewReader(tc.in)
-		r := bufio.NewReaderSize(sr, 16)
-		var got []string
-		var err error
-		for {
-			var l []byte
-			l, err = readLine(r, tc.limit)
-			if err != nil {
-				break
-			}
-			if len(l) > tc.limit {
-				t.Errorf("%.20q: a line of %d bytes over the limit %d", tc.in, len(l), tc.limit)
-			}
-			got = append(got, string(l))
-		}
-		if tc.err == nil && err.Error() != "EOF" || tc.err != nil && err != tc.err || fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("%.20q limit %d: %q, %v", tc.in, tc.limit, got, err)
-		}
-		if tc.err == errLineTooLong {
-			if n := len(tc.in) - sr.Len(); n > tc.limit+16 {
-				t.Errorf("%.20q: read %d bytes for a limit of %d", tc.in, n, tc.limit)
-			}
-		}
 	}
 }

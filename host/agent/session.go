@@ -1,25 +1,23 @@
 package agent
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/fabriclab/fabriclab/host/sidechan"
 )
 
-// The side channel: like perftest, QPs are set up over TCP before any RoCE
-// packet flows. The client sends a SessionRequest (one JSON line) with its
-// QPs' endpoints and the parameters the server's QPs need; the server
-// creates as many QPs, connects them and answers with theirs; at the end
-// the client sends "finish" and the server answers with its counters. A
-// dropped TCP connection destroys the server's QPs. Every message is one
-// JSON line; a refused request is answered with an error line
-// (sessionReply.Error) naming the limit or rule (server.go).
+// RoCEv2's side of the side channel (host/sidechan): like perftest, QPs
+// are set up over TCP before any RoCE packet flows. The client's request
+// (SessionRequest) carries its QPs' endpoints and the parameters the
+// server's QPs need; the server creates as many QPs, connects them and
+// answers with theirs; at the finish it answers with their counters. A
+// dropped TCP connection destroys the server's QPs; a refusal is an error
+// line naming the limit or rule (server.go).
 
 // ProtocolVersion is the side-channel version both ends must speak.
 const ProtocolVersion = 1
@@ -51,10 +49,6 @@ type sessionReply struct {
 	QPs   []Endpoint `json:"qps,omitempty"`
 }
 
-type finishMsg struct {
-	Finish bool `json:"finish"`
-}
-
 // QPReport is one QP's counters.
 type QPReport struct {
 	QPN      uint32   `json:"qpn"`
@@ -72,8 +66,7 @@ type SessionResult struct {
 
 // Session is the client side of one side-channel session.
 type Session struct {
-	conn   net.Conn
-	r      *bufio.Reader
+	side   *sidechan.Client
 	QPs    []*QP      // this agent's QPs, connected
 	Remote []Endpoint // the server's QPs, in the same order
 }
@@ -101,11 +94,14 @@ func (a *Agent) DialConn(ctx context.Context, c net.Conn, n int, cfg QPConfig, r
 		_ = c.Close()
 		return nil, fmt.Errorf("agent: %d QPs: need at least 1", n)
 	}
-	s := &Session{conn: c, r: bufio.NewReaderSize(c, readBufferBytes)}
+	s := &Session{}
 	ok := false
 	defer func() {
 		if !ok {
 			s.Close()
+			if s.side == nil {
+				_ = c.Close()
+			}
 		}
 	}()
 	local := a.localAddr(c)
@@ -123,22 +119,15 @@ func (a *Agent) DialConn(ctx context.Context, c net.Conn, n int, cfg QPConfig, r
 		ep.Addr = local
 		req.QPs = append(req.QPs, ep)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	} else {
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	}
-	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return nil, fmt.Errorf("agent: side channel to %s: %w", addr, err)
-	}
 	var rep sessionReply
-	if err := readJSON(s.r, replyLimit(n), &rep); err != nil {
+	side, err := sidechan.Open(ctx, c, req, &rep, replyLimit(n))
+	if se := (*sidechan.ServerError)(nil); errors.As(err, &se) {
+		return nil, fmt.Errorf("agent: server %s refused the session: %s", addr, se.Msg)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("agent: side channel to %s: %w", addr, err)
 	}
-	_ = c.SetDeadline(time.Time{})
-	if rep.Error != "" {
-		return nil, fmt.Errorf("agent: server %s refused the session: %s", addr, rep.Error)
-	}
+	s.side = side
 	if len(rep.QPs) != n {
 		return nil, fmt.Errorf("agent: server %s answered with %d QPs for %d", addr, len(rep.QPs), n)
 	}
@@ -156,19 +145,12 @@ func (a *Agent) DialConn(ctx context.Context, c net.Conn, n int, cfg QPConfig, r
 // Finish tells the server the run is over and returns its counters.
 func (s *Session) Finish(ctx context.Context) (SessionResult, error) {
 	var res SessionResult
-	if dl, ok := ctx.Deadline(); ok {
-		_ = s.conn.SetDeadline(dl)
-	} else {
-		_ = s.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	err := s.side.Finish(ctx, &res, replyLimit(len(s.QPs)))
+	if se := (*sidechan.ServerError)(nil); errors.As(err, &se) {
+		return res, fmt.Errorf("agent: server: %s", se.Msg)
 	}
-	if err := json.NewEncoder(s.conn).Encode(finishMsg{Finish: true}); err != nil {
+	if err != nil {
 		return res, fmt.Errorf("agent: finish: %w", err)
-	}
-	if err := readJSON(s.r, replyLimit(len(s.QPs)), &res); err != nil {
-		return res, fmt.Errorf("agent: finish: %w", err)
-	}
-	if res.Error != "" {
-		return res, fmt.Errorf("agent: server: %s", res.Error)
 	}
 	return res, nil
 }
@@ -178,70 +160,14 @@ func (s *Session) Close() {
 	for _, qp := range s.QPs {
 		qp.Destroy()
 	}
-	_ = s.conn.Close()
+	if s.side != nil {
+		_ = s.side.Close()
+	}
 }
-
-// Side-channel lines are read through a bufio.Reader of readBufferBytes:
-// with readLine's limit, what one connection holds at most.
-const readBufferBytes = 4 << 10
 
 // replyLimit bounds a server's answer for n QPs: an endpoint, or a QP's
 // counters, is well under 2 KiB of JSON.
 func replyLimit(n int) int { return 64<<10 + n*(4<<10) }
-
-// Line errors.
-var (
-	errLineTooLong = errors.New("line too long")
-	errNoNewline   = errors.New("the connection ended in the middle of a line")
-)
-
-// readLine reads one line, newline included, of at most limit bytes. It
-// stops reading once a line is longer (errLineTooLong): it never holds
-// more than limit bytes besides r's buffer. The line may be r's buffer,
-// valid until the next read.
-func readLine(r *bufio.Reader, limit int) ([]byte, error) {
-	var line []byte
-	for {
-		frag, err := r.ReadSlice('\n')
-		if len(line)+len(frag) > limit {
-			return nil, errLineTooLong
-		}
-		switch {
-		case err == nil && line == nil:
-			return frag, nil
-		case err == nil || err == bufio.ErrBufferFull:
-			if cap(line)-len(line) < len(frag) {
-				// Grow by doubling, never past the limit.
-				grown := make([]byte, len(line), min(limit, max(2*cap(line), len(line)+len(frag))))
-				copy(grown, line)
-				line = grown
-			}
-			line = append(line, frag...)
-			if err == nil {
-				return line, nil
-			}
-		case err == io.EOF && len(line)+len(frag) > 0:
-			return nil, errNoNewline
-		default:
-			return nil, err
-		}
-	}
-}
-
-// readJSON reads one line of at most limit bytes into v.
-func readJSON(r *bufio.Reader, limit int, v any) error {
-	line, err := readLine(r, limit)
-	if errors.Is(err, errLineTooLong) {
-		return fmt.Errorf("side-channel message over %d bytes", limit)
-	}
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(line, v); err != nil {
-		return fmt.Errorf("bad side-channel message: %w", err)
-	}
-	return nil
-}
 
 // localAddr is where the peer reaches this agent: its bound address, or
 // (bound to a wildcard) the address the side channel runs on, which the

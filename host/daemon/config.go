@@ -31,6 +31,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/sidechan"
 	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -517,10 +518,10 @@ func (s ServerConfig) perfConfig() perf.ServerConfig {
 	return perf.ServerConfig{
 		Bind: s.Bind, Port: s.Port, UDPPort: s.UDPPort, NP: s.NP, Transport: s.Transport,
 		Interval: -1,
-		Limits: agent.ServerLimits{MaxQPs: s.MaxQPs, MaxSessions: s.MaxSessions, MaxTotalQPs: s.MaxTotalQPs,
-			MaxMessageBytes: s.MaxMessageBytes, RequestTimeout: s.RequestTimeout},
-		UETLimits: perf.UETLimits{MaxStreams: s.MaxQPs, MaxSessions: s.MaxSessions,
-			MaxMessageBytes: s.MaxMessageBytes, RequestTimeout: s.RequestTimeout},
+		Limits: agent.ServerLimits{MaxQPs: s.MaxQPs, MaxTotalQPs: s.MaxTotalQPs, MaxMessageBytes: s.MaxMessageBytes,
+			Limits: sidechan.Limits{MaxSessions: s.MaxSessions, RequestTimeout: s.RequestTimeout}},
+		UETLimits: perf.UETLimits{MaxStreams: s.MaxQPs, MaxMessageBytes: s.MaxMessageBytes,
+			Limits: sidechan.Limits{MaxSessions: s.MaxSessions, RequestTimeout: s.RequestTimeout}},
 		TrimDSCP: s.TrimDSCP, TrimLastHopDSCP: s.TrimLastHopDSCP,
 		LineRate: s.lineRate, BaseRTT: s.baseRTT,
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -69,32 +70,17 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, port, err := splitServer(c.Server)
+	t, err := c.target(ctx)
 	if err != nil {
 		return nil, err
 	}
-	raddr, err := resolve(ctx, host)
-	if err != nil {
-		return nil, err
-	}
-	server := netip.AddrPortFrom(raddr, uint16(port))
-	bind := netip.Addr{}
-	if c.Bind.IsValid() {
-		bind = c.Bind.Unmap()
-		if bind.Is4() != raddr.Is4() {
-			return nil, &ConfigError{Field: FieldBind, Value: bind.String(), Must: fmt.Sprintf("the server %s is of the other IP family", raddr)}
-		}
-	}
+	host, port, server, bind, raddr := t.host, t.port, t.server, t.bind, t.server.Addr()
 	// The address the server sends RoCE packets to: -B, or the source the
 	// route to the server picks (the agent announces its bound address, or
 	// the side channel's source when bound to a wildcard).
-	local := bind
-	if !local.IsValid() || local.IsUnspecified() {
-		src, err := routeSource(raddr)
-		if err != nil {
-			return nil, reachErr(server, err)
-		}
-		local = src
+	local, err := t.local()
+	if err != nil {
+		return nil, err
 	}
 	// The RoCE port sends from -B or from the route's address.
 	laddr := netip.IPv4Unspecified()
@@ -170,14 +156,10 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	}
 	// The side channel leaves from -B too, so the server sees one address.
 	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
-	var d net.Dialer
-	if bind.IsValid() {
-		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
-	}
-	tc, err := d.DialContext(dctx, "tcp", server.String())
+	tc, err := dialSide(dctx, server, bind)
 	if err != nil {
 		cancel()
-		return nil, reachErr(server, err)
+		return nil, err
 	}
 	sess, err := ag.DialConn(dctx, tc, c.QPs, qc, req)
 	cancel()
@@ -201,7 +183,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	st, runErr := c.run(ctx, r, sess, text)
 
 	// The server's counters, then the summary.
-	fctx, fcancel := context.WithTimeout(context.Background(), DialTimeout)
+	fctx, fcancel := finishContext(ctx)
 	res, ferr := sess.Finish(fctx)
 	fcancel()
 	if ferr != nil && runErr == nil {
@@ -212,21 +194,36 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if verr := r.verifyErrors(); c.Verify && verr > 0 && runErr == nil {
 		runErr = fmt.Errorf("payload check: %d packet(s) did not match the sender's pattern at the server (verify_errors)", verr)
 	}
+	return c.writeReport(r, runErr, func(w io.Writer) {
+		writeSummaryText(w, r)
+		if r.End.Perftest != nil {
+			writePerftestSummary(w, r.End.Perftest)
+		}
+	})
+}
+
+// writeReport records runErr in r and writes r to Out: as JSON, or its
+// text summary with text.
+func (c *ClientConfig) writeReport(r *Report, runErr error, text func(io.Writer)) (*Report, error) {
 	if runErr != nil {
 		r.Error = runErr.Error()
 	}
 	switch {
-	case c.JSON && c.Out != nil:
+	case c.Out == nil:
+	case c.JSON:
 		if err := r.WriteJSON(c.Out); err != nil && runErr == nil {
 			runErr = fmt.Errorf("writing the report: %w", err)
 		}
-	case text:
-		writeSummaryText(c.Out, r)
-		if r.End.Perftest != nil {
-			writePerftestSummary(c.Out, r.End.Perftest)
-		}
+	default:
+		text(c.Out)
 	}
 	return r, runErr
+}
+
+// finishContext bounds the exchange that fetches the server's counters:
+// it runs even when ctx ended the run.
+func finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), DialTimeout)
 }
 
 // runState is what the run loop hands to the summary.
@@ -608,6 +605,62 @@ func routeSource(dst netip.Addr) (netip.Addr, error) {
 }
 
 // reachErr is the one-line "cannot reach" error: the errno's text when
+
+// target is the server a client runs against: its name and port as
+// given, its address, and -B (invalid: none), of the server's family.
+type target struct {
+	host   string
+	port   int
+	server netip.AddrPort
+	bind   netip.Addr
+}
+
+// target resolves the server and checks -B against it.
+func (c *ClientConfig) target(ctx context.Context) (target, error) {
+	host, port, err := splitServer(c.Server)
+	if err != nil {
+		return target{}, err
+	}
+	raddr, err := resolve(ctx, host)
+	if err != nil {
+		return target{}, err
+	}
+	t := target{host: host, port: port, server: netip.AddrPortFrom(raddr, uint16(port))}
+	if c.Bind.IsValid() {
+		t.bind = c.Bind.Unmap()
+		if t.bind.Is4() != raddr.Is4() {
+			return target{}, &ConfigError{Field: FieldBind, Value: t.bind.String(), Must: fmt.Sprintf("the server %s is of the other IP family", raddr)}
+		}
+	}
+	return t, nil
+}
+
+// local is the address the server reaches this client at: -B, or the
+// source the route to the server picks.
+func (t *target) local() (netip.Addr, error) {
+	if t.bind.IsValid() && !t.bind.IsUnspecified() {
+		return t.bind, nil
+	}
+	src, err := routeSource(t.server.Addr())
+	if err != nil {
+		return netip.Addr{}, reachErr(t.server, err)
+	}
+	return src, nil
+}
+
+// dialSide opens the side channel to server, from bind if it is set.
+func dialSide(ctx context.Context, server netip.AddrPort, bind netip.Addr) (net.Conn, error) {
+	var d net.Dialer
+	if bind.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
+	}
+	tc, err := d.DialContext(ctx, "tcp", server.String())
+	if err != nil {
+		return nil, reachErr(server, err)
+	}
+	return tc, nil
+}
+
 // there is one ("connection refused", "network is unreachable").
 func reachErr(server netip.AddrPort, err error) error {
 	reason := err.Error()

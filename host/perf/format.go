@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/sidechan"
 )
 
 // iperf3's adaptive units (src/units.c unit_snprintf): bytes 1024-based,
@@ -217,45 +218,56 @@ func serverAgentLine(sa *ServerAgent) string {
 	if sa == nil {
 		return ""
 	}
-	var parts []string
-	add := func(name string, v uint64) {
-		if v != 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", name, v))
-		}
-	}
+	var l serverLine
 	c := &sa.AgentCounters
-	add("malformed", c.Malformed)
-	add("icrc_errors", c.ICRCErrors)
-	add("unknown_qp", c.UnknownQP)
-	add("wrong_peer", c.WrongPeer)
-	add("unsupported_opcode", c.Unsupported)
-	add("send_errors", c.SendErrors)
-	add("ppfc_received_stop", c.PPFCReceivedStop)
-	add("ppfc_received_resume", c.PPFCReceivedResume)
-	add("ppfc_received_alarm", c.PPFCReceivedAlarm)
-	add("ppfc_received_hold", c.PPFCReceivedHold)
-	add("ppfc_ignored_source", c.PPFCIgnoredSource)
-	add("ppfc_ignored_destination", c.PPFCIgnoredDestination)
+	l.add("malformed", c.Malformed)
+	l.add("icrc_errors", c.ICRCErrors)
+	l.add("unknown_qp", c.UnknownQP)
+	l.add("wrong_peer", c.WrongPeer)
+	l.add("unsupported_opcode", c.Unsupported)
+	l.add("send_errors", c.SendErrors)
+	l.add("ppfc_received_stop", c.PPFCReceivedStop)
+	l.add("ppfc_received_resume", c.PPFCReceivedResume)
+	l.add("ppfc_received_alarm", c.PPFCReceivedAlarm)
+	l.add("ppfc_received_hold", c.PPFCReceivedHold)
+	l.add("ppfc_ignored_source", c.PPFCIgnoredSource)
+	l.add("ppfc_ignored_destination", c.PPFCIgnoredDestination)
+	return l.String(&sa.SideChannel.Stats)
+}
+
+// serverLine is a server's "server since start: …" line, RoCEv2's and
+// UET's: its non-zero counters, then the side channel's refused and
+// aborted sessions by cause.
+type serverLine struct{ parts []string }
+
+func (l *serverLine) add(name string, v uint64) {
+	if v != 0 {
+		l.parts = append(l.parts, fmt.Sprintf("%s=%d", name, v))
+	}
+}
+
+func (l *serverLine) addText(part string) { l.parts = append(l.parts, part) }
+
+func (l *serverLine) String(side *sidechan.Stats) string {
 	byCause := func(name string, m map[string]uint64) {
 		var n uint64
-		causes := slices.Sorted(maps.Keys(m))
 		var each []string
-		for _, k := range causes {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			if m[k] > 0 {
 				n += m[k]
 				each = append(each, fmt.Sprintf("%s=%d", k, m[k]))
 			}
 		}
 		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d (%s)", name, n, strings.Join(each, " ")))
+			l.parts = append(l.parts, fmt.Sprintf("%s=%d (%s)", name, n, strings.Join(each, " ")))
 		}
 	}
-	byCause("refused_sessions", sa.SideChannel.Refused)
-	byCause("aborted_sessions", sa.SideChannel.Aborted)
-	if len(parts) == 0 {
+	byCause("refused_sessions", side.Refused)
+	byCause("aborted_sessions", side.Aborted)
+	if len(l.parts) == 0 {
 		return "server since start: no drops, no refused sessions"
 	}
-	return "server since start: " + strings.Join(parts, " ")
+	return "server since start: " + strings.Join(l.parts, " ")
 }
 
 // writePerftestPreamble prints perftest's address lines for each QP pair.

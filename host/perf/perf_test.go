@@ -18,6 +18,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/sidechan"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -428,7 +429,7 @@ func TestReportText(t *testing.T) {
 // TestServerAgentLine: the server's summary names every non-zero drop
 // cause and the refused sessions by cause; its JSON has them all.
 func TestServerAgentLine(t *testing.T) {
-	sa := &ServerAgent{SideChannel: agent.ServerStats{Refused: map[string]uint64{}, Aborted: map[string]uint64{}}}
+	sa := &ServerAgent{SideChannel: agent.ServerStats{Stats: sidechan.Stats{Refused: map[string]uint64{}, Aborted: map[string]uint64{}}}}
 	if got, want := serverAgentLine(sa), "server since start: no drops, no refused sessions"; got != want {
 		t.Errorf("clean: %q, want %q", got, want)
 	}

@@ -37,9 +37,9 @@ type Server struct {
 	np   *npbpf.Devices // the kernel NP; nil: the agent's
 	log  *slog.Logger
 
-	outMu sync.Mutex // one writer of Out at a time
-	mu    sync.Mutex
-	sess  map[string]*serverSession // by the client's side-channel address
+	out  serverOut
+	mu   sync.Mutex
+	sess map[string]*serverSession // by the client's side-channel address
 
 	closeOnce sync.Once
 	closeErr  error
@@ -141,6 +141,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
+		out:  serverOut{w: cfg.Out, json: cfg.JSON, log: log},
 		np:   np,
 		cfg:  cfg,
 		bind: bind,
@@ -150,7 +151,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		log:  log,
 		sess: map[string]*serverSession{},
 	}
-	s.side, err = ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
+	s.side, err = s.ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
 	if err != nil {
 		_ = s.Close()
 		return nil, &ConfigError{Field: FieldServerLimits, Cause: err}
@@ -236,31 +237,9 @@ func (s *Server) agentReport() *ServerAgent {
 	return sa
 }
 
-// onRefuse reports a connection the side channel turned away: a line of
-// text, or a JSON report with its error.
-func (s *Server) onRefuse(remote net.Addr, cause, msg string) {
-	if s.cfg.Out == nil {
-		return
-	}
-	ap := addrPort(remote)
-	text := fmt.Sprintf("refused a session from %s port %d: %s", ap.Addr(), ap.Port(), msg)
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	if !s.cfg.JSON {
-		fmt.Fprintf(s.cfg.Out, "roceperf: %s\n%s\n", text, dashLine)
-		return
-	}
-	now := time.Now()
-	r := &Report{Intervals: []Interval{}, Error: text}
-	r.Start = Start{
-		Version:    "roceperf " + Version,
-		SystemInfo: systemInfo(),
-		Timestamp:  Timestamp{Time: now.UTC().Format(iperfTime), TimeSecs: now.Unix()},
-	}
-	r.End.Counters.ServerAgent = s.agentReport()
-	if err := r.WriteJSON(s.cfg.Out); err != nil {
-		s.log.Warn("writing the report", "err", err)
-	}
+// onRefuse reports a connection the side channel turned away.
+func (s *Server) onRefuse(remote net.Addr, _, msg string) {
+	s.out.refused(remote, msg, func(r *Report) { r.End.Counters.ServerAgent = s.agentReport() })
 }
 
 // Addr is the side channel's listening address.
@@ -283,20 +262,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	if devs := s.NPDevices(); len(devs) > 0 {
 		np = "NP in the kernel on " + strings.Join(devs, ", ")
 	}
-	s.printf("%s\nServer listening on %s port %d (RoCEv2 on UDP %d, %s)\n%s\n", dashLine, where, s.Addr().Port(), s.udp.LocalAddr().Port(), np, dashLine)
-	errc := make(chan error, 1)
-	go func() { errc <- s.side.Serve(s.ln) }()
-	select {
-	case err := <-errc:
-		if err != nil {
-			return err
-		}
-		return nil
-	case <-ctx.Done():
-		_ = s.ln.Close()
-		<-errc
-		return nil
-	}
+	s.out.printf("%s\nServer listening on %s port %d (RoCEv2 on UDP %d, %s)\n%s\n", dashLine, where, s.Addr().Port(), s.udp.LocalAddr().Port(), np, dashLine)
+	return s.ln.serveUntil(ctx, s.side.Serve)
 }
 
 // Drain stops accepting sessions and lets those in progress run to their
@@ -317,15 +284,6 @@ func (s *Server) Close() error {
 		}
 	})
 	return s.closeErr
-}
-
-func (s *Server) printf(format string, args ...any) {
-	if s.cfg.Out == nil || s.cfg.JSON {
-		return
-	}
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	fmt.Fprintf(s.cfg.Out, format, args...)
 }
 
 // serverSession is one client's session as the server reports it.
@@ -352,9 +310,7 @@ func (s *Server) onSession(remote net.Addr, req agent.SessionRequest, qps []*age
 	s.mu.Lock()
 	s.sess[remote.String()] = ss
 	s.mu.Unlock()
-	if s.cfg.Out != nil && !s.cfg.JSON {
-		s.outMu.Lock()
-		w := s.cfg.Out
+	s.out.text(func(w io.Writer) {
 		fmt.Fprintf(w, "Accepted connection from %s, port %d\n", ss.remote.Addr(), ss.remote.Port())
 		for i, qp := range qps {
 			peer := req.QPs[i]
@@ -370,8 +326,7 @@ func (s *Server) onSession(remote net.Addr, req agent.SessionRequest, qps []*age
 		if s.cfg.Interval > 0 {
 			fmt.Fprintln(w, serverHeader)
 		}
-		s.outMu.Unlock()
-	}
+	})
 	go s.sample(ss)
 }
 
@@ -390,7 +345,7 @@ func (s *Server) sample(ss *serverSession) {
 		case <-ss.stop:
 			return
 		case <-ss.qps[0].Done():
-			s.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
+			s.out.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
 			s.mu.Lock()
 			delete(s.sess, ss.remote.String())
 			s.mu.Unlock()
@@ -398,11 +353,7 @@ func (s *Server) sample(ss *serverSession) {
 		case <-tick:
 			iv := ss.take(time.Since(ss.t0))
 			ss.intervals = append(ss.intervals, iv)
-			if s.cfg.Out != nil && !s.cfg.JSON {
-				s.outMu.Lock()
-				writeServerInterval(s.cfg.Out, &iv)
-				s.outMu.Unlock()
-			}
+			s.out.text(func(w io.Writer) { writeServerInterval(w, &iv) })
 		}
 	}
 }
@@ -502,18 +453,11 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, end)
 	e.Counters.Server = res.QPs
 	e.Counters.ServerAgent = s.agentReport()
-	if s.cfg.Out == nil {
-		return
-	}
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	w := s.cfg.Out
-	if s.cfg.JSON {
-		if err := r.WriteJSON(w); err != nil {
-			s.log.Warn("writing the report", "err", err)
-		}
-		return
-	}
+	s.out.report(r, func(w io.Writer) { s.writeSummary(w, ss, e, end) })
+}
+
+// writeSummary is the receiver's summary as text.
+func (s *Server) writeSummary(w io.Writer, ss *serverSession, e *End, end float64) {
 	fmt.Fprintln(w, sepLine)
 	fmt.Fprintln(w, "[ ID] Interval           Transfer     Bitrate         ECN-CE   CNPs sent")
 	var tot agent.Counters
@@ -553,6 +497,21 @@ func addrPort(a net.Addr) netip.AddrPort {
 	}
 	ap, _ := netip.ParseAddrPort(a.String())
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// serveUntil runs serve on l until it returns, or until ctx is done:
+// then it closes l, which ends the sessions in progress, and returns nil.
+func (l *listener) serveUntil(ctx context.Context, serve func(net.Listener) error) error {
+	errc := make(chan error, 1)
+	go func() { errc <- serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		_ = l.Close()
+		<-errc
+		return nil
+	}
 }
 
 // listener hands agent.Serve its connections and keeps them, so Close

@@ -1,7 +1,6 @@
 package perf
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/sidechan"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -168,35 +168,20 @@ func ccModeNames() string {
 // (or c.UETConn), the session over the UET side channel, a Sender per
 // stream, the same timing and reports as RoCEv2's.
 func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
-	host, port, err := splitServer(c.Server)
+	t, err := c.target(ctx)
 	if err != nil {
 		return nil, err
 	}
-	raddr, err := resolve(ctx, host)
-	if err != nil {
-		return nil, err
-	}
-	server := netip.AddrPortFrom(raddr, uint16(port))
-	bind := netip.Addr{}
-	if c.Bind.IsValid() {
-		bind = c.Bind.Unmap()
-		if bind.Is4() != raddr.Is4() {
-			return nil, &ConfigError{Field: FieldBind, Value: bind.String(), Must: fmt.Sprintf("the server %s is of the other IP family", raddr)}
-		}
-	}
+	host, port, server, bind := t.host, t.port, t.server, t.bind
 	if c.LB != 0 && c.LBSeed == 0 {
 		c.LBSeed = rand.Uint64() | 1 // a seed per run; 0 means "draw one"
 	}
 	conn := c.UETConn
 	if conn == nil {
 		// UET's port is opened per address: -B, or the route's source.
-		local := bind
-		if !local.IsValid() || local.IsUnspecified() {
-			src, err := routeSource(raddr)
-			if err != nil {
-				return nil, reachErr(server, err)
-			}
-			local = src
+		local, err := t.local()
+		if err != nil {
+			return nil, err
 		}
 		ap := netip.AddrPortFrom(local, uet.Port)
 		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{SendPath: c.SendPath})
@@ -224,18 +209,10 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	// The side channel, from -B too.
 	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	var d net.Dialer
-	if bind.IsValid() {
-		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(bind, 0))
-	}
-	tc, err := d.DialContext(dctx, "tcp", server.String())
+	tc, err := dialSide(dctx, server, bind)
 	if err != nil {
-		return nil, reachErr(server, err)
+		return nil, err
 	}
-	defer tc.Close()
-	side := bufio.NewReaderSize(tc, 4<<10)
-	// A cancelled ctx (or the dial timeout) ends a blocked read or write.
-	unblock := context.AfterFunc(dctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	jobs := uetJobIDs(c.QPs)
 	req := uetRequest{
 		Transport: TransportUET, UETVersion: uetProtocolVersion, Addr: local.Addr().String(),
@@ -246,30 +223,26 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		req.Duration = c.Omit + c.Duration
 	}
 	var rep uetReply
-	_ = tc.SetReadDeadline(time.Now().Add(DialTimeout))
-	if err := writeLine(tc, DialTimeout, req); err != nil {
-		return nil, sideErr(ctx, server, err)
-	}
-	if err := readJSONLine(side, minUETRequest, &rep); err != nil {
-		return nil, sideErr(ctx, server, err)
-	}
-	unblock()
-	if rep.Error != "" {
+	side, err := sidechan.Open(dctx, tc, req, &rep, minUETRequest)
+	if se := (*sidechan.ServerError)(nil); errors.As(err, &se) {
 		hint := ""
-		if strings.HasPrefix(rep.Error, "version ") {
+		if strings.HasPrefix(se.Msg, "version ") {
 			// A RoCEv2 server reads no "version" in a UET request.
 			hint = " (a RoCEv2 server? it must serve transport uet)"
 		}
-		return nil, fmt.Errorf("server %s refused the session: %s%s", server, rep.Error, hint)
+		return nil, fmt.Errorf("server %s refused the session: %s%s", server, se.Msg, hint)
 	}
+	if err != nil {
+		return nil, sideErr(ctx, server, err)
+	}
+	defer side.Close()
 	dst, err := netip.ParseAddrPort(rep.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("server %s answered with UET address %q: %v", server, clip(rep.Addr, 64), err)
+		return nil, fmt.Errorf("server %s answered with UET address %q: %v", server, sidechan.Clip(rep.Addr, 64), err)
 	}
 	if dst.Port() != local.Port() {
 		return nil, fmt.Errorf("server %s: its UET port %d is not ours (%d): both ends use UDP %d", server, dst.Port(), local.Port(), uet.Port)
 	}
-	_ = tc.SetDeadline(time.Time{})
 
 	// The streams.
 	n := c.QPs
@@ -331,18 +304,12 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 
 	// The server's counters, then the summary.
 	var res uetResult
-	ferr := func() error {
-		_ = tc.SetDeadline(time.Now().Add(DialTimeout))
-		if err := writeLine(tc, DialTimeout, uetFinish{Finish: true}); err != nil {
-			return err
-		}
-		return readJSONLine(side, minUETRequest+n*uetStreamJSONBytes, &res)
-	}()
+	fctx, fcancel := finishContext(ctx)
+	ferr := side.Finish(fctx, &res, minUETRequest+n*uetStreamJSONBytes)
+	fcancel()
 	switch {
 	case ferr != nil:
 		ferr = fmt.Errorf("the server's counters: %v", ferr)
-	case res.Error != "":
-		ferr = fmt.Errorf("the server's counters: %s", res.Error)
 	case len(res.Streams) != n:
 		ferr = fmt.Errorf("the server's counters: %d streams for %d", len(res.Streams), n)
 		res.Streams = nil
@@ -359,18 +326,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	if verr := r.End.UET.verifyErrors(); c.Verify && verr > 0 && runErr == nil {
 		runErr = fmt.Errorf("payload check: %d message(s) did not match the sender's pattern at the server (verify_errors)", verr)
 	}
-	if runErr != nil {
-		r.Error = runErr.Error()
-	}
-	switch {
-	case c.JSON && c.Out != nil:
-		if err := r.WriteJSON(c.Out); err != nil && runErr == nil {
-			runErr = fmt.Errorf("writing the report: %w", err)
-		}
-	case text:
-		writeUETSummaryText(out, r)
-	}
-	return r, runErr
+	return c.writeReport(r, runErr, func(io.Writer) { writeUETSummaryText(out, r) })
 }
 
 // uetJobIDs picks a job ID per stream: consecutive from a random base, so

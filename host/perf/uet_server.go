@@ -1,25 +1,20 @@
 package perf
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/sidechan"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -38,16 +33,11 @@ const uetServerIdle = 500 * time.Millisecond
 // has been idle for this long.
 const uetTrackPeriod = 100 * time.Millisecond
 
-// UETServerStats is what a UET server holds now and what it turned away.
+// UETServerStats is what a UET server holds now and what it turned away:
+// the side channel's counters and the sessions' streams.
 type UETServerStats struct {
-	Conns    int    `json:"conns"`    // side-channel connections open
-	Sessions int    `json:"sessions"` // sessions in progress
-	Streams  int    `json:"streams"`  // their streams
-	Accepted uint64 `json:"accepted"` // sessions set up since the start
-	// Refused counts connections that got no session, by cause
-	// (UETRefused*); Aborted sessions the server ended, by cause.
-	Refused map[string]uint64 `json:"refused"`
-	Aborted map[string]uint64 `json:"aborted"`
+	sidechan.Stats
+	Streams int `json:"streams"` // the sessions' streams
 }
 
 // UETServer is a listening roceperf --transport uet server: a pds.Endpoint
@@ -60,16 +50,17 @@ type UETServer struct {
 	bind netip.Addr // the side channel's
 	ep   *pds.Endpoint
 	ln   *listener
+	side *sidechan.Server[uetRequest]
 	log  *slog.Logger
 	// idle is the endpoint's idle timeout (uetServerIdle, or the RTO of
 	// a slowed fabric where that is longer).
 	idle time.Duration
 
-	outMu sync.Mutex // one writer of Out at a time
+	out serverOut
 
 	mu struct {
 		sync.Mutex
-		stats    UETServerStats
+		streams  int
 		sessions map[netip.Addr]*uetSession // by the client's UET address
 	}
 
@@ -159,11 +150,14 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	s := &UETServer{cfg: cfg, lim: lim, bind: bind, ep: ep, log: log, idle: pc.IdleTimeout,
+	s := &UETServer{cfg: cfg, lim: lim, bind: bind, ep: ep, log: log, idle: pc.IdleTimeout, out: serverOut{w: cfg.Out, json: cfg.JSON, log: log},
 		ln: &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}}}
-	s.mu.stats.Refused = map[string]uint64{}
-	s.mu.stats.Aborted = map[string]uint64{}
 	s.mu.sessions = map[netip.Addr]*uetSession{}
+	s.side = sidechan.NewServer[uetRequest](uetHandler{s}, sidechan.Options{
+		Limits:   lim.Limits,
+		Logger:   log,
+		OnRefuse: func(remote net.Addr, _, msg string) { s.reportRefusal(remote, msg) },
+	})
 	return s, nil
 }
 
@@ -178,11 +172,10 @@ func (s *UETServer) Endpoint() *pds.Endpoint { return s.ep }
 
 // Stats returns what the side channel holds and has refused.
 func (s *UETServer) Stats() UETServerStats {
+	st := UETServerStats{Stats: s.side.Stats()}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.mu.stats
-	st.Refused = maps.Clone(st.Refused)
-	st.Aborted = maps.Clone(st.Aborted)
+	st.Streams = s.mu.streams
+	s.mu.Unlock()
 	return st
 }
 
@@ -190,17 +183,8 @@ func (s *UETServer) Stats() UETServerStats {
 // first session ends. A cancelled ctx closes the listener and ends the
 // sessions in progress; Serve then returns nil.
 func (s *UETServer) Serve(ctx context.Context) error {
-	s.printf("%s\nServer listening on %s port %d (UET on UDP %d)\n%s\n", dashLine, s.bind, s.Addr().Port(), s.UETAddr().Port(), dashLine)
-	errc := make(chan error, 1)
-	go func() { errc <- s.acceptLoop() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		_ = s.ln.Close()
-		<-errc
-		return nil
-	}
+	s.out.printf("%s\nServer listening on %s port %d (UET on UDP %d)\n%s\n", dashLine, s.bind, s.Addr().Port(), s.UETAddr().Port(), dashLine)
+	return s.ln.serveUntil(ctx, s.side.Serve)
 }
 
 // Drain stops accepting sessions and lets those in progress run to their
@@ -217,117 +201,12 @@ func (s *UETServer) Close() error {
 	return s.closeErr
 }
 
-func (s *UETServer) acceptLoop() error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("accept: %w", err)
-		}
-		// Over max_conns: answered here, without a goroutine.
-		if rf := s.acquireConn(); rf != nil {
-			s.refuse(c, nil, rf, time.Millisecond)
-			_ = c.Close()
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer s.count(func(st *UETServerStats) { st.Conns-- })
-			if err := s.serveConn(c); err != nil {
-				s.log.Debug("uet session ended", "remote", c.RemoteAddr(), "err", err)
-			}
-		}()
-	}
-}
-
-func (s *UETServer) acquireConn() *refusal {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := &s.mu.stats
-	if st.Conns+1 > s.lim.MaxConns {
-		return uetRefuse(UETRefusedConns, "connections %d: this server allows 1..%d at once (max_conns)", st.Conns+1, s.lim.MaxConns)
-	}
-	st.Conns++
-	return nil
-}
-
-func (s *UETServer) count(f func(*UETServerStats)) {
-	s.mu.Lock()
-	f(&s.mu.stats)
-	s.mu.Unlock()
-}
-
-// refusal is why a connection gets no session: its cause and the error
-// line's text.
-type refusal struct{ cause, msg string }
-
-func (r *refusal) Error() string { return "refused: " + r.msg }
-
-// clip shortens a client's string for an error line.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
-func uetRefuse(cause, format string, args ...any) *refusal {
-	return &refusal{cause: cause, msg: fmt.Sprintf(format, args...)}
-}
-
-// refuse counts rf, reports it, answers the client with an error line and
-// lets the client read it before the connection closes.
-func (s *UETServer) refuse(c net.Conn, r io.Reader, rf *refusal, wait time.Duration) {
-	s.count(func(st *UETServerStats) { st.Refused[rf.cause]++ })
-	s.reportRefusal(c.RemoteAddr(), rf.msg)
-	if writeLine(c, s.lim.RequestTimeout, uetReply{Error: rf.msg, Cause: rf.cause}) != nil || rf.cause == UETRefusedNoRequest {
-		return
-	}
-	if r == nil {
-		r = c
-	}
-	linger(c, r, wait)
-}
-
-// linger closes c's sending side, then reads and drops what the client
-// still sends (at most uetLingerBytes, for at most wait): closing with
-// unread bytes resets the connection, and the reset drops the error line.
-func linger(c net.Conn, r io.Reader, wait time.Duration) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	}
-	_ = c.SetReadDeadline(time.Now().Add(wait))
-	_, _ = io.CopyN(io.Discard, r, uetLingerBytes)
-}
-
-// reportRefusal prints a refused session: a line of text, or a JSON report
-// with its error.
+// reportRefusal reports a connection the side channel turned away.
 func (s *UETServer) reportRefusal(remote net.Addr, msg string) {
-	if s.cfg.Out == nil {
-		return
-	}
-	ap := addrPort(remote)
-	text := fmt.Sprintf("refused a session from %s port %d: %s", ap.Addr(), ap.Port(), msg)
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	if !s.cfg.JSON {
-		fmt.Fprintf(s.cfg.Out, "roceperf: %s\n%s\n", text, dashLine)
-		return
-	}
-	now := time.Now()
-	r := &Report{Intervals: []Interval{}, Error: text}
-	r.Start = Start{Version: "roceperf " + Version, SystemInfo: systemInfo(),
-		Timestamp: Timestamp{Time: now.UTC().Format(iperfTime), TimeSecs: now.Unix()},
-		TestStart: TestStart{Protocol: protocolUET}}
-	r.End.UET = &UETEnd{Server: s.agentReport()}
-	if err := r.WriteJSON(s.cfg.Out); err != nil {
-		s.log.Warn("writing the report", "err", err)
-	}
+	s.out.refused(remote, msg, func(r *Report) {
+		r.Start.TestStart = TestStart{Protocol: protocolUET}
+		r.End.UET = &UETEnd{Server: s.agentReport()}
+	})
 }
 
 func (s *UETServer) agentReport() *UETServerAgent {
@@ -346,18 +225,10 @@ func (s *UETServer) rxCCCs(addr netip.Addr) []pds.RxCCCInfo {
 	return out
 }
 
-func (s *UETServer) printf(format string, args ...any) {
-	if s.cfg.Out == nil || s.cfg.JSON {
-		return
-	}
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	fmt.Fprintf(s.cfg.Out, format, args...)
-}
-
 // uetSession is one client's session: its request, the counters of its
 // target PDCs as last read, its interval reports.
 type uetSession struct {
+	s       *UETServer
 	remote  netip.AddrPort // the side channel's peer
 	local   netip.Addr     // the side channel's local address
 	addr    netip.Addr     // the client's UET address
@@ -372,95 +243,79 @@ type uetSession struct {
 	prev      []UETReceiverStats           // at the last interval
 	prevT     time.Duration
 	intervals []Interval
-	released  bool // guarded by the server's mu
 }
 
 // targetID names a target PDC's incarnation: the source's PDC ID and this
 // end's (a PDC established again after it expired gets a new one).
 type targetID struct{ spdcid, pdc uint16 }
 
-func (s *UETServer) serveConn(c net.Conn) error {
-	defer c.Close()
-	r := bufio.NewReaderSize(c, 4<<10)
-	_ = c.SetReadDeadline(time.Now().Add(s.lim.RequestTimeout))
-	req, addr, rf := s.readRequest(r)
+// uetHandler is UET's side of the side channel (host/sidechan): a
+// session is the client's streams, which it opens itself (a target PDC
+// is established by its first packet), and the counters the server
+// keeps of them.
+type uetHandler struct{ s *UETServer }
+
+func (h uetHandler) Check(_ net.Conn, req *uetRequest) *sidechan.Refusal {
+	_, rf := h.s.check(req)
+	return rf
+}
+
+// Open takes the client's address for the session, and waits for an
+// earlier session's PDCs from it to expire.
+func (h uetHandler) Open(c net.Conn, req *uetRequest) (sidechan.Session, *sidechan.Refusal) {
+	s := h.s
+	addr, rf := s.check(req)
 	if rf != nil {
-		s.refuse(c, r, rf, uetLingerTime)
-		return rf
+		return nil, rf
 	}
-	ss := &uetSession{remote: addrPort(c.RemoteAddr()), local: addrPort(c.LocalAddr()).Addr(), addr: addr, req: *req,
+	ss := &uetSession{s: s, remote: addrPort(c.RemoteAddr()), local: addrPort(c.LocalAddr()).Addr(), addr: addr, req: *req,
 		index: make(map[uint32]int, len(req.JobIDs)), seen: map[targetID]pds.TargetStats{},
 		stop: make(chan struct{}), stopped: make(chan struct{}), prev: make([]UETReceiverStats, len(req.JobIDs))}
 	for i, id := range req.JobIDs {
 		ss.index[id] = i
 	}
 	if rf := s.reserve(ss); rf != nil {
-		s.refuse(c, r, rf, uetLingerTime)
-		return rf
+		return nil, rf
 	}
-	defer s.release(ss)
 	if rf := s.waitStale(addr); rf != nil {
-		s.refuse(c, r, rf, uetLingerTime)
-		return rf
+		s.release(ss)
+		return nil, rf
 	}
 	ss.t0 = time.Now()
-	if err := writeLine(c, s.lim.RequestTimeout, uetReply{Addr: s.UETAddr().String()}); err != nil {
-		return err
-	}
-	s.count(func(st *UETServerStats) { st.Accepted++ })
-	s.printSession(ss)
-	go s.sample(ss)
+	return ss, nil
+}
 
-	// The session lasts as long as its transfer: wait for the finish; a
-	// closed connection ends it too.
-	_ = c.SetReadDeadline(ss.t0.Add(s.lim.MaxSessionDuration))
-	cause, msg, err := s.readFinish(r)
+func (ss *uetSession) Reply() any { return uetReply{Addr: ss.s.UETAddr().String()} }
+
+func (ss *uetSession) Started() {
+	ss.s.printSession(ss)
+	go ss.s.sample(ss)
+}
+
+func (ss *uetSession) Finish() any {
 	close(ss.stop)
 	<-ss.stopped
-	if err != nil {
-		if cause == "" {
-			s.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
-			return fmt.Errorf("uet session from %v: %w", ss.remote, err)
-		}
-		s.count(func(st *UETServerStats) { st.Aborted[cause]++ })
-		s.printf("roceperf: session from %s: %s\n%s\n", ss.remote, msg, dashLine)
-		_ = writeLine(c, s.lim.RequestTimeout, uetResult{Error: msg, Cause: cause})
-		linger(c, r, uetLingerTime)
-		return fmt.Errorf("uet session from %v: %s", ss.remote, msg)
-	}
-	ss.track(s.ep.Targets())
+	ss.track(ss.s.ep.Targets())
 	res := uetResult{Streams: ss.totals()}
-	s.finish(ss, res.Streams)
-	s.release(ss)
-	return writeLine(c, s.lim.RequestTimeout, res)
+	ss.s.finish(ss, res.Streams)
+	return res
 }
 
-// readRequest reads the request line and checks it, before anything is
-// held for the session.
-func (s *UETServer) readRequest(r *bufio.Reader) (*uetRequest, netip.Addr, *refusal) {
-	lim := &s.lim
-	line, err := readLine(r, lim.MaxRequestBytes)
-	switch {
-	case errors.Is(err, errLineTooLong):
-		return nil, netip.Addr{}, uetRefuse(UETRefusedRequestBytes, "request line over %d bytes: this server allows 1..%d (max_request_bytes)", lim.MaxRequestBytes, lim.MaxRequestBytes)
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return nil, netip.Addr{}, uetRefuse(UETRefusedTimeout, "no request line within %v (request_timeout)", lim.RequestTimeout)
-	case errors.Is(err, errNoNewline):
-		return nil, netip.Addr{}, uetRefuse(UETRefusedMalformed, "request: %v: a request is one JSON object on one line", err)
-	case err != nil:
-		return nil, netip.Addr{}, uetRefuse(UETRefusedNoRequest, "no request line: %v", err)
+func (ss *uetSession) Fail(cause, msg string) {
+	close(ss.stop)
+	<-ss.stopped
+	if cause == "" {
+		ss.s.out.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
+		return
 	}
-	req := new(uetRequest)
-	if err := json.Unmarshal(line, req); err != nil {
-		return nil, netip.Addr{}, uetRefuse(UETRefusedMalformed, "request: %v: a request is one JSON object on one line", err)
-	}
-	addr, rf := s.check(req)
-	return req, addr, rf
+	ss.s.out.printf("roceperf: session from %s: %s\n%s\n", ss.remote, msg, dashLine)
 }
+
+func (ss *uetSession) Close() { ss.s.release(ss) }
 
 // check applies the per-session rules to a request and returns the
 // client's UET address.
-func (s *UETServer) check(req *uetRequest) (netip.Addr, *refusal) {
+func (s *UETServer) check(req *uetRequest) (netip.Addr, *sidechan.Refusal) {
 	lim := &s.lim
 	switch {
 	case req.Transport != TransportUET:
@@ -468,25 +323,25 @@ func (s *UETServer) check(req *uetRequest) (netip.Addr, *refusal) {
 		if t == "" {
 			t = TransportRoCEv2 // a RoCEv2 client's request has no transport
 		}
-		return netip.Addr{}, uetRefuse(UETRefusedTransport, "transport %s: this server serves uet (the client must use transport uet)", clip(t, 32))
+		return netip.Addr{}, sidechan.Refuse(UETRefusedTransport, "transport %s: this server serves uet (the client must use transport uet)", sidechan.Clip(t, 32))
 	case req.UETVersion != uetProtocolVersion:
-		return netip.Addr{}, uetRefuse(UETRefusedVersion, "uet_version %d: this server speaks %d", req.UETVersion, uetProtocolVersion)
+		return netip.Addr{}, sidechan.Refuse(UETRefusedVersion, "uet_version %d: this server speaks %d", req.UETVersion, uetProtocolVersion)
 	case req.Streams < 1 || req.Streams > lim.MaxStreams:
-		return netip.Addr{}, uetRefuse(UETRefusedStreams, "streams %d: this server allows 1..%d per session (max_streams)", req.Streams, lim.MaxStreams)
+		return netip.Addr{}, sidechan.Refuse(UETRefusedStreams, "streams %d: this server allows 1..%d per session (max_streams)", req.Streams, lim.MaxStreams)
 	case len(req.JobIDs) != req.Streams:
-		return netip.Addr{}, uetRefuse(UETRefusedJobIDs, "job_ids: %d for %d streams: one per stream", len(req.JobIDs), req.Streams)
+		return netip.Addr{}, sidechan.Refuse(UETRefusedJobIDs, "job_ids: %d for %d streams: one per stream", len(req.JobIDs), req.Streams)
 	case req.MessageBytes < 1 || req.MessageBytes > lim.MaxMessageBytes:
-		return netip.Addr{}, uetRefuse(UETRefusedMessageBytes, "message_bytes %d: this server allows 1..%d (max_message_bytes)", req.MessageBytes, lim.MaxMessageBytes)
+		return netip.Addr{}, sidechan.Refuse(UETRefusedMessageBytes, "message_bytes %d: this server allows 1..%d (max_message_bytes)", req.MessageBytes, lim.MaxMessageBytes)
 	case req.CC != "" && !slices.Contains(pds.CCModeNames(), req.CC):
-		return netip.Addr{}, uetRefuse(UETRefusedMalformed, "cc %q: must be %s", clip(req.CC, 32), ccModeNames())
+		return netip.Addr{}, sidechan.Refuse(UETRefusedMalformed, "cc %q: must be %s", sidechan.Clip(req.CC, 32), ccModeNames())
 	}
 	seen := make(map[uint32]bool, len(req.JobIDs))
 	for i, id := range req.JobIDs {
 		switch {
 		case id > maxJobID:
-			return netip.Addr{}, uetRefuse(UETRefusedJobIDs, "job_ids[%d] %d: must be 0..%d (24 bits)", i, id, maxJobID)
+			return netip.Addr{}, sidechan.Refuse(UETRefusedJobIDs, "job_ids[%d] %d: must be 0..%d (24 bits)", i, id, maxJobID)
 		case seen[id]:
-			return netip.Addr{}, uetRefuse(UETRefusedJobIDs, "job_ids[%d] %d: given twice: one job per stream", i, id)
+			return netip.Addr{}, sidechan.Refuse(UETRefusedJobIDs, "job_ids[%d] %d: given twice: one job per stream", i, id)
 		}
 		seen[id] = true
 	}
@@ -498,41 +353,32 @@ func (s *UETServer) check(req *uetRequest) (netip.Addr, *refusal) {
 		if mine.Is6() {
 			family = "IPv6"
 		}
-		return netip.Addr{}, uetRefuse(UETRefusedAddr, "uet_addr %q: must be a unicast %s address (this server's family)", clip(req.Addr, 64), family)
+		return netip.Addr{}, sidechan.Refuse(UETRefusedAddr, "uet_addr %q: must be a unicast %s address (this server's family)", sidechan.Clip(req.Addr, 64), family)
 	}
 	return addr, nil
 }
 
-// reserve takes a session slot for ss, or says why not.
-func (s *UETServer) reserve(ss *uetSession) *refusal {
+// reserve takes the client's address for ss, or says why not.
+func (s *UETServer) reserve(ss *uetSession) *sidechan.Refusal {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := &s.mu.stats
-	switch {
-	case st.Sessions+1 > s.lim.MaxSessions:
-		return uetRefuse(UETRefusedSessions, "sessions %d: this server allows 1..%d at once (max_sessions)", st.Sessions+1, s.lim.MaxSessions)
-	case s.mu.sessions[ss.addr] != nil:
+	if s.mu.sessions[ss.addr] != nil {
 		// One endpoint per address: this is another client's, or this
 		// client's previous one that has not finished.
-		return uetRefuse(UETRefusedBusy, "uet_addr %s: a session from this address is in progress", ss.addr)
+		return sidechan.Refuse(UETRefusedBusy, "uet_addr %s: a session from this address is in progress", ss.addr)
 	}
-	st.Sessions++
-	st.Streams += len(ss.req.JobIDs)
+	s.mu.streams += len(ss.req.JobIDs)
 	s.mu.sessions[ss.addr] = ss
 	return nil
 }
 
-// release frees ss's slot, once (the result is written after it, so that
-// the client's next session from the same address finds the slot free).
+// release frees what reserve took; the side channel frees the session
+// before it writes the result, so that the client's next session from
+// the same address finds the address free.
 func (s *UETServer) release(ss *uetSession) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ss.released {
-		return
-	}
-	ss.released = true
-	s.mu.stats.Sessions--
-	s.mu.stats.Streams -= len(ss.req.JobIDs)
+	s.mu.streams -= len(ss.req.JobIDs)
 	delete(s.mu.sessions, ss.addr)
 }
 
@@ -541,7 +387,7 @@ func (s *UETServer) release(ss *uetSession) {
 // that the new session's counters are its own (pds itself replaces a PDC
 // whose SYN brings a new start PSN). They expire twice the idle timeout after
 // their last packet.
-func (s *UETServer) waitStale(addr netip.Addr) *refusal {
+func (s *UETServer) waitStale(addr netip.Addr) *sidechan.Refusal {
 	wait := 2*s.idle + 500*time.Millisecond
 	deadline := time.Now().Add(wait)
 	for {
@@ -555,34 +401,10 @@ func (s *UETServer) waitStale(addr netip.Addr) *refusal {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return uetRefuse(UETRefusedBusy, "uet_addr %s: %d PDC(s) of an earlier session from this address still open after %v; try again", addr, n, wait)
+			return sidechan.Refuse(UETRefusedBusy, "uet_addr %s: %d PDC(s) of an earlier session from this address still open after %v; try again", addr, n, wait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// readFinish reads the finish line. A cause says the server should answer
-// (the session ran out of time, or the line is not a finish); without
-// one, the connection is gone.
-func (s *UETServer) readFinish(r *bufio.Reader) (cause, msg string, err error) {
-	line, err := readLine(r, uetFinishBytes)
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return UETAbortedDuration, fmt.Sprintf("session over %v without its finish line (max_session_duration)", s.lim.MaxSessionDuration), err
-	case errors.Is(err, errLineTooLong):
-		return UETAbortedFinish, fmt.Sprintf("finish line over %d bytes: expected {\"finish\":true}", uetFinishBytes), err
-	case err != nil:
-		return "", "", err
-	}
-	var fin uetFinish
-	if err := json.Unmarshal(line, &fin); err != nil || !fin.Finish {
-		msg := "finish: expected {\"finish\":true}"
-		if err != nil {
-			msg = fmt.Sprintf("finish: %v: expected {\"finish\":true}", err)
-		}
-		return UETAbortedFinish, msg, errors.New(msg)
-	}
-	return "", "", nil
 }
 
 // track records the session's target PDCs among ts.
@@ -641,11 +463,7 @@ func (s *UETServer) sample(ss *uetSession) {
 		case <-tick:
 			ss.track(s.ep.Targets())
 			iv := ss.take(time.Since(ss.t0))
-			if s.cfg.Out != nil && !s.cfg.JSON {
-				s.outMu.Lock()
-				writeUETServerInterval(s.cfg.Out, &iv)
-				s.outMu.Unlock()
-			}
+			s.out.text(func(w io.Writer) { writeUETServerInterval(w, &iv) })
 		}
 	}
 }
@@ -687,12 +505,10 @@ func writeUETServerInterval(w io.Writer, iv *Interval) {
 
 // printSession prints an accepted session's streams and parameters.
 func (s *UETServer) printSession(ss *uetSession) {
-	if s.cfg.Out == nil || s.cfg.JSON {
-		return
-	}
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	w := s.cfg.Out
+	s.out.text(func(w io.Writer) { s.writeSession(w, ss) })
+}
+
+func (s *UETServer) writeSession(w io.Writer, ss *uetSession) {
 	fmt.Fprintf(w, "Accepted connection from %s, port %d\n", ss.remote.Addr(), ss.remote.Port())
 	for i, id := range ss.req.JobIDs {
 		fmt.Fprintf(w, "%s local %s port %d job %#x from %s port %d\n", streamID(uint32(i+1)), s.UETAddr().Addr(), s.UETAddr().Port(), id, ss.addr, s.UETAddr().Port())
@@ -742,15 +558,11 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, end)
 	e.Counters.Server = []agent.QPReport{}
 	e.UET = &UETEnd{Receiver: streams, Server: s.agentReport(), RxCCCs: s.rxCCCs(ss.addr)}
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	w := s.cfg.Out
-	if s.cfg.JSON {
-		if err := r.WriteJSON(w); err != nil {
-			s.log.Warn("writing the report", "err", err)
-		}
-		return
-	}
+	s.out.report(r, func(w io.Writer) { writeUETSummary(w, e, streams, end, ss.req.Verify) })
+}
+
+// writeUETSummary is the receiver's summary as text.
+func writeUETSummary(w io.Writer, e *End, streams []UETReceiverStats, end float64, verify bool) {
 	fmt.Fprintln(w, sepLine)
 	fmt.Fprintln(w, uetServerHeader)
 	var ce, dup uint64
@@ -765,7 +577,7 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 	}
 	// Trimmed packets are counted by the endpoint, not per PDC: since the
 	// server started (end.uet.server.trimmed_received in JSON).
-	fmt.Fprintf(w, "%s trimmed_received=%d (since start)\n", uetReceiverLine(streams, ss.req.Verify), e.UET.Server.TrimmedReceived)
+	fmt.Fprintf(w, "%s trimmed_received=%d (since start)\n", uetReceiverLine(streams, verify), e.UET.Server.TrimmedReceived)
 	for i := range e.UET.RxCCCs {
 		fmt.Fprintln(w, rxCCCLine(&e.UET.RxCCCs[i]))
 	}
@@ -817,41 +629,18 @@ func creditLine(sa *UETServerAgent) string {
 // the sessions the side channel refused or cut, since it started; only
 // non-zero causes.
 func uetServerLine(sa *UETServerAgent) string {
-	var parts []string
-	add := func(name string, v uint64) {
-		if v != 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", name, v))
-		}
-	}
+	var l serverLine
 	c := &sa.Counters
-	add("malformed", c.Malformed)
-	add("unknown_pdc", c.UnknownPDC)
-	add("unsupported", c.Unsupported)
-	add("out_of_window", c.OutOfWindow)
-	add("pdc_refused", c.PDCRefused)
-	add("ccc_refused", c.CCCRefused)
-	add("send_errors", c.SendErrors)
-	add("reply_overruns", c.ReplyOverruns)
+	l.add("malformed", c.Malformed)
+	l.add("unknown_pdc", c.UnknownPDC)
+	l.add("unsupported", c.Unsupported)
+	l.add("out_of_window", c.OutOfWindow)
+	l.add("pdc_refused", c.PDCRefused)
+	l.add("ccc_refused", c.CCCRefused)
+	l.add("send_errors", c.SendErrors)
+	l.add("reply_overruns", c.ReplyOverruns)
 	if byName(c.NacksSent) != "none" {
-		parts = append(parts, "nacks_sent="+byName(c.NacksSent))
+		l.addText("nacks_sent=" + byName(c.NacksSent))
 	}
-	byCause := func(name string, m map[string]uint64) {
-		var n uint64
-		var each []string
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			if m[k] > 0 {
-				n += m[k]
-				each = append(each, fmt.Sprintf("%s=%d", k, m[k]))
-			}
-		}
-		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d (%s)", name, n, strings.Join(each, " ")))
-		}
-	}
-	byCause("refused_sessions", sa.SideChannel.Refused)
-	byCause("aborted_sessions", sa.SideChannel.Aborted)
-	if len(parts) == 0 {
-		return "server since start: no drops, no refused sessions"
-	}
-	return "server since start: " + strings.Join(parts, " ")
+	return l.String(&sa.SideChannel.Stats)
 }

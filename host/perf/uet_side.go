@@ -1,15 +1,11 @@
 package perf
 
 import (
-	"bufio"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/host/sidechan"
 )
 
 // The UET side channel (roceperf --transport uet): JSON lines over TCP
@@ -67,10 +63,6 @@ type uetReply struct {
 	Addr  string `json:"uet_addr,omitempty"` // "198.18.0.1:4793"
 }
 
-type uetFinish struct {
-	Finish bool `json:"finish"`
-}
-
 // UETReceiverStats are one stream's counters at the server: the target
 // PDCs of its job from the client's address (pds.TargetStats, summed over
 // the PDC's incarnations if it was established again).
@@ -109,83 +101,59 @@ type uetResult struct {
 // Why a UET connection got no session (UETServerStats.Refused), or why
 // the server ended one (UETServerStats.Aborted).
 const (
-	UETRefusedConns        = "conns"           // max_conns
-	UETRefusedNoRequest    = "no_request"      // closed before a request line
-	UETRefusedTimeout      = "request_timeout" // no request line in time
-	UETRefusedRequestBytes = "request_bytes"   // max_request_bytes
-	UETRefusedMalformed    = "malformed"       // not one JSON request on one line
-	UETRefusedTransport    = "transport"       // not a UET request (a RoCEv2 client)
+	UETRefusedConns        = sidechan.RefusedConns
+	UETRefusedNoRequest    = sidechan.RefusedNoRequest
+	UETRefusedTimeout      = sidechan.RefusedTimeout
+	UETRefusedRequestBytes = sidechan.RefusedRequestBytes
+	UETRefusedMalformed    = sidechan.RefusedMalformed
+	UETRefusedTransport    = "transport" // not a UET request (a RoCEv2 client)
 	UETRefusedVersion      = "version"
 	UETRefusedStreams      = "streams"       // max_streams
 	UETRefusedJobIDs       = "job_ids"       // count, range, duplicates, in use
 	UETRefusedMessageBytes = "message_bytes" // max_message_bytes
 	UETRefusedAddr         = "uet_addr"      // not a unicast address of the server's family
-	UETRefusedSessions     = "sessions"      // max_sessions
-	UETRefusedBusy         = "busy"          // the address's previous PDCs did not expire in time
-	UETAbortedDuration     = "session_duration"
-	UETAbortedFinish       = "finish" // a line other than the finish
+	UETRefusedSessions     = sidechan.RefusedSessions
+	UETRefusedBusy         = "busy" // the address's previous PDCs did not expire in time
+	UETAbortedDuration     = sidechan.AbortedDuration
+	UETAbortedFinish       = sidechan.AbortedFinish
 )
 
-// Defaults of UETLimits.
-const (
-	DefaultUETMaxStreams      = 64
-	DefaultUETMaxSessions     = 32
-	DefaultUETRequestTimeout  = 10 * time.Second
-	DefaultUETSessionDuration = 25 * time.Hour
-)
+// DefaultUETMaxStreams is UETLimits.MaxStreams's default: the RoCEv2
+// side's max_qps.
+const DefaultUETMaxStreams = 64
 
 // Ranges the UET limits are checked against.
 const (
 	maxUETStreams     = 4096
-	maxUETConns       = 1 << 16
 	uetJobIDJSONBytes = 16 // "16777215," and room
 	minUETRequest     = 1 << 10
-	maxUETRequest     = 1 << 20
-	uetFinishBytes    = 4 << 10
-	// uetResultBytes bounds the client's read of the result: a stream's
-	// counters are under 256 bytes of JSON.
+	// uetStreamJSONBytes bounds the client's read of the result: a
+	// stream's counters are under 256 bytes of JSON.
 	uetStreamJSONBytes = 256
-	uetLingerBytes     = 64 << 10
-	uetLingerTime      = 100 * time.Millisecond
 	// maxJobID is the largest JobID (24 bits, pds.Stream).
 	maxJobID = 1<<24 - 1
 )
 
 // UETLimits bound what the UET side channel's clients may make a server
-// hold. Every field is optional: 0 means the default noted.
+// hold: the side channel's limits and UET's. Every field is optional: 0
+// means the default noted.
 type UETLimits struct {
+	// The side channel's: sessions, connections, the request line and the
+	// timeouts. MaxRequestBytes 0 means 1 KiB plus 16 bytes per stream of
+	// MaxStreams.
+	sidechan.Limits
 	// MaxStreams is the most streams (PDCs) one session may announce
-	// (max_streams). 0 means 64, the RoCEv2 side's max_qps.
+	// (max_streams). 0 means DefaultUETMaxStreams.
 	MaxStreams int
-	// MaxSessions is the most sessions at once (max_sessions). 0 means 32.
-	MaxSessions int
-	// MaxConns is the most side-channel connections at once (max_conns).
-	// 0 means twice MaxSessions.
-	MaxConns int
 	// MaxMessageBytes is the largest message a session may announce
 	// (max_message_bytes). 0 means MaxMessageBytes (16 MiB): a target
 	// holds no payload, only each message's progress.
 	MaxMessageBytes int
-	// MaxRequestBytes is the longest request line (max_request_bytes).
-	// 0 means 1 KiB plus 16 bytes per stream of MaxStreams.
-	MaxRequestBytes int
-	// RequestTimeout bounds the wait for the request line and each
-	// reply's write (request_timeout). 0 means 10 s.
-	RequestTimeout time.Duration
-	// MaxSessionDuration is how long a session may wait for its finish
-	// (max_session_duration). 0 means 25 h.
-	MaxSessionDuration time.Duration
 }
 
 func (l UETLimits) withDefaults() UETLimits {
 	if l.MaxStreams == 0 {
 		l.MaxStreams = DefaultUETMaxStreams
-	}
-	if l.MaxSessions == 0 {
-		l.MaxSessions = DefaultUETMaxSessions
-	}
-	if l.MaxConns == 0 {
-		l.MaxConns = 2 * l.MaxSessions
 	}
 	if l.MaxMessageBytes == 0 {
 		l.MaxMessageBytes = MaxMessageBytes
@@ -193,12 +161,7 @@ func (l UETLimits) withDefaults() UETLimits {
 	if l.MaxRequestBytes == 0 {
 		l.MaxRequestBytes = minUETRequest + l.MaxStreams*uetJobIDJSONBytes
 	}
-	if l.RequestTimeout == 0 {
-		l.RequestTimeout = DefaultUETRequestTimeout
-	}
-	if l.MaxSessionDuration == 0 {
-		l.MaxSessionDuration = DefaultUETSessionDuration
-	}
+	l.Limits = l.Limits.WithDefaults()
 	return l
 }
 
@@ -208,68 +171,11 @@ func (l *UETLimits) validate() error {
 	switch {
 	case l.MaxStreams < 1 || l.MaxStreams > maxUETStreams:
 		return fmt.Errorf("uet max_streams %d: must be 1..%d", l.MaxStreams, maxUETStreams)
-	case l.MaxSessions < 1 || l.MaxSessions > maxUETConns:
-		return fmt.Errorf("uet max_sessions %d: must be 1..%d", l.MaxSessions, maxUETConns)
-	case l.MaxConns < 1 || l.MaxConns > maxUETConns:
-		return fmt.Errorf("uet max_conns %d: must be 1..%d", l.MaxConns, maxUETConns)
 	case l.MaxMessageBytes < 1 || l.MaxMessageBytes > pds.MaxMessageBytes:
 		return fmt.Errorf("uet max_message_bytes %d: must be 1..%d", l.MaxMessageBytes, pds.MaxMessageBytes)
-	case l.MaxRequestBytes < minUETRequest || l.MaxRequestBytes > maxUETRequest:
-		return fmt.Errorf("uet max_request_bytes %d: must be %d..%d", l.MaxRequestBytes, minUETRequest, maxUETRequest)
-	case l.RequestTimeout < time.Millisecond || l.RequestTimeout > time.Hour:
-		return fmt.Errorf("uet request_timeout %v: must be 1ms..1h", l.RequestTimeout)
-	case l.MaxSessionDuration < time.Millisecond || l.MaxSessionDuration > 30*24*time.Hour:
-		return fmt.Errorf("uet max_session_duration %v: must be 1ms..720h", l.MaxSessionDuration)
 	}
-	return nil
-}
-
-// Side-channel line errors.
-var (
-	errLineTooLong = errors.New("line too long")
-	errNoNewline   = errors.New("unexpected end of input: no newline")
-)
-
-// readLine reads one '\n'-terminated line of at most limit bytes, newline
-// included, never buffering more than limit (plus the reader's buffer).
-func readLine(r *bufio.Reader, limit int) ([]byte, error) {
-	var line []byte
-	for {
-		frag, err := r.ReadSlice('\n')
-		if len(line)+len(frag) > limit {
-			return nil, errLineTooLong
-		}
-		switch {
-		case err == nil || errors.Is(err, bufio.ErrBufferFull):
-			line = append(line, frag...)
-			if err == nil {
-				return line, nil
-			}
-		case errors.Is(err, io.EOF) && len(line)+len(frag) > 0:
-			return nil, errNoNewline
-		default:
-			return nil, err
-		}
-	}
-}
-
-// writeLine sends v as one JSON line within timeout.
-func writeLine(c net.Conn, timeout time.Duration, v any) error {
-	_ = c.SetWriteDeadline(time.Now().Add(timeout))
-	return json.NewEncoder(c).Encode(v)
-}
-
-// readJSONLine reads one line of at most limit bytes into v.
-func readJSONLine(r *bufio.Reader, limit int, v any) error {
-	line, err := readLine(r, limit)
-	switch {
-	case errors.Is(err, errLineTooLong):
-		return fmt.Errorf("a side-channel line over %d bytes", limit)
-	case err != nil:
-		return err
-	}
-	if err := json.Unmarshal(line, v); err != nil {
-		return fmt.Errorf("not a side-channel line: %v", err)
+	if err := l.Limits.Validate(); err != nil {
+		return fmt.Errorf("uet %w", err)
 	}
 	return nil
 }
