@@ -7,26 +7,27 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
+	"github.com/fabriclab/fabriclab/qdisc/pinning"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
 )
 
+// PinRoot is where an attached port pins its maps and links.
+const PinRoot = pinning.Root
+
 // Paths where an attached port is recorded so that later commands (stats,
 // configure, detach) find it after the attaching process has exited.
 var (
-	PinRoot  = "/sys/fs/bpf/fabriclab"
 	MetaRoot = "/run/fabriclab/ports"
 )
 
@@ -170,7 +171,7 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	}
 	if opts.Pin {
 		// Before anything is attached: a pin nobody else can see is no pin.
-		if err := ensureBPFFS(); err != nil {
+		if err := pinning.EnsureBPFFS(); err != nil {
 			return nil, fmt.Errorf("attach %s: %w", describeDev(opts.Netns, opts.Dev), err)
 		}
 		// Check before claiming the pin directory: a failed attach tears
@@ -569,7 +570,7 @@ func (p *Port) teardown() error {
 		errs = append(errs, removeHTB(p.ns, uint32(p.meta.Ifindex)))
 	}
 	if p.meta.PinDir != "" {
-		errs = append(errs, os.RemoveAll(p.meta.PinDir), os.Remove(metaPath(p.meta.PinDir)))
+		errs = append(errs, removeRecord(p.meta.PinDir))
 	}
 	p.closeHandles()
 	return errors.Join(errs...)
@@ -577,23 +578,7 @@ func (p *Port) teardown() error {
 
 // pin records the maps and links in bpffs and the metadata under MetaRoot.
 func (p *Port) pin() error {
-	if err := ensureBPFFS(); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(p.meta.PinDir, 0o700); err != nil {
-		return fmt.Errorf("pin: %w", err)
-	}
-	for name, m := range p.mapsByName() {
-		if err := m.Pin(filepath.Join(p.meta.PinDir, name)); err != nil {
-			return fmt.Errorf("pin map %s: %w", name, err)
-		}
-	}
-	for i, l := range p.links {
-		if err := l.Pin(filepath.Join(p.meta.PinDir, fmt.Sprintf("link%d", i))); err != nil {
-			return fmt.Errorf("pin link: %w", err)
-		}
-	}
-	return writeMeta(&p.meta)
+	return pinning.Pin(MetaRoot, p.meta.PinDir, p.mapsByName(), p.links, &p.meta)
 }
 
 func (p *Port) mapsByName() map[string]*ebpf.Map {
@@ -639,13 +624,6 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 		}
 	}
 	p.mu.cfg = p.meta.Config
-	load := func(name string) (*ebpf.Map, error) {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if err != nil {
-			return nil, fmt.Errorf("open pinned map %s: %w", name, err)
-		}
-		return m, nil
-	}
 	fields := []struct {
 		name string
 		dst  **ebpf.Map
@@ -656,26 +634,16 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 		{bpf.PortMapClassCounters, &p.maps.ClassCounters}, {bpf.PortMapPortCounters, &p.maps.PortCounters},
 	}
 	for _, f := range fields {
-		if *f.dst, err = load(f.name); err != nil {
+		if *f.dst, err = pinning.LoadMap(dir, f.name); err != nil {
 			return nil, err
 		}
 	}
 	// Ports pinned before the handoff map existed have none.
-	if p.maps.Handoff, err = load(bpf.PortMapHandoff); err != nil && p.meta.Departure != "" {
+	if p.maps.Handoff, err = pinning.LoadMap(dir, bpf.PortMapHandoff); err != nil && p.meta.Departure != "" {
 		return nil, err
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
+	if p.links, err = pinning.LoadLinks(dir); err != nil {
 		return nil, err
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "link") {
-			l, err := link.LoadPinnedLink(filepath.Join(dir, e.Name()), nil)
-			if err != nil {
-				return nil, fmt.Errorf("open pinned link %s: %w", e.Name(), err)
-			}
-			p.links = append(p.links, l)
-		}
 	}
 	return p, nil
 }
@@ -694,23 +662,8 @@ func stalePort(netnsName, dev string) bool {
 }
 
 // LinksOrphaned reports whether pinned TCX links are attached to no device
-// any more (theirs went away with its namespace): what makes a pinned
-// record stale. No links, or one that is not TCX or cannot be read: false.
-func LinksOrphaned(links []link.Link) bool {
-	if len(links) == 0 {
-		return false
-	}
-	for _, l := range links {
-		info, err := l.Info()
-		if err != nil {
-			return false
-		}
-		if t := info.TCX(); t == nil || t.Ifindex != 0 {
-			return false
-		}
-	}
-	return true
-}
+// any more (pinning.Orphaned).
+func LinksOrphaned(links []link.Link) bool { return pinning.Orphaned(links) }
 
 // Forget detaches the port on dev as far as it still can and removes its
 // record and pins whatever is left of it: for a record whose links cannot
@@ -730,16 +683,7 @@ func Forget(netnsName, dev string) error {
 }
 
 // removeRecord removes a port's pins and record, and nothing else.
-func removeRecord(dir string) error {
-	return errors.Join(os.RemoveAll(dir), ignoreNotExist(os.Remove(metaPath(dir))))
-}
-
-func ignoreNotExist(err error) error {
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
-}
+func removeRecord(dir string) error { return pinning.Remove(MetaRoot, dir) }
 
 func ifindexIn(ns netns.NsHandle, dev string) (int, error) {
 	h, err := netlinkHandle(ns)
@@ -905,96 +849,17 @@ func vethPeer(ns netns.NsHandle, dev string) (string, string, error) {
 
 // pinDir names a port by its namespace's inode and device name, unique
 // while the namespace lives.
-func pinDir(ns netns.NsHandle, dev string) string { return PinDir(ns, "ns", dev) }
-
-// PinDir is where a pinned object (prefix "ns": a port; "tunnel_ns": a
-// PE) on dev in namespace ns keeps its pins: named after the namespace's
-// inode and the device, unique while the namespace lives.
-func PinDir(ns netns.NsHandle, prefix, dev string) string {
-	id := "self"
-	if ino, err := netnsIno(ns); err == nil {
-		id = fmt.Sprint(ino)
-	}
-	return filepath.Join(PinRoot, prefix+id+"_"+dev)
-}
+func pinDir(ns netns.NsHandle, dev string) string { return pinning.Dir(ns, "ns", dev) }
 
 // netnsIno is the kernel's net->ns.inum, which the xmit hook compares.
 func netnsIno(ns netns.NsHandle) (uint32, error) { return nsexec.Ino(ns) }
 
-func metaPath(pinDir string) string { return RecordPath(MetaRoot, pinDir) }
+func metaPath(pinDir string) string { return pinning.RecordPath(MetaRoot, pinDir) }
 
-func writeMeta(m *portMeta) error { return WriteRecord(MetaRoot, m.PinDir, m) }
-
-// RecordPath is the JSON record, under root, of the object pinned in
-// pinDir.
-func RecordPath(root, pinDir string) string {
-	return filepath.Join(root, filepath.Base(pinDir)+".json")
-}
-
-// WriteRecord writes v as the record of the object pinned in pinDir,
-// atomically (a reader sees the old record or the new one).
-func WriteRecord(root, pinDir string, v any) error {
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	path := RecordPath(root, pinDir)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
+func writeMeta(m *portMeta) error { return pinning.WriteRecord(MetaRoot, m.PinDir, m) }
 
 // ErrPrivateBPFFS: this process has a mount namespace of its own whose
-// /sys hides the system's bpffs, so whatever it pinned would be seen by no
-// other process.
-var ErrPrivateBPFFS = errors.New("/sys/fs/bpf here is not the system's bpffs: this process has a mount namespace " +
-	"of its own with a fresh /sys (ip netns exec makes one), so a port pinned here would be invisible to portctl " +
-	"and fabriclabd; run it in the host's mount namespace: portctl --netns NAME, or nsenter --net=/run/netns/NAME")
-
-// ensureBPFFS mounts bpffs on /sys/fs/bpf if nothing is mounted there. It
-// refuses where that bpffs would be private (ErrPrivateBPFFS).
-func ensureBPFFS() error {
-	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	if privateSys() {
-		return ErrPrivateBPFFS
-	}
-	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
-		return err
-	}
-	if err := unix.Mount("bpffs", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mount bpffs on /sys/fs/bpf: %w", err)
-	}
-	return nil
-}
-
-// privateSys reports whether this process is in another mount namespace
-// than its parent or PID 1, which sees a bpffs on /sys/fs/bpf that this one
-// does not: what ip netns exec leaves (the parent is its caller). PID 1
-// may be unreadable (a sandbox); the parent is the one ip netns exec ran in.
-func privateSys() bool {
-	self, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return false
-	}
-	for _, pid := range []int{os.Getppid(), 1} {
-		other, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-		if err != nil || other == self {
-			continue
-		}
-		var st unix.Statfs_t
-		if unix.Statfs(fmt.Sprintf("/proc/%d/root/sys/fs/bpf", pid), &st) == nil && st.Type == unix.BPF_FS_MAGIC {
-			return true
-		}
-	}
-	return false
-}
+// /sys hides the system's bpffs (pinning.ErrPrivateBPFFS).
+var ErrPrivateBPFFS = pinning.ErrPrivateBPFFS
 
 func describeDev(ns, dev string) string { return nsexec.Describe(ns, dev) }

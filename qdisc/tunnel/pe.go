@@ -18,6 +18,7 @@ import (
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
+	"github.com/fabriclab/fabriclab/qdisc/pinning"
 )
 
 // MetaRoot is where a pinned PE records its configuration, beside the
@@ -338,12 +339,7 @@ func (p *PE) teardown() error {
 	}
 	p.closeHandles()
 	if p.meta.PinDir != "" {
-		if err := os.RemoveAll(p.meta.PinDir); err != nil {
-			errs = append(errs, err)
-		}
-		if err := os.Remove(metaPath(p.meta.PinDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, removeRecord(p.meta.PinDir))
 		p.meta.PinDir = ""
 	}
 	return errors.Join(errs...)
@@ -363,20 +359,7 @@ func (p *PE) mapsByName() map[string]*ebpf.Map {
 }
 
 func (p *PE) pin() error {
-	if err := os.MkdirAll(p.meta.PinDir, 0o700); err != nil {
-		return fmt.Errorf("pin: %w", err)
-	}
-	for name, m := range p.mapsByName() {
-		if err := m.Pin(filepath.Join(p.meta.PinDir, name)); err != nil {
-			return fmt.Errorf("pin map %s: %w", name, err)
-		}
-	}
-	for i, l := range p.links {
-		if err := l.Pin(filepath.Join(p.meta.PinDir, fmt.Sprintf("link%d", i))); err != nil {
-			return fmt.Errorf("pin link: %w", err)
-		}
-	}
-	return writeMeta(&p.meta)
+	return pinning.Pin(MetaRoot, p.meta.PinDir, p.mapsByName(), p.links, &p.meta)
 }
 
 // Open finds a pinned PE on dev in netns ("" = the caller's namespace).
@@ -408,22 +391,12 @@ func Open(netnsName, dev string) (_ *PE, err error) {
 		bpf.TunnelMapTunnelCongestion: &p.maps.TunnelCongestion, bpf.TunnelMapTunnelCnps: &p.maps.TunnelCnps,
 	}
 	for name, dst := range maps {
-		if *dst, err = ebpf.LoadPinnedMap(filepath.Join(dir, name), nil); err != nil {
-			return nil, fmt.Errorf("open pinned map %s: %w", name, err)
+		if *dst, err = pinning.LoadMap(dir, name); err != nil {
+			return nil, err
 		}
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
+	if p.links, err = pinning.LoadLinks(dir); err != nil {
 		return nil, err
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "link") {
-			l, err := link.LoadPinnedLink(filepath.Join(dir, e.Name()), nil)
-			if err != nil {
-				return nil, fmt.Errorf("open pinned link %s: %w", e.Name(), err)
-			}
-			p.links = append(p.links, l)
-		}
 	}
 	return p, nil
 }
@@ -438,7 +411,7 @@ func stalePE(netnsName, dev string) bool {
 		return false
 	}
 	defer p.closeHandles()
-	return qdisc.LinksOrphaned(p.links)
+	return pinning.Orphaned(p.links)
 }
 
 // Forget detaches the PE on dev as far as it still can and removes its
@@ -458,18 +431,12 @@ func Forget(netnsName, dev string) error {
 }
 
 // removeRecord removes a PE's pins and record, and nothing else.
-func removeRecord(dir string) error {
-	err := os.Remove(metaPath(dir))
-	if errors.Is(err, os.ErrNotExist) {
-		err = nil
-	}
-	return errors.Join(os.RemoveAll(dir), err)
-}
+func removeRecord(dir string) error { return pinning.Remove(MetaRoot, dir) }
 
 // pinDir names the PE by its namespace's inode and the device, beside the
 // ports' pins.
-func pinDir(ns netns.NsHandle, dev string) string { return qdisc.PinDir(ns, "tunnel_ns", dev) }
+func pinDir(ns netns.NsHandle, dev string) string { return pinning.Dir(ns, "tunnel_ns", dev) }
 
-func metaPath(pinDir string) string { return qdisc.RecordPath(MetaRoot, pinDir) }
+func metaPath(pinDir string) string { return pinning.RecordPath(MetaRoot, pinDir) }
 
-func writeMeta(m *peMeta) error { return qdisc.WriteRecord(MetaRoot, m.PinDir, m) }
+func writeMeta(m *peMeta) error { return pinning.WriteRecord(MetaRoot, m.PinDir, m) }
