@@ -16,14 +16,11 @@ import (
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
-	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	rocewire "github.com/fabriclab/fabriclab/host/roce"
-	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
-	"github.com/vishvananda/netns"
 )
 
 // ReactionRow is the CNP reaction time: CE arrival at the notification
@@ -182,75 +179,50 @@ func runReaction(ctx context.Context, a, b *lab.Node, o reactionOpts) (row React
 
 	clock := epochClock{epoch: time.Now()}
 	log := &eventLog{evs: make([]agent.Event, 0, 1<<20)}
-	var off npbpf.NPOffload
+	mode := func(kernel bool) agent.Offload {
+		if kernel {
+			return agent.OffloadKernel
+		}
+		return agent.OffloadAgent
+	}
+	// Each port sits on its node's own device, before the device cuts a
+	// GSO send: it would see one as a single packet.
+	open := func(n *lab.Node, addr netip.Addr, dev string, np, rp agent.Offload) (*agent.Host, error) {
+		var h *agent.Host
+		err := n.Do(func() (err error) {
+			h, err = agent.OpenHost(agent.HostConfig{
+				Addr: netip.AddrPortFrom(addr, rocewire.UDPPort), Port: pktio.RoCEOptions{SendPath: pktio.SendRaw},
+				NP: np, RP: rp, Devices: []string{dev}, Agent: agent.Config{Clock: clock, Trace: log.trace},
+			})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("host in %s: %w", n.Name, err)
+		}
+		return h, nil
+	}
+	ha, err := open(a, addrA.Addr(), devA, agent.OffloadAgent, mode(o.kernelRP))
+	if err != nil {
+		return row, err
+	}
+	defer ha.Close()
+	hb, err := open(b, addrB.Addr(), devB, mode(o.kernelNP), agent.OffloadAgent)
+	if err != nil {
+		return row, err
+	}
+	defer hb.Close()
 	var tap *npprobe.Tap
 	if o.kernelNP {
-		var devs *npbpf.Devices
 		err := b.Do(func() (err error) {
-			if devs, err = npbpf.AttachDevices(netns.None(), []string{devB}, npbpf.Options{}); err != nil {
-				return err
-			}
 			tap, err = npprobe.OpenTap(devB, npprobe.TapOptions{})
 			return err
 		})
 		if err != nil {
-			if devs != nil {
-				devs.Close()
-			}
-			return row, fmt.Errorf("kernel np on %s: %w", devB, err)
+			return row, fmt.Errorf("tap on %s: %w", devB, err)
 		}
-		defer devs.Close()
 		defer tap.Close()
-		off = devs
 	}
-	listen := func(n *lab.Node, addr netip.Addr) (*pktio.RoCEConn, error) {
-		var c *pktio.RoCEConn
-		err := n.Do(func() error {
-			var err error
-			// The port sits on a's own device, before the device cuts a
-			// GSO send: it would see one as a single packet.
-			c, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, rocewire.UDPPort), pktio.RoCEOptions{SendPath: pktio.SendRaw})
-			return err
-		})
-		return c, err
-	}
-	ca, err := listen(a, addrA.Addr())
-	if err != nil {
-		return row, fmt.Errorf("socket in %s: %w", a.Name, err)
-	}
-	cb, err := listen(b, addrB.Addr())
-	if err != nil {
-		ca.Close()
-		return row, fmt.Errorf("socket in %s: %w", b.Name, err)
-	}
-	var rpOff rpbpf.Offload
-	if o.kernelRP {
-		var k *rpbpf.RP
-		err := a.Do(func() (err error) {
-			k, err = rpbpf.Attach(netns.None(), []string{devA})
-			return err
-		})
-		if err != nil {
-			ca.Close()
-			cb.Close()
-			return row, fmt.Errorf("kernel rp on %s: %w", devA, err)
-		}
-		defer k.Close()
-		rpOff = k
-	}
-	rp, err := agent.New(agent.Config{Conn: ca, Clock: clock, Trace: log.trace, RPOffload: rpOff})
-	if err != nil {
-		ca.Close()
-		cb.Close()
-		return row, err
-	}
-	defer rp.Close()
-	np, err := agent.New(agent.Config{Conn: cb, Clock: clock, Trace: log.trace, NPOffload: off})
-	if err != nil {
-		cb.Close()
-		return row, err
-	}
-	defer np.Close()
+	rp, np := ha.Agent, hb.Agent
 
 	qcA := agent.DefaultQPConfig()
 	qcA.MTU = o.mtu

@@ -96,7 +96,6 @@ func uetChild(args []string) int {
 	}
 	ep, err := pds.New(uetChildConfig(conn, *payload))
 	if err != nil {
-		conn.Close()
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

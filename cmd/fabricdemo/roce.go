@@ -20,12 +20,9 @@ import (
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
-	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
-	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
-	"github.com/vishvananda/netns"
 )
 
 // The demo's choices for a RoCE run; see docs/roce.md and the intro it
@@ -65,71 +62,45 @@ func (d *demo) roceRun(ctx context.Context, rps string) error {
 	p := o.params
 
 	// One agent per namespace, its UDP socket opened inside it.
-	// RoCEConn: every packet to 4791, a UDP source port per QP.
-	listen := func(n *lab.Node, addr netip.Addr, opts pktio.RoCEOptions, np npbpf.NPOffload, rp rpbpf.Offload) (*agent.Agent, *pktio.RoCEConn, error) {
-		var conn *pktio.RoCEConn
-		err := n.Do(func() error {
-			var err error
-			conn, err = pktio.ListenRoCE(netip.AddrPortFrom(addr, roce.UDPPort), opts)
+	// RoCEConn: every packet to 4791, a UDP source port per QP. The
+	// kernel NP (-np kernel) and RP (-rp kernel) on its devices, or its
+	// agent's receive loop.
+	listen := func(n *lab.Node, addr netip.Addr, opts pktio.RoCEOptions, np, rp agent.Offload) (*agent.Agent, *pktio.RoCEConn, error) {
+		var h *agent.Host
+		err := n.Do(func() (err error) {
+			h, err = agent.OpenHost(agent.HostConfig{Addr: netip.AddrPortFrom(addr, roce.UDPPort), Port: opts, NP: np, RP: rp,
+				Agent: agent.Config{Held: d.held()}})
 			return err
 		})
-		if err != nil {
+		var oe *agent.OffloadError
+		switch {
+		case errors.As(err, &oe) && oe.Role == "np":
+			return nil, nil, fmt.Errorf("-np kernel: %w (-np agent runs the NP in the receiver's agent)", oe.Err)
+		case errors.As(err, &oe):
+			return nil, nil, fmt.Errorf("-rp kernel: %w (-rp agent takes the CNPs in each sender's agent)", oe.Err)
+		case err != nil:
 			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
-		a, err := agent.New(agent.Config{Conn: conn, NPOffload: np, RPOffload: rp, Held: d.held()})
-		if err != nil {
-			conn.Close()
-			return nil, nil, fmt.Errorf("%s: %w", n.Name, err)
+		d.closers = append(d.closers, h.Close)
+		return h.Agent, h.Conn, nil
+	}
+	offload := func(mode, kernel string) agent.Offload {
+		if mode == kernel {
+			return agent.OffloadKernel
 		}
-		d.closers = append(d.closers, a.Close)
-		return a, conn, nil
+		return agent.OffloadAgent
 	}
 	// The receiver takes the whole port's rate in one agent; a deep socket
 	// buffer (a NIC's receive ring) rides out its scheduling hiccups.
-	// The receiver's NP: the eBPF program on its device (-np kernel), or
-	// its agent's receive loop.
-	var np npbpf.NPOffload
-	if o.np == npKernel {
-		var devs *npbpf.Devices
-		err := dumbbell.Receiver.Do(func() error {
-			names, err := npbpf.LocalDevices(dumbbell.ReceiverAddr)
-			if err == nil {
-				devs, err = npbpf.AttachDevices(netns.None(), names, npbpf.Options{})
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("-np kernel: %w (-np agent runs the NP in the receiver's agent)", err)
-		}
-		d.closers = append(d.closers, devs.Close)
-		np = devs
-	}
-	recv, rconn, err := listen(dumbbell.Receiver, dumbbell.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes}, np, nil)
+	recv, rconn, err := listen(dumbbell.Receiver, dumbbell.ReceiverAddr, pktio.RoCEOptions{RecvBufferBytes: receiverBufferBytes},
+		offload(o.np, npKernel), agent.OffloadAgent)
 	if err != nil {
 		return err
 	}
 	senders := make([]*agent.Agent, o.senders)
 	sconns := make([]*pktio.RoCEConn, o.senders)
 	for i := range o.senders {
-		// The sender's RP: CNPs taken by the eBPF program on its device
-		// (-rp kernel), or by its agent's receive loop.
-		var rp rpbpf.Offload
-		if o.rp == rpKernel {
-			var k *rpbpf.RP
-			err := dumbbell.Senders[i].Do(func() error {
-				names, err := npbpf.LocalDevices(dumbbell.SenderAddrs[i])
-				if err == nil {
-					k, err = rpbpf.Attach(netns.None(), names)
-				}
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("-rp kernel: %w (-rp agent takes the CNPs in each sender's agent)", err)
-			}
-			d.closers = append(d.closers, k.Close)
-			rp = k
-		}
-		if senders[i], sconns[i], err = listen(dumbbell.Senders[i], dumbbell.SenderAddrs[i], pktio.RoCEOptions{}, nil, rp); err != nil {
+		if senders[i], sconns[i], err = listen(dumbbell.Senders[i], dumbbell.SenderAddrs[i], pktio.RoCEOptions{}, agent.OffloadAgent, offload(o.rp, rpKernel)); err != nil {
 			return err
 		}
 	}

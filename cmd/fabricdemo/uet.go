@@ -121,7 +121,6 @@ func (d *demo) uetRun(ctx context.Context, rps string) error {
 		cfg.Conn, cfg.Logger, cfg.Held = conn, logger.With("host", n.Name), d.held()
 		ep, err := pds.New(cfg)
 		if err != nil {
-			conn.Close()
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
 		d.closers = append(d.closers, ep.Close)

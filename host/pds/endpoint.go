@@ -73,16 +73,45 @@ type Endpoint struct {
 	house       *housekeeping
 }
 
-// New starts an endpoint on cfg.Conn. Close stops it (and closes the
-// conn).
+// New starts an endpoint on cfg.Conn, which it owns from now on: Close
+// stops the endpoint and closes the conn, and so does an error.
 func New(cfg Config) (*Endpoint, error) {
 	ep, err := newEndpoint(cfg)
 	if err != nil {
+		if cfg.Conn != nil {
+			_ = cfg.Conn.Close()
+		}
 		return nil, err
 	}
 	ep.eng.Start()
 	return ep, nil
 }
+
+// Open opens a UET host: its port, a pktio.EntropyConn on UDP 4793 of
+// addr (port 0 means 4793) with opts, in the calling thread's network
+// namespace, and an endpoint on it (cfg.Conn is this port). A
+// *PortError is the port's.
+func Open(addr netip.AddrPort, opts pktio.RoCEOptions, cfg Config) (*Endpoint, error) {
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), uet.Port)
+	}
+	conn, err := pktio.ListenEntropy(addr, opts)
+	if err != nil {
+		return nil, &PortError{Addr: addr, Err: err}
+	}
+	cfg.Conn = conn
+	return New(cfg)
+}
+
+// PortError is the UET port that did not open.
+type PortError struct {
+	Addr netip.AddrPort
+	Err  error
+}
+
+func (e *PortError) Error() string { return fmt.Sprintf("UET port %s: %v", e.Addr, e.Err) }
+
+func (e *PortError) Unwrap() error { return e.Err }
 
 func newEndpoint(cfg Config) (*Endpoint, error) {
 	if err := cfg.Validate(); err != nil {

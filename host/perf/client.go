@@ -18,7 +18,6 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/pktio"
-	"github.com/fabriclab/fabriclab/host/rpbpf"
 )
 
 // ecnECT0 is the ECN field of every RoCE packet sent (RFC 3168).
@@ -94,34 +93,24 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	if udpPort == 0 {
 		udpPort = DefaultUDPPort
 	}
-	udp, err := pktio.ListenRoCE(netip.AddrPortFrom(laddr, udpPort), pktio.RoCEOptions{SendPath: c.SendPath})
-	if err != nil {
-		return nil, listenErr("udp", FieldUDPPort, netip.AddrPortFrom(laddr, udpPort), err)
-	}
-	// The line rate is the NIC's: its QPs share it whatever their Rc.
+	// The line rate is the NIC's: its QPs share it whatever their Rc. The
+	// kernel RP takes the CNPs of DCQCN's QPs.
 	portRate := c.LineRate
+	rp := agent.OffloadAgent
 	if c.CC == agent.CCDCQCN {
 		portRate = c.effectiveLineRate()
-	}
-	var rpOff rpbpf.Offload
-	if c.CC == agent.CCDCQCN {
-		rp, err := attachRP(c.RP, laddr, c.Logger)
-		if err != nil {
-			_ = udp.Close()
-			return nil, err
-		}
-		if rp != nil {
-			defer rp.Close()
-			rpOff = rp
-		}
+		rp = agent.Offload(c.RP)
 	}
 	k := c.Timescale
-	ag, err := agent.New(agent.Config{Conn: udp, Logger: c.Logger, PortRate: k.Rate(portRate), RPOffload: rpOff, Held: c.Held})
+	rh, err := agent.OpenHost(agent.HostConfig{
+		Addr: netip.AddrPortFrom(laddr, udpPort), Port: pktio.RoCEOptions{SendPath: c.SendPath},
+		NP: agent.OffloadAgent, RP: rp, Agent: agent.Config{Logger: c.Logger, PortRate: k.Rate(portRate), Held: c.Held},
+	})
 	if err != nil {
-		_ = udp.Close()
-		return nil, err
+		return nil, hostErr(err, FieldRP)
 	}
-	defer ag.Close()
+	defer rh.Close()
+	ag, udp := rh.Agent, rh.Conn
 	if c.OnAgent != nil {
 		c.OnAgent(ag)
 	}

@@ -15,11 +15,8 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
-	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
-	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
-	"github.com/vishvananda/netns"
 )
 
 // Server is a listening roceperf server: a RoCE agent on its RoCEv2 port
@@ -33,8 +30,8 @@ type Server struct {
 	udp  *pktio.RoCEConn
 	ln   *listener
 	ag   *agent.Agent
-	side *agent.Server  // the side channel's sessions and their limits
-	np   *npbpf.Devices // the kernel NP; nil: the agent's
+	side *agent.Server // the side channel's sessions and their limits
+	host *agent.Host   // the port, the kernel NP if any, the agent
 	log  *slog.Logger
 
 	out  serverOut
@@ -106,10 +103,17 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if cfg.Bind.IsValid() {
 		bind = cfg.Bind.Unmap()
 	}
-	uap := netip.AddrPortFrom(bind, uint16(cfg.UDPPort))
-	udp, err := pktio.ListenRoCE(uap, pktio.RoCEOptions{SendPath: cfg.SendPath})
+	switch cfg.NP {
+	case "", NPKernel, NPAgent:
+	default:
+		return nil, configErr(FieldNP, cfg.NP, "kernel or agent")
+	}
+	host, err := agent.OpenHost(agent.HostConfig{
+		Addr: netip.AddrPortFrom(bind, uint16(cfg.UDPPort)), Port: pktio.RoCEOptions{SendPath: cfg.SendPath},
+		NP: agent.Offload(cfg.NP), RP: agent.OffloadAgent, Agent: agent.Config{Logger: log, Held: cfg.Held},
+	})
 	if err != nil {
-		return nil, listenErr("udp", FieldUDPPort, uap, err)
+		return nil, hostErr(err, FieldNP)
 	}
 	network := "tcp4"
 	if bind.Is6() {
@@ -118,36 +122,17 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	tap := netip.AddrPortFrom(bind, uint16(cfg.Port))
 	tl, err := net.Listen(network, tap.String())
 	if err != nil {
-		_ = udp.Close()
+		_ = host.Close()
 		return nil, listenErr("tcp", FieldPort, tap, err)
-	}
-	np, err := attachNP(cfg.NP, bind, log)
-	if err != nil {
-		_ = tl.Close()
-		_ = udp.Close()
-		return nil, err
-	}
-	acfg := agent.Config{Conn: udp, Logger: log, Held: cfg.Held}
-	if np != nil {
-		acfg.NPOffload = np
-	}
-	ag, err := agent.New(acfg)
-	if err != nil {
-		_ = tl.Close()
-		_ = udp.Close()
-		if np != nil {
-			_ = np.Close()
-		}
-		return nil, err
 	}
 	s := &Server{
 		out:  serverOut{w: cfg.Out, json: cfg.JSON, log: log},
-		np:   np,
+		host: host,
 		cfg:  cfg,
 		bind: bind,
-		udp:  udp,
+		udp:  host.Conn,
 		ln:   &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}},
-		ag:   ag,
+		ag:   host.Agent,
 		log:  log,
 		sess: map[string]*serverSession{},
 	}
@@ -159,66 +144,22 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// attachNP attaches the kernel NP to the devices that carry bind, as mode
-// says (ServerConfig.NP); nil means the agent's NP.
-func attachNP(mode string, bind netip.Addr, log *slog.Logger) (*npbpf.Devices, error) {
-	switch mode {
-	case NPAgent:
-		return nil, nil
-	case "", NPKernel:
-	default:
-		return nil, configErr(FieldNP, mode, "kernel or agent")
-	}
-	devs, err := npbpf.LocalDevices(bind)
-	var np *npbpf.Devices
-	if err == nil {
-		np, err = npbpf.AttachDevices(netns.None(), devs, npbpf.Options{})
-	}
+// hostErr is OpenHost's error as the tool says it: the port's, or the
+// kernel role's field (role is FieldNP or FieldRP).
+func hostErr(err error, role Field) error {
+	var pe *agent.PortError
+	var oe *agent.OffloadError
 	switch {
-	case err == nil:
-		return np, nil
-	case mode == NPKernel:
-		return nil, &ConfigError{Field: FieldNP, Value: NPKernel, Cause: err}
+	case errors.As(err, &pe):
+		return listenErr("udp", FieldUDPPort, pe.Addr, pe.Err)
+	case errors.As(err, &oe):
+		return &ConfigError{Field: role, Value: NPKernel, Cause: oe.Err}
 	}
-	log.Warn("the kernel NP did not attach; the agent answers CE marks", "err", err)
-	return nil, nil
-}
-
-// attachRP attaches the reaction point's CNP intake to the devices that
-// carry bind, as mode says (ClientConfig.RP); nil means the agent takes
-// the CNPs. Close it after the agent.
-func attachRP(mode string, bind netip.Addr, log *slog.Logger) (*rpbpf.RP, error) {
-	switch mode {
-	case RPAgent:
-		return nil, nil
-	case "", RPKernel:
-	default:
-		return nil, configErr(FieldRP, mode, "kernel or agent")
-	}
-	devs, err := npbpf.LocalDevices(bind)
-	var rp *rpbpf.RP
-	if err == nil {
-		rp, err = rpbpf.Attach(netns.None(), devs)
-	}
-	switch {
-	case err == nil:
-		return rp, nil
-	case mode == RPKernel:
-		return nil, &ConfigError{Field: FieldRP, Value: RPKernel, Cause: err}
-	}
-	if log != nil {
-		log.Warn("the kernel RP did not attach; the agent takes the CNPs", "err", err)
-	}
-	return nil, nil
+	return err
 }
 
 // NPDevices lists the devices the kernel NP runs on (none: the agent's NP).
-func (s *Server) NPDevices() []string {
-	if s.np == nil {
-		return nil
-	}
-	return s.np.Names()
-}
+func (s *Server) NPDevices() []string { return s.host.NPDevices() }
 
 // Agent is the server's RoCE agent (its QPs and counters).
 func (s *Server) Agent() *agent.Agent { return s.ag }
@@ -278,10 +219,7 @@ func (s *Server) Sessions() int { return s.side.Stats().Sessions }
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		_ = s.ln.Close()
-		s.closeErr = s.ag.Close()
-		if s.np != nil {
-			s.closeErr = errors.Join(s.closeErr, s.np.Close())
-		}
+		s.closeErr = s.host.Close()
 	})
 	return s.closeErr
 }

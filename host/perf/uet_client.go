@@ -176,30 +176,24 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	if c.LB != 0 && c.LBSeed == 0 {
 		c.LBSeed = rand.Uint64() | 1 // a seed per run; 0 means "draw one"
 	}
-	conn := c.UETConn
-	if conn == nil {
-		// UET's port is opened per address: -B, or the route's source.
-		local, err := t.local()
-		if err != nil {
-			return nil, err
-		}
-		ap := netip.AddrPortFrom(local, uet.Port)
-		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{SendPath: c.SendPath})
-		if err != nil {
-			return nil, uetListenErr(ap, err)
-		}
-		conn = ec
-	}
-	local := conn.LocalAddr()
 	tr := &tracer{}
 	if c.TraceCCC {
 		tr.ch = make(chan pds.CCCTransition, 4096)
 	}
-	ep, err := pds.New(c.uetConfig(conn, tr.trace))
+	// UET's port is opened per address: -B, or the route's source.
+	var ap netip.AddrPort
+	if c.UETConn == nil {
+		local, err := t.local()
+		if err != nil {
+			return nil, err
+		}
+		ap = netip.AddrPortFrom(local, uet.Port)
+	}
+	ep, err := openUET(c.UETConn, ap, c.SendPath, c.uetConfig(nil, tr.trace))
 	if err != nil {
-		_ = conn.Close()
 		return nil, err
 	}
+	local := ep.LocalAddr()
 	closeEP := sync.OnceValue(ep.Close)
 	defer closeEP()
 	if c.OnEndpoint != nil {
@@ -368,6 +362,20 @@ func sideChannelErr(ctx context.Context, server netip.AddrPort, err error) error
 		return fmt.Errorf("server %s answered something else than roceperf's side channel: %s", server, notServerHint)
 	}
 	return nil
+}
+
+// openUET starts a UET endpoint from pc on conn, or (conn nil) on a port
+// of its own at ap.
+func openUET(conn pktio.Conn, ap netip.AddrPort, send pktio.SendPath, pc pds.Config) (*pds.Endpoint, error) {
+	if conn != nil {
+		pc.Conn = conn
+		return pds.New(pc)
+	}
+	ep, err := pds.Open(ap, pktio.RoCEOptions{SendPath: send}, pc)
+	if pe := (*pds.PortError)(nil); errors.As(err, &pe) {
+		return nil, uetListenErr(pe.Addr, pe.Err)
+	}
+	return ep, err
 }
 
 // uetListenErr maps ListenEntropy's errors to the tool's one-liners.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/pds"
-	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/sidechan"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -95,36 +94,14 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 		log = discardLogger()
 	}
 	bind := cfg.Bind.Unmap()
-	conn := cfg.UETConn
-	if conn == nil {
-		if !bind.IsValid() || bind.IsUnspecified() || bind.IsMulticast() {
-			return nil, &ConfigError{Field: FieldBind, Value: cfg.Bind.String(), Must: "required with transport uet: a unicast address of this host (UET's UDP 4793 is opened per address)"}
-		}
-		ap := netip.AddrPortFrom(bind, uet.Port)
-		ec, err := pktio.ListenEntropy(ap, pktio.RoCEOptions{SendPath: cfg.SendPath})
-		if err != nil {
-			return nil, uetListenErr(ap, err)
-		}
-		conn = ec
-	}
-	if !bind.IsValid() {
-		bind = conn.LocalAddr().Addr().Unmap()
-	}
-	network := "tcp4"
-	if bind.Is6() {
-		network = "tcp6"
-	}
-	tap := netip.AddrPortFrom(bind, uint16(cfg.Port))
-	tl, err := net.Listen(network, tap.String())
-	if err != nil {
-		_ = conn.Close()
-		return nil, listenErr("tcp", FieldPort, tap, err)
+	if cfg.UETConn == nil && (!bind.IsValid() || bind.IsUnspecified() || bind.IsMulticast()) {
+		return nil, &ConfigError{Field: FieldBind, Value: cfg.Bind.String(), Must: "required with transport uet: a unicast address of this host (UET's UDP 4793 is opened per address)"}
 	}
 	pc := pds.DefaultConfig()
 	// The endpoint checks every payload (pds.Config.Verify); a session
 	// without --verify sends zeros, and its verify errors are not reported
 	// (totals).
-	pc.Conn, pc.Logger, pc.IdleTimeout, pc.Verify = conn, log, uetServerIdle, true
+	pc.Logger, pc.IdleTimeout, pc.Verify = log, uetServerIdle, true
 	pc.TrimDSCP, pc.TrimLastHopDSCP = cfg.TrimDSCP, cfg.TrimLastHopDSCP
 	pc.Held = cfg.Held
 	if cfg.LineRate != 0 {
@@ -140,15 +117,24 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 		pc.IdleTimeout = max(uetServerIdle, pc.RTO)
 	}
 	if err := checkTrimDSCP(pc); err != nil {
-		_ = tl.Close()
-		_ = conn.Close()
 		return nil, err
 	}
-	ep, err := pds.New(pc)
+	ep, err := openUET(cfg.UETConn, netip.AddrPortFrom(bind, uet.Port), cfg.SendPath, pc)
 	if err != nil {
-		_ = tl.Close()
-		_ = conn.Close()
 		return nil, err
+	}
+	if !bind.IsValid() {
+		bind = ep.LocalAddr().Addr().Unmap()
+	}
+	network := "tcp4"
+	if bind.Is6() {
+		network = "tcp6"
+	}
+	tap := netip.AddrPortFrom(bind, uint16(cfg.Port))
+	tl, err := net.Listen(network, tap.String())
+	if err != nil {
+		_ = ep.Close()
+		return nil, listenErr("tcp", FieldPort, tap, err)
 	}
 	s := &UETServer{cfg: cfg, lim: lim, bind: bind, ep: ep, log: log, idle: pc.IdleTimeout, out: serverOut{w: cfg.Out, json: cfg.JSON, log: log},
 		ln: &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}}}

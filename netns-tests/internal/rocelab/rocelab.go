@@ -14,16 +14,10 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
-	"github.com/fabriclab/fabriclab/host/npbpf"
-	"github.com/fabriclab/fabriclab/host/pktio"
-	"github.com/fabriclab/fabriclab/host/roce"
-	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -44,8 +38,7 @@ type Host struct {
 	Node  *lab.Node
 	Addr  netip.Addr
 	Agent *agent.Agent
-	conn  *pktio.RoCEConn
-	rp    *rpbpf.RP
+	host  *agent.Host
 }
 
 // NewHost starts an agent in n, which is reached at addr; held, if not
@@ -53,44 +46,23 @@ type Host struct {
 func NewHost(n *lab.Node, addr netip.Addr, held *hostlost.Log) (*Host, error) {
 	h := &Host{Node: n, Addr: addr}
 	err := n.Do(func() (err error) {
-		if h.conn, err = pktio.ListenRoCE(netip.AddrPortFrom(netip.IPv4Unspecified(), roce.UDPPort), pktio.RoCEOptions{}); err != nil {
-			return err
-		}
-		devs, err := npbpf.LocalDevices(netip.Addr{})
-		if err != nil {
-			return err
-		}
-		h.rp, err = rpbpf.Attach(netns.None(), devs)
+		h.host, err = agent.OpenHost(agent.HostConfig{NP: agent.OffloadAgent, RP: agent.OffloadKernel, Agent: agent.Config{Held: held}})
 		return err
 	})
-	if err == nil {
-		h.Agent, err = agent.New(agent.Config{Conn: h.conn, RPOffload: h.rp, Held: held})
-	}
 	if err != nil {
-		h.Close()
 		return nil, fmt.Errorf("agent in %s: %w", n.Name, err)
 	}
+	h.Agent = h.host.Agent
 	return h, nil
 }
 
 // Close stops the agent and detaches the RP.
-func (h *Host) Close() error {
-	var errs []error
-	if h.Agent != nil {
-		errs = append(errs, h.Agent.Close())
-	} else if h.conn != nil {
-		errs = append(errs, h.conn.Close())
-	}
-	if h.rp != nil {
-		errs = append(errs, h.rp.Close())
-	}
-	return errors.Join(errs...)
-}
+func (h *Host) Close() error { return h.host.Close() }
 
 // endpoint is where the host's QP q receives.
 func (h *Host) endpoint(q *agent.QP) agent.Endpoint {
 	ep := q.Endpoint()
-	ep.Addr = netip.AddrPortFrom(h.Addr, h.conn.LocalAddr().Port())
+	ep.Addr = netip.AddrPortFrom(h.Addr, h.host.Conn.LocalAddr().Port())
 	return ep
 }
 
