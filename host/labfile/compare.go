@@ -99,6 +99,8 @@ type VariantSummary struct {
 	// Lost is each run's packets lost anywhere (Result.Lost): a lossless
 	// variant has 0 in every run.
 	Lost stats.Stat `json:"lost_packets"`
+	// E2EReactionMS is Result.E2EReactionMS over the runs that had one.
+	E2EReactionMS stats.Stat `json:"e2e_reaction_ms"`
 	// Incasts are the runs' incast groups (Result.Incasts).
 	Incasts []IncastSummary `json:"incasts,omitempty"`
 	// Htsim is htsim's run of the variant's incast, once
@@ -138,6 +140,9 @@ type PESummary struct {
 	// MinRateBps is the least rate the limiter was set to.
 	MinRateBps    stats.Stat `json:"min_rate_bps"`
 	ReactionP50MS stats.Stat `json:"reaction_p50_ms"`
+	// FirstReactionMS is PEResult.FirstReactionMS: the lab's first light
+	// CNP to the agent's first change.
+	FirstReactionMS stats.Stat `json:"first_reaction_ms"`
 	// Spills counts a reroute agent's moves onto every path.
 	Spills stats.Stat `json:"spills"`
 }
@@ -319,6 +324,12 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		return nan
 	})
 	vs.Lost = col(func(r *Result) float64 { return float64(r.Lost()) })
+	vs.E2EReactionMS = col(func(r *Result) float64 {
+		if r.E2EReactionMS == 0 {
+			return nan
+		}
+		return r.E2EReactionMS
+	})
 	for j, ic := range rs[0].Incasts {
 		is := IncastSummary{Group: ic.Group, Flows: ic.Flows, Port: ic.Port, IdealS: ic.IdealS}
 		for _, r := range rs {
@@ -398,6 +409,12 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 				return orNaN(p.ReactionP50MS, int(p.AgentStats.RateUpdates+p.AgentStats.Spills))
 			}),
 			Spills: pe(func(p *PEResult) float64 { return float64(p.AgentStats.Spills) }),
+			FirstReactionMS: pe(func(p *PEResult) float64 {
+				if p.FirstReactionMS == 0 {
+					return nan
+				}
+				return p.FirstReactionMS
+			}),
 		})
 	}
 	// Flows by group, in the order groups first appear.
@@ -636,6 +653,12 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 		writeIncastTable(w, c)
 	}
 	for _, v := range c.Summary {
+		if v.E2EReactionMS.N > 0 {
+			fmt.Fprintf(w, "%-14s end-to-end reaction %s (a queue past its CE threshold to the first DCQCN cut, sampled every 3 ms)\n",
+				orName(v.Name, c.Name), statText(v.E2EReactionMS, 1, "%.1fms"))
+		}
+	}
+	for _, v := range c.Summary {
 		if v.Lost.N > 0 && v.Lost.Max > 0 {
 			fmt.Fprintf(w, "%-14s lost %s packets per run (ports, host queues and sockets, and resends)\n", orName(v.Name, c.Name), statText(v.Lost, 1, "%.0f"))
 		}
@@ -647,12 +670,12 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 		}
 	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.PEs) > 0 }) {
-		fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %10s %16s\n", "variant", "pe agent", "light CNPs", "rate changes", "least rate", "spills", "reaction p50")
+		fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %10s %16s %18s\n", "variant", "pe agent", "light CNPs", "rate changes", "least rate", "spills", "reaction p50", "first reaction")
 		for _, v := range c.Summary {
 			for _, p := range v.PEs {
-				fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %10s %16s\n", orName(v.Name, c.Name), p.Node+" "+p.Agent,
+				fmt.Fprintf(w, "%-14s %-14s %14s %14s %16s %10s %16s %18s\n", orName(v.Name, c.Name), p.Node+" "+p.Agent,
 					statText(p.LightCNPs, 1, "%.0f"), statText(p.RateUpdates, 1, "%.0f"), statText(p.MinRateBps, 1e-6, "%.1fMb/s"),
-					statText(p.Spills, 1, "%.0f"), statText(p.ReactionP50MS, 1, "%.2fms"))
+					statText(p.Spills, 1, "%.0f"), statText(p.ReactionP50MS, 1, "%.2fms"), statText(p.FirstReactionMS, 1, "%.2fms"))
 			}
 		}
 	}

@@ -23,10 +23,11 @@ type Goal struct {
 	// Variant's metric alone.
 	Than string `yaml:"than"`
 	// Metric is one of GoalMetrics: a port's (Port), a flow group's
-	// (Flows) or the variant's.
+	// (Flows), a tunnel PE's (Node) or the variant's.
 	Metric string `yaml:"metric"`
 	Port   string `yaml:"port"`
 	Flows  string `yaml:"flows"`
+	Node   string `yaml:"node"`
 	// Bounds in the metric's unit (fractions for utilization and shares,
 	// bytes, µs, bits/s, seconds), and for Than as a fraction: -0.5 is
 	// "half of than's".
@@ -39,10 +40,11 @@ type Goal struct {
 // goalMetric reads a metric from a variant's summary; scope says what
 // names the part it is of.
 type goalMetric struct {
-	scope string // "port", "flows" or "" (the variant)
+	scope string // "port", "flows", "pe" or "" (the variant)
 	unit  string // how the measured figure prints
 	port  func(*PortSummary) stats.Stat
 	flows func(*FlowSummary) stats.Stat
+	pe    func(*PESummary) stats.Stat
 	whole func(*VariantSummary) stats.Stat
 }
 
@@ -60,7 +62,9 @@ var goalMetrics = map[string]goalMetric{
 	"fct_p99_s":         {scope: "flows", unit: "s", flows: func(f *FlowSummary) stats.Stat { return f.FCTP99S }},
 	"fct_ratio_p99":     {scope: "flows", unit: "x", flows: func(f *FlowSummary) stats.Stat { return f.RatioP99 }},
 	"qct_p99_s":         {scope: "flows", unit: "s", flows: func(f *FlowSummary) stats.Stat { return f.QCTP99S }},
+	"pe_reaction_ms":    {scope: "pe", unit: "ms", pe: func(p *PESummary) stats.Stat { return p.FirstReactionMS }},
 	"lost_packets":      {unit: "", whole: func(v *VariantSummary) stats.Stat { return v.Lost }},
+	"e2e_reaction_ms":   {unit: "ms", whole: func(v *VariantSummary) stats.Stat { return v.E2EReactionMS }},
 	"host_lost_share":   {unit: "%", whole: func(v *VariantSummary) stats.Stat { return v.HostLostShare }},
 }
 
@@ -115,6 +119,13 @@ func (f *File) checkGoals(p *Plan) error {
 			if !slices.ContainsFunc(p.Flows, func(fp FlowPlan) bool { return fp.Flow.Group == g.Flows }) {
 				return conf.Errorf(gp("flows"), g.Flows, "a %s goal needs a flow group (a group: or a flow's name)", g.Metric)
 			}
+		case "pe":
+			if !slices.ContainsFunc(p.PEs, func(pp PEPlan) bool { return pp.Node == g.Node }) {
+				return conf.Errorf(gp("node"), g.Node, "a %s goal needs a pe node of the file", g.Metric)
+			}
+		}
+		if m.scope != "pe" && g.Node != "" {
+			return conf.Errorf(gp("node"), g.Node, "only with a pe's metric")
 		}
 		if m.scope != "port" && g.Port != "" {
 			return conf.Errorf(gp("port"), g.Port, "only with a port's metric")
@@ -197,6 +208,13 @@ func evalGoals(goals []Goal, sums []VariantSummary) []GoalResult {
 					}
 				}
 				return stats.Stat{}, false
+			case "pe":
+				for i := range v.PEs {
+					if v.PEs[i].Node == g.Node {
+						return m.pe(&v.PEs[i]), true
+					}
+				}
+				return stats.Stat{}, false
 			}
 			return m.whole(v), true
 		}
@@ -271,6 +289,9 @@ func (g *Goal) want() string {
 	if g.Flows != "" {
 		what += " of " + g.Flows
 	}
+	if g.Node != "" {
+		what += " of pe " + g.Node
+	}
 	if g.Than != "" {
 		if g.ChangeMin != nil {
 			parts = append(parts, "at least "+pct(*g.ChangeMin))
@@ -302,6 +323,8 @@ func measuredText(s stats.Stat, unit string) string {
 		return statText(s, 1e-6, "%.1fMb/s")
 	case "s":
 		return statText(s, 1e3, "%.1fms")
+	case "ms":
+		return statText(s, 1, "%.2fms")
 	case "x":
 		return statText(s, 1, "%.2fx")
 	}

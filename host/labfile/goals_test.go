@@ -61,6 +61,26 @@ func TestGoalsValidate(t *testing.T) {
 	}
 }
 
+// TestGoalsPE: a PE's metric names a pe node, and only a PE's metric
+// takes node.
+func TestGoalsPE(t *testing.T) {
+	for _, tc := range []struct{ goal, want string }{
+		{"{name: react, variant: sharp, metric: pe_reaction_ms, node: sw, max: 7.5}", `goals[0].node: "sw": a pe_reaction_ms goal needs a pe node of the file`},
+		{"{name: lossless, variant: sharp, metric: lost_packets, node: sw, max: 0}", `goals[0].node: "sw": only with a pe's metric`},
+	} {
+		_, err := Parse("x.yaml", []byte(experimentFile+"goals:\n  - "+tc.goal+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want …%s…", tc.goal, err, tc.want)
+		}
+	}
+	g := Goal{Name: "react", Variant: "pe-rate", Metric: "pe_reaction_ms", Node: "pe1", Max: new(7.5)}
+	res := evalGoals([]Goal{g}, []VariantSummary{{Name: "pe-rate", Runs: 2,
+		PEs: []PESummary{{Node: "pe1", FirstReactionMS: stats.NewStat([]float64{5.1, 5.5})}}}})
+	if len(res) != 1 || !res[0].Evaluated || !res[0].Met || res[0].Want != "pe_reaction_ms of pe pe1 of pe-rate <= 7.5 (mean over the runs)" {
+		t.Errorf("%+v", res)
+	}
+}
+
 // TestEvalGoals: a change is paired run by run; a bound on one variant
 // takes its mean; verdicts and the measured text are printed.
 func TestEvalGoals(t *testing.T) {

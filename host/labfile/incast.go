@@ -134,8 +134,8 @@ type queueSample struct {
 // sampleQueues reads the backlog of each port the flows cross, of the
 // class they take there (an incast's own class at its port), every
 // incastSample × timescale until ctx ends; samples[j] is Plan.Ports j's.
-func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPlan) map[int][]queueSample {
-	out := map[int][]queueSample{}
+func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPlan) queueSamples {
+	out := queueSamples{ports: map[int][]queueSample{}}
 	class := r.p.meteredPorts()
 	for _, ip := range ips {
 		class[ip.port] = ip.class
@@ -151,14 +151,105 @@ func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPla
 			return out
 		case <-tick.C:
 		}
+		at := time.Since(t0)
 		for j, c := range class {
 			b, _, err := r.ports[j].Backlog(c)
 			if err != nil {
 				continue
 			}
-			out[j] = append(out[j], queueSample{at: time.Since(t0), bytes: b})
+			out.ports[j] = append(out.ports[j], queueSample{at: at, bytes: b})
+		}
+		if cuts, ok := r.rateCuts(); ok {
+			out.cuts = append(out.cuts, queueSample{at: at, bytes: cuts})
 		}
 	}
+}
+
+// queueSamples are the queue sampler's readings: each metered port's
+// backlog, and the RoCEv2 senders' DCQCN rate cuts so far (in bytes'
+// place), every 3 ms × timescale.
+type queueSamples struct {
+	ports map[int][]queueSample
+	cuts  []queueSample
+}
+
+// rateCuts sums the DCQCN rate cuts of the RoCEv2 flows' QPs so far;
+// false without a RoCEv2 flow under DCQCN.
+func (r *runner) rateCuts() (uint64, bool) {
+	r.rocev2.Lock()
+	agents := slices.Clone(r.rocev2.agents)
+	r.rocev2.Unlock()
+	var cuts uint64
+	ok := false
+	for _, a := range agents {
+		for _, qp := range a.QPs() {
+			if cc, has := qp.CC(); has {
+				cuts += cc.Stats.RateCuts
+				ok = true
+			}
+		}
+	}
+	return cuts, ok
+}
+
+// e2eReaction is the end-to-end reaction of the RoCEv2 senders (seed
+// 001's figure against the PE's): from the first sample with a queue
+// past its CE threshold (min_th, step's K, or two-threshold's T2) at a
+// port the flows cross, to the first sample after which a sender has
+// cut its rate; resolved to the sampling period, as measured. 0: no
+// onset, no cut, or no such port.
+func (r *runner) e2eReaction(q queueSamples) float64 {
+	th := map[int]uint64{}
+	for j, c := range r.p.meteredPorts() {
+		if t := ceThreshold(&r.p.Ports[j].Config.Classes[c]); t > 0 {
+			th[j] = t
+		}
+	}
+	return onsetToCut(q, th)
+}
+
+// onsetToCut is e2eReaction's figure from the samples and each port's CE
+// threshold, in ms.
+func onsetToCut(q queueSamples, threshold map[int]uint64) float64 {
+	var onset time.Duration = -1
+	for j, ss := range q.ports {
+		th, ok := threshold[j]
+		if !ok {
+			continue
+		}
+		for _, s := range ss {
+			if s.bytes > th {
+				if onset < 0 || s.at < onset {
+					onset = s.at
+				}
+				break
+			}
+		}
+	}
+	if onset < 0 {
+		return 0
+	}
+	for _, s := range q.cuts {
+		if s.bytes > 0 {
+			// A cut sampled before the onset (the crossing fell between
+			// two samples) counts as immediate.
+			return float64(max(s.at-onset, 0)) / 1e6
+		}
+	}
+	return 0
+}
+
+// ceThreshold is the backlog from which a class marks CE: WRED's
+// min_th, step's K, two-threshold's T2; 0 for the AQMs that mark on
+// sojourn, or none.
+func ceThreshold(cc *qdisc.ClassConfig) uint64 {
+	switch cc.ECN {
+	case qdisc.ECNWRED, qdisc.ECNStep:
+		return uint64(cc.MinThBytes)
+	case qdisc.ECNTwoThreshold:
+		return uint64(cc.TwoThreshold.T2Bytes)
+	}
+	return 0
 }
 
 // portQueues sets each port's queue percentiles from its samples over
@@ -173,6 +264,7 @@ func (r *runner) portQueues(res *Result, queues map[int][]queueSample) {
 		if j >= len(res.Ports) {
 			continue
 		}
+		res.Ports[j].queue = ss
 		var q []float64
 		for _, s := range ss {
 			if s.at <= span {

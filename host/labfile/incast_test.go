@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/htsim"
+	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -130,5 +131,44 @@ func TestWriteIncasts(t *testing.T) {
 	writeIncasts(&b, []IncastResult{ic}, &HtsimRun{Error: "htsim cannot run this lab: flow f2 is tcp; htsim runs UET"})
 	if !strings.Contains(b.String(), "\n  htsim cannot run this lab: flow f2 is tcp") {
 		t.Errorf("no reason:\n%s", b.String())
+	}
+}
+
+// TestOnsetToCut: the end-to-end reaction runs from the earliest sample
+// past a port's CE threshold to the first sample with a cut; a cut before
+// the onset is immediate; no onset or no cut is none.
+func TestOnsetToCut(t *testing.T) {
+	ms := time.Millisecond
+	q := queueSamples{
+		ports: map[int][]queueSample{
+			0: {{3 * ms, 10}, {6 * ms, 95}, {9 * ms, 200}},
+			1: {{3 * ms, 0}, {6 * ms, 50}, {9 * ms, 120}},
+			2: {{3 * ms, 5000}}, // no threshold: not counted
+		},
+		cuts: []queueSample{{3 * ms, 0}, {6 * ms, 0}, {9 * ms, 0}, {12 * ms, 0}, {15 * ms, 2}},
+	}
+	th := map[int]uint64{0: 90, 1: 100}
+	if got := onsetToCut(q, th); got != 9 {
+		t.Errorf("onset 6 ms, cut 15 ms: %g ms", got)
+	}
+	q.cuts[0].bytes = 1
+	if got := onsetToCut(q, th); got != 0 {
+		t.Errorf("cut before the onset: %g ms, want 0 (immediate)", got)
+	}
+	if got := onsetToCut(q, map[int]uint64{0: 1000}); got != 0 {
+		t.Errorf("no onset: %g", got)
+	}
+	for _, tc := range []struct {
+		cc   qdisc.ClassConfig
+		want uint64
+	}{
+		{qdisc.ClassConfig{ECN: qdisc.ECNWRED, MinThBytes: 90e3}, 90e3},
+		{qdisc.ClassConfig{ECN: qdisc.ECNStep, MinThBytes: 30e3}, 30e3},
+		{qdisc.ClassConfig{ECN: qdisc.ECNTwoThreshold, TwoThreshold: qdisc.TwoThreshold{T1Bytes: 45e3, T2Bytes: 90e3}}, 90e3},
+		{qdisc.ClassConfig{ECN: qdisc.ECNCoDel}, 0},
+	} {
+		if got := ceThreshold(&tc.cc); got != tc.want {
+			t.Errorf("%v: %d, want %d", tc.cc.ECN, got, tc.want)
+		}
 	}
 }

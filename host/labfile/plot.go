@@ -17,14 +17,14 @@ import (
 )
 
 // plot writes goodput.png (each flow's goodput per report interval, a step
-// per interval) and
-// ports.png (each watched port's backlog) into dir, and returns their
-// paths.
+// per interval), ports.png (each watched port's backlog at each report)
+// and queues.png (the backlog of each port the flows cross, every 3 ms ×
+// timescale) into dir, and returns their paths.
 func (res *Result) plot(dir string) ([]string, error) {
-	if len(res.Samples) < 2 {
-		return nil, nil
+	files, err := res.plotQueues(dir)
+	if err != nil || len(res.Samples) < 2 {
+		return files, err
 	}
-	var files []string
 	gp := plot.New()
 	gp.Title.Text = res.Name + ": goodput per flow over each of its report intervals"
 	gp.X.Label.Text, gp.Y.Label.Text = "s", "Mbit/s"
@@ -70,6 +70,37 @@ func (res *Result) plot(dir string) ([]string, error) {
 		return files, err
 	}
 	return append(files, path), nil
+}
+
+// plotQueues writes queues.png: the backlog of each port the flows cross,
+// as the queue sampler read it (PortResult.QueueP50Bytes's samples), in
+// KB over seconds since the run's start.
+func (res *Result) plotQueues(dir string) ([]string, error) {
+	qp := plot.New()
+	qp.Title.Text = res.Name + ": backlog of the ports the flows cross, every 3 ms"
+	qp.X.Label.Text, qp.Y.Label.Text = "s", "KB"
+	lines := 0
+	for _, p := range res.Ports {
+		if len(p.queue) < 2 {
+			continue
+		}
+		xy := make(plotter.XYs, len(p.queue))
+		for i, s := range p.queue {
+			xy[i] = plotter.XY{X: s.at.Seconds(), Y: float64(s.bytes) / 1e3}
+		}
+		if err := addLine(qp, lines, p.Name, xy); err != nil {
+			return nil, err
+		}
+		lines++
+	}
+	if lines == 0 {
+		return nil, nil
+	}
+	path := filepath.Join(dir, "queues.png")
+	if err := save(path, qp); err != nil {
+		return nil, err
+	}
+	return []string{path}, nil
 }
 
 func addLine(p *plot.Plot, i int, name string, xy plotter.XYs) error {

@@ -76,6 +76,11 @@ type Result struct {
 	// Htsim is htsim's run of the same incast (RunOptions.Htsim), or why
 	// there is none.
 	Htsim *HtsimRun `json:"htsim,omitempty"`
+	// E2EReactionMS is the RoCEv2 senders' end-to-end reaction: from the
+	// first queue past its CE threshold at a port the flows cross to the
+	// first DCQCN rate cut, resolved to the queue sampler's 3 ms ×
+	// timescale (runner.e2eReaction); 0: none.
+	E2EReactionMS float64 `json:"e2e_reaction_ms,omitempty"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -237,6 +242,8 @@ type PortResult struct {
 	QueueP50Bytes float64 `json:"queue_p50_bytes,omitempty"`
 	QueueP99Bytes float64 `json:"queue_p99_bytes,omitempty"`
 	QueueSamples  int     `json:"queue_samples,omitempty"`
+	// queue is every sample of the run, for queues.png.
+	queue []queueSample
 	// InvariantError is set when enqueued ≠ dequeued + dropped + backlog
 	// (qdisc.ClassStats.CheckInvariant) in some class at rest.
 	// HostDroppedPackets and HostMeanWaitUS are the host queue's, between
@@ -291,11 +298,16 @@ type PEResult struct {
 	// Agent is the agent's mode ("" without one); AgentStats what it did,
 	// ReactionP50MS/P99MS the time from a light CNP's arrival to the
 	// limiter's change in place.
-	Agent         string       `json:"agent,omitempty"`
-	AgentStats    *pe.Stats    `json:"agent_stats,omitempty"`
-	ReactionP50MS float64      `json:"reaction_p50_ms,omitempty"`
-	ReactionP99MS float64      `json:"reaction_p99_ms,omitempty"`
-	Tunnel        tunnel.Stats `json:"tunnel"`
+	Agent         string    `json:"agent,omitempty"`
+	AgentStats    *pe.Stats `json:"agent_stats,omitempty"`
+	ReactionP50MS float64   `json:"reaction_p50_ms,omitempty"`
+	ReactionP99MS float64   `json:"reaction_p99_ms,omitempty"`
+	// FirstReactionMS is the PE's reaction to the onset of congestion:
+	// from the lab's first light WAN CNP, stamped in BPF as a port sent
+	// it, to the agent's first change in place (both CLOCK_MONOTONIC;
+	// as measured, like every time here). 0: no light CNP, or no change.
+	FirstReactionMS float64      `json:"first_reaction_ms,omitempty"`
+	Tunnel          tunnel.Stats `json:"tunnel"`
 	// AgentFailed: the agent stopped before the run's end (Error says
 	// why); the run fails with ErrAgentFailed.
 	AgentFailed bool   `json:"agent_failed,omitempty"`
@@ -332,6 +344,9 @@ func (r *runner) peResult(i int, pp *PEPlan) PEResult {
 		}
 		d := stats.Summarize(ms)
 		out.ReactionP50MS, out.ReactionP99MS = d.P50, d.P99
+		if light := r.firstLightCNP(); light > 0 && st.FirstAction > light {
+			out.FirstReactionMS = float64(st.FirstAction-light) / 1e6
+		}
 		st.Reaction = nil // summed up above
 		if err := a.ag.Err(); err != nil {
 			errs = append(errs, "agent: "+err.Error())
@@ -339,6 +354,22 @@ func (r *runner) peResult(i int, pp *PEPlan) PEResult {
 	}
 	out.Error = strings.Join(errs, "; ")
 	return out
+}
+
+// firstLightCNP is when any port of the lab sent its first light WAN
+// CNP (CLOCK_MONOTONIC; 0: none): the onset of light congestion as a
+// tunnel's ingress PE learns of it.
+func (r *runner) firstLightCNP() time.Duration {
+	var first time.Duration
+	for _, p := range r.ports {
+		for c := range qdisc.ClassID(qdisc.NumClasses) {
+			light, _, err := p.FirstWANCNP(c)
+			if err == nil && light > 0 && (first == 0 || light < first) {
+				first = light
+			}
+		}
+	}
+	return first
 }
 
 // Sample is one report interval: every flow and every watched port.
@@ -708,6 +739,10 @@ func (res *Result) WriteSummary(w io.Writer) {
 			}
 		}
 	}
+	if res.E2EReactionMS > 0 {
+		fmt.Fprintf(w, "end-to-end reaction %.1f ms: a queue past its CE threshold to the first DCQCN cut (sampled every %v)\n",
+			res.E2EReactionMS, time.Duration(res.Timescale*float64(incastSample)))
+	}
 	for _, p := range res.PEs {
 		d := &p.Tunnel.Decap
 		fmt.Fprintf(w, "pe %s:%s (%s): %d encapsulated, %d decapsulated, %d light marks kept outside, CNPs from the WAN: %d light, %d heavy",
@@ -716,6 +751,9 @@ func (res *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "; agent %s: %d rate changes", p.Agent, a.RateUpdates)
 			if a.RateUpdates > 0 {
 				fmt.Fprintf(w, ", least rate %s, reaction p50 %.2f ms", a.MinRate, p.ReactionP50MS)
+			}
+			if p.FirstReactionMS > 0 {
+				fmt.Fprintf(w, ", first light CNP to first change %.2f ms", p.FirstReactionMS)
 			}
 		}
 		fmt.Fprintln(w)

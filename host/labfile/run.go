@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
@@ -207,6 +208,13 @@ type runner struct {
 	relayHeld map[[2]string]*hostlost.Log // by relay node and device
 	stopFeeds []func() error
 	meterErr  error
+
+	// rocev2 are the RoCEv2 flows' agents, whose DCQCN cuts the queue
+	// sampler counts (e2eReaction).
+	rocev2 struct {
+		sync.Mutex
+		agents []*agent.Agent
+	}
 }
 
 // server is a started perf server.
@@ -610,7 +618,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	t0 := time.Now()
 	res.Start = t0
 	qctx, stopQueues := context.WithCancel(context.Background())
-	queued := make(chan map[int][]queueSample, 1)
+	queued := make(chan queueSamples, 1)
 	go func() { queued <- r.sampleQueues(qctx, t0, incasts) }()
 	var wg sync.WaitGroup
 	for _, fr := range flows {
@@ -644,8 +652,9 @@ func (r *runner) run(ctx context.Context) *Result {
 	host := r.stopMeter()
 	r.finish(res, flows, ctx.Err() != nil)
 	res.HostLost = r.hostLost(host, flows, res)
-	res.Incasts = r.incastResults(incasts, flows, res, host, queues)
-	r.portQueues(res, queues)
+	res.Incasts = r.incastResults(incasts, flows, res, host, queues.ports)
+	r.portQueues(res, queues.ports)
+	res.E2EReactionMS = r.e2eReaction(queues)
 	for k, v := range r.hostDrops() {
 		if d := v - hostDrops0[k]; d > 0 || k != softnetKey {
 			if k == softnetKey {
@@ -880,6 +889,11 @@ func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in 
 	}
 	// A uet flow's data starts with its senders; RunClient returns after.
 	cfg.OnSenders = func([]*pds.Sender) { in.dataStart, in.dataMono = time.Since(t0), hostlost.Now() }
+	cfg.OnAgent = func(a *agent.Agent) {
+		r.rocev2.Lock()
+		r.rocev2.agents = append(r.rocev2.agents, a)
+		r.rocev2.Unlock()
+	}
 	err := node.Do(func() (err error) {
 		in.report, err = perf.RunClient(fctx, cfg)
 		return err
