@@ -29,7 +29,7 @@ help:
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf/UET vs iperf3 -u, CNP reaction, UET incasts beside htsim (HTSIM=dir; BENCH_FLAGS=-help)"
 	@echo "make bench-smoke    (root) every bench section once, short (about a minute): the bench still runs"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
-	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (WAN_FLAGS=-help)"
+	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (a lab file; WAN_FLAGS=-runs 3)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
 	@echo "make check-generate (CI) generate, then fail if the committed BPF objects differ"
 	@echo "make deps           (root) apt-get install the runtime tools that are missing: $(RUNTIME_DEPS)"
@@ -104,10 +104,13 @@ EXPERIMENT_FLAGS ?=
 experiment: deps
 	$(GO) run ./netns-tests/experiment $(EXPERIMENT_FLAGS)
 
-# Issue 13 §5, the WAN lab's experiment (seed 001); writes wanexp-out/.
+# Issue 13 §5, the WAN lab's experiment (seed 001): a lab file, run by
+# fabriclab (WAN_FLAGS: fabriclab run's flags, e.g. -runs 3); writes
+# wan-experiment-out/.
 WAN_FLAGS ?=
 wan-experiment: deps
-	$(GO) run ./netns-tests/wanexp $(WAN_FLAGS)
+	$(GO) build -o $(BIN)/ ./cmd/fabriclab
+	$(BIN)/fabriclab run -o wan-experiment-out $(WAN_FLAGS) host/labfile/examples/wan-experiment.yaml
 
 install:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(INSTALL_BINS))

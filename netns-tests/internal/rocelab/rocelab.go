@@ -1,7 +1,7 @@
 //go:build linux
 
 // Package rocelab runs RoCEv2 hosts in lab nodes for the experiments
-// (netns-tests/experiment, netns-tests/wanexp): an agent (host/agent) on
+// (netns-tests/experiment): an agent (host/agent) on
 // UDP 4791 in each node with the kernel RP (rpbpf) on its devices, and
 // connected RC queue pairs from a sender to the receiver under DCQCN,
 // whose WRITEs are timed from the post to the ACK (a NIC's completion).
