@@ -115,15 +115,10 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, hostErr(err, FieldNP)
 	}
-	network := "tcp4"
-	if bind.Is6() {
-		network = "tcp6"
-	}
-	tap := netip.AddrPortFrom(bind, uint16(cfg.Port))
-	tl, err := net.Listen(network, tap.String())
+	ln, err := listenSide(bind, cfg)
 	if err != nil {
 		_ = host.Close()
-		return nil, listenErr("tcp", FieldPort, tap, err)
+		return nil, err
 	}
 	s := &Server{
 		out:  serverOut{w: cfg.Out, json: cfg.JSON, log: log},
@@ -131,7 +126,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		cfg:  cfg,
 		bind: bind,
 		udp:  host.Conn,
-		ln:   &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}},
+		ln:   ln,
 		ag:   host.Agent,
 		log:  log,
 		sess: map[string]*serverSession{},
@@ -435,6 +430,21 @@ func addrPort(a net.Addr) netip.AddrPort {
 	}
 	ap, _ := netip.ParseAddrPort(a.String())
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// listenSide opens the side channel's TCP listener on bind and
+// cfg.Port, RoCEv2's and UET's alike.
+func listenSide(bind netip.Addr, cfg ServerConfig) (*listener, error) {
+	network := "tcp4"
+	if bind.Is6() {
+		network = "tcp6"
+	}
+	tap := netip.AddrPortFrom(bind, uint16(cfg.Port))
+	tl, err := net.Listen(network, tap.String())
+	if err != nil {
+		return nil, listenErr("tcp", FieldPort, tap, err)
+	}
+	return &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}}, nil
 }
 
 // serveUntil runs serve on l until it returns, or until ctx is done:

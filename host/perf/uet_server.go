@@ -126,18 +126,13 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	if !bind.IsValid() {
 		bind = ep.LocalAddr().Addr().Unmap()
 	}
-	network := "tcp4"
-	if bind.Is6() {
-		network = "tcp6"
-	}
-	tap := netip.AddrPortFrom(bind, uint16(cfg.Port))
-	tl, err := net.Listen(network, tap.String())
+	ln, err := listenSide(bind, cfg)
 	if err != nil {
 		_ = ep.Close()
-		return nil, listenErr("tcp", FieldPort, tap, err)
+		return nil, err
 	}
 	s := &UETServer{cfg: cfg, lim: lim, bind: bind, ep: ep, log: log, idle: pc.IdleTimeout, out: serverOut{w: cfg.Out, json: cfg.JSON, log: log},
-		ln: &listener{Listener: tl, oneOff: cfg.OneOff, conns: map[*trackedConn]struct{}{}}}
+		ln: ln}
 	s.mu.sessions = map[netip.Addr]*uetSession{}
 	s.side = sidechan.NewServer[uetRequest](uetHandler{s}, sidechan.Options{
 		Limits:   lim.Limits,
