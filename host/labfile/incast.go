@@ -159,8 +159,11 @@ func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPla
 			}
 			out.ports[j] = append(out.ports[j], queueSample{at: at, bytes: b})
 		}
-		if cuts, ok := r.rateCuts(); ok {
-			out.cuts = append(out.cuts, queueSample{at: at, bytes: cuts})
+		// e2eReaction needs the first cut only: after it, no QP is read.
+		if n := len(out.cuts); n == 0 || out.cuts[n-1].bytes == 0 {
+			if cuts, ok := r.rateCuts(); ok {
+				out.cuts = append(out.cuts, queueSample{at: at, bytes: cuts})
+			}
 		}
 	}
 }
