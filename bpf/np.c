@@ -103,6 +103,7 @@
 
 #include "net.h"
 #include "icrc.h"
+#include "roce_check.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -216,7 +217,8 @@ struct {
 
 /* Per-CPU counters of the device, summed by Go. Every packet np_ingress sees
  * is counted once in packets and once in exactly one of not_roce, truncated,
- * vlan, ip_options, fragment, not_request, unknown_qp, not_ce, ce. */
+ * vlan, ip_options, fragment, not_request, malformed, unknown_qp,
+ * pkey_violations, not_ce, ce. */
 struct np_stats {
 	__u64 packets;      /* every frame np_ingress saw */
 	__u64 not_roce;     /* non-IP, not UDP to 4791, IPv6 extension headers, later fragments */
@@ -245,6 +247,9 @@ struct np_stats {
 	__u64 xmit_late;      /* ... after its QP had stopped waiting (xmit_timeouts) */
 	__u64 xmit_timeouts;  /* the QP stopped waiting after xmit_timeout_ns */
 	__u64 xmit_queued;    /* CNPs not yet transmitted when bpf_clone_redirect returned (a qdisc held them) */
+	/* np_ingress, after not_request: the BTH rules (roce_check.h) */
+	__u64 malformed;       /* an RC request with TVer not 0, cut short for its opcode, or a PadCnt past its payload */
+	__u64 pkey_violations; /* an RC request of a known QP whose P_Key does not match the QP's */
 };
 
 struct {
@@ -694,8 +699,13 @@ int np_ingress(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	}
 	op = r.bth->opcode;
-	if (op > ROCE_OP_RC_LAST_REQUEST || (r.bth->flags & ROCE_BTH_TVER_MASK)) {
+	if (op > ROCE_OP_RC_LAST_REQUEST) {
 		st->not_request++;
+		return TC_ACT_UNSPEC;
+	}
+	/* What the agent drops, the NP does not answer. */
+	if (!roce_bth_ok(r.bth, roce_rc_request_hdr_len(op), bpf_ntohs(r.udp->len))) {
+		st->malformed++;
 		return TC_ACT_UNSPEC;
 	}
 	qpn = roce_bth_destqp(r.bth);
@@ -705,6 +715,10 @@ int np_ingress(struct __sk_buff *skb)
 	if (!qp || !net_roce_from_to(&r, (void *)(long)skb->data_end, qp->family == NP_FAMILY_IPV4,
 				     qp->peer_ip, qp->local_ip)) {
 		st->unknown_qp++;
+		return TC_ACT_UNSPEC;
+	}
+	if (!roce_pkey_match(bpf_ntohs(r.bth->pkey), qp->pkey)) {
+		st->pkey_violations++;
 		return TC_ACT_UNSPEC;
 	}
 	if ((r.dsfield & ECN_MASK) == ECN_CE) {

@@ -71,6 +71,8 @@ type NpNpStats struct {
 	XmitLate       uint64
 	XmitTimeouts   uint64
 	XmitQueued     uint64
+	Malformed      uint64
+	PkeyViolations uint64
 }
 
 type NpNpXmit struct {

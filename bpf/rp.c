@@ -11,7 +11,8 @@
  * Ethernet / up to two VLAN tags / IPv4 (no options) or IPv6 / UDP 4791 /
  * BTH (net.h). A CNP (opcode 0x81 without the PPFC P bit, a 40-byte UDP
  * datagram) to a QP in rp_qps, from the QP's peer to its local address,
- * with a correct ICRC, is counted in the QP's slot of rp_cnps: its arrival
+ * that passes the BTH rules (roce_check.h: TVer 0, PadCnt 0, the QP's
+ * P_Key) with a correct ICRC, is counted in the QP's slot of rp_cnps: its arrival
  * time (bpf_ktime_get_ns, CLOCK_MONOTONIC) goes into a ring of RP_RING
  * times, then the count goes up.
  *
@@ -34,6 +35,7 @@
 
 #include "net.h"
 #include "icrc.h"
+#include "roce_check.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -67,8 +69,9 @@ struct rp_qp {
 	__u8 local_ip[16]; /* the sender: the CNP's destination */
 	__u8 peer_ip[16];  /* the receiver (the NP): the CNP's source */
 	__u32 slot;        /* the QP's index in rp_cnps */
+	__u16 pkey;        /* the QP's P_Key, host order */
 	__u8 family;       /* RP_FAMILY_IPV4 or RP_FAMILY_IPV6 */
-	__u8 _pad[3];
+	__u8 _pad;
 };
 
 struct {
@@ -101,7 +104,8 @@ struct {
 
 /* Per-CPU counters, summed by Go. Every packet rp_ingress sees is counted
  * once in packets and once in exactly one of not_roce, truncated,
- * ip_options, not_cnp, ppfc, malformed, unknown_qp, icrc_errors, counted. */
+ * ip_options, not_cnp, ppfc, malformed, unknown_qp, pkey_violations,
+ * icrc_errors, counted. */
 struct rp_stats {
 	__u64 packets;     /* every frame rp_ingress saw */
 	__u64 not_roce;    /* non-IP, not UDP to 4791, IPv6 extension headers, later fragments */
@@ -109,10 +113,12 @@ struct rp_stats {
 	__u64 ip_options;  /* RoCEv2 in an IPv4 header with options: no CNP is sent so */
 	__u64 not_cnp;     /* RoCEv2 but not opcode 0x81 (data, ACKs, ...) */
 	__u64 ppfc;        /* opcode 0x81 with the P bit: a PPFC notification, the agent's */
-	__u64 malformed;   /* a CNP that is not a 40-byte unfragmented datagram */
+	__u64 malformed;   /* a CNP that is not a 40-byte unfragmented datagram, or
+			    * breaks a BTH rule (roce_check.h: TVer, PadCnt) */
 	__u64 unknown_qp;  /* a CNP to a QP not in rp_qps, or not from its peer to its address */
 	__u64 icrc_errors; /* a CNP of a known QP whose ICRC does not verify */
 	__u64 counted;     /* CNPs counted in their QP's slot */
+	__u64 pkey_violations; /* a CNP of a known QP whose P_Key does not match the QP's */
 };
 
 struct {
@@ -220,7 +226,8 @@ int rp_ingress(struct __sk_buff *skb)
 		st->ip_options++;
 		return TC_ACT_UNSPEC;
 	}
-	if (r.ipv4_fragment || bpf_ntohs(r.udp->len) != ROCE_CNP_L4_LEN) {
+	if (r.ipv4_fragment || bpf_ntohs(r.udp->len) != ROCE_CNP_L4_LEN ||
+	    !roce_bth_ok(r.bth, ROCE_BTH_LEN + ROCE_CNP_RSVD_LEN, ROCE_CNP_L4_LEN)) {
 		st->malformed++;
 		return TC_ACT_UNSPEC;
 	}
@@ -230,6 +237,10 @@ int rp_ingress(struct __sk_buff *skb)
 	if (!qp || !net_roce_from_to(&r, (void *)(long)skb->data_end, qp->family == RP_FAMILY_IPV4,
 				     qp->peer_ip, qp->local_ip)) {
 		st->unknown_qp++;
+		return TC_ACT_UNSPEC;
+	}
+	if (!roce_pkey_match(bpf_ntohs(r.bth->pkey), qp->pkey)) {
+		st->pkey_violations++;
 		return TC_ACT_UNSPEC;
 	}
 	if (!cnp_icrc_ok(skb, &r)) {

@@ -18,8 +18,9 @@ type RpRpQp struct {
 	LocalIp [16]uint8
 	PeerIp  [16]uint8
 	Slot    uint32
+	Pkey    uint16
 	Family  uint8
-	Pad     [3]uint8
+	Pad     uint8
 }
 
 type RpRpSlot struct {
@@ -30,17 +31,18 @@ type RpRpSlot struct {
 }
 
 type RpRpStats struct {
-	_          structs.HostLayout
-	Packets    uint64
-	NotRoce    uint64
-	Truncated  uint64
-	IpOptions  uint64
-	NotCnp     uint64
-	Ppfc       uint64
-	Malformed  uint64
-	UnknownQp  uint64
-	IcrcErrors uint64
-	Counted    uint64
+	_              structs.HostLayout
+	Packets        uint64
+	NotRoce        uint64
+	Truncated      uint64
+	IpOptions      uint64
+	NotCnp         uint64
+	Ppfc           uint64
+	Malformed      uint64
+	UnknownQp      uint64
+	IcrcErrors     uint64
+	Counted        uint64
+	PkeyViolations uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fabriclab/fabriclab/host/roce"
 	"io"
 	"net"
 	"net/netip"
@@ -72,6 +73,10 @@ Server:
                             the devices holding -B (default kernel where it
                             attaches, else agent) or the server's agent
                             (RoCEv2)
+  --pkey P                  (RoCEv2) the P_Key of this end's QPs, 0x0001..
+                            0xffff but 0x8000 (default 0xffff); a packet of
+                            another partition is dropped (pkey_violations),
+                            by the agent and the kernel NP and RP alike
   --trim-dscp N, --trim-lasthop-dscp N  (--transport uet) DSCP 0..63 of
                             packets a port trimmed (--tc trim,trim-dscp=N):
                             NACKed TRIMMED / TRIMMED_LASTHOP (default 0: none)
@@ -182,7 +187,7 @@ var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "leng
 // rocev2Only are the flags --transport uet refuses; uetOnly those
 // --transport rocev2 refuses.
 var (
-	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "cnp-dscp", "perftest",
+	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "pkey", "cnp-dscp", "perftest",
 		"window", "inflight", "ack-every", "burst", "timeout", "retry"}
 	uetOnly = []string{"base-rtt", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
@@ -255,6 +260,7 @@ func parseArgs(args []string) (*options, error) {
 		trimLast = str("", "trim-lasthop-dscp")
 		tscale   = str("", "timescale")
 		sendPath = str("auto", "send")
+		pkeyFlag = str("", "pkey")
 		knobs    repeated
 		nsccKnob repeated
 	)
@@ -366,7 +372,7 @@ func parseArgs(args []string) (*options, error) {
 	case *server:
 		for _, n := range clientOnly {
 			if set[n] {
-				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, --send, -1, -i, -J, --logfile, --timescale", dash(n))
+				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, --send, --np, --pkey, -1, -i, -J, --logfile, --timescale", dash(n))
 			}
 		}
 		if set["udp-port"] && udpN == 0 {
@@ -378,8 +384,12 @@ func parseArgs(args []string) (*options, error) {
 		if uetRun && (!bindAddr.IsValid() || bindAddr.IsUnspecified() || bindAddr.IsMulticast()) {
 			return nil, errors.New("roceperf: -s --transport uet: give -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")
 		}
+		pk, err := parsePKey(*pkeyFlag)
+		if err != nil {
+			return nil, err
+		}
 		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode,
-			SendPath: send, Timescale: timescale}
+			SendPath: send, Timescale: timescale, PKey: pk}
 		for _, t := range []struct {
 			name string
 			s    *string
@@ -542,6 +552,9 @@ func parseArgs(args []string) (*options, error) {
 		return nil, err
 	}
 	c.CNPDSCP = uint8(d)
+	if c.PKey, err = parsePKey(*pkeyFlag); err != nil {
+		return nil, err
+	}
 	if c.Omit, err = seconds(spelled("O", "omit"), *omit, 0, perf.MaxOmit); err != nil {
 		return nil, err
 	}
@@ -637,6 +650,19 @@ func dash(name string) string {
 
 func mustBe(flagName, value, must string, args ...any) error {
 	return fmt.Errorf("roceperf: %s %s: must be %s", flagName, value, fmt.Sprintf(must, args...))
+}
+
+// parsePKey reads --pkey: "" is the default (0), else a P_Key in C syntax
+// (0xffff, 65535) that is not the invalid P_Key.
+func parsePKey(s string) (uint16, error) {
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 0, 16)
+	if err != nil || !roce.ValidPKey(uint16(v)) {
+		return 0, mustBe("--pkey", s, "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
+	}
+	return uint16(v), nil
 }
 
 func intIn(flagName, s string, lo, hi int) (int, error) {

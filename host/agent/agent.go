@@ -429,6 +429,7 @@ func (a *Agent) Counters() AgentCounters {
 	c.ICRCErrors = a.drops.icrc.Load()
 	c.UnknownQP = a.drops.unknownQP.Load()
 	c.WrongPeer = a.drops.wrongPeer.Load()
+	c.PKeyViolations = a.drops.pkey.Load()
 	c.Unsupported = a.drops.unsupported.Load()
 	es := a.eng.Stats()
 	c.SendErrors, c.ReplyOverruns = es.SendErrors, es.ReplyOverruns
@@ -542,6 +543,12 @@ func (a *Agent) receive(now time.Duration, m *pktio.Message, h *roce.Header, rs 
 	// whatever source port: the peer's QP chooses it.
 	if m.Addr.Addr().Unmap().WithZone("") != qp.mu.peer.Addr.Addr().WithZone("") {
 		a.drops.wrongPeer.Add(1)
+		return
+	}
+	// IBTA Vol. 1 §10.9.3, as rxe: a QP drops what is not of its
+	// partition; the kernel NP and RP drop the same (bpf/roce_check.h).
+	if !roce.PKeyMatch(h.BTH.PKey, qp.pkey()) {
+		a.drops.pkey.Add(1)
 		return
 	}
 	// The ICRC covers the packet's own addresses and ports: its source, and

@@ -198,13 +198,21 @@ func TestMalformedCounted(t *testing.T) {
 		make([]byte, 11),
 		append([]byte{0x0a, 0x0f}, make([]byte, 40)...), // TVer != 0
 	}
-	// A valid packet with a wrong ICRC, and one to an unknown QP.
+	// A valid packet with a wrong ICRC, one of another partition and one
+	// to an unknown QP.
 	var h roce.Header
 	h.BTH.Opcode = roce.OpRCSendOnly
+	h.BTH.PKey = roce.DefaultPKey
 	h.BTH.DestQP = qb.QPN()
 	bad := make([]byte, 64)
 	n := roce.Build(bad, &h, make([]byte, 8))
 	junk = append(junk, bad[:n])
+	h.BTH.PKey = 0x8001
+	other := make([]byte, 64)
+	n = roce.Build(other, &h, make([]byte, 8))
+	roce.SealICRC(p.pa.LocalAddr(), p.pb.LocalAddr(), other[:n])
+	junk = append(junk, other[:n])
+	h.BTH.PKey = roce.DefaultPKey
 	h.BTH.DestQP = 0x777777
 	unk := make([]byte, 64)
 	n = roce.Build(unk, &h, make([]byte, 8))
@@ -222,8 +230,9 @@ func TestMalformedCounted(t *testing.T) {
 	}
 	p.waitDone(t, qa, 5*time.Second)
 	c := p.b.Counters()
-	if c.Malformed != 4 || c.ICRCErrors != 1 || c.UnknownQP != 1 {
-		t.Errorf("malformed %d (want 4), icrc %d (want 1), unknown qp %d (want 1)", c.Malformed, c.ICRCErrors, c.UnknownQP)
+	if c.Malformed != 4 || c.ICRCErrors != 1 || c.UnknownQP != 1 || c.PKeyViolations != 1 {
+		t.Errorf("malformed %d (want 4), icrc %d (want 1), unknown qp %d (want 1), pkey violations %d (want 1)",
+			c.Malformed, c.ICRCErrors, c.UnknownQP, c.PKeyViolations)
 	}
 }
 
@@ -237,6 +246,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *QPConfig) { c.Window = 0 }, "window 0: must be 1..1048576 packets"},
 		{func(c *QPConfig) { c.CC = "cubic" }, `cc "cubic": must be none or dcqcn`},
 		{func(c *QPConfig) { c.AckReqEvery = 1000 }, "ackreq_every 1000: must be 1..window (512)"},
+		{func(c *QPConfig) { c.PKey = 0x8000 }, "pkey 0x8000: must have a base (low 15 bits) of 1..0x7fff"},
 	} {
 		c := DefaultQPConfig()
 		tc.mod(&c)

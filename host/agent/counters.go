@@ -75,12 +75,15 @@ type AgentCounters struct {
 	// Dropped before reaching a QP: not a RoCEv2 packet or truncated, a bad
 	// ICRC, an unknown destination QP, from an IP address other than the
 	// QP's peer's, an opcode this agent does not serve.
-	Malformed   uint64 `json:"malformed"`
-	ICRCErrors  uint64 `json:"icrc_errors"`
-	UnknownQP   uint64 `json:"unknown_qp"`
-	WrongPeer   uint64 `json:"wrong_peer"`
-	Unsupported uint64 `json:"unsupported_opcode"`
-	SendErrors  uint64 `json:"send_errors"`
+	Malformed  uint64 `json:"malformed"`
+	ICRCErrors uint64 `json:"icrc_errors"`
+	UnknownQP  uint64 `json:"unknown_qp"`
+	WrongPeer  uint64 `json:"wrong_peer"`
+	// PKeyViolations: packets from the QP's peer whose P_Key does not
+	// match the QP's (roce.PKeyMatch).
+	PKeyViolations uint64 `json:"pkey_violations"`
+	Unsupported    uint64 `json:"unsupported_opcode"`
+	SendErrors     uint64 `json:"send_errors"`
 	// ReplyOverruns counts replies (ACKs, NAKs, CNPs) that did not fit in
 	// the receive loop's reply batch and were not sent: the peer recovers
 	// as from a loss.
@@ -132,7 +135,7 @@ func (c *Counters) Add(o *Counters) {
 
 // agentDrops are updated from the receive loop without a QP lock.
 type agentDrops struct {
-	malformed, icrc, unknownQP, wrongPeer, unsupported atomic.Uint64
+	malformed, icrc, unknownQP, wrongPeer, pkey, unsupported atomic.Uint64
 	// Counters of QPs already destroyed, so agent totals never go back.
 	// Guarded by Agent.mu.
 	gone Counters

@@ -145,7 +145,7 @@ func (l *ppfcLab) ack(qp *QP, k uint64) {
 	peer, local := qp.mu.peer.Addr, netip.AddrPortFrom(qp.mu.local.Addr(), roce.UDPPort)
 	qp.mu.Unlock()
 	b := make([]byte, 64)
-	n := buildAck(b, peer, local, qp.QPN(), psn, roce.ACKSyndrome(roce.CreditsUnlimited), 0)
+	n := buildAck(b, peer, local, roce.DefaultPKey, qp.QPN(), psn, roce.ACKSyndrome(roce.CreditsUnlimited), 0)
 	l.deliver(peer, 0, b[:n])
 }
 

@@ -21,7 +21,7 @@ func (l *ppfcLab) nak(qp *QP, k uint64, syn roce.Syndrome) {
 	peer, local := qp.mu.peer.Addr, netip.AddrPortFrom(qp.mu.local.Addr(), roce.UDPPort)
 	qp.mu.Unlock()
 	b := make([]byte, 64)
-	n := buildAck(b, peer, local, qp.QPN(), psn, syn, 0)
+	n := buildAck(b, peer, local, roce.DefaultPKey, qp.QPN(), psn, syn, 0)
 	l.deliver(peer, 0, b[:n])
 }
 

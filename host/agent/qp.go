@@ -97,6 +97,12 @@ type QPConfig struct {
 	VerifyIncoming bool
 	// PSN is the first PSN this QP sends. Optional: 0 draws one at random.
 	PSN uint32
+	// PKey is the QP's P_Key (IBTA Vol. 1 §10.9): what it sends carries it,
+	// and a packet whose P_Key does not match it (roce.PKeyMatch) is
+	// dropped and counted (pkey_violations), here and in the kernel NP and
+	// RP. Optional: 0 means roce.DefaultPKey; a base (low 15 bits) of 0 is
+	// the invalid P_Key and refused.
+	PKey uint16
 }
 
 // DefaultQPConfig returns the defaults: MTU 1024, DSCP 26, no congestion
@@ -172,6 +178,8 @@ func (c *QPConfig) Validate() error {
 		return qpErr("buffer", fmt.Sprintf("%d", c.BufferBytes), "must be 0..%d bytes", 1<<31)
 	case c.PSN > roce.PSNMask:
 		return qpErr("psn", fmt.Sprintf("%#x", c.PSN), "must be 0..0xffffff")
+	case c.PKey != 0 && !roce.ValidPKey(c.PKey):
+		return qpErr("pkey", fmt.Sprintf("%#04x", c.PKey), "must have a base (low 15 bits) of 1..0x7fff")
 	}
 	if c.CC == CCDCQCN {
 		if err := c.DCQCN.Validate(); err != nil {
@@ -179,6 +187,14 @@ func (c *QPConfig) Validate() error {
 		}
 	}
 	return nil
+}
+
+// pkey is the P_Key the QP sends and accepts.
+func (qp *QP) pkey() uint16 {
+	if qp.cfg.PKey == 0 {
+		return roce.DefaultPKey
+	}
+	return qp.cfg.PKey
 }
 
 // Endpoint is what the side channel exchanges about a QP, as perftest
@@ -339,7 +355,7 @@ func (qp *QP) Connect(local netip.AddrPort, peer Endpoint) error {
 		err := off.AddQP(npbpf.QPContext{
 			QPN: qp.qpn, PeerQPN: peer.QPN,
 			Local: qp.mu.local.Addr(), Peer: peer.Addr.Addr(),
-			SrcPort: qp.mu.local.Port(), PKey: roce.DefaultPKey,
+			SrcPort: qp.mu.local.Port(), PKey: qp.pkey(),
 			CNPDSCP: qp.cfg.CNPDSCP, MinTimeBetweenCNPs: qp.cfg.CNPPeriod,
 		})
 		if err != nil {
@@ -349,7 +365,7 @@ func (qp *QP) Connect(local netip.AddrPort, peer Endpoint) error {
 		qp.mu.resp.np = nil // one NP per QP, or each CE would get two CNPs
 	}
 	if off := qp.agent.cfg.RPOffload; off != nil && qp.cfg.CC == CCDCQCN {
-		c, err := off.AddQP(rpbpf.QPContext{QPN: qp.qpn, Local: qp.mu.local.Addr(), Peer: peer.Addr.Addr()})
+		c, err := off.AddQP(rpbpf.QPContext{QPN: qp.qpn, Local: qp.mu.local.Addr(), Peer: peer.Addr.Addr(), PKey: qp.pkey()})
 		if err != nil {
 			if qp.mu.npOffloaded {
 				_ = qp.agent.cfg.NPOffload.RemoveQP(qp.qpn)

@@ -107,7 +107,7 @@ func FuzzReceive(f *testing.F) {
 		}
 		// unsupported_opcode is a subset of rx_packets: the QP took the
 		// packet, then found it had no use for it.
-		got := c.Malformed + c.ICRCErrors + c.UnknownQP + c.WrongPeer + c.RxPackets + ppfc
+		got := c.Malformed + c.ICRCErrors + c.UnknownQP + c.WrongPeer + c.PKeyViolations + c.RxPackets + ppfc
 		if got != delivered {
 			t.Fatalf("%d datagrams delivered, %d accounted for: %+v, ppfc %d", delivered, got, c, ppfc)
 		}

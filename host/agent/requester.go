@@ -183,7 +183,7 @@ func (qp *QP) buildDataLocked(b []byte, idx uint64) int {
 	last := k == r.ppm-1
 
 	var h roce.Header
-	h.BTH.PKey = roce.DefaultPKey
+	h.BTH.PKey = qp.pkey()
 	h.BTH.DestQP = qp.mu.peer.QPN
 	h.BTH.PSN = qp.psn(r.initPSN, idx)
 	h.BTH.AckReq = last || (idx+1)%r.ackEvery == 0 ||
@@ -233,7 +233,7 @@ func (qp *QP) buildDataLocked(b []byte, idx uint64) int {
 // buildCNPLocked writes a CNP to the peer's QP (Annex A17.9.3).
 // Precondition: qp.mu is held.
 func (qp *QP) buildCNPLocked(b []byte) int {
-	h := roce.CNPHeader(qp.mu.peer.QPN, roce.DefaultPKey)
+	h := roce.CNPHeader(qp.mu.peer.QPN, qp.pkey())
 	n := roce.Build(b, &h, nil)
 	roce.SealICRC(qp.mu.local, qp.mu.peer.Addr, b[:n])
 	qp.mu.ctr.NPCNPSent++
@@ -350,10 +350,10 @@ func (qp *QP) onCNPLocked(now time.Duration) {
 }
 
 // buildAck writes an ACK or NAK.
-func buildAck(b []byte, local, peer netip.AddrPort, destQP, psn uint32, syn roce.Syndrome, msn uint32) int {
+func buildAck(b []byte, local, peer netip.AddrPort, pkey uint16, destQP, psn uint32, syn roce.Syndrome, msn uint32) int {
 	var h roce.Header
 	h.BTH.Opcode = roce.OpRCAck
-	h.BTH.PKey = roce.DefaultPKey
+	h.BTH.PKey = pkey
 	h.BTH.DestQP = destQP
 	h.BTH.PSN = psn
 	h.AETH.Syndrome = syn

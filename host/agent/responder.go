@@ -173,7 +173,7 @@ func (qp *QP) sendAckLocked(rs *replies, psn uint32, syn roce.Syndrome) {
 	if p == nil {
 		return
 	}
-	p.N = buildAck(p.Buf, qp.mu.local, qp.mu.peer.Addr, qp.mu.peer.QPN, psn, syn, qp.mu.resp.msn)
+	p.N = buildAck(p.Buf, qp.mu.local, qp.mu.peer.Addr, qp.pkey(), qp.mu.peer.QPN, psn, syn, qp.mu.resp.msn)
 	p.TOS = qp.dataTOS
 	p.Addr, p.SrcPort = qp.peerAddr(), qp.sourcePort()
 	qp.mu.ctr.TxPackets++

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -115,7 +116,7 @@ func TestRPOffload(t *testing.T) {
 	offB.mu.Lock()
 	bAdded := len(offB.qps) != 0
 	offB.mu.Unlock()
-	want := rpbpf.QPContext{QPN: qa.QPN(), Local: pa.LocalAddr().Addr(), Peer: pb.LocalAddr().Addr()}
+	want := rpbpf.QPContext{QPN: qa.QPN(), Local: pa.LocalAddr().Addr(), Peer: pb.LocalAddr().Addr(), PKey: roce.DefaultPKey}
 	if !ok || c != want || bAdded {
 		t.Fatalf("added %+v (%v), want %+v; QP without DCQCN added: %v", c, ok, want, bAdded)
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/fabriclab/fabriclab/host/roce"
 	"net"
 	"net/netip"
 	"sync"
@@ -145,6 +146,9 @@ func (l *ServerLimits) bufferFor(msg int) int {
 // owner.
 type ServerOptions struct {
 	ServerLimits
+	// PKey is the P_Key of the server's QPs (QPConfig.PKey). Optional: 0
+	// means roce.DefaultPKey.
+	PKey uint16
 	// OnSession, if set, is called with each session's QPs once they are
 	// connected (the server tool prints them).
 	OnSession func(remote net.Addr, req SessionRequest, qps []*QP)
@@ -211,6 +215,9 @@ func (a *Agent) NewServer(opts ServerOptions) (*Server, error) {
 	opts.ServerLimits = opts.ServerLimits.withDefaults()
 	if err := opts.ServerLimits.validate(); err != nil {
 		return nil, err
+	}
+	if opts.PKey != 0 && !roce.ValidPKey(opts.PKey) {
+		return nil, qpErr("pkey", fmt.Sprintf("%#04x", opts.PKey), "must have a base (low 15 bits) of 1..0x7fff")
 	}
 	s := &Server{a: a, opts: opts}
 	lim := &opts.ServerLimits
@@ -292,6 +299,7 @@ func (s *Server) qpConfig(c net.Conn, req *SessionRequest) (QPConfig, *sidechan.
 	cfg.CNPDSCP = req.CNPDSCP
 	cfg.VerifyIncoming = req.Verify
 	cfg.BufferBytes = lim.bufferFor(req.MessageBytes)
+	cfg.PKey = s.opts.PKey
 	if err := cfg.Validate(); err != nil {
 		return cfg, sidechan.Refuse(RefusedQPConfig, "%s", detail(err))
 	}

@@ -269,18 +269,20 @@ type PortResult struct {
 
 // ServerResult is a rocev2 server's agent's drops over the run.
 type ServerResult struct {
-	Node          string `json:"node"`
-	Malformed     uint64 `json:"malformed"`
-	ICRCErrors    uint64 `json:"icrc_errors"`
-	UnknownQP     uint64 `json:"unknown_qp"`
-	WrongPeer     uint64 `json:"wrong_peer"`
-	SendErrors    uint64 `json:"send_errors"`
-	ReplyOverruns uint64 `json:"reply_overruns"`
+	Node       string `json:"node"`
+	Malformed  uint64 `json:"malformed"`
+	ICRCErrors uint64 `json:"icrc_errors"`
+	UnknownQP  uint64 `json:"unknown_qp"`
+	WrongPeer  uint64 `json:"wrong_peer"`
+	// PKeyViolations: packets of another partition (P_Key).
+	PKeyViolations uint64 `json:"pkey_violations"`
+	SendErrors     uint64 `json:"send_errors"`
+	ReplyOverruns  uint64 `json:"reply_overruns"`
 }
 
 // Dropped sums them.
 func (s *ServerResult) Dropped() uint64 {
-	return s.Malformed + s.ICRCErrors + s.UnknownQP + s.WrongPeer + s.SendErrors + s.ReplyOverruns
+	return s.Malformed + s.ICRCErrors + s.UnknownQP + s.WrongPeer + s.PKeyViolations + s.SendErrors + s.ReplyOverruns
 }
 
 // HostDrops is a host's drops outside the network.

@@ -1013,7 +1013,7 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 		if v, ok := r.servers[i].(*perf.Server); ok {
 			c := v.Agent().Counters()
 			res.Servers = append(res.Servers, ServerResult{Node: sp.Node, Malformed: c.Malformed, ICRCErrors: c.ICRCErrors,
-				UnknownQP: c.UnknownQP, WrongPeer: c.WrongPeer, SendErrors: c.SendErrors, ReplyOverruns: c.ReplyOverruns})
+				UnknownQP: c.UnknownQP, WrongPeer: c.WrongPeer, PKeyViolations: c.PKeyViolations, SendErrors: c.SendErrors, ReplyOverruns: c.ReplyOverruns})
 		}
 	}
 	for _, rd := range r.delays {

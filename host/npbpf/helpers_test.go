@@ -64,7 +64,11 @@ type dataPkt struct {
 	mf        bool   // IPv4 more fragments
 	fragOff   uint16 // IPv4 fragment offset, 8-byte units
 	tcp       bool   // TCP instead of UDP
+	pkey      uint16 // default testPKey, testQP's
 }
+
+// testPKey is testQP's P_Key: a full member of partition 1.
+const testPKey = 0x8001
 
 // frame builds the packet with a correct ICRC (over the IP header as
 // built).
@@ -82,7 +86,10 @@ func (p dataPkt) frame(tb testing.TB) []byte {
 			p.src, p.dst = addrSender6, addrRecv6
 		}
 	}
-	h := roce.Header{BTH: roce.BTH{Opcode: p.op, PKey: roce.DefaultPKey, DestQP: p.destQP, PSN: p.psn}}
+	if p.pkey == 0 {
+		p.pkey = testPKey
+	}
+	h := roce.Header{BTH: roce.BTH{Opcode: p.op, PKey: p.pkey, DestQP: p.destQP, PSN: p.psn}}
 	if p.op.HasRETH() {
 		h.RETH = roce.RETH{VA: 0x1000, RKey: 0x77, DMALen: uint32(p.payload)}
 	}
@@ -215,7 +222,7 @@ func addQP(tb testing.TB, o *Objects, c QPContext) {
 // testQP is the receiver's QP 0x000123 with the sender's QP 0x000456.
 func testQP(v6 bool, n uint64) QPContext {
 	c := QPContext{QPN: 0x123, PeerQPN: 0x456, Local: addrRecv, Peer: addrSender, SrcPort: 0xc0de,
-		PKey: 0x8001, MinTimeBetweenCNPs: timeNs(n)}
+		PKey: testPKey, MinTimeBetweenCNPs: timeNs(n)}
 	if v6 {
 		c.Local, c.Peer = addrRecv6, addrSender6
 	}

@@ -93,7 +93,9 @@ type QPContext struct {
 	// SrcPort is the UDP source port this QP sends from (its ECMP
 	// entropy); CNPs go to UDP 4791 like every RoCEv2 packet.
 	SrcPort uint16
-	// PKey is the CNP's P_Key. Optional: 0 (an invalid P_Key) means
+	// PKey is the QP's P_Key: its CNPs carry it, and a request whose
+	// P_Key does not match it (roce.PKeyMatch) is not answered
+	// (Stats.PKeyViolations). Optional: 0 (an invalid P_Key) means
 	// roce.DefaultPKey (0xffff).
 	PKey uint16
 	// CNPDSCP is the CNP's DSCP, 0..63; it is sent ECT(0). Optional: 0
@@ -116,6 +118,8 @@ func (c QPContext) Validate() error {
 		return fmt.Errorf("npbpf: qp %#x: needs both addresses (local %v, peer %v)", c.QPN, c.Local, c.Peer)
 	case local.Is4() != peer.Is4():
 		return fmt.Errorf("npbpf: qp %#x: local %v and peer %v are different IP families", c.QPN, c.Local, c.Peer)
+	case c.PKey != 0 && !roce.ValidPKey(c.PKey):
+		return fmt.Errorf("npbpf: qp %#x: pkey %#04x: must have a base (low 15 bits) of 1..0x7fff", c.QPN, c.PKey)
 	case c.CNPDSCP > maxDSCP:
 		return fmt.Errorf("npbpf: qp %#x: cnp_dscp %d: must be 0..63", c.QPN, c.CNPDSCP)
 	case c.MinTimeBetweenCNPs < 0 || c.MinTimeBetweenCNPs > MaxMinTimeBetweenCNPs:
@@ -217,7 +221,8 @@ var (
 
 // Stats are the device's counters, summed over CPUs. Every packet the
 // ingress program sees is counted in Packets and in exactly one of NotRoCE,
-// Truncated, VLAN, IPOptions, Fragment, NotRequest, UnknownQP, NotCE, CE.
+// Truncated, VLAN, IPOptions, Fragment, NotRequest, Malformed, UnknownQP,
+// PKeyViolations, NotCE, CE.
 type Stats struct {
 	Packets    uint64 `json:"packets"`
 	NotRoCE    uint64 `json:"not_roce"`    // non-IP, not UDP 4791, IPv6 extension headers, later fragments
@@ -226,9 +231,16 @@ type Stats struct {
 	IPOptions  uint64 `json:"ip_options"`  // RoCEv2 in an IPv4 header with options: not answered
 	Fragment   uint64 `json:"fragment"`    // RoCEv2 in the first fragment of an IPv4 datagram: not answered
 	NotRequest uint64 `json:"not_request"` // RoCEv2, not an RC request (ACK, read response, CNP, UC, UD)
-	UnknownQP  uint64 `json:"unknown_qp"`  // an RC request to a QPN not added, or from another address pair
-	NotCE      uint64 `json:"not_ce"`      // an RC request of a known QP without CE
-	CE         uint64 `json:"ce"`          // an RC request of a known QP with CE
+	// Malformed: an RC request that breaks a BTH rule the agent applies
+	// too (bpf/roce_check.h, roce.Parse): TVer not 0, shorter than its
+	// opcode's headers and ICRC, a PadCnt past its payload.
+	Malformed uint64 `json:"malformed"`
+	UnknownQP uint64 `json:"unknown_qp"` // an RC request to a QPN not added, or from another address pair
+	// PKeyViolations: an RC request of a known QP whose P_Key does not
+	// match the QP's.
+	PKeyViolations uint64 `json:"pkey_violations"`
+	NotCE          uint64 `json:"not_ce"` // an RC request of a known QP without CE
+	CE             uint64 `json:"ce"`     // an RC request of a known QP with CE
 	// What the CE packets led to.
 	CNPSent        uint64 `json:"cnp_sent"` // HeldSent included
 	Coalesced      uint64 `json:"coalesced"`
@@ -261,7 +273,9 @@ func (s *Stats) add(o *bpf.NpNpStats) {
 	s.IPOptions += o.IpOptions
 	s.Fragment += o.Fragment
 	s.NotRequest += o.NotRequest
+	s.Malformed += o.Malformed
 	s.UnknownQP += o.UnknownQp
+	s.PKeyViolations += o.PkeyViolations
 	s.NotCE += o.NotCe
 	s.CE += o.Ce
 	s.CNPSent += o.CnpSent

@@ -186,6 +186,13 @@ func (o *Objects) Close() error {
 // SetClock sets the time in ns the programs see.
 func (o *Objects) SetClock(nowNs uint64) error { return o.objs.TestNowNs.Set(nowNs) }
 
+// RunIngress hands one Ethernet frame to np_ingress (BPF_PROG_RUN), as a
+// device's ingress would: for tests that hold the kernel NP's verdicts
+// against another's (host/agent). It returns the program's return code.
+func (o *Objects) RunIngress(frame []byte) (uint32, error) {
+	return o.objs.Ingress.Run(&ebpf.RunOptions{Data: frame})
+}
+
 // Redirects returns how many CNPs np_ingress would have cloned.
 func (o *Objects) Redirects() (uint64, error) {
 	var n uint64

@@ -341,6 +341,14 @@ func TestIngressPassesUntouched(t *testing.T) {
 	arp = append(arp, 0x08, 0x06)
 	arp = append(arp, make([]byte, 28)...)
 	with := func(f func(*dataPkt)) []byte { p := ce; f(&p); return p.frame(t) }
+	// flagsByte sets BTH byte 1 (SE, M, PadCnt, TVer) of an IPv4 frame.
+	flagsByte := func(f []byte, v byte) []byte { f[14+20+8+1] = v; return f }
+	// A WRITE_FIRST whose UDP length ends inside its RETH, BTH and ICRC
+	// still covered.
+	noRETH := dataPkt{ecn: ecnCE, op: roce.OpRCWriteFirst, destQP: c.QPN}.frame(t)
+	noRETH = noRETH[:14+20+8+roce.BTHLen+roce.ICRCLen]
+	binary.BigEndian.PutUint16(noRETH[14+2:], uint16(len(noRETH)-14))
+	binary.BigEndian.PutUint16(noRETH[14+20+4:], 8+roce.BTHLen+roce.ICRCLen)
 
 	for _, tc := range []struct {
 		name string
@@ -378,6 +386,12 @@ func TestIngressPassesUntouched(t *testing.T) {
 		{"truncated: in the IPv6 BTH", with(func(p *dataPkt) { p.v6 = true })[:14+40+8+11], "truncated"},
 		{"UDP length without room for the ICRC", udpTooShort, "truncated"},
 		{"VLAN tag cut short", with(func(p *dataPkt) { p.vlans = 1 })[:16], "truncated"},
+		// The BTH rules the agent applies too (bpf/roce_check.h).
+		{"TVer 1", flagsByte(with(func(p *dataPkt) {}), 0x01), "malformed"},
+		{"PadCnt 3 without a payload", flagsByte(with(func(p *dataPkt) { p.op, p.payload = roce.OpRCSendOnly, 0 }), 0x30), "malformed"},
+		{"WRITE_FIRST without room for its RETH", noRETH, "malformed"},
+		{"another partition", with(func(p *dataPkt) { p.pkey = 0x8002 }), "pkey_violations"},
+		{"a limited member of another partition", with(func(p *dataPkt) { p.pkey = 0x7fff }), "pkey_violations"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r0, s0 := redirects(t, o), stats(t, o)

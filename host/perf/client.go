@@ -124,6 +124,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	}
 	qc.NP = false // the client's QPs receive only ACKs and CNPs
 	qc.CNPDSCP = params.CNPDSCP
+	qc.PKey = c.PKey
 	qc.Window, qc.AckReqEvery, qc.MaxBurst = c.Window, c.AckReqEvery, c.MaxBurst
 	qc.InflightTime = c.InflightTime
 	qc.AckTimeout, qc.RetryCount = c.AckTimeout, c.RetryCount

@@ -153,6 +153,10 @@ type ServerConfig struct {
 	// Held gets the time the server's replies (ACKs, CNPs, credit) were
 	// held by its host (engine.Config.Held). Optional: not measured.
 	Held *hostlost.Log
+	// PKey (--pkey) is the P_Key of the server's QPs (agent.QPConfig.PKey):
+	// a client's packets of another partition are dropped. RoCEv2 only.
+	// Optional: 0 means roce.DefaultPKey.
+	PKey uint16
 }
 
 // Where the notification point runs (ServerConfig.NP), and where the
@@ -210,6 +214,9 @@ type ClientConfig struct {
 	// DSCP marks data and ACKs; 0 means 26. CNPDSCP marks the server's
 	// CNPs; 0 means 48. (DSCP 0 itself cannot be chosen.)
 	DSCP, CNPDSCP uint8
+	// PKey (--pkey) is the P_Key of the client's QPs (agent.QPConfig.PKey);
+	// the server's must match it. Optional: 0 means roce.DefaultPKey.
+	PKey uint16
 	// Interval is the report interval (-i); 0 means no interval reports.
 	Interval time.Duration
 	// Omit (-O) is a warm-up excluded from the summary; the run lasts
@@ -442,6 +449,8 @@ func (c ClientConfig) Validate() error {
 		return configErr(FieldDSCP, c.DSCP, "1..63")
 	case c.CNPDSCP > 63:
 		return configErr(FieldCNPDSCP, c.CNPDSCP, "1..63")
+	case c.PKey != 0 && !roce.ValidPKey(c.PKey):
+		return configErr(FieldPKey, fmt.Sprintf("%#04x", c.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
 	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
 		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:

@@ -26,6 +26,7 @@ const (
 	FieldCC           Field = "cc"
 	FieldDSCP         Field = "dscp"
 	FieldCNPDSCP      Field = "cnp_dscp"
+	FieldPKey         Field = "pkey"
 	FieldTrimDSCP     Field = "trim_dscp"
 	FieldTrimLastHop  Field = "trim_lasthop_dscp"
 	FieldProfile      Field = "profile"

@@ -224,6 +224,7 @@ func serverAgentLine(sa *ServerAgent) string {
 	l.add("icrc_errors", c.ICRCErrors)
 	l.add("unknown_qp", c.UnknownQP)
 	l.add("wrong_peer", c.WrongPeer)
+	l.add("pkey_violations", c.PKeyViolations)
 	l.add("unsupported_opcode", c.Unsupported)
 	l.add("send_errors", c.SendErrors)
 	l.add("ppfc_received_stop", c.PPFCReceivedStop)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fabriclab/fabriclab/host/roce"
 	"io"
 	"log/slog"
 	"net"
@@ -85,6 +86,8 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		return nil, configErr(FieldPort, cfg.Port, "1..65535")
 	case cfg.UDPPort < 1 || cfg.UDPPort > 65535:
 		return nil, configErr(FieldUDPPort, cfg.UDPPort, "1..65535")
+	case cfg.PKey != 0 && !roce.ValidPKey(cfg.PKey):
+		return nil, configErr(FieldPKey, fmt.Sprintf("%#04x", cfg.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
@@ -131,7 +134,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		log:  log,
 		sess: map[string]*serverSession{},
 	}
-	s.side, err = s.ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
+	s.side, err = s.ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, PKey: cfg.PKey, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
 	if err != nil {
 		_ = s.Close()
 		return nil, &ConfigError{Field: FieldServerLimits, Cause: err}

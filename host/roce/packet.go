@@ -44,10 +44,13 @@ func Build(b []byte, h *Header, payload []byte) int {
 // and returns the payload without pad, a subslice of udpPayload whose
 // capacity ends at the pad. It checks that the buffer holds the headers and
 // the ICRC, that TVer is 0, that the opcode is known and that the pad fits
-// in what follows the headers. It does not check the ICRC (VerifyICRC does)
-// nor that the payload is 4-byte aligned or that opcodes without payload
-// carry none. A PPFC notification parses as a CNP with h.BTH.PPFC set
-// (BTH.IsPPFC): ParsePPFC reads its extension.
+// in what follows the headers, and that a CNP carries nothing after its
+// reserved field (ErrCNPLength). These are the receive rules the kernel RP
+// and NP apply too (bpf/roce_check.h); PKeyMatch is the last of them. It
+// does not check the ICRC (VerifyICRC does) nor that the payload is 4-byte
+// aligned or that other opcodes without payload carry none. A PPFC
+// notification parses as a CNP with h.BTH.PPFC set (BTH.IsPPFC):
+// ParsePPFC reads its extension.
 func Parse(udpPayload []byte, h *Header) (payload []byte, err error) {
 	n, err := DecodeHeader(udpPayload, h)
 	if err != nil {
@@ -63,9 +66,29 @@ func Parse(udpPayload []byte, h *Header) (payload []byte, err error) {
 		return nil, fmt.Errorf("roce: %w: PadCnt %d, %d bytes after the %s headers",
 			ErrPad, pad, len(body), h.BTH.Opcode)
 	}
+	if h.BTH.Opcode == OpCNP && !h.BTH.PPFC && len(body) != 0 {
+		return nil, fmt.Errorf("roce: %w: %d bytes after the reserved field", ErrCNPLength, len(body))
+	}
 	end := len(body) - pad
 	return body[:end:end], nil
 }
+
+// PKeyMatch is IBTA Vol. 1 §10.9.3's P_Key check of a received packet's
+// P_Key against its QP's: the bases (low 15 bits) equal and not 0 (0x0000
+// and 0x8000 are the invalid P_Key), and at least one of the two a full
+// member (top bit). A QP drops a packet that does not match.
+func PKeyMatch(packet, qp uint16) bool {
+	return packet&pkeyBase == qp&pkeyBase && packet&pkeyBase != 0 && (packet|qp)&pkeyFull != 0
+}
+
+const (
+	pkeyBase = 0x7FFF
+	pkeyFull = 0x8000
+)
+
+// ValidPKey reports whether k can be a QP's P_Key: any but the invalid
+// P_Key (base 0).
+func ValidPKey(k uint16) bool { return k&pkeyBase != 0 }
 
 // CNPHeader returns the header of a Congestion Notification Packet for the
 // QP that sent a CE-marked packet (Annex A17.9.3): opcode 0x81, BECN set,

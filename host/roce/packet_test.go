@@ -52,6 +52,12 @@ func TestBuildParse(t *testing.T) {
 			}
 			var got Header
 			p, err := Parse(pkt, &got)
+			if c.op == OpCNP && !h.BTH.PPFC && plen > 0 {
+				if !errors.Is(err, ErrCNPLength) {
+					t.Fatalf("%s/%d: Parse of a CNP with a payload: %v, want ErrCNPLength", c.name, plen, err)
+				}
+				continue
+			}
 			if err != nil {
 				t.Fatalf("%s/%d: Parse: %v", c.name, plen, err)
 			}
@@ -171,5 +177,30 @@ func TestCNP(t *testing.T) {
 	}
 	if CNPHeader(0xFF000001, 1).BTH.DestQP != 1 {
 		t.Error("CNPHeader does not mask DestQP to 24 bits")
+	}
+}
+
+// TestPKeyMatch: IBTA Vol. 1 §10.9.3 — the same base, not 0, and at least
+// one full member.
+func TestPKeyMatch(t *testing.T) {
+	for _, c := range []struct {
+		packet, qp uint16
+		want       bool
+	}{
+		{0xFFFF, 0xFFFF, true},
+		{0x7FFF, 0xFFFF, true},  // a limited member to a full one
+		{0xFFFF, 0x7FFF, true},  // a full member to a limited one
+		{0x7FFF, 0x7FFF, false}, // two limited members never talk
+		{0x8123, 0x8124, false}, // other partitions
+		{0x8000, 0x8000, false}, // the invalid P_Key
+		{0x0000, 0x8000, false},
+		{0x8001, 0xFFFF, false},
+	} {
+		if got := PKeyMatch(c.packet, c.qp); got != c.want {
+			t.Errorf("PKeyMatch(%#04x, %#04x) = %v, want %v", c.packet, c.qp, got, c.want)
+		}
+	}
+	if ValidPKey(0x8000) || ValidPKey(0) || !ValidPKey(0x0001) || !ValidPKey(0xFFFF) {
+		t.Error("ValidPKey: the invalid P_Key is base 0, every other key valid")
 	}
 }

@@ -51,6 +51,9 @@ var (
 	ErrUnknownOpcode = errors.New("unknown opcode")
 	// ErrPad: the BTH pad count is larger than the payload it pads.
 	ErrPad = errors.New("pad count exceeds payload")
+	// ErrCNPLength: a CNP longer than its BTH, reserved field and ICRC
+	// (Annex A17.9.3).
+	ErrCNPLength = errors.New("CNP of the wrong length")
 	// ErrNotIP: ICRCFromIP was given something other than an IPv4 or IPv6
 	// packet (or an IPv4 header with an IHL below 5).
 	ErrNotIP = errors.New("not an IPv4 or IPv6 packet")

@@ -137,6 +137,13 @@ func (o *Objects) SetClock(nowNs uint64) error {
 // program is rp_ingress, for Attach and BPF_PROG_RUN tests.
 func (o *Objects) program() *ebpf.Program { return o.objs.RpIngress }
 
+// RunIngress hands one Ethernet frame to rp_ingress (BPF_PROG_RUN), as a
+// device's ingress would: for tests that hold the kernel RP's verdicts
+// against another's (host/agent). It returns the program's return code.
+func (o *Objects) RunIngress(frame []byte) (uint32, error) {
+	return o.objs.RpIngress.Run(&ebpf.RunOptions{Data: frame})
+}
+
 // Close unmaps the slots (counters read 0 from then on) and frees the
 // program and maps. It is idempotent.
 func (o *Objects) Close() error {

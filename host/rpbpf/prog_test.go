@@ -1,6 +1,7 @@
 package rpbpf
 
 import (
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
+	"github.com/fabriclab/fabriclab/host/roce"
 )
 
 const tcxNext = ^uint32(0) // TC_ACT_UNSPEC as BPF_PROG_RUN returns it
@@ -39,7 +41,7 @@ func loadTest(tb testing.TB) *Objects {
 // host/roce).
 func cnp(tb testing.TB, from, to netip.Addr, qpn uint32) []byte {
 	tb.Helper()
-	f, err := npprobe.CNPSpec{Local: from, Peer: to, SrcPort: 0xc0de, PeerQPN: qpn, DSCP: 48,
+	f, err := npprobe.CNPSpec{Local: from, Peer: to, SrcPort: 0xc0de, PeerQPN: qpn, PKey: roce.DefaultPKey, DSCP: 48,
 		DataSrc: macSender, DataDst: macReceiver}.Frame()
 	if err != nil {
 		tb.Fatal(err)
@@ -68,7 +70,7 @@ func stats(tb testing.TB, o *Objects) Stats {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sum := s.NotRoCE + s.Truncated + s.IPOptions + s.NotCNP + s.PPFC + s.Malformed + s.UnknownQP + s.ICRCErrors + s.Counted
+	sum := s.NotRoCE + s.Truncated + s.IPOptions + s.NotCNP + s.PPFC + s.Malformed + s.UnknownQP + s.PKeyViolations + s.ICRCErrors + s.Counted
 	if sum != s.Packets {
 		tb.Errorf("stats %+v: causes add up to %d, packets %d", s, sum, s.Packets)
 	}
@@ -165,6 +167,10 @@ func TestNotCounted(t *testing.T) {
 			return b
 		}), func(s Stats) uint64 { return s.Malformed }},
 		{"truncated", good[:bthOff+6], func(s Stats) uint64 { return s.Truncated }},
+		// Issue 28: a correct ICRC does not make a bad BTH a CNP.
+		{"tver 1", resealed(t, mod(func(b []byte) []byte { b[bthOff+1] = 0x01; return b })), func(s Stats) uint64 { return s.Malformed }},
+		{"padcnt 3", resealed(t, mod(func(b []byte) []byte { b[bthOff+1] = 0x30; return b })), func(s Stats) uint64 { return s.Malformed }},
+		{"other partition", resealed(t, mod(func(b []byte) []byte { b[bthOff+2], b[bthOff+3] = 0x80, 0x01; return b })), func(s Stats) uint64 { return s.PKeyViolations }},
 		{"not ip", mod(func(b []byte) []byte { b[12], b[13] = 0x88, 0xcc; return b[:20] }), func(s Stats) uint64 { return s.NotRoCE }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,6 +183,44 @@ func TestNotCounted(t *testing.T) {
 				t.Errorf("counted as the QP's CNP")
 			}
 		})
+	}
+}
+
+// resealed gives an IPv4 CNP frame (from addrRecv to addrSender) a correct
+// ICRC again after a test changed it.
+func resealed(tb testing.TB, f []byte) []byte {
+	tb.Helper()
+	const udpOff = 14 + 20
+	src := netip.AddrPortFrom(addrRecv, binary.BigEndian.Uint16(f[udpOff:]))
+	dst := netip.AddrPortFrom(addrSender, roce.UDPPort)
+	roce.SealICRC(src, dst, f[udpOff+8:])
+	return f
+}
+
+// TestPKey: a CNP counts when its P_Key matches the QP's (IBTA Vol. 1
+// §10.9.3: the same base, one of the two a full member).
+func TestPKey(t *testing.T) {
+	o := loadTest(t)
+	const qpn = 0x33
+	c, err := o.AddQP(QPContext{QPN: qpn, Local: addrSender, Peer: addrRecv, PKey: 0x0123})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bthOff = 14 + 20 + 8
+	for i, v := range []struct {
+		pkey    uint16
+		counted bool
+	}{{0x8123, true}, {0x0123, false}, {0xFFFF, false}, {0x8124, false}, {0x8000, false}} {
+		f := cnp(t, addrRecv, addrSender, qpn)
+		binary.BigEndian.PutUint16(f[bthOff+2:], v.pkey)
+		before := c.Counted()
+		run(t, o, uint64(i), resealed(t, f))
+		if got := c.Counted() > before; got != v.counted {
+			t.Errorf("P_Key %#04x against the QP's 0x0123: counted %v, want %v", v.pkey, got, v.counted)
+		}
+	}
+	if _, err := o.AddQP(QPContext{QPN: 0x34, Local: addrSender, Peer: addrRecv, PKey: 0x8000}); err == nil {
+		t.Error("AddQP with the invalid P_Key 0x8000: no error")
 	}
 }
 

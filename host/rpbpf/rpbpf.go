@@ -20,6 +20,7 @@ import (
 	"net/netip"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/roce"
 )
 
 const (
@@ -49,6 +50,10 @@ type QPContext struct {
 	// CNP to QPN from another address pair is not counted
 	// (Stats.UnknownQP).
 	Local, Peer netip.Addr
+	// PKey is the QP's P_Key: a CNP whose P_Key does not match it
+	// (roce.PKeyMatch) is not counted (Stats.PKeyViolations). Optional:
+	// 0 means roce.DefaultPKey.
+	PKey uint16
 }
 
 // Validate reports what is wrong with c, naming the field, its value and
@@ -57,6 +62,9 @@ func (c QPContext) Validate() error {
 	var errs []error
 	if c.QPN == 0 || c.QPN > 0xffffff {
 		errs = append(errs, fmt.Errorf("rpbpf: QPN %#x: must be 0x1..0xffffff", c.QPN))
+	}
+	if c.PKey != 0 && !roce.ValidPKey(c.PKey) {
+		errs = append(errs, fmt.Errorf("rpbpf: PKey %#04x: must have a base (low 15 bits) of 1..0x7fff", c.PKey))
 	}
 	l, p := c.Local.Unmap(), c.Peer.Unmap()
 	switch {
@@ -71,7 +79,10 @@ func (c QPContext) Validate() error {
 }
 
 func (c QPContext) value(slot uint32) bpf.RpRpQp {
-	v := bpf.RpRpQp{Slot: slot}
+	v := bpf.RpRpQp{Slot: slot, Pkey: c.PKey}
+	if v.Pkey == 0 {
+		v.Pkey = roce.DefaultPKey
+	}
 	l, p := c.Local.Unmap(), c.Peer.Unmap()
 	if l.Is4() {
 		v.Family = familyIPv4
@@ -106,18 +117,21 @@ type Offload interface {
 
 // Stats are the program's per-cause packet counters, summed over CPUs.
 // Packets = NotRoCE + Truncated + IPOptions + NotCNP + PPFC + Malformed +
-// UnknownQP + ICRCErrors + Counted.
+// UnknownQP + PKeyViolations + ICRCErrors + Counted.
 type Stats struct {
-	Packets    uint64 `json:"packets"`
-	NotRoCE    uint64 `json:"not_roce"`
-	Truncated  uint64 `json:"truncated"`
-	IPOptions  uint64 `json:"ip_options"`
-	NotCNP     uint64 `json:"not_cnp"`
-	PPFC       uint64 `json:"ppfc"`
-	Malformed  uint64 `json:"malformed"`
-	UnknownQP  uint64 `json:"unknown_qp"`
-	ICRCErrors uint64 `json:"icrc_errors"`
-	Counted    uint64 `json:"rp_cnp_counted"`
+	Packets   uint64 `json:"packets"`
+	NotRoCE   uint64 `json:"not_roce"`
+	Truncated uint64 `json:"truncated"`
+	IPOptions uint64 `json:"ip_options"`
+	NotCNP    uint64 `json:"not_cnp"`
+	PPFC      uint64 `json:"ppfc"`
+	Malformed uint64 `json:"malformed"`
+	UnknownQP uint64 `json:"unknown_qp"`
+	// PKeyViolations: CNPs of a known QP with a P_Key that does not match
+	// the QP's.
+	PKeyViolations uint64 `json:"pkey_violations"`
+	ICRCErrors     uint64 `json:"icrc_errors"`
+	Counted        uint64 `json:"rp_cnp_counted"`
 }
 
 func (s *Stats) add(o *bpf.RpRpStats) {
@@ -129,6 +143,7 @@ func (s *Stats) add(o *bpf.RpRpStats) {
 	s.PPFC += o.Ppfc
 	s.Malformed += o.Malformed
 	s.UnknownQP += o.UnknownQp
+	s.PKeyViolations += o.PkeyViolations
 	s.ICRCErrors += o.IcrcErrors
 	s.Counted += o.Counted
 }
