@@ -1,6 +1,7 @@
 package pds
 
 import (
+	"math"
 	"net/netip"
 	"time"
 
@@ -82,6 +83,21 @@ func (ep *Endpoint) Targets() []TargetStats {
 }
 
 func (t *target) psn(idx uint64) uint32 { return t.start + uint32(idx) }
+
+// ackPSNOffset is the owed ACK's ack_psn_offset: the packet it answers
+// (ackIdx) from the cumulative PSN (index cack-1), signed (uet.md, Linux's
+// s16). It is negative when that packet is below the cumulative PSN: a
+// retransmission that filled a hole, an answer to a probe for a PSN
+// already acknowledged. An offset the field cannot hold names the
+// cumulative PSN instead, which arrived too: the source then takes no RTT
+// sample from an ACK it cannot match.
+func (t *target) ackPSNOffset() int16 {
+	d := int64(t.ackIdx - (t.cack - 1)) // indices: no PSN wrap
+	if d < math.MinInt16 || d > math.MaxInt16 {
+		return 0
+	}
+	return int16(d)
+}
 
 // rxCCC is the destination's CCC of a {source, destination, TC}: the
 // contexts the receiver counts against its limit, and RCCC's receiving
@@ -348,7 +364,7 @@ func (ep *Endpoint) sendAck(now time.Duration, t *target, out *engine.Replies, r
 		Type:         uet.TypeAckCC,
 		M:            t.ackCE,
 		Req:          req,
-		AckPSNOffset: int16(max(min(int64(t.psn(t.ackIdx)-cackPSN), 1<<15-1), -1<<15)),
+		AckPSNOffset: t.ackPSNOffset(),
 		CACKPSN:      cackPSN,
 		SPDCID:       t.id,
 		DPDCID:       t.key.SPDCID,
@@ -458,7 +474,10 @@ func (ep *Endpoint) onProbe(now time.Duration, m *pktio.Message, c *uet.Ctrl, ou
 		ep.dropOwed(t)
 	}
 	off := int64(int32(c.PSN - t.psn(t.cack)))
-	got := off < 0 || off < maxPDCWindow && t.rcvd[(t.cack+uint64(off))%maxPDCWindow]
+	// Below the cumulative PSN it arrived, unless it is before the PDC's
+	// first PSN: never sent.
+	got := off < 0 && -off <= int64(t.cack) ||
+		off >= 0 && off < maxPDCWindow && t.rcvd[(t.cack+uint64(off))%maxPDCWindow]
 	if got {
 		t.ackIdx = t.cack + uint64(off)
 	} else {
