@@ -150,6 +150,7 @@ struct pe_stats {
 	__u64 cnp_unknown;     /* CNPs to this PE from others: passed on */
 	__u64 cnp_events_lost;
 	__u64 decap_cells[16]; /* [inner << 2 | outer] */
+	__u64 decap_bad_checksum; /* outer IPv4 header checksum wrong: dropped */
 };
 
 /* A decapsulated packet in an unused cell. */
@@ -329,6 +330,21 @@ static __always_inline __u16 ipv4_csum(struct iphdr *ip)
 	__s64 sum = bpf_csum_diff(0, 0, (__be32 *)ip, sizeof(*ip), 0);
 
 	return csum_fold((__u32)sum);
+}
+
+/* ipv4_header_ok verifies the checksum of the IPv4 header at the frame's
+ * offset 14, options included (olen bytes, 20..60): RFC 1071, its 16-bit
+ * words, the checksum among them, sum to 0xffff. */
+static __always_inline int ipv4_header_ok(struct __sk_buff *skb, __u32 olen)
+{
+	__u8 hdr[60];
+	__u32 len = olen & 0x3c;
+	__s64 sum;
+
+	if (len < sizeof(struct iphdr) || bpf_skb_load_bytes(skb, sizeof(struct ethhdr), hdr, len))
+		return 0;
+	sum = bpf_csum_diff(0, 0, (__be32 *)hdr, len, 0);
+	return sum >= 0 && csum_fold((__u32)sum) == 0;
 }
 
 /*
@@ -687,6 +703,13 @@ int tunnel_decap(struct __sk_buff *skb)
 	    bpf_ntohs(ip->tot_len) > skb->len - sizeof(struct ethhdr) ||
 	    ip->frag_off & bpf_htons(NET_IPV4_FLAG_MF | NET_IPV4_FRAG_OFFSET)) {
 		st->decap_malformed++;
+		return TC_ACT_SHOT;
+	}
+	/* The PE is the outer packet's destination and runs before the
+	 * kernel's IP receive path: no one else checks this header (RFC 1122
+	 * 3.2.1.2, RFC 1812 5.2.2). */
+	if (!ipv4_header_ok(skb, olen)) {
+		st->decap_bad_checksum++;
 		return TC_ACT_SHOT;
 	}
 	if (skb->gso_size) {

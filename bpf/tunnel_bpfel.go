@@ -81,35 +81,36 @@ type TunnelPeCongestion struct {
 }
 
 type TunnelPeStats struct {
-	_               structs.HostLayout
-	EncapPackets    uint64
-	EncapBytes      uint64
-	EncapPassed     uint64
-	EncapTooBig     uint64
-	EncapIcmpSent   uint64
-	EncapIcmpFailed uint64
-	EncapMalformed  uint64
-	EncapErrors     uint64
-	EncapGsoFixed   uint64
-	EncapInnerCe    uint64
-	EncapOuterEcn   [4]uint64
-	DecapPackets    uint64
-	DecapBytes      uint64
-	DecapPassed     uint64
-	DecapMalformed  uint64
-	DecapSpoofed    uint64
-	DecapGso        uint64
-	DecapErrors     uint64
-	DecapDropped    uint64
-	DecapWarn       uint64
-	DecapAlarm      uint64
-	DecapLight      uint64
-	DecapEventsLost uint64
-	CnpLight        uint64
-	CnpHeavy        uint64
-	CnpUnknown      uint64
-	CnpEventsLost   uint64
-	DecapCells      [16]uint64
+	_                structs.HostLayout
+	EncapPackets     uint64
+	EncapBytes       uint64
+	EncapPassed      uint64
+	EncapTooBig      uint64
+	EncapIcmpSent    uint64
+	EncapIcmpFailed  uint64
+	EncapMalformed   uint64
+	EncapErrors      uint64
+	EncapGsoFixed    uint64
+	EncapInnerCe     uint64
+	EncapOuterEcn    [4]uint64
+	DecapPackets     uint64
+	DecapBytes       uint64
+	DecapPassed      uint64
+	DecapMalformed   uint64
+	DecapSpoofed     uint64
+	DecapGso         uint64
+	DecapErrors      uint64
+	DecapDropped     uint64
+	DecapWarn        uint64
+	DecapAlarm       uint64
+	DecapLight       uint64
+	DecapEventsLost  uint64
+	CnpLight         uint64
+	CnpHeavy         uint64
+	CnpUnknown       uint64
+	CnpEventsLost    uint64
+	DecapCells       [16]uint64
+	DecapBadChecksum uint64
 }
 
 type TunnelRoutePrefix struct {

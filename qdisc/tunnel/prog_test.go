@@ -173,7 +173,10 @@ type outerPkt struct {
 	inner    innerPkt
 }
 
-func (o outerPkt) frame(t *testing.T) []byte {
+func (o outerPkt) frame(t *testing.T) []byte { return o.frameOpts(t, nil) }
+
+// frameOpts is frame with the outer header's options given whole.
+func (o outerPkt) frameOpts(t *testing.T, opts []layers.IPv4Option) []byte {
 	if !o.src.IsValid() {
 		o.src = peRemote
 	}
@@ -189,6 +192,9 @@ func (o outerPkt) frame(t *testing.T) []byte {
 		data := make([]byte, o.options-2)
 		data[0] = 4
 		outer.Options = []layers.IPv4Option{{OptionType: 7, OptionLength: uint8(o.options), OptionData: data}}
+	}
+	if opts != nil {
+		outer.Options = opts
 	}
 	ip, udp, pl := o.inner.layers()
 	return serialize(t, &layers.Ethernet{SrcMAC: macNext, DstMAC: macPE, EthernetType: layers.EthernetTypeIPv4}, outer, ip, udp, pl)
@@ -492,6 +498,22 @@ func TestDecapRejects(t *testing.T) {
 	binary.BigEndian.PutUint16(lying[14+20+2:], 1400)
 	notV4 := good.frame(t)
 	notV4[14+20] = 0x65
+	// Issue 28's packet: IHL 7 (Router Alert, then padding), TOS 0x6a,
+	// DF, TTL 60, a 120-byte ECT(0) UDP 4791 packet inside; its outer
+	// checksum one less than right.
+	ra := outerPkt{dscp: 0x6a >> 2, ecn: ECN(0x6a & 3), inner: innerPkt{ecn: ECT0, payload: 120 - 28}}
+	raFrame := ra.frameOpts(t, []layers.IPv4Option{{OptionType: 148, OptionLength: 4, OptionData: []byte{0, 0}},
+		{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}})
+	if raFrame[14]&0xf != 7 || !ipv4Valid(raFrame[14:]) {
+		t.Fatalf("test frame: IHL %d, checksum valid %v", raFrame[14]&0xf, ipv4Valid(raFrame[14:]))
+	}
+	if v, _, _ := run(t, tp.progs.TunnelDecap, raFrame, bpf.SkBuff{}); v != verdictNext {
+		t.Fatalf("the good Router Alert packet: verdict %#x, want decapsulated", v)
+	}
+	badSum := bytes.Clone(raFrame)
+	binary.BigEndian.PutUint16(badSum[14+10:], binary.BigEndian.Uint16(raFrame[14+10:])-1)
+	badSum20 := good.frame(t)
+	badSum20[14+10] ^= 0x80
 
 	cases := []struct {
 		name    string
@@ -506,6 +528,8 @@ func TestDecapRejects(t *testing.T) {
 		{"inner length past the outer", lying, bpf.SkBuff{}, verdictShot},
 		{"inner not IPv4", notV4, bpf.SkBuff{}, verdictShot},
 		{"GSO", good.frame(t), bpf.SkBuff{GSOSegs: 2, GSOSize: 64}, verdictShot},
+		{"outer checksum off by one, IHL 7", badSum, bpf.SkBuff{}, verdictShot},
+		{"outer checksum wrong, IHL 5", badSum20, bpf.SkBuff{}, verdictShot},
 	}
 	for _, c := range cases {
 		if v, _, _ := run(t, tp.progs.TunnelDecap, c.frame, c.ctx); v != c.verdict {
@@ -513,8 +537,8 @@ func TestDecapRejects(t *testing.T) {
 		}
 	}
 	s := tp.stats(t).Decap
-	if s.Passed != 2 || s.Spoofed != 1 || s.Malformed != 3 || s.GSO != 1 || s.Packets != 0 {
-		t.Errorf("counters %+v: want 2 passed, 1 spoofed, 3 malformed, 1 GSO", s)
+	if s.Passed != 2 || s.Spoofed != 1 || s.Malformed != 3 || s.GSO != 1 || s.BadChecksum != 2 || s.Packets != 1 {
+		t.Errorf("counters %+v: want 2 passed, 1 spoofed, 3 malformed, 1 GSO, 2 bad checksums, 1 decapsulated", s)
 	}
 	// Every truncation of a good tunnel packet: no crash, no packet
 	// delivered with a header cut short.
@@ -529,7 +553,7 @@ func TestDecapRejects(t *testing.T) {
 	for n := 34; n < 60; n++ {
 		run(t, tp.progs.TunnelEncap, innerPkt{payload: 64}.frame(t)[:n], bpf.SkBuff{})
 	}
-	if s := tp.stats(t); s.Decap.Packets != 0 || s.Encap.Packets != 0 {
+	if s := tp.stats(t); s.Decap.Packets != 1 || s.Encap.Packets != 0 { // the Router Alert one above
 		t.Errorf("a truncated packet was tunnelled or decapsulated: %+v", s)
 	}
 }

@@ -66,6 +66,9 @@ type DecapStats struct {
 	// two-threshold mode, kept from the inner header.
 	Light      uint64 `json:"light"`
 	EventsLost uint64 `json:"events_lost"`
+	// BadChecksum: the outer IPv4 header's checksum was wrong: dropped
+	// (the PE runs before the kernel's IP receive path).
+	BadChecksum uint64 `json:"bad_checksum"`
 	// CNPLight and CNPHeavy count the WAN ports' notifications from peer
 	// PEs; CNPUnknown the CNPs to this PE from others (passed on).
 	CNPLight      uint64 `json:"cnp_light"`
@@ -110,6 +113,7 @@ func (p *PE) Stats() (Stats, error) {
 		d.Alarm += c.DecapAlarm
 		d.Light += c.DecapLight
 		d.EventsLost += c.DecapEventsLost
+		d.BadChecksum += c.DecapBadChecksum
 		d.CNPLight += c.CnpLight
 		d.CNPHeavy += c.CnpHeavy
 		d.CNPUnknown += c.CnpUnknown
