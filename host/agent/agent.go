@@ -183,6 +183,8 @@ type Agent struct {
 
 	drops agentDrops
 	ppfc  agentPPFC
+	// neighborWarned: a failed pktio.NeighborResolver call was logged.
+	neighborWarned atomic.Bool
 }
 
 // New starts an agent on cfg.Conn. Close stops it (and closes the Conn).
@@ -430,6 +432,7 @@ func (a *Agent) Counters() AgentCounters {
 	c.UnknownQP = a.drops.unknownQP.Load()
 	c.WrongPeer = a.drops.wrongPeer.Load()
 	c.PKeyViolations = a.drops.pkey.Load()
+	c.NeighborResolves = a.drops.neighbor.Load()
 	c.Unsupported = a.drops.unsupported.Load()
 	es := a.eng.Stats()
 	c.SendErrors, c.ReplyOverruns = es.SendErrors, es.ReplyOverruns
@@ -509,6 +512,28 @@ func (r *agentRx) EndBatch(out *engine.Replies) {
 		qp.mu.Unlock()
 	}
 	r.rs.ackQPs = r.rs.ackQPs[:0]
+}
+
+// resolveAgain is called on a QP's ACK timeout: if the port sends through
+// the kernel's neighbour table (pktio.NeighborResolver) and holds peer's
+// link-layer address unresolved, the resolution restarts now rather than
+// at the kernel's next ARP retransmit, up to a second away, when the QP
+// would have spent its retries (issue 28: a 200 ms link flap killed a
+// QP). A NIC's QP holds the peer's MAC address and never waits for it.
+func (a *Agent) resolveAgain(peer netip.Addr) {
+	nr, ok := a.conn.(pktio.NeighborResolver)
+	if !ok {
+		return
+	}
+	did, err := nr.ResolveAgain(peer)
+	switch {
+	case err != nil:
+		if a.neighborWarned.CompareAndSwap(false, true) {
+			a.log.Warn("cannot restart the resolution of a silent peer's link-layer address", "peer", peer, "err", err)
+		}
+	case did:
+		a.drops.neighbor.Add(1)
+	}
 }
 
 // receive checks one datagram and hands it to its QP, or a PPFC

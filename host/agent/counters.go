@@ -84,6 +84,10 @@ type AgentCounters struct {
 	PKeyViolations uint64 `json:"pkey_violations"`
 	Unsupported    uint64 `json:"unsupported_opcode"`
 	SendErrors     uint64 `json:"send_errors"`
+	// NeighborResolves counts the peers' link-layer addresses whose
+	// resolution an ACK timeout restarted: the kernel held them
+	// unresolved (after a link flap, until its next ARP retransmit).
+	NeighborResolves uint64 `json:"neighbor_resolves"`
 	// ReplyOverruns counts replies (ACKs, NAKs, CNPs) that did not fit in
 	// the receive loop's reply batch and were not sent: the peer recovers
 	// as from a loss.
@@ -136,6 +140,8 @@ func (c *Counters) Add(o *Counters) {
 // agentDrops are updated from the receive loop without a QP lock.
 type agentDrops struct {
 	malformed, icrc, unknownQP, wrongPeer, pkey, unsupported atomic.Uint64
+	// neighbor counts AgentCounters.NeighborResolves.
+	neighbor atomic.Uint64
 	// Counters of QPs already destroyed, so agent totals never go back.
 	// Guarded by Agent.mu.
 	gone Counters

@@ -60,6 +60,7 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 			r.nxt = r.una
 			r.lastProgress = now
 			deadline = now + qp.cfg.AckTimeout
+			qp.agent.resolveAgain(qp.mu.peer.Addr.Addr())
 		}
 		next = min(next, deadline)
 	}

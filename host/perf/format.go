@@ -205,6 +205,8 @@ func dropsLine(e *End) string {
 	add("client_icrc_errors", c.ICRCErrors)
 	add("client_unknown_qp", c.UnknownQP)
 	add("client_send_errors", c.SendErrors)
+	add("client_pkey_violations", c.PKeyViolations)
+	add("client_neighbor_resolves", c.NeighborResolves)
 	add("client_udp_recv_buffer_drops", e.Counters.ClientUDP.RecvBufferDrops)
 	if len(parts) == 0 {
 		return ""
@@ -225,6 +227,7 @@ func serverAgentLine(sa *ServerAgent) string {
 	l.add("unknown_qp", c.UnknownQP)
 	l.add("wrong_peer", c.WrongPeer)
 	l.add("pkey_violations", c.PKeyViolations)
+	l.add("neighbor_resolves", c.NeighborResolves)
 	l.add("unsupported_opcode", c.Unsupported)
 	l.add("send_errors", c.SendErrors)
 	l.add("ppfc_received_stop", c.PPFCReceivedStop)

@@ -100,6 +100,20 @@ type SteeredConn interface {
 	QPNBlock() (first, last uint32)
 }
 
+// NeighborResolver is a Conn whose sends go through the kernel's neighbour
+// table (RoCEConn). A transport whose peer went silent asks it to restart
+// the resolution of the peer's link-layer address: after a link flap, the
+// kernel can hold an entry unresolved for a second (its ARP retransmit
+// time), longer than a QP's retries last. A NIC's QP holds the peer's MAC
+// address and never waits for that.
+type NeighborResolver interface {
+	// ResolveAgain deletes the neighbour entry of the next hop towards dst
+	// if it is stuck unresolved (INCOMPLETE or FAILED), so that the next
+	// packet there sends a new request at once; it reports whether it
+	// did. Calls for one destination less than 10 ms apart do nothing.
+	ResolveAgain(dst netip.Addr) (bool, error)
+}
+
 // FixedSourcePort reports whether c sends every datagram from its
 // LocalAddr port whatever Message.SrcPort says (UDPConn, whose socket is
 // bound to one port). RoCEConn and PipeConn honour SrcPort.

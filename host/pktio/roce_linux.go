@@ -93,6 +93,7 @@ type RoCEConn struct {
 	sndbuf  int
 	steer   *steering
 	routeFD int // IPv6 wildcard: a UDP socket connected to learn route sources; -1 otherwise
+	neigh   *neighbors
 
 	closeOnce sync.Once
 	closeErr  error
@@ -204,6 +205,9 @@ func listenRaw(kind string, laddr netip.AddrPort, opts RoCEOptions, steered, icr
 		}
 		c.routeFD = fd
 		c.routes = make(map[netip.Addr]netip.Addr)
+	}
+	if c.neigh, err = newNeighbors(); err != nil {
+		return nil, fmt.Errorf("pktio: listen %s %s: %w", kind, laddr, err)
 	}
 	c.w.init(batch)
 	c.heads = make([][rawHeaderLen]byte, batch)
@@ -485,6 +489,16 @@ func (c *RoCEConn) sendPrepared(k int) (int, error) {
 	return n, err
 }
 
+// ResolveAgain implements NeighborResolver: the kernel's neighbour entry
+// of the next hop towards dst, if stuck unresolved, is deleted so that the
+// next packet there starts a new resolution at once.
+func (c *RoCEConn) ResolveAgain(dst netip.Addr) (bool, error) {
+	if c.closed.Load() {
+		return false, net.ErrClosed
+	}
+	return c.neigh.resolveAgain(dst)
+}
+
 // LocalAddr is the address given to ListenRoCE (possibly a wildcard) with
 // the port this conn receives on.
 func (c *RoCEConn) LocalAddr() netip.AddrPort { return c.local }
@@ -570,6 +584,7 @@ func (c *RoCEConn) Close() error {
 		}
 		c.wmu.Unlock()
 		c.steer.close()
+		c.neigh.close()
 		err = errors.Join(errs...)
 	})
 	return err

@@ -1,0 +1,228 @@
+package netnstests
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/agent"
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// flapLab is a roceperf server in s and a client in c over one veth.
+type flapLab struct {
+	l        *lab.Lab
+	s, c     *lab.Node
+	srvAddr  netip.Addr
+	srv      *perf.Server
+	sideAddr string
+}
+
+func newFlapLab(t *testing.T) *flapLab {
+	labtest.RequireRoot(t)
+	l := lab.BuildT(t, lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "s"}, {Name: "c"}},
+		Links: []lab.LinkSpec{{
+			A:               lab.Endpoint{Node: "s", Dev: "eth0", Addr: netip.MustParsePrefix("198.18.12.1/24")},
+			B:               lab.Endpoint{Node: "c", Dev: "eth0", Addr: netip.MustParsePrefix("198.18.12.2/24")},
+			DisableOffloads: true,
+		}},
+	})
+	f := &flapLab{l: l, s: l.Node("s"), c: l.Node("c"), srvAddr: netip.MustParseAddr("198.18.12.1")}
+	if err := f.s.Do(func() (err error) {
+		f.srv, err = perf.Listen(perf.ServerConfig{Bind: f.srvAddr, Interval: -1, Logger: testLogger(t)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("roceperf server: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("roceperf server still running 10 s after cancel")
+		}
+		_ = f.srv.Close()
+	})
+	f.sideAddr = f.srv.Addr().String()
+	return f
+}
+
+// setLink brings the client's eth0 down or up.
+func (f *flapLab) setLink(t *testing.T, up bool) {
+	t.Helper()
+	h := f.c.Netlink()
+	ln, err := h.LinkByName("eth0")
+	if err == nil {
+		if up {
+			err = h.LinkSetUp(ln)
+		} else {
+			err = h.LinkSetDown(ln)
+		}
+	}
+	if err != nil {
+		t.Errorf("link up=%v: %v", up, err)
+	}
+}
+
+// arpIgnore sets the server's net.ipv4.conf.eth0.arp_ignore: 8 answers no
+// ARP request, 0 every one.
+func (f *flapLab) arpIgnore(t *testing.T, v int) {
+	t.Helper()
+	if err := f.s.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/conf/eth0/arp_ignore", []byte(fmt.Sprint(v)), 0)
+	}); err != nil {
+		t.Errorf("arp_ignore %d: %v", v, err)
+	}
+}
+
+// TestRoCELinkFlap: the client's link goes down mid-transfer of 48 MiB at
+// 200 Mbit/s (roceperf -n 48M -b 200m --verify, mlx5's 67 ms ACK timeout
+// and 7 retries) and comes back (issue 28).
+//   - 200 ms, and the server's first ARP replies after the link returns
+//     lost (as the linkwatch race loses one: see host/pktio's
+//     neighbor_linux.go): the QP restarts the resolution on its next ACK
+//     timeout instead of waiting for the kernel's ARP retransmit a second
+//     later; every byte arrives, verified.
+//   - 200 ms: the same, the kernel left alone.
+//   - 3 s, past the QP's 8 × 67 ms: the client fails with the QP's error
+//     within its retries of the link going down, and the server frees the
+//     session's QPs.
+func TestRoCELinkFlap(t *testing.T) {
+	f := newFlapLab(t)
+	const total = 48 << 20
+	run := func(t *testing.T, down time.Duration, lateARP bool) (*perf.Report, error, time.Duration, time.Duration) {
+		cfg := perf.DefaultClientConfig(f.sideAddr)
+		cfg.Bytes = total
+		cfg.LineRate = 200 * units.Mbit
+		cfg.Verify = true
+		cfg.Interval = 0
+		cfg.Logger = testLogger(t)
+		var r *perf.Report
+		var err error
+		ended := make(chan struct{})
+		var downAt, endedAt time.Time
+		// When the client's QP failed, if it did: RunClient returns later,
+		// after it asked the server for its counters over the side channel.
+		qpFailed := make(chan time.Time, 1)
+		cfg.OnAgent = func(a *agent.Agent) {
+			go func() {
+				for {
+					select {
+					case <-ended:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+					for _, qp := range a.QPs() {
+						if qp.Err() != nil {
+							qpFailed <- time.Now()
+							return
+						}
+					}
+				}
+			}()
+		}
+		go func() {
+			defer close(ended)
+			defer func() { endedAt = time.Now() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			err = f.c.Do(func() (e error) {
+				r, e = perf.RunClient(ctx, cfg)
+				return e
+			})
+		}()
+		select {
+		case <-ended:
+			t.Fatalf("the transfer ended before the flap: %v", err)
+		case <-time.After(700 * time.Millisecond):
+		}
+		if lateARP {
+			f.arpIgnore(t, 8)
+		}
+		downAt = time.Now()
+		f.setLink(t, false)
+		time.Sleep(down)
+		f.setLink(t, true)
+		if lateARP {
+			time.Sleep(150 * time.Millisecond)
+			f.arpIgnore(t, 0)
+		}
+		<-ended
+		qpErrAfter := time.Duration(-1)
+		select {
+		case at := <-qpFailed:
+			qpErrAfter = at.Sub(downAt)
+		default:
+		}
+		return r, err, endedAt.Sub(downAt), qpErrAfter
+	}
+	for _, tc := range []struct {
+		name    string
+		down    time.Duration
+		lateARP bool
+	}{{"200ms-late-arp", 200 * time.Millisecond, true}, {"200ms", 200 * time.Millisecond, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err, after, _ := run(t, tc.down, tc.lateARP)
+			if err != nil {
+				t.Fatalf("the QP did not ride through a %v flap: %v", tc.down, err)
+			}
+			e := &r.End
+			c := &e.Counters.Client
+			sent, rcv := e.Streams[0].Sender, e.Streams[0].Receiver
+			t.Logf("%v down: done %v after it went down; %d retransmitted, %d ACK timeouts, %d send errors, %d neighbour resolutions restarted",
+				tc.down, after.Round(time.Millisecond), sent.RetransmitPackets, sent.LocalAckTimeoutErr, c.SendErrors, c.NeighborResolves)
+			if e.SumSent.Bytes != total || rcv.RecvBytes != total || rcv.VerifyErrors != 0 {
+				t.Errorf("acknowledged %d B, received %d B, %d verify errors; want %d, %d, 0", e.SumSent.Bytes, rcv.RecvBytes, rcv.VerifyErrors, total, total)
+			}
+			if sent.RetransmitPackets == 0 || c.SendErrors == 0 {
+				t.Errorf("the flap cost nothing (%d retransmitted, %d send errors): was the link down?", sent.RetransmitPackets, c.SendErrors)
+			}
+			if tc.lateARP && c.NeighborResolves == 0 {
+				t.Errorf("with the first ARP replies lost, no resolution was restarted")
+			}
+		})
+	}
+	t.Run("3s", func(t *testing.T) {
+		_, err, after, qpAfter := run(t, 3*time.Second, false)
+		qp := agent.DefaultQPConfig()
+		// The QP's retries, and room for its transmit loop to run late on
+		// a loaded 2-core machine.
+		budget := time.Duration(qp.RetryCount+1)*qp.AckTimeout + 300*time.Millisecond
+		if err == nil || !strings.Contains(err.Error(), "ACK timeouts") {
+			t.Fatalf("a 3 s outage: %v, want the QP's ACK timeout error", err)
+		}
+		held := -1
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if held = len(f.srv.Agent().QPs()); held == 0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("3 s down: %v; the QP failed %v after the link went down (its budget %v), RunClient returned after %v (the side channel waits for the link to ask the server for its counters, at most %v)",
+			err, qpAfter.Round(time.Millisecond), budget, after.Round(time.Millisecond), perf.DialTimeout)
+		if qpAfter < 0 || qpAfter > budget {
+			t.Errorf("the QP failed %v after the link went down, want within its retries' %v", qpAfter, budget)
+		}
+		if after > 3*time.Second+perf.DialTimeout {
+			t.Errorf("RunClient returned %v after the link went down, past the outage and the side channel's %v", after, perf.DialTimeout)
+		}
+		if held != 0 {
+			t.Errorf("%d QPs still held by the server 5 s after the client failed", held)
+		}
+	})
+}
