@@ -122,11 +122,25 @@ type Config struct {
 	// lost resume cannot stall a QP forever. Optional: 0 means
 	// roce.MaxPPFCPause (65.535 ms), the longest the field carries.
 	PPFCMaxPause time.Duration
+	// PPFCWatchdog ends a pause storm: a QP that stop after stop (or hold)
+	// has been paused without a break for this long sends again, and
+	// obeys no stop or hold for as long again (ppfc_watchdog_trips,
+	// ppfc_watchdog_ignored); resumes, alarms and DCQCN still act. A
+	// switch's PFC watchdog does the same for a PFC storm (SONiC pfcwd:
+	// detection and restoration 200 ms by default). Optional: 0 means
+	// max(DefaultPPFCWatchdog, 2 × PPFCMaxPause); negative turns it off.
+	PPFCWatchdog time.Duration
 }
+
+// DefaultPPFCWatchdog is Config.PPFCWatchdog's default, pfcwd's.
+const DefaultPPFCWatchdog = 200 * time.Millisecond
 
 // maxPPFCMaxPause bounds Config.PPFCMaxPause: a requester paused longer
 // than a second is a fabric that needs fixing, not a pause.
 const maxPPFCMaxPause = time.Second
+
+// maxPPFCWatchdog bounds Config.PPFCWatchdog.
+const maxPPFCWatchdog = 10 * time.Second
 
 // EventKind says what an Event records.
 type EventKind uint8
@@ -229,6 +243,12 @@ func newAgent(cfg Config) (*Agent, error) {
 	}
 	if cfg.PPFCMaxPause < time.Microsecond || cfg.PPFCMaxPause > maxPPFCMaxPause {
 		return nil, fmt.Errorf("agent: ppfc_max_pause %v: must be 1us..%v", cfg.PPFCMaxPause, maxPPFCMaxPause)
+	}
+	if cfg.PPFCWatchdog == 0 {
+		cfg.PPFCWatchdog = max(DefaultPPFCWatchdog, 2*cfg.PPFCMaxPause)
+	}
+	if cfg.PPFCWatchdog > 0 && (cfg.PPFCWatchdog < cfg.PPFCMaxPause || cfg.PPFCWatchdog > maxPPFCWatchdog) {
+		return nil, fmt.Errorf("agent: ppfc_watchdog %v: must be ppfc_max_pause (%v)..%v, or negative (off)", cfg.PPFCWatchdog, cfg.PPFCMaxPause, maxPPFCWatchdog)
 	}
 	a := &Agent{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, log: cfg.Logger,
 		qpnFirst: firstQPN, qpnLast: roce.PSNMask, // QPNs are 24 bits, like PSNs

@@ -67,6 +67,10 @@ type Counters struct {
 	// its DCQCN rate increases (QPs without DCQCN ignore alarms).
 	PPFCHolds        uint64 `json:"ppfc_holds"`
 	PPFCAlarmsObeyed uint64 `json:"ppfc_alarms_obeyed"`
+	// The PPFC watchdog (Config.PPFCWatchdog): pause storms it ended, and
+	// the stops and holds it then ignored.
+	PPFCWatchdogTrips   uint64 `json:"ppfc_watchdog_trips"`
+	PPFCWatchdogIgnored uint64 `json:"ppfc_watchdog_ignored"`
 }
 
 // AgentCounters add what cannot be charged to a QP.
@@ -135,6 +139,8 @@ func (c *Counters) Add(o *Counters) {
 	c.PPFCPausedNs += o.PPFCPausedNs
 	c.PPFCHolds += o.PPFCHolds
 	c.PPFCAlarmsObeyed += o.PPFCAlarmsObeyed
+	c.PPFCWatchdogTrips += o.PPFCWatchdogTrips
+	c.PPFCWatchdogIgnored += o.PPFCWatchdogIgnored
 }
 
 // agentDrops are updated from the receive loop without a QP lock.

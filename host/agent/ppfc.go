@@ -127,16 +127,33 @@ func (a *Agent) ppfcICRCOK(src netip.AddrPort, b []byte) bool {
 }
 
 // ppfcStopLocked pauses the requester until now+pause, or extends a
-// running pause to then: a stop (or hold) never shortens a pause.
+// running pause to then: a stop (or hold) never shortens a pause. The
+// watchdog (Config.PPFCWatchdog) ends a pause that stops keep extending:
+// at pausedSince + PPFCWatchdog the QP sends again, and ignores stops and
+// holds for as long again. Each notification's pause is bounded by
+// PPFCMaxPause, a storm of them by the watchdog (issue 28: a 65,535 µs
+// pause repeated forever stalled a QP forever).
 // Precondition: qp.mu is held.
 func (qp *QP) ppfcStopLocked(now, pause time.Duration) {
 	r := &qp.mu.req
-	until := now + pause
-	if qp.ppfcPausedLocked(now) {
-		r.pausedUntil = max(r.pausedUntil, until)
+	if now < r.releasedUntil {
+		qp.mu.ctr.PPFCWatchdogIgnored++
 		return
 	}
-	r.paused, r.pausedSince, r.pausedUntil = true, now, until
+	until := now + pause
+	if qp.ppfcPausedLocked(now) {
+		until = max(r.pausedUntil, until)
+	} else {
+		r.paused, r.pausedSince = true, now
+	}
+	// A pause that ran out was ended by ppfcPausedLocked, so a running one
+	// is younger than the watchdog and the clamp never moves it back.
+	if wd := qp.agent.cfg.PPFCWatchdog; wd > 0 && until-r.pausedSince > wd {
+		until = r.pausedSince + wd
+		r.releasedUntil = until + wd
+		qp.mu.ctr.PPFCWatchdogTrips++
+	}
+	r.pausedUntil = until
 }
 
 // ppfcAlarmLocked holds the DCQCN rate increases until now+d (extending a

@@ -652,3 +652,59 @@ func TestPPFCAlarmKernelCNPs(t *testing.T) {
 		t.Errorf("RP %+v: want one cut and the increase events after it held", s)
 	}
 }
+
+// TestPPFCWatchdog: a storm of stops, each within PPFCMaxPause, one every
+// 50 µs: the QP is paused for PPFCWatchdog, then sends for as long again
+// ignoring stops, then obeys the storm again (issue 28: a 65,535 µs pause
+// repeated forever stalled the QP forever).
+func TestPPFCWatchdog(t *testing.T) {
+	const wd = time.Millisecond
+	l := newPPFCLab(t, func(c *Config) { c.PPFCMaxPause, c.PPFCWatchdog = 300*time.Microsecond, wd })
+	x := l.qp(peerX)
+	l.wantTx(x, 16, time.Millisecond)
+	l.ackAll(x)
+	paused := func() bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return x.ppfcPausedLocked(l.clock.Now())
+	}
+	ignored := 0
+	for at := time.Duration(0); at <= 3500*time.Microsecond; at += 50 * time.Microsecond {
+		l.clock.Set(at)
+		l.ppfc(switchS, stop(peerX, 300*time.Microsecond))
+		// Paused in [0, 1 ms) and [2, 3 ms), released in between. The
+		// stop that would take a pause past 1 ms trips the watchdog (at
+		// 0.75 and 2.75 ms); from then on stops are ignored until the
+		// release ends.
+		released := at >= wd && at < 2*wd || at >= 3*wd
+		if in := at % (2 * wd); in > wd-300*time.Microsecond+50*time.Microsecond || released {
+			ignored++
+		}
+		if got := paused(); got == released {
+			t.Fatalf("at %v: paused %v, want %v", at, got, !released)
+		}
+	}
+	c := x.Counters()
+	if c.PPFCWatchdogTrips != 2 || c.PPFCWatchdogIgnored != uint64(ignored) || c.PPFCPausedNs != uint64(2*wd) {
+		t.Errorf("watchdog trips %d, ignored %d, paused %v; want 2, %d, %v", c.PPFCWatchdogTrips, c.PPFCWatchdogIgnored,
+			time.Duration(c.PPFCPausedNs), ignored, 2*wd)
+	}
+	// Released, it sends.
+	l.ackAll(x)
+	if n, _ := l.tx(x); n == 0 {
+		t.Error("released by the watchdog, the QP sent nothing")
+	}
+	// Off: the storm pauses it for good.
+	l2 := newPPFCLab(t, func(c *Config) { c.PPFCMaxPause, c.PPFCWatchdog = 300*time.Microsecond, -1 })
+	y := l2.qp(peerX)
+	for at := time.Duration(0); at <= 3*wd; at += 50 * time.Microsecond {
+		l2.clock.Set(at)
+		l2.ppfc(switchS, stop(peerX, 300*time.Microsecond))
+	}
+	y.mu.Lock()
+	stillPaused := y.ppfcPausedLocked(l2.clock.Now())
+	y.mu.Unlock()
+	if !stillPaused || y.Counters().PPFCWatchdogTrips != 0 {
+		t.Errorf("watchdog off: paused %v, trips %d; want paused, 0", stillPaused, y.Counters().PPFCWatchdogTrips)
+	}
+}

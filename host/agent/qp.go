@@ -282,6 +282,9 @@ type requester struct {
 	// PPFC: paused from pausedSince until pausedUntil (ppfc.go).
 	paused                   bool
 	pausedSince, pausedUntil time.Duration
+	// releasedUntil: the PPFC watchdog released the QP from a pause
+	// storm; it obeys no stop or hold until then (ppfc.go).
+	releasedUntil time.Duration
 	// Pacer at Rc (or RateCap), MaxBurst packets deep.
 	pace engine.Bucket
 	rp   *dcqcn.RP
