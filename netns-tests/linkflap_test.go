@@ -33,6 +33,7 @@ func newFlapLab(t *testing.T) *flapLab {
 			A:               lab.Endpoint{Node: "s", Dev: "eth0", Addr: netip.MustParsePrefix("198.18.12.1/24")},
 			B:               lab.Endpoint{Node: "c", Dev: "eth0", Addr: netip.MustParsePrefix("198.18.12.2/24")},
 			DisableOffloads: true,
+			MTU:             9000, // UET's full data packet is 4096 bytes
 		}},
 	})
 	f := &flapLab{l: l, s: l.Node("s"), c: l.Node("c"), srvAddr: netip.MustParseAddr("198.18.12.1")}
@@ -59,6 +60,34 @@ func newFlapLab(t *testing.T) *flapLab {
 	})
 	f.sideAddr = f.srv.Addr().String()
 	return f
+}
+
+// startUET runs a UET roceperf server in s, its side channel on 18516.
+func (f *flapLab) startUET(t *testing.T) string {
+	t.Helper()
+	var srv *perf.UETServer
+	if err := f.s.Do(func() (err error) {
+		srv, err = perf.ListenUET(perf.ServerConfig{Transport: perf.TransportUET, Bind: f.srvAddr, Port: 18516, Interval: -1, Logger: testLogger(t)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("UET server: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("UET server still running 10 s after cancel")
+		}
+		_ = srv.Close()
+	})
+	return srv.Addr().String()
 }
 
 // setLink brings the client's eth0 down or up.
@@ -89,115 +118,152 @@ func (f *flapLab) arpIgnore(t *testing.T, v int) {
 	}
 }
 
-// TestRoCELinkFlap: the client's link goes down mid-transfer of 48 MiB at
-// 200 Mbit/s (roceperf -n 48M -b 200m --verify, mlx5's 67 ms ACK timeout
-// and 7 retries) and comes back (issue 28).
-//   - 200 ms, and the server's first ARP replies after the link returns
-//     lost (as the linkwatch race loses one: see host/pktio's
-//     neighbor_linux.go): the QP restarts the resolution on its next ACK
-//     timeout instead of waiting for the kernel's ARP retransmit a second
-//     later; every byte arrives, verified.
-//   - 200 ms: the same, the kernel left alone.
-//   - 3 s, past the QP's 8 × 67 ms: the client fails with the QP's error
-//     within its retries of the link going down, and the server frees the
-//     session's QPs.
-func TestRoCELinkFlap(t *testing.T) {
-	f := newFlapLab(t)
-	const total = 48 << 20
-	run := func(t *testing.T, down time.Duration, lateARP bool) (*perf.Report, error, time.Duration, time.Duration) {
-		cfg := perf.DefaultClientConfig(f.sideAddr)
-		cfg.Bytes = total
-		cfg.LineRate = 200 * units.Mbit
-		cfg.Verify = true
-		cfg.Interval = 0
-		cfg.Logger = testLogger(t)
-		var r *perf.Report
-		var err error
-		ended := make(chan struct{})
-		var downAt, endedAt time.Time
-		// When the client's QP failed, if it did: RunClient returns later,
-		// after it asked the server for its counters over the side channel.
-		qpFailed := make(chan time.Time, 1)
-		cfg.OnAgent = func(a *agent.Agent) {
-			go func() {
-				for {
-					select {
-					case <-ended:
+// flap runs cfg's transfer in c and takes c's link down for down, 0.7 s
+// into it; with lateARP the server answers no ARP request until 150 ms
+// after the link is back, as the linkwatch race loses one (host/pktio's
+// neighbor_linux.go). It returns the report, RunClient's error, and the
+// times from the link going down to RunClient's return and to the first
+// QP error (-1: none; RoCEv2 only).
+func flap(t *testing.T, f *flapLab, cfg perf.ClientConfig, down time.Duration, lateARP bool) (*perf.Report, error, time.Duration, time.Duration) {
+	t.Helper()
+	var r *perf.Report
+	var err error
+	ended := make(chan struct{})
+	var downAt, endedAt time.Time
+	// When the client's QP failed, if it did: RunClient returns later,
+	// after it asked the server for its counters over the side channel.
+	qpFailed := make(chan time.Time, 1)
+	cfg.OnAgent = func(a *agent.Agent) {
+		go func() {
+			for {
+				select {
+				case <-ended:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+				for _, qp := range a.QPs() {
+					if qp.Err() != nil {
+						qpFailed <- time.Now()
 						return
-					case <-time.After(2 * time.Millisecond):
-					}
-					for _, qp := range a.QPs() {
-						if qp.Err() != nil {
-							qpFailed <- time.Now()
-							return
-						}
 					}
 				}
-			}()
-		}
-		go func() {
-			defer close(ended)
-			defer func() { endedAt = time.Now() }()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			err = f.c.Do(func() (e error) {
-				r, e = perf.RunClient(ctx, cfg)
-				return e
-			})
+			}
 		}()
-		select {
-		case <-ended:
-			t.Fatalf("the transfer ended before the flap: %v", err)
-		case <-time.After(700 * time.Millisecond):
-		}
-		if lateARP {
-			f.arpIgnore(t, 8)
-		}
-		downAt = time.Now()
-		f.setLink(t, false)
-		time.Sleep(down)
-		f.setLink(t, true)
-		if lateARP {
-			time.Sleep(150 * time.Millisecond)
-			f.arpIgnore(t, 0)
-		}
-		<-ended
-		qpErrAfter := time.Duration(-1)
-		select {
-		case at := <-qpFailed:
-			qpErrAfter = at.Sub(downAt)
-		default:
-		}
-		return r, err, endedAt.Sub(downAt), qpErrAfter
 	}
+	go func() {
+		defer close(ended)
+		defer func() { endedAt = time.Now() }()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		err = f.c.Do(func() (e error) {
+			r, e = perf.RunClient(ctx, cfg)
+			return e
+		})
+	}()
+	select {
+	case <-ended:
+		t.Fatalf("the transfer ended before the flap: %v", err)
+	case <-time.After(700 * time.Millisecond):
+	}
+	if lateARP {
+		f.arpIgnore(t, 8)
+	}
+	downAt = time.Now()
+	f.setLink(t, false)
+	time.Sleep(down)
+	f.setLink(t, true)
+	if lateARP {
+		time.Sleep(150 * time.Millisecond)
+		f.arpIgnore(t, 0)
+	}
+	<-ended
+	qpErrAfter := time.Duration(-1)
+	select {
+	case at := <-qpFailed:
+		qpErrAfter = at.Sub(downAt)
+	default:
+	}
+	return r, err, endedAt.Sub(downAt), qpErrAfter
+}
+
+// flapClient is "roceperf -c SIDE --transport T -n 48M -b 200m --verify".
+func flapClient(t *testing.T, side, transport string) perf.ClientConfig {
+	cfg := perf.DefaultClientConfig(side)
+	cfg.Transport = transport
+	cfg.Bytes = flapBytes
+	cfg.LineRate = 200 * units.Mbit
+	cfg.Verify = true
+	cfg.Interval = 0
+	cfg.Logger = testLogger(t)
+	return cfg
+}
+
+const flapBytes = 48 << 20
+
+// TestLinkFlap: the client's link goes down mid-transfer of 48 MiB at
+// 200 Mbit/s (roceperf -n 48M -b 200m --verify; RoCEv2 with mlx5's 67 ms
+// ACK timeout and 7 retries, UET with pds's 10 ms RTO and 50 retries) and
+// comes back (issue 28).
+//   - 200 ms, with the server's first ARP replies after the link returns
+//     lost: the QP (the PDC) restarts the resolution on its next timeout
+//     instead of waiting for the kernel's ARP retransmit a second later;
+//     every byte arrives, verified. RoCEv2 and UET.
+//   - 200 ms, the kernel left alone: the same.
+//   - 3 s, past the QP's 8 × 67 ms: the client's QP fails with its ACK
+//     timeout error within its retries of the link going down, RunClient
+//     returns once the side channel has asked the server for its
+//     counters, and the server frees the session's QPs.
+func TestLinkFlap(t *testing.T) {
+	f := newFlapLab(t)
 	for _, tc := range []struct {
-		name    string
-		down    time.Duration
-		lateARP bool
-	}{{"200ms-late-arp", 200 * time.Millisecond, true}, {"200ms", 200 * time.Millisecond, false}} {
+		name, transport string
+		down            time.Duration
+		lateARP         bool
+	}{
+		{"rocev2/200ms-late-arp", perf.TransportRoCEv2, 200 * time.Millisecond, true},
+		{"rocev2/200ms", perf.TransportRoCEv2, 200 * time.Millisecond, false},
+		{"uet/200ms-late-arp", perf.TransportUET, 200 * time.Millisecond, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err, after, _ := run(t, tc.down, tc.lateARP)
+			side := f.sideAddr
+			if tc.transport == perf.TransportUET {
+				side = f.startUET(t)
+			}
+			r, err, after, _ := flap(t, f, flapClient(t, side, tc.transport), tc.down, tc.lateARP)
 			if err != nil {
-				t.Fatalf("the QP did not ride through a %v flap: %v", tc.down, err)
+				t.Fatalf("the transfer did not ride through a %v flap: %v", tc.down, err)
 			}
 			e := &r.End
-			c := &e.Counters.Client
-			sent, rcv := e.Streams[0].Sender, e.Streams[0].Receiver
-			t.Logf("%v down: done %v after it went down; %d retransmitted, %d ACK timeouts, %d send errors, %d neighbour resolutions restarted",
-				tc.down, after.Round(time.Millisecond), sent.RetransmitPackets, sent.LocalAckTimeoutErr, c.SendErrors, c.NeighborResolves)
-			if e.SumSent.Bytes != total || rcv.RecvBytes != total || rcv.VerifyErrors != 0 {
-				t.Errorf("acknowledged %d B, received %d B, %d verify errors; want %d, %d, 0", e.SumSent.Bytes, rcv.RecvBytes, rcv.VerifyErrors, total, total)
+			var retx, timeouts, sendErrs, resolves, rcvd, verr uint64
+			if u := e.UET; u != nil {
+				c := u.Client
+				retx, timeouts, resolves = c.Retransmits, c.Timeouts, c.NeighborResolves
+				sendErrs = c.SendErrors
+				for _, s := range u.Receiver {
+					rcvd += s.MessageBytes
+					verr += s.VerifyErrors
+				}
+			} else {
+				c := &e.Counters.Client
+				sent, rcv := e.Streams[0].Sender, e.Streams[0].Receiver
+				retx, timeouts, sendErrs, resolves = sent.RetransmitPackets, sent.LocalAckTimeoutErr, c.SendErrors, c.NeighborResolves
+				rcvd, verr = rcv.RecvBytes, rcv.VerifyErrors
 			}
-			if sent.RetransmitPackets == 0 || c.SendErrors == 0 {
-				t.Errorf("the flap cost nothing (%d retransmitted, %d send errors): was the link down?", sent.RetransmitPackets, c.SendErrors)
+			t.Logf("%v down: done %v after it went down; %d retransmitted, %d timeouts, %d send errors, %d neighbour resolutions restarted",
+				tc.down, after.Round(time.Millisecond), retx, timeouts, sendErrs, resolves)
+			if e.SumSent.Bytes != flapBytes || rcvd != flapBytes || verr != 0 {
+				t.Errorf("acknowledged %d B, received %d B, %d verify errors; want %d, %d, 0", e.SumSent.Bytes, rcvd, verr, flapBytes, flapBytes)
 			}
-			if tc.lateARP && c.NeighborResolves == 0 {
+			if retx == 0 || sendErrs == 0 {
+				t.Errorf("the flap cost nothing (%d retransmitted, %d send errors): was the link down?", retx, sendErrs)
+			}
+			if tc.lateARP && resolves == 0 {
 				t.Errorf("with the first ARP replies lost, no resolution was restarted")
 			}
 		})
 	}
-	t.Run("3s", func(t *testing.T) {
-		_, err, after, qpAfter := run(t, 3*time.Second, false)
+	t.Run("rocev2/3s", func(t *testing.T) {
+		_, err, after, qpAfter := flap(t, f, flapClient(t, f.sideAddr, perf.TransportRoCEv2), 3*time.Second, false)
 		qp := agent.DefaultQPConfig()
 		// The QP's retries, and room for its transmit loop to run late on
 		// a loaded 2-core machine.

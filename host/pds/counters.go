@@ -16,17 +16,20 @@ type Counters struct {
 	RxBytes   uint64 `json:"rx_bytes"`
 
 	// Initiator side.
-	PDCsOpened     uint64 `json:"pdcs_opened"`
-	PDCsClosed     uint64 `json:"pdcs_closed"`
-	PDCErrors      uint64 `json:"pdc_errors"`
-	Retransmits    uint64 `json:"retransmits"`
-	Timeouts       uint64 `json:"timeouts"`
-	InferredLosses uint64 `json:"inferred_losses"` // RACK: a later packet delivered, this one outstanding past its RTT + reo_wnd
-	AcksReceived   uint64 `json:"acks_received"`
-	ECNEchoes      uint64 `json:"ecn_echoes"` // ACKs with M set
-	InvalidAckPSN  uint64 `json:"invalid_ack_psn"`
-	ClosesSent     uint64 `json:"closes_sent"`
-	ProbesSent     uint64 `json:"probes_sent"` // CTRL ACK_REQ after ProbeTimeout without an ACK
+	PDCsOpened  uint64 `json:"pdcs_opened"`
+	PDCsClosed  uint64 `json:"pdcs_closed"`
+	PDCErrors   uint64 `json:"pdc_errors"`
+	Retransmits uint64 `json:"retransmits"`
+	Timeouts    uint64 `json:"timeouts"`
+	// NeighborResolves counts the peers' link-layer addresses whose
+	// resolution a timeout restarted (pktio.NeighborResolver).
+	NeighborResolves uint64 `json:"neighbor_resolves"`
+	InferredLosses   uint64 `json:"inferred_losses"` // RACK: a later packet delivered, this one outstanding past its RTT + reo_wnd
+	AcksReceived     uint64 `json:"acks_received"`
+	ECNEchoes        uint64 `json:"ecn_echoes"` // ACKs with M set
+	InvalidAckPSN    uint64 `json:"invalid_ack_psn"`
+	ClosesSent       uint64 `json:"closes_sent"`
+	ProbesSent       uint64 `json:"probes_sent"` // CTRL ACK_REQ after ProbeTimeout without an ACK
 	// SpuriousRetransmits: duplicates the target reported (an ACK of its
 	// cumulative PSN that moves nothing, the PDS's DSACK), each a
 	// retransmission of a packet that was late, not lost. ReoWnd is the

@@ -38,16 +38,19 @@ const maxDatagram = maxMTU
 // PDS Manager (PDC lookup and allocation, SYN establishment, RUD delivery,
 // close), the CCC Manager and NSCC, as one transport on the engine.
 type Endpoint struct {
-	cfg     Config
-	eng     *engine.Engine
-	clock   engine.Clock
-	log     *slog.Logger
-	local   netip.AddrPort
-	port    uint16 // the peers' UET port: the conn's own
-	dataTOS uint8
-	ctrlTOS uint8
-	verify  bool
-	reqLen  int // a data packet's PDS header: RUD_REQ, or RUD_CC_REQ with credit
+	// neighborWarned: a failed pktio.NeighborResolver call was logged.
+	// Guarded by mu.
+	neighborWarned bool
+	cfg            Config
+	eng            *engine.Engine
+	clock          engine.Clock
+	log            *slog.Logger
+	local          netip.AddrPort
+	port           uint16 // the peers' UET port: the conn's own
+	dataTOS        uint8
+	ctrlTOS        uint8
+	verify         bool
+	reqLen         int // a data packet's PDS header: RUD_REQ, or RUD_CC_REQ with credit
 	// rcccParams are Config.RCCC's: the senders' credit and the pacer's.
 	rcccParams rccc.Params
 
@@ -408,4 +411,25 @@ func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.Port
 		next = min(next, t.lastActive+idle)
 	}
 	return 0, next
+}
+
+// resolveAgain is called on a PDC's timeout: if the conn sends through the
+// kernel's neighbour table (pktio.NeighborResolver) and holds dst's
+// link-layer address unresolved, the resolution restarts now, not at the
+// kernel's next ARP retransmit up to a second away, past the PDC's
+// retries (host/pktio's neighbor_linux.go: the linkwatch race after a link
+// flap). Precondition: ep.mu is held.
+func (ep *Endpoint) resolveAgain(dst netip.Addr) {
+	nr, ok := ep.cfg.Conn.(pktio.NeighborResolver)
+	if !ok {
+		return
+	}
+	did, err := nr.ResolveAgain(dst)
+	switch {
+	case err != nil && !ep.neighborWarned:
+		ep.neighborWarned = true
+		ep.log.Warn("cannot restart the resolution of a silent peer's link-layer address", "peer", dst, "err", err)
+	case did:
+		ep.ctr.NeighborResolves++
+	}
 }

@@ -780,6 +780,7 @@ func (p *initiator) timers(now time.Duration, out []engine.Packet) (n int, next 
 		if now >= deadline {
 			p.retries++
 			ep.ctr.Timeouts++
+			ep.resolveAgain(p.key.Dst)
 			if p.lb != nil {
 				p.lb.Feedback(now, p.rec(p.base).ev, lb.PathTimeout)
 			}

@@ -544,6 +544,9 @@ func (e *EntropyConn) WriteBatch(msgs []Message) (int, error) { return e.c.Write
 // LocalAddr implements Conn.
 func (e *EntropyConn) LocalAddr() netip.AddrPort { return e.c.LocalAddr() }
 
+// ResolveAgain implements NeighborResolver (RoCEConn.ResolveAgain).
+func (e *EntropyConn) ResolveAgain(dst netip.Addr) (bool, error) { return e.c.ResolveAgain(dst) }
+
 // Close implements Conn.
 func (e *EntropyConn) Close() error { return e.c.Close() }
 
