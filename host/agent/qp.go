@@ -275,8 +275,11 @@ type requester struct {
 	window uint64
 	// ackEvery is AckReqEvery, or less at a low rate.
 	ackEvery uint64
-	// ackReqMax is one past the highest packet sent with AckReq.
+	// ackReqMax is one past the highest packet sent with AckReq;
+	// ackReqSent the same since the last go-back-N: the responder owes an
+	// ACK while it is above una.
 	ackReqMax    uint64
+	ackReqSent   uint64
 	lastProgress time.Duration
 	retries      int
 	// PPFC: paused from pausedSince until pausedUntil (ppfc.go).

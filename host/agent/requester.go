@@ -48,6 +48,14 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 	}
 	// Retransmission timeout: go back to the oldest unacknowledged packet.
 	if r.una < r.max {
+		// The responder owes an ACK only for a packet sent with AckReq.
+		// While none is outstanding, the rest of a message waits for this
+		// QP's turn at a port it shares (with thousands of QPs on a slow
+		// lab port, a turn can come seconds apart): the QP waits on
+		// itself, not on the fabric, and nothing is late.
+		if r.ackReqSent <= r.una {
+			r.lastProgress = max(r.lastProgress, now)
+		}
 		deadline := r.lastProgress + qp.cfg.AckTimeout
 		if now >= deadline {
 			qp.mu.ctr.LocalAckTimeoutErr++
@@ -58,6 +66,7 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 				return n, next
 			}
 			r.nxt = r.una
+			r.ackReqSent = r.una
 			r.lastProgress = now
 			deadline = now + qp.cfg.AckTimeout
 			qp.agent.resolveAgain(qp.mu.peer.Addr.Addr())
@@ -191,6 +200,7 @@ func (qp *QP) buildDataLocked(b []byte, idx uint64) int {
 		idx+1-r.una >= r.window || idx+1 == r.limit
 	if h.BTH.AckReq {
 		r.ackReqMax = max(r.ackReqMax, idx+1)
+		r.ackReqSent = max(r.ackReqSent, idx+1)
 	}
 	write := s.Op == OpWrite
 	switch {
@@ -280,6 +290,7 @@ func (qp *QP) onAckLocked(now time.Duration, h *roce.Header) {
 		qp.mu.ctr.PacketSeqErr++
 		qp.advanceLocked(now, r.una+uint64(d))
 		r.nxt = r.una
+		r.ackReqSent = r.una
 		qp.agent.kick()
 	case syn.IsNAK() && !outstanding:
 		// A fatal NAK names the request that failed (IBA 9.7.5.2.6): one
