@@ -49,8 +49,9 @@ char __license[] SEC("license") = "Dual BSD/GPL";
  * most one per min_time_between_cnps (4-50 µs). */
 #define RP_RING 14
 
-/* QP slots in rp_cnps: 4096 x 128 bytes, 128 pages. */
-#define RP_SLOTS 4096
+/* QP slots in rp_cnps: 16384 x 128 bytes, 512 pages (2 MiB): as many as
+ * host/perf lets one client open (issue 28: 10,000 QPs on one agent). */
+#define RP_SLOTS 16384
 
 /* The longest IP packet rp_ingress checks the ICRC of: an IPv6 CNP. */
 #define CNP_IP_MAX (40 + ROCE_CNP_L4_LEN)

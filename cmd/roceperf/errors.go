@@ -28,7 +28,7 @@ func flagName(f perf.Field) string {
 }
 
 // perfErr is perf's error as roceperf prints it: a refused setting names
-// its flag ("roceperf: -P 5000: must be 1..4096").
+// its flag ("roceperf: -P 20000: must be 1..16384").
 func perfErr(err error) error {
 	var ce *perf.ConfigError
 	if errors.As(err, &ce) && error(ce) == err {

@@ -85,7 +85,7 @@ Client:
   -t, --time SECONDS        time to transmit (default 10)
   -n, --bytes N[KMG]        bytes to transmit over all QPs instead of -t
                             (K, M, G = 1024-based; rounded up to messages)
-  -P, --parallel N          queue pairs (default 1, at most 4096)
+  -P, --parallel N          queue pairs (default 1, at most 16384; --transport uet: 4096 streams)
   -l, --length N[KMG]       message size (default 64K, at most 16M)
   --mtu N                   path MTU: 256, 512, 1024 (default), 2048, 4096
   --op write|send           RDMA WRITE (default) or SEND

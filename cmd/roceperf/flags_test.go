@@ -100,9 +100,9 @@ func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"", "roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)"},
 		{"-s -c h", "roceperf: -s and -c: run either a server (-s) or a client (-c HOST), not both"},
-		{"-c h -P 0", "roceperf: -P 0: must be 1..4096"},
-		{"-c h --parallel 5000", "roceperf: --parallel 5000: must be 1..4096"},
-		{"-c h -P two", "roceperf: -P two: must be 1..4096"},
+		{"-c h -P 0", "roceperf: -P 0: must be 1..16384"},
+		{"-c h --parallel 20000", "roceperf: --parallel 20000: must be 1..16384"},
+		{"-c h -P two", "roceperf: -P two: must be 1..16384"},
 		{"-c h -t 0", "roceperf: -t 0: must be 0.001..86400 seconds"},
 		{"-c h -t soon", "roceperf: -t soon: must be 0.001..86400 seconds"},
 		{"-c h -n 0", "roceperf: -n 0: must be a byte count > 0"},
@@ -170,7 +170,7 @@ func TestRunWithoutNetwork(t *testing.T) {
 		{"--dcqcn help", exitOK, "DCQCN knobs of profile lab at line rate 10gbit", ""},
 		{"--dcqcn help --dcqcn-profile paper -b 1g", exitOK, "rpg_ai_rate                    1\n", ""},
 		{"", exitUsage, "", "roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)\n"},
-		{"-c h -P 0", exitUsage, "", "roceperf: -P 0: must be 1..4096\n"},
+		{"-c h -P 0", exitUsage, "", "roceperf: -P 0: must be 1..16384\n"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(ctx, strings.Fields(tc.args), &out, &errb)

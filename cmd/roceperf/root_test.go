@@ -65,7 +65,7 @@ func TestBinary(t *testing.T) {
 	}
 	oneLine(runBin(t, bin), exitUsage, "roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)")
 	oneLine(runBin(t, bin, "-s", "-c", "198.18.0.1"), exitUsage, "roceperf: -s and -c: run either a server (-s) or a client (-c HOST), not both")
-	oneLine(runBin(t, bin, "-c", "198.18.0.1", "-P", "0"), exitUsage, "roceperf: -P 0: must be 1..4096")
+	oneLine(runBin(t, bin, "-c", "198.18.0.1", "-P", "0"), exitUsage, "roceperf: -P 0: must be 1..16384")
 	oneLine(runBin(t, bin, "-c", "198.18.0.2", "-t", "1"), exitRuntime, "roceperf: cannot reach server 198.18.0.2:18515: connection refused")
 	oneLine(runBin(t, bin, "-c", "198.18.0.9", "-t", "1"), exitRuntime, "roceperf: cannot reach server 198.18.0.9:18515: network is unreachable")
 

@@ -37,7 +37,7 @@ const (
 
 // Ranges the limits are checked against.
 const (
-	maxQPsPerSession = 4096
+	maxQPsPerSession = 16384 // host/perf.MaxQPs: what one client may open
 	maxTotalQPs      = 1 << 16
 	// minBufferBytes is the least a session QP registers.
 	minBufferBytes  = 64 << 10

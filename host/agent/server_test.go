@@ -137,8 +137,8 @@ func TestServerLimitsInvalid(t *testing.T) {
 		l    ServerLimits
 		want string
 	}{
-		{ServerLimits{MaxQPs: -1}, "agent: max_qps -1: must be 1..4096"},
-		{ServerLimits{MaxQPs: 5000}, "agent: max_qps 5000: must be 1..4096"},
+		{ServerLimits{MaxQPs: -1}, "agent: max_qps -1: must be 1..16384"},
+		{ServerLimits{MaxQPs: 20000}, "agent: max_qps 20000: must be 1..16384"},
 		{ServerLimits{MaxQPs: 64, MaxTotalQPs: 16}, "agent: max_total_qps 16: must be max_qps (64)..65536"},
 		{ServerLimits{Limits: sidechan.Limits{MaxSessions: -2}}, "agent: max_sessions -2: must be 1..65536"},
 		{ServerLimits{Limits: sidechan.Limits{MaxConns: 1 << 20}}, "agent: max_conns 1048576: must be 1..65536"},

@@ -53,7 +53,7 @@ const (
 	DefaultPort         = 18515        // side channel, perftest's port
 	DefaultUDPPort      = roce.UDPPort // RoCEv2 (IANA)
 	DefaultQPs          = 1
-	MaxQPs              = 4096
+	MaxQPs              = 16384
 	DefaultDuration     = 10 * time.Second
 	MaxDuration         = 24 * time.Hour
 	DefaultMessageBytes = 64 << 10
@@ -410,7 +410,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // Validate checks every field; the first bad one is a *ConfigError with
-// its field, its value and the allowed range: "qps 5000: must be 1..4096".
+// its field, its value and the allowed range: "qps 20000: must be 1..16384".
 func (c ClientConfig) Validate() error {
 	if strings.TrimSpace(c.Server) == "" {
 		return &ConfigError{Field: FieldServer, Must: "required: no server given"}

@@ -114,8 +114,8 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"no server", func(c *ClientConfig) { c.Server = "" }, "server: required: no server given"},
-		{"qps", func(c *ClientConfig) { c.QPs = 5000 }, "qps 5000: must be 1..4096"},
-		{"negative qps", func(c *ClientConfig) { c.QPs = -1 }, "qps -1: must be 1..4096"},
+		{"qps", func(c *ClientConfig) { c.QPs = 20000 }, "qps 20000: must be 1..16384"},
+		{"negative qps", func(c *ClientConfig) { c.QPs = -1 }, "qps -1: must be 1..16384"},
 		{"mtu", func(c *ClientConfig) { c.MTU = 1500 }, "mtu 1500: must be 256, 512, 1024, 2048 or 4096"},
 		{"length", func(c *ClientConfig) { c.MessageBytes = 32 << 20 }, "message_size 33554432: must be 1..16777216 bytes (16M)"},
 		{"time", func(c *ClientConfig) { c.Duration = 25 * time.Hour }, "duration 90000: must be 0.001..86400 seconds"},

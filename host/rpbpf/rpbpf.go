@@ -29,7 +29,7 @@ const (
 	// older ones' times as unknown.
 	Ring = 14
 	// MaxQPs is how many QPs one Objects serves (RP_SLOTS).
-	MaxQPs = 4096
+	MaxQPs = 16384
 
 	slotBytes  = 128
 	familyIPv4 = 4 // RP_FAMILY_IPV4
