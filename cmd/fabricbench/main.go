@@ -40,6 +40,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +50,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
+	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/version"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -67,6 +69,7 @@ type Report struct {
 	NP         *NPReport       `json:"np_bpf,omitempty"`
 	Delay      *DelayReport    `json:"delay,omitempty"`
 	Incast     *IncastReport   `json:"incast,omitempty"`
+	Scale      *ScaleReport    `json:"scale,omitempty"`
 	// Host is what the kernel accounted the machine took from each
 	// section (host/hostlost.Kernel: run delay of this process's threads,
 	// the softirq threads', steal, time_squeeze, backlog drops): the
@@ -130,6 +133,10 @@ func run() int {
 		"-reaction-seconds 1 -np-count 500 and 1 s in-situ trials; flags given explicitly win")
 	incastRuns := flag.Int("incast-runs", 3, "runs per variant of the UET incast lab files")
 	incastSeeds := flag.Int("incast-seeds", 5, "htsim seeds per UET incast variant")
+	scaleQPs := flag.String("scale-qps", "1,100,1000,10000", "scale rows: the QP counts, comma-separated, 1.."+strconv.Itoa(perf.MaxQPs))
+	scaleRate := units.Rate(400 * units.Mbit)
+	flag.Var(&scaleRate, "scale-rate", "scale rows: the line rate the QPs share")
+	scaleSeconds := flag.Int("scale-seconds", 3, "scale rows: each row's run after setup")
 	htsimDir := flag.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build directory for the incast section (default $"+htsim.EnvDir+"; without one, htsim's recorded tails)")
 	rf := roceFlags()
 	nf := npFlags()
@@ -151,6 +158,8 @@ func run() int {
 			"np-count":         func() { *nf.count = 500 },
 			"incast-runs":      func() { *incastRuns = 1 },
 			"incast-seeds":     func() { *incastSeeds = 1 },
+			"scale-qps":        func() { *scaleQPs = "1,100" },
+			"scale-seconds":    func() { *scaleSeconds = 1 },
 		})
 		inSituSend = time.Second
 	}
@@ -159,13 +168,21 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "fabricbench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d, -incast-runs in 1..%d, -incast-seeds in 1..100\n", maxRepeat, runtime.NumCPU(), labfile.MaxRuns)
 		return 2
 	}
-	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true, incast: true}
+	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true, incast: true, scale: true}
 	if *only != "" {
 		var err error
 		if sec, err = parseSections(*only); err != nil {
 			fmt.Fprintln(os.Stderr, "fabricbench:", err)
 			return 2
 		}
+	}
+	sqps, err := parseQPList(*scaleQPs, perf.MaxQPs)
+	if err == nil && *scaleSeconds < 1 {
+		err = fmt.Errorf("-scale-seconds %d: must be >= 1", *scaleSeconds)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fabricbench:", err)
+		return 2
 	}
 	ro, err := rf.opts(*rounds, *seconds)
 	if err != nil {
@@ -254,6 +271,16 @@ func run() int {
 		if err != nil {
 			failed = true
 			rep.Errors = append(rep.Errors, "incast: "+err.Error())
+		}
+	}
+	if sec.scale && ctx.Err() == nil {
+		host.begin("scale")
+		sr, err := runScale(ctx, scaleOpts{qps: sqps, rate: scaleRate, seconds: *scaleSeconds})
+		host.end()
+		rep.Scale = sr
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "scale: "+err.Error())
 		}
 	}
 	if ctx.Err() != nil {

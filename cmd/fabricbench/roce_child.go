@@ -25,6 +25,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // roceperf runs in child processes of the bench, one per side, started
@@ -51,7 +52,11 @@ type childResult struct {
 	WallSeconds float64 `json:"wall_seconds"`
 	// ToolCPUPct is the report's own cpu_utilization_percent.host_total.
 	ToolCPUPct float64 `json:"tool_cpu_pct"`
-	Error      string  `json:"error,omitempty"`
+	// SetupSeconds: from RunClient's start until the agent held every QP;
+	// PeakRSSBytes: this process's VmHWM at the end (the scale rows).
+	SetupSeconds float64 `json:"setup_seconds"`
+	PeakRSSBytes uint64  `json:"peak_rss_bytes"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // roceChild is main for a child; args follow childArg.
@@ -66,6 +71,9 @@ func roceChild(args []string) int {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process here")
 	burst := fs.Int("burst", 0, "client: --burst (0: the tool's default)")
 	sendPath := fs.String("send", "auto", "--send: auto or raw")
+	qps := fs.Int("qps", 1, "client: -P, QPs")
+	rate := fs.Float64("rate", 0, "client: -b, the line rate the QPs share, bits/s (0: unpaced)")
+	maxQPs := fs.Int("max-qps", 0, "server: the QPs one session may hold (0: the server's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -89,7 +97,12 @@ func roceChild(args []string) int {
 			fmt.Fprintln(os.Stderr, "bind:", err)
 			return 2
 		}
-		if err := perf.Serve(ctx, perf.ServerConfig{Bind: addr, OneOff: true, Interval: -1, SendPath: send}); err != nil {
+		cfg := perf.ServerConfig{Bind: addr, OneOff: true, Interval: -1, SendPath: send}
+		if *maxQPs > 0 {
+			cfg.Limits.MaxQPs, cfg.Limits.MaxTotalQPs = *maxQPs, *maxQPs
+			cfg.Limits.MaxBufferBytes = 4 << 30
+		}
+		if err := perf.Serve(ctx, cfg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -105,13 +118,23 @@ func roceChild(args []string) int {
 		if *burst > 0 {
 			cfg.MaxBurst = *burst
 		}
+		cfg.QPs = *qps
+		cfg.LineRate = units.Rate(*rate)
 		var ru0, ru1 unix.Rusage
 		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
 		t0 := time.Now()
+		setup := make(chan time.Duration, 1)
+		cfg.OnAgent = func(a *agent.Agent) { go watchSetup(ctx, a, *qps, t0, setup) }
 		rep, err := perf.RunClient(ctx, cfg)
 		wall := time.Since(t0)
 		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
 		var res childResult
+		select {
+		case d := <-setup:
+			res.SetupSeconds = d.Seconds()
+		default:
+		}
+		res.PeakRSSBytes = peakRSS()
 		if rep != nil {
 			e := &rep.End
 			res.GoodputBps = e.SumSent.BitsPerSecond
@@ -132,6 +155,59 @@ func roceChild(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", childArg, *mode)
 	return 2
+}
+
+// watchSetup sends on done how long after t0 the agent held all n QPs
+// (created; the session connects them at once).
+func watchSetup(ctx context.Context, a *agent.Agent, n int, t0 time.Time, done chan<- time.Duration) {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if len(a.QPs()) >= n {
+			done <- time.Since(t0)
+			return
+		}
+	}
+}
+
+// peakRSS is this process's VmHWM, 0 if unknown.
+func peakRSS() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// parseChild reads a client child's one JSON line.
+func parseChild(out []byte, runErr error, stderr string) (childResult, error) {
+	var res childResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		if runErr != nil {
+			return res, fmt.Errorf("client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr))
+		}
+		return res, fmt.Errorf("client output: %w", err)
+	}
+	if res.Error != "" {
+		return res, fmt.Errorf("client: %s", res.Error)
+	}
+	if runErr != nil {
+		return res, fmt.Errorf("client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr))
+	}
+	return res, nil
 }
 
 // roceperfRun runs one roceperf test a -> b in two child processes, both

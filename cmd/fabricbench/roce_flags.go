@@ -14,10 +14,10 @@ import (
 
 // sections are the parts of a run -only can pick.
 type sections struct {
-	prog, throughput, goodput, reaction, np, delay, incast bool
+	prog, throughput, goodput, reaction, np, delay, incast, scale bool
 }
 
-var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np", "delay", "incast"}
+var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np", "delay", "incast", "scale"}
 
 func parseSections(list string) (sections, error) {
 	var s sections
@@ -29,6 +29,8 @@ func parseSections(list string) (sections, error) {
 			s.delay = true
 		case "incast":
 			s.incast = true
+		case "scale":
+			s.scale = true
 		case "throughput", "tcp":
 			s.throughput = true
 		case "roce":

@@ -105,6 +105,9 @@ func printTable(w io.Writer, r *Report) {
 	printNPNotes(w, r.NP)
 	printDelay(w, r.Delay)
 	printIncasts(w, r.Incast)
+	if r.Scale != nil {
+		r.Scale.write(w)
+	}
 	printHost(w, r.Host)
 	if r.ElapsedSeconds > 0 {
 		fmt.Fprintf(w, "\nrun time %.0f s\n", r.ElapsedSeconds)

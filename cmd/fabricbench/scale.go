@@ -1,0 +1,248 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// The scale rows (issue 28, "Scale"): one RoCEv2 client agent with N QPs
+// against one server, every QP active, congestion control off, all of
+// them sharing one line rate (the client's port, as a NIC's QPs share
+// theirs) so that the packets per second are the same at every N. Per N:
+// the time until every QP is sending, the peak memory of both processes
+// per QP beyond the first row's, and the client's CPU per packet against
+// the first row's (goal: within 1.2x of one flow).
+
+// scaleGoal is the CPU per packet at N flows over one flow's.
+const scaleGoal = 1.2
+
+// ScaleReport is the scale section.
+type ScaleReport struct {
+	// RateBps is the line rate the QPs share, MessageBytes their
+	// messages, Seconds each row's run after setup.
+	RateBps      float64    `json:"rate_bps"`
+	MessageBytes int        `json:"message_bytes"`
+	Seconds      int        `json:"seconds"`
+	Goal         float64    `json:"cpu_per_packet_goal_ratio"`
+	Rows         []ScaleRow `json:"rows"`
+}
+
+// ScaleRow is one N.
+type ScaleRow struct {
+	QPs int `json:"qps"`
+	// SetupSeconds: from RunClient's start until the client's agent held
+	// every QP (created; the session connects them at once).
+	SetupSeconds float64 `json:"setup_seconds"`
+	// Peak resident memory of the client and server processes (VmHWM,
+	// ru_maxrss), and per QP beyond the first row's.
+	ClientRSSBytes   uint64  `json:"client_peak_rss_bytes"`
+	ServerRSSBytes   uint64  `json:"server_peak_rss_bytes"`
+	ClientBytesPerQP float64 `json:"client_bytes_per_qp,omitempty"`
+	ServerBytesPerQP float64 `json:"server_bytes_per_qp,omitempty"`
+	GoodputBps       float64 `json:"goodput_bps"`
+	TxPackets        uint64  `json:"tx_packets"`
+	Retransmits      uint64  `json:"retransmits"`
+	// NsPerPacket is the client's CPU (user+sys) per data packet sent,
+	// Ratio that over the first row's.
+	NsPerPacket float64 `json:"client_cpu_ns_per_packet"`
+	Ratio       float64 `json:"ratio,omitempty"`
+	Verdict     string  `json:"verdict"` // ok, above, ref, failed
+	Error       string  `json:"error,omitempty"`
+}
+
+type scaleOpts struct {
+	qps     []int
+	rate    units.Rate
+	seconds int
+}
+
+// parseQPList reads "1,100,1000,10000".
+func parseQPList(s string, max int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > max {
+			return nil, fmt.Errorf("-scale-qps %q: %q: want a comma-separated list of 1..%d", s, f, max)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// runScale runs the rows in a two-namespace lab of its own.
+func runScale(ctx context.Context, o scaleOpts) (*ScaleReport, error) {
+	rep := &ScaleReport{RateBps: float64(o.rate), MessageBytes: scaleMessageBytes, Seconds: o.seconds, Goal: scaleGoal}
+	l, err := lab.Build(lab.Spec{
+		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
+		Links: []lab.LinkSpec{{
+			A: lab.Endpoint{Node: "a", Dev: devA, Addr: addrA},
+			B: lab.Endpoint{Node: "b", Dev: devB, Addr: addrB},
+		}},
+	})
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		if cerr := l.Close(); cerr != nil {
+			progress("closing lab: %v", cerr)
+		}
+	}()
+	exe, err := os.Executable()
+	if err != nil {
+		return rep, err
+	}
+	var errs []error
+	for _, n := range o.qps {
+		if ctx.Err() != nil {
+			break
+		}
+		progress("scale: %d QPs sharing %s for %d s", n, o.rate, o.seconds)
+		row, err := scaleRun(ctx, exe, l.Node("a"), l.Node("b"), n, o)
+		if err != nil {
+			row.Verdict, row.Error = "failed", err.Error()
+			errs = append(errs, fmt.Errorf("%d QPs: %w", n, err))
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	rep.judge()
+	return rep, errors.Join(errs...)
+}
+
+// scaleMessageBytes keeps every QP's server buffer at the 64 KiB minimum:
+// 10,000 QPs register 640 MiB.
+const scaleMessageBytes = 4096
+
+// scaleRun runs one row: a server child allowing n QPs, then a client
+// child with n.
+func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpts) (ScaleRow, error) {
+	row := ScaleRow{QPs: n}
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+120)*time.Second)
+	defer cancel()
+	srv := b.Command(rctx, exe, childArg, "-mode", "server", "-bind", addrB.Addr().String(), "-max-qps", strconv.Itoa(n))
+	var srvOut strings.Builder
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	srv.WaitDelay = 2 * time.Second
+	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
+	if err := srv.Start(); err != nil {
+		return row, fmt.Errorf("start server: %w", err)
+	}
+	var srvErr error
+	srvDone := make(chan struct{})
+	go func() { srvErr = srv.Wait(); close(srvDone) }()
+	stopServer := func() {
+		select {
+		case <-srvDone:
+		default:
+			_ = srv.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-srvDone:
+			case <-time.After(5 * time.Second):
+				_ = srv.Process.Kill()
+				<-srvDone
+			}
+		}
+	}
+	defer stopServer()
+	if err := waitListening(rctx, b, perf.DefaultPort, srvDone); err != nil {
+		return row, fmt.Errorf("server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
+	}
+	cli := a.Command(rctx, exe, childArg, "-mode", "client", "-server", addrB.Addr().String(),
+		"-qps", strconv.Itoa(n), "-rate", strconv.FormatFloat(float64(o.rate), 'f', 0, 64),
+		"-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes))
+	cli.WaitDelay = 2 * time.Second
+	var stderr strings.Builder
+	cli.Stderr = &stderr
+	out, runErr := cli.Output()
+	res, err := parseChild(out, runErr, stderr.String())
+	stopServer()
+	if err != nil {
+		return row, fmt.Errorf("%w (server output: %s)", err, strings.TrimSpace(srvOut.String()))
+	}
+	if srvErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(srvErr, &ee) || ee.ExitCode() != 0 {
+			return row, fmt.Errorf("server: %v (output: %s)", srvErr, strings.TrimSpace(srvOut.String()))
+		}
+	}
+	row.SetupSeconds = res.SetupSeconds
+	row.ClientRSSBytes = res.PeakRSSBytes
+	if ru, ok := srv.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		row.ServerRSSBytes = uint64(ru.Maxrss) << 10 // KiB on Linux
+	}
+	row.GoodputBps, row.TxPackets, row.Retransmits = res.GoodputBps, res.TxPackets, res.Retransmits
+	if res.TxPackets > 0 {
+		row.NsPerPacket = (res.UserSeconds + res.SysSeconds) * 1e9 / float64(res.TxPackets)
+	}
+	return row, nil
+}
+
+// judge fills the per-QP memory and the ratios against the first row.
+func (r *ScaleReport) judge() {
+	if len(r.Rows) == 0 || r.Rows[0].Error != "" {
+		return
+	}
+	ref := r.Rows[0]
+	r.Rows[0].Verdict = "ref"
+	for i := 1; i < len(r.Rows); i++ {
+		row := &r.Rows[i]
+		if row.Error != "" {
+			continue
+		}
+		if extra := row.QPs - ref.QPs; extra > 0 {
+			row.ClientBytesPerQP = (float64(row.ClientRSSBytes) - float64(ref.ClientRSSBytes)) / float64(extra)
+			row.ServerBytesPerQP = (float64(row.ServerRSSBytes) - float64(ref.ServerRSSBytes)) / float64(extra)
+		}
+		if ref.NsPerPacket > 0 {
+			row.Ratio = row.NsPerPacket / ref.NsPerPacket
+		}
+		row.Verdict = "ok"
+		if row.Ratio > scaleGoal {
+			row.Verdict = "above"
+		}
+	}
+}
+
+// write prints the section.
+func (r *ScaleReport) write(w io.Writer) {
+	fmt.Fprintf(w, "\nscale: one RoCEv2 client agent, N QPs all active, --cc none, sharing %s (the client's port), %d B messages, %d s a row\n",
+		units.Rate(r.RateBps), r.MessageBytes, r.Seconds)
+	fmt.Fprintf(w, "%8s  %9s  %12s  %12s  %10s  %10s  %10s  %12s  %7s  %s\n",
+		"QPs", "setup", "client RSS", "server RSS", "cli /QP", "srv /QP", "goodput", "cli ns/pkt", "ratio", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one QP's)")
+	for _, row := range r.Rows {
+		if row.Error != "" {
+			fmt.Fprintf(w, "%8d  failed: %s\n", row.QPs, row.Error)
+			continue
+		}
+		ratio := "-"
+		if row.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2fx", row.Ratio)
+		}
+		perQP := func(v float64) string {
+			if v == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f KiB", v/1024)
+		}
+		mib := func(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+		fmt.Fprintf(w, "%8d  %8.2fs  %12s  %12s  %10s  %10s  %9.0fM  %12.0f  %7s  %s\n",
+			row.QPs, row.SetupSeconds, mib(row.ClientRSSBytes), mib(row.ServerRSSBytes),
+			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, row.NsPerPacket, ratio, row.Verdict)
+	}
+	fmt.Fprintln(w, "setup: from the client's start until its agent held every QP; RSS: peak resident memory (client VmHWM, server ru_maxrss);")
+	fmt.Fprintln(w, "/QP: memory over the first row's, per extra QP; goodput in Mbit/s; ns/pkt: the client process's CPU (user+sys, getrusage)")
+	fmt.Fprintln(w, "per data packet sent.")
+}
