@@ -125,7 +125,7 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, cc: none, knobs: {rpg_time_reset: 300}}"), `t.yaml:14: flows[0].knobs: dcqcn only; this flow is rocev2/none`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, streams: 2}"), `t.yaml:14: flows[0].streams: "2": a rocev2 flow has qps, not streams`},
 		{edit("transport: uet, size: 4mb", "transport: uet, qps: 2"), `t.yaml:15: flows[1].qps: "2": a uet flow has streams, not qps`},
-		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, qps: 5000}"), `t.yaml:14: flows[0].qps: "5000": want 1..4096 (default 1)`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, qps: 20000}"), `t.yaml:14: flows[0].qps: "20000": want 1..16384 (default 1)`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, size: 1mb, duration: 2s}"), `t.yaml:14: flows[0].duration: "2s": give size or duration, not both (size 1mb)`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, start: -1s}"), `t.yaml:14: flows[0].start: "-1s": want a duration like 100us, 5ms, 1.5s`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, mtu: 1500}"), `t.yaml:14: flows[0].mtu: "1500": want 256, 512, 1024, 2048 or 4096 with transport rocev2`},

@@ -614,10 +614,12 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			}
 		}
 	}
-	streams := max(fl.QPs, fl.Streams)
-	if streams < 0 || streams > perf.MaxQPs {
-		field := map[bool]string{true: "streams", false: "qps"}[uet]
-		return conf.Errorf(fp(field), streams, "want 1..%d (default 1)", perf.MaxQPs)
+	streams, most, field := max(fl.QPs, fl.Streams), perf.MaxQPs, "qps"
+	if uet {
+		most, field = perf.MaxUETStreams, "streams"
+	}
+	if streams < 0 || streams > most {
+		return conf.Errorf(fp(field), streams, "want 1..%d (default 1)", most)
 	}
 	if fl.Size != 0 && fl.Duration != 0 {
 		return conf.Errorf(fp("duration"), units.FormatDuration(fl.Duration), "give size or duration, not both (size %s)", fl.Size)

@@ -45,8 +45,8 @@ const maxTraceEvents = 1 << 16
 func (c ClientConfig) validateUET() error {
 	c = c.withDefaults()
 	switch {
-	case c.QPs < 1 || c.QPs > maxUETStreams:
-		return configErr(FieldQPs, c.QPs, "1..%d (UET streams: PDCs, each of its own job)", maxUETStreams)
+	case c.QPs < 1 || c.QPs > MaxUETStreams:
+		return configErr(FieldQPs, c.QPs, "1..%d (UET streams: PDCs, each of its own job)", MaxUETStreams)
 	case c.Duration < time.Millisecond || c.Duration > MaxDuration:
 		return configErr(FieldDuration, seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
 	case c.MessageBytes < 1 || c.MessageBytes > MaxMessageBytes:

@@ -124,8 +124,8 @@ const DefaultUETMaxStreams = 64
 
 // Ranges the UET limits are checked against.
 const (
-	maxUETStreams     = 4096
-	uetJobIDJSONBytes = 16 // "16777215," and room
+	MaxUETStreams     = 4096 // streams (PDCs) a UET client opens, a session holds
+	uetJobIDJSONBytes = 16   // "16777215," and room
 	minUETRequest     = 1 << 10
 	// uetStreamJSONBytes bounds the client's read of the result: a
 	// stream's counters are under 256 bytes of JSON.
@@ -169,8 +169,8 @@ func (l UETLimits) withDefaults() UETLimits {
 // one.
 func (l *UETLimits) validate() error {
 	switch {
-	case l.MaxStreams < 1 || l.MaxStreams > maxUETStreams:
-		return fmt.Errorf("uet max_streams %d: must be 1..%d", l.MaxStreams, maxUETStreams)
+	case l.MaxStreams < 1 || l.MaxStreams > MaxUETStreams:
+		return fmt.Errorf("uet max_streams %d: must be 1..%d", l.MaxStreams, MaxUETStreams)
 	case l.MaxMessageBytes < 1 || l.MaxMessageBytes > pds.MaxMessageBytes:
 		return fmt.Errorf("uet max_message_bytes %d: must be 1..%d", l.MaxMessageBytes, pds.MaxMessageBytes)
 	}
