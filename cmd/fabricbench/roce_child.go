@@ -59,6 +59,11 @@ type childResult struct {
 	Error        string  `json:"error,omitempty"`
 }
 
+// serverResult is what the server child prints when its session is over.
+type serverResult struct {
+	PeakRSSBytes uint64 `json:"peak_rss_bytes"`
+}
+
 // roceChild is main for a child; args follow childArg.
 func roceChild(args []string) int {
 	fs := flag.NewFlagSet(childArg, flag.ContinueOnError)
@@ -106,6 +111,9 @@ func roceChild(args []string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		// Its own peak: the parent's ru_maxrss of a child counts the
+		// bench's memory at the fork (Linux keeps it across exec).
+		_ = json.NewEncoder(os.Stdout).Encode(serverResult{PeakRSSBytes: peakRSS()})
 		return 0
 	case "client":
 		cfg := perf.DefaultClientConfig(*server)

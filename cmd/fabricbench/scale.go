@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +24,7 @@ import (
 // against one server, every QP active, congestion control off, all of
 // them sharing one line rate (the client's port, as a NIC's QPs share
 // theirs) so that the packets per second are the same at every N. Per N:
-// the time until every QP is sending, the peak memory of both processes
+// the time until the client's agent holds every QP, the peak memory of both processes
 // per QP beyond the first row's, and the client's CPU per packet against
 // the first row's (goal: within 1.2x of one flow).
 
@@ -47,8 +48,8 @@ type ScaleRow struct {
 	// SetupSeconds: from RunClient's start until the client's agent held
 	// every QP (created; the session connects them at once).
 	SetupSeconds float64 `json:"setup_seconds"`
-	// Peak resident memory of the client and server processes (VmHWM,
-	// ru_maxrss), and per QP beyond the first row's.
+	// Peak resident memory of the client and server processes (VmHWM),
+	// and per QP beyond the first row's.
 	ClientRSSBytes   uint64  `json:"client_peak_rss_bytes"`
 	ServerRSSBytes   uint64  `json:"server_peak_rss_bytes"`
 	ClientBytesPerQP float64 `json:"client_bytes_per_qp,omitempty"`
@@ -133,8 +134,8 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+120)*time.Second)
 	defer cancel()
 	srv := b.Command(rctx, exe, childArg, "-mode", "server", "-bind", addrB.Addr().String(), "-max-qps", strconv.Itoa(n))
-	var srvOut strings.Builder
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	var srvOut, srvJSON strings.Builder
+	srv.Stdout, srv.Stderr = &srvJSON, &srvOut
 	srv.WaitDelay = 2 * time.Second
 	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
 	if err := srv.Start(); err != nil {
@@ -180,9 +181,11 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 	}
 	row.SetupSeconds = res.SetupSeconds
 	row.ClientRSSBytes = res.PeakRSSBytes
-	if ru, ok := srv.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		row.ServerRSSBytes = uint64(ru.Maxrss) << 10 // KiB on Linux
+	var sr serverResult
+	if err := json.Unmarshal([]byte(srvJSON.String()), &sr); err != nil {
+		return row, fmt.Errorf("server output %q: %w", srvJSON.String(), err)
 	}
+	row.ServerRSSBytes = sr.PeakRSSBytes
 	row.GoodputBps, row.TxPackets, row.Retransmits = res.GoodputBps, res.TxPackets, res.Retransmits
 	if res.TxPackets > 0 {
 		row.NsPerPacket = (res.UserSeconds + res.SysSeconds) * 1e9 / float64(res.TxPackets)
@@ -242,7 +245,7 @@ func (r *ScaleReport) write(w io.Writer) {
 			row.QPs, row.SetupSeconds, mib(row.ClientRSSBytes), mib(row.ServerRSSBytes),
 			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, row.NsPerPacket, ratio, row.Verdict)
 	}
-	fmt.Fprintln(w, "setup: from the client's start until its agent held every QP; RSS: peak resident memory (client VmHWM, server ru_maxrss);")
+	fmt.Fprintln(w, "setup: from the client's start until its agent held every QP; RSS: each process's peak resident memory (VmHWM);")
 	fmt.Fprintln(w, "/QP: memory over the first row's, per extra QP; goodput in Mbit/s; ns/pkt: the client process's CPU (user+sys, getrusage)")
 	fmt.Fprintln(w, "per data packet sent.")
 }
