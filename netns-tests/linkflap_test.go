@@ -37,26 +37,8 @@ func newFlapLab(t *testing.T) *flapLab {
 		}},
 	})
 	f := &flapLab{l: l, s: l.Node("s"), c: l.Node("c"), srvAddr: netip.MustParseAddr("198.18.12.1")}
-	if err := f.s.Do(func() (err error) {
-		f.srv, err = perf.Listen(perf.ServerConfig{Bind: f.srvAddr, Interval: -1, Logger: testLogger(t)})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("roceperf server: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("roceperf server still running 10 s after cancel")
-		}
-		_ = f.srv.Close()
+	f.srv = servePerf(t, f.s, func() (*perf.Server, error) {
+		return perf.Listen(perf.ServerConfig{Bind: f.srvAddr, Interval: -1, Logger: testLogger(t)})
 	})
 	f.sideAddr = f.srv.Addr().String()
 	return f
@@ -65,29 +47,9 @@ func newFlapLab(t *testing.T) *flapLab {
 // startUET runs a UET roceperf server in s, its side channel on 18516.
 func (f *flapLab) startUET(t *testing.T) string {
 	t.Helper()
-	var srv *perf.UETServer
-	if err := f.s.Do(func() (err error) {
-		srv, err = perf.ListenUET(perf.ServerConfig{Transport: perf.TransportUET, Bind: f.srvAddr, Port: 18516, Interval: -1, Logger: testLogger(t)})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("UET server: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("UET server still running 10 s after cancel")
-		}
-		_ = srv.Close()
-	})
-	return srv.Addr().String()
+	return servePerf(t, f.s, func() (*perf.UETServer, error) {
+		return perf.ListenUET(perf.ServerConfig{Transport: perf.TransportUET, Bind: f.srvAddr, Port: 18516, Interval: -1, Logger: testLogger(t)})
+	}).Addr().String()
 }
 
 // setLink brings the client's eth0 down or up.

@@ -710,9 +710,25 @@ func (r *perfRun) goodput(from, to time.Time) float64 {
 func startPerfServer(t *testing.T, b *roceBed) string {
 	t.Helper()
 	d := b.d
-	var srv *perf.Server
-	if err := d.Receiver.Do(func() (err error) {
-		srv, err = perf.Listen(perf.ServerConfig{Bind: d.ReceiverAddr, Interval: -1, Logger: testLogger(t), Timescale: labScale, Held: b.meter.Held()})
+	return servePerf(t, d.Receiver, func() (perfServer, error) {
+		return perf.Listen(perf.ServerConfig{Bind: d.ReceiverAddr, Interval: -1, Logger: testLogger(t), Timescale: labScale, Held: b.meter.Held()})
+	}).Addr().String()
+}
+
+// perfServer is a roceperf server of either transport.
+type perfServer interface {
+	Serve(ctx context.Context) error
+	Close() error
+	Addr() netip.AddrPort
+}
+
+// servePerf opens a roceperf server with listen in n (its sockets in n's
+// namespace) and serves until the test ends.
+func servePerf[S perfServer](t *testing.T, n *lab.Node, listen func() (S, error)) S {
+	t.Helper()
+	var srv S
+	if err := n.Do(func() (err error) {
+		srv, err = listen()
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -734,7 +750,7 @@ func startPerfServer(t *testing.T, b *roceBed) string {
 			t.Errorf("roceperf server: %v", err)
 		}
 	})
-	return srv.Addr().String()
+	return srv
 }
 
 // perfClientConfig is "roceperf -c SERVER -t D -b 500m --mtu 4096 -l 64k

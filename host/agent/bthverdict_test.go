@@ -3,15 +3,12 @@ package agent
 import (
 	"encoding/binary"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf"
-	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
 )
@@ -43,25 +40,7 @@ type bthLab struct {
 func newBTHLab(t *testing.T, pkey uint16) *bthLab {
 	t.Helper()
 	labtest.RequireRoot(t)
-	pa, _ := pktio.NewPipe(pktio.PipeOptions{Depth: 16})
-	clock := engine.NewFakeClock(0)
-	a, err := newAgent(Config{Conn: pa, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	slots, _ := newSlots(16)
-	rslots, _ := newSlots(8)
-	l := &ppfcLab{t: t, a: a, clock: clock, local: pa.LocalAddr(), slots: slots, rslots: rslots}
-	cfg := DefaultQPConfig()
-	cfg.Window, cfg.AckReqEvery, cfg.BufferBytes, cfg.PKey = 16, 4, 64<<10, pkey
-	qp, err := a.CreateQP(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := qp.Connect(l.local, Endpoint{Addr: peerX, QPN: 0x100, Len: 64 << 10, MTU: cfg.MTU}); err != nil {
-		t.Fatal(err)
-	}
+	l, qp := newSoloLab(t, pkey)
 	rp, err := rpbpf.Load(rpbpf.LoadOptions{TestHooks: true})
 	if err != nil {
 		t.Fatal(err)

@@ -118,6 +118,19 @@ func FuzzReceive(f *testing.F) {
 // second: a short pipe, few slots, a 64 KiB buffer; qp sends to peerX.
 func newFuzzLab(t *testing.T) (*ppfcLab, *QP) {
 	t.Helper()
+	l, qp := newSoloLab(t, 0)
+	if err := qp.Start(Stream{Op: OpWrite, MessageBytes: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	l.tx(qp)
+	return l, qp
+}
+
+// newSoloLab is one agent without its loops on a fake clock, and one QP
+// of P_Key pkey (0: the default) connected to peerX: a 16-packet window,
+// AckReq every 4, a 64 KiB buffer.
+func newSoloLab(t *testing.T, pkey uint16) (*ppfcLab, *QP) {
+	t.Helper()
 	pa, _ := pktio.NewPipe(pktio.PipeOptions{Depth: 16})
 	clock := engine.NewFakeClock(0)
 	a, err := newAgent(Config{Conn: pa, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
@@ -129,7 +142,7 @@ func newFuzzLab(t *testing.T) (*ppfcLab, *QP) {
 	rslots, _ := newSlots(8)
 	l := &ppfcLab{t: t, a: a, clock: clock, local: pa.LocalAddr(), slots: slots, rslots: rslots}
 	cfg := DefaultQPConfig()
-	cfg.Window, cfg.AckReqEvery, cfg.AckTimeout, cfg.BufferBytes = 16, 4, time.Millisecond, 64<<10
+	cfg.Window, cfg.AckReqEvery, cfg.AckTimeout, cfg.BufferBytes, cfg.PKey = 16, 4, time.Millisecond, 64<<10, pkey
 	qp, err := a.CreateQP(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -137,9 +150,5 @@ func newFuzzLab(t *testing.T) (*ppfcLab, *QP) {
 	if err := qp.Connect(l.local, Endpoint{Addr: peerX, QPN: 0x100, Len: 64 << 10, MTU: cfg.MTU}); err != nil {
 		t.Fatal(err)
 	}
-	if err := qp.Start(Stream{Op: OpWrite, MessageBytes: 4096}); err != nil {
-		t.Fatal(err)
-	}
-	l.tx(qp)
 	return l, qp
 }
