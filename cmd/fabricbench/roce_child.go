@@ -200,6 +200,23 @@ func peakRSS() uint64 {
 	return 0
 }
 
+// stopChild ends a child that done says has not exited: SIGTERM (so a
+// profile is written out), then SIGKILL after 5 s.
+func stopChild(p *os.Process, done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.Kill()
+		<-done
+	}
+}
+
 // parseChild reads a client child's one JSON line.
 func parseChild(out []byte, runErr error, stderr string) (childResult, error) {
 	var res childResult
@@ -277,31 +294,13 @@ func roceperfRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, pr
 	out, runErr := cli.Output()
 	// A failed client leaves the server's view of it in the server's
 	// output: stop the server and say both.
-	fail := func(err error) (UDPRun, error) {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-srvDone:
-		case <-time.After(5 * time.Second):
-			_ = srv.Process.Kill()
-			<-srvDone
-		}
+	res, err := parseChild(out, runErr, stderr.String())
+	if err != nil {
+		stopChild(srv.Process, srvDone)
 		if so := strings.TrimSpace(srvOut.String()); so != "" {
 			err = fmt.Errorf("%w (server output: %s)", err, so)
 		}
-		return run, err
-	}
-	var res childResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		if runErr != nil {
-			return fail(fmt.Errorf("roceperf client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr.String())))
-		}
-		return fail(fmt.Errorf("roceperf client output: %w", err))
-	}
-	if res.Error != "" {
-		return fail(fmt.Errorf("roceperf client: %s", res.Error))
-	}
-	if runErr != nil {
-		return fail(fmt.Errorf("roceperf client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr.String())))
+		return run, fmt.Errorf("roceperf %w", err)
 	}
 	// The one-off server exits after the session.
 	select {

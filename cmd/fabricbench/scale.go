@@ -144,19 +144,7 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 	var srvErr error
 	srvDone := make(chan struct{})
 	go func() { srvErr = srv.Wait(); close(srvDone) }()
-	stopServer := func() {
-		select {
-		case <-srvDone:
-		default:
-			_ = srv.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-srvDone:
-			case <-time.After(5 * time.Second):
-				_ = srv.Process.Kill()
-				<-srvDone
-			}
-		}
-	}
+	stopServer := func() { stopChild(srv.Process, srvDone) }
 	defer stopServer()
 	if err := waitListening(rctx, b, perf.DefaultPort, srvDone); err != nil {
 		return row, fmt.Errorf("server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))

@@ -87,57 +87,45 @@ func (b *bthLab) agent(t *testing.T, from netip.AddrPort, tos uint8, payload []b
 
 func (b *bthLab) rpVerdict(t *testing.T, frame []byte) verdict {
 	t.Helper()
-	s0, err := b.rp.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.rp.RunIngress(frame); err != nil {
-		t.Fatal(err)
-	}
-	s, err := b.rp.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	switch {
-	case s.Malformed > s0.Malformed, s.Truncated > s0.Truncated:
-		return vMalformed
-	case s.UnknownQP > s0.UnknownQP:
-		return vUnknown
-	case s.PKeyViolations > s0.PKeyViolations:
-		return vPKey
-	case s.ICRCErrors > s0.ICRCErrors:
-		return vICRC
-	case s.Counted > s0.Counted:
-		return vTaken
-	}
-	t.Fatalf("rp: no verdict counter moved: %+v", s)
-	return ""
+	return kernelVerdict(t, "rp", frame, b.rp.RunIngress, b.rp.Stats, func(s rpbpf.Stats) []uint64 {
+		return []uint64{s.Malformed + s.Truncated, s.UnknownQP, s.PKeyViolations, s.ICRCErrors, s.Counted}
+	})
 }
 
 func (b *bthLab) npVerdict(t *testing.T, frame []byte) verdict {
 	t.Helper()
-	s0, err := b.np.Stats()
+	return kernelVerdict(t, "np", frame, b.np.RunIngress, b.np.Stats, func(s npbpf.Stats) []uint64 {
+		return []uint64{s.Malformed + s.Truncated, s.UnknownQP, s.PKeyViolations, 0, s.CE + s.NotCE} // no ICRC check
+	})
+}
+
+// kernelVerdicts are the verdicts in the order a kernel role's counts
+// lists its counters.
+var kernelVerdicts = [...]verdict{vMalformed, vUnknown, vPKey, vICRC, vTaken}
+
+// kernelVerdict hands frame to a kernel role's program and reads which of
+// its counters moved.
+func kernelVerdict[S any](t *testing.T, role string, frame []byte, run func([]byte) (uint32, error),
+	stats func() (S, error), counts func(S) []uint64) verdict {
+	t.Helper()
+	s0, err := stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.np.RunIngress(frame); err != nil {
+	if _, err := run(frame); err != nil {
 		t.Fatal(err)
 	}
-	s, err := b.np.Stats()
+	s, err := stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	switch {
-	case s.Malformed > s0.Malformed, s.Truncated > s0.Truncated:
-		return vMalformed
-	case s.UnknownQP > s0.UnknownQP:
-		return vUnknown
-	case s.PKeyViolations > s0.PKeyViolations:
-		return vPKey
-	case s.CE > s0.CE, s.NotCE > s0.NotCE:
-		return vTaken
+	before, after := counts(s0), counts(s)
+	for i, v := range kernelVerdicts {
+		if after[i] > before[i] {
+			return v
+		}
 	}
-	t.Fatalf("np: no verdict counter moved: %+v", s)
+	t.Fatalf("%s: no verdict counter moved: %+v", role, s)
 	return ""
 }
 
