@@ -569,6 +569,10 @@ func installSignalHandler() {
 		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 		go func() {
 			sig := <-ch
+			// Stderr may be a pipe its reader has left (go test killed
+			// before the test binary): the message must not kill the
+			// process by SIGPIPE before the teardown.
+			signal.Ignore(syscall.SIGPIPE)
 			code := 130
 			if sig == syscall.SIGTERM {
 				code = 143

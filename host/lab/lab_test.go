@@ -522,7 +522,9 @@ func TestCloseKillsProcesses(t *testing.T) {
 }
 
 // TestSignalTearsDown runs a child test binary that builds a lab and then
-// signals itself; the handler must delete the lab and exit 128+signal.
+// signals itself; the handler must delete the lab and exit 128+signal,
+// also when its stderr is a pipe nobody reads any more (go test killed
+// before the test binary it runs): writing there must not kill it first.
 func TestSignalTearsDown(t *testing.T) {
 	if os.Getenv("LAB_SIGNAL_CHILD") != "" {
 		signalChild()
@@ -531,14 +533,29 @@ func TestSignalTearsDown(t *testing.T) {
 	labtest.RequireRoot(t)
 	labtest.RequireKernel(t, minKernel)
 	for _, tc := range []struct {
-		sig  syscall.Signal
-		code int
-	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
-		t.Run(tc.sig.String(), func(t *testing.T) {
+		name         string
+		sig          syscall.Signal
+		code         int
+		brokenStderr bool
+	}{
+		{"SIGINT", syscall.SIGINT, 130, false},
+		{"SIGTERM", syscall.SIGTERM, 143, false},
+		{"SIGTERM/stderr-broken", syscall.SIGTERM, 143, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestSignalTearsDown$", "-test.count=1")
 			cmd.Env = append(os.Environ(), "LAB_SIGNAL_CHILD="+strconv.Itoa(int(tc.sig)))
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if tc.brokenStderr {
+				r, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Close()
+				defer w.Close()
+				cmd.Stderr = w
+			}
 			err := cmd.Run()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != tc.code {
