@@ -404,10 +404,35 @@ func TestSweepStale(t *testing.T) {
 	}
 	h.Close()
 	t.Cleanup(func() { _ = deleteNamed(stale) })
+	// What the dead owner started inside it (a daemon) goes too.
+	orphan := exec.Command("ip", "netns", "exec", stale, "sleep", "60")
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- orphan.Wait() }()
+	t.Cleanup(func() { _ = orphan.Process.Kill() })
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", orphan.Process.Pid))
+		if strings.TrimSpace(string(b)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ip netns exec never ran sleep")
+		}
+	}
 
 	l := BuildT(t, Spec{Nodes: []NodeSpec{{Name: "x"}}})
 	if names, _ := LiveNamespaces(stale); len(names) != 0 {
 		t.Fatalf("Build did not sweep %s", stale)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Errorf("the process inside the stale namespace ended with %v, want killed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("the process inside the stale namespace survived the sweep")
 	}
 	// Our own live lab is never swept.
 	if _, err := SweepStale(); err != nil {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/vishvananda/netns"
 )
 
 // LiveNamespaces lists the named namespaces whose name starts with prefix,
@@ -36,7 +38,8 @@ func LiveNamespaces(prefix string) ([]string, error) {
 var staleName = regexp.MustCompile(`^` + regexp.QuoteMeta(NamePrefix) + `([0-9]+)-[0-9a-f]{4}-.`)
 
 // SweepStale deletes namespaces left by earlier processes (crash, SIGKILL,
-// `go test -timeout`) and returns their names. A namespace is stale only when
+// `go test -timeout`), killing what still runs inside them, and returns
+// their names. A namespace is stale only when
 // the pid in its name no longer exists; a reused pid merely postpones the
 // sweep, which errs on the side of never deleting a live lab. Build calls it.
 func SweepStale() ([]string, error) {
@@ -55,6 +58,16 @@ func SweepStale() ([]string, error) {
 		pid, err := strconv.Atoi(m[1])
 		if err != nil || pid <= 0 || pid == self || pidAlive(pid) {
 			continue
+		}
+		// What the dead owner started inside (a daemon, a traffic tool)
+		// outlives it when it died by a signal it could not catch.
+		if h, err := netns.GetFromPath(NetnsDir + "/" + name); err == nil {
+			err = killNetnsProcs(h)
+			h.Close()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("lab: sweep %s: %w", name, err))
+				continue
+			}
 		}
 		if err := deleteNamed(name); err != nil {
 			errs = append(errs, fmt.Errorf("lab: sweep %s: %w", name, err))
