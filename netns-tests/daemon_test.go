@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -28,6 +29,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // daemonLab is a lab server d running fabriclabd and a client c, joined by
@@ -101,7 +103,9 @@ func (dl *daemonLab) start(t *testing.T, bin string) {
 			if err := qdisc.Forget(dl.d.NetnsName, "eth0"); err != nil {
 				t.Errorf("detach the killed daemon's port: %v", err)
 			}
-			_ = os.RemoveAll(filepath.Join(filepath.Dir(qdisc.MetaRoot), "fabriclabd"))
+			if mark, err := daemon.OwnershipMark(daemon.PortConfig{Netns: dl.d.NetnsName, Dev: "eth0"}); err == nil {
+				_ = os.Remove(mark)
+			}
 		}
 		if t.Failed() {
 			t.Logf("fabriclabd log:\n%s", dl.logs.String())
@@ -461,8 +465,12 @@ func TestDaemon(t *testing.T) {
 		p.Release()
 		t.Error("the port is still attached after the daemon exited")
 	}
-	if ents, _ := os.ReadDir(filepath.Join(filepath.Dir(qdisc.MetaRoot), "fabriclabd")); len(ents) != 0 {
-		t.Errorf("ownership marks left: %v", ents)
+	mark, err := daemon.OwnershipMark(daemon.PortConfig{Netns: dl.d.NetnsName, Dev: "eth0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mark); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ownership mark %s left (%v)", mark, err)
 	}
 }
 
@@ -547,4 +555,87 @@ func lintMetrics(t *testing.T, mf map[string]*dto.MetricFamily) {
 			}
 		}
 	}
+}
+
+// TestDaemonKilled: a fabriclabd killed with SIGKILL leaves its port
+// attached and its ownership mark. A daemon next door (another namespace,
+// the same device name, a port portctl attached) must not take that mark
+// for its own: it refuses to start rather than detach portctl's port.
+// Restarted, the killed daemon detaches its own leftover, attaches afresh,
+// and on SIGTERM leaves nothing behind.
+func TestDaemonKilled(t *testing.T) {
+	dl := newDaemonLab(t)
+	bin := buildDaemon(t)
+	dl.writeConfig(t, "metrics: {listen: \""+daemonMetrics+"\"}\nports:\n  - {dev: eth0, mode: virtual, rate: 200mbit}\n")
+	dl.start(t, bin)
+	if err := dl.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-dl.exited
+	mark, err := daemon.OwnershipMark(daemon.PortConfig{Netns: dl.d.NetnsName, Dev: "eth0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the killed daemon's ownership mark: %v", err)
+	}
+	left, err := qdisc.Open(dl.d.NetnsName, "eth0")
+	if err != nil {
+		t.Fatalf("the killed daemon's port: %v", err)
+	}
+	left.Release()
+
+	// Next door: portctl's port on c's eth0, and a daemon for that eth0.
+	pc, err := qdisc.Attach(qdisc.DefaultConfig(units.Gbit), qdisc.AttachOptions{Dev: "eth0", Netns: dl.c.NetnsName, Pin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.Release()
+	t.Cleanup(func() { _ = qdisc.Forget(dl.c.NetnsName, "eth0") })
+	nextConf := filepath.Join(t.TempDir(), "fabriclabd.yaml")
+	if err := os.WriteFile(nextConf, []byte("metrics: {listen: \"198.18.10.2:9471\"}\nports:\n  - {dev: eth0, mode: virtual, rate: 200mbit}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	next := exec.CommandContext(ctx, "nsenter", "--net="+filepath.Join(lab.NetnsDir, dl.c.NetnsName), bin, "-config", nextConf)
+	out, err := next.CombinedOutput()
+	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "already attached") || strings.Contains(string(out), "left attached by an earlier") {
+		t.Fatalf("the daemon next door: %v (context %v), want it to refuse portctl's port:\n%s", err, ctx.Err(), out)
+	}
+	if p, err := qdisc.Open(dl.c.NetnsName, "eth0"); err != nil {
+		t.Fatalf("portctl's port next door is gone: %v", err)
+	} else {
+		p.Release()
+	}
+
+	// The killed daemon, restarted, takes its own port back.
+	dl.start(t, bin)
+	if !strings.Contains(dl.logs.String(), "left attached by an earlier fabriclabd") {
+		t.Errorf("the restarted daemon did not detach its leftover port")
+	}
+	dl.signal(t, syscall.SIGTERM)
+	select {
+	case err := <-dl.exited:
+		if err != nil {
+			t.Errorf("fabriclabd exited with %v after SIGTERM", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("fabriclabd still running 15 s after SIGTERM")
+	}
+	if _, err := os.Stat(mark); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ownership mark %s left after SIGTERM (%v)", mark, err)
+	}
+	if p, err := qdisc.Open(dl.d.NetnsName, "eth0"); err == nil {
+		p.Release()
+		t.Error("the port is still attached after the daemon exited")
+	}
+	refusal := ""
+	for line := range strings.Lines(string(out)) {
+		if strings.Contains(line, "already attached") {
+			refusal = strings.TrimSpace(line)
+			break
+		}
+	}
+	t.Logf("killed: mark %s and port kept; next door refused: %s", filepath.Base(mark), refusal)
 }

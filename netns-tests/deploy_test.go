@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/daemon"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/labfile"
@@ -447,13 +448,15 @@ func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.La
 				for _, dev := range devs[name] {
 					_ = qdisc.Forget(l.Node(name).NetnsName, dev)
 					_ = tunnel.Forget(l.Node(name).NetnsName, dev)
+					if mark, err := daemon.OwnershipMark(daemon.PortConfig{Netns: l.Node(name).NetnsName, Dev: dev}); err == nil {
+						_ = os.Remove(mark)
+					}
 				}
 			}
 			if t.Failed() {
 				t.Logf("fabriclabd %s:\n%s", name, p.logs.String())
 			}
 		}
-		_ = os.RemoveAll(filepath.Join(filepath.Dir(qdisc.MetaRoot), "fabriclabd"))
 	})
 	const at = "127.0.0.1:9471" // each node's own loopback
 	for name := range procs {

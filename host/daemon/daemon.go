@@ -115,9 +115,10 @@ func attachPE(pl labfile.PEPlan) (*pe, error) {
 }
 
 type port struct {
-	cfg PortConfig
-	q   qdisc.Config
-	p   *qdisc.Port
+	cfg  PortConfig
+	q    qdisc.Config
+	p    *qdisc.Port
+	mark string // its ownership mark (OwnershipMark), "" if none was written
 }
 
 // Apply makes c the running configuration: what is new starts, what is
@@ -292,7 +293,7 @@ func (d *Daemon) Apply(c *Config) error {
 			if err := p.p.Close(); err != nil {
 				d.log.Warn("port detach", "port", describePort(p.cfg), "err", err)
 			}
-			unmarkOwned(p.cfg)
+			unmarkOwned(p.mark)
 			delete(d.ports, k)
 			d.log.Info("port detached", "port", describePort(p.cfg))
 		}
@@ -486,8 +487,7 @@ func (d *Daemon) attachPort(pc PortConfig, q qdisc.Config) (*port, error) {
 	if err != nil {
 		return nil, err
 	}
-	markOwned(pc)
-	return &port{cfg: pc, q: q, p: p}, nil
+	return &port{cfg: pc, q: q, p: p, mark: markOwned(pc)}, nil
 }
 
 // Drain stops taking sessions, lets those in progress end (at most
@@ -539,7 +539,7 @@ func (d *Daemon) Drain(timeout time.Duration) error {
 		if err := p.p.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("port %s: %w", describePort(p.cfg), err))
 		}
-		unmarkOwned(p.cfg)
+		unmarkOwned(p.mark)
 		delete(d.ports, k)
 	}
 	for dev, x := range d.pes {

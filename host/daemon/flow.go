@@ -3,11 +3,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +17,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -343,27 +344,53 @@ func (fl *flow) health() FlowHealth {
 // port somebody attached with portctl.
 var ownedDir = filepath.Join(filepath.Dir(qdisc.MetaRoot), "fabriclabd")
 
-func ownedPath(pc PortConfig) string {
-	ns := pc.Netns
-	if ns == "" {
-		ns = "-"
+// OwnershipMark is the file that says a fabriclabd attached pc's port, from
+// the attach until the daemon detaches it (a killed daemon's stays for its
+// restart). It names the namespace by its inode, as the port's own pins do
+// (qdisc/pinning): daemons in two namespaces may both have an eth0, and
+// neither may take the other's mark for its own (one daemon's exit removed
+// the other's; a restart detached a port portctl had attached next door).
+// Netns "" is the caller's namespace.
+func OwnershipMark(pc PortConfig) (string, error) {
+	ns, err := nsexec.Open(pc.Netns)
+	if err != nil {
+		return "", err
 	}
-	return filepath.Join(ownedDir, strings.ReplaceAll(ns, "/", "_")+"@"+pc.Dev)
+	defer ns.Close()
+	ino, err := nsexec.Ino(ns)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(ownedDir, fmt.Sprintf("ns%d@%s", ino, pc.Dev)), nil
 }
 
 func ownedLeftover(pc PortConfig) bool {
-	_, err := os.Stat(ownedPath(pc))
+	path, err := OwnershipMark(pc)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(path)
 	return err == nil
 }
 
-func markOwned(pc PortConfig) {
-	if err := os.MkdirAll(ownedDir, 0o755); err == nil {
-		_ = os.WriteFile(ownedPath(pc), []byte(describePort(pc)+"\n"), 0o644)
+// markOwned writes pc's mark and returns its path, "" if it has none.
+func markOwned(pc PortConfig) string {
+	path, err := OwnershipMark(pc)
+	if err != nil {
+		slog.Default().Debug("fabriclabd ownership mark", "port", describePort(pc), "err", err)
+		return ""
 	}
+	if err := os.MkdirAll(ownedDir, 0o755); err == nil {
+		_ = os.WriteFile(path, []byte(describePort(pc)+"\n"), 0o644)
+	}
+	return path
 }
 
-func unmarkOwned(pc PortConfig) {
-	if err := os.Remove(ownedPath(pc)); err != nil && !errors.Is(err, os.ErrNotExist) {
+func unmarkOwned(path string) {
+	if path == "" {
+		return
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		slog.Default().Debug("fabriclabd ownership mark", "err", err)
 	}
 }
