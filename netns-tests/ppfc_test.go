@@ -404,10 +404,25 @@ func ppfcIncastRun(t *testing.T, hc *hostChecks, cfg qdisc.Config, wantHolds boo
 	if r.PPFCAlarmsSent == 0 {
 		t.Errorf("no alarm sent: the backlog crossed alarm %s on its way to xoff", kib(float64(cc.AlarmBytes)))
 	}
-	// Holds follow the senders' bursts when a pause runs out: their
-	// timing is the host's too (none beside stress-ng in a starved run).
-	if wantHolds && r.PPFCHoldsSent == 0 {
-		hc.Errorf("no hold sent: no pause ran out above xon %s", kib(float64(cc.XonBytes)))
+	// Holds follow the senders' bursts when a pause runs out. A stop's
+	// pause drains the backlog the packet found to xon/2, so the first
+	// sender stopped near xoff finds the queue above xon when its pause
+	// ends if more than xon/2 arrived after its stop: the backlog's peak
+	// over xoff says whether that happened. It did in every quiet run
+	// (0.15-0.4 xoff over); beside stress-ng --cpu 2 --cpu-load 50, with
+	// the fabric slowed to 125 Mbit/s, one run peaked 47 KiB over xoff
+	// against xon/2 = 64 KiB and sent none. TestPPFCHoldAndAlarm (qdisc)
+	// checks the rule itself packet by packet. The holds' timing is the
+	// host's too (none beside stress-ng in a starved run).
+	over := units.ByteSize(max(int64(r.MaxBacklogBytes)-int64(cc.XoffBytes), 0))
+	switch {
+	case !wantHolds:
+	case over > cc.XonBytes/2 && r.PPFCHoldsSent == 0:
+		hc.Errorf("no hold sent: the backlog peaked %s over xoff, more than xon/2 %s, yet no pause ran out above xon %s",
+			kib(float64(over)), kib(float64(cc.XonBytes/2)), kib(float64(cc.XonBytes)))
+	case over <= cc.XonBytes/2:
+		t.Logf("holds not asserted: the backlog peaked only %s over xoff, not more than xon/2 %s (%d holds sent)",
+			kib(float64(over)), kib(float64(cc.XonBytes/2)), r.PPFCHoldsSent)
 	}
 	if u := w.utilizationNet(roceRate); u < 0.95 {
 		hc.Errorf("utilization %.3f after the first quarter net of the host's %v (raw %.3f), want >= 0.95", u, w.starved, w.utilization(roceRate))
