@@ -109,14 +109,7 @@ func TestDaemonTCP(t *testing.T) {
 
 	// 4. SIGTERM: drained, exit 0.
 	dl.signal(t, syscall.SIGTERM)
-	select {
-	case err := <-dl.exited:
-		if err != nil {
-			t.Errorf("fabriclabd exited with %v after SIGTERM", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("fabriclabd still running 15 s after SIGTERM")
-	}
+	dl.waitExit(t)
 	if !strings.Contains(dl.logs.String(), `"msg":"drained"`) {
 		t.Errorf("no drained line in the JSON log")
 	}

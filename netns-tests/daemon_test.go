@@ -245,6 +245,19 @@ func (dl *daemonLab) signal(t *testing.T, sig syscall.Signal) {
 	}
 }
 
+// waitExit waits for the daemon to exit cleanly after SIGTERM (its drain).
+func (dl *daemonLab) waitExit(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-dl.exited:
+		if err != nil {
+			t.Errorf("fabriclabd exited with %v after SIGTERM", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("fabriclabd still running 15 s after SIGTERM")
+	}
+}
+
 // runClient runs a roceperf client in c against the daemon.
 func (dl *daemonLab) runClient(ctx context.Context, cfg perf.ClientConfig) (*perf.Report, error) {
 	var r *perf.Report
@@ -449,14 +462,7 @@ func TestDaemon(t *testing.T) {
 	if err := <-sess; err != nil {
 		t.Errorf("a session in progress at SIGTERM failed: %v", err)
 	}
-	select {
-	case err := <-dl.exited:
-		if err != nil {
-			t.Errorf("fabriclabd exited with %v after SIGTERM", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("fabriclabd still running 15 s after SIGTERM")
-	}
+	dl.waitExit(t)
 	if !strings.Contains(dl.logs.String(), `"msg":"drained"`) {
 		t.Errorf("no drained line in the JSON log")
 	}
@@ -615,14 +621,7 @@ func TestDaemonKilled(t *testing.T) {
 		t.Errorf("the restarted daemon did not detach its leftover port")
 	}
 	dl.signal(t, syscall.SIGTERM)
-	select {
-	case err := <-dl.exited:
-		if err != nil {
-			t.Errorf("fabriclabd exited with %v after SIGTERM", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("fabriclabd still running 15 s after SIGTERM")
-	}
+	dl.waitExit(t)
 	if _, err := os.Stat(mark); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("ownership mark %s left after SIGTERM (%v)", mark, err)
 	}
