@@ -130,9 +130,19 @@ int runq_switch(__u64 *ctx)
 	struct runq_wait *w;
 	__u64 *since, from;
 
-	/* Preempted, still runnable: it waits from now. */
-	if (prev && prev_state == TASK_RUNNING && is_watched(prev))
-		wait_begin(prev);
+	if (prev && is_watched(prev)) {
+		/* Preempted, still runnable: it waits from now. */
+		if (prev_state == TASK_RUNNING) {
+			wait_begin(prev);
+		} else {
+			/* Off to sleep (or preempted on its way there): no wait
+			 * until a wakeup. A wakeup of it while it still ran (its
+			 * own, or one racing its sleep) left an entry that would
+			 * date the next switch-in from then. */
+			tid = BPF_CORE_READ(prev, pid);
+			bpf_map_delete_elem(&waiting, &tid);
+		}
+	}
 	if (!next || !is_watched(next))
 		return 0;
 	tid = BPF_CORE_READ(next, pid);
