@@ -6,7 +6,9 @@
 // its own engine (kernel TCP, iperf3), the kernel's account of when the
 // host held them. A Meter intersects them with the ports' idle periods
 // like an engine's held time. Schedstat's run delay (hostlost.Kernel) is
-// the same total without the times.
+// the same total without the times, but for one thing: it dates a wait
+// that a wakeup's preemption began from the wakeup, the tracer from the
+// switch (the time the preempted thread still ran).
 //
 // A thread of a watched process waits from its wakeup, or from its
 // preemption while still runnable, to the switch that puts it on a CPU.
@@ -42,6 +44,15 @@ type Config struct {
 	Softirq bool
 	// Sink gets every wait (CLOCK_MONOTONIC). Required.
 	Sink *hostlost.Log
+	// Each, optional, also sees every wait with its thread, on the
+	// reader's goroutine: which thread the host held, and when.
+	Each func(Wait)
+}
+
+// Wait is one thread's time on a runqueue.
+type Wait struct {
+	From, To  time.Duration // CLOCK_MONOTONIC
+	TID, TGID int
 }
 
 // Stats count what the tracer saw.
@@ -57,6 +68,7 @@ type Tracer struct {
 	links []link.Link
 	rd    *ringbuf.Reader
 	sink  *hostlost.Log
+	each  func(Wait)
 	wg    sync.WaitGroup
 	err   error
 	once  sync.Once
@@ -67,7 +79,7 @@ func Start(cfg Config) (*Tracer, error) {
 	if cfg.Sink == nil {
 		return nil, errors.New("runq: Config.Sink is required")
 	}
-	t := &Tracer{sink: cfg.Sink}
+	t := &Tracer{sink: cfg.Sink, each: cfg.Each}
 	if err := bpf.LoadRunqObjects(&t.objs, nil); err != nil {
 		return nil, fmt.Errorf("runq: load: %w", err)
 	}
@@ -127,10 +139,13 @@ func (t *Tracer) read() {
 			}
 			return
 		}
-		if b := rec.RawSample; len(b) >= 16 {
-			from := binary.NativeEndian.Uint64(b[0:])
-			to := binary.NativeEndian.Uint64(b[8:])
-			t.sink.Add(time.Duration(from), time.Duration(to))
+		var rw bpf.RunqRunqWait
+		if _, err := binary.Decode(rec.RawSample, binary.NativeEndian, &rw); err == nil {
+			w := Wait{From: time.Duration(rw.FromNs), To: time.Duration(rw.ToNs), TID: int(rw.Tid), TGID: int(rw.Tgid)}
+			t.sink.Add(w.From, w.To)
+			if t.each != nil {
+				t.each(w)
+			}
 		}
 	}
 }

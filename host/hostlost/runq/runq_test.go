@@ -3,56 +3,126 @@
 package runq
 
 import (
+	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
-// Three busy threads on two CPUs wait for each other: the tracer logs
-// their waits, each inside the run, and their total meets schedstat's
-// run delay of the same threads.
+// gapMin is the shortest stop in a busy thread's clock readings it
+// keeps: a runqueue wait takes two context switches, longer than this.
+const gapMin = 2 * time.Microsecond
+
+// spinner is one busy thread's own account. It reads its schedstat
+// itself, so while running (never inside a wait), at the start and the
+// end of its spin, each reading between two clock readings; and while
+// it spins it keeps every stop in its clock readings (a wait, a sleep,
+// an interrupt).
+type spinner struct {
+	tid             int
+	before0, after0 time.Duration // around the first reading
+	before1, after1 time.Duration // around the last
+	stat0, stat1    threadStat
+	gaps            []hostlost.Interval
+	err             error
+}
+
+// threadStat is a thread's /proc/thread-self/schedstat: its run delay
+// and how many times it went on a CPU.
+type threadStat struct {
+	delay  time.Duration
+	slices int64
+}
+
+func readThreadStat() (threadStat, error) {
+	b, err := os.ReadFile("/proc/thread-self/schedstat")
+	if err != nil {
+		return threadStat{}, err
+	}
+	var run, delay, slices int64
+	if _, err := fmt.Sscan(string(b), &run, &delay, &slices); err != nil {
+		return threadStat{}, fmt.Errorf("schedstat %q: %w", b, err)
+	}
+	return threadStat{time.Duration(delay), slices}, nil
+}
+
+func (s *spinner) spin(stop *atomic.Bool, cpu int) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	s.tid = unix.Gettid()
+	var set unix.CPUSet
+	set.Set(cpu)
+	if s.err = unix.SchedSetaffinity(0, &set); s.err != nil {
+		return
+	}
+	s.gaps = make([]hostlost.Interval, 0, 1<<16)
+	s.before0 = hostlost.Now()
+	s.stat0, s.err = readThreadStat()
+	s.after0 = hostlost.Now()
+	for last := s.after0; ; {
+		now := hostlost.Now()
+		if now-last > gapMin {
+			if len(s.gaps) == cap(s.gaps) {
+				s.err = fmt.Errorf("more than %d stops", cap(s.gaps))
+				return
+			}
+			s.gaps = append(s.gaps, hostlost.Interval{From: last, To: now})
+		}
+		last = now
+		if stop.Load() {
+			s.before1 = now
+			break
+		}
+	}
+	st, err := readThreadStat()
+	s.after1 = hostlost.Now()
+	s.stat1 = st
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// Three busy threads share one CPU and wait for each other. The tracer
+// logs their waits, each inside the tracer's life; each thread's waits
+// are as many as its schedstat's switches onto a CPU, each inside a stop
+// the thread saw in its own clock, and their total meets its run delay.
 func TestWaits(t *testing.T) {
 	labtest.RequireRoot(t)
 	sink := hostlost.NewLog()
+	var mu sync.Mutex
+	byTID := map[int][]Wait{}
 	attached := hostlost.Now()
-	tr, err := Start(Config{PIDs: []int{os.Getpid()}, Softirq: true, Sink: sink})
+	tr, err := Start(Config{PIDs: []int{os.Getpid()}, Softirq: true, Sink: sink, Each: func(w Wait) {
+		mu.Lock()
+		byTID[w.TID] = append(byTID[w.TID], w)
+		mu.Unlock()
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	// Schedstat is read while the tracer is attached: the waits of its
-	// loading and closing (long on a loaded machine) are in neither.
-	start := hostlost.Now()
-	k0, err := hostlost.ReadKernel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for range runtime.NumCPU() + 1 {
+	spins := make([]spinner, 3)
+	for i := range spins {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			for !stop.Load() {
-			}
+			spins[i].spin(&stop, runtime.NumCPU()-1)
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
 	stop.Store(true)
 	wg.Wait()
-	k1, err := hostlost.ReadKernel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	end := hostlost.Now()
 	st, err := tr.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -62,28 +132,72 @@ func TestWaits(t *testing.T) {
 	}
 	closed := hostlost.Now()
 	ivs := sink.Drain(nil)
-	n, total, lost := sink.Totals()
-	if n == 0 || lost != 0 || st.RingLost != 0 {
-		t.Fatalf("%d waits logged, %d lost in the log, %d in the ring: want some, none lost", n, lost, st.RingLost)
+	n, _, lost := sink.Totals()
+	if n == 0 || lost != 0 || st.RingLost != 0 || st.TableFull != 0 {
+		t.Fatalf("%d waits logged (%+v), %d lost in the log: want some, none lost", n, st, lost)
 	}
-	// Schedstat adds a wait to the run delay when it ends: the waits
-	// that ended between the two readings are the same ones.
-	var inWindow time.Duration
 	for _, iv := range ivs {
 		if iv.From < attached || iv.To > closed || iv.To < iv.From {
 			t.Fatalf("wait %v..%v outside the tracer's life %v..%v", iv.From, iv.To, attached, closed)
 		}
-		if iv.To >= start && iv.To <= end {
-			inWindow += iv.Len()
-		}
 	}
-	delay := k1.Sub(k0).RunDelay
-	t.Logf("%d waits (%+v), %v in all, %v ending between the schedstat readings; their run delay %v",
-		n, st, total, inWindow, delay)
-	// Schedstat counts the same waits of this process (and no softirq
-	// thread's): within a tenth of each other (1–2 % apart, quiet or
-	// beside stress-ng --cpu 2 --cpu-load 50).
-	if inWindow < delay*9/10 || inWindow > delay*11/10 {
-		t.Errorf("waits %v, run delay %v: want them within 10 %% of each other", inWindow, delay)
+	var traced, during, delay time.Duration
+	for i := range spins {
+		s := &spins[i]
+		if s.err != nil {
+			t.Fatalf("thread %d: %v", s.tid, s.err)
+		}
+		// Schedstat adds a wait (and a switch) when it ends: the waits
+		// that ended between the thread's readings are in both; one
+		// that ended during a reading (the read preempted) in either.
+		var waits, edges int
+		var sum, edgeSum time.Duration
+		for _, w := range byTID[s.tid] {
+			switch {
+			case w.To > s.after0 && w.To <= s.before1:
+				waits++
+				sum += w.To - w.From
+				// The thread stopped before the switch that began the
+				// wait and ran again after the one that ended it.
+				j, _ := slices.BinarySearchFunc(s.gaps, w.From, func(g hostlost.Interval, at time.Duration) int {
+					return int(g.To - at)
+				})
+				if j == len(s.gaps) || s.gaps[j].From > w.From || s.gaps[j].To < w.To {
+					t.Errorf("thread %d: wait %v..%v is in no stop of its clock (next stop %v)",
+						s.tid, w.From, w.To, s.gaps[min(j, len(s.gaps)-1)])
+				}
+			case w.To >= s.before0 && w.To <= s.after1:
+				edges++
+				edgeSum += w.To - w.From
+			}
+		}
+		switches := int(s.stat1.slices - s.stat0.slices)
+		d := s.stat1.delay - s.stat0.delay
+		t.Logf("thread %d: %d waits, %v (%d, %v, during the readings); schedstat: %d switches, run delay %v; %d stops in its clock",
+			s.tid, waits, sum, edges, edgeSum, switches, d, len(s.gaps))
+		// Now and then the kernel counts a switch with no wait the
+		// tracer saw: one in 45 threads' runs, beside stress-ng and a
+		// build.
+		if switches < waits || switches > waits+edges+2 {
+			t.Errorf("thread %d: %d waits (+%d during the readings), %d switches onto a CPU: want as many",
+				s.tid, waits, edges, switches)
+		}
+		traced += sum
+		during += edgeSum
+		delay += d
+	}
+	// The kernel dates a wait begun by a wakeup's preemption from the
+	// wakeup (the runqueue's clock is not read again at the switch), the
+	// tracer from the switch: unpinned, with the wakeups other
+	// processes', the run delay was up to 20 % longer in a loaded
+	// whole-suite run. Pinned to one CPU the busy threads' waits were
+	// 99.7–101.4 % of it quiet, 98.5–101.6 % beside stress-ng --cpu 2
+	// --cpu-load 50 and 98.4–101.2 % beside it and a build (10, 10, 15
+	// runs).
+	t.Logf("%d waits in all (%+v); the busy threads' %v traced (+%v during the readings), run delay %v (%.1f %%)",
+		n, st, traced, during, delay, 100*float64(traced+during)/float64(delay))
+	if traced == 0 || traced > delay*102/100+time.Millisecond || traced+during < delay*9/10 {
+		t.Errorf("busy threads' waits %v (+%v during the readings), run delay %v: want 90..102 %% of it",
+			traced, during, delay)
 	}
 }
