@@ -1,8 +1,15 @@
 package netnstests
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -104,18 +111,19 @@ func checkAttachOverStale(t *testing.T, l *lab.Lab, p pinned) {
 
 type stalePort struct{ ns string }
 
-func (s stalePort) opts() qdisc.AttachOptions {
-	return qdisc.AttachOptions{Dev: "p0", Netns: s.ns, Mode: qdisc.QueueVirtual, Pin: true}
-}
+func (s stalePort) attach() (attached, error) { return s.attachOn("p0") }
 
-func (s stalePort) attach() (attached, error) {
-	return qdisc.Attach(qdisc.DefaultConfig(100*units.Mbit), s.opts())
+func (s stalePort) attachOn(dev string) (attached, error) {
+	opts := qdisc.AttachOptions{Dev: dev, Netns: s.ns, Mode: qdisc.QueueVirtual, Pin: true}
+	return qdisc.Attach(qdisc.DefaultConfig(100*units.Mbit), opts)
 }
 
 func (s stalePort) forget() error { return qdisc.Forget(s.ns, "p0") }
 
-func (s stalePort) open() error {
-	p, err := qdisc.Open(s.ns, "p0")
+func (s stalePort) open() error { return s.openOn("p0") }
+
+func (s stalePort) openOn(dev string) error {
+	p, err := qdisc.Open(s.ns, dev)
 	if err == nil {
 		p.Release()
 	}
@@ -124,12 +132,17 @@ func (s stalePort) open() error {
 
 type stalePE struct{ ns string }
 
-func (s stalePE) attach() (attached, error) {
+func (s stalePE) attach() (attached, error) { return s.attachOn("p0") }
+
+func (s stalePE) attachOn(dev string) (attached, error) {
+	// The PE's address is the lab's on dev (p<i>: 198.18.20+i.1/24).
+	var i int
+	fmt.Sscanf(dev, "p%d", &i)
 	cfg := tunnel.Config{
-		Local:  netip.MustParseAddr("198.18.20.1"),
-		Routes: []tunnel.Route{{Prefix: netip.MustParsePrefix("198.18.21.0/24"), Remote: netip.MustParseAddr("198.18.20.2")}},
+		Local:  netip.AddrFrom4([4]byte{198, 18, byte(20 + i), 1}),
+		Routes: []tunnel.Route{{Prefix: netip.MustParsePrefix("198.18.99.0/24"), Remote: netip.AddrFrom4([4]byte{198, 18, byte(20 + i), 2})}},
 	}
-	return tunnel.Attach(s.ns, "p0", cfg, tunnel.AttachOptions{Pin: true})
+	return tunnel.Attach(s.ns, dev, cfg, tunnel.AttachOptions{Pin: true})
 }
 
 func (s stalePE) forget() error { return tunnel.Forget(s.ns, "p0") }
@@ -140,4 +153,119 @@ func (s stalePE) open() error {
 		pe.Release()
 	}
 	return err
+}
+
+// TestSweepOrphanedPins: ports and PEs left pinned by a process that died
+// (Release is what its death leaves) are swept once their device is gone,
+// deleted alone or with its namespace: lab.SweepStale, which every Build
+// runs, removes their pins and records. A port still on its device stays.
+func TestSweepOrphanedPins(t *testing.T) {
+	labtest.RequireRoot(t)
+	link := func(i int) lab.LinkSpec {
+		return lab.LinkSpec{
+			A:               lab.Endpoint{Node: "a", Dev: fmt.Sprintf("p%d", i), Addr: netip.MustParsePrefix(fmt.Sprintf("198.18.%d.1/24", 20+i))},
+			B:               lab.Endpoint{Node: "b", Dev: fmt.Sprintf("p%d", i), Addr: netip.MustParsePrefix(fmt.Sprintf("198.18.%d.2/24", 20+i))},
+			DisableOffloads: true,
+		}
+	}
+	l := lab.BuildT(t, lab.Spec{Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}}, Links: []lab.LinkSpec{link(0), link(1), link(2)}})
+	ns := l.Node("a").NetnsName
+	gonePort, goneNS := stalePort{ns}, stalePE{ns}
+	livePort := stalePort{ns}
+	t.Cleanup(func() { _ = qdisc.Forget(ns, "p0"); _ = tunnel.Forget(ns, "p1"); _ = qdisc.Forget(ns, "p2") })
+
+	attachOn := func(dev string, attach func() (attached, error)) {
+		t.Helper()
+		p, err := attach()
+		if err != nil {
+			t.Fatalf("attach on %s: %v", dev, err)
+		}
+		if err := p.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attachOn("p0", gonePort.attach)
+	attachOn("p1", func() (attached, error) { return goneNS.attachOn("p1") })
+	attachOn("p2", func() (attached, error) { return livePort.attachOn("p2") })
+	inode := netnsInode(t, ns)
+	portDir := fmt.Sprintf("%s/ns%d_p0", qdisc.PinRoot, inode)
+	peDir := fmt.Sprintf("%s/tunnel_ns%d_p1", qdisc.PinRoot, inode)
+	liveDir := fmt.Sprintf("%s/ns%d_p2", qdisc.PinRoot, inode)
+
+	// Nothing is orphaned yet: nothing goes.
+	if swept, err := lab.SweepStale(); err != nil || slices.Contains(swept, portDir) || slices.Contains(swept, peDir) || slices.Contains(swept, liveDir) {
+		t.Fatalf("sweep with every device present removed %v (%v)", swept, err)
+	}
+	nl := l.Node("a").Netlink()
+	for _, dev := range []string{"p0", "p1"} {
+		d, err := nl.LinkByName(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nl.LinkDel(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swept, err := lab.SweepStale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("swept %v", swept)
+	if !slices.Contains(swept, portDir) || !slices.Contains(swept, peDir) || slices.Contains(swept, liveDir) {
+		t.Errorf("swept %v; want %s and %s, not %s", swept, portDir, peDir, liveDir)
+	}
+	for _, gone := range []string{portDir, peDir, qdisc.MetaRoot + "/" + filepath.Base(portDir) + ".json", tunnel.MetaRoot + "/" + filepath.Base(peDir) + ".json"} {
+		if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is left (%v)", gone, err)
+		}
+	}
+	if err := (stalePort{ns}).openOn("p2"); err != nil {
+		t.Errorf("the live port went: %v", err)
+	}
+
+	// A namespace deleted under a released port: its pins go on the next sweep.
+	l2, err := lab.Build(lab.Spec{Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}}, Links: []lab.LinkSpec{link(0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns2 := l2.Node("a").NetnsName
+	dir2 := fmt.Sprintf("%s/ns%d_p0", qdisc.PinRoot, netnsInode(t, ns2))
+	t.Cleanup(func() { _ = os.RemoveAll(dir2); _ = os.Remove(qdisc.MetaRoot + "/" + filepath.Base(dir2) + ".json") })
+	p2, err := (stalePort{ns2}).attach()
+	if err == nil {
+		err = p2.Release()
+	}
+	if err != nil {
+		l2.Close()
+		t.Fatal(err)
+	}
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel tears a deleted namespace's devices down in a work queue,
+	// a little after the last reference went.
+	var gone []string
+	t0 := time.Now()
+	for time.Since(t0) < 5*time.Second && !slices.Contains(gone, dir2) {
+		swept, err := lab.SweepStale()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, swept...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !slices.Contains(gone, dir2) {
+		t.Errorf("5 s after the namespace went, sweeps removed %v; want %s", gone, dir2)
+	}
+	t.Logf("the deleted namespace's port: swept %v after the lab closed", time.Since(t0).Round(time.Millisecond))
+}
+
+// netnsInode is the inode of a named namespace: what pin directories are named after.
+func netnsInode(t *testing.T, name string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(lab.NetnsDir+"/"+name, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }

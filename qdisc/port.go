@@ -649,21 +649,39 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 }
 
 // stalePort reports whether the pinned port recorded for dev belongs to a
-// namespace that no longer exists: its TCX links are attached to no
-// device. A record that cannot be opened, or a legacy (clsact) port, is
-// not called stale: Attach keeps refusing, and Forget is the way out.
+// device that no longer exists (alone or with its namespace): its enqueue
+// link is attached to no device. A record that cannot be opened, or a
+// legacy (clsact) port, is not called stale: Attach keeps refusing, and
+// Forget is the way out.
 func stalePort(netnsName, dev string) bool {
 	p, err := Open(netnsName, dev)
 	if err != nil {
 		return false
 	}
 	defer p.Release()
-	return LinksOrphaned(p.links)
+	return p.Orphaned()
 }
 
-// LinksOrphaned reports whether pinned TCX links are attached to no device
-// any more (pinning.Orphaned).
-func LinksOrphaned(links []link.Link) bool { return pinning.Orphaned(links) }
+// Orphaned reports whether the port's device went away while it was
+// attached (deleted alone or with its namespace): the TCX link of its
+// enqueue program is attached to no device any more. A legacy (clsact)
+// port: false.
+func (p *Port) Orphaned() bool { return LinksOrphaned(p.links) }
+
+// LinksOrphaned reports whether a port's links, as pinned, have lost the
+// port's device: its enqueue program's TCX link is attached to no device
+// (pinning.OrphanedProg; its PPFC links are on other devices).
+func LinksOrphaned(links []link.Link) bool {
+	return pinning.OrphanedProg(links, bpf.PortProgPortEnqueue)
+}
+
+// SweepStale removes the pins and records of ports whose device went away
+// while they were attached and whose owner is gone (pinning.SweepOrphaned):
+// a namespace deleted under a killed process leaves them. It returns the
+// pin directories it removed. Live ports, attached to a device, stay.
+func SweepStale() ([]string, error) {
+	return pinning.SweepOrphaned(PinRoot, MetaRoot, "ns", LinksOrphaned)
+}
 
 // Forget detaches the port on dev as far as it still can and removes its
 // record and pins whatever is left of it: for a record whose links cannot

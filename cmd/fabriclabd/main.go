@@ -92,6 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	d := daemon.New(daemon.Options{Logger: log, Level: level})
 	log.Info("starting", "config", *path, "servers", len(cfg.Servers), "ports", len(cfg.Ports), "flows", len(cfg.Flows))
 	t0 := time.Now()
+	d.SweepStale()
 	if err := d.Apply(cfg); err != nil {
 		log.Error("start", "path", *path, "err", err.Error())
 		_ = d.Drain(0)

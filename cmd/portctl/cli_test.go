@@ -24,6 +24,9 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"configure", "-h"}, 0, "Usage: portctl configure", ""},
 		{[]string{"show", "--help"}, 0, "Usage: portctl show", ""},
 		{[]string{"detach", "--help"}, 0, "Usage: portctl detach", ""},
+		{[]string{"sweep", "--help"}, 0, "Usage: portctl sweep", ""},
+		{[]string{"sweep", "now"}, 2, "", `portctl: unexpected argument "now" (sweep takes no options)`},
+		{[]string{"sweep", "--dev", "swp0"}, 2, "", "portctl: flag provided but not defined: -dev"},
 		{nil, 2, "", "Usage: portctl COMMAND"},
 		{[]string{"help", "frob"}, 2, "", `portctl: unknown command "frob"`},
 		{[]string{"frob"}, 2, "", `portctl: unknown command "frob"`},
@@ -77,7 +80,7 @@ func TestParseInterval(t *testing.T) {
 // TestHelpFitsATerminal keeps help lines within 80 columns.
 func TestHelpFitsATerminal(t *testing.T) {
 	for name, text := range map[string]string{"main": mainHelp, "attach": attachHelp, "configure": configureHelp,
-		"show": showHelp, "stats": statsHelp, "detach": detachHelp} {
+		"show": showHelp, "stats": statsHelp, "detach": detachHelp, "sweep": sweepHelp} {
 		for _, l := range strings.Split(text, "\n") {
 			if len(l) > 80 {
 				t.Errorf("%s help: line of %d columns: %q", name, len(l), l)

@@ -47,10 +47,11 @@ Commands:
   detach     remove the port: programs, HTB queues, pins
   tune       derive marking thresholds from rate and RTTs (no --dev needed)
   tunnel     an IP-in-IP tunnel PE with RFC 6040 ECN ("portctl tunnel help")
+  sweep      remove the pins of ports and PEs whose device is gone
   help       this text; "portctl help COMMAND" or "portctl COMMAND --help"
   version    the version (also -V, --version)
 
-Every command but tune takes --dev DEV and --netns NAME (a name under
+Every command but tune and sweep takes --dev DEV and --netns NAME (a name under
 /var/run/netns; default: the current namespace). Options go after the command.
 
 Examples:
@@ -127,6 +128,7 @@ func init() {
 		"detach":    {cmdDetach, detachHelp},
 		"tune":      {cmdTune, tuneHelp},
 		"tunnel":    {cmdTunnel, tunnelHelp},
+		"sweep":     {cmdSweep, sweepHelp},
 	}
 }
 
@@ -148,7 +150,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(args) > 1 && args[0] == "help" {
 			c, ok := commands[args[1]]
 			if !ok {
-				fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel)\n", args[1])
+				fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel, sweep)\n", args[1])
 				return exitUsage
 			}
 			fmt.Fprint(stdout, c.help)
@@ -159,7 +161,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel; see portctl help)\n", args[0])
+		fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel, sweep; see portctl help)\n", args[0])
 		return exitUsage
 	}
 	return c.run(args[1:], stdout, stderr)

@@ -309,3 +309,31 @@ func TestRootLifecycle(t *testing.T) {
 		l.checkDetached(t)
 	})
 }
+
+// TestRootSweep: a port whose device is deleted under it is left pinned
+// (portctl exited long ago); portctl sweep removes its pins and record and
+// leaves a live port alone.
+func TestRootSweep(t *testing.T) {
+	l := newLab(t)
+	l.ok(t, "attach", "--rate", "100mbit")
+	dir := filepath.Join(qdisc.PinRoot, l.pinPrefix(t)+"swp0")
+	if out, errOut, code := l.portctl(t, "sweep"); code != 0 || strings.Contains(out, dir) {
+		t.Fatalf("sweep with the port on its device: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("sweep removed a live port: %v", err)
+	}
+	sh(t, "ip", "-n", l.sw, "link", "del", "swp0")
+	out, errOut, code := l.portctl(t, "sweep")
+	if code != 0 || !strings.Contains(out, "swept port "+dir+"\n") {
+		t.Fatalf("sweep after the device went: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, gone := range []string{dir, filepath.Join(qdisc.MetaRoot, filepath.Base(dir)+".json")} {
+		if _, err := os.Stat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s is left after sweep (%v)", gone, err)
+		}
+	}
+	if out, _, _ := l.portctl(t, "sweep"); strings.Contains(out, dir) {
+		t.Errorf("a second sweep found it again:\n%s", out)
+	}
+}

@@ -470,6 +470,28 @@ func describePort(pc PortConfig) string {
 	return pc.Netns + "/" + pc.Dev
 }
 
+// SweepStale removes the pins of ports and tunnel PEs whose device went away
+// while they were attached and whose owner is gone (qdisc.SweepStale,
+// tunnel.SweepStale), logging each, and returns their pin directories.
+// fabriclabd runs it once at start, before its own ports attach.
+func (d *Daemon) SweepStale() []string {
+	var swept []string
+	for _, s := range []struct {
+		what  string
+		sweep func() ([]string, error)
+	}{{"port", qdisc.SweepStale}, {"tunnel PE", tunnel.SweepStale}} {
+		dirs, err := s.sweep()
+		for _, dir := range dirs {
+			d.log.Info("swept the pins of a "+s.what+" whose device is gone", "pins", dir)
+		}
+		if err != nil {
+			d.log.Warn("sweep", "what", s.what, "err", err)
+		}
+		swept = append(swept, dirs...)
+	}
+	return swept
+}
+
 // attachPort attaches a port, pinned so that portctl show and stats see
 // it. A port this daemon left pinned (it was killed) is detached first.
 func (d *Daemon) attachPort(pc PortConfig, q qdisc.Config) (*port, error) {

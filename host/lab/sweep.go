@@ -12,6 +12,9 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 )
 
 // LiveNamespaces lists the named namespaces whose name starts with prefix,
@@ -38,10 +41,13 @@ func LiveNamespaces(prefix string) ([]string, error) {
 var staleName = regexp.MustCompile(`^` + regexp.QuoteMeta(NamePrefix) + `([0-9]+)-[0-9a-f]{4}-.`)
 
 // SweepStale deletes namespaces left by earlier processes (crash, SIGKILL,
-// `go test -timeout`), killing what still runs inside them, and returns
-// their names. A namespace is stale only when
-// the pid in its name no longer exists; a reused pid merely postpones the
-// sweep, which errs on the side of never deleting a live lab. Build calls it.
+// `go test -timeout`), killing what still runs inside them, then the pins
+// and records of ports and tunnel PEs whose device went away with such a
+// namespace (qdisc.SweepStale, tunnel.SweepStale). It returns the names of
+// the namespaces, then the pin directories, it removed. A namespace is
+// stale only when the pid in its name no longer exists; a reused pid merely
+// postpones the sweep, which errs on the side of never deleting a live lab.
+// Build calls it.
 func SweepStale() ([]string, error) {
 	names, err := LiveNamespaces(NamePrefix)
 	if err != nil {
@@ -74,6 +80,13 @@ func SweepStale() ([]string, error) {
 			continue
 		}
 		swept = append(swept, name)
+	}
+	for _, sweep := range []func() ([]string, error){qdisc.SweepStale, tunnel.SweepStale} {
+		dirs, err := sweep()
+		swept = append(swept, dirs...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lab: %w", err))
+		}
 	}
 	return swept, errors.Join(errs...)
 }

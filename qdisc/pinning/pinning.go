@@ -121,8 +121,8 @@ func LoadLinks(dir string) ([]link.Link, error) {
 }
 
 // Orphaned reports whether pinned TCX links are attached to no device any
-// more (theirs went away with its namespace): what makes a pinned record
-// stale. No links, or one that is not TCX or cannot be read: false.
+// more (theirs went away, alone or with its namespace): what makes a pinned
+// record stale. No links, or one that is not TCX or cannot be read: false.
 func Orphaned(links []link.Link) bool {
 	if len(links) == 0 {
 		return false
@@ -137,6 +137,85 @@ func Orphaned(links []link.Link) bool {
 		}
 	}
 	return true
+}
+
+// OrphanedProg is Orphaned for an object whose links are not all on its
+// own device (a port's PPFC links on the other devices of its namespace,
+// its tracing links): whether the TCX links running the program named
+// prog (the one on the object's device) are attached to no device any
+// more. None running prog, or one that cannot be read: false.
+func OrphanedProg(links []link.Link, prog string) bool {
+	found := false
+	for _, l := range links {
+		info, err := l.Info()
+		if err != nil {
+			return false
+		}
+		t := info.TCX()
+		if t == nil {
+			continue
+		}
+		p, err := ebpf.NewProgramFromID(info.Program)
+		if err != nil {
+			return false
+		}
+		pi, err := p.Info()
+		p.Close()
+		if err != nil {
+			return false
+		}
+		if pi.Name != prog {
+			continue
+		}
+		if t.Ifindex != 0 {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// SweepOrphaned removes the objects pinned under pinRoot, in directories
+// named prefix…, whose links orphaned reports orphaned (Orphaned,
+// OrphanedProg): their device went away, alone or with its namespace,
+// while they were attached, and the process that owned them did not live
+// to detach them. Their record under metaRoot goes with them. It returns
+// the directories it removed. A directory whose links cannot be read, or
+// that has none (an attach that is still pinning), is left alone: never
+// guess towards deletion.
+func SweepOrphaned(pinRoot, metaRoot, prefix string, orphaned func([]link.Link) bool) ([]string, error) {
+	entries, err := os.ReadDir(pinRoot)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var swept []string
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		dir := filepath.Join(pinRoot, e.Name())
+		links, err := LoadLinks(dir)
+		if err != nil {
+			continue
+		}
+		gone := orphaned(links)
+		for _, l := range links {
+			_ = l.Close()
+		}
+		if !gone {
+			continue
+		}
+		if err := Remove(metaRoot, dir); err != nil {
+			errs = append(errs, fmt.Errorf("sweep %s: %w", dir, err))
+			continue
+		}
+		swept = append(swept, dir)
+	}
+	return swept, errors.Join(errs...)
 }
 
 // ErrPrivateBPFFS: this process has a mount namespace of its own whose

@@ -414,6 +414,18 @@ func stalePE(netnsName, dev string) bool {
 	return pinning.Orphaned(p.links)
 }
 
+// SweepStale removes the pins and records of PEs whose device went away
+// while they were attached and whose owner is gone (pinning.SweepOrphaned),
+// and returns the pin directories it removed.
+func SweepStale() ([]string, error) {
+	return pinning.SweepOrphaned(pinning.Root, MetaRoot, "tunnel_ns", pinning.Orphaned)
+}
+
+// Orphaned reports whether the PE's device went away while it was attached
+// (deleted alone or with its namespace): its TCX links are attached to no
+// device any more.
+func (p *PE) Orphaned() bool { return pinning.Orphaned(p.links) }
+
 // Forget detaches the PE on dev as far as it still can and removes its
 // record and pins whatever is left of it: for a record whose pins cannot
 // be opened any more, which Open refuses and so Close cannot reach.
