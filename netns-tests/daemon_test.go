@@ -42,6 +42,10 @@ type daemonLab struct {
 	cmd          *exec.Cmd
 	exited       chan error
 	logs         *lockedBuilder
+	// mNode and mAddr are where the tests reach the daemon's HTTP
+	// endpoint from: c, over the link, unless a test moves it.
+	mNode *lab.Node
+	mAddr string
 }
 
 const daemonMetrics = "198.18.10.1:9471"
@@ -60,6 +64,7 @@ func newDaemonLab(t *testing.T) *daemonLab {
 	dl := &daemonLab{Lab: l, d: l.Node("d"), c: l.Node("c"),
 		dAddr: netip.MustParseAddr("198.18.10.1"), cAddr: netip.MustParseAddr("198.18.10.2"),
 		dir: t.TempDir(), logs: &lockedBuilder{}}
+	dl.mNode, dl.mAddr = dl.c, daemonMetrics
 	dl.conf = filepath.Join(dl.dir, "fabriclabd.yaml")
 	return dl
 }
@@ -179,11 +184,11 @@ func scrape(t *testing.T, n *lab.Node, addr string) map[string]*dto.MetricFamily
 	return mf
 }
 
-func (dl *daemonLab) health() (daemon.Health, error) { return healthz(dl.c, daemonMetrics) }
+func (dl *daemonLab) health() (daemon.Health, error) { return healthz(dl.mNode, dl.mAddr) }
 
 func (dl *daemonLab) metrics(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	return scrape(t, dl.c, daemonMetrics)
+	return scrape(t, dl.mNode, dl.mAddr)
 }
 
 // lockedBuilder collects a child's stderr for the test's log.

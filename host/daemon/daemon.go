@@ -52,6 +52,12 @@ type Daemon struct {
 		lastErr    string
 		lastOK     time.Time
 	}
+	// The device watch (devwatch.go): configured ports and PEs whose
+	// device went, and every port's and PE's device events.
+	watch     *devWatch
+	lostPorts map[string]*lostPort // by PortConfig.key()
+	lostPEs   map[string]*lostPE   // by device
+	devCounts map[string]*devCounts
 }
 
 // New returns a daemon with nothing running; Apply starts a configuration.
@@ -61,7 +67,8 @@ func New(o Options) *Daemon {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Daemon{log: log, level: o.Level,
-		servers: map[string]*server{}, ports: map[string]*port{}, pes: map[string]*pe{}, flows: map[string]*flow{}, agentStarts: map[string]uint64{}}
+		servers: map[string]*server{}, ports: map[string]*port{}, pes: map[string]*pe{}, flows: map[string]*flow{}, agentStarts: map[string]uint64{},
+		lostPorts: map[string]*lostPort{}, lostPEs: map[string]*lostPE{}, devCounts: map[string]*devCounts{}}
 }
 
 type server struct {
@@ -203,6 +210,9 @@ func (d *Daemon) Apply(c *Config) error {
 			})
 			continue
 		}
+		if _, ok := d.lostPorts[k]; ok {
+			continue // its device is gone: attached, as configured then, when it comes back
+		}
 		p, err := d.attachPort(pc, q)
 		if err != nil {
 			return rollback(fmt.Errorf("ports[%d] (%s): %w", i, describePort(pc), err))
@@ -219,6 +229,9 @@ func (d *Daemon) Apply(c *Config) error {
 				changedPEs[pl.Dev] = pl // the device's programs: replaced in the commit
 			}
 			continue
+		}
+		if _, ok := d.lostPEs[pl.Dev]; ok {
+			continue // its device is gone (devwatch.go)
 		}
 		x, err := attachPE(pl)
 		if err != nil {
@@ -298,6 +311,18 @@ func (d *Daemon) Apply(c *Config) error {
 			d.log.Info("port detached", "port", describePort(p.cfg))
 		}
 	}
+	for k, lp := range d.lostPorts {
+		if !keep[k] {
+			delete(d.lostPorts, k)
+			d.log.Info("port removed while its device is gone", "port", describePort(lp.cfg))
+		}
+	}
+	for _, pc := range nc.Ports {
+		if lp, ok := d.lostPorts[pc.key()]; ok {
+			lp.cfg = pc
+			lp.q, _ = pc.qdiscConfig("")
+		}
+	}
 	for k, p := range newPorts {
 		d.ports[k] = p
 		d.log.Info("port attached", "port", describePort(p.cfg), "rate", p.cfg.Rate.String(), "mode", p.cfg.Mode)
@@ -314,6 +339,14 @@ func (d *Daemon) Apply(c *Config) error {
 			delete(d.pes, dev)
 		}
 	}
+	for dev, lp := range d.lostPEs {
+		if pl, ok := keepPE[dev]; ok {
+			lp.plan = pl
+		} else {
+			delete(d.lostPEs, dev)
+			d.log.Info("tunnel PE removed while its device is gone", "dev", dev)
+		}
+	}
 	for dev, pl := range changedPEs {
 		x, err := attachPE(pl)
 		if err != nil {
@@ -326,15 +359,7 @@ func (d *Daemon) Apply(c *Config) error {
 		d.pes[dev] = x
 		d.log.Info("tunnel PE attached", "dev", dev, "local", x.plan.Config.Local.String())
 	}
-	for _, pl := range nc.pes() {
-		x, ok := d.pes[pl.Dev]
-		if !ok || pl.Agent == nil || x.agent != nil {
-			continue
-		}
-		if err := d.startAgent(x, nc.deploy); err != nil {
-			d.log.Error("pe agent failed to start", "pe", pl.Dev, "err", err)
-		}
-	}
+	d.startAgents(nc)
 	// Flows: the same name and settings (profiles resolved) keep running.
 	want := map[string]perf.ClientConfig{}
 	wantTCP := map[string]tcpflow.Conn{}
@@ -377,6 +402,7 @@ func (d *Daemon) Apply(c *Config) error {
 		_ = d.level.UnmarshalText([]byte(nc.Log.Level))
 	}
 	d.cfg = nc
+	d.startWatch()
 	d.gen++
 	d.reloads.ok++
 	d.reloads.lastErr = ""
@@ -384,6 +410,21 @@ func (d *Daemon) Apply(c *Config) error {
 	d.log.Info("configuration applied", "generation", d.gen, "servers", len(d.servers), "ports", len(d.ports), "flows", len(d.flows),
 		"was_servers", len(old.Servers), "was_ports", len(old.Ports), "was_flows", len(old.Flows))
 	return nil
+}
+
+// startAgents starts the agents of c's PEs that are attached and have
+// none running (the daemon's lock held): after Apply, and after the device
+// watch attached a PE or a limiter port again.
+func (d *Daemon) startAgents(c Config) {
+	for _, pl := range c.pes() {
+		x, ok := d.pes[pl.Dev]
+		if !ok || pl.Agent == nil || x.agent != nil {
+			continue
+		}
+		if err := d.startAgent(x, c.deploy); err != nil {
+			d.log.Error("pe agent failed to start", "pe", pl.Dev, "err", err)
+		}
+	}
 }
 
 // Refuse records a configuration that could not even be read (Load
@@ -516,6 +557,7 @@ func (d *Daemon) attachPort(pc PortConfig, q qdisc.Config) (*port, error) {
 // timeout, then ends them), stops the flows and detaches the ports.
 // Nothing the daemon started is left running.
 func (d *Daemon) Drain(timeout time.Duration) error {
+	d.stopWatch() // before anything is detached: nothing is attached again behind it
 	d.applyMu.Lock()
 	defer d.applyMu.Unlock()
 	d.mu.Lock()
@@ -580,16 +622,27 @@ func (d *Daemon) Drain(timeout time.Duration) error {
 
 // Health is what /healthz reports.
 type Health struct {
-	Status          string         `json:"status"` // ok, degraded (a configured server or port is missing), draining
-	Generation      uint64         `json:"generation"`
-	Servers         []ServerHealth `json:"servers"`
-	Ports           []string       `json:"ports"`
-	PEs             []string       `json:"tunnel_pes"`
-	Agents          []AgentHealth  `json:"pe_agents"`
-	Flows           []FlowHealth   `json:"flows"`
-	ReloadsOK       uint64         `json:"reloads_ok"`
-	ReloadsFailed   uint64         `json:"reloads_failed"`
-	LastReloadError string         `json:"last_reload_error,omitempty"`
+	Status     string         `json:"status"` // ok, degraded (a configured server or port is missing), draining
+	Generation uint64         `json:"generation"`
+	Servers    []ServerHealth `json:"servers"`
+	Ports      []string       `json:"ports"`
+	PEs        []string       `json:"tunnel_pes"`
+	Agents     []AgentHealth  `json:"pe_agents"`
+	Flows      []FlowHealth   `json:"flows"`
+	// Lost are the configured ports and PEs whose device went away: each
+	// is attached again when a device of its name comes back.
+	Lost            []LostHealth `json:"lost,omitempty"`
+	ReloadsOK       uint64       `json:"reloads_ok"`
+	ReloadsFailed   uint64       `json:"reloads_failed"`
+	LastReloadError string       `json:"last_reload_error,omitempty"`
+}
+
+// LostHealth is a port or PE waiting for its device.
+type LostHealth struct {
+	Kind        string  `json:"kind"` // port, tunnel_pe
+	Name        string  `json:"name"`
+	LostSeconds float64 `json:"lost_seconds"`
+	ReattachErr string  `json:"reattach_error,omitempty"`
 }
 
 // ServerHealth is one server's sessions.
@@ -643,6 +696,9 @@ func (d *Daemon) Health() Health {
 			h.Ports = append(h.Ports, describePort(pc))
 		} else {
 			h.Status = "degraded"
+			if lp, ok := d.lostPorts[pc.key()]; ok {
+				h.Lost = append(h.Lost, LostHealth{Kind: "port", Name: describePort(pc), LostSeconds: time.Since(lp.since).Seconds(), ReattachErr: lp.err})
+			}
 		}
 	}
 	for _, pl := range d.cfg.pes() {
@@ -651,6 +707,9 @@ func (d *Daemon) Health() Health {
 			h.PEs = append(h.PEs, pl.Dev)
 		} else {
 			h.Status = "degraded"
+			if lp, ok := d.lostPEs[pl.Dev]; ok {
+				h.Lost = append(h.Lost, LostHealth{Kind: "tunnel_pe", Name: pl.Dev, LostSeconds: time.Since(lp.since).Seconds(), ReattachErr: lp.err})
+			}
 		}
 		if pl.Agent == nil {
 			continue

@@ -40,6 +40,9 @@ import (
 //	fabriclab_server_*    per server's side channel
 //	fabriclab_tcp_server_* per tcp server (a lab file's kernel TCP sink)
 //	fabriclab_tunnel_*    per tunnel PE of a lab file's node: dev
+//	fabriclab_port_attached, fabriclab_tunnel_pe_attached and their
+//	                      device_lost, reattached, reattach_failures: the
+//	                      device watch (devwatch.go)
 //	fabriclab_pe_agent_*  per PE agent: dev, mode; reaction_seconds is a
 //	                      histogram
 //	fabriclab_config_*    reloads
@@ -279,6 +282,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if x.agent != nil {
 			agentMetrics(e, x.agent)
 		}
+	}
+	for _, st := range d.deviceStates() {
+		scope, l := "port", []string{"port"}
+		if st.Kind == "pe" {
+			scope, l = "tunnel_pe", []string{"dev"}
+		}
+		v := []string{st.Name}
+		e.emit(ns+"_"+scope+"_attached", prometheus.GaugeValue, "1 while the "+scope+" is attached to its device; 0 while its device is gone", l, v, b2f(st.Attached))
+		e.emit(ns+"_"+scope+"_device_lost_total", prometheus.CounterValue, "times the "+scope+"'s device went away under it", l, v, float64(st.lost))
+		e.emit(ns+"_"+scope+"_reattached_total", prometheus.CounterValue, "times the "+scope+" was attached again on a device of its name", l, v, float64(st.reattached))
+		e.emit(ns+"_"+scope+"_reattach_failures_total", prometheus.CounterValue, "attaches on a returned device that failed (retried every second)", l, v, float64(st.failures))
 	}
 	h := d.Health()
 	e.emit(ns+"_config_generation", prometheus.GaugeValue, "configurations applied since the start", nil, nil, float64(h.Generation))
