@@ -128,7 +128,9 @@ type Config struct {
 	// datagram whose handling kicked the loop: an ACK or credit that
 	// opened its window) to the pass of the transmit loop that sent it
 	// (host/hostlost). It needs a Clock that converts to CLOCK_MONOTONIC
-	// (MonotonicClocks). Optional: nil, not measured.
+	// (MonotonicClocks). Optional: nil, not measured. A log a Meter made
+	// (hostlost.Meter.HeldVia) also gets the receive loop's feedback waits
+	// (hostlost.Log.Late).
 	Held *hostlost.Log
 }
 
@@ -173,6 +175,7 @@ type Engine struct {
 	// loop's last pass, and the arrival of the datagram the receive loop
 	// is handling (-1: none), on the engine's clock.
 	held     *hostlost.Log
+	late     *hostlost.Log // held.Late(): the receive loop's feedback waits
 	mono     MonotonicClocks
 	kickedAt atomic.Int64
 	rxAt     atomic.Int64
@@ -225,6 +228,7 @@ func New(cfg Config, rx Receiver) (*Engine, error) {
 	e.flows.Store(new([]Flow))
 	if cfg.Held != nil {
 		e.held = cfg.Held
+		e.late = cfg.Held.Late()
 		e.mono = cfg.Clock.(MonotonicClocks)
 		e.kickedAt.Store(int64(Never))
 		e.rxAt.Store(-1)
@@ -483,11 +487,13 @@ func (e *Engine) rxLoop() {
 		e.rxBusy.Store(true)
 		now, wall := e.clock.Now(), time.Now()
 		rs.n, rs.overrun = 0, 0
+		oldest := now
 		for i := range n {
 			at := now
 			if !fake {
 				at = Arrival(now, wall, in[i].RxTime)
 			}
+			oldest = min(oldest, at)
 			if e.held != nil {
 				e.rxAt.Store(int64(at))
 			}
@@ -495,6 +501,10 @@ func (e *Engine) rxLoop() {
 		}
 		if e.held != nil {
 			e.rxAt.Store(-1)
+		}
+		if e.late != nil && oldest < now {
+			// The batch's feedback reached the controller this late.
+			e.late.Add(e.mono.Monotonic(oldest), e.mono.Monotonic(now))
 		}
 		e.rx.EndBatch(rs)
 		if rs.overrun > 0 {

@@ -109,3 +109,68 @@ func TestHeldNeedsMonotonic(t *testing.T) {
 		t.Error("a fake clock with held time: no error")
 	}
 }
+
+// lateConn is a conn whose datagrams arrived age before they are read: a
+// receive loop that ran that late.
+type lateConn struct {
+	*pktio.PipeConn
+	age time.Duration
+}
+
+func (c lateConn) ReadBatch(msgs []pktio.Message) (int, error) {
+	n, err := c.PipeConn.ReadBatch(msgs)
+	for i := range n {
+		msgs[i].RxTime = time.Now().Add(-c.age)
+	}
+	return n, err
+}
+
+// A batch read late is logged as a feedback wait, from its oldest
+// datagram's arrival to its handling, in the held log's companion; a held
+// log no Meter made logs none.
+func TestLateFeedback(t *testing.T) {
+	const age = 3 * time.Millisecond
+	m, err := hostlost.NewMeter(hostlost.MeterConfig{Tick: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := pktio.NewPipe(pktio.PipeOptions{})
+	defer b.Close()
+	e, err := New(Config{Conn: lateConn{a, age}, Clock: NewMonotonicClock(), MaxPacket: 64, Held: m.Held()}, nopRx{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e.Start()
+	const sends = 5
+	for range sends {
+		msg := []pktio.Message{{Buffers: [][]byte{make([]byte, 16)}, Addr: pktio.DefaultPipeA}}
+		if _, err := b.WriteBatch(msg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for a.Stats().DatagramsReceived < sends && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	e.Close()
+	r := m.Stop()
+	t.Log(r)
+	if r.FeedbackBatches < 1 || r.FeedbackBatches > sends {
+		t.Fatalf("%d feedback batches, want 1..%d", r.FeedbackBatches, sends)
+	}
+	// Each wait is the age, and the read's own lateness on top (bounded
+	// by the run).
+	if r.FeedbackAgeMax < age || r.FeedbackAgeMax > r.Wall || r.FeedbackAgeP99 < age || r.FeedbackAgeP99 > r.FeedbackAgeMax {
+		t.Errorf("feedback age p99 %v, max %v; want both at least %v", r.FeedbackAgeP99, r.FeedbackAgeMax, age)
+	}
+	if r.FeedbackLate < age || r.FeedbackLate > r.Wall {
+		t.Errorf("feedback late %v, want %v..%v", r.FeedbackLate, age, r.Wall)
+	}
+	if hostlost.NewLog().Late() != nil {
+		t.Error("a log no meter made has a feedback log")
+	}
+}

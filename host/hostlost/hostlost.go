@@ -57,7 +57,15 @@ type Log struct {
 	lost    uint64
 	count   uint64
 	total   time.Duration
+	late    *Log // a held log's feedback waits (Late); nil otherwise
 }
+
+// Late is the companion of a sender's held log (Meter.HeldVia): its
+// feedback waits, each from the kernel arrival of the oldest datagram of a
+// batch its receive loop read (an ACK, CNP or credit) to the handling of
+// that batch, when its congestion control saw it. Nil for a log no Meter
+// made: there is nothing to log then.
+func (l *Log) Late() *Log { return l.late }
 
 // NewLog returns an empty log.
 func NewLog() *Log { return &Log{} }

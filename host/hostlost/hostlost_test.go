@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -212,5 +213,68 @@ func TestMeterHeldVia(t *testing.T) {
 	}
 	if d := r.StarvedBetween(at(4), at(5)); d != unit {
 		t.Errorf("starved in 4–5 units: %v, want %v", d, unit)
+	}
+}
+
+// TestMeterFeedbackLate: the senders' feedback waits (Log.Late) are summed
+// as a union over the run, and their ages give the p99 bound and maximum.
+func TestMeterFeedbackLate(t *testing.T) {
+	m, err := NewMeter(MeterConfig{Tick: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, h2 := m.Held(), m.HeldVia(time.Millisecond)
+	if h1.Late() == nil || h2.Late() == nil || NewLog().Late() != nil {
+		t.Fatal("a meter's held logs have a feedback log; a plain log none")
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := m.start
+	unit := 100 * time.Microsecond
+	at := func(units float64) time.Duration { return t0 + time.Duration(units*float64(unit)) }
+	// Waits 0–2 and 1–3 (overlapping, two senders) and 5–6 units: 4 units
+	// in all; ages 2, 2 and 1 unit. The senders' delay to the ports does
+	// not move them: feedback is read where it is logged.
+	h1.Late().Add(at(0), at(2))
+	h2.Late().Add(at(1), at(3))
+	h1.Late().Add(at(5), at(6))
+	m.mu.Lock()
+	m.fold(at(1.5)) // a fold in the middle of a wait
+	m.mu.Unlock()
+	time.Sleep(time.Millisecond)
+	r := m.Stop()
+	if r.FeedbackLate != 3*unit+unit || r.FeedbackBatches != 3 {
+		t.Errorf("feedback late %v over %d batches, want %v over 3", r.FeedbackLate, r.FeedbackBatches, 4*unit)
+	}
+	if r.FeedbackAgeMax != 2*unit || r.FeedbackAgeP99 != 2*unit {
+		t.Errorf("ages p99 %v, max %v; want %v and %v (the bucket's edge, capped at the maximum)", r.FeedbackAgeP99, r.FeedbackAgeMax, 2*unit, 2*unit)
+	}
+	if s := r.String(); !strings.Contains(s, "feedback waited 0.4 ms (a batch: p99 ≤ 200 µs, max 200 µs)") {
+		t.Errorf("report %q lacks the feedback wait", s)
+	}
+	if r.Starved != 0 || r.Held != 0 {
+		t.Errorf("feedback waits counted as starved %v or held %v", r.Starved, r.Held)
+	}
+}
+
+func TestAgeHist(t *testing.T) {
+	var h ageHist
+	if h.quantileBound(0.99) != 0 {
+		t.Error("empty: bound not 0")
+	}
+	for range 99 {
+		h.add(10 * time.Microsecond) // bucket [8192, 16384) ns
+	}
+	h.add(5 * time.Millisecond)
+	if got := h.quantileBound(0.99); got != 16384 {
+		t.Errorf("p99 bound %v, want 16.384µs", got)
+	}
+	if got := h.quantileBound(1); got != 5*time.Millisecond {
+		t.Errorf("p100 bound %v, want the maximum", got)
+	}
+	h.add(0)
+	if h.n != 101 || h.counts[0] != 1 {
+		t.Errorf("a zero wait: n %d, bucket 0 %d", h.n, h.counts[0])
 	}
 }

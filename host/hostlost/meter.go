@@ -3,6 +3,8 @@ package hostlost
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +45,9 @@ type Meter struct {
 	held      []heldLog
 	ports     []*meterPort
 	carry     []Interval // held intervals past the last cut
+	lateCarry []Interval // feedback waits past the last cut
+	lateTotal time.Duration
+	lateAges  ageHist
 	scratch   []Interval
 	cut       time.Duration
 	heldTotal time.Duration
@@ -113,6 +118,7 @@ func (m *Meter) Held() *Log { return m.HeldVia(0) }
 // compared with the ports' delay later.
 func (m *Meter) HeldVia(delay time.Duration) *Log {
 	l := NewLog()
+	l.late = NewLog()
 	m.mu.Lock()
 	m.held = append(m.held, heldLog{log: l, delay: max(delay, 0)})
 	m.mu.Unlock()
@@ -187,6 +193,18 @@ func (m *Meter) fold(cut time.Duration) {
 	in, m.carry = Clip(buf, m.cut, cut, nil, m.carry[:0])
 	held := Union(in)
 	m.heldTotal += Sum(held)
+	var late []Interval
+	for _, h := range m.held {
+		n := len(late)
+		late = h.log.late.Drain(late)
+		for _, iv := range late[n:] {
+			m.lateAges.add(iv.Len())
+		}
+	}
+	late = append(late, m.lateCarry...)
+	var lateIn []Interval
+	lateIn, m.lateCarry = Clip(late, m.cut, cut, nil, m.lateCarry[:0])
+	m.lateTotal += Sum(Union(lateIn))
 	for _, p := range m.ports {
 		pb := p.log.Drain(buf[:0])
 		pb = append(pb, p.carry...)
@@ -237,7 +255,11 @@ func (m *Meter) Stop() Report {
 	for _, h := range m.held {
 		_, _, lost := h.log.Totals()
 		r.HeldLost += lost
+		_, _, lost = h.log.late.Totals()
+		r.FeedbackLost += lost
 	}
+	r.FeedbackLate, r.FeedbackBatches = m.lateTotal, m.lateAges.n
+	r.FeedbackAgeP99, r.FeedbackAgeMax = m.lateAges.quantileBound(0.99), m.lateAges.max
 	var all []Interval
 	r.portStarved = make(map[string][]Interval, len(m.ports))
 	for _, p := range m.ports {
@@ -277,6 +299,19 @@ type Report struct {
 	Held     time.Duration `json:"held_ns"`
 	HeldLost uint64        `json:"held_lost,omitempty"`
 	Ports    []PortReport  `json:"ports,omitempty"`
+	// FeedbackLate is the union of the senders' feedback waits (Log.Late):
+	// time in which some ACK, CNP or credit had arrived and its sender's
+	// congestion control had not yet seen it, so reacted that much late.
+	// It is not starved time (the port may have been busy), but it is the
+	// host's: a NIC reacts within microseconds. FeedbackAgeP99 bounds the
+	// wait of 99 % of the batches read (the upper edge of a log2 bucket),
+	// FeedbackAgeMax is the longest; FeedbackLost counts waits the logs
+	// had no room for.
+	FeedbackLate    time.Duration `json:"feedback_late_ns"`
+	FeedbackBatches uint64        `json:"feedback_batches"`
+	FeedbackAgeP99  time.Duration `json:"feedback_age_p99_ns"`
+	FeedbackAgeMax  time.Duration `json:"feedback_age_max_ns"`
+	FeedbackLost    uint64        `json:"feedback_lost,omitempty"`
 	// Kernel is the kernel's accounting of the run.
 	Kernel      Kernel `json:"kernel"`
 	KernelError string `json:"kernel_error,omitempty"`
@@ -332,6 +367,9 @@ func (r Report) String() string {
 	for _, p := range r.Ports {
 		fmt.Fprintf(&b, "; %s idle %s, holding back %s", p.Name, ms(p.Idle), ms(p.HeldBack))
 	}
+	if r.FeedbackBatches > 0 {
+		fmt.Fprintf(&b, "; feedback waited %s (a batch: p99 ≤ %s, max %s)", ms(r.FeedbackLate), us(r.FeedbackAgeP99), us(r.FeedbackAgeMax))
+	}
 	k := r.Kernel
 	fmt.Fprintf(&b, "; kernel: run delay %s over %d threads, softirq threads %s, steal %s, Go scheduler %s, %d squeezed, %d backlog drops",
 		ms(k.RunDelay), k.Threads, ms(k.SoftirqDelay), ms(k.Steal), ms(k.GoSchedWait), k.Squeezed, k.BacklogDrops)
@@ -339,3 +377,45 @@ func (r Report) String() string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
+
+func us(d time.Duration) string {
+	if d >= 10*time.Millisecond {
+		return ms(d)
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+}
+
+// ageHist counts waits in log2 buckets of nanoseconds: bucket b holds
+// [2^b, 2^(b+1)) ns (bucket 0 also 0 and 1 ns).
+type ageHist struct {
+	counts [64]uint64
+	n      uint64
+	max    time.Duration
+}
+
+func (h *ageHist) add(d time.Duration) {
+	b := 0
+	if d > 1 {
+		b = bits.Len64(uint64(d)) - 1
+	}
+	h.counts[b]++
+	h.n++
+	h.max = max(h.max, d)
+}
+
+// quantileBound is the upper edge of the bucket holding the q-quantile,
+// capped at the maximum: at least q of the waits were shorter. No waits: 0.
+func (h *ageHist) quantileBound(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	need := uint64(math.Ceil(q * float64(h.n)))
+	var cum uint64
+	for b, c := range h.counts {
+		cum += c
+		if cum >= need {
+			return min(time.Duration(uint64(1)<<(b+1)), h.max)
+		}
+	}
+	return h.max
+}
