@@ -18,6 +18,7 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/vishvananda/netlink"
 )
 
 // TestVagrantLabInNamespaces runs the Vagrant lab's provisioning and
@@ -32,7 +33,7 @@ import (
 func TestVagrantLabInNamespaces(t *testing.T) {
 	labtest.RequireRoot(t)
 	t.Run("lab", func(t *testing.T) {
-		deployInNamespaces(t, "../vagrant/lab.yaml", "", func(l *lab.Lab, at string, _ func(string)) {
+		deployInNamespaces(t, "../vagrant/lab.yaml", "", func(l *lab.Lab, at string, _ deployCtl) {
 			// The hosts' flows cross the switch's ports.
 			waitFor(t, 15*time.Second, "h1's RoCEv2 flow and h2's UET flow deliver", func() bool {
 				q, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "h1-h2"})
@@ -50,7 +51,7 @@ func TestVagrantLabInNamespaces(t *testing.T) {
 		})
 	})
 	t.Run("lab-wan", func(t *testing.T) {
-		deployInNamespaces(t, "../vagrant/lab-wan.yaml", "", func(l *lab.Lab, at string, _ func(string)) {
+		deployInNamespaces(t, "../vagrant/lab-wan.yaml", "", func(l *lab.Lab, at string, _ deployCtl) {
 			waitFor(t, 15*time.Second, "h1's RoCEv2 flow delivers across the tunnel", func() bool {
 				q, _ := value(scrape(t, l.Node("h1"), at), "fabriclab_qp_acked_bytes_total", map[string]string{"flow": "h1-h2"})
 				return q > 1e6
@@ -99,7 +100,7 @@ func TestDeployTCPAndSeries(t *testing.T) {
 	if err := os.WriteFile(path, []byte(deployTCPLab), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deployInNamespaces(t, path, "", func(l *lab.Lab, at string, _ func(string)) {
+	deployInNamespaces(t, path, "", func(l *lab.Lab, at string, _ deployCtl) {
 		for _, c := range []struct{ from, flow string }{{"h1", "h1-h2"}, {"h2", "h2-h1"}} {
 			waitFor(t, 20*time.Second, c.flow+" delivers twice", func() bool {
 				mf := scrape(t, l.Node(c.from), at)
@@ -240,7 +241,7 @@ func TestDeployPEAgents(t *testing.T) {
 		return v
 	}
 	t.Run("pe-rate", func(t *testing.T) {
-		deployInNamespaces(t, path, "pe-rate", func(l *lab.Lab, at string, hup func(node string)) {
+		deployInNamespaces(t, path, "pe-rate", func(l *lab.Lab, at string, ctl deployCtl) {
 			defer func() {
 				if t.Failed() {
 					for _, c := range [][]string{{"ip", "neigh"}, {"ip", "route"}, {"sysctl", "net.ipv4.conf.eth1.forwarding", "net.ipv4.conf.eth2.forwarding", "net.ipv4.ip_forward"}} {
@@ -301,7 +302,7 @@ func TestDeployPEAgents(t *testing.T) {
 				return v
 			}
 			g0 := gen()
-			hup("pe1")
+			ctl.hup("pe1")
 			waitFor(t, 10*time.Second, "pe1's daemon reloads", func() bool { return gen() > g0 })
 			mf = scrape(t, l.Node("pe1"), at)
 			if starts := agent(mf, "starts_total"); starts != 1 {
@@ -310,11 +311,12 @@ func TestDeployPEAgents(t *testing.T) {
 			if h, err := healthz(l.Node("pe1"), at); err != nil || h.Status != "ok" || len(h.Agents) != 1 || h.Agents[0].State != "running" {
 				t.Errorf("after a reload pe1's /healthz %+v (%v)", h, err)
 			}
+			checkPEDeviceReplaced(t, l, at, ctl)
 		})
 	})
 	t.Run("reroute", func(t *testing.T) {
 		var l0 *lab.Lab
-		deployInNamespaces(t, path, "reroute", func(l *lab.Lab, at string, _ func(string)) {
+		deployInNamespaces(t, path, "reroute", func(l *lab.Lab, at string, _ deployCtl) {
 			l0 = l
 			defer func() {
 				if t.Failed() {
@@ -361,7 +363,14 @@ func TestDeployPEAgents(t *testing.T) {
 // deployInNamespaces provisions the lab file's nodes (of its variant, if
 // not ""), each in a namespace of its own, runs check on them (hup sends
 // a node's daemon SIGHUP) and stops the daemons.
-func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.Lab, at string, hup func(node string))) {
+// deployCtl is what a deployInNamespaces check can do to the running lab:
+// hup sends a node's fabriclabd SIGHUP; apply provisions a node again
+// (fabriclab plan -apply), as a lab server's boot does for a new NIC.
+type deployCtl struct {
+	hup, apply func(node string)
+}
+
+func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.Lab, at string, ctl deployCtl)) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -405,12 +414,16 @@ func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.La
 	nsenter := func(n *lab.Node, args ...string) *exec.Cmd {
 		return exec.Command("nsenter", append([]string{"--net=" + filepath.Join(lab.NetnsDir, n.NetnsName)}, args...)...)
 	}
-	for _, n := range f.Nodes {
-		out, err := nsenter(l.Node(n.Name), filepath.Join(bins, "fabriclab"), "plan", file, "-node", n.Name, "-variant", variant, "-apply").CombinedOutput()
+	apply := func(node string) {
+		t.Helper()
+		out, err := nsenter(l.Node(node), filepath.Join(bins, "fabriclab"), "plan", file, "-node", node, "-variant", variant, "-apply").CombinedOutput()
 		if err != nil {
-			t.Fatalf("fabriclab plan -node %s -apply: %v\n%s", n.Name, err, out)
+			t.Fatalf("fabriclab plan -node %s -apply: %v\n%s", node, err, out)
 		}
 		t.Logf("%s", out)
+	}
+	for _, n := range f.Nodes {
+		apply(n.Name)
 	}
 	for _, n := range f.Nodes {
 		want := map[bool]string{true: "0", false: "1"}[n.Kind == labfile.KindHost]
@@ -466,10 +479,13 @@ func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.La
 		})
 	}
 
-	check(l, at, func(node string) {
-		if err := procs[node].cmd.Process.Signal(syscall.SIGHUP); err != nil {
-			t.Fatalf("SIGHUP %s: %v", node, err)
-		}
+	check(l, at, deployCtl{
+		hup: func(node string) {
+			if err := procs[node].cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				t.Fatalf("SIGHUP %s: %v", node, err)
+			}
+		},
+		apply: apply,
 	})
 
 	// Stop: every daemon drains and detaches.
@@ -564,4 +580,65 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// checkPEDeviceReplaced (issue 28, fault 2, a lab file's PE): pe1's WAN
+// device, under its tunnel PE and its rate agent's limiter port, goes
+// away. Its fabriclabd reports both lost and the agent stopped; once the
+// device is back and provisioned (the veth again, fabriclab plan -apply
+// on both ends) it attaches the PE and the port again and starts a new
+// agent on them.
+func checkPEDeviceReplaced(t *testing.T, l *lab.Lab, at string, ctl deployCtl) {
+	t.Helper()
+	pe1 := l.Node("pe1")
+	metric := func(name, key string) float64 {
+		v, _ := value(scrape(t, pe1, at), name, map[string]string{key: "eth3"})
+		return v
+	}
+	nl := pe1.Netlink()
+	dev, err := nl.LinkByName("eth3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtu := dev.Attrs().MTU
+	t0 := time.Now()
+	if err := nl.LinkDel(dev); err != nil { // core's eth1, its peer, goes too
+		t.Fatal(err)
+	}
+	var h daemon.Health
+	waitFor(t, 5*time.Second, "pe1 reports its PE and limiter lost", func() bool {
+		h, err = healthz(pe1, at)
+		return err == nil && h.Status == "degraded" && len(h.Lost) == 2
+	})
+	noticed := time.Since(t0)
+	if len(h.Agents) != 1 || h.Agents[0].State != "failed" {
+		t.Errorf("while the device is gone the agent is %+v, want stopped", h.Agents)
+	}
+	if a, p := metric("fabriclab_tunnel_pe_attached", "dev"), metric("fabriclab_port_attached", "port"); a != 0 || p != 0 {
+		t.Errorf("while lost: fabriclab_tunnel_pe_attached %v, fabriclab_port_attached %v; want 0", a, p)
+	}
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name, attrs.MTU = "eth3", mtu
+	if err := nl.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "eth1", PeerMTU: uint32(mtu), PeerNamespace: netlink.NsFd(int(l.Node("core").NsHandle()))}); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	ctl.apply("pe1")
+	ctl.apply("core")
+	waitFor(t, 15*time.Second, "pe1 attached again", func() bool {
+		h, err = healthz(pe1, at)
+		return err == nil && h.Status == "ok" && len(h.Agents) == 1 && h.Agents[0].State == "running"
+	})
+	back := time.Since(t1)
+	if v := metric("fabriclab_tunnel_pe_reattached_total", "dev"); v != 1 {
+		t.Errorf("fabriclab_tunnel_pe_reattached_total %v, want 1", v)
+	}
+	if v := metric("fabriclab_port_reattached_total", "port"); v != 1 {
+		t.Errorf("fabriclab_port_reattached_total %v, want 1", v)
+	}
+	if v := metric("fabriclab_pe_agent_starts_total", "dev"); v != 2 {
+		t.Errorf("the agent started %v times, want 2 (again on the new device)", v)
+	}
+	t.Logf("pe1's eth3 deleted: PE and limiter reported lost in %v; device back and provisioned: attached again with a new agent in %v (%v failed attaches on the way, the device not provisioned yet)",
+		noticed.Round(time.Millisecond), back.Round(time.Millisecond), metric("fabriclab_tunnel_pe_reattach_failures_total", "dev")+metric("fabriclab_port_reattach_failures_total", "port"))
 }
