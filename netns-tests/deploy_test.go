@@ -2,6 +2,7 @@ package netnstests
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/fabriclab/fabriclab/host/daemon"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
@@ -312,6 +315,7 @@ func TestDeployPEAgents(t *testing.T) {
 				t.Errorf("after a reload pe1's /healthz %+v (%v)", h, err)
 			}
 			checkPEDeviceReplaced(t, l, at, ctl)
+			checkPEDaemonKilled(t, l, at, ctl)
 		})
 	})
 	t.Run("reroute", func(t *testing.T) {
@@ -365,9 +369,12 @@ func TestDeployPEAgents(t *testing.T) {
 // a node's daemon SIGHUP) and stops the daemons.
 // deployCtl is what a deployInNamespaces check can do to the running lab:
 // hup sends a node's fabriclabd SIGHUP; apply provisions a node again
-// (fabriclab plan -apply), as a lab server's boot does for a new NIC.
+// (fabriclab plan -apply), as a lab server's boot does for a new NIC; kill
+// SIGKILLs a node's fabriclabd and start starts it again (healthy when it
+// returns); logs is the running one's log.
 type deployCtl struct {
-	hup, apply func(node string)
+	hup, apply, kill, start func(node string)
+	logs                    func(node string) string
 }
 
 func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.Lab, at string, ctl deployCtl)) {
@@ -439,19 +446,26 @@ func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.La
 		logs   *lockedBuilder
 	}
 	procs := map[string]*daemonProc{}
+	confs := map[string]string{}
 	for _, n := range f.Nodes {
 		conf := filepath.Join(t.TempDir(), "fabriclabd.yaml")
 		text := "log: {level: info}\nmetrics: {listen: \"127.0.0.1:9471\"}\ndrain_timeout: 10s\nlab: {file: " + file + ", node: " + n.Name + ", variant: \"" + variant + "\"}\n"
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p := &daemonProc{cmd: nsenter(l.Node(n.Name), filepath.Join(bins, "fabriclabd"), "-config", conf), exited: make(chan error, 1), logs: &lockedBuilder{}}
+		confs[n.Name] = conf
+	}
+	start := func(name string) {
+		p := &daemonProc{cmd: nsenter(l.Node(name), filepath.Join(bins, "fabriclabd"), "-config", confs[name]), exited: make(chan error, 1), logs: &lockedBuilder{}}
 		p.cmd.Stderr = p.logs
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		go func() { p.exited <- p.cmd.Wait() }()
-		procs[n.Name] = p
+		procs[name] = p
+	}
+	for _, n := range f.Nodes {
+		start(n.Name)
 	}
 	t.Cleanup(func() {
 		for name, p := range procs {
@@ -472,11 +486,14 @@ func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.La
 		}
 	})
 	const at = "127.0.0.1:9471" // each node's own loopback
-	for name := range procs {
+	healthy := func(name string) {
 		waitFor(t, 30*time.Second, name+"'s fabriclabd healthy", func() bool {
 			h, err := healthz(l.Node(name), at)
 			return err == nil && h.Status == "ok"
 		})
+	}
+	for name := range procs {
+		healthy(name)
 	}
 
 	check(l, at, deployCtl{
@@ -486,6 +503,21 @@ func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.La
 			}
 		},
 		apply: apply,
+		kill: func(node string) {
+			p := procs[node]
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatalf("SIGKILL %s: %v", node, err)
+			}
+			<-p.exited
+			if t.Failed() {
+				t.Logf("fabriclabd %s, killed:\n%s", node, p.logs.String())
+			}
+		},
+		start: func(node string) {
+			start(node)
+			healthy(node)
+		},
+		logs: func(node string) string { return procs[node].logs.String() },
 	})
 
 	// Stop: every daemon drains and detaches.
@@ -641,4 +673,103 @@ func checkPEDeviceReplaced(t *testing.T, l *lab.Lab, at string, ctl deployCtl) {
 	}
 	t.Logf("pe1's eth3 deleted: PE and limiter reported lost in %v; device back and provisioned: attached again with a new agent in %v (%v failed attaches on the way, the device not provisioned yet)",
 		noticed.Round(time.Millisecond), back.Round(time.Millisecond), metric("fabriclab_tunnel_pe_reattach_failures_total", "dev")+metric("fabriclab_port_reattach_failures_total", "port"))
+}
+
+// checkPEDaemonKilled (issue 28, fault 3, a lab file's PE): pe1's
+// fabriclabd is killed with SIGKILL mid-run. Its tunnel PE, attached
+// unpinned, goes with the process; its limiter port, pinned, stays (with
+// its HTB and ownership mark). Restarted, the daemon detaches that port and
+// attaches it afresh, attaches the PE and starts the agent: the programs on
+// eth3, its qdiscs and pe1's routes are as they were before the kill,
+// nothing left behind and nothing doubled, and the metrics say the process
+// restarted.
+func checkPEDaemonKilled(t *testing.T, l *lab.Lab, at string, ctl deployCtl) {
+	t.Helper()
+	pe1 := l.Node("pe1")
+	type state struct {
+		progs  map[ebpf.AttachType]int // TCX programs on eth3
+		qdisc  string                  // tc qdisc show dev eth3, handles and kinds
+		routes string                  // ip -4 route show
+	}
+	read := func() state {
+		t.Helper()
+		st := state{progs: map[ebpf.AttachType]int{}}
+		idx := 0
+		if d, err := pe1.Netlink().LinkByName("eth3"); err == nil {
+			idx = d.Attrs().Index
+		} else {
+			t.Fatal(err)
+		}
+		for _, where := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+			var res *link.QueryResult
+			if err := pe1.Do(func() (err error) {
+				res, err = link.QueryPrograms(link.QueryOptions{Target: idx, Attach: where})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			st.progs[where] = len(res.Programs)
+		}
+		for _, c := range []struct {
+			dst  *string
+			args []string
+		}{{&st.qdisc, []string{"tc", "qdisc", "show", "dev", "eth3"}}, {&st.routes, []string{"ip", "-4", "route", "show"}}} {
+			out, err := pe1.Command(context.Background(), c.args[0], c.args[1:]...).Output()
+			if err != nil {
+				t.Fatalf("%v: %v", c.args, err)
+			}
+			var keep []string
+			for line := range strings.Lines(string(out)) {
+				f := strings.Fields(line)
+				if c.args[0] == "tc" && len(f) > 3 { // kind and handle: counters and rates move
+					line = strings.Join(f[:4], " ")
+				}
+				keep = append(keep, strings.TrimSpace(line))
+			}
+			slices.Sort(keep)
+			*c.dst = strings.Join(keep, "\n")
+		}
+		return st
+	}
+	h0, err := healthz(pe1, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := read()
+	if before.progs[ebpf.AttachTCXIngress] == 0 || before.progs[ebpf.AttachTCXEgress] < 2 {
+		t.Fatalf("before the kill eth3 has %v TCX programs, want the PE's decap, and its encap and the limiter's enqueue", before.progs)
+	}
+	t0 := time.Now()
+	ctl.kill("pe1")
+	killed := read()
+	if killed.progs[ebpf.AttachTCXIngress] != before.progs[ebpf.AttachTCXIngress]-1 || killed.progs[ebpf.AttachTCXEgress] != before.progs[ebpf.AttachTCXEgress]-1 {
+		t.Errorf("after SIGKILL eth3 has %v TCX programs (before %v): want the PE's two gone with the process, the pinned limiter's kept", killed.progs, before.progs)
+	}
+	ctl.start("pe1")
+	restart := time.Since(t0)
+	after := read()
+	if !maps.Equal(after.progs, before.progs) || after.qdisc != before.qdisc || after.routes != before.routes {
+		t.Errorf("after the restart eth3 and pe1 differ from before the kill:\nprograms %v, before %v\nqdiscs:\n%s\nbefore:\n%s\nroutes:\n%s\nbefore:\n%s",
+			after.progs, before.progs, after.qdisc, before.qdisc, after.routes, before.routes)
+	}
+	if !strings.Contains(ctl.logs("pe1"), "left attached by an earlier fabriclabd") {
+		t.Error("the restarted daemon did not take back the limiter port its killed predecessor left")
+	}
+	mf := scrape(t, pe1, at)
+	if v, _ := value(mf, "fabriclab_pe_agent_starts_total", map[string]string{"dev": "eth3"}); v != 1 {
+		t.Errorf("the restarted daemon's agent starts %v, want 1", v)
+	}
+	if g, _ := value(mf, "fabriclab_config_generation", nil); g != 1 {
+		t.Errorf("the restarted daemon's generation %v, want 1 (its counters restart with it)", g)
+	}
+	// Within the second: the kernel's boot time, which it counts from, is
+	// whole seconds.
+	if st, ok := value(mf, "process_start_time_seconds", nil); !ok || st < float64(t0.Unix()-1) {
+		t.Errorf("process_start_time_seconds %v (%v): want the restart's, after %v", st, ok, t0.Unix())
+	}
+	if h, err := healthz(pe1, at); err != nil || h.Status != "ok" || len(h.Agents) != 1 || h.Agents[0].State != "running" ||
+		!slices.Equal(h.PEs, h0.PEs) || !slices.Equal(h.Ports, h0.Ports) {
+		t.Errorf("the restarted pe1: %+v (%v); before the kill: PEs %v, ports %v", h, err, h0.PEs, h0.Ports)
+	}
+	t.Logf("pe1's daemon killed: %v of eth3's TCX programs left (before %v); restarted healthy in %v with the same programs, qdiscs and routes", killed.progs, before.progs, restart.Round(time.Millisecond))
 }
