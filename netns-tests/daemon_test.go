@@ -297,16 +297,11 @@ flows:
     duration: 40s
 `
 
-// TestDaemon runs fabriclabd in a namespace: it serves roceperf clients
-// over RoCEv2 and UET, its metrics match the clients' reports, a reload
-// keeps a running flow and session and retunes the port live, a bad
-// reload is refused with the field named, and SIGTERM drains a session in
-// progress, detaches the port and leaves nothing behind.
-func TestDaemon(t *testing.T) {
-	dl := newDaemonLab(t)
-	bin := buildDaemon(t)
-
-	// c serves the daemon's flow, as another lab server would.
+// serveFlows runs a roceperf server in c (198.18.10.2:18600, RoCEv2 on
+// 4791) for the daemon's flows, as another lab server would, until the
+// test ends.
+func (dl *daemonLab) serveFlows(t *testing.T) {
+	t.Helper()
 	var srv *perf.Server
 	if err := dl.c.Do(func() error {
 		var err error
@@ -318,6 +313,18 @@ func TestDaemon(t *testing.T) {
 	sctx, scancel := context.WithCancel(context.Background())
 	go srv.Serve(sctx)
 	t.Cleanup(func() { scancel(); srv.Close() })
+}
+
+// TestDaemon runs fabriclabd in a namespace: it serves roceperf clients
+// over RoCEv2 and UET, its metrics match the clients' reports, a reload
+// keeps a running flow and session and retunes the port live, a bad
+// reload is refused with the field named, and SIGTERM drains a session in
+// progress, detaches the port and leaves nothing behind.
+func TestDaemon(t *testing.T) {
+	dl := newDaemonLab(t)
+	bin := buildDaemon(t)
+
+	dl.serveFlows(t)
 
 	dl.writeConfig(t, daemonConfig)
 	dl.start(t, bin)

@@ -1,7 +1,6 @@
 package netnstests
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"syscall"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
-	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
 
@@ -41,17 +39,7 @@ flows:
 func TestDaemonReloadUnderLoad(t *testing.T) {
 	dl := newDaemonLab(t)
 	bin := buildDaemon(t)
-	var srv *perf.Server
-	if err := dl.c.Do(func() error {
-		var err error
-		srv, err = perf.Listen(perf.ServerConfig{Bind: dl.cAddr, Port: 18600, UDPPort: 4791, Interval: -1})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithCancel(context.Background())
-	go srv.Serve(sctx)
-	t.Cleanup(func() { scancel(); srv.Close() })
+	dl.serveFlows(t)
 	dl.writeConfig(t, reloadConfig)
 	dl.start(t, bin)
 
