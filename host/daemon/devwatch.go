@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -28,19 +29,41 @@ import (
 // devResync is how often the watch checks every port and PE, events or not.
 const devResync = time.Second
 
-// lostPort is a configured port whose device went away.
-type lostPort struct {
-	cfg   PortConfig
-	q     qdisc.Config
+// lost is what a port and a PE waiting for their device share.
+type lost struct {
 	since time.Time
 	err   string // the last reattach failure, "" before any
 }
 
+// lostPort is a configured port whose device went away.
+type lostPort struct {
+	lost
+	cfg PortConfig
+	q   qdisc.Config
+}
+
 // lostPE is a lab file's tunnel PE whose device went away.
 type lostPE struct {
-	plan  labfile.PEPlan
-	since time.Time
-	err   string
+	lost
+	plan labfile.PEPlan
+}
+
+// reattached books the outcome of an attach on a returned device for a
+// port or PE (what: "port" or "tunnel PE", logged with attr; its counters
+// under key): a failure is logged once per distinct error (the resync
+// retries every second) and counted.
+func (d *Daemon) reattached(l *lost, key, what string, attr slog.Attr, err error, now time.Time) bool {
+	if err != nil {
+		if l.err != err.Error() {
+			d.log.Error(what+" reattach failed", attr, "err", err)
+		}
+		l.err = err.Error()
+		d.devCount(key).failures++
+		return false
+	}
+	d.devCount(key).reattached++
+	d.log.Info(what+" attached again on its new device", attr, "lost_seconds", now.Sub(l.since).Seconds())
+	return true
 }
 
 // devCounts are a port's or PE's device events since the daemon started.
@@ -215,7 +238,7 @@ func (d *Daemon) reconcileDevices(ctx context.Context) {
 			}
 			unmarkOwned(p.mark)
 			delete(d.ports, k)
-			d.lostPorts[k] = &lostPort{cfg: p.cfg, q: p.q, since: now}
+			d.lostPorts[k] = &lostPort{lost: lost{since: now}, cfg: p.cfg, q: p.q}
 			d.devCount("port "+k).lost++
 			d.log.Warn("port lost its device: detached, to attach again when it comes back", "port", describePort(p.cfg), "why", why)
 			changed = true
@@ -228,7 +251,7 @@ func (d *Daemon) reconcileDevices(ctx context.Context) {
 				d.log.Debug("lost tunnel PE: detach what is left", "dev", dev, "err", err)
 			}
 			delete(d.pes, dev)
-			d.lostPEs[dev] = &lostPE{plan: x.plan, since: now}
+			d.lostPEs[dev] = &lostPE{lost: lost{since: now}, plan: x.plan}
 			d.devCount("pe "+dev).lost++
 			d.log.Warn("tunnel PE lost its device: detached, to attach again when it comes back", "dev", dev, "why", why)
 			changed = true
@@ -239,18 +262,11 @@ func (d *Daemon) reconcileDevices(ctx context.Context) {
 			continue
 		}
 		p, err := d.attachPort(lp.cfg, lp.q)
-		if err != nil {
-			if lp.err != err.Error() { // once per distinct failure: the resync retries every second
-				d.log.Error("port reattach failed", "port", describePort(lp.cfg), "err", err)
-			}
-			lp.err = err.Error()
-			d.devCount("port "+k).failures++
+		if !d.reattached(&lp.lost, "port "+k, "port", slog.String("port", describePort(lp.cfg)), err, now) {
 			continue
 		}
 		delete(d.lostPorts, k)
 		d.ports[k] = p
-		d.devCount("port "+k).reattached++
-		d.log.Info("port attached again on its new device", "port", describePort(lp.cfg), "lost_seconds", now.Sub(lp.since).Seconds())
 		changed = true
 	}
 	for dev, lp := range d.lostPEs {
@@ -258,18 +274,11 @@ func (d *Daemon) reconcileDevices(ctx context.Context) {
 			continue
 		}
 		x, err := attachPE(lp.plan)
-		if err != nil {
-			if lp.err != err.Error() {
-				d.log.Error("tunnel PE reattach failed", "dev", dev, "err", err)
-			}
-			lp.err = err.Error()
-			d.devCount("pe "+dev).failures++
+		if !d.reattached(&lp.lost, "pe "+dev, "tunnel PE", slog.String("dev", dev), err, now) {
 			continue
 		}
 		delete(d.lostPEs, dev)
 		d.pes[dev] = x
-		d.devCount("pe "+dev).reattached++
-		d.log.Info("tunnel PE attached again on its new device", "dev", dev, "lost_seconds", now.Sub(lp.since).Seconds())
 		changed = true
 	}
 	if changed {
