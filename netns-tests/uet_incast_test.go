@@ -240,15 +240,25 @@ func TestUETIncast(t *testing.T) {
 	// 3.6-5.3 × NSCC's, quiet). htsim's RCCC runs with trimming and 1-BDP
 	// queues (uet.md), where TestUETIncastTrim shows its queue below
 	// NSCC's. With both, NSCC's window bounds the start: the guard is that
-	// both leave no more than NSCC alone (measured 0.93-0.97).
+	// both leave no more than NSCC alone, within NSCC's own spread. Over
+	// 19 runs (12 quiet, 6 beside stress-ng --cpu 2 --cpu-load 50, one
+	// CI) NSCC's p50 alone spanned 90-118 KiB (1.31 ×) and both's
+	// 102-114 KiB; both / NSCC reached 1.27 once (NSCC at its 90) and
+	// 1.11 otherwise. RCCC alone stayed at 3.5 × NSCC's or more, so a
+	// bound at uetBothQueueRatio still tells the two apart.
 	n, r, b := queue[pds.CCNSCC], queue[pds.CCRCCC], queue[pds.CCBoth]
 	t.Logf("queue p50: nscc %s, rccc %s (%.2f), both %s (%.2f); p99: nscc %s, rccc %s (%.2f), both %s (%.2f)",
 		kib(float64(n.queueP50)), kib(float64(r.queueP50)), queueRatio(r.queueP50, n.queueP50), kib(float64(b.queueP50)), queueRatio(b.queueP50, n.queueP50),
 		kib(float64(n.queueP99)), kib(float64(r.queueP99)), queueRatio(r.queueP99, n.queueP99), kib(float64(b.queueP99)), queueRatio(b.queueP99, n.queueP99))
-	if n.queueP50 > 0 && float64(b.queueP50) > 1.2*float64(n.queueP50) {
-		t.Errorf("queue p50 under both %s, under NSCC %s: want at most 1.2 × NSCC's", kib(float64(b.queueP50)), kib(float64(n.queueP50)))
+	if n.queueP50 > 0 && float64(b.queueP50) > uetBothQueueRatio*float64(n.queueP50) {
+		t.Errorf("queue p50 under both %s, under NSCC %s: want at most %.1f × NSCC's", kib(float64(b.queueP50)), kib(float64(n.queueP50)), uetBothQueueRatio)
 	}
 }
+
+// uetBothQueueRatio bounds the deep incast's queue p50 under both over
+// NSCC's alone: NSCC's p50 run to run (1.31 ×, TestUETIncast) with room,
+// less than half RCCC's alone.
+const uetBothQueueRatio = 1.5
 
 // queueRatio is a/b, b at least 1.
 func queueRatio(a, b int64) float64 { return float64(a) / float64(max(b, 1)) }
