@@ -6,7 +6,7 @@
  *
  * delay_divert runs at TC egress of the delayed device (a veth). It sends
  * every unicast IP packet to the egress of an L3 TUN device instead, where a
- * user-space forwarder (netns-tests/topo/delay.go) reads it, holds it for the
+ * user-space forwarder (host/lab/link/delay.go) reads it, holds it for the
  * configured delay and writes it back. Redirecting to an L3 device strips the
  * Ethernet header.
  *
@@ -21,6 +21,17 @@
  * The returning packet crosses the device's TC egress hook a second time;
  * delay_divert recognises it by its ingress ifindex (the TUN's) and lets it
  * through to the device's qdisc.
+ *
+ * Marks. The TUN's write path (tun_get_user) builds a new sk_buff from the
+ * bytes the forwarder writes, so nothing of the diverted one survives the
+ * link but its bytes: not skb->mark. Programs after the delay at the
+ * device's egress tell their own clones by the mark (np_egress turns a CE
+ * packet's clone carrying np_mark into a CNP; ppfc_egress does the same
+ * for a port's notifications). Without it, such a clone left as the copy
+ * of the data packet it was, addressed to the sender of the clone's own
+ * host, and was lost (issue 28, fault 6). delay_divert keys a marked
+ * packet's mark by its length and first MARK_KEY_BYTES L3 bytes, which the
+ * forwarder writes back unchanged, and delay_return puts it back.
  *
  * Not delayed (passed at once): non-IP frames (ARP), L2 multicast and
  * broadcast, IPv6 neighbour discovery, VLAN-accelerated frames (the tag would
@@ -57,7 +68,88 @@ struct delay_stats {
 	__u64 malformed;       /* too short to parse: passed, not delayed */
 	__u64 return_dropped;  /* non-IP packet written to the TUN: dropped */
 	__u64 redirect_errors; /* a redirect helper refused: dropped */
+	__u64 marks_kept;      /* marked packets diverted, their mark kept */
+	__u64 marks_restored;  /* returned packets given their mark back */
 };
+
+/* A marked packet's key: its L3 length and first bytes (zero beyond them). */
+#define MARK_KEY_BYTES 64
+#define MARK_KEY_MIN 20 /* an IPv4 header */
+struct mark_key {
+	__u32 len;
+	__u8 head[MARK_KEY_BYTES];
+};
+
+/* What a marked packet keeps across the link: its mark, and its Ethernet
+ * header, which the program that marked it may read (np_egress builds the
+ * CNP's addresses from its clone's). */
+struct marked {
+	__u32 mark;
+	struct ethhdr eth;
+};
+
+/* Marks of diverted packets until they return. LRU: a packet the forwarder
+ * dropped leaves an entry the map forgets in time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct mark_key);
+	__type(value, struct marked);
+} delay_marks SEC(".maps");
+
+/* Entries added and not yet taken back (more once the LRU forgot some): the
+ * return path looks a packet up only while it is not zero. */
+__u64 marks_pending = 0;
+
+/* mark_key_zero_csum zeroes the UDP or TCP checksum in k: a packet that
+ * left its sender with the checksum to be completed (CHECKSUM_PARTIAL, as a
+ * veth passes it) has it computed on its way into the TUN, so the bytes
+ * that come back differ there, and only there. */
+static __always_inline void mark_key_zero_csum(struct mark_key *k)
+{
+	__u32 l4, at;
+	__u8 proto;
+
+	if (k->head[0] >> 4 == 4) {
+		l4 = (k->head[0] & 0x0f) * 4;
+		proto = k->head[9];
+	} else if (k->head[0] >> 4 == 6) {
+		l4 = 40;
+		proto = k->head[6];
+	} else {
+		return;
+	}
+	if (proto == 17) /* UDP */
+		at = l4 + 6;
+	else if (proto == 6) /* TCP */
+		at = l4 + 16;
+	else
+		return;
+	if (at > MARK_KEY_BYTES - 2)
+		return;
+	k->head[at] = 0;
+	k->head[at + 1] = 0;
+}
+
+/* mark_key_of fills k from the L3 packet at off in skb; 0 if it has fewer
+ * than MARK_KEY_MIN bytes there or they cannot be read. */
+static __always_inline int mark_key_of(struct __sk_buff *skb, __u32 off, struct mark_key *k)
+{
+	__u32 n;
+
+	if (skb->len < off + MARK_KEY_MIN)
+		return 0;
+	k->len = skb->len - off;
+	n = k->len;
+	if (n > MARK_KEY_BYTES)
+		n = MARK_KEY_BYTES;
+	if (n < MARK_KEY_MIN) /* for the verifier: n is MARK_KEY_MIN..MARK_KEY_BYTES */
+		return 0;
+	if (bpf_skb_load_bytes(skb, off, k->head, n))
+		return 0;
+	mark_key_zero_csum(k);
+	return 1;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -167,6 +259,17 @@ int delay_divert(struct __sk_buff *skb)
 		st->redirect_errors++;
 		return TC_ACT_SHOT;
 	}
+	if (skb->mark) {
+		struct mark_key k = {};
+		struct marked m = {.mark = skb->mark};
+
+		if (mark_key_of(skb, sizeof(struct ethhdr), &k) &&
+		    bpf_skb_load_bytes(skb, 0, &m.eth, sizeof(m.eth)) == 0 &&
+		    bpf_map_update_elem(&delay_marks, &k, &m, BPF_ANY) == 0) {
+			__sync_fetch_and_add(&marks_pending, 1);
+			st->marks_kept++;
+		}
+	}
 	st->diverted++;
 	st->diverted_bytes += skb->len - sizeof(struct ethhdr);
 	return TC_ACT_REDIRECT;
@@ -187,6 +290,34 @@ int delay_return(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 	len = skb->len;
+	if (marks_pending) {
+		struct mark_key k = {};
+		struct marked *mp;
+
+		if (mark_key_of(skb, 0, &k) && (mp = bpf_map_lookup_elem(&delay_marks, &k))) {
+			struct marked m = *mp;
+
+			if (bpf_map_delete_elem(&delay_marks, &k) == 0)
+				__sync_fetch_and_sub(&marks_pending, 1);
+			/* The packet leaves as it came: its mark and its own
+			 * Ethernet header, not the neighbour's of its address. */
+			skb->mark = m.mark;
+			if (bpf_skb_change_head(skb, sizeof(struct ethhdr), 0) ||
+			    bpf_skb_store_bytes(skb, 0, &m.eth, sizeof(m.eth), 0)) {
+				st->redirect_errors++;
+				return TC_ACT_SHOT;
+			}
+			ret = bpf_redirect(dev_ifindex, 0);
+			if (ret != TC_ACT_REDIRECT) {
+				st->redirect_errors++;
+				return TC_ACT_SHOT;
+			}
+			st->marks_restored++;
+			st->returned++;
+			st->returned_bytes += len;
+			return TC_ACT_REDIRECT;
+		}
+	}
 	/* bpf_redirect_neigh drops a packet without room for a MAC header
 	 * (mac_header >= network_header, as on any L3 device): push a zeroed
 	 * one for it to replace. It reads the protocol from skb->protocol;

@@ -24,6 +24,26 @@ type DelayDelayStats struct {
 	Malformed      uint64
 	ReturnDropped  uint64
 	RedirectErrors uint64
+	MarksKept      uint64
+	MarksRestored  uint64
+}
+
+type DelayMarkKey struct {
+	_    structs.HostLayout
+	Len  uint32
+	Head [64]uint8
+}
+
+type DelayMarked struct {
+	_    structs.HostLayout
+	Mark uint32
+	Eth  struct {
+		_        structs.HostLayout
+		H_dest   [6]uint8
+		H_source [6]uint8
+		H_proto  uint16
+	}
+	_ [2]byte
 }
 
 // Names of all BPF objects in the ELF.
@@ -31,9 +51,11 @@ type DelayDelayStats struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	DelayMapDelayCounters = "delay_counters"
+	DelayMapDelayMarks    = "delay_marks"
 	DelayProgDelayDivert  = "delay_divert"
 	DelayProgDelayReturn  = "delay_return"
 	DelayVarDevIfindex    = "dev_ifindex"
+	DelayVarMarksPending  = "marks_pending"
 	DelayVarTunIfindex    = "tun_ifindex"
 )
 
@@ -88,14 +110,16 @@ type DelayProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type DelayMapSpecs struct {
 	DelayCounters *ebpf.MapSpec `ebpf:"delay_counters"`
+	DelayMarks    *ebpf.MapSpec `ebpf:"delay_marks"`
 }
 
 // DelayVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DelayVariableSpecs struct {
-	DevIfindex *ebpf.VariableSpec `ebpf:"dev_ifindex"`
-	TunIfindex *ebpf.VariableSpec `ebpf:"tun_ifindex"`
+	DevIfindex   *ebpf.VariableSpec `ebpf:"dev_ifindex"`
+	MarksPending *ebpf.VariableSpec `ebpf:"marks_pending"`
+	TunIfindex   *ebpf.VariableSpec `ebpf:"tun_ifindex"`
 }
 
 // DelayObjects contains all objects after they have been loaded into the kernel.
@@ -119,11 +143,13 @@ func (o *DelayObjects) Close() error {
 // It can be passed to LoadDelayObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DelayMaps struct {
 	DelayCounters *ebpf.Map `ebpf:"delay_counters"`
+	DelayMarks    *ebpf.Map `ebpf:"delay_marks"`
 }
 
 func (m *DelayMaps) Close() error {
 	return _DelayClose(
 		m.DelayCounters,
+		m.DelayMarks,
 	)
 }
 
@@ -131,8 +157,9 @@ func (m *DelayMaps) Close() error {
 //
 // It can be passed to LoadDelayObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DelayVariables struct {
-	DevIfindex *ebpf.Variable `ebpf:"dev_ifindex"`
-	TunIfindex *ebpf.Variable `ebpf:"tun_ifindex"`
+	DevIfindex   *ebpf.Variable `ebpf:"dev_ifindex"`
+	MarksPending *ebpf.Variable `ebpf:"marks_pending"`
+	TunIfindex   *ebpf.Variable `ebpf:"tun_ifindex"`
 }
 
 // DelayPrograms contains all programs after they have been loaded into the kernel.

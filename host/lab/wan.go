@@ -169,9 +169,10 @@ type WANPath struct {
 // The fiber f<k> holds the path's one-way delay in both directions (its
 // egress toward the core and toward pe1), so no delay link shares a device
 // with a PE, a port or a port's notifications: a delay is the first
-// program at its hook and would otherwise hold packets before them (a
-// clone a port sends as a CNP, for one, leaves through a device with a
-// delay link and was lost there). The core port's CNPs to pe1 cross the
+// program at its hook and would otherwise hold packets before them, ahead
+// of the port's queue. (A CNP clone a port sends through a delayed device
+// was also lost there, until the delay link kept packets' marks and
+// Ethernet headers across its TUN: bpf/delay.c.) The core port's CNPs to pe1 cross the
 // reverse delay like any packet. At pe2:wan<k> ingress the decapsulation
 // (TCX tail) runs after the core port's departure hook, which sees the
 // packet as it was queued.

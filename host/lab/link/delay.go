@@ -130,6 +130,12 @@ type DelayStats struct {
 	Bypassed      uint64 // passed undelayed: ARP, multicast, broadcast, IPv6 ND, VLAN offload
 	Malformed     uint64 // too short to parse: passed undelayed
 	KernelDropped uint64 // non-IP written to the TUN, or a redirect helper failed
+	// MarksKept counts diverted packets that carried an skb mark, kept
+	// for their return; MarksRestored the returned packets given it back
+	// (bpf/delay.c: the TUN's write path makes a new sk_buff, and a later
+	// program at the egress, the kernel NP's or a port's, tells its CNP
+	// clones by their mark).
+	MarksKept, MarksRestored uint64
 	// TunDropped counts packets the TUN's own queue dropped because the
 	// forwarder did not read them fast enough.
 	TunDropped uint64
@@ -796,6 +802,8 @@ func (d *Delay) readKernelStats() (kernelStats, error) {
 		ks.bpf.Malformed += s.Malformed
 		ks.bpf.ReturnDropped += s.ReturnDropped
 		ks.bpf.RedirectErrors += s.RedirectErrors
+		ks.bpf.MarksKept += s.MarksKept
+		ks.bpf.MarksRestored += s.MarksRestored
 	}
 	l, err := d.nl.LinkByIndex(d.tunIndex)
 	if err != nil {
@@ -843,6 +851,7 @@ func (d *Delay) Stats() DelayStats {
 	s.Returned, s.ReturnedBytes = ks.bpf.Returned, ks.bpf.ReturnedBytes
 	s.Reentered, s.Bypassed, s.Malformed = ks.bpf.Reentered, ks.bpf.Bypassed, ks.bpf.Malformed
 	s.KernelDropped = ks.bpf.ReturnDropped + ks.bpf.RedirectErrors
+	s.MarksKept, s.MarksRestored = ks.bpf.MarksKept, ks.bpf.MarksRestored
 	s.TunDropped = ks.tunDropped
 	return s
 }

@@ -281,6 +281,57 @@ func TestDelayProgRun(t *testing.T) {
 	if s.Returned != 2 || s.ReturnDropped != 1 || s.RedirectErrors != 0 {
 		t.Errorf("return counters %+v, want returned 2, return_dropped 1", s)
 	}
+
+	// A marked packet (a CNP clone of the kernel NP, say) keeps its mark
+	// and Ethernet header for its return, keyed by its L3 bytes with the
+	// UDP checksum zeroed: the TUN's way in completes a partial checksum,
+	// so the bytes that come back differ there.
+	const npMark = 0x4e50434e
+	marked := eth(unicast, 0x0800, ip4...)
+	marked[14+20+6], marked[14+20+7] = 0xab, 0xcd
+	for i, csum := range []byte{0xcd, 0xce} {
+		marked[14+20+7] = csum
+		ctx := bpf.SkBuff{Mark: npMark}
+		if ret, err := objs.DelayDivert.Run(&ebpf.RunOptions{Data: marked, Context: &ctx}); err != nil || ret != redirect {
+			t.Fatalf("delay_divert(marked) = %d, %v; want %d", int32(ret), err, redirect)
+		}
+		var per []bpf.DelayDelayStats
+		if err := objs.DelayCounters.Lookup(uint32(0), &per); err != nil {
+			t.Fatal(err)
+		}
+		var kept uint64
+		for _, c := range per {
+			kept += c.MarksKept
+		}
+		if kept != uint64(i+1) {
+			t.Errorf("marks_kept %d after %d marked packets", kept, i+1)
+		}
+	}
+	var (
+		key     bpf.DelayMarkKey
+		val     bpf.DelayMarked
+		entries int
+	)
+	it := objs.DelayMarks.Iterate()
+	for it.Next(&key, &val) {
+		entries++
+		want := make([]byte, len(key.Head))
+		copy(want, ip4)
+		if key.Len != uint32(len(ip4)) || !slices.Equal(key.Head[:], want) {
+			t.Errorf("mark key: length %d, head % x; want %d, % x (checksum zeroed)", key.Len, key.Head, len(ip4), want)
+		}
+		e := make([]byte, 0, 14)
+		e = append(append(append(e, val.Eth.H_dest[:]...), val.Eth.H_source[:]...), byte(val.Eth.H_proto), byte(val.Eth.H_proto>>8))
+		if val.Mark != npMark || !slices.Equal(e, marked[:14]) {
+			t.Errorf("kept mark %#x, Ethernet % x; want %#x, % x", val.Mark, e, npMark, marked[:14])
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if entries != 1 {
+		t.Errorf("%d kept marks, want 1: the two packets differ only in their UDP checksum", entries)
+	}
 }
 
 // TestHeldRun: a batch's late packets give the log one interval per
