@@ -112,12 +112,19 @@ type DelayResult struct {
 	// (a factor-of-two bucket), LatenessMaxUS the worst.
 	LatenessP99US float64 `json:"lateness_p99_us"`
 	LatenessMaxUS float64 `json:"lateness_max_us"`
+	// Error says the link stopped delaying (its TUN was deleted); the
+	// packets it took since are in Dropped.
+	Error string `json:"error,omitempty"`
 }
 
 func delayResult(rd relayDelay) DelayResult {
 	st := rd.d.Stats()
-	return DelayResult{Dev: rd.relay + ":" + rd.dev, Packets: st.Packets, Dropped: st.Dropped + st.TunDropped + st.KernelDropped,
+	r := DelayResult{Dev: rd.relay + ":" + rd.dev, Packets: st.Packets, Dropped: st.Dropped + st.TunDropped + st.KernelDropped + st.LostTunGone,
 		MaxHeld: st.MaxHeld, LatenessP99US: float64(st.LatenessQuantile(0.99)) / 1e3, LatenessMaxUS: float64(st.LatenessMax) / 1e3}
+	if err := rd.d.Err(); err != nil {
+		r.Error = err.Error()
+	}
+	return r
 }
 
 // FlowResult is one flow's outcome.
@@ -408,14 +415,20 @@ type PortSample struct {
 }
 
 // Lost counts what the run lost anywhere: the ports' drops (their own,
-// the kernel qdisc's and the host queues' behind them), the hosts' socket
-// and per-CPU backlog drops, and the flows' resends (a loss the counters
-// above missed still costs one). Trimmed packets are not lost: the
-// receiver learns of them. A lossless run has 0.
+// the kernel qdisc's and the host queues' behind them), the relays' delay
+// links' drops, the hosts' socket and per-CPU backlog drops, and the
+// flows' resends (a loss the counters above missed still costs one).
+// Trimmed packets are not lost: the receiver learns of them. A lossless
+// run has 0.
 func (res *Result) Lost() uint64 {
 	n := res.SoftnetDrops
 	for _, p := range res.Ports {
 		n += p.DroppedPackets + p.QdiscDroppedPackets + p.HostDroppedPackets
+	}
+	for _, l := range res.Links {
+		for _, d := range l.Delays {
+			n += d.Dropped
+		}
 	}
 	for _, h := range res.HostDrops {
 		n += h.UDPRcvbufErrors
@@ -736,7 +749,10 @@ func (res *Result) WriteSummary(w io.Writer) {
 	}
 	for _, l := range res.Links {
 		for _, d := range l.Delays {
-			if d.Dropped > 0 {
+			switch {
+			case d.Error != "":
+				fmt.Fprintf(w, "delay link %s broke: %s\n", d.Dev, d.Error)
+			case d.Dropped > 0:
 				fmt.Fprintf(w, "delay link %s dropped %d of %d packets (a host queue: lower the rates)\n", d.Dev, d.Dropped, d.Packets+d.Dropped)
 			}
 		}

@@ -40,6 +40,11 @@ var ErrFlowsFailed = errors.New("labfile: flows failed")
 // during the run: what the run measured is not what the file describes.
 var ErrAgentFailed = errors.New("labfile: a pe agent failed")
 
+// ErrLinkBroken is wrapped by Run's error when a link's delay stopped
+// delaying during the run (its TUN deleted, link.ErrTunGone): the
+// packets it took are lost, and the run is not the file's lab.
+var ErrLinkBroken = errors.New("labfile: a delay link broke")
+
 // Bounds of a run.
 const (
 	// drainGrace is how long past its planned end a flow may take to
@@ -154,6 +159,13 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	for _, p := range res.PEs {
 		if p.AgentFailed {
 			return res, fmt.Errorf("%w: %s: %s", ErrAgentFailed, p.Node, p.Error)
+		}
+	}
+	for _, l := range res.Links {
+		for _, d := range l.Delays {
+			if d.Error != "" {
+				return res, fmt.Errorf("%w: %s: %s", ErrLinkBroken, d.Dev, d.Error)
+			}
 		}
 	}
 	if n := res.Failed(); n > 0 {

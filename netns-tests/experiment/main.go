@@ -227,6 +227,11 @@ func (e *experiment) run(ctx context.Context) error {
 	if len(failed) > 0 {
 		return fmt.Errorf("schemes failed: %s", strings.Join(failed, ", "))
 	}
+	for _, d := range rep.DelayLinks {
+		if d.Error != "" {
+			return fmt.Errorf("the delay link of %s broke: %s", d.Sender, d.Error)
+		}
+	}
 	return nil
 }
 
@@ -240,11 +245,15 @@ func (e *experiment) delayReports() []DelayReport {
 			continue
 		}
 		st := d.Stats()
-		out = append(out, DelayReport{
+		r := DelayReport{
 			Sender: e.lab.Senders[i].Name, DelayUs: us(e.o.delays[i]), Packets: st.Packets,
-			Dropped: st.Dropped + st.TunDropped + st.KernelDropped, MaxHeld: st.MaxHeld,
+			Dropped: st.Dropped + st.TunDropped + st.KernelDropped + st.LostTunGone, MaxHeld: st.MaxHeld,
 			LatenessMeanUs: us(k.Fabric(st.LatenessMean)), LatenessP99Us: us(k.Fabric(st.LatenessQuantile(0.99))), LatenessMaxUs: us(k.Fabric(st.LatenessMax)),
-		})
+		}
+		if err := d.Err(); err != nil {
+			r.Error = err.Error()
+		}
+		out = append(out, r)
 	}
 	return out
 }

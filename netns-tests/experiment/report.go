@@ -49,6 +49,9 @@ type DelayReport struct {
 	LatenessMeanUs float64 `json:"lateness_mean_us"`
 	LatenessP99Us  float64 `json:"lateness_p99_us"` // upper bound (log2 bins)
 	LatenessMaxUs  float64 `json:"lateness_max_us"`
+	// Error says the link stopped delaying (its TUN was deleted,
+	// link.ErrTunGone); what it took since is in Dropped.
+	Error string `json:"error,omitempty"`
 }
 
 // Setup is what was run, from the flags.

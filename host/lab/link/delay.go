@@ -136,6 +136,11 @@ type DelayStats struct {
 	// program at the egress, the kernel NP's or a port's, tells its CNP
 	// clones by their mark).
 	MarksKept, MarksRestored uint64
+	// TunGone says the TUN was deleted from under the link (Err says
+	// when and how much it took); LostTunGone counts the packets
+	// delay_divert sent to it since, every one lost.
+	TunGone     bool
+	LostTunGone uint64
 	// TunDropped counts packets the TUN's own queue dropped because the
 	// forwarder did not read them fast enough.
 	TunDropped uint64
@@ -242,6 +247,11 @@ type Delay struct {
 	closing     atomic.Bool
 	finalKernel kernelStats // snapshot taken by Close
 
+	// gone is set once, when the TUN was deleted from under the link
+	// (watchTun); watchDone stops the watch.
+	gone      atomic.Pointer[tunGone]
+	watchDone chan struct{}
+
 	// mu guards the queue shared by the reader and the writer.
 	mu struct {
 		sync.Mutex
@@ -261,6 +271,7 @@ type Delay struct {
 
 	c struct {
 		packets, bytes, queueFull, oversize, writeErrors, readErrors atomic.Uint64
+		tunDropped                                                   atomic.Uint64 // the TUN's, last read
 		droppedOnClose                                               atomic.Uint64
 		lateness                                                     [LatenessBuckets]atomic.Uint64
 		latenessSum, latenessMax                                     atomic.Int64
@@ -444,6 +455,9 @@ func NewDelay(ns Netns, dev, tunName string, spec DelaySpec) (_ *Delay, err erro
 	go d.readLoop()
 	go d.writeLoop()
 
+	if err := d.watchTun(); err != nil {
+		return nil, err
+	}
 	// Return path first, so the first diverted packet finds it.
 	if d.ret, err = d.attach(d.objs.DelayReturn, d.tunIndex, ebpf.AttachTCXIngress); err != nil {
 		return nil, fmt.Errorf("attach delay_return to %s ingress: %w", tunName, err)
@@ -805,12 +819,15 @@ func (d *Delay) readKernelStats() (kernelStats, error) {
 		ks.bpf.MarksKept += s.MarksKept
 		ks.bpf.MarksRestored += s.MarksRestored
 	}
-	l, err := d.nl.LinkByIndex(d.tunIndex)
-	if err != nil {
-		return ks, fmt.Errorf("read %s stats: %w", d.tunName, err)
+	// The TUN's own counters go with it (ErrTunGone): then the last ones
+	// read stand.
+	ks.tunDropped = d.c.tunDropped.Load()
+	if d.gone.Load() != nil {
+		return ks, nil
 	}
-	if st := l.Attrs().Statistics; st != nil {
-		ks.tunDropped = st.TxDropped
+	if l, err := d.nl.LinkByIndex(d.tunIndex); err == nil && l.Attrs().Statistics != nil {
+		ks.tunDropped = l.Attrs().Statistics.TxDropped
+		d.c.tunDropped.Store(ks.tunDropped)
 	}
 	return ks, nil
 }
@@ -853,7 +870,69 @@ func (d *Delay) Stats() DelayStats {
 	s.KernelDropped = ks.bpf.ReturnDropped + ks.bpf.RedirectErrors
 	s.MarksKept, s.MarksRestored = ks.bpf.MarksKept, ks.bpf.MarksRestored
 	s.TunDropped = ks.tunDropped
+	if g := d.gone.Load(); g != nil {
+		s.TunGone = true
+		s.LostTunGone = ks.bpf.Diverted - min(ks.bpf.Diverted, g.diverted)
+	}
 	return s
+}
+
+// ErrTunGone is the cause Err wraps when the link's TUN device was deleted
+// from under it (by `ip link del`, say): delay_divert still sends every
+// packet to it, and the kernel drops them, so the link is cut.
+var ErrTunGone = errors.New("its TUN device was deleted")
+
+// tunGone is when the TUN went, and delay_divert's count then.
+type tunGone struct {
+	at       time.Time
+	diverted uint64
+}
+
+// Err reports a link that no longer delays: nil while it works, else an
+// error wrapping ErrTunGone that says when the TUN went and how many
+// packets were lost since. The link does not repair itself; a lab runner
+// fails the run (host/labfile).
+func (d *Delay) Err() error {
+	g := d.gone.Load()
+	if g == nil {
+		return nil
+	}
+	st := d.Stats()
+	return fmt.Errorf("link: delay on %s: %w: %s went %v after the link started; %d packets diverted to it since were lost",
+		d.dev, ErrTunGone, d.tunName, g.at.Sub(d.epoch).Round(time.Millisecond), st.LostTunGone)
+}
+
+// watchTun marks the link broken when its TUN is deleted. Its netlink
+// socket is opened inside the namespace, so it hears that namespace's
+// links.
+func (d *Delay) watchTun() error {
+	updates := make(chan netlink.LinkUpdate, 16)
+	d.watchDone = make(chan struct{})
+	err := d.ns.Do(func() error {
+		return netlink.LinkSubscribeWithOptions(updates, d.watchDone, netlink.LinkSubscribeOptions{
+			// An error ends the subscription; Err then stays nil, as before.
+			ErrorCallback: func(error) {},
+		})
+	})
+	if err != nil {
+		d.watchDone = nil
+		return fmt.Errorf("watch %s: %w", d.tunName, err)
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for u := range updates {
+			if u.Header.Type != unix.RTM_DELLINK || int(u.Index) != d.tunIndex || d.closing.Load() {
+				continue
+			}
+			g := &tunGone{at: time.Now()}
+			if ks, err := d.readKernelStats(); err == nil {
+				g.diverted = ks.bpf.Diverted
+			}
+			d.gone.CompareAndSwap(nil, g)
+		}
+	}()
+	return nil
 }
 
 // Close detaches the programs, stops the goroutines and deletes the TUN.
@@ -881,6 +960,9 @@ func (d *Delay) close() error {
 		d.finalKernel, _ = d.readKernelStats()
 	}
 	d.closing.Store(true)
+	if d.watchDone != nil {
+		close(d.watchDone) // ends the subscription: its channel closes
+	}
 	d.mu.Lock()
 	d.mu.closed = true
 	d.c.droppedOnClose.Add(uint64(len(d.mu.heap)))

@@ -787,6 +787,80 @@ func TestDelayClose(t *testing.T) {
 	}
 }
 
+// TestDelayTunGone (issue 28, fault 6): a delay link whose TUN device is
+// deleted from under it (ip link del) fails clearly. Before, the packets
+// delay_divert still sent to the missing device were dropped by the
+// kernel where no counter saw them, the link's kernel counters read as
+// zero from then on, and nothing said why the path went dead. Now Err
+// wraps ErrTunGone within the netlink notification's delay, Stats counts
+// every packet lost since, and Close still cleans up.
+func TestDelayTunGone(t *testing.T) {
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
+	s1 := d.Senders[0]
+	echoServer(t, d.Receiver, d.ReceiverAddr, 7000)
+	dst := netip.AddrPortFrom(d.ReceiverAddr, 7000)
+	goroutines := runtime.NumGoroutine()
+	dl, err := s1.AddDelay("eth0", link.DelaySpec{Delay: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := delayProgIDs(t, dl)
+	if r := summarize(probeRTT(t, 10, rttGap, probeTarget{s1, dst})[0]); r.min < 2*time.Millisecond {
+		t.Fatalf("RTT with a 2 ms delay: %v", r)
+	}
+	if err := dl.Err(); err != nil {
+		t.Fatalf("Err of a working link: %v", err)
+	}
+	before := dl.Stats()
+	l, err := s1.Netlink().LinkByName(dl.TunName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Netlink().LinkDel(l); err != nil {
+		t.Fatalf("delete %s: %v", dl.TunName(), err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for dl.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !errors.Is(dl.Err(), link.ErrTunGone) {
+		t.Fatalf("Err after the TUN was deleted: %v, want ErrTunGone", dl.Err())
+	}
+	got := probeRTT(t, 10, rttGap, probeTarget{s1, dst})[0]
+	s := dl.Stats()
+	logDelayStats(t, "after the TUN went", s)
+	t.Logf("Err: %v; %d probes answered after", dl.Err(), len(got))
+	if len(got) != 0 {
+		t.Errorf("%d probes answered through a link without its TUN", len(got))
+	}
+	// probeRTT sends until it has lost more than its warm-up's worth.
+	if !s.TunGone || s.LostTunGone < 6 || s.Diverted < before.Diverted+s.LostTunGone || s.Packets != before.Packets {
+		t.Errorf("stats after the TUN went: gone %v, lost %d, diverted %d (before %d), released %d (before %d); want gone, at least 6 lost and counted as diverted, none released",
+			s.TunGone, s.LostTunGone, s.Diverted, before.Diverted, s.Packets, before.Packets)
+	}
+	if err := dl.Close(); err != nil {
+		t.Fatalf("Close after the TUN went: %v", err)
+	}
+	if n := tcxPrograms(t, s1, "eth0", ebpf.AttachTCXEgress); n != 0 {
+		t.Fatalf("%d programs left on eth0 egress", n)
+	}
+	assertProgsGone(t, ids)
+	for end := time.Now().Add(time.Second); runtime.NumGoroutine() > goroutines && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines {
+		t.Errorf("%d goroutines after Close, %d before AddDelay", n, goroutines)
+	}
+	if s := dl.Stats(); !s.TunGone || s.LostTunGone < 6 {
+		t.Errorf("stats after Close: gone %v, lost %d", s.TunGone, s.LostTunGone)
+	}
+	if r := summarize(probeRTT(t, 10, rttGap, probeTarget{s1, dst})[0]); r.p50 > time.Millisecond {
+		t.Fatalf("RTT after Close: %v, want the undelayed path", r)
+	}
+}
+
 // TestDelayLabClose: closing a dumbbell's lab closes its delay links (their
 // programs are unloaded) before the namespaces go.
 func TestDelayLabClose(t *testing.T) {
