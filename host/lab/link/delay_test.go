@@ -3,6 +3,7 @@
 package link_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -927,6 +928,98 @@ func TestDelaySignalTearsDown(t *testing.T) {
 	}
 	assertProgsGone(t, ids)
 	t.Logf("child torn down in %v", time.Since(start))
+}
+
+// TestDelayKilled (issue 28, fault 6): the process holding a delay link
+// killed with SIGKILL, so no teardown of its own runs. The kernel takes
+// the link's programs (their TCX links die with the process's file
+// descriptors) and its TUN (not persistent: it goes with its last
+// descriptor), so the sender's device passes packets undelayed and
+// nothing is left but the dead process's namespaces, which the next lab's
+// Build sweeps; a delay link there works as before.
+func TestDelayKilled(t *testing.T) {
+	if os.Getenv("LINK_DELAY_KILL_CHILD") != "" {
+		delayKillChild()
+		return
+	}
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, link.TCXKernel)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDelayKilled$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "LINK_DELAY_KILL_CHILD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("child: %v; stderr: %s", err, stderr.String())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	fields := strings.Fields(line)
+	if len(fields) < 4 || !strings.HasPrefix(fields[0], lab.NamePrefix) {
+		t.Fatalf("child printed %q, want a run id, a TUN and program ids", line)
+	}
+	run, tun := fields[0], fields[1]
+	var ids []ebpf.ProgramID
+	for _, f := range fields[2:] {
+		id, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			t.Fatalf("child printed %q", line)
+		}
+		ids = append(ids, ebpf.ProgramID(id))
+	}
+	assertProgsGone(t, ids)
+	names, err := lab.LiveNamespaces(run + "-")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("the killed lab's namespaces: %v, %v; want them still there until a sweep", names, err)
+	}
+	for _, name := range names {
+		if out, err := exec.Command("ip", "-n", name, "link", "show", tun).CombinedOutput(); err == nil {
+			t.Errorf("TUN %s still in %s after its process died: %s", tun, name, out)
+		}
+	}
+	// The next lab sweeps the dead one's namespaces, and its own delay
+	// link delays.
+	d := lab.NewDumbbellT(t, lab.DumbbellSpec{Senders: 1})
+	assertGone(t, run)
+	s1 := d.Senders[0]
+	echoServer(t, d.Receiver, d.ReceiverAddr, 7000)
+	if _, err := s1.AddDelay("eth0", link.DelaySpec{Delay: 2 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	dst := netip.AddrPortFrom(d.ReceiverAddr, 7000)
+	if r := summarize(probeRTT(t, 10, rttGap, probeTarget{s1, dst})[0]); r.min < 2*time.Millisecond {
+		t.Fatalf("RTT through the new lab's 2 ms delay link: %v", r)
+	}
+}
+
+// delayKillChild builds a dumbbell with a delay link, prints its run ID,
+// TUN and program IDs, and waits to be killed.
+func delayKillChild() {
+	d, err := lab.NewDumbbell(lab.DumbbellSpec{Senders: 1, SenderDelays: []time.Duration{time.Millisecond}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	fmt.Print(d.RunID(), " ", d.Delays[0].TunName())
+	for _, p := range d.Delays[0].Programs() {
+		info, _ := p.Info()
+		id, _ := info.ID()
+		fmt.Print(" ", id)
+	}
+	fmt.Println()
+	time.Sleep(30 * time.Second)
+	os.Exit(4) // the parent kills it first
 }
 
 func delaySignalChild() {
