@@ -205,11 +205,18 @@ func (b *roceBed) hostLost(t *testing.T) hostlost.Report {
 
 func newRoCEBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 	t.Helper()
+	return newRoCEBedWith(t, senders, cfg, nil)
+}
+
+// newRoCEBedWith is newRoCEBed whose senders' agents take senderCfg's
+// changes to their agent.Config (nil: none).
+func newRoCEBedWith(t *testing.T, senders int, cfg qdisc.Config, senderCfg func(*agent.Config)) *roceBed {
+	t.Helper()
 	b := newPortBed(t, senders, cfg)
 	d := b.d
-	b.server, b.srvConn = newRoCEAgent(t, d.Receiver, b.meter.Held())
+	b.server, b.srvConn = newRoCEAgent(t, d.Receiver, b.meter.Held(), nil)
 	for _, s := range d.Senders {
-		a, c := newRoCEAgent(t, s, b.meter.Held())
+		a, c := newRoCEAgent(t, s, b.meter.Held(), senderCfg)
 		b.clients = append(b.clients, a)
 		b.conns = append(b.conns, c)
 	}
@@ -265,7 +272,7 @@ func newPortBed(t *testing.T, senders int, cfg qdisc.Config) *roceBed {
 
 // newRoCEAgent opens UDP 4791 in n and starts an agent on it, its held
 // time logged to held; the test's cleanup closes it.
-func newRoCEAgent(t *testing.T, n *lab.Node, held *hostlost.Log) (*agent.Agent, *pktio.RoCEConn) {
+func newRoCEAgent(t *testing.T, n *lab.Node, held *hostlost.Log, change func(*agent.Config)) (*agent.Agent, *pktio.RoCEConn) {
 	t.Helper()
 	var conn *pktio.RoCEConn
 	if err := n.Do(func() (err error) {
@@ -287,7 +294,11 @@ func newRoCEAgent(t *testing.T, n *lab.Node, held *hostlost.Log) (*agent.Agent, 
 		conn.Close()
 		t.Fatalf("kernel rp in %s: %v", n.Name, err)
 	}
-	a, err := agent.New(agent.Config{Conn: conn, Logger: testLogger(t), RPOffload: rp, Held: held})
+	cfg := agent.Config{Conn: conn, Logger: testLogger(t), RPOffload: rp, Held: held}
+	if change != nil {
+		change(&cfg)
+	}
+	a, err := agent.New(cfg)
 	if err != nil {
 		conn.Close()
 		rp.Close()
