@@ -320,7 +320,7 @@ func TestDeployPEAgents(t *testing.T) {
 	})
 	t.Run("reroute", func(t *testing.T) {
 		var l0 *lab.Lab
-		deployInNamespaces(t, path, "reroute", func(l *lab.Lab, at string, _ deployCtl) {
+		deployInNamespaces(t, path, "reroute", func(l *lab.Lab, at string, ctl deployCtl) {
 			l0 = l
 			defer func() {
 				if t.Failed() {
@@ -348,6 +348,7 @@ func TestDeployPEAgents(t *testing.T) {
 			if agent(mf, "errors_total") != 0 || histCount(mf, "fabriclab_pe_agent_reaction_seconds", map[string]string{"dev": "eth3"}) == 0 {
 				t.Errorf("%v route errors, no reaction observed", agent(mf, "errors_total"))
 			}
+			checkRerouteDaemonKilled(t, l, at, ctl, agent)
 		})
 		if l0 == nil || t.Failed() {
 			return
@@ -673,6 +674,101 @@ func checkPEDeviceReplaced(t *testing.T, l *lab.Lab, at string, ctl deployCtl) {
 	}
 	t.Logf("pe1's eth3 deleted: PE and limiter reported lost in %v; device back and provisioned: attached again with a new agent in %v (%v failed attaches on the way, the device not provisioned yet)",
 		noticed.Round(time.Millisecond), back.Round(time.Millisecond), metric("fabriclab_tunnel_pe_reattach_failures_total", "dev")+metric("fabriclab_port_reattach_failures_total", "port"))
+}
+
+// checkRerouteDaemonKilled (issue 28, fault 3, a reroute agent): pe1's
+// fabriclabd is killed with SIGKILL while its reroute agent has the
+// tunnel's routes spread over both WAN paths. The kernel keeps the
+// routes as the killed agent left them, spread; restarted, the daemon puts
+// them back on path 1 before its new agent runs (host/daemon startAgent),
+// so an agent that has not spilled yet never finds them spread; its
+// counters start again, and eth3 has the programs it had.
+func checkRerouteDaemonKilled(t *testing.T, l *lab.Lab, at string, ctl deployCtl, agent func(map[string]*dto.MetricFamily, string) float64) {
+	t.Helper()
+	pe1 := l.Node("pe1")
+	routes := func() string {
+		t.Helper()
+		out, err := pe1.Command(context.Background(), "ip", "-4", "route", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	progs := func() [2]int {
+		t.Helper()
+		d, err := pe1.Netlink().LinkByName("eth3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n [2]int
+		for i, where := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+			var res *link.QueryResult
+			if err := pe1.Do(func() (err error) {
+				res, err = link.QueryPrograms(link.QueryOptions{Target: d.Attrs().Index, Attach: where})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			n[i] = len(res.Programs)
+		}
+		return n
+	}
+	// spread reports a route of pe1's over several next hops (netlink:
+	// polled every millisecond, a spill lasts tens of them).
+	spread := func() bool {
+		rs, err := pe1.Netlink().RouteList(nil, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if len(r.MultiPath) > 1 {
+				return true
+			}
+		}
+		return false
+	}
+	before := progs()
+	// Killed while spread: the kill follows the spill's sight within a
+	// millisecond or so, and a spill that ended just before it is tried
+	// again (the daemon restarted in between).
+	for attempt := 1; ; attempt++ {
+		deadline := time.Now().Add(20 * time.Second)
+		for !spread() {
+			if time.Now().After(deadline) {
+				t.Fatalf("pe1's routes never spread over both paths in 20 s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ctl.kill("pe1")
+		if spread() {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("pe1's routes not spread after its daemon was killed, %d times: the spills end before the kill", attempt)
+		}
+		t.Logf("attempt %d: the spill ended before the kill; again", attempt)
+		ctl.start("pe1")
+	}
+	ctl.start("pe1")
+	// Read the agent's spills around the routes: with none before and
+	// after, the routes are the restart's own.
+	s0 := agent(scrape(t, pe1, at), "spills_total")
+	r := routes()
+	s1 := agent(scrape(t, pe1, at), "spills_total")
+	switch {
+	case s0 == 0 && s1 == 0 && strings.Contains(r, "nexthop"):
+		t.Errorf("the restarted daemon's agent has not spilled, and pe1's routes are still spread:\n%s", r)
+	case s1 > 0:
+		t.Logf("the restarted agent spilled again (%v) before its routes were read: the restart's path 1 not observed", s1)
+	default:
+		t.Logf("pe1's daemon killed while spilled; restarted, its routes are path 1's alone")
+	}
+	if after := progs(); after != before {
+		t.Errorf("eth3's TCX programs (ingress, egress) %v after the restart, %v before the kill", after, before)
+	}
+	if v := agent(scrape(t, pe1, at), "starts_total"); v != 1 {
+		t.Errorf("the restarted daemon's agent starts %v, want 1", v)
+	}
 }
 
 // checkPEDaemonKilled (issue 28, fault 3, a lab file's PE): pe1's
