@@ -30,8 +30,10 @@
  * for a port's notifications). Without it, such a clone left as the copy
  * of the data packet it was, addressed to the sender of the clone's own
  * host, and was lost (issue 28, fault 6). delay_divert keys a marked
- * packet's mark by its length and first MARK_KEY_BYTES L3 bytes, which the
- * forwarder writes back unchanged, and delay_return puts it back.
+ * packet's mark and Ethernet header (np_egress builds a CNP's addresses
+ * from its clone's) by its length and first MARK_KEY_BYTES L3 bytes, which
+ * the forwarder writes back unchanged; delay_return puts both back and
+ * sends the packet out as it came, with bpf_redirect.
  *
  * Not delayed (passed at once): non-IP frames (ARP), L2 multicast and
  * broadcast, IPv6 neighbour discovery, VLAN-accelerated frames (the tag would
