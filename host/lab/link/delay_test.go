@@ -756,16 +756,7 @@ func TestDelayClose(t *testing.T) {
 	if ok, err := dl.TunExists(); ok || err != nil {
 		t.Fatalf("tun %s still exists after Close (err %v)", dl.TunName(), err)
 	}
-	if n := tcxPrograms(t, s1, "eth0", ebpf.AttachTCXEgress); n != 0 {
-		t.Fatalf("%d programs left on eth0 egress", n)
-	}
-	assertProgsGone(t, ids)
-	for end := time.Now().Add(time.Second); runtime.NumGoroutine() > goroutines && time.Now().Before(end); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > goroutines {
-		t.Errorf("%d goroutines after Close, %d before AddDelay", n, goroutines)
-	}
+	assertClosedClean(t, s1, ids, goroutines)
 	s := dl.Stats()
 	logDelayStats(t, "after close", s)
 	if s.Packets < 20 || s.Diverted != s.Packets+s.DroppedOnClose {
@@ -844,16 +835,7 @@ func TestDelayTunGone(t *testing.T) {
 	if err := dl.Close(); err != nil {
 		t.Fatalf("Close after the TUN went: %v", err)
 	}
-	if n := tcxPrograms(t, s1, "eth0", ebpf.AttachTCXEgress); n != 0 {
-		t.Fatalf("%d programs left on eth0 egress", n)
-	}
-	assertProgsGone(t, ids)
-	for end := time.Now().Add(time.Second); runtime.NumGoroutine() > goroutines && time.Now().Before(end); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > goroutines {
-		t.Errorf("%d goroutines after Close, %d before AddDelay", n, goroutines)
-	}
+	assertClosedClean(t, s1, ids, goroutines)
 	if s := dl.Stats(); !s.TunGone || s.LostTunGone < 6 {
 		t.Errorf("stats after Close: gone %v, lost %d", s.TunGone, s.LostTunGone)
 	}
@@ -1041,6 +1023,23 @@ func delaySignalChild() {
 }
 
 // assertGone fails t if a namespace of the run is left.
+// assertClosedClean checks what a closed delay link on n's eth0 leaves:
+// no program on eth0's egress, none of its programs loaded (ids), and no
+// more goroutines than before it (within a second).
+func assertClosedClean(t *testing.T, n *lab.Node, ids []ebpf.ProgramID, goroutines int) {
+	t.Helper()
+	if k := tcxPrograms(t, n, "eth0", ebpf.AttachTCXEgress); k != 0 {
+		t.Fatalf("%d programs left on eth0 egress", k)
+	}
+	assertProgsGone(t, ids)
+	for end := time.Now().Add(time.Second); runtime.NumGoroutine() > goroutines && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if k := runtime.NumGoroutine(); k > goroutines {
+		t.Errorf("%d goroutines after Close, %d before AddDelay", k, goroutines)
+	}
+}
+
 func assertGone(t *testing.T, runID string) {
 	t.Helper()
 	names, err := lab.LiveNamespaces(runID + "-")
