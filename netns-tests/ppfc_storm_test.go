@@ -28,7 +28,7 @@ const (
 //     costs s1's kernel, and sending it this VM (logged);
 //   - a storm from outside PPFCSources: stops of the longest Pause
 //     Duration naming the flow's destination, up to 200 kpps for a second
-//     (the injector reaches 120-185 k here): each one counted as
+//     (the injector reaches 86-194 k here): each one counted as
 //     ppfc_ignored_source (or dropped at a full receive buffer, counted
 //     there), and no pause;
 //   - stops from the switch naming a destination no QP talks to, as fast:
