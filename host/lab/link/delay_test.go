@@ -900,15 +900,7 @@ func TestDelaySignalTearsDown(t *testing.T) {
 		t.Fatalf("child printed %q, want a run id and program ids", stdout.String())
 	}
 	assertGone(t, fields[0])
-	var ids []ebpf.ProgramID
-	for _, f := range fields[1:] {
-		id, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
-			t.Fatalf("child printed %q", stdout.String())
-		}
-		ids = append(ids, ebpf.ProgramID(id))
-	}
-	assertProgsGone(t, ids)
+	assertProgsGone(t, childProgIDs(t, fields[1:]))
 	t.Logf("child torn down in %v", time.Since(start))
 }
 
@@ -952,15 +944,7 @@ func TestDelayKilled(t *testing.T) {
 		t.Fatalf("child printed %q, want a run id, a TUN and program ids", line)
 	}
 	run, tun := fields[0], fields[1]
-	var ids []ebpf.ProgramID
-	for _, f := range fields[2:] {
-		id, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
-			t.Fatalf("child printed %q", line)
-		}
-		ids = append(ids, ebpf.ProgramID(id))
-	}
-	assertProgsGone(t, ids)
+	assertProgsGone(t, childProgIDs(t, fields[2:]))
 	names, err := lab.LiveNamespaces(run + "-")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("the killed lab's namespaces: %v, %v; want them still there until a sweep", names, err)
@@ -994,14 +978,34 @@ func delayKillChild() {
 		os.Exit(3)
 	}
 	fmt.Print(d.RunID(), " ", d.Delays[0].TunName())
-	for _, p := range d.Delays[0].Programs() {
+	printProgIDs(d.Delays[0])
+	time.Sleep(30 * time.Second)
+	os.Exit(4) // the parent kills it first
+}
+
+// printProgIDs ends a child's line with its delay link's program IDs,
+// which childProgIDs reads back in the parent.
+func printProgIDs(d *link.Delay) {
+	for _, p := range d.Programs() {
 		info, _ := p.Info()
 		id, _ := info.ID()
 		fmt.Print(" ", id)
 	}
 	fmt.Println()
-	time.Sleep(30 * time.Second)
-	os.Exit(4) // the parent kills it first
+}
+
+// childProgIDs parses the program IDs a child printed (printProgIDs).
+func childProgIDs(t *testing.T, fields []string) []ebpf.ProgramID {
+	t.Helper()
+	var ids []ebpf.ProgramID
+	for _, f := range fields {
+		id, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			t.Fatalf("child printed %q as a program ID", f)
+		}
+		ids = append(ids, ebpf.ProgramID(id))
+	}
+	return ids
 }
 
 func delaySignalChild() {
@@ -1011,12 +1015,7 @@ func delaySignalChild() {
 		os.Exit(3)
 	}
 	fmt.Print(d.RunID())
-	for _, p := range d.Delays[0].Programs() {
-		info, _ := p.Info()
-		id, _ := info.ID()
-		fmt.Print(" ", id)
-	}
-	fmt.Println()
+	printProgIDs(d.Delays[0])
 	_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
 	time.Sleep(10 * time.Second)
 	os.Exit(4) // the handler should have exited first
