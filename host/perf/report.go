@@ -333,6 +333,10 @@ type UDPStats struct {
 	SendErrors        uint64 `json:"send_errors"`
 	Truncated         uint64 `json:"truncated"`
 	RecvBufferDrops   uint64 `json:"recv_buffer_drops"`
+	// GROSegments of DatagramsReceived came in GROReads coalesced reads
+	// (a device with GRO on).
+	GROReads    uint64 `json:"gro_reads"`
+	GROSegments uint64 `json:"gro_segments"`
 	// GSODatagrams of DatagramsSent left in GSOSends UDP GSO sends.
 	GSODatagrams uint64 `json:"gso_datagrams"`
 	GSOSends     uint64 `json:"gso_sends"`

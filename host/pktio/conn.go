@@ -14,9 +14,15 @@
 // IP_PMTUDISC_DO sends DF packets with ID 0, which is what UDPConn does. It
 // never connects its socket (a connected socket numbers its packets) and
 // never uses UDP GSO (UDP_SEGMENT), which gives the segments of one send
-// IDs 0, 1, 2…; nor UDP GRO (UDP_GRO), which would hand several datagrams
-// over in one buffer for no gain over recvmmsg. The TOS byte (DSCP and ECN)
-// is masked in the ICRC, so it is set per datagram.
+// IDs 0, 1, 2…. The TOS byte (DSCP and ECN) is masked in the ICRC, so it
+// is set per datagram.
+//
+// UDPOptions.GRO (UDP_GRO; RoCEConn's receive socket always) takes a run
+// of datagrams of one flow that the device coalesced (GRO: a veth with gro
+// and rx-udp-gro-forwarding on, lab.Node.SetReceiveCoalescing) as one
+// buffer, and ReadBatch hands its datagrams out one by one, marked
+// Message.Coalesced: the stack below the socket, and a TC program there,
+// ran once for the run. A device that does not coalesce changes nothing.
 //
 // UDPConn sends every datagram from its own port. RoCEv2 wants more
 // (roce-wire.md, "Encapsulation"): destination port 4791 on every packet,
@@ -65,6 +71,11 @@ type Message struct {
 	// Truncated is set on read when the datagram was longer than
 	// Buffers[0]; the excess was discarded.
 	Truncated bool
+	// Coalesced is set on read when the datagram came in a run the device
+	// coalesced (UDP GRO: one sk_buff of several datagrams of one flow, all
+	// with one TOS and RxTime). A TC program saw the run as one packet
+	// (bpf/rp.c leaves such runs to the agent).
+	Coalesced bool
 	// RxTime is, on read, when the kernel received the datagram
 	// (SO_TIMESTAMPNS, the wall clock); zero from a Conn without it.
 	RxTime time.Time

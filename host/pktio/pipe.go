@@ -48,7 +48,8 @@ type PipeOptions struct {
 	// the receiver will read: m.Buffers[0] holds the datagram (m.N bytes),
 	// m.Addr is the destination the writer gave, m.TOS the TOS it was sent
 	// with. The filter may change the bytes, the TOS and the length (tests mark CE with
-	// m.TOS |= 3); other changes to m are ignored. Returning true drops the
+	// m.TOS |= 3), and set m.Coalesced (as if a device had coalesced the
+	// datagram into a run); other changes to m are ignored. Returning true drops the
 	// datagram (PipeStats.FilterDropped). Lowering m.N cuts the datagram
 	// to its first m.N bytes (a switch that trims). Optional.
 	//
@@ -125,9 +126,10 @@ type pipe struct {
 }
 
 type pipeDatagram struct {
-	buf  []byte // the datagram, owned by the queue until read
-	from netip.AddrPort
-	tos  uint8
+	buf       []byte // the datagram, owned by the queue until read
+	from      netip.AddrPort
+	tos       uint8
+	coalesced bool
 }
 
 // filterScratch is the Message handed to the filter, pooled so a filtered
@@ -233,6 +235,7 @@ func (c *PipeConn) ReadBatch(msgs []Message) (int, error) {
 		m.Truncated = m.N < len(d.buf)
 		m.Addr = d.from
 		m.TOS = d.tos
+		m.Coalesced = d.coalesced
 		c.p.putBuf(d.buf)
 		bytes += uint64(m.N)
 		if m.Truncated {
@@ -312,7 +315,7 @@ func (c *PipeConn) WriteBatch(msgs []Message) (int, error) {
 			s.bufs[0] = buf
 			s.m = Message{Buffers: s.bufs[:], N: size, Addr: m.Addr, SrcPort: from.Port(), TOS: m.TOS}
 			drop := c.p.filter(from, &s.m)
-			d.tos = s.m.TOS
+			d.tos, d.coalesced = s.m.TOS, s.m.Coalesced
 			if s.m.N >= 0 && s.m.N < len(d.buf) {
 				d.buf = d.buf[:s.m.N]
 			}

@@ -182,6 +182,9 @@ func listenRaw(kind string, laddr netip.AddrPort, opts RoCEOptions, steered, icr
 		SendBufferBytes: receiveSendBufferBytes,
 		BatchSize:       batch,
 		ReusePort:       steered,
+		// Every socket of the reuseport group alike: GRO picks one by
+		// hash, without the steering program.
+		GRO: true,
 	})
 	if err != nil {
 		return nil, err

@@ -34,9 +34,14 @@ const (
 	sockaddrLen = unix.SizeofSockaddrInet6
 	// oobLen is the control buffer per datagram: on read a TOS / traffic
 	// class cmsg (CMSG_SPACE(1) or CMSG_SPACE(4), 24 bytes), an
-	// SO_RXQ_OVFL cmsg (24 bytes) and an SO_TIMESTAMPNS cmsg (32 bytes);
-	// on write one TOS cmsg. 96 leaves room.
-	oobLen = 96
+	// SO_RXQ_OVFL cmsg (24 bytes), an SO_TIMESTAMPNS cmsg (32 bytes) and
+	// a UDP_GRO cmsg (24 bytes); on write one TOS cmsg. 128 leaves room.
+	oobLen = 128
+
+	// groBufBytes holds the largest datagram a UDP_GRO read returns: the
+	// kernel coalesces at most 64 KiB (gro_max_size, UDP_GRO_CNT_MAX 64
+	// segments) into one UDP datagram.
+	groBufBytes = 1 << 16
 )
 
 // UDPOptions configures ListenUDP. The zero value is valid.
@@ -61,6 +66,13 @@ type UDPOptions struct {
 	// the same user may bind the same address and port (RoCEConn's
 	// receive socket). Optional.
 	ReusePort bool
+	// GRO sets UDP_GRO: a device that coalesces received UDP datagrams
+	// (generic receive offload; veth with gro on) hands the socket a run
+	// of datagrams of one flow as one, which ReadBatch splits again, so
+	// the stack below the socket runs once per run instead of once per
+	// datagram. Reads then land in BatchSize buffers of 64 KiB (resident
+	// only as far as datagrams fill them) and are copied out. Optional.
+	GRO bool
 }
 
 // UDPStats counts what a UDPConn moved. Counters only grow.
@@ -79,6 +91,10 @@ type UDPStats struct {
 	// buffer was full (SO_RXQ_OVFL, sk_drops). The kernel reports it with the
 	// next datagram queued after a drop, so it lags by one arrival.
 	RecvBufferDrops uint64
+	// GROReads are the reads that returned a coalesced run of datagrams
+	// (UDPOptions.GRO), GROSegments the datagrams of DatagramsReceived
+	// they held (GROSegments / GROReads is the mean run).
+	GROReads, GROSegments uint64
 	// GSODatagrams are the datagrams of DatagramsSent that left in UDP GSO
 	// sends, GSOSends those sends (RoCEConn, EntropyConn; GSODatagrams /
 	// GSOSends is the mean segments per send).
@@ -93,7 +109,8 @@ type UDPStats struct {
 // allocates nothing.
 //
 // The socket sends with DF and IP ID 0 (IPv4, IP_PMTUDISC_DO, never
-// connected) and without UDP GSO or GRO, see the package comment.
+// connected) and without UDP GSO, see the package comment; it receives
+// with UDP GRO if UDPOptions.GRO asks.
 type UDPConn struct {
 	conn       *net.UDPConn
 	raw        syscall.RawConn
@@ -106,6 +123,7 @@ type UDPConn struct {
 
 	rmu sync.Mutex
 	r   recvState // Precondition: rmu is held.
+	gro *groState // nil without UDPOptions.GRO; Precondition: rmu is held.
 	wmu sync.Mutex
 	w   sendState // Precondition: wmu is held.
 
@@ -116,9 +134,29 @@ type UDPConn struct {
 	sendErrors        atomic.Uint64
 	truncated         atomic.Uint64
 	recvBufferDrops   atomic.Uint64
+	groReads          atomic.Uint64
+	groSegments       atomic.Uint64
 }
 
 var _ Conn = (*UDPConn)(nil)
+
+// groState holds what one UDP_GRO recvmmsg read and ReadBatch has not yet
+// handed out: the read's buffers and its datagrams, split, in order.
+type groState struct {
+	bufs [][]byte // BatchSize buffers of groBufBytes
+	segs []groSeg // the datagrams of the last read
+	next int      // segs[next:] are not handed out yet
+}
+
+// groSeg is one datagram of a coalesced read.
+type groSeg struct {
+	b         []byte // in a bufs[i]
+	addr      netip.AddrPort
+	tos       uint8
+	rx        time.Time
+	truncated bool // the read was cut short (MSG_TRUNC): its last datagram lost its tail
+	coalesced bool // one of a run of several
+}
 
 // fixedSourcePort marks UDPConn for FixedSourcePort.
 func (c *UDPConn) fixedSourcePort() {}
@@ -189,7 +227,7 @@ func ListenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 	lc := net.ListenConfig{
 		Control: func(_, _ string, rc syscall.RawConn) error {
 			if err := rc.Control(func(fd uintptr) {
-				optErr = setOptions(int(fd), v6, opts.DefaultTOS, rcvbuf, sndbuf, opts.ReusePort)
+				optErr = setOptions(int(fd), v6, opts.DefaultTOS, rcvbuf, sndbuf, opts.ReusePort, opts.GRO)
 			}); err != nil {
 				return err
 			}
@@ -233,11 +271,21 @@ func ListenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 	})
 	c.r.init(batch)
 	c.w.init(batch)
+	if opts.GRO {
+		g := &groState{bufs: make([][]byte, batch), segs: make([]groSeg, 0, batch)}
+		// One allocation: pages are touched (resident) only as far as
+		// datagrams fill each buffer.
+		area := make([]byte, batch*groBufBytes)
+		for i := range g.bufs {
+			g.bufs[i] = area[i*groBufBytes : (i+1)*groBufBytes : (i+1)*groBufBytes]
+		}
+		c.gro = g
+	}
 	return c, nil
 }
 
 // setOptions sets the socket options before bind.
-func setOptions(fd int, v6 bool, tos uint8, rcvbuf, sndbuf int, reusePort bool) error {
+func setOptions(fd int, v6 bool, tos uint8, rcvbuf, sndbuf int, reusePort, gro bool) error {
 	type opt struct {
 		name         string
 		level, opt   int
@@ -256,6 +304,9 @@ func setOptions(fd int, v6 bool, tos uint8, rcvbuf, sndbuf int, reusePort bool) 
 	}
 	if reusePort {
 		opts = append(opts, opt{"SO_REUSEPORT", unix.SOL_SOCKET, unix.SO_REUSEPORT, 1, 0, ""})
+	}
+	if gro {
+		opts = append(opts, opt{"UDP_GRO", unix.SOL_UDP, unix.UDP_GRO, 1, 0, ""})
 	}
 	if v6 {
 		opts = append(opts,
@@ -372,6 +423,9 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	if c.gro != nil {
+		return c.readGRO(msgs[:k])
+	}
 	r := &c.r
 	for i := range k {
 		if len(msgs[i].Buffers) == 0 {
@@ -404,10 +458,11 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 		m := &msgs[i]
 		m.N = int(h.Len)
 		m.Truncated = h.Hdr.Flags&unix.MSG_TRUNC != 0
+		m.Coalesced = false
 		m.Addr = parseSockaddr(&r.names[i])
 		off := i * oobLen
 		var drops uint32
-		m.TOS, drops, m.RxTime = parseCmsgs(r.oob[off : off+min(int(h.Hdr.Controllen), oobLen)])
+		m.TOS, drops, m.RxTime, _ = parseCmsgs(r.oob[off : off+min(int(h.Hdr.Controllen), oobLen)])
 		if drops > 0 && uint64(drops) > c.recvBufferDrops.Load() {
 			// Cumulative sk_drops; reads are serialised by rmu.
 			c.recvBufferDrops.Store(uint64(drops))
@@ -423,6 +478,120 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 		c.truncated.Add(truncated)
 	}
 	return r.n, nil
+}
+
+// readGRO is ReadBatch on a UDP_GRO socket: it hands out the datagrams of
+// the last read first, and reads again (one recvmmsg into the conn's 64 KiB
+// buffers) only when none is left. A datagram longer than its msgs buffer
+// is cut, Truncated, like an ordinary read's.
+// Precondition: rmu is held; len(msgs) >= 1.
+func (c *UDPConn) readGRO(msgs []Message) (int, error) {
+	g := c.gro
+	if g.next == len(g.segs) {
+		if err := c.fillGRO(); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	var truncated uint64
+	for n < len(msgs) && g.next < len(g.segs) {
+		s := &g.segs[g.next]
+		m := &msgs[n]
+		if len(m.Buffers) == 0 {
+			return n, fmt.Errorf("pktio: read batch: msgs[%d] has no buffer", n)
+		}
+		m.N = copy(m.Buffers[0], s.b)
+		m.Truncated = s.truncated || m.N < len(s.b)
+		m.Addr, m.TOS, m.RxTime, m.Coalesced = s.addr, s.tos, s.rx, s.coalesced
+		if m.Truncated {
+			truncated++
+		}
+		g.segs[g.next] = groSeg{} // do not keep a read's buffer reachable from a stale entry
+		g.next++
+		n++
+	}
+	if truncated > 0 {
+		c.truncated.Add(truncated)
+	}
+	return n, nil
+}
+
+// fillGRO reads one batch of (possibly coalesced) datagrams into the GRO
+// buffers and splits them into g.segs.
+// Precondition: rmu is held; every earlier datagram was handed out.
+func (c *UDPConn) fillGRO() error {
+	g, r := c.gro, &c.r
+	g.segs, g.next = g.segs[:0], 0
+	for i := range g.bufs {
+		r.iovs[i].Base = unsafe.SliceData(g.bufs[i])
+		r.iovs[i].SetLen(groBufBytes)
+		h := &r.hdrs[i]
+		h.Hdr.Namelen = sockaddrLen
+		h.Hdr.SetControllen(oobLen)
+		h.Hdr.Flags = 0
+		h.Len = 0
+	}
+	r.count = len(g.bufs)
+	if err := c.raw.Read(r.fn); err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return net.ErrClosed
+		}
+		return fmt.Errorf("pktio: read batch: %w", err)
+	}
+	if r.errno != 0 {
+		return fmt.Errorf("pktio: read batch: recvmmsg: %w", r.errno)
+	}
+	var bytes, reads, coalesced uint64
+	for i := range r.n {
+		h := &r.hdrs[i]
+		off := i * oobLen
+		tos, drops, rx, gsoSize := parseCmsgs(r.oob[off : off+min(int(h.Hdr.Controllen), oobLen)])
+		if drops > 0 && uint64(drops) > c.recvBufferDrops.Load() {
+			c.recvBufferDrops.Store(uint64(drops))
+		}
+		addr := parseSockaddr(&r.names[i])
+		data := g.bufs[i][:min(int(h.Len), groBufBytes)]
+		bytes += uint64(len(data))
+		first := len(g.segs)
+		for {
+			l := groSegmentLen(len(data), gsoSize)
+			g.segs = append(g.segs, groSeg{b: data[:l], addr: addr, tos: tos, rx: rx})
+			if data = data[l:]; len(data) == 0 {
+				break
+			}
+		}
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			g.segs[len(g.segs)-1].truncated = true
+		}
+		// The UDP_GRO control message comes exactly with an sk_buff the
+		// device coalesced (skb_is_gso), what a TC program saw as one.
+		if gsoSize > 0 {
+			reads++
+			coalesced += uint64(len(g.segs) - first)
+			for j := first; j < len(g.segs); j++ {
+				g.segs[j].coalesced = true
+			}
+		}
+	}
+	c.datagramsReceived.Add(uint64(len(g.segs)))
+	c.bytesReceived.Add(bytes)
+	if reads > 0 {
+		c.groReads.Add(reads)
+		c.groSegments.Add(coalesced)
+	}
+	return nil
+}
+
+// groSegmentLen is the length of the next datagram of a coalesced read with
+// n bytes left, whose datagrams are gsoSize bytes each but the last (the
+// kernel coalesces only such runs): gsoSize, or all n when gsoSize is 0 (no
+// UDP_GRO control message: one datagram) or not below n. An empty read is
+// one empty datagram.
+func groSegmentLen(n, gsoSize int) int {
+	if gsoSize <= 0 || gsoSize >= n {
+		return n
+	}
+	return gsoSize
 }
 
 // WriteBatch sends msgs in order, BatchSize datagrams per sendmmsg, each to
@@ -592,6 +761,8 @@ func (c *UDPConn) Stats() UDPStats {
 		SendErrors:        c.sendErrors.Load(),
 		Truncated:         c.truncated.Load(),
 		RecvBufferDrops:   c.recvBufferDrops.Load(),
+		GROReads:          c.groReads.Load(),
+		GROSegments:       c.groSegments.Load(),
 	}
 }
 
@@ -677,9 +848,10 @@ func putTOSCmsg(b []byte, v6 bool, tos uint8) int {
 // parseCmsgs walks the control messages of one received datagram without
 // allocating: the TOS (IP_TOS, one byte, from IP_RECVTOS) or traffic class
 // (IPV6_TCLASS, an int, from IPV6_RECVTCLASS), the kernel drop count
-// (SO_RXQ_OVFL, a uint32, present only once it is non-zero) and the arrival
-// time (SCM_TIMESTAMPNS, a struct timespec of two 64-bit words).
-func parseCmsgs(b []byte) (tos uint8, drops uint32, rx time.Time) {
+// (SO_RXQ_OVFL, a uint32, present only once it is non-zero), the arrival
+// time (SCM_TIMESTAMPNS, a struct timespec of two 64-bit words) and, for a
+// coalesced read, the size of its datagrams (UDP_GRO, an int; 0 if absent).
+func parseCmsgs(b []byte) (tos uint8, drops uint32, rx time.Time, gsoSize int) {
 	hdrLen := unix.CmsgLen(0)
 	for len(b) >= hdrLen {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
@@ -697,6 +869,8 @@ func parseCmsgs(b []byte) (tos uint8, drops uint32, rx time.Time) {
 			drops = binary.NativeEndian.Uint32(data)
 		case h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16:
 			rx = time.Unix(int64(binary.NativeEndian.Uint64(data)), int64(binary.NativeEndian.Uint64(data[8:])))
+		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+			gsoSize = int(binary.NativeEndian.Uint32(data))
 		}
 		next := unix.CmsgSpace(l - hdrLen)
 		if next >= len(b) {
@@ -704,5 +878,5 @@ func parseCmsgs(b []byte) (tos uint8, drops uint32, rx time.Time) {
 		}
 		b = b[next:]
 	}
-	return tos, drops, rx
+	return tos, drops, rx, gsoSize
 }
