@@ -93,6 +93,16 @@
  * follows np_egress (the qdisc, an interrupt before the transmit) is then
  * outside the guarantee (egress_stamped counts those CNPs).
  *
+ * A device with GRO on (veth: gro and rx-udp-gro-forwarding) hands
+ * np_ingress a run of datagrams of one flow as one sk_buff (gso_segs
+ * datagrams of gso_size bytes of UDP payload behind one IP header, so one
+ * ECN). The run counts as one packet in the device counters (gro_runs,
+ * gro_segments say how many were runs), and as what it holds for its QP:
+ * a CE run is that many CE packets at once (ecn_marked, coalesced), one
+ * decision. Datagrams of the run to another QP than the first's (two QPs
+ * whose source ports hash alike share a flow) are counted in gro_other_qp
+ * and not answered.
+ *
  * No program writes packet data directly (only through helpers), so the
  * verifier adds no unclone prologue: packets the NP does not answer are
  * never copied.
@@ -118,6 +128,9 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define NP_FAMILY_IPV4 4
 #define NP_FAMILY_IPV6 6
+
+/* The most datagrams the kernel coalesces into one UDP run (UDP_GRO_CNT_MAX). */
+#define NP_GRO_MAX_SEGS 64
 
 /* The CNP on the wire (roce-wire.md §CNP). */
 #define CNP_TTL 64
@@ -250,6 +263,10 @@ struct np_stats {
 	/* np_ingress, after not_request: the BTH rules (roce_check.h) */
 	__u64 malformed;       /* an RC request with TVer not 0, cut short for its opcode, or a PadCnt past its payload */
 	__u64 pkey_violations; /* an RC request of a known QP whose P_Key does not match the QP's */
+	/* Runs a device coalesced (GRO), each counted above as one packet */
+	__u64 gro_runs;     /* RC requests of a known QP that were runs of datagrams */
+	__u64 gro_segments; /* the datagrams of those runs */
+	__u64 gro_other_qp; /* datagrams of a run to another QP than its first: not answered */
 };
 
 struct {
@@ -479,23 +496,58 @@ struct np_verdict {
 };
 
 /* on_ce is the NP's rule for a CE-marked packet at now (host/dcqcn NP.OnCE). */
-static __always_inline struct np_verdict on_ce(struct np_qp *qp, __u64 now)
+static __always_inline struct np_verdict on_ce(struct np_qp *qp, __u64 now, __u32 n)
 {
 	struct np_verdict v = {};
 
 	bpf_spin_lock(&qp->lock);
-	qp->ecn_marked++;
+	qp->ecn_marked += n;
 	v.timed_out = xmit_wait_over(qp, now);
 	if (may_send(qp, now)) {
 		v.seq = decide_send(qp, now);
 		v.d = NP_SEND;
+		n--;
 	} else {
-		qp->pending = 1;
-		qp->coalesced++;
 		v.d = NP_NONE;
+	}
+	/* The rest of a coalesced run arrived with the first: within N. */
+	if (n) {
+		qp->pending = 1;
+		qp->coalesced += n;
 	}
 	bpf_spin_unlock(&qp->lock);
 	return v;
+}
+
+/* run_segments is how many datagrams, from the first, of a run the device
+ * coalesced (GRO: gso_segs datagrams of gso_size bytes of UDP payload, the
+ * last possibly shorter) go to the first one's QP: GRO joins datagrams of
+ * one flow (addresses and UDP ports), and two QPs whose source ports hash
+ * alike share a flow. The rest are counted in gro_other_qp and not
+ * answered: their QP's CNP would need a clone of their own. */
+static __always_inline __u32 run_segments(struct __sk_buff *skb, const struct net_roce *r, __u32 qpn,
+					  struct np_stats *st)
+{
+	__u32 segs = skb->gso_segs, size = skb->gso_size, off, same = 1, i;
+	__u8 q[3];
+
+	if (segs > NP_GRO_MAX_SEGS)
+		segs = NP_GRO_MAX_SEGS;
+	/* No IPv4 options here (np_ingress passed those): BTH DestQP. */
+	off = r->l3_off + (r->l3_proto == bpf_htons(ETH_P_IP) ? 20 : 40) + sizeof(struct net_udphdr) + 5;
+	for (i = 1; i < NP_GRO_MAX_SEGS; i++) {
+		if (i >= segs)
+			break;
+		if (bpf_skb_load_bytes(skb, off + i * size, q, sizeof(q)))
+			break;
+		if (((__u32)q[0] << 16 | (__u32)q[1] << 8 | q[2]) != qpn)
+			break;
+		same++;
+	}
+	st->gro_runs++;
+	st->gro_segments += skb->gso_segs;
+	st->gro_other_qp += skb->gso_segs - same;
+	return same;
 }
 
 /* on_packet sends a pending CNP once N has passed (host/dcqcn NP.Poll),
@@ -668,7 +720,7 @@ int np_ingress(struct __sk_buff *skb)
 	struct np_verdict v;
 	struct np_stats *st;
 	struct np_qp *qp;
-	__u32 qpn;
+	__u32 qpn, udp_len, same;
 	__u8 op;
 
 	st = stats();
@@ -703,8 +755,13 @@ int np_ingress(struct __sk_buff *skb)
 		st->not_request++;
 		return TC_ACT_UNSPEC;
 	}
+	/* A coalesced run's UDP length is the run's: its first datagram is
+	 * gso_size bytes of payload. */
+	udp_len = bpf_ntohs(r.udp->len);
+	if (skb->gso_size)
+		udp_len = sizeof(struct net_udphdr) + skb->gso_size;
 	/* What the agent drops, the NP does not answer. */
-	if (!roce_bth_ok(r.bth, roce_rc_request_hdr_len(op), bpf_ntohs(r.udp->len))) {
+	if (!roce_bth_ok(r.bth, roce_rc_request_hdr_len(op), udp_len)) {
 		st->malformed++;
 		return TC_ACT_UNSPEC;
 	}
@@ -721,11 +778,15 @@ int np_ingress(struct __sk_buff *skb)
 		st->pkey_violations++;
 		return TC_ACT_UNSPEC;
 	}
+	/* A run shares its IP header, so its ECN: one decision for its
+	 * datagrams of this QP, as for that many CE packets at once. */
+	same = 1;
+	if (skb->gso_size)
+		same = run_segments(skb, &r, qpn, st);
 	if ((r.dsfield & ECN_MASK) == ECN_CE) {
 		st->ce++;
-		v = on_ce(qp, now_ns());
-		if (v.d == NP_NONE)
-			st->coalesced++;
+		v = on_ce(qp, now_ns(), same);
+		st->coalesced += same - (v.d != NP_NONE);
 	} else {
 		st->not_ce++;
 		v = on_packet(qp);

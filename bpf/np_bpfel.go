@@ -73,6 +73,9 @@ type NpNpStats struct {
 	XmitQueued     uint64
 	Malformed      uint64
 	PkeyViolations uint64
+	GroRuns        uint64
+	GroSegments    uint64
+	GroOtherQp     uint64
 }
 
 type NpNpXmit struct {

@@ -25,6 +25,10 @@
  * every profile and rule); the kernel only takes the CNP and its time, as
  * a NIC's RP takes it from the wire.
  *
+ * A run of datagrams a device with GRO on coalesced into one sk_buff
+ * (gso_size set) is left to the agent whole (gro_runs): the ICRC of each
+ * CNP in it covers an IP header the run no longer has.
+ *
  * Every packet continues untouched (TC_ACT_UNSPEC: the agent still receives
  * the CNP and counts it). What is not a CNP of a known QP is counted by
  * cause in rp_counters and passed.
@@ -105,8 +109,8 @@ struct {
 
 /* Per-CPU counters, summed by Go. Every packet rp_ingress sees is counted
  * once in packets and once in exactly one of not_roce, truncated,
- * ip_options, not_cnp, ppfc, malformed, unknown_qp, pkey_violations,
- * icrc_errors, counted. */
+ * gro_runs, ip_options, not_cnp, ppfc, malformed, unknown_qp,
+ * pkey_violations, icrc_errors, counted. */
 struct rp_stats {
 	__u64 packets;     /* every frame rp_ingress saw */
 	__u64 not_roce;    /* non-IP, not UDP to 4791, IPv6 extension headers, later fragments */
@@ -120,6 +124,7 @@ struct rp_stats {
 	__u64 icrc_errors; /* a CNP of a known QP whose ICRC does not verify */
 	__u64 counted;     /* CNPs counted in their QP's slot */
 	__u64 pkey_violations; /* a CNP of a known QP whose P_Key does not match the QP's */
+	__u64 gro_runs;        /* RoCEv2 runs of datagrams a device coalesced (GRO): the agent's */
 };
 
 struct {
@@ -213,6 +218,14 @@ int rp_ingress(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	default:
 		st->not_roce++;
+		return TC_ACT_UNSPEC;
+	}
+	/* A run the device coalesced (GRO) is one sk_buff of several
+	 * datagrams behind one IP header: not counted here, whatever it
+	 * holds. The agent gets its datagrams marked Coalesced
+	 * (pktio.Message) and takes its CNPs itself. */
+	if (skb->gso_size) {
+		st->gro_runs++;
 		return TC_ACT_UNSPEC;
 	}
 	if (r.bth->opcode != ROCE_OP_CNP) {

@@ -43,6 +43,7 @@ type RpRpStats struct {
 	IcrcErrors     uint64
 	Counted        uint64
 	PkeyViolations uint64
+	GroRuns        uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -608,7 +608,7 @@ func (a *Agent) receive(now time.Duration, m *pktio.Message, h *roce.Header, rs 
 	op := h.BTH.Opcode
 	switch {
 	case op == roce.OpCNP:
-		qp.onCNPLocked(now)
+		qp.onCNPLocked(now, m.Coalesced)
 	case op == roce.OpRCAck:
 		qp.onAckLocked(now, h)
 	case op <= roce.OpRCWriteOnlyImm:

@@ -337,13 +337,19 @@ func (qp *QP) payloadBelow(idx uint64) uint64 {
 
 // onCNPLocked is the reaction point's input (rp_cnp_handled/ignored).
 // Precondition: qp.mu is held.
-func (qp *QP) onCNPLocked(now time.Duration) {
+func (qp *QP) onCNPLocked(now time.Duration, coalesced bool) {
 	r := &qp.mu.req
 	if r.kCNPs != nil {
-		// The kernel took it at its arrival on the device; catch up.
-		qp.mu.ctr.RPCNPAgentRead++
 		qp.syncKernelCNPsLocked()
-		return
+		if !coalesced {
+			// The kernel took it at its arrival on the device: caught up.
+			qp.mu.ctr.RPCNPAgentRead++
+			return
+		}
+		// bpf/rp.c leaves a run the device coalesced (GRO) to the agent:
+		// this CNP is the agent's, after the kernel's in time.
+		now = max(now, r.kLast)
+		r.kLast = now
 	}
 	if r.rp == nil {
 		qp.mu.ctr.RPCNPIgnored++

@@ -182,3 +182,57 @@ func TestRPOffload(t *testing.T) {
 		t.Errorf("removed %v, want [%#x]", removed, qa.QPN())
 	}
 }
+
+// A CNP that came in a run a device coalesced (GRO) is one rp_ingress
+// leaves to the agent (bpf/rp.c, gro_runs): with an RPOffload the agent's
+// RP takes it itself, and the kernel's counter stays where it is.
+func TestRPOffloadCoalescedCNP(t *testing.T) {
+	var marked atomic.Bool
+	filter := func(from netip.AddrPort, m *pktio.Message) bool {
+		if !marked.Load() {
+			return false
+		}
+		if m.N > 100 {
+			m.TOS |= ecnCE
+		} else if m.N > 0 && roce.Opcode(m.Buffers[0][0]) == roce.OpCNP {
+			m.Coalesced = true
+		}
+		return false
+	}
+	pa, pb := pktio.NewPipe(pktio.PipeOptions{Filter: filter, Depth: 1 << 14})
+	off := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
+	a, err := New(Config{Conn: pa, RPOffload: off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Conn: pb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	p := &pair{a: a, b: b, pa: pa, pb: pb}
+	ca := DefaultQPConfig()
+	ca.CC = CCDCQCN
+	ca.DCQCN = dcqcn.PaperParams(1 * units.Gbit)
+	cb := DefaultQPConfig()
+	cb.CC = CCNone
+	qa, _ := p.connect(t, ca, cb)
+	cc0, _ := qa.CC()
+
+	marked.Store(true)
+	if err := qa.Start(Stream{Op: OpWrite, MessageBytes: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for qa.Counters().RPCNPHandled == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	qa.Stop()
+	waitDone(t, qa, 5*time.Second)
+	ctr := qa.Counters()
+	cc1, _ := qa.CC()
+	if ctr.RPCNPHandled == 0 || ctr.RPCNPAgentRead != 0 || ctr.RPCNPKernel != 0 || cc1.Stats.RateCuts == cc0.Stats.RateCuts {
+		t.Errorf("counters: handled %d, agent read %d, kernel %d; cuts %d (was %d): want coalesced CNPs handled by the agent, none left to the kernel",
+			ctr.RPCNPHandled, ctr.RPCNPAgentRead, ctr.RPCNPKernel, cc1.Stats.RateCuts, cc0.Stats.RateCuts)
+	}
+}

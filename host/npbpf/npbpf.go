@@ -263,6 +263,14 @@ type Stats struct {
 	// to the ingress program: a qdisc held them (0 on a device without
 	// one).
 	XmitQueued uint64 `json:"xmit_queued"`
+	// GRORuns are the RC requests of known QPs that were runs of
+	// datagrams a device coalesced (GRO), each counted above as one
+	// packet; GROSegments the datagrams they held; GROOtherQP those of a
+	// run to another QP than its first (two QPs whose source ports hash
+	// alike share a flow): not answered.
+	GRORuns     uint64 `json:"gro_runs"`
+	GROSegments uint64 `json:"gro_segments"`
+	GROOtherQP  uint64 `json:"gro_other_qp"`
 }
 
 func (s *Stats) add(o *bpf.NpNpStats) {
@@ -290,4 +298,7 @@ func (s *Stats) add(o *bpf.NpNpStats) {
 	s.XmitLate += o.XmitLate
 	s.XmitTimeouts += o.XmitTimeouts
 	s.XmitQueued += o.XmitQueued
+	s.GRORuns += o.GroRuns
+	s.GROSegments += o.GroSegments
+	s.GROOtherQP += o.GroOtherQp
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -70,7 +71,7 @@ func stats(tb testing.TB, o *Objects) Stats {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sum := s.NotRoCE + s.Truncated + s.IPOptions + s.NotCNP + s.PPFC + s.Malformed + s.UnknownQP + s.PKeyViolations + s.ICRCErrors + s.Counted
+	sum := s.NotRoCE + s.Truncated + s.GRORuns + s.IPOptions + s.NotCNP + s.PPFC + s.Malformed + s.UnknownQP + s.PKeyViolations + s.ICRCErrors + s.Counted
 	if sum != s.Packets {
 		tb.Errorf("stats %+v: causes add up to %d, packets %d", s, sum, s.Packets)
 	}
@@ -122,6 +123,42 @@ func TestCountsCNPsWithArrivalTimes(t *testing.T) {
 	}
 	if s := stats(t, o); s.Counted != n || s.Packets != n {
 		t.Errorf("stats %+v, want %d counted", s, n)
+	}
+}
+
+// TestGRORunLeftToAgent: a run of CNPs a device coalesced (GRO) is one
+// sk_buff behind one IP header; rp_ingress counts none of it (gro_runs),
+// so the agent, which gets them marked Coalesced, takes every one.
+func TestGRORunLeftToAgent(t *testing.T) {
+	o := loadTest(t)
+	const qpn = 0x10002
+	c, err := o.AddQP(QPContext{QPN: qpn, Local: addrSender, Peer: addrRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := cnp(t, addrRecv, addrSender, qpn)
+	const l3, udp = 14, 14 + 20
+	gro := append(append([]byte(nil), f...), f[udp+8:]...)
+	binary.BigEndian.PutUint16(gro[l3+2:], uint16(len(gro)-l3))
+	binary.BigEndian.PutUint16(gro[udp+4:], uint16(len(gro)-udp))
+	if err := o.SetClock(1000); err != nil {
+		t.Fatal(err)
+	}
+	ret, err := o.program().Run(&ebpf.RunOptions{Data: gro,
+		Context: bpf.SkBuff{GSOSegs: 2, GSOSize: uint32(len(f) - udp - 8)}})
+	if err != nil || ret != tcxNext {
+		t.Fatalf("rp_ingress: %d, %v; want TC_ACT_UNSPEC", int32(ret), err)
+	}
+	if got := c.Counted(); got != 0 {
+		t.Errorf("Counted %d, want 0: the run is the agent's", got)
+	}
+	if s := stats(t, o); s.GRORuns != 1 || s.Packets != 1 {
+		t.Errorf("stats %+v, want 1 GRO run", s)
+	}
+	// The same CNP alone is the kernel's.
+	run(t, o, 2000, f)
+	if got := c.Counted(); got != 1 {
+		t.Errorf("Counted %d after a lone CNP, want 1", got)
 	}
 }
 

@@ -116,8 +116,8 @@ type Offload interface {
 }
 
 // Stats are the program's per-cause packet counters, summed over CPUs.
-// Packets = NotRoCE + Truncated + IPOptions + NotCNP + PPFC + Malformed +
-// UnknownQP + PKeyViolations + ICRCErrors + Counted.
+// Packets = NotRoCE + Truncated + GRORuns + IPOptions + NotCNP + PPFC +
+// Malformed + UnknownQP + PKeyViolations + ICRCErrors + Counted.
 type Stats struct {
 	Packets   uint64 `json:"packets"`
 	NotRoCE   uint64 `json:"not_roce"`
@@ -132,6 +132,10 @@ type Stats struct {
 	PKeyViolations uint64 `json:"pkey_violations"`
 	ICRCErrors     uint64 `json:"icrc_errors"`
 	Counted        uint64 `json:"rp_cnp_counted"`
+	// GRORuns are runs of RoCEv2 datagrams a device coalesced (GRO): the
+	// program leaves them to the agent, which gets their datagrams marked
+	// pktio.Message.Coalesced and takes their CNPs itself.
+	GRORuns uint64 `json:"gro_runs"`
 }
 
 func (s *Stats) add(o *bpf.RpRpStats) {
@@ -146,4 +150,5 @@ func (s *Stats) add(o *bpf.RpRpStats) {
 	s.PKeyViolations += o.PkeyViolations
 	s.ICRCErrors += o.IcrcErrors
 	s.Counted += o.Counted
+	s.GRORuns += o.GroRuns
 }
