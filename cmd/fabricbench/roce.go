@@ -70,6 +70,14 @@ type GoodputReport struct {
 	RawPPSRatio         float64  `json:"roceperf_raw_pps_per_core_ratio,omitempty"`
 	UETRaw              *ToolRow `json:"uet_raw,omitempty"`
 	UETRawIperfPPSRatio float64  `json:"uet_raw_pps_per_core_vs_iperf3,omitempty"`
+	// RoceperfNoGRO and UETNoGRO are roceperf and UET with the receiver's
+	// device not coalescing (GRO off, as iperf3 runs): every datagram
+	// through the stack below the socket on its own. Their ratios are to
+	// iperf3's medians.
+	RoceperfNoGRO         *ToolRow `json:"roceperf_no_gro,omitempty"`
+	NoGROPPSRatio         float64  `json:"roceperf_no_gro_pps_per_core_ratio,omitempty"`
+	UETNoGRO              *ToolRow `json:"uet_no_gro,omitempty"`
+	UETNoGROIperfPPSRatio float64  `json:"uet_no_gro_pps_per_core_vs_iperf3,omitempty"`
 	// PPSGoal is the goal of every sender's pps per core / iperf3's.
 	PPSGoal float64    `json:"pps_per_core_goal_ratio"`
 	Goal    float64    `json:"goal_ratio"`
@@ -230,11 +238,15 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 		UET: ToolRow{Tool: "uet", Command: fmt.Sprintf("UET endpoints (host/pds, NSCC, RUD), MTU %d (%d B payload), %d KiB messages, %d s",
 			uetMTU(o.mtu), o.mtu, roceMessageBytes>>10, o.seconds)},
 	}
-	tools := []string{"iperf3", "roceperf", "uet"}
+	g.RoceperfNoGRO = &ToolRow{Tool: "roceperf, receiver without GRO", Command: g.Roceperf.Command + ", receiver GRO off"}
+	g.UETNoGRO = &ToolRow{Tool: "uet, receiver without GRO", Command: g.UET.Command + ", receiver GRO off"}
+	g.Roceperf.Command += ", receiver GRO on"
+	g.UET.Command += ", receiver GRO on"
+	tools := []string{"iperf3", "roceperf", "roceperf-nogro", "uet", "uet-nogro"}
 	if o.rawRows {
-		g.RoceperfRaw = &ToolRow{Tool: "roceperf --send raw", Command: g.Roceperf.Command + " --send raw"}
-		g.UETRaw = &ToolRow{Tool: "uet, raw socket", Command: g.UET.Command + ", raw socket (pktio.SendRaw)"}
-		tools = []string{"iperf3", "roceperf", "roceperf-raw", "uet", "uet-raw"}
+		g.RoceperfRaw = &ToolRow{Tool: "roceperf --send raw", Command: g.RoceperfNoGRO.Command + ", --send raw"}
+		g.UETRaw = &ToolRow{Tool: "uet, raw socket", Command: g.UETNoGRO.Command + ", raw socket (pktio.SendRaw)"}
+		tools = []string{"iperf3", "roceperf", "roceperf-nogro", "roceperf-raw", "uet", "uet-nogro", "uet-raw"}
 	}
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		return g, errIperfMissing
@@ -268,6 +280,11 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 			if o.profileDir != "" {
 				prof = filepath.Join(o.profileDir, fmt.Sprintf("round%d-%s", r+1, tool))
 			}
+			// The receiver coalesces for roceperf's and UET's goal rows
+			// only: iperf3 and the before rows run as before.
+			if err := b.SetReceiveCoalescing(devB, tool == "roceperf" || tool == "uet"); err != nil {
+				return finishGoodput(g), errors.Join(append(errs, err)...)
+			}
 			var row *ToolRow
 			switch tool {
 			case "iperf3":
@@ -282,6 +299,12 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 			case "roceperf-raw":
 				run, err = roceperfRun(ctx, exe, a, b, o, prof, pktio.SendRaw)
 				row = g.RoceperfRaw
+			case "roceperf-nogro":
+				run, err = roceperfRun(ctx, exe, a, b, o, prof, pktio.SendAuto)
+				row = g.RoceperfNoGRO
+			case "uet-nogro":
+				run, err = uetRun(ctx, exe, a, b, o, prof, pktio.SendAuto)
+				row = g.UETNoGRO
 			default:
 				run, err = roceperfRun(ctx, exe, a, b, o, prof, pktio.SendAuto)
 				row = &g.Roceperf
@@ -298,7 +321,7 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 }
 
 func finishGoodput(g *GoodputReport) *GoodputReport {
-	for _, t := range []*ToolRow{&g.Iperf, &g.Roceperf, &g.UET, g.RoceperfRaw, g.UETRaw} {
+	for _, t := range []*ToolRow{&g.Iperf, &g.Roceperf, &g.UET, g.RoceperfRaw, g.UETRaw, g.RoceperfNoGRO, g.UETNoGRO} {
 		if t == nil {
 			continue
 		}
@@ -350,6 +373,8 @@ func finishGoodput(g *GoodputReport) *GoodputReport {
 	g.UETIperfPPSRatio = perIperf(&g.UET)
 	g.RawPPSRatio = perIperf(g.RoceperfRaw)
 	g.UETRawIperfPPSRatio = perIperf(g.UETRaw)
+	g.NoGROPPSRatio = perIperf(g.RoceperfNoGRO)
+	g.UETNoGROIperfPPSRatio = perIperf(g.UETNoGRO)
 	return g
 }
 

@@ -31,9 +31,11 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 			g.Iperf.Command, gbps(g.Iperf.GoodputGbps), runsPath(&g.Iperf, "loss"))
 		fmt.Fprintf(tw, "UDP goodput\t%s\tmedian\t%s\t-\t%s\t%s\t>= %.1f (stretch %.0f)\t%s\t%s\n",
 			g.Roceperf.Command, gbps(g.Roceperf.GoodputGbps), ref, ratio(g.Ratio), g.Goal, g.Stretch, g.Verdict, runsPath(&g.Roceperf, "retrans"))
-		if t := g.RoceperfRaw; t != nil {
-			fmt.Fprintf(tw, "UDP goodput\t%s\tmedian\t%s\t-\t%s\t%s\t-\tbefore\t%s\n",
-				t.Command, gbps(t.GoodputGbps), ref, ratio(div(t.GoodputGbps, g.Iperf.GoodputGbps)), runsPath(t, "retrans"))
+		for _, t := range []*ToolRow{g.RoceperfNoGRO, g.RoceperfRaw} {
+			if t != nil && len(t.Runs) > 0 {
+				fmt.Fprintf(tw, "UDP goodput\t%s\tmedian\t%s\t-\t%s\t%s\t-\tbefore\t%s\n",
+					t.Command, gbps(t.GoodputGbps), ref, ratio(div(t.GoodputGbps, g.Iperf.GoodputGbps)), runsPath(t, "retrans"))
+			}
 		}
 		ppsRef := "-"
 		if g.Iperf.PPSPerCore > 0 {
@@ -51,8 +53,12 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 		}
 		fmt.Fprintf(tw, "pkts/s per core\tiperf3 -u sender, %d-byte datagrams\tmedian\t%s/core\t-\t-\t-\t-\tref\t%s\n",
 			g.DatagramBytes, kpps(g.Iperf.PPSPerCore), ppsPath(&g.Iperf))
-		fmt.Fprintf(tw, "pkts/s per core\troceperf sender (client)\tmedian\t%s/core\t-\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "pkts/s per core\troceperf sender (client), receiver GRO\tmedian\t%s/core\t-\t%s\t%s\t%s\t%s\t%s\n",
 			kpps(g.Roceperf.PPSPerCore), ppsRef, ratio(g.PPSRatio), ppsGoal, ppsVerdict(g.PPSRatio), ppsPath(&g.Roceperf))
+		if t := g.RoceperfNoGRO; t != nil && len(t.Runs) > 0 {
+			fmt.Fprintf(tw, "pkts/s per core\troceperf sender, receiver without GRO\tmedian\t%s/core\t-\t%s\t%s\t-\tbefore\t%s\n",
+				kpps(t.PPSPerCore), ppsRef, ratio(g.NoGROPPSRatio), ppsPath(t))
+		}
 		if t := g.RoceperfRaw; t != nil {
 			fmt.Fprintf(tw, "pkts/s per core\troceperf sender, --send raw\tmedian\t%s/core\t-\t%s\t%s\t-\tbefore\t%s\n",
 				kpps(t.PPSPerCore), ppsRef, ratio(g.RawPPSRatio), ppsPath(t))
@@ -64,12 +70,18 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 			}
 			fmt.Fprintf(tw, "UDP goodput, UET\t%s\tmedian\t%s\t-\t%s\t%s\t-\tvs roceperf\t%s\n",
 				g.UET.Command, gbps(g.UET.GoodputGbps), rref, ratio(g.UETRatio), runsPath(&g.UET, "retrans"))
-			if t := g.UETRaw; t != nil && len(t.Runs) > 0 {
-				fmt.Fprintf(tw, "UDP goodput, UET\t%s\tmedian\t%s\t-\t%s\t%s\t-\tbefore\t%s\n",
-					t.Command, gbps(t.GoodputGbps), rref, ratio(div(t.GoodputGbps, g.Roceperf.GoodputGbps)), runsPath(t, "retrans"))
+			for _, t := range []*ToolRow{g.UETNoGRO, g.UETRaw} {
+				if t != nil && len(t.Runs) > 0 {
+					fmt.Fprintf(tw, "UDP goodput, UET\t%s\tmedian\t%s\t-\t%s\t%s\t-\tbefore\t%s\n",
+						t.Command, gbps(t.GoodputGbps), rref, ratio(div(t.GoodputGbps, g.Roceperf.GoodputGbps)), runsPath(t, "retrans"))
+				}
 			}
-			fmt.Fprintf(tw, "pkts/s per core, UET\tUET sender (host/pds endpoint)\tmedian\t%s/core\t-\t%s\t%s\t%s\t%s\t%s\n",
+			fmt.Fprintf(tw, "pkts/s per core, UET\tUET sender (host/pds endpoint), receiver GRO\tmedian\t%s/core\t-\t%s\t%s\t%s\t%s\t%s\n",
 				kpps(g.UET.PPSPerCore), ppsRef, ratio(g.UETIperfPPSRatio), ppsGoal, ppsVerdict(g.UETIperfPPSRatio), ppsPath(&g.UET))
+			if t := g.UETNoGRO; t != nil && len(t.Runs) > 0 {
+				fmt.Fprintf(tw, "pkts/s per core, UET\tUET sender, receiver without GRO\tmedian\t%s/core\t-\t%s\t%s\t-\tbefore\t%s\n",
+					kpps(t.PPSPerCore), ppsRef, ratio(g.UETNoGROIperfPPSRatio), ppsPath(t))
+			}
 			if t := g.UETRaw; t != nil && len(t.Runs) > 0 {
 				fmt.Fprintf(tw, "pkts/s per core, UET\tUET sender, raw socket\tmedian\t%s/core\t-\t%s\t%s\t-\tbefore\t%s\n",
 					kpps(t.PPSPerCore), ppsRef, ratio(g.UETRawIperfPPSRatio), ppsPath(t))
@@ -195,6 +207,10 @@ func printRoceNotes(w io.Writer, r *RoceReport) {
 		fmt.Fprintln(w, "iperf3's cpu_utilization_percent.host_total x seconds, roceperf's RUSAGE_SELF delta around RunClient (data packets incl.")
 		fmt.Fprintln(w, "retransmissions). Tick-based accounting charges the veth's receive softirq run inside the sender's send call to the sender,")
 		fmt.Fprintln(w, "for both tools alike. CPU column: sender and receiver process CPU as % of one CPU (roceperf server: over its lifetime).")
+		fmt.Fprintln(w, "Receiver GRO: for the roceperf and UET goal rows the receiver's veth coalesces (ethtool -K gro on rx-udp-gro-forwarding on,")
+		fmt.Fprintln(w, "lab.Node.SetReceiveCoalescing): a run of datagrams of one flow crosses the stack below the socket as one sk_buff and the")
+		fmt.Fprintln(w, "agent's socket (UDP_GRO) splits it; what the sender's CPU pays for the receive softirq falls. iperf3 and the 'before' rows")
+		fmt.Fprintln(w, "run with it off, as before (iperf3 sets no UDP_GRO: with it on its datagrams would only be coalesced and cut again).")
 		if len(g.UET.Runs) > 0 {
 			fmt.Fprintf(w, "UET rows: two host/pds endpoints (UDP 4793, RUD, NSCC at a %v line rate so the window does not bind) in child processes,\n", uetBenchLinkRate)
 			fmt.Fprintf(w, "in the same rounds (the tools rotate). Each full packet carries roceperf's %d B of payload behind PDS 12 + SES %d bytes\n", g.MTU, uet.SESStdLen)

@@ -315,6 +315,44 @@ func (n *Node) noUDPSegmentation(dev string) error {
 	})
 }
 
+// receiveCoalescing are the ethtool features behind `ethtool -K dev gro
+// rx-udp-gro-forwarding`: a veth with both coalesces received UDP runs of
+// one flow (veth_skb_is_eligible_for_gro) for sockets that ask (UDP_GRO).
+var receiveCoalescing = []string{"rx-gro", "rx-udp-gro-forwarding"}
+
+// SetReceiveCoalescing turns UDP receive coalescing (GRO) on or off for
+// dev, a host's device, and verifies it. With it on, a run of datagrams of
+// one flow reaches the host's RoCEv2 and UET sockets (pktio, UDP_GRO) and
+// its TC programs (bpf/np.c, bpf/rp.c) as one sk_buff, so the stack below
+// the socket runs once per run. Never on a switch's device: a port must
+// see every packet.
+func (n *Node) SetReceiveCoalescing(dev string, on bool) error {
+	return n.Do(func() error {
+		et, err := ethtool.NewEthtool()
+		if err != nil {
+			return fmt.Errorf("ethtool: %w", err)
+		}
+		defer et.Close()
+		want := map[string]bool{}
+		for _, f := range receiveCoalescing {
+			want[f] = on
+		}
+		if err := et.Change(dev, want); err != nil {
+			return fmt.Errorf("ethtool %s gro/rx-udp-gro-forwarding %s: %w", dev, onOff(on), err)
+		}
+		got, err := et.Features(dev)
+		if err != nil {
+			return fmt.Errorf("ethtool features %s: %w", dev, err)
+		}
+		for _, f := range receiveCoalescing {
+			if got[f] != on {
+				return fmt.Errorf("ethtool %s: could not turn %s %s", dev, f, onOff(on))
+			}
+		}
+		return nil
+	})
+}
+
 func onOff(on bool) string {
 	if on {
 		return "on"
