@@ -261,6 +261,13 @@ func runGoodput(ctx context.Context, a, b *lab.Node, o roceOpts) (*GoodputReport
 		}
 	}
 	var errs []error
+	// The sections after this one attach ports to the pair: a port refuses
+	// a peer that coalesces.
+	defer func() {
+		if err := b.SetReceiveCoalescing(devB, false); err != nil {
+			progress("receiver GRO off: %v", err)
+		}
+	}()
 	n := 0
 	for r := range o.rounds {
 		order := slices.Clone(tools)

@@ -324,8 +324,10 @@ var receiveCoalescing = []string{"rx-gro", "rx-udp-gro-forwarding"}
 // dev, a host's device, and verifies it. With it on, a run of datagrams of
 // one flow reaches the host's RoCEv2 and UET sockets (pktio, UDP_GRO) and
 // its TC programs (bpf/np.c, bpf/rp.c) as one sk_buff, so the stack below
-// the socket runs once per run. Never on a switch's device: a port must
-// see every packet.
+// the socket runs once per run: a host with no port in front (the bench's
+// veth pair; a lab server's NIC coalesces on its own). Never on a port's
+// peer: the port counts and marks each packet at the peer's ingress, after
+// GRO would have merged them (qdisc refuses to attach to such a peer).
 func (n *Node) SetReceiveCoalescing(dev string, on bool) error {
 	return n.Do(func() error {
 		et, err := ethtool.NewEthtool()
