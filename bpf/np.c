@@ -528,9 +528,12 @@ static __always_inline struct np_verdict on_ce(struct np_qp *qp, __u64 now, __u3
 static __always_inline __u32 run_segments(struct __sk_buff *skb, const struct net_roce *r, __u32 qpn,
 					  struct np_stats *st)
 {
-	__u32 segs = skb->gso_segs, size = skb->gso_size, off, same = 1, i;
+	__u32 total = skb->gso_segs, size = skb->gso_size, segs, off, same = 1, i;
 	__u8 q[3];
 
+	if (total == 0) /* not set by the device: the first datagram at least */
+		total = 1;
+	segs = total;
 	if (segs > NP_GRO_MAX_SEGS)
 		segs = NP_GRO_MAX_SEGS;
 	/* No IPv4 options here (np_ingress passed those): BTH DestQP. */
@@ -545,8 +548,8 @@ static __always_inline __u32 run_segments(struct __sk_buff *skb, const struct ne
 		same++;
 	}
 	st->gro_runs++;
-	st->gro_segments += skb->gso_segs;
-	st->gro_other_qp += skb->gso_segs - same;
+	st->gro_segments += total;
+	st->gro_other_qp += total - same;
 	return same;
 }
 

@@ -100,3 +100,41 @@ func TestIngressGRORun(t *testing.T) {
 		t.Errorf("counters %+v, want %+v", got, want)
 	}
 }
+
+// FuzzIngressRun: np_ingress on any frame, as a run of any shape the
+// device might claim (gso_segs, gso_size): it passes the packet, counts it
+// once in exactly one cause, and never counts more datagrams of a run to
+// another QP than the run held.
+func FuzzIngressRun(f *testing.F) {
+	o := loadTest(f)
+	c := testQP(false, uint64(4*time.Microsecond))
+	addQP(f, o, c)
+	seg := dataPkt{ecn: ecnCE, op: roce.OpRCWriteMiddle, payload: 64, destQP: c.QPN}
+	run, size := groRun(f, []dataPkt{seg, seg, seg})
+	f.Add(run, uint16(3), uint16(size))
+	f.Add(run, uint16(64), uint16(1))
+	f.Add(run[:60], uint16(2), uint16(size))
+	f.Add(seg.frame(f), uint16(0), uint16(0))
+	f.Fuzz(func(t *testing.T, b []byte, segs, size uint16) {
+		if len(b) < 14 || len(b) > 9000 {
+			return // BPF_PROG_RUN wants an Ethernet header
+		}
+		before := stats(t, o)
+		out := make([]byte, len(b)+256)
+		ret, err := o.objs.Ingress.Run(&ebpf.RunOptions{Data: b, DataOut: out,
+			Context: bpf.SkBuff{GSOSegs: uint32(segs), GSOSize: uint32(size)}})
+		if err != nil {
+			return // BPF_PROG_RUN refuses an IP ethertype without the IP header
+		}
+		after := stats(t, o)
+		d := statsDelta(before, after)
+		causes := d["not_roce"] + d["truncated"] + d["vlan"] + d["ip_options"] + d["fragment"] + d["not_request"] +
+			d["malformed"] + d["unknown_qp"] + d["pkey_violations"] + d["not_ce"] + d["ce"]
+		if ret != tcxNext || d["packets"] != 1 || causes != 1 {
+			t.Fatalf("verdict %d, stats changed by %v: want TC_ACT_UNSPEC, one packet in one cause", int32(ret), d)
+		}
+		if d["gro_other_qp"] > d["gro_segments"] || d["gro_runs"] > 1 {
+			t.Fatalf("stats changed by %v: a run's other-QP datagrams above its datagrams", d)
+		}
+	})
+}

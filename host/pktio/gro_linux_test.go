@@ -4,26 +4,66 @@ package pktio
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/safchain/ethtool"
 	"golang.org/x/sys/unix"
 )
 
-func TestGROSegmentLen(t *testing.T) {
-	for _, c := range []struct{ n, gso, want int }{
-		{250, 100, 100}, // a run: full datagrams first
-		{50, 100, 50},   // its short last one
-		{100, 100, 100}, // its full last one
-		{70, 0, 70},     // no UDP_GRO cmsg: one datagram
-		{0, 0, 0},       // an empty datagram
-		{0, 100, 0},
-		{70, -1, 70},
-	} {
-		if got := groSegmentLen(c.n, c.gso); got != c.want {
-			t.Errorf("groSegmentLen(%d, %d) = %d, want %d", c.n, c.gso, got, c.want)
+// groSplit is fillGRO's split of one read.
+func groSplit(data []byte, gsoSize int) [][]byte {
+	var segs [][]byte
+	for {
+		var seg []byte
+		seg, data = nextGROSegment(data, gsoSize)
+		segs = append(segs, seg)
+		if len(data) == 0 {
+			return segs
 		}
 	}
+}
+
+func TestNextGROSegment(t *testing.T) {
+	for _, c := range []struct {
+		n, gso int
+		want   []int
+	}{
+		{250, 100, []int{100, 100, 50}}, // a run: full datagrams, a short last one
+		{200, 100, []int{100, 100}},
+		{100, 100, []int{100}},
+		{70, 0, []int{70}}, // no UDP_GRO cmsg: one datagram
+		{70, -1, []int{70}},
+		{0, 0, []int{0}}, // an empty datagram
+		{0, 100, []int{0}},
+	} {
+		var got []int
+		for _, s := range groSplit(make([]byte, c.n), c.gso) {
+			got = append(got, len(s))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("split %d bytes by %d: %v, want %v", c.n, c.gso, got, c.want)
+		}
+	}
+}
+
+// FuzzGROSplit: whatever the read and the size the kernel reports, the
+// split ends, loses and reorders nothing, and cuts only at gsoSize.
+func FuzzGROSplit(f *testing.F) {
+	f.Add(make([]byte, 250), 100)
+	f.Add([]byte{}, 0)
+	f.Add(make([]byte, 65535), 1)
+	f.Fuzz(func(t *testing.T, data []byte, gsoSize int) {
+		segs := groSplit(data, gsoSize)
+		if got := bytes.Join(segs, nil); !bytes.Equal(got, data) {
+			t.Fatalf("segments join to %d bytes, read was %d", len(got), len(data))
+		}
+		for i, s := range segs {
+			if gsoSize > 0 && len(s) > gsoSize || i < len(segs)-1 && len(s) != gsoSize {
+				t.Fatalf("segment %d of %d: %d bytes, gso_size %d", i, len(segs), len(s), gsoSize)
+			}
+		}
+	})
 }
 
 // TestUDPGRORead sends a UDP GSO run over lo with tx-udp-segmentation on,

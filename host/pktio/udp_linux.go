@@ -554,9 +554,10 @@ func (c *UDPConn) fillGRO() error {
 		bytes += uint64(len(data))
 		first := len(g.segs)
 		for {
-			l := groSegmentLen(len(data), gsoSize)
-			g.segs = append(g.segs, groSeg{b: data[:l], addr: addr, tos: tos, rx: rx})
-			if data = data[l:]; len(data) == 0 {
+			var seg []byte
+			seg, data = nextGROSegment(data, gsoSize)
+			g.segs = append(g.segs, groSeg{b: seg, addr: addr, tos: tos, rx: rx})
+			if len(data) == 0 {
 				break
 			}
 		}
@@ -582,16 +583,16 @@ func (c *UDPConn) fillGRO() error {
 	return nil
 }
 
-// groSegmentLen is the length of the next datagram of a coalesced read with
-// n bytes left, whose datagrams are gsoSize bytes each but the last (the
-// kernel coalesces only such runs): gsoSize, or all n when gsoSize is 0 (no
-// UDP_GRO control message: one datagram) or not below n. An empty read is
+// nextGROSegment splits the next datagram off a coalesced read, whose
+// datagrams are gsoSize bytes each but the last (the kernel coalesces only
+// such runs): gsoSize bytes, or all of data when gsoSize is 0 (no UDP_GRO
+// control message: one datagram) or not below len(data). An empty read is
 // one empty datagram.
-func groSegmentLen(n, gsoSize int) int {
-	if gsoSize <= 0 || gsoSize >= n {
-		return n
+func nextGROSegment(data []byte, gsoSize int) (seg, rest []byte) {
+	if gsoSize <= 0 || gsoSize >= len(data) {
+		return data, nil
 	}
-	return gsoSize
+	return data[:gsoSize], data[gsoSize:]
 }
 
 // WriteBatch sends msgs in order, BatchSize datagrams per sendmmsg, each to
