@@ -13,32 +13,45 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ReuseportPpfcSrcKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Slot      uint8
+	Addr      [16]uint8
+	_         [3]byte
+}
+
 type ReuseportSteerOwner struct {
-	_           structs.HostLayout
-	NetnsCookie uint64
-	SocksId     uint32
-	StatsId     uint32
-	Version     uint32
-	Reserved    uint32
+	_            structs.HostLayout
+	NetnsCookie  uint64
+	SocksId      uint32
+	StatsId      uint32
+	Version      uint32
+	PpfcSrcId    uint32
+	PpfcFilterId uint32
+	Reserved     uint32
 }
 
 type ReuseportSteerStats struct {
-	_           structs.HostLayout
-	Steered     uint64
-	UnknownQp   uint64
-	Misdirected uint64
-	Malformed   uint64
-	Ppfc        uint64
+	_                 structs.HostLayout
+	Steered           uint64
+	UnknownQp         uint64
+	Misdirected       uint64
+	Malformed         uint64
+	Ppfc              uint64
+	PpfcIgnoredSource uint64
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ReuseportMapRocev2Owner  = "rocev2_owner"
-	ReuseportMapRocev2Socks  = "rocev2_socks"
-	ReuseportMapRocev2Stats  = "rocev2_stats"
-	ReuseportProgRocev2Steer = "rocev2_steer"
+	ReuseportMapRocev2Owner      = "rocev2_owner"
+	ReuseportMapRocev2PpfcFilter = "rocev2_ppfc_filter"
+	ReuseportMapRocev2PpfcSrc    = "rocev2_ppfc_src"
+	ReuseportMapRocev2Socks      = "rocev2_socks"
+	ReuseportMapRocev2Stats      = "rocev2_stats"
+	ReuseportProgRocev2Steer     = "rocev2_steer"
 )
 
 // LoadReuseport returns the embedded CollectionSpec for Reuseport.
@@ -90,9 +103,11 @@ type ReuseportProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ReuseportMapSpecs struct {
-	Rocev2Owner *ebpf.MapSpec `ebpf:"rocev2_owner"`
-	Rocev2Socks *ebpf.MapSpec `ebpf:"rocev2_socks"`
-	Rocev2Stats *ebpf.MapSpec `ebpf:"rocev2_stats"`
+	Rocev2Owner      *ebpf.MapSpec `ebpf:"rocev2_owner"`
+	Rocev2PpfcFilter *ebpf.MapSpec `ebpf:"rocev2_ppfc_filter"`
+	Rocev2PpfcSrc    *ebpf.MapSpec `ebpf:"rocev2_ppfc_src"`
+	Rocev2Socks      *ebpf.MapSpec `ebpf:"rocev2_socks"`
+	Rocev2Stats      *ebpf.MapSpec `ebpf:"rocev2_stats"`
 }
 
 // ReuseportVariableSpecs contains global variables before they are loaded into the kernel.
@@ -121,14 +136,18 @@ func (o *ReuseportObjects) Close() error {
 //
 // It can be passed to LoadReuseportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ReuseportMaps struct {
-	Rocev2Owner *ebpf.Map `ebpf:"rocev2_owner"`
-	Rocev2Socks *ebpf.Map `ebpf:"rocev2_socks"`
-	Rocev2Stats *ebpf.Map `ebpf:"rocev2_stats"`
+	Rocev2Owner      *ebpf.Map `ebpf:"rocev2_owner"`
+	Rocev2PpfcFilter *ebpf.Map `ebpf:"rocev2_ppfc_filter"`
+	Rocev2PpfcSrc    *ebpf.Map `ebpf:"rocev2_ppfc_src"`
+	Rocev2Socks      *ebpf.Map `ebpf:"rocev2_socks"`
+	Rocev2Stats      *ebpf.Map `ebpf:"rocev2_stats"`
 }
 
 func (m *ReuseportMaps) Close() error {
 	return _ReuseportClose(
 		m.Rocev2Owner,
+		m.Rocev2PpfcFilter,
+		m.Rocev2PpfcSrc,
 		m.Rocev2Socks,
 		m.Rocev2Stats,
 	)

@@ -8,6 +8,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
@@ -28,9 +29,9 @@ const (
 //     costs s1's kernel, and sending it this VM (logged);
 //   - a storm from outside PPFCSources: stops of the longest Pause
 //     Duration naming the flow's destination, up to 200 kpps for a second
-//     (the injector reaches 86-194 k here): each one counted as
-//     ppfc_ignored_source (or dropped at a full receive buffer, counted
-//     there), and no pause;
+//     (the injector reaches 86-198 k here): each one dropped by the host's
+//     steering before the agent (its ppfc_ignored_source; or at a full
+//     per-CPU backlog, counted there), and no pause;
 //   - stops from the switch naming a destination no QP talks to, as fast:
 //     ppfc_ignored_destination, no pause;
 //   - stops from the switch naming the flow's destination, 65,535 µs,
@@ -40,11 +41,15 @@ const (
 //     90 % of its rate in the second after.
 //
 // The stream ends normally: every byte acknowledged and verified, no QP
-// error, no drop at the port. The flow's rate under each storm against
-// the second before it is logged, not asserted: on this 2-core VM, where
-// the storm's sender, s1's kernel and the agent share the CPUs, the flow
-// kept 0.83-0.97 of its rate under the storm the agent never saw and
-// 0.83-0.90 under the ones it handled (issue 28 asks 0.9).
+// error, no drop at the port. Under the stranger's storm, which the host's
+// steering drops before the agent's socket (pktio.RoCEConn.SetPPFCSources),
+// the flow keeps at least 90 % of its rate in the second before (issue 28):
+// measured 0.89-0.98 in 11 quiet runs (0.89 once, in a run the host
+// starved for 49 %: rerun, 0.95) and 0.95-1.01 in 10 beside stress-ng, as
+// under the same storm to a closed port (0.86-1.01). Under the switch's stops for an unknown
+// destination, which the agent must read to judge, it kept 0.68-0.97:
+// logged, not asserted (the storm's sender, s1's kernel and the agent
+// share this 2-core VM's CPUs).
 func TestRoCEPPFCStorm(t *testing.T) {
 	roceSize(t)
 	// The rates, which a starving host moves, run again in a host-starved
@@ -126,21 +131,36 @@ func ppfcStorm(t *testing.T, hc *hostChecks) hostlost.Report {
 	t.Logf("storm to a closed port: %d packets in %v; rate %.0f pkt/s before, %.0f during (%.2f)", sent, stormWindow, base, kernelOnly, kernelOnly/base)
 	kernelBase := base
 
-	// 1. A stranger's storm.
+	// 1. A stranger's storm: the host's steering drops it before the
+	// agent's socket (pktio.RoCEConn.SetPPFCSources).
+	steering := func() pktio.SteeringStats {
+		st, err := b.conns[0].SteeringStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
 	base = window(stormWindow)
-	c0, q0 := counters(), f.qp.Counters()
+	c0, q0, s0, backlog0 := counters(), f.qp.Counters(), steering(), softnetDrops()
 	sent, during := storm(pkt, stranger, stormRate, stormWindow)
 	time.Sleep(50 * time.Millisecond)
-	c1, q1 := counters(), f.qp.Counters()
+	c1, q1, s1 := counters(), f.qp.Counters(), steering()
+	backlog := softnetDrops() - backlog0
 	rcvbuf := udpRcvbufErrors(t, b.d.Senders[0]) - rcvbuf0
+	dropped := s1.PPFCIgnoredSource - s0.PPFCIgnoredSource
 	ignored := c1.PPFCIgnoredSource - c0.PPFCIgnoredSource
-	t.Logf("stranger's storm: %d stops in %v; ppfc_ignored_source +%d, receive-buffer drops %d, pauses +%d; rate %.0f pkt/s before, %.0f during (%.2f)",
-		sent, stormWindow, ignored, rcvbuf, q1.PPFCPauses-q0.PPFCPauses, base, during, during/base)
-	if ignored+rcvbuf < uint64(sent) || c1.PPFCReceivedStop-c0.PPFCReceivedStop != ignored || q1.PPFCPauses != q0.PPFCPauses {
-		t.Errorf("a stranger's %d stops: %d ignored for their source of %d received, %d dropped at the socket, %d pauses: want every one ignored or dropped, none obeyed",
-			sent, ignored, c1.PPFCReceivedStop-c0.PPFCReceivedStop, rcvbuf, q1.PPFCPauses-q0.PPFCPauses)
+	t.Logf("stranger's storm: %d stops in %v; dropped by the steering (ppfc_ignored_source) +%d, by the agent +%d, per-CPU backlog drops %d, pauses +%d; rate %.0f pkt/s before, %.0f during (%.2f)",
+		sent, stormWindow, dropped, ignored, backlog, q1.PPFCPauses-q0.PPFCPauses, base, during, during/base)
+	if dropped > uint64(sent) || dropped+backlog < uint64(sent) || ignored != 0 || c1.PPFCReceivedStop != c0.PPFCReceivedStop || q1.PPFCPauses != q0.PPFCPauses {
+		t.Errorf("a stranger's %d stops: %d dropped by the steering, %d at per-CPU backlogs, %d reached the agent (%d ignored for their source), %d pauses: want all dropped before the agent, none obeyed",
+			sent, dropped, backlog, c1.PPFCReceivedStop-c0.PPFCReceivedStop, ignored, q1.PPFCPauses-q0.PPFCPauses)
 	}
 	stormKept := [2]float64{during / base}
+	// Dropped before the socket, the stranger's storm costs the flow what
+	// receiving it costs the kernel (issue 28 asks the flow keep 90 %).
+	if during < 0.9*base {
+		hc.Errorf("the flow kept %.2f of its rate under a stranger's storm the steering drops: want at least 0.9", during/base)
+	}
 
 	// 2. The switch names a destination no QP talks to.
 	base = window(stormWindow)
@@ -158,7 +178,7 @@ func ppfcStorm(t *testing.T, hc *hostChecks) hostlost.Report {
 	stormKept[1] = during / base
 	// What the agent's handling costs the flow beyond the kernel's and
 	// this VM's share: logged, not asserted (see the test's comment).
-	t.Logf("the flow kept %.2f and %.2f of its rate under the two storms the agent handled, %.2f under the one it never saw",
+	t.Logf("the flow kept %.2f under the stranger's storm (dropped by the steering), %.2f under the switch's the agent handled, %.2f under the one to a closed port",
 		stormKept[0], stormKept[1], kernelOnly/kernelBase)
 
 	// 3. A stuck port: the switch's stops for the flow's destination,

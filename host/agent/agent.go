@@ -238,6 +238,14 @@ func newAgent(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("agent: ppfc_sources[%d] %v: IPv4-mapped, never matches: write the IPv4 prefix", i, p)
 		}
 	}
+	// The host's steering drops notifications from elsewhere before they
+	// reach the socket (pktio.RoCEConn): a storm from a non-switch costs
+	// no wake-up, copy or ICRC check. The agent checks again.
+	if f, ok := cfg.Conn.(interface{ SetPPFCSources([]netip.Prefix) error }); ok {
+		if err := f.SetPPFCSources(cfg.PPFCSources); err != nil {
+			return nil, fmt.Errorf("agent: ppfc_sources: %w", err)
+		}
+	}
 	if cfg.PPFCMaxPause == 0 {
 		cfg.PPFCMaxPause = roce.MaxPPFCPause
 	}

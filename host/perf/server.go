@@ -415,9 +415,10 @@ func (s *Server) writeSummary(w io.Writer, ss *serverSession, e *End, end float6
 	if d := s.udp.Stats().RecvBufferDrops; d > 0 {
 		fmt.Fprintf(w, " (server socket: recv_buffer_drops=%d since start)", d)
 	}
-	if st, err := s.udp.SteeringStats(); err == nil && st.UnknownQP+st.Misdirected+st.Malformed > 0 {
+	if st, err := s.udp.SteeringStats(); err == nil && st.UnknownQP+st.Misdirected+st.Malformed+st.PPFCIgnoredSource > 0 {
 		// Host-wide: packets no agent of this namespace took.
-		fmt.Fprintf(w, " (host steering since its first agent: unknown_qp=%d misdirected=%d malformed=%d)", st.UnknownQP, st.Misdirected, st.Malformed)
+		fmt.Fprintf(w, " (host steering since its first agent: unknown_qp=%d misdirected=%d malformed=%d ppfc_ignored_source=%d)",
+			st.UnknownQP, st.Misdirected, st.Malformed, st.PPFCIgnoredSource)
 	}
 	fmt.Fprintf(w, "\n%s\n%s\n", serverAgentLine(e.Counters.ServerAgent), dashLine)
 }

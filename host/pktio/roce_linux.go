@@ -565,6 +565,24 @@ func (e *EntropyConn) GSOOff() error { return e.c.GSOOff() }
 // SteeringStats reads the namespace's steering counters.
 func (c *RoCEConn) SteeringStats() (SteeringStats, error) { return c.steer.readStats() }
 
+// SetPPFCSources lets only sources in prefixes pause this conn's agent with
+// PPFC notifications (seed 003): the steering drops a notification for
+// this conn from any other source before it reaches the socket
+// (SteeringStats.PPFCIgnoredSource). None: from any source, as after
+// ListenRoCE. A conn without steering takes no prefixes.
+func (c *RoCEConn) SetPPFCSources(prefixes []netip.Prefix) error {
+	if c.steer == nil {
+		if len(prefixes) == 0 {
+			return nil
+		}
+		return errors.New("pktio: PPFC sources: this conn is not steered")
+	}
+	if err := c.steer.setPPFCSources(prefixes); err != nil {
+		return fmt.Errorf("pktio: %w", err)
+	}
+	return nil
+}
+
 // Close closes both sockets (the receive socket leaves the steering) and
 // unblocks a pending ReadBatch (net.ErrClosed). Closing twice returns
 // net.ErrClosed.

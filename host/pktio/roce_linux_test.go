@@ -344,6 +344,100 @@ func TestRoCESteeringPPFC(t *testing.T) {
 	}
 }
 
+// TestRoCESteeringPPFCSources: a conn that takes PPFC notifications only
+// from some prefixes has the steering drop the others before its socket
+// (ppfc_ignored_source), IPv4 and IPv6 alike; a notification from a source
+// it allows arrives; another conn's prefixes are its own; a conn that
+// takes the slot after a closed one starts from any source again.
+func TestRoCESteeringPPFCSources(t *testing.T) {
+	ns := newTestNetns(t, 0)
+	for _, f := range []struct {
+		name, any, from, other string
+	}{
+		{"ipv4", "0.0.0.0", testAddr4B, testAddr4A},
+		{"ipv6", "::", testAddr6B, testAddr6A},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			c := ns.listenRoCE(t, f.any, RoCEOptions{})
+			from, other := netip.MustParseAddr(f.from), netip.MustParseAddr(f.other)
+			var tx, tx2 *UDPConn
+			if err := ns.do(func() (err error) {
+				if tx, err = ListenUDP(netip.AddrPortFrom(from, 0), UDPOptions{}); err != nil {
+					return err
+				}
+				tx2, err = ListenUDP(netip.AddrPortFrom(other, 0), UDPOptions{})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Close()
+			defer tx2.Close()
+			dst := netip.AddrPortFrom(other, 4791)
+			send := func(u *UDPConn) {
+				t.Helper()
+				b := make([]byte, roce.PPFCLen)
+				p := roce.PPFC{Dest: from, Action: roce.PPFCStop, Pause: time.Millisecond}
+				if _, err := roce.BuildPPFC(b, u.LocalAddr(), dst, &p); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := u.WriteBatch([]Message{{Buffers: [][]byte{b}, Addr: dst}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			expectNone := func() {
+				t.Helper()
+				if err := c.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := c.ReadBatch(readMsgs(1, 2048)); !errors.Is(err, syscall.EAGAIN) && !isTimeout(err) {
+					t.Errorf("read %d datagrams (%v), want a timeout", n, err)
+				}
+				if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st0, err := c.SteeringStats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Only other's prefix: from is refused, other arrives.
+			if err := c.SetPPFCSources([]netip.Prefix{netip.PrefixFrom(other, other.BitLen())}); err != nil {
+				t.Fatal(err)
+			}
+			send(tx)
+			expectNone()
+			send(tx2)
+			if got := readN(t, c, 1, 2048); got[0].Addr.Addr() != other {
+				t.Errorf("got a PPFC from %v, want %v", got[0].Addr, other)
+			}
+			// A wider prefix holding both; then none: both arrive.
+			for _, ps := range [][]netip.Prefix{{netip.PrefixFrom(other, other.BitLen()-8).Masked()}, nil} {
+				if err := c.SetPPFCSources(ps); err != nil {
+					t.Fatal(err)
+				}
+				send(tx)
+				readN(t, c, 1, 2048)
+			}
+			st, err := c.SteeringStats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := st.PPFCIgnoredSource - st0.PPFCIgnoredSource; d != 1 || st.PPFC-st0.PPFC != 3 {
+				t.Errorf("steering: %d ignored, %d handed over; want 1, 3", d, st.PPFC-st0.PPFC)
+			}
+			// A conn that takes the slot of one that filtered starts
+			// from any source.
+			if err := c.SetPPFCSources([]netip.Prefix{netip.PrefixFrom(other, other.BitLen())}); err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			c = ns.listenRoCE(t, f.any, RoCEOptions{})
+			send(tx)
+			readN(t, c, 1, 2048)
+		})
+	}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()

@@ -18,7 +18,7 @@ type RoCEOptions struct {
 // SteeringStats are the namespace's steering counters. See the Linux
 // implementation.
 type SteeringStats struct {
-	Steered, UnknownQP, Misdirected, Malformed, PPFC uint64
+	Steered, UnknownQP, Misdirected, Malformed, PPFC, PPFCIgnoredSource uint64
 }
 
 // RoCEConn is only implemented on Linux (raw sockets, SO_REUSEPORT with an
@@ -37,6 +37,7 @@ func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) { return 0, errNotLin
 func (c *RoCEConn) LocalAddr() netip.AddrPort              { return netip.AddrPort{} }
 func (c *RoCEConn) QPNBlock() (first, last uint32)         { return 0, 0 }
 func (c *RoCEConn) SteeringStats() (SteeringStats, error)  { return SteeringStats{}, errNotLinux }
+func (c *RoCEConn) SetPPFCSources([]netip.Prefix) error    { return errNotLinux }
 func (c *RoCEConn) Close() error                           { return errNotLinux }
 func (c *RoCEConn) SetReadDeadline(t time.Time) error      { return errNotLinux }
 func (c *RoCEConn) BufferBytes() (recv, send int)          { return 0, 0 }

@@ -5,6 +5,7 @@ package pktio
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"time"
 
@@ -36,8 +37,9 @@ import (
 
 const (
 	// steerVersion is the layout of the steering maps; a conn refuses to
-	// join maps of another layout. 2: steer_stats.ppfc.
-	steerVersion = 2
+	// join maps of another layout. 2: steer_stats.ppfc. 3: the PPFC
+	// source filter (rocev2_ppfc_src, rocev2_ppfc_filter).
+	steerVersion = 3
 	// QPNSlotShift: a steered conn receives the QPNs slot<<QPNSlotShift
 	// through slot<<QPNSlotShift | (1<<QPNSlotShift - 1).
 	QPNSlotShift = 16
@@ -68,11 +70,16 @@ type SteeringStats struct {
 	// occupied slot (with no agent of the family: unknown_qp or
 	// misdirected).
 	PPFC uint64 `json:"ppfc"`
+	// PPFCIgnoredSource counts PPFC notifications dropped because they
+	// came from outside the sources that slot's agent set
+	// (RoCEConn.SetPPFCSources).
+	PPFCIgnoredSource uint64 `json:"ppfc_ignored_source"`
 }
 
 // steering is one conn's part in its namespace's steering.
 type steering struct {
 	socks, stats, owner *ebpf.Map
+	ppfcSrc, ppfcFilter *ebpf.Map
 	prog                *ebpf.Program
 	slot                uint32
 }
@@ -107,9 +114,11 @@ func joinSteering(fd int) (_ *steering, err error) {
 	var opts ebpf.CollectionOptions
 	if found {
 		opts.MapReplacements = map[string]*ebpf.Map{
-			bpf.ReuseportMapRocev2Socks: s.socks,
-			bpf.ReuseportMapRocev2Stats: s.stats,
-			bpf.ReuseportMapRocev2Owner: s.owner,
+			bpf.ReuseportMapRocev2Socks:      s.socks,
+			bpf.ReuseportMapRocev2Stats:      s.stats,
+			bpf.ReuseportMapRocev2Owner:      s.owner,
+			bpf.ReuseportMapRocev2PpfcSrc:    s.ppfcSrc,
+			bpf.ReuseportMapRocev2PpfcFilter: s.ppfcFilter,
 		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
@@ -121,6 +130,8 @@ func joinSteering(fd int) (_ *steering, err error) {
 		s.socks = coll.DetachMap(bpf.ReuseportMapRocev2Socks)
 		s.stats = coll.DetachMap(bpf.ReuseportMapRocev2Stats)
 		s.owner = coll.DetachMap(bpf.ReuseportMapRocev2Owner)
+		s.ppfcSrc = coll.DetachMap(bpf.ReuseportMapRocev2PpfcSrc)
+		s.ppfcFilter = coll.DetachMap(bpf.ReuseportMapRocev2PpfcFilter)
 	}
 	coll.Close()
 	if !found {
@@ -137,6 +148,12 @@ func joinSteering(fd int) (_ *steering, err error) {
 		err := s.socks.Update(slot, uint64(fd), ebpf.UpdateNoExist)
 		if err == nil {
 			s.slot = slot
+			// A killed agent that held the slot left its PPFC
+			// sources: this conn takes them from any source until
+			// its agent says otherwise.
+			if err := s.setPPFCSources(nil); err != nil {
+				return nil, err
+			}
 			return s, nil
 		}
 		if !errors.Is(err, ebpf.ErrKeyExist) {
@@ -200,14 +217,18 @@ func (s *steering) find(cookie uint64) error {
 		}
 		socks, err1 := ebpf.NewMapFromID(ebpf.MapID(o.SocksId))
 		stats, err2 := ebpf.NewMapFromID(ebpf.MapID(o.StatsId))
-		if err := errors.Join(err1, err2); err != nil {
+		src, err3 := ebpf.NewMapFromID(ebpf.MapID(o.PpfcSrcId))
+		filter, err4 := ebpf.NewMapFromID(ebpf.MapID(o.PpfcFilterId))
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			// Their last holder is gone: the namespace has no agent left.
-			m.Close()
-			socks.Close()
-			stats.Close()
+			for _, x := range []*ebpf.Map{m, socks, stats, src, filter} {
+				if x != nil {
+					x.Close()
+				}
+			}
 			continue
 		}
-		s.owner, s.socks, s.stats = m, socks, stats
+		s.owner, s.socks, s.stats, s.ppfcSrc, s.ppfcFilter = m, socks, stats, src, filter
 		return nil
 	}
 }
@@ -227,10 +248,13 @@ func (s *steering) publish(cookie uint64) error {
 	}
 	socksID, err1 := id(s.socks)
 	statsID, err2 := id(s.stats)
-	if err := errors.Join(err1, err2); err != nil {
+	srcID, err3 := id(s.ppfcSrc)
+	filterID, err4 := id(s.ppfcFilter)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return fmt.Errorf("steering map IDs: %w", err)
 	}
-	o := bpf.ReuseportSteerOwner{NetnsCookie: cookie, SocksId: socksID, StatsId: statsID, Version: steerVersion}
+	o := bpf.ReuseportSteerOwner{NetnsCookie: cookie, SocksId: socksID, StatsId: statsID, Version: steerVersion,
+		PpfcSrcId: srcID, PpfcFilterId: filterID}
 	if err := s.owner.Put(uint32(0), &o); err != nil {
 		return fmt.Errorf("steering owner: %w", err)
 	}
@@ -255,8 +279,63 @@ func (s *steering) readStats() (SteeringStats, error) {
 		st.Misdirected += p.Misdirected
 		st.Malformed += p.Malformed
 		st.PPFC += p.Ppfc
+		st.PPFCIgnoredSource += p.PpfcIgnoredSource
 	}
 	return st, nil
+}
+
+// maxPPFCSourceBits is a source key's length: the slot's byte, then the
+// address as IPv6 (IPv4 mapped).
+const maxPPFCSourceBits = 8 + 128
+
+// ppfcSourceKey is prefix p of the agent in slot, as rocev2_ppfc_src
+// keys it.
+func ppfcSourceKey(slot uint32, p netip.Prefix) bpf.ReuseportPpfcSrcKey {
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	return bpf.ReuseportPpfcSrcKey{Prefixlen: uint32(8 + bits), Slot: uint8(slot), Addr: netip.AddrFrom16(p.Masked().Addr().As16()).As16()}
+}
+
+// setPPFCSources replaces the slot's PPFC sources: with none, its agent
+// takes PPFC notifications from any source. Only the slot's owner writes
+// its keys.
+func (s *steering) setPPFCSources(prefixes []netip.Prefix) error {
+	var stale []bpf.ReuseportPpfcSrcKey
+	var k bpf.ReuseportPpfcSrcKey
+	var v uint8
+	for it := s.ppfcSrc.Iterate(); it.Next(&k, &v); {
+		if uint32(k.Slot) == s.slot {
+			stale = append(stale, k)
+		}
+	}
+	off := uint32(0)
+	if err := s.ppfcFilter.Put(s.slot, off); err != nil {
+		return fmt.Errorf("PPFC source filter: %w", err)
+	}
+	for _, k := range stale {
+		if err := s.ppfcSrc.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("PPFC sources: remove %v: %w", k, err)
+		}
+	}
+	if len(prefixes) == 0 {
+		return nil
+	}
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			return fmt.Errorf("PPFC sources: invalid prefix %v", p)
+		}
+		k := ppfcSourceKey(s.slot, p)
+		if err := s.ppfcSrc.Put(&k, uint8(1)); err != nil {
+			return fmt.Errorf("PPFC sources: add %v (the namespace's agents hold at most %d prefixes): %w", p, s.ppfcSrc.MaxEntries(), err)
+		}
+	}
+	on := uint32(1)
+	if err := s.ppfcFilter.Put(s.slot, on); err != nil {
+		return fmt.Errorf("PPFC source filter: %w", err)
+	}
+	return nil
 }
 
 // close releases this conn's references; its slot empties when its socket
@@ -265,7 +344,7 @@ func (s *steering) close() {
 	if s == nil {
 		return
 	}
-	for _, m := range []*ebpf.Map{s.socks, s.stats, s.owner} {
+	for _, m := range []*ebpf.Map{s.socks, s.stats, s.owner, s.ppfcSrc, s.ppfcFilter} {
 		if m != nil {
 			m.Close()
 		}
