@@ -11,7 +11,7 @@ var flagOf = map[perf.Field]string{
 	perf.FieldServer: "-c", perf.FieldPort: "-p", perf.FieldBind: "-B", perf.FieldTransport: "--transport",
 	perf.FieldQPs: "-P", perf.FieldDuration: "-t", perf.FieldSize: "-n", perf.FieldMessageSize: "-l",
 	perf.FieldMTU: "--mtu", perf.FieldOp: "--op", perf.FieldLineRate: "-b", perf.FieldCC: "--cc",
-	perf.FieldDSCP: "--dscp", perf.FieldCNPDSCP: "--cnp-dscp", perf.FieldPKey: "--pkey", perf.FieldTrimDSCP: "--trim-dscp",
+	perf.FieldDSCP: "--dscp", perf.FieldCNPDSCP: "--cnp-dscp", perf.FieldPKey: "--pkey", perf.FieldPPFCSources: "--ppfc-sources", perf.FieldTrimDSCP: "--trim-dscp",
 	perf.FieldTrimLastHop: "--trim-lasthop-dscp", perf.FieldProfile: "--dcqcn-profile", perf.FieldKnobs: "--dcqcn",
 	perf.FieldNSCCKnobs: "--nscc", perf.FieldBaseRTT: "--base-rtt", perf.FieldLB: "--lb", perf.FieldRP: "--rp",
 	perf.FieldNP: "--np", perf.FieldUDPPort: "--udp-port", perf.FieldInterval: "-i", perf.FieldOmit: "-O",

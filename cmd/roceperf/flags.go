@@ -53,6 +53,10 @@ Server or client:
                             socket (auto, the default), or all through the
                             raw socket (raw: a port on this host's own device
                             would see a GSO send as one packet)
+  --ppfc-sources LIST       (RoCEv2) the switches that may pause this end's
+                            QPs with PPFC notifications, comma-separated IP
+                            prefixes or addresses (default: any); the host's
+                            steering drops the others (ppfc_ignored_source)
   -i, --interval SECONDS    seconds between reports (default 1, 0 = none)
   -J, --json                JSON output (one report at the end)
   --logfile FILE            send output to FILE (appended)
@@ -188,7 +192,7 @@ var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "leng
 // --transport rocev2 refuses.
 var (
 	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "pkey", "cnp-dscp", "perftest",
-		"window", "inflight", "ack-every", "burst", "timeout", "retry"}
+		"window", "inflight", "ack-every", "burst", "timeout", "retry", "ppfc-sources"}
 	uetOnly = []string{"base-rtt", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
 
@@ -261,6 +265,7 @@ func parseArgs(args []string) (*options, error) {
 		tscale   = str("", "timescale")
 		sendPath = str("auto", "send")
 		pkeyFlag = str("", "pkey")
+		ppfcSrc  = str("", "ppfc-sources")
 		knobs    repeated
 		nsccKnob repeated
 	)
@@ -372,7 +377,7 @@ func parseArgs(args []string) (*options, error) {
 	case *server:
 		for _, n := range clientOnly {
 			if set[n] {
-				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, --send, --np, --pkey, -1, -i, -J, --logfile, --timescale", dash(n))
+				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, --send, --np, --pkey, --ppfc-sources, -1, -i, -J, --logfile, --timescale", dash(n))
 			}
 		}
 		if set["udp-port"] && udpN == 0 {
@@ -388,8 +393,12 @@ func parseArgs(args []string) (*options, error) {
 		if err != nil {
 			return nil, err
 		}
+		srcs, err := parsePPFCSources(*ppfcSrc)
+		if err != nil {
+			return nil, err
+		}
 		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode,
-			SendPath: send, Timescale: timescale, PKey: pk}
+			SendPath: send, Timescale: timescale, PKey: pk, PPFCSources: srcs}
 		for _, t := range []struct {
 			name string
 			s    *string
@@ -555,6 +564,9 @@ func parseArgs(args []string) (*options, error) {
 	if c.PKey, err = parsePKey(*pkeyFlag); err != nil {
 		return nil, err
 	}
+	if c.PPFCSources, err = parsePPFCSources(*ppfcSrc); err != nil {
+		return nil, err
+	}
 	if c.Omit, err = seconds(spelled("O", "omit"), *omit, 0, perf.MaxOmit); err != nil {
 		return nil, err
 	}
@@ -663,6 +675,31 @@ func parsePKey(s string) (uint16, error) {
 		return 0, mustBe("--pkey", s, "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
 	}
 	return uint16(v), nil
+}
+
+// parsePPFCSources reads --ppfc-sources: comma-separated IP prefixes or
+// addresses (an address is its own /32 or /128); "" is none (any source).
+func parsePPFCSources(s string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			a, aerr := netip.ParseAddr(f)
+			if aerr != nil || a.Zone() != "" {
+				return nil, mustBe("--ppfc-sources", s, "comma-separated IP prefixes or addresses, e.g. 198.18.1.1,198.19.0.0/24")
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() {
+			return nil, mustBe("--ppfc-sources", f, "written as IPv4, not IPv4-mapped (%s)", p.Addr().Unmap())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 func intIn(flagName, s string, lo, hi int) (int, error) {

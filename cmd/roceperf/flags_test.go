@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,8 +93,22 @@ func TestParseServer(t *testing.T) {
 		t.Errorf("server %+v", s)
 	}
 	o, err = parseArgs([]string{"--server"})
-	if err != nil || o.server == nil || o.server.Port != 0 || o.server.Interval != time.Second {
+	if err != nil || o.server == nil || o.server.Port != 0 || o.server.Interval != time.Second || o.server.PPFCSources != nil {
 		t.Errorf("defaults: %+v %v", o, err)
+	}
+}
+
+// --ppfc-sources takes prefixes and addresses (an address is its own
+// host prefix), on a server and a client alike.
+func TestParsePPFCSources(t *testing.T) {
+	want := []netip.Prefix{netip.MustParsePrefix("198.18.1.1/32"), netip.MustParsePrefix("198.19.0.0/24"), netip.MustParsePrefix("2001:db8::/64")}
+	o, err := parseArgs(strings.Fields("-s --ppfc-sources 198.18.1.1,198.19.0.7/24,2001:db8::1/64"))
+	if err != nil || !slices.Equal(o.server.PPFCSources, want) {
+		t.Errorf("server: %v, %v; want %v", o.server.PPFCSources, err, want)
+	}
+	o, err = parseArgs(strings.Fields("-c h --ppfc-sources 198.18.1.1,198.19.0.7/24,2001:db8::1/64"))
+	if err != nil || !slices.Equal(o.client.PPFCSources, want) {
+		t.Errorf("client: %v, %v; want %v", o.client.PPFCSources, err, want)
 	}
 }
 
@@ -142,6 +158,9 @@ func TestParseErrors(t *testing.T) {
 		{"-s --verify", "roceperf: --verify is a client option"},
 		{"-c h -1", "roceperf: -1 is a server option"},
 		{"-c h extra", `roceperf: unexpected argument "extra"`},
+		{"-c h --ppfc-sources 198.18.1.x", "roceperf: --ppfc-sources 198.18.1.x: must be comma-separated IP prefixes or addresses"},
+		{"-s --ppfc-sources ::ffff:198.18.1.1", "roceperf: --ppfc-sources ::ffff:198.18.1.1: must be written as IPv4, not IPv4-mapped (198.18.1.1)"},
+		{"-c h --transport uet --ppfc-sources 198.18.1.1", "roceperf: --ppfc-sources 198.18.1.1: a RoCEv2 option"},
 		{"-c h --bogus", "roceperf: flag provided but not defined: -bogus (roceperf -h for help)"},
 		{"-c", "roceperf: flag needs an argument: -c (roceperf -h for help)"},
 	} {

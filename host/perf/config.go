@@ -157,6 +157,10 @@ type ServerConfig struct {
 	// a client's packets of another partition are dropped. RoCEv2 only.
 	// Optional: 0 means roce.DefaultPKey.
 	PKey uint16
+	// PPFCSources (--ppfc-sources) are the switches allowed to pause the
+	// server's QPs with PPFC notifications (agent.Config.PPFCSources; the
+	// host's steering drops the others). RoCEv2 only. Optional: any.
+	PPFCSources []netip.Prefix
 }
 
 // Where the notification point runs (ServerConfig.NP), and where the
@@ -217,6 +221,10 @@ type ClientConfig struct {
 	// PKey (--pkey) is the P_Key of the client's QPs (agent.QPConfig.PKey);
 	// the server's must match it. Optional: 0 means roce.DefaultPKey.
 	PKey uint16
+	// PPFCSources (--ppfc-sources) are the switches allowed to pause the
+	// client's QPs with PPFC notifications (agent.Config.PPFCSources; the
+	// host's steering drops the others). Optional: any.
+	PPFCSources []netip.Prefix
 	// Interval is the report interval (-i); 0 means no interval reports.
 	Interval time.Duration
 	// Omit (-O) is a warm-up excluded from the summary; the run lasts
@@ -451,6 +459,8 @@ func (c ClientConfig) Validate() error {
 		return configErr(FieldCNPDSCP, c.CNPDSCP, "1..63")
 	case c.PKey != 0 && !roce.ValidPKey(c.PKey):
 		return configErr(FieldPKey, fmt.Sprintf("%#04x", c.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
+	case badPPFCSource(c.PPFCSources) != "":
+		return configErr(FieldPPFCSources, badPPFCSource(c.PPFCSources), ppfcSourcesMust)
 	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
 		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:
@@ -579,4 +589,18 @@ func KnobHelp(profile string, lineRate units.Rate) (string, error) {
 		fmt.Fprintf(&b, "  %-30s %s\n", n, v)
 	}
 	return b.String(), nil
+}
+
+// ppfcSourcesMust says what a PPFC source must be, for errors.
+const ppfcSourcesMust = "IP prefixes or addresses, e.g. 198.18.1.1/32 (IPv4 written as IPv4, not IPv4-mapped)"
+
+// badPPFCSource is the first of ps agent.Config.PPFCSources refuses, as
+// text; "" if none.
+func badPPFCSource(ps []netip.Prefix) string {
+	for _, p := range ps {
+		if !p.IsValid() || p.Addr().Is4In6() {
+			return p.String()
+		}
+	}
+	return ""
 }

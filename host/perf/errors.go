@@ -27,6 +27,7 @@ const (
 	FieldDSCP         Field = "dscp"
 	FieldCNPDSCP      Field = "cnp_dscp"
 	FieldPKey         Field = "pkey"
+	FieldPPFCSources  Field = "ppfc_sources"
 	FieldTrimDSCP     Field = "trim_dscp"
 	FieldTrimLastHop  Field = "trim_lasthop_dscp"
 	FieldProfile      Field = "profile"

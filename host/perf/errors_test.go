@@ -2,6 +2,7 @@ package perf
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -31,5 +32,21 @@ func TestConfigErrorFormat(t *testing.T) {
 	}
 	if got := ce.Format(name); !strings.HasPrefix(got, "--dcqcn: dce_tcp_rtt=10: must be greater") {
 		t.Errorf("Format %q", got)
+	}
+}
+
+// TestPPFCSourcesRefused: a PPFC source the agent would never match is
+// refused with the field and the value, on a client as on a server.
+func TestPPFCSourcesRefused(t *testing.T) {
+	bad := netip.MustParsePrefix("::ffff:198.18.1.1/128")
+	c := DefaultClientConfig("198.18.0.1")
+	c.PPFCSources = []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), bad}
+	var ce *ConfigError
+	if err := c.Validate(); !errors.As(err, &ce) || ce.Field != FieldPPFCSources || ce.Value != bad.String() {
+		t.Errorf("client: %v, want a ppfc_sources error naming %v", err, bad)
+	}
+	_, err := Listen(ServerConfig{PPFCSources: []netip.Prefix{{}}})
+	if !errors.As(err, &ce) || ce.Field != FieldPPFCSources {
+		t.Errorf("server: %v, want a ppfc_sources error", err)
 	}
 }

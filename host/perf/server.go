@@ -88,6 +88,8 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		return nil, configErr(FieldUDPPort, cfg.UDPPort, "1..65535")
 	case cfg.PKey != 0 && !roce.ValidPKey(cfg.PKey):
 		return nil, configErr(FieldPKey, fmt.Sprintf("%#04x", cfg.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
+	case badPPFCSource(cfg.PPFCSources) != "":
+		return nil, configErr(FieldPPFCSources, badPPFCSource(cfg.PPFCSources), ppfcSourcesMust)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
@@ -113,7 +115,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	host, err := agent.OpenHost(agent.HostConfig{
 		Addr: netip.AddrPortFrom(bind, uint16(cfg.UDPPort)), Port: pktio.RoCEOptions{SendPath: cfg.SendPath},
-		NP: agent.Offload(cfg.NP), RP: agent.OffloadAgent, Agent: agent.Config{Logger: log, Held: cfg.Held},
+		NP: agent.Offload(cfg.NP), RP: agent.OffloadAgent, Agent: agent.Config{Logger: log, Held: cfg.Held, PPFCSources: cfg.PPFCSources},
 	})
 	if err != nil {
 		return nil, hostErr(err, FieldNP)
