@@ -132,3 +132,52 @@ func TestCNPFloodArrivalTimes(t *testing.T) {
 		})
 	}
 }
+
+// After a NAK sends the requester back, the window can shrink (Rc cut,
+// InflightTime) below what it has resent so far without an AckReq among
+// those packets. The AckReq it sent before going back is no longer
+// outstanding: it must send one more packet, asking, or time out; never
+// wait for an ACK nobody owes it (TestRoCELossGoBackN stalled so: 76
+// packets outstanding, no ACK timeout in 30 s).
+func TestNAKThenWindowShrinks(t *testing.T) {
+	l := newPPFCLab(t, nil)
+	cfg := DefaultQPConfig()
+	cfg.Window, cfg.AckReqEvery, cfg.AckTimeout, cfg.MaxBurst = 16, 16, time.Millisecond, 3
+	qp, err := l.a.CreateQP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Connect(l.local, Endpoint{Addr: peerX, QPN: 0x100, Len: 1 << 30, MTU: cfg.MTU}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Start(Stream{Op: OpWrite, MessageBytes: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	// Unpaced: the whole window, packets 0..15, the last one asking.
+	if n, _ := l.tx(qp); n != 16 {
+		t.Fatalf("sent %d packets, want the window of 16", n)
+	}
+	// The responder expects packet 4: go back to it.
+	l.nak(qp, 4, roce.NAKSyndrome(roce.NAKPSNSequenceError))
+	// Paced now: one burst (4, 5, 6, ...), none asking.
+	qp.mu.Lock()
+	qp.cfg.RateCap = 10 * units.Gbit
+	qp.mu.Unlock()
+	resent, _ := l.tx(qp)
+	if resent < 3 || resent > 11 {
+		t.Fatalf("resent %d packets, want a burst of about 3", resent)
+	}
+	// The window shrinks below the 3 outstanding.
+	qp.mu.Lock()
+	qp.cfg.Window = 2
+	qp.mu.Unlock()
+	after := 0
+	for range 5 {
+		l.clock.Set(l.clock.Now() + cfg.AckTimeout)
+		n, _ := l.tx(qp)
+		after += n
+	}
+	if c := qp.Counters(); c.LocalAckTimeoutErr == 0 && after == 0 {
+		t.Fatalf("for 5 ACK timeouts' time after the window shrank: no timeout, no packet sent: the requester waits for an ACK nobody owes it")
+	}
+}

@@ -275,10 +275,11 @@ type requester struct {
 	window uint64
 	// ackEvery is AckReqEvery, or less at a low rate.
 	ackEvery uint64
-	// ackReqMax is one past the highest packet sent with AckReq;
-	// ackReqSent the same since the last go-back-N: the responder owes an
-	// ACK while it is above una.
-	ackReqMax    uint64
+	// ackReqSent is one past the highest packet sent with AckReq since
+	// the last go-back-N: the responder owes an ACK while it is above
+	// una. Going back drops it to una: the responder discards what
+	// follows the packet it expects, AckReq packets included, so none
+	// beyond una is owed an ACK until one is resent.
 	ackReqSent   uint64
 	lastProgress time.Duration
 	retries      int

@@ -172,10 +172,11 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 
 // windowOpen reports whether the window lets another packet go. A full
 // window waits for an ACK, which comes only for a packet with AckReq; the
-// window shrinks with Rc, so it can fill up with packets sent without one:
-// then one more goes, asking.
+// window shrinks with Rc, so it can fill up with packets sent without one
+// (after a go-back-N too, when the AckReq packets sent before it are owed
+// nothing): then one more goes, asking.
 func (r *requester) windowOpen(window uint64) bool {
-	return r.nxt-r.una < window || (r.ackReqMax <= r.una && r.nxt > r.una)
+	return r.nxt-r.una < window || (r.ackReqSent <= r.una && r.nxt > r.una)
 }
 
 // buildDataLocked writes packet idx of the stream into b: opcode by its
@@ -199,7 +200,6 @@ func (qp *QP) buildDataLocked(b []byte, idx uint64) int {
 	h.BTH.AckReq = last || (idx+1)%r.ackEvery == 0 ||
 		idx+1-r.una >= r.window || idx+1 == r.limit
 	if h.BTH.AckReq {
-		r.ackReqMax = max(r.ackReqMax, idx+1)
 		r.ackReqSent = max(r.ackReqSent, idx+1)
 	}
 	write := s.Op == OpWrite
