@@ -44,7 +44,7 @@ const (
 // error, no drop at the port. Under the stranger's storm, which the host's
 // steering drops before the agent's socket (pktio.RoCEConn.SetPPFCSources),
 // the flow keeps at least 90 % of its rate in the second before (issue 28):
-// measured 0.89-0.98 in 11 quiet runs (0.89 once, in a run the host
+// measured 0.89-0.98 in 14 quiet runs (0.89 once, in a run the host
 // starved for 49 %: rerun, 0.95) and 0.95-1.01 in 10 beside stress-ng, as
 // under the same storm to a closed port (0.86-1.01). Under the switch's stops for an unknown
 // destination, which the agent must read to judge, it kept 0.68-0.97:
