@@ -493,7 +493,7 @@ func (c *UDPConn) readGRO(msgs []Message) (int, error) {
 		}
 	}
 	n := 0
-	var truncated uint64
+	var bytes, truncated uint64
 	for n < len(msgs) && g.next < len(g.segs) {
 		s := &g.segs[g.next]
 		m := &msgs[n]
@@ -503,6 +503,7 @@ func (c *UDPConn) readGRO(msgs []Message) (int, error) {
 		m.N = copy(m.Buffers[0], s.b)
 		m.Truncated = s.truncated || m.N < len(s.b)
 		m.Addr, m.TOS, m.RxTime, m.Coalesced = s.addr, s.tos, s.rx, s.coalesced
+		bytes += uint64(m.N)
 		if m.Truncated {
 			truncated++
 		}
@@ -510,6 +511,8 @@ func (c *UDPConn) readGRO(msgs []Message) (int, error) {
 		g.next++
 		n++
 	}
+	// Bytes as stored in msgs, like an ordinary read's.
+	c.bytesReceived.Add(bytes)
 	if truncated > 0 {
 		c.truncated.Add(truncated)
 	}
@@ -541,7 +544,7 @@ func (c *UDPConn) fillGRO() error {
 	if r.errno != 0 {
 		return fmt.Errorf("pktio: read batch: recvmmsg: %w", r.errno)
 	}
-	var bytes, reads, coalesced uint64
+	var reads, coalesced uint64
 	for i := range r.n {
 		h := &r.hdrs[i]
 		off := i * oobLen
@@ -551,7 +554,6 @@ func (c *UDPConn) fillGRO() error {
 		}
 		addr := parseSockaddr(&r.names[i])
 		data := g.bufs[i][:min(int(h.Len), groBufBytes)]
-		bytes += uint64(len(data))
 		first := len(g.segs)
 		for {
 			var seg []byte
@@ -575,7 +577,6 @@ func (c *UDPConn) fillGRO() error {
 		}
 	}
 	c.datagramsReceived.Add(uint64(len(g.segs)))
-	c.bytesReceived.Add(bytes)
 	if reads > 0 {
 		c.groReads.Add(reads)
 		c.groSegments.Add(coalesced)
