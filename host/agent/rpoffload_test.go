@@ -68,6 +68,33 @@ func (c *fakeCNPs) Arrival(i uint64) (uint64, bool) {
 	return c.at[i], true
 }
 
+// newRPPair is two agents over a pipe through filter, a with ca and b with
+// cb (their Conns set here), and a DCQCN requester on a connected to a
+// responder without CC on b.
+func newRPPair(t *testing.T, filter func(netip.AddrPort, *pktio.Message) bool, ca, cb Config) (*pair, *QP) {
+	t.Helper()
+	pa, pb := pktio.NewPipe(pktio.PipeOptions{Filter: filter, Depth: 1 << 14})
+	ca.Conn, cb.Conn = pa, pb
+	a, err := New(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cb)
+	if err != nil {
+		_ = a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	p := &pair{a: a, b: b, pa: pa, pb: pb}
+	qa := DefaultQPConfig()
+	qa.CC = CCDCQCN
+	qa.DCQCN = dcqcn.PaperParams(1 * units.Gbit)
+	qb := DefaultQPConfig()
+	qb.CC = CCNone
+	req, _ := p.connect(t, qa, qb)
+	return p, req
+}
+
 // With an RPOffload, a DCQCN requester is handed to the kernel's CNP
 // intake when it connects; its RP cuts once per CNP the kernel counted, at
 // that CNP's arrival, while the CNPs its receive loop reads cut nothing
@@ -81,33 +108,18 @@ func TestRPOffload(t *testing.T) {
 		}
 		return false
 	}
-	pa, pb := pktio.NewPipe(pktio.PipeOptions{Filter: filter, Depth: 1 << 14})
 	var mu sync.Mutex
 	var evs []Event
 	off := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
-	a, err := New(Config{Conn: pa, RPOffload: off, Trace: func(e Event) {
+	offB := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
+	p, qa := newRPPair(t, filter, Config{RPOffload: off, Trace: func(e Event) {
 		if e.Kind == EventCNPHandled {
 			mu.Lock()
 			evs = append(evs, e)
 			mu.Unlock()
 		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	offB := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
-	b, err := New(Config{Conn: pb, RPOffload: offB})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	p := &pair{a: a, b: b, pa: pa, pb: pb}
-	ca := DefaultQPConfig()
-	ca.CC = CCDCQCN
-	ca.DCQCN = dcqcn.PaperParams(1 * units.Gbit)
-	cb := DefaultQPConfig()
-	cb.CC = CCNone
-	qa, _ := p.connect(t, ca, cb)
+	}}, Config{RPOffload: offB})
+	a, pa, pb := p.a, p.pa, p.pb
 
 	off.mu.Lock()
 	c, ok := off.qps[qa.QPN()]
@@ -199,24 +211,8 @@ func TestRPOffloadCoalescedCNP(t *testing.T) {
 		}
 		return false
 	}
-	pa, pb := pktio.NewPipe(pktio.PipeOptions{Filter: filter, Depth: 1 << 14})
 	off := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
-	a, err := New(Config{Conn: pa, RPOffload: off})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(Config{Conn: pb})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	p := &pair{a: a, b: b, pa: pa, pb: pb}
-	ca := DefaultQPConfig()
-	ca.CC = CCDCQCN
-	ca.DCQCN = dcqcn.PaperParams(1 * units.Gbit)
-	cb := DefaultQPConfig()
-	cb.CC = CCNone
-	qa, _ := p.connect(t, ca, cb)
+	_, qa := newRPPair(t, filter, Config{RPOffload: off}, Config{})
 	cc0, _ := qa.CC()
 
 	marked.Store(true)
