@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The RoCEv2 ICRC and the IPv4 header checksum, for the programs that build
- * RoCEv2 packets (np.c's CNPs, port.c's PPFC notifications).
+ * The RoCEv2 ICRC, the IPv4 header checksum and the UDP checksum over IPv6,
+ * for the programs that build RoCEv2 packets (np.c's CNPs, port.c's PPFC
+ * notifications).
  */
 #ifndef FABRICLAB_ICRC_H
 #define FABRICLAB_ICRC_H
@@ -141,6 +142,59 @@ static __always_inline void roce_ipv4_as_sent(struct iphdr *ip, __u8 tos, __u8 t
 	ip->ttl = ttl;
 	ip->check = 0;
 	ip->check = ip_csum(ip);
+}
+
+/* roce_ipv6_masked writes a 40-byte IPv6 header for a RoCEv2 packet of
+ * l4_len bytes with the fields the ICRC masks set to ones (traffic class,
+ * flow label, hop limit): compute the ICRC over it, then
+ * roce_ipv6_as_sent. */
+static __always_inline void roce_ipv6_masked(struct ipv6hdr *ip6, __u16 l4_len, const __u8 *saddr,
+					     const __u8 *daddr)
+{
+	ip6->version = 6;
+	ip6->priority = 0xF;
+	ip6->flow_lbl[0] = ICRC_MASKED;
+	ip6->flow_lbl[1] = ICRC_MASKED;
+	ip6->flow_lbl[2] = ICRC_MASKED;
+	ip6->payload_len = bpf_htons(l4_len);
+	ip6->nexthdr = NET_IPPROTO_UDP;
+	ip6->hop_limit = ICRC_MASKED;
+	__builtin_memcpy(ip6->saddr, saddr, 16);
+	__builtin_memcpy(ip6->daddr, daddr, 16);
+}
+
+/* roce_ipv6_as_sent puts the masked fields back: the traffic class tos,
+ * flow label 0 (as the raw path sends), hop limit hops. */
+static __always_inline void roce_ipv6_as_sent(struct ipv6hdr *ip6, __u8 tos, __u8 hops)
+{
+	ip6->priority = tos >> 4;
+	ip6->flow_lbl[0] = (tos & 0xF) << 4;
+	ip6->flow_lbl[1] = 0;
+	ip6->flow_lbl[2] = 0;
+	ip6->hop_limit = hops;
+}
+
+/* udp6_csum is the UDP checksum over IPv6 (RFC 8200 §8.1: it may not be
+ * zero) of the l4_len bytes at l4, UDP header first, its check field zero;
+ * l4_len even. */
+static __always_inline __u16 udp6_csum(const struct ipv6hdr *ip6, const void *l4, const __u32 l4_len)
+{
+	const __u16 *a = (const __u16 *)ip6->saddr; /* saddr and daddr: 16 words */
+	const __u16 *w = l4;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		sum += a[i];
+	/* Upper-layer length (32 bits) and next header (32 bits, zero-filled). */
+	sum += bpf_htons(l4_len) + bpf_htons(NET_IPPROTO_UDP);
+#pragma unroll
+	for (int i = 0; i < (int)(l4_len / 2); i++)
+		sum += w[i];
+	sum = (sum & 0xFFFF) + (sum >> 16);
+	sum = (sum & 0xFFFF) + (sum >> 16);
+	sum = ~sum & 0xFFFF;
+	return sum ? sum : 0xFFFF; /* RFC 768: a computed zero is sent as ones */
 }
 
 #endif

@@ -323,28 +323,6 @@ _Static_assert(sizeof(struct cnp_l4) == ROCE_CNP_L4_LEN, "cnp_l4 is 40 bytes");
 _Static_assert(__builtin_offsetof(struct cnp_frame, v4.ip) == 16, "IP header aligned");
 _Static_assert(sizeof(struct cnp_frame) - 2 == CNP_V6_LEN, "cnp_frame holds an IPv6 CNP");
 
-/* udp6_csum is the UDP checksum of a CNP over IPv6 (RFC 8200 §8.1: it may
- * not be zero), with l4->udp.check zero. */
-static __always_inline __u16 udp6_csum(const struct ipv6hdr *ip6, const struct cnp_l4 *l4)
-{
-	const __u16 *a = (const __u16 *)ip6->saddr; /* saddr and daddr: 16 words */
-	const __u16 *w = (const __u16 *)l4;
-	__u32 sum = 0;
-
-#pragma unroll
-	for (int i = 0; i < 16; i++)
-		sum += a[i];
-	/* Upper-layer length (32 bits) and next header (32 bits, zero-filled). */
-	sum += bpf_htons(ROCE_CNP_L4_LEN) + bpf_htons(NET_IPPROTO_UDP);
-#pragma unroll
-	for (int i = 0; i < (int)(sizeof(*l4) / 2); i++)
-		sum += w[i];
-	sum = (sum & 0xFFFF) + (sum >> 16);
-	sum = (sum & 0xFFFF) + (sum >> 16);
-	sum = ~sum & 0xFFFF;
-	return sum ? sum : 0xFFFF; /* RFC 768: a computed zero is sent as ones */
-}
-
 static __always_inline void put_qpn(__u8 *b, __u32 qpn)
 {
 	b[0] = qpn >> 16;
@@ -405,28 +383,14 @@ static __always_inline __u32 cnp_build(struct cnp_frame *f, const struct np_qp *
 
 		l4 = &f->v6.l4;
 		f->eth.h_proto = bpf_htons(ETH_P_IPV6);
-		/* Traffic class and flow label masked. */
-		ip6->version = 6;
-		ip6->priority = 0xF;
-		ip6->flow_lbl[0] = ICRC_MASKED;
-		ip6->flow_lbl[1] = ICRC_MASKED;
-		ip6->flow_lbl[2] = ICRC_MASKED;
-		ip6->payload_len = bpf_htons(ROCE_CNP_L4_LEN);
-		ip6->nexthdr = NET_IPPROTO_UDP;
-		ip6->hop_limit = ICRC_MASKED;
-		__builtin_memcpy(ip6->saddr, qp->local_ip, 16);
-		__builtin_memcpy(ip6->daddr, qp->peer_ip, 16);
+		roce_ipv6_masked(ip6, ROCE_CNP_L4_LEN, qp->local_ip, qp->peer_ip);
 		cnp_l4_fill(l4, qp);
 		l4->icrc = icrc_crc((const __u8 *)ip6, sizeof(*ip6) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN,
 				    sizeof(*ip6) + ROCE_CNP_L4_LEN - ROCE_ICRC_LEN);
-		ip6->priority = tos >> 4;
-		ip6->flow_lbl[0] = (tos & 0xF) << 4; /* flow label 0 */
-		ip6->flow_lbl[1] = 0;
-		ip6->flow_lbl[2] = 0;
-		ip6->hop_limit = CNP_TTL;
+		roce_ipv6_as_sent(ip6, tos, CNP_TTL);
 		l4->bth.ecn = ROCE_BTH_BECN;
 		l4->udp.check = 0;
-		l4->udp.check = udp6_csum(ip6, l4);
+		l4->udp.check = udp6_csum(ip6, l4, ROCE_CNP_L4_LEN);
 		return CNP_V6_LEN;
 	}
 	return 0;
