@@ -421,7 +421,7 @@ int port_enqueue(struct __sk_buff *skb)
 /* ppfc_egress runs at the egress of the switch's devices toward sources
  * (every device of its namespace but the port's own). A clone carrying
  * ppfc_mark becomes the frame port_enqueue or ppfc_resume built; any other
- * IPv4 packet may carry a resume out to its destination. Everything else
+ * IP packet may carry a resume out to its destination. Everything else
  * passes untouched (TC_ACT_UNSPEC: later programs and the qdisc see it). */
 /* A frame ppfc_egress built carries ppfc_mark with this bit on its second
  * pass through the device's egress. A mark, not the frame's contents: a
@@ -432,7 +432,7 @@ int port_enqueue(struct __sk_buff *skb)
 /* A clone it rewrites is sent through the device's egress once more
  * (bpf_redirect to itself), like a trimmed packet: the stack sized it for
  * the qdisc as the data packet it was copied from, and a TBF or HTB on
- * the device would charge the 82-byte frame that length. */
+ * the device would charge the 82- or 102-byte frame that length. */
 SEC("tc")
 int ppfc_egress(struct __sk_buff *skb)
 {
@@ -440,7 +440,7 @@ int ppfc_egress(struct __sk_buff *skb)
 	struct port_config *pc;
 	struct port_stats *ps;
 	struct ethhdr *eth;
-	struct iphdr *ip;
+	__u8 to[16], from[16];
 	__u32 zero = 0;
 
 	if (skb->mark == ppfc_mark) {
@@ -459,6 +459,13 @@ int ppfc_egress(struct __sk_buff *skb)
 			    bpf_skb_store_bytes(skb, 0, &sc->c.eth, WAN_CNP_V4_LEN, BPF_F_INVALIDATE_HASH)) {
 				if (ps)
 					ps->wan_cnp_failed++;
+				return TC_ACT_SHOT;
+			}
+		} else if (sc->len == PPFC_V6_LEN) {
+			if (net_cut_to(skb, PPFC_V6_LEN) ||
+			    bpf_skb_store_bytes(skb, 0, &sc->f.eth, PPFC_V6_LEN, BPF_F_INVALIDATE_HASH)) {
+				if (ps)
+					ps->ppfc_build_errors++;
 				return TC_ACT_SHOT;
 			}
 		} else if (net_cut_to(skb, PPFC_V4_LEN) ||
@@ -485,12 +492,25 @@ int ppfc_egress(struct __sk_buff *skb)
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 	eth = data;
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+	if ((void *)(eth + 1) > data_end)
 		return TC_ACT_UNSPEC;
-	ip = (void *)(eth + 1);
-	if ((void *)(ip + 1) > data_end)
-		return TC_ACT_UNSPEC;
-	ppfc_resume(skb, pc, ps, ip->daddr, ip->saddr);
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > data_end)
+			return TC_ACT_UNSPEC;
+		ppfc_map4(to, ip->daddr);
+		ppfc_map4(from, ip->saddr);
+		ppfc_resume(skb, pc, ps, NET_AF_INET, to, from);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return TC_ACT_UNSPEC;
+		__builtin_memcpy(to, ip6->daddr, 16);
+		__builtin_memcpy(from, ip6->saddr, 16);
+		ppfc_resume(skb, pc, ps, NET_AF_INET6, to, from);
+	}
 	return TC_ACT_UNSPEC;
 }
 

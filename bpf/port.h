@@ -333,10 +333,10 @@ struct port_stats {
 	/* handoff records of packets the kernel freed without kfree_skb,
 	 * found when their skb was reused: counted as host drops */
 	__u64 handoff_stale_packets;
-	/* PPFC notifications not sent: the source is IPv6, no route or
-	 * neighbour toward it, it sits behind this port itself, the clone
-	 * failed; and clones ppfc_egress could not rewrite (dropped). */
-	__u64 ppfc_not_ipv4;
+	/* PPFC notifications not sent: no route or neighbour toward the
+	 * source, the source sits behind this port itself, the frame could
+	 * not be built or the clone failed; and clones ppfc_egress could not
+	 * rewrite (dropped). */
 	__u64 ppfc_no_route;
 	__u64 ppfc_no_neigh;
 	__u64 ppfc_self;
@@ -361,8 +361,8 @@ struct wan_cnp_key {
  * notification names, so each destination behind the port gets its own
  * stop. */
 struct ppfc_key {
-	__u32 addr; /* the source's IPv4 address, network order */
-	__u32 dest; /* the congested destination's */
+	__u8 addr[16]; /* the source's address; IPv4 as IPv4-mapped IPv6 */
+	__u8 dest[16]; /* the congested destination's, the same way */
 	__u32 class_id;
 	__u32 pad;
 };
@@ -373,8 +373,7 @@ struct ppfc_source {
 	__u64 resumes;
 	__u32 psn;       /* the next notification's PSN */
 	__u32 ifindex;   /* the device toward the source */
-	__u32 local_ip;  /* the switch's address toward it (FIB), network order */
-	__u32 pad;
+	__u8 local_ip[16]; /* the switch's address toward it (FIB); IPv4-mapped */
 	__u64 holds;
 	__u64 alarms;
 	__u64 episode;   /* the class's ppfc_episode at the last stop or hold */

@@ -197,7 +197,6 @@ type PortPortStats struct {
 	LateDeparturePackets       uint64
 	HandoffBusyPackets         uint64
 	HandoffStalePackets        uint64
-	PpfcNotIpv4                uint64
 	PpfcNoRoute                uint64
 	PpfcNoNeigh                uint64
 	PpfcSelf                   uint64
@@ -208,8 +207,8 @@ type PortPortStats struct {
 
 type PortPpfcKey struct {
 	_       structs.HostLayout
-	Addr    uint32
-	Dest    uint32
+	Addr    [16]uint8
+	Dest    [16]uint8
 	ClassId uint32
 	Pad     uint32
 }
@@ -225,45 +224,49 @@ type PortPpfcScratch struct {
 			H_source [6]uint8
 			H_proto  uint16
 		}
-		Ip struct {
-			_        structs.HostLayout
-			_        [1]byte /* unsupported bitfield */
-			Tos      uint8
-			TotLen   uint16
-			Id       uint16
-			FragOff  uint16
-			Ttl      uint8
-			Protocol uint8
-			Check    uint16
-			Saddr    uint32
-			Daddr    uint32
-		}
-		L4 struct {
-			_   structs.HostLayout
-			Udp struct {
-				_      structs.HostLayout
-				Source uint16
-				Dest   uint16
-				Len    uint16
-				Check  uint16
+		V4 struct {
+			_  structs.HostLayout
+			Ip struct {
+				_        structs.HostLayout
+				_        [1]byte /* unsupported bitfield */
+				Tos      uint8
+				TotLen   uint16
+				Id       uint16
+				FragOff  uint16
+				Ttl      uint8
+				Protocol uint8
+				Check    uint16
+				Saddr    uint32
+				Daddr    uint32
 			}
-			Bth struct {
-				_      structs.HostLayout
-				Opcode uint8
-				Flags  uint8
-				Pkey   uint16
-				Ecn    uint8
-				Destqp [3]uint8
-				Ack    uint8
-				Psn    [3]uint8
+			L4 struct {
+				_   structs.HostLayout
+				Udp struct {
+					_      structs.HostLayout
+					Source uint16
+					Dest   uint16
+					Len    uint16
+					Check  uint16
+				}
+				Bth struct {
+					_      structs.HostLayout
+					Opcode uint8
+					Flags  uint8
+					Pkey   uint16
+					Ecn    uint8
+					Destqp [3]uint8
+					Ack    uint8
+					Psn    [3]uint8
+				}
+				Dest    [16]uint8
+				FlagsPt uint16
+				Cport   uint16
+				Rsvd    uint16
+				PauseUs uint16
+				Icrc    uint32
 			}
-			Dest    [16]uint8
-			FlagsPt uint16
-			Cport   uint16
-			Rsvd    uint16
-			PauseUs uint16
-			Icrc    uint32
 		}
+		_ [20]byte
 	}
 	Ready uint32
 	Len   uint32
@@ -276,12 +279,16 @@ type PortPpfcSource struct {
 	Resumes       uint64
 	Psn           uint32
 	Ifindex       uint32
-	LocalIp       uint32
-	Pad           uint32
+	LocalIp       [16]uint8
 	Holds         uint64
 	Alarms        uint64
 	Episode       uint64
 	Alarmed       uint64
+}
+
+type PortPpfcWorkBuf struct {
+	_     structs.HostLayout
+	Words [34]uint64
 }
 
 type PortWanCnpBuf struct {
@@ -325,6 +332,7 @@ const (
 	PortMapPortLink      = "port_link"
 	PortMapPpfcScratch   = "ppfc_scratch"
 	PortMapPpfcSources   = "ppfc_sources"
+	PortMapPpfcWork      = "ppfc_work"
 	PortMapWanCnpLast    = "wan_cnp_last"
 	PortMapWanCnpWork    = "wan_cnp_work"
 	PortProgPortDequeue  = "port_dequeue"
@@ -409,6 +417,7 @@ type PortMapSpecs struct {
 	PortLink      *ebpf.MapSpec `ebpf:"port_link"`
 	PpfcScratch   *ebpf.MapSpec `ebpf:"ppfc_scratch"`
 	PpfcSources   *ebpf.MapSpec `ebpf:"ppfc_sources"`
+	PpfcWork      *ebpf.MapSpec `ebpf:"ppfc_work"`
 	WanCnpLast    *ebpf.MapSpec `ebpf:"wan_cnp_last"`
 	WanCnpWork    *ebpf.MapSpec `ebpf:"wan_cnp_work"`
 }
@@ -461,6 +470,7 @@ type PortMaps struct {
 	PortLink      *ebpf.Map `ebpf:"port_link"`
 	PpfcScratch   *ebpf.Map `ebpf:"ppfc_scratch"`
 	PpfcSources   *ebpf.Map `ebpf:"ppfc_sources"`
+	PpfcWork      *ebpf.Map `ebpf:"ppfc_work"`
 	WanCnpLast    *ebpf.Map `ebpf:"wan_cnp_last"`
 	WanCnpWork    *ebpf.Map `ebpf:"wan_cnp_work"`
 }
@@ -480,6 +490,7 @@ func (m *PortMaps) Close() error {
 		m.PortLink,
 		m.PpfcScratch,
 		m.PpfcSources,
+		m.PpfcWork,
 		m.WanCnpLast,
 		m.WanCnpWork,
 	)

@@ -50,21 +50,26 @@
  *    Pause Duration field carries the time the class takes to drain to
  *    xon_bytes: the source neither pauses nor cuts, but does not raise its
  *    rate for that long (host/agent: DCQCN increase events held).
- * Each packet above xon_bytes from an IPv4 source thus costs a lookup in
+ * Each packet above xon_bytes from an IP source thus costs a lookup in
  * ppfc_sources.
  *
- * On the wire (the draft leaves these open): IPv4 only; UDP 4791 from
- * PPFC_UDP_SPORT; BTH opcode 0x81 with P (byte 4, 0x20) set, P_Key 0xFFFF,
- * DestQP 0, PSN a per-source sequence; the congested destination as an
- * IPv4-mapped IPv6 address; Congestion Port = ppfc_port; DSCP ppfc_dscp,
- * Not-ECT; the ICRC as for any RoCEv2 packet; Pause Duration 0 in a
- * resume. */
+ * On the wire (the draft leaves these open): the source's family, IPv4 or
+ * IPv6 (no extension headers); UDP 4791 from PPFC_UDP_SPORT, checksum 0
+ * over IPv4 as rxe sends, computed over IPv6 where UDP requires one; BTH
+ * opcode 0x81 with P (byte 4, 0x20) set, P_Key 0xFFFF, DestQP 0, PSN a
+ * per-source sequence; the congested destination as an IPv6 address
+ * (IPv4-mapped for IPv4); Congestion Port = ppfc_port; DSCP ppfc_dscp,
+ * Not-ECT, flow label 0; the ICRC as for any RoCEv2 packet; Pause
+ * Duration 0 in a resume. A source keyed by its address as IPv6
+ * (IPv4-mapped) keeps the two families in one map. */
 #define PPFC_UDP_SPORT 0xC0FC
 #define PPFC_TTL 64
 #define PPFC_MAX_PAUSE_US 0xFFFF
 #define PPFC_L4_LEN (sizeof(struct net_udphdr) + ROCE_BTH_LEN + 24 + ROCE_ICRC_LEN) /* 48 */
 #define PPFC_V4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + PPFC_L4_LEN)   /* 82 */
+#define PPFC_V6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + PPFC_L4_LEN) /* 102 */
 #define NET_AF_INET 2
+#define NET_AF_INET6 10
 
 enum ppfc_action {
 	PPFC_STOP = 0,
@@ -92,13 +97,21 @@ struct ppfc_l4 {
 struct ppfc_frame {
 	__u8 align[2];
 	struct ethhdr eth;
-	struct iphdr ip;
-	struct ppfc_l4 l4;
+	union {
+		struct {
+			struct iphdr ip;
+			struct ppfc_l4 l4;
+		} v4;
+		struct {
+			struct ipv6hdr ip6;
+			struct ppfc_l4 l4;
+		} v6;
+	};
 };
 
 _Static_assert(sizeof(struct ppfc_l4) == PPFC_L4_LEN, "ppfc_l4 is 48 bytes");
-_Static_assert(__builtin_offsetof(struct ppfc_frame, ip) == 16, "IP header aligned");
-_Static_assert(sizeof(struct ppfc_frame) - 2 == PPFC_V4_LEN, "ppfc_frame is one IPv4 PPFC");
+_Static_assert(__builtin_offsetof(struct ppfc_frame, v4.ip) == 16, "IP header aligned");
+_Static_assert(sizeof(struct ppfc_frame) - 2 == PPFC_V6_LEN, "ppfc_frame holds an IPv6 PPFC");
 
 /* A WAN CNP (seed 001; issue 13 §4): a RoCEv2 CNP to a tunnel-ingress PE,
  * 74 bytes. Same alignment as ppfc_frame. */
@@ -157,7 +170,7 @@ struct ppfc_scratch {
 		struct wan_cnp_frame c;
 	};
 	__u32 ready; /* a frame for the next marked clone */
-	__u32 len;   /* its length: PPFC_V4_LEN or WAN_CNP_V4_LEN */
+	__u32 len;   /* its length: PPFC_V4_LEN, PPFC_V6_LEN or WAN_CNP_V4_LEN */
 };
 
 struct {
@@ -176,33 +189,56 @@ struct {
 	__type(value, struct ppfc_source);
 } ppfc_sources SEC(".maps");
 
-/* What a notification says; addresses in network order. */
+/* What a notification says; addresses as IPv6, IPv4-mapped for IPv4. */
 struct ppfc_args {
 	__u8 dmac[ETH_ALEN];
 	__u8 smac[ETH_ALEN];
-	__u32 local_ip; /* the switch's address toward the target */
-	__u32 target;   /* the source being stopped or resumed */
-	__u32 dest;     /* the congested destination */
-	__u32 pt;       /* enum ppfc_action */
+	__u32 family;      /* NET_AF_INET or NET_AF_INET6 */
+	__u8 local_ip[16]; /* the switch's address toward the target */
+	__u8 target[16];   /* the source being stopped or resumed */
+	__u8 dest[16];     /* the congested destination */
+	__u32 pt;          /* enum ppfc_action */
 	__u32 pause_us;
 	__u32 psn;
 	__u32 dscp;
 	__u32 cport;
 };
 
-/* ppfc_build writes the notification a describes into f, with its ICRC. A
- * function of its own: it is called from several places, and the CRC loop
- * would otherwise be inlined into each. */
-static __attribute__((noinline)) int ppfc_build(struct ppfc_frame *f, const struct ppfc_args *a)
-{
-	struct iphdr *ip = &f->ip;
-	struct ppfc_l4 *l4 = &f->l4;
+/* ppfc_work is ppfc_enqueued's working memory: port_enqueue leaves it too
+ * little stack (as wan_cnp's). */
+struct ppfc_work {
+	struct bpf_fib_lookup fib;
+	struct ppfc_args a;
+	struct ppfc_key key;
+	struct ppfc_source fresh;
+};
 
-	__builtin_memcpy(f->eth.h_dest, a->dmac, ETH_ALEN);
-	__builtin_memcpy(f->eth.h_source, a->smac, ETH_ALEN);
-	f->eth.h_proto = bpf_htons(ETH_P_IP);
-	/* The fields the ICRC masks as ones first. */
-	roce_ipv4_masked(ip, PPFC_L4_LEN, a->local_ip, a->target);
+/* The map holds it as words: bpf2go has no Go type for bpf_fib_lookup's
+ * unions. */
+struct ppfc_work_buf {
+	__u64 words[(sizeof(struct ppfc_work) + 7) / 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ppfc_work_buf);
+} ppfc_work SEC(".maps");
+
+/* ppfc_map4 writes the IPv4 address a (network order) as IPv4-mapped IPv6. */
+static __always_inline void ppfc_map4(__u8 *out, __be32 a)
+{
+	__builtin_memset(out, 0, 10);
+	out[10] = 0xFF;
+	out[11] = 0xFF;
+	__builtin_memcpy(&out[12], &a, 4);
+}
+
+/* ppfc_l4_fill writes the UDP header and the PPFC with the fields the ICRC
+ * masks set to ones (UDP checksum, BTH byte 4). */
+static __always_inline void ppfc_l4_fill(struct ppfc_l4 *l4, const struct ppfc_args *a)
+{
 	l4->udp.source = bpf_htons(PPFC_UDP_SPORT);
 	l4->udp.dest = bpf_htons(ROCE_UDP_PORT);
 	l4->udp.len = bpf_htons(PPFC_L4_LEN);
@@ -218,32 +254,80 @@ static __attribute__((noinline)) int ppfc_build(struct ppfc_frame *f, const stru
 	l4->bth.psn[0] = a->psn >> 16;
 	l4->bth.psn[1] = a->psn >> 8;
 	l4->bth.psn[2] = a->psn;
-	__builtin_memset(l4->dest, 0, 10);
-	l4->dest[10] = 0xFF;
-	l4->dest[11] = 0xFF;
-	__builtin_memcpy(&l4->dest[12], &a->dest, 4);
+	__builtin_memcpy(l4->dest, a->dest, 16);
 	l4->flags_pt = bpf_htons(a->pt & 3);
 	l4->cport = bpf_htons(a->cport);
 	l4->rsvd = 0;
 	l4->pause_us = bpf_htons(a->pause_us);
-	l4->icrc = icrc_crc((const __u8 *)ip, sizeof(*ip) + PPFC_L4_LEN - ROCE_ICRC_LEN,
-			    sizeof(*ip) + PPFC_L4_LEN - ROCE_ICRC_LEN);
-	/* The masked fields, as sent. */
-	roce_ipv4_as_sent(ip, (a->dscp & 0x3F) << 2, PPFC_TTL);
-	l4->udp.check = 0; /* IPv4: no checksum, as rxe sends */
-	l4->bth.ecn = ROCE_BTH_PPFC;
+}
+
+/* ppfc_build writes the notification a describes into sc, with its ICRC
+ * (and over IPv6 its UDP checksum), and sets sc->len; it returns that
+ * length, 0 for an unknown family. A global function: the verifier checks
+ * it once, not at every call with the CRC loops of both families (the
+ * resume path calls it once per class). */
+__attribute__((noinline)) int ppfc_build(struct ppfc_scratch *sc, const struct ppfc_args *a)
+{
+	struct ppfc_frame *f;
+	struct ppfc_l4 *l4;
+	__u8 tos;
+
+	if (!sc || !a)
+		return 0;
+	f = &sc->f;
+	tos = (a->dscp & 0x3F) << 2; /* Not-ECT */
+
+	__builtin_memcpy(f->eth.h_dest, a->dmac, ETH_ALEN);
+	__builtin_memcpy(f->eth.h_source, a->smac, ETH_ALEN);
+	if (a->family == NET_AF_INET) {
+		struct iphdr *ip = &f->v4.ip;
+		__be32 saddr, daddr;
+
+		l4 = &f->v4.l4;
+		f->eth.h_proto = bpf_htons(ETH_P_IP);
+		__builtin_memcpy(&saddr, &a->local_ip[12], 4);
+		__builtin_memcpy(&daddr, &a->target[12], 4);
+		/* The fields the ICRC masks as ones first. */
+		roce_ipv4_masked(ip, PPFC_L4_LEN, saddr, daddr);
+		ppfc_l4_fill(l4, a);
+		l4->icrc = icrc_crc((const __u8 *)ip, sizeof(*ip) + PPFC_L4_LEN - ROCE_ICRC_LEN,
+				    sizeof(*ip) + PPFC_L4_LEN - ROCE_ICRC_LEN);
+		/* The masked fields, as sent. */
+		roce_ipv4_as_sent(ip, tos, PPFC_TTL);
+		l4->udp.check = 0; /* IPv4: no checksum, as rxe sends */
+		l4->bth.ecn = ROCE_BTH_PPFC;
+		sc->len = PPFC_V4_LEN;
+		return PPFC_V4_LEN;
+	}
+	if (a->family == NET_AF_INET6) {
+		struct ipv6hdr *ip6 = &f->v6.ip6;
+
+		l4 = &f->v6.l4;
+		f->eth.h_proto = bpf_htons(ETH_P_IPV6);
+		roce_ipv6_masked(ip6, PPFC_L4_LEN, a->local_ip, a->target);
+		ppfc_l4_fill(l4, a);
+		l4->icrc = icrc_crc((const __u8 *)ip6, sizeof(*ip6) + PPFC_L4_LEN - ROCE_ICRC_LEN,
+				    sizeof(*ip6) + PPFC_L4_LEN - ROCE_ICRC_LEN);
+		roce_ipv6_as_sent(ip6, tos, PPFC_TTL);
+		l4->bth.ecn = ROCE_BTH_PPFC;
+		l4->udp.check = 0;
+		l4->udp.check = udp6_csum(ip6, l4, PPFC_L4_LEN);
+		sc->len = PPFC_V6_LEN;
+		return PPFC_V6_LEN;
+	}
+	sc->len = 0;
 	return 0;
 }
 
-/* ppfc_clone sends the frame in the scratch out of ifindex: the clone of
- * skb that ppfc_egress rewrites there. The packet's own mark is put back. */
+/* ppfc_clone sends the frame ppfc_build left in the scratch out of
+ * ifindex: the clone of skb that ppfc_egress rewrites there. The packet's
+ * own mark is put back. */
 static __always_inline long ppfc_clone(struct __sk_buff *skb, struct ppfc_scratch *sc, __u32 ifindex)
 {
 	__u32 mark = skb->mark;
 	long ret;
 
 	sc->ready = 1;
-	sc->len = PPFC_V4_LEN;
 	skb->mark = ppfc_mark;
 	ret = bpf_clone_redirect(skb, ifindex, 0);
 	skb->mark = mark;
@@ -279,33 +363,44 @@ static __always_inline void ppfc_enqueued(struct __sk_buff *skb, const struct po
 	void *data_end = (void *)(long)skb->data_end;
 	bool stop = after >= cc->xoff_bytes;
 	bool alarm = cc->alarm_bytes && after >= cc->alarm_bytes;
-	struct bpf_fib_lookup fib = {};
-	struct ppfc_args a = {};
-	struct ppfc_key key = {};
-	struct ppfc_source *src, fresh = {};
+	struct ppfc_source *src;
 	struct ppfc_scratch *sc;
-	struct iphdr *ip;
+	struct ppfc_work *w;
 	__u64 now, old, claim, episode;
-	__u32 zero = 0, pt;
+	__u32 zero = 0, pt, family;
 	long rc;
 
-	if (pi->l3_proto != ETH_P_IP) {
-		if (stop || alarm)
-			ps->ppfc_not_ipv4++;
+	w = (struct ppfc_work *)bpf_map_lookup_elem(&ppfc_work, &zero);
+	if (!w)
 		return;
+	if (pi->l3_proto == ETH_P_IP) {
+		struct iphdr *ip = data + (pi->l3_off & 0xFF);
+
+		if ((void *)(ip + 1) > data_end)
+			return;
+		family = NET_AF_INET;
+		ppfc_map4(w->key.addr, ip->saddr);
+		ppfc_map4(w->key.dest, ip->daddr);
+	} else if (pi->l3_proto == ETH_P_IPV6) {
+		struct ipv6hdr *ip6 = data + (pi->l3_off & 0xFF);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return;
+		family = NET_AF_INET6;
+		__builtin_memcpy(w->key.addr, ip6->saddr, 16);
+		__builtin_memcpy(w->key.dest, ip6->daddr, 16);
+	} else {
+		return; /* port_enqueue calls for IP packets only */
 	}
-	ip = data + (pi->l3_off & 0xFF);
-	if ((void *)(ip + 1) > data_end)
-		return;
-	key.addr = ip->saddr;
-	key.dest = ip->daddr;
-	key.class_id = class_id;
-	src = bpf_map_lookup_elem(&ppfc_sources, &key);
+	w->key.class_id = class_id;
+	w->key.pad = 0;
+	src = bpf_map_lookup_elem(&ppfc_sources, &w->key);
 	if (!src) {
 		if (!stop && !alarm)
 			return; /* never stopped: nothing to hold */
-		bpf_map_update_elem(&ppfc_sources, &key, &fresh, BPF_NOEXIST);
-		src = bpf_map_lookup_elem(&ppfc_sources, &key);
+		__builtin_memset(&w->fresh, 0, sizeof(w->fresh));
+		bpf_map_update_elem(&ppfc_sources, &w->key, &w->fresh, BPF_NOEXIST);
+		src = bpf_map_lookup_elem(&ppfc_sources, &w->key);
 		if (!src)
 			return;
 	}
@@ -337,15 +432,15 @@ static __always_inline void ppfc_enqueued(struct __sk_buff *skb, const struct po
 	}
 
 	if (pt == PPFC_ALARM) {
-		a.pause_us = ppfc_drain_us(cc, after, cc->xon_bytes);
+		w->a.pause_us = ppfc_drain_us(cc, after, cc->xon_bytes);
 		claim = episode + 1;
 		if (__sync_val_compare_and_swap(&src->alarmed, old, claim) != old) {
 			st->ppfc_alarm_coalesced++; /* another CPU alarmed it */
 			return;
 		}
 	} else {
-		a.pause_us = ppfc_drain_us(cc, after, cc->xon_bytes / 2);
-		claim = now + (__u64)a.pause_us * 1000;
+		w->a.pause_us = ppfc_drain_us(cc, after, cc->xon_bytes / 2);
+		claim = now + (__u64)w->a.pause_us * 1000;
 		if (__sync_val_compare_and_swap(&src->paused_until_ns, old, claim) != old) {
 			/* another CPU stopped or held it */
 			if (pt == PPFC_STOP)
@@ -356,10 +451,16 @@ static __always_inline void ppfc_enqueued(struct __sk_buff *skb, const struct po
 		}
 	}
 
-	fib.family = NET_AF_INET;
-	fib.ipv4_dst = ip->saddr;
-	fib.ifindex = skb->ingress_ifindex;
-	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SRC);
+	__builtin_memset(&w->fib, 0, sizeof(w->fib));
+	if (family == NET_AF_INET) {
+		w->fib.family = NET_AF_INET;
+		__builtin_memcpy(&w->fib.ipv4_dst, &w->key.addr[12], 4);
+	} else {
+		w->fib.family = NET_AF_INET6;
+		__builtin_memcpy(w->fib.ipv6_dst, w->key.addr, 16);
+	}
+	w->fib.ifindex = skb->ingress_ifindex;
+	rc = bpf_fib_lookup(skb, &w->fib, sizeof(w->fib), BPF_FIB_LOOKUP_SRC);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
 		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
 			ps->ppfc_no_neigh++;
@@ -367,26 +468,33 @@ static __always_inline void ppfc_enqueued(struct __sk_buff *skb, const struct po
 			ps->ppfc_no_route++;
 		goto undo;
 	}
-	if (fib.ifindex == skb->ifindex) {
+	if (w->fib.ifindex == skb->ifindex) {
 		ps->ppfc_self++;
 		goto undo;
 	}
 	sc = bpf_map_lookup_elem(&ppfc_scratch, &zero);
 	if (!sc)
 		goto undo;
-	src->ifindex = fib.ifindex;
-	src->local_ip = fib.ipv4_src;
-	__builtin_memcpy(a.dmac, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(a.smac, fib.smac, ETH_ALEN);
-	a.local_ip = fib.ipv4_src;
-	a.target = ip->saddr;
-	a.dest = ip->daddr;
-	a.pt = pt;
-	a.psn = __sync_fetch_and_add(&src->psn, 1);
-	a.dscp = pc->ppfc_dscp;
-	a.cport = pc->ppfc_port;
-	ppfc_build(&sc->f, &a);
-	if (ppfc_clone(skb, sc, fib.ifindex)) {
+	src->ifindex = w->fib.ifindex;
+	if (family == NET_AF_INET)
+		ppfc_map4(src->local_ip, w->fib.ipv4_src);
+	else
+		__builtin_memcpy(src->local_ip, w->fib.ipv6_src, 16);
+	__builtin_memcpy(w->a.dmac, w->fib.dmac, ETH_ALEN);
+	__builtin_memcpy(w->a.smac, w->fib.smac, ETH_ALEN);
+	w->a.family = family;
+	__builtin_memcpy(w->a.local_ip, src->local_ip, 16);
+	__builtin_memcpy(w->a.target, w->key.addr, 16);
+	__builtin_memcpy(w->a.dest, w->key.dest, 16);
+	w->a.pt = pt;
+	w->a.psn = __sync_fetch_and_add(&src->psn, 1);
+	w->a.dscp = pc->ppfc_dscp;
+	w->a.cport = pc->ppfc_port;
+	if (!ppfc_build(sc, &w->a)) {
+		ps->ppfc_build_errors++;
+		goto undo;
+	}
+	if (ppfc_clone(skb, sc, w->fib.ifindex)) {
 		ps->ppfc_redirect_errors++;
 		goto undo;
 	}
@@ -415,14 +523,17 @@ undo:
 
 
 /* ppfc_resume resumes, through a clone of skb (a packet from dest on its
- * way to addr out of this device), every class that has addr paused for
- * dest and a backlog at or below xon_bytes. */
+ * way to addr out of this device; addresses as IPv6, IPv4-mapped for
+ * IPv4), every class that has addr paused for dest and a backlog at or
+ * below xon_bytes. */
 static __always_inline void ppfc_resume(struct __sk_buff *skb, const struct port_config *pc,
-					struct port_stats *ps, __u32 addr, __u32 dest)
+					struct port_stats *ps, __u32 family, const __u8 *addr,
+					const __u8 *dest)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
+	struct ppfc_key key = {};
 	struct ppfc_args a = {};
 	__u32 zero = 0;
 	__u64 now;
@@ -432,15 +543,17 @@ static __always_inline void ppfc_resume(struct __sk_buff *skb, const struct port
 	/* The packet is on its way to addr: its MAC addresses are the ones. */
 	__builtin_memcpy(a.dmac, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(a.smac, eth->h_source, ETH_ALEN);
-	a.target = addr;
-	a.dest = dest;
+	a.family = family;
+	__builtin_memcpy(a.target, addr, 16);
+	__builtin_memcpy(a.dest, dest, 16);
 	a.pt = PPFC_RESUME;
 	a.dscp = pc->ppfc_dscp;
 	a.cport = pc->ppfc_port;
+	__builtin_memcpy(key.addr, addr, 16);
+	__builtin_memcpy(key.dest, dest, 16);
 	now = now_ns();
 
 	for (__u32 c = 0; c < MAX_CLASSES; c++) {
-		struct ppfc_key key = { .addr = addr, .dest = dest, .class_id = c };
 		struct class_config *cc;
 		struct class_state *cs;
 		struct class_stats *st;
@@ -452,6 +565,7 @@ static __always_inline void ppfc_resume(struct __sk_buff *skb, const struct port
 		cc = bpf_map_lookup_elem(&class_cfg, &class_id);
 		if (!cc || !cc->xoff_bytes)
 			continue;
+		key.class_id = c;
 		src = bpf_map_lookup_elem(&ppfc_sources, &key);
 		if (!src)
 			continue;
@@ -465,9 +579,13 @@ static __always_inline void ppfc_resume(struct __sk_buff *skb, const struct port
 			continue;
 		if (__sync_val_compare_and_swap(&src->paused_until_ns, until, 0) != until)
 			continue; /* another CPU resumed it, or stopped it again */
-		a.local_ip = src->local_ip;
+		__builtin_memcpy(a.local_ip, src->local_ip, 16);
 		a.psn = __sync_fetch_and_add(&src->psn, 1);
-		ppfc_build(&sc->f, &a);
+		if (!ppfc_build(sc, &a)) {
+			ps->ppfc_build_errors++;
+			__sync_val_compare_and_swap(&src->paused_until_ns, 0, until);
+			continue;
+		}
 		if (ppfc_clone(skb, sc, skb->ifindex)) {
 			ps->ppfc_redirect_errors++;
 			__sync_val_compare_and_swap(&src->paused_until_ns, 0, until);

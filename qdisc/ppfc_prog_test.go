@@ -27,22 +27,34 @@ import (
 // PPFC (bpf/port_ppfc.h) under BPF_PROG_RUN. port_enqueue looks the route toward
 // a packet's source up and clones the packet to the device toward it, so
 // the programs run inside a network namespace of their own where craft's
-// source, 198.18.1.2, sits behind a veth (a route and a permanent
-// neighbour entry); ppfc_egress is attached at that veth's egress and
-// turns the clone into the notification, which a packet socket on the veth
-// reads back. The clock and the backlog are set through the test hooks.
+// source (198.18.1.2, or 2001:db8::1) sits behind a veth (a route and a
+// permanent neighbour entry); ppfc_egress is attached at that veth's
+// egress and turns the clone into the notification, which a packet socket
+// on the veth reads back. The clock and the backlog are set through the
+// test hooks.
+
+// ppfcFamily is one address family's addresses: craft's source and
+// destination, and the switch's address toward the source.
+type ppfcFamily struct {
+	name                string
+	v6                  bool
+	source, dest, local netip.Prefix
+}
 
 var (
-	ppfcSource = netip.MustParseAddr("198.18.1.2") // craft's IPv4 source
-	ppfcDest   = netip.MustParseAddr("198.19.0.2") // craft's IPv4 destination
-	ppfcLocal  = netip.MustParseAddr("198.18.1.1") // the switch toward the source
-	ppfcMAC    = net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	ppfcV4 = ppfcFamily{name: "ipv4", source: netip.MustParsePrefix("198.18.1.2/24"), dest: netip.MustParsePrefix("198.19.0.2/24"),
+		local: netip.MustParsePrefix("198.18.1.1/24")}
+	ppfcV6 = ppfcFamily{name: "ipv6", v6: true, source: netip.MustParsePrefix("2001:db8::1/64"), dest: netip.MustParsePrefix("2001:db8::2/64"),
+		local: netip.MustParsePrefix("2001:db8::ff/64")}
+	ppfcFamilies = []ppfcFamily{ppfcV4, ppfcV6}
+	ppfcMAC      = net.HardwareAddr{2, 0, 0, 0, 0, 1}
 )
 
 type ppfcRig struct {
 	tb      testing.TB
 	o       *Objects
 	cc      ClassConfig
+	fam     ppfcFamily
 	ns      netns.NsHandle
 	ifindex int // the veth toward the source
 	sock    int // AF_PACKET on it
@@ -73,13 +85,13 @@ func newPPFCNetns(tb testing.TB) netns.NsHandle {
 	return ns
 }
 
-func newPPFCRig(tb testing.TB, cc ClassConfig, mode QueueMode) *ppfcRig {
+func newPPFCRig(tb testing.TB, cc ClassConfig, mode QueueMode, fam ppfcFamily) *ppfcRig {
 	tb.Helper()
 	labtest.RequireRoot(tb)
 	cfg := DefaultConfig(units.Gbit)
 	cfg.Classes[ClassRoCE] = cc
-	r := &ppfcRig{tb: tb, o: loadTest(tb, cfg, mode), cc: cc, ns: newPPFCNetns(tb)}
-	r.pkt = craft(tb, pktSpec{dscp: uint8(DSCPRoCE), ecn: ect0, payload: 1000})
+	r := &ppfcRig{tb: tb, o: loadTest(tb, cfg, mode), cc: cc, fam: fam, ns: newPPFCNetns(tb)}
+	r.pkt = craft(tb, pktSpec{v6: fam.v6, dscp: uint8(DSCPRoCE), ecn: ect0, payload: 1000})
 
 	h, err := netlink.NewHandleAt(r.ns)
 	if err != nil {
@@ -100,18 +112,27 @@ func newPPFCRig(tb testing.TB, cc ClassConfig, mode QueueMode) *ppfcRig {
 		}
 	}
 	r.ifindex = up[0].Attrs().Index
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ppfcLocal.AsSlice(), Mask: net.CIDRMask(24, 32)}}
+	// No duplicate address detection: a tentative address is no
+	// source for the FIB lookup.
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: fam.local.Addr().AsSlice(), Mask: net.CIDRMask(fam.local.Bits(), fam.local.Addr().BitLen())},
+		Flags: unix.IFA_F_NODAD}
 	if err := h.AddrAdd(up[0], addr); err != nil {
 		tb.Fatal(err)
 	}
-	if err := h.NeighAdd(&netlink.Neigh{LinkIndex: r.ifindex, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
-		IP: ppfcSource.AsSlice(), HardwareAddr: ppfcMAC}); err != nil {
+	family := unix.AF_INET
+	if fam.v6 {
+		family = unix.AF_INET6
+	}
+	if err := h.NeighAdd(&netlink.Neigh{LinkIndex: r.ifindex, Family: family, State: netlink.NUD_PERMANENT,
+		IP: fam.source.Addr().AsSlice(), HardwareAddr: ppfcMAC}); err != nil {
 		tb.Fatal(err)
 	}
 	err = nsexec.Do(r.ns, func() error {
 		// bpf_fib_lookup answers only where the switch forwards.
-		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-			return err
+		for _, sysctl := range []string{"ipv4/ip_forward", "ipv6/conf/all/forwarding"} {
+			if err := os.WriteFile("/proc/sys/net/"+sysctl, []byte("1"), 0o644); err != nil {
+				return err
+			}
 		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: r.ifindex, Program: r.o.PpfcEgress, Attach: ebpf.AttachTCXEgress})
 		if err != nil {
@@ -163,7 +184,8 @@ func (r *ppfcRig) at(now time.Duration, backlog uint64) {
 }
 
 // notes reads the PPFC notifications that left the veth since the last
-// call, checking each one's addresses, ports and ICRC.
+// call, checking each one's addresses, ports, ICRC and (over IPv6) UDP
+// checksum.
 func (r *ppfcRig) notes() []roce.PPFC {
 	r.tb.Helper()
 	var out []roce.PPFC
@@ -177,16 +199,37 @@ func (r *ppfcRig) notes() []roce.PPFC {
 			r.tb.Fatal(err)
 		}
 		p := gopacket.NewPacket(buf[:n], layers.LayerTypeEthernet, gopacket.Default)
-		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
-		if ip == nil || udp == nil || udp.DstPort != roce.UDPPort {
+		if udp == nil || udp.DstPort != roce.UDPPort {
 			continue // IPv6 neighbour discovery and the like
 		}
+		var src, dst netip.Addr
+		var hops, tos uint8
+		if ip, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
+			src, _ = netip.AddrFromSlice(ip.SrcIP)
+			dst, _ = netip.AddrFromSlice(ip.DstIP)
+			hops, tos = ip.TTL, ip.TOS
+			if udp.Checksum != 0 {
+				r.tb.Errorf("IPv4 notification with UDP checksum %#04x, want 0 (as rxe)", udp.Checksum)
+			}
+		} else if ip, ok := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
+			src, _ = netip.AddrFromSlice(ip.SrcIP)
+			dst, _ = netip.AddrFromSlice(ip.DstIP)
+			hops, tos = ip.HopLimit, ip.TrafficClass
+			if ip.FlowLabel != 0 {
+				r.tb.Errorf("IPv6 notification: flow label %#x, want 0", ip.FlowLabel)
+			}
+			if c := udp6Sum(src, dst, udp.Contents, udp.Payload); udp.Checksum == 0 || c != 0xFFFF {
+				r.tb.Errorf("IPv6 notification: UDP checksum %#04x does not verify (sum %#04x)", udp.Checksum, c)
+			}
+		}
+		if want := uint8(DSCPCNP) << 2; tos != want { // the CNPs' DSCP, Not-ECT
+			r.tb.Errorf("notification's TOS %#02x, want %#02x", tos, want)
+		}
 		eth := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
-		src, _ := netip.AddrFromSlice(ip.SrcIP)
-		dst, _ := netip.AddrFromSlice(ip.DstIP)
-		if src != ppfcLocal || dst != ppfcSource || eth.DstMAC.String() != ppfcMAC.String() || udp.SrcPort != 0xC0FC {
-			r.tb.Errorf("notification %v:%d -> %v:%d to %v: want %v:49404 -> %v:4791 to %v", src, udp.SrcPort, dst, udp.DstPort, eth.DstMAC, ppfcLocal, ppfcSource, ppfcMAC)
+		if src != r.fam.local.Addr() || dst != r.fam.source.Addr() || eth.DstMAC.String() != ppfcMAC.String() || udp.SrcPort != 0xC0FC || hops != 64 {
+			r.tb.Errorf("notification %v:%d -> %v:%d to %v, hop limit %d: want %v:49404 -> %v:4791 to %v, 64",
+				src, udp.SrcPort, dst, udp.DstPort, eth.DstMAC, hops, r.fam.local.Addr(), r.fam.source.Addr(), ppfcMAC)
 		}
 		var f roce.PPFC
 		if err := roce.ParsePPFC(udp.Payload, &f); err != nil {
@@ -195,8 +238,8 @@ func (r *ppfcRig) notes() []roce.PPFC {
 		if !roce.VerifyICRC(netip.AddrPortFrom(src, 0xC0FC), netip.AddrPortFrom(dst, roce.UDPPort), udp.Payload) {
 			r.tb.Errorf("%v: the ICRC does not verify", f.Action)
 		}
-		if f.Dest != ppfcDest {
-			r.tb.Errorf("%v names %v, want %v", f.Action, f.Dest, ppfcDest)
+		if f.Dest != r.fam.dest.Addr() {
+			r.tb.Errorf("%v names %v, want %v", f.Action, f.Dest, r.fam.dest.Addr())
 		}
 		out = append(out, f)
 	}
@@ -205,7 +248,7 @@ func (r *ppfcRig) notes() []roce.PPFC {
 // source reads the port's state of craft's source.
 func (r *ppfcRig) source() bpf.PortPpfcSource {
 	r.tb.Helper()
-	k := bpf.PortPpfcKey{Addr: be32(ppfcSource), Dest: be32(ppfcDest), ClassId: uint32(ClassRoCE)}
+	k := bpf.PortPpfcKey{Addr: r.fam.source.Addr().As16(), Dest: r.fam.dest.Addr().As16(), ClassId: uint32(ClassRoCE)}
 	var s bpf.PortPpfcSource
 	if err := r.o.PpfcSources.Lookup(&k, &s); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		r.tb.Fatal(err)
@@ -213,11 +256,44 @@ func (r *ppfcRig) source() bpf.PortPpfcSource {
 	return s
 }
 
-// be32 is an IPv4 address as the programs store it: network order, read
-// as a native (little-endian) integer.
-func be32(a netip.Addr) uint32 {
-	b := a.As4()
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+// back is a packet from craft's destination to its source, leaving the
+// switch toward the source: where ppfc_egress looks for sources to resume.
+func (r *ppfcRig) back() []byte {
+	b := craft(r.tb, pktSpec{v6: r.fam.v6, dscp: uint8(DSCPRoCE), payload: 20})
+	copy(b[0:6], ppfcMAC)
+	copy(b[6:12], net.HardwareAddr{2, 0, 0, 0, 0, 2})
+	src, dst := 14+12, 14+16 // IPv4 addresses
+	if r.fam.v6 {
+		src, dst = 14+8, 14+24
+	}
+	copy(b[src:], r.fam.dest.Addr().AsSlice())
+	copy(b[dst:], r.fam.source.Addr().AsSlice())
+	return b
+}
+
+// udp6Sum is the ones' complement sum of UDP over IPv6 with its
+// pseudo-header (RFC 8200 §8.1): 0xFFFF when the checksum verifies.
+func udp6Sum(src, dst netip.Addr, hdr, payload []byte) uint16 {
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	s, d := src.As16(), dst.As16()
+	add(s[:])
+	add(d[:])
+	n := uint32(len(hdr) + len(payload))
+	sum += n>>16 + n&0xFFFF + 17
+	add(hdr)
+	add(payload)
+	for sum > 0xFFFF {
+		sum = sum&0xFFFF + sum>>16
+	}
+	return uint16(sum)
 }
 
 // drainUs is the notification's duration for a packet that took the
@@ -258,7 +334,13 @@ func ppfcClass() ClassConfig {
 // once the backlog has been down to xon, and an alarm again in the next
 // episode. Every notification's duration is the drain time its rule says.
 func TestPPFCHoldAndAlarm(t *testing.T) {
-	r := newPPFCRig(t, ppfcClass(), QueueVeth)
+	for _, fam := range ppfcFamilies {
+		t.Run(fam.name, func(t *testing.T) { ppfcHoldAndAlarm(t, fam) })
+	}
+}
+
+func ppfcHoldAndAlarm(t *testing.T, fam ppfcFamily) {
+	r := newPPFCRig(t, ppfcClass(), QueueVeth, fam)
 	n := uint64(len(r.pkt))
 	ms := time.Millisecond
 
@@ -323,17 +405,17 @@ func TestPPFCHoldAndAlarm(t *testing.T) {
 // the backlog is down to xon) is out of the episode: when the backlog
 // rises into the band again it gets no hold.
 func TestPPFCResumeEndsEpisode(t *testing.T) {
-	r := newPPFCRig(t, ppfcClass(), QueueVeth)
+	for _, fam := range ppfcFamilies {
+		t.Run(fam.name, func(t *testing.T) { ppfcResumeEndsEpisode(t, fam) })
+	}
+}
+
+func ppfcResumeEndsEpisode(t *testing.T, fam ppfcFamily) {
+	r := newPPFCRig(t, ppfcClass(), QueueVeth, fam)
 	n := uint64(len(r.pkt))
 	ms := time.Millisecond
 	r.want("at xoff", r.enqueue(ms, 400_000-n, r.pkt), roce.PPFCStop, drainUs(400_000, 100_000))
-	// The reverse packet: from the destination to the source, out of
-	// the veth toward it, where ppfc_egress looks for sources to resume.
-	back := craft(t, pktSpec{dscp: uint8(DSCPRoCE), payload: 20})
-	copy(back[0:6], ppfcMAC)
-	copy(back[6:12], net.HardwareAddr{2, 0, 0, 0, 0, 2})
-	copy(back[26:30], ppfcDest.AsSlice())
-	copy(back[30:34], ppfcSource.AsSlice())
+	back := r.back()
 	r.at(ms+100*time.Microsecond, 250_000)
 	err := nsexec.Do(r.ns, func() error {
 		_, err := r.o.PpfcEgress.Run(&ebpf.RunOptions{Data: back, Context: skbCtx{Ifindex: uint32(r.ifindex)}})
@@ -359,25 +441,12 @@ func TestPPFCResumeEndsEpisode(t *testing.T) {
 	}
 }
 
-// TestPPFCNotIPv4: an IPv6 source that takes the backlog to alarm or xoff
-// is counted (nothing is sent); one in the band below alarm is not.
-func TestPPFCNotIPv4(t *testing.T) {
-	r := newPPFCRig(t, ppfcClass(), QueueVeth)
-	v6 := craft(t, pktSpec{v6: true, dscp: uint8(DSCPRoCE), ecn: ect0, payload: 1000})
-	r.wantNone("band", r.enqueue(time.Millisecond, 250_000, v6))
-	r.wantNone("alarm", r.enqueue(time.Millisecond, 300_000, v6))
-	r.wantNone("xoff", r.enqueue(time.Millisecond, 400_000, v6))
-	if p := stats(t, r.o).Port; p.PPFCNotIPv4 != 2 {
-		t.Errorf("ppfc_not_ipv4 %d, want 2", p.PPFCNotIPv4)
-	}
-}
-
 // TestPPFCVirtualEpisodes: in virtual-queue mode the queue drains on the
 // clock, and the episode ends when it has drained to xon: the source whose
 // stop ran out in the band is held in the same episode, not after it.
 func TestPPFCVirtualEpisodes(t *testing.T) {
 	cc := ppfcClass()
-	r := newPPFCRig(t, cc, QueueVirtual)
+	r := newPPFCRig(t, cc, QueueVirtual, ppfcV4)
 	n := uint64(len(r.pkt))
 	vq := func(now time.Duration, backlog uint64) []roce.PPFC {
 		t.Helper()

@@ -310,10 +310,10 @@ type PortCounters struct {
 	LateDeparturePackets uint64 `json:"late_departure_packets"`
 	HandoffBusyPackets   uint64 `json:"handoff_busy_packets"`
 	HandoffStalePackets  uint64 `json:"handoff_stale_packets"`
-	// PPFC notifications not sent: an IPv6 source, no route or no
-	// neighbour toward the source, a source behind the port itself, a
-	// failed clone; and clones that could not be rewritten (dropped).
-	PPFCNotIPv4        uint64 `json:"ppfc_not_ipv4"`
+	// PPFC notifications not sent: no route or no neighbour toward the
+	// source, a source behind the port itself, a failed clone; and
+	// notifications that could not be built or clones not rewritten
+	// (dropped).
 	PPFCNoRoute        uint64 `json:"ppfc_no_route"`
 	PPFCNoNeighbour    uint64 `json:"ppfc_no_neighbour"`
 	PPFCSelf           uint64 `json:"ppfc_self"`
@@ -326,7 +326,7 @@ type PortCounters struct {
 
 // PPFCErrors sums the PPFC notifications the port failed to send.
 func (p *PortCounters) PPFCErrors() uint64 {
-	return p.PPFCNotIPv4 + p.PPFCNoRoute + p.PPFCNoNeighbour + p.PPFCSelf + p.PPFCRedirectErrors + p.PPFCBuildErrors
+	return p.PPFCNoRoute + p.PPFCNoNeighbour + p.PPFCSelf + p.PPFCRedirectErrors + p.PPFCBuildErrors
 }
 
 // Stats is a snapshot of a port's counters.
@@ -416,7 +416,6 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 		s.Port.LateDeparturePackets += p.LateDeparturePackets
 		s.Port.HandoffBusyPackets += p.HandoffBusyPackets
 		s.Port.HandoffStalePackets += p.HandoffStalePackets
-		s.Port.PPFCNotIPv4 += p.PpfcNotIpv4
 		s.Port.PPFCNoRoute += p.PpfcNoRoute
 		s.Port.PPFCNoNeighbour += p.PpfcNoNeigh
 		s.Port.PPFCSelf += p.PpfcSelf

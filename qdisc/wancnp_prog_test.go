@@ -19,19 +19,19 @@ import (
 )
 
 // WAN CNPs (seed 001; bpf/port_wancnp.h wan_cnp) under BPF_PROG_RUN, on the PPFC
-// rig: the tunnel-ingress PE is ppfcSource, behind the rig's veth.
+// rig: the tunnel-ingress PE is the PPFC rig's IPv4 source (198.18.1.2), behind the rig's veth.
 
 var wanEgressPE = netip.MustParseAddr("198.19.200.1")
 
 // craftTunnelled is a RoCEv2 packet (UDP from 0xc0de to 4791, destination
-// QP 0x00abcd) inside IP-in-IP from the ingress PE (ppfcSource) to the
+// QP 0x00abcd) inside IP-in-IP from the ingress PE (198.18.1.2) to the
 // egress PE, the outer header with DSCP 26 and ECT(0).
 func craftTunnelled(tb testing.TB) []byte {
 	tb.Helper()
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2},
 		EthernetType: layers.EthernetTypeIPv4}
 	outer := &layers.IPv4{Version: 4, IHL: 5, TOS: 26<<2 | ect0, TTL: 64, Protocol: layers.IPProtocolIPv4,
-		SrcIP: ppfcSource.AsSlice(), DstIP: wanEgressPE.AsSlice()}
+		SrcIP: ppfcV4.source.Addr().AsSlice(), DstIP: wanEgressPE.AsSlice()}
 	inner := &layers.IPv4{Version: 4, IHL: 5, TOS: 26<<2 | ect0, TTL: 63, Protocol: layers.IPProtocolUDP,
 		SrcIP: net.IPv4(198, 18, 7, 2), DstIP: net.IPv4(198, 19, 1, 2)}
 	udp := &layers.UDP{SrcPort: 0xc0de, DstPort: 4791}
@@ -119,7 +119,7 @@ func (r *ppfcRig) enqueueDraw(now time.Duration, backlog uint64, draw uint32, pk
 func TestWANCNPFromPort(t *testing.T) {
 	cc := twoThresholdClass()
 	cc.TwoThreshold.NotifyInterval = time.Millisecond
-	r := newPPFCRig(t, cc, QueueVeth)
+	r := newPPFCRig(t, cc, QueueVeth, ppfcV4)
 	pkt := craftTunnelled(t)
 	const t0 = 10 * time.Second
 
@@ -130,10 +130,10 @@ func TestWANCNPFromPort(t *testing.T) {
 		t.Fatalf("light mark: %d CNPs, want 1", len(got))
 	}
 	c := got[0]
-	if c.src != wanEgressPE || c.dst != ppfcSource || c.sport != 0xc0de || c.destQP != 0xabcd || !c.light ||
+	if c.src != wanEgressPE || c.dst != ppfcV4.source.Addr() || c.sport != 0xc0de || c.destQP != 0xabcd || !c.light ||
 		!c.icrcOK || c.dscp != uint8(DSCPCNP) || c.ecn != 0 || c.frameBytes != 74 {
 		t.Errorf("light CNP %+v: want %v -> %v from port 0xc0de, QP 0xabcd, L, DSCP %d Not-ECT, ICRC ok, 74 bytes",
-			c, wanEgressPE, ppfcSource, DSCPCNP)
+			c, wanEgressPE, ppfcV4.source.Addr(), DSCPCNP)
 	}
 	// Within the interval: coalesced. A heavy one is a kind of its own.
 	r.enqueueDraw(t0+500*time.Microsecond, 200_000, 0, pkt)

@@ -209,8 +209,8 @@ func renderStats(w io.Writer, info qdisc.Info, st *qdisc.Stats, q *qdisc.QdiscCo
 			p.LateDeparturePackets, p.HandoffBusyPackets, p.HandoffStalePackets)
 	}
 	if p.PPFCErrors() != 0 {
-		fmt.Fprintf(w, " ppfc not sent: ipv6 source %d, no route %d, no neighbour %d, source behind this port %d, clone failed %d, rewrite failed %d\n",
-			p.PPFCNotIPv4, p.PPFCNoRoute, p.PPFCNoNeighbour, p.PPFCSelf, p.PPFCRedirectErrors, p.PPFCBuildErrors)
+		fmt.Fprintf(w, " ppfc not sent: no route %d, no neighbour %d, source behind this port %d, clone failed %d, rewrite failed %d\n",
+			p.PPFCNoRoute, p.PPFCNoNeighbour, p.PPFCSelf, p.PPFCRedirectErrors, p.PPFCBuildErrors)
 	}
 	if q != nil {
 		kind := q.Kind
