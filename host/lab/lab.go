@@ -416,6 +416,17 @@ func (n *Node) baseline(forwarding, uses6 bool) error {
 			kv = append(kv,
 				[2]string{"net.ipv6.conf.all.disable_ipv6", "1"},
 				[2]string{"net.ipv6.conf.default.disable_ipv6", "1"})
+		} else {
+			// An IPv6 lab is quiet once built: no router solicitations
+			// (addresses are static), and a device's MLD reports (its
+			// solicited-node and all-routers groups) all go out as it
+			// comes up, not at random up to a second later, when a
+			// port may be attaching. Devices created after this take
+			// the defaults.
+			kv = append(kv,
+				[2]string{"net.ipv6.conf.default.router_solicitations", "0"},
+				[2]string{"net.ipv6.conf.default.mldv1_unsolicited_report_interval", "1"},
+				[2]string{"net.ipv6.conf.default.mldv2_unsolicited_report_interval", "1"})
 		}
 	}
 	for _, p := range kv {

@@ -70,23 +70,28 @@ func TestTwoNodeLab(t *testing.T) {
 	udpExchange(t, b, a, netip.MustParseAddr("2001:db8:100::2"), netip.MustParseAddr("2001:db8:100::1"))
 
 	for key, want := range map[string]string{
-		"net.ipv4.tcp_ecn":                   "1",
-		"net.ipv4.conf.eth0.accept_local":    "1",
-		"net/ipv6/conf/eth0/hop_limit":       "33",
-		"net.ipv4.conf.eth0.arp_announce":    "2", // inherited from default: set before the veth existed
-		"net.ipv4.conf.all.rp_filter":        "0",
-		"net.ipv6.conf.all.accept_dad":       "0",
-		"net.ipv4.ip_forward":                "0",
-		"net.ipv6.conf.default.accept_dad":   "0",
-		"net.ipv4.conf.default.rp_filter":    "0",
-		"net.ipv6.conf.eth0.accept_dad":      "0",
-		"net.ipv4.conf.eth0.rp_filter":       "0",
-		"net.ipv6.conf.all.forwarding":       "0",
-		"net.ipv4.conf.default.accept_local": "0",
+		"net.ipv4.tcp_ecn":                        "1",
+		"net.ipv4.conf.eth0.accept_local":         "1",
+		"net/ipv6/conf/eth0/hop_limit":            "33",
+		"net.ipv4.conf.eth0.arp_announce":         "2", // inherited from default: set before the veth existed
+		"net.ipv4.conf.all.rp_filter":             "0",
+		"net.ipv6.conf.all.accept_dad":            "0",
+		"net.ipv4.ip_forward":                     "0",
+		"net.ipv6.conf.default.accept_dad":        "0",
+		"net.ipv4.conf.default.rp_filter":         "0",
+		"net.ipv6.conf.eth0.accept_dad":           "0",
+		"net.ipv4.conf.eth0.rp_filter":            "0",
+		"net.ipv6.conf.all.forwarding":            "0",
+		"net.ipv4.conf.default.accept_local":      "0",
+		"net.ipv6.conf.eth0.router_solicitations": "0", // IPv6 lab: quiet once built
 	} {
 		if got, err := b.ReadSysctl(key); err != nil || got != want {
 			t.Errorf("b: %s = %q, %v; want %q", key, got, err, want)
 		}
+	}
+	// 1 ms, read back as a whole number of jiffies.
+	if got, err := b.ReadSysctl("net.ipv6.conf.eth0.mldv2_unsolicited_report_interval"); err != nil || got == "1000" {
+		t.Errorf("b: eth0's MLDv2 unsolicited report interval %q, %v; want 1 ms (as jiffies), not the default 1000", got, err)
 	}
 	for _, key := range []string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"} {
 		if got, err := a.ReadSysctl(key); err != nil || got != "1" {
