@@ -57,6 +57,13 @@ Server or client:
                             QPs with PPFC notifications, comma-separated IP
                             prefixes or addresses (default: any); the host's
                             steering drops the others (ppfc_ignored_source)
+  --ppfc-max-pause TIME     (RoCEv2) the longest pause a PPFC stop puts on
+                            this end's QPs, 1us..1s, wall-clock (default
+                            65.535ms, the field's longest; a bare number is ms)
+  --ppfc-watchdog TIME|off  (RoCEv2) a QP paused stop after stop this long
+                            sends again and obeys no stop for as long, the
+                            max pause..10s (default max(200ms, 2 x the max
+                            pause), as a switch's PFC watchdog)
   -i, --interval SECONDS    seconds between reports (default 1, 0 = none)
   -J, --json                JSON output (one report at the end)
   --logfile FILE            send output to FILE (appended)
@@ -192,7 +199,7 @@ var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "leng
 // --transport rocev2 refuses.
 var (
 	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "pkey", "cnp-dscp", "perftest",
-		"window", "inflight", "ack-every", "burst", "timeout", "retry", "ppfc-sources"}
+		"window", "inflight", "ack-every", "burst", "timeout", "retry", "ppfc-sources", "ppfc-max-pause", "ppfc-watchdog"}
 	uetOnly = []string{"base-rtt", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
 
@@ -266,6 +273,8 @@ func parseArgs(args []string) (*options, error) {
 		sendPath = str("auto", "send")
 		pkeyFlag = str("", "pkey")
 		ppfcSrc  = str("", "ppfc-sources")
+		ppfcMax  = str("", "ppfc-max-pause")
+		ppfcWd   = str("", "ppfc-watchdog")
 		knobs    repeated
 		nsccKnob repeated
 	)
@@ -377,7 +386,7 @@ func parseArgs(args []string) (*options, error) {
 	case *server:
 		for _, n := range clientOnly {
 			if set[n] {
-				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, --send, --np, --pkey, --ppfc-sources, -1, -i, -J, --logfile, --timescale", dash(n))
+				return nil, fmt.Errorf("roceperf: %s is a client option; a server takes -B, -p, --udp-port, --send, --np, --pkey, --ppfc-sources, --ppfc-max-pause, --ppfc-watchdog, -1, -i, -J, --logfile, --timescale", dash(n))
 			}
 		}
 		if set["udp-port"] && udpN == 0 {
@@ -397,8 +406,12 @@ func parseArgs(args []string) (*options, error) {
 		if err != nil {
 			return nil, err
 		}
+		maxPause, watchdog, err := parsePPFCLimits(*ppfcMax, *ppfcWd)
+		if err != nil {
+			return nil, err
+		}
 		o.server = &perf.ServerConfig{Bind: bindAddr, Port: portN, UDPPort: udpN, OneOff: *oneOff, JSON: *jsonOut, Interval: c.Interval, NP: *npMode,
-			SendPath: send, Timescale: timescale, PKey: pk, PPFCSources: srcs}
+			SendPath: send, Timescale: timescale, PKey: pk, PPFCSources: srcs, PPFCMaxPause: maxPause, PPFCWatchdog: watchdog}
 		for _, t := range []struct {
 			name string
 			s    *string
@@ -567,6 +580,9 @@ func parseArgs(args []string) (*options, error) {
 	if c.PPFCSources, err = parsePPFCSources(*ppfcSrc); err != nil {
 		return nil, err
 	}
+	if c.PPFCMaxPause, c.PPFCWatchdog, err = parsePPFCLimits(*ppfcMax, *ppfcWd); err != nil {
+		return nil, err
+	}
 	if c.Omit, err = seconds(spelled("O", "omit"), *omit, 0, perf.MaxOmit); err != nil {
 		return nil, err
 	}
@@ -716,4 +732,36 @@ func seconds(flagName, s string, lo, hi time.Duration) (time.Duration, error) {
 		return 0, mustBe(flagName, s, "%g..%g seconds", lo.Seconds(), hi.Seconds())
 	}
 	return d, nil
+}
+
+// parsePPFCLimits reads --ppfc-max-pause and --ppfc-watchdog (a bare
+// number is ms, as --timeout; the watchdog also "off"); "" leaves the
+// default (0). Their ranges are perf's to check.
+func parsePPFCLimits(maxPause, watchdog string) (time.Duration, time.Duration, error) {
+	dur := func(name, s string) (time.Duration, error) {
+		if s == "" {
+			return 0, nil
+		}
+		t := s
+		if _, err := strconv.ParseFloat(t, 64); err == nil {
+			t += "ms"
+		}
+		d, err := units.ParseDuration(t)
+		if err != nil || d < 0 {
+			return 0, mustBe(name, s, "a time such as 10ms (a bare number is ms)")
+		}
+		return d, nil
+	}
+	mp, err := dur("--ppfc-max-pause", maxPause)
+	if err != nil {
+		return 0, 0, err
+	}
+	if watchdog == "off" {
+		return mp, -1, nil
+	}
+	wd, err := dur("--ppfc-watchdog", watchdog)
+	if err != nil {
+		return 0, 0, mustBe("--ppfc-watchdog", watchdog, "a time such as 200ms (a bare number is ms), or off")
+	}
+	return mp, wd, nil
 }

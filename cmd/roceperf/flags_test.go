@@ -112,6 +112,23 @@ func TestParsePPFCSources(t *testing.T) {
 	}
 }
 
+// --ppfc-max-pause and --ppfc-watchdog (a bare number is ms; the
+// watchdog "off") reach the server's and the client's config.
+func TestParsePPFCLimits(t *testing.T) {
+	o, err := parseArgs(strings.Fields("-s --ppfc-max-pause 20 --ppfc-watchdog 1s"))
+	if err != nil || o.server.PPFCMaxPause != 20*time.Millisecond || o.server.PPFCWatchdog != time.Second {
+		t.Errorf("server: %+v, %v; want 20ms, 1s", o.server, err)
+	}
+	o, err = parseArgs(strings.Fields("-c h --ppfc-max-pause 500us --ppfc-watchdog off"))
+	if err != nil || o.client.PPFCMaxPause != 500*time.Microsecond || o.client.PPFCWatchdog >= 0 {
+		t.Errorf("client: %v, %v, %v; want 500µs, off (negative)", o.client.PPFCMaxPause, o.client.PPFCWatchdog, err)
+	}
+	o, err = parseArgs(strings.Fields("-c h"))
+	if err != nil || o.client.PPFCMaxPause != 0 || o.client.PPFCWatchdog != 0 {
+		t.Errorf("defaults: %v, %v, %v; want 0, 0 (the agent's)", o.client.PPFCMaxPause, o.client.PPFCWatchdog, err)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"", "roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)"},
@@ -161,6 +178,11 @@ func TestParseErrors(t *testing.T) {
 		{"-c h --ppfc-sources 198.18.1.x", "roceperf: --ppfc-sources 198.18.1.x: must be comma-separated IP prefixes or addresses"},
 		{"-s --ppfc-sources ::ffff:198.18.1.1", "roceperf: --ppfc-sources ::ffff:198.18.1.1: must be written as IPv4, not IPv4-mapped (198.18.1.1)"},
 		{"-c h --transport uet --ppfc-sources 198.18.1.1", "roceperf: --ppfc-sources 198.18.1.1: a RoCEv2 option"},
+		{"-c h --ppfc-max-pause 2s", "roceperf: --ppfc-max-pause 2s: must be 0 (the Pause Duration field's longest, 65.535ms) or 1µs..1s"},
+		{"-s --ppfc-max-pause -1", "roceperf: --ppfc-max-pause -1: must be a time such as 10ms (a bare number is ms)"},
+		{"-c h --ppfc-max-pause 100ms --ppfc-watchdog 50ms", "roceperf: --ppfc-watchdog 50ms: must be 0 (max(200ms, 2 × the max pause)), off, or the max pause (100ms)..10s"},
+		{"-c h --ppfc-watchdog never", "roceperf: --ppfc-watchdog never: must be a time such as 200ms (a bare number is ms), or off"},
+		{"-c h --transport uet --ppfc-watchdog off", "roceperf: --ppfc-watchdog off: a RoCEv2 option"},
 		{"-c h --bogus", "roceperf: flag provided but not defined: -bogus (roceperf -h for help)"},
 		{"-c", "roceperf: flag needs an argument: -c (roceperf -h for help)"},
 	} {

@@ -135,12 +135,12 @@ type Config struct {
 // DefaultPPFCWatchdog is Config.PPFCWatchdog's default, pfcwd's.
 const DefaultPPFCWatchdog = 200 * time.Millisecond
 
-// maxPPFCMaxPause bounds Config.PPFCMaxPause: a requester paused longer
+// MaxPPFCMaxPause bounds Config.PPFCMaxPause: a requester paused longer
 // than a second is a fabric that needs fixing, not a pause.
-const maxPPFCMaxPause = time.Second
+const MaxPPFCMaxPause = time.Second
 
-// maxPPFCWatchdog bounds Config.PPFCWatchdog.
-const maxPPFCWatchdog = 10 * time.Second
+// MaxPPFCWatchdog bounds Config.PPFCWatchdog.
+const MaxPPFCWatchdog = 10 * time.Second
 
 // EventKind says what an Event records.
 type EventKind uint8
@@ -249,14 +249,14 @@ func newAgent(cfg Config) (*Agent, error) {
 	if cfg.PPFCMaxPause == 0 {
 		cfg.PPFCMaxPause = roce.MaxPPFCPause
 	}
-	if cfg.PPFCMaxPause < time.Microsecond || cfg.PPFCMaxPause > maxPPFCMaxPause {
-		return nil, fmt.Errorf("agent: ppfc_max_pause %v: must be 1us..%v", cfg.PPFCMaxPause, maxPPFCMaxPause)
+	if cfg.PPFCMaxPause < time.Microsecond || cfg.PPFCMaxPause > MaxPPFCMaxPause {
+		return nil, fmt.Errorf("agent: ppfc_max_pause %v: must be 1us..%v", cfg.PPFCMaxPause, MaxPPFCMaxPause)
 	}
 	if cfg.PPFCWatchdog == 0 {
 		cfg.PPFCWatchdog = max(DefaultPPFCWatchdog, 2*cfg.PPFCMaxPause)
 	}
-	if cfg.PPFCWatchdog > 0 && (cfg.PPFCWatchdog < cfg.PPFCMaxPause || cfg.PPFCWatchdog > maxPPFCWatchdog) {
-		return nil, fmt.Errorf("agent: ppfc_watchdog %v: must be ppfc_max_pause (%v)..%v, or negative (off)", cfg.PPFCWatchdog, cfg.PPFCMaxPause, maxPPFCWatchdog)
+	if cfg.PPFCWatchdog > 0 && (cfg.PPFCWatchdog < cfg.PPFCMaxPause || cfg.PPFCWatchdog > MaxPPFCWatchdog) {
+		return nil, fmt.Errorf("agent: ppfc_watchdog %v: must be ppfc_max_pause (%v)..%v, or negative (off)", cfg.PPFCWatchdog, cfg.PPFCMaxPause, MaxPPFCWatchdog)
 	}
 	a := &Agent{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, log: cfg.Logger,
 		qpnFirst: firstQPN, qpnLast: roce.PSNMask, // QPNs are 24 bits, like PSNs

@@ -161,6 +161,12 @@ type ServerConfig struct {
 	// server's QPs with PPFC notifications (agent.Config.PPFCSources; the
 	// host's steering drops the others). RoCEv2 only. Optional: any.
 	PPFCSources []netip.Prefix
+	// PPFCMaxPause (--ppfc-max-pause) and PPFCWatchdog (--ppfc-watchdog)
+	// bound the pauses PPFC notifications put on the server's QPs
+	// (agent.Config's, with their defaults); a negative PPFCWatchdog
+	// turns the watchdog off. RoCEv2 only. Optional.
+	PPFCMaxPause time.Duration
+	PPFCWatchdog time.Duration
 }
 
 // Where the notification point runs (ServerConfig.NP), and where the
@@ -225,6 +231,13 @@ type ClientConfig struct {
 	// client's QPs with PPFC notifications (agent.Config.PPFCSources; the
 	// host's steering drops the others). Optional: any.
 	PPFCSources []netip.Prefix
+	// PPFCMaxPause (--ppfc-max-pause) bounds every pause a PPFC stop puts
+	// on the client's QPs, and PPFCWatchdog (--ppfc-watchdog) ends a pause
+	// storm (agent.Config's, with their defaults: 65.535 ms, and
+	// max(200 ms, 2 × PPFCMaxPause)); a negative PPFCWatchdog turns the
+	// watchdog off. Optional.
+	PPFCMaxPause time.Duration
+	PPFCWatchdog time.Duration
 	// Interval is the report interval (-i); 0 means no interval reports.
 	Interval time.Duration
 	// Omit (-O) is a warm-up excluded from the summary; the run lasts
@@ -461,6 +474,8 @@ func (c ClientConfig) Validate() error {
 		return configErr(FieldPKey, fmt.Sprintf("%#04x", c.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
 	case badPPFCSource(c.PPFCSources) != "":
 		return configErr(FieldPPFCSources, badPPFCSource(c.PPFCSources), ppfcSourcesMust)
+	case checkPPFCLimits(c.PPFCMaxPause, c.PPFCWatchdog) != nil:
+		return checkPPFCLimits(c.PPFCMaxPause, c.PPFCWatchdog)
 	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
 		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:
@@ -603,4 +618,21 @@ func badPPFCSource(ps []netip.Prefix) string {
 		}
 	}
 	return ""
+}
+
+// checkPPFCLimits checks a PPFCMaxPause and a PPFCWatchdog as agent.New
+// will: the pause 0 (the field's longest) or 1µs..MaxPPFCMaxPause, the
+// watchdog 0 (its default), negative (off) or the pause..MaxPPFCWatchdog.
+func checkPPFCLimits(maxPause, watchdog time.Duration) error {
+	if maxPause != 0 && (maxPause < time.Microsecond || maxPause > agent.MaxPPFCMaxPause) {
+		return configErr(FieldPPFCMaxPause, maxPause, "0 (the Pause Duration field's longest, %v) or 1µs..%v", roce.MaxPPFCPause, agent.MaxPPFCMaxPause)
+	}
+	floor := maxPause
+	if floor == 0 {
+		floor = roce.MaxPPFCPause
+	}
+	if watchdog > 0 && (watchdog < floor || watchdog > agent.MaxPPFCWatchdog) {
+		return configErr(FieldPPFCWatchdog, watchdog, "0 (max(%v, 2 × the max pause)), off, or the max pause (%v)..%v", agent.DefaultPPFCWatchdog, floor, agent.MaxPPFCWatchdog)
+	}
+	return nil
 }

@@ -28,6 +28,8 @@ const (
 	FieldCNPDSCP      Field = "cnp_dscp"
 	FieldPKey         Field = "pkey"
 	FieldPPFCSources  Field = "ppfc_sources"
+	FieldPPFCMaxPause Field = "ppfc_max_pause"
+	FieldPPFCWatchdog Field = "ppfc_watchdog"
 	FieldTrimDSCP     Field = "trim_dscp"
 	FieldTrimLastHop  Field = "trim_lasthop_dscp"
 	FieldProfile      Field = "profile"

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
@@ -48,5 +49,39 @@ func TestPPFCSourcesRefused(t *testing.T) {
 	_, err := Listen(ServerConfig{PPFCSources: []netip.Prefix{{}}})
 	if !errors.As(err, &ce) || ce.Field != FieldPPFCSources {
 		t.Errorf("server: %v, want a ppfc_sources error", err)
+	}
+}
+
+// TestPPFCLimitsRefused: a max pause or a watchdog agent.New would refuse
+// is refused first with the field, the value and the range, on a client
+// as on a server.
+func TestPPFCLimitsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		maxPause, watchdog time.Duration
+		field              Field
+	}{
+		{2 * time.Second, 0, FieldPPFCMaxPause},
+		{time.Nanosecond, 0, FieldPPFCMaxPause},
+		{0, 10 * time.Millisecond, FieldPPFCWatchdog}, // below the field's 65.535 ms
+		{100 * time.Millisecond, 50 * time.Millisecond, FieldPPFCWatchdog},
+		{0, 11 * time.Second, FieldPPFCWatchdog},
+	} {
+		c := DefaultClientConfig("198.18.0.1")
+		c.PPFCMaxPause, c.PPFCWatchdog = tc.maxPause, tc.watchdog
+		var ce *ConfigError
+		if err := c.Validate(); !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("client %v/%v: %v, want a %s error", tc.maxPause, tc.watchdog, err, tc.field)
+		}
+		_, err := Listen(ServerConfig{PPFCMaxPause: tc.maxPause, PPFCWatchdog: tc.watchdog})
+		if !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("server %v/%v: %v, want a %s error", tc.maxPause, tc.watchdog, err, tc.field)
+		}
+	}
+	for _, ok := range [][2]time.Duration{{0, 0}, {0, -1}, {time.Microsecond, 0}, {time.Second, 10 * time.Second}, {20 * time.Millisecond, 20 * time.Millisecond}} {
+		c := DefaultClientConfig("198.18.0.1")
+		c.PPFCMaxPause, c.PPFCWatchdog = ok[0], ok[1]
+		if err := c.Validate(); err != nil {
+			t.Errorf("%v/%v refused: %v", ok[0], ok[1], err)
+		}
 	}
 }

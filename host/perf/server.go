@@ -90,6 +90,8 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		return nil, configErr(FieldPKey, fmt.Sprintf("%#04x", cfg.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
 	case badPPFCSource(cfg.PPFCSources) != "":
 		return nil, configErr(FieldPPFCSources, badPPFCSource(cfg.PPFCSources), ppfcSourcesMust)
+	case checkPPFCLimits(cfg.PPFCMaxPause, cfg.PPFCWatchdog) != nil:
+		return nil, checkPPFCLimits(cfg.PPFCMaxPause, cfg.PPFCWatchdog)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
@@ -115,7 +117,8 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	host, err := agent.OpenHost(agent.HostConfig{
 		Addr: netip.AddrPortFrom(bind, uint16(cfg.UDPPort)), Port: pktio.RoCEOptions{SendPath: cfg.SendPath},
-		NP: agent.Offload(cfg.NP), RP: agent.OffloadAgent, Agent: agent.Config{Logger: log, Held: cfg.Held, PPFCSources: cfg.PPFCSources},
+		NP: agent.Offload(cfg.NP), RP: agent.OffloadAgent, Agent: agent.Config{Logger: log, Held: cfg.Held, PPFCSources: cfg.PPFCSources,
+			PPFCMaxPause: cfg.PPFCMaxPause, PPFCWatchdog: cfg.PPFCWatchdog},
 	})
 	if err != nil {
 		return nil, hostErr(err, FieldNP)
