@@ -36,7 +36,14 @@ flows:
 // nothing. An invalid file is then refused whole. Rates are judged flow
 // against flow (the daemon paces them all on the same CPUs): beside
 // stress-ng its 60 Mbit/s flows send 47–52, the host's, not the reload's.
+// The rates are the host's too when the hypervisor steals the CPUs (one
+// CI run: 28.7 % of it stolen, f1 across the reload at 0.82 of itself):
+// such a run is run again (retryStarved), each logged.
 func TestDaemonReloadUnderLoad(t *testing.T) {
+	retryStarved(t, reloadUnderLoad)
+}
+
+func reloadUnderLoad(t *testing.T, hc *hostChecks) hostlost.Report {
 	dl := newDaemonLab(t)
 	bin := buildDaemon(t)
 	dl.serveFlows(t)
@@ -105,7 +112,7 @@ func TestDaemonReloadUnderLoad(t *testing.T) {
 		t.Fatalf("after the reload: %+v (%v)", h, err)
 	}
 	a0, a1, _ := window(2*time.Second, nil)
-	kernelShare(t, k0, time.Since(w0))
+	host := kernelShare(t, k0, time.Since(w0))
 	if d1, err := hostlost.ReadKernel(dl.cmd.Process.Pid); err == nil {
 		d := d1.Sub(d0)
 		t.Logf("fabriclabd: run delay %v over %d threads, on a CPU %v, in %v", d.RunDelay.Round(time.Millisecond), d.Threads, d.RunTime.Round(time.Millisecond), time.Since(w0).Round(time.Millisecond))
@@ -165,10 +172,10 @@ func TestDaemonReloadUnderLoad(t *testing.T) {
 	// pacing 60 Mbit/s is not judged here (beside stress-ng it sent
 	// 47–52 of 60).
 	if r := across / before["f1"]; r < 0.9 || r > 1.1 {
-		t.Errorf("f1 across the reload at %.3f of its rate before (want 0.9..1.1)", r)
+		hc.Errorf("f1 across the reload at %.3f of its rate before (want 0.9..1.1)", r)
 	}
 	if r := after["f2"] / after["f1"]; r < 0.6 || r > 0.75 {
-		t.Errorf("f2 after the reload at %.3f of f1's rate (want 0.6..0.75: 40/60 = 0.667)", r)
+		hc.Errorf("f2 after the reload at %.3f of f1's rate (want 0.6..0.75: 40/60 = 0.667)", r)
 	}
 
 	// An invalid file is refused whole: nothing of it applies.
@@ -196,4 +203,5 @@ func TestDaemonReloadUnderLoad(t *testing.T) {
 	}
 	dl.signal(t, syscall.SIGTERM)
 	dl.waitExit(t)
+	return host
 }
