@@ -140,8 +140,9 @@ struct class_config {
 	__u64 alarm_bytes;
 	/* Packet trimming (UET): a packet the class limit would tail-drop
 	 * leaves instead as its first trim_bytes bytes of IP packet, with
-	 * DSCP trim_dscp (ECN kept), in class trim_class. 0: off. Only IPv4
-	 * UDP packets longer than trim_bytes are trimmed. */
+	 * DSCP trim_dscp (ECN kept), in class trim_class. 0: off. Only UDP
+	 * packets longer than trim_bytes are trimmed (IPv4, or IPv6 without
+	 * extension headers). */
 	__u64 trim_bytes;
 	__u32 trim_dscp;
 	__u32 trim_class;

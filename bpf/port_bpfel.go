@@ -291,6 +291,11 @@ type PortPpfcWorkBuf struct {
 	Words [34]uint64
 }
 
+type PortTrimSum struct {
+	_ structs.HostLayout
+	W [731]uint16
+}
+
 type PortWanCnpBuf struct {
 	_     structs.HostLayout
 	Words [19]uint64
@@ -333,6 +338,7 @@ const (
 	PortMapPpfcScratch   = "ppfc_scratch"
 	PortMapPpfcSources   = "ppfc_sources"
 	PortMapPpfcWork      = "ppfc_work"
+	PortMapTrimScratch   = "trim_scratch"
 	PortMapWanCnpLast    = "wan_cnp_last"
 	PortMapWanCnpWork    = "wan_cnp_work"
 	PortProgPortDequeue  = "port_dequeue"
@@ -418,6 +424,7 @@ type PortMapSpecs struct {
 	PpfcScratch   *ebpf.MapSpec `ebpf:"ppfc_scratch"`
 	PpfcSources   *ebpf.MapSpec `ebpf:"ppfc_sources"`
 	PpfcWork      *ebpf.MapSpec `ebpf:"ppfc_work"`
+	TrimScratch   *ebpf.MapSpec `ebpf:"trim_scratch"`
 	WanCnpLast    *ebpf.MapSpec `ebpf:"wan_cnp_last"`
 	WanCnpWork    *ebpf.MapSpec `ebpf:"wan_cnp_work"`
 }
@@ -471,6 +478,7 @@ type PortMaps struct {
 	PpfcScratch   *ebpf.Map `ebpf:"ppfc_scratch"`
 	PpfcSources   *ebpf.Map `ebpf:"ppfc_sources"`
 	PpfcWork      *ebpf.Map `ebpf:"ppfc_work"`
+	TrimScratch   *ebpf.Map `ebpf:"trim_scratch"`
 	WanCnpLast    *ebpf.Map `ebpf:"wan_cnp_last"`
 	WanCnpWork    *ebpf.Map `ebpf:"wan_cnp_work"`
 }
@@ -491,6 +499,7 @@ func (m *PortMaps) Close() error {
 		m.PpfcScratch,
 		m.PpfcSources,
 		m.PpfcWork,
+		m.TrimScratch,
 		m.WanCnpLast,
 		m.WanCnpWork,
 	)

@@ -16,13 +16,13 @@
  * and NACKs it (TRIMMED) instead of waiting for a timeout. Linux switches do
  * not trim: this port does it here.
  *
- * Only IPv4 UDP is trimmed. IPv4 lets a UDP datagram carry no checksum (0),
- * so the cut needs no sum over the payload that is left. IPv6 requires one
- * (RFC 8200 §8.1) and would need it recomputed over what is kept, up to
- * trim_bytes of packet: IPv6 packets are not trimmable and are tail-dropped
- * as before, like every other packet that is not IPv4 UDP, IPv4 fragments,
- * GSO super-packets (several wire packets in one skb) and packets no longer
- * than trim_bytes. */
+ * IPv4 and IPv6 UDP are trimmed. IPv4 lets a UDP datagram carry no
+ * checksum (0), so the cut needs no sum over the payload that is left. IPv6
+ * requires one (RFC 8200 §8.1): it is computed anew over what is kept (at
+ * most trim_bytes of packet). An IPv6 packet with extension headers is not
+ * trimmed (tail-dropped as before), nor is any other packet that is not
+ * UDP, IPv4 fragments, GSO super-packets (several wire packets in one skb)
+ * and packets no longer than trim_bytes. */
 #define TRIM_L3_OFF_MAX (sizeof(struct ethhdr) + VLAN_MAX_DEPTH * sizeof(struct vlan_hdr))
 
 /* A trimmed packet is sent through the device's egress once more
@@ -58,11 +58,124 @@ static __always_inline __u16 udp4_seed(__be32 saddr, __be32 daddr, __u32 udp_len
 	return bpf_htons(sum);
 }
 
-/* trim_packet cuts an IPv4 UDP packet whose IP header starts at l3_off to
- * trim_bytes of IP packet and rewrites its headers: DSCP trim_dscp with the
- * ECN bits kept, total length and header checksum, UDP length, UDP checksum
- * none. It returns the frame's new length, or a trim_result. A global
- * function: the verifier checks it once, on its own. */
+/* TRIM_UDP6_MAX bounds the UDP part of a trimmed IPv6 packet
+ * (MaxTrimBytes less the IPv6 header), whose checksum is summed anew. */
+#define TRIM_UDP6_MAX (1500 - 40)
+
+/* trim_sum is the scratch trim_packet6 sums the kept UDP bytes in: they
+ * are too many for the stack. */
+struct trim_sum {
+	__u16 w[TRIM_UDP6_MAX / 2 + 1];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct trim_sum);
+} trim_scratch SEC(".maps");
+
+/* udp6_seed is the IPv6 counterpart of udp4_seed: the pseudo-header sum
+ * (RFC 8200 §8.1) of addrs (source then destination, 32 bytes), folded,
+ * not complemented, in network order. */
+static __always_inline __u32 udp6_pseudo(const __u16 *addrs, __u32 udp_len)
+{
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		sum += addrs[i];
+	sum += bpf_htons(udp_len) + bpf_htons(NET_IPPROTO_UDP);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return sum;
+}
+
+/* trim_packet6 is trim_packet for an IPv6 packet (ip6 points at its fixed
+ * header, checked there): the cut, traffic class trim_dscp with the ECN
+ * bits kept, payload and UDP lengths, and the UDP checksum over what is
+ * kept, or the seed of the new length where the stack completes it. */
+static __always_inline int trim_packet6(struct __sk_buff *skb, __u32 l3_off, __u32 trim_bytes, __u32 trim_dscp)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + l3_off;
+	__u32 tot_len, new_len, check_off, udp_len, sum, zero = 0;
+	__u16 addrs[16], check, out;
+	struct net_udphdr *udp;
+	struct trim_sum *ts;
+	__u8 tc;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return TRIM_NOT_TRIMMABLE;
+	if (ip6->nexthdr != NET_IPPROTO_UDP)
+		return TRIM_NOT_TRIMMABLE; /* extension headers: not walked */
+	tot_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+	if (sizeof(*ip6) + sizeof(*udp) > trim_bytes || tot_len <= trim_bytes || skb->len < l3_off + tot_len ||
+	    trim_bytes - sizeof(*ip6) > TRIM_UDP6_MAX)
+		return TRIM_NOT_TRIMMABLE;
+	__builtin_memcpy(addrs, ip6->saddr, sizeof(addrs));
+	udp_len = trim_bytes - sizeof(*ip6);
+	new_len = l3_off + trim_bytes;
+	if (bpf_skb_change_tail(skb, new_len, 0))
+		return TRIM_FAILED;
+
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip6 = data + l3_off;
+	if ((void *)(ip6 + 1) > data_end)
+		return TRIM_FAILED;
+	udp = (void *)(ip6 + 1);
+	if ((void *)(udp + 1) > data_end)
+		return TRIM_FAILED;
+	tc = (trim_dscp & 0x3F) << 2 | (ipv6_dsfield(ip6) & ECN_MASK);
+	ip6->priority = tc >> 4;
+	ip6->flow_lbl[0] = (ip6->flow_lbl[0] & 0x0F) | (tc & 0x0F) << 4;
+	ip6->payload_len = bpf_htons(udp_len);
+	udp->len = bpf_htons(udp_len);
+	udp->check = 0;
+
+	/* CHECKSUM_PARTIAL or not, as trim_packet tells. */
+	check_off = l3_off + sizeof(*ip6) + UDP_CHECK_OFF;
+	if (bpf_l4_csum_replace(skb, check_off, 0, 1, sizeof(__u16)))
+		return TRIM_FAILED;
+	if (bpf_skb_load_bytes(skb, check_off, &check, sizeof(check)))
+		return TRIM_FAILED;
+	sum = udp6_pseudo(addrs, udp_len);
+	if (!check) {
+		out = sum; /* the stack completes it */
+	} else {
+		/* The full sum: pseudo-header, the UDP header with its check
+		 * 0, and the payload kept (an odd last byte padded with 0). */
+		ts = bpf_map_lookup_elem(&trim_scratch, &zero);
+		if (!ts)
+			return TRIM_FAILED;
+		if (udp_len > TRIM_UDP6_MAX || bpf_skb_load_bytes(skb, l3_off + sizeof(*ip6), ts->w, udp_len))
+			return TRIM_FAILED;
+		((__u8 *)ts->w)[udp_len] = 0;
+		ts->w[UDP_CHECK_OFF / 2] = 0;
+		for (__u32 i = 0; i < TRIM_UDP6_MAX / 2 + 1; i++) {
+			if (2 * i >= udp_len)
+				break;
+			sum += ts->w[i];
+		}
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		out = ~sum & 0xffff;
+		if (!out)
+			out = 0xffff; /* RFC 768: a computed zero is sent as ones */
+	}
+	if (bpf_skb_store_bytes(skb, check_off, &out, sizeof(out), 0))
+		return TRIM_FAILED;
+	return new_len;
+}
+
+/* trim_packet cuts an IPv4 or IPv6 UDP packet whose IP header starts at
+ * l3_off to trim_bytes of IP packet and rewrites its headers: DSCP
+ * trim_dscp with the ECN bits kept, the lengths, IPv4's header checksum,
+ * and the UDP checksum (none over IPv4, computed anew over IPv6). It
+ * returns the frame's new length, or a trim_result. A global function:
+ * the verifier checks it once, on its own. */
 __attribute__((noinline)) int trim_packet(struct __sk_buff *skb, __u32 l3_off, __u32 trim_bytes,
 					  __u32 trim_dscp)
 {
@@ -77,6 +190,10 @@ __attribute__((noinline)) int trim_packet(struct __sk_buff *skb, __u32 l3_off, _
 	if (l3_off > TRIM_L3_OFF_MAX || skb->gso_segs > 1)
 		return TRIM_NOT_TRIMMABLE;
 	ip = data + l3_off;
+	if ((void *)ip + 1 > data_end)
+		return TRIM_NOT_TRIMMABLE;
+	if (ip->version == 6)
+		return trim_packet6(skb, l3_off, trim_bytes, trim_dscp);
 	if ((void *)(ip + 1) > data_end)
 		return TRIM_NOT_TRIMMABLE;
 	if (ip->version != 4 || ip->protocol != NET_IPPROTO_UDP ||

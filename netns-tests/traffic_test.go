@@ -3,6 +3,7 @@ package netnstests
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,10 +189,17 @@ func newSink(t *testing.T, n *lab.Node) *sink {
 // kind 0 to 3.
 func newClassifyingSink(t *testing.T, n *lab.Node, classify func(payload []byte, tos byte) int) *sink {
 	t.Helper()
+	return newClassifyingSinkOn(t, n, "udp4", classify)
+}
+
+// newClassifyingSinkOn is newClassifyingSink on network "udp4" or "udp6"
+// (the TOS then is the traffic class, IPV6_RECVTCLASS).
+func newClassifyingSinkOn(t *testing.T, n *lab.Node, network string, classify func(payload []byte, tos byte) int) *sink {
+	t.Helper()
 	s := &sink{}
 	err := n.Do(func() error {
 		var err error
-		s.conn, err = net.ListenUDP("udp4", &net.UDPAddr{})
+		s.conn, err = net.ListenUDP(network, &net.UDPAddr{})
 		return err
 	})
 	if err != nil {
@@ -205,9 +213,13 @@ func newClassifyingSink(t *testing.T, n *lab.Node, classify func(payload []byte,
 	}
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+		if network == "udp6" {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
+		} else {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+		}
 	}); err != nil || serr != nil {
-		t.Fatalf("IP_RECVTOS: %v %v", err, serr)
+		t.Fatalf("IP_RECVTOS / IPV6_RECVTCLASS: %v %v", err, serr)
 	}
 	s.wg.Add(1)
 	go func() {
@@ -226,7 +238,8 @@ func newClassifyingSink(t *testing.T, n *lab.Node, classify func(payload []byte,
 	return s
 }
 
-// tosFromCmsg finds the IP_TOS control message of a received datagram.
+// tosFromCmsg finds the IP_TOS (or IPV6_TCLASS, an int) control message
+// of a received datagram.
 func tosFromCmsg(oob []byte) byte {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
@@ -235,6 +248,9 @@ func tosFromCmsg(oob []byte) byte {
 	for _, m := range msgs {
 		if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TOS && len(m.Data) > 0 {
 			return m.Data[0]
+		}
+		if m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_TCLASS && len(m.Data) >= 4 {
+			return byte(binary.NativeEndian.Uint32(m.Data))
 		}
 	}
 	return 0

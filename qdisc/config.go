@@ -182,9 +182,10 @@ type ClassConfig struct {
 	// tail-dropped at LimitBytes leaves instead as its first TrimBytes
 	// bytes of IP packet, with DSCP TrimDSCP (its ECN bits kept), through
 	// class TrimClass, served in strict priority, so that the receiver
-	// can NACK it at once. Only IPv4 UDP packets longer than TrimBytes are
-	// trimmed (IPv6 would need its UDP checksum recomputed over what is
-	// kept); other packets, and any when TrimClass is full too, are
+	// can NACK it at once. Only UDP packets longer than TrimBytes are
+	// trimmed, IPv4 (UDP checksum none) or IPv6 without extension headers
+	// (UDP checksum computed anew over what is kept; not below 48 bytes,
+	// its headers); other packets, and any when TrimClass is full too, are
 	// dropped. 0: off. MinTrimBytes to MaxTrimBytes; DefaultTrimBytes
 	// keeps UET's headers.
 	TrimBytes units.ByteSize `json:"trim_bytes,omitempty"`

@@ -108,7 +108,8 @@ type ClassStats struct {
 	// bytes they kept (TrimmedBytes + TrimmedKeptBytes is what they
 	// brought); and packets it would have trimmed but the trim class was
 	// full too, dropped (part of DroppedPackets). Packets it could not
-	// trim (not IPv4 UDP, no longer than TrimBytes) are DroppedLimit.
+	// trim (not UDP, IPv6 with extension headers, no longer than
+	// TrimBytes) are DroppedLimit.
 	TrimmedPackets     uint64 `json:"trimmed_packets"`
 	TrimmedBytes       uint64 `json:"trimmed_bytes"`
 	TrimmedKeptBytes   uint64 `json:"trimmed_kept_bytes"`

@@ -3,6 +3,8 @@ package qdisc
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -165,6 +167,61 @@ func TestTrimFullClass(t *testing.T) {
 	}
 }
 
+// TestTrimIPv6: an IPv6 UDP packet the full class would drop leaves cut
+// to trim_bytes of IP packet, its traffic class the trim DSCP with its ECN
+// bits, flow label kept, payload and UDP lengths the new ones, and a UDP
+// checksum that verifies over what is kept (RFC 8200 §8.1: IPv6 requires
+// one), an odd length padded; every other byte as it was.
+func TestTrimIPv6(t *testing.T) {
+	for _, keep := range []int{trimBytes, trimBytes + 1, 48, 1500} {
+		cfg := trimConfig()
+		cfg.Classes[ClassRoCE].TrimBytes = units.ByteSize(keep)
+		o := loadTest(t, cfg, QueueVeth)
+		for _, ecn := range []uint8{notECT, ect0, ce} {
+			t.Run(fmt.Sprintf("trim=%d/ecn=%d", keep, ecn), func(t *testing.T) {
+				in := craft(t, pktSpec{v6: true, dscp: 26, ecn: ecn, payload: 2000})
+				fillClass(t, o, cfg, ClassRoCE, len(in))
+				c0 := stats(t, o).Classes[ClassRoCE]
+				r := runTrim(t, o.PortEnqueue, in, skbCtx{})
+				if r.ret != tcActRedirect {
+					t.Fatalf("verdict %d, want redirect (trimmed)", r.ret)
+				}
+				out := r.out
+				if len(out) != 14+keep {
+					t.Fatalf("trimmed frame is %d bytes, want %d", len(out), 14+keep)
+				}
+				ip6, ok := r.pkt.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+				if !ok {
+					t.Fatalf("no IPv6 header in % x", out[:54])
+				}
+				if ip6.TrafficClass>>2 != uint8(trimDSCP) || ip6.TrafficClass&3 != ecn || ip6.FlowLabel != 0xabcde {
+					t.Errorf("traffic class %#x, flow label %#x: want dscp %d, ecn %d, flow label 0xabcde", ip6.TrafficClass, ip6.FlowLabel, trimDSCP, ecn)
+				}
+				udpLen := keep - 40
+				if ip6.Length != uint16(udpLen) || binary.BigEndian.Uint16(out[14+40+4:]) != uint16(udpLen) {
+					t.Errorf("payload length %d, UDP length %d: want %d", ip6.Length, binary.BigEndian.Uint16(out[14+40+4:]), udpLen)
+				}
+				src, _ := netip.AddrFromSlice(ip6.SrcIP)
+				dst, _ := netip.AddrFromSlice(ip6.DstIP)
+				udp := out[14+40:]
+				if c := binary.BigEndian.Uint16(udp[6:]); c == 0 || udp6Sum(src, dst, udp, nil) != 0xFFFF {
+					t.Errorf("UDP checksum %#04x does not verify over the %d bytes kept", c, udpLen)
+				}
+				changed := map[int]bool{14: true, 15: true, 14 + 4: true, 14 + 5: true, 14 + 40 + 4: true, 14 + 40 + 5: true,
+					14 + 40 + 6: true, 14 + 40 + 7: true}
+				for i := range out {
+					if !changed[i] && out[i] != in[i] {
+						t.Errorf("byte %d changed: %#02x -> %#02x", i, in[i], out[i])
+					}
+				}
+				if c := stats(t, o).Classes[ClassRoCE]; c.TrimmedPackets-c0.TrimmedPackets != 1 || c.DroppedPackets() != c0.DroppedPackets() {
+					t.Errorf("class 3: trimmed +%d, dropped +%d; want +1, +0", c.TrimmedPackets-c0.TrimmedPackets, c.DroppedPackets()-c0.DroppedPackets())
+				}
+			})
+		}
+	}
+}
+
 func readQueue(tb testing.TB, o *Objects, class ClassID) bpf.PortClassState {
 	tb.Helper()
 	var st bpf.PortClassState
@@ -208,7 +265,9 @@ func TestTrimNotTrimmable(t *testing.T) {
 	// 128 bytes of IP packet: nothing to cut.
 	exact := craft(t, pktSpec{dscp: 26, ecn: ect0, payload: trimBytes - 28})
 	short := craft(t, pktSpec{dscp: 26, ecn: ect0, payload: 40})
-	v6 := craft(t, pktSpec{v6: true, dscp: 26, ecn: ect0, payload: 1000})
+	// IPv6 with a hop-by-hop options header before UDP: not walked.
+	v6ext := craft(t, pktSpec{v6: true, dscp: 26, ecn: ect0, payload: 1000})
+	v6ext[14+6] = 0
 	// A UDP header cut short behind the IP header: too short to trim.
 	stub := bytes.Clone(udp[:14+20+4])
 	binary.BigEndian.PutUint16(stub[14+2:], 24)
@@ -221,7 +280,7 @@ func TestTrimNotTrimmable(t *testing.T) {
 		{"tcp", tcp},
 		{"ipv4 first fragment", frag},
 		{"ipv4 later fragment", later},
-		{"ipv6 udp", v6},
+		{"ipv6 with an extension header", v6ext},
 		{"udp cut short of its ip length", cut},
 		{"udp of exactly trim_bytes", exact},
 		{"udp shorter than trim_bytes", short},
@@ -261,6 +320,12 @@ func TestTrimNotTrimmable(t *testing.T) {
 	fillClass(t, o2, small, ClassRoCE, len(opts))
 	if r := runTrim(t, o2.PortEnqueue, opts, skbCtx{}); r.ret != tcActShot {
 		t.Errorf("ip options beyond trim_bytes: verdict %d, want drop", r.ret)
+	}
+	// IPv6's headers alone are 48 bytes: not trimmable to 28.
+	v6 := craft(t, pktSpec{v6: true, dscp: 26, ecn: ect0, payload: 1000})
+	fillClass(t, o2, small, ClassRoCE, len(v6))
+	if r := runTrim(t, o2.PortEnqueue, v6, skbCtx{}); r.ret != tcActShot {
+		t.Errorf("ipv6 with trim_bytes 28: verdict %d, want drop", r.ret)
 	}
 	// Without options the same port trims to 28 bytes: the headers alone.
 	fillClass(t, o2, small, ClassRoCE, len(udp))

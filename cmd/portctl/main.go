@@ -97,8 +97,10 @@ Class options (repeatable, applied in order):
                                   would drop leaves instead as its first
                                   SIZE bytes of IP packet (default 128)
                                   through the trim class, served in strict
-                                  priority; only IPv4 UDP longer than SIZE
-                                  is trimmed, other packets are dropped
+                                  priority; only UDP longer than SIZE is
+                                  trimmed (IPv4, or IPv6 without extension
+                                  headers and SIZE >= 48), other packets
+                                  are dropped
       trim-dscp=DSCP              DSCP of trimmed packets, ECN kept (default
                                   9); map it to the trim class of the next
                                   port (--dscp 9=7)

@@ -65,3 +65,23 @@ func (n *Node) UDPCounter(name string) (uint64, error) {
 	})
 	return v, err
 }
+
+// UDP6Counter is the Udp6 counter name (InCsumErrors, RcvbufErrors, ...)
+// of n's namespace (/proc/net/snmp6, where it reads Udp6<name>).
+func (n *Node) UDP6Counter(name string) (uint64, error) {
+	var v uint64
+	err := n.Do(func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp6")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "Udp6"+name {
+				v, err = strconv.ParseUint(f[1], 10, 64)
+				return err
+			}
+		}
+		return fmt.Errorf("no Udp6%s in /proc/net/snmp6", name)
+	})
+	return v, err
+}
