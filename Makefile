@@ -26,7 +26,7 @@ help:
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
 	@echo "make unit-test      unit tests only (no root needed for most; skips what needs it)"
 	@echo "make netns-test     (root) only the tests in network namespaces (host/lab, host/labfile, netns-tests)"
-	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf/UET vs iperf3 -u, CNP reaction, UET incasts beside htsim (HTSIM=dir; BENCH_FLAGS=-help)"
+	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf/UET vs iperf3 -u, CNP reaction, UET incasts beside htsim, QP scale, an hour's soak (HTSIM=dir; BENCH_FLAGS=-help, -soak 0 skips it)"
 	@echo "make bench-smoke    (root) every bench section once, short (about a minute): the bench still runs"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
 	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (a lab file; WAN_FLAGS=-runs 3)"

@@ -70,6 +70,7 @@ type Report struct {
 	Delay      *DelayReport    `json:"delay,omitempty"`
 	Incast     *IncastReport   `json:"incast,omitempty"`
 	Scale      *ScaleReport    `json:"scale,omitempty"`
+	Soak       *SoakReport     `json:"soak,omitempty"`
 	// Host is what the kernel accounted the machine took from each
 	// section (host/hostlost.Kernel: run delay of this process's threads,
 	// the softirq threads', steal, time_squeeze, backlog drops): the
@@ -137,6 +138,7 @@ func run() int {
 	scaleRate := units.Rate(400 * units.Mbit)
 	flag.Var(&scaleRate, "scale-rate", "scale rows: the line rate the QPs share")
 	scaleSeconds := flag.Int("scale-seconds", 3, "scale rows: each row's run after setup")
+	soakFor := flag.Duration("soak", time.Hour, "the soak's length (the demo's lab at 80 % load, flows joining and leaving); 0 skips it")
 	htsimDir := flag.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build directory for the incast section (default $"+htsim.EnvDir+"; without one, htsim's recorded tails)")
 	rf := roceFlags()
 	nf := npFlags()
@@ -160,6 +162,7 @@ func run() int {
 			"incast-seeds":     func() { *incastSeeds = 1 },
 			"scale-qps":        func() { *scaleQPs = "1,100" },
 			"scale-seconds":    func() { *scaleSeconds = 1 },
+			"soak":             func() { *soakFor = 20 * time.Second },
 		})
 		inSituSend = time.Second
 	}
@@ -168,7 +171,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "fabricbench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d, -incast-runs in 1..%d, -incast-seeds in 1..100\n", maxRepeat, runtime.NumCPU(), labfile.MaxRuns)
 		return 2
 	}
-	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true, incast: true, scale: true}
+	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true, incast: true, scale: true, soak: *soakFor > 0}
 	if *only != "" {
 		var err error
 		if sec, err = parseSections(*only); err != nil {
@@ -179,6 +182,9 @@ func run() int {
 	sqps, err := parseQPList(*scaleQPs, perf.MaxQPs)
 	if err == nil && *scaleSeconds < 1 {
 		err = fmt.Errorf("-scale-seconds %d: must be >= 1", *scaleSeconds)
+	}
+	if err == nil && (*soakFor < 0 || sec.soak && (*soakFor < 10*time.Second || *soakFor > 24*time.Hour)) {
+		err = fmt.Errorf("-soak %v: must be 10s..24h, or 0 to skip it", *soakFor)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fabricbench:", err)
@@ -281,6 +287,17 @@ func run() int {
 		if err != nil {
 			failed = true
 			rep.Errors = append(rep.Errors, "scale: "+err.Error())
+		}
+	}
+	if sec.soak && ctx.Err() == nil {
+		host.begin("soak")
+		progress("soak: %v, the demo's lab at 80 %% load", *soakFor)
+		sr, err := runSoak(ctx, *soakFor)
+		host.end()
+		rep.Soak = sr
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "soak: "+err.Error())
 		}
 	}
 	if ctx.Err() != nil {

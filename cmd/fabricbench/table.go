@@ -108,6 +108,9 @@ func printTable(w io.Writer, r *Report) {
 	if r.Scale != nil {
 		r.Scale.write(w)
 	}
+	if r.Soak != nil {
+		r.Soak.write(w)
+	}
 	printHost(w, r.Host)
 	if r.ElapsedSeconds > 0 {
 		fmt.Fprintf(w, "\nrun time %.0f s\n", r.ElapsedSeconds)
