@@ -303,11 +303,36 @@ type Flow struct {
 	Inflight time.Duration `yaml:"inflight"`
 	// BaseRTT is NSCC's base RTT (uet). Optional: DefaultUETBaseRTT.
 	BaseRTT time.Duration `yaml:"base_rtt"`
+	// PPFCMaxPause bounds every pause a PPFC stop puts on the flow's QPs
+	// (roceperf --ppfc-max-pause; rocev2). Optional: the Pause Duration
+	// field's longest, 65.535 ms.
+	PPFCMaxPause time.Duration `yaml:"ppfc_max_pause"`
+	// PPFCWatchdog ends a pause storm on the flow's QPs (roceperf
+	// --ppfc-watchdog; rocev2): a duration, or off. Optional:
+	// max(200 ms, 2 × the max pause).
+	PPFCWatchdog Watchdog `yaml:"ppfc_watchdog"`
 	// Verify checks every payload byte at the server.
 	Verify bool `yaml:"verify"`
 	// DSCP of a tcp flow's packets, which picks the port's class (as
 	// the ports' dscp maps). Optional: 0.
 	DSCP int `yaml:"dscp"`
+}
+
+// Watchdog is a flow's ppfc_watchdog: a duration, or "off" (negative).
+type Watchdog time.Duration
+
+// UnmarshalText reads a duration like 200ms, or off.
+func (w *Watchdog) UnmarshalText(b []byte) error {
+	if string(b) == "off" {
+		*w = -1
+		return nil
+	}
+	d, err := units.ParseDuration(string(b))
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%s: want a duration like 200ms, or off", b)
+	}
+	*w = Watchdog(d)
+	return nil
 }
 
 // Report says what a run reports.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabriclab/fabriclab/host/conf"
 )
@@ -56,6 +57,18 @@ func TestParseBase(t *testing.T) {
 	if cc.MinThBytes != 100<<10 || cc.MaxThBytes != 400<<10 || cc.MaxP != 0.2 {
 		t.Errorf("the port's class 3: %+v", cc)
 	}
+	if c.PPFCMaxPause != 0 || c.PPFCWatchdog != 0 {
+		t.Errorf("flows[0]'s PPFC limits %v, %v: want the agent's defaults (0, 0)", c.PPFCMaxPause, c.PPFCWatchdog)
+	}
+
+	// A rocev2 flow's PPFC limits reach its client.
+	g, err := Parse("t.yaml", []byte(strings.Replace(base, "{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, ppfc_max_pause: 20ms, ppfc_watchdog: off}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := g.Plan().Flows[0].Client; c.PPFCMaxPause != 20*time.Millisecond || c.PPFCWatchdog >= 0 {
+		t.Errorf("ppfc_max_pause 20ms, ppfc_watchdog off: the client has %v, %v", c.PPFCMaxPause, c.PPFCWatchdog)
+	}
 }
 
 // TestParseErrors: each bad file's error, word for word: the file and
@@ -102,6 +115,10 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, qps: 2}"), `t.yaml:14: flows[0].qps: not for a tcp flow (one kernel connection: the kernel paces it, the links' MTUs set its segments)`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, line_rate: 1mbit}"), `t.yaml:14: flows[0].line_rate: not for a tcp flow`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, dscp: 64}"), `t.yaml:14: flows[0].dscp: "64": want 0..63`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, ppfc_max_pause: 1ms}"), `t.yaml:14: flows[0].ppfc_max_pause: not for a tcp flow`},
+		{edit("transport: uet, size: 4mb}", "transport: uet, size: 4mb, ppfc_watchdog: off}"), `t.yaml:15: flows[1].ppfc_watchdog: `},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, ppfc_watchdog: soon}"), `t.yaml:14: flows[0].ppfc_watchdog: "soon": want a duration like 200ms, or off`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, ppfc_max_pause: 2s}"), `t.yaml:14: flows[0]: "f1": ppfc_max_pause 2s: must be 0 (the Pause Duration field's longest, 65.535ms) or 1µs..1s`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, dscp: 26}"), `t.yaml:14: flows[0].dscp: "26": tcp only: rocev2 and uet mark their own DSCPs`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, count: 5}"), `t.yaml:14: flows[0].count: "5": a series of instances needs size (each instance's FCT is measured)`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, size: 1mb, count: -1}"), `t.yaml:14: flows[0].count: "-1": want 1..100000 (default 1)`},

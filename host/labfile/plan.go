@@ -1182,6 +1182,7 @@ func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, l
 		if fl.Inflight != 0 {
 			c.InflightTime = fl.Inflight
 		}
+		c.PPFCMaxPause, c.PPFCWatchdog = fl.PPFCMaxPause, time.Duration(fl.PPFCWatchdog)
 	}
 	c.Bind = from
 	c.QPs = streams

@@ -542,7 +542,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			set   bool
 		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"streams", fl.Streams != 0},
 			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0},
-			{"line_rate", fl.LineRate != 0}} {
+			{"line_rate", fl.LineRate != 0}, {"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}} {
 			if o.set {
 				return conf.Errorf(fp(o.field), "", "not for a tcp flow (one kernel connection: the kernel paces it, the links' MTUs set its segments)")
 			}
@@ -560,7 +560,8 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		for _, o := range []struct {
 			field string
 			set   bool
-		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"inflight", fl.Inflight != 0}} {
+		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"inflight", fl.Inflight != 0},
+			{"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}} {
 			if err := only(o.field, o.set, "rocev2"); err != nil {
 				if o.field == "qps" {
 					return conf.Errorf(fp("qps"), fl.QPs, "a uet flow has streams, not qps")
