@@ -702,18 +702,14 @@ func parsePPFCSources(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		p, err := netip.ParsePrefix(f)
+		p, err := perf.ParsePPFCSource(f)
 		if err != nil {
-			a, aerr := netip.ParseAddr(f)
-			if aerr != nil || a.Zone() != "" {
-				return nil, mustBe("--ppfc-sources", s, "comma-separated IP prefixes or addresses, e.g. 198.18.1.1,198.19.0.0/24")
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
+			return nil, mustBe("--ppfc-sources", s, "comma-separated IP prefixes or addresses, e.g. 198.18.1.1,198.19.0.0/24")
 		}
 		if p.Addr().Is4In6() {
 			return nil, mustBe("--ppfc-sources", f, "written as IPv4, not IPv4-mapped (%s)", p.Addr().Unmap())
 		}
-		out = append(out, p.Masked())
+		out = append(out, p)
 	}
 	return out, nil
 }

@@ -110,6 +110,14 @@ type ServerConfig struct {
 	// UET: the code points of trimmed packets (NACK TRIMMED, TRIMMED_LASTHOP).
 	TrimDSCP        uint8 `yaml:"trim_dscp"`
 	TrimLastHopDSCP uint8 `yaml:"trim_lasthop_dscp"`
+	// RoCEv2: the switches that may pause the server's QPs with PPFC
+	// notifications (default any; the host's steering drops the others),
+	// the longest pause a stop puts on them (default 65.535 ms) and the
+	// pause-storm watchdog (a duration or off; default max(200 ms, 2 ×
+	// the max pause)), as roceperf's --ppfc-* flags.
+	PPFCSources  []perf.PPFCSource `yaml:"ppfc_sources"`
+	PPFCMaxPause time.Duration     `yaml:"ppfc_max_pause"`
+	PPFCWatchdog labfile.Watchdog  `yaml:"ppfc_watchdog"`
 
 	// lineRate and baseRTT are a lab node's uet server's (its credit
 	// pacer's: labfile.ServerPlan).
@@ -187,6 +195,10 @@ type FlowConfig struct {
 	// removed or the daemon stops.
 	Repeat bool          `yaml:"repeat"`
 	Pause  time.Duration `yaml:"pause"`
+	// RoCEv2: PPFC, as a server's ppfc_* settings, for the flow's QPs.
+	PPFCSources  []perf.PPFCSource `yaml:"ppfc_sources"`
+	PPFCMaxPause time.Duration     `yaml:"ppfc_max_pause"`
+	PPFCWatchdog labfile.Watchdog  `yaml:"ppfc_watchdog"`
 
 	// client is a lab file's flow, planned by labfile; tcp, a lab
 	// file's tcp flow.
@@ -413,6 +425,28 @@ func (s ServerConfig) validate(p string) error {
 	case (s.TrimDSCP != 0 || s.TrimLastHopDSCP != 0) && s.Transport != perf.TransportUET:
 		return conf.Errorf(conf.Join(p, "trim_dscp"), s.TrimDSCP, "uet only")
 	}
+	return checkPPFC(p, s.Transport, s.PPFCSources, s.PPFCMaxPause, s.PPFCWatchdog)
+}
+
+// checkPPFC checks a rocev2 server's or flow's ppfc_* settings at path p
+// as perf will, and refuses them for another transport.
+func checkPPFC(p, transport string, sources []perf.PPFCSource, maxPause time.Duration, watchdog labfile.Watchdog) error {
+	if transport != perf.TransportRoCEv2 {
+		for _, f := range []struct {
+			field string
+			set   bool
+			value any
+		}{{"ppfc_sources", len(sources) > 0, sources}, {"ppfc_max_pause", maxPause != 0, maxPause}, {"ppfc_watchdog", watchdog != 0, time.Duration(watchdog)}} {
+			if f.set {
+				return conf.Errorf(conf.Join(p, f.field), f.value, "rocev2 only")
+			}
+		}
+		return nil
+	}
+	var ce *perf.ConfigError
+	if err := perf.CheckPPFC(perf.PPFCPrefixes(sources), maxPause, time.Duration(watchdog)); errors.As(err, &ce) {
+		return conf.Errorf(conf.Join(p, string(ce.Field)), ce.Value, "%s", ce.Reason())
+	}
 	return nil
 }
 
@@ -427,6 +461,8 @@ func (s ServerConfig) validateTCP(p string) error {
 		{"max_total_qps", s.MaxTotalQPs != 0, s.MaxTotalQPs}, {"max_message_bytes", s.MaxMessageBytes != 0, s.MaxMessageBytes},
 		{"max_sessions", s.MaxSessions != 0, s.MaxSessions}, {"request_timeout", s.RequestTimeout != 0, s.RequestTimeout},
 		{"trim_dscp", s.TrimDSCP != 0, s.TrimDSCP}, {"trim_lasthop_dscp", s.TrimLastHopDSCP != 0, s.TrimLastHopDSCP},
+		{"ppfc_sources", len(s.PPFCSources) > 0, s.PPFCSources}, {"ppfc_max_pause", s.PPFCMaxPause != 0, s.PPFCMaxPause},
+		{"ppfc_watchdog", s.PPFCWatchdog != 0, time.Duration(s.PPFCWatchdog)},
 	} {
 		if f.set {
 			return conf.Errorf(conf.Join(p, f.field), f.value, "not for a tcp server (a kernel TCP sink)")
@@ -457,6 +493,8 @@ func (c *Config) tcpConn(p string, f FlowConfig) (tcpflow.Conn, error) {
 	}{
 		{"qps", f.QPs != 0, f.QPs}, {"streams", f.Streams != 0, f.Streams}, {"line_rate", f.LineRate != 0, f.LineRate},
 		{"dcqcn", f.DCQCN != "", f.DCQCN}, {"nscc", f.NSCC != "", f.NSCC}, {"lb", f.LB != "", f.LB}, {"mtu", f.MTU != 0, f.MTU},
+		{"ppfc_sources", len(f.PPFCSources) > 0, f.PPFCSources}, {"ppfc_max_pause", f.PPFCMaxPause != 0, f.PPFCMaxPause},
+		{"ppfc_watchdog", f.PPFCWatchdog != 0, time.Duration(f.PPFCWatchdog)},
 	} {
 		if x.set {
 			return tcpflow.Conn{}, conf.Errorf(conf.Join(p, x.field), x.value, "not for a tcp flow (a kernel connection: its congestion control is cc)")
@@ -524,6 +562,7 @@ func (s ServerConfig) perfConfig() perf.ServerConfig {
 			Limits: sidechan.Limits{MaxSessions: s.MaxSessions, RequestTimeout: s.RequestTimeout}},
 		TrimDSCP: s.TrimDSCP, TrimLastHopDSCP: s.TrimLastHopDSCP,
 		LineRate: s.lineRate, BaseRTT: s.baseRTT,
+		PPFCSources: perf.PPFCPrefixes(s.PPFCSources), PPFCMaxPause: s.PPFCMaxPause, PPFCWatchdog: time.Duration(s.PPFCWatchdog),
 	}
 }
 
@@ -656,6 +695,10 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 	if f.DSCP != 0 {
 		cc.DSCP = f.DSCP
 	}
+	if err := checkPPFC(p, f.Transport, f.PPFCSources, f.PPFCMaxPause, f.PPFCWatchdog); err != nil {
+		return cc, err
+	}
+	cc.PPFCSources, cc.PPFCMaxPause, cc.PPFCWatchdog = perf.PPFCPrefixes(f.PPFCSources), f.PPFCMaxPause, time.Duration(f.PPFCWatchdog)
 	switch {
 	case isUET && f.DCQCN != "":
 		return cc, conf.Errorf(conf.Join(p, "dcqcn"), f.DCQCN, "rocev2 only (uet flows take nscc)")

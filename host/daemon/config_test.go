@@ -41,6 +41,21 @@ func TestParseGood(t *testing.T) {
 	if err != nil || cc.BaseRTT.Milliseconds() != 5 || len(cc.NSCCKnobs) != 1 {
 		t.Fatalf("flow b: %+v %v", cc, err)
 	}
+
+	// A rocev2 server's and flow's PPFC settings reach perf.
+	ppfc := strings.Replace(good, "{transport: rocev2, bind: 198.18.0.1}", "{transport: rocev2, bind: 198.18.0.1, ppfc_sources: [198.18.9.1], ppfc_max_pause: 20ms, ppfc_watchdog: 1s}", 1)
+	ppfc = strings.Replace(ppfc, "size: 10MB}", "size: 10MB, ppfc_sources: [198.18.9.0/24], ppfc_watchdog: off}", 1)
+	c, err = Parse("x.yaml", []byte(ppfc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = c.WithDefaults()
+	if s := d.Servers[0].perfConfig(); len(s.PPFCSources) != 1 || s.PPFCSources[0].String() != "198.18.9.1/32" || s.PPFCMaxPause != 20*time.Millisecond || s.PPFCWatchdog != time.Second {
+		t.Errorf("server 0's PPFC: %v, %v, %v", s.PPFCSources, s.PPFCMaxPause, s.PPFCWatchdog)
+	}
+	if cc, err := d.clientConfig("flows[0]", d.Flows[0]); err != nil || len(cc.PPFCSources) != 1 || cc.PPFCWatchdog >= 0 {
+		t.Errorf("flow a's PPFC: %v, %v (%v)", cc.PPFCSources, cc.PPFCWatchdog, err)
+	}
 }
 
 // TestParseErrors: every error names the line, the field, the value and
@@ -65,6 +80,12 @@ func TestParseErrors(t *testing.T) {
 		{"servers:|server:", `x.yaml:2: server: unknown field; the document has drain_timeout, flows, lab, log, metrics, ports, profiles, servers`},
 		{"{name: a, server: 198.18.0.2,|{name: a,", `x.yaml:13: flows[0].server: required`},
 		{"size: 10MB|start: -1s", `x.yaml:13: flows[0].start: "-1s": want a duration like 100us, 5ms, 1.5s`},
+		{"{transport: rocev2, bind: 198.18.0.1}|{transport: rocev2, bind: 198.18.0.1, ppfc_max_pause: 2s}", `servers[0].ppfc_max_pause: "2s": must be 0 (the Pause Duration field's longest, 65.535ms) or 1µs..1s`},
+		{"{transport: rocev2, bind: 198.18.0.1}|{transport: rocev2, bind: 198.18.0.1, ppfc_sources: [\"::ffff:198.18.1.1/128\"]}", `servers[0].ppfc_sources: "::ffff:198.18.1.1/128": must be IP prefixes or addresses`},
+		{"{transport: uet, bind: 198.18.0.1, port: 18516}|{transport: uet, bind: 198.18.0.1, port: 18516, ppfc_watchdog: off}", `servers[1].ppfc_watchdog: "-1ns": rocev2 only`},
+		{"size: 10MB|size: 10MB, ppfc_watchdog: 10ms", `flows[0].ppfc_watchdog: "10ms": must be 0 (max(200ms, 2 × the max pause)), off, or the max pause (65.535ms)..10s`},
+		{"nscc: wan,|nscc: wan, ppfc_max_pause: 1ms,", `flows[1].ppfc_max_pause: "1ms": rocev2 only`},
+		{"size: 10MB|size: 10MB, ppfc_watchdog: never", `x.yaml:13: flows[0].ppfc_watchdog: "never": want a duration like 200ms, or off`},
 	} {
 		old, repl, _ := strings.Cut(c.edit, "|")
 		src := strings.Replace(good, old, repl, 1)

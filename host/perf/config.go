@@ -472,10 +472,8 @@ func (c ClientConfig) Validate() error {
 		return configErr(FieldCNPDSCP, c.CNPDSCP, "1..63")
 	case c.PKey != 0 && !roce.ValidPKey(c.PKey):
 		return configErr(FieldPKey, fmt.Sprintf("%#04x", c.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
-	case badPPFCSource(c.PPFCSources) != "":
-		return configErr(FieldPPFCSources, badPPFCSource(c.PPFCSources), ppfcSourcesMust)
-	case checkPPFCLimits(c.PPFCMaxPause, c.PPFCWatchdog) != nil:
-		return checkPPFCLimits(c.PPFCMaxPause, c.PPFCWatchdog)
+	case CheckPPFC(c.PPFCSources, c.PPFCMaxPause, c.PPFCWatchdog) != nil:
+		return CheckPPFC(c.PPFCSources, c.PPFCMaxPause, c.PPFCWatchdog)
 	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
 		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
 	case c.Omit < 0 || c.Omit > MaxOmit:
@@ -620,10 +618,15 @@ func badPPFCSource(ps []netip.Prefix) string {
 	return ""
 }
 
-// checkPPFCLimits checks a PPFCMaxPause and a PPFCWatchdog as agent.New
-// will: the pause 0 (the field's longest) or 1µs..MaxPPFCMaxPause, the
-// watchdog 0 (its default), negative (off) or the pause..MaxPPFCWatchdog.
-func checkPPFCLimits(maxPause, watchdog time.Duration) error {
+// CheckPPFC checks an end's PPFC settings as agent.New will, and says
+// which is wrong with a *ConfigError: the sources (no IPv4-mapped
+// address), the max pause 0 (the field's longest) or
+// 1µs..agent.MaxPPFCMaxPause, the watchdog 0 (its default), negative
+// (off) or the max pause..agent.MaxPPFCWatchdog.
+func CheckPPFC(sources []netip.Prefix, maxPause, watchdog time.Duration) error {
+	if bad := badPPFCSource(sources); bad != "" {
+		return configErr(FieldPPFCSources, bad, ppfcSourcesMust)
+	}
 	if maxPause != 0 && (maxPause < time.Microsecond || maxPause > agent.MaxPPFCMaxPause) {
 		return configErr(FieldPPFCMaxPause, maxPause, "0 (the Pause Duration field's longest, %v) or 1µs..%v", roce.MaxPPFCPause, agent.MaxPPFCMaxPause)
 	}
@@ -635,4 +638,42 @@ func checkPPFCLimits(maxPause, watchdog time.Duration) error {
 		return configErr(FieldPPFCWatchdog, watchdog, "0 (max(%v, 2 × the max pause)), off, or the max pause (%v)..%v", agent.DefaultPPFCWatchdog, floor, agent.MaxPPFCWatchdog)
 	}
 	return nil
+}
+
+// ParsePPFCSource reads one PPFC source as a user writes it: an IP prefix,
+// or an address (its own host prefix); masked, zone-free.
+func ParsePPFCSource(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, aerr := netip.ParseAddr(s)
+		if aerr != nil || a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%q: want an IP prefix or address, e.g. 198.18.1.1 or 198.19.0.0/24", s)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	return p.Masked(), nil
+}
+
+// PPFCSource is a PPFC source in a configuration file: ParsePPFCSource's
+// spelling.
+type PPFCSource netip.Prefix
+
+// UnmarshalText reads a prefix or an address.
+func (s *PPFCSource) UnmarshalText(b []byte) error {
+	p, err := ParsePPFCSource(string(b))
+	*s = PPFCSource(p)
+	return err
+}
+
+// PPFCPrefixes are ss as prefixes (nil for none).
+func PPFCPrefixes(ss []PPFCSource) []netip.Prefix {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.Prefix(s)
+	}
+	return out
 }

@@ -88,10 +88,8 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		return nil, configErr(FieldUDPPort, cfg.UDPPort, "1..65535")
 	case cfg.PKey != 0 && !roce.ValidPKey(cfg.PKey):
 		return nil, configErr(FieldPKey, fmt.Sprintf("%#04x", cfg.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
-	case badPPFCSource(cfg.PPFCSources) != "":
-		return nil, configErr(FieldPPFCSources, badPPFCSource(cfg.PPFCSources), ppfcSourcesMust)
-	case checkPPFCLimits(cfg.PPFCMaxPause, cfg.PPFCWatchdog) != nil:
-		return nil, checkPPFCLimits(cfg.PPFCMaxPause, cfg.PPFCWatchdog)
+	case CheckPPFC(cfg.PPFCSources, cfg.PPFCMaxPause, cfg.PPFCWatchdog) != nil:
+		return nil, CheckPPFC(cfg.PPFCSources, cfg.PPFCMaxPause, cfg.PPFCWatchdog)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
