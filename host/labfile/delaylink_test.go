@@ -99,8 +99,9 @@ flows:
 	if broken != 1 || res.Lost() == 0 {
 		t.Errorf("%d delay links broken, %d packets lost: want 1, some", broken, res.Lost())
 	}
-	if left, _ := lab.LiveNamespaces(lab.NamePrefix); len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
+	// This run's namespaces only: another process's lab may be up.
+	if left, err := lab.LiveNamespaces(res.RunID + "-"); res.RunID == "" || err != nil || len(left) > 0 {
+		t.Errorf("namespaces of run %q left behind: %v %v", res.RunID, left, err)
 	}
 }
 
