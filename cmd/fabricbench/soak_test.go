@@ -1,0 +1,36 @@
+//go:build linux
+
+package main
+
+import "testing"
+
+// TestSoakJudge: the soak's verdict from its samples. Goroutines that
+// swing with the sessions' setup at sampling time are flat; a floor that
+// rises, or memory that grows 10 %, is growth; six samples are too few.
+func TestSoakJudge(t *testing.T) {
+	samples := func(n int, rss func(i int) uint64, gor func(i int) int) []SoakSample {
+		var s []SoakSample
+		for i := range n {
+			s = append(s, SoakSample{AtSeconds: float64(i), RSSBytes: rss(i), HeapBytes: 30 << 20, Goroutines: gor(i)})
+		}
+		return s
+	}
+	flatRSS := func(i int) uint64 { return 68<<20 + uint64(i%3)<<20 }
+	swing := func(i int) int { return []int{22, 28, 23, 28, 22}[i%5] }
+	for _, tc := range []struct {
+		name    string
+		s       []SoakSample
+		verdict string
+	}{
+		{"swinging goroutines, steady memory", samples(60, flatRSS, swing), "flat"},
+		{"a goroutine leaked every 6 samples", samples(60, flatRSS, func(i int) int { return swing(i) + i/6 }), "grew"},
+		{"memory up 10 %", samples(60, func(i int) uint64 { return 68<<20 + uint64(i)*(68<<20)/10/60 }, swing), "grew"},
+		{"five samples", samples(5, flatRSS, swing), "too short"},
+	} {
+		r := &SoakReport{Goal: soakGoal, Samples: tc.s}
+		r.judge()
+		if r.Verdict != tc.verdict {
+			t.Errorf("%s: %s (RSS %.3f, goroutines %.3f), want %s", tc.name, r.Verdict, r.RSSRatio, r.GoroutineRatio, tc.verdict)
+		}
+	}
+}
