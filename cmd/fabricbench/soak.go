@@ -58,8 +58,9 @@ type SoakReport struct {
 	// GoroutineRatio the last sixth's fewest goroutines over the first
 	// sixth's (the floor: a sample taken while s2's or s3's session is
 	// setting up holds a handful more, a leak raises the floor); Verdict
-	// "flat" when both are within Goal of 1. HeapRatio (means) moves with
-	// the collector's cycle: shown, not judged.
+	// "flat" when both are within Goal of 1, "grew" when either is above,
+	// "shrank" when either is below and none above. HeapRatio (means)
+	// moves with the collector's cycle: shown, not judged.
 	RSSRatio float64 `json:"rss_ratio"`
 	// PortRateBps is the port's mean rate over the samples but the
 	// first and the last (the load).
@@ -314,11 +315,13 @@ func (r *SoakReport) judge() {
 		return float64(m)
 	}
 	r.GoroutineRatio = floor(lastS) / floor(first)
-	within := func(x float64) bool { return x >= 1-r.Goal && x <= 1+r.Goal }
-	if within(r.RSSRatio) && within(r.GoroutineRatio) {
-		r.Verdict = "flat"
-	} else {
+	switch {
+	case r.RSSRatio > 1+r.Goal || r.GoroutineRatio > 1+r.Goal:
 		r.Verdict = "grew"
+	case r.RSSRatio < 1-r.Goal || r.GoroutineRatio < 1-r.Goal:
+		r.Verdict = "shrank" // the runtime gave memory back: no leak, not flat either
+	default:
+		r.Verdict = "flat"
 	}
 }
 

@@ -6,7 +6,8 @@ import "testing"
 
 // TestSoakJudge: the soak's verdict from its samples. Goroutines that
 // swing with the sessions' setup at sampling time are flat; a floor that
-// rises, or memory that grows 10 %, is growth; six samples are too few.
+// rises, or memory that grows 10 %, is growth; memory given back is not;
+// five samples are too few.
 func TestSoakJudge(t *testing.T) {
 	samples := func(n int, rss func(i int) uint64, gor func(i int) int) []SoakSample {
 		var s []SoakSample
@@ -25,6 +26,7 @@ func TestSoakJudge(t *testing.T) {
 		{"swinging goroutines, steady memory", samples(60, flatRSS, swing), "flat"},
 		{"a goroutine leaked every 6 samples", samples(60, flatRSS, func(i int) int { return swing(i) + i/6 }), "grew"},
 		{"memory up 10 %", samples(60, func(i int) uint64 { return 68<<20 + uint64(i)*(68<<20)/10/60 }, swing), "grew"},
+		{"memory given back, 10 %", samples(60, func(i int) uint64 { return 68<<20 - uint64(i)*(68<<20)/10/60 }, swing), "shrank"},
 		{"five samples", samples(5, flatRSS, swing), "too short"},
 	} {
 		r := &SoakReport{Goal: soakGoal, Samples: tc.s}
