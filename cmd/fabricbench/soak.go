@@ -54,10 +54,10 @@ type SoakReport struct {
 	Goal    float64 `json:"goal_ratio"`
 	// Samples of this process and the port, every Seconds/soakSamples.
 	Samples []SoakSample `json:"samples"`
-	// RSSRatio is the last sixth's mean over the first sixth's, and
-	// GoroutineRatio the last sixth's fewest goroutines over the first
-	// sixth's (the floor: a sample taken while s2's or s3's session is
-	// setting up holds a handful more, a leak raises the floor); Verdict
+	// RSSRatio and GoroutineRatio (of the steps' floors: a leak raises
+	// the floor, a session setting up does not) are the last sixth's
+	// mean over the first sixth's, the last sample (taken as the flows
+	// wind down) left out; Verdict
 	// "flat" when both are within Goal of 1, "grew" when either is above,
 	// "shrank" when either is below and none above. HeapRatio (means)
 	// moves with the collector's cycle: shown, not judged.
@@ -76,6 +76,8 @@ type SoakReport struct {
 	// At rest: the port's drops (class limits and the host queue) and
 	// whether every class's invariant held.
 	PortDropped   uint64 `json:"port_dropped_packets"`
+	LimitDropped  uint64 `json:"port_dropped_limit_packets"`
+	WREDDropped   uint64 `json:"port_dropped_wred_packets"`
 	HostDropped   uint64 `json:"host_queue_dropped_packets"`
 	InvariantOK   bool   `json:"invariant_ok"`
 	CountersMono  bool   `json:"counters_monotonic"`
@@ -85,12 +87,15 @@ type SoakReport struct {
 
 // SoakSample is one sample.
 type SoakSample struct {
-	AtSeconds  float64 `json:"at_s"`
-	RSSBytes   uint64  `json:"rss_bytes"`
-	HeapBytes  uint64  `json:"heap_inuse_bytes"`
-	Goroutines int     `json:"goroutines"`
-	FDs        int     `json:"open_files"`
-	Sessions   int     `json:"sessions"`
+	AtSeconds float64 `json:"at_s"`
+	RSSBytes  uint64  `json:"rss_bytes"`
+	HeapBytes uint64  `json:"heap_inuse_bytes"`
+	// Goroutines is the fewest seen over the step (sampled every 50 ms:
+	// a session setting up holds a handful more), GoroutinesMax the most.
+	Goroutines    int `json:"goroutines"`
+	GoroutinesMax int `json:"goroutines_max"`
+	FDs           int `json:"open_files"`
+	Sessions      int `json:"sessions"`
 	// The port's totals so far, and its rate since the last sample.
 	Enqueued uint64  `json:"enqueued_packets"`
 	Dequeued uint64  `json:"dequeued_packets"`
@@ -207,6 +212,33 @@ func runSoak(ctx context.Context, d time.Duration) (*SoakReport, error) {
 	}
 
 	step := max(d/soakSamples, 500*time.Millisecond)
+	// The goroutines' floor and peak over each step, every 50 ms.
+	var gmu sync.Mutex
+	gmin, gmax := runtime.NumGoroutine(), 0
+	stopG := make(chan struct{})
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopG:
+				return
+			case <-t.C:
+				n := runtime.NumGoroutine()
+				gmu.Lock()
+				gmin, gmax = min(gmin, n), max(gmax, n)
+				gmu.Unlock()
+			}
+		}
+	}()
+	takeGoroutines := func() (lo, hi int) {
+		n := runtime.NumGoroutine()
+		gmu.Lock()
+		defer gmu.Unlock()
+		lo, hi = min(gmin, n), max(gmax, n)
+		gmin, gmax = n, n
+		return lo, hi
+	}
 	var last qdisc.ClassStats
 	lastAt := start
 	rep.CountersMono = true
@@ -223,8 +255,9 @@ func runSoak(ctx context.Context, d time.Duration) (*SoakReport, error) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		mu.Lock()
+		glo, ghi := takeGoroutines()
 		s := SoakSample{AtSeconds: now.Sub(start).Seconds(), RSSBytes: procStatus("VmRSS:"), HeapBytes: ms.HeapInuse,
-			Goroutines: runtime.NumGoroutine(), FDs: openFiles(), Sessions: sessions,
+			Goroutines: glo, GoroutinesMax: ghi, FDs: openFiles(), Sessions: sessions,
 			Enqueued: t.EnqueuedPackets, Dequeued: t.DequeuedPackets, Dropped: t.DroppedPackets()}
 		mu.Unlock()
 		if t.EnqueuedPackets < last.EnqueuedPackets || t.DequeuedPackets < last.DequeuedPackets || t.DroppedPackets() < last.DroppedPackets() ||
@@ -251,6 +284,7 @@ func runSoak(ctx context.Context, d time.Duration) (*SoakReport, error) {
 	}
 	tick.Stop()
 	wg.Wait()
+	close(stopG)
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Sessions = sessions
 
@@ -274,11 +308,15 @@ func runSoak(ctx context.Context, d time.Duration) (*SoakReport, error) {
 	}
 	t := st.Total()
 	rep.EnqueuedTotal, rep.PortDropped, rep.HostDropped = t.EnqueuedPackets, t.DroppedPackets(), t.Host.DroppedPackets
+	rep.LimitDropped, rep.WREDDropped = t.DroppedLimitPackets, t.DroppedWREDPackets
 	rep.judge()
+	// The demo's class is lossy (WRED, no PPFC): drops and the resends
+	// they cost are the fabric's, reported; what may not happen is a
+	// session failing (a verify error among them), a class whose
+	// counters do not add up at rest, or a counter going back.
 	err = errors.Join(errs...)
-	if err == nil && (rep.PortDropped != 0 || rep.HostDropped != 0 || rep.Retransmits != 0 || !rep.CountersMono) {
-		err = fmt.Errorf("lost: the port dropped %d packets, its host queue %d, the senders resent %d; counters monotonic %v",
-			rep.PortDropped, rep.HostDropped, rep.Retransmits, rep.CountersMono)
+	if err == nil && !rep.CountersMono {
+		err = errors.New("a port counter went back between two samples")
 	}
 	if err != nil {
 		rep.Error = err.Error()
@@ -288,7 +326,11 @@ func runSoak(ctx context.Context, d time.Duration) (*SoakReport, error) {
 
 // judge compares the last sixth of the samples with the first.
 func (r *SoakReport) judge() {
-	n := len(r.Samples) / 6
+	judged := r.Samples
+	if len(judged) > 1 {
+		judged = judged[:len(judged)-1] // taken as the flows wind down
+	}
+	n := len(judged) / 6
 	if n == 0 {
 		r.Verdict = "too short"
 		return
@@ -300,21 +342,14 @@ func (r *SoakReport) judge() {
 		}
 		return sum / float64(len(s))
 	}
-	first, lastS := r.Samples[:n], r.Samples[len(r.Samples)-n:]
+	first, lastS := judged[:n], judged[len(judged)-n:]
 	if len(r.Samples) > 2 {
 		r.PortRateBps = mean(r.Samples[1:len(r.Samples)-1], func(s SoakSample) float64 { return s.RateBps })
 	}
 	ratio := func(f func(SoakSample) float64) float64 { return mean(lastS, f) / mean(first, f) }
 	r.RSSRatio = ratio(func(s SoakSample) float64 { return float64(s.RSSBytes) })
 	r.HeapRatio = ratio(func(s SoakSample) float64 { return float64(s.HeapBytes) })
-	floor := func(s []SoakSample) float64 {
-		m := s[0].Goroutines
-		for _, x := range s {
-			m = min(m, x.Goroutines)
-		}
-		return float64(m)
-	}
-	r.GoroutineRatio = floor(lastS) / floor(first)
+	r.GoroutineRatio = ratio(func(s SoakSample) float64 { return float64(s.Goroutines) })
 	switch {
 	case r.RSSRatio > 1+r.Goal || r.GoroutineRatio > 1+r.Goal:
 		r.Verdict = "grew"
@@ -332,18 +367,20 @@ func (r *SoakReport) write(w io.Writer) {
 		units.ByteSize(soakBytes), soakFlowRate, soakPort, r.Seconds)
 	fmt.Fprintf(w, "the port carried %.0f Mbit/s on average, %.0f %% of its rate\n", r.PortRateBps/1e6, 100*r.PortRateBps/float64(soakPort))
 	fmt.Fprintf(w, "%8s  %10s  %10s  %10s  %6s  %9s  %12s  %10s\n", "at", "RSS", "Go heap", "goroutines", "files", "sessions", "port pkts", "port rate")
+	fmt.Fprintf(w, "%8s  %10s  %10s  %10s\n", "", "", "", "(min-max)")
 	every := max(len(r.Samples)/12, 1)
 	for i, s := range r.Samples {
 		if i%every != 0 && i != len(r.Samples)-1 {
 			continue
 		}
-		fmt.Fprintf(w, "%7.0fs  %6.1f MiB  %6.1f MiB  %10d  %6d  %9d  %12d  %6.0f Mb/s\n", s.AtSeconds, float64(s.RSSBytes)/(1<<20),
-			float64(s.HeapBytes)/(1<<20), s.Goroutines, s.FDs, s.Sessions, s.Enqueued, s.RateBps/1e6)
+		fmt.Fprintf(w, "%7.0fs  %6.1f MiB  %6.1f MiB  %10s  %6d  %9d  %12d  %6.0f Mb/s\n", s.AtSeconds, float64(s.RSSBytes)/(1<<20),
+			float64(s.HeapBytes)/(1<<20), fmt.Sprintf("%d-%d", s.Goroutines, s.GoroutinesMax), s.FDs, s.Sessions, s.Enqueued, s.RateBps/1e6)
 	}
-	fmt.Fprintf(w, "last sixth over first: RSS %.3fx (means), Go heap %.3fx (means, not judged), goroutines %.3fx (floors): %s (goal within %.0f %%)\n",
+	fmt.Fprintf(w, "last sixth over first (means): RSS %.3fx, Go heap %.3fx (not judged), goroutines' floor %.3fx: %s (goal within %.0f %%)\n",
 		r.RSSRatio, r.HeapRatio, r.GoroutineRatio, r.Verdict, 100*r.Goal)
-	fmt.Fprintf(w, "%d sessions, %.1f MiB verified, %d resent; at rest: port enqueued %d, dropped %d, host queue dropped %d, invariant %v, counters monotonic %v\n",
-		r.Sessions, float64(r.Bytes)/(1<<20), r.Retransmits, r.EnqueuedTotal, r.PortDropped, r.HostDropped, r.InvariantOK, r.CountersMono)
+	fmt.Fprintf(w, "%d sessions, %.1f MiB verified, %d packets resent; at rest: port enqueued %d, dropped %d (%.4f %%: limit %d, WRED %d; the demo's class is lossy, no PPFC), host queue dropped %d, invariant %v, counters monotonic %v\n",
+		r.Sessions, float64(r.Bytes)/(1<<20), r.Retransmits, r.EnqueuedTotal, r.PortDropped, 100*float64(r.PortDropped)/float64(max(r.EnqueuedTotal, 1)),
+		r.LimitDropped, r.WREDDropped, r.HostDropped, r.InvariantOK, r.CountersMono)
 	if r.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", r.Error)
 	}
