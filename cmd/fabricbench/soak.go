@@ -38,7 +38,10 @@ import (
 const (
 	soakGoal    = 0.05
 	soakSamples = 60
-	soakPort    = 500 * units.Mbit
+	// soakJudgedFrom is the shortest run judged: its first sixth is
+	// past the lab's start.
+	soakJudgedFrom = 10 * time.Minute
+	soakPort       = 500 * units.Mbit
 	// soakFlowRate caps each sender (DCQCN's line rate): s1 always on,
 	// s2 and s3 on 75 % of the time offer 180 × (1 + 2 × 0.75) = 450
 	// Mbit/s; DCQCN's lab profile and the sessions' setup leave about
@@ -335,6 +338,9 @@ func (r *SoakReport) judge() {
 		r.Verdict = "too short"
 		return
 	}
+	// A sixth of a short run is the lab warming up (agents, buffers,
+	// the collector's first cycles): its ratios are shown, not judged.
+	short := judged[len(judged)-1].AtSeconds < soakJudgedFrom.Seconds()
 	mean := func(s []SoakSample, f func(SoakSample) float64) float64 {
 		var sum float64
 		for _, x := range s {
@@ -351,6 +357,8 @@ func (r *SoakReport) judge() {
 	r.HeapRatio = ratio(func(s SoakSample) float64 { return float64(s.HeapBytes) })
 	r.GoroutineRatio = ratio(func(s SoakSample) float64 { return float64(s.Goroutines) })
 	switch {
+	case short:
+		r.Verdict = "not judged (under " + soakJudgedFrom.String() + ")"
 	case r.RSSRatio > 1+r.Goal || r.GoroutineRatio > 1+r.Goal:
 		r.Verdict = "grew"
 	case r.RSSRatio < 1-r.Goal || r.GoroutineRatio < 1-r.Goal:
