@@ -100,6 +100,54 @@ func TestMeterIntersects(t *testing.T) {
 	t.Log(r)
 }
 
+// TestMeterHolders: each named held log reports its own held time and the
+// idle it overlapped, across folds and behind its delay; they may overlap
+// (both count), an unnamed log is in the total only.
+func TestMeterHolders(t *testing.T) {
+	m, err := NewMeter(MeterConfig{Tick: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := 100 * time.Microsecond
+	snd, rcv, relay, anon := m.HeldAs("flow s1", 0), m.HeldAs("server r (uet)", 0), m.HeldAs("relay d:eth1", 2*unit), m.Held()
+	pa, pb := m.Port("sw:a"), m.Port("sw:b")
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := m.start
+	at := func(units float64) time.Duration { return t0 + time.Duration(units*float64(unit)) }
+	// Port a idle 1–3 and 5–9, port b idle 2–4. The sender held 2–6, the
+	// receiver 4–8, the relay 0–1 (reaching the ports 2–3), an unnamed
+	// loop 8–9.
+	pa.Idle.Add(at(1), at(3))
+	pa.Idle.Add(at(5), at(9))
+	pb.Idle.Add(at(2), at(4))
+	snd.Add(at(2), at(6))
+	rcv.Add(at(4), at(8))
+	relay.Add(at(0), at(1))
+	anon.Add(at(8), at(9))
+	m.mu.Lock()
+	m.fold(at(5.5))
+	m.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	r := m.Stop()
+	want := []HolderReport{
+		{"flow s1", 4 * unit, 4 * unit},        // a: 2–3, 5–6; b: 2–4
+		{"server r (uet)", 4 * unit, 3 * unit}, // a: 5–8
+		{"relay d:eth1", unit, 2 * unit},       // a: 2–3; b: 2–3
+	}
+	if !slices.Equal(r.Holders, want) {
+		t.Errorf("holders %+v, want %+v", r.Holders, want)
+	}
+	// a: 2–3, 5–9 (5 units); b: 2–4 (2).
+	if want := 5 * unit; r.Ports[0].Starved != want || r.Ports[1].Starved != 2*unit {
+		t.Errorf("ports %+v, want a starved %v, b %v", r.Ports, want, 2*unit)
+	}
+	if s := r.String(); !strings.Contains(s, "idle while held most: flow s1 0.4 ms, server r (uet) 0.3 ms, relay d:eth1 0.2 ms") {
+		t.Errorf("String() = %q: want the holders, longest first", s)
+	}
+}
+
 func TestMeterConfigErrors(t *testing.T) {
 	for _, c := range []MeterConfig{{Budget: 2}, {Tick: time.Microsecond}, {Horizon: -1}} {
 		if _, err := NewMeter(c); err == nil {

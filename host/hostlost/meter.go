@@ -1,10 +1,12 @@
 package hostlost
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,9 +44,8 @@ type Meter struct {
 	cfg MeterConfig
 
 	mu        sync.Mutex
-	held      []heldLog
+	held      []*heldLog
 	ports     []*meterPort
-	carry     []Interval // held intervals past the last cut
 	lateCarry []Interval // feedback waits past the last cut
 	lateTotal time.Duration
 	lateAges  ageHist
@@ -62,10 +63,14 @@ type Meter struct {
 }
 
 // heldLog is a sender's log and how much later its packets reach the
-// ports (Meter.HeldVia).
+// ports (Meter.HeldVia), with what of it the ports lost.
 type heldLog struct {
-	log   *Log
-	delay time.Duration
+	log     *Log
+	delay   time.Duration
+	name    string     // Meter.HeldAs; "" is not reported on its own
+	carry   []Interval // held intervals past the last cut
+	held    time.Duration
+	starved time.Duration // over the ports, each port's idle ∩ this log
 }
 
 type meterPort struct {
@@ -116,11 +121,16 @@ func (m *Meter) Held() *Log { return m.HeldVia(0) }
 // it sends them (a delay link or a WAN between them): the port idles
 // that much later for the time the sender was held, so its intervals are
 // compared with the ports' delay later.
-func (m *Meter) HeldVia(delay time.Duration) *Log {
+func (m *Meter) HeldVia(delay time.Duration) *Log { return m.HeldAs("", delay) }
+
+// HeldAs is HeldVia for a holder the report names (Report.Holders): which
+// of the lab's loops — a sender, a receiver's credit or ACK loop, a relay
+// — the ports waited for.
+func (m *Meter) HeldAs(name string, delay time.Duration) *Log {
 	l := NewLog()
 	l.late = NewLog()
 	m.mu.Lock()
-	m.held = append(m.held, heldLog{log: l, delay: max(delay, 0)})
+	m.held = append(m.held, &heldLog{log: l, delay: max(delay, 0), name: name})
 	m.mu.Unlock()
 	return l
 }
@@ -180,17 +190,23 @@ func (m *Meter) fold(cut time.Duration) {
 		return
 	}
 	buf := m.scratch[:0]
-	for _, h := range m.held {
-		n := len(buf)
-		buf = h.log.Drain(buf)
-		for i := n; i < len(buf); i++ {
+	var in []Interval
+	own := make([][]Interval, len(m.held)) // each holder's, a union
+	for j, h := range m.held {
+		buf = h.log.Drain(buf[:0])
+		for i := range buf {
 			buf[i].From += h.delay
 			buf[i].To += h.delay
 		}
+		buf = append(buf, h.carry...)
+		var hin []Interval
+		hin, h.carry = Clip(buf, m.cut, cut, nil, h.carry[:0])
+		in = append(in, hin...)
+		if h.name != "" {
+			own[j] = Union(hin) // in place: after in took a copy
+			h.held += Sum(own[j])
+		}
 	}
-	buf = append(buf, m.carry...)
-	var in []Interval
-	in, m.carry = Clip(buf, m.cut, cut, nil, m.carry[:0])
 	held := Union(in)
 	m.heldTotal += Sum(held)
 	var late []Interval
@@ -218,6 +234,11 @@ func (m *Meter) fold(cut time.Duration) {
 		back, p.backCarry = Clip(bb, m.cut, cut, nil, p.backCarry[:0])
 		back = Union(back)
 		p.heldBack += Sum(back)
+		for j, h := range m.held {
+			if own[j] != nil {
+				h.starved += Sum(Intersect(nil, idle, own[j]))
+			}
+		}
 		st := Union(append(Intersect(nil, idle, held), back...))
 		p.starved += Sum(st)
 		if len(p.ivs)+len(st) > maxStarvedIntervals {
@@ -257,6 +278,11 @@ func (m *Meter) Stop() Report {
 		r.HeldLost += lost
 		_, _, lost = h.log.late.Totals()
 		r.FeedbackLost += lost
+	}
+	for _, h := range m.held {
+		if h.name != "" {
+			r.Holders = append(r.Holders, HolderReport{Name: h.name, Held: h.held, Starved: h.starved})
+		}
 	}
 	r.FeedbackLate, r.FeedbackBatches = m.lateTotal, m.lateAges.n
 	r.FeedbackAgeP99, r.FeedbackAgeMax = m.lateAges.quantileBound(0.99), m.lateAges.max
@@ -299,6 +325,10 @@ type Report struct {
 	Held     time.Duration `json:"held_ns"`
 	HeldLost uint64        `json:"held_lost,omitempty"`
 	Ports    []PortReport  `json:"ports,omitempty"`
+	// Holders are the named held logs (Meter.HeldAs), each alone: which
+	// loop the ports waited for. Their Starved overlap (two loops held at
+	// once count in both), so they do not add up to Starved.
+	Holders []HolderReport `json:"holders,omitempty"`
 	// FeedbackLate is the union of the senders' feedback waits (Log.Late):
 	// time in which some ACK, CNP or credit had arrived and its sender's
 	// congestion control had not yet seen it, so reacted that much late.
@@ -336,6 +366,15 @@ type PortReport struct {
 	Truncated bool   `json:"truncated,omitempty"`
 }
 
+// HolderReport is one named held log's part: Held is its own held time,
+// Starved the time a port sat idle while it was held (summed over the
+// ports).
+type HolderReport struct {
+	Name    string        `json:"name"`
+	Held    time.Duration `json:"held_ns"`
+	Starved time.Duration `json:"starved_ns"`
+}
+
 // StarvedBetween is the starved time between from and to (CLOCK_MONOTONIC,
 // Now): a flow's share of it.
 func (r *Report) StarvedBetween(from, to time.Duration) time.Duration {
@@ -367,6 +406,15 @@ func (r Report) String() string {
 	for _, p := range r.Ports {
 		fmt.Fprintf(&b, "; %s idle %s, holding back %s", p.Name, ms(p.Idle), ms(p.HeldBack))
 	}
+	if top := r.topHolders(3); len(top) > 0 {
+		b.WriteString("; idle while held most: ")
+		for i, h := range top {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s %s", h.Name, ms(h.Starved))
+		}
+	}
 	if r.FeedbackBatches > 0 {
 		fmt.Fprintf(&b, "; feedback waited %s (a batch: p99 ≤ %s, max %s)", ms(r.FeedbackLate), us(r.FeedbackAgeP99), us(r.FeedbackAgeMax))
 	}
@@ -374,6 +422,19 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "; kernel: run delay %s over %d threads, softirq threads %s, steal %s, Go scheduler %s, %d squeezed, %d backlog drops",
 		ms(k.RunDelay), k.Threads, ms(k.SoftirqDelay), ms(k.Steal), ms(k.GoSchedWait), k.Squeezed, k.BacklogDrops)
 	return b.String()
+}
+
+// topHolders are the n holders the ports sat idle for longest, longest
+// first; those with none are left out.
+func (r Report) topHolders(n int) []HolderReport {
+	var top []HolderReport
+	for _, h := range r.Holders {
+		if h.Starved > 0 {
+			top = append(top, h)
+		}
+	}
+	slices.SortStableFunc(top, func(a, b HolderReport) int { return cmp.Compare(b.Starved, a.Starved) })
+	return top[:min(n, len(top))]
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }

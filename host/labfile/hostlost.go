@@ -87,7 +87,7 @@ func (r *runner) newMeter() {
 	via := map[[2]string]time.Duration{}
 	for i, fp := range r.p.Flows {
 		if fp.TCP == nil {
-			r.flowHeld[i] = m.Held()
+			r.flowHeld[i] = m.HeldAs("flow "+fp.Flow.Name, 0)
 		}
 		for _, h := range fp.RelayHolds {
 			key := [2]string{r.p.Relays[h.Relay].Node, h.Dev}
@@ -98,7 +98,7 @@ func (r *runner) newMeter() {
 	}
 	r.relayHeld = make(map[[2]string]*hostlost.Log, len(via))
 	for key, v := range via {
-		r.relayHeld[key] = m.HeldVia(v)
+		r.relayHeld[key] = m.HeldAs("relay "+key[0]+":"+key[1], v)
 	}
 }
 

@@ -458,7 +458,7 @@ func (r *runner) startServers(ctx context.Context) error {
 		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport),
 			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale}
 		if r.meter != nil {
-			cfg.Held = r.meter.Held()
+			cfg.Held = r.meter.HeldAs(fmt.Sprintf("server %s (%s)", sp.Node, sp.Transport), 0)
 		}
 		var s server
 		if sp.Transport == TransportTCP {
