@@ -31,8 +31,8 @@ func TestUETIncastPlan(t *testing.T) {
 			t.Fatalf("%s: %d servers, %d flows, %d ports", c.file, len(p.Servers), len(p.Flows), len(p.Ports))
 		}
 		sp := p.Servers[0]
-		if sp.LineRate != 500*units.Mbit || sp.BaseRTT != time.Millisecond || sp.Timescale != 4 || sp.TrimLastHopDSCP != c.trim || sp.TrimDSCP != 0 {
-			t.Errorf("%s: server %+v: want 500mbit, 1ms, timescale 4, last-hop trim DSCP %d", c.file, sp, c.trim)
+		if sp.LineRate != 500*units.Mbit || sp.BaseRTT != time.Millisecond || sp.Timescale != 8 || sp.TrimLastHopDSCP != c.trim || sp.TrimDSCP != 0 {
+			t.Errorf("%s: server %+v: want 500mbit, 1ms, timescale 8, last-hop trim DSCP %d", c.file, sp, c.trim)
 		}
 		// A path that trims runs NSCC at tq 0.75 × base RTT
 		// (nscc.Params.Trimming), as pds does for an endpoint that knows
