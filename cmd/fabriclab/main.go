@@ -159,6 +159,9 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	for _, po := range p.Ports {
 		fmt.Fprintf(stdout, "  port %s at %s\n", po.Name, po.Config.Rate)
 	}
+	if tv := f.Tuned(); tv != nil {
+		fmt.Fprintf(stdout, "  tune %s, %s before each run; nominal values: %s\n", f.Tune.Port, f.Tune.RTT, strings.ReplaceAll(tv.TuneText(), "\n", "\n  "))
+	}
 	for _, pe := range p.PEs {
 		fmt.Fprintf(stdout, "  pe %s:%s local %s, %d prefixes to %s\n", pe.Node, pe.Dev, pe.Config.Local, len(pe.Config.Routes), pe.Config.Routes[0].Remote)
 	}
@@ -428,6 +431,9 @@ func compare(ctx context.Context, f *labfile.File, opts labfile.CompareOptions, 
 				fmt.Fprintf(stdout, "  FAILED: %v", err)
 			}
 			fmt.Fprintln(stdout)
+			if res != nil && res.Tune != nil && res.Tune.Source == labfile.TuneMeasured {
+				fmt.Fprintf(stdout, "    %s\n", strings.ReplaceAll(res.Tune.TuneText(), "\n", "\n    "))
+			}
 		}
 	}
 	c, err := labfile.Compare(ctx, f, opts)

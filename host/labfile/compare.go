@@ -158,6 +158,7 @@ type PortSummary struct {
 	MarkedFraction stats.Stat `json:"marked_fraction"`
 	Dropped        stats.Stat `json:"dropped_packets"`
 	MaxBacklog     stats.Stat `json:"max_backlog_bytes"`
+	QueueMeanBytes stats.Stat `json:"queue_mean_bytes"`
 	QueueP50Bytes  stats.Stat `json:"queue_p50_bytes"`
 	QueueP99Bytes  stats.Stat `json:"queue_p99_bytes"`
 }
@@ -171,6 +172,7 @@ type FlowSummary struct {
 	Flows      int        `json:"flows"`
 	GoodputBps stats.Stat `json:"goodput_bps"`
 	FCTRatio   stats.Stat `json:"fct_ratio"`
+	FCTMeanS   stats.Stat `json:"fct_mean_s"`
 	FCTP50S    stats.Stat `json:"fct_p50_s"`
 	FCTP99S    stats.Stat `json:"fct_p99_s"`
 	RatioP50   stats.Stat `json:"fct_ratio_p50"`
@@ -380,6 +382,7 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 			MarkedFraction: port(func(p *PortResult) float64 { return p.MarkedFraction }),
 			Dropped:        port(func(p *PortResult) float64 { return float64(p.DroppedPackets) }),
 			MaxBacklog:     port(func(p *PortResult) float64 { return float64(p.MaxBacklogBytes) }),
+			QueueMeanBytes: port(func(p *PortResult) float64 { return orNaN(p.QueueMeanBytes, p.QueueSamples) }),
 			QueueP50Bytes:  port(func(p *PortResult) float64 { return orNaN(p.QueueP50Bytes, p.QueueSamples) }),
 			QueueP99Bytes:  port(func(p *PortResult) float64 { return orNaN(p.QueueP99Bytes, p.QueueSamples) }),
 		})
@@ -430,7 +433,7 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 	for _, g := range groups {
 		idx := members[g]
 		fs := FlowSummary{Name: g, Flows: len(idx)}
-		var goodput, ratio, p50, p99, r50, r99 []float64
+		var goodput, ratio, mean, p50, p99, r50, r99 []float64
 		for _, r := range rs {
 			var bps float64
 			var fcts, ratios, single []float64
@@ -459,7 +462,7 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 			ratio = append(ratio, orNaN(stats.Summarize(single).Mean, len(single)))
 			if series {
 				fd, rd := stats.Summarize(fcts), stats.Summarize(ratios)
-				p50, p99 = append(p50, orNaN(fd.P50, fd.N)), append(p99, orNaN(fd.P99, fd.N))
+				mean, p50, p99 = append(mean, orNaN(fd.Mean, fd.N)), append(p50, orNaN(fd.P50, fd.N)), append(p99, orNaN(fd.P99, fd.N))
 				r50, r99 = append(r50, orNaN(rd.P50, rd.N)), append(r99, orNaN(rd.P99, rd.N))
 				fs.FCTRatios = append(fs.FCTRatios, ratios...)
 			}
@@ -473,6 +476,7 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		}
 		fs.QCTP50S, fs.QCTP99S = stats.NewStat(q50), stats.NewStat(q99)
 		fs.GoodputBps, fs.FCTRatio = stats.NewStat(goodput), stats.NewStat(ratio)
+		fs.FCTMeanS = stats.NewStat(mean)
 		fs.FCTP50S, fs.FCTP99S, fs.RatioP50, fs.RatioP99 = stats.NewStat(p50), stats.NewStat(p99), stats.NewStat(r50), stats.NewStat(r99)
 		fs.Instances = len(fs.FCTRatios)
 		vs.Flows = append(vs.Flows, fs)
@@ -615,15 +619,15 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 		fmt.Fprint(w, ", interrupted")
 	}
 	fmt.Fprintln(w, "; mean ± 95% CI over the runs")
-	fmt.Fprintf(w, "%-14s %-14s %14s %16s %16s %14s %10s\n", "variant", "port", "utilization", "mean wait", "p99 wait", "CE marked", "drops")
+	fmt.Fprintf(w, "%-14s %-14s %14s %16s %16s %16s %14s %10s\n", "variant", "port", "utilization", "mean queue", "mean wait", "p99 wait", "CE marked", "drops")
 	for _, v := range c.Summary {
 		if v.Runs == 0 {
 			fmt.Fprintf(w, "%-14s every run failed\n", orName(v.Name, c.Name))
 			continue
 		}
 		for _, p := range v.Ports {
-			fmt.Fprintf(w, "%-14s %-14s %14s %16s %16s %14s %10s\n", orName(v.Name, c.Name), p.Name,
-				statText(p.Utilization, 100, "%.1f%%"), statText(p.MeanSojournUS, 1, "%.0fus"), boundText(p.SojournP99US),
+			fmt.Fprintf(w, "%-14s %-14s %14s %16s %16s %16s %14s %10s\n", orName(v.Name, c.Name), p.Name,
+				statText(p.Utilization, 100, "%.1f%%"), statText(p.QueueMeanBytes, 1e-3, "%.1fKB"), statText(p.MeanSojournUS, 1, "%.0fus"), boundText(p.SojournP99US),
 				statText(p.MarkedFraction, 100, "%.2f%%"), statText(p.Dropped, 1, "%.0f"))
 		}
 	}

@@ -52,6 +52,7 @@ type goalMetric struct {
 var goalMetrics = map[string]goalMetric{
 	"utilization":       {scope: "port", unit: "%", port: func(p *PortSummary) stats.Stat { return p.Utilization }},
 	"mean_wait_us":      {scope: "port", unit: "us", port: func(p *PortSummary) stats.Stat { return p.MeanSojournUS }},
+	"queue_mean_bytes":  {scope: "port", unit: "B", port: func(p *PortSummary) stats.Stat { return p.QueueMeanBytes }},
 	"queue_p50_bytes":   {scope: "port", unit: "B", port: func(p *PortSummary) stats.Stat { return p.QueueP50Bytes }},
 	"queue_p99_bytes":   {scope: "port", unit: "B", port: func(p *PortSummary) stats.Stat { return p.QueueP99Bytes }},
 	"marked_fraction":   {scope: "port", unit: "%", port: func(p *PortSummary) stats.Stat { return p.MarkedFraction }},
@@ -59,6 +60,7 @@ var goalMetrics = map[string]goalMetric{
 	"max_backlog_bytes": {scope: "port", unit: "B", port: func(p *PortSummary) stats.Stat { return p.MaxBacklog }},
 	"goodput_bps":       {scope: "flows", unit: "bps", flows: func(f *FlowSummary) stats.Stat { return f.GoodputBps }},
 	"fct_ratio":         {scope: "flows", unit: "x", flows: func(f *FlowSummary) stats.Stat { return f.FCTRatio }},
+	"fct_mean_s":        {scope: "flows", unit: "s", flows: func(f *FlowSummary) stats.Stat { return f.FCTMeanS }},
 	"fct_p99_s":         {scope: "flows", unit: "s", flows: func(f *FlowSummary) stats.Stat { return f.FCTP99S }},
 	"fct_ratio_p99":     {scope: "flows", unit: "x", flows: func(f *FlowSummary) stats.Stat { return f.RatioP99 }},
 	"qct_p99_s":         {scope: "flows", unit: "s", flows: func(f *FlowSummary) stats.Stat { return f.QCTP99S }},

@@ -277,9 +277,9 @@ func (r *runner) portQueues(res *Result, queues map[int][]queueSample) {
 		if len(q) == 0 {
 			continue
 		}
-		slices.Sort(q)
+		d := stats.Summarize(q)
 		p := &res.Ports[j]
-		p.QueueSamples, p.QueueP50Bytes, p.QueueP99Bytes = len(q), stats.NearestRank(q, 0.5), stats.NearestRank(q, 0.99)
+		p.QueueSamples, p.QueueMeanBytes, p.QueueP50Bytes, p.QueueP99Bytes = d.N, d.Mean, d.P50, d.P99
 	}
 }
 

@@ -119,6 +119,10 @@ type File struct {
 	// the fabric's. What does not slow: the host's own costs and the
 	// kernel's timers (a tcp flow's RTO and delayed ACKs). Optional: 1.
 	Timescale units.Timescale `yaml:"timescale"`
+	// Tune derives the ports' thresholds from the flows' base RTTs,
+	// measured before the flows (or nominal): tc specs name them as
+	// $k_tail, $ins_target, ... Optional.
+	Tune *Tune `yaml:"tune"`
 
 	// Path is the file's name as given to Load or Parse.
 	Path string `yaml:"-"`
@@ -130,6 +134,11 @@ type File struct {
 	// variant is set on the copy of the file a variant is planned from.
 	variant      *Variant
 	variantIndex int
+	// tuned are the values tc specs' $names stand for: the nominal ones,
+	// or a run's measured ones (planTuned); tunePass plans without the
+	// specs that name them (the plan the nominal values come from).
+	tuned    *TuneValues
+	tunePass bool
 }
 
 // Node is one network namespace.

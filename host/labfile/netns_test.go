@@ -148,6 +148,7 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 			t.Logf("%s port %s: util %.1f%%, mean wait %.0f µs, %.2f%% marked, %d dropped, queue p99 %.0f B", rs.Variant, p.Name, 100*p.Utilization, p.MeanSojournUS, 100*p.MarkedFraction, p.DroppedPackets, p.QueueP99Bytes)
 			checkPortQueue(t, &p)
 		}
+		checkTuned(t, f, rs.Variant, res)
 		t.Run(rs.Variant, func(t *testing.T) {
 			judgeExample(t, name, f, res, func() *Result {
 				res, _ := Run(context.Background(), f, RunOptions{Variant: rs.Variant, Duration: d, OutDir: t.TempDir()})
@@ -755,5 +756,31 @@ func checkPortQueue(t *testing.T, p *PortResult) {
 	}
 	if p.QueueP50Bytes > p.QueueP99Bytes || p.QueueP99Bytes > float64(p.MaxBacklogBytes) {
 		t.Errorf("port %s: queue p50 %.0f B, p99 %.0f B, max backlog %d B: want p50 <= p99 <= max", p.Name, p.QueueP50Bytes, p.QueueP99Bytes, p.MaxBacklogBytes)
+	}
+}
+
+// checkTuned checks a run of a file with a tune block measured its
+// senders' RTTs: each at least its path's delays both ways, lost at most
+// a tenth of its probes, and the values derived from them.
+func checkTuned(t *testing.T, f *File, variant string, res *Result) {
+	t.Helper()
+	if f.Tune == nil || f.Tune.RTT != TuneMeasured {
+		return
+	}
+	tv := res.Tune
+	if tv == nil || tv.Source != TuneMeasured {
+		t.Errorf("%s: tune %+v: want the measured RTTs", variant, tv)
+		return
+	}
+	t.Logf("%s: %s", variant, tv.TuneText())
+	for _, s := range tv.RTTs {
+		wire := s.NominalUS - float64(NominalHostRTT)/1e3
+		if s.RTTUS.N+s.Lost != f.Tune.Probes || s.Lost > f.Tune.Probes/10 || s.RTTUS.Min < wire {
+			t.Errorf("%s: %s's RTT to %s: %d samples, %d lost, min %.0f µs: want %d probes, at most a tenth lost, none below the wire's %.0f µs",
+				variant, s.From, s.To, s.RTTUS.N, s.Lost, s.RTTUS.Min, f.Tune.Probes, wire)
+		}
+	}
+	if want := fmt.Sprintf("%db", uint64(tv.Out.KTailBytes)); tv.Values["k_tail"] != want || tv.Out.KTailBytes == 0 {
+		t.Errorf("%s: $k_tail %q, want %q", variant, tv.Values["k_tail"], want)
 	}
 }

@@ -796,17 +796,30 @@ func (f *File) editPorts(field string, ports []Port, byName map[string]int, p *P
 			return conf.Errorf(conf.Join(fp, "port"), po.Port, "given twice (also %s[%d])", field, prev)
 		}
 		seen[po.Port] = i
+		tcs := make([]string, 0, len(po.TC))
 		for k, raw := range po.TC {
-			if _, err := qdisc.ParseTC(raw); err != nil {
-				return conf.Errorf(conf.Index(conf.Join(fp, "tc"), k), raw, "%s", trimOpt(err.Error(), "--tc "+raw))
+			field := conf.Index(conf.Join(fp, "tc"), k)
+			if f.tunePass && strings.Contains(raw, "$") {
+				continue
 			}
+			spec, err := f.expandTuned(field, raw)
+			if err != nil {
+				return err
+			}
+			if _, err := qdisc.ParseTC(spec); err != nil {
+				if spec != raw {
+					return conf.Errorf(field, raw, "as %s: %s", spec, trimOpt(err.Error(), "--tc "+spec))
+				}
+				return conf.Errorf(field, raw, "%s", trimOpt(err.Error(), "--tc "+raw))
+			}
+			tcs = append(tcs, spec)
 		}
 		for k, raw := range po.DSCP {
 			if _, err := qdisc.ParseDSCPSpec(raw); err != nil {
 				return conf.Errorf(conf.Index(conf.Join(fp, "dscp"), k), raw, "%s", trimOpt(err.Error(), "--dscp "+raw))
 			}
 		}
-		ed, err := qdisc.ParseEdits(po.TC, po.DSCP, po.DefaultClass)
+		ed, err := qdisc.ParseEdits(tcs, po.DSCP, po.DefaultClass)
 		if err != nil {
 			return conf.Errorf(conf.Join(fp, "default_class"), po.DefaultClass, "%s", trimOpt(err.Error(), "--default-class "+po.DefaultClass))
 		}

@@ -66,6 +66,9 @@ type Result struct {
 	// QP (malformed, bad ICRC, unknown QP, wrong peer) and the replies
 	// they could not send (send errors, reply-batch overruns).
 	Servers []ServerResult `json:"servers,omitempty"`
+	// Tune is the RTTs the ports' tuned thresholds came from and their
+	// values (File.Tune).
+	Tune *TuneValues `json:"tune,omitempty"`
 	// HostLost is what the host took from the run: the time a port the
 	// flows cross sat idle while a sender was held, and each flow's share.
 	HostLost *HostLost `json:"host_lost,omitempty"`
@@ -242,13 +245,14 @@ type PortResult struct {
 	SojournP99US float64 `json:"sojourn_p99_us"`
 	// MaxBacklogBytes is the largest class backlog seen.
 	MaxBacklogBytes uint64 `json:"max_backlog_bytes"`
-	// QueueP50Bytes and QueueP99Bytes are the backlog of the class the
-	// flows take here, sampled every 3 ms (× timescale) over the same
-	// span as Utilization; QueueSamples how many samples (0: none, the
-	// port carries no flow).
-	QueueP50Bytes float64 `json:"queue_p50_bytes,omitempty"`
-	QueueP99Bytes float64 `json:"queue_p99_bytes,omitempty"`
-	QueueSamples  int     `json:"queue_samples,omitempty"`
+	// QueueMeanBytes, QueueP50Bytes and QueueP99Bytes are the backlog of
+	// the class the flows take here, sampled every 3 ms (× timescale)
+	// over the same span as Utilization; QueueSamples how many samples
+	// (0: none, the port carries no flow).
+	QueueMeanBytes float64 `json:"queue_mean_bytes,omitempty"`
+	QueueP50Bytes  float64 `json:"queue_p50_bytes,omitempty"`
+	QueueP99Bytes  float64 `json:"queue_p99_bytes,omitempty"`
+	QueueSamples   int     `json:"queue_samples,omitempty"`
 	// queue is every sample of the run, for queues.png.
 	queue []queueSample
 	// InvariantError is set when enqueued ≠ dequeued + dropped + backlog

@@ -103,14 +103,14 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{f: f, p: f.plan, log: log, opts: opts}
+	r := &runner{f: f, p: f.plan, log: log, opts: opts, variant: -1}
 	r.scale = timelineScale(f.plan, opts.Duration)
 	if opts.Variant != "" {
 		i := slices.Index(f.VariantNames(), opts.Variant)
 		if i < 0 {
 			return nil, fmt.Errorf("labfile: %s has no variant %q; its variants are %s", f.RunName(), opts.Variant, orList(f.VariantNames()))
 		}
-		r.p = r.p.Variants[i].Plan
+		r.p, r.variant = r.p.Variants[i].Plan, i
 	}
 	if opts.Run < 0 || opts.Run > MaxRuns {
 		return nil, fmt.Errorf("labfile: run %d: want 1..%d", opts.Run, MaxRuns)
@@ -130,6 +130,9 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	if err := r.attach(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
+	if err := r.measureTune(ctx); err != nil {
+		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
+	}
 	if err := r.resolveTCP(); err != nil {
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
@@ -144,6 +147,7 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 		return nil, fmt.Errorf("labfile: %s: %w", f.RunName(), err)
 	}
 	res = r.run(ctx)
+	res.Tune = r.tuned
 	if opts.Htsim != nil {
 		res.Htsim = f.runHtsim(ctx, r.p, opts.Htsim)
 	}
@@ -182,12 +186,16 @@ type relayDelay struct {
 
 // runner is one Run's state.
 type runner struct {
-	f     *File
-	p     *Plan
-	log   *slog.Logger
-	opts  RunOptions
-	scale float64
-	lab   *lab.Lab
+	f *File
+	p *Plan
+	// variant is the File.Variants index run, -1 for the file as
+	// written; tuned the values its ports' $names took (File.Tune).
+	variant int
+	tuned   *TuneValues
+	log     *slog.Logger
+	opts    RunOptions
+	scale   float64
+	lab     *lab.Lab
 	// tcpCC maps a tcp flow's cc to the kernel's name; tcpCCs holds the
 	// BPF DCTCP registered for the run, if any.
 	tcpCC  map[string]string

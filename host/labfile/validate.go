@@ -126,6 +126,9 @@ func (f *File) validate() error {
 	if err := checkTimescale(f.Timescale); err != nil {
 		return err
 	}
+	if err := f.checkTune(); err != nil {
+		return err
+	}
 	return f.planAll()
 }
 
@@ -142,6 +145,19 @@ func (f *File) planAll() error {
 	byName := map[string]int{}
 	for i, n := range f.Nodes {
 		byName[n.Name] = i
+	}
+	if f.Tune != nil {
+		// The nominal values come from the flows' paths: plan without
+		// the specs that name them first.
+		f.tuned, f.tunePass = nil, true
+		p0, err := newPlan(f, false)
+		f.tunePass = false
+		if err != nil {
+			return err
+		}
+		if f.tuned, err = f.nominalTune(p0); err != nil {
+			return err
+		}
 	}
 	p, err := newPlan(f, false)
 	if err != nil {
