@@ -28,7 +28,7 @@ help:
 	@echo "make netns-test     (root) only the tests in network namespaces (host/lab, host/labfile, netns-tests)"
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf/UET vs iperf3 -u, CNP reaction, UET incasts beside htsim, QP scale, an hour's soak (HTSIM=dir; BENCH_FLAGS=-help, -soak 0 skips it)"
 	@echo "make bench-smoke    (root) every bench section once, short (about a minute): the bench still runs"
-	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread (EXPERIMENT_FLAGS=-help)"
+	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread, tuned from measured RTTs (a lab file; EXPERIMENT_FLAGS=-runs 1)"
 	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (a lab file; WAN_FLAGS=-runs 3)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
 	@echo "make check-generate (CI) generate, then fail if the committed BPF objects differ"
@@ -99,10 +99,14 @@ lab: deps
 	$(GO) build -o $(BIN)/ ./cmd/fabriclab
 	$(BIN)/fabriclab run $(LAB) $(LAB_FLAGS)
 
-# Seed 002's testbed experiment (issue #3 §5); writes experiment-out/.
+# Seed 002's testbed experiment (ECN♯): a lab file whose thresholds each
+# run tunes from the RTTs it measures first (EXPERIMENT_FLAGS: fabriclab
+# run's flags, e.g. -runs 1 -variants step-tail,ecnsharp); writes
+# experiment-out/.
 EXPERIMENT_FLAGS ?=
 experiment: deps
-	$(GO) run ./netns-tests/experiment $(EXPERIMENT_FLAGS)
+	$(GO) build -o $(BIN)/ ./cmd/fabriclab
+	$(BIN)/fabriclab run -o experiment-out $(EXPERIMENT_FLAGS) host/labfile/examples/ecnsharp.yaml
 
 # Issue 13 §5, the WAN lab's experiment (seed 001): a lab file, run by
 # fabriclab (WAN_FLAGS: fabriclab run's flags, e.g. -runs 3); writes

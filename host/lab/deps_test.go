@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// TestBinariesDoNotLinkTesting: no command of the module (cmd/*, the
-// experiments, the benchmark) links package testing, which would put its
+// TestBinariesDoNotLinkTesting: no command of the module (cmd/*: the
+// tools, the lab runner, the benchmark) links package testing, which would put its
 // flags in every binary and mean a test helper leaked into a library such
 // as this one. Test helpers belong in host/lab/labtest.
 func TestBinariesDoNotLinkTesting(t *testing.T) {
@@ -35,7 +35,7 @@ func TestBinariesDoNotLinkTesting(t *testing.T) {
 			t.Errorf("%s links package testing", fields[0])
 		}
 	}
-	for _, want := range []string{"cmd/fabricdemo", "netns-tests/experiment", "cmd/fabricbench"} {
+	for _, want := range []string{"cmd/fabricdemo", "cmd/fabriclab", "cmd/fabricbench"} {
 		if !slices.Contains(commands, "github.com/fabriclab/fabriclab/"+want) {
 			t.Errorf("go list found no command %s among %v", want, commands)
 		}

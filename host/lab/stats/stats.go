@@ -1,7 +1,7 @@
 // Package stats summarises the measurements of the lab's experiments:
 // distributions with nearest-rank percentiles (Dist) and a metric over
 // repeated runs with its 95 % confidence interval (Stat). Pure, shared by
-// netns-tests/experiment and host/labfile.
+// host/labfile, host/htsim and the benchmark.
 package stats
 
 import (
