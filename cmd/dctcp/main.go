@@ -21,6 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion"
 	"github.com/fabriclab/fabriclab/host/dctcp"
 	"github.com/fabriclab/fabriclab/host/version"
 )
@@ -37,6 +38,7 @@ const usage = `dctcp - DCTCP (RFC 8257) as a BPF TCP congestion control, while t
 Usage:
   dctcp [options]                 register, print the flows every -interval, until Ctrl-C
   dctcp [options] -- COMMAND ...  register, run COMMAND, unregister; exit with its status
+  dctcp completion                a bash completion script: source <(dctcp completion)
 
 Sockets pick it by name, on both ends (the receiver's ACKs carry DCTCP's
 ECE): iperf3 -C NAME, or setsockopt(TCP_CONGESTION). ECN is negotiated
@@ -88,6 +90,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "completion" {
+		c := completion.Command{Tool: "dctcp", Words: completion.Flags(completion.Help(run, "-h"))}
+		return completion.Write(c, args[1:], stdout, stderr)
+	}
 	o, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK

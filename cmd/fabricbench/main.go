@@ -47,6 +47,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion"
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
@@ -145,6 +146,11 @@ func run() int {
 	var showVersion bool
 	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
 	flag.BoolVar(&showVersion, "V", false, "print the version and exit")
+	if len(os.Args) > 1 && os.Args[1] == "completion" {
+		c := completion.Command{Tool: "fabricbench"}
+		flag.VisitAll(func(f *flag.Flag) { c.Words = append(c.Words, "-"+f.Name) })
+		return completion.Write(c, os.Args[2:], os.Stdout, os.Stderr)
+	}
 	flag.Parse()
 	if showVersion {
 		fmt.Println(version.Line("fabricbench"))

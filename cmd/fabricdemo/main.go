@@ -31,6 +31,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
@@ -143,6 +144,8 @@ Examples:
   fabricdemo -traffic uet -trim=false -bytes 8mb
                                     8 MB each into a queue that drops
   fabricdemo -traffic tcp
+
+fabricdemo completion prints a bash completion script: source <(fabricdemo completion).
 
 Flags:
 `
@@ -583,6 +586,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "completion" {
+		c := completion.Command{Tool: "fabricdemo", Words: completion.Flags(completion.Help(run, "-h"))}
+		return completion.Write(c, args[1:], stdout, stderr)
+	}
 	o, code := parseFlags(args, stdout, stderr)
 	if o == nil {
 		return code

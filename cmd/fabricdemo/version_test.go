@@ -4,6 +4,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion/completiontest"
 	"github.com/fabriclab/fabriclab/host/version/versiontest"
 )
 
@@ -17,4 +18,11 @@ func TestVersion(t *testing.T) {
 		}
 		return code
 	})
+}
+
+// TestCompletion: `fabricdemo completion` is a bash script that completes what
+// the help lists.
+func TestCompletion(t *testing.T) {
+	completiontest.Check(t, "fabricdemo", run,
+		completiontest.Case{Line: []string{"fabricdemo", "-tra"}, Want: []string{"-traffic"}})
 }

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion"
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
@@ -67,6 +68,8 @@ const usage = `usage:
       fabriclabd runs the rest (its config's lab: {file, node, variant}).
   fabriclab version
       print the version (also -V, --version)
+  fabriclab completion
+      print a bash completion script: source <(fabriclab completion)
   fabriclab help
       this text
 
@@ -91,6 +94,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "version", "-V", "-version", "--version":
 		fmt.Fprintln(stdout, version.Line("fabriclab"))
 		return 0
+	case "completion":
+		c := completion.Command{Tool: "fabriclab", Words: []string{"run", "validate", "plan", "help", "version", "completion", "--help", "--version"},
+			Subs: map[string][]string{}}
+		for _, sub := range []string{"run", "validate", "plan"} {
+			c.Subs[sub] = completion.Flags(completion.Help(run, sub, "-h"))
+		}
+		return completion.Write(c, args[1:], stdout, stderr)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
 	case "run":

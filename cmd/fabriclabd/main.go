@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion"
 	"github.com/fabriclab/fabriclab/host/daemon"
 	"github.com/fabriclab/fabriclab/host/version"
 )
@@ -36,6 +37,9 @@ const usage = `usage: fabriclabd [-config FILE] [-check] [-version]
   -config FILE   the configuration (default %s)
   -check         validate FILE, print "ok" or the first error, and exit
   -version, -V   print the version and exit
+
+fabriclabd completion prints a bash completion script:
+source <(fabriclabd completion).
 
 Signals: SIGHUP reloads FILE; SIGTERM or SIGINT drains (no new sessions,
 those in progress end, at most drain_timeout) and exits.
@@ -47,6 +51,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "completion" {
+		c := completion.Command{Tool: "fabriclabd", Words: completion.Flags(completion.Help(run, "-h"))}
+		return completion.Write(c, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("fabriclabd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	path := fs.String("config", daemon.DefaultConfigPath, "")

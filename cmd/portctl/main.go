@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion"
 	"github.com/fabriclab/fabriclab/host/version"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -50,6 +51,7 @@ Commands:
   sweep      remove the pins of ports and PEs whose device is gone
   help       this text; "portctl help COMMAND" or "portctl COMMAND --help"
   version    the version (also -V, --version)
+  completion  a bash completion script: source <(portctl completion)
 
 Every command but tune and sweep takes --dev DEV and --netns NAME (a name under
 /var/run/netns; default: the current namespace). Options go after the command.
@@ -148,6 +150,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "version", "-V", "-version", "--version":
 		fmt.Fprintln(stdout, version.Line("portctl"))
 		return exitOK
+	case "completion":
+		return completion.Write(bashCompletion(), args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			c, ok := commands[args[1]]
@@ -167,6 +171,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return c.run(args[1:], stdout, stderr)
+}
+
+// bashCompletion is portctl's: the commands mainHelp lists, each with
+// the flags of its help (tunnel with its own commands).
+func bashCompletion() completion.Command {
+	c := completion.Command{Tool: "portctl", Subs: map[string][]string{}}
+	c.Words = append(completion.Commands(mainHelp), "--help", "--version")
+	for name, cmd := range commands {
+		c.Subs[name] = append(completion.Commands(cmd.help), completion.Flags(cmd.help)...)
+	}
+	return c
 }
 
 // usageError is a bad command line: exit 2.

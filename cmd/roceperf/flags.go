@@ -26,6 +26,7 @@ import (
 
 var usage = fmt.Sprintf(`Usage: roceperf [-s|-c host] [options]
        roceperf [-h|--help] [-V|--version]
+       roceperf completion      (bash: source <(roceperf completion))
 
 RoCEv2 traffic like iperf3: a server terminates RC queue pairs on UDP 4791,
 a client streams RDMA WRITEs or SENDs on them with DCQCN congestion control.

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion/completiontest"
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -407,4 +409,15 @@ func TestParseTimescale(t *testing.T) {
 	if code := run(context.Background(), []string{"-h"}, &out, &out); code != 0 || !strings.Contains(out.String(), "--timescale K") {
 		t.Errorf("help: exit %d, lacks --timescale K", code)
 	}
+}
+
+// TestCompletion: `roceperf completion` completes the flags its help
+// lists, long and short.
+func TestCompletion(t *testing.T) {
+	run := func(args []string, stdout, stderr io.Writer) int {
+		return run(context.Background(), args, stdout, stderr)
+	}
+	completiontest.Check(t, "roceperf", run,
+		completiontest.Case{Line: []string{"roceperf", "--tra"}, Want: []string{"--transport"}},
+		completiontest.Case{Line: []string{"roceperf", "-c", "h", "--dcq"}, Want: []string{"--dcqcn", "--dcqcn-profile"}})
 }

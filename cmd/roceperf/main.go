@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/fabriclab/fabriclab/cmd/internal/completion"
 	"github.com/fabriclab/fabriclab/host/perf"
 )
 
@@ -36,6 +37,10 @@ func main() {
 
 // run is the whole command, for tests: errors are one line on stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "completion" {
+		c := completion.Command{Tool: "roceperf", Words: completion.Flags(usage)}
+		return completion.Write(c, args[1:], stdout, stderr)
+	}
 	o, err := parseArgs(args)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
