@@ -18,6 +18,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/pktio"
@@ -138,20 +139,6 @@ func rocePayloadShare(msg, mtu int) float64 {
 	pad := -(msg % mtu) & 3 // only the last packet can be short
 	wire := msg + pkts*hdr + roce.RETHLen + pad
 	return float64(msg) / float64(wire)
-}
-
-// jain is Jain's fairness index of the rates: 1 when all are equal, 1/n
-// when one takes everything.
-func jain(rates []float64) float64 {
-	var sum, sq float64
-	for _, r := range rates {
-		sum += r
-		sq += r * r
-	}
-	if sq == 0 {
-		return 0
-	}
-	return sum * sum / (float64(len(rates)) * sq)
 }
 
 // testLogger writes the agents' warnings to the test log; the agents are
@@ -861,7 +848,7 @@ func TestRoCEFairness(t *testing.T) {
 					goodput[i] = pr.goodput(half.at, last.at)
 					total += goodput[i]
 				}
-				fairness := jain(goodput)
+				fairness := stats.Jain(goodput)
 				p99 := curveQuantile(w.roce.Curve, 0.99)
 				sojP99 := w.roce.Sojourn.Quantile(0.99)
 
@@ -973,7 +960,7 @@ func roceLateJoiner(t *testing.T, c *hostChecks) hostlost.Report {
 	g := []float64{runs[0].goodput(from, to), runs[1].goodput(from, to)}
 	t.Logf("last third (%v): %s %s Mbit/s, %s %s Mbit/s (%+.1f%%, %+.1f%% of fair), utilization %.3f, Jain %.3f; port drops %d; %s: utilization net of it %.3f, fair share of what the port carried %s Mbit/s",
 		to.Sub(from).Round(time.Millisecond), runs[0].name, mbit(g[0]), runs[1].name, mbit(g[1]),
-		100*(g[0]/fair-1), 100*(g[1]/fair-1), w.utilization(roceRate), jain(g), portDrops(st), w.hostNote(), w.utilizationNet(roceRate), mbit(fairNet))
+		100*(g[0]/fair-1), 100*(g[1]/fair-1), w.utilization(roceRate), stats.Jain(g), portDrops(st), w.hostNote(), w.utilizationNet(roceRate), mbit(fairNet))
 	// A host that starves the run also moves DCQCN (a held port's queue
 	// marks): these two run again in a host-starved run (retryStarved).
 	for i, pr := range runs {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -111,20 +112,6 @@ func quantile(h *qdisc.SojournHistogram, q float64) time.Duration {
 		seen += float64(c)
 	}
 	return time.Duration(math.Exp2(float64(len(h))))
-}
-
-// jain is Jain's fairness index (Σx)²/(n·Σx²): 1 when all shares are equal,
-// 1/n when one flow has everything. 0 for no flows or no traffic.
-func jain(xs []float64) float64 {
-	var s, s2 float64
-	for _, x := range xs {
-		s += x
-		s2 += x * x
-	}
-	if len(xs) == 0 || s2 == 0 {
-		return 0
-	}
-	return s * s / (float64(len(xs)) * s2)
 }
 
 // markProb is the configured probability that an ECN-capable packet finding
@@ -320,7 +307,7 @@ func (s *Summary) finish(st *qdisc.Stats, trafficDequeuedBytes uint64) {
 		}
 		goodputs = append(goodputs, f.GoodputBps)
 	}
-	s.Jain = jain(goodputs)
+	s.Jain = stats.Jain(goodputs)
 	if s.TrafficS > 0 && s.Rate > 0 {
 		s.Utilization = float64(trafficDequeuedBytes) * 8 / s.TrafficS / float64(s.Rate)
 	}
@@ -338,7 +325,7 @@ func (s *Summary) finish(st *qdisc.Stats, trafficDequeuedBytes uint64) {
 			rates = append(rates, r)
 		}
 		if rates != nil {
-			s.JainWindow, s.WindowFromS, s.WindowToS = jain(rates), from, to
+			s.JainWindow, s.WindowFromS, s.WindowToS = stats.Jain(rates), from, to
 		}
 	}
 	if ect := c.ArrivedECT0 + c.ArrivedECT1; ect > 0 {

@@ -11,29 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
-
-func TestJain(t *testing.T) {
-	for _, tc := range []struct {
-		xs   []float64
-		want float64
-	}{
-		{nil, 0},
-		{[]float64{0, 0}, 0},
-		{[]float64{5}, 1},
-		{[]float64{300, 300, 300}, 1},
-		{[]float64{900, 0, 0}, 1.0 / 3},
-		{[]float64{1, 2}, 9.0 / 10},
-	} {
-		if got := jain(tc.xs); !near(got, tc.want, 1e-12) {
-			t.Errorf("jain(%v) = %v, want %v", tc.xs, got, tc.want)
-		}
-	}
-}
 
 func TestHistDelta(t *testing.T) {
 	var prev, cur qdisc.SojournHistogram
@@ -279,7 +262,7 @@ func TestFlowWindowAndSummary(t *testing.T) {
 	if !near(s.JainWindow, 1, 1e-12) || s.WindowFromS != 3 || s.WindowToS != 6 {
 		t.Errorf("window jain %v over %v-%v", s.JainWindow, s.WindowFromS, s.WindowToS)
 	}
-	if !near(s.Jain, jain([]float64{750e6, 500e6}), 1e-12) {
+	if !near(s.Jain, stats.Jain([]float64{750e6, 500e6}), 1e-12) {
 		t.Errorf("whole-run jain %v", s.Jain)
 	}
 	if !near(s.GoodputBps, 1e9*(6*0.5+3*0.5+1.5)/6*0+(float64(f1.ReceivedBytes+f2.ReceivedBytes)*8/6), 1) {

@@ -15,6 +15,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -353,9 +354,9 @@ func (r *RoCEReport) finish(st *qdisc.Stats, base, joined *qdisc.ClassStats) {
 			f.AlphaMean = mean(r.Series.Flows[i].Alpha[a:])
 		}
 	}
-	r.Jain = jain(goodputs)
+	r.Jain = stats.Jain(goodputs)
 	if windowOK {
-		r.JainWindow = jain(window)
+		r.JainWindow = stats.Jain(window)
 		var total float64
 		for _, w := range window {
 			total += w

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -188,7 +189,7 @@ func TestRoCEFinish(t *testing.T) {
 	if !near(r.Flows[0].GoodputBps, 500e6, 1) || !near(r.Flows[1].GoodputBps, 400e6, 1) || r.Flows[1].ActiveS != 1 {
 		t.Errorf("goodput %v %v active %v", r.Flows[0].GoodputBps, r.Flows[1].GoodputBps, r.Flows[1].ActiveS)
 	}
-	if !near(r.GoodputBps, 700e6, 1) || !near(r.Jain, jain([]float64{500e6, 400e6}), 1e-12) {
+	if !near(r.GoodputBps, 700e6, 1) || !near(r.Jain, stats.Jain([]float64{500e6, 400e6}), 1e-12) {
 		t.Errorf("total %v jain %v", r.GoodputBps, r.Jain)
 	}
 	// 250 MB in 2 s on 1 Gbit/s; 125 MB in the second second.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/rccc"
@@ -280,7 +281,7 @@ func (r *UETReport) finish(st, base *qdisc.Stats) {
 			r.Flows[i].Share = r.Flows[i].GoodputBps / total
 		}
 	}
-	r.Jain = jain(goodputs)
+	r.Jain = stats.Jain(goodputs)
 	r.PayloadFraction = uetPayloadFraction(r.MTU, uetRequestLen(r.CC), r.MessageBytes)
 	if capacity := r.PayloadFraction * float64(r.Rate); capacity > 0 {
 		r.IdealS = float64(bytes) * 8 / capacity

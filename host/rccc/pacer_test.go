@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/cc"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -89,15 +90,6 @@ func TestPacerRate(t *testing.T) {
 	}
 }
 
-func jain(x []float64) float64 {
-	var s, s2 float64
-	for _, v := range x {
-		s += v
-		s2 += v * v
-	}
-	return s * s / (float64(len(x)) * s2)
-}
-
 // Sources with unmet targets are granted in turn: the order is cyclic and
 // the bytes equal (Jain ≥ 0.99; round robin gives 1 to within a grant).
 func TestPacerRoundRobin(t *testing.T) {
@@ -123,7 +115,7 @@ func TestPacerRoundRobin(t *testing.T) {
 		}
 		bytes[g.Key] += float64(g.Bytes)
 	}
-	j := jain(bytes)
+	j := stats.Jain(bytes)
 	t.Logf("%d grants, bytes per source %v, Jain %.6f", len(grants), bytes, j)
 	if j < 0.99 {
 		t.Errorf("Jain %.4f < 0.99", j)
@@ -146,7 +138,7 @@ func TestPacerRoundRobin(t *testing.T) {
 		}
 	})
 	t.Logf("unequal: bytes per source %v", bytes)
-	if j := jain(bytes[:n]); j < 0.99 || math.Abs(bytes[n]*4/bytes[0]-1) > 0.01 {
+	if j := stats.Jain(bytes[:n]); j < 0.99 || math.Abs(bytes[n]*4/bytes[0]-1) > 0.01 {
 		t.Errorf("Jain of the large %.4f, small source %v B against %v B each", j, bytes[n], bytes[0])
 	}
 }

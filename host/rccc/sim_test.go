@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/cc"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -229,7 +230,7 @@ func runLoop(tb testing.TB, c loopConfig) loopResult {
 		sum += d
 	}
 	r.utilization = sum / ((c.run - c.measure).Seconds() * float64(c.rate) / 8)
-	r.jain = jain(r.delivered)
+	r.jain = stats.Jain(r.delivered)
 	r.queueEnd = queue(c.run)
 	r.creditedBurst, r.allBurst = credited.max, all.max
 	for _, s := range senders {

@@ -137,3 +137,18 @@ func (s Stat) MarshalJSON() ([]byte, error) {
 		Values []float64 `json:"values"`
 	}{s.N, num(s.Mean), num(s.CI95), num(s.Min), num(s.Max), s.Values})
 }
+
+// Jain is Jain's fairness index of xs (Jain, Chiu and Hawe, DEC-TR-301,
+// 1984): (Σx)² / (n·Σx²), 1 when every share is equal, 1/n when one has
+// everything; 0 for no values or all zero.
+func Jain(xs []float64) float64 {
+	var s, s2 float64
+	for _, x := range xs {
+		s += x
+		s2 += x * x
+	}
+	if len(xs) == 0 || s2 == 0 {
+		return 0
+	}
+	return s * s / (float64(len(xs)) * s2)
+}

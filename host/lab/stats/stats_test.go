@@ -70,3 +70,16 @@ func TestStat(t *testing.T) {
 		t.Error("T975 table")
 	}
 }
+
+// TestJain: equal shares 1, one flow with everything 1/n, a 3:1 split
+// 0.8, nothing 0.
+func TestJain(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{{[]float64{5, 5, 5}, 1}, {[]float64{9, 0, 0}, 1.0 / 3}, {[]float64{3, 1}, 0.8}, {nil, 0}, {[]float64{0, 0}, 0}} {
+		if got := Jain(c.xs); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("Jain(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}
