@@ -101,6 +101,8 @@ type VariantSummary struct {
 	Lost stats.Stat `json:"lost_packets"`
 	// E2EReactionMS is Result.E2EReactionMS over the runs that had one.
 	E2EReactionMS stats.Stat `json:"e2e_reaction_ms"`
+	// Jain is Result.Fairness's index over the runs that had one.
+	Jain stats.Stat `json:"jain"`
 	// Incasts are the runs' incast groups (Result.Incasts).
 	Incasts []IncastSummary `json:"incasts,omitempty"`
 	// Htsim is htsim's run of the variant's incast, once
@@ -326,6 +328,12 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		return nan
 	})
 	vs.Lost = col(func(r *Result) float64 { return float64(r.Lost()) })
+	vs.Jain = col(func(r *Result) float64 {
+		if r.Fairness == nil {
+			return math.NaN()
+		}
+		return r.Fairness.Jain
+	})
 	vs.E2EReactionMS = col(func(r *Result) float64 {
 		if r.E2EReactionMS == 0 {
 			return nan
@@ -655,6 +663,11 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.Incasts) > 0 }) {
 		writeIncastTable(w, c)
+	}
+	for _, v := range c.Summary {
+		if v.Jain.N > 0 {
+			fmt.Fprintf(w, "%-14s fairness: Jain %s over the timed flows while all ran\n", orName(v.Name, c.Name), statText(v.Jain, 1, "%.3f"))
+		}
 	}
 	for _, v := range c.Summary {
 		if v.E2EReactionMS.N > 0 {

@@ -66,6 +66,7 @@ var goalMetrics = map[string]goalMetric{
 	"qct_p99_s":         {scope: "flows", unit: "s", flows: func(f *FlowSummary) stats.Stat { return f.QCTP99S }},
 	"pe_reaction_ms":    {scope: "pe", unit: "ms", pe: func(p *PESummary) stats.Stat { return p.FirstReactionMS }},
 	"lost_packets":      {unit: "", whole: func(v *VariantSummary) stats.Stat { return v.Lost }},
+	"jain":              {unit: "index", whole: func(v *VariantSummary) stats.Stat { return v.Jain }},
 	"e2e_reaction_ms":   {unit: "ms", whole: func(v *VariantSummary) stats.Stat { return v.E2EReactionMS }},
 	"host_lost_share":   {unit: "%", whole: func(v *VariantSummary) stats.Stat { return v.HostLostShare }},
 }
@@ -102,7 +103,15 @@ func (f *File) checkGoals(p *Plan) error {
 			return conf.Errorf(gp("name"), g.Name, "two goals have this name")
 		}
 		names[g.Name] = true
-		if !slices.Contains(variants, g.Variant) {
+		if len(variants) == 0 {
+			// A file without variants: its goals bound its own runs.
+			if g.Variant != "" {
+				return conf.Errorf(gp("variant"), g.Variant, "the file has no variants: leave variant out (the goal bounds the file's runs)")
+			}
+			if g.Than != "" {
+				return conf.Errorf(gp("than"), g.Than, "the file has no variants to compare with: leave than out")
+			}
+		} else if !slices.Contains(variants, g.Variant) {
 			return conf.Errorf(gp("variant"), g.Variant, "must be one of the file's variants (%s)", strings.Join(variants, ", "))
 		}
 		if g.Than != "" && (g.Than == g.Variant || !slices.Contains(variants, g.Than)) {
@@ -222,7 +231,7 @@ func evalGoals(goals []Goal, sums []VariantSummary) []GoalResult {
 		}
 		a, ok := read(find(g.Variant))
 		if !ok || a.N == 0 {
-			gr.Text = "no run of " + g.Variant
+			gr.Text = "no run of " + orName(g.Variant, "the file")
 			out = append(out, gr)
 			continue
 		}
@@ -303,13 +312,31 @@ func (g *Goal) want() string {
 		}
 		return fmt.Sprintf("%s: %s %s against %s", what, g.Variant, strings.Join(parts, " and "), g.Than)
 	}
+	unit := goalMetrics[g.Metric].unit
 	if g.Min != nil {
-		parts = append(parts, fmt.Sprintf(">= %g", *g.Min))
+		parts = append(parts, ">= "+boundValue(unit, *g.Min))
 	}
 	if g.Max != nil {
-		parts = append(parts, fmt.Sprintf("<= %g", *g.Max))
+		parts = append(parts, "<= "+boundValue(unit, *g.Max))
+	}
+	if g.Variant == "" {
+		return fmt.Sprintf("%s %s (mean over the runs)", what, strings.Join(parts, " and "))
 	}
 	return fmt.Sprintf("%s of %s %s (mean over the runs)", what, g.Variant, strings.Join(parts, " and "))
+}
+
+// boundValue is a goal's bound as the measured figure prints: bytes in
+// KB, fractions in percent, bits/s in Mbit/s; others as written.
+func boundValue(unit string, v float64) string {
+	switch unit {
+	case "B":
+		return fmt.Sprintf("%gKB", v/1e3)
+	case "%":
+		return fmt.Sprintf("%g%%", 100*v)
+	case "bps":
+		return fmt.Sprintf("%gMb/s", v/1e6)
+	}
+	return fmt.Sprintf("%g", v)
 }
 
 // measuredText is a mean ± CI in the metric's unit.
@@ -329,6 +356,8 @@ func measuredText(s stats.Stat, unit string) string {
 		return statText(s, 1, "%.2fms")
 	case "x":
 		return statText(s, 1, "%.2fx")
+	case "index":
+		return statText(s, 1, "%.3f")
 	}
 	return statText(s, 1, "%.0f")
 }
@@ -349,4 +378,19 @@ func writeGoals(w io.Writer, goals []GoalResult) {
 		}
 		fmt.Fprintf(w, "  %-14s %s\n  %-14s want %s\n  %-14s measured %s\n", verdict, g.Goal, "", g.Want, "", g.Text)
 	}
+}
+
+// runGoals are f's goals a single run of variant ("": the file as
+// written) decides alone (no than), evaluated on res.
+func (f *File) runGoals(variant string, res *Result) []GoalResult {
+	var gs []Goal
+	for _, g := range f.Goals {
+		if g.Than == "" && g.Variant == variant {
+			gs = append(gs, g)
+		}
+	}
+	if len(gs) == 0 {
+		return nil
+	}
+	return evalGoals(gs, []VariantSummary{summarize(variant, []*Result{res}, 1)})
 }

@@ -118,3 +118,35 @@ func TestEvalGoals(t *testing.T) {
 		t.Errorf("no runs: %+v", gs[0])
 	}
 }
+
+// TestGoalsOfOneRun: a file without variants bounds its own runs (no
+// variant, no than), and a single run reports them.
+func TestGoalsOfOneRun(t *testing.T) {
+	src := base + `goals:
+  - {name: busy, metric: utilization, port: sw1:r1, min: 0.95}
+  - {name: fair, metric: jain, min: 0.95}
+`
+	f, err := Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ old, new, want string }{
+		{"{name: fair, metric", "{name: fair, variant: step, metric", `goals[1].variant: "step": the file has no variants: leave variant out`},
+		{"{name: fair, metric", "{name: fair, than: step, metric", `goals[1].than: "step": the file has no variants to compare with`},
+	} {
+		if _, err := Parse("t.yaml", []byte(strings.Replace(src, c.old, c.new, 1))); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want …%s…", err, c.want)
+		}
+	}
+	res := &Result{Ports: []PortResult{{Name: "sw1:r1", Watched: true, Utilization: 0.97}}, Fairness: &Fairness{Jain: 0.9}}
+	gs := f.runGoals("", res)
+	if len(gs) != 2 || !gs[0].Evaluated || !gs[0].Met || !gs[1].Evaluated || gs[1].Met {
+		t.Fatalf("goals %+v: want busy met, fair not", gs)
+	}
+	res.Goals = gs
+	var b bytes.Buffer
+	res.WriteSummary(&b)
+	if !strings.Contains(b.String(), "fair") || !strings.Contains(b.String(), "jain >= 0.95 (mean over the runs)") || !strings.Contains(b.String(), "0.900") {
+		t.Errorf("summary:\n%s", b.String())
+	}
+}

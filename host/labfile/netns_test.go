@@ -80,6 +80,9 @@ func TestExamplesRun(t *testing.T) {
 			if err != nil {
 				t.Errorf("Run: %v", err)
 			}
+			for _, g := range res.Goals { // findings at this length, not checks
+				t.Logf("goal %s: evaluated %v, met %v: %s", g.Goal, g.Evaluated, g.Met, g.Text)
+			}
 			judgeExample(t, name, f, res, func() *Result {
 				res, _ := Run(context.Background(), f, RunOptions{Duration: exampleRun, OutDir: t.TempDir()})
 				return res

@@ -84,6 +84,11 @@ type Result struct {
 	// first DCQCN rate cut, resolved to the queue sampler's 3 ms ×
 	// timescale (runner.e2eReaction); 0: none.
 	E2EReactionMS float64 `json:"e2e_reaction_ms,omitempty"`
+	// Fairness is the timed flows' Jain index while all of them ran.
+	Fairness *Fairness `json:"fairness,omitempty"`
+	// Goals are the file's goals this run decides alone (File.Goals: of
+	// its variant, without than), reported, not enforced.
+	Goals []GoalResult `json:"goals,omitempty"`
 	// Samples are the live view's, one per report interval.
 	Samples []Sample `json:"samples"`
 	// Files are what the run wrote besides result.json (the plots).
@@ -761,6 +766,13 @@ func (res *Result) WriteSummary(w io.Writer) {
 			}
 		}
 	}
+	if f := res.Fairness; f != nil {
+		fmt.Fprintf(w, "fairness: Jain %.3f over the timed flows while all ran, t=%.1f-%.1fs:", f.Jain, f.FromS, f.ToS)
+		for i, n := range f.Flows {
+			fmt.Fprintf(w, " %s %.1f", n, f.GoodputBps[i]/1e6)
+		}
+		fmt.Fprintln(w, " Mbit/s")
+	}
 	if res.E2EReactionMS > 0 {
 		fmt.Fprintf(w, "end-to-end reaction %.1f ms: a queue past its CE threshold to the first DCQCN cut (sampled every %v)\n",
 			res.E2EReactionMS, time.Duration(res.Timescale*float64(incastSample)))
@@ -783,6 +795,7 @@ func (res *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "%-16s error: %s\n", "", p.Error)
 		}
 	}
+	writeGoals(w, res.Goals)
 	for _, f := range res.Files {
 		fmt.Fprintf(w, "wrote %s\n", f)
 	}

@@ -148,6 +148,7 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	}
 	res = r.run(ctx)
 	res.Tune = r.tuned
+	res.Goals = f.runGoals(opts.Variant, res)
 	if opts.Htsim != nil {
 		res.Htsim = f.runHtsim(ctx, r.p, opts.Htsim)
 	}
@@ -675,6 +676,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	res.Incasts = r.incastResults(incasts, flows, res, host, queues.ports)
 	r.portQueues(res, queues.ports)
 	res.E2EReactionMS = r.e2eReaction(queues)
+	res.Fairness = fairness(r.p, res.Samples)
 	for k, v := range r.hostDrops() {
 		if d := v - hostDrops0[k]; d > 0 || k != softnetKey {
 			if k == softnetKey {
