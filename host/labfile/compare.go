@@ -330,7 +330,7 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 	vs.Lost = col(func(r *Result) float64 { return float64(r.Lost()) })
 	vs.Jain = col(func(r *Result) float64 {
 		if r.Fairness == nil {
-			return math.NaN()
+			return nan
 		}
 		return r.Fairness.Jain
 	})

@@ -383,7 +383,7 @@ func Parse(name string, data []byte) (*File, error) {
 // SetTimescale replaces the file's timescale with k (fabriclab run
 // -timescale) and plans the file again; on error the file keeps its plan.
 func (f *File) SetTimescale(k units.Timescale) error {
-	old := f.Timescale
+	old, oldTuned := f.Timescale, f.tuned
 	f.Timescale = k
 	err := checkTimescale(k)
 	if err == nil {
@@ -392,7 +392,7 @@ func (f *File) SetTimescale(k units.Timescale) error {
 	if err == nil {
 		return nil
 	}
-	f.Timescale = old
+	f.Timescale, f.tuned = old, oldTuned
 	if ce := (*conf.Error)(nil); errors.As(err, &ce) && ce.Path == "timescale" {
 		ce.File = f.Path // the value given here, not a line of the file
 		return err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	"github.com/fabriclab/fabriclab/host/conf"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
@@ -255,20 +256,6 @@ func (f *File) nominalTune(p *Plan) (*TuneValues, error) {
 	return tv, nil
 }
 
-// placeholderTune stands for the tuned values while the plan the nominal
-// ones come from is made: any values the specs accept.
-func placeholderTune() *TuneValues {
-	v := map[string]string{}
-	for _, n := range TunedNames {
-		v[n.Name] = "1ms"
-	}
-	for _, n := range []string{"k_tail", "k_avg"} {
-		v[n] = "10kb"
-	}
-	v["limit"] = "128kb"
-	return &TuneValues{Values: v}
-}
-
 // expandTuned replaces the $names in a tc spec by the file's tuned
 // values; field names the spec in errors.
 func (f *File) expandTuned(field, raw string) (string, error) {
@@ -438,10 +425,13 @@ func (r *runner) probe(ctx context.Context, pr tuneProbe, count, warm int, gap, 
 		return fmt.Errorf("probe from %s: %w", pr.from, err)
 	}
 	defer conn.Close()
-	if pr.addr.Is4() {
-		if err := ipv4.NewConn(conn).SetTOS(int(pr.dscp) << 2); err != nil {
-			return fmt.Errorf("probe from %s: TOS: %w", pr.from, err)
-		}
+	// The flows' DSCP: the probes take their class at the port.
+	tos := ipv4.NewConn(conn).SetTOS
+	if !pr.addr.Is4() {
+		tos = ipv6.NewConn(conn).SetTrafficClass
+	}
+	if err := tos(int(pr.dscp) << 2); err != nil {
+		return fmt.Errorf("probe from %s: DSCP %d: %w", pr.from, pr.dscp, err)
 	}
 	out, in := make([]byte, 64), make([]byte, 64)
 	for seq := range count {
@@ -508,13 +498,13 @@ func (tv *TuneValues) TuneText() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "$%s %s", n, tunedText(n, tv.Values[n]))
+		fmt.Fprintf(&b, "$%s %s", n, tunedText(tv.Values[n]))
 	}
 	return b.String()
 }
 
 // tunedText is a value as read: bytes in KB, times in µs.
-func tunedText(name, v string) string {
+func tunedText(v string) string {
 	if d, err := units.ParseDuration(v); err == nil && strings.HasSuffix(v, "ns") {
 		return units.FormatDuration(d)
 	}
