@@ -492,9 +492,9 @@ func TestNPBPF(t *testing.T) {
 		checkReceivedCNPs(t, got, c, 0)
 	})
 
-	// Attached again, last in the ingress chain and with another mark.
-	t.Run("attach last, own mark", func(t *testing.T) {
-		np2, err := npbpf.Attach(l.np.NsHandle(), npDev, npbpf.Options{IngressLast: true, Mark: 0x1234})
+	// Attached again, first in the ingress chain and with another mark.
+	t.Run("attach first, own mark", func(t *testing.T) {
+		np2, err := npbpf.Attach(l.np.NsHandle(), npDev, npbpf.Options{IngressFirst: true, Mark: 0x1234})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -372,9 +372,17 @@ func (p *Port) findPeer(opts AttachOptions) error {
 
 func (p *Port) attachProg(ns netns.NsHandle, ifindex int, prog *ebpf.Program, where ebpf.AttachType) error {
 	if p.meta.Attach == AttachTCX {
+		// The dequeue at the peer's ingress is the port's wire: first in
+		// the chain, before any program of the host it reaches (a kernel
+		// NP must see the CE marks the departure AQMs set here), however
+		// the two were attached in time.
+		var anchor link.Anchor
+		if where == ebpf.AttachTCXIngress {
+			anchor = link.Head()
+		}
 		var l link.Link
 		err := nsexec.Do(ns, func() (err error) {
-			l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: where})
+			l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: where, Anchor: anchor})
 			return err
 		})
 		if err == nil {

@@ -26,13 +26,15 @@ type Options struct {
 	// leaving the egress program, and no program runs for every packet
 	// the machine sends. Optional.
 	NoXmitHook bool
-	// IngressLast attaches the ingress program last in the device's TCX
-	// ingress chain instead of first. Last, it sees CE marks a program
-	// before it sets (a port's dequeue AQM on this device), but only if
-	// every program before it returns TC_ACT_UNSPEC (TCX_NEXT): one that
-	// returns TC_ACT_OK ends the chain. First, it sees every packet and
-	// passes it on with TC_ACT_UNSPEC. Optional.
-	IngressLast bool
+	// IngressFirst attaches the ingress program first in the device's
+	// TCX ingress chain instead of last. Last (the default), it sees the
+	// CE marks the programs before it set — a switch port's departure
+	// AQMs (TCN, CoDel, ECN♯) mark at its peer's ingress, which is this
+	// device when the receiver is the port's peer — as long as they pass
+	// packets on with TC_ACT_UNSPEC (TCX_NEXT), as the project's do.
+	// First, no program's TC_ACT_OK can hide a packet from it, and it
+	// misses those marks. Optional.
+	IngressFirst bool
 }
 
 // NP is the notification point attached to one device: np_egress first in
@@ -83,9 +85,9 @@ func Attach(ns netns.NsHandle, dev string, opts Options) (*NP, error) {
 		if err := np.attach(objs.objs.Egress, ebpf.AttachTCXEgress, link.Head()); err != nil {
 			return fmt.Errorf("attach np_egress: %w", err)
 		}
-		anchor := link.Head()
-		if opts.IngressLast {
-			anchor = link.Tail()
+		anchor := link.Tail()
+		if opts.IngressFirst {
+			anchor = link.Head()
 		}
 		if err := np.attach(objs.objs.Ingress, ebpf.AttachTCXIngress, anchor); err != nil {
 			return fmt.Errorf("attach np_ingress: %w", err)
