@@ -3,7 +3,6 @@ package main
 import (
 	"testing"
 
-	"github.com/fabriclab/fabriclab/cmd/internal/completion/completiontest"
 	"github.com/fabriclab/fabriclab/host/version/versiontest"
 )
 
@@ -14,6 +13,6 @@ func TestVersion(t *testing.T) { versiontest.Check(t, "dctcp", run) }
 // TestCompletion: `dctcp completion` is a bash script that completes what
 // the help lists.
 func TestCompletion(t *testing.T) {
-	completiontest.Check(t, "dctcp", run,
-		completiontest.Case{Line: []string{"dctcp", "-int"}, Want: []string{"-interval"}})
+	versiontest.CheckCompletion(t, "dctcp", run,
+		versiontest.Case{Line: []string{"dctcp", "-int"}, Want: []string{"-interval"}})
 }

@@ -4,7 +4,6 @@ import (
 	"io"
 	"testing"
 
-	"github.com/fabriclab/fabriclab/cmd/internal/completion/completiontest"
 	"github.com/fabriclab/fabriclab/host/version/versiontest"
 )
 
@@ -23,6 +22,6 @@ func TestVersion(t *testing.T) {
 // TestCompletion: `fabricdemo completion` is a bash script that completes what
 // the help lists.
 func TestCompletion(t *testing.T) {
-	completiontest.Check(t, "fabricdemo", run,
-		completiontest.Case{Line: []string{"fabricdemo", "-tra"}, Want: []string{"-traffic"}})
+	versiontest.CheckCompletion(t, "fabricdemo", run,
+		versiontest.Case{Line: []string{"fabricdemo", "-tra"}, Want: []string{"-traffic"}})
 }

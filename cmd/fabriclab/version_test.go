@@ -3,7 +3,6 @@ package main
 import (
 	"testing"
 
-	"github.com/fabriclab/fabriclab/cmd/internal/completion/completiontest"
 	"github.com/fabriclab/fabriclab/host/version/versiontest"
 )
 
@@ -14,7 +13,7 @@ func TestVersion(t *testing.T) { versiontest.Check(t, "fabriclab", run) }
 // TestCompletion: `fabriclab completion` is a bash script that completes what
 // the help lists.
 func TestCompletion(t *testing.T) {
-	completiontest.Check(t, "fabriclab", run,
-		completiontest.Case{Line: []string{"fabriclab", "va"}, Want: []string{"validate"}},
-		completiontest.Case{Line: []string{"fabriclab", "run", "-var"}, Want: []string{"-variants"}})
+	versiontest.CheckCompletion(t, "fabriclab", run,
+		versiontest.Case{Line: []string{"fabriclab", "va"}, Want: []string{"validate"}},
+		versiontest.Case{Line: []string{"fabriclab", "run", "-var"}, Want: []string{"-variants"}})
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"testing"
 
-	"github.com/fabriclab/fabriclab/cmd/internal/completion/completiontest"
 	"github.com/fabriclab/fabriclab/host/version/versiontest"
 )
 
@@ -14,6 +13,6 @@ func TestVersion(t *testing.T) { versiontest.Check(t, "fabriclabd", run) }
 // TestCompletion: `fabriclabd completion` is a bash script that completes what
 // the help lists.
 func TestCompletion(t *testing.T) {
-	completiontest.Check(t, "fabriclabd", run,
-		completiontest.Case{Line: []string{"fabriclabd", "-ch"}, Want: []string{"-check"}})
+	versiontest.CheckCompletion(t, "fabriclabd", run,
+		versiontest.Case{Line: []string{"fabriclabd", "-ch"}, Want: []string{"-check"}})
 }

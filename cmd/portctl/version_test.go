@@ -3,7 +3,6 @@ package main
 import (
 	"testing"
 
-	"github.com/fabriclab/fabriclab/cmd/internal/completion/completiontest"
 	"github.com/fabriclab/fabriclab/host/version/versiontest"
 )
 
@@ -14,7 +13,7 @@ func TestVersion(t *testing.T) { versiontest.Check(t, "portctl", run) }
 // TestCompletion: `portctl completion` is a bash script that completes what
 // the help lists.
 func TestCompletion(t *testing.T) {
-	completiontest.Check(t, "portctl", run,
-		completiontest.Case{Line: []string{"portctl", "att"}, Want: []string{"attach"}},
-		completiontest.Case{Line: []string{"portctl", "attach", "--ne"}, Want: []string{"--netns"}})
+	versiontest.CheckCompletion(t, "portctl", run,
+		versiontest.Case{Line: []string{"portctl", "att"}, Want: []string{"attach"}},
+		versiontest.Case{Line: []string{"portctl", "attach", "--ne"}, Want: []string{"--netns"}})
 }

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/cmd/internal/completion/completiontest"
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/version/versiontest"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -417,7 +417,7 @@ func TestCompletion(t *testing.T) {
 	run := func(args []string, stdout, stderr io.Writer) int {
 		return run(context.Background(), args, stdout, stderr)
 	}
-	completiontest.Check(t, "roceperf", run,
-		completiontest.Case{Line: []string{"roceperf", "--tra"}, Want: []string{"--transport"}},
-		completiontest.Case{Line: []string{"roceperf", "-c", "h", "--dcq"}, Want: []string{"--dcqcn", "--dcqcn-profile"}})
+	versiontest.CheckCompletion(t, "roceperf", run,
+		versiontest.Case{Line: []string{"roceperf", "--tra"}, Want: []string{"--transport"}},
+		versiontest.Case{Line: []string{"roceperf", "-c", "h", "--dcq"}, Want: []string{"--dcqcn", "--dcqcn-profile"}})
 }
