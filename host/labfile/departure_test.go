@@ -16,7 +16,7 @@ import (
 // peer. The kernel NP on that device must see those marks: the port's
 // dequeue goes first in the chain and the NP last. Before, the NP ran
 // first and saw none: 97.5 % of the packets marked, 0 CNPs, the queue at
-// its 2 MB limit (1.35 MB mean).
+// its 2 MB limit (1.35 MB mean). The run is lossless either way.
 func TestDepartureMarksReachNP(t *testing.T) {
 	labtest.RequireRoot(t)
 	labtest.RequireKernel(t, "6.6") // TCX: the kernel NP
@@ -54,6 +54,12 @@ flows:
 		if fr.CNPSent == 0 || fr.CNPHandled == 0 {
 			t.Errorf("%s: %d CNPs sent, %d handled: the NP saw none of the port's departure marks", fr.Name, fr.CNPSent, fr.CNPHandled)
 		}
+	}
+	// The class's 2 MB holds every burst: lossless, at the port, in the
+	// host's queues and sockets, and no resend.
+	t.Logf("host-lost: %s", res.HostLost.line())
+	if n := res.Lost(); n != 0 {
+		t.Errorf("%d packets lost (ports, host queues, sockets, resends): want 0", n)
 	}
 	for _, p := range res.Ports {
 		t.Logf("port %s: %.2f%% marked, queue p50 %.0f B p99 %.0f B, %d dropped", p.Name, 100*p.MarkedFraction, p.QueueP50Bytes, p.QueueP99Bytes, p.DroppedPackets)
