@@ -103,6 +103,10 @@ type VariantSummary struct {
 	E2EReactionMS stats.Stat `json:"e2e_reaction_ms"`
 	// Jain is Result.Fairness's index over the runs that had one.
 	Jain stats.Stat `json:"jain"`
+	// CNPsSent and CNPsUnanswered are Result.CNPs over the runs with
+	// rocev2 flows: the DCQCN loop ran, and every CNP arrived.
+	CNPsSent       stats.Stat `json:"cnps_sent"`
+	CNPsUnanswered stats.Stat `json:"cnps_unanswered"`
 	// Incasts are the runs' incast groups (Result.Incasts).
 	Incasts []IncastSummary `json:"incasts,omitempty"`
 	// Htsim is htsim's run of the variant's incast, once
@@ -328,6 +332,18 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		return nan
 	})
 	vs.Lost = col(func(r *Result) float64 { return float64(r.Lost()) })
+	vs.CNPsSent = col(func(r *Result) float64 {
+		if sent, _, ok := r.CNPs(); ok {
+			return float64(sent)
+		}
+		return nan
+	})
+	vs.CNPsUnanswered = col(func(r *Result) float64 {
+		if _, un, ok := r.CNPs(); ok {
+			return float64(un)
+		}
+		return nan
+	})
 	vs.Jain = col(func(r *Result) float64 {
 		if r.Fairness == nil {
 			return nan

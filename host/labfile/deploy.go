@@ -83,12 +83,8 @@ func (f *File) DeployVariant(node, variant string) (*Deployment, error) {
 			}
 			return nil, conf.Errorf("variant", variant, "not a variant of %s (variants: %v)", f.Path, names)
 		}
-		byName := map[string]int{}
-		for j, n := range f.Nodes {
-			byName[n.Name] = j
-		}
 		var err error
-		if df, err = f.withVariant(k, byName); err != nil {
+		if df, err = f.withVariant(k); err != nil {
 			return nil, err
 		}
 	}

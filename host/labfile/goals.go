@@ -66,6 +66,8 @@ var goalMetrics = map[string]goalMetric{
 	"qct_p99_s":         {scope: "flows", unit: "s", flows: func(f *FlowSummary) stats.Stat { return f.QCTP99S }},
 	"pe_reaction_ms":    {scope: "pe", unit: "ms", pe: func(p *PESummary) stats.Stat { return p.FirstReactionMS }},
 	"lost_packets":      {unit: "", whole: func(v *VariantSummary) stats.Stat { return v.Lost }},
+	"cnps_sent":         {unit: "", whole: func(v *VariantSummary) stats.Stat { return v.CNPsSent }},
+	"cnps_unanswered":   {unit: "", whole: func(v *VariantSummary) stats.Stat { return v.CNPsUnanswered }},
 	"jain":              {unit: "index", whole: func(v *VariantSummary) stats.Stat { return v.Jain }},
 	"e2e_reaction_ms":   {unit: "ms", whole: func(v *VariantSummary) stats.Stat { return v.E2EReactionMS }},
 	"host_lost_share":   {unit: "%", whole: func(v *VariantSummary) stats.Stat { return v.HostLostShare }},

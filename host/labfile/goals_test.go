@@ -150,3 +150,24 @@ func TestGoalsOfOneRun(t *testing.T) {
 		t.Errorf("summary:\n%s", b.String())
 	}
 }
+
+// TestCNPs: the rocev2 flows' CNPs sent and unanswered (sent past
+// handled + ignored), other transports left out; none without rocev2.
+func TestCNPs(t *testing.T) {
+	res := &Result{Flows: []FlowResult{
+		{Transport: TransportRoCEv2, CNPSent: 10, CNPHandled: 7, CNPIgnored: 3},
+		{Transport: TransportRoCEv2, CNPSent: 5, CNPHandled: 3},
+		{Transport: TransportRoCEv2, CNPSent: 2, CNPHandled: 4}, // a run's edge: not negative
+		{Transport: TransportUET, CNPSent: 99},
+	}}
+	if sent, un, ok := res.CNPs(); sent != 17 || un != 2 || !ok {
+		t.Errorf("CNPs = %d, %d, %v; want 17, 2, true", sent, un, ok)
+	}
+	if _, _, ok := (&Result{Flows: []FlowResult{{Transport: TransportTCP}}}).CNPs(); ok {
+		t.Error("no rocev2 flow: want ok false")
+	}
+	vs := summarize("", []*Result{res}, 1)
+	if vs.CNPsSent.Mean != 17 || vs.CNPsUnanswered.Mean != 2 {
+		t.Errorf("summary: sent %v, unanswered %v", vs.CNPsSent, vs.CNPsUnanswered)
+	}
+}

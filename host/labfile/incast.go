@@ -4,12 +4,16 @@ package labfile
 
 import (
 	"context"
+	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -134,13 +138,20 @@ type queueSample struct {
 // sampleQueues reads the backlog of each port the flows cross, of the
 // class they take there (an incast's own class at its port), every
 // incastSample × timescale until ctx ends; samples[j] is Plan.Ports j's.
-func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPlan) queueSamples {
+func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPlan, flows []*flowRun) queueSamples {
 	out := queueSamples{ports: map[int][]queueSample{}}
 	class := r.p.meteredPorts()
 	for _, ip := range ips {
 		class[ip.port] = ip.class
 	}
-	if len(class) == 0 {
+	traced := dcqcnTraced(flows)
+	if len(traced) > 0 {
+		out.dcqcn = &DCQCNTrace{PeriodS: r.p.Timescale.Time(incastSample).Seconds()}
+		for _, fr := range traced {
+			out.dcqcn.Flows = append(out.dcqcn.Flows, fr.plan.Flow.Name)
+		}
+	}
+	if len(class) == 0 && len(traced) == 0 {
 		return out
 	}
 	tick := time.NewTicker(r.p.Timescale.Time(incastSample))
@@ -159,6 +170,9 @@ func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPla
 			}
 			out.ports[j] = append(out.ports[j], queueSample{at: at, bytes: b})
 		}
+		if len(traced) > 0 {
+			out.dcqcn.Samples = append(out.dcqcn.Samples, traceDCQCN(at, traced))
+		}
 		// e2eReaction needs the first cut only: after it, no QP is read.
 		if n := len(out.cuts); n == 0 || out.cuts[n-1].bytes == 0 {
 			if cuts, ok := r.rateCuts(); ok {
@@ -174,6 +188,105 @@ func (r *runner) sampleQueues(ctx context.Context, t0 time.Time, ips []incastPla
 type queueSamples struct {
 	ports map[int][]queueSample
 	cuts  []queueSample
+	dcqcn *DCQCNTrace
+}
+
+// maxTracedFlows bounds the DCQCN trace: beyond it the run has no trace
+// (result.json's size, and the QPs the sampler reads every 3 ms).
+const maxTracedFlows = 16
+
+// DCQCNTrace is the rocev2 flows' DCQCN state every 3 ms × timescale
+// (the queue sampler's period; PeriodS as run): each flow's Rc (summed
+// over its QPs) and α (their mean), as the demo plots them.
+type DCQCNTrace struct {
+	PeriodS float64       `json:"period_s"`
+	Flows   []string      `json:"flows"`
+	Samples []DCQCNSample `json:"samples"`
+}
+
+// DCQCNSample is one reading: RcBps[i] and Alpha[i] are Flows[i]'s, 0
+// while it has no QP under DCQCN (waiting, between instances, done).
+type DCQCNSample struct {
+	T     float64   `json:"t"`
+	RcBps []uint64  `json:"rc_bps"`
+	Alpha []float64 `json:"alpha"`
+}
+
+// writeCSV writes the trace as CSV: t_s, then each flow's rc_bps and
+// alpha.
+func (tr *DCQCNTrace) writeCSV(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	head := []string{"t_s"}
+	for _, n := range tr.Flows {
+		head = append(head, n+"_rc_bps", n+"_alpha")
+	}
+	_ = w.Write(head)
+	row := make([]string, len(head))
+	for _, s := range tr.Samples {
+		row[0] = strconv.FormatFloat(s.T, 'f', 4, 64)
+		for i := range tr.Flows {
+			row[1+2*i] = strconv.FormatUint(s.RcBps[i], 10)
+			row[2+2*i] = strconv.FormatFloat(s.Alpha[i], 'f', 4, 64)
+		}
+		_ = w.Write(row)
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// dcqcnTraced are the flows the trace follows: the rocev2 flows under
+// DCQCN, none when there are more than maxTracedFlows.
+func dcqcnTraced(flows []*flowRun) []*flowRun {
+	var out []*flowRun
+	for _, fr := range flows {
+		if fl := fr.plan.Flow; fl.Transport == TransportRoCEv2 && fl.CC == CCDCQCN {
+			out = append(out, fr)
+		}
+	}
+	if len(out) > maxTracedFlows {
+		return nil
+	}
+	return out
+}
+
+// traceDCQCN reads each traced flow's QPs now.
+func traceDCQCN(at time.Duration, traced []*flowRun) DCQCNSample {
+	s := DCQCNSample{T: at.Seconds(), RcBps: make([]uint64, len(traced)), Alpha: make([]float64, len(traced))}
+	for i, fr := range traced {
+		fr.mu.Lock()
+		a := fr.agent
+		fr.mu.Unlock()
+		s.RcBps[i], s.Alpha[i] = dcqcnNow(a)
+	}
+	return s
+}
+
+// dcqcnNow is an agent's DCQCN state now: Rc summed over its QPs under
+// DCQCN, α their mean; zeros without an agent or such a QP.
+func dcqcnNow(a *agent.Agent) (rcBps uint64, alpha float64) {
+	if a == nil {
+		return 0, 0
+	}
+	n := 0
+	for _, qp := range a.QPs() {
+		if cc, ok := qp.CC(); ok {
+			rcBps += uint64(cc.Rc)
+			alpha += cc.Alpha
+			n++
+		}
+	}
+	if n > 0 {
+		alpha /= float64(n)
+	}
+	return rcBps, alpha
 }
 
 // rateCuts sums the DCQCN rate cuts of the RoCEv2 flows' QPs so far;

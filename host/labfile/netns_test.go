@@ -93,12 +93,44 @@ func TestExamplesRun(t *testing.T) {
 			if after := pinned(t); !slices.Equal(before, after) {
 				t.Errorf("pins before the run %v, after %v", before, after)
 			}
-			for _, want := range []string{"result.json", "goodput.png", "ports.png"} {
+			want := []string{"result.json", "goodput.png", "ports.png"}
+			if res.DCQCN != nil {
+				want = append(want, "dcqcn.png", "dcqcn.csv")
+			}
+			for _, want := range want {
 				if _, err := os.Stat(filepath.Join(out, want)); err != nil {
 					t.Errorf("output: %v", err)
 				}
 			}
 		})
+	}
+}
+
+// checkDCQCNTrace checks a run's DCQCN trace: every rocev2 flow traced,
+// each with Rc within (0, its line rate] and α within [0, 1] while it
+// ran, a reading every few ms.
+func checkDCQCNTrace(t checker, res *Result) {
+	t.Helper()
+	tr := res.DCQCN
+	if tr == nil || len(tr.Flows) != len(res.Flows) || len(tr.Samples) < 100 {
+		t.Errorf("DCQCN trace %v: want every flow, every 3 ms", tr)
+		return
+	}
+	for i, name := range tr.Flows {
+		ran := 0
+		for _, s := range tr.Samples {
+			if s.RcBps[i] == 0 {
+				continue
+			}
+			ran++
+			if s.RcBps[i] > 10_000_000_000 || s.Alpha[i] < 0 || s.Alpha[i] > 1 {
+				t.Errorf("%s at t=%.3fs: Rc %d b/s, α %v", name, s.T, s.RcBps[i], s.Alpha[i])
+				return
+			}
+		}
+		if ran < len(tr.Samples)/4 {
+			t.Errorf("%s: Rc in %d of %d readings, want a quarter at least", name, ran, len(tr.Samples))
+		}
 	}
 }
 
@@ -409,6 +441,44 @@ func checkExample(t checker, name string, f *File, res *Result) {
 		}
 		if p := port("sw:r"); p.CEMarked == 0 || p.DroppedPackets != 0 {
 			t.Errorf("sw:r: %d marks, %d drops; want marks and no drop", p.CEMarked, p.DroppedPackets)
+		}
+		// Lossless: nothing lost at a port, in a host queue or resent.
+		if n := res.Lost(); n != 0 {
+			t.Errorf("%d packets lost in the lossless demo", n)
+		}
+		// The marking curve follows WRED's (a bin may miss by chance:
+		// each is a 3σ test).
+		if p := port("sw:r"); len(p.Curves) != 1 || p.Curves[0].Class != 3 || p.Curves[0].Matched < p.Curves[0].Judged-1 {
+			t.Errorf("sw:r marking curves %+v: want class 3's, within WRED's in all bins but one", p.Curves)
+		}
+		checkDCQCNTrace(t, res)
+	case "demo-tcp.yaml":
+		// Cubic with classic ECN through the demo's WRED port: each
+		// connection gets a share, the port marks and drops nothing.
+		for _, fr := range res.Flows {
+			if fr.GoodputBps < 40*mbit || fr.GoodputBps > 500*mbit || fr.DeliveredCE == 0 {
+				t.Errorf("%s: %.1f Mbit/s, %d CE echoed; want 40..500 and echoes", fr.Name, fr.GoodputBps/mbit, fr.DeliveredCE)
+			}
+		}
+		if p := port("sw:r"); p.CEMarked == 0 || p.DroppedPackets != 0 {
+			t.Errorf("sw:r: %d marks, %d drops; want marks and no drop", p.CEMarked, p.DroppedPackets)
+		}
+	case "demo-uet.yaml":
+		// Three UET senders at once into a 125 Mbit/s port (timescale 4)
+		// that holds one BDP: each gets a share, verified; the port marks
+		// and trims instead of dropping.
+		for _, fr := range res.Flows {
+			if fr.GoodputBps < 10*mbit || fr.GoodputBps > 125*mbit {
+				t.Errorf("%s: %.1f Mbit/s, want 10..125", fr.Name, fr.GoodputBps/mbit)
+			}
+		}
+		if p := port("sw:r"); p.CEMarked == 0 || p.DroppedPackets != 0 {
+			t.Errorf("sw:r: %d marks, %d drops; want marks and no drop (trimming replaces loss)", p.CEMarked, p.DroppedPackets)
+		}
+		// WRED from 0.2 to 0.8 BDP, p 1: the curve followed in all its
+		// bins but two (each a 3σ test, 32 of them in one BDP).
+		if p := port("sw:r"); len(p.Curves) != 1 || p.Curves[0].Matched < p.Curves[0].Judged-2 {
+			t.Errorf("sw:r marking curves %+v: want class 3's, within WRED's in all bins but two", p.Curves)
 		}
 	case "incast.yaml":
 		// 16 MB through 200 Mbit/s: the tail within 2 × the ideal of all

@@ -5,6 +5,7 @@ package labfile
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -17,11 +18,17 @@ import (
 )
 
 // plot writes goodput.png (each flow's goodput per report interval, a step
-// per interval), ports.png (each watched port's backlog at each report)
-// and queues.png (the backlog of each port the flows cross, every 3 ms ×
-// timescale) into dir, and returns their paths.
+// per interval), ports.png (each watched port's backlog at each report),
+// queues.png (the backlog of each port the flows cross, every 3 ms ×
+// timescale) and, with rocev2 flows under DCQCN, dcqcn.png (plotDCQCN)
+// into dir, and returns their paths.
 func (res *Result) plot(dir string) ([]string, error) {
 	files, err := res.plotQueues(dir)
+	if err != nil {
+		return files, err
+	}
+	dcqcn, err := res.plotDCQCN(dir)
+	files = append(files, dcqcn...)
 	if err != nil || len(res.Samples) < 2 {
 		return files, err
 	}
@@ -123,4 +130,142 @@ func save(path string, p *plot.Plot) error {
 	img := vgimg.New(8*vg.Inch, 4*vg.Inch)
 	p.Draw(draw.New(img))
 	return figure.SavePNG(path, img)
+}
+
+// zoomS is the DCQCN plot's zoom window on the fabric's clock: a few
+// cuts and recoveries of each flow at the trace's 3 ms.
+const zoomS = 0.5
+
+// plotDCQCN writes dcqcn.png (the demo's figure): each rocev2 flow's
+// goodput (per report interval) and Rc, its α, the watched ports'
+// backlog, and a zoom of zoomS (× timescale) once all the traced flows
+// run, where each cut and recovery shows against the queue.
+func (res *Result) plotDCQCN(dir string) ([]string, error) {
+	tr := res.DCQCN
+	if tr == nil || len(tr.Samples) < 2 {
+		return nil, nil
+	}
+	end := tr.Samples[len(tr.Samples)-1].T
+	rates := newPanel(res.Name+": goodput per report interval (solid) and DCQCN's Rc (dashed)", "Mbit/s")
+	alpha := newPanel("α, each sender's congestion estimate (a CNP cuts Rc by α/2)", "α")
+	alpha.Y.Min, alpha.Y.Max = 0, 1.05
+	queue := newPanel(fmt.Sprintf("backlog of the ports the flows cross, every %.0f ms", 1e3*tr.PeriodS), "KB")
+	from, to := zoomWindow(tr, zoomS*tr.PeriodS/incastSample.Seconds())
+	zoom := newPanel(fmt.Sprintf("zoom, t = %.2f-%.2f s: Rc (Mbit/s) and the backlog (KB, dotted)", from, to), "Mbit/s")
+	dashed := []vg.Length{vg.Points(3), vg.Points(2)}
+	for i, name := range tr.Flows {
+		var rc, al, zrc plotter.XYs
+		for _, s := range tr.Samples {
+			if s.RcBps[i] == 0 {
+				continue
+			}
+			p := plotter.XY{X: s.T, Y: float64(s.RcBps[i]) / 1e6}
+			rc = append(rc, p)
+			al = append(al, plotter.XY{X: s.T, Y: s.Alpha[i]})
+			if s.T >= from && s.T <= to {
+				zrc = append(zrc, p)
+			}
+		}
+		var good plotter.XYs
+		if j := slices.IndexFunc(res.Flows, func(f FlowResult) bool { return f.Name == name }); j >= 0 && res.Flows[j].Report != nil {
+			f := &res.Flows[j]
+			for _, iv := range f.Report.Intervals {
+				good = append(good, plotter.XY{X: f.StartS + iv.Sum.Start, Y: iv.Sum.BitsPerSecond / 1e6},
+					plotter.XY{X: f.StartS + iv.Sum.End, Y: iv.Sum.BitsPerSecond / 1e6})
+			}
+		}
+		for _, l := range []struct {
+			p    *plot.Plot
+			xy   plotter.XYs
+			dash []vg.Length
+			name string
+		}{{rates, good, nil, name}, {rates, rc, dashed, ""}, {alpha, al, nil, name}, {zoom, zrc, nil, name}} {
+			if err := addStyledLine(l.p, i, l.name, l.xy, l.dash); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// The zoom's backlog shares the rate axis, in KB, dotted.
+	lines := len(tr.Flows)
+	for _, p := range res.Ports {
+		if len(p.queue) < 2 {
+			continue
+		}
+		var xy, zq plotter.XYs
+		for _, s := range p.queue {
+			q := plotter.XY{X: s.at.Seconds(), Y: float64(s.bytes) / 1e3}
+			xy = append(xy, q)
+			if q.X >= from && q.X <= to {
+				zq = append(zq, q)
+			}
+		}
+		if err := addStyledLine(queue, lines, p.Name, xy, nil); err != nil {
+			return nil, err
+		}
+		if err := addStyledLine(zoom, lines, p.Name+" (KB)", zq, []vg.Length{vg.Points(1), vg.Points(1)}); err != nil {
+			return nil, err
+		}
+		lines++
+	}
+	for _, p := range []*plot.Plot{rates, alpha, queue} {
+		p.X.Min, p.X.Max = 0, end
+	}
+	img := vgimg.New(10*vg.Inch, 12*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 4, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(6), PadY: vg.Points(10)}
+	canvases := plot.Align([][]*plot.Plot{{rates}, {alpha}, {queue}, {zoom}}, tiles, dc)
+	for i, p := range []*plot.Plot{rates, alpha, queue, zoom} {
+		p.Draw(canvases[i][0])
+	}
+	path := filepath.Join(dir, "dcqcn.png")
+	if err := figure.SavePNG(path, img); err != nil {
+		return nil, err
+	}
+	return []string{path}, nil
+}
+
+// zoomWindow is the zoom's [from, to] of length span: 2 spans after the
+// first sample in which every traced flow runs, or at the trace's middle
+// when that leaves no room.
+func zoomWindow(tr *DCQCNTrace, span float64) (from, to float64) {
+	last := tr.Samples[len(tr.Samples)-1].T
+	from = tr.Samples[len(tr.Samples)/2].T
+	for _, s := range tr.Samples {
+		if !slices.Contains(s.RcBps, 0) {
+			if s.T+3*span <= last {
+				from = s.T + 2*span // past the last join's first cuts
+			}
+			break
+		}
+	}
+	return from, min(from+span, last)
+}
+
+func newPanel(title, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text, p.Y.Label.Text = "s", y
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// addStyledLine is addLine with a dash pattern; a line without a name
+// stays out of the legend.
+func addStyledLine(p *plot.Plot, i int, name string, xy plotter.XYs, dashes []vg.Length) error {
+	if len(xy) < 2 {
+		return nil
+	}
+	l, err := plotter.NewLine(xy)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", name, err)
+	}
+	l.Color = plotutil.Color(i)
+	l.Width = vg.Points(1.2)
+	l.Dashes = dashes
+	p.Add(l)
+	if name != "" {
+		p.Legend.Add(name, l)
+	}
+	return nil
 }

@@ -79,6 +79,10 @@ type Result struct {
 	// Htsim is htsim's run of the same incast (RunOptions.Htsim), or why
 	// there is none.
 	Htsim *HtsimRun `json:"htsim,omitempty"`
+	// DCQCN is the rocev2 flows' Rc and α every 3 ms × timescale (at
+	// most maxTracedFlows flows); dcqcn.png plots it and dcqcn.csv
+	// holds it (thousands of rows: not in result.json).
+	DCQCN *DCQCNTrace `json:"-"`
 	// E2EReactionMS is the RoCEv2 senders' end-to-end reaction: from the
 	// first queue past its CE threshold at a port the flows cross to the
 	// first DCQCN rate cut, resolved to the queue sampler's 3 ms ×
@@ -159,9 +163,11 @@ type FlowResult struct {
 	IdealFCTS     float64 `json:"ideal_fct_s,omitempty"`
 	FCTRatio      float64 `json:"fct_ratio,omitempty"`
 	// RoCEv2 (mlx5 names): CNPs the receiver's NP sent, CNPs the
-	// sender's RP handled, packets resent by go-back-N, ACK timeouts.
+	// sender's RP handled and ignored (within a cut's window), packets
+	// resent by go-back-N, ACK timeouts.
 	CNPSent            uint64 `json:"np_cnp_sent,omitempty"`
 	CNPHandled         uint64 `json:"rp_cnp_handled,omitempty"`
+	CNPIgnored         uint64 `json:"rp_cnp_ignored,omitempty"`
 	LocalAckTimeoutErr uint64 `json:"local_ack_timeout_err,omitempty"`
 	// OutOfSequence counts packets the receiver took out of sequence
 	// (each a NAK and a go-back-N), PacketSeqErr the NAKs the sender got.
@@ -281,6 +287,48 @@ type PortResult struct {
 	// Stats are the port's counters per class (nil in a comparison's
 	// summary of runs).
 	Stats *qdisc.Stats `json:"stats,omitempty"`
+	// Curves are the observed marking curves of the classes that mark
+	// on the backlog (WRED, step, two-threshold) and saw ECN-capable
+	// packets, against the configured ones.
+	Curves []ClassCurve `json:"marking_curves,omitempty"`
+}
+
+// ClassCurve is one class's marking curve, observed against configured.
+type ClassCurve struct {
+	Class int    `json:"class"`
+	Mode  string `json:"mode"` // the configured curve, as portctl prints it
+	// Rows are the bins that saw ECN-capable arrivals; Judged how many
+	// of them are not AtLimit, Matched how many are within the
+	// configured curve.
+	Rows    []qdisc.CurveRow `json:"rows"`
+	Judged  int              `json:"judged"`
+	Matched int              `json:"matched"`
+}
+
+// curves compares each class's observed curve with cfg's.
+func curves(st *qdisc.Stats, cfg *qdisc.Config) []ClassCurve {
+	var out []ClassCurve
+	for i := range st.Classes {
+		if i >= len(cfg.Classes) {
+			break
+		}
+		cc := &cfg.Classes[i]
+		rows := st.Classes[i].Curve.Compare(cc)
+		if len(rows) == 0 || cc.ECN == qdisc.ECNOff {
+			continue
+		}
+		c := ClassCurve{Class: i, Mode: cc.ECNText(), Rows: rows}
+		for _, r := range rows {
+			if r.Match {
+				c.Matched++
+			}
+			if !r.AtLimit {
+				c.Judged++
+			}
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // ServerResult is a rocev2 server's agent's drops over the run.
@@ -407,10 +455,12 @@ type FlowSample struct {
 	GoodputBps float64 `json:"goodput_bps"`
 	// RcBps is RoCEv2 DCQCN's rate (the sum over the flow's QPs),
 	// CwndBytes UET NSCC's window.
-	RcBps       uint64 `json:"rc_bps,omitempty"`
-	CwndBytes   uint64 `json:"cwnd,omitempty"`
-	CNPs        uint64 `json:"cnps,omitempty"`
-	Retransmits uint64 `json:"retransmits,omitempty"`
+	RcBps uint64 `json:"rc_bps,omitempty"`
+	// Alpha is DCQCN's α, the mean over the flow's QPs.
+	Alpha       float64 `json:"alpha,omitempty"`
+	CwndBytes   uint64  `json:"cwnd,omitempty"`
+	CNPs        uint64  `json:"cnps,omitempty"`
+	Retransmits uint64  `json:"retransmits,omitempty"`
 }
 
 // PortSample is a watched port: its backlog now, and what it sent,
@@ -446,6 +496,23 @@ func (res *Result) Lost() uint64 {
 		n += f.Retransmits
 	}
 	return n
+}
+
+// CNPs are the CNPs the rocev2 flows' receivers sent, and how many of
+// them no sender handled or ignored (0: every CNP arrived); ok is false
+// without a rocev2 flow.
+func (res *Result) CNPs() (sent, unanswered uint64, ok bool) {
+	for _, f := range res.Flows {
+		if f.Transport != TransportRoCEv2 {
+			continue
+		}
+		ok = true
+		sent += f.CNPSent
+		if got := f.CNPHandled + f.CNPIgnored; f.CNPSent > got {
+			unanswered += f.CNPSent - got
+		}
+	}
+	return sent, unanswered, ok
 }
 
 // Failed is the number of flows that failed.
@@ -599,6 +666,7 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 	} else {
 		for _, s := range e.Streams {
 			out.CNPHandled += s.Sender.RPCNPHandled
+			out.CNPIgnored += s.Sender.RPCNPIgnored
 			out.LocalAckTimeoutErr += s.Sender.LocalAckTimeoutErr
 			out.PacketSeqErr += s.Sender.PacketSeqErr
 			out.CNPSent += s.Receiver.NPCNPSent
@@ -638,6 +706,13 @@ func (res *Result) write(dir string) error {
 		return err
 	}
 	files, perr := res.plot(dir)
+	if res.DCQCN != nil {
+		path := filepath.Join(dir, "dcqcn.csv")
+		if err := res.DCQCN.writeCSV(path); err != nil {
+			return err
+		}
+		files = append(files, path)
+	}
 	res.Files = files
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
@@ -647,6 +722,100 @@ func (res *Result) write(dir string) error {
 		return err
 	}
 	return perr
+}
+
+// writeLoop prints the DCQCN loop end to end, with rocev2 flows: the
+// ports' CE marks, the receivers' CNPs (np_cnp_sent), the senders'
+// handled and ignored ones, and the RC error counters (mlx5 names).
+func (res *Result) writeLoop(w io.Writer) {
+	sent, unanswered, ok := res.CNPs()
+	if !ok {
+		return
+	}
+	var ce, handled, ignored, retx, ooo, seqErr, timeouts uint64
+	for _, p := range res.Ports {
+		ce += p.CEMarked
+	}
+	for _, f := range res.Flows {
+		if f.Transport == TransportRoCEv2 {
+			handled, ignored, retx = handled+f.CNPHandled, ignored+f.CNPIgnored, retx+f.Retransmits
+			ooo, seqErr, timeouts = ooo+f.OutOfSequence, seqErr+f.PacketSeqErr, timeouts+f.LocalAckTimeoutErr
+		}
+	}
+	verdict := "every CNP arrived"
+	if unanswered > 0 {
+		verdict = fmt.Sprintf("%d CNPs never arrived", unanswered)
+	}
+	fmt.Fprintf(w, "DCQCN loop: %d CE marks at the ports -> np_cnp_sent %d -> rp_cnp_handled %d + rp_cnp_ignored %d (%s); RC: %d resent, out_of_sequence %d, packet_seq_err %d, local_ack_timeout_err %d\n",
+		ce, sent, handled, ignored, verdict, retx, ooo, seqErr, timeouts)
+}
+
+// writeDetails prints what the port table has no room for: the
+// utilization net of the time the host took from the port, its trims,
+// the PPFC notifications it sent, and its marking curves against the
+// configured.
+func (p *PortResult) writeDetails(w io.Writer, hl *HostLost) {
+	if hl != nil && hl.Wall > 0 {
+		for _, pr := range hl.Ports {
+			if pr.Name == p.Name && pr.Starved > 0 && pr.Starved < hl.Wall {
+				fmt.Fprintf(w, "%s: utilization %.1f%%, %.1f%% net of the %.0f ms the host took from it\n", p.Name, 100*p.Utilization,
+					100*p.Utilization*float64(hl.Wall)/float64(hl.Wall-pr.Starved), float64(pr.Starved)/1e6)
+			}
+		}
+	}
+	if p.TrimmedPackets > 0 && p.EnqueuedPackets > 0 {
+		fmt.Fprintf(w, "%s: trimmed %d packets (%s of the arrivals) instead of dropping them\n", p.Name, p.TrimmedPackets,
+			pct(float64(p.TrimmedPackets)/float64(p.EnqueuedPackets)))
+	}
+	if p.Stats != nil {
+		var t qdisc.ClassStats
+		for i := range p.Stats.Classes {
+			c := &p.Stats.Classes[i]
+			t.PPFCStopsSent += c.PPFCStopsSent
+			t.PPFCHoldsSent += c.PPFCHoldsSent
+			t.PPFCResumesSent += c.PPFCResumesSent
+			t.PPFCAlarmsSent += c.PPFCAlarmsSent
+			t.PPFCStopsCoalesced += c.PPFCStopsCoalesced
+			t.PPFCHoldsCoalesced += c.PPFCHoldsCoalesced
+			t.PPFCAlarmsCoalesced += c.PPFCAlarmsCoalesced
+		}
+		if t.PPFCStopsSent+t.PPFCHoldsSent+t.PPFCResumesSent+t.PPFCAlarmsSent > 0 {
+			fmt.Fprintf(w, "%s: PPFC sent %d stops, %d holds, %d resumes, %d alarms (coalesced: %d stops, %d holds, %d alarms)\n", p.Name,
+				t.PPFCStopsSent, t.PPFCHoldsSent, t.PPFCResumesSent, t.PPFCAlarmsSent, t.PPFCStopsCoalesced, t.PPFCHoldsCoalesced, t.PPFCAlarmsCoalesced)
+		}
+	}
+	for _, c := range p.Curves {
+		fmt.Fprintf(w, "%s: class %d marking curve, observed vs configured (%s): %d of %d bins within\n", p.Name, c.Class, c.Mode, c.Matched, c.Judged)
+		fmt.Fprintf(w, "  %-17s %12s %10s %10s  %s\n", "backlog found KB", "ECT arrivals", "CE marks", "observed", "configured")
+		for _, r := range c.Rows {
+			conf := pct(r.ConfLo)
+			if r.ConfHi != r.ConfLo {
+				conf += " - " + pct(r.ConfHi)
+			}
+			verdict := "ok"
+			switch {
+			case r.AtLimit:
+				verdict = "near the limit: not judged"
+			case !r.Match:
+				verdict = "MISMATCH"
+			}
+			fmt.Fprintf(w, "  %7.0f - %7.0f %12d %10d %10s  %-17s %s\n", float64(r.LoBytes)/1024, float64(r.HiBytes)/1024, r.Arrivals, r.Marks, pct(r.Observed), conf, verdict)
+		}
+	}
+}
+
+// pct prints a fraction as a percentage with about 3 significant digits.
+func pct(f float64) string {
+	switch v := 100 * f; {
+	case v == 0:
+		return "0%"
+	case v < 0.1:
+		return fmt.Sprintf("%.3f%%", v)
+	case v < 10:
+		return fmt.Sprintf("%.2f%%", v)
+	default:
+		return fmt.Sprintf("%.1f%%", v)
+	}
 }
 
 // WriteSample prints a sample as the live view's lines: one per flow,
@@ -659,7 +828,7 @@ func WriteSample(w io.Writer, s *Sample) {
 			fmt.Fprintf(w, "  %s %s", f.Name, mbps(f.GoodputBps))
 			switch {
 			case f.RcBps > 0:
-				fmt.Fprintf(w, " (Rc %s)", mbps(float64(f.RcBps)))
+				fmt.Fprintf(w, " (Rc %s, α %.3f)", mbps(float64(f.RcBps)), f.Alpha)
 			case f.CwndBytes > 0:
 				fmt.Fprintf(w, " (cwnd %s)", kb(f.CwndBytes))
 			}
@@ -723,7 +892,7 @@ func (res *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "%-12s FAILED: %s\n", "", f.Error)
 		}
 	}
-	fmt.Fprintf(w, "%-16s %10s %10s %9s %8s %10s %12s\n", "port", "rate", "packets", "marked", "drops", "p99 wait", "max backlog")
+	fmt.Fprintf(w, "%-16s %10s %7s %10s %9s %8s %10s %12s\n", "port", "rate", "util", "packets", "marked", "drops", "p99 wait", "max backlog")
 	for _, p := range res.Ports {
 		if p.Error != "" {
 			fmt.Fprintf(w, "%-16s error: %s\n", p.Name, p.Error)
@@ -733,12 +902,18 @@ func (res *Result) WriteSummary(w io.Writer) {
 		if p.SojournP99US > 0 {
 			wait = units.FormatBound(time.Duration(p.SojournP99US * 1e3))
 		}
-		fmt.Fprintf(w, "%-16s %10s %10d %8.2f%% %8d %10s %12s\n", p.Name, units.Rate(p.RateBps), p.EnqueuedPackets, 100*p.MarkedFraction,
+		fmt.Fprintf(w, "%-16s %10s %6.1f%% %10d %8.2f%% %8d %10s %12s\n", p.Name, units.Rate(p.RateBps), 100*p.Utilization, p.EnqueuedPackets, 100*p.MarkedFraction,
 			p.DroppedPackets, wait, kb(p.MaxBacklogBytes))
 		if p.InvariantError != "" {
 			fmt.Fprintf(w, "%-16s counters do not add up: %s\n", "", p.InvariantError)
 		}
 	}
+	for _, p := range res.Ports {
+		if p.Watched && p.Error == "" {
+			p.writeDetails(w, res.HostLost)
+		}
+	}
+	res.writeLoop(w)
 	writeIncasts(w, res.Incasts, res.Htsim)
 	if l := res.HostLost.line(); l != "" {
 		fmt.Fprintln(w, l)

@@ -569,6 +569,9 @@ type flowRun struct {
 	// sample: the live view's goodput over the same window as the ports'.
 	acked     func() uint64
 	lastAcked uint64
+	// agent is the running rocev2 instance's (perf's OnAgent; nil
+	// outside its RunClient): the DCQCN trace reads its QPs.
+	agent     *agent.Agent
 	instances []instanceRun
 }
 
@@ -640,7 +643,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	res.Start = t0
 	qctx, stopQueues := context.WithCancel(context.Background())
 	queued := make(chan queueSamples, 1)
-	go func() { queued <- r.sampleQueues(qctx, t0, incasts) }()
+	go func() { queued <- r.sampleQueues(qctx, t0, incasts, flows) }()
 	var wg sync.WaitGroup
 	for _, fr := range flows {
 		wg.Add(1)
@@ -676,6 +679,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	res.Incasts = r.incastResults(incasts, flows, res, host, queues.ports)
 	r.portQueues(res, queues.ports)
 	res.E2EReactionMS = r.e2eReaction(queues)
+	res.DCQCN = queues.dcqcn
 	res.Fairness = fairness(r.p, res.Samples)
 	for k, v := range r.hostDrops() {
 		if d := v - hostDrops0[k]; d > 0 || k != softnetKey {
@@ -905,13 +909,14 @@ func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in 
 	cfg.Logger = r.log.With("flow", fl.Name)
 	cfg.OnInterval = func(iv perf.Interval) { fr.set(func(fr *flowRun) { fr.last = iv }) }
 	cfg.OnData = func(acked func() uint64) { fr.set(func(fr *flowRun) { fr.acked, fr.lastAcked = acked, 0 }) }
-	defer fr.set(func(fr *flowRun) { fr.acked = nil })
+	defer fr.set(func(fr *flowRun) { fr.acked, fr.agent = nil, nil })
 	if r.flowHeld != nil {
 		cfg.Held = r.flowHeld[fr.index]
 	}
 	// A uet flow's data starts with its senders; RunClient returns after.
 	cfg.OnSenders = func([]*pds.Sender) { in.dataStart, in.dataMono = time.Since(t0), hostlost.Now() }
 	cfg.OnAgent = func(a *agent.Agent) {
+		fr.set(func(fr *flowRun) { fr.agent = a })
 		r.rocev2.Lock()
 		r.rocev2.agents = append(r.rocev2.agents, a)
 		r.rocev2.Unlock()
@@ -960,10 +965,14 @@ func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan
 				}
 				fr.lastSent = sent
 			case fr.state == stateRunning:
-				// Rc and cwnd as of the flow's last interval report; the
-				// goodput since the last sample, as the ports' rates.
+				// DCQCN's Rc and α now (the QPs' state), cwnd as of the
+				// flow's last interval report; the goodput since the last
+				// sample, as the ports' rates.
 				sum := &fr.last.Sum
 				fs.RcBps, fs.CwndBytes = sum.RcBps, sum.CwndBytes
+				if rc, alpha := dcqcnNow(fr.agent); rc > 0 {
+					fs.RcBps, fs.Alpha = rc, alpha
+				}
 				fs.CNPs, fs.Retransmits = sum.CNPHandled, sum.Retransmits
 				if fr.acked != nil {
 					acked := fr.acked()
@@ -1052,6 +1061,7 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 			pr.Error = err.Error()
 		} else {
 			pr.fill(&st)
+			pr.Curves = curves(&st, &pp.Config)
 			if q, err := r.ports[i].Qdisc(); err == nil {
 				pr.QdiscDroppedPackets = q.Drops
 			}

@@ -288,12 +288,8 @@ func (f *File) planTuned(variant int, tv *TuneValues) (*Plan, error) {
 	vf.tuned = tv
 	pf := &vf
 	if variant >= 0 {
-		byName := map[string]int{}
-		for i, n := range f.Nodes {
-			byName[n.Name] = i
-		}
 		var err error
-		if pf, err = vf.withVariant(variant, byName); err != nil {
+		if pf, err = vf.withVariant(variant); err != nil {
 			return nil, err
 		}
 	}

@@ -142,10 +142,6 @@ func checkTimescale(k units.Timescale) error {
 
 // planAll computes the plan of a checked file and of each variant.
 func (f *File) planAll() error {
-	byName := map[string]int{}
-	for i, n := range f.Nodes {
-		byName[n.Name] = i
-	}
 	if f.Tune != nil {
 		// The nominal values come from the flows' paths: plan without
 		// the specs that name them first.
@@ -164,7 +160,7 @@ func (f *File) planAll() error {
 		return err
 	}
 	for i := range f.Variants {
-		vf, err := f.withVariant(i, byName)
+		vf, err := f.withVariant(i)
 		if err != nil {
 			return err
 		}
@@ -184,7 +180,11 @@ func (f *File) planAll() error {
 
 // withVariant is a copy of the file with variant i's node overrides
 // applied, whose plan applies its ports.
-func (f *File) withVariant(i int, byName map[string]int) (*File, error) {
+func (f *File) withVariant(i int) (*File, error) {
+	byName := map[string]int{}
+	for j, n := range f.Nodes {
+		byName[n.Name] = j
+	}
 	v := &f.Variants[i]
 	vf := *f
 	vf.Nodes = slices.Clone(f.Nodes)
