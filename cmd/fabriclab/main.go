@@ -1,6 +1,7 @@
 // Command fabriclab runs a lab described in one file (host/labfile):
 //
 //	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+//	fabriclab demo [roce|uet|tcp] [-print] [run's flags]
 //	fabriclab validate LAB.yaml
 //	fabriclab plan LAB.yaml -node NAME [-apply]
 //	fabriclab help
@@ -56,6 +57,26 @@ const usage = `usage:
                run only these variants
       -json    print the result as JSON instead of the tables
       -v       log the run's steps and the agents' warnings to stderr
+  fabriclab demo [roce|uet|tcp] [-print] [-t DUR] [-timescale K] [-o DIR] [-json] [-v]
+      the demo: run one of the lab files built into fabriclab, as run runs
+      a file. roce (the default, demo.yaml): three RoCEv2 senders join one
+      after the other, every 3 s, into one 500 Mbit/s switch port with
+      seed 000's WRED on the lossless class (and PPFC), and share it under
+      DCQCN (the lab profile) until t = 20 s; the live view shows each
+      flow's goodput, Rc and α, and the port's rate, queue, CE marks and
+      drops every second; the summary, the demo's checks (utilization,
+      fairness while all competed, no drop, no loss, the CNP loop, the
+      queue against min_th and max_th), the marking curve against WRED's
+      and the plots follow (dcqcn.png: each flow's goodput and Rc, α, the
+      queue, and a 500 ms zoom on the cuts and climbs). uet
+      (demo-uet.yaml): three UET senders at once under NSCC and RCCC into
+      a port that holds one BDP and trims. tcp (demo-tcp.yaml): the roce
+      lab with kernel TCP, cubic and classic ECN.
+      The CPU check: when this process gets less than 0.85 of the CPUs
+      (other load holds them) the fabric runs 2× slower than its file says
+      (roce, tcp: the port at 250 Mbit/s, every fabric time ×2) and says
+      so; -timescale sets it. -print writes the file to stdout, to copy
+      and edit: fabriclab demo -print uet > my.yaml; fabriclab run my.yaml
   fabriclab validate LAB.yaml
       check the file (every error names file:line, the field, the value and
       what is allowed) and print the addresses and routes it would build
@@ -95,9 +116,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version.Line("fabriclab"))
 		return 0
 	case "completion":
-		c := completion.Command{Tool: "fabriclab", Words: []string{"run", "validate", "plan", "help", "version", "completion", "--help", "--version"},
+		c := completion.Command{Tool: "fabriclab", Words: []string{"run", "demo", "validate", "plan", "help", "version", "completion", "--help", "--version"},
 			Subs: map[string][]string{}}
-		for _, sub := range []string{"run", "validate", "plan"} {
+		for _, sub := range []string{"run", "demo", "validate", "plan"} {
 			c.Subs[sub] = completion.Flags(completion.Help(run, sub, "-h"))
 		}
 		return completion.Write(c, args[1:], stdout, stderr)
@@ -105,16 +126,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args[1:], stdout, stderr)
 	case "run":
 		return runLab(args[1:], stdout, stderr)
+	case "demo":
+		return demo(args[1:], stdout, stderr)
 	case "plan":
 		return plan(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "fabriclab: unknown command %q: want run, validate, plan or help\n", args[0])
+	fmt.Fprintf(stderr, "fabriclab: unknown command %q: want run, demo, validate, plan or help\n", args[0])
 	return 2
 }
 
 // parseArgs takes LAB.yaml before or after the flags.
 func parseArgs(fs *flag.FlagSet, args []string) (string, error) {
-	var file string
+	file, err := parseOptional(fs, args, "lab file")
+	if err == nil && file == "" {
+		err = errors.New("no lab file given")
+	}
+	return file, err
+}
+
+// parseOptional takes at most one argument (a what) before or after the
+// flags; "" when there is none.
+func parseOptional(fs *flag.FlagSet, args []string, what string) (string, error) {
+	var arg string
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
 			return "", err
@@ -123,15 +156,12 @@ func parseArgs(fs *flag.FlagSet, args []string) (string, error) {
 		if len(args) == 0 {
 			break
 		}
-		if file != "" {
-			return "", fmt.Errorf("one lab file at a time (got %s and %s)", file, args[0])
+		if arg != "" {
+			return "", fmt.Errorf("one %s at a time (got %s and %s)", what, arg, args[0])
 		}
-		file, args = args[0], args[1:]
+		arg, args = args[0], args[1:]
 	}
-	if file == "" {
-		return "", errors.New("no lab file given")
-	}
-	return file, nil
+	return arg, nil
 }
 
 func validate(args []string, stdout, stderr io.Writer) int {
@@ -316,76 +346,108 @@ func plan(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// runFlags are run's and demo's flags.
+type runFlags struct {
+	dur       *time.Duration
+	out       *string
+	asJSON    *bool
+	runs      *int
+	variants  *string
+	verbose   *bool
+	timescale *float64
+	htsimDir  *string
+}
+
+func addRunFlags(fs *flag.FlagSet) *runFlags {
+	return &runFlags{
+		dur:       fs.Duration("t", 0, "cap the run's timeline at `DUR`"),
+		out:       fs.String("o", "", "output `DIR`"),
+		asJSON:    fs.Bool("json", false, "print the result as JSON"),
+		runs:      fs.Int("runs", 0, "runs per variant"),
+		variants:  fs.String("variants", "", "run only these `A,B` variants"),
+		verbose:   fs.Bool("v", false, "log the steps to stderr"),
+		timescale: fs.Float64("timescale", 0, "run the fabric `K` times slower"),
+		htsimDir:  fs.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build `DIR`"),
+	}
+}
+
 func runLab(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dur := fs.Duration("t", 0, "cap the run's timeline at `DUR`")
-	out := fs.String("o", "", "output `DIR`")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	runs := fs.Int("runs", 0, "runs per variant")
-	variants := fs.String("variants", "", "run only these `A,B` variants")
-	verbose := fs.Bool("v", false, "log the steps to stderr")
-	timescale := fs.Float64("timescale", 0, "run the fabric `K` times slower")
-	htsimDir := fs.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build `DIR`")
+	rf := addRunFlags(fs)
 	path, err := parseArgs(fs, args)
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab run: %v\n", err)
 		return 2
 	}
-	if *dur < 0 {
-		fmt.Fprintf(stderr, "fabriclab run: -t %v: want a positive duration\n", *dur)
-		return 2
-	}
-	if *runs < 0 || *runs > labfile.MaxRuns {
-		fmt.Fprintf(stderr, "fabriclab run: -runs %d: want 1..%d (default: the file's runs)\n", *runs, labfile.MaxRuns)
-		return 2
+	if code := rf.check("run", stderr); code != 0 {
+		return code
 	}
 	f, err := labfile.Load(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
 		return 2
 	}
-	if *timescale != 0 {
-		if err := f.SetTimescale(units.Timescale(*timescale)); err != nil {
-			fmt.Fprintf(stderr, "fabriclab run: -timescale %g: %v\n", *timescale, err)
+	return rf.run("run", f, stdout, stderr)
+}
+
+// check refuses flag values out of range.
+func (rf *runFlags) check(cmd string, stderr io.Writer) int {
+	if *rf.dur < 0 {
+		fmt.Fprintf(stderr, "fabriclab %s: -t %v: want a positive duration\n", cmd, *rf.dur)
+		return 2
+	}
+	if *rf.runs < 0 || *rf.runs > labfile.MaxRuns {
+		fmt.Fprintf(stderr, "fabriclab %s: -runs %d: want 1..%d (default: the file's runs)\n", cmd, *rf.runs, labfile.MaxRuns)
+		return 2
+	}
+	return 0
+}
+
+// run runs the loaded file f as the flags say: one run with its live
+// view and summary, or a comparison.
+func (rf *runFlags) run(cmd string, f *labfile.File, stdout, stderr io.Writer) int {
+	if *rf.timescale != 0 {
+		if err := f.SetTimescale(units.Timescale(*rf.timescale)); err != nil {
+			fmt.Fprintf(stderr, "fabriclab %s: -timescale %g: %v\n", cmd, *rf.timescale, err)
 			return 2
 		}
 	}
 	var only []string
-	if *variants != "" {
-		only = strings.Split(*variants, ",")
+	if *rf.variants != "" {
+		only = strings.Split(*rf.variants, ",")
 		for _, v := range only {
 			if !slices.Contains(f.VariantNames(), v) {
-				fmt.Fprintf(stderr, "fabriclab run: -variants %s: %s has no variant %q (its variants: %s)\n", *variants, f.RunName(), v, strings.Join(f.VariantNames(), ", "))
+				fmt.Fprintf(stderr, "fabriclab %s: -variants %s: %s has no variant %q (its variants: %s)\n", cmd, *rf.variants, f.RunName(), v, strings.Join(f.VariantNames(), ", "))
 				return 2
 			}
 		}
 	}
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(stderr, "fabriclab run: needs root (network namespaces, BPF programs)")
+		fmt.Fprintf(stderr, "fabriclab %s: needs root (network namespaces, BPF programs)\n", cmd)
 		return 1
 	}
 	level := slog.LevelWarn
-	if *verbose {
+	if *rf.verbose {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctx, cancel, interrupt := lab.CatchInterrupts(context.Background(), "fabriclab", "tearing the lab down", stderr)
 	defer interrupt.Stop()
 	defer cancel()
-	opts := labfile.RunOptions{Duration: *dur, OutDir: *out, Logger: log}
-	if *htsimDir != "" {
-		opts.Htsim = &htsim.Runner{Dir: *htsimDir}
+	opts := labfile.RunOptions{Duration: *rf.dur, OutDir: *rf.out, Logger: log}
+	if *rf.htsimDir != "" {
+		opts.Htsim = &htsim.Runner{Dir: *rf.htsimDir}
 	}
-	if len(f.Variants) > 0 || f.Runs > 1 || *runs > 1 {
-		return compare(ctx, f, labfile.CompareOptions{RunOptions: opts, Runs: *runs, Variants: only}, *asJSON, interrupt, stdout, stderr)
+	if len(f.Variants) > 0 || f.Runs > 1 || *rf.runs > 1 {
+		return compare(ctx, f, labfile.CompareOptions{RunOptions: opts, Runs: *rf.runs, Variants: only}, *rf.asJSON, interrupt, stdout, stderr)
 	}
-	if !*asJSON {
+	if !*rf.asJSON {
 		fmt.Fprintf(stdout, "fabriclab: %s: %d flows over %d nodes; report every %v\n", f.RunName(), len(f.Flows), len(f.Nodes), interval(f))
 		opts.OnSample = func(s *labfile.Sample) { labfile.WriteSample(stdout, s) }
 	}
 	res, err := labfile.Run(ctx, f, opts)
-	return report(res, res != nil, *asJSON, err, interrupt, stdout, stderr)
+	return report(res, res != nil, *rf.asJSON, err, interrupt, stdout, stderr)
 }
 
 // report prints a run's or a comparison's result, as JSON or its tables,

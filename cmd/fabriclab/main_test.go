@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,7 +21,14 @@ func TestCommands(t *testing.T) {
 	cases := []tc{
 		{[]string{"help"}, 0, "fabriclab plan LAB.yaml -node NAME", ""},
 		{[]string{}, 2, "", "usage:"},
-		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate": want run, validate, plan or help`},
+		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate": want run, demo, validate, plan or help`},
+		{[]string{"demo", "-print"}, 0, "name: demo\n", ""},
+		{[]string{"demo", "uet", "-print"}, 0, "name: demo-uet\n", ""},
+		{[]string{"demo", "-print", "tcp"}, 0, "transport: tcp, cc: cubic", ""},
+		{[]string{"demo", "rdma"}, 2, "", `fabriclab demo: "rdma": want roce, uet or tcp`},
+		{[]string{"demo", "uet", "tcp"}, 2, "", "one traffic kind at a time (got uet and tcp)"},
+		{[]string{"demo", "-timescale", "2000"}, 2, "", `-timescale 2000: demo.yaml: timescale: "2000": want 1..1000`},
+		{[]string{"demo", "-t", "-1s"}, 2, "", "-t -1s: want a positive duration"},
 		{[]string{"plan", "../../vagrant/lab.yaml"}, 2, "", "-node NAME is required"},
 		{[]string{"plan", "../../vagrant/lab.yaml", "-node", "s9"}, 2, "", `node: "s9": not a node of`},
 		{[]string{"plan", "../../vagrant/lab.yaml", "-node", "sw"}, 0, "port eth2 at 1gbit (fabriclabd: virtual queue)", ""},
@@ -37,11 +45,32 @@ func TestCommands(t *testing.T) {
 	for _, e := range examples {
 		cases = append(cases, tc{[]string{"validate", e}, 0, filepath.Base(e), ""})
 	}
+	// The demo's files are the examples' own, built in.
+	for _, d := range demos {
+		want, err := os.ReadFile(filepath.Join("../../host/labfile/examples", d.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, tc{[]string{"demo", d.traffic, "-print"}, 0, string(want), ""})
+	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer
 		code := run(c.args, &out, &errb)
 		if code != c.code || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.err) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d, %q, %q", c.args, code, out.String(), errb.String(), c.code, c.out, c.err)
+		}
+	}
+}
+
+// TestDemoTimescale: the CPU check slows the demo's fabric only when
+// other load takes the CPUs from it.
+func TestDemoTimescale(t *testing.T) {
+	for _, c := range []struct {
+		share float64
+		want  float64
+	}{{1, 1}, {0.9, 1}, {minCPUShare, 1}, {0.84, busyTimescale}, {0.5, busyTimescale}} {
+		if got := float64(demoTimescale(c.share)); got != c.want {
+			t.Errorf("share %.2f: timescale %v, want %v", c.share, got, c.want)
 		}
 	}
 }

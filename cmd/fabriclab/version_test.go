@@ -15,5 +15,7 @@ func TestVersion(t *testing.T) { versiontest.Check(t, "fabriclab", run) }
 func TestCompletion(t *testing.T) {
 	versiontest.CheckCompletion(t, "fabriclab", run,
 		versiontest.Case{Line: []string{"fabriclab", "va"}, Want: []string{"validate"}},
-		versiontest.Case{Line: []string{"fabriclab", "run", "-var"}, Want: []string{"-variants"}})
+		versiontest.Case{Line: []string{"fabriclab", "run", "-var"}, Want: []string{"-variants"}},
+		versiontest.Case{Line: []string{"fabriclab", "de"}, Want: []string{"demo"}},
+		versiontest.Case{Line: []string{"fabriclab", "demo", "-pr"}, Want: []string{"-print"}})
 }
