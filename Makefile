@@ -20,8 +20,8 @@ INSTALL_BINS := fabriclabd fabriclab roceperf portctl dctcp
 .PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench bench-smoke demo lab experiment wan-experiment lint clean
 
 help:
-	@echo "make build          build portctl, roceperf, fabricdemo, fabriclab, fabriclabd, dctcp and fabricbench into $(BIN)/"
-	@echo "make demo           (root) live DCQCN demo: RoCEv2 senders share a WRED port (DEMO_FLAGS=-help)"
+	@echo "make build          build portctl, roceperf, fabriclab, fabriclabd, dctcp and fabricbench into $(BIN)/"
+	@echo "make demo           (root) live DCQCN demo: RoCEv2 senders share a WRED port (DEMO_FLAGS=uet, tcp, -print: see fabriclab help)"
 	@echo "make lab            (root) run a lab file: make lab LAB=host/labfile/examples/dumbbell.yaml (LAB_FLAGS='-t 2s')"
 	@echo "make test           (root) lint, unit, BPF and netns tests; nothing skipped as root"
 	@echo "make unit-test      unit tests only (no root needed for most; skips what needs it)"
@@ -89,8 +89,8 @@ bench-smoke: deps
 
 DEMO_FLAGS ?=
 demo: deps
-	$(GO) build -o $(BIN)/ ./cmd/fabricdemo
-	$(BIN)/fabricdemo $(DEMO_FLAGS)
+	$(GO) build -o $(BIN)/ ./cmd/fabriclab
+	$(BIN)/fabriclab demo $(DEMO_FLAGS)
 
 # A lab in one file (host/labfile): fabriclab run LAB.
 LAB ?= host/labfile/examples/dumbbell.yaml

@@ -21,10 +21,9 @@ import (
 // Defaults of ServerLimits.
 const (
 	// DefaultMaxQPs is per session. roceperf's -P and perftest's -q are a
-	// handful of QPs in practice (fabricdemo opens at most 16 per sender),
-	// and every QP is a flow the agent's one transmit loop serves: 64
-	// leaves room for any experiment this lab runs and keeps one request
-	// to a quarter of DefaultMaxTotalQPs.
+	// handful of QPs in practice, and every QP is a flow the agent's one
+	// transmit loop serves: 64 leaves room for any experiment this lab
+	// runs and keeps one request to a quarter of DefaultMaxTotalQPs.
 	DefaultMaxQPs = 64
 	// DefaultMaxTotalQPs bounds the QPs of all sessions: 4 sessions of
 	// DefaultMaxQPs.

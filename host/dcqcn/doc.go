@@ -63,7 +63,7 @@
 // Rc since the previous step or cut. A NIC always sends at Rc; a software
 // sender held back by its CPU or its window must not see Rc drift up to the
 // line rate meanwhile and then burst (RFC 7661's congestion window
-// validation, applied to a rate). The lab (netns tests, fabricdemo) runs 75.
+// validation, applied to a rate). The lab (netns tests, the demo's lab files) runs 75.
 // Not DCQCN either: RP.HoldIncreases skips the increase events until a
 // given time the same way, the agent's reaction to a PPFC alarm (seed 003).
 //

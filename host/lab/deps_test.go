@@ -35,7 +35,7 @@ func TestBinariesDoNotLinkTesting(t *testing.T) {
 			t.Errorf("%s links package testing", fields[0])
 		}
 	}
-	for _, want := range []string{"cmd/fabricdemo", "cmd/fabriclab", "cmd/fabricbench"} {
+	for _, want := range []string{"cmd/fabriclab", "cmd/fabricbench", "cmd/fabriclabd"} {
 		if !slices.Contains(commands, "github.com/fabriclab/fabriclab/"+want) {
 			t.Errorf("go list found no command %s among %v", want, commands)
 		}

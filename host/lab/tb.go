@@ -3,7 +3,7 @@ package lab
 // TB is the part of testing.TB the *T helpers use (BuildT, NewDumbbellT,
 // AddLossT). A *testing.T or *testing.B is one; lab itself does
 // not import testing, so the commands that build labs with it
-// (cmd/fabricdemo) do not link the test framework.
+// (cmd/fabricbench) do not link the test framework.
 type TB interface {
 	Helper()
 	Cleanup(func())
