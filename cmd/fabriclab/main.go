@@ -194,7 +194,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		for _, v := range r.Vias {
 			via += ", " + v.String()
 		}
-		fmt.Fprintf(stdout, "  route %-8s %-18s via %s\n", r.Node, r.Dst, via)
+		fmt.Fprintf(stdout, "  route %-8s %-18s via %s%s\n", r.Node, r.Dst, via, quickAck(r))
 	}
 	for _, po := range p.Ports {
 		fmt.Fprintf(stdout, "  port %s at %s\n", po.Name, po.Config.Rate)
@@ -294,7 +294,7 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		for _, v := range r.Vias {
 			via += ", " + v.String()
 		}
-		fmt.Fprintf(stdout, "  route %-18s via %s\n", r.Dst, via)
+		fmt.Fprintf(stdout, "  route %-18s via %s%s\n", r.Dst, via, quickAck(r))
 	}
 	for _, n := range d.Netem {
 		fmt.Fprintf(stdout, "  netem %s delay %v loss %g\n", n.Dev, n.Delay, n.Loss)
@@ -510,6 +510,14 @@ func compare(ctx context.Context, f *labfile.File, opts labfile.CompareOptions, 
 	}
 	c, err := labfile.Compare(ctx, f, opts)
 	return report(c, c != nil, asJSON, err, interrupt, stdout, stderr)
+}
+
+// quickAck marks a route with delayed ACKs off.
+func quickAck(r lab.RouteSpec) string {
+	if r.QuickAck {
+		return " quickack"
+	}
+	return ""
 }
 
 func interval(f *labfile.File) time.Duration {

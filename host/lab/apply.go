@@ -78,7 +78,7 @@ func ApplyNode(spec Spec, node string) error {
 		if rs.Node != node {
 			continue
 		}
-		if err := routeVia(h, rs.Dst, spec.hops(rs)); err != nil {
+		if err := routeVia(h, rs.Dst, spec.hops(rs), rs.QuickAck); err != nil {
 			return fmt.Errorf("lab: Routes[%d] (%s via %s): %w", i, rs.Dst, strings.Join(addrStrings(rs), ", "), err)
 		}
 	}
@@ -131,7 +131,7 @@ func ApplyRoute(spec Spec, rs RouteSpec) error {
 		return fmt.Errorf("lab: netlink: %w", err)
 	}
 	defer h.Close()
-	if err := routeVia(h, rs.Dst, hops); err != nil {
+	if err := routeVia(h, rs.Dst, hops, rs.QuickAck); err != nil {
 		return fmt.Errorf("lab: route %s via %s: %w", rs.Dst, strings.Join(addrStrings(rs), ", "), err)
 	}
 	return nil

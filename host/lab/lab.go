@@ -119,6 +119,9 @@ type RouteSpec struct {
 	// route over Via and Vias, hashed as the node's
 	// net.ipv4.fib_multipath_hash_policy says. Optional.
 	Vias []netip.Addr
+	// QuickAck turns delayed ACKs off on the route (RTAX_QUICKACK): the
+	// node's TCP ACKs every segment it receives from Dst. Optional.
+	QuickAck bool
 }
 
 // Lab is a built topology. All methods are safe for concurrent use.
@@ -152,7 +155,7 @@ func (l *Lab) ReplaceRoute(rs RouteSpec) error {
 	if len(hops) != 1+len(rs.Vias) {
 		return fmt.Errorf("lab: ReplaceRoute: %s: a next hop of %s via %s and %v is on none of its links", rs.Node, rs.Dst, rs.Via, rs.Vias)
 	}
-	return n.routeVia(rs.Dst, hops)
+	return n.routeVia(rs.Dst, hops, rs.QuickAck)
 }
 
 // Build creates the topology described by spec. On error nothing it created
@@ -327,12 +330,15 @@ func (l *Lab) build(spec Spec) error {
 	for i, rs := range spec.Routes {
 		n := l.byName[rs.Node]
 		if len(rs.Vias) > 0 {
-			if err := n.routeVia(rs.Dst, spec.hops(rs)); err != nil {
+			if err := n.routeVia(rs.Dst, spec.hops(rs), rs.QuickAck); err != nil {
 				return fmt.Errorf("lab: Routes[%d] (%s: %s via %s and %v): %w", i, rs.Node, rs.Dst, rs.Via, rs.Vias, err)
 			}
 			continue
 		}
 		r := &netlink.Route{Dst: prefixToIPNet(rs.Dst), Gw: net.IP(rs.Via.AsSlice())}
+		if rs.QuickAck {
+			r.QuickACK = 1
+		}
 		if err := n.nl.RouteAdd(r); err != nil {
 			return fmt.Errorf("lab: Routes[%d] (%s: %s via %s): %w", i, rs.Node, rs.Dst, rs.Via, err)
 		}

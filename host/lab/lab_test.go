@@ -791,8 +791,16 @@ func TestReplaceRoute(t *testing.T) {
 			{A: ep("m1", "b", "198.18.12.1/24"), B: ep("b", "p1", "198.18.12.2/24")},
 			{A: ep("m2", "b", "198.18.13.1/24"), B: ep("b", "p2", "198.18.13.2/24")},
 		},
-		Routes: []RouteSpec{{Node: "a", Dst: dst, Via: m1}},
+		Routes: []RouteSpec{{Node: "a", Dst: dst, Via: m1, QuickAck: true}},
 	})
+	quickAck := func() bool {
+		t.Helper()
+		rs, err := l.Node("a").Netlink().RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: prefixToIPNet(dst)}, netlink.RT_FILTER_DST)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("a's routes to %s: %v %v", dst, rs, err)
+		}
+		return rs[0].QuickACK == 1
+	}
 	nexthops := func() []string {
 		t.Helper()
 		rs, err := l.Node("a").Netlink().RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: prefixToIPNet(dst)}, netlink.RT_FILTER_DST)
@@ -808,20 +816,20 @@ func TestReplaceRoute(t *testing.T) {
 		}
 		return out
 	}
-	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2"}) {
-		t.Fatalf("as built: %v", got)
+	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2"}) || !quickAck() {
+		t.Fatalf("as built: %v, quickack %v (want set)", got, quickAck())
 	}
-	if err := l.ReplaceRoute(RouteSpec{Node: "a", Dst: dst, Via: m1, Vias: []netip.Addr{m2}}); err != nil {
+	if err := l.ReplaceRoute(RouteSpec{Node: "a", Dst: dst, Via: m1, Vias: []netip.Addr{m2}, QuickAck: true}); err != nil {
 		t.Fatal(err)
 	}
-	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2", "198.18.11.2"}) {
-		t.Errorf("spread: %v", got)
+	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2", "198.18.11.2"}) || !quickAck() {
+		t.Errorf("spread: %v, quickack %v (want set)", got, quickAck())
 	}
 	if err := l.ReplaceRoute(RouteSpec{Node: "a", Dst: dst, Via: m1}); err != nil {
 		t.Fatal(err)
 	}
-	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2"}) {
-		t.Errorf("back: %v", got)
+	if got := nexthops(); !slices.Equal(got, []string{"198.18.10.2"}) || quickAck() {
+		t.Errorf("back: %v, quickack %v (want off)", got, quickAck())
 	}
 	if err := l.ReplaceRoute(RouteSpec{Node: "a", Dst: dst, Via: netip.MustParseAddr("198.18.12.1")}); err == nil || !strings.Contains(err.Error(), "on none of its links") {
 		t.Errorf("a gateway off a's links: %v", err)

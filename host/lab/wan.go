@@ -508,10 +508,10 @@ func (w *WAN) SetRoute(r WANRoute) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.PE1Node.routeVia(w.DC2, pe1Hops); err != nil {
+	if err := w.PE1Node.routeVia(w.DC2, pe1Hops, false); err != nil {
 		return fmt.Errorf("lab: WAN: SetRoute(%v): pe1: %w", r, err)
 	}
-	if err := w.PE2Node.routeVia(w.DC1, pe2Hops); err != nil {
+	if err := w.PE2Node.routeVia(w.DC1, pe2Hops, false); err != nil {
 		return fmt.Errorf("lab: WAN: SetRoute(%v): pe2: %w", r, err)
 	}
 	w.route = r
@@ -527,17 +527,18 @@ type wanHop struct {
 
 // routeVia replaces n's route to dst by one over hops (ECMP when more than
 // one).
-func (n *Node) routeVia(dst netip.Prefix, hops []wanHop) error {
+func (n *Node) routeVia(dst netip.Prefix, hops []wanHop, quickAck bool) error {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if n.closed {
 		return ErrClosed
 	}
-	return routeVia(n.nl, dst, hops)
+	return routeVia(n.nl, dst, hops, quickAck)
 }
 
-// routeVia replaces h's route to dst by one over hops.
-func routeVia(h *netlink.Handle, dst netip.Prefix, hops []wanHop) error {
+// routeVia replaces h's route to dst by one over hops, with delayed ACKs
+// off if quickAck (RouteSpec.QuickAck).
+func routeVia(h *netlink.Handle, dst netip.Prefix, hops []wanHop, quickAck bool) error {
 	var nh []*netlink.NexthopInfo
 	for _, hp := range hops {
 		l, err := h.LinkByName(hp.dev)
@@ -547,6 +548,9 @@ func routeVia(h *netlink.Handle, dst netip.Prefix, hops []wanHop) error {
 		nh = append(nh, &netlink.NexthopInfo{LinkIndex: l.Attrs().Index, Gw: net.IP(hp.gw.AsSlice())})
 	}
 	rt := &netlink.Route{Dst: prefixToIPNet(dst)}
+	if quickAck {
+		rt.QuickACK = 1
+	}
 	if len(nh) == 1 {
 		rt.LinkIndex, rt.Gw = nh[0].LinkIndex, nh[0].Gw
 	} else {

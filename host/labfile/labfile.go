@@ -156,6 +156,10 @@ type Node struct {
 	// Agent is a pe's agent (host/pe), which reacts to the WAN ports'
 	// congestion notifications. Optional: none.
 	Agent *PEAgent `yaml:"agent"`
+	// QuickAck turns a host's delayed ACKs off (its routes' quickack,
+	// RTAX_QUICKACK): its TCP ACKs every segment, as seed 002's ns-3
+	// runs. Optional: off (Linux delays ACKs up to 40 ms).
+	QuickAck bool `yaml:"quickack"`
 }
 
 // PE decapsulation modes.

@@ -89,6 +89,7 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: h2, kind: host}", "{name: pe9, kind: pe}"), `t.yaml:4: nodes[1].peer: a pe needs its peer: the other pe of its tunnel`},
 		{edit("{name: h2, kind: host}", "{name: pe9, kind: pe, peer: sw1}"), `t.yaml:4: nodes[1].peer: "sw1": is a switch; a pe's peer is a pe`},
 		{edit("{name: h2, kind: host}", "{name: h2, kind: host, peer: sw1}"), `t.yaml:4: nodes[1].peer: "sw1": only a pe has a peer; h2 is a host`},
+		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, quickack: true}"), `t.yaml:5: nodes[2].quickack: "true": only a host's TCP ACKs; sw1 is a switch`},
 		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw9, mtu: 9000}"), `t.yaml:9: links[1].b: "sw9": no such node; nodes are h1, h2, sw1, r1`},
 		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: h2, mtu: 9000}"), `t.yaml:9: links[1].b: "h2": a link joins two different nodes (a is h2 too)`},
 		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: \"sw1:averyverylongdevice\"}"), `t.yaml:9: links[1].b: "sw1:averyverylongdevice": device: "averyverylongdevice" longer than 15 bytes (IFNAMSIZ)`},
@@ -226,4 +227,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("valid without a plan")
 		}
 	})
+}
+
+// TestQuickAck: a host's quickack puts it on every route of the host's,
+// none of the others'.
+func TestQuickAck(t *testing.T) {
+	src := strings.Replace(base, "{name: r1, kind: host}", "{name: r1, kind: host, quickack: true}", 1)
+	f, err := Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, rs := range f.Plan().Spec.Routes {
+		if rs.QuickAck != (rs.Node == "r1") {
+			t.Errorf("route %s %s: quickack %v", rs.Node, rs.Dst, rs.QuickAck)
+		}
+		if rs.Node == "r1" {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Error("r1 has no route")
+	}
 }

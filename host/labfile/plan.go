@@ -321,6 +321,10 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 		})
 	}
 	p.Spec.Routes = g.routes(dcOf)
+	for i := range p.Spec.Routes {
+		rs := &p.Spec.Routes[i]
+		rs.QuickAck = slices.ContainsFunc(f.Nodes, func(n Node) bool { return n.Name == rs.Node && n.QuickAck })
+	}
 	for _, pp := range p.PEs {
 		for _, u := range pp.Unspill {
 			for k, rs := range p.Spec.Routes {

@@ -79,6 +79,9 @@ func (f *File) validate() error {
 		if err := checkPEFields(p, n.Name, n.Kind, n.Decap, n.Agent); err != nil {
 			return err
 		}
+		if n.QuickAck && n.Kind != KindHost {
+			return conf.Errorf(conf.Join(p, "quickack"), "true", "only a host's TCP ACKs; %s is a %s", n.Name, n.Kind)
+		}
 	}
 	for i := range f.Nodes {
 		n := &f.Nodes[i]
