@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
 )
 
@@ -51,18 +50,11 @@ func runDelay(ctx context.Context, seconds, cpu int) (*DelayReport, error) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		return rep, errIperfMissing
 	}
-	l, err := lab.Build(lab.Spec{
-		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
-		Links: []lab.LinkSpec{{A: lab.Endpoint{Node: "a", Dev: devA, Addr: addrA}, B: lab.Endpoint{Node: "b", Dev: devB, Addr: addrB}}},
-	})
+	l, err := pairLab(0)
 	if err != nil {
 		return rep, err
 	}
-	defer func() {
-		if cerr := l.Close(); cerr != nil {
-			progress("closing lab: %v", cerr)
-		}
-	}()
+	defer closeLab(l)
 	a, b := l.Node("a"), l.Node("b")
 	sizes := []int{1500, 100}
 	port := iperfPort + 300

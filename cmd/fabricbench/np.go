@@ -92,11 +92,7 @@ func runNP(ctx context.Context, f *npFlagSet) (*NPReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	defer func() {
-		if cerr := lab.Close(); cerr != nil {
-			progress("closing lab: %v", cerr)
-		}
-	}()
+	defer closeLab(lab)
 	rpn, npn := lab.Node("rp"), lab.Node("np")
 	rows, err := runKernelNPRows(ctx, rpn, npn, f)
 	rep.Rows = rows

@@ -1106,22 +1106,12 @@ func udpBlast(a *lab.Node, dst *net.UDPAddr, rate units.Rate, d time.Duration, c
 
 // runXmitInSitu measures the xmit hook and the peer hook on real traffic.
 func runXmitInSitu(trials int) ([]ProgRow, error) {
-	lab, err := lab.Build(lab.Spec{
-		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
-		Links: []lab.LinkSpec{{
-			A: lab.Endpoint{Node: "a", Dev: devA, Addr: addrA},
-			B: lab.Endpoint{Node: "b", Dev: devB, Addr: addrB},
-		}},
-	})
+	l, err := pairLab(0)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := lab.Close(); cerr != nil {
-			progress("closing lab: %v", cerr)
-		}
-	}()
-	a, b := lab.Node("a"), lab.Node("b")
+	defer closeLab(l)
+	a, b := l.Node("a"), l.Node("b")
 	sink, err := udpSink(b)
 	if err != nil {
 		return nil, err

@@ -167,23 +167,12 @@ func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return rep, errors.New("ip (iproute2) not found in PATH: host/lab runs commands with `ip netns exec`; install iproute2")
 	}
-	lab, err := lab.Build(lab.Spec{
-		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
-		Links: []lab.LinkSpec{{
-			A:   lab.Endpoint{Node: "a", Dev: devA, Addr: addrA},
-			B:   lab.Endpoint{Node: "b", Dev: devB, Addr: addrB},
-			MTU: roceLinkMTU(o.mtu),
-		}},
-	})
+	l, err := pairLab(roceLinkMTU(o.mtu))
 	if err != nil {
 		return rep, err
 	}
-	defer func() {
-		if cerr := lab.Close(); cerr != nil {
-			progress("closing lab: %v", cerr)
-		}
-	}()
-	a, b := lab.Node("a"), lab.Node("b")
+	defer closeLab(l)
+	a, b := l.Node("a"), l.Node("b")
 	var errs []error
 	if o.goodput {
 		g, err := runGoodput(ctx, a, b, o)

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime/pprof"
 	"strconv"
@@ -64,6 +63,25 @@ type serverResult struct {
 	PeakRSSBytes uint64 `json:"peak_rss_bytes"`
 }
 
+// childStart is a child's common start: its -send path, a context that
+// ends on SIGINT or SIGTERM, and its CPU profile (none if cpuprofile is
+// empty); done ends the last two. A non-zero code is the child's exit
+// status.
+func childStart(sendPath, cpuprofile string) (send pktio.SendPath, ctx context.Context, done func(), code int) {
+	send, err := pktio.ParseSendPath(sendPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return send, nil, nil, 2
+	}
+	stopProfile, err := startProfile(cpuprofile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return send, nil, nil, 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return send, ctx, func() { stop(); stopProfile() }, 0
+}
+
 // roceChild is main for a child; args follow childArg.
 func roceChild(args []string) int {
 	fs := flag.NewFlagSet(childArg, flag.ContinueOnError)
@@ -82,19 +100,11 @@ func roceChild(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	send, err := pktio.ParseSendPath(*sendPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+	send, ctx, done, code := childStart(*sendPath, *cpuprofile)
+	if code != 0 {
+		return code
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	stopProfile, err := startProfile(*cpuprofile)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stopProfile()
+	defer done()
 	switch *mode {
 	case "server":
 		addr, err := netip.ParseAddr(*bind)
@@ -248,35 +258,15 @@ func roceperfRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, pr
 		srvArgs = append(srvArgs, "-cpuprofile", prof+"-server.pprof")
 	}
 	name, args := pinned(o.cpu, exe, srvArgs...)
-	srv := b.Command(rctx, name, args...)
-	var srvOut bytes.Buffer
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	srv.WaitDelay = 2 * time.Second
+	cmd := b.Command(rctx, name, args...)
 	// SIGTERM first so a profile is written out.
-	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	t0 := time.Now()
-	if err := srv.Start(); err != nil {
-		return run, fmt.Errorf("start roceperf server: %w", err)
+	srv, err := startServer(rctx, b, cmd, perf.DefaultPort, "roceperf server")
+	if err != nil {
+		return run, err
 	}
-	var srvErr error
-	srvDone := make(chan struct{})
-	go func() { srvErr = srv.Wait(); close(srvDone) }()
-	defer func() {
-		select {
-		case <-srvDone:
-		case <-time.After(5 * time.Second):
-			_ = srv.Process.Kill()
-			<-srvDone
-		}
-	}()
-	if err := waitListening(rctx, b, perf.DefaultPort, srvDone); err != nil {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		<-srvDone
-		if errors.Is(err, errExited) {
-			err = fmt.Errorf("%w: %v", err, srvErr)
-		}
-		return run, fmt.Errorf("roceperf server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
-	}
+	defer srv.finish(5 * time.Second)
 
 	cliArgs := []string{childArg, "-mode", "client", "-server", addrB.Addr().String(), "-send", send.String(),
 		"-seconds", strconv.Itoa(o.seconds), "-mtu", strconv.Itoa(o.mtu), "-msg", strconv.Itoa(roceMessageBytes)}
@@ -296,28 +286,23 @@ func roceperfRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, pr
 	// output: stop the server and say both.
 	res, err := parseChild(out, runErr, stderr.String())
 	if err != nil {
-		stopChild(srv.Process, srvDone)
-		if so := strings.TrimSpace(srvOut.String()); so != "" {
+		srv.stop()
+		if so := srv.output(); so != "" {
 			err = fmt.Errorf("%w (server output: %s)", err, so)
 		}
 		return run, fmt.Errorf("roceperf %w", err)
 	}
 	// The one-off server exits after the session.
-	select {
-	case <-srvDone:
-	case <-time.After(5 * time.Second):
+	if !srv.exited(5 * time.Second) {
 		return run, errors.New("roceperf server did not exit after its one session")
 	}
-	if srvErr != nil {
-		var ee *exec.ExitError
-		if !errors.As(srvErr, &ee) || ee.ExitCode() != 0 {
-			return run, fmt.Errorf("roceperf server: %v (output: %s)", srvErr, strings.TrimSpace(srvOut.String()))
-		}
+	if err := srv.failed(); err != nil {
+		return run, fmt.Errorf("roceperf server: %w", err)
 	}
 	if res.GoodputBps <= 0 || res.TxPackets == 0 {
 		return run, errors.New("roceperf reported no goodput or no packets sent")
 	}
-	return res.udpRun(srv.ProcessState, t0), nil
+	return res.udpRun(srv.cmd.ProcessState, t0), nil
 }
 
 // startProfile writes a CPU profile of this process to path (none if

@@ -26,32 +26,11 @@ func iperfUDP(ctx context.Context, a, b *lab.Node, port, seconds, dgram, cpu int
 	if cpu >= 0 {
 		affinity = []string{"-A", strconv.Itoa(cpu)}
 	}
-	var srvOut bytes.Buffer
-	srv := b.Command(rctx, "iperf3", append([]string{"-s", "-1", "-B", addrB.Addr().String(), "-p", strconv.Itoa(port)}, affinity...)...)
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	srv.WaitDelay = 2 * time.Second
-	if err := srv.Start(); err != nil {
-		return run, fmt.Errorf("start iperf3 server: %w", err)
+	srv, err := startServer(rctx, b, b.Command(rctx, "iperf3", append([]string{"-s", "-1", "-B", addrB.Addr().String(), "-p", strconv.Itoa(port)}, affinity...)...), port, "iperf3 server")
+	if err != nil {
+		return run, err
 	}
-	var srvErr error
-	srvDone := make(chan struct{})
-	go func() { srvErr = srv.Wait(); close(srvDone) }()
-	defer func() {
-		select {
-		case <-srvDone:
-		case <-time.After(3 * time.Second):
-			_ = srv.Process.Kill()
-			<-srvDone
-		}
-	}()
-	if err := waitListening(rctx, b, port, srvDone); err != nil {
-		_ = srv.Process.Kill()
-		<-srvDone
-		if errors.Is(err, errExited) {
-			err = fmt.Errorf("%w: %v", err, srvErr)
-		}
-		return run, fmt.Errorf("iperf3 server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
-	}
+	defer srv.finish(3 * time.Second)
 
 	cli := a.Command(rctx, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
 		"-u", "-b", "0", "-l", strconv.Itoa(dgram), "-t", strconv.Itoa(seconds), "-J"}, affinity...)...)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -87,21 +86,11 @@ func parseQPList(s string, max int) ([]int, error) {
 // runScale runs the rows in a two-namespace lab of its own.
 func runScale(ctx context.Context, o scaleOpts) (*ScaleReport, error) {
 	rep := &ScaleReport{RateBps: float64(o.rate), MessageBytes: scaleMessageBytes, Seconds: o.seconds, Goal: scaleGoal}
-	l, err := lab.Build(lab.Spec{
-		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
-		Links: []lab.LinkSpec{{
-			A: lab.Endpoint{Node: "a", Dev: devA, Addr: addrA},
-			B: lab.Endpoint{Node: "b", Dev: devB, Addr: addrB},
-		}},
-	})
+	l, err := pairLab(0)
 	if err != nil {
 		return rep, err
 	}
-	defer func() {
-		if cerr := l.Close(); cerr != nil {
-			progress("closing lab: %v", cerr)
-		}
-	}()
+	defer closeLab(l)
 	exe, err := os.Executable()
 	if err != nil {
 		return rep, err
@@ -133,22 +122,15 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 	row := ScaleRow{QPs: n}
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+120)*time.Second)
 	defer cancel()
-	srv := b.Command(rctx, exe, childArg, "-mode", "server", "-bind", addrB.Addr().String(), "-max-qps", strconv.Itoa(n))
-	var srvOut, srvJSON strings.Builder
-	srv.Stdout, srv.Stderr = &srvJSON, &srvOut
-	srv.WaitDelay = 2 * time.Second
-	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
-	if err := srv.Start(); err != nil {
-		return row, fmt.Errorf("start server: %w", err)
+	cmd := b.Command(rctx, exe, childArg, "-mode", "server", "-bind", addrB.Addr().String(), "-max-qps", strconv.Itoa(n))
+	var srvJSON strings.Builder
+	cmd.Stdout = &srvJSON
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	srv, err := startServer(rctx, b, cmd, perf.DefaultPort, "server")
+	if err != nil {
+		return row, err
 	}
-	var srvErr error
-	srvDone := make(chan struct{})
-	go func() { srvErr = srv.Wait(); close(srvDone) }()
-	stopServer := func() { stopChild(srv.Process, srvDone) }
-	defer stopServer()
-	if err := waitListening(rctx, b, perf.DefaultPort, srvDone); err != nil {
-		return row, fmt.Errorf("server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
-	}
+	defer srv.stop()
 	cli := a.Command(rctx, exe, childArg, "-mode", "client", "-server", addrB.Addr().String(),
 		"-qps", strconv.Itoa(n), "-rate", strconv.FormatFloat(float64(o.rate), 'f', 0, 64),
 		"-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes))
@@ -157,15 +139,12 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 	cli.Stderr = &stderr
 	out, runErr := cli.Output()
 	res, err := parseChild(out, runErr, stderr.String())
-	stopServer()
+	srv.stop()
 	if err != nil {
-		return row, fmt.Errorf("%w (server output: %s)", err, strings.TrimSpace(srvOut.String()))
+		return row, fmt.Errorf("%w (server output: %s)", err, srv.output())
 	}
-	if srvErr != nil {
-		var ee *exec.ExitError
-		if !errors.As(srvErr, &ee) || ee.ExitCode() != 0 {
-			return row, fmt.Errorf("server: %v (output: %s)", srvErr, strings.TrimSpace(srvOut.String()))
-		}
+	if err := srv.failed(); err != nil {
+		return row, fmt.Errorf("server: %w", err)
 	}
 	row.SetupSeconds = res.SetupSeconds
 	row.ClientRSSBytes = res.PeakRSSBytes

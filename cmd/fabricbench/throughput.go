@@ -92,22 +92,12 @@ func runThroughput(ctx context.Context, rounds, seconds, cpu int, limit units.By
 		return rows, errors.New("ip (iproute2) not found in PATH: host/lab runs commands with `ip netns exec`; install iproute2")
 	}
 
-	lab, err := lab.Build(lab.Spec{
-		Nodes: []lab.NodeSpec{{Name: "a"}, {Name: "b"}},
-		Links: []lab.LinkSpec{{
-			A: lab.Endpoint{Node: "a", Dev: devA, Addr: addrA},
-			B: lab.Endpoint{Node: "b", Dev: devB, Addr: addrB},
-		}},
-	})
+	l, err := pairLab(0)
 	if err != nil {
 		return rows, err
 	}
-	defer func() {
-		if cerr := lab.Close(); cerr != nil {
-			progress("closing lab: %v", cerr)
-		}
-	}()
-	a, b := lab.Node("a"), lab.Node("b")
+	defer closeLab(l)
+	a, b := l.Node("a"), l.Node("b")
 
 	stats := make([]portTotals, len(tpConfigs))
 	n := 0
@@ -253,38 +243,16 @@ func iperf(ctx context.Context, a, b *lab.Node, port, seconds, cpu int) (iperfRe
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
 	defer cancel()
 
-	var srvOut bytes.Buffer
 	var affinity []string
 	if cpu >= 0 {
 		affinity = []string{"-A", strconv.Itoa(cpu)}
 	}
-	srv := b.Command(rctx, "iperf3", append([]string{"-s", "-1", "-B", addrB.Addr().String(), "-p", strconv.Itoa(port)}, affinity...)...)
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	srv.WaitDelay = 2 * time.Second
-	if err := srv.Start(); err != nil {
-		return res, fmt.Errorf("start iperf3 server: %w", err)
+	srv, err := startServer(rctx, b, b.Command(rctx, "iperf3", append([]string{"-s", "-1", "-B", addrB.Addr().String(), "-p", strconv.Itoa(port)}, affinity...)...), port, "iperf3 server")
+	if err != nil {
+		return res, err
 	}
-	var srvErr error
-	srvDone := make(chan struct{})
-	go func() { srvErr = srv.Wait(); close(srvDone) }()
-	defer func() {
-		// The server exits by itself after its one test (-1); otherwise
-		// the context's cancel (deferred above, runs after) kills it.
-		select {
-		case <-srvDone:
-		case <-time.After(3 * time.Second):
-			_ = srv.Process.Kill()
-			<-srvDone
-		}
-	}()
-	if err := waitListening(rctx, b, port, srvDone); err != nil {
-		_ = srv.Process.Kill() // no-op if it already exited
-		<-srvDone              // srvOut is only read once the server is gone
-		if errors.Is(err, errExited) {
-			err = fmt.Errorf("%w: %v", err, srvErr)
-		}
-		return res, fmt.Errorf("iperf3 server: %w (output: %s)", err, strings.TrimSpace(srvOut.String()))
-	}
+	// The server exits by itself after its one test (-1).
+	defer srv.finish(3 * time.Second)
 
 	cli := a.Command(rctx, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
 		"-t", strconv.Itoa(seconds), "-J"}, affinity...)...)

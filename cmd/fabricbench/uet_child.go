@@ -13,7 +13,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,19 +70,11 @@ func uetChild(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	send, err := pktio.ParseSendPath(*sendPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+	send, ctx, done, code := childStart(*sendPath, *cpuprofile)
+	if code != 0 {
+		return code
 	}
-	stopProfile, err := startProfile(*cpuprofile)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stopProfile()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	defer done()
 	la, err := netip.ParseAddr(*local)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "local:", err)
