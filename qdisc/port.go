@@ -711,29 +711,33 @@ func Forget(netnsName, dev string) error {
 // removeRecord removes a port's pins and record, and nothing else.
 func removeRecord(dir string) error { return pinning.Remove(MetaRoot, dir) }
 
-func ifindexIn(ns netns.NsHandle, dev string) (int, error) {
+// linkIn looks dev up in ns.
+func linkIn(ns netns.NsHandle, dev string) (netlink.Link, error) {
 	h, err := netlinkHandle(ns)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer h.Close()
 	l, err := h.LinkByName(dev)
 	if err != nil {
-		return 0, fmt.Errorf("device %q: %w", dev, err)
+		return nil, fmt.Errorf("device %q: %w", dev, err)
+	}
+	return l, nil
+}
+
+func ifindexIn(ns netns.NsHandle, dev string) (int, error) {
+	l, err := linkIn(ns, dev)
+	if err != nil {
+		return 0, err
 	}
 	return l.Attrs().Index, nil
 }
 
 // frameBytesIn is the largest frame dev sends: its MTU and Ethernet header.
 func frameBytesIn(ns netns.NsHandle, dev string) (uint64, error) {
-	h, err := netlinkHandle(ns)
+	l, err := linkIn(ns, dev)
 	if err != nil {
 		return 0, err
-	}
-	defer h.Close()
-	l, err := h.LinkByName(dev)
-	if err != nil {
-		return 0, fmt.Errorf("device %q: %w", dev, err)
 	}
 	return uint64(l.Attrs().MTU) + 14, nil
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -217,13 +218,8 @@ func (p Params) Validate() error {
 	if !(p.MaxWndBDPs > 0 && p.MaxWndBDPs <= maxMaxWnd) {
 		bad("max_wnd", p.MaxWndBDPs, fmt.Sprintf("in (0, %d] (BDPs)", maxMaxWnd))
 	} else if p.LinkRate > 0 && p.ConfigBaseRTT > 0 && mtuOK {
-		if w := math.Floor(p.MaxWndBDPs * p.BDPBytes()); w < float64(p.MTUBytes) {
-			// The fix: a base RTT (or a link rate) whose BDP holds a packet.
-			need := float64(p.MTUBytes) / p.MaxWndBDPs // bytes of BDP
-			rtt := time.Duration(math.Ceil(need*8/float64(p.LinkRate)*1e6)) * time.Microsecond
-			errs = append(errs, fmt.Errorf("nscc: max_wnd (%v BDP = %.0f B at %v and %v) must be at least mtu (%d B): "+
-				"a base_rtt of at least %v at this link rate makes it one",
-				p.MaxWndBDPs, w, p.LinkRate, p.ConfigBaseRTT, p.MTUBytes, rtt))
+		if err := cc.MaxWndCheck("nscc", p.MaxWndBDPs, p.BDPBytes(), p.LinkRate, p.ConfigBaseRTT, p.MTUBytes); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c := p.InitialCwndBytes; c != 0 && mtuOK {

@@ -269,16 +269,22 @@ func (s *Server) onSession(remote net.Addr, req agent.SessionRequest, qps []*age
 	go s.sample(ss)
 }
 
+// intervalTicker ticks every d, or never when d is 0 (no interval
+// reports); stop it when done.
+func intervalTicker(d time.Duration) (<-chan time.Time, func()) {
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
 // sample takes the server's interval reports until the session finishes
 // or its QPs go away.
 func (s *Server) sample(ss *serverSession) {
 	defer close(ss.stopped)
-	var tick <-chan time.Time
-	if s.cfg.Interval > 0 {
-		tk := time.NewTicker(s.cfg.Interval)
-		defer tk.Stop()
-		tick = tk.C
-	}
+	tick, stopTick := intervalTicker(s.cfg.Interval)
+	defer stopTick()
 	for {
 		select {
 		case <-ss.stop:

@@ -429,12 +429,8 @@ func (s *UETServer) sample(ss *uetSession) {
 	defer close(ss.stopped)
 	track := time.NewTicker(uetTrackPeriod)
 	defer track.Stop()
-	var tick <-chan time.Time
-	if s.cfg.Interval > 0 {
-		tk := time.NewTicker(s.cfg.Interval)
-		defer tk.Stop()
-		tick = tk.C
-	}
+	tick, stopTick := intervalTicker(s.cfg.Interval)
+	defer stopTick()
 	for {
 		select {
 		case <-ss.stop:
