@@ -335,11 +335,21 @@ func (ss *serverSession) take(now time.Duration) Interval {
 }
 
 func writeServerInterval(w io.Writer, iv *Interval) {
-	for _, st := range iv.Streams {
-		fmt.Fprintf(w, "%s  %6d  %9d\n", intervalPrefix(streamID(st.ID), st.Start, st.End, st.Bytes, st.BitsPerSecond), st.CNPHandled, st.CNPIgnored)
+	writeServerRows(w, iv, "%s  %6d  %9d\n", iv.Sum.CNPHandled, iv.Sum.CNPIgnored,
+		func(st *IntervalStream) (uint64, uint64) { return st.CNPHandled, st.CNPIgnored })
+}
+
+// writeServerRows prints a server's interval: a row per stream and, with
+// more than one, the [SUM] row (its two counters a and b), each the
+// prefix and two counter columns in format.
+func writeServerRows(w io.Writer, iv *Interval, format string, a, b uint64, cols func(*IntervalStream) (uint64, uint64)) {
+	for i := range iv.Streams {
+		st := &iv.Streams[i]
+		x, y := cols(st)
+		fmt.Fprintf(w, format, intervalPrefix(streamID(st.ID), st.Start, st.End, st.Bytes, st.BitsPerSecond), x, y)
 	}
 	if len(iv.Streams) > 1 {
-		fmt.Fprintf(w, "%s  %6d  %9d\n", intervalPrefix("[SUM]", iv.Sum.Start, iv.Sum.End, iv.Sum.Bytes, iv.Sum.BitsPerSecond), iv.Sum.CNPHandled, iv.Sum.CNPIgnored)
+		fmt.Fprintf(w, format, intervalPrefix("[SUM]", iv.Sum.Start, iv.Sum.End, iv.Sum.Bytes, iv.Sum.BitsPerSecond), a, b)
 		fmt.Fprintln(w, sepLine)
 	}
 }

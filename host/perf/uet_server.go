@@ -471,13 +471,8 @@ func (ss *uetSession) take(now time.Duration) Interval {
 }
 
 func writeUETServerInterval(w io.Writer, iv *Interval) {
-	for _, st := range iv.Streams {
-		fmt.Fprintf(w, "%s  %6d  %6d\n", intervalPrefix(streamID(st.ID), st.Start, st.End, st.Bytes, st.BitsPerSecond), st.CEReceived, st.Duplicates)
-	}
-	if len(iv.Streams) > 1 {
-		fmt.Fprintf(w, "%s  %6d  %6d\n", intervalPrefix("[SUM]", iv.Sum.Start, iv.Sum.End, iv.Sum.Bytes, iv.Sum.BitsPerSecond), iv.Sum.CEReceived, iv.Sum.Duplicates)
-		fmt.Fprintln(w, sepLine)
-	}
+	writeServerRows(w, iv, "%s  %6d  %6d\n", iv.Sum.CEReceived, iv.Sum.Duplicates,
+		func(st *IntervalStream) (uint64, uint64) { return st.CEReceived, st.Duplicates })
 }
 
 // printSession prints an accepted session's streams and parameters.
