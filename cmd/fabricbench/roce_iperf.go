@@ -22,11 +22,7 @@ func iperfUDP(ctx context.Context, a, b *lab.Node, port, seconds, dgram, cpu int
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
 	defer cancel()
 
-	var affinity []string
-	if cpu >= 0 {
-		affinity = []string{"-A", strconv.Itoa(cpu)}
-	}
-	srv, err := startServer(rctx, b, b.Command(rctx, "iperf3", append([]string{"-s", "-1", "-B", addrB.Addr().String(), "-p", strconv.Itoa(port)}, affinity...)...), port, "iperf3 server")
+	srv, affinity, err := iperfServer(rctx, b, port, cpu)
 	if err != nil {
 		return run, err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +48,18 @@ func startServer(ctx context.Context, b *lab.Node, cmd *exec.Cmd, port int, what
 		return nil, fmt.Errorf("%s: %w (output: %s)", what, err, s.output())
 	}
 	return s, nil
+}
+
+// iperfServer starts a one-off iperf3 server (-s -1: it exits after its
+// one test) on b's address and port, pinned to cpu (-A) unless cpu is
+// negative; affinity is the same pinning for the client.
+func iperfServer(ctx context.Context, b *lab.Node, port, cpu int) (srv *server, affinity []string, err error) {
+	if cpu >= 0 {
+		affinity = []string{"-A", strconv.Itoa(cpu)}
+	}
+	args := append([]string{"-s", "-1", "-B", addrB.Addr().String(), "-p", strconv.Itoa(port)}, affinity...)
+	srv, err = startServer(ctx, b, b.Command(ctx, "iperf3", args...), port, "iperf3 server")
+	return srv, affinity, err
 }
 
 // exited waits up to grace for the server to end by itself (a one-off
