@@ -393,12 +393,8 @@ func rate(bytes uint64, secs float64) float64 {
 // startReport fills the report's start section.
 func (c *ClientConfig) startReport(host string, port int, p dcqcn.Params, local netip.Addr, localPort uint16, sess *agent.Session) Start {
 	now := time.Now()
-	st := Start{
-		Version:      "roceperf " + Version,
-		SystemInfo:   systemInfo(),
-		Timestamp:    Timestamp{Time: now.UTC().Format(iperfTime), TimeSecs: now.Unix()},
-		ConnectingTo: ConnectingTo{Host: host, Port: port},
-	}
+	st := newStart(now)
+	st.ConnectingTo = ConnectingTo{Host: host, Port: port}
 	for i, qp := range sess.QPs {
 		ep, rem := qp.Endpoint(), sess.Remote[i]
 		st.Connected = append(st.Connected, Connected{

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/nscc"
@@ -372,3 +373,24 @@ func (e *End) totals() (sent, recv agent.Counters) {
 
 // iperfTime is the layout of iperf3's start.timestamp.time.
 const iperfTime = "Mon, 02 Jan 2006 15:04:05 GMT"
+
+// newStart is a report's start section as of t: the tool, the system and
+// the time, as iperf3 writes them.
+func newStart(t time.Time) Start {
+	return Start{
+		Version:    "roceperf " + Version,
+		SystemInfo: systemInfo(),
+		Timestamp:  Timestamp{Time: t.UTC().Format(iperfTime), TimeSecs: t.Unix()},
+	}
+}
+
+// newServerReport is a server's report of a session that started at t0:
+// its intervals (an empty list, not null, without any) and its test.
+func newServerReport(t0 time.Time, intervals []Interval, ts TestStart) *Report {
+	if intervals == nil {
+		intervals = []Interval{}
+	}
+	r := &Report{Intervals: intervals, Start: newStart(t0)}
+	r.Start.TestStart = ts
+	return r
+}

@@ -366,23 +366,14 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 	close(ss.stop)
 	<-ss.stopped
 	end := time.Since(ss.t0).Seconds()
-	r := &Report{Intervals: ss.intervals}
-	if r.Intervals == nil {
-		r.Intervals = []Interval{}
-	}
-	r.Start = Start{
-		Version:    "roceperf " + Version,
-		SystemInfo: systemInfo(),
-		Timestamp:  Timestamp{Time: ss.t0.UTC().Format(iperfTime), TimeSecs: ss.t0.Unix()},
-		TestStart: TestStart{
-			Protocol: "RoCEv2", NumStreams: len(ss.qps), Blksize: ss.req.MessageBytes,
-			Duration: ss.req.Duration.Seconds(), Bytes: ss.req.Bytes,
-			TOS: int(ss.req.DSCP) << 2, DSCP: int(ss.req.DSCP), CNPDSCP: int(ss.req.CNPDSCP),
-			MTU: ss.req.MTU, Op: ss.req.Op, Verify: ss.req.Verify,
-			DCQCN:         map[string]json.Number{"min_time_between_cnps": json.Number(microseconds(ss.req.CNPPeriod)), "cnp_dscp": json.Number(fmt.Sprint(ss.req.CNPDSCP))},
-			DCQCNVariants: map[string]string{},
-		},
-	}
+	r := newServerReport(ss.t0, ss.intervals, TestStart{
+		Protocol: "RoCEv2", NumStreams: len(ss.qps), Blksize: ss.req.MessageBytes,
+		Duration: ss.req.Duration.Seconds(), Bytes: ss.req.Bytes,
+		TOS: int(ss.req.DSCP) << 2, DSCP: int(ss.req.DSCP), CNPDSCP: int(ss.req.CNPDSCP),
+		MTU: ss.req.MTU, Op: ss.req.Op, Verify: ss.req.Verify,
+		DCQCN:         map[string]json.Number{"min_time_between_cnps": json.Number(microseconds(ss.req.CNPPeriod)), "cnp_dscp": json.Number(fmt.Sprint(ss.req.CNPDSCP))},
+		DCQCNVariants: map[string]string{},
+	})
 	e := &r.End
 	e.SumReceived = Sum{End: end, Seconds: end}
 	for i, q := range res.QPs {

@@ -59,12 +59,8 @@ func (o *serverOut) refused(remote net.Addr, msg string, fill func(*Report)) {
 	ap := addrPort(remote)
 	text := fmt.Sprintf("refused a session from %s port %d: %s", ap.Addr(), ap.Port(), msg)
 	now := time.Now()
-	r := &Report{Intervals: []Interval{}, Error: text}
-	r.Start = Start{
-		Version:    "roceperf " + Version,
-		SystemInfo: systemInfo(),
-		Timestamp:  Timestamp{Time: now.UTC().Format(iperfTime), TimeSecs: now.Unix()},
-	}
+	r := newServerReport(now, nil, TestStart{})
+	r.Error = text
 	if o.json {
 		fill(r)
 	}

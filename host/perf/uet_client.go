@@ -612,12 +612,8 @@ func (st *uetState) notDrained(waited time.Duration) error {
 // uetStartReport fills the report's start section.
 func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.AddrPort, st *uetState) Start {
 	now := time.Now()
-	s := Start{
-		Version:      "roceperf " + Version,
-		SystemInfo:   systemInfo(),
-		Timestamp:    Timestamp{Time: now.UTC().Format(iperfTime), TimeSecs: now.Unix()},
-		ConnectingTo: ConnectingTo{Host: host, Port: port},
-	}
+	s := newStart(now)
+	s.ConnectingTo = ConnectingTo{Host: host, Port: port}
 	for i, snd := range st.senders {
 		s.Connected = append(s.Connected, Connected{
 			LocalHost: local.Addr().String(), LocalPort: local.Port(),

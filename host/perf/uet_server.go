@@ -501,18 +501,9 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 		return
 	}
 	end := time.Since(ss.t0).Seconds()
-	r := &Report{Intervals: ss.intervals}
-	if r.Intervals == nil {
-		r.Intervals = []Interval{}
-	}
-	r.Start = Start{
-		Version:    "roceperf " + Version,
-		SystemInfo: systemInfo(),
-		Timestamp:  Timestamp{Time: ss.t0.UTC().Format(iperfTime), TimeSecs: ss.t0.Unix()},
-		TestStart: TestStart{Protocol: protocolUET, NumStreams: len(streams), Blksize: ss.req.MessageBytes,
-			Duration: ss.req.Duration.Seconds(), Bytes: ss.req.Bytes, MTU: ss.req.MTU,
-			TOS: int(ss.req.DSCP)<<2 | ecnECT0, DSCP: int(ss.req.DSCP), Op: "write", CC: ss.req.cc(), Verify: ss.req.Verify},
-	}
+	r := newServerReport(ss.t0, ss.intervals, TestStart{Protocol: protocolUET, NumStreams: len(streams), Blksize: ss.req.MessageBytes,
+		Duration: ss.req.Duration.Seconds(), Bytes: ss.req.Bytes, MTU: ss.req.MTU,
+		TOS: int(ss.req.DSCP)<<2 | ecnECT0, DSCP: int(ss.req.DSCP), Op: "write", CC: ss.req.cc(), Verify: ss.req.Verify})
 	e := &r.End
 	e.SumReceived = Sum{End: end, Seconds: end}
 	for i, t := range streams {
