@@ -370,15 +370,23 @@ func (st *runState) snapshotBase(now time.Duration) {
 }
 
 func (st *runState) notDrained(waited time.Duration) error {
+	return notDrained(waited, st.qps, func(_ int, qp *agent.QP) string {
+		acked, sent := qp.Progress()
+		return fmt.Sprintf("qp %#x acked %d of %d packets", qp.QPN(), acked, sent)
+	})
+}
+
+// notDrained says which streams were not done waited after the stop, and
+// what each still owed.
+func notDrained[S interface{ Done() <-chan struct{} }](waited time.Duration, streams []S, owed func(i int, s S) string) error {
 	var parts []string
-	for _, qp := range st.qps {
+	for i, s := range streams {
 		select {
-		case <-qp.Done():
+		case <-s.Done():
 			continue
 		default:
 		}
-		acked, sent := qp.Progress()
-		parts = append(parts, fmt.Sprintf("qp %#x acked %d of %d packets", qp.QPN(), acked, sent))
+		parts = append(parts, owed(i, s))
 	}
 	return fmt.Errorf("streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
 }

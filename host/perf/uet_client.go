@@ -596,17 +596,10 @@ func (st *uetState) snapshotBase(now time.Duration) {
 }
 
 func (st *uetState) notDrained(waited time.Duration) error {
-	var parts []string
-	for i, s := range st.senders {
-		select {
-		case <-s.Done():
-			continue
-		default:
-		}
+	return notDrained(waited, st.senders, func(i int, s *pds.Sender) string {
 		ctr := s.Counters()
-		parts = append(parts, fmt.Sprintf("stream %d acked %d of %d messages", i+1, ctr.MessagesAcked, ctr.MessagesQueued))
-	}
-	return fmt.Errorf("streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
+		return fmt.Sprintf("stream %d acked %d of %d messages", i+1, ctr.MessagesAcked, ctr.MessagesQueued)
+	})
 }
 
 // uetStartReport fills the report's start section.
