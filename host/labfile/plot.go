@@ -110,20 +110,10 @@ func (res *Result) plotQueues(dir string) ([]string, error) {
 	return []string{path}, nil
 }
 
+// addLine draws xy in the i-th colour, named in the legend.
 func addLine(p *plot.Plot, i int, name string, xy plotter.XYs) error {
-	if len(xy) == 0 {
-		return nil
-	}
-	l, err := plotter.NewLine(xy)
-	if err != nil {
-		return fmt.Errorf("plot %s: %w", name, err)
-	}
-	l.Color = plotutil.Color(i)
-	l.Width = vg.Points(1.5)
-	p.Add(l)
-	p.Legend.Add(name, l)
 	p.Legend.Top = true
-	return nil
+	return addStyledLine(p, i, name, xy, nil)
 }
 
 func save(path string, p *plot.Plot) error {
@@ -251,9 +241,9 @@ func newPanel(title, y string) *plot.Plot {
 }
 
 // addStyledLine is addLine with a dash pattern; a line without a name
-// stays out of the legend.
+// stays out of the legend, one without points out of the plot.
 func addStyledLine(p *plot.Plot, i int, name string, xy plotter.XYs, dashes []vg.Length) error {
-	if len(xy) < 2 {
+	if len(xy) == 0 {
 		return nil
 	}
 	l, err := plotter.NewLine(xy)
@@ -261,7 +251,7 @@ func addStyledLine(p *plot.Plot, i int, name string, xy plotter.XYs, dashes []vg
 		return fmt.Errorf("plot %s: %w", name, err)
 	}
 	l.Color = plotutil.Color(i)
-	l.Width = vg.Points(1.2)
+	l.Width = vg.Points(1.5)
 	l.Dashes = dashes
 	p.Add(l)
 	if name != "" {
