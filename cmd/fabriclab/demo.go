@@ -31,10 +31,6 @@ const (
 	busyTimescale = 2
 )
 
-// cpuShare measures the share of the CPUs this process gets; tests
-// replace it.
-var cpuShare = func() float64 { return lab.CPUShare(300 * time.Millisecond) }
-
 func demo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -77,7 +73,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		info = stderr
 	}
 	if *rf.timescale == 0 {
-		share := cpuShare()
+		share := lab.CPUShare(300 * time.Millisecond)
 		if k := demoTimescale(share); k != 1 {
 			// On top of the file's own (demo-uet.yaml runs at 4).
 			file := max(f.Timescale.K(), 1)

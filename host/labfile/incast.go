@@ -192,7 +192,7 @@ type queueSamples struct {
 }
 
 // maxTracedFlows bounds the DCQCN trace: beyond it the run has no trace
-// (result.json's size, and the QPs the sampler reads every 3 ms).
+// (dcqcn.csv's width, and the QPs the sampler reads every 3 ms).
 const maxTracedFlows = 16
 
 // DCQCNTrace is the rocev2 flows' DCQCN state every 3 ms × timescale
