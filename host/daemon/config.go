@@ -247,7 +247,7 @@ func (c Config) WithDefaults() Config {
 	c.Flows = slices.Clone(c.Flows)
 	if dep := c.deploy; dep != nil {
 		for _, sp := range dep.Servers {
-			c.Servers = append(c.Servers, ServerConfig{Transport: sp.Transport, Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), CC: sp.CC,
+			c.Servers = append(c.Servers, ServerConfig{Transport: sp.Transport, Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), CC: sp.CC, NP: sp.NP,
 				TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, lineRate: sp.LineRate, baseRTT: sp.BaseRTT})
 		}
 		for _, po := range dep.Ports {

@@ -160,6 +160,11 @@ type Node struct {
 	// RTAX_QUICKACK): its TCP ACKs every segment, as seed 002's ns-3
 	// runs. Optional: off (Linux delays ACKs up to 40 ms).
 	QuickAck bool `yaml:"quickack"`
+	// NP is where a host's rocev2 server turns CE marks into CNPs:
+	// kernel (host/npbpf, where it attaches, else the agent with a
+	// warning) or agent (its receive loop; roceperf --np). Optional:
+	// kernel.
+	NP string `yaml:"np"`
 }
 
 // PE decapsulation modes.
@@ -324,6 +329,11 @@ type Flow struct {
 	// --ppfc-watchdog; rocev2): a duration, or off. Optional:
 	// max(200 ms, 2 × the max pause).
 	PPFCWatchdog Watchdog `yaml:"ppfc_watchdog"`
+	// RP is where a rocev2 flow's DCQCN reaction point takes its CNPs:
+	// kernel (host/rpbpf: Rc is cut from a CNP's arrival on the device,
+	// where it attaches, else the agent with a warning) or agent (the
+	// sender's receive loop; roceperf --rp). Optional: kernel.
+	RP string `yaml:"rp"`
 	// Verify checks every payload byte at the server.
 	Verify bool `yaml:"verify"`
 	// DSCP of a tcp flow's packets, which picks the port's class (as

@@ -90,6 +90,11 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: h2, kind: host}", "{name: pe9, kind: pe, peer: sw1}"), `t.yaml:4: nodes[1].peer: "sw1": is a switch; a pe's peer is a pe`},
 		{edit("{name: h2, kind: host}", "{name: h2, kind: host, peer: sw1}"), `t.yaml:4: nodes[1].peer: "sw1": only a pe has a peer; h2 is a host`},
 		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, quickack: true}"), `t.yaml:5: nodes[2].quickack: "true": only a host's TCP ACKs; sw1 is a switch`},
+		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, np: agent}"), `t.yaml:5: nodes[2].np: "agent": only a host receives flows; sw1 is a switch`},
+		{edit("{name: r1, kind: host}", "{name: r1, kind: host, np: nic}"), `t.yaml:6: nodes[3].np: "nic": want kernel or agent`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, rp: nic}"), `t.yaml:14: flows[0].rp: "nic": want kernel or agent`},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, cc: none, rp: agent}"), `t.yaml:14: flows[0].rp: `},
+		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, rp: agent}"), `t.yaml:14: flows[0].rp: not for a tcp flow`},
 		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: sw9, mtu: 9000}"), `t.yaml:9: links[1].b: "sw9": no such node; nodes are h1, h2, sw1, r1`},
 		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: h2, mtu: 9000}"), `t.yaml:9: links[1].b: "h2": a link joins two different nodes (a is h2 too)`},
 		{edit("{a: h2, b: sw1, mtu: 9000}", "{a: h2, b: \"sw1:averyverylongdevice\"}"), `t.yaml:9: links[1].b: "sw1:averyverylongdevice": device: "averyverylongdevice" longer than 15 bytes (IFNAMSIZ)`},
@@ -156,7 +161,7 @@ func TestParseErrors(t *testing.T) {
 		{base + "report: {interval: 1ms}\n", `t.yaml:16: report.interval: "1ms": want 10ms..60s (default 500ms)`},
 		{base + "report: {watch: [sw1:h1]}\n", `t.yaml:16: report.watch[0]: "sw1:h1": no switch port there; ports are sw1:r1`},
 		{base + "colour: blue\n", `t.yaml:16: colour: unknown field; the document has duration, flows, goals, links, name, nodes, ports, report, runs, seed, timescale, tune, variants`},
-		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has agent, decap, kind, name, peer`},
+		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has agent, decap, kind, name, np, peer, quickack`},
 	} {
 		_, err := Parse("t.yaml", []byte(c.src))
 		var ce *conf.Error
@@ -227,6 +232,28 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("valid without a plan")
 		}
 	})
+}
+
+// TestOffloadPlaces: a flow's rp reaches its client, a host's np its
+// rocev2 server.
+func TestOffloadPlaces(t *testing.T) {
+	src := strings.Replace(base, "{name: r1, kind: host}", "{name: r1, kind: host, np: agent}", 1)
+	src = strings.Replace(src, "{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, rp: agent}", 1)
+	f, err := Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Plan()
+	for _, fp := range p.Flows {
+		if want := map[string]string{"f1": "agent", "f2": ""}[fp.Flow.Name]; fp.Client.RP != want {
+			t.Errorf("%s: rp %q, want %q", fp.Flow.Name, fp.Client.RP, want)
+		}
+	}
+	for _, sp := range p.Servers {
+		if want := map[string]string{TransportRoCEv2: "agent", TransportUET: ""}[sp.Transport]; sp.NP != want {
+			t.Errorf("%s server: np %q, want %q", sp.Transport, sp.NP, want)
+		}
+	}
 }
 
 // TestQuickAck: a host's quickack puts it on every route of the host's,

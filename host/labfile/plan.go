@@ -148,6 +148,8 @@ type ServerPlan struct {
 	TrimDSCP, TrimLastHopDSCP uint8
 	// Timescale is the plan's: perf slows the endpoint by it.
 	Timescale units.Timescale
+	// NP is a rocev2 server's notification point (Node.NP).
+	NP string
 }
 
 // FlowPlan is a flow as run.
@@ -974,6 +976,11 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			si = len(p.Servers)
 			servers[key] = si
 			sp := ServerPlan{Node: fl.To, Transport: fl.Transport, Addr: netip.AddrPortFrom(to, uint16(port))}
+			if fl.Transport == TransportRoCEv2 {
+				if i := slices.IndexFunc(f.Nodes, func(n Node) bool { return n.Name == fl.To }); i >= 0 {
+					sp.NP = f.Nodes[i].NP
+				}
+			}
 			if uet {
 				// The receiving NIC's rate, as a sender's line rate
 				// defaults: its credit pacer grants 0.99 of it.
@@ -1200,6 +1207,7 @@ func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, l
 			c.InflightTime = fl.Inflight
 		}
 		c.PPFCMaxPause, c.PPFCWatchdog = fl.PPFCMaxPause, time.Duration(fl.PPFCWatchdog)
+		c.RP = fl.RP
 	}
 	c.Bind = from
 	c.QPs = streams

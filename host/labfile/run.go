@@ -464,7 +464,7 @@ func (r *runner) startServers(ctx context.Context) error {
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop = stop
 	for _, sp := range r.p.Servers {
-		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, Logger: r.log.With("server", sp.Node, "transport", sp.Transport),
+		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, NP: sp.NP, Logger: r.log.With("server", sp.Node, "transport", sp.Transport),
 			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale}
 		if r.meter != nil {
 			cfg.Held = r.meter.HeldAs(fmt.Sprintf("server %s (%s)", sp.Node, sp.Transport), 0)

@@ -82,6 +82,14 @@ func (f *File) validate() error {
 		if n.QuickAck && n.Kind != KindHost {
 			return conf.Errorf(conf.Join(p, "quickack"), "true", "only a host's TCP ACKs; %s is a %s", n.Name, n.Kind)
 		}
+		if n.NP != "" {
+			if n.Kind != KindHost {
+				return conf.Errorf(conf.Join(p, "np"), n.NP, "only a host receives flows; %s is a %s", n.Name, n.Kind)
+			}
+			if n.NP != perf.NPKernel && n.NP != perf.NPAgent {
+				return conf.Errorf(conf.Join(p, "np"), n.NP, "want %s or %s", perf.NPKernel, perf.NPAgent)
+			}
+		}
 	}
 	for i := range f.Nodes {
 		n := &f.Nodes[i]
@@ -561,7 +569,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			set   bool
 		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"streams", fl.Streams != 0},
 			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0},
-			{"line_rate", fl.LineRate != 0}, {"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}} {
+			{"line_rate", fl.LineRate != 0}, {"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}, {"rp", fl.RP != ""}} {
 			if o.set {
 				return conf.Errorf(fp(o.field), "", "not for a tcp flow (one kernel connection: the kernel paces it, the links' MTUs set its segments)")
 			}
@@ -580,7 +588,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			field string
 			set   bool
 		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"inflight", fl.Inflight != 0},
-			{"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}} {
+			{"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}, {"rp", fl.RP != ""}} {
 			if err := only(o.field, o.set, "rocev2"); err != nil {
 				if o.field == "qps" {
 					return conf.Errorf(fp("qps"), fl.QPs, "a uet flow has streams, not qps")
@@ -625,7 +633,13 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			if !slices.Contains(dcqcn.ProfileNames(), fl.Profile) {
 				return conf.Errorf(fp("profile"), fl.Profile, "want %s", orList(dcqcn.ProfileNames()))
 			}
+			if fl.RP != "" && fl.RP != perf.RPKernel && fl.RP != perf.RPAgent {
+				return conf.Errorf(fp("rp"), fl.RP, "want %s or %s", perf.RPKernel, perf.RPAgent)
+			}
 		} else {
+			if err := only("rp", fl.RP != "", "dcqcn"); err != nil {
+				return err
+			}
 			if err := only("profile", fl.Profile != "", "dcqcn"); err != nil {
 				return err
 			}
