@@ -1,6 +1,6 @@
 // Command fabriclab runs a lab described in one file (host/labfile):
 //
-//	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+//	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE]
 //	fabriclab demo [roce|uet|tcp] [-print] [run's flags]
 //	fabriclab validate LAB.yaml
 //	fabriclab plan LAB.yaml -node NAME [-apply]
@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +31,7 @@ import (
 )
 
 const usage = `usage:
-  fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v]
+  fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE]
       build the lab in network namespaces, run its flows, print a live view
       every report interval and a summary, write result.json and plots to
       DIR, and tear everything down (also on error and Ctrl-C). A file with
@@ -57,6 +58,10 @@ const usage = `usage:
                run only these variants
       -json    print the result as JSON instead of the tables
       -v       log the run's steps and the agents' warnings to stderr
+      -cpuprofile FILE
+               write a CPU profile of the run (go tool pprof): the lab's
+               hosts run in this process, so it shows where the host-lost
+               time goes
   fabriclab demo [roce|uet|tcp] [-print] [-t DUR] [-timescale K] [-o DIR] [-json] [-v]
       the demo: run one of the lab files built into fabriclab, as run runs
       a file. roce (the default, demo.yaml): three RoCEv2 senders join one
@@ -356,6 +361,7 @@ type runFlags struct {
 	verbose   *bool
 	timescale *float64
 	htsimDir  *string
+	cpuProf   *string
 }
 
 func addRunFlags(fs *flag.FlagSet) *runFlags {
@@ -368,6 +374,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 		verbose:   fs.Bool("v", false, "log the steps to stderr"),
 		timescale: fs.Float64("timescale", 0, "run the fabric `K` times slower"),
 		htsimDir:  fs.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build `DIR`"),
+		cpuProf:   fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`"),
 	}
 }
 
@@ -432,6 +439,22 @@ func (rf *runFlags) run(cmd string, f *labfile.File, stdout, stderr io.Writer) i
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *rf.cpuProf != "" {
+		// The lab's hosts are this process: where its CPU goes is where
+		// the host-lost time comes from.
+		pf, err := os.Create(*rf.cpuProf)
+		if err != nil {
+			fmt.Fprintf(stderr, "fabriclab %s: -cpuprofile: %v\n", cmd, err)
+			return 2
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			fmt.Fprintf(stderr, "fabriclab %s: -cpuprofile: %v\n", cmd, err)
+			return 2
+		}
+		defer pf.Close()
+		defer pprof.StopCPUProfile()
+	}
 	ctx, cancel, interrupt := lab.CatchInterrupts(context.Background(), "fabriclab", "tearing the lab down", stderr)
 	defer interrupt.Stop()
 	defer cancel()
