@@ -659,6 +659,21 @@ func roceOneFlow(t *testing.T, c *hostChecks) hostlost.Report {
 	if marked, pkts := r.CEMarked(), r.EnqueuedPackets; float64(marked) > 0.001*float64(pkts) {
 		c.Errorf("congestion signals with one line-rate flow: port marked %d of %d packets (more than 0.1 %%), np_cnp_sent %d, rp_cnp_handled %d (max backlog %d B, min_th %d B)",
 			marked, pkts, srv.NPCNPSent, cli.RPCNPHandled, r.MaxBacklogBytes, uint64(roceMinTh))
+		// The other host effect: the port's HTB ran late, holding packets
+		// back while its link was free, and the sender's packets queued
+		// behind them. Held back for longer than min_th takes to drain,
+		// the port alone could make a trace of marks (CI: 41 of 37,092
+		// with 60.6 ms held back, 1.6 % host-lost): the host starved this
+		// check, and the run goes again (retryStarved), saying so. Not
+		// past 0.5 %: a queue standing above min_th marks 5 %.
+		var heldBack time.Duration
+		for _, p := range host.Ports {
+			heldBack = max(heldBack, p.HeldBack)
+		}
+		if fill := drainTime(roceMinTh, roceRate); heldBack >= fill && float64(marked) <= 0.005*float64(pkts) && !host.HostStarved {
+			t.Logf("the port held packets back %v in the run, more than min_th's drain time %v: the marks may be the host's", heldBack, fill)
+			host.HostStarved = true
+		}
 	} else if marked > 0 {
 		t.Logf("a host hold reached the port: %d of %d packets marked, np_cnp_sent %d (max backlog %s, min_th %s)", marked, pkts, srv.NPCNPSent, kib(float64(r.MaxBacklogBytes)), kib(float64(roceMinTh)))
 	}
