@@ -135,6 +135,8 @@ static __always_inline int net_l3(void *data, void *data_end, __be16 *proto, __u
 #define ROCE_BTH_WAN_LIGHT 0x10 /* byte 4: L, a WAN port's light-congestion CNP to a
 				 * tunnel-ingress PE (seed 001); without it, heavy */
 #define ROCE_CNP_L4_LEN 40      /* UDP 8 + BTH 12 + 16 reserved + ICRC 4 */
+#define ROCE_PPFC_EXT_LEN 24    /* a PPFC notification's extension after the BTH (seed 003) */
+#define ROCE_PPFC_L4_LEN 48     /* UDP 8 + BTH 12 + extension 24 + ICRC 4 */
 #define ROCE_QPN_MASK 0xFFFFFF
 
 /* Base Transport Header, 12 bytes, big-endian fields. */

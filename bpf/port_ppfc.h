@@ -65,7 +65,7 @@
 #define PPFC_UDP_SPORT 0xC0FC
 #define PPFC_TTL 64
 #define PPFC_MAX_PAUSE_US 0xFFFF
-#define PPFC_L4_LEN (sizeof(struct net_udphdr) + ROCE_BTH_LEN + 24 + ROCE_ICRC_LEN) /* 48 */
+#define PPFC_L4_LEN ROCE_PPFC_L4_LEN
 #define PPFC_V4_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + PPFC_L4_LEN)   /* 82 */
 #define PPFC_V6_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + PPFC_L4_LEN) /* 102 */
 #define NET_AF_INET 2

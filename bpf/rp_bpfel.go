@@ -13,6 +13,29 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type RpRpPpfcEvent struct {
+	_       structs.HostLayout
+	AtNs    uint64
+	SrcIp   [16]uint8
+	Action  uint16
+	PauseUs uint16
+	Psn     uint32
+}
+
+type RpRpPpfcKey struct {
+	_       structs.HostLayout
+	LocalIp [16]uint8
+	PeerIp  [16]uint8
+}
+
+type RpRpPpfcSlot struct {
+	_       structs.HostLayout
+	Counted uint64
+	Claimed uint64
+	Ev      [7]RpRpPpfcEvent
+	Pad     [2]uint64
+}
+
 type RpRpQp struct {
 	_       structs.HostLayout
 	LocalIp [16]uint8
@@ -44,18 +67,21 @@ type RpRpStats struct {
 	Counted        uint64
 	PkeyViolations uint64
 	GroRuns        uint64
+	PpfcCounted    uint64
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	RpMapRpCnps     = "rp_cnps"
-	RpMapRpCounters = "rp_counters"
-	RpMapRpQps      = "rp_qps"
-	RpProgRpIngress = "rp_ingress"
-	RpVarTestHooks  = "test_hooks"
-	RpVarTestNowNs  = "test_now_ns"
+	RpMapRpCnps      = "rp_cnps"
+	RpMapRpCounters  = "rp_counters"
+	RpMapRpPpfc      = "rp_ppfc"
+	RpMapRpPpfcPeers = "rp_ppfc_peers"
+	RpMapRpQps       = "rp_qps"
+	RpProgRpIngress  = "rp_ingress"
+	RpVarTestHooks   = "test_hooks"
+	RpVarTestNowNs   = "test_now_ns"
 )
 
 // LoadRp returns the embedded CollectionSpec for Rp.
@@ -107,9 +133,11 @@ type RpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RpMapSpecs struct {
-	RpCnps     *ebpf.MapSpec `ebpf:"rp_cnps"`
-	RpCounters *ebpf.MapSpec `ebpf:"rp_counters"`
-	RpQps      *ebpf.MapSpec `ebpf:"rp_qps"`
+	RpCnps      *ebpf.MapSpec `ebpf:"rp_cnps"`
+	RpCounters  *ebpf.MapSpec `ebpf:"rp_counters"`
+	RpPpfc      *ebpf.MapSpec `ebpf:"rp_ppfc"`
+	RpPpfcPeers *ebpf.MapSpec `ebpf:"rp_ppfc_peers"`
+	RpQps       *ebpf.MapSpec `ebpf:"rp_qps"`
 }
 
 // RpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -140,15 +168,19 @@ func (o *RpObjects) Close() error {
 //
 // It can be passed to LoadRpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RpMaps struct {
-	RpCnps     *ebpf.Map `ebpf:"rp_cnps"`
-	RpCounters *ebpf.Map `ebpf:"rp_counters"`
-	RpQps      *ebpf.Map `ebpf:"rp_qps"`
+	RpCnps      *ebpf.Map `ebpf:"rp_cnps"`
+	RpCounters  *ebpf.Map `ebpf:"rp_counters"`
+	RpPpfc      *ebpf.Map `ebpf:"rp_ppfc"`
+	RpPpfcPeers *ebpf.Map `ebpf:"rp_ppfc_peers"`
+	RpQps       *ebpf.Map `ebpf:"rp_qps"`
 }
 
 func (m *RpMaps) Close() error {
 	return _RpClose(
 		m.RpCnps,
 		m.RpCounters,
+		m.RpPpfc,
+		m.RpPpfcPeers,
 		m.RpQps,
 	)
 }

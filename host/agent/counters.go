@@ -71,6 +71,12 @@ type Counters struct {
 	// the stops and holds it then ignored.
 	PPFCWatchdogTrips   uint64 `json:"ppfc_watchdog_trips"`
 	PPFCWatchdogIgnored uint64 `json:"ppfc_watchdog_ignored"`
+	// PPFC notifications toward this QP's peer that the kernel took
+	// (Config.RPOffload) and the QP obeyed from their arrival on, and
+	// those a burst overwrote in the kernel's ring before the QP read
+	// them (the QP obeyed the later ones).
+	PPFCKernel     uint64 `json:"ppfc_kernel"`
+	PPFCKernelLost uint64 `json:"ppfc_kernel_lost"`
 }
 
 // AgentCounters add what cannot be charged to a QP.
@@ -141,6 +147,8 @@ func (c *Counters) Add(o *Counters) {
 	c.PPFCAlarmsObeyed += o.PPFCAlarmsObeyed
 	c.PPFCWatchdogTrips += o.PPFCWatchdogTrips
 	c.PPFCWatchdogIgnored += o.PPFCWatchdogIgnored
+	c.PPFCKernel += o.PPFCKernel
+	c.PPFCKernelLost += o.PPFCKernelLost
 }
 
 // agentDrops are updated from the receive loop without a QP lock.

@@ -47,10 +47,7 @@ func (a *Agent) receivePPFC(now time.Duration, m *pktio.Message, b []byte) {
 		a.ppfc.ignoredSource.Add(1)
 		return
 	}
-	pause := a.cfg.PPFCMaxPause
-	if p.Pause > 0 {
-		pause = min(p.Pause, pause)
-	}
+	pause := a.ppfcPause(p.Pause)
 	named, resumed := false, false
 	for _, qp := range *a.qps.Load() {
 		if qp == nil {
@@ -60,17 +57,12 @@ func (a *Agent) receivePPFC(now time.Duration, m *pktio.Message, b []byte) {
 		// Both unmapped: ParsePPFC and Connect see to it.
 		if qp.mu.connected && !qp.mu.destroyed && qp.mu.peer.Addr.Addr().WithZone("") == p.Dest {
 			named = true
-			switch p.Action {
-			case roce.PPFCStop:
-				qp.mu.ctr.PPFCPauses++
-				qp.ppfcStopLocked(now, pause)
-			case roce.PPFCHold:
-				qp.mu.ctr.PPFCHolds++
-				qp.ppfcStopLocked(now, pause)
-			case roce.PPFCResume:
-				resumed = qp.ppfcResumeLocked(now) || resumed
-			case roce.PPFCAlarm:
-				qp.ppfcAlarmLocked(now, pause)
+			if qp.mu.req.kCNPs != nil && !m.Coalesced {
+				// The kernel took it at its arrival (syncKernelPPFCLocked);
+				// a resume wakes the transmit loop to read it.
+				resumed = resumed || p.Action == roce.PPFCResume
+			} else {
+				resumed = qp.obeyPPFCLocked(now, p.Action, pause) || resumed
 			}
 		}
 		qp.mu.Unlock()
@@ -81,6 +73,34 @@ func (a *Agent) receivePPFC(now time.Duration, m *pktio.Message, b []byte) {
 	if resumed {
 		a.kick()
 	}
+}
+
+// obeyPPFCLocked obeys one notification for the QP at now, with its pause
+// already bounded; it reports whether a resume ended a pause.
+// Precondition: qp.mu is held.
+func (qp *QP) obeyPPFCLocked(now time.Duration, action roce.PPFCAction, pause time.Duration) bool {
+	switch action {
+	case roce.PPFCStop:
+		qp.mu.ctr.PPFCPauses++
+		qp.ppfcStopLocked(now, pause)
+	case roce.PPFCHold:
+		qp.mu.ctr.PPFCHolds++
+		qp.ppfcStopLocked(now, pause)
+	case roce.PPFCResume:
+		return qp.ppfcResumeLocked(now)
+	case roce.PPFCAlarm:
+		qp.ppfcAlarmLocked(now, pause)
+	}
+	return false
+}
+
+// ppfcPause is how long a notification's Pause Duration d pauses: d
+// bounded by Config.PPFCMaxPause, which a stop with 0 gets.
+func (a *Agent) ppfcPause(d time.Duration) time.Duration {
+	if d > 0 {
+		return min(d, a.cfg.PPFCMaxPause)
+	}
+	return a.cfg.PPFCMaxPause
 }
 
 // ppfcSourceAllowed reports whether Config.PPFCSources lets src pause this

@@ -640,8 +640,10 @@ func TestPPFCAlarmKernelCNPs(t *testing.T) {
 	l.ackAll(x)
 	l.clock.Set(100 * time.Microsecond)
 	// The kernel counted a CNP 30 µs ago; nothing has read it yet.
+	// The alarm the kernel took too, now.
 	off.ctr[x.QPN()].add(monotonicNs() - uint64(30*time.Microsecond))
-	l.ppfc(switchS, alarm(peerX, 200*time.Microsecond))
+	off.ctr[x.QPN()].addPPFC(rpbpf.PPFCEvent{AtNs: monotonicNs(), Source: switchS.Addr(), Action: roce.PPFCAlarm, Pause: 200 * time.Microsecond})
+	l.tx(x)
 	if c := x.Counters(); c.RPCNPKernel != 1 || c.RPCNPHandled != 1 || c.PPFCAlarmsObeyed != 1 {
 		t.Fatalf("counters %+v: want the kernel's CNP applied by the alarm, before its hold, and the alarm obeyed", c)
 	}
@@ -706,5 +708,65 @@ func TestPPFCWatchdog(t *testing.T) {
 	y.mu.Unlock()
 	if !stillPaused || y.Counters().PPFCWatchdogTrips != 0 {
 		t.Errorf("watchdog off: paused %v, trips %d; want paused, 0", stillPaused, y.Counters().PPFCWatchdogTrips)
+	}
+}
+
+// TestPPFCKernel: with the intake in the kernel (Config.RPOffload), a stop
+// the kernel took pauses the QP from its arrival, before the receive loop
+// reads it; the same notification then read by the receive loop is
+// counted, not obeyed again; a source outside PPFCSources pauses nothing.
+func TestPPFCKernel(t *testing.T) {
+	off := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
+	l := newPPFCLab(t, func(c *Config) {
+		c.RPOffload = off
+		c.PPFCSources = []netip.Prefix{netip.MustParsePrefix("198.18.9.0/24")}
+	})
+	x := l.dcqcnQP(peerX)
+	l.tx(x)
+	l.ackAll(x)
+	l.clock.Set(time.Millisecond)
+	k := off.ctr[x.QPN()]
+	// Arrived 40 µs ago: the pause runs from then, 160 µs are left.
+	k.addPPFC(rpbpf.PPFCEvent{AtNs: monotonicNs() - uint64(40*time.Microsecond), Source: switchS.Addr(),
+		Action: roce.PPFCStop, Pause: 200 * time.Microsecond})
+	n, next := l.tx(x)
+	if left := next - l.clock.Now(); n != 0 || left > 160*time.Microsecond || left < 140*time.Microsecond {
+		t.Fatalf("after the kernel's stop: sent %d, next in %v; want nothing for about 160 µs", n, left)
+	}
+	if c := x.Counters(); c.PPFCKernel != 1 || c.PPFCPauses != 1 {
+		t.Fatalf("counters %+v: want the kernel's stop obeyed", c)
+	}
+	// The receive loop gets to it later: counted, not obeyed again (it
+	// would have extended the pause to its own time).
+	l.clock.Set(time.Millisecond + 100*time.Microsecond)
+	l.ppfc(switchS, stop(peerX, 200*time.Microsecond))
+	if c := x.Counters(); c.PPFCPauses != 1 {
+		t.Errorf("ppfc_pauses %d: the receive loop obeyed it again", c.PPFCPauses)
+	}
+	if c := l.a.Counters(); c.PPFCReceivedStop != 1 {
+		t.Errorf("ppfc_received_stop %d, want 1", c.PPFCReceivedStop)
+	}
+	// A resume the kernel took ends it; the receive loop's copy kicks.
+	k.addPPFC(rpbpf.PPFCEvent{AtNs: monotonicNs(), Source: switchS.Addr(), Action: roce.PPFCResume})
+	kicks := l.waker.kicks.Load()
+	l.ppfc(switchS, resume(peerX))
+	if l.waker.kicks.Load() == kicks {
+		t.Error("the resume did not kick the transmit loop")
+	}
+	if n, _ := l.tx(x); n == 0 {
+		t.Fatal("resumed, but sent nothing")
+	}
+	if c := x.Counters(); c.PPFCKernel != 2 || c.PPFCResumes != 1 {
+		t.Fatalf("counters %+v: want the kernel's resume obeyed", c)
+	}
+	// From a stranger: not obeyed.
+	l.ackAll(x)
+	l.clock.Set(2 * time.Millisecond)
+	k.addPPFC(rpbpf.PPFCEvent{AtNs: monotonicNs(), Source: netip.MustParseAddr("198.18.7.7"), Action: roce.PPFCStop, Pause: time.Millisecond})
+	if n, _ := l.tx(x); n == 0 {
+		t.Error("a stranger's stop paused the QP")
+	}
+	if c := x.Counters(); c.PPFCKernel != 2 || c.PPFCPauses != 1 {
+		t.Errorf("counters %+v: the stranger's stop counted", c)
 	}
 }

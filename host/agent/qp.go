@@ -298,6 +298,10 @@ type requester struct {
 	kCNPs    rpbpf.CNPCounter
 	kApplied uint64
 	kLast    time.Duration
+	// PPFC notifications the kernel took toward the peer (kCNPs): those
+	// up to kPPFCApplied were obeyed, the last at kPPFCLast.
+	kPPFCApplied uint64
+	kPPFCLast    time.Duration
 }
 
 type responder struct {
@@ -449,6 +453,7 @@ func (qp *QP) Start(s Stream) error {
 			r.kApplied, r.kLast = r.kCNPs.Counted(), now
 		}
 	}
+	qp.syncKernelPPFCLocked() // a pause that arrived before the stream holds
 	qp.agent.kick()
 	return nil
 }

@@ -39,7 +39,9 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 	}
 	r := &qp.mu.req
 	// PPFC: a paused requester sends nothing, retransmissions included,
-	// and its ACK timeout stands still (endPauseLocked).
+	// and its ACK timeout stands still (endPauseLocked). The kernel's
+	// notifications first: they may pause it.
+	qp.syncKernelPPFCLocked()
 	if qp.ppfcPausedLocked(now) {
 		return n, min(next, r.pausedUntil)
 	}

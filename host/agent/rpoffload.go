@@ -53,6 +53,44 @@ func (qp *QP) syncKernelCNPsLocked() {
 	}
 }
 
+// syncKernelPPFCLocked obeys every PPFC notification toward the QP's peer
+// that the kernel took since the last call (Config.RPOffload), each at its
+// arrival on the device mapped onto the agent's clock, in order, by the
+// rules of ppfc.go (sources, bounds, watchdog). The transmit loop calls it
+// before each decision to send, so a stop holds from its arrival on, not
+// from when the receive loop, behind the ACKs queued ahead of it, reads it.
+// Precondition: qp.mu is held.
+func (qp *QP) syncKernelPPFCLocked() {
+	r := &qp.mu.req
+	if r.kCNPs == nil {
+		return
+	}
+	n := r.kCNPs.PPFCCounted()
+	if n == r.kPPFCApplied {
+		return // the common case: one atomic load
+	}
+	a := qp.agent
+	cnow, mono := a.clockPair()
+	for ; r.kPPFCApplied < n; r.kPPFCApplied++ {
+		e, ok := r.kCNPs.PPFCEvent(r.kPPFCApplied)
+		if !ok {
+			qp.mu.ctr.PPFCKernelLost++
+			continue
+		}
+		if !a.ppfcSourceAllowed(e.Source) {
+			continue // the receive loop counts it (ppfc_ignored_source)
+		}
+		at := cnow
+		if e.AtNs <= mono {
+			at = cnow - min(time.Duration(mono-e.AtNs), engine.MaxArrivalAge)
+		}
+		at = max(at, r.kPPFCLast)
+		r.kPPFCLast = at
+		qp.mu.ctr.PPFCKernel++
+		qp.obeyPPFCLocked(at, e.Action, a.ppfcPause(e.Pause))
+	}
+}
+
 // clockPair reads the agent's clock and CLOCK_MONOTONIC at one instant:
 // the agent's between two monotonic readings, taken again (a few times at
 // most) if the goroutine lost the CPU in between, so that a kernel time

@@ -47,6 +47,28 @@ type fakeCNPs struct {
 	mu  sync.Mutex
 	at  []uint64
 	cnt atomic.Uint64
+	// PPFC notifications toward the QP's peer, as rp_ingress records them.
+	ppfc    []rpbpf.PPFCEvent
+	ppfcCnt atomic.Uint64
+}
+
+func (c *fakeCNPs) addPPFC(e rpbpf.PPFCEvent) {
+	c.mu.Lock()
+	c.ppfc = append(c.ppfc, e)
+	c.mu.Unlock()
+	c.ppfcCnt.Add(1)
+}
+
+func (c *fakeCNPs) PPFCCounted() uint64 { return c.ppfcCnt.Load() }
+
+func (c *fakeCNPs) PPFCEvent(i uint64) (rpbpf.PPFCEvent, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := uint64(len(c.ppfc))
+	if i >= n || n-i > rpbpf.PPFCRing {
+		return rpbpf.PPFCEvent{}, false
+	}
+	return c.ppfc[i], true
 }
 
 func (c *fakeCNPs) add(ns uint64) {

@@ -173,6 +173,13 @@ type FlowResult struct {
 	// (each a NAK and a go-back-N), PacketSeqErr the NAKs the sender got.
 	OutOfSequence uint64 `json:"out_of_sequence,omitempty"`
 	PacketSeqErr  uint64 `json:"packet_seq_err,omitempty"`
+	// PPFC at the sender (host/agent counters): stops and holds obeyed,
+	// the time paused, and the notifications obeyed from the kernel's
+	// intake at their arrival (rp: kernel) and lost there to a burst.
+	PPFCPauses     uint64 `json:"ppfc_pauses,omitempty"`
+	PPFCPausedNs   uint64 `json:"ppfc_paused_ns,omitempty"`
+	PPFCKernel     uint64 `json:"ppfc_kernel,omitempty"`
+	PPFCKernelLost uint64 `json:"ppfc_kernel_lost,omitempty"`
 	// UET: ACKs with ECN echoed, NSCC's multiplicative decreases,
 	// timeouts; Retransmits is both transports'.
 	ECNEchoes     uint64 `json:"ecn_echoes,omitempty"`
@@ -669,6 +676,10 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 			out.CNPIgnored += s.Sender.RPCNPIgnored
 			out.LocalAckTimeoutErr += s.Sender.LocalAckTimeoutErr
 			out.PacketSeqErr += s.Sender.PacketSeqErr
+			out.PPFCPauses += s.Sender.PPFCPauses + s.Sender.PPFCHolds
+			out.PPFCPausedNs += s.Sender.PPFCPausedNs
+			out.PPFCKernel += s.Sender.PPFCKernel
+			out.PPFCKernelLost += s.Sender.PPFCKernelLost
 			out.CNPSent += s.Receiver.NPCNPSent
 			out.OutOfSequence += s.Receiver.OutOfSequence
 		}
@@ -748,6 +759,15 @@ func (res *Result) writeLoop(w io.Writer) {
 	}
 	fmt.Fprintf(w, "DCQCN loop: %d CE marks at the ports -> np_cnp_sent %d -> rp_cnp_handled %d + rp_cnp_ignored %d (%s); RC: %d resent, out_of_sequence %d, packet_seq_err %d, local_ack_timeout_err %d\n",
 		ce, sent, handled, ignored, verdict, retx, ooo, seqErr, timeouts)
+	var pauses, pausedNs, kernel, kernelLost uint64
+	for _, f := range res.Flows {
+		pauses, pausedNs = pauses+f.PPFCPauses, pausedNs+f.PPFCPausedNs
+		kernel, kernelLost = kernel+f.PPFCKernel, kernelLost+f.PPFCKernelLost
+	}
+	if pauses+kernel > 0 {
+		fmt.Fprintf(w, "PPFC at the senders: %d stops and holds obeyed, %.1f ms paused in all; %d notifications obeyed from their arrival (the kernel's intake), %d lost to a burst there\n",
+			pauses, float64(pausedNs)/1e6, kernel, kernelLost)
+	}
 }
 
 // writeDetails prints what the port table has no room for: the

@@ -17,8 +17,8 @@ import (
 
 // TestSummaryDetails: a run's summary carries what the demo printed —
 // the port's utilization net of the host's time, its PPFC notifications,
-// its marking curve against the configured one, and the DCQCN loop end
-// to end.
+// its marking curve against the configured one, the DCQCN loop end to
+// end, and PPFC at the senders.
 func TestSummaryDetails(t *testing.T) {
 	cfg := qdisc.DefaultConfig(500 * units.Mbit)
 	st := qdisc.Stats{Classes: make([]qdisc.ClassStats, len(cfg.Classes))}
@@ -33,7 +33,8 @@ func TestSummaryDetails(t *testing.T) {
 		t.Fatalf("curves %+v: want class 3's, 2 of 3 bins within", p.Curves)
 	}
 	res := &Result{Name: "d", Ports: []PortResult{p},
-		Flows:    []FlowResult{{Name: "s1", Transport: TransportRoCEv2, CC: CCDCQCN, CNPSent: 30, CNPHandled: 28, CNPIgnored: 1, OutOfSequence: 2}},
+		Flows: []FlowResult{{Name: "s1", Transport: TransportRoCEv2, CC: CCDCQCN, CNPSent: 30, CNPHandled: 28, CNPIgnored: 1, OutOfSequence: 2,
+			PPFCPauses: 3, PPFCPausedNs: 25e6, PPFCKernel: 7, PPFCKernelLost: 1}},
 		HostLost: &HostLost{Report: hostlost.Report{Wall: 10 * time.Second, Ports: []hostlost.PortReport{{Name: "sw:r", Starved: time.Second}}}}}
 	var b bytes.Buffer
 	res.WriteSummary(&b)
@@ -45,6 +46,7 @@ func TestSummaryDetails(t *testing.T) {
 		"sw:r: class 3 marking curve, observed vs configured (wred min 50kb max 1000kb probability 0.1): 2 of 3 bins within",
 		"      128 -     192         1000        900      90.0%  0.82% - 1.49%     MISMATCH",
 		"DCQCN loop: 905 CE marks at the ports -> np_cnp_sent 30 -> rp_cnp_handled 28 + rp_cnp_ignored 1 (1 CNPs never arrived); RC: 0 resent, out_of_sequence 2",
+		"PPFC at the senders: 3 stops and holds obeyed, 25.0 ms paused in all; 7 notifications obeyed from their arrival (the kernel's intake), 1 lost to a burst there",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)

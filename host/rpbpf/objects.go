@@ -1,16 +1,20 @@
 package rpbpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/host/roce"
 )
 
 // LoadOptions tune how the program is loaded.
@@ -27,11 +31,28 @@ type LoadOptions struct {
 type Objects struct {
 	objs bpf.RpObjects
 
-	mu     sync.RWMutex // Close against the counters' reads of mem
-	mem    []byte       // rp_cnps, MaxQPs slots
-	slots  map[uint32]uint32
-	free   []uint32 // slot indexes, lowest last
-	closed bool
+	mu    sync.RWMutex // Close against the counters' reads of mem and ppfcMem
+	mem   []byte       // rp_cnps, MaxQPs slots
+	slots map[uint32]qpSlots
+	free  []uint32 // slot indexes, lowest last
+	// PPFC: rp_ppfc mapped, a slot per (local, peer) pair held by the
+	// QPs that send on it.
+	ppfcMem  []byte
+	pairs    map[bpf.RpRpPpfcKey]*pairSlot
+	freePair []uint32 // pair slot indexes, lowest last
+	closed   bool
+}
+
+// qpSlots is where a QP's CNPs and its pair's PPFC notifications go.
+type qpSlots struct {
+	slot uint32
+	pair bpf.RpRpPpfcKey
+}
+
+// pairSlot is a pair's slot in rp_ppfc and how many QPs hold it.
+type pairSlot struct {
+	slot uint32
+	refs int
 }
 
 var _ Offload = (*Objects)(nil)
@@ -47,7 +68,7 @@ func Load(opts LoadOptions) (*Objects, error) {
 			return nil, fmt.Errorf("rpbpf: set test_hooks: %w", err)
 		}
 	}
-	o := &Objects{slots: make(map[uint32]uint32)}
+	o := &Objects{slots: make(map[uint32]qpSlots), pairs: make(map[bpf.RpRpPpfcKey]*pairSlot)}
 	if err := spec.LoadAndAssign(&o.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -60,8 +81,17 @@ func Load(opts LoadOptions) (*Objects, error) {
 		_ = o.objs.Close()
 		return nil, fmt.Errorf("rpbpf: mmap rp_cnps: %w", err)
 	}
+	o.ppfcMem, err = unix.Mmap(o.objs.RpPpfc.FD(), 0, MaxPairs*ppfcSlotBytes, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Munmap(o.mem)
+		_ = o.objs.Close()
+		return nil, fmt.Errorf("rpbpf: mmap rp_ppfc: %w", err)
+	}
 	for i := MaxQPs - 1; i >= 0; i-- {
 		o.free = append(o.free, uint32(i))
+	}
+	for i := MaxPairs - 1; i >= 0; i-- {
+		o.freePair = append(o.freePair, uint32(i))
 	}
 	return o, nil
 }
@@ -76,43 +106,93 @@ func (o *Objects) AddQP(c QPContext) (CNPCounter, error) {
 	if o.closed {
 		return nil, errors.New("rpbpf: closed")
 	}
-	slot, again := o.slots[c.QPN]
+	prev, again := o.slots[c.QPN]
+	slot := prev.slot
 	if !again {
 		if len(o.free) == 0 {
 			return nil, fmt.Errorf("rpbpf: qp %#x: all %d slots in use", c.QPN, MaxQPs)
 		}
 		slot = o.free[len(o.free)-1]
 	}
+	key := c.pairKey()
+	ps, err := o.holdPairLocked(key)
+	if err != nil {
+		return nil, fmt.Errorf("rpbpf: qp %#x: %w", c.QPN, err)
+	}
 	v := c.value(slot)
 	if err := o.objs.RpQps.Put(c.QPN, &v); err != nil {
+		o.releasePairLocked(key)
 		return nil, fmt.Errorf("rpbpf: add qp %#x: %w", c.QPN, err)
 	}
-	if !again {
+	if again {
+		o.releasePairLocked(prev.pair) // the QP it replaces
+	} else {
 		o.free = o.free[:len(o.free)-1]
-		o.slots[c.QPN] = slot
 	}
-	ctr := &counter{o: o, slot: slot}
+	o.slots[c.QPN] = qpSlots{slot: slot, pair: key}
+	ctr := &counter{o: o, slot: slot, pair: ps.slot}
 	ctr.base = ctr.loadLocked(wordCounted)
+	ctr.ppfcBase = ctr.ppfcLoadLocked(wordCounted)
 	return ctr, nil
+}
+
+// holdPairLocked takes a reference on the pair's slot, writing the pair
+// into rp_ppfc_peers for its first QP. Precondition: o.mu is held.
+func (o *Objects) holdPairLocked(key bpf.RpRpPpfcKey) (*pairSlot, error) {
+	if ps := o.pairs[key]; ps != nil {
+		ps.refs++
+		return ps, nil
+	}
+	if len(o.freePair) == 0 {
+		return nil, fmt.Errorf("all %d PPFC pair slots in use", MaxPairs)
+	}
+	ps := &pairSlot{slot: o.freePair[len(o.freePair)-1], refs: 1}
+	if err := o.objs.RpPpfcPeers.Put(&key, ps.slot); err != nil {
+		return nil, fmt.Errorf("add PPFC pair: %w", err)
+	}
+	o.freePair = o.freePair[:len(o.freePair)-1]
+	o.pairs[key] = ps
+	return ps, nil
+}
+
+// releasePairLocked drops a reference on the pair's slot; the last one
+// takes the pair out of rp_ppfc_peers. Precondition: o.mu is held.
+func (o *Objects) releasePairLocked(key bpf.RpRpPpfcKey) {
+	ps := o.pairs[key]
+	if ps == nil {
+		return
+	}
+	if ps.refs--; ps.refs > 0 {
+		return
+	}
+	delete(o.pairs, key)
+	if !o.closed {
+		if err := o.objs.RpPpfcPeers.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return // the slot stays taken rather than shared by two pairs
+		}
+	}
+	o.freePair = append(o.freePair, ps.slot)
 }
 
 // RemoveQP implements Offload.
 func (o *Objects) RemoveQP(qpn uint32) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	slot, ok := o.slots[qpn]
+	qs, ok := o.slots[qpn]
 	if !ok {
 		return fmt.Errorf("rpbpf: remove qp %#x: %w", qpn, ErrUnknownQP)
 	}
 	if o.closed {
-		delete(o.slots, qpn) // the map went with Close
+		delete(o.slots, qpn) // the maps went with Close
+		o.releasePairLocked(qs.pair)
 		return nil
 	}
 	if err := o.objs.RpQps.Delete(qpn); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("rpbpf: remove qp %#x: %w", qpn, err)
 	}
 	delete(o.slots, qpn)
-	o.free = append(o.free, slot)
+	o.free = append(o.free, qs.slot)
+	o.releasePairLocked(qs.pair)
 	return nil
 }
 
@@ -158,14 +238,21 @@ func (o *Objects) Close() error {
 		errs = append(errs, unix.Munmap(o.mem))
 		o.mem = nil
 	}
+	if o.ppfcMem != nil {
+		errs = append(errs, unix.Munmap(o.ppfcMem))
+		o.ppfcMem = nil
+	}
 	return errors.Join(append(errs, o.objs.Close())...)
 }
 
-// counter reads one QP's slot of the mapped rp_cnps.
+// counter reads one QP's slot of the mapped rp_cnps and its pair's of
+// rp_ppfc.
 type counter struct {
-	o    *Objects
-	slot uint32
-	base uint64 // counted when the QP was added
+	o        *Objects
+	slot     uint32
+	pair     uint32
+	base     uint64 // counted when the QP was added
+	ppfcBase uint64 // its pair's PPFC notifications then
 }
 
 // Slot word offsets (struct rp_slot).
@@ -199,4 +286,50 @@ func (c *counter) Arrival(i uint64) (uint64, bool) {
 	ns := c.load(wordAt + int(raw%Ring))
 	// Valid unless a later CNP claimed the place meanwhile.
 	return ns, c.load(wordClaimed)-raw <= Ring
+}
+
+// ppfcLoad reads word w of the pair's slot of rp_ppfc atomically (the
+// program writes the counters with atomic adds); 0 once closed.
+func (c *counter) ppfcLoad(w int) uint64 {
+	c.o.mu.RLock()
+	defer c.o.mu.RUnlock()
+	return c.ppfcLoadLocked(w)
+}
+
+func (c *counter) ppfcLoadLocked(w int) uint64 {
+	if c.o.ppfcMem == nil {
+		return 0
+	}
+	p := (*uint64)(unsafe.Pointer(&c.o.ppfcMem[int(c.pair)*ppfcSlotBytes+w*8]))
+	return atomic.LoadUint64(p)
+}
+
+func (c *counter) PPFCCounted() uint64 { return c.ppfcLoad(wordCounted) - c.ppfcBase }
+
+func (c *counter) PPFCEvent(i uint64) (PPFCEvent, bool) {
+	raw := c.ppfcBase + i
+	c.o.mu.RLock()
+	defer c.o.mu.RUnlock()
+	if c.o.ppfcMem == nil {
+		return PPFCEvent{}, false
+	}
+	// The event's four words, copied before the claim check: a writer
+	// that took the place meanwhile shows in claimed, and the copy is
+	// then not used.
+	w := 2 + int(raw%PPFCRing)*ppfcEventSize/8
+	var ev [ppfcEventSize]byte
+	for i := range ppfcEventSize / 8 {
+		binary.NativeEndian.PutUint64(ev[8*i:], c.ppfcLoadLocked(w+i))
+	}
+	if c.ppfcLoadLocked(wordClaimed)-raw > PPFCRing {
+		return PPFCEvent{}, false
+	}
+	e := PPFCEvent{
+		AtNs:   binary.NativeEndian.Uint64(ev[0:]),
+		Source: netip.AddrFrom16([16]byte(ev[8:24])).Unmap(),
+		Action: roce.PPFCAction(binary.NativeEndian.Uint16(ev[24:])),
+		Pause:  time.Duration(binary.NativeEndian.Uint16(ev[26:])) * time.Microsecond,
+		PSN:    binary.NativeEndian.Uint32(ev[28:]),
+	}
+	return e, true
 }

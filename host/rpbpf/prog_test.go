@@ -5,8 +5,11 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
@@ -71,7 +74,7 @@ func stats(tb testing.TB, o *Objects) Stats {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sum := s.NotRoCE + s.Truncated + s.GRORuns + s.IPOptions + s.NotCNP + s.PPFC + s.Malformed + s.UnknownQP + s.PKeyViolations + s.ICRCErrors + s.Counted
+	sum := s.NotRoCE + s.Truncated + s.GRORuns + s.IPOptions + s.NotCNP + s.PPFC + s.Malformed + s.UnknownQP + s.PKeyViolations + s.ICRCErrors + s.Counted + s.PPFCCounted
 	if sum != s.Packets {
 		tb.Errorf("stats %+v: causes add up to %d, packets %d", s, sum, s.Packets)
 	}
@@ -194,7 +197,8 @@ func TestNotCounted(t *testing.T) {
 		{"wrong peer", cnp(t, netip.MustParseAddr("198.18.0.9"), addrSender, qpn), func(s Stats) uint64 { return s.UnknownQP }},
 		{"other family", cnp(t, addrRecv6, addrSender6, qpn), func(s Stats) uint64 { return s.UnknownQP }},
 		{"bad icrc", mod(func(b []byte) []byte { b[bthOff+12+3] ^= 1; return b }), func(s Stats) uint64 { return s.ICRCErrors }},
-		{"ppfc", mod(func(b []byte) []byte { b[bthOff+4] |= 0x20; return b }), func(s Stats) uint64 { return s.PPFC }},
+		// A CNP with the P bit is a PPFC notification 8 bytes short.
+		{"ppfc", mod(func(b []byte) []byte { b[bthOff+4] |= 0x20; return b }), func(s Stats) uint64 { return s.Malformed }},
 		{"not a cnp", mod(func(b []byte) []byte { b[bthOff] = 0x11; return b }), func(s Stats) uint64 { return s.NotCNP }},
 		{"other port", mod(func(b []byte) []byte { b[udpOff+2], b[udpOff+3] = 0x12, 0xb8; return b }), func(s Stats) uint64 { return s.NotRoCE }},
 		{"long", mod(func(b []byte) []byte {
@@ -345,4 +349,149 @@ func FuzzIngress(f *testing.F) {
 			t.Fatalf("packets %d -> %d", before.Packets, after.Packets)
 		}
 	})
+}
+
+// ppfcFrame builds the PPFC notification a switch port at from sends to
+// the traffic source to, naming dest congested, with gopacket and
+// roce.BuildPPFC (no code shared with the program).
+func ppfcFrame(tb testing.TB, from, to, dest netip.Addr, p roce.PPFC) []byte {
+	tb.Helper()
+	p.Dest = dest
+	const sport = 0xc0fc
+	payload := make([]byte, roce.PPFCLen)
+	if _, err := roce.BuildPPFC(payload, netip.AddrPortFrom(from, sport), netip.AddrPortFrom(to, roce.UDPPort), &p); err != nil {
+		tb.Fatal(err)
+	}
+	eth := &layers.Ethernet{SrcMAC: macReceiver, DstMAC: macSender}
+	udp := &layers.UDP{SrcPort: sport, DstPort: roce.UDPPort}
+	var ip gopacket.SerializableLayer
+	if from.Is4() {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		ip4 := &layers.IPv4{Version: 4, Flags: layers.IPv4DontFragment, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: from.AsSlice(), DstIP: to.AsSlice()}
+		_ = udp.SetNetworkLayerForChecksum(ip4)
+		ip = ip4
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip6 := &layers.IPv6{Version: 6, NextHeader: layers.IPProtocolUDP, HopLimit: 64, SrcIP: from.AsSlice(), DstIP: to.AsSlice()}
+		_ = udp.SetNetworkLayerForChecksum(ip6)
+		ip = ip6
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		eth, ip, udp, gopacket.Payload(payload)); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestPPFCIntake: a PPFC notification toward a QP's peer is recorded in
+// the pair's slot, for every QP of the pair, with its arrival, source,
+// action and pause; what the agent would refuse is not.
+func TestPPFCIntake(t *testing.T) {
+	o := loadTest(t)
+	sw := netip.MustParseAddr("198.18.0.254")
+	a, err := o.AddQP(QPContext{QPN: 0x21, Local: addrSender, Peer: addrRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := ppfcFrame(t, sw, addrSender, addrRecv, roce.PPFC{Action: roce.PPFCStop, Pause: 1500 * time.Microsecond, PSN: 7})
+	run(t, o, 1000, stop)
+	// A second QP of the pair sees what came after it connected.
+	b, err := o.AddQP(QPContext{QPN: 0x22, Local: addrSender, Peer: addrRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, o, 2000, ppfcFrame(t, sw, addrSender, addrRecv, roce.PPFC{Action: roce.PPFCResume, PSN: 8}))
+	if a.PPFCCounted() != 2 || b.PPFCCounted() != 1 {
+		t.Fatalf("counted %d and %d, want 2 and 1: %+v", a.PPFCCounted(), b.PPFCCounted(), stats(t, o))
+	}
+	want := PPFCEvent{AtNs: 1000, Source: sw, Action: roce.PPFCStop, Pause: 1500 * time.Microsecond, PSN: 7}
+	if e, ok := a.PPFCEvent(0); !ok || e != want {
+		t.Errorf("event 0: %+v %v, want %+v", e, ok, want)
+	}
+	want = PPFCEvent{AtNs: 2000, Source: sw, Action: roce.PPFCResume, PSN: 8}
+	if e, ok := b.PPFCEvent(0); !ok || e != want {
+		t.Errorf("second QP's event 0: %+v %v, want %+v", e, ok, want)
+	}
+	if a.Counted() != 0 {
+		t.Errorf("a PPFC notification counted as a CNP")
+	}
+	const udpOff, bthOff = 14 + 20, 14 + 20 + 8
+	reseal := func(f []byte) []byte {
+		roce.SealICRC(netip.AddrPortFrom(sw, 0xc0fc), netip.AddrPortFrom(addrSender, roce.UDPPort), f[udpOff+8:])
+		return f
+	}
+	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), stop...)) }
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  func(s Stats) uint64
+	}{
+		{"other destination", ppfcFrame(t, sw, addrSender, netip.MustParseAddr("198.18.0.9"), roce.PPFC{}), func(s Stats) uint64 { return s.PPFC }},
+		{"to another address", ppfcFrame(t, sw, netip.MustParseAddr("198.18.0.3"), addrRecv, roce.PPFC{}), func(s Stats) uint64 { return s.PPFC }},
+		{"bad icrc", mod(func(b []byte) []byte { b[len(b)-1] ^= 1; return b }), func(s Stats) uint64 { return s.ICRCErrors }},
+		{"tver 1", reseal(mod(func(b []byte) []byte { b[bthOff+1] = 0x01; return b })), func(s Stats) uint64 { return s.Malformed }},
+		{"long", mod(func(b []byte) []byte {
+			b = append(b, 0, 0, 0, 0)
+			b[14+3] += 4
+			b[udpOff+5] += 4
+			return b
+		}), func(s Stats) uint64 { return s.Malformed }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.want(stats(t, o))
+			run(t, o, 3000, tc.frame)
+			if got := tc.want(stats(t, o)); got != before+1 {
+				t.Errorf("counter %d -> %d, want +1 (stats %+v)", before, got, stats(t, o))
+			}
+			if a.PPFCCounted() != 2 {
+				t.Errorf("recorded: %d", a.PPFCCounted())
+			}
+		})
+	}
+	// IPv6, and the pair leaves with its last QP.
+	c6, err := o.AddQP(QPContext{QPN: 0x23, Local: addrSender6, Peer: addrRecv6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, o, 4000, ppfcFrame(t, netip.MustParseAddr("2001:db8::fe"), addrSender6, addrRecv6, roce.PPFC{Action: roce.PPFCAlarm, Pause: time.Millisecond}))
+	if e, ok := c6.PPFCEvent(0); c6.PPFCCounted() != 1 || !ok || e.Action != roce.PPFCAlarm || e.Source != netip.MustParseAddr("2001:db8::fe") {
+		t.Errorf("IPv6: counted %d, event %+v %v", c6.PPFCCounted(), e, ok)
+	}
+	for _, q := range []uint32{0x21, 0x22} {
+		if err := o.RemoveQP(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := stats(t, o).PPFC
+	run(t, o, 5000, stop)
+	if got := stats(t, o).PPFC; got != before+1 {
+		t.Errorf("after the pair's QPs left: PPFC %d -> %d, want +1 (the agent's)", before, got)
+	}
+	if len(o.pairs) != 1 || len(o.freePair) != MaxPairs-1 {
+		t.Errorf("%d pairs held, %d free; want the IPv6 one", len(o.pairs), len(o.freePair))
+	}
+}
+
+// TestPPFCRingOverrun: a QP that reads less often than every PPFCRing
+// notifications gets the older ones as gone, the newer ones whole.
+func TestPPFCRingOverrun(t *testing.T) {
+	o := loadTest(t)
+	sw := netip.MustParseAddr("198.18.0.254")
+	a, err := o.AddQP(QPContext{QPN: 0x31, Local: addrSender, Peer: addrRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range PPFCRing + 3 {
+		run(t, o, uint64(100*(i+1)), ppfcFrame(t, sw, addrSender, addrRecv, roce.PPFC{Action: roce.PPFCStop, Pause: time.Millisecond, PSN: uint32(i)}))
+	}
+	if a.PPFCCounted() != PPFCRing+3 {
+		t.Fatalf("counted %d", a.PPFCCounted())
+	}
+	for i := range uint64(PPFCRing + 3) {
+		e, ok := a.PPFCEvent(i)
+		if gone := i < 3; ok == gone || (ok && (e.PSN != uint32(i) || e.AtNs != 100*(i+1))) {
+			t.Errorf("event %d: %+v %v", i, e, ok)
+		}
+	}
 }

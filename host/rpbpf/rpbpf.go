@@ -8,6 +8,11 @@
 // was p50 270 µs, p99 16 ms on the 2-core lab VM). The program is
 // bpf/rp.c; its header comment has the details.
 //
+// PPFC notifications (seed 003) toward a QP's peer are taken the same way:
+// recorded with their arrival time, source, action and Pause Duration in
+// the slot of the QP's (local, peer) pair, which every QP of the pair reads
+// before each transmit decision (CNPCounter.PPFCCounted, PPFCEvent).
+//
 // The agent tells the RP about a QP when the QP connects (AddQP, which
 // returns the QP's CNPCounter) and when it goes away (RemoveQP). RP
 // (attached to devices) and Objects (loaded only, for BPF_PROG_RUN tests)
@@ -18,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -30,10 +36,18 @@ const (
 	Ring = 14
 	// MaxQPs is how many QPs one Objects serves (RP_SLOTS).
 	MaxQPs = 16384
+	// PPFCRing is how many PPFC notifications a pair's slot keeps
+	// (RP_PPFC_RING).
+	PPFCRing = 7
+	// MaxPairs is how many (local, peer) pairs one Objects takes PPFC
+	// notifications for (RP_PPFC_SLOTS).
+	MaxPairs = 4096
 
-	slotBytes  = 128
-	familyIPv4 = 4 // RP_FAMILY_IPV4
-	familyIPv6 = 6 // RP_FAMILY_IPV6
+	slotBytes     = 128
+	ppfcSlotBytes = 256
+	ppfcEventSize = 32
+	familyIPv4    = 4 // RP_FAMILY_IPV4
+	familyIPv6    = 6 // RP_FAMILY_IPV6
 )
 
 // ErrUnknownQP is wrapped by RemoveQP for a QPN that was not added (or was
@@ -96,6 +110,12 @@ func (c QPContext) value(slot uint32) bpf.RpRpQp {
 	return v
 }
 
+// pairKey is the QP's (local, peer) pair as rp_ppfc_peers keys it: both
+// IPv4-mapped, as a PPFC notification names its destination.
+func (c QPContext) pairKey() bpf.RpRpPpfcKey {
+	return bpf.RpRpPpfcKey{LocalIp: c.Local.Unmap().As16(), PeerIp: c.Peer.Unmap().As16()}
+}
+
 // CNPCounter is one QP's CNPs as the kernel took them.
 type CNPCounter interface {
 	// Counted is how many CNPs arrived since the QP was added.
@@ -104,6 +124,25 @@ type CNPCounter interface {
 	// ns of CLOCK_MONOTONIC; ok is false once Ring later CNPs took its
 	// place.
 	Arrival(i uint64) (ns uint64, ok bool)
+	// PPFCCounted is how many PPFC notifications toward the QP's peer
+	// arrived since the QP was added.
+	PPFCCounted() uint64
+	// PPFCEvent is notification i (from 0, i < PPFCCounted()); ok is false
+	// once PPFCRing later ones took its place.
+	PPFCEvent(i uint64) (e PPFCEvent, ok bool)
+}
+
+// PPFCEvent is one PPFC notification as the kernel took it: from a port
+// (Source) to this host, naming the QP's peer as congested.
+type PPFCEvent struct {
+	// AtNs is its arrival on the device, ns of CLOCK_MONOTONIC.
+	AtNs   uint64
+	Source netip.Addr
+	Action roce.PPFCAction
+	// Pause is its Pause Duration (0 in a resume).
+	Pause time.Duration
+	// PSN is the BTH PSN: the port's sequence per source.
+	PSN uint32
 }
 
 // Offload is the RP's CNP intake in the kernel, as the agent uses it.
@@ -117,13 +156,16 @@ type Offload interface {
 
 // Stats are the program's per-cause packet counters, summed over CPUs.
 // Packets = NotRoCE + Truncated + GRORuns + IPOptions + NotCNP + PPFC +
-// Malformed + UnknownQP + PKeyViolations + ICRCErrors + Counted.
+// Malformed + UnknownQP + PKeyViolations + ICRCErrors + Counted +
+// PPFCCounted.
 type Stats struct {
 	Packets   uint64 `json:"packets"`
 	NotRoCE   uint64 `json:"not_roce"`
 	Truncated uint64 `json:"truncated"`
 	IPOptions uint64 `json:"ip_options"`
 	NotCNP    uint64 `json:"not_cnp"`
+	// PPFC: notifications toward no QP's (local, peer) pair here, left to
+	// the agent.
 	PPFC      uint64 `json:"ppfc"`
 	Malformed uint64 `json:"malformed"`
 	UnknownQP uint64 `json:"unknown_qp"`
@@ -136,6 +178,8 @@ type Stats struct {
 	// program leaves them to the agent, which gets their datagrams marked
 	// pktio.Message.Coalesced and takes their CNPs itself.
 	GRORuns uint64 `json:"gro_runs"`
+	// PPFCCounted are PPFC notifications recorded for their pair.
+	PPFCCounted uint64 `json:"rp_ppfc_counted"`
 }
 
 func (s *Stats) add(o *bpf.RpRpStats) {
@@ -151,4 +195,5 @@ func (s *Stats) add(o *bpf.RpRpStats) {
 	s.ICRCErrors += o.IcrcErrors
 	s.Counted += o.Counted
 	s.GRORuns += o.GroRuns
+	s.PPFCCounted += o.PpfcCounted
 }
