@@ -83,6 +83,9 @@ type Config struct {
 	// Held gets the time the agent's QPs were held (engine.Config.Held;
 	// host/hostlost). Optional: not measured.
 	Held *hostlost.Log
+	// HostQueue bounds the host queue in front of the switch port
+	// (engine.Config.HostQueue; host/linkq). Optional: not bounded.
+	HostQueue engine.HostQueue
 	// BatchSize is the most packets per send/receive system call.
 	// Optional: 0 means 64.
 	BatchSize int
@@ -272,7 +275,7 @@ func newAgent(cfg Config) (*Agent, error) {
 	}
 	a.rx.a = a
 	eng, err := engine.New(engine.Config{Conn: cfg.Conn, Clock: cfg.Clock, Waker: cfg.Waker, Logger: cfg.Logger,
-		BatchSize: cfg.BatchSize, MaxPacket: maxPacket, PortRate: cfg.PortRate, Held: cfg.Held}, &a.rx)
+		BatchSize: cfg.BatchSize, MaxPacket: maxPacket, PortRate: cfg.PortRate, Held: cfg.Held, HostQueue: cfg.HostQueue}, &a.rx)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}

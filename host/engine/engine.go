@@ -132,7 +132,24 @@ type Config struct {
 	// (hostlost.Meter.HeldVia) also gets the receive loop's feedback waits
 	// (hostlost.Log.Late).
 	Held *hostlost.Log
+	// HostQueue, when set, is the host queue in front of the switch port
+	// (host/linkq): each batch is cut to its Room, and while it has none
+	// the transmit loop waits HostQueuePoll at a time, so that packets
+	// the host has not yet carried to the switch do not pile up past the
+	// port's feedback (a NIC's BQL). Optional: not bounded.
+	HostQueue HostQueue
 }
+
+// HostQueue is what the transmit loop needs of the host queue in front of
+// the switch port.
+type HostQueue interface {
+	// Room is the bytes that may be sent now: 0 while the queue is full.
+	Room() int
+}
+
+// HostQueuePoll is how long the transmit loop waits for a full host queue
+// to drain before it looks again (a kick wakes it sooner).
+const HostQueuePoll = 50 * time.Microsecond
 
 // DefaultPortBurst is the port limiter's burst: 16 full 1 KB-MTU packets.
 const DefaultPortBurst = 16 * 1100
@@ -147,6 +164,9 @@ type Stats struct {
 	// ReplyOverruns counts replies that did not fit in a batch's reply
 	// slots.
 	ReplyOverruns uint64
+	// HostQueueWaits counts the transmit loop's waits for a full host
+	// queue (Config.HostQueue).
+	HostQueueWaits uint64
 }
 
 // Engine runs a transport's loops on one conn.
@@ -168,6 +188,7 @@ type Engine struct {
 	closing  atomic.Bool
 	wg       sync.WaitGroup
 	sendErrs atomic.Uint64
+	hqWaits  atomic.Uint64
 	overruns atomic.Uint64
 	rxBusy   atomic.Bool // the receive loop is handling a batch
 
@@ -304,7 +325,7 @@ func (e *Engine) RemoveFlow(f Flow) {
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats {
-	return Stats{SendErrors: e.sendErrs.Load(), ReplyOverruns: e.overruns.Load()}
+	return Stats{SendErrors: e.sendErrs.Load(), ReplyOverruns: e.overruns.Load(), HostQueueWaits: e.hqWaits.Load()}
 }
 
 // Close stops both loops and closes the conn and the waker.
@@ -373,12 +394,24 @@ func (e *Engine) txLoop() {
 	start := 0
 	due := Never // the previous pass's deadline: flows could send from then
 	for !e.closing.Load() {
+		batch := pkts
+		if hq := e.cfg.HostQueue; hq != nil {
+			room := hq.Room()
+			if room <= 0 {
+				e.hqWaits.Add(1)
+				if err := e.wake.Sleep(HostQueuePoll); err != nil {
+					return
+				}
+				continue
+			}
+			batch = pkts[:max(1, min(len(pkts), room/e.cfg.MaxPacket))]
+		}
 		now := e.clock.Now()
 		ready := due
 		if e.held != nil {
 			ready = min(ready, time.Duration(e.kickedAt.Swap(int64(Never))))
 		}
-		n, next := e.fill(now, pkts, port, &start)
+		n, next := e.fill(now, batch, port, &start)
 		if n > 0 && ready < now && e.held != nil {
 			e.held.Add(e.mono.Monotonic(ready), e.mono.Monotonic(now))
 		}

@@ -165,6 +165,13 @@ type Node struct {
 	// warning) or agent (its receive loop; roceperf --np). Optional:
 	// kernel.
 	NP string `yaml:"np"`
+	// HostQueue bounds a host's host queue: the bytes its rocev2 and uet
+	// senders have on their links that the switch has not yet received
+	// (host/linkq). On this VM they wait in the kernel's backlog for
+	// softirq work the host can hold off for tens of ms, then reach the
+	// port in a burst, past PPFC and CNPs; a NIC bounds its own (BQL).
+	// 0 turns the bound off. Optional: linkq.DefaultLimit (128 KB).
+	HostQueue *units.ByteSize `yaml:"host_queue"`
 }
 
 // PE decapsulation modes.

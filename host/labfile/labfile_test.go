@@ -92,6 +92,9 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, quickack: true}"), `t.yaml:5: nodes[2].quickack: "true": only a host's TCP ACKs; sw1 is a switch`},
 		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, np: agent}"), `t.yaml:5: nodes[2].np: "agent": only a host receives flows; sw1 is a switch`},
 		{edit("{name: r1, kind: host}", "{name: r1, kind: host, np: nic}"), `t.yaml:6: nodes[3].np: "nic": want kernel or agent`},
+		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, host_queue: 64kb}"), `t.yaml:5: nodes[2].host_queue: "64kb": only a host's senders; sw1 is a switch`},
+		{edit("{name: h2, kind: host}", "{name: h2, kind: host, host_queue: 4kb}"), `t.yaml:4: nodes[1].host_queue: "4kb": want 0 (off) or 9kb..64mb`},
+		{edit("{name: h2, kind: host}", "{name: h2, kind: host, host_queue: 1gb}"), `t.yaml:4: nodes[1].host_queue: "1024mb": want 0 (off) or 9kb..64mb`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, rp: nic}"), `t.yaml:14: flows[0].rp: "nic": want kernel or agent`},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, cc: none, rp: agent}"), `t.yaml:14: flows[0].rp: `},
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp, rp: agent}"), `t.yaml:14: flows[0].rp: not for a tcp flow`},
@@ -161,7 +164,7 @@ func TestParseErrors(t *testing.T) {
 		{base + "report: {interval: 1ms}\n", `t.yaml:16: report.interval: "1ms": want 10ms..60s (default 500ms)`},
 		{base + "report: {watch: [sw1:h1]}\n", `t.yaml:16: report.watch[0]: "sw1:h1": no switch port there; ports are sw1:r1`},
 		{base + "colour: blue\n", `t.yaml:16: colour: unknown field; the document has duration, flows, goals, links, name, nodes, ports, report, runs, seed, timescale, tune, variants`},
-		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has agent, decap, kind, name, np, peer, quickack`},
+		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has agent, decap, host_queue, kind, name, np, peer, quickack`},
 	} {
 		_, err := Parse("t.yaml", []byte(c.src))
 		var ce *conf.Error

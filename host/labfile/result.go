@@ -62,6 +62,9 @@ type Result struct {
 	// (every namespace's, and any other process's).
 	HostDrops    []HostDrops `json:"host_drops"`
 	SoftnetDrops uint64      `json:"softnet_drops"`
+	// HostQueues are the hosts' bounded host queues (Node.HostQueue): the
+	// bytes on their links the switch had not yet received.
+	HostQueues []HostQueueResult `json:"host_queues,omitempty"`
 	// Servers are the rocev2 servers' agents: what they dropped before a
 	// QP (malformed, bad ICRC, unknown QP, wrong peer) and the replies
 	// they could not send (send errors, reply-batch overruns).
@@ -951,6 +954,7 @@ func (res *Result) WriteSummary(w io.Writer) {
 	if res.SoftnetDrops > 0 {
 		fmt.Fprintf(w, "the kernel dropped %d packets from full per-CPU input backlogs (netdev_max_backlog)\n", res.SoftnetDrops)
 	}
+	writeHostQueues(w, res.HostQueues)
 	for _, l := range res.Links {
 		for _, d := range l.Delays {
 			switch {
@@ -999,3 +1003,35 @@ func (res *Result) WriteSummary(w io.Writer) {
 func mbps(bps float64) string { return fmt.Sprintf("%.1f Mbit/s", bps/1e6) }
 
 func kb(b uint64) string { return fmt.Sprintf("%.1f KB", float64(b)/1e3) }
+
+// HostQueueResult is one host's host queue: the bytes its senders had on
+// its links that the switch had not yet received (host/linkq).
+type HostQueueResult struct {
+	Host       string `json:"host"`
+	LimitBytes int    `json:"limit_bytes"`
+	// MaxBytes is the most a link of the host held when a packet reached
+	// the switch (it may pass the limit by what other senders of the host
+	// and the kernel sent).
+	MaxBytes uint64 `json:"max_bytes"`
+	// WrittenOff counts the times a full queue saw nothing arrive for
+	// linkq.StuckAfter and its bytes were taken as lost on the way.
+	WrittenOff uint64 `json:"written_off,omitempty"`
+}
+
+// writeHostQueues prints the hosts' host queues on one line.
+func writeHostQueues(w io.Writer, hq []HostQueueResult) {
+	if len(hq) == 0 {
+		return
+	}
+	parts := make([]string, len(hq))
+	var off uint64
+	for i, h := range hq {
+		parts[i] = fmt.Sprintf("%s max %.1f KiB of %s", h.Host, float64(h.MaxBytes)/1024, units.ByteSize(h.LimitBytes))
+		off += h.WrittenOff
+	}
+	line := "host queues (sent, not yet at the switch; senders wait at the bound): " + strings.Join(parts, ", ")
+	if off > 0 {
+		line += fmt.Sprintf("; %d times written off as lost on the way", off)
+	}
+	fmt.Fprintln(w, line)
+}

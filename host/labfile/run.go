@@ -22,6 +22,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
+	"github.com/fabriclab/fabriclab/host/linkq"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
@@ -202,6 +203,11 @@ type runner struct {
 	tcpCC  map[string]string
 	tcpCCs tcpflow.CCs
 
+	// hostq counts the hosts' links (host/linkq); hostQueues bounds each
+	// host's senders by its links, by host name.
+	hostq      *linkq.Objects
+	hostQueues map[string]*linkq.Queue
+
 	losses     []*link.Loss
 	delays     []relayDelay  // closed with the lab
 	ports      []*qdisc.Port // Plan.Ports order
@@ -323,6 +329,69 @@ func (r *runner) attach() error {
 			return fmt.Errorf("tunnel PE on %s:%s: %w", pe.Node, pe.Dev, err)
 		}
 		r.pes = append(r.pes, t)
+	}
+	return r.attachHostQueues()
+}
+
+// hostQueueResults reads the hosts' host queues, in the file's order.
+func (r *runner) hostQueueResults() []HostQueueResult {
+	var out []HostQueueResult
+	for _, n := range r.f.Nodes {
+		q := r.hostQueues[n.Name]
+		if q == nil {
+			continue
+		}
+		hr := HostQueueResult{Host: n.Name, LimitBytes: q.Limit(), WrittenOff: q.Leaks()}
+		for _, i := range q.Links() {
+			hr.MaxBytes = max(hr.MaxBytes, r.hostq.Counters(i).MaxBytes)
+		}
+		out = append(out, hr)
+	}
+	return out
+}
+
+// attachHostQueues bounds each host's host queue (Node.HostQueue): its
+// links to the fabric (a switch, PE or relay) are counted at both ends,
+// and its senders wait while they hold more than the bound.
+func (r *runner) attachHostQueues() error {
+	limits := map[string]int{}
+	for _, n := range r.f.Nodes {
+		if n.Kind != KindHost {
+			continue
+		}
+		lim := linkq.DefaultLimit
+		if n.HostQueue != nil {
+			lim = int(*n.HostQueue)
+		}
+		if lim > 0 {
+			limits[n.Name] = lim
+		}
+	}
+	links := map[string][]int{}
+	for _, ls := range r.p.Spec.Links {
+		for _, e := range [][2]lab.Endpoint{{ls.A, ls.B}, {ls.B, ls.A}} {
+			host, peer := e[0], e[1]
+			if _, ok := limits[host.Node]; !ok || slices.ContainsFunc(r.f.Nodes, func(n Node) bool { return n.Name == peer.Node && n.Kind == KindHost }) {
+				continue // not a host's, or host to host
+			}
+			if r.hostq == nil {
+				o, err := linkq.Load()
+				if err != nil {
+					return fmt.Errorf("host queues: %w", err)
+				}
+				r.hostq = o
+			}
+			i, err := r.hostq.AttachLink(linkq.End{NS: r.lab.Node(host.Node).NsHandle(), Dev: host.Dev},
+				linkq.End{NS: r.lab.Node(peer.Node).NsHandle(), Dev: peer.Dev})
+			if err != nil {
+				return fmt.Errorf("host queue of %s: %w", host.Node, err)
+			}
+			links[host.Node] = append(links[host.Node], i)
+		}
+	}
+	r.hostQueues = map[string]*linkq.Queue{}
+	for h, ls := range links {
+		r.hostQueues[h] = r.hostq.Queue(limits[h], ls...)
 	}
 	return nil
 }
@@ -542,6 +611,9 @@ func (r *runner) teardown() error {
 	}
 	for i := len(r.losses) - 1; i >= 0; i-- {
 		errs = append(errs, r.losses[i].Close())
+	}
+	if r.hostq != nil {
+		errs = append(errs, r.hostq.Close())
 	}
 	errs = append(errs, r.lab.Close())
 	// After the namespaces: their sockets are gone.
@@ -913,6 +985,9 @@ func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in 
 	if r.flowHeld != nil {
 		cfg.Held = r.flowHeld[fr.index]
 	}
+	if q := r.hostQueues[fl.From]; q != nil {
+		cfg.HostQueue = q
+	}
 	// A uet flow's data starts with its senders; RunClient returns after.
 	cfg.OnSenders = func([]*pds.Sender) { in.dataStart, in.dataMono = time.Since(t0), hostlost.Now() }
 	cfg.OnAgent = func(a *agent.Agent) {
@@ -1040,6 +1115,7 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 	for i, pp := range r.p.PEs {
 		res.PEs = append(res.PEs, r.peResult(i, &pp))
 	}
+	res.HostQueues = r.hostQueueResults()
 	for i, sp := range r.p.Servers {
 		if v, ok := r.servers[i].(*perf.Server); ok {
 			c := v.Agent().Counters()

@@ -18,7 +18,7 @@ import (
 // TestSummaryDetails: a run's summary carries what the demo printed —
 // the port's utilization net of the host's time, its PPFC notifications,
 // its marking curve against the configured one, the DCQCN loop end to
-// end, and PPFC at the senders.
+// end, PPFC at the senders and the hosts' host queues.
 func TestSummaryDetails(t *testing.T) {
 	cfg := qdisc.DefaultConfig(500 * units.Mbit)
 	st := qdisc.Stats{Classes: make([]qdisc.ClassStats, len(cfg.Classes))}
@@ -35,7 +35,8 @@ func TestSummaryDetails(t *testing.T) {
 	res := &Result{Name: "d", Ports: []PortResult{p},
 		Flows: []FlowResult{{Name: "s1", Transport: TransportRoCEv2, CC: CCDCQCN, CNPSent: 30, CNPHandled: 28, CNPIgnored: 1, OutOfSequence: 2,
 			PPFCPauses: 3, PPFCPausedNs: 25e6, PPFCKernel: 7, PPFCKernelLost: 1}},
-		HostLost: &HostLost{Report: hostlost.Report{Wall: 10 * time.Second, Ports: []hostlost.PortReport{{Name: "sw:r", Starved: time.Second}}}}}
+		HostQueues: []HostQueueResult{{Host: "s1", LimitBytes: 128 << 10, MaxBytes: 64 << 10}, {Host: "s2", LimitBytes: 128 << 10, MaxBytes: 1024, WrittenOff: 2}},
+		HostLost:   &HostLost{Report: hostlost.Report{Wall: 10 * time.Second, Ports: []hostlost.PortReport{{Name: "sw:r", Starved: time.Second}}}}}
 	var b bytes.Buffer
 	res.WriteSummary(&b)
 	out := b.String()
@@ -47,6 +48,7 @@ func TestSummaryDetails(t *testing.T) {
 		"      128 -     192         1000        900      90.0%  0.82% - 1.49%     MISMATCH",
 		"DCQCN loop: 905 CE marks at the ports -> np_cnp_sent 30 -> rp_cnp_handled 28 + rp_cnp_ignored 1 (1 CNPs never arrived); RC: 0 resent, out_of_sequence 2",
 		"PPFC at the senders: 3 stops and holds obeyed, 25.0 ms paused in all; 7 notifications obeyed from their arrival (the kernel's intake), 1 lost to a burst there",
+		"host queues (sent, not yet at the switch; senders wait at the bound): s1 max 64.0 KiB of 128kb, s2 max 1.0 KiB of 128kb; 2 times written off as lost on the way",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)

@@ -79,6 +79,14 @@ func (f *File) validate() error {
 		if err := checkPEFields(p, n.Name, n.Kind, n.Decap, n.Agent); err != nil {
 			return err
 		}
+		if q := n.HostQueue; q != nil {
+			if n.Kind != KindHost {
+				return conf.Errorf(conf.Join(p, "host_queue"), q.String(), "only a host's senders; %s is a %s", n.Name, n.Kind)
+			}
+			if *q != 0 && (*q < minHostQueue || *q > maxHostQueue) {
+				return conf.Errorf(conf.Join(p, "host_queue"), q.String(), "want 0 (off) or %v..%v", minHostQueue, maxHostQueue)
+			}
+		}
 		if n.QuickAck && n.Kind != KindHost {
 			return conf.Errorf(conf.Join(p, "quickack"), "true", "only a host's TCP ACKs; %s is a %s", n.Name, n.Kind)
 		}
@@ -821,3 +829,11 @@ func DCQCNError(profilePath, knobsPath string, err error) error {
 	}
 	return conf.Errorf(conf.Key(knobsPath, ke.Knob), ke.Value, "%s", ke.Reason)
 }
+
+// A host's host_queue bound: at least a jumbo frame (a sender must get one
+// packet out), at most a backlog's worth (1,000 packets of 64 KB would be
+// no bound at all).
+const (
+	minHostQueue = 9 * units.KiB
+	maxHostQueue = 64 * units.MiB
+)

@@ -30,6 +30,9 @@ type Config struct {
 	// Held gets the time the endpoint's flows were held (engine.Config.
 	// Held; host/hostlost). Optional: not measured.
 	Held *hostlost.Log
+	// HostQueue bounds the host queue in front of the switch port
+	// (engine.Config.HostQueue; host/linkq). Optional: not bounded.
+	HostQueue engine.HostQueue
 	// BatchSize: packets per system call. Optional: 64.
 	BatchSize int
 	// LinkRate is the line rate: the engine's port limiter and NSCC's

@@ -154,7 +154,7 @@ func newEndpoint(cfg Config) (*Endpoint, error) {
 	ep.nacksRx = make(map[uet.NackCode]uint64)
 	ep.nacksTx = make(map[uet.NackCode]uint64)
 	eng, err := engine.New(engine.Config{Conn: cfg.Conn, Clock: cfg.Clock, Waker: cfg.Waker, Logger: cfg.Logger,
-		BatchSize: cfg.BatchSize, MaxPacket: maxDatagram, PortRate: cfg.LinkRate, PortBurst: 4 * (cfg.MTU + ethernetLen), PortCatchUp: cfg.PortCatchUp, Held: cfg.Held}, (*endpointRx)(ep))
+		BatchSize: cfg.BatchSize, MaxPacket: maxDatagram, PortRate: cfg.LinkRate, PortBurst: 4 * (cfg.MTU + ethernetLen), PortCatchUp: cfg.PortCatchUp, Held: cfg.Held, HostQueue: cfg.HostQueue}, (*endpointRx)(ep))
 	if err != nil {
 		return nil, fmt.Errorf("pds: %w", err)
 	}

@@ -104,7 +104,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	k := c.Timescale
 	rh, err := agent.OpenHost(agent.HostConfig{
 		Addr: netip.AddrPortFrom(laddr, udpPort), Port: pktio.RoCEOptions{SendPath: c.SendPath},
-		NP: agent.OffloadAgent, RP: rp, Agent: agent.Config{Logger: c.Logger, PortRate: k.Rate(portRate), Held: c.Held, PPFCSources: c.PPFCSources,
+		NP: agent.OffloadAgent, RP: rp, Agent: agent.Config{Logger: c.Logger, PortRate: k.Rate(portRate), Held: c.Held, HostQueue: c.HostQueue, PPFCSources: c.PPFCSources,
 			PPFCMaxPause: c.PPFCMaxPause, PPFCWatchdog: c.PPFCWatchdog},
 	})
 	if err != nil {

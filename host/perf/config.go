@@ -35,6 +35,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -337,6 +338,10 @@ type ClientConfig struct {
 	// Held gets the time the client's flows were held by its host
 	// (engine.Config.Held). Optional: not measured.
 	Held *hostlost.Log
+	// HostQueue bounds the host queue between the client's host and the
+	// switch port (engine.Config.HostQueue; host/linkq). Optional: not
+	// bounded.
+	HostQueue engine.HostQueue
 }
 
 // isUET reports whether the run is Ultra Ethernet's.

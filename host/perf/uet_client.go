@@ -119,7 +119,7 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	pc.IdleTimeout = uetClientIdle
 	pc.Trace = trace
 	pc.CC = c.UETCC
-	pc.Held = c.Held
+	pc.Held, pc.HostQueue = c.Held, c.HostQueue
 	k := c.Timescale
 	if len(c.NSCCKnobs) > 0 {
 		// Validate (validateUET) reports a bad knob; here it is skipped.
