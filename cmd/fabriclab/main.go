@@ -204,6 +204,13 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	for _, po := range p.Ports {
 		fmt.Fprintf(stdout, "  port %s at %s\n", po.Name, po.Config.Rate)
 	}
+	if hq := f.HostQueues(); len(hq) > 0 {
+		parts := make([]string, len(hq))
+		for i, h := range hq {
+			parts[i] = fmt.Sprintf("%s %s", h.Host, h.Limit)
+		}
+		fmt.Fprintf(stdout, "  host queues (senders wait at): %s\n", strings.Join(parts, ", "))
+	}
 	if tv := f.Tuned(); tv != nil {
 		fmt.Fprintf(stdout, "  tune %s, %s before each run; nominal values: %s\n", f.Tune.Port, f.Tune.RTT, strings.ReplaceAll(tv.TuneText(), "\n", "\n  "))
 	}

@@ -36,6 +36,7 @@ func TestCommands(t *testing.T) {
 		{[]string{"validate", "../../vagrant/lab-wan.yaml"}, 0, "4 nodes, 3 links", ""},
 		{[]string{"validate", "nonexistent.yaml"}, 2, "", "no such file"},
 		{[]string{"validate", "../../host/labfile/examples/ecnsharp.yaml"}, 0, "variant ecnsharp: 1 port edit(s)", ""},
+		{[]string{"validate", "../../host/labfile/examples/demo.yaml"}, 0, "host queues (senders wait at): s1 128kb, s2 128kb, s3 128kb, r 128kb", ""},
 		{[]string{"validate", "../../host/labfile/examples/wan-experiment.yaml"}, 0, "goal lossless: lost_packets of pe-rate <= 0 (mean over the runs)", ""},
 		{[]string{"run", "../../host/labfile/examples/ecnsharp.yaml", "-runs", "-1"}, 2, "", "-runs -1: want 1..1000"},
 		{[]string{"run", "../../host/labfile/examples/incast.yaml", "-timescale", "2000"}, 2, "", `-timescale 2000: ../../host/labfile/examples/incast.yaml: timescale: "2000": want 1..1000`},

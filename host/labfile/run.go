@@ -355,17 +355,8 @@ func (r *runner) hostQueueResults() []HostQueueResult {
 // and its senders wait while they hold more than the bound.
 func (r *runner) attachHostQueues() error {
 	limits := map[string]int{}
-	for _, n := range r.f.Nodes {
-		if n.Kind != KindHost {
-			continue
-		}
-		lim := linkq.DefaultLimit
-		if n.HostQueue != nil {
-			lim = int(*n.HostQueue)
-		}
-		if lim > 0 {
-			limits[n.Name] = lim
-		}
+	for _, hq := range r.f.HostQueues() {
+		limits[hq.Host] = int(hq.Limit)
 	}
 	links := map[string][]int{}
 	for _, ls := range r.p.Spec.Links {

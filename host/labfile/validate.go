@@ -16,6 +16,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/lb"
+	"github.com/fabriclab/fabriclab/host/linkq"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
@@ -837,3 +838,28 @@ const (
 	minHostQueue = 9 * units.KiB
 	maxHostQueue = 64 * units.MiB
 )
+
+// HostQueueLimit is a host's host-queue bound (Node.HostQueue).
+type HostQueueLimit struct {
+	Host  string
+	Limit units.ByteSize
+}
+
+// HostQueues are the bounds on the hosts' host queues, in the file's
+// order: every host's but those a file turns off (host_queue: 0).
+func (f *File) HostQueues() []HostQueueLimit {
+	var out []HostQueueLimit
+	for _, n := range f.Nodes {
+		if n.Kind != KindHost {
+			continue
+		}
+		lim := units.ByteSize(linkq.DefaultLimit)
+		if n.HostQueue != nil {
+			lim = *n.HostQueue
+		}
+		if lim > 0 {
+			out = append(out, HostQueueLimit{Host: n.Name, Limit: lim})
+		}
+	}
+	return out
+}
