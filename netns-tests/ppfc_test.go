@@ -76,7 +76,8 @@ func (c *ppfcCatch) all() []ppfcGot {
 // hold, where the queue is between xon and xoff as a pause runs out) per
 // pause, not one per packet. When it obeys (stops sending at the first
 // one), the queue drains to xon before the pause ends, and the next packet
-// toward the source (the receiver sends it one every ms) carries a resume.
+// toward the source (the receiver sends it one every 0.5 ms) carries a
+// resume.
 func TestPPFCWire(t *testing.T) {
 	for _, am := range attachModes {
 		t.Run(am.name, func(t *testing.T) {
@@ -86,8 +87,8 @@ func TestPPFCWire(t *testing.T) {
 }
 
 // ppfcWire is one run of TestPPFCWire. Part 2's resume is host-sensitive
-// (hc): it rides the receiver's next packet toward the source, one a
-// millisecond or two from a Go ticker, in the few ms between the queue's
+// (hc): it rides the receiver's next packet toward the source, one each
+// 0.5 ms from a Go ticker, in the few ms between the queue's
 // drain to xon and the pause's end; a late source or a stolen CPU
 // misses it.
 func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) {
@@ -107,7 +108,11 @@ func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		f := flow{tos: 0, payload: 64, rate: 64 * 8 * 1000 * units.Bit, total: 3 * time.Second}
+		// One packet each 0.5 ms tick (2.4 kpps): the resume rides the
+		// first in its ~8 ms window, and at one each 1.7 ms a late Go
+		// ticker on a busy core missed it once in 16 runs, and once in
+		// a whole-suite run with 0 steal.
+		f := flow{tos: 0, payload: 64, rate: 4 * 64 * 8 * 1000 * units.Bit, total: 3 * time.Second}
 		if _, err := f.send(ctx, d.Receiver, netip.AddrPortFrom(d.SenderAddrs[0], uint16(back.port))); err != nil && ctx.Err() == nil {
 			t.Error(err)
 		}
