@@ -1029,7 +1029,7 @@ func writeHostQueues(w io.Writer, hq []HostQueueResult) {
 		parts[i] = fmt.Sprintf("%s max %.1f KiB of %s", h.Host, float64(h.MaxBytes)/1024, units.ByteSize(h.LimitBytes))
 		off += h.WrittenOff
 	}
-	line := "host queues (sent, not yet at the switch; senders wait at the bound): " + strings.Join(parts, ", ")
+	line := "host queues (sent, not yet at the switch; rocev2 and uet senders wait at the bound): " + strings.Join(parts, ", ")
 	if off > 0 {
 		line += fmt.Sprintf("; %d times written off as lost on the way", off)
 	}

@@ -48,7 +48,7 @@ func TestSummaryDetails(t *testing.T) {
 		"      128 -     192         1000        900      90.0%  0.82% - 1.49%     MISMATCH",
 		"DCQCN loop: 905 CE marks at the ports -> np_cnp_sent 30 -> rp_cnp_handled 28 + rp_cnp_ignored 1 (1 CNPs never arrived); RC: 0 resent, out_of_sequence 2",
 		"PPFC at the senders: 3 stops and holds obeyed, 25.0 ms paused in all; 7 notifications obeyed from their arrival (the kernel's intake), 1 lost to a burst there",
-		"host queues (sent, not yet at the switch; senders wait at the bound): s1 max 64.0 KiB of 128kb, s2 max 1.0 KiB of 128kb; 2 times written off as lost on the way",
+		"host queues (sent, not yet at the switch; rocev2 and uet senders wait at the bound): s1 max 64.0 KiB of 128kb, s2 max 1.0 KiB of 128kb; 2 times written off as lost on the way",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
