@@ -293,6 +293,7 @@ static __always_inline void take_ppfc(struct __sk_buff *skb, const struct net_ro
 	void *data_end = (void *)(long)skb->data_end;
 	__u8 ext[ROCE_PPFC_EXT_LEN];
 	struct rp_ppfc_key key = {};
+	const void *daddr, *saddr;
 	__u8 src[16];
 	struct rp_ppfc_slot *s;
 	__u32 *slot, idx;
@@ -319,8 +320,8 @@ static __always_inline void take_ppfc(struct __sk_buff *skb, const struct net_ro
 			st->truncated++;
 			return;
 		}
-		ip_mapped(key.local_ip, &ip->daddr, 1);
-		ip_mapped(src, &ip->saddr, 1);
+		daddr = &ip->daddr;
+		saddr = &ip->saddr;
 	} else {
 		const struct ipv6hdr *ip6 = r->l3;
 
@@ -328,9 +329,11 @@ static __always_inline void take_ppfc(struct __sk_buff *skb, const struct net_ro
 			st->truncated++;
 			return;
 		}
-		ip_mapped(key.local_ip, &ip6->daddr, 0);
-		ip_mapped(src, &ip6->saddr, 0);
+		daddr = &ip6->daddr;
+		saddr = &ip6->saddr;
 	}
+	ip_mapped(key.local_ip, daddr, is_v4);
+	ip_mapped(src, saddr, is_v4);
 	slot = bpf_map_lookup_elem(&rp_ppfc_peers, &key);
 	if (!slot) {
 		st->ppfc++; /* no QP of this host sends there: the agent's */

@@ -262,8 +262,9 @@ const (
 	wordAt      = 2
 )
 
-// load reads word w of the slot atomically (the program writes it with
-// atomic adds and plain 8-byte stores); 0 once the objects are closed.
+// load reads word w of the QP's slot of rp_cnps atomically (the program
+// writes it with atomic adds and plain 8-byte stores); 0 once the objects
+// are closed.
 func (c *counter) load(w int) uint64 {
 	c.o.mu.RLock()
 	defer c.o.mu.RUnlock()
@@ -272,11 +273,16 @@ func (c *counter) load(w int) uint64 {
 
 // loadLocked is load with o.mu held.
 func (c *counter) loadLocked(w int) uint64 {
-	if c.o.mem == nil {
+	return loadWord(c.o.mem, int(c.slot)*slotBytes+w*8)
+}
+
+// loadWord reads the 8-byte word at off in mapped memory atomically; 0
+// once it is unmapped (nil).
+func loadWord(mem []byte, off int) uint64 {
+	if mem == nil {
 		return 0
 	}
-	p := (*uint64)(unsafe.Pointer(&c.o.mem[int(c.slot)*slotBytes+w*8]))
-	return atomic.LoadUint64(p)
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[off])))
 }
 
 func (c *counter) Counted() uint64 { return c.load(wordCounted) - c.base }
@@ -288,23 +294,17 @@ func (c *counter) Arrival(i uint64) (uint64, bool) {
 	return ns, c.load(wordClaimed)-raw <= Ring
 }
 
-// ppfcLoad reads word w of the pair's slot of rp_ppfc atomically (the
-// program writes the counters with atomic adds); 0 once closed.
-func (c *counter) ppfcLoad(w int) uint64 {
+// ppfcLoadLocked reads word w of the pair's slot of rp_ppfc (as
+// loadLocked) with o.mu held.
+func (c *counter) ppfcLoadLocked(w int) uint64 {
+	return loadWord(c.o.ppfcMem, int(c.pair)*ppfcSlotBytes+w*8)
+}
+
+func (c *counter) PPFCCounted() uint64 {
 	c.o.mu.RLock()
 	defer c.o.mu.RUnlock()
-	return c.ppfcLoadLocked(w)
+	return c.ppfcLoadLocked(wordCounted) - c.ppfcBase
 }
-
-func (c *counter) ppfcLoadLocked(w int) uint64 {
-	if c.o.ppfcMem == nil {
-		return 0
-	}
-	p := (*uint64)(unsafe.Pointer(&c.o.ppfcMem[int(c.pair)*ppfcSlotBytes+w*8]))
-	return atomic.LoadUint64(p)
-}
-
-func (c *counter) PPFCCounted() uint64 { return c.ppfcLoad(wordCounted) - c.ppfcBase }
 
 func (c *counter) PPFCEvent(i uint64) (PPFCEvent, bool) {
 	raw := c.ppfcBase + i
