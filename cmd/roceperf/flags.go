@@ -81,10 +81,11 @@ Server:
   -s, --server              run as the server (with --transport uet, -B is
                             required: UET's UDP 4793 is opened per address)
   -1, --one-off             serve one client, then exit
-  --np kernel|agent         where CE marks turn into CNPs: an eBPF program on
+  --np kernel|agent|off     where CE marks turn into CNPs: an eBPF program on
                             the devices holding -B (default kernel where it
-                            attaches, else agent) or the server's agent
-                            (RoCEv2)
+                            attaches, else agent) or the server's agent;
+                            off counts CE and sends no CNP (mlx5's
+                            roce_np/enable 0) (RoCEv2)
   --pkey P                  (RoCEv2) the P_Key of this end's QPs, 0x0001..
                             0xffff but 0x8000 (default 0xffff); a packet of
                             another partition is dropped (pkey_violations),
@@ -110,10 +111,12 @@ Client:
   --dcqcn-profile lab|mlx5|paper  DCQCN profile (default lab: the paper's loop with timers for
                             this lab's ms round trips, host/dcqcn.LabParams;
                             mlx5: the NIC firmware's µs timers)
-  --rp kernel|agent         where the DCQCN reaction point takes its CNPs: an
+  --rp kernel|agent|off     where the DCQCN reaction point takes its CNPs: an
                             eBPF program on the devices holding -B, Rc cut
                             from a CNP's arrival on (default kernel where it
-                            attaches, else agent) or the client's agent
+                            attaches, else agent) or the client's agent; off
+                            sends at the line rate, CNPs counted as ignored
+                            (mlx5's roce_rp/enable 0)
   --dcqcn NAME=VALUE        set a DCQCN knob by its mlx5 name, repeatable;
                             "--dcqcn help" lists them with their values
   --dscp N                  DSCP of data and ACKs (default 26)
@@ -393,8 +396,8 @@ func parseArgs(args []string) (*options, error) {
 		if set["udp-port"] && udpN == 0 {
 			return nil, mustBe("--udp-port", *udpPort, "1..65535")
 		}
-		if *npMode != "" && *npMode != perf.NPKernel && *npMode != perf.NPAgent {
-			return nil, mustBe("--np", *npMode, "kernel or agent")
+		if *npMode != "" && *npMode != perf.NPKernel && *npMode != perf.NPAgent && *npMode != perf.NPOff {
+			return nil, mustBe("--np", *npMode, "kernel, agent or off")
 		}
 		if uetRun && (!bindAddr.IsValid() || bindAddr.IsUnspecified() || bindAddr.IsMulticast()) {
 			return nil, errors.New("roceperf: -s --transport uet: give -B ADDR, a unicast address of this host (UET's UDP 4793 is opened per address)")

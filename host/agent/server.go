@@ -148,6 +148,11 @@ type ServerOptions struct {
 	// PKey is the P_Key of the server's QPs (QPConfig.PKey). Optional: 0
 	// means roce.DefaultPKey.
 	PKey uint16
+	// NPDisabled turns the server's notification point off, as mlx5's
+	// roce_np/enable 0 does: its QPs count the CE-marked packets they get
+	// (np_ecn_marked_roce_packets) and send no CNPs, whatever the session
+	// asks. Seed 000's "NIC ECN disabled" at the receiver.
+	NPDisabled bool
 	// OnSession, if set, is called with each session's QPs once they are
 	// connected (the server tool prints them).
 	OnSession func(remote net.Addr, req SessionRequest, qps []*QP)
@@ -293,7 +298,7 @@ func (s *Server) qpConfig(c net.Conn, req *SessionRequest) (QPConfig, *sidechan.
 	}
 	cfg.MTU = req.MTU
 	cfg.DSCP = req.DSCP
-	cfg.NP = req.NP
+	cfg.NP = req.NP && !s.opts.NPDisabled
 	cfg.CNPPeriod = req.CNPPeriod
 	cfg.CNPDSCP = req.CNPDSCP
 	cfg.VerifyIncoming = req.Verify

@@ -404,8 +404,8 @@ func (s ServerConfig) validate(p string) error {
 		return conf.Errorf(conf.Join(p, "udp_port"), s.UDPPort, "rocev2 only: UET is on UDP 4793")
 	case s.Transport == perf.TransportUET && (!s.Bind.IsValid() || s.Bind.IsUnspecified()):
 		return conf.Errorf(conf.Join(p, "bind"), s.Bind, "required with transport uet: a unicast address of this server")
-	case s.NP != "" && s.NP != perf.NPKernel && s.NP != perf.NPAgent:
-		return conf.Errorf(conf.Join(p, "np"), s.NP, "must be kernel or agent")
+	case s.NP != "" && s.NP != perf.NPKernel && s.NP != perf.NPAgent && s.NP != perf.NPOff:
+		return conf.Errorf(conf.Join(p, "np"), s.NP, "must be kernel, agent or off")
 	case s.NP != "" && s.Transport == perf.TransportUET:
 		return conf.Errorf(conf.Join(p, "np"), s.NP, "rocev2 only")
 	case s.MaxQPs < 0 || s.MaxQPs > perf.MaxQPs:

@@ -162,8 +162,9 @@ type Node struct {
 	QuickAck bool `yaml:"quickack"`
 	// NP is where a host's rocev2 server turns CE marks into CNPs:
 	// kernel (host/npbpf, where it attaches, else the agent with a
-	// warning) or agent (its receive loop; roceperf --np). Optional:
-	// kernel.
+	// warning), agent (its receive loop; roceperf --np), or off (mlx5's
+	// roce_np/enable 0: CE counted, no CNP sent; seed 000's
+	// misconfiguration). Optional: kernel.
 	NP string `yaml:"np"`
 	// HostQueue bounds a host's host queue: the bytes its rocev2 and uet
 	// senders have on their links that the switch has not yet received
@@ -338,8 +339,10 @@ type Flow struct {
 	PPFCWatchdog Watchdog `yaml:"ppfc_watchdog"`
 	// RP is where a rocev2 flow's DCQCN reaction point takes its CNPs:
 	// kernel (host/rpbpf: Rc is cut from a CNP's arrival on the device,
-	// where it attaches, else the agent with a warning) or agent (the
-	// sender's receive loop; roceperf --rp). Optional: kernel.
+	// where it attaches, else the agent with a warning), agent (the
+	// sender's receive loop; roceperf --rp), or off (mlx5's
+	// roce_rp/enable 0: the QPs send at the line rate and ignore CNPs;
+	// seed 000's misconfiguration). Optional: kernel.
 	RP string `yaml:"rp"`
 	// Verify checks every payload byte at the server.
 	Verify bool `yaml:"verify"`

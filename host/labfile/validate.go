@@ -95,8 +95,8 @@ func (f *File) validate() error {
 			if n.Kind != KindHost {
 				return conf.Errorf(conf.Join(p, "np"), n.NP, "only a host receives flows; %s is a %s", n.Name, n.Kind)
 			}
-			if n.NP != perf.NPKernel && n.NP != perf.NPAgent {
-				return conf.Errorf(conf.Join(p, "np"), n.NP, "want %s or %s", perf.NPKernel, perf.NPAgent)
+			if n.NP != perf.NPKernel && n.NP != perf.NPAgent && n.NP != perf.NPOff {
+				return conf.Errorf(conf.Join(p, "np"), n.NP, "want %s, %s or %s", perf.NPKernel, perf.NPAgent, perf.NPOff)
 			}
 		}
 	}
@@ -642,8 +642,8 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			if !slices.Contains(dcqcn.ProfileNames(), fl.Profile) {
 				return conf.Errorf(fp("profile"), fl.Profile, "want %s", orList(dcqcn.ProfileNames()))
 			}
-			if fl.RP != "" && fl.RP != perf.RPKernel && fl.RP != perf.RPAgent {
-				return conf.Errorf(fp("rp"), fl.RP, "want %s or %s", perf.RPKernel, perf.RPAgent)
+			if fl.RP != "" && fl.RP != perf.RPKernel && fl.RP != perf.RPAgent && fl.RP != perf.RPOff {
+				return conf.Errorf(fp("rp"), fl.RP, "want %s, %s or %s", perf.RPKernel, perf.RPAgent, perf.RPOff)
 			}
 		} else {
 			if err := only("rp", fl.RP != "", "dcqcn"); err != nil {

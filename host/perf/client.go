@@ -97,9 +97,14 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	// kernel RP takes the CNPs of DCQCN's QPs.
 	portRate := c.LineRate
 	rp := agent.OffloadAgent
-	if c.CC == agent.CCDCQCN {
+	mode := c.CC
+	if mode == agent.CCDCQCN {
 		portRate = c.effectiveLineRate()
 		rp = agent.Offload(c.RP)
+		if c.RP == RPOff {
+			// roce_rp/enable 0: no rate limiter, the CNPs counted as ignored.
+			mode, rp = agent.CCNone, agent.OffloadAgent
+		}
 	}
 	k := c.Timescale
 	rh, err := agent.OpenHost(agent.HostConfig{
@@ -117,11 +122,11 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	}
 
 	qc := agent.DefaultQPConfig()
-	qc.MTU, qc.DSCP, qc.CC = c.MTU, c.DSCP, c.CC
-	if c.CC == agent.CCDCQCN {
+	qc.MTU, qc.DSCP, qc.CC = c.MTU, c.DSCP, mode
+	if mode == agent.CCDCQCN {
 		qc.DCQCN = params
 	} else {
-		qc.RateCap = c.LineRate
+		qc.RateCap = portRate
 	}
 	qc.NP = false // the client's QPs receive only ACKs and CNPs
 	qc.CNPDSCP = params.CNPDSCP

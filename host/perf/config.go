@@ -110,8 +110,9 @@ type ServerConfig struct {
 	Interval time.Duration
 	// NP is where CE marks turn into CNPs (--np): NPKernel, the eBPF
 	// program on the host's devices (host/npbpf), or NPAgent, the
-	// server's receive loop. Optional: "" means kernel where it attaches,
-	// else the agent (with a warning).
+	// server's receive loop, or NPOff (CE counted, no CNPs sent).
+	// Optional: "" means kernel where it attaches, else the agent (with a
+	// warning).
 	NP string
 	// Limits bound what clients may make the server hold (QPs, registered
 	// memory, sessions, connections, request size, timeouts). Optional:
@@ -177,6 +178,12 @@ const (
 	NPAgent  = "agent"
 	RPKernel = "kernel"
 	RPAgent  = "agent"
+	// NPOff and RPOff turn the role off, as mlx5's roce_np/enable and
+	// roce_rp/enable 0 do (seed 000's "NIC ECN disabled"): the server's
+	// QPs count CE arrivals and send no CNPs; the client's DCQCN QPs send
+	// at the line rate and count the CNPs they get as ignored.
+	NPOff = "off"
+	RPOff = "off"
 )
 
 // ClientConfig configures a client run. Zero values mean the defaults
@@ -216,8 +223,9 @@ type ClientConfig struct {
 	// RP is where the reaction point takes its CNPs (--rp): RPKernel, the
 	// eBPF program on the host's devices (host/rpbpf: Rc is cut from a
 	// CNP's arrival on the device on), or RPAgent, the client's receive
-	// loop. Optional: "" means kernel where it attaches, else the agent
-	// (with a warning). DCQCN only.
+	// loop, or RPOff (no reaction: the QPs send at the line rate).
+	// Optional: "" means kernel where it attaches, else the agent (with a
+	// warning). DCQCN only.
 	RP string
 	// Knobs are set on the profile in order (dcqcn.New). cnp_dscp given
 	// here overrides CNPDSCP.
@@ -453,8 +461,8 @@ func (c ClientConfig) Validate() error {
 	}
 	c = c.withDefaults()
 	switch {
-	case c.RP != "" && c.RP != RPKernel && c.RP != RPAgent:
-		return configErr(FieldRP, c.RP, "kernel or agent")
+	case c.RP != "" && c.RP != RPKernel && c.RP != RPAgent && c.RP != RPOff:
+		return configErr(FieldRP, c.RP, "kernel, agent or off")
 	case c.UDPPort < 0 || c.UDPPort > 65535:
 		return configErr(FieldUDPPort, c.UDPPort, "0..65535 (0: 4791)")
 	case c.QPs < 1 || c.QPs > MaxQPs:
@@ -538,6 +546,19 @@ func (c ClientConfig) effectiveLineRate() units.Rate {
 		return DefaultLineRate
 	}
 	return c.LineRate
+}
+
+// DSCPs are the code points the client's flow carries: data and ACKs,
+// and the server's CNPs (RoCEv2, a cnp_dscp knob included; 0 for UET).
+func (c ClientConfig) DSCPs() (data, cnp uint8) {
+	c = c.withDefaults()
+	if c.Transport == TransportUET {
+		return c.DSCP, 0
+	}
+	if p, err := c.dcqcnParams(); err == nil {
+		return c.DSCP, p.CNPDSCP
+	}
+	return c.DSCP, c.CNPDSCP
 }
 
 // dcqcnParams builds the profile at the effective line rate and applies

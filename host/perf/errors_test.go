@@ -85,3 +85,33 @@ func TestPPFCLimitsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestRolesOff: off is a place for the NP and the RP, beside kernel and
+// agent; anything else is refused with the three.
+func TestRolesOff(t *testing.T) {
+	c := DefaultClientConfig("198.18.0.1")
+	c.RP = RPOff
+	if err := c.Validate(); err != nil {
+		t.Errorf("rp off: %v", err)
+	}
+	c.RP = "nic"
+	var ce *ConfigError
+	if err := c.Validate(); !errors.As(err, &ce) || ce.Field != FieldRP || !strings.Contains(ce.Must, "kernel, agent or off") {
+		t.Errorf("rp nic: %v", err)
+	}
+	_, err := Listen(ServerConfig{NP: "nic"})
+	if !errors.As(err, &ce) || ce.Field != FieldNP || !strings.Contains(ce.Must, "kernel, agent or off") {
+		t.Errorf("np nic: %v", err)
+	}
+	// The DSCPs a flow's packets carry: its own and its CNPs', a knob's
+	// cnp_dscp first.
+	c = DefaultClientConfig("198.18.0.1")
+	c.Knobs = []cc.Knob{{Name: "cnp_dscp", Value: "46"}}
+	if d, cnp := c.DSCPs(); d != 26 || cnp != 46 {
+		t.Errorf("DSCPs() = %d, %d; want 26, 46", d, cnp)
+	}
+	c.Transport = TransportUET
+	if d, cnp := c.DSCPs(); d != 26 || cnp != 0 {
+		t.Errorf("uet: DSCPs() = %d, %d; want 26, 0", d, cnp)
+	}
+}

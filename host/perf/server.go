@@ -108,14 +108,17 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if cfg.Bind.IsValid() {
 		bind = cfg.Bind.Unmap()
 	}
+	np := agent.Offload(cfg.NP)
 	switch cfg.NP {
 	case "", NPKernel, NPAgent:
+	case NPOff:
+		np = agent.OffloadAgent
 	default:
-		return nil, configErr(FieldNP, cfg.NP, "kernel or agent")
+		return nil, configErr(FieldNP, cfg.NP, "kernel, agent or off")
 	}
 	host, err := agent.OpenHost(agent.HostConfig{
 		Addr: netip.AddrPortFrom(bind, uint16(cfg.UDPPort)), Port: pktio.RoCEOptions{SendPath: cfg.SendPath},
-		NP: agent.Offload(cfg.NP), RP: agent.OffloadAgent, Agent: agent.Config{Logger: log, Held: cfg.Held, PPFCSources: cfg.PPFCSources,
+		NP: np, RP: agent.OffloadAgent, Agent: agent.Config{Logger: log, Held: cfg.Held, PPFCSources: cfg.PPFCSources,
 			PPFCMaxPause: cfg.PPFCMaxPause, PPFCWatchdog: cfg.PPFCWatchdog},
 	})
 	if err != nil {
@@ -137,7 +140,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		log:  log,
 		sess: map[string]*serverSession{},
 	}
-	s.side, err = s.ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, PKey: cfg.PKey, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
+	s.side, err = s.ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, PKey: cfg.PKey, NPDisabled: cfg.NP == NPOff, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
 	if err != nil {
 		_ = s.Close()
 		return nil, &ConfigError{Field: FieldServerLimits, Cause: err}
