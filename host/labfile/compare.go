@@ -257,7 +257,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 					rs.Flows = append(rs.Flows, fr)
 				}
 				for _, pr := range res.Ports {
-					pr.Stats = nil
+					pr.Stats, pr.Config = nil, nil
 					rs.Ports = append(rs.Ports, pr)
 				}
 				// A run whose flows failed counts: its failed instances

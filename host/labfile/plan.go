@@ -181,6 +181,9 @@ type FlowPlan struct {
 	// none.
 	Ports    []int
 	LastPort int
+	// ReplyPorts are the Plan.Ports its replies (ACKs, CNPs, TCP's ACKs)
+	// cross on their way back to the sender, in path order.
+	ReplyPorts []int
 	// RelayHolds are the relay devices its data and its replies leave
 	// by, each with how long after a packet leaves there the flow's
 	// nearest port on its data path sees the effect (host/hostlost's
@@ -905,28 +908,24 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			}
 		}
 		fpn.Bottleneck = lineRate
-		hops := g.hopsTo(to)
 		for _, h := range path {
 			mtu := h.e.mtu
 			if h.e.wan && fpn.Crosses {
 				mtu -= tunnel.OuterHeaderBytes
 			}
 			fpn.PathMTU = min(fpn.PathMTU, mtu)
-			for j, po := range p.Ports {
-				if po.Node == h.from && po.Dev == h.e.dev[1-h.e.other(h.from)] {
-					if fpn.Bottleneck == 0 || po.Config.Rate < fpn.Bottleneck {
-						fpn.Bottleneck = po.Config.Rate
-					}
-					if !slices.Contains(fpn.Ports, j) {
-						fpn.Ports = append(fpn.Ports, j)
-					}
-				}
+		}
+		fpn.Ports = p.portsOn(g, path, to)
+		for _, j := range fpn.Ports {
+			if r := p.Ports[j].Config.Rate; fpn.Bottleneck == 0 || r < fpn.Bottleneck {
+				fpn.Bottleneck = r
 			}
 		}
-		// Path order: the farthest from the receiver first.
-		slices.SortStableFunc(fpn.Ports, func(a, b int) int { return hops[p.Ports[b].Node] - hops[p.Ports[a].Node] })
 		if n := len(fpn.Ports); n > 0 {
 			fpn.LastPort = fpn.Ports[n-1]
+		}
+		if back, ok := g.path(fl.To, from); ok {
+			fpn.ReplyPorts = p.portsOn(g, back, from)
 		}
 		fpn.BaseRTT = 2 * f.pathDelay(path, fl.From)
 		fpn.RelayHolds = f.relayHolds(p, path, fl.From, fpn.Ports)
@@ -1250,6 +1249,22 @@ func (g *graph) hopsTo(dst netip.Addr) map[string]int {
 
 // path is every edge the routes may take from node n to the host
 // address dst (all equal-cost branches), ending with dst's own link.
+// portsOn is the ports a path toward dst leaves by (every ECMP branch),
+// the farthest from dst first.
+func (p *Plan) portsOn(g *graph, path []hop, dst netip.Addr) []int {
+	var out []int
+	for _, h := range path {
+		for j, po := range p.Ports {
+			if po.Node == h.from && po.Dev == h.e.dev[1-h.e.other(h.from)] && !slices.Contains(out, j) {
+				out = append(out, j)
+			}
+		}
+	}
+	hops := g.hopsTo(dst)
+	slices.SortStableFunc(out, func(a, b int) int { return hops[p.Ports[b].Node] - hops[p.Ports[a].Node] })
+	return out
+}
+
 func (g *graph) path(n string, dst netip.Addr) ([]hop, bool) {
 	var target *edge
 	for _, e := range g.edges {

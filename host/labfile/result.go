@@ -165,9 +165,24 @@ type FlowResult struct {
 	FCTS          float64 `json:"fct_s,omitempty"`
 	IdealFCTS     float64 `json:"ideal_fct_s,omitempty"`
 	FCTRatio      float64 `json:"fct_ratio,omitempty"`
-	// RoCEv2 (mlx5 names): CNPs the receiver's NP sent, CNPs the
-	// sender's RP handled and ignored (within a cut's window), packets
-	// resent by go-back-N, ACK timeouts.
+	// DSCP is the code point of the flow's data and ACKs, CNPDSCP of its
+	// CNPs (rocev2). Path are the ports its data crosses and ReplyPath
+	// those its replies cross back, in path order, each with the class
+	// the code point takes there (the port's dscp map).
+	DSCP      int       `json:"dscp"`
+	CNPDSCP   int       `json:"cnp_dscp,omitempty"`
+	Path      []FlowHop `json:"path,omitempty"`
+	ReplyPath []FlowHop `json:"reply_path,omitempty"`
+	// NP and RP are where a rocev2 flow's notification and reaction
+	// points ran, or off (Node.NP, Flow.RP; "" the default, kernel).
+	NP string `json:"np,omitempty"`
+	RP string `json:"rp,omitempty"`
+	// RoCEv2 (mlx5 names): CE-marked packets the receiver got, CNPs its
+	// NP sent, CNPs the sender's RP handled and ignored (within a cut's
+	// window, or all of them with rp off), packets resent by go-back-N,
+	// ACK timeouts.
+	TxPackets          uint64 `json:"tx_packets,omitempty"` // the sender's
+	CEArrived          uint64 `json:"np_ecn_marked_roce_packets,omitempty"`
 	CNPSent            uint64 `json:"np_cnp_sent,omitempty"`
 	CNPHandled         uint64 `json:"rp_cnp_handled,omitempty"`
 	CNPIgnored         uint64 `json:"rp_cnp_ignored,omitempty"`
@@ -202,6 +217,15 @@ type FlowResult struct {
 	Series *SeriesResult `json:"series,omitempty"`
 	// Report is perf's full report (iperf3's shape) of a single flow.
 	Report *perf.Report `json:"report,omitempty"`
+}
+
+// FlowHop is a port on a flow's way and the classes its packets take
+// there: Class its data's (or, on the reply path, its ACKs'), CNPClass
+// its CNPs' (rocev2, reply path).
+type FlowHop struct {
+	Port     string `json:"port"` // switch:dev
+	Class    int    `json:"class"`
+	CNPClass int    `json:"cnp_class,omitempty"`
 }
 
 // SeriesResult is a flow's instances.
@@ -294,9 +318,10 @@ type PortResult struct {
 	MeanSojournUS  float64 `json:"mean_sojourn_us"`
 	InvariantError string  `json:"invariant_error,omitempty"`
 	Error          string  `json:"error,omitempty"`
-	// Stats are the port's counters per class (nil in a comparison's
-	// summary of runs).
-	Stats *qdisc.Stats `json:"stats,omitempty"`
+	// Stats are the port's counters per class and Config its settings
+	// (nil in a comparison's summary of runs).
+	Stats  *qdisc.Stats  `json:"stats,omitempty"`
+	Config *qdisc.Config `json:"config,omitempty"`
 	// Curves are the observed marking curves of the classes that mark
 	// on the backlog (WRED, step, two-threshold) and saw ECN-capable
 	// packets, against the configured ones.
@@ -684,6 +709,8 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 			out.PPFCKernel += s.Sender.PPFCKernel
 			out.PPFCKernelLost += s.Sender.PPFCKernelLost
 			out.CNPSent += s.Receiver.NPCNPSent
+			out.CEArrived += s.Receiver.NPECNMarkedRoCEPackets
+			out.TxPackets += s.Sender.TxPackets
 			out.OutOfSequence += s.Receiver.OutOfSequence
 		}
 	}
@@ -1034,4 +1061,32 @@ func writeHostQueues(w io.Writer, hq []HostQueueResult) {
 		line += fmt.Sprintf("; %d times written off as lost on the way", off)
 	}
 	fmt.Fprintln(w, line)
+}
+
+// fillPath says where the flow's packets went: its code points, the
+// classes they take at each port of its data and reply paths, and where
+// its DCQCN roles ran.
+func (p *Plan) fillPath(out *FlowResult, fp *FlowPlan) {
+	var data, cnp uint8
+	switch fp.Flow.Transport {
+	case TransportTCP:
+		data = uint8(fp.Flow.DSCP)
+	default:
+		data, cnp = fp.Client.DSCPs()
+	}
+	out.DSCP, out.CNPDSCP = int(data), int(cnp)
+	if fp.Flow.Transport == TransportRoCEv2 {
+		out.NP, out.RP = p.Servers[fp.Server].NP, fp.Flow.RP
+	}
+	class := func(j int, d uint8) int { return int(p.Ports[j].Config.DSCPClass[d&(qdisc.NumDSCP-1)]) }
+	for _, j := range fp.Ports {
+		out.Path = append(out.Path, FlowHop{Port: p.Ports[j].Name, Class: class(j, data)})
+	}
+	for _, j := range fp.ReplyPorts {
+		h := FlowHop{Port: p.Ports[j].Name, Class: class(j, data)}
+		if cnp != 0 {
+			h.CNPClass = class(j, cnp)
+		}
+		out.ReplyPath = append(out.ReplyPath, h)
+	}
 }

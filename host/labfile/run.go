@@ -1086,7 +1086,9 @@ func (r *runner) sample(t0 time.Time, flows []*flowRun, res *Result, done <-chan
 func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 	res.Interrupted = interrupted
 	for _, fr := range flows {
-		res.Flows = append(res.Flows, flowResult(fr))
+		out := flowResult(fr)
+		r.p.fillPath(&out, fr.plan)
+		res.Flows = append(res.Flows, out)
 	}
 	deadline := time.Now().Add(settleWait)
 	for {
@@ -1123,7 +1125,7 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 	}
 	for i, pp := range r.p.Ports {
 		st, err := stableStats(r.ports[i], deadline)
-		pr := PortResult{Name: pp.Name, Node: pp.Node, Dev: pp.Dev, RateBps: uint64(pp.Config.Rate), Watched: pp.Watch}
+		pr := PortResult{Name: pp.Name, Node: pp.Node, Dev: pp.Dev, RateBps: uint64(pp.Config.Rate), Watched: pp.Watch, Config: &pp.Config}
 		if err != nil {
 			pr.Error = err.Error()
 		} else {
