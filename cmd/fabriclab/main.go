@@ -2,6 +2,7 @@
 //
 //	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE]
 //	fabriclab demo [roce|uet|tcp] [-print] [run's flags]
+//	fabriclab check LAB.yaml [-variant V] [run's flags] | -result DIR/result.json
 //	fabriclab validate LAB.yaml
 //	fabriclab plan LAB.yaml -node NAME [-apply]
 //	fabriclab help
@@ -82,6 +83,18 @@ const usage = `usage:
       (roce, tcp: the port at 250 Mbit/s, every fabric time ×2) and says
       so; -timescale sets it. -print writes the file to stdout, to copy
       and edit: fabriclab demo -print uet > my.yaml; fabriclab run my.yaml
+  fabriclab check LAB.yaml [-variant V] [-t DUR] [-timescale K] [-o DIR] [-json] [-v]
+  fabriclab check -result DIR/result.json [-json]
+      seed 000's three layers: run the lab once (its variant V), or read a
+      run's result.json, and say per rocev2 flow which layer of the DCQCN
+      loop is silent, in the seed's words, with the counters behind it:
+      the switch ports on its path (CP: marks, the queue against the
+      marking threshold, PPFC stops and drops), the path (DSCP and ECN as
+      each hop saw them), the receiver (NP: CE arrivals, CNPs sent) and
+      the sender (RP: CNPs handled and ignored). A flow whose path saw no
+      congestion is idle: nothing to judge. -json prints check.json's
+      report. Exit status 0 when no layer is silent, 3 when one is.
+      Examples: host/labfile/examples/three-layers/*.yaml
   fabriclab validate LAB.yaml
       check the file (every error names file:line, the field, the value and
       what is allowed) and print the addresses and routes it would build
@@ -101,7 +114,8 @@ const usage = `usage:
 
 Examples: host/labfile/examples/*.yaml. The schema: docs/labfiles.md.
 Exit status: 0 when every flow delivered, 1 when one failed or the lab could
-not be built, 2 on bad usage or a bad file, 130 on Ctrl-C.
+not be built, 2 on bad usage or a bad file, 3 when check finds a layer
+silent, 130 on Ctrl-C.
 `
 
 func main() {
@@ -121,9 +135,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version.Line("fabriclab"))
 		return 0
 	case "completion":
-		c := completion.Command{Tool: "fabriclab", Words: []string{"run", "demo", "validate", "plan", "help", "version", "completion", "--help", "--version"},
+		c := completion.Command{Tool: "fabriclab", Words: []string{"run", "demo", "check", "validate", "plan", "help", "version", "completion", "--help", "--version"},
 			Subs: map[string][]string{}}
-		for _, sub := range []string{"run", "demo", "validate", "plan"} {
+		for _, sub := range []string{"run", "demo", "check", "validate", "plan"} {
 			c.Subs[sub] = completion.Flags(completion.Help(run, sub, "-h"))
 		}
 		return completion.Write(c, args[1:], stdout, stderr)
@@ -133,10 +147,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runLab(args[1:], stdout, stderr)
 	case "demo":
 		return demo(args[1:], stdout, stderr)
+	case "check":
+		return check(args[1:], stdout, stderr)
 	case "plan":
 		return plan(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "fabriclab: unknown command %q: want run, demo, validate, plan or help\n", args[0])
+	fmt.Fprintf(stderr, "fabriclab: unknown command %q: want run, demo, check, validate, plan or help\n", args[0])
 	return 2
 }
 
@@ -555,4 +571,101 @@ func interval(f *labfile.File) time.Duration {
 		return labfile.DefaultInterval
 	}
 	return f.Report.Interval
+}
+
+// exitSilent is check's status when a layer is silent.
+const exitSilent = 3
+
+// check runs a lab once (or reads a run's result.json) and prints seed
+// 000's three-layer verdicts.
+func check(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rf := addRunFlags(fs)
+	variant := fs.String("variant", "", "run the file's variant `V`")
+	resultPath := fs.String("result", "", "judge a run's `result.json` instead of running the lab")
+	path, err := parseOptional(fs, args, "lab file")
+	switch {
+	case err != nil:
+	case path == "" && *resultPath == "":
+		err = errors.New("no lab file given (or -result DIR/result.json)")
+	case path != "" && *resultPath != "":
+		err = fmt.Errorf("a lab file (%s) or -result (%s), not both", path, *resultPath)
+	case *rf.runs > 1 || *rf.variants != "":
+		err = errors.New("check judges one run: -variant V, not -runs or -variants")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab check: %v\n", err)
+		return 2
+	}
+	var res *labfile.Result
+	code := 0
+	if *resultPath != "" {
+		res, err = labfile.ReadResult(*resultPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "fabriclab check: %v\n", err)
+			return 2
+		}
+	} else {
+		if code := rf.check("check", stderr); code != 0 {
+			return code
+		}
+		f, err := labfile.Load(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+			return 2
+		}
+		if *variant != "" && !slices.Contains(f.VariantNames(), *variant) {
+			fmt.Fprintf(stderr, "fabriclab check: -variant %s: %s has no such variant (its variants: %s)\n", *variant, f.RunName(), strings.Join(f.VariantNames(), ", "))
+			return 2
+		}
+		if *rf.timescale != 0 {
+			if err := f.SetTimescale(units.Timescale(*rf.timescale)); err != nil {
+				fmt.Fprintf(stderr, "fabriclab check: -timescale %g: %v\n", *rf.timescale, err)
+				return 2
+			}
+		}
+		if os.Geteuid() != 0 {
+			fmt.Fprintln(stderr, "fabriclab check: needs root (network namespaces, BPF programs)")
+			return 1
+		}
+		level := slog.LevelWarn
+		if *rf.verbose {
+			level = slog.LevelInfo
+		}
+		ctx, cancel, interrupt := lab.CatchInterrupts(context.Background(), "fabriclab", "tearing the lab down", stderr)
+		defer interrupt.Stop()
+		defer cancel()
+		if !*rf.asJSON {
+			fmt.Fprintf(stdout, "fabriclab check: running %s once (%d flows)\n", f.RunName(), len(f.Flows))
+		}
+		res, err = labfile.Run(ctx, f, labfile.RunOptions{Duration: *rf.dur, OutDir: *rf.out, Variant: *variant,
+			Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))})
+		if sig := interrupt.Signal(); sig != nil {
+			return lab.SignalExitCode(sig)
+		}
+		if res == nil {
+			fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+			return 1
+		}
+		if err != nil {
+			// The verdicts still read what the run counted.
+			fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+			code = 1
+		}
+	}
+	// Judged anew from the counters: a result.json's own verdicts are
+	// those of the fabriclab that wrote it.
+	c := labfile.Check(res)
+	if *rf.asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(c)
+	} else {
+		labfile.WriteCheck(stdout, c)
+	}
+	if len(c.Silent()) > 0 {
+		return exitSilent
+	}
+	return code
 }

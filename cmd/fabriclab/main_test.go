@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fabriclab/fabriclab/host/labfile"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 func TestCommands(t *testing.T) {
@@ -21,7 +26,12 @@ func TestCommands(t *testing.T) {
 	cases := []tc{
 		{[]string{"help"}, 0, "fabriclab plan LAB.yaml -node NAME", ""},
 		{[]string{}, 2, "", "usage:"},
-		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate": want run, demo, validate, plan or help`},
+		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate": want run, demo, check, validate, plan or help`},
+		{[]string{"check"}, 2, "", "fabriclab check: no lab file given (or -result DIR/result.json)"},
+		{[]string{"check", "a.yaml", "-result", "r.json"}, 2, "", "a lab file (a.yaml) or -result (r.json), not both"},
+		{[]string{"check", "../../host/labfile/examples/ecnsharp.yaml", "-runs", "3"}, 2, "", "check judges one run: -variant V, not -runs or -variants"},
+		{[]string{"check", "../../host/labfile/examples/ecnsharp.yaml", "-variant", "red"}, 2, "", "-variant red: ecnsharp has no such variant"},
+		{[]string{"check", "-result", "nonexistent.json"}, 2, "", "no such file"},
 		{[]string{"demo", "-print"}, 0, "name: demo\n", ""},
 		{[]string{"demo", "uet", "-print"}, 0, "name: demo-uet\n", ""},
 		{[]string{"demo", "-print", "tcp"}, 0, "transport: tcp, cc: cubic", ""},
@@ -73,5 +83,37 @@ func TestDemoTimescale(t *testing.T) {
 		if got := float64(demoTimescale(c.share)); got != c.want {
 			t.Errorf("share %.2f: timescale %v, want %v", c.share, got, c.want)
 		}
+	}
+}
+
+// check -result judges a run's result.json: exit 3 and the layer's name
+// when one is silent, the report as JSON with -json.
+func TestCheckResult(t *testing.T) {
+	cfg := qdisc.DefaultConfig(500 * units.Mbit)
+	st := &qdisc.Stats{Classes: make([]qdisc.ClassStats, qdisc.NumClasses)}
+	st.Classes[qdisc.ClassRoCE].ArrivedECT0, st.Classes[qdisc.ClassRoCE].CEMarkedECT0 = 5000, 900
+	res := labfile.Result{Schema: labfile.ResultSchema, Ports: []labfile.PortResult{{Name: "sw:r", Stats: st, Config: &cfg}},
+		Flows: []labfile.FlowResult{{Name: "f1", From: "s1", To: "r", Transport: labfile.TransportRoCEv2, CC: "dcqcn",
+			Path: []labfile.FlowHop{{Port: "sw:r", Class: int(qdisc.ClassRoCE)}}, TxPackets: 5000, CEArrived: 400, NP: "off"}}}
+	b, err := json.Marshal(&res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "result.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", "-result", path}, &out, &errb); code != exitSilent || !strings.Contains(out.String(), "silent: NP") ||
+		!strings.Contains(out.String(), "np: off at r") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"check", "-json", "-result", path}, &out, &errb); code != exitSilent {
+		t.Errorf("-json: exit %d", code)
+	}
+	var c labfile.CheckReport
+	if err := json.Unmarshal(out.Bytes(), &c); err != nil || c.Schema != labfile.CheckSchema || c.Flows[0].Layer != labfile.LayerNP {
+		t.Errorf("-json: %v %+v", err, c)
 	}
 }

@@ -93,6 +93,9 @@ type Result struct {
 	E2EReactionMS float64 `json:"e2e_reaction_ms,omitempty"`
 	// Fairness is the timed flows' Jain index while all of them ran.
 	Fairness *Fairness `json:"fairness,omitempty"`
+	// Check is seed 000's three layers, judged per rocev2 flow from the
+	// counters along its path (Check); nil without rocev2 flows.
+	Check *CheckReport `json:"check,omitempty"`
 	// Goals are the file's goals this run decides alone (File.Goals: of
 	// its variant, without than), reported, not enforced.
 	Goals []GoalResult `json:"goals,omitempty"`
@@ -168,7 +171,8 @@ type FlowResult struct {
 	// DSCP is the code point of the flow's data and ACKs, CNPDSCP of its
 	// CNPs (rocev2). Path are the ports its data crosses and ReplyPath
 	// those its replies cross back, in path order, each with the class
-	// the code point takes there (the port's dscp map).
+	// the code point takes there (the port's dscp map): where
+	// Check reads the loop's counters.
 	DSCP      int       `json:"dscp"`
 	CNPDSCP   int       `json:"cnp_dscp,omitempty"`
 	Path      []FlowHop `json:"path,omitempty"`
@@ -998,6 +1002,9 @@ func (res *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, " %s %.1f", n, f.GoodputBps[i]/1e6)
 		}
 		fmt.Fprintln(w, " Mbit/s")
+	}
+	if c := res.Check; c != nil {
+		WriteCheck(w, c)
 	}
 	if res.E2EReactionMS > 0 {
 		fmt.Fprintf(w, "end-to-end reaction %.1f ms: a queue past its CE threshold to the first DCQCN cut (sampled every %v)\n",

@@ -150,6 +150,9 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	res = r.run(ctx)
 	res.Tune = r.tuned
 	res.Goals = f.runGoals(opts.Variant, res)
+	if res.judges() {
+		res.Check = Check(res)
+	}
 	if opts.Htsim != nil {
 		res.Htsim = f.runHtsim(ctx, r.p, opts.Htsim)
 	}

@@ -1,0 +1,425 @@
+package labfile
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// The three layers check (seed 000, "What can go wrong"): DCQCN's loop
+// runs through the switch that marks (CP), the receiver that turns CE
+// into CNPs (NP) and the sender that cuts its rate on a CNP (RP); "any one
+// missing and the control loop is silent while PFC keeps firing". Check
+// reads a run's counters along each rocev2 flow's path and names the
+// first silent layer, citing the counters behind the verdict. It never
+// guesses: a flow whose path saw no congestion is idle, not healthy.
+
+// Layer is a part of the loop a verdict names.
+type Layer string
+
+const (
+	LayerCP   Layer = "cp"   // the switch ports on the data path: marking
+	LayerPath Layer = "path" // DSCP and ECN between the sender and the receiver
+	LayerNP   Layer = "np"   // the receiver: CE arrivals into CNPs
+	LayerRP   Layer = "rp"   // the sender: CNPs into rate cuts
+)
+
+// Kinds of verdicts.
+const (
+	CheckOK        = "ok"         // every layer acted
+	CheckIdle      = "idle"       // no congestion on the path: nothing to judge
+	CheckNotJudged = "not-judged" // not a rocev2 DCQCN flow, or no counters
+	// Path.
+	CheckDSCPChanged = "dscp-changed" // the flow's packets left its class between two hops
+	CheckECNCleared  = "ecn-cleared"  // ECT or CE lost between hops
+	CheckNotECT      = "not-ect"      // the sender's packets arrive Not-ECT
+	// CP.
+	CheckNoMarks        = "no-marks"        // queue past the marking threshold, no CE
+	CheckMarkingOff     = "marking-off"     // the class does not mark (ecn off)
+	CheckThresholdsHigh = "thresholds-high" // PPFC or drops fire while marks are few
+	// NP.
+	CheckNPSilent = "np-silent" // CE arrives, no CNP sent
+	// RP.
+	CheckRPDisabled = "rp-disabled" // CNPs arrive, none handled
+	CheckCNPsLost   = "cnps-lost"   // CNPs sent, too few arrive
+)
+
+// Thresholds of the verdicts that compare counts.
+const (
+	// MarksPerSafetyEvent: a hop whose class sent PPFC stops or dropped
+	// packets must have marked at least this many packets per such event,
+	// or its thresholds are too high: ECN "fires before PFC by design"
+	// (seed 000), so a healthy class marks far more than it stops.
+	MarksPerSafetyEvent = 10
+	// CNPArrivalShare is the share of the CNPs sent that must reach the
+	// sender (handled or ignored); fewer are lost on the way back.
+	CNPArrivalShare = 0.5
+	// FlowShare is the share of a flow's packets a hop's class must have
+	// seen to count as the flow's: fewer, and the flow was not there.
+	FlowShare = 0.5
+	// UnmarkedQueueBytes is where a class that does not mark (ecn off)
+	// counts as congested: the seed's lowest typical min_th.
+	UnmarkedQueueBytes = 50 * units.KiB
+)
+
+// CheckSchema is check.json's schema.
+const CheckSchema = "fabriclab.check/1"
+
+// CheckReport is Check's verdict on a run, one per flow.
+type CheckReport struct {
+	Schema string      `json:"schema"`
+	Run    string      `json:"run"`
+	Flows  []FlowCheck `json:"flows"`
+}
+
+// FlowCheck is one flow's verdict: Layer the silent layer ("" when the
+// loop ran, was idle or was not judged), Kind what was found, Hop the
+// port or the pair of ports it is at, Says the seed's words, Evidence the
+// counters behind it.
+type FlowCheck struct {
+	Flow     string     `json:"flow"`
+	Layer    Layer      `json:"layer,omitempty"`
+	Kind     string     `json:"kind"`
+	Hop      string     `json:"hop,omitempty"`
+	Says     string     `json:"says"`
+	Evidence []Evidence `json:"evidence"`
+}
+
+// Evidence is a counter a verdict cites: where (a port's class, the
+// receiver, the sender), its name and value.
+type Evidence struct {
+	Where   string `json:"where"`
+	Counter string `json:"counter"`
+	Value   uint64 `json:"value"`
+}
+
+func (e Evidence) String() string { return fmt.Sprintf("%s %s %d", e.Where, e.Counter, e.Value) }
+
+// Silent lists the layers a verdict names, once each, in loop order.
+func (c *CheckReport) Silent() []Layer {
+	var out []Layer
+	for _, l := range []Layer{LayerCP, LayerPath, LayerNP, LayerRP} {
+		for _, f := range c.Flows {
+			if f.Layer == l {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Check judges each rocev2 flow of a run (seed 000's three layers).
+func Check(res *Result) *CheckReport {
+	rep := &CheckReport{Schema: CheckSchema, Run: res.RunID}
+	ports := map[string]*PortResult{}
+	for i := range res.Ports {
+		ports[res.Ports[i].Name] = &res.Ports[i]
+	}
+	for i := range res.Flows {
+		rep.Flows = append(rep.Flows, checkFlow(&res.Flows[i], ports))
+	}
+	return rep
+}
+
+// hopView is a port's class on a flow's data path.
+type hopView struct {
+	name  string // port and class, for evidence
+	port  string
+	cfg   *qdisc.ClassConfig
+	st    *qdisc.ClassStats
+	class int
+}
+
+func (h *hopView) arrivals() uint64 {
+	return h.st.ArrivedNotECT + h.st.ArrivedECT0 + h.st.ArrivedECT1 + h.st.ArrivedCE
+}
+
+func (h *hopView) safety() uint64 { return h.st.PPFCStopsSent + h.st.DroppedPackets() }
+
+// congested says the class's queue went past where its marking starts.
+func (h *hopView) congested() bool {
+	c := h.cfg
+	switch c.ECN {
+	case qdisc.ECNStep, qdisc.ECNWRED:
+		return h.st.MaxBacklogBytes > uint64(c.MinThBytes)
+	case qdisc.ECNTwoThreshold:
+		return h.st.MaxBacklogBytes > uint64(c.TwoThreshold.T1Bytes)
+	case qdisc.ECNTCN, qdisc.ECNCoDel, qdisc.ECNSharp:
+		target := c.InsTarget
+		if c.ECN == qdisc.ECNCoDel {
+			target = c.Target
+		}
+		if c.QueueSignal {
+			return h.st.MaxBacklogBytes > uint64(c.InsTargetBytes)
+		}
+		return target > 0 && h.st.Sojourn.Quantile(0.99) > target
+	}
+	// ecn off: the limit or PPFC is all there is.
+	return h.safety() > 0 || h.st.MaxBacklogBytes > uint64(UnmarkedQueueBytes)
+}
+
+func (h *hopView) threshold() string {
+	c := h.cfg
+	switch c.ECN {
+	case qdisc.ECNStep, qdisc.ECNWRED:
+		return "min_th " + c.MinThBytes.String()
+	case qdisc.ECNTwoThreshold:
+		return "t1 " + c.TwoThreshold.T1Bytes.String()
+	case qdisc.ECNCoDel:
+		return "target " + c.Target.String()
+	}
+	if c.QueueSignal {
+		return "ins_target " + c.InsTargetBytes.String()
+	}
+	return "ins_target " + c.InsTarget.String()
+}
+
+func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
+	fc := FlowCheck{Flow: f.Name, Kind: CheckNotJudged}
+	if f.Transport != TransportRoCEv2 || (f.CC != "" && f.CC != "dcqcn") {
+		fc.Says = fmt.Sprintf("a %s flow with cc %s: the check judges rocev2 flows under DCQCN", f.Transport, ccName(f.CC))
+		return fc
+	}
+	var hops []hopView
+	for _, h := range f.Path {
+		pr := ports[h.Port]
+		if pr == nil || pr.Stats == nil || pr.Config == nil || h.Class >= len(pr.Stats.Classes) {
+			fc.Says = fmt.Sprintf("no counters for port %s", h.Port)
+			return fc
+		}
+		hops = append(hops, hopView{name: fmt.Sprintf("%s class %d", h.Port, h.Class), port: h.Port,
+			cfg: &pr.Config.Classes[h.Class], st: &pr.Stats.Classes[h.Class], class: h.Class})
+	}
+	if len(hops) == 0 {
+		fc.Says = "the flow crosses no port of the lab: no switch to mark"
+		return fc
+	}
+	sent := f.TxPackets
+	recv := Evidence{"receiver " + f.To, "np_ecn_marked_roce_packets", f.CEArrived}
+	cnps := Evidence{"receiver " + f.To, "np_cnp_sent", f.CNPSent}
+	handled := Evidence{"sender " + f.From, "rp_cnp_handled", f.CNPHandled}
+	ignored := Evidence{"sender " + f.From, "rp_cnp_ignored", f.CNPIgnored}
+	silent := func(l Layer, kind, hop, says string, ev ...Evidence) FlowCheck {
+		fc.Layer, fc.Kind, fc.Hop, fc.Says, fc.Evidence = l, kind, hop, says, ev
+		return fc
+	}
+
+	// The path: each hop's class must have seen the flow's packets, ECN-capable.
+	sentEv := Evidence{"sender " + f.From, "tx_packets", sent}
+	for i := range hops {
+		h := &hops[i]
+		from := "the sender " + f.From
+		if i > 0 {
+			from = hops[i-1].port
+		}
+		between := from + " → " + h.port
+		if sent > 0 && float64(h.arrivals()) < FlowShare*float64(sent) {
+			return silent(LayerPath, CheckDSCPChanged, between,
+				fmt.Sprintf("DSCP not preserved: the flow sent DSCP %d, which %s puts in class %d, but that class saw fewer packets than the flow alone sent: a hop between %s rewrote its DSCP (seed 000: always trust DSCP end to end)", f.DSCP, h.port, h.class, between),
+				sentEv, Evidence{h.name, "arrived_packets", h.arrivals()})
+		}
+		if sent > 0 && float64(h.st.ArrivedNotECT) >= FlowShare*float64(sent) {
+			if i == 0 {
+				return silent(LayerPath, CheckNotECT, between,
+					fmt.Sprintf("ECN not set by the sender: %s's class %d saw the flow's packets arrive Not-ECT, so no switch can mark them", h.port, h.class),
+					sentEv, Evidence{h.name, "arrived_not_ect", h.st.ArrivedNotECT})
+			}
+			return silent(LayerPath, CheckECNCleared, between,
+				fmt.Sprintf("ECN cleared between hops: the flow's packets reached %s ECN-capable and %s Not-ECT", from, h.port),
+				Evidence{hops[i-1].name, "arrived_ect", hops[i-1].st.ArrivedECT0 + hops[i-1].st.ArrivedECT1 + hops[i-1].st.ArrivedCE},
+				Evidence{h.name, "arrived_not_ect", h.st.ArrivedNotECT})
+		}
+	}
+
+	// The switch: marks where the queue built.
+	var marks, safety uint64
+	var marked *hopView
+	var markEv []Evidence
+	congested := false
+	for i := range hops {
+		h := &hops[i]
+		marks += h.st.CEMarked()
+		safety += h.safety()
+		if h.st.CEMarked() > 0 {
+			marked = h
+		}
+		congested = congested || h.congested() || h.safety() > 0
+		markEv = append(markEv, Evidence{h.name, "ce_marked", h.st.CEMarked()})
+	}
+	if !congested && marks == 0 {
+		fc.Kind = CheckIdle
+		fc.Says = "no congestion on the path: no queue past its marking threshold, no mark, stop or drop; nothing to judge"
+		fc.Evidence = markEv
+		return fc
+	}
+	if marks == 0 {
+		h := &hops[0]
+		for i := range hops {
+			if hops[i].congested() {
+				h = &hops[i]
+				break
+			}
+		}
+		for i := range hops {
+			if hops[i].safety() > 0 {
+				return fewMarks(&hops[i], silent)
+			}
+		}
+		ev := []Evidence{{h.name, "ce_marked", 0}, {h.name, "max_backlog_bytes", h.st.MaxBacklogBytes},
+			{h.name, "arrived_ect0", h.st.ArrivedECT0}}
+		if h.cfg.ECN == qdisc.ECNOff {
+			return silent(LayerCP, CheckMarkingOff, h.port,
+				fmt.Sprintf("%s's class %d does not mark (ecn off) while its queue builds: the switch layer is off", h.port, h.class), ev...)
+		}
+		return silent(LayerCP, CheckNoMarks, h.port,
+			fmt.Sprintf("WRED misconfigured: %s's class %d queued past its %s and marked nothing", h.port, h.class, h.threshold()), ev...)
+	}
+
+	// What the safety net did meanwhile: the seed's "silent while PFC
+	// keeps firing".
+	var safetyEv []Evidence
+	for i := range hops {
+		if h := &hops[i]; h.safety() > 0 {
+			safetyEv = append(safetyEv, Evidence{h.name, "ppfc_stops_sent", h.st.PPFCStopsSent}, Evidence{h.name, "dropped_packets", h.st.DroppedPackets()})
+		}
+	}
+
+	// The receiver: CE in, CNPs out.
+	if f.CEArrived == 0 {
+		return silent(LayerPath, CheckECNCleared, marked.port+" → the receiver "+f.To,
+			fmt.Sprintf("marks at the switch, none arriving: %d packets marked CE on the path, the receiver counted none: a hop after %s cleared ECN", marks, marked.port),
+			append(markEv, recv)...)
+	}
+	if f.CNPSent == 0 {
+		says := "marks at the switch, CE arriving, no CNPs: the receiver's NP is disabled"
+		if f.NP == "off" {
+			says += " (np: off at " + f.To + ")"
+		}
+		return silent(LayerNP, CheckNPSilent, "receiver "+f.To, says, append(append(markEv, recv, cnps), safetyEv...)...)
+	}
+
+	// The sender: CNPs in, cuts made.
+	arrived := f.CNPHandled + f.CNPIgnored
+	if f.CNPHandled == 0 && f.CNPIgnored > 0 {
+		says := "CNPs sent and arriving, none handled: the sender's RP is disabled"
+		if f.RP == "off" {
+			says += " (rp: off on " + f.From + ")"
+		}
+		return silent(LayerRP, CheckRPDisabled, "sender "+f.From, says, append([]Evidence{recv, cnps, handled, ignored}, safetyEv...)...)
+	}
+	if float64(arrived) < CNPArrivalShare*float64(f.CNPSent) {
+		ev := []Evidence{cnps, handled, ignored}
+		for _, h := range f.ReplyPath {
+			if pr := ports[h.Port]; pr != nil && pr.Stats != nil && h.CNPClass < len(pr.Stats.Classes) {
+				ev = append(ev, Evidence{fmt.Sprintf("%s class %d", h.Port, h.CNPClass), "dropped_packets", pr.Stats.Classes[h.CNPClass].DroppedPackets()})
+			}
+		}
+		return silent(LayerRP, CheckCNPsLost, f.To+" → "+f.From,
+			fmt.Sprintf("CNPs sent, %d of %d reached the sender's RP: lost on the way back or from a peer it does not know", arrived, f.CNPSent), ev...)
+	}
+	// The loop runs; does ECN act before the safety net?
+	for i := range hops {
+		if h := &hops[i]; h.safety() > 0 && h.st.CEMarked() < MarksPerSafetyEvent*h.safety() {
+			return fewMarks(h, silent)
+		}
+	}
+	fc.Kind = CheckOK
+	fc.Says = fmt.Sprintf("the three layers act: %d marked on the path, %d CE arrived, %d CNPs sent, %d handled", marks, f.CEArrived, f.CNPSent, f.CNPHandled)
+	fc.Evidence = append(markEv, recv, cnps, handled, ignored)
+	if safety > 0 {
+		fc.Says += fmt.Sprintf("; the safety net fired %d times (PPFC stops and drops)", safety)
+	}
+	return fc
+}
+
+// fewMarks is the verdict on a hop where PPFC or drops fired while ECN
+// marked fewer than MarksPerSafetyEvent packets per stop or drop.
+func fewMarks(h *hopView, silent func(Layer, string, string, string, ...Evidence) FlowCheck) FlowCheck {
+	ev := []Evidence{{h.name, "ce_marked", h.st.CEMarked()}, {h.name, "ppfc_stops_sent", h.st.PPFCStopsSent},
+		{h.name, "dropped_packets", h.st.DroppedPackets()}, {h.name, "max_backlog_bytes", h.st.MaxBacklogBytes}}
+	if h.cfg.ECN == qdisc.ECNOff {
+		return silent(LayerCP, CheckMarkingOff, h.port,
+			fmt.Sprintf("%s's class %d does not mark (ecn off): PPFC or drops are all the flow hears, and DCQCN nothing", h.port, h.class), ev...)
+	}
+	marked := "nothing"
+	if n := h.st.CEMarked(); n > 0 {
+		marked = fmt.Sprintf("%d packets (fewer than %d per stop or drop)", n, MarksPerSafetyEvent)
+	}
+	return silent(LayerCP, CheckThresholdsHigh, h.port,
+		fmt.Sprintf("thresholds too high: at %s the safety net fired (%d PPFC stops and drops) while ECN marked %s, %s: ECN is not acting before PFC, tune min_th down so DCQCN gets early warnings",
+			h.port, h.safety(), marked, h.threshold()), ev...)
+}
+
+func ccName(cc string) string {
+	if cc == "" {
+		return "default"
+	}
+	return cc
+}
+
+// WriteCheck prints the verdicts for people: a line per flow, and the
+// counters behind each.
+func WriteCheck(w io.Writer, c *CheckReport) {
+	fmt.Fprintf(w, "three layers (seed 000): %s\n", c.summary())
+	for _, f := range c.Flows {
+		layer := "-"
+		if f.Layer != "" {
+			layer = strings.ToUpper(string(f.Layer))
+		}
+		fmt.Fprintf(w, "  %-12s %-5s %-16s %s\n", f.Flow, layer, f.Kind, f.Says)
+		for _, e := range f.Evidence {
+			fmt.Fprintf(w, "  %-12s %-5s %-16s   %s\n", "", "", "", e)
+		}
+	}
+}
+
+func (c *CheckReport) summary() string {
+	silent := c.Silent()
+	if len(silent) == 0 {
+		n := 0
+		for _, f := range c.Flows {
+			if f.Kind == CheckOK {
+				n++
+			}
+		}
+		return fmt.Sprintf("no layer silent (%d of %d flows judged ok)", n, len(c.Flows))
+	}
+	var s []string
+	for _, l := range silent {
+		s = append(s, strings.ToUpper(string(l)))
+	}
+	return "silent: " + strings.Join(s, ", ")
+}
+
+// judges says the run has a flow Check judges (rocev2).
+func (res *Result) judges() bool {
+	for i := range res.Flows {
+		if res.Flows[i].Transport == TransportRoCEv2 {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadResult reads a run's result.json (Result.write): a file of another
+// schema, such as a comparison's, is refused by name.
+func ReadResult(path string) (*Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if res.Schema != ResultSchema {
+		return nil, fmt.Errorf("%s: schema %q: want %q (a run's result.json; a comparison's runs each have one in VARIANT/runN)", path, res.Schema, ResultSchema)
+	}
+	return &res, nil
+}

@@ -1,0 +1,179 @@
+package labfile
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// checkLab is a run's result by hand: hosts s and r, the flow's data
+// through sw1:sw2 then sw2:r (class 3, seed 000's WRED at 50 KB), its
+// CNPs back through sw2:sw1 (class 6). Healthy unless edited: 10,000
+// packets sent ECT(0), 2,000 marked at sw2:r, 900 CE arrivals, 800 CNPs,
+// 790 handled and 10 ignored.
+func checkLab() *Result {
+	cfg := qdisc.DefaultConfig(500 * units.Mbit)
+	port := func(name string) PortResult {
+		c := cfg
+		st := &qdisc.Stats{Classes: make([]qdisc.ClassStats, qdisc.NumClasses)}
+		return PortResult{Name: name, Stats: st, Config: &c}
+	}
+	res := &Result{Schema: ResultSchema, RunID: "fl-test",
+		Ports: []PortResult{port("sw1:sw2"), port("sw2:r"), port("sw2:sw1")}}
+	for _, i := range []int{0, 1} {
+		c := &res.Ports[i].Stats.Classes[qdisc.ClassRoCE]
+		c.ArrivedECT0 = 10_000
+	}
+	down := &res.Ports[1].Stats.Classes[qdisc.ClassRoCE]
+	down.CEMarkedECT0, down.MaxBacklogBytes = 2_000, 300_000
+	res.Flows = []FlowResult{{Name: "f", From: "s", To: "r", Transport: TransportRoCEv2, CC: "dcqcn", DSCP: 26, CNPDSCP: 48,
+		Path:      []FlowHop{{Port: "sw1:sw2", Class: 3}, {Port: "sw2:r", Class: 3}},
+		ReplyPath: []FlowHop{{Port: "sw2:sw1", Class: 3, CNPClass: 6}},
+		TxPackets: 10_000, CEArrived: 900, CNPSent: 800, CNPHandled: 790, CNPIgnored: 10}}
+	return res
+}
+
+func class(res *Result, port int, c qdisc.ClassID) *qdisc.ClassStats {
+	return &res.Ports[port].Stats.Classes[c]
+}
+
+func TestCheckVerdicts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(*Result)
+		layer Layer
+		kind  string
+		hop   string
+		cites string // a counter the verdict must cite
+	}{
+		{"healthy", func(*Result) {}, "", CheckOK, "", "rp_cnp_handled"},
+		{"idle", func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).MaxBacklogBytes = 0, 20_000
+			r.Flows[0].CEArrived, r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0, 0
+		}, "", CheckIdle, "", "ce_marked"},
+		{"uet", func(r *Result) { r.Flows[0].Transport, r.Flows[0].CC = TransportUET, "nscc" }, "", CheckNotJudged, "", ""},
+		{"cc none", func(r *Result) { r.Flows[0].CC = "none" }, "", CheckNotJudged, "", ""},
+		{"no counters", func(r *Result) { r.Ports[1].Stats = nil }, "", CheckNotJudged, "", ""},
+		// A middle hop rewrote DSCP 26 to 0: sw2:r's class 3 saw none of it.
+		{"dscp bleached", func(r *Result) {
+			class(r, 1, 3).ArrivedECT0 = 40
+			class(r, 1, 0).ArrivedECT0 = 10_000
+		}, LayerPath, CheckDSCPChanged, "sw1:sw2 → sw2:r", "arrived_packets"},
+		{"dscp at the first hop", func(r *Result) { class(r, 0, 3).ArrivedECT0 = 0 }, LayerPath, CheckDSCPChanged, "the sender s → sw1:sw2", "tx_packets"},
+		{"sender not ECT", func(r *Result) {
+			class(r, 0, 3).ArrivedECT0, class(r, 0, 3).ArrivedNotECT = 0, 10_000
+		}, LayerPath, CheckNotECT, "the sender s → sw1:sw2", "arrived_not_ect"},
+		{"ecn cleared between hops", func(r *Result) {
+			class(r, 1, 3).ArrivedECT0, class(r, 1, 3).ArrivedNotECT = 0, 10_000
+		}, LayerPath, CheckECNCleared, "sw1:sw2 → sw2:r", "arrived_not_ect"},
+		{"CE cleared after the last mark", func(r *Result) { r.Flows[0].CEArrived = 0 }, LayerPath, CheckECNCleared, "sw2:r → the receiver r", "np_ecn_marked_roce_packets"},
+		{"no marks", func(r *Result) { class(r, 1, 3).CEMarkedECT0 = 0 }, LayerCP, CheckNoMarks, "sw2:r", "max_backlog_bytes"},
+		{"marking off", func(r *Result) {
+			r.Ports[1].Config.Classes[3].ECN = qdisc.ECNOff
+			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).MaxBacklogBytes = 0, 900_000
+		}, LayerCP, CheckMarkingOff, "sw2:r", "ce_marked"},
+		{"thresholds high", func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).PPFCStopsSent = 30, 700
+		}, LayerCP, CheckThresholdsHigh, "sw2:r", "ppfc_stops_sent"},
+		{"drops with few marks", func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).DroppedLimitPackets = 99, 10
+		}, LayerCP, CheckThresholdsHigh, "sw2:r", "dropped_packets"},
+		{"no marks before PPFC", func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).PPFCStopsSent = 0, 700
+			r.Flows[0].CEArrived, r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0, 0
+		}, LayerCP, CheckThresholdsHigh, "sw2:r", "ppfc_stops_sent"},
+		// The loop is walked in order: a silent NP is named before the
+		// thresholds, though PPFC fires for it.
+		{"np silent while PPFC fires", func(r *Result) {
+			class(r, 1, 3).PPFCStopsSent = 700
+			r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0
+		}, LayerNP, CheckNPSilent, "receiver r", "ppfc_stops_sent"},
+		{"np silent", func(r *Result) { r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0 }, LayerNP, CheckNPSilent, "receiver r", "np_cnp_sent"},
+		{"rp disabled", func(r *Result) { r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 800 }, LayerRP, CheckRPDisabled, "sender s", "rp_cnp_ignored"},
+		{"cnps lost", func(r *Result) {
+			r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 300, 0
+			class(r, 2, 6).DroppedLimitPackets = 500
+		}, LayerRP, CheckCNPsLost, "r → s", "dropped_packets"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := checkLab()
+			tc.edit(res)
+			c := Check(res)
+			f := c.Flows[0]
+			if f.Layer != tc.layer || f.Kind != tc.kind || f.Hop != tc.hop {
+				t.Fatalf("got layer %q kind %q hop %q (%s), want %q %q %q", f.Layer, f.Kind, f.Hop, f.Says, tc.layer, tc.kind, tc.hop)
+			}
+			if f.Says == "" {
+				t.Error("a verdict without words")
+			}
+			if tc.cites != "" && !slices.ContainsFunc(f.Evidence, func(e Evidence) bool { return e.Counter == tc.cites }) {
+				t.Errorf("evidence %v does not cite %s", f.Evidence, tc.cites)
+			}
+			silent := c.Silent()
+			if (tc.layer == "") != (len(silent) == 0) {
+				t.Errorf("Silent() = %v with layer %q", silent, tc.layer)
+			}
+		})
+	}
+}
+
+// The thresholds' edges: MarksPerSafetyEvent marks per stop are enough.
+func TestCheckMarksPerSafetyEdge(t *testing.T) {
+	res := checkLab()
+	class(res, 1, 3).CEMarkedECT0, class(res, 1, 3).PPFCStopsSent = 10*MarksPerSafetyEvent, 10
+	if f := Check(res).Flows[0]; f.Kind != CheckOK {
+		t.Errorf("%d marks for 10 stops: %s (%s), want ok", 10*MarksPerSafetyEvent, f.Kind, f.Says)
+	}
+	class(res, 1, 3).CEMarkedECT0--
+	if f := Check(res).Flows[0]; f.Kind != CheckThresholdsHigh {
+		t.Errorf("one mark fewer: %s, want %s", f.Kind, CheckThresholdsHigh)
+	}
+}
+
+// Silent lists each layer once, in the loop's order; WriteCheck names it.
+func TestCheckReportSilent(t *testing.T) {
+	c := &CheckReport{Flows: []FlowCheck{{Flow: "a", Layer: LayerRP, Kind: CheckRPDisabled, Says: "x"}, {Flow: "b", Layer: LayerNP, Kind: CheckNPSilent, Says: "y"},
+		{Flow: "c", Layer: LayerRP, Kind: CheckCNPsLost, Says: "z"}, {Flow: "d", Kind: CheckOK, Says: "ok"}}}
+	if got := c.Silent(); !slices.Equal(got, []Layer{LayerNP, LayerRP}) {
+		t.Errorf("Silent() = %v", got)
+	}
+	var b bytes.Buffer
+	WriteCheck(&b, c)
+	if out := b.String(); !strings.HasPrefix(out, "three layers (seed 000): silent: NP, RP\n") || !strings.Contains(out, "rp-disabled") {
+		t.Errorf("WriteCheck:\n%s", out)
+	}
+	b.Reset()
+	WriteCheck(&b, Check(checkLab()))
+	if !strings.HasPrefix(b.String(), "three layers (seed 000): no layer silent (1 of 1 flows judged ok)") {
+		t.Errorf("WriteCheck:\n%s", b.String())
+	}
+}
+
+// ReadResult takes what a run wrote and refuses a comparison's file.
+func TestReadResult(t *testing.T) {
+	dir := t.TempDir()
+	res := checkLab()
+	if err := res.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadResult(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Check(back).Flows[0], Check(res).Flows[0]; got.Kind != want.Kind || len(got.Evidence) != len(want.Evidence) {
+		t.Errorf("read back: %+v, want %+v", got, want)
+	}
+	other := filepath.Join(dir, "comparison.json")
+	if err := os.WriteFile(other, []byte(`{"schema": "fabriclab.comparison/1"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadResult(other); err == nil || !strings.Contains(err.Error(), `schema "fabriclab.comparison/1"`) {
+		t.Errorf("a comparison's file: %v", err)
+	}
+}
