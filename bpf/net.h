@@ -24,6 +24,8 @@
 #define ECN_ECT1 0x1
 #define ECN_ECT0 0x2
 #define ECN_CE 0x3
+/* RFC 2474: the DSCP is the DS field's high six bits. */
+#define DSCP_MASK 0xFC
 
 struct ethhdr {
 	unsigned char h_dest[ETH_ALEN];

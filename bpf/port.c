@@ -415,6 +415,11 @@ int port_enqueue(struct __sk_buff *skb)
 	default:
 		break;
 	}
+	/* Remarking last: this port classified and marked by the code point
+	 * as it arrived; the next hop sees the new one. */
+	if ((cc->flags & CLASS_F_REMARK) && pr == PARSE_IP &&
+	    set_ds(skb, &pi, DSCP_MASK, cc->remark_dscp << 2) == 0)
+		st->remarked_packets++;
 	return TC_ACT_OK;
 }
 

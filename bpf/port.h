@@ -58,6 +58,11 @@ enum class_flags {
 	/* Not-ECT packets are dropped on the marking curve instead of
 	 * passing (RED behaviour); off by default, as on RoCE switches. */
 	CLASS_F_WRED_DROP = 1 << 0,
+	/* Remark: the class's packets leave with DSCP remark_dscp, their ECN
+	 * bits kept, as a switch's egress rewrite does (and seed 000's "a
+	 * switch in the middle clears DSCP" when the next hop classifies by
+	 * the old one). */
+	CLASS_F_REMARK = 1 << 1,
 };
 
 enum port_flags {
@@ -162,6 +167,8 @@ struct class_config {
 	 * source, the tunnel-ingress PE, at most one per PE, class and kind
 	 * per wan_cnp_interval_ns. 0: off. */
 	__u64 wan_cnp_interval_ns;
+	__u32 remark_dscp; /* with CLASS_F_REMARK */
+	__u32 remark_pad;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */
@@ -307,6 +314,8 @@ struct class_stats {
 	/* Of the lateness, what HTB's bucket made up by sending ahead of
 	 * the line afterwards: not booked as held back. */
 	__u64 caught_up_ns;
+	/* Packets that left with the class's remark_dscp (CLASS_F_REMARK). */
+	__u64 remarked_packets;
 };
 
 /* Per-CPU counters of the port as a whole. */

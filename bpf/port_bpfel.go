@@ -55,6 +55,8 @@ type PortClassConfig struct {
 	LightMaxP        uint64
 	HeavyMaxP        uint64
 	WanCnpIntervalNs uint64
+	RemarkDscp       uint32
+	RemarkPad        uint32
 }
 
 type PortClassState struct {
@@ -139,6 +141,7 @@ type PortClassStats struct {
 	HeldBackNs           uint64
 	HeldBackPackets      uint64
 	CaughtUpNs           uint64
+	RemarkedPackets      uint64
 }
 
 type PortEcnMode uint32

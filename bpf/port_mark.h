@@ -66,11 +66,11 @@ static __always_inline enum parse_result parse(struct __sk_buff *skb, struct pkt
 	return PARSE_NON_IP;
 }
 
-/* set_ecn rewrites the ECN field of the first IP header (the outer one of a
- * tunnelled packet) to ecn. IPv4 fixes the header checksum incrementally
- * (RFC 1624); IPv6 has no header checksum and the UDP/TCP pseudo-header
- * does not cover the traffic class. */
-static __always_inline int set_ecn(struct __sk_buff *skb, const struct pkt_info *pi, __u8 ecn)
+/* set_ds rewrites the bits of mask in the DS field of the first IP header
+ * (the outer one of a tunnelled packet) to those of val. IPv4 fixes the
+ * header checksum incrementally (RFC 1624); IPv6 has no header checksum
+ * and the UDP/TCP pseudo-header does not cover the traffic class. */
+static __always_inline int set_ds(struct __sk_buff *skb, const struct pkt_info *pi, __u8 mask, __u8 val)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -83,7 +83,7 @@ static __always_inline int set_ecn(struct __sk_buff *skb, const struct pkt_info 
 		if ((void *)(ip + 1) > data_end)
 			return -1;
 		old_word = *(__u16 *)ip;
-		ip->tos = (ip->tos & ~ECN_MASK) | ecn;
+		ip->tos = (ip->tos & ~mask) | (val & mask);
 		new_word = *(__u16 *)ip;
 		/* HC' = ~(~HC + ~m + m'), all in one's complement. */
 		sum = (__u16)~ip->check + (__u16)~old_word + new_word;
@@ -97,10 +97,19 @@ static __always_inline int set_ecn(struct __sk_buff *skb, const struct pkt_info 
 
 		if ((void *)(ip6 + 1) > data_end)
 			return -1;
-		ip6->flow_lbl[0] = (ip6->flow_lbl[0] & ~(ECN_MASK << 4)) | (ecn << 4);
+		/* The traffic class spans the first two bytes: its high
+		 * nibble in byte 0's low one, its low nibble in byte 1's high. */
+		ip6->priority = (ip6->priority & ~(mask >> 4)) | ((val & mask) >> 4);
+		ip6->flow_lbl[0] = (ip6->flow_lbl[0] & ~(mask << 4)) | ((val & mask) << 4);
 		return 0;
 	}
 	return -1;
+}
+
+/* set_ecn rewrites the ECN field of the first IP header to ecn. */
+static __always_inline int set_ecn(struct __sk_buff *skb, const struct pkt_info *pi, __u8 ecn)
+{
+	return set_ds(skb, pi, ECN_MASK, ecn);
 }
 
 /* set_ce rewrites ECT(0)/ECT(1) to CE. */

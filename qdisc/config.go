@@ -199,6 +199,15 @@ type ClassConfig struct {
 	// its own in veth mode, its own virtual queue in virtual mode) and its
 	// limit applies. DefaultTrimClass with TrimBytes.
 	TrimClass ClassID `json:"trim_class,omitempty"`
+
+	// Remark rewrites the DSCP of the class's packets to RemarkDSCP as
+	// they leave (their ECN bits kept), as a switch's egress rewrite
+	// does. The port classifies and marks by the code point as it
+	// arrived; the next hop sees the new one. Seed 000's first
+	// misconfiguration ("a switch in the middle clears DSCP") is
+	// remark with DSCP 0. Off by default.
+	Remark     bool `json:"remark,omitempty"`
+	RemarkDSCP DSCP `json:"remark_dscp,omitempty"`
 }
 
 // Packet trimming settings (ClassConfig.TrimBytes, TrimDSCP, TrimClass).
@@ -401,6 +410,12 @@ func (cc *ClassConfig) validate() error {
 		// At or below xon an alarm would carry no drain time, and no
 		// congestion episode would have begun.
 		errs = append(errs, fmt.Errorf("ppfc: alarm (%s) must be above xon (%s) and below xoff (%s), or 0 (off)", cc.AlarmBytes, cc.XonBytes, cc.XoffBytes))
+	}
+	switch {
+	case cc.RemarkDSCP >= NumDSCP:
+		errs = append(errs, fmt.Errorf("remark: remark_dscp (%d) must be 0 to %d", cc.RemarkDSCP, NumDSCP-1))
+	case !cc.Remark && cc.RemarkDSCP != 0:
+		errs = append(errs, fmt.Errorf("remark: remark_dscp (%d) needs remark (off)", cc.RemarkDSCP))
 	}
 	switch {
 	case cc.TrimBytes == 0 && (cc.TrimDSCP != 0 || cc.TrimClass != 0):

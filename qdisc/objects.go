@@ -14,6 +14,7 @@ import (
 // Mirrors of bpf/port.h that BTF does not carry (unused enums are not emitted).
 const (
 	classFlagWREDDrop   = 1 << 0 // CLASS_F_WRED_DROP
+	classFlagRemark     = 1 << 1 // CLASS_F_REMARK
 	portFlagSetPriority = 1 << 0 // PORT_F_SET_PRIORITY
 	portFlagXmitHook    = 1 << 1 // PORT_F_XMIT_HOOK
 	portFlagPPFC        = 1 << 2 // PORT_F_PPFC
@@ -246,6 +247,10 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 		if cc.WREDDrop {
 			v.Flags |= classFlagWREDDrop
 		}
+		if cc.Remark {
+			v.Flags |= classFlagRemark
+			v.RemarkDscp = uint32(cc.RemarkDSCP)
+		}
 		v.MtuBytes = o.frameBytes
 		if v.MtuBytes == 0 {
 			v.MtuBytes = DefaultFrameBytes
@@ -324,6 +329,10 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 		cc.Rate = units.Rate(v.RateBps)
 		cc.ECN = ECNMode(v.EcnMode)
 		cc.WREDDrop = v.Flags&classFlagWREDDrop != 0
+		cc.Remark = v.Flags&classFlagRemark != 0
+		if cc.Remark {
+			cc.RemarkDSCP = DSCP(v.RemarkDscp)
+		}
 		cc.XoffBytes = units.ByteSize(v.XoffBytes)
 		cc.XonBytes = units.ByteSize(v.XonBytes)
 		cc.AlarmBytes = units.ByteSize(v.AlarmBytes)

@@ -145,6 +145,8 @@ type ClassStats struct {
 	// CaughtUp is the lateness HTB made up by sending ahead of the line
 	// after it, not in HeldBack.
 	CaughtUp time.Duration `json:"caught_up_ns"`
+	// RemarkedPackets left with the class's RemarkDSCP.
+	RemarkedPackets uint64 `json:"remarked_packets,omitempty"`
 }
 
 // HostQueueStats count the host queue of a class: packets HTB has handed to
@@ -387,6 +389,7 @@ func (s *Stats) Total() ClassStats {
 		t.TrimDroppedBytes += c.TrimDroppedBytes
 		t.TrimInPackets += c.TrimInPackets
 		t.TrimInBytes += c.TrimInBytes
+		t.RemarkedPackets += c.RemarkedPackets
 		t.LightMarked += c.LightMarked
 		t.HeavyMarked += c.HeavyMarked
 		t.WANCNPLightSent += c.WANCNPLightSent
@@ -512,6 +515,7 @@ func readStats(m *bpf.PortMaps, cfg *Config) (Stats, error) {
 			c.HeldBack += time.Duration(p.HeldBackNs)
 			c.HeldBackPackets += p.HeldBackPackets
 			c.CaughtUp += time.Duration(p.CaughtUpNs)
+			c.RemarkedPackets += p.RemarkedPackets
 		}
 		if cfg != nil {
 			c.Curve.BinBytes = uint64(cfg.Classes[i].LimitBytes) / CurveBins

@@ -17,8 +17,9 @@ import (
 //
 // CLASS is 0-7 (or tc0-tc7). An ITEM is a word or KEY=VALUE. The class-wide
 // words are a mode (ECNModeNames), strict, no-strict, wred-drop,
-// no-wred-drop, no-ppfc, trim, no-trim; the class-wide keys ecn (a mode),
-// limit, name, rate, xoff, xon, alarm, trim, trim-dscp, trim-class. Every
+// no-wred-drop, no-ppfc, trim, no-trim, no-remark; the class-wide keys ecn
+// (a mode), limit, name, rate, xoff, xon, alarm, trim, trim-dscp,
+// trim-class, remark. Every
 // other word or key belongs to a mode (its marker's tcKeys) and is only
 // accepted for a class in that mode. Fields the spec does not mention keep
 // their value. TCKeysHelp lists them all.
@@ -119,8 +120,8 @@ func TCKeysHelp() string {
 			}
 		}
 	}
-	words = append(words, "no-ppfc", "trim", "no-trim")
-	keys = append(keys, "xoff=SIZE", "xon=SIZE", "alarm=SIZE", "trim=SIZE", "trim-dscp=DSCP", "trim-class=CLASS")
+	words = append(words, "no-ppfc", "trim", "no-trim", "no-remark")
+	keys = append(keys, "xoff=SIZE", "xon=SIZE", "alarm=SIZE", "trim=SIZE", "trim-dscp=DSCP", "trim-class=CLASS", "remark=DSCP")
 	return "words: " + strings.Join(words, ", ") + "; keys: " + strings.Join(keys, ", ")
 }
 
@@ -146,6 +147,10 @@ type TCSpec struct {
 	trimDSCP  *DSCP
 	trimClass *ClassID
 	noTrim    bool
+	// Remarking: the DSCP the class's packets leave with; noRemark turns
+	// it off.
+	remark   *DSCP
+	noRemark bool
 }
 
 // Class is the traffic class the option sets.
@@ -229,6 +234,9 @@ func ParseTC(raw string) (*TCSpec, error) {
 			case "no-trim", "notrim":
 				field = "trim"
 				s.noTrim = true
+			case "no-remark", "noremark":
+				field = "remark"
+				s.noRemark = true
 			default:
 				if name, v, ok := modeKey(key, true); ok {
 					if err := setMode(name, v); err != nil {
@@ -275,13 +283,11 @@ func ParseTC(raw string) (*TCSpec, error) {
 			}
 		case "trim-dscp", "trim_dscp":
 			if err = once("trim-dscp"); err == nil {
-				var n uint64
-				if n, err = strconv.ParseUint(val, 10, 8); err != nil || n >= NumDSCP {
-					err = fmt.Errorf("trim-dscp %q: want a DSCP, 1-%d", val, NumDSCP-1)
-				} else {
-					d := DSCP(n)
-					s.trimDSCP = &d
-				}
+				s.trimDSCP, err = dscpValue("trim-dscp", val, 1)
+			}
+		case "remark", "remark-dscp", "remark_dscp":
+			if err = once("remark"); err == nil {
+				s.remark, err = dscpValue("remark", val, 0)
 			}
 		case "trim-class", "trim_class":
 			if err = once("trim-class"); err == nil {
@@ -422,11 +428,27 @@ func (s *TCSpec) Apply(cfg *Config) error {
 	if err := s.applyTrim(cc); err != nil {
 		return err
 	}
+	if s.remark != nil {
+		cc.Remark, cc.RemarkDSCP = true, *s.remark
+	}
+	if s.noRemark {
+		cc.Remark, cc.RemarkDSCP = false, 0
+	}
 	cc.ECN = mode
 	if err := mk.applyTC(cc, s.modeSet, before, s.class); err != nil {
 		return specError("--tc", s.raw, "%v", err)
 	}
 	return nil
+}
+
+// dscpValue reads a key's DSCP, lo to 63.
+func dscpValue(key, val string, lo uint64) (*DSCP, error) {
+	n, err := strconv.ParseUint(val, 10, 8)
+	if err != nil || n < lo || n >= NumDSCP {
+		return nil, fmt.Errorf("%s %q: want a DSCP, %d-%d", key, val, lo, NumDSCP-1)
+	}
+	d := DSCP(n)
+	return &d, nil
 }
 
 // applyTrim sets cc's trimming. Turning it on fills trim-dscp and

@@ -128,6 +128,9 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 				extra = append(extra, fmt.Sprintf("alarm %s", cc.AlarmBytes))
 			}
 		}
+		if cc.Remark {
+			extra = append(extra, fmt.Sprintf("remark dscp %d", cc.RemarkDSCP))
+		}
 		if cc.TrimBytes != 0 {
 			extra = append(extra, fmt.Sprintf("trim %s dscp %d -> tc%d", cc.TrimBytes, cc.TrimDSCP, cc.TrimClass))
 		}
