@@ -136,8 +136,23 @@ type hopView struct {
 	class int
 }
 
-func (h *hopView) arrivals() uint64 {
-	return h.st.ArrivedNotECT + h.st.ArrivedECT0 + h.st.ArrivedECT1 + h.st.ArrivedCE
+func (h *hopView) arrivals() uint64 { return arrived(h.st) }
+
+// arrived is a class's arrivals, every ECN codepoint.
+func arrived(cs *qdisc.ClassStats) uint64 {
+	return cs.ArrivedNotECT + cs.ArrivedECT0 + cs.ArrivedECT1 + cs.ArrivedCE
+}
+
+// busiestOther is the port's class, other than the flow's, that took the
+// most packets.
+func (h *hopView) busiestOther(ports map[string]*PortResult) (class int, n uint64) {
+	pr := ports[h.port]
+	for c := range pr.Stats.Classes {
+		if a := arrived(&pr.Stats.Classes[c]); c != h.class && a > n {
+			class, n = c, a
+		}
+	}
+	return class, n
 }
 
 func (h *hopView) safety() uint64 { return h.st.PPFCStopsSent + h.st.DroppedPackets() }
@@ -220,9 +235,17 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		}
 		between := from + " → " + h.port
 		if sent > 0 && float64(h.arrivals()) < FlowShare*float64(sent) {
+			ev := []Evidence{sentEv, {h.name, "arrived_packets", h.arrivals()}}
+			// Where the packets went instead, and a remark on the way.
+			if c, n := h.busiestOther(ports); n > 0 {
+				ev = append(ev, Evidence{fmt.Sprintf("%s class %d", h.port, c), "arrived_packets", n})
+			}
+			if i > 0 && hops[i-1].st.RemarkedPackets > 0 {
+				ev = append(ev, Evidence{hops[i-1].name, "remarked_packets", hops[i-1].st.RemarkedPackets})
+			}
 			return silent(LayerPath, CheckDSCPChanged, between,
-				fmt.Sprintf("DSCP not preserved: the flow sent DSCP %d, which %s puts in class %d, but that class saw fewer packets than the flow alone sent: a hop between %s rewrote its DSCP (seed 000: always trust DSCP end to end)", f.DSCP, h.port, h.class, between),
-				sentEv, Evidence{h.name, "arrived_packets", h.arrivals()})
+				fmt.Sprintf("DSCP not preserved: the flow sent DSCP %d, which %s puts in class %d, but that class saw fewer packets than the flow alone sent: its DSCP was rewritten between %s and %s (seed 000: always trust DSCP end to end)", f.DSCP, h.port, h.class, from, h.port),
+				ev...)
 		}
 		if sent > 0 && float64(h.st.ArrivedNotECT) >= FlowShare*float64(sent) {
 			if i == 0 {

@@ -64,7 +64,8 @@ func TestCheckVerdicts(t *testing.T) {
 		{"dscp bleached", func(r *Result) {
 			class(r, 1, 3).ArrivedECT0 = 40
 			class(r, 1, 0).ArrivedECT0 = 10_000
-		}, LayerPath, CheckDSCPChanged, "sw1:sw2 → sw2:r", "arrived_packets"},
+			class(r, 0, 3).RemarkedPackets = 10_000
+		}, LayerPath, CheckDSCPChanged, "sw1:sw2 → sw2:r", "remarked_packets"},
 		{"dscp at the first hop", func(r *Result) { class(r, 0, 3).ArrivedECT0 = 0 }, LayerPath, CheckDSCPChanged, "the sender s → sw1:sw2", "tx_packets"},
 		{"sender not ECT", func(r *Result) {
 			class(r, 0, 3).ArrivedECT0, class(r, 0, 3).ArrivedNotECT = 0, 10_000

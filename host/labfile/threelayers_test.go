@@ -27,6 +27,7 @@ func TestThreeLayers(t *testing.T) {
 		{"np-off.yaml", LayerNP, CheckNPSilent},
 		{"rp-off.yaml", LayerRP, CheckRPDisabled},
 		{"wred-high.yaml", LayerCP, CheckThresholdsHigh},
+		{"dscp-bleached.yaml", LayerPath, CheckDSCPChanged},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			f, err := Load(filepath.Join("examples", "three-layers", tc.file))
