@@ -107,6 +107,11 @@ type VariantSummary struct {
 	// rocev2 flows: the DCQCN loop ran, and every CNP arrived.
 	CNPsSent       stats.Stat `json:"cnps_sent"`
 	CNPsUnanswered stats.Stat `json:"cnps_unanswered"`
+	// CNPsHandled is the rocev2 senders' rp_cnp_handled: the rate cuts.
+	CNPsHandled stats.Stat `json:"cnps_handled"`
+	// Silent counts the runs in which Check named each layer silent for
+	// some flow (seed 000's three layers).
+	Silent map[Layer]int `json:"silent_runs,omitempty"`
 	// Incasts are the runs' incast groups (Result.Incasts).
 	Incasts []IncastSummary `json:"incasts,omitempty"`
 	// Htsim is htsim's run of the variant's incast, once
@@ -162,6 +167,10 @@ type PortSummary struct {
 	MeanSojournUS  stats.Stat `json:"mean_sojourn_us"`
 	SojournP99US   stats.Stat `json:"sojourn_p99_us"`
 	MarkedFraction stats.Stat `json:"marked_fraction"`
+	// CEMarked and PPFCStops are the port's CE marks and PPFC stops
+	// sent, in packets: seed 000's tune-and-verify loop reads them.
+	CEMarked       stats.Stat `json:"ce_marked_packets"`
+	PPFCStops      stats.Stat `json:"ppfc_stops_sent"`
 	Dropped        stats.Stat `json:"dropped_packets"`
 	MaxBacklog     stats.Stat `json:"max_backlog_bytes"`
 	QueueMeanBytes stats.Stat `json:"queue_mean_bytes"`
@@ -344,6 +353,29 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		}
 		return nan
 	})
+	vs.CNPsHandled = col(func(r *Result) float64 {
+		n, ok := 0.0, false
+		for _, f := range r.Flows {
+			if f.Transport == TransportRoCEv2 {
+				n, ok = n+float64(f.CNPHandled), true
+			}
+		}
+		if !ok {
+			return nan
+		}
+		return n
+	})
+	for _, r := range rs {
+		if r.Check == nil {
+			continue
+		}
+		for _, l := range r.Check.Silent() {
+			if vs.Silent == nil {
+				vs.Silent = map[Layer]int{}
+			}
+			vs.Silent[l]++
+		}
+	}
 	vs.Jain = col(func(r *Result) float64 {
 		if r.Fairness == nil {
 			return nan
@@ -404,6 +436,13 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 			MeanSojournUS:  port(func(p *PortResult) float64 { return p.MeanSojournUS }),
 			SojournP99US:   port(func(p *PortResult) float64 { return p.SojournP99US }),
 			MarkedFraction: port(func(p *PortResult) float64 { return p.MarkedFraction }),
+			CEMarked:       port(func(p *PortResult) float64 { return float64(p.CEMarked) }),
+			PPFCStops: port(func(p *PortResult) float64 {
+				if p.Stats == nil {
+					return nan
+				}
+				return float64(p.Stats.Total().PPFCStopsSent)
+			}),
 			Dropped:        port(func(p *PortResult) float64 { return float64(p.DroppedPackets) }),
 			MaxBacklog:     port(func(p *PortResult) float64 { return float64(p.MaxBacklogBytes) }),
 			QueueMeanBytes: port(func(p *PortResult) float64 { return orNaN(p.QueueMeanBytes, p.QueueSamples) }),
@@ -680,6 +719,9 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.Incasts) > 0 }) {
 		writeIncastTable(w, c)
 	}
+	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return v.CNPsSent.N > 0 }) {
+		writeLoopTable(w, c)
+	}
 	for _, v := range c.Summary {
 		if v.Jain.N > 0 {
 			fmt.Fprintf(w, "%-14s fairness: Jain %s over the timed flows while all ran\n", orName(v.Name, c.Name), statText(v.Jain, 1, "%.3f"))
@@ -766,5 +808,69 @@ func writeIncastTable(w io.Writer, c *Comparison) {
 		} else if h != nil {
 			fmt.Fprintf(w, "%-14s %s\n", orName(v.Name, c.Name), h.Error)
 		}
+	}
+}
+
+// plural is "s" unless n is 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// writeLoopTable prints the DCQCN loop of each variant (seed 000's
+// tune-and-verify loop): the watched ports' CE marks and PPFC stops, the
+// CNPs sent and handled, the queue's p99, each against the first
+// variant's as a ratio of means; and the runs in which Check found a
+// layer silent.
+func writeLoopTable(w io.Writer, c *Comparison) {
+	fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %16s\n", "variant", "port", "CE marked", "PPFC stops", "CNPs sent", "CNPs handled", "queue p99")
+	first := &c.Summary[0]
+	ratio := func(s, base stats.Stat) string {
+		switch {
+		case s.N == 0 || base.N == 0:
+			return "-"
+		case base.Mean == 0 && s.Mean == 0:
+			return "= 0"
+		case base.Mean == 0:
+			return "from 0"
+		}
+		return fmt.Sprintf("×%.2f", s.Mean/base.Mean)
+	}
+	for i := range c.Summary {
+		v := &c.Summary[i]
+		if v.Runs == 0 {
+			continue
+		}
+		for j, p := range v.Ports {
+			fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %16s\n", orName(v.Name, c.Name), p.Name,
+				statText(p.CEMarked, 1, "%.0f"), statText(p.PPFCStops, 1, "%.0f"), statText(v.CNPsSent, 1, "%.0f"),
+				statText(v.CNPsHandled, 1, "%.0f"), statText(p.QueueP99Bytes, 1e-3, "%.1fKB"))
+			if i == 0 || j >= len(first.Ports) || first.Runs == 0 {
+				continue
+			}
+			fp := &first.Ports[j]
+			fmt.Fprintf(w, "%-14s %-14s %16s %16s %16s %16s %16s\n", "", "vs "+orName(first.Name, c.Name),
+				ratio(p.CEMarked, fp.CEMarked), ratio(p.PPFCStops, fp.PPFCStops), ratio(v.CNPsSent, first.CNPsSent),
+				ratio(v.CNPsHandled, first.CNPsHandled), ratio(p.QueueP99Bytes, fp.QueueP99Bytes))
+		}
+	}
+	for i := range c.Summary {
+		v := &c.Summary[i]
+		if v.Runs == 0 || v.CNPsSent.N == 0 {
+			continue
+		}
+		if len(v.Silent) == 0 {
+			fmt.Fprintf(w, "%-14s three layers: none silent in %d run%s\n", orName(v.Name, c.Name), v.Runs, plural(v.Runs))
+			continue
+		}
+		var parts []string
+		for _, l := range []Layer{LayerCP, LayerPath, LayerNP, LayerRP} {
+			if n := v.Silent[l]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%s in %d of %d runs", strings.ToUpper(string(l)), n, v.Runs))
+			}
+		}
+		fmt.Fprintf(w, "%-14s three layers: silent %s (fabriclab check -result on a run's result.json says why)\n", orName(v.Name, c.Name), strings.Join(parts, ", "))
 	}
 }

@@ -290,3 +290,35 @@ func TestBoundText(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopTable: a comparison with rocev2 flows prints each variant's
+// marks, stops, CNPs and queue, the ratio to the first variant, and the
+// runs in which the check found a layer silent.
+func TestLoopTable(t *testing.T) {
+	run := func(marks, stops, cnps uint64, q99 float64, silent Layer) *Result {
+		st := &qdisc.Stats{Classes: make([]qdisc.ClassStats, qdisc.NumClasses)}
+		st.Classes[3].PPFCStopsSent = stops
+		r := &Result{
+			Ports: []PortResult{{Name: "sw:r", Watched: true, CEMarked: marks, Stats: st, QueueP99Bytes: q99, QueueSamples: 10}},
+			Flows: []FlowResult{{Name: "f", Transport: TransportRoCEv2, CNPSent: cnps, CNPHandled: cnps}},
+			Check: &CheckReport{Flows: []FlowCheck{{Flow: "f", Kind: CheckOK}}},
+		}
+		if silent != "" {
+			r.Check.Flows[0].Layer = silent
+		}
+		return r
+	}
+	base := summarize("kmin-150kb", []*Result{run(100, 4, 50, 500e3, ""), run(100, 4, 50, 500e3, "")}, 2)
+	low := summarize("kmin-80kb", []*Result{run(2700, 0, 900, 250e3, ""), run(2700, 0, 900, 250e3, LayerNP)}, 2)
+	if p := low.Ports[0]; p.CEMarked.Mean != 2700 || p.PPFCStops.Mean != 0 || low.CNPsHandled.Mean != 900 || low.Silent[LayerNP] != 1 {
+		t.Fatalf("summary: %+v, handled %+v, silent %v", p, low.CNPsHandled, low.Silent)
+	}
+	var buf bytes.Buffer
+	(&Comparison{Name: "x", Runs: 2, Variants: []string{"kmin-150kb", "kmin-80kb"}, Summary: []VariantSummary{base, low}}).WriteSummary(&buf)
+	for _, want := range []string{"CE marked       PPFC stops        CNPs sent", "vs kmin-150kb", "×27.00", "×0.00", "×18.00", "×0.50",
+		"kmin-150kb     three layers: none silent in 2 runs", "kmin-80kb      three layers: silent NP in 1 of 2 runs"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, buf.String())
+		}
+	}
+}

@@ -3,9 +3,12 @@
 package labfile
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
@@ -70,5 +73,40 @@ func TestThreeLayers(t *testing.T) {
 				t.Logf("run %d missed; the host starved it (%.1f %% of the run, budget %.1f %%): running again", attempt, 100*h.Share, 100*h.Budget)
 			}
 		})
+	}
+}
+
+// TestTuneAndVerify runs seed 000's tune-and-verify lab once per variant,
+// in 4 s: the DCQCN table compares Kmin 80 KB with 150 KB, and the three
+// layers' check finds none silent in either (both are healthy labs).
+func TestTuneAndVerify(t *testing.T) {
+	labtest.RequireRoot(t)
+	labtest.RequireKernel(t, "6.6")
+	f, err := Load(filepath.Join("examples", "three-layers", "tune-and-verify.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Compare(context.Background(), f, CompareOptions{RunOptions: RunOptions{Duration: 4 * time.Second, OutDir: "-"}, Runs: 1})
+	if c == nil {
+		t.Fatalf("Compare: %v", err)
+	}
+	if err != nil {
+		t.Errorf("Compare: %v", err)
+	}
+	var b bytes.Buffer
+	c.WriteSummary(&b)
+	t.Log(b.String())
+	for _, want := range []string{"CNPs handled", "vs kmin-150kb"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+	for _, v := range c.Summary {
+		if v.Runs != 1 || len(v.Ports) != 1 || v.Ports[0].CEMarked.Mean == 0 || v.CNPsHandled.Mean == 0 {
+			t.Errorf("%s: %d runs, ports %+v, CNPs handled %+v: want a run that marked and cut", v.Name, v.Runs, v.Ports, v.CNPsHandled)
+		}
+		if len(v.Silent) > 0 {
+			t.Errorf("%s: the check found layers silent in a healthy lab: %v", v.Name, v.Silent)
+		}
 	}
 }
