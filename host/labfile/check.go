@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -43,7 +44,8 @@ const (
 	CheckMarkingOff     = "marking-off"     // the class does not mark (ecn off)
 	CheckThresholdsHigh = "thresholds-high" // PPFC or drops fire while marks are few
 	// NP.
-	CheckNPSilent = "np-silent" // CE arrives, no CNP sent
+	CheckNPSilent       = "np-silent"        // CE arrives, no CNP sent
+	CheckCNPClassShared = "cnp-class-shared" // CNPs queue with data on the way back
 	// RP.
 	CheckRPDisabled = "rp-disabled" // CNPs arrive, none handled
 	CheckCNPsLost   = "cnps-lost"   // CNPs sent, too few arrive
@@ -345,6 +347,25 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		}
 		return silent(LayerRP, CheckCNPsLost, f.To+" → "+f.From,
 			fmt.Sprintf("CNPs sent, %d of %d reached the sender's RP: lost on the way back or from a peer it does not know", arrived, f.CNPSent), ev...)
+	}
+	// The loop runs; do its CNPs queue behind data on the way back?
+	// "CNPs usually travel on their own DSCP / priority, so the 'slow
+	// down' message never gets stuck in the queue behind the very traffic
+	// it's reporting on. A CNP that arrives late is a CNP that didn't
+	// help." (seed 000)
+	for _, h := range f.ReplyPath {
+		pr := ports[h.Port]
+		if f.CNPDSCP == 0 || h.CNPClass != h.Class || pr == nil || pr.Stats == nil || h.CNPClass >= len(pr.Stats.Classes) {
+			continue
+		}
+		cs := &pr.Stats.Classes[h.CNPClass]
+		where := fmt.Sprintf("%s class %d", h.Port, h.CNPClass)
+		mean, p99 := cs.MeanSojourn(), cs.Sojourn.Quantile(0.99)
+		return silent(LayerNP, CheckCNPClassShared, h.Port,
+			fmt.Sprintf("the CNP class is the data class: the NP's CNPs leave on DSCP %d, which %s queues in class %d with the flows' data (DSCP %d); there they wait behind the traffic (mean %v, p99 %s) and a CNP that arrives late did not help: give CNPs their own DSCP and a strict class (48, class 6)",
+				f.CNPDSCP, h.Port, h.CNPClass, f.DSCP, mean.Round(time.Microsecond), units.FormatBound(p99)),
+			Evidence{"receiver " + f.To, "cnp_dscp", uint64(f.CNPDSCP)}, Evidence{where, "mean_sojourn_us", uint64(mean / time.Microsecond)},
+			Evidence{where, "sojourn_p99_us", uint64(p99 / time.Microsecond)}, Evidence{where, "dequeued_packets", cs.DequeuedPackets}, cnps)
 	}
 	// The loop runs; does ECN act before the safety net?
 	for i := range hops {

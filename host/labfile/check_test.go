@@ -97,6 +97,10 @@ func TestCheckVerdicts(t *testing.T) {
 		}, LayerNP, CheckNPSilent, "receiver r", "ppfc_stops_sent"},
 		{"np silent", func(r *Result) { r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0 }, LayerNP, CheckNPSilent, "receiver r", "np_cnp_sent"},
 		{"rp disabled", func(r *Result) { r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 800 }, LayerRP, CheckRPDisabled, "sender s", "rp_cnp_ignored"},
+		{"cnp class shared", func(r *Result) {
+			r.Flows[0].CNPDSCP, r.Flows[0].ReplyPath[0].CNPClass = 26, 3
+			class(r, 2, 3).SojournSum, class(r, 2, 3).SojournSamples = 3_000_000_000, 1000
+		}, LayerNP, CheckCNPClassShared, "sw2:sw1", "mean_sojourn_us"},
 		{"cnps lost", func(r *Result) {
 			r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 300, 0
 			class(r, 2, 6).DroppedLimitPackets = 500

@@ -31,6 +31,7 @@ func TestThreeLayers(t *testing.T) {
 		{"rp-off.yaml", LayerRP, CheckRPDisabled},
 		{"wred-high.yaml", LayerCP, CheckThresholdsHigh},
 		{"dscp-bleached.yaml", LayerPath, CheckDSCPChanged},
+		{"cnp-class.yaml", LayerNP, CheckCNPClassShared},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			f, err := Load(filepath.Join("examples", "three-layers", tc.file))
