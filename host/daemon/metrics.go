@@ -13,6 +13,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	peagent "github.com/fabriclab/fabriclab/host/pe"
+	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 )
 
@@ -100,28 +101,16 @@ func (e *emitter) walk(scope, prefix string, v reflect.Value, labels, values []s
 		}
 		v = v.Elem()
 	}
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if tag == "-" {
-			continue
-		}
-		fv := v.Field(i)
-		if f.Anonymous && tag == "" {
+	for _, f := range reportFields(v.Type()) {
+		fv := v.Field(f.index)
+		if f.embedded {
 			e.walk(scope, prefix, fv, labels, values)
 			continue
 		}
-		if tag == "" {
-			tag = strings.ToLower(f.Name)
-		}
-		name := prefix + tag
+		name := prefix + f.name
 		switch fv.Kind() {
 		case reflect.Struct:
-			if f.Type == reflect.TypeFor[time.Time]() {
+			if fv.Type() == reflect.TypeFor[time.Time]() {
 				continue
 			}
 			e.walk(scope, name+"_", fv, labels, values)
@@ -141,6 +130,39 @@ func (e *emitter) walk(scope, prefix string, v reflect.Value, labels, values []s
 			e.number(scope, name, fv, labels, values)
 		}
 	}
+}
+
+// reportField is a struct field as the JSON reports name it: its json
+// tag's name, or its own in lower case; an untagged embedded struct's
+// fields are its parent's.
+type reportField struct {
+	index    int
+	name     string
+	embedded bool
+}
+
+// reportFields lists t's exported fields the JSON reports carry (not
+// json:"-").
+func reportFields(t reflect.Type) []reportField {
+	var out []reportField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case tag == "-":
+			continue
+		case f.Anonymous && tag == "":
+			out = append(out, reportField{index: i, embedded: true})
+			continue
+		case tag == "":
+			tag = strings.ToLower(f.Name)
+		}
+		out = append(out, reportField{index: i, name: tag})
+	}
+	return out
 }
 
 func isUint(k reflect.Kind) bool {
@@ -174,19 +196,29 @@ func (e *emitter) number(scope, name string, fv reflect.Value, labels, values []
 	default:
 		return // strings, arrays (histograms are emitted apart)
 	}
-	// Base units (promtool): a JSON report's nanoseconds are seconds here.
-	metric := sanitize(name)
+	gauge := isGauge(name) || fv.Kind() == reflect.Bool || fv.Kind() == reflect.Float64
+	full, scale := metricName(scope, name, gauge)
+	kind := prometheus.CounterValue
+	if gauge {
+		kind = prometheus.GaugeValue
+	}
+	e.emit(full, kind, scope+" "+name+" (as in the JSON reports)", labels, values, x*scale)
+}
+
+// metricName is the name of scope's field name (its JSON tag, nested
+// structs prefixed) and the factor its value is multiplied by: base
+// units (promtool), so a JSON report's nanoseconds are seconds; a
+// counter ends in _total.
+func metricName(scope, name string, gauge bool) (string, float64) {
+	metric, scale := sanitize(name), 1.0
 	if base, ok := strings.CutSuffix(metric, "_ns"); ok {
-		metric, x = base+"_seconds", x/1e9
+		metric, scale = base+"_seconds", 1e-9
 	}
 	full := ns + "_" + scope + "_" + metric
-	kind := prometheus.CounterValue
-	if isGauge(name) || fv.Kind() == reflect.Bool || fv.Kind() == reflect.Float64 {
-		kind = prometheus.GaugeValue
-	} else {
+	if !gauge {
 		full += "_total"
 	}
-	e.emit(full, kind, scope+" "+name+" (as in the JSON reports)", labels, values, x)
+	return full, scale
 }
 
 func sanitize(s string) string {
@@ -434,20 +466,26 @@ func portMetrics(e *emitter, p *port) {
 		l := []string{"port", "class", "name"}
 		v := []string{portName, strconv.Itoa(int(cs.Class)), cs.Name}
 		e.fields("port", cs, l, v)
-		buckets := map[float64]uint64{}
-		var cum uint64
-		for b, n := range cs.Sojourn {
-			cum += n
-			buckets[float64(uint64(1)<<(b+1))/1e9] = cum
-		}
-		key := ns + "_port_sojourn_seconds|" + strings.Join(l, ",")
-		desc, ok := e.descs[key]
-		if !ok {
-			desc = prometheus.NewDesc(ns+"_port_sojourn_seconds", "sojourn in the port's queue (log2 buckets)", l, nil)
-			e.descs[key] = desc
-		}
-		if m, err := prometheus.NewConstHistogram(desc, cs.Sojourn.Count(), cs.SojournSum.Seconds(), buckets, v...); err == nil {
-			e.ch <- m
-		}
+		e.sojourn(&cs, l, v)
+	}
+}
+
+// sojourn emits a class's sojourn histogram in seconds: bucket b's upper
+// bound is 2^(b+1) ns (readSojourn reads it back).
+func (e *emitter) sojourn(cs *qdisc.ClassStats, l, v []string) {
+	buckets := map[float64]uint64{}
+	var cum uint64
+	for b, n := range cs.Sojourn {
+		cum += n
+		buckets[float64(uint64(1)<<(b+1))/1e9] = cum
+	}
+	key := ns + "_port_sojourn_seconds|" + strings.Join(l, ",")
+	desc, ok := e.descs[key]
+	if !ok {
+		desc = prometheus.NewDesc(ns+"_port_sojourn_seconds", "sojourn in the port's queue (log2 buckets)", l, nil)
+		e.descs[key] = desc
+	}
+	if m, err := prometheus.NewConstHistogram(desc, cs.Sojourn.Count(), cs.SojournSum.Seconds(), buckets, v...); err == nil {
+		e.ch <- m
 	}
 }
