@@ -2,7 +2,7 @@
 //
 //	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE]
 //	fabriclab demo [roce|uet|tcp] [-print] [run's flags]
-//	fabriclab check LAB.yaml [-variant V] [run's flags] | -result DIR/result.json
+//	fabriclab check LAB.yaml [-variant V] [run's flags] | -result DIR/result.json | LAB.yaml -daemons NODE=ADDR,...
 //	fabriclab validate LAB.yaml
 //	fabriclab plan LAB.yaml -node NAME [-apply]
 //	fabriclab help
@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/cmd/internal/completion"
+	"github.com/fabriclab/fabriclab/host/daemon"
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/labfile"
@@ -85,6 +87,7 @@ const usage = `usage:
       and edit: fabriclab demo -print uet > my.yaml; fabriclab run my.yaml
   fabriclab check LAB.yaml [-variant V] [-t DUR] [-timescale K] [-o DIR] [-json] [-v]
   fabriclab check -result DIR/result.json [-json]
+  fabriclab check LAB.yaml [-variant V] -daemons NODE=HOST:PORT,... [-json]
       seed 000's three layers: run the lab once (its variant V), or read a
       run's result.json, and say per rocev2 flow which layer of the DCQCN
       loop is silent, in the seed's words, with the counters behind it:
@@ -92,8 +95,12 @@ const usage = `usage:
       marking threshold, PPFC stops and drops), the path (DSCP and ECN as
       each hop saw them), the receiver (NP: CE arrivals, CNPs sent) and
       the sender (RP: CNPs handled and ignored). A flow whose path saw no
-      congestion is idle: nothing to judge. -json prints check.json's
-      report. Exit status 0 when no layer is silent, 3 when one is.
+      congestion is idle: nothing to judge. -daemons judges the file as
+      it runs on lab servers (fabriclab plan, a fabriclabd per node): the
+      counters come from each node's fabriclabd metrics at HOST:PORT
+      (/metrics), the ports' since they attached, the flows' of the QPs
+      running now. -json prints check.json's report. Exit status 0 when
+      no layer is silent, 3 when one is.
       Examples: host/labfile/examples/three-layers/*.yaml
   fabriclab validate LAB.yaml
       check the file (every error names file:line, the field, the value and
@@ -584,6 +591,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	rf := addRunFlags(fs)
 	variant := fs.String("variant", "", "run the file's variant `V`")
 	resultPath := fs.String("result", "", "judge a run's `result.json` instead of running the lab")
+	daemons := fs.String("daemons", "", "judge the lab running on lab servers: their fabriclabd metrics, `NODE=HOST:PORT,...`")
 	path, err := parseOptional(fs, args, "lab file")
 	switch {
 	case err != nil:
@@ -593,6 +601,8 @@ func check(args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("a lab file (%s) or -result (%s), not both", path, *resultPath)
 	case *rf.runs > 1 || *rf.variants != "":
 		err = errors.New("check judges one run: -variant V, not -runs or -variants")
+	case *daemons != "" && path == "":
+		err = errors.New("-daemons needs the lab file the servers run")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab check: %v\n", err)
@@ -600,7 +610,12 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	var res *labfile.Result
 	code := 0
-	if *resultPath != "" {
+	if *daemons != "" {
+		if res, err = checkDaemons(path, *variant, *daemons); err != nil {
+			fmt.Fprintf(stderr, "fabriclab check: %v\n", err)
+			return 1
+		}
+	} else if *resultPath != "" {
 		res, err = labfile.ReadResult(*resultPath)
 		if err != nil {
 			fmt.Fprintf(stderr, "fabriclab check: %v\n", err)
@@ -668,4 +683,39 @@ func check(args []string, stdout, stderr io.Writer) int {
 		return exitSilent
 	}
 	return code
+}
+
+// scrapeTimeout bounds each fabriclabd's /metrics.
+const scrapeTimeout = 10 * time.Second
+
+// checkDaemons reads the counters of a lab file running on lab servers
+// from their fabriclabd metrics (NODE=HOST:PORT,...).
+func checkDaemons(path, variant, list string) (*labfile.Result, error) {
+	f, err := labfile.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	byNode := map[string]daemon.Metrics{}
+	client := &http.Client{Timeout: scrapeTimeout}
+	for _, item := range strings.Split(list, ",") {
+		node, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || node == "" || addr == "" {
+			return nil, fmt.Errorf("-daemons %q: want NODE=HOST:PORT", item)
+		}
+		resp, err := client.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w (is its fabriclabd's metrics listen %s?)", node, err, addr)
+		}
+		m, err := daemon.ParseMetrics(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", node, err)
+		}
+		byNode[node] = m
+	}
+	d, err := daemon.ReadDeployed(f, variant, byNode)
+	if err != nil {
+		return nil, err
+	}
+	return f.DeployedResult(variant, d)
 }
