@@ -13,6 +13,9 @@
 //	       forwarding-classes, drop-profiles, schedulers,
 //	       explicit-congestion-notification, congestion-notification-profile
 //
+// ParseSONiC reads the SONiC subset Render writes back into a
+// qdisc.Config; the other dialects are written only.
+//
 // # What maps to what
 //
 // A lab class is the vendor's traffic class and egress queue of the same
@@ -48,7 +51,8 @@
 // comment and in Output.Notes: the PPFC alarm (PFC has no early warning),
 // the class of non-IP frames, a limit or PFC thresholds where the dialect
 // keeps them in platform buffer profiles. An output without notes says
-// the whole configuration.
+// the whole configuration; for SONiC, ParseSONiC then gives it back
+// unchanged.
 //
 // # Units
 //
