@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc"
 )
 
 // TestCLIUsage checks help and command-line errors, which never touch the
@@ -30,7 +36,28 @@ func TestCLIUsage(t *testing.T) {
 		{nil, 2, "", "Usage: portctl COMMAND"},
 		{[]string{"help", "frob"}, 2, "", `portctl: unknown command "frob"`},
 		{[]string{"frob"}, 2, "", `portctl: unknown command "frob"`},
-		{[]string{"show"}, 2, "", "portctl: --dev is required"},
+		{[]string{"show"}, 2, "", "portctl: --dev is required (the port device, e.g. --dev swp0), or --rate RATE or --from sonic --file FILE"},
+		{[]string{"show", "--help"}, 0, "--as DIALECT", ""},
+		{[]string{"help", "show"}, 0, "sonic   SONiC 202305 config_db.json", ""},
+		{[]string{"show", "--rate", "1gbit", "--as", "ios"}, 2, "", "portctl: --as ios: want sonic, eos, nxos or junos\nRun 'portctl show --help' for usage."},
+		{[]string{"show", "--dev", "swp0", "--as", "cisco"}, 2, "", "portctl: --as cisco: want sonic, eos, nxos or junos"},
+		{[]string{"show", "--dev", "swp0", "--rate", "1gbit"}, 2, "", "portctl: show --dev prints the port as it is"},
+		{[]string{"show", "--dev", "swp0", "--tc", "3:step:k=1kb"}, 2, "", "portctl: show --dev prints the port as it is"},
+		{[]string{"show", "--dev", "swp0", "-j", "--as", "sonic"}, 2, "", "portctl: -j and --as sonic: give one"},
+		{[]string{"show", "--rate", "1gbit", "--interface", "Ethernet8"}, 2, "", "portctl: --interface and --port-buffer go with --as DIALECT"},
+		{[]string{"show", "--rate", "1gbit", "--as", "eos", "--port-buffer", "32mb"}, 2, "", "portctl: --port-buffer 32mb: only --as junos takes it"},
+		{[]string{"show", "--rate", "1gbit", "--as", "junos", "--port-buffer", "lots"}, 2, "", "portctl: --port-buffer lots: want a size greater than 0"},
+		{[]string{"show", "--from", "eos", "--file", "x.cfg"}, 2, "", "portctl: --from eos: only sonic is read back"},
+		{[]string{"show", "--from", "sonic"}, 2, "", "portctl: --from sonic needs --file FILE"},
+		{[]string{"show", "--file", "x.json"}, 2, "", "portctl: --file and --sonic-port go with --from sonic"},
+		{[]string{"show", "--netns", "sw", "--rate", "1gbit"}, 2, "", "portctl: --netns goes with --dev"},
+		{[]string{"show", "--rate", "1gbit", "--tc", "3:max=8mb"}, 2, "", "portctl: invalid configuration: class 3: wred: max_th (8mb) must not exceed limit (2mb)"},
+		{[]string{"show", "--rate", "10gbit", "--tc", "3:codel:target=50us,interval=1ms", "--as", "nxos"}, 1, "", "portctl: nxos: class 3 (roce): ecn (codel): no vendor equivalent"},
+		{[]string{"show", "--rate", "10gbit", "--tc", "3:p=0.015", "--as", "sonic"}, 1, "", "portctl: sonic: class 3 (roce): max_p (0.015): must be a whole percent"},
+		{[]string{"show", "--rate", "1gbit", "--as", "sonic"}, 0, `"pfc_enable": ""`, ""},
+		{[]string{"show", "--rate", "1gbit", "--as", "JUNOS", "--interface", "et-0/0/9"}, 0, "shaping-rate 1g;", ""},
+		{[]string{"show", "--rate", "1gbit"}, 0, "config: portctl's defaults  rate 1gbit  (no port)", ""},
+		{[]string{"show", "--from", "sonic", "--file", "/nonexistent/x.json"}, 1, "", "portctl: open /nonexistent/x.json: no such file"},
 		{[]string{"show", "--dev", "swp0", "extra"}, 2, "", `portctl: unexpected argument "extra"`},
 		{[]string{"show", "--dev", "swp0", "--bogus"}, 2, "", "portctl: flag provided but not defined: -bogus"},
 		{[]string{"attach", "--dev", "swp0"}, 2, "", "portctl: --rate is required"},
@@ -86,5 +113,49 @@ func TestHelpFitsATerminal(t *testing.T) {
 				t.Errorf("%s help: line of %d columns: %q", name, len(l), l)
 			}
 		}
+	}
+}
+
+// TestShowAsSONiC: show --as sonic writes a file show --from sonic reads
+// back, the demo's port but for its PPFC alarm (which SONiC cannot hold).
+func TestShowAsSONiC(t *testing.T) {
+	demo := []string{"--rate", "500mbit", "--tc", "3:wred:min=50kb,max=1000kb,p=0.1,limit=2mb,xoff=1mb,xon=768kb,alarm=896kb"}
+	show := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"show"}, args...), &out, &errb); code != 0 {
+			t.Fatalf("portctl show %v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	file := filepath.Join(t.TempDir(), "demo.json")
+	if err := os.WriteFile(file, []byte(show(append(demo, "--as", "sonic", "--interface", "Ethernet16")...)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var want, got qdisc.Config
+	if err := json.Unmarshal([]byte(show(append(demo, "-j")...)), &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(show("--from", "sonic", "--file", file, "-j")), &got); err != nil {
+		t.Fatal(err)
+	}
+	want.Classes[3].AlarmBytes = 0
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("read back %+v\nwant %+v", got, want)
+	}
+	// The file's port in another dialect, with class options on top.
+	eos := show("--from", "sonic", "--file", file, "--tc", "3:min=100kb", "--as", "eos")
+	for _, w := range []string{"! " + file + " (sonic), rendered by fabriclab for Arista EOS 4.30", "minimum-threshold 100 kbytes", "priority-flow-control priority 3 no-drop"} {
+		if !strings.Contains(eos, w) {
+			t.Errorf("--as eos lacks %q:\n%s", w, eos)
+		}
+	}
+	if got := show("--from", "sonic", "--file", file); !strings.HasPrefix(got, "config: "+file+" (sonic)  rate 500mbit  (no port)\n") {
+		t.Errorf("show --from sonic:\n%s", got)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"show", "--from", "sonic", "--file", file, "--sonic-port", "Ethernet0"}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "portctl: "+file+": sonic: /PORT_QOS_MAP/Ethernet0: missing") {
+		t.Errorf("--sonic-port Ethernet0: exit %d, %q", code, errb.String())
 	}
 }

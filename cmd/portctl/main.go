@@ -43,7 +43,8 @@ Usage: portctl COMMAND [options]
 Commands:
   attach     make DEV a switch port (stays attached after portctl exits)
   configure  change rate, classes or DSCP map live; queues and counters kept
-  show       print the effective configuration (-j for JSON)
+  show       print the effective configuration (-j for JSON, --as sonic,
+             eos, nxos or junos for a switch's own language)
   stats      per-class counters like tc -s; --watch for per-second rates
   detach     remove the port: programs, HTB queues, pins
   tune       derive marking thresholds from rate and RTTs (no --dev needed)
@@ -54,7 +55,8 @@ Commands:
   completion  a bash completion script: source <(portctl completion)
 
 Every command but tune and sweep takes --dev DEV and --netns NAME (a name under
-/var/run/netns; default: the current namespace). Options go after the command.
+/var/run/netns; default: the current namespace); show without --dev prints a
+configuration no port holds. Options go after the command.
 
 Examples:
   portctl attach --netns sw --dev swp0 --rate 10gbit
@@ -62,6 +64,7 @@ Examples:
       --tc 3:wred:min=100kb,max=2mb,p=0.2
   portctl configure --netns sw --dev swp0 --tc 3:step:k=100kb
   portctl show --netns sw --dev swp0
+  portctl show --netns sw --dev swp0 --as sonic
   portctl stats --netns sw --dev swp0 --watch 1s
   portctl detach --netns sw --dev swp0
 
@@ -232,6 +235,17 @@ func newFlags(name string, c *common) *flag.FlagSet {
 
 // parseFlags parses args; done is set when --help was asked for.
 func parseFlags(fs *flag.FlagSet, name string, c *common, args []string, stdout io.Writer) (done bool, err error) {
+	if done, err := parseOptions(fs, name, args, stdout); done || err != nil {
+		return done, err
+	}
+	if c.dev == "" {
+		return false, usagef("--dev is required (the port device, e.g. --dev swp0)")
+	}
+	return false, nil
+}
+
+// parseOptions is parseFlags for a command that may go without --dev.
+func parseOptions(fs *flag.FlagSet, name string, args []string, stdout io.Writer) (done bool, err error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, commands[name].help)
@@ -241,9 +255,6 @@ func parseFlags(fs *flag.FlagSet, name string, c *common, args []string, stdout 
 	}
 	if fs.NArg() > 0 {
 		return false, usagef("unexpected argument %q (options are --name value, e.g. --dev swp0)", fs.Arg(0))
-	}
-	if c.dev == "" {
-		return false, usagef("--dev is required (the port device, e.g. --dev swp0)")
 	}
 	return false, nil
 }
@@ -499,7 +510,10 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 	return report(stderr, "configure", err)
 }
 
-const showHelp = `Usage: portctl show --dev DEV [--netns NAME] [-j]
+const showHelp = `Usage: portctl show --dev DEV [--netns NAME] [-j | --as DIALECT]
+       portctl show --rate RATE [class options] [-j | --as DIALECT]
+       portctl show --from sonic --file FILE [class options]
+                    [-j | --as DIALECT]
 
 Print the effective configuration of a port, read back from the kernel:
 rate, queue mode (veth/virtual), attach mode (tcx/legacy), veth peer, where
@@ -507,33 +521,92 @@ departures are counted (xmit, or peer-ingress and why), the DSCP map (only
 DSCPs outside the most common class are listed), and per class its limit,
 ECN marking in tc spelling, strict and wred-drop.
 
-Options:
-  --dev DEV       port device (required)
-  --netns NAME    namespace of DEV (default: current)
-  -j              JSON
+Without --dev it prints a configuration no port holds (no root needed):
+portctl's defaults at --rate with the class options on top, as attach
+would make it, or a SONiC file's port (--from sonic) with them on top.
 
-Example:
+--as prints the configuration in a switch's own language:
+  sonic   SONiC 202305 config_db.json, for config load
+  eos     Arista EOS 4.30
+  nxos    Cisco NX-OS 10.3, Nexus 9000
+  junos   Junos OS 23.4, QFX5000
+Each class keeps its number as traffic class and queue; the lossless (PFC
+no-drop) class is the one with PPFC (xoff). A setting the switch has no
+form for is refused (codel, tcn, ecnsharp, two-threshold, trim, a class
+rate); what the dialect keeps elsewhere (the PPFC alarm, buffer details)
+is left out and listed in the output's header comment.
+
+Options:
+  --dev DEV           port device
+  --netns NAME        namespace of DEV (default: current)
+  -j                  JSON
+  --as DIALECT        sonic, eos, nxos or junos
+  --interface NAME    the switch port's name in --as output (default:
+                      Ethernet0, Ethernet1, Ethernet1/1, et-0/0/0)
+  --port-buffer SIZE  --as junos: the switch port's buffer, which
+                      buffer-size percentages are of (default: the sum of
+                      the class limits)
+  --rate RATE         without --dev: the port speed
+  --from sonic        without --dev: take the configuration from --file
+  --file FILE         a SONiC config_db.json (- for stdin)
+  --sonic-port NAME   the port of FILE to read (default: its only one)
+  --tc CLASS:ITEM     without --dev: class options applied on top, as
+  --dscp LIST=CLASS   attach takes them (portctl attach --help)
+  --default-class CLASS
+
+Examples:
   portctl show --netns sw --dev swp0
+  portctl show --netns sw --dev swp0 --as sonic > swp0.json
+  portctl show --rate 100gbit --tc 3:xoff=1mb,xon=768kb --as eos
+  portctl show --from sonic --file swp0.json --as junos
 `
 
 func cmdShow(args []string, stdout, stderr io.Writer) int {
 	var (
-		c  common
-		js bool
+		c    common
+		cf   classFlags
+		df   dialectFlags
+		rate string
+		js   bool
 	)
 	fs := newFlags("show", &c)
+	cf.register(fs)
+	df.registerFrom(fs)
+	df.registerAs(fs)
+	fs.StringVar(&rate, "rate", "", "")
 	fs.BoolVar(&js, "j", false, "")
 	fs.BoolVar(&js, "json", false, "")
 	err := func() error {
-		if done, err := parseFlags(fs, "show", &c, args, stdout); done || err != nil {
+		if done, err := parseOptions(fs, "show", args, stdout); done || err != nil {
 			return err
+		}
+		d, opt, err := df.dialect()
+		if err != nil {
+			return err
+		}
+		if js && d != "" {
+			return usagef("-j and --as %s: give one (JSON is the lab's configuration)", d)
+		}
+		if c.dev == "" {
+			return showOffline(stdout, &cf, &df, rate, c.netns, js, d, opt)
+		}
+		if rate != "" || df.from != "" || df.file != "" || !cf.empty() {
+			return usagef("show --dev prints the port as it is: --rate, --from and class options are for a configuration without one (drop --dev), and configure changes the port")
 		}
 		p, err := qdisc.Open(c.netns, c.dev)
 		if err != nil {
 			return err
 		}
 		defer p.Release()
-		return printShow(stdout, p, js)
+		if d == "" {
+			return printShow(stdout, p, js)
+		}
+		cfg, err := p.Config()
+		if err != nil {
+			return err
+		}
+		opt.Source = "port " + devLabel(c.dev, c.netns)
+		return printDialect(stdout, &cfg, d, opt)
 	}()
 	return report(stderr, "show", err)
 }

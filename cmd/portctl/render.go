@@ -102,6 +102,17 @@ func renderShow(w io.Writer, info qdisc.Info, cfg *qdisc.Config) {
 	if l := departureText(info); l != "" {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
+	renderClasses(w, cfg)
+}
+
+// renderConfig prints a configuration no port holds (show without --dev).
+func renderConfig(w io.Writer, src string, cfg *qdisc.Config) {
+	fmt.Fprintf(w, "config: %s  rate %s  (no port)\n", src, cfg.Rate)
+	renderClasses(w, cfg)
+}
+
+// renderClasses prints the DSCP map and a line per class.
+func renderClasses(w io.Writer, cfg *qdisc.Config) {
 	for _, l := range dscpLines(cfg) {
 		fmt.Fprintf(w, "  %s\n", l)
 	}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/dialect"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// dialectFlags are the options that speak a switch's language: --as writes
+// one, --from reads one.
+type dialectFlags struct {
+	as, iface, portBuffer string
+	from, file, sonicPort string
+}
+
+func (df *dialectFlags) registerAs(fs *flag.FlagSet) {
+	fs.StringVar(&df.as, "as", "", "")
+	fs.StringVar(&df.iface, "interface", "", "")
+	fs.StringVar(&df.portBuffer, "port-buffer", "", "")
+}
+
+func (df *dialectFlags) registerFrom(fs *flag.FlagSet) {
+	fs.StringVar(&df.from, "from", "", "")
+	fs.StringVar(&df.file, "file", "", "")
+	fs.StringVar(&df.sonicPort, "sonic-port", "", "")
+}
+
+// dialect is --as and the options that go with it; "" without --as.
+func (df *dialectFlags) dialect() (dialect.Dialect, dialect.Options, error) {
+	var opt dialect.Options
+	if df.as == "" {
+		if df.iface != "" || df.portBuffer != "" {
+			return "", opt, usagef("--interface and --port-buffer go with --as DIALECT")
+		}
+		return "", opt, nil
+	}
+	d, err := dialect.Parse(df.as)
+	if err != nil {
+		return "", opt, usagef("--as %s: want %s", df.as, dialect.Names())
+	}
+	opt.Interface = df.iface
+	if df.portBuffer != "" {
+		if d != dialect.Junos {
+			return "", opt, usagef("--port-buffer %s: only --as junos takes it (its buffer-size percentages)", df.portBuffer)
+		}
+		b, err := units.ParseSize(df.portBuffer)
+		if err != nil || b == 0 {
+			return "", opt, usagef("--port-buffer %s: want a size greater than 0, like 32mb", df.portBuffer)
+		}
+		opt.PortBufferBytes = b
+	}
+	return d, opt, nil
+}
+
+// readFrom reads --from sonic --file FILE; nil without --from. src names
+// the file for headers.
+func (df *dialectFlags) readFrom() (cfg *qdisc.Config, src string, err error) {
+	if df.from == "" {
+		if df.file != "" || df.sonicPort != "" {
+			return nil, "", usagef("--file and --sonic-port go with --from sonic")
+		}
+		return nil, "", nil
+	}
+	d, err := dialect.Parse(df.from)
+	if err != nil {
+		return nil, "", usagef("--from %s: want sonic (the one dialect read back)", df.from)
+	}
+	if d != dialect.SONiC {
+		return nil, "", usagef("--from %s: only sonic is read back; eos, nxos and junos are written only (show --as)", df.from)
+	}
+	if df.file == "" {
+		return nil, "", usagef("--from sonic needs --file FILE (a config_db.json; - for stdin)")
+	}
+	r := io.Reader(os.Stdin)
+	src = "stdin (sonic)"
+	if df.file != "-" {
+		f, err := os.Open(df.file)
+		if err != nil {
+			return nil, "", err
+		}
+		defer f.Close()
+		r, src = f, df.file+" (sonic)"
+	}
+	c, err := dialect.ParseSONiCPort(r, df.sonicPort)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", df.file, err)
+	}
+	return &c, src, nil
+}
+
+func (cf *classFlags) empty() bool {
+	return len(cf.tc) == 0 && len(cf.dscp) == 0 && cf.defaultClass == ""
+}
+
+// showOffline is show without --dev: a configuration from --rate or
+// --from, with the class options on top.
+func showOffline(w io.Writer, cf *classFlags, df *dialectFlags, rate, netns string, js bool, d dialect.Dialect, opt dialect.Options) error {
+	if netns != "" {
+		return usagef("--netns goes with --dev")
+	}
+	e, err := cf.edits()
+	if err != nil {
+		return err
+	}
+	from, src, err := df.readFrom()
+	if err != nil {
+		return err
+	}
+	var cfg qdisc.Config
+	switch {
+	case from != nil:
+		cfg = *from
+		if rate != "" {
+			r, err := parseRateFlag(rate)
+			if err != nil {
+				return err
+			}
+			cfg.Rate = r
+		}
+	case rate != "":
+		r, err := parseRateFlag(rate)
+		if err != nil {
+			return err
+		}
+		cfg, src = qdisc.DefaultConfig(r), "portctl's defaults"
+	default:
+		return usagef("--dev is required (the port device, e.g. --dev swp0), or --rate RATE or --from sonic --file FILE to print a configuration without a port")
+	}
+	if err := e.Apply(&cfg); err != nil {
+		return usageError{fmt.Errorf("invalid configuration: %w", err)}
+	}
+	switch {
+	case d != "":
+		opt.Source = src
+		return printDialect(w, &cfg, d, opt)
+	case js:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(cfg)
+	}
+	renderConfig(w, src, &cfg)
+	return nil
+}
+
+// printDialect prints cfg in d; what d cannot express is the error.
+func printDialect(w io.Writer, cfg *qdisc.Config, d dialect.Dialect, opt dialect.Options) error {
+	out, err := dialect.Render(cfg, d, opt)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, out.Text)
+	return err
+}
