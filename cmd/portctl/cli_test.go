@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // TestCLIUsage checks help and command-line errors, which never touch the
@@ -58,6 +59,11 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"show", "--rate", "1gbit", "--as", "JUNOS", "--interface", "et-0/0/9"}, 0, "shaping-rate 1g;", ""},
 		{[]string{"show", "--rate", "1gbit"}, 0, "config: portctl's defaults  rate 1gbit  (no port)", ""},
 		{[]string{"show", "--from", "sonic", "--file", "/nonexistent/x.json"}, 1, "", "portctl: open /nonexistent/x.json: no such file"},
+		{[]string{"configure", "--help"}, 0, "--from sonic       take the configuration from --file", ""},
+		{[]string{"configure", "--dev", "swp0", "--from", "junos", "--file", "x"}, 2, "", "portctl: --from junos: only sonic is read back"},
+		{[]string{"configure", "--dev", "swp0", "--from", "sonic", "--file", "/nonexistent/x.json"}, 1, "", "portctl: open /nonexistent/x.json: no such file"},
+		{[]string{"configure", "--dev", "swp0", "--file", "x.json"}, 2, "", "portctl: --file and --sonic-port go with --from sonic"},
+		{[]string{"configure", "--dev", "swp0", "--as", "sonic"}, 2, "", "portctl: flag provided but not defined: -as"},
 		{[]string{"show", "--dev", "swp0", "extra"}, 2, "", `portctl: unexpected argument "extra"`},
 		{[]string{"show", "--dev", "swp0", "--bogus"}, 2, "", "portctl: flag provided but not defined: -bogus"},
 		{[]string{"attach", "--dev", "swp0"}, 2, "", "portctl: --rate is required"},
@@ -68,7 +74,7 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"attach", "--dev", "swp0", "--rate", "1gbit", "--tc", "9:off"}, 2, "", "portctl: --tc 9:off: class 9 out of range 0-7\nRun 'portctl attach --help' for usage."},
 		{[]string{"attach", "--dev", "swp0", "--rate", "1gbit", "--dscp", "64=3"}, 2, "", "portctl: --dscp 64=3: dscp 64 out of range 0-63"},
 		{[]string{"attach", "--dev", "swp0", "--rate", "1gbit", "--tc", "3:max=8mb"}, 2, "", "portctl: invalid configuration: class 3: wred: max_th (8mb) must not exceed limit (2mb)"},
-		{[]string{"configure", "--dev", "swp0"}, 2, "", "portctl: nothing to change"},
+		{[]string{"configure", "--dev", "swp0"}, 2, "", "portctl: nothing to change: give --rate, class options (--tc, --dscp) or --from sonic --file FILE"},
 		{[]string{"configure", "--dev", "swp0", "--tc", "3:p=2"}, 2, "", `portctl: --tc 3:p=2: p: invalid probability "2"`},
 		{[]string{"stats", "--dev", "swp0", "--count", "2"}, 2, "", "portctl: --count needs --watch"},
 		{[]string{"stats", "--dev", "swp0", "--watch", "1s", "--count", "0"}, 2, "", "portctl: --count 0: must be at least 1"},
@@ -157,5 +163,18 @@ func TestShowAsSONiC(t *testing.T) {
 	if code := run([]string{"show", "--from", "sonic", "--file", file, "--sonic-port", "Ethernet0"}, &out, &errb); code != 1 ||
 		!strings.Contains(errb.String(), "portctl: "+file+": sonic: /PORT_QOS_MAP/Ethernet0: missing") {
 		t.Errorf("--sonic-port Ethernet0: exit %d, %q", code, errb.String())
+	}
+}
+
+// TestTakeFrom: configure --from keeps the port's class of non-IP frames
+// and its names where the file has none.
+func TestTakeFrom(t *testing.T) {
+	cur := qdisc.DefaultConfig(units.Gbit)
+	cur.DefaultClass = 7
+	file := qdisc.DefaultConfig(10 * units.Gbit)
+	file.Classes[3].Name, file.Classes[5].Name = "", "bulk"
+	got := takeFrom(cur, file)
+	if got.DefaultClass != 7 || got.Rate != 10*units.Gbit || got.Classes[3].Name != "roce" || got.Classes[5].Name != "bulk" {
+		t.Errorf("takeFrom: %+v", got)
 	}
 }

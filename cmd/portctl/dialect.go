@@ -94,6 +94,19 @@ func (df *dialectFlags) readFrom() (cfg *qdisc.Config, src string, err error) {
 	return &c, src, nil
 }
 
+// takeFrom is the port's configuration cur replaced by a file's: SONiC has
+// no class for non-IP frames, so cur's stays, and cur's class names where
+// the file gives none.
+func takeFrom(cur, file qdisc.Config) qdisc.Config {
+	file.DefaultClass = cur.DefaultClass
+	for i := range file.Classes {
+		if file.Classes[i].Name == "" {
+			file.Classes[i].Name = cur.Classes[i].Name
+		}
+	}
+	return file
+}
+
 func (cf *classFlags) empty() bool {
 	return len(cf.tc) == 0 && len(cf.dscp) == 0 && cf.defaultClass == ""
 }

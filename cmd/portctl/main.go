@@ -434,16 +434,26 @@ func printShow(w io.Writer, p *qdisc.Port, js bool) error {
 }
 
 var configureHelp = `Usage: portctl configure --dev DEV [--rate RATE] [class options]
+       portctl configure --dev DEV --from sonic --file FILE [--rate RATE]
+                         [class options]
 
 Change an attached port live: the maps and HTB classes are updated in place,
 so queues and counters survive. Settings not mentioned keep their value.
 Prints the effective configuration.
 
+With --from sonic the port takes a SONiC config_db.json's port whole (rate,
+DSCP map, every class; the subset portctl show --as sonic writes: see
+portctl show --help), then --rate and the class options on top. The port
+keeps its class of non-IP frames, and its class names where FILE has none.
+
 Options:
-  --dev DEV       port device (required)
-  --netns NAME    namespace of DEV (default: current)
-  --rate RATE     new port speed
-  -j              print the configuration as JSON
+  --dev DEV          port device (required)
+  --netns NAME       namespace of DEV (default: current)
+  --rate RATE        new port speed
+  --from sonic       take the configuration from --file
+  --file FILE        a SONiC config_db.json (- for stdin)
+  --sonic-port NAME  the port of FILE to take (default: its only one)
+  -j                 print the configuration as JSON
 ` + classHelp + `
 --default-class cannot change live on a shaped (HTB) port: detach and attach.
 
@@ -451,17 +461,20 @@ Examples:
   portctl configure --netns sw --dev swp0 --tc 3:min=100kb
   portctl configure --netns sw --dev swp0 --tc 3:step:k=100kb
   portctl configure --netns sw --dev swp0 --rate 25gbit --dscp 46=6
+  portctl configure --netns sw --dev swp0 --from sonic --file leaf1.json
 `
 
 func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 	var (
 		c    common
 		cf   classFlags
+		df   dialectFlags
 		rate string
 		js   bool
 	)
 	fs := newFlags("configure", &c)
 	cf.register(fs)
+	df.registerFrom(fs)
 	fs.StringVar(&rate, "rate", "", "")
 	fs.BoolVar(&js, "j", false, "")
 	fs.BoolVar(&js, "json", false, "")
@@ -480,8 +493,14 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		if e.Empty() && rate == "" {
-			return usagef("nothing to change: give --rate or class options (--tc, --dscp)")
+		// The file is read before the port is opened: a bad one
+		// changes nothing.
+		from, _, err := df.readFrom()
+		if err != nil {
+			return err
+		}
+		if e.Empty() && rate == "" && from == nil {
+			return usagef("nothing to change: give --rate, class options (--tc, --dscp) or --from sonic --file FILE")
 		}
 		p, err := qdisc.Open(c.netns, c.dev)
 		if err != nil {
@@ -493,6 +512,9 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		old := cfg.DefaultClass
+		if from != nil {
+			cfg = takeFrom(cfg, *from)
+		}
 		if r != 0 {
 			cfg.Rate = r
 		}
