@@ -121,6 +121,10 @@ Client:
                             "--dcqcn help" lists them with their values
   --dscp N                  DSCP of data and ACKs (default 26)
   --cnp-dscp N              DSCP of the server's CNPs (default 48)
+  --show-nic IF             print the DCQCN profile, knobs, --dscp and
+                            --cnp-dscp as settings of an NVIDIA ConnectX NIC
+                            IF (a sh script: mlnx_qos, /sys/class/net/IF/ecn)
+                            and exit; needs no server
   -O, --omit SECONDS        omit the first SECONDS from the summary
   --verify                  the server checks every byte against a pattern
   --perftest                also print perftest's (ib_write_bw) preamble and
@@ -177,6 +181,7 @@ const (
 	actionHelp
 	actionVersion
 	actionKnobHelp
+	actionShowNIC
 )
 
 // options is the parsed command line.
@@ -186,6 +191,7 @@ type options struct {
 	client  perf.ClientConfig
 	logfile string
 	debug   bool
+	nicDev  string // --show-nic
 }
 
 // repeated collects a repeatable flag.
@@ -203,7 +209,7 @@ var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "leng
 // --transport rocev2 refuses.
 var (
 	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "pkey", "cnp-dscp", "perftest",
-		"window", "inflight", "ack-every", "burst", "timeout", "retry", "ppfc-sources", "ppfc-max-pause", "ppfc-watchdog"}
+		"window", "inflight", "ack-every", "burst", "timeout", "retry", "ppfc-sources", "ppfc-max-pause", "ppfc-watchdog", "show-nic"}
 	uetOnly = []string{"base-rtt", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
 
@@ -279,6 +285,7 @@ func parseArgs(args []string) (*options, error) {
 		ppfcSrc  = str("", "ppfc-sources")
 		ppfcMax  = str("", "ppfc-max-pause")
 		ppfcWd   = str("", "ppfc-watchdog")
+		showNIC  = str("", "show-nic")
 		knobs    repeated
 		nsccKnob repeated
 	)
@@ -368,6 +375,12 @@ func parseArgs(args []string) (*options, error) {
 			return nil, err
 		}
 	}
+	if set["show-nic"] {
+		if *server {
+			return nil, errors.New("roceperf: --show-nic prints a sender's NIC settings: drop -s")
+		}
+		o.action, o.nicDev = actionShowNIC, *showNIC
+	}
 	for _, k := range knobs {
 		if k == "help" {
 			o.action = actionKnobHelp
@@ -384,7 +397,7 @@ func parseArgs(args []string) (*options, error) {
 	switch {
 	case *server && *client != "":
 		return nil, errors.New("roceperf: -s and -c: run either a server (-s) or a client (-c HOST), not both")
-	case o.action == actionKnobHelp:
+	case o.action == actionKnobHelp, o.action == actionShowNIC:
 	case !*server && *client == "":
 		return nil, errors.New("roceperf: give -s to run a server or -c HOST to run a client (roceperf -h for help)")
 	case *server:
@@ -578,6 +591,16 @@ func parseArgs(args []string) (*options, error) {
 		return nil, err
 	}
 	c.CNPDSCP = uint8(d)
+	if o.action == actionShowNIC {
+		switch {
+		case c.CC == agent.CCNone:
+			return nil, errors.New("roceperf: --show-nic prints DCQCN's settings: not with --cc none")
+		case set["timescale"]:
+			return nil, errors.New("roceperf: --show-nic: a NIC runs unscaled: drop --timescale")
+		}
+		o.client = c
+		return o, nil
+	}
 	if c.PKey, err = parsePKey(*pkeyFlag); err != nil {
 		return nil, err
 	}

@@ -61,6 +61,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprint(stdout, s)
 		return exitOK
+	case actionShowNIC:
+		if err := showNIC(stdout, o); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitUsage
+		}
+		return exitOK
 	}
 	out := stdout
 	logw := stderr
