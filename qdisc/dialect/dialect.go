@@ -201,6 +201,11 @@ func newPort(cfg *qdisc.Config, d Dialect, opt Options) (*port, error) {
 		if cc.TrimBytes != 0 {
 			p.refuse(i, "trim_bytes", cc.TrimBytes.String(), "packet trimming has no form in "+d.Target())
 		}
+		if cc.Remark {
+			// Seed 000's misconfiguration as a lab (a middle switch that
+			// rewrites DSCP): not a setting to carry to a fabric.
+			p.refuse(i, "remark_dscp", strconv.Itoa(int(cc.RemarkDSCP)), "the lab's DSCP rewrite on egress is a fault to study, not written out")
+		}
 		if cc.Rate != 0 {
 			p.refuse(i, "rate", cc.Rate.String(), "the drain rate of the lab's virtual queue; a switch queue drains at the port's speed")
 		}

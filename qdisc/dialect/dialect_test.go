@@ -144,6 +144,7 @@ func TestRefusals(t *testing.T) {
 		{"ecnsharp", base("3:ecnsharp:ins=100us,pst=20us,interval=200us"), dialect.Dialects(), 3, "ecn", "ecn (ecnsharp)"},
 		{"tcn", base("3:tcn:ins=200us"), dialect.Dialects(), 3, "ecn", "ecn (tcn)"},
 		{"trim", base("3:trim"), dialect.Dialects(), 3, "trim_bytes", "trim_bytes (128b): packet trimming has no form"},
+		{"remark", base("3:remark=0"), dialect.Dialects(), 3, "remark_dscp", "remark_dscp (0): the lab's DSCP rewrite on egress is a fault to study"},
 		{"max_p", base("3:p=0.015"), dialect.Dialects(), 3, "max_p", "max_p (0.015): must be a whole percent"},
 		{"wred-drop mixed", base("5:step:k=100kb,wred-drop"), []dialect.Dialect{dialect.EOS}, -1, "wred_drop", "eos: wred_drop (class 5): EOS's qos random-detect ecn allow non-ect is global: it cannot pass Not-ECT packets for class 3"},
 		{"strict below shared", base("2:strict", "6:no-strict"), []dialect.Dialect{dialect.EOS}, 2, "strict", "a strict class must be numbered above every non-strict one"},
