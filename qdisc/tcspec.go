@@ -441,10 +441,11 @@ func (s *TCSpec) Apply(cfg *Config) error {
 	return nil
 }
 
-// dscpValue reads a key's DSCP, lo to 63.
-func dscpValue(key, val string, lo uint64) (*DSCP, error) {
+// dscpValue reads a key's DSCP, 0 to 63; the error says the key's own
+// range, lo to 63 (trim-dscp's 0 is refused by Validate, with its reason).
+func dscpValue(key, val string, lo int) (*DSCP, error) {
 	n, err := strconv.ParseUint(val, 10, 8)
-	if err != nil || n < lo || n >= NumDSCP {
+	if err != nil || n >= NumDSCP {
 		return nil, fmt.Errorf("%s %q: want a DSCP, %d-%d", key, val, lo, NumDSCP-1)
 	}
 	d := DSCP(n)
