@@ -64,6 +64,11 @@ const (
 	// FlowShare is the share of a flow's packets a hop's class must have
 	// seen to count as the flow's: fewer, and the flow was not there.
 	FlowShare = 0.5
+	// MinCounted is the least a count must be for its absence elsewhere
+	// to mean something: CE marks this flow's share of a class should
+	// have had before "none arrived" is a verdict, CNPs sent before "too
+	// few arrived" is (a live lab's CNPs in flight, a light flow's luck).
+	MinCounted = 10
 	// UnmarkedQueueBytes is where a class that does not mark (ecn off)
 	// counts as congested: the seed's lowest typical min_th.
 	UnmarkedQueueBytes = 50 * units.KiB
@@ -249,7 +254,11 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 				fmt.Sprintf("DSCP not preserved: the flow sent DSCP %d, which %s puts in class %d, but that class saw fewer packets than the flow alone sent: its DSCP was rewritten between %s and %s (seed 000: always trust DSCP end to end)", f.DSCP, h.port, h.class, from, h.port),
 				ev...)
 		}
-		if sent > 0 && float64(h.st.ArrivedNotECT) >= FlowShare*float64(sent) {
+		ect := h.st.ArrivedECT0 + h.st.ArrivedECT1 + h.st.ArrivedCE
+		// Not-ECT arrivals of the flow's size, and too few ECN-capable
+		// ones to be its own (another sender's Not-ECT traffic in the
+		// class is not the flow's).
+		if sent > 0 && float64(h.st.ArrivedNotECT) >= FlowShare*float64(sent) && float64(ect) < FlowShare*float64(sent) {
 			if i == 0 {
 				return silent(LayerPath, CheckNotECT, between,
 					fmt.Sprintf("ECN not set by the sender: %s's class %d saw the flow's packets arrive Not-ECT, so no switch can mark them", h.port, h.class),
@@ -315,7 +324,17 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		}
 	}
 
-	// The receiver: CE in, CNPs out.
+	// The receiver: CE in, CNPs out. The class's marks are every flow's:
+	// this flow's share of them (its packets over the hop's arrivals)
+	// must be enough for none arriving to say something.
+	share := float64(marked.st.CEMarked()) * float64(sent) / float64(max(marked.arrivals(), 1))
+	if f.CEArrived == 0 && share < MinCounted {
+		fc.Kind = CheckIdle
+		fc.Says = fmt.Sprintf("%d packets marked CE at %s, about %.1f of them this flow's (its %d packets of %d arrivals): too few for none arriving to say anything",
+			marked.st.CEMarked(), marked.port, share, sent, marked.arrivals())
+		fc.Evidence = append(markEv, recv, sentEv)
+		return fc
+	}
 	if f.CEArrived == 0 {
 		return silent(LayerPath, CheckECNCleared, marked.port+" → the receiver "+f.To,
 			fmt.Sprintf("marks at the switch, none arriving: %d packets marked CE on the path, the receiver counted none: a hop after %s cleared ECN", marks, marked.port),
@@ -338,7 +357,7 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		}
 		return silent(LayerRP, CheckRPDisabled, "sender "+f.From, says, append([]Evidence{recv, cnps, handled, ignored}, safetyEv...)...)
 	}
-	if float64(arrived) < CNPArrivalShare*float64(f.CNPSent) {
+	if f.CNPSent >= MinCounted && float64(arrived) < CNPArrivalShare*float64(f.CNPSent) {
 		ev := []Evidence{cnps, handled, ignored}
 		for _, h := range f.ReplyPath {
 			if pr := ports[h.Port]; pr != nil && pr.Stats != nil && h.CNPClass < len(pr.Stats.Classes) {

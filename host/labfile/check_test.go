@@ -74,6 +74,16 @@ func TestCheckVerdicts(t *testing.T) {
 			class(r, 1, 3).ArrivedECT0, class(r, 1, 3).ArrivedNotECT = 0, 10_000
 		}, LayerPath, CheckECNCleared, "sw1:sw2 → sw2:r", "arrived_not_ect"},
 		{"CE cleared after the last mark", func(r *Result) { r.Flows[0].CEArrived = 0 }, LayerPath, CheckECNCleared, "sw2:r → the receiver r", "np_ecn_marked_roce_packets"},
+		// A light flow in a busy class: its share of the marks is too
+		// small for none arriving to mean a hop cleared them.
+		{"light flow unmarked", func(r *Result) {
+			r.Flows[0].TxPackets, r.Flows[0].CEArrived, r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 40, 0, 0, 0, 0
+		}, "", CheckIdle, "", "tx_packets"},
+		// Other senders' Not-ECT traffic in the class is not the flow's.
+		{"not-ect neighbours", func(r *Result) { class(r, 0, 3).ArrivedNotECT = 50_000 }, "", CheckOK, "", ""},
+		{"a few CNPs in flight", func(r *Result) {
+			r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 5, 1, 0
+		}, "", CheckOK, "", ""},
 		{"no marks", func(r *Result) { class(r, 1, 3).CEMarkedECT0 = 0 }, LayerCP, CheckNoMarks, "sw2:r", "max_backlog_bytes"},
 		{"marking off", func(r *Result) {
 			r.Ports[1].Config.Classes[3].ECN = qdisc.ECNOff
