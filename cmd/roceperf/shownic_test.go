@@ -37,12 +37,17 @@ func TestShowNIC(t *testing.T) {
 			t.Errorf("exit %d; lacks %q:\n%s", code, w, out)
 		}
 	}
+	// --rp off: the reaction point written disabled (roce_rp/enable 0).
+	if code, out, _ := run1("--show-nic eth0 --rp off"); code != exitOK || !strings.Contains(out, "echo 0 > /sys/class/net/eth0/ecn/roce_rp/enable/3\n") ||
+		strings.Contains(out, "echo 1 > /sys/class/net/eth0/ecn/roce_rp/enable/3") {
+		t.Errorf("--rp off: exit %d:\n%s", code, out)
+	}
 	for args, want := range map[string]string{
 		"--show-nic eth0 -s":                      "roceperf: --show-nic prints a sender's NIC settings: drop -s\n",
 		"--show-nic eth0 --transport uet":         "roceperf: --show-nic eth0: a RoCEv2 option, not for --transport uet\n",
 		"--show-nic eth0 --cc none":               "roceperf: --show-nic prints DCQCN's settings: not with --cc none\n",
 		"--show-nic eth0 --timescale 10":          "roceperf: --show-nic: a NIC runs unscaled: drop --timescale\n",
-		"--show-nic eth0 --dcqcn-profile fast":    "roceperf: --dcqcn-profile fast: must be one of lab, mlx5 or paper\n",
+		"--show-nic eth0 --dcqcn-profile fast":    "roceperf: --dcqcn-profile fast: must be lab or mlx5 or paper\n",
 		"--show-nic eth0 --dcqcn rpg_threshold=0": "roceperf: --dcqcn: rpg_threshold=0: must be 1..255 (stages)\n",
 		"--show-nic eth0;ls":                      "roceperf: --show-nic eth0;ls: dcqcn: device \"eth0;ls\": must be a network interface name",
 	} {

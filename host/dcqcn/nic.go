@@ -19,6 +19,9 @@ type MLX5NIC struct {
 	DSCP uint8
 	// Profile names the profile in the header. Optional.
 	Profile string
+	// RPOff writes the reaction point disabled (roce_rp/enable 0: the NIC
+	// ignores CNPs; seed 000's misconfiguration, as roceperf --rp off).
+	RPOff bool
 }
 
 // npKnobs are the notification point's (roce_np); every other mlx5 knob is
@@ -85,8 +88,13 @@ func (p Params) WriteMLX5(w io.Writer, nic MLX5NIC) error {
 	for _, name := range npKnobs {
 		p.writeKnob(&b, sys+"roce_np/", name)
 	}
-	line("# RP (sender): DCQCN on priority %d", prio)
-	line("echo 1 > %sroce_rp/enable/%d", sys, prio)
+	if nic.RPOff {
+		line("# RP (sender) off on priority %d: the NIC ignores CNPs (seed 000's misconfiguration)", prio)
+		line("echo 0 > %sroce_rp/enable/%d", sys, prio)
+	} else {
+		line("# RP (sender): DCQCN on priority %d", prio)
+		line("echo 1 > %sroce_rp/enable/%d", sys, prio)
+	}
 	for _, name := range KnobNames() {
 		if !slices.Contains(npKnobs, name) {
 			p.writeKnob(&b, sys+"roce_rp/", name)

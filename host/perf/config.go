@@ -561,6 +561,13 @@ func (c ClientConfig) DSCPs() (data, cnp uint8) {
 	return c.DSCP, c.CNPDSCP
 }
 
+// DCQCNParams are the DCQCN parameters a run of c's QPs takes: its
+// profile at its line rate with its knobs (cnp_dscp from CNPDSCP unless
+// a knob sets it). Errors are ConfigErrors (FieldProfile, FieldKnobs).
+func (c ClientConfig) DCQCNParams() (dcqcn.Params, error) {
+	return c.withDefaults().dcqcnParams()
+}
+
 // dcqcnParams builds the profile at the effective line rate and applies
 // the knobs; CNPDSCP goes into cnp_dscp unless a knob sets it. c has its
 // defaults filled.
