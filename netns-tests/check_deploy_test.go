@@ -14,8 +14,8 @@ import (
 // TestCheckDeployed runs seed 000's NP-off lab and its healthy baseline
 // on "lab servers" (a fabriclabd per node, as TestVagrantLabInNamespaces
 // deploys them) and judges each from the daemons' metrics alone
-// (daemon.ReadDeployed, File.DeployedResult), as fabriclab check
-// -daemons does: the NP named silent for every flow of the one, no layer
+// over 2 s windows (daemon.Delta, daemon.ReadDeployed,
+// File.DeployedResult), as fabriclab check -daemons does: the NP named silent for every flow of the one, no layer
 // for the other once every flow's loop has run.
 func TestCheckDeployed(t *testing.T) {
 	labtest.RequireRoot(t)
@@ -36,10 +36,19 @@ func TestCheckDeployed(t *testing.T) {
 			}
 			deployInNamespaces(t, path, "", func(l *lab.Lab, at string, _ deployCtl) {
 				var last *labfile.CheckReport
-				judged := func() bool {
+				scrapeAll := func() map[string]daemon.Metrics {
 					byNode := map[string]daemon.Metrics{}
 					for _, n := range f.Nodes {
 						byNode[n.Name] = scrape(t, l.Node(n.Name), at)
+					}
+					return byNode
+				}
+				// As fabriclab check -daemons: the counters of a 2 s window.
+				judged := func() bool {
+					byNode := scrapeAll()
+					time.Sleep(2 * time.Second)
+					for node, m := range scrapeAll() {
+						byNode[node] = daemon.Delta(byNode[node], m)
 					}
 					d, err := daemon.ReadDeployed(f, "", byNode)
 					if err != nil {

@@ -87,7 +87,7 @@ const usage = `usage:
       and edit: fabriclab demo -print uet > my.yaml; fabriclab run my.yaml
   fabriclab check LAB.yaml [-variant V] [-t DUR] [-timescale K] [-o DIR] [-json] [-v]
   fabriclab check -result DIR/result.json [-json]
-  fabriclab check LAB.yaml [-variant V] -daemons NODE=HOST:PORT,... [-json]
+  fabriclab check LAB.yaml [-variant V] -daemons NODE=HOST:PORT,... [-window DUR] [-json]
       seed 000's three layers: run the lab once (its variant V), or read a
       run's result.json, and say per rocev2 flow which layer of the DCQCN
       loop is silent, in the seed's words, with the counters behind it:
@@ -98,8 +98,9 @@ const usage = `usage:
       congestion is idle: nothing to judge. -daemons judges the file as
       it runs on lab servers (fabriclab plan, a fabriclabd per node): the
       counters come from each node's fabriclabd metrics at HOST:PORT
-      (/metrics), the ports' since they attached, the flows' of the QPs
-      running now. -json prints check.json's report. Exit status 0 when
+      (/metrics), two scrapes -window apart (default 2s; 0: everything
+      since each daemon started), so that every counter covers the same
+      time. -json prints check.json's report. Exit status 0 when
       no layer is silent, 3 when one is.
       Examples: host/labfile/examples/three-layers/*.yaml
   fabriclab validate LAB.yaml
@@ -592,6 +593,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	variant := fs.String("variant", "", "run the file's variant `V`")
 	resultPath := fs.String("result", "", "judge a run's `result.json` instead of running the lab")
 	daemons := fs.String("daemons", "", "judge the lab running on lab servers: their fabriclabd metrics, `NODE=HOST:PORT,...`")
+	window := fs.Duration("window", 2*time.Second, "with -daemons: judge the counters of this `DUR` (0: since each started)")
 	path, err := parseOptional(fs, args, "lab file")
 	switch {
 	case err != nil:
@@ -603,6 +605,8 @@ func check(args []string, stdout, stderr io.Writer) int {
 		err = errors.New("check judges one run: -variant V, not -runs or -variants")
 	case *daemons != "" && path == "":
 		err = errors.New("-daemons needs the lab file the servers run")
+	case *window < 0 || *window > time.Minute:
+		err = fmt.Errorf("-window %v: want 0 (since each daemon started) to 1m", *window)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab check: %v\n", err)
@@ -611,7 +615,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	var res *labfile.Result
 	code := 0
 	if *daemons != "" {
-		if res, err = checkDaemons(path, *variant, *daemons); err != nil {
+		if res, err = checkDaemons(path, *variant, *daemons, *window); err != nil {
 			fmt.Fprintf(stderr, "fabriclab check: %v\n", err)
 			return 1
 		}
@@ -689,29 +693,52 @@ func check(args []string, stdout, stderr io.Writer) int {
 const scrapeTimeout = 10 * time.Second
 
 // checkDaemons reads the counters of a lab file running on lab servers
-// from their fabriclabd metrics (NODE=HOST:PORT,...).
-func checkDaemons(path, variant, list string) (*labfile.Result, error) {
+// from their fabriclabd metrics (NODE=HOST:PORT,...), over window (0:
+// since each daemon started).
+func checkDaemons(path, variant, list string, window time.Duration) (*labfile.Result, error) {
 	f, err := labfile.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	byNode := map[string]daemon.Metrics{}
-	client := &http.Client{Timeout: scrapeTimeout}
+	addrs := map[string]string{}
 	for _, item := range strings.Split(list, ",") {
 		node, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
 		if !ok || node == "" || addr == "" {
 			return nil, fmt.Errorf("-daemons %q: want NODE=HOST:PORT", item)
 		}
-		resp, err := client.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w (is its fabriclabd's metrics listen %s?)", node, err, addr)
+		addrs[node] = addr
+	}
+	client := &http.Client{Timeout: scrapeTimeout}
+	scrapeAll := func() (map[string]daemon.Metrics, error) {
+		byNode := map[string]daemon.Metrics{}
+		for node, addr := range addrs {
+			resp, err := client.Get("http://" + addr + "/metrics")
+			if err != nil {
+				return nil, fmt.Errorf("node %s: %w (is its fabriclabd's metrics listen %s?)", node, err, addr)
+			}
+			m, err := daemon.ParseMetrics(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return nil, fmt.Errorf("node %s: %w", node, err)
+			}
+			byNode[node] = m
 		}
-		m, err := daemon.ParseMetrics(resp.Body)
-		resp.Body.Close()
+		return byNode, nil
+	}
+	byNode, err := scrapeAll()
+	if err != nil {
+		return nil, err
+	}
+	if window > 0 {
+		time.Sleep(window)
+		after, err := scrapeAll()
 		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", node, err)
+			return nil, err
 		}
-		byNode[node] = m
+		for node := range after {
+			after[node] = daemon.Delta(byNode[node], after[node])
+		}
+		byNode = after
 	}
 	d, err := daemon.ReadDeployed(f, variant, byNode)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -220,4 +221,81 @@ func readSojourn(m Metrics, want map[string]string, cs *qdisc.ClassStats) {
 			prev = b.GetCumulativeCount()
 		}
 	}
+}
+
+// Delta is what happened between two scrapes of one daemon: each counter
+// series of after less its value in before (all of it where before has
+// none, or where the counter went back: a restart), histograms likewise
+// bucket by bucket, gauges as after holds them; a maximum since the start
+// (a gauge with "max" in its name) says nothing of the window and is left
+// out. fabriclab check -daemons judges a window so that every counter it
+// compares covers the same time: a port attached after a flow started, or
+// a daemon restarted, would otherwise set counters of different ages side
+// by side.
+func Delta(before, after Metrics) Metrics {
+	out := Metrics{}
+	for name, fa := range after {
+		if fa.GetType() == dto.MetricType_GAUGE && strings.Contains(name, "max") {
+			continue
+		}
+		fb := before[name]
+		nf := &dto.MetricFamily{Name: fa.Name, Help: fa.Help, Type: fa.Type}
+		for _, ma := range fa.Metric {
+			var mb *dto.Metric
+			if fb != nil {
+				for _, m := range fb.Metric {
+					if sameLabels(m, ma) {
+						mb = m
+						break
+					}
+				}
+			}
+			nf.Metric = append(nf.Metric, deltaMetric(mb, ma))
+		}
+		out[name] = nf
+	}
+	return out
+}
+
+func sameLabels(a, b *dto.Metric) bool {
+	if len(a.Label) != len(b.Label) {
+		return false
+	}
+	for _, l := range a.Label {
+		if !matches(b, map[string]string{l.GetName(): l.GetValue()}) {
+			return false
+		}
+	}
+	return true
+}
+
+// deltaMetric is ma less mb (nil: nothing before).
+func deltaMetric(mb, ma *dto.Metric) *dto.Metric {
+	if mb == nil {
+		return ma
+	}
+	switch {
+	case ma.Counter != nil && mb.Counter != nil:
+		d := ma.Counter.GetValue() - mb.Counter.GetValue()
+		if d < 0 {
+			return ma // reset: all of after is new
+		}
+		return &dto.Metric{Label: ma.Label, Counter: &dto.Counter{Value: &d}}
+	case ma.Histogram != nil && mb.Histogram != nil:
+		ha, hb := ma.Histogram, mb.Histogram
+		if ha.GetSampleCount() < hb.GetSampleCount() {
+			return ma
+		}
+		n, s := ha.GetSampleCount()-hb.GetSampleCount(), ha.GetSampleSum()-hb.GetSampleSum()
+		h := &dto.Histogram{SampleCount: &n, SampleSum: &s}
+		for i, b := range ha.Bucket {
+			c := b.GetCumulativeCount()
+			if i < len(hb.Bucket) && hb.Bucket[i].GetUpperBound() == b.GetUpperBound() {
+				c -= hb.Bucket[i].GetCumulativeCount()
+			}
+			h.Bucket = append(h.Bucket, &dto.Bucket{UpperBound: b.UpperBound, CumulativeCount: &c})
+		}
+		return &dto.Metric{Label: ma.Label, Histogram: h}
+	}
+	return ma
 }

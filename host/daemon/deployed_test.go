@@ -89,3 +89,40 @@ func TestReadFieldsRoundTrip(t *testing.T) {
 		t.Error("a port with no series matched")
 	}
 }
+
+// TestDelta: counters and histograms over a window, a counter that went
+// back (a restart) whole, a series new in the window whole, gauges as
+// they are now, a maximum since the start left out.
+func TestDelta(t *testing.T) {
+	at := func(enq, marked, maxBacklog uint64, sojourn [3]uint64, qpTx uint64, qp bool) Metrics {
+		cs := qdisc.ClassStats{EnqueuedPackets: enq, CEMarkedECT0: marked, MaxBacklogBytes: maxBacklog, BacklogBytes: 7}
+		copy(cs.Sojourn[10:13], sojourn[:])
+		return scrapeOf(t, func(e *emitter) {
+			l, v := []string{"port", "class", "name"}, []string{"eth2", "3", ""}
+			e.fields("port", cs, l, v)
+			e.sojourn(&cs, l, v)
+			if qp {
+				e.fields("qp", agent.Counters{TxPackets: qpTx}, []string{"flow", "qpn"}, []string{"f1", "0x11"})
+			}
+		})
+	}
+	before := at(1000, 100, 5000, [3]uint64{10, 20, 30}, 0, false)
+	after := at(1500, 90, 6000, [3]uint64{15, 20, 40}, 400, true)
+	d := Delta(before, after)
+	var cs qdisc.ClassStats
+	want := map[string]string{"port": "eth2", "class": "3"}
+	readFields("port", d, want, reflect.ValueOf(&cs).Elem(), "")
+	readSojourn(d, want, &cs)
+	if cs.EnqueuedPackets != 500 || cs.CEMarkedECT0 != 90 || cs.MaxBacklogBytes != 0 || cs.BacklogBytes != 7 {
+		t.Errorf("enqueued %d (want 500), marked %d (went back: 90), max backlog %d (left out: 0), backlog %d (a gauge: 7)",
+			cs.EnqueuedPackets, cs.CEMarkedECT0, cs.MaxBacklogBytes, cs.BacklogBytes)
+	}
+	if cs.Sojourn[10] != 5 || cs.Sojourn[11] != 0 || cs.Sojourn[12] != 10 {
+		t.Errorf("sojourn buckets %v, want 5 0 10", cs.Sojourn[10:13])
+	}
+	var qc agent.Counters
+	readFields("qp", d, map[string]string{"flow": "f1"}, reflect.ValueOf(&qc).Elem(), "")
+	if qc.TxPackets != 400 {
+		t.Errorf("a QP new in the window: tx %d, want 400", qc.TxPackets)
+	}
+}

@@ -141,6 +141,7 @@ type hopView struct {
 	cfg   *qdisc.ClassConfig
 	st    *qdisc.ClassStats
 	class int
+	rate  units.Rate // the class's drain rate
 }
 
 func (h *hopView) arrivals() uint64 { return arrived(h.st) }
@@ -164,26 +165,44 @@ func (h *hopView) busiestOther(ports map[string]*PortResult) (class int, n uint6
 
 func (h *hopView) safety() uint64 { return h.st.PPFCStopsSent + h.st.DroppedPackets() }
 
+// queueBytes is the most the class held: its maximum backlog, or where a
+// window of counters has none (daemon.Delta), the bytes its p99 sojourn
+// takes to drain.
+func (h *hopView) queueBytes() uint64 {
+	if h.st.MaxBacklogBytes > 0 {
+		return h.st.MaxBacklogBytes
+	}
+	return uint64(h.st.Sojourn.Quantile(0.99).Seconds() * float64(h.rate) / 8)
+}
+
+// queueEv cites queueBytes by what it is.
+func (h *hopView) queueEv() Evidence {
+	if h.st.MaxBacklogBytes > 0 {
+		return Evidence{h.name, "max_backlog_bytes", h.st.MaxBacklogBytes}
+	}
+	return Evidence{h.name, "sojourn_p99_as_bytes", h.queueBytes()}
+}
+
 // congested says the class's queue went past where its marking starts.
 func (h *hopView) congested() bool {
 	c := h.cfg
 	switch c.ECN {
 	case qdisc.ECNStep, qdisc.ECNWRED:
-		return h.st.MaxBacklogBytes > uint64(c.MinThBytes)
+		return h.queueBytes() > uint64(c.MinThBytes)
 	case qdisc.ECNTwoThreshold:
-		return h.st.MaxBacklogBytes > uint64(c.TwoThreshold.T1Bytes)
+		return h.queueBytes() > uint64(c.TwoThreshold.T1Bytes)
 	case qdisc.ECNTCN, qdisc.ECNCoDel, qdisc.ECNSharp:
 		target := c.InsTarget
 		if c.ECN == qdisc.ECNCoDel {
 			target = c.Target
 		}
 		if c.QueueSignal {
-			return h.st.MaxBacklogBytes > uint64(c.InsTargetBytes)
+			return h.queueBytes() > uint64(c.InsTargetBytes)
 		}
 		return target > 0 && h.st.Sojourn.Quantile(0.99) > target
 	}
 	// ecn off: the limit or PPFC is all there is.
-	return h.safety() > 0 || h.st.MaxBacklogBytes > uint64(UnmarkedQueueBytes)
+	return h.safety() > 0 || h.queueBytes() > uint64(UnmarkedQueueBytes)
 }
 
 func (h *hopView) threshold() string {
@@ -215,8 +234,12 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 			fc.Says = fmt.Sprintf("no counters for port %s", h.Port)
 			return fc
 		}
+		rate := pr.Config.Classes[h.Class].Rate
+		if rate == 0 {
+			rate = pr.Config.Rate
+		}
 		hops = append(hops, hopView{name: fmt.Sprintf("%s class %d", h.Port, h.Class), port: h.Port,
-			cfg: &pr.Config.Classes[h.Class], st: &pr.Stats.Classes[h.Class], class: h.Class})
+			cfg: &pr.Config.Classes[h.Class], st: &pr.Stats.Classes[h.Class], class: h.Class, rate: rate})
 	}
 	if len(hops) == 0 {
 		fc.Says = "the flow crosses no port of the lab: no switch to mark"
@@ -305,7 +328,7 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 				return fewMarks(&hops[i], silent)
 			}
 		}
-		ev := []Evidence{{h.name, "ce_marked", 0}, {h.name, "max_backlog_bytes", h.st.MaxBacklogBytes},
+		ev := []Evidence{{h.name, "ce_marked", 0}, h.queueEv(),
 			{h.name, "arrived_ect0", h.st.ArrivedECT0}}
 		if h.cfg.ECN == qdisc.ECNOff {
 			return silent(LayerCP, CheckMarkingOff, h.port,
@@ -405,7 +428,7 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 // marked fewer than MarksPerSafetyEvent packets per stop or drop.
 func fewMarks(h *hopView, silent func(Layer, string, string, string, ...Evidence) FlowCheck) FlowCheck {
 	ev := []Evidence{{h.name, "ce_marked", h.st.CEMarked()}, {h.name, "ppfc_stops_sent", h.st.PPFCStopsSent},
-		{h.name, "dropped_packets", h.st.DroppedPackets()}, {h.name, "max_backlog_bytes", h.st.MaxBacklogBytes}}
+		{h.name, "dropped_packets", h.st.DroppedPackets()}, h.queueEv()}
 	if h.cfg.ECN == qdisc.ECNOff {
 		return silent(LayerCP, CheckMarkingOff, h.port,
 			fmt.Sprintf("%s's class %d does not mark (ecn off): PPFC or drops are all the flow hears, and DCQCN nothing", h.port, h.class), ev...)

@@ -85,6 +85,14 @@ func TestCheckVerdicts(t *testing.T) {
 			r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 5, 1, 0
 		}, "", CheckOK, "", ""},
 		{"no marks", func(r *Result) { class(r, 1, 3).CEMarkedECT0 = 0 }, LayerCP, CheckNoMarks, "sw2:r", "max_backlog_bytes"},
+		// A window of a live lab's counters has no maximum backlog: the
+		// queue is the p99 sojourn at the class's rate (2^21 ns at 500
+		// Mbit/s is 131 KB, past the 50 KB min_th).
+		{"no marks in a window", func(r *Result) {
+			c := class(r, 1, 3)
+			c.CEMarkedECT0, c.MaxBacklogBytes = 0, 0
+			c.Sojourn[20] = 1000
+		}, LayerCP, CheckNoMarks, "sw2:r", "sojourn_p99_as_bytes"},
 		{"marking off", func(r *Result) {
 			r.Ports[1].Config.Classes[3].ECN = qdisc.ECNOff
 			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).MaxBacklogBytes = 0, 900_000
