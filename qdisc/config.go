@@ -13,6 +13,8 @@ package qdisc
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -444,4 +446,23 @@ func checkDuration(field string, d time.Duration, mode ECNMode) error {
 		return fmt.Errorf("%s: %s (%s) must be greater than 0 and at most %s", mode, field, units.FormatDuration(d), units.FormatDuration(maxAQMTime))
 	}
 	return nil
+}
+
+// DSCPRuns groups sorted DSCPs into runs, "24-27,30" with sep ","
+// and dash "-": portctl's DSCP map and the dialects print them so.
+func DSCPRuns(ds []int, sep, dash string) string {
+	var parts []string
+	for i := 0; i < len(ds); {
+		j := i
+		for j+1 < len(ds) && ds[j+1] == ds[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(ds[i]))
+		} else {
+			parts = append(parts, strconv.Itoa(ds[i])+dash+strconv.Itoa(ds[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, sep)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,24 +26,6 @@ func devLabel(dev, ns string) string {
 		return dev
 	}
 	return dev + " (netns " + ns + ")"
-}
-
-// dscpRanges groups the DSCPs mapped to each class into runs: 24-31,34.
-func dscpRanges(ds []int) string {
-	var parts []string
-	for i := 0; i < len(ds); {
-		j := i
-		for j+1 < len(ds) && ds[j+1] == ds[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, strconv.Itoa(ds[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", ds[i], ds[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
 }
 
 // dscpLines renders the DSCP map compactly: the class most DSCPs go to is
@@ -80,7 +61,7 @@ func dscpLines(cfg *qdisc.Config) []string {
 			}
 		}
 		if len(ds) > 0 {
-			lines = append(lines, fmt.Sprintf("dscp %s -> %s", dscpRanges(ds), name(qdisc.ClassID(c))))
+			lines = append(lines, fmt.Sprintf("dscp %s -> %s", qdisc.DSCPRuns(ds, ",", "-"), name(qdisc.ClassID(c))))
 		}
 	}
 	lines = append(lines, fmt.Sprintf("dscp other -> %s", name(common)))

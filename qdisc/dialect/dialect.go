@@ -386,24 +386,6 @@ func classList(ids []string) string {
 	return "classes " + strings.Join(ids, ", ")
 }
 
-// dscpRuns groups DSCPs into runs: "24-27,30".
-func dscpRuns(ds []int, sep, dash string) string {
-	var parts []string
-	for i := 0; i < len(ds); {
-		j := i
-		for j+1 < len(ds) && ds[j+1] == ds[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, strconv.Itoa(ds[i]))
-		} else {
-			parts = append(parts, strconv.Itoa(ds[i])+dash+strconv.Itoa(ds[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, sep)
-}
-
 // header is the comment block every CLI dialect starts with, each line
 // after prefix.
 func (p *port) header(prefix string) string {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/fabriclab/fabriclab/qdisc"
 )
 
 // nxosQueue is the 8q template's queuing class of queue q.
@@ -42,7 +44,7 @@ func (p *port) nxos() (string, error) {
 			continue
 		}
 		line(0, "class-map type qos match-any %s-tc%d", name, i)
-		line(1, "match dscp %s", dscpRuns(p.dscps[i], ",", "-"))
+		line(1, "match dscp %s", qdisc.DSCPRuns(p.dscps[i], ",", "-"))
 	}
 	line(0, "policy-map type qos %s-in", name)
 	for _, i := range p.usedClasses() {
