@@ -1,6 +1,7 @@
 package netnstests
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -19,7 +20,28 @@ import (
 // np_ingress as runs. Every CE datagram must be counted, each run must
 // get its CNP, and a run's datagrams to a second QP of the same flow are
 // counted apart and not answered.
+//
+// Whether veth's NAPI gathers a GSO send's segments into one poll is the
+// host's timing: once in a whole-suite run it delivered all 800 alone.
+// With no run there is nothing to judge, so the lab is built again, up to
+// npGROAttempts times, each such attempt logged.
 func TestNPBPFGRO(t *testing.T) {
+	for attempt := 1; attempt <= npGROAttempts; attempt++ {
+		again := false
+		t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) { again = npGRORun(t, attempt == npGROAttempts) })
+		if !again {
+			return
+		}
+	}
+}
+
+// npGROAttempts is how many labs TestNPBPFGRO builds while none
+// coalesces.
+const npGROAttempts = 3
+
+// npGRORun is one attempt of TestNPBPFGRO; it reports whether no run
+// reached np_ingress (and, unless last, judged nothing).
+func npGRORun(t *testing.T, last bool) (noRuns bool) {
 	l := newNPLab(t, npbpf.Options{})
 	if err := l.np.SetReceiveCoalescing(npDev, true); err != nil {
 		t.Fatal(err)
@@ -71,7 +93,11 @@ func TestNPBPFGRO(t *testing.T) {
 		st.Packets, st.CE, st.GRORuns, st.GROSegments, float64(st.GROSegments)/max(1, float64(st.GRORuns)), st.GROOtherQP, st.CNPSent)
 	t.Logf("QP %#x: %+v; QP %#x: %+v", c.QPN, cc, other.QPN, oc)
 	if st.GRORuns == 0 {
-		t.Fatalf("no run reached np_ingress: the device did not coalesce, the test shows nothing")
+		if !last {
+			t.Logf("no run reached np_ingress: the device delivered every datagram alone; building the lab again")
+			return true
+		}
+		t.Fatalf("no run reached np_ingress in %d labs: the device did not coalesce, the test shows nothing", npGROAttempts)
 	}
 	// The other QP's datagrams follow c's in their run: always the run's
 	// tail, never its first.
@@ -101,6 +127,7 @@ func TestNPBPFGRO(t *testing.T) {
 	if st.EgressBuilt != st.CNPSent || st.EgressDropped != 0 || st.RedirectErrors != 0 {
 		t.Errorf("stats %+v: every CNP decided must be built, none dropped", st)
 	}
+	return false
 }
 
 // gsoSocket is a UDP socket bound to local that sends with tos, DF and
