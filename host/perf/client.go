@@ -176,7 +176,20 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 			fmt.Fprintln(c.Out, clientHeader)
 		}
 	}
+	if c.StartGate != nil {
+		if c.OnReady != nil {
+			c.OnReady()
+		}
+		select {
+		case <-c.StartGate:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
 	st, runErr := c.run(ctx, r, sess, text)
+	if runErr == nil && c.OnFinished != nil {
+		c.OnFinished()
+	}
 
 	// The server's counters, then the summary.
 	fctx, fcancel := finishContext(ctx)

@@ -335,6 +335,18 @@ type ClientConfig struct {
 	// returns: a live view reads it on its own clock, where OnInterval's
 	// reports run a whole interval behind.
 	OnData func(acked func() uint64)
+	// StartGate, if set, holds a rocev2 run's streams after its setup
+	// (its agent, side channel and QPs) until it closes: a run set up
+	// ahead starts its data at once when told (an htsim trigger). If ctx
+	// ends first RunClient returns ctx's error.
+	StartGate <-chan struct{}
+	// OnReady, if set with StartGate, is called once the run is set up,
+	// as it starts to wait for the gate.
+	OnReady func()
+	// OnFinished, if set, is called once when a rocev2 run's streams
+	// have ended without error (every byte acknowledged, or the time up),
+	// before the server's counters are fetched.
+	OnFinished func()
 
 	// Timescale slows the fabric the client runs on (units.Timescale): the
 	// line rate over k; DCQCN's parameters after its profile and knobs
@@ -455,6 +467,9 @@ func (c ClientConfig) Validate() error {
 	switch c.Transport {
 	case "", TransportRoCEv2:
 	case TransportUET:
+		if c.StartGate != nil || c.OnFinished != nil || c.OnReady != nil {
+			return &ConfigError{Field: FieldTransport, Value: c.Transport, Must: "must be rocev2 with a start gate or OnFinished (uet runs start their data as they connect)"}
+		}
 		return c.validateUET()
 	default:
 		return configErr(FieldTransport, c.Transport, "rocev2 or uet")

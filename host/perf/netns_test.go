@@ -596,3 +596,69 @@ func TestNetnsRefused(t *testing.T) {
 		t.Errorf("server_agent %+v", sa)
 	}
 }
+
+// TestNetnsStartGate: a run with a start gate is set up (OnReady) and
+// sends nothing until the gate opens; OnFinished comes once its bytes are
+// acknowledged, before RunClient returns; a run whose context ends at the
+// gate returns the context's cause. UET refuses a gate.
+func TestNetnsStartGate(t *testing.T) {
+	labtest.EnterNetns(t)
+	startServer(t, ServerConfig{})
+	cfg := DefaultClientConfig(srvAddr.String())
+	cfg.Bytes, cfg.Verify, cfg.Interval = 1<<20, true, 0
+	relax(&cfg)
+	gate := make(chan struct{})
+	ready := make(chan struct{})
+	var finished, returned time.Time
+	var acked func() uint64
+	cfg.StartGate = gate
+	cfg.OnReady = func() { close(ready) }
+	cfg.OnData = func(a func() uint64) { acked = a }
+	cfg.OnFinished = func() { finished = time.Now() }
+	// The gate opens from another goroutine: RunClient stays on this
+	// one, the thread in the test's namespace.
+	var opened time.Time
+	var early bool
+	go func() {
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			close(gate)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+		early = acked != nil
+		opened = time.Now()
+		close(gate)
+	}()
+	r, err := RunClient(context.Background(), cfg)
+	returned = time.Now()
+	if early {
+		t.Errorf("the streams started before the gate opened")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.End.SumSent.Bytes; got != cfg.Bytes {
+		t.Errorf("sent %d bytes, want %d", got, cfg.Bytes)
+	}
+	if finished.IsZero() || finished.Before(opened) || finished.After(returned) {
+		t.Errorf("OnFinished at %v, gate opened at %v, RunClient returned at %v", finished, opened, returned)
+	}
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cfg.StartGate, cfg.OnFinished, cfg.OnData = make(chan struct{}), nil, nil
+	ready = make(chan struct{})
+	cfg.OnReady = func() { close(ready); cancel(errGateTest) }
+	if _, err := RunClient(ctx, cfg); err != errGateTest {
+		t.Errorf("cancelled at the gate: %v, want %v", err, errGateTest)
+	}
+
+	u := DefaultClientConfig(srvAddr.String())
+	u.Transport, u.StartGate = TransportUET, make(chan struct{})
+	if err := u.Validate(); err == nil || !strings.Contains(err.Error(), "start gate") {
+		t.Errorf("uet with a start gate: %v", err)
+	}
+}
+
+var errGateTest = fmt.Errorf("the run's end at the gate")
