@@ -34,7 +34,7 @@ import (
 )
 
 const usage = `usage:
-  fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE]
+  fabriclab run LAB.yaml [-cm FILE.cm] [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE]
       build the lab in network namespaces, run its flows, print a live view
       every report interval and a summary, write result.json and plots to
       DIR, and tear everything down (also on error and Ctrl-C). A file with
@@ -42,6 +42,12 @@ const usage = `usage:
       afresh and runs each variant in turn, and the summary gives each
       variant's mean and 95% confidence interval over its runs; each run's
       own result.json and plots go to DIR/VARIANT/runN.
+      -cm FILE.cm
+               run htsim's connection matrix FILE.cm as the file's
+               workload: its flows on the file's hosts (its workload's
+               hosts, else every host in order) with its workload's flow
+               settings, started at their times and on their triggers;
+               the summary gives each collective's completion time
       -t DUR   cap each run: flows' starts, every, pause and timed durations
                are scaled to fit in DUR when they reach past it (sized flows
                keep their sizes)
@@ -413,6 +419,7 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	rf := addRunFlags(fs)
+	cmPath := fs.String("cm", "", "run htsim's connection matrix `FILE.cm` as the workload")
 	path, err := parseArgs(fs, args)
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab run: %v\n", err)
@@ -421,7 +428,12 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	if code := rf.check("run", stderr); code != 0 {
 		return code
 	}
-	f, err := labfile.Load(path)
+	var f *labfile.File
+	if *cmPath != "" {
+		f, err = labfile.LoadCM(path, *cmPath)
+	} else {
+		f, err = labfile.Load(path)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
 		return 2

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/cm"
 	"github.com/fabriclab/fabriclab/host/conf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -76,6 +77,9 @@ const (
 	MaxStart = time.Hour
 	// MaxCount bounds a flow's instances.
 	MaxCount = 100000
+	// MaxFlows bounds a file's flows, a workload's connections included
+	// (htsim's all-to-all of 60 nodes is 3,540).
+	MaxFlows = 10000
 	// MaxRuns bounds a file's runs per variant.
 	MaxRuns = 1000
 	// DefaultSeed seeds the sizes drawn between size and size_max.
@@ -123,6 +127,18 @@ type File struct {
 	// measured before the flows (or nominal): tc specs name them as
 	// $k_tail, $ins_target, ... Optional.
 	Tune *Tune `yaml:"tune"`
+	// Workload adds a flow per connection of an htsim connection matrix
+	// (a .cm file or one generated), run with its start times and
+	// triggers. Optional.
+	Workload *Workload `yaml:"workload"`
+	// Fabric generates a leaf-spine's hosts, switches, links and ports,
+	// before the file's own nodes, links and ports. Optional.
+	Fabric *Fabric `yaml:"fabric"`
+	// fabricDone says Fabric is in Nodes, Links and Ports.
+	fabricDone bool
+	// matrix is the Workload's, its connection i the flow matrixFirst+i.
+	matrix      *cm.Matrix
+	matrixFirst int
 
 	// Path is the file's name as given to Load or Parse.
 	Path string `yaml:"-"`
@@ -349,6 +365,10 @@ type Flow struct {
 	// DSCP of a tcp flow's packets, which picks the port's class (as
 	// the ports' dscp maps). Optional: 0.
 	DSCP int `yaml:"dscp"`
+
+	// conn is the flow's connection in the file's Workload matrix, 1 up;
+	// 0 for a flow of its own.
+	conn int
 }
 
 // Watchdog is a flow's ppfc_watchdog: a duration, or "off" (negative).
@@ -400,6 +420,36 @@ func Parse(name string, data []byte) (*File, error) {
 	f.Path, f.data = name, data
 	if err := f.validate(); err != nil {
 		return nil, conf.Locate(name, data, err)
+	}
+	return f, nil
+}
+
+// LoadCM is Load with the workload's matrix read from the .cm file at
+// cmPath (fabriclab run -cm): the file gives the fabric and, in its
+// workload, the hosts and the flows' settings; a generator it names is
+// replaced.
+func LoadCM(path, cmPath string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{}
+	if err := conf.Decode(path, data, f); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(cmPath)
+	if err != nil {
+		return nil, err
+	}
+	w := &Workload{}
+	if f.Workload != nil {
+		w.Hosts, w.Flow = f.Workload.Hosts, f.Workload.Flow
+	}
+	w.CM = abs
+	f.Workload = w
+	f.Path, f.data = path, data
+	if err := f.validate(); err != nil {
+		return nil, conf.Locate(path, data, err)
 	}
 	return f, nil
 }

@@ -163,7 +163,7 @@ func TestParseErrors(t *testing.T) {
 			`t.yaml:18: flows[2].to: "r2": no path from h1 to r2 (routes never cross a host)`},
 		{base + "report: {interval: 1ms}\n", `t.yaml:16: report.interval: "1ms": want 10ms..60s (default 500ms)`},
 		{base + "report: {watch: [sw1:h1]}\n", `t.yaml:16: report.watch[0]: "sw1:h1": no switch port there; ports are sw1:r1`},
-		{base + "colour: blue\n", `t.yaml:16: colour: unknown field; the document has duration, flows, goals, links, name, nodes, ports, report, runs, seed, timescale, tune, variants`},
+		{base + "colour: blue\n", `t.yaml:16: colour: unknown field; the document has duration, fabric, flows, goals, links, name, nodes, ports, report, runs, seed, timescale, tune, variants, workload`},
 		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has agent, decap, host_queue, kind, name, np, peer, quickack`},
 	} {
 		_, err := Parse("t.yaml", []byte(c.src))

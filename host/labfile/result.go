@@ -96,6 +96,9 @@ type Result struct {
 	// Check is seed 000's three layers, judged per rocev2 flow from the
 	// counters along its path (Check); nil without rocev2 flows.
 	Check *CheckReport `json:"check,omitempty"`
+	// Matrix is the workload's collectives' completion times; nil
+	// without a workload.
+	Matrix *MatrixResult `json:"matrix,omitempty"`
 	// Goals are the file's goals this run decides alone (File.Goals: of
 	// its variant, without than), reported, not enforced.
 	Goals []GoalResult `json:"goals,omitempty"`
@@ -154,6 +157,9 @@ type FlowResult struct {
 	Transport string  `json:"transport"`
 	CC        string  `json:"cc"`
 	StartS    float64 `json:"start_s"` // as run (scaled)
+	// Conn is the flow's connection in the workload's matrix, 1 up (0
+	// for a flow of its own).
+	Conn int `json:"conn,omitempty"`
 	// SizeBytes is the flow's size; 0 for a timed flow.
 	SizeBytes uint64 `json:"size_bytes,omitempty"`
 	// Bytes is the payload acknowledged, Seconds the time it took
@@ -582,7 +588,7 @@ func flowResult(fr *flowRun) FlowResult {
 	defer fr.mu.Unlock()
 	fl, fp := fr.plan.Flow, fr.plan
 	out := FlowResult{Name: fl.Name, Group: fl.Group, From: fl.From, To: fl.To, Transport: fl.Transport, CC: fl.CC,
-		StartS: fr.start.Seconds(), BottleneckBps: uint64(fp.Bottleneck), State: fr.state}
+		StartS: fr.start.Seconds(), Conn: fl.conn, BottleneckBps: uint64(fp.Bottleneck), State: fr.state}
 	if len(fr.instances) == 0 {
 		out.Error = "not started"
 		return out
@@ -913,7 +919,14 @@ func (res *Result) WriteSummary(w io.Writer) {
 	if slices.ContainsFunc(res.Flows, func(f FlowResult) bool { return f.Series != nil }) {
 		fmt.Fprintf(w, "%-12s (a series: FCT and FCT/ideal are its instances' p50/p99)\n", "")
 	}
+	matrixShown := 0
 	for _, f := range res.Flows {
+		if f.Conn > 0 {
+			// A matrix's flows are in result.json; its collectives below.
+			if matrixShown++; matrixShown > maxMatrixFlowsShown {
+				continue
+			}
+		}
 		fct, ratio := "-", "-"
 		switch {
 		case f.FCTS > 0:
@@ -1002,6 +1015,12 @@ func (res *Result) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, " %s %.1f", n, f.GoodputBps[i]/1e6)
 		}
 		fmt.Fprintln(w, " Mbit/s")
+	}
+	if matrixShown > maxMatrixFlowsShown {
+		fmt.Fprintf(w, "… %d more of the matrix's flows in result.json\n", matrixShown-maxMatrixFlowsShown)
+	}
+	if res.Matrix != nil {
+		res.Matrix.write(w)
 	}
 	if c := res.Check; c != nil {
 		WriteCheck(w, c)

@@ -241,6 +241,9 @@ type runner struct {
 
 	// rocev2 are the RoCEv2 flows' agents, whose DCQCN cuts the queue
 	// sampler counts (e2eReaction).
+	// matrix runs the workload's triggers (nil without a workload).
+	matrix *matrixRun
+
 	rocev2 struct {
 		sync.Mutex
 		agents []*agent.Agent
@@ -619,7 +622,10 @@ func (r *runner) teardown() error {
 type flowRun struct {
 	plan  *FlowPlan
 	index int           // in the file
-	start time.Duration // scaled
+	start time.Duration // scaled; a triggered flow's when its trigger fired
+	// trigger brings a matrix flow that starts on a trigger the time it
+	// fired (matrixRun); nil for a flow that starts at its time.
+	trigger chan time.Duration
 	// sizes are the instances' sizes (one for a single flow; nil for a
 	// timed one).
 	sizes []uint64
@@ -650,11 +656,16 @@ type instanceRun struct {
 	// the host-lost meter's clock.
 	dataStart time.Duration
 	dataMono  time.Duration
-	size      uint64
-	late      bool // started after its every slot
-	report    *perf.Report
-	tcp       *tcpflow.Report
-	err       error
+	// dataEnd is when a gated matrix flow's last byte was acknowledged
+	// (perf's OnFinished), 0 for other flows: end then.
+	dataEnd time.Duration
+	// setup is a gated matrix flow's setup, before the run's clock.
+	setup  time.Duration
+	size   uint64
+	late   bool // started after its every slot
+	report *perf.Report
+	tcp    *tcpflow.Report
+	err    error
 }
 
 func (fr *flowRun) set(f func(*flowRun)) {
@@ -700,18 +711,34 @@ func (r *runner) run(ctx context.Context) *Result {
 			r.timedLeft.Add(1)
 		}
 	}
+	if r.f.matrix != nil {
+		// The matrix's flows set up before the clock starts (prepareGated).
+		deadline = max(deadline, r.matrixDeadline(flows)) + r.setupAllowance(flows)
+	}
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
+	r.matrix = r.newMatrixRun(flows, cancel)
 	hostDrops0 := r.hostDrops()
 	incasts := r.p.incasts()
+	var wg sync.WaitGroup
+	if r.matrix != nil {
+		// The matrix's rocev2 flows set up before the clock starts.
+		r.prepareGated(rctx, flows, &wg)
+	}
 	r.startMeter()
 	t0 := time.Now()
 	res.Start = t0
+	if r.matrix != nil {
+		r.matrix.t0 = t0
+		close(r.matrix.started)
+	}
 	qctx, stopQueues := context.WithCancel(context.Background())
 	queued := make(chan queueSamples, 1)
 	go func() { queued <- r.sampleQueues(qctx, t0, incasts, flows) }()
-	var wg sync.WaitGroup
 	for _, fr := range flows {
+		if r.matrix.gated(fr) {
+			continue // running (prepareGated)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -741,6 +768,7 @@ func (r *runner) run(ctx context.Context) *Result {
 	queues := <-queued
 	host := r.stopMeter()
 	r.finish(res, flows, ctx.Err() != nil)
+	res.Matrix = r.matrixResult(res, flows)
 	res.HostLost = r.hostLost(host, flows, res)
 	res.Incasts = r.incastResults(incasts, flows, res, host, queues.ports)
 	r.portQueues(res, queues.ports)
@@ -900,6 +928,16 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 	n := max(len(fr.sizes), 1)
 	next := fr.start
 	failed := false
+	if fr.trigger != nil {
+		select {
+		case <-ctx.Done():
+			fr.set(func(fr *flowRun) { fr.state = stateFailed })
+			return
+		case at := <-fr.trigger:
+			fr.set(func(fr *flowRun) { fr.start = at })
+			next = at
+		}
+	}
 	for k := range n {
 		late := false
 		if wait := time.Until(t0.Add(next)); wait > 0 {
@@ -924,9 +962,12 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 		if k == 0 {
 			r.log.Info("flow starts", "flow", fl.Name, "from", fl.From, "to", fl.To, "transport", fl.Transport, "cc", fl.CC, "count", n)
 		}
-		r.runInstance(ctx, t0, fr, &in)
+		r.runInstance(ctx, t0, fr, &in, nil)
 		in.end = time.Since(t0)
 		fr.set(func(fr *flowRun) { fr.instances = append(fr.instances, in) })
+		if fr.plan.Flow.conn > 0 {
+			r.matrix.done(fr, in.end, in.err)
+		}
 		if in.err != nil {
 			failed = true
 			r.log.Warn("flow failed", "flow", fl.Name, "instance", k+1, "err", in.err)
@@ -951,11 +992,30 @@ func (r *runner) runFlow(ctx context.Context, t0 time.Time, fr *flowRun) {
 	}
 }
 
-// runInstance runs one instance of fr's flow.
-func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in *instanceRun) {
+// runInstance runs one instance of fr's flow. With a gate (a rocev2
+// matrix flow set up ahead, runGated) its data waits for the gate, and
+// its budget runs from there.
+func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in *instanceRun, gate *flowGate) {
 	fl := fr.plan.Flow
 	budget := r.instanceBudget(fr.plan, in.size)
 	fctx, cancel := context.WithTimeout(ctx, budget)
+	if gate != nil {
+		cancel()
+		fctx, cancel = context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-gate.open:
+				t := time.NewTimer(budget)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					cancel()
+				case <-fctx.Done():
+				}
+			case <-fctx.Done():
+			}
+		}()
+	}
 	defer cancel()
 	node := r.lab.Node(fl.From)
 	if tp := fr.plan.TCP; tp != nil {
@@ -971,6 +1031,9 @@ func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in 
 		cfg.Duration = max(r.scaled(cfg.Duration), time.Millisecond)
 	} else {
 		cfg.Bytes = in.size
+	}
+	if gate != nil {
+		cfg.StartGate, cfg.OnReady, cfg.OnFinished = gate.open, gate.ready, gate.finished
 	}
 	cfg.Logger = r.log.With("flow", fl.Name)
 	cfg.OnInterval = func(iv perf.Interval) { fr.set(func(fr *flowRun) { fr.last = iv }) }

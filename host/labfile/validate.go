@@ -57,6 +57,9 @@ func (f *File) validate() error {
 	if f.Duration < time.Millisecond || f.Duration > MaxStart {
 		return conf.Errorf("duration", units.FormatDuration(f.Duration), "want 1ms..1h (default %s)", units.FormatDuration(DefaultDuration))
 	}
+	if err := f.expandFabric(); err != nil {
+		return err
+	}
 	if len(f.Nodes) == 0 {
 		return conf.Errorf("nodes", "", "want at least one node")
 	}
@@ -134,6 +137,12 @@ func (f *File) validate() error {
 	}
 	if err := f.checkReport(); err != nil {
 		return err
+	}
+	if err := f.expandWorkload(byName); err != nil {
+		return err
+	}
+	if len(f.Flows) > MaxFlows {
+		return conf.Errorf("flows", len(f.Flows), "at most %d flows", MaxFlows)
 	}
 	for i := range f.Flows {
 		if err := f.checkFlow(i, byName); err != nil {

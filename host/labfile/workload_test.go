@@ -1,0 +1,156 @@
+//go:build linux
+
+package labfile
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// star is four hosts on one switch, with a workload appended.
+const star = `name: w
+nodes:
+  - {name: h0, kind: host}
+  - {name: h1, kind: host}
+  - {name: h2, kind: host}
+  - {name: h3, kind: host}
+  - {name: sw, kind: switch}
+links:
+  - {a: h0, b: sw, rate: 100mbit}
+  - {a: h1, b: sw, rate: 100mbit}
+  - {a: h2, b: sw, rate: 100mbit}
+  - {a: h3, b: sw, rate: 100mbit}
+`
+
+// TestWorkloadCM: a .cm file next to the lab file becomes a flow per
+// connection, its nodes the hosts in file order, its starts and sizes
+// kept, the flow template applied.
+func TestWorkloadCM(t *testing.T) {
+	dir := t.TempDir()
+	cmText := `Nodes 4
+Connections 3
+Triggers 1
+0->3 id 1 start 20 size 100000 send_done_trigger 1
+1->3 id 2 start 0 size 200000
+3->2 id 3 trigger 1 size 300000
+trigger id 1 oneshot
+`
+	if err := os.WriteFile(filepath.Join(dir, "m.cm"), []byte(cmText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lab := filepath.Join(dir, "lab.yaml")
+	text := star + "flows:\n  - {name: bg, from: h1, to: h2, duration: 1s}\nworkload: {cm: m.cm, flow: {transport: rocev2, line_rate: 50mbit, verify: true}}\n"
+	if err := os.WriteFile(lab, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(lab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := f.Matrix(); m == nil || len(m.Conns) != 3 {
+		t.Fatalf("matrix %+v", m)
+	}
+	if len(f.Flows) != 4 || f.MatrixFlow(0) != 1 {
+		t.Fatalf("%d flows, matrix from %d: want bg then c1..c3", len(f.Flows), f.MatrixFlow(0))
+	}
+	for i, want := range []struct {
+		name, from, to string
+		size           uint64
+		start          time.Duration
+	}{{"c1", "h0", "h3", 100000, 20 * time.Microsecond}, {"c2", "h1", "h3", 200000, 0}, {"c3", "h3", "h2", 300000, 0}} {
+		fl := f.Flows[f.MatrixFlow(i)]
+		if fl.Name != want.name || fl.From != want.from || fl.To != want.to || uint64(fl.Size) != want.size || fl.Start != want.start ||
+			fl.Group != MatrixGroup || !fl.Verify || fl.LineRate != 50e6 || fl.conn != i+1 {
+			t.Errorf("connection %d: %+v", i+1, fl)
+		}
+	}
+}
+
+func TestWorkloadGenerate(t *testing.T) {
+	f, err := Parse("w.yaml", []byte(star+"workload: {kind: allreduce-ring, size: 64kb, hosts: [h3, h2, h1, h0], flow: {group: ring}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := f.Matrix()
+	if m == nil || len(m.Conns) != 4*7 || len(m.Triggers) != 4*6 {
+		t.Fatalf("ring over 4: %d connections, %d triggers; want 28, 24", len(m.Conns), len(m.Triggers))
+	}
+	// Matrix node 0 is h3 (hosts' order).
+	c := m.Conns[0]
+	if fl := f.Flows[0]; fl.From != []string{"h3", "h2", "h1", "h0"}[c.Src] || fl.Group != "ring" || fl.Size != 64<<10 {
+		t.Errorf("first flow %+v for connection %+v", fl, c)
+	}
+}
+
+func TestWorkloadErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.cm")
+	if err := os.WriteFile(bad, []byte("Nodes 4\nConnections 1\n0->1 start 0 size 10 colour red\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	six := filepath.Join(dir, "six.cm")
+	if err := os.WriteFile(six, []byte("Nodes 6\nConnections 1\n0->5 start 0 size 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ workload, want string }{
+		{"{}", "workload: want one of cm (an htsim .cm file) or kind"},
+		{"{cm: " + bad + ", kind: incast}", "want one of cm"},
+		{"{cm: " + bad + "}", `workload.cm: "` + bad + `": cm: line 3: "colour": unknown word`},
+		{"{cm: " + six + "}", "workload.hosts: \"4\": the matrix has 6 nodes; name as many hosts"},
+		{"{cm: " + six + ", size: 1mb}", "group, fanout, size, seed and spread are the generators'"},
+		{"{kind: ring, size: 1kb}", `workload.kind: "ring"`},
+		{"{kind: allreduce-ring, size: 1kb, hosts: [h0, sw]}", `workload.hosts[1]: "sw": is a switch`},
+		{"{kind: allreduce-ring, size: 1kb, hosts: [h0, h0]}", `workload.hosts[1]: "h0": given twice`},
+		{"{kind: allreduce-ring, size: 1kb, hosts: [h0, hx]}", `workload.hosts[1]: "hx": no such node`},
+		{"{kind: allreduce-ring, size: 1kb, flow: {from: h0}}", "workload.flow.from: the matrix gives every connection's ends"},
+		{"{kind: allreduce-ring, size: 1kb, flow: {size: 1mb}}", "workload.flow.size"},
+	} {
+		_, err := Parse(filepath.Join(dir, "w.yaml"), []byte(star+"workload: "+tc.workload+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.workload, err, tc.want)
+		}
+	}
+}
+
+// TestFabric: a leaf-spine's nodes, links and ports, the spine rate
+// from the oversubscription, and its errors.
+func TestFabric(t *testing.T) {
+	f, err := Parse("f.yaml", []byte(`name: f
+fabric: {kind: leaf-spine, hosts: 8, leaves: 2, spines: 2, host_rate: 100mbit, oversubscription: 2, delay: 10us,
+  up: {tc: ["3:wred:min=20kb,max=80kb,p=0.2"]}}
+flows:
+  - {from: h0, to: h7, size: 1mb}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Nodes) != 12 || len(f.Links) != 12 {
+		t.Fatalf("%d nodes, %d links: want 8 hosts + 4 switches, 8 + 4 links", len(f.Nodes), len(f.Links))
+	}
+	// 4 hosts × 100 Mbit/s over 2 spines at oversubscription 2: 100 Mbit/s each.
+	if l := f.Links[8]; l.A != "leaf1" || l.B != "sp1" || l.Rate != 100e6 || l.Delay != 10*time.Microsecond {
+		t.Errorf("first uplink %+v", l)
+	}
+	if l := f.Links[4]; l.A != "h4" || l.B != "leaf2" || l.Rate != 100e6 {
+		t.Errorf("h4's link %+v", l)
+	}
+	if len(f.Ports) != 4 || f.Ports[0].Port != "leaf1:sp1" || f.Ports[3].Port != "leaf2:sp2" {
+		t.Errorf("ports %+v: want the 4 leaf uplinks", f.Ports)
+	}
+	for _, tc := range []struct{ fabric, want string }{
+		{"{kind: fat-tree, hosts: 8, leaves: 2, spines: 2, host_rate: 1gbit}", `fabric.kind: "fat-tree"`},
+		{"{kind: leaf-spine, hosts: 8, leaves: 3, spines: 2, host_rate: 1gbit}", `fabric.leaves: "3": must divide hosts 8`},
+		{"{kind: leaf-spine, hosts: 1, leaves: 1, host_rate: 1gbit}", `fabric.hosts: "1": want 2..64`},
+		{"{kind: leaf-spine, hosts: 8, leaves: 2, spines: 0, host_rate: 1gbit}", `fabric.spines: "0"`},
+		{"{kind: leaf-spine, hosts: 8, leaves: 2, spines: 2}", "fabric.host_rate"},
+		{"{kind: leaf-spine, hosts: 8, leaves: 2, spines: 2, host_rate: 1gbit, spine_rate: 1gbit, oversubscription: 2}", "give spine_rate or oversubscription, not both"},
+	} {
+		_, err := Parse("f.yaml", []byte("name: f\nfabric: "+tc.fabric+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.fabric, err, tc.want)
+		}
+	}
+}
