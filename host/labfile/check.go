@@ -142,9 +142,23 @@ type hopView struct {
 	st    *qdisc.ClassStats
 	class int
 	rate  units.Rate // the class's drain rate
+	// branch is the hop's ECMP group (FlowHop.Branch), 0 for none;
+	// group is, for one, the sum of the class's arrivals over the
+	// group's hops: the flow's packets cross one of them.
+	branch int
+	group  qdisc.ClassStats
 }
 
 func (h *hopView) arrivals() uint64 { return arrived(h.st) }
+
+// arrivedAt is the class's stats the path layer judges: the hop's own,
+// or its ECMP group's sum.
+func (h *hopView) arrivedAt() *qdisc.ClassStats {
+	if h.branch != 0 {
+		return &h.group
+	}
+	return h.st
+}
 
 // arrived is a class's arrivals, every ECN codepoint.
 func arrived(cs *qdisc.ClassStats) uint64 {
@@ -188,7 +202,11 @@ func (h *hopView) congested() bool {
 	c := h.cfg
 	switch c.ECN {
 	case qdisc.ECNStep, qdisc.ECNWRED:
-		return h.queueBytes() > uint64(c.MinThBytes)
+		// Past min_th, and long enough that the configured probability
+		// expects marks: a brief excursion under WRED's low early
+		// probability may rightly mark nothing.
+		e, ok := h.expectedMarks()
+		return h.queueBytes() > uint64(c.MinThBytes) && (!ok || e >= MinExpectedMarks)
 	case qdisc.ECNTwoThreshold:
 		return h.queueBytes() > uint64(c.TwoThreshold.T1Bytes)
 	case qdisc.ECNTCN, qdisc.ECNCoDel, qdisc.ECNSharp:
@@ -203,6 +221,26 @@ func (h *hopView) congested() bool {
 	}
 	// ecn off: the limit or PPFC is all there is.
 	return h.safety() > 0 || h.queueBytes() > uint64(UnmarkedQueueBytes)
+}
+
+// MinExpectedMarks is the marks a step or WRED class's configured
+// probability must expect, over the backlog its ECN-capable arrivals
+// found, before marking none says its marking is broken: with 5
+// expected, none happens by chance under 1 % of the time (e^-5).
+const MinExpectedMarks = 5
+
+// expectedMarks is the fewest marks the class's configuration expects
+// for the backlog its ECN-capable arrivals found (qdisc.MarkingCurve:
+// each bin's arrivals at its lowest configured probability); ok is false
+// without a curve.
+func (h *hopView) expectedMarks() (e float64, ok bool) {
+	if h.st.Curve.BinBytes == 0 {
+		return 0, false
+	}
+	for _, r := range h.st.Curve.Compare(h.cfg) {
+		e += float64(r.Arrivals) * r.ConfLo
+	}
+	return e, true
 }
 
 func (h *hopView) threshold() string {
@@ -239,7 +277,19 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 			rate = pr.Config.Rate
 		}
 		hops = append(hops, hopView{name: fmt.Sprintf("%s class %d", h.Port, h.Class), port: h.Port,
-			cfg: &pr.Config.Classes[h.Class], st: &pr.Stats.Classes[h.Class], class: h.Class, rate: rate})
+			cfg: &pr.Config.Classes[h.Class], st: &pr.Stats.Classes[h.Class], class: h.Class, rate: rate, branch: h.Branch})
+	}
+	// An ECMP group's hops are judged on their sum (arrivedAt).
+	for i := range hops {
+		for j := range hops {
+			if b := hops[i].branch; b != 0 && hops[j].branch == b {
+				g, st := &hops[i].group, hops[j].st
+				g.ArrivedNotECT += st.ArrivedNotECT
+				g.ArrivedECT0 += st.ArrivedECT0
+				g.ArrivedECT1 += st.ArrivedECT1
+				g.ArrivedCE += st.ArrivedCE
+			}
+		}
 	}
 	if len(hops) == 0 {
 		fc.Says = "the flow crosses no port of the lab: no switch to mark"
@@ -264,7 +314,11 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 			from = hops[i-1].port
 		}
 		between := from + " → " + h.port
-		if sent > 0 && float64(h.arrivals()) < FlowShare*float64(sent) {
+		at := h.arrivedAt()
+		if h.branch != 0 {
+			between = from + " → " + h.port + " or its ECMP alternatives"
+		}
+		if sent > 0 && float64(arrived(at)) < FlowShare*float64(sent) {
 			ev := []Evidence{sentEv, {h.name, "arrived_packets", h.arrivals()}}
 			// Where the packets went instead, and a remark on the way.
 			if c, n := h.busiestOther(ports); n > 0 {
@@ -277,11 +331,11 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 				fmt.Sprintf("DSCP not preserved: the flow sent DSCP %d, which %s puts in class %d, but that class saw fewer packets than the flow alone sent: its DSCP was rewritten between %s and %s (seed 000: always trust DSCP end to end)", f.DSCP, h.port, h.class, from, h.port),
 				ev...)
 		}
-		ect := h.st.ArrivedECT0 + h.st.ArrivedECT1 + h.st.ArrivedCE
+		ect := at.ArrivedECT0 + at.ArrivedECT1 + at.ArrivedCE
 		// Not-ECT arrivals of the flow's size, and too few ECN-capable
 		// ones to be its own (another sender's Not-ECT traffic in the
 		// class is not the flow's).
-		if sent > 0 && float64(h.st.ArrivedNotECT) >= FlowShare*float64(sent) && float64(ect) < FlowShare*float64(sent) {
+		if sent > 0 && float64(at.ArrivedNotECT) >= FlowShare*float64(sent) && float64(ect) < FlowShare*float64(sent) {
 			if i == 0 {
 				return silent(LayerPath, CheckNotECT, between,
 					fmt.Sprintf("ECN not set by the sender: %s's class %d saw the flow's packets arrive Not-ECT, so no switch can mark them", h.port, h.class),
@@ -453,7 +507,14 @@ func ccName(cc string) string {
 // counters behind each.
 func WriteCheck(w io.Writer, c *CheckReport) {
 	fmt.Fprintf(w, "three layers (seed 000): %s\n", c.summary())
+	// Many flows (a workload's matrix): the verdicts that say something;
+	// every one is in check.json.
+	quiet := 0
 	for _, f := range c.Flows {
+		if len(c.Flows) > maxCheckFlowsShown && (f.Kind == CheckIdle || f.Kind == CheckOK) {
+			quiet++
+			continue
+		}
 		layer := "-"
 		if f.Layer != "" {
 			layer = strings.ToUpper(string(f.Layer))
@@ -463,7 +524,14 @@ func WriteCheck(w io.Writer, c *CheckReport) {
 			fmt.Fprintf(w, "  %-12s %-5s %-16s   %s\n", "", "", "", e)
 		}
 	}
+	if quiet > 0 {
+		fmt.Fprintf(w, "  (%d of the %d flows ok or idle, not listed)\n", quiet, len(c.Flows))
+	}
 }
+
+// maxCheckFlowsShown is how many flows' verdicts WriteCheck lists in
+// full; past it, only the silent ones.
+const maxCheckFlowsShown = 16
 
 func (c *CheckReport) summary() string {
 	silent := c.Silent()

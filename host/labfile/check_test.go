@@ -39,6 +39,18 @@ func checkLab() *Result {
 	return res
 }
 
+// ecmp puts an ECMP alternative to sw1:sw2 on the flow's path: sw1:sw3
+// (port 3), which none of its packets crossed, then applies edit.
+func ecmp(edit func(*Result)) func(*Result) {
+	return func(r *Result) {
+		p := r.Ports[0]
+		p.Name, p.Stats = "sw1:sw3", &qdisc.Stats{Classes: make([]qdisc.ClassStats, qdisc.NumClasses)}
+		r.Ports = append(r.Ports, p)
+		r.Flows[0].Path = []FlowHop{{Port: "sw1:sw2", Class: 3, Branch: 1}, {Port: "sw1:sw3", Class: 3, Branch: 1}, {Port: "sw2:r", Class: 3}}
+		edit(r)
+	}
+}
+
 func class(res *Result, port int, c qdisc.ClassID) *qdisc.ClassStats {
 	return &res.Ports[port].Stats.Classes[c]
 }
@@ -93,6 +105,24 @@ func TestCheckVerdicts(t *testing.T) {
 			c.CEMarkedECT0, c.MaxBacklogBytes = 0, 0
 			c.Sojourn[20] = 1000
 		}, LayerCP, CheckNoMarks, "sw2:r", "sojourn_p99_as_bytes"},
+		// A brief excursion past min_th: the 3 arrivals that found the
+		// queue there expect 0.002 marks under WRED's 0.1 at 1 MB.
+		{"brief excursion", func(r *Result) {
+			c := class(r, 1, 3)
+			c.CEMarkedECT0, c.MaxBacklogBytes = 0, 60_000
+			c.Curve.BinBytes, c.Curve.Arrivals[0], c.Curve.Arrivals[7] = 8192, 9_997, 3
+			r.Flows[0].CEArrived, r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0, 0
+		}, "", CheckIdle, "", "ce_marked"},
+		// 1,000 arrivals found 248 KB and more: about 20 marks expected.
+		{"no marks, the curve's", func(r *Result) {
+			c := class(r, 1, 3)
+			c.CEMarkedECT0 = 0
+			c.Curve.BinBytes, c.Curve.Arrivals[0], c.Curve.Arrivals[31] = 8192, 9_000, 1_000
+		}, LayerCP, CheckNoMarks, "sw2:r", "max_backlog_bytes"},
+		// ECMP: the flow crossed sw1:sw2, not its alternative sw1:sw3.
+		{"ecmp alternative unused", ecmp(func(r *Result) {}), "", CheckOK, "", ""},
+		{"ecmp: neither alternative", ecmp(func(r *Result) { class(r, 0, 3).ArrivedECT0 = 0 }),
+			LayerPath, CheckDSCPChanged, "the sender s → sw1:sw2 or its ECMP alternatives", "tx_packets"},
 		{"marking off", func(r *Result) {
 			r.Ports[1].Config.Classes[3].ECN = qdisc.ECNOff
 			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).MaxBacklogBytes = 0, 900_000

@@ -181,9 +181,13 @@ type FlowPlan struct {
 	// none.
 	Ports    []int
 	LastPort int
+	// Branches are Ports' ECMP groups (portsOn): ports of one group are
+	// alternatives the flow's packets take one of.
+	Branches []int
 	// ReplyPorts are the Plan.Ports its replies (ACKs, CNPs, TCP's ACKs)
 	// cross on their way back to the sender, in path order.
-	ReplyPorts []int
+	ReplyPorts    []int
+	ReplyBranches []int
 	// RelayHolds are the relay devices its data and its replies leave
 	// by, each with how long after a packet leaves there the flow's
 	// nearest port on its data path sees the effect (host/hostlost's
@@ -915,7 +919,7 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			}
 			fpn.PathMTU = min(fpn.PathMTU, mtu)
 		}
-		fpn.Ports = p.portsOn(g, path, to)
+		fpn.Ports, fpn.Branches = p.portsOn(g, path, to)
 		for _, j := range fpn.Ports {
 			if r := p.Ports[j].Config.Rate; fpn.Bottleneck == 0 || r < fpn.Bottleneck {
 				fpn.Bottleneck = r
@@ -925,7 +929,7 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			fpn.LastPort = fpn.Ports[n-1]
 		}
 		if back, ok := g.path(fl.To, from); ok {
-			fpn.ReplyPorts = p.portsOn(g, back, from)
+			fpn.ReplyPorts, fpn.ReplyBranches = p.portsOn(g, back, from)
 		}
 		fpn.BaseRTT = 2 * f.pathDelay(path, fl.From)
 		fpn.RelayHolds = f.relayHolds(p, path, fl.From, fpn.Ports)
@@ -1251,18 +1255,35 @@ func (g *graph) hopsTo(dst netip.Addr) map[string]int {
 // address dst (all equal-cost branches), ending with dst's own link.
 // portsOn is the ports a path toward dst leaves by (every ECMP branch),
 // the farthest from dst first.
-func (p *Plan) portsOn(g *graph, path []hop, dst netip.Addr) []int {
-	var out []int
+//
+// branches gives each port its ECMP branch group: ports as far from dst
+// as another port of the path are alternatives, one of which each packet
+// crosses; they share a group number from 1 (0: a port every packet
+// crosses).
+func (p *Plan) portsOn(g *graph, path []hop, dst netip.Addr) (ports, branches []int) {
 	for _, h := range path {
 		for j, po := range p.Ports {
-			if po.Node == h.from && po.Dev == h.e.dev[1-h.e.other(h.from)] && !slices.Contains(out, j) {
-				out = append(out, j)
+			if po.Node == h.from && po.Dev == h.e.dev[1-h.e.other(h.from)] && !slices.Contains(ports, j) {
+				ports = append(ports, j)
 			}
 		}
 	}
 	hops := g.hopsTo(dst)
-	slices.SortStableFunc(out, func(a, b int) int { return hops[p.Ports[b].Node] - hops[p.Ports[a].Node] })
-	return out
+	dist := func(j int) int { return hops[p.Ports[j].Node] }
+	slices.SortStableFunc(ports, func(a, b int) int { return dist(b) - dist(a) })
+	branches = make([]int, len(ports))
+	group := 0
+	for i := range ports {
+		switch {
+		case i > 0 && dist(ports[i]) == dist(ports[i-1]):
+			if branches[i-1] == 0 {
+				group++
+				branches[i-1] = group
+			}
+			branches[i] = branches[i-1]
+		}
+	}
+	return ports, branches
 }
 
 func (g *graph) path(n string, dst netip.Addr) ([]hop, bool) {

@@ -236,6 +236,10 @@ type FlowHop struct {
 	Port     string `json:"port"` // switch:dev
 	Class    int    `json:"class"`
 	CNPClass int    `json:"cnp_class,omitempty"`
+	// Branch groups ECMP alternatives: hops of one group (from 1) are
+	// ports at one distance from the receiver, one of which each packet
+	// crosses; 0 is a hop every packet crosses.
+	Branch int `json:"branch,omitempty"`
 }
 
 // SeriesResult is a flow's instances.
@@ -1105,11 +1109,11 @@ func (p *Plan) fillPath(out *FlowResult, fp *FlowPlan) {
 		out.NP, out.RP = p.Servers[fp.Server].NP, fp.Flow.RP
 	}
 	class := func(j int, d uint8) int { return int(p.Ports[j].Config.DSCPClass[d&(qdisc.NumDSCP-1)]) }
-	for _, j := range fp.Ports {
-		out.Path = append(out.Path, FlowHop{Port: p.Ports[j].Name, Class: class(j, data)})
+	for i, j := range fp.Ports {
+		out.Path = append(out.Path, FlowHop{Port: p.Ports[j].Name, Class: class(j, data), Branch: fp.Branches[i]})
 	}
-	for _, j := range fp.ReplyPorts {
-		h := FlowHop{Port: p.Ports[j].Name, Class: class(j, data)}
+	for i, j := range fp.ReplyPorts {
+		h := FlowHop{Port: p.Ports[j].Name, Class: class(j, data), Branch: fp.ReplyBranches[i]}
 		if cnp != 0 {
 			h.CNPClass = class(j, cnp)
 		}

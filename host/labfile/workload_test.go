@@ -3,6 +3,7 @@
 package labfile
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,5 +153,27 @@ flows:
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.fabric, err, tc.want)
 		}
+	}
+}
+
+// TestECMPBranches: a leaf-to-leaf flow's ports, in path order, with the
+// spines' alternatives in one ECMP group per tier.
+func TestECMPBranches(t *testing.T) {
+	f, err := Parse("b.yaml", []byte("name: b\nfabric: {kind: leaf-spine, hosts: 4, leaves: 2, spines: 2, host_rate: 100mbit}\nflows:\n  - {from: h0, to: h3, size: 1mb}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Plan()
+	fp := p.Flows[0]
+	var names []string
+	for _, j := range fp.Ports {
+		names = append(names, p.Ports[j].Name)
+	}
+	want := []string{"leaf1:sp1", "leaf1:sp2", "sp1:leaf2", "sp2:leaf2", "leaf2:h3"}
+	if strings.Join(names, " ") != strings.Join(want, " ") || fmt.Sprint(fp.Branches) != "[1 1 2 2 0]" {
+		t.Errorf("ports %v branches %v, want %v [1 1 2 2 0]", names, fp.Branches, want)
+	}
+	if fmt.Sprint(fp.ReplyBranches) != "[1 1 2 2 0]" {
+		t.Errorf("reply branches %v", fp.ReplyBranches)
 	}
 }
