@@ -95,6 +95,10 @@ type Endpoint struct {
 	Dev   string       // interface name inside Node, at most 15 bytes
 	Addr  netip.Prefix // required, inside 198.18.0.0/15
 	Addr6 netip.Prefix // optional, inside 2001:db8::/32; set on both ends or neither
+	// Extra are more IPv4 addresses of the end, in Addr's prefix: a
+	// host's senders that each need an address of their own (a UET
+	// endpoint per address). Optional.
+	Extra []netip.Addr
 }
 
 // LinkSpec declares a veth pair between two different nodes.
@@ -476,6 +480,9 @@ func (l *Lab) addLink(ls LinkSpec) error {
 			return fmt.Errorf("%s: lookup %s: %w", side.ep.Node, side.ep.Dev, err)
 		}
 		addrs := []*netlink.Addr{{IPNet: prefixToIPNet(side.ep.Addr)}}
+		for _, x := range side.ep.Extra {
+			addrs = append(addrs, &netlink.Addr{IPNet: prefixToIPNet(netip.PrefixFrom(x, side.ep.Addr.Bits()))})
+		}
 		if side.ep.Addr6.IsValid() {
 			addrs = append(addrs, &netlink.Addr{IPNet: prefixToIPNet(side.ep.Addr6), Flags: unix.IFA_F_NODAD})
 		}

@@ -296,6 +296,16 @@ func TestBuildErrors(t *testing.T) {
 		{"same node both ends", func() Spec { s := good(); s.Links[0].B.Node = "a"; s.Links[0].B.Dev = "eth1"; return s }, "Links[0].B.Node"},
 		{"long dev", func() Spec { s := good(); s.Links[0].A.Dev = "averyveryverylongname"; return s }, "Links[0].A.Dev"},
 		{"missing addr", func() Spec { s := good(); s.Links[0].A.Addr = netip.Prefix{}; return s }, "Links[0].A.Addr"},
+		{"extra addr off the prefix", func() Spec {
+			s := good()
+			s.Links[0].A.Extra = []netip.Addr{netip.MustParseAddr("198.18.99.9")}
+			return s
+		}, "Links[0].A.Extra[0]"},
+		{"extra addr taken", func() Spec {
+			s := good()
+			s.Links[0].A.Extra = []netip.Addr{s.Links[0].B.Addr.Addr()}
+			return s
+		}, "Links[0].A.Extra[0]"},
 		{"addr outside lab range", func() Spec {
 			s := good()
 			s.Links[0].A.Addr = netip.MustParsePrefix("10.0.0.1/24")

@@ -83,6 +83,17 @@ func (s Spec) validate() error {
 			addrs[ep.Addr.Addr()] = sf + ".Addr"
 			addrNode[ep.Addr.Addr()] = ep.Node
 			onLink = append(onLink, subnet{ep.Node, ep.Addr.Masked()})
+			for k, x := range ep.Extra {
+				xf := fmt.Sprintf("%s.Extra[%d]", sf, k)
+				if err := validHostPrefix(netip.PrefixFrom(x, ep.Addr.Bits()), labPrefix4); err != nil || !ep.Addr.Masked().Contains(x) {
+					return specErr(xf, "%s: want a host address of %s", x, ep.Addr.Masked())
+				}
+				if prev, dup := addrs[x]; dup {
+					return specErr(xf, "%s already used by %s", x, prev)
+				}
+				addrs[x] = xf
+				addrNode[x] = ep.Node
+			}
 
 			if ep.Addr6.IsValid() {
 				if err := validHostPrefix(ep.Addr6, labPrefix6); err != nil {

@@ -158,7 +158,6 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, lb: reps}"), `t.yaml:14: flows[0].lb: uet only; this flow is rocev2/dcqcn`},
 		{edit("transport: uet, size: 4mb", "transport: uet, lb: spray"), `t.yaml:15: flows[1].lb: "spray": want none, oblivious, bitmap, reps or mixed`},
 		{strings.Replace(edit("{a: h1, b: sw1, mtu: 9000}", "{a: h1, b: sw1}"), "{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, mtu: 4096}", 1), `t.yaml:14: flows[0].mtu: "4096": the path from h1 to r1 carries IP packets up to 1500 bytes: a RoCEv2 MTU m needs m + 63; raise the links' mtu`},
-		{edit("{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: h2, transport: uet}"), `t.yaml:15: flows[1].from: "h2": h2 is a uet server in f1 already: a host has one uet endpoint (UDP 4793), which serves or sends`},
 		{strings.Replace(edit("{a: sw1, b: r1, rate: 200mbit, mtu: 9000}", "{a: sw1, b: r1, rate: 200mbit, mtu: 9000}\n  - {a: h2, b: r2}"), "{name: r1, kind: host}", "{name: r1, kind: host}\n  - {name: r2, kind: host}", 1) + "  - {name: f3, from: h1, to: r2}\n",
 			`t.yaml:18: flows[2].to: "r2": no path from h1 to r2 (routes never cross a host)`},
 		{base + "report: {interval: 1ms}\n", `t.yaml:16: report.interval: "1ms": want 10ms..60s (default 500ms)`},

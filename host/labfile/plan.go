@@ -863,6 +863,30 @@ func (p *Plan) portNames() string {
 	return orList(names)
 }
 
+// senderAddr gives a sender of host its own address on the link of
+// its address (Plan.Addrs): the prefix's last unused one, downwards.
+func (p *Plan) senderAddr(host string) (netip.Addr, error) {
+	addr := p.Addrs[host]
+	for k := range p.Spec.Links {
+		for _, ep := range []*lab.Endpoint{&p.Spec.Links[k].A, &p.Spec.Links[k].B} {
+			if ep.Node != host || ep.Addr.Addr() != addr {
+				continue
+			}
+			pre := ep.Addr.Masked()
+			size := uint32(1) << (32 - pre.Bits())
+			// The prefix's last host address, less those taken.
+			n := size - 2 - uint32(len(ep.Extra))
+			if n <= 2 { // .1 and .2 are the link's ends
+				return netip.Addr{}, fmt.Errorf("no room on %s for another sender's address (%d taken): a UET sender needs an address of its own when its host serves UET or sends more than one flow", pre, len(ep.Extra))
+			}
+			x := nthHost(pre, n).Addr()
+			ep.Extra = append(ep.Extra, x)
+			return x, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s has no link of its address %s", host, addr)
+}
+
 // planFlows checks that every flow's hosts are connected, picks its
 // defaults from its path and builds its perf configuration and server.
 func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
@@ -872,11 +896,25 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 	for _, l := range f.Links {
 		maxRate = max(maxRate, l.Rate)
 	}
+	// A host that serves UET and sends it, or sends more than one UET
+	// flow, gives each of its senders an address of its own on its link
+	// (one UET endpoint per address: pktio.ListenEntropy); in
+	// namespaces only: a lab server's addresses are its own.
+	uetServes, uetSends := map[string]int{}, map[string]int{}
+	for _, fl := range f.Flows {
+		if fl.Transport == TransportUET {
+			uetServes[fl.To]++
+			uetSends[fl.From]++
+		}
+	}
+	ownAddr := func(fl *Flow) bool {
+		return !p.Deploy && fl.Transport == TransportUET && (uetServes[fl.From] > 0 || uetSends[fl.From] > 1)
+	}
 	for i := range f.Flows {
 		fl := &f.Flows[i]
 		fp := func(field string) string { return conf.Join(conf.Index("flows", i), field) }
 		uet := fl.Transport == TransportUET
-		if uet {
+		if uet && !ownAddr(fl) {
 			// One UET endpoint per address (UDP 4793, pktio.ListenEntropy):
 			// a host sends one UET flow, and serves or sends, not both.
 			for _, role := range []struct{ node, field, as string }{{fl.From, "from", "send"}, {fl.To, "to", "serve"}} {
@@ -895,6 +933,12 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 		from := p.Addrs[fl.From]
 		if !to.IsValid() || !from.IsValid() {
 			return conf.Errorf(fp("to"), fl.To, "%s and %s are not connected: a host needs a link", fl.From, fl.To)
+		}
+		if ownAddr(fl) {
+			var err error
+			if from, err = p.senderAddr(fl.From); err != nil {
+				return conf.Errorf(fp("from"), fl.From, "%v", err)
+			}
 		}
 		path, ok := g.path(fl.From, to)
 		if !ok {

@@ -177,3 +177,34 @@ func TestECMPBranches(t *testing.T) {
 		t.Errorf("reply branches %v", fp.ReplyBranches)
 	}
 }
+
+// TestUETSenderAddrs: a host that serves UET and sends it gives its
+// sender an address of its own on its link, the prefix's last; a second
+// sender the one below; the lab's link carries them.
+func TestUETSenderAddrs(t *testing.T) {
+	f, err := Parse("u.yaml", []byte(star+`flows:
+  - {name: a, from: h0, to: h1, transport: uet, size: 1mb}
+  - {name: b, from: h1, to: h2, transport: uet, size: 1mb}
+  - {name: c, from: h1, to: h3, transport: uet, size: 1mb}
+  - {name: d, from: h2, to: h3, transport: uet, size: 1mb}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Plan()
+	got := map[string]string{}
+	for _, fp := range p.Flows {
+		got[fp.Flow.Name] = fp.Client.Bind.String()
+	}
+	// h0 only sends (its own address); h1 serves a and sends b and c;
+	// h2 serves b and sends d.
+	want := map[string]string{"a": p.Addrs["h0"].String(), "b": "198.18.1.254", "c": "198.18.1.253", "d": "198.18.2.254"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("senders' addresses %v, want %v", got, want)
+	}
+	for _, l := range p.Spec.Links {
+		if l.A.Node == "h1" && fmt.Sprint(l.A.Extra) != "[198.18.1.254 198.18.1.253]" {
+			t.Errorf("h1's link: extra %v", l.A.Extra)
+		}
+	}
+}
