@@ -190,16 +190,14 @@ type CollectiveResult struct {
 	ReplayRatio float64 `json:"replay_cct_ratio"`
 }
 
-// gated says fr is a rocev2 flow of the matrix, set up at the run's
-// start and its data held until its time or its trigger: its
-// connection's setup (agent, side channel, QPs: tens of ms on this
-// host) is then off the collective's critical path, as it is in htsim,
-// whose connections exist before they start.
+// gated says fr is a rocev2 or uet flow of the matrix, set up at the
+// run's start and its data held until its time or its trigger: its
+// setup (agent or endpoint, side channel, QPs or session: tens of ms
+// on this host) is then off the collective's critical path, as in
+// htsim, whose connections exist before they start.
 func (mr *matrixRun) gated(fr *flowRun) bool { return mr != nil && isGated(fr) }
 
-func isGated(fr *flowRun) bool {
-	return fr.plan.Flow.conn > 0 && fr.plan.TCP == nil && fr.plan.Flow.Transport == TransportRoCEv2
-}
+func isGated(fr *flowRun) bool { return fr.plan.Flow.conn > 0 && fr.plan.TCP == nil }
 
 // flowGate holds a gated flow's data until it opens; finished is its
 // end (perf's OnFinished).

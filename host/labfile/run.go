@@ -1046,7 +1046,9 @@ func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in 
 		cfg.HostQueue = q
 	}
 	// A uet flow's data starts with its senders; RunClient returns after.
-	cfg.OnSenders = func([]*pds.Sender) { in.dataStart, in.dataMono = time.Since(t0), hostlost.Now() }
+	if gate == nil { // a gated flow's data starts at its gate (runGated)
+		cfg.OnSenders = func([]*pds.Sender) { in.dataStart, in.dataMono = time.Since(t0), hostlost.Now() }
+	}
 	cfg.OnAgent = func(a *agent.Agent) {
 		fr.set(func(fr *flowRun) { fr.agent = a })
 		r.rocev2.Lock()

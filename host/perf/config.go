@@ -335,16 +335,17 @@ type ClientConfig struct {
 	// returns: a live view reads it on its own clock, where OnInterval's
 	// reports run a whole interval behind.
 	OnData func(acked func() uint64)
-	// StartGate, if set, holds a rocev2 run's streams after its setup
-	// (its agent, side channel and QPs) until it closes: a run set up
-	// ahead starts its data at once when told (an htsim trigger). If ctx
-	// ends first RunClient returns ctx's error.
+	// StartGate, if set, holds a run's streams after its setup (a
+	// rocev2 run's agent, side channel and QPs; a uet run's endpoint and
+	// session) until it closes: a run set up ahead starts its data at
+	// once when told (an htsim trigger; a uet PDC's SYN rides its first
+	// packets then). If ctx ends first RunClient returns ctx's cause.
 	StartGate <-chan struct{}
 	// OnReady, if set with StartGate, is called once the run is set up,
 	// as it starts to wait for the gate.
 	OnReady func()
-	// OnFinished, if set, is called once when a rocev2 run's streams
-	// have ended without error (every byte acknowledged, or the time up),
+	// OnFinished, if set, is called once when a run's streams have
+	// ended without error (every byte acknowledged, or the time up),
 	// before the server's counters are fetched.
 	OnFinished func()
 
@@ -467,9 +468,6 @@ func (c ClientConfig) Validate() error {
 	switch c.Transport {
 	case "", TransportRoCEv2:
 	case TransportUET:
-		if c.StartGate != nil || c.OnFinished != nil || c.OnReady != nil {
-			return &ConfigError{Field: FieldTransport, Value: c.Transport, Must: "must be rocev2 with a start gate or OnFinished (uet runs start their data as they connect)"}
-		}
 		return c.validateUET()
 	default:
 		return configErr(FieldTransport, c.Transport, "rocev2 or uet")

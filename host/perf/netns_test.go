@@ -600,7 +600,7 @@ func TestNetnsRefused(t *testing.T) {
 // TestNetnsStartGate: a run with a start gate is set up (OnReady) and
 // sends nothing until the gate opens; OnFinished comes once its bytes are
 // acknowledged, before RunClient returns; a run whose context ends at the
-// gate returns the context's cause. UET refuses a gate.
+// gate returns the context's cause.
 func TestNetnsStartGate(t *testing.T) {
 	labtest.EnterNetns(t)
 	startServer(t, ServerConfig{})
@@ -654,11 +654,6 @@ func TestNetnsStartGate(t *testing.T) {
 		t.Errorf("cancelled at the gate: %v, want %v", err, errGateTest)
 	}
 
-	u := DefaultClientConfig(srvAddr.String())
-	u.Transport, u.StartGate = TransportUET, make(chan struct{})
-	if err := u.Validate(); err == nil || !strings.Contains(err.Error(), "start gate") {
-		t.Errorf("uet with a start gate: %v", err)
-	}
 }
 
 var errGateTest = fmt.Errorf("the run's end at the gate")

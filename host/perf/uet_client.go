@@ -238,6 +238,17 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		return nil, fmt.Errorf("server %s: its UET port %d is not ours (%d): both ends use UDP %d", server, dst.Port(), local.Port(), uet.Port)
 	}
 
+	if c.StartGate != nil {
+		if c.OnReady != nil {
+			c.OnReady()
+		}
+		select {
+		case <-c.StartGate:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+
 	// The streams.
 	n := c.QPs
 	st := &uetState{ep: ep, dst: dst.Addr().Unmap(), jobs: jobs,
@@ -293,6 +304,9 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	}
 	end, runErr := timedLoop(ctx, &c, r, st, t0, uetDrainWait, show)
 	st.endT = end
+	if runErr == nil && c.OnFinished != nil {
+		c.OnFinished()
+	}
 	cccs := ep.CCCs()
 	epc := ep.Counters()
 
