@@ -3,6 +3,7 @@
 package labfile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -54,7 +55,7 @@ func (r *runner) setupAllowance(flows []*flowRun) time.Duration {
 	if n == 0 {
 		return 0
 	}
-	return perf.DialTimeout + time.Duration(n)*setupPerFlow
+	return perf.DialTimeout + time.Duration(min(n, SetupAhead))*setupPerFlow
 }
 
 // clock is the run's start, once set.
@@ -63,23 +64,86 @@ func (mr *matrixRun) clock() time.Time {
 	return mr.t0
 }
 
-// prepare starts the gated flows, wg counting them, and returns when
-// every one is set up (its data held at its gate) or has failed: the
-// run's clock starts after, so that no setup is on the timeline.
+// SetupAhead is how many of a matrix's flows are set up and not yet
+// finished at a time: the first SetupAhead (in the order the triggers
+// would start them, alone on the fabric) before the run's clock starts,
+// each later one as an earlier one ends. A matrix of thousands of flows
+// then holds a hundred-odd agents or endpoints, not thousands, and a
+// flow is set up long before its trigger fires.
+const SetupAhead = 128
+
+// concurrentSetups bounds the gated flows set up at once.
+const concurrentSetups = 8
+
+// prepareGated starts the gated flows, wg counting them, and returns
+// when the first SetupAhead are set up (their data held at their gates)
+// or have failed: the run's clock starts after, so that no setup is on
+// the timeline.
 func (r *runner) prepareGated(ctx context.Context, flows []*flowRun, wg *sync.WaitGroup) {
+	order := r.setupOrder(flows)
+	first := min(len(order), SetupAhead)
 	var ready sync.WaitGroup
-	for _, fr := range flows {
-		if !r.matrix.gated(fr) {
-			continue
+	ready.Add(first)
+	wg.Add(len(order))
+	slots := make(chan struct{}, SetupAhead)
+	setups := make(chan struct{}, concurrentSetups)
+	go func() {
+		for k, fr := range order {
+			done := func() {}
+			if k < first {
+				done = ready.Done
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				for k2 := k; k2 < len(order); k2++ { // never set up: not started
+					if k2 < first {
+						ready.Done()
+					}
+					wg.Done()
+				}
+				return
+			}
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				// A few setups at a time: a namespace's agents claim its
+				// steering under one lock, and dozens at once time out.
+				setups <- struct{}{}
+				var once sync.Once
+				r.runGated(ctx, fr, func() {
+					once.Do(func() {
+						<-setups
+						done()
+					})
+				})
+			}()
 		}
-		ready.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.runGated(ctx, fr, ready.Done)
-		}()
-	}
+	}()
 	ready.Wait()
+}
+
+// setupOrder is the gated flows in the order the triggers would start
+// them with each flow at its ideal FCT (file order among equals).
+func (r *runner) setupOrder(flows []*flowRun) []*flowRun {
+	m := r.scaledMatrix()
+	start, _, err := m.Replay(func(i int) (time.Duration, time.Duration) {
+		fp := flows[r.f.matrixFirst+i].plan
+		d := fp.IdealFCT(m.Conns[i].Size)
+		return d, max(d-fp.BaseRTT/2, 0)
+	})
+	var order []*flowRun
+	for _, fr := range flows {
+		if r.matrix.gated(fr) {
+			order = append(order, fr)
+		}
+	}
+	if err == nil {
+		slices.SortStableFunc(order, func(a, b *flowRun) int {
+			return cmp.Compare(start[a.plan.Flow.conn-1], start[b.plan.Flow.conn-1])
+		})
+	}
+	return order
 }
 
 // newMatrixRun readies the triggered flows of the run's matrix, or
