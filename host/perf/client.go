@@ -176,15 +176,8 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 			fmt.Fprintln(c.Out, clientHeader)
 		}
 	}
-	if c.StartGate != nil {
-		if c.OnReady != nil {
-			c.OnReady()
-		}
-		select {
-		case <-c.StartGate:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
+	if err := c.awaitGate(ctx); err != nil {
+		return nil, err
 	}
 	st, runErr := c.run(ctx, r, sess, text)
 	if runErr == nil && c.OnFinished != nil {
@@ -209,6 +202,23 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 			writePerftestSummary(w, r.End.Perftest)
 		}
 	})
+}
+
+// awaitGate holds a set-up run at its StartGate, if it has one, after
+// OnReady: ctx's cause if ctx ends first.
+func (c *ClientConfig) awaitGate(ctx context.Context) error {
+	if c.StartGate == nil {
+		return nil
+	}
+	if c.OnReady != nil {
+		c.OnReady()
+	}
+	select {
+	case <-c.StartGate:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // writeReport records runErr in r and writes r to Out: as JSON, or its

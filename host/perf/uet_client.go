@@ -238,15 +238,8 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		return nil, fmt.Errorf("server %s: its UET port %d is not ours (%d): both ends use UDP %d", server, dst.Port(), local.Port(), uet.Port)
 	}
 
-	if c.StartGate != nil {
-		if c.OnReady != nil {
-			c.OnReady()
-		}
-		select {
-		case <-c.StartGate:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
+	if err := c.awaitGate(ctx); err != nil {
+		return nil, err
 	}
 
 	// The streams.
