@@ -38,11 +38,12 @@ const triggerLatency = 15 * time.Millisecond
 // its last byte acknowledged and within triggerLatency of it, and the
 // collective's completion time is within its bound of its ideal (the
 // triggers replayed over each flow's FCT alone at its bottleneck, as if
-// no two flows ever met). The ring's chains stay in step (measured
-// 1.05-1.08 with DCQCN, 1.11-1.13 with RCCC); the serial all-to-all's
-// drift apart, so that two or three senders meet at one receiver and
-// ECMP puts three leaf-crossing flows on one spine (measured 1.34-1.49
-// with DCQCN, 1.41-1.50 with NSCC, its flows' FCT/ideal p99 2.0-2.5):
+// no two flows ever met). The ring's chains stay in step (10 quiet and
+// 5 loaded runs: 1.03-1.19 with DCQCN, twice 1.27-1.31 in runs the
+// host starved; 1.06-1.11 with RCCC); the serial all-to-all's drift
+// apart, so that two or three senders meet at one receiver and ECMP
+// puts three leaf-crossing flows on one spine (1.20-1.61 with DCQCN,
+// 1.06-1.40 with NSCC, its flows' FCT/ideal p99 2.0-2.5):
 // the fabric's doing, not the host's (the replay over the measured FCTs
 // is within 0.03 of it, in most runs 0.01). A run that misses a bound
 // runs again only when the host starved it, each logged.
