@@ -299,6 +299,27 @@ func TestDCTCPStepPort(t *testing.T) {
 
 	// The utilization and the queue a starving host moves run again
 	// (retryStarved).
+	for attempt := 1; ; attempt++ {
+		if !dctcpStepRun(t, reg, d, port, rate, k, attempt == dctcpIdleAttempts) {
+			return
+		}
+		t.Logf("attempt %d: nothing to judge; running again on the same lab", attempt)
+	}
+}
+
+// dctcpIdleAttempts is how many runs TestDCTCPStepPort makes while its
+// senders never offer K to the port.
+const dctcpIdleAttempts = 3
+
+// dctcpStepRun is one run of TestDCTCPStepPort; it reports whether the
+// senders never offered K to the port (and, unless last, judged
+// nothing). Seen twice in about 45 runs at 100 Mbit/s: no mark and no
+// cut in the window, the backlog's p99 under K, the two flows' windows
+// 10 + 12 packets (31.9 KB, just under K) for all 4 s, neither held by
+// the peer's window nor by its buffer: held below their windows by the
+// host, so the port's marking was never tested.
+func dctcpStepRun(t *testing.T, reg *dctcp.Registration, d *lab.Dumbbell, port *qdisc.Port, rate units.Rate, k units.ByteSize, last bool) (idle bool) {
+	t.Helper()
 	retryStarved(t, func(t *testing.T, hc *hostChecks) hostlost.Report {
 		const warmup, measure = 2 * time.Second, 4 * time.Second
 		ctx, cancel := context.WithCancel(context.Background())
@@ -360,6 +381,7 @@ func TestDCTCPStepPort(t *testing.T) {
 
 		// The senders' view over the same window, from their ends' entries.
 		var delivered, deliveredCE, windows, alphaSum uint64
+		var windowCuts uint64
 		var lines []string
 		for i, c := range flows.conns {
 			local, remote := netip.MustParseAddrPort(c.LocalAddr().String()), netip.MustParseAddrPort(c.RemoteAddr().String())
@@ -369,6 +391,7 @@ func TestDCTCPStepPort(t *testing.T) {
 				t.Fatalf("flow %v: in the program's flows %v, fallback to Reno %v", local, found, b.Fallback)
 			}
 			dd, dc, dw := uint64(b.Delivered-a.Delivered), uint64(b.DeliveredCE-a.DeliveredCE), b.Windows-a.Windows
+			windowCuts += b.Cuts - a.Cuts
 			delivered += dd
 			deliveredCE += dc
 			windows += dw
@@ -398,6 +421,11 @@ func TestDCTCPStepPort(t *testing.T) {
 		t.Logf("receivers: %d CE transitions, %d delayed ACKs flushed with the old ECE; program: %+v; trace: %d windows, %d cuts replayed; drops: port %d, per-CPU backlogs %d",
 			ceTransitions, acksFlushed, cnt, wins, cuts, portDrops(st1), backlogDrops)
 
+		if marked == 0 && windowCuts == 0 && p99 <= uint64(k) && !last {
+			t.Logf("nothing to judge: the senders never offered K to the port (no mark, no cut, backlog p99 < %v), and neither the peer's window nor their send buffers held them (flows above)", units.ByteSize(p99))
+			idle = true
+			return host
+		}
 		for i, in := range infos {
 			if in.cc != reg.Name() || !in.ecn {
 				t.Errorf("flow %d: congestion control %q, ECN negotiated %v: want %s with ECN", i, in.cc, in.ecn, reg.Name())
@@ -429,6 +457,7 @@ func TestDCTCPStepPort(t *testing.T) {
 		}
 		return host
 	})
+	return idle
 }
 
 // findFlow is the flow of fs with these ends.
