@@ -67,19 +67,33 @@ func parseOutput(r io.Reader, receiver int) (output, error) {
 				return o, fmt.Errorf("htsim output: %q: %v", line, err)
 			}
 			o.finishedUs[src] = v
-		case len(f) == 16 && f[0] == "New:":
-			c := &o.counters
-			for i, p := range []*int64{&c.NewPackets, &c.Retransmits, &c.RTS, &c.Bounced, &c.ACKs, &c.NACKs, &c.Pulls, &c.SLEEKPackets} {
-				v, err := strconv.ParseInt(f[2*i+1], 10, 64)
-				if err != nil {
-					return o, fmt.Errorf("htsim output: counters %q: %v", line, err)
-				}
-				*p = v
+		case len(f) >= 1 && f[0] == "New:":
+			c, err := parseCounters(f)
+			if err != nil {
+				return o, err
 			}
-			o.haveCounters = true
+			o.counters, o.haveCounters = c, true
 		}
 	}
 	return o, sc.Err()
+}
+
+// parseCounters reads htsim_uec's last line, its counters over the
+// senders: "New: N Rtx: N RTS: N Bounced: N ACKs: N NACKs: N Pulls: N
+// sleek_pkts: N".
+func parseCounters(f []string) (Counters, error) {
+	var c Counters
+	if len(f) != 16 {
+		return c, fmt.Errorf("htsim output: counters %q: want 8 names and values", strings.Join(f, " "))
+	}
+	for i, p := range []*int64{&c.NewPackets, &c.Retransmits, &c.RTS, &c.Bounced, &c.ACKs, &c.NACKs, &c.Pulls, &c.SLEEKPackets} {
+		v, err := strconv.ParseInt(f[2*i+1], 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("htsim output: counters %q: %v", strings.Join(f, " "), err)
+		}
+		*p = v
+	}
+	return c, nil
 }
 
 // flowName reads a sender's name, Uec_SRC_DST.

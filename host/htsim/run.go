@@ -44,22 +44,9 @@ func (e *MissingBinaryError) Unwrap() error { return fs.ErrNotExist }
 // sim/datacenter with its link) or htsim/sim.
 func Locate(dir string) (Binaries, error) {
 	var b Binaries
-	if dir == "" {
-		return b, &MissingBinaryError{Name: "htsim_uec"}
-	}
-	uec := []string{
-		filepath.Join(dir, "htsim_uec"),
-		filepath.Join(dir, "datacenter", "htsim_uec"),
-		filepath.Join(dir, "build", "datacenter", "htsim_uec"),
-	}
-	for _, c := range uec {
-		if executable(c) {
-			b.HtsimUEC = c
-			break
-		}
-	}
-	if b.HtsimUEC == "" {
-		return b, &MissingBinaryError{Name: "htsim_uec", Searched: uec}
+	var err error
+	if b.HtsimUEC, err = locateUEC(dir); err != nil {
+		return b, err
 	}
 	// parse_output is built beside datacenter/, in build/.
 	real, err := filepath.EvalSymlinks(b.HtsimUEC)
@@ -75,6 +62,24 @@ func Locate(dir string) (Binaries, error) {
 		}
 	}
 	return b, &MissingBinaryError{Name: "parse_output", Searched: po}
+}
+
+// locateUEC finds htsim_uec from dir as Locate does.
+func locateUEC(dir string) (string, error) {
+	if dir == "" {
+		return "", &MissingBinaryError{Name: "htsim_uec"}
+	}
+	uec := []string{
+		filepath.Join(dir, "htsim_uec"),
+		filepath.Join(dir, "datacenter", "htsim_uec"),
+		filepath.Join(dir, "build", "datacenter", "htsim_uec"),
+	}
+	for _, c := range uec {
+		if executable(c) {
+			return c, nil
+		}
+	}
+	return "", &MissingBinaryError{Name: "htsim_uec", Searched: uec}
 }
 
 func executable(path string) bool {

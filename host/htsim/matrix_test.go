@@ -1,0 +1,229 @@
+package htsim
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabriclab/fabriclab/host/cm"
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// ringScenario is the lab's examples/allreduce-ring.yaml with UET: a
+// ring all-reduce over 8 hosts, 128 KiB a flow, on 2 leaves and 2
+// spines, hosts at 50 Mbit/s and spines at 100, MTU 9000, the lab's
+// default port (limit 2 MB, WRED from 50 kB, slope-matched to htsim's).
+func ringScenario(t *testing.T) MatrixScenario {
+	t.Helper()
+	m, err := cm.Generate(cm.Gen{Kind: "allreduce-ring", Nodes: 8, Size: 128 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return MatrixScenario{
+		Matrix:     m,
+		Fabric:     LeafSpine{Hosts: 8, Leaves: 2, Spines: 2, HostRate: 50 * units.Mbit, SpineRate: 100 * units.Mbit},
+		MTUBytes:   9000,
+		LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 1000 * units.KiB,
+		CC:   pds.CCNSCC,
+		Seed: 1,
+	}
+}
+
+func TestMatrixPlanOfTheRing(t *testing.T) {
+	p, err := NewMatrixPlan(ringScenario(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 50 Mbit/s × 1000 = 50 Gbit/s, whole and ≥ 10; 100 Mbit/s spines are
+	// bundles of 2; the delay 0 is htsim's least, 1 ns.
+	if p.Scale != 1000 || p.LinkGbps != 50 || p.Bundle != 2 || p.LatencyNs != 1 {
+		t.Errorf("scale %g, %d Gbit/s, bundle %d, %d ns; want 1000, 50, 2, 1", p.Scale, p.LinkGbps, p.Bundle, p.LatencyNs)
+	}
+	// 2 MiB / 9014 = 232 packets; 50 KiB → 6, 1000 KiB → 114.
+	if p.QueuePackets != 232 || p.MinThPackets != 6 || p.MaxThPackets != 114 || p.SACKThresholdBytes != 9014 || p.Paths != 1 {
+		t.Errorf("q %d, ecn %d %d, sack %d, paths %d; want 232, 6 114, 9014, 1", p.QueuePackets, p.MinThPackets, p.MaxThPackets, p.SACKThresholdBytes, p.Paths)
+	}
+	wantTopo := `Nodes 8
+Tiers 2
+Podsize 8
+
+Tier 0
+Downlink_speed_Gbps 50
+Radix_Down 4
+Radix_Up 4
+Oversubscribed 1
+Downlink_Latency_ns 1
+Switch_Latency_ns 0
+
+Tier 1
+Downlink_speed_Gbps 50
+Radix_Down 4
+Bundle 2
+Downlink_Latency_ns 1
+Switch_Latency_ns 0
+`
+	if got := p.Topology(); got != wantTopo {
+		t.Errorf("topology:\n%s\nwant\n%s", got, wantTopo)
+	}
+	cmText := p.ConnectionMatrix()
+	if !strings.HasPrefix(cmText, "Nodes 8\nConnections 120\nTriggers 112\n0->1 id 1 start 0 size 131072 send_done_trigger 1\n1->2 id 2 trigger 1 size 131072 send_done_trigger 2\n") {
+		t.Errorf("matrix starts\n%s", cmText[:200])
+	}
+	back, err := cm.Parse(strings.NewReader(cmText))
+	if err != nil || len(back.Conns) != 120 {
+		t.Fatalf("the matrix written does not read back: %v", err)
+	}
+	args := strings.Join(p.MatrixArgs("t", "c", 5_000_000), " ")
+	want := "-tm c -topo t -sender_cc_only -linkspeed 50000 -mtu 9014 -q 232 -ecn 6 114 -disable_trim -sack_threshold 9014 -paths 1 -end 5 -seed 1"
+	if args != want {
+		t.Errorf("args\n%s\nwant\n%s", args, want)
+	}
+	// 131 072 B at 160 ps a byte, then the last packet (9014 B) stored
+	// and forwarded at each further hop and a 64-B ACK at each hop, 1 ns
+	// a link both ways; × 1000.
+	for _, tc := range []struct {
+		conn int
+		want time.Duration
+	}{
+		{0, time.Duration((131072+9014+2*64)*160+4*1000) * 1000 / 1000},   // 0->1: one leaf, 2 links
+		{3, time.Duration((131072+3*9014+4*64)*160+8*1000) * 1000 / 1000}, // 3->4: across, 4 links
+	} {
+		if got := p.IdealFCT(tc.conn); got != tc.want {
+			t.Errorf("IdealFCT(%d) = %v, want %v", tc.conn, got, tc.want)
+		}
+	}
+}
+
+func TestMatrixScenarioRefusesWhatHtsimCannotBuild(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(*MatrixScenario)
+		field string
+	}{
+		{"spine rate not a multiple", func(s *MatrixScenario) { s.Fabric.SpineRate = 75 * units.Mbit }, "fabric.spine_rate"},
+		{"uplinks not dividing a leaf", func(s *MatrixScenario) { s.Fabric.Spines = 3 }, "fabric.spines"},
+		{"one leaf", func(s *MatrixScenario) { s.Fabric.Leaves, s.Fabric.Spines = 1, 0 }, "fabric.leaves"},
+		{"dcqcn", func(s *MatrixScenario) { s.CC = pds.CCNone }, "cc"},
+		{"thresholds above the limit", func(s *MatrixScenario) { s.MaxThBytes = 3 * units.MiB }, "max_th"},
+		{"more nodes than hosts", func(s *MatrixScenario) { s.Matrix.Nodes = 9 }, "matrix"},
+	} {
+		s := ringScenario(t)
+		tc.edit(&s)
+		_, err := NewMatrixPlan(s)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%s: %v; want a *FieldError on %s", tc.name, err, tc.field)
+		}
+	}
+}
+
+const matrixOutput = `Parsed args
+network_max_unloaded_rtt 5.81792
+Flow Uec_0_1 flowId 1 uecSrc 0 starting at 0
+Flow Uec_1_2 flowId 2 uecSrc 1 starting at 0
+Flow Uec_0_1 flowId 1 uecSrc 0 finished at 25.1 total messages 1 total packets 15
+..Flow Uec_1_2 flowId 2 uecSrc 1 finished at 30.25 total messages 1
+New: 30 Rtx: 0 RTS: 0 Bounced: 0 ACKs: 30 NACKs: 0 Pulls: 0 sleek_pkts: 0
+`
+
+func twoFlows() MatrixScenario {
+	return MatrixScenario{
+		Matrix:     &cm.Matrix{Nodes: 4, Conns: []cm.Conn{{Src: 0, Dst: 1, Size: 1000}, {Src: 1, Dst: 2, Size: 1000}}},
+		Fabric:     LeafSpine{Hosts: 4, Leaves: 2, Spines: 2, HostRate: 10 * units.Gbit, SpineRate: 10 * units.Gbit},
+		MTUBytes:   4096,
+		LimitBytes: units.MiB, MinThBytes: 20 * units.KiB, MaxThBytes: 80 * units.KiB,
+		CC: pds.CCRCCC,
+	}
+}
+
+func TestParseMatrixOutput(t *testing.T) {
+	p, err := NewMatrixPlan(twoFlows())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Scale != 1 {
+		t.Fatalf("scale %g, want 1 at 10 Gbit/s", p.Scale)
+	}
+	r, err := p.parseMatrixOutput([]byte(matrixOutput))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Finished() != 2 || r.Flows[0].End != 25100*time.Nanosecond || r.Flows[1].End != 30250*time.Nanosecond ||
+		r.UnloadedRTT != 5817920*time.Nanosecond/1000 || r.Counters.ACKs != 30 {
+		t.Errorf("result %+v", r)
+	}
+	for _, bad := range []string{
+		"Flow Uec_0_1 flowId 3 uecSrc 0 starting at 0\n",    // no such flow
+		"Flow Uec_0_1 flowId 1 uecSrc 0 finished at 25.1\n", // never started
+		"Flow Uec_0_1 flowId 1 uecSrc 0 starting at zero\n", // not a time
+		"New: 30 Rtx: 0\n", // counters cut
+	} {
+		if _, err := p.parseMatrixOutput([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestRunMatrixWithoutHtsimWritesTheFiles(t *testing.T) {
+	work := t.TempDir()
+	r, err := Runner{Dir: t.TempDir(), WorkDir: work}.RunMatrix(context.Background(), twoFlows())
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("RunMatrix without htsim = %v", err)
+	}
+	for _, f := range []string{MatrixTopoFile, MatrixCMFile, MatrixScriptFile} {
+		if _, err := os.Stat(filepath.Join(work, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if !strings.HasPrefix(r.Command, "htsim_uec -tm htsim.cm -topo htsim.topo -receiver_cc_only ") {
+		t.Errorf("command %q", r.Command)
+	}
+}
+
+func TestRunMatrixWithAFakeBuild(t *testing.T) {
+	dir, work := t.TempDir(), t.TempDir()
+	writeExec(t, filepath.Join(dir, "htsim_uec"), "#!/bin/sh\necho \"$@\" >> args.txt\ncat <<'EOF'\n"+matrixOutput+"EOF\n")
+	r, err := Runner{Dir: dir, WorkDir: work}.RunMatrix(context.Background(), twoFlows())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Finished() != 2 {
+		t.Errorf("%d finished", r.Finished())
+	}
+	args, _ := os.ReadFile(filepath.Join(work, "args.txt"))
+	if want := strings.Join(r.Plan.MatrixArgs(MatrixTopoFile, MatrixCMFile, r.Plan.EndPs), " ") + "\n"; string(args) != want {
+		t.Errorf("ran with %q, want %q", args, want)
+	}
+}
+
+// TestHtsimMatrix runs the ring all-reduce in the real htsim of $HTSIM:
+// every flow finishes, and the collective takes what htsim took for it
+// when this was written (deterministic for a seed).
+func TestHtsimMatrix(t *testing.T) {
+	dir := os.Getenv(EnvDir)
+	if dir == "" {
+		t.Skipf("needs htsim: set $%s to its build directory (reference/htsim.md \"Build\")", EnvDir)
+	}
+	for _, cc := range []pds.CCMode{pds.CCNSCC, pds.CCRCCC} {
+		s := ringScenario(t)
+		s.CC = cc
+		r, err := Runner{Dir: dir}.RunMatrix(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last time.Duration
+		for _, f := range r.Flows {
+			last = max(last, f.End)
+		}
+		t.Logf("%s: %d of %d finished, last at %v (lab time), unloaded RTT %v, in %v", cc, r.Finished(), len(r.Flows), last, r.UnloadedRTT, r.Wall)
+		if r.Finished() != 120 || last < 314*time.Millisecond || last > 500*time.Millisecond {
+			t.Errorf("%s: want 120 flows done between the ideal 314.6 ms and 500 ms", cc)
+		}
+	}
+}
