@@ -17,7 +17,7 @@ UNITDIR ?= /etc/systemd/system
 CONFDIR ?= /etc/fabriclab
 INSTALL_BINS := fabriclabd fabriclab roceperf portctl dctcp
 
-.PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench bench-smoke demo lab experiment wan-experiment lint clean
+.PHONY: install uninstall help build generate check-generate deps test unit-test netns-test bench bench-smoke demo lab experiment wan-experiment htsim-compare lint clean
 
 help:
 	@echo "make build          build portctl, roceperf, fabriclab, fabriclabd, dctcp and fabricbench into $(BIN)/"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf/UET vs iperf3 -u, CNP reaction, UET incasts beside htsim, QP scale, an hour's soak (HTSIM=dir; BENCH_FLAGS=-help, -soak 0 skips it)"
 	@echo "make bench-smoke    (root) every bench section once, short (about a minute): the bench still runs"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread, tuned from measured RTTs (a lab file; EXPERIMENT_FLAGS=-runs 1)"
+	@echo "make htsim-compare  (root) htsim beside the lab: a ring all-reduce and an all-to-all on a leaf-spine, UET, both runs' completion over ideal (HTSIM=dir; HTSIM_FLAGS=-runs 5)"
 	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (a lab file; WAN_FLAGS=-runs 3)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
 	@echo "make check-generate (CI) generate, then fail if the committed BPF objects differ"
@@ -115,6 +116,19 @@ WAN_FLAGS ?=
 wan-experiment: deps
 	$(GO) build -o $(BIN)/ ./cmd/fabriclab
 	$(BIN)/fabriclab run -o wan-experiment-out $(WAN_FLAGS) host/labfile/examples/wan-experiment.yaml
+
+# Issue 29: htsim beside the lab, the same matrix on the same leaf-spine
+# (a ring all-reduce and an all-to-all over 8 hosts, UET under NSCC and
+# RCCC). HTSIM is htsim's build directory (reference/htsim.md "Build");
+# without it each run's htsim/ gets the topology, the .cm and a script
+# that runs them. HTSIM_FLAGS: fabriclab run's flags; writes
+# htsim-compare-out/.
+HTSIM ?=
+HTSIM_FLAGS ?= -runs 5
+htsim-compare: deps
+	$(GO) build -o $(BIN)/ ./cmd/fabriclab
+	$(BIN)/fabriclab run -o htsim-compare-out/ring -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-ring.yaml
+	$(BIN)/fabriclab run -o htsim-compare-out/alltoall -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-alltoall.yaml
 
 install:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(INSTALL_BINS))

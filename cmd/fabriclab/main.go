@@ -59,7 +59,13 @@ const usage = `usage:
                also run the lab's UET incast in htsim (UEC's reference
                simulator), built in DIR (default $HTSIM), one seed per
                variant, and print its row beside the lab's; a lab htsim
-               cannot express says why in one line
+               cannot express says why in one line. A workload matrix
+               on a leaf-spine fabric runs in htsim_uec as it ran here:
+               the summary gives each collective's completion over its
+               ideal in both, side by side, and what does not map one
+               to one; htsim's topology, .cm and command go to the
+               output directory's htsim/ (without htsim_uec in DIR,
+               run-htsim.sh there runs them later)
       -o DIR   output directory (default: the file's report.output, else
                fabriclab-out/NAME); "-" writes nothing
       -runs N  runs per variant (default: the file's runs)

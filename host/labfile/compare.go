@@ -117,6 +117,93 @@ type VariantSummary struct {
 	// Htsim is htsim's run of the variant's incast, once
 	// (RunOptions.Htsim), or why there is none.
 	Htsim *HtsimRun `json:"htsim,omitempty"`
+	// Matrix is the runs' workload matrix: its completion over ideal,
+	// and htsim's beside it.
+	Matrix *MatrixSummary `json:"matrix,omitempty"`
+}
+
+// MatrixSummary is a workload matrix over a variant's runs.
+type MatrixSummary struct {
+	// CCTRatio is the whole matrix's completion over its ideal
+	// (MatrixResult.All), FCTRatioP50 its flows' median FCT over
+	// ideal, over the runs that completed.
+	CCTRatio    stats.Stat `json:"cct_ratio"`
+	FCTRatioP50 stats.Stat `json:"fct_ratio_p50"`
+	Incomplete  int        `json:"incomplete_runs"`
+	// HtsimCCTRatio and HtsimFCTRatioP50 are htsim's, one seed per run
+	// (the file's + run − 1); LabOverHtsim is each run's CCTRatio over
+	// htsim's of the same run. HtsimError says why there is none.
+	HtsimCCTRatio    stats.Stat `json:"htsim_cct_ratio"`
+	HtsimFCTRatioP50 stats.Stat `json:"htsim_fct_ratio_p50"`
+	LabOverHtsim     stats.Stat `json:"lab_over_htsim"`
+	HtsimError       string     `json:"htsim_error,omitempty"`
+}
+
+// summarizeMatrix sums the runs' matrices, nil without one.
+func summarizeMatrix(rs []*Result) *MatrixSummary {
+	var cct, p50, hcct, hp50, over []float64
+	var ms *MatrixSummary
+	for _, r := range rs {
+		mr := r.Matrix
+		if mr == nil {
+			continue
+		}
+		if ms == nil {
+			ms = &MatrixSummary{}
+		}
+		h := mr.Htsim
+		if h != nil && h.Error != "" && ms.HtsimError == "" {
+			ms.HtsimError = h.Error
+		}
+		if h != nil && h.All.CCTRatio > 0 {
+			hcct, hp50 = append(hcct, h.All.CCTRatio), append(hp50, h.FCTRatio.P50)
+		}
+		if mr.All.CCTRatio == 0 {
+			ms.Incomplete++
+			continue
+		}
+		cct = append(cct, mr.All.CCTRatio)
+		p50 = append(p50, mr.FCTRatio.P50)
+		if h != nil && h.All.CCTRatio > 0 {
+			over = append(over, mr.All.CCTRatio/h.All.CCTRatio)
+		}
+	}
+	if ms != nil {
+		ms.CCTRatio, ms.FCTRatioP50, ms.LabOverHtsim = stats.NewStat(cct), stats.NewStat(p50), stats.NewStat(over)
+		ms.HtsimCCTRatio, ms.HtsimFCTRatioP50 = stats.NewStat(hcct), stats.NewStat(hp50)
+	}
+	return ms
+}
+
+// writeMatrixTable prints each variant's matrix: its completion over
+// ideal and its flows' median FCT over ideal in the lab and in htsim
+// (mean ± 95 % CI, least–most), and the lab's over htsim's run by run.
+func writeMatrixTable(w io.Writer, c *Comparison) {
+	fmt.Fprintf(w, "%-14s %-6s %20s %14s %16s %16s\n", "variant", "matrix", "completion/ideal", "least–most", "FCT/ideal p50", "lab/htsim")
+	for _, v := range c.Summary {
+		m := v.Matrix
+		if m == nil {
+			continue
+		}
+		span := func(s stats.Stat) string {
+			if s.N == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.3f–%.3f", s.Min, s.Max)
+		}
+		fmt.Fprintf(w, "%-14s %-6s %20s %14s %16s %16s\n", orName(v.Name, c.Name), "lab", statText(m.CCTRatio, 1, "%.3f"),
+			span(m.CCTRatio), statText(m.FCTRatioP50, 1, "%.3f"), span(m.LabOverHtsim))
+		if m.HtsimCCTRatio.N > 0 {
+			fmt.Fprintf(w, "%-14s %-6s %20s %14s %16s\n", orName(v.Name, c.Name), "htsim", statText(m.HtsimCCTRatio, 1, "%.3f"),
+				span(m.HtsimCCTRatio), statText(m.HtsimFCTRatioP50, 1, "%.3f"))
+		}
+		if m.Incomplete > 0 {
+			fmt.Fprintf(w, "%-14s %d run(s) whose matrix did not complete (not above)\n", "", m.Incomplete)
+		}
+		if m.HtsimError != "" {
+			fmt.Fprintf(w, "%-14s htsim: %s\n", "", m.HtsimError)
+		}
+	}
 }
 
 // IncastSummary is an incast group over the runs: its ratios, the
@@ -245,7 +332,9 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 			}
 			ro := opts.RunOptions
 			ro.Variant, ro.Run = v, run
-			ro.Htsim = nil // once per variant, below
+			if f.matrix == nil {
+				ro.Htsim = nil // once per variant, below
+			} // a matrix's goes in each run's result: htsim's own run takes milliseconds
 			rs := RunSummary{Variant: v, Run: run}
 			if dir != "-" {
 				rs.Dir = filepath.Join(dir, orName(v, "file"), fmt.Sprintf("run%d", run))
@@ -289,7 +378,7 @@ func Compare(ctx context.Context, f *File, opts CompareOptions) (*Comparison, er
 			}
 		}
 		vs := summarize(v, results[v], ran)
-		if opts.Htsim != nil && ctx.Err() == nil {
+		if opts.Htsim != nil && f.matrix == nil && ctx.Err() == nil {
 			if p, err := f.variantPlan(v); err == nil {
 				vs.Htsim = f.runHtsim(ctx, p, opts.Htsim)
 			}
@@ -341,6 +430,7 @@ func summarize(name string, rs []*Result, runs int) VariantSummary {
 		return nan
 	})
 	vs.Lost = col(func(r *Result) float64 { return float64(r.Lost()) })
+	vs.Matrix = summarizeMatrix(rs)
 	vs.CNPsSent = col(func(r *Result) float64 {
 		if sent, _, ok := r.CNPs(); ok {
 			return float64(sent)
@@ -718,6 +808,9 @@ func (c *Comparison) WriteSummary(w io.Writer) {
 	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return len(v.Incasts) > 0 }) {
 		writeIncastTable(w, c)
+	}
+	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return v.Matrix != nil }) {
+		writeMatrixTable(w, c)
 	}
 	if slices.ContainsFunc(c.Summary, func(v VariantSummary) bool { return v.CNPsSent.N > 0 }) {
 		writeLoopTable(w, c)

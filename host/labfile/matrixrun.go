@@ -228,6 +228,13 @@ type MatrixResult struct {
 	Groups []CollectiveResult `json:"groups,omitempty"`
 	// FCTRatio is the completed flows' FCT / ideal.
 	FCTRatio stats.Dist `json:"fct_ratio"`
+	// Uplinks is how ECMP (or the senders' entropy balancing) spread
+	// each leaf's traffic over its spines, for a fabric with more than
+	// one spine.
+	Uplinks []UplinkSpread `json:"uplinks,omitempty"`
+	// Htsim is htsim's run of the same matrix (RunOptions.Htsim), or why
+	// there is none.
+	Htsim *HtsimMatrixRun `json:"htsim,omitempty"`
 	// SetupS is each flow's setup (its agent, side channel and QPs on
 	// the host): before the run's clock for a flow set up ahead, else
 	// from its start to its first byte.
@@ -253,6 +260,52 @@ type CollectiveResult struct {
 	// here, a connection's setup for a flow not set up ahead).
 	ReplayCCTS  float64 `json:"replay_cct_s"`
 	ReplayRatio float64 `json:"replay_cct_ratio"`
+}
+
+// UplinkSpread is a leaf's bytes toward the spines, port by port.
+type UplinkSpread struct {
+	Leaf string `json:"leaf"`
+	// Spines and Bytes are its uplink ports' far ends and what each sent.
+	Spines []string `json:"spines"`
+	Bytes  []uint64 `json:"bytes"`
+	// MostOverMean is the busiest uplink's bytes over the mean: 1 is an
+	// even spread.
+	MostOverMean float64 `json:"most_over_mean"`
+}
+
+// uplinkSpread sums each fabric leaf's uplink ports of res.
+func (f *File) uplinkSpread(res *Result) []UplinkSpread {
+	fb := f.Fabric
+	if fb == nil || fb.Spines < 2 {
+		return nil
+	}
+	sent := map[string]uint64{}
+	for _, p := range res.Ports {
+		b := p.DequeuedPackets
+		if p.Stats != nil {
+			b = p.Stats.Total().DequeuedBytes
+		}
+		sent[p.Name] = b
+	}
+	var out []UplinkSpread
+	for l := range fb.Leaves {
+		u := UplinkSpread{Leaf: fmt.Sprintf("leaf%d", l+1)}
+		var sum, most uint64
+		for s := range fb.Spines {
+			sp := fmt.Sprintf("sp%d", s+1)
+			b, ok := sent[u.Leaf+":"+sp]
+			if !ok {
+				return nil // a port not watched: no spread to show
+			}
+			u.Spines, u.Bytes = append(u.Spines, sp), append(u.Bytes, b)
+			sum, most = sum+b, max(most, b)
+		}
+		if sum > 0 {
+			u.MostOverMean = float64(most) * float64(fb.Spines) / float64(sum)
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // gated says fr is a rocev2 or uet flow of the matrix, set up at the
@@ -406,63 +459,17 @@ func (r *runner) matrixResult(res *Result, flows []*flowRun) *MatrixResult {
 		}
 	}
 	out.FCTRatio, out.SetupS = stats.Summarize(ratios), stats.Summarize(setups)
-	idealStart, idealEnd, err := sm.Replay(func(i int) (time.Duration, time.Duration) {
+	ideal := func(i int) (time.Duration, time.Duration) {
 		fp := flows[r.f.matrixFirst+i].plan
 		d := fp.IdealFCT(m.Conns[i].Size)
 		return d, max(d-fp.BaseRTT/2, 0)
-	})
-	if err != nil {
-		return out
 	}
-	var netStart, netEnd []time.Duration
+	var measured func(i int) (time.Duration, time.Duration)
 	if complete && out.Completed == n {
-		netStart, netEnd, _ = sm.Replay(func(i int) (time.Duration, time.Duration) { return fct[i], fct[i] })
+		measured = func(i int) (time.Duration, time.Duration) { return fct[i], fct[i] }
 	}
-	collective := func(idx []int) CollectiveResult {
-		c := CollectiveResult{Flows: len(idx)}
-		var s0, e1, i0, i1, n0, n1 time.Duration = -1, 0, -1, 0, -1, 0
-		for _, i := range idx {
-			if s0 < 0 || start[i] < s0 {
-				s0 = start[i]
-			}
-			e1 = max(e1, end[i])
-			if i0 < 0 || idealStart[i] < i0 {
-				i0 = idealStart[i]
-			}
-			i1 = max(i1, idealEnd[i])
-			if netEnd != nil {
-				if n0 < 0 || netStart[i] < n0 {
-					n0 = netStart[i]
-				}
-				n1 = max(n1, netEnd[i])
-			}
-		}
-		if !complete {
-			return c
-		}
-		c.StartS, c.EndS, c.CCTS = s0.Seconds(), e1.Seconds(), (e1 - s0).Seconds()
-		c.IdealCCTS = (i1 - i0).Seconds()
-		if c.IdealCCTS > 0 {
-			c.CCTRatio = c.CCTS / c.IdealCCTS
-		}
-		if netEnd != nil {
-			c.ReplayCCTS = (n1 - n0).Seconds()
-			if c.IdealCCTS > 0 {
-				c.ReplayRatio = c.ReplayCCTS / c.IdealCCTS
-			}
-		}
-		return c
-	}
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
-	out.All = collective(all)
-	if groups := m.Groups(); len(groups) > 1 && len(groups) < n {
-		for _, g := range groups {
-			out.Groups = append(out.Groups, collective(g))
-		}
-	}
+	out.All, out.Groups = collectives(sm, start, end, complete, ideal, measured)
+	out.Uplinks = r.f.uplinkSpread(res)
 	return out
 }
 
@@ -489,4 +496,16 @@ func (mr *MatrixResult) write(w io.Writer) {
 		fmt.Fprintf(w, "  flows' FCT/ideal: p50 %.3f, p99 %.3f, max %.3f; setup per flow p50 %.2f ms, max %.2f ms\n",
 			mr.FCTRatio.P50, mr.FCTRatio.P99, mr.FCTRatio.Max, 1e3*mr.SetupS.P50, 1e3*mr.SetupS.Max)
 	}
+	for _, u := range mr.Uplinks {
+		var sum uint64
+		for _, b := range u.Bytes {
+			sum += b
+		}
+		fmt.Fprintf(w, "  %s's uplinks:", u.Leaf)
+		for i, sp := range u.Spines {
+			fmt.Fprintf(w, " %s %.0f%%", sp, 100*float64(u.Bytes[i])/float64(max(sum, 1)))
+		}
+		fmt.Fprintf(w, " of %.2f MB (busiest over mean %.2f)\n", float64(sum)/1e6, u.MostOverMean)
+	}
+	mr.Htsim.write(w, mr)
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -84,7 +85,9 @@ type RunOptions struct {
 	Run int
 	// Htsim runs the lab's incast in htsim too, after the lab
 	// (HtsimScenario): Result.Htsim, or in a comparison each variant's
-	// once. Optional: the lab alone.
+	// once; a workload matrix's run is MatrixResult.Htsim
+	// (HtsimMatrixScenario), its files in the output directory's htsim/.
+	// Optional: the lab alone.
 	Htsim *htsim.Runner
 }
 
@@ -153,14 +156,22 @@ func Run(ctx context.Context, f *File, opts RunOptions) (res *Result, err error)
 	if res.judges() {
 		res.Check = Check(res)
 	}
-	if opts.Htsim != nil {
+	outDir := opts.OutDir
+	if outDir == "" {
+		outDir = f.OutputDir()
+	}
+	switch {
+	case opts.Htsim != nil && res.Matrix != nil:
+		dir := ""
+		if outDir != "-" {
+			dir = filepath.Join(outDir, "htsim")
+		}
+		res.Matrix.Htsim = f.runHtsimMatrix(ctx, r.p, opts.Htsim, dir, opts.Run)
+	case opts.Htsim != nil:
 		res.Htsim = f.runHtsim(ctx, r.p, opts.Htsim)
 	}
-	if opts.OutDir != "-" {
-		dir := opts.OutDir
-		if dir == "" {
-			dir = f.OutputDir()
-		}
+	if outDir != "-" {
+		dir := outDir
 		if werr := res.write(dir); werr != nil {
 			return res, fmt.Errorf("labfile: %w", werr)
 		}

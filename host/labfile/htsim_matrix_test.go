@@ -1,0 +1,115 @@
+//go:build linux
+
+package labfile
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/fabriclab/fabriclab/host/htsim"
+	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// uetRing is examples/allreduce-ring.yaml with its flows' transport
+// and cc replaced.
+func uetRing(t *testing.T, flow string) *File {
+	t.Helper()
+	data, err := os.ReadFile("examples/allreduce-ring.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rocev2 = "flow: {transport: rocev2, cc: dcqcn, verify: true}"
+	if !strings.Contains(string(data), rocev2) {
+		t.Fatalf("allreduce-ring.yaml has no %q", rocev2)
+	}
+	f, err := Parse("allreduce-ring.yaml", []byte(strings.Replace(string(data), rocev2, flow, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestHtsimMatrixScenario: the ring all-reduce example with UET maps onto
+// htsim_uec's leaf-spine at the fabric's written rates (its timescale
+// aside), with the port class its flows use (the default port: 2 MiB,
+// WRED 50–1000 KiB at max_p 0.1, slope-matched), its matrix's nodes on
+// the same hosts, and a note for what does not map.
+func TestHtsimMatrixScenario(t *testing.T) {
+	for _, cc := range []pds.CCMode{pds.CCNSCC, pds.CCRCCC, pds.CCBoth} {
+		f := uetRing(t, "flow: {transport: uet, cc: "+cc.String()+", verify: true}")
+		s, notes, err := f.HtsimMatrixScenario("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantFabric := htsim.LeafSpine{Hosts: 8, Leaves: 2, Spines: 2, HostRate: 50 * units.Mbit, SpineRate: 100 * units.Mbit}
+		if s.Fabric != wantFabric || s.MTUBytes != 9000 || s.CC != cc || len(s.Matrix.Conns) != 120 {
+			t.Errorf("%s: fabric %+v, mtu %d, cc %s, %d conns", cc, s.Fabric, s.MTUBytes, s.CC, len(s.Matrix.Conns))
+		}
+		// max_p 0.1: htsim's max at 50 KiB + 950 KiB / 0.1, capped at the
+		// limit.
+		if s.LimitBytes != 2*units.MiB || s.MinThBytes != 50*units.KiB || s.MaxThBytes != 2*units.MiB || s.TrimBytes != 0 {
+			t.Errorf("%s: limit %s, ecn %s–%s, trim %s", cc, s.LimitBytes, s.MinThBytes, s.MaxThBytes, s.TrimBytes)
+		}
+		for n, h := range s.HostOf {
+			if h != n {
+				t.Errorf("node %d on host %d", n, h)
+			}
+		}
+		text := strings.Join(notes, "\n")
+		if !strings.Contains(text, "max_p 0.1") || !strings.Contains(text, "store-and-forward") ||
+			strings.Contains(text, "RCCC") != (cc != pds.CCNSCC) {
+			t.Errorf("%s: notes\n%s", cc, text)
+		}
+		if _, err := htsim.NewMatrixPlan(s); err != nil {
+			t.Errorf("%s: %v", cc, err)
+		}
+	}
+}
+
+func TestHtsimMatrixScenarioRefuses(t *testing.T) {
+	for _, c := range []struct{ flow, says string }{
+		{"flow: {transport: rocev2, cc: dcqcn, verify: true}", "htsim_roce (snapshot 40ccb05) cannot run a matrix"},
+		{"flow: {transport: uet, cc: none}", "cc none"},
+		{"flow: {transport: uet, cc: nscc, streams: 2}", "2 streams"},
+	} {
+		f := uetRing(t, c.flow)
+		_, _, err := f.HtsimMatrixScenario("")
+		if err == nil || !strings.Contains(err.Error(), "htsim cannot run this lab: ") || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v; want it to say %q", c.flow, err, c.says)
+		}
+	}
+	// An incast lab has no matrix.
+	f, err := Load("examples/uet-incast-deep.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.HtsimMatrixScenario(""); err == nil || !strings.Contains(err.Error(), "no workload matrix") {
+		t.Errorf("incast: %v", err)
+	}
+}
+
+// TestSummarizeMatrix: a comparison sums the lab's completion over ideal
+// and htsim's run by run, and their ratio per run; an incomplete run is
+// counted, not averaged.
+func TestSummarizeMatrix(t *testing.T) {
+	run := func(lab, hs float64) *Result {
+		return &Result{Matrix: &MatrixResult{All: CollectiveResult{CCTRatio: lab}, Htsim: &HtsimMatrixRun{All: CollectiveResult{CCTRatio: hs}}}}
+	}
+	ms := summarizeMatrix([]*Result{run(1.10, 1.00), run(1.20, 1.20), run(0, 1.10)})
+	if ms == nil || ms.CCTRatio.N != 2 || ms.Incomplete != 1 || ms.HtsimCCTRatio.N != 3 || ms.LabOverHtsim.N != 2 ||
+		ms.LabOverHtsim.Min != 1.0 || ms.LabOverHtsim.Max < 1.0999 || ms.LabOverHtsim.Max > 1.1001 {
+		t.Errorf("summary %+v", ms)
+	}
+	var b strings.Builder
+	writeMatrixTable(&b, &Comparison{Name: "x", Summary: []VariantSummary{{Name: "nscc", Matrix: ms}}})
+	for _, want := range []string{"lab/htsim", "1.000–1.100", "htsim", "1 run(s) whose matrix did not complete"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if summarizeMatrix([]*Result{{}}) != nil {
+		t.Error("a file without a matrix has a matrix summary")
+	}
+}
