@@ -440,6 +440,32 @@ func TestWANTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	// The tunnel's packets for 4 MB depend on the sender's GSO batches
+	// too: each skb's last segment is partial. A slow host hands pe1
+	// small skbs (about 1 run in 40 in whole-suite runs: 1.29x); such a
+	// run logs its skbs' mean size and the transfer runs again, up to
+	// wanTCPAttempts times; a tunnel that adds segments fails every one.
+	for attempt := 1; ; attempt++ {
+		over, ok := wanTCPTransfer(t, w, ln, data, attempt)
+		if !ok || !over {
+			return
+		}
+		if attempt == wanTCPAttempts {
+			t.Errorf("every one of %d transfers sent more than 1.2x the packets of full 1480-byte packets across the tunnel", wanTCPAttempts)
+			return
+		}
+	}
+}
+
+// wanTCPAttempts bounds TestWANTCP's transfers.
+const wanTCPAttempts = 3
+
+// wanTCPTransfer sends data across the tunnel over a new TCP connection
+// and checks it; over says it took more than 1.2x the packets of full
+// 1480-byte packets; ok false means the test failed otherwise.
+func wanTCPTransfer(t *testing.T, w *WAN, ln net.Listener, data []byte, attempt int) (over, ok bool) {
+	t.Helper()
+	b1, b2 := peStats(t, w.PE1), peStats(t, w.PE2)
 	sum := make(chan [32]byte, 1)
 	go func() {
 		var s [32]byte
@@ -459,35 +485,46 @@ func TestWANTCP(t *testing.T) {
 		c, err = (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp4", ln.Addr().String())
 		return err
 	}); err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return false, false
 	}
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	start := time.Now()
 	if _, err := io.Copy(c, bytes.NewReader(data)); err != nil {
-		t.Fatalf("TCP across the WAN: %v; PE1 %+v", err, peStats(t, w.PE1).Encap)
+		c.Close()
+		<-sum
+		t.Errorf("TCP across the WAN: %v; PE1 %+v", err, peStats(t, w.PE1).Encap)
+		return false, false
 	}
 	c.Close()
 	if got := <-sum; got != sha256.Sum256(data) {
 		t.Errorf("TCP across the WAN: 4 MB arrived altered or short")
+		return false, false
 	}
 	elapsed := time.Since(start)
 	s1, s2 := peStats(t, w.PE1), peStats(t, w.PE2)
-	fd := w.Paths[0].ForwardDelay.Stats()
+	encap, encapBytes := s1.Encap.Packets-b1.Encap.Packets, s1.Encap.Bytes-b1.Encap.Bytes
+	decap := s2.Decap.Packets - b2.Decap.Packets
 	ps, err := w.CorePort.Stats()
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return false, false
 	}
 	tot := ps.Total()
-	t.Logf("4 MB in %v; PE1 encapsulated %d (GSO kept %d, too big %d, ICMP sent %d), PE2 decapsulated %d (GSO refused %d); forward delay diverted %d, dropped %d, lateness mean %v; core port dequeued %d (%d B), dropped %d",
-		elapsed, s1.Encap.Packets, s1.Encap.GSOFixed, s1.Encap.TooBig, s1.Encap.ICMPSent, s2.Decap.Packets, s2.Decap.GSO,
-		fd.Diverted, fd.Dropped+fd.KernelDropped+fd.TunDropped, fd.LatenessMean, tot.DequeuedPackets, tot.DequeuedBytes, tot.DroppedLimitPackets)
+	t.Logf("transfer %d: 4 MB in %v; PE1 encapsulated %d skbs of %.0f B mean (GSO kept %d, too big %d, ICMP sent %d), PE2 decapsulated %d (GSO refused %d); core port dequeued %d (%d B), dropped %d (totals since the lab began)",
+		attempt, elapsed, encap, float64(encapBytes)/float64(max(encap, 1)), s1.Encap.GSOFixed, s1.Encap.TooBig, s1.Encap.ICMPSent, decap, s2.Decap.GSO,
+		tot.DequeuedPackets, tot.DequeuedBytes, tot.DroppedLimitPackets)
 	if s1.Encap.Errors != 0 || s2.Decap.GSO != 0 || s2.Decap.Errors != 0 {
 		t.Errorf("PE1 encap errors %d, PE2 decap GSO %d, errors %d: want none", s1.Encap.Errors, s2.Decap.GSO, s2.Decap.Errors)
+		return false, false
 	}
 	// GSO packets whose segments fit keep their size: the tunnel adds no
 	// segments (measured 1.09x the wire minimum, against 1.33x when every
 	// gso_size was cut by 20 bytes).
-	if ideal := float64(len(data)) / 1428; float64(s2.Decap.Packets) > 1.2*ideal {
-		t.Errorf("%d packets crossed the tunnel for 4 MB: more than 1.2x the %.0f of full 1480-byte packets", s2.Decap.Packets, ideal)
+	if ideal := float64(len(data)) / 1428; float64(decap) > 1.2*ideal {
+		t.Logf("transfer %d: %d packets crossed the tunnel for 4 MB: %.2fx the %.0f of full 1480-byte packets, over 1.2x, with the sender's skbs at %.1f segments of 1428 B on average",
+			attempt, decap, float64(decap)/ideal, ideal, float64(encapBytes)/float64(max(encap, 1))/1480)
+		return true, true
 	}
+	return false, true
 }
