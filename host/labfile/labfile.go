@@ -265,18 +265,23 @@ type Variant struct {
 	Ports []Port `yaml:"ports"`
 	// Nodes change pes' decap and agent (the rest of the node stays).
 	Nodes []NodeOverride `yaml:"nodes"`
-	// Flows change flows' congestion control (the rest of the flow
-	// stays): the same traffic under NSCC, RCCC or both.
+	// Flows change flows' congestion control and load balancing (the
+	// rest of the flow stays): the same traffic under NSCC, RCCC or
+	// both, on one path or sprayed.
 	Flows []FlowOverride `yaml:"flows"`
 }
 
-// FlowOverride changes the congestion control of one flow (name) or of
-// every flow of a group in a variant.
+// FlowOverride changes the congestion control or the load balancer of
+// one flow (name) or of every flow of a group in a variant.
 type FlowOverride struct {
 	Name  string `yaml:"name"`
 	Group string `yaml:"group"`
-	// CC is as a flow's cc, for its transport. Required.
+	// CC is as a flow's cc, for its transport. Optional when LB is
+	// given: the flow's own.
 	CC string `yaml:"cc"`
+	// LB is as a uet flow's lb (none: one entropy). Optional: the
+	// flow's own.
+	LB string `yaml:"lb"`
 }
 
 // Flow is one perf client run (host/perf RunClient), or one TCP

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -99,15 +100,18 @@ func TestTrimDSCPs(t *testing.T) {
 }
 
 // TestFlowOverrides: a variant's flows: entries pick one flow or a group
-// and set its cc, checked for the flow's transport.
+// and set its cc or its lb, checked for the flow's transport.
 func TestFlowOverrides(t *testing.T) {
-	f, err := Parse("t.yaml", []byte(base+"variants:\n  - {name: a, flows: [{name: f1, cc: none}, {group: f2, cc: both}]}\n"))
+	f, err := Parse("t.yaml", []byte(base+"variants:\n  - {name: a, flows: [{name: f1, cc: none}, {group: f2, cc: both}]}\n  - {name: b, flows: [{name: f2, lb: oblivious}]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	vp := f.Plan().Variants[0].Plan
 	if vp.Flows[0].Flow.CC != "none" || vp.Flows[1].Client.UETCC != pds.CCBoth || f.Flows[0].CC != "dcqcn" {
 		t.Errorf("variant flows: %s, %v; the file's f1 %s", vp.Flows[0].Flow.CC, vp.Flows[1].Client.UETCC, f.Flows[0].CC)
+	}
+	if vb := f.Plan().Variants[1].Plan; vb.Flows[1].Client.LB != lb.KindOblivious || vb.Flows[1].Flow.CC != f.Flows[1].CC || f.Flows[1].LB != "" {
+		t.Errorf("variant b's f2: lb %v, cc %s; the file's lb %q", vb.Flows[1].Client.LB, vb.Flows[1].Flow.CC, f.Flows[1].LB)
 	}
 	for _, c := range []struct{ v, want string }{
 		{"{name: a, flows: [{name: f1, group: g, cc: none}]}", `variants[0].flows[0]: give name (one flow) or group (its flows), not both or neither`},
@@ -116,6 +120,9 @@ func TestFlowOverrides(t *testing.T) {
 		{"{name: a, flows: [{name: f1, cc: rccc}]}", `variants[0].flows[0].cc: "rccc": flow f1: want dcqcn or none with transport rocev2`},
 		{"{name: a, flows: [{name: f2, cc: dcqcn}]}", `variants[0].flows[0].cc: "dcqcn": flow f2: want nscc, rccc, both or none with transport uet`},
 		{"{name: a, flows: [{name: f2, cc: both}, {group: f2, cc: rccc}]}", `variants[0].flows[1]: flow f2 is given twice (also variants[0].flows[0])`},
+		{"{name: a, flows: [{name: f2}]}", `variants[0].flows[0]: give cc, lb or both: what the variant changes`},
+		{"{name: a, flows: [{name: f1, lb: oblivious}]}", `variants[0].flows[0].lb: "oblivious": flow f1 is rocev2: lb is uet's`},
+		{"{name: a, flows: [{name: f2, lb: spray}]}", `variants[0].flows[0].lb: "spray": want none, `},
 	} {
 		_, err := Parse("t.yaml", []byte(base+"variants:\n  - "+c.v+"\n"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -286,6 +286,21 @@ func overrideFlows(field string, os []FlowOverride, flows []Flow) error {
 				return conf.Errorf(p, "", "flow %s is given twice (also %s)", fl.Name, conf.Index(field, prev))
 			}
 			by[fl.Name] = i
+			if o.CC == "" && o.LB == "" {
+				return conf.Errorf(p, "", "give cc, lb or both: what the variant changes")
+			}
+			if o.LB != "" {
+				if fl.Transport != TransportUET {
+					return conf.Errorf(conf.Join(p, "lb"), o.LB, "flow %s is %s: lb is uet's", fl.Name, fl.Transport)
+				}
+				if _, err := lb.ParseKind(o.LB); err != nil && o.LB != "none" {
+					return conf.Errorf(conf.Join(p, "lb"), o.LB, "want none, %s", orList(kindNames()))
+				}
+				fl.LB = o.LB
+			}
+			if o.CC == "" {
+				continue
+			}
 			if err := checkCC(fl.Transport, o.CC); err != nil {
 				return conf.Errorf(conf.Join(p, "cc"), o.CC, "flow %s: %s", fl.Name, err.Allowed)
 			}
