@@ -34,16 +34,31 @@ type LeafSpine struct {
 	Delay time.Duration `json:"delay"`
 }
 
-// MatrixScenario is a connection matrix run on a leaf-spine, in the
-// lab's terms: the workload of a lab file (host/labfile) as htsim_uec runs
-// it.
+// FatTreeFabric is a three-tier fat tree in the lab's terms: Pods pods of K/2
+// ToRs (K/2 hosts each) and K/2 aggregation switches, (K/2)² cores, every
+// link at Rate.
+type FatTreeFabric struct {
+	K     int           `json:"k"`
+	Pods  int           `json:"pods"`
+	Rate  units.Rate    `json:"rate"`
+	Delay time.Duration `json:"delay"`
+}
+
+// Hosts is the fat tree's hosts.
+func (ft *FatTreeFabric) Hosts() int { return ft.Pods * ft.K * ft.K / 4 }
+
+// MatrixScenario is a connection matrix run on a leaf-spine or a fat
+// tree, in the lab's terms: the workload of a lab file (host/labfile) as
+// htsim_uec runs it.
 type MatrixScenario struct {
 	// Matrix is the workload; its node i is fabric host HostOf[i].
 	Matrix *cm.Matrix `json:"-"`
 	// HostOf maps the matrix's nodes onto the fabric's hosts. Optional:
 	// node i is host i.
-	HostOf []int     `json:"host_of,omitempty"`
-	Fabric LeafSpine `json:"fabric"`
+	HostOf []int `json:"host_of,omitempty"`
+	// Fabric is a leaf-spine; FatTree, when set, a fat tree instead.
+	Fabric  LeafSpine      `json:"fabric"`
+	FatTree *FatTreeFabric `json:"fat_tree,omitempty"`
 	// MTUBytes is the IP packet; htsim's packet is 14 bytes more (its
 	// 64-byte header leaves MTUBytes + 14 − 64 of payload).
 	MTUBytes int `json:"mtu"`
@@ -86,6 +101,16 @@ func (s *MatrixScenario) Validate() error {
 		errs = append(errs, fieldErr(field, v, allowed, args...))
 	}
 	fb := &s.Fabric
+	if ft := s.FatTree; ft != nil {
+		// Checked as its hosts on ToRs at one rate, and on its own.
+		fb = s.leafSpine()
+		if ft.K < 4 || ft.K%2 != 0 || ft.Pods < 1 || ft.Pods > ft.K {
+			bad("fat_tree", fmt.Sprintf("k %d, pods %d", ft.K, ft.Pods), "an even k of 4 or more and 1 to k pods")
+		}
+		if s.Fabric != (LeafSpine{}) {
+			bad("fabric", "a leaf-spine", "empty with fat_tree: one fabric")
+		}
+	}
 	switch {
 	case s.Matrix == nil:
 		bad("matrix", "none", "a connection matrix")
@@ -95,7 +120,7 @@ func (s *MatrixScenario) Validate() error {
 	switch {
 	case fb.Hosts < 2 || fb.Hosts > maxMatrixHosts:
 		bad("fabric.hosts", fb.Hosts, "2 to %d", maxMatrixHosts)
-	case fb.Leaves < 2 || fb.Hosts%fb.Leaves != 0:
+	case fb.Leaves < 2 || fb.Hosts%fb.Leaves != 0 || fb.Hosts < 2:
 		bad("fabric.leaves", fb.Leaves, "at least 2, dividing hosts (%d): htsim's leaf-spine has two tiers", fb.Hosts)
 	case fb.Spines < 1:
 		bad("fabric.spines", fb.Spines, "at least 1")
@@ -190,7 +215,7 @@ func NewMatrixPlan(s MatrixScenario) (MatrixPlan, error) {
 	if err := s.Validate(); err != nil {
 		return MatrixPlan{}, err
 	}
-	fb := &s.Fabric
+	fb := s.leafSpine()
 	p := MatrixPlan{Scenario: s, Scale: s.Scale, Bundle: int(fb.SpineRate / fb.HostRate)}
 	if p.Scale == 0 {
 		p.Scale = 1
@@ -243,6 +268,34 @@ func NewMatrixPlan(s MatrixScenario) (MatrixPlan, error) {
 	return p, nil
 }
 
+// leafSpine is the scenario's leaf-spine, or its fat tree's hosts,
+// rate and delay as one.
+func (s *MatrixScenario) leafSpine() *LeafSpine {
+	if ft := s.FatTree; ft != nil {
+		return &LeafSpine{Hosts: ft.Hosts(), Leaves: ft.Pods * ft.K / 2, Spines: 1, HostRate: ft.Rate, SpineRate: ft.Rate, Delay: ft.Delay}
+	}
+	return &s.Fabric
+}
+
+// hops is how many links a packet crosses from host a to host b.
+func (p *MatrixPlan) hops(a, b int) int {
+	if ft := p.Scenario.FatTree; ft != nil {
+		perToR, perPod := ft.K/2, ft.K*ft.K/4
+		switch {
+		case a/perToR == b/perToR:
+			return 2
+		case a/perPod == b/perPod:
+			return 4
+		}
+		return 6
+	}
+	fb := &p.Scenario.Fabric
+	if perLeaf := fb.Hosts / fb.Leaves; a/perLeaf == b/perLeaf {
+		return 2
+	}
+	return 4
+}
+
 // Host is the htsim host of matrix node n.
 func (p *MatrixPlan) Host(n int) int { return p.hostOf[n] }
 
@@ -250,6 +303,22 @@ func (p *MatrixPlan) Host(n int) int { return p.hostOf[n] }
 // the leaves (radix down: their hosts; up: their uplinks), tier 1 the
 // spines (radix down: their links to the leaves, in bundles).
 func (p *MatrixPlan) Topology() string {
+	if ft := p.Scenario.FatTree; ft != nil {
+		half := ft.K / 2
+		var b strings.Builder
+		fmt.Fprintf(&b, "Nodes %d\nTiers 3\nPodsize %d\n\n", ft.Hosts(), half*half)
+		for tier, down := range []int{half, half, ft.Pods} {
+			fmt.Fprintf(&b, "Tier %d\nDownlink_speed_Gbps %d\nRadix_Down %d\n", tier, p.LinkGbps, down)
+			if tier < 2 {
+				fmt.Fprintf(&b, "Radix_Up %d\nOversubscribed 1\n", half)
+			}
+			fmt.Fprintf(&b, "Downlink_Latency_ns %d\nSwitch_Latency_ns 0\n", p.LatencyNs)
+			if tier < 2 {
+				b.WriteString("\n")
+			}
+		}
+		return b.String()
+	}
 	fb := &p.Scenario.Fabric
 	perLeaf := fb.Hosts / fb.Leaves
 	up := fb.Spines * p.Bundle
@@ -270,7 +339,7 @@ func (p *MatrixPlan) Topology() string {
 // each flow's start and finish), every trigger as it is.
 func (p *MatrixPlan) ConnectionMatrix() string {
 	m := *p.Scenario.Matrix
-	m.Nodes = p.Scenario.Fabric.Hosts
+	m.Nodes = p.Scenario.leafSpine().Hosts
 	m.Conns = slices.Clone(m.Conns)
 	for i := range m.Conns {
 		c := &m.Conns[i]
@@ -329,11 +398,7 @@ func (p *MatrixPlan) MatrixArgs(topo, cmFile string, endPs int64) []string {
 // serialise every packet at every hop.
 func (p *MatrixPlan) IdealFCT(i int) time.Duration {
 	c := p.Scenario.Matrix.Conns[i]
-	fb := &p.Scenario.Fabric
-	hops := 4
-	if perLeaf := fb.Hosts / fb.Leaves; p.hostOf[c.Src]/perLeaf == p.hostOf[c.Dst]/perLeaf {
-		hops = 2
-	}
+	hops := p.hops(p.hostOf[c.Src], p.hostOf[c.Dst])
 	psPerByte := 8e12 / (float64(p.LinkGbps) * 1e9)
 	last := float64(min(c.Size, uint64(p.PayloadBytes)) + headerBytes)
 	ps := (float64(c.Size)+float64(hops-1)*last+float64(hops)*headerBytes)*psPerByte + float64(2*hops)*float64(p.LatencyNs)*1e3

@@ -226,4 +226,76 @@ func TestHtsimMatrix(t *testing.T) {
 			t.Errorf("%s: want 120 flows done between the ideal 314.6 ms and 500 ms", cc)
 		}
 	}
+	// The fat tree's topology file is one htsim builds and runs.
+	m, err := cm.Generate(cm.Gen{Kind: "permutation", Nodes: 16, Size: 1 << 20, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Runner{Dir: dir}.RunMatrix(context.Background(), MatrixScenario{Matrix: m, FatTree: &FatTreeFabric{K: 4, Pods: 4, Rate: 50 * units.Mbit},
+		MTUBytes: 9000, LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB, CC: pds.CCNSCC, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fat tree k=4: %d of %d finished, unloaded RTT %v", r.Finished(), len(r.Flows), r.UnloadedRTT)
+	if r.Finished() != 16 {
+		t.Errorf("fat tree: %d of 16 flows finished", r.Finished())
+	}
+}
+
+// TestMatrixPlanOfAFatTree: a fat tree of radix 4 with 4 pods is htsim's
+// three tiers of 16 hosts (Podsize 4, 2 down and 2 up at ToR and
+// aggregation, 4 pods under each core), and a flow's ideal counts 2, 4
+// or 6 links as it stays under a ToR, in a pod, or crosses pods.
+func TestMatrixPlanOfAFatTree(t *testing.T) {
+	m, err := cm.Generate(cm.Gen{Kind: "permutation", Nodes: 16, Size: 1 << 20, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := MatrixScenario{Matrix: m, FatTree: &FatTreeFabric{K: 4, Pods: 4, Rate: 50 * units.Mbit},
+		MTUBytes: 9000, LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB, CC: pds.CCNSCC}
+	p, err := NewMatrixPlan(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `Nodes 16
+Tiers 3
+Podsize 4
+
+Tier 0
+Downlink_speed_Gbps 50
+Radix_Down 2
+Radix_Up 2
+Oversubscribed 1
+Downlink_Latency_ns 1
+Switch_Latency_ns 0
+
+Tier 1
+Downlink_speed_Gbps 50
+Radix_Down 2
+Radix_Up 2
+Oversubscribed 1
+Downlink_Latency_ns 1
+Switch_Latency_ns 0
+
+Tier 2
+Downlink_speed_Gbps 50
+Radix_Down 4
+Downlink_Latency_ns 1
+Switch_Latency_ns 0
+`
+	if got := p.Topology(); got != want {
+		t.Errorf("topology:\n%s\nwant\n%s", got, want)
+	}
+	for _, c := range []struct{ a, b, hops int }{{0, 1, 2}, {0, 2, 4}, {0, 3, 4}, {0, 4, 6}, {15, 12, 4}, {13, 12, 2}} {
+		if got := p.hops(c.a, c.b); got != c.hops {
+			t.Errorf("hops(%d, %d) = %d, want %d", c.a, c.b, got, c.hops)
+		}
+	}
+	if !strings.HasPrefix(p.ConnectionMatrix(), "Nodes 16\nConnections 16\n") {
+		t.Errorf("matrix %q", p.ConnectionMatrix()[:40])
+	}
+	s.Fabric = LeafSpine{Hosts: 16, Leaves: 4, Spines: 4, HostRate: 50 * units.Mbit, SpineRate: 50 * units.Mbit}
+	if _, err := NewMatrixPlan(s); err == nil {
+		t.Error("a leaf-spine and a fat tree at once: no error")
+	}
 }

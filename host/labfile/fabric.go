@@ -10,19 +10,29 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
-// Fabric is a generated two-tier leaf-spine (htsim's -tiers 2): Hosts
+// Fabric is a generated two-tier leaf-spine (htsim's -tiers 2) or
+// three-tier fat tree (htsim's -tiers 3). A leaf-spine has Hosts
 // hosts h0, h1, ... spread in order over Leaves leaves leaf1, leaf2, ...,
 // each leaf linked to every one of Spines spines sp1, sp2, .... Every
 // switch port runs at its tier's rate with its tier's port settings;
 // leaf-to-leaf traffic spreads over the spines by ECMP (the lab's routes
-// hash on the 5-tuple, so a flow's entropy picks its spine). Its nodes,
-// links and ports come before the file's own.
+// hash on the 5-tuple, so a flow's entropy picks its spine). A fat tree
+// of radix K has Pods pods, each of K/2 top-of-rack switches tor1, tor2,
+// ... (K/2 hosts each) and K/2 aggregation switches agg1, agg2, ...
+// (every ToR of the pod linked to every one), and (K/2)² core switches
+// core1, core2, ...: core c is linked to the (c/(K/2))-th aggregation
+// switch of every pod; every link runs at HostRate. Its nodes, links and
+// ports come before the file's own.
 type Fabric struct {
-	// Kind is "leaf-spine".
+	// Kind is "leaf-spine" or "fat-tree".
 	Kind   string `yaml:"kind"`
 	Hosts  int    `yaml:"hosts"`
 	Leaves int    `yaml:"leaves"`
 	Spines int    `yaml:"spines"`
+	// K is a fat tree's switch radix (even) and Pods its pods (1..K;
+	// optional: K). Hosts is then Pods × (K/2)² (optional).
+	K    int `yaml:"k"`
+	Pods int `yaml:"pods"`
 	// HostRate is a leaf's ports toward its hosts (and the hosts' own
 	// line rate); SpineRate a leaf's ports toward the spines and the
 	// spines' ports toward the leaves. Optional: SpineRate is what makes
@@ -40,19 +50,26 @@ type Fabric struct {
 	MTU int `yaml:"mtu"`
 	// Down, Up and Spine are the port settings of each tier (tc and dscp
 	// values): a leaf's ports toward its hosts, toward the spines, and
-	// the spines' ports. Optional: qdisc's defaults at the rate.
+	// the spines' ports; in a fat tree the ToRs' ports toward their
+	// hosts, every port toward a higher tier, and every other port
+	// toward a lower tier. Optional: qdisc's defaults at the rate.
 	Down  *Port `yaml:"down"`
 	Up    *Port `yaml:"up"`
 	Spine *Port `yaml:"spine"`
 }
 
-// FabricLeafSpine is Fabric.Kind of a two-tier leaf-spine.
-const FabricLeafSpine = "leaf-spine"
+// The Fabric kinds: a two-tier leaf-spine and a three-tier fat tree.
+const (
+	FabricLeafSpine = "leaf-spine"
+	FabricFatTree   = "fat-tree"
+)
 
-// Fabric bounds: the hosts a two-core machine's namespaces carry.
+// Fabric bounds: the hosts a two-core machine's namespaces carry (a
+// fat tree of radix 4 has 20 switches).
 const (
 	maxFabricHosts    = 64
-	maxFabricSwitches = 16
+	maxFabricSwitches = 24
+	maxFatTreeK       = 8
 )
 
 // expandFabric adds the fabric's nodes, links and ports ahead of the
@@ -64,9 +81,14 @@ func (f *File) expandFabric() error {
 	}
 	const p = "fabric"
 	fp := func(field string) string { return conf.Join(p, field) }
+	if fb.Kind == FabricFatTree {
+		return f.expandFatTree()
+	}
 	switch {
 	case fb.Kind != FabricLeafSpine:
-		return conf.Errorf(fp("kind"), fb.Kind, "want %s (a three-tier fat tree is not built yet)", FabricLeafSpine)
+		return conf.Errorf(fp("kind"), fb.Kind, "want %s or %s", FabricLeafSpine, FabricFatTree)
+	case fb.K != 0 || fb.Pods != 0:
+		return conf.Errorf(fp("k"), fb.K, "k and pods are a fat tree's (kind %s)", FabricFatTree)
 	case fb.Hosts < 2 || fb.Hosts > maxFabricHosts:
 		return conf.Errorf(fp("hosts"), fb.Hosts, "want 2..%d", maxFabricHosts)
 	case fb.Leaves < 1 || fb.Leaves > maxFabricSwitches:
@@ -123,6 +145,89 @@ func (f *File) expandFabric() error {
 			links = append(links, Link{A: leaf, B: sp, Rate: spineRate, Delay: fb.Delay, MTU: fb.MTU})
 			port(fb.Up, leaf+":"+sp)
 			port(fb.Spine, sp+":"+leaf)
+		}
+	}
+	f.Nodes = append(nodes, f.Nodes...)
+	f.Links = append(links, f.Links...)
+	f.Ports = append(ports, f.Ports...)
+	f.fabricDone = true
+	return nil
+}
+
+// expandFatTree adds a fat tree's nodes, links and ports (Fabric).
+func (f *File) expandFatTree() error {
+	fb := f.Fabric
+	const p = "fabric"
+	fp := func(field string) string { return conf.Join(p, field) }
+	if fb.Pods == 0 {
+		fb.Pods = fb.K
+	}
+	half := fb.K / 2
+	switch {
+	case fb.K < 4 || fb.K > maxFatTreeK || fb.K%2 != 0:
+		return conf.Errorf(fp("k"), fb.K, "want an even radix, 4..%d", maxFatTreeK)
+	case fb.Pods < 1 || fb.Pods > fb.K:
+		return conf.Errorf(fp("pods"), fb.Pods, "want 1..k (%d)", fb.K)
+	case fb.Hosts != 0 && fb.Hosts != fb.Pods*half*half:
+		return conf.Errorf(fp("hosts"), fb.Hosts, "a fat tree of radix %d with %d pods has %d hosts (pods × (k/2)²): give that or nothing", fb.K, fb.Pods, fb.Pods*half*half)
+	case fb.Pods*half*half > maxFabricHosts:
+		return conf.Errorf(fp("pods"), fb.Pods, "at most %d hosts: pods × (k/2)² is %d", maxFabricHosts, fb.Pods*half*half)
+	case 2*fb.Pods*half+half*half > maxFabricSwitches:
+		return conf.Errorf(fp("pods"), fb.Pods, "at most %d switches: %d ToRs, %d aggregation and %d core switches", maxFabricSwitches, fb.Pods*half, fb.Pods*half, half*half)
+	case fb.Leaves != 0 || fb.Spines != 0:
+		return conf.Errorf(fp("leaves"), fb.Leaves, "leaves and spines are a leaf-spine's; a fat tree has k and pods")
+	case fb.HostRate <= 0:
+		return conf.Errorf(fp("host_rate"), fb.HostRate, "required: every link's rate")
+	case fb.SpineRate != 0 || fb.Oversubscription != 0:
+		return conf.Errorf(fp("spine_rate"), fb.SpineRate, "a fat tree runs every link at host_rate (full bisection); spine_rate and oversubscription are a leaf-spine's")
+	}
+	fb.Hosts = fb.Pods * half * half
+	var nodes []Node
+	var links []Link
+	var ports []Port
+	port := func(tier *Port, name string) {
+		if tier != nil {
+			q := *tier
+			q.Port = name
+			ports = append(ports, q)
+		}
+	}
+	link := func(a, b string) {
+		links = append(links, Link{A: a, B: b, Rate: fb.HostRate, Delay: fb.Delay, MTU: fb.MTU})
+	}
+	tors, aggs := fb.Pods*half, fb.Pods*half
+	for h := range fb.Hosts {
+		nodes = append(nodes, Node{Name: fmt.Sprintf("h%d", h), Kind: KindHost})
+	}
+	for _, tier := range []struct {
+		name string
+		n    int
+	}{{"tor", tors}, {"agg", aggs}, {"core", half * half}} {
+		for i := range tier.n {
+			nodes = append(nodes, Node{Name: fmt.Sprintf("%s%d", tier.name, i+1), Kind: KindSwitch})
+		}
+	}
+	for h := range fb.Hosts {
+		tor := fmt.Sprintf("tor%d", h/half+1)
+		link(fmt.Sprintf("h%d", h), tor)
+		port(fb.Down, fmt.Sprintf("%s:h%d", tor, h))
+	}
+	for pod := range fb.Pods {
+		for t := range half {
+			for a := range half {
+				tor, agg := fmt.Sprintf("tor%d", pod*half+t+1), fmt.Sprintf("agg%d", pod*half+a+1)
+				link(tor, agg)
+				port(fb.Up, tor+":"+agg)
+				port(fb.Spine, agg+":"+tor)
+			}
+		}
+	}
+	for c := range half * half {
+		for pod := range fb.Pods {
+			agg, core := fmt.Sprintf("agg%d", pod*half+c/half+1), fmt.Sprintf("core%d", c+1)
+			link(agg, core)
+			port(fb.Up, agg+":"+core)
+			port(fb.Spine, core+":"+agg)
 		}
 	}
 	f.Nodes = append(nodes, f.Nodes...)

@@ -74,7 +74,7 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		return s, nil, errNoHtsim("it has no workload matrix")
 	case fb == nil:
 		return s, nil, errNoHtsim("its matrix runs on nodes of its own; htsim's is a fabric (fabric: {kind: leaf-spine, ...})")
-	case fb.Leaves < 2:
+	case fb.Kind == FabricLeafSpine && fb.Leaves < 2:
 		return s, nil, errNoHtsim("its fabric has one leaf; htsim's fat tree has two tiers at least")
 	}
 	if len(p.Flows) != len(m.Conns) {
@@ -145,11 +145,15 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 	}
 	s = htsim.MatrixScenario{
 		Matrix: m, HostOf: hostOf,
-		Fabric: htsim.LeafSpine{Hosts: fb.Hosts, Leaves: fb.Leaves, Spines: fb.Spines, HostRate: fb.HostRate,
-			SpineRate: fb.spineRate(), Delay: fb.Delay},
 		MTUBytes:   first.PathMTU,
 		LimitBytes: cc.LimitBytes, TrimBytes: cc.TrimBytes,
 		CC: first.Client.UETCC, LB: first.Client.LB, Seed: int(f.Seed),
+	}
+	if fb.Kind == FabricFatTree {
+		s.FatTree = &htsim.FatTreeFabric{K: fb.K, Pods: fb.Pods, Rate: fb.HostRate, Delay: fb.Delay}
+	} else {
+		s.Fabric = htsim.LeafSpine{Hosts: fb.Hosts, Leaves: fb.Leaves, Spines: fb.Spines, HostRate: fb.HostRate,
+			SpineRate: fb.spineRate(), Delay: fb.Delay}
 	}
 	switch {
 	case cc.ECN == qdisc.ECNWRED && cc.MaxP >= 1:
@@ -172,9 +176,10 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 	notes = append(notes,
 		"time: htsim runs every rate faster and every delay shorter by one factor (its plan's scale), so that bytes, packets, queues and BDPs stay; its times are shown on the lab's timeline",
 		"ideal: each flow's bytes at its bottleneck plus its links' delay both ways (the lab's); htsim's adds what its store-and-forward takes alone on the fabric (the last packet serialised again at each further hop, the ACK at each hop): the lab's ports send a packet that finds them idle at once",
+		"the fabric: htsim builds its own fat tree of the same shape (its topology file); which spine or core each flow or packet takes is its own draw, as the lab's kernel hash is the lab's",
 		"marking: htsim marks at dequeue on the queue the leaving packet leaves; the lab at enqueue on the backlog an arrival finds",
 		"the host: htsim has none (no scheduling delay, no trigger latency); the lab's figures carry this machine's")
-	if b := s.Fabric.SpineRate / s.Fabric.HostRate; b > 1 {
+	if b := s.Fabric.SpineRate / max(s.Fabric.HostRate, 1); b > 1 {
 		notes = append(notes, fmt.Sprintf("spine links: htsim runs every link at one rate, so a %s leaf-spine link is a bundle of %d links of %s; ECMP puts a flow on one of them (at most %s), where the lab's one link carries it at %s",
 			s.Fabric.SpineRate, b, s.Fabric.HostRate, s.Fabric.HostRate, s.Fabric.SpineRate))
 	}

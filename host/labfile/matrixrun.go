@@ -229,8 +229,8 @@ type MatrixResult struct {
 	// FCTRatio is the completed flows' FCT / ideal.
 	FCTRatio stats.Dist `json:"fct_ratio"`
 	// Uplinks is how ECMP (or the senders' entropy balancing) spread
-	// each leaf's traffic over its spines, for a fabric with more than
-	// one spine.
+	// each switch's traffic over the tier above (a leaf-spine with more
+	// than one spine, a fat tree).
 	Uplinks []UplinkSpread `json:"uplinks,omitempty"`
 	// Htsim is htsim's run of the same matrix (RunOptions.Htsim), or why
 	// there is none.
@@ -262,8 +262,9 @@ type CollectiveResult struct {
 	ReplayRatio float64 `json:"replay_cct_ratio"`
 }
 
-// UplinkSpread is a leaf's bytes toward the spines, port by port.
+// UplinkSpread is a switch's bytes toward the tier above, port by port.
 type UplinkSpread struct {
+	// Leaf is the switch: a leaf, a fat tree's ToR or aggregation switch.
 	Leaf string `json:"leaf"`
 	// Spines and Bytes are its uplink ports' far ends and what each sent.
 	Spines []string `json:"spines"`
@@ -273,10 +274,12 @@ type UplinkSpread struct {
 	MostOverMean float64 `json:"most_over_mean"`
 }
 
-// uplinkSpread sums each fabric leaf's uplink ports of res.
+// uplinkSpread sums the uplink ports of res of each switch of the fabric
+// with more than one: a leaf-spine's leaves, a fat tree's ToRs and
+// aggregation switches.
 func (f *File) uplinkSpread(res *Result) []UplinkSpread {
 	fb := f.Fabric
-	if fb == nil || fb.Spines < 2 {
+	if fb == nil {
 		return nil
 	}
 	sent := map[string]uint64{}
@@ -287,21 +290,55 @@ func (f *File) uplinkSpread(res *Result) []UplinkSpread {
 		}
 		sent[p.Name] = b
 	}
+	type sw struct {
+		name string
+		up   []string
+	}
+	var sws []sw
+	switch {
+	case fb.Kind == FabricFatTree:
+		half := fb.K / 2
+		for pod := range fb.Pods {
+			for t := range half {
+				s := sw{name: fmt.Sprintf("tor%d", pod*half+t+1)}
+				for a := range half {
+					s.up = append(s.up, fmt.Sprintf("agg%d", pod*half+a+1))
+				}
+				sws = append(sws, s)
+			}
+		}
+		for pod := range fb.Pods {
+			for a := range half {
+				s := sw{name: fmt.Sprintf("agg%d", pod*half+a+1)}
+				for c := range half {
+					s.up = append(s.up, fmt.Sprintf("core%d", a*half+c+1))
+				}
+				sws = append(sws, s)
+			}
+		}
+	case fb.Spines >= 2:
+		for l := range fb.Leaves {
+			s := sw{name: fmt.Sprintf("leaf%d", l+1)}
+			for sp := range fb.Spines {
+				s.up = append(s.up, fmt.Sprintf("sp%d", sp+1))
+			}
+			sws = append(sws, s)
+		}
+	}
 	var out []UplinkSpread
-	for l := range fb.Leaves {
-		u := UplinkSpread{Leaf: fmt.Sprintf("leaf%d", l+1)}
+	for _, s := range sws {
+		u := UplinkSpread{Leaf: s.name}
 		var sum, most uint64
-		for s := range fb.Spines {
-			sp := fmt.Sprintf("sp%d", s+1)
-			b, ok := sent[u.Leaf+":"+sp]
+		for _, up := range s.up {
+			b, ok := sent[s.name+":"+up]
 			if !ok {
 				return nil // a port not watched: no spread to show
 			}
-			u.Spines, u.Bytes = append(u.Spines, sp), append(u.Bytes, b)
+			u.Spines, u.Bytes = append(u.Spines, up), append(u.Bytes, b)
 			sum, most = sum+b, max(most, b)
 		}
 		if sum > 0 {
-			u.MostOverMean = float64(most) * float64(fb.Spines) / float64(sum)
+			u.MostOverMean = float64(most) * float64(len(s.up)) / float64(sum)
 		}
 		out = append(out, u)
 	}

@@ -142,7 +142,14 @@ flows:
 		t.Errorf("ports %+v: want the 4 leaf uplinks", f.Ports)
 	}
 	for _, tc := range []struct{ fabric, want string }{
-		{"{kind: fat-tree, hosts: 8, leaves: 2, spines: 2, host_rate: 1gbit}", `fabric.kind: "fat-tree"`},
+		{"{kind: fat-tree, k: 4, leaves: 2, spines: 2, host_rate: 1gbit}", `fabric.leaves: "2": leaves and spines are a leaf-spine's`},
+		{"{kind: fat-tree, k: 5, host_rate: 1gbit}", `fabric.k: "5": want an even radix, 4..8`},
+		{"{kind: fat-tree, k: 4, pods: 5, host_rate: 1gbit}", `fabric.pods: "5": want 1..k (4)`},
+		{"{kind: fat-tree, k: 4, hosts: 8, host_rate: 1gbit}", `fabric.hosts: "8": a fat tree of radix 4 with 4 pods has 16 hosts`},
+		{"{kind: fat-tree, k: 8, host_rate: 1gbit}", `fabric.pods: "8": at most 64 hosts`},
+		{"{kind: fat-tree, k: 4, host_rate: 1gbit, spine_rate: 2gbit}", `a fat tree runs every link at host_rate`},
+		{"{kind: leaf-spine, k: 4, hosts: 8, leaves: 2, spines: 2, host_rate: 1gbit}", `fabric.k: "4": k and pods are a fat tree's`},
+		{"{kind: torus, hosts: 8, host_rate: 1gbit}", `fabric.kind: "torus": want leaf-spine or fat-tree`},
 		{"{kind: leaf-spine, hosts: 8, leaves: 3, spines: 2, host_rate: 1gbit}", `fabric.leaves: "3": must divide hosts 8`},
 		{"{kind: leaf-spine, hosts: 1, leaves: 1, host_rate: 1gbit}", `fabric.hosts: "1": want 2..64`},
 		{"{kind: leaf-spine, hosts: 8, leaves: 2, spines: 0, host_rate: 1gbit}", `fabric.spines: "0"`},
@@ -153,6 +160,42 @@ flows:
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.fabric, err, tc.want)
 		}
+	}
+}
+
+// TestFatTree: a fat tree of radix 4 with 4 pods: 16 hosts, 8 ToRs, 8
+// aggregation and 4 core switches, every link at the host rate, each
+// core under one aggregation switch of every pod, the tiers' ports, and
+// a flow across pods crossing ToR, aggregation and core in ECMP groups.
+func TestFatTree(t *testing.T) {
+	f, err := Parse("f.yaml", []byte(`name: f
+fabric: {kind: fat-tree, k: 4, host_rate: 50mbit, down: {tc: ["3:step:k=20kb"]}, up: {tc: ["3:step:k=30kb"]}, spine: {tc: ["3:step:k=40kb"]}}
+flows:
+  - {from: h0, to: h15, size: 1mb}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Fabric.Hosts != 16 || len(f.Nodes) != 36 || len(f.Links) != 16+16+16 {
+		t.Fatalf("%d hosts, %d nodes, %d links: want 16, 16 + 20 switches, 48 links", f.Fabric.Hosts, len(f.Nodes), len(f.Links))
+	}
+	for i, want := range map[int]string{0: "h0-tor1", 3: "h3-tor2", 16: "tor1-agg1", 17: "tor1-agg2", 19: "tor2-agg2", 32: "agg1-core1", 33: "agg3-core1", 36: "agg1-core2", 40: "agg2-core3", 47: "agg8-core4"} {
+		if l := f.Links[i]; l.A+"-"+l.B != want || l.Rate != 50e6 {
+			t.Errorf("link %d: %s-%s at %v, want %s at 50mbit", i, l.A, l.B, l.Rate, want)
+		}
+	}
+	// 16 host ports, then each ToR-agg and agg-core link's two ports.
+	if len(f.Ports) != 16+2*32 || f.Ports[0].Port != "tor1:h0" || f.Ports[16].Port != "tor1:agg1" || f.Ports[17].Port != "agg1:tor1" {
+		t.Errorf("%d ports, first %s %s %s", len(f.Ports), f.Ports[0].Port, f.Ports[16].Port, f.Ports[17].Port)
+	}
+	p := f.Plan()
+	var names []string
+	for _, j := range p.Flows[0].Ports {
+		names = append(names, p.Ports[j].Name)
+	}
+	want := "tor1:agg1 tor1:agg2 agg1:core1 agg1:core2 agg2:core3 agg2:core4 core1:agg7 core2:agg7 core3:agg8 core4:agg8 agg7:tor8 agg8:tor8 tor8:h15"
+	if strings.Join(names, " ") != want {
+		t.Errorf("h0 to h15 crosses\n%s\nwant\n%s", strings.Join(names, " "), want)
 	}
 }
 
