@@ -4,8 +4,10 @@ package labfile
 
 import (
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -315,9 +317,21 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 	p.PEs = pes
 
 	// Nodes: every one hashes ECMP on the 5-tuple, so an entropy value (a
-	// UDP source port) picks the path.
-	ecmp := map[string]string{"net.ipv4.fib_multipath_hash_policy": "1"}
+	// UDP source port) picks the path; each with a hash seed of its own
+	// where the kernel has one (6.11). With policy 1 a forwarded packet's
+	// L4 hash, once computed, is reused at every hop and no seed enters
+	// it: a fat tree's aggregation switch then sends everything its ToRs
+	// hashed to it up to one core (each agg's bytes all on one of its two
+	// cores, measured: polarization), which real switches' per-switch
+	// seeds avoid. Policy 3 hashes the fields below afresh, seeded.
+	seeded := hashSeedSysctl()
 	for _, n := range g.order {
+		ecmp := map[string]string{"net.ipv4.fib_multipath_hash_policy": "1"}
+		if seeded {
+			ecmp["net.ipv4.fib_multipath_hash_policy"] = "3"
+			ecmp["net.ipv4.fib_multipath_hash_fields"] = fibHashFields
+			ecmp[fibHashSeed] = strconv.FormatUint(uint64(nodeHashSeed(n)), 10)
+		}
 		p.Spec.Nodes = append(p.Spec.Nodes, lab.NodeSpec{Name: n, Forwarding: g.forwards(n), Sysctls: ecmp})
 	}
 	for _, e := range g.edges {
@@ -1386,4 +1400,26 @@ func oneLine(err error) string {
 		}
 	}
 	return string(b)
+}
+
+// fibHashSeed is the sysctl of a namespace's ECMP hash seed (Linux 6.11).
+const fibHashSeed = "net.ipv4.fib_multipath_hash_seed"
+
+// fibHashFields is the 5-tuple for policy 3 (ip-sysctl.rst: source and
+// destination IP 0x3, IP protocol 0x4, source and destination port
+// 0x30).
+const fibHashFields = "0x0037"
+
+// hashSeedSysctl says the running kernel has fibHashSeed.
+func hashSeedSysctl() bool {
+	_, err := os.Stat("/proc/sys/" + strings.ReplaceAll(fibHashSeed, ".", "/"))
+	return err == nil
+}
+
+// nodeHashSeed is a node's ECMP hash seed: from its name, never 0 (the
+// kernel's shared random seed).
+func nodeHashSeed(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return h.Sum32() | 1
 }
