@@ -4,6 +4,7 @@ package labfile
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -111,5 +112,64 @@ func TestSummarizeMatrix(t *testing.T) {
 	}
 	if summarizeMatrix([]*Result{{}}) != nil {
 		t.Error("a file without a matrix has a matrix summary")
+	}
+}
+
+// TestHtsimExampleFiles: every side-by-side lab file maps onto htsim in
+// every variant, with the variant's cc and lb.
+func TestHtsimExampleFiles(t *testing.T) {
+	files, err := filepath.Glob("examples/" + htsimExamples + "*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("htsim examples: %v %v", files, err)
+	}
+	for _, path := range files {
+		f, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range f.VariantNames() {
+			s, _, err := f.HtsimMatrixScenario(v)
+			if err != nil {
+				t.Errorf("%s %s: %v", path, v, err)
+				continue
+			}
+			p, err := htsim.NewMatrixPlan(s)
+			if err != nil {
+				t.Errorf("%s %s: %v", path, v, err)
+				continue
+			}
+			vp, _ := f.variantPlan(v)
+			c := vp.Flows[f.MatrixFlow(0)].Client
+			if s.CC != c.UETCC || s.LB != c.LB || p.Scale != 1000 {
+				t.Errorf("%s %s: cc %v lb %v scale %g; the lab's cc %v lb %v", path, v, s.CC, s.LB, p.Scale, c.UETCC, c.LB)
+			}
+		}
+	}
+}
+
+// TestECMPHashSeeds: where the kernel has per-namespace ECMP seeds, every
+// node hashes the 5-tuple afresh (policy 3) with a seed of its own, so
+// that a fat tree's tiers do not all make one choice.
+func TestECMPHashSeeds(t *testing.T) {
+	if !hashSeedSysctl() {
+		t.Skipf("the kernel has no %s (Linux 6.11): nodes keep policy 1", fibHashSeed)
+	}
+	f, err := Load("examples/htsim-fattree.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds := map[string]string{}
+	for _, n := range f.Plan().Spec.Nodes {
+		sc := n.Sysctls
+		if sc["net.ipv4.fib_multipath_hash_policy"] != "3" || sc["net.ipv4.fib_multipath_hash_fields"] != "0x0037" || sc[fibHashSeed] == "" || sc[fibHashSeed] == "0" {
+			t.Fatalf("node %s: sysctls %v", n.Name, sc)
+		}
+		if other, dup := seeds[sc[fibHashSeed]]; dup {
+			t.Errorf("nodes %s and %s share seed %s", other, n.Name, sc[fibHashSeed])
+		}
+		seeds[sc[fibHashSeed]] = n.Name
+	}
+	if len(seeds) != 36 {
+		t.Errorf("%d nodes seeded, want 36", len(seeds))
 	}
 }
