@@ -140,9 +140,15 @@ func TestECMP(t *testing.T) {
 			t.Errorf("%s's route to %s: %s, want %s", c[0], c[1], got, c[2])
 		}
 	}
+	// The 5-tuple: policy 1, or where the kernel seeds each namespace
+	// (TestECMPHashSeeds) policy 3 on the 5-tuple's fields.
+	want, fields := "1", ""
+	if hashSeedSysctl() {
+		want, fields = "3", fibHashFields
+	}
 	for _, n := range p.Spec.Nodes {
-		if n.Sysctls["net.ipv4.fib_multipath_hash_policy"] != "1" {
-			t.Errorf("%s hashes ECMP on %q, want the 5-tuple (1)", n.Name, n.Sysctls["net.ipv4.fib_multipath_hash_policy"])
+		if n.Sysctls["net.ipv4.fib_multipath_hash_policy"] != want || n.Sysctls["net.ipv4.fib_multipath_hash_fields"] != fields {
+			t.Errorf("%s hashes ECMP on %v, want the 5-tuple (policy %s, fields %q)", n.Name, n.Sysctls, want, fields)
 		}
 	}
 	if fp := p.Flows[0]; fp.Bottleneck != 100e6 || fp.Client.LineRate != 200e6 {
