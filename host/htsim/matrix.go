@@ -355,15 +355,7 @@ func (p *MatrixPlan) ConnectionMatrix() string {
 // topo and cm, stopping at endPs.
 func (p *MatrixPlan) MatrixArgs(topo, cmFile string, endPs int64) []string {
 	s := &p.Scenario
-	a := []string{"-tm", cmFile, "-topo", topo}
-	switch s.CC {
-	case pds.CCNSCC:
-		a = append(a, "-sender_cc_only")
-	case pds.CCRCCC:
-		a = append(a, "-receiver_cc_only")
-	case pds.CCBoth:
-		a = append(a, "-sender_cc", "-receiver_cc")
-	}
+	a := append([]string{"-tm", cmFile, "-topo", topo}, ccFlags(s.CC)...)
 	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
 	a = append(a,
 		"-linkspeed", strconv.Itoa(p.LinkGbps*1000),

@@ -233,15 +233,7 @@ func (p *Plan) ConnectionMatrix() string {
 // args are htsim_uec's arguments for the plan, its matrix at cm and its
 // log at log, stopping at endPs.
 func (p *Plan) args(cm, log string, endPs int64) []string {
-	a := []string{"-tm", cm}
-	switch p.Scenario.CC {
-	case pds.CCNSCC:
-		a = append(a, "-sender_cc_only")
-	case pds.CCRCCC:
-		a = append(a, "-receiver_cc_only")
-	case pds.CCBoth:
-		a = append(a, "-sender_cc", "-receiver_cc")
-	}
+	a := append([]string{"-tm", cm}, ccFlags(p.Scenario.CC)...)
 	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
 	a = append(a,
 		"-linkspeed", p.linkMbps,
@@ -272,4 +264,17 @@ func (p *Plan) args(cm, log string, endPs int64) []string {
 		"-logtime_us", micros(p.SamplePeriodPs),
 		"-o", log,
 	)
+}
+
+// ccFlags are htsim_uec's flags for a congestion control.
+func ccFlags(cc pds.CCMode) []string {
+	switch cc {
+	case pds.CCNSCC:
+		return []string{"-sender_cc_only"}
+	case pds.CCRCCC:
+		return []string{"-receiver_cc_only"}
+	case pds.CCBoth:
+		return []string{"-sender_cc", "-receiver_cc"}
+	}
+	return nil
 }

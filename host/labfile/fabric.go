@@ -107,51 +107,69 @@ func (f *File) expandFabric() error {
 		return conf.Errorf(fp("oversubscription"), fb.Oversubscription, "give spine_rate or oversubscription, not both")
 	}
 	perLeaf := fb.Hosts / fb.Leaves
-	spineRate := fb.SpineRate
-	if spineRate == 0 && fb.Spines > 0 {
-		os := fb.Oversubscription
-		if os == 0 {
-			os = 1
-		}
-		spineRate = units.Rate(float64(fb.HostRate) * float64(perLeaf) / (os * float64(fb.Spines)))
-	}
-	var nodes []Node
-	var links []Link
-	var ports []Port
-	port := func(tier *Port, name string) {
-		if tier != nil {
-			q := *tier
-			q.Port = name
-			ports = append(ports, q)
-		}
-	}
+	spineRate := fb.spineRate()
+	var b fabricParts
 	for h := range fb.Hosts {
-		nodes = append(nodes, Node{Name: fmt.Sprintf("h%d", h), Kind: KindHost})
+		b.node(fmt.Sprintf("h%d", h), KindHost)
 	}
 	for l := range fb.Leaves {
-		nodes = append(nodes, Node{Name: fmt.Sprintf("leaf%d", l+1), Kind: KindSwitch})
+		b.node(fmt.Sprintf("leaf%d", l+1), KindSwitch)
 	}
 	for s := range fb.Spines {
-		nodes = append(nodes, Node{Name: fmt.Sprintf("sp%d", s+1), Kind: KindSwitch})
+		b.node(fmt.Sprintf("sp%d", s+1), KindSwitch)
 	}
 	for h := range fb.Hosts {
 		leaf := fmt.Sprintf("leaf%d", h/perLeaf+1)
-		links = append(links, Link{A: fmt.Sprintf("h%d", h), B: leaf, Rate: fb.HostRate, Delay: fb.Delay, MTU: fb.MTU})
-		port(fb.Down, fmt.Sprintf("%s:h%d", leaf, h))
+		b.link(fb, fmt.Sprintf("h%d", h), leaf, fb.HostRate)
+		b.port(fb.Down, fmt.Sprintf("%s:h%d", leaf, h))
 	}
 	for l := range fb.Leaves {
 		for s := range fb.Spines {
-			leaf, sp := fmt.Sprintf("leaf%d", l+1), fmt.Sprintf("sp%d", s+1)
-			links = append(links, Link{A: leaf, B: sp, Rate: spineRate, Delay: fb.Delay, MTU: fb.MTU})
-			port(fb.Up, leaf+":"+sp)
-			port(fb.Spine, sp+":"+leaf)
+			b.uplink(fb, fmt.Sprintf("leaf%d", l+1), fmt.Sprintf("sp%d", s+1), spineRate)
 		}
 	}
-	f.Nodes = append(nodes, f.Nodes...)
-	f.Links = append(links, f.Links...)
-	f.Ports = append(ports, f.Ports...)
-	f.fabricDone = true
+	b.prepend(f)
 	return nil
+}
+
+// fabricParts gathers a fabric's nodes, links and ports.
+type fabricParts struct {
+	nodes []Node
+	links []Link
+	ports []Port
+}
+
+func (b *fabricParts) node(name, kind string) {
+	b.nodes = append(b.nodes, Node{Name: name, Kind: kind})
+}
+
+func (b *fabricParts) link(fb *Fabric, a, z string, rate units.Rate) {
+	b.links = append(b.links, Link{A: a, B: z, Rate: rate, Delay: fb.Delay, MTU: fb.MTU})
+}
+
+// port gives port name the tier's settings, if the tier has any.
+func (b *fabricParts) port(tier *Port, name string) {
+	if tier != nil {
+		q := *tier
+		q.Port = name
+		b.ports = append(b.ports, q)
+	}
+}
+
+// uplink links a lower-tier switch to a higher-tier one: its port up
+// takes fb.Up's settings, the other's port down fb.Spine's.
+func (b *fabricParts) uplink(fb *Fabric, lower, upper string, rate units.Rate) {
+	b.link(fb, lower, upper, rate)
+	b.port(fb.Up, lower+":"+upper)
+	b.port(fb.Spine, upper+":"+lower)
+}
+
+// prepend puts the fabric ahead of the file's own nodes, links and ports.
+func (b *fabricParts) prepend(f *File) {
+	f.Nodes = append(b.nodes, f.Nodes...)
+	f.Links = append(b.links, f.Links...)
+	f.Ports = append(b.ports, f.Ports...)
+	f.fabricDone = true
 }
 
 // expandFatTree adds a fat tree's nodes, links and ports (Fabric).
@@ -182,57 +200,36 @@ func (f *File) expandFatTree() error {
 		return conf.Errorf(fp("spine_rate"), fb.SpineRate, "a fat tree runs every link at host_rate (full bisection); spine_rate and oversubscription are a leaf-spine's")
 	}
 	fb.Hosts = fb.Pods * half * half
-	var nodes []Node
-	var links []Link
-	var ports []Port
-	port := func(tier *Port, name string) {
-		if tier != nil {
-			q := *tier
-			q.Port = name
-			ports = append(ports, q)
-		}
-	}
-	link := func(a, b string) {
-		links = append(links, Link{A: a, B: b, Rate: fb.HostRate, Delay: fb.Delay, MTU: fb.MTU})
-	}
+	var b fabricParts
 	tors, aggs := fb.Pods*half, fb.Pods*half
 	for h := range fb.Hosts {
-		nodes = append(nodes, Node{Name: fmt.Sprintf("h%d", h), Kind: KindHost})
+		b.node(fmt.Sprintf("h%d", h), KindHost)
 	}
 	for _, tier := range []struct {
 		name string
 		n    int
 	}{{"tor", tors}, {"agg", aggs}, {"core", half * half}} {
 		for i := range tier.n {
-			nodes = append(nodes, Node{Name: fmt.Sprintf("%s%d", tier.name, i+1), Kind: KindSwitch})
+			b.node(fmt.Sprintf("%s%d", tier.name, i+1), KindSwitch)
 		}
 	}
 	for h := range fb.Hosts {
 		tor := fmt.Sprintf("tor%d", h/half+1)
-		link(fmt.Sprintf("h%d", h), tor)
-		port(fb.Down, fmt.Sprintf("%s:h%d", tor, h))
+		b.link(fb, fmt.Sprintf("h%d", h), tor, fb.HostRate)
+		b.port(fb.Down, fmt.Sprintf("%s:h%d", tor, h))
 	}
 	for pod := range fb.Pods {
 		for t := range half {
 			for a := range half {
-				tor, agg := fmt.Sprintf("tor%d", pod*half+t+1), fmt.Sprintf("agg%d", pod*half+a+1)
-				link(tor, agg)
-				port(fb.Up, tor+":"+agg)
-				port(fb.Spine, agg+":"+tor)
+				b.uplink(fb, fmt.Sprintf("tor%d", pod*half+t+1), fmt.Sprintf("agg%d", pod*half+a+1), fb.HostRate)
 			}
 		}
 	}
 	for c := range half * half {
 		for pod := range fb.Pods {
-			agg, core := fmt.Sprintf("agg%d", pod*half+c/half+1), fmt.Sprintf("core%d", c+1)
-			link(agg, core)
-			port(fb.Up, agg+":"+core)
-			port(fb.Spine, core+":"+agg)
+			b.uplink(fb, fmt.Sprintf("agg%d", pod*half+c/half+1), fmt.Sprintf("core%d", c+1), fb.HostRate)
 		}
 	}
-	f.Nodes = append(nodes, f.Nodes...)
-	f.Links = append(links, f.Links...)
-	f.Ports = append(ports, f.Ports...)
-	f.fabricDone = true
+	b.prepend(f)
 	return nil
 }
