@@ -29,7 +29,7 @@ help:
 	@echo "make bench          (root) per-packet cost, TCP throughput, roceperf/UET vs iperf3 -u, CNP reaction, UET incasts beside htsim, QP scale, an hour's soak (HTSIM=dir; BENCH_FLAGS=-help, -soak 0 skips it)"
 	@echo "make bench-smoke    (root) every bench section once, short (about a minute): the bench still runs"
 	@echo "make experiment     (root) ECN# vs step/CoDel/TCN under 3x RTT spread, tuned from measured RTTs (a lab file; EXPERIMENT_FLAGS=-runs 1)"
-	@echo "make htsim-compare  (root) htsim beside the lab: ring all-reduce, all-to-all, permutation on a leaf-spine, UET, both runs' completion over ideal (HTSIM=dir; HTSIM_FLAGS=-runs 5)"
+	@echo "make htsim-compare  (root) htsim beside the lab: ring all-reduce, all-to-all, permutation on a leaf-spine and a fat tree, UET, both runs' completion over ideal (HTSIM=dir; HTSIM_FLAGS=-runs 5)"
 	@echo "make wan-experiment (root) RoCEv2 across a WAN: RFC 6040 vs two thresholds with PE rate or reroute (a lab file; WAN_FLAGS=-runs 3)"
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
 	@echo "make check-generate (CI) generate, then fail if the committed BPF objects differ"
@@ -119,8 +119,8 @@ wan-experiment: deps
 
 # Issue 29: htsim beside the lab, the same matrix on the same leaf-spine
 # (a ring all-reduce and an all-to-all over 8 hosts, UET under NSCC and
-# RCCC; a permutation over 16 hosts under ECMP and spraying: about 16
-# minutes). HTSIM is htsim's build directory (reference/htsim.md "Build");
+# RCCC; a permutation over 16 hosts on a leaf-spine and on a fat tree,
+# under ECMP and spraying: about 27 minutes). HTSIM is htsim's build directory (reference/htsim.md "Build");
 # without it each run's htsim/ gets the topology, the .cm and a script
 # that runs them. HTSIM_FLAGS: fabriclab run's flags; writes
 # htsim-compare-out/.
@@ -131,6 +131,7 @@ htsim-compare: deps
 	$(BIN)/fabriclab run -o htsim-compare-out/ring -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-ring.yaml
 	$(BIN)/fabriclab run -o htsim-compare-out/alltoall -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-alltoall.yaml
 	$(BIN)/fabriclab run -o htsim-compare-out/permutation -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-permutation.yaml
+	$(BIN)/fabriclab run -o htsim-compare-out/fattree -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-fattree.yaml
 
 install:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(INSTALL_BINS))
