@@ -701,6 +701,22 @@ type timedInterval struct {
 
 // goodput is the payload acknowledged per second over the intervals that
 // ended in (from, to].
+// cnps is the CNPs r's reaction points acted on in the intervals that
+// ended in (from, to].
+func (r *perfRun) cnps(from, to time.Time) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n uint64
+	for _, ti := range r.ivs {
+		if ti.at.After(from) && !ti.at.After(to) {
+			for _, st := range ti.iv.Streams {
+				n += st.CNPHandled
+			}
+		}
+	}
+	return n
+}
+
 func (r *perfRun) goodput(from, to time.Time) float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -937,9 +953,15 @@ func TestRoCEFairness(t *testing.T) {
 	}
 }
 
-// (c) A roceperf client joining a third of the way in converges to its fair
-// share: over the last third each flow is within ±15 % of half the port's
-// payload capacity.
+// (c) A roceperf client joining 2 fabric seconds in converges to its fair
+// share: from 2 fabric seconds after the join to the end (5 of the 9) each
+// flow is within ±15 % of half the port's payload capacity. DCQCN takes
+// its time here: the joiner starts at line rate, and with α ≈ 0.08 a CNP
+// cuts 4 % while each flow sees 20-30 CNPs a second (at the usual 2×
+// slowdown), so the gap halves about every second (a quiet run: ±40 %
+// one fabric second after the join, ±8 % two later), and the shares
+// wander ±15 % for a second or two at a time after that. A CI run that judged the
+// last 1.9 fabric seconds of 6 found +15.1 % with the host at 1.3 %.
 func TestRoCELateJoiner(t *testing.T) {
 	roceSize(t)
 	retryStarved(t, roceLateJoiner)
@@ -948,13 +970,14 @@ func TestRoCELateJoiner(t *testing.T) {
 func roceLateJoiner(t *testing.T, c *hostChecks) hostlost.Report {
 	b := newPortBed(t, 2, rocePortConfig())
 	server := startPerfServer(t, b)
-	run := fabric(6 * time.Second)
+	run := fabric(9 * time.Second)
+	joinAt := fabric(2 * time.Second)
 	b.startMeter(t)
-	runs, ss := runPerfClients(t, b, server, run, []time.Duration{0, run / 3})
+	runs, ss := runPerfClients(t, b, server, run, []time.Duration{0, joinAt})
 	host := b.hostLost(t)
 	st := settle(t, b.port)
 	t0 := ss[0].at
-	first, last := sampleAt(ss, t0.Add(2*run/3)), sampleBefore(ss, t0.Add(run))
+	first, last := sampleAt(ss, t0.Add(joinAt+fabric(2*time.Second))), sampleBefore(ss, t0.Add(run))
 	from, to := first.at, last.at
 	w := between(first, last).withHostLost(host)
 	// The fair share is half of what the port carried: the host's part
@@ -964,27 +987,29 @@ func roceLateJoiner(t *testing.T, c *hostChecks) hostlost.Report {
 	const margin = 0.15
 
 	// The convergence, in steps of half a fabric second since the join.
-	join := t0.Add(run / 3)
+	join := t0.Add(joinAt)
 	step := fabric(500 * time.Millisecond)
 	var lines []string
-	for s := time.Duration(0); s < 2*run/3; s += step {
-		g0, g1 := runs[0].goodput(join.Add(s), join.Add(s+step)), runs[1].goodput(join.Add(s), join.Add(s+step))
-		lines = append(lines, fmt.Sprintf("  +%4.1fs  %7s %7s Mbit/s  (%+5.1f%% %+5.1f%% of fair)", s.Seconds(), mbit(g0), mbit(g1), 100*(g0/fair-1), 100*(g1/fair-1)))
+	for s := time.Duration(0); s < run-joinAt; s += step {
+		a, z := join.Add(s), join.Add(s+step)
+		g0, g1 := runs[0].goodput(a, z), runs[1].goodput(a, z)
+		lines = append(lines, fmt.Sprintf("  +%4.1fs  %7s %7s Mbit/s  (%+5.1f%% %+5.1f%% of fair)  CNPs %d %d", s.Seconds(), mbit(g0), mbit(g1), 100*(g0/fair-1), 100*(g1/fair-1), runs[0].cnps(a, z), runs[1].cnps(a, z)))
 	}
-	t.Logf("after %s joins at %v (fair share %s Mbit/s, every %v):\n%s", runs[1].name, run/3, mbit(fair), step, strings.Join(lines, "\n"))
+	t.Logf("after %s joins at %v (fair share %s Mbit/s, every %v):\n%s", runs[1].name, joinAt, mbit(fair), step, strings.Join(lines, "\n"))
 	g := []float64{runs[0].goodput(from, to), runs[1].goodput(from, to)}
-	t.Logf("last third (%v): %s %s Mbit/s, %s %s Mbit/s (%+.1f%%, %+.1f%% of fair), utilization %.3f, Jain %.3f; port drops %d; %s: utilization net of it %.3f, fair share of what the port carried %s Mbit/s",
+	t.Logf("judged (%v, from 2 fabric seconds after the join): %s %s Mbit/s, %s %s Mbit/s (%+.1f%%, %+.1f%% of fair), CNPs %d and %d, utilization %.3f, Jain %.3f; port drops %d; %s: utilization net of it %.3f, fair share of what the port carried %s Mbit/s",
 		to.Sub(from).Round(time.Millisecond), runs[0].name, mbit(g[0]), runs[1].name, mbit(g[1]),
-		100*(g[0]/fair-1), 100*(g[1]/fair-1), w.utilization(roceRate), stats.Jain(g), portDrops(st), w.hostNote(), w.utilizationNet(roceRate), mbit(fairNet))
+		100*(g[0]/fair-1), 100*(g[1]/fair-1), runs[0].cnps(from, to), runs[1].cnps(from, to),
+		w.utilization(roceRate), stats.Jain(g), portDrops(st), w.hostNote(), w.utilizationNet(roceRate), mbit(fairNet))
 	// A host that starves the run also moves DCQCN (a held port's queue
 	// marks): these two run again in a host-starved run (retryStarved).
 	for i, pr := range runs {
 		if g[i] < (1-margin)*fairNet || g[i] > (1+margin)*fairNet {
-			c.Errorf("%s: %s Mbit/s over the last third, want %s ± %.0f%% (half of what the port carried; the ideal half %s Mbit/s)", pr.name, mbit(g[i]), mbit(fairNet), 100*margin, mbit(fair))
+			c.Errorf("%s: %s Mbit/s over the judged window, want %s ± %.0f%% (half of what the port carried; the ideal half %s Mbit/s)", pr.name, mbit(g[i]), mbit(fairNet), 100*margin, mbit(fair))
 		}
 	}
 	if u := w.utilizationNet(roceRate); u < 0.95 {
-		c.Errorf("utilization %.3f over the last third net of the host's %v (raw %.3f), want >= 0.95", u, w.starved, w.utilization(roceRate))
+		c.Errorf("utilization %.3f over the judged window net of the host's %v (raw %.3f), want >= 0.95", u, w.starved, w.utilization(roceRate))
 	}
 	if d := st.Classes[qdisc.ClassRoCE].DroppedPackets(); d != 0 {
 		t.Errorf("the RoCE class dropped %d packets", d)
