@@ -151,6 +151,8 @@ Client, --transport uet (-t -n -P -l -i -O -J -B --dscp --verify as above;
                             line only); the server needs no flag: it grants
                             credit to any client that asks
   --base-rtt TIME           NSCC's base RTT (default %v)
+  --rto TIME                each PDC's retransmission timeout (default %v):
+                            longer than the deepest queue on the path
   --nscc NAME=VALUE         set an NSCC knob by its spec name, repeatable
                             (target_qdelay, qa_threshold, gamma, max_wnd, ...)
   --trace-ccc               print every CCC transition with its time (-J:
@@ -167,7 +169,7 @@ Examples:
   roceperf -c 198.18.0.1 --transport uet -t 10 -P 2 --verify
   roceperf -c 198.18.0.1 --transport uet -n 1G --cc rccc
 `, qpDefaults.Window, qpDefaults.AckReqEvery, qpDefaults.MaxBurst, qpDefaults.AckTimeout, qpDefaults.RetryCount,
-	uetDefaults.MTU, uetDefaults.LinkRate, uetDefaults.BaseRTT)
+	uetDefaults.MTU, uetDefaults.LinkRate, uetDefaults.BaseRTT, uetDefaults.RTO)
 
 var (
 	qpDefaults  = agent.DefaultQPConfig()
@@ -203,14 +205,14 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 // clientOnly are the flags a server refuses, as iperf3 does.
 var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "length", "mtu", "op", "b", "bitrate",
 	"cc", "dcqcn-profile", "dcqcn", "rp", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
-	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "trace-ccc", "lb", "nscc"}
+	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "rto", "trace-ccc", "lb", "nscc"}
 
 // rocev2Only are the flags --transport uet refuses; uetOnly those
 // --transport rocev2 refuses.
 var (
 	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "pkey", "cnp-dscp", "perftest",
 		"window", "inflight", "ack-every", "burst", "timeout", "retry", "ppfc-sources", "ppfc-max-pause", "ppfc-watchdog", "show-nic"}
-	uetOnly = []string{"base-rtt", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
+	uetOnly = []string{"base-rtt", "rto", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
 
 func versionLine() string {
@@ -275,6 +277,7 @@ func parseArgs(args []string) (*options, error) {
 		retry    = str("", "retry")
 		tport    = str(perf.TransportRoCEv2, "transport")
 		baseRTT  = str("", "base-rtt")
+		rto      = str("", "rto")
 		traceCCC = boolean("trace-ccc")
 		lbKind   = str("", "lb")
 		trimDSCP = str("", "trim-dscp")
@@ -553,6 +556,13 @@ func parseArgs(args []string) (*options, error) {
 			return nil, mustBe("--base-rtt", *baseRTT, "1us..1s (e.g. 100us)")
 		}
 		c.BaseRTT = d
+	}
+	if *rto != "" {
+		d, perr := units.ParseDuration(*rto)
+		if perr != nil || d < pds.MinRTO || d > pds.MaxRTO {
+			return nil, mustBe("--rto", *rto, "%v..%v (e.g. 50ms)", pds.MinRTO, pds.MaxRTO)
+		}
+		c.RTO = d
 	}
 	c.TraceCCC = *traceCCC
 	if set["lb"] && !strings.EqualFold(*lbKind, "none") {

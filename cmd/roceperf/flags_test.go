@@ -227,13 +227,13 @@ func TestRunWithoutNetwork(t *testing.T) {
 // TestParseUET: --transport uet takes the shared flags and its own, with
 // pds's defaults where RoCEv2's differ, and the server its -B.
 func TestParseUET(t *testing.T) {
-	o, err := parseArgs(strings.Fields("-c 198.18.0.1 --transport uet -t 2 -P 3 -l 1M --mtu 9000 -b 10g --base-rtt 50us --dscp 24 -i 0.5 -O 1 -J --verify --trace-ccc -B 198.18.0.2"))
+	o, err := parseArgs(strings.Fields("-c 198.18.0.1 --transport uet -t 2 -P 3 -l 1M --mtu 9000 -b 10g --base-rtt 50us --rto 40ms --dscp 24 -i 0.5 -O 1 -J --verify --trace-ccc -B 198.18.0.2"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.client
 	if c.Transport != perf.TransportUET || c.Server != "198.18.0.1:18515" || c.QPs != 3 || c.Duration != 2*time.Second ||
-		c.MessageBytes != 1<<20 || c.MTU != 9000 || c.LineRate != 10*units.Gbit || c.BaseRTT != 50*time.Microsecond ||
+		c.MessageBytes != 1<<20 || c.MTU != 9000 || c.LineRate != 10*units.Gbit || c.BaseRTT != 50*time.Microsecond || c.RTO != 40*time.Millisecond ||
 		c.DSCP != 24 || c.Interval != 500*time.Millisecond || c.Omit != time.Second || !c.JSON || !c.Verify || !c.TraceCCC ||
 		c.Bind.String() != "198.18.0.2" {
 		t.Errorf("uet client %+v", c)
@@ -272,6 +272,8 @@ func TestParseUET(t *testing.T) {
 		{"-c h --transport uet -b 0", "roceperf: -b 0: must be 1k..1t bits/s (k, m, g, t 1000-based, or 10gbit) with --transport uet"},
 		{"-c h --transport uet --base-rtt 2s", "roceperf: --base-rtt 2s: must be 1us..1s"},
 		{"-c h --transport uet --base-rtt soon", "roceperf: --base-rtt soon: must be 1us..1s"},
+		{"-c h --rto 50ms", "roceperf: --rto: a UET option (--transport uet)"},
+		{"-c h --transport uet --rto 50us", "roceperf: --rto 50us: must be 100µs..10s"},
 		{"-c h --transport uet -n 1000 -P 2", "roceperf: -n 1000 with -l 65536 -P 2: 1 message(s) cannot keep every stream busy"},
 		{"-s --transport uet", "roceperf: -s --transport uet: give -B ADDR, a unicast address of this host"},
 		{"-s --transport uet -B 0.0.0.0", "roceperf: -s --transport uet: give -B ADDR"},

@@ -350,6 +350,11 @@ type Flow struct {
 	Inflight time.Duration `yaml:"inflight"`
 	// BaseRTT is NSCC's base RTT (uet). Optional: DefaultUETBaseRTT.
 	BaseRTT time.Duration `yaml:"base_rtt"`
+	// RTO is each PDC's retransmission timeout (uet; roceperf --rto),
+	// in the fabric's time (slowed by the timescale): longer than the
+	// deepest queue the flow crosses, or a packet still queued is sent
+	// again. Optional: pds's 10 ms.
+	RTO time.Duration `yaml:"rto"`
 	// PPFCMaxPause bounds every pause a PPFC stop puts on the flow's QPs
 	// (roceperf --ppfc-max-pause; rocev2). Optional: the Pause Duration
 	// field's longest, 65.535 ms.

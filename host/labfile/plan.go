@@ -1257,7 +1257,7 @@ func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, l
 		if fl.LB != "" && fl.LB != "none" {
 			c.LB, _ = lb.ParseKind(fl.LB)
 		}
-		c.BaseRTT = fl.BaseRTT
+		c.BaseRTT, c.RTO = fl.BaseRTT, fl.RTO
 	} else {
 		c = perf.DefaultClientConfig(server)
 		c.CC = agent.CCMode(fl.CC)

@@ -601,7 +601,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			field string
 			set   bool
 		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"streams", fl.Streams != 0},
-			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0},
+			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"rto", fl.RTO != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0},
 			{"line_rate", fl.LineRate != 0}, {"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}, {"rp", fl.RP != ""}} {
 			if o.set {
 				return conf.Errorf(fp(o.field), "", "not for a tcp flow (one kernel connection: the kernel paces it, the links' MTUs set its segments)")
@@ -641,6 +641,10 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			return conf.Errorf(fp("base_rtt"), units.FormatDuration(fl.BaseRTT), "want %s..%s (default %s)",
 				units.FormatDuration(perf.MinUETBaseRTT), units.FormatDuration(perf.MaxUETBaseRTT), units.FormatDuration(DefaultUETBaseRTT))
 		}
+		if fl.RTO != 0 && (fl.RTO < pds.MinRTO || fl.RTO > pds.MaxRTO) {
+			return conf.Errorf(fp("rto"), units.FormatDuration(fl.RTO), "want %s..%s (default 10ms)",
+				units.FormatDuration(pds.MinRTO), units.FormatDuration(pds.MaxRTO))
+		}
 	} else {
 		if fl.CC == "" {
 			fl.CC = CCDCQCN
@@ -654,7 +658,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		for _, o := range []struct {
 			field string
 			set   bool
-		}{{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}} {
+		}{{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"rto", fl.RTO != 0}} {
 			if err := only(o.field, o.set, "uet"); err != nil {
 				return err
 			}

@@ -127,8 +127,8 @@ const (
 	maxMTU          = 9000
 	maxPDCWindow    = 1024 // packets between a PDC's oldest unacknowledged and its next PSN
 	maxSynPackets   = uet.PSNOffsetMask
-	minRTO          = 100 * time.Microsecond
-	maxRTO          = 10 * time.Second
+	MinRTO          = 100 * time.Microsecond // MinRTO and MaxRTO bound Config.RTO, slowed
+	MaxRTO          = 10 * time.Second
 	maxIdleTimeout  = time.Hour
 	maxContexts     = 1 << 16 // PDC IDs are 16 bits
 	defaultDSCP     = 26
@@ -219,8 +219,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pds: trim_lasthop_dscp %d: must be 0..63 and not dscp (%d)", c.TrimLastHopDSCP, c.DSCP)
 	case c.BaseRTT < time.Microsecond || c.BaseRTT > time.Second:
 		return fmt.Errorf("pds: base_rtt %v: must be 1us..1s", c.BaseRTT)
-	case c.RTO < minRTO || c.RTO > maxRTO:
-		return fmt.Errorf("pds: rto %v: must be %v..%v", c.RTO, minRTO, maxRTO)
+	case c.RTO < MinRTO || c.RTO > MaxRTO:
+		return fmt.Errorf("pds: rto %v: must be %v..%v", c.RTO, MinRTO, MaxRTO)
 	case c.ProbeTimeout < 10*time.Microsecond || c.ProbeTimeout > c.RTO:
 		return fmt.Errorf("pds: probe_timeout %v: must be 10us..rto (%v)", c.ProbeTimeout, c.RTO)
 	case c.MaxRetries < 1 || c.MaxRetries > 1000:

@@ -291,6 +291,10 @@ type ClientConfig struct {
 	// BaseRTT (--base-rtt) is NSCC's configured base RTT. UET only;
 	// 0 means pds's default (100 µs).
 	BaseRTT time.Duration
+	// RTO (--rto) is each PDC's retransmission timeout (pds.Config.RTO):
+	// it must outlast the deepest queue on the path, or a packet still
+	// queued is sent again. UET only; 0 means pds's default (10 ms).
+	RTO time.Duration
 	// TraceCCC (--trace-ccc) prints every CCC transition with its time as
 	// the run goes (text), or lists them in end.uet.ccc_trace (JSON). UET
 	// only.

@@ -36,6 +36,7 @@ const (
 	FieldKnobs        Field = "knobs"
 	FieldNSCCKnobs    Field = "nscc_knobs"
 	FieldBaseRTT      Field = "base_rtt"
+	FieldRTO          Field = "rto"
 	FieldLB           Field = "lb"
 	FieldRP           Field = "rp"
 	FieldNP           Field = "np"

@@ -59,6 +59,8 @@ func (c ClientConfig) validateUET() error {
 		return configErr(FieldDSCP, c.DSCP, "1..63")
 	case c.BaseRTT < MinUETBaseRTT || c.BaseRTT > MaxUETBaseRTT:
 		return configErr(FieldBaseRTT, c.BaseRTT, "1us..1s")
+	case c.RTO != 0 && (c.RTO < pds.MinRTO || c.RTO > pds.MaxRTO):
+		return configErr(FieldRTO, c.RTO, "0 (10ms) or %v..%v", pds.MinRTO, pds.MaxRTO)
 	case c.LB != 0 && !slices.Contains(lb.Kinds, c.LB):
 		return configErr(FieldLB, c.LB, "none, %s", lbKindNames())
 	case !slices.Contains(pds.CCModeNames(), c.UETCC.String()):
@@ -116,6 +118,9 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	pc := pds.DefaultConfig()
 	pc.Conn, pc.Logger = conn, c.Logger
 	pc.LinkRate, pc.MTU, pc.BaseRTT, pc.DSCP = c.LineRate, c.MTU, c.BaseRTT, c.DSCP
+	if c.RTO != 0 {
+		pc.RTO = c.RTO
+	}
 	pc.IdleTimeout = uetClientIdle
 	pc.Trace = trace
 	pc.CC = c.UETCC

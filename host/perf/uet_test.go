@@ -733,6 +733,16 @@ func TestUETTimescale(t *testing.T) {
 		pc.IdleTimeout != uetClientIdle || pc.Held != c.Held {
 		t.Errorf("slowed endpoint: rate %v, base RTT %v, RTO %v, probe %v, idle %v, held %p", pc.LinkRate, pc.BaseRTT, pc.RTO, pc.ProbeTimeout, pc.IdleTimeout, pc.Held)
 	}
+	// An RTO of the client's own, slowed as the default is.
+	c.RTO = 30 * time.Millisecond
+	if pc := c.uetConfig(placeholderConn{}, nil); pc.RTO != 120*time.Millisecond {
+		t.Errorf("slowed rto %v, want 4 × 30ms", pc.RTO)
+	}
+	c.RTO = 20 * time.Second
+	if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "rto ") {
+		t.Errorf("rto 20s: %v", err)
+	}
+	c.RTO = 0
 	for _, k := range []units.Timescale{0.5, 1001} {
 		c.Timescale = k
 		if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "timescale ") {
