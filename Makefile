@@ -120,7 +120,8 @@ wan-experiment: deps
 # Issue 29: htsim beside the lab, the same matrix on the same leaf-spine
 # (a ring all-reduce and an all-to-all over 8 hosts, UET under NSCC and
 # RCCC; a permutation over 16 hosts on a leaf-spine and on a fat tree,
-# under ECMP and spraying: about 27 minutes). HTSIM is htsim's build directory (reference/htsim.md "Build");
+# under ECMP and spraying, and on a fat tree oversubscribed 2:1: about
+# 33 minutes). HTSIM is htsim's build directory (reference/htsim.md "Build");
 # without it each run's htsim/ gets the topology, the .cm and a script
 # that runs them. HTSIM_FLAGS: fabriclab run's flags; writes
 # htsim-compare-out/.
@@ -132,6 +133,7 @@ htsim-compare: deps
 	$(BIN)/fabriclab run -o htsim-compare-out/alltoall -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-alltoall.yaml
 	$(BIN)/fabriclab run -o htsim-compare-out/permutation -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-permutation.yaml
 	$(BIN)/fabriclab run -o htsim-compare-out/fattree -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-fattree.yaml
+	$(BIN)/fabriclab run -o htsim-compare-out/fattree-os -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-fattree-os.yaml
 
 install:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(INSTALL_BINS))

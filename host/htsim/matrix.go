@@ -36,13 +36,20 @@ type LeafSpine struct {
 
 // FatTreeFabric is a three-tier fat tree in the lab's terms: Pods pods of K/2
 // ToRs (K/2 hosts each) and K/2 aggregation switches, (K/2)² cores, every
-// link at Rate.
+// link at Rate. Oversubscription (optional: 1) divides K/2: each pod then
+// has K/(2·Oversubscription) aggregation switches and the tree
+// (K/2)²/Oversubscription cores, each ToR as many uplinks (htsim's Tier 0
+// Oversubscribed and Radix_Up).
 type FatTreeFabric struct {
-	K     int           `json:"k"`
-	Pods  int           `json:"pods"`
-	Rate  units.Rate    `json:"rate"`
-	Delay time.Duration `json:"delay"`
+	K                int           `json:"k"`
+	Pods             int           `json:"pods"`
+	Rate             units.Rate    `json:"rate"`
+	Delay            time.Duration `json:"delay"`
+	Oversubscription int           `json:"oversubscription,omitempty"`
 }
+
+// os is the tree's oversubscription, 1 when not given.
+func (ft *FatTreeFabric) os() int { return max(ft.Oversubscription, 1) }
 
 // Hosts is the fat tree's hosts.
 func (ft *FatTreeFabric) Hosts() int { return ft.Pods * ft.K * ft.K / 4 }
@@ -106,6 +113,9 @@ func (s *MatrixScenario) Validate() error {
 		fb = s.leafSpine()
 		if ft.K < 4 || ft.K%2 != 0 || ft.Pods < 1 || ft.Pods > ft.K {
 			bad("fat_tree", fmt.Sprintf("k %d, pods %d", ft.K, ft.Pods), "an even k of 4 or more and 1 to k pods")
+		}
+		if ft.Oversubscription < 0 || ft.K >= 4 && (ft.K/2)%ft.os() != 0 {
+			bad("fat_tree.oversubscription", ft.Oversubscription, "a whole number dividing k/2 (%d)", ft.K/2)
 		}
 		if s.Fabric != (LeafSpine{}) {
 			bad("fabric", "a leaf-spine", "empty with fat_tree: one fabric")
@@ -263,9 +273,29 @@ func NewMatrixPlan(s MatrixScenario) (MatrixPlan, error) {
 		bytes += float64(c.Size)
 	}
 	psPerByte := 8e12 / (gbps * 1e9)
-	minRTOPs := 15e6 + float64(p.QueuePackets*int64(mtu))*6*psPerByte
-	p.EndPs = int64(2*bytes*float64(mtu)/float64(p.PayloadBytes)*psPerByte + 4*minRTOPs + 1e9)
+	p.EndPs = int64(2*bytes*float64(mtu)/float64(p.PayloadBytes)*psPerByte + 4*p.minRTOPs() + 1e9)
 	return p, nil
+}
+
+// minRTOPs is htsim_uec's minimum RTO in its picoseconds: 15 µs and 6
+// drains of a full queue at the link rate (main_uec.cpp).
+func (p *MatrixPlan) minRTOPs() float64 {
+	return 15e6 + float64(p.QueuePackets*int64(p.WireMTUBytes))*6*8e12/(float64(p.LinkGbps)*1e9)
+}
+
+// Oversubscription is the ToRs' (leaves') Oversubscribed in the
+// topology file: hosts per uplink.
+func (p *MatrixPlan) Oversubscription() int {
+	if ft := p.Scenario.FatTree; ft != nil {
+		return ft.os()
+	}
+	fb := &p.Scenario.Fabric
+	return max(fb.Hosts/fb.Leaves/(fb.Spines*p.Bundle), 1)
+}
+
+// MinRTO is htsim's minimum RTO on the lab's timeline.
+func (p *MatrixPlan) MinRTO() time.Duration {
+	return time.Duration(p.minRTOPs() / 1e3 * p.Scale)
 }
 
 // leafSpine is the scenario's leaf-spine, or its fat tree's hosts,
@@ -307,10 +337,15 @@ func (p *MatrixPlan) Topology() string {
 		half := ft.K / 2
 		var b strings.Builder
 		fmt.Fprintf(&b, "Nodes %d\nTiers 3\nPodsize %d\n\n", ft.Hosts(), half*half)
+		// A ToR's uplinks are its hosts over the oversubscription; an
+		// aggregation switch has one to each of the ToRs below and K/2
+		// above (htsim derives the aggregation and core switches from
+		// these).
+		ups, oss := []int{half / ft.os(), half}, []int{ft.os(), 1}
 		for tier, down := range []int{half, half, ft.Pods} {
 			fmt.Fprintf(&b, "Tier %d\nDownlink_speed_Gbps %d\nRadix_Down %d\n", tier, p.LinkGbps, down)
 			if tier < 2 {
-				fmt.Fprintf(&b, "Radix_Up %d\nOversubscribed 1\n", half)
+				fmt.Fprintf(&b, "Radix_Up %d\nOversubscribed %d\n", ups[tier], oss[tier])
 			}
 			fmt.Fprintf(&b, "Downlink_Latency_ns %d\nSwitch_Latency_ns 0\n", p.LatencyNs)
 			if tier < 2 {

@@ -240,6 +240,16 @@ func TestHtsimMatrix(t *testing.T) {
 	if r.Finished() != 16 {
 		t.Errorf("fat tree: %d of 16 flows finished", r.Finished())
 	}
+	// And oversubscribed 2:1 at its ToRs.
+	r, err = Runner{Dir: dir}.RunMatrix(context.Background(), MatrixScenario{Matrix: m, FatTree: &FatTreeFabric{K: 4, Pods: 4, Rate: 50 * units.Mbit, Oversubscription: 2},
+		MTUBytes: 9000, LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB, CC: pds.CCNSCC, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fat tree k=4 2:1: %d of %d finished", r.Finished(), len(r.Flows))
+	if r.Finished() != 16 {
+		t.Errorf("fat tree 2:1: %d of 16 flows finished", r.Finished())
+	}
 }
 
 // TestMatrixPlanOfAFatTree: a fat tree of radix 4 with 4 pods is htsim's
@@ -286,6 +296,11 @@ Switch_Latency_ns 0
 	if got := p.Topology(); got != want {
 		t.Errorf("topology:\n%s\nwant\n%s", got, want)
 	}
+	// htsim printed "Setting min RTO to 2022.6" (µs) for this queue: 232
+	// packets of 9014 bytes.
+	if got := p.MinRTO(); p.QueuePackets != 232 || got < 2022598*time.Microsecond || got > 2022599*time.Microsecond {
+		t.Errorf("min RTO %v with %d packets of queue, want htsim's 2022.6 µs × 1000", got, p.QueuePackets)
+	}
 	for _, c := range []struct{ a, b, hops int }{{0, 1, 2}, {0, 2, 4}, {0, 3, 4}, {0, 4, 6}, {15, 12, 4}, {13, 12, 2}} {
 		if got := p.hops(c.a, c.b); got != c.hops {
 			t.Errorf("hops(%d, %d) = %d, want %d", c.a, c.b, got, c.hops)
@@ -293,6 +308,30 @@ Switch_Latency_ns 0
 	}
 	if !strings.HasPrefix(p.ConnectionMatrix(), "Nodes 16\nConnections 16\n") {
 		t.Errorf("matrix %q", p.ConnectionMatrix()[:40])
+	}
+	// Oversubscribed 2:1 at the ToRs: one uplink per ToR, htsim derives
+	// one aggregation switch per pod and two cores.
+	os2 := *s.FatTree
+	os2.Oversubscription = 2
+	s2 := s
+	s2.FatTree = &os2
+	p2, err := NewMatrixPlan(s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want2 := strings.Replace(want, "Radix_Up 2\nOversubscribed 1\n", "Radix_Up 1\nOversubscribed 2\n", 1)
+	if p.Oversubscription() != 1 || p2.Oversubscription() != 2 {
+		t.Errorf("oversubscription %d and %d, want 1 and 2", p.Oversubscription(), p2.Oversubscription())
+	}
+	if got := p2.Topology(); got != want2 {
+		t.Errorf("topology 2:1:\n%s\nwant\n%s", got, want2)
+	}
+	for _, bad := range []int{3, 4, -1} {
+		os2.Oversubscription = bad
+		var fe *FieldError
+		if _, err := NewMatrixPlan(s2); !errors.As(err, &fe) || fe.Field != "fat_tree.oversubscription" {
+			t.Errorf("oversubscription %d: %v, want fat_tree.oversubscription's error", bad, err)
+		}
 	}
 	s.Fabric = LeafSpine{Hosts: 16, Leaves: 4, Spines: 4, HostRate: 50 * units.Mbit, SpineRate: 50 * units.Mbit}
 	if _, err := NewMatrixPlan(s); err == nil {

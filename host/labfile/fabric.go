@@ -4,6 +4,7 @@ package labfile
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/conf"
@@ -21,8 +22,12 @@ import (
 // ... (K/2 hosts each) and K/2 aggregation switches agg1, agg2, ...
 // (every ToR of the pod linked to every one), and (K/2)² core switches
 // core1, core2, ...: core c is linked to the (c/(K/2))-th aggregation
-// switch of every pod; every link runs at HostRate. Its nodes, links and
-// ports come before the file's own.
+// switch of every pod; every link runs at HostRate. A fat tree's
+// Oversubscription (a whole number dividing K/2, htsim's Tier 0
+// Oversubscribed) leaves each pod K/(2·Oversubscription) aggregation
+// switches and the tree K²/(4·Oversubscription) cores: a ToR then has
+// that many times fewer uplinks than hosts. Its nodes, links and ports
+// come before the file's own.
 type Fabric struct {
 	// Kind is "leaf-spine" or "fat-tree".
 	Kind   string `yaml:"kind"`
@@ -41,7 +46,8 @@ type Fabric struct {
 	SpineRate units.Rate `yaml:"spine_rate"`
 	// Oversubscription is a leaf's host capacity over its spine
 	// capacity (htsim's -os): 1 is a full-bisection fabric. Optional: 1;
-	// give it or SpineRate.
+	// give it or SpineRate. In a fat tree, a ToR's hosts over its
+	// uplinks: a whole number dividing K/2.
 	Oversubscription float64 `yaml:"oversubscription"`
 	// Delay is each link's one-way delay (htsim's -hop_latency).
 	// Optional.
@@ -190,46 +196,103 @@ func (f *File) expandFatTree() error {
 		return conf.Errorf(fp("hosts"), fb.Hosts, "a fat tree of radix %d with %d pods has %d hosts (pods × (k/2)²): give that or nothing", fb.K, fb.Pods, fb.Pods*half*half)
 	case fb.Pods*half*half > maxFabricHosts:
 		return conf.Errorf(fp("pods"), fb.Pods, "at most %d hosts: pods × (k/2)² is %d", maxFabricHosts, fb.Pods*half*half)
-	case 2*fb.Pods*half+half*half > maxFabricSwitches:
-		return conf.Errorf(fp("pods"), fb.Pods, "at most %d switches: %d ToRs, %d aggregation and %d core switches", maxFabricSwitches, fb.Pods*half, fb.Pods*half, half*half)
 	case fb.Leaves != 0 || fb.Spines != 0:
 		return conf.Errorf(fp("leaves"), fb.Leaves, "leaves and spines are a leaf-spine's; a fat tree has k and pods")
 	case fb.HostRate <= 0:
 		return conf.Errorf(fp("host_rate"), fb.HostRate, "required: every link's rate")
-	case fb.SpineRate != 0 || fb.Oversubscription != 0:
-		return conf.Errorf(fp("spine_rate"), fb.SpineRate, "a fat tree runs every link at host_rate (full bisection); spine_rate and oversubscription are a leaf-spine's")
+	case fb.SpineRate != 0:
+		return conf.Errorf(fp("spine_rate"), fb.SpineRate, "a fat tree runs every link at host_rate (htsim's fat tree needs its ToRs' uplinks at the hosts' rate); give oversubscription")
+	case fb.Oversubscription != 0 && (fb.Oversubscription < 1 || fb.Oversubscription != math.Trunc(fb.Oversubscription) || half%int(fb.Oversubscription) != 0):
+		return conf.Errorf(fp("oversubscription"), fb.Oversubscription, "a fat tree's is a whole number dividing k/2 (%d): a ToR's hosts over its uplinks", half)
 	}
-	fb.Hosts = fb.Pods * half * half
+	ft := fb.fatTree()
+	switch {
+	case ft.Switches() > maxFabricSwitches:
+		return conf.Errorf(fp("pods"), fb.Pods, "at most %d switches: %d ToRs, %d aggregation and %d core switches", maxFabricSwitches, ft.ToRs(), ft.Aggs(), ft.Cores())
+	}
+	fb.Hosts = ft.Hosts()
 	var b fabricParts
-	tors, aggs := fb.Pods*half, fb.Pods*half
 	for h := range fb.Hosts {
 		b.node(fmt.Sprintf("h%d", h), KindHost)
 	}
 	for _, tier := range []struct {
 		name string
 		n    int
-	}{{"tor", tors}, {"agg", aggs}, {"core", half * half}} {
+	}{{"tor", ft.ToRs()}, {"agg", ft.Aggs()}, {"core", ft.Cores()}} {
 		for i := range tier.n {
 			b.node(fmt.Sprintf("%s%d", tier.name, i+1), KindSwitch)
 		}
 	}
 	for h := range fb.Hosts {
-		tor := fmt.Sprintf("tor%d", h/half+1)
+		tor := ft.ToROf(h)
 		b.link(fb, fmt.Sprintf("h%d", h), tor, fb.HostRate)
 		b.port(fb.Down, fmt.Sprintf("%s:h%d", tor, h))
 	}
-	for pod := range fb.Pods {
-		for t := range half {
-			for a := range half {
-				b.uplink(fb, fmt.Sprintf("tor%d", pod*half+t+1), fmt.Sprintf("agg%d", pod*half+a+1), fb.HostRate)
-			}
+	for _, sw := range ft.Uplinks()[:ft.ToRs()] {
+		for _, agg := range sw.Up {
+			b.uplink(fb, sw.Name, agg, fb.HostRate)
 		}
 	}
-	for c := range half * half {
-		for pod := range fb.Pods {
-			b.uplink(fb, fmt.Sprintf("agg%d", pod*half+c/half+1), fmt.Sprintf("core%d", c+1), fb.HostRate)
+	// Core by core, as Uplinks wires them.
+	for c := range ft.Cores() {
+		for pod := range ft.Pods {
+			b.uplink(fb, fmt.Sprintf("agg%d", pod*ft.AggsPerPod+c/ft.Half+1), fmt.Sprintf("core%d", c+1), fb.HostRate)
 		}
 	}
 	b.prepend(f)
 	return nil
+}
+
+// fatTreeShape is a fat tree's switches and their wiring: Pods pods of
+// Half ToRs (Half hosts each) and AggsPerPod aggregation switches, every
+// ToR of a pod linked to each of its pod's; aggregation switch a of every
+// pod linked to cores a·Half+1 .. a·Half+Half.
+type fatTreeShape struct {
+	Pods, Half, AggsPerPod int
+}
+
+// fatTree is fb's shape (kind fat-tree, validated).
+func (fb *Fabric) fatTree() fatTreeShape {
+	os := max(int(fb.Oversubscription), 1)
+	return fatTreeShape{Pods: fb.Pods, Half: fb.K / 2, AggsPerPod: fb.K / 2 / os}
+}
+
+func (t fatTreeShape) Hosts() int    { return t.Pods * t.Half * t.Half }
+func (t fatTreeShape) ToRs() int     { return t.Pods * t.Half }
+func (t fatTreeShape) Aggs() int     { return t.Pods * t.AggsPerPod }
+func (t fatTreeShape) Cores() int    { return t.AggsPerPod * t.Half }
+func (t fatTreeShape) Switches() int { return t.ToRs() + t.Aggs() + t.Cores() }
+
+// ToROf is host h's ToR.
+func (t fatTreeShape) ToROf(h int) string { return fmt.Sprintf("tor%d", h/t.Half+1) }
+
+// fabricSwitch is a switch and the switches its uplinks go to, in order.
+type fabricSwitch struct {
+	Name string
+	Up   []string
+}
+
+// Uplinks is every ToR and then every aggregation switch, each with the
+// switches above it.
+func (t fatTreeShape) Uplinks() []fabricSwitch {
+	var out []fabricSwitch
+	for pod := range t.Pods {
+		for r := range t.Half {
+			s := fabricSwitch{Name: fmt.Sprintf("tor%d", pod*t.Half+r+1)}
+			for a := range t.AggsPerPod {
+				s.Up = append(s.Up, fmt.Sprintf("agg%d", pod*t.AggsPerPod+a+1))
+			}
+			out = append(out, s)
+		}
+	}
+	for pod := range t.Pods {
+		for a := range t.AggsPerPod {
+			s := fabricSwitch{Name: fmt.Sprintf("agg%d", pod*t.AggsPerPod+a+1)}
+			for c := range t.Half {
+				s.Up = append(s.Up, fmt.Sprintf("core%d", a*t.Half+c+1))
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -150,7 +150,7 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		CC: first.Client.UETCC, LB: first.Client.LB, Seed: int(f.Seed),
 	}
 	if fb.Kind == FabricFatTree {
-		s.FatTree = &htsim.FatTreeFabric{K: fb.K, Pods: fb.Pods, Rate: fb.HostRate, Delay: fb.Delay}
+		s.FatTree = &htsim.FatTreeFabric{K: fb.K, Pods: fb.Pods, Rate: fb.HostRate, Delay: fb.Delay, Oversubscription: int(fb.Oversubscription)}
 	} else {
 		s.Fabric = htsim.LeafSpine{Hosts: fb.Hosts, Leaves: fb.Leaves, Spines: fb.Spines, HostRate: fb.HostRate,
 			SpineRate: fb.spineRate(), Delay: fb.Delay}
@@ -189,8 +189,20 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 	if s.CC == pds.CCRCCC || s.CC == pds.CCBoth {
 		notes = append(notes, "RCCC: htsim turns ECN off on the leaves' ports toward the hosts; the lab's ports mark in every mode")
 	}
-	if err := s.Validate(); err != nil {
+	hp, err := htsim.NewMatrixPlan(s)
+	if err != nil {
 		return s, nil, errNoHtsim("%s", oneLine(err))
+	}
+	rto := first.Client.RTO
+	if rto == 0 {
+		rto = pds.DefaultConfig().RTO
+	}
+	if hrto := hp.MinRTO(); rto < hrto {
+		notes = append(notes, fmt.Sprintf("RTO: the lab's PDCs resend after %s, htsim's after %s (its min RTO: 15 µs of its time and 6 drains of a full queue, on the lab's timeline): a packet queued longer than %s is sent again in the lab only (the flows' rto sets the lab's)",
+			units.FormatDuration(rto), units.FormatDuration(hrto.Round(time.Microsecond)), units.FormatDuration(rto)))
+	}
+	if hp.Oversubscription() > 1 && s.CC == pds.CCRCCC {
+		notes = append(notes, "RCCC on an oversubscribed fabric: htsim adds its receiver's oversubscribed CC (main_uec.cpp's OversubscribedCC: an ECN-driven cut of each receiver's credit rate, down to 0.9 / oversubscription of its line); the lab has none")
 	}
 	return s, notes, nil
 }

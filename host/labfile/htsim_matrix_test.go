@@ -128,7 +128,7 @@ func TestHtsimExampleFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, v := range f.VariantNames() {
-			s, _, err := f.HtsimMatrixScenario(v)
+			s, notes, err := f.HtsimMatrixScenario(v)
 			if err != nil {
 				t.Errorf("%s %s: %v", path, v, err)
 				continue
@@ -142,6 +142,14 @@ func TestHtsimExampleFiles(t *testing.T) {
 			c := vp.Flows[f.MatrixFlow(0)].Client
 			if s.CC != c.UETCC || s.LB != c.LB || p.Scale != 1000 {
 				t.Errorf("%s %s: cc %v lb %v scale %g; the lab's cc %v lb %v", path, v, s.CC, s.LB, p.Scale, c.UETCC, c.LB)
+			}
+			if ft := s.FatTree; ft != nil && ft.Oversubscription != int(f.Fabric.Oversubscription) {
+				t.Errorf("%s %s: htsim's oversubscription %d, the lab's %g", path, v, ft.Oversubscription, f.Fabric.Oversubscription)
+			}
+			// Where htsim adds its oversubscribed CC, the notes say so.
+			joined := strings.Join(notes, "\n")
+			if want := p.Oversubscription() > 1 && s.CC == pds.CCRCCC; strings.Contains(joined, "OversubscribedCC") != want {
+				t.Errorf("%s %s: oversubscription %d, cc %v: notes\n%s", path, v, p.Oversubscription(), s.CC, joined)
 			}
 		}
 	}

@@ -290,47 +290,28 @@ func (f *File) uplinkSpread(res *Result) []UplinkSpread {
 		}
 		sent[p.Name] = b
 	}
-	type sw struct {
-		name string
-		up   []string
-	}
-	var sws []sw
+	var sws []fabricSwitch
 	switch {
 	case fb.Kind == FabricFatTree:
-		half := fb.K / 2
-		for pod := range fb.Pods {
-			for t := range half {
-				s := sw{name: fmt.Sprintf("tor%d", pod*half+t+1)}
-				for a := range half {
-					s.up = append(s.up, fmt.Sprintf("agg%d", pod*half+a+1))
-				}
-				sws = append(sws, s)
-			}
-		}
-		for pod := range fb.Pods {
-			for a := range half {
-				s := sw{name: fmt.Sprintf("agg%d", pod*half+a+1)}
-				for c := range half {
-					s.up = append(s.up, fmt.Sprintf("core%d", a*half+c+1))
-				}
-				sws = append(sws, s)
-			}
-		}
+		sws = fb.fatTree().Uplinks()
 	case fb.Spines >= 2:
 		for l := range fb.Leaves {
-			s := sw{name: fmt.Sprintf("leaf%d", l+1)}
+			s := fabricSwitch{Name: fmt.Sprintf("leaf%d", l+1)}
 			for sp := range fb.Spines {
-				s.up = append(s.up, fmt.Sprintf("sp%d", sp+1))
+				s.Up = append(s.Up, fmt.Sprintf("sp%d", sp+1))
 			}
 			sws = append(sws, s)
 		}
 	}
 	var out []UplinkSpread
 	for _, s := range sws {
-		u := UplinkSpread{Leaf: s.name}
+		if len(s.Up) < 2 {
+			continue // one uplink: nothing to spread over
+		}
+		u := UplinkSpread{Leaf: s.Name}
 		var sum, most uint64
-		for _, up := range s.up {
-			b, ok := sent[s.name+":"+up]
+		for _, up := range s.Up {
+			b, ok := sent[s.Name+":"+up]
 			if !ok {
 				return nil // a port not watched: no spread to show
 			}
@@ -338,7 +319,7 @@ func (f *File) uplinkSpread(res *Result) []UplinkSpread {
 			sum, most = sum+b, max(most, b)
 		}
 		if sum > 0 {
-			u.MostOverMean = float64(most) * float64(len(s.up)) / float64(sum)
+			u.MostOverMean = float64(most) * float64(len(s.Up)) / float64(sum)
 		}
 		out = append(out, u)
 	}

@@ -148,6 +148,9 @@ flows:
 		{"{kind: fat-tree, k: 4, hosts: 8, host_rate: 1gbit}", `fabric.hosts: "8": a fat tree of radix 4 with 4 pods has 16 hosts`},
 		{"{kind: fat-tree, k: 8, host_rate: 1gbit}", `fabric.pods: "8": at most 64 hosts`},
 		{"{kind: fat-tree, k: 4, host_rate: 1gbit, spine_rate: 2gbit}", `a fat tree runs every link at host_rate`},
+		{"{kind: fat-tree, k: 4, host_rate: 1gbit, oversubscription: 3}", `fabric.oversubscription: "3": a fat tree's is a whole number dividing k/2 (2)`},
+		{"{kind: fat-tree, k: 8, pods: 2, host_rate: 1gbit, oversubscription: 1.5}", `fabric.oversubscription: "1.5": a fat tree's is a whole number dividing k/2 (4)`},
+		{"{kind: fat-tree, k: 8, pods: 3, host_rate: 1gbit, oversubscription: 2}", `fabric.pods: "3": at most 24 switches: 12 ToRs, 6 aggregation and 8 core switches`},
 		{"{kind: leaf-spine, k: 4, hosts: 8, leaves: 2, spines: 2, host_rate: 1gbit}", `fabric.k: "4": k and pods are a fat tree's`},
 		{"{kind: torus, hosts: 8, host_rate: 1gbit}", `fabric.kind: "torus": want leaf-spine or fat-tree`},
 		{"{kind: leaf-spine, hosts: 8, leaves: 3, spines: 2, host_rate: 1gbit}", `fabric.leaves: "3": must divide hosts 8`},
@@ -196,6 +199,41 @@ flows:
 	want := "tor1:agg1 tor1:agg2 agg1:core1 agg1:core2 agg2:core3 agg2:core4 core1:agg7 core2:agg7 core3:agg8 core4:agg8 agg7:tor8 agg8:tor8 tor8:h15"
 	if strings.Join(names, " ") != want {
 		t.Errorf("h0 to h15 crosses\n%s\nwant\n%s", strings.Join(names, " "), want)
+	}
+
+	// Oversubscribed 2:1 at the ToRs: one aggregation switch per pod,
+	// two cores; a ToR's one uplink, the aggregation switch's two.
+	f, err = Parse("f.yaml", []byte(`name: f
+fabric: {kind: fat-tree, k: 4, host_rate: 50mbit, oversubscription: 2}
+flows:
+  - {from: h0, to: h15, size: 1mb}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Fabric.Hosts != 16 || len(f.Nodes) != 16+8+4+2 || len(f.Links) != 16+8+8 {
+		t.Fatalf("%d hosts, %d nodes, %d links: want 16, 16 + 14 switches, 32 links", f.Fabric.Hosts, len(f.Nodes), len(f.Links))
+	}
+	for i, want := range map[int]string{16: "tor1-agg1", 17: "tor2-agg1", 18: "tor3-agg2", 23: "tor8-agg4", 24: "agg1-core1", 27: "agg4-core1", 28: "agg1-core2", 31: "agg4-core2"} {
+		if l := f.Links[i]; l.A+"-"+l.B != want {
+			t.Errorf("link %d: %s-%s, want %s", i, l.A, l.B, want)
+		}
+	}
+	p = f.Plan()
+	names = nil
+	for _, j := range p.Flows[0].Ports {
+		names = append(names, p.Ports[j].Name)
+	}
+	want = "tor1:agg1 agg1:core1 agg1:core2 core1:agg4 core2:agg4 agg4:tor8 tor8:h15"
+	if strings.Join(names, " ") != want {
+		t.Errorf("2:1: h0 to h15 crosses\n%s\nwant\n%s", strings.Join(names, " "), want)
+	}
+	var spread []string
+	for _, sw := range f.Fabric.fatTree().Uplinks() {
+		spread = append(spread, sw.Name+">"+strings.Join(sw.Up, ","))
+	}
+	if got := strings.Join(spread, " "); !strings.HasSuffix(got, "tor8>agg4 agg1>core1,core2 agg2>core1,core2 agg3>core1,core2 agg4>core1,core2") {
+		t.Errorf("2:1 uplinks %s", got)
 	}
 }
 
