@@ -3,7 +3,6 @@
 package labfile
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/fabriclab/fabriclab/host/htsim"
-	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
@@ -21,57 +19,42 @@ const htsimExamples = "htsim-"
 // TestHtsimExamples runs the side-by-side labs that have a fabric of
 // their own (examples/htsim-permutation.yaml: 16 hosts on a leaf-spine
 // of 4 spines; htsim-fattree.yaml: a fat tree of radix 4, 16 hosts and
-// 20 switches) once each, packets sprayed (variant spray), with -htsim
-// pointing at no build: every flow completes with every byte verified,
-// the permutation within its bound of ideal, every switch's uplinks
-// evenly used (busiest over mean at most maxUplinkSkew: one shared ECMP
-// hash made each aggregation switch send everything up one of its two
-// cores, 2.0), and htsim's topology, matrix and script written with the
+// 20 switches, both with packets sprayed, variant spray;
+// htsim-fattree-os.yaml: the fat tree oversubscribed 2:1 at its ToRs,
+// 14 switches, NSCC spraying) once each, with -htsim pointing at no
+// build: every flow completes with every byte verified, the matrix
+// within its bound of ideal, every switch's uplinks evenly used
+// (busiest over mean at most maxUplinkSkew: one shared ECMP hash made
+// each aggregation switch send everything up one of its two cores,
+// 2.0), and htsim's topology, matrix and script written with the
 // command that runs them. htsim-ring and htsim-alltoall are the
 // collectives TestCollectives runs, on 4 spines. 10 quiet runs:
 // permutation 1.338-1.669 × ideal, fat tree 1.327-1.556 (htsim: 1.356-
 // 1.399 and 1.367-1.434 over seeds 1-5), the host taking 47-78 % of the
-// ports' time; busiest uplink at most 1.22 × its mean.
+// ports' time; busiest uplink at most 1.22 × its mean. The
+// oversubscribed tree: 2.250-2.269 in 3 runs, htsim 2.102-2.127.
 func TestHtsimExamples(t *testing.T) {
 	labtest.RequireRoot(t)
 	labtest.RequireKernel(t, "6.6")
 	for _, tc := range []struct {
-		file  string
-		ratio float64
+		file, variant string
+		ratio         float64
 	}{
-		{"htsim-permutation.yaml", htsimPermutationRatio},
-		{"htsim-fattree.yaml", htsimFatTreeRatio},
+		{"htsim-permutation.yaml", "spray", htsimPermutationRatio},
+		{"htsim-fattree.yaml", "spray", htsimFatTreeRatio},
+		{"htsim-fattree-os.yaml", "nscc", htsimFatTreeOSRatio},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			f, err := Load(filepath.Join("examples", tc.file))
 			if err != nil {
 				t.Fatal(err)
 			}
-			for attempt := 1; ; attempt++ {
-				out := t.TempDir()
-				res, err := Run(context.Background(), f, RunOptions{Variant: "spray", OutDir: out, Htsim: &htsim.Runner{Dir: t.TempDir()}})
-				if res == nil {
-					t.Fatalf("Run: %v", err)
-				}
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-				if left, err := lab.LiveNamespaces(res.RunID + "-"); err != nil || len(left) > 0 {
-					t.Errorf("namespaces of run %s left behind: %v %v", res.RunID, left, err)
-				}
-				mr := res.Matrix
-				if mr == nil || mr.Completed != mr.Connections || res.Failed() != 0 {
-					t.Fatalf("matrix %+v, %d failed flows", mr, res.Failed())
-				}
-				for _, fl := range f.Flows {
-					if !fl.Verify {
-						t.Fatalf("flow %s does not verify its bytes", fl.Name)
-					}
-				}
-				share := 0.0
-				if h := res.HostLost; h != nil {
-					share = h.Share
-				}
+			var out string
+			opts := func() RunOptions {
+				out = t.TempDir()
+				return RunOptions{Variant: tc.variant, OutDir: out, Htsim: &htsim.Runner{Dir: t.TempDir()}}
+			}
+			runMatrixExample(t, f, opts, func(res *Result, mr *MatrixResult, share float64) []string {
 				var skews []string
 				worst := 0.0
 				for _, u := range mr.Uplinks {
@@ -82,8 +65,8 @@ func TestHtsimExamples(t *testing.T) {
 				for _, fl := range res.Flows {
 					resent += int(fl.Retransmits)
 				}
-				t.Logf("attempt %d: completion %.3f × ideal, FCT/ideal p50 %.3f; uplinks busiest over mean: %s; %d packets resent; host-lost %.1f %% of the run",
-					attempt, mr.All.CCTRatio, mr.FCTRatio.P50, strings.Join(skews, ", "), resent, 100*share)
+				t.Logf("completion %.3f × ideal, FCT/ideal p50 %.3f; uplinks busiest over mean: %s; %d packets resent; host-lost %.1f %% of the run",
+					mr.All.CCTRatio, mr.FCTRatio.P50, strings.Join(skews, ", "), resent, 100*share)
 				if len(mr.Uplinks) == 0 || worst > maxUplinkSkew {
 					t.Errorf("uplinks %v: want every switch's busiest within %.2f of its mean", skews, maxUplinkSkew)
 				}
@@ -96,14 +79,11 @@ func TestHtsimExamples(t *testing.T) {
 						t.Error(err)
 					}
 				}
-				if mr.All.CCTRatio <= tc.ratio {
-					return
+				if mr.All.CCTRatio > tc.ratio {
+					return []string{fmt.Sprintf("completion %.3f × ideal (want ≤ %.2f)", mr.All.CCTRatio, tc.ratio)}
 				}
-				if h := res.HostLost; h == nil || !h.HostStarved || attempt == exampleAttempts {
-					t.Fatalf("completion %.3f × ideal: over %.2f", mr.All.CCTRatio, tc.ratio)
-				}
-				t.Logf("completion %.3f × ideal, over %.2f, in a run the host starved (%.1f %%): running again", mr.All.CCTRatio, tc.ratio, 100*share)
-			}
+				return nil
+			})
 		})
 	}
 }
@@ -112,5 +92,6 @@ func TestHtsimExamples(t *testing.T) {
 const (
 	htsimPermutationRatio = 1.7
 	htsimFatTreeRatio     = 1.7
+	htsimFatTreeOSRatio   = 2.7
 	maxUplinkSkew         = 1.5
 )
