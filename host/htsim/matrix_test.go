@@ -226,30 +226,31 @@ func TestHtsimMatrix(t *testing.T) {
 			t.Errorf("%s: want 120 flows done between the ideal 314.6 ms and 500 ms", cc)
 		}
 	}
-	// The fat tree's topology file is one htsim builds and runs.
+	// The fat tree's topology file is one htsim builds and runs, full
+	// bisection and oversubscribed 2:1 at its ToRs.
+	for _, over := range []int{1, 2} {
+		r, err := Runner{Dir: dir}.RunMatrix(context.Background(), fatTreeScenario(t, over))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("fat tree k=4 %d:1: %d of %d finished, unloaded RTT %v", over, r.Finished(), len(r.Flows), r.UnloadedRTT)
+		if r.Finished() != 16 {
+			t.Errorf("fat tree %d:1: %d of 16 flows finished", over, r.Finished())
+		}
+	}
+}
+
+// fatTreeScenario is a permutation of 1 MiB flows (seed 1) on a fat tree
+// of radix 4 with 4 pods at 50 Mbit/s, oversubscribed over:1 at its
+// ToRs, MTU 9000, a 2-MB queue marking from 50 kB.
+func fatTreeScenario(t *testing.T, over int) MatrixScenario {
+	t.Helper()
 	m, err := cm.Generate(cm.Gen{Kind: "permutation", Nodes: 16, Size: 1 << 20, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Runner{Dir: dir}.RunMatrix(context.Background(), MatrixScenario{Matrix: m, FatTree: &FatTreeFabric{K: 4, Pods: 4, Rate: 50 * units.Mbit},
-		MTUBytes: 9000, LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB, CC: pds.CCNSCC, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("fat tree k=4: %d of %d finished, unloaded RTT %v", r.Finished(), len(r.Flows), r.UnloadedRTT)
-	if r.Finished() != 16 {
-		t.Errorf("fat tree: %d of 16 flows finished", r.Finished())
-	}
-	// And oversubscribed 2:1 at its ToRs.
-	r, err = Runner{Dir: dir}.RunMatrix(context.Background(), MatrixScenario{Matrix: m, FatTree: &FatTreeFabric{K: 4, Pods: 4, Rate: 50 * units.Mbit, Oversubscription: 2},
-		MTUBytes: 9000, LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB, CC: pds.CCNSCC, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("fat tree k=4 2:1: %d of %d finished", r.Finished(), len(r.Flows))
-	if r.Finished() != 16 {
-		t.Errorf("fat tree 2:1: %d of 16 flows finished", r.Finished())
-	}
+	return MatrixScenario{Matrix: m, FatTree: &FatTreeFabric{K: 4, Pods: 4, Rate: 50 * units.Mbit, Oversubscription: over},
+		MTUBytes: 9000, LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB, CC: pds.CCNSCC, Seed: 1}
 }
 
 // TestMatrixPlanOfAFatTree: a fat tree of radix 4 with 4 pods is htsim's
@@ -257,12 +258,7 @@ func TestHtsimMatrix(t *testing.T) {
 // aggregation, 4 pods under each core), and a flow's ideal counts 2, 4
 // or 6 links as it stays under a ToR, in a pod, or crosses pods.
 func TestMatrixPlanOfAFatTree(t *testing.T) {
-	m, err := cm.Generate(cm.Gen{Kind: "permutation", Nodes: 16, Size: 1 << 20, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := MatrixScenario{Matrix: m, FatTree: &FatTreeFabric{K: 4, Pods: 4, Rate: 50 * units.Mbit},
-		MTUBytes: 9000, LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB, CC: pds.CCNSCC}
+	s := fatTreeScenario(t, 1)
 	p, err := NewMatrixPlan(s)
 	if err != nil {
 		t.Fatal(err)
@@ -311,10 +307,7 @@ Switch_Latency_ns 0
 	}
 	// Oversubscribed 2:1 at the ToRs: one uplink per ToR, htsim derives
 	// one aggregation switch per pod and two cores.
-	os2 := *s.FatTree
-	os2.Oversubscription = 2
-	s2 := s
-	s2.FatTree = &os2
+	s2 := fatTreeScenario(t, 2)
 	p2, err := NewMatrixPlan(s2)
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +320,7 @@ Switch_Latency_ns 0
 		t.Errorf("topology 2:1:\n%s\nwant\n%s", got, want2)
 	}
 	for _, bad := range []int{3, 4, -1} {
-		os2.Oversubscription = bad
+		s2.FatTree.Oversubscription = bad
 		var fe *FieldError
 		if _, err := NewMatrixPlan(s2); !errors.As(err, &fe) || fe.Field != "fat_tree.oversubscription" {
 			t.Errorf("oversubscription %d: %v, want fat_tree.oversubscription's error", bad, err)
