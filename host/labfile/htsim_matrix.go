@@ -201,6 +201,9 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		notes = append(notes, fmt.Sprintf("RTO: the lab's PDCs resend after %s, htsim's after %s (its min RTO: 15 µs of its time and 6 drains of a full queue, on the lab's timeline): a packet queued longer than %s is sent again in the lab only (the flows' rto sets the lab's)",
 			units.FormatDuration(rto), units.FormatDuration(hrto.Round(time.Microsecond)), units.FormatDuration(rto)))
 	}
+	if s.LB != 0 {
+		notes = append(notes, "loss inference: the lab's PDCs take a packet for lost when later ones on other paths are acknowledged first and it is past its reordering window (RACK, RFC 8985, a window that grows as they learn the paths' skew); htsim's, without -sleek, wait for a NACK or the RTO. Spraying over paths of unequal queues, the lab resends packets still queued on the slower path (result.json's spurious_retransmits)")
+	}
 	if hp.Oversubscription() > 1 && s.CC == pds.CCRCCC {
 		notes = append(notes, "RCCC on an oversubscribed fabric: htsim adds its receiver's oversubscribed CC (main_uec.cpp's OversubscribedCC: an ECN-driven cut of each receiver's credit rate, down to 0.9 / oversubscription of its line); the lab has none")
 	}
