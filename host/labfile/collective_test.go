@@ -139,16 +139,7 @@ func runMatrixExample(t *testing.T, f *File, opts func() RunOptions, check func(
 	}
 	conns := len(f.Matrix().Conns)
 	for attempt := 1; ; attempt++ {
-		res, err := Run(context.Background(), f, opts())
-		if res == nil {
-			t.Fatalf("Run: %v", err)
-		}
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		if left, err := lab.LiveNamespaces(res.RunID + "-"); err != nil || len(left) > 0 {
-			t.Errorf("namespaces of run %s left behind: %v %v", res.RunID, left, err)
-		}
+		res := runChecked(t, f, opts())
 		mr := res.Matrix
 		if mr == nil || mr.Connections != conns {
 			t.Fatalf("matrix result %+v, want %d connections", mr, conns)
@@ -174,5 +165,29 @@ func runMatrixExample(t *testing.T, f *File, opts func() RunOptions, check func(
 			t.Fatalf("run %d: %s; host-lost %.1f %%", attempt, strings.Join(missed, "; "), 100*share)
 		}
 		t.Logf("run %d missed %s; the host starved it (%.1f %% of the run, budget %.1f %%): running again", attempt, strings.Join(missed, "; "), 100*h.Share, 100*h.Budget)
+	}
+}
+
+// runChecked runs f: a run with no result fails the test, an error is
+// one, and so is a namespace of the run left behind.
+func runChecked(t *testing.T, f *File, opts RunOptions) *Result {
+	t.Helper()
+	res, err := Run(context.Background(), f, opts)
+	if res == nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	noNamespacesLeft(t, res.RunID)
+	return res
+}
+
+// noNamespacesLeft fails the test if a namespace of run runID is still
+// up (this run's only: another process's lab may be).
+func noNamespacesLeft(t *testing.T, runID string) {
+	t.Helper()
+	if left, err := lab.LiveNamespaces(runID + "-"); runID == "" || err != nil || len(left) > 0 {
+		t.Errorf("namespaces of run %q left behind: %v %v", runID, left, err)
 	}
 }

@@ -99,10 +99,7 @@ flows:
 	if broken != 1 || res.Lost() == 0 {
 		t.Errorf("%d delay links broken, %d packets lost: want 1, some", broken, res.Lost())
 	}
-	// This run's namespaces only: another process's lab may be up.
-	if left, err := lab.LiveNamespaces(res.RunID + "-"); res.RunID == "" || err != nil || len(left) > 0 {
-		t.Errorf("namespaces of run %q left behind: %v %v", res.RunID, left, err)
-	}
+	noNamespacesLeft(t, res.RunID)
 }
 
 // deleteTun deletes the first delay link's TUN of the run's namespaces and

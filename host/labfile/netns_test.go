@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
@@ -90,9 +89,7 @@ func TestExamplesRun(t *testing.T) {
 				res, _ := Run(context.Background(), f, RunOptions{Duration: exampleRun, OutDir: t.TempDir()})
 				return res
 			})
-			if left, err := lab.LiveNamespaces(res.RunID + "-"); err != nil || len(left) > 0 {
-				t.Errorf("namespaces of run %s left behind: %v %v", res.RunID, left, err)
-			}
+			noNamespacesLeft(t, res.RunID)
 			if after := pinned(t); !slices.Equal(before, after) {
 				t.Errorf("pins before the run %v, after %v", before, after)
 			}
@@ -196,9 +193,7 @@ func runComparison(t *testing.T, name string, f *File, out string) {
 				return res
 			})
 		})
-		if left, err := lab.LiveNamespaces(rs.RunID + "-"); rs.RunID == "" || err != nil || len(left) > 0 {
-			t.Errorf("namespaces of run %q left behind: %v %v", rs.RunID, left, err)
-		}
+		noNamespacesLeft(t, rs.RunID)
 		for _, want := range []string{"result.json", "ports.png"} {
 			if _, err := os.Stat(filepath.Join(rs.Dir, want)); err != nil {
 				t.Errorf("output: %v", err)

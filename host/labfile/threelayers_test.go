@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
 
@@ -39,16 +38,7 @@ func TestThreeLayers(t *testing.T) {
 				t.Fatal(err)
 			}
 			for attempt := 1; ; attempt++ {
-				res, err := Run(context.Background(), f, RunOptions{OutDir: "-"})
-				if res == nil {
-					t.Fatalf("Run: %v", err)
-				}
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-				if left, err := lab.LiveNamespaces(res.RunID + "-"); err != nil || len(left) > 0 {
-					t.Errorf("namespaces of run %s left behind: %v %v", res.RunID, left, err)
-				}
+				res := runChecked(t, f, RunOptions{OutDir: "-"})
 				c := res.Check
 				if c == nil || len(c.Flows) != len(f.Flows) {
 					t.Fatalf("check: %+v", c)
