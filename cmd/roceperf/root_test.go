@@ -220,7 +220,10 @@ func TestBinaryThreeClients(t *testing.T) {
 		t.Logf("server:\n%s%s", sout.String(), serr.String())
 	}()
 	waitListening(t, "198.18.0.1:18517")
-	args := []string{"-c", "198.18.0.1", "-p", "18517", "-n", "16M", "-P", "2", "--verify", "-J", "--timeout", "64", "--retry", "15"}
+	// Paced to 100 Mbit/s, each run lasts 1.3 s, so the three hold their
+	// blocks at once: a run that ended before another began would give its
+	// block back, and the later one could rightly take it.
+	args := []string{"-c", "198.18.0.1", "-p", "18517", "-n", "16M", "-b", "100mbit", "-P", "2", "--verify", "-J", "--timeout", "64", "--retry", "15"}
 	if raceDetector {
 		args = append(args, "--timeout", "200", "--retry", "50")
 	}

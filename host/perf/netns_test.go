@@ -432,11 +432,22 @@ func TestNetnsThreeClients(t *testing.T) {
 	const clients = 3
 	reports := make([]*Report, clients)
 	errs := make([]error, clients)
-	var wg sync.WaitGroup
+	// The runs are held at a gate until all three are set up, so that
+	// the three agents hold their blocks at once: a run that ended first
+	// would give its block back, and a later one could rightly take it.
+	var wg, ready sync.WaitGroup
+	gate := make(chan struct{})
+	ready.Add(clients)
+	go func() { ready.Wait(); close(gate) }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	for i := range clients {
 		wg.Add(1)
+		var once sync.Once
+		isReady := func() { once.Do(ready.Done) }
 		go func() {
 			defer wg.Done()
+			defer isReady() // a run that fails before its gate opens it
 			// A thread of its own in the namespace; it is retired with the
 			// goroutine (never unlocked).
 			runtime.LockOSThread()
@@ -448,8 +459,9 @@ func TestNetnsThreeClients(t *testing.T) {
 			cfg.Bytes = 8 << 20
 			cfg.Verify = true
 			cfg.Interval = 0
+			cfg.StartGate, cfg.OnReady = gate, isReady
 			relax(&cfg)
-			reports[i], errs[i] = RunClient(context.Background(), cfg)
+			reports[i], errs[i] = RunClient(ctx, cfg)
 		}()
 	}
 	wg.Wait()
