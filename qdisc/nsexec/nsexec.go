@@ -72,7 +72,9 @@ func Netlink(ns netns.NsHandle) (*netlink.Handle, error) {
 // handle): the kernel's net->ns.inum.
 func Ino(ns netns.NsHandle) (uint32, error) {
 	var st unix.Stat_t
-	path := "/proc/self/ns/net"
+	// thread-self: the calling thread's namespace, which a locked thread
+	// may have changed; /proc/self is the main thread's.
+	path := "/proc/thread-self/ns/net"
 	if ns.IsOpen() {
 		path = fmt.Sprintf("/proc/self/fd/%d", int(ns))
 	}
