@@ -98,6 +98,12 @@ type AttachOptions struct {
 	// DepartPeerIngress (Info says which and why); DepartXmit fails
 	// instead of falling back.
 	Departure DepartureHook
+	// XmitOwnProgram attaches the port's xmit hook to the tracepoint
+	// itself rather than through the machine's xmit dispatcher: every
+	// transmission of the machine then runs it, as before the dispatcher
+	// (for measuring the program alone). Ports attached without TCX always
+	// do: the dispatcher frees a slot when its port's TCX link ends.
+	XmitOwnProgram bool
 }
 
 // portMeta is what a pinned port records about itself.
@@ -123,6 +129,9 @@ type portMeta struct {
 	// before the xmit hook existed (they count at the peer's ingress).
 	Departure     DepartureHook `json:"departure,omitempty"`
 	DepartureNote string        `json:"departure_note,omitempty"`
+	// XmitDispatched: port_xmit runs from the machine's xmit dispatcher
+	// (a slot of it) rather than attached to the tracepoint itself.
+	XmitDispatched bool `json:"xmit_dispatched,omitempty"`
 	// PPFCIfindexes are the devices ppfc_egress is attached to;
 	// PPFCNote why it is not attached (the port cannot send PPFC).
 	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
@@ -245,7 +254,7 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	// Then the xmit hook, before any packet is stamped: from here on a
 	// departure port_xmit does not hand over is counted by the peer.
 	if wantXmit {
-		if err := p.attachXmit(objs); err != nil {
+		if err := p.attachXmit(objs, lo.Xmit, opts.XmitOwnProgram); err != nil {
 			if opts.Departure == DepartXmit {
 				return nil, err
 			}
@@ -301,32 +310,82 @@ func (p *Port) attachPPFC() error {
 	return nil
 }
 
-// attachXmit hooks port_xmit and port_host_drop to their tracepoints and
+// attachXmit hooks port_host_drop to its tracepoint and port_xmit to the
+// machine's xmit dispatcher (or, with own, to its tracepoint), and
 // switches departures to them.
-func (p *Port) attachXmit(objs *Objects) error {
+func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 	if err := objs.XmitErr(); err != nil {
 		return err
 	}
+	// The dispatcher's slot lives as long as the dequeue program's TCX
+	// link, the only link attached so far.
+	var owner link.ID
+	if !own && p.meta.Attach == AttachTCX && len(p.links) == 1 {
+		info, err := p.links[0].Info()
+		if err != nil {
+			return fmt.Errorf("attach xmit hook: the dequeue link: %w", err)
+		}
+		owner = info.ID
+	}
+	progs := []*ebpf.Program{objs.PortXmit, objs.PortHostDrop}
+	if owner != 0 {
+		progs = progs[1:]
+	}
 	var links []link.Link
-	for _, prog := range []*ebpf.Program{objs.PortXmit, objs.PortHostDrop} {
+	undo := func() {
+		for _, l := range links {
+			l.Close()
+		}
+		if p.meta.XmitDispatched {
+			undispatchXmit(xmitDev(target), []link.ID{owner})
+			p.meta.XmitDispatched = false
+		}
+	}
+	for _, prog := range progs {
 		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
-			for _, l := range links {
-				l.Close()
-			}
+			undo()
 			return fmt.Errorf("attach xmit hook: %w", err)
 		}
 		links = append(links, l)
 	}
-	if err := objs.enableXmitHook(); err != nil {
-		for _, l := range links {
-			l.Close()
+	if owner != 0 {
+		if err := dispatchXmit(objs.PortXmit, xmitDev(target), owner); err != nil {
+			undo()
+			return fmt.Errorf("attach xmit hook: %w", err)
 		}
+		p.meta.XmitDispatched = true
+	}
+	if err := objs.enableXmitHook(); err != nil {
+		undo()
 		return err
 	}
 	p.links = append(p.links, links...)
 	p.meta.Departure, p.meta.DepartureNote = DepartXmit, ""
 	return nil
+}
+
+func xmitDev(t *XmitTarget) bpf.XmitDispatchXmitDev {
+	return bpf.XmitDispatchXmitDev{NetnsIno: t.NetnsIno, Ifindex: uint32(t.Ifindex)}
+}
+
+// undispatch frees the port's slot of the xmit dispatcher.
+func (p *Port) undispatch() error {
+	if !p.meta.XmitDispatched {
+		return nil
+	}
+	ino, err := netnsIno(p.ns)
+	if err != nil {
+		return fmt.Errorf("xmit dispatcher: %w", err)
+	}
+	var ids []link.ID
+	for _, l := range p.links {
+		if info, err := l.Info(); err == nil {
+			ids = append(ids, info.ID)
+		}
+	}
+	p.meta.XmitDispatched = false
+	return undispatchXmit(xmitDev(&XmitTarget{Ifindex: p.meta.Ifindex, NetnsIno: ino}), ids)
 }
 
 // findPeer locates the veth peer and checks it can see packets one by one.
@@ -488,6 +547,8 @@ type Info struct {
 	// DepartureNote why it is not DepartXmit.
 	Departure     DepartureHook `json:"departure,omitempty"`
 	DepartureNote string        `json:"departure_note,omitempty"`
+	// XmitDispatched: the xmit hook runs from the machine's dispatcher.
+	XmitDispatched bool `json:"xmit_dispatched,omitempty"`
 	// PPFCIfindexes are the devices PPFC notifications can leave by
 	// (ppfc_egress is attached to them), PPFCNote why there are none.
 	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
@@ -502,7 +563,7 @@ func (p *Port) Info() Info {
 	}
 	return Info{Dev: m.Dev, Netns: m.Netns, PeerDev: m.PeerDev, PeerNetns: m.PeerNetns,
 		Mode: m.Mode, Attach: m.Attach, HTB: m.HTB, Pinned: m.PinDir != "",
-		Departure: dep, DepartureNote: m.DepartureNote, Ifindex: m.Ifindex, PPFCIfindexes: m.PPFCIfindexes, PPFCNote: m.PPFCNote}
+		Departure: dep, DepartureNote: m.DepartureNote, XmitDispatched: m.XmitDispatched, Ifindex: m.Ifindex, PPFCIfindexes: m.PPFCIfindexes, PPFCNote: m.PPFCNote}
 }
 
 // Close detaches the port and removes everything it installed: programs,
@@ -550,6 +611,10 @@ func (p *Port) closeHandles() {
 // teardown undoes whatever part of an attach happened.
 func (p *Port) teardown() error {
 	var errs []error
+	// Out of the dispatcher while the links that hold its slot live.
+	if err := p.undispatch(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, l := range p.links {
 		if p.meta.PinDir != "" {
 			if err := l.Unpin(); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -688,7 +753,18 @@ func LinksOrphaned(links []link.Link) bool {
 // a namespace deleted under a killed process leaves them. It returns the
 // pin directories it removed. Live ports, attached to a device, stay.
 func SweepStale() ([]string, error) {
-	return pinning.SweepOrphaned(PinRoot, MetaRoot, "ns", LinksOrphaned)
+	dirs, err := pinning.SweepOrphaned(PinRoot, MetaRoot, "ns", LinksOrphaned)
+	if err != nil {
+		return dirs, err
+	}
+	// Then the xmit dispatcher's slots that the removed pins held.
+	if n, err := sweepXmitDispatch(); err != nil || n > 0 {
+		if n > 0 {
+			dirs = append(dirs, fmt.Sprintf("%s: %d slot(s)", XmitDispatchDir, n))
+		}
+		return dirs, err
+	}
+	return dirs, nil
 }
 
 // Forget detaches the port on dev as far as it still can and removes its

@@ -1159,7 +1159,9 @@ func runXmitInSitu(trials int) ([]ProgRow, error) {
 	for trial := range trials {
 		for _, dep := range []qdisc.DepartureHook{qdisc.DepartXmit, qdisc.DepartPeerIngress} {
 			progress("xmit hook in situ, trial %d/%d: departure %s, %s UDP for %s", trial+1, trials, dep, inSituRate, inSituSend)
-			port, err := qdisc.Attach(cfg, qdisc.AttachOptions{Dev: devA, Netns: a.NetnsName, PeerDev: devB, PeerNetns: b.NetnsName, Departure: dep})
+			// Its own program: a tail-called port_xmit has no statistics of
+			// its own (the dispatcher's include it).
+			port, err := qdisc.Attach(cfg, qdisc.AttachOptions{Dev: devA, Netns: a.NetnsName, PeerDev: devB, PeerNetns: b.NetnsName, Departure: dep, XmitOwnProgram: true})
 			if err != nil {
 				return nil, fmt.Errorf("attach port (%s): %w", dep, err)
 			}

@@ -143,7 +143,11 @@ func renderClasses(w io.Writer, cfg *qdisc.Config) {
 func departureText(info qdisc.Info) string {
 	switch info.Departure {
 	case qdisc.DepartXmit:
-		return fmt.Sprintf("departure xmit: counted as HTB hands packets to %s; the host queue to the peer is counted apart", info.Dev)
+		via := "its own program on the tracepoint"
+		if info.XmitDispatched {
+			via = "the machine's xmit dispatcher"
+		}
+		return fmt.Sprintf("departure xmit (%s): counted as HTB hands packets to %s; the host queue to the peer is counted apart", via, info.Dev)
 	case qdisc.DepartPeerIngress:
 		why := ""
 		if info.DepartureNote != "" {

@@ -29,7 +29,7 @@ func TestRenderShow(t *testing.T) {
 	got := b.String()
 	want := `port swp0 (netns sw)  rate 1gbit  queue veth  attach tcx  shaping htb
   peer eth0 (netns r) (dequeue hook)
-  departure xmit: counted as HTB hands packets to swp0; the host queue to the peer is counted apart
+  departure xmit (its own program on the tracepoint): counted as HTB hands packets to swp0; the host queue to the peer is counted apart
   dscp 24-27 -> tc3 (roce)
   dscp 46 -> tc5 (bulk)
   dscp 48 -> tc6 (cnp)
@@ -54,7 +54,8 @@ func TestDepartureText(t *testing.T) {
 		info qdisc.Info
 		want string
 	}{
-		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit}, "departure xmit: counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
+		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit}, "departure xmit (its own program on the tracepoint): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
+		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit, XmitDispatched: true}, "departure xmit (the machine's xmit dispatcher): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
 		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartPeerIngress, DepartureNote: "fallback: load xmit hook: no BTF"},
 			"departure peer-ingress (fallback: load xmit hook: no BTF): backlog and sojourn include the host queue between HTB and the peer"},
 		{qdisc.Info{Dev: "tun0", Mode: qdisc.QueueVirtual}, ""},
