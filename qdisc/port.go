@@ -136,6 +136,9 @@ type portMeta struct {
 	// PPFCNote why it is not attached (the port cannot send PPFC).
 	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
 	PPFCNote      string `json:"ppfc_note,omitempty"`
+	// PPFCAttached: ppfc_egress was attached (a port whose classes
+	// notify, now or since a configure).
+	PPFCAttached bool `json:"ppfc_attached,omitempty"`
 }
 
 // Port is an attached switch egress port.
@@ -263,15 +266,15 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	}
 	// PPFC notifications leave through the namespace's other devices
 	// (toward the sources): ppfc_egress there first, so that a clone
-	// port_enqueue makes always finds it.
-	if err := p.attachPPFC(); err != nil {
-		// Legacy cls_bpf allows one filter of ours per hook: a second
-		// port in the namespace cannot add its own. Fatal only if it
-		// is to send PPFC or WAN CNPs.
-		if cfg.Notifies() || p.meta.Attach != AttachLegacy {
+	// port_enqueue makes always finds it. Only for a port whose classes
+	// notify (Configure attaches it when they start to): it runs on every
+	// packet of every other device, and a TCX hook holds at most 64
+	// programs, so a 64-port switch could not give each of its ports one
+	// on every other device.
+	if cfg.Notifies() {
+		if err := p.attachPPFC(); err != nil {
 			return nil, err
 		}
-		p.meta.PPFCNote = err.Error()
 	}
 	if err := p.attachProg(p.ns, p.meta.Ifindex, p.progs.PortEnqueue, ebpf.AttachTCXEgress); err != nil {
 		return nil, fmt.Errorf("attach enqueue to %s: %w", describeDev(opts.Netns, opts.Dev), err)
@@ -286,8 +289,29 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 
 // attachPPFC attaches ppfc_egress at the egress of every device of the
 // port's namespace but the port's own and loopback: the devices present
-// now. A device added later sends no PPFC notification.
-func (p *Port) attachPPFC() error {
+// now. A device added later sends no PPFC notification. On error it
+// detaches what it attached.
+func (p *Port) attachPPFC() (err error) {
+	if p.progs.PpfcEgress == nil {
+		return errors.New("attach ppfc: ppfc_egress is not loaded (a port pinned without it): detach and attach again")
+	}
+	n := len(p.links)
+	defer func() {
+		if err == nil {
+			p.meta.PPFCAttached = true
+			return
+		}
+		for _, l := range p.links[n:] {
+			l.Close()
+		}
+		p.links = p.links[:n]
+		if p.meta.Attach == AttachLegacy {
+			for _, i := range p.meta.PPFCIfindexes {
+				detachClsact(p.ns, uint32(i), false)
+			}
+		}
+		p.meta.PPFCIfindexes = nil
+	}()
 	h, err := netlinkHandle(p.ns)
 	if err != nil {
 		return err
@@ -485,6 +509,21 @@ func (p *Port) configureLocked(cfg Config) error {
 	if cfg.PPFC() && p.meta.PPFCNote != "" {
 		return fmt.Errorf("configure: PPFC thresholds, but this port cannot send PPFC notifications (%s)", p.meta.PPFCNote)
 	}
+	// Records from before ppfc_egress was attached on demand list its
+	// devices without PPFCAttached.
+	if cfg.Notifies() && !p.meta.PPFCAttached && len(p.meta.PPFCIfindexes) == 0 {
+		n := len(p.links)
+		if err := p.attachPPFC(); err != nil {
+			return fmt.Errorf("configure: %w", err)
+		}
+		if p.meta.PinDir != "" {
+			for i, l := range p.links[n:] {
+				if err := l.Pin(filepath.Join(p.meta.PinDir, fmt.Sprintf("link_ppfc%d", i))); err != nil {
+					return fmt.Errorf("configure: pin a ppfc_egress link: %w", err)
+				}
+			}
+		}
+	}
 	o := Objects{PortObjects: bpf.PortObjects{PortMaps: p.maps}, frameBytes: p.meta.FrameBytes,
 		xmitHook: p.meta.Departure == DepartXmit, ifindex: p.meta.Ifindex}
 	if err := o.writeConfig(cfg, p.meta.Mode, base); err != nil {
@@ -651,8 +690,20 @@ func (p *Port) teardown() error {
 
 // pin records the maps and links in bpffs and the metadata under MetaRoot.
 func (p *Port) pin() error {
-	return pinning.Pin(MetaRoot, p.meta.PinDir, p.mapsByName(), p.links, &p.meta)
+	if err := pinning.Pin(MetaRoot, p.meta.PinDir, p.mapsByName(), p.links, &p.meta); err != nil {
+		return err
+	}
+	// ppfc_egress, for a Configure of another process to attach it.
+	if p.progs.PpfcEgress != nil {
+		if err := p.progs.PpfcEgress.Pin(filepath.Join(p.meta.PinDir, ppfcProgPin)); err != nil {
+			return fmt.Errorf("pin ppfc_egress: %w", err)
+		}
+	}
+	return nil
 }
+
+// ppfcProgPin is ppfc_egress's pin in a port's pin directory.
+const ppfcProgPin = "prog_ppfc_egress"
 
 func (p *Port) mapsByName() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
@@ -717,6 +768,11 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 	}
 	if p.links, err = pinning.LoadLinks(dir); err != nil {
 		return nil, err
+	}
+	if prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, ppfcProgPin), nil); err == nil {
+		p.progs.PpfcEgress = prog
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open pinned ppfc_egress: %w", err)
 	}
 	return p, nil
 }
