@@ -71,6 +71,7 @@ type Report struct {
 	Delay      *DelayReport    `json:"delay,omitempty"`
 	Incast     *IncastReport   `json:"incast,omitempty"`
 	Scale      *ScaleReport    `json:"scale,omitempty"`
+	Ports      *PortsReport    `json:"ports,omitempty"`
 	Soak       *SoakReport     `json:"soak,omitempty"`
 	// Host is what the kernel accounted the machine took from each
 	// section (host/hostlost.Kernel: run delay of this process's threads,
@@ -132,13 +133,14 @@ func run() int {
 	only := flag.String("only", "", "run only these sections, comma-separated: "+strings.Join(sectionNames, ", ")+
 		" (roce = goodput,reaction); overrides -no-throughput and -no-roce")
 	smoke := flag.Bool("smoke", false, "a quick pass through every section (CI): -rounds 1 -seconds 1 -repeat 20000 -trials 1 "+
-		"-reaction-seconds 1 -np-count 500 and 1 s in-situ trials; flags given explicitly win")
+		"-reaction-seconds 1 -np-count 500 -ports 16 and 1 s in-situ trials; flags given explicitly win")
 	incastRuns := flag.Int("incast-runs", 3, "runs per variant of the UET incast lab files")
 	incastSeeds := flag.Int("incast-seeds", 5, "htsim seeds per UET incast variant")
 	scaleQPs := flag.String("scale-qps", "1,100,1000,10000", "scale rows: the QP counts, comma-separated, 1.."+strconv.Itoa(perf.MaxQPs))
 	scaleRate := units.Rate(400 * units.Mbit)
 	flag.Var(&scaleRate, "scale-rate", "scale rows: the line rate the QPs share")
 	scaleSeconds := flag.Int("scale-seconds", 3, "scale rows: each row's run after setup")
+	ports := flag.Int("ports", 64, "many-ports rows: the ports on the machine beside one (2.."+strconv.Itoa(portsMax)+")")
 	soakFor := flag.Duration("soak", time.Hour, "the soak's length (the demo's lab at 80 % load, flows joining and leaving); 0 skips it")
 	htsimDir := flag.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build directory for the incast section (default $"+htsim.EnvDir+"; without one, htsim's recorded tails)")
 	rf := roceFlags()
@@ -169,6 +171,7 @@ func run() int {
 			"scale-qps":        func() { *scaleQPs = "1,100" },
 			"scale-seconds":    func() { *scaleSeconds = 1 },
 			"soak":             func() { *soakFor = 20 * time.Second },
+			"ports":            func() { *ports = 16 },
 		})
 		inSituSend = time.Second
 	}
@@ -177,7 +180,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "fabricbench: -rounds, -seconds, -trials must be >= 1, -repeat in 1..%d, -cpu below %d, -incast-runs in 1..%d, -incast-seeds in 1..100\n", maxRepeat, runtime.NumCPU(), labfile.MaxRuns)
 		return 2
 	}
-	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true, incast: true, scale: true, soak: *soakFor > 0}
+	sec := sections{prog: true, throughput: !*skipThroughput, goodput: !*skipRoce, reaction: !*skipRoce, np: !*skipRoce, delay: true, incast: true, scale: true, ports: true, soak: *soakFor > 0}
 	if *only != "" {
 		var err error
 		if sec, err = parseSections(*only); err != nil {
@@ -188,6 +191,9 @@ func run() int {
 	sqps, err := parseQPList(*scaleQPs, perf.MaxQPs)
 	if err == nil && *scaleSeconds < 1 {
 		err = fmt.Errorf("-scale-seconds %d: must be >= 1", *scaleSeconds)
+	}
+	if err == nil && (*ports < 2 || *ports > portsMax) {
+		err = fmt.Errorf("-ports %d: must be 2..%d", *ports, portsMax)
 	}
 	if err == nil && (*soakFor < 0 || sec.soak && (*soakFor < 10*time.Second || *soakFor > 24*time.Hour)) {
 		err = fmt.Errorf("-soak %v: must be 10s..24h, or 0 to skip it", *soakFor)
@@ -293,6 +299,16 @@ func run() int {
 		if err != nil {
 			failed = true
 			rep.Errors = append(rep.Errors, "scale: "+err.Error())
+		}
+	}
+	if sec.ports && ctx.Err() == nil {
+		host.begin("ports")
+		pr, err := runPorts(ctx, *ports, *trials, inSituSend)
+		host.end()
+		rep.Ports = pr
+		if err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, "ports: "+err.Error())
 		}
 	}
 	if sec.soak && ctx.Err() == nil {

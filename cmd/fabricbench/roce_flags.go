@@ -14,10 +14,10 @@ import (
 
 // sections are the parts of a run -only can pick.
 type sections struct {
-	prog, throughput, goodput, reaction, np, delay, incast, scale, soak bool
+	prog, throughput, goodput, reaction, np, delay, incast, scale, ports, soak bool
 }
 
-var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np", "delay", "incast", "scale", "soak"}
+var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction", "np", "delay", "incast", "scale", "ports", "soak"}
 
 func parseSections(list string) (sections, error) {
 	var s sections
@@ -31,6 +31,8 @@ func parseSections(list string) (sections, error) {
 			s.incast = true
 		case "scale":
 			s.scale = true
+		case "ports":
+			s.ports = true
 		case "soak":
 			s.soak = true
 		case "throughput", "tcp":

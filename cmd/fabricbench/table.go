@@ -108,6 +108,9 @@ func printTable(w io.Writer, r *Report) {
 	if r.Scale != nil {
 		r.Scale.write(w)
 	}
+	if r.Ports != nil {
+		r.Ports.write(w)
+	}
 	if r.Soak != nil {
 		r.Soak.write(w)
 	}
