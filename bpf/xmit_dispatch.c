@@ -11,6 +11,16 @@
  * port's port_xmit, loaded for the same tracepoint but not attached: one
  * hash lookup per transmission, whatever the number of ports.
  *
+ * The port's other tracing program, port_host_drop on tp_btf/kfree_skb,
+ * books the packets the kernel drops between port_xmit and the peer's
+ * ingress; kfree_skb fires for every drop of the machine, so it is
+ * dispatched too, by the dropped packet's device: the port's own device
+ * (a drop in veth_xmit, before the packet crosses) or its veth peer (the
+ * per-CPU backlog, the peer's ingress). A device is the port device of at
+ * most one port and the peer of at most one (the port on its own veth
+ * peer), so two programs, one per role, cover every port: two lookups
+ * per drop, whatever the number of ports.
+ *
  * qdisc/xmitdispatch.go pins it under bpffs, claims and frees the slots
  * (xmit_owners, atomically) and removes it with its last port.
  */
@@ -36,6 +46,9 @@ typedef struct {
 struct net_device {
 	int ifindex;
 	possible_net_t nd_net;
+};
+struct sk_buff {
+	struct net_device *dev;
 };
 #pragma clang attribute pop
 
@@ -64,12 +77,35 @@ struct {
 	__type(value, struct xmit_owner);
 } xmit_owners SEC(".maps");
 
+/* A port's veth peer -> its slot (drops in the host queue). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XMIT_DISPATCH_SLOTS);
+	__type(key, struct xmit_dev);
+	__type(value, __u32);
+} drop_peer_slots SEC(".maps");
+
+/* Slot -> the port's port_host_drop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, XMIT_DISPATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} drop_progs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct xmit_dispatch_stats);
 } xmit_dispatch_counters SEC(".maps");
+
+/* dev_key is a device's key in the slot maps. */
+static __always_inline void dev_key(struct xmit_dev *key, const struct net_device *dev)
+{
+	key->ifindex = dev->ifindex;
+	key->netns_ino = dev->nd_net.net->ns.inum;
+}
 
 /* net_dev_start_xmit(const struct sk_buff *skb, const struct net_device *dev) */
 SEC("tp_btf/net_dev_start_xmit")
@@ -82,8 +118,7 @@ int xmit_dispatch(__u64 *ctx)
 
 	if (!dev)
 		return 0;
-	key.ifindex = dev->ifindex;
-	key.netns_ino = dev->nd_net.net->ns.inum;
+	dev_key(&key, dev);
 	slot = bpf_map_lookup_elem(&xmit_slots, &key);
 	if (!slot)
 		return 0;
@@ -93,4 +128,45 @@ int xmit_dispatch(__u64 *ctx)
 	if (st)
 		st->empty_slot++;
 	return 0;
+}
+
+/* drop_dispatch tail-calls the port_host_drop of the port that slots give
+ * the dropped packet's device. */
+static __always_inline int drop_dispatch(__u64 *ctx, void *slots)
+{
+	const struct sk_buff *skb = (const void *)ctx[0];
+	struct xmit_dispatch_stats *st;
+	struct xmit_dev key = {};
+	const struct net_device *dev;
+	__u32 *slot, zero = 0;
+
+	if (!skb)
+		return 0;
+	dev = skb->dev;
+	if (!dev)
+		return 0;
+	dev_key(&key, dev);
+	slot = bpf_map_lookup_elem(slots, &key);
+	if (!slot)
+		return 0;
+	bpf_tail_call(ctx, &drop_progs, *slot);
+	st = bpf_map_lookup_elem(&xmit_dispatch_counters, &zero);
+	if (st)
+		st->drop_empty_slot++;
+	return 0;
+}
+
+/* kfree_skb(struct sk_buff *skb, void *location, enum skb_drop_reason, ...):
+ * a drop on a port's own device. */
+SEC("tp_btf/kfree_skb")
+int host_drop_dispatch_dev(__u64 *ctx)
+{
+	return drop_dispatch(ctx, &xmit_slots);
+}
+
+/* A drop on a port's veth peer. */
+SEC("tp_btf/kfree_skb")
+int host_drop_dispatch_peer(__u64 *ctx)
+{
+	return drop_dispatch(ctx, &drop_peer_slots);
 }

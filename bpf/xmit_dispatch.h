@@ -19,10 +19,12 @@ struct xmit_dev {
 	__u32 ifindex;
 };
 
-/* Who holds a slot: the device it serves and the port's owner, a BPF link
- * of the port (its dequeue program's TCX link) whose end frees the slot. */
+/* Who holds a slot: the device it serves, its veth peer (where the port's
+ * packets wait in the host queue) and the port's owner, a BPF link of the
+ * port (its dequeue program's TCX link) whose end frees the slot. */
 struct xmit_owner {
 	struct xmit_dev dev;
+	struct xmit_dev peer;
 	__u32 owner_link_id;
 	__u32 pad;
 };
@@ -32,6 +34,8 @@ struct xmit_dispatch_stats {
 	/* A device with a slot whose program array entry was empty (a port
 	 * between its release's two steps): not dispatched. */
 	__u64 empty_slot;
+	/* The same for a dropped packet's device (host_drop_dispatch_*). */
+	__u64 drop_empty_slot;
 };
 
 #endif /* FABRICLAB_XMIT_DISPATCH_H */

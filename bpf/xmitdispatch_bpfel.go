@@ -20,13 +20,15 @@ type XmitDispatchXmitDev struct {
 }
 
 type XmitDispatchXmitDispatchStats struct {
-	_         structs.HostLayout
-	EmptySlot uint64
+	_             structs.HostLayout
+	EmptySlot     uint64
+	DropEmptySlot uint64
 }
 
 type XmitDispatchXmitOwner struct {
 	_           structs.HostLayout
 	Dev         XmitDispatchXmitDev
+	Peer        XmitDispatchXmitDev
 	OwnerLinkId uint32
 	Pad         uint32
 }
@@ -35,11 +37,15 @@ type XmitDispatchXmitOwner struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	XmitDispatchMapXmitDispatchCounters = "xmit_dispatch_counters"
-	XmitDispatchMapXmitOwners           = "xmit_owners"
-	XmitDispatchMapXmitProgs            = "xmit_progs"
-	XmitDispatchMapXmitSlots            = "xmit_slots"
-	XmitDispatchProgXmitDispatch        = "xmit_dispatch"
+	XmitDispatchMapDropPeerSlots         = "drop_peer_slots"
+	XmitDispatchMapDropProgs             = "drop_progs"
+	XmitDispatchMapXmitDispatchCounters  = "xmit_dispatch_counters"
+	XmitDispatchMapXmitOwners            = "xmit_owners"
+	XmitDispatchMapXmitProgs             = "xmit_progs"
+	XmitDispatchMapXmitSlots             = "xmit_slots"
+	XmitDispatchProgHostDropDispatchDev  = "host_drop_dispatch_dev"
+	XmitDispatchProgHostDropDispatchPeer = "host_drop_dispatch_peer"
+	XmitDispatchProgXmitDispatch         = "xmit_dispatch"
 )
 
 // LoadXmitDispatch returns the embedded CollectionSpec for XmitDispatch.
@@ -84,13 +90,17 @@ type XmitDispatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type XmitDispatchProgramSpecs struct {
-	XmitDispatch *ebpf.ProgramSpec `ebpf:"xmit_dispatch"`
+	HostDropDispatchDev  *ebpf.ProgramSpec `ebpf:"host_drop_dispatch_dev"`
+	HostDropDispatchPeer *ebpf.ProgramSpec `ebpf:"host_drop_dispatch_peer"`
+	XmitDispatch         *ebpf.ProgramSpec `ebpf:"xmit_dispatch"`
 }
 
 // XmitDispatchMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type XmitDispatchMapSpecs struct {
+	DropPeerSlots        *ebpf.MapSpec `ebpf:"drop_peer_slots"`
+	DropProgs            *ebpf.MapSpec `ebpf:"drop_progs"`
 	XmitDispatchCounters *ebpf.MapSpec `ebpf:"xmit_dispatch_counters"`
 	XmitOwners           *ebpf.MapSpec `ebpf:"xmit_owners"`
 	XmitProgs            *ebpf.MapSpec `ebpf:"xmit_progs"`
@@ -123,6 +133,8 @@ func (o *XmitDispatchObjects) Close() error {
 //
 // It can be passed to LoadXmitDispatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type XmitDispatchMaps struct {
+	DropPeerSlots        *ebpf.Map `ebpf:"drop_peer_slots"`
+	DropProgs            *ebpf.Map `ebpf:"drop_progs"`
 	XmitDispatchCounters *ebpf.Map `ebpf:"xmit_dispatch_counters"`
 	XmitOwners           *ebpf.Map `ebpf:"xmit_owners"`
 	XmitProgs            *ebpf.Map `ebpf:"xmit_progs"`
@@ -131,6 +143,8 @@ type XmitDispatchMaps struct {
 
 func (m *XmitDispatchMaps) Close() error {
 	return _XmitDispatchClose(
+		m.DropPeerSlots,
+		m.DropProgs,
 		m.XmitDispatchCounters,
 		m.XmitOwners,
 		m.XmitProgs,
@@ -148,11 +162,15 @@ type XmitDispatchVariables struct {
 //
 // It can be passed to LoadXmitDispatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type XmitDispatchPrograms struct {
-	XmitDispatch *ebpf.Program `ebpf:"xmit_dispatch"`
+	HostDropDispatchDev  *ebpf.Program `ebpf:"host_drop_dispatch_dev"`
+	HostDropDispatchPeer *ebpf.Program `ebpf:"host_drop_dispatch_peer"`
+	XmitDispatch         *ebpf.Program `ebpf:"xmit_dispatch"`
 }
 
 func (p *XmitDispatchPrograms) Close() error {
 	return _XmitDispatchClose(
+		p.HostDropDispatchDev,
+		p.HostDropDispatchPeer,
 		p.XmitDispatch,
 	)
 }

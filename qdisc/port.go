@@ -334,9 +334,9 @@ func (p *Port) attachPPFC() (err error) {
 	return nil
 }
 
-// attachXmit hooks port_host_drop to its tracepoint and port_xmit to the
-// machine's xmit dispatcher (or, with own, to its tracepoint), and
-// switches departures to them.
+// attachXmit hooks port_xmit and port_host_drop to the machine's xmit
+// dispatcher (or, with own, each to its tracepoint), and switches
+// departures to them.
 func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 	if err := objs.XmitErr(); err != nil {
 		return err
@@ -352,8 +352,14 @@ func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 		owner = info.ID
 	}
 	progs := []*ebpf.Program{objs.PortXmit, objs.PortHostDrop}
+	var peer bpf.XmitDispatchXmitDev
 	if owner != 0 {
-		progs = progs[1:]
+		progs = nil
+		ino, err := netnsIno(p.peerNS)
+		if err != nil {
+			return fmt.Errorf("attach xmit hook: the peer's namespace: %w", err)
+		}
+		peer = bpf.XmitDispatchXmitDev{NetnsIno: ino, Ifindex: uint32(p.meta.PeerIfindex)}
 	}
 	var links []link.Link
 	undo := func() {
@@ -374,7 +380,7 @@ func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 		links = append(links, l)
 	}
 	if owner != 0 {
-		if err := dispatchXmit(objs.PortXmit, xmitDev(target), owner); err != nil {
+		if err := dispatchXmit(objs.PortXmit, objs.PortHostDrop, xmitDev(target), peer, owner); err != nil {
 			undo()
 			return fmt.Errorf("attach xmit hook: %w", err)
 		}

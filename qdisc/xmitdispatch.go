@@ -18,8 +18,10 @@ import (
 // The machine's xmit dispatcher (bpf/xmit_dispatch.c): one program on
 // tp_btf/net_dev_start_xmit tail-calls the port_xmit of the transmitting
 // device's port, so that each transmission pays one hash lookup instead of
-// one tracing program per port (~60-80 ns each, docs/measured.md). Its
-// link and maps are pinned, since ports of several processes share it; a
+// one tracing program per port (~60-80 ns each, docs/measured.md); two on
+// tp_btf/kfree_skb do the same for port_host_drop, by the dropped
+// packet's device (the port's, or its veth peer's). Its
+// links and maps are pinned, since ports of several processes share it; a
 // flock serialises the processes that change it, and the last port to
 // leave removes it.
 //
@@ -37,16 +39,30 @@ var (
 // XmitDispatchSlots is how many ports the dispatcher serves at once.
 const XmitDispatchSlots = 1024 // XMIT_DISPATCH_SLOTS
 
-const xmitDispatchLinkPin = "link"
+// The pins of its links: link is pinned last, so that its pin says the
+// dispatcher is whole.
+const (
+	xmitDispatchLinkPin     = "link"
+	xmitDispatchDropDevPin  = "link_drop_dev"
+	xmitDispatchDropPeerPin = "link_drop_peer"
+)
 
-// xmitDispatch is the dispatcher's pinned maps (and, when this process
-// created or found it, its link) opened by one process.
+// xmitDispatch is the dispatcher's pinned maps opened by one process.
 type xmitDispatch struct {
 	slots, progs, owners, counters *ebpf.Map
+	dropPeerSlots, dropProgs       *ebpf.Map
+}
+
+func (d *xmitDispatch) maps() map[string]**ebpf.Map {
+	return map[string]**ebpf.Map{
+		bpf.XmitDispatchMapXmitSlots: &d.slots, bpf.XmitDispatchMapXmitProgs: &d.progs,
+		bpf.XmitDispatchMapXmitOwners: &d.owners, bpf.XmitDispatchMapXmitDispatchCounters: &d.counters,
+		bpf.XmitDispatchMapDropPeerSlots: &d.dropPeerSlots, bpf.XmitDispatchMapDropProgs: &d.dropProgs,
+	}
 }
 
 func (d *xmitDispatch) close() {
-	for _, m := range []*ebpf.Map{d.slots, d.progs, d.owners, d.counters} {
+	for _, m := range []*ebpf.Map{d.slots, d.progs, d.owners, d.counters, d.dropPeerSlots, d.dropProgs} {
 		if m != nil {
 			m.Close()
 		}
@@ -84,15 +100,8 @@ func openXmitDispatch(create bool) (*xmitDispatch, error) {
 	if err == nil {
 		l.Close() // the pin keeps it
 		d := &xmitDispatch{}
-		names := []struct {
-			name string
-			dst  **ebpf.Map
-		}{
-			{bpf.XmitDispatchMapXmitSlots, &d.slots}, {bpf.XmitDispatchMapXmitProgs, &d.progs},
-			{bpf.XmitDispatchMapXmitOwners, &d.owners}, {bpf.XmitDispatchMapXmitDispatchCounters, &d.counters},
-		}
-		for _, n := range names {
-			if *n.dst, err = pinning.LoadMap(XmitDispatchDir, n.name); err != nil {
+		for name, dst := range d.maps() {
+			if *dst, err = pinning.LoadMap(XmitDispatchDir, name); err != nil {
 				d.close()
 				return nil, fmt.Errorf("xmit dispatcher: %w", err)
 			}
@@ -114,8 +123,9 @@ func openXmitDispatch(create bool) (*xmitDispatch, error) {
 	if err := bpf.LoadXmitDispatchObjects(&objs, nil); err != nil {
 		return nil, loadError("load the xmit dispatcher", err)
 	}
-	defer objs.XmitDispatch.Close()
-	d := &xmitDispatch{slots: objs.XmitSlots, progs: objs.XmitProgs, owners: objs.XmitOwners, counters: objs.XmitDispatchCounters}
+	defer objs.XmitDispatchPrograms.Close()
+	d := &xmitDispatch{slots: objs.XmitSlots, progs: objs.XmitProgs, owners: objs.XmitOwners, counters: objs.XmitDispatchCounters,
+		dropPeerSlots: objs.DropPeerSlots, dropProgs: objs.DropProgs}
 	fail := func(err error) (*xmitDispatch, error) {
 		d.close()
 		os.RemoveAll(XmitDispatchDir)
@@ -124,19 +134,24 @@ func openXmitDispatch(create bool) (*xmitDispatch, error) {
 	if err := os.MkdirAll(XmitDispatchDir, 0o700); err != nil {
 		return fail(fmt.Errorf("xmit dispatcher: %w", err))
 	}
-	for name, m := range map[string]*ebpf.Map{bpf.XmitDispatchMapXmitSlots: d.slots, bpf.XmitDispatchMapXmitProgs: d.progs,
-		bpf.XmitDispatchMapXmitOwners: d.owners, bpf.XmitDispatchMapXmitDispatchCounters: d.counters} {
-		if err := m.Pin(filepath.Join(XmitDispatchDir, name)); err != nil {
+	for name, m := range d.maps() {
+		if err := (*m).Pin(filepath.Join(XmitDispatchDir, name)); err != nil {
 			return fail(fmt.Errorf("xmit dispatcher: pin map %s: %w", name, err))
 		}
 	}
-	l, err = link.AttachTracing(link.TracingOptions{Program: objs.XmitDispatch, AttachType: ebpf.AttachTraceRawTp})
-	if err != nil {
-		return fail(fmt.Errorf("xmit dispatcher: attach: %w", err))
-	}
-	defer l.Close()
-	if err := l.Pin(filepath.Join(XmitDispatchDir, xmitDispatchLinkPin)); err != nil {
-		return fail(fmt.Errorf("xmit dispatcher: pin its link: %w", err))
+	for _, pl := range []struct {
+		prog *ebpf.Program
+		pin  string
+	}{{objs.HostDropDispatchDev, xmitDispatchDropDevPin}, {objs.HostDropDispatchPeer, xmitDispatchDropPeerPin}, {objs.XmitDispatch, xmitDispatchLinkPin}} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: pl.prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			return fail(fmt.Errorf("xmit dispatcher: attach %s: %w", pl.pin, err))
+		}
+		err = l.Pin(filepath.Join(XmitDispatchDir, pl.pin))
+		l.Close() // the pin keeps it
+		if err != nil {
+			return fail(fmt.Errorf("xmit dispatcher: pin %s: %w", pl.pin, err))
+		}
 	}
 	return d, nil
 }
@@ -156,14 +171,21 @@ func (d *xmitDispatch) removeIfEmpty() error {
 // looking the device up before its program goes.
 func (d *xmitDispatch) free(s uint32, o bpf.XmitDispatchXmitOwner) error {
 	var errs []error
-	var cur uint32
-	if err := d.slots.Lookup(&o.Dev, &cur); err == nil && cur == s {
-		if err := d.slots.Delete(&o.Dev); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
+	for _, m := range []struct {
+		slots *ebpf.Map
+		dev   *bpf.XmitDispatchXmitDev
+	}{{d.slots, &o.Dev}, {d.dropPeerSlots, &o.Peer}} {
+		var cur uint32
+		if err := m.slots.Lookup(m.dev, &cur); err == nil && cur == s {
+			if err := m.slots.Delete(m.dev); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
-	if err := d.progs.Delete(&s); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		errs = append(errs, err)
+	for _, progs := range []*ebpf.Map{d.progs, d.dropProgs} {
+		if err := progs.Delete(&s); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	if err := d.owners.Delete(&s); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		errs = append(errs, err)
@@ -209,10 +231,11 @@ func (d *xmitDispatch) sweep() (int, error) {
 	return n, nil
 }
 
-// dispatchXmit gives prog, the port_xmit of the port on dev, a slot of the
-// machine's dispatcher (creating it if there is none). owner is a link of
-// the port whose end frees the slot.
-func dispatchXmit(prog *ebpf.Program, dev bpf.XmitDispatchXmitDev, owner link.ID) (err error) {
+// dispatchXmit gives xmit and hostDrop, the port_xmit and port_host_drop
+// of the port on dev (whose veth peer is peer), a slot of the machine's
+// dispatcher (creating it if there is none). owner is a link of the port
+// whose end frees the slot.
+func dispatchXmit(xmit, hostDrop *ebpf.Program, dev, peer bpf.XmitDispatchXmitDev, owner link.ID) (err error) {
 	unlock, err := lockXmitDispatch()
 	if err != nil {
 		return err
@@ -238,7 +261,10 @@ func dispatchXmit(prog *ebpf.Program, dev bpf.XmitDispatchXmitDev, owner link.ID
 	if err := d.slots.Lookup(&dev, &cur); err == nil {
 		return fmt.Errorf("xmit dispatcher: device %d of namespace %d already has slot %d (another port on it)", dev.Ifindex, dev.NetnsIno, cur)
 	}
-	o := bpf.XmitDispatchXmitOwner{Dev: dev, OwnerLinkId: uint32(owner)}
+	if err := d.dropPeerSlots.Lookup(&peer, &cur); err == nil {
+		return fmt.Errorf("xmit dispatcher: device %d of namespace %d is already a port's peer (slot %d)", peer.Ifindex, peer.NetnsIno, cur)
+	}
+	o := bpf.XmitDispatchXmitOwner{Dev: dev, Peer: peer, OwnerLinkId: uint32(owner)}
 	slot := uint32(XmitDispatchSlots)
 	for s := range uint32(XmitDispatchSlots) {
 		err := d.owners.Update(&s, &o, ebpf.UpdateNoExist)
@@ -253,13 +279,21 @@ func dispatchXmit(prog *ebpf.Program, dev bpf.XmitDispatchXmitDev, owner link.ID
 	if slot == XmitDispatchSlots {
 		return fmt.Errorf("xmit dispatcher: all %d slots are taken (one per port)", XmitDispatchSlots)
 	}
-	if err := d.progs.Update(&slot, uint32(prog.FD()), ebpf.UpdateAny); err != nil {
-		d.free(slot, o)
-		return fmt.Errorf("xmit dispatcher: slot %d: %w", slot, err)
+	// Programs first, then the devices that lead to them.
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"port_xmit", func() error { return d.progs.Update(&slot, uint32(xmit.FD()), ebpf.UpdateAny) }},
+		{"port_host_drop", func() error { return d.dropProgs.Update(&slot, uint32(hostDrop.FD()), ebpf.UpdateAny) }},
+		{"the port's device", func() error { return d.slots.Update(&dev, &slot, ebpf.UpdateNoExist) }},
+		{"its peer", func() error { return d.dropPeerSlots.Update(&peer, &slot, ebpf.UpdateNoExist) }},
 	}
-	if err := d.slots.Update(&dev, &slot, ebpf.UpdateNoExist); err != nil {
-		d.free(slot, o)
-		return fmt.Errorf("xmit dispatcher: device %d of namespace %d: %w", dev.Ifindex, dev.NetnsIno, err)
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			d.free(slot, o)
+			return fmt.Errorf("xmit dispatcher: slot %d, %s: %w", slot, st.what, err)
+		}
 	}
 	return nil
 }
@@ -299,8 +333,9 @@ type XmitDispatchStatus struct {
 	Ports int `json:"ports"`
 	Stale int `json:"stale"`
 	// EmptySlot counts transmissions of a device whose port was halfway
-	// through leaving.
-	EmptySlot uint64 `json:"empty_slot"`
+	// through leaving, DropEmptySlot drops likewise.
+	EmptySlot     uint64 `json:"empty_slot"`
+	DropEmptySlot uint64 `json:"drop_empty_slot"`
 	// ProgramID is the dispatcher's program (for its run-time statistics).
 	ProgramID ebpf.ProgramID `json:"program_id,omitempty"`
 }
@@ -351,6 +386,7 @@ func XmitDispatch() (XmitDispatchStatus, error) {
 	}
 	for _, c := range per {
 		st.EmptySlot += c.EmptySlot
+		st.DropEmptySlot += c.DropEmptySlot
 	}
 	return st, nil
 }

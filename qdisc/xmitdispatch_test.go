@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
@@ -103,6 +105,49 @@ func hostEntered(t *testing.T, p *Port, want uint64) uint64 {
 	}
 }
 
+// dropAtIngress puts a program that drops every packet at the head of
+// dev's TCX ingress, ahead of the port's dequeue.
+func dropAtIngress(t *testing.T, dev string) link.Link {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}}) // TC_ACT_SHOT
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	ifi, err := net.InterfaceByName(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: prog, Attach: ebpf.AttachTCXIngress, Anchor: link.Head()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func hostDrops(t *testing.T, p *Port) uint64 {
+	t.Helper()
+	s, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Total().Host.DroppedPackets
+}
+
+// waitHostDrops waits up to 2 s for want host drops, and returns them.
+func waitHostDrops(t *testing.T, p *Port, want uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n := hostDrops(t, p)
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func dispatchStatus(t *testing.T) XmitDispatchStatus {
 	t.Helper()
 	st, err := XmitDispatch()
@@ -167,6 +212,23 @@ func TestXmitDispatcher(t *testing.T) {
 		}
 	}
 
+	// Packets the kernel drops after the xmit hook (here a program ahead
+	// of the port's dequeue at the peer's ingress) are booked as host
+	// drops: port_host_drop dispatched by the packet's device, or its own.
+	for i, n := range []int{0, 12, 7} {
+		if n == 0 {
+			continue
+		}
+		before := hostDrops(t, ports[i])
+		l := dropAtIngress(t, fmt.Sprintf("xd%db", i))
+		sendFrames(t, fmt.Sprintf("xd%da", i), n)
+		got := waitHostDrops(t, ports[i], before+uint64(n))
+		l.Close()
+		if got != before+uint64(n) {
+			t.Errorf("port xd%da: %d host drops, want %d", i, got-before, n)
+		}
+	}
+
 	// A port whose process is killed keeps its slot until the next
 	// process that attaches or detaches a port frees it.
 	vethUp(t, "xd3a", "xd3b")
@@ -218,8 +280,8 @@ func TestXmitDispatcher(t *testing.T) {
 	if got := hostEntered(t, ports[0], 30); got != 30 {
 		t.Errorf("port xd0a: %d departures, want 30", got)
 	}
-	if st := dispatchStatus(t); st.EmptySlot != before.EmptySlot {
-		t.Errorf("dispatcher ran %d empty slots", st.EmptySlot-before.EmptySlot)
+	if st := dispatchStatus(t); st.EmptySlot != before.EmptySlot || st.DropEmptySlot != before.DropEmptySlot {
+		t.Errorf("dispatcher ran %d empty slots, %d for drops", st.EmptySlot-before.EmptySlot, st.DropEmptySlot-before.DropEmptySlot)
 	}
 	for _, p := range ports {
 		if err := p.Close(); err != nil {

@@ -78,7 +78,8 @@ type PortsRow struct {
 	StatsUsMany float64 `json:"stats_us_many"`
 	Verdict     string  `json:"verdict"` // ok, above, ref
 	// SinkDrops are datagrams the receiver's socket dropped (each runs
-	// every kfree_skb program, a port's port_host_drop among them).
+	// the kfree_skb programs: the dispatcher's two, or every port's
+	// port_host_drop).
 	SinkDrops uint64 `json:"sink_drops"`
 }
 
@@ -401,7 +402,7 @@ func (r *PortsReport) write(w io.Writer) {
 	}
 	for _, row := range r.Rows {
 		if row.SinkDrops > 0 {
-			fmt.Fprintf(w, "%s: the receiver's socket dropped %d datagrams (each runs every kfree_skb program: a port_host_drop per port)\n", row.Way, row.SinkDrops)
+			fmt.Fprintf(w, "%s: the receiver's socket dropped %d datagrams (each runs the kfree_skb programs: with a program per port, every port's port_host_drop)\n", row.Way, row.SinkDrops)
 		}
 	}
 	fmt.Fprintln(w, "hook: the run time of the programs on net_dev_start_xmit per transmission of the machine, kernel-timed (BPF_ENABLE_STATS, a run of half the length after the pkt run),")
