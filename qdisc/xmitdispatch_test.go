@@ -85,8 +85,11 @@ func sendFrames(t *testing.T, dev string, n int) {
 	}
 }
 
-// hostEntered is how many packets left the port's queue at the xmit hook.
-func hostEntered(t *testing.T, p *Port, want uint64) uint64 {
+// departures waits up to 2 s for want departures from the port, and
+// returns those at the xmit hook (Host.EnteredPackets) and those the
+// peer's hook counted late: the tracepoint does not reach BPF for a few
+// packets on a busy machine (docs/port.md), whichever program is on it.
+func departures(t *testing.T, p *Port, want uint64) (hook, late uint64) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
@@ -94,14 +97,24 @@ func hostEntered(t *testing.T, p *Port, want uint64) uint64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := s.Total().Host.EnteredPackets
-		if n >= want || time.Now().After(deadline) {
-			if n != want {
-				t.Logf("port %s: %+v", p.Info().Dev, s.Port)
+		hook, late = s.Total().Host.EnteredPackets, s.Port.LateDeparturePackets
+		if hook+late >= want || time.Now().After(deadline) {
+			if late > 0 {
+				t.Logf("port %s: %d departures at the xmit hook, %d late", p.Info().Dev, hook, late)
 			}
-			return n
+			return hook, late
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkDepartures checks that the port counted want departures, at least
+// 90 % of them at the xmit hook.
+func checkDepartures(t *testing.T, p *Port, want uint64) {
+	t.Helper()
+	hook, late := departures(t, p, want)
+	if hook+late != want || hook < want*9/10 {
+		t.Errorf("port %s: %d departures at the xmit hook and %d late, want %d, at least 90 %% at the hook", p.Info().Dev, hook, late, want)
 	}
 }
 
@@ -207,25 +220,26 @@ func TestXmitDispatcher(t *testing.T) {
 		sendFrames(t, fmt.Sprintf("xd%da", i), n)
 	}
 	for i, p := range ports {
-		if got := hostEntered(t, p, uint64(sends[i])); got != uint64(sends[i]) {
-			t.Errorf("port xd%da: %d departures at the xmit hook, want %d", i, got, sends[i])
-		}
+		checkDepartures(t, p, uint64(sends[i]))
 	}
 
 	// Packets the kernel drops after the xmit hook (here a program ahead
 	// of the port's dequeue at the peer's ingress) are booked as host
 	// drops: port_host_drop dispatched by the packet's device, or its own.
+	// (A packet the hook missed is not in the host queue: no drop.)
 	for i, n := range []int{0, 12, 7} {
 		if n == 0 {
 			continue
 		}
-		before := hostDrops(t, ports[i])
+		drops0 := hostDrops(t, ports[i])
+		hook0, _ := departures(t, ports[i], 0)
 		l := dropAtIngress(t, fmt.Sprintf("xd%db", i))
 		sendFrames(t, fmt.Sprintf("xd%da", i), n)
-		got := waitHostDrops(t, ports[i], before+uint64(n))
+		hook1, _ := departures(t, ports[i], hook0+uint64(n))
+		got := waitHostDrops(t, ports[i], drops0+hook1-hook0)
 		l.Close()
-		if got != before+uint64(n) {
-			t.Errorf("port xd%da: %d host drops, want %d", i, got-before, n)
+		if got-drops0 != hook1-hook0 || hook1-hook0 < uint64(n)*9/10 {
+			t.Errorf("port xd%da: %d host drops of %d packets through the xmit hook (%d sent)", i, got-drops0, hook1-hook0, n)
 		}
 	}
 
@@ -277,9 +291,7 @@ func TestXmitDispatcher(t *testing.T) {
 	}
 	sendFrames(t, "xd0a", 30)
 	sendFrames(t, "xd1a", 30) // no port any more
-	if got := hostEntered(t, ports[0], 30); got != 30 {
-		t.Errorf("port xd0a: %d departures, want 30", got)
-	}
+	checkDepartures(t, ports[0], 30)
 	if st := dispatchStatus(t); st.EmptySlot != before.EmptySlot || st.DropEmptySlot != before.DropEmptySlot {
 		t.Errorf("dispatcher ran %d empty slots, %d for drops", st.EmptySlot-before.EmptySlot, st.DropEmptySlot-before.DropEmptySlot)
 	}
