@@ -21,6 +21,11 @@
  * peer), so two programs, one per role, cover every port: two lookups
  * per drop, whatever the number of ports.
  *
+ * A kernel NP (bpf/np.c) watches its CNPs leave with np_xmit on the same
+ * tracepoint: np_xmit_dispatch tail-calls it by the NP's device, a second
+ * program beside xmit_dispatch (a host's device can carry a port and an NP
+ * at once).
+ *
  * qdisc/xmitdispatch.go pins it under bpffs, claims and frees the slots
  * (xmit_owners, atomically) and removes it with its last port.
  */
@@ -77,6 +82,22 @@ struct {
 	__type(value, struct xmit_owner);
 } xmit_owners SEC(".maps");
 
+/* A kernel NP's device -> its slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XMIT_DISPATCH_SLOTS);
+	__type(key, struct xmit_dev);
+	__type(value, __u32);
+} np_slots SEC(".maps");
+
+/* Slot -> the NP's np_xmit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, XMIT_DISPATCH_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} np_progs SEC(".maps");
+
 /* A port's veth peer -> its slot (drops in the host queue). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -127,6 +148,28 @@ int xmit_dispatch(__u64 *ctx)
 	st = bpf_map_lookup_elem(&xmit_dispatch_counters, &zero);
 	if (st)
 		st->empty_slot++;
+	return 0;
+}
+
+/* The same for the kernel NPs' np_xmit. */
+SEC("tp_btf/net_dev_start_xmit")
+int np_xmit_dispatch(__u64 *ctx)
+{
+	const struct net_device *dev = (const void *)ctx[1];
+	struct xmit_dispatch_stats *st;
+	struct xmit_dev key = {};
+	__u32 *slot, zero = 0;
+
+	if (!dev)
+		return 0;
+	dev_key(&key, dev);
+	slot = bpf_map_lookup_elem(&np_slots, &key);
+	if (!slot)
+		return 0;
+	bpf_tail_call(ctx, &np_progs, *slot);
+	st = bpf_map_lookup_elem(&xmit_dispatch_counters, &zero);
+	if (st)
+		st->np_empty_slot++;
 	return 0;
 }
 

@@ -24,9 +24,15 @@ struct xmit_dev {
  * port (its dequeue program's TCX link) whose end frees the slot. */
 struct xmit_owner {
 	struct xmit_dev dev;
-	struct xmit_dev peer;
+	struct xmit_dev peer; /* zero for a kernel NP */
 	__u32 owner_link_id;
-	__u32 pad;
+	__u32 kind; /* enum xmit_kind */
+};
+
+/* What holds a slot. */
+enum xmit_kind {
+	XMIT_KIND_PORT = 0, /* a port: port_xmit, port_host_drop */
+	XMIT_KIND_NP = 1,   /* a kernel NP: np_xmit (bpf/np.c) */
 };
 
 /* What the dispatcher saw (per CPU). */
@@ -36,6 +42,8 @@ struct xmit_dispatch_stats {
 	__u64 empty_slot;
 	/* The same for a dropped packet's device (host_drop_dispatch_*). */
 	__u64 drop_empty_slot;
+	/* The same for a kernel NP's device (np_xmit_dispatch). */
+	__u64 np_empty_slot;
 };
 
 #endif /* FABRICLAB_XMIT_DISPATCH_H */

@@ -23,6 +23,7 @@ type XmitDispatchXmitDispatchStats struct {
 	_             structs.HostLayout
 	EmptySlot     uint64
 	DropEmptySlot uint64
+	NpEmptySlot   uint64
 }
 
 type XmitDispatchXmitOwner struct {
@@ -30,7 +31,7 @@ type XmitDispatchXmitOwner struct {
 	Dev         XmitDispatchXmitDev
 	Peer        XmitDispatchXmitDev
 	OwnerLinkId uint32
-	Pad         uint32
+	Kind        uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -39,12 +40,15 @@ type XmitDispatchXmitOwner struct {
 const (
 	XmitDispatchMapDropPeerSlots         = "drop_peer_slots"
 	XmitDispatchMapDropProgs             = "drop_progs"
+	XmitDispatchMapNpProgs               = "np_progs"
+	XmitDispatchMapNpSlots               = "np_slots"
 	XmitDispatchMapXmitDispatchCounters  = "xmit_dispatch_counters"
 	XmitDispatchMapXmitOwners            = "xmit_owners"
 	XmitDispatchMapXmitProgs             = "xmit_progs"
 	XmitDispatchMapXmitSlots             = "xmit_slots"
 	XmitDispatchProgHostDropDispatchDev  = "host_drop_dispatch_dev"
 	XmitDispatchProgHostDropDispatchPeer = "host_drop_dispatch_peer"
+	XmitDispatchProgNpXmitDispatch       = "np_xmit_dispatch"
 	XmitDispatchProgXmitDispatch         = "xmit_dispatch"
 )
 
@@ -92,6 +96,7 @@ type XmitDispatchSpecs struct {
 type XmitDispatchProgramSpecs struct {
 	HostDropDispatchDev  *ebpf.ProgramSpec `ebpf:"host_drop_dispatch_dev"`
 	HostDropDispatchPeer *ebpf.ProgramSpec `ebpf:"host_drop_dispatch_peer"`
+	NpXmitDispatch       *ebpf.ProgramSpec `ebpf:"np_xmit_dispatch"`
 	XmitDispatch         *ebpf.ProgramSpec `ebpf:"xmit_dispatch"`
 }
 
@@ -101,6 +106,8 @@ type XmitDispatchProgramSpecs struct {
 type XmitDispatchMapSpecs struct {
 	DropPeerSlots        *ebpf.MapSpec `ebpf:"drop_peer_slots"`
 	DropProgs            *ebpf.MapSpec `ebpf:"drop_progs"`
+	NpProgs              *ebpf.MapSpec `ebpf:"np_progs"`
+	NpSlots              *ebpf.MapSpec `ebpf:"np_slots"`
 	XmitDispatchCounters *ebpf.MapSpec `ebpf:"xmit_dispatch_counters"`
 	XmitOwners           *ebpf.MapSpec `ebpf:"xmit_owners"`
 	XmitProgs            *ebpf.MapSpec `ebpf:"xmit_progs"`
@@ -135,6 +142,8 @@ func (o *XmitDispatchObjects) Close() error {
 type XmitDispatchMaps struct {
 	DropPeerSlots        *ebpf.Map `ebpf:"drop_peer_slots"`
 	DropProgs            *ebpf.Map `ebpf:"drop_progs"`
+	NpProgs              *ebpf.Map `ebpf:"np_progs"`
+	NpSlots              *ebpf.Map `ebpf:"np_slots"`
 	XmitDispatchCounters *ebpf.Map `ebpf:"xmit_dispatch_counters"`
 	XmitOwners           *ebpf.Map `ebpf:"xmit_owners"`
 	XmitProgs            *ebpf.Map `ebpf:"xmit_progs"`
@@ -145,6 +154,8 @@ func (m *XmitDispatchMaps) Close() error {
 	return _XmitDispatchClose(
 		m.DropPeerSlots,
 		m.DropProgs,
+		m.NpProgs,
+		m.NpSlots,
 		m.XmitDispatchCounters,
 		m.XmitOwners,
 		m.XmitProgs,
@@ -164,6 +175,7 @@ type XmitDispatchVariables struct {
 type XmitDispatchPrograms struct {
 	HostDropDispatchDev  *ebpf.Program `ebpf:"host_drop_dispatch_dev"`
 	HostDropDispatchPeer *ebpf.Program `ebpf:"host_drop_dispatch_peer"`
+	NpXmitDispatch       *ebpf.Program `ebpf:"np_xmit_dispatch"`
 	XmitDispatch         *ebpf.Program `ebpf:"xmit_dispatch"`
 }
 
@@ -171,6 +183,7 @@ func (p *XmitDispatchPrograms) Close() error {
 	return _XmitDispatchClose(
 		p.HostDropDispatchDev,
 		p.HostDropDispatchPeer,
+		p.NpXmitDispatch,
 		p.XmitDispatch,
 	)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/npbpf/npprobe"
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/qdisc/dispatch"
 )
 
 // The kernel NP lab: a sender ("rp", the reaction point's host) and a
@@ -114,6 +115,9 @@ func newNPLab(t *testing.T, opts npbpf.Options) *npLab {
 	}
 	if l.nph.XmitHookErr != nil && !opts.NoXmitHook {
 		t.Fatalf("the transmit hook must attach on this kernel: %v", l.nph.XmitHookErr)
+	}
+	if !opts.NoXmitHook && !l.nph.XmitDispatched() {
+		t.Fatalf("np_xmit is not in the machine's xmit dispatcher")
 	}
 	t.Cleanup(func() {
 		if err := l.nph.Close(); err != nil {
@@ -450,16 +454,23 @@ func TestNPBPF(t *testing.T) {
 		}
 	}
 
-	// Close detaches the programs: nothing on the device, no link left (the
-	// transmit hook's included), no more CNPs.
+	// Close detaches the programs: nothing on the device, no link left, the
+	// transmit hook out of the dispatcher, no more CNPs.
 	t.Run("detach", func(t *testing.T) {
 		c := l.qp(t, 0x107, 0x207, false, 0)
 		ids, err := l.nph.LinkIDs()
-		if err != nil || len(ids) != 3 {
-			t.Fatalf("links %v, %v: want the transmit hook, egress and ingress", ids, err)
+		if err != nil || len(ids) != 2 {
+			t.Fatalf("links %v, %v: want egress and ingress (the transmit hook is dispatched)", ids, err)
+		}
+		d0, err := dispatch.Read()
+		if err != nil {
+			t.Fatal(err)
 		}
 		if err := l.nph.Close(); err != nil {
 			t.Fatal(err)
+		}
+		if d1, err := dispatch.Read(); err != nil || d1.NPs != d0.NPs-1 {
+			t.Errorf("the dispatcher held %d NPs before Close, %d after (%v): want one less", d0.NPs, d1.NPs, err)
 		}
 		for _, id := range ids {
 			if ln, err := link.NewFromID(id); err == nil {

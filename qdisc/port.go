@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/qdisc/dispatch"
 )
 
 // PinRoot is where an attached port pins its maps and links.
@@ -352,14 +353,14 @@ func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 		owner = info.ID
 	}
 	progs := []*ebpf.Program{objs.PortXmit, objs.PortHostDrop}
-	var peer bpf.XmitDispatchXmitDev
+	var peer dispatch.Device
 	if owner != 0 {
 		progs = nil
 		ino, err := netnsIno(p.peerNS)
 		if err != nil {
 			return fmt.Errorf("attach xmit hook: the peer's namespace: %w", err)
 		}
-		peer = bpf.XmitDispatchXmitDev{NetnsIno: ino, Ifindex: uint32(p.meta.PeerIfindex)}
+		peer = dispatch.Device{NetnsIno: ino, Ifindex: p.meta.PeerIfindex}
 	}
 	var links []link.Link
 	undo := func() {
@@ -367,7 +368,7 @@ func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 			l.Close()
 		}
 		if p.meta.XmitDispatched {
-			undispatchXmit(xmitDev(target), []link.ID{owner})
+			dispatch.UndoPort(xmitDev(target), []link.ID{owner})
 			p.meta.XmitDispatched = false
 		}
 	}
@@ -380,7 +381,7 @@ func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 		links = append(links, l)
 	}
 	if owner != 0 {
-		if err := dispatchXmit(objs.PortXmit, objs.PortHostDrop, xmitDev(target), peer, owner); err != nil {
+		if err := dispatch.Port(objs.PortXmit, objs.PortHostDrop, xmitDev(target), peer, owner); err != nil {
 			undo()
 			return fmt.Errorf("attach xmit hook: %w", err)
 		}
@@ -395,8 +396,8 @@ func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 	return nil
 }
 
-func xmitDev(t *XmitTarget) bpf.XmitDispatchXmitDev {
-	return bpf.XmitDispatchXmitDev{NetnsIno: t.NetnsIno, Ifindex: uint32(t.Ifindex)}
+func xmitDev(t *XmitTarget) dispatch.Device {
+	return dispatch.Device{NetnsIno: t.NetnsIno, Ifindex: t.Ifindex}
 }
 
 // undispatch frees the port's slot of the xmit dispatcher.
@@ -415,7 +416,7 @@ func (p *Port) undispatch() error {
 		}
 	}
 	p.meta.XmitDispatched = false
-	return undispatchXmit(xmitDev(&XmitTarget{Ifindex: p.meta.Ifindex, NetnsIno: ino}), ids)
+	return dispatch.UndoPort(dispatch.Device{NetnsIno: ino, Ifindex: p.meta.Ifindex}, ids)
 }
 
 // findPeer locates the veth peer and checks it can see packets one by one.
@@ -820,9 +821,9 @@ func SweepStale() ([]string, error) {
 		return dirs, err
 	}
 	// Then the xmit dispatcher's slots that the removed pins held.
-	if n, err := sweepXmitDispatch(); err != nil || n > 0 {
+	if n, err := dispatch.Sweep(); err != nil || n > 0 {
 		if n > 0 {
-			dirs = append(dirs, fmt.Sprintf("%s: %d slot(s)", XmitDispatchDir, n))
+			dirs = append(dirs, fmt.Sprintf("%s: %d slot(s)", dispatch.Dir, n))
 		}
 		return dirs, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/qdisc/dispatch"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -161,9 +162,9 @@ func waitHostDrops(t *testing.T, p *Port, want uint64) uint64 {
 	}
 }
 
-func dispatchStatus(t *testing.T) XmitDispatchStatus {
+func dispatchStatus(t *testing.T) dispatch.Status {
 	t.Helper()
-	st, err := XmitDispatch()
+	st, err := dispatch.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,8 +309,8 @@ func TestXmitDispatcher(t *testing.T) {
 		if st.Attached {
 			t.Errorf("the dispatcher stayed with no port")
 		}
-		if _, err := os.Stat(XmitDispatchDir); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left behind: %v", XmitDispatchDir, err)
+		if _, err := os.Stat(dispatch.Dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind: %v", dispatch.Dir, err)
 		}
 	}
 }

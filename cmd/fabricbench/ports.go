@@ -21,6 +21,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/dispatch"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -254,8 +255,8 @@ func portsRound(a, b *lab.Node, dst *net.UDPAddr, many int, own bool, send time.
 		if own {
 			prog, err = p.Programs().PortXmit.Clone()
 		} else if len(hook) == 0 {
-			var st qdisc.XmitDispatchStatus
-			if st, err = qdisc.XmitDispatch(); err == nil {
+			var st dispatch.Status
+			if st, err = dispatch.Read(); err == nil {
 				prog, err = ebpf.NewProgramFromID(st.ProgramID)
 			}
 		}
@@ -349,7 +350,7 @@ func portsRound(a, b *lab.Node, dst *net.UDPAddr, many int, own bool, send time.
 		}
 	}
 	if !own {
-		st, err := qdisc.XmitDispatch()
+		st, err := dispatch.Read()
 		if err != nil {
 			return res, err
 		}

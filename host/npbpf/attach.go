@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/fabriclab/fabriclab/qdisc/dispatch"
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 	"github.com/vishvananda/netns"
 )
@@ -51,8 +52,11 @@ type NP struct {
 	XmitHookErr error
 
 	mu     sync.Mutex
-	links  []link.Link // the transmit hook, egress, then ingress
+	links  []link.Link // [the transmit hook,] egress, then ingress
 	closed bool
+	// dispatched is np_xmit's device in the xmit dispatcher, nil when it
+	// is not dispatched.
+	dispatched *dispatch.Device
 }
 
 // errNoXmitHook is XmitHookErr with Options.NoXmitHook.
@@ -67,10 +71,7 @@ func Attach(ns netns.NsHandle, dev string, opts Options) (*NP, error) {
 		return nil, err
 	}
 	np := &NP{Objects: objs, Dev: dev, XmitHookErr: errNoXmitHook}
-	if !opts.NoXmitHook {
-		// Before np_egress: every CNP it builds is recorded for np_xmit.
-		np.XmitHookErr = np.attachXmit()
-	}
+	var ino uint32
 	err = nsexec.Do(ns, func() error {
 		ifi, err := net.InterfaceByName(dev)
 		if err != nil {
@@ -80,6 +81,9 @@ func Attach(ns netns.NsHandle, dev string, opts Options) (*NP, error) {
 			return fmt.Errorf("%s has no Ethernet address (%q): the CNP swaps the data packet's Ethernet addresses", dev, ifi.HardwareAddr)
 		}
 		np.Ifindex = ifi.Index
+		if ino, err = nsexec.Ino(netns.None()); err != nil {
+			return err
+		}
 		// Egress first: a clone must never find the egress hook without
 		// the program that turns it into a CNP.
 		if err := np.attach(objs.objs.Egress, ebpf.AttachTCXEgress, link.Head()); err != nil {
@@ -103,22 +107,68 @@ func Attach(ns netns.NsHandle, dev string, opts Options) (*NP, error) {
 		}
 		return nil, fmt.Errorf("npbpf: attach to %s: %w", dev, err)
 	}
+	if !opts.NoXmitHook {
+		// np_egress counts from a CNP's build until xmit_hook is set,
+		// which attachXmit does last.
+		np.XmitHookErr = np.attachXmit(dispatch.Device{NetnsIno: ino, Ifindex: np.Ifindex})
+	}
 	return np, nil
 }
 
-// attachXmit attaches np_xmit to the net_dev_start_xmit tracepoint (for
-// every namespace: np_xmits tells this object's CNPs apart) and tells
-// np_egress so.
-func (np *NP) attachXmit() error {
-	l, err := link.AttachTracing(link.TracingOptions{Program: np.objs.Xmit})
-	if err != nil {
-		return fmt.Errorf("npbpf: attach np_xmit to net_dev_start_xmit: %w", err)
+// attachXmit hooks np_xmit to the machine's xmit dispatcher
+// (qdisc/dispatch: one program on net_dev_start_xmit runs it for dev's
+// transmissions alone, held by np_egress's link) and tells np_egress so.
+// Where the dispatcher cannot be had (no shared bpffs), np_xmit goes on
+// the tracepoint itself, for every device of every namespace (np_xmits
+// tells this object's CNPs apart).
+func (np *NP) attachXmit(dev dispatch.Device) error {
+	var owner link.ID
+	if len(np.links) > 0 {
+		if info, err := np.links[0].Info(); err == nil {
+			owner = info.ID
+		}
+	}
+	var undo func() error
+	if owner != 0 && dispatch.NP(np.objs.Xmit, dev, owner) == nil {
+		np.dispatched = &dev
+		undo = np.undispatch
+	} else {
+		l, err := link.AttachTracing(link.TracingOptions{Program: np.objs.Xmit})
+		if err != nil {
+			return fmt.Errorf("npbpf: attach np_xmit to net_dev_start_xmit: %w", err)
+		}
+		np.links = append([]link.Link{l}, np.links...)
+		undo = func() error { return nil }
 	}
 	if err := np.objs.XmitHook.Set(uint8(1)); err != nil {
-		return errors.Join(fmt.Errorf("npbpf: set xmit_hook: %w", err), l.Close())
+		return errors.Join(fmt.Errorf("npbpf: set xmit_hook: %w", err), undo())
 	}
-	np.links = append(np.links, l)
 	return nil
+}
+
+// XmitDispatched reports whether np_xmit runs from the machine's xmit
+// dispatcher (for this device's transmissions alone) rather than on the
+// tracepoint itself.
+func (np *NP) XmitDispatched() bool {
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	return np.dispatched != nil
+}
+
+// undispatch frees np_xmit's slot of the dispatcher.
+func (np *NP) undispatch() error {
+	if np.dispatched == nil {
+		return nil
+	}
+	var ids []link.ID
+	for _, l := range np.links {
+		if info, err := l.Info(); err == nil {
+			ids = append(ids, info.ID)
+		}
+	}
+	err := dispatch.UndoNP(*np.dispatched, ids)
+	np.dispatched = nil
+	return err
 }
 
 func (np *NP) attach(prog *ebpf.Program, where ebpf.AttachType, anchor link.Anchor) error {
@@ -157,7 +207,8 @@ func (np *NP) Close() error {
 		return nil
 	}
 	np.closed = true
-	var errs []error
+	// Out of the dispatcher while the link that holds the slot lives.
+	errs := []error{np.undispatch()}
 	for i := len(np.links) - 1; i >= 0; i-- {
 		errs = append(errs, np.links[i].Close())
 	}

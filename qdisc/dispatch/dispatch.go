@@ -1,4 +1,8 @@
-package qdisc
+// Package dispatch is the machine's xmit dispatcher (bpf/xmit_dispatch.c):
+// the one home of the tracing programs that every port (qdisc) and every
+// kernel NP (host/npbpf) would otherwise each attach to tracepoints that
+// fire for every packet of the machine.
+package dispatch
 
 import (
 	"errors"
@@ -20,7 +24,8 @@ import (
 // device's port, so that each transmission pays one hash lookup instead of
 // one tracing program per port (~60-80 ns each, docs/measured.md); two on
 // tp_btf/kfree_skb do the same for port_host_drop, by the dropped
-// packet's device (the port's, or its veth peer's). Its
+// packet's device (the port's, or its veth peer's); a third on
+// net_dev_start_xmit does it for the kernel NPs' np_xmit (host/npbpf). Its
 // links and maps are pinned, since ports of several processes share it; a
 // flock serialises the processes that change it, and the last port to
 // leave removes it.
@@ -29,15 +34,21 @@ import (
 // link): a port whose process died unpinned has lost it, and the next
 // process to touch the dispatcher frees the slot (sweep).
 var (
-	// XmitDispatchDir is where the dispatcher pins its link and maps.
+	// Dir is where the dispatcher pins its link and maps.
 	// The suffix changes with the layout of its maps.
-	XmitDispatchDir = filepath.Join(pinning.Root, "xmit_dispatch_v1")
+	Dir = filepath.Join(pinning.Root, "xmit_dispatch_v1")
 	// xmitDispatchLock is the flock the processes take to change it.
 	xmitDispatchLock = "/run/fabriclab/xmit_dispatch.lock"
 )
 
-// XmitDispatchSlots is how many ports the dispatcher serves at once.
-const XmitDispatchSlots = 1024 // XMIT_DISPATCH_SLOTS
+// Slots is how many ports and NPs the dispatcher serves at once.
+const Slots = 1024 // XMIT_DISPATCH_SLOTS
+
+// enum xmit_kind: what holds a slot.
+const (
+	xmitKindPort = 0 // XMIT_KIND_PORT
+	xmitKindNP   = 1 // XMIT_KIND_NP
+)
 
 // The pins of its links: link is pinned last, so that its pin says the
 // dispatcher is whole.
@@ -45,12 +56,14 @@ const (
 	xmitDispatchLinkPin     = "link"
 	xmitDispatchDropDevPin  = "link_drop_dev"
 	xmitDispatchDropPeerPin = "link_drop_peer"
+	xmitDispatchNPPin       = "link_np"
 )
 
 // xmitDispatch is the dispatcher's pinned maps opened by one process.
 type xmitDispatch struct {
 	slots, progs, owners, counters *ebpf.Map
 	dropPeerSlots, dropProgs       *ebpf.Map
+	npSlots, npProgs               *ebpf.Map
 }
 
 func (d *xmitDispatch) maps() map[string]**ebpf.Map {
@@ -58,11 +71,12 @@ func (d *xmitDispatch) maps() map[string]**ebpf.Map {
 		bpf.XmitDispatchMapXmitSlots: &d.slots, bpf.XmitDispatchMapXmitProgs: &d.progs,
 		bpf.XmitDispatchMapXmitOwners: &d.owners, bpf.XmitDispatchMapXmitDispatchCounters: &d.counters,
 		bpf.XmitDispatchMapDropPeerSlots: &d.dropPeerSlots, bpf.XmitDispatchMapDropProgs: &d.dropProgs,
+		bpf.XmitDispatchMapNpSlots: &d.npSlots, bpf.XmitDispatchMapNpProgs: &d.npProgs,
 	}
 }
 
 func (d *xmitDispatch) close() {
-	for _, m := range []*ebpf.Map{d.slots, d.progs, d.owners, d.counters, d.dropPeerSlots, d.dropProgs} {
+	for _, m := range []*ebpf.Map{d.slots, d.progs, d.owners, d.counters, d.dropPeerSlots, d.dropProgs, d.npSlots, d.npProgs} {
 		if m != nil {
 			m.Close()
 		}
@@ -96,12 +110,12 @@ func lockXmitDispatch() (unlock func(), err error) {
 // whose creator died halfway). Without create and without a dispatcher it
 // returns nil. The caller holds the lock.
 func openXmitDispatch(create bool) (*xmitDispatch, error) {
-	l, err := link.LoadPinnedLink(filepath.Join(XmitDispatchDir, xmitDispatchLinkPin), nil)
+	l, err := link.LoadPinnedLink(filepath.Join(Dir, xmitDispatchLinkPin), nil)
 	if err == nil {
 		l.Close() // the pin keeps it
 		d := &xmitDispatch{}
 		for name, dst := range d.maps() {
-			if *dst, err = pinning.LoadMap(XmitDispatchDir, name); err != nil {
+			if *dst, err = pinning.LoadMap(Dir, name); err != nil {
 				d.close()
 				return nil, fmt.Errorf("xmit dispatcher: %w", err)
 			}
@@ -113,7 +127,7 @@ func openXmitDispatch(create bool) (*xmitDispatch, error) {
 	}
 	// No link pinned: no dispatcher, or what a creator killed halfway
 	// left (maps pinned before the link).
-	if err := os.RemoveAll(XmitDispatchDir); err != nil {
+	if err := os.RemoveAll(Dir); err != nil {
 		return nil, fmt.Errorf("xmit dispatcher: remove the remains of one: %w", err)
 	}
 	if !create {
@@ -121,33 +135,34 @@ func openXmitDispatch(create bool) (*xmitDispatch, error) {
 	}
 	var objs bpf.XmitDispatchObjects
 	if err := bpf.LoadXmitDispatchObjects(&objs, nil); err != nil {
-		return nil, loadError("load the xmit dispatcher", err)
+		return nil, fmt.Errorf("load the xmit dispatcher: %w", err)
 	}
 	defer objs.XmitDispatchPrograms.Close()
 	d := &xmitDispatch{slots: objs.XmitSlots, progs: objs.XmitProgs, owners: objs.XmitOwners, counters: objs.XmitDispatchCounters,
-		dropPeerSlots: objs.DropPeerSlots, dropProgs: objs.DropProgs}
+		dropPeerSlots: objs.DropPeerSlots, dropProgs: objs.DropProgs, npSlots: objs.NpSlots, npProgs: objs.NpProgs}
 	fail := func(err error) (*xmitDispatch, error) {
 		d.close()
-		os.RemoveAll(XmitDispatchDir)
+		os.RemoveAll(Dir)
 		return nil, err
 	}
-	if err := os.MkdirAll(XmitDispatchDir, 0o700); err != nil {
+	if err := os.MkdirAll(Dir, 0o700); err != nil {
 		return fail(fmt.Errorf("xmit dispatcher: %w", err))
 	}
 	for name, m := range d.maps() {
-		if err := (*m).Pin(filepath.Join(XmitDispatchDir, name)); err != nil {
+		if err := (*m).Pin(filepath.Join(Dir, name)); err != nil {
 			return fail(fmt.Errorf("xmit dispatcher: pin map %s: %w", name, err))
 		}
 	}
 	for _, pl := range []struct {
 		prog *ebpf.Program
 		pin  string
-	}{{objs.HostDropDispatchDev, xmitDispatchDropDevPin}, {objs.HostDropDispatchPeer, xmitDispatchDropPeerPin}, {objs.XmitDispatch, xmitDispatchLinkPin}} {
+	}{{objs.HostDropDispatchDev, xmitDispatchDropDevPin}, {objs.HostDropDispatchPeer, xmitDispatchDropPeerPin},
+		{objs.NpXmitDispatch, xmitDispatchNPPin}, {objs.XmitDispatch, xmitDispatchLinkPin}} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: pl.prog, AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
 			return fail(fmt.Errorf("xmit dispatcher: attach %s: %w", pl.pin, err))
 		}
-		err = l.Pin(filepath.Join(XmitDispatchDir, pl.pin))
+		err = l.Pin(filepath.Join(Dir, pl.pin))
 		l.Close() // the pin keeps it
 		if err != nil {
 			return fail(fmt.Errorf("xmit dispatcher: pin %s: %w", pl.pin, err))
@@ -164,17 +179,23 @@ func (d *xmitDispatch) removeIfEmpty() error {
 	if d.owners.Iterate().Next(&k, &v) {
 		return nil
 	}
-	return os.RemoveAll(XmitDispatchDir)
+	return os.RemoveAll(Dir)
 }
 
 // free empties slot s, device entry first, so that the dispatcher stops
 // looking the device up before its program goes.
 func (d *xmitDispatch) free(s uint32, o bpf.XmitDispatchXmitOwner) error {
 	var errs []error
-	for _, m := range []struct {
+	type devMap struct {
 		slots *ebpf.Map
 		dev   *bpf.XmitDispatchXmitDev
-	}{{d.slots, &o.Dev}, {d.dropPeerSlots, &o.Peer}} {
+	}
+	devs := []devMap{{d.slots, &o.Dev}, {d.dropPeerSlots, &o.Peer}}
+	progs := []*ebpf.Map{d.progs, d.dropProgs}
+	if o.Kind == xmitKindNP {
+		devs, progs = []devMap{{d.npSlots, &o.Dev}}, []*ebpf.Map{d.npProgs}
+	}
+	for _, m := range devs {
 		var cur uint32
 		if err := m.slots.Lookup(m.dev, &cur); err == nil && cur == s {
 			if err := m.slots.Delete(m.dev); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -182,7 +203,7 @@ func (d *xmitDispatch) free(s uint32, o bpf.XmitDispatchXmitOwner) error {
 			}
 		}
 	}
-	for _, progs := range []*ebpf.Map{d.progs, d.dropProgs} {
+	for _, progs := range progs {
 		if err := progs.Delete(&s); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}
@@ -231,11 +252,65 @@ func (d *xmitDispatch) sweep() (int, error) {
 	return n, nil
 }
 
-// dispatchXmit gives xmit and hostDrop, the port_xmit and port_host_drop
+// Port gives xmit and hostDrop, the port_xmit and port_host_drop
 // of the port on dev (whose veth peer is peer), a slot of the machine's
 // dispatcher (creating it if there is none). owner is a link of the port
 // whose end frees the slot.
-func dispatchXmit(xmit, hostDrop *ebpf.Program, dev, peer bpf.XmitDispatchXmitDev, owner link.ID) (err error) {
+func Port(xmit, hostDrop *ebpf.Program, port, peerDev Device, owner link.ID) error {
+	dev, peer := port.key(), peerDev.key()
+	o := bpf.XmitDispatchXmitOwner{Dev: dev, Peer: peer, OwnerLinkId: uint32(owner), Kind: xmitKindPort}
+	return claimSlot(o, func(d *xmitDispatch, slot uint32) []dispatchStep {
+		return []dispatchStep{
+			{"port_xmit", func() error { return d.progs.Update(&slot, uint32(xmit.FD()), ebpf.UpdateAny) }},
+			{"port_host_drop", func() error { return d.dropProgs.Update(&slot, uint32(hostDrop.FD()), ebpf.UpdateAny) }},
+			{"the port's device", func() error { return d.slots.Update(&dev, &slot, ebpf.UpdateNoExist) }},
+			{"its peer", func() error { return d.dropPeerSlots.Update(&peer, &slot, ebpf.UpdateNoExist) }},
+		}
+	})
+}
+
+// Device is a device the xmit dispatcher serves: its ifindex and its
+// namespace's inode (net->ns.inum).
+type Device struct {
+	NetnsIno uint32
+	Ifindex  int
+}
+
+func (d Device) key() bpf.XmitDispatchXmitDev {
+	return bpf.XmitDispatchXmitDev{NetnsIno: d.NetnsIno, Ifindex: uint32(d.Ifindex)}
+}
+
+// NP gives prog, the np_xmit of the kernel NP on dev
+// (host/npbpf), a slot of the machine's xmit dispatcher, creating it if
+// there is none: the transmissions of dev run it, no other device's. owner
+// is a link of the NP whose end frees the slot.
+func NP(prog *ebpf.Program, dev Device, owner link.ID) error {
+	key := dev.key()
+	o := bpf.XmitDispatchXmitOwner{Dev: key, OwnerLinkId: uint32(owner), Kind: xmitKindNP}
+	return claimSlot(o, func(d *xmitDispatch, slot uint32) []dispatchStep {
+		return []dispatchStep{
+			{"np_xmit", func() error { return d.npProgs.Update(&slot, uint32(prog.FD()), ebpf.UpdateAny) }},
+			{"the NP's device", func() error { return d.npSlots.Update(&key, &slot, ebpf.UpdateNoExist) }},
+		}
+	})
+}
+
+// UndoNP frees the slot of the kernel NP on dev, if one of
+// owners holds it, and removes the dispatcher with its last user.
+func UndoNP(dev Device, owners []link.ID) error {
+	return freeSlot(func(d *xmitDispatch) *ebpf.Map { return d.npSlots }, dev.key(), owners)
+}
+
+// dispatchStep is one map update of a slot's claim.
+type dispatchStep struct {
+	what string
+	do   func() error
+}
+
+// claimSlot claims a free slot for o under the lock, then runs its steps
+// (programs first, then the devices that lead to them); on an error it
+// frees the slot again.
+func claimSlot(o bpf.XmitDispatchXmitOwner, steps func(d *xmitDispatch, slot uint32) []dispatchStep) (err error) {
 	unlock, err := lockXmitDispatch()
 	if err != nil {
 		return err
@@ -257,16 +332,8 @@ func dispatchXmit(xmit, hostDrop *ebpf.Program, dev, peer bpf.XmitDispatchXmitDe
 	if _, err := d.sweep(); err != nil {
 		return err
 	}
-	var cur uint32
-	if err := d.slots.Lookup(&dev, &cur); err == nil {
-		return fmt.Errorf("xmit dispatcher: device %d of namespace %d already has slot %d (another port on it)", dev.Ifindex, dev.NetnsIno, cur)
-	}
-	if err := d.dropPeerSlots.Lookup(&peer, &cur); err == nil {
-		return fmt.Errorf("xmit dispatcher: device %d of namespace %d is already a port's peer (slot %d)", peer.Ifindex, peer.NetnsIno, cur)
-	}
-	o := bpf.XmitDispatchXmitOwner{Dev: dev, Peer: peer, OwnerLinkId: uint32(owner)}
-	slot := uint32(XmitDispatchSlots)
-	for s := range uint32(XmitDispatchSlots) {
+	slot := uint32(Slots)
+	for s := range uint32(Slots) {
 		err := d.owners.Update(&s, &o, ebpf.UpdateNoExist)
 		if err == nil {
 			slot = s
@@ -276,31 +343,30 @@ func dispatchXmit(xmit, hostDrop *ebpf.Program, dev, peer bpf.XmitDispatchXmitDe
 			return fmt.Errorf("xmit dispatcher: claim slot %d: %w", s, err)
 		}
 	}
-	if slot == XmitDispatchSlots {
-		return fmt.Errorf("xmit dispatcher: all %d slots are taken (one per port)", XmitDispatchSlots)
+	if slot == Slots {
+		return fmt.Errorf("xmit dispatcher: all %d slots are taken (one per port and per kernel NP)", Slots)
 	}
-	// Programs first, then the devices that lead to them.
-	steps := []struct {
-		what string
-		do   func() error
-	}{
-		{"port_xmit", func() error { return d.progs.Update(&slot, uint32(xmit.FD()), ebpf.UpdateAny) }},
-		{"port_host_drop", func() error { return d.dropProgs.Update(&slot, uint32(hostDrop.FD()), ebpf.UpdateAny) }},
-		{"the port's device", func() error { return d.slots.Update(&dev, &slot, ebpf.UpdateNoExist) }},
-		{"its peer", func() error { return d.dropPeerSlots.Update(&peer, &slot, ebpf.UpdateNoExist) }},
-	}
-	for _, st := range steps {
+	for _, st := range steps(d, slot) {
 		if err := st.do(); err != nil {
 			d.free(slot, o)
+			if errors.Is(err, ebpf.ErrKeyExist) {
+				err = fmt.Errorf("%w (device %d of namespace %d already has one)", err, o.Dev.Ifindex, o.Dev.NetnsIno)
+			}
 			return fmt.Errorf("xmit dispatcher: slot %d, %s: %w", slot, st.what, err)
 		}
 	}
 	return nil
 }
 
-// undispatchXmit frees the slot of the port on dev, if one of owners holds
-// it, and removes the dispatcher with its last port.
-func undispatchXmit(dev bpf.XmitDispatchXmitDev, owners []link.ID) error {
+// UndoPort frees the slot of the port on dev, if one of owners holds
+// it, and removes the dispatcher with its last user.
+func UndoPort(dev Device, owners []link.ID) error {
+	return freeSlot(func(d *xmitDispatch) *ebpf.Map { return d.slots }, dev.key(), owners)
+}
+
+// freeSlot frees the slot that slots gives dev, if one of owners holds
+// it, sweeps, and removes the dispatcher if nothing is left in it.
+func freeSlot(slots func(d *xmitDispatch) *ebpf.Map, dev bpf.XmitDispatchXmitDev, owners []link.ID) error {
 	unlock, err := lockXmitDispatch()
 	if err != nil {
 		return err
@@ -314,7 +380,7 @@ func undispatchXmit(dev bpf.XmitDispatchXmitDev, owners []link.ID) error {
 	var errs []error
 	var s uint32
 	var o bpf.XmitDispatchXmitOwner
-	if err := d.slots.Lookup(&dev, &s); err == nil {
+	if err := slots(d).Lookup(&dev, &s); err == nil {
 		if err := d.owners.Lookup(&s, &o); err == nil && slices.Contains(owners, link.ID(o.OwnerLinkId)) {
 			errs = append(errs, d.free(s, o))
 		}
@@ -324,31 +390,34 @@ func undispatchXmit(dev bpf.XmitDispatchXmitDev, owners []link.ID) error {
 	return errors.Join(errs...)
 }
 
-// XmitDispatchStatus is what the machine's xmit dispatcher holds.
-type XmitDispatchStatus struct {
+// Status is what the machine's xmit dispatcher holds.
+type Status struct {
 	// Attached says there is one (it exists while some port uses it).
 	Attached bool `json:"attached"`
-	// Ports is how many slots are held; Stale how many of them a dead
-	// process left (freed at the next attach or detach, or by SweepStale).
+	// Ports and NPs are how many slots ports and kernel NPs hold; Stale
+	// how many of them a dead process left (freed at the next attach or
+	// detach, or by SweepStale).
 	Ports int `json:"ports"`
+	NPs   int `json:"nps"`
 	Stale int `json:"stale"`
 	// EmptySlot counts transmissions of a device whose port was halfway
-	// through leaving, DropEmptySlot drops likewise.
+	// through leaving, DropEmptySlot drops likewise, NPEmptySlot an NP's.
 	EmptySlot     uint64 `json:"empty_slot"`
 	DropEmptySlot uint64 `json:"drop_empty_slot"`
+	NPEmptySlot   uint64 `json:"np_empty_slot"`
 	// ProgramID is the dispatcher's program (for its run-time statistics).
 	ProgramID ebpf.ProgramID `json:"program_id,omitempty"`
 }
 
-// XmitDispatch reads the machine's xmit dispatcher.
-func XmitDispatch() (XmitDispatchStatus, error) {
-	var st XmitDispatchStatus
+// Read reads the machine's xmit dispatcher.
+func Read() (Status, error) {
+	var st Status
 	unlock, err := lockXmitDispatch()
 	if err != nil {
 		return st, err
 	}
 	defer unlock()
-	l, err := link.LoadPinnedLink(filepath.Join(XmitDispatchDir, xmitDispatchLinkPin), nil)
+	l, err := link.LoadPinnedLink(filepath.Join(Dir, xmitDispatchLinkPin), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil
 	}
@@ -370,7 +439,11 @@ func XmitDispatch() (XmitDispatchStatus, error) {
 	var v bpf.XmitDispatchXmitOwner
 	it := d.owners.Iterate()
 	for it.Next(&k, &v) {
-		st.Ports++
+		if v.Kind == xmitKindNP {
+			st.NPs++
+		} else {
+			st.Ports++
+		}
 		if l, err := link.NewFromID(link.ID(v.OwnerLinkId)); err == nil {
 			l.Close()
 		} else {
@@ -387,13 +460,14 @@ func XmitDispatch() (XmitDispatchStatus, error) {
 	for _, c := range per {
 		st.EmptySlot += c.EmptySlot
 		st.DropEmptySlot += c.DropEmptySlot
+		st.NPEmptySlot += c.NpEmptySlot
 	}
 	return st, nil
 }
 
-// sweepXmitDispatch frees the slots dead processes left and removes the
+// Sweep frees the slots dead processes left and removes the
 // dispatcher if nothing is left in it.
-func sweepXmitDispatch() (int, error) {
+func Sweep() (int, error) {
 	unlock, err := lockXmitDispatch()
 	if err != nil {
 		return 0, err
