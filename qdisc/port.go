@@ -131,8 +131,10 @@ type portMeta struct {
 	Departure     DepartureHook `json:"departure,omitempty"`
 	DepartureNote string        `json:"departure_note,omitempty"`
 	// XmitDispatched: port_xmit runs from the machine's xmit dispatcher
-	// (a slot of it) rather than attached to the tracepoint itself.
-	XmitDispatched bool `json:"xmit_dispatched,omitempty"`
+	// (a slot of it) rather than attached to the tracepoint itself;
+	// XmitDispatchNote why not, when the dispatcher could not be had.
+	XmitDispatched   bool   `json:"xmit_dispatched,omitempty"`
+	XmitDispatchNote string `json:"xmit_dispatch_note,omitempty"`
 	// PPFCIfindexes are the devices ppfc_egress is attached to;
 	// PPFCNote why it is not attached (the port cannot send PPFC).
 	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
@@ -352,15 +354,16 @@ func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 		}
 		owner = info.ID
 	}
+	// Through the dispatcher where it can be had; where not (no shared
+	// bpffs: a private mount namespace), each program on its tracepoint,
+	// and Info says why.
 	progs := []*ebpf.Program{objs.PortXmit, objs.PortHostDrop}
-	var peer dispatch.Device
 	if owner != 0 {
-		progs = nil
-		ino, err := netnsIno(p.peerNS)
-		if err != nil {
-			return fmt.Errorf("attach xmit hook: the peer's namespace: %w", err)
+		if err := p.dispatchXmit(objs, target, owner); err != nil {
+			p.meta.XmitDispatchNote = err.Error()
+		} else {
+			progs = nil
 		}
-		peer = dispatch.Device{NetnsIno: ino, Ifindex: p.meta.PeerIfindex}
 	}
 	var links []link.Link
 	undo := func() {
@@ -380,19 +383,27 @@ func (p *Port) attachXmit(objs *Objects, target *XmitTarget, own bool) error {
 		}
 		links = append(links, l)
 	}
-	if owner != 0 {
-		if err := dispatch.Port(objs.PortXmit, objs.PortHostDrop, xmitDev(target), peer, owner); err != nil {
-			undo()
-			return fmt.Errorf("attach xmit hook: %w", err)
-		}
-		p.meta.XmitDispatched = true
-	}
 	if err := objs.enableXmitHook(); err != nil {
 		undo()
 		return err
 	}
 	p.links = append(p.links, links...)
 	p.meta.Departure, p.meta.DepartureNote = DepartXmit, ""
+	return nil
+}
+
+// dispatchXmit gives the port's xmit and host-drop programs a slot of the
+// machine's dispatcher, held by owner.
+func (p *Port) dispatchXmit(objs *Objects, target *XmitTarget, owner link.ID) error {
+	ino, err := netnsIno(p.peerNS)
+	if err != nil {
+		return fmt.Errorf("the peer's namespace: %w", err)
+	}
+	peer := dispatch.Device{NetnsIno: ino, Ifindex: p.meta.PeerIfindex}
+	if err := dispatch.Port(objs.PortXmit, objs.PortHostDrop, xmitDev(target), peer, owner); err != nil {
+		return err
+	}
+	p.meta.XmitDispatched = true
 	return nil
 }
 
@@ -593,8 +604,10 @@ type Info struct {
 	// DepartureNote why it is not DepartXmit.
 	Departure     DepartureHook `json:"departure,omitempty"`
 	DepartureNote string        `json:"departure_note,omitempty"`
-	// XmitDispatched: the xmit hook runs from the machine's dispatcher.
-	XmitDispatched bool `json:"xmit_dispatched,omitempty"`
+	// XmitDispatched: the xmit hook runs from the machine's dispatcher;
+	// XmitDispatchNote why not, when it could not be had.
+	XmitDispatched   bool   `json:"xmit_dispatched,omitempty"`
+	XmitDispatchNote string `json:"xmit_dispatch_note,omitempty"`
 	// PPFCIfindexes are the devices PPFC notifications can leave by
 	// (ppfc_egress is attached to them), PPFCNote why there are none.
 	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
@@ -609,7 +622,7 @@ func (p *Port) Info() Info {
 	}
 	return Info{Dev: m.Dev, Netns: m.Netns, PeerDev: m.PeerDev, PeerNetns: m.PeerNetns,
 		Mode: m.Mode, Attach: m.Attach, HTB: m.HTB, Pinned: m.PinDir != "",
-		Departure: dep, DepartureNote: m.DepartureNote, XmitDispatched: m.XmitDispatched, Ifindex: m.Ifindex, PPFCIfindexes: m.PPFCIfindexes, PPFCNote: m.PPFCNote}
+		Departure: dep, DepartureNote: m.DepartureNote, XmitDispatched: m.XmitDispatched, XmitDispatchNote: m.XmitDispatchNote, Ifindex: m.Ifindex, PPFCIfindexes: m.PPFCIfindexes, PPFCNote: m.PPFCNote}
 }
 
 // Close detaches the port and removes everything it installed: programs,

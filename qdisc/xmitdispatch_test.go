@@ -314,3 +314,28 @@ func TestXmitDispatcher(t *testing.T) {
 		}
 	}
 }
+
+// TestXmitDispatcherUnavailable: where the dispatcher cannot be had (here
+// its directory is not on a bpffs, as in a private mount namespace), a
+// port's xmit hook runs as its own programs, and Info says why.
+func TestXmitDispatcherUnavailable(t *testing.T) {
+	labtest.EnterNetns(t)
+	if out, err := exec.Command("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1").CombinedOutput(); err != nil {
+		t.Fatalf("sysctl: %v %s", err, out)
+	}
+	defer func(dir string) { dispatch.Dir = dir }(dispatch.Dir)
+	dispatch.Dir = t.TempDir() + "/not-bpffs"
+	vethUp(t, "xu0a", "xu0b")
+	p, err := Attach(DefaultConfig(200*units.Mbit), AttachOptions{Dev: "xu0a", Departure: DepartXmit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	info := p.Info()
+	if info.XmitDispatched || info.XmitDispatchNote == "" || info.Departure != DepartXmit {
+		t.Fatalf("info %+v: want departures at xmit through its own programs, and why", info)
+	}
+	t.Logf("dispatcher note: %s", info.XmitDispatchNote)
+	sendFrames(t, "xu0a", 20)
+	checkDepartures(t, p, 20)
+}

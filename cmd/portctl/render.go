@@ -144,6 +144,9 @@ func departureText(info qdisc.Info) string {
 	switch info.Departure {
 	case qdisc.DepartXmit:
 		via := "its own program on the tracepoint"
+		if info.XmitDispatchNote != "" {
+			via += "; the dispatcher: " + info.XmitDispatchNote
+		}
 		if info.XmitDispatched {
 			via = "the machine's xmit dispatcher"
 		}

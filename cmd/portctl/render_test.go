@@ -55,6 +55,7 @@ func TestDepartureText(t *testing.T) {
 		want string
 	}{
 		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit}, "departure xmit (its own program on the tracepoint): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
+		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit, XmitDispatchNote: "not on a bpf filesystem"}, "departure xmit (its own program on the tracepoint; the dispatcher: not on a bpf filesystem): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
 		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit, XmitDispatched: true}, "departure xmit (the machine's xmit dispatcher): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
 		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartPeerIngress, DepartureNote: "fallback: load xmit hook: no BTF"},
 			"departure peer-ingress (fallback: load xmit hook: no BTF): backlog and sojourn include the host queue between HTB and the peer"},
