@@ -65,33 +65,8 @@ typedef _Bool bool;
 
 #define EEXIST 17
 
-/* The kernel's structures the tracing programs read, resolved against the
- * running kernel's BTF when the programs load (CO-RE): only the fields used,
- * at whatever offsets the kernel has them. */
-#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
-struct ns_common {
-	unsigned int inum;
-};
-struct net {
-	struct ns_common ns;
-};
-typedef struct {
-	struct net *net;
-} possible_net_t;
-struct net_device {
-	int ifindex;
-	possible_net_t nd_net;
-};
-struct sk_buff {
-	unsigned int len;
-	__s64 tstamp;
-	__u8 tstamp_type : 2; /* 6.11+: SKB_CLOCK_REALTIME, _MONOTONIC, _TAI */
-};
-/* 5.18 to 6.10 had one bit: 1 = the stamp is a monotonic delivery time. */
-struct sk_buff___mono_bit {
-	__u8 mono_delivery_time : 1;
-};
-#pragma clang attribute pop
+/* The kernel's structures port_xmit and port_host_drop read (CO-RE). */
+#include "kernel_types.h"
 
 /* The enqueue stamp: skb->tstamp = enqueue time with the low STAMP_BITS
  * replaced by a magic and the class, so the dequeue side knows the packet went

@@ -37,25 +37,7 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-/* The kernel's structures read here, resolved by CO-RE as in port.c. */
-#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
-struct ns_common {
-	unsigned int inum;
-};
-struct net {
-	struct ns_common ns;
-};
-typedef struct {
-	struct net *net;
-} possible_net_t;
-struct net_device {
-	int ifindex;
-	possible_net_t nd_net;
-};
-struct sk_buff {
-	struct net_device *dev;
-};
-#pragma clang attribute pop
+#include "kernel_types.h"
 
 /* Device -> slot. */
 struct {
@@ -128,75 +110,54 @@ static __always_inline void dev_key(struct xmit_dev *key, const struct net_devic
 	key->netns_ino = dev->nd_net.net->ns.inum;
 }
 
-/* net_dev_start_xmit(const struct sk_buff *skb, const struct net_device *dev) */
-SEC("tp_btf/net_dev_start_xmit")
-int xmit_dispatch(__u64 *ctx)
+/* Which counter a dispatch to an empty slot adds to. */
+enum empty_counter {
+	EMPTY_XMIT,
+	EMPTY_DROP,
+	EMPTY_NP,
+};
+
+/* dispatch tail-calls the program that slots and progs give dev; it
+ * returns only where there is none. */
+static __always_inline int dispatch(__u64 *ctx, const struct net_device *dev, void *slots, void *progs,
+				    enum empty_counter empty)
 {
-	const struct net_device *dev = (const void *)ctx[1];
 	struct xmit_dispatch_stats *st;
 	struct xmit_dev key = {};
 	__u32 *slot, zero = 0;
 
-	if (!dev)
-		return 0;
-	dev_key(&key, dev);
-	slot = bpf_map_lookup_elem(&xmit_slots, &key);
-	if (!slot)
-		return 0;
-	bpf_tail_call(ctx, &xmit_progs, *slot);
-	/* Only when the slot's program is gone. */
-	st = bpf_map_lookup_elem(&xmit_dispatch_counters, &zero);
-	if (st)
-		st->empty_slot++;
-	return 0;
-}
-
-/* The same for the kernel NPs' np_xmit. */
-SEC("tp_btf/net_dev_start_xmit")
-int np_xmit_dispatch(__u64 *ctx)
-{
-	const struct net_device *dev = (const void *)ctx[1];
-	struct xmit_dispatch_stats *st;
-	struct xmit_dev key = {};
-	__u32 *slot, zero = 0;
-
-	if (!dev)
-		return 0;
-	dev_key(&key, dev);
-	slot = bpf_map_lookup_elem(&np_slots, &key);
-	if (!slot)
-		return 0;
-	bpf_tail_call(ctx, &np_progs, *slot);
-	st = bpf_map_lookup_elem(&xmit_dispatch_counters, &zero);
-	if (st)
-		st->np_empty_slot++;
-	return 0;
-}
-
-/* drop_dispatch tail-calls the port_host_drop of the port that slots give
- * the dropped packet's device. */
-static __always_inline int drop_dispatch(__u64 *ctx, void *slots)
-{
-	const struct sk_buff *skb = (const void *)ctx[0];
-	struct xmit_dispatch_stats *st;
-	struct xmit_dev key = {};
-	const struct net_device *dev;
-	__u32 *slot, zero = 0;
-
-	if (!skb)
-		return 0;
-	dev = skb->dev;
 	if (!dev)
 		return 0;
 	dev_key(&key, dev);
 	slot = bpf_map_lookup_elem(slots, &key);
 	if (!slot)
 		return 0;
-	bpf_tail_call(ctx, &drop_progs, *slot);
+	bpf_tail_call(ctx, progs, *slot);
+	/* Only when the slot's program is gone (its user halfway out). */
 	st = bpf_map_lookup_elem(&xmit_dispatch_counters, &zero);
-	if (st)
+	if (!st)
+		return 0;
+	if (empty == EMPTY_XMIT)
+		st->empty_slot++;
+	else if (empty == EMPTY_DROP)
 		st->drop_empty_slot++;
+	else
+		st->np_empty_slot++;
 	return 0;
+}
+
+/* net_dev_start_xmit(const struct sk_buff *skb, const struct net_device *dev) */
+SEC("tp_btf/net_dev_start_xmit")
+int xmit_dispatch(__u64 *ctx)
+{
+	return dispatch(ctx, (const void *)ctx[1], &xmit_slots, &xmit_progs, EMPTY_XMIT);
+}
+
+/* The same for the kernel NPs' np_xmit. */
+SEC("tp_btf/net_dev_start_xmit")
+int np_xmit_dispatch(__u64 *ctx)
+{
+	return dispatch(ctx, (const void *)ctx[1], &np_slots, &np_progs, EMPTY_NP);
 }
 
 /* kfree_skb(struct sk_buff *skb, void *location, enum skb_drop_reason, ...):
@@ -204,12 +165,16 @@ static __always_inline int drop_dispatch(__u64 *ctx, void *slots)
 SEC("tp_btf/kfree_skb")
 int host_drop_dispatch_dev(__u64 *ctx)
 {
-	return drop_dispatch(ctx, &xmit_slots);
+	const struct sk_buff *skb = (const void *)ctx[0];
+
+	return skb ? dispatch(ctx, skb->dev, &xmit_slots, &drop_progs, EMPTY_DROP) : 0;
 }
 
 /* A drop on a port's veth peer. */
 SEC("tp_btf/kfree_skb")
 int host_drop_dispatch_peer(__u64 *ctx)
 {
-	return drop_dispatch(ctx, &drop_peer_slots);
+	const struct sk_buff *skb = (const void *)ctx[0];
+
+	return skb ? dispatch(ctx, skb->dev, &drop_peer_slots, &drop_progs, EMPTY_DROP) : 0;
 }
