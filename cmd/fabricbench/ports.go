@@ -9,11 +9,8 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -180,36 +177,6 @@ type portsSample struct {
 	sinkDrops                    uint64
 }
 
-// udpRcvbufErrors reads the UDP receive-buffer drops of n's namespace.
-func udpRcvbufErrors(n *lab.Node) (uint64, error) {
-	var v uint64
-	err := n.Do(func() error {
-		b, err := os.ReadFile("/proc/thread-self/net/snmp")
-		if err != nil {
-			return err
-		}
-		var names []string
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 2 || f[0] != "Udp:" {
-				continue
-			}
-			if names == nil {
-				names = f
-				continue
-			}
-			for i, name := range names {
-				if name == "RcvbufErrors" && i < len(f) {
-					v, err = strconv.ParseUint(f[i], 10, 64)
-					return err
-				}
-			}
-		}
-		return errors.New("no Udp RcvbufErrors in /proc/net/snmp")
-	})
-	return v, err
-}
-
 // portsRound attaches the measured port, measures, attaches the idle
 // ports, measures again, and detaches them all.
 func portsRound(a, b *lab.Node, dst *net.UDPAddr, many int, own bool, send time.Duration, cpu int) (res portsRoundResult, err error) {
@@ -270,7 +237,7 @@ func portsRound(a, b *lab.Node, dst *net.UDPAddr, many int, own bool, send time.
 		if err != nil {
 			return s, err
 		}
-		d0, err := udpRcvbufErrors(b)
+		d0, err := b.UDPCounter("RcvbufErrors")
 		if err != nil {
 			return s, err
 		}
@@ -304,7 +271,7 @@ func portsRound(a, b *lab.Node, dst *net.UDPAddr, many int, own bool, send time.
 		if err != nil {
 			return s, err
 		}
-		d1, err := udpRcvbufErrors(b)
+		d1, err := b.UDPCounter("RcvbufErrors")
 		if err != nil {
 			return s, err
 		}
