@@ -1,16 +1,15 @@
 package netnstests
 
 import (
-	"fmt"
 	"os"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/hostlost/runq"
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
 )
 
@@ -101,52 +100,17 @@ func (p *portMeter) report(t *testing.T) hostlost.Report {
 
 // hostChecks collects the checks of one run that a starving host can
 // break.
-type hostChecks struct {
-	failed []string
-}
+type hostChecks = labtest.Checks
 
-// Errorf records a failed check.
-func (c *hostChecks) Errorf(format string, args ...any) {
-	c.failed = append(c.failed, fmt.Sprintf(format, args...))
-}
-
-// starvedAttempts is how many runs a host-sensitive check gets while the
-// host starves them.
-const starvedAttempts = 3
-
-// retryStarved runs run; if its host-sensitive checks failed and its
-// report says the host starved it, it runs again, up to starvedAttempts
-// runs. Never silently: every failed run's checks and host figure are
-// logged. A run the host did not starve judges the checks. If every run
-// was host-starved, the checks cannot tell the fabric from the host here:
-// they are logged as host-distorted, each run's figure beside them, and
-// do not fail the test (a machine whose hypervisor steals a third of a
-// run, seen in CI, gives nothing else).
+// retryStarved judges run's host-sensitive checks as labtest.RetryStarved
+// does: a failed run the host starved runs again; if the host starved
+// every run, the checks are logged as host-distorted.
 func retryStarved(t *testing.T, run func(t *testing.T, c *hostChecks) hostlost.Report) {
 	t.Helper()
-	var shares []string
-	for attempt := 1; ; attempt++ {
-		c := &hostChecks{}
+	labtest.RetryStarved(t, func(_ int, c *hostChecks) *hostlost.Report {
 		r := run(t, c)
-		if len(c.failed) == 0 {
-			return
-		}
-		if !r.HostStarved {
-			for _, f := range c.failed {
-				t.Error(f)
-			}
-			return
-		}
-		shares = append(shares, fmt.Sprintf("%.1f %%", 100*r.Share))
-		if attempt < starvedAttempts {
-			t.Logf("run %d failed: %s; the host starved it (%.1f %% of the run, budget %.1f %%): running once more",
-				attempt, strings.Join(c.failed, "; "), 100*r.Share, 100*r.Budget)
-			continue
-		}
-		t.Logf("HOST-DISTORTED, not judged: %s; the host starved every one of %d runs (%s of each run, budget %.1f %%)",
-			strings.Join(c.failed, "; "), attempt, strings.Join(shares, ", "), 100*r.Budget)
-		return
-	}
+		return &r
+	})
 }
 
 // worse is the report of the two whose share of its run the host took

@@ -244,7 +244,7 @@ func hostQueueRun(t *testing.T, legacy bool, hc *hostChecks) hostlost.Report {
 	// A packet waits past its backlog drained at the rate only
 	// while HTB holds the link back: a run whose held-back time
 	// covers the excess is the host's, whatever its share.
-	if back := rep.Ports[0].HeldBack; len(hc.failed) > 0 && !rep.HostStarved && back >= excess {
+	if back := rep.Ports[0].HeldBack; hc.Failed() && !rep.HostStarved && back >= excess {
 		t.Logf("HTB held the link back %v in the run, the sojourn's excess over its backlog %v: the host's", back, excess)
 		rep.HostStarved = true
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/htsim"
+	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -277,7 +278,7 @@ func TestUETIncastTrim(t *testing.T) {
 		// The queue a host held back is the host's: a group whose
 		// queues break the rule in a host-starved run runs again
 		// (as retryStarved does).
-		for attempt := 1; attempt <= starvedAttempts; attempt++ {
+		for attempt := 1; attempt <= labtest.StarvedAttempts; attempt++ {
 			if !trimGroup(t, cfg, senders, attempt) {
 				break
 			}
@@ -337,7 +338,7 @@ func trimGroup(t *testing.T, cfg qdisc.Config, senders, attempt int) (again bool
 			starved = append(starved, fmt.Sprintf("%s %.1f %%", m.mode, 100*m.host.Share))
 		}
 	}
-	if len(starved) > 0 && attempt < starvedAttempts {
+	if len(starved) > 0 && attempt < labtest.StarvedAttempts {
 		t.Logf("%s; the host starved the run (%s of it): running the group again", strings.Join(broken, "; "), strings.Join(starved, ", "))
 		return true
 	}

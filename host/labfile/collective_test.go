@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 )
@@ -124,14 +124,11 @@ func TestCollectives(t *testing.T) {
 	}
 }
 
-// runMatrixExample runs f (with opts' options, fresh each run) until
-// check finds nothing missed, at most exampleAttempts times, and again
-// only after a run the host starved: each run leaves no namespace behind
-// and completes its whole matrix, every flow verifying its bytes. check
-// logs the run and returns what it missed (share: the host's part of the
-// run); a run the host did not starve fails on it, and misses in runs it
-// starved every time are logged as host-distorted with each run's share
-// (judgeExample's rule).
+// runMatrixExample runs f (with opts' options, fresh each run) under
+// labtest.RetryStarved: each run leaves no namespace behind and completes
+// its whole matrix, every flow verifying its bytes; check logs the run and
+// returns what it missed (share: the host's part of the run), which a run
+// the host starved may miss and run again.
 func runMatrixExample(t *testing.T, f *File, opts func() RunOptions, check func(res *Result, mr *MatrixResult, share float64) []string) {
 	t.Helper()
 	for _, fl := range f.Flows {
@@ -140,8 +137,7 @@ func runMatrixExample(t *testing.T, f *File, opts func() RunOptions, check func(
 		}
 	}
 	conns := len(f.Matrix().Conns)
-	var shares []string
-	for attempt := 1; ; attempt++ {
+	labtest.RetryStarved(t, func(_ int, c *labtest.Checks) *hostlost.Report {
 		res := runChecked(t, f, opts())
 		mr := res.Matrix
 		if mr == nil || mr.Connections != conns {
@@ -159,22 +155,11 @@ func runMatrixExample(t *testing.T, f *File, opts func() RunOptions, check func(
 		if h := res.HostLost; h != nil {
 			share = h.Share
 		}
-		missed := check(res, mr, share)
-		if len(missed) == 0 {
-			return
+		for _, m := range check(res, mr, share) {
+			c.Errorf("%s", m)
 		}
-		h := res.HostLost
-		if h == nil || !h.HostStarved {
-			t.Fatalf("run %d: %s; host-lost %.1f %%", attempt, strings.Join(missed, "; "), 100*share)
-		}
-		shares = append(shares, fmt.Sprintf("%.1f %%", 100*h.Share))
-		if attempt == exampleAttempts {
-			t.Logf("HOST-DISTORTED, not judged: %s; the host starved every one of %d runs (%s of each run, budget %.1f %%)",
-				strings.Join(missed, "; "), attempt, strings.Join(shares, ", "), 100*h.Budget)
-			return
-		}
-		t.Logf("run %d missed %s; the host starved it (%.1f %% of the run, budget %.1f %%): running again", attempt, strings.Join(missed, "; "), 100*h.Share, 100*h.Budget)
-	}
+		return hostReport(res)
+	})
 }
 
 // runChecked runs f: a run with no result fails the test, an error is

@@ -54,7 +54,7 @@ func TestThreeLayers(t *testing.T) {
 					return
 				}
 				h := res.HostLost
-				if h == nil || !h.HostStarved || attempt == exampleAttempts {
+				if h == nil || !h.HostStarved || attempt == labtest.StarvedAttempts {
 					share := 0.0
 					if h != nil {
 						share = h.Share

@@ -1,10 +1,12 @@
 //go:build linux
 
 // Package labtest holds the helpers the module's tests share to run as root
-// in network namespaces: RequireRoot, RequireKernel and EnterNetns. It imports
-// testing, so only _test.go files may import it; it imports nothing of the
-// module but host/lab/kernel, so the internal tests of any package (qdisc,
-// host/lab itself) can use it without an import cycle.
+// in network namespaces: RequireRoot, RequireKernel and EnterNetns; and
+// RetryStarved, the one policy for checks a starving host can break. It
+// imports testing, so only _test.go files may import it; it imports nothing
+// of the module but host/lab/kernel and host/hostlost, so the internal
+// tests of any package (qdisc, host/lab itself) can use it without an
+// import cycle.
 //
 // Under CI=true (as strconv.ParseBool reads it) every skip these helpers
 // would make is a failure instead: a skip there would silently hide a test
