@@ -31,6 +31,28 @@ const (
 // timer (tens of ms), not the host; every run logs its figure.
 const triggerLatency = 15 * time.Millisecond
 
+// collectiveCases are TestCollectives' runs of the collective examples
+// (TestExamplesRun leaves these files to it).
+var collectiveCases = []struct {
+	name, file, cc string // cc "": the file's rocev2/dcqcn
+	ratio          float64
+}{
+	{"ring/dcqcn", "allreduce-ring.yaml", "", 1.2},
+	{"alltoall/dcqcn", "alltoall.yaml", "", 1.7},
+	{"ring/rccc", "allreduce-ring.yaml", "rccc", 1.25},
+	{"alltoall/nscc", "alltoall.yaml", "nscc", 1.75},
+}
+
+// isCollectiveExample says TestCollectives runs the example name.
+func isCollectiveExample(name string) bool {
+	for _, tc := range collectiveCases {
+		if tc.file == name {
+			return true
+		}
+	}
+	return false
+}
+
 // TestCollectives (issue 29): htsim's ring all-reduce and serial
 // all-to-all over 8 hosts of a leaf-spine (examples/allreduce-ring.yaml,
 // alltoall.yaml), with RoCEv2/DCQCN and with UET (RCCC, NSCC): every
@@ -51,15 +73,7 @@ const triggerLatency = 15 * time.Millisecond
 func TestCollectives(t *testing.T) {
 	labtest.RequireRoot(t)
 	labtest.RequireKernel(t, "6.6") // TCX: the kernel NP and RP
-	for _, tc := range []struct {
-		name, file, cc string // cc "": the file's rocev2/dcqcn
-		ratio          float64
-	}{
-		{"ring/dcqcn", "allreduce-ring.yaml", "", 1.2},
-		{"alltoall/dcqcn", "alltoall.yaml", "", 1.7},
-		{"ring/rccc", "allreduce-ring.yaml", "rccc", 1.25},
-		{"alltoall/nscc", "alltoall.yaml", "nscc", 1.75},
-	} {
+	for _, tc := range collectiveCases {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join("examples", tc.file)
 			data, err := os.ReadFile(path)
