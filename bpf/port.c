@@ -196,16 +196,20 @@ static __always_inline __u32 random_u32(void)
 	return bpf_get_prandom_u32();
 }
 
+/* log2_u64 is floor(log2(v)) (0 for 0) without a branch: each step's bit
+ * ((v >> k) + 2^k - 1) >> k is 1 iff v >> k is not 0 (v < 2^2k there), and
+ * the step shifts by k times it. The branching form split the verifier's
+ * state six ways at every call, and port_enqueue's paths multiplied it. */
 static __always_inline __u32 log2_u64(__u64 v)
 {
-	__u32 r = 0;
+	__u64 r = 0, s;
 
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
+	s = (((v >> 32) + 0xFFFFFFFFull) >> 32) << 5; v >>= s; r += s;
+	s = (((v >> 16) + 0xFFFFull) >> 16) << 4; v >>= s; r += s;
+	s = (((v >> 8) + 0xFFull) >> 8) << 3; v >>= s; r += s;
+	s = (((v >> 4) + 0xFull) >> 4) << 2; v >>= s; r += s;
+	s = (((v >> 2) + 0x3ull) >> 2) << 1; v >>= s; r += s;
+	s = ((v >> 1) + 1) >> 1; r += s;
 	return r;
 }
 
@@ -339,7 +343,7 @@ int port_enqueue(struct __sk_buff *skb)
 	/* PPFC: only a packet that takes the backlog above xon can owe its
 	 * source a notification. */
 	if (cc->xoff_bytes && pr == PARSE_IP && backlog + len > cc->xon_bytes)
-		ppfc_enqueued(skb, pc, cc, cs, st, ps, &pi, class_id, backlog + len);
+		ppfc_enqueued(skb, class_id, pi.l3_off, pi.l3_proto, backlog + len);
 
 	/* Every arrival counts as enqueued, so that at rest
 	 * enqueued = dequeued + dropped + backlog. */
