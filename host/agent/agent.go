@@ -314,7 +314,12 @@ func (a *Agent) Close() error {
 	return err
 }
 
+// kick wakes the transmit loop for every QP (a PPFC resume may concern
+// any of them).
 func (a *Agent) kick() { a.eng.Kick() }
+
+// kick wakes the transmit loop for the QP alone.
+func (qp *QP) kick() { qp.flow.Kick() }
 
 // CreateQP creates a queue pair with its registered buffer; Connect it to
 // a peer before starting a stream.
@@ -361,14 +366,15 @@ func (a *Agent) CreateQP(cfg QPConfig) (*QP, error) {
 		qp.qpn = a.mu.next
 		a.mu.next++
 	}
+	// In the round robin before the receive loop can find it: a packet
+	// for it may kick it.
+	qp.flow = a.eng.AddFlow(&qpFlow{qp: qp})
 	old := *a.qps.Load()
 	idx := int(qp.qpn - a.qpnFirst)
 	tab := make([]*QP, max(len(old), idx+1))
 	copy(tab, old)
 	tab[idx] = qp
 	a.qps.Store(&tab)
-	qp.flow = &qpFlow{qp: qp}
-	a.eng.AddFlow(qp.flow)
 	return qp, nil
 }
 

@@ -255,7 +255,7 @@ type QP struct {
 	}
 	done     chan struct{} // closed once the stream is finished or in error
 	doneOnce sync.Once
-	flow     *qpFlow // the QP in the engine's round robin
+	flow     *engine.FlowHandle // the QP in the engine's round robin
 }
 
 type requester struct {
@@ -454,7 +454,7 @@ func (qp *QP) Start(s Stream) error {
 		}
 	}
 	qp.syncKernelPPFCLocked() // a pause that arrived before the stream holds
-	qp.agent.kick()
+	qp.kick()
 	return nil
 }
 
@@ -472,7 +472,7 @@ func (qp *QP) Stop() {
 	end := (r.max + r.ppm - 1) / r.ppm * r.ppm
 	r.limit = min(r.limit, end)
 	qp.checkDoneLocked()
-	qp.agent.kick()
+	qp.kick()
 }
 
 // Done is closed when the stream has been acknowledged in full, or the QP

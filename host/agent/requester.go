@@ -164,7 +164,8 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 				next = min(next, max(r.rp.NextEvent(), now+1))
 			}
 		case portBlocked:
-			next = min(next, port.NextWake(now))
+			// The engine asks again when the port has credit and the
+			// QP's turn comes (engine.PortLimit.Ready).
 		default:
 			next = now // more to send right away
 		}
@@ -293,7 +294,7 @@ func (qp *QP) onAckLocked(now time.Duration, h *roce.Header) {
 		qp.advanceLocked(now, r.una+uint64(d))
 		r.nxt = r.una
 		r.ackReqSent = r.una
-		qp.agent.kick()
+		qp.kick()
 	case syn.IsNAK() && !outstanding:
 		// A fatal NAK names the request that failed (IBA 9.7.5.2.6): one
 		// for anything else is not from the responder of this QP.
@@ -325,7 +326,7 @@ func (qp *QP) advanceLocked(now time.Duration, una uint64) {
 	r.lastProgress = now
 	r.retries = 0
 	if wasBlocked {
-		qp.agent.kick()
+		qp.kick()
 	}
 	qp.checkDoneLocked()
 }

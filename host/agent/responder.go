@@ -42,7 +42,7 @@ func (qp *QP) onCELocked(now time.Duration, rs *replies) {
 	_, wasPending := np.Next()
 	if !np.OnCE(now) {
 		if !wasPending {
-			qp.agent.kick() // newly pending: the transmit loop sends it when due
+			qp.kick() // newly pending: the transmit loop sends it when due
 		}
 		return
 	}

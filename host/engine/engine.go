@@ -6,9 +6,12 @@
 //   - the receive loop: batched reads, each datagram handed to the
 //     transport's Receiver with its kernel arrival time, the replies of a
 //     batch (ACKs, NAKs, CNPs) sent in one system call;
-//   - the transmit loop: a round robin over the transport's Flows, each
-//     filling at most its burst per pass, batched writes, and sleep on a
-//     Waker until the earliest flow deadline or a kick;
+//   - the transmit loop: a round robin over the transport's Flows that
+//     have work, each filling at most its burst per pass, batched writes,
+//     and sleep on a Waker until the earliest flow deadline or a kick. A
+//     pass visits only the flows that are due (kicked, their deadline
+//     come, or waiting for the port's turn), so its cost follows the
+//     packets sent, not the flows registered (sched.go);
 //   - the port limiter: every flow together never sends faster than the
 //     line rate (Config.PortRate);
 //   - time: an injected Clock and Waker, so a transport runs on the real
@@ -54,7 +57,9 @@ type Flow interface {
 	// burst), paced and within its window, charging each packet to port
 	// (nil: no port limit) and stopping when port is not Ready. It returns
 	// how many packets it wrote and when it next needs the loop: now for
-	// more at once, Never for nothing until a kick.
+	// more at once, Never for nothing until a kick (FlowHandle.Kick). A
+	// flow the port turned away is asked again when the port has credit
+	// and its turn comes: next is its own deadlines only (pacing, timers).
 	Fill(now time.Duration, out []Packet, port *PortLimit) (n int, next time.Duration)
 }
 
@@ -178,12 +183,17 @@ type Engine struct {
 	log   *slog.Logger
 	rx    Receiver
 
-	flows atomic.Pointer[[]Flow] // copy on write under mu
-
 	mu struct {
 		sync.Mutex
 		started, closed bool
+		flows           []*FlowHandle // every flow added, in no order
 	}
+	// Kicks for the transmit loop (FlowHandle.Kick), and Kick's "every
+	// flow".
+	kickMu   sync.Mutex
+	kicks    []*FlowHandle
+	kickAll  atomic.Bool
+	sched    sched      // the transmit loop's
 	writeMu  sync.Mutex // one sendmmsg at a time on the shared socket
 	closing  atomic.Bool
 	wg       sync.WaitGroup
@@ -246,7 +256,6 @@ func New(cfg Config, rx Receiver) (*Engine, error) {
 		}
 	}
 	e := &Engine{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, wake: cfg.Waker, log: cfg.Logger, rx: rx}
-	e.flows.Store(new([]Flow))
 	if cfg.Held != nil {
 		e.held = cfg.Held
 		e.late = cfg.Held.Late()
@@ -279,9 +288,18 @@ func (e *Engine) Conn() pktio.Conn { return e.conn }
 // Closing reports whether Close has begun.
 func (e *Engine) Closing() bool { return e.closing.Load() }
 
-// Kick wakes the transmit loop: a flow has something to send. A kick from
-// the handling of a received datagram dates from its arrival.
+// Kick wakes the transmit loop for every flow: something that may concern
+// any of them changed. It costs a visit of every flow; a transport that
+// knows which flow has work kicks its FlowHandle.
 func (e *Engine) Kick() {
+	e.kickAll.Store(true)
+	e.woke()
+}
+
+// woke records a kick's time for the held-time measure and wakes the
+// transmit loop. A kick from the handling of a received datagram dates
+// from its arrival.
+func (e *Engine) woke() {
 	if e.held != nil {
 		at := e.rxAt.Load()
 		if at < 0 {
@@ -297,30 +315,62 @@ func (e *Engine) Kick() {
 	e.wake.Kick()
 }
 
-// AddFlow puts f in the transmit loop's round robin.
-func (e *Engine) AddFlow(f Flow) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old := *e.flows.Load()
-	tab := make([]Flow, len(old), len(old)+1)
-	copy(tab, old)
-	tab = append(tab, f)
-	e.flows.Store(&tab)
+// FlowHandle is a flow's place in the engine, from AddFlow.
+type FlowHandle struct {
+	e       *Engine
+	f       Flow
+	kicked  atomic.Bool // in the engine's kick list
+	removed atomic.Bool
+	idx     int // in e.mu.flows, under e.mu
+	// The transmit loop's (sched).
+	inRun, inPort bool
+	heapIdx       int // in sched.timers; -1: not there
+	due           time.Duration
 }
 
-// RemoveFlow takes f out of the round robin; the loop may still be inside
-// its Fill.
-func (e *Engine) RemoveFlow(f Flow) {
+// Kick wakes the transmit loop for this flow: it has something to send,
+// or its deadline moved.
+func (h *FlowHandle) Kick() {
+	if !h.kicked.Swap(true) {
+		h.e.kickMu.Lock()
+		h.e.kicks = append(h.e.kicks, h)
+		h.e.kickMu.Unlock()
+	}
+	h.e.woke()
+}
+
+// AddFlow puts f in the transmit loop's round robin; the loop asks it at
+// once.
+func (e *Engine) AddFlow(f Flow) *FlowHandle {
+	h := &FlowHandle{e: e, f: f, heapIdx: -1}
+	e.mu.Lock()
+	h.idx = len(e.mu.flows)
+	e.mu.flows = append(e.mu.flows, h)
+	e.mu.Unlock()
+	h.Kick()
+	return h
+}
+
+// RemoveFlow takes the flow out of the round robin; the loop may still be
+// inside its Fill.
+func (e *Engine) RemoveFlow(h *FlowHandle) {
+	if h == nil || h.removed.Swap(true) {
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	old := *e.flows.Load()
-	tab := make([]Flow, 0, len(old))
-	for _, g := range old {
-		if g != f {
-			tab = append(tab, g)
-		}
-	}
-	e.flows.Store(&tab)
+	last := len(e.mu.flows) - 1
+	moved := e.mu.flows[last]
+	e.mu.flows[h.idx], moved.idx = moved, h.idx
+	e.mu.flows[last] = nil
+	e.mu.flows = e.mu.flows[:last]
+}
+
+// Flows is how many flows the round robin holds.
+func (e *Engine) Flows() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.mu.flows)
 }
 
 // Stats returns the engine's counters.
@@ -391,7 +441,6 @@ func (e *Engine) txLoop() {
 	if e.cfg.PortRate > 0 {
 		port = NewPortLimit(e.clock.Now(), e.cfg.PortRate, e.cfg.PortBurst, e.cfg.PortCatchUp)
 	}
-	start := 0
 	due := Never // the previous pass's deadline: flows could send from then
 	for !e.closing.Load() {
 		batch := pkts
@@ -411,7 +460,7 @@ func (e *Engine) txLoop() {
 		if e.held != nil {
 			ready = min(ready, time.Duration(e.kickedAt.Swap(int64(Never))))
 		}
-		n, next := e.fill(now, batch, port, &start)
+		n, next := e.fill(now, batch, port)
 		if n > 0 && ready < now && e.held != nil {
 			e.held.Add(e.mono.Monotonic(ready), e.mono.Monotonic(now))
 		}
@@ -439,59 +488,15 @@ func (e *Engine) txLoop() {
 // burst of 8 a flow that may send 64 packets now fills one batch, and the
 // conn can send a run of one source port as one GSO send. What a flow
 // sends and when does not change, only how many system calls carry it.
-func (e *Engine) fill(now time.Duration, pkts []Packet, port *PortLimit, start *int) (n int, next time.Duration) {
+func (e *Engine) fill(now time.Duration, pkts []Packet, port *PortLimit) (n int, next time.Duration) {
 	for {
-		k, due := e.pass(now, pkts[n:], port, start)
+		k, due := e.pass(now, pkts[n:], port)
 		n, next = n+k, due
 		if k == 0 || n == len(pkts) || next > now {
 			return n, next
 		}
 		now = e.clock.Now()
 	}
-}
-
-// pass is one pass of the round robin: each flow fills at most its burst.
-// The next pass starts with the first flow the port (or the batch) turned
-// away, so that a port too slow to serve every flow each pass still
-// serves them in turn; after a full pass it starts one flow later.
-func (e *Engine) pass(now time.Duration, pkts []Packet, port *PortLimit, start *int) (n int, next time.Duration) {
-	if port != nil {
-		port.Refill(now)
-	}
-	next = Never
-	tab := *e.flows.Load()
-	if len(tab) == 0 {
-		return 0, next
-	}
-	*start %= len(tab)
-	first := *start
-	*start = first + 1
-	turned := false // the next pass's start is set
-	for i := range tab {
-		j := (first + i) % len(tab)
-		if n == len(pkts) {
-			next = now
-			if !turned {
-				*start = j
-			}
-			break
-		}
-		k, due := tab[j].Fill(now, pkts[n:], port)
-		n += k
-		next = min(next, due)
-		if port != nil && !turned && !port.Ready() {
-			// The port ran out in this flow's burst: the next pass begins
-			// after it, or with it if it sent nothing. The flows after it
-			// are still asked: what the port does not limit (a due CNP)
-			// goes now.
-			turned = true
-			*start = j
-			if k > 0 {
-				*start = j + 1
-			}
-		}
-	}
-	return n, next
 }
 
 // rxLoop reads batches, hands each datagram to the receiver and sends the

@@ -76,6 +76,10 @@ type PortLimit struct {
 	rate    float64 // bytes per second
 	depth   float64
 	catchUp time.Duration
+	// held: the transmit loop keeps the port for the flows queued for it
+	// (sched); refused: Ready said no since the loop last cleared it, so
+	// the flow asking waits for the port.
+	held, refused bool
 }
 
 // NewPortLimit returns a full port limiter of rate and burst depth bytes,
@@ -91,8 +95,17 @@ func NewPortLimit(now time.Duration, rate units.Rate, depth int, catchUp time.Du
 // Refill adds the credit earned by now.
 func (p *PortLimit) Refill(now time.Duration) { p.b.refill(now, p.rate, p.depth, p.catchUp) }
 
-// Ready reports whether the port takes another packet now.
-func (p *PortLimit) Ready() bool { return p.b.Ready() }
+// Ready reports whether the port takes another packet now. A flow told no
+// is queued for the port: the transmit loop asks it again when the port
+// has credit and its turn has come, so its Fill need not return the
+// port's wake as its deadline.
+func (p *PortLimit) Ready() bool {
+	if p.held || !p.b.Ready() {
+		p.refused = true
+		return false
+	}
+	return true
+}
 
 // Spend charges a packet of wire bytes to the port.
 func (p *PortLimit) Spend(wire int) { p.b.Spend(wire) }

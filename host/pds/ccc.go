@@ -79,6 +79,7 @@ type CCCTransition struct {
 // Fill sends for its PDCs, round robin. Guarded by the endpoint's mu.
 type ccc struct {
 	ep     *Endpoint
+	flow   *engine.FlowHandle // the CCC in the engine's round robin
 	serial uint32
 	key    CCCKey
 	state  CCCState
@@ -196,6 +197,9 @@ func (c *ccc) set(now time.Duration, to CCCState) {
 		}
 	}
 	c.ep.cccTransition(now, c, from, to)
+	// What the CCC may send and its PDCs' timers changed: the transmit
+	// loop visits only the flows it is told of (engine's sched).
+	c.kick()
 }
 
 // busy reports whether a CCC in state s has data waiting to go out (the
@@ -228,7 +232,7 @@ func (m *cccManager) get(ep *Endpoint, now time.Duration, key CCCKey) (c *ccc, o
 	}
 	m.byKey[key] = c
 	ep.cccCreated(now, c)
-	ep.eng.AddFlow(c)
+	c.flow = ep.eng.AddFlow(c)
 	return c, true
 }
 
@@ -239,7 +243,7 @@ func (m *cccManager) release(now time.Duration, c *ccc) {
 	}
 	c.freed = true
 	delete(m.byKey, c.key)
-	c.ep.eng.RemoveFlow(c)
+	c.ep.eng.RemoveFlow(c.flow)
 	c.ep.cccTransition(now, c, CCCIdle, cccFreed)
 }
 
@@ -290,13 +294,13 @@ func (c *ccc) onAck(now time.Duration, s ackSample) {
 	before := c.state
 	c.update(now)
 	if c.needsCreditRequest() {
-		c.ep.kick() // the transmit loop asks for credit
+		c.kick() // the transmit loop asks for credit
 	}
 	if c.state == CCCReady && before != CCCReady {
 		// The ACK opened a window the transmit loop was blocked on; a
 		// CCC already READY has its loop running or timed (a kick is a
 		// timerfd write: not one per ACK).
-		c.ep.kick()
+		c.kick()
 	}
 }
 
@@ -361,7 +365,8 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 	c.update(now)
 	switch {
 	case portFull:
-		next = min(next, port.NextWake(now))
+		// The engine asks again when the port has credit and the CCC's
+		// turn comes (engine.PortLimit.Ready).
 	case !windowFull && c.readyPDC(now):
 		next = now
 	}
@@ -458,7 +463,7 @@ func (c *ccc) onCredit(now time.Duration, credit uet.Credit) {
 	before := c.state
 	c.update(now)
 	if c.state == CCCReady && before != CCCReady {
-		c.ep.kick()
+		c.kick()
 	}
 }
 
@@ -477,7 +482,7 @@ func (c *ccc) takeCredit(now time.Duration, credit uet.Credit) {
 			// packets after it ran up (a target asks for a share of what
 			// is lacking): no packet is left to carry a new target.
 			c.askNow = true
-			c.ep.kick()
+			c.kick()
 		}
 		if c.grantAt > 0 {
 			gap := now - c.grantAt
@@ -505,7 +510,7 @@ func (c *ccc) resyncCredit(now time.Duration) {
 	before := c.state
 	c.update(now)
 	if c.state == CCCReady && before != CCCReady {
-		c.ep.kick()
+		c.kick()
 	}
 }
 

@@ -40,7 +40,7 @@ func (ep *Endpoint) onCreditTarget(now time.Duration, c *rxCCC, cccID uint8, tar
 	ep.pacer.OnTarget(now, c.key, target)
 	ep.grantsDue(now, out.Next)
 	if idle && ep.pacer.NextEvent() != rccc.Never {
-		ep.kick() // the pacer flow's next grant
+		ep.pacerFlow.Kick() // the pacer flow's next grant
 	}
 }
 

@@ -74,6 +74,8 @@ type Endpoint struct {
 	transitions [numCCCStates][numCCCStates]uint64
 	closed      bool
 	house       *housekeeping
+	// The engine's handles of the housekeeping and credit pacer flows.
+	houseFlow, pacerFlow *engine.FlowHandle
 }
 
 // New starts an endpoint on cfg.Conn, which it owns from now on: Close
@@ -161,9 +163,9 @@ func newEndpoint(cfg Config) (*Endpoint, error) {
 	ep.eng = eng
 	ep.clock = eng.Clock()
 	ep.house = &housekeeping{ep: ep}
-	eng.AddFlow(ep.house)
+	ep.houseFlow = eng.AddFlow(ep.house)
 	ep.pacer = rccc.NewPacer[CCCKey](ep.rcccParams, ep.clock.Now())
-	eng.AddFlow((*pacerFlow)(ep))
+	ep.pacerFlow = eng.AddFlow((*pacerFlow)(ep))
 	return ep, nil
 }
 
@@ -173,7 +175,12 @@ func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.local }
 // Clock is the endpoint's clock.
 func (ep *Endpoint) Clock() engine.Clock { return ep.clock }
 
-func (ep *Endpoint) kick() { ep.eng.Kick() }
+// kick wakes the transmit loop for the CCC alone.
+func (c *ccc) kick() {
+	if c.flow != nil { // nil while the CCC is being made
+		c.flow.Kick()
+	}
+}
 
 // Close stops the loops and closes the conn; unfinished Senders end in
 // error.
@@ -230,7 +237,7 @@ func (ep *Endpoint) Start(dst netip.Addr, s Stream) (*Sender, error) {
 	p.senders = append(p.senders, snd)
 	p.lastActive = now
 	p.ccc.update(now)
-	ep.kick()
+	p.ccc.kick()
 	return snd, nil
 }
 

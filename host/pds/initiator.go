@@ -501,7 +501,7 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 	// what is not yet due runs from the CCC's Fill (timers).
 	if due := p.rackDetectLoss(now); due < p.rackArmed || p.rackArmed == 0 {
 		p.rackArmed = due
-		ep.kick()
+		p.ccc.kick()
 	}
 	if newly > 0 {
 		p.lastProgress = now
@@ -707,7 +707,7 @@ func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
 		if p.retries > ep.cfg.MaxRetries {
 			p.fail(now, fmt.Errorf("pds: pdc %d to %v: %d refusals in a row, last %v", p.id, p.key.Dst, p.retries, n.Code))
 		}
-		ep.kick()
+		p.ccc.kick()
 		return
 	}
 	idx, ok := p.idxOf(n.NackPSN)
@@ -756,7 +756,7 @@ func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
 			p.ccc.onNack(now, ns)
 		}
 	}
-	ep.kick()
+	p.ccc.kick()
 }
 
 // timers runs the RTO and the close; it returns when they next need the

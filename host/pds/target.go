@@ -298,7 +298,7 @@ func (ep *Endpoint) newTarget(now time.Duration, key targetKey, r *uet.Request) 
 	ep.targets[key] = t
 	ep.targetsByID[id] = t
 	ep.ctr.TargetPDCsOpened++
-	ep.kick() // the housekeeping flow's deadline moved
+	ep.houseFlow.Kick() // the housekeeping flow's deadline moved
 	return t, 0
 }
 
@@ -328,7 +328,7 @@ func (ep *Endpoint) rxCCCOf(now time.Duration, src netip.Addr) *rxCCC {
 		c = &rxCCC{key: ck}
 		ep.rxcccs[ck] = c
 		ep.ctr.RxCCCsCreated++
-		ep.kick() // housekeeping frees it if no PDC follows
+		ep.houseFlow.Kick() // housekeeping frees it if no PDC follows
 	}
 	c.lastActive = now
 	return c
