@@ -34,6 +34,12 @@ type sched struct {
 	// served are this pass's flows that sent and want more: they join the
 	// port's queue at the end of the pass, behind the ones it turned away.
 	served []*FlowHandle
+	// sent are this pass's flows that sent and need nothing now: they are
+	// asked once more in the next pass, as every flow was after a pass
+	// that sent, since a Fill that sent a flow's first packets may return
+	// before it armed the timer for them (the requester's ACK timeout
+	// runs from its next Fill).
+	sent []*FlowHandle
 }
 
 // pass is one pass of the round robin: the runnable flows, each once
@@ -74,6 +80,11 @@ func (e *Engine) pass(now time.Duration, pkts []Packet, port *PortLimit) (n int,
 		s.served[i] = nil
 	}
 	s.served = s.served[:0]
+	for i, h := range s.sent {
+		s.runnable(h)
+		s.sent[i] = nil
+	}
+	s.sent = s.sent[:0]
 	next = Never
 	if s.timers.Len() > 0 {
 		next = s.timers.items[0].due
@@ -139,6 +150,9 @@ func (e *Engine) visit(h *FlowHandle, now time.Duration, out []Packet, port *Por
 	}
 	n, due := h.f.Fill(now, out, port)
 	refused := port != nil && port.refused
+	if n > 0 && !refused && due > now {
+		s.sent = append(s.sent, h)
+	}
 	if (refused || due <= now) && !h.inPort {
 		switch {
 		case n > 0:

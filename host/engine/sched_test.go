@@ -227,3 +227,40 @@ func TestSchedTimers(t *testing.T) {
 	step(6*time.Millisecond, 3, 8*time.Millisecond)
 	step(7*time.Millisecond, 3, 8*time.Millisecond)
 }
+
+// armFlow sends its packets on its first visit and returns Never, and
+// arms its timeout only when a visit finds them in flight: the
+// requester's ACK timeout.
+type armFlow struct {
+	visits   int
+	inFlight bool
+	timeout  time.Duration
+}
+
+func (f *armFlow) Fill(now time.Duration, out []Packet, _ *PortLimit) (int, time.Duration) {
+	f.visits++
+	if !f.inFlight {
+		f.inFlight = true
+		out[0].N, out[1].N = 1, 1
+		return 2, Never
+	}
+	return 0, now + f.timeout
+}
+
+// TestSchedAsksAgainAfterSend: a flow that sent and needs nothing now is
+// asked once more, so the timer for what it sent is armed (a flow whose
+// whole window went out in one Fill would otherwise never time out if
+// every packet was lost).
+func TestSchedAsksAgainAfterSend(t *testing.T) {
+	e := newSchedEngine(t)
+	f := &armFlow{timeout: 4 * time.Millisecond}
+	e.AddFlow(f)
+	pkts, _ := e.NewSlots(8)
+	n, next := e.fill(0, pkts, nil)
+	if n != 2 || f.visits != 2 || next != 4*time.Millisecond {
+		t.Fatalf("fill: %d packets, %d visits, next %v; want 2, 2, 4ms (the timeout armed)", n, f.visits, next)
+	}
+	if _, next = e.pass(time.Millisecond, pkts, nil); f.visits != 2 || next != 4*time.Millisecond {
+		t.Fatalf("a pass before the timeout: %d visits, next %v; want 2, 4ms", f.visits, next)
+	}
+}
