@@ -140,6 +140,7 @@ func run() int {
 	scaleRate := units.Rate(400 * units.Mbit)
 	flag.Var(&scaleRate, "scale-rate", "scale rows: the line rate the QPs share")
 	scaleSeconds := flag.Int("scale-seconds", 3, "scale rows: each row's run after setup")
+	scaleProfile := flag.String("scale-cpuprofile", "", "scale rows: write each client child's CPU profile to PREFIX-{roce,uet}-N.pprof")
 	ports := flag.Int("ports", 64, "many-ports rows: the ports on the machine beside one (2.."+strconv.Itoa(portsMax)+")")
 	soakFor := flag.Duration("soak", time.Hour, "the soak's length (the demo's lab at 80 % load, flows joining and leaving); 0 skips it")
 	htsimDir := flag.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build directory for the incast section (default $"+htsim.EnvDir+"; without one, htsim's recorded tails)")
@@ -293,7 +294,7 @@ func run() int {
 	}
 	if sec.scale && ctx.Err() == nil {
 		host.begin("scale")
-		sr, err := runScale(ctx, scaleOpts{qps: sqps, rate: scaleRate, seconds: *scaleSeconds})
+		sr, err := runScale(ctx, scaleOpts{qps: sqps, rate: scaleRate, seconds: *scaleSeconds, profile: *scaleProfile})
 		host.end()
 		rep.Scale = sr
 		if err != nil {

@@ -27,6 +27,10 @@ import (
 // per QP beyond the first row's, and the client's CPU per packet against
 // the first row's (goal: within 1.2x of one flow).
 
+// The UET rows do the same with one host/pds endpoint and N streams, each
+// its own job and so its own PDC, all to one server and so in one CCC
+// (NSCC), the endpoint's line rate the shared one.
+
 // scaleGoal is the CPU per packet at N flows over one flow's.
 const scaleGoal = 1.2
 
@@ -39,6 +43,8 @@ type ScaleReport struct {
 	Seconds      int        `json:"seconds"`
 	Goal         float64    `json:"cpu_per_packet_goal_ratio"`
 	Rows         []ScaleRow `json:"rows"`
+	// UETRows are the UET endpoint's, QPs counting its PDCs.
+	UETRows []ScaleRow `json:"uet_rows"`
 }
 
 // ScaleRow is one N.
@@ -68,6 +74,15 @@ type scaleOpts struct {
 	qps     []int
 	rate    units.Rate
 	seconds int
+	profile string // the client children's CPU profiles: PREFIX-{roce,uet}-N.pprof
+}
+
+// profileArgs are a client child's arguments for its CPU profile.
+func (o scaleOpts) profileArgs(transport string, n int) []string {
+	if o.profile == "" {
+		return nil
+	}
+	return []string{"-cpuprofile", fmt.Sprintf("%s-%s-%d.pprof", o.profile, transport, n)}
 }
 
 // parseQPList reads "1,100,1000,10000".
@@ -108,8 +123,57 @@ func runScale(ctx context.Context, o scaleOpts) (*ScaleReport, error) {
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
-	rep.judge()
+	for _, n := range o.qps {
+		if ctx.Err() != nil {
+			break
+		}
+		progress("scale: %d UET PDCs sharing %s for %d s", n, o.rate, o.seconds)
+		row, err := uetScaleRun(ctx, exe, l.Node("a"), l.Node("b"), n, o)
+		if err != nil {
+			row.Verdict, row.Error = "failed", err.Error()
+			errs = append(errs, fmt.Errorf("%d UET PDCs: %w", n, err))
+		}
+		rep.UETRows = append(rep.UETRows, row)
+	}
+	judgeScale(rep.Rows)
+	judgeScale(rep.UETRows)
 	return rep, errors.Join(errs...)
+}
+
+// uetScaleRun runs one UET row: a server child with room for n PDCs, then
+// a client child with n streams.
+func uetScaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpts) (ScaleRow, error) {
+	row := ScaleRow{QPs: n}
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+120)*time.Second)
+	defer cancel()
+	srv, err := startUETServer(rctx, b, exe, []string{uetChildArg, "-mode", "server", "-local", addrB.Addr().String(), "-max-pdcs", strconv.Itoa(n)})
+	if err != nil {
+		return row, err
+	}
+	cli := a.Command(rctx, exe, append([]string{uetChildArg, "-mode", "client", "-local", addrA.Addr().String(), "-server", addrB.Addr().String(),
+		"-streams", strconv.Itoa(n), "-link-rate", o.rate.String(), "-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes)},
+		o.profileArgs("uet", n)...)...)
+	cli.WaitDelay = 2 * time.Second
+	var stderr strings.Builder
+	cli.Stderr = &stderr
+	out, runErr := cli.Output()
+	st, serr := srv.stop()
+	res, err := parseChild(out, runErr, stderr.String())
+	if err != nil {
+		return row, err
+	}
+	if serr != nil {
+		return row, serr
+	}
+	if st["verify_errors"] != 0 {
+		return row, fmt.Errorf("uet server: %d verify errors", st["verify_errors"])
+	}
+	row.SetupSeconds, row.ClientRSSBytes, row.ServerRSSBytes = res.SetupSeconds, res.PeakRSSBytes, st["peak_rss_bytes"]
+	row.GoodputBps, row.TxPackets, row.Retransmits = res.GoodputBps, res.TxPackets, res.Retransmits
+	if res.TxPackets > 0 {
+		row.NsPerPacket = (res.UserSeconds + res.SysSeconds) * 1e9 / float64(res.TxPackets)
+	}
+	return row, nil
 }
 
 // scaleMessageBytes keeps every QP's server buffer at the 64 KiB minimum:
@@ -131,9 +195,9 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 		return row, err
 	}
 	defer srv.stop()
-	cli := a.Command(rctx, exe, childArg, "-mode", "client", "-server", addrB.Addr().String(),
+	cli := a.Command(rctx, exe, append([]string{childArg, "-mode", "client", "-server", addrB.Addr().String(),
 		"-qps", strconv.Itoa(n), "-rate", strconv.FormatFloat(float64(o.rate), 'f', 0, 64),
-		"-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes))
+		"-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes)}, o.profileArgs("roce", n)...)...)
 	cli.WaitDelay = 2 * time.Second
 	var stderr strings.Builder
 	cli.Stderr = &stderr
@@ -160,15 +224,16 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 	return row, nil
 }
 
-// judge fills the per-QP memory and the ratios against the first row.
-func (r *ScaleReport) judge() {
-	if len(r.Rows) == 0 || r.Rows[0].Error != "" {
+// judgeScale fills the per-QP memory and the ratios against the first
+// row.
+func judgeScale(rows []ScaleRow) {
+	if len(rows) == 0 || rows[0].Error != "" {
 		return
 	}
-	ref := r.Rows[0]
-	r.Rows[0].Verdict = "ref"
-	for i := 1; i < len(r.Rows); i++ {
-		row := &r.Rows[i]
+	ref := rows[0]
+	rows[0].Verdict = "ref"
+	for i := 1; i < len(rows); i++ {
+		row := &rows[i]
 		if row.Error != "" {
 			continue
 		}
@@ -190,9 +255,22 @@ func (r *ScaleReport) judge() {
 func (r *ScaleReport) write(w io.Writer) {
 	fmt.Fprintf(w, "\nscale: one RoCEv2 client agent, N QPs all active, --cc none, sharing %s (the client's port), %d B messages, %d s a row\n",
 		units.Rate(r.RateBps), r.MessageBytes, r.Seconds)
+	r.writeRows(w, r.Rows, "QPs", "QP")
+	if len(r.UETRows) > 0 {
+		fmt.Fprintf(w, "\nscale, UET: one client endpoint, N streams all active (each its own job: N PDCs in one CCC, NSCC), sharing %s (its line rate), %d B messages, %d s a row\n",
+			units.Rate(r.RateBps), r.MessageBytes, r.Seconds)
+		r.writeRows(w, r.UETRows, "PDCs", "PDC")
+	}
+	fmt.Fprintln(w, "setup: from the client's start until its agent (endpoint) held every QP (PDC); RSS: each process's peak resident memory (VmHWM);")
+	fmt.Fprintln(w, "/QP: memory over the first row's, per extra QP (PDC); goodput in Mbit/s; ns/pkt: the client process's CPU (user+sys,")
+	fmt.Fprintln(w, "getrusage) per data packet sent.")
+}
+
+// writeRows prints one table of rows, each counting what (QPs, PDCs).
+func (r *ScaleReport) writeRows(w io.Writer, rows []ScaleRow, what, one string) {
 	fmt.Fprintf(w, "%8s  %9s  %12s  %12s  %10s  %10s  %10s  %12s  %7s  %s\n",
-		"QPs", "setup", "client RSS", "server RSS", "cli /QP", "srv /QP", "goodput", "cli ns/pkt", "ratio", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one QP's)")
-	for _, row := range r.Rows {
+		what, "setup", "client RSS", "server RSS", "cli /"+one, "srv /"+one, "goodput", "cli ns/pkt", "ratio", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one "+one+"'s)")
+	for _, row := range rows {
 		if row.Error != "" {
 			fmt.Fprintf(w, "%8d  failed: %s\n", row.QPs, row.Error)
 			continue
@@ -212,7 +290,4 @@ func (r *ScaleReport) write(w io.Writer) {
 			row.QPs, row.SetupSeconds, mib(row.ClientRSSBytes), mib(row.ServerRSSBytes),
 			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, row.NsPerPacket, ratio, row.Verdict)
 	}
-	fmt.Fprintln(w, "setup: from the client's start until its agent held every QP; RSS: each process's peak resident memory (VmHWM);")
-	fmt.Fprintln(w, "/QP: memory over the first row's, per extra QP; goodput in Mbit/s; ns/pkt: the client process's CPU (user+sys, getrusage)")
-	fmt.Fprintln(w, "per data packet sent.")
 }

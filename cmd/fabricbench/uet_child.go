@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,13 +47,19 @@ const (
 // of payload does.
 func uetMTU(payload int) int { return payload + uet.SESStdLen + uet.RequestLen + 8 + 20 }
 
-func uetChildConfig(conn pktio.Conn, payload int) pds.Config {
+// uetChildConfig is a child's endpoint: at line rate rate (0:
+// uetBenchLinkRate), with room for pdcs PDCs beside the default's.
+func uetChildConfig(conn pktio.Conn, payload int, rate units.Rate, pdcs int) pds.Config {
 	cfg := pds.DefaultConfig()
 	cfg.Conn = conn
 	cfg.LinkRate = uetBenchLinkRate
+	if rate > 0 {
+		cfg.LinkRate = rate
+	}
 	cfg.MTU = uetMTU(payload)
 	cfg.BaseRTT = uetBenchBaseRTT
 	cfg.AckBytes = max(cfg.AckBytes, cfg.MTU)
+	cfg.MaxPDCs = max(cfg.MaxPDCs, pdcs+64)
 	return cfg
 }
 
@@ -67,7 +74,15 @@ func uetChild(args []string) int {
 	msg := fs.Int("msg", roceMessageBytes, "client: message bytes")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process here")
 	sendPath := fs.String("send", "auto", "how the endpoint's conn sends: auto or raw")
+	streams := fs.Int("streams", 1, "client: streams, each its own job and PDC (the scale rows)")
+	maxPDCs := fs.Int("max-pdcs", 0, "room for this many PDCs beside the default's")
+	var rate units.Rate
+	fs.Var(&rate, "link-rate", "the endpoint's line rate (default: far above the veth's)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if most := pds.MaxContexts - 1 - 64; *streams < 1 || *streams > most {
+		fmt.Fprintf(os.Stderr, "-streams %d: must be 1..%d\n", *streams, most)
 		return 2
 	}
 	send, ctx, done, code := childStart(*sendPath, *cpuprofile)
@@ -85,7 +100,7 @@ func uetChild(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ep, err := pds.New(uetChildConfig(conn, *payload))
+	ep, err := pds.New(uetChildConfig(conn, *payload, rate, max(*maxPDCs, *streams)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -96,7 +111,7 @@ func uetChild(args []string) int {
 		fmt.Println(uetReady)
 		<-ctx.Done()
 		c := ep.Counters()
-		_ = json.NewEncoder(os.Stdout).Encode(map[string]uint64{"messages": c.MessagesReceived, "verify_errors": c.VerifyErrors})
+		_ = json.NewEncoder(os.Stdout).Encode(map[string]uint64{"messages": c.MessagesReceived, "verify_errors": c.VerifyErrors, "peak_rss_bytes": peakRSS()})
 		return 0
 	case "client":
 		dst, err := netip.ParseAddr(*server)
@@ -108,22 +123,52 @@ func uetChild(args []string) int {
 		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
 		c0 := ep.Counters()
 		t0 := time.Now()
-		s, err := ep.Start(dst, pds.Stream{JobID: 1, MessageBytes: *msg})
 		var res childResult
-		if err == nil {
+		senders := make([]*pds.Sender, 0, *streams)
+		for i := range *streams {
+			s, err := ep.Start(dst, pds.Stream{JobID: uint32(i + 1), MessageBytes: *msg})
+			if err != nil {
+				res.Error = fmt.Sprintf("stream %d of %d: %v", i+1, *streams, err)
+				break
+			}
+			senders = append(senders, s)
+		}
+		res.SetupSeconds = time.Since(t0).Seconds()
+		if res.Error == "" {
+			t1 := time.Now()
+			var acked0 uint64
+			for _, s := range senders {
+				acked0 += s.Counters().BytesAcked
+			}
 			select {
 			case <-time.After(time.Duration(*seconds) * time.Second):
 			case <-ctx.Done():
 			}
-			acked := s.Counters().BytesAcked
-			res.Seconds = time.Since(t0).Seconds()
-			res.GoodputBps = float64(acked) * 8 / res.Seconds
+			var acked uint64
+			for _, s := range senders {
+				acked += s.Counters().BytesAcked
+			}
+			res.Seconds = time.Since(t1).Seconds()
+			if *streams == 1 {
+				// One stream: its whole run, as the goodput rows have always
+				// counted it.
+				acked0, res.Seconds = 0, time.Since(t0).Seconds()
+			}
+			res.GoodputBps = float64(acked-acked0) * 8 / res.Seconds
+		}
+		for _, s := range senders {
 			s.Stop()
+		}
+		stopBy := time.After(5 * time.Second)
+	wait:
+		for _, s := range senders {
 			select {
 			case <-s.Done():
-			case <-time.After(5 * time.Second):
+			case <-stopBy:
+				break wait
 			}
 		}
+		res.PeakRSSBytes = peakRSS()
 		wall := time.Since(t0)
 		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
 		c1 := ep.Counters()
@@ -131,9 +176,6 @@ func uetChild(args []string) int {
 		res.Retransmits = c1.Retransmits - c0.Retransmits
 		u := conn.Stats()
 		res.ConnDatagrams, res.GSODatagrams, res.GSOSends = u.DatagramsSent, u.GSODatagrams, u.GSOSends
-		if err != nil {
-			res.Error = err.Error()
-		}
 		return res.emit(&ru0, &ru1, wall)
 	}
 	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", uetChildArg, *mode)
@@ -154,35 +196,10 @@ func uetRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof st
 		cliArgs = append(cliArgs, "-cpuprofile", prof+"-uet-client.pprof")
 	}
 	name, args := pinned(o.cpu, exe, srvArgs...)
-	srv := b.Command(rctx, name, args...)
-	srvOut, err := srv.StdoutPipe()
+	t0 := time.Now()
+	srv, err := startUETServer(rctx, b, name, args)
 	if err != nil {
 		return run, err
-	}
-	var srvErr bytes.Buffer
-	srv.Stderr = &srvErr
-	srv.WaitDelay = 2 * time.Second
-	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
-	t0 := time.Now()
-	if err := srv.Start(); err != nil {
-		return run, fmt.Errorf("start uet server: %w", err)
-	}
-	rd := bufio.NewReader(srvOut)
-	line, err := rd.ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != uetReady {
-		_ = srv.Process.Kill()
-		_ = srv.Wait()
-		return run, fmt.Errorf("uet server did not start: %q %v: %s", line, err, srvErr.String())
-	}
-	stopServer := func() (map[string]uint64, error) {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		rest, _ := io.ReadAll(rd)
-		werr := srv.Wait()
-		var st map[string]uint64
-		if err := json.Unmarshal(rest, &st); err != nil {
-			return nil, fmt.Errorf("uet server output %q: %v (wait: %v, stderr: %s)", rest, err, werr, srvErr.String())
-		}
-		return st, nil
 	}
 	name, args = pinned(o.cpu, exe, cliArgs...)
 	cli := a.Command(rctx, name, args...)
@@ -190,7 +207,7 @@ func uetRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof st
 	var stderr bytes.Buffer
 	cli.Stderr = &stderr
 	out, runErr := cli.Output()
-	st, serr := stopServer()
+	st, serr := srv.stop()
 	var res childResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		return run, fmt.Errorf("uet client: %v %v (stderr: %s)", err, runErr, strings.TrimSpace(stderr.String()))
@@ -207,5 +224,48 @@ func uetRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof st
 	if res.GoodputBps <= 0 || res.TxPackets == 0 {
 		return run, errors.New("uet reported no goodput or no packets sent")
 	}
-	return res.udpRun(srv.ProcessState, t0), nil
+	return res.udpRun(srv.cmd.ProcessState, t0), nil
+}
+
+// uetServer is a UET server child, started and ready.
+type uetServer struct {
+	cmd    *exec.Cmd
+	rd     *bufio.Reader
+	stderr bytes.Buffer
+}
+
+// startUETServer starts name args (a uet-child server) in b and waits for
+// it to say it is ready.
+func startUETServer(rctx context.Context, b *lab.Node, name string, args []string) (*uetServer, error) {
+	s := &uetServer{cmd: b.Command(rctx, name, args...)}
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	s.cmd.Stderr = &s.stderr
+	s.cmd.WaitDelay = 2 * time.Second
+	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGTERM) }
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start uet server: %w", err)
+	}
+	s.rd = bufio.NewReader(out)
+	line, err := s.rd.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != uetReady {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		return nil, fmt.Errorf("uet server did not start: %q %v: %s", line, err, s.stderr.String())
+	}
+	return s, nil
+}
+
+// stop ends the server and returns what it printed.
+func (s *uetServer) stop() (map[string]uint64, error) {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(s.rd)
+	werr := s.cmd.Wait()
+	var st map[string]uint64
+	if err := json.Unmarshal(rest, &st); err != nil {
+		return nil, fmt.Errorf("uet server output %q: %v (wait: %v, stderr: %s)", rest, err, werr, s.stderr.String())
+	}
+	return st, nil
 }

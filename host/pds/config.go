@@ -130,7 +130,7 @@ const (
 	MinRTO          = 100 * time.Microsecond // MinRTO and MaxRTO bound Config.RTO, slowed
 	MaxRTO          = 10 * time.Second
 	maxIdleTimeout  = time.Hour
-	maxContexts     = 1 << 16 // PDC IDs are 16 bits
+	MaxContexts     = 1 << 16 // PDC IDs are 16 bits: MaxPDCs and MaxCCCs are below it
 	defaultDSCP     = 26
 	defaultAckBytes = 16384
 )
@@ -227,10 +227,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pds: max_retries %d: must be 1..1000", c.MaxRetries)
 	case c.IdleTimeout < c.RTO || c.IdleTimeout > maxIdleTimeout:
 		return fmt.Errorf("pds: idle_timeout %v: must be rto (%v)..%v", c.IdleTimeout, c.RTO, maxIdleTimeout)
-	case c.MaxPDCs < 1 || c.MaxPDCs >= maxContexts:
-		return fmt.Errorf("pds: max_pdcs %d: must be 1..%d", c.MaxPDCs, maxContexts-1)
-	case c.MaxCCCs < 1 || c.MaxCCCs >= maxContexts:
-		return fmt.Errorf("pds: max_cccs %d: must be 1..%d", c.MaxCCCs, maxContexts-1)
+	case c.MaxPDCs < 1 || c.MaxPDCs >= MaxContexts:
+		return fmt.Errorf("pds: max_pdcs %d: must be 1..%d", c.MaxPDCs, MaxContexts-1)
+	case c.MaxCCCs < 1 || c.MaxCCCs >= MaxContexts:
+		return fmt.Errorf("pds: max_cccs %d: must be 1..%d", c.MaxCCCs, MaxContexts-1)
 	case c.AckBytes < c.MTU || c.AckBytes > 1<<20:
 		return fmt.Errorf("pds: ack_bytes %d: must be mtu (%d)..%d", c.AckBytes, c.MTU, 1<<20)
 	}
