@@ -80,6 +80,7 @@ type CCCTransition struct {
 type ccc struct {
 	ep     *Endpoint
 	flow   *engine.FlowHandle // the CCC in the engine's round robin
+	sched  pdcSched           // its PDCs' timers and backlog flags
 	serial uint32
 	key    CCCKey
 	state  CCCState
@@ -140,15 +141,8 @@ const maxBacklog = 1 << 30
 // backlog reports whether any PDC has new data or a retransmission
 // waiting.
 func (c *ccc) backlog() (newData, retx bool) {
-	for _, p := range c.pdcs {
-		if p.hasNewData() {
-			newData = true
-		}
-		if len(p.retxQ) > 0 {
-			retx = true
-		}
-	}
-	return newData, retx
+	c.countFlags()
+	return c.sched.nNew > 0, c.sched.nRetx > 0
 }
 
 // update is the spec's update_state(), run after every event (uet.md):
@@ -325,15 +319,7 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 		return 0, next
 	}
 	c.wnd.Advance(now)
-	for i := 0; i < len(c.pdcs); i++ {
-		p := c.pdcs[i]
-		k, due := p.timers(now, out[n:])
-		n += k
-		next = min(next, due)
-		if p.closed {
-			i-- // free took it out of c.pdcs
-		}
-	}
+	n += c.runTimers(now, out[n:])
 	windowFull, portFull := false, false
 	for sent := 0; n < len(out) && sent < burst; sent++ {
 		p := c.pick(now)
@@ -370,11 +356,7 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 	case !windowFull && c.readyPDC(now):
 		next = now
 	}
-	for _, p := range c.pdcs {
-		if p.holdUntil > now {
-			next = min(next, p.holdUntil)
-		}
-	}
+	next = min(next, c.nextTimer(now))
 	if len(c.pdcs) == 0 {
 		ep.cccs.release(now, c)
 	}

@@ -235,6 +235,7 @@ func (ep *Endpoint) Start(dst netip.Addr, s Stream) (*Sender, error) {
 	}
 	snd := &Sender{pdc: p, s: s, done: make(chan struct{})}
 	p.senders = append(p.senders, snd)
+	p.touch()
 	p.lastActive = now
 	p.ccc.update(now)
 	p.ccc.kick()
@@ -260,13 +261,14 @@ func (ep *Endpoint) newInitiator(now time.Duration, key PDCKey) (*initiator, err
 	}
 	c, _ := ep.cccs.get(ep, now, ck)
 	p := &initiator{ep: ep, key: key, id: id, ccc: c, start: randomPSN(), ring: make([]txRec, maxPDCWindow),
-		ev: entropy(id), lastActive: now}
+		ev: entropy(id), lastActive: now, heapIdx: -1}
 	if ep.cfg.NewBalancer != nil {
 		p.lb = ep.cfg.NewBalancer(id)
 	}
 	ep.initiators[id] = p
 	ep.byKey[key] = p
 	c.pdcs = append(c.pdcs, p)
+	p.touch()
 	ep.ctr.PDCsOpened++
 	return p, nil
 }

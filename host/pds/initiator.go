@@ -147,6 +147,14 @@ type initiator struct {
 	closeTries int
 	closed     bool
 	err        error
+
+	// The CCC's schedule (pdcsched.go): in its lists since the last touch,
+	// the backlog flags it counted, the deadline its timers last returned
+	// and its place in the CCC's timer heap (-1: not there).
+	timerDirty, flagDirty   bool
+	countedNew, countedRetx bool
+	timerDue                time.Duration
+	heapIdx                 int
 }
 
 func (p *initiator) rec(idx uint64) *txRec { return &p.ring[idx%maxPDCWindow] }
@@ -211,6 +219,7 @@ func (p *initiator) firstRetx() bool {
 			return true
 		}
 		p.retxQ = p.retxQ[1:]
+		p.touch()
 	}
 	return false
 }
@@ -279,6 +288,7 @@ func (p *initiator) fill(now time.Duration, pkt *engine.Packet) int {
 	r.sentAt = now
 	r.size = int32(size)
 	p.lastActive = now
+	p.touch()
 	return size
 }
 
@@ -419,12 +429,15 @@ func (p *initiator) markLost(idx uint64) (size int, ok bool) {
 	r.lost = true
 	p.ccc.inFlight -= int(r.size)
 	p.retxQ = append(p.retxQ, idx)
+	p.touch()
 	return int(r.size), true
 }
 
 // onAck is an ACK or ACK_CC for this PDC, from its destination.
 func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 	ep := p.ep
+	p.touch()       // before update() reads its flags
+	defer p.touch() // and what changed after
 	if !p.established {
 		p.established = true
 		p.peerID = a.SPDCID
@@ -685,6 +698,8 @@ func (p *initiator) rackDetectLoss(now time.Duration) (next time.Duration) {
 
 // onNack is a NACK for this PDC.
 func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
+	p.touch()       // before update() reads its flags
+	defer p.touch() // and what changed after
 	ep := p.ep
 	ep.nacksRx[n.Code]++
 	if p.ccc.credit != nil {
@@ -918,6 +933,7 @@ func (p *initiator) free(now time.Duration) {
 			p.ccc.inFlight -= int(r.size)
 		}
 	}
+	p.ccc.forget(p)
 	for _, s := range p.senders {
 		s.finish(fmt.Errorf("pds: pdc %d to %v closed", p.id, p.key.Dst))
 	}

@@ -106,6 +106,8 @@ func (s *Sender) Stop() {
 	if s.acked == s.queued && (s.pdc.cur == nil || s.pdc.cur.s != s) {
 		s.finish(nil)
 	}
+	s.pdc.touch()
+	s.pdc.ccc.kick()
 }
 
 // Counters returns the Sender's progress.
