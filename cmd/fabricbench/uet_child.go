@@ -49,7 +49,7 @@ func uetMTU(payload int) int { return payload + uet.SESStdLen + uet.RequestLen +
 
 // uetChildConfig is a child's endpoint: at line rate rate (0:
 // uetBenchLinkRate), with room for pdcs PDCs beside the default's.
-func uetChildConfig(conn pktio.Conn, payload int, rate units.Rate, pdcs int) pds.Config {
+func uetChildConfig(conn pktio.Conn, payload int, rate units.Rate, pdcs int, idle time.Duration) pds.Config {
 	cfg := pds.DefaultConfig()
 	cfg.Conn = conn
 	cfg.LinkRate = uetBenchLinkRate
@@ -60,6 +60,9 @@ func uetChildConfig(conn pktio.Conn, payload int, rate units.Rate, pdcs int) pds
 	cfg.BaseRTT = uetBenchBaseRTT
 	cfg.AckBytes = max(cfg.AckBytes, cfg.MTU)
 	cfg.MaxPDCs = max(cfg.MaxPDCs, pdcs+64)
+	if idle > 0 {
+		cfg.IdleTimeout = idle
+	}
 	return cfg
 }
 
@@ -78,6 +81,7 @@ func uetChild(args []string) int {
 	maxPDCs := fs.Int("max-pdcs", 0, "room for this many PDCs beside the default's")
 	var rate units.Rate
 	fs.Var(&rate, "link-rate", "the endpoint's line rate (default: far above the veth's)")
+	idle := fs.Duration("idle-timeout", 0, "the endpoint's PDC idle timeout (default: pds's)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -100,7 +104,7 @@ func uetChild(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ep, err := pds.New(uetChildConfig(conn, *payload, rate, max(*maxPDCs, *streams)))
+	ep, err := pds.New(uetChildConfig(conn, *payload, rate, max(*maxPDCs, *streams), *idle))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
