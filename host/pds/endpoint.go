@@ -388,7 +388,9 @@ func (r *endpointRx) EndBatch(out *engine.Replies) {
 }
 
 // housekeeping is a flow that sends nothing: it frees target PDCs the
-// source stopped talking to (a lost CLOSE_CMD, a source gone).
+// source stopped talking to (a lost CLOSE_CMD, a source gone): after
+// twice the idle timeout, or with a message in progress after the
+// source's retries (RTO × MaxRetries) if that is longer.
 type housekeeping struct{ ep *Endpoint }
 
 // Fill implements engine.Flow.
@@ -408,8 +410,20 @@ func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.Port
 			next = min(next, c.lastActive+idle)
 		}
 	}
+	// A target with a message in progress waits for its source as long as
+	// the source retries before it gives the PDC up: freed sooner, the
+	// rest of the message would open a new PDC and neither would count the
+	// message received (a PDC's turn in a CCC shared by hundreds comes
+	// past twice the idle timeout: TestManyPDCsLossy).
+	midMessage := max(idle, ep.cfg.RTO*time.Duration(ep.cfg.MaxRetries))
 	for _, t := range ep.targets {
-		if now >= t.lastActive+idle {
+		expiry := idle
+		if len(t.msgs) > 0 {
+			expiry = midMessage
+			// The message's end does not wake housekeeping: look again.
+			next = min(next, now+idle)
+		}
+		if now >= t.lastActive+expiry {
 			if t.ackOwed {
 				ep.dropOwed(t)
 			}
@@ -417,7 +431,7 @@ func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.Port
 			ep.ctr.TargetPDCsExpired++
 			continue
 		}
-		next = min(next, t.lastActive+idle)
+		next = min(next, t.lastActive+expiry)
 	}
 	return 0, next
 }

@@ -435,10 +435,10 @@ func TestManyPDCsLossy(t *testing.T) {
 	}
 	const jobs = 400
 	// A PDC's turn comes once per 400 packets and a loss costs it an RTO:
-	// past the default idle timeout's 100 ms, the target would free a PDC
-	// between its packets and count a message split across two PDCs as
-	// never received (a finding of this test, in issue 28's note).
-	p := newPair(t, filter, func(a, b *Config) { a.IdleTimeout, b.IdleTimeout = time.Second, time.Second })
+	// past the idle timeout's 100 ms, the target frees PDCs between their
+	// packets (TargetPDCsExpired), but not one with a message in progress:
+	// its message split across two PDCs would count as never received.
+	p := newPair(t, filter, nil)
 	senders := make([]*Sender, jobs)
 	for i := range senders {
 		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 8 << 10, Messages: 3, Verify: true})
@@ -455,7 +455,8 @@ func TestManyPDCsLossy(t *testing.T) {
 	}
 	p.runFor(t, 3*p.a.cfg.IdleTimeout)
 	ca, cb := p.a.Counters(), p.b.Counters()
-	t.Logf("%d packets dropped; a: %d retransmits, %d timeouts, %d probes; PDCs %d opened %d closed", dropped, ca.Retransmits, ca.Timeouts, ca.ProbesSent, ca.PDCsOpened, ca.PDCsClosed)
+	t.Logf("%d packets dropped; a: %d retransmits, %d timeouts, %d probes; PDCs %d opened %d closed; b: %d target PDCs opened, %d expired",
+		dropped, ca.Retransmits, ca.Timeouts, ca.ProbesSent, ca.PDCsOpened, ca.PDCsClosed, cb.TargetPDCsOpened, cb.TargetPDCsExpired)
 	if cb.MessagesReceived != 3*jobs || cb.VerifyErrors != 0 {
 		t.Fatalf("b received %d messages, %d verify errors: want %d, 0; b %+v", cb.MessagesReceived, cb.VerifyErrors, 3*jobs, cb)
 	}
