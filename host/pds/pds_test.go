@@ -1,7 +1,6 @@
 package pds
 
 import (
-	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"testing"
@@ -122,31 +121,20 @@ func TestOneStream(t *testing.T) {
 // TestRandomLoss: 1 % of the packets each way are lost; SACK inference,
 // NACK-free RTO and retransmission deliver every message intact.
 func TestRandomLoss(t *testing.T) {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(1, 2))
-	var dropped int
-	filter := func(from netip.AddrPort, m *pktio.Message) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if rng.Float64() < 0.01 {
-			dropped++
-			return true
-		}
-		return false
-	}
-	p := newPair(t, filter, nil)
+	loss := pktio.NewRandomLoss(0.01, 1, 2)
+	p := newPair(t, loss.Filter, nil)
 	s, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 100_000, Messages: 300, Verify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.wait(t, 10*time.Second, s)
 	ca, cb := p.a.Counters(), p.b.Counters()
-	t.Logf("%d packets dropped; a: %d retransmits, %d inferred losses, %d timeouts; b: %d duplicates", dropped, ca.Retransmits, ca.InferredLosses, ca.Timeouts, cb.Duplicates)
+	t.Logf("%d packets dropped; a: %d retransmits, %d inferred losses, %d timeouts; b: %d duplicates", loss.Dropped(), ca.Retransmits, ca.InferredLosses, ca.Timeouts, cb.Duplicates)
 	if cb.MessagesReceived != 300 || cb.VerifyErrors != 0 {
 		t.Fatalf("b received %d messages, %d verify errors: want 300, 0", cb.MessagesReceived, cb.VerifyErrors)
 	}
-	if dropped == 0 || ca.Retransmits == 0 {
-		t.Errorf("%d dropped, %d retransmitted: the test lost nothing", dropped, ca.Retransmits)
+	if loss.Dropped() == 0 || ca.Retransmits == 0 {
+		t.Errorf("%d dropped, %d retransmitted: the test lost nothing", loss.Dropped(), ca.Retransmits)
 	}
 	if c := s.Counters(); c.MessagesAcked != 300 || c.BytesAcked != 300*100_000 {
 		t.Errorf("sender counters %+v", c)
@@ -421,24 +409,13 @@ func TestReestablish(t *testing.T) {
 // when they are due or an event touched it (pdcsched.go); a PDC whose
 // RTO, probe or close were forgotten would leave its Sender waiting.
 func TestManyPDCsLossy(t *testing.T) {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(3, 4))
-	dropped := 0
-	filter := func(from netip.AddrPort, m *pktio.Message) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if rng.Float64() < 0.01 {
-			dropped++
-			return true
-		}
-		return false
-	}
+	loss := pktio.NewRandomLoss(0.01, 3, 4)
 	const jobs = 400
 	// A PDC's turn comes once per 400 packets and a loss costs it an RTO:
 	// past the idle timeout's 100 ms, the target frees PDCs between their
 	// packets (TargetPDCsExpired), but not one with a message in progress:
 	// its message split across two PDCs would count as never received.
-	p := newPair(t, filter, nil)
+	p := newPair(t, loss.Filter, nil)
 	senders := make([]*Sender, jobs)
 	for i := range senders {
 		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 8 << 10, Messages: 3, Verify: true})
@@ -456,12 +433,12 @@ func TestManyPDCsLossy(t *testing.T) {
 	p.runFor(t, 3*p.a.cfg.IdleTimeout)
 	ca, cb := p.a.Counters(), p.b.Counters()
 	t.Logf("%d packets dropped; a: %d retransmits, %d timeouts, %d probes; PDCs %d opened %d closed; b: %d target PDCs opened, %d expired",
-		dropped, ca.Retransmits, ca.Timeouts, ca.ProbesSent, ca.PDCsOpened, ca.PDCsClosed, cb.TargetPDCsOpened, cb.TargetPDCsExpired)
+		loss.Dropped(), ca.Retransmits, ca.Timeouts, ca.ProbesSent, ca.PDCsOpened, ca.PDCsClosed, cb.TargetPDCsOpened, cb.TargetPDCsExpired)
 	if cb.MessagesReceived != 3*jobs || cb.VerifyErrors != 0 {
 		t.Fatalf("b received %d messages, %d verify errors: want %d, 0; b %+v", cb.MessagesReceived, cb.VerifyErrors, 3*jobs, cb)
 	}
-	if dropped == 0 || ca.Retransmits == 0 {
-		t.Errorf("%d dropped, %d retransmitted: the test lost nothing", dropped, ca.Retransmits)
+	if loss.Dropped() == 0 || ca.Retransmits == 0 {
+		t.Errorf("%d dropped, %d retransmitted: the test lost nothing", loss.Dropped(), ca.Retransmits)
 	}
 	if ca.CCCsCreated != 1 || ca.PDCsOpened != jobs || ca.PDCsClosed != jobs || ca.CCCsFreed != 1 {
 		t.Errorf("a: %d CCCs created, %d freed, %d PDCs opened, %d closed; want 1, 1, %d, %d", ca.CCCsCreated, ca.CCCsFreed, ca.PDCsOpened, ca.PDCsClosed, jobs, jobs)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -412,25 +411,14 @@ func cmpFloat(a, b float64) int {
 // recover (retransmissions, probes), every byte arrives intact, and the
 // summary's uet line shows what it took.
 func TestUETPipeLoss(t *testing.T) {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(3, 4))
-	dropped := 0
-	filter := func(netip.AddrPort, *pktio.Message) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if rng.Float64() < 0.01 {
-			dropped++
-			return true
-		}
-		return false
-	}
-	p := startUETPipe(t, ServerConfig{Interval: -1}, filter)
+	loss := pktio.NewRandomLoss(0.01, 3, 4)
+	p := startUETPipe(t, ServerConfig{Interval: -1}, loss.Filter)
 	var out bytes.Buffer
 	c := p.clientConfig()
 	c.Bytes, c.Verify, c.MessageBytes = 8<<20, true, 100_000
 	c.Out = &out
 	r, err := RunClient(context.Background(), c)
-	t.Logf("client (%d packets dropped):\n%s", dropped, out.String())
+	t.Logf("client (%d packets dropped):\n%s", loss.Dropped(), out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,8 +426,8 @@ func TestUETPipeLoss(t *testing.T) {
 	if r.End.SumReceived.Bytes != want || r.End.UET.verifyErrors() != 0 {
 		t.Errorf("received %d bytes with %d verify errors; want %d and 0", r.End.SumReceived.Bytes, r.End.UET.verifyErrors(), want)
 	}
-	if dropped == 0 || r.End.UET.Client.Retransmits == 0 || r.End.SumSent.Retransmits != r.End.UET.Client.Retransmits {
-		t.Errorf("%d dropped, retransmits %d (summary %d)", dropped, r.End.UET.Client.Retransmits, r.End.SumSent.Retransmits)
+	if loss.Dropped() == 0 || r.End.UET.Client.Retransmits == 0 || r.End.SumSent.Retransmits != r.End.UET.Client.Retransmits {
+		t.Errorf("%d dropped, retransmits %d (summary %d)", loss.Dropped(), r.End.UET.Client.Retransmits, r.End.SumSent.Retransmits)
 	}
 	if !strings.Contains(out.String(), fmt.Sprintf("uet: retransmits=%d ", r.End.UET.Client.Retransmits)) {
 		t.Errorf("no uet line with the retransmissions")

@@ -2,6 +2,7 @@ package pktio
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -56,6 +57,39 @@ type PipeOptions struct {
 	// It runs on the writing goroutine, so it must be safe for concurrent
 	// use when both ends (or several goroutines) write.
 	Filter func(from netip.AddrPort, m *Message) (drop bool)
+}
+
+// RandomLoss is a PipeOptions.Filter that drops each datagram with
+// probability p, drawn from a generator seeded by seed (the same losses
+// on every run of a fake-time test); Dropped counts what it dropped.
+type RandomLoss struct {
+	mu      sync.Mutex
+	rng     *rand.Rand
+	p       float64
+	dropped int
+}
+
+// NewRandomLoss returns a RandomLoss of probability p.
+func NewRandomLoss(p float64, seed1, seed2 uint64) *RandomLoss {
+	return &RandomLoss{rng: rand.New(rand.NewPCG(seed1, seed2)), p: p}
+}
+
+// Filter implements PipeOptions.Filter.
+func (l *RandomLoss) Filter(netip.AddrPort, *Message) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rng.Float64() < l.p {
+		l.dropped++
+		return true
+	}
+	return false
+}
+
+// Dropped is how many datagrams Filter dropped.
+func (l *RandomLoss) Dropped() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
 }
 
 // PipeStats counts what a PipeConn moved. Counters only grow.

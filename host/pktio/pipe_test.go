@@ -453,3 +453,32 @@ func BenchmarkPipe(b *testing.B) {
 	<-done
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pps")
 }
+
+// TestRandomLoss: no loss at 0, every datagram at 1, about p of them
+// between, the same on every run of a seed, and Dropped counts them.
+func TestRandomLoss(t *testing.T) {
+	var m Message
+	count := func(l *RandomLoss, n int) int {
+		k := 0
+		for range n {
+			if l.Filter(DefaultPipeA, &m) {
+				k++
+			}
+		}
+		return k
+	}
+	if k := count(NewRandomLoss(0, 1, 2), 1000); k != 0 {
+		t.Errorf("p 0 dropped %d of 1000", k)
+	}
+	if k := count(NewRandomLoss(1, 1, 2), 1000); k != 1000 {
+		t.Errorf("p 1 dropped %d of 1000", k)
+	}
+	l := NewRandomLoss(0.01, 3, 4)
+	k := count(l, 100_000)
+	if k < 900 || k > 1100 || l.Dropped() != k {
+		t.Errorf("p 0.01 dropped %d of 100000 (Dropped %d): want about 1000", k, l.Dropped())
+	}
+	if again := count(NewRandomLoss(0.01, 3, 4), 100_000); again != k {
+		t.Errorf("the same seed dropped %d, then %d", k, again)
+	}
+}
