@@ -111,32 +111,25 @@ func runScale(ctx context.Context, o scaleOpts) (*ScaleReport, error) {
 		return rep, err
 	}
 	var errs []error
-	for _, n := range o.qps {
-		if ctx.Err() != nil {
-			break
+	for _, tr := range []struct {
+		what string // "QPs", "UET PDCs"
+		rows *[]ScaleRow
+		run  func(context.Context, string, *lab.Node, *lab.Node, int, scaleOpts) (ScaleRow, error)
+	}{{"QPs", &rep.Rows, scaleRun}, {"UET PDCs", &rep.UETRows, uetScaleRun}} {
+		for _, n := range o.qps {
+			if ctx.Err() != nil {
+				break
+			}
+			progress("scale: %d %s sharing %s for %d s", n, tr.what, o.rate, o.seconds)
+			row, err := tr.run(ctx, exe, l.Node("a"), l.Node("b"), n, o)
+			if err != nil {
+				row.Verdict, row.Error = "failed", err.Error()
+				errs = append(errs, fmt.Errorf("%d %s: %w", n, tr.what, err))
+			}
+			*tr.rows = append(*tr.rows, row)
 		}
-		progress("scale: %d QPs sharing %s for %d s", n, o.rate, o.seconds)
-		row, err := scaleRun(ctx, exe, l.Node("a"), l.Node("b"), n, o)
-		if err != nil {
-			row.Verdict, row.Error = "failed", err.Error()
-			errs = append(errs, fmt.Errorf("%d QPs: %w", n, err))
-		}
-		rep.Rows = append(rep.Rows, row)
+		judgeScale(*tr.rows)
 	}
-	for _, n := range o.qps {
-		if ctx.Err() != nil {
-			break
-		}
-		progress("scale: %d UET PDCs sharing %s for %d s", n, o.rate, o.seconds)
-		row, err := uetScaleRun(ctx, exe, l.Node("a"), l.Node("b"), n, o)
-		if err != nil {
-			row.Verdict, row.Error = "failed", err.Error()
-			errs = append(errs, fmt.Errorf("%d UET PDCs: %w", n, err))
-		}
-		rep.UETRows = append(rep.UETRows, row)
-	}
-	judgeScale(rep.Rows)
-	judgeScale(rep.UETRows)
 	return rep, errors.Join(errs...)
 }
 
