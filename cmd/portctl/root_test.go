@@ -16,6 +16,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // lab is a veth pair between two fresh namespaces: swp0 in sw (the port),
@@ -335,5 +336,92 @@ func TestRootSweep(t *testing.T) {
 	}
 	if out, _, _ := l.portctl(t, "sweep"); strings.Contains(out, dir) {
 		t.Errorf("a second sweep found it again:\n%s", out)
+	}
+}
+
+// TestRootConfigureFromSONiC: configure --from sonic takes a SONiC
+// config_db.json's port onto a live port whole (rate, DSCP map, WRED, PFC
+// no-drop as PPFC), traffic lands in the file's classes, and a file with
+// one bad field changes nothing.
+func TestRootConfigureFromSONiC(t *testing.T) {
+	l := newLab(t)
+	l.ok(t, "attach", "--rate", "100mbit")
+
+	// The switch's file: what show --as sonic writes for another port,
+	// less portctl's own FABRICLAB table (a switch's file has none).
+	text, errOut, code := l.portctl(t, "show", "--rate", "200mbit", "--tc", "3:wred:min=80kb,max=400kb,p=0.05,xoff=600kb,xon=300kb",
+		"--dscp", "34=2", "--as", "sonic", "--interface", "Ethernet8")
+	if code != 0 {
+		t.Fatalf("show --as sonic: exit %d: %s", code, errOut)
+	}
+	var db map[string]any
+	if err := json.Unmarshal([]byte(text), &db); err != nil {
+		t.Fatal(err)
+	}
+	delete(db, "FABRICLAB")
+	good := filepath.Join(t.TempDir(), "config_db.json")
+	writeJSON(t, good, db)
+
+	before := l.ok(t, "show", "-j")
+	out := l.ok(t, "configure", "--from", "sonic", "--file", good)
+	mustContain(t, "configure --from sonic", out, "rate 200mbit", "dscp 34 -> tc2",
+		"class tc3 (roce)", "ecn wred min 80kb max 400kb probability 0.05", "xoff 600kb xon 300kb")
+	var sj showJSON
+	if err := json.Unmarshal([]byte(l.ok(t, "show", "-j")), &sj); err != nil {
+		t.Fatalf("show -j: %v", err)
+	}
+	c3 := sj.Config.Classes[3]
+	if sj.Config.Rate != 200*units.Mbit || sj.Config.DSCPClass[34] != 2 || sj.Config.DSCPClass[26] != 3 ||
+		c3.ECN != qdisc.ECNWRED || c3.MinThBytes != 80*units.KiB || c3.MaxThBytes != 400*units.KiB ||
+		math.Abs(c3.MaxP-0.05) > 1e-9 || c3.XoffBytes != 600*units.KiB || c3.XonBytes != 300*units.KiB {
+		t.Errorf("show -j after configure --from sonic: rate %v, dscp 34 -> %d, class 3 %+v", sj.Config.Rate, sj.Config.DSCPClass[34], c3)
+	}
+	if before == l.ok(t, "show", "-j") {
+		t.Error("configure --from sonic changed nothing")
+	}
+	// The kernel's HTB holds the new rate: the port is shaped to it.
+	mustContain(t, "tc class on swp0", sh(t, "tc", "-n", l.sw, "class", "show", "dev", "swp0"), "rate 200Mbit")
+
+	// Traffic follows the file's DSCP map.
+	l.send(t, 34<<2|2, 15)
+	l.send(t, 26<<2|2, 10)
+	time.Sleep(200 * time.Millisecond)
+	var st statsJSON
+	if err := json.Unmarshal([]byte(l.ok(t, "stats", "-j")), &st); err != nil {
+		t.Fatalf("stats -j: %v", err)
+	}
+	if c2, c3 := st.Classes[2], st.Classes[3]; c2.EnqueuedPackets < 15 || c3.EnqueuedPackets < 10 {
+		t.Errorf("after 15 DSCP 34 and 10 DSCP 26 packets: tc2 enqueued %d, tc3 %d", c2.EnqueuedPackets, c3.EnqueuedPackets)
+	}
+
+	// One bad field: refused with its JSON path, the port untouched.
+	applied := l.ok(t, "show", "-j")
+	wred := db["WRED_PROFILE"].(map[string]any)["Ethernet8_q3"].(map[string]any)
+	for _, colour := range []string{"green", "yellow", "red"} {
+		wred[colour+"_drop_probability"] = "150"
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	writeJSON(t, bad, db)
+	_, errOut, code = l.portctl(t, "configure", "--netns", l.sw, "--dev", "swp0", "--from", "sonic", "--file", bad)
+	if code == 0 || !strings.Contains(errOut, "/WRED_PROFILE/Ethernet8_q3/green_drop_probability") || !strings.Contains(errOut, "150") {
+		t.Errorf("configure from a file with drop probability 150: exit %d, %q; want the field's path and value", code, errOut)
+	}
+	t.Logf("refused: %s", strings.TrimSpace(errOut))
+	if now := l.ok(t, "show", "-j"); now != applied {
+		t.Errorf("a refused file changed the port:\nbefore %s\nafter %s", applied, now)
+	}
+
+	l.ok(t, "detach")
+	l.checkDetached(t)
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "    ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
