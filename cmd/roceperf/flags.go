@@ -85,7 +85,8 @@ Server:
                             the devices holding -B (default kernel where it
                             attaches, else agent) or the server's agent;
                             off counts CE and sends no CNP (mlx5's
-                            roce_np/enable 0) (RoCEv2)
+                            roce_np/enable 0); with --transport uet, off
+                            alone: the target echoes no CE in its ACKs
   --pkey P                  (RoCEv2) the P_Key of this end's QPs, 0x0001..
                             0xffff but 0x8000 (default 0xffff); a packet of
                             another partition is dropped (pkey_violations),
@@ -210,7 +211,7 @@ var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "leng
 // rocev2Only are the flags --transport uet refuses; uetOnly those
 // --transport rocev2 refuses.
 var (
-	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "np", "pkey", "cnp-dscp", "perftest",
+	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "pkey", "cnp-dscp", "perftest",
 		"window", "inflight", "ack-every", "burst", "timeout", "retry", "ppfc-sources", "ppfc-max-pause", "ppfc-watchdog", "show-nic"}
 	uetOnly = []string{"base-rtt", "rto", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
@@ -338,6 +339,9 @@ func parseArgs(args []string) (*options, error) {
 			if set[n] {
 				return nil, fmt.Errorf("roceperf: %s: a RoCEv2 option, not for --transport uet", flagValue(fs, n))
 			}
+		}
+		if set["np"] && *npMode != perf.NPOff {
+			return nil, fmt.Errorf("roceperf: --np %s: places RoCEv2's NP; --transport uet takes only --np off (the target echoes no CE)", *npMode)
 		}
 	default:
 		return nil, mustBe("--transport", *tport, "rocev2 or uet")

@@ -256,6 +256,10 @@ func TestParseUET(t *testing.T) {
 	if err != nil || o.server == nil || o.server.Transport != perf.TransportUET || o.server.Bind.String() != "198.18.0.1" || !o.server.OneOff {
 		t.Errorf("uet server %+v %v", o.server, err)
 	}
+	// A deaf target, for the three-layers labs.
+	if o, err = parseArgs(strings.Fields("-s --transport uet -B 198.18.0.1 --np off")); err != nil || o.server.NP != perf.NPOff {
+		t.Errorf("uet server --np off: %+v %v", o.server, err)
+	}
 	for _, tc := range []struct{ args, want string }{
 		{"-c h --transport quic", "roceperf: --transport quic: must be rocev2 or uet"},
 		{"-c h --transport uet --op send", "roceperf: --op send: a RoCEv2 option, not for --transport uet"},
@@ -264,7 +268,7 @@ func TestParseUET(t *testing.T) {
 		{"-c h --transport uet --dcqcn help", "roceperf: --dcqcn help: a RoCEv2 option, not for --transport uet"},
 		{"-c h --transport uet --udp-port 5000", "roceperf: --udp-port 5000: a RoCEv2 option, not for --transport uet"},
 		{"-c h --transport uet --timeout 5", "roceperf: --timeout 5: a RoCEv2 option, not for --transport uet"},
-		{"-s -B 198.18.0.1 --transport uet --np agent", "roceperf: --np agent: a RoCEv2 option, not for --transport uet"},
+		{"-s -B 198.18.0.1 --transport uet --np agent", "roceperf: --np agent: places RoCEv2's NP; --transport uet takes only --np off (the target echoes no CE)"},
 		{"-c h --trace-ccc", "roceperf: --trace-ccc: a UET option (--transport uet)"},
 		{"-c h --base-rtt 50us", "roceperf: --base-rtt: a UET option (--transport uet)"},
 		{"-c h --transport uet --mtu 256", "roceperf: --mtu 256: must be 512..9000"},

@@ -1039,9 +1039,11 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			si = len(p.Servers)
 			servers[key] = si
 			sp := ServerPlan{Node: fl.To, Transport: fl.Transport, Addr: netip.AddrPortFrom(to, uint16(port))}
-			if fl.Transport == TransportRoCEv2 {
-				if i := slices.IndexFunc(f.Nodes, func(n Node) bool { return n.Name == fl.To }); i >= 0 {
-					sp.NP = f.Nodes[i].NP
+			if i := slices.IndexFunc(f.Nodes, func(n Node) bool { return n.Name == fl.To }); i >= 0 {
+				// kernel and agent place RoCEv2's NP; off holds for UET's
+				// target too (no CE echoed).
+				if np := f.Nodes[i].NP; fl.Transport == TransportRoCEv2 || (uet && np == perf.NPOff) {
+					sp.NP = np
 				}
 			}
 			if uet {

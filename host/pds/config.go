@@ -112,6 +112,11 @@ type Config struct {
 	// otherwise at the end of each receive batch, and at once on CE or an
 	// ACK request. Optional: 16384.
 	AckBytes int
+	// NoECNEcho makes the target deaf to CE: it counts CE-marked
+	// arrivals but never echoes them (the M flag of its ACKs and NACKs
+	// stays clear) nor ACKs at once for them. A misconfigured NIC for
+	// the three-layers labs, as mlx5's roce_np/enable 0 is for RoCEv2.
+	NoECNEcho bool
 	// Verify checks every received payload against the pattern a Sender
 	// with Stream.Verify fills (host/pattern), counting messages that
 	// differ (verify_errors). Senders to this endpoint must verify too.

@@ -1,6 +1,7 @@
 package pds
 
 import (
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
@@ -232,7 +233,8 @@ func TestPDCLimit(t *testing.T) {
 
 // TestECNEcho: CE on the data comes back as the ACK's M flag, and NSCC
 // cuts the window (the delay quadrant aside: a fake pipe has no queue, so
-// the cuts are what CE with the ACK's service time makes of it).
+// the cuts are what CE with the ACK's service time makes of it). A target
+// with NoECNEcho counts the CE and echoes none.
 func TestECNEcho(t *testing.T) {
 	filter := func(from netip.AddrPort, m *pktio.Message) bool {
 		if from.Addr() == addrA.Addr() && m.N > 1000 {
@@ -240,17 +242,27 @@ func TestECNEcho(t *testing.T) {
 		}
 		return false
 	}
-	p := newPair(t, filter, nil)
-	s, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 64 << 10, Messages: 30, Verify: true})
-	if err != nil {
-		t.Fatal(err)
+	for _, deaf := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoECNEcho=%v", deaf), func(t *testing.T) {
+			p := newPair(t, filter, func(_, b *Config) { b.NoECNEcho = deaf })
+			s, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 64 << 10, Messages: 30, Verify: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.wait(t, time.Second, s)
+			ca, cb := p.a.Counters(), p.b.Counters()
+			t.Logf("b: %d CE, %d ACKs; a: %d echoes", cb.CEReceived, cb.AcksSent, ca.ECNEchoes)
+			if cb.CEReceived == 0 || cb.MessagesReceived != 30 {
+				t.Fatalf("b: %d CE received, %d of 30 messages", cb.CEReceived, cb.MessagesReceived)
+			}
+			switch {
+			case deaf && ca.ECNEchoes != 0:
+				t.Errorf("a deaf target: a got %d ECN echoes, want 0", ca.ECNEchoes)
+			case !deaf && (ca.ECNEchoes == 0 || ca.ECNEchoes > cb.AcksSent):
+				t.Errorf("%d ACKs sent; a: %d ECN echoes", cb.AcksSent, ca.ECNEchoes)
+			}
+		})
 	}
-	p.wait(t, time.Second, s)
-	ca, cb := p.a.Counters(), p.b.Counters()
-	if cb.CEReceived == 0 || ca.ECNEchoes == 0 || ca.ECNEchoes > cb.AcksSent {
-		t.Errorf("b: %d CE received, %d ACKs sent; a: %d ECN echoes", cb.CEReceived, cb.AcksSent, ca.ECNEchoes)
-	}
-	t.Logf("b: %d CE, %d ACKs; a: %d echoes", cb.CEReceived, cb.AcksSent, ca.ECNEchoes)
 }
 
 // TestCCCLimit: a target whose contexts are all taken (its one CCC sends

@@ -210,6 +210,7 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 	if ce {
 		ep.ctr.CEReceived++
 		t.stats.CEReceived++
+		ce = !ep.cfg.NoECNEcho
 	}
 	t.owe(now, idx, m, ce)
 	t.bytesSinceAck += m.N
@@ -415,7 +416,7 @@ func (ep *Endpoint) sendNack(out *engine.Replies, m *pktio.Message, code uet.Nac
 		return
 	}
 	h := uet.Header{Type: uet.TypeNack, Nack: uet.Nack{
-		M: m.TOS&ecnMask == ecnCE, Code: code, NackPSN: psn, SPDCID: spdcid, DPDCID: dpdcid, MaxRecvPSNPlus1: maxPlus1,
+		M: m.TOS&ecnMask == ecnCE && !ep.cfg.NoECNEcho, Code: code, NackPSN: psn, SPDCID: spdcid, DPDCID: dpdcid, MaxRecvPSNPlus1: maxPlus1,
 	}}
 	p.N = h.Encode(p.Buf)
 	p.TOS = ep.ctrlTOS

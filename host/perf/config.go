@@ -110,7 +110,8 @@ type ServerConfig struct {
 	Interval time.Duration
 	// NP is where CE marks turn into CNPs (--np): NPKernel, the eBPF
 	// program on the host's devices (host/npbpf), or NPAgent, the
-	// server's receive loop, or NPOff (CE counted, no CNPs sent).
+	// server's receive loop, or NPOff (CE counted, no CNPs sent; with
+	// transport uet, the one value: the target echoes no CE).
 	// Optional: "" means kernel where it attaches, else the agent (with a
 	// warning).
 	NP string

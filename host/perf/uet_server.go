@@ -104,6 +104,13 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	pc.Logger, pc.IdleTimeout, pc.Verify = log, uetServerIdle, true
 	pc.TrimDSCP, pc.TrimLastHopDSCP = cfg.TrimDSCP, cfg.TrimLastHopDSCP
 	pc.Held = cfg.Held
+	switch cfg.NP {
+	case "":
+	case NPOff:
+		pc.NoECNEcho = true
+	default:
+		return nil, configErr(FieldNP, cfg.NP, "off (the target echoes no CE) or unset with transport uet: kernel and agent place RoCEv2's NP")
+	}
 	if cfg.LineRate != 0 {
 		pc.LinkRate = cfg.LineRate
 	}
