@@ -19,6 +19,12 @@ import (
 // reads a run's counters along each rocev2 flow's path and names the
 // first silent layer, citing the counters behind the verdict. It never
 // guesses: a flow whose path saw no congestion is idle, not healthy.
+//
+// UET's NSCC loop has the same three layers (seed 004): the switch
+// marks, the target echoes CE in its ACKs' M flag (the NP's part), and
+// the source's NSCC cuts its window on an echo that comes with a queueing
+// delay above its target (the RP's part); an echo under the target is
+// left to load balancing by design (NSCC's quadrants, UET spec 3.6.13).
 
 // Layer is a part of the loop a verdict names.
 type Layer string
@@ -46,9 +52,11 @@ const (
 	// NP.
 	CheckNPSilent       = "np-silent"        // CE arrives, no CNP sent
 	CheckCNPClassShared = "cnp-class-shared" // CNPs queue with data on the way back
+	CheckEchoSilent     = "echo-silent"      // UET: CE arrives at the target, no ACK echoes it
 	// RP.
-	CheckRPDisabled = "rp-disabled" // CNPs arrive, none handled
-	CheckCNPsLost   = "cnps-lost"   // CNPs sent, too few arrive
+	CheckRPDisabled = "rp-disabled"  // CNPs arrive, none handled
+	CheckCNPsLost   = "cnps-lost"    // CNPs sent, too few arrive
+	CheckNSCCNoCuts = "nscc-no-cuts" // UET: echoes above NSCC's target delay, no decrease
 )
 
 // Thresholds of the verdicts that compare counts.
@@ -121,7 +129,8 @@ func (c *CheckReport) Silent() []Layer {
 	return out
 }
 
-// Check judges each rocev2 flow of a run (seed 000's three layers).
+// Check judges each rocev2 and uet flow of a run (seed 000's three
+// layers; NSCC's for uet).
 func Check(res *Result) *CheckReport {
 	rep := &CheckReport{Schema: CheckSchema, Run: res.RunID}
 	ports := map[string]*PortResult{}
@@ -259,10 +268,40 @@ func (h *hopView) threshold() string {
 	return "ins_target " + c.InsTarget.String()
 }
 
+// loop is the congestion loop a flow's counters are judged against.
+type loop int
+
+const (
+	loopNone  loop = iota
+	loopDCQCN      // rocev2, cc dcqcn: CNPs
+	loopNSCC       // uet, cc nscc or both: ECN echoes in ACKs
+)
+
+func loopOf(f *FlowResult) loop {
+	switch {
+	case f.Transport == TransportRoCEv2 && (f.CC == "" || f.CC == CCDCQCN):
+		return loopDCQCN
+	case f.Transport == TransportUET && (f.CC == "" || f.CC == "nscc" || f.CC == "both"):
+		return loopNSCC
+	}
+	return loopNone
+}
+
 func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 	fc := FlowCheck{Flow: f.Name, Kind: CheckNotJudged}
-	if f.Transport != TransportRoCEv2 || (f.CC != "" && f.CC != "dcqcn") {
-		fc.Says = fmt.Sprintf("a %s flow with cc %s: the check judges rocev2 flows under DCQCN", f.Transport, ccName(f.CC))
+	lp := loopOf(f)
+	switch {
+	case lp == loopNone && f.Transport == TransportUET:
+		fc.Says = fmt.Sprintf("a uet flow with cc %s: ECN drives no window there (RCCC's credit, or none); the check judges NSCC's loop", ccName(f.CC))
+		return fc
+	case lp == loopNone:
+		fc.Says = fmt.Sprintf("a %s flow with cc %s: the check judges rocev2 flows under DCQCN and uet flows under NSCC", f.Transport, ccName(f.CC))
+		return fc
+	case lp == loopNSCC && f.TxPackets == 0:
+		fc.Says = "no packet counts from the flow's source: nothing to judge its path by"
+		return fc
+	case lp == loopNSCC && f.NoTargetCounts:
+		fc.Says = "the target's counters did not arrive: its CE arrivals are unknown"
 		return fc
 	}
 	var hops []hopView
@@ -297,6 +336,10 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 	}
 	sent := f.TxPackets
 	recv := Evidence{"receiver " + f.To, "np_ecn_marked_roce_packets", f.CEArrived}
+	ceIn := f.CEArrived
+	if lp == loopNSCC {
+		recv, ceIn = Evidence{"target " + f.To, "ce_received", f.CEReceived}, f.CEReceived
+	}
 	cnps := Evidence{"receiver " + f.To, "np_cnp_sent", f.CNPSent}
 	handled := Evidence{"sender " + f.From, "rp_cnp_handled", f.CNPHandled}
 	ignored := Evidence{"sender " + f.From, "rp_cnp_ignored", f.CNPIgnored}
@@ -405,17 +448,20 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 	// this flow's share of them (its packets over the hop's arrivals)
 	// must be enough for none arriving to say something.
 	share := float64(marked.st.CEMarked()) * float64(sent) / float64(max(marked.arrivals(), 1))
-	if f.CEArrived == 0 && share < MinCounted {
+	if ceIn == 0 && share < MinCounted {
 		fc.Kind = CheckIdle
 		fc.Says = fmt.Sprintf("%d packets marked CE at %s, about %.1f of them this flow's (its %d packets of %d arrivals): too few for none arriving to say anything",
 			marked.st.CEMarked(), marked.port, share, sent, marked.arrivals())
 		fc.Evidence = append(markEv, recv, sentEv)
 		return fc
 	}
-	if f.CEArrived == 0 {
+	if ceIn == 0 {
 		return silent(LayerPath, CheckECNCleared, marked.port+" → the receiver "+f.To,
 			fmt.Sprintf("marks at the switch, none arriving: %d packets marked CE on the path, the receiver counted none: a hop after %s cleared ECN", marks, marked.port),
 			append(markEv, recv)...)
+	}
+	if lp == loopNSCC {
+		return checkNSCC(f, hops, marks, markEv, recv, safetyEv, silent)
 	}
 	if f.CNPSent == 0 {
 		says := "marks at the switch, CE arriving, no CNPs: the receiver's NP is disabled"
@@ -463,11 +509,8 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 			Evidence{"receiver " + f.To, "cnp_dscp", uint64(f.CNPDSCP)}, Evidence{where, "mean_sojourn_us", uint64(mean / time.Microsecond)},
 			Evidence{where, "sojourn_p99_us", uint64(p99 / time.Microsecond)}, Evidence{where, "dequeued_packets", cs.DequeuedPackets}, cnps)
 	}
-	// The loop runs; does ECN act before the safety net?
-	for i := range hops {
-		if h := &hops[i]; h.safety() > 0 && h.st.CEMarked() < MarksPerSafetyEvent*h.safety() {
-			return fewMarks(h, silent)
-		}
+	if v, ok := beforeSafetyNet(hops, silent); !ok {
+		return v
 	}
 	fc.Kind = CheckOK
 	fc.Says = fmt.Sprintf("the three layers act: %d marked on the path, %d CE arrived, %d CNPs sent, %d handled", marks, f.CEArrived, f.CNPSent, f.CNPHandled)
@@ -478,9 +521,70 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 	return fc
 }
 
+// silentFunc makes a verdict that names a silent layer.
+type silentFunc func(l Layer, kind, hop, says string, ev ...Evidence) FlowCheck
+
+// beforeSafetyNet asks, of a loop that runs, whether ECN acts before the
+// safety net on every hop; ok false with the verdict where it does not.
+func beforeSafetyNet(hops []hopView, silent silentFunc) (FlowCheck, bool) {
+	for i := range hops {
+		if h := &hops[i]; h.safety() > 0 && h.st.CEMarked() < MarksPerSafetyEvent*h.safety() {
+			return fewMarks(h, silent), false
+		}
+	}
+	return FlowCheck{}, true
+}
+
+// checkNSCC judges a uet flow's loop past the switch: CE arriving at the
+// target must come back echoed in ACKs (the M flag), and echoes with the
+// queueing delay above NSCC's target must cut the window (UET spec
+// 3.6.13: multiplicative decrease, at most once per base RTT, or a quick
+// adapt). Echoes under the target change nothing by design.
+func checkNSCC(f *FlowResult, hops []hopView, marks uint64, markEv []Evidence, recv Evidence, safetyEv []Evidence, silent silentFunc) FlowCheck {
+	echoes := Evidence{"source " + f.From, "ecn_echoes", f.ECNEchoes}
+	above := Evidence{"source " + f.From, "nscc_ecn_above_target_acks", f.NSCCECNAboveTarget}
+	below := Evidence{"source " + f.From, "nscc_ecn_below_target_acks", f.NSCCECNBelowTarget}
+	cuts := Evidence{"source " + f.From, "nscc_decreases", f.NSCCDecreases}
+	adapts := Evidence{"source " + f.From, "nscc_quick_adapts", f.NSCCQuickAdapts}
+	if f.ECNEchoes == 0 {
+		if f.CEReceived < MinCounted {
+			return FlowCheck{Flow: f.Name, Kind: CheckIdle, Evidence: append(markEv, recv, echoes),
+				Says: fmt.Sprintf("%d CE arrivals at the target and no echo: too few for the missing echoes to say anything", f.CEReceived)}
+		}
+		says := fmt.Sprintf("marks at the switch, CE arriving at the target, no ACK echoing it (M flag): the source's NSCC hears nothing of the marks (%d CE in, 0 echoes)", f.CEReceived)
+		if f.NP == "off" {
+			says += " (np: off at " + f.To + ")"
+		}
+		return silent(LayerNP, CheckEchoSilent, "target "+f.To, says,
+			append(append(markEv, recv, echoes), safetyEv...)...)
+	}
+	if f.NSCCECNAboveTarget >= MinCounted && f.NSCCDecreases+f.NSCCQuickAdapts == 0 {
+		return silent(LayerRP, CheckNSCCNoCuts, "source "+f.From,
+			fmt.Sprintf("ECN echoes with the queueing delay above NSCC's target, and the window never cut: the source's NSCC does not react (%d such echoes, 0 decreases)", f.NSCCECNAboveTarget),
+			append([]Evidence{recv, echoes, above, cuts, adapts}, safetyEv...)...)
+	}
+	if v, ok := beforeSafetyNet(hops, silent); !ok {
+		return v
+	}
+	says := fmt.Sprintf("the three layers act: %d marked on the path, %d CE at the target, %d echoed, %d decreases and %d quick adapts",
+		marks, f.CEReceived, f.ECNEchoes, f.NSCCDecreases, f.NSCCQuickAdapts)
+	if f.NSCCDecreases+f.NSCCQuickAdapts == 0 {
+		says = fmt.Sprintf("the switch marks and the target echoes (%d marked, %d CE at the target, %d echoed); NSCC cut nothing because the echoes came with the queueing delay under its target (%d under, %d over): left to load balancing by design",
+			marks, f.CEReceived, f.ECNEchoes, f.NSCCECNBelowTarget, f.NSCCECNAboveTarget)
+	}
+	var safety uint64
+	for i := range hops {
+		safety += hops[i].safety()
+	}
+	if safety > 0 {
+		says += fmt.Sprintf("; the safety net fired %d times (PPFC stops and drops)", safety)
+	}
+	return FlowCheck{Flow: f.Name, Kind: CheckOK, Says: says, Evidence: append(markEv, recv, echoes, above, below, cuts, adapts)}
+}
+
 // fewMarks is the verdict on a hop where PPFC or drops fired while ECN
 // marked fewer than MarksPerSafetyEvent packets per stop or drop.
-func fewMarks(h *hopView, silent func(Layer, string, string, string, ...Evidence) FlowCheck) FlowCheck {
+func fewMarks(h *hopView, silent silentFunc) FlowCheck {
 	ev := []Evidence{{h.name, "ce_marked", h.st.CEMarked()}, {h.name, "ppfc_stops_sent", h.st.PPFCStopsSent},
 		{h.name, "dropped_packets", h.st.DroppedPackets()}, h.queueEv()}
 	if h.cfg.ECN == qdisc.ECNOff {
@@ -551,10 +655,10 @@ func (c *CheckReport) summary() string {
 	return "silent: " + strings.Join(s, ", ")
 }
 
-// judges says the run has a flow Check judges (rocev2).
+// judges says the run has a flow Check judges (rocev2 or uet).
 func (res *Result) judges() bool {
 	for i := range res.Flows {
-		if res.Flows[i].Transport == TransportRoCEv2 {
+		if res.Flows[i].Transport == TransportRoCEv2 || res.Flows[i].Transport == TransportUET {
 			return true
 		}
 	}

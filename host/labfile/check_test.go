@@ -51,6 +51,20 @@ func ecmp(edit func(*Result)) func(*Result) {
 	}
 }
 
+// nsccFlow makes checkLab's flow a uet flow under NSCC, healthy (900 CE at
+// the target, 850 echoed, 400 of them above NSCC's target delay, 30
+// decreases), then applies edit.
+func nsccFlow(edit func(*Result)) func(*Result) {
+	return func(r *Result) {
+		f := &r.Flows[0]
+		f.Transport, f.CC, f.CNPDSCP = TransportUET, "nscc", 0
+		f.CEArrived, f.CNPSent, f.CNPHandled, f.CNPIgnored = 0, 0, 0, 0
+		f.ReplyPath[0].CNPClass = 0
+		f.CEReceived, f.ECNEchoes, f.NSCCECNAboveTarget, f.NSCCECNBelowTarget, f.NSCCDecreases = 900, 850, 400, 450, 30
+		edit(r)
+	}
+}
+
 func class(res *Result, port int, c qdisc.ClassID) *qdisc.ClassStats {
 	return &res.Ports[port].Stats.Classes[c]
 }
@@ -69,7 +83,27 @@ func TestCheckVerdicts(t *testing.T) {
 			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).MaxBacklogBytes = 0, 20_000
 			r.Flows[0].CEArrived, r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0, 0
 		}, "", CheckIdle, "", "ce_marked"},
-		{"uet", func(r *Result) { r.Flows[0].Transport, r.Flows[0].CC = TransportUET, "nscc" }, "", CheckNotJudged, "", ""},
+		// UET's NSCC loop: the target echoes CE, NSCC cuts above its target.
+		{"uet healthy", nsccFlow(func(*Result) {}), "", CheckOK, "", "nscc_decreases"},
+		{"uet cc both", nsccFlow(func(r *Result) { r.Flows[0].CC = "both" }), "", CheckOK, "", "nscc_decreases"},
+		{"uet echoes under the target", nsccFlow(func(r *Result) {
+			r.Flows[0].NSCCECNAboveTarget, r.Flows[0].NSCCDecreases = 0, 0
+		}), "", CheckOK, "", "nscc_ecn_below_target_acks"},
+		{"uet rccc", nsccFlow(func(r *Result) { r.Flows[0].CC = "rccc" }), "", CheckNotJudged, "", ""},
+		{"uet target counts lost", nsccFlow(func(r *Result) { r.Flows[0].NoTargetCounts = true }), "", CheckNotJudged, "", ""},
+		{"uet no source counts", nsccFlow(func(r *Result) { r.Flows[0].TxPackets = 0 }), "", CheckNotJudged, "", ""},
+		{"uet echo silent", nsccFlow(func(r *Result) { r.Flows[0].ECNEchoes = 0 }), LayerNP, CheckEchoSilent, "target r", "ecn_echoes"},
+		{"uet a few CE, no echo", nsccFlow(func(r *Result) { r.Flows[0].ECNEchoes, r.Flows[0].CEReceived = 0, 3 }), "", CheckIdle, "", "ce_received"},
+		{"uet nscc deaf", nsccFlow(func(r *Result) { r.Flows[0].NSCCDecreases = 0 }), LayerRP, CheckNSCCNoCuts, "source s", "nscc_ecn_above_target_acks"},
+		{"uet quick adapts count as cuts", nsccFlow(func(r *Result) { r.Flows[0].NSCCDecreases, r.Flows[0].NSCCQuickAdapts = 0, 4 }), "", CheckOK, "", "nscc_quick_adapts"},
+		{"uet CE cleared", nsccFlow(func(r *Result) { r.Flows[0].CEReceived, r.Flows[0].ECNEchoes = 0, 0 }), LayerPath, CheckECNCleared, "sw2:r → the receiver r", "ce_received"},
+		{"uet dscp bleached", nsccFlow(func(r *Result) {
+			class(r, 1, 3).ArrivedECT0 = 40
+			class(r, 1, 0).ArrivedECT0 = 10_000
+		}), LayerPath, CheckDSCPChanged, "sw1:sw2 → sw2:r", "arrived_packets"},
+		{"uet drops with few marks", nsccFlow(func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).DroppedLimitPackets = 99, 10
+		}), LayerCP, CheckThresholdsHigh, "sw2:r", "dropped_packets"},
 		{"cc none", func(r *Result) { r.Flows[0].CC = "none" }, "", CheckNotJudged, "", ""},
 		{"no counters", func(r *Result) { r.Ports[1].Stats = nil }, "", CheckNotJudged, "", ""},
 		// A middle hop rewrote DSCP 26 to 0: sw2:r's class 3 saw none of it.

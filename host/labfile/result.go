@@ -208,12 +208,21 @@ type FlowResult struct {
 	PPFCPausedNs   uint64 `json:"ppfc_paused_ns,omitempty"`
 	PPFCKernel     uint64 `json:"ppfc_kernel,omitempty"`
 	PPFCKernelLost uint64 `json:"ppfc_kernel_lost,omitempty"`
-	// UET: ACKs with ECN echoed, NSCC's multiplicative decreases,
-	// timeouts; Retransmits is both transports'.
-	ECNEchoes     uint64 `json:"ecn_echoes,omitempty"`
-	NSCCDecreases uint64 `json:"nscc_decreases,omitempty"`
-	Timeouts      uint64 `json:"timeouts,omitempty"`
-	Retransmits   uint64 `json:"retransmits"`
+	// UET: CE-marked packets the target got, ACKs with ECN echoed (M),
+	// the echoes NSCC took with the queueing delay above and under its
+	// target, its multiplicative decreases and quick adapts, timeouts;
+	// TxPackets is the source's packets; Retransmits is both transports'.
+	CEReceived uint64 `json:"ce_received,omitempty"`
+	// NoTargetCounts: an instance's target counters did not arrive
+	// (the server's side channel), so CEReceived is short.
+	NoTargetCounts     bool   `json:"no_target_counts,omitempty"`
+	ECNEchoes          uint64 `json:"ecn_echoes,omitempty"`
+	NSCCECNAboveTarget uint64 `json:"nscc_ecn_above_target_acks,omitempty"`
+	NSCCECNBelowTarget uint64 `json:"nscc_ecn_below_target_acks,omitempty"`
+	NSCCDecreases      uint64 `json:"nscc_decreases,omitempty"`
+	NSCCQuickAdapts    uint64 `json:"nscc_quick_adapts,omitempty"`
+	Timeouts           uint64 `json:"timeouts,omitempty"`
+	Retransmits        uint64 `json:"retransmits"`
 	// TCP: the kernel's name of the congestion control, segments whose
 	// ACKs echoed CE (tcpi_delivered_ce), connections without ECN.
 	KernelCC    string `json:"kernel_cc,omitempty"`
@@ -702,14 +711,24 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 	if fp.Flow.Transport == TransportUET {
 		if u := e.UET; u != nil {
 			if c := u.Client; c != nil {
+				out.TxPackets += c.TxPackets
 				out.ECNEchoes += c.ECNEchoes
 				out.Timeouts += c.Timeouts
 				retx = c.Retransmits
 			}
 			for _, c := range u.CCCs {
-				if c.NSCC != nil {
-					out.NSCCDecreases += c.NSCC.Decreases
+				if n := c.NSCC; n != nil {
+					out.NSCCDecreases += n.Decreases
+					out.NSCCQuickAdapts += n.QuickAdapts
+					out.NSCCECNAboveTarget += n.ECNAboveTargetAcks
+					out.NSCCECNBelowTarget += n.ECNBelowTargetAcks
 				}
+			}
+			for _, r := range u.Receiver {
+				out.CEReceived += r.CEReceived
+			}
+			if u.Receiver == nil {
+				out.NoTargetCounts = true
 			}
 		}
 	} else {
@@ -1105,8 +1124,11 @@ func (p *Plan) fillPath(out *FlowResult, fp *FlowPlan) {
 		data, cnp = fp.Client.DSCPs()
 	}
 	out.DSCP, out.CNPDSCP = int(data), int(cnp)
-	if fp.Flow.Transport == TransportRoCEv2 {
+	switch fp.Flow.Transport {
+	case TransportRoCEv2:
 		out.NP, out.RP = p.Servers[fp.Server].NP, fp.Flow.RP
+	case TransportUET:
+		out.NP = p.Servers[fp.Server].NP
 	}
 	class := func(j int, d uint8) int { return int(p.Ports[j].Config.DSCPClass[d&(qdisc.NumDSCP-1)]) }
 	for i, j := range fp.Ports {

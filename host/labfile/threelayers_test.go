@@ -31,6 +31,8 @@ func TestThreeLayers(t *testing.T) {
 		{"wred-high.yaml", LayerCP, CheckThresholdsHigh},
 		{"dscp-bleached.yaml", LayerPath, CheckDSCPChanged},
 		{"cnp-class.yaml", LayerNP, CheckCNPClassShared},
+		{"uet-healthy.yaml", "", CheckOK},
+		{"uet-np-off.yaml", LayerNP, CheckEchoSilent},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			f, err := Load(filepath.Join("examples", "three-layers", tc.file))
