@@ -75,6 +75,7 @@ func (p *port) eos() (string, error) {
 	}
 	if len(passNotECT) > 0 {
 		line(0, "qos random-detect ecn allow non-ect")
+		p.note("qos random-detect ecn allow non-ect: some platforms take it as allow non-ect chip-based (Arista's AVD: check which the platform needs)")
 	}
 	line(0, "!")
 	line(0, "interface %s", p.iface)

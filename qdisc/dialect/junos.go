@@ -210,14 +210,32 @@ func (p *port) junos() (string, error) {
 			line("drop-probability [ 0 %d ];", cv.percent)
 			line("}")
 			line("}")
-			if !cfg.Classes[i].WREDDrop {
+			if cfg.Classes[i].WREDDrop {
 				notECT = append(notECT, strconv.Itoa(i))
 			}
 		}
 		line("}")
 	}
+	// "On ECN-enabled queues, the switch does not use the drop profile to
+	// control dropping packets that are not ECN-capable [...] the switch
+	// uses the tail-drop algorithm" (Juniper, Configuring CoS WRED Drop
+	// Profiles, QFX): the lab's default; wred-drop classes differ.
 	if len(notECT) > 0 {
-		p.note("%s: Not-ECT packets pass to the limit in the lab; Junos drops them on the drop profile", classList(notECT))
+		p.note("%s: Not-ECT packets dropped on the curve in the lab (wred-drop); Junos tail-drops them on an ECN-enabled queue", classList(notECT))
+	}
+	for _, i := range used {
+		if _, ok := p.curveOf(i, "drop-probability"); ok && p.lossless(i) {
+			p.note("%s: ECN's drop profile on a no-loss class, which Juniper advises against (PFC alone there); DCQCN needs the marks: check that the platform takes it", p.class(i))
+		}
+	}
+	var strict []string
+	for _, i := range used {
+		if cfg.Classes[i].Strict {
+			strict = append(strict, strconv.Itoa(i))
+		}
+	}
+	if len(strict) > 1 {
+		p.note("%s are strict-high: QFX5100 and EX4600 take one strict-high queue (Juniper, the priority statement)", classList(strict))
 	}
 	shared := p.sharedClasses()
 	shares := equalShares(max(len(shared), 1))

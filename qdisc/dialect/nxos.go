@@ -110,6 +110,9 @@ func (p *port) nxos() (string, error) {
 		for _, i := range ls {
 			line(1, "class type network-qos c-8q-nq%d", i)
 			line(2, "pause pfc-cos %d", i)
+			// network-qos's MTU is 1500 unless set: RoCE's jumbo frames
+			// (Cisco's RoCE templates set 9216 on the no-drop class).
+			line(2, "mtu 9216")
 			p.note("%s: PPFC xoff %s xon %s: the PFC thresholds are the platform's buffer carving on NX-OS", p.class(i), cfg.Classes[i].XoffBytes, cfg.Classes[i].XonBytes)
 		}
 		line(0, "system qos")

@@ -143,7 +143,10 @@ func (p *port) sonic() (string, error) {
 		return "", errors.Join(p.errs...)
 	}
 
-	about := map[string]string{"target": p.d.Target(), "note": "config load merges: load on a port with no QoS settings of its own; the buffer pools are the platform's"}
+	about := map[string]string{"target": p.d.Target(), "note": "config load merges: load on a port with no QoS settings of its own; the buffer pools are the platform's",
+		// Read from sonic-swss 202305 (swss-schema.md, qosorch.cpp,
+		// bufferorch.cpp): what the schema takes and the ASIC may not.
+		"platform": "BUFFER_PROFILE static_th is a static threshold, for static pools: where the platform's pools are dynamic, give dynamic_th instead (the byte limits are then lost); WRED_PROFILE ecn_all with wred_*_enable false marks without dropping Not-ECT packets on the curve, which some SAIs tie to the colour's enable: check marking on the ASIC"}
 	if p.opt.Source != "" {
 		about["source"] = p.opt.Source
 	}
