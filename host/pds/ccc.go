@@ -321,17 +321,22 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 	c.wnd.Advance(now)
 	n += c.runTimers(now, out[n:])
 	windowFull, portFull := false, false
+	// The window and the port are asked before a PDC is picked: a pick
+	// moves the round robin on, and a PDC picked to find the window full
+	// lost its turn, so under a window of a packet or two, with the ACK
+	// clock alternating full and open, every other PDC never sent
+	// (TestCCCRoundRobinFullWindow).
 	for sent := 0; n < len(out) && sent < burst; sent++ {
-		p := c.pick(now)
-		if p == nil {
-			break
-		}
 		if !c.canSend(ep.cfg.MTU) {
 			windowFull = true // an ACK kicks the loop
 			break
 		}
 		if port != nil && !port.Ready() {
 			portFull = true
+			break
+		}
+		p := c.pick(now)
+		if p == nil {
 			break
 		}
 		size := p.fill(now, &out[n])

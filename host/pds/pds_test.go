@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -424,9 +425,10 @@ func TestManyPDCsLossy(t *testing.T) {
 	loss := pktio.NewRandomLoss(0.01, 3, 4)
 	const jobs = 400
 	// A PDC's turn comes once per 400 packets and a loss costs it an RTO:
-	// past the idle timeout's 100 ms, the target frees PDCs between their
-	// packets (TargetPDCsExpired), but not one with a message in progress:
-	// its message split across two PDCs would count as never received.
+	// a target that freed PDCs between their packets would cost a NACK
+	// and a SYN a turn, and one with a message in progress would split
+	// the message across two PDCs, neither counting it received. Every
+	// PDC gets its turn (TestCCCRoundRobinFullWindow): none is freed.
 	p := newPair(t, loss.Filter, nil)
 	senders := make([]*Sender, jobs)
 	for i := range senders {
@@ -454,5 +456,61 @@ func TestManyPDCsLossy(t *testing.T) {
 	}
 	if ca.CCCsCreated != 1 || ca.PDCsOpened != jobs || ca.PDCsClosed != jobs || ca.CCCsFreed != 1 {
 		t.Errorf("a: %d CCCs created, %d freed, %d PDCs opened, %d closed; want 1, 1, %d, %d", ca.CCCsCreated, ca.CCCsFreed, ca.PDCsOpened, ca.PDCsClosed, jobs, jobs)
+	}
+	if cb.TargetPDCsExpired != 0 || cb.TargetPDCsOpened != jobs || ca.NacksReceived[uet.NackInvDPDCID.String()] != 0 {
+		t.Errorf("b: %d target PDCs expired between their turns, %d opened for %d jobs, %d INV_DPDCID NACKs: want 0, %d, 0",
+			cb.TargetPDCsExpired, cb.TargetPDCsOpened, jobs, ca.NacksReceived[uet.NackInvDPDCID.String()], jobs)
+	}
+}
+
+// oneMTUWindow is a CCC window of one packet.
+type oneMTUWindow struct{ mtu int }
+
+func (w oneMTUWindow) Window() int                           { return w.mtu }
+func (w oneMTUWindow) CanSend(inFlight, size int) bool       { return inFlight+size <= w.mtu }
+func (oneMTUWindow) OnAck(now time.Duration, s cc.AckSample) {}
+func (oneMTUWindow) OnNack(now time.Duration, size int)      {}
+func (oneMTUWindow) OnLoss(now time.Duration, size int)      {}
+func (oneMTUWindow) Advance(now time.Duration)               {}
+func (oneMTUWindow) NextEvent() time.Duration                { return engine.Never }
+
+// TestCCCRoundRobinFullWindow: PDCs sharing a CCC whose window holds one
+// packet take turns. The CCC once picked a PDC before asking the window,
+// so the PDC picked to find it full lost its turn, and with the ACK clock
+// alternating full and open every other PDC waited for the rest to
+// finish (in TestManyPDCsLossy, targets freed PDCs starved 100 ms).
+func TestCCCRoundRobinFullWindow(t *testing.T) {
+	p := newPair(t, nil, func(a, _ *Config) {
+		a.NewWindow = func(time.Duration) cc.WindowController { return oneMTUWindow{a.MTU} }
+	})
+	start := p.clock.Now()
+	const jobs = 8
+	senders := make([]*Sender, jobs)
+	for i := range senders {
+		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 64 << 10, Messages: 1, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		senders[i] = s
+	}
+	anyDone := func() bool {
+		for _, s := range senders {
+			select {
+			case <-s.Done():
+				return true
+			default:
+			}
+		}
+		return false
+	}
+	if err := p.clock.Drive(anyDone, p.idle, p.clock.Now()+time.Second); err != nil {
+		t.Fatal(err)
+	}
+	first := p.clock.Now() - start
+	p.wait(t, time.Second, senders...)
+	last := p.clock.Now() - start
+	t.Logf("first PDC done at %v, last at %v", first, last)
+	if first < last*3/4 {
+		t.Errorf("first PDC done at %v, last at %v: the PDCs did not take turns", first, last)
 	}
 }
