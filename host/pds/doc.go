@@ -48,7 +48,10 @@
 //   - close: a PDC with nothing to send or acknowledge for IdleTimeout
 //     sends CTRL CLOSE_CMD; the target frees its side and answers with an
 //     ACK whose req is CLOSE, on which the initiator frees its own. A
-//     target frees a PDC it heard nothing from for twice IdleTimeout.
+//     target frees a PDC it heard nothing from for twice IdleTimeout, or
+//     for four of its turns when its source serves many PDCs in turn
+//     (the source's PDC count × the smoothed gap between its packets),
+//     or with a message in progress for the source's retries.
 //   - limits: past Config.MaxPDCs or MaxCCCs a SYN is answered with NACK
 //     NO_PDC_AVAIL or NO_CCC_AVAIL.
 //

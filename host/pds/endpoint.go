@@ -388,10 +388,15 @@ func (r *endpointRx) EndBatch(out *engine.Replies) {
 }
 
 // housekeeping is a flow that sends nothing: it frees target PDCs the
-// source stopped talking to (a lost CLOSE_CMD, a source gone): after
-// twice the idle timeout, or with a message in progress after the
-// source's retries (RTO × MaxRetries) if that is longer.
+// source stopped talking to (a lost CLOSE_CMD, a source gone) after
+// targetExpiry: twice the idle timeout, or longer with a message in
+// progress or many PDCs from the same source.
 type housekeeping struct{ ep *Endpoint }
+
+// houseQuantum divides the idle timeout into housekeeping's least wait:
+// it scans every target, so it wakes at most houseQuantum times per idle
+// period, not at each of thousands of targets' deadlines.
+const houseQuantum = 8
 
 // Fill implements engine.Flow.
 func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.PortLimit) (int, time.Duration) {
@@ -413,13 +418,10 @@ func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.Port
 	// A target with a message in progress waits for its source as long as
 	// the source retries before it gives the PDC up: freed sooner, the
 	// rest of the message would open a new PDC and neither would count the
-	// message received (a PDC's turn in a CCC shared by hundreds comes
-	// past twice the idle timeout: TestManyPDCsLossy).
-	midMessage := max(idle, ep.cfg.RTO*time.Duration(ep.cfg.MaxRetries))
+	// message received (TestManyPDCsLossy).
 	for _, t := range ep.targets {
-		expiry := idle
+		expiry := ep.targetExpiry(t)
 		if len(t.msgs) > 0 {
-			expiry = midMessage
 			// The message's end does not wake housekeeping: look again.
 			next = min(next, now+idle)
 		}
@@ -432,6 +434,9 @@ func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.Port
 			continue
 		}
 		next = min(next, t.lastActive+expiry)
+	}
+	if next != engine.Never {
+		next = max(next, now+ep.cfg.IdleTimeout/houseQuantum)
 	}
 	return 0, next
 }

@@ -514,3 +514,32 @@ func TestCCCRoundRobinFullWindow(t *testing.T) {
 		t.Errorf("first PDC done at %v, last at %v: the PDCs did not take turns", first, last)
 	}
 }
+
+// TestTargetWaitsForItsTurn: 200 PDCs share one CCC at 50 Mbit/s, so a
+// PDC's turn comes every ~130 ms, past the target's default expiry (twice
+// the 50 ms idle timeout). The target learns the source's round (its PDC
+// count × the gap between its packets) and keeps each PDC four turns:
+// none is freed between its packets, none refused with INV_DPDCID.
+func TestTargetWaitsForItsTurn(t *testing.T) {
+	const jobs = 200
+	p := newPair(t, nil, func(a, _ *Config) { a.LinkRate, a.BaseRTT = 50*units.Mbit, time.Millisecond })
+	senders := make([]*Sender, jobs)
+	for i := range senders {
+		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 8 << 10, Messages: 4, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		senders[i] = s
+	}
+	start := p.clock.Now()
+	p.wait(t, 20*time.Second, senders...)
+	ca, cb := p.a.Counters(), p.b.Counters()
+	t.Logf("%v for %d messages; b: %d target PDCs opened, %d expired; a: NACKs %v", p.clock.Now()-start, cb.MessagesReceived, cb.TargetPDCsOpened, cb.TargetPDCsExpired, ca.NacksReceived)
+	if cb.MessagesReceived != 4*jobs || cb.VerifyErrors != 0 {
+		t.Fatalf("b received %d messages, %d verify errors: want %d, 0", cb.MessagesReceived, cb.VerifyErrors, 4*jobs)
+	}
+	if cb.TargetPDCsExpired != 0 || cb.TargetPDCsOpened != jobs || ca.NacksReceived[uet.NackInvDPDCID.String()] != 0 {
+		t.Errorf("b: %d target PDCs expired between turns, %d opened for %d jobs; a: %d INV_DPDCID: want 0, %d, 0",
+			cb.TargetPDCsExpired, cb.TargetPDCsOpened, jobs, ca.NacksReceived[uet.NackInvDPDCID.String()], jobs)
+	}
+}

@@ -118,6 +118,44 @@ type rxCCC struct {
 	// entropy value it came with: where CTRL CREDITs go.
 	last *target
 	ev   uint16
+	// lastData is when the source's last data packet came, dataGap the
+	// smoothed time between its data packets (1/8 EWMA): with pdcs PDCs
+	// served in turn, one PDC hears from its source every pdcs × dataGap
+	// (targetExpiry).
+	lastData time.Duration
+	dataGap  time.Duration
+}
+
+// noteData smooths the time between the source's data packets.
+func (c *rxCCC) noteData(now time.Duration) {
+	if c.lastData > 0 {
+		gap := now - c.lastData
+		if c.dataGap == 0 {
+			c.dataGap = gap
+		} else {
+			c.dataGap += (gap - c.dataGap) / 8
+		}
+	}
+	c.lastData = now
+}
+
+// turnsBeforeExpiry is how many of its turns a target PDC may miss before
+// housekeeping frees it: a source's CCC serves its PDCs in turn, so with
+// thousands sharing its rate a PDC's turn comes every pdcs × dataGap,
+// past any fixed idle timeout (10,000 PDCs at 400 Mbit/s: ~0.3 s), and a
+// target freeing it between its packets costs a NACK and a SYN a turn.
+const turnsBeforeExpiry = 4
+
+// targetExpiry is how long target t may go without a packet: twice the
+// idle timeout, the source's retries with a message in progress, or
+// turnsBeforeExpiry of its turns in its source's round, the longest.
+func (ep *Endpoint) targetExpiry(t *target) time.Duration {
+	e := 2 * ep.cfg.IdleTimeout
+	if len(t.msgs) > 0 {
+		e = max(e, ep.cfg.RTO*time.Duration(ep.cfg.MaxRetries))
+	}
+	turn := time.Duration(t.ccc.pdcs) * t.ccc.dataGap * turnsBeforeExpiry
+	return min(max(e, turn), maxIdleTimeout)
 }
 
 // onRequest is a data packet: establish the PDC on SYN, record the PSN,
@@ -168,6 +206,7 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 	}
 	pay := rest[n:]
 	t.lastActive = now
+	t.ccc.noteData(now)
 	off := int64(int32(r.PSN - t.psn(t.cack)))
 	if code, trimmed := ep.trimmed(m, &ses, pay); trimmed {
 		// A switch cut the packet to its headers instead of dropping it:
