@@ -139,16 +139,15 @@ func uetScaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scale
 	row := ScaleRow{QPs: n}
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(o.seconds+120)*time.Second)
 	defer cancel()
-	// A PDC's turn comes once per n packets: 10,000 PDCs at 400 Mbit/s
-	// wait ~0.3 s between theirs, past pds's 50 ms idle timeout, and the
-	// target would free each PDC between its packets (NACK INV_DPDCID).
-	idle := "-idle-timeout=" + scaleIdleTimeout.String()
-	srv, err := startUETServer(rctx, b, exe, []string{uetChildArg, "-mode", "server", "-local", addrB.Addr().String(), "-max-pdcs", strconv.Itoa(n), idle})
+	// pds's default idle timeout: a PDC's turn comes once per n packets
+	// (10,000 PDCs at 400 Mbit/s: ~0.3 s), and the target keeps a PDC
+	// four of its turns (host/pds targetExpiry).
+	srv, err := startUETServer(rctx, b, exe, []string{uetChildArg, "-mode", "server", "-local", addrB.Addr().String(), "-max-pdcs", strconv.Itoa(n)})
 	if err != nil {
 		return row, err
 	}
 	cli := a.Command(rctx, exe, append([]string{uetChildArg, "-mode", "client", "-local", addrA.Addr().String(), "-server", addrB.Addr().String(),
-		"-streams", strconv.Itoa(n), "-link-rate", o.rate.String(), "-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes), idle},
+		"-streams", strconv.Itoa(n), "-link-rate", o.rate.String(), "-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes)},
 		o.profileArgs("uet", n)...)...)
 	cli.WaitDelay = 2 * time.Second
 	var stderr strings.Builder
@@ -172,9 +171,6 @@ func uetScaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scale
 	}
 	return row, nil
 }
-
-// scaleIdleTimeout is the UET rows' PDC idle timeout (uetScaleRun).
-const scaleIdleTimeout = 10 * time.Second
 
 // scaleMessageBytes keeps every QP's server buffer at the 64 KiB minimum:
 // 10,000 QPs register 640 MiB.
