@@ -543,3 +543,24 @@ func TestTargetWaitsForItsTurn(t *testing.T) {
 			cb.TargetPDCsExpired, cb.TargetPDCsOpened, jobs, ca.NacksReceived[uet.NackInvDPDCID.String()], jobs)
 	}
 }
+
+// TestRxCCCDataGapBursts: a source's packets come in bursts (16 back to
+// back, then a pause); the gap a target's expiry scales with is their
+// mean over windows, not the last few packets' (a per-packet average read
+// after a burst said a tenth of it, and targets were freed between
+// their turns: 10,000 PDCs livelocked with no message received).
+func TestRxCCCDataGapBursts(t *testing.T) {
+	var c rxCCC
+	const window = 6250 * time.Microsecond
+	now := time.Duration(0)
+	for range 100 { // 160 ms
+		for range 16 {
+			now += time.Microsecond
+			c.noteData(now, window)
+		}
+		now += 1600*time.Microsecond - 16*time.Microsecond
+	}
+	if want := 100 * time.Microsecond; c.dataGap < want*9/10 || c.dataGap > want*11/10 {
+		t.Errorf("dataGap %v after bursts of 16 every 1.6 ms: want %v ± 10 %%", c.dataGap, want)
+	}
+}

@@ -118,25 +118,33 @@ type rxCCC struct {
 	// entropy value it came with: where CTRL CREDITs go.
 	last *target
 	ev   uint16
-	// lastData is when the source's last data packet came, dataGap the
-	// smoothed time between its data packets (1/8 EWMA): with pdcs PDCs
-	// served in turn, one PDC hears from its source every pdcs × dataGap
-	// (targetExpiry).
-	lastData time.Duration
+	// dataGap is the smoothed time between the source's data packets:
+	// with pdcs PDCs served in turn, one PDC hears from its source every
+	// pdcs × dataGap (targetExpiry). It is measured over windows of at
+	// least gapWindow (winStart, winPkts): packets come in bursts (a
+	// batch, a GSO run), and a per-packet average taken after a burst
+	// said a tenth of the real gap, so that targets were freed between
+	// their turns after all.
 	dataGap  time.Duration
+	winStart time.Duration
+	winPkts  int
 }
 
-// noteData smooths the time between the source's data packets.
-func (c *rxCCC) noteData(now time.Duration) {
-	if c.lastData > 0 {
-		gap := now - c.lastData
-		if c.dataGap == 0 {
-			c.dataGap = gap
-		} else {
-			c.dataGap += (gap - c.dataGap) / 8
-		}
+// noteData counts a data packet from the source into dataGap.
+func (c *rxCCC) noteData(now, gapWindow time.Duration) {
+	if c.winPkts == 0 && c.winStart == 0 {
+		c.winStart = now
 	}
-	c.lastData = now
+	c.winPkts++
+	if d := now - c.winStart; d >= gapWindow {
+		sample := d / time.Duration(c.winPkts)
+		if c.dataGap == 0 {
+			c.dataGap = sample
+		} else {
+			c.dataGap += (sample - c.dataGap) / 4
+		}
+		c.winStart, c.winPkts = now, 0
+	}
 }
 
 // turnsBeforeExpiry is how many of its turns a target PDC may miss before
@@ -206,7 +214,7 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 	}
 	pay := rest[n:]
 	t.lastActive = now
-	t.ccc.noteData(now)
+	t.ccc.noteData(now, ep.cfg.IdleTimeout/houseQuantum)
 	off := int64(int32(r.PSN - t.psn(t.cack)))
 	if code, trimmed := ep.trimmed(m, &ses, pay); trimmed {
 		// A switch cut the packet to its headers instead of dropping it:
