@@ -32,6 +32,8 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"show", "--help"}, 0, "Usage: portctl show", ""},
 		{[]string{"detach", "--help"}, 0, "Usage: portctl detach", ""},
 		{[]string{"sweep", "--help"}, 0, "Usage: portctl sweep", ""},
+		{[]string{"dispatcher", "--help"}, 0, "Usage: portctl dispatcher [-j]", ""},
+		{[]string{"dispatcher", "now"}, 2, "", `portctl: unexpected argument "now" (dispatcher takes only -j)`},
 		{[]string{"sweep", "now"}, 2, "", `portctl: unexpected argument "now" (sweep takes no options)`},
 		{[]string{"sweep", "--dev", "swp0"}, 2, "", "portctl: flag provided but not defined: -dev"},
 		{nil, 2, "", "Usage: portctl COMMAND"},
@@ -113,7 +115,7 @@ func TestParseInterval(t *testing.T) {
 // TestHelpFitsATerminal keeps help lines within 80 columns.
 func TestHelpFitsATerminal(t *testing.T) {
 	for name, text := range map[string]string{"main": mainHelp, "attach": attachHelp, "configure": configureHelp,
-		"show": showHelp, "stats": statsHelp, "detach": detachHelp, "sweep": sweepHelp} {
+		"show": showHelp, "stats": statsHelp, "detach": detachHelp, "sweep": sweepHelp, "dispatcher": dispatcherHelp} {
 		for _, l := range strings.Split(text, "\n") {
 			if len(l) > 80 {
 				t.Errorf("%s help: line of %d columns: %q", name, len(l), l)

@@ -50,13 +50,15 @@ Commands:
   tune       derive marking thresholds from rate and RTTs (no --dev needed)
   tunnel     an IP-in-IP tunnel PE with RFC 6040 ECN ("portctl tunnel help")
   sweep      remove the pins of ports and PEs whose device is gone
+  dispatcher  the machine's xmit dispatcher: its slots and counters
   help       this text; "portctl help COMMAND" or "portctl COMMAND --help"
   version    the version (also -V, --version)
   completion  a bash completion script: source <(portctl completion)
 
-Every command but tune and sweep takes --dev DEV and --netns NAME (a name under
-/var/run/netns; default: the current namespace); show without --dev prints a
-configuration no port holds. Options go after the command.
+Every command but tune, sweep and dispatcher takes --dev DEV and --netns
+NAME (a name under /var/run/netns; default: the current namespace); show
+without --dev prints a configuration no port holds. Options go after the
+command.
 
 Examples:
   portctl attach --netns sw --dev swp0 --rate 10gbit
@@ -128,14 +130,15 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"attach":    {cmdAttach, attachHelp},
-		"configure": {cmdConfigure, configureHelp},
-		"show":      {cmdShow, showHelp},
-		"stats":     {cmdStats, statsHelp},
-		"detach":    {cmdDetach, detachHelp},
-		"tune":      {cmdTune, tuneHelp},
-		"tunnel":    {cmdTunnel, tunnelHelp},
-		"sweep":     {cmdSweep, sweepHelp},
+		"attach":     {cmdAttach, attachHelp},
+		"configure":  {cmdConfigure, configureHelp},
+		"show":       {cmdShow, showHelp},
+		"stats":      {cmdStats, statsHelp},
+		"detach":     {cmdDetach, detachHelp},
+		"tune":       {cmdTune, tuneHelp},
+		"tunnel":     {cmdTunnel, tunnelHelp},
+		"sweep":      {cmdSweep, sweepHelp},
+		"dispatcher": {cmdDispatcher, dispatcherHelp},
 	}
 }
 
@@ -159,7 +162,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(args) > 1 && args[0] == "help" {
 			c, ok := commands[args[1]]
 			if !ok {
-				fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel, sweep)\n", args[1])
+				fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel, sweep, dispatcher)\n", args[1])
 				return exitUsage
 			}
 			fmt.Fprint(stdout, c.help)
@@ -170,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel, sweep; see portctl help)\n", args[0])
+		fmt.Fprintf(stderr, "portctl: unknown command %q (commands: attach, configure, show, stats, detach, tune, tunnel, sweep, dispatcher; see portctl help)\n", args[0])
 		return exitUsage
 	}
 	return c.run(args[1:], stdout, stderr)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/dispatch"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -239,6 +240,17 @@ func TestRootLifecycle(t *testing.T) {
 	}
 	if sj.Config.Classes[3].MinThBytes != 100*1024 || sj.Port.Attach != qdisc.AttachTCX || sj.Port.PeerNetns != l.rx {
 		t.Errorf("show -j: %+v", sj)
+	}
+	// The machine's xmit dispatcher holds the port's slot.
+	if sj.Port.XmitDispatched {
+		var ds dispatch.Status
+		out, errOut, code := l.portctl(t, "dispatcher", "-j")
+		if err := json.Unmarshal([]byte(out), &ds); code != 0 || err != nil || !ds.Attached || ds.Ports < 1 || ds.ProgramID == 0 {
+			t.Errorf("dispatcher -j with a dispatched port: exit %d, %v, %+v %s", code, err, ds, errOut)
+		}
+		t.Logf("dispatcher: %+v", ds)
+		out, _, _ = l.portctl(t, "dispatcher")
+		mustContain(t, "dispatcher", out, "xmit dispatcher: program ", "slots: ")
 	}
 	// A two-threshold class (seed 001) goes through the maps and back.
 	out = l.ok(t, "configure", "--tc", "2:2t:t1=10kb,t2=20kb,p1=0.5,t2-max=40kb,p2=0.2")
