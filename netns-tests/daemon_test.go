@@ -392,6 +392,12 @@ func TestDaemon(t *testing.T) {
 	if enq0 == 0 {
 		t.Fatal("the port counted no RoCE packets in class 3")
 	}
+	// The machine's xmit dispatcher carries the port's departures.
+	if att, ok := value(mf, "fabriclab_xmit_dispatcher_attached", nil); !ok || att != 1 {
+		t.Errorf("fabriclab_xmit_dispatcher_attached = %v (%v), want 1 with a port attached", att, ok)
+	} else if n, _ := value(mf, "fabriclab_xmit_dispatcher_slots", map[string]string{"kind": "port"}); n < 1 {
+		t.Errorf("fabriclab_xmit_dispatcher_slots{kind=port} = %v, want the daemon's port at least", n)
+	}
 	// The flow (300 Mbit/s into the 200 Mbit/s port) is marked, and its
 	// QPs react to c's CNPs.
 	waitFor(t, 5*time.Second, "CNPs handled by the flow", func() bool {

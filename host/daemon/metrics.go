@@ -14,6 +14,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	peagent "github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/dispatch"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 )
 
@@ -47,6 +48,8 @@ import (
 //	fabriclab_pe_agent_*  per PE agent: dev, mode; reaction_seconds is a
 //	                      histogram
 //	fabriclab_config_*    reloads
+//	fabriclab_xmit_dispatcher_* the machine's xmit dispatcher, with any
+//	                      port: its slots and empty-slot events
 const ns = "fabriclab"
 
 // collector builds every metric at scrape time from the live objects.
@@ -309,6 +312,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range ports {
 		portMetrics(e, p)
 	}
+	if len(ports) > 0 {
+		dispatcherMetrics(e)
+	}
 	for _, x := range pes {
 		tunnelMetrics(e, x)
 		if x.agent != nil {
@@ -349,6 +355,32 @@ func owner(kind, name string) ([]string, []string) {
 		return []string{"server", "flow"}, []string{name, ""}
 	}
 	return []string{"server", "flow"}, []string{"", name}
+}
+
+// dispatcherMetrics exports the machine's xmit dispatcher (qdisc/dispatch),
+// which carries every port's departures: machine-wide, so every daemon of
+// the machine shows the same.
+func dispatcherMetrics(e *emitter) {
+	if st, err := dispatch.Read(); err == nil {
+		dispatcherStatus(e, st)
+	}
+}
+
+func dispatcherStatus(e *emitter, st dispatch.Status) {
+	e.emit(ns+"_xmit_dispatcher_attached", prometheus.GaugeValue, "1 while the machine's xmit dispatcher exists (some port or kernel NP uses it)", nil, nil, b2f(st.Attached))
+	for _, s := range []struct {
+		kind string
+		n    int
+	}{{"port", st.Ports}, {"np", st.NPs}} {
+		e.emit(ns+"_xmit_dispatcher_slots", prometheus.GaugeValue, "the dispatcher's slots held, by kind (ports, kernel NPs)", []string{"kind"}, []string{s.kind}, float64(s.n))
+	}
+	e.emit(ns+"_xmit_dispatcher_stale_slots", prometheus.GaugeValue, "slots a process that died left (freed at the next attach or detach, or by portctl sweep)", nil, nil, float64(st.Stale))
+	for _, s := range []struct {
+		event string
+		n     uint64
+	}{{"xmit", st.EmptySlot}, {"drop", st.DropEmptySlot}, {"np_xmit", st.NPEmptySlot}} {
+		e.emit(ns+"_xmit_dispatcher_empty_slot_total", prometheus.CounterValue, "transmissions and drops that found a slot emptied by its port or NP leaving", []string{"event"}, []string{s.event}, float64(s.n))
+	}
 }
 
 // qpMetrics exports an agent's QPs and its totals under its owner (kind

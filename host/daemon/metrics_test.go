@@ -9,6 +9,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/dispatch"
 )
 
 // fieldsCollector emits what a server and a flow emit for the families
@@ -26,6 +27,7 @@ func (fieldsCollector) Collect(ch chan<- prometheus.Metric) {
 		e.fields("uet", pds.Counters{NacksReceived: map[string]uint64{"TRIMMED": 2}}, ol, ov)
 	}
 	e.fields("port", qdisc.ClassStats{BacklogBytes: 5}, []string{"port", "class"}, []string{"eth1", "3"})
+	dispatcherStatus(e, dispatch.Status{Attached: true, Ports: 2, NPs: 1, EmptySlot: 4})
 }
 
 // TestMetricFamiliesGather: the families servers and flows share gather
