@@ -324,9 +324,10 @@ type FlowHandle struct {
 	idx     int // in e.mu.flows, under e.mu
 	// The transmit loop's (sched).
 	inRun, inPort bool
-	heapIdx       int // in sched.timers; -1: not there
-	due           time.Duration
+	timer         Deadline // in sched.timers
 }
+
+func (h *FlowHandle) timerDeadline() *Deadline { return &h.timer }
 
 // Kick wakes the transmit loop for this flow: it has something to send,
 // or its deadline moved.
@@ -342,7 +343,7 @@ func (h *FlowHandle) Kick() {
 // AddFlow puts f in the transmit loop's round robin; the loop asks it at
 // once.
 func (e *Engine) AddFlow(f Flow) *FlowHandle {
-	h := &FlowHandle{e: e, f: f, heapIdx: -1}
+	h := &FlowHandle{e: e, f: f}
 	e.mu.Lock()
 	h.idx = len(e.mu.flows)
 	e.mu.flows = append(e.mu.flows, h)

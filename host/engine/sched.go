@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"container/heap"
 	"time"
 )
 
@@ -29,7 +28,7 @@ import (
 // when every pass asked every flow).
 type sched struct {
 	run, port fifo
-	timers    timerHeap
+	timers    Timers[*FlowHandle]
 	spare     []*FlowHandle // the kick list's other buffer
 	// served are this pass's flows that sent and want more: they join the
 	// port's queue at the end of the pass, behind the ones it turned away.
@@ -85,10 +84,7 @@ func (e *Engine) pass(now time.Duration, pkts []Packet, port *PortLimit) (n int,
 		s.sent[i] = nil
 	}
 	s.sent = s.sent[:0]
-	next = Never
-	if s.timers.Len() > 0 {
-		next = s.timers.items[0].due
-	}
+	next = s.timers.Next()
 	switch {
 	case s.run.len() > 0:
 		next = now
@@ -122,8 +118,12 @@ func (e *Engine) collect(now time.Duration) {
 		}
 		e.mu.Unlock()
 	}
-	for s.timers.Len() > 0 && s.timers.items[0].due <= now {
-		s.runnable(heap.Pop(&s.timers).(*FlowHandle))
+	for {
+		h, ok := s.timers.PopDue(now)
+		if !ok {
+			break
+		}
+		s.runnable(h)
 	}
 }
 
@@ -142,7 +142,7 @@ func (s *sched) runnable(h *FlowHandle) {
 func (e *Engine) visit(h *FlowHandle, now time.Duration, out []Packet, port *PortLimit, fromPort bool) int {
 	s := &e.sched
 	if h.removed.Load() {
-		s.untime(h)
+		s.timers.Remove(h)
 		return 0
 	}
 	if port != nil {
@@ -165,24 +165,12 @@ func (e *Engine) visit(h *FlowHandle, now time.Duration, out []Packet, port *Por
 			s.port.push(h)
 		}
 	}
-	if due > now && due != Never {
-		h.due = due
-		if h.heapIdx >= 0 {
-			heap.Fix(&s.timers, h.heapIdx)
-		} else {
-			heap.Push(&s.timers, h)
-		}
+	if due > now {
+		s.timers.Set(h, due)
 	} else {
-		s.untime(h)
+		s.timers.Remove(h)
 	}
 	return n
-}
-
-// untime takes h out of timers.
-func (s *sched) untime(h *FlowHandle) {
-	if h.heapIdx >= 0 {
-		heap.Remove(&s.timers, h.heapIdx)
-	}
 }
 
 // fifo is a queue of flows in a ring.
@@ -218,28 +206,5 @@ func (q *fifo) pop() *FlowHandle {
 	q.buf[q.head] = nil
 	q.head = (q.head + 1) % len(q.buf)
 	q.size--
-	return h
-}
-
-// timerHeap orders flows by deadline (container/heap).
-type timerHeap struct{ items []*FlowHandle }
-
-func (t *timerHeap) Len() int           { return len(t.items) }
-func (t *timerHeap) Less(i, j int) bool { return t.items[i].due < t.items[j].due }
-func (t *timerHeap) Swap(i, j int) {
-	t.items[i], t.items[j] = t.items[j], t.items[i]
-	t.items[i].heapIdx, t.items[j].heapIdx = i, j
-}
-func (t *timerHeap) Push(x any) {
-	h := x.(*FlowHandle)
-	h.heapIdx = len(t.items)
-	t.items = append(t.items, h)
-}
-func (t *timerHeap) Pop() any {
-	last := len(t.items) - 1
-	h := t.items[last]
-	t.items[last] = nil
-	t.items = t.items[:last]
-	h.heapIdx = -1
 	return h
 }

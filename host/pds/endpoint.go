@@ -261,7 +261,7 @@ func (ep *Endpoint) newInitiator(now time.Duration, key PDCKey) (*initiator, err
 	}
 	c, _ := ep.cccs.get(ep, now, ck)
 	p := &initiator{ep: ep, key: key, id: id, ccc: c, start: randomPSN(), ring: make([]txRec, maxPDCWindow),
-		ev: entropy(id), lastActive: now, heapIdx: -1}
+		ev: entropy(id), lastActive: now}
 	if ep.cfg.NewBalancer != nil {
 		p.lb = ep.cfg.NewBalancer(id)
 	}

@@ -149,12 +149,11 @@ type initiator struct {
 	err        error
 
 	// The CCC's schedule (pdcsched.go): in its lists since the last touch,
-	// the backlog flags it counted, the deadline its timers last returned
-	// and its place in the CCC's timer heap (-1: not there).
+	// the backlog flags it counted, and the deadline its timers last
+	// returned (its place in the CCC's timer heap).
 	timerDirty, flagDirty   bool
 	countedNew, countedRetx bool
-	timerDue                time.Duration
-	heapIdx                 int
+	engine.Deadline
 }
 
 func (p *initiator) rec(idx uint64) *txRec { return &p.ring[idx%maxPDCWindow] }

@@ -1,7 +1,6 @@
 package pds
 
 import (
-	"container/heap"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/engine"
@@ -21,7 +20,7 @@ import (
 
 // pdcSched is a CCC's schedule of its PDCs.
 type pdcSched struct {
-	timers     pdcTimers
+	timers     engine.Timers[*initiator]
 	timerDirty []*initiator // touched since their timers last ran
 	flagDirty  []*initiator // touched since their backlog flags were counted
 	// nNew and nRetx count the PDCs whose counted flags say new data and
@@ -74,8 +73,11 @@ func (c *ccc) runTimers(now time.Duration, out []engine.Packet) (n int) {
 	s := &c.sched
 	due := s.timerDirty
 	s.timerDirty = nil
-	for len(s.timers.items) > 0 && s.timers.items[0].timerDue <= now {
-		p := heap.Pop(&s.timers).(*initiator)
+	for {
+		p, ok := s.timers.PopDue(now)
+		if !ok {
+			break
+		}
 		if !p.timerDirty {
 			due = append(due, p)
 		}
@@ -95,16 +97,7 @@ func (c *ccc) runTimers(now time.Duration, out []engine.Packet) (n int) {
 		if p.holdUntil > now {
 			next = min(next, p.holdUntil)
 		}
-		p.timerDue = next
-		switch {
-		case next == engine.Never && p.heapIdx >= 0:
-			heap.Remove(&s.timers, p.heapIdx)
-		case next == engine.Never:
-		case p.heapIdx >= 0:
-			heap.Fix(&s.timers, p.heapIdx)
-		default:
-			heap.Push(&s.timers, p)
-		}
+		s.timers.Set(p, next)
 	}
 	if len(s.timerDirty) == 0 && cap(due) <= 1024 {
 		s.timerDirty = due[:0] // reuse the buffer (unless the timers touched a PDC)
@@ -119,42 +112,14 @@ func (c *ccc) nextTimer(now time.Duration) time.Duration {
 	if len(s.timerDirty) > 0 {
 		return now
 	}
-	if len(s.timers.items) > 0 {
-		return s.timers.items[0].timerDue
-	}
-	return engine.Never
+	return s.timers.Next()
 }
 
 // forget takes a freed PDC out of its CCC's schedule and counts.
 func (c *ccc) forget(p *initiator) {
 	s := &c.sched
-	if p.heapIdx >= 0 {
-		heap.Remove(&s.timers, p.heapIdx)
-	}
+	s.timers.Remove(p)
 	s.nNew -= btoi(p.countedNew)
 	s.nRetx -= btoi(p.countedRetx)
 	p.countedNew, p.countedRetx = false, false
-}
-
-// pdcTimers orders PDCs by their timers' deadline (container/heap).
-type pdcTimers struct{ items []*initiator }
-
-func (t *pdcTimers) Len() int           { return len(t.items) }
-func (t *pdcTimers) Less(i, j int) bool { return t.items[i].timerDue < t.items[j].timerDue }
-func (t *pdcTimers) Swap(i, j int) {
-	t.items[i], t.items[j] = t.items[j], t.items[i]
-	t.items[i].heapIdx, t.items[j].heapIdx = i, j
-}
-func (t *pdcTimers) Push(x any) {
-	p := x.(*initiator)
-	p.heapIdx = len(t.items)
-	t.items = append(t.items, p)
-}
-func (t *pdcTimers) Pop() any {
-	last := len(t.items) - 1
-	p := t.items[last]
-	t.items[last] = nil
-	t.items = t.items[:last]
-	p.heapIdx = -1
-	return p
 }
