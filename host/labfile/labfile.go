@@ -182,6 +182,10 @@ type Node struct {
 	// roce_np/enable 0: CE counted, no CNP sent; seed 000's
 	// misconfiguration). Optional: kernel.
 	NP string `yaml:"np"`
+	// TCPECN is whether a host's TCP connections negotiate ECN (RFC
+	// 3168; net.ipv4.tcp_ecn 1 or 0): off makes a host whose packets
+	// leave Not-ECT, seed 000's "ECN not set by the sender". Optional: on.
+	TCPECN string `yaml:"tcp_ecn"`
 	// HostQueue bounds a host's host queue: the bytes its rocev2 and uet
 	// senders have on their links that the switch has not yet received
 	// (host/linkq). On this VM they wait in the kernel's backlog for

@@ -90,6 +90,7 @@ func TestParseErrors(t *testing.T) {
 		{edit("{name: h2, kind: host}", "{name: pe9, kind: pe, peer: sw1}"), `t.yaml:4: nodes[1].peer: "sw1": is a switch; a pe's peer is a pe`},
 		{edit("{name: h2, kind: host}", "{name: h2, kind: host, peer: sw1}"), `t.yaml:4: nodes[1].peer: "sw1": only a pe has a peer; h2 is a host`},
 		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, quickack: true}"), `t.yaml:5: nodes[2].quickack: "true": only a host's TCP ACKs; sw1 is a switch`},
+		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, tcp_ecn: off}"), `t.yaml:5: nodes[2].tcp_ecn: "off": only a host's TCP connections; sw1 is a switch`},
 		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, np: agent}"), `t.yaml:5: nodes[2].np: "agent": only a host receives flows; sw1 is a switch`},
 		{edit("{name: r1, kind: host}", "{name: r1, kind: host, np: nic}"), `t.yaml:6: nodes[3].np: "nic": want kernel, agent or off`},
 		{edit("{name: sw1, kind: switch}", "{name: sw1, kind: switch, host_queue: 64kb}"), `t.yaml:5: nodes[2].host_queue: "64kb": only a host's senders; sw1 is a switch`},
@@ -166,7 +167,7 @@ func TestParseErrors(t *testing.T) {
 		{base + "report: {interval: 1ms}\n", `t.yaml:16: report.interval: "1ms": want 10ms..60s (default 500ms)`},
 		{base + "report: {watch: [sw1:h1]}\n", `t.yaml:16: report.watch[0]: "sw1:h1": no switch port there; ports are sw1:r1`},
 		{base + "colour: blue\n", `t.yaml:16: colour: unknown field; the document has duration, fabric, flows, goals, links, name, nodes, ports, report, runs, seed, timescale, tune, variants, workload`},
-		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has agent, decap, host_queue, kind, name, np, peer, quickack`},
+		{strings.Replace(base, "{name: sw1, kind: switch}", "{name: sw1, kind: switch, speed: 1}", 1), `t.yaml:5: nodes[2].speed: unknown field; nodes[2] has agent, decap, host_queue, kind, name, np, peer, quickack, tcp_ecn`},
 	} {
 		_, err := Parse("t.yaml", []byte(c.src))
 		var ce *conf.Error
@@ -280,5 +281,23 @@ func TestQuickAck(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("r1 has no route")
+	}
+}
+
+// TestTCPECNOff: the ends of tcp flows negotiate ECN, but a host with
+// tcp_ecn: off does not (the three-layers lab of a sender without ECN).
+func TestTCPECNOff(t *testing.T) {
+	src := strings.Replace(base, "{name: h1, kind: host}", "{name: h1, kind: host, tcp_ecn: off}", 1)
+	src = strings.Replace(src, "{name: f1, from: h1, to: r1}", "{name: f1, from: h1, to: r1, transport: tcp}", 1)
+	f, err := Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, n := range f.Plan().Spec.Nodes {
+		got[n.Name] = n.Sysctls["net.ipv4.tcp_ecn"]
+	}
+	if got["h1"] != "0" || got["r1"] != "1" || got["h2"] != "" {
+		t.Errorf("net.ipv4.tcp_ecn by node: %v; want h1 0, r1 1, h2 unset", got)
 	}
 }

@@ -373,12 +373,16 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 		}
 	}
 	// The ends of tcp flows negotiate ECN (RFC 3168) whatever their
-	// congestion control: cubic and reno react to CE as to a loss.
+	// congestion control: cubic and reno react to CE as to a loss. A
+	// host with tcp_ecn: off does not.
 	for i := range p.Spec.Nodes {
 		n := &p.Spec.Nodes[i]
 		if slices.ContainsFunc(p.Flows, func(fp FlowPlan) bool { return fp.TCP != nil && (fp.Flow.From == n.Name || fp.Flow.To == n.Name) }) {
 			n.Sysctls = maps.Clone(n.Sysctls)
 			n.Sysctls["net.ipv4.tcp_ecn"] = "1"
+			if k := slices.IndexFunc(f.Nodes, func(fn Node) bool { return fn.Name == n.Name }); k >= 0 && f.Nodes[k].TCPECN == "off" {
+				n.Sysctls["net.ipv4.tcp_ecn"] = "0"
+			}
 		}
 	}
 	return p, nil

@@ -91,6 +91,14 @@ func (f *File) validate() error {
 				return conf.Errorf(conf.Join(p, "host_queue"), q.String(), "want 0 (off) or %v..%v", minHostQueue, maxHostQueue)
 			}
 		}
+		if n.TCPECN != "" {
+			if n.Kind != KindHost {
+				return conf.Errorf(conf.Join(p, "tcp_ecn"), n.TCPECN, "only a host's TCP connections; %s is a %s", n.Name, n.Kind)
+			}
+			if n.TCPECN != "on" && n.TCPECN != "off" {
+				return conf.Errorf(conf.Join(p, "tcp_ecn"), n.TCPECN, "want on or off")
+			}
+		}
 		if n.QuickAck && n.Kind != KindHost {
 			return conf.Errorf(conf.Join(p, "quickack"), "true", "only a host's TCP ACKs; %s is a %s", n.Name, n.Kind)
 		}
