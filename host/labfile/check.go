@@ -275,6 +275,7 @@ const (
 	loopNone  loop = iota
 	loopDCQCN      // rocev2, cc dcqcn: CNPs
 	loopNSCC       // uet, cc nscc or both: ECN echoes in ACKs
+	loopTCP        // tcp: ECE echoes, the kernel's reductions
 )
 
 func loopOf(f *FlowResult) loop {
@@ -283,6 +284,8 @@ func loopOf(f *FlowResult) loop {
 		return loopDCQCN
 	case f.Transport == TransportUET && (f.CC == "" || f.CC == "nscc" || f.CC == "both"):
 		return loopNSCC
+	case f.Transport == TransportTCP:
+		return loopTCP
 	}
 	return loopNone
 }
@@ -295,13 +298,16 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		fc.Says = fmt.Sprintf("a uet flow with cc %s: ECN drives no window there (RCCC's credit, or none); the check judges NSCC's loop", ccName(f.CC))
 		return fc
 	case lp == loopNone:
-		fc.Says = fmt.Sprintf("a %s flow with cc %s: the check judges rocev2 flows under DCQCN and uet flows under NSCC", f.Transport, ccName(f.CC))
+		fc.Says = fmt.Sprintf("a %s flow with cc %s: the check judges rocev2 flows under DCQCN, uet flows under NSCC and tcp flows", f.Transport, ccName(f.CC))
 		return fc
 	case lp == loopNSCC && f.TxPackets == 0:
 		fc.Says = "no packet counts from the flow's source: nothing to judge its path by"
 		return fc
 	case lp == loopNSCC && f.NoTargetCounts:
 		fc.Says = "the target's counters did not arrive: its CE arrivals are unknown"
+		return fc
+	case lp == loopTCP && f.Bytes == 0:
+		fc.Says = "no bytes delivered, or no counters from the flow's sender: nothing to judge its path by"
 		return fc
 	}
 	var hops []hopView
@@ -327,6 +333,14 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 				g.ArrivedECT0 += st.ArrivedECT0
 				g.ArrivedECT1 += st.ArrivedECT1
 				g.ArrivedCE += st.ArrivedCE
+				g.EnqueuedPackets += st.EnqueuedPackets
+				g.EnqueuedBytes += st.EnqueuedBytes
+				g.DroppedLimitPackets += st.DroppedLimitPackets
+				g.DroppedLimitBytes += st.DroppedLimitBytes
+				g.DroppedWREDPackets += st.DroppedWREDPackets
+				g.DroppedWREDBytes += st.DroppedWREDBytes
+				g.TrimDroppedPackets += st.TrimDroppedPackets
+				g.TrimDroppedBytes += st.TrimDroppedBytes
 			}
 		}
 	}
@@ -335,6 +349,14 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		return fc
 	}
 	sent := f.TxPackets
+	vol := flowVolume{packets: sent}
+	if lp == loopTCP {
+		// TCP's counts are segments and bytes; a port's are what the
+		// hosts' stacks hand it (GSO runs): the flow is compared with a
+		// class in bytes, and its share of a class's packets is its
+		// share of the bytes.
+		vol = flowVolume{bytes: f.Bytes}
+	}
 	recv := Evidence{"receiver " + f.To, "np_ecn_marked_roce_packets", f.CEArrived}
 	ceIn := f.CEArrived
 	if lp == loopNSCC {
@@ -350,6 +372,9 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 
 	// The path: each hop's class must have seen the flow's packets, ECN-capable.
 	sentEv := Evidence{"sender " + f.From, "tx_packets", sent}
+	if lp == loopTCP {
+		sentEv = Evidence{"sender " + f.From, "bytes", f.Bytes}
+	}
 	for i := range hops {
 		h := &hops[i]
 		from := "the sender " + f.From
@@ -361,8 +386,11 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		if h.branch != 0 {
 			between = from + " → " + h.port + " or its ECMP alternatives"
 		}
-		if sent > 0 && float64(arrived(at)) < FlowShare*float64(sent) {
+		if vol.notThere(at) {
 			ev := []Evidence{sentEv, {h.name, "arrived_packets", h.arrivals()}}
+			if lp == loopTCP {
+				ev[1] = Evidence{h.name, "arrived_bytes", arrivedBytes(at)}
+			}
 			// Where the packets went instead, and a remark on the way.
 			if c, n := h.busiestOther(ports); n > 0 {
 				ev = append(ev, Evidence{fmt.Sprintf("%s class %d", h.port, c), "arrived_packets", n})
@@ -378,6 +406,11 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		// Not-ECT arrivals of the flow's size, and too few ECN-capable
 		// ones to be its own (another sender's Not-ECT traffic in the
 		// class is not the flow's).
+		if lp == loopTCP && i == 0 && f.NoECN > 0 {
+			return silent(LayerPath, CheckNotECT, between,
+				fmt.Sprintf("ECN not set by the sender: %d of the flow's connections negotiated no ECN, so their packets leave Not-ECT and no switch can mark them (the sender's or receiver's net.ipv4.tcp_ecn, or a middlebox that strips the handshake's ECN flags)", f.NoECN),
+				Evidence{"sender " + f.From, "no_ecn", uint64(f.NoECN)}, Evidence{h.name, "arrived_not_ect", h.st.ArrivedNotECT})
+		}
 		if sent > 0 && float64(at.ArrivedNotECT) >= FlowShare*float64(sent) && float64(ect) < FlowShare*float64(sent) {
 			if i == 0 {
 				return silent(LayerPath, CheckNotECT, between,
@@ -447,7 +480,10 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 	// The receiver: CE in, CNPs out. The class's marks are every flow's:
 	// this flow's share of them (its packets over the hop's arrivals)
 	// must be enough for none arriving to say something.
-	share := float64(marked.st.CEMarked()) * float64(sent) / float64(max(marked.arrivals(), 1))
+	share := float64(marked.st.CEMarked()) * vol.fraction(marked.st)
+	if lp == loopTCP {
+		return checkTCP(f, hops, marks, share, marked, markEv, safetyEv, sentEv, silent)
+	}
 	if ceIn == 0 && share < MinCounted {
 		fc.Kind = CheckIdle
 		fc.Says = fmt.Sprintf("%d packets marked CE at %s, about %.1f of them this flow's (its %d packets of %d arrivals): too few for none arriving to say anything",
@@ -533,6 +569,65 @@ func beforeSafetyNet(hops []hopView, silent silentFunc) (FlowCheck, bool) {
 		}
 	}
 	return FlowCheck{}, true
+}
+
+// flowVolume is what a flow sent, in packets (rocev2, uet) or bytes (tcp).
+type flowVolume struct{ packets, bytes uint64 }
+
+// notThere says a class saw less than FlowShare of the flow: the flow's
+// packets did not cross it in that class.
+func (v flowVolume) notThere(cs *qdisc.ClassStats) bool {
+	if v.bytes > 0 {
+		return float64(arrivedBytes(cs)) < FlowShare*float64(v.bytes)
+	}
+	return v.packets > 0 && float64(arrived(cs)) < FlowShare*float64(v.packets)
+}
+
+// fraction is the flow's share of a class's arrivals.
+func (v flowVolume) fraction(cs *qdisc.ClassStats) float64 {
+	if v.bytes > 0 {
+		return float64(v.bytes) / float64(max(arrivedBytes(cs), 1))
+	}
+	return float64(v.packets) / float64(max(arrived(cs), 1))
+}
+
+// arrivedBytes is what reached a class: enqueued, or dropped on arrival.
+func arrivedBytes(cs *qdisc.ClassStats) uint64 {
+	return cs.EnqueuedBytes + cs.DroppedLimitBytes + cs.DroppedWREDBytes + cs.TrimDroppedBytes
+}
+
+// checkTCP judges a tcp flow's loop past the switch: the receiver's stack
+// echoes CE (ECE, or DCTCP's exact echo) and the sender's counts the
+// segments delivered CE-marked (tcpi_delivered_ce). What the sender's
+// congestion control does with them (cubic halves cwnd once per round
+// trip, DCTCP by α/2) is the kernel's, not counted: the verdict says so.
+func checkTCP(f *FlowResult, hops []hopView, marks uint64, share float64, marked *hopView, markEv, safetyEv []Evidence, sentEv Evidence, silent silentFunc) FlowCheck {
+	echoed := Evidence{"sender " + f.From, "delivered_ce", f.DeliveredCE}
+	if f.DeliveredCE == 0 {
+		if share < MinCounted {
+			return FlowCheck{Flow: f.Name, Kind: CheckIdle, Evidence: append(markEv, echoed, sentEv),
+				Says: fmt.Sprintf("%d packets marked CE at %s, about %.1f of them this flow's (its share of the class's bytes): too few for no echo to say anything", marked.st.CEMarked(), marked.port, share)}
+		}
+		return silent(LayerNP, CheckEchoSilent, "receiver "+f.To,
+			fmt.Sprintf("marks at the switch (about %.0f of them this flow's), none echoed back: the sender counted no segment delivered CE-marked, so the receiver's stack did not echo CE (ECE) or a hop after %s cleared it", share, marked.port),
+			append(append(markEv, echoed, sentEv), safetyEv...)...)
+	}
+	if v, ok := beforeSafetyNet(hops, silent); !ok {
+		return v
+	}
+	cc := f.KernelCC
+	if cc == "" {
+		cc = ccName(f.CC)
+	}
+	says := fmt.Sprintf("the switch marks and the receiver echoes: %d marked on the path, %d segments came back CE-echoed; the sender's reductions are its kernel's (%s), not counted", marks, f.DeliveredCE, cc)
+	var safety uint64
+	for i := range hops {
+		safety += hops[i].safety()
+	}
+	if safety > 0 {
+		says += fmt.Sprintf("; the safety net fired %d times (PPFC stops and drops)", safety)
+	}
+	return FlowCheck{Flow: f.Name, Kind: CheckOK, Says: says, Evidence: append(markEv, echoed, sentEv)}
 }
 
 // checkNSCC judges a uet flow's loop past the switch: CE arriving at the
@@ -655,10 +750,10 @@ func (c *CheckReport) summary() string {
 	return "silent: " + strings.Join(s, ", ")
 }
 
-// judges says the run has a flow Check judges (rocev2 or uet).
+// judges says the run has a flow Check judges.
 func (res *Result) judges() bool {
 	for i := range res.Flows {
-		if res.Flows[i].Transport == TransportRoCEv2 || res.Flows[i].Transport == TransportUET {
+		if loopOf(&res.Flows[i]) != loopNone {
 			return true
 		}
 	}

@@ -65,6 +65,23 @@ func nsccFlow(edit func(*Result)) func(*Result) {
 	}
 }
 
+// tcpFlow makes checkLab's flow a tcp flow (cubic): 14 MB delivered of
+// the 15 MB its classes took, 1,500 segments CE-echoed, then applies
+// edit.
+func tcpFlow(edit func(*Result)) func(*Result) {
+	return func(r *Result) {
+		f := &r.Flows[0]
+		f.Transport, f.CC, f.KernelCC, f.CNPDSCP = TransportTCP, "cubic", "cubic", 0
+		f.TxPackets, f.CEArrived, f.CNPSent, f.CNPHandled, f.CNPIgnored = 0, 0, 0, 0, 0
+		f.ReplyPath[0].CNPClass = 0
+		f.Bytes, f.DeliveredCE = 14_000_000, 1_500
+		for _, i := range []int{0, 1} {
+			class(r, i, 3).EnqueuedBytes = 15_000_000
+		}
+		edit(r)
+	}
+}
+
 func class(res *Result, port int, c qdisc.ClassID) *qdisc.ClassStats {
 	return &res.Ports[port].Stats.Classes[c]
 }
@@ -101,6 +118,16 @@ func TestCheckVerdicts(t *testing.T) {
 			class(r, 1, 3).ArrivedECT0 = 40
 			class(r, 1, 0).ArrivedECT0 = 10_000
 		}), LayerPath, CheckDSCPChanged, "sw1:sw2 → sw2:r", "arrived_packets"},
+		// TCP: the flow in bytes; the receiver's echo as delivered_ce.
+		{"tcp healthy", tcpFlow(func(*Result) {}), "", CheckOK, "", "delivered_ce"},
+		{"tcp no ecn", tcpFlow(func(r *Result) { r.Flows[0].NoECN = 1 }), LayerPath, CheckNotECT, "the sender s → sw1:sw2", "no_ecn"},
+		{"tcp no echo", tcpFlow(func(r *Result) { r.Flows[0].DeliveredCE = 0 }), LayerNP, CheckEchoSilent, "receiver r", "delivered_ce"},
+		{"tcp light flow, no echo", tcpFlow(func(r *Result) { r.Flows[0].DeliveredCE, r.Flows[0].Bytes = 0, 50_000 }), "", CheckIdle, "", "delivered_ce"},
+		{"tcp dscp bleached", tcpFlow(func(r *Result) { class(r, 1, 3).EnqueuedBytes = 100_000 }), LayerPath, CheckDSCPChanged, "sw1:sw2 → sw2:r", "arrived_bytes"},
+		{"tcp nothing delivered", tcpFlow(func(r *Result) { r.Flows[0].Bytes = 0 }), "", CheckNotJudged, "", ""},
+		{"tcp drops with few marks", tcpFlow(func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).DroppedLimitPackets = 99, 10
+		}), LayerCP, CheckThresholdsHigh, "sw2:r", "dropped_packets"},
 		{"uet drops with few marks", nsccFlow(func(r *Result) {
 			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).DroppedLimitPackets = 99, 10
 		}), LayerCP, CheckThresholdsHigh, "sw2:r", "dropped_packets"},

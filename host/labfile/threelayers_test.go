@@ -33,6 +33,8 @@ func TestThreeLayers(t *testing.T) {
 		{"cnp-class.yaml", LayerNP, CheckCNPClassShared},
 		{"uet-healthy.yaml", "", CheckOK},
 		{"uet-np-off.yaml", LayerNP, CheckEchoSilent},
+		{"tcp-healthy.yaml", "", CheckOK},
+		{"tcp-no-ecn.yaml", LayerPath, CheckNotECT},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			f, err := Load(filepath.Join("examples", "three-layers", tc.file))
