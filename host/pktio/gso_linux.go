@@ -50,6 +50,12 @@ const (
 	// maxGSOSockets bounds the UDP sockets a conn keeps (one per source
 	// port in use); the least recently used one is closed past it.
 	maxGSOSockets = 256
+	// evictGSORun is the shortest run of a port without a socket, once
+	// maxGSOSockets are open, for which the least recently used socket is
+	// closed and one opened: opening costs some eight system calls, so a
+	// shorter run goes raw with its neighbours (with thousands of flows'
+	// source ports, every run missed the sockets and paid it).
+	evictGSORun = 8
 	// maxGSOBytes is the most UDP payload of one GSO send: one IPv4
 	// datagram's (IP total length 65535).
 	maxGSOBytes = maxUDPPayload4
@@ -109,6 +115,19 @@ func newGSOSender(v6 bool, src netip.Addr, sndbuf, batch int, icrc bool, recvPor
 	}
 	g.w.init(batch)
 	return g, nil
+}
+
+// wants says a run of n datagrams from sport should go through its UDP
+// socket: it has one, or one is cheap to open (room without eviction, or
+// a run long enough to pay for one).
+func (g *gsoSender) wants(sport uint16, n int) bool {
+	if n < minGSORun {
+		return false
+	}
+	if s, ok := g.socks[sport]; ok {
+		return s != nil
+	}
+	return len(g.socks) < maxGSOSockets || n >= evictGSORun
 }
 
 // socket returns the UDP socket bound to sport, opening it on first use,

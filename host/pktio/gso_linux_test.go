@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"syscall"
 	"testing"
@@ -281,6 +282,74 @@ func TestEntropyGSO(t *testing.T) {
 	}
 	if st := a.Stats(); st.GSOSends != 1 || st.GSODatagrams != 20 {
 		t.Errorf("stats %+v: want 20 datagrams in 1 GSO send", st)
+	}
+}
+
+// TestGSOManyPorts: past maxGSOSockets source ports, a short run of a port
+// without a socket goes raw with its neighbours instead of closing one
+// socket and opening another (some eight system calls for two datagrams,
+// paid by nearly every run of thousands of flows); a long run still gets
+// a socket. Every datagram arrives.
+func TestGSOManyPorts(t *testing.T) {
+	const port = 4793
+	ns := newTestNetns(t, 0)
+	var a, b *EntropyConn
+	if err := ns.do(func() (err error) {
+		if a, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(testAddr4A), port), RoCEOptions{}); err != nil {
+			return err
+		}
+		b, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(testAddr4B), port), RoCEOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	const ports = maxGSOSockets + 44
+	// Runs of two datagrams, one port after another, twice over.
+	for round := range 2 {
+		msgs := mkMsgs(2*ports, b.LocalAddr(), 200, func(int) uint8 { return 0 })
+		for i := range msgs {
+			msgs[i].SrcPort = uint16(0xC000 + i/2)
+		}
+		for i := 0; i < len(msgs); i += 64 {
+			batch := msgs[i:min(i+64, len(msgs))]
+			if n, err := a.WriteBatch(batch); n != len(batch) || err != nil {
+				t.Fatalf("round %d: WriteBatch = %d, %v", round, n, err)
+			}
+			// Read as we go: the receive buffer holds a few hundred.
+			got := readN(t, b, len(batch), 2048)
+			want := map[string]int{}
+			for _, m := range batch {
+				want[fmt.Sprintf("%d %x", m.SrcPort, concat(m.Buffers))]++
+			}
+			for _, g := range got {
+				want[fmt.Sprintf("%d %x", g.Addr.Port(), g.Buffers[0][:g.N])]--
+			}
+			for k, n := range want {
+				if n != 0 {
+					t.Fatalf("round %d: datagram (port, payload) %.20s… sent and received %+d times apart", round, k, n)
+				}
+			}
+		}
+	}
+	st := a.Stats()
+	// The first maxGSOSockets ports got sockets, in both rounds; the rest
+	// went raw.
+	if want := uint64(2 * maxGSOSockets); st.GSOSends != want || st.GSODatagrams != 2*want {
+		t.Errorf("%d GSO sends of %d datagrams, want %d of %d", st.GSOSends, st.GSODatagrams, want, 2*want)
+	}
+	// A run long enough to pay for a socket gets one.
+	long := mkMsgs(evictGSORun, b.LocalAddr(), 200, func(int) uint8 { return 0 })
+	for i := range long {
+		long[i].SrcPort = 0xE000
+	}
+	if n, err := a.WriteBatch(long); n != len(long) || err != nil {
+		t.Fatalf("long run: WriteBatch = %d, %v", n, err)
+	}
+	readN(t, b, len(long), 2048)
+	if st2 := a.Stats(); st2.GSOSends != st.GSOSends+1 {
+		t.Errorf("a run of %d from a new port: %d GSO sends, want 1", evictGSORun, st2.GSOSends-st.GSOSends)
 	}
 }
 

@@ -287,9 +287,15 @@ func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
 		return writeBatches(msgs, c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
 	}
 	sent := 0
+	gsoRun := func(msgs []Message) int {
+		if run := c.sourcePortRun(msgs); c.gso.wants(c.srcPort(&msgs[0]), run) {
+			return run
+		}
+		return 0
+	}
 	for sent < len(msgs) {
 		rest := msgs[sent:]
-		if run := c.sourcePortRun(rest); run >= minGSORun {
+		if run := gsoRun(rest); run > 0 {
 			n, fallback, err := c.gso.write(rest[:run], c.local.Port(), &c.datagramsSent, &c.bytesSent)
 			sent += n
 			if err != nil {
@@ -305,9 +311,9 @@ func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
 			}
 			continue
 		}
-		// Raw: up to the next run long enough for GSO.
+		// Raw: up to the next run GSO takes.
 		end := 1
-		for end < len(rest) && c.sourcePortRun(rest[end:]) < minGSORun {
+		for end < len(rest) && gsoRun(rest[end:]) == 0 {
 			end++
 		}
 		n, err := writeBatches(rest[:end], c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
@@ -322,18 +328,20 @@ func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
 // sourcePortRun is how many datagrams at the head of msgs share the first
 // one's source port.
 func (c *RoCEConn) sourcePortRun(msgs []Message) int {
-	port := func(m *Message) uint16 {
-		if m.SrcPort == 0 {
-			return c.local.Port()
-		}
-		return m.SrcPort
-	}
-	p := port(&msgs[0])
+	p := c.srcPort(&msgs[0])
 	n := 1
-	for n < len(msgs) && port(&msgs[n]) == p {
+	for n < len(msgs) && c.srcPort(&msgs[n]) == p {
 		n++
 	}
 	return n
+}
+
+// srcPort is m's source port: its SrcPort, 0 being the conn's.
+func (c *RoCEConn) srcPort(m *Message) uint16 {
+	if m.SrcPort == 0 {
+		return c.local.Port()
+	}
+	return m.SrcPort
 }
 
 // prepareWrite builds the headers, sockaddrs and iovecs of msgs (at most
