@@ -3,6 +3,7 @@ package pds
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -235,16 +236,22 @@ func TestPDCLimit(t *testing.T) {
 // TestECNEcho: CE on the data comes back as the ACK's M flag, and NSCC
 // cuts the window (the delay quadrant aside: a fake pipe has no queue, so
 // the cuts are what CE with the ACK's service time makes of it). A target
-// with NoECNEcho counts the CE and echoes none.
+// with NoECNEcho counts the CE and echoes none, not even for a CE-marked
+// duplicate (the copy of a data packet written again after the stream).
 func TestECNEcho(t *testing.T) {
+	var dup *pktio.Message
 	filter := func(from netip.AddrPort, m *pktio.Message) bool {
 		if from.Addr() == addrA.Addr() && m.N > 1000 {
 			m.TOS |= 3
+			if dup == nil {
+				dup = &pktio.Message{Buffers: [][]byte{slices.Clone(m.Buffers[0][:m.N])}, Addr: m.Addr, SrcPort: from.Port()}
+			}
 		}
 		return false
 	}
 	for _, deaf := range []bool{false, true} {
 		t.Run(fmt.Sprintf("NoECNEcho=%v", deaf), func(t *testing.T) {
+			dup = nil
 			p := newPair(t, filter, func(_, b *Config) { b.NoECNEcho = deaf })
 			s, err := p.a.Start(addrB.Addr(), Stream{JobID: 1, MessageBytes: 64 << 10, Messages: 30, Verify: true})
 			if err != nil {
@@ -261,6 +268,19 @@ func TestECNEcho(t *testing.T) {
 				t.Errorf("a deaf target: a got %d ECN echoes, want 0", ca.ECNEchoes)
 			case !deaf && (ca.ECNEchoes == 0 || ca.ECNEchoes > cb.AcksSent):
 				t.Errorf("%d ACKs sent; a: %d ECN echoes", cb.AcksSent, ca.ECNEchoes)
+			}
+			// The first data packet again, CE-marked: a duplicate, ACKed.
+			dup.N = len(dup.Buffers[0])
+			if n, err := p.pa.WriteBatch([]pktio.Message{*dup}); n != 1 || err != nil {
+				t.Fatalf("write the duplicate: %d, %v", n, err)
+			}
+			p.runFor(t, 5*time.Millisecond)
+			ca2, cb2 := p.a.Counters(), p.b.Counters()
+			if cb2.Duplicates != cb.Duplicates+1 {
+				t.Fatalf("b counted %d duplicates after the copy, want %d", cb2.Duplicates, cb.Duplicates+1)
+			}
+			if want := ca.ECNEchoes + uint64(btoi(!deaf)); ca2.ECNEchoes != want {
+				t.Errorf("after a CE-marked duplicate: a counted %d ECN echoes, want %d", ca2.ECNEchoes, want)
 			}
 		})
 	}

@@ -233,7 +233,7 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 	case off < 0 || t.rcvd[(t.cack+uint64(off))%maxPDCWindow] && off < maxPDCWindow:
 		ep.ctr.Duplicates++
 		t.stats.Duplicates++
-		t.owe(now, t.cack-1, m, m.TOS&ecnMask == ecnCE)
+		t.owe(now, t.cack-1, m, m.TOS&ecnMask == ecnCE && !ep.cfg.NoECNEcho)
 		return
 	case off >= maxPDCWindow:
 		ep.ctr.OutOfWindow++
