@@ -162,8 +162,13 @@ func (ep *Endpoint) targetExpiry(t *target) time.Duration {
 	if len(t.msgs) > 0 {
 		e = max(e, ep.cfg.RTO*time.Duration(ep.cfg.MaxRetries))
 	}
-	turn := time.Duration(t.ccc.pdcs) * t.ccc.dataGap * turnsBeforeExpiry
-	return min(max(e, turn), maxIdleTimeout)
+	// The turn is bounded before it is multiplied (no overflow), and the
+	// bound does not cut the idle timeout's own expiry.
+	turn := maxIdleTimeout
+	if n := time.Duration(t.ccc.pdcs) * turnsBeforeExpiry; n > 0 && t.ccc.dataGap < maxIdleTimeout/n {
+		turn = t.ccc.dataGap * n
+	}
+	return max(e, turn)
 }
 
 // onRequest is a data packet: establish the PDC on SYN, record the PSN,
