@@ -321,22 +321,23 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 	c.wnd.Advance(now)
 	n += c.runTimers(now, out[n:])
 	windowFull, portFull := false, false
-	// The window and the port are asked before a PDC is picked: a pick
-	// moves the round robin on, and a PDC picked to find the window full
-	// lost its turn, so under a window of a packet or two, with the ACK
-	// clock alternating full and open, every other PDC never sent
-	// (TestCCCRoundRobinFullWindow).
+	// A PDC picked when the window or the port turns it away keeps its
+	// turn (the round robin goes back): it once lost it, so under a window
+	// of a packet or two, with the ACK clock alternating full and open,
+	// every other PDC never sent (TestCCCRoundRobinFullWindow). The pick
+	// comes first so that the port is asked only with a packet to send.
 	for sent := 0; n < len(out) && sent < burst; sent++ {
+		rr := c.rr
+		p := c.pick(now)
+		if p == nil {
+			break
+		}
 		if !c.canSend(ep.cfg.MTU) {
-			windowFull = true // an ACK kicks the loop
+			c.rr, windowFull = rr, true // an ACK kicks the loop
 			break
 		}
 		if port != nil && !port.Ready() {
-			portFull = true
-			break
-		}
-		p := c.pick(now)
-		if p == nil {
+			c.rr, portFull = rr, true
 			break
 		}
 		size := p.fill(now, &out[n])
