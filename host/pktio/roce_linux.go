@@ -311,10 +311,10 @@ func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
 			}
 			continue
 		}
-		// Raw: up to the next run GSO takes.
-		end := 1
+		// Raw: up to the next run GSO takes, a run at a time.
+		end := c.sourcePortRun(rest)
 		for end < len(rest) && gsoRun(rest[end:]) == 0 {
-			end++
+			end += c.sourcePortRun(rest[end:])
 		}
 		n, err := writeBatches(rest[:end], c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
 		sent += n
