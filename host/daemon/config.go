@@ -406,8 +406,8 @@ func (s ServerConfig) validate(p string) error {
 		return conf.Errorf(conf.Join(p, "bind"), s.Bind, "required with transport uet: a unicast address of this server")
 	case s.NP != "" && s.NP != perf.NPKernel && s.NP != perf.NPAgent && s.NP != perf.NPOff:
 		return conf.Errorf(conf.Join(p, "np"), s.NP, "must be kernel, agent or off")
-	case s.NP != "" && s.Transport == perf.TransportUET:
-		return conf.Errorf(conf.Join(p, "np"), s.NP, "rocev2 only")
+	case s.NP != "" && s.NP != perf.NPOff && s.Transport == perf.TransportUET:
+		return conf.Errorf(conf.Join(p, "np"), s.NP, "kernel and agent place RoCEv2's NP; uet takes off alone (the target echoes no CE)")
 	case s.MaxQPs < 0 || s.MaxQPs > perf.MaxQPs:
 		return conf.Errorf(conf.Join(p, "max_qps"), s.MaxQPs, "must be 0 (default)..%d", perf.MaxQPs)
 	case s.MaxSessions < 0 || s.MaxSessions > 4096:

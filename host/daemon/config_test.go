@@ -85,6 +85,7 @@ func TestParseErrors(t *testing.T) {
 		{"{transport: uet, bind: 198.18.0.1, port: 18516}|{transport: uet, bind: 198.18.0.1, port: 18516, ppfc_watchdog: off}", `servers[1].ppfc_watchdog: "-1ns": rocev2 only`},
 		{"size: 10MB|size: 10MB, ppfc_watchdog: 10ms", `flows[0].ppfc_watchdog: "10ms": must be 0 (max(200ms, 2 × the max pause)), off, or the max pause (65.535ms)..10s`},
 		{"nscc: wan,|nscc: wan, ppfc_max_pause: 1ms,", `flows[1].ppfc_max_pause: "1ms": rocev2 only`},
+		{"{transport: uet, bind: 198.18.0.1, port: 18516}|{transport: uet, bind: 198.18.0.1, port: 18516, np: agent}", `servers[1].np: "agent": kernel and agent place RoCEv2's NP; uet takes off alone (the target echoes no CE)`},
 		{"size: 10MB|size: 10MB, ppfc_watchdog: never", `x.yaml:13: flows[0].ppfc_watchdog: "never": want a duration like 200ms, or off`},
 	} {
 		old, repl, _ := strings.Cut(c.edit, "|")
@@ -96,6 +97,11 @@ func TestParseErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("edit %q: got %v\nwant %q", c.edit, err, c.want)
 		}
+	}
+	// A deaf UET target (a lab file's np: off, deployed) is a valid server.
+	src := strings.Replace(good, "{transport: uet, bind: 198.18.0.1, port: 18516}", "{transport: uet, bind: 198.18.0.1, port: 18516, np: off}", 1)
+	if _, err := Parse("x.yaml", []byte(src)); src == good || err != nil {
+		t.Errorf("a uet server with np: off: %v", err)
 	}
 }
 
