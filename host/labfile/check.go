@@ -77,6 +77,12 @@ const (
 	// have had before "none arrived" is a verdict, CNPs sent before "too
 	// few arrived" is (a live lab's CNPs in flight, a light flow's luck).
 	MinCounted = 10
+	// NSCCMinAboveTarget is the echoes NSCC must have taken with the
+	// queueing delay above its target before no decrease is a verdict:
+	// NSCC cuts only when its average delay passes the target, an
+	// average of gain 0.0125 by default (nscc.Params.DelayAlpha), which
+	// takes on the order of 2/0.0125 such ACKs to climb from far below.
+	NSCCMinAboveTarget = 160
 	// UnmarkedQueueBytes is where a class that does not mark (ecn off)
 	// counts as congested: the seed's lowest typical min_th.
 	UnmarkedQueueBytes = 50 * units.KiB
@@ -156,6 +162,9 @@ type hopView struct {
 	// group's hops: the flow's packets cross one of them.
 	branch int
 	group  qdisc.ClassStats
+	// leastMarked is, for a hop of an ECMP group, the fewest marks of
+	// the group's ports.
+	leastMarked uint64
 }
 
 func (h *hopView) arrivals() uint64 { return arrived(h.st) }
@@ -326,21 +335,20 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 	}
 	// An ECMP group's hops are judged on their sum (arrivedAt).
 	for i := range hops {
+		hops[i].leastMarked = hops[i].st.CEMarked()
 		for j := range hops {
+			if b := hops[i].branch; b != 0 && hops[j].branch == b {
+				hops[i].leastMarked = min(hops[i].leastMarked, hops[j].st.CEMarked())
+			}
 			if b := hops[i].branch; b != 0 && hops[j].branch == b {
 				g, st := &hops[i].group, hops[j].st
 				g.ArrivedNotECT += st.ArrivedNotECT
 				g.ArrivedECT0 += st.ArrivedECT0
 				g.ArrivedECT1 += st.ArrivedECT1
 				g.ArrivedCE += st.ArrivedCE
-				g.EnqueuedPackets += st.EnqueuedPackets
 				g.EnqueuedBytes += st.EnqueuedBytes
-				g.DroppedLimitPackets += st.DroppedLimitPackets
-				g.DroppedLimitBytes += st.DroppedLimitBytes
-				g.DroppedWREDPackets += st.DroppedWREDPackets
-				g.DroppedWREDBytes += st.DroppedWREDBytes
-				g.TrimDroppedPackets += st.TrimDroppedPackets
-				g.TrimDroppedBytes += st.TrimDroppedBytes
+				g.CEMarkedECT0 += st.CEMarkedECT0
+				g.CEMarkedECT1 += st.CEMarkedECT1
 			}
 		}
 	}
@@ -406,9 +414,11 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		// Not-ECT arrivals of the flow's size, and too few ECN-capable
 		// ones to be its own (another sender's Not-ECT traffic in the
 		// class is not the flow's).
-		if lp == loopTCP && i == 0 && f.NoECN > 0 {
+		// Most of its connections: one whose SYN was lost and resent
+		// without ECN (tcp_ecn_fallback) is not the sender's setting.
+		if lp == loopTCP && i == 0 && f.NoECN > 0 && float64(f.NoECN) >= FlowShare*float64(max(f.TCPConns, 1)) {
 			return silent(LayerPath, CheckNotECT, between,
-				fmt.Sprintf("ECN not set by the sender: %d of the flow's connections negotiated no ECN, so their packets leave Not-ECT and no switch can mark them (the sender's or receiver's net.ipv4.tcp_ecn, or a middlebox that strips the handshake's ECN flags)", f.NoECN),
+				fmt.Sprintf("ECN not set by the sender: %d of the flow's %d connections negotiated no ECN, so their packets leave Not-ECT and no switch can mark them (the sender's or receiver's net.ipv4.tcp_ecn, or a middlebox that strips the handshake's ECN flags)", f.NoECN, max(f.TCPConns, f.NoECN)),
 				Evidence{"sender " + f.From, "no_ecn", uint64(f.NoECN)}, Evidence{h.name, "arrived_not_ect", h.st.ArrivedNotECT})
 		}
 		if sent > 0 && float64(at.ArrivedNotECT) >= FlowShare*float64(sent) && float64(ect) < FlowShare*float64(sent) {
@@ -433,7 +443,9 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 		h := &hops[i]
 		marks += h.st.CEMarked()
 		safety += h.safety()
-		if h.st.CEMarked() > 0 {
+		// The hop whose marks the flow's share is read from: one it
+		// surely crossed (not an ECMP alternative) if any marked.
+		if h.st.CEMarked() > 0 && (marked == nil || marked.branch != 0 || h.branch == 0) {
 			marked = h
 		}
 		congested = congested || h.congested() || h.safety() > 0
@@ -480,7 +492,14 @@ func checkFlow(f *FlowResult, ports map[string]*PortResult) FlowCheck {
 	// The receiver: CE in, CNPs out. The class's marks are every flow's:
 	// this flow's share of them (its packets over the hop's arrivals)
 	// must be enough for none arriving to say something.
-	share := float64(marked.st.CEMarked()) * vol.fraction(marked.st)
+	// The flow's share of the marks, at most all of them: of its hop's,
+	// or for an ECMP group, which port it crossed the counters do not say,
+	// of the least marked port's (an absence of echoes then means
+	// something only if every port it may have crossed marked enough).
+	share := float64(marked.st.CEMarked()) * min(vol.fraction(marked.st), 1)
+	if marked.branch != 0 {
+		share = float64(marked.leastMarked) * min(vol.fraction(&marked.group)*float64(groupSize(hops, marked.branch)), 1)
+	}
 	if lp == loopTCP {
 		return checkTCP(f, hops, marks, share, marked, markEv, safetyEv, sentEv, silent)
 	}
@@ -571,6 +590,17 @@ func beforeSafetyNet(hops []hopView, silent silentFunc) (FlowCheck, bool) {
 	return FlowCheck{}, true
 }
 
+// groupSize is how many ports ECMP group b has on the path.
+func groupSize(hops []hopView, b int) int {
+	n := 0
+	for i := range hops {
+		if hops[i].branch == b {
+			n++
+		}
+	}
+	return n
+}
+
 // flowVolume is what a flow sent, in packets (rocev2, uet) or bytes (tcp).
 type flowVolume struct{ packets, bytes uint64 }
 
@@ -591,10 +621,9 @@ func (v flowVolume) fraction(cs *qdisc.ClassStats) float64 {
 	return float64(v.packets) / float64(max(arrived(cs), 1))
 }
 
-// arrivedBytes is what reached a class: enqueued, or dropped on arrival.
-func arrivedBytes(cs *qdisc.ClassStats) uint64 {
-	return cs.EnqueuedBytes + cs.DroppedLimitBytes + cs.DroppedWREDBytes + cs.TrimDroppedBytes
-}
+// arrivedBytes is what reached a class (enqueued counts every packet
+// offered to it, dropped or not).
+func arrivedBytes(cs *qdisc.ClassStats) uint64 { return cs.EnqueuedBytes }
 
 // checkTCP judges a tcp flow's loop past the switch: the receiver's stack
 // echoes CE (ECE, or DCTCP's exact echo) and the sender's counts the
@@ -653,7 +682,7 @@ func checkNSCC(f *FlowResult, hops []hopView, marks uint64, markEv []Evidence, r
 		return silent(LayerNP, CheckEchoSilent, "target "+f.To, says,
 			append(append(markEv, recv, echoes), safetyEv...)...)
 	}
-	if f.NSCCECNAboveTarget >= MinCounted && f.NSCCDecreases+f.NSCCQuickAdapts == 0 {
+	if f.NSCCECNAboveTarget >= NSCCMinAboveTarget && f.NSCCDecreases+f.NSCCQuickAdapts == 0 {
 		return silent(LayerRP, CheckNSCCNoCuts, "source "+f.From,
 			fmt.Sprintf("ECN echoes with the queueing delay above NSCC's target, and the window never cut: the source's NSCC does not react (%d such echoes, 0 decreases)", f.NSCCECNAboveTarget),
 			append([]Evidence{recv, echoes, above, cuts, adapts}, safetyEv...)...)

@@ -112,6 +112,9 @@ func TestCheckVerdicts(t *testing.T) {
 		{"uet echo silent", nsccFlow(func(r *Result) { r.Flows[0].ECNEchoes = 0 }), LayerNP, CheckEchoSilent, "target r", "ecn_echoes"},
 		{"uet a few CE, no echo", nsccFlow(func(r *Result) { r.Flows[0].ECNEchoes, r.Flows[0].CEReceived = 0, 3 }), "", CheckIdle, "", "ce_received"},
 		{"uet nscc deaf", nsccFlow(func(r *Result) { r.Flows[0].NSCCDecreases = 0 }), LayerRP, CheckNSCCNoCuts, "source s", "nscc_ecn_above_target_acks"},
+		// A short episode: too few echoes above the target for NSCC's
+		// average delay to pass it.
+		{"uet few echoes above the target", nsccFlow(func(r *Result) { r.Flows[0].NSCCDecreases, r.Flows[0].NSCCECNAboveTarget = 0, 50 }), "", CheckOK, "", "nscc_ecn_below_target_acks"},
 		{"uet quick adapts count as cuts", nsccFlow(func(r *Result) { r.Flows[0].NSCCDecreases, r.Flows[0].NSCCQuickAdapts = 0, 4 }), "", CheckOK, "", "nscc_quick_adapts"},
 		{"uet CE cleared", nsccFlow(func(r *Result) { r.Flows[0].CEReceived, r.Flows[0].ECNEchoes = 0, 0 }), LayerPath, CheckECNCleared, "sw2:r → the receiver r", "ce_received"},
 		{"uet dscp bleached", nsccFlow(func(r *Result) {
@@ -122,6 +125,27 @@ func TestCheckVerdicts(t *testing.T) {
 		{"tcp healthy", tcpFlow(func(*Result) {}), "", CheckOK, "", "delivered_ce"},
 		{"tcp no ecn", tcpFlow(func(r *Result) { r.Flows[0].NoECN = 1 }), LayerPath, CheckNotECT, "the sender s → sw1:sw2", "no_ecn"},
 		{"tcp no echo", tcpFlow(func(r *Result) { r.Flows[0].DeliveredCE = 0 }), LayerNP, CheckEchoSilent, "receiver r", "delivered_ce"},
+		// One connection of ten without ECN (a SYN lost and resent
+		// without it) is not the sender's setting.
+		{"tcp one connection of ten without ecn", tcpFlow(func(r *Result) { r.Flows[0].NoECN, r.Flows[0].TCPConns = 1, 10 }), "", CheckOK, "", "delivered_ce"},
+		{"tcp most connections without ecn", tcpFlow(func(r *Result) { r.Flows[0].NoECN, r.Flows[0].TCPConns = 6, 10 }), LayerPath, CheckNotECT, "the sender s → sw1:sw2", "no_ecn"},
+		// ECMP: the flow took sw1:sw2 (unmarked) or its alternative
+		// sw1:sw3, which marked other traffic heavily; which one the
+		// counters do not say, so no echo back says nothing.
+		{"tcp ecmp alternative marked", tcpFlow(ecmp(func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0 = 0
+			alt := class(r, 3, 3)
+			alt.CEMarkedECT0, alt.EnqueuedBytes, alt.ArrivedECT0 = 400, 15_000_000, 10_000
+			r.Flows[0].DeliveredCE = 0
+		})), "", CheckIdle, "", "delivered_ce"},
+		// Both ports of the group marked: no echo is a verdict.
+		{"tcp ecmp group marked", tcpFlow(ecmp(func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0 = 0
+			class(r, 0, 3).CEMarkedECT0 = 300
+			alt := class(r, 3, 3)
+			alt.CEMarkedECT0, alt.EnqueuedBytes, alt.ArrivedECT0 = 400, 15_000_000, 10_000
+			r.Flows[0].DeliveredCE = 0
+		})), LayerNP, CheckEchoSilent, "receiver r", "delivered_ce"},
 		{"tcp light flow, no echo", tcpFlow(func(r *Result) { r.Flows[0].DeliveredCE, r.Flows[0].Bytes = 0, 50_000 }), "", CheckIdle, "", "delivered_ce"},
 		{"tcp dscp bleached", tcpFlow(func(r *Result) { class(r, 1, 3).EnqueuedBytes = 100_000 }), LayerPath, CheckDSCPChanged, "sw1:sw2 → sw2:r", "arrived_bytes"},
 		{"tcp nothing delivered", tcpFlow(func(r *Result) { r.Flows[0].Bytes = 0 }), "", CheckNotJudged, "", ""},

@@ -228,6 +228,7 @@ type FlowResult struct {
 	KernelCC    string `json:"kernel_cc,omitempty"`
 	DeliveredCE uint64 `json:"delivered_ce,omitempty"`
 	NoECN       int    `json:"no_ecn,omitempty"`
+	TCPConns    int    `json:"tcp_conns,omitempty"` // connections that delivered
 	State       string `json:"state"`
 	Error       string `json:"error,omitempty"`
 	// Series is a flow with count above 1: every instance and their FCTs.
@@ -690,8 +691,11 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 		if t.CC != "" {
 			out.KernelCC = t.CC
 		}
-		if t.Delivered > 0 && !t.ECN {
-			out.NoECN++
+		if t.Delivered > 0 {
+			out.TCPConns++
+			if !t.ECN {
+				out.NoECN++
+			}
 		}
 		complete()
 		return in
