@@ -76,6 +76,10 @@ type Endpoint struct {
 	house       *housekeeping
 	// The engine's handles of the housekeeping and credit pacer flows.
 	houseFlow, pacerFlow *engine.FlowHandle
+	// houseNext is when housekeeping next runs (its Fill's answer), under
+	// mu: a new target or receiver CCC wakes it only when nothing is
+	// scheduled, so that thousands of SYNs do not each scan every target.
+	houseNext time.Duration
 }
 
 // New starts an endpoint on cfg.Conn, which it owns from now on: Close
@@ -438,7 +442,18 @@ func (h *housekeeping) Fill(now time.Duration, _ []engine.Packet, _ *engine.Port
 	if next != engine.Never {
 		next = max(next, now+ep.cfg.IdleTimeout/houseQuantum)
 	}
+	ep.houseNext = next
 	return 0, next
+}
+
+// wakeHousekeeping has housekeeping look at a new target or receiver CCC,
+// unless it will anyway: a scheduled scan frees the newcomer then, at
+// most its own expiry late. Precondition: ep.mu is held.
+func (ep *Endpoint) wakeHousekeeping() {
+	if ep.houseNext == engine.Never {
+		ep.houseNext = 0 // once: the Fill sets it
+		ep.houseFlow.Kick()
+	}
 }
 
 // resolveAgain is called on a PDC's timeout: if the conn sends through the

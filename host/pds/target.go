@@ -351,7 +351,7 @@ func (ep *Endpoint) newTarget(now time.Duration, key targetKey, r *uet.Request) 
 	ep.targets[key] = t
 	ep.targetsByID[id] = t
 	ep.ctr.TargetPDCsOpened++
-	ep.houseFlow.Kick() // the housekeeping flow's deadline moved
+	ep.wakeHousekeeping()
 	return t, 0
 }
 
@@ -381,7 +381,7 @@ func (ep *Endpoint) rxCCCOf(now time.Duration, src netip.Addr) *rxCCC {
 		c = &rxCCC{key: ck}
 		ep.rxcccs[ck] = c
 		ep.ctr.RxCCCsCreated++
-		ep.houseFlow.Kick() // housekeeping frees it if no PDC follows
+		ep.wakeHousekeeping() // it frees the CCC if no PDC follows
 	}
 	c.lastActive = now
 	return c
