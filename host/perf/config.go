@@ -531,13 +531,8 @@ func (c ClientConfig) Validate() error {
 		return &ConfigError{Field: FieldQPs, Value: strconv.Itoa(c.QPs), With: []Setting{{FieldMessageSize, strconv.Itoa(c.MessageBytes)}},
 			Must: fmt.Sprintf("the server would register %s (a buffer of max(4 messages, 64K) per QP); at most 2 GiB", FormatBytes(float64(mem)))}
 	}
-	if c.Bytes > 0 {
-		msgs := ceilDiv(c.Bytes, uint64(c.MessageBytes))
-		if msgs < uint64(c.QPs) {
-			return &ConfigError{Field: FieldSize, Value: strconv.FormatUint(c.Bytes, 10),
-				With: []Setting{{FieldMessageSize, strconv.Itoa(c.MessageBytes)}, {FieldQPs, strconv.Itoa(c.QPs)}},
-				Must: fmt.Sprintf("%d message(s) cannot keep every QP busy: need at least one message per QP", msgs)}
-		}
+	if err := c.checkMessagesPerFlow("QP"); err != nil {
+		return err
 	}
 	if _, err := c.dcqcnParams(); err != nil {
 		return err
@@ -727,4 +722,18 @@ func PPFCPrefixes(ss []PPFCSource) []netip.Prefix {
 		out[i] = netip.Prefix(s)
 	}
 	return out
+}
+
+// checkMessagesPerFlow refuses a sized run with fewer messages than QPs
+// (UET: streams), each of which must carry one; flow names them.
+func (c ClientConfig) checkMessagesPerFlow(flow string) error {
+	if c.Bytes == 0 {
+		return nil
+	}
+	if msgs := ceilDiv(c.Bytes, uint64(c.MessageBytes)); msgs < uint64(c.QPs) {
+		return &ConfigError{Field: FieldSize, Value: strconv.FormatUint(c.Bytes, 10),
+			With: []Setting{{FieldMessageSize, strconv.Itoa(c.MessageBytes)}, {FieldQPs, strconv.Itoa(c.QPs)}},
+			Must: fmt.Sprintf("%d message(s) cannot keep every %s busy: need at least one message per %s", msgs, flow, flow)}
+	}
+	return nil
 }

@@ -72,13 +72,8 @@ func (c ClientConfig) validateUET() error {
 	case c.Timescale.Validate() != nil:
 		return configErr(FieldTimescale, c.Timescale, "1..%d", units.MaxTimescale)
 	}
-	if c.Bytes > 0 {
-		msgs := ceilDiv(c.Bytes, uint64(c.MessageBytes))
-		if msgs < uint64(c.QPs) {
-			return &ConfigError{Field: FieldSize, Value: strconv.FormatUint(c.Bytes, 10),
-				With: []Setting{{FieldMessageSize, strconv.Itoa(c.MessageBytes)}, {FieldQPs, strconv.Itoa(c.QPs)}},
-				Must: fmt.Sprintf("%d message(s) cannot keep every stream busy: need at least one message per stream", msgs)}
-		}
+	if err := c.checkMessagesPerFlow("stream"); err != nil {
+		return err
 	}
 	if _, err := c.nsccParams(); err != nil {
 		return err
