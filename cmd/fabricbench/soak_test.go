@@ -24,6 +24,7 @@ func TestSoakJudge(t *testing.T) {
 		verdict string
 	}{
 		{"swinging goroutines, steady memory", samples(60, flatRSS, swing), "flat"},
+		{"the first step's floor as the flows start", samples(61, flatRSS, func(i int) int { return []int{5, 17}[min(i, 1)] }), "flat"},
 		{"a goroutine leaked every 6 samples", samples(60, flatRSS, func(i int) int { return 14 + i/6 }), "grew"},
 		{"memory up 10 %", samples(60, func(i int) uint64 { return 68<<20 + uint64(i)*(68<<20)/10/60 }, swing), "grew"},
 		{"memory given back, 10 %", samples(60, func(i int) uint64 { return 68<<20 - uint64(i)*(68<<20)/10/60 }, swing), "shrank"},
