@@ -218,6 +218,12 @@ func TestCheckVerdicts(t *testing.T) {
 		{"drops with few marks", func(r *Result) {
 			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).DroppedLimitPackets = 99, 10
 		}, LayerCP, CheckThresholdsHigh, "sw2:r", "dropped_packets"},
+		// One stray mark while PPFC fired: the flow's share of the
+		// marks says nothing of the loop, the stops say the thresholds.
+		{"a stray mark before PPFC", func(r *Result) {
+			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).PPFCStopsSent = 1, 700
+			r.Flows[0].CEArrived, r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0, 0
+		}, LayerCP, CheckThresholdsHigh, "sw2:r", "ppfc_stops_sent"},
 		{"no marks before PPFC", func(r *Result) {
 			class(r, 1, 3).CEMarkedECT0, class(r, 1, 3).PPFCStopsSent = 0, 700
 			r.Flows[0].CEArrived, r.Flows[0].CNPSent, r.Flows[0].CNPHandled, r.Flows[0].CNPIgnored = 0, 0, 0, 0
