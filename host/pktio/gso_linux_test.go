@@ -247,21 +247,9 @@ func TestGSOPortTaken(t *testing.T) {
 // TestEntropyGSO: an EntropyConn's run of one entropy value leaves as one
 // GSO send whose payloads are as given (UET carries no ICRC to rewrite).
 func TestEntropyGSO(t *testing.T) {
-	const port = 4793
 	ns := newTestNetns(t, 0)
 	capt := ns.capture(t)
-	var a, b *EntropyConn
-	if err := ns.do(func() (err error) {
-		if a, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(testAddr4A), port), RoCEOptions{}); err != nil {
-			return err
-		}
-		b, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(testAddr4B), port), RoCEOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	defer b.Close()
+	a, b := entropyPair(t, ns)
 	sent := mkMsgs(20, b.LocalAddr(), 1100, func(int) uint8 { return 0x6A })
 	for i := range sent {
 		sent[i].SrcPort = 0xD000
@@ -291,20 +279,7 @@ func TestEntropyGSO(t *testing.T) {
 // paid by nearly every run of thousands of flows); a long run still gets
 // a socket. Every datagram arrives.
 func TestGSOManyPorts(t *testing.T) {
-	const port = 4793
-	ns := newTestNetns(t, 0)
-	var a, b *EntropyConn
-	if err := ns.do(func() (err error) {
-		if a, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(testAddr4A), port), RoCEOptions{}); err != nil {
-			return err
-		}
-		b, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(testAddr4B), port), RoCEOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	defer b.Close()
+	a, b := entropyPair(t, newTestNetns(t, 0))
 	const ports = maxGSOSockets + 44
 	// Runs of two datagrams, one port after another, twice over.
 	for round := range 2 {
@@ -375,4 +350,21 @@ func TestGSOOverMTU(t *testing.T) {
 	if st := a.Stats(); st.GSOSends != 1 || st.GSODatagrams != 3 {
 		t.Errorf("stats %+v: want the 3 that fit in 1 GSO send", st)
 	}
+}
+
+// entropyPair opens UET's port 4793 as an EntropyConn at each end of ns,
+// closed when the test ends.
+func entropyPair(t *testing.T, ns *testNetns) (a, b *EntropyConn) {
+	t.Helper()
+	if err := ns.do(func() (err error) {
+		if a, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(testAddr4A), 4793), RoCEOptions{}); err != nil {
+			return err
+		}
+		b, err = ListenEntropy(netip.AddrPortFrom(netip.MustParseAddr(testAddr4B), 4793), RoCEOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }
