@@ -379,6 +379,15 @@ type deployCtl struct {
 }
 
 func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.Lab, at string, ctl deployCtl)) {
+	deployInNamespacesWith(t, path, variant, nil, check)
+}
+
+// daemonExtra is what a deployment's node's fabriclabd file has beyond
+// the lab's node: its metrics listen ("" for the loopback's) and more of
+// its lab section (", check: {...}"), given the plan of the file deployed.
+type daemonExtra func(node string, dp *labfile.Plan) (listen, lab string)
+
+func deployInNamespacesWith(t *testing.T, path, variant string, extra daemonExtra, check func(l *lab.Lab, at string, ctl deployCtl)) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +459,14 @@ func deployInNamespaces(t *testing.T, path, variant string, check func(l *lab.La
 	confs := map[string]string{}
 	for _, n := range f.Nodes {
 		conf := filepath.Join(t.TempDir(), "fabriclabd.yaml")
-		text := "log: {level: info}\nmetrics: {listen: \"127.0.0.1:9471\"}\ndrain_timeout: 10s\nlab: {file: " + file + ", node: " + n.Name + ", variant: \"" + variant + "\"}\n"
+		listen, more := "127.0.0.1:9471", ""
+		if extra != nil {
+			var l string
+			if l, more = extra(n.Name, dp); l != "" {
+				listen = l
+			}
+		}
+		text := "log: {level: info}\nmetrics: {listen: \"" + listen + "\"}\ndrain_timeout: 10s\nlab: {file: " + file + ", node: " + n.Name + ", variant: \"" + variant + "\"" + more + "}\n"
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}

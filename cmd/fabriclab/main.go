@@ -730,37 +730,25 @@ func checkDaemons(path, variant, list string, window time.Duration) (*labfile.Re
 	scrapeAll := func() (map[string]daemon.Metrics, error) {
 		byNode := map[string]daemon.Metrics{}
 		for node, addr := range addrs {
-			resp, err := client.Get("http://" + addr + "/metrics")
+			m, err := daemon.Scrape(context.Background(), client, addr)
 			if err != nil {
 				return nil, fmt.Errorf("node %s: %w (is its fabriclabd's metrics listen %s?)", node, err, addr)
-			}
-			m, err := daemon.ParseMetrics(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				return nil, fmt.Errorf("node %s: %w", node, err)
 			}
 			byNode[node] = m
 		}
 		return byNode, nil
 	}
-	byNode, err := scrapeAll()
+	before, err := scrapeAll()
 	if err != nil {
 		return nil, err
 	}
-	if window > 0 {
-		time.Sleep(window)
-		after, err := scrapeAll()
-		if err != nil {
-			return nil, err
-		}
-		for node := range after {
-			after[node] = daemon.Delta(byNode[node], after[node])
-		}
-		byNode = after
+	if window == 0 {
+		return daemon.JudgeDeployed(f, variant, nil, before)
 	}
-	d, err := daemon.ReadDeployed(f, variant, byNode)
+	time.Sleep(window)
+	after, err := scrapeAll()
 	if err != nil {
 		return nil, err
 	}
-	return f.DeployedResult(variant, d)
+	return daemon.JudgeDeployed(f, variant, before, after)
 }

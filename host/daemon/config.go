@@ -15,6 +15,7 @@
 package daemon
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -64,7 +65,9 @@ type Config struct {
 	// file's plan (fabriclab plan FILE -node NODE -apply).
 	Lab *LabRef `yaml:"lab"`
 
-	deploy *labfile.Deployment // Lab, loaded by Validate
+	deploy  *labfile.Deployment // Lab, loaded by Validate
+	labFile *labfile.File       // Lab's file, for the check
+	labSum  [32]byte            // its content's hash: a reload that changes it restarts the check
 }
 
 // LabRef names a lab file and the node this server is.
@@ -74,6 +77,10 @@ type LabRef struct {
 	// Variant deploys one of the file's variants (its pes' decap and
 	// agents, its ports). Optional: the file as written.
 	Variant string `yaml:"variant"`
+	// Check has this daemon judge the lab's flows every window (seed
+	// 000's three layers, as fabriclab check -daemons) and export the
+	// verdicts: fabriclab_check_* and GET /check. Optional.
+	Check *LabCheck `yaml:"check"`
 }
 
 // LogConfig: slog JSON on stderr (the journal), at Level.
@@ -799,7 +806,15 @@ func (c *Config) loadLab() error {
 		}
 		return conf.Errorf("lab.node", c.Lab.Node, "%v", err)
 	}
-	c.deploy = d
+	if c.Lab.Check != nil {
+		if err := c.Lab.Check.validate(f, c.Lab.Node); err != nil {
+			return err
+		}
+	}
+	if b, err := os.ReadFile(c.Lab.File); err == nil {
+		c.labSum = sha256.Sum256(b)
+	}
+	c.deploy, c.labFile = d, f
 	return nil
 }
 

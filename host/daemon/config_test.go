@@ -205,6 +205,13 @@ func TestLabMode(t *testing.T) {
 		{"lab: {file: ../../vagrant/lab.yaml, node: sw, variant: fast}\n", `x.yaml:1: lab.variant: "fast": not a variant of ../../vagrant/lab.yaml (variants: none)`},
 		{"lab: {file: ../labfile/examples/wan-experiment.yaml, node: pe1, variant: pe-fast}\n", `lab.variant: "pe-fast": not a variant of ../labfile/examples/wan-experiment.yaml (variants: rfc6040, pe-rate, reroute)`},
 		{"ports: [{dev: eth1, rate: 1gbit, mode: veth, shape: true}]\n", `x.yaml:1: ports[0].shape: "true": only with mode virtual`},
+		// The lab check: every other node, addresses, the window, the flows.
+		{"lab: {file: ../labfile/examples/three-layers/np-off.yaml, node: s1, check: {daemons: {sw: 'a:1', r: 'b:2'}}}\n", `lab.check.daemons: "s2": missing: every other node of`},
+		{"lab: {file: ../labfile/examples/three-layers/np-off.yaml, node: s1, check: {daemons: {s2: 'c:3', sw: 'a:1', r: 'b:2', x9: 'd:4'}}}\n", `lab.check.daemons.x9: "d:4": not a node of`},
+		{"lab: {file: ../labfile/examples/three-layers/np-off.yaml, node: s1, check: {daemons: {s2: 'c', sw: 'a:1', r: 'b:2'}}}\n", `lab.check.daemons.s2: "c": must be HOST:PORT`},
+		{"lab: {file: ../labfile/examples/three-layers/np-off.yaml, node: s1, check: {daemons: {s2: 'c:70000', sw: 'a:1', r: 'b:2'}}}\n", `lab.check.daemons.s2: "c:70000": must be HOST:PORT`},
+		{"lab: {file: ../labfile/examples/three-layers/np-off.yaml, node: s1, check: {window: 100ms, daemons: {s2: 'c:3', sw: 'a:1', r: 'b:2'}}}\n", `lab.check.window: "100ms": must be 1s..5m0s (default 10s)`},
+		{"lab: {file: ../labfile/examples/three-layers/np-off.yaml, node: s1, check: {flows: mine, daemons: {s2: 'c:3', sw: 'a:1', r: 'b:2'}}}\n", `lab.check.flows: "mine": must be own`},
 	} {
 		_, err := Parse("x.yaml", []byte(c.src))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/labfile"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -58,6 +60,10 @@ type Daemon struct {
 	lostPorts map[string]*lostPort // by PortConfig.key()
 	lostPEs   map[string]*lostPE   // by device
 	devCounts map[string]*devCounts
+	// check judges the lab (Lab.Check); own gathers this daemon's
+	// metrics for it, in-process.
+	check *checker
+	own   *prometheus.Registry
 }
 
 // New returns a daemon with nothing running; Apply starts a configuration.
@@ -66,9 +72,12 @@ func New(o Options) *Daemon {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Daemon{log: log, level: o.Level,
+	d := &Daemon{log: log, level: o.Level,
 		servers: map[string]*server{}, ports: map[string]*port{}, pes: map[string]*pe{}, flows: map[string]*flow{}, agentStarts: map[string]uint64{},
-		lostPorts: map[string]*lostPort{}, lostPEs: map[string]*lostPE{}, devCounts: map[string]*devCounts{}}
+		lostPorts: map[string]*lostPort{}, lostPEs: map[string]*lostPE{}, devCounts: map[string]*devCounts{},
+		own: prometheus.NewRegistry()}
+	d.own.MustRegister(collector{d})
+	return d
 }
 
 type server struct {
@@ -401,6 +410,7 @@ func (d *Daemon) Apply(c *Config) error {
 	if d.level != nil {
 		_ = d.level.UnmarshalText([]byte(nc.Log.Level))
 	}
+	d.restartCheck(old, nc)
 	d.cfg = nc
 	d.startWatch()
 	d.gen++
@@ -410,6 +420,38 @@ func (d *Daemon) Apply(c *Config) error {
 	d.log.Info("configuration applied", "generation", d.gen, "servers", len(d.servers), "ports", len(d.ports), "flows", len(d.flows),
 		"was_servers", len(old.Servers), "was_ports", len(old.Ports), "was_flows", len(old.Flows))
 	return nil
+}
+
+// restartCheck starts, stops or restarts the lab check as nc differs
+// from old (the daemon's lock held): a check whose settings, node,
+// variant and file are the same keeps its window going.
+func (d *Daemon) restartCheck(old, nc Config) {
+	same := old.Lab != nil && nc.Lab != nil && reflect.DeepEqual(*old.Lab, *nc.Lab) && old.labSum == nc.labSum
+	if same && (d.check != nil) == (nc.Lab.Check != nil) {
+		return
+	}
+	if d.check != nil {
+		d.check.close() // not waited for: it may be gathering our metrics, which takes the lock
+		d.check = nil
+		d.log.Info("lab check stopped")
+	}
+	if nc.Lab == nil || nc.Lab.Check == nil {
+		return
+	}
+	d.check = newChecker(*nc.Lab.Check, nc.labFile, nc.Lab.Node, nc.Lab.Variant, d.own)
+	go d.check.run()
+	d.log.Info("lab check started", "node", nc.Lab.Node, "window", d.check.cfg.Window.String(), "flows", d.check.cfg.Flows)
+}
+
+// CheckState is the lab check's last verdicts; ok false without one.
+func (d *Daemon) CheckState() (CheckState, bool) {
+	d.mu.Lock()
+	c := d.check
+	d.mu.Unlock()
+	if c == nil {
+		return CheckState{}, false
+	}
+	return c.State(), true
 }
 
 // startAgents starts the agents of c's PEs that are attached and have
@@ -562,6 +604,11 @@ func (d *Daemon) Drain(timeout time.Duration) error {
 	defer d.applyMu.Unlock()
 	d.mu.Lock()
 	d.draining = true
+	if c := d.check; c != nil {
+		d.check = nil
+		c.close()
+		defer c.wait() // after the lock: an evaluation gathers our metrics
+	}
 	servers := make([]*server, 0, len(d.servers))
 	for _, s := range d.servers {
 		servers = append(servers, s)

@@ -9,8 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves /metrics (Prometheus text or protobuf) and /healthz:
-// the Health JSON, status 200 when ok, 503 when degraded or draining.
+// Handler serves /metrics (Prometheus text or protobuf), /healthz: the
+// Health JSON, status 200 when ok, 503 when degraded or draining, and
+// /check: the lab check's last verdicts (CheckState; 404 without one).
 func (d *Daemon) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{d}, collectors.NewGoCollector(),
@@ -26,6 +27,18 @@ func (d *Daemon) Handler() http.Handler {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(h)
+	})
+	mux.HandleFunc("GET /check", func(w http.ResponseWriter, _ *http.Request) {
+		st, ok := d.CheckState()
+		w.Header().Set("Content-Type", "application/json")
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error": "no lab check configured (lab.check)"}` + "\n"))
+			return
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(st)
 	})
 	return mux
 }

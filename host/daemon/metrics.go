@@ -47,6 +47,7 @@ import (
 //	                      device watch (devwatch.go)
 //	fabriclab_pe_agent_*  per PE agent: dev, mode; reaction_seconds is a
 //	                      histogram
+//	fabriclab_check_*     the lab check's verdicts (lab.check, check.go)
 //	fabriclab_config_*    reloads
 //	fabriclab_xmit_dispatcher_* the machine's xmit dispatcher, with any
 //	                      port: its slots and empty-slot events
@@ -331,6 +332,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		e.emit(ns+"_"+scope+"_device_lost_total", prometheus.CounterValue, "times the "+scope+"'s device went away under it", l, v, float64(st.lost))
 		e.emit(ns+"_"+scope+"_reattached_total", prometheus.CounterValue, "times the "+scope+" was attached again on a device of its name", l, v, float64(st.reattached))
 		e.emit(ns+"_"+scope+"_reattach_failures_total", prometheus.CounterValue, "attaches on a returned device that failed (retried every second)", l, v, float64(st.failures))
+	}
+	d.mu.Lock()
+	chk := d.check
+	d.mu.Unlock()
+	if chk != nil {
+		checkMetrics(e, chk)
 	}
 	h := d.Health()
 	e.emit(ns+"_config_generation", prometheus.GaugeValue, "configurations applied since the start", nil, nil, float64(h.Generation))

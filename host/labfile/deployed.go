@@ -58,6 +58,10 @@ func (f *File) deployedPlan(variant string) (*Plan, error) {
 	return d.Plan, nil
 }
 
+// FlowDeployed is the state of a flow of DeployedResult: its counters are
+// the lab servers' daemons'.
+const FlowDeployed = "deployed"
+
 // DeployedResult is a Result Check judges, of a file running on lab
 // servers: the ports and rocev2 flows of its variant's plan with the
 // counters d holds. A port or flow d lacks is left without counters (the
@@ -81,7 +85,7 @@ func (f *File) DeployedResult(variant string, d Deployed) (*Result, error) {
 	for i := range p.Flows {
 		fp := &p.Flows[i]
 		fl := fp.Flow
-		out := FlowResult{Name: fl.Name, Group: fl.Group, From: fl.From, To: fl.To, Transport: fl.Transport, CC: fl.CC, State: "deployed"}
+		out := FlowResult{Name: fl.Name, Group: fl.Group, From: fl.From, To: fl.To, Transport: fl.Transport, CC: fl.CC, State: FlowDeployed}
 		p.fillPath(&out, fp)
 		if fl.Transport == TransportRoCEv2 {
 			snd, rcv := d.Senders[fl.Name], d.Receivers[fl.Name]
