@@ -94,9 +94,14 @@ func (w *TimerWaker) disarm() {
 	_ = unix.TimerfdSettime(w.fd, 0, &ts, nil)
 }
 
-// Kick implements Waker.
+// Kick implements Waker. A kick already pending is the loop's to see
+// (Sleep's first or second look) or has armed the timer: another arm
+// would be a system call per received ACK while the loop sleeps (issue
+// 28's scale rows: 18 % of the CPU at 10,000 UET PDCs).
 func (w *TimerWaker) Kick() {
-	w.kicked.Store(true)
+	if w.kicked.Swap(true) {
+		return
+	}
 	if w.sleeping.Load() {
 		w.arm(1)
 	}
