@@ -49,10 +49,7 @@ func (a *Agent) receivePPFC(now time.Duration, m *pktio.Message, b []byte) {
 	}
 	pause := a.ppfcPause(p.Pause)
 	named, resumed := false, false
-	for _, qp := range *a.qps.Load() {
-		if qp == nil {
-			continue
-		}
+	for qp := range a.liveQPs() {
 		qp.mu.Lock()
 		// Both unmapped: ParsePPFC and Connect see to it.
 		if qp.mu.connected && !qp.mu.destroyed && qp.mu.peer.Addr.Addr().WithZone("") == p.Dest {
@@ -128,10 +125,7 @@ func (a *Agent) ppfcICRCOK(src netip.AddrPort, b []byte) bool {
 		return roce.VerifyICRC(src, netip.AddrPortFrom(la, a.recvPort), b)
 	}
 	var tried netip.Addr
-	for _, qp := range *a.qps.Load() {
-		if qp == nil {
-			continue
-		}
+	for qp := range a.liveQPs() {
 		qp.mu.Lock()
 		la, ok := qp.mu.local.Addr(), qp.mu.connected
 		qp.mu.Unlock()
