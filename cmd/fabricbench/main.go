@@ -140,6 +140,7 @@ func run() int {
 	scaleRate := units.Rate(400 * units.Mbit)
 	flag.Var(&scaleRate, "scale-rate", "scale rows: the line rate the QPs share")
 	scaleSeconds := flag.Int("scale-seconds", 3, "scale rows: each row's run after setup")
+	scaleRuns := flag.Int("scale-runs", 3, "scale rows: runs of every row, interleaved; each row's ratio is the runs' median, with their spread")
 	scaleProfile := flag.String("scale-cpuprofile", "", "scale rows: write each client child's CPU profile to PREFIX-{roce,uet}-N.pprof")
 	ports := flag.Int("ports", 64, "many-ports rows: the ports on the machine beside one (2.."+strconv.Itoa(portsMax)+")")
 	soakFor := flag.Duration("soak", time.Hour, "the soak's length (the demo's lab at 80 % load, flows joining and leaving); 0 skips it")
@@ -171,6 +172,7 @@ func run() int {
 			"incast-seeds":     func() { *incastSeeds = 1 },
 			"scale-qps":        func() { *scaleQPs = "1,100" },
 			"scale-seconds":    func() { *scaleSeconds = 1 },
+			"scale-runs":       func() { *scaleRuns = 1 },
 			"soak":             func() { *soakFor = 20 * time.Second },
 			"ports":            func() { *ports = 16 },
 		})
@@ -192,6 +194,9 @@ func run() int {
 	sqps, err := parseQPList(*scaleQPs, perf.MaxQPs)
 	if err == nil && *scaleSeconds < 1 {
 		err = fmt.Errorf("-scale-seconds %d: must be >= 1", *scaleSeconds)
+	}
+	if err == nil && (*scaleRuns < 1 || *scaleRuns > 20) {
+		err = fmt.Errorf("-scale-runs %d: must be 1..20", *scaleRuns)
 	}
 	if err == nil && (*ports < 2 || *ports > portsMax) {
 		err = fmt.Errorf("-ports %d: must be 2..%d", *ports, portsMax)
@@ -294,7 +299,7 @@ func run() int {
 	}
 	if sec.scale && ctx.Err() == nil {
 		host.begin("scale")
-		sr, err := runScale(ctx, scaleOpts{qps: sqps, rate: scaleRate, seconds: *scaleSeconds, profile: *scaleProfile})
+		sr, err := runScale(ctx, scaleOpts{qps: sqps, runs: *scaleRuns, rate: scaleRate, seconds: *scaleSeconds, profile: *scaleProfile})
 		host.end()
 		rep.Scale = sr
 		if err != nil {

@@ -3,18 +3,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -41,6 +44,7 @@ type ScaleReport struct {
 	RateBps      float64    `json:"rate_bps"`
 	MessageBytes int        `json:"message_bytes"`
 	Seconds      int        `json:"seconds"`
+	Runs         int        `json:"runs"`
 	Goal         float64    `json:"cpu_per_packet_goal_ratio"`
 	Rows         []ScaleRow `json:"rows"`
 	// UETRows are the UET endpoint's, QPs counting its PDCs.
@@ -66,12 +70,20 @@ type ScaleRow struct {
 	// Ratio that over the first row's.
 	NsPerPacket float64 `json:"client_cpu_ns_per_packet"`
 	Ratio       float64 `json:"ratio,omitempty"`
-	Verdict     string  `json:"verdict"` // ok, above, ref, failed
-	Error       string  `json:"error,omitempty"`
+	// Over the runs (ScaleReport.Runs): the row is the run of the median
+	// CPU per packet, Ratio the median of the runs' ratios (each against
+	// its own run's one-flow row), RatioMin and RatioMax their spread,
+	// Failed the runs that failed.
+	RatioMin float64 `json:"ratio_min,omitempty"`
+	RatioMax float64 `json:"ratio_max,omitempty"`
+	Failed   int     `json:"failed_runs,omitempty"`
+	Verdict  string  `json:"verdict"` // ok, above, ref, failed
+	Error    string  `json:"error,omitempty"`
 }
 
 type scaleOpts struct {
 	qps     []int
+	runs    int // each row's, interleaved: 1, 100, ..., 1, 100, ...
 	rate    units.Rate
 	seconds int
 	profile string // the client children's CPU profiles: PREFIX-{roce,uet}-N.pprof
@@ -100,7 +112,8 @@ func parseQPList(s string, max int) ([]int, error) {
 
 // runScale runs the rows in a two-namespace lab of its own.
 func runScale(ctx context.Context, o scaleOpts) (*ScaleReport, error) {
-	rep := &ScaleReport{RateBps: float64(o.rate), MessageBytes: scaleMessageBytes, Seconds: o.seconds, Goal: scaleGoal}
+	o.runs = max(o.runs, 1)
+	rep := &ScaleReport{RateBps: float64(o.rate), MessageBytes: scaleMessageBytes, Seconds: o.seconds, Goal: scaleGoal, Runs: o.runs}
 	l, err := pairLab(0)
 	if err != nil {
 		return rep, err
@@ -116,21 +129,76 @@ func runScale(ctx context.Context, o scaleOpts) (*ScaleReport, error) {
 		rows *[]ScaleRow
 		run  func(context.Context, string, *lab.Node, *lab.Node, int, scaleOpts) (ScaleRow, error)
 	}{{"QPs", &rep.Rows, scaleRun}, {"UET PDCs", &rep.UETRows, uetScaleRun}} {
-		for _, n := range o.qps {
-			if ctx.Err() != nil {
-				break
+		// The runs interleaved, each judged against its own one-flow
+		// row: the reference moves between runs (11.5-16 us a packet),
+		// so a ratio is of two rows measured minutes apart at most.
+		var runs [][]ScaleRow
+		for r := range o.runs {
+			var rows []ScaleRow
+			for _, n := range o.qps {
+				if ctx.Err() != nil {
+					break
+				}
+				progress("scale: %d %s sharing %s for %d s (run %d of %d)", n, tr.what, o.rate, o.seconds, r+1, o.runs)
+				row, err := tr.run(ctx, exe, l.Node("a"), l.Node("b"), n, o)
+				if err != nil {
+					row.Verdict, row.Error = "failed", err.Error()
+					errs = append(errs, fmt.Errorf("%d %s, run %d: %w", n, tr.what, r+1, err))
+				}
+				rows = append(rows, row)
 			}
-			progress("scale: %d %s sharing %s for %d s", n, tr.what, o.rate, o.seconds)
-			row, err := tr.run(ctx, exe, l.Node("a"), l.Node("b"), n, o)
-			if err != nil {
-				row.Verdict, row.Error = "failed", err.Error()
-				errs = append(errs, fmt.Errorf("%d %s: %w", n, tr.what, err))
-			}
-			*tr.rows = append(*tr.rows, row)
+			judgeScale(rows)
+			runs = append(runs, rows)
 		}
-		judgeScale(*tr.rows)
+		*tr.rows = mergeScaleRuns(runs)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// mergeScaleRuns makes one row per N of the runs' (each judged): the run
+// of the median CPU per packet, with the median of the runs' ratios and
+// their least and most.
+func mergeScaleRuns(runs [][]ScaleRow) []ScaleRow {
+	if len(runs) == 0 {
+		return nil
+	}
+	var out []ScaleRow
+	for i := range runs[0] {
+		var ok []ScaleRow
+		var ratios []float64
+		failed := 0
+		for _, rs := range runs {
+			if i >= len(rs) || rs[i].Error != "" {
+				failed++
+				continue
+			}
+			ok = append(ok, rs[i])
+			if rs[i].Ratio > 0 {
+				ratios = append(ratios, rs[i].Ratio)
+			}
+		}
+		if len(ok) == 0 {
+			row := runs[0][i]
+			row.Failed = failed
+			out = append(out, row)
+			continue
+		}
+		slices.SortFunc(ok, func(a, b ScaleRow) int { return cmp.Compare(a.NsPerPacket, b.NsPerPacket) })
+		row := ok[(len(ok)-1)/2]
+		row.Failed = failed
+		row.Ratio, row.RatioMin, row.RatioMax = 0, 0, 0
+		if len(ratios) > 0 {
+			slices.Sort(ratios)
+			row.Ratio = stats.NearestRank(ratios, 0.5)
+			row.RatioMin, row.RatioMax = ratios[0], ratios[len(ratios)-1]
+			row.Verdict = "ok"
+			if row.Ratio > scaleGoal {
+				row.Verdict = "above"
+			}
+		}
+		out = append(out, row)
+	}
+	return out
 }
 
 // uetScaleRun runs one UET row: a server child with room for n PDCs, then
@@ -249,31 +317,37 @@ func judgeScale(rows []ScaleRow) {
 
 // write prints the section.
 func (r *ScaleReport) write(w io.Writer) {
-	fmt.Fprintf(w, "\nscale: one RoCEv2 client agent, N QPs all active, --cc none, sharing %s (the client's port), %d B messages, %d s a row\n",
-		units.Rate(r.RateBps), r.MessageBytes, r.Seconds)
+	fmt.Fprintf(w, "\nscale: one RoCEv2 client agent, N QPs all active, --cc none, sharing %s (the client's port), %d B messages, %d s a row, %d runs interleaved\n",
+		units.Rate(r.RateBps), r.MessageBytes, r.Seconds, r.Runs)
 	r.writeRows(w, r.Rows, "QPs", "QP")
 	if len(r.UETRows) > 0 {
-		fmt.Fprintf(w, "\nscale, UET: one client endpoint, N streams all active (each its own job: N PDCs in one CCC, NSCC), sharing %s (its line rate), %d B messages, %d s a row\n",
-			units.Rate(r.RateBps), r.MessageBytes, r.Seconds)
+		fmt.Fprintf(w, "\nscale, UET: one client endpoint, N streams all active (each its own job: N PDCs in one CCC, NSCC), sharing %s (its line rate), %d B messages, %d s a row, %d runs\n",
+			units.Rate(r.RateBps), r.MessageBytes, r.Seconds, r.Runs)
 		r.writeRows(w, r.UETRows, "PDCs", "PDC")
 	}
 	fmt.Fprintln(w, "setup: from the client's start until its agent (endpoint) held every QP (PDC); RSS: each process's peak resident memory (VmHWM);")
 	fmt.Fprintln(w, "/QP: memory over the first row's, per extra QP (PDC); goodput in Mbit/s; ns/pkt: the client process's CPU (user+sys,")
-	fmt.Fprintln(w, "getrusage) per data packet sent.")
+	fmt.Fprintln(w, "getrusage) per data packet sent; the row is the run of the median ns/pkt; ratio: the median of the runs' ratios, each over its")
+	fmt.Fprintln(w, "own run's one-flow row, and their least-most.")
 }
 
 // writeRows prints one table of rows, each counting what (QPs, PDCs).
 func (r *ScaleReport) writeRows(w io.Writer, rows []ScaleRow, what, one string) {
-	fmt.Fprintf(w, "%8s  %9s  %12s  %12s  %10s  %10s  %10s  %12s  %7s  %s\n",
-		what, "setup", "client RSS", "server RSS", "cli /"+one, "srv /"+one, "goodput", "cli ns/pkt", "ratio", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one "+one+"'s)")
+	fmt.Fprintf(w, "%8s  %9s  %12s  %12s  %10s  %10s  %10s  %12s  %7s  %11s  %s\n",
+		what, "setup", "client RSS", "server RSS", "cli /"+one, "srv /"+one, "goodput", "cli ns/pkt", "ratio", "spread", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one "+one+"'s)")
 	for _, row := range rows {
 		if row.Error != "" {
 			fmt.Fprintf(w, "%8d  failed: %s\n", row.QPs, row.Error)
 			continue
 		}
-		ratio := "-"
+		ratio, spread := "-", "-"
 		if row.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2fx", row.Ratio)
+			spread = fmt.Sprintf("%.2f-%.2f", row.RatioMin, row.RatioMax)
+		}
+		verdict := row.Verdict
+		if row.Failed > 0 {
+			verdict += fmt.Sprintf(" (%d runs failed)", row.Failed)
 		}
 		perQP := func(v float64) string {
 			if v == 0 {
@@ -282,8 +356,8 @@ func (r *ScaleReport) writeRows(w io.Writer, rows []ScaleRow, what, one string) 
 			return fmt.Sprintf("%.1f KiB", v/1024)
 		}
 		mib := func(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-		fmt.Fprintf(w, "%8d  %8.2fs  %12s  %12s  %10s  %10s  %9.0fM  %12.0f  %7s  %s\n",
+		fmt.Fprintf(w, "%8d  %8.2fs  %12s  %12s  %10s  %10s  %9.0fM  %12.0f  %7s  %11s  %s\n",
 			row.QPs, row.SetupSeconds, mib(row.ClientRSSBytes), mib(row.ServerRSSBytes),
-			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, row.NsPerPacket, ratio, row.Verdict)
+			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, row.NsPerPacket, ratio, spread, verdict)
 	}
 }
