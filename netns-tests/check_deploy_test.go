@@ -107,7 +107,10 @@ func TestCheckDeployed(t *testing.T) {
 				// The senders' daemons say the same of their own flows, in
 				// /check and in their metrics.
 				for node := range senders {
+					// /check and /metrics of one evaluation: the same
+					// evaluations count in both.
 					var st daemon.CheckState
+					var m map[string]*dto.MetricFamily
 					waitFor(t, 30*time.Second, node+"'s lab check judging its flows", func() bool {
 						_, body, err := httpGet(l.Node(node), at, "/check")
 						if err != nil || json.Unmarshal(body, &st) != nil || st.Report == nil || len(st.Report.Flows) == 0 {
@@ -118,12 +121,12 @@ func TestCheckDeployed(t *testing.T) {
 								return false
 							}
 						}
-						return true
+						m = scrape(t, l.Node(node), at)
+						return metricValue(m, "fabriclab_check_evaluations_total", nil) == float64(st.Evaluations)
 					})
 					var b strings.Builder
 					labfile.WriteCheck(&b, st.Report)
 					t.Logf("%s's fabriclabd (evaluations %d, failures %d, scrape seconds %v):\n%s", node, st.Evaluations, st.Failures, st.ScrapeSeconds, b.String())
-					m := scrape(t, l.Node(node), at)
 					for _, fc := range st.Report.Flows {
 						if f.Flows[slices.IndexFunc(f.Flows, func(fl labfile.Flow) bool { return fl.Name == fc.Flow })].From != node {
 							t.Errorf("%s's daemon judged %s, not its flow", node, fc.Flow)
@@ -133,7 +136,7 @@ func TestCheckDeployed(t *testing.T) {
 						}
 						for _, layer := range []labfile.Layer{labfile.LayerCP, labfile.LayerPath, labfile.LayerNP, labfile.LayerRP} {
 							want := map[string]string{"flow": fc.Flow, "layer": string(layer)}
-							if v := gaugeValue(m, "fabriclab_check_layer_silent", want); v < 0 {
+							if v := metricValue(m, "fabriclab_check_layer_silent", want); v < 0 {
 								t.Errorf("%s: no fabriclab_check_layer_silent%v", node, want)
 							} else if (v == 1) != (layer == tc.layer) {
 								t.Errorf("%s: fabriclab_check_layer_silent%v %v, want %v", node, want, v, layer == tc.layer)
@@ -146,12 +149,17 @@ func TestCheckDeployed(t *testing.T) {
 	}
 }
 
-// gaugeValue is the value of name's series with labels want, -1 if none.
-func gaugeValue(mf map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+// metricValue is the value of name's series (a gauge or a counter) with
+// labels want, -1 if none.
+func metricValue(mf map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
 	if f := mf[name]; f != nil {
 		for _, m := range f.Metric {
-			if hasLabels(m, want) && m.Gauge != nil {
+			switch {
+			case !hasLabels(m, want):
+			case m.Gauge != nil:
 				return m.Gauge.GetValue()
+			case m.Counter != nil:
+				return m.Counter.GetValue()
 			}
 		}
 	}

@@ -140,7 +140,9 @@ func newChecker(lc LabCheck, f *labfile.File, node, variant string, own promethe
 }
 
 // run evaluates every window; the first verdicts come one window after
-// the start (a window's difference needs two scrapes).
+// the start (a window's difference needs two scrapes). A window whose
+// start could not be read (a peer not up yet, or unreachable) is not
+// judged: the next scrape starts the next window.
 func (c *checker) run() {
 	defer close(c.done)
 	t := time.NewTicker(c.cfg.Window)
@@ -152,9 +154,13 @@ func (c *checker) run() {
 			return
 		case <-t.C:
 		}
+		if c.ctx.Err() != nil {
+			return // closed while the tick was due
+		}
 		cur, err := c.scrapeAll()
 		if err == nil && prev == nil {
-			err = fmt.Errorf("no counters from the window's start (a node was unreachable then)")
+			prev = cur
+			continue
 		}
 		var rep *labfile.CheckReport
 		if err == nil {
@@ -307,6 +313,9 @@ func checkMetrics(e *emitter, c *checker) {
 	for _, f := range st.Report.Flows {
 		e.emit(ns+"_check_verdict", prometheus.GaugeValue, "the flow's verdict over the last window (seed 000's three layers; layer is the silent one, empty when none)",
 			[]string{"flow", "layer", "kind", "hop"}, []string{f.Flow, string(f.Layer), f.Kind, f.Hop}, 1)
+		if f.Kind == labfile.CheckNotJudged {
+			continue // 0 for every layer would read as "none silent"
+		}
 		for _, l := range []labfile.Layer{labfile.LayerCP, labfile.LayerPath, labfile.LayerNP, labfile.LayerRP} {
 			e.emit(ns+"_check_layer_silent", prometheus.GaugeValue, "1 if the flow's verdict over the last window names the layer silent",
 				[]string{"flow", "layer"}, []string{f.Flow, string(l)}, b2f(f.Layer == l))

@@ -89,15 +89,50 @@ func ReadDeployed(f *labfile.File, variant string, byNode map[string]Metrics) (l
 		}
 		qpns := labelValues(sm, "fabriclab_qp_tx_packets_total", map[string]string{"flow": fl.Name}, "qpn")
 		server := (ServerConfig{Transport: labfile.TransportRoCEv2, Bind: fl.Server.Addr(), Port: int(fl.Server.Port())}).name()
-		for _, q := range qpns {
-			var c agent.Counters
-			if readFields("qp", rm, map[string]string{"server": server, "peer": fl.Sender.String(), "peer_qpn": q}, reflect.ValueOf(&c).Elem(), "") {
-				rcv.Add(&c)
-				d.Receivers[fl.Name] = rcv
-			}
+		// The server's QPs whose peer is one of the flow's, picked in one
+		// pass over its series (not a pass per QP), then summed.
+		if mine := serverQPs(rm, server, fl.Sender.String(), qpns); len(mine) > 0 &&
+			readFields("qp", mine, map[string]string{"server": server}, reflect.ValueOf(&rcv).Elem(), "") {
+			d.Receivers[fl.Name] = rcv
 		}
 	}
 	return d, nil
+}
+
+// serverQPs is m's qp families cut to the series of server whose peer is
+// peer and whose peer QPN is one of qpns.
+func serverQPs(m Metrics, server, peer string, qpns []string) Metrics {
+	want := map[string]bool{}
+	for _, q := range qpns {
+		want[q] = true
+	}
+	out := Metrics{}
+	for name, f := range m {
+		if !strings.HasPrefix(name, ns+"_qp_") {
+			continue
+		}
+		nf := &dto.MetricFamily{Name: f.Name, Help: f.Help, Type: f.Type}
+		for _, s := range f.Metric {
+			var srv, p, pq string
+			for _, l := range s.Label {
+				switch l.GetName() {
+				case "server":
+					srv = l.GetValue()
+				case "peer":
+					p = l.GetValue()
+				case "peer_qpn":
+					pq = l.GetValue()
+				}
+			}
+			if srv == server && p == peer && want[pq] {
+				nf.Metric = append(nf.Metric, s)
+			}
+		}
+		if len(nf.Metric) > 0 {
+			out[name] = nf
+		}
+	}
+	return out
 }
 
 // readFields sets v's numbers (walk's fields, by their metric names) to
@@ -238,35 +273,37 @@ func Delta(before, after Metrics) Metrics {
 		if fa.GetType() == dto.MetricType_GAUGE && strings.Contains(name, "max") {
 			continue
 		}
-		fb := before[name]
+		// Before's series by their labels: a family has a series per QP,
+		// and pairing them by a scan was quadratic (1,000 QPs: 0.1 s a
+		// family, seconds a window in a daemon's lab check).
+		var byLabels map[string]*dto.Metric
+		if fb := before[name]; fb != nil {
+			byLabels = make(map[string]*dto.Metric, len(fb.Metric))
+			for _, m := range fb.Metric {
+				byLabels[labelKey(m)] = m
+			}
+		}
 		nf := &dto.MetricFamily{Name: fa.Name, Help: fa.Help, Type: fa.Type}
 		for _, ma := range fa.Metric {
-			var mb *dto.Metric
-			if fb != nil {
-				for _, m := range fb.Metric {
-					if sameLabels(m, ma) {
-						mb = m
-						break
-					}
-				}
-			}
-			nf.Metric = append(nf.Metric, deltaMetric(mb, ma))
+			nf.Metric = append(nf.Metric, deltaMetric(byLabels[labelKey(ma)], ma))
 		}
 		out[name] = nf
 	}
 	return out
 }
 
-func sameLabels(a, b *dto.Metric) bool {
-	if len(a.Label) != len(b.Label) {
-		return false
+// labelKey is a series' labels as one string, in name order.
+func labelKey(m *dto.Metric) string {
+	ls := slices.Clone(m.Label)
+	slices.SortFunc(ls, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+	var b strings.Builder
+	for _, l := range ls {
+		b.WriteString(l.GetName())
+		b.WriteByte(0)
+		b.WriteString(l.GetValue())
+		b.WriteByte(0)
 	}
-	for _, l := range a.Label {
-		if !matches(b, map[string]string{l.GetName(): l.GetValue()}) {
-			return false
-		}
-	}
-	return true
+	return b.String()
 }
 
 // deltaMetric is ma less mb (nil: nothing before).
