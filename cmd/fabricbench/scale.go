@@ -84,14 +84,16 @@ type ScaleRow struct {
 type scaleOpts struct {
 	qps     []int
 	runs    int // each row's, interleaved: 1, 100, ..., 1, 100, ...
+	run     int // the run in progress, from 0
 	rate    units.Rate
 	seconds int
 	profile string // the client children's CPU profiles: PREFIX-{roce,uet}-N.pprof
 }
 
-// profileArgs are a client child's arguments for its CPU profile.
+// profileArgs are a client child's arguments for its CPU profile: the
+// first run's.
 func (o scaleOpts) profileArgs(transport string, n int) []string {
-	if o.profile == "" {
+	if o.profile == "" || o.run > 0 {
 		return nil
 	}
 	return []string{"-cpuprofile", fmt.Sprintf("%s-%s-%d.pprof", o.profile, transport, n)}
@@ -134,6 +136,10 @@ func runScale(ctx context.Context, o scaleOpts) (*ScaleReport, error) {
 		// so a ratio is of two rows measured minutes apart at most.
 		var runs [][]ScaleRow
 		for r := range o.runs {
+			if ctx.Err() != nil {
+				break // a cancelled run is not a failed one
+			}
+			o.run = r
 			var rows []ScaleRow
 			for _, n := range o.qps {
 				if ctx.Err() != nil {
@@ -146,6 +152,9 @@ func runScale(ctx context.Context, o scaleOpts) (*ScaleReport, error) {
 					errs = append(errs, fmt.Errorf("%d %s, run %d: %w", n, tr.what, r+1, err))
 				}
 				rows = append(rows, row)
+			}
+			if len(rows) < len(o.qps) {
+				break // cancelled within the run
 			}
 			judgeScale(rows)
 			runs = append(runs, rows)
@@ -187,6 +196,9 @@ func mergeScaleRuns(runs [][]ScaleRow) []ScaleRow {
 		row := ok[(len(ok)-1)/2]
 		row.Failed = failed
 		row.Ratio, row.RatioMin, row.RatioMax = 0, 0, 0
+		if row.Verdict != "ref" {
+			row.Verdict = "no reference" // every run's one-flow row failed
+		}
 		if len(ratios) > 0 {
 			slices.Sort(ratios)
 			row.Ratio = stats.NearestRank(ratios, 0.5)
