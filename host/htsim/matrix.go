@@ -46,10 +46,22 @@ type FatTreeFabric struct {
 	Rate             units.Rate    `json:"rate"`
 	Delay            time.Duration `json:"delay"`
 	Oversubscription int           `json:"oversubscription,omitempty"`
+	// CoreRate is the aggregation-core links' rate, r × Rate with r
+	// dividing K/2: each aggregation switch has K/(2r) of them (htsim's
+	// Tier 2 Downlink_speed_Gbps and Tier 1 Radix_Up). Optional: Rate.
+	CoreRate units.Rate `json:"core_rate,omitempty"`
 }
 
 // os is the tree's oversubscription, 1 when not given.
 func (ft *FatTreeFabric) os() int { return max(ft.Oversubscription, 1) }
+
+// coreSpeedup is CoreRate over Rate, 1 when not given.
+func (ft *FatTreeFabric) coreSpeedup() int {
+	if ft.CoreRate == 0 || ft.Rate == 0 {
+		return 1
+	}
+	return int(ft.CoreRate / ft.Rate)
+}
 
 // Hosts is the fat tree's hosts.
 func (ft *FatTreeFabric) Hosts() int { return ft.Pods * ft.K * ft.K / 4 }
@@ -116,6 +128,9 @@ func (s *MatrixScenario) Validate() error {
 		}
 		if ft.Oversubscription < 0 || ft.K >= 4 && (ft.K/2)%ft.os() != 0 {
 			bad("fat_tree.oversubscription", ft.Oversubscription, "a whole number dividing k/2 (%d)", ft.K/2)
+		}
+		if ft.CoreRate != 0 && (ft.Rate <= 0 || ft.CoreRate%ft.Rate != 0 || ft.CoreRate < ft.Rate || ft.K >= 4 && (ft.K/2)%ft.coreSpeedup() != 0) {
+			bad("fat_tree.core_rate", ft.CoreRate, "a whole multiple r of the rate (%s), r dividing k/2 (%d)", ft.Rate, ft.K/2)
 		}
 		if s.Fabric != (LeafSpine{}) {
 			bad("fabric", "a leaf-spine", "empty with fat_tree: one fabric")
@@ -341,9 +356,16 @@ func (p *MatrixPlan) Topology() string {
 		// aggregation switch has one to each of the ToRs below and K/2
 		// above (htsim derives the aggregation and core switches from
 		// these).
-		ups, oss := []int{half / ft.os(), half}, []int{ft.os(), 1}
+		// Faster core links (CoreRate) are fewer: an aggregation switch's
+		// radix up shrinks by the speedup, its tier's capacity stays.
+		r := ft.coreSpeedup()
+		ups, oss := []int{half / ft.os(), half / r}, []int{ft.os(), 1}
 		for tier, down := range []int{half, half, ft.Pods} {
-			fmt.Fprintf(&b, "Tier %d\nDownlink_speed_Gbps %d\nRadix_Down %d\n", tier, p.LinkGbps, down)
+			gbps := p.LinkGbps
+			if tier == 2 {
+				gbps *= r
+			}
+			fmt.Fprintf(&b, "Tier %d\nDownlink_speed_Gbps %d\nRadix_Down %d\n", tier, gbps, down)
 			if tier < 2 {
 				fmt.Fprintf(&b, "Radix_Up %d\nOversubscribed %d\n", ups[tier], oss[tier])
 			}

@@ -326,6 +326,26 @@ Switch_Latency_ns 0
 			t.Errorf("oversubscription %d: %v, want fat_tree.oversubscription's error", bad, err)
 		}
 	}
+	// Core links at twice the rate: an aggregation switch has one
+	// (radix up 1), the tier's capacity the same; htsim derives 2 cores.
+	s3 := fatTreeScenario(t, 1)
+	s3.FatTree.CoreRate = 100 * units.Mbit
+	p3, err := NewMatrixPlan(s3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want3 := strings.Replace(want, "Tier 1\nDownlink_speed_Gbps 50\nRadix_Down 2\nRadix_Up 2\n", "Tier 1\nDownlink_speed_Gbps 50\nRadix_Down 2\nRadix_Up 1\n", 1)
+	want3 = strings.Replace(want3, "Tier 2\nDownlink_speed_Gbps 50\n", "Tier 2\nDownlink_speed_Gbps 100\n", 1)
+	if got := p3.Topology(); got != want3 {
+		t.Errorf("topology, core links at 100 Mbit/s:\n%s\nwant\n%s", got, want3)
+	}
+	for _, bad := range []units.Rate{75 * units.Mbit, 25 * units.Mbit, 150 * units.Mbit, 200 * units.Mbit} {
+		s3.FatTree.CoreRate = bad
+		var fe *FieldError
+		if _, err := NewMatrixPlan(s3); !errors.As(err, &fe) || fe.Field != "fat_tree.core_rate" {
+			t.Errorf("core rate %s: %v, want fat_tree.core_rate's error", bad, err)
+		}
+	}
 	s.Fabric = LeafSpine{Hosts: 16, Leaves: 4, Spines: 4, HostRate: 50 * units.Mbit, SpineRate: 50 * units.Mbit}
 	if _, err := NewMatrixPlan(s); err == nil {
 		t.Error("a leaf-spine and a fat tree at once: no error")

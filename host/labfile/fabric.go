@@ -22,7 +22,11 @@ import (
 // ... (K/2 hosts each) and K/2 aggregation switches agg1, agg2, ...
 // (every ToR of the pod linked to every one), and (K/2)² core switches
 // core1, core2, ...: core c is linked to the (c/(K/2))-th aggregation
-// switch of every pod; every link runs at HostRate. A fat tree's
+// switch of every pod; every link runs at HostRate, but with a CoreRate
+// of r × HostRate the aggregation-core links run at it, and the same
+// capacity takes r times fewer of them: an aggregation switch has K/(2r)
+// core links, the tree (K/2)²/r cores (htsim's Tier 2
+// Downlink_speed_Gbps). A fat tree's
 // Oversubscription (a whole number dividing K/2, htsim's Tier 0
 // Oversubscribed) leaves each pod K/(2·Oversubscription) aggregation
 // switches and the tree K²/(4·Oversubscription) cores: a ToR then has
@@ -44,6 +48,10 @@ type Fabric struct {
 	// Oversubscription, HostRate without that.
 	HostRate  units.Rate `yaml:"host_rate"`
 	SpineRate units.Rate `yaml:"spine_rate"`
+	// CoreRate is a fat tree's aggregation-core links: a whole multiple
+	// r of HostRate, r dividing K/2. Optional: HostRate. (A ToR's uplinks
+	// stay at HostRate: htsim ties their count to its radix.)
+	CoreRate units.Rate `yaml:"core_rate"`
 	// Oversubscription is a leaf's host capacity over its spine
 	// capacity (htsim's -os): 1 is a full-bisection fabric. Optional: 1;
 	// give it or SpineRate. In a fat tree, a ToR's hosts over its
@@ -109,6 +117,8 @@ func (f *File) expandFabric() error {
 		return conf.Errorf(fp("oversubscription"), fb.Oversubscription, "want 1..64 (1: full bisection)")
 	case fb.SpineRate < 0:
 		return conf.Errorf(fp("spine_rate"), fb.SpineRate, "want a rate")
+	case fb.CoreRate != 0:
+		return conf.Errorf(fp("core_rate"), fb.CoreRate, "a fat tree's (kind %s); a leaf-spine's uplinks take spine_rate", FabricFatTree)
 	case fb.SpineRate != 0 && fb.Oversubscription != 0:
 		return conf.Errorf(fp("oversubscription"), fb.Oversubscription, "give spine_rate or oversubscription, not both")
 	}
@@ -201,7 +211,9 @@ func (f *File) expandFatTree() error {
 	case fb.HostRate <= 0:
 		return conf.Errorf(fp("host_rate"), fb.HostRate, "required: every link's rate")
 	case fb.SpineRate != 0:
-		return conf.Errorf(fp("spine_rate"), fb.SpineRate, "a fat tree runs every link at host_rate (htsim's fat tree needs its ToRs' uplinks at the hosts' rate); give oversubscription")
+		return conf.Errorf(fp("spine_rate"), fb.SpineRate, "a fat tree's ToR uplinks run at host_rate (htsim's fat tree ties their count to the ToR's radix); give oversubscription, or core_rate for the aggregation-core links")
+	case fb.CoreRate < 0 || fb.CoreRate != 0 && (fb.CoreRate%fb.HostRate != 0 || half%int(fb.CoreRate/fb.HostRate) != 0):
+		return conf.Errorf(fp("core_rate"), fb.CoreRate, "a whole multiple r of host_rate (%s) with r dividing k/2 (%d): an aggregation switch's k/2 links' worth in k/(2r) links", fb.HostRate, half)
 	case fb.Oversubscription != 0 && (fb.Oversubscription < 1 || fb.Oversubscription != math.Trunc(fb.Oversubscription) || half%int(fb.Oversubscription) != 0):
 		return conf.Errorf(fp("oversubscription"), fb.Oversubscription, "a fat tree's is a whole number dividing k/2 (%d): a ToR's hosts over its uplinks", half)
 	}
@@ -236,7 +248,7 @@ func (f *File) expandFatTree() error {
 	// Core by core, as Uplinks wires them.
 	for c := range ft.Cores() {
 		for pod := range ft.Pods {
-			b.uplink(fb, fmt.Sprintf("agg%d", pod*ft.AggsPerPod+c/ft.Half+1), fmt.Sprintf("core%d", c+1), fb.HostRate)
+			b.uplink(fb, fmt.Sprintf("agg%d", pod*ft.AggsPerPod+c/ft.CoreUp+1), fmt.Sprintf("core%d", c+1), fb.coreRate())
 		}
 	}
 	b.prepend(f)
@@ -246,21 +258,30 @@ func (f *File) expandFatTree() error {
 // fatTreeShape is a fat tree's switches and their wiring: Pods pods of
 // Half ToRs (Half hosts each) and AggsPerPod aggregation switches, every
 // ToR of a pod linked to each of its pod's; aggregation switch a of every
-// pod linked to cores a·Half+1 .. a·Half+Half.
+// pod linked to cores a·CoreUp+1 .. a·CoreUp+CoreUp (CoreUp is Half, or
+// fewer faster links).
 type fatTreeShape struct {
-	Pods, Half, AggsPerPod int
+	Pods, Half, AggsPerPod, CoreUp int
 }
 
 // fatTree is fb's shape (kind fat-tree, validated).
 func (fb *Fabric) fatTree() fatTreeShape {
 	os := max(int(fb.Oversubscription), 1)
-	return fatTreeShape{Pods: fb.Pods, Half: fb.K / 2, AggsPerPod: fb.K / 2 / os}
+	return fatTreeShape{Pods: fb.Pods, Half: fb.K / 2, AggsPerPod: fb.K / 2 / os, CoreUp: fb.K / 2 / int(fb.coreRate()/fb.HostRate)}
+}
+
+// coreRate is a fat tree's aggregation-core links' rate.
+func (fb *Fabric) coreRate() units.Rate {
+	if fb.CoreRate != 0 {
+		return fb.CoreRate
+	}
+	return fb.HostRate
 }
 
 func (t fatTreeShape) Hosts() int    { return t.Pods * t.Half * t.Half }
 func (t fatTreeShape) ToRs() int     { return t.Pods * t.Half }
 func (t fatTreeShape) Aggs() int     { return t.Pods * t.AggsPerPod }
-func (t fatTreeShape) Cores() int    { return t.AggsPerPod * t.Half }
+func (t fatTreeShape) Cores() int    { return t.AggsPerPod * t.CoreUp }
 func (t fatTreeShape) Switches() int { return t.ToRs() + t.Aggs() + t.Cores() }
 
 // ToROf is host h's ToR.
@@ -288,8 +309,8 @@ func (t fatTreeShape) Uplinks() []fabricSwitch {
 	for pod := range t.Pods {
 		for a := range t.AggsPerPod {
 			s := fabricSwitch{Name: fmt.Sprintf("agg%d", pod*t.AggsPerPod+a+1)}
-			for c := range t.Half {
-				s.Up = append(s.Up, fmt.Sprintf("core%d", a*t.Half+c+1))
+			for c := range t.CoreUp {
+				s.Up = append(s.Up, fmt.Sprintf("core%d", a*t.CoreUp+c+1))
 			}
 			out = append(out, s)
 		}

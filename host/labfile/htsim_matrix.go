@@ -150,7 +150,7 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		CC: first.Client.UETCC, LB: first.Client.LB, Seed: int(f.Seed),
 	}
 	if fb.Kind == FabricFatTree {
-		s.FatTree = &htsim.FatTreeFabric{K: fb.K, Pods: fb.Pods, Rate: fb.HostRate, Delay: fb.Delay, Oversubscription: int(fb.Oversubscription)}
+		s.FatTree = &htsim.FatTreeFabric{K: fb.K, Pods: fb.Pods, Rate: fb.HostRate, Delay: fb.Delay, Oversubscription: int(fb.Oversubscription), CoreRate: fb.CoreRate}
 	} else {
 		s.Fabric = htsim.LeafSpine{Hosts: fb.Hosts, Leaves: fb.Leaves, Spines: fb.Spines, HostRate: fb.HostRate,
 			SpineRate: fb.spineRate(), Delay: fb.Delay}

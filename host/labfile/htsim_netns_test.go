@@ -21,7 +21,9 @@ const htsimExamples = "htsim-"
 // of 4 spines; htsim-fattree.yaml: a fat tree of radix 4, 16 hosts and
 // 20 switches, both with packets sprayed, variant spray;
 // htsim-fattree-os.yaml: the fat tree oversubscribed 2:1 at its ToRs,
-// 14 switches, NSCC spraying) once each, with -htsim pointing at no
+// 14 switches, NSCC spraying; htsim-fattree-core.yaml: its core links
+// at twice the rate, half as many, 18 switches) once each, with -htsim
+// pointing at no
 // build: every flow completes with every byte verified, the matrix
 // within its bound of ideal, every switch's uplinks evenly used
 // (busiest over mean at most maxUplinkSkew: one shared ECMP hash made
@@ -43,6 +45,7 @@ func TestHtsimExamples(t *testing.T) {
 		{"htsim-permutation.yaml", "spray", htsimPermutationRatio},
 		{"htsim-fattree.yaml", "spray", htsimFatTreeRatio},
 		{"htsim-fattree-os.yaml", "nscc", htsimFatTreeOSRatio},
+		{"htsim-fattree-core.yaml", "", htsimFatTreeRatio},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			f, err := Load(filepath.Join("examples", tc.file))

@@ -147,7 +147,7 @@ flows:
 		{"{kind: fat-tree, k: 4, pods: 5, host_rate: 1gbit}", `fabric.pods: "5": want 1..k (4)`},
 		{"{kind: fat-tree, k: 4, hosts: 8, host_rate: 1gbit}", `fabric.hosts: "8": a fat tree of radix 4 with 4 pods has 16 hosts`},
 		{"{kind: fat-tree, k: 8, host_rate: 1gbit}", `fabric.pods: "8": at most 64 hosts`},
-		{"{kind: fat-tree, k: 4, host_rate: 1gbit, spine_rate: 2gbit}", `a fat tree runs every link at host_rate`},
+		{"{kind: fat-tree, k: 4, host_rate: 1gbit, spine_rate: 2gbit}", `ToR uplinks run at host_rate`},
 		{"{kind: fat-tree, k: 4, host_rate: 1gbit, oversubscription: 3}", `fabric.oversubscription: "3": a fat tree's is a whole number dividing k/2 (2)`},
 		{"{kind: fat-tree, k: 8, pods: 2, host_rate: 1gbit, oversubscription: 1.5}", `fabric.oversubscription: "1.5": a fat tree's is a whole number dividing k/2 (4)`},
 		{"{kind: fat-tree, k: 8, pods: 3, host_rate: 1gbit, oversubscription: 2}", `fabric.pods: "3": at most 24 switches: 12 ToRs, 6 aggregation and 8 core switches`},
@@ -234,6 +234,48 @@ flows:
 	}
 	if got := strings.Join(spread, " "); !strings.HasSuffix(got, "tor8>agg4 agg1>core1,core2 agg2>core1,core2 agg3>core1,core2 agg4>core1,core2") {
 		t.Errorf("2:1 uplinks %s", got)
+	}
+
+	// Core links at twice the hosts' rate: an aggregation switch has one,
+	// the tree two cores, each linked to one aggregation switch of every
+	// pod at 100 Mbit/s.
+	f, err = Parse("f.yaml", []byte(`name: f
+fabric: {kind: fat-tree, k: 4, host_rate: 50mbit, core_rate: 100mbit}
+flows:
+  - {from: h0, to: h15, size: 1mb}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Nodes) != 16+8+8+2 || len(f.Links) != 16+16+8 {
+		t.Fatalf("%d nodes, %d links: want 16 + 18 switches, 40 links", len(f.Nodes), len(f.Links))
+	}
+	for i, want := range map[int]string{16: "tor1-agg1 50mbit", 32: "agg1-core1 100mbit", 33: "agg3-core1 100mbit", 36: "agg2-core2 100mbit", 39: "agg8-core2 100mbit"} {
+		if l := f.Links[i]; l.A+"-"+l.B+" "+l.Rate.String() != want {
+			t.Errorf("link %d: %s-%s %s, want %s", i, l.A, l.B, l.Rate, want)
+		}
+	}
+	p = f.Plan()
+	names = nil
+	for _, j := range p.Flows[0].Ports {
+		names = append(names, p.Ports[j].Name)
+	}
+	want = "tor1:agg1 tor1:agg2 agg1:core1 agg2:core2 core1:agg7 core2:agg8 agg7:tor8 agg8:tor8 tor8:h15"
+	if strings.Join(names, " ") != want {
+		t.Errorf("core at 2x: h0 to h15 crosses\n%s\nwant\n%s", strings.Join(names, " "), want)
+	}
+	for _, c := range []struct{ field, want string }{
+		{"core_rate: 75mbit", `fabric.core_rate: "75mbit": a whole multiple r of host_rate (50mbit) with r dividing k/2 (2)`},
+		{"core_rate: 150mbit", `fabric.core_rate: "150mbit": a whole multiple`},
+		{"spine_rate: 100mbit", `fabric.spine_rate: "100mbit": a fat tree's ToR uplinks run at host_rate`},
+	} {
+		_, err := Parse("f.yaml", []byte("name: f\nfabric: {kind: fat-tree, k: 4, host_rate: 50mbit, "+c.field+"}\nflows:\n  - {from: h0, to: h15, size: 1mb}\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.field, err, c.want)
+		}
+	}
+	if _, err := Parse("f.yaml", []byte("name: f\nfabric: {kind: leaf-spine, hosts: 4, leaves: 2, spines: 2, host_rate: 50mbit, core_rate: 100mbit}\nflows:\n  - {from: h0, to: h3, size: 1mb}\n")); err == nil || !strings.Contains(err.Error(), "fabric.core_rate") {
+		t.Errorf("a leaf-spine's core_rate: %v", err)
 	}
 }
 
