@@ -191,14 +191,9 @@ flows:
 	if len(f.Ports) != 16+2*32 || f.Ports[0].Port != "tor1:h0" || f.Ports[16].Port != "tor1:agg1" || f.Ports[17].Port != "agg1:tor1" {
 		t.Errorf("%d ports, first %s %s %s", len(f.Ports), f.Ports[0].Port, f.Ports[16].Port, f.Ports[17].Port)
 	}
-	p := f.Plan()
-	var names []string
-	for _, j := range p.Flows[0].Ports {
-		names = append(names, p.Ports[j].Name)
-	}
 	want := "tor1:agg1 tor1:agg2 agg1:core1 agg1:core2 agg2:core3 agg2:core4 core1:agg7 core2:agg7 core3:agg8 core4:agg8 agg7:tor8 agg8:tor8 tor8:h15"
-	if strings.Join(names, " ") != want {
-		t.Errorf("h0 to h15 crosses\n%s\nwant\n%s", strings.Join(names, " "), want)
+	if got := firstFlowPorts(f); got != want {
+		t.Errorf("h0 to h15 crosses\n%s\nwant\n%s", got, want)
 	}
 
 	// Oversubscribed 2:1 at the ToRs: one aggregation switch per pod,
@@ -219,14 +214,9 @@ flows:
 			t.Errorf("link %d: %s-%s, want %s", i, l.A, l.B, want)
 		}
 	}
-	p = f.Plan()
-	names = nil
-	for _, j := range p.Flows[0].Ports {
-		names = append(names, p.Ports[j].Name)
-	}
 	want = "tor1:agg1 agg1:core1 agg1:core2 core1:agg4 core2:agg4 agg4:tor8 tor8:h15"
-	if strings.Join(names, " ") != want {
-		t.Errorf("2:1: h0 to h15 crosses\n%s\nwant\n%s", strings.Join(names, " "), want)
+	if got := firstFlowPorts(f); got != want {
+		t.Errorf("2:1: h0 to h15 crosses\n%s\nwant\n%s", got, want)
 	}
 	var spread []string
 	for _, sw := range f.Fabric.fatTree().Uplinks() {
@@ -255,14 +245,9 @@ flows:
 			t.Errorf("link %d: %s-%s %s, want %s", i, l.A, l.B, l.Rate, want)
 		}
 	}
-	p = f.Plan()
-	names = nil
-	for _, j := range p.Flows[0].Ports {
-		names = append(names, p.Ports[j].Name)
-	}
 	want = "tor1:agg1 tor1:agg2 agg1:core1 agg2:core2 core1:agg7 core2:agg8 agg7:tor8 agg8:tor8 tor8:h15"
-	if strings.Join(names, " ") != want {
-		t.Errorf("core at 2x: h0 to h15 crosses\n%s\nwant\n%s", strings.Join(names, " "), want)
+	if got := firstFlowPorts(f); got != want {
+		t.Errorf("core at 2x: h0 to h15 crosses\n%s\nwant\n%s", got, want)
 	}
 	for _, c := range []struct{ field, want string }{
 		{"core_rate: 75mbit", `fabric.core_rate: "75mbit": a whole multiple r of host_rate (50mbit) with r dividing k/2 (2)`},
@@ -277,6 +262,17 @@ flows:
 	if _, err := Parse("f.yaml", []byte("name: f\nfabric: {kind: leaf-spine, hosts: 4, leaves: 2, spines: 2, host_rate: 50mbit, core_rate: 100mbit}\nflows:\n  - {from: h0, to: h3, size: 1mb}\n")); err == nil || !strings.Contains(err.Error(), "fabric.core_rate") {
 		t.Errorf("a leaf-spine's core_rate: %v", err)
 	}
+}
+
+// firstFlowPorts is the ports the file's first flow crosses, in path
+// order.
+func firstFlowPorts(f *File) string {
+	p := f.Plan()
+	var names []string
+	for _, j := range p.Flows[0].Ports {
+		names = append(names, p.Ports[j].Name)
+	}
+	return strings.Join(names, " ")
 }
 
 // TestECMPBranches: a leaf-to-leaf flow's ports, in path order, with the
