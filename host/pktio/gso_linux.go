@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,15 +49,25 @@ const (
 	// minGSORun is the shortest run of one source port sent through its
 	// UDP socket; a lone datagram joins the raw socket's batch.
 	minGSORun = 2
-	// maxGSOSockets bounds the UDP sockets a conn keeps (one per source
-	// port in use); the least recently used one is closed past it.
-	maxGSOSockets = 256
+	// minGSOBudget is the least number of UDP sockets the process's
+	// conns may keep together (one per source port in use); the budget
+	// is half the open-files limit when that is more (gsoSocketBudget).
+	minGSOBudget = 256
 	// evictGSORun is the shortest run of a port without a socket, once
-	// maxGSOSockets are open, for which the least recently used socket is
+	// the budget is spent, for which a socket idle for gsoIdleEvict is
 	// closed and one opened: opening costs some eight system calls, so a
-	// shorter run goes raw with its neighbours (with thousands of flows'
-	// source ports, every run missed the sockets and paid it).
+	// shorter run goes raw with its neighbours.
 	evictGSORun = 8
+	// gsoIdleEvict is how long a socket must have been unused before it
+	// gives way to another port once the budget is spent. Evicting the
+	// least recently used one at once thrashes: with 10,000 QPs taking
+	// turns, every run missed the 256 sockets there were and paid a
+	// close and an open (issue 28's scale rows: 23 % of the client's CPU
+	// at 10,000 QPs); the ports that hold sockets keep them.
+	gsoIdleEvict = time.Second
+	// gsoIdleClose is how long an unused socket stays open at all: the
+	// ports of flows that ended give their descriptors back.
+	gsoIdleClose = 30 * time.Second
 	// maxGSOBytes is the most UDP payload of one GSO send: one IPv4
 	// datagram's (IP total length 65535).
 	maxGSOBytes = maxUDPPayload4
@@ -64,10 +76,41 @@ const (
 	gsoRecvBufferBytes = 2048
 )
 
-// gsoSocket is the UDP socket of one source port.
+// gsoBudget counts the GSO sockets the process's conns may still open.
+type gsoBudget struct{ left atomic.Int64 }
+
+// take reserves a socket, or says none is left.
+func (b *gsoBudget) take() bool {
+	if b.left.Add(-1) < 0 {
+		b.left.Add(1)
+		return false
+	}
+	return true
+}
+
+// give returns a closed socket's reservation.
+func (b *gsoBudget) give() { b.left.Add(1) }
+
+// gsoSocketBudget is the process's: half its open-files limit (the Go
+// runtime raises the soft limit to the hard one), at least minGSOBudget.
+var gsoSocketBudget = sync.OnceValue(func() *gsoBudget {
+	n := int64(minGSOBudget)
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur != unix.RLIM_INFINITY {
+		n = max(n, int64(min(lim.Cur/2, 1<<20)))
+	}
+	b := &gsoBudget{}
+	b.left.Store(n)
+	return b
+})
+
+// gsoSocket is the UDP socket of one source port, in its conn's list
+// from the most recently used to the least.
 type gsoSocket struct {
 	pollFD
-	used uint64 // gsoSender.tick at the last use
+	port       uint16
+	usedAt     time.Duration // the conn's clock at the last use
+	prev, next *gsoSocket
 }
 
 // gsoSender sends runs of datagrams with UDP GSO, for one conn.
@@ -85,7 +128,14 @@ type gsoSender struct {
 	ns       netnsRef // where the conn lives: its sockets are made there
 
 	socks map[uint16]*gsoSocket // nil value: the port could not be bound
-	tick  uint64
+	lru   gsoSocket             // the list's sentinel: next is the most recent
+	nopen int                   // sockets in the list
+	// budget is the process's (tests give a conn its own); idleEvict and
+	// idleClose are gsoIdleEvict and gsoIdleClose (tests shorten them).
+	budget               *gsoBudget
+	idleEvict, idleClose time.Duration
+	epoch                time.Time     // the clock's zero
+	now                  time.Duration // since epoch, from begin
 	// off is why GSO was turned off for the conn (the kernel refused
 	// it); nil while it is on.
 	off error
@@ -110,16 +160,29 @@ func newGSOSender(v6 bool, src netip.Addr, sndbuf, batch int, icrc bool, recvPor
 	g := &gsoSender{
 		v6: v6, src: src, sndbuf: sndbuf, icrc: icrc && !v6, recvPort: recvPort, closed: closed, ns: ns,
 		socks:  make(map[uint16]*gsoSocket),
+		budget: gsoSocketBudget(), idleEvict: gsoIdleEvict, idleClose: gsoIdleClose,
+		epoch:  time.Now(),
 		icrcs:  make([][roce.ICRCLen]byte, batch*roce.GSOSegments),
 		counts: make([]int, batch),
 	}
 	g.w.init(batch)
+	g.lru.prev, g.lru.next = &g.lru, &g.lru
 	return g, nil
 }
 
+// begin starts a write: it reads the clock once for the write's runs and
+// closes the sockets unused for idleClose.
+func (g *gsoSender) begin() {
+	g.now = time.Since(g.epoch)
+	for s := g.lru.prev; s != &g.lru && g.now-s.usedAt >= g.idleClose; s = g.lru.prev {
+		g.drop(s)
+	}
+}
+
 // wants says a run of n datagrams from sport should go through its UDP
-// socket: it has one, or one is cheap to open (room without eviction, or
-// a run long enough to pay for one).
+// socket: it has one, or one is cheap to open (the budget has room, or
+// the run is long enough to pay for one and a socket has been idle long
+// enough to give way).
 func (g *gsoSender) wants(sport uint16, n int) bool {
 	if n < minGSORun {
 		return false
@@ -127,16 +190,27 @@ func (g *gsoSender) wants(sport uint16, n int) bool {
 	if s, ok := g.socks[sport]; ok {
 		return s != nil
 	}
-	return len(g.socks) < maxGSOSockets || n >= evictGSORun
+	return g.budget.left.Load() > 0 || n >= evictGSORun && g.idle() != nil
+}
+
+// idle is the least recently used socket if it has been unused for
+// idleEvict, else nil.
+func (g *gsoSender) idle() *gsoSocket {
+	if s := g.lru.prev; s != &g.lru && g.now-s.usedAt >= g.idleEvict {
+		return s
+	}
+	return nil
 }
 
 // socket returns the UDP socket bound to sport, opening it on first use,
-// or nil when the port cannot be bound (its datagrams go raw).
+// or nil when the port cannot be bound or no socket can be had (its
+// datagrams go raw).
 func (g *gsoSender) socket(sport uint16) (*gsoSocket, error) {
-	g.tick++
 	if s, ok := g.socks[sport]; ok {
 		if s != nil {
-			s.used = g.tick
+			s.usedAt = g.now
+			g.unlink(s)
+			g.push(s)
 		}
 		return s, nil
 	}
@@ -144,10 +218,20 @@ func (g *gsoSender) socket(sport uint16) (*gsoSocket, error) {
 		g.socks[sport] = nil
 		return nil, nil
 	}
-	if len(g.socks) >= maxGSOSockets {
-		g.evict()
+	if !g.budget.take() {
+		s := g.idle()
+		if s == nil {
+			return nil, nil // the budget went to another conn meanwhile
+		}
+		g.drop(s)
+		if !g.budget.take() {
+			return nil, nil
+		}
 	}
 	fd, err := g.open(sport)
+	if err != nil {
+		g.budget.give()
+	}
 	switch {
 	case errors.Is(err, unix.EADDRINUSE) || errors.Is(err, unix.EACCES):
 		// Another socket holds the port without SO_REUSEPORT.
@@ -156,28 +240,33 @@ func (g *gsoSender) socket(sport uint16) (*gsoSocket, error) {
 	case err != nil:
 		return nil, err
 	}
-	s := &gsoSocket{pollFD: pollFD{fd: fd, closed: g.closed}, used: g.tick}
+	s := &gsoSocket{pollFD: pollFD{fd: fd, closed: g.closed}, port: sport, usedAt: g.now}
 	g.socks[sport] = s
+	g.push(s)
 	return s, nil
 }
 
-// evict closes the least recently used socket.
-func (g *gsoSender) evict() {
-	var oldest uint16
-	var at uint64 = 1<<64 - 1
-	for p, s := range g.socks {
-		u := uint64(0) // an unbindable port is forgotten first
-		if s != nil {
-			u = s.used
-		}
-		if u < at {
-			oldest, at = p, u
-		}
-	}
-	if s := g.socks[oldest]; s != nil {
-		unix.Close(s.fd)
-	}
-	delete(g.socks, oldest)
+// push puts s at the list's head.
+func (g *gsoSender) push(s *gsoSocket) {
+	s.prev, s.next = &g.lru, g.lru.next
+	g.lru.next.prev = s
+	g.lru.next = s
+	g.nopen++
+}
+
+// unlink takes s out of the list.
+func (g *gsoSender) unlink(s *gsoSocket) {
+	s.prev.next, s.next.prev = s.next, s.prev
+	s.prev, s.next = nil, nil
+	g.nopen--
+}
+
+// drop closes s and forgets its port.
+func (g *gsoSender) drop(s *gsoSocket) {
+	g.unlink(s)
+	unix.Close(s.fd)
+	delete(g.socks, s.port)
+	g.budget.give()
 }
 
 // netnsRef is a network namespace: an open fd of it and its identity.
@@ -318,12 +407,10 @@ func (g *gsoSender) openHere(sport uint16) (int, error) {
 
 // closeSockets closes every socket.
 func (g *gsoSender) closeSockets() {
-	for p, s := range g.socks {
-		if s != nil {
-			unix.Close(s.fd)
-		}
-		delete(g.socks, p)
+	for s := g.lru.next; s != &g.lru; s = g.lru.next {
+		g.drop(s)
 	}
+	clear(g.socks)
 }
 
 // close releases the sockets and the namespace.

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -273,24 +274,25 @@ func TestEntropyGSO(t *testing.T) {
 	}
 }
 
-// TestGSOManyPorts: past maxGSOSockets source ports, a short run of a port
-// without a socket goes raw with its neighbours instead of closing one
-// socket and opening another (some eight system calls for two datagrams,
-// paid by nearly every run of thousands of flows); a long run still gets
-// a socket. Every datagram arrives.
+// TestGSOManyPorts: once the process's socket budget is spent, a run of
+// a port without a socket goes raw with its neighbours instead of closing
+// one socket and opening another (some eight system calls, paid by nearly
+// every run of thousands of flows taking turns); a long run gets the
+// socket of a port idle for gsoIdleEvict; sockets unused for gsoIdleClose
+// are closed and their budget given back. Every datagram arrives.
 func TestGSOManyPorts(t *testing.T) {
 	a, b := entropyPair(t, newTestNetns(t, 0))
-	const ports = maxGSOSockets + 44
-	// Runs of two datagrams, one port after another, twice over.
-	for round := range 2 {
-		msgs := mkMsgs(2*ports, b.LocalAddr(), 200, func(int) uint8 { return 0 })
-		for i := range msgs {
-			msgs[i].SrcPort = uint16(0xC000 + i/2)
-		}
+	g := a.c.gso
+	const budget, ports = 64, 64 + 44
+	g.budget = &gsoBudget{}
+	g.budget.left.Store(budget)
+	g.idleEvict, g.idleClose = time.Hour, time.Hour
+	send := func(what string, msgs []Message) {
+		t.Helper()
 		for i := 0; i < len(msgs); i += 64 {
 			batch := msgs[i:min(i+64, len(msgs))]
 			if n, err := a.WriteBatch(batch); n != len(batch) || err != nil {
-				t.Fatalf("round %d: WriteBatch = %d, %v", round, n, err)
+				t.Fatalf("%s: WriteBatch = %d, %v", what, n, err)
 			}
 			// Read as we go: the receive buffer holds a few hundred.
 			got := readN(t, b, len(batch), 2048)
@@ -303,28 +305,55 @@ func TestGSOManyPorts(t *testing.T) {
 			}
 			for k, n := range want {
 				if n != 0 {
-					t.Fatalf("round %d: datagram (port, payload) %.20s… sent and received %+d times apart", round, k, n)
+					t.Fatalf("%s: datagram (port, payload) %.20s… sent and received %+d times apart", what, k, n)
 				}
 			}
 		}
 	}
-	st := a.Stats()
-	// The first maxGSOSockets ports got sockets, in both rounds; the rest
-	// went raw.
-	if want := uint64(2 * maxGSOSockets); st.GSOSends != want || st.GSODatagrams != 2*want {
-		t.Errorf("%d GSO sends of %d datagrams, want %d of %d", st.GSOSends, st.GSODatagrams, want, 2*want)
+	// Runs of evictGSORun datagrams, one port after another, twice over:
+	// long enough to pay for a socket, but none is idle.
+	for round := range 2 {
+		msgs := mkMsgs(evictGSORun*ports, b.LocalAddr(), 200, func(int) uint8 { return 0 })
+		for i := range msgs {
+			msgs[i].SrcPort = uint16(0xC000 + i/evictGSORun)
+		}
+		send(fmt.Sprintf("round %d", round), msgs)
 	}
-	// A run long enough to pay for a socket gets one.
+	st := a.Stats()
+	// The first budget ports got sockets, in both rounds; the rest went
+	// raw.
+	if want := uint64(2 * budget); st.GSOSends != want || st.GSODatagrams != evictGSORun*want {
+		t.Errorf("%d GSO sends of %d datagrams, want %d of %d", st.GSOSends, st.GSODatagrams, want, evictGSORun*want)
+	}
+	if g.nopen != budget || g.budget.left.Load() != 0 {
+		t.Errorf("%d sockets open, %d left in the budget: want %d and 0", g.nopen, g.budget.left.Load(), budget)
+	}
+	// Once a socket has been idle for idleEvict, a long run of a new port
+	// takes its place; a short one still goes raw.
+	g.idleEvict = 0
+	short := mkMsgs(evictGSORun-1, b.LocalAddr(), 200, func(int) uint8 { return 0 })
+	for i := range short {
+		short[i].SrcPort = 0xE001
+	}
+	send("short run", short)
 	long := mkMsgs(evictGSORun, b.LocalAddr(), 200, func(int) uint8 { return 0 })
 	for i := range long {
 		long[i].SrcPort = 0xE000
 	}
-	if n, err := a.WriteBatch(long); n != len(long) || err != nil {
-		t.Fatalf("long run: WriteBatch = %d, %v", n, err)
+	send("long run", long)
+	st2 := a.Stats()
+	if st2.GSOSends != st.GSOSends+1 {
+		t.Errorf("a short and a long run from new ports: %d GSO sends, want 1", st2.GSOSends-st.GSOSends)
 	}
-	readN(t, b, len(long), 2048)
-	if st2 := a.Stats(); st2.GSOSends != st.GSOSends+1 {
-		t.Errorf("a run of %d from a new port: %d GSO sends, want 1", evictGSORun, st2.GSOSends-st.GSOSends)
+	if _, ok := g.socks[0xC000]; ok || g.socks[0xE000] == nil || g.nopen != budget {
+		t.Errorf("the least recently used port's socket should have given way to the long run's (%d open)", g.nopen)
+	}
+	// Sockets unused for idleClose are closed at the next write, whose
+	// short run then finds room in the budget.
+	g.idleClose = 0
+	send("after idle", short)
+	if g.nopen != 1 || g.budget.left.Load() != budget-1 || g.socks[0xE001] == nil || len(g.socks) != 1 {
+		t.Errorf("after idleClose: %d open, %d in the budget, %d ports known: want only the short run's socket, %d left", g.nopen, g.budget.left.Load(), len(g.socks), budget-1)
 	}
 }
 

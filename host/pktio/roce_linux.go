@@ -286,6 +286,7 @@ func (c *RoCEConn) WriteBatch(msgs []Message) (int, error) {
 	if c.gso == nil || c.gso.off != nil {
 		return writeBatches(msgs, c.batch, c.prepareWrite, c.sendPrepared, &c.sendErrors)
 	}
+	c.gso.begin()
 	sent := 0
 	gsoRun := func(msgs []Message) int {
 		if run := c.sourcePortRun(msgs); c.gso.wants(c.srcPort(&msgs[0]), run) {
