@@ -45,6 +45,12 @@ type childResult struct {
 	ConnDatagrams uint64 `json:"conn_datagrams"`
 	GSODatagrams  uint64 `json:"gso_datagrams"`
 	GSOSends      uint64 `json:"gso_sends"`
+	// ConnReceived is what the conn received: ACKs, NAKs, CNPs.
+	ConnReceived uint64 `json:"conn_received"`
+	// SteadyCPUSeconds and SteadyTxPackets: from every flow set up to the
+	// flows' time up (steadyWindow), when the child measured it.
+	SteadyCPUSeconds float64 `json:"steady_cpu_seconds,omitempty"`
+	SteadyTxPackets  uint64  `json:"steady_tx_packets,omitempty"`
 	// CPU of this process over RunClient (getrusage RUSAGE_SELF deltas).
 	UserSeconds float64 `json:"user_seconds"`
 	SysSeconds  float64 `json:"sys_seconds"`
@@ -142,7 +148,16 @@ func roceChild(args []string) int {
 		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
 		t0 := time.Now()
 		setup := make(chan time.Duration, 1)
-		cfg.OnAgent = func(a *agent.Agent) { go watchSetup(ctx, a, *qps, t0, setup) }
+		var ag *agent.Agent
+		cfg.OnAgent = func(a *agent.Agent) { ag = a; go watchSetup(ctx, a, *qps, t0, setup) }
+		// A gate open from the start: its OnReady comes once every QP is
+		// connected, as the data starts.
+		var steady steadyWindow
+		gate := make(chan struct{})
+		close(gate)
+		cfg.StartGate = gate
+		cfg.OnReady = func() { steady.start(ag.Counters().TxPackets) }
+		cfg.OnFinished = func() { steady.end(ag.Counters().TxPackets) }
 		rep, err := perf.RunClient(ctx, cfg)
 		wall := time.Since(t0)
 		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
@@ -163,7 +178,9 @@ func roceChild(args []string) int {
 			res.ToolCPUPct = e.CPU.HostTotal
 			u := e.Counters.ClientUDP
 			res.ConnDatagrams, res.GSODatagrams, res.GSOSends = u.DatagramsSent, u.GSODatagrams, u.GSOSends
+			res.ConnReceived = u.DatagramsReceived
 		}
+		steady.fill(&res)
 		if err != nil {
 			res.Error = err.Error()
 		} else if rep == nil {
@@ -192,6 +209,45 @@ func watchSetup(ctx context.Context, a *agent.Agent, n int, t0 time.Time, done c
 		}
 	}
 }
+
+// steadyWindow is a client child's CPU and data packets from the moment
+// every flow is set up to the moment the flows' time is up: the cost of a
+// packet with N flows active, which the scale rows judge. The whole run
+// adds the side channel's setup and teardown of N flows (a tenth of a
+// 5-s run's CPU at 10,000 QPs), a cost per flow that the setup column
+// times.
+type steadyWindow struct {
+	ru0, ru1       unix.Rusage
+	pkts0, pkts1   uint64
+	started, ended bool
+}
+
+func (w *steadyWindow) start(pkts uint64) {
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &w.ru0)
+	w.pkts0, w.started = pkts, true
+}
+
+func (w *steadyWindow) end(pkts uint64) {
+	if !w.started || w.ended {
+		return
+	}
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &w.ru1)
+	w.pkts1, w.ended = pkts, true
+}
+
+// fill puts the window in res, if it was measured.
+func (w *steadyWindow) fill(res *childResult) {
+	if !w.ended || w.pkts1 <= w.pkts0 {
+		return
+	}
+	res.SteadyCPUSeconds = cpuSeconds(&w.ru1) - cpuSeconds(&w.ru0)
+	res.SteadyTxPackets = w.pkts1 - w.pkts0
+}
+
+// cpuSeconds is a rusage's user and system time.
+func cpuSeconds(ru *unix.Rusage) float64 { return seconds(ru.Utime) + seconds(ru.Stime) }
+
+func seconds(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
 // peakRSS is this process's VmHWM, 0 if unknown.
 func peakRSS() uint64 {
@@ -325,9 +381,8 @@ func startProfile(path string) (stop func(), err error) {
 // emit fills in the CPU seconds between ru0 and ru1 and the wall time,
 // prints res as the child's one JSON line and returns its exit status.
 func (res *childResult) emit(ru0, ru1 *unix.Rusage, wall time.Duration) int {
-	tv := func(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	res.UserSeconds = tv(ru1.Utime) - tv(ru0.Utime)
-	res.SysSeconds = tv(ru1.Stime) - tv(ru0.Stime)
+	res.UserSeconds = seconds(ru1.Utime) - seconds(ru0.Utime)
+	res.SysSeconds = seconds(ru1.Stime) - seconds(ru0.Stime)
 	res.WallSeconds = wall.Seconds()
 	_ = json.NewEncoder(os.Stdout).Encode(res)
 	if res.Error != "" {

@@ -66,10 +66,24 @@ type ScaleRow struct {
 	GoodputBps       float64 `json:"goodput_bps"`
 	TxPackets        uint64  `json:"tx_packets"`
 	Retransmits      uint64  `json:"retransmits"`
-	// NsPerPacket is the client's CPU (user+sys) per data packet sent,
-	// Ratio that over the first row's.
-	NsPerPacket float64 `json:"client_cpu_ns_per_packet"`
-	Ratio       float64 `json:"ratio,omitempty"`
+	// NsPerPacket is the client's CPU (user+sys) per data packet sent
+	// from every flow set up to the flows' time up (steadyWindow), Ratio
+	// that over the first row's; RunNsPerPacket the same over the
+	// client's whole run, its setup and teardown of N flows included.
+	NsPerPacket    float64 `json:"client_cpu_ns_per_packet"`
+	RunNsPerPacket float64 `json:"client_cpu_ns_per_packet_whole_run"`
+	// GSOPct is the share of the client's datagrams that left in UDP GSO
+	// sends; RxPerPacket the datagrams it received (ACKs, NAKs, CNPs) per
+	// data packet: the two costs that grow with the flows' number.
+	GSOPct          float64 `json:"gso_datagrams_pct"`
+	SegmentsPerSend float64 `json:"segments_per_gso_send,omitempty"`
+	RxPerPacket     float64 `json:"received_per_packet"`
+	// NsPerDatagram is the CPU per datagram the client handled, sent or
+	// received, DatagramRatio that over the first row's: the engine's
+	// cost with the protocol's ACKs per packet taken out.
+	NsPerDatagram float64 `json:"client_cpu_ns_per_datagram"`
+	DatagramRatio float64 `json:"datagram_ratio,omitempty"`
+	Ratio         float64 `json:"ratio,omitempty"`
 	// Over the runs (ScaleReport.Runs): the row is the run of the median
 	// CPU per packet, Ratio the median of the runs' ratios (each against
 	// its own run's one-flow row), RatioMin and RatioMax their spread,
@@ -246,9 +260,7 @@ func uetScaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scale
 	}
 	row.SetupSeconds, row.ClientRSSBytes, row.ServerRSSBytes = res.SetupSeconds, res.PeakRSSBytes, st["peak_rss_bytes"]
 	row.GoodputBps, row.TxPackets, row.Retransmits = res.GoodputBps, res.TxPackets, res.Retransmits
-	if res.TxPackets > 0 {
-		row.NsPerPacket = (res.UserSeconds + res.SysSeconds) * 1e9 / float64(res.TxPackets)
-	}
+	row.fillCosts(res)
 	return row, nil
 }
 
@@ -294,10 +306,27 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 	}
 	row.ServerRSSBytes = sr.PeakRSSBytes
 	row.GoodputBps, row.TxPackets, row.Retransmits = res.GoodputBps, res.TxPackets, res.Retransmits
-	if res.TxPackets > 0 {
-		row.NsPerPacket = (res.UserSeconds + res.SysSeconds) * 1e9 / float64(res.TxPackets)
-	}
+	row.fillCosts(res)
 	return row, nil
+}
+
+// fillCosts fills the client's costs per data packet from its result.
+func (row *ScaleRow) fillCosts(res childResult) {
+	if res.TxPackets > 0 {
+		row.RunNsPerPacket = (res.UserSeconds + res.SysSeconds) * 1e9 / float64(res.TxPackets)
+		row.NsPerPacket = row.RunNsPerPacket
+		if res.SteadyTxPackets > 0 {
+			row.NsPerPacket = res.SteadyCPUSeconds * 1e9 / float64(res.SteadyTxPackets)
+		}
+		row.RxPerPacket = float64(res.ConnReceived) / float64(res.TxPackets)
+		row.NsPerDatagram = row.NsPerPacket / (1 + row.RxPerPacket)
+	}
+	if res.ConnDatagrams > 0 {
+		row.GSOPct = 100 * float64(res.GSODatagrams) / float64(res.ConnDatagrams)
+	}
+	if res.GSOSends > 0 {
+		row.SegmentsPerSend = float64(res.GSODatagrams) / float64(res.GSOSends)
+	}
 }
 
 // judgeScale fills the per-QP memory and the ratios against the first
@@ -320,6 +349,9 @@ func judgeScale(rows []ScaleRow) {
 		if ref.NsPerPacket > 0 {
 			row.Ratio = row.NsPerPacket / ref.NsPerPacket
 		}
+		if ref.NsPerDatagram > 0 {
+			row.DatagramRatio = row.NsPerDatagram / ref.NsPerDatagram
+		}
 		row.Verdict = "ok"
 		if row.Ratio > scaleGoal {
 			row.Verdict = "above"
@@ -338,15 +370,19 @@ func (r *ScaleReport) write(w io.Writer) {
 		r.writeRows(w, r.UETRows, "PDCs", "PDC")
 	}
 	fmt.Fprintln(w, "setup: from the client's start until its agent (endpoint) held every QP (PDC); RSS: each process's peak resident memory (VmHWM);")
-	fmt.Fprintln(w, "/QP: memory over the first row's, per extra QP (PDC); goodput in Mbit/s; ns/pkt: the client process's CPU (user+sys,")
-	fmt.Fprintln(w, "getrusage) per data packet sent; the row is the run of the median ns/pkt; ratio: the median of the runs' ratios, each over its")
-	fmt.Fprintln(w, "own run's one-flow row, and their least-most.")
+	fmt.Fprintln(w, "/QP: memory over the first row's, per extra QP (PDC); goodput in Mbit/s; GSO: the client's datagrams sent in UDP GSO sends,")
+	fmt.Fprintln(w, "and their segments per send; rx/pkt: datagrams it received (ACKs, NAKs, CNPs) per data packet; ns/dgram: its CPU per datagram")
+	fmt.Fprintln(w, "sent or received, and that over the first row's (the engine's cost, the protocol's ACKs per packet taken out; not the goal);")
+	fmt.Fprintln(w, "run ns/pkt: the client process's CPU (user+sys, getrusage) per data packet over its whole run, the side channel's setup and")
+	fmt.Fprintln(w, "teardown of N flows included; cli ns/pkt: the same from every flow set up to the flows' time up (N flows active: the goal's);")
+	fmt.Fprintln(w, "the row is the run of the median ns/pkt; ratio: the median of the runs' ratios, each over its own run's one-flow row, and")
+	fmt.Fprintln(w, "their least-most.")
 }
 
 // writeRows prints one table of rows, each counting what (QPs, PDCs).
 func (r *ScaleReport) writeRows(w io.Writer, rows []ScaleRow, what, one string) {
-	fmt.Fprintf(w, "%8s  %9s  %12s  %12s  %10s  %10s  %10s  %12s  %7s  %11s  %s\n",
-		what, "setup", "client RSS", "server RSS", "cli /"+one, "srv /"+one, "goodput", "cli ns/pkt", "ratio", "spread", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one "+one+"'s)")
+	fmt.Fprintf(w, "%8s  %9s  %12s  %12s  %10s  %10s  %10s  %11s  %6s  %14s  %10s  %10s  %7s  %11s  %s\n",
+		what, "setup", "client RSS", "server RSS", "cli /"+one, "srv /"+one, "goodput", "GSO", "rx/pkt", "ns/dgram", "run ns/pkt", "cli ns/pkt", "ratio", "spread", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one "+one+"'s)")
 	for _, row := range rows {
 		if row.Error != "" {
 			fmt.Fprintf(w, "%8d  failed: %s\n", row.QPs, row.Error)
@@ -368,8 +404,16 @@ func (r *ScaleReport) writeRows(w io.Writer, rows []ScaleRow, what, one string) 
 			return fmt.Sprintf("%.1f KiB", v/1024)
 		}
 		mib := func(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-		fmt.Fprintf(w, "%8d  %8.2fs  %12s  %12s  %10s  %10s  %9.0fM  %12.0f  %7s  %11s  %s\n",
+		gso := fmt.Sprintf("%.0f%%", row.GSOPct)
+		if row.SegmentsPerSend > 0 {
+			gso += fmt.Sprintf(" x%.1f", row.SegmentsPerSend)
+		}
+		dgram := fmt.Sprintf("%.0f", row.NsPerDatagram)
+		if row.DatagramRatio > 0 {
+			dgram += fmt.Sprintf(" %.2fx", row.DatagramRatio)
+		}
+		fmt.Fprintf(w, "%8d  %8.2fs  %12s  %12s  %10s  %10s  %9.0fM  %11s  %6.2f  %14s  %10.0f  %10.0f  %7s  %11s  %s\n",
 			row.QPs, row.SetupSeconds, mib(row.ClientRSSBytes), mib(row.ServerRSSBytes),
-			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, row.NsPerPacket, ratio, spread, verdict)
+			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, gso, row.RxPerPacket, dgram, row.RunNsPerPacket, row.NsPerPacket, ratio, spread, verdict)
 	}
 }

@@ -138,16 +138,23 @@ func uetChild(args []string) int {
 			senders = append(senders, s)
 		}
 		res.SetupSeconds = time.Since(t0).Seconds()
+		var steady steadyWindow
 		if res.Error == "" {
 			t1 := time.Now()
 			var acked0 uint64
 			for _, s := range senders {
 				acked0 += s.Counters().BytesAcked
 			}
+			dataPackets := func() uint64 {
+				c := ep.Counters()
+				return c.TxPackets - c.ProbesSent - c.ClosesSent
+			}
+			steady.start(dataPackets())
 			select {
 			case <-time.After(time.Duration(*seconds) * time.Second):
 			case <-ctx.Done():
 			}
+			steady.end(dataPackets())
 			var acked uint64
 			for _, s := range senders {
 				acked += s.Counters().BytesAcked
@@ -180,6 +187,8 @@ func uetChild(args []string) int {
 		res.Retransmits = c1.Retransmits - c0.Retransmits
 		u := conn.Stats()
 		res.ConnDatagrams, res.GSODatagrams, res.GSOSends = u.DatagramsSent, u.GSODatagrams, u.GSOSends
+		res.ConnReceived = u.DatagramsReceived
+		steady.fill(&res)
 		return res.emit(&ru0, &ru1, wall)
 	}
 	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", uetChildArg, *mode)
