@@ -199,8 +199,10 @@ static __always_inline __u32 random_u32(void)
 /* log2_u64 is floor(log2(v)) (0 for 0) without a branch: each step's bit
  * ((v >> k) + 2^k - 1) >> k is 1 iff v >> k is not 0 (v < 2^2k there), and
  * the step shifts by k times it. The branching form split the verifier's
- * state six ways at every call, and port_enqueue's paths multiplied it. */
-static __always_inline __u32 log2_u64(__u64 v)
+ * state six ways at every call, and port_enqueue's paths multiplied it.
+ * A global function: the verifier checks it once, not at each of the
+ * hundreds of states that reach a call. */
+__attribute__((noinline)) int log2_u64(__u64 v)
 {
 	__u64 r = 0, s;
 
@@ -215,7 +217,7 @@ static __always_inline __u32 log2_u64(__u64 v)
 
 static __always_inline __u32 time_bucket(__u64 ns)
 {
-	__u32 b = log2_u64(ns);
+	__u32 b = (__u32)log2_u64(ns);
 
 	return b < SOJOURN_BUCKETS ? b : SOJOURN_BUCKETS - 1;
 }

@@ -296,7 +296,7 @@ type PortPpfcWorkBuf struct {
 
 type PortTrimSum struct {
 	_ structs.HostLayout
-	W [731]uint16
+	W [732]uint16
 }
 
 type PortWanCnpBuf struct {
