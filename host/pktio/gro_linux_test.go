@@ -4,8 +4,11 @@ package pktio
 
 import (
 	"bytes"
+	"errors"
+	"net"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/safchain/ethtool"
 	"golang.org/x/sys/unix"
@@ -147,4 +150,39 @@ func TestUDPGRORead(t *testing.T) {
 	if st.DatagramsReceived != 4 || st.BytesReceived != 280 || st.GROReads != 1 || st.GROSegments != 3 || st.Truncated != 1 {
 		t.Errorf("stats %+v: want 4 datagrams, 280 bytes stored, 1 GRO read of 3, 1 truncated", st)
 	}
+}
+
+// TestUDPGROClose: a GRO conn's buffers are its own mapping, unmapped at
+// Close: a read blocked in them ends with net.ErrClosed, and so does every
+// read after, never a touch of the unmapped pages; Close twice is safe.
+func TestUDPGROClose(t *testing.T) {
+	ns := newTestNetns(t, 0)
+	srv := ns.listen(t, families[0].server, UDPOptions{GRO: true})
+	if srv.gro == nil || len(srv.gro.area) != srv.batch*groBufBytes {
+		t.Fatalf("GRO area %d bytes, want %d", len(srv.gro.area), srv.batch*groBufBytes)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := srv.ReadBatch(readMsgs(4, 200))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the read blocks in recvmmsg
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("blocked read: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read blocked at Close did not end")
+	}
+	if srv.gro.area != nil || srv.gro.bufs != nil {
+		t.Error("the GRO buffers are still mapped after Close")
+	}
+	if _, err := srv.ReadBatch(readMsgs(4, 200)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("read after Close: %v, want net.ErrClosed", err)
+	}
+	_ = srv.Close()
 }

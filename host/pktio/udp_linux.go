@@ -143,9 +143,40 @@ var _ Conn = (*UDPConn)(nil)
 // groState holds what one UDP_GRO recvmmsg read and ReadBatch has not yet
 // handed out: the read's buffers and its datagrams, split, in order.
 type groState struct {
-	bufs [][]byte // BatchSize buffers of groBufBytes
+	// area holds bufs: memory of its own (mmap), not Go's heap, so that
+	// its pages are resident only once a read has filled them. From Go's
+	// heap a conn's 4 MiB came back zeroed, every page touched, as soon
+	// as a closed conn's area was reused: a lab of 448 flows, each with
+	// its conns, peaked at 861 MB.
+	area []byte
+	bufs [][]byte // BatchSize buffers of groBufBytes, in area
 	segs []groSeg // the datagrams of the last read
 	next int      // segs[next:] are not handed out yet
+}
+
+// newGROState maps the buffers of batch coalesced reads.
+func newGROState(batch int) (*groState, error) {
+	area, err := unix.Mmap(-1, 0, batch*groBufBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("pktio: map %d GRO buffers: %w", batch, err)
+	}
+	g := &groState{area: area, bufs: make([][]byte, batch), segs: make([]groSeg, 0, batch)}
+	for i := range g.bufs {
+		g.bufs[i] = area[i*groBufBytes : (i+1)*groBufBytes : (i+1)*groBufBytes]
+	}
+	return g, nil
+}
+
+// release unmaps the buffers; the caller holds the read lock, so no read
+// is in them, and the conn is closed, so none will be.
+func (g *groState) release() {
+	if g.area == nil {
+		return
+	}
+	clear(g.segs[:cap(g.segs)])
+	g.segs, g.next, g.bufs = g.segs[:0], 0, nil
+	_ = unix.Munmap(g.area)
+	g.area = nil
 }
 
 // groSeg is one datagram of a coalesced read.
@@ -272,14 +303,10 @@ func ListenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 	c.r.init(batch)
 	c.w.init(batch)
 	if opts.GRO {
-		g := &groState{bufs: make([][]byte, batch), segs: make([]groSeg, 0, batch)}
-		// One allocation: pages are touched (resident) only as far as
-		// datagrams fill each buffer.
-		area := make([]byte, batch*groBufBytes)
-		for i := range g.bufs {
-			g.bufs[i] = area[i*groBufBytes : (i+1)*groBufBytes : (i+1)*groBufBytes]
+		if c.gro, err = newGROState(batch); err != nil {
+			uc.Close()
+			return nil, err
 		}
-		c.gro = g
 	}
 	return c, nil
 }
@@ -487,6 +514,9 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 // Precondition: rmu is held; len(msgs) >= 1.
 func (c *UDPConn) readGRO(msgs []Message) (int, error) {
 	g := c.gro
+	if g.area == nil {
+		return 0, net.ErrClosed
+	}
 	if g.next == len(g.segs) {
 		if err := c.fillGRO(); err != nil {
 			return 0, err
@@ -741,7 +771,16 @@ func (c *UDPConn) destination(i int) netip.AddrPort {
 func (c *UDPConn) LocalAddr() netip.AddrPort { return c.local }
 
 // Close closes the socket and unblocks a pending ReadBatch (net.ErrClosed).
-func (c *UDPConn) Close() error { return c.conn.Close() }
+func (c *UDPConn) Close() error {
+	err := c.conn.Close()
+	if c.gro != nil {
+		// A read in progress ends with the socket; then the buffers go.
+		c.rmu.Lock()
+		c.gro.release()
+		c.rmu.Unlock()
+	}
+	return err
+}
 
 // SetReadDeadline makes a blocked or future ReadBatch fail with
 // os.ErrDeadlineExceeded once t passes; the zero t means no deadline.
