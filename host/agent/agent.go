@@ -89,7 +89,7 @@ type Config struct {
 	// (engine.Config.HostQueue; host/linkq). Optional: not bounded.
 	HostQueue engine.HostQueue
 	// BatchSize is the most packets per send/receive system call.
-	// Optional: 0 means 64.
+	// Optional: 0 means engine.DefaultBatchSize(PortRate).
 	BatchSize int
 	// PortRate is the NIC's line rate, shared by all QPs: whatever their
 	// Rc, together they never send faster (wire bytes, as the pacer
@@ -223,7 +223,7 @@ func newAgent(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: Config.Conn is required")
 	}
 	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 64
+		cfg.BatchSize = engine.DefaultBatchSize(cfg.PortRate)
 	}
 	if cfg.BatchSize < 1 || cfg.BatchSize > engine.MaxBatchSize {
 		return nil, fmt.Errorf("agent: batch size %d: must be 1..%d", cfg.BatchSize, engine.MaxBatchSize)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/npbpf"
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
@@ -121,6 +122,14 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		}
 	}()
 	var err error
+	if cfg.Port.BatchSize == 0 {
+		// The conn's batches are the agent's: its receive buffers
+		// (64 KiB each with GRO) as few as its engine's.
+		cfg.Port.BatchSize = cfg.Agent.BatchSize
+		if cfg.Port.BatchSize == 0 {
+			cfg.Port.BatchSize = engine.DefaultBatchSize(cfg.Agent.PortRate)
+		}
+	}
 	if h.Conn, err = pktio.ListenRoCE(ap, cfg.Port); err != nil {
 		return nil, &PortError{Addr: ap, Err: err}
 	}

@@ -33,7 +33,8 @@ type Config struct {
 	// HostQueue bounds the host queue in front of the switch port
 	// (engine.Config.HostQueue; host/linkq). Optional: not bounded.
 	HostQueue engine.HostQueue
-	// BatchSize: packets per system call. Optional: 64.
+	// BatchSize: packets per system call. Optional: 0 means
+	// engine.DefaultBatchSize(LinkRate).
 	BatchSize int
 	// LinkRate is the line rate: the engine's port limiter and NSCC's
 	// BDP. Optional: 1 Gbit/s.
@@ -143,7 +144,6 @@ const (
 // DefaultConfig returns the defaults, Conn unset.
 func DefaultConfig() Config {
 	return Config{
-		BatchSize:    64,
 		LinkRate:     units.Gbit,
 		MTU:          4096,
 		BaseRTT:      100 * time.Microsecond,
@@ -161,11 +161,11 @@ func DefaultConfig() Config {
 // withDefaults fills the zero fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.BatchSize == 0 {
-		c.BatchSize = d.BatchSize
-	}
 	if c.LinkRate == 0 {
 		c.LinkRate = d.LinkRate
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = engine.DefaultBatchSize(c.LinkRate)
 	}
 	if c.MTU == 0 {
 		c.MTU = d.MTU

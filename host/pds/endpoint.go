@@ -104,6 +104,10 @@ func Open(addr netip.AddrPort, opts pktio.RoCEOptions, cfg Config) (*Endpoint, e
 	if addr.Port() == 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), uet.Port)
 	}
+	if opts.BatchSize == 0 {
+		// The conn's batches are the engine's (Config.BatchSize).
+		opts.BatchSize = cfg.withDefaults().BatchSize
+	}
 	conn, err := pktio.ListenEntropy(addr, opts)
 	if err != nil {
 		return nil, &PortError{Addr: addr, Err: err}
