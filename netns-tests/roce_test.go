@@ -274,7 +274,7 @@ func newRoCEAgent(t *testing.T, n *lab.Node, held *hostlost.Log, change func(*ag
 	if err := n.Do(func() error {
 		devs, err := npbpf.LocalDevices(netip.Addr{})
 		if err == nil {
-			rp, err = rpbpf.Attach(netns.None(), devs)
+			rp, err = rpbpf.Attach(netns.None(), devs, rpbpf.LoadOptions{})
 		}
 		return err
 	}); err != nil {

@@ -50,6 +50,11 @@ type HostConfig struct {
 	// Ethernet devices that carry Addr (all of them for an unspecified
 	// address).
 	Devices []string
+	// RPQPs is how many QPs the kernel RP holds at once
+	// (rpbpf.LoadOptions.QPs and, one pair a QP at most, Pairs): its
+	// slots are resident in this process. Optional: 0 means rpbpf.MaxQPs
+	// and rpbpf.MaxPairs (3 MiB).
+	RPQPs int
 	// Agent is the agent's configuration; OpenHost sets its Conn and
 	// offloads. Its Logger also logs a kernel role that fell back.
 	Agent Config
@@ -145,7 +150,8 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	}
 	if cfg.RP != OffloadAgent {
 		rp, err := attachRole(cfg.RP, "rp", ap.Addr(), cfg.Devices, log, func(devs []string) (*rpbpf.RP, error) {
-			return rpbpf.Attach(netns.None(), devs)
+			// A QP has one (local, peer) pair: no more pairs than QPs.
+			return rpbpf.Attach(netns.None(), devs, rpbpf.LoadOptions{QPs: cfg.RPQPs, Pairs: cfg.RPQPs})
 		})
 		if err != nil {
 			return nil, err

@@ -30,14 +30,15 @@ type RP struct {
 
 var _ Offload = (*RP)(nil)
 
-// Attach loads the program and attaches it first in the TCX ingress chain
-// of each of devs in namespace ns (netns.None() for the calling thread's).
-// It passes every packet on. On error nothing stays attached.
-func Attach(ns netns.NsHandle, devs []string) (*RP, error) {
+// Attach loads the program with opts and attaches it first in the TCX
+// ingress chain of each of devs in namespace ns (netns.None() for the
+// calling thread's). It passes every packet on. On error nothing stays
+// attached.
+func Attach(ns netns.NsHandle, devs []string, opts LoadOptions) (*RP, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("rpbpf: attach: no device")
 	}
-	objs, err := Load(LoadOptions{})
+	objs, err := Load(opts)
 	if err != nil {
 		return nil, err
 	}

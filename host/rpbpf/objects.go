@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,26 @@ type LoadOptions struct {
 	// TestHooks makes the program read the clock from SetClock, for
 	// BPF_PROG_RUN tests. Never set it on a device.
 	TestHooks bool
+	// QPs is how many QPs the Objects serve at once, rounded up to a
+	// page of slots (32), at most MaxQPs; 0 means MaxQPs. The slots are
+	// kernel memory mapped into this process, resident in full: MaxQPs'
+	// are 2 MiB, and a lab whose every flow's host loaded them peaked at
+	// 3 MiB a flow.
+	QPs int
+	// Pairs is how many (local, peer) pairs take PPFC notifications,
+	// rounded up to a page of slots (16), at most MaxPairs; 0 means
+	// MaxPairs (1 MiB).
+	Pairs int
+}
+
+// slotsFor is n rounded up to a whole page of slots of size bytes, at
+// most max; 0 means max.
+func slotsFor(n, size, most int) int {
+	if n <= 0 || n >= most {
+		return most
+	}
+	perPage := os.Getpagesize() / size
+	return min(most, (n+perPage-1)/perPage*perPage)
 }
 
 // Objects are the loaded program and maps, attached to nothing, with the
@@ -31,10 +52,12 @@ type LoadOptions struct {
 type Objects struct {
 	objs bpf.RpObjects
 
-	mu    sync.RWMutex // Close against the counters' reads of mem and ppfcMem
-	mem   []byte       // rp_cnps, MaxQPs slots
-	slots map[uint32]qpSlots
-	free  []uint32 // slot indexes, lowest last
+	mu  sync.RWMutex // Close against the counters' reads of mem and ppfcMem
+	mem []byte       // rp_cnps, maxQPs slots
+	// maxQPs and maxPairs are the slots loaded (LoadOptions).
+	maxQPs, maxPairs int
+	slots            map[uint32]qpSlots
+	free             []uint32 // slot indexes, lowest last
 	// PPFC: rp_ppfc mapped, a slot per (local, peer) pair held by the
 	// QPs that send on it.
 	ppfcMem  []byte
@@ -68,7 +91,12 @@ func Load(opts LoadOptions) (*Objects, error) {
 			return nil, fmt.Errorf("rpbpf: set test_hooks: %w", err)
 		}
 	}
-	o := &Objects{slots: make(map[uint32]qpSlots), pairs: make(map[bpf.RpRpPpfcKey]*pairSlot)}
+	qps, pairs := slotsFor(opts.QPs, slotBytes, MaxQPs), slotsFor(opts.Pairs, ppfcSlotBytes, MaxPairs)
+	spec.Maps[bpf.RpMapRpQps].MaxEntries = uint32(qps)
+	spec.Maps[bpf.RpMapRpCnps].MaxEntries = uint32(qps)
+	spec.Maps[bpf.RpMapRpPpfcPeers].MaxEntries = uint32(pairs)
+	spec.Maps[bpf.RpMapRpPpfc].MaxEntries = uint32(pairs)
+	o := &Objects{slots: make(map[uint32]qpSlots), pairs: make(map[bpf.RpRpPpfcKey]*pairSlot), maxQPs: qps, maxPairs: pairs}
 	if err := spec.LoadAndAssign(&o.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -76,21 +104,21 @@ func Load(opts LoadOptions) (*Objects, error) {
 		}
 		return nil, fmt.Errorf("rpbpf: load program: %w", err)
 	}
-	o.mem, err = unix.Mmap(o.objs.RpCnps.FD(), 0, MaxQPs*slotBytes, unix.PROT_READ, unix.MAP_SHARED)
+	o.mem, err = unix.Mmap(o.objs.RpCnps.FD(), 0, qps*slotBytes, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		_ = o.objs.Close()
 		return nil, fmt.Errorf("rpbpf: mmap rp_cnps: %w", err)
 	}
-	o.ppfcMem, err = unix.Mmap(o.objs.RpPpfc.FD(), 0, MaxPairs*ppfcSlotBytes, unix.PROT_READ, unix.MAP_SHARED)
+	o.ppfcMem, err = unix.Mmap(o.objs.RpPpfc.FD(), 0, pairs*ppfcSlotBytes, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		_ = unix.Munmap(o.mem)
 		_ = o.objs.Close()
 		return nil, fmt.Errorf("rpbpf: mmap rp_ppfc: %w", err)
 	}
-	for i := MaxQPs - 1; i >= 0; i-- {
+	for i := qps - 1; i >= 0; i-- {
 		o.free = append(o.free, uint32(i))
 	}
-	for i := MaxPairs - 1; i >= 0; i-- {
+	for i := pairs - 1; i >= 0; i-- {
 		o.freePair = append(o.freePair, uint32(i))
 	}
 	return o, nil
@@ -110,7 +138,7 @@ func (o *Objects) AddQP(c QPContext) (CNPCounter, error) {
 	slot := prev.slot
 	if !again {
 		if len(o.free) == 0 {
-			return nil, fmt.Errorf("rpbpf: qp %#x: all %d slots in use", c.QPN, MaxQPs)
+			return nil, fmt.Errorf("rpbpf: qp %#x: all %d slots in use (LoadOptions.QPs)", c.QPN, o.maxQPs)
 		}
 		slot = o.free[len(o.free)-1]
 	}
@@ -144,7 +172,7 @@ func (o *Objects) holdPairLocked(key bpf.RpRpPpfcKey) (*pairSlot, error) {
 		return ps, nil
 	}
 	if len(o.freePair) == 0 {
-		return nil, fmt.Errorf("all %d PPFC pair slots in use", MaxPairs)
+		return nil, fmt.Errorf("all %d PPFC pair slots in use (LoadOptions.Pairs)", o.maxPairs)
 	}
 	ps := &pairSlot{slot: o.freePair[len(o.freePair)-1], refs: 1}
 	if err := o.objs.RpPpfcPeers.Put(&key, ps.slot); err != nil {

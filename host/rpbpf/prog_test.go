@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -493,5 +494,46 @@ func TestPPFCRingOverrun(t *testing.T) {
 		if gone := i < 3; ok == gone || (ok && (e.PSN != uint32(i) || e.AtNs != 100*(i+1))) {
 			t.Errorf("event %d: %+v %v", i, e, ok)
 		}
+	}
+}
+
+// TestSizedSlots: LoadOptions.QPs sizes the slots to a page of them (32):
+// the 32nd QP is counted in its slot like the first, the 33rd is refused
+// with the option named, and a removed QP's slot serves the next.
+func TestSizedSlots(t *testing.T) {
+	labtest.RequireRoot(t)
+	o, err := Load(LoadOptions{TestHooks: true, QPs: 3, Pairs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if len(o.mem) != 32*slotBytes || len(o.ppfcMem) != 16*ppfcSlotBytes {
+		t.Fatalf("mapped %d and %d bytes of slots, want %d and %d", len(o.mem), len(o.ppfcMem), 32*slotBytes, 16*ppfcSlotBytes)
+	}
+	var last CNPCounter
+	for i := range 32 {
+		if last, err = o.AddQP(QPContext{QPN: uint32(0x100 + i), Local: addrSender, Peer: addrRecv}); err != nil {
+			t.Fatalf("QP %d of 32: %v", i+1, err)
+		}
+	}
+	run(t, o, 7, cnp(t, addrRecv, addrSender, 0x100+31))
+	if got := last.Counted(); got != 1 {
+		t.Errorf("the 32nd QP counted %d CNPs, want 1", got)
+	}
+	_, err = o.AddQP(QPContext{QPN: 0x200, Local: addrSender, Peer: addrRecv})
+	if err == nil || !strings.Contains(err.Error(), "all 32 slots in use (LoadOptions.QPs)") {
+		t.Errorf("the 33rd QP: %v, want all 32 slots in use", err)
+	}
+	if err := o.RemoveQP(0x100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.AddQP(QPContext{QPN: 0x200, Local: addrSender, Peer: addrRecv}); err != nil {
+		t.Errorf("a QP after one was removed: %v", err)
+	}
+	if got := slotsFor(0, slotBytes, MaxQPs); got != MaxQPs {
+		t.Errorf("slotsFor(0) = %d, want MaxQPs", got)
+	}
+	if got := slotsFor(MaxQPs+1, slotBytes, MaxQPs); got != MaxQPs {
+		t.Errorf("slotsFor(MaxQPs+1) = %d, want MaxQPs", got)
 	}
 }
