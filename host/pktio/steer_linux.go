@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -97,10 +99,6 @@ func joinSteering(fd int) (_ *steering, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("SO_NETNS_COOKIE (Linux 5.14 or later): %w", err)
 	}
-	spec, err := bpf.LoadReuseport()
-	if err != nil {
-		return nil, err
-	}
 	s := &steering{}
 	defer func() {
 		if err != nil {
@@ -110,32 +108,13 @@ func joinSteering(fd int) (_ *steering, err error) {
 	if err := s.find(cookie); err != nil {
 		return nil, err
 	}
-	found := s.owner != nil
-	var opts ebpf.CollectionOptions
-	if found {
-		opts.MapReplacements = map[string]*ebpf.Map{
-			bpf.ReuseportMapRocev2Socks:      s.socks,
-			bpf.ReuseportMapRocev2Stats:      s.stats,
-			bpf.ReuseportMapRocev2Owner:      s.owner,
-			bpf.ReuseportMapRocev2PpfcSrc:    s.ppfcSrc,
-			bpf.ReuseportMapRocev2PpfcFilter: s.ppfcFilter,
-		}
+	if s.owner != nil {
+		// The maps' own program, if an earlier conn of this process
+		// loaded it.
+		s.prog = s.knownProgram(cookie)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
-	if err != nil {
-		return nil, fmt.Errorf("load the steering program: %w", err)
-	}
-	s.prog = coll.DetachProgram(bpf.ReuseportProgRocev2Steer)
-	if !found {
-		s.socks = coll.DetachMap(bpf.ReuseportMapRocev2Socks)
-		s.stats = coll.DetachMap(bpf.ReuseportMapRocev2Stats)
-		s.owner = coll.DetachMap(bpf.ReuseportMapRocev2Owner)
-		s.ppfcSrc = coll.DetachMap(bpf.ReuseportMapRocev2PpfcSrc)
-		s.ppfcFilter = coll.DetachMap(bpf.ReuseportMapRocev2PpfcFilter)
-	}
-	coll.Close()
-	if !found {
-		if err := s.publish(cookie); err != nil {
+	if s.prog == nil {
+		if err := s.load(cookie); err != nil {
 			return nil, err
 		}
 	}
@@ -163,6 +142,46 @@ func joinSteering(fd int) (_ *steering, err error) {
 	return nil, fmt.Errorf("all %d QPN blocks of this network namespace are taken (one per agent)", SteerSlots)
 }
 
+// load loads the steering program on the maps find found, or on new
+// ones that it publishes as the namespace's.
+func (s *steering) load(cookie uint64) error {
+	found := s.owner != nil
+	var opts ebpf.CollectionOptions
+	if found {
+		opts.MapReplacements = map[string]*ebpf.Map{
+			bpf.ReuseportMapRocev2Socks:      s.socks,
+			bpf.ReuseportMapRocev2Stats:      s.stats,
+			bpf.ReuseportMapRocev2Owner:      s.owner,
+			bpf.ReuseportMapRocev2PpfcSrc:    s.ppfcSrc,
+			bpf.ReuseportMapRocev2PpfcFilter: s.ppfcFilter,
+		}
+	}
+	spec, err := bpf.LoadReuseport()
+	if err != nil {
+		return err
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		return fmt.Errorf("load the steering program: %w", err)
+	}
+	s.prog = coll.DetachProgram(bpf.ReuseportProgRocev2Steer)
+	if !found {
+		s.socks = coll.DetachMap(bpf.ReuseportMapRocev2Socks)
+		s.stats = coll.DetachMap(bpf.ReuseportMapRocev2Stats)
+		s.owner = coll.DetachMap(bpf.ReuseportMapRocev2Owner)
+		s.ppfcSrc = coll.DetachMap(bpf.ReuseportMapRocev2PpfcSrc)
+		s.ppfcFilter = coll.DetachMap(bpf.ReuseportMapRocev2PpfcFilter)
+	}
+	coll.Close()
+	if !found {
+		if err := s.publish(cookie); err != nil {
+			return err
+		}
+	}
+	rememberProgram(cookie, s.owner, s.prog)
+	return nil
+}
+
 // lockSteering binds the namespace's abstract lock socket, waiting while
 // another conn holds it.
 func lockSteering() (unlock func(), err error) {
@@ -184,9 +203,38 @@ func lockSteering() (unlock func(), err error) {
 	}
 }
 
+// steerOwners remembers, per namespace cookie, the ID of the owner map
+// this process last found or made there: a later conn of the process
+// looks at that map first. Walking every map of the kernel (a lab's ports
+// hold hundreds), each read through its fdinfo, took half the CPU of a lab
+// that set up hundreds of flows. An ID only names: the map it resolves to
+// is checked as a walk's would be, and a freed one sends the conn back to
+// the walk.
+var steerOwners struct {
+	sync.Mutex
+	ids map[uint64]steerIDs
+}
+
+// steerIDs are a namespace's owner map and steering program, as this
+// process last found or made them (0: not known).
+type steerIDs struct {
+	owner ebpf.MapID
+	prog  ebpf.ProgramID
+}
+
 // find looks for the steering maps of the namespace with this cookie
 // among the kernel's maps, and keeps them if found.
 func (s *steering) find(cookie uint64) error {
+	steerOwners.Lock()
+	known, ok := steerOwners.ids[cookie]
+	steerOwners.Unlock()
+	if ok && known.owner != 0 {
+		if m, err := ebpf.NewMapFromID(known.owner); err == nil {
+			if found, err := s.adopt(m, cookie); found || err != nil {
+				return err
+			}
+		}
+	}
 	var id ebpf.MapID
 	for {
 		next, err := ebpf.MapGetNextID(id)
@@ -201,50 +249,131 @@ func (s *steering) find(cookie uint64) error {
 		if err != nil {
 			continue // freed meanwhile
 		}
-		info, err := m.Info()
-		if err != nil || info.Name != bpf.ReuseportMapRocev2Owner || info.Type != ebpf.Array {
-			m.Close()
-			continue
+		if found, err := s.adopt(m, cookie); found || err != nil {
+			return err
 		}
-		var o bpf.ReuseportSteerOwner
-		if err := m.Lookup(uint32(0), &o); err != nil || o.NetnsCookie != cookie {
-			m.Close()
-			continue
-		}
-		if o.Version != steerVersion {
-			m.Close()
-			return fmt.Errorf("the agents of this network namespace steer with layout %d, this one with %d: stop them first", o.Version, steerVersion)
-		}
-		socks, err1 := ebpf.NewMapFromID(ebpf.MapID(o.SocksId))
-		stats, err2 := ebpf.NewMapFromID(ebpf.MapID(o.StatsId))
-		src, err3 := ebpf.NewMapFromID(ebpf.MapID(o.PpfcSrcId))
-		filter, err4 := ebpf.NewMapFromID(ebpf.MapID(o.PpfcFilterId))
-		if err := errors.Join(err1, err2, err3, err4); err != nil {
-			// Their last holder is gone: the namespace has no agent left.
-			for _, x := range []*ebpf.Map{m, socks, stats, src, filter} {
-				if x != nil {
-					x.Close()
-				}
+	}
+}
+
+// adopt keeps m and the maps it names if m is the owner map of the
+// namespace with this cookie and they are all there; else it closes m.
+func (s *steering) adopt(m *ebpf.Map, cookie uint64) (found bool, err error) {
+	info, err := m.Info()
+	if err != nil || info.Name != bpf.ReuseportMapRocev2Owner || info.Type != ebpf.Array {
+		m.Close()
+		return false, nil
+	}
+	var o bpf.ReuseportSteerOwner
+	if err := m.Lookup(uint32(0), &o); err != nil || o.NetnsCookie != cookie {
+		m.Close()
+		return false, nil
+	}
+	if o.Version != steerVersion {
+		m.Close()
+		return false, fmt.Errorf("the agents of this network namespace steer with layout %d, this one with %d: stop them first", o.Version, steerVersion)
+	}
+	socks, err1 := ebpf.NewMapFromID(ebpf.MapID(o.SocksId))
+	stats, err2 := ebpf.NewMapFromID(ebpf.MapID(o.StatsId))
+	src, err3 := ebpf.NewMapFromID(ebpf.MapID(o.PpfcSrcId))
+	filter, err4 := ebpf.NewMapFromID(ebpf.MapID(o.PpfcFilterId))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		// Their last holder is gone: the namespace has no agent left.
+		for _, x := range []*ebpf.Map{m, socks, stats, src, filter} {
+			if x != nil {
+				x.Close()
 			}
-			continue
 		}
-		s.owner, s.socks, s.stats, s.ppfcSrc, s.ppfcFilter = m, socks, stats, src, filter
+		return false, nil
+	}
+	s.owner, s.socks, s.stats, s.ppfcSrc, s.ppfcFilter = m, socks, stats, src, filter
+	rememberOwner(cookie, m)
+	return true, nil
+}
+
+// rememberOwner records owner as the namespace's owner map (steerOwners).
+func rememberOwner(cookie uint64, owner *ebpf.Map) {
+	id, err := mapID(owner)
+	if err != nil {
+		return
+	}
+	steerOwners.Lock()
+	defer steerOwners.Unlock()
+	if steerOwners.ids == nil {
+		steerOwners.ids = make(map[uint64]steerIDs)
+	}
+	if steerOwners.ids[cookie].owner != id {
+		steerOwners.ids[cookie] = steerIDs{owner: id}
+	}
+}
+
+// rememberProgram records prog as the steering program of the namespace
+// whose owner map is owner (steerOwners).
+func rememberProgram(cookie uint64, owner *ebpf.Map, prog *ebpf.Program) {
+	oid, err := mapID(owner)
+	if err != nil {
+		return
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return
+	}
+	pid, ok := info.ID()
+	if !ok {
+		return
+	}
+	steerOwners.Lock()
+	defer steerOwners.Unlock()
+	if steerOwners.ids == nil {
+		steerOwners.ids = make(map[uint64]steerIDs)
+	}
+	steerOwners.ids[cookie] = steerIDs{owner: oid, prog: pid}
+}
+
+// knownProgram is the namespace's steering program this process loaded
+// before, if it is still there and steers to s.socks; else nil. Loading
+// the program again for every conn (the verifier) was a quarter of the
+// CPU of a lab that set up hundreds of flows.
+func (s *steering) knownProgram(cookie uint64) *ebpf.Program {
+	steerOwners.Lock()
+	known := steerOwners.ids[cookie]
+	steerOwners.Unlock()
+	oid, err1 := mapID(s.owner)
+	sid, err2 := mapID(s.socks)
+	if known.prog == 0 || err1 != nil || err2 != nil || known.owner != oid {
 		return nil
 	}
+	p, err := ebpf.NewProgramFromID(known.prog)
+	if err != nil {
+		return nil
+	}
+	info, err := p.Info()
+	if err == nil && info.Name == bpf.ReuseportProgRocev2Steer {
+		if ids, ok := info.MapIDs(); ok && slices.Contains(ids, sid) {
+			return p
+		}
+	}
+	p.Close()
+	return nil
+}
+
+// mapID is m's kernel ID.
+func mapID(m *ebpf.Map) (ebpf.MapID, error) {
+	info, err := m.Info()
+	if err != nil {
+		return 0, err
+	}
+	id, ok := info.ID()
+	if !ok {
+		return 0, errors.New("no map ID")
+	}
+	return id, nil
 }
 
 // publish records the namespace and the map IDs in the owner map.
 func (s *steering) publish(cookie uint64) error {
 	id := func(m *ebpf.Map) (uint32, error) {
-		info, err := m.Info()
-		if err != nil {
-			return 0, err
-		}
-		mid, ok := info.ID()
-		if !ok {
-			return 0, errors.New("no map ID")
-		}
-		return uint32(mid), nil
+		mid, err := mapID(m)
+		return uint32(mid), err
 	}
 	socksID, err1 := id(s.socks)
 	statsID, err2 := id(s.stats)
