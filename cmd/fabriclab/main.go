@@ -1,6 +1,6 @@
 // Command fabriclab runs a lab described in one file (host/labfile):
 //
-//	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE]
+//	fabriclab run LAB.yaml [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE] [-memprofile FILE]
 //	fabriclab demo [roce|uet|tcp] [-print] [run's flags]
 //	fabriclab check LAB.yaml [-variant V] [run's flags] | -result DIR/result.json | LAB.yaml -daemons NODE=ADDR,...
 //	fabriclab validate LAB.yaml
@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -34,7 +35,7 @@ import (
 )
 
 const usage = `usage:
-  fabriclab run LAB.yaml [-cm FILE.cm] [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE]
+  fabriclab run LAB.yaml [-cm FILE.cm] [-t DUR] [-timescale K] [-htsim DIR] [-o DIR] [-runs N] [-variants A,B] [-json] [-v] [-cpuprofile FILE] [-memprofile FILE]
       build the lab in network namespaces, run its flows, print a live view
       every report interval and a summary, write result.json and plots to
       DIR, and tear everything down (also on error and Ctrl-C). A file with
@@ -77,6 +78,9 @@ const usage = `usage:
                write a CPU profile of the run (go tool pprof): the lab's
                hosts run in this process, so it shows where the host-lost
                time goes
+      -memprofile FILE
+               write a heap profile once the run is over (go tool pprof;
+               -sample_index=alloc_space: what the run allocated)
   fabriclab demo [roce|uet|tcp] [-print] [-t DUR] [-timescale K] [-o DIR] [-json] [-v]
       the demo: run one of the lab files built into fabriclab, as run runs
       a file. roce (the default, demo.yaml): three RoCEv2 senders join one
@@ -405,6 +409,7 @@ type runFlags struct {
 	timescale *float64
 	htsimDir  *string
 	cpuProf   *string
+	memProf   *string
 }
 
 func addRunFlags(fs *flag.FlagSet) *runFlags {
@@ -418,6 +423,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 		timescale: fs.Float64("timescale", 0, "run the fabric `K` times slower"),
 		htsimDir:  fs.String("htsim", os.Getenv(htsim.EnvDir), "htsim's build `DIR`"),
 		cpuProf:   fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`"),
+		memProf:   fs.String("memprofile", "", "write a heap profile at the run's end to `FILE`"),
 	}
 }
 
@@ -503,6 +509,22 @@ func (rf *runFlags) run(cmd string, f *labfile.File, stdout, stderr io.Writer) i
 		}
 		defer pf.Close()
 		defer pprof.StopCPUProfile()
+	}
+	if *rf.memProf != "" {
+		// Written once the run is over, its lab torn down: what the
+		// run's flows left behind, and (alloc_space) what they took.
+		mf, err := os.Create(*rf.memProf)
+		if err != nil {
+			fmt.Fprintf(stderr, "fabriclab %s: -memprofile: %v\n", cmd, err)
+			return 2
+		}
+		defer func() {
+			runtime.GC()
+			if err := pprof.WriteHeapProfile(mf); err != nil {
+				fmt.Fprintf(stderr, "fabriclab %s: -memprofile: %v\n", cmd, err)
+			}
+			mf.Close()
+		}()
 	}
 	ctx, cancel, interrupt := lab.CatchInterrupts(context.Background(), "fabriclab", "tearing the lab down", stderr)
 	defer interrupt.Stop()
