@@ -738,3 +738,46 @@ func TestEntropyRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestRoCESteeringRemembered: a second conn of a namespace joins the maps
+// and the program the first one made, by the IDs the process remembers
+// (no walk over the kernel's maps, no second load); once every conn is
+// closed those IDs are stale, and the next conn makes the steering anew
+// and is steered its datagrams.
+func TestRoCESteeringRemembered(t *testing.T) {
+	ns := newTestNetns(t, 0)
+	a := ns.listenRoCE(t, "0.0.0.0", RoCEOptions{})
+	b := ns.listenRoCE(t, "0.0.0.0", RoCEOptions{})
+	ida, err1 := mapID(a.steer.owner)
+	idb, err2 := mapID(b.steer.owner)
+	pa, _ := a.steer.prog.Info()
+	pb, _ := b.steer.prog.Info()
+	pida, _ := pa.ID()
+	pidb, _ := pb.ID()
+	if err1 != nil || err2 != nil || ida != idb || pida != pidb {
+		t.Fatalf("owner maps %d, %d (%v, %v), programs %d, %d: want one of each", ida, idb, err1, err2, pida, pidb)
+	}
+	a.Close()
+	b.Close()
+	c := ns.listenRoCE(t, "0.0.0.0", RoCEOptions{})
+	idc, err := mapID(c.steer.owner)
+	if err != nil || idc == ida {
+		t.Fatalf("after every conn closed: owner map %d (%v), want a new one (not %d)", idc, err, ida)
+	}
+	var tx *UDPConn
+	if err := ns.do(func() (err error) {
+		tx, err = ListenUDP(mustAddrPort(testAddr4B+":0"), UDPOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	msgs := mkRoCEMsgs(5, mustAddrPort(testAddr4A+":4791"), 200, c)
+	for k := range msgs {
+		msgs[k].SrcPort = 0
+	}
+	if _, err := tx.WriteBatch(msgs); err != nil {
+		t.Fatal(err)
+	}
+	checkRoundTrip(t, msgs, readN(t, c, len(msgs), 2048), tx.LocalAddr())
+}
