@@ -189,14 +189,7 @@ func TestRoCESteering(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A plain UDP socket sends: the steering does not care who sends.
-	var tx *UDPConn
-	if err := ns.do(func() (err error) {
-		tx, err = ListenUDP(mustAddrPort(testAddr4B+":0"), UDPOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
+	tx := plainSender(t, ns)
 	dst := mustAddrPort(testAddr4A + ":4791")
 	for range 2 {
 		for i, c := range conns {
@@ -275,14 +268,7 @@ func TestRoCESteeringPPFC(t *testing.T) {
 	if slotOf(v6) != 0 || slotOf(conns[0]) != 1 || slotOf(conns[1]) != 2 || slotOf(conns[2]) != 3 {
 		t.Fatalf("slots %d (ipv6), %d, %d, %d: want 0, 1, 2, 3", slotOf(v6), slotOf(conns[0]), slotOf(conns[1]), slotOf(conns[2]))
 	}
-	var tx *UDPConn
-	if err := ns.do(func() (err error) {
-		tx, err = ListenUDP(mustAddrPort(testAddr4B+":0"), UDPOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
+	tx := plainSender(t, ns)
 	dst := mustAddrPort(testAddr4A + ":4791")
 	ppfc := make([]byte, roce.PPFCLen)
 	p := roce.PPFC{Dest: netip.MustParseAddr(testAddr4B), Action: roce.PPFCStop, Pause: time.Millisecond}
@@ -764,14 +750,7 @@ func TestRoCESteeringRemembered(t *testing.T) {
 	if err != nil || idc == ida {
 		t.Fatalf("after every conn closed: owner map %d (%v), want a new one (not %d)", idc, err, ida)
 	}
-	var tx *UDPConn
-	if err := ns.do(func() (err error) {
-		tx, err = ListenUDP(mustAddrPort(testAddr4B+":0"), UDPOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
+	tx := plainSender(t, ns)
 	msgs := mkRoCEMsgs(5, mustAddrPort(testAddr4A+":4791"), 200, c)
 	for k := range msgs {
 		msgs[k].SrcPort = 0
@@ -780,4 +759,19 @@ func TestRoCESteeringRemembered(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRoundTrip(t, msgs, readN(t, c, len(msgs), 2048), tx.LocalAddr())
+}
+
+// plainSender is a plain UDP socket on testAddr4B in ns, closed at the
+// test's end: the steering does not care who sends.
+func plainSender(t *testing.T, ns *testNetns) *UDPConn {
+	t.Helper()
+	var tx *UDPConn
+	if err := ns.do(func() (err error) {
+		tx, err = ListenUDP(mustAddrPort(testAddr4B+":0"), UDPOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Close() })
+	return tx
 }
