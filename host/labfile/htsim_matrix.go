@@ -98,8 +98,8 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 			why = fmt.Sprintf("flow %s has %d streams; htsim runs one per connection", fl.Name, cl.QPs)
 		case cl.UETCC != first.Client.UETCC || cl.LB != first.Client.LB:
 			why = fmt.Sprintf("flows %s and %s differ in cc or lb; htsim runs one of each", first.Flow.Name, fl.Name)
-		case fp.PathMTU != first.PathMTU:
-			why = fmt.Sprintf("flows %s and %s differ in path MTU (%d, %d); htsim has one", first.Flow.Name, fl.Name, first.PathMTU, fp.PathMTU)
+		case cl.MTU != first.Client.MTU:
+			why = fmt.Sprintf("flows %s and %s send packets of different sizes (mtu %d, %d); htsim has one", first.Flow.Name, fl.Name, first.Client.MTU, cl.MTU)
 		case cl.LineRate != 0 && cl.LineRate != fb.HostRate:
 			why = fmt.Sprintf("flow %s sends at %s, not its host's %s; htsim's hosts send at their link's rate", fl.Name, cl.LineRate, fb.HostRate)
 		}
@@ -145,7 +145,10 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 	}
 	s = htsim.MatrixScenario{
 		Matrix: m, HostOf: hostOf,
-		MTUBytes:   first.PathMTU,
+		// The flows' packets, not their paths' MTU: a UET flow sends
+		// 4096-byte packets on a 9000-byte path unless it says mtu, and
+		// htsim's store-and-forward and credit grants go by its packet.
+		MTUBytes:   first.Client.MTU,
 		LimitBytes: cc.LimitBytes, TrimBytes: cc.TrimBytes,
 		CC: first.Client.UETCC, LB: first.Client.LB, Seed: int(f.Seed),
 	}

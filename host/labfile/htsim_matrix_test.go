@@ -36,7 +36,8 @@ func uetRing(t *testing.T, flow string) *File {
 // htsim_uec's leaf-spine at the fabric's written rates (its timescale
 // aside), with the port class its flows use (the default port: 2 MiB,
 // WRED 50–1000 KiB at max_p 0.1, slope-matched), its matrix's nodes on
-// the same hosts, and a note for what does not map.
+// the same hosts, its flows' packet size (UET's 4096 bytes on the 9000-byte
+// path), and a note for what does not map.
 func TestHtsimMatrixScenario(t *testing.T) {
 	for _, cc := range []pds.CCMode{pds.CCNSCC, pds.CCRCCC, pds.CCBoth} {
 		f := uetRing(t, "flow: {transport: uet, cc: "+cc.String()+", verify: true}")
@@ -45,7 +46,7 @@ func TestHtsimMatrixScenario(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantFabric := htsim.LeafSpine{Hosts: 8, Leaves: 2, Spines: 2, HostRate: 50 * units.Mbit, SpineRate: 100 * units.Mbit}
-		if s.Fabric != wantFabric || s.MTUBytes != 9000 || s.CC != cc || len(s.Matrix.Conns) != 120 {
+		if s.Fabric != wantFabric || s.MTUBytes != 4096 || s.CC != cc || len(s.Matrix.Conns) != 120 {
 			t.Errorf("%s: fabric %+v, mtu %d, cc %s, %d conns", cc, s.Fabric, s.MTUBytes, s.CC, len(s.Matrix.Conns))
 		}
 		// max_p 0.1: htsim's max at 50 KiB + 950 KiB / 0.1, capped at the
@@ -65,6 +66,31 @@ func TestHtsimMatrixScenario(t *testing.T) {
 		}
 		if _, err := htsim.NewMatrixPlan(s); err != nil {
 			t.Errorf("%s: %v", cc, err)
+		}
+	}
+}
+
+// TestHtsimMatrixMTU: htsim sends the lab flows' packets, not the path's
+// MTU: a flow's mtu is htsim's -mtu (less its 14-byte Ethernet header).
+func TestHtsimMatrixMTU(t *testing.T) {
+	for _, c := range []struct {
+		flow string
+		mtu  int
+	}{
+		{"flow: {transport: uet, cc: rccc, verify: true}", 4096},
+		{"flow: {transport: uet, cc: rccc, mtu: 9000, verify: true}", 9000},
+		{"flow: {transport: uet, cc: rccc, mtu: 2048, verify: true}", 2048},
+	} {
+		s, _, err := uetRing(t, c.flow).HtsimMatrixScenario("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := htsim.NewMatrixPlan(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.MTUBytes != c.mtu || p.WireMTUBytes != c.mtu+14 {
+			t.Errorf("%s: mtu %d, htsim's -mtu %d; want %d, %d", c.flow, s.MTUBytes, p.WireMTUBytes, c.mtu, c.mtu+14)
 		}
 	}
 }
