@@ -190,7 +190,9 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		notes = append(notes, "ACKs: an ACK per packet (-sack_threshold one packet), as the lab's target ACKs every receive batch; htsim's default coalesces 16 KiB")
 	}
 	if s.CC == pds.CCRCCC || s.CC == pds.CCBoth {
-		notes = append(notes, "RCCC: htsim turns ECN off on the leaves' ports toward the hosts; the lab's ports mark in every mode")
+		notes = append(notes, "RCCC: htsim turns ECN off on the leaves' ports toward the hosts; the lab's ports mark in every mode",
+			// Found with an htsim instrumented for the purpose (docs/collectives.md).
+			"RCCC's slow pulls: htsim's pull pacer queues a sink whose target is met in its idle list again while it is still there (UecPullPacer::doNextEvent), so it sends that sink slow pulls over and over; each holds the pacer for a grant's time (4 MSS) and the sender drops their credit above MaxWnd (half of all credit granted in the 8-host ring all-reduce). The lab's pacer keeps a source in one queue (host/rccc): htsim is the slower wherever a receiver's flows often have their targets met (docs/collectives.md: 6-16 % of an 8-host ring all-reduce's or all-to-all's completion)")
 	}
 	hp, err := htsim.NewMatrixPlan(s)
 	if err != nil {
