@@ -24,10 +24,9 @@ type LoadOptions struct {
 	// BPF_PROG_RUN tests. Never set it on a device.
 	TestHooks bool
 	// QPs is how many QPs the Objects serve at once, rounded up to a
-	// page of slots (32), at most MaxQPs; 0 means MaxQPs. The slots are
-	// kernel memory mapped into this process, resident in full: MaxQPs'
-	// are 2 MiB, and a lab whose every flow's host loaded them peaked at
-	// 3 MiB a flow.
+	// page of slots (32), at most MaxQPs; 0 means MaxQPs (2 MiB of
+	// kernel memory). The process maps the slots a window at a time as
+	// QPs take them (windowPages): only the windows in use are resident.
 	QPs int
 	// Pairs is how many (local, peer) pairs take PPFC notifications,
 	// rounded up to a page of slots (16), at most MaxPairs; 0 means
@@ -46,21 +45,21 @@ func slotsFor(n, size, most int) int {
 }
 
 // Objects are the loaded program and maps, attached to nothing, with the
-// slots array mapped read-only into this process. They implement Offload;
+// slots arrays mapped read-only into this process. They implement Offload;
 // with LoadOptions.TestHooks, tests run the program with BPF_PROG_RUN.
 // Methods are safe for concurrent use.
 type Objects struct {
 	objs bpf.RpObjects
 
-	mu  sync.RWMutex // Close against the counters' reads of mem and ppfcMem
-	mem []byte       // rp_cnps, maxQPs slots
+	mu   sync.RWMutex // Close and new windows against the counters' reads
+	cnps slotWindows  // rp_cnps, maxQPs slots
 	// maxQPs and maxPairs are the slots loaded (LoadOptions).
 	maxQPs, maxPairs int
 	slots            map[uint32]qpSlots
 	free             []uint32 // slot indexes, lowest last
-	// PPFC: rp_ppfc mapped, a slot per (local, peer) pair held by the
-	// QPs that send on it.
-	ppfcMem  []byte
+	// PPFC: rp_ppfc, a slot per (local, peer) pair held by the QPs that
+	// send on it.
+	ppfc     slotWindows
 	pairs    map[bpf.RpRpPpfcKey]*pairSlot
 	freePair []uint32 // pair slot indexes, lowest last
 	closed   bool
@@ -104,17 +103,8 @@ func Load(opts LoadOptions) (*Objects, error) {
 		}
 		return nil, fmt.Errorf("rpbpf: load program: %w", err)
 	}
-	o.mem, err = unix.Mmap(o.objs.RpCnps.FD(), 0, qps*slotBytes, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		_ = o.objs.Close()
-		return nil, fmt.Errorf("rpbpf: mmap rp_cnps: %w", err)
-	}
-	o.ppfcMem, err = unix.Mmap(o.objs.RpPpfc.FD(), 0, pairs*ppfcSlotBytes, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		_ = unix.Munmap(o.mem)
-		_ = o.objs.Close()
-		return nil, fmt.Errorf("rpbpf: mmap rp_ppfc: %w", err)
-	}
+	o.cnps = newSlotWindows(o.objs.RpCnps, bpf.RpMapRpCnps, qps, slotBytes)
+	o.ppfc = newSlotWindows(o.objs.RpPpfc, bpf.RpMapRpPpfc, pairs, ppfcSlotBytes)
 	for i := qps - 1; i >= 0; i-- {
 		o.free = append(o.free, uint32(i))
 	}
@@ -141,6 +131,9 @@ func (o *Objects) AddQP(c QPContext) (CNPCounter, error) {
 			return nil, fmt.Errorf("rpbpf: qp %#x: all %d slots in use (LoadOptions.QPs)", c.QPN, o.maxQPs)
 		}
 		slot = o.free[len(o.free)-1]
+		if err := o.cnps.mapSlot(slot); err != nil {
+			return nil, fmt.Errorf("rpbpf: qp %#x: %w", c.QPN, err)
+		}
 	}
 	key := c.pairKey()
 	ps, err := o.holdPairLocked(key)
@@ -175,6 +168,9 @@ func (o *Objects) holdPairLocked(key bpf.RpRpPpfcKey) (*pairSlot, error) {
 		return nil, fmt.Errorf("all %d PPFC pair slots in use (LoadOptions.Pairs)", o.maxPairs)
 	}
 	ps := &pairSlot{slot: o.freePair[len(o.freePair)-1], refs: 1}
+	if err := o.ppfc.mapSlot(ps.slot); err != nil {
+		return nil, err
+	}
 	if err := o.objs.RpPpfcPeers.Put(&key, ps.slot); err != nil {
 		return nil, fmt.Errorf("add PPFC pair: %w", err)
 	}
@@ -261,16 +257,77 @@ func (o *Objects) Close() error {
 		return nil
 	}
 	o.closed = true
-	var errs []error
-	if o.mem != nil {
-		errs = append(errs, unix.Munmap(o.mem))
-		o.mem = nil
-	}
-	if o.ppfcMem != nil {
-		errs = append(errs, unix.Munmap(o.ppfcMem))
-		o.ppfcMem = nil
-	}
+	errs := []error{o.cnps.unmap(), o.ppfc.unmap()}
 	return errors.Join(append(errs, o.objs.Close())...)
+}
+
+// windowPages is how many pages of slots one mapping covers. The kernel
+// maps every page of a BPF array at mmap (remap_vmalloc_range), so a
+// mapping of all MaxQPs' slots is 2 MiB resident whatever the QPs in use;
+// windows are mapped as QPs first take a slot in them, and the lowest
+// free slot goes first, so a few QPs cost a window (64 KiB of rp_cnps).
+const windowPages = 16
+
+// slotWindows is one mmapable array's slots, mapped read-only a window at
+// a time.
+type slotWindows struct {
+	m         *ebpf.Map
+	name      string
+	slots     int // in the map
+	slotBytes int
+	perWindow int      // slots in a window
+	windows   [][]byte // nil: not mapped (or unmapped by Close)
+}
+
+func newSlotWindows(m *ebpf.Map, name string, slots, slotBytes int) slotWindows {
+	per := windowPages * os.Getpagesize() / slotBytes
+	return slotWindows{m: m, name: name, slots: slots, slotBytes: slotBytes, perWindow: per,
+		windows: make([][]byte, (slots+per-1)/per)}
+}
+
+// mapSlot maps the window that holds slot, if it is not yet. Precondition:
+// o.mu is held for writing.
+func (w *slotWindows) mapSlot(slot uint32) error {
+	i := int(slot) / w.perWindow
+	if w.windows[i] != nil {
+		return nil
+	}
+	first := i * w.perWindow
+	n := min(w.perWindow, w.slots-first)
+	mem, err := unix.Mmap(w.m.FD(), int64(first*w.slotBytes), n*w.slotBytes, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mmap %s slots %d..%d: %w", w.name, first, first+n-1, err)
+	}
+	w.windows[i] = mem
+	return nil
+}
+
+// word reads the 8-byte word w of slot atomically (the program writes
+// with atomic adds and plain 8-byte stores); 0 if its window is not
+// mapped. Precondition: o.mu is held.
+func (w *slotWindows) word(slot uint32, word int) uint64 {
+	mem := w.windows[int(slot)/w.perWindow]
+	if mem == nil {
+		return 0
+	}
+	off := int(slot)%w.perWindow*w.slotBytes + word*8
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[off])))
+}
+
+// mapped says whether slot's window is mapped. Precondition: o.mu is held.
+func (w *slotWindows) mapped(slot uint32) bool { return w.windows[int(slot)/w.perWindow] != nil }
+
+// unmap unmaps every window: words read 0 from then on. Precondition:
+// o.mu is held for writing.
+func (w *slotWindows) unmap() error {
+	var errs []error
+	for i, mem := range w.windows {
+		if mem != nil {
+			errs = append(errs, unix.Munmap(mem))
+			w.windows[i] = nil
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // counter reads one QP's slot of the mapped rp_cnps and its pair's of
@@ -300,18 +357,7 @@ func (c *counter) load(w int) uint64 {
 }
 
 // loadLocked is load with o.mu held.
-func (c *counter) loadLocked(w int) uint64 {
-	return loadWord(c.o.mem, int(c.slot)*slotBytes+w*8)
-}
-
-// loadWord reads the 8-byte word at off in mapped memory atomically; 0
-// once it is unmapped (nil).
-func loadWord(mem []byte, off int) uint64 {
-	if mem == nil {
-		return 0
-	}
-	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[off])))
-}
+func (c *counter) loadLocked(w int) uint64 { return c.o.cnps.word(c.slot, w) }
 
 func (c *counter) Counted() uint64 { return c.load(wordCounted) - c.base }
 
@@ -324,9 +370,7 @@ func (c *counter) Arrival(i uint64) (uint64, bool) {
 
 // ppfcLoadLocked reads word w of the pair's slot of rp_ppfc (as
 // loadLocked) with o.mu held.
-func (c *counter) ppfcLoadLocked(w int) uint64 {
-	return loadWord(c.o.ppfcMem, int(c.pair)*ppfcSlotBytes+w*8)
-}
+func (c *counter) ppfcLoadLocked(w int) uint64 { return c.o.ppfc.word(c.pair, w) }
 
 func (c *counter) PPFCCounted() uint64 {
 	c.o.mu.RLock()
@@ -338,7 +382,7 @@ func (c *counter) PPFCEvent(i uint64) (PPFCEvent, bool) {
 	raw := c.ppfcBase + i
 	c.o.mu.RLock()
 	defer c.o.mu.RUnlock()
-	if c.o.ppfcMem == nil {
+	if !c.o.ppfc.mapped(c.pair) {
 		return PPFCEvent{}, false
 	}
 	// The event's four words, copied before the claim check: a writer

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -507,14 +508,17 @@ func TestSizedSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	if len(o.mem) != 32*slotBytes || len(o.ppfcMem) != 16*ppfcSlotBytes {
-		t.Fatalf("mapped %d and %d bytes of slots, want %d and %d", len(o.mem), len(o.ppfcMem), 32*slotBytes, 16*ppfcSlotBytes)
-	}
 	var last CNPCounter
 	for i := range 32 {
 		if last, err = o.AddQP(QPContext{QPN: uint32(0x100 + i), Local: addrSender, Peer: addrRecv}); err != nil {
 			t.Fatalf("QP %d of 32: %v", i+1, err)
 		}
+	}
+	// One window each, as long as the map.
+	if len(o.cnps.windows) != 1 || len(o.cnps.windows[0]) != 32*slotBytes ||
+		len(o.ppfc.windows) != 1 || len(o.ppfc.windows[0]) != 16*ppfcSlotBytes {
+		t.Fatalf("mapped %d and %d windows of slots, want one of %d and one of %d bytes",
+			len(o.cnps.windows), len(o.ppfc.windows), 32*slotBytes, 16*ppfcSlotBytes)
 	}
 	run(t, o, 7, cnp(t, addrRecv, addrSender, 0x100+31))
 	if got := last.Counted(); got != 1 {
@@ -535,5 +539,59 @@ func TestSizedSlots(t *testing.T) {
 	}
 	if got := slotsFor(MaxQPs+1, slotBytes, MaxQPs); got != MaxQPs {
 		t.Errorf("slotsFor(MaxQPs+1) = %d, want MaxQPs", got)
+	}
+}
+
+// mappedBytes is what o has mapped of rp_cnps and rp_ppfc.
+func mappedBytes(o *Objects) (cnps, ppfc int) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	for _, w := range o.cnps.windows {
+		cnps += len(w)
+	}
+	for _, w := range o.ppfc.windows {
+		ppfc += len(w)
+	}
+	return cnps, ppfc
+}
+
+// TestSlotWindows: at MaxQPs, the slots are mapped a window (16 pages) at
+// a time as QPs take them: one QP maps 64 KiB of rp_cnps and 64 KiB of
+// rp_ppfc (4 KiB pages), not 3 MiB; the 513th QP maps the second window of
+// rp_cnps, and its CNPs are counted there; Close unmaps both.
+func TestSlotWindows(t *testing.T) {
+	o := loadTest(t)
+	window := windowPages * os.Getpagesize()
+	n := window/slotBytes + 1 // the first QP of the second window
+	if c, p := mappedBytes(o); c != 0 || p != 0 {
+		t.Fatalf("loaded with no QP: %d and %d bytes mapped, want 0", c, p)
+	}
+	var last CNPCounter
+	var err error
+	for i := range n {
+		if last, err = o.AddQP(QPContext{QPN: uint32(0x100 + i), Local: addrSender, Peer: addrRecv}); err != nil {
+			t.Fatalf("QP %d of %d: %v", i+1, n, err)
+		}
+		if i == 0 {
+			if c, p := mappedBytes(o); c != window || p != window {
+				t.Fatalf("one QP: %d and %d bytes mapped, want %d each", c, p, window)
+			}
+		}
+	}
+	if c, p := mappedBytes(o); c != 2*window || p != window {
+		t.Fatalf("%d QPs of one pair: %d and %d bytes mapped, want %d and %d", n, c, p, 2*window, window)
+	}
+	run(t, o, 9, cnp(t, addrRecv, addrSender, uint32(0x100+n-1)))
+	if got := last.Counted(); got != 1 {
+		t.Errorf("QP %d counted %d CNPs, want 1", n, got)
+	}
+	if ns, ok := last.Arrival(0); !ok || ns != 9 {
+		t.Errorf("QP %d's Arrival(0) = %d, %v; want 9", n, ns, ok)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c, p := mappedBytes(o); c != 0 || p != 0 {
+		t.Errorf("closed: %d and %d bytes mapped, want 0", c, p)
 	}
 }
