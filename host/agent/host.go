@@ -50,11 +50,6 @@ type HostConfig struct {
 	// Ethernet devices that carry Addr (all of them for an unspecified
 	// address).
 	Devices []string
-	// RPQPs is how many QPs the kernel RP holds at once
-	// (rpbpf.LoadOptions.QPs and, one pair a QP at most, Pairs): its
-	// slots are resident in this process. Optional: 0 means rpbpf.MaxQPs
-	// and rpbpf.MaxPairs (3 MiB).
-	RPQPs int
 	// Agent is the agent's configuration; OpenHost sets its Conn and
 	// offloads. Its Logger also logs a kernel role that fell back.
 	Agent Config
@@ -94,6 +89,9 @@ type Host struct {
 	Agent *Agent
 	Conn  *pktio.RoCEConn
 	// NP and RP are the kernel's roles; nil where the agent runs them.
+	// The RP's program is shared with the other hosts of the process on
+	// the namespace's same devices (rpbpf.Attach); its QPs are this
+	// host's.
 	NP *npbpf.Devices
 	RP *rpbpf.RP
 }
@@ -150,8 +148,9 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 	}
 	if cfg.RP != OffloadAgent {
 		rp, err := attachRole(cfg.RP, "rp", ap.Addr(), cfg.Devices, log, func(devs []string) (*rpbpf.RP, error) {
-			// A QP has one (local, peer) pair: no more pairs than QPs.
-			return rpbpf.Attach(netns.None(), devs, rpbpf.LoadOptions{QPs: cfg.RPQPs, Pairs: cfg.RPQPs})
+			// The hosts of a namespace on these devices share one RP,
+			// sized for all of them.
+			return rpbpf.Attach(netns.None(), devs, rpbpf.LoadOptions{})
 		})
 		if err != nil {
 			return nil, err

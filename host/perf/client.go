@@ -109,8 +109,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 	k := c.Timescale
 	rh, err := agent.OpenHost(agent.HostConfig{
 		Addr: netip.AddrPortFrom(laddr, udpPort), Port: pktio.RoCEOptions{SendPath: c.SendPath},
-		// Room for the QPs twice over (a slot is held until its QP goes).
-		NP: agent.OffloadAgent, RP: rp, RPQPs: 2 * max(1, c.QPs), Agent: agent.Config{Logger: c.Logger, PortRate: k.Rate(portRate), Held: c.Held, HostQueue: c.HostQueue, PPFCSources: c.PPFCSources,
+		NP: agent.OffloadAgent, RP: rp, Agent: agent.Config{Logger: c.Logger, PortRate: k.Rate(portRate), Held: c.Held, HostQueue: c.HostQueue, PPFCSources: c.PPFCSources,
 			PPFCMaxPause: c.PPFCMaxPause, PPFCWatchdog: c.PPFCWatchdog},
 	})
 	if err != nil {
