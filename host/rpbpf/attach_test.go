@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,5 +275,52 @@ func TestSharedQPsOwnCNPs(t *testing.T) {
 	}
 	if err := b.RemoveQP(qb.QPN); !errors.Is(err, ErrUnknownQP) {
 		t.Errorf("removing twice: %v, want ErrUnknownQP", err)
+	}
+}
+
+// TestAttachConcurrent: 8 hosts attaching at once from their own
+// goroutines (a lab opens its flows' hosts so) load one program, and
+// closing at once leaves none.
+func TestAttachConcurrent(t *testing.T) {
+	labtest.RequireKernel(t, tcxKernel)
+	labtest.EnterNetns(t)
+	devs := devices(t, 1)
+	ns, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	const hosts = 8
+	rps := make([]*RP, hosts)
+	errs := make([]error, hosts)
+	var wg sync.WaitGroup
+	for i := range hosts {
+		wg.Go(func() { rps[i], errs[i] = Attach(ns, devs, LoadOptions{}) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("host %d: %v", i+1, err)
+		}
+	}
+	for i, rp := range rps[1:] {
+		if rp.sh != rps[0].sh {
+			t.Errorf("host %d loaded its own program", i+2)
+		}
+	}
+	if ids := ingressPrograms(t, devs[0]); len(ids) != 1 {
+		t.Errorf("%d hosts: %s's TCX ingress runs %v, want one program", hosts, devs[0], ids)
+	}
+	for i := range hosts {
+		wg.Go(func() { errs[i] = rps[i].Close() })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("close host %d: %v", i+1, err)
+		}
+	}
+	if ids := ingressPrograms(t, devs[0]); len(ids) != 0 {
+		t.Errorf("every host closed: %s's TCX ingress runs %v", devs[0], ids)
 	}
 }
