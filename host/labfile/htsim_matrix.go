@@ -309,6 +309,9 @@ func (h *HtsimMatrixRun) write(w io.Writer, lab *MatrixResult) {
 	pl := h.Plan
 	fmt.Fprintf(w, "  %s; %d of %d flows finished in %.2f s of wall time; %d trimmed, %d retransmits\n",
 		h.Command, h.Finished, len(h.FlowFCTRatio), h.WallS, h.Counters.NACKs, h.Counters.Retransmits)
+	if h.Counters.Pulls > 0 {
+		fmt.Fprintf(w, "  htsim's receivers sent %d pulls (RCCC credit), the lab's %d grants\n", h.Counters.Pulls, lab.creditGrants())
+	}
 	fmt.Fprintf(w, "  htsim runs %g× faster: %d Gbit/s links (bundles of %d to the spines), %d ns a link, %d-packet queues, ECN %d–%d packets\n",
 		pl.Scale, pl.LinkGbps, pl.Bundle, pl.LatencyNs, pl.QueuePackets, pl.MinThPackets, pl.MaxThPackets)
 	fmt.Fprintf(w, "  %-10s %6s  %12s %12s  %8s %8s  %7s\n", "", "flows", "lab ms", "htsim ms", "lab ×", "htsim ×", "ratio")

@@ -239,6 +239,42 @@ type MatrixResult struct {
 	// the host): before the run's clock for a flow set up ahead, else
 	// from its start to its first byte.
 	SetupS stats.Dist `json:"setup_s"`
+	// Credit is the receivers' RCCC pacers summed (nil without RCCC).
+	Credit *CreditResult `json:"credit,omitempty"`
+}
+
+// CreditResult is what the receivers' RCCC pacers granted: every grant,
+// and the slow pulls among them (credit no sender asked for, given while
+// none waited).
+type CreditResult struct {
+	Grants        uint64 `json:"grants"`
+	GrantedBytes  uint64 `json:"granted_bytes"`
+	SlowPulls     uint64 `json:"slow_pulls"`
+	SlowPullBytes uint64 `json:"slow_pull_bytes"`
+}
+
+// credit sums the UET servers' pacers; nil where none granted.
+func credit(servers []ServerResult) *CreditResult {
+	var c CreditResult
+	for _, sv := range servers {
+		if p := sv.Pacer; p != nil {
+			c.Grants += p.Grants
+			c.GrantedBytes += p.GrantedBytes
+			c.SlowPulls += p.SlowPulls
+			c.SlowPullBytes += p.SlowPullBytes
+		}
+	}
+	if c.Grants == 0 {
+		return nil
+	}
+	return &c
+}
+
+func (mr *MatrixResult) creditGrants() uint64 {
+	if mr.Credit == nil {
+		return 0
+	}
+	return mr.Credit.Grants
 }
 
 // CollectiveResult is one collective's (or the whole matrix's)
@@ -477,6 +513,7 @@ func (r *runner) matrixResult(res *Result, flows []*flowRun) *MatrixResult {
 		}
 	}
 	out.FCTRatio, out.SetupS = stats.Summarize(ratios), stats.Summarize(setups)
+	out.Credit = credit(res.Servers)
 	ideal := func(i int) (time.Duration, time.Duration) {
 		fp := flows[r.f.matrixFirst+i].plan
 		d := fp.IdealFCT(m.Conns[i].Size)
@@ -524,6 +561,10 @@ func (mr *MatrixResult) write(w io.Writer) {
 			fmt.Fprintf(w, " %s %.0f%%", sp, 100*float64(u.Bytes[i])/float64(max(sum, 1)))
 		}
 		fmt.Fprintf(w, " of %.2f MB (busiest over mean %.2f)\n", float64(sum)/1e6, u.MostOverMean)
+	}
+	if c := mr.Credit; c != nil {
+		fmt.Fprintf(w, "  RCCC credit: the receivers granted %.2f MB in %d grants, %d of them slow pulls (%.2f MB no sender asked for)\n",
+			float64(c.GrantedBytes)/1e6, c.Grants, c.SlowPulls, float64(c.SlowPullBytes)/1e6)
 	}
 	mr.Htsim.write(w, mr)
 }

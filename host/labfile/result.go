@@ -15,6 +15,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab/stats"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	"github.com/fabriclab/fabriclab/qdisc/units"
@@ -65,9 +66,10 @@ type Result struct {
 	// HostQueues are the hosts' bounded host queues (Node.HostQueue): the
 	// bytes on their links the switch had not yet received.
 	HostQueues []HostQueueResult `json:"host_queues,omitempty"`
-	// Servers are the rocev2 servers' agents: what they dropped before a
-	// QP (malformed, bad ICRC, unknown QP, wrong peer) and the replies
-	// they could not send (send errors, reply-batch overruns).
+	// Servers are the servers' agents: what they dropped before a QP or
+	// PDC (malformed, bad ICRC, unknown QP, wrong peer) and the replies
+	// they could not send (send errors, reply-batch overruns); a UET
+	// server's RCCC pacer too.
 	Servers []ServerResult `json:"servers,omitempty"`
 	// Tune is the RTTs the ports' tuned thresholds came from and their
 	// values (File.Tune).
@@ -392,7 +394,11 @@ func curves(st *qdisc.Stats, cfg *qdisc.Config) []ClassCurve {
 
 // ServerResult is a rocev2 server's agent's drops over the run.
 type ServerResult struct {
-	Node       string `json:"node"`
+	Node string `json:"node"`
+	// Transport is the server's: rocev2 or uet. A UET server counts
+	// malformed packets, send errors and reply overruns; the other
+	// fields are RoCEv2's.
+	Transport  string `json:"transport"`
 	Malformed  uint64 `json:"malformed"`
 	ICRCErrors uint64 `json:"icrc_errors"`
 	UnknownQP  uint64 `json:"unknown_qp"`
@@ -401,6 +407,12 @@ type ServerResult struct {
 	PKeyViolations uint64 `json:"pkey_violations"`
 	SendErrors     uint64 `json:"send_errors"`
 	ReplyOverruns  uint64 `json:"reply_overruns"`
+	// Pacer is a UET server's RCCC credit pacer (nil where it granted
+	// nothing): its grants and the slow pulls among them, the credit's
+	// bytes, the schedule it caught up or lost. Set beside htsim's pull
+	// counts: its slow pulls are where htsim's RCCC loses time
+	// (docs/collectives.md).
+	Pacer *rccc.PacerStats `json:"pacer,omitempty"`
 }
 
 // Dropped sums them.
@@ -1014,7 +1026,7 @@ func (res *Result) WriteSummary(w io.Writer) {
 	}
 	for _, sv := range res.Servers {
 		if n := sv.Dropped(); n > 0 {
-			fmt.Fprintf(w, "the rocev2 server on %s dropped %d packets before a QP or replies it could not send: %+v\n", sv.Node, n, sv)
+			fmt.Fprintf(w, "the %s server on %s dropped %d packets before a QP or PDC or replies it could not send: %+v\n", sv.Transport, sv.Node, n, sv)
 		}
 	}
 	for _, h := range res.HostDrops {

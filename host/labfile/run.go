@@ -1189,10 +1189,19 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 	}
 	res.HostQueues = r.hostQueueResults()
 	for i, sp := range r.p.Servers {
-		if v, ok := r.servers[i].(*perf.Server); ok {
+		switch v := r.servers[i].(type) {
+		case *perf.Server:
 			c := v.Agent().Counters()
-			res.Servers = append(res.Servers, ServerResult{Node: sp.Node, Malformed: c.Malformed, ICRCErrors: c.ICRCErrors,
+			res.Servers = append(res.Servers, ServerResult{Node: sp.Node, Transport: TransportRoCEv2, Malformed: c.Malformed, ICRCErrors: c.ICRCErrors,
 				UnknownQP: c.UnknownQP, WrongPeer: c.WrongPeer, PKeyViolations: c.PKeyViolations, SendErrors: c.SendErrors, ReplyOverruns: c.ReplyOverruns})
+		case *perf.UETServer:
+			ep := v.Endpoint()
+			c := ep.Counters()
+			sr := ServerResult{Node: sp.Node, Transport: TransportUET, Malformed: c.Malformed, SendErrors: c.SendErrors, ReplyOverruns: c.ReplyOverruns}
+			if ps := ep.PacerStats(); ps.Grants > 0 {
+				sr.Pacer = &ps
+			}
+			res.Servers = append(res.Servers, sr)
 		}
 	}
 	for _, rd := range r.delays {

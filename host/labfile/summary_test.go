@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/hostlost"
+	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -77,5 +78,26 @@ func TestDCQCNTraceCSV(t *testing.T) {
 	}
 	if from, to := zoomWindow(tr, 0.001); from != 0.006 || to != 0.006 {
 		t.Errorf("zoom %v..%v: want the trace's middle, clipped to its end", from, to)
+	}
+}
+
+// TestMatrixCredit: the matrix's RCCC credit sums the UET servers'
+// pacers and the summary prints it; without a pacer there is none.
+func TestMatrixCredit(t *testing.T) {
+	if credit([]ServerResult{{Node: "r", Transport: TransportRoCEv2}}) != nil {
+		t.Error("credit without a pacer")
+	}
+	c := credit([]ServerResult{
+		{Node: "h0", Transport: TransportUET, Pacer: &rccc.PacerStats{Grants: 10, GrantedBytes: 160000, SlowPulls: 4, SlowPullBytes: 36000}},
+		{Node: "h1", Transport: TransportRoCEv2},
+		{Node: "h2", Transport: TransportUET, Pacer: &rccc.PacerStats{Grants: 5, GrantedBytes: 80000, SlowPulls: 1, SlowPullBytes: 9000}},
+	})
+	if c == nil || *c != (CreditResult{Grants: 15, GrantedBytes: 240000, SlowPulls: 5, SlowPullBytes: 45000}) {
+		t.Fatalf("credit %+v", c)
+	}
+	var b bytes.Buffer
+	(&MatrixResult{Source: "allreduce-ring", Credit: c}).write(&b)
+	if want := "RCCC credit: the receivers granted 0.24 MB in 15 grants, 5 of them slow pulls (0.04 MB no sender asked for)"; !strings.Contains(b.String(), want) {
+		t.Errorf("summary:\n%s\nwant %q", b.String(), want)
 	}
 }
