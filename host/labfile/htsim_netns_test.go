@@ -30,11 +30,14 @@ const htsimExamples = "htsim-"
 // each aggregation switch send everything up one of its two cores,
 // 2.0), and htsim's topology, matrix and script written with the
 // command that runs them. htsim-ring and htsim-alltoall are the
-// collectives TestCollectives runs, on 4 spines. 10 quiet runs:
-// permutation 1.338-1.669 × ideal, fat tree 1.327-1.556 (htsim: 1.356-
-// 1.399 and 1.367-1.434 over seeds 1-5), the host taking 47-78 % of the
-// ports' time; busiest uplink at most 1.22 × its mean. The
-// oversubscribed tree: 2.250-2.269 in 3 runs, htsim 2.102-2.127.
+// collectives TestCollectives runs, on 4 spines. 10 quiet runs
+// (timescale 16, the oversubscribed tree 8; 2026-12-02): permutation
+// 1.202-1.312 × ideal, fat tree 1.322-1.406, oversubscribed 2.259-2.393,
+// faster cores 1.233-1.339 (htsim: 1.362-1.421, 1.393-1.439 and
+// 2.113-2.176 over seeds 1-5), the host taking 16-52 % of the ports'
+// time, 27-51 packets resent, busiest uplink at most 1.26 × its mean;
+// 5 beside stress-ng --cpu 2 --cpu-load 50: 1.261-1.342, 1.382-1.460,
+// 2.292-2.438, 1.294-1.354, host-lost 19-49 %, skew at most 1.19.
 func TestHtsimExamples(t *testing.T) {
 	labtest.RequireRoot(t)
 	labtest.RequireKernel(t, "6.6")
