@@ -75,15 +75,16 @@ func rateSpec(bitsPerSec uint64) (tc.RateSpec, *uint64) {
 	return rs, nil
 }
 
-// burstBytes lets a class send 100 µs of its rate at once (at least four
-// full frames): small enough that the queue drains smoothly at the port
-// speed, large enough for HTB to reach high rates.
+// burstBytes lets a class send 100 µs of its rate at once: HTB's timer
+// fires late by about that on a busy host, and the burst earns the time
+// back. No more, and no floor in frames: the bucket fills while the port
+// is idle and what it holds leaves at once when packets come, faster than
+// the port's rate. A floor of four 1514-byte frames let a 3.125 Mbit/s
+// port send 6 KB at once after every idle spell: a 128-KiB UET flow alone
+// on a leaf-spine took 0.974 × its ideal, 1.021 × without (5 % of the
+// flow; docs/collectives.md).
 func burstBytes(bitsPerSec uint64) uint32 {
-	b := bitsPerSec / 8 / 10000
-	if b < 4*ethMTUBytes {
-		b = 4 * ethMTUBytes
-	}
-	return uint32(b)
+	return uint32(bitsPerSec / 8 / 10000)
 }
 
 func htbClass(ifindex uint32, parent, handle uint32, rate, ceil uint64, prio uint32) *tc.Object {

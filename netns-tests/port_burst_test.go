@@ -1,0 +1,140 @@
+package netnstests
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/host/lab"
+	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
+
+// TestPortNoBurstAfterIdle: a train sent at once into an idle port leaves
+// at the port's rate, no faster. The port's token bucket fills while it
+// is idle; what it holds leaves at once when packets come, so a bucket
+// larger than HTB's timer needs (100 µs of the rate) makes a slow port
+// faster than a wire: at 10 Mbit/s a floor of four 1514-byte frames let
+// 6 KB through at once, 4.8 ms of a 26.5-ms train. The spans are the
+// receiver's kernel timestamps (a veth delivers at the departure), so
+// the host can only lengthen them, except by delaying a train's first
+// packet alone: the median of five trains is judged.
+func TestPortNoBurstAfterIdle(t *testing.T) {
+	const (
+		rate    = 10 * units.Mbit
+		payload = 1400
+		wire    = payload + 42 // UDP, IPv4, Ethernet
+		n       = 24
+		trains  = 5
+		// slack: the bucket's 100 µs and the receive path's jitter on
+		// the first packet of a train.
+		slack = time.Millisecond
+	)
+	d, port, _, _ := udpPort(t, 1, qdisc.DefaultConfig(rate), false)
+	conn, tsConn := timestampedSink(t, d.Receiver)
+	dst := netip.AddrPortFrom(d.ReceiverAddr, uint16(conn.LocalAddr().(*net.UDPAddr).Port))
+
+	var out *net.UDPConn
+	if err := d.Senders[0].Do(func() error {
+		var err error
+		out, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := ipv4.NewConn(out).SetTOS(tosRoCEECT0); err != nil {
+		t.Fatal(err)
+	}
+
+	want := time.Duration(float64((n-1)*wire*8) / float64(rate) * float64(time.Second))
+	var spans []time.Duration
+	buf := make([]byte, payload)
+	for tr := range trains {
+		time.Sleep(100 * time.Millisecond) // the port idle, its bucket full
+		for range n {
+			if _, err := out.Write(buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ts, err := tsConn(ctx, n)
+		cancel()
+		if err != nil {
+			t.Fatalf("train %d: %v", tr, err)
+		}
+		spans = append(spans, ts[n-1].Sub(ts[0]))
+	}
+	s := settle(t, port)
+	if got := s.Classes[qdisc.ClassRoCE].DequeuedPackets; got != n*trains {
+		t.Errorf("the RoCE class dequeued %d packets, want %d", got, n*trains)
+	}
+	slices.Sort(spans)
+	med := spans[trains/2]
+	t.Logf("%d trains of %d × %d B at %v: first to last %v (median; least %v, most %v), %v at the rate",
+		trains, n, wire, rate, med.Round(10*time.Microsecond), spans[0].Round(10*time.Microsecond),
+		spans[trains-1].Round(10*time.Microsecond), want.Round(10*time.Microsecond))
+	if med < want-slack {
+		t.Errorf("a train left an idle port in %v, %v faster than its %v at %v: the port's bucket lets a burst through after idle",
+			med.Round(10*time.Microsecond), (want - med).Round(10*time.Microsecond), want.Round(10*time.Microsecond), rate)
+	}
+}
+
+// timestampedSink is a UDP socket on n whose datagrams carry the kernel's
+// receive time (SO_TIMESTAMPNS); read returns the times of the next k.
+func timestampedSink(t *testing.T, n *lab.Node) (*net.UDPConn, func(ctx context.Context, k int) ([]time.Time, error)) {
+	t.Helper()
+	var conn *net.UDPConn
+	if err := n.Do(func() error {
+		var err error
+		conn, err = net.ListenUDP("udp4", &net.UDPAddr{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	}); err != nil || serr != nil {
+		t.Fatalf("SO_TIMESTAMPNS: %v %v", err, serr)
+	}
+	read := func(ctx context.Context, k int) ([]time.Time, error) {
+		buf, oob := make([]byte, 65536), make([]byte, 128)
+		dl, _ := ctx.Deadline()
+		if err := conn.SetReadDeadline(dl); err != nil {
+			return nil, err
+		}
+		var ts []time.Time
+		for len(ts) < k {
+			_, oobn, _, _, err := conn.ReadMsgUDP(buf, oob)
+			if err != nil {
+				return ts, err
+			}
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return ts, err
+			}
+			for _, m := range msgs {
+				if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+					sec := int64(binary.NativeEndian.Uint64(m.Data[0:8]))
+					nsec := int64(binary.NativeEndian.Uint64(m.Data[8:16]))
+					ts = append(ts, time.Unix(sec, nsec))
+				}
+			}
+		}
+		return ts, nil
+	}
+	return conn, read
+}
