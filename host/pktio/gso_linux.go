@@ -496,17 +496,8 @@ func (g *gsoSender) prepare(msgs []Message) (k int, err error) {
 	if g.v6 {
 		maxPayload = maxUDPPayload6
 	}
-	// Size the iovecs first: growing them later would leave earlier
-	// messages pointing at the old array.
-	total := 0
-	for i := range msgs {
-		total += len(msgs[i].Buffers) + 1
-	}
-	if total > len(w.iovs) {
-		w.iovs = make([]unix.Iovec, max(total, 2*len(w.iovs)))
-	}
-	j, d := 0, 0 // iovecs used, datagrams taken
-	w.used = 0
+	w.reserve(msgs, 1) // one ICRC iovec each at most
+	j, d := 0, 0       // iovecs used, datagrams taken
 	for k < len(w.hdrs) && d < len(msgs) && d < len(g.icrcs) {
 		first := &msgs[d]
 		size := datagramLen(first)

@@ -350,15 +350,8 @@ func (c *RoCEConn) srcPort(m *Message) uint16 {
 // not be. Precondition: wmu is held.
 func (c *RoCEConn) prepareWrite(msgs []Message) (k int, err error) {
 	w := &c.w
-	total := len(msgs) // one header iovec each
-	for i := range msgs {
-		total += len(msgs[i].Buffers)
-	}
-	if total > len(w.iovs) {
-		w.iovs = make([]unix.Iovec, max(total, 2*len(w.iovs)))
-	}
+	w.reserve(msgs, 1) // one header iovec each
 	j := 0
-	w.used = 0
 	maxPayload := maxUDPPayload4
 	if c.v6 {
 		maxPayload = maxUDPPayload6
@@ -390,10 +383,7 @@ func (c *RoCEConn) prepareWrite(msgs []Message) (k int, err error) {
 		h.Hdr.Namelen = namelen
 		w.iovs[j].Base = &c.heads[i][0]
 		w.iovs[j].SetLen(hl)
-		for x, b := range m.Buffers {
-			w.iovs[j+1+x].Base = unsafe.SliceData(b)
-			w.iovs[j+1+x].SetLen(len(b))
-		}
+		putBuffers(w.iovs[j+1:], m.Buffers)
 		h.Hdr.Iov = &w.iovs[j]
 		h.Hdr.SetIovlen(1 + len(m.Buffers))
 		h.Hdr.Control = nil

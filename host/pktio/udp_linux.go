@@ -414,6 +414,28 @@ func (w *sendState) init(batch int) {
 	w.fn = w.send
 }
 
+// reserve starts a batch of msgs: it sizes the iovecs for their buffers
+// plus extra per message. It runs before any header points into the array:
+// growing it later would leave earlier headers pointing at the old one.
+func (w *sendState) reserve(msgs []Message, extra int) {
+	total := extra * len(msgs)
+	for i := range msgs {
+		total += len(msgs[i].Buffers)
+	}
+	if total > len(w.iovs) {
+		w.iovs = make([]unix.Iovec, max(total, 2*len(w.iovs)))
+	}
+	w.used = 0
+}
+
+// putBuffers points iovs at bufs, one each.
+func putBuffers(iovs []unix.Iovec, bufs [][]byte) {
+	for x, b := range bufs {
+		iovs[x].Base = unsafe.SliceData(b)
+		iovs[x].SetLen(len(b))
+	}
+}
+
 // send runs sendmmsg until every prepared datagram is sent or one fails.
 // sendmmsg returns a short count when a later datagram fails, and that
 // datagram's error on the next call.
@@ -670,17 +692,8 @@ func writeBatches(msgs []Message, batch int, prepare func([]Message) (int, error
 // Precondition: wmu is held.
 func (c *UDPConn) prepareWrite(msgs []Message) (k int, err error) {
 	w := &c.w
-	total := 0
-	for i := range msgs {
-		total += len(msgs[i].Buffers)
-	}
-	// Size the iovec array before pointing into it: growing it later would
-	// leave earlier headers pointing at the old array.
-	if total > len(w.iovs) {
-		w.iovs = make([]unix.Iovec, max(total, 2*len(w.iovs)))
-	}
+	w.reserve(msgs, 0)
 	j := 0
-	w.used = 0
 	for i := range msgs {
 		m := &msgs[i]
 		w.sizes[i] = datagramLen(m)
@@ -696,10 +709,7 @@ func (c *UDPConn) prepareWrite(msgs []Message) (k int, err error) {
 		h.Hdr.Namelen = namelen
 		h.Hdr.Iov = nil
 		if nb := len(m.Buffers); nb > 0 {
-			for x, b := range m.Buffers {
-				w.iovs[j+x].Base = unsafe.SliceData(b)
-				w.iovs[j+x].SetLen(len(b))
-			}
+			putBuffers(w.iovs[j:], m.Buffers)
 			h.Hdr.Iov = &w.iovs[j]
 			j += nb
 		}
