@@ -417,14 +417,8 @@ func (p *MatrixPlan) MatrixArgs(topo, cmFile string, endPs int64) []string {
 	a = append(a,
 		"-linkspeed", strconv.Itoa(p.LinkGbps*1000),
 		"-mtu", strconv.Itoa(p.WireMTUBytes),
-		"-q", itoa(p.QueuePackets),
-		"-ecn", itoa(p.MinThPackets), itoa(p.MaxThPackets),
 	)
-	if p.TrimWireBytes == 0 {
-		a = append(a, "-disable_trim")
-	} else {
-		a = append(a, "-trimsize", strconv.Itoa(p.TrimWireBytes))
-	}
+	a = append(a, queueFlags(p.QueuePackets, p.MinThPackets, p.MaxThPackets, p.TrimWireBytes)...)
 	if p.SACKThresholdBytes != int64(DefaultSACKThresholdBytes) {
 		a = append(a, "-sack_threshold", itoa(p.SACKThresholdBytes))
 	}

@@ -240,14 +240,8 @@ func (p *Plan) args(cm, log string, endPs int64) []string {
 		"-mtu", strconv.Itoa(p.WireMTUBytes),
 		"-tiers", strconv.Itoa(p.Tiers),
 		"-hop_latency", micros(p.HopLatencyPs),
-		"-q", itoa(p.QueuePackets),
-		"-ecn", itoa(p.MinThPackets), itoa(p.MaxThPackets),
 	)
-	if p.TrimWireBytes == 0 {
-		a = append(a, "-disable_trim")
-	} else {
-		a = append(a, "-trimsize", strconv.Itoa(p.TrimWireBytes))
-	}
+	a = append(a, queueFlags(p.QueuePackets, p.MinThPackets, p.MaxThPackets, p.TrimWireBytes)...)
 	if p.TargetQDelayPs != 0 {
 		a = append(a, "-target_q_delay", micros(p.TargetQDelayPs))
 	}
@@ -264,6 +258,17 @@ func (p *Plan) args(cm, log string, endPs int64) []string {
 		"-logtime_us", micros(p.SamplePeriodPs),
 		"-o", log,
 	)
+}
+
+// queueFlags are htsim_uec's flags for every switch queue: its limit and
+// ECN thresholds in packets, and the trimmed size on the wire (0: off).
+func queueFlags(queue, minTh, maxTh int64, trimWireBytes int) []string {
+	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
+	a := []string{"-q", itoa(queue), "-ecn", itoa(minTh), itoa(maxTh)}
+	if trimWireBytes == 0 {
+		return append(a, "-disable_trim")
+	}
+	return append(a, "-trimsize", strconv.Itoa(trimWireBytes))
 }
 
 // ccFlags are htsim_uec's flags for a congestion control.
