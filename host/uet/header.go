@@ -123,16 +123,7 @@ func (r *Request) Encode(b []byte) int {
 		return 0
 	}
 	b = b[:n]
-	var f uint8
-	if r.Retx {
-		f |= FlagRetx
-	}
-	if r.AR {
-		f |= FlagAR
-	}
-	if r.SYN {
-		f |= FlagSYN
-	}
+	f := flagIf(r.Retx, FlagRetx) | flagIf(r.AR, FlagAR) | flagIf(r.SYN, FlagSYN)
 	putPrologue(b, r.Type, uint8(r.NextHeader), f)
 	be.PutUint16(b[offPSNOffset:], uint16(r.ClearPSNOffset))
 	be.PutUint32(b[offPSN:], r.PSN)
@@ -268,16 +259,8 @@ func (a *Ack) Encode(b []byte) int {
 		return 0
 	}
 	b = b[:n]
-	f := uint8(a.Req) << flagAckReqShift & FlagAckReq
-	if a.M {
-		f |= FlagM
-	}
-	if a.Retx {
-		f |= FlagRetx
-	}
-	if a.Probe {
-		f |= FlagProbe
-	}
+	f := uint8(a.Req)<<flagAckReqShift&FlagAckReq |
+		flagIf(a.M, FlagM) | flagIf(a.Retx, FlagRetx) | flagIf(a.Probe, FlagProbe)
 	putPrologue(b, a.Type, uint8(a.NextHeader), f)
 	first := uint16(a.AckPSNOffset)
 	if a.Probe {
@@ -303,11 +286,7 @@ func (c *AckCC) encode(b []byte) {
 	case CCNSCC:
 		s := &c.NSCC
 		be.PutUint16(b[offServiceTime:], uint16(s.ServiceTime))
-		pend := s.RcvCwndPend & RcvCwndPendMask
-		if s.RC {
-			pend |= ccRC
-		}
-		b[offRCPend] = pend
+		b[offRCPend] = s.RcvCwndPend&RcvCwndPendMask | flagIf(s.RC, ccRC)
 		put24(b[offRcvdBytes:], uint32(s.RcvdBytes))
 		be.PutUint16(b[offOOOCount:], s.OOOCount)
 	case CCCredit:
@@ -369,8 +348,8 @@ func (a *Ack) Validate() error {
 	if err := checkNibble("next_header", uint8(a.NextHeader)); err != nil {
 		return err
 	}
-	if a.Req > AckReqReserved {
-		return fmt.Errorf("uet: %w: req %d, at most 3 (2 bits)", ErrField, a.Req)
+	if err := checkBits(bitField{"req", uint64(a.Req), 2}); err != nil {
+		return err
 	}
 	if a.Probe && a.AckPSNOffset != 0 {
 		return fmt.Errorf("uet: %w: ack_psn_offset %d on a probe ACK: the field carries probe_opaque", ErrField, a.AckPSNOffset)
@@ -390,8 +369,8 @@ func (a *Ack) Validate() error {
 	}
 	switch c.CCType {
 	case CCNSCC:
-		if c.NSCC.RcvCwndPend > RcvCwndPendMask {
-			return fmt.Errorf("uet: %w: rcv_cwnd_pend %d, at most %d (7 bits)", ErrField, c.NSCC.RcvCwndPend, RcvCwndPendMask)
+		if err := checkBits(bitField{"rcv_cwnd_pend", uint64(c.NSCC.RcvCwndPend), 7}); err != nil {
+			return err
 		}
 		if err := checkUnits24("rcvd_bytes", uint32(c.NSCC.RcvdBytes)); err != nil {
 			return err
@@ -438,16 +417,7 @@ func (n *Nack) Encode(b []byte) int {
 		return 0
 	}
 	b = b[:NackLen]
-	var f uint8
-	if n.M {
-		f |= FlagM
-	}
-	if n.Retx {
-		f |= FlagRetx
-	}
-	if n.NT {
-		f |= FlagNT
-	}
+	f := flagIf(n.M, FlagM) | flagIf(n.Retx, FlagRetx) | flagIf(n.NT, FlagNT)
 	putPrologue(b, TypeNack, uint8(n.NextHeader), f)
 	b[offPSNOffset] = uint8(n.Code)
 	b[offNackVendor] = n.VendorCode
@@ -515,19 +485,7 @@ func (c *Ctrl) Encode(b []byte) int {
 		return 0
 	}
 	b = b[:CtrlLen]
-	var f uint8
-	if c.IsROD {
-		f |= FlagIsROD
-	}
-	if c.Retx {
-		f |= FlagRetx
-	}
-	if c.AR {
-		f |= FlagAR
-	}
-	if c.SYN {
-		f |= FlagSYN
-	}
+	f := flagIf(c.IsROD, FlagIsROD) | flagIf(c.Retx, FlagRetx) | flagIf(c.AR, FlagAR) | flagIf(c.SYN, FlagSYN)
 	putPrologue(b, TypeCtrl, uint8(c.CtrlType), f)
 	be.PutUint16(b[offPSNOffset:], c.ProbeOpaque)
 	be.PutUint32(b[offPSN:], c.PSN)
@@ -761,10 +719,7 @@ func checkDPDCIDSlot(syn bool, dpdcid uint16, useRsv bool, psnOffset uint16) err
 		if dpdcid != 0 {
 			return fmt.Errorf("uet: %w: dpdcid %d with SYN: the slot carries use_rsv_pdc and psn_offset", ErrField, dpdcid)
 		}
-		if psnOffset > PSNOffsetMask {
-			return fmt.Errorf("uet: %w: psn_offset %d, at most %d (12 bits)", ErrField, psnOffset, PSNOffsetMask)
-		}
-		return nil
+		return checkBits(bitField{"psn_offset", uint64(psnOffset), 12})
 	}
 	if useRsv || psnOffset != 0 {
 		return fmt.Errorf("uet: %w: use_rsv_pdc %t, psn_offset %d without SYN: the slot carries dpdcid", ErrField, useRsv, psnOffset)
@@ -773,10 +728,33 @@ func checkDPDCIDSlot(syn bool, dpdcid uint16, useRsv bool, psnOffset uint16) err
 }
 
 func checkNibble(field string, v uint8) error {
-	if v > maxNibble {
-		return fmt.Errorf("uet: %w: %s %d, at most %d (4 bits)", ErrField, field, v, maxNibble)
+	return checkBits(bitField{field, uint64(v), 4})
+}
+
+// bitField is a header field's value and its width on the wire.
+type bitField struct {
+	name string
+	v    uint64
+	bits uint
+}
+
+// checkBits reports the first of fields wider than its wire field, which
+// Encode would truncate.
+func checkBits(fields ...bitField) error {
+	for _, f := range fields {
+		if most := uint64(1)<<f.bits - 1; f.v > most {
+			return fmt.Errorf("uet: %w: %s %d, at most %d (%d bits)", ErrField, f.name, f.v, most, f.bits)
+		}
 	}
 	return nil
+}
+
+// flagIf is flag if on, else 0: one bit of a flags byte.
+func flagIf(on bool, flag uint8) uint8 {
+	if on {
+		return flag
+	}
+	return 0
 }
 
 func checkUnits24(field string, v uint32) error {

@@ -119,25 +119,8 @@ func (s *SESRequest) Encode(b []byte) int {
 		return 0
 	}
 	b = b[:SESStdLen]
-	var f uint8
-	if s.DC {
-		f |= sesFlagDC
-	}
-	if s.IE {
-		f |= sesFlagIE
-	}
-	if s.Rel {
-		f |= sesFlagRel
-	}
-	if s.HD {
-		f |= sesFlagHD
-	}
-	if s.EOM {
-		f |= sesFlagEOM
-	}
-	if s.SOM {
-		f |= sesFlagSOM
-	}
+	f := flagIf(s.DC, sesFlagDC) | flagIf(s.IE, sesFlagIE) | flagIf(s.Rel, sesFlagRel) |
+		flagIf(s.HD, sesFlagHD) | flagIf(s.EOM, sesFlagEOM) | flagIf(s.SOM, sesFlagSOM)
 	b[sesOffOpcode] = uint8(s.Opcode) & sesSixMask
 	b[sesOffFlags] = s.Version<<sesVersionShift | f
 	be.PutUint16(b[sesOffMessageID:], s.MessageID)
@@ -204,25 +187,22 @@ func DecodeSESRequest(b []byte, s *SESRequest) (int, error) {
 // opcodes included), and so is any combination of flags: HD without SOM
 // is the target's concern.
 func (s *SESRequest) Validate() error {
+	if err := checkBits(
+		bitField{"REQ_STD opcode", uint64(s.Opcode), 6},
+		bitField{"REQ_STD version", uint64(s.Version), 2},
+		bitField{"REQ_STD job_id", uint64(s.JobID), 24},
+		bitField{"REQ_STD pid_on_fep", uint64(s.PIDOnFEP), 12},
+		bitField{"REQ_STD resource_index", uint64(s.ResourceIndex), 12},
+	); err != nil {
+		return err
+	}
 	switch {
-	case s.Opcode > maxSix:
-		return fmt.Errorf("uet: %w: REQ_STD opcode %d, at most %d (6 bits)", ErrField, s.Opcode, maxSix)
-	case s.Version > MaxSESVersion:
-		return fmt.Errorf("uet: %w: REQ_STD version %d, at most %d (2 bits)", ErrField, s.Version, MaxSESVersion)
-	case s.JobID > MaxJobID:
-		return fmt.Errorf("uet: %w: REQ_STD job_id %d, at most %d (24 bits)", ErrField, s.JobID, MaxJobID)
-	case s.PIDOnFEP > MaxPIDOnFEP:
-		return fmt.Errorf("uet: %w: REQ_STD pid_on_fep %d, at most %d (12 bits)", ErrField, s.PIDOnFEP, MaxPIDOnFEP)
-	case s.ResourceIndex > MaxResourceIndex:
-		return fmt.Errorf("uet: %w: REQ_STD resource_index %d, at most %d (12 bits)", ErrField, s.ResourceIndex, MaxResourceIndex)
 	case s.SOM && (s.PayloadLength != 0 || s.MessageOffset != 0):
 		return fmt.Errorf("uet: %w: REQ_STD payload_length %d, message_offset %d with SOM: the slot carries header_data", ErrField, s.PayloadLength, s.MessageOffset)
 	case !s.SOM && s.HeaderData != 0:
 		return fmt.Errorf("uet: %w: REQ_STD header_data %#x without SOM: the slot carries payload_length and message_offset", ErrField, s.HeaderData)
-	case s.PayloadLength > MaxSESPayloadLength:
-		return fmt.Errorf("uet: %w: REQ_STD payload_length %d, at most %d (14 bits)", ErrField, s.PayloadLength, MaxSESPayloadLength)
 	}
-	return nil
+	return checkBits(bitField{"REQ_STD payload_length", uint64(s.PayloadLength), 14})
 }
 
 // SESResponse is the SES response header without data, RESP (12 bytes;
@@ -293,17 +273,11 @@ func DecodeSESResponse(b []byte, r *SESResponse) (int, error) {
 // Validate reports the first field of r wider than its wire field. Every
 // 6-bit opcode and return code is valid.
 func (r *SESResponse) Validate() error {
-	switch {
-	case r.List > MaxSESList:
-		return fmt.Errorf("uet: %w: RESP list %d, at most %d (2 bits)", ErrField, r.List, MaxSESList)
-	case r.Opcode > maxSix:
-		return fmt.Errorf("uet: %w: RESP opcode %d, at most %d (6 bits)", ErrField, r.Opcode, maxSix)
-	case r.Version > MaxSESVersion:
-		return fmt.Errorf("uet: %w: RESP version %d, at most %d (2 bits)", ErrField, r.Version, MaxSESVersion)
-	case r.ReturnCode > maxSix:
-		return fmt.Errorf("uet: %w: RESP return_code %d, at most %d (6 bits)", ErrField, r.ReturnCode, maxSix)
-	case r.JobID > MaxJobID:
-		return fmt.Errorf("uet: %w: RESP job_id %d, at most %d (24 bits)", ErrField, r.JobID, MaxJobID)
-	}
-	return nil
+	return checkBits(
+		bitField{"RESP list", uint64(r.List), 2},
+		bitField{"RESP opcode", uint64(r.Opcode), 6},
+		bitField{"RESP version", uint64(r.Version), 2},
+		bitField{"RESP return_code", uint64(r.ReturnCode), 6},
+		bitField{"RESP job_id", uint64(r.JobID), 24},
+	)
 }

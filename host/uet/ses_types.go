@@ -2,10 +2,6 @@ package uet
 
 import "fmt"
 
-// maxSix is the largest value of the 6-bit SES opcode and return-code
-// fields.
-const maxSix = 0x3F
-
 // SESOpcode is the 6-bit opcode of a SES request header (packet-uet.c's UET_SES_OPCODE_*, xdp2's uet_ses_request_msg_type).
 // 0x10–0x2F are reserved; xdp2 names 0x30–0x3E vendor-defined and 0x3F an
 // escape to an extended opcode.
