@@ -3,7 +3,8 @@ package aqm
 import "fmt"
 
 // ECN is an ECN codepoint, the low two bits of the IPv4 TOS / IPv6 traffic
-// class (RFC 3168).
+// class (RFC 3168). The one type of the marking AQMs and the tunnel PEs
+// (qdisc/tunnel).
 type ECN uint8
 
 const (
@@ -14,7 +15,10 @@ const (
 )
 
 func (e ECN) String() string {
-	return [...]string{"Not-ECT", "ECT(1)", "ECT(0)", "CE"}[e&3]
+	if e <= CE {
+		return [...]string{"Not-ECT", "ECT(1)", "ECT(0)", "CE"}[e]
+	}
+	return fmt.Sprintf("ecn(%d)", uint8(e))
 }
 
 // TwoThresholdConfig is the two-threshold marking of seed 001

@@ -12,31 +12,20 @@ package tunnel
 import (
 	"fmt"
 	"strings"
+
+	"github.com/fabriclab/fabriclab/qdisc/aqm"
 )
 
-// ECN is an RFC 3168 codepoint: the low two bits of the DS field.
-type ECN uint8
+// ECN is an RFC 3168 codepoint: the low two bits of the DS field. The
+// two-threshold marking of the switch ports (qdisc/aqm) uses it too.
+type ECN = aqm.ECN
 
 const (
-	NotECT ECN = 0
-	ECT1   ECN = 1
-	ECT0   ECN = 2
-	CE     ECN = 3
+	NotECT = aqm.NotECT
+	ECT1   = aqm.ECT1
+	ECT0   = aqm.ECT0
+	CE     = aqm.CE
 )
-
-func (e ECN) String() string {
-	switch e {
-	case NotECT:
-		return "Not-ECT"
-	case ECT1:
-		return "ECT(1)"
-	case ECT0:
-		return "ECT(0)"
-	case CE:
-		return "CE"
-	}
-	return fmt.Sprintf("ecn(%d)", uint8(e))
-}
 
 // EncapMode is how the ingress PE sets the outer ECN field (RFC 6040 §4.1).
 type EncapMode uint32
