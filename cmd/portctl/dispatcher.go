@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -29,21 +27,12 @@ Example:
 `
 
 func cmdDispatcher(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("portctl dispatcher", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("dispatcher")
 	var js bool
-	fs.BoolVar(&js, "j", false, "")
-	fs.BoolVar(&js, "json", false, "")
+	jsonFlag(fs, &js)
 	err := func() error {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stdout, dispatcherHelp)
-				return nil
-			}
-			return usageError{err}
-		}
-		if fs.NArg() > 0 {
-			return usagef("unexpected argument %q (dispatcher takes only -j)", fs.Arg(0))
+		if done, err := parseCommand(fs, dispatcherHelp, args, stdout, "dispatcher takes only -j"); done || err != nil {
+			return err
 		}
 		st, err := dispatch.Read()
 		if err != nil {

@@ -228,12 +228,26 @@ type common struct {
 }
 
 func newFlags(name string, c *common) *flag.FlagSet {
-	fs := flag.NewFlagSet("portctl "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet(name)
 	fs.StringVar(&c.netns, "netns", "", "")
 	fs.StringVar(&c.netns, "n", "", "")
 	fs.StringVar(&c.dev, "dev", "", "")
 	return fs
+}
+
+// newFlagSet is the options of command name, without the flag package's
+// usage text: each command prints its own help.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("portctl "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// jsonFlag registers -j and --json, which every command that can print
+// JSON takes.
+func jsonFlag(fs *flag.FlagSet, js *bool) {
+	fs.BoolVar(js, "j", false, "")
+	fs.BoolVar(js, "json", false, "")
 }
 
 // parseFlags parses args; done is set when --help was asked for.
@@ -249,15 +263,21 @@ func parseFlags(fs *flag.FlagSet, name string, c *common, args []string, stdout 
 
 // parseOptions is parseFlags for a command that may go without --dev.
 func parseOptions(fs *flag.FlagSet, name string, args []string, stdout io.Writer) (done bool, err error) {
+	return parseCommand(fs, commands[name].help, args, stdout, "options are --name value, e.g. --dev swp0")
+}
+
+// parseCommand parses args, printing help for --help (done). An argument
+// that is not an option is refused with hint: what the command takes.
+func parseCommand(fs *flag.FlagSet, help string, args []string, stdout io.Writer, hint string) (done bool, err error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, commands[name].help)
+			fmt.Fprint(stdout, help)
 			return true, nil
 		}
 		return false, usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return false, usagef("unexpected argument %q (options are --name value, e.g. --dev swp0)", fs.Arg(0))
+		return false, usagef("unexpected argument %q (%s)", fs.Arg(0), hint)
 	}
 	return false, nil
 }
@@ -357,8 +377,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&noShape, "no-shaping", false, "")
 	fs.BoolVar(&shape, "shape", false, "")
 	fs.StringVar(&departure, "departure", "", "")
-	fs.BoolVar(&js, "j", false, "")
-	fs.BoolVar(&js, "json", false, "")
+	jsonFlag(fs, &js)
 	err := func() error {
 		if done, err := parseFlags(fs, "attach", &c, args, stdout); done || err != nil {
 			return err
@@ -479,8 +498,7 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 	cf.register(fs)
 	df.registerFrom(fs)
 	fs.StringVar(&rate, "rate", "", "")
-	fs.BoolVar(&js, "j", false, "")
-	fs.BoolVar(&js, "json", false, "")
+	jsonFlag(fs, &js)
 	err := func() error {
 		if done, err := parseFlags(fs, "configure", &c, args, stdout); done || err != nil {
 			return err
@@ -599,8 +617,7 @@ func cmdShow(args []string, stdout, stderr io.Writer) int {
 	df.registerFrom(fs)
 	df.registerAs(fs)
 	fs.StringVar(&rate, "rate", "", "")
-	fs.BoolVar(&js, "j", false, "")
-	fs.BoolVar(&js, "json", false, "")
+	jsonFlag(fs, &js)
 	err := func() error {
 		if done, err := parseOptions(fs, "show", args, stdout); done || err != nil {
 			return err
@@ -700,8 +717,7 @@ func cmdStats(args []string, stdout, stderr io.Writer) int {
 		countGiven bool
 	)
 	fs := newFlags("stats", &c)
-	fs.BoolVar(&js, "j", false, "")
-	fs.BoolVar(&js, "json", false, "")
+	jsonFlag(fs, &js)
 	fs.BoolVar(&all, "a", false, "")
 	fs.BoolVar(&all, "all", false, "")
 	fs.StringVar(&watch, "watch", "", "")

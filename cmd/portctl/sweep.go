@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -23,18 +22,10 @@ Example:
 `
 
 func cmdSweep(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("portctl sweep", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("sweep")
 	err := func() error {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stdout, sweepHelp)
-				return nil
-			}
-			return usageError{err}
-		}
-		if fs.NArg() > 0 {
-			return usagef("unexpected argument %q (sweep takes no options)", fs.Arg(0))
+		if done, err := parseCommand(fs, sweepHelp, args, stdout, "sweep takes no options"); done || err != nil {
+			return err
 		}
 		ports, perr := qdisc.SweepStale()
 		pes, terr := tunnel.SweepStale()

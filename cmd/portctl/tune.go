@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -46,26 +44,17 @@ func cmdTune(args []string, stdout, stderr io.Writer) int {
 		lambda                     float64
 		js                         bool
 	)
-	fs := flag.NewFlagSet("portctl tune", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("tune")
 	fs.StringVar(&rate, "rate", "", "")
 	fs.StringVar(&p50, "rtt-p50", "", "")
 	fs.StringVar(&p90, "rtt-p90", "", "")
 	fs.StringVar(&avg, "rtt-avg", "", "")
 	fs.Float64Var(&lambda, "lambda", 1, "")
 	fs.StringVar(&class, "class", "3", "")
-	fs.BoolVar(&js, "j", false, "")
-	fs.BoolVar(&js, "json", false, "")
+	jsonFlag(fs, &js)
 	err := func() error {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stdout, tuneHelp)
-				return nil
-			}
-			return usageError{err}
-		}
-		if fs.NArg() > 0 {
-			return usagef("unexpected argument %q (options are --name value, e.g. --rate 10gbit)", fs.Arg(0))
+		if done, err := parseCommand(fs, tuneHelp, args, stdout, "options are --name value, e.g. --rate 10gbit"); done || err != nil {
+			return err
 		}
 		for _, req := range []struct{ val, flag, eg string }{
 			{rate, "--rate", "the port speed, e.g. --rate 10gbit"},

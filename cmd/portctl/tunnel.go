@@ -100,11 +100,7 @@ type tunnelFlags struct {
 
 func parseTunnelFlags(sub string, args []string, stdout io.Writer) (*tunnelFlags, bool, error) {
 	tf := &tunnelFlags{}
-	fs := flag.NewFlagSet("portctl tunnel "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&tf.c.netns, "netns", "", "")
-	fs.StringVar(&tf.c.netns, "n", "", "")
-	fs.StringVar(&tf.c.dev, "dev", "", "")
+	fs := newFlags("tunnel "+sub, &tf.c)
 	fs.StringVar(&tf.local, "local", "", "")
 	fs.Var(&tf.routes, "route", "")
 	fs.Var(&tf.peers, "peer", "")
@@ -113,17 +109,9 @@ func parseTunnelFlags(sub string, args []string, stdout io.Writer) (*tunnelFlags
 	fs.IntVar(&tf.ttl, "ttl", tunnel.DefaultTTL, "")
 	fs.IntVar(&tf.mtu, "mtu", 0, "")
 	fs.DurationVar(&tf.logInterval, "log-interval", tunnel.DefaultLogInterval, "")
-	fs.BoolVar(&tf.json, "j", false, "")
-	fs.BoolVar(&tf.json, "json", false, "")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(stdout, tunnelHelp)
-			return nil, true, nil
-		}
-		return nil, false, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, false, usagef("unexpected argument %q (options are --name value, e.g. --dev wan)", fs.Arg(0))
+	jsonFlag(fs, &tf.json)
+	if done, err := parseCommand(fs, tunnelHelp, args, stdout, "options are --name value, e.g. --dev wan"); done || err != nil {
+		return nil, done, err
 	}
 	if tf.c.dev == "" {
 		return nil, false, usagef("--dev is required (the PE's WAN device, e.g. --dev wan)")
@@ -236,22 +224,10 @@ func tunnelSet(sub string, args []string, stdout io.Writer) error {
 func tunnelRead(sub string, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var js bool
-	fs := flag.NewFlagSet("portctl tunnel "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&c.netns, "netns", "", "")
-	fs.StringVar(&c.netns, "n", "", "")
-	fs.StringVar(&c.dev, "dev", "", "")
-	fs.BoolVar(&js, "j", false, "")
-	fs.BoolVar(&js, "json", false, "")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(stdout, tunnelHelp)
-			return nil
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q (options are --name value, e.g. --dev wan)", fs.Arg(0))
+	fs := newFlags("tunnel "+sub, &c)
+	jsonFlag(fs, &js)
+	if done, err := parseCommand(fs, tunnelHelp, args, stdout, "options are --name value, e.g. --dev wan"); done || err != nil {
+		return err
 	}
 	if c.dev == "" {
 		return usagef("--dev is required (the PE's WAN device, e.g. --dev wan)")
