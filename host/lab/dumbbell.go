@@ -110,18 +110,7 @@ func NewDumbbell(ds DumbbellSpec) (*Dumbbell, error) {
 	if err != nil {
 		return nil, err
 	}
-	lab, err := Build(spec)
-	if err != nil {
-		return nil, err
-	}
-	d, err := newDumbbellFrom(lab, spec, ds)
-	if err != nil {
-		if cerr := lab.Close(); cerr != nil {
-			err = fmt.Errorf("%w (teardown: %v)", err, cerr)
-		}
-		return nil, err
-	}
-	return d, nil
+	return buildShaped(spec, func(lab *Lab) (*Dumbbell, error) { return newDumbbellFrom(lab, spec, ds) })
 }
 
 // NewDumbbellT is NewDumbbell that fails tb on error and closes in tb.Cleanup.

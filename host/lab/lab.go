@@ -180,12 +180,33 @@ func Build(spec Spec) (*Lab, error) {
 		return nil, err
 	}
 	if err := l.build(spec); err != nil {
-		if cerr := l.closeLocked(); cerr != nil {
-			err = fmt.Errorf("%w (teardown: %v)", err, cerr)
-		}
-		return nil, err
+		return nil, withTeardown(err, l.closeLocked())
 	}
 	return l, nil
+}
+
+// buildShaped builds spec and makes the lab a shaped one (a dumbbell, a
+// multipath fabric, a WAN) with from. On error nothing is left behind.
+func buildShaped[T any](spec Spec, from func(*Lab) (T, error)) (T, error) {
+	var zero T
+	lab, err := Build(spec)
+	if err != nil {
+		return zero, err
+	}
+	v, err := from(lab)
+	if err != nil {
+		return zero, withTeardown(err, lab.Close())
+	}
+	return v, nil
+}
+
+// withTeardown is err with the failure, if any, of the teardown that
+// followed it.
+func withTeardown(err, teardownErr error) error {
+	if teardownErr != nil {
+		return fmt.Errorf("%w (teardown: %v)", err, teardownErr)
+	}
+	return err
 }
 
 // BuildT builds spec or fails tb, and closes the lab in tb.Cleanup, which Go

@@ -228,18 +228,7 @@ func NewMultipath(ms MultipathSpec) (*Multipath, error) {
 	if err != nil {
 		return nil, err
 	}
-	lab, err := Build(spec)
-	if err != nil {
-		return nil, err
-	}
-	m, err := newMultipathFrom(lab, ms)
-	if err != nil {
-		if cerr := lab.Close(); cerr != nil {
-			err = fmt.Errorf("%w (teardown: %v)", err, cerr)
-		}
-		return nil, err
-	}
-	return m, nil
+	return buildShaped(spec, func(lab *Lab) (*Multipath, error) { return newMultipathFrom(lab, ms) })
 }
 
 // NewMultipathT is NewMultipath that fails tb on error and closes in

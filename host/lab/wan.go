@@ -348,18 +348,7 @@ func NewWAN(ws WANSpec) (*WAN, error) {
 	if err != nil {
 		return nil, err
 	}
-	lab, err := Build(spec)
-	if err != nil {
-		return nil, err
-	}
-	w, err := newWANFrom(lab, ws)
-	if err != nil {
-		if cerr := lab.Close(); cerr != nil {
-			err = fmt.Errorf("%w (teardown: %v)", err, cerr)
-		}
-		return nil, err
-	}
-	return w, nil
+	return buildShaped(spec, func(lab *Lab) (*WAN, error) { return newWANFrom(lab, ws) })
 }
 
 // NewWANT is NewWAN that fails tb on error and closes in tb.Cleanup (PEs
