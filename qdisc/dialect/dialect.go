@@ -386,6 +386,18 @@ func classList(ids []string) string {
 	return "classes " + strings.Join(ids, ", ")
 }
 
+// indented is the text of a dialect whose nested commands are indented
+// (EOS, NX-OS), step a level.
+type indented struct {
+	b    strings.Builder
+	step string
+}
+
+// line writes one command at level indent.
+func (t *indented) line(indent int, format string, args ...any) {
+	t.b.WriteString(strings.Repeat(t.step, indent) + fmt.Sprintf(format, args...) + "\n")
+}
+
 // header is the comment block every CLI dialect starts with, each line
 // after prefix.
 func (p *port) header(prefix string) string {

@@ -17,10 +17,8 @@ const eosMaxThreshold = 256000000
 // traffic-class maps are global, the rest sits under the interface.
 func (p *port) eos() (string, error) {
 	cfg := p.cfg
-	var b strings.Builder
-	line := func(indent int, format string, args ...any) {
-		b.WriteString(strings.Repeat("   ", indent) + fmt.Sprintf(format, args...) + "\n")
-	}
+	out := indented{step: "   "}
+	line := out.line
 	p.unusedNote()
 	p.strictNote()
 
@@ -123,7 +121,7 @@ func (p *port) eos() (string, error) {
 	if len(p.errs) > 0 {
 		return "", errors.Join(p.errs...)
 	}
-	return p.header("! ") + "!\n" + b.String(), nil
+	return p.header("! ") + "!\n" + out.b.String(), nil
 }
 
 // eosUnits is b in the unit kbytes writes it.

@@ -2,10 +2,8 @@ package dialect
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/fabriclab/fabriclab/qdisc"
 )
@@ -24,10 +22,8 @@ func nxosQueue(q int) string {
 // policy makes the lossless classes no-drop.
 func (p *port) nxos() (string, error) {
 	cfg := p.cfg
-	var b strings.Builder
-	line := func(indent int, format string, args ...any) {
-		b.WriteString(strings.Repeat("  ", indent) + fmt.Sprintf(format, args...) + "\n")
-	}
+	out := indented{step: "  "}
+	line := out.line
 	p.unusedNote()
 	p.strictNote()
 	name := "fabriclab-" + sonicBase(p.iface)
@@ -129,5 +125,5 @@ func (p *port) nxos() (string, error) {
 	if len(p.errs) > 0 {
 		return "", errors.Join(p.errs...)
 	}
-	return p.header("! ") + "!\n" + b.String(), nil
+	return p.header("! ") + "!\n" + out.b.String(), nil
 }
