@@ -392,26 +392,25 @@ func (s *Server[R]) readFinish(r *bufio.Reader) (cause, msg string, err error) {
 }
 
 func (s *Server[R]) acquireConn() *Refusal {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := &s.mu.stats
-	if st.Conns+1 > s.opts.MaxConns {
-		return Refuse(RefusedConns, "connections %d: this server allows 1..%d at once (max_conns)", st.Conns+1, s.opts.MaxConns)
-	}
-	st.Conns++
-	return nil
+	return s.acquire(func(st *Stats) *int { return &st.Conns }, s.opts.MaxConns, RefusedConns, "connections", "max_conns")
 }
 
 func (s *Server[R]) releaseConn() { s.count(func(st *Stats) { st.Conns-- }) }
 
 func (s *Server[R]) acquireSession() *Refusal {
+	return s.acquire(func(st *Stats) *int { return &st.Sessions }, s.opts.MaxSessions, RefusedSessions, "sessions", "max_sessions")
+}
+
+// acquire takes one more of what held counts, or refuses with cause
+// when that would pass most: the limit of that name (what, at once).
+func (s *Server[R]) acquire(held func(*Stats) *int, most int, cause, what, name string) *Refusal {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := &s.mu.stats
-	if st.Sessions+1 > s.opts.MaxSessions {
-		return Refuse(RefusedSessions, "sessions %d: this server allows 1..%d at once (max_sessions)", st.Sessions+1, s.opts.MaxSessions)
+	n := held(&s.mu.stats)
+	if *n+1 > most {
+		return Refuse(cause, "%s %d: this server allows 1..%d at once (%s)", what, *n+1, most, name)
 	}
-	st.Sessions++
+	*n++
 	return nil
 }
 
