@@ -49,6 +49,20 @@ func (s Spec) validate() error {
 		p    netip.Prefix
 	}
 	var onLink []subnet
+	// claim takes p, a host of within on node's link, for field: no
+	// other end may use its address.
+	claim := func(field, node string, p, within netip.Prefix) error {
+		if err := validHostPrefix(p, within); err != nil {
+			return specErr(field, "%v", err)
+		}
+		if prev, dup := addrs[p.Addr()]; dup {
+			return specErr(field, "%s already used by %s", p.Addr(), prev)
+		}
+		addrs[p.Addr()] = field
+		addrNode[p.Addr()] = node
+		onLink = append(onLink, subnet{node, p.Masked()})
+		return nil
+	}
 	for i, l := range s.Links {
 		f := fmt.Sprintf("Links[%d]", i)
 		for _, side := range []struct {
@@ -74,15 +88,9 @@ func (s Spec) validate() error {
 			if !ep.Addr.IsValid() {
 				return specErr(sf+".Addr", "required (an IPv4 prefix inside %s)", labPrefix4)
 			}
-			if err := validHostPrefix(ep.Addr, labPrefix4); err != nil {
-				return specErr(sf+".Addr", "%v", err)
+			if err := claim(sf+".Addr", ep.Node, ep.Addr, labPrefix4); err != nil {
+				return err
 			}
-			if prev, dup := addrs[ep.Addr.Addr()]; dup {
-				return specErr(sf+".Addr", "%s already used by %s", ep.Addr.Addr(), prev)
-			}
-			addrs[ep.Addr.Addr()] = sf + ".Addr"
-			addrNode[ep.Addr.Addr()] = ep.Node
-			onLink = append(onLink, subnet{ep.Node, ep.Addr.Masked()})
 			for k, x := range ep.Extra {
 				xf := fmt.Sprintf("%s.Extra[%d]", sf, k)
 				if err := validHostPrefix(netip.PrefixFrom(x, ep.Addr.Bits()), labPrefix4); err != nil || !ep.Addr.Masked().Contains(x) {
@@ -96,15 +104,9 @@ func (s Spec) validate() error {
 			}
 
 			if ep.Addr6.IsValid() {
-				if err := validHostPrefix(ep.Addr6, labPrefix6); err != nil {
-					return specErr(sf+".Addr6", "%v", err)
+				if err := claim(sf+".Addr6", ep.Node, ep.Addr6, labPrefix6); err != nil {
+					return err
 				}
-				if prev, dup := addrs[ep.Addr6.Addr()]; dup {
-					return specErr(sf+".Addr6", "%s already used by %s", ep.Addr6.Addr(), prev)
-				}
-				addrs[ep.Addr6.Addr()] = sf + ".Addr6"
-				addrNode[ep.Addr6.Addr()] = ep.Node
-				onLink = append(onLink, subnet{ep.Node, ep.Addr6.Masked()})
 			}
 		}
 		if l.A.Node == l.B.Node {
