@@ -151,10 +151,7 @@ func icrcV4(src, dst netip.AddrPort, udpPayload []byte, zeros int) uint32 {
 	s4, d4 := sa.As4(), da.As4()
 	copy(b[ipv4OffSrc:], s4[:])
 	copy(b[ipv4OffDst:], d4[:])
-	putMaskedUDP(b[ipv4HdrLen:], src.Port(), dst.Port(), udpLen)
-	crc := icrcTransport(icrcSeed, sc, len(b), icrcCovered(udpPayload), zeros)
-	icrcScratchPool.Put(sc)
-	return crc
+	return icrcAfterIP(sc, ipv4HdrLen, src, dst, udpPayload, zeros)
 }
 
 // ICRCv6 returns the ICRC (zlib value) of udpPayload sent from src to dst
@@ -176,8 +173,15 @@ func icrcV6(src, dst netip.AddrPort, udpPayload []byte, zeros int) uint32 {
 	s16, d16 := src.Addr().As16(), dst.Addr().As16()
 	copy(b[ipv6OffSrc:], s16[:])
 	copy(b[ipv6OffDst:], d16[:])
-	putMaskedUDP(b[ipv6HdrLen:], src.Port(), dst.Port(), udpLen)
-	crc := icrcTransport(icrcSeed, sc, len(b), icrcCovered(udpPayload), zeros)
+	return icrcAfterIP(sc, ipv6HdrLen, src, dst, udpPayload, zeros)
+}
+
+// icrcAfterIP puts the masked UDP header after the ipLen bytes of masked
+// IP header in sc, returns the ICRC over both and udpPayload, and gives
+// sc back to the pool.
+func icrcAfterIP(sc *icrcScratch, ipLen int, src, dst netip.AddrPort, udpPayload []byte, zeros int) uint32 {
+	putMaskedUDP(sc[ipLen:ipLen+udpHdrLen], src.Port(), dst.Port(), udpHdrLen+len(udpPayload))
+	crc := icrcTransport(icrcSeed, sc, ipLen+udpHdrLen, icrcCovered(udpPayload), zeros)
 	icrcScratchPool.Put(sc)
 	return crc
 }
