@@ -317,25 +317,27 @@ func (b *genBuilder) chain(n int, pair func(d int) (src, dst int)) {
 // the script's 2g−1 flows, one more than the 2(g−1) steps of a
 // textbook ring all-reduce; we keep the script's count.
 func genRing(hosts []int, g int, size uint64) *Matrix {
-	conns, triggers := genCounts("allreduce-ring", len(hosts), g, 0)
-	b := newGenBuilder(len(hosts), conns, triggers, size)
-	for k := 0; k < len(hosts); k += g {
-		grp := hosts[k : k+g]
-		for s := range g {
-			b.chain(2*g-1, func(d int) (int, int) { return grp[(s+d-1)%g], grp[(s+d)%g] })
-		}
-	}
-	return b.m
+	return genChains("allreduce-ring", hosts, g, size, 2*g-1, func(grp []int, s, d int) (int, int) {
+		return grp[(s+d-1)%g], grp[(s+d)%g]
+	})
 }
 
 // genAlltoall is gen_serial_alltoall.py over hosts in that order.
 func genAlltoall(hosts []int, g int, size uint64) *Matrix {
-	conns, triggers := genCounts("alltoall", len(hosts), g, 0)
+	return genChains("alltoall", hosts, g, size, g-1, func(grp []int, s, d int) (int, int) {
+		return grp[s], grp[(s+d)%g]
+	})
+}
+
+// genChains is the scripts' serial pattern: in every group of g hosts, a
+// chain of n flows from each member s, flow d from and to ends(grp, s, d).
+func genChains(name string, hosts []int, g int, size uint64, n int, ends func(grp []int, s, d int) (int, int)) *Matrix {
+	conns, triggers := genCounts(name, len(hosts), g, 0)
 	b := newGenBuilder(len(hosts), conns, triggers, size)
 	for k := 0; k < len(hosts); k += g {
 		grp := hosts[k : k+g]
 		for s := range g {
-			b.chain(g-1, func(d int) (int, int) { return grp[s], grp[(s+d)%g] })
+			b.chain(n, func(d int) (int, int) { return ends(grp, s, d) })
 		}
 	}
 	return b.m
