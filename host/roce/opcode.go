@@ -123,28 +123,22 @@ var opTable = func() (t [1 << 8]opInfo) {
 	return t
 }()
 
+// extLens are the extension headers' lengths, which headerLen adds to
+// the BTH's.
+var extLens = [...]struct {
+	ext extSet
+	len int
+}{
+	{extDETH, DETHLen}, {extRETH, RETHLen}, {extAtomicETH, AtomicETHLen}, {extAETH, AETHLen},
+	{extAtomicAckETH, AtomicAckETHLen}, {extImmDt, ImmDtLen}, {extCNPReserved, CNPReservedLen},
+}
+
 func headerLen(ext extSet) int {
 	n := BTHLen
-	if ext&extDETH != 0 {
-		n += DETHLen
-	}
-	if ext&extRETH != 0 {
-		n += RETHLen
-	}
-	if ext&extAtomicETH != 0 {
-		n += AtomicETHLen
-	}
-	if ext&extAETH != 0 {
-		n += AETHLen
-	}
-	if ext&extAtomicAckETH != 0 {
-		n += AtomicAckETHLen
-	}
-	if ext&extImmDt != 0 {
-		n += ImmDtLen
-	}
-	if ext&extCNPReserved != 0 {
-		n += CNPReservedLen
+	for _, e := range extLens {
+		if ext&e.ext != 0 {
+			n += e.len
+		}
 	}
 	return n
 }
