@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"fmt"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"net"
@@ -84,15 +85,9 @@ type ServerLimits struct {
 
 // withDefaults fills every 0 with its default.
 func (l ServerLimits) withDefaults() ServerLimits {
-	if l.MaxQPs == 0 {
-		l.MaxQPs = DefaultMaxQPs
-	}
-	if l.MaxTotalQPs == 0 {
-		l.MaxTotalQPs = max(DefaultMaxTotalQPs, l.MaxQPs)
-	}
-	if l.MaxBufferBytes == 0 {
-		l.MaxBufferBytes = DefaultMaxBufferBytes
-	}
+	l.MaxQPs = cmp.Or(l.MaxQPs, DefaultMaxQPs)
+	l.MaxTotalQPs = cmp.Or(l.MaxTotalQPs, max(DefaultMaxTotalQPs, l.MaxQPs))
+	l.MaxBufferBytes = cmp.Or(l.MaxBufferBytes, DefaultMaxBufferBytes)
 	if l.MaxMessageBytes == 0 {
 		if l.BufferBytes > 0 {
 			l.MaxMessageBytes = min(l.BufferBytes, maxMessageBytes)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -46,12 +47,8 @@ const (
 )
 
 func (lc LabCheck) withDefaults() LabCheck {
-	if lc.Window == 0 {
-		lc.Window = DefaultCheckWindow
-	}
-	if lc.Flows == "" {
-		lc.Flows = CheckFlowsOwn
-	}
+	lc.Window = cmp.Or(lc.Window, DefaultCheckWindow)
+	lc.Flows = cmp.Or(lc.Flows, CheckFlowsOwn)
 	return lc
 }
 

@@ -1,6 +1,7 @@
 package pds
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -161,45 +162,19 @@ func DefaultConfig() Config {
 // withDefaults fills the zero fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.LinkRate == 0 {
-		c.LinkRate = d.LinkRate
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = engine.DefaultBatchSize(c.LinkRate)
-	}
-	if c.MTU == 0 {
-		c.MTU = d.MTU
-	}
-	if c.PortCatchUp == 0 {
-		c.PortCatchUp = d.PortCatchUp
-	}
-	if c.BaseRTT == 0 {
-		c.BaseRTT = d.BaseRTT
-	}
-	if c.DSCP == 0 {
-		c.DSCP = d.DSCP
-	}
-	if c.RTO == 0 {
-		c.RTO = d.RTO
-	}
-	if c.ProbeTimeout == 0 {
-		c.ProbeTimeout = d.ProbeTimeout
-	}
-	if c.MaxRetries == 0 {
-		c.MaxRetries = d.MaxRetries
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = d.IdleTimeout
-	}
-	if c.MaxPDCs == 0 {
-		c.MaxPDCs = d.MaxPDCs
-	}
-	if c.MaxCCCs == 0 {
-		c.MaxCCCs = d.MaxCCCs
-	}
-	if c.AckBytes == 0 {
-		c.AckBytes = d.AckBytes
-	}
+	c.LinkRate = cmp.Or(c.LinkRate, d.LinkRate)
+	c.BatchSize = cmp.Or(c.BatchSize, engine.DefaultBatchSize(c.LinkRate))
+	c.MTU = cmp.Or(c.MTU, d.MTU)
+	c.PortCatchUp = cmp.Or(c.PortCatchUp, d.PortCatchUp)
+	c.BaseRTT = cmp.Or(c.BaseRTT, d.BaseRTT)
+	c.DSCP = cmp.Or(c.DSCP, d.DSCP)
+	c.RTO = cmp.Or(c.RTO, d.RTO)
+	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, d.ProbeTimeout)
+	c.MaxRetries = cmp.Or(c.MaxRetries, d.MaxRetries)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, d.IdleTimeout)
+	c.MaxPDCs = cmp.Or(c.MaxPDCs, d.MaxPDCs)
+	c.MaxCCCs = cmp.Or(c.MaxCCCs, d.MaxCCCs)
+	c.AckBytes = cmp.Or(c.AckBytes, d.AckBytes)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -22,6 +22,7 @@
 package perf
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -413,46 +414,25 @@ func DefaultClientConfig(server string) ClientConfig {
 // withDefaults fills the zero values that mean a default.
 func (c ClientConfig) withDefaults() ClientConfig {
 	qc := agent.DefaultQPConfig()
-	def := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	def(&c.QPs, DefaultQPs)
-	def(&c.MessageBytes, DefaultMessageBytes)
+	c.QPs = cmp.Or(c.QPs, DefaultQPs)
+	c.MessageBytes = cmp.Or(c.MessageBytes, DefaultMessageBytes)
 	if c.isUET() {
 		d := pds.DefaultConfig()
-		def(&c.MTU, d.MTU)
-		if c.LineRate == 0 {
-			c.LineRate = d.LinkRate
-		}
-		if c.BaseRTT == 0 {
-			c.BaseRTT = d.BaseRTT
-		}
+		c.MTU = cmp.Or(c.MTU, d.MTU)
+		c.LineRate = cmp.Or(c.LineRate, d.LinkRate)
+		c.BaseRTT = cmp.Or(c.BaseRTT, d.BaseRTT)
 	}
-	def(&c.MTU, DefaultMTU)
-	def(&c.Window, qc.Window)
-	def(&c.AckReqEvery, min(qc.AckReqEvery, c.Window))
-	def(&c.MaxBurst, qc.MaxBurst)
-	def(&c.RetryCount, qc.RetryCount)
-	if c.Duration == 0 {
-		c.Duration = DefaultDuration
-	}
-	if c.AckTimeout == 0 {
-		c.AckTimeout = qc.AckTimeout
-	}
-	if c.CC == "" {
-		c.CC = agent.CCDCQCN
-	}
-	if c.Profile == "" {
-		c.Profile = dcqcn.DefaultProfile
-	}
-	if c.DSCP == 0 {
-		c.DSCP = agent.DefaultDSCP
-	}
-	if c.CNPDSCP == 0 {
-		c.CNPDSCP = agent.DefaultCNPDSCP
-	}
+	c.MTU = cmp.Or(c.MTU, DefaultMTU)
+	c.Window = cmp.Or(c.Window, qc.Window)
+	c.AckReqEvery = cmp.Or(c.AckReqEvery, min(qc.AckReqEvery, c.Window))
+	c.MaxBurst = cmp.Or(c.MaxBurst, qc.MaxBurst)
+	c.RetryCount = cmp.Or(c.RetryCount, qc.RetryCount)
+	c.Duration = cmp.Or(c.Duration, DefaultDuration)
+	c.AckTimeout = cmp.Or(c.AckTimeout, qc.AckTimeout)
+	c.CC = cmp.Or(c.CC, agent.CCDCQCN)
+	c.Profile = cmp.Or(c.Profile, dcqcn.DefaultProfile)
+	c.DSCP = cmp.Or(c.DSCP, agent.DefaultDSCP)
+	c.CNPDSCP = cmp.Or(c.CNPDSCP, agent.DefaultCNPDSCP)
 	if c.Logger == nil {
 		c.Logger = discardLogger()
 	}

@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -152,15 +153,9 @@ type UETLimits struct {
 }
 
 func (l UETLimits) withDefaults() UETLimits {
-	if l.MaxStreams == 0 {
-		l.MaxStreams = DefaultUETMaxStreams
-	}
-	if l.MaxMessageBytes == 0 {
-		l.MaxMessageBytes = MaxMessageBytes
-	}
-	if l.MaxRequestBytes == 0 {
-		l.MaxRequestBytes = minUETRequest + l.MaxStreams*uetJobIDJSONBytes
-	}
+	l.MaxStreams = cmp.Or(l.MaxStreams, DefaultUETMaxStreams)
+	l.MaxMessageBytes = cmp.Or(l.MaxMessageBytes, MaxMessageBytes)
+	l.MaxRequestBytes = cmp.Or(l.MaxRequestBytes, minUETRequest+l.MaxStreams*uetJobIDJSONBytes)
 	l.Limits = l.Limits.WithDefaults()
 	return l
 }

@@ -2,6 +2,7 @@ package sidechan
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -99,18 +100,10 @@ const (
 // WithDefaults fills every 0 but MaxRequestBytes (the transport's) with
 // its default.
 func (l Limits) WithDefaults() Limits {
-	if l.MaxSessions == 0 {
-		l.MaxSessions = DefaultMaxSessions
-	}
-	if l.MaxConns == 0 {
-		l.MaxConns = 2 * l.MaxSessions
-	}
-	if l.RequestTimeout == 0 {
-		l.RequestTimeout = DefaultRequestTimeout
-	}
-	if l.MaxSessionDuration == 0 {
-		l.MaxSessionDuration = DefaultMaxSessionDuration
-	}
+	l.MaxSessions = cmp.Or(l.MaxSessions, DefaultMaxSessions)
+	l.MaxConns = cmp.Or(l.MaxConns, 2*l.MaxSessions)
+	l.RequestTimeout = cmp.Or(l.RequestTimeout, DefaultRequestTimeout)
+	l.MaxSessionDuration = cmp.Or(l.MaxSessionDuration, DefaultMaxSessionDuration)
 	return l
 }
 

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -66,15 +67,9 @@ const (
 
 // withDefaults fills the zero fields that have defaults.
 func (c Config) withDefaults() Config {
-	if c.TTL == 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.LogInterval == 0 {
-		c.LogInterval = DefaultLogInterval
-	}
-	if c.HeavyHold == 0 {
-		c.HeavyHold = DefaultHeavyHold
-	}
+	c.TTL = cmp.Or(c.TTL, DefaultTTL)
+	c.LogInterval = cmp.Or(c.LogInterval, DefaultLogInterval)
+	c.HeavyHold = cmp.Or(c.HeavyHold, DefaultHeavyHold)
 	return c
 }
 
