@@ -235,98 +235,73 @@ func run() int {
 	failed := false
 
 	host := hostMeter{rep: &rep}
-	if sec.prog {
-		progress("per-packet cost: %d trials x %d repetitions per state", *trials, *repeat)
-		host.begin("prog")
-		rows, err := runProgBench(*repeat, *trials)
+	// section runs one measurement between the host meter's marks; its
+	// error, named what, fails the bench.
+	section := func(name, what string, run func() error) {
+		host.begin(name)
+		err := run()
 		host.end()
-		rep.Programs = rows
 		if err != nil {
 			failed = true
-			rep.Errors = append(rep.Errors, "per-packet cost: "+err.Error())
+			rep.Errors = append(rep.Errors, what+": "+err.Error())
 		}
+	}
+	if sec.prog {
+		progress("per-packet cost: %d trials x %d repetitions per state", *trials, *repeat)
+		section("prog", "per-packet cost", func() (err error) {
+			rep.Programs, err = runProgBench(*repeat, *trials)
+			return err
+		})
 	}
 
 	if sec.throughput && ctx.Err() == nil {
-		host.begin("throughput")
-		trows, err := runThroughput(ctx, *rounds, *seconds, *cpu, units.ByteSize(*portLimit))
-		host.end()
-		rep.Throughput = trows
-		if err != nil {
-			failed = true
-			rep.Errors = append(rep.Errors, "throughput: "+err.Error())
-		}
+		section("throughput", "throughput", func() (err error) {
+			rep.Throughput, err = runThroughput(ctx, *rounds, *seconds, *cpu, units.ByteSize(*portLimit))
+			return err
+		})
 	}
 	if (ro.goodput || ro.reaction) && ctx.Err() == nil {
-		host.begin("roce")
-		rr, err := runRoce(ctx, ro)
-		host.end()
-		rep.Roce = rr
-		if err != nil {
-			failed = true
-			rep.Errors = append(rep.Errors, "roce: "+err.Error())
-		}
+		section("roce", "roce", func() (err error) {
+			rep.Roce, err = runRoce(ctx, ro)
+			return err
+		})
 	}
 	if sec.delay && ctx.Err() == nil {
-		host.begin("delay")
-		dr, err := runDelay(ctx, *seconds, *cpu)
-		host.end()
-		rep.Delay = dr
-		if err != nil {
-			failed = true
-			rep.Errors = append(rep.Errors, "delay link: "+err.Error())
-		}
+		section("delay", "delay link", func() (err error) {
+			rep.Delay, err = runDelay(ctx, *seconds, *cpu)
+			return err
+		})
 	}
 	if sec.np && ctx.Err() == nil {
-		host.begin("np")
-		nr, err := runNP(ctx, nf)
-		host.end()
-		rep.NP = nr
-		if err != nil {
-			failed = true
-			rep.Errors = append(rep.Errors, "kernel NP: "+err.Error())
-		}
+		section("np", "kernel NP", func() (err error) {
+			rep.NP, err = runNP(ctx, nf)
+			return err
+		})
 	}
 	if sec.incast && ctx.Err() == nil {
-		host.begin("incast")
-		ir, err := runIncasts(ctx, incastOpts{runs: *incastRuns, seeds: *incastSeeds, smoke: *smoke, examples: examplesDir(), htsimDir: *htsimDir})
-		host.end()
-		rep.Incast = ir
-		if err != nil {
-			failed = true
-			rep.Errors = append(rep.Errors, "incast: "+err.Error())
-		}
+		section("incast", "incast", func() (err error) {
+			rep.Incast, err = runIncasts(ctx, incastOpts{runs: *incastRuns, seeds: *incastSeeds, smoke: *smoke, examples: examplesDir(), htsimDir: *htsimDir})
+			return err
+		})
 	}
 	if sec.scale && ctx.Err() == nil {
-		host.begin("scale")
-		sr, err := runScale(ctx, scaleOpts{qps: sqps, runs: *scaleRuns, rate: scaleRate, seconds: *scaleSeconds, profile: *scaleProfile})
-		host.end()
-		rep.Scale = sr
-		if err != nil {
-			failed = true
-			rep.Errors = append(rep.Errors, "scale: "+err.Error())
-		}
+		section("scale", "scale", func() (err error) {
+			rep.Scale, err = runScale(ctx, scaleOpts{qps: sqps, runs: *scaleRuns, rate: scaleRate, seconds: *scaleSeconds, profile: *scaleProfile})
+			return err
+		})
 	}
 	if sec.ports && ctx.Err() == nil {
-		host.begin("ports")
-		pr, err := runPorts(ctx, *ports, *trials, inSituSend)
-		host.end()
-		rep.Ports = pr
-		if err != nil {
-			failed = true
-			rep.Errors = append(rep.Errors, "ports: "+err.Error())
-		}
+		section("ports", "ports", func() (err error) {
+			rep.Ports, err = runPorts(ctx, *ports, *trials, inSituSend)
+			return err
+		})
 	}
 	if sec.soak && ctx.Err() == nil {
-		host.begin("soak")
-		progress("soak: %v, the demo's lab at 80 %% load", *soakFor)
-		sr, err := runSoak(ctx, *soakFor)
-		host.end()
-		rep.Soak = sr
-		if err != nil {
-			failed = true
-			rep.Errors = append(rep.Errors, "soak: "+err.Error())
-		}
+		section("soak", "soak", func() (err error) {
+			progress("soak: %v, the demo's lab at 80 %% load", *soakFor)
+			rep.Soak, err = runSoak(ctx, *soakFor)
+			return err
+		})
 	}
 	if ctx.Err() != nil {
 		failed = true
