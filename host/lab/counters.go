@@ -36,16 +36,9 @@ func SoftnetDrops() (uint64, error) {
 // UDPCounter is the Udp counter name (InErrors, RcvbufErrors, ...) of n's
 // namespace (/proc/net/snmp).
 func (n *Node) UDPCounter(name string) (uint64, error) {
-	var v uint64
-	err := n.Do(func() error {
-		// /proc/self/net is the process leader's namespace, not this
-		// thread's.
-		b, err := os.ReadFile("/proc/thread-self/net/snmp")
-		if err != nil {
-			return err
-		}
+	return n.netCounter("snmp", func(text string) (uint64, error) {
 		var names []string
-		for _, l := range strings.Split(string(b), "\n") {
+		for _, l := range strings.Split(text, "\n") {
 			f := strings.Fields(l)
 			if len(f) == 0 || f[0] != "Udp:" {
 				continue
@@ -56,32 +49,40 @@ func (n *Node) UDPCounter(name string) (uint64, error) {
 			}
 			for i := range names {
 				if names[i] == name && i < len(f) {
-					v, err = strconv.ParseUint(f[i], 10, 64)
-					return err
+					return strconv.ParseUint(f[i], 10, 64)
 				}
 			}
 		}
-		return fmt.Errorf("no Udp %s in /proc/net/snmp", name)
+		return 0, fmt.Errorf("no Udp %s in /proc/net/snmp", name)
 	})
-	return v, err
 }
 
 // UDP6Counter is the Udp6 counter name (InCsumErrors, RcvbufErrors, ...)
 // of n's namespace (/proc/net/snmp6, where it reads Udp6<name>).
 func (n *Node) UDP6Counter(name string) (uint64, error) {
+	return n.netCounter("snmp6", func(text string) (uint64, error) {
+		for _, l := range strings.Split(text, "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "Udp6"+name {
+				return strconv.ParseUint(f[1], 10, 64)
+			}
+		}
+		return 0, fmt.Errorf("no Udp6%s in /proc/net/snmp6", name)
+	})
+}
+
+// netCounter reads file of /proc/net as n's namespace has it and takes a
+// counter from its text with pick.
+func (n *Node) netCounter(file string, pick func(text string) (uint64, error)) (uint64, error) {
 	var v uint64
 	err := n.Do(func() error {
-		b, err := os.ReadFile("/proc/thread-self/net/snmp6")
+		// /proc/self/net is the process leader's namespace, not this
+		// thread's.
+		b, err := os.ReadFile("/proc/thread-self/net/" + file)
 		if err != nil {
 			return err
 		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) == 2 && f[0] == "Udp6"+name {
-				v, err = strconv.ParseUint(f[1], 10, 64)
-				return err
-			}
-		}
-		return fmt.Errorf("no Udp6%s in /proc/net/snmp6", name)
+		v, err = pick(string(b))
+		return err
 	})
 	return v, err
 }
