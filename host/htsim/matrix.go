@@ -580,13 +580,11 @@ func (r Runner) RunMatrix(ctx context.Context, s MatrixScenario) (MatrixResult, 
 	if err != nil {
 		return MatrixResult{}, err
 	}
-	work := r.WorkDir
-	if work == "" {
-		if work, err = os.MkdirTemp("", "htsim-"); err != nil {
-			return MatrixResult{}, err
-		}
-		defer os.RemoveAll(work)
+	work, done, err := r.workDir()
+	if err != nil {
+		return MatrixResult{}, err
 	}
+	defer done()
 	command, err := p.WriteFiles(work)
 	if err != nil {
 		return MatrixResult{}, err

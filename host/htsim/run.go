@@ -109,6 +109,18 @@ type Runner struct {
 	WorkDir string
 }
 
+// workDir is the run's directory: WorkDir, made if need be, or a
+// temporary one that done removes.
+func (r Runner) workDir() (dir string, done func(), err error) {
+	if r.WorkDir != "" {
+		return r.WorkDir, func() {}, os.MkdirAll(r.WorkDir, 0o755)
+	}
+	if dir, err = os.MkdirTemp("", "htsim-"); err != nil {
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
 // Run runs s in htsim and reads its result. Without a build at r.Dir the
 // error is a *MissingBinaryError; a bad scenario's joins *FieldErrors.
 func (r Runner) Run(ctx context.Context, s Scenario) (Result, error) {
@@ -120,15 +132,11 @@ func (r Runner) Run(ctx context.Context, s Scenario) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	work := r.WorkDir
-	if work == "" {
-		if work, err = os.MkdirTemp("", "htsim-"); err != nil {
-			return Result{}, err
-		}
-		defer os.RemoveAll(work)
-	} else if err := os.MkdirAll(work, 0o755); err != nil {
+	work, done, err := r.workDir()
+	if err != nil {
 		return Result{}, err
 	}
+	defer done()
 	const cm, out, log, idmap = "htsim.cm", "htsim.out", "htsim.log", "idmap.txt"
 	if err := os.WriteFile(filepath.Join(work, cm), []byte(p.ConnectionMatrix()), 0o644); err != nil {
 		return Result{}, err
