@@ -486,41 +486,29 @@ type tcArgs map[string]string
 
 // size sets *dst from key, if given.
 func (a tcArgs) size(key string, dst *units.ByteSize) error {
-	v, ok := a[key]
-	if !ok {
-		return nil
-	}
-	n, err := units.ParseSize(v)
-	if err != nil {
-		return fmt.Errorf("%s: %w", key, err)
-	}
-	*dst = n
-	return nil
+	return setArg(a, key, dst, units.ParseSize)
 }
 
 func (a tcArgs) prob(key string, dst *float64) error {
-	v, ok := a[key]
-	if !ok {
-		return nil
-	}
-	p, err := units.ParseProbability(v)
-	if err != nil {
-		return fmt.Errorf("%s: %w", key, err)
-	}
-	*dst = p
-	return nil
+	return setArg(a, key, dst, units.ParseProbability)
 }
 
 func (a tcArgs) duration(key string, dst *time.Duration) error {
+	return setArg(a, key, dst, units.ParseDuration)
+}
+
+// setArg sets *dst to key's value read with parse, if key is given; an
+// error names the key.
+func setArg[T any](a tcArgs, key string, dst *T, parse func(string) (T, error)) error {
 	v, ok := a[key]
 	if !ok {
 		return nil
 	}
-	d, err := units.ParseDuration(v)
+	x, err := parse(v)
 	if err != nil {
 		return fmt.Errorf("%s: %w", key, err)
 	}
-	*dst = d
+	*dst = x
 	return nil
 }
 
