@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -153,9 +152,7 @@ func showOffline(w io.Writer, cf *classFlags, df *dialectFlags, rate, netns stri
 		opt.Source = src
 		return printDialect(w, &cfg, d, opt)
 	case js:
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(cfg)
+		return printJSON(w, cfg)
 	}
 	renderConfig(w, src, &cfg)
 	return nil

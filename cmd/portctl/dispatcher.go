@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -39,9 +38,7 @@ func cmdDispatcher(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		if js {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(st)
+			return printJSON(stdout, st)
 		}
 		renderDispatcher(stdout, st)
 		return nil

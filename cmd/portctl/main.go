@@ -243,6 +243,13 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
+// printJSON writes v as -j prints everything: indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 // jsonFlag registers -j and --json, which every command that can print
 // JSON takes.
 func jsonFlag(fs *flag.FlagSet, js *bool) {
@@ -447,9 +454,7 @@ func printShow(w io.Writer, p *qdisc.Port, js bool) error {
 		return err
 	}
 	if js {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(showJSON{Port: p.Info(), Config: cfg})
+		return printJSON(w, showJSON{Port: p.Info(), Config: cfg})
 	}
 	renderShow(w, p.Info(), &cfg)
 	return nil

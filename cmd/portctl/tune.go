@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -198,7 +197,5 @@ func printTuneJSON(w io.Writer, in aqm.TuneInput, cl qdisc.ClassID, out aqm.Tune
 	for _, o := range tuneOptions(cl, out) {
 		j.Options = append(j.Options, o[0])
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(j)
+	return printJSON(w, j)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -263,9 +262,7 @@ func tunnelRead(sub string, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if js {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return printJSON(stdout, s)
 	}
 	printTunnelStats(stdout, c, pe.Config(), s)
 	return nil
@@ -280,9 +277,7 @@ func describe(c common) string {
 
 func printTunnelConfig(w io.Writer, c common, cfg tunnel.Config, js bool) error {
 	if js {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(cfg)
+		return printJSON(w, cfg)
 	}
 	fmt.Fprintf(w, "tunnel PE on %s: local %v, ecn %v, two-threshold %s, ttl %d, mtu %d (inner %d), log interval %v\n",
 		describe(c), cfg.Local, cfg.ECN, onOff(cfg.TwoThreshold), cfg.TTL, cfg.MTU, cfg.MTU-tunnel.OuterHeaderBytes, cfg.LogInterval)
