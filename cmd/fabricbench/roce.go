@@ -181,33 +181,26 @@ func runRoce(ctx context.Context, o roceOpts) (*RoceReport, error) {
 			errs = append(errs, fmt.Errorf("goodput: %w", err))
 		}
 	}
-	base := o.react
-	if o.reaction && ctx.Err() == nil {
-		progress("CNP reaction: %s, %s", base, units.FormatDuration(base.seconds))
-		r, err := runReaction(ctx, a, b, base)
-		rep.Reaction = &r
-		if err != nil {
-			errs = append(errs, fmt.Errorf("cnp reaction: %w", err))
+	// The paper's path, then the NP and then the RP too in the kernel.
+	for _, v := range []struct {
+		kernelNP, kernelRP bool
+		row                **ReactionRow
+		what               string
+	}{
+		{false, false, &rep.Reaction, "cnp reaction"},
+		{true, false, &rep.ReactionKernel, "cnp reaction, kernel np"},
+		{true, true, &rep.ReactionKernelRP, "cnp reaction, kernel np and rp"},
+	} {
+		if !o.reaction || ctx.Err() != nil {
+			break
 		}
-	}
-	if o.reaction && ctx.Err() == nil {
-		k := base
-		k.kernelNP = true
+		k := o.react
+		k.kernelNP, k.kernelRP = v.kernelNP, v.kernelRP
 		progress("CNP reaction: %s, %s", k, units.FormatDuration(k.seconds))
 		r, err := runReaction(ctx, a, b, k)
-		rep.ReactionKernel = &r
+		*v.row = &r
 		if err != nil {
-			errs = append(errs, fmt.Errorf("cnp reaction, kernel np: %w", err))
-		}
-	}
-	if o.reaction && ctx.Err() == nil {
-		k := base
-		k.kernelNP, k.kernelRP = true, true
-		progress("CNP reaction: %s, %s", k, units.FormatDuration(k.seconds))
-		r, err := runReaction(ctx, a, b, k)
-		rep.ReactionKernelRP = &r
-		if err != nil {
-			errs = append(errs, fmt.Errorf("cnp reaction, kernel np and rp: %w", err))
+			errs = append(errs, fmt.Errorf("%s: %w", v.what, err))
 		}
 	}
 
