@@ -89,23 +89,20 @@ func printRoceRows(tw io.Writer, r *RoceReport) {
 		}
 	}
 	if x := r.Reaction; x != nil {
-		counts := fmt.Sprintf("%d CNPs cut Rc (%d held by N), %d CE at the NP, %d CNPs sent, %d handled, %d at Rmin (no cut), %d unmatched; port CE-marked %d, dropped %d; %.2f Gbit/s acked in %.1f s",
-			x.Cuts, x.Held, x.CEReceived, x.CNPSent, x.CNPHandled, x.NoCut, x.Unmatched, x.PortMarked, x.PortDropped, x.AckedGbps, x.Seconds)
+		counts := reactionCounts(x, false)
 		fmt.Fprintf(tw, "CNP reaction\tCE at NP -> Rc cut at RP\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Reaction), x.Reaction, counts)
 		fmt.Fprintf(tw, "CNP reaction\t  NP: CE -> CNP to sendmmsg\tp50\t%s\t-\t-\t-\t-\t-\t%s; the %d held by N alone: %s\n", usVal(x.NP), x.NP, x.Held, x.NPHeld)
 		fmt.Fprintf(tw, "CNP reaction\t  return: CNP sendmmsg -> cut\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Return), x.Return, x.Config)
 	}
 	if x := r.ReactionKernel; x != nil {
-		counts := fmt.Sprintf("%d CNPs cut Rc (%d held by N), %d CE at the device, %d CNPs out, %d handled, %d at Rmin, %d unmatched; port CE-marked %d, dropped %d; %.2f Gbit/s acked in %.1f s",
-			x.Cuts, x.Held, x.CEReceived, x.CNPSent, x.CNPHandled, x.NoCut, x.Unmatched, x.PortMarked, x.PortDropped, x.AckedGbps, x.Seconds)
+		counts := reactionCounts(x, true)
 		fmt.Fprintf(tw, "CNP reaction, kernel NP\tCE at NP device -> Rc cut at RP\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Reaction), x.Reaction, counts)
 		fmt.Fprintf(tw, "CNP reaction, kernel NP\t  NP: CE in -> CNP out (tap)\tp50\t%s\t-\t-\t-\t-\t-\t%s; the %d held by N alone: %s\n", usVal(x.NP), x.NP, x.Held, x.NPHeld)
 		fmt.Fprintf(tw, "CNP reaction, kernel NP\t  return: CNP out -> cut\tp50\t%s\t-\t-\t-\t-\t-\t%s; %s\n", usVal(x.Return), x.Return, x.Config)
 	}
 	if x := r.ReactionKernelRP; x != nil {
 		const name = "CNP reaction, kernel NP+RP"
-		counts := fmt.Sprintf("%d CNPs cut Rc (%d held by N), %d CE at the device, %d CNPs out, %d handled, %d at Rmin, %d unmatched; port CE-marked %d, dropped %d; %.2f Gbit/s acked in %.1f s",
-			x.Cuts, x.Held, x.CEReceived, x.CNPSent, x.CNPHandled, x.NoCut, x.Unmatched, x.PortMarked, x.PortDropped, x.AckedGbps, x.Seconds)
+		counts := reactionCounts(x, true)
 		verdict := func(p Percentiles) string {
 			switch {
 			case p.N == 0:
@@ -242,4 +239,15 @@ func printRoceNotes(w io.Writer, r *RoceReport) {
 		fmt.Fprintln(w, "by N': CNPs whose trigger CE came N or more after the previous CNP, so the NP answered at once (a held one waits for the QP's")
 		fmt.Fprintln(w, "next packet after N: the kernel NP has no timer). 'read by the QP': when the QP's next pacing pass or receive loop took it.")
 	}
+}
+
+// reactionCounts is a reaction row's counters, worded for where its NP
+// ran: the agent, or the kernel (on the device).
+func reactionCounts(x *ReactionRow, kernelNP bool) string {
+	ce, cnps, rmin := "the NP", "sent", "at Rmin (no cut)"
+	if kernelNP {
+		ce, cnps, rmin = "the device", "out", "at Rmin"
+	}
+	return fmt.Sprintf("%d CNPs cut Rc (%d held by N), %d CE at %s, %d CNPs %s, %d handled, %d %s, %d unmatched; port CE-marked %d, dropped %d; %.2f Gbit/s acked in %.1f s",
+		x.Cuts, x.Held, x.CEReceived, ce, x.CNPSent, cnps, x.CNPHandled, x.NoCut, rmin, x.Unmatched, x.PortMarked, x.PortDropped, x.AckedGbps, x.Seconds)
 }
