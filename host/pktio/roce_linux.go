@@ -39,23 +39,6 @@ const (
 // rawNeeds says what the raw send socket takes, for errors.
 const rawNeeds = "CAP_NET_RAW (run as root, or grant the binary cap_net_raw,cap_net_admin,cap_bpf,cap_sys_admin)"
 
-// RoCEOptions configures ListenRoCE. The zero value is valid.
-type RoCEOptions struct {
-	// RecvBufferBytes is the receive socket's buffer (SO_RCVBUFFORCE,
-	// falling back to SO_RCVBUF). Optional: 0 means DefaultUDPBufferBytes.
-	RecvBufferBytes int
-	// SendBufferBytes is the raw socket's buffer (SO_SNDBUFFORCE, falling
-	// back to SO_SNDBUF). Optional: 0 means DefaultUDPBufferBytes.
-	SendBufferBytes int
-	// BatchSize is the most datagrams one recvmmsg/sendmmsg moves, 1 to
-	// MaxBatchSize. Optional: 0 means DefaultBatchSize.
-	BatchSize int
-	// SendPath is how datagrams leave: UDP GSO where a run of them
-	// shares a source port, the raw socket otherwise (SendAuto), or the
-	// raw socket always (SendRaw). Optional: SendAuto.
-	SendPath SendPath
-}
-
 // RoCEConn is the host's RoCEv2 port as one agent sees it (Linux): a
 // SteeredConn that sends each datagram with its own UDP source port and
 // receives the packets of its block of QPNs on a UDP port (4791) shared

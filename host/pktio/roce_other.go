@@ -7,20 +7,6 @@ import (
 	"time"
 )
 
-// RoCEOptions configures ListenRoCE. See the Linux implementation.
-type RoCEOptions struct {
-	RecvBufferBytes int
-	SendBufferBytes int
-	BatchSize       int
-	SendPath        SendPath
-}
-
-// SteeringStats are the namespace's steering counters. See the Linux
-// implementation.
-type SteeringStats struct {
-	Steered, UnknownQP, Misdirected, Malformed, PPFC, PPFCIgnoredSource uint64
-}
-
 // RoCEConn is only implemented on Linux (raw sockets, SO_REUSEPORT with an
 // sk_reuseport program).
 type RoCEConn struct{}

@@ -55,29 +55,6 @@ const (
 // steerNeeds says what joining the steering takes, for errors.
 const steerNeeds = "CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (root) to load the steering program and find the namespace's steering maps"
 
-// SteeringStats are the namespace's steering counters, shared by all of
-// its RoCEConns (bpf/reuseport.c). Counters only grow while a conn of the
-// namespace is open.
-type SteeringStats struct {
-	Steered uint64 `json:"steered"` // handed to the agent owning the DestQP
-	// UnknownQP counts packets dropped because no agent of the namespace
-	// owns their DestQP (its block is free), as a NIC drops them.
-	UnknownQP uint64 `json:"unknown_qp"`
-	// Misdirected counts packets dropped because the DestQP's agent
-	// listens on another port or IP family.
-	Misdirected uint64 `json:"misdirected"`
-	// Malformed counts datagrams too short for UDP + BTH + ICRC, dropped.
-	Malformed uint64 `json:"malformed"`
-	// PPFC counts PPFC notifications handed to the agent of the lowest
-	// occupied slot (with no agent of the family: unknown_qp or
-	// misdirected).
-	PPFC uint64 `json:"ppfc"`
-	// PPFCIgnoredSource counts PPFC notifications dropped because they
-	// came from outside the sources that slot's agent set
-	// (RoCEConn.SetPPFCSources).
-	PPFCIgnoredSource uint64 `json:"ppfc_ignored_source"`
-}
-
 // steering is one conn's part in its namespace's steering.
 type steering struct {
 	socks, stats, owner *ebpf.Map

@@ -8,22 +8,6 @@ import (
 	"time"
 )
 
-// UDPOptions configures ListenUDP. See the Linux implementation.
-type UDPOptions struct {
-	DefaultTOS      uint8
-	RecvBufferBytes int
-	SendBufferBytes int
-	BatchSize       int
-	ReusePort       bool
-}
-
-// UDPStats counts what a UDPConn moved. See the Linux implementation.
-type UDPStats struct {
-	DatagramsSent, BytesSent, DatagramsReceived, BytesReceived uint64
-	SendErrors, Truncated, RecvBufferDrops                     uint64
-	GSODatagrams, GSOSends                                     uint64
-}
-
 // UDPConn is only implemented on Linux (recvmmsg/sendmmsg, IP_RECVTOS).
 type UDPConn struct{}
 
