@@ -383,17 +383,11 @@ func (st *runState) take(now time.Duration, omitted bool) Interval {
 
 // peek returns the bytes acknowledged since the last interval.
 func (st *runState) peek() uint64 {
-	var b uint64
-	for i, qp := range st.qps {
-		b += qp.Counters().AckedBytes - st.prev[i].AckedBytes
-	}
-	return b
+	return ackedSince(st.qps, st.prev, func(c agent.Counters) uint64 { return c.AckedBytes })
 }
 
 func (st *runState) snapshotBase(now time.Duration) {
-	for i, qp := range st.qps {
-		st.base[i] = qp.Counters()
-	}
+	snapshot(st.base, st.qps)
 	st.baseT = now
 }
 
@@ -402,6 +396,23 @@ func (st *runState) notDrained(waited time.Duration) error {
 		acked, sent := qp.Progress()
 		return fmt.Sprintf("qp %#x acked %d of %d packets", qp.QPN(), acked, sent)
 	})
+}
+
+// ackedSince is the bytes the streams had acknowledged since prev, their
+// counters then; acked reads them from the counters.
+func ackedSince[S interface{ Counters() C }, C any](streams []S, prev []C, acked func(C) uint64) uint64 {
+	var b uint64
+	for i, s := range streams {
+		b += acked(s.Counters()) - acked(prev[i])
+	}
+	return b
+}
+
+// snapshot sets dst to each stream's counters now.
+func snapshot[S interface{ Counters() C }, C any](dst []C, streams []S) {
+	for i, s := range streams {
+		dst[i] = s.Counters()
+	}
 }
 
 // notDrained says which streams were not done waited after the stop, and

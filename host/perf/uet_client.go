@@ -587,17 +587,11 @@ func creditBytes(ci *pds.CreditInfo) *int {
 }
 
 func (st *uetState) peek() uint64 {
-	var b uint64
-	for i, s := range st.senders {
-		b += s.Counters().BytesAcked - st.prev[i].BytesAcked
-	}
-	return b
+	return ackedSince(st.senders, st.prev, func(c pds.SenderCounters) uint64 { return c.BytesAcked })
 }
 
 func (st *uetState) snapshotBase(now time.Duration) {
-	for i, s := range st.senders {
-		st.base[i] = s.Counters()
-	}
+	snapshot(st.base, st.senders)
 	st.baseEP = st.ep.Counters()
 	st.baseT = now
 }
