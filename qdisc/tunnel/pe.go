@@ -231,22 +231,8 @@ func (p *PE) write(cfg Config) error {
 			return fmt.Errorf("write route %v: %w", r.Prefix, err)
 		}
 	}
-	var stale []bpf.TunnelRoutePrefix
-	var k bpf.TunnelRoutePrefix
-	var rv bpf.TunnelEncapRoute
-	it := p.maps.TunnelRoutes.Iterate()
-	for it.Next(&k, &rv) {
-		if !want[k] {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read routes: %w", err)
-	}
-	for _, k := range stale {
-		if err := p.maps.TunnelRoutes.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("remove route: %w", err)
-		}
+	if err := prune[bpf.TunnelRoutePrefix, bpf.TunnelEncapRoute](p.maps.TunnelRoutes, want, "route"); err != nil {
+		return err
 	}
 	peers := map[uint32]bool{}
 	for _, a := range cfg.peers() {
@@ -255,23 +241,33 @@ func (p *PE) write(cfg Config) error {
 			return fmt.Errorf("write peer %v: %w", a, err)
 		}
 	}
-	var stalePeers []uint32
-	var pk, pv uint32
-	pit := p.maps.TunnelPeers.Iterate()
-	for pit.Next(&pk, &pv) {
-		if !peers[pk] {
-			stalePeers = append(stalePeers, pk)
-		}
-	}
-	if err := pit.Err(); err != nil {
-		return fmt.Errorf("read peers: %w", err)
-	}
-	for _, k := range stalePeers {
-		if err := p.maps.TunnelPeers.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("remove peer: %w", err)
-		}
+	if err := prune[uint32, uint32](p.maps.TunnelPeers, peers, "peer"); err != nil {
+		return err
 	}
 	p.meta.Config = cfg
+	return nil
+}
+
+// prune deletes the entries of m whose key keep does not hold; what
+// names an entry in errors.
+func prune[K comparable, V any](m *ebpf.Map, keep map[K]bool, what string) error {
+	var stale []K
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !keep[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %ss: %w", what, err)
+	}
+	for _, k := range stale {
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove %s: %w", what, err)
+		}
+	}
 	return nil
 }
 
