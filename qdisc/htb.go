@@ -113,6 +113,21 @@ func htbClass(ifindex uint32, parent, handle uint32, rate, ceil uint64, prio uin
 // leafRates splits the port rate: non-strict classes get a token guarantee
 // (they borrow the rest), strict classes share what is left, so the
 // guarantees never add up to more than the port.
+// portClass is the port's HTB class: bps its rate and ceil.
+func portClass(ifindex uint32, bps uint64) *tc.Object {
+	return htbClass(ifindex, core.BuildHandle(htbMajor, 0), core.BuildHandle(htbMajor, htbPortMinor), bps, bps, 0)
+}
+
+// leafClass is class c's HTB class under the port's: rate its rate, the
+// port's its ceil, strict classes served first.
+func leafClass(ifindex uint32, cfg *Config, c int, rate uint64) *tc.Object {
+	prio := uint32(htbPrioNormal)
+	if cfg.StrictPriority(ClassID(c)) {
+		prio = htbPrioStrict
+	}
+	return htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rate, uint64(cfg.Rate), prio)
+}
+
 func leafRates(cfg *Config) [NumClasses]uint64 {
 	port := uint64(cfg.Rate)
 	token := port / 1000
@@ -173,17 +188,12 @@ func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) err
 	if err := t.Qdisc().Replace(root); err != nil {
 		return fmt.Errorf("install htb root qdisc: %w", err)
 	}
-	port := uint64(cfg.Rate)
-	if err := t.Class().Add(htbClass(ifindex, core.BuildHandle(htbMajor, 0), core.BuildHandle(htbMajor, htbPortMinor), port, port, 0)); err != nil {
+	if err := t.Class().Add(portClass(ifindex, uint64(cfg.Rate))); err != nil {
 		return fmt.Errorf("add htb port class: %w", err)
 	}
 	rates := leafRates(cfg)
 	for c := range NumClasses {
-		prio := uint32(htbPrioNormal)
-		if cfg.StrictPriority(ClassID(c)) {
-			prio = htbPrioStrict
-		}
-		if err := t.Class().Add(htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rates[c], port, prio)); err != nil {
+		if err := t.Class().Add(leafClass(ifindex, cfg, c, rates[c])); err != nil {
 			return fmt.Errorf("add htb class for tc%d: %w", c, err)
 		}
 		if err := t.Qdisc().Add(leafFifo(ifindex, c, leafFifoLimit(cfg, c, shaped))); err != nil {
@@ -193,7 +203,6 @@ func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) err
 	return nil
 }
 
-// updateHTB changes the rates and priorities in place, keeping the queues.
 // setPortClassRate changes the port class's rate and ceil alone.
 func setPortClassRate(ns netns.NsHandle, ifindex uint32, bps uint64) error {
 	t, err := openTC(ns)
@@ -201,29 +210,25 @@ func setPortClassRate(ns netns.NsHandle, ifindex uint32, bps uint64) error {
 		return err
 	}
 	defer t.Close()
-	if err := t.Class().Replace(htbClass(ifindex, core.BuildHandle(htbMajor, 0), core.BuildHandle(htbMajor, htbPortMinor), bps, bps, 0)); err != nil {
+	if err := t.Class().Replace(portClass(ifindex, bps)); err != nil {
 		return fmt.Errorf("change htb port class: %w", err)
 	}
 	return nil
 }
 
+// updateHTB changes the rates and priorities in place, keeping the queues.
 func updateHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) error {
 	t, err := openTC(ns)
 	if err != nil {
 		return err
 	}
 	defer t.Close()
-	port := uint64(cfg.Rate)
-	if err := t.Class().Replace(htbClass(ifindex, core.BuildHandle(htbMajor, 0), core.BuildHandle(htbMajor, htbPortMinor), port, port, 0)); err != nil {
+	if err := t.Class().Replace(portClass(ifindex, uint64(cfg.Rate))); err != nil {
 		return fmt.Errorf("change htb port class: %w", err)
 	}
 	rates := leafRates(cfg)
 	for c := range NumClasses {
-		prio := uint32(htbPrioNormal)
-		if cfg.StrictPriority(ClassID(c)) {
-			prio = htbPrioStrict
-		}
-		if err := t.Class().Replace(htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rates[c], port, prio)); err != nil {
+		if err := t.Class().Replace(leafClass(ifindex, cfg, c, rates[c])); err != nil {
 			return fmt.Errorf("change htb class for tc%d: %w", c, err)
 		}
 		// A shaped port's fifos follow the class limits (the same kind:
