@@ -232,12 +232,17 @@ func portsRound(a, b *lab.Node, dst *net.UDPAddr, many int, own bool, send time.
 		}
 		return err
 	}
-	measure := func() (s portsSample, err error) {
-		st0, err := main.Stats()
+	// counters are the main port's and the sink's receive-buffer drops.
+	counters := func() (qdisc.Stats, uint64, error) {
+		st, err := main.Stats()
 		if err != nil {
-			return s, err
+			return st, 0, err
 		}
-		d0, err := b.UDPCounter("RcvbufErrors")
+		drops, err := b.UDPCounter("RcvbufErrors")
+		return st, drops, err
+	}
+	measure := func() (s portsSample, err error) {
+		st0, d0, err := counters()
 		if err != nil {
 			return s, err
 		}
@@ -267,11 +272,7 @@ func portsRound(a, b *lab.Node, dst *net.UDPAddr, many int, own bool, send time.
 			return s, err
 		}
 		time.Sleep(50 * time.Millisecond)
-		st1, err := main.Stats()
-		if err != nil {
-			return s, err
-		}
-		d1, err := b.UDPCounter("RcvbufErrors")
+		st1, d1, err := counters()
 		if err != nil {
 			return s, err
 		}
