@@ -689,16 +689,9 @@ func runProgBench(repeat, trials int) ([]ProgRow, error) {
 
 	var rows []ProgRow
 	// Reference 1: the empty program, the floor of BPF_PROG_RUN dispatch.
-	var emptyNs []float64
-	for range trials {
-		d, ret, err := e.bench(e.empty, nil)
-		if err != nil {
-			return nil, fmt.Errorf("empty program: %w", err)
-		}
-		if ret != 0 {
-			return nil, fmt.Errorf("empty program returned %d", ret)
-		}
-		emptyNs = append(emptyNs, float64(d.Nanoseconds()))
+	emptyNs, err := e.trialsOf(e.empty, "empty program", "")
+	if err != nil {
+		return nil, err
 	}
 	floor := median(emptyNs)
 	rows = append(rows, ProgRow{Program: "reference", State: "empty program", Path: "return TC_ACT_OK: run-loop floor",
@@ -714,13 +707,9 @@ func runProgBench(repeat, trials int) ([]ProgRow, error) {
 		return nil, fmt.Errorf("load ktime program: %w", err)
 	}
 	defer ktime.Close()
-	var ktimeNs []float64
-	for range trials {
-		d, _, err := e.bench(ktime, nil)
-		if err != nil {
-			return nil, fmt.Errorf("ktime program: %w", err)
-		}
-		ktimeNs = append(ktimeNs, float64(d.Nanoseconds()))
+	ktimeNs, err := e.trialsOf(ktime, "ktime program", "")
+	if err != nil {
+		return nil, err
 	}
 	rows = append(rows, ProgRow{Program: "reference", State: "bpf_ktime_get_ns", Path: "one clock read (part of every enqueue)",
 		Method: "repeat", NsPerPacket: median(ktimeNs), NetNs: median(ktimeNs) - floor, TrialNs: ktimeNs, Verified: "returned 0", Verdict: "ref"})
@@ -740,16 +729,9 @@ func runProgBench(repeat, trials int) ([]ProgRow, error) {
 	if err := e.slot.Put(uint32(0), e.empty); err != nil {
 		return nil, fmt.Errorf("fill prog array: %w", err)
 	}
-	var harnessNs []float64
-	for range trials {
-		d, ret, err := e.bench(e.harness, nil)
-		if err != nil {
-			return nil, fmt.Errorf("harness: %w", err)
-		}
-		if ret != 0 {
-			return nil, fmt.Errorf("harness returned %d: tail call failed", ret)
-		}
-		harnessNs = append(harnessNs, float64(d.Nanoseconds()))
+	harnessNs, err := e.trialsOf(e.harness, "harness", ": tail call failed")
+	if err != nil {
+		return nil, err
 	}
 	rows = append(rows, ProgRow{Program: "reference", State: "harness -> empty",
 		Path: "restore IPv4 header, stamp, tail call (subtracted below)", Method: "repeat",
@@ -817,14 +799,20 @@ func (e *benchEnv) benchSpinLock() ([]float64, error) {
 		return nil, fmt.Errorf("load spin-lock program: %w", err)
 	}
 	defer p.Close()
+	return e.trialsOf(p, "spin-lock program", "")
+}
+
+// trialsOf is each trial's time of a reference program that returns 0;
+// what names it in errors, and why says what another return means.
+func (e *benchEnv) trialsOf(prog *ebpf.Program, what, why string) ([]float64, error) {
 	var ns []float64
 	for range e.trials {
-		d, ret, err := e.bench(p, nil)
+		d, ret, err := e.bench(prog, nil)
 		if err != nil {
-			return nil, fmt.Errorf("spin-lock program: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if ret != 0 {
-			return nil, fmt.Errorf("spin-lock program returned %d", ret)
+			return nil, fmt.Errorf("%s returned %d%s", what, ret, why)
 		}
 		ns = append(ns, float64(d.Nanoseconds()))
 	}
