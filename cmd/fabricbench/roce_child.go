@@ -88,30 +88,43 @@ func childStart(sendPath, cpuprofile string) (send pktio.SendPath, ctx context.C
 	return send, ctx, func() { stop(); stopProfile() }, 0
 }
 
+// childFlags are the flags both children (roceChild, uetChild) take.
+type childFlags struct {
+	mode, server, cpuprofile, sendPath *string
+	seconds, msg                       *int
+}
+
+// newChildFlags is child name's flag set, with the flags both take.
+func newChildFlags(name string) (*flag.FlagSet, *childFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	return fs, &childFlags{
+		mode:       fs.String("mode", "", "server or client"),
+		server:     fs.String("server", "", "client: the server's address"),
+		seconds:    fs.Int("seconds", 5, "client: test length"),
+		msg:        fs.Int("msg", roceMessageBytes, "client: message bytes"),
+		cpuprofile: fs.String("cpuprofile", "", "write a CPU profile of this process here"),
+		sendPath:   fs.String("send", "auto", "how the conn sends (--send): auto or raw"),
+	}
+}
+
 // roceChild is main for a child; args follow childArg.
 func roceChild(args []string) int {
-	fs := flag.NewFlagSet(childArg, flag.ContinueOnError)
-	mode := fs.String("mode", "", "server or client")
+	fs, cf := newChildFlags(childArg)
 	bind := fs.String("bind", "", "server: address to listen on")
-	server := fs.String("server", "", "client: the server's address")
-	seconds := fs.Int("seconds", 5, "client: test length")
 	mtu := fs.Int("mtu", 1024, "client: path MTU")
-	msg := fs.Int("msg", roceMessageBytes, "client: message bytes")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process here")
 	burst := fs.Int("burst", 0, "client: --burst (0: the tool's default)")
-	sendPath := fs.String("send", "auto", "--send: auto or raw")
 	qps := fs.Int("qps", 1, "client: -P, QPs")
 	rate := fs.Float64("rate", 0, "client: -b, the line rate the QPs share, bits/s (0: unpaced)")
 	maxQPs := fs.Int("max-qps", 0, "server: the QPs one session may hold (0: the server's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	send, ctx, done, code := childStart(*sendPath, *cpuprofile)
+	send, ctx, done, code := childStart(*cf.sendPath, *cf.cpuprofile)
 	if code != 0 {
 		return code
 	}
 	defer done()
-	switch *mode {
+	switch *cf.mode {
 	case "server":
 		addr, err := netip.ParseAddr(*bind)
 		if err != nil {
@@ -132,11 +145,11 @@ func roceChild(args []string) int {
 		_ = json.NewEncoder(os.Stdout).Encode(serverResult{PeakRSSBytes: peakRSS()})
 		return 0
 	case "client":
-		cfg := perf.DefaultClientConfig(*server)
+		cfg := perf.DefaultClientConfig(*cf.server)
 		cfg.CC = agent.CCNone // unpaced: LineRate 0
 		cfg.MTU = *mtu
-		cfg.MessageBytes = *msg
-		cfg.Duration = time.Duration(*seconds) * time.Second
+		cfg.MessageBytes = *cf.msg
+		cfg.Duration = time.Duration(*cf.seconds) * time.Second
 		cfg.Interval = 0
 		cfg.SendPath = send
 		if *burst > 0 {
@@ -188,7 +201,7 @@ func roceChild(args []string) int {
 		}
 		return res.emit(&ru0, &ru1, wall)
 	}
-	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", childArg, *mode)
+	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", childArg, *cf.mode)
 	return 2
 }
 

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -68,15 +67,9 @@ func uetChildConfig(conn pktio.Conn, payload int, rate units.Rate, pdcs int, idl
 
 // uetChild is main for a UET child; args follow uetChildArg.
 func uetChild(args []string) int {
-	fs := flag.NewFlagSet(uetChildArg, flag.ContinueOnError)
-	mode := fs.String("mode", "", "server or client")
+	fs, cf := newChildFlags(uetChildArg)
 	local := fs.String("local", "", "this end's address")
-	server := fs.String("server", "", "client: the server's address")
-	seconds := fs.Int("seconds", 5, "client: test length")
 	payload := fs.Int("payload", 1024, "payload bytes per full packet")
-	msg := fs.Int("msg", roceMessageBytes, "client: message bytes")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process here")
-	sendPath := fs.String("send", "auto", "how the endpoint's conn sends: auto or raw")
 	streams := fs.Int("streams", 1, "client: streams, each its own job and PDC (the scale rows)")
 	maxPDCs := fs.Int("max-pdcs", 0, "room for this many PDCs beside the default's")
 	var rate units.Rate
@@ -89,7 +82,7 @@ func uetChild(args []string) int {
 		fmt.Fprintf(os.Stderr, "-streams %d: must be 1..%d\n", *streams, most)
 		return 2
 	}
-	send, ctx, done, code := childStart(*sendPath, *cpuprofile)
+	send, ctx, done, code := childStart(*cf.sendPath, *cf.cpuprofile)
 	if code != 0 {
 		return code
 	}
@@ -110,7 +103,7 @@ func uetChild(args []string) int {
 		return 1
 	}
 	defer ep.Close()
-	switch *mode {
+	switch *cf.mode {
 	case "server":
 		fmt.Println(uetReady)
 		<-ctx.Done()
@@ -118,7 +111,7 @@ func uetChild(args []string) int {
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]uint64{"messages": c.MessagesReceived, "verify_errors": c.VerifyErrors, "peak_rss_bytes": peakRSS()})
 		return 0
 	case "client":
-		dst, err := netip.ParseAddr(*server)
+		dst, err := netip.ParseAddr(*cf.server)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "server:", err)
 			return 2
@@ -130,7 +123,7 @@ func uetChild(args []string) int {
 		var res childResult
 		senders := make([]*pds.Sender, 0, *streams)
 		for i := range *streams {
-			s, err := ep.Start(dst, pds.Stream{JobID: uint32(i + 1), MessageBytes: *msg})
+			s, err := ep.Start(dst, pds.Stream{JobID: uint32(i + 1), MessageBytes: *cf.msg})
 			if err != nil {
 				res.Error = fmt.Sprintf("stream %d of %d: %v", i+1, *streams, err)
 				break
@@ -151,7 +144,7 @@ func uetChild(args []string) int {
 			}
 			steady.start(dataPackets())
 			select {
-			case <-time.After(time.Duration(*seconds) * time.Second):
+			case <-time.After(time.Duration(*cf.seconds) * time.Second):
 			case <-ctx.Done():
 			}
 			steady.end(dataPackets())
@@ -191,7 +184,7 @@ func uetChild(args []string) int {
 		steady.fill(&res)
 		return res.emit(&ru0, &ru1, wall)
 	}
-	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", uetChildArg, *mode)
+	fmt.Fprintf(os.Stderr, "%s: -mode %q: want server or client\n", uetChildArg, *cf.mode)
 	return 2
 }
 
