@@ -110,9 +110,6 @@ func htbClass(ifindex uint32, parent, handle uint32, rate, ceil uint64, prio uin
 	}
 }
 
-// leafRates splits the port rate: non-strict classes get a token guarantee
-// (they borrow the rest), strict classes share what is left, so the
-// guarantees never add up to more than the port.
 // portClass is the port's HTB class: bps its rate and ceil.
 func portClass(ifindex uint32, bps uint64) *tc.Object {
 	return htbClass(ifindex, core.BuildHandle(htbMajor, 0), core.BuildHandle(htbMajor, htbPortMinor), bps, bps, 0)
@@ -128,6 +125,9 @@ func leafClass(ifindex uint32, cfg *Config, c int, rate uint64) *tc.Object {
 	return htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rate, uint64(cfg.Rate), prio)
 }
 
+// leafRates splits the port rate: non-strict classes get a token guarantee
+// (they borrow the rest), strict classes share what is left, so the
+// guarantees never add up to more than the port.
 func leafRates(cfg *Config) [NumClasses]uint64 {
 	port := uint64(cfg.Rate)
 	token := port / 1000
