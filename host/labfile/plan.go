@@ -325,8 +325,13 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 	// cores, measured: polarization), which real switches' per-switch
 	// seeds avoid. Policy 3 hashes the fields below afresh, seeded. Only
 	// a fat tree makes two ECMP choices on a path; the other labs keep
-	// policy 1, under which their tests' bounds were measured.
-	seeded := f.Fabric != nil && f.Fabric.Kind == FabricFatTree && hashSeedSysctl()
+	// policy 1, under which their tests' bounds were measured, but for a
+	// reroute PE's: under policy 1 its spill takes the L4 hash RPS left
+	// on the packet, which the boot's random key sets, so whether a
+	// spill moved any flow depended on the boot (the WAN experiment's
+	// four flows all stayed on path 1 on one boot, run after run).
+	reroute := slices.ContainsFunc(p.PEs, func(pp PEPlan) bool { return pp.Agent != nil && pp.Agent.Mode == pe.Reroute })
+	seeded := (f.Fabric != nil && f.Fabric.Kind == FabricFatTree || reroute) && hashSeedSysctl()
 	for _, n := range g.order {
 		ecmp := map[string]string{"net.ipv4.fib_multipath_hash_policy": "1"}
 		if seeded {
