@@ -77,6 +77,10 @@ type Config struct {
 	Conn pktio.Conn
 	// Clock is the time the DCQCN state machines see. Optional: monotonic.
 	Clock engine.Clock
+	// KernelNs reads the kernel's clock, the one the offloads stamp their
+	// events with (bpf_ktime_get_ns), to age them onto Clock. Optional:
+	// CLOCK_MONOTONIC; tests give one that stands still with Clock.
+	KernelNs func() uint64
 	// Waker puts the transmit loop to sleep. Optional: the engine's
 	// (a timerfd; with an engine.FakeClock, the clock's own).
 	Waker engine.Waker
@@ -262,6 +266,9 @@ func newAgent(cfg Config) (*Agent, error) {
 	}
 	if cfg.PPFCWatchdog > 0 && (cfg.PPFCWatchdog < cfg.PPFCMaxPause || cfg.PPFCWatchdog > MaxPPFCWatchdog) {
 		return nil, fmt.Errorf("agent: ppfc_watchdog %v: must be ppfc_max_pause (%v)..%v, or negative (off)", cfg.PPFCWatchdog, cfg.PPFCMaxPause, MaxPPFCWatchdog)
+	}
+	if cfg.KernelNs == nil {
+		cfg.KernelNs = monotonicNs
 	}
 	a := &Agent{cfg: cfg, conn: cfg.Conn, clock: cfg.Clock, log: cfg.Logger,
 		qpnFirst: firstQPN, qpnLast: roce.PSNMask, // QPNs are 24 bits, like PSNs

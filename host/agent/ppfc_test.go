@@ -634,21 +634,25 @@ func TestPPFCAlarm(t *testing.T) {
 // RP past them.
 func TestPPFCAlarmKernelCNPs(t *testing.T) {
 	off := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
-	l := newPPFCLab(t, func(c *Config) { c.RPOffload = off })
+	const kernelNow = uint64(time.Hour) // stands still with the fake clock
+	l := newPPFCLab(t, func(c *Config) {
+		c.RPOffload = off
+		c.KernelNs = func() uint64 { return kernelNow }
+	})
 	x := l.dcqcnQP(peerX)
 	l.tx(x)
 	l.ackAll(x)
 	l.clock.Set(100 * time.Microsecond)
 	// The kernel counted a CNP 30 µs ago; nothing has read it yet.
 	// The alarm the kernel took too, now.
-	off.ctr[x.QPN()].add(monotonicNs() - uint64(30*time.Microsecond))
-	off.ctr[x.QPN()].addPPFC(rpbpf.PPFCEvent{AtNs: monotonicNs(), Source: switchS.Addr(), Action: roce.PPFCAlarm, Pause: 200 * time.Microsecond})
+	off.ctr[x.QPN()].add(kernelNow - uint64(30*time.Microsecond))
+	off.ctr[x.QPN()].addPPFC(rpbpf.PPFCEvent{AtNs: kernelNow, Source: switchS.Addr(), Action: roce.PPFCAlarm, Pause: 200 * time.Microsecond})
 	l.tx(x)
 	if c := x.Counters(); c.RPCNPKernel != 1 || c.RPCNPHandled != 1 || c.PPFCAlarmsObeyed != 1 {
 		t.Fatalf("counters %+v: want the kernel's CNP applied by the alarm, before its hold, and the alarm obeyed", c)
 	}
-	// Cut at about 70 µs: the increase events at about 125, 180, 235
-	// and 290 µs fall in the hold (to 300 µs).
+	// Cut at 70 µs: the increase events at 125, 180, 235 and 290 µs
+	// fall in the hold (to 300 µs).
 	l.clock.Set(299 * time.Microsecond)
 	if s, _ := x.CC(); s.Stats.RateCuts != 1 || s.Stats.IncreaseHolds == 0 || s.Rc > 750*units.Mbit {
 		t.Errorf("RP %+v: want one cut and the increase events after it held", s)
@@ -717,9 +721,13 @@ func TestPPFCWatchdog(t *testing.T) {
 // counted, not obeyed again; a source outside PPFCSources pauses nothing.
 func TestPPFCKernel(t *testing.T) {
 	off := &fakeRP{qps: map[uint32]rpbpf.QPContext{}, ctr: map[uint32]*fakeCNPs{}}
+	// The kernel's clock stands still with the agent's fake one: an
+	// event's age is what the test says, however long the host takes.
+	const kernelNow = uint64(time.Hour)
 	l := newPPFCLab(t, func(c *Config) {
 		c.RPOffload = off
 		c.PPFCSources = []netip.Prefix{netip.MustParsePrefix("198.18.9.0/24")}
+		c.KernelNs = func() uint64 { return kernelNow }
 	})
 	x := l.dcqcnQP(peerX)
 	l.tx(x)
@@ -727,11 +735,11 @@ func TestPPFCKernel(t *testing.T) {
 	l.clock.Set(time.Millisecond)
 	k := off.ctr[x.QPN()]
 	// Arrived 40 µs ago: the pause runs from then, 160 µs are left.
-	k.addPPFC(rpbpf.PPFCEvent{AtNs: monotonicNs() - uint64(40*time.Microsecond), Source: switchS.Addr(),
+	k.addPPFC(rpbpf.PPFCEvent{AtNs: kernelNow - uint64(40*time.Microsecond), Source: switchS.Addr(),
 		Action: roce.PPFCStop, Pause: 200 * time.Microsecond})
 	n, next := l.tx(x)
-	if left := next - l.clock.Now(); n != 0 || left > 160*time.Microsecond || left < 140*time.Microsecond {
-		t.Fatalf("after the kernel's stop: sent %d, next in %v; want nothing for about 160 µs", n, left)
+	if left := next - l.clock.Now(); n != 0 || left != 160*time.Microsecond {
+		t.Fatalf("after the kernel's stop: sent %d, next in %v; want nothing for 160 µs", n, left)
 	}
 	if c := x.Counters(); c.PPFCKernel != 1 || c.PPFCPauses != 1 {
 		t.Fatalf("counters %+v: want the kernel's stop obeyed", c)
@@ -747,7 +755,7 @@ func TestPPFCKernel(t *testing.T) {
 		t.Errorf("ppfc_received_stop %d, want 1", c.PPFCReceivedStop)
 	}
 	// A resume the kernel took ends it; the receive loop's copy kicks.
-	k.addPPFC(rpbpf.PPFCEvent{AtNs: monotonicNs(), Source: switchS.Addr(), Action: roce.PPFCResume})
+	k.addPPFC(rpbpf.PPFCEvent{AtNs: kernelNow, Source: switchS.Addr(), Action: roce.PPFCResume})
 	kicks := l.waker.kicks.Load()
 	l.ppfc(switchS, resume(peerX))
 	if l.waker.kicks.Load() == kicks {
@@ -762,7 +770,7 @@ func TestPPFCKernel(t *testing.T) {
 	// From a stranger: not obeyed.
 	l.ackAll(x)
 	l.clock.Set(2 * time.Millisecond)
-	k.addPPFC(rpbpf.PPFCEvent{AtNs: monotonicNs(), Source: netip.MustParseAddr("198.18.7.7"), Action: roce.PPFCStop, Pause: time.Millisecond})
+	k.addPPFC(rpbpf.PPFCEvent{AtNs: kernelNow, Source: netip.MustParseAddr("198.18.7.7"), Action: roce.PPFCStop, Pause: time.Millisecond})
 	if n, _ := l.tx(x); n == 0 {
 		t.Error("a stranger's stop paused the QP")
 	}

@@ -100,9 +100,9 @@ func (a *Agent) clockPair() (time.Duration, uint64) {
 	var now time.Duration
 	var m1, m2 uint64
 	for range tries {
-		m1 = monotonicNs()
+		m1 = a.cfg.KernelNs()
 		now = a.clock.Now()
-		m2 = monotonicNs()
+		m2 = a.cfg.KernelNs()
 		if time.Duration(m2-m1) <= tight {
 			break
 		}
