@@ -71,6 +71,17 @@ func (c *ackChecker) check(b []byte) {
 				c.t.Fatalf("SACK bit %d names %#x (base %#x), which never arrived", i, base+uint32(i), base)
 			}
 		}
+		// ooo_count is what the target holds above its cumulative PSN
+		// (htsim's _out_of_order_count): never more than arrived there.
+		above := 0
+		for q := a.CACKPSN + 1; q != a.CACKPSN+1+maxPDCWindow; q++ {
+			if c.arrived[q] {
+				above++
+			}
+		}
+		if int(a.CC.NSCC.OOOCount) > above {
+			c.t.Fatalf("ooo_count %d above cumulative PSN %#x, where %d arrived", a.CC.NSCC.OOOCount, a.CACKPSN, above)
+		}
 	}
 }
 
@@ -186,6 +197,17 @@ func runAckProperty(t *testing.T, seed uint64) {
 			}
 		}
 		replies := deliver(dstRx, addrA.Addr(), batch)
+		for _, tg := range dst.targets {
+			held := 0
+			for i := tg.cack; i < tg.hi; i++ {
+				if tg.rcvd[i%maxPDCWindow] {
+					held++
+				}
+			}
+			if tg.held != held {
+				t.Fatalf("target holds %d packets above its cumulative point, counts %d (ooo_count)", held, tg.held)
+			}
+		}
 		toDst = slices.Clone(toDst[k:])
 		back := make([]inFlight, 0, len(replies))
 		for _, r := range replies {

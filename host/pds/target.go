@@ -40,6 +40,7 @@ type target struct {
 
 	rcvdBytes uint64 // UDP payload bytes, cumulative (ACK_CC rcvd_bytes)
 	ooo       uint64 // packets that arrived out of order
+	held      int    // of them, those above cack now (ACK_CC ooo_count)
 
 	ackOwed       bool
 	ackIdx        uint64        // the packet the owed ACK answers
@@ -249,11 +250,15 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 	t.rcvd[idx%maxPDCWindow] = true
 	if off > 0 {
 		t.ooo++
+		t.held++
 	}
 	t.hi = max(t.hi, idx+1)
 	t.rcvdBytes += uint64(m.N)
 	for t.cack < t.hi && t.rcvd[t.cack%maxPDCWindow] {
 		t.rcvd[t.cack%maxPDCWindow] = false
+		if t.cack != idx {
+			t.held-- // held above the old cumulative point
+		}
 		t.cack++
 	}
 	ep.ctr.RxDataPackets++
@@ -429,7 +434,7 @@ func (ep *Endpoint) sendAck(now time.Duration, t *target, out *engine.Replies, r
 			NSCC: uet.NSCCState{
 				ServiceTime: uet.ServiceTimeOf(max(ep.clock.Now()-t.ackArrival, 0)),
 				RcvdBytes:   uet.RcvdBytesOf(t.rcvdBytes),
-				OOOCount:    uint16(min(t.ooo, 0xFFFF)),
+				OOOCount:    uint16(min(t.held, 0xFFFF)),
 			},
 		},
 	}}
@@ -443,7 +448,7 @@ func (ep *Endpoint) sendAck(now time.Duration, t *target, out *engine.Replies, r
 			if st, _ := ep.pacer.Source(c.key); st.State != rccc.SourceActive {
 				h.Ack.CC.CCType = uet.CCCredit
 				h.Ack.CC.NSCC = uet.NSCCState{}
-				h.Ack.CC.Credit = uet.CreditState{Credit: g, OOOCount: uint16(min(t.ooo, 0xFFFF))}
+				h.Ack.CC.Credit = uet.CreditState{Credit: g, OOOCount: uint16(min(t.held, 0xFFFF))}
 				c.ackCredit, c.ackCreditSet = g, true
 				ep.ctr.CreditAcksSent++
 			}

@@ -218,7 +218,7 @@ type NSCCState struct {
 	RC          bool        // restore cwnd: the destination's penalty is over
 	RcvCwndPend uint8       // 7 bits: destination flow-control penalty
 	RcvdBytes   RcvdBytes   // 24 bits, cumulative, 256-byte units
-	OOOCount    uint16      // packets received out of order
+	OOOCount    uint16      // packets the target holds above its cumulative PSN (htsim's _out_of_order_count)
 }
 
 // CreditState is the cc_state of an ACK_CC with cc_type CREDIT: credit (24)
