@@ -90,6 +90,11 @@ type Config struct {
 	// unacknowledged this long resends what is unacknowledged. Optional:
 	// 10 ms (a 2-core VM stalls a CPU for milliseconds).
 	RTO time.Duration
+	// Loss is how a PDC infers a loss before its RTO: RACK over the
+	// ACKs' SACK bitmaps (the default), SLEEK over their ooo_count
+	// (htsim's -sleek; needs NSCC's window: CC nscc or both), or none
+	// (NACKs, probes and the RTO only).
+	Loss LossInference
 	// ProbeTimeout: a PDC with packets in flight and no ACK for this long
 	// asks the target with a CTRL ACK_REQ for the oldest one; the target
 	// answers with an ACK, or NACK PKT_NOT_RCVD if it never came (the
@@ -216,6 +221,12 @@ func (c Config) Validate() error {
 	}
 	if c.CC >= numCCModes {
 		return fmt.Errorf("pds: cc %d: must be one of %v", c.CC, CCModeNames())
+	}
+	if c.Loss >= numLossInferences {
+		return fmt.Errorf("pds: loss %d: must be one of %v", c.Loss, LossInferenceNames())
+	}
+	if c.Loss == LossSLEEK && !c.CC.window() {
+		return fmt.Errorf("pds: loss sleek with cc %v: SLEEK's threshold is 1.5 congestion windows, so it needs cc nscc or both", c.CC)
 	}
 	if c.NewWindow == nil {
 		p := c.nsccParams()

@@ -22,10 +22,12 @@
 //     payload by its SES offset (and with Config.Verify checks it against
 //     host/pattern), and ACKs with ACK_CC: cumulative PSN, the PSN
 //     answered, a 64-PSN SACK bitmap after the first missing PSN, and
-//     NSCC's cc_state (service time, rcvd_bytes, ooo_count). It ACKs at
+//     NSCC's cc_state (service time, rcvd_bytes, ooo_count: the packets
+//     it holds above the cumulative PSN, htsim's). It ACKs at
 //     once on CE (with M set), on AR, or when AckBytes arrived, otherwise
 //     once per receive batch;
-//   - loss: RACK (RFC 8985): a packet is lost when one sent after it was
+//   - loss (Config.Loss; loss.go has SLEEK and none): RACK (RFC 8985),
+//     the default: a packet is lost when one sent after it was
 //     acknowledged and it has been outstanding longer than that packet's
 //     RTT plus a reordering window, checked on every ACK and by a timer.
 //     The window is min_RTT/4 (at least a packet's time at the line

@@ -38,9 +38,10 @@ type PDCKey struct {
 	Mode  Mode
 }
 
-// Loss inference is RACK (RFC 8985): a packet is lost when one sent after
-// it was delivered and it has been outstanding longer than that packet's
-// RTT plus the reordering window reo_wnd.
+// Loss inference is RACK (RFC 8985) unless Config.Loss says otherwise
+// (loss.go): a packet is lost when one sent after it was delivered and it
+// has been outstanding longer than that packet's RTT plus the reordering
+// window reo_wnd.
 const (
 	// dupThresh is RFC 8985's DupThresh (§6.2 Step 4): a PDC that has
 	// seen no reordering and has this many packets SACKed beyond its
@@ -131,6 +132,11 @@ type initiator struct {
 	rounds         int
 	roundsDSACK    bool
 	roundsLate     time.Duration
+	// SLEEK (loss.go): in loss recovery until base reaches recoveryEnd;
+	// the index after the last packet it took for lost.
+	recovering  bool
+	recoveryEnd uint64
+	rtxHigh     uint64
 	// probeOut: a CTRL ACK_REQ for probeIdx awaits its answer, an ACK
 	// that may look like a duplicate's.
 	probeOut bool
@@ -509,6 +515,16 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 		p.onDuplicate()
 	}
 	p.endRound()
+	if ep.cfg.Loss == LossSLEEK && a.Type == uet.TypeAckCC {
+		ooo := a.CC.NSCC.OOOCount
+		if a.CC.CCType == uet.CCCredit {
+			ooo = a.CC.Credit.OOOCount
+		}
+		q := len(p.retxQ)
+		if p.sleek(int(ooo)); len(p.retxQ) > q {
+			p.ccc.kick()
+		}
+	}
 	// RACK's loss detection on every ACK (§6.2 Step 5); the timer for
 	// what is not yet due runs from the CCC's Fill (timers).
 	if due := p.rackDetectLoss(now); due < p.rackArmed || p.rackArmed == 0 {
@@ -668,7 +684,7 @@ func (p *initiator) reoWnd() time.Duration {
 // RFC arms the timer for the last; the earliest costs nothing here).
 func (p *initiator) rackDetectLoss(now time.Duration) (next time.Duration) {
 	next = engine.Never
-	if !p.rackSet {
+	if !p.rackSet || p.ep.cfg.Loss != LossRACK {
 		return next
 	}
 	wnd := p.reoWnd()

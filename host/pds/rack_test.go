@@ -120,8 +120,9 @@ func (d *delayLine) run() {
 }
 
 // newSprayPair is newPair with a's packets over a delayLine and a
-// balancer of kind k at a; its idle check counts the delay line's waker.
-func newSprayPair(t *testing.T, k lb.Kind, delays []time.Duration, loss float64) (*pair, *delayLine) {
+// balancer of kind k at a, then mods on a's config; its idle check
+// counts the delay line's waker.
+func newSprayPair(t *testing.T, k lb.Kind, delays []time.Duration, loss float64, mods ...func(a *Config)) (*pair, *delayLine) {
 	t.Helper()
 	var d *delayLine
 	p := newPair(t, func(from netip.AddrPort, m *pktio.Message) bool { return d.filter(from, m) }, func(a, b *Config) {
@@ -134,6 +135,9 @@ func newSprayPair(t *testing.T, k lb.Kind, delays []time.Duration, loss float64)
 				t.Fatal(err)
 			}
 			return b
+		}
+		for _, m := range mods {
+			m(a)
 		}
 	})
 	d = newDelayLine(p.clock, delays, loss)
