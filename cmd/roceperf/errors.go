@@ -14,7 +14,7 @@ var flagOf = map[perf.Field]string{
 	perf.FieldDSCP: "--dscp", perf.FieldCNPDSCP: "--cnp-dscp", perf.FieldPKey: "--pkey", perf.FieldPPFCSources: "--ppfc-sources", perf.FieldPPFCMaxPause: "--ppfc-max-pause", perf.FieldPPFCWatchdog: "--ppfc-watchdog",
 	perf.FieldTrimDSCP:    "--trim-dscp",
 	perf.FieldTrimLastHop: "--trim-lasthop-dscp", perf.FieldProfile: "--dcqcn-profile", perf.FieldKnobs: "--dcqcn",
-	perf.FieldNSCCKnobs: "--nscc", perf.FieldBaseRTT: "--base-rtt", perf.FieldRTO: "--rto", perf.FieldLB: "--lb", perf.FieldRP: "--rp",
+	perf.FieldNSCCKnobs: "--nscc", perf.FieldBaseRTT: "--base-rtt", perf.FieldRTO: "--rto", perf.FieldLoss: "--loss", perf.FieldLB: "--lb", perf.FieldRP: "--rp",
 	perf.FieldNP: "--np", perf.FieldUDPPort: "--udp-port", perf.FieldInterval: "-i", perf.FieldOmit: "-O",
 	perf.FieldWindow: "--window", perf.FieldInflight: "--inflight", perf.FieldAckEvery: "--ack-every",
 	perf.FieldBurst: "--burst", perf.FieldTimeout: "--timeout", perf.FieldRetry: "--retry",

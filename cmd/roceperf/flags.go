@@ -154,6 +154,10 @@ Client, --transport uet (-t -n -P -l -i -O -J -B --dscp --verify as above;
   --base-rtt TIME           NSCC's base RTT (default %v)
   --rto TIME                each PDC's retransmission timeout (default %v):
                             longer than the deepest queue on the path
+  --loss rack|sleek|none    how a PDC takes a packet for lost before its RTO:
+                            RACK on the SACKs (default), htsim's SLEEK on the
+                            target's out-of-order count (--cc nscc or both),
+                            or none (NACKs, probes and the RTO only)
   --nscc NAME=VALUE         set an NSCC knob by its spec name, repeatable
                             (target_qdelay, qa_threshold, gamma, max_wnd, ...)
   --trace-ccc               print every CCC transition with its time (-J:
@@ -206,14 +210,14 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 // clientOnly are the flags a server refuses, as iperf3 does.
 var clientOnly = []string{"t", "time", "n", "bytes", "P", "parallel", "l", "length", "mtu", "op", "b", "bitrate",
 	"cc", "dcqcn-profile", "dcqcn", "rp", "dscp", "cnp-dscp", "O", "omit", "verify", "perftest",
-	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "rto", "trace-ccc", "lb", "nscc"}
+	"window", "inflight", "ack-every", "burst", "timeout", "retry", "base-rtt", "rto", "loss", "trace-ccc", "lb", "nscc"}
 
 // rocev2Only are the flags --transport uet refuses; uetOnly those
 // --transport rocev2 refuses.
 var (
 	rocev2Only = []string{"udp-port", "op", "dcqcn-profile", "dcqcn", "rp", "pkey", "cnp-dscp", "perftest",
 		"window", "inflight", "ack-every", "burst", "timeout", "retry", "ppfc-sources", "ppfc-max-pause", "ppfc-watchdog", "show-nic"}
-	uetOnly = []string{"base-rtt", "rto", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
+	uetOnly = []string{"base-rtt", "rto", "loss", "nscc", "trace-ccc", "lb", "trim-dscp", "trim-lasthop-dscp"}
 )
 
 func versionLine() string {
@@ -279,6 +283,7 @@ func parseArgs(args []string) (*options, error) {
 		tport    = str(perf.TransportRoCEv2, "transport")
 		baseRTT  = str("", "base-rtt")
 		rto      = str("", "rto")
+		lossInf  = str("", "loss")
 		traceCCC = boolean("trace-ccc")
 		lbKind   = str("", "lb")
 		trimDSCP = str("", "trim-dscp")
@@ -567,6 +572,13 @@ func parseArgs(args []string) (*options, error) {
 			return nil, mustBe("--rto", *rto, "%v..%v (e.g. 50ms)", pds.MinRTO, pds.MaxRTO)
 		}
 		c.RTO = d
+	}
+	if *lossInf != "" {
+		l, perr := pds.ParseLossInference(*lossInf)
+		if perr != nil {
+			return nil, mustBe("--loss", *lossInf, "%s", strings.Join(pds.LossInferenceNames(), ", "))
+		}
+		c.Loss = l
 	}
 	c.TraceCCC = *traceCCC
 	if set["lb"] && !strings.EqualFold(*lbKind, "none") {

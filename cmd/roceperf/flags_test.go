@@ -227,13 +227,13 @@ func TestRunWithoutNetwork(t *testing.T) {
 // TestParseUET: --transport uet takes the shared flags and its own, with
 // pds's defaults where RoCEv2's differ, and the server its -B.
 func TestParseUET(t *testing.T) {
-	o, err := parseArgs(strings.Fields("-c 198.18.0.1 --transport uet -t 2 -P 3 -l 1M --mtu 9000 -b 10g --base-rtt 50us --rto 40ms --dscp 24 -i 0.5 -O 1 -J --verify --trace-ccc -B 198.18.0.2"))
+	o, err := parseArgs(strings.Fields("-c 198.18.0.1 --transport uet -t 2 -P 3 -l 1M --mtu 9000 -b 10g --base-rtt 50us --rto 40ms --loss SLEEK --dscp 24 -i 0.5 -O 1 -J --verify --trace-ccc -B 198.18.0.2"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.client
 	if c.Transport != perf.TransportUET || c.Server != "198.18.0.1:18515" || c.QPs != 3 || c.Duration != 2*time.Second ||
-		c.MessageBytes != 1<<20 || c.MTU != 9000 || c.LineRate != 10*units.Gbit || c.BaseRTT != 50*time.Microsecond || c.RTO != 40*time.Millisecond ||
+		c.MessageBytes != 1<<20 || c.MTU != 9000 || c.LineRate != 10*units.Gbit || c.BaseRTT != 50*time.Microsecond || c.RTO != 40*time.Millisecond || c.Loss != pds.LossSLEEK ||
 		c.DSCP != 24 || c.Interval != 500*time.Millisecond || c.Omit != time.Second || !c.JSON || !c.Verify || !c.TraceCCC ||
 		c.Bind.String() != "198.18.0.2" {
 		t.Errorf("uet client %+v", c)
@@ -278,6 +278,9 @@ func TestParseUET(t *testing.T) {
 		{"-c h --transport uet --base-rtt soon", "roceperf: --base-rtt soon: must be 1us..1s"},
 		{"-c h --rto 50ms", "roceperf: --rto: a UET option (--transport uet)"},
 		{"-c h --transport uet --rto 50us", "roceperf: --rto 50us: must be 100µs..10s"},
+		{"-c h --loss sleek", "roceperf: --loss: a UET option (--transport uet)"},
+		{"-c h --transport uet --loss fast", "roceperf: --loss fast: must be rack, sleek, none"},
+		{"-c h --transport uet --cc rccc --loss sleek", "roceperf: --loss sleek: must be rack or none with cc rccc: SLEEK's threshold is 1.5 congestion windows (cc nscc or both)"},
 		{"-c h --transport uet -n 1000 -P 2", "roceperf: -n 1000 with -l 65536 -P 2: 1 message(s) cannot keep every stream busy"},
 		{"-s --transport uet", "roceperf: -s --transport uet: give -B ADDR, a unicast address of this host"},
 		{"-s --transport uet -B 0.0.0.0", "roceperf: -s --transport uet: give -B ADDR"},

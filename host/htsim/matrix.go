@@ -96,6 +96,9 @@ type MatrixScenario struct {
 	// per flow, so that ECMP hashes each flow onto one path as the lab's
 	// routes do.
 	LB lb.Kind `json:"lb,omitempty"`
+	// SLEEK turns on htsim's SLEEK loss recovery (-sleek), the lab's
+	// pds.LossSLEEK; htsim runs it with NSCC only.
+	SLEEK bool `json:"sleek,omitempty"`
 	// Seed seeds htsim's random numbers.
 	Seed int `json:"seed"`
 	// Scale is lab time per htsim time: htsim runs every rate Scale
@@ -194,6 +197,8 @@ func (s *MatrixScenario) Validate() error {
 	}
 	if s.CC != pds.CCNSCC && s.CC != pds.CCRCCC && s.CC != pds.CCBoth {
 		bad("cc", s.CC, "nscc, rccc or both")
+	} else if s.SLEEK && s.CC == pds.CCRCCC {
+		bad("sleek", s.SLEEK, "false with cc rccc: htsim runs SLEEK only with NSCC (its sender CC)")
 	}
 	if s.Scale < 0 || s.Scale > 1e6 {
 		bad("scale", s.Scale, "0 (chosen) to 1e6")
@@ -424,6 +429,9 @@ func (p *MatrixPlan) MatrixArgs(topo, cmFile string, endPs int64) []string {
 	}
 	if s.LB != 0 {
 		a = append(a, "-load_balancing_algo", s.LB.String())
+	}
+	if s.SLEEK {
+		a = append(a, "-sleek")
 	}
 	return append(a,
 		"-paths", strconv.Itoa(p.Paths),

@@ -84,6 +84,16 @@ Switch_Latency_ns 0
 	if args != want {
 		t.Errorf("args\n%s\nwant\n%s", args, want)
 	}
+	// The lab's loss: sleek is htsim's -sleek.
+	s := ringScenario(t)
+	s.SLEEK = true
+	ps, err := NewMatrixPlan(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(ps.MatrixArgs("t", "c", 5_000_000), " "); !strings.Contains(args, " -sleek -paths ") {
+		t.Errorf("sleek: args %s", args)
+	}
 	// 131 072 B at 160 ps a byte, then the last packet (9014 B) stored
 	// and forwarded at each further hop and a 64-B ACK at each hop, 1 ns
 	// a link both ways; × 1000.
@@ -110,6 +120,7 @@ func TestMatrixScenarioRefusesWhatHtsimCannotBuild(t *testing.T) {
 		{"uplinks not dividing a leaf", func(s *MatrixScenario) { s.Fabric.Spines = 3 }, "fabric.spines"},
 		{"one leaf", func(s *MatrixScenario) { s.Fabric.Leaves, s.Fabric.Spines = 1, 0 }, "fabric.leaves"},
 		{"dcqcn", func(s *MatrixScenario) { s.CC = pds.CCNone }, "cc"},
+		{"sleek without NSCC", func(s *MatrixScenario) { s.CC, s.SLEEK = pds.CCRCCC, true }, "sleek"},
 		{"thresholds above the limit", func(s *MatrixScenario) { s.MaxThBytes = 3 * units.MiB }, "max_th"},
 		{"more nodes than hosts", func(s *MatrixScenario) { s.Matrix.Nodes = 9 }, "matrix"},
 	} {

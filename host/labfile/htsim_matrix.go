@@ -96,8 +96,8 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 			why = fmt.Sprintf("flow %s has cc none; htsim runs nscc, rccc or both", fl.Name)
 		case cl.QPs > 1:
 			why = fmt.Sprintf("flow %s has %d streams; htsim runs one per connection", fl.Name, cl.QPs)
-		case cl.UETCC != first.Client.UETCC || cl.LB != first.Client.LB:
-			why = fmt.Sprintf("flows %s and %s differ in cc or lb; htsim runs one of each", first.Flow.Name, fl.Name)
+		case cl.UETCC != first.Client.UETCC || cl.LB != first.Client.LB || cl.Loss != first.Client.Loss:
+			why = fmt.Sprintf("flows %s and %s differ in cc, lb or loss; htsim runs one of each", first.Flow.Name, fl.Name)
 		case cl.MTU != first.Client.MTU:
 			why = fmt.Sprintf("flows %s and %s send packets of different sizes (mtu %d, %d); htsim has one", first.Flow.Name, fl.Name, first.Client.MTU, cl.MTU)
 		case cl.LineRate != 0 && cl.LineRate != fb.HostRate:
@@ -151,6 +151,7 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		MTUBytes:   first.Client.MTU,
 		LimitBytes: cc.LimitBytes, TrimBytes: cc.TrimBytes,
 		CC: first.Client.UETCC, LB: first.Client.LB, Seed: int(f.Seed),
+		SLEEK: first.Client.Loss == pds.LossSLEEK,
 	}
 	if fb.Kind == FabricFatTree {
 		s.FatTree = &htsim.FatTreeFabric{K: fb.K, Pods: fb.Pods, Rate: fb.HostRate, Delay: fb.Delay, Oversubscription: int(fb.Oversubscription), CoreRate: fb.CoreRate}
@@ -206,8 +207,15 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		notes = append(notes, fmt.Sprintf("RTO: the lab's PDCs resend after %s, htsim's after %s (its min RTO: 15 µs of its time and 6 drains of a full queue, on the lab's timeline): a packet queued longer than %s is sent again in the lab only (the flows' rto sets the lab's)",
 			units.FormatDuration(rto), units.FormatDuration(hrto.Round(time.Microsecond)), units.FormatDuration(rto)))
 	}
-	if s.LB != 0 {
-		notes = append(notes, "loss inference: the lab's PDCs take a packet for lost when later ones on other paths are acknowledged first and it is past its reordering window (RACK, RFC 8985, a window that grows as they learn the paths' skew); htsim's, without -sleek, wait for a NACK or the RTO. Spraying over paths of unequal queues, the lab resends packets still queued on the slower path (result.json's spurious_retransmits)")
+	switch first.Client.Loss {
+	case pds.LossRACK:
+		if s.LB != 0 {
+			notes = append(notes, "loss inference: the lab's PDCs take a packet for lost when later ones on other paths are acknowledged first and it is past its reordering window (RACK, RFC 8985, a window that grows as they learn the paths' skew); htsim's, without -sleek, wait for a NACK or the RTO. Spraying over paths of unequal queues, the lab resends packets still queued on the slower path (result.json's spurious_retransmits); the flows' loss: none or sleek runs both sides alike")
+		}
+	case pds.LossSLEEK:
+		notes = append(notes, "loss inference: SLEEK on both sides (-sleek; the flows' loss: sleek): recovery past 1.5 windows of packets held out of order at the target. htsim's SLEEK also probes base_rtt + target_qdelay after an ACK and enters recovery when a probe's answer comes back with little queueing; the lab's PDCs probe the oldest packet after the probe timeout (500 µs slowed, or 2 SRTT) and resend it on NACK PKT_NOT_RCVD")
+	case pds.LossNone:
+		notes = append(notes, "loss inference: none on both sides (htsim without -sleek): a hole waits for a NACK or the RTO; the lab's PDCs also probe the oldest packet when no ACK came for the probe timeout, which htsim without -sleek does not")
 	}
 	if hp.Oversubscription() > 1 && s.CC == pds.CCRCCC {
 		notes = append(notes, "RCCC on an oversubscribed fabric: htsim adds its receiver's oversubscribed CC (main_uec.cpp's OversubscribedCC: an ECN-driven cut of each receiver's credit rate, down to 0.9 / oversubscription of its line); the lab has none")

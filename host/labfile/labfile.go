@@ -286,6 +286,8 @@ type FlowOverride struct {
 	// LB is as a uet flow's lb (none: one entropy). Optional: the
 	// flow's own.
 	LB string `yaml:"lb"`
+	// Loss is as a uet flow's loss. Optional: the flow's own.
+	Loss string `yaml:"loss"`
 }
 
 // Flow is one perf client run (host/perf RunClient), or one TCP
@@ -359,6 +361,11 @@ type Flow struct {
 	// deepest queue the flow crosses, or a packet still queued is sent
 	// again. Optional: pds's 10 ms.
 	RTO time.Duration `yaml:"rto"`
+	// Loss is how each PDC takes a packet for lost before its RTO (uet;
+	// roceperf --loss): rack (RFC 8985 over the SACKs), sleek (htsim's
+	// -sleek: the target's out-of-order count past 1.5 windows; cc nscc
+	// or both) or none (NACKs, probes and the RTO). Optional: rack.
+	Loss string `yaml:"loss"`
 	// PPFCMaxPause bounds every pause a PPFC stop puts on the flow's QPs
 	// (roceperf --ppfc-max-pause; rocev2). Optional: the Pause Duration
 	// field's longest, 65.535 ms.

@@ -1269,6 +1269,9 @@ func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, l
 			c.LB, _ = lb.ParseKind(fl.LB)
 		}
 		c.BaseRTT, c.RTO = fl.BaseRTT, fl.RTO
+		if fl.Loss != "" {
+			c.Loss, _ = pds.ParseLossInference(fl.Loss) // checked
+		}
 	} else {
 		c = perf.DefaultClientConfig(server)
 		c.CC = agent.CCMode(fl.CC)

@@ -100,9 +100,9 @@ func TestTrimDSCPs(t *testing.T) {
 }
 
 // TestFlowOverrides: a variant's flows: entries pick one flow or a group
-// and set its cc or its lb, checked for the flow's transport.
+// and set its cc, lb or loss, checked for the flow's transport.
 func TestFlowOverrides(t *testing.T) {
-	f, err := Parse("t.yaml", []byte(base+"variants:\n  - {name: a, flows: [{name: f1, cc: none}, {group: f2, cc: both}]}\n  - {name: b, flows: [{name: f2, lb: oblivious}]}\n"))
+	f, err := Parse("t.yaml", []byte(base+"variants:\n  - {name: a, flows: [{name: f1, cc: none}, {group: f2, cc: both}]}\n  - {name: b, flows: [{name: f2, lb: oblivious}]}\n  - {name: c, flows: [{name: f2, loss: sleek}]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +113,9 @@ func TestFlowOverrides(t *testing.T) {
 	if vb := f.Plan().Variants[1].Plan; vb.Flows[1].Client.LB != lb.KindOblivious || vb.Flows[1].Flow.CC != f.Flows[1].CC || f.Flows[1].LB != "" {
 		t.Errorf("variant b's f2: lb %v, cc %s; the file's lb %q", vb.Flows[1].Client.LB, vb.Flows[1].Flow.CC, f.Flows[1].LB)
 	}
+	if vc := f.Plan().Variants[2].Plan; vc.Flows[1].Client.Loss != pds.LossSLEEK || f.Plan().Flows[1].Client.Loss != pds.LossRACK {
+		t.Errorf("variant c's f2: loss %v; the file's %v", vc.Flows[1].Client.Loss, f.Plan().Flows[1].Client.Loss)
+	}
 	for _, c := range []struct{ v, want string }{
 		{"{name: a, flows: [{name: f1, group: g, cc: none}]}", `variants[0].flows[0]: give name (one flow) or group (its flows), not both or neither`},
 		{"{name: a, flows: [{name: f9, cc: none}]}", `variants[0].flows[0].name: "f9": no such flow`},
@@ -120,7 +123,10 @@ func TestFlowOverrides(t *testing.T) {
 		{"{name: a, flows: [{name: f1, cc: rccc}]}", `variants[0].flows[0].cc: "rccc": flow f1: want dcqcn or none with transport rocev2`},
 		{"{name: a, flows: [{name: f2, cc: dcqcn}]}", `variants[0].flows[0].cc: "dcqcn": flow f2: want nscc, rccc, both or none with transport uet`},
 		{"{name: a, flows: [{name: f2, cc: both}, {group: f2, cc: rccc}]}", `variants[0].flows[1]: flow f2 is given twice (also variants[0].flows[0])`},
-		{"{name: a, flows: [{name: f2}]}", `variants[0].flows[0]: give cc, lb or both: what the variant changes`},
+		{"{name: a, flows: [{name: f2}]}", `variants[0].flows[0]: give cc, lb, loss or some of them: what the variant changes`},
+		{"{name: a, flows: [{name: f1, loss: none}]}", `variants[0].flows[0].loss: "none": flow f1 is rocev2: loss is uet's`},
+		{"{name: a, flows: [{name: f2, loss: quick}]}", `variants[0].flows[0].loss: "quick": want rack, sleek or none`},
+		{"{name: a, flows: [{name: f2, cc: rccc, loss: sleek}]}", `variants[0].flows[0]: flow f2: loss sleek with cc rccc: SLEEK's threshold is 1.5 congestion windows (cc nscc or both)`},
 		{"{name: a, flows: [{name: f1, lb: oblivious}]}", `variants[0].flows[0].lb: "oblivious": flow f1 is rocev2: lb is uet's`},
 		{"{name: a, flows: [{name: f2, lb: spray}]}", `variants[0].flows[0].lb: "spray": want none, `},
 	} {

@@ -294,8 +294,17 @@ func overrideFlows(field string, os []FlowOverride, flows []Flow) error {
 				return conf.Errorf(p, "", "flow %s is given twice (also %s)", fl.Name, conf.Index(field, prev))
 			}
 			by[fl.Name] = i
-			if o.CC == "" && o.LB == "" {
-				return conf.Errorf(p, "", "give cc, lb or both: what the variant changes")
+			if o.CC == "" && o.LB == "" && o.Loss == "" {
+				return conf.Errorf(p, "", "give cc, lb, loss or some of them: what the variant changes")
+			}
+			if o.Loss != "" {
+				if fl.Transport != TransportUET {
+					return conf.Errorf(conf.Join(p, "loss"), o.Loss, "flow %s is %s: loss is uet's", fl.Name, fl.Transport)
+				}
+				if _, err := pds.ParseLossInference(o.Loss); err != nil {
+					return conf.Errorf(conf.Join(p, "loss"), o.Loss, "want %s", orList(pds.LossInferenceNames()))
+				}
+				fl.Loss = o.Loss
 			}
 			if o.LB != "" {
 				if fl.Transport != TransportUET {
@@ -306,15 +315,17 @@ func overrideFlows(field string, os []FlowOverride, flows []Flow) error {
 				}
 				fl.LB = o.LB
 			}
-			if o.CC == "" {
-				continue
+			if o.CC != "" {
+				if err := checkCC(fl.Transport, o.CC); err != nil {
+					return conf.Errorf(conf.Join(p, "cc"), o.CC, "flow %s: %s", fl.Name, err.Allowed)
+				}
+				fl.CC = o.CC
+				if fl.CC == CCDCQCN && fl.Profile == "" {
+					fl.Profile = dcqcn.DefaultProfile
+				}
 			}
-			if err := checkCC(fl.Transport, o.CC); err != nil {
-				return conf.Errorf(conf.Join(p, "cc"), o.CC, "flow %s: %s", fl.Name, err.Allowed)
-			}
-			fl.CC = o.CC
-			if fl.CC == CCDCQCN && fl.Profile == "" {
-				fl.Profile = dcqcn.DefaultProfile
+			if strings.EqualFold(fl.Loss, pds.LossSLEEK.String()) && fl.CC != "nscc" && fl.CC != "both" {
+				return conf.Errorf(p, "", "flow %s: loss sleek with cc %s: SLEEK's threshold is 1.5 congestion windows (cc nscc or both)", fl.Name, fl.CC)
 			}
 		}
 	}
@@ -609,7 +620,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			field string
 			set   bool
 		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"streams", fl.Streams != 0},
-			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"rto", fl.RTO != 0}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0},
+			{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"rto", fl.RTO != 0}, {"loss", fl.Loss != ""}, {"mtu", fl.MTU != 0}, {"verify", fl.Verify}, {"inflight", fl.Inflight != 0},
 			{"line_rate", fl.LineRate != 0}, {"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}, {"rp", fl.RP != ""}} {
 			if o.set {
 				return conf.Errorf(fp(o.field), "", "not for a tcp flow (one kernel connection: the kernel paces it, the links' MTUs set its segments)")
@@ -653,6 +664,15 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 			return conf.Errorf(fp("rto"), units.FormatDuration(fl.RTO), "want %s..%s (default 10ms)",
 				units.FormatDuration(pds.MinRTO), units.FormatDuration(pds.MaxRTO))
 		}
+		if fl.Loss != "" {
+			l, err := pds.ParseLossInference(fl.Loss)
+			switch {
+			case err != nil:
+				return conf.Errorf(fp("loss"), fl.Loss, "want %s (default rack)", orList(pds.LossInferenceNames()))
+			case l == pds.LossSLEEK && fl.CC != "nscc" && fl.CC != "both":
+				return conf.Errorf(fp("loss"), fl.Loss, "SLEEK's threshold is 1.5 congestion windows: cc nscc or both, not %s", fl.CC)
+			}
+		}
 	} else {
 		if fl.CC == "" {
 			fl.CC = CCDCQCN
@@ -666,7 +686,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		for _, o := range []struct {
 			field string
 			set   bool
-		}{{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"rto", fl.RTO != 0}} {
+		}{{"lb", fl.LB != ""}, {"base_rtt", fl.BaseRTT != 0}, {"rto", fl.RTO != 0}, {"loss", fl.Loss != ""}} {
 			if err := only(o.field, o.set, "uet"); err != nil {
 				return err
 			}

@@ -297,6 +297,10 @@ type ClientConfig struct {
 	// it must outlast the deepest queue on the path, or a packet still
 	// queued is sent again. UET only; 0 means pds's default (10 ms).
 	RTO time.Duration
+	// Loss (--loss) is how each PDC infers a loss before its RTO
+	// (pds.Config.Loss): RACK (the default), SLEEK (needs a window: cc
+	// nscc or both) or none. UET only.
+	Loss pds.LossInference
 	// TraceCCC (--trace-ccc) prints every CCC transition with its time as
 	// the run goes (text), or lists them in end.uet.ccc_trace (JSON). UET
 	// only.

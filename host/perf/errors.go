@@ -37,6 +37,7 @@ const (
 	FieldNSCCKnobs    Field = "nscc_knobs"
 	FieldBaseRTT      Field = "base_rtt"
 	FieldRTO          Field = "rto"
+	FieldLoss         Field = "loss"
 	FieldLB           Field = "lb"
 	FieldRP           Field = "rp"
 	FieldNP           Field = "np"

@@ -105,6 +105,8 @@ type TestStart struct {
 	// none, one EV per PDC.
 	LB     string `json:"lb,omitempty"`
 	LBSeed uint64 `json:"lb_seed,omitempty"`
+	// Loss is the PDCs' loss inference (--loss: rack, sleek, none; UET).
+	Loss string `json:"loss,omitempty"`
 }
 
 // Interval is one report interval: every QP and their sum.

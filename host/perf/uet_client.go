@@ -61,6 +61,10 @@ func (c ClientConfig) validateUET() error {
 		return configErr(FieldBaseRTT, c.BaseRTT, "1us..1s")
 	case c.RTO != 0 && (c.RTO < pds.MinRTO || c.RTO > pds.MaxRTO):
 		return configErr(FieldRTO, c.RTO, "0 (10ms) or %v..%v", pds.MinRTO, pds.MaxRTO)
+	case !slices.Contains(pds.LossInferenceNames(), c.Loss.String()):
+		return configErr(FieldLoss, c.Loss, "%s", strings.Join(pds.LossInferenceNames(), ", "))
+	case c.Loss == pds.LossSLEEK && c.UETCC != pds.CCNSCC && c.UETCC != pds.CCBoth:
+		return configErr(FieldLoss, c.Loss, "rack or none with cc %v: SLEEK's threshold is 1.5 congestion windows (cc nscc or both)", c.UETCC)
 	case c.LB != 0 && !slices.Contains(lb.Kinds, c.LB):
 		return configErr(FieldLB, c.LB, "none, %s", lbKindNames())
 	case !slices.Contains(pds.CCModeNames(), c.UETCC.String()):
@@ -116,6 +120,7 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	if c.RTO != 0 {
 		pc.RTO = c.RTO
 	}
+	pc.Loss = c.Loss
 	pc.IdleTimeout = uetClientIdle
 	pc.Trace = trace
 	pc.CC = c.UETCC
@@ -630,6 +635,7 @@ func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.Ad
 		Verify:      c.Verify,
 		LB:          lbName(c.LB),
 		LBSeed:      c.LBSeed,
+		Loss:        c.Loss.String(),
 		Interval:    c.Interval.Seconds(),
 	}
 	if c.Bytes > 0 {
