@@ -120,8 +120,8 @@ wan-experiment: deps
 # Issue 29: htsim beside the lab, the same matrix on the same leaf-spine
 # (a ring all-reduce and an all-to-all over 8 hosts, UET under NSCC and
 # RCCC; a permutation over 16 hosts on a leaf-spine and on a fat tree,
-# under ECMP and spraying, and on a fat tree oversubscribed 2:1: about
-# 33 minutes). HTSIM is htsim's build directory (reference/htsim.md "Build");
+# under ECMP and spraying (on the fat tree also with SLEEK on both
+# sides), and on a fat tree oversubscribed 2:1: about 35 minutes). HTSIM is htsim's build directory (reference/htsim.md "Build");
 # without it each run's htsim/ gets the topology, the .cm and a script
 # that runs them. HTSIM_FLAGS: fabriclab run's flags; writes
 # htsim-compare-out/.
