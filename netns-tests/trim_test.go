@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safchain/ethtool"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -165,20 +165,12 @@ func portTrim(t *testing.T, legacy, senderOffload, v6 bool) {
 func setTxChecksum(t *testing.T, n *lab.Node, dev string, on bool) {
 	t.Helper()
 	err := n.Do(func() error {
-		et, err := ethtool.NewEthtool()
+		got, err := ethfeat.Set(dev, map[string]bool{"tx-checksum-ip-generic": on})
 		if err != nil {
 			return err
 		}
-		defer et.Close()
-		if err := et.Change(dev, map[string]bool{"tx-checksum-ip-generic": on}); err != nil {
-			return err
-		}
-		got, err := et.Features(dev)
-		if err != nil {
-			return err
-		}
-		if got["tx-checksum-ip-generic"] != on {
-			return fmt.Errorf("tx-checksum-ip-generic stayed %v", got["tx-checksum-ip-generic"])
+		if got["tx-checksum-ip-generic"].Active != on {
+			return fmt.Errorf("tx-checksum-ip-generic stayed %v", got["tx-checksum-ip-generic"].Active)
 		}
 		return nil
 	})

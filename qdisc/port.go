@@ -12,10 +12,10 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 	"github.com/fabriclab/fabriclab/qdisc/pinning"
 	"github.com/fabriclab/fabriclab/qdisc/units"
-	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -454,16 +454,11 @@ func (p *Port) findPeer(opts AttachOptions) error {
 		return err
 	}
 	return nsexec.Do(p.peerNS, func() error {
-		e, err := ethtool.NewEthtool()
-		if err != nil {
-			return fmt.Errorf("ethtool: %w", err)
-		}
-		defer e.Close()
-		feats, err := e.Features(p.meta.PeerDev)
+		feats, err := ethfeat.Get(p.meta.PeerDev)
 		if err != nil {
 			return fmt.Errorf("ethtool features of %s: %w", p.meta.PeerDev, err)
 		}
-		if feats["rx-gro"] || feats["generic-receive-offload"] {
+		if feats["rx-gro"].Active {
 			return fmt.Errorf("peer %s has GRO on: it merges packets before the dequeue hook, so the backlog cannot be counted per packet; turn it off (ethtool -K %s gro off)",
 				describeDev(p.meta.PeerNetns, p.meta.PeerDev), p.meta.PeerDev)
 		}

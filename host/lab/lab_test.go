@@ -20,11 +20,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
 )
 
 const minKernel = "5.10"
@@ -712,17 +712,16 @@ func udpExchange(t *testing.T, from, to *Node, src, dst netip.Addr) {
 
 func features(t *testing.T, n *Node, dev string) map[string]bool {
 	t.Helper()
-	var f map[string]bool
-	if err := n.Do(func() error {
-		et, err := ethtool.NewEthtool()
-		if err != nil {
-			return err
-		}
-		defer et.Close()
-		f, err = et.Features(dev)
+	var fs map[string]ethfeat.State
+	if err := n.Do(func() (err error) {
+		fs, err = ethfeat.Get(dev)
 		return err
 	}); err != nil {
 		t.Fatalf("ethtool features %s/%s: %v", n.Name, dev, err)
+	}
+	f := make(map[string]bool, len(fs))
+	for k, st := range fs {
+		f[k] = st.Active
 	}
 	return f
 }

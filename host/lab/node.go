@@ -15,10 +15,11 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
 )
 
 // ErrClosed is returned by Node methods after the lab was closed.
@@ -244,14 +245,9 @@ func (n *Node) SetOffloads(dev string, on bool) error {
 // SetOffloads is Node.SetOffloads in the calling thread's namespace (a
 // lab server's own NICs, ApplyNode).
 func SetOffloads(dev string, on bool) error {
-	et, err := ethtool.NewEthtool()
+	states, err := ethfeat.Get(dev)
 	if err != nil {
-		return fmt.Errorf("ethtool: %w", err)
-	}
-	defer et.Close()
-	states, err := et.FeaturesWithState(dev)
-	if err != nil {
-		return fmt.Errorf("ethtool features %s: %w", dev, err)
+		return err
 	}
 	want := map[string]bool{}
 	for _, f := range offloadFeatures {
@@ -259,22 +255,20 @@ func SetOffloads(dev string, on bool) error {
 			want[f] = on
 		}
 	}
+	got := states
 	if len(want) > 0 {
-		if err := et.Change(dev, want); err != nil {
+		if got, err = ethfeat.Set(dev, want); err != nil {
 			return fmt.Errorf("ethtool set %s offloads=%v: %w", dev, on, err)
 		}
 	}
-	got, err := et.Features(dev)
-	if err != nil {
-		return fmt.Errorf("ethtool features %s: %w", dev, err)
-	}
 	var wrong []string
 	for _, f := range offloadFeatures {
-		if _, known := states[f]; !known {
+		st, known := got[f]
+		if !known {
 			continue
 		}
 		// Off must really be off; on is best effort for fixed features.
-		if got[f] != on && (!on || want[f]) {
+		if st.Active != on && (!on || want[f]) {
 			wrong = append(wrong, f)
 		}
 	}
@@ -296,19 +290,11 @@ const udpSegmentation = "tx-udp-segmentation"
 // MTU. A veth has it on and would carry the super-packet whole.
 func (n *Node) noUDPSegmentation(dev string) error {
 	return n.Do(func() error {
-		et, err := ethtool.NewEthtool()
+		got, err := ethfeat.Set(dev, map[string]bool{udpSegmentation: false})
 		if err != nil {
-			return fmt.Errorf("ethtool: %w", err)
-		}
-		defer et.Close()
-		if err := et.Change(dev, map[string]bool{udpSegmentation: false}); err != nil {
 			return fmt.Errorf("ethtool %s %s off: %w", dev, udpSegmentation, err)
 		}
-		got, err := et.Features(dev)
-		if err != nil {
-			return fmt.Errorf("ethtool features %s: %w", dev, err)
-		}
-		if got[udpSegmentation] {
+		if got[udpSegmentation].Active {
 			return fmt.Errorf("ethtool %s: could not turn %s off", dev, udpSegmentation)
 		}
 		return nil
@@ -330,24 +316,16 @@ var receiveCoalescing = []string{"rx-gro", "rx-udp-gro-forwarding"}
 // GRO would have merged them (qdisc refuses to attach to such a peer).
 func (n *Node) SetReceiveCoalescing(dev string, on bool) error {
 	return n.Do(func() error {
-		et, err := ethtool.NewEthtool()
-		if err != nil {
-			return fmt.Errorf("ethtool: %w", err)
-		}
-		defer et.Close()
 		want := map[string]bool{}
 		for _, f := range receiveCoalescing {
 			want[f] = on
 		}
-		if err := et.Change(dev, want); err != nil {
+		got, err := ethfeat.Set(dev, want)
+		if err != nil {
 			return fmt.Errorf("ethtool %s gro/rx-udp-gro-forwarding %s: %w", dev, onOff(on), err)
 		}
-		got, err := et.Features(dev)
-		if err != nil {
-			return fmt.Errorf("ethtool features %s: %w", dev, err)
-		}
 		for _, f := range receiveCoalescing {
-			if got[f] != on {
+			if got[f].Active != on {
 				return fmt.Errorf("ethtool %s: could not turn %s %s", dev, f, onOff(on))
 			}
 		}

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safchain/ethtool"
 	"golang.org/x/sys/unix"
+
+	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
 )
 
 // groSplit is fillGRO's split of one read.
@@ -76,12 +77,8 @@ func FuzzGROSplit(f *testing.F) {
 func TestUDPGRORead(t *testing.T) {
 	ns := newTestNetns(t, 0)
 	if err := ns.do(func() error {
-		et, err := ethtool.NewEthtool()
-		if err != nil {
-			return err
-		}
-		defer et.Close()
-		return et.Change("lo", map[string]bool{"tx-udp-segmentation": true})
+		_, err := ethfeat.Set("lo", map[string]bool{"tx-udp-segmentation": true})
+		return err
 	}); err != nil {
 		t.Fatalf("lo tx-udp-segmentation on: %v", err)
 	}

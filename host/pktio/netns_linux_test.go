@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
 )
 
 // Test addresses, all on lo inside the test's own network namespace.
@@ -111,12 +111,7 @@ func configureNetns(h netns.NsHandle, n *testNetns, loMTU int) error {
 	// lo segments a UDP GSO send as it leaves, as a lab's veths do
 	// (host/lab): captures and receivers see the datagrams, not one
 	// super-packet. The ethtool socket is this thread's, in the netns.
-	et, err := ethtool.NewEthtool()
-	if err != nil {
-		return fmt.Errorf("ethtool: %w", err)
-	}
-	defer et.Close()
-	if err := et.Change("lo", map[string]bool{"tx-udp-segmentation": false}); err != nil {
+	if _, err := ethfeat.Set("lo", map[string]bool{"tx-udp-segmentation": false}); err != nil {
 		return fmt.Errorf("lo tx-udp-segmentation off: %w", err)
 	}
 	// IPv6 inserts an address's local route (table local) from a

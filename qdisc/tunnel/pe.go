@@ -12,11 +12,11 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netns"
 
 	"github.com/fabriclab/fabriclab/bpf"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 	"github.com/fabriclab/fabriclab/qdisc/pinning"
 )
@@ -156,18 +156,13 @@ func (p *PE) device() (ifindex, mtu int, err error) {
 // the device): the peer PE then receives wire-size packets even on veth.
 func (p *PE) checkOffloads() error {
 	return nsexec.Do(p.ns, func() error {
-		e, err := ethtool.NewEthtool()
-		if err != nil {
-			return fmt.Errorf("ethtool: %w", err)
-		}
-		defer e.Close()
-		feats, err := e.Features(p.meta.Dev)
+		feats, err := ethfeat.Get(p.meta.Dev)
 		if err != nil {
 			return fmt.Errorf("ethtool features of %s: %w", nsexec.Describe(p.meta.Netns, p.meta.Dev), err)
 		}
 		var on []string
 		for _, f := range []string{"rx-gro", "rx-lro", "tx-tcp-segmentation", "tx-generic-segmentation", "tx-udp-segmentation"} {
-			if feats[f] {
+			if feats[f].Active {
 				on = append(on, f)
 			}
 		}
