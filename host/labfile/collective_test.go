@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,7 +103,7 @@ func TestCollectives(t *testing.T) {
 					tc.name, mr.Completed, mr.Connections, 1e3*mr.All.CCTS, 1e3*mr.All.IdealCCTS, mr.All.CCTRatio, 1e3*mr.All.ReplayCCTS, mr.All.ReplayRatio,
 					mr.FCTRatio.P50, mr.FCTRatio.P99, 1e3*mr.SetupS.P50, 100*share)
 				if lost := res.Lost(); lost != 0 {
-					t.Errorf("lost %d (ports, host backlogs, sockets, resends): want none", lost)
+					t.Errorf("lost %d (ports, host backlogs, sockets, resends): want none; %s", lost, strings.Join(res.LostBy(), "; "))
 				}
 				// Triggers: a flow whose sender done fires a trigger
 				// starts the flows it targets.

@@ -4,6 +4,7 @@ package labfile
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ flows:
 	// host's queues and sockets, and no resend.
 	t.Logf("host-lost: %s", res.HostLost.line())
 	if n := res.Lost(); n != 0 {
-		t.Errorf("%d packets lost (ports, host queues, sockets, resends): want 0", n)
+		t.Errorf("%d packets lost (ports, host queues, sockets, resends): want 0; %s", n, strings.Join(res.LostBy(), "; "))
 	}
 	for _, p := range res.Ports {
 		t.Logf("port %s: %.2f%% marked, queue p50 %.0f B p99 %.0f B, %d dropped", p.Name, 100*p.MarkedFraction, p.QueueP50Bytes, p.QueueP99Bytes, p.DroppedPackets)

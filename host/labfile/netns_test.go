@@ -454,7 +454,7 @@ func checkExample(t checker, name string, f *File, res *Result) {
 		// under 4.3 s of CPU steal lost 242. A run the host starved gets
 		// another (judgeExample).
 		if n := res.Lost(); n != 0 {
-			msg := fmt.Sprintf("%d packets lost in a lossless demo", n)
+			msg := fmt.Sprintf("%d packets lost in a lossless demo (%s)", n, strings.Join(res.LostBy(), "; "))
 			if h := res.HostLost; h != nil {
 				msg += fmt.Sprintf(" (the senders' feedback waited up to %v, host-lost %.1f %%)", h.FeedbackAgeMax, 100*h.Share)
 			}

@@ -225,6 +225,10 @@ type FlowResult struct {
 	NSCCQuickAdapts    uint64 `json:"nscc_quick_adapts,omitempty"`
 	Timeouts           uint64 `json:"timeouts,omitempty"`
 	Retransmits        uint64 `json:"retransmits"`
+	// UET: the losses the sources inferred (pds.Counters.InferredLosses)
+	// and the duplicates their targets reported (needless resends).
+	InferredLosses      uint64 `json:"inferred_losses,omitempty"`
+	SpuriousRetransmits uint64 `json:"spurious_retransmits,omitempty"`
 	// TCP: the kernel's name of the congestion control, segments whose
 	// ACKs echoed CE (tcpi_delivered_ce), connections without ECN.
 	KernelCC    string `json:"kernel_cc,omitempty"`
@@ -569,6 +573,40 @@ func (res *Result) Lost() uint64 {
 	return n
 }
 
+// LostBy names where what Lost counts was lost, one entry a place
+// (port, link, host, flow), for a test's message.
+func (res *Result) LostBy() []string {
+	var out []string
+	if res.SoftnetDrops != 0 {
+		out = append(out, fmt.Sprintf("per-CPU backlogs: %d dropped", res.SoftnetDrops))
+	}
+	for _, p := range res.Ports {
+		if n := p.DroppedPackets + p.QdiscDroppedPackets + p.HostDroppedPackets; n != 0 {
+			out = append(out, fmt.Sprintf("port %s: %d dropped (%d by the port, %d by the kernel qdisc, %d by the host queue)",
+				p.Name, n, p.DroppedPackets, p.QdiscDroppedPackets, p.HostDroppedPackets))
+		}
+	}
+	for _, l := range res.Links {
+		for _, d := range l.Delays {
+			if d.Dropped != 0 {
+				out = append(out, fmt.Sprintf("link %s-%s: %d dropped by its delay", l.A, l.B, d.Dropped))
+			}
+		}
+	}
+	for _, h := range res.HostDrops {
+		if h.UDPRcvbufErrors != 0 {
+			out = append(out, fmt.Sprintf("node %s: %d UDP receive buffer errors", h.Node, h.UDPRcvbufErrors))
+		}
+	}
+	for _, f := range res.Flows {
+		if f.Retransmits != 0 {
+			out = append(out, fmt.Sprintf("flow %s: %d resent (%d timeouts, %d inferred losses, %d reported needless)",
+				f.Name, f.Retransmits, f.Timeouts, f.InferredLosses, f.SpuriousRetransmits))
+		}
+	}
+	return out
+}
+
 // CNPs are the CNPs the rocev2 flows' receivers sent, and how many of
 // them no sender handled or ignored (0: every CNP arrived); ok is false
 // without a rocev2 flow.
@@ -730,6 +768,8 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 				out.TxPackets += c.TxPackets
 				out.ECNEchoes += c.ECNEchoes
 				out.Timeouts += c.Timeouts
+				out.InferredLosses += c.InferredLosses
+				out.SpuriousRetransmits += c.SpuriousRetransmits
 				retx = c.Retransmits
 			}
 			for _, c := range u.CCCs {

@@ -24,7 +24,7 @@ type Counters struct {
 	// NeighborResolves counts the peers' link-layer addresses whose
 	// resolution a timeout restarted (pktio.NeighborResolver).
 	NeighborResolves uint64 `json:"neighbor_resolves"`
-	InferredLosses   uint64 `json:"inferred_losses"` // RACK: a later packet delivered, this one outstanding past its RTT + reo_wnd
+	InferredLosses   uint64 `json:"inferred_losses"` // Config.Loss's (RACK, SLEEK) and a probe's NACK PKT_NOT_RCVD
 	AcksReceived     uint64 `json:"acks_received"`
 	ECNEchoes        uint64 `json:"ecn_echoes"` // ACKs with M set
 	InvalidAckPSN    uint64 `json:"invalid_ack_psn"`
