@@ -23,25 +23,13 @@ const (
 
 var ccModeNames = [numCCModes]string{"nscc", "rccc", "both", "none"}
 
-func (m CCMode) String() string {
-	if m < numCCModes {
-		return ccModeNames[m]
-	}
-	return fmt.Sprintf("CCMode(%d)", uint8(m))
-}
+func (m CCMode) String() string { return enumString(m, ccModeNames[:], "CCMode") }
 
 // CCModeNames lists the modes by name, as ParseCCMode takes them.
 func CCModeNames() []string { return ccModeNames[:] }
 
 // ParseCCMode reads a mode's name (nscc, rccc, both, none).
-func ParseCCMode(s string) (CCMode, error) {
-	for i, n := range ccModeNames {
-		if strings.EqualFold(n, s) {
-			return CCMode(i), nil
-		}
-	}
-	return 0, fmt.Errorf("pds: cc %q: want one of %s", s, strings.Join(ccModeNames[:], ", "))
-}
+func ParseCCMode(s string) (CCMode, error) { return parseEnum[CCMode](s, ccModeNames[:], "cc") }
 
 // MarshalText writes the mode's name (JSON).
 func (m CCMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
@@ -61,3 +49,21 @@ func (m CCMode) window() bool { return m == CCNSCC || m == CCBoth }
 
 // credit reports whether the mode runs RCCC's credit.
 func (m CCMode) credit() bool { return m == CCRCCC || m == CCBoth }
+
+// enumString names v by names, or Type(v) past them.
+func enumString[T ~uint8](v T, names []string, typ string) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", typ, uint8(v))
+}
+
+// parseEnum reads a name of names, any case; the error names the field.
+func parseEnum[T ~uint8](s string, names []string, field string) (T, error) {
+	for i, n := range names {
+		if strings.EqualFold(n, s) {
+			return T(i), nil
+		}
+	}
+	return 0, fmt.Errorf("pds: %s %q: want one of %s", field, s, strings.Join(names, ", "))
+}

@@ -1,10 +1,5 @@
 package pds
 
-import (
-	"fmt"
-	"strings"
-)
-
 // LossInference is how a sender takes a packet for lost before its RTO
 // without a NACK: the ACKs' SACK bitmaps read by RACK (RFC 8985), their
 // ooo_count read by SLEEK (htsim's UEC loss recovery), or neither (NACKs,
@@ -22,10 +17,7 @@ const (
 var lossInferenceNames = [numLossInferences]string{"rack", "sleek", "none"}
 
 func (l LossInference) String() string {
-	if l < numLossInferences {
-		return lossInferenceNames[l]
-	}
-	return fmt.Sprintf("LossInference(%d)", uint8(l))
+	return enumString(l, lossInferenceNames[:], "LossInference")
 }
 
 // LossInferenceNames lists the inferences by name, as ParseLossInference
@@ -34,12 +26,7 @@ func LossInferenceNames() []string { return lossInferenceNames[:] }
 
 // ParseLossInference reads an inference's name (rack, sleek, none).
 func ParseLossInference(s string) (LossInference, error) {
-	for i, n := range lossInferenceNames {
-		if strings.EqualFold(n, s) {
-			return LossInference(i), nil
-		}
-	}
-	return 0, fmt.Errorf("pds: loss %q: want one of %s", s, strings.Join(lossInferenceNames[:], ", "))
+	return parseEnum[LossInference](s, lossInferenceNames[:], "loss")
 }
 
 // MarshalText writes the inference's name (JSON).

@@ -81,13 +81,18 @@ func words(n int) []uint64 { return make([]uint64, (n+7)/8) }
 
 var ne = binary.NativeEndian
 
-// socket opens the ioctl's socket in the calling thread's namespace.
-func socket() (int, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+// open opens the ioctls' socket in the calling thread's namespace and
+// reads dev's feature names; the caller closes fd.
+func open(dev string) (fd int, nm []string, err error) {
+	fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("ethfeat: socket: %w", err)
+		return -1, nil, fmt.Errorf("ethfeat: socket: %w", err)
 	}
-	return fd, nil
+	if nm, err = names(fd, dev); err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, nm, nil
 }
 
 // names returns the features' names in their bit order.
@@ -136,15 +141,11 @@ func names(fd int, dev string) ([]string, error) {
 // Get returns dev's features by name (in the calling thread's network
 // namespace).
 func Get(dev string) (map[string]State, error) {
-	fd, err := socket()
+	fd, nm, err := open(dev)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	nm, err := names(fd, dev)
-	if err != nil {
-		return nil, err
-	}
 	return get(fd, dev, nm)
 }
 
@@ -183,15 +184,11 @@ var ErrUnknown = errors.New("no such feature")
 // (compare). A name dev does not have is an error wrapping ErrUnknown,
 // and nothing is changed.
 func Set(dev string, want map[string]bool) (map[string]State, error) {
-	fd, err := socket()
+	fd, nm, err := open(dev)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	nm, err := names(fd, dev)
-	if err != nil {
-		return nil, err
-	}
 	index := make(map[string]int, len(nm))
 	for i, n := range nm {
 		index[n] = i
