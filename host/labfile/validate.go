@@ -324,7 +324,7 @@ func overrideFlows(field string, os []FlowOverride, flows []Flow) error {
 					fl.Profile = dcqcn.DefaultProfile
 				}
 			}
-			if strings.EqualFold(fl.Loss, pds.LossSLEEK.String()) && fl.CC != "nscc" && fl.CC != "both" {
+			if !lossFits(fl) {
 				return conf.Errorf(p, "", "flow %s: loss sleek with cc %s: SLEEK's threshold is 1.5 congestion windows (cc nscc or both)", fl.Name, fl.CC)
 			}
 		}
@@ -665,11 +665,10 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 				units.FormatDuration(pds.MinRTO), units.FormatDuration(pds.MaxRTO))
 		}
 		if fl.Loss != "" {
-			l, err := pds.ParseLossInference(fl.Loss)
-			switch {
+			switch _, err := pds.ParseLossInference(fl.Loss); {
 			case err != nil:
 				return conf.Errorf(fp("loss"), fl.Loss, "want %s (default rack)", orList(pds.LossInferenceNames()))
-			case l == pds.LossSLEEK && fl.CC != "nscc" && fl.CC != "both":
+			case !lossFits(fl):
 				return conf.Errorf(fp("loss"), fl.Loss, "SLEEK's threshold is 1.5 congestion windows: cc nscc or both, not %s", fl.CC)
 			}
 		}
@@ -918,4 +917,15 @@ func (f *File) HostQueues() []HostQueueLimit {
 		}
 	}
 	return out
+}
+
+// lossFits reports whether a uet flow's loss inference runs under its cc
+// (pds.LossInference.Fits); an unset or unknown one is not this check's.
+func lossFits(fl *Flow) bool {
+	l, err := pds.ParseLossInference(fl.Loss)
+	if err != nil {
+		return true
+	}
+	cc, err := pds.ParseCCMode(fl.CC)
+	return err != nil || l.Fits(cc)
 }

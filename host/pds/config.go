@@ -225,7 +225,7 @@ func (c Config) Validate() error {
 	if c.Loss >= numLossInferences {
 		return fmt.Errorf("pds: loss %d: must be one of %v", c.Loss, LossInferenceNames())
 	}
-	if c.Loss == LossSLEEK && !c.CC.window() {
+	if !c.Loss.Fits(c.CC) {
 		return fmt.Errorf("pds: loss sleek with cc %v: SLEEK's threshold is 1.5 congestion windows, so it needs cc nscc or both", c.CC)
 	}
 	if c.NewWindow == nil {

@@ -42,6 +42,11 @@ func (l *LossInference) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// Fits reports whether the inference runs under congestion control cc:
+// SLEEK's threshold is 1.5 congestion windows, so it needs NSCC's window
+// (htsim runs it with NSCC only).
+func (l LossInference) Fits(cc CCMode) bool { return l != LossSLEEK || cc.window() }
+
 // SLEEK's constants (htsim uec.cpp: UecSrc::loss_retx_factor and
 // min_retx_config).
 const (

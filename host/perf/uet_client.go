@@ -63,7 +63,7 @@ func (c ClientConfig) validateUET() error {
 		return configErr(FieldRTO, c.RTO, "0 (10ms) or %v..%v", pds.MinRTO, pds.MaxRTO)
 	case !slices.Contains(pds.LossInferenceNames(), c.Loss.String()):
 		return configErr(FieldLoss, c.Loss, "%s", strings.Join(pds.LossInferenceNames(), ", "))
-	case c.Loss == pds.LossSLEEK && c.UETCC != pds.CCNSCC && c.UETCC != pds.CCBoth:
+	case !c.Loss.Fits(c.UETCC):
 		return configErr(FieldLoss, c.Loss, "rack or none with cc %v: SLEEK's threshold is 1.5 congestion windows (cc nscc or both)", c.UETCC)
 	case c.LB != 0 && !slices.Contains(lb.Kinds, c.LB):
 		return configErr(FieldLB, c.LB, "none, %s", lbKindNames())
