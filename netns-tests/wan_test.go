@@ -172,8 +172,9 @@ func wanNotify(t *testing.T, hc *hostChecks) hostlost.Report {
 	}
 	// The agent cut the tunnel's rate. The CNP crossed one one-way delay;
 	// for the PE to act before a round trip could, its own part must stay
-	// under another: the median under it, none past the round trip (the
-	// HTB change, 0.8-2 ms here, is most of it; a busy CPU adds).
+	// under another: the median under it, none past the round trip (2.2
+	// ms median here, 7.4 ms at the 99th percentile over 30 quiet runs:
+	// the agent thread's wake and the HTB change; a busy CPU adds).
 	if as.MinRate >= 2*coreRate || len(as.Reaction) == 0 {
 		t.Fatalf("the agent never cut the tunnel's rate: min %v, reactions %v", as.MinRate, as.Reaction)
 	}

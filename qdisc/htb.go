@@ -204,12 +204,7 @@ func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) err
 }
 
 // setPortClassRate changes the port class's rate and ceil alone.
-func setPortClassRate(ns netns.NsHandle, ifindex uint32, bps uint64) error {
-	t, err := openTC(ns)
-	if err != nil {
-		return err
-	}
-	defer t.Close()
+func setPortClassRate(t *tc.Tc, ifindex uint32, bps uint64) error {
 	if err := t.Class().Replace(portClass(ifindex, bps)); err != nil {
 		return fmt.Errorf("change htb port class: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 	"github.com/fabriclab/fabriclab/qdisc/pinning"
 	"github.com/fabriclab/fabriclab/qdisc/units"
+	"github.com/florianl/go-tc"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -150,6 +151,10 @@ type Port struct {
 		sync.Mutex
 		cfg    Config
 		closed bool
+		// rateTC is SetRate's rtnetlink socket, kept open: a new one in
+		// a namespace is a thread handoff and a setns, several ms on a
+		// busy machine, in a PE agent's reaction (TestWANNotify).
+		rateTC *tc.Tc
 	}
 	meta   portMeta
 	ns     netns.NsHandle
@@ -652,6 +657,10 @@ func (p *Port) closeHandles() {
 		l.Close()
 	}
 	p.links = nil
+	if p.mu.rateTC != nil {
+		p.mu.rateTC.Close()
+		p.mu.rateTC = nil
+	}
 	p.maps.Close()
 	p.progs.Close()
 	if p.ns.IsOpen() {
@@ -931,7 +940,17 @@ func (p *Port) SetRate(rate units.Rate) error {
 	if err := o.writeConfig(cfg, p.meta.Mode, priorityBase); err != nil {
 		return err
 	}
-	if err := setPortClassRate(p.ns, uint32(p.meta.Ifindex), uint64(rate)); err != nil {
+	if p.mu.rateTC == nil {
+		t, err := openTC(p.ns)
+		if err != nil {
+			return err
+		}
+		p.mu.rateTC = t
+	}
+	if err := setPortClassRate(p.mu.rateTC, uint32(p.meta.Ifindex), uint64(rate)); err != nil {
+		// The next call starts from a fresh socket.
+		p.mu.rateTC.Close()
+		p.mu.rateTC = nil
 		return err
 	}
 	p.mu.cfg = cfg
