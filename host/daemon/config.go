@@ -191,6 +191,11 @@ type FlowConfig struct {
 	DCQCN string `yaml:"dcqcn"` // a profiles.dcqcn name; default: mlx5's defaults
 	NSCC  string `yaml:"nscc"`  // a profiles.nscc name; default: the lab's
 	LB    string `yaml:"lb"`    // uet: oblivious, bitmap, reps or mixed
+	// uet: each PDC's retransmission timeout (roceperf --rto; default
+	// 10 ms) and how it infers a loss before it (--loss: rack, sleek,
+	// none; default rack).
+	RTO  time.Duration `yaml:"rto"`
+	Loss string        `yaml:"loss"`
 	// Size ends a run after this much payload; else Duration (default 10 s).
 	Size        units.ByteSize `yaml:"size"`
 	Duration    time.Duration  `yaml:"duration"`
@@ -499,7 +504,8 @@ func (c *Config) tcpConn(p string, f FlowConfig) (tcpflow.Conn, error) {
 		value any
 	}{
 		{"qps", f.QPs != 0, f.QPs}, {"streams", f.Streams != 0, f.Streams}, {"line_rate", f.LineRate != 0, f.LineRate},
-		{"dcqcn", f.DCQCN != "", f.DCQCN}, {"nscc", f.NSCC != "", f.NSCC}, {"lb", f.LB != "", f.LB}, {"mtu", f.MTU != 0, f.MTU},
+		{"dcqcn", f.DCQCN != "", f.DCQCN}, {"nscc", f.NSCC != "", f.NSCC}, {"lb", f.LB != "", f.LB}, {"rto", f.RTO != 0, f.RTO}, {"loss", f.Loss != "", f.Loss},
+		{"mtu", f.MTU != 0, f.MTU},
 		{"ppfc_sources", len(f.PPFCSources) > 0, f.PPFCSources}, {"ppfc_max_pause", f.PPFCMaxPause != 0, f.PPFCMaxPause},
 		{"ppfc_watchdog", f.PPFCWatchdog != 0, time.Duration(f.PPFCWatchdog)},
 	} {
@@ -713,6 +719,10 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 		return cc, conf.Errorf(conf.Join(p, "nscc"), f.NSCC, "uet only (rocev2 flows take dcqcn)")
 	case !isUET && f.LB != "":
 		return cc, conf.Errorf(conf.Join(p, "lb"), f.LB, "uet only")
+	case !isUET && f.RTO != 0:
+		return cc, conf.Errorf(conf.Join(p, "rto"), f.RTO, "uet only (a rocev2 QP's timeout is its dcqcn profile's)")
+	case !isUET && f.Loss != "":
+		return cc, conf.Errorf(conf.Join(p, "loss"), f.Loss, "uet only")
 	}
 	if isUET {
 		if f.CC != "" {
@@ -729,6 +739,14 @@ func (c *Config) clientConfig(p string, f FlowConfig) (perf.ClientConfig, error)
 			}
 			cc.LB = k
 		}
+		if f.Loss != "" {
+			l, err := pds.ParseLossInference(f.Loss)
+			if err != nil {
+				return cc, conf.Errorf(conf.Join(p, "loss"), f.Loss, "must be one of %s", strings.Join(pds.LossInferenceNames(), ", "))
+			}
+			cc.Loss = l
+		}
+		cc.RTO = f.RTO // perf checks its range
 		if f.NSCC != "" {
 			pr, ok := c.Profiles.NSCC[f.NSCC]
 			if !ok {

@@ -42,6 +42,17 @@ func TestParseGood(t *testing.T) {
 		t.Fatalf("flow b: %+v %v", cc, err)
 	}
 
+	// A uet flow's RTO and loss inference reach perf.
+	uet := strings.Replace(good, "nscc: wan, repeat", "nscc: wan, rto: 50ms, loss: sleek, repeat", 1)
+	c, err = Parse("x.yaml", []byte(uet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = c.WithDefaults()
+	if cc, err := d.clientConfig("flows[1]", d.Flows[1]); err != nil || cc.RTO != 50*time.Millisecond || cc.Loss.String() != "sleek" {
+		t.Errorf("flow b's rto %v and loss %v (%v), want 50ms and sleek", cc.RTO, cc.Loss, err)
+	}
+
 	// A rocev2 server's and flow's PPFC settings reach perf.
 	ppfc := strings.Replace(good, "{transport: rocev2, bind: 198.18.0.1}", "{transport: rocev2, bind: 198.18.0.1, ppfc_sources: [198.18.9.1], ppfc_max_pause: 20ms, ppfc_watchdog: 1s}", 1)
 	ppfc = strings.Replace(ppfc, "size: 10MB}", "size: 10MB, ppfc_sources: [198.18.9.0/24], ppfc_watchdog: off}", 1)
@@ -85,6 +96,11 @@ func TestParseErrors(t *testing.T) {
 		{"{transport: uet, bind: 198.18.0.1, port: 18516}|{transport: uet, bind: 198.18.0.1, port: 18516, ppfc_watchdog: off}", `servers[1].ppfc_watchdog: "-1ns": rocev2 only`},
 		{"size: 10MB|size: 10MB, ppfc_watchdog: 10ms", `flows[0].ppfc_watchdog: "10ms": must be 0 (max(200ms, 2 × the max pause)), off, or the max pause (65.535ms)..10s`},
 		{"nscc: wan,|nscc: wan, ppfc_max_pause: 1ms,", `flows[1].ppfc_max_pause: "1ms": rocev2 only`},
+		{"nscc: wan,|nscc: wan, loss: quick,", `x.yaml:14: flows[1].loss: "quick": must be one of rack, sleek, none`},
+		{"nscc: wan,|nscc: wan, cc: rccc, loss: sleek,", `x.yaml:14: flows[1].loss: "sleek": must be rack or none with cc rccc`},
+		{"nscc: wan,|nscc: wan, rto: 20s,", `x.yaml:14: flows[1].rto: "20s": must be 0 (10ms) or 100µs..10s`},
+		{"size: 10MB|size: 10MB, rto: 50ms", `x.yaml:13: flows[0].rto: "50ms": uet only`},
+		{"size: 10MB|size: 10MB, loss: none", `x.yaml:13: flows[0].loss: "none": uet only`},
 		{"{transport: uet, bind: 198.18.0.1, port: 18516}|{transport: uet, bind: 198.18.0.1, port: 18516, np: agent}", `servers[1].np: "agent": kernel and agent place RoCEv2's NP; uet takes off alone (the target echoes no CE)`},
 		{"size: 10MB|size: 10MB, ppfc_watchdog: never", `x.yaml:13: flows[0].ppfc_watchdog: "never": want a duration like 200ms, or off`},
 	} {
