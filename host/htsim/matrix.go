@@ -99,6 +99,10 @@ type MatrixScenario struct {
 	// SLEEK turns on htsim's SLEEK loss recovery (-sleek), the lab's
 	// pds.LossSLEEK; htsim runs it with NSCC only.
 	SLEEK bool `json:"sleek,omitempty"`
+	// TargetQDelay is NSCC's target_qdelay in the lab's time (htsim's
+	// -target_q_delay). Optional: 0, htsim derives it from its fabric's
+	// unloaded round trip.
+	TargetQDelay time.Duration `json:"target_qdelay,omitempty"`
 	// Seed seeds htsim's random numbers.
 	Seed int `json:"seed"`
 	// Scale is lab time per htsim time: htsim runs every rate Scale
@@ -199,6 +203,11 @@ func (s *MatrixScenario) Validate() error {
 		bad("cc", s.CC, "nscc, rccc or both")
 	} else if s.SLEEK && s.CC == pds.CCRCCC {
 		bad("sleek", s.SLEEK, "false with cc rccc: htsim runs SLEEK only with NSCC (its sender CC)")
+	}
+	if s.TargetQDelay < 0 || s.TargetQDelay > time.Second {
+		bad("target_qdelay", s.TargetQDelay, "0 (htsim's own) to 1s")
+	} else if s.TargetQDelay > 0 && s.CC == pds.CCRCCC {
+		bad("target_qdelay", s.TargetQDelay, "0 with cc rccc: it is NSCC's")
 	}
 	if s.Scale < 0 || s.Scale > 1e6 {
 		bad("scale", s.Scale, "0 (chosen) to 1e6")
@@ -432,6 +441,9 @@ func (p *MatrixPlan) MatrixArgs(topo, cmFile string, endPs int64) []string {
 	}
 	if s.SLEEK {
 		a = append(a, "-sleek")
+	}
+	if s.TargetQDelay > 0 {
+		a = append(a, "-target_q_delay", micros(int64(math.Round(float64(s.TargetQDelay)*1e3/p.Scale))))
 	}
 	return append(a,
 		"-paths", strconv.Itoa(p.Paths),

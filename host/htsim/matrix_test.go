@@ -94,6 +94,16 @@ Switch_Latency_ns 0
 	if args := strings.Join(ps.MatrixArgs("t", "c", 5_000_000), " "); !strings.Contains(args, " -sleek -paths ") {
 		t.Errorf("sleek: args %s", args)
 	}
+	// The flows' target_qdelay, 4 ms of the lab's time, is 4 µs of
+	// htsim's at scale 1000.
+	s = ringScenario(t)
+	s.TargetQDelay = 4 * time.Millisecond
+	if ps, err = NewMatrixPlan(s); err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(ps.MatrixArgs("t", "c", 5_000_000), " "); !strings.Contains(args, " -target_q_delay 4.0000005 -paths ") {
+		t.Errorf("target_qdelay: args %s", args)
+	}
 	// 131 072 B at 160 ps a byte, then the last packet (9014 B) stored
 	// and forwarded at each further hop and a 64-B ACK at each hop, 1 ns
 	// a link both ways; × 1000.
@@ -121,6 +131,7 @@ func TestMatrixScenarioRefusesWhatHtsimCannotBuild(t *testing.T) {
 		{"one leaf", func(s *MatrixScenario) { s.Fabric.Leaves, s.Fabric.Spines = 1, 0 }, "fabric.leaves"},
 		{"dcqcn", func(s *MatrixScenario) { s.CC = pds.CCNone }, "cc"},
 		{"sleek without NSCC", func(s *MatrixScenario) { s.CC, s.SLEEK = pds.CCRCCC, true }, "sleek"},
+		{"target_qdelay without NSCC", func(s *MatrixScenario) { s.CC, s.TargetQDelay = pds.CCRCCC, time.Millisecond }, "target_qdelay"},
 		{"thresholds above the limit", func(s *MatrixScenario) { s.MaxThBytes = 3 * units.MiB }, "max_th"},
 		{"more nodes than hosts", func(s *MatrixScenario) { s.Matrix.Nodes = 9 }, "matrix"},
 	} {

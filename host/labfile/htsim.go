@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // HtsimRun is htsim's run of a lab's incast beside the lab's own
@@ -90,6 +92,8 @@ func (f *File) htsimScenario(p *Plan) (htsim.Scenario, error) {
 			why = fmt.Sprintf("flows %s and %s start at different times; htsim starts every sender at once", first.Flow.Name, fl.Name)
 		case fl.CC != first.Flow.CC:
 			why = fmt.Sprintf("flows %s and %s run %s and %s; htsim runs one congestion control", first.Flow.Name, fl.Name, first.Flow.CC, fl.CC)
+		case !maps.Equal(fl.Knobs, first.Flow.Knobs):
+			why = fmt.Sprintf("flows %s and %s differ in NSCC's knobs; htsim runs one set", first.Flow.Name, fl.Name)
 		case c.MTU != first.Client.MTU || c.BaseRTT != first.Client.BaseRTT:
 			why = fmt.Sprintf("flows %s and %s differ in mtu or base_rtt; htsim has one of each", first.Flow.Name, fl.Name)
 		case len(fp.Ports) != 1 || fp.Ports[0] != first.Ports[0]:
@@ -125,6 +129,12 @@ func (f *File) htsimScenario(p *Plan) (htsim.Scenario, error) {
 	s = htsim.Scenario{Senders: len(p.Flows), FlowBytes: first.Flow.Size, Rate: rate, MTUBytes: first.Client.MTU,
 		BaseRTT: first.Client.BaseRTT, LimitBytes: cc.LimitBytes, Trim: cc.TrimBytes > 0, TrimBytes: cc.TrimBytes,
 		CC: first.Client.UETCC, Seed: int(f.Seed), Mapping: htsim.Scaled}
+	for _, k := range SortedKnobs(first.Flow.Knobs) {
+		if k.Name != "target_qdelay" {
+			return s, errNoHtsim("flow %s sets NSCC's %s; htsim takes a flag for target_qdelay alone", first.Flow.Name, k)
+		}
+		s.TargetQDelay, _ = units.ParseDuration(k.Value) // checked
+	}
 	switch {
 	case cc.ECN == qdisc.ECNWRED && cc.MaxP == 1:
 		s.MinThBytes, s.MaxThBytes = cc.MinThBytes, cc.MaxThBytes

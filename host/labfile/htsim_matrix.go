@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -98,6 +99,8 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 			why = fmt.Sprintf("flow %s has %d streams; htsim runs one per connection", fl.Name, cl.QPs)
 		case cl.UETCC != first.Client.UETCC || cl.LB != first.Client.LB || cl.Loss != first.Client.Loss:
 			why = fmt.Sprintf("flows %s and %s differ in cc, lb or loss; htsim runs one of each", first.Flow.Name, fl.Name)
+		case !maps.Equal(fl.Knobs, first.Flow.Knobs):
+			why = fmt.Sprintf("flows %s and %s differ in NSCC's knobs; htsim runs one set", first.Flow.Name, fl.Name)
 		case cl.MTU != first.Client.MTU:
 			why = fmt.Sprintf("flows %s and %s send packets of different sizes (mtu %d, %d); htsim has one", first.Flow.Name, fl.Name, first.Client.MTU, cl.MTU)
 		case cl.LineRate != 0 && cl.LineRate != fb.HostRate:
@@ -152,6 +155,14 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		LimitBytes: cc.LimitBytes, TrimBytes: cc.TrimBytes,
 		CC: first.Client.UETCC, LB: first.Client.LB, Seed: int(f.Seed),
 		SLEEK: first.Client.Loss == pds.LossSLEEK,
+	}
+	var others []string
+	for _, k := range SortedKnobs(first.Flow.Knobs) {
+		if k.Name == "target_qdelay" {
+			s.TargetQDelay, _ = units.ParseDuration(k.Value) // checked
+			continue
+		}
+		others = append(others, k.String())
 	}
 	if fb.Kind == FabricFatTree {
 		s.FatTree = &htsim.FatTreeFabric{K: fb.K, Pods: fb.Pods, Rate: fb.HostRate, Delay: fb.Delay, Oversubscription: int(fb.Oversubscription), CoreRate: fb.CoreRate}
@@ -216,6 +227,12 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		notes = append(notes, "loss inference: SLEEK on both sides (-sleek; the flows' loss: sleek): recovery past 1.5 windows of packets held out of order at the target. htsim's SLEEK also probes base_rtt + target_qdelay after an ACK and enters recovery when a probe's answer comes back with little queueing; the lab's PDCs probe the oldest packet after the probe timeout (500 µs slowed, or 2 SRTT) and resend it on NACK PKT_NOT_RCVD")
 	case pds.LossNone:
 		notes = append(notes, "loss inference: none on both sides (htsim without -sleek): a hole waits for a NACK or the RTO; the lab's PDCs also probe the oldest packet when no ACK came for the probe timeout, which htsim without -sleek does not")
+	}
+	if s.TargetQDelay > 0 {
+		notes = append(notes, fmt.Sprintf("NSCC's target_qdelay: the flows' %s on both sides (-target_q_delay)", units.FormatDuration(s.TargetQDelay)))
+	}
+	if len(others) > 0 {
+		notes = append(notes, fmt.Sprintf("NSCC's knobs %s are the lab's flows' alone: htsim derives its own from its fabric's unloaded round trip", strings.Join(others, " ")))
 	}
 	if hp.Oversubscription() > 1 && s.CC == pds.CCRCCC {
 		notes = append(notes, "RCCC on an oversubscribed fabric: htsim adds its receiver's oversubscribed CC (main_uec.cpp's OversubscribedCC: an ECN-driven cut of each receiver's credit rate, down to 0.9 / oversubscription of its line); the lab has none")

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabriclab/fabriclab/host/htsim"
 	"github.com/fabriclab/fabriclab/host/pds"
@@ -92,6 +93,22 @@ func TestHtsimMatrixMTU(t *testing.T) {
 		if s.MTUBytes != c.mtu || p.WireMTUBytes != c.mtu+14 {
 			t.Errorf("%s: mtu %d, htsim's -mtu %d; want %d, %d", c.flow, s.MTUBytes, p.WireMTUBytes, c.mtu, c.mtu+14)
 		}
+	}
+}
+
+// TestHtsimMatrixKnobs: the flows' NSCC target_qdelay is htsim's
+// -target_q_delay; a knob htsim takes no flag for is named in a note.
+func TestHtsimMatrixKnobs(t *testing.T) {
+	s, notes, err := uetRing(t, "flow: {transport: uet, cc: nscc, knobs: {target_qdelay: 4ms, gamma: 0.5}, verify: true}").HtsimMatrixScenario("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(notes, "\n")
+	if s.TargetQDelay != 4*time.Millisecond || !strings.Contains(text, "target_qdelay: the flows' 4ms on both sides") || !strings.Contains(text, "gamma=0.5 are the lab's flows' alone") {
+		t.Errorf("target_qdelay %v; notes\n%s", s.TargetQDelay, text)
+	}
+	if s, _, _ = uetRing(t, "flow: {transport: uet, cc: nscc, verify: true}").HtsimMatrixScenario(""); s.TargetQDelay != 0 {
+		t.Errorf("no knobs: target_qdelay %v, want htsim's own (0)", s.TargetQDelay)
 	}
 }
 

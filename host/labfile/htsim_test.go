@@ -84,8 +84,15 @@ flows:
 	if s, err := mustParse(t, delayed).HtsimScenario(""); err != nil || s.BaseRTT != time.Millisecond {
 		t.Errorf("400us of delay on the receiver's link: %+v, %v; want base RTT 1ms", s, err)
 	}
+	// The flows' target_qdelay is htsim's -target_q_delay.
+	tq := strings.ReplaceAll(src, "transport: uet, size: 2mb}", "transport: uet, size: 2mb, knobs: {target_qdelay: 3ms}}")
+	if s, err := mustParse(t, tq).HtsimScenario(""); err != nil || s.TargetQDelay != 3*time.Millisecond {
+		t.Errorf("target_qdelay 3ms on both flows: %+v, %v", s, err)
+	}
 	for _, c := range []struct{ old, new, want string }{
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, size: 2mb}", "flow f2 is rocev2; htsim runs UET"},
+		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, transport: uet, size: 2mb, knobs: {gamma: 0.5}}", "flows f1 and f2 differ in NSCC's knobs"},
+		{"transport: uet, size: 2mb}\n  - {name: f2, from: s2, to: r, transport: uet, size: 2mb}", "transport: uet, size: 2mb, knobs: {gamma: 0.5}}\n  - {name: f2, from: s2, to: r, transport: uet, size: 2mb, knobs: {gamma: 0.5}}", "flow f1 sets NSCC's gamma=0.5; htsim takes a flag for target_qdelay alone"},
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, transport: uet}", "flow f2 is timed; htsim's flows are sized"},
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, transport: uet, size: 1mb}", "flows f1 and f2 differ in size (2mb, 1mb)"},
 		{"{name: f2, from: s2, to: r, transport: uet, size: 2mb}", "{name: f2, from: s2, to: r, transport: uet, size: 2mb, start: 1ms}", "flows f1 and f2 start at different times"},

@@ -309,8 +309,10 @@ type Flow struct {
 	// Profile is the DCQCN profile (dcqcn.ProfileNames). Optional:
 	// dcqcn.DefaultProfile.
 	Profile string `yaml:"profile"`
-	// Knobs set DCQCN knobs by their mlx5 names after the profile:
-	// {rpg_time_reset: 300}.
+	// Knobs set DCQCN's knobs by their mlx5 names after the profile
+	// ({rpg_time_reset: 300}), or a uet flow's NSCC knobs by the spec's
+	// names (cc nscc or both; roceperf --nscc): {target_qdelay: 4ms,
+	// max_wnd: 1.5}, in the fabric's time.
 	Knobs map[string]string `yaml:"knobs"`
 	// QPs (rocev2) or Streams (uet): parallel QPs or PDCs. Optional: 1.
 	QPs     int `yaml:"qps"`

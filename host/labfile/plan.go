@@ -1082,8 +1082,10 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 				// What pds runs for an endpoint told the trimmed DSCPs
 				// (nscc.Params.Trimming: tq 0.75 × base RTT); perf's
 				// client says it with NSCC's knobs.
+				// The flow's own knobs after these: a target_qdelay it
+				// sets wins.
 				n := nscc.LabParams(c.LineRate, c.BaseRTT, c.MTU).Trimming()
-				fpn.Client.NSCCKnobs = []cc.Knob{{Name: "target_qdelay", Value: units.FormatDuration(n.TargetQDelay)}, {Name: "qa_threshold", Value: units.FormatDuration(n.QAThreshold)}}
+				fpn.Client.NSCCKnobs = append([]cc.Knob{{Name: "target_qdelay", Value: units.FormatDuration(n.TargetQDelay)}, {Name: "qa_threshold", Value: units.FormatDuration(n.QAThreshold)}}, c.NSCCKnobs...)
 				if err := fpn.Client.Validate(); err != nil {
 					return conf.Errorf(conf.Index("flows", i), fl.Name, "%v", err)
 				}
@@ -1269,6 +1271,7 @@ func (f *File) clientConfig(fl *Flow, server string, from netip.Addr, mtu int, l
 			c.LB, _ = lb.ParseKind(fl.LB)
 		}
 		c.BaseRTT, c.RTO = fl.BaseRTT, fl.RTO
+		c.NSCCKnobs = SortedKnobs(fl.Knobs)
 		if fl.Loss != "" {
 			c.Loss, _ = pds.ParseLossInference(fl.Loss) // checked
 		}

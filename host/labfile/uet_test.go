@@ -113,6 +113,14 @@ func TestFlowOverrides(t *testing.T) {
 	if vb := f.Plan().Variants[1].Plan; vb.Flows[1].Client.LB != lb.KindOblivious || vb.Flows[1].Flow.CC != f.Flows[1].CC || f.Flows[1].LB != "" {
 		t.Errorf("variant b's f2: lb %v, cc %s; the file's lb %q", vb.Flows[1].Client.LB, vb.Flows[1].Flow.CC, f.Flows[1].LB)
 	}
+	// A uet flow's knobs are NSCC's, in name order.
+	g, err := Parse("t.yaml", []byte(strings.Replace(base, "transport: uet,", "transport: uet, knobs: {target_qdelay: 4ms, gamma: 0.5},", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := g.Plan().Flows[1].Client.NSCCKnobs; len(k) != 2 || k[0].String() != "gamma=0.5" || k[1].String() != "target_qdelay=4ms" {
+		t.Errorf("f2's NSCC knobs %v, want gamma=0.5 target_qdelay=4ms", k)
+	}
 	if vc := f.Plan().Variants[2].Plan; vc.Flows[1].Client.Loss != pds.LossSLEEK || f.Plan().Flows[1].Client.Loss != pds.LossRACK {
 		t.Errorf("variant c's f2: loss %v; the file's %v", vc.Flows[1].Client.Loss, f.Plan().Flows[1].Client.Loss)
 	}

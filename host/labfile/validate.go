@@ -17,6 +17,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/linkq"
+	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
@@ -639,7 +640,7 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		for _, o := range []struct {
 			field string
 			set   bool
-		}{{"profile", fl.Profile != ""}, {"knobs", len(fl.Knobs) > 0}, {"qps", fl.QPs != 0}, {"inflight", fl.Inflight != 0},
+		}{{"profile", fl.Profile != ""}, {"qps", fl.QPs != 0}, {"inflight", fl.Inflight != 0},
 			{"ppfc_max_pause", fl.PPFCMaxPause != 0}, {"ppfc_watchdog", fl.PPFCWatchdog != 0}, {"rp", fl.RP != ""}} {
 			if err := only(o.field, o.set, "rocev2"); err != nil {
 				if o.field == "qps" {
@@ -659,6 +660,9 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		if fl.BaseRTT < perf.MinUETBaseRTT || fl.BaseRTT > perf.MaxUETBaseRTT {
 			return conf.Errorf(fp("base_rtt"), units.FormatDuration(fl.BaseRTT), "want %s..%s (default %s)",
 				units.FormatDuration(perf.MinUETBaseRTT), units.FormatDuration(perf.MaxUETBaseRTT), units.FormatDuration(DefaultUETBaseRTT))
+		}
+		if err := checkNSCCKnobs(fl, fp); err != nil {
+			return err
 		}
 		if fl.RTO != 0 && (fl.RTO < pds.MinRTO || fl.RTO > pds.MaxRTO) {
 			return conf.Errorf(fp("rto"), units.FormatDuration(fl.RTO), "want %s..%s (default 10ms)",
@@ -753,6 +757,32 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		}
 		if _, err := dcqcn.New(fl.Profile, rate, SortedKnobs(fl.Knobs)...); err != nil {
 			return DCQCNError(fp("profile"), fp("knobs"), err)
+		}
+	}
+	return nil
+}
+
+// checkNSCCKnobs checks a uet flow's knobs as NSCC's (perf's nsccParams
+// applies them to the same defaults), each named by its field.
+func checkNSCCKnobs(fl *Flow, fp func(string) string) error {
+	if len(fl.Knobs) == 0 {
+		return nil
+	}
+	if m, _ := pds.ParseCCMode(fl.CC); m != pds.CCNSCC && m != pds.CCBoth {
+		return conf.Errorf(fp("knobs"), "", "NSCC's knobs: cc nscc or both, not %s", fl.CC)
+	}
+	rate := fl.LineRate
+	if rate == 0 {
+		rate = perf.DefaultLineRate
+	}
+	mtu := fl.MTU
+	if mtu == 0 {
+		mtu = pds.DefaultConfig().MTU
+	}
+	p := nscc.LabParams(rate, fl.BaseRTT, mtu)
+	for _, k := range SortedKnobs(fl.Knobs) {
+		if err := p.Set(k.Name, k.Value); err != nil {
+			return conf.Errorf(fp("knobs."+k.Name), k.Value, "%v", err)
 		}
 	}
 	return nil
