@@ -268,7 +268,7 @@ func (ep *Endpoint) newInitiator(now time.Duration, key PDCKey) (*initiator, err
 		return nil, fmt.Errorf("pds: no free PDC ID")
 	}
 	c, _ := ep.cccs.get(ep, now, ck)
-	p := &initiator{ep: ep, key: key, id: id, ccc: c, start: randomPSN(), ring: make([]txRec, maxPDCWindow),
+	p := &initiator{ep: ep, key: key, id: id, ccc: c, start: randomPSN(), ring: make([]txRec, initialRing),
 		ev: entropy(id), lastActive: now}
 	if ep.cfg.NewBalancer != nil {
 		p.lb = ep.cfg.NewBalancer(id)

@@ -98,7 +98,11 @@ type initiator struct {
 	synBase   uint64 // the index a SYN's psn_offset counts from: 0, or base when the target forgot the PDC
 	base, nxt uint64 // oldest unacknowledged index, next new index
 	hiAcked   uint64 // highest acknowledged index + 1
-	ring      []txRec
+	// ring holds the records of [base, nxt) at idx mod its length, a power
+	// of two that grows with the window up to maxPDCWindow: 10,000 PDCs of
+	// a packet or two each would otherwise hold 400 MB of records that
+	// the garbage collector scans.
+	ring []txRec
 	retxQ     []uint64
 
 	lastProgress time.Duration // last new acknowledgement, or first send after none was outstanding
@@ -162,7 +166,23 @@ type initiator struct {
 	engine.Deadline
 }
 
-func (p *initiator) rec(idx uint64) *txRec { return &p.ring[idx%maxPDCWindow] }
+// rec is index idx's record; only [base, nxt) are kept.
+func (p *initiator) rec(idx uint64) *txRec { return &p.ring[idx&uint64(len(p.ring)-1)] }
+
+// initialRing is a new PDC's ring: a power of two.
+const initialRing = 16
+
+// makeRoom grows the ring, if it is full, to take index nxt.
+func (p *initiator) makeRoom() {
+	if p.nxt-p.base < uint64(len(p.ring)) {
+		return
+	}
+	ring := make([]txRec, min(2*len(p.ring), maxPDCWindow))
+	for idx := p.base; idx < p.nxt; idx++ {
+		ring[idx&uint64(len(ring)-1)] = *p.rec(idx)
+	}
+	p.ring = ring
+}
 
 func (p *initiator) psn(idx uint64) uint32 { return p.start + uint32(idx) }
 
@@ -273,6 +293,7 @@ func (p *initiator) fill(now time.Duration, pkt *engine.Packet) int {
 		}
 		idx = p.nxt
 		n := min(ep.payloadMax(), p.cur.size-p.curOff)
+		p.makeRoom()
 		*p.rec(idx) = txRec{msg: p.cur, off: uint32(p.curOff), n: uint16(n)}
 		p.curOff += n
 		if p.curOff >= p.cur.size {
@@ -458,7 +479,7 @@ func (p *initiator) onAck(now time.Duration, a *uet.Ack) {
 		rtt time.Duration
 		ok  bool
 	}
-	if ai, ok := p.idxOf(a.AckPSN()); ok && ai < p.nxt && ai+maxPDCWindow > p.nxt {
+	if ai, ok := p.idxOf(a.AckPSN()); ok && ai >= p.base && ai < p.nxt {
 		if r := p.rec(ai); p.lb != nil && !r.acked && r.sentAt > 0 {
 			// The path the packet that triggered the ACK took (htsim
 			// processEv): clean, or CE-marked on the way (M).
@@ -756,7 +777,10 @@ func (p *initiator) onNack(now time.Duration, n *uet.Nack) {
 		}
 		p.holdUntil = max(p.holdUntil, now+ep.cfg.RTO)
 	}
-	r := p.rec(idx)
+	r := &txRec{acked: true} // below base: acknowledged, its record gone
+	if idx >= p.base {
+		r = p.rec(idx)
+	}
 	ns := nscc.NackSample{Size: int(r.size), Reason: nscc.NackOther, InFlight: p.ccc.inFlight}
 	switch n.Code {
 	case uet.NackTrimmed:
