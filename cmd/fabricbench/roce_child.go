@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -51,6 +52,10 @@ type childResult struct {
 	// flows' time up (steadyWindow), when the child measured it.
 	SteadyCPUSeconds float64 `json:"steady_cpu_seconds,omitempty"`
 	SteadyTxPackets  uint64  `json:"steady_tx_packets,omitempty"`
+	// The Go runtime's garbage collection in that window.
+	SteadyGCCycles     uint64  `json:"steady_gc_cycles"`
+	SteadyAllocBytes   uint64  `json:"steady_alloc_bytes"`
+	SteadyGCCPUSeconds float64 `json:"steady_gc_cpu_seconds"`
 	// CPU of this process over RunClient (getrusage RUSAGE_SELF deltas).
 	UserSeconds float64 `json:"user_seconds"`
 	SysSeconds  float64 `json:"sys_seconds"`
@@ -232,10 +237,21 @@ func watchSetup(ctx context.Context, a *agent.Agent, n int, t0 time.Time, done c
 type steadyWindow struct {
 	ru0, ru1       unix.Rusage
 	pkts0, pkts1   uint64
+	gc0, gc1       []metrics.Sample
 	started, ended bool
 }
 
+// gcSamples reads the Go runtime's GC work so far: the window's share of
+// the garbage collector is the setup's heap scanned late or the packets'
+// own allocations.
+func gcSamples() []metrics.Sample {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return s
+}
+
 func (w *steadyWindow) start(pkts uint64) {
+	w.gc0 = gcSamples()
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &w.ru0)
 	w.pkts0, w.started = pkts, true
 }
@@ -245,6 +261,7 @@ func (w *steadyWindow) end(pkts uint64) {
 		return
 	}
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &w.ru1)
+	w.gc1 = gcSamples()
 	w.pkts1, w.ended = pkts, true
 }
 
@@ -255,6 +272,9 @@ func (w *steadyWindow) fill(res *childResult) {
 	}
 	res.SteadyCPUSeconds = cpuSeconds(&w.ru1) - cpuSeconds(&w.ru0)
 	res.SteadyTxPackets = w.pkts1 - w.pkts0
+	res.SteadyGCCycles = w.gc1[0].Value.Uint64() - w.gc0[0].Value.Uint64()
+	res.SteadyAllocBytes = w.gc1[1].Value.Uint64() - w.gc0[1].Value.Uint64()
+	res.SteadyGCCPUSeconds = w.gc1[2].Value.Float64() - w.gc0[2].Value.Float64()
 }
 
 // cpuSeconds is a rusage's user and system time.

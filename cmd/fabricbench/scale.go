@@ -82,6 +82,11 @@ type ScaleRow struct {
 	// received, DatagramRatio that over the first row's: the engine's
 	// cost with the protocol's ACKs per packet taken out.
 	NsPerDatagram float64 `json:"client_cpu_ns_per_datagram"`
+	// GCPct is the Go runtime's estimate of its garbage collector's share
+	// of the client's CPU in the window (GCCycles cycles): a large heap
+	// of pointers, left by the setup, is scanned there.
+	GCPct         float64 `json:"client_gc_cpu_pct"`
+	GCCycles      uint64  `json:"client_gc_cycles"`
 	DatagramRatio float64 `json:"datagram_ratio,omitempty"`
 	Ratio         float64 `json:"ratio,omitempty"`
 	// Over the runs (ScaleReport.Runs): the row is the run of the median
@@ -319,6 +324,10 @@ func (row *ScaleRow) fillCosts(res childResult) {
 			row.NsPerPacket = res.SteadyCPUSeconds * 1e9 / float64(res.SteadyTxPackets)
 		}
 		row.RxPerPacket = float64(res.ConnReceived) / float64(res.TxPackets)
+		if res.SteadyCPUSeconds > 0 {
+			row.GCPct = 100 * min(res.SteadyGCCPUSeconds/res.SteadyCPUSeconds, 1)
+		}
+		row.GCCycles = res.SteadyGCCycles
 		row.NsPerDatagram = row.NsPerPacket / (1 + row.RxPerPacket)
 	}
 	if res.ConnDatagrams > 0 {
@@ -373,6 +382,7 @@ func (r *ScaleReport) write(w io.Writer) {
 	fmt.Fprintln(w, "/QP: memory over the first row's, per extra QP (PDC); goodput in Mbit/s; GSO: the client's datagrams sent in UDP GSO sends,")
 	fmt.Fprintln(w, "and their segments per send; rx/pkt: datagrams it received (ACKs, NAKs, CNPs) per data packet; ns/dgram: its CPU per datagram")
 	fmt.Fprintln(w, "sent or received, and that over the first row's (the engine's cost, the protocol's ACKs per packet taken out; not the goal);")
+	fmt.Fprintln(w, "GC: the Go runtime's estimate of its garbage collector's share of that CPU from every flow set up to time up, and its cycles;")
 	fmt.Fprintln(w, "run ns/pkt: the client process's CPU (user+sys, getrusage) per data packet over its whole run, the side channel's setup and")
 	fmt.Fprintln(w, "teardown of N flows included; cli ns/pkt: the same from every flow set up to the flows' time up (N flows active: the goal's);")
 	fmt.Fprintln(w, "the row is the run of the median ns/pkt; ratio: the median of the runs' ratios, each over its own run's one-flow row, and")
@@ -381,8 +391,8 @@ func (r *ScaleReport) write(w io.Writer) {
 
 // writeRows prints one table of rows, each counting what (QPs, PDCs).
 func (r *ScaleReport) writeRows(w io.Writer, rows []ScaleRow, what, one string) {
-	fmt.Fprintf(w, "%8s  %9s  %12s  %12s  %10s  %10s  %10s  %11s  %6s  %14s  %10s  %10s  %7s  %11s  %s\n",
-		what, "setup", "client RSS", "server RSS", "cli /"+one, "srv /"+one, "goodput", "GSO", "rx/pkt", "ns/dgram", "run ns/pkt", "cli ns/pkt", "ratio", "spread", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one "+one+"'s)")
+	fmt.Fprintf(w, "%8s  %9s  %12s  %12s  %10s  %10s  %10s  %11s  %6s  %14s  %8s  %10s  %10s  %7s  %11s  %s\n",
+		what, "setup", "client RSS", "server RSS", "cli /"+one, "srv /"+one, "goodput", "GSO", "rx/pkt", "ns/dgram", "GC", "run ns/pkt", "cli ns/pkt", "ratio", "spread", "verdict (goal <= "+strconv.FormatFloat(r.Goal, 'f', 1, 64)+"x one "+one+"'s)")
 	for _, row := range rows {
 		if row.Error != "" {
 			fmt.Fprintf(w, "%8d  failed: %s\n", row.QPs, row.Error)
@@ -412,8 +422,9 @@ func (r *ScaleReport) writeRows(w io.Writer, rows []ScaleRow, what, one string) 
 		if row.DatagramRatio > 0 {
 			dgram += fmt.Sprintf(" %.2fx", row.DatagramRatio)
 		}
-		fmt.Fprintf(w, "%8d  %8.2fs  %12s  %12s  %10s  %10s  %9.0fM  %11s  %6.2f  %14s  %10.0f  %10.0f  %7s  %11s  %s\n",
+		gc := fmt.Sprintf("%.0f%% x%d", row.GCPct, row.GCCycles)
+		fmt.Fprintf(w, "%8d  %8.2fs  %12s  %12s  %10s  %10s  %9.0fM  %11s  %6.2f  %14s  %8s  %10.0f  %10.0f  %7s  %11s  %s\n",
 			row.QPs, row.SetupSeconds, mib(row.ClientRSSBytes), mib(row.ServerRSSBytes),
-			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, gso, row.RxPerPacket, dgram, row.RunNsPerPacket, row.NsPerPacket, ratio, spread, verdict)
+			perQP(row.ClientBytesPerQP), perQP(row.ServerBytesPerQP), row.GoodputBps/1e6, gso, row.RxPerPacket, dgram, gc, row.RunNsPerPacket, row.NsPerPacket, ratio, spread, verdict)
 	}
 }
