@@ -538,15 +538,10 @@ func (c *ClientConfig) endReport(r *Report, st *runState, sess *agent.Session, r
 			Counters: rq.Counters,
 		}
 		rcv.BitsPerSecond = rate(rcv.Bytes, secs)
-		e.Streams = append(e.Streams, EndStream{Sender: snd, Receiver: rcv})
-		e.SumSent.Bytes += snd.Bytes
-		e.SumSent.Messages += snd.Messages
+		e.addStream(snd, rcv)
 		e.SumSent.Retransmits += snd.Retransmits
-		e.SumReceived.Bytes += rcv.Bytes
-		e.SumReceived.Messages += rcv.Messages
 	}
-	e.SumSent.BitsPerSecond = rate(e.SumSent.Bytes, secs)
-	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, secs)
+	e.setSumRates(secs)
 	e.Counters = EndCounters{Client: client, Server: res.QPs}
 	if e.Counters.Server == nil {
 		e.Counters.Server = []agent.QPReport{}

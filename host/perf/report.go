@@ -183,6 +183,23 @@ type End struct {
 	UET *UETEnd `json:"uet,omitempty"`
 }
 
+// addStream appends a stream's two sides and adds their bytes and
+// messages to the sums (retransmissions are the transport's to add: UET
+// counts them per endpoint).
+func (e *End) addStream(snd, rcv StreamSummary) {
+	e.Streams = append(e.Streams, EndStream{Sender: snd, Receiver: rcv})
+	e.SumSent.Bytes += snd.Bytes
+	e.SumSent.Messages += snd.Messages
+	e.SumReceived.Bytes += rcv.Bytes
+	e.SumReceived.Messages += rcv.Messages
+}
+
+// setSumRates sets the sums' rates over secs.
+func (e *End) setSumRates(secs float64) {
+	e.SumSent.BitsPerSecond = rate(e.SumSent.Bytes, secs)
+	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, secs)
+}
+
 // UETEnd is what a UET run counted: the client endpoint's totals and CCCs,
 // the receiver per stream, and with --trace-ccc the CCC transitions; in
 // the server's report, the server endpoint's totals and side channel.

@@ -689,14 +689,9 @@ func (c *ClientConfig) uetEndReport(r *Report, st *uetState, rcvs []UETReceiverS
 			rcv.VerifyErrors = rs.VerifyErrors
 		}
 		rcv.BitsPerSecond = rate(rcv.Bytes, secs)
-		e.Streams = append(e.Streams, EndStream{Sender: snd, Receiver: rcv})
-		e.SumSent.Bytes += snd.Bytes
-		e.SumSent.Messages += snd.Messages
-		e.SumReceived.Bytes += rcv.Bytes
-		e.SumReceived.Messages += rcv.Messages
+		e.addStream(snd, rcv)
 	}
-	e.SumSent.BitsPerSecond = rate(e.SumSent.Bytes, secs)
-	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, secs)
+	e.setSumRates(secs)
 	e.Counters.Server = []agent.QPReport{} // RoCEv2's; the receiver's counters are in e.UET
 	e.UET = &UETEnd{Client: &epc, CCCs: uetCCCs(cccs), Receiver: rcvs}
 	e.CPU = cpuSince(&st.rusage0, st.wall0)
