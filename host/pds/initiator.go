@@ -102,8 +102,8 @@ type initiator struct {
 	// of two that grows with the window up to maxPDCWindow: 10,000 PDCs of
 	// a packet or two each would otherwise hold 400 MB of records that
 	// the garbage collector scans.
-	ring []txRec
-	retxQ     []uint64
+	ring  []txRec
+	retxQ []uint64
 
 	lastProgress time.Duration // last new acknowledgement, or first send after none was outstanding
 	lastProbe    time.Duration // last CTRL ACK_REQ
