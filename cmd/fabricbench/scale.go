@@ -78,15 +78,15 @@ type ScaleRow struct {
 	GSOPct          float64 `json:"gso_datagrams_pct"`
 	SegmentsPerSend float64 `json:"segments_per_gso_send,omitempty"`
 	RxPerPacket     float64 `json:"received_per_packet"`
+	// GCPct is the Go runtime's estimate of its garbage collector's share
+	// of the client's CPU in the window (GCCycles cycles): a large heap
+	// of pointers, left by the setup, is scanned there.
+	GCPct    float64 `json:"client_gc_cpu_pct"`
+	GCCycles uint64  `json:"client_gc_cycles"`
 	// NsPerDatagram is the CPU per datagram the client handled, sent or
 	// received, DatagramRatio that over the first row's: the engine's
 	// cost with the protocol's ACKs per packet taken out.
 	NsPerDatagram float64 `json:"client_cpu_ns_per_datagram"`
-	// GCPct is the Go runtime's estimate of its garbage collector's share
-	// of the client's CPU in the window (GCCycles cycles): a large heap
-	// of pointers, left by the setup, is scanned there.
-	GCPct         float64 `json:"client_gc_cpu_pct"`
-	GCCycles      uint64  `json:"client_gc_cycles"`
 	DatagramRatio float64 `json:"datagram_ratio,omitempty"`
 	Ratio         float64 `json:"ratio,omitempty"`
 	// Over the runs (ScaleReport.Runs): the row is the run of the median
