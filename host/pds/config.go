@@ -2,8 +2,10 @@ package pds
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/cc"
@@ -131,6 +133,13 @@ type Config struct {
 	// Trace, if set, sees every CCC transition with its time (keep it
 	// short: it runs under the endpoint's lock).
 	Trace func(CCCTransition)
+	// Wires are the paths' store-and-forward and propagation that the
+	// lab's devices do not model, by source address: every datagram from
+	// a source with a wire reaches the endpoint its Wire.Delay after it
+	// arrived (pktio.DelayConn), data at the target and ACKs at the
+	// initiator alike. Real time only (not with a FakeClock). Optional:
+	// none.
+	Wires map[netip.Addr]pktio.Wire
 }
 
 // Bounds of the configuration.
@@ -221,6 +230,14 @@ func (c Config) Validate() error {
 	}
 	if c.CC >= numCCModes {
 		return fmt.Errorf("pds: cc %d: must be one of %v", c.CC, CCModeNames())
+	}
+	for a, w := range c.Wires {
+		if err := w.Validate(); err != nil {
+			return fmt.Errorf("pds: wires[%v]: %w", a, err)
+		}
+	}
+	if _, fake := c.Clock.(*engine.FakeClock); fake && len(c.Wires) > 0 {
+		return errors.New("pds: wires: a wire delays in real time; not with a fake clock")
 	}
 	if c.Loss >= numLossInferences {
 		return fmt.Errorf("pds: loss %d: must be one of %v", c.Loss, LossInferenceNames())

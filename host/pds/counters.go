@@ -102,6 +102,16 @@ type Counters struct {
 	// Engine: datagrams the conn refused; replies that did not fit.
 	SendErrors    uint64 `json:"send_errors"`
 	ReplyOverruns uint64 `json:"reply_overruns"`
+
+	// Wires (Config.Wires): datagrams held for their wire, dropped past
+	// what it holds (a loss the fabric did not make), the most held at
+	// once, and how late after their wire the host handed them over
+	// (summed, and the most).
+	WireDelayed uint64        `json:"wire_delayed,omitempty"`
+	WireDropped uint64        `json:"wire_dropped,omitempty"`
+	WireMaxHeld int           `json:"wire_max_held,omitempty"`
+	WireLate    time.Duration `json:"wire_late_ns,omitempty"`
+	WireLateMax time.Duration `json:"wire_late_max_ns,omitempty"`
 }
 
 // Counters returns a copy of the endpoint's counters.
@@ -120,6 +130,11 @@ func (ep *Endpoint) Counters() Counters {
 	ep.mu.Unlock()
 	es := ep.eng.Stats()
 	c.SendErrors, c.ReplyOverruns = es.SendErrors, es.ReplyOverruns
+	if ep.wire != nil {
+		ws := ep.wire.Stats()
+		c.WireDelayed, c.WireDropped, c.WireMaxHeld = ws.Delayed, ws.Dropped, ws.MaxHeld
+		c.WireLate, c.WireLateMax = ws.Late, ws.LateMax
+	}
 	return c
 }
 

@@ -43,6 +43,7 @@ type Endpoint struct {
 	neighborWarned bool
 	cfg            Config
 	eng            *engine.Engine
+	wire           *pktio.DelayConn // Config.Wires'; nil without
 	clock          engine.Clock
 	log            *slog.Logger
 	local          netip.AddrPort
@@ -163,6 +164,20 @@ func newEndpoint(cfg Config) (*Endpoint, error) {
 	ep.nextID = uint16(randomPSN())
 	ep.nacksRx = make(map[uet.NackCode]uint64)
 	ep.nacksTx = make(map[uet.NackCode]uint64)
+	if len(cfg.Wires) > 0 {
+		w, err := engine.NewTimerWaker()
+		if err != nil {
+			return nil, fmt.Errorf("pds: wires: %w", err)
+		}
+		dc, err := pktio.NewDelayConn(cfg.Conn, cfg.Wires, maxDatagram, cfg.BatchSize, 0, w)
+		if err != nil {
+			_ = w.Close()
+			return nil, fmt.Errorf("pds: %w", err)
+		}
+		cfg.Conn = dc
+		ep.cfg.Conn = dc
+		ep.wire = dc
+	}
 	eng, err := engine.New(engine.Config{Conn: cfg.Conn, Clock: cfg.Clock, Waker: cfg.Waker, Logger: cfg.Logger,
 		BatchSize: cfg.BatchSize, MaxPacket: maxDatagram, PortRate: cfg.LinkRate, PortBurst: 4 * (cfg.MTU + ethernetLen), PortCatchUp: cfg.PortCatchUp, Held: cfg.Held, HostQueue: cfg.HostQueue}, (*endpointRx)(ep))
 	if err != nil {

@@ -1,10 +1,16 @@
 package pds
 
-import "github.com/fabriclab/fabriclab/qdisc/units"
+import (
+	"net/netip"
+
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/qdisc/units"
+)
 
 // Slowed is c on a fabric slowed by k (units.Timescale): the line rate
 // over k, NSCC's base RTT and the protocol's timers (RTO, probe, idle)
-// times k, an explicit RCCC configuration likewise; messages, MTU and
+// times k, an explicit RCCC configuration and the wires (a byte's
+// serialisation and the latency) likewise; messages, MTU and
 // windows stay in bytes. NSCC's default parameters follow the line rate
 // and base RTT (nscc.LabParams: the same BDP, tq times k). PortCatchUp
 // stays: it makes up for the host's late wakeups, which do not slow down.
@@ -23,6 +29,14 @@ func (c Config) Slowed(k units.Timescale) Config {
 	if c.RCCC != nil {
 		r := c.RCCC.Slowed(k)
 		c.RCCC = &r
+	}
+	if c.Wires != nil {
+		ws := make(map[netip.Addr]pktio.Wire, len(c.Wires))
+		for a, w := range c.Wires {
+			w.Latency, w.NsPerByte = k.Time(w.Latency), w.NsPerByte*k.K()
+			ws[a] = w
+		}
+		c.Wires = ws
 	}
 	return c
 }
