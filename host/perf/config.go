@@ -147,6 +147,11 @@ type ServerConfig struct {
 	// LinkRate and BaseRTT). UET only. Optional: pds's defaults.
 	LineRate units.Rate
 	BaseRTT  time.Duration
+	// Wires are the store-and-forward and propagation of the paths from
+	// each client address that the lab's devices do not model
+	// (pds.Config.Wires), in the fabric's terms (Timescale slows them).
+	// UET only. Optional: none.
+	Wires map[netip.Addr]pktio.Wire
 
 	// Timescale slows the fabric the server runs on (units.Timescale): a
 	// UET endpoint's line rate over k, its base RTT, RTO and probe timeout
@@ -359,6 +364,12 @@ type ClientConfig struct {
 	// before the server's counters are fetched.
 	OnFinished func()
 
+	// Wires are the store-and-forward and propagation of the path from
+	// the server that the lab's devices do not model (pds.Config.Wires),
+	// by the server's address, in the fabric's terms (Timescale slows
+	// them). UET only. Optional: none.
+	Wires map[netip.Addr]pktio.Wire
+
 	// Timescale slows the fabric the client runs on (units.Timescale): the
 	// line rate over k; DCQCN's parameters after its profile and knobs
 	// (dcqcn.Params.Slowed), the in-flight time and ACK timeout, or NSCC's
@@ -497,6 +508,8 @@ func (c ClientConfig) Validate() error {
 		return configErr(FieldWindow, c.Window, "1..%d packets", 1<<20)
 	case c.InflightTime < 0 || c.InflightTime > time.Second:
 		return configErr(FieldInflight, c.InflightTime, "0..1s")
+	case len(c.Wires) > 0:
+		return configErr(FieldWires, len(c.Wires), "none with transport rocev2: a wire delays what a UET endpoint receives (its NP and RP run in the kernel)")
 	case c.AckReqEvery < 1 || c.AckReqEvery > c.Window:
 		return configErr(FieldAckEvery, c.AckReqEvery, "1..%d packets (the window)", c.Window)
 	case c.MaxBurst < 1 || c.MaxBurst > 256:

@@ -53,6 +53,7 @@ const (
 	FieldTimescale    Field = "timescale"
 	FieldVerify       Field = "verify"
 	FieldServerLimits Field = "server_limits"
+	FieldWires        Field = "wires"
 )
 
 // Setting is a field and its value, as a ConfigError shows it.

@@ -61,6 +61,8 @@ func (c ClientConfig) validateUET() error {
 		return configErr(FieldBaseRTT, c.BaseRTT, "1us..1s")
 	case c.RTO != 0 && (c.RTO < pds.MinRTO || c.RTO > pds.MaxRTO):
 		return configErr(FieldRTO, c.RTO, "0 (10ms) or %v..%v", pds.MinRTO, pds.MaxRTO)
+	case checkWires(c.Wires, c.Timescale) != nil:
+		return checkWires(c.Wires, c.Timescale)
 	case !slices.Contains(pds.LossInferenceNames(), c.Loss.String()):
 		return configErr(FieldLoss, c.Loss, "%s", strings.Join(pds.LossInferenceNames(), ", "))
 	case !c.Loss.Fits(c.UETCC):
@@ -125,6 +127,7 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	pc.Trace = trace
 	pc.CC = c.UETCC
 	pc.Held, pc.HostQueue = c.Held, c.HostQueue
+	pc.Wires = c.Wires
 	k := c.Timescale
 	if len(c.NSCCKnobs) > 0 {
 		// Validate (validateUET) reports a bad knob; here it is skipped.
@@ -152,6 +155,17 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 		}
 	}
 	return pc
+}
+
+// checkWires refuses a wire that is out of range once slowed by k.
+func checkWires(ws map[netip.Addr]pktio.Wire, k units.Timescale) error {
+	for a, w := range ws {
+		w.Latency, w.NsPerByte = k.Time(w.Latency), w.NsPerByte*k.K()
+		if err := w.Validate(); err != nil {
+			return &ConfigError{Field: FieldWires, Value: a.String(), Cause: err}
+		}
+	}
+	return nil
 }
 
 // lbKindNames is the --lb values: "oblivious, bitmap, reps or mixed".

@@ -117,6 +117,10 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	if cfg.BaseRTT != 0 {
 		pc.BaseRTT = cfg.BaseRTT
 	}
+	if err := checkWires(cfg.Wires, cfg.Timescale); err != nil {
+		return nil, err
+	}
+	pc.Wires = cfg.Wires
 	if k := cfg.Timescale; k.K() != 1 {
 		pc = pc.Slowed(k)
 		// The idle timeout is the tool's (how long a finished session's
