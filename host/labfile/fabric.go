@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/conf"
+	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/uet"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -60,6 +62,17 @@ type Fabric struct {
 	// Delay is each link's one-way delay (htsim's -hop_latency).
 	// Optional.
 	Delay time.Duration `yaml:"delay"`
+	// StoreAndForward makes every hop receive a packet whole before it
+	// sends it on, as a switch and htsim's queues do: the lab's ports
+	// (a veth, an HTB class) pass a packet that finds them idle at once.
+	// What is missing is the same for every packet at every hop, its
+	// serialisation, so each UET endpoint adds it for its path, with the
+	// links' Delay, to what it receives (pktio.Wire; the links then need
+	// no netem). A flow's base_rtt then defaults to the fabric's
+	// unloaded round trip (UnloadedRTT), the flows' ideal FCTs count the
+	// hops' serialisation, and every flow must be uet: RoCEv2's NP and
+	// RP and TCP run in the kernel, before any wire. Optional: false.
+	StoreAndForward bool `yaml:"store_and_forward"`
 	// MTU is every link's. Optional: DefaultLinkMTU.
 	MTU int `yaml:"mtu"`
 	// Down, Up and Spine are the port settings of each tier (tc and dscp
@@ -160,7 +173,53 @@ func (b *fabricParts) node(name, kind string) {
 }
 
 func (b *fabricParts) link(fb *Fabric, a, z string, rate units.Rate) {
-	b.links = append(b.links, Link{A: a, B: z, Rate: rate, Delay: fb.Delay, MTU: fb.MTU})
+	d := fb.Delay
+	if fb.StoreAndForward {
+		d = 0 // the endpoints' wires carry it
+	}
+	b.links = append(b.links, Link{A: a, B: z, Rate: rate, Delay: d, MTU: fb.MTU})
+}
+
+// longestPath is the rates of the links of the fabric's longest path
+// between hosts, in order (validated, expanded): host, leaf, spine, leaf,
+// host; in a fat tree host, ToR, aggregation, core, aggregation, ToR,
+// host.
+func (fb *Fabric) longestPath() []units.Rate {
+	h := fb.HostRate
+	if fb.Kind == FabricFatTree {
+		switch ft := fb.fatTree(); {
+		case ft.Pods > 1:
+			return []units.Rate{h, h, fb.coreRate(), fb.coreRate(), h, h}
+		case ft.Half > 1:
+			return []units.Rate{h, h, h, h}
+		}
+		return []units.Rate{h, h}
+	}
+	if fb.Leaves > 1 {
+		return []units.Rate{h, fb.spineRate(), fb.spineRate(), h}
+	}
+	return []units.Rate{h, h}
+}
+
+// uetAckBytes is a UET ACK's UDP payload (ACK_CC and its SES response):
+// what the wire back carries.
+const uetAckBytes = uet.PrologueLen + uet.AckCCLen + uet.SESRespLen
+
+// udpIPBytes is an IPv4 UDP datagram's headers: an mtu-byte packet
+// carries mtu − udpIPBytes of UDP payload.
+const udpIPBytes = 20 + 8
+
+// UnloadedRTT is the round trip of a UET packet of mtu bytes (IP) and
+// its ACK over the fabric's longest path, every hop storing and
+// forwarding: the spec's config_base_rtt (htsim's
+// network_max_unloaded_rtt), in the fabric's time.
+func (fb *Fabric) UnloadedRTT(mtu int) time.Duration {
+	rates := fb.longestPath()
+	var ns float64
+	for _, r := range rates {
+		ns += float64(mtu-udpIPBytes+uetAckBytes+2*pktio.WireOverhead4) * 8e9 / float64(r)
+	}
+	return time.Duration(ns) + 2*time.Duration(len(rates))*fb.Delay
 }
 
 // port gives port name the tier's settings, if the tier has any.

@@ -188,9 +188,13 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 	default:
 		return s, nil, errNoHtsim("port %s marks with %s; htsim marks between two thresholds (wred or step)", ccPort, cc.ECN)
 	}
+	ideal := "ideal: each flow's bytes at its bottleneck plus its links' delay both ways (the lab's); htsim's adds what its store-and-forward takes alone on the fabric (the last packet serialised again at each further hop, the ACK at each hop): the lab's ports send a packet that finds them idle at once (fabric store_and_forward: true adds it in the endpoints)"
+	if fb.StoreAndForward {
+		ideal = "store-and-forward: htsim's queues serialise every packet at every hop; the lab's ports pass a packet that finds them idle at once, and its endpoints add each hop's serialisation and delay to what they receive (fabric store_and_forward), so both ideals count it"
+	}
 	notes = append(notes,
 		"time: htsim runs every rate faster and every delay shorter by one factor (its plan's scale), so that bytes, packets, queues and BDPs stay; its times are shown on the lab's timeline",
-		"ideal: each flow's bytes at its bottleneck plus its links' delay both ways (the lab's); htsim's adds what its store-and-forward takes alone on the fabric (the last packet serialised again at each further hop, the ACK at each hop): the lab's ports send a packet that finds them idle at once",
+		ideal,
 		"the fabric: htsim builds its own fat tree of the same shape (its topology file); which spine or core each flow or packet takes is its own draw, as the lab's kernel hash is the lab's",
 		"marking: htsim marks at dequeue on the queue the leaving packet leaves; the lab at enqueue on the backlog an arrival finds",
 		"the host: htsim has none (no scheduling delay, no trigger latency); the lab's figures carry this machine's")

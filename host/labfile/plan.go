@@ -22,6 +22,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/qdisc"
@@ -148,6 +149,9 @@ type ServerPlan struct {
 	// on its flows' paths trim (pds.Config's): the port in front of the
 	// receiver trims into TrimLastHopDSCP, any other into TrimDSCP.
 	TrimDSCP, TrimLastHopDSCP uint8
+	// Wires are a uet server's wires from its flows' senders, by their
+	// addresses (Fabric.StoreAndForward), in the fabric's terms.
+	Wires map[netip.Addr]pktio.Wire
 	// Timescale is the plan's: perf slows the endpoint by it.
 	Timescale units.Timescale
 	// NP is a rocev2 server's notification point (Node.NP).
@@ -190,6 +194,12 @@ type FlowPlan struct {
 	// cross on their way back to the sender, in path order.
 	ReplyPorts    []int
 	ReplyBranches []int
+	// Wire and ReplyWire are what its data's path and its replies' add
+	// to each packet on a fabric with store_and_forward (zero without):
+	// the hops' serialisation and the links' delay, slowed by the plan's
+	// Timescale (the ideal FCT's); Client.Wires and the server's Wires
+	// hold them in the fabric's terms.
+	Wire, ReplyWire pktio.Wire
 	// RelayHolds are the relay devices its data and its replies leave
 	// by, each with how long after a packet leaves there the flow's
 	// nearest port on its data path sees the effect (host/hostlost's
@@ -263,6 +273,9 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 	subnets, err := f.subnets()
 	if err != nil {
 		return nil, err
+	}
+	if deploy && f.Fabric != nil && f.Fabric.StoreAndForward {
+		return nil, conf.Errorf("fabric.store_and_forward", true, "namespaces only: machines' switches store and forward themselves, and fabriclabd's flows take no wires")
 	}
 	p := &Plan{Addrs: map[string]netip.Addr{}, Deploy: deploy}
 	for i := range f.Links {
@@ -1001,6 +1014,12 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			fpn.ReplyPorts, fpn.ReplyBranches = p.portsOn(g, back, from)
 		}
 		fpn.BaseRTT = 2 * f.pathDelay(path, fl.From)
+		if fb := f.Fabric; fb != nil && fb.StoreAndForward {
+			fpn.Wire = f.wireOn(path, fl.From)
+			if back, ok := g.path(fl.To, from); ok {
+				fpn.ReplyWire = f.wireOn(back, fl.To)
+			}
+		}
 		fpn.RelayHolds = f.relayHolds(p, path, fl.From, fpn.Ports)
 		if fl.Transport == TransportTCP {
 			si := f.tcpServer(p, servers, fl, to)
@@ -1074,6 +1093,14 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 		if uet {
 			sp := &p.Servers[si]
 			sp.BaseRTT = max(sp.BaseRTT, fl.BaseRTT)
+			if fpn.wired() {
+				// Each end's wire is the path from the other.
+				fpn.Client.Wires = map[netip.Addr]pktio.Wire{to: fpn.ReplyWire}
+				if sp.Wires == nil {
+					sp.Wires = map[netip.Addr]pktio.Wire{}
+				}
+				sp.Wires[from] = fpn.Wire
+			}
 			trims, err := p.trimDSCPs(&fpn, sp, c.DSCP)
 			if err != nil {
 				return conf.Errorf(fp("to"), fl.To, "%v", err)
@@ -1181,6 +1208,48 @@ func (f *File) pathDelay(path []hop, n string) time.Duration {
 		return worst
 	}
 	return walk(n, 0)
+}
+
+// wireOn is the wire of the path's slowest branch from n (pktio.Wire):
+// every hop's serialisation of a byte at its link's rate and, on a
+// fabric with store_and_forward, its links' delay, which the fabric's
+// links leave to the wire.
+func (f *File) wireOn(path []hop, n string) pktio.Wire {
+	from := map[string][]*edge{}
+	for _, h := range path {
+		from[h.from] = append(from[h.from], h.e)
+	}
+	var hopDelay time.Duration
+	if f.Fabric != nil && f.Fabric.StoreAndForward {
+		hopDelay = f.Fabric.Delay
+	}
+	memo := map[string]pktio.Wire{}
+	var walk func(string, int) pktio.Wire
+	walk = func(x string, depth int) pktio.Wire {
+		if w, ok := memo[x]; ok || depth > len(path) {
+			return w
+		}
+		var worst pktio.Wire
+		for _, e := range from[x] {
+			w := pktio.Wire{Latency: hopDelay}
+			if r := f.Links[e.link].Rate; r > 0 {
+				w.NsPerByte = 8e9 / float64(r)
+			}
+			if next := e.node[e.other(x)]; next != x {
+				rest := walk(next, depth+1)
+				w.Latency += rest.Latency
+				w.NsPerByte += rest.NsPerByte
+			}
+			if w.NsPerByte > worst.NsPerByte || w.NsPerByte == worst.NsPerByte && w.Latency > worst.Latency {
+				worst = w
+			}
+		}
+		memo[x] = worst
+		return worst
+	}
+	w := walk(n, 0)
+	w.Overhead = pktio.WireOverhead4
+	return w
 }
 
 // relayHolds are the relay devices on the loop of a flow from n along

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab/stats"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/host/rccc"
@@ -176,6 +177,9 @@ type FlowResult struct {
 	FCTS          float64 `json:"fct_s,omitempty"`
 	IdealFCTS     float64 `json:"ideal_fct_s,omitempty"`
 	FCTRatio      float64 `json:"fct_ratio,omitempty"`
+	// Wire is a uet flow's sender's wire from its server (its ACKs;
+	// Fabric.StoreAndForward), its last instance's.
+	Wire *WireResult `json:"wire,omitempty"`
 	// DSCP is the code point of the flow's data and ACKs, CNPDSCP of its
 	// CNPs (rocev2). Path are the ports its data crosses and ReplyPath
 	// those its replies cross back, in path order, each with the class
@@ -417,11 +421,41 @@ type ServerResult struct {
 	// counts: its slow pulls are where htsim's RCCC loses time
 	// (docs/collectives.md).
 	Pacer *rccc.PacerStats `json:"pacer,omitempty"`
+	// Wire is a UET server's wires (Fabric.StoreAndForward): the data
+	// it held for them, dropped past what they hold, and how late the
+	// host handed it over.
+	Wire *WireResult `json:"wire,omitempty"`
+}
+
+// WireResult is what an endpoint's wires held (pds.Counters' Wire*).
+type WireResult struct {
+	Delayed uint64 `json:"delayed"`
+	Dropped uint64 `json:"dropped"`
+	MaxHeld int    `json:"max_held"`
+	// LateMeanS and LateMaxS: after their wire, the host's.
+	LateMeanS float64 `json:"late_mean_s"`
+	LateMaxS  float64 `json:"late_max_s"`
+}
+
+// wireResult is c's wires, nil without.
+func wireResult(c *pds.Counters) *WireResult {
+	if c == nil || c.WireDelayed == 0 && c.WireDropped == 0 {
+		return nil
+	}
+	w := &WireResult{Delayed: c.WireDelayed, Dropped: c.WireDropped, MaxHeld: c.WireMaxHeld, LateMaxS: c.WireLateMax.Seconds()}
+	if c.WireDelayed > 0 {
+		w.LateMeanS = c.WireLate.Seconds() / float64(c.WireDelayed)
+	}
+	return w
 }
 
 // Dropped sums them.
 func (s *ServerResult) Dropped() uint64 {
-	return s.Malformed + s.ICRCErrors + s.UnknownQP + s.WrongPeer + s.PKeyViolations + s.SendErrors + s.ReplyOverruns
+	var wire uint64
+	if s.Wire != nil {
+		wire = s.Wire.Dropped
+	}
+	return s.Malformed + s.ICRCErrors + s.UnknownQP + s.WrongPeer + s.PKeyViolations + s.SendErrors + s.ReplyOverruns + wire
 }
 
 // HostDrops is a host's drops outside the network.
@@ -765,6 +799,9 @@ func (fp *FlowPlan) instanceResult(ir *instanceRun, out *FlowResult) InstanceRes
 	if fp.Flow.Transport == TransportUET {
 		if u := e.UET; u != nil {
 			if c := u.Client; c != nil {
+				if w := wireResult(c); w != nil {
+					out.Wire = w
+				}
 				out.TxPackets += c.TxPackets
 				out.ECNEchoes += c.ECNEchoes
 				out.Timeouts += c.Timeouts

@@ -27,6 +27,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/pe"
 	"github.com/fabriclab/fabriclab/host/perf"
+	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/tcpflow"
 	"github.com/fabriclab/fabriclab/host/uet"
@@ -542,7 +543,7 @@ func (r *runner) startServers(ctx context.Context) error {
 	r.stop = stop
 	for _, sp := range r.p.Servers {
 		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, NP: sp.NP, Logger: r.log.With("server", sp.Node, "transport", sp.Transport),
-			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale}
+			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, Wires: sp.Wires, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale}
 		if r.meter != nil {
 			cfg.Held = r.meter.HeldAs(fmt.Sprintf("server %s (%s)", sp.Node, sp.Transport), 0)
 		}
@@ -886,13 +887,24 @@ func (r *runner) seriesBudget(fr *flowRun) time.Duration {
 
 // IdealFCT is size at the flow's bottleneck rate alone, plus the path's
 // base RTT (the last byte's acknowledgement, or a tcp flow's answer); 0
-// when either is unknown.
+// when either is unknown. On a fabric that stores and forwards, the last
+// packet is serialised again at every further hop and its ACK at every
+// hop (htsim's ideal, host/htsim.MatrixPlan.IdealFCT).
 func (fp *FlowPlan) IdealFCT(size uint64) time.Duration {
 	if size == 0 || fp.Bottleneck == 0 {
 		return 0
 	}
-	return time.Duration(float64(size)*8/float64(fp.Bottleneck)*1e9) + fp.BaseRTT
+	ideal := time.Duration(float64(size)*8/float64(fp.Bottleneck)*1e9) + fp.BaseRTT
+	if fp.wired() {
+		last := min(int(size), fp.Client.MTU-udpIPBytes)
+		once := time.Duration(float64(last+fp.Wire.Overhead) * 8 / float64(fp.Bottleneck) * 1e9)
+		ideal += max(fp.Wire.Delay(last)-once, 0) + fp.ReplyWire.Delay(uetAckBytes)
+	}
+	return ideal
 }
+
+// wired says the flow's ends add their paths' wires (Fabric.StoreAndForward).
+func (fp *FlowPlan) wired() bool { return fp.Wire != pktio.Wire{} }
 
 // portsSent is what each port had sent at a time from the run's start.
 type portsSent struct {
@@ -1197,7 +1209,7 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 		case *perf.UETServer:
 			ep := v.Endpoint()
 			c := ep.Counters()
-			sr := ServerResult{Node: sp.Node, Transport: TransportUET, Malformed: c.Malformed, SendErrors: c.SendErrors, ReplyOverruns: c.ReplyOverruns}
+			sr := ServerResult{Node: sp.Node, Transport: TransportUET, Malformed: c.Malformed, SendErrors: c.SendErrors, ReplyOverruns: c.ReplyOverruns, Wire: wireResult(&c)}
 			if ps := ep.PacerStats(); ps.Grants > 0 {
 				sr.Pacer = &ps
 			}

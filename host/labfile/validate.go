@@ -3,6 +3,7 @@
 package labfile
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -596,6 +597,9 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 	if fl.Transport == "" {
 		fl.Transport = TransportRoCEv2
 	}
+	if f.Fabric != nil && f.Fabric.StoreAndForward && fl.Transport != TransportUET {
+		return conf.Errorf(fp("transport"), fl.Transport, "uet on a fabric with store_and_forward: the endpoints add the hops' store-and-forward to what they receive, and RoCEv2's NP and RP and TCP run in the kernel, before it")
+	}
 	if !slices.Contains(transports, fl.Transport) {
 		return conf.Errorf(fp("transport"), fl.Transport, "want %s", orList(transports))
 	}
@@ -656,6 +660,13 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 		}
 		if fl.BaseRTT == 0 {
 			fl.BaseRTT = DefaultUETBaseRTT
+			if fb := f.Fabric; fb != nil && fb.StoreAndForward {
+				mtu := fl.MTU
+				if mtu == 0 {
+					mtu = min(4096, cmp.Or(fb.MTU, DefaultLinkMTU))
+				}
+				fl.BaseRTT = fb.UnloadedRTT(mtu)
+			}
 		}
 		if fl.BaseRTT < perf.MinUETBaseRTT || fl.BaseRTT > perf.MaxUETBaseRTT {
 			return conf.Errorf(fp("base_rtt"), units.FormatDuration(fl.BaseRTT), "want %s..%s (default %s)",
