@@ -298,12 +298,20 @@ func NewMatrixPlan(s MatrixScenario) (MatrixPlan, error) {
 	// four of htsim's minimum RTOs (15 µs + 6 drains of a full queue);
 	// a run that ends first is run again, 8 times as long.
 	var bytes float64
+	var last time.Duration
 	for _, c := range s.Matrix.Conns {
 		bytes += float64(c.Size)
+		last = max(last, p.htsimStart(c.Start))
 	}
 	psPerByte := 8e12 / (gbps * 1e9)
-	p.EndPs = int64(2*bytes*float64(mtu)/float64(p.PayloadBytes)*psPerByte + 4*p.minRTOPs() + 1e9)
+	p.EndPs = int64(2*bytes*float64(mtu)/float64(p.PayloadBytes)*psPerByte+4*p.minRTOPs()+1e9) + last.Nanoseconds()*1e3
 	return p, nil
+}
+
+// htsimStart is a start on the lab's fabric in htsim's time: over Scale,
+// rounded to the whole microsecond htsim's reader keeps.
+func (p *MatrixPlan) htsimStart(d time.Duration) time.Duration {
+	return time.Duration(math.Round(float64(d)/p.Scale/1e3)) * time.Microsecond
 }
 
 // minRTOPs is htsim_uec's minimum RTO in its picoseconds: 15 µs and 6
@@ -407,7 +415,8 @@ func (p *MatrixPlan) Topology() string {
 
 // ConnectionMatrix is the .cm htsim reads: the scenario's matrix on the
 // fabric's hosts, connection i with id i+1 (htsim prints the id with
-// each flow's start and finish), every trigger as it is.
+// each flow's start and finish), every start in htsim's time (the lab's
+// over Scale, to htsim's whole microsecond), every trigger as it is.
 func (p *MatrixPlan) ConnectionMatrix() string {
 	m := *p.Scenario.Matrix
 	m.Nodes = p.Scenario.leafSpine().Hosts
@@ -416,6 +425,7 @@ func (p *MatrixPlan) ConnectionMatrix() string {
 		c := &m.Conns[i]
 		c.ID, c.Src, c.Dst = i+1, p.hostOf[c.Src], p.hostOf[c.Dst]
 		c.HasPrio = false
+		c.Start = p.htsimStart(c.Start)
 	}
 	var b strings.Builder
 	_, _ = m.WriteTo(&b)

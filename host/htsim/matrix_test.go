@@ -373,3 +373,28 @@ Switch_Latency_ns 0
 		t.Error("a leaf-spine and a fat tree at once: no error")
 	}
 }
+
+// TestMatrixStartsInHtsimTime: a connection that starts 50 ms into the
+// lab's fabric starts 50 µs into htsim's, which runs it 1000 times
+// faster (a .cm of the lab's own with a start ran it 1000 times too late,
+// past htsim's end), rounded to htsim's whole microsecond; the run's end
+// leaves room after the last start.
+func TestMatrixStartsInHtsimTime(t *testing.T) {
+	s := ringScenario(t)
+	s.Matrix = &cm.Matrix{Nodes: 8, Conns: []cm.Conn{
+		{Src: 0, Dst: 1, Size: 131072},
+		{Src: 2, Dst: 5, Size: 131072, Start: 50 * time.Millisecond},
+		{Src: 3, Dst: 6, Size: 131072, Start: 70400 * time.Microsecond},
+	}}
+	p, err := NewMatrixPlan(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Nodes 8\nConnections 3\n0->1 id 1 start 0 size 131072\n2->5 id 2 start 50 size 131072\n3->6 id 3 start 70 size 131072\n"
+	if got := p.ConnectionMatrix(); got != want {
+		t.Errorf("matrix\n%s\nwant\n%s", got, want)
+	}
+	if p.EndPs < 70e6 {
+		t.Errorf("htsim ends at %d ps, before the last start (70 µs)", p.EndPs)
+	}
+}
