@@ -1100,6 +1100,13 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 					sp.Wires = map[netip.Addr]pktio.Wire{}
 				}
 				sp.Wires[from] = fpn.Wire
+				// NSCC's base_rtt may fall to the flow's own path's round
+				// trip, as htsim's falls to the least it measures, and no
+				// lower: the host's jitter only adds to a sample.
+				if !slices.ContainsFunc(fpn.Client.NSCCKnobs, func(k cc.Knob) bool { return k.Name == "base_rtt_floor" }) {
+					rtt := fpn.Wire.Delay(c.MTU-udpIPBytes) + fpn.ReplyWire.Delay(uetAckBytes)
+					fpn.Client.NSCCKnobs = append([]cc.Knob{{Name: "base_rtt_floor", Value: min(rtt, c.BaseRTT).String()}}, fpn.Client.NSCCKnobs...)
+				}
 			}
 			trims, err := p.trimDSCPs(&fpn, sp, c.DSCP)
 			if err != nil {

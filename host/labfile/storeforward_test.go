@@ -57,6 +57,11 @@ flows:
 			t.Errorf("plan wire %+v, want %+v", w, wantWire)
 		}
 	}
+	// NSCC's base_rtt may fall to the path's own round trip (here the
+	// longest, so the fabric's), not below; a flow's own knob wins.
+	if k := fp.Client.NSCCKnobs; len(k) == 0 || k[0].Name != "base_rtt_floor" || k[0].Value != rtt.String() {
+		t.Errorf("knobs %+v: want base_rtt_floor %v first", k, rtt)
+	}
 	srv := p.Addrs["h3"]
 	cw, ok := fp.Client.Wires[srv]
 	if !ok || cw.Latency != 40*time.Microsecond || math.Abs(cw.NsPerByte-640) > 1e-6 {
