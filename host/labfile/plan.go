@@ -1190,31 +1190,13 @@ func (f *File) tcpServer(p *Plan, servers map[[2]string]int, fl *Flow, to netip.
 // link's delay counts once (half on each side of its relay; a deploy
 // plan's link, whose netem delays both ends' egress, whole).
 func (f *File) pathDelay(path []hop, n string) time.Duration {
-	from := map[string][]*edge{}
-	for _, h := range path {
-		from[h.from] = append(from[h.from], h.e)
-	}
-	memo := map[string]time.Duration{}
-	var walk func(string, int) time.Duration
-	walk = func(x string, depth int) time.Duration {
-		if d, ok := memo[x]; ok || depth > len(path) {
-			return d
+	return slowest(path, n, func(e *edge) time.Duration {
+		d := f.Links[e.link].Delay
+		if strings.HasPrefix(e.node[0], relayPrefix) || strings.HasPrefix(e.node[1], relayPrefix) {
+			d /= 2 // the link's two halves; a deploy plan's netem is per end
 		}
-		var worst time.Duration
-		for _, e := range from[x] {
-			d := f.Links[e.link].Delay
-			if strings.HasPrefix(e.node[0], relayPrefix) || strings.HasPrefix(e.node[1], relayPrefix) {
-				d /= 2 // the link's two halves; a deploy plan's netem is per end
-			}
-			if next := e.node[e.other(x)]; next != x {
-				d += walk(next, depth+1)
-			}
-			worst = max(worst, d)
-		}
-		memo[x] = worst
-		return worst
-	}
-	return walk(n, 0)
+		return d
+	}, func(a, b time.Duration) time.Duration { return a + b }, func(a, b time.Duration) bool { return a > b })
 }
 
 // wireOn is the wire of the path's slowest branch from n (pktio.Wire):
@@ -1222,41 +1204,54 @@ func (f *File) pathDelay(path []hop, n string) time.Duration {
 // fabric with store_and_forward, its links' delay, which the fabric's
 // links leave to the wire.
 func (f *File) wireOn(path []hop, n string) pktio.Wire {
-	from := map[string][]*edge{}
-	for _, h := range path {
-		from[h.from] = append(from[h.from], h.e)
-	}
 	var hopDelay time.Duration
 	if f.Fabric != nil && f.Fabric.StoreAndForward {
 		hopDelay = f.Fabric.Delay
 	}
-	memo := map[string]pktio.Wire{}
-	var walk func(string, int) pktio.Wire
-	walk = func(x string, depth int) pktio.Wire {
-		if w, ok := memo[x]; ok || depth > len(path) {
-			return w
+	w := slowest(path, n, func(e *edge) pktio.Wire {
+		w := pktio.Wire{Latency: hopDelay}
+		if r := f.Links[e.link].Rate; r > 0 {
+			w.NsPerByte = 8e9 / float64(r)
 		}
-		var worst pktio.Wire
-		for _, e := range from[x] {
-			w := pktio.Wire{Latency: hopDelay}
-			if r := f.Links[e.link].Rate; r > 0 {
-				w.NsPerByte = 8e9 / float64(r)
-			}
+		return w
+	}, func(a, b pktio.Wire) pktio.Wire {
+		a.Latency += b.Latency
+		a.NsPerByte += b.NsPerByte
+		return a
+	}, func(a, b pktio.Wire) bool {
+		return a.NsPerByte > b.NsPerByte || a.NsPerByte == b.NsPerByte && a.Latency > b.Latency
+	})
+	w.Overhead = pktio.WireOverhead4
+	return w
+}
+
+// slowest is the worst of path's branches from n: each hop's value
+// (step) summed along a branch (add), the branches compared by worse.
+func slowest[T any](path []hop, n string, step func(*edge) T, add func(a, b T) T, worse func(a, b T) bool) T {
+	from := map[string][]*edge{}
+	for _, h := range path {
+		from[h.from] = append(from[h.from], h.e)
+	}
+	memo := map[string]T{}
+	var walk func(string, int) T
+	walk = func(x string, depth int) T {
+		if v, ok := memo[x]; ok || depth > len(path) {
+			return v
+		}
+		var worst T
+		for i, e := range from[x] {
+			v := step(e)
 			if next := e.node[e.other(x)]; next != x {
-				rest := walk(next, depth+1)
-				w.Latency += rest.Latency
-				w.NsPerByte += rest.NsPerByte
+				v = add(v, walk(next, depth+1))
 			}
-			if w.NsPerByte > worst.NsPerByte || w.NsPerByte == worst.NsPerByte && w.Latency > worst.Latency {
-				worst = w
+			if i == 0 || worse(v, worst) {
+				worst = v
 			}
 		}
 		memo[x] = worst
 		return worst
 	}
-	w := walk(n, 0)
-	w.Overhead = pktio.WireOverhead4
-	return w
+	return walk(n, 0)
 }
 
 // relayHolds are the relay devices on the loop of a flow from n along
