@@ -181,6 +181,9 @@ func newEndpoint(cfg Config) (*Endpoint, error) {
 	eng, err := engine.New(engine.Config{Conn: cfg.Conn, Clock: cfg.Clock, Waker: cfg.Waker, Logger: cfg.Logger,
 		BatchSize: cfg.BatchSize, MaxPacket: maxDatagram, PortRate: cfg.LinkRate, PortBurst: 4 * (cfg.MTU + ethernetLen), PortCatchUp: cfg.PortCatchUp, Held: cfg.Held, HostQueue: cfg.HostQueue}, (*endpointRx)(ep))
 	if err != nil {
+		if ep.wire != nil {
+			_ = ep.wire.Close() // its reader and timerfd; New closes the conn beneath
+		}
 		return nil, fmt.Errorf("pds: %w", err)
 	}
 	ep.eng = eng
