@@ -9,7 +9,6 @@ import (
 	"github.com/fabriclab/fabriclab/host/conf"
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/host/perf"
-	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -81,9 +80,7 @@ func (f *File) slow(p *Plan) error {
 		fp := &p.Flows[i]
 		fp.Bottleneck = k.Rate(fp.Bottleneck)
 		fp.BaseRTT = k.Time(fp.BaseRTT)
-		for _, w := range []*pktio.Wire{&fp.Wire, &fp.ReplyWire} {
-			w.Latency, w.NsPerByte = k.Time(w.Latency), w.NsPerByte*k.K()
-		}
+		fp.Wire, fp.ReplyWire = fp.Wire.Slowed(k.K()), fp.ReplyWire.Slowed(k.K())
 		fp.Start, fp.Every, fp.Pause = k.Time(fp.Start), k.Time(fp.Every), k.Time(fp.Pause)
 		for j := range fp.RelayHolds {
 			fp.RelayHolds[j].Via = k.Time(fp.RelayHolds[j].Via)

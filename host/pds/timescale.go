@@ -33,8 +33,7 @@ func (c Config) Slowed(k units.Timescale) Config {
 	if c.Wires != nil {
 		ws := make(map[netip.Addr]pktio.Wire, len(c.Wires))
 		for a, w := range c.Wires {
-			w.Latency, w.NsPerByte = k.Time(w.Latency), w.NsPerByte*k.K()
-			ws[a] = w
+			ws[a] = w.Slowed(k.K())
 		}
 		c.Wires = ws
 	}

@@ -509,7 +509,7 @@ func (c ClientConfig) Validate() error {
 	case c.InflightTime < 0 || c.InflightTime > time.Second:
 		return configErr(FieldInflight, c.InflightTime, "0..1s")
 	case len(c.Wires) > 0:
-		return configErr(FieldWires, len(c.Wires), "none with transport rocev2: a wire delays what a UET endpoint receives (its NP and RP run in the kernel)")
+		return configErr(FieldWires, len(c.Wires), wiresRoCEMust)
 	case c.AckReqEvery < 1 || c.AckReqEvery > c.Window:
 		return configErr(FieldAckEvery, c.AckReqEvery, "1..%d packets (the window)", c.Window)
 	case c.MaxBurst < 1 || c.MaxBurst > 256:
@@ -646,6 +646,9 @@ func KnobHelp(profile string, lineRate units.Rate) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// wiresRoCEMust is why a RoCEv2 client or server takes no wires.
+const wiresRoCEMust = "none with transport rocev2: a wire delays what a UET endpoint receives (its NP and RP run in the kernel)"
 
 // ppfcSourcesMust says what a PPFC source must be, for errors.
 const ppfcSourcesMust = "IP prefixes or addresses, e.g. 198.18.1.1/32 (IPv4 written as IPv4, not IPv4-mapped)"

@@ -101,7 +101,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		return nil, configErr(FieldTimescale, cfg.Timescale, "1..%d", units.MaxTimescale)
 	}
 	if len(cfg.Wires) > 0 {
-		return nil, configErr(FieldWires, len(cfg.Wires), "none with transport rocev2: a wire delays what a UET endpoint receives (its NP and RP run in the kernel)")
+		return nil, configErr(FieldWires, len(cfg.Wires), wiresRoCEMust)
 	}
 	log := cfg.Logger
 	if log == nil {

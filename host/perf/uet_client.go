@@ -160,8 +160,7 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 // checkWires refuses a wire that is out of range once slowed by k.
 func checkWires(ws map[netip.Addr]pktio.Wire, k units.Timescale) error {
 	for a, w := range ws {
-		w.Latency, w.NsPerByte = k.Time(w.Latency), w.NsPerByte*k.K()
-		if err := w.Validate(); err != nil {
+		if err := w.Slowed(k.K()).Validate(); err != nil {
 			return &ConfigError{Field: FieldWires, Value: a.String(), Cause: err}
 		}
 	}

@@ -48,6 +48,17 @@ func (w Wire) Delay(n int) time.Duration {
 	return w.Latency + time.Duration(float64(n+w.Overhead)*w.NsPerByte)
 }
 
+// Slowed is w on a fabric k times slower (units.Timescale's factor):
+// its latency and each byte's serialisation k times longer.
+func (w Wire) Slowed(k float64) Wire {
+	if k == 1 {
+		return w
+	}
+	w.Latency = time.Duration(math.Round(float64(w.Latency) * k))
+	w.NsPerByte *= k
+	return w
+}
+
 // Validate names a field out of its range.
 func (w Wire) Validate() error {
 	switch {

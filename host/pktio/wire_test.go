@@ -19,6 +19,9 @@ func TestWireDelay(t *testing.T) {
 	if err := w.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	if s := w.Slowed(16); s.Latency != 32*time.Microsecond || s.NsPerByte != 16*640 || s.Overhead != w.Overhead || s.Delay(4068) != 16*w.Delay(4068) {
+		t.Errorf("Slowed(16) = %+v, delay %v: want 16 × %v", s, s.Delay(4068), w.Delay(4068))
+	}
 	for _, c := range []struct {
 		w    Wire
 		want string
