@@ -56,6 +56,8 @@ type DctcpDctcpFlow struct {
 	Mss           uint32
 	CeState       uint32
 	Fallback      uint32
+	CaState       uint32
+	SkCaState     uint32
 }
 
 type DctcpDctcpFlowKey struct {
@@ -81,6 +83,7 @@ type DctcpDctcpStats struct {
 	TraceLost       uint64
 	StateRepairs    uint64
 	SsthreshAdopted uint64
+	StateResyncs    uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -168,6 +168,10 @@ type tcpInfo struct {
 	// window or the send buffer, not cwnd, held the flow.
 	busy, rwndLimited, sndbufLimited time.Duration
 	sndWnd                           uint32
+	// caState is tcpi_ca_state (0 Open, 1 Disorder, 2 CWR, 3 Recovery,
+	// 4 Loss); ssthresh the socket's snd_ssthresh.
+	caState  uint8
+	ssthresh uint32
 }
 
 func readTCPInfo(t *testing.T, c *net.TCPConn) tcpInfo {
@@ -186,7 +190,8 @@ func readTCPInfo(t *testing.T, c *net.TCPConn) tcpInfo {
 		ti = tcpInfo{ecn: info.Options&tcpiOptECN != 0, totalRetrans: info.Total_retrans,
 			rtt: time.Duration(info.Rtt) * time.Microsecond, bytesAcked: info.Bytes_acked,
 			busy: time.Duration(info.Busy_time) * time.Microsecond, rwndLimited: time.Duration(info.Rwnd_limited) * time.Microsecond,
-			sndbufLimited: time.Duration(info.Sndbuf_limited) * time.Microsecond, sndWnd: info.Snd_wnd}
+			sndbufLimited: time.Duration(info.Sndbuf_limited) * time.Microsecond, sndWnd: info.Snd_wnd,
+			caState: info.Ca_state, ssthresh: info.Snd_ssthresh}
 		ti.cc, serr = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 	}); err != nil || serr != nil {
 		t.Fatalf("TCP_INFO: %v %v", err, serr)
@@ -299,26 +304,17 @@ func TestDCTCPStepPort(t *testing.T) {
 
 	// The utilization and the queue a starving host moves run again
 	// (retryStarved).
-	for attempt := 1; ; attempt++ {
-		if !dctcpStepRun(t, reg, d, port, rate, k, attempt == dctcpIdleAttempts) {
-			return
-		}
-		t.Logf("attempt %d: nothing to judge; running again on the same lab", attempt)
-	}
+	dctcpStepRun(t, reg, d, port, rate, k)
 }
 
-// dctcpIdleAttempts is how many runs TestDCTCPStepPort makes while its
-// senders never offer K to the port.
-const dctcpIdleAttempts = 3
-
-// dctcpStepRun is one run of TestDCTCPStepPort; it reports whether the
-// senders never offered K to the port (and, unless last, judged
-// nothing). Seen twice in about 45 runs at 100 Mbit/s: no mark and no
-// cut in the window, the backlog's p99 under K, the two flows' windows
-// 10 + 12 packets (31.9 KB, just under K) for all 4 s, neither held by
-// the peer's window nor by its buffer: held below their windows by the
-// host, so the port's marking was never tested.
-func dctcpStepRun(t *testing.T, reg *dctcp.Registration, d *lab.Dumbbell, port *qdisc.Port, rate units.Rate, k units.ByteSize, last bool) (idle bool) {
+// dctcpStepRun is one run of TestDCTCPStepPort. A run in which the
+// senders never offered K to the port (no mark, no cut, the backlog's p99
+// under K, the flows' windows pinned for all 4 s, e.g. 10 + 12 packets,
+// just under K) was seen about once in eight runs: the program held CWR
+// while the socket was Open, so PRR kept cwnd at ssthresh (bpf/dctcp.c,
+// cong_control). The program now takes the socket's state over
+// (state_resyncs) and such a run fails.
+func dctcpStepRun(t *testing.T, reg *dctcp.Registration, d *lab.Dumbbell, port *qdisc.Port, rate units.Rate, k units.ByteSize) {
 	t.Helper()
 	retryStarved(t, func(t *testing.T, hc *hostChecks) hostlost.Report {
 		const warmup, measure = 2 * time.Second, 4 * time.Second
@@ -398,9 +394,9 @@ func dctcpStepRun(t *testing.T, reg *dctcp.Registration, d *lab.Dumbbell, port *
 			alphaSum += b.AlphaSum - a.AlphaSum
 			meanAlpha := float64(b.AlphaSum-a.AlphaSum) / float64(max(dw, 1)) / 1024
 			in, in0 := infos[i], infos0[i]
-			lines = append(lines, fmt.Sprintf("  %v: %s, ECN %v, rtt %v, %d retransmits; %d windows, %d cuts, %d loss reactions; marked %d of %d (%.4f), mean α %.4f, α now %v, cwnd %d; busy %v, of it held by the receiver's window %v (snd_wnd %d B now), by the send buffer %v",
+			lines = append(lines, fmt.Sprintf("  %v: %s, ECN %v, rtt %v, %d retransmits; %d windows, %d cuts, %d loss reactions; marked %d of %d (%.4f), mean α %.4f, α now %v, cwnd %d, ssthresh %d, state %d (the socket's then %d; now ca_state %d, ssthresh %d); busy %v, of it held by the receiver's window %v (snd_wnd %d B now), by the send buffer %v",
 				local, in.cc, in.ecn, in.rtt, in.totalRetrans, dw, b.Cuts-a.Cuts, b.LossReactions-a.LossReactions,
-				dc, dd, float64(dc)/float64(max(dd, 1)), meanAlpha, b.Alpha, b.Cwnd,
+				dc, dd, float64(dc)/float64(max(dd, 1)), meanAlpha, b.Alpha, b.Cwnd, b.SSThresh, b.CAState, b.SocketCAState, in.caState, in.ssthresh,
 				(in.busy-in0.busy).Round(time.Millisecond), (in.rwndLimited-in0.rwndLimited).Round(time.Millisecond), in.sndWnd, (in.sndbufLimited-in0.sndbufLimited).Round(time.Millisecond)))
 		}
 		var ceTransitions, acksFlushed uint64
@@ -421,11 +417,6 @@ func dctcpStepRun(t *testing.T, reg *dctcp.Registration, d *lab.Dumbbell, port *
 		t.Logf("receivers: %d CE transitions, %d delayed ACKs flushed with the old ECE; program: %+v; trace: %d windows, %d cuts replayed; drops: port %d, per-CPU backlogs %d",
 			ceTransitions, acksFlushed, cnt, wins, cuts, portDrops(st1), backlogDrops)
 
-		if marked == 0 && windowCuts == 0 && p99 <= uint64(k) && !last {
-			t.Logf("nothing to judge: the senders never offered K to the port (no mark, no cut, backlog p99 < %v), and neither the peer's window nor their send buffers held them (flows above)", units.ByteSize(p99))
-			idle = true
-			return host
-		}
 		for i, in := range infos {
 			if in.cc != reg.Name() || !in.ecn {
 				t.Errorf("flow %d: congestion control %q, ECN negotiated %v: want %s with ECN", i, in.cc, in.ecn, reg.Name())
@@ -443,7 +434,9 @@ func dctcpStepRun(t *testing.T, reg *dctcp.Registration, d *lab.Dumbbell, port *
 		if limit := uint64(k) + 2*c1.Curve.BinBytes; p99 > limit {
 			hc.Errorf("p99 of the backlog arrivals found < %v: want ≤ K + 2 bins = %v", units.ByteSize(p99), units.ByteSize(limit))
 		}
-		if marked == 0 || math.Abs(flowsF-portF) > 0.1*portF+0.002 {
+		if marked == 0 || windowCuts == 0 {
+			t.Errorf("port marked %d, senders cut %d times: the senders never offered K (windows pinned below it?)", marked, windowCuts)
+		} else if math.Abs(flowsF-portF) > 0.1*portF+0.002 {
 			t.Errorf("the senders counted %.4f of their packets marked, the port marked %.4f: want within 10 %%", flowsF, portF)
 		}
 		if math.Abs(meanAlpha-portF) > 0.3*portF+0.01 {
@@ -457,7 +450,6 @@ func dctcpStepRun(t *testing.T, reg *dctcp.Registration, d *lab.Dumbbell, port *
 		}
 		return host
 	})
-	return idle
 }
 
 // findFlow is the flow of fs with these ends.

@@ -135,8 +135,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		watch(ctx, reg, o.interval, stdout)
 	}
 	if c, err := reg.Counters(); err == nil {
-		fmt.Fprintf(stderr, "dctcp: %d connections (%d fell back to Reno), %d windows, %d cuts, %d loss reactions, %d receiver CE transitions, %d state repairs\n",
-			c.Inits, c.Fallbacks, c.Windows, c.Cuts, c.LossReactions, c.CETransitions, c.StateRepairs)
+		fmt.Fprintf(stderr, "dctcp: %d connections (%d fell back to Reno), %d windows, %d cuts, %d loss reactions, %d receiver CE transitions, %d state repairs, %d state resyncs\n",
+			c.Inits, c.Fallbacks, c.Windows, c.Cuts, c.LossReactions, c.CETransitions, c.StateRepairs, c.StateResyncs)
 	}
 	return code
 }

@@ -256,6 +256,10 @@ type Flow struct {
 	// StateRepairs: snd_cwnd or snd_ssthresh put back (Counters).
 	StateRepairs        uint64
 	Cwnd, SSThresh, MSS uint32
+	// CAState is the program's congestion state at the last window's
+	// end (the last set_state), SocketCAState the socket's then
+	// (icsk_ca_state: 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss).
+	CAState, SocketCAState uint8
 	// Fallback: ECN was not negotiated and Reno runs the connection.
 	Fallback bool
 }
@@ -288,6 +292,7 @@ func (r *Registration) Flows() ([]Flow, error) {
 			Alpha: Alpha(v.Alpha), Delivered: v.Delivered, DeliveredCE: v.DeliveredCe, Cuts: v.Cuts,
 			LossReactions: v.LossReactions, CETransitions: v.CeTransitions, AcksFlushed: v.AcksFlushed,
 			CEState: v.CeState != 0, StateRepairs: v.StateRepairs, Cwnd: v.Cwnd, SSThresh: v.Ssthresh, MSS: v.Mss, Fallback: v.Fallback != 0,
+			CAState: uint8(v.CaState), SocketCAState: uint8(v.SkCaState),
 		})
 	}
 	if err := it.Err(); err != nil {
@@ -314,6 +319,10 @@ type Counters struct {
 	// (an application-limited or idle restart, an undo), taken over.
 	StateRepairs    uint64 `json:"state_repairs"`
 	SSThreshAdopted uint64 `json:"ssthresh_adopted"`
+	// StateResyncs counts ACKs on which the socket's congestion state
+	// was not the one set_state last gave the program, which took the
+	// socket's over (bpf/dctcp.c, cong_control, says why).
+	StateResyncs uint64 `json:"state_resyncs"`
 }
 
 // Counters sums the per-CPU totals.
@@ -335,6 +344,7 @@ func (r *Registration) Counters() (Counters, error) {
 		c.TraceLost += p.TraceLost
 		c.StateRepairs += p.StateRepairs
 		c.SSThreshAdopted += p.SsthreshAdopted
+		c.StateResyncs += p.StateResyncs
 	}
 	return c, nil
 }
