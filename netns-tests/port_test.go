@@ -380,6 +380,15 @@ func cnpStrictPriorityRun(t *testing.T, legacy bool, hc *hostChecks) hostlost.Re
 	} else if p99 > 2*time.Millisecond {
 		hc.Errorf("CNP p99 sojourn < %v: above 2 ms, behind the full RoCE class", p99)
 	}
+	// Strict priority does not pre-empt: a CNP waits for the frame the
+	// port is sending, half a frame's service on average (58 µs at 100
+	// Mbit/s; 86-92 µs measured with HTB's timer). While the strict class
+	// had the port's rate as its own guarantee, HTB let a CNP out at once,
+	// beside that frame (mean 14 µs). The host only lengthens it.
+	ser := time.Duration(float64((roce.payload+42)*8) / float64(rate) * float64(time.Second))
+	if m := c.MeanSojourn(); m < ser/4 {
+		t.Errorf("CNP mean sojourn %v, under a quarter of a RoCE frame's %v service: CNPs left beside the frame on the wire, not after it", m, ser)
+	}
 	return host
 }
 

@@ -32,9 +32,10 @@ const (
 	leafFifoLimitBytes = 1 << 31
 	htbQuantumBytes    = 10 * ethMTUBytes
 	// Strict classes (and trim classes, Config.StrictPriority) are served
-	// first because HTB serves classes under their guaranteed rate by
-	// priority, and lower prio first; non-strict classes get a token
-	// guarantee and share the rest equally by DRR.
+	// first because HTB serves the classes borrowing from the port by
+	// priority, lower prio first; every class has a token guarantee
+	// (leafRates), and the non-strict ones share the rest equally by
+	// DRR.
 	htbPrioStrict = 0
 	htbPrioNormal = 1
 )
@@ -125,28 +126,20 @@ func leafClass(ifindex uint32, cfg *Config, c int, rate uint64) *tc.Object {
 	return htbClass(ifindex, core.BuildHandle(htbMajor, htbPortMinor), leafClassID(c), rate, uint64(cfg.Rate), prio)
 }
 
-// leafRates splits the port rate: non-strict classes get a token guarantee
-// (they borrow the rest), strict classes share what is left, so the
-// guarantees never add up to more than the port.
+// leafRates gives every class a token guarantee, so that all of them
+// borrow the port's rate and none sends on its own: HTB then serves the
+// borrowers by priority, strict classes first, and a strict class's
+// packet waits for the one being sent, as a switch's does (strict
+// priority does not pre-empt). With the rest of the port guaranteed to
+// the strict classes, as before, an ACK, CNP or trimmed header under
+// that rate left at once, beside the data packet the port was still
+// sending: every control packet's round trip was a residual
+// serialisation short of a switch's, and htsim's (docs/collectives.md).
 func leafRates(cfg *Config) [NumClasses]uint64 {
-	port := uint64(cfg.Rate)
-	token := port / 1000
-	if token < 8000 {
-		token = 8000
-	}
-	strict := 0
-	for i := range cfg.Classes {
-		if cfg.StrictPriority(ClassID(i)) {
-			strict++
-		}
-	}
+	token := max(uint64(cfg.Rate)/1000, 8000)
 	var r [NumClasses]uint64
-	rest := port - uint64(NumClasses-strict)*token
-	for i := range cfg.Classes {
+	for i := range r {
 		r[i] = token
-		if cfg.StrictPriority(ClassID(i)) {
-			r[i] = rest / uint64(strict)
-		}
 	}
 	return r
 }

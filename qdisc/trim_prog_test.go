@@ -550,7 +550,7 @@ func TestValidateTrim(t *testing.T) {
 		}
 	}
 	r := leafRates(&c)
-	if r[7] != r[ClassCNP] || r[7] <= r[ClassRoCE] {
-		t.Errorf("leaf rates %v: the trim class should share the strict classes' rate", r)
+	if r[7] != r[ClassCNP] || r[7] != r[ClassRoCE] {
+		t.Errorf("leaf rates %v: every class should have the same token guarantee (strict ones borrow first)", r)
 	}
 }
