@@ -73,6 +73,15 @@ type Fabric struct {
 	// hops' serialisation, and every flow must be uet: RoCEv2's NP and
 	// RP and TCP run in the kernel, before any wire. Optional: false.
 	StoreAndForward bool `yaml:"store_and_forward"`
+	// NIC puts a port at HostRate on each host's link, its network
+	// card's queue, as htsim's UecNIC: the host's packets leave one at a
+	// time at its line rate, and an ACK or other control packet (DSCP 48)
+	// goes first but waits for the data packet being sent (strict
+	// priority, not pre-emptive); nothing is marked there. Without it a
+	// host's ACKs never wait behind its own data. Every flow must be uet
+	// (RoCEv2's NP and RP and the link queue run on the host's device),
+	// and namespaces only. Optional: false.
+	NIC bool `yaml:"nic"`
 	// MTU is every link's. Optional: DefaultLinkMTU.
 	MTU int `yaml:"mtu"`
 	// Down, Up and Spine are the port settings of each tier (tc and dscp
@@ -149,7 +158,7 @@ func (f *File) expandFabric() error {
 	}
 	for h := range fb.Hosts {
 		leaf := fmt.Sprintf("leaf%d", h/perLeaf+1)
-		b.link(fb, fmt.Sprintf("h%d", h), leaf, fb.HostRate)
+		b.hostLink(fb, fmt.Sprintf("h%d", h), leaf)
 		b.port(fb.Down, fmt.Sprintf("%s:h%d", leaf, h))
 	}
 	for l := range fb.Leaves {
@@ -178,6 +187,13 @@ func (b *fabricParts) link(fb *Fabric, a, z string, rate units.Rate) {
 		d = 0 // the endpoints' wires carry it
 	}
 	b.links = append(b.links, Link{A: a, B: z, Rate: rate, Delay: d, MTU: fb.MTU})
+}
+
+// hostLink links a host to its leaf or ToR at HostRate; with NIC the
+// host's end gets a port too (planPorts).
+func (b *fabricParts) hostLink(fb *Fabric, host, sw string) {
+	b.link(fb, host, sw, fb.HostRate)
+	b.links[len(b.links)-1].nic = fb.NIC
 }
 
 // longestPath is the rates of the links of the fabric's longest path
@@ -296,7 +312,7 @@ func (f *File) expandFatTree() error {
 	}
 	for h := range fb.Hosts {
 		tor := ft.ToROf(h)
-		b.link(fb, fmt.Sprintf("h%d", h), tor, fb.HostRate)
+		b.hostLink(fb, fmt.Sprintf("h%d", h), tor)
 		b.port(fb.Down, fmt.Sprintf("%s:h%d", tor, h))
 	}
 	for _, sw := range ft.Uplinks()[:ft.ToRs()] {

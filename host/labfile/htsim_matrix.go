@@ -133,6 +133,9 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		fp := &p.Flows[f.matrixFirst+i]
 		for _, pi := range fp.Ports {
 			po := &p.Ports[pi]
+			if po.NIC {
+				continue // htsim's UecNIC
+			}
 			c := &po.Config.Classes[po.Config.DSCPClass[fp.Client.DSCP]]
 			switch {
 			case cc == nil:
@@ -198,6 +201,11 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		"the fabric: htsim builds its own fat tree of the same shape (its topology file); which spine or core each flow or packet takes is its own draw, as the lab's kernel hash is the lab's",
 		"marking: htsim marks at dequeue on the queue the leaving packet leaves; the lab at enqueue on the backlog an arrival finds",
 		"the host: htsim has none (no scheduling delay, no trigger latency); the lab's figures carry this machine's")
+	if fb.NIC {
+		notes = append(notes, "NICs: each host's is a port at its line rate in the lab (fabric nic), htsim's UecNIC: a host's ACKs wait for the data packet it is sending (htsim serves control 10:1 over data, the lab's port strictly)")
+	} else {
+		notes = append(notes, "NICs: htsim's UecNIC sends a host's packets one at a time, its ACKs after the data packet being sent; the lab's hosts have no port (fabric nic: true gives them one), so a host's ACKs never wait behind its own data")
+	}
 	if b := s.Fabric.SpineRate / max(s.Fabric.HostRate, 1); b > 1 {
 		notes = append(notes, fmt.Sprintf("spine links: htsim runs every link at one rate, so a %s leaf-spine link is a bundle of %d links of %s; ECMP puts a flow on one of them (at most %s), where the lab's one link carries it at %s",
 			s.Fabric.SpineRate, b, s.Fabric.HostRate, s.Fabric.HostRate, s.Fabric.SpineRate))

@@ -246,6 +246,9 @@ type Link struct {
 	// Subnet pins the link's subnet inside 198.18.0.0/15 (at most a /30;
 	// a /29 with delay or loss). Optional: the link's automatic /24.
 	Subnet netip.Prefix `yaml:"subnet"`
+	// nic: a fabric's host link whose host end is a port too
+	// (Fabric.NIC).
+	nic bool
 }
 
 // Port overrides one switch port's configuration, with the spellings of

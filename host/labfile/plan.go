@@ -107,6 +107,8 @@ type PortPlan struct {
 	Watch             bool // shown live and in the plots
 	// Limiter: a pe's rate limiter, on its WAN device, whose rate the
 	// pe's agent sets.
+	// NIC: a host's network card's queue (Fabric.NIC), not a switch's.
+	NIC     bool
 	Limiter bool
 }
 
@@ -276,6 +278,9 @@ func newPlan(f *File, deploy bool) (*Plan, error) {
 	}
 	if deploy && f.Fabric != nil && f.Fabric.StoreAndForward {
 		return nil, conf.Errorf("fabric.store_and_forward", true, "namespaces only: machines' switches store and forward themselves, and fabriclabd's flows take no wires")
+	}
+	if deploy && f.Fabric != nil && f.Fabric.NIC {
+		return nil, conf.Errorf("fabric.nic", true, "namespaces only: a machine's NIC is its own")
 	}
 	p := &Plan{Addrs: map[string]netip.Addr{}, Deploy: deploy}
 	for i := range f.Links {
@@ -766,6 +771,19 @@ func (g *graph) components(cut [2]string) [][]string {
 	return out
 }
 
+// nicConfig is a host's NIC as a port (Fabric.NIC): qdisc's classes at
+// the line rate, control packets first, nothing marked, and room for
+// whatever the host's windows send at once.
+func nicConfig(rate units.Rate) qdisc.Config {
+	c := qdisc.DefaultConfig(rate)
+	c.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "data", LimitBytes: nicLimit}
+	return c
+}
+
+// nicLimit is a NIC port's data class: more than any lab's windows
+// hold, so a host's own queue never drops.
+const nicLimit = 16 * units.MiB
+
 // planPorts puts a port on every switch end of a link with a rate and
 // applies the ports: overrides.
 func (f *File) planPorts(g *graph, p *Plan) error {
@@ -776,7 +794,8 @@ func (f *File) planPorts(g *graph, p *Plan) error {
 		}
 		lp := p.Links[i]
 		for k, ep := range []lab.Endpoint{lp.A, lp.B} {
-			if g.kind[ep.Node] != KindSwitch {
+			nic := l.nic && g.kind[ep.Node] == KindHost
+			if g.kind[ep.Node] != KindSwitch && !nic {
 				continue
 			}
 			// The peer is the other end, or the relay in between.
@@ -789,8 +808,12 @@ func (f *File) planPorts(g *graph, p *Plan) error {
 			}
 			name := ep.Node + ":" + ep.Dev
 			byName[name] = len(p.Ports)
+			cfg := qdisc.DefaultConfig(l.Rate)
+			if nic {
+				cfg = nicConfig(l.Rate)
+			}
 			p.Ports = append(p.Ports, PortPlan{Name: name, Node: ep.Node, Dev: ep.Dev, PeerNode: peer, PeerDev: peerDev, Link: i,
-				Config: qdisc.DefaultConfig(l.Rate), Watch: len(f.Report.Watch) == 0})
+				Config: cfg, Watch: len(f.Report.Watch) == 0, NIC: nic})
 		}
 	}
 	// A rate agent's limiter: a port on its pe's WAN device.

@@ -5,6 +5,7 @@ package labfile
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/qdisc"
 )
 
 // TestStoreAndForward: a leaf-spine with store_and_forward gives each uet
@@ -162,4 +164,119 @@ flows:
 		}
 		return hostReport(res)
 	})
+}
+
+// TestNICPlan: fabric nic puts a port at the host rate on every host's
+// link, its data class unmarked with room for any window, its control
+// class strict; htsim's mapping takes those ports for its UecNIC, not for
+// switch ports whose queue settings must match; rocev2 and tcp flows
+// and a deploy plan are refused.
+func TestNICPlan(t *testing.T) {
+	const src = `name: n
+timescale: 16
+fabric: {kind: leaf-spine, hosts: 4, leaves: 2, spines: 2, host_rate: 50mbit, mtu: 9000, store_and_forward: true, nic: true}
+workload: {kind: alltoall, size: 128kb, flow: {transport: uet, cc: nscc}}
+`
+	f, err := Parse("n.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Plan()
+	nics := 0
+	for _, pp := range p.Ports {
+		if !pp.NIC {
+			continue
+		}
+		nics++
+		if !strings.HasPrefix(pp.Name, "h") || pp.Config.Rate != f.Fabric.HostRate/16 {
+			t.Errorf("NIC port %s at %v: want a host's, at %v slowed 16 times", pp.Name, pp.Config.Rate, f.Fabric.HostRate)
+		}
+		data := pp.Config.Classes[pp.Config.DSCPClass[26]]
+		if data.ECN != qdisc.ECNOff || data.LimitBytes != nicLimit || !pp.Config.StrictPriority(pp.Config.DSCPClass[48]) {
+			t.Errorf("NIC port %s: data class %+v, control class strict %v: want unmarked, %v, strict", pp.Name, data, pp.Config.StrictPriority(pp.Config.DSCPClass[48]), nicLimit)
+		}
+	}
+	if nics != 4 {
+		t.Errorf("%d NIC ports, want one a host (4)", nics)
+	}
+	for _, c := range []struct{ src, field string }{
+		{"name: n\nfabric: {kind: leaf-spine, hosts: 2, leaves: 1, spines: 1, host_rate: 50mbit, nic: true}\nflows:\n  - {from: h0, to: h1, size: 1mb, transport: rocev2}\n", "flows[0].transport"},
+		{"name: n\nfabric: {kind: leaf-spine, hosts: 2, leaves: 1, spines: 1, host_rate: 50mbit, nic: true}\nflows:\n  - {from: h0, to: h1, size: 1mb, transport: tcp}\n", "flows[0].transport"},
+	} {
+		if _, err := Parse("n.yaml", []byte(c.src)); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%q: %v, want a refusal naming %s", c.src, err, c.field)
+		}
+	}
+	nicOnly, err := Parse("n.yaml", []byte("name: n\nfabric: {kind: leaf-spine, hosts: 2, leaves: 1, spines: 1, host_rate: 50mbit, nic: true}\nflows:\n  - {from: h0, to: h1, size: 1mb, transport: uet}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nicOnly.DeployPlan(); err == nil || !strings.Contains(err.Error(), "fabric.nic") {
+		t.Errorf("deploy plan: %v, want a refusal naming fabric.nic", err)
+	}
+	if _, notes, err := f.HtsimMatrixScenario(""); err != nil {
+		t.Errorf("htsim mapping: %v", err)
+	} else if !slices.ContainsFunc(notes, func(n string) bool { return strings.HasPrefix(n, "NICs: each host's is a port") }) {
+		t.Errorf("htsim mapping notes %q: want the NICs' note", notes)
+	}
+}
+
+// TestNIC (netns): on one leaf h1 sends h0 512 KiB in packets of 1500
+// bytes and, 5 ms (fabric time) later, h0 sends h1 128 KiB in packets of
+// 4096 (timescale 16: 3.125 Mbit/s; h1's frames 3.9 ms on the wire,
+// h0's 10.5). h1's flow takes a base RTT of 10 ms, a window of many
+// packets, so that it keeps h1's NIC busy (with its path's, it waits on
+// its own ACKs, which wait behind h0's data). h1's ACKs for h0's flow
+// leave through h1's NIC behind the data packet it is sending, as from
+// htsim's UecNIC: their mean wait there is at least a quarter of one of
+// h1's frames (half of it on average). The two sizes keep h0's arrivals
+// from locking to a phase of h1's departures: with one size for both the
+// mean wait was that phase, 1.9-5.3 ms of a 10.5-ms frame from run to
+// run. Nothing is marked or dropped at a NIC.
+func TestNIC(t *testing.T) {
+	labtest.RequireRoot(t)
+	f, err := Parse("nic.yaml", []byte(`name: nic
+timescale: 16
+fabric: {kind: leaf-spine, hosts: 2, leaves: 1, spines: 1, host_rate: 50mbit, mtu: 9000, store_and_forward: true, nic: true}
+flows:
+  - {from: h1, to: h0, size: 512kb, mtu: 1500, transport: uet, verify: true, base_rtt: 10ms, knobs: {base_rtt_floor: 10ms}}
+  - {from: h0, to: h1, size: 128kb, start: 5ms, transport: uet, verify: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), f, RunOptions{OutDir: t.TempDir()})
+	if res == nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	for _, fr := range res.Flows {
+		if fr.Error != "" || fr.Bytes != fr.SizeBytes {
+			t.Errorf("%s: %d of %d bytes, %q", fr.Name, fr.Bytes, fr.SizeBytes, fr.Error)
+		}
+	}
+	// h1's frames: 1500 bytes of IP and 14 of Ethernet.
+	ser := time.Duration(float64(1514*8) / float64(f.Fabric.HostRate/16) * float64(time.Second))
+	nics := 0
+	for _, pr := range res.Ports {
+		if !strings.HasPrefix(pr.Name, "h") || pr.Stats == nil {
+			continue
+		}
+		nics++
+		data, ctrl := pr.Stats.Classes[qdisc.ClassRoCE], pr.Stats.Classes[qdisc.ClassCNP]
+		t.Logf("%s: data %d packets, mean wait %v; ACKs %d, mean wait %v (h1's frame on the wire %v); %d dropped, %d marked",
+			pr.Name, data.DequeuedPackets, data.MeanSojourn(), ctrl.DequeuedPackets, ctrl.MeanSojourn(), ser, pr.DroppedPackets, pr.CEMarked)
+		if data.DequeuedPackets < 32 || ctrl.DequeuedPackets < 8 || pr.DroppedPackets != 0 || pr.CEMarked != 0 {
+			t.Errorf("%s: %d data packets, %d ACKs, %d dropped, %d marked: want a flow's 32 or more, its ACKs, none dropped or marked",
+				pr.Name, data.DequeuedPackets, ctrl.DequeuedPackets, pr.DroppedPackets, pr.CEMarked)
+		}
+		if w := ctrl.MeanSojourn(); pr.Node == "h1" && w < ser/4 {
+			t.Errorf("%s: ACKs waited %v on average, under a quarter of a frame's %v: they did not wait for the host's data on the wire", pr.Name, w, ser)
+		}
+	}
+	if nics != 2 {
+		t.Errorf("%d NIC ports in the results, want 2", nics)
+	}
 }

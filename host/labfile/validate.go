@@ -600,6 +600,9 @@ func (f *File) checkFlow(i int, byName map[string]int) error {
 	if f.Fabric != nil && f.Fabric.StoreAndForward && fl.Transport != TransportUET {
 		return conf.Errorf(fp("transport"), fl.Transport, "uet on a fabric with store_and_forward: the endpoints add the hops' store-and-forward to what they receive, and RoCEv2's NP and RP and TCP run in the kernel, before it")
 	}
+	if f.Fabric != nil && f.Fabric.NIC && fl.Transport != TransportUET {
+		return conf.Errorf(fp("transport"), fl.Transport, "uet on a fabric with nic: a host's port would sit on the device where RoCEv2's NP and RP and the host's link queue already run")
+	}
 	if !slices.Contains(transports, fl.Transport) {
 		return conf.Errorf(fp("transport"), fl.Transport, "want %s", orList(transports))
 	}
