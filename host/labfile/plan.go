@@ -107,9 +107,9 @@ type PortPlan struct {
 	Watch             bool // shown live and in the plots
 	// Limiter: a pe's rate limiter, on its WAN device, whose rate the
 	// pe's agent sets.
-	// NIC: a host's network card's queue (Fabric.NIC), not a switch's.
-	NIC     bool
 	Limiter bool
+	// NIC: a host's network card's queue (Fabric.NIC), not a switch's.
+	NIC bool
 }
 
 // VariantPlan is a variant's plan.
