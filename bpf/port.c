@@ -235,6 +235,7 @@ static __always_inline void record_sojourn(struct class_stats *st, __u64 sojourn
 #include "port_wancnp.h"
 #include "port_aqm.h"
 #include "port_xmit.h"
+#include "port_flowq.h"
 
 SEC("tc")
 int port_enqueue(struct __sk_buff *skb)
@@ -295,6 +296,12 @@ int port_enqueue(struct __sk_buff *skb)
 	st = bpf_map_lookup_elem(&class_counters, &class_id);
 	if (!cc || !cs || !st)
 		return TC_ACT_OK;
+	if (cc->flow_queues) {
+		__u32 fq = flowq_priority(skb, pc, cc, &pi, class_id);
+
+		if (fq)
+			skb->priority = fq;
+	}
 
 	ecn = pr == PARSE_IP ? pi.dsfield & ECN_MASK : ECN_NOT_ECT;
 

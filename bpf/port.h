@@ -168,7 +168,10 @@ struct class_config {
 	 * per wan_cnp_interval_ns. 0: off. */
 	__u64 wan_cnp_interval_ns;
 	__u32 remark_dscp; /* with CLASS_F_REMARK */
-	__u32 remark_pad;
+	/* Flow queues (port_flowq.h): the class is an HTB inner class with
+	 * this many leaves, one per flow bucket, served round robin. 0: the
+	 * class is one leaf, a FIFO. */
+	__u32 flow_queues;
 };
 
 /* Shared (not per-CPU): the backlog must be one number every CPU sees. */

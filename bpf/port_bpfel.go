@@ -56,7 +56,7 @@ type PortClassConfig struct {
 	HeavyMaxP        uint64
 	WanCnpIntervalNs uint64
 	RemarkDscp       uint32
-	RemarkPad        uint32
+	FlowQueues       uint32
 }
 
 type PortClassState struct {

@@ -210,7 +210,34 @@ type ClassConfig struct {
 	// remark with DSCP 0. Off by default.
 	Remark     bool `json:"remark,omitempty"`
 	RemarkDSCP DSCP `json:"remark_dscp,omitempty"`
+
+	// FlowQueues splits the class into this many queues, one per flow
+	// bucket, which HTB serves round robin (DRR, a frame's worth each
+	// turn), as a NIC's scheduler serves its QPs or PDCs and htsim's
+	// UecNIC its sources: a flow starting beside another gets its turn,
+	// not the share of the FIFO its burst took. A UET packet's flow is
+	// its source PDC (its SPDCID modulo FlowQueues, so a host's PDCs
+	// take distinct queues); any other packet's, the kernel's hash of
+	// its 5-tuple. The class's limit, marking and counters stay the
+	// class's. 0: one FIFO, as a switch's class. 0 to MaxFlowQueues; not
+	// on a strict or trim class, and only on a port with HTB queues
+	// (queue mode veth, or shape). It cannot change on a running port.
+	FlowQueues int `json:"flow_queues,omitempty"`
 }
+
+// flowQueueClass is the first class with flow queues, if any.
+func (c *Config) flowQueueClass() (int, bool) {
+	for i := range c.Classes {
+		if c.Classes[i].FlowQueues > 0 {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// MaxFlowQueues is the most flow queues a class has (ClassConfig.FlowQueues):
+// each is an HTB class of its own, 256 HTB minors per class.
+const MaxFlowQueues = 256
 
 // Packet trimming settings (ClassConfig.TrimBytes, TrimDSCP, TrimClass).
 const (
@@ -344,6 +371,9 @@ func (c *Config) Validate() error {
 		if err := c.validateTrim(ClassID(i)); err != nil {
 			errs = append(errs, fmt.Errorf("class %d: %w", i, err))
 		}
+		if fq := c.Classes[i].FlowQueues; fq != 0 && c.StrictPriority(ClassID(i)) {
+			errs = append(errs, fmt.Errorf("class %d: flow_queues (%d) must be 0 on a strict or trim class (its packets are served first, one FIFO)", i, fq))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -389,6 +419,9 @@ func (cc *ClassConfig) validate() error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if cc.FlowQueues < 0 || cc.FlowQueues > MaxFlowQueues {
+		errs = append(errs, fmt.Errorf("flow_queues (%d) must be 0 (one FIFO) to %d", cc.FlowQueues, MaxFlowQueues))
 	}
 	if cc.Rate != 0 && cc.Rate < MinRate {
 		errs = append(errs, fmt.Errorf("rate (%s) must be 0 (the port's) or at least %s", cc.Rate, MinRate))

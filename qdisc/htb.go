@@ -18,7 +18,10 @@ import (
 //	1:1    the port: rate = ceil = port speed
 //	1:1N   one leaf per traffic class N, each with a bfifo 1N: below it
 //
-// The enqueue program picks the leaf by setting skb->priority to 1:1N.
+// The enqueue program picks the leaf by setting skb->priority to 1:1N. A
+// class with flow queues (ClassConfig.FlowQueues) is an inner class
+// instead, with a leaf 1:(N+1)BB and its bfifo (N+1)BB: per flow bucket BB
+// (both hex), and the program picks the flow's leaf (bpf/port_flowq.h).
 const (
 	htbMajor      = 1
 	htbPortMinor  = 1
@@ -42,6 +45,24 @@ const (
 
 func leafClassID(c int) uint32 { return core.BuildHandle(htbMajor, uint32(htbLeafMinor0+c)) }
 
+// flowQueueMinor is the minor of class c's flow queue b, as the enqueue
+// program makes it (flowq_minor).
+func flowQueueMinor(c, b int) uint32 { return uint32(c+1)<<8 | uint32(b) }
+
+// flowQuantumBytes is a flow queue's DRR quantum: a frame's worth a turn,
+// as a NIC serves its queues a packet at a time.
+const flowQuantumBytes = ethMTUBytes
+
+// defaultLeafMinor is the HTB default class's minor: class c's leaf, or
+// its first flow queue.
+func defaultLeafMinor(cfg *Config) uint32 {
+	c := int(cfg.DefaultClass)
+	if cfg.Classes[c].FlowQueues > 0 {
+		return flowQueueMinor(c, 0)
+	}
+	return uint32(htbLeafMinor0 + c)
+}
+
 // leafFifoLimit is a leaf's bfifo limit. A shaped virtual-queue port's
 // programs never see HTB's dequeue: its virtual queue only models HTB's,
 // which falls behind when the CPU is busy (a lag of 358 KB on a 2 MB class
@@ -57,10 +78,28 @@ func leafFifoLimit(cfg *Config, c int, shaped bool) uint32 {
 }
 
 func leafFifo(ifindex uint32, c int, limit uint32) *tc.Object {
+	return fifoUnder(ifindex, uint32(htbLeafMinor0+c), limit)
+}
+
+// fifoUnder is the bfifo of the HTB leaf 1:minor, with handle minor:.
+func fifoUnder(ifindex uint32, minor uint32, limit uint32) *tc.Object {
 	return &tc.Object{
-		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(uint32(htbLeafMinor0+c), 0), Parent: leafClassID(c)},
+		Msg:       tc.Msg{Family: unix.AF_UNSPEC, Ifindex: ifindex, Handle: core.BuildHandle(minor, 0), Parent: core.BuildHandle(htbMajor, minor)},
 		Attribute: tc.Attribute{Kind: "bfifo", Bfifo: &tc.FifoOpt{Limit: limit}},
 	}
+}
+
+// flowQueueClass is class c's flow queue b: the class's guarantee split
+// among its queues, the port's ceil, the class's priority and a frame's
+// quantum.
+func flowQueueClass(ifindex uint32, cfg *Config, c, b int, rate uint64) *tc.Object {
+	o := leafClass(ifindex, cfg, c, rate)
+	o.Parent = leafClassID(c)
+	o.Handle = core.BuildHandle(htbMajor, flowQueueMinor(c, b))
+	o.Htb.Parms.Rate, o.Htb.Rate64 = rateSpec(max(rate/uint64(cfg.Classes[c].FlowQueues), 8))
+	o.Htb.Parms.Buffer = core.XmitTime(max(rate/uint64(cfg.Classes[c].FlowQueues), 8)/8, burstBytes(rate))
+	o.Htb.Parms.Quantum = flowQuantumBytes
+	return o
 }
 
 // rateSpec fills a tc rate in bytes/s, with the 64-bit attribute when it
@@ -174,7 +213,7 @@ func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) err
 			Htb: &tc.Htb{Init: &tc.HtbGlob{
 				Version:      3,
 				Rate2Quantum: 10,
-				Defcls:       uint32(htbLeafMinor0) + uint32(cfg.DefaultClass),
+				Defcls:       defaultLeafMinor(cfg),
 			}},
 		},
 	}
@@ -188,6 +227,17 @@ func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) err
 	for c := range NumClasses {
 		if err := t.Class().Add(leafClass(ifindex, cfg, c, rates[c])); err != nil {
 			return fmt.Errorf("add htb class for tc%d: %w", c, err)
+		}
+		for b := range cfg.Classes[c].FlowQueues {
+			if err := t.Class().Add(flowQueueClass(ifindex, cfg, c, b, rates[c])); err != nil {
+				return fmt.Errorf("add htb class for tc%d flow queue %d: %w", c, b, err)
+			}
+			if err := t.Qdisc().Add(fifoUnder(ifindex, flowQueueMinor(c, b), leafFifoLimit(cfg, c, shaped))); err != nil {
+				return fmt.Errorf("add fifo for tc%d flow queue %d: %w", c, b, err)
+			}
+		}
+		if cfg.Classes[c].FlowQueues > 0 {
+			continue // an inner class: its flow queues hold the packets
 		}
 		if err := t.Qdisc().Add(leafFifo(ifindex, c, leafFifoLimit(cfg, c, shaped))); err != nil {
 			return fmt.Errorf("add fifo for tc%d: %w", c, err)
@@ -219,9 +269,19 @@ func updateHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) erro
 		if err := t.Class().Replace(leafClass(ifindex, cfg, c, rates[c])); err != nil {
 			return fmt.Errorf("change htb class for tc%d: %w", c, err)
 		}
+		for b := range cfg.Classes[c].FlowQueues {
+			if err := t.Class().Replace(flowQueueClass(ifindex, cfg, c, b, rates[c])); err != nil {
+				return fmt.Errorf("change htb class for tc%d flow queue %d: %w", c, b, err)
+			}
+			if shaped {
+				if err := t.Qdisc().Replace(fifoUnder(ifindex, flowQueueMinor(c, b), leafFifoLimit(cfg, c, true))); err != nil {
+					return fmt.Errorf("change fifo for tc%d flow queue %d: %w", c, b, err)
+				}
+			}
+		}
 		// A shaped port's fifos follow the class limits (the same kind:
 		// changed in place, their packets kept).
-		if shaped {
+		if shaped && cfg.Classes[c].FlowQueues == 0 {
 			if err := t.Qdisc().Replace(leafFifo(ifindex, c, leafFifoLimit(cfg, c, true))); err != nil {
 				return fmt.Errorf("change fifo for tc%d: %w", c, err)
 			}

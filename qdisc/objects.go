@@ -238,6 +238,7 @@ func (o *Objects) writeConfig(cfg Config, mode QueueMode, priorityBase uint32) e
 			TrimBytes:  uint64(cc.TrimBytes),
 			TrimDscp:   uint32(cc.TrimDSCP),
 			TrimClass:  uint32(cc.TrimClass),
+			FlowQueues: uint32(cc.FlowQueues),
 		}
 		drain := cc.Rate
 		if drain == 0 {
@@ -339,6 +340,7 @@ func readConfig(m *bpf.PortMaps, names Config) (Config, QueueMode, error) {
 		cc.TrimBytes = units.ByteSize(v.TrimBytes)
 		cc.TrimDSCP = DSCP(v.TrimDscp)
 		cc.TrimClass = ClassID(v.TrimClass)
+		cc.FlowQueues = int(v.FlowQueues)
 		// The mode's settings; the other modes' fields keep what user
 		// space last wrote.
 		if mk := markerOf(cc.ECN); mk != nil {

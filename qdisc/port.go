@@ -223,6 +223,8 @@ func Attach(cfg Config, opts AttachOptions) (_ *Port, err error) {
 	p.meta.HTB = (opts.Mode == QueueVeth && !opts.NoShaping) || opts.Shape
 	if p.meta.HTB {
 		base = priorityBase
+	} else if c, ok := cfg.flowQueueClass(); ok {
+		return nil, fmt.Errorf("attach: class %d: flow_queues (%d) needs the port's HTB queues (queue mode veth, or shape; this port is %s without)", c, cfg.Classes[c].FlowQueues, opts.Mode)
 	}
 	lo := LoadOptions{FrameBytes: p.meta.FrameBytes, Ifindex: p.meta.Ifindex}
 	wantXmit := opts.Mode == QueueVeth && opts.Departure != DepartPeerIngress
@@ -519,6 +521,11 @@ func (p *Port) configureLocked(cfg Config) error {
 	}
 	if cfg.DefaultClass != p.mu.cfg.DefaultClass && p.meta.HTB {
 		return fmt.Errorf("configure: default_class cannot change live (%d -> %d): detach and attach again", p.mu.cfg.DefaultClass, cfg.DefaultClass)
+	}
+	for c := range cfg.Classes {
+		if was, is := p.mu.cfg.Classes[c].FlowQueues, cfg.Classes[c].FlowQueues; was != is {
+			return fmt.Errorf("configure: class %d: flow_queues cannot change live (%d -> %d): detach and attach again", c, was, is)
+		}
 	}
 	base := uint32(0)
 	if p.meta.HTB {

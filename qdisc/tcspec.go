@@ -19,7 +19,7 @@ import (
 // words are a mode (ECNModeNames), strict, no-strict, wred-drop,
 // no-wred-drop, no-ppfc, trim, no-trim, no-remark; the class-wide keys ecn
 // (a mode), limit, name, rate, xoff, xon, alarm, trim, trim-dscp,
-// trim-class, remark. Every
+// trim-class, remark, flows. Every
 // other word or key belongs to a mode (its marker's tcKeys) and is only
 // accepted for a class in that mode. Fields the spec does not mention keep
 // their value. TCKeysHelp lists them all.
@@ -121,7 +121,7 @@ func TCKeysHelp() string {
 		}
 	}
 	words = append(words, "no-ppfc", "trim", "no-trim", "no-remark")
-	keys = append(keys, "xoff=SIZE", "xon=SIZE", "alarm=SIZE", "trim=SIZE", "trim-dscp=DSCP", "trim-class=CLASS", "remark=DSCP")
+	keys = append(keys, "xoff=SIZE", "xon=SIZE", "alarm=SIZE", "trim=SIZE", "trim-dscp=DSCP", "trim-class=CLASS", "remark=DSCP", "flows=N")
 	return "words: " + strings.Join(words, ", ") + "; keys: " + strings.Join(keys, ", ")
 }
 
@@ -151,6 +151,8 @@ type TCSpec struct {
 	// it off.
 	remark   *DSCP
 	noRemark bool
+	// flows is ClassConfig.FlowQueues (flows=N; 0 is one FIFO).
+	flows *int
 }
 
 // Class is the traffic class the option sets.
@@ -298,6 +300,15 @@ func ParseTC(raw string) (*TCSpec, error) {
 					s.trimClass = &c
 				}
 			}
+		case "flows", "flow-queues", "flow_queues":
+			if err = once("flows"); err == nil {
+				var n int
+				if n, err = strconv.Atoi(val); err != nil {
+					err = fmt.Errorf("flows: %q is not a whole number of queues (0 to %d)", val, MaxFlowQueues)
+				} else {
+					s.flows = &n
+				}
+			}
 		case "name":
 			if err = once("name"); err == nil {
 				if err = CheckName(val); err == nil {
@@ -433,6 +444,9 @@ func (s *TCSpec) Apply(cfg *Config) error {
 	}
 	if s.noRemark {
 		cc.Remark, cc.RemarkDSCP = false, 0
+	}
+	if s.flows != nil {
+		cc.FlowQueues = *s.flows
 	}
 	cc.ECN = mode
 	if err := mk.applyTC(cc, s.modeSet, before, s.class); err != nil {

@@ -53,6 +53,18 @@ func TestParseAndApply(t *testing.T) {
 			},
 		},
 		{
+			name: "flow queues, and off again",
+			in:   opts{tc: []string{"3:flows=64", "0:flow-queues=0"}},
+			check: func(t *testing.T, c *qdisc.Config) {
+				if c.Classes[3].FlowQueues != 64 || c.Classes[0].FlowQueues != 0 {
+					t.Errorf("flow queues %d and %d, want 64 and 0", c.Classes[3].FlowQueues, c.Classes[0].FlowQueues)
+				}
+			},
+		},
+		{name: "flow queues not a number", in: opts{tc: []string{"3:flows=many"}}, err: `flows: "many" is not a whole number of queues (0 to 256)`},
+		{name: "flow queues out of range", in: opts{tc: []string{"3:flows=300"}}, err: "class 3: flow_queues (300) must be 0 (one FIFO) to 256"},
+		{name: "flow queues on the strict class", in: opts{tc: []string{"6:flows=2"}}, err: "class 6: flow_queues (2) must be 0 on a strict or trim class"},
+		{
 			name: "tcn and codel",
 			in:   opts{tc: []string{"3:tcn:ins=200us", "0:codel:target=85us,interval=200us,drop-not-ect"}},
 			check: func(t *testing.T, c *qdisc.Config) {

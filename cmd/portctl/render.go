@@ -126,6 +126,9 @@ func renderClasses(w io.Writer, cfg *qdisc.Config) {
 		if cc.TrimBytes != 0 {
 			extra = append(extra, fmt.Sprintf("trim %s dscp %d -> tc%d", cc.TrimBytes, cc.TrimDSCP, cc.TrimClass))
 		}
+		if cc.FlowQueues != 0 {
+			extra = append(extra, fmt.Sprintf("flows %d", cc.FlowQueues))
+		}
 		fmt.Fprintf(tw, "class %s\tlimit %s\tecn %s\t%s\n",
 			classLabel(qdisc.ClassID(i), cc.Name), cc.LimitBytes, cc.ECNText(), strings.Join(extra, " "))
 	}
