@@ -314,8 +314,10 @@ int port_enqueue(struct __sk_buff *skb)
 
 		/* The kernel only keeps a delivery-time stamp on IP packets
 		 * (bpf_skb_set_tstamp); anything else could not be matched at
-		 * dequeue, so it passes outside the accounting. */
-		if (bpf_skb_set_tstamp(skb, (now_ns() & ~STAMP_MASK) | STAMP_MAGIC | class_id,
+		 * dequeue, so it passes outside the accounting. So does a UDP
+		 * GSO super-packet (port_mark.h udp_gso). */
+		if (udp_gso(skb, &pi) ||
+		    bpf_skb_set_tstamp(skb, (now_ns() & ~STAMP_MASK) | STAMP_MAGIC | class_id,
 				       BPF_SKB_CLOCK_MONOTONIC))
 			return enqueue_unaccounted(skb, ps, cc, cs, &pi, len, ecn);
 		/* Claim the space first so concurrent CPUs cannot overfill

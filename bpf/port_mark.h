@@ -352,6 +352,26 @@ static __always_inline void record_curve(struct class_stats *st, const struct cl
 		st->curve_ce_marks[bin]++;
 }
 
+/* udp_gso: the packet is a UDP GSO super-packet (UDP_SEGMENT). Only a
+ * sending host makes one (a lab host's device has tx-udp-segmentation off,
+ * and a port refuses a peer that coalesces), and its device cuts it up as
+ * it sends it, every segment with the enqueue stamp: its departures would
+ * count more packets and bytes than came in (a host's UET sends ran its
+ * NIC port's backlog below zero, and every packet after was dropped at the
+ * limit). A TCP super-packet crosses a veth whole, as it came in. */
+static __always_inline int udp_gso(struct __sk_buff *skb, const struct pkt_info *pi)
+{
+	__u8 proto = 0;
+
+	if (skb->gso_segs <= 1)
+		return 0;
+	if (pi->l3_proto == ETH_P_IP)
+		bpf_skb_load_bytes(skb, pi->l3_off + 9, &proto, 1);
+	else if (pi->l3_proto == ETH_P_IPV6)
+		bpf_skb_load_bytes(skb, pi->l3_off + 6, &proto, 1);
+	return proto == NET_IPPROTO_UDP;
+}
+
 /* enqueue_unaccounted applies the class's policy to a packet that cannot
  * carry an enqueue stamp, judged on the backlog it finds, and counts it apart
  * so that the class counters keep their invariant. */

@@ -265,3 +265,29 @@ func flowQueueOrder(t *testing.T, n int) []uint16 {
 	return order
 }
 
+// TestUDPGSOUnaccounted: a UDP GSO super-packet is judged and passed but
+// kept out of the class's accounting, counted apart: its device sends it
+// as datagrams, each with the stamp, and their departures would take the
+// backlog below zero. A datagram alone is accounted as before.
+func TestUDPGSOUnaccounted(t *testing.T) {
+	o := loadTest(t, flowQueueConfig(4), QueueVeth)
+	for _, v6 := range []bool{false, true} {
+		frame := uetFrame(t, v6, 50000, 7, 4*500) // BPF_PROG_RUN takes at most a page
+		before := stats(t, o)
+		r := run(t, o.PortEnqueue, frame, skbCtx{GSOSegs: 4, GSOSize: 500})
+		after := stats(t, o)
+		c, c0 := after.Classes[ClassRoCE], before.Classes[ClassRoCE]
+		if r.ret != tcActOK || after.Port.UnaccountedPackets != before.Port.UnaccountedPackets+1 ||
+			c.EnqueuedPackets != c0.EnqueuedPackets || c.BacklogBytes != c0.BacklogBytes {
+			t.Errorf("v6 %v, 4 segments: verdict %d, unaccounted +%d, class enqueued +%d, backlog +%d; want pass, +1, 0, 0",
+				v6, r.ret, after.Port.UnaccountedPackets-before.Port.UnaccountedPackets, c.EnqueuedPackets-c0.EnqueuedPackets, c.BacklogBytes-c0.BacklogBytes)
+		}
+		if want := flowQueuePriority(ClassRoCE, 7%4); r.ctx.Priority != want {
+			t.Errorf("v6 %v, 4 segments: priority %#x, want its flow's queue %#x", v6, r.ctx.Priority, want)
+		}
+		r = run(t, o.PortEnqueue, frame, skbCtx{})
+		if c2 := stats(t, o).Classes[ClassRoCE]; r.ret != tcActOK || c2.EnqueuedPackets != c.EnqueuedPackets+1 || c2.BacklogBytes != c.BacklogBytes+uint64(len(frame)) {
+			t.Errorf("v6 %v, one datagram: verdict %d, enqueued +%d, backlog +%d; want pass, +1, +%d", v6, r.ret, c2.EnqueuedPackets-c.EnqueuedPackets, c2.BacklogBytes-c.BacklogBytes, len(frame))
+		}
+	}
+}
