@@ -158,6 +158,9 @@ type ServerPlan struct {
 	Timescale units.Timescale
 	// NP is a rocev2 server's notification point (Node.NP).
 	NP string
+	// SendPath is how its endpoint sends: pktio.SendRaw on a host with a
+	// NIC (nicSendPath), else pktio.SendAuto.
+	SendPath pktio.SendPath
 }
 
 // FlowPlan is a flow as run.
@@ -780,6 +783,22 @@ func nicConfig(rate units.Rate) qdisc.Config {
 	return c
 }
 
+// nicSendPath is how a host's endpoints send: each datagram on its own
+// (pktio.SendRaw) when the host has a NIC, which then takes its packets
+// one by one, as htsim's UecNIC does. A UDP GSO send would enter the NIC's
+// queue as one super-packet that the device cuts up only as it sends it:
+// the port's accounting counted one packet in and its datagrams out (its
+// backlog ran below zero and every packet after was dropped at the limit:
+// ECMP flows failed).
+func (f *File) nicSendPath(host string) pktio.SendPath {
+	for _, l := range f.Links {
+		if l.nic && (l.A == host || l.B == host) {
+			return pktio.SendRaw
+		}
+	}
+	return pktio.SendAuto
+}
+
 // nicLimit is a NIC port's data class: more than any lab's windows
 // hold, so a host's own queue never drops.
 const nicLimit = 16 * units.MiB
@@ -1089,7 +1108,7 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			}
 			si = len(p.Servers)
 			servers[key] = si
-			sp := ServerPlan{Node: fl.To, Transport: fl.Transport, Addr: netip.AddrPortFrom(to, uint16(port))}
+			sp := ServerPlan{Node: fl.To, Transport: fl.Transport, Addr: netip.AddrPortFrom(to, uint16(port)), SendPath: f.nicSendPath(fl.To)}
 			if i := slices.IndexFunc(f.Nodes, func(n Node) bool { return n.Name == fl.To }); i >= 0 {
 				// kernel and agent place RoCEv2's NP; off holds for UET's
 				// target too (no CE echoed).
@@ -1113,6 +1132,7 @@ func (f *File) planFlows(g *graph, p *Plan, dcOf map[string]string) error {
 			return conf.Errorf(conf.Index("flows", i), fl.Name, "%v", err)
 		}
 		fpn.Client = c
+		fpn.Client.SendPath = f.nicSendPath(fl.From)
 		if uet {
 			sp := &p.Servers[si]
 			sp.BaseRTT = max(sp.BaseRTT, fl.BaseRTT)

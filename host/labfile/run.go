@@ -543,7 +543,7 @@ func (r *runner) startServers(ctx context.Context) error {
 	r.stop = stop
 	for _, sp := range r.p.Servers {
 		cfg := perf.ServerConfig{Bind: sp.Addr.Addr(), Port: int(sp.Addr.Port()), Interval: -1, NP: sp.NP, Logger: r.log.With("server", sp.Node, "transport", sp.Transport),
-			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, Wires: sp.Wires, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale}
+			LineRate: sp.LineRate, BaseRTT: sp.BaseRTT, Wires: sp.Wires, TrimDSCP: sp.TrimDSCP, TrimLastHopDSCP: sp.TrimLastHopDSCP, Timescale: sp.Timescale, SendPath: sp.SendPath}
 		if r.meter != nil {
 			cfg.Held = r.meter.HeldAs(fmt.Sprintf("server %s (%s)", sp.Node, sp.Transport), 0)
 		}

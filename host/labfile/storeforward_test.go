@@ -196,6 +196,17 @@ workload: {kind: alltoall, size: 128kb, flow: {transport: uet, cc: nscc}}
 			t.Errorf("NIC port %s: data class %+v, control class strict %v: want unmarked, %v, strict", pp.Name, data, pp.Config.StrictPriority(pp.Config.DSCPClass[48]), nicLimit)
 		}
 	}
+	// A NIC takes its host's datagrams one by one: no UDP GSO sends.
+	for _, fp := range p.Flows {
+		if fp.Client.SendPath != pktio.SendRaw {
+			t.Errorf("flow %s sends by %v, want the raw socket (one datagram a send)", fp.Flow.Name, fp.Client.SendPath)
+		}
+	}
+	for _, sp := range p.Servers {
+		if sp.SendPath != pktio.SendRaw {
+			t.Errorf("server %s sends by %v, want the raw socket", sp.Node, sp.SendPath)
+		}
+	}
 	if nics != 4 {
 		t.Errorf("%d NIC ports, want one a host (4)", nics)
 	}
