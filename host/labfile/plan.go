@@ -779,7 +779,7 @@ func (g *graph) components(cut [2]string) [][]string {
 // whatever the host's windows send at once.
 func nicConfig(rate units.Rate) qdisc.Config {
 	c := qdisc.DefaultConfig(rate)
-	c.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "data", LimitBytes: nicLimit}
+	c.Classes[qdisc.ClassRoCE] = qdisc.ClassConfig{Name: "data", LimitBytes: nicLimit, FlowQueues: nicFlowQueues}
 	return c
 }
 
@@ -789,7 +789,7 @@ func nicConfig(rate units.Rate) qdisc.Config {
 // queue as one super-packet that the device cuts up only as it sends it:
 // the port's accounting counted one packet in and its datagrams out (its
 // backlog ran below zero and every packet after was dropped at the limit:
-// ECMP flows failed).
+// ECMP flows failed), and its flow queues would take a whole run a turn.
 func (f *File) nicSendPath(host string) pktio.SendPath {
 	for _, l := range f.Links {
 		if l.nic && (l.A == host || l.B == host) {
@@ -798,6 +798,11 @@ func (f *File) nicSendPath(host string) pktio.SendPath {
 	}
 	return pktio.SendAuto
 }
+
+// nicFlowQueues is a NIC port's data queues: its flows served a packet
+// each in turn, as htsim's UecNIC serves its sources (a host's PDCs have
+// consecutive IDs, so up to this many flows of a host never share one).
+const nicFlowQueues = 64
 
 // nicLimit is a NIC port's data class: more than any lab's windows
 // hold, so a host's own queue never drops.

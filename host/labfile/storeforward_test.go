@@ -192,8 +192,8 @@ workload: {kind: alltoall, size: 128kb, flow: {transport: uet, cc: nscc}}
 			t.Errorf("NIC port %s at %v: want a host's, at %v slowed 16 times", pp.Name, pp.Config.Rate, f.Fabric.HostRate)
 		}
 		data := pp.Config.Classes[pp.Config.DSCPClass[26]]
-		if data.ECN != qdisc.ECNOff || data.LimitBytes != nicLimit || !pp.Config.StrictPriority(pp.Config.DSCPClass[48]) {
-			t.Errorf("NIC port %s: data class %+v, control class strict %v: want unmarked, %v, strict", pp.Name, data, pp.Config.StrictPriority(pp.Config.DSCPClass[48]), nicLimit)
+		if data.ECN != qdisc.ECNOff || data.LimitBytes != nicLimit || data.FlowQueues != nicFlowQueues || !pp.Config.StrictPriority(pp.Config.DSCPClass[48]) {
+			t.Errorf("NIC port %s: data class %+v, control class strict %v: want unmarked, %v, %d flow queues, strict", pp.Name, data, pp.Config.StrictPriority(pp.Config.DSCPClass[48]), nicLimit, nicFlowQueues)
 		}
 	}
 	// A NIC takes its host's datagrams one by one: no UDP GSO sends.
@@ -289,5 +289,66 @@ flows:
 	}
 	if nics != 2 {
 		t.Errorf("%d NIC ports in the results, want 2", nics)
+	}
+}
+
+// TestNICFlowsTakeTurns: two flows of one host to one peer, the second
+// started 8 ms (of the fabric's time) into the first, share the host's
+// NIC a packet each in turn, as htsim's UecNIC serves its sources: the
+// first keeps its lead and ends well before the second (htsim: 8.8 µs
+// apart at its 1000-times-faster rate, 8.8 ms here). A FIFO in its place
+// let the newcomer's burst take the NIC ahead of the first, and the ring
+// all-reduce's chains merged (docs/collectives.md).
+func TestNICFlowsTakeTurns(t *testing.T) {
+	labtest.RequireRoot(t)
+	// The ring's fabric (htsim-ring.yaml): its round trip sets NSCC's
+	// window, and so the burst a starting flow sends.
+	f, err := Parse("nic-turns.yaml", []byte(`name: nic-turns
+timescale: 16
+fabric: {kind: leaf-spine, hosts: 8, leaves: 2, spines: 4, host_rate: 50mbit, mtu: 9000, store_and_forward: true, nic: true}
+flows:
+  - {name: first, from: h0, to: h1, size: 128kb, transport: uet, cc: nscc, verify: true}
+  - {name: second, from: h0, to: h1, size: 128kb, start: 8ms, transport: uet, cc: nscc, verify: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), f, RunOptions{OutDir: t.TempDir()})
+	if res == nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	// Ends on the fabric's timeline (the run's, over the timescale).
+	scale := float64(f.Timescale)
+	var end [2]float64
+	for i, fr := range res.Flows {
+		if fr.Error != "" || fr.Bytes != fr.SizeBytes {
+			t.Fatalf("%s: %d of %d bytes, %q", fr.Name, fr.Bytes, fr.SizeBytes, fr.Error)
+		}
+		end[i] = (fr.StartS + fr.FCTS) / scale
+		t.Logf("%s: start %.1f ms, end %.1f ms, FCT/ideal %.3f", fr.Name, fr.StartS/scale*1e3, end[i]*1e3, fr.FCTRatio)
+	}
+	t.Logf("host-lost: %s", res.HostLost.line())
+	// Each flow keeps its entropy (ECMP): its datagrams once left in UDP
+	// GSO sends, which the NIC counted as one packet in and many out, and
+	// dropped all after at its limit.
+	for _, pr := range res.Ports {
+		if pr.Stats == nil {
+			continue
+		}
+		for c, cs := range pr.Stats.Classes {
+			if cs.DroppedLimitPackets != 0 || cs.BacklogBytes != 0 || cs.BacklogPackets != 0 {
+				t.Errorf("%s class %d: %d dropped at the limit, backlog %d bytes in %d packets at the end; want none", pr.Name, c, cs.DroppedLimitPackets, cs.BacklogBytes, cs.BacklogPackets)
+			}
+		}
+	}
+	// Turn by turn the first ends 8 ms after the second starts plus the
+	// 13 ms it had left at half rate, about 8 ms before the second:
+	// htsim's 34.5 and 43.3 µs, 8.8 apart; the lab's 7.5–8.4 ms. A FIFO
+	// NIC's runs ended −0.4 to 5.6 ms apart (6 runs).
+	if gap := end[1] - end[0]; gap < 0.0065 {
+		t.Errorf("the second flow ended %.1f ms after the first, want at least 6.5 (htsim 8.8): the NIC did not serve them in turn", gap*1e3)
 	}
 }
