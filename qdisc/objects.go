@@ -115,13 +115,13 @@ func LoadObjects(cfg Config, mode QueueMode, priorityBase uint32, opts LoadOptio
 		// The tracing programs need BTF, tp_btf and the kernel's skb
 		// layout (CO-RE); without them the port still works, counting
 		// departures at the peer's ingress.
-		if o.xmitErr = spec.LoadAndAssign(&o.PortObjects, nil); o.xmitErr != nil {
+		if o.xmitErr = spec.LoadAndAssign(&o.PortObjects, bpf.LoadOptions()); o.xmitErr != nil {
 			o.xmitErr = loadError("load xmit hook", o.xmitErr)
 		}
 	}
 	if opts.Xmit == nil || o.xmitErr != nil {
 		var core coreObjects
-		if err := spec.LoadAndAssign(&core, nil); err != nil {
+		if err := spec.LoadAndAssign(&core, bpf.LoadOptions()); err != nil {
 			return nil, loadError("load port programs", err)
 		}
 		o.PortMaps, o.PortVariables = core.PortMaps, core.PortVariables

@@ -96,7 +96,7 @@ func Register(opts Options) (*Registration, error) {
 		return nil, err
 	}
 	r := &Registration{name: name, params: p}
-	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&r.objs, bpf.LoadOptions()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("dctcp: load program: %+v", ve)

@@ -108,7 +108,9 @@ func (o *Objects) AttachLink(host, sw End) (int, error) {
 		return 0, fmt.Errorf("linkq: set slot: %w", err)
 	}
 	var objs bpf.LinkqObjects
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"linkq_slots": o.m}}); err != nil {
+	opts := bpf.LoadOptions()
+	opts.MapReplacements = map[string]*ebpf.Map{"linkq_slots": o.m}
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return 0, fmt.Errorf("linkq: load programs: %+v", ve)

@@ -99,7 +99,7 @@ func load(opts LoadOptions, withTestProgs bool) (*Objects, error) {
 	if withTestProgs {
 		to = &t
 	}
-	if err := spec.LoadAndAssign(to, nil); err != nil {
+	if err := spec.LoadAndAssign(to, bpf.LoadOptions()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("npbpf: load programs: %+v", ve)

@@ -123,7 +123,7 @@ func joinSteering(fd int) (_ *steering, err error) {
 // ones that it publishes as the namespace's.
 func (s *steering) load(cookie uint64) error {
 	found := s.owner != nil
-	var opts ebpf.CollectionOptions
+	opts := bpf.LoadOptions()
 	if found {
 		opts.MapReplacements = map[string]*ebpf.Map{
 			bpf.ReuseportMapRocev2Socks:      s.socks,
@@ -137,7 +137,7 @@ func (s *steering) load(cookie uint64) error {
 	if err != nil {
 		return err
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	coll, err := ebpf.NewCollectionWithOptions(spec, *opts)
 	if err != nil {
 		return fmt.Errorf("load the steering program: %w", err)
 	}

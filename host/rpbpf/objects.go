@@ -96,7 +96,7 @@ func Load(opts LoadOptions) (*Objects, error) {
 	spec.Maps[bpf.RpMapRpPpfcPeers].MaxEntries = uint32(pairs)
 	spec.Maps[bpf.RpMapRpPpfc].MaxEntries = uint32(pairs)
 	o := &Objects{slots: make(map[uint32]qpSlots), pairs: make(map[bpf.RpRpPpfcKey]*pairSlot), maxQPs: qps, maxPairs: pairs}
-	if err := spec.LoadAndAssign(&o.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&o.objs, bpf.LoadOptions()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("rpbpf: load program: %+v", ve)

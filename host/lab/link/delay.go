@@ -437,7 +437,7 @@ func NewDelay(ns Netns, dev, tunName string, spec DelaySpec) (_ *Delay, err erro
 	if err := cs.Variables[bpf.DelayVarDevIfindex].Set(uint32(d.devIndex)); err != nil {
 		return nil, err
 	}
-	if err := cs.LoadAndAssign(&d.objs, nil); err != nil {
+	if err := cs.LoadAndAssign(&d.objs, bpf.LoadOptions()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load delay programs: %+v", ve)

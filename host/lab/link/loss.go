@@ -83,7 +83,7 @@ func NewLoss(ns Netns, dev string, spec LossSpec) (*Loss, error) {
 		return nil, fmt.Errorf("link: set udp_dport: %w", err)
 	}
 	l := &Loss{dev: dev}
-	if err := cs.LoadAndAssign(&l.objs, nil); err != nil {
+	if err := cs.LoadAndAssign(&l.objs, bpf.LoadOptions()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("link: load drop program: %+v", ve)
