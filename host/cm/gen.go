@@ -68,11 +68,17 @@ type Gen struct {
 	// reproduce Python's stream, so a seed gives another order than the
 	// script's.
 	Seed uint64
-	// Spread spaces the flows' starts for permutation and incast: each
-	// starts at a whole microsecond drawn uniformly from [0, Spread], as
-	// the scripts' extrastarttime says (gen_permutation.py gives every
-	// flow the same start instead), from the PCG above, seeded (0, 0)
-	// when Seed is 0. 0: all start at 0. Other kinds: 0.
+	// Spread spaces the starts of the flows that start at a time, not on
+	// a trigger: every flow of permutation and incast, and the first of
+	// every chain (a stage-0 flow of allreduce-butterfly) of the
+	// collectives. Each starts at a whole microsecond drawn uniformly from
+	// [0, Spread], in matrix order, as the scripts' extrastarttime says
+	// (gen_permutation.py gives every flow the same start instead;
+	// gen_allreduce.py documents it and starts every chain at 0), from
+	// the PCG above, seeded (0, 0) when Seed is 0. 0: all start at 0. A
+	// collective's chains in step are a knife edge, and a spread is how
+	// to push them off it on both sides (docs/collectives.md).
+	// outcast-incast: 0.
 	Spread time.Duration
 }
 
@@ -132,13 +138,26 @@ func Generate(g Gen) (*Matrix, error) {
 		}
 		return s
 	}
+	// stagger spreads the starts of a collective's untriggered flows.
+	stagger := func(m *Matrix) *Matrix {
+		var first []int
+		for i, c := range m.Conns {
+			if c.Trigger == 0 {
+				first = append(first, i)
+			}
+		}
+		for k, st := range starts(len(first)) {
+			m.Conns[first[k]].Start = st
+		}
+		return m
+	}
 	switch g.Kind {
 	case "allreduce-ring":
-		return genRing(shuffle(hostRange(0, g.Nodes)), group, g.Size), nil
+		return stagger(genRing(shuffle(hostRange(0, g.Nodes)), group, g.Size)), nil
 	case "allreduce-butterfly":
-		return genButterfly(shuffle(hostRange(0, g.Nodes)), group, g.Size), nil
+		return stagger(genButterfly(shuffle(hostRange(0, g.Nodes)), group, g.Size)), nil
 	case "alltoall":
-		return genAlltoall(shuffle(hostRange(0, g.Nodes)), group, g.Size), nil
+		return stagger(genAlltoall(shuffle(hostRange(0, g.Nodes)), group, g.Size)), nil
 	case "permutation":
 		srcs := shuffle(hostRange(0, g.Nodes))
 		dsts := shuffle(hostRange(0, g.Nodes))
@@ -176,13 +195,13 @@ func (g Gen) resolve() (group, fanout int, err error) {
 		bad("size", g.Size, "must be 1..%d bytes (htsim reads it with stoi)", maxGenSize)
 	}
 	switch g.Kind {
-	case "permutation", "incast":
-		if g.Spread < 0 || g.Spread > maxGenSpread || g.Spread%time.Microsecond != 0 {
-			bad("spread", g.Spread, "must be whole microseconds, 0..%v (htsim reads a start as a float)", maxGenSpread)
+	case "outcast-incast":
+		if g.Spread != 0 {
+			bad("spread", g.Spread, "must be 0: %s starts its flows at 0", g.Kind)
 		}
 	default:
-		if g.Spread != 0 {
-			bad("spread", g.Spread, "must be 0: %s starts its flows at 0 or on triggers", g.Kind)
+		if g.Spread < 0 || g.Spread > maxGenSpread || g.Spread%time.Microsecond != 0 {
+			bad("spread", g.Spread, "must be whole microseconds, 0..%v (htsim reads a start as a float)", maxGenSpread)
 		}
 	}
 	if g.Kind != "outcast-incast" && g.Fanout != 0 {

@@ -358,6 +358,39 @@ func TestGeneratePermutation(t *testing.T) {
 	}
 }
 
+// A collective's spread moves its chains' first flows (a butterfly's
+// first stage), each to a whole microsecond in [0, Spread], and no
+// triggered flow; the chains are as without it.
+func TestGenerateCollectiveSpread(t *testing.T) {
+	for _, kind := range []string{"allreduce-ring", "allreduce-butterfly", "alltoall"} {
+		g := Gen{Kind: kind, Nodes: 8, Size: 1000, Spread: 12 * time.Millisecond}
+		m, plain := mustGenerate(t, g), mustGenerate(t, Gen{Kind: kind, Nodes: 8, Size: 1000})
+		starts := map[time.Duration]bool{}
+		untriggered := 0
+		for i, c := range m.Conns {
+			p := plain.Conns[i]
+			p.Start = c.Start
+			if c != p {
+				t.Errorf("%s flow %d: %+v, want %+v but for its start", kind, i, c, plain.Conns[i])
+			}
+			if c.Trigger != 0 {
+				if c.Start != 0 {
+					t.Errorf("%s flow %d: triggered, start %v", kind, i, c.Start)
+				}
+				continue
+			}
+			untriggered++
+			if c.Start < 0 || c.Start > g.Spread || c.Start%time.Microsecond != 0 {
+				t.Errorf("%s flow %d: start %v, want whole µs in [0, %v]", kind, i, c.Start, g.Spread)
+			}
+			starts[c.Start] = true
+		}
+		if untriggered < 4 || len(starts) < untriggered/2 {
+			t.Errorf("%s: %d distinct starts over %d untriggered flows: not spread", kind, len(starts), untriggered)
+		}
+	}
+}
+
 // A seeded incast draws its senders from hosts 1.. and its starts over
 // the whole of [0, Spread].
 func TestGenerateIncastSeeded(t *testing.T) {
@@ -419,7 +452,7 @@ func TestGenerateDeterministic(t *testing.T) {
 		if kind == "allreduce-ring" || kind == "alltoall" || kind == "allreduce-butterfly" {
 			g.Group = 4
 		}
-		if kind == "permutation" || kind == "incast" {
+		if kind != "outcast-incast" {
 			g.Spread = 100 * time.Microsecond
 		}
 		a, b := mustGenerate(t, g), mustGenerate(t, g)
@@ -461,12 +494,13 @@ func TestGenerateErrors(t *testing.T) {
 		{with(ok("incast"), func(g *Gen) { g.Spread = 1500 * time.Nanosecond }), "cm: gen incast: spread 1.5µs: must be whole microseconds, 0..16.777216s (htsim reads a start as a float)"},
 		{with(ok("permutation"), func(g *Gen) { g.Spread = 17 * time.Second }), "cm: gen permutation: spread 17s: must be whole microseconds, 0..16.777216s (htsim reads a start as a float)"},
 		{with(ok("incast"), func(g *Gen) { g.Spread = -time.Microsecond }), "cm: gen incast: spread -1µs: must be whole microseconds, 0..16.777216s (htsim reads a start as a float)"},
-		{with(ok("allreduce-ring"), func(g *Gen) { g.Spread = time.Millisecond }), "cm: gen allreduce-ring: spread 1ms: must be 0: allreduce-ring starts its flows at 0 or on triggers"},
+		{with(ok("allreduce-ring"), func(g *Gen) { g.Spread = 2500 * time.Nanosecond }), "cm: gen allreduce-ring: spread 2.5µs: must be whole microseconds, 0..16.777216s (htsim reads a start as a float)"},
+		{with(ok("outcast-incast"), func(g *Gen) { g.Spread = time.Millisecond }), "cm: gen outcast-incast: spread 1ms: must be 0: outcast-incast starts its flows at 0"},
 		// 65536·(2·16−1) = 2031616 flows.
 		{Gen{Kind: "allreduce-ring", Nodes: 65536, Group: 16, Size: 1}, "cm: gen allreduce-ring: group 16: must keep the flows at most 1048576: allreduce-ring over 65536 nodes with group 16 is 2031616"},
 		// Every field's refusal, joined.
-		{Gen{Kind: "alltoall", Nodes: 8, Group: 3, Fanout: 1, Spread: time.Second}, "cm: gen alltoall: size 0: must be 1..2147483647 bytes (htsim reads it with stoi)\n" +
-			"cm: gen alltoall: spread 1s: must be 0: alltoall starts its flows at 0 or on triggers\n" +
+		{Gen{Kind: "alltoall", Nodes: 8, Group: 3, Fanout: 1, Spread: 17 * time.Second}, "cm: gen alltoall: size 0: must be 1..2147483647 bytes (htsim reads it with stoi)\n" +
+			"cm: gen alltoall: spread 17s: must be whole microseconds, 0..16.777216s (htsim reads a start as a float)\n" +
 			"cm: gen alltoall: fanout 1: must be 0: only outcast-incast has a fan-out\n" +
 			"cm: gen alltoall: group 3: must divide nodes 8 (2..8)"},
 	} {
@@ -508,6 +542,9 @@ func TestGenerateRoundTrip(t *testing.T) {
 	for _, seed := range []uint64{0, 77} {
 		gens = append(gens,
 			Gen{Kind: "allreduce-ring", Nodes: 12, Group: 4, Size: 2_000_000, Seed: seed},
+			Gen{Kind: "allreduce-ring", Nodes: 8, Size: 131072, Seed: seed, Spread: 12 * time.Millisecond},
+			Gen{Kind: "allreduce-butterfly", Nodes: 8, Size: 65536, Seed: seed, Spread: 5 * time.Microsecond},
+			Gen{Kind: "alltoall", Nodes: 8, Size: 1 << 20, Seed: seed, Spread: 40 * time.Microsecond},
 			Gen{Kind: "allreduce-ring", Nodes: 5, Size: 1, Seed: seed},
 			Gen{Kind: "allreduce-butterfly", Nodes: 32, Group: 8, Size: 65536, Seed: seed},
 			Gen{Kind: "allreduce-butterfly", Nodes: 4, Group: 2, Size: 65536, Seed: seed},

@@ -6,14 +6,11 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fabriclab/fabriclab/host/cm"
 	"github.com/fabriclab/fabriclab/host/hostlost"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/host/pktio"
@@ -357,52 +354,29 @@ flows:
 	}
 }
 
-// ringStagger is when each of the ring's 8 chains starts, in µs of the
-// fabric's time: drawn once uniformly from 0 to 12 ms, half a hop's
-// 21-ms serialisation.
-var ringStagger = []time.Duration{5305, 2471, 6468, 10664, 791, 1186, 8779, 1542}
-
 // TestNICRingChainsApart: htsim-ring.yaml's fabric and matrix under
-// NSCC, its 8 chains started up to half a hop apart (ringStagger): two
-// chains that reach a hop together share their host's NIC in turn and
-// part again. The same .cm in htsim: 1.18 × ideal. 10 quiet runs
-// (2026-12-03): completion 1.236-1.333 × ideal, longest flow 1.60-1.96 ×
-// (1.34-1.60 net of the host's share of its span), host-lost 10-12 %; 5
-// beside stress-ng --cpu 2 --cpu-load 50: 1.246-1.356, 1.66-2.07 (net
-// 1.24-1.51), host-lost 17-20 %. With a FIFO NIC the chains merged and
-// shared every hop to the end: 1.852-2.290, longest flows 3.07-6.01 ×
-// (net 2.66-5.00; 4 runs). The longest flow's net ratio is judged in
-// every run: no host stall makes two chains share a hop for a whole
-// flow; the completion only in runs the host did not starve.
+// NSCC, its 8 chains started up to half a hop apart (spread 12 ms, the
+// draw of seed 0: 0.9 to 8.7 ms; a hop's 128 KiB take 21 ms): two chains
+// that reach a hop together share their host's NIC in turn and part
+// again. The same matrix in htsim: 1.18 × ideal. 10 quiet runs
+// (2026-12-03): completion 1.201-1.348 × ideal, longest flow 1.67-2.41 ×
+// (1.41-1.92 net of the host's share of its span), host-lost 9-11 %; 5
+// beside stress-ng --cpu 2 --cpu-load 50: 1.248-1.337, 1.67-2.04 (net
+// 1.20-1.51), host-lost 19-21 %. With a FIFO NIC the chains merged and
+// shared hops to the end: 1.72-2.29, longest flows 3.07-6.01 × (net
+// 2.66-5.00; 6 runs with this spread or a similar one). The longest
+// flow's net ratio is judged in every run, no host stall making two
+// chains share a hop for a whole flow; the completion only in runs the
+// host did not starve.
 func TestNICRingChainsApart(t *testing.T) {
 	labtest.RequireRoot(t)
-	m, err := cm.Generate(cm.Gen{Kind: "allreduce-ring", Nodes: 8, Size: 128 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain := 0
-	for i := range m.Conns {
-		if m.Conns[i].Trigger == 0 {
-			m.Conns[i].Start = ringStagger[chain] * time.Microsecond
-			chain++
-		}
-	}
-	if chain != len(ringStagger) {
-		t.Fatalf("%d chains, want %d", chain, len(ringStagger))
-	}
-	dir := t.TempDir()
-	var b strings.Builder
-	if _, err := m.WriteTo(&b); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "ring.cm"), []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := Parse(filepath.Join(dir, "ring.yaml"), []byte(`name: ring-apart
+	f, err := Parse("ring-apart.yaml", []byte(`name: ring-apart
 timescale: 16
 fabric: {kind: leaf-spine, hosts: 8, leaves: 2, spines: 4, host_rate: 50mbit, mtu: 9000, store_and_forward: true, nic: true}
 workload:
-  cm: ring.cm
+  kind: allreduce-ring
+  size: 128kb
+  spread: 12ms
   flow: {transport: uet, cc: nscc, lb: oblivious, rto: 600ms, verify: true}
 `))
 	if err != nil {
@@ -420,8 +394,8 @@ workload:
 		}
 		t.Logf("completion %.3f × ideal, FCT/ideal p50 %.3f, longest %.2f (net of the host %.2f); host-lost %.1f %% of the run",
 			mr.All.CCTRatio, mr.FCTRatio.P50, mr.FCTRatio.Max, longestNet, 100*share)
-		if longestNet == 0 || longestNet > 2.2 {
-			t.Errorf("longest flow %.2f × ideal net of the host, want ≤ 2.2: chains shared hops", longestNet)
+		if longestNet == 0 || longestNet > 2.3 {
+			t.Errorf("longest flow %.2f × ideal net of the host, want ≤ 2.3: chains shared hops", longestNet)
 		}
 		if mr.All.CCTRatio > 1.55 {
 			return []string{fmt.Sprintf("completion %.3f × ideal, want ≤ 1.55 (htsim 1.18): chains merged", mr.All.CCTRatio)}
