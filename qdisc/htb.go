@@ -220,31 +220,43 @@ func installHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) err
 	if err := t.Qdisc().Replace(root); err != nil {
 		return fmt.Errorf("install htb root qdisc: %w", err)
 	}
-	if err := t.Class().Add(portClass(ifindex, uint64(cfg.Rate))); err != nil {
-		return fmt.Errorf("add htb port class: %w", err)
+	classes, fifos := htbTree(ifindex, cfg, shaped)
+	for _, o := range classes {
+		if err := t.Class().Add(o); err != nil {
+			return fmt.Errorf("add htb class %s: %w", handleText(o.Handle), err)
+		}
 	}
-	rates := leafRates(cfg)
-	for c := range NumClasses {
-		if err := t.Class().Add(leafClass(ifindex, cfg, c, rates[c])); err != nil {
-			return fmt.Errorf("add htb class for tc%d: %w", c, err)
-		}
-		for b := range cfg.Classes[c].FlowQueues {
-			if err := t.Class().Add(flowQueueClass(ifindex, cfg, c, b, rates[c])); err != nil {
-				return fmt.Errorf("add htb class for tc%d flow queue %d: %w", c, b, err)
-			}
-			if err := t.Qdisc().Add(fifoUnder(ifindex, flowQueueMinor(c, b), leafFifoLimit(cfg, c, shaped))); err != nil {
-				return fmt.Errorf("add fifo for tc%d flow queue %d: %w", c, b, err)
-			}
-		}
-		if cfg.Classes[c].FlowQueues > 0 {
-			continue // an inner class: its flow queues hold the packets
-		}
-		if err := t.Qdisc().Add(leafFifo(ifindex, c, leafFifoLimit(cfg, c, shaped))); err != nil {
-			return fmt.Errorf("add fifo for tc%d: %w", c, err)
+	for _, o := range fifos {
+		if err := t.Qdisc().Add(o); err != nil {
+			return fmt.Errorf("add fifo under %s: %w", handleText(o.Parent), err)
 		}
 	}
 	return nil
 }
+
+// htbTree is the port's HTB classes under the root qdisc (the port's,
+// then each traffic class's with its flow queues), parents first, and
+// the bfifos of its leaves; shaped: a virtual-queue port's
+// (leafFifoLimit).
+func htbTree(ifindex uint32, cfg *Config, shaped bool) (classes, fifos []*tc.Object) {
+	classes = append(classes, portClass(ifindex, uint64(cfg.Rate)))
+	rates := leafRates(cfg)
+	for c := range NumClasses {
+		classes = append(classes, leafClass(ifindex, cfg, c, rates[c]))
+		limit := leafFifoLimit(cfg, c, shaped)
+		for b := range cfg.Classes[c].FlowQueues {
+			classes = append(classes, flowQueueClass(ifindex, cfg, c, b, rates[c]))
+			fifos = append(fifos, fifoUnder(ifindex, flowQueueMinor(c, b), limit))
+		}
+		if cfg.Classes[c].FlowQueues == 0 {
+			fifos = append(fifos, leafFifo(ifindex, c, limit))
+		}
+	}
+	return classes, fifos
+}
+
+// handleText is a tc handle as tc prints it, major:minor in hex.
+func handleText(h uint32) string { return fmt.Sprintf("%x:%x", h>>16, h&0xffff) }
 
 // setPortClassRate changes the port class's rate and ceil alone.
 func setPortClassRate(t *tc.Tc, ifindex uint32, bps uint64) error {
@@ -261,30 +273,20 @@ func updateHTB(ns netns.NsHandle, ifindex uint32, cfg *Config, shaped bool) erro
 		return err
 	}
 	defer t.Close()
-	if err := t.Class().Replace(portClass(ifindex, uint64(cfg.Rate))); err != nil {
-		return fmt.Errorf("change htb port class: %w", err)
+	classes, fifos := htbTree(ifindex, cfg, shaped)
+	for _, o := range classes {
+		if err := t.Class().Replace(o); err != nil {
+			return fmt.Errorf("change htb class %s: %w", handleText(o.Handle), err)
+		}
 	}
-	rates := leafRates(cfg)
-	for c := range NumClasses {
-		if err := t.Class().Replace(leafClass(ifindex, cfg, c, rates[c])); err != nil {
-			return fmt.Errorf("change htb class for tc%d: %w", c, err)
-		}
-		for b := range cfg.Classes[c].FlowQueues {
-			if err := t.Class().Replace(flowQueueClass(ifindex, cfg, c, b, rates[c])); err != nil {
-				return fmt.Errorf("change htb class for tc%d flow queue %d: %w", c, b, err)
-			}
-			if shaped {
-				if err := t.Qdisc().Replace(fifoUnder(ifindex, flowQueueMinor(c, b), leafFifoLimit(cfg, c, true))); err != nil {
-					return fmt.Errorf("change fifo for tc%d flow queue %d: %w", c, b, err)
-				}
-			}
-		}
-		// A shaped port's fifos follow the class limits (the same kind:
-		// changed in place, their packets kept).
-		if shaped && cfg.Classes[c].FlowQueues == 0 {
-			if err := t.Qdisc().Replace(leafFifo(ifindex, c, leafFifoLimit(cfg, c, true))); err != nil {
-				return fmt.Errorf("change fifo for tc%d: %w", c, err)
-			}
+	if !shaped {
+		return nil
+	}
+	// A shaped port's fifos follow the class limits (the same kind:
+	// changed in place, their packets kept).
+	for _, o := range fifos {
+		if err := t.Qdisc().Replace(o); err != nil {
+			return fmt.Errorf("change fifo under %s: %w", handleText(o.Parent), err)
 		}
 	}
 	return nil
