@@ -3,7 +3,6 @@
 package labfile
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -138,13 +137,7 @@ flows:
 		t.Fatal(err)
 	}
 	labtest.RetryStarved(t, func(_ int, c *labtest.Checks) *hostlost.Report {
-		res, err := Run(context.Background(), f, RunOptions{OutDir: t.TempDir()})
-		if res == nil {
-			t.Fatalf("Run: %v", err)
-		}
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		res := runChecked(t, f, RunOptions{OutDir: t.TempDir()})
 		fr := res.Flows[0]
 		if fr.Error != "" || fr.Bytes != 128<<10 || fr.Retransmits != 0 {
 			t.Errorf("%s: %d of %d bytes, %d resent, %q", fr.Name, fr.Bytes, 128<<10, fr.Retransmits, fr.Error)
@@ -257,13 +250,7 @@ flows:
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), f, RunOptions{OutDir: t.TempDir()})
-	if res == nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	res := runChecked(t, f, RunOptions{OutDir: t.TempDir()})
 	for _, fr := range res.Flows {
 		if fr.Error != "" || fr.Bytes != fr.SizeBytes {
 			t.Errorf("%s: %d of %d bytes, %q", fr.Name, fr.Bytes, fr.SizeBytes, fr.Error)
@@ -314,13 +301,7 @@ flows:
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), f, RunOptions{OutDir: t.TempDir()})
-	if res == nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	res := runChecked(t, f, RunOptions{OutDir: t.TempDir()})
 	// Ends on the fabric's timeline (the run's, over the timescale).
 	scale := float64(f.Timescale)
 	var end [2]float64
