@@ -96,8 +96,9 @@ func flowQueueClass(ifindex uint32, cfg *Config, c, b int, rate uint64) *tc.Obje
 	o := leafClass(ifindex, cfg, c, rate)
 	o.Parent = leafClassID(c)
 	o.Handle = core.BuildHandle(htbMajor, flowQueueMinor(c, b))
-	o.Htb.Parms.Rate, o.Htb.Rate64 = rateSpec(max(rate/uint64(cfg.Classes[c].FlowQueues), 8))
-	o.Htb.Parms.Buffer = core.XmitTime(max(rate/uint64(cfg.Classes[c].FlowQueues), 8)/8, burstBytes(rate))
+	share := max(rate/uint64(cfg.Classes[c].FlowQueues), 8)
+	o.Htb.Parms.Rate, o.Htb.Rate64 = rateSpec(share)
+	o.Htb.Parms.Buffer = core.XmitTime(share/8, burstBytes(share))
 	o.Htb.Parms.Quantum = flowQuantumBytes
 	return o
 }
