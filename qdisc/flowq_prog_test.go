@@ -3,7 +3,6 @@ package qdisc
 import (
 	"encoding/binary"
 	"net"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -192,14 +191,7 @@ func TestFlowQueueRoundRobin(t *testing.T) {
 // in the order they reach the peer.
 func flowQueueOrder(t *testing.T, n int) []uint16 {
 	labtest.EnterNetns(t)
-	for _, args := range [][]string{
-		{"link", "add", "fq0", "type", "veth", "peer", "name", "fq1"},
-		{"link", "set", "fq0", "up"}, {"link", "set", "fq1", "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v %s", args, err, out)
-		}
-	}
+	vethUp(t, "fq0", "fq1")
 	cfg := DefaultConfig(2 * units.Mbit)
 	cfg.Classes[ClassRoCE].FlowQueues = n
 	p, err := Attach(cfg, AttachOptions{Dev: "fq0"})

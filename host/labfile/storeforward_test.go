@@ -280,6 +280,12 @@ flows:
 	}
 }
 
+// ringNICFabric is htsim-ring.yaml's timescale and fabric, with its
+// store-and-forward and NICs: the NIC tests' lab-file lines.
+const ringNICFabric = `timescale: 16
+fabric: {kind: leaf-spine, hosts: 8, leaves: 2, spines: 4, host_rate: 50mbit, mtu: 9000, store_and_forward: true, nic: true}
+`
+
 // TestNICFlowsTakeTurns: two flows of one host to one peer, the second
 // started 8 ms (of the fabric's time) into the first, share the host's
 // NIC a packet each in turn, as htsim's UecNIC serves its sources: the
@@ -289,12 +295,10 @@ flows:
 // all-reduce's chains merged (docs/collectives.md).
 func TestNICFlowsTakeTurns(t *testing.T) {
 	labtest.RequireRoot(t)
-	// The ring's fabric (htsim-ring.yaml): its round trip sets NSCC's
-	// window, and so the burst a starting flow sends.
+	// The ring's fabric: its round trip sets NSCC's window, and so the
+	// burst a starting flow sends.
 	f, err := Parse("nic-turns.yaml", []byte(`name: nic-turns
-timescale: 16
-fabric: {kind: leaf-spine, hosts: 8, leaves: 2, spines: 4, host_rate: 50mbit, mtu: 9000, store_and_forward: true, nic: true}
-flows:
+`+ringNICFabric+`flows:
   - {name: first, from: h0, to: h1, size: 128kb, transport: uet, cc: nscc, verify: true}
   - {name: second, from: h0, to: h1, size: 128kb, start: 8ms, transport: uet, cc: nscc, verify: true}
 `))
@@ -352,9 +356,7 @@ flows:
 func TestNICRingChainsApart(t *testing.T) {
 	labtest.RequireRoot(t)
 	f, err := Parse("ring-apart.yaml", []byte(`name: ring-apart
-timescale: 16
-fabric: {kind: leaf-spine, hosts: 8, leaves: 2, spines: 4, host_rate: 50mbit, mtu: 9000, store_and_forward: true, nic: true}
-workload:
+`+ringNICFabric+`workload:
   kind: allreduce-ring
   size: 128kb
   spread: 12ms
