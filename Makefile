@@ -120,8 +120,10 @@ wan-experiment: deps
 # Issue 29: htsim beside the lab, the same matrix on the same leaf-spine
 # (a ring all-reduce and an all-to-all over 8 hosts, UET under NSCC and
 # RCCC; a permutation over 16 hosts on a leaf-spine and on a fat tree,
-# under ECMP and spraying (on the fat tree also with SLEEK on both
-# sides), and on a fat tree oversubscribed 2:1: about 35 minutes). HTSIM is htsim's build directory (reference/htsim.md "Build");
+# under ECMP and spraying, with SLEEK on both sides too, on a fat tree
+# oversubscribed 2:1 and on one with faster cores; every fabric stores
+# and forwards and has NICs: 80 runs of 15-25 s). HTSIM is htsim's build
+# directory (reference/htsim.md "Build");
 # without it each run's htsim/ gets the topology, the .cm and a script
 # that runs them. HTSIM_FLAGS: fabriclab run's flags; writes
 # htsim-compare-out/.
@@ -134,6 +136,7 @@ htsim-compare: deps
 	$(BIN)/fabriclab run -o htsim-compare-out/permutation -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-permutation.yaml
 	$(BIN)/fabriclab run -o htsim-compare-out/fattree -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-fattree.yaml
 	$(BIN)/fabriclab run -o htsim-compare-out/fattree-os -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-fattree-os.yaml
+	$(BIN)/fabriclab run -o htsim-compare-out/fattree-core -htsim "$(or $(HTSIM),none)" $(HTSIM_FLAGS) host/labfile/examples/htsim-fattree-core.yaml
 
 install:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(INSTALL_BINS))
