@@ -37,8 +37,10 @@ const (
 	DSCPCNP         DSCP    = 48
 )
 
-// MinRate is the slowest port: every HTB class keeps a token guarantee of
-// 8 kbit/s under the port rate.
+// MinRate is the slowest port and class rate, 640 kbit/s: once ten times
+// the 8 kbit/s each class kept of it in HTB (its guarantee is a byte a
+// second now, leafRates), kept as the floor labs and configs were
+// validated against.
 const MinRate = units.Rate(10 * NumClasses * 8000)
 
 // maxBufferBytes bounds limits and thresholds: the BPF marking arithmetic

@@ -175,14 +175,24 @@ func leafClass(ifindex uint32, cfg *Config, c int, rate uint64) *tc.Object {
 // that rate left at once, beside the data packet the port was still
 // sending: every control packet's round trip was a residual
 // serialisation short of a switch's, and htsim's (docs/collectives.md).
-func leafRates(cfg *Config) [NumClasses]uint64 {
-	token := max(uint64(cfg.Rate)/1000, 8000)
+//
+// The guarantee is HTB's least, a byte a second: a class whose own
+// tokens are not in debt sends "green", beside the frame on the wire,
+// and a packet puts it in debt for its size over that rate. At the old
+// rate/1000 (at least 8 kbit/s) an 88-byte ACK's debt was paid back
+// 88 ms later at timescale 32, and every class went green about that
+// often; now the debt is HTB's cap (60 s) after any packet.
+func leafRates(*Config) [NumClasses]uint64 {
 	var r [NumClasses]uint64
 	for i := range r {
-		r[i] = token
+		r[i] = leafTokenBitsPerSec
 	}
 	return r
 }
+
+// leafTokenBitsPerSec is every class's own HTB rate: one byte a second,
+// the least tc's rate (bytes a second) can say.
+const leafTokenBitsPerSec = 8
 
 func openTC(ns netns.NsHandle) (*tc.Tc, error) {
 	if err := core.InitializeClock(); err != nil && !core.IsClockInitialized() {
