@@ -140,6 +140,13 @@ type Config struct {
 	// initiator alike. Real time only (not with a FakeClock). Optional:
 	// none.
 	Wires map[netip.Addr]pktio.Wire
+	// FirstPDCID is the first PDC ID the endpoint gives, the next ones
+	// counting up from it. A lab gives the endpoints of one host IDs apart,
+	// so that the host's NIC, which serves its flows in turn by SPDCID
+	// modulo its queues (qdisc ClassConfig.FlowQueues), tells their PDCs
+	// apart. Optional: 0 means a random one (a restarted endpoint does not
+	// reuse the IDs its peers still hold state for).
+	FirstPDCID uint16
 }
 
 // Bounds of the configuration.

@@ -159,9 +159,12 @@ func newEndpoint(cfg Config) (*Endpoint, error) {
 		ep.reqLen = uet.RequestCCLen
 	}
 	ep.ctr.Transitions = make(map[string]uint64)
-	// PDC IDs start at a random point: a restarted endpoint does not
-	// reuse the IDs its peers still hold state for.
+	// PDC IDs start at a random point, unless given: a restarted
+	// endpoint does not reuse the IDs its peers still hold state for.
 	ep.nextID = uint16(randomPSN())
+	if cfg.FirstPDCID != 0 {
+		ep.nextID = cfg.FirstPDCID - 1 // allocID counts up first
+	}
 	ep.nacksRx = make(map[uet.NackCode]uint64)
 	ep.nacksTx = make(map[uet.NackCode]uint64)
 	if len(cfg.Wires) > 0 {

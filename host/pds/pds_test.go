@@ -584,3 +584,21 @@ func TestRxCCCDataGapBursts(t *testing.T) {
 		t.Errorf("dataGap %v after bursts of 16 every 1.6 ms: want %v ± 10 %%", c.dataGap, want)
 	}
 }
+
+// TestFirstPDCID: an endpoint given its first PDC ID numbers its PDCs
+// from it, up (a lab parts its hosts' endpoints so).
+func TestFirstPDCID(t *testing.T) {
+	p := newPair(t, nil, func(a, _ *Config) { a.FirstPDCID = 4242 })
+	var ids []uint16
+	for job := range uint32(2) {
+		s, err := p.a.Start(addrB.Addr(), Stream{JobID: job + 1, MessageBytes: 10_000, Messages: 2, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.wait(t, time.Second, s)
+		ids = append(ids, s.PDC())
+	}
+	if ids[0] != 4242 || ids[1] != 4243 {
+		t.Errorf("PDC IDs %v, want 4242 and 4243", ids)
+	}
+}

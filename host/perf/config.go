@@ -369,6 +369,9 @@ type ClientConfig struct {
 	// by the server's address, in the fabric's terms (Timescale slows
 	// them). UET only. Optional: none.
 	Wires map[netip.Addr]pktio.Wire
+	// FirstPDCID is the endpoint's first PDC ID (pds.Config.FirstPDCID).
+	// UET only. Optional: 0 means a random one.
+	FirstPDCID uint16
 
 	// Timescale slows the fabric the client runs on (units.Timescale): the
 	// line rate over k; DCQCN's parameters after its profile and knobs

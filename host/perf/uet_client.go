@@ -127,7 +127,7 @@ func (c *ClientConfig) uetConfig(conn pktio.Conn, trace func(pds.CCCTransition))
 	pc.Trace = trace
 	pc.CC = c.UETCC
 	pc.Held, pc.HostQueue = c.Held, c.HostQueue
-	pc.Wires = c.Wires
+	pc.Wires, pc.FirstPDCID = c.Wires, c.FirstPDCID
 	k := c.Timescale
 	if len(c.NSCCKnobs) > 0 {
 		// Validate (validateUET) reports a bad knob; here it is skipped.
