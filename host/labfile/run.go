@@ -222,6 +222,8 @@ type runner struct {
 	// host's senders by its links, by host name.
 	hostq      *linkq.Objects
 	hostQueues map[string]*linkq.Queue
+	// pdcIDs numbers the UET endpoints each host opens (firstPDCID).
+	pdcIDs pdcIDs
 
 	losses     []*link.Loss
 	delays     []relayDelay  // closed with the lab
@@ -1068,6 +1070,9 @@ func (r *runner) runInstance(ctx context.Context, t0 time.Time, fr *flowRun, in 
 	if q := r.hostQueues[fl.From]; q != nil {
 		cfg.HostQueue = q
 	}
+	if cfg.Transport == perf.TransportUET {
+		cfg.FirstPDCID = r.pdcIDs.next(fl.From)
+	}
 	// A uet flow's data starts with its senders; RunClient returns after.
 	if gate == nil { // a gated flow's data starts at its gate (runGated)
 		cfg.OnSenders = func([]*pds.Sender) { in.dataStart, in.dataMono = time.Since(t0), hostlost.Now() }
@@ -1245,4 +1250,43 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 		}
 		res.Ports = append(res.Ports, pr)
 	}
+}
+
+// pdcIDs gives each UET endpoint a host opens its first PDC ID: a host's
+// NIC serves its flows in turn by SPDCID modulo its flow queues
+// (nicFlowQueues), and endpoints that drew their IDs at random shared a
+// queue one pair in 64 (TestNICFlowsTakeTurns failed so). The k-th
+// endpoint of a host starts at base + 257k, modulo pdcIDSpan, from a base
+// drawn per host and run: its first ID falls in a queue of its own for 64
+// endpoints in a row, its next PDCs count up through 256 IDs before the
+// next endpoint's, and each run draws other IDs and so other ECMP
+// entropies (pds derives a PDC's from its ID), as random IDs did.
+type pdcIDs struct {
+	mu   sync.Mutex
+	base map[string]uint32
+	n    map[string]uint32
+}
+
+// pdcIDSpan is the IDs used, 1..pdcIDSpan: a multiple of 64 (and of
+// every power of two up to it), so the wrap keeps an ID's queue.
+const pdcIDSpan = 64 * 1023
+
+// pdcIDStride parts a host's endpoints: one more than a power of two, so
+// consecutive endpoints' first IDs fall in consecutive queues.
+const pdcIDStride = 257
+
+func (p *pdcIDs) next(host string) uint16 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.base == nil {
+		p.base, p.n = map[string]uint32{}, map[string]uint32{}
+	}
+	b, ok := p.base[host]
+	if !ok {
+		b = rand.Uint32N(pdcIDSpan)
+		p.base[host] = b
+	}
+	k := p.n[host]
+	p.n[host] = k + 1
+	return uint16(1 + (b+k*pdcIDStride)%pdcIDSpan)
 }
