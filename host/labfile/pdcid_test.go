@@ -2,10 +2,13 @@ package labfile
 
 import "testing"
 
-// TestPDCIDs: a host's endpoints start their PDC IDs in a flow queue of
-// their own (SPDCID mod 64) for 64 in a row, 256 IDs apart, in 1..65535,
-// each host from its own base.
+// TestPDCIDs: a host's endpoints start their PDC IDs in a NIC flow queue
+// of their own (SPDCID modulo nicFlowQueues) for nicFlowQueues in a row,
+// pdcIDStride apart, in 1..65535.
 func TestPDCIDs(t *testing.T) {
+	if pdcIDSpan%nicFlowQueues != 0 || pdcIDSpan > 1<<16-1 || pdcIDStride%nicFlowQueues != 1 {
+		t.Fatalf("span %d, stride %d: want a span that is a multiple of %d up to 65535 and a stride one more than a multiple", pdcIDSpan, pdcIDStride, nicFlowQueues)
+	}
 	var p pdcIDs
 	for _, host := range []string{"h0", "h1"} {
 		queues := map[uint16]bool{}
@@ -19,15 +22,12 @@ func TestPDCIDs(t *testing.T) {
 				t.Errorf("%s endpoint %d: ID %d after %d, want %d", host, k, id, prev, want)
 			}
 			prev = id
-			if k < 64 {
-				if queues[id%64] {
-					t.Errorf("%s endpoint %d: ID %d shares queue %d with an earlier one", host, k, id, id%64)
+			if q := id % nicFlowQueues; k < nicFlowQueues {
+				if queues[q] {
+					t.Errorf("%s endpoint %d: ID %d shares queue %d with an earlier one", host, k, id, q)
 				}
-				queues[id%64] = true
+				queues[q] = true
 			}
 		}
-	}
-	if p.base["h0"] == p.base["h1"] && p.base["h0"] != 0 {
-		t.Logf("both hosts drew base %d (one in %d)", p.base["h0"], pdcIDSpan)
 	}
 }

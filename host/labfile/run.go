@@ -222,7 +222,7 @@ type runner struct {
 	// host's senders by its links, by host name.
 	hostq      *linkq.Objects
 	hostQueues map[string]*linkq.Queue
-	// pdcIDs numbers the UET endpoints each host opens (firstPDCID).
+	// pdcIDs numbers the UET endpoints each host opens.
 	pdcIDs pdcIDs
 
 	losses     []*link.Loss
@@ -1256,24 +1256,26 @@ func (r *runner) finish(res *Result, flows []*flowRun, interrupted bool) {
 // NIC serves its flows in turn by SPDCID modulo its flow queues
 // (nicFlowQueues), and endpoints that drew their IDs at random shared a
 // queue one pair in 64 (TestNICFlowsTakeTurns failed so). The k-th
-// endpoint of a host starts at base + 257k, modulo pdcIDSpan, from a base
-// drawn per host and run: its first ID falls in a queue of its own for 64
-// endpoints in a row, its next PDCs count up through 256 IDs before the
-// next endpoint's, and each run draws other IDs and so other ECMP
-// entropies (pds derives a PDC's from its ID), as random IDs did.
+// endpoint of a host starts at base + k × pdcIDStride, modulo pdcIDSpan,
+// from a base drawn per host and run: its first ID falls in a queue of
+// its own for nicFlowQueues endpoints in a row, its next PDCs count up
+// through 4 × nicFlowQueues IDs before the next endpoint's, and each run
+// draws other IDs and so other ECMP entropies (pds derives a PDC's from
+// its ID), as random IDs did.
 type pdcIDs struct {
 	mu   sync.Mutex
 	base map[string]uint32
 	n    map[string]uint32
 }
 
-// pdcIDSpan is the IDs used, 1..pdcIDSpan: a multiple of 64 (and of
-// every power of two up to it), so the wrap keeps an ID's queue.
-const pdcIDSpan = 64 * 1023
+// pdcIDSpan is the IDs used, 1..pdcIDSpan: a multiple of nicFlowQueues,
+// so the wrap keeps an ID's queue.
+const pdcIDSpan = (1<<16 - 1) / nicFlowQueues * nicFlowQueues
 
-// pdcIDStride parts a host's endpoints: one more than a power of two, so
-// consecutive endpoints' first IDs fall in consecutive queues.
-const pdcIDStride = 257
+// pdcIDStride parts a host's endpoints: one more than a multiple of
+// nicFlowQueues, so consecutive endpoints' first IDs fall in consecutive
+// queues.
+const pdcIDStride = 4*nicFlowQueues + 1
 
 func (p *pdcIDs) next(host string) uint16 {
 	p.mu.Lock()
