@@ -415,8 +415,18 @@ func checkDequeueAQM(ins, pst want, marking bool) func(d delta) (string, error) 
 		if err := ins.check("instantaneous", d.insMarks, runs, d.stalled); err != nil {
 			return "", err
 		}
-		if err := pst.check("persistent", d.pstMarks, runs, d.stalled); err != nil {
-			return "", err
+		// The persistent condition's first mark comes on the first timed
+		// run. If the host stalled that run past ins_target, the
+		// instantaneous condition marks it and the counters book it there
+		// (ins wins), though the state machine counted it: with one trial
+		// (the smoke) that leaves no persistent mark at all. The state's
+		// count says whether it decided to mark; the stalled runs say why.
+		masked := pst == markSome && d.pstMarks == 0 && marking && d.aqm.Marking != 0 &&
+			d.aqm.Count >= 1 && d.insMarks > 0 && d.insMarks <= d.stalled
+		if !masked {
+			if err := pst.check("persistent", d.pstMarks, runs, d.stalled); err != nil {
+				return "", err
+			}
 		}
 		if (d.aqm.Marking != 0) != marking {
 			return "", fmt.Errorf("AQM state marking=%d after the run, want %v", d.aqm.Marking, marking)
@@ -444,6 +454,9 @@ func checkDequeueAQM(ins, pst want, marking bool) func(d delta) (string, error) 
 				stray += d.pstMarks
 			}
 			out += fmt.Sprintf("; %d stalled (sojourn >= %s), %d stray marks", d.stalled, units.FormatDuration(d.stallFrom), stray)
+		}
+		if masked {
+			out += fmt.Sprintf("; HOST-DISTORTED: the persistent condition's %d mark(s) (state count) fell on stalled runs the instantaneous condition marked", d.aqm.Count)
 		}
 		return out, nil
 	}
