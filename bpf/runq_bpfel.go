@@ -18,6 +18,7 @@ type RunqRunqStats struct {
 	Waits     uint64
 	RingLost  uint64
 	TableFull uint64
+	Blocked   uint64
 }
 
 type RunqRunqWait struct {
@@ -26,12 +27,15 @@ type RunqRunqWait struct {
 	ToNs   uint64
 	Tid    uint32
 	Tgid   uint32
+	Kind   uint32
+	Pad    uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	RunqMapBlocked        = "blocked"
 	RunqMapStats          = "stats"
 	RunqMapWaiting        = "waiting"
 	RunqMapWaits          = "waits"
@@ -40,6 +44,7 @@ const (
 	RunqProgRunqWakeup    = "runq_wakeup"
 	RunqProgRunqWakeupNew = "runq_wakeup_new"
 	RunqVarRunqWaitBtf    = "runq_wait_btf"
+	RunqVarTrackBlocked   = "track_blocked"
 )
 
 // LoadRunq returns the embedded CollectionSpec for Runq.
@@ -93,6 +98,7 @@ type RunqProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RunqMapSpecs struct {
+	Blocked *ebpf.MapSpec `ebpf:"blocked"`
 	Stats   *ebpf.MapSpec `ebpf:"stats"`
 	Waiting *ebpf.MapSpec `ebpf:"waiting"`
 	Waits   *ebpf.MapSpec `ebpf:"waits"`
@@ -103,7 +109,8 @@ type RunqMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RunqVariableSpecs struct {
-	RunqWaitBtf *ebpf.VariableSpec `ebpf:"runq_wait_btf"`
+	RunqWaitBtf  *ebpf.VariableSpec `ebpf:"runq_wait_btf"`
+	TrackBlocked *ebpf.VariableSpec `ebpf:"track_blocked"`
 }
 
 // RunqObjects contains all objects after they have been loaded into the kernel.
@@ -126,6 +133,7 @@ func (o *RunqObjects) Close() error {
 //
 // It can be passed to LoadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RunqMaps struct {
+	Blocked *ebpf.Map `ebpf:"blocked"`
 	Stats   *ebpf.Map `ebpf:"stats"`
 	Waiting *ebpf.Map `ebpf:"waiting"`
 	Waits   *ebpf.Map `ebpf:"waits"`
@@ -134,6 +142,7 @@ type RunqMaps struct {
 
 func (m *RunqMaps) Close() error {
 	return _RunqClose(
+		m.Blocked,
 		m.Stats,
 		m.Waiting,
 		m.Waits,
@@ -145,7 +154,8 @@ func (m *RunqMaps) Close() error {
 //
 // It can be passed to LoadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RunqVariables struct {
-	RunqWaitBtf *ebpf.Variable `ebpf:"runq_wait_btf"`
+	RunqWaitBtf  *ebpf.Variable `ebpf:"runq_wait_btf"`
+	TrackBlocked *ebpf.Variable `ebpf:"track_blocked"`
 }
 
 // RunqPrograms contains all programs after they have been loaded into the kernel.

@@ -14,6 +14,12 @@
 // preemption while still runnable, to the switch that puts it on a CPU.
 // The softirq threads (ksoftirqd) carry the softirq work the kernel
 // deferred: a switch port's forwarding, a TCP sender's ACK processing.
+//
+// With Config.Blocked, a watched thread's uninterruptible sleeps (D
+// state, from its switch out to its wakeup) are reported too, to Each
+// only: a kernel lock or I/O the thread waited on, such as rtnl_lock held
+// by another namespace's teardown. They are host time a runqueue wait
+// does not show; the Sink gets runqueue waits alone.
 package runq
 
 import (
@@ -35,6 +41,9 @@ import (
 // pollEvery is how often the reader looks at the ring.
 const pollEvery = 10 * time.Millisecond
 
+// runqBlocked is bpf/runq.c's RUNQ_BLOCKED.
+const runqBlocked = 1
+
 // Config says whose waits to log.
 type Config struct {
 	// PIDs are the processes (thread group ids) whose threads count.
@@ -47,19 +56,25 @@ type Config struct {
 	// Each, optional, also sees every wait with its thread, on the
 	// reader's goroutine: which thread the host held, and when.
 	Each func(Wait)
+	// Blocked also hands Each the threads' uninterruptible sleeps
+	// (Wait.Blocked). Needs Each.
+	Blocked bool
 }
 
-// Wait is one thread's time on a runqueue.
+// Wait is one thread's time on a runqueue, or with Blocked, asleep in
+// D state.
 type Wait struct {
 	From, To  time.Duration // CLOCK_MONOTONIC
 	TID, TGID int
+	Blocked   bool
 }
 
 // Stats count what the tracer saw.
 type Stats struct {
-	// Waits is how many waits it logged; RingLost those the ring had no
-	// room for, TableFull the threads it could not track (8192 at once).
-	Waits, RingLost, TableFull uint64
+	// Waits is how many waits it logged, Blocked how many uninterruptible
+	// sleeps; RingLost those the ring had no room for, TableFull the
+	// threads it could not track (8192 at once).
+	Waits, Blocked, RingLost, TableFull uint64
 }
 
 // Tracer logs runqueue waits until Close.
@@ -79,8 +94,20 @@ func Start(cfg Config) (*Tracer, error) {
 	if cfg.Sink == nil {
 		return nil, errors.New("runq: Config.Sink is required")
 	}
+	if cfg.Blocked && cfg.Each == nil {
+		return nil, errors.New("runq: Config.Blocked needs Config.Each")
+	}
 	t := &Tracer{sink: cfg.Sink, each: cfg.Each}
-	if err := bpf.LoadRunqObjects(&t.objs, nil); err != nil {
+	spec, err := bpf.LoadRunq()
+	if err != nil {
+		return nil, fmt.Errorf("runq: load: %w", err)
+	}
+	if cfg.Blocked {
+		if err := spec.Variables[bpf.RunqVarTrackBlocked].Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("runq: %w", err)
+		}
+	}
+	if err := spec.LoadAndAssign(&t.objs, bpf.LoadOptions()); err != nil {
 		return nil, fmt.Errorf("runq: load: %w", err)
 	}
 	pids := cfg.PIDs
@@ -141,8 +168,11 @@ func (t *Tracer) read() {
 		}
 		var rw bpf.RunqRunqWait
 		if _, err := binary.Decode(rec.RawSample, binary.NativeEndian, &rw); err == nil {
-			w := Wait{From: time.Duration(rw.FromNs), To: time.Duration(rw.ToNs), TID: int(rw.Tid), TGID: int(rw.Tgid)}
-			t.sink.Add(w.From, w.To)
+			w := Wait{From: time.Duration(rw.FromNs), To: time.Duration(rw.ToNs), TID: int(rw.Tid), TGID: int(rw.Tgid),
+				Blocked: rw.Kind == runqBlocked}
+			if !w.Blocked {
+				t.sink.Add(w.From, w.To)
+			}
 			if t.each != nil {
 				t.each(w)
 			}
@@ -159,6 +189,7 @@ func (t *Tracer) Stats() (Stats, error) {
 	var s Stats
 	for _, p := range per {
 		s.Waits += p.Waits
+		s.Blocked += p.Blocked
 		s.RingLost += p.RingLost
 		s.TableFull += p.TableFull
 	}

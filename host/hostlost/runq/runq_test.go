@@ -201,3 +201,109 @@ func TestWaits(t *testing.T) {
 			traced, during, delay)
 	}
 }
+
+// TestBlocked: one thread writes 64 MiB to a tmpfs file in one call,
+// holding the inode's lock; another's one-byte write to the same file
+// sleeps uninterruptibly on that lock until the first is done. The tracer
+// reports that sleep (Blocked) to Each, covering most of the second
+// write's time, and keeps it out of the Sink.
+func TestBlocked(t *testing.T) {
+	labtest.RequireRoot(t)
+	dir := "/dev/shm"
+	if _, err := os.Stat(dir); err != nil {
+		dir = t.TempDir()
+	}
+	f, err := os.CreateTemp(dir, "runq-blocked-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(); os.Remove(f.Name()) })
+	g, err := os.OpenFile(f.Name(), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	big := make([]byte, 64<<20)
+
+	sink := hostlost.NewLog()
+	var mu sync.Mutex
+	var each []Wait
+	tr, err := Start(Config{PIDs: []int{os.Getpid()}, Sink: sink, Blocked: true, Each: func(w Wait) {
+		mu.Lock()
+		each = append(each, w)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+
+	type call struct {
+		tid      int
+		from, to time.Duration
+		err      error
+	}
+	var writer, waiter call
+	started := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		writer.tid = unix.Gettid()
+		close(started)
+		writer.from = hostlost.Now()
+		_, writer.err = unix.Pwrite(int(f.Fd()), big, 0)
+		writer.to = hostlost.Now()
+	}()
+	go func() {
+		defer wg.Done()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		<-started
+		time.Sleep(2 * time.Millisecond)
+		waiter.tid = unix.Gettid()
+		waiter.from = hostlost.Now()
+		_, waiter.err = unix.Pwrite(int(g.Fd()), []byte{1}, 0)
+		waiter.to = hostlost.Now()
+	}()
+	wg.Wait()
+	if writer.err != nil || waiter.err != nil {
+		t.Fatalf("writes: %v, %v", writer.err, waiter.err)
+	}
+	st, err := tr.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	took := waiter.to - waiter.from
+	t.Logf("the 64 MiB write took %v, the one-byte write behind it %v", writer.to-writer.from, took)
+	if took < 5*time.Millisecond {
+		t.Fatalf("the one-byte write took %v: it did not wait for the big one (%v..%v, waiter from %v)",
+			took, writer.from, writer.to, waiter.from)
+	}
+	var blocked time.Duration
+	var nBlocked int
+	for _, w := range each {
+		if !w.Blocked {
+			continue
+		}
+		nBlocked++
+		if w.TID == waiter.tid && w.From >= waiter.from && w.To <= waiter.to {
+			blocked += w.To - w.From
+		}
+	}
+	t.Logf("%+v; the waiter's blocked time within its write %v", st, blocked)
+	if blocked < took*3/4 {
+		t.Errorf("the waiter blocked %v of its %v write: want most of it", blocked, took)
+	}
+	if st.Blocked != uint64(nBlocked) || st.RingLost != 0 {
+		t.Errorf("stats %+v, %d blocked sleeps handed to Each", st, nBlocked)
+	}
+	if n, _, _ := sink.Totals(); n != uint64(len(each)-nBlocked) {
+		t.Errorf("the sink has %d intervals, Each saw %d waits and %d blocked sleeps: want the waits alone", n, len(each)-nBlocked, nBlocked)
+	}
+}
