@@ -202,7 +202,7 @@ func TestWaits(t *testing.T) {
 	}
 }
 
-// TestBlocked: one thread writes 64 MiB to a tmpfs file in one call,
+// TestBlocked: one thread writes 256 MiB to a tmpfs file in one call,
 // holding the inode's lock; another's one-byte write to the same file
 // sleeps uninterruptibly on that lock until the first is done. The tracer
 // reports that sleep (Blocked) to Each, covering most of the second
@@ -223,7 +223,7 @@ func TestBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	big := make([]byte, 64<<20)
+	big := make([]byte, 256<<20)
 
 	sink := hostlost.NewLog()
 	var mu sync.Mutex
@@ -280,7 +280,7 @@ func TestBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := waiter.to - waiter.from
-	t.Logf("the 64 MiB write took %v, the one-byte write behind it %v", writer.to-writer.from, took)
+	t.Logf("the 256 MiB write took %v, the one-byte write behind it %v", writer.to-writer.from, took)
 	if took < 5*time.Millisecond {
 		t.Fatalf("the one-byte write took %v: it did not wait for the big one (%v..%v, waiter from %v)",
 			took, writer.from, writer.to, waiter.from)
