@@ -327,24 +327,9 @@ type Counters struct {
 
 // Counters sums the per-CPU totals.
 func (r *Registration) Counters() (Counters, error) {
-	var per []bpf.DctcpDctcpStats
-	if err := r.objs.DctcpCounters.Lookup(uint32(0), &per); err != nil {
-		return Counters{}, fmt.Errorf("dctcp: read counters: %w", err)
-	}
 	var c Counters
-	for _, p := range per {
-		c.Inits += p.Inits
-		c.Fallbacks += p.Fallbacks
-		c.FallbackErrors += p.FallbackErrors
-		c.Windows += p.Windows
-		c.Cuts += p.Cuts
-		c.LossReactions += p.LossReactions
-		c.CETransitions += p.CeTransitions
-		c.AcksFlushed += p.AcksFlushed
-		c.TraceLost += p.TraceLost
-		c.StateRepairs += p.StateRepairs
-		c.SSThreshAdopted += p.SsthreshAdopted
-		c.StateResyncs += p.StateResyncs
+	if err := bpf.SumPerCPU[bpf.DctcpDctcpStats](r.objs.DctcpCounters, 0, &c); err != nil {
+		return Counters{}, fmt.Errorf("dctcp: %w", err)
 	}
 	return c, nil
 }

@@ -272,33 +272,3 @@ type Stats struct {
 	GROSegments uint64 `json:"gro_segments"`
 	GROOtherQP  uint64 `json:"gro_other_qp"`
 }
-
-func (s *Stats) add(o *bpf.NpNpStats) {
-	s.Packets += o.Packets
-	s.NotRoCE += o.NotRoce
-	s.Truncated += o.Truncated
-	s.VLAN += o.Vlan
-	s.IPOptions += o.IpOptions
-	s.Fragment += o.Fragment
-	s.NotRequest += o.NotRequest
-	s.Malformed += o.Malformed
-	s.UnknownQP += o.UnknownQp
-	s.PKeyViolations += o.PkeyViolations
-	s.NotCE += o.NotCe
-	s.CE += o.Ce
-	s.CNPSent += o.CnpSent
-	s.Coalesced += o.Coalesced
-	s.HeldSent += o.HeldSent
-	s.RedirectErrors += o.RedirectErrors
-	s.EgressClones += o.EgressClones
-	s.EgressBuilt += o.EgressBuilt
-	s.EgressDropped += o.EgressDropped
-	s.EgressStamped += o.EgressStamped
-	s.XmitStamped += o.XmitStamped
-	s.XmitLate += o.XmitLate
-	s.XmitTimeouts += o.XmitTimeouts
-	s.XmitQueued += o.XmitQueued
-	s.GRORuns += o.GroRuns
-	s.GROSegments += o.GroSegments
-	s.GROOtherQP += o.GroOtherQp
-}

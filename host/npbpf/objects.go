@@ -158,13 +158,9 @@ func (o *Objects) Counters(qpn uint32) (NPCounters, error) {
 
 // Stats reads the device's counters.
 func (o *Objects) Stats() (Stats, error) {
-	var per []bpf.NpNpStats
-	if err := o.objs.NpCounters.Lookup(uint32(0), &per); err != nil {
-		return Stats{}, fmt.Errorf("npbpf: read counters: %w", err)
-	}
 	var s Stats
-	for i := range per {
-		s.add(&per[i])
+	if err := bpf.SumPerCPU[bpf.NpNpStats](o.objs.NpCounters, 0, &s); err != nil {
+		return Stats{}, fmt.Errorf("npbpf: %w", err)
 	}
 	return s, nil
 }

@@ -374,18 +374,9 @@ func (s *steering) qpnBlock() (first, last uint32) {
 }
 
 func (s *steering) readStats() (SteeringStats, error) {
-	var per []bpf.ReuseportSteerStats
-	if err := s.stats.Lookup(uint32(0), &per); err != nil {
-		return SteeringStats{}, fmt.Errorf("pktio: steering stats: %w", err)
-	}
 	var st SteeringStats
-	for _, p := range per {
-		st.Steered += p.Steered
-		st.UnknownQP += p.UnknownQp
-		st.Misdirected += p.Misdirected
-		st.Malformed += p.Malformed
-		st.PPFC += p.Ppfc
-		st.PPFCIgnoredSource += p.PpfcIgnoredSource
+	if err := bpf.SumPerCPU[bpf.ReuseportSteerStats](s.stats, 0, &st); err != nil {
+		return SteeringStats{}, fmt.Errorf("pktio: steering stats: %w", err)
 	}
 	return st, nil
 }

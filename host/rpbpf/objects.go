@@ -222,13 +222,9 @@ func (o *Objects) RemoveQP(qpn uint32) error {
 
 // Stats sums the per-CPU counters.
 func (o *Objects) Stats() (Stats, error) {
-	var per []bpf.RpRpStats
-	if err := o.objs.RpCounters.Lookup(uint32(0), &per); err != nil {
-		return Stats{}, fmt.Errorf("rpbpf: read counters: %w", err)
-	}
 	var s Stats
-	for i := range per {
-		s.add(&per[i])
+	if err := bpf.SumPerCPU[bpf.RpRpStats](o.objs.RpCounters, 0, &s); err != nil {
+		return Stats{}, fmt.Errorf("rpbpf: %w", err)
 	}
 	return s, nil
 }

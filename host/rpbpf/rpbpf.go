@@ -181,19 +181,3 @@ type Stats struct {
 	// PPFCCounted are PPFC notifications recorded for their pair.
 	PPFCCounted uint64 `json:"rp_ppfc_counted"`
 }
-
-func (s *Stats) add(o *bpf.RpRpStats) {
-	s.Packets += o.Packets
-	s.NotRoCE += o.NotRoce
-	s.Truncated += o.Truncated
-	s.IPOptions += o.IpOptions
-	s.NotCNP += o.NotCnp
-	s.PPFC += o.Ppfc
-	s.Malformed += o.Malformed
-	s.UnknownQP += o.UnknownQp
-	s.PKeyViolations += o.PkeyViolations
-	s.ICRCErrors += o.IcrcErrors
-	s.Counted += o.Counted
-	s.GRORuns += o.GroRuns
-	s.PPFCCounted += o.PpfcCounted
-}

@@ -453,16 +453,7 @@ func Read() (Status, error) {
 	if err := it.Err(); err != nil {
 		return st, err
 	}
-	var per []bpf.XmitDispatchXmitDispatchStats
-	if err := d.counters.Lookup(uint32(0), &per); err != nil {
-		return st, err
-	}
-	for _, c := range per {
-		st.EmptySlot += c.EmptySlot
-		st.DropEmptySlot += c.DropEmptySlot
-		st.NPEmptySlot += c.NpEmptySlot
-	}
-	return st, nil
+	return st, bpf.SumPerCPU[bpf.XmitDispatchXmitDispatchStats](d.counters, 0, &st)
 }
 
 // Sweep frees the slots dead processes left and removes the

@@ -182,16 +182,9 @@ func (t *Tracer) read() {
 
 // Stats reads the counters.
 func (t *Tracer) Stats() (Stats, error) {
-	var per []bpf.RunqRunqStats
-	if err := t.objs.Stats.Lookup(uint32(0), &per); err != nil {
-		return Stats{}, fmt.Errorf("runq: stats: %w", err)
-	}
 	var s Stats
-	for _, p := range per {
-		s.Waits += p.Waits
-		s.Blocked += p.Blocked
-		s.RingLost += p.RingLost
-		s.TableFull += p.TableFull
+	if err := bpf.SumPerCPU[bpf.RunqRunqStats](t.objs.Stats, 0, &s); err != nil {
+		return Stats{}, fmt.Errorf("runq: stats: %w", err)
 	}
 	return s, nil
 }

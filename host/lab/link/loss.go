@@ -127,18 +127,9 @@ func (l *Loss) SetFraction(f float64) error {
 
 // Stats reads the counters.
 func (l *Loss) Stats() (LossStats, error) {
-	var per []bpf.DropDropStats
-	if err := l.objs.DropCounters.Lookup(uint32(0), &per); err != nil {
-		return LossStats{}, fmt.Errorf("link: read drop counters: %w", err)
-	}
 	var s LossStats
-	for _, c := range per {
-		s.Packets += c.Packets
-		s.Candidates += c.Candidates
-		s.Dropped += c.Dropped
-		s.DroppedBytes += c.DroppedBytes
-		s.Other += c.Other
-		s.Malformed += c.Malformed
+	if err := bpf.SumPerCPU[bpf.DropDropStats](l.objs.DropCounters, 0, &s); err != nil {
+		return LossStats{}, fmt.Errorf("link: %w", err)
 	}
 	return s, nil
 }
