@@ -416,7 +416,7 @@ func (cc *ClassConfig) validate() error {
 	}
 	// Settings only another mode reads, which would silently do nothing.
 	for i, mk := range markers {
-		if sc, ok := mk.(strayChecker); ok && ECNMode(i) != cc.ECN {
+		if sc, ok := mk.marker.(strayChecker); ok && ECNMode(i) != cc.ECN {
 			if err := sc.stray(cc); err != nil {
 				errs = append(errs, err)
 			}

@@ -20,12 +20,6 @@ import (
 // (the class limit, PPFC, trimming, the --tc grammar, portctl) asks the
 // marker of the class's mode and knows no mode by name.
 type marker interface {
-	// names are the mode's spellings for ParseECNMode, --tc and JSON;
-	// the first is the canonical one String returns.
-	names() []string
-	// dequeue reports whether the mode decides where packets leave the
-	// queue (on their sojourn), which needs the veth queue mode.
-	dequeue() bool
 	// validate checks the mode's settings of cc (cc.ECN is this mode).
 	// Errors name the field, the value and the allowed range.
 	validate(cc *ClassConfig) []error
@@ -64,23 +58,33 @@ type strayChecker interface {
 	stray(cc *ClassConfig) error
 }
 
-// markers holds every mode's marker at its ECNMode; each mode_NAME.go
-// registers its own.
-var markers []marker
+// mode is a registered ECN mode: its marker, its names for ParseECNMode,
+// --tc and JSON (the first is the canonical one String returns), and
+// whether it decides where packets leave the queue (on their sojourn),
+// which needs the veth queue mode.
+type mode struct {
+	marker
+	names   []string
+	dequeue bool
+}
+
+// markers holds every mode at its ECNMode; each mode_NAME.go registers
+// its own.
+var markers []*mode
 
 // register makes mk the marker of mode m (from the mode's file's init).
-func register(m ECNMode, mk marker) {
+func register(m ECNMode, names []string, dequeue bool, mk marker) {
 	for uint64(len(markers)) <= uint64(m) {
 		markers = append(markers, nil)
 	}
 	if markers[m] != nil {
 		panic(fmt.Sprintf("qdisc: ecn mode %d registered twice", m))
 	}
-	markers[m] = mk
+	markers[m] = &mode{marker: mk, names: names, dequeue: dequeue}
 }
 
-// markerOf returns the marker of mode m, or nil for an unknown mode.
-func markerOf(m ECNMode) marker {
+// markerOf returns mode m, or nil for an unknown mode.
+func markerOf(m ECNMode) *mode {
 	if uint64(m) < uint64(len(markers)) {
 		return markers[m] // nil for a gap in the numbering
 	}
@@ -101,7 +105,7 @@ func ECNModes() []ECNMode {
 func ECNModeNames() string {
 	var ns []string
 	for _, mk := range markers {
-		ns = append(ns, mk.names()[0])
+		ns = append(ns, mk.names[0])
 	}
 	return strings.Join(ns[:len(ns)-1], ", ") + " or " + ns[len(ns)-1]
 }
@@ -110,12 +114,12 @@ func ECNModeNames() string {
 // (on their sojourn), which needs the veth queue mode's dequeue hook.
 func (m ECNMode) Dequeue() bool {
 	mk := markerOf(m)
-	return mk != nil && mk.dequeue()
+	return mk != nil && mk.dequeue
 }
 
 func (m ECNMode) String() string {
 	if mk := markerOf(m); mk != nil {
-		return mk.names()[0]
+		return mk.names[0]
 	}
 	return fmt.Sprintf("ecn-mode(%d)", uint32(m))
 }
@@ -125,7 +129,7 @@ func (m ECNMode) String() string {
 func ParseECNMode(s string) (ECNMode, error) {
 	l := strings.ToLower(s)
 	for i, mk := range markers {
-		if slices.Contains(mk.names(), l) {
+		if slices.Contains(mk.names, l) {
 			return ECNMode(i), nil
 		}
 	}

@@ -15,12 +15,7 @@ const ECNCoDel = ECNMode(bpf.PortEcnModeECN_MODE_CODEL)
 
 type codelMarker struct{}
 
-var _ marker = codelMarker{}
-
-func init() { register(ECNCoDel, codelMarker{}) }
-
-func (codelMarker) names() []string { return []string{"codel"} }
-func (codelMarker) dequeue() bool   { return true }
+func init() { register(ECNCoDel, []string{"codel"}, true, codelMarker{}) }
 
 func (codelMarker) validate(cc *ClassConfig) []error {
 	var errs []error

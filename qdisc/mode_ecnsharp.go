@@ -17,12 +17,9 @@ const ECNSharp = ECNMode(bpf.PortEcnModeECN_MODE_ECNSHARP)
 
 type sharpMarker struct{}
 
-var _ marker = sharpMarker{}
-
-func init() { register(ECNSharp, sharpMarker{}) }
-
-func (sharpMarker) names() []string { return []string{"ecnsharp", "ecn#", "ecn♯", "ecn-sharp"} }
-func (sharpMarker) dequeue() bool   { return true }
+func init() {
+	register(ECNSharp, []string{"ecnsharp", "ecn#", "ecn♯", "ecn-sharp"}, true, sharpMarker{})
+}
 
 func (sharpMarker) validate(cc *ClassConfig) []error {
 	var errs []error

@@ -10,12 +10,8 @@ const ECNOff = ECNMode(bpf.PortEcnModeECN_MODE_OFF)
 
 type offMarker struct{}
 
-var _ marker = offMarker{}
+func init() { register(ECNOff, []string{"off", "none"}, false, offMarker{}) }
 
-func init() { register(ECNOff, offMarker{}) }
-
-func (offMarker) names() []string                                      { return []string{"off", "none"} }
-func (offMarker) dequeue() bool                                        { return false }
 func (offMarker) validate(*ClassConfig) []error                        { return nil }
 func (offMarker) encode(*bpf.PortClassConfig, *ClassConfig)            {}
 func (offMarker) decode(*ClassConfig, *bpf.PortClassConfig)            {}

@@ -14,12 +14,7 @@ const ECNStep = ECNMode(bpf.PortEcnModeECN_MODE_STEP)
 
 type stepMarker struct{}
 
-var _ marker = stepMarker{}
-
-func init() { register(ECNStep, stepMarker{}) }
-
-func (stepMarker) names() []string { return []string{"step"} }
-func (stepMarker) dequeue() bool   { return false }
+func init() { register(ECNStep, []string{"step"}, false, stepMarker{}) }
 
 func (stepMarker) validate(cc *ClassConfig) []error {
 	if cc.MinThBytes >= cc.LimitBytes {

@@ -15,12 +15,7 @@ const ECNTCN = ECNMode(bpf.PortEcnModeECN_MODE_TCN)
 
 type tcnMarker struct{}
 
-var _ marker = tcnMarker{}
-
-func init() { register(ECNTCN, tcnMarker{}) }
-
-func (tcnMarker) names() []string { return []string{"tcn"} }
-func (tcnMarker) dequeue() bool   { return true }
+func init() { register(ECNTCN, []string{"tcn"}, true, tcnMarker{}) }
 
 func (tcnMarker) validate(cc *ClassConfig) []error {
 	if err := checkDuration("ins_target", cc.InsTarget, ECNTCN); err != nil {

@@ -17,7 +17,7 @@ func TestMarkersRegistered(t *testing.T) {
 		if mk == nil {
 			t.Fatalf("ecn mode %d has no marker (a gap in the numbering)", m)
 		}
-		for _, n := range mk.names() {
+		for _, n := range mk.names {
 			if o, dup := owner[n]; dup {
 				t.Errorf("name %q of %s is %s's too", n, m, o)
 			}

@@ -54,14 +54,9 @@ const MaxNotifyInterval = time.Second
 
 type twoThresholdMarker struct{}
 
-var _ marker = twoThresholdMarker{}
-
-func init() { register(ECNTwoThreshold, twoThresholdMarker{}) }
-
-func (twoThresholdMarker) names() []string {
-	return []string{"two-threshold", "twothreshold", "two_threshold", "2t"}
+func init() {
+	register(ECNTwoThreshold, []string{"two-threshold", "twothreshold", "two_threshold", "2t"}, false, twoThresholdMarker{})
 }
-func (twoThresholdMarker) dequeue() bool { return false }
 
 func (twoThresholdMarker) validate(cc *ClassConfig) []error {
 	t := &cc.TwoThreshold

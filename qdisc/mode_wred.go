@@ -15,12 +15,7 @@ const ECNWRED = ECNMode(bpf.PortEcnModeECN_MODE_WRED)
 
 type wredMarker struct{}
 
-var _ marker = wredMarker{}
-
-func init() { register(ECNWRED, wredMarker{}) }
-
-func (wredMarker) names() []string { return []string{"wred", "red"} }
-func (wredMarker) dequeue() bool   { return false }
+func init() { register(ECNWRED, []string{"wred", "red"}, false, wredMarker{}) }
 
 func (wredMarker) validate(cc *ClassConfig) []error {
 	var errs []error

@@ -102,7 +102,7 @@ func owns(mk marker, name string) bool {
 func TCKeysHelp() string {
 	words := []string{}
 	for _, mk := range markers {
-		words = append(words, mk.names()[0])
+		words = append(words, mk.names[0])
 	}
 	words = append(words, "strict", "no-strict", "wred-drop", "no-wred-drop")
 	keys := []string{"limit=SIZE", "name=NAME", "rate=RATE"}
@@ -386,7 +386,7 @@ func (s *TCSpec) Apply(cfg *Config) error {
 		if owns(mk, key) {
 			continue
 		}
-		if h, ok := mk.(tcHinter); ok {
+		if h, ok := mk.marker.(tcHinter); ok {
 			if hint := h.tcHint(key, s.class); hint != "" {
 				return specError("--tc", s.raw, "%s", hint)
 			}
@@ -398,7 +398,7 @@ func (s *TCSpec) Apply(cfg *Config) error {
 				if example == "" {
 					example = o.example()
 				}
-				modes = append(modes, o.names()[0])
+				modes = append(modes, o.names[0])
 			}
 		}
 		return specError("--tc", s.raw, "%s is a setting of %s but class %d is in %s mode (e.g. %d:%s)",
