@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -73,28 +74,14 @@ const (
 	QueueVirtual QueueMode = 1
 )
 
-func (m QueueMode) String() string {
-	switch m {
-	case QueueVeth:
-		return "veth"
-	case QueueVirtual:
-		return "virtual"
-	}
-	return fmt.Sprintf("queue-mode(%d)", uint32(m))
-}
+var queueModeNames = enum.Names{QueueVeth: {"veth"}, QueueVirtual: {"virtual"}}
+
+func (m QueueMode) String() string { return enum.String(m, queueModeNames, "queue-mode") }
 
 func (m QueueMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 func (m *QueueMode) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "veth":
-		*m = QueueVeth
-	case "virtual":
-		*m = QueueVirtual
-	default:
-		return fmt.Errorf("queue mode %q: want veth or virtual", b)
-	}
-	return nil
+	return enum.Unmarshal(m, b, queueModeNames, "queue mode")
 }
 
 // ClassConfig is the queue and marking policy of one traffic class.

@@ -27,6 +27,8 @@ package cm
 import (
 	"fmt"
 	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 )
 
 // Matrix is a connection matrix.
@@ -77,17 +79,10 @@ const (
 	Barrier
 )
 
-func (k Kind) String() string {
-	switch k {
-	case Oneshot:
-		return "oneshot"
-	case Multishot:
-		return "multishot"
-	case Barrier:
-		return "barrier"
-	}
-	return fmt.Sprintf("Kind(%d)", int(k))
-}
+// kindNames are the kinds as .cm files spell them.
+var kindNames = enum.Names{Oneshot: {"oneshot"}, Multishot: {"multishot"}, Barrier: {"barrier"}}
+
+func (k Kind) String() string { return enum.String(k, kindNames, "Kind") }
 
 // Trigger is one trigger definition.
 type Trigger struct {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/bpf"
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 )
 
 // DefaultName is the congestion control's name unless Options.Name says
@@ -346,21 +347,10 @@ const (
 	EventRepair EventKind = EventKind(bpf.DctcpDctcpEventKindDCTCP_EV_REPAIR)
 )
 
-func (k EventKind) String() string {
-	switch k {
-	case EventInit:
-		return "init"
-	case EventWindow:
-		return "window"
-	case EventCut:
-		return "cut"
-	case EventLoss:
-		return "loss"
-	case EventRepair:
-		return "repair"
-	}
-	return fmt.Sprintf("event(%d)", uint32(k))
-}
+var eventKindNames = enum.Names{EventInit: {"init"}, EventWindow: {"window"}, EventCut: {"cut"},
+	EventLoss: {"loss"}, EventRepair: {"repair"}}
+
+func (k EventKind) String() string { return enum.String(k, eventKindNames, "event") }
 
 // Event is one trace record: the start of a connection (α), a window's
 // end (its counts and α before and after; windows with nothing delivered

@@ -3,10 +3,10 @@ package htsim
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/pds"
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -101,37 +101,18 @@ const (
 	numMappings
 )
 
-var mappingNames = [numMappings]string{"native", "scaled"}
+var mappingNames = enum.Names{Native: {"native"}, Scaled: {"scaled"}}
 
-func (m Mapping) String() string {
-	if m < numMappings {
-		return mappingNames[m]
-	}
-	return fmt.Sprintf("Mapping(%d)", uint8(m))
-}
+func (m Mapping) String() string { return enum.String(m, mappingNames, "Mapping") }
 
 // ParseMapping reads a mapping's name (native, scaled).
-func ParseMapping(s string) (Mapping, error) {
-	for i, n := range mappingNames {
-		if strings.EqualFold(n, s) {
-			return Mapping(i), nil
-		}
-	}
-	return 0, &FieldError{Field: "mapping", Value: s, Allowed: strings.Join(mappingNames[:], " or ")}
-}
+func ParseMapping(s string) (Mapping, error) { return parseName[Mapping](s, mappingNames, "mapping") }
 
 // MarshalText writes the mapping's name.
 func (m Mapping) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 // UnmarshalText reads a mapping's name.
-func (m *Mapping) UnmarshalText(b []byte) error {
-	v, err := ParseMapping(string(b))
-	if err != nil {
-		return err
-	}
-	*m = v
-	return nil
-}
+func (m *Mapping) UnmarshalText(b []byte) error { return enum.Set(m, string(b), ParseMapping) }
 
 // Topology is the fabric the incast runs through.
 type Topology uint8
@@ -149,36 +130,28 @@ const (
 	numTopologies
 )
 
-var topologyNames = [numTopologies]string{"dumbbell", "fattree"}
+var topologyNames = enum.Names{Dumbbell: {"dumbbell"}, FatTree: {"fattree"}}
 
-func (t Topology) String() string {
-	if t < numTopologies {
-		return topologyNames[t]
-	}
-	return fmt.Sprintf("Topology(%d)", uint8(t))
-}
+func (t Topology) String() string { return enum.String(t, topologyNames, "Topology") }
 
 // ParseTopology reads a topology's name (dumbbell, fattree).
 func ParseTopology(s string) (Topology, error) {
-	for i, n := range topologyNames {
-		if strings.EqualFold(n, s) {
-			return Topology(i), nil
-		}
-	}
-	return 0, &FieldError{Field: "topology", Value: s, Allowed: strings.Join(topologyNames[:], " or ")}
+	return parseName[Topology](s, topologyNames, "topology")
 }
 
 // MarshalText writes the topology's name.
 func (t Topology) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
 
 // UnmarshalText reads a topology's name.
-func (t *Topology) UnmarshalText(b []byte) error {
-	v, err := ParseTopology(string(b))
+func (t *Topology) UnmarshalText(b []byte) error { return enum.Set(t, string(b), ParseTopology) }
+
+// parseName reads a name of names, any case, as a FieldError of field.
+func parseName[T enum.Integer](s string, names enum.Names, field string) (T, error) {
+	v, err := enum.Parse[T](s, names, field)
 	if err != nil {
-		return err
+		return 0, &FieldError{Field: field, Value: s, Allowed: names.List()}
 	}
-	*t = v
-	return nil
+	return v, nil
 }
 
 // FieldError is one bad field of a Scenario.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/lab/link"
 	"github.com/fabriclab/fabriclab/qdisc"
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 )
 
@@ -101,17 +102,9 @@ const (
 	WANViaBoth
 )
 
-func (r WANRoute) String() string {
-	switch r {
-	case WANViaCore1:
-		return "via c1"
-	case WANViaCore2:
-		return "via c2"
-	case WANViaBoth:
-		return "via c1 and c2 (ECMP)"
-	}
-	return fmt.Sprintf("WANRoute(%d)", int(r))
-}
+var wanRouteNames = enum.Names{WANViaCore1: {"via c1"}, WANViaCore2: {"via c2"}, WANViaBoth: {"via c1 and c2 (ECMP)"}}
+
+func (r WANRoute) String() string { return enum.String(r, wanRouteNames, "WANRoute") }
 
 // WANPath is one core between the PEs, with what is attached along it.
 type WANPath struct {

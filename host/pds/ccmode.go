@@ -1,9 +1,6 @@
 package pds
 
-import (
-	"fmt"
-	"strings"
-)
+import "github.com/fabriclab/fabriclab/qdisc/enum"
 
 // CCMode is the congestion control a sender's CCCs run (uet.md "CC
 // modes"): NSCC's window, RCCC's receiver credit, both (a packet leaves
@@ -21,49 +18,24 @@ const (
 	numCCModes
 )
 
-var ccModeNames = [numCCModes]string{"nscc", "rccc", "both", "none"}
+var ccModeNames = enum.Names{CCNSCC: {"nscc"}, CCRCCC: {"rccc"}, CCBoth: {"both"}, CCNone: {"none"}}
 
-func (m CCMode) String() string { return enumString(m, ccModeNames[:], "CCMode") }
+func (m CCMode) String() string { return enum.String(m, ccModeNames, "CCMode") }
 
 // CCModeNames lists the modes by name, as ParseCCMode takes them.
-func CCModeNames() []string { return ccModeNames[:] }
+func CCModeNames() []string { return ccModeNames.Canonical() }
 
 // ParseCCMode reads a mode's name (nscc, rccc, both, none).
-func ParseCCMode(s string) (CCMode, error) { return parseEnum[CCMode](s, ccModeNames[:], "cc") }
+func ParseCCMode(s string) (CCMode, error) { return enum.Parse[CCMode](s, ccModeNames, "pds: cc") }
 
 // MarshalText writes the mode's name (JSON).
 func (m CCMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 // UnmarshalText reads a mode's name.
-func (m *CCMode) UnmarshalText(b []byte) error {
-	v, err := ParseCCMode(string(b))
-	if err != nil {
-		return err
-	}
-	*m = v
-	return nil
-}
+func (m *CCMode) UnmarshalText(b []byte) error { return enum.Unmarshal(m, b, ccModeNames, "pds: cc") }
 
 // window reports whether the mode runs NSCC's window.
 func (m CCMode) window() bool { return m == CCNSCC || m == CCBoth }
 
 // credit reports whether the mode runs RCCC's credit.
 func (m CCMode) credit() bool { return m == CCRCCC || m == CCBoth }
-
-// enumString names v by names, or Type(v) past them.
-func enumString[T ~uint8](v T, names []string, typ string) string {
-	if int(v) < len(names) {
-		return names[v]
-	}
-	return fmt.Sprintf("%s(%d)", typ, uint8(v))
-}
-
-// parseEnum reads a name of names, any case; the error names the field.
-func parseEnum[T ~uint8](s string, names []string, field string) (T, error) {
-	for i, n := range names {
-		if strings.EqualFold(n, s) {
-			return T(i), nil
-		}
-	}
-	return 0, fmt.Errorf("pds: %s %q: want one of %s", field, s, strings.Join(names, ", "))
-}

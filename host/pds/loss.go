@@ -1,5 +1,7 @@
 package pds
 
+import "github.com/fabriclab/fabriclab/qdisc/enum"
+
 // LossInference is how a sender takes a packet for lost before its RTO
 // without a NACK: the ACKs' SACK bitmaps read by RACK (RFC 8985), their
 // ooo_count read by SLEEK (htsim's UEC loss recovery), or neither (NACKs,
@@ -14,19 +16,17 @@ const (
 	numLossInferences
 )
 
-var lossInferenceNames = [numLossInferences]string{"rack", "sleek", "none"}
+var lossInferenceNames = enum.Names{LossRACK: {"rack"}, LossSLEEK: {"sleek"}, LossNone: {"none"}}
 
-func (l LossInference) String() string {
-	return enumString(l, lossInferenceNames[:], "LossInference")
-}
+func (l LossInference) String() string { return enum.String(l, lossInferenceNames, "LossInference") }
 
 // LossInferenceNames lists the inferences by name, as ParseLossInference
 // takes them.
-func LossInferenceNames() []string { return lossInferenceNames[:] }
+func LossInferenceNames() []string { return lossInferenceNames.Canonical() }
 
 // ParseLossInference reads an inference's name (rack, sleek, none).
 func ParseLossInference(s string) (LossInference, error) {
-	return parseEnum[LossInference](s, lossInferenceNames[:], "loss")
+	return enum.Parse[LossInference](s, lossInferenceNames, "pds: loss")
 }
 
 // MarshalText writes the inference's name (JSON).
@@ -34,12 +34,7 @@ func (l LossInference) MarshalText() ([]byte, error) { return []byte(l.String())
 
 // UnmarshalText reads an inference's name.
 func (l *LossInference) UnmarshalText(b []byte) error {
-	v, err := ParseLossInference(string(b))
-	if err != nil {
-		return err
-	}
-	*l = v
-	return nil
+	return enum.Unmarshal(l, b, lossInferenceNames, "pds: loss")
 }
 
 // Fits reports whether the inference runs under congestion control cc:

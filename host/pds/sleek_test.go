@@ -20,7 +20,7 @@ func TestLossInferenceConfig(t *testing.T) {
 			t.Errorf("ParseLossInference(%q) = %v, %v", n, l, err)
 		}
 	}
-	if _, err := ParseLossInference("fast"); err == nil || err.Error() != `pds: loss "fast": want one of rack, sleek, none` {
+	if _, err := ParseLossInference("fast"); err == nil || err.Error() != `pds: loss "fast": want rack, sleek or none` {
 		t.Errorf("loss fast: %v", err)
 	}
 	c := DefaultConfig()

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/engine"
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 	"github.com/fabriclab/fabriclab/qdisc/tunnel"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -47,30 +47,12 @@ const (
 	Reroute
 )
 
-func (m Mode) String() string {
-	switch m {
-	case Observe:
-		return "observe"
-	case RateLimit:
-		return "rate"
-	case Reroute:
-		return "reroute"
-	}
-	return fmt.Sprintf("mode(%d)", int(m))
-}
+var modeNames = enum.Names{Observe: {"observe", "none"}, RateLimit: {"rate", "rate-limit"}, Reroute: {"reroute"}}
+
+func (m Mode) String() string { return enum.String(m, modeNames, "mode") }
 
 // ParseMode reads "observe", "rate" or "reroute".
-func ParseMode(s string) (Mode, error) {
-	switch strings.ToLower(s) {
-	case "observe", "none":
-		return Observe, nil
-	case "rate", "rate-limit":
-		return RateLimit, nil
-	case "reroute":
-		return Reroute, nil
-	}
-	return 0, fmt.Errorf("pe mode %q: want observe, rate or reroute", s)
-}
+func ParseMode(s string) (Mode, error) { return enum.Parse[Mode](s, modeNames, "pe mode") }
 
 // Limiter sets the rate the tunnel may leave the PE at.
 type Limiter interface {

@@ -1,6 +1,6 @@
 package pktio
 
-import "fmt"
+import "github.com/fabriclab/fabriclab/qdisc/enum"
 
 // SendPath says how a RoCEConn or EntropyConn sends.
 type SendPath int
@@ -17,23 +17,11 @@ const (
 	SendRaw
 )
 
-func (p SendPath) String() string {
-	switch p {
-	case SendAuto:
-		return "auto"
-	case SendRaw:
-		return "raw"
-	}
-	return fmt.Sprintf("SendPath(%d)", int(p))
-}
+var sendPathNames = enum.Names{SendAuto: {"auto", ""}, SendRaw: {"raw"}}
 
-// ParseSendPath parses "auto" or "raw".
+func (p SendPath) String() string { return enum.String(p, sendPathNames, "SendPath") }
+
+// ParseSendPath parses "auto" (or "") or "raw".
 func ParseSendPath(s string) (SendPath, error) {
-	switch s {
-	case "auto", "":
-		return SendAuto, nil
-	case "raw":
-		return SendRaw, nil
-	}
-	return 0, fmt.Errorf("pktio: send path %q: want auto or raw", s)
+	return enum.Parse[SendPath](s, sendPathNames, "pktio: send path")
 }

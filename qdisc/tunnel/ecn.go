@@ -10,10 +10,8 @@
 package tunnel
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/fabriclab/fabriclab/qdisc/aqm"
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 )
 
 // ECN is an RFC 3168 codepoint: the low two bits of the DS field. The
@@ -40,25 +38,13 @@ const (
 	Compat EncapMode = 1
 )
 
-func (m EncapMode) String() string {
-	switch m {
-	case Normal:
-		return "normal"
-	case Compat:
-		return "compat"
-	}
-	return fmt.Sprintf("encap-mode(%d)", uint32(m))
-}
+var encapModeNames = enum.Names{Normal: {"normal"}, Compat: {"compat", "compatibility"}}
+
+func (m EncapMode) String() string { return enum.String(m, encapModeNames, "encap-mode") }
 
 // ParseEncapMode reads "normal" or "compat" ("compatibility").
 func ParseEncapMode(s string) (EncapMode, error) {
-	switch strings.ToLower(s) {
-	case "normal":
-		return Normal, nil
-	case "compat", "compatibility":
-		return Compat, nil
-	}
-	return 0, fmt.Errorf("ecn mode %q: want normal or compat", s)
+	return enum.Parse[EncapMode](s, encapModeNames, "ecn mode")
 }
 
 func (m EncapMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
@@ -94,17 +80,9 @@ const (
 	CellAlarm Cell = 2
 )
 
-func (c Cell) String() string {
-	switch c {
-	case CellOK:
-		return "ok"
-	case CellWarn:
-		return "(!)"
-	case CellAlarm:
-		return "(!!!)"
-	}
-	return fmt.Sprintf("cell(%d)", uint8(c))
-}
+var cellNames = enum.Names{CellOK: {"ok"}, CellWarn: {"(!)"}, CellAlarm: {"(!!!)"}}
+
+func (c Cell) String() string { return enum.String(c, cellNames, "cell") }
 
 // Decapsulate is RFC 6040 §4.2's table (Figure 4): the inner ECN field the
 // egress PE forwards, whether it drops the packet instead, and the cell's
