@@ -146,16 +146,7 @@ func (c QPContext) value() bpf.NpNpQp {
 	if v.CnpDscp == 0 {
 		v.CnpDscp = DefaultCNPDSCP
 	}
-	local, peer := c.Local.Unmap(), c.Peer.Unmap()
-	if local.Is4() {
-		v.Family = familyIPv4
-		l4, p4 := local.As4(), peer.As4()
-		copy(v.LocalIp[:], l4[:])
-		copy(v.PeerIp[:], p4[:])
-	} else {
-		v.Family = familyIPv6
-		v.LocalIp, v.PeerIp = local.As16(), peer.As16()
-	}
+	v.Family, v.LocalIp, v.PeerIp = bpf.QPAddrs(c.Local, c.Peer)
 	return v
 }
 

@@ -46,8 +46,6 @@ const (
 	slotBytes     = 128
 	ppfcSlotBytes = 256
 	ppfcEventSize = 32
-	familyIPv4    = 4 // RP_FAMILY_IPV4
-	familyIPv6    = 6 // RP_FAMILY_IPV6
 )
 
 // ErrUnknownQP is wrapped by RemoveQP for a QPN that was not added (or was
@@ -97,16 +95,7 @@ func (c QPContext) value(slot uint32) bpf.RpRpQp {
 	if v.Pkey == 0 {
 		v.Pkey = roce.DefaultPKey
 	}
-	l, p := c.Local.Unmap(), c.Peer.Unmap()
-	if l.Is4() {
-		v.Family = familyIPv4
-		a, b := l.As4(), p.As4()
-		copy(v.LocalIp[:], a[:])
-		copy(v.PeerIp[:], b[:])
-	} else {
-		v.Family = familyIPv6
-		v.LocalIp, v.PeerIp = l.As16(), p.As16()
-	}
+	v.Family, v.LocalIp, v.PeerIp = bpf.QPAddrs(c.Local, c.Peer)
 	return v
 }
 
