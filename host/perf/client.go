@@ -482,12 +482,7 @@ func (c *ClientConfig) testStart(p dcqcn.Params) TestStart {
 		Verify:        c.Verify,
 		Interval:      c.Interval.Seconds(),
 	}
-	if c.Bytes > 0 {
-		ts.Bytes = c.Bytes
-		ts.Blocks = ceilDiv(c.Bytes, uint64(c.MessageBytes))
-	} else {
-		ts.Duration = c.Duration.Seconds()
-	}
+	ts.setAmount(c.Bytes, c.MessageBytes, c.Duration)
 	if c.CC == agent.CCDCQCN {
 		ts.LineRateBps = uint64(p.LineRate)
 	} else {

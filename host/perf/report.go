@@ -109,6 +109,17 @@ type TestStart struct {
 	Loss string `json:"loss,omitempty"`
 }
 
+// setAmount sets what the test sends: bytes in messages of msgBytes, or
+// for a timed test (bytes 0) d.
+func (ts *TestStart) setAmount(bytes uint64, msgBytes int, d time.Duration) {
+	if bytes > 0 {
+		ts.Bytes = bytes
+		ts.Blocks = ceilDiv(bytes, uint64(msgBytes))
+		return
+	}
+	ts.Duration = d.Seconds()
+}
+
 // Interval is one report interval: every QP and their sum.
 type Interval struct {
 	Streams []IntervalStream `json:"streams"`

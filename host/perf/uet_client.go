@@ -651,12 +651,7 @@ func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.Ad
 		Loss:        c.Loss.String(),
 		Interval:    c.Interval.Seconds(),
 	}
-	if c.Bytes > 0 {
-		ts.Bytes = c.Bytes
-		ts.Blocks = ceilDiv(c.Bytes, uint64(c.MessageBytes))
-	} else {
-		ts.Duration = c.Duration.Seconds()
-	}
+	ts.setAmount(c.Bytes, c.MessageBytes, c.Duration)
 	s.TestStart = ts
 	return s
 }
