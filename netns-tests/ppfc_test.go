@@ -104,6 +104,7 @@ func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	back := newSink(t, d.Senders[0])
+	var backSends sendLog
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -112,7 +113,7 @@ func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) 
 		// first in its ~8 ms window, and at one each 1.7 ms a late Go
 		// ticker on a busy core missed it once in 16 runs, and once in
 		// a whole-suite run with 0 steal.
-		f := flow{tos: 0, payload: 64, rate: 4 * 64 * 8 * 1000 * units.Bit, total: 3 * time.Second}
+		f := flow{tos: 0, payload: 64, rate: 4 * 64 * 8 * 1000 * units.Bit, total: 3 * time.Second, sends: &backSends}
 		if _, err := f.send(ctx, d.Receiver, netip.AddrPortFrom(d.SenderAddrs[0], uint16(back.port))); err != nil && ctx.Err() == nil {
 			t.Error(err)
 		}
@@ -190,11 +191,22 @@ func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) 
 	stop := got[before]
 	var sf roce.PPFC
 	_ = roce.ParsePPFC(stop.payload, &sf)
-	window := sf.Pause - time.Duration(float64(xoff-xon)*8/float64(rate)*float64(time.Second))
+	drain := time.Duration(float64(xoff-xon) * 8 / float64(rate) * float64(time.Second))
+	window := sf.Pause - drain
 	overrun := max(quiet.Sub(stop.at), 0)
 	t.Logf("host: the source sent on %v after the stop, of the resume's window of about %v",
 		overrun.Round(10*time.Microsecond), window.Round(100*time.Microsecond))
 	if overrun >= window/2 {
+		host.HostStarved = true
+	}
+	// And the receiver's ticker must have sent toward the source between
+	// the drain to xon (at the earliest) and the pause's end: a resume
+	// needs a packet to ride.
+	from, until := quiet.Add(drain), stop.at.Add(sf.Pause)
+	n := backSends.within(from, until)
+	t.Logf("host: the receiver sent %d packets toward the source from the earliest drain to xon to the pause's end (%v)",
+		n, until.Sub(from).Round(100*time.Microsecond))
+	if n == 0 && until.After(from) {
 		host.HostStarved = true
 	}
 	if resumes2 != 1 {

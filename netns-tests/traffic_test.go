@@ -277,6 +277,34 @@ type flow struct {
 	rate    units.Rate
 	on, off time.Duration // off = 0: always on
 	total   time.Duration
+	// sends, optional, gets the time of each datagram written.
+	sends *sendLog
+}
+
+// sendLog is when a flow wrote its datagrams: whether the host let a
+// sender run when a test needed its packets.
+type sendLog struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (l *sendLog) add(t time.Time) {
+	l.mu.Lock()
+	l.at = append(l.at, t)
+	l.mu.Unlock()
+}
+
+// within is how many datagrams were written in [from, to].
+func (l *sendLog) within(from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, t := range l.at {
+		if !t.Before(from) && !t.After(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // send runs the flow from node n to dst and returns the datagrams sent.
@@ -325,6 +353,9 @@ func (f flow) send(ctx context.Context, n *lab.Node, dst netip.AddrPort) (int, e
 				// A full socket buffer drops like a NIC ring would.
 				if _, err := conn.Write(buf); err != nil && !errors.Is(err, syscall.ENOBUFS) {
 					return sent, err
+				}
+				if f.sends != nil {
+					f.sends.add(time.Now())
 				}
 				sent++
 			}
