@@ -569,8 +569,17 @@ func (e *Engine) rxLoop() {
 }
 
 // ReceiveIdle reports whether the receive loop is between batches (fake
-// time: a driver advances the clock only when nothing is in hand).
-func (e *Engine) ReceiveIdle() bool { return !e.rxBusy.Load() }
+// time: a driver advances the clock only when nothing is in hand). Over a
+// conn that knows when its reader holds datagrams (pktio.PipeConn) that
+// counts too: the loop's own flag is set only after the read returns, and
+// a driver that looked in that gap, with the datagrams already counted
+// received, could jump the clock past a batch in hand.
+func (e *Engine) ReceiveIdle() bool {
+	if b, ok := e.conn.(interface{ ReaderBusy() bool }); ok && b.ReaderBusy() {
+		return false
+	}
+	return !e.rxBusy.Load()
+}
 
 // MaxArrivalAge bounds how far back a datagram's kernel timestamp may move
 // its arrival: a wall clock stepped by NTP must not make a packet look

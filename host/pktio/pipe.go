@@ -147,9 +147,19 @@ type PipeConn struct {
 	queueFullDropped  atomic.Uint64
 	peerClosedDropped atomic.Uint64
 	noRouteDropped    atomic.Uint64
+	// readerBusy: the reader took datagrams and has not come back for
+	// more (ReaderBusy).
+	readerBusy atomic.Bool
 }
 
 var _ Conn = (*PipeConn)(nil)
+
+// ReaderBusy reports whether this end's reader holds datagrams: set before
+// a ReadBatch counts what it took, cleared when the reader calls ReadBatch
+// again. A fake-time driver that sees nothing in flight and no reader busy
+// knows every datagram sent was handled, with no gap between the two
+// (engine.Engine.ReceiveIdle).
+func (c *PipeConn) ReaderBusy() bool { return c.readerBusy.Load() }
 
 // pipe is what the two ends share.
 type pipe struct {
@@ -251,6 +261,7 @@ func (c *PipeConn) ReadBatch(msgs []Message) (int, error) {
 		}
 	}
 	var d pipeDatagram
+	c.readerBusy.Store(false) // back for more: the last batch is handled
 	select {
 	case <-c.closed:
 		return 0, net.ErrClosed
@@ -261,6 +272,7 @@ func (c *PipeConn) ReadBatch(msgs []Message) (int, error) {
 	case <-c.closed:
 		return 0, net.ErrClosed
 	}
+	c.readerBusy.Store(true)
 	n := 0
 	var bytes, truncated uint64
 	for {
