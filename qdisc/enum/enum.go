@@ -23,7 +23,7 @@ func String[T Integer](v T, names Names, typ string) string {
 	if uint64(v) < uint64(len(names)) && len(names[v]) > 0 {
 		return names[v][0]
 	}
-	return fmt.Sprintf("%s(%d)", typ, uint64(v))
+	return fmt.Sprintf("%s(%d)", typ, v)
 }
 
 // Parse reads any spelling of a value, in any case. The error is "what
@@ -41,12 +41,7 @@ func Parse[T Integer](s string, names Names, what string) (T, error) {
 
 // List is the canonical names: "a, b or c".
 func (n Names) List() string {
-	var cs []string
-	for _, ns := range n {
-		if len(ns) > 0 {
-			cs = append(cs, ns[0])
-		}
-	}
+	cs := n.Canonical()
 	if len(cs) < 2 {
 		return strings.Join(cs, "")
 	}

@@ -25,6 +25,9 @@ func TestEnum(t *testing.T) {
 	if err := Unmarshal(&c, []byte("azure"), colorNames, "color"); err != nil || c != 2 {
 		t.Errorf("Unmarshal(azure) = %d, %v", c, err)
 	}
+	if got := String(-1, Names{{"zero"}}, "kind"); got != "kind(-1)" {
+		t.Errorf("String(-1) = %q, want kind(-1)", got)
+	}
 	if got := (Names{{"only"}}).List(); got != "only" {
 		t.Errorf("List of one = %q", got)
 	}
