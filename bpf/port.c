@@ -541,9 +541,14 @@ int port_dequeue(struct __sk_buff *skb)
 	}
 	class_id = stamp & STAMP_CLASS_MASK;
 
-	/* The stamp has done its job; do not let the stack above read a
-	 * delivery time into it. */
-	bpf_skb_set_tstamp(skb, 0, 0);
+	/* The stamp has done its job. Replace it with a delivery time that is
+	 * not a port's (low byte 0, no magic): the stack above then stamps the
+	 * packet's receive time as it delivers it (skb_clear_delivery_time, at
+	 * ip_local_deliver_finish), on this softirq pass. Cleared to 0 here,
+	 * the stamp is lost: netif_rx did not stamp the packet (its tstamp was
+	 * set then), so a socket's SO_TIMESTAMPNS read the recvmsg time, and
+	 * a train read late looked like a burst. */
+	bpf_skb_set_tstamp(skb, bpf_ktime_get_ns() & ~STAMP_MASK, BPF_SKB_CLOCK_MONOTONIC);
 
 	pc = bpf_map_lookup_elem(&port_cfg, &zero);
 	cs = bpf_map_lookup_elem(&class_queue, &class_id);

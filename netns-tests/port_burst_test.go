@@ -23,7 +23,8 @@ import (
 // larger than HTB's timer needs (100 µs of the rate) makes a slow port
 // faster than a wire: at 10 Mbit/s a floor of four 1514-byte frames let
 // 6 KB through at once, 4.8 ms of a 26.5-ms train. The spans are the
-// receiver's kernel timestamps (a veth delivers at the departure), so
+// receiver's kernel timestamps, taken as the stack delivers the packet on
+// the softirq pass of its departure (TestPortKeepsReceiveTimestamp), so
 // the host can only lengthen them, except by delaying a train's first
 // packet alone: the median of five trains is judged.
 func TestPortNoBurstAfterIdle(t *testing.T) {
@@ -84,6 +85,62 @@ func TestPortNoBurstAfterIdle(t *testing.T) {
 	if med < want-slack {
 		t.Errorf("a train left an idle port in %v, %v faster than its %v at %v: the port's bucket lets a burst through after idle",
 			med.Round(10*time.Microsecond), (want - med).Round(10*time.Microsecond), want.Round(10*time.Microsecond), rate)
+	}
+}
+
+// TestPortKeepsReceiveTimestamp: a packet that crossed a port carries its
+// arrival time to the receiver's socket (SO_TIMESTAMPNS), not the time the
+// application read it. The port's dequeue hook used to clear the delivery
+// stamp its enqueue set; netif_rx had not stamped the packet (the stamp was
+// set then), so the kernel stamped it at recvmsg: every receive timestamp
+// behind a port was the read time (the engine's Arrival, a capture's
+// spacing), and a train read late looked like a burst.
+func TestPortKeepsReceiveTimestamp(t *testing.T) {
+	const (
+		n = 5
+		// wait: how long the packets sit in the socket before the read.
+		wait = 100 * time.Millisecond
+	)
+	d, port, _, _ := udpPort(t, 1, qdisc.DefaultConfig(100*units.Mbit), false)
+	conn, tsConn := timestampedSink(t, d.Receiver)
+	dst := netip.AddrPortFrom(d.ReceiverAddr, uint16(conn.LocalAddr().(*net.UDPAddr).Port))
+	var out *net.UDPConn
+	if err := d.Senders[0].Do(func() error {
+		var err error
+		out, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := ipv4.NewConn(out).SetTOS(tosRoCEECT0); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	for range n {
+		if _, err := out.Write(make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(wait)
+	read := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ts, err := tsConn(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := settle(t, port)
+	if got := s.Classes[qdisc.ClassRoCE].DequeuedPackets; got != n {
+		t.Fatalf("the RoCE class dequeued %d packets, want %d: the packets did not cross the port's queue", got, n)
+	}
+	for i, at := range ts {
+		t.Logf("packet %d: stamped %v after the first send, %v before the read began",
+			i, at.Sub(sent).Round(time.Microsecond), read.Sub(at).Round(time.Microsecond))
+		if at.Before(sent) || !at.Before(read) {
+			t.Errorf("packet %d stamped %v after the first send, the read began %v after it: want the arrival, between the two",
+				i, at.Sub(sent).Round(time.Microsecond), read.Sub(sent).Round(time.Microsecond))
+		}
 	}
 }
 

@@ -146,9 +146,7 @@ func TestXmitHandoff(t *testing.T) {
 			if got.ret != tc.ret || (tc.ret == tcActNext && got.ecn != tc.outECN) {
 				t.Fatalf("verdict %d ecn %d, want %d and ecn %d", got.ret, got.ecn, tc.ret, tc.outECN)
 			}
-			if got.ctx.Tstamp != 0 {
-				t.Errorf("the stamp %#x stayed on the packet", got.ctx.Tstamp)
-			}
+			checkStampReleased(t, got.ctx.Tstamp)
 			c := stats(t, r.o).Classes[ClassRoCE]
 			h := c.Host
 			if h.DeliveredPackets != 1 || h.DeliveredBytes != uint64(len(pkt.out)) || h.BacklogPackets != 0 || h.BacklogBytes != 0 {
