@@ -38,22 +38,7 @@ func TestPortNoBurstAfterIdle(t *testing.T) {
 		// the first packet of a train.
 		slack = time.Millisecond
 	)
-	d, port, _, _ := udpPort(t, 1, qdisc.DefaultConfig(rate), false)
-	conn, tsConn := timestampedSink(t, d.Receiver)
-	dst := netip.AddrPortFrom(d.ReceiverAddr, uint16(conn.LocalAddr().(*net.UDPAddr).Port))
-
-	var out *net.UDPConn
-	if err := d.Senders[0].Do(func() error {
-		var err error
-		out, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	if err := ipv4.NewConn(out).SetTOS(tosRoCEECT0); err != nil {
-		t.Fatal(err)
-	}
+	port, out, tsConn := timestampedPort(t, rate)
 
 	want := time.Duration(float64((n-1)*wire*8) / float64(rate) * float64(time.Second))
 	var spans []time.Duration
@@ -101,21 +86,7 @@ func TestPortKeepsReceiveTimestamp(t *testing.T) {
 		// wait: how long the packets sit in the socket before the read.
 		wait = 100 * time.Millisecond
 	)
-	d, port, _, _ := udpPort(t, 1, qdisc.DefaultConfig(100*units.Mbit), false)
-	conn, tsConn := timestampedSink(t, d.Receiver)
-	dst := netip.AddrPortFrom(d.ReceiverAddr, uint16(conn.LocalAddr().(*net.UDPAddr).Port))
-	var out *net.UDPConn
-	if err := d.Senders[0].Do(func() error {
-		var err error
-		out, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	if err := ipv4.NewConn(out).SetTOS(tosRoCEECT0); err != nil {
-		t.Fatal(err)
-	}
+	port, out, tsConn := timestampedPort(t, 100*units.Mbit)
 	sent := time.Now()
 	for range n {
 		if _, err := out.Write(make([]byte, 1000)); err != nil {
@@ -142,6 +113,29 @@ func TestPortKeepsReceiveTimestamp(t *testing.T) {
 				i, at.Sub(sent).Round(time.Microsecond), read.Sub(sent).Round(time.Microsecond))
 		}
 	}
+}
+
+// timestampedPort is a sender, a port at rate and a timestamped sink
+// behind it: out sends RoCE-class datagrams (DSCP 26, ECT(0)) to the sink,
+// read returns the kernel's receive times of the next k.
+func timestampedPort(t *testing.T, rate units.Rate) (*qdisc.Port, *net.UDPConn, func(ctx context.Context, k int) ([]time.Time, error)) {
+	t.Helper()
+	d, port, _, _ := udpPort(t, 1, qdisc.DefaultConfig(rate), false)
+	conn, read := timestampedSink(t, d.Receiver)
+	dst := netip.AddrPortFrom(d.ReceiverAddr, uint16(conn.LocalAddr().(*net.UDPAddr).Port))
+	var out *net.UDPConn
+	if err := d.Senders[0].Do(func() error {
+		var err error
+		out, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close() })
+	if err := ipv4.NewConn(out).SetTOS(tosRoCEECT0); err != nil {
+		t.Fatal(err)
+	}
+	return port, out, read
 }
 
 // timestampedSink is a UDP socket on n whose datagrams carry the kernel's
