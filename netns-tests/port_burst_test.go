@@ -187,5 +187,40 @@ func timestampedSink(t *testing.T, n *lab.Node) (*net.UDPConn, func(ctx context.
 		}
 		return ts, nil
 	}
+	stampsOn(t, conn, read)
 	return conn, read
+}
+
+// stampsOn waits until the kernel stamps datagrams as they arrive. The
+// first SO_TIMESTAMPNS of the machine turns receive stamping on through a
+// work item (net_enable_timestamp schedules netstamp_work); until it has
+// run, an arriving packet is not stamped and recvmsg stamps it with the
+// read time: the first packets of a run read late looked read at once
+// (one run in ten here). A datagram to the sink itself over lo, read 2 ms
+// after it was sent, tells: stamped before the read began, stamping is on.
+func stampsOn(t *testing.T, conn *net.UDPConn, read func(ctx context.Context, k int) ([]time.Time, error)) {
+	t.Helper()
+	self := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: conn.LocalAddr().(*net.UDPAddr).Port}
+	for try := 1; ; try++ {
+		if _, err := conn.WriteToUDP([]byte{0}, self); err != nil {
+			t.Fatalf("stamping check: %v", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ts, err := read(ctx, 1)
+		cancel()
+		if err != nil {
+			t.Fatalf("stamping check: %v", err)
+		}
+		if ts[0].Before(began) {
+			if try > 1 {
+				t.Logf("receive stamping came on after %d checks 2 ms apart", try)
+			}
+			return
+		}
+		if try == 500 {
+			t.Fatalf("the kernel still stamps datagrams at the read after %d checks: receive stamping never came on", try)
+		}
+	}
 }
