@@ -203,10 +203,15 @@ func ppfcWire(t *testing.T, legacy bool, hc *hostChecks) (host hostlost.Report) 
 	// the drain to xon (at the earliest) and the pause's end: a resume
 	// needs a packet to ride.
 	from, until := quiet.Add(drain), stop.at.Add(sf.Pause)
-	n := backSends.within(from, until)
-	t.Logf("host: the receiver sent %d packets toward the source from the earliest drain to xon to the pause's end (%v)",
-		n, until.Sub(from).Round(100*time.Microsecond))
-	if n == 0 && until.After(from) {
+	n, gap := backSends.within(from, until), backSends.maxGap(from, until)
+	t.Logf("host: the receiver sent %d packets toward the source from the earliest drain to xon to the pause's end (%v), none for %v at the longest",
+		n, until.Sub(from).Round(100*time.Microsecond), gap.Round(10*time.Microsecond))
+	// Its ticker asleep for a quarter of the window (2 ms, four of its
+	// periods; 0.54-0.96 ms in 10 quiet runs, up to 4.2 ms beside
+	// stress-ng) can leave the drain's end with no packet to ride: the
+	// host's doing, not the port's (seen: 6 packets in 8.2 ms, and the
+	// resume missed with no departure late in part 2).
+	if until.After(from) && gap > until.Sub(from)/4 {
 		host.HostStarved = true
 	}
 	if resumes2 != 1 {

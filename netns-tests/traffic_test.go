@@ -307,6 +307,23 @@ func (l *sendLog) within(from, to time.Time) int {
 	return n
 }
 
+// maxGap is the longest span of [from, to] with no datagram written in it
+// (to - from where none was).
+func (l *sendLog) maxGap(from, to time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var gap time.Duration
+	last := from
+	for _, t := range l.at { // in the order written
+		if t.Before(from) || t.After(to) {
+			continue
+		}
+		gap = max(gap, t.Sub(last))
+		last = t
+	}
+	return max(gap, to.Sub(last))
+}
+
 // send runs the flow from node n to dst and returns the datagrams sent.
 func (f flow) send(ctx context.Context, n *lab.Node, dst netip.AddrPort) (int, error) {
 	var conn *net.UDPConn
