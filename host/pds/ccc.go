@@ -102,6 +102,10 @@ type ccc struct {
 	inFlight int // wire bytes sent, neither acknowledged nor taken as lost
 	pdcs     []*initiator
 	rr       int // round robin position in pdcs
+	// turn is the PDC whose turn it is, with turnLeft bytes of its
+	// quantum (pdcQuantum) still to send.
+	turn     *initiator
+	turnLeft int
 	freed    bool
 }
 
@@ -245,6 +249,14 @@ func (m *cccManager) release(now time.Duration, c *ccc) {
 // robin (NSCC has no pacer: the ACK clock and the port limiter pace it).
 const burst = 8
 
+// pdcQuantum is how many bytes a PDC may send in one turn of its CCC's
+// round robin while it is ready (a deficit round robin's quantum): a
+// target's ACK then covers a turn's packets (htsim's sink coalesces up
+// to 16 KiB, AckBytes' default) and the turn leaves from one EV port in
+// one GSO run. A packet a turn cost an ACK a packet and a send a packet
+// once thousands of PDCs shared the CCC (docs/measured.md, scale).
+const pdcQuantum = 16 << 10
+
 // ackSample is one ACK as the CCC's window takes it.
 type ackSample struct {
 	newly    int
@@ -327,17 +339,17 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 	// every other PDC never sent (TestCCCRoundRobinFullWindow). The pick
 	// comes first so that the port is asked only with a packet to send.
 	for sent := 0; n < len(out) && sent < burst; sent++ {
-		rr := c.rr
+		rr, turn, left := c.rr, c.turn, c.turnLeft
 		p := c.pick(now)
 		if p == nil {
 			break
 		}
 		if !c.canSend(ep.cfg.MTU) {
-			c.rr, windowFull = rr, true // an ACK kicks the loop
+			c.rr, c.turn, c.turnLeft, windowFull = rr, turn, left, true // an ACK kicks the loop
 			break
 		}
 		if port != nil && !port.Ready() {
-			c.rr, portFull = rr, true
+			c.rr, c.turn, c.turnLeft, portFull = rr, turn, left, true
 			break
 		}
 		size := p.fill(now, &out[n])
@@ -345,6 +357,7 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 			break
 		}
 		n++
+		c.turnLeft -= size
 		c.inFlight += size
 		if port != nil {
 			port.Spend(size + ethernetLen)
@@ -516,12 +529,18 @@ func (openWindow) OnLoss(now time.Duration, size int)      {}
 func (openWindow) Advance(now time.Duration)               {}
 func (openWindow) NextEvent() time.Duration                { return engine.Never }
 
-// pick returns the next PDC with something to send, round robin.
+// pick returns the PDC with something to send whose turn it is: the one
+// holding the turn while it has quantum left, else the next, round robin.
 func (c *ccc) pick(now time.Duration) *initiator {
+	if c.turn != nil && c.turnLeft > 0 && c.turn.ready(now) {
+		return c.turn
+	}
+	c.turn = nil
 	for range c.pdcs {
 		p := c.pdcs[c.rr%len(c.pdcs)]
 		c.rr++
 		if p.ready(now) {
+			c.turn, c.turnLeft = p, pdcQuantum
 			return p
 		}
 	}

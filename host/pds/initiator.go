@@ -981,6 +981,9 @@ func (p *initiator) free(now time.Duration) {
 		delete(ep.byKey, p.key)
 	}
 	c := p.ccc
+	if c.turn == p {
+		c.turn = nil
+	}
 	for i, q := range c.pdcs {
 		if q == p {
 			c.pdcs = append(c.pdcs[:i], c.pdcs[i+1:]...)

@@ -568,20 +568,27 @@ func TestTargetWaitsForItsTurn(t *testing.T) {
 // back, then a pause); the gap a target's expiry scales with is their
 // mean over windows, not the last few packets' (a per-packet average read
 // after a burst said a tenth of it, and targets were freed between
-// their turns: 10,000 PDCs livelocked with no message received).
+// their turns: 10,000 PDCs livelocked with no message received). And it
+// is the gap between turns, not packets: a PDC sending its quantum's
+// packets in a row is heard from once a round.
 func TestRxCCCDataGapBursts(t *testing.T) {
-	var c rxCCC
-	const window = 6250 * time.Microsecond
-	now := time.Duration(0)
-	for range 100 { // 160 ms
-		for range 16 {
-			now += time.Microsecond
-			c.noteData(now, window)
+	for _, tc := range []struct {
+		perTurn int // packets in a row of one PDC
+		want    time.Duration
+	}{{1, 100 * time.Microsecond}, {4, 400 * time.Microsecond}, {16, 1600 * time.Microsecond}} {
+		var c rxCCC
+		const window = 6250 * time.Microsecond
+		now := time.Duration(0)
+		for range 100 { // 160 ms
+			for i := range 16 {
+				now += time.Microsecond
+				c.noteData(now, window, i%tc.perTurn == 0)
+			}
+			now += 1600*time.Microsecond - 16*time.Microsecond
 		}
-		now += 1600*time.Microsecond - 16*time.Microsecond
-	}
-	if want := 100 * time.Microsecond; c.dataGap < want*9/10 || c.dataGap > want*11/10 {
-		t.Errorf("dataGap %v after bursts of 16 every 1.6 ms: want %v ± 10 %%", c.dataGap, want)
+		if c.dataGap < tc.want*9/10 || c.dataGap > tc.want*11/10 {
+			t.Errorf("dataGap %v after bursts of 16 every 1.6 ms, %d packets a turn: want %v ± 10 %%", c.dataGap, tc.perTurn, tc.want)
+		}
 	}
 }
 

@@ -119,32 +119,36 @@ type rxCCC struct {
 	// entropy value it came with: where CTRL CREDITs go.
 	last *target
 	ev   uint16
-	// dataGap is the smoothed time between the source's data packets:
-	// with pdcs PDCs served in turn, one PDC hears from its source every
-	// pdcs × dataGap (targetExpiry). It is measured over windows of at
-	// least gapWindow (winStart, winPkts): packets come in bursts (a
-	// batch, a GSO run), and a per-packet average taken after a burst
-	// said a tenth of the real gap, so that targets were freed between
-	// their turns after all.
+	// dataGap is the smoothed time between the source's turns, a turn
+	// being its data packets in a row for one PDC (the source's CCC
+	// serves its PDCs in turn, a quantum each): with pdcs PDCs one PDC
+	// hears from its source every pdcs × dataGap (targetExpiry). It is
+	// measured over windows of at least gapWindow (winStart, winTurns):
+	// packets come in bursts (a batch, a GSO run), and a per-packet
+	// average taken after a burst said a tenth of the real gap, so that
+	// targets were freed between their turns after all.
 	dataGap  time.Duration
 	winStart time.Duration
-	winPkts  int
+	winTurns int
 }
 
-// noteData counts a data packet from the source into dataGap.
-func (c *rxCCC) noteData(now, gapWindow time.Duration) {
-	if c.winPkts == 0 && c.winStart == 0 {
+// noteData counts a data packet from the source into dataGap; turn says
+// it begins a turn (its PDC is not the last packet's).
+func (c *rxCCC) noteData(now, gapWindow time.Duration, turn bool) {
+	if c.winStart == 0 {
 		c.winStart = now
 	}
-	c.winPkts++
+	if turn {
+		c.winTurns++
+	}
 	if d := now - c.winStart; d >= gapWindow {
-		sample := d / time.Duration(c.winPkts)
+		sample := d / time.Duration(max(c.winTurns, 1))
 		if c.dataGap == 0 {
 			c.dataGap = sample
 		} else {
 			c.dataGap += (sample - c.dataGap) / 4
 		}
-		c.winStart, c.winPkts = now, 0
+		c.winStart, c.winTurns = now, 0
 	}
 }
 
@@ -206,6 +210,7 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 		ep.sendNack(out, m, uet.NackInvDPDCID, r.PSN, t.id, r.SPDCID, 0)
 		return
 	}
+	turn := t.ccc.last != t
 	t.ccc.last, t.ccc.ev = t, m.Addr.Port()
 	if r.Type.HasReqCC() {
 		// Every RUD_CC_REQ carries the sender CCC's credit target, also a
@@ -220,7 +225,7 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 	}
 	pay := rest[n:]
 	t.lastActive = now
-	t.ccc.noteData(now, ep.cfg.IdleTimeout/houseQuantum)
+	t.ccc.noteData(now, ep.cfg.IdleTimeout/houseQuantum, turn)
 	off := int64(int32(r.PSN - t.psn(t.cack)))
 	if code, trimmed := ep.trimmed(m, &ses, pay); trimmed {
 		// A switch cut the packet to its headers instead of dropping it:
