@@ -66,11 +66,11 @@
 // READY ⇄ ACTIVE, PENDING when only ACKs are awaited, back to IDLE and
 // freed once no PDC uses it. Every transition is counted
 // (Counters.Transitions) and, with Config.Trace, reported with its time.
-// A CCC is the engine's flow: its PDCs send round robin while its
-// congestion control allows (Config.CC): NSCC's window (bytes in flight of
-// the whole CCC), RCCC's credit, both, or neither; no pacer at the sender,
-// the ACK clock, the credit and the engine's port limiter at the line
-// rate.
+// A CCC is the engine's flow: its PDCs send round robin, up to a 16 KiB
+// quantum a turn (pdcQuantum), while its congestion control allows
+// (Config.CC): NSCC's window (bytes in flight of the whole CCC), RCCC's
+// credit, both, or neither; no pacer at the sender, the ACK clock, the
+// credit and the engine's port limiter at the line rate.
 //
 // # RCCC
 //
