@@ -535,6 +535,32 @@ func TestCCCRoundRobinFullWindow(t *testing.T) {
 	}
 }
 
+// TestCCCTurnQuantum: PDCs sharing a CCC take turns of pdcQuantum bytes,
+// not of a packet, so the target's ACKs (one covers one PDC's packets in
+// a row) come once a turn: a packet a turn had an ACK a packet at
+// thousands of PDCs (docs/measured.md, scale).
+func TestCCCTurnQuantum(t *testing.T) {
+	p := newPair(t, nil, func(a, _ *Config) {
+		a.NewWindow = func(time.Duration) cc.WindowController { return openWindow{} }
+	})
+	const jobs = 8
+	senders := make([]*Sender, jobs)
+	for i := range senders {
+		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 256 << 10, Messages: 1, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		senders[i] = s
+	}
+	p.wait(t, 5*time.Second, senders...)
+	cb := p.b.Counters()
+	perTurn := (16 << 10) / p.a.cfg.MTU // pdcQuantum
+	t.Logf("b: %d data packets, %d ACKs (a turn is %d packets of MTU %d)", cb.RxDataPackets, cb.AcksSent, perTurn, p.a.cfg.MTU)
+	if cb.RxDataPackets == 0 || cb.AcksSent*uint64(perTurn) > 2*cb.RxDataPackets {
+		t.Errorf("%d ACKs for %d data packets: want about one a turn of %d packets", cb.AcksSent, cb.RxDataPackets, perTurn)
+	}
+}
+
 // TestTargetWaitsForItsTurn: 200 PDCs share one CCC at 50 Mbit/s, so a
 // PDC's turn comes every ~130 ms, past the target's default expiry (twice
 // the 50 ms idle timeout). The target learns the source's round (its PDC
