@@ -450,14 +450,7 @@ func TestManyPDCsLossy(t *testing.T) {
 	// the message across two PDCs, neither counting it received. Every
 	// PDC gets its turn (TestCCCRoundRobinFullWindow): none is freed.
 	p := newPair(t, loss.Filter, nil)
-	senders := make([]*Sender, jobs)
-	for i := range senders {
-		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 8 << 10, Messages: 3, Verify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		senders[i] = s
-	}
+	senders := p.startJobs(t, jobs, 8<<10, 3)
 	p.wait(t, 20*time.Second, senders...)
 	for i, s := range senders {
 		if err := s.Err(); err != nil {
@@ -494,6 +487,21 @@ func (oneMTUWindow) OnLoss(now time.Duration, size int)      {}
 func (oneMTUWindow) Advance(now time.Duration)               {}
 func (oneMTUWindow) NextEvent() time.Duration                { return engine.Never }
 
+// startJobs starts jobs streams from a to b, job IDs 1..jobs, each its
+// own PDC in a's one CCC: messages messages of msgBytes, verified.
+func (p *pair) startJobs(t *testing.T, jobs, msgBytes int, messages uint64) []*Sender {
+	t.Helper()
+	senders := make([]*Sender, jobs)
+	for i := range senders {
+		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: msgBytes, Messages: messages, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		senders[i] = s
+	}
+	return senders
+}
+
 // TestCCCRoundRobinFullWindow: PDCs sharing a CCC whose window holds one
 // packet take turns. The CCC once picked a PDC before asking the window,
 // so the PDC picked to find it full lost its turn, and with the ACK clock
@@ -505,14 +513,7 @@ func TestCCCRoundRobinFullWindow(t *testing.T) {
 	})
 	start := p.clock.Now()
 	const jobs = 8
-	senders := make([]*Sender, jobs)
-	for i := range senders {
-		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 64 << 10, Messages: 1, Verify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		senders[i] = s
-	}
+	senders := p.startJobs(t, jobs, 64<<10, 1)
 	anyDone := func() bool {
 		for _, s := range senders {
 			select {
@@ -544,14 +545,7 @@ func TestCCCTurnQuantum(t *testing.T) {
 		a.NewWindow = func(time.Duration) cc.WindowController { return openWindow{} }
 	})
 	const jobs = 8
-	senders := make([]*Sender, jobs)
-	for i := range senders {
-		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 256 << 10, Messages: 1, Verify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		senders[i] = s
-	}
+	senders := p.startJobs(t, jobs, 256<<10, 1)
 	p.wait(t, 5*time.Second, senders...)
 	cb := p.b.Counters()
 	perTurn := (16 << 10) / p.a.cfg.MTU // pdcQuantum
@@ -569,14 +563,7 @@ func TestCCCTurnQuantum(t *testing.T) {
 func TestTargetWaitsForItsTurn(t *testing.T) {
 	const jobs = 200
 	p := newPair(t, nil, func(a, _ *Config) { a.LinkRate, a.BaseRTT = 50*units.Mbit, time.Millisecond })
-	senders := make([]*Sender, jobs)
-	for i := range senders {
-		s, err := p.a.Start(addrB.Addr(), Stream{JobID: uint32(i + 1), MessageBytes: 8 << 10, Messages: 4, Verify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		senders[i] = s
-	}
+	senders := p.startJobs(t, jobs, 8<<10, 4)
 	start := p.clock.Now()
 	p.wait(t, 20*time.Second, senders...)
 	ca, cb := p.a.Counters(), p.b.Counters()
