@@ -605,6 +605,25 @@ func TestRxCCCDataGapBursts(t *testing.T) {
 	}
 }
 
+// TestRxCCCLoneTurns: one busy PDC among idle ones takes a turn every
+// pdcQuantum bytes at its target, as at its source, so the gap between
+// turns is a quantum's time, not a whole measuring window (which, times
+// the source's PDC count, would keep its idle PDCs' targets for ages).
+func TestRxCCCLoneTurns(t *testing.T) {
+	var c rxCCC
+	busy := &target{}
+	const window, size = 6250 * time.Microsecond, 1024
+	now := time.Duration(0)
+	for range 16_000 { // 160 ms, a packet every 10 µs
+		now += 10 * time.Microsecond
+		c.noteData(now, window, c.beginsTurn(busy, size))
+		c.last = busy
+	}
+	if want := 160 * time.Microsecond; c.dataGap < want*9/10 || c.dataGap > want*11/10 {
+		t.Errorf("dataGap %v for one PDC sending 1 KiB every 10 µs: want %v (16 packets a turn) ± 10 %%", c.dataGap, want)
+	}
+}
+
 // TestFirstPDCID: an endpoint given its first PDC ID numbers its PDCs
 // from it, up (a lab parts its hosts' endpoints so).
 func TestFirstPDCID(t *testing.T) {

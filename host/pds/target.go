@@ -130,6 +130,22 @@ type rxCCC struct {
 	dataGap  time.Duration
 	winStart time.Duration
 	winTurns int
+	// turnBytes is what the last PDC has sent since its turn began.
+	turnBytes int
+}
+
+// beginsTurn says a data packet of size bytes for t begins a turn of the
+// source's CCC, and counts it: another PDC's than the last packet's, or
+// one past the last turn's quantum (a lone busy PDC takes a turn every
+// pdcQuantum bytes too, so its idle neighbours' expiry stays the idle
+// timeout's, not their count × a whole gap window).
+func (c *rxCCC) beginsTurn(t *target, size int) bool {
+	turn := c.last != t || c.turnBytes >= pdcQuantum
+	if turn {
+		c.turnBytes = 0
+	}
+	c.turnBytes += size
+	return turn
 }
 
 // noteData counts a data packet from the source into dataGap; turn says
@@ -210,7 +226,7 @@ func (ep *Endpoint) onRequest(now time.Duration, m *pktio.Message, r *uet.Reques
 		ep.sendNack(out, m, uet.NackInvDPDCID, r.PSN, t.id, r.SPDCID, 0)
 		return
 	}
-	turn := t.ccc.last != t
+	turn := t.ccc.beginsTurn(t, m.N)
 	t.ccc.last, t.ccc.ev = t, m.Addr.Port()
 	if r.Type.HasReqCC() {
 		// Every RUD_CC_REQ carries the sender CCC's credit target, also a
