@@ -181,3 +181,63 @@ func TestNAKThenWindowShrinks(t *testing.T) {
 		t.Fatalf("for 5 ACK timeouts' time after the window shrank: no timeout, no packet sent: the requester waits for an ACK nobody owes it")
 	}
 }
+
+// TestAckTimerRunsWhileOwed: a QP whose turn at the port ends before it
+// sent an AckReq owes nothing to wait for: it returns no deadline (the
+// engine's port queue brings it back), not the ACK timeout, which woke
+// each of 10,000 QPs every 67 ms while they waited a second for their
+// turn (issue 28). Its wait is no timeout; once it has sent an AckReq
+// the timer runs.
+func TestAckTimerRunsWhileOwed(t *testing.T) {
+	l := newPPFCLab(t, nil)
+	cfg := DefaultQPConfig()
+	cfg.AckReqEvery, cfg.AckTimeout = 32, time.Millisecond
+	qp, err := l.a.CreateQP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Connect(l.local, Endpoint{Addr: peerX, QPN: 0x100, Len: 1 << 30, MTU: cfg.MTU}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Start(Stream{Op: OpWrite, MessageBytes: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(now time.Duration, port *engine.PortLimit) (int, time.Duration) {
+		qp.mu.Lock()
+		defer qp.mu.Unlock()
+		return qp.fillLocked(now, l.slots, port)
+	}
+	// The port has credit for about three packets.
+	n, next := fill(0, engine.NewPortLimit(0, 8*units.Mbit, 3000, 0))
+	if n < 1 || n >= 32 || next != never {
+		t.Fatalf("turn cut by the port after %d packets, none asking: next %v; want no deadline", n, next)
+	}
+	// Asked again while the port is dry (a kick: a CNP to send, a
+	// PPFC notification): still no deadline.
+	dry := func(now time.Duration) *engine.PortLimit {
+		p := engine.NewPortLimit(now, 8*units.Mbit, 1, 0)
+		p.Spend(2000)
+		return p
+	}
+	if m, next := fill(cfg.AckTimeout/2, dry(cfg.AckTimeout/2)); m != 0 || next != never {
+		t.Fatalf("asked again, the port dry, %d packets sent, none asking: %d packets, next %v; want none, no deadline", n, m, next)
+	}
+	// Its next turn comes 10 ACK timeouts later: no timeout; it sends
+	// on to the AckReq of packet 31, and then its timer runs.
+	now := 10 * cfg.AckTimeout
+	port := engine.NewPortLimit(now, 8*units.Gbit, 1<<20, 0)
+	sent := n
+	for sent < 32 {
+		n, next = fill(now, port)
+		if n == 0 {
+			t.Fatalf("sent %d packets, then none", sent)
+		}
+		sent += n
+	}
+	if c := qp.Counters(); c.LocalAckTimeoutErr != 0 {
+		t.Fatalf("%d ACK timeouts while the QP waited for its turn owing nothing", c.LocalAckTimeoutErr)
+	}
+	if n, next = fill(now, dry(now)); n != 0 || next != now+cfg.AckTimeout {
+		t.Fatalf("after the AckReq of packet 31, the port dry: %d packets, next %v; want none, and the ACK timeout at %v", n, next, now+cfg.AckTimeout)
+	}
+}

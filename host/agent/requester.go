@@ -58,8 +58,7 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 		if r.ackReqSent <= r.una {
 			r.lastProgress = max(r.lastProgress, now)
 		}
-		deadline := r.lastProgress + qp.cfg.AckTimeout
-		if now >= deadline {
+		if now >= r.lastProgress+qp.cfg.AckTimeout {
 			qp.mu.ctr.LocalAckTimeoutErr++
 			r.retries++
 			if r.retries > qp.cfg.RetryCount {
@@ -70,10 +69,8 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 			r.nxt = r.una
 			r.ackReqSent = r.una
 			r.lastProgress = now
-			deadline = now + qp.cfg.AckTimeout
 			qp.agent.resolveAgain(qp.mu.peer.Addr.Addr())
 		}
-		next = min(next, deadline)
 	}
 	var rate float64 // bytes per second; 0 = unpaced
 	if r.rp != nil {
@@ -153,6 +150,15 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 		qp.mu.ctr.TxPackets++
 		qp.mu.ctr.TxBytes += uint64(p.N)
 		n++
+	}
+	// The ACK timeout runs while an ACK is owed. While none is, the QP
+	// has more to send and is in the engine's hands (its pacer's
+	// deadline, the port's queue, or now: windowOpen lets a packet go
+	// then): a timer of its own would only wake it to push the deadline
+	// on, every AckTimeout while it waits for its turn (issue 28: 10,000
+	// QPs sharing a port wait a second and more for theirs).
+	if r.una < r.max && r.ackReqSent > r.una {
+		next = min(next, r.lastProgress+qp.cfg.AckTimeout)
 	}
 	if r.nxt < r.limit && r.windowOpen(window) {
 		switch {
