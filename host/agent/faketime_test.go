@@ -2,12 +2,14 @@ package agent
 
 import (
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -173,5 +175,60 @@ func TestFakeTimeDCQCN(t *testing.T) {
 	}
 	if st0.Rc != units.Gbit || st1.Rc >= st0.Rc/4 {
 		t.Errorf("Rc %v → %v under 10 ms of CE: want line rate, then below a quarter", st0.Rc, st1.Rc)
+	}
+}
+
+// TestFakeTimeTurns: 100 unpaced QPs share a 400 Mbit/s port, which has
+// credit for about nine packets a wake: each QP's turn is one burst
+// (MaxBurst, 8 packets) back to back, the port's credit running out in the
+// middle of one notwithstanding. With a turn lost to the port's credit,
+// half the turns were one packet and the QP's cold state was paid twice a
+// burst (issue 28's scale rows).
+func TestFakeTimeTurns(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		order []uint32 // DestQP of the data packets, in order
+	)
+	filter := func(from netip.AddrPort, m *pktio.Message) bool {
+		var h roce.Header
+		if payload, err := roce.Parse(m.Buffers[0][:m.N], &h); err == nil && len(payload) > 0 {
+			mu.Lock()
+			order = append(order, h.BTH.DestQP)
+			mu.Unlock()
+		}
+		return false
+	}
+	p := newFakePair(t, filter, nil, 400*units.Mbit)
+	ca := DefaultQPConfig()
+	for range 100 {
+		qa, _ := p.connect(t, ca, DefaultQPConfig())
+		if err := qa.Start(Stream{Op: OpWrite, MessageBytes: 4096}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.runUntil(t, 60*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	runs := map[int]int{} // turn length: turns
+	k := 0
+	for i := 1; i <= len(order); i++ {
+		k++
+		if i == len(order) || order[i] != order[i-1] {
+			if i != len(order) {
+				runs[k]++
+			}
+			k = 0
+		}
+	}
+	turns := 0
+	for _, c := range runs {
+		turns += c
+	}
+	t.Logf("%d data packets in 60 ms, %d turns; turns by length: %v", len(order), turns, runs)
+	if len(order) < 2500 {
+		t.Fatalf("%d data packets in 60 ms at 400 Mbit/s: want about 2,700", len(order))
+	}
+	if full := runs[ca.MaxBurst]; float64(full) < 0.98*float64(turns) {
+		t.Errorf("%d of %d turns were a burst of %d packets: want all but the first few", full, turns, ca.MaxBurst)
 	}
 }

@@ -109,7 +109,11 @@ func (qp *QP) fillLocked(now time.Duration, out []txPacket, port *engine.PortLim
 	if rate == 0 && port == nil {
 		perPass = len(out)
 	}
-	for sent := 0; n < len(out) && sent < perPass; sent++ {
+	sent := 0
+	if port != nil {
+		sent = port.TurnSent() // the rest of a turn the port cut short
+	}
+	for ; n < len(out) && sent < perPass; sent++ {
 		if r.nxt >= r.limit {
 			break // the stream end
 		}

@@ -338,7 +338,11 @@ type FlowHandle struct {
 	idx     int // in e.mu.flows, under e.mu
 	// The transmit loop's (sched).
 	inRun, inPort bool
-	timer         Deadline // in sched.timers
+	// cutSent: the port turned the flow away in the middle of its turn,
+	// after cutSent packets; it keeps the head of the port's queue for
+	// the rest.
+	cutSent int
+	timer   Deadline // in sched.timers
 }
 
 func (h *FlowHandle) timerDeadline() *Deadline { return &h.timer }

@@ -80,6 +80,10 @@ type PortLimit struct {
 	// (sched); refused: Ready said no since the loop last cleared it, so
 	// the flow asking waits for the port.
 	held, refused bool
+	// turnSent: what the flow being asked sent in its turn before the
+	// port ran dry (TurnSent); spent: the packets charged since the
+	// engine began asking it.
+	turnSent, spent int
 }
 
 // NewPortLimit returns a full port limiter of rate and burst depth bytes,
@@ -107,8 +111,17 @@ func (p *PortLimit) Ready() bool {
 	return true
 }
 
+// TurnSent is how many packets the flow being asked has sent in its turn
+// at the port already: the port ran dry in the middle of it, and the
+// engine asks again for the rest. A flow that sends a burst a turn counts
+// these against it, so that every turn is one burst.
+func (p *PortLimit) TurnSent() int { return p.turnSent }
+
 // Spend charges a packet of wire bytes to the port.
-func (p *PortLimit) Spend(wire int) { p.b.Spend(wire) }
+func (p *PortLimit) Spend(wire int) {
+	p.b.Spend(wire)
+	p.spent++
+}
 
 // NextWake is when the port has a burst's credit again, or
 // maxBurstWait's if a burst takes longer to earn. Not the next packet's

@@ -145,16 +145,34 @@ func (e *Engine) visit(h *FlowHandle, now time.Duration, out []Packet, port *Por
 		s.timers.Remove(h)
 		return 0
 	}
+	turnSent := 0
+	if fromPort {
+		turnSent, h.cutSent = h.cutSent, 0
+	}
 	if port != nil {
 		port.refused = false
+		port.turnSent, port.spent = turnSent, 0
 	}
 	n, due := h.f.Fill(now, out, port)
 	refused := port != nil && port.refused
+	spent := 0
+	if port != nil {
+		spent = port.spent
+	}
 	if n > 0 && !refused && due > now {
 		s.sent = append(s.sent, h)
 	}
 	if (refused || due <= now) && !h.inPort {
 		switch {
+		case refused && spent > 0 && turnSent+spent < maxTurn:
+			// The port ran dry in the middle of the flow's turn: the
+			// rest of the turn (PortLimit.TurnSent) is the flow's,
+			// next. A turn lost to the port's credit made the turns of
+			// 10,000 QPs half a burst on average, and each turn paid
+			// the QP's cold state (issue 28).
+			h.cutSent = turnSent + spent
+			h.inPort = true
+			s.port.pushFront(h)
 		case n > 0:
 			s.served = append(s.served, h)
 		case fromPort:
@@ -172,6 +190,10 @@ func (e *Engine) visit(h *FlowHandle, now time.Duration, out []Packet, port *Por
 	}
 	return n
 }
+
+// maxTurn is the most packets a flow sends in one turn at the port, asked
+// again and again as the port's credit comes: a QP's longest burst.
+const maxTurn = 256
 
 // fifo is a queue of flows in a ring.
 type fifo struct {

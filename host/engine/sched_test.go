@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,7 +30,11 @@ func (f *schedFlow) Fill(now time.Duration, out []Packet, port *PortLimit) (int,
 		out[n].N = 1
 		n++
 	}
-	for sent := 0; f.left > 0 && n < len(out) && sent < f.burst; sent++ {
+	sent := 0
+	if port != nil {
+		sent = port.TurnSent()
+	}
+	for ; f.left > 0 && n < len(out) && sent < f.burst; sent++ {
 		if port != nil && !port.Ready() {
 			return n, f.deadline // the engine asks again when the port has credit
 		}
@@ -199,6 +204,50 @@ func TestSchedKickKeepsPlace(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("data order %v, want %v", got, want)
+		}
+	}
+}
+
+// TestSchedCutTurn: the port's credit runs out in the middle of a flow's
+// turn; the flow sends the rest of it first when the port has credit
+// again (PortLimit.TurnSent), then the next flow has its turn: turns of a
+// burst each, step by step.
+func TestSchedCutTurn(t *testing.T) {
+	e := newSchedEngine(t)
+	var order []*schedFlow
+	const burst, wire = 4, 1000
+	fs := make([]*schedFlow, 3)
+	for i := range fs {
+		fs[i] = &schedFlow{left: 1 << 30, burst: burst, wire: wire, deadline: Never, order: &order}
+		e.AddFlow(fs[i])
+	}
+	// 6 packets of credit at once, then one a millisecond.
+	port := NewPortLimit(0, 8*units.Mbit, 6*wire, 0)
+	pkts, _ := e.NewSlots(64)
+	steps := []struct {
+		at   time.Duration
+		want []int // flows of the pass's data packets
+	}{
+		{0, []int{0, 0, 0, 0, 1, 1}}, // flow 1's turn is cut after 2
+		{1 * time.Millisecond, []int{1}},
+		{2 * time.Millisecond, []int{1}}, // its turn's 4th: over
+		{3 * time.Millisecond, []int{2}},
+		{6 * time.Millisecond, []int{2, 2, 2}},
+		{9 * time.Millisecond, []int{0, 0, 0}},
+	}
+	for _, st := range steps {
+		order = order[:0]
+		e.pass(st.at, pkts, port)
+		var got []int
+		for _, f := range order {
+			for i := range fs {
+				if f == fs[i] {
+					got = append(got, i)
+				}
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(st.want) {
+			t.Fatalf("pass at %v: data from flows %v, want %v", st.at, got, st.want)
 		}
 	}
 }
