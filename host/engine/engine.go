@@ -54,8 +54,9 @@ type Packet struct {
 // loop asks it for packets.
 type Flow interface {
 	// Fill writes into out what the flow may send at now (at most its
-	// burst), paced and within its window, charging each packet to port
-	// (nil: no port limit) and stopping when port is not Ready. It returns
+	// burst, less PortLimit.TurnSent: a turn the port's credit cut short
+	// goes on), paced and within its window, charging each packet to
+	// port (nil: no port limit) and stopping when port is not Ready. It returns
 	// how many packets it wrote and when it next needs the loop: now for
 	// more at once, Never for nothing until a kick (FlowHandle.Kick). A
 	// flow the port turned away is asked again when the port has credit

@@ -338,7 +338,11 @@ func (c *ccc) Fill(now time.Duration, out []engine.Packet, port *engine.PortLimi
 	// of a packet or two, with the ACK clock alternating full and open,
 	// every other PDC never sent (TestCCCRoundRobinFullWindow). The pick
 	// comes first so that the port is asked only with a packet to send.
-	for sent := 0; n < len(out) && sent < burst; sent++ {
+	sent := 0
+	if port != nil {
+		sent = port.TurnSent() // the rest of a turn the port cut short
+	}
+	for ; n < len(out) && sent < burst; sent++ {
 		rr, turn, left := c.rr, c.turn, c.turnLeft
 		p := c.pick(now)
 		if p == nil {
