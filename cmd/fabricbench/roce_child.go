@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -366,14 +365,10 @@ func roceperfRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, pr
 		cliArgs = append(cliArgs, "-burst", strconv.Itoa(o.burst))
 	}
 	name, args = pinned(o.cpu, exe, cliArgs...)
-	cli := a.Command(rctx, name, args...)
-	cli.WaitDelay = 2 * time.Second
-	var stderr bytes.Buffer
-	cli.Stderr = &stderr
-	out, runErr := cli.Output()
+	out, stderr, runErr := runClient(rctx, a, name, args...)
 	// A failed client leaves the server's view of it in the server's
 	// output: stop the server and say both.
-	res, err := parseChild(out, runErr, stderr.String())
+	res, err := parseChild(out, runErr, stderr)
 	if err != nil {
 		srv.stop()
 		if so := srv.output(); so != "" {

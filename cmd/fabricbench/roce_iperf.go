@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,12 +27,8 @@ func iperfUDP(ctx context.Context, a, b *lab.Node, port, seconds, dgram, cpu int
 	}
 	defer srv.finish(3 * time.Second)
 
-	cli := a.Command(rctx, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
+	out, stderr, runErr := runClient(rctx, a, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
 		"-u", "-b", "0", "-l", strconv.Itoa(dgram), "-t", strconv.Itoa(seconds), "-J"}, affinity...)...)
-	cli.WaitDelay = 2 * time.Second
-	var stderr bytes.Buffer
-	cli.Stderr = &stderr
-	out, runErr := cli.Output()
 	type udpSum struct {
 		Seconds       float64 `json:"seconds"`
 		Bytes         uint64  `json:"bytes"`
@@ -55,7 +50,7 @@ func iperfUDP(ctx context.Context, a, b *lab.Node, port, seconds, dgram, cpu int
 	}
 	if err := json.Unmarshal(out, &rep); err != nil {
 		if runErr != nil {
-			return run, fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr.String()))
+			return run, fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr))
 		}
 		return run, fmt.Errorf("iperf3 client output: %w", err)
 	}

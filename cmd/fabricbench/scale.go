@@ -245,15 +245,11 @@ func uetScaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scale
 	if err != nil {
 		return row, err
 	}
-	cli := a.Command(rctx, exe, append([]string{uetChildArg, "-mode", "client", "-local", addrA.Addr().String(), "-server", addrB.Addr().String(),
+	out, stderr, runErr := runClient(rctx, a, exe, append([]string{uetChildArg, "-mode", "client", "-local", addrA.Addr().String(), "-server", addrB.Addr().String(),
 		"-streams", strconv.Itoa(n), "-link-rate", o.rate.String(), "-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes)},
 		o.profileArgs("uet", n)...)...)
-	cli.WaitDelay = 2 * time.Second
-	var stderr strings.Builder
-	cli.Stderr = &stderr
-	out, runErr := cli.Output()
 	st, serr := srv.stop()
-	res, err := parseChild(out, runErr, stderr.String())
+	res, err := parseChild(out, runErr, stderr)
 	if err != nil {
 		return row, err
 	}
@@ -288,14 +284,10 @@ func scaleRun(ctx context.Context, exe string, a, b *lab.Node, n int, o scaleOpt
 		return row, err
 	}
 	defer srv.stop()
-	cli := a.Command(rctx, exe, append([]string{childArg, "-mode", "client", "-server", addrB.Addr().String(),
+	out, stderr, runErr := runClient(rctx, a, exe, append([]string{childArg, "-mode", "client", "-server", addrB.Addr().String(),
 		"-qps", strconv.Itoa(n), "-rate", strconv.FormatFloat(float64(o.rate), 'f', 0, 64),
 		"-seconds", strconv.Itoa(o.seconds), "-msg", strconv.Itoa(scaleMessageBytes)}, o.profileArgs("roce", n)...)...)
-	cli.WaitDelay = 2 * time.Second
-	var stderr strings.Builder
-	cli.Stderr = &stderr
-	out, runErr := cli.Output()
-	res, err := parseChild(out, runErr, stderr.String())
+	res, err := parseChild(out, runErr, stderr)
 	srv.stop()
 	if err != nil {
 		return row, fmt.Errorf("%w (server output: %s)", err, srv.output())

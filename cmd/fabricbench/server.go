@@ -62,6 +62,17 @@ func iperfServer(ctx context.Context, b *lab.Node, port, cpu int) (srv *server, 
 	return srv, affinity, err
 }
 
+// runClient runs a measurement's client command in node a to its end:
+// its stdout, its stderr and Output's error.
+func runClient(ctx context.Context, a *lab.Node, name string, args ...string) (out []byte, stderr string, err error) {
+	cli := a.Command(ctx, name, args...)
+	cli.WaitDelay = 2 * time.Second
+	var eb bytes.Buffer
+	cli.Stderr = &eb
+	out, err = cli.Output()
+	return out, eb.String(), err
+}
+
 // exited waits up to grace for the server to end by itself (a one-off
 // server ends after its one test).
 func (s *server) exited(grace time.Duration) bool {

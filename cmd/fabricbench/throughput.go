@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -249,12 +248,8 @@ func iperf(ctx context.Context, a, b *lab.Node, port, seconds, cpu int) (iperfRe
 	}
 	defer srv.finish(3 * time.Second)
 
-	cli := a.Command(rctx, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
+	out, stderr, runErr := runClient(rctx, a, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
 		"-t", strconv.Itoa(seconds), "-J"}, affinity...)...)
-	cli.WaitDelay = 2 * time.Second
-	var stderr bytes.Buffer
-	cli.Stderr = &stderr
-	out, runErr := cli.Output()
 	var rep struct {
 		Error string `json:"error"`
 		End   struct {
@@ -268,7 +263,7 @@ func iperf(ctx context.Context, a, b *lab.Node, port, seconds, cpu int) (iperfRe
 	}
 	if err := json.Unmarshal(out, &rep); err != nil {
 		if runErr != nil {
-			return res, fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr.String()))
+			return res, fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr))
 		}
 		return res, fmt.Errorf("iperf3 client output: %w", err)
 	}

@@ -208,15 +208,11 @@ func uetRun(ctx context.Context, exe string, a, b *lab.Node, o roceOpts, prof st
 		return run, err
 	}
 	name, args = pinned(o.cpu, exe, cliArgs...)
-	cli := a.Command(rctx, name, args...)
-	cli.WaitDelay = 2 * time.Second
-	var stderr bytes.Buffer
-	cli.Stderr = &stderr
-	out, runErr := cli.Output()
+	out, stderr, runErr := runClient(rctx, a, name, args...)
 	st, serr := srv.stop()
 	var res childResult
 	if err := json.Unmarshal(out, &res); err != nil {
-		return run, fmt.Errorf("uet client: %v %v (stderr: %s)", err, runErr, strings.TrimSpace(stderr.String()))
+		return run, fmt.Errorf("uet client: %v %v (stderr: %s)", err, runErr, strings.TrimSpace(stderr))
 	}
 	if res.Error != "" || runErr != nil {
 		return run, fmt.Errorf("uet client: %s %v", res.Error, runErr)
