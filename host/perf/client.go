@@ -343,24 +343,19 @@ func (st *runState) Stop() {
 // take builds the interval since the last one and moves the mark.
 func (st *runState) take(now time.Duration, omitted bool) Interval {
 	cc := st.cc
-	var iv Interval
-	start, end := st.prevT.Seconds(), now.Seconds()
-	secs := end - start
-	iv.Sum = IntervalSum{Start: start, End: end, Seconds: secs, Omitted: omitted, Sender: true}
+	iv := newInterval(st.prevT, now)
+	iv.Sum.Omitted, iv.Sum.Sender = omitted, true
 	for i, qp := range st.qps {
 		ctr := qp.Counters()
 		p := &st.prev[i]
 		s := IntervalStream{
-			ID: qp.QPN(), Start: start, End: end, Seconds: secs,
+			ID:          qp.QPN(),
 			Bytes:       ctr.AckedBytes - p.AckedBytes,
-			Omitted:     omitted,
-			Sender:      true,
 			CNPHandled:  ctr.RPCNPHandled - p.RPCNPHandled,
 			CNPIgnored:  ctr.RPCNPIgnored - p.RPCNPIgnored,
 			Retransmits: ctr.RetransmitPackets - p.RetransmitPackets,
 			TxPackets:   ctr.TxPackets - p.TxPackets,
 		}
-		s.BitsPerSecond = rate(s.Bytes, secs)
 		if cs, ok := qp.CC(); ok {
 			s.RcBps, s.RtBps, s.Alpha = uint64(cs.Rc), uint64(cs.Rt), cs.Alpha
 		} else if cc == agent.CCNone {
@@ -368,15 +363,13 @@ func (st *runState) take(now time.Duration, omitted bool) Interval {
 			s.RtBps = s.RcBps
 		}
 		*p = ctr
-		iv.Streams = append(iv.Streams, s)
-		iv.Sum.Bytes += s.Bytes
+		iv.add(s)
 		iv.Sum.RcBps += s.RcBps
 		iv.Sum.CNPHandled += s.CNPHandled
 		iv.Sum.CNPIgnored += s.CNPIgnored
 		iv.Sum.Retransmits += s.Retransmits
 		iv.Sum.TxPackets += s.TxPackets
 	}
-	iv.Sum.BitsPerSecond = rate(iv.Sum.Bytes, secs)
 	st.prevT = now
 	return iv
 }
@@ -428,6 +421,24 @@ func notDrained[S interface{ Done() <-chan struct{} }](waited time.Duration, str
 		parts = append(parts, owed(i, s))
 	}
 	return fmt.Errorf("streams not acknowledged %v after the stop: %s", waited, strings.Join(parts, ", "))
+}
+
+// newInterval is the interval from prev to now (times since the start),
+// its streams and counters to add.
+func newInterval(prev, now time.Duration) Interval {
+	start, end := prev.Seconds(), now.Seconds()
+	return Interval{Sum: IntervalSum{Start: start, End: end, Seconds: end - start}}
+}
+
+// add puts a stream's counters in the interval: the sum's span, omitted
+// and sender, its rate, and its bytes in the sum's and the sum's rate.
+func (iv *Interval) add(s IntervalStream) {
+	s.Start, s.End, s.Seconds = iv.Sum.Start, iv.Sum.End, iv.Sum.Seconds
+	s.Omitted, s.Sender = iv.Sum.Omitted, iv.Sum.Sender
+	s.BitsPerSecond = rate(s.Bytes, s.Seconds)
+	iv.Streams = append(iv.Streams, s)
+	iv.Sum.Bytes += s.Bytes
+	iv.Sum.BitsPerSecond = rate(iv.Sum.Bytes, iv.Sum.Seconds)
 }
 
 func rate(bytes uint64, secs float64) float64 {

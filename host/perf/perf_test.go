@@ -45,6 +45,22 @@ func TestFormatUnits(t *testing.T) {
 	}
 }
 
+// An interval's streams take its span, omitted and sender, and their
+// bytes and rates add up in the sum.
+func TestIntervalAdd(t *testing.T) {
+	iv := newInterval(time.Second, 3*time.Second)
+	iv.Sum.Omitted, iv.Sum.Sender = true, true
+	iv.add(IntervalStream{ID: 1, Bytes: 1000})
+	iv.add(IntervalStream{ID: 2, Bytes: 3000})
+	want := IntervalStream{ID: 2, Start: 1, End: 3, Seconds: 2, Bytes: 3000, BitsPerSecond: 12000, Omitted: true, Sender: true}
+	if got := iv.Streams[1]; got != want {
+		t.Errorf("stream %+v, want %+v", got, want)
+	}
+	if s := iv.Sum; s.Start != 1 || s.End != 3 || s.Seconds != 2 || s.Bytes != 4000 || s.BitsPerSecond != 16000 {
+		t.Errorf("sum %+v, want 1..3 s, 4000 bytes, 16000 bit/s", s)
+	}
+}
+
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		s    string

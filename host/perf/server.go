@@ -313,29 +313,23 @@ func (s *Server) sample(ss *serverSession) {
 // In a server interval, CNPHandled counts CE-marked packets and
 // CNPIgnored CNPs sent (the server's QPs only receive).
 func (ss *serverSession) take(now time.Duration) Interval {
-	var iv Interval
-	start, end := ss.prevT.Seconds(), now.Seconds()
-	secs := end - start
-	iv.Sum = IntervalSum{Start: start, End: end, Seconds: secs}
+	iv := newInterval(ss.prevT, now)
 	for i, qp := range ss.qps {
 		ctr := qp.Counters()
 		p := &ss.prev[i]
 		st := IntervalStream{
-			ID: qp.QPN(), Start: start, End: end, Seconds: secs,
+			ID:        qp.QPN(),
 			Bytes:     ctr.RecvBytes - p.RecvBytes,
 			TxPackets: ctr.TxPackets - p.TxPackets,
 		}
 		ce, cnps := ctr.NPECNMarkedRoCEPackets-p.NPECNMarkedRoCEPackets, ctr.NPCNPSent-p.NPCNPSent
 		st.CNPHandled, st.CNPIgnored = ce, cnps
-		st.BitsPerSecond = rate(st.Bytes, secs)
 		*p = ctr
-		iv.Streams = append(iv.Streams, st)
-		iv.Sum.Bytes += st.Bytes
+		iv.add(st)
 		iv.Sum.CNPHandled += ce
 		iv.Sum.CNPIgnored += cnps
 		iv.Sum.TxPackets += st.TxPackets
 	}
-	iv.Sum.BitsPerSecond = rate(iv.Sum.Bytes, secs)
 	ss.prevT = now
 	return iv
 }

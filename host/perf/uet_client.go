@@ -560,35 +560,30 @@ func (st *uetState) ccc() pds.CCCInfo {
 }
 
 func (st *uetState) take(now time.Duration, omitted bool) Interval {
-	var iv Interval
-	start, end := st.prevT.Seconds(), now.Seconds()
-	secs := end - start
+	iv := newInterval(st.prevT, now)
 	ccc := st.ccc()
 	epc := st.ep.Counters()
 	retx := epc.Retransmits - st.prevEP.Retransmits
-	iv.Sum = IntervalSum{Start: start, End: end, Seconds: secs, Omitted: omitted, Sender: true,
-		CwndBytes: uint64(ccc.Window), InFlightBytes: uint64(ccc.InFlight), Retransmits: retx,
-		TxPackets: epc.TxPackets - st.prevEP.TxPackets, CreditBytes: creditBytes(ccc.Credit)}
+	sum := &iv.Sum
+	sum.Omitted, sum.Sender = omitted, true
+	sum.CwndBytes, sum.InFlightBytes, sum.CreditBytes = uint64(ccc.Window), uint64(ccc.InFlight), creditBytes(ccc.Credit)
+	sum.Retransmits, sum.TxPackets = retx, epc.TxPackets-st.prevEP.TxPackets
 	for i, s := range st.senders {
 		ctr := s.Counters()
 		is := IntervalStream{
-			ID: uint32(i + 1), Start: start, End: end, Seconds: secs,
-			Bytes:   ctr.BytesAcked - st.prev[i].BytesAcked,
-			Omitted: omitted, Sender: true,
+			ID:        uint32(i + 1),
+			Bytes:     ctr.BytesAcked - st.prev[i].BytesAcked,
 			CwndBytes: uint64(ccc.Window), InFlightBytes: uint64(ccc.InFlight),
-			CreditBytes: iv.Sum.CreditBytes,
+			CreditBytes: sum.CreditBytes,
 		}
 		if len(st.senders) == 1 {
 			// Retransmissions are the endpoint's: one stream's own only
 			// when it is alone.
-			is.Retransmits, is.TxPackets = retx, iv.Sum.TxPackets
+			is.Retransmits, is.TxPackets = retx, sum.TxPackets
 		}
-		is.BitsPerSecond = rate(is.Bytes, secs)
 		st.prev[i] = ctr
-		iv.Streams = append(iv.Streams, is)
-		iv.Sum.Bytes += is.Bytes
+		iv.add(is)
 	}
-	iv.Sum.BitsPerSecond = rate(iv.Sum.Bytes, secs)
 	st.prevEP = epc
 	st.prevT = now
 	return iv

@@ -460,21 +460,15 @@ func (s *UETServer) sample(ss *uetSession) {
 // duplicates seen.
 func (ss *uetSession) take(now time.Duration) Interval {
 	tot := ss.totals()
-	var iv Interval
-	start, end := ss.prevT.Seconds(), now.Seconds()
-	secs := end - start
-	iv.Sum = IntervalSum{Start: start, End: end, Seconds: secs}
+	iv := newInterval(ss.prevT, now)
 	for i, t := range tot {
 		p := &ss.prev[i]
-		is := IntervalStream{ID: uint32(i + 1), Start: start, End: end, Seconds: secs,
+		is := IntervalStream{ID: uint32(i + 1),
 			Bytes: t.MessageBytes - p.MessageBytes, CEReceived: t.CEReceived - p.CEReceived, Duplicates: t.Duplicates - p.Duplicates}
-		is.BitsPerSecond = rate(is.Bytes, secs)
-		iv.Streams = append(iv.Streams, is)
-		iv.Sum.Bytes += is.Bytes
+		iv.add(is)
 		iv.Sum.CEReceived += is.CEReceived
 		iv.Sum.Duplicates += is.Duplicates
 	}
-	iv.Sum.BitsPerSecond = rate(iv.Sum.Bytes, secs)
 	copy(ss.prev, tot)
 	ss.prevT = now
 	ss.intervals = append(ss.intervals, iv)
