@@ -4,12 +4,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/fabriclab/fabriclab/host/lab"
 )
@@ -18,17 +14,6 @@ import (
 // bytes of UDP payload: a one-off server in b, a JSON client in a.
 func iperfUDP(ctx context.Context, a, b *lab.Node, port, seconds, dgram, cpu int) (UDPRun, error) {
 	var run UDPRun
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
-	defer cancel()
-
-	srv, affinity, err := iperfServer(rctx, b, port, cpu)
-	if err != nil {
-		return run, err
-	}
-	defer srv.finish(3 * time.Second)
-
-	out, stderr, runErr := runClient(rctx, a, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
-		"-u", "-b", "0", "-l", strconv.Itoa(dgram), "-t", strconv.Itoa(seconds), "-J"}, affinity...)...)
 	type udpSum struct {
 		Seconds       float64 `json:"seconds"`
 		Bytes         uint64  `json:"bytes"`
@@ -38,8 +23,8 @@ func iperfUDP(ctx context.Context, a, b *lab.Node, port, seconds, dgram, cpu int
 		LostPercent   float64 `json:"lost_percent"`
 	}
 	var rep struct {
-		Error string `json:"error"`
-		End   struct {
+		iperfHead
+		End struct {
 			SumSent     udpSum `json:"sum_sent"`
 			SumReceived udpSum `json:"sum_received"`
 			CPU         struct {
@@ -48,17 +33,9 @@ func iperfUDP(ctx context.Context, a, b *lab.Node, port, seconds, dgram, cpu int
 			} `json:"cpu_utilization_percent"`
 		} `json:"end"`
 	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		if runErr != nil {
-			return run, fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr))
-		}
-		return run, fmt.Errorf("iperf3 client output: %w", err)
-	}
-	if rep.Error != "" {
-		return run, fmt.Errorf("iperf3 client: %s", rep.Error)
-	}
-	if runErr != nil {
-		return run, fmt.Errorf("iperf3 client: %w", runErr)
+	opts := []string{"-u", "-b", "0", "-l", strconv.Itoa(dgram)}
+	if err := runIperf(ctx, a, b, port, seconds, cpu, opts, &rep); err != nil {
+		return run, err
 	}
 	e := &rep.End
 	if e.SumReceived.BitsPerSecond <= 0 || e.SumSent.Packets == 0 || e.SumSent.Seconds <= 0 {

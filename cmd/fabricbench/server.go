@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -71,6 +72,45 @@ func runClient(ctx context.Context, a *lab.Node, name string, args ...string) (o
 	cli.Stderr = &eb
 	out, err = cli.Output()
 	return out, eb.String(), err
+}
+
+// iperfHead is what every iperf3 -J report says: why the test failed.
+type iperfHead struct {
+	Error string `json:"error"`
+}
+
+func (h *iperfHead) iperfError() string { return h.Error }
+
+// runIperf runs one iperf3 test a -> b: a one-off server in b and a JSON
+// client in a, with opts (the test's own client options) and seconds. It
+// reads the client's report into rep, a struct that embeds iperfHead and
+// the parts of the report wanted.
+func runIperf(ctx context.Context, a, b *lab.Node, port, seconds, cpu int, opts []string, rep interface{ iperfError() string }) error {
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
+	defer cancel()
+
+	srv, affinity, err := iperfServer(rctx, b, port, cpu)
+	if err != nil {
+		return err
+	}
+	defer srv.finish(3 * time.Second)
+
+	args := append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port)}, opts...)
+	args = append(args, "-t", strconv.Itoa(seconds), "-J")
+	out, stderr, runErr := runClient(rctx, a, "iperf3", append(args, affinity...)...)
+	if err := json.Unmarshal(out, rep); err != nil {
+		if runErr != nil {
+			return fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr))
+		}
+		return fmt.Errorf("iperf3 client output: %w", err)
+	}
+	if e := rep.iperfError(); e != "" {
+		return fmt.Errorf("iperf3 client: %s", e)
+	}
+	if runErr != nil {
+		return fmt.Errorf("iperf3 client: %w", runErr)
+	}
+	return nil
 }
 
 // exited waits up to grace for the server to end by itself (a one-off

@@ -5,14 +5,12 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -239,20 +237,9 @@ func oneRun(ctx context.Context, a, b *lab.Node, c tpConfig, port, seconds, cpu 
 // iperf runs a one-off server in b and a JSON client in a.
 func iperf(ctx context.Context, a, b *lab.Node, port, seconds, cpu int) (iperfResult, error) {
 	var res iperfResult
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+20)*time.Second)
-	defer cancel()
-
-	srv, affinity, err := iperfServer(rctx, b, port, cpu)
-	if err != nil {
-		return res, err
-	}
-	defer srv.finish(3 * time.Second)
-
-	out, stderr, runErr := runClient(rctx, a, "iperf3", append([]string{"-c", addrB.Addr().String(), "-p", strconv.Itoa(port),
-		"-t", strconv.Itoa(seconds), "-J"}, affinity...)...)
 	var rep struct {
-		Error string `json:"error"`
-		End   struct {
+		iperfHead
+		End struct {
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
@@ -261,17 +248,8 @@ func iperf(ctx context.Context, a, b *lab.Node, port, seconds, cpu int) (iperfRe
 			} `json:"sum_sent"`
 		} `json:"end"`
 	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		if runErr != nil {
-			return res, fmt.Errorf("iperf3 client: %w (stderr: %s)", runErr, strings.TrimSpace(stderr))
-		}
-		return res, fmt.Errorf("iperf3 client output: %w", err)
-	}
-	if rep.Error != "" {
-		return res, fmt.Errorf("iperf3 client: %s", rep.Error)
-	}
-	if runErr != nil {
-		return res, fmt.Errorf("iperf3 client: %w", runErr)
+	if err := runIperf(ctx, a, b, port, seconds, cpu, nil, &rep); err != nil {
+		return res, err
 	}
 	if rep.End.SumReceived.BitsPerSecond <= 0 {
 		return res, errors.New("iperf3 reported no end.sum_received.bits_per_second")
