@@ -32,8 +32,10 @@ import (
 // transmission (the kernel's run-time statistics, summed over every
 // program on the tracepoint: the judged figure), the sender's time per
 // packet through one port (end to end, noisier), the time to attach a
-// port and to read a port's counters. Goal: the hook's cost per
-// transmission at 64 ports within portsGoal of its cost at one.
+// port and to read a port's counters. Last, fabriclabd's side: the
+// daemon applying all the ports, its /metrics scrape, its reload down to
+// one (ports_daemon.go). Goal: the hook's cost per transmission at 64
+// ports within portsGoal of its cost at one.
 
 const (
 	portsGoal = 1.05
@@ -48,6 +50,9 @@ type PortsReport struct {
 	CPU     int        `json:"sender_cpu"`
 	Goal    float64    `json:"goal_ratio"`
 	Rows    []PortsRow `json:"rows"`
+	// Daemon is fabriclabd's side: its Apply, reload and /metrics with
+	// the same number of ports.
+	Daemon *PortsDaemon `json:"daemon,omitempty"`
 }
 
 // PortsRow is one way of running the xmit hook, over the rounds.
@@ -155,6 +160,17 @@ func runPorts(ctx context.Context, many, rounds int, send time.Duration) (*Ports
 		}
 	}
 	rep.Rows = rows
+	progress("ports: fabriclabd with %d ports", many)
+	devs := []string{devA}
+	for i := range many - 1 {
+		x, _ := idleDevs(i)
+		devs = append(devs, x)
+	}
+	d, err := portsDaemon(a, devs)
+	if err != nil {
+		return rep, fmt.Errorf("fabriclabd: %w", err)
+	}
+	rep.Daemon = &d
 	return rep, nil
 }
 
@@ -389,4 +405,9 @@ func (r *PortsReport) write(w io.Writer) {
 	fmt.Fprintf(w, "rounds; ratio: at %d ports / at 1, spread: per round; attach: one idle port, median; attach %d: all of them, one after\n", r.Ports, r.Ports-1)
 	fmt.Fprintln(w, "the other (each loads and verifies its own programs), median of the rounds;")
 	fmt.Fprintln(w, "stats: reading one port's counters (Port.Stats).")
+	if d := r.Daemon; d != nil {
+		fmt.Fprintf(w, "fabriclabd (host/daemon) with the %d ports (veth mode, DefaultConfig): apply %.1f s; /metrics %.1f ms (%d samples, %d of them\n", r.Ports, d.ApplyS, d.ScrapeMsMany, d.SeriesMany, d.PortSeriesMany)
+		fmt.Fprintf(w, "fabriclab_port_*, %d KiB); reload to 1 port %.1f s; /metrics then %.1f ms (%d samples, %d port); a scrape's time is the median of %d\n",
+			d.ScrapeBytesMany/1024, d.ReloadS, d.ScrapeMsOne, d.SeriesOne, d.PortSeriesOne, scrapeRounds)
+	}
 }
