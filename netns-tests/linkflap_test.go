@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/lab"
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
+	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/perf"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
@@ -44,12 +46,13 @@ func newFlapLab(t *testing.T) *flapLab {
 	return f
 }
 
-// startUET runs a UET roceperf server in s, its side channel on 18516.
-func (f *flapLab) startUET(t *testing.T) string {
+// startUET runs a UET roceperf server in s, its side channel on 18516,
+// for the test t.
+func (f *flapLab) startUET(t *testing.T) *perf.UETServer {
 	t.Helper()
 	return servePerf(t, f.s, func() (*perf.UETServer, error) {
 		return perf.ListenUET(perf.ServerConfig{Transport: perf.TransportUET, Bind: f.srvAddr, Port: 18516, Interval: -1, Logger: testLogger(t)})
-	}).Addr().String()
+	})
 }
 
 // setLink brings the client's eth0 down or up.
@@ -85,7 +88,7 @@ func (f *flapLab) arpIgnore(t *testing.T, v int) {
 // after the link is back, as the linkwatch race loses one (host/pktio's
 // neighbor_linux.go). It returns the report, RunClient's error, and the
 // times from the link going down to RunClient's return and to the first
-// QP error (-1: none; RoCEv2 only).
+// QP or PDC error (-1: none).
 func flap(t *testing.T, f *flapLab, cfg perf.ClientConfig, down time.Duration, lateARP bool) (*perf.Report, error, time.Duration, time.Duration) {
 	t.Helper()
 	var r *perf.Report
@@ -95,7 +98,7 @@ func flap(t *testing.T, f *flapLab, cfg perf.ClientConfig, down time.Duration, l
 	// When the client's QP failed, if it did: RunClient returns later,
 	// after it asked the server for its counters over the side channel.
 	qpFailed := make(chan time.Time, 1)
-	cfg.OnAgent = func(a *agent.Agent) {
+	watch := func(failed func() bool) {
 		go func() {
 			for {
 				select {
@@ -103,14 +106,20 @@ func flap(t *testing.T, f *flapLab, cfg perf.ClientConfig, down time.Duration, l
 					return
 				case <-time.After(2 * time.Millisecond):
 				}
-				for _, qp := range a.QPs() {
-					if qp.Err() != nil {
-						qpFailed <- time.Now()
-						return
-					}
+				if failed() {
+					qpFailed <- time.Now()
+					return
 				}
 			}
 		}()
+	}
+	cfg.OnAgent = func(a *agent.Agent) {
+		watch(func() bool {
+			return slices.ContainsFunc(a.QPs(), func(qp *agent.QP) bool { return qp.Err() != nil })
+		})
+	}
+	cfg.OnEndpoint = func(ep *pds.Endpoint) {
+		watch(func() bool { return ep.Counters().PDCErrors > 0 })
 	}
 	go func() {
 		defer close(ended)
@@ -175,6 +184,9 @@ const flapBytes = 48 << 20
 //     timeout error within its retries of the link going down, RunClient
 //     returns once the side channel has asked the server for its
 //     counters, and the server frees the session's QPs.
+//   - 3 s, past the PDC's 51 × 10 ms: the same for UET, the PDC failing
+//     with its timeout error and the server's endpoint freeing the
+//     target PDC.
 func TestLinkFlap(t *testing.T) {
 	f := newFlapLab(t)
 	for _, tc := range []struct {
@@ -189,7 +201,7 @@ func TestLinkFlap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			side := f.sideAddr
 			if tc.transport == perf.TransportUET {
-				side = f.startUET(t)
+				side = f.startUET(t).Addr().String()
 			}
 			r, err, after, _ := flap(t, f, flapClient(t, side, tc.transport), tc.down, tc.lateARP)
 			if err != nil {
@@ -251,6 +263,34 @@ func TestLinkFlap(t *testing.T) {
 		}
 		if held != 0 {
 			t.Errorf("%d QPs still held by the server 5 s after the client failed", held)
+		}
+	})
+	t.Run("uet/3s", func(t *testing.T) {
+		srv := f.startUET(t)
+		_, err, after, pdcAfter := flap(t, f, flapClient(t, srv.Addr().String(), perf.TransportUET), 3*time.Second, false)
+		pc := pds.DefaultConfig()
+		budget := time.Duration(pc.MaxRetries+1)*pc.RTO + 300*time.Millisecond
+		if err == nil || !strings.Contains(err.Error(), "timeouts of") {
+			t.Fatalf("a 3 s outage: %v, want the PDC's timeout error", err)
+		}
+		held := -1
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if held = len(srv.Endpoint().Targets()); held == 0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("3 s down: %v; the PDC failed %v after the link went down (its budget %v), RunClient returned after %v",
+			err, pdcAfter.Round(time.Millisecond), budget, after.Round(time.Millisecond))
+		if pdcAfter < 0 || pdcAfter > budget {
+			t.Errorf("the PDC failed %v after the link went down, want within its retries' %v", pdcAfter, budget)
+		}
+		if after > 3*time.Second+perf.DialTimeout {
+			t.Errorf("RunClient returned %v after the link went down, past the outage and the side channel's %v", after, perf.DialTimeout)
+		}
+		if held != 0 {
+			t.Errorf("%d target PDCs still held by the server 5 s after the client failed", held)
 		}
 	})
 }
