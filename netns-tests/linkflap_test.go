@@ -171,6 +171,16 @@ func flapClient(t *testing.T, side, transport string) perf.ClientConfig {
 
 const flapBytes = 48 << 20
 
+// heldAfter polls what the server still holds of the failed client (its
+// QPs, its target PDCs) until none or 5 s: how many were left.
+func heldAfter(held func() int) int {
+	n := held()
+	for deadline := time.Now().Add(5 * time.Second); n != 0 && time.Now().Before(deadline); n = held() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return n
+}
+
 // TestLinkFlap: the client's link goes down mid-transfer of 48 MiB at
 // 200 Mbit/s (roceperf -n 48M -b 200m --verify; RoCEv2 with mlx5's 67 ms
 // ACK timeout and 7 retries, UET with pds's 10 ms RTO and 50 retries) and
@@ -245,14 +255,7 @@ func TestLinkFlap(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "ACK timeouts") {
 			t.Fatalf("a 3 s outage: %v, want the QP's ACK timeout error", err)
 		}
-		held := -1
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			if held = len(f.srv.Agent().QPs()); held == 0 {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		held := heldAfter(func() int { return len(f.srv.Agent().QPs()) })
 		t.Logf("3 s down: %v; the QP failed %v after the link went down (its budget %v), RunClient returned after %v (the side channel waits for the link to ask the server for its counters, at most %v)",
 			err, qpAfter.Round(time.Millisecond), budget, after.Round(time.Millisecond), perf.DialTimeout)
 		if qpAfter < 0 || qpAfter > budget {
@@ -273,14 +276,7 @@ func TestLinkFlap(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "timeouts of") {
 			t.Fatalf("a 3 s outage: %v, want the PDC's timeout error", err)
 		}
-		held := -1
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			if held = len(srv.Endpoint().Targets()); held == 0 {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		held := heldAfter(func() int { return len(srv.Endpoint().Targets()) })
 		t.Logf("3 s down: %v; the PDC failed %v after the link went down (its budget %v), RunClient returned after %v",
 			err, pdcAfter.Round(time.Millisecond), budget, after.Round(time.Millisecond))
 		if pdcAfter < 0 || pdcAfter > budget {
