@@ -246,47 +246,44 @@ func TestLinkFlap(t *testing.T) {
 			}
 		})
 	}
-	t.Run("rocev2/3s", func(t *testing.T) {
-		_, err, after, qpAfter := flap(t, f, flapClient(t, f.sideAddr, perf.TransportRoCEv2), 3*time.Second, false)
-		qp := agent.DefaultQPConfig()
-		// The QP's retries, and room for its transmit loop to run late on
-		// a loaded 2-core machine.
-		budget := time.Duration(qp.RetryCount+1)*qp.AckTimeout + 300*time.Millisecond
-		if err == nil || !strings.Contains(err.Error(), "ACK timeouts") {
-			t.Fatalf("a 3 s outage: %v, want the QP's ACK timeout error", err)
-		}
-		held := heldAfter(func() int { return len(f.srv.Agent().QPs()) })
-		t.Logf("3 s down: %v; the QP failed %v after the link went down (its budget %v), RunClient returned after %v (the side channel waits for the link to ask the server for its counters, at most %v)",
-			err, qpAfter.Round(time.Millisecond), budget, after.Round(time.Millisecond), perf.DialTimeout)
-		if qpAfter < 0 || qpAfter > budget {
-			t.Errorf("the QP failed %v after the link went down, want within its retries' %v", qpAfter, budget)
-		}
-		if after > 3*time.Second+perf.DialTimeout {
-			t.Errorf("RunClient returned %v after the link went down, past the outage and the side channel's %v", after, perf.DialTimeout)
-		}
-		if held != 0 {
-			t.Errorf("%d QPs still held by the server 5 s after the client failed", held)
-		}
-	})
-	t.Run("uet/3s", func(t *testing.T) {
-		srv := f.startUET(t)
-		_, err, after, pdcAfter := flap(t, f, flapClient(t, srv.Addr().String(), perf.TransportUET), 3*time.Second, false)
-		pc := pds.DefaultConfig()
-		budget := time.Duration(pc.MaxRetries+1)*pc.RTO + 300*time.Millisecond
-		if err == nil || !strings.Contains(err.Error(), "timeouts of") {
-			t.Fatalf("a 3 s outage: %v, want the PDC's timeout error", err)
-		}
-		held := heldAfter(func() int { return len(srv.Endpoint().Targets()) })
-		t.Logf("3 s down: %v; the PDC failed %v after the link went down (its budget %v), RunClient returned after %v",
-			err, pdcAfter.Round(time.Millisecond), budget, after.Round(time.Millisecond))
-		if pdcAfter < 0 || pdcAfter > budget {
-			t.Errorf("the PDC failed %v after the link went down, want within its retries' %v", pdcAfter, budget)
-		}
-		if after > 3*time.Second+perf.DialTimeout {
-			t.Errorf("RunClient returned %v after the link went down, past the outage and the side channel's %v", after, perf.DialTimeout)
-		}
-		if held != 0 {
-			t.Errorf("%d target PDCs still held by the server 5 s after the client failed", held)
-		}
-	})
+	// 3 s, past the retries: the QP or PDC fails with its timeout error
+	// within its retries (and room for its transmit loop to run late on a
+	// loaded 2-core machine), and the server frees what it held.
+	qp, pc := agent.DefaultQPConfig(), pds.DefaultConfig()
+	for _, tc := range []struct {
+		name, transport, wantErr, what string
+		budget                         time.Duration
+		start                          func(t *testing.T) (side string, held func() int)
+	}{
+		{"rocev2/3s", perf.TransportRoCEv2, "ACK timeouts", "QPs", time.Duration(qp.RetryCount+1) * qp.AckTimeout,
+			func(*testing.T) (string, func() int) {
+				return f.sideAddr, func() int { return len(f.srv.Agent().QPs()) }
+			}},
+		{"uet/3s", perf.TransportUET, "timeouts of", "target PDCs", time.Duration(pc.MaxRetries+1) * pc.RTO,
+			func(t *testing.T) (string, func() int) {
+				srv := f.startUET(t)
+				return srv.Addr().String(), func() int { return len(srv.Endpoint().Targets()) }
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			side, held := tc.start(t)
+			_, err, after, failedAfter := flap(t, f, flapClient(t, side, tc.transport), 3*time.Second, false)
+			budget := tc.budget + 300*time.Millisecond
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("a 3 s outage: %v, want the %q error", err, tc.wantErr)
+			}
+			left := heldAfter(held)
+			t.Logf("3 s down: %v; it failed %v after the link went down (its budget %v), RunClient returned after %v (the side channel waits for the link to ask the server for its counters, at most %v)",
+				err, failedAfter.Round(time.Millisecond), budget, after.Round(time.Millisecond), perf.DialTimeout)
+			if failedAfter < 0 || failedAfter > budget {
+				t.Errorf("failed %v after the link went down, want within its retries' %v", failedAfter, budget)
+			}
+			if after > 3*time.Second+perf.DialTimeout {
+				t.Errorf("RunClient returned %v after the link went down, past the outage and the side channel's %v", after, perf.DialTimeout)
+			}
+			if left != 0 {
+				t.Errorf("%d %s still held by the server 5 s after the client failed", left, tc.what)
+			}
+		})
+	}
 }
