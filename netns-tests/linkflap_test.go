@@ -91,6 +91,10 @@ func (f *flapLab) arpIgnore(t *testing.T, v int) {
 // QP or PDC error (-1: none).
 func flap(t *testing.T, f *flapLab, cfg perf.ClientConfig, down time.Duration, lateARP bool) (*perf.Report, error, time.Duration, time.Duration) {
 	t.Helper()
+	// The host's share of the run, in the log beside the bounds (the
+	// 3 s rows allow 300 ms for a transmit loop that runs late).
+	k0, w0 := readKernel(t), time.Now()
+	defer func() { kernelShare(t, k0, time.Since(w0)) }()
 	var r *perf.Report
 	var err error
 	ended := make(chan struct{})
