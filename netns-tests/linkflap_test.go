@@ -99,9 +99,10 @@ func flap(t *testing.T, f *flapLab, cfg perf.ClientConfig, down time.Duration, l
 	var err error
 	ended := make(chan struct{})
 	var downAt, endedAt time.Time
-	// When the client's QP failed, if it did: RunClient returns later,
-	// after it asked the server for its counters over the side channel.
-	qpFailed := make(chan time.Time, 1)
+	// When the client's QP or PDC failed, if one did: RunClient returns
+	// later, after it asked the server for its counters over the side
+	// channel.
+	failedAt := make(chan time.Time, 1)
 	watch := func(failed func() bool) {
 		go func() {
 			for {
@@ -111,7 +112,7 @@ func flap(t *testing.T, f *flapLab, cfg perf.ClientConfig, down time.Duration, l
 				case <-time.After(2 * time.Millisecond):
 				}
 				if failed() {
-					qpFailed <- time.Now()
+					failedAt <- time.Now()
 					return
 				}
 			}
@@ -154,7 +155,7 @@ func flap(t *testing.T, f *flapLab, cfg perf.ClientConfig, down time.Duration, l
 	<-ended
 	qpErrAfter := time.Duration(-1)
 	select {
-	case at := <-qpFailed:
+	case at := <-failedAt:
 		qpErrAfter = at.Sub(downAt)
 	default:
 	}
