@@ -406,8 +406,8 @@ func (r *PortsReport) write(w io.Writer) {
 	fmt.Fprintln(w, "the other (each loads and verifies its own programs), median of the rounds;")
 	fmt.Fprintln(w, "stats: reading one port's counters (Port.Stats).")
 	if d := r.Daemon; d != nil {
-		fmt.Fprintf(w, "fabriclabd (host/daemon) with the %d ports (veth mode, DefaultConfig): apply %.1f s; /metrics %.1f ms (%d samples, %d of them\n", r.Ports, d.ApplyS, d.ScrapeMsMany, d.SeriesMany, d.PortSeriesMany)
+		fmt.Fprintf(w, "fabriclabd (host/daemon) with the %d ports (veth mode, DefaultConfig): apply %.1f s; /metrics %.1f ms (%d samples, %d of them\n", r.Ports, d.ApplyS, d.Many.Ms, d.Many.Samples, d.Many.PortSamples)
 		fmt.Fprintf(w, "fabriclab_port_*, %d KiB); reload to 1 port %.1f s; /metrics then %.1f ms (%d samples, %d port); a scrape's time is the median of %d\n",
-			d.ScrapeBytesMany/1024, d.ReloadS, d.ScrapeMsOne, d.SeriesOne, d.PortSeriesOne, scrapeRounds)
+			d.Many.Bytes/1024, d.ReloadS, d.One.Ms, d.One.Samples, d.One.PortSamples, scrapeRounds)
 	}
 }

@@ -24,19 +24,21 @@ type PortsDaemon struct {
 	// ApplyS is the Apply of the configuration with every port: their
 	// attach, one after the other, and the daemon's own start.
 	ApplyS float64 `json:"apply_s"`
-	// ScrapeMs is one /metrics scrape's time (median of scrapeRounds)
-	// with every port and with one; Series the lines of samples it
-	// wrote, PortSeries those of fabriclab_port_*.
-	ScrapeMsMany    float64 `json:"scrape_ms_many"`
-	SeriesMany      int     `json:"series_many"`
-	PortSeriesMany  int     `json:"port_series_many"`
-	ScrapeBytesMany int     `json:"scrape_bytes_many"`
-	ScrapeMsOne     float64 `json:"scrape_ms_one"`
-	SeriesOne       int     `json:"series_one"`
-	PortSeriesOne   int     `json:"port_series_one"`
 	// ReloadS is the Apply of the configuration with one port left: the
 	// others detached.
 	ReloadS float64 `json:"reload_s"`
+	// Many and One are /metrics with every port and after the reload.
+	Many Scrape `json:"scrape_many"`
+	One  Scrape `json:"scrape_one"`
+}
+
+// Scrape is one /metrics scrape: its time (median of scrapeRounds), the
+// samples it wrote, those of fabriclab_port_*, and its size.
+type Scrape struct {
+	Ms          float64 `json:"ms"`
+	Samples     int     `json:"samples"`
+	PortSamples int     `json:"port_samples"`
+	Bytes       int     `json:"bytes"`
 }
 
 const scrapeRounds = 9
@@ -63,7 +65,7 @@ func portsDaemon(a *lab.Node, devs []string) (res PortsDaemon, err error) {
 		return res, err
 	}
 	res.ApplyS = time.Since(t).Seconds()
-	if res.ScrapeMsMany, res.SeriesMany, res.PortSeriesMany, res.ScrapeBytesMany, err = scrape(h); err != nil {
+	if res.Many, err = scrape(h); err != nil {
 		return res, err
 	}
 	t = time.Now()
@@ -71,7 +73,7 @@ func portsDaemon(a *lab.Node, devs []string) (res PortsDaemon, err error) {
 		return res, err
 	}
 	res.ReloadS = time.Since(t).Seconds()
-	res.ScrapeMsOne, res.SeriesOne, res.PortSeriesOne, _, err = scrape(h)
+	res.One, err = scrape(h)
 	return res, err
 }
 
@@ -88,7 +90,8 @@ func portsConfig(a *lab.Node, devs []string) (*daemon.Config, error) {
 
 // scrape times scrapeRounds GETs of /metrics and counts the last one's
 // samples.
-func scrape(h http.Handler) (ms float64, series, portSeries, size int, err error) {
+func scrape(h http.Handler) (Scrape, error) {
+	var sc Scrape
 	var times []float64
 	var body []byte
 	for range scrapeRounds {
@@ -97,22 +100,23 @@ func scrape(h http.Handler) (ms float64, series, portSeries, size int, err error
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 		times = append(times, float64(time.Since(t).Microseconds())/1e3)
 		if rec.Code != http.StatusOK {
-			return 0, 0, 0, 0, fmt.Errorf("/metrics: status %d: %s", rec.Code, rec.Body.Bytes())
+			return sc, fmt.Errorf("/metrics: status %d: %s", rec.Code, rec.Body.Bytes())
 		}
 		body = rec.Body.Bytes()
 	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
+	lines := bufio.NewScanner(bytes.NewReader(body))
+	lines.Buffer(nil, 1<<20)
+	for lines.Scan() {
+		l := lines.Text()
 		if l == "" || l[0] == '#' {
 			continue
 		}
-		series++
+		sc.Samples++
 		if strings.HasPrefix(l, "fabriclab_port_") {
-			portSeries++
+			sc.PortSamples++
 		}
 	}
 	slices.Sort(times)
-	return times[len(times)/2], series, portSeries, len(body), sc.Err()
+	sc.Ms, sc.Bytes = times[len(times)/2], len(body)
+	return sc, lines.Err()
 }
