@@ -59,7 +59,7 @@ type IncastReport struct {
 }
 
 // IncastRow is one file's variant: the lab over its runs, htsim over its
-// seeds (or recorded).
+// seeds (or recorded), in one summary's terms.
 type IncastRow struct {
 	Case      string     `json:"case"` // queue/senders/cc
 	Timescale float64    `json:"timescale"`
@@ -67,24 +67,13 @@ type IncastRow struct {
 	Failed    int        `json:"failed_runs"`
 	HostShare stats.Stat `json:"host_lost_share"`
 	Starved   int        `json:"host_starved_runs"`
-	Tail      stats.Stat `json:"tail_ratio"`
-	TailNet   stats.Stat `json:"tail_ratio_net"`
-	MeanNet   stats.Stat `json:"mean_ratio_net"`
-	QueueP50  stats.Stat `json:"queue_p50_bdps"`
-	QueueP99  stats.Stat `json:"queue_p99_bdps"`
-	Trimmed   stats.Stat `json:"trimmed_packets"`
-	// QueueP50KiB and QueueP99KiB stand in where the flows have no base
-	// RTT (no BDP): means over the runs.
-	QueueP50KiB float64 `json:"queue_p50_kib,omitempty"`
-	QueueP99KiB float64 `json:"queue_p99_kib,omitempty"`
-	// Htsim's over its seeds; HtsimRecorded says its tail is the recorded
-	// one (no build).
-	HtsimTail     stats.Stat `json:"htsim_tail_ratio"`
-	HtsimMean     stats.Stat `json:"htsim_mean_ratio"`
-	HtsimQueueP50 stats.Stat `json:"htsim_queue_p50_bdps"`
-	HtsimQueueP99 stats.Stat `json:"htsim_queue_p99_bdps"`
-	HtsimTrimmed  stats.Stat `json:"htsim_trimmed_packets"`
-	HtsimRecorded bool       `json:"htsim_recorded,omitempty"`
+	// Lab is the variant's incast group over the runs. Htsim is htsim's
+	// over its seeds: the tail and mean ratios, the queue in BDPs and the
+	// trims (htsim's host loses no time, so it has no net ratios);
+	// HtsimRecorded says its tail is the recorded one (no build).
+	Lab           labfile.IncastSummary `json:"lab"`
+	Htsim         labfile.IncastSummary `json:"htsim"`
+	HtsimRecorded bool                  `json:"htsim_recorded,omitempty"`
 	// Delta is the lab's net tail (mean) less htsim's (mean); Verdict ok
 	// within incastMargin, else above or below.
 	Delta   float64 `json:"delta"`
@@ -153,20 +142,15 @@ func runIncasts(ctx context.Context, o incastOpts) (*IncastReport, error) {
 				rep.Rows = append(rep.Rows, row)
 				continue
 			}
-			ic := v.Incasts[0]
-			row.Tail, row.TailNet, row.MeanNet = ic.TailRatio, ic.TailRatioNet, ic.MeanRatioNet
-			row.QueueP50, row.QueueP99, row.Trimmed = ic.QueueP50BDPs, ic.QueueP99BDPs, ic.Trimmed
-			if row.QueueP50.N == 0 && ic.QueueP50Bytes.N > 0 {
-				row.QueueP50KiB, row.QueueP99KiB = ic.QueueP50Bytes.Mean/1024, ic.QueueP99Bytes.Mean/1024
-			}
+			row.Lab = v.Incasts[0]
 			if !c.htsim {
 				row.Verdict = "no reference"
 			} else if err := incastHtsim(ctx, &row, f, v.Name, runner, o.seeds); err != nil {
 				row.Error = err.Error()
 				errs = append(errs, fmt.Errorf("%s %s: htsim: %w", c.file, v.Name, err))
 			}
-			if row.TailNet.N > 0 && row.HtsimTail.N > 0 {
-				row.Delta = row.TailNet.Mean - row.HtsimTail.Mean
+			if lab, ht := row.Lab, row.Htsim; lab.TailRatioNet.N > 0 && ht.TailRatio.N > 0 {
+				row.Delta = lab.TailRatioNet.Mean - ht.TailRatio.Mean
 				switch {
 				case row.Delta > incastMargin:
 					row.Verdict = "above"
@@ -175,8 +159,8 @@ func runIncasts(ctx context.Context, o incastOpts) (*IncastReport, error) {
 				default:
 					row.Verdict = "ok"
 				}
-				row.WithinNet = within(row.TailNet.Values, row.HtsimTail.Mean)
-				row.WithinRaw = within(row.Tail.Values, row.HtsimTail.Mean)
+				row.WithinNet = within(lab.TailRatioNet.Values, ht.TailRatio.Mean)
+				row.WithinRaw = within(lab.TailRatio.Values, ht.TailRatio.Mean)
 			}
 			rep.Rows = append(rep.Rows, row)
 		}
@@ -206,7 +190,7 @@ func incastHtsim(ctx context.Context, row *IncastRow, f *labfile.File, variant s
 		if !ok {
 			return fmt.Errorf("no recorded tail for %s", row.Case)
 		}
-		row.HtsimTail, row.HtsimRecorded = stats.NewStat([]float64{ref}), true
+		row.Htsim.TailRatio, row.HtsimRecorded = stats.NewStat([]float64{ref}), true
 		return nil
 	}
 	s, err := f.HtsimScenario(variant)
@@ -224,8 +208,9 @@ func incastHtsim(ctx context.Context, row *IncastRow, f *labfile.File, variant s
 		p50, p99 = append(p50, res.Queue.P50BDPs), append(p99, res.Queue.P99BDPs)
 		trims = append(trims, float64(res.Counters.NACKs))
 	}
-	row.HtsimTail, row.HtsimMean = stats.NewStat(tail), stats.NewStat(mean)
-	row.HtsimQueueP50, row.HtsimQueueP99, row.HtsimTrimmed = stats.NewStat(p50), stats.NewStat(p99), stats.NewStat(trims)
+	row.Htsim = labfile.IncastSummary{Group: row.Lab.Group, Flows: row.Lab.Flows, Port: row.Lab.Port,
+		TailRatio: stats.NewStat(tail), MeanRatio: stats.NewStat(mean),
+		QueueP50BDPs: stats.NewStat(p50), QueueP99BDPs: stats.NewStat(p99), Trimmed: stats.NewStat(trims)}
 	return nil
 }
 
@@ -243,12 +228,13 @@ func printIncasts(w io.Writer, r *IncastReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "incast\tscale\thost-lost\ttail\ttail net\tmean net\tqueue p50/p99\ttrimmed\thtsim tail\thtsim mean\thtsim queue\thtsim trimmed\tnet - htsim\truns within\tverdict")
 	for _, x := range r.Rows {
-		if x.Error != "" && x.TailNet.N == 0 {
+		lab, ht := x.Lab, x.Htsim
+		if x.Error != "" && lab.TailRatioNet.N == 0 {
 			fmt.Fprintf(tw, "%s\t%g×\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", x.Case, x.Timescale, x.Error)
 			continue
 		}
 		host := fmt.Sprintf("%.1f%% (%d/%d starved)", 100*x.HostShare.Mean, x.Starved, x.Runs)
-		htail := ratioStat(x.HtsimTail)
+		htail := ratioStat(ht.TailRatio)
 		if x.HtsimRecorded {
 			htail += " (recorded)"
 		}
@@ -257,13 +243,13 @@ func printIncasts(w io.Writer, r *IncastReport) {
 			verdict += ": " + x.Error
 		}
 		delta, in := "-", "-"
-		if x.HtsimTail.N > 0 {
+		if ht.TailRatio.N > 0 {
 			delta = fmt.Sprintf("%+.3f", x.Delta)
-			in = fmt.Sprintf("%d/%d, %d/%d", x.WithinNet, x.TailNet.N, x.WithinRaw, x.Tail.N)
+			in = fmt.Sprintf("%d/%d, %d/%d", x.WithinNet, lab.TailRatioNet.N, x.WithinRaw, lab.TailRatio.N)
 		}
 		fmt.Fprintf(tw, "%s\t%g×\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Case, x.Timescale, host,
-			ratioStat(x.Tail), ratioStat(x.TailNet), ratioStat(x.MeanNet), labQueue(x), countStat(x.Trimmed),
-			htail, ratioStat(x.HtsimMean), queueStat(x.HtsimQueueP50, x.HtsimQueueP99), countStat(x.HtsimTrimmed), delta, in, verdict)
+			ratioStat(lab.TailRatio), ratioStat(lab.TailRatioNet), ratioStat(lab.MeanRatioNet), incastQueue(lab), countStat(lab.Trimmed),
+			htail, ratioStat(ht.MeanRatio), incastQueue(ht), countStat(ht.Trimmed), delta, in, verdict)
 	}
 	tw.Flush()
 }
@@ -278,18 +264,16 @@ func ratioStat(s stats.Stat) string {
 	return fmt.Sprintf("%.3f ± %.3f", s.Mean, s.CI95)
 }
 
-func queueStat(p50, p99 stats.Stat) string {
-	if p50.N == 0 {
-		return "-"
+// incastQueue is the port's queue p50/p99 in BDPs, or in KiB where the
+// flows have no base RTT (no BDP).
+func incastQueue(s labfile.IncastSummary) string {
+	switch {
+	case s.QueueP50BDPs.N > 0:
+		return fmt.Sprintf("%.2f/%.2f", s.QueueP50BDPs.Mean, s.QueueP99BDPs.Mean)
+	case s.QueueP50Bytes.N > 0 && s.QueueP99Bytes.Mean > 0:
+		return fmt.Sprintf("%.0f/%.0f KiB", s.QueueP50Bytes.Mean/1024, s.QueueP99Bytes.Mean/1024)
 	}
-	return fmt.Sprintf("%.2f/%.2f", p50.Mean, p99.Mean)
-}
-
-func labQueue(x IncastRow) string {
-	if x.QueueP50.N == 0 && x.QueueP99KiB > 0 {
-		return fmt.Sprintf("%.0f/%.0f KiB", x.QueueP50KiB, x.QueueP99KiB)
-	}
-	return queueStat(x.QueueP50, x.QueueP99)
+	return "-"
 }
 
 func countStat(s stats.Stat) string {
