@@ -523,31 +523,23 @@ func (c *ClientConfig) endReport(r *Report, st *runState, sess *agent.Session, r
 	for _, q := range res.QPs {
 		server[q.QPN] = q
 	}
-	e.SumSent = Sum{Start: start, End: end, Seconds: secs, Sender: true}
-	e.SumReceived = Sum{Start: start, End: end, Seconds: secs}
+	span := Sum{Start: start, End: end, Seconds: secs}
+	e.startSums(span)
 	for i, qp := range st.qps {
 		ctr, base := qp.Counters(), st.base[i]
-		snd := StreamSummary{
-			ID: qp.QPN(), QPN: qp.QPN(), Start: start, End: end, Seconds: secs,
-			Bytes:       ctr.AckedBytes - base.AckedBytes,
-			Messages:    ctr.AckedMessages - base.AckedMessages,
-			Retransmits: ctr.RetransmitPackets - base.RetransmitPackets,
-			Sender:      true,
-			Counters:    ctr,
-		}
-		snd.BitsPerSecond = rate(snd.Bytes, secs)
+		snd := StreamSummary{ID: qp.QPN(), QPN: qp.QPN(), Sum: span, Counters: ctr}
+		snd.Bytes = ctr.AckedBytes - base.AckedBytes
+		snd.Messages = ctr.AckedMessages - base.AckedMessages
+		snd.Retransmits = ctr.RetransmitPackets - base.RetransmitPackets
+		snd.Sender = true
 		rq := server[sess.Remote[i].QPN]
-		rcv := StreamSummary{
-			ID: qp.QPN(), QPN: sess.Remote[i].QPN, Start: start, End: end, Seconds: secs,
-			Bytes:    sub(rq.Counters.RecvBytes, base.AckedBytes),
-			Messages: sub(rq.Counters.RecvMessages, base.AckedMessages),
-			Counters: rq.Counters,
-		}
-		rcv.BitsPerSecond = rate(rcv.Bytes, secs)
+		rcv := StreamSummary{ID: qp.QPN(), QPN: sess.Remote[i].QPN, Sum: span, Counters: rq.Counters}
+		rcv.Bytes = sub(rq.Counters.RecvBytes, base.AckedBytes)
+		rcv.Messages = sub(rq.Counters.RecvMessages, base.AckedMessages)
 		e.addStream(snd, rcv)
 		e.SumSent.Retransmits += snd.Retransmits
 	}
-	e.setSumRates(secs)
+	e.setSumRates()
 	e.Counters = EndCounters{Client: client, Server: res.QPs}
 	if e.Counters.Server == nil {
 		e.Counters.Server = []agent.QPReport{}

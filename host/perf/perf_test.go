@@ -277,9 +277,9 @@ func fakeReport(t *testing.T) *Report {
 	e.SumSent = Sum{End: 1, Seconds: 1, Bytes: 224 << 20, Messages: 3584, Retransmits: 4, Sender: true}
 	e.SumReceived = Sum{End: 1, Seconds: 1, Bytes: 224 << 20, Messages: 3584}
 	for i := range 2 {
-		snd := StreamSummary{ID: uint32(17 + i), QPN: uint32(17 + i), End: 1, Seconds: 1, Bytes: 112 << 20, Messages: 1792, Retransmits: 2, Sender: true,
+		snd := StreamSummary{ID: uint32(17 + i), QPN: uint32(17 + i), Sum: Sum{End: 1, Seconds: 1, Bytes: 112 << 20, Messages: 1792, Retransmits: 2, Sender: true},
 			Counters: agent.Counters{RPCNPHandled: 3, RPCNPIgnored: 1, AckedBytes: 112 << 20, RetransmitPackets: 2}}
-		rcv := StreamSummary{ID: uint32(17 + i), QPN: uint32(17 + i), End: 1, Seconds: 1, Bytes: 112 << 20, Messages: 1792,
+		rcv := StreamSummary{ID: uint32(17 + i), QPN: uint32(17 + i), Sum: Sum{End: 1, Seconds: 1, Bytes: 112 << 20, Messages: 1792},
 			Counters: agent.Counters{NPCNPSent: 4, NPECNMarkedRoCEPackets: 9, RecvBytes: 112 << 20, DuplicateRequest: 2}}
 		snd.BitsPerSecond, rcv.BitsPerSecond = rate(snd.Bytes, 1), rate(rcv.Bytes, 1)
 		e.Streams = append(e.Streams, EndStream{Sender: snd, Receiver: rcv})

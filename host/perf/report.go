@@ -194,10 +194,19 @@ type End struct {
 	UET *UETEnd `json:"uet,omitempty"`
 }
 
-// addStream appends a stream's two sides and adds their bytes and
-// messages to the sums (retransmissions are the transport's to add: UET
-// counts them per endpoint).
+// startSums starts both sums over span.
+func (e *End) startSums(span Sum) {
+	e.SumSent, e.SumReceived = span, span
+	e.SumSent.Sender = true
+}
+
+// addStream sets the rates of a stream's two sides (a server knows only
+// the receiver's), appends them and adds their bytes and messages to the
+// sums (retransmissions are the transport's to add: UET counts them per
+// endpoint).
 func (e *End) addStream(snd, rcv StreamSummary) {
+	snd.setRate()
+	rcv.setRate()
 	e.Streams = append(e.Streams, EndStream{Sender: snd, Receiver: rcv})
 	e.SumSent.Bytes += snd.Bytes
 	e.SumSent.Messages += snd.Messages
@@ -205,10 +214,10 @@ func (e *End) addStream(snd, rcv StreamSummary) {
 	e.SumReceived.Messages += rcv.Messages
 }
 
-// setSumRates sets the sums' rates over secs.
-func (e *End) setSumRates(secs float64) {
-	e.SumSent.BitsPerSecond = rate(e.SumSent.Bytes, secs)
-	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, secs)
+// setSumRates sets the sums' rates.
+func (e *End) setSumRates() {
+	e.SumSent.setRate()
+	e.SumReceived.setRate()
 }
 
 // UETEnd is what a UET run counted: the client endpoint's totals and CCCs,
@@ -302,21 +311,15 @@ type EndStream struct {
 // acknowledged (sender) or placed (receiver), and that side's counters
 // over the whole run under their mlx5 names.
 type StreamSummary struct {
-	ID            uint32  `json:"id"`               // the client's QPN (UET: the stream's number), on both sides
-	QPN           uint32  `json:"qpn"`              // this side's QPN
-	JobID         uint32  `json:"job_id,omitempty"` // UET
-	Start         float64 `json:"start"`
-	End           float64 `json:"end"`
-	Seconds       float64 `json:"seconds"`
-	Bytes         uint64  `json:"bytes"`
-	BitsPerSecond float64 `json:"bits_per_second"`
-	Messages      uint64  `json:"messages"`
-	Retransmits   uint64  `json:"retransmits"`
-	Sender        bool    `json:"sender"`
+	ID    uint32 `json:"id"`               // the client's QPN (UET: the stream's number), on both sides
+	QPN   uint32 `json:"qpn"`              // this side's QPN
+	JobID uint32 `json:"job_id,omitempty"` // UET
+	Sum
 	agent.Counters
 }
 
-// Sum adds up one side over all QPs.
+// Sum is one side's totals over [Start, End] (seconds since the test's
+// start): a stream's, or added up over all QPs.
 type Sum struct {
 	Start         float64 `json:"start"`
 	End           float64 `json:"end"`
@@ -327,6 +330,9 @@ type Sum struct {
 	Retransmits   uint64  `json:"retransmits"`
 	Sender        bool    `json:"sender"`
 }
+
+// setRate sets BitsPerSecond from Bytes over Seconds.
+func (s *Sum) setRate() { s.BitsPerSecond = rate(s.Bytes, s.Seconds) }
 
 // EndCounters are the raw counters: the client agent's totals and the
 // server's per QP (from the side channel's finish).

@@ -375,7 +375,8 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 		DCQCNVariants: map[string]string{},
 	})
 	e := &r.End
-	e.SumReceived = Sum{End: end, Seconds: end}
+	span := Sum{End: end, Seconds: end}
+	e.SumReceived = span
 	for i, q := range res.QPs {
 		peer, ep := ss.req.QPs[i], ss.qps[i].Endpoint()
 		r.Start.Connected = append(r.Start.Connected, Connected{
@@ -386,17 +387,11 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 			RKey: ep.RKey, RemoteRKey: peer.RKey,
 			VAddr: ep.VA, RemoteVAddr: peer.VA,
 		})
-		rcv := StreamSummary{
-			ID: peer.QPN, QPN: q.QPN, End: end, Seconds: end,
-			Bytes: q.Counters.RecvBytes, Messages: q.Counters.RecvMessages,
-			Counters: q.Counters,
-		}
-		rcv.BitsPerSecond = rate(rcv.Bytes, end)
-		e.Streams = append(e.Streams, EndStream{Receiver: rcv})
-		e.SumReceived.Bytes += rcv.Bytes
-		e.SumReceived.Messages += rcv.Messages
+		rcv := StreamSummary{ID: peer.QPN, QPN: q.QPN, Sum: span, Counters: q.Counters}
+		rcv.Bytes, rcv.Messages = q.Counters.RecvBytes, q.Counters.RecvMessages
+		e.addStream(StreamSummary{}, rcv)
 	}
-	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, end)
+	e.setSumRates()
 	e.Counters.Server = res.QPs
 	e.Counters.ServerAgent = s.agentReport()
 	s.out.report(r, func(w io.Writer) { s.writeSummary(w, ss, e, end) })

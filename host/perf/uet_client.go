@@ -667,23 +667,21 @@ func (c *ClientConfig) uetEndReport(r *Report, st *uetState, rcvs []UETReceiverS
 	e := &r.End
 	start, end := st.baseT.Seconds(), st.endT.Seconds()
 	secs := end - start
-	e.SumSent = Sum{Start: start, End: end, Seconds: secs, Sender: true, Retransmits: epc.Retransmits - st.baseEP.Retransmits}
-	e.SumReceived = Sum{Start: start, End: end, Seconds: secs}
+	span := Sum{Start: start, End: end, Seconds: secs}
+	e.startSums(span)
+	e.SumSent.Retransmits = epc.Retransmits - st.baseEP.Retransmits
 	for i, s := range st.senders {
 		ctr, base := s.Counters(), st.base[i]
-		snd := StreamSummary{
-			ID: uint32(i + 1), JobID: st.jobs[i], Start: start, End: end, Seconds: secs,
-			Bytes:    ctr.BytesAcked - base.BytesAcked,
-			Messages: ctr.MessagesAcked - base.MessagesAcked,
-			Sender:   true,
-		}
+		snd := StreamSummary{ID: uint32(i + 1), JobID: st.jobs[i], Sum: span}
+		snd.Bytes = ctr.BytesAcked - base.BytesAcked
+		snd.Messages = ctr.MessagesAcked - base.MessagesAcked
+		snd.Sender = true
 		snd.AckedBytes, snd.AckedMessages = ctr.BytesAcked, ctr.MessagesAcked
 		if len(st.senders) == 1 {
 			snd.Retransmits = e.SumSent.Retransmits
 			snd.RetransmitPackets = epc.Retransmits
 		}
-		snd.BitsPerSecond = rate(snd.Bytes, secs)
-		rcv := StreamSummary{ID: uint32(i + 1), JobID: st.jobs[i], Start: start, End: end, Seconds: secs}
+		rcv := StreamSummary{ID: uint32(i + 1), JobID: st.jobs[i], Sum: span}
 		if rcvs != nil {
 			rs := rcvs[i]
 			rcv.Bytes = sub(rs.MessageBytes, base.BytesAcked)
@@ -691,10 +689,9 @@ func (c *ClientConfig) uetEndReport(r *Report, st *uetState, rcvs []UETReceiverS
 			rcv.RecvBytes, rcv.RecvMessages = rs.MessageBytes, rs.Messages
 			rcv.VerifyErrors = rs.VerifyErrors
 		}
-		rcv.BitsPerSecond = rate(rcv.Bytes, secs)
 		e.addStream(snd, rcv)
 	}
-	e.setSumRates(secs)
+	e.setSumRates()
 	e.Counters.Server = []agent.QPReport{} // RoCEv2's; the receiver's counters are in e.UET
 	e.UET = &UETEnd{Client: &epc, CCCs: uetCCCs(cccs), Receiver: rcvs}
 	e.CPU = cpuSince(&st.rusage0, st.wall0)

@@ -510,20 +510,19 @@ func (s *UETServer) finish(ss *uetSession, streams []UETReceiverStats) {
 		Duration: ss.req.Duration.Seconds(), Bytes: ss.req.Bytes, MTU: ss.req.MTU,
 		TOS: int(ss.req.DSCP)<<2 | ecnECT0, DSCP: int(ss.req.DSCP), Op: "write", CC: ss.req.cc(), Verify: ss.req.Verify})
 	e := &r.End
-	e.SumReceived = Sum{End: end, Seconds: end}
+	span := Sum{End: end, Seconds: end}
+	e.SumReceived = span
 	for i, t := range streams {
 		r.Start.Connected = append(r.Start.Connected, Connected{
 			LocalHost: s.UETAddr().Addr().String(), LocalPort: s.UETAddr().Port(),
 			RemoteHost: ss.addr.String(), RemotePort: s.UETAddr().Port(), JobID: t.JobID,
 		})
-		rcv := StreamSummary{ID: uint32(i + 1), JobID: t.JobID, End: end, Seconds: end, Bytes: t.MessageBytes, Messages: t.Messages}
+		rcv := StreamSummary{ID: uint32(i + 1), JobID: t.JobID, Sum: span}
+		rcv.Bytes, rcv.Messages = t.MessageBytes, t.Messages
 		rcv.RecvBytes, rcv.RecvMessages, rcv.VerifyErrors = t.MessageBytes, t.Messages, t.VerifyErrors
-		rcv.BitsPerSecond = rate(rcv.Bytes, end)
-		e.Streams = append(e.Streams, EndStream{Receiver: rcv})
-		e.SumReceived.Bytes += rcv.Bytes
-		e.SumReceived.Messages += rcv.Messages
+		e.addStream(StreamSummary{}, rcv)
 	}
-	e.SumReceived.BitsPerSecond = rate(e.SumReceived.Bytes, end)
+	e.setSumRates()
 	e.Counters.Server = []agent.QPReport{}
 	e.UET = &UETEnd{Receiver: streams, Server: s.agentReport(), RxCCCs: s.rxCCCs(ss.addr)}
 	s.out.report(r, func(w io.Writer) { writeUETSummary(w, e, streams, end, ss.req.Verify) })
