@@ -73,7 +73,7 @@ func (identityCollector) Describe(chan<- *prometheus.Desc) {}
 
 func (identityCollector) Collect(ch chan<- prometheus.Metric) {
 	e := &emitter{ch: ch, descs: map[string]*prometheus.Desc{}}
-	e.fields("pdc", pds.TargetStats{SPDCID: 7, PDC: 9, JobID: 3, Messages: 4}, []string{"server", "src", "spdcid", "pdc", "job_id"}, []string{"s", "198.18.0.1", "7", "9", "3"})
+	e.fields("pdc", pds.TargetStats{SPDCID: 7, PDC: 9, JobID: 3, Received: pds.Received{Messages: 4}}, []string{"server", "src", "spdcid", "pdc", "job_id"}, []string{"s", "198.18.0.1", "7", "9", "3"})
 	e.fields("ccc", pds.CCCInfo{TC: 3, Window: 4096}, []string{"flow", "src", "dst", "tc"}, []string{"f", "a", "b", "3"})
 }
 

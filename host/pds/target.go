@@ -57,17 +57,34 @@ type target struct {
 
 // TargetStats are one target PDC's counters.
 type TargetStats struct {
-	Src          netip.Addr `json:"src"`
-	SPDCID       uint16     `json:"spdcid"` // the source's PDC ID
-	PDC          uint16     `json:"pdc"`    // this end's
-	JobID        uint32     `json:"job_id"`
-	Messages     uint64     `json:"messages"`
-	MessageBytes uint64     `json:"message_bytes"`
-	VerifyErrors uint64     `json:"verify_errors"`
-	Duplicates   uint64     `json:"duplicates"`
-	OutOfOrder   uint64     `json:"out_of_order"`
-	CEReceived   uint64     `json:"ce_received"`
-	Trimmed      uint64     `json:"trimmed"`
+	Src    netip.Addr `json:"src"`
+	SPDCID uint16     `json:"spdcid"` // the source's PDC ID
+	PDC    uint16     `json:"pdc"`    // this end's
+	JobID  uint32     `json:"job_id"`
+	Received
+	Trimmed uint64 `json:"trimmed"`
+}
+
+// Received is what a target took in: messages placed (and their bytes),
+// payloads that failed the check (with verify), packets taken again or
+// out of order, and packets that arrived with CE.
+type Received struct {
+	Messages     uint64 `json:"messages"`
+	MessageBytes uint64 `json:"message_bytes"`
+	VerifyErrors uint64 `json:"verify_errors"`
+	Duplicates   uint64 `json:"duplicates"`
+	OutOfOrder   uint64 `json:"out_of_order"`
+	CEReceived   uint64 `json:"ce_received"`
+}
+
+// Add adds o's counts to r's.
+func (r *Received) Add(o Received) {
+	r.Messages += o.Messages
+	r.MessageBytes += o.MessageBytes
+	r.VerifyErrors += o.VerifyErrors
+	r.Duplicates += o.Duplicates
+	r.OutOfOrder += o.OutOfOrder
+	r.CEReceived += o.CEReceived
 }
 
 // Targets returns the counters of the live target PDCs.

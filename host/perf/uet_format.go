@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fabriclab/fabriclab/host/pds"
 )
 
 // protocolUET is test_start.protocol of a UET run.
@@ -185,13 +187,9 @@ func uetLine(u *UETEnd) string {
 
 // uetReceiverLine is the server's PDCs of the session, summed.
 func uetReceiverLine(rs []UETReceiverStats, verify bool) string {
-	var t UETReceiverStats
+	var t pds.Received
 	for _, s := range rs {
-		t.Messages += s.Messages
-		t.VerifyErrors += s.VerifyErrors
-		t.Duplicates += s.Duplicates
-		t.OutOfOrder += s.OutOfOrder
-		t.CEReceived += s.CEReceived
+		t.Add(s.Received)
 	}
 	line := fmt.Sprintf("receiver: messages=%d", t.Messages)
 	if verify {

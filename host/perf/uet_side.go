@@ -66,29 +66,18 @@ type uetReply struct {
 
 // UETReceiverStats are one stream's counters at the server: the target
 // PDCs of its job from the client's address (pds.TargetStats, summed over
-// the PDC's incarnations if it was established again).
+// the PDC's incarnations if it was established again). VerifyErrors count
+// only with verify (a pds target checks every payload, and an unverified
+// stream's zeros fail it).
 type UETReceiverStats struct {
-	JobID        uint32 `json:"job_id"`
-	PDCs         int    `json:"pdcs"` // target PDCs seen for the job
-	Messages     uint64 `json:"messages"`
-	MessageBytes uint64 `json:"message_bytes"`
-	// VerifyErrors are messages whose payload failed the check; only with
-	// verify (a pds target checks every payload, and an unverified
-	// stream's zeros fail it).
-	VerifyErrors uint64 `json:"verify_errors"`
-	Duplicates   uint64 `json:"duplicates"`
-	OutOfOrder   uint64 `json:"out_of_order"`
-	CEReceived   uint64 `json:"ce_received"`
+	JobID uint32 `json:"job_id"`
+	PDCs  int    `json:"pdcs"` // target PDCs seen for the job
+	pds.Received
 }
 
 func (s *UETReceiverStats) add(t *pds.TargetStats) {
 	s.PDCs++
-	s.Messages += t.Messages
-	s.MessageBytes += t.MessageBytes
-	s.VerifyErrors += t.VerifyErrors
-	s.Duplicates += t.Duplicates
-	s.OutOfOrder += t.OutOfOrder
-	s.CEReceived += t.CEReceived
+	s.Received.Add(t.Received)
 }
 
 // uetResult is the server's answer to the finish: a stream per job ID, in
