@@ -21,32 +21,19 @@ var sectionNames = []string{"prog", "throughput", "roce", "goodput", "reaction",
 
 func parseSections(list string) (sections, error) {
 	var s sections
+	picks := map[string][]*bool{
+		"prog": {&s.prog}, "throughput": {&s.throughput}, "tcp": {&s.throughput},
+		"roce": {&s.goodput, &s.reaction}, "goodput": {&s.goodput}, "reaction": {&s.reaction},
+		"np": {&s.np}, "delay": {&s.delay}, "incast": {&s.incast}, "scale": {&s.scale},
+		"ports": {&s.ports}, "soak": {&s.soak},
+	}
 	for _, name := range strings.Split(list, ",") {
-		switch strings.TrimSpace(name) {
-		case "prog":
-			s.prog = true
-		case "delay":
-			s.delay = true
-		case "incast":
-			s.incast = true
-		case "scale":
-			s.scale = true
-		case "ports":
-			s.ports = true
-		case "soak":
-			s.soak = true
-		case "throughput", "tcp":
-			s.throughput = true
-		case "roce":
-			s.goodput, s.reaction = true, true
-		case "goodput":
-			s.goodput = true
-		case "reaction":
-			s.reaction = true
-		case "np":
-			s.np = true
-		default:
+		on, ok := picks[strings.TrimSpace(name)]
+		if !ok {
 			return s, fmt.Errorf("-only %q: unknown section %q; want a comma-separated list of %s", list, name, strings.Join(sectionNames, ", "))
+		}
+		for _, p := range on {
+			*p = true
 		}
 	}
 	return s, nil
