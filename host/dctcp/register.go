@@ -54,10 +54,9 @@ type Registration struct {
 	params Params
 	objs   bpf.DctcpObjects
 	link   link.Link
-
-	mu     sync.Mutex
-	trace  *ringbuf.Reader
-	closed bool
+	trace  *ringbuf.Reader // nil without Options.Trace
+	// close releases the above once; later calls return its result.
+	close func() error
 }
 
 // Register loads the BPF program and registers it as the TCP congestion
@@ -97,6 +96,7 @@ func Register(opts Options) (*Registration, error) {
 		return nil, err
 	}
 	r := &Registration{name: name, params: p}
+	r.close = sync.OnceValue(r.release)
 	if err := spec.LoadAndAssign(&r.objs, bpf.LoadOptions()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -180,14 +180,11 @@ func (r *Registration) Name() string { return r.name }
 func (r *Registration) Params() Params { return r.params }
 
 // Close unregisters the congestion control and frees what this process
-// holds. Sockets that use it keep it until they close. It is idempotent.
-func (r *Registration) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil
-	}
-	r.closed = true
+// holds. Sockets that use it keep it until they close. It is idempotent:
+// later calls return the first one's result.
+func (r *Registration) Close() error { return r.close() }
+
+func (r *Registration) release() error {
 	var errs []error
 	if r.trace != nil {
 		errs = append(errs, r.trace.Close())
@@ -367,9 +364,7 @@ type Event struct {
 // Trace reads the records the program wrote until deadline (or until
 // none is waiting); it needs Options.Trace.
 func (r *Registration) Trace(deadline time.Time) ([]Event, error) {
-	r.mu.Lock()
 	rd := r.trace
-	r.mu.Unlock()
 	if rd == nil {
 		return nil, errors.New("dctcp: registered without Options.Trace")
 	}
