@@ -9,7 +9,7 @@ import (
 )
 
 // UDPConn is only implemented on Linux (recvmmsg/sendmmsg, IP_RECVTOS).
-type UDPConn struct{}
+type UDPConn struct{ notLinux }
 
 var _ Conn = (*UDPConn)(nil)
 
@@ -20,10 +20,14 @@ func ListenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 	return nil, errNotLinux
 }
 
-func (c *UDPConn) ReadBatch(msgs []Message) (int, error)  { return 0, errNotLinux }
-func (c *UDPConn) WriteBatch(msgs []Message) (int, error) { return 0, errNotLinux }
-func (c *UDPConn) LocalAddr() netip.AddrPort              { return netip.AddrPort{} }
-func (c *UDPConn) Close() error                           { return errNotLinux }
-func (c *UDPConn) SetReadDeadline(t time.Time) error      { return errNotLinux }
-func (c *UDPConn) BufferBytes() (recv, send int)          { return 0, 0 }
-func (c *UDPConn) Stats() UDPStats                        { return UDPStats{} }
+// notLinux is the methods the connections share outside Linux: each fails
+// or reads zero.
+type notLinux struct{}
+
+func (notLinux) ReadBatch(msgs []Message) (int, error)  { return 0, errNotLinux }
+func (notLinux) WriteBatch(msgs []Message) (int, error) { return 0, errNotLinux }
+func (notLinux) LocalAddr() netip.AddrPort              { return netip.AddrPort{} }
+func (notLinux) Close() error                           { return errNotLinux }
+func (notLinux) SetReadDeadline(t time.Time) error      { return errNotLinux }
+func (notLinux) BufferBytes() (recv, send int)          { return 0, 0 }
+func (notLinux) Stats() UDPStats                        { return UDPStats{} }
