@@ -106,6 +106,34 @@ func takeFrom(cur, file qdisc.Config) qdisc.Config {
 	return file
 }
 
+// change is what configure and show make a configuration from: the class
+// options, --rate and --from's file.
+type change struct {
+	edits *qdisc.Edits
+	rate  units.Rate    // 0: no --rate
+	from  *qdisc.Config // --from's file, or nil
+	src   string        // where from came from
+}
+
+// readChange reads the options and the file, before any port is opened:
+// a bad one changes nothing.
+func readChange(cf *classFlags, df *dialectFlags, rate string) (ch change, err error) {
+	if rate != "" {
+		if ch.rate, err = parseRateFlag(rate); err != nil {
+			return change{}, err
+		}
+	}
+	if ch.edits, err = cf.edits(); err != nil {
+		return change{}, err
+	}
+	if ch.from, ch.src, err = df.readFrom(); err != nil {
+		return change{}, err
+	}
+	return ch, nil
+}
+
+func (ch change) empty() bool { return ch.edits.Empty() && ch.rate == 0 && ch.from == nil }
+
 func (cf *classFlags) empty() bool {
 	return len(cf.tc) == 0 && len(cf.dscp) == 0 && cf.defaultClass == ""
 }
@@ -116,35 +144,24 @@ func showOffline(w io.Writer, cf *classFlags, df *dialectFlags, rate, netns stri
 	if netns != "" {
 		return usagef("--netns goes with --dev")
 	}
-	e, err := cf.edits()
-	if err != nil {
-		return err
-	}
-	from, src, err := df.readFrom()
+	ch, err := readChange(cf, df, rate)
 	if err != nil {
 		return err
 	}
 	var cfg qdisc.Config
+	src := ch.src
 	switch {
-	case from != nil:
-		cfg = *from
-		if rate != "" {
-			r, err := parseRateFlag(rate)
-			if err != nil {
-				return err
-			}
-			cfg.Rate = r
+	case ch.from != nil:
+		cfg = *ch.from
+		if ch.rate != 0 {
+			cfg.Rate = ch.rate
 		}
-	case rate != "":
-		r, err := parseRateFlag(rate)
-		if err != nil {
-			return err
-		}
-		cfg, src = qdisc.DefaultConfig(r), "portctl's defaults"
+	case ch.rate != 0:
+		cfg, src = qdisc.DefaultConfig(ch.rate), "portctl's defaults"
 	default:
 		return usagef("--dev is required (the port device, e.g. --dev swp0), or --rate RATE or --from sonic --file FILE to print a configuration without a port")
 	}
-	if err := e.Apply(&cfg); err != nil {
+	if err := ch.edits.Apply(&cfg); err != nil {
 		return usageError{fmt.Errorf("invalid configuration: %w", err)}
 	}
 	switch {

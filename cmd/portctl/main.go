@@ -508,24 +508,11 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 		if done, err := parseFlags(fs, "configure", &c, args, stdout); done || err != nil {
 			return err
 		}
-		var r units.Rate
-		if rate != "" {
-			var err error
-			if r, err = parseRateFlag(rate); err != nil {
-				return err
-			}
-		}
-		e, err := cf.edits()
+		ch, err := readChange(&cf, &df, rate)
 		if err != nil {
 			return err
 		}
-		// The file is read before the port is opened: a bad one
-		// changes nothing.
-		from, _, err := df.readFrom()
-		if err != nil {
-			return err
-		}
-		if e.Empty() && rate == "" && from == nil {
+		if ch.empty() {
 			return usagef("nothing to change: give --rate, class options (--tc, --dscp) or --from sonic --file FILE")
 		}
 		p, err := qdisc.Open(c.netns, c.dev)
@@ -538,13 +525,13 @@ func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		old := cfg.DefaultClass
-		if from != nil {
-			cfg = takeFrom(cfg, *from)
+		if ch.from != nil {
+			cfg = takeFrom(cfg, *ch.from)
 		}
-		if r != 0 {
-			cfg.Rate = r
+		if ch.rate != 0 {
+			cfg.Rate = ch.rate
 		}
-		if err := e.Apply(&cfg); err != nil {
+		if err := ch.edits.Apply(&cfg); err != nil {
 			return usageError{fmt.Errorf("invalid configuration: %w", err)}
 		}
 		if cfg.DefaultClass != old && p.Info().HTB {
