@@ -476,6 +476,9 @@ func (c ClientConfig) Validate() error {
 		return configErr(FieldTransport, c.Transport, "rocev2 or uet")
 	}
 	c = c.withDefaults()
+	if err := c.validateTest(); err != nil {
+		return err
+	}
 	switch {
 	case c.RP != "" && c.RP != RPKernel && c.RP != RPAgent && c.RP != RPOff:
 		return configErr(FieldRP, c.RP, "kernel, agent or off")
@@ -483,10 +486,6 @@ func (c ClientConfig) Validate() error {
 		return configErr(FieldUDPPort, c.UDPPort, "0..65535 (0: 4791)")
 	case c.QPs < 1 || c.QPs > MaxQPs:
 		return configErr(FieldQPs, c.QPs, "1..%d", MaxQPs)
-	case c.Duration < time.Millisecond || c.Duration > MaxDuration:
-		return configErr(FieldDuration, seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
-	case c.MessageBytes < 1 || c.MessageBytes > MaxMessageBytes:
-		return configErr(FieldMessageSize, c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
 	case !validMTU(c.MTU):
 		return configErr(FieldMTU, c.MTU, "256, 512, 1024, 2048 or 4096")
 	case c.Op != agent.OpWrite && c.Op != agent.OpSend:
@@ -495,18 +494,12 @@ func (c ClientConfig) Validate() error {
 		return configErr(FieldLineRate, c.LineRate, "1kbit..1tbit, or 0 (cc none: unpaced; dcqcn: 10gbit)")
 	case c.CC != agent.CCDCQCN && c.CC != agent.CCNone:
 		return configErr(FieldCC, c.CC, "dcqcn or none")
-	case c.DSCP > 63:
-		return configErr(FieldDSCP, c.DSCP, "1..63")
 	case c.CNPDSCP > 63:
 		return configErr(FieldCNPDSCP, c.CNPDSCP, "1..63")
 	case c.PKey != 0 && !roce.ValidPKey(c.PKey):
 		return configErr(FieldPKey, fmt.Sprintf("%#04x", c.PKey), "0x0001..0xffff, but not 0x8000 (the invalid P_Key)")
 	case CheckPPFC(c.PPFCSources, c.PPFCMaxPause, c.PPFCWatchdog) != nil:
 		return CheckPPFC(c.PPFCSources, c.PPFCMaxPause, c.PPFCWatchdog)
-	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
-		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
-	case c.Omit < 0 || c.Omit > MaxOmit:
-		return configErr(FieldOmit, seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
 	case c.Window < 1 || c.Window > 1<<20:
 		return configErr(FieldWindow, c.Window, "1..%d packets", 1<<20)
 	case c.InflightTime < 0 || c.InflightTime > time.Second:
@@ -536,6 +529,24 @@ func (c ClientConfig) Validate() error {
 	}
 	if _, err := c.dcqcnParams(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// validateTest checks what both transports take alike: the test's length,
+// its messages, DSCP and reports.
+func (c *ClientConfig) validateTest() error {
+	switch {
+	case c.Duration < time.Millisecond || c.Duration > MaxDuration:
+		return configErr(FieldDuration, seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
+	case c.MessageBytes < 1 || c.MessageBytes > MaxMessageBytes:
+		return configErr(FieldMessageSize, c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
+	case c.DSCP > 63:
+		return configErr(FieldDSCP, c.DSCP, "1..63")
+	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
+		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+	case c.Omit < 0 || c.Omit > MaxOmit:
+		return configErr(FieldOmit, seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
 	}
 	return nil
 }

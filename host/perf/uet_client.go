@@ -44,19 +44,16 @@ const maxTraceEvents = 1 << 16
 // validateUET is Validate for --transport uet.
 func (c ClientConfig) validateUET() error {
 	c = c.withDefaults()
+	if err := c.validateTest(); err != nil {
+		return err
+	}
 	switch {
 	case c.QPs < 1 || c.QPs > MaxUETStreams:
 		return configErr(FieldQPs, c.QPs, "1..%d (UET streams: PDCs, each of its own job)", MaxUETStreams)
-	case c.Duration < time.Millisecond || c.Duration > MaxDuration:
-		return configErr(FieldDuration, seconds(c.Duration), "0.001..%g seconds", MaxDuration.Seconds())
-	case c.MessageBytes < 1 || c.MessageBytes > MaxMessageBytes:
-		return configErr(FieldMessageSize, c.MessageBytes, "1..%d bytes (16M)", MaxMessageBytes)
 	case c.MTU < MinUETMTU || c.MTU > MaxUETMTU:
 		return configErr(FieldMTU, c.MTU, "%d..%d with transport uet (the IP packet size of a full data packet)", MinUETMTU, MaxUETMTU)
 	case c.LineRate > MaxLineRate || c.LineRate < units.Kbit:
 		return configErr(FieldLineRate, c.LineRate, "1kbit..1tbit, or 0 (1 Gbit/s) with transport uet")
-	case c.DSCP > 63:
-		return configErr(FieldDSCP, c.DSCP, "1..63")
 	case c.BaseRTT < MinUETBaseRTT || c.BaseRTT > MaxUETBaseRTT:
 		return configErr(FieldBaseRTT, c.BaseRTT, "1us..1s")
 	case c.RTO != 0 && (c.RTO < pds.MinRTO || c.RTO > pds.MaxRTO):
@@ -71,10 +68,6 @@ func (c ClientConfig) validateUET() error {
 		return configErr(FieldLB, c.LB, "none, %s", lbKindNames())
 	case !slices.Contains(pds.CCModeNames(), c.UETCC.String()):
 		return configErr(FieldCC, c.UETCC, "%s with transport uet", ccModeNames())
-	case c.Interval != 0 && (c.Interval < MinInterval || c.Interval > MaxInterval):
-		return configErr(FieldInterval, seconds(c.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
-	case c.Omit < 0 || c.Omit > MaxOmit:
-		return configErr(FieldOmit, seconds(c.Omit), "0..%g seconds", MaxOmit.Seconds())
 	case c.Timescale.Validate() != nil:
 		return configErr(FieldTimescale, c.Timescale, "1..%d", units.MaxTimescale)
 	}
