@@ -115,18 +115,37 @@ type change struct {
 	src   string        // where from came from
 }
 
-// readChange reads the options and the file, before any port is opened:
-// a bad one changes nothing.
-func readChange(cf *classFlags, df *dialectFlags, rate string) (ch change, err error) {
-	if rate != "" {
-		if ch.rate, err = parseRateFlag(rate); err != nil {
+// changeFlags are the options a configuration is made from: the class
+// options, --rate and --from sonic --file FILE.
+type changeFlags struct {
+	cf   classFlags
+	df   dialectFlags
+	rate string
+}
+
+func (f *changeFlags) register(fs *flag.FlagSet) {
+	f.cf.register(fs)
+	f.df.registerFrom(fs)
+	fs.StringVar(&f.rate, "rate", "", "")
+}
+
+// given says whether any of the options was given.
+func (f *changeFlags) given() bool {
+	return f.rate != "" || f.df.from != "" || f.df.file != "" || !f.cf.empty()
+}
+
+// read reads the options and the file, before any port is opened: a bad
+// one changes nothing.
+func (f *changeFlags) read() (ch change, err error) {
+	if f.rate != "" {
+		if ch.rate, err = parseRateFlag(f.rate); err != nil {
 			return change{}, err
 		}
 	}
-	if ch.edits, err = cf.edits(); err != nil {
+	if ch.edits, err = f.cf.edits(); err != nil {
 		return change{}, err
 	}
-	if ch.from, ch.src, err = df.readFrom(); err != nil {
+	if ch.from, ch.src, err = f.df.readFrom(); err != nil {
 		return change{}, err
 	}
 	return ch, nil
@@ -140,11 +159,11 @@ func (cf *classFlags) empty() bool {
 
 // showOffline is show without --dev: a configuration from --rate or
 // --from, with the class options on top.
-func showOffline(w io.Writer, cf *classFlags, df *dialectFlags, rate, netns string, js bool, d dialect.Dialect, opt dialect.Options) error {
+func showOffline(w io.Writer, cf *changeFlags, netns string, js bool, d dialect.Dialect, opt dialect.Options) error {
 	if netns != "" {
 		return usagef("--netns goes with --dev")
 	}
-	ch, err := readChange(cf, df, rate)
+	ch, err := cf.read()
 	if err != nil {
 		return err
 	}

@@ -493,22 +493,18 @@ Examples:
 
 func cmdConfigure(args []string, stdout, stderr io.Writer) int {
 	var (
-		c    common
-		cf   classFlags
-		df   dialectFlags
-		rate string
-		js   bool
+		c  common
+		cf changeFlags
+		js bool
 	)
 	fs := newFlags("configure", &c)
 	cf.register(fs)
-	df.registerFrom(fs)
-	fs.StringVar(&rate, "rate", "", "")
 	jsonFlag(fs, &js)
 	err := func() error {
 		if done, err := parseFlags(fs, "configure", &c, args, stdout); done || err != nil {
 			return err
 		}
-		ch, err := readChange(&cf, &df, rate)
+		ch, err := cf.read()
 		if err != nil {
 			return err
 		}
@@ -598,23 +594,19 @@ Examples:
 
 func cmdShow(args []string, stdout, stderr io.Writer) int {
 	var (
-		c    common
-		cf   classFlags
-		df   dialectFlags
-		rate string
-		js   bool
+		c  common
+		cf changeFlags
+		js bool
 	)
 	fs := newFlags("show", &c)
 	cf.register(fs)
-	df.registerFrom(fs)
-	df.registerAs(fs)
-	fs.StringVar(&rate, "rate", "", "")
+	cf.df.registerAs(fs)
 	jsonFlag(fs, &js)
 	err := func() error {
 		if done, err := parseOptions(fs, "show", args, stdout); done || err != nil {
 			return err
 		}
-		d, opt, err := df.dialect()
+		d, opt, err := cf.df.dialect()
 		if err != nil {
 			return err
 		}
@@ -622,9 +614,9 @@ func cmdShow(args []string, stdout, stderr io.Writer) int {
 			return usagef("-j and --as %s: give one (JSON is the lab's configuration)", d)
 		}
 		if c.dev == "" {
-			return showOffline(stdout, &cf, &df, rate, c.netns, js, d, opt)
+			return showOffline(stdout, &cf, c.netns, js, d, opt)
 		}
-		if rate != "" || df.from != "" || df.file != "" || !cf.empty() {
+		if cf.given() {
 			return usagef("show --dev prints the port as it is: --rate, --from and class options are for a configuration without one (drop --dev), and configure changes the port")
 		}
 		p, err := qdisc.Open(c.netns, c.dev)
