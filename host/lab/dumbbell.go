@@ -105,29 +105,18 @@ func DumbbellTopology(ds DumbbellSpec) (Spec, error) {
 // 198.18.i.2/24 on eth0 facing sw:swp<i> 198.18.i.1; the receiver is
 // 198.19.0.2/24 on eth0 facing sw:swp0 198.19.0.1. With IPv6, 2001:db8:<i>::/64
 // and 2001:db8:ff::/64 likewise. Hosts route the lab ranges via the switch.
-func NewDumbbell(ds DumbbellSpec) (*Dumbbell, error) {
-	spec, err := DumbbellTopology(ds)
-	if err != nil {
-		return nil, err
-	}
-	return buildShaped(spec, func(lab *Lab) (*Dumbbell, error) { return newDumbbellFrom(lab, spec, ds) })
-}
+func NewDumbbell(ds DumbbellSpec) (*Dumbbell, error) { return dumbbellShape.build(ds) }
 
 // NewDumbbellT is NewDumbbell that fails tb on error and closes in tb.Cleanup.
 func NewDumbbellT(tb TB, ds DumbbellSpec) *Dumbbell {
 	tb.Helper()
-	spec, err := DumbbellTopology(ds)
-	if err != nil {
-		tb.Fatalf("lab.NewDumbbell: %v", err)
-	}
-	d, err := newDumbbellFrom(BuildT(tb, spec), spec, ds)
-	if err != nil {
-		tb.Fatalf("lab.NewDumbbell: %v", err) // BuildT's cleanup closes the lab
-	}
-	return d
+	return dumbbellShape.buildT(tb, ds)
 }
 
-func newDumbbellFrom(lab *Lab, spec Spec, ds DumbbellSpec) (*Dumbbell, error) {
+var dumbbellShape = shape[DumbbellSpec, *Dumbbell]{name: "Dumbbell", topology: DumbbellTopology, from: newDumbbellFrom}
+
+func newDumbbellFrom(lab *Lab, ds DumbbellSpec) (*Dumbbell, error) {
+	spec := lab.spec
 	d := &Dumbbell{Lab: lab, Switch: lab.Node("sw"), Receiver: lab.Node("r")}
 	port := func(l LinkSpec) Port {
 		return Port{Node: lab.Node(l.A.Node), Dev: l.A.Dev, PeerNode: lab.Node(l.B.Node), PeerDev: l.B.Dev}

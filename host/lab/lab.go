@@ -185,19 +185,60 @@ func Build(spec Spec) (*Lab, error) {
 	return l, nil
 }
 
-// buildShaped builds spec and makes the lab a shaped one (a dumbbell, a
-// multipath fabric, a WAN) with from. On error nothing is left behind.
-func buildShaped[T any](spec Spec, from func(*Lab) (T, error)) (T, error) {
+// shape is how a lab of one shape (a dumbbell, a multipath fabric, a WAN)
+// is built from its spec S.
+type shape[S, T any] struct {
+	name     string // the constructor's: New<name>
+	topology func(S) (Spec, error)
+	// from makes a built lab the shape; on error it detaches what it
+	// attached, and the caller closes the lab.
+	from func(*Lab, S) (T, error)
+	// detach closes what from attached, before the lab. Optional: nil
+	// when closing the lab closes all of it.
+	detach func(T) error
+}
+
+// build builds the lab of s and makes it the shape. On error nothing is
+// left behind.
+func (sh shape[S, T]) build(s S) (T, error) {
 	var zero T
+	spec, err := sh.topology(s)
+	if err != nil {
+		return zero, err
+	}
 	lab, err := Build(spec)
 	if err != nil {
 		return zero, err
 	}
-	v, err := from(lab)
+	v, err := sh.from(lab, s)
 	if err != nil {
 		return zero, withTeardown(err, lab.Close())
 	}
 	return v, nil
+}
+
+// buildT is build that fails tb on error and, in tb.Cleanup, detaches the
+// shape and then closes the lab.
+func (sh shape[S, T]) buildT(tb TB, s S) T {
+	tb.Helper()
+	spec, err := sh.topology(s)
+	if err != nil {
+		tb.Fatalf("lab.New%s: %v", sh.name, err)
+	}
+	lab := BuildT(tb, spec)
+	v, err := sh.from(lab, s)
+	if err != nil {
+		tb.Fatalf("lab.New%s: %v", sh.name, err) // BuildT's cleanup closes the lab
+	}
+	if sh.detach != nil {
+		// Registered after BuildT's, so it runs before the lab closes.
+		tb.Cleanup(func() {
+			if err := sh.detach(v); err != nil {
+				tb.Errorf("lab: %s %s: %v", sh.name, lab.RunID(), err)
+			}
+		})
+	}
+	return v
 }
 
 // withTeardown is err with the failure, if any, of the teardown that

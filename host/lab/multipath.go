@@ -223,35 +223,17 @@ func MultipathTopology(ms MultipathSpec) (Spec, error) {
 
 // NewMultipath builds the fabric, adds the ECMP routes and attaches the
 // ports of MultipathSpec.PathRates. On error nothing is left behind.
-func NewMultipath(ms MultipathSpec) (*Multipath, error) {
-	spec, err := MultipathTopology(ms)
-	if err != nil {
-		return nil, err
-	}
-	return buildShaped(spec, func(lab *Lab) (*Multipath, error) { return newMultipathFrom(lab, ms) })
-}
+func NewMultipath(ms MultipathSpec) (*Multipath, error) { return multipathShape.build(ms) }
 
 // NewMultipathT is NewMultipath that fails tb on error and closes in
 // tb.Cleanup (ports first, then the lab).
 func NewMultipathT(tb TB, ms MultipathSpec) *Multipath {
 	tb.Helper()
-	spec, err := MultipathTopology(ms)
-	if err != nil {
-		tb.Fatalf("lab.NewMultipath: %v", err)
-	}
-	lab := BuildT(tb, spec)
-	m, err := newMultipathFrom(lab, ms)
-	if err != nil {
-		tb.Fatalf("lab.NewMultipath: %v", err) // BuildT's cleanup closes the lab
-	}
-	// Registered after BuildT's, so it runs before the lab closes.
-	tb.Cleanup(func() {
-		if err := m.closePorts(); err != nil {
-			tb.Errorf("lab: multipath %s: %v", lab.RunID(), err)
-		}
-	})
-	return m
+	return multipathShape.buildT(tb, ms)
 }
+
+var multipathShape = shape[MultipathSpec, *Multipath]{name: "Multipath", topology: MultipathTopology,
+	from: newMultipathFrom, detach: (*Multipath).closePorts}
 
 func newMultipathFrom(lab *Lab, ms MultipathSpec) (*Multipath, error) {
 	m := &Multipath{

@@ -336,35 +336,16 @@ func WANTopology(ws WANSpec) (Spec, error) {
 
 // NewWAN builds the WAN lab and attaches, in this order, the delay links,
 // the core ports and the tunnel PEs. On error nothing is left behind.
-func NewWAN(ws WANSpec) (*WAN, error) {
-	spec, err := WANTopology(ws)
-	if err != nil {
-		return nil, err
-	}
-	return buildShaped(spec, func(lab *Lab) (*WAN, error) { return newWANFrom(lab, ws) })
-}
+func NewWAN(ws WANSpec) (*WAN, error) { return wanShape.build(ws) }
 
 // NewWANT is NewWAN that fails tb on error and closes in tb.Cleanup (PEs
 // and ports first, then the lab).
 func NewWANT(tb TB, ws WANSpec) *WAN {
 	tb.Helper()
-	spec, err := WANTopology(ws)
-	if err != nil {
-		tb.Fatalf("lab.NewWAN: %v", err)
-	}
-	lab := BuildT(tb, spec)
-	w, err := newWANFrom(lab, ws)
-	if err != nil {
-		tb.Fatalf("lab.NewWAN: %v", err) // BuildT's cleanup closes the lab
-	}
-	// Registered after BuildT's, so it runs before the lab closes.
-	tb.Cleanup(func() {
-		if err := w.detach(); err != nil {
-			tb.Errorf("lab: WAN %s: %v", lab.RunID(), err)
-		}
-	})
-	return w
+	return wanShape.buildT(tb, ws)
 }
+
+var wanShape = shape[WANSpec, *WAN]{name: "WAN", topology: WANTopology, from: newWANFrom, detach: (*WAN).detach}
 
 // newWANFrom attaches everything to a built lab. On error it detaches what
 // it attached; the caller closes the lab (and the delay links with it).
