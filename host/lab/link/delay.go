@@ -802,22 +802,8 @@ type kernelStats struct {
 
 func (d *Delay) readKernelStats() (kernelStats, error) {
 	var ks kernelStats
-	var perCPU []bpf.DelayDelayStats
-	if err := d.objs.DelayCounters.Lookup(uint32(0), &perCPU); err != nil {
-		return ks, fmt.Errorf("read delay counters: %w", err)
-	}
-	for _, s := range perCPU {
-		ks.bpf.Diverted += s.Diverted
-		ks.bpf.DivertedBytes += s.DivertedBytes
-		ks.bpf.Returned += s.Returned
-		ks.bpf.ReturnedBytes += s.ReturnedBytes
-		ks.bpf.Reentered += s.Reentered
-		ks.bpf.Bypassed += s.Bypassed
-		ks.bpf.Malformed += s.Malformed
-		ks.bpf.ReturnDropped += s.ReturnDropped
-		ks.bpf.RedirectErrors += s.RedirectErrors
-		ks.bpf.MarksKept += s.MarksKept
-		ks.bpf.MarksRestored += s.MarksRestored
+	if err := bpf.SumPerCPU[bpf.DelayDelayStats](d.objs.DelayCounters, 0, &ks.bpf); err != nil {
+		return ks, err
 	}
 	// The TUN's own counters go with it (ErrTunGone): then the last ones
 	// read stand.
