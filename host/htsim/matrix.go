@@ -81,12 +81,8 @@ type MatrixScenario struct {
 	// MTUBytes is the IP packet; htsim's packet is 14 bytes more (its
 	// 64-byte header leaves MTUBytes + 14 − 64 of payload).
 	MTUBytes int `json:"mtu"`
-	// LimitBytes is every switch port's queue (htsim has one size for
-	// all); MinThBytes and MaxThBytes its ECN thresholds, between which
-	// htsim marks with a probability rising linearly to 1.
-	LimitBytes units.ByteSize `json:"limit"`
-	MinThBytes units.ByteSize `json:"min_th"`
-	MaxThBytes units.ByteSize `json:"max_th"`
+	// PortQueue is every switch port's queue: htsim has one for all.
+	PortQueue
 	// TrimBytes is what a trimmed packet keeps of its IP packet; 0: no
 	// trimming (a full queue drops).
 	TrimBytes units.ByteSize `json:"trim_bytes,omitempty"`
@@ -185,15 +181,8 @@ func (s *MatrixScenario) Validate() error {
 	mtuOK := s.MTUBytes >= MinMTUBytes && s.MTUBytes <= MaxMTUBytes
 	if !mtuOK {
 		bad("mtu", s.MTUBytes, "%d to %d (bytes of IP packet)", MinMTUBytes, MaxMTUBytes)
-	} else if packets(s.LimitBytes, s.MTUBytes+ethernetBytes) < 1 || s.LimitBytes > 1<<40 {
-		bad("limit", s.LimitBytes, "one packet of the wire MTU (%db) to 1tb", s.MTUBytes+ethernetBytes)
 	}
-	if s.MaxThBytes > s.LimitBytes {
-		bad("max_th", s.MaxThBytes, "at most limit (%s)", s.LimitBytes)
-	}
-	if s.MinThBytes > s.MaxThBytes {
-		bad("min_th", s.MinThBytes, "at most max_th (%s)", s.MaxThBytes)
-	}
+	s.PortQueue.validate(bad, s.MTUBytes+ethernetBytes, mtuOK)
 	if s.TrimBytes != 0 && mtuOK {
 		if lo := units.ByteSize(minTrimWireBytes - ethernetBytes); s.TrimBytes < lo || s.TrimBytes > units.ByteSize(s.MTUBytes) {
 			bad("trim_bytes", s.TrimBytes, "0 (no trimming) or %s to mtu (%db)", lo, s.MTUBytes)
@@ -274,9 +263,7 @@ func NewMatrixPlan(s MatrixScenario) (MatrixPlan, error) {
 	p.WireMTUBytes = s.MTUBytes + ethernetBytes
 	p.PayloadBytes = p.WireMTUBytes - headerBytes
 	mtu := p.WireMTUBytes
-	p.QueuePackets = packets(s.LimitBytes, mtu)
-	p.MinThPackets = min(nearestPackets(s.MinThBytes, mtu), p.QueuePackets)
-	p.MaxThPackets = min(max(nearestPackets(s.MaxThBytes, mtu), p.MinThPackets), p.QueuePackets)
+	p.QueuePackets, p.MinThPackets, p.MaxThPackets = s.PortQueue.packets(mtu)
 	p.SACKThresholdBytes = int64(DefaultSACKThresholdBytes)
 	if s.TrimBytes != 0 {
 		p.TrimWireBytes = int(s.TrimBytes) + ethernetBytes

@@ -26,12 +26,12 @@ func ringScenario(t *testing.T) MatrixScenario {
 		t.Fatal(err)
 	}
 	return MatrixScenario{
-		Matrix:     m,
-		Fabric:     LeafSpine{Hosts: 8, Leaves: 2, Spines: 2, HostRate: 50 * units.Mbit, SpineRate: 100 * units.Mbit},
-		MTUBytes:   9000,
-		LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 1000 * units.KiB,
-		CC:   pds.CCNSCC,
-		Seed: 1,
+		Matrix:    m,
+		Fabric:    LeafSpine{Hosts: 8, Leaves: 2, Spines: 2, HostRate: 50 * units.Mbit, SpineRate: 100 * units.Mbit},
+		MTUBytes:  9000,
+		PortQueue: PortQueue{LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 1000 * units.KiB},
+		CC:        pds.CCNSCC,
+		Seed:      1,
 	}
 }
 
@@ -156,11 +156,11 @@ New: 30 Rtx: 0 RTS: 0 Bounced: 0 ACKs: 30 NACKs: 0 Pulls: 0 sleek_pkts: 0
 
 func twoFlows() MatrixScenario {
 	return MatrixScenario{
-		Matrix:     &cm.Matrix{Nodes: 4, Conns: []cm.Conn{{Src: 0, Dst: 1, Size: 1000}, {Src: 1, Dst: 2, Size: 1000}}},
-		Fabric:     LeafSpine{Hosts: 4, Leaves: 2, Spines: 2, HostRate: 10 * units.Gbit, SpineRate: 10 * units.Gbit},
-		MTUBytes:   4096,
-		LimitBytes: units.MiB, MinThBytes: 20 * units.KiB, MaxThBytes: 80 * units.KiB,
-		CC: pds.CCRCCC,
+		Matrix:    &cm.Matrix{Nodes: 4, Conns: []cm.Conn{{Src: 0, Dst: 1, Size: 1000}, {Src: 1, Dst: 2, Size: 1000}}},
+		Fabric:    LeafSpine{Hosts: 4, Leaves: 2, Spines: 2, HostRate: 10 * units.Gbit, SpineRate: 10 * units.Gbit},
+		MTUBytes:  4096,
+		PortQueue: PortQueue{LimitBytes: units.MiB, MinThBytes: 20 * units.KiB, MaxThBytes: 80 * units.KiB},
+		CC:        pds.CCRCCC,
 	}
 }
 
@@ -272,7 +272,7 @@ func fatTreeScenario(t *testing.T, over int) MatrixScenario {
 		t.Fatal(err)
 	}
 	return MatrixScenario{Matrix: m, FatTree: &FatTreeFabric{K: 4, Pods: 4, Rate: 50 * units.Mbit, Oversubscription: over},
-		MTUBytes: 9000, LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB, CC: pds.CCNSCC, Seed: 1}
+		MTUBytes: 9000, PortQueue: PortQueue{LimitBytes: 2 * units.MiB, MinThBytes: 50 * units.KiB, MaxThBytes: 2 * units.MiB}, CC: pds.CCNSCC, Seed: 1}
 }
 
 // TestMatrixPlanOfAFatTree: a fat tree of radix 4 with 4 pods is htsim's

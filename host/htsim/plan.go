@@ -135,9 +135,7 @@ func NewPlan(s Scenario) (Plan, error) {
 	p.UnloadedRTTPs = p.unloadedRTTPs(p.HopLatencyPs, bps)
 
 	mtu := p.WireMTUBytes
-	p.QueuePackets = packets(s.LimitBytes, mtu)
-	p.MinThPackets = min(nearestPackets(s.MinThBytes, mtu), p.QueuePackets)
-	p.MaxThPackets = min(nearestPackets(s.MaxThBytes, mtu), p.QueuePackets)
+	p.QueuePackets, p.MinThPackets, p.MaxThPackets = s.PortQueue.packets(mtu)
 	if s.Trim {
 		p.TrimWireBytes = int(DefaultTrimBytes) + ethernetBytes
 		if s.TrimBytes != 0 {

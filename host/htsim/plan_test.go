@@ -27,7 +27,7 @@ func mustPlan(t *testing.T, s Scenario) Plan {
 // 43 packets that trim to 64 B, ECN at 9 and 35 packets).
 func incastCM() Scenario {
 	return Scenario{Senders: 15, FlowBytes: 2_000_000, Rate: 100 * units.Gbit, MTUBytes: 4150 - 14, HopLatency: time.Microsecond,
-		LimitBytes: 43 * 4150, MinThBytes: 9 * 4150, MaxThBytes: 35 * 4150, Trim: true, TrimBytes: 64 - 14,
+		PortQueue: PortQueue{LimitBytes: 43 * 4150, MinThBytes: 9 * 4150, MaxThBytes: 35 * 4150}, Trim: true, TrimBytes: 64 - 14,
 		CC: pds.CCNSCC, Seed: 13, Mapping: Native, Topology: FatTree}
 }
 

@@ -31,13 +31,8 @@ type Scenario struct {
 	// unloaded RTT. Optional: 0 solves it from BaseRTT. htsim's own
 	// settings use 1 µs.
 	HopLatency time.Duration `json:"hop_latency,omitempty"`
-	// LimitBytes is the port's queue limit; MinThBytes and MaxThBytes
-	// its ECN thresholds (the lab's WRED min_th and max_th). htsim counts
-	// whole packets of the wire MTU: the limit becomes as many as fit,
-	// the thresholds the nearest.
-	LimitBytes units.ByteSize `json:"limit"`
-	MinThBytes units.ByteSize `json:"min_th"`
-	MaxThBytes units.ByteSize `json:"max_th"`
+	// PortQueue is the receiver's port's queue.
+	PortQueue
 	// Trim turns packet trimming on; off, a full queue drops.
 	Trim bool `json:"trim"`
 	// TrimBytes is what a trimmed packet keeps of its IP packet.
@@ -68,6 +63,41 @@ type Scenario struct {
 	// below 4 packets of window but resends spuriously. Off by default,
 	// the closer mapping of the lab (SetHtsimRecovery sets htsim's).
 	SLEEK bool `json:"sleek,omitempty"`
+}
+
+// PortQueue is a switch port's queue in the lab's terms: LimitBytes its
+// limit, MinThBytes and MaxThBytes its ECN thresholds (the lab's WRED
+// min_th and max_th), between which htsim marks with a probability rising
+// linearly to 1. htsim counts whole packets of the wire MTU: the limit
+// becomes as many as fit, the thresholds the nearest.
+type PortQueue struct {
+	LimitBytes units.ByteSize `json:"limit"`
+	MinThBytes units.ByteSize `json:"min_th"`
+	MaxThBytes units.ByteSize `json:"max_th"`
+}
+
+// validate checks the queue, and that it holds a packet of wireMTU bytes
+// when the MTU is valid (mtuOK).
+func (q *PortQueue) validate(bad func(field string, v any, allowed string, args ...any), wireMTU int, mtuOK bool) {
+	if q.LimitBytes > 1<<40 {
+		bad("limit", q.LimitBytes, "at most 1tb")
+	} else if mtuOK && packets(q.LimitBytes, wireMTU) < 1 {
+		bad("limit", q.LimitBytes, "at least one packet of the wire MTU (%db)", wireMTU)
+	}
+	if q.MaxThBytes > q.LimitBytes {
+		bad("max_th", q.MaxThBytes, "at most limit (%s)", q.LimitBytes)
+	}
+	if q.MinThBytes > q.MaxThBytes {
+		bad("min_th", q.MinThBytes, "at most max_th (%s)", q.MaxThBytes)
+	}
+}
+
+// packets is the queue in htsim's packets of wireMTU bytes (its -q and
+// -ecn): the limit as many as fit, the thresholds to the nearest packet,
+// at most the limit.
+func (q *PortQueue) packets(wireMTU int) (limit, minTh, maxTh int64) {
+	limit = packets(q.LimitBytes, wireMTU)
+	return limit, min(nearestPackets(q.MinThBytes, wireMTU), limit), min(nearestPackets(q.MaxThBytes, wireMTU), limit)
 }
 
 // DefaultTrimBytes is qdisc.DefaultTrimBytes: UET's headers and some to
@@ -225,17 +255,7 @@ func (s *Scenario) Validate() error {
 	case s.HopLatency < 0 || s.HopLatency > maxTime:
 		bad("hop_latency", s.HopLatency, "0 to %v", maxTime)
 	}
-	if s.LimitBytes > 1<<40 {
-		bad("limit", s.LimitBytes, "at most 1tb")
-	} else if mtuOK && packets(s.LimitBytes, s.wireMTU()) < 1 {
-		bad("limit", s.LimitBytes, "at least one packet of the wire MTU (%db)", s.wireMTU())
-	}
-	if s.MaxThBytes > s.LimitBytes {
-		bad("max_th", s.MaxThBytes, "at most limit (%s)", s.LimitBytes)
-	}
-	if s.MinThBytes > s.MaxThBytes {
-		bad("min_th", s.MinThBytes, "at most max_th (%s)", s.MaxThBytes)
-	}
+	s.PortQueue.validate(bad, s.wireMTU(), mtuOK)
 	if s.Trim && mtuOK && s.TrimBytes != 0 {
 		if lo := units.ByteSize(minTrimWireBytes - ethernetBytes); s.TrimBytes < lo || s.TrimBytes > units.ByteSize(s.MTUBytes) {
 			bad("trim_bytes", s.TrimBytes, "0 (the default, %s) or %s to mtu (%db): htsim's least trimmed packet is %d bytes on the wire",

@@ -15,7 +15,7 @@ import (
 func labTrim(senders int, rate units.Rate, m Mapping) Scenario {
 	bdp := units.ByteSize(rate.BytesPerSecond() * time.Millisecond.Seconds())
 	return Scenario{Senders: senders, FlowBytes: 2 * units.MiB, Rate: rate, MTUBytes: 4096, BaseRTT: time.Millisecond,
-		LimitBytes: bdp, MinThBytes: bdp / 5, MaxThBytes: bdp * 4 / 5, Trim: true, CC: pds.CCNSCC, Seed: 1, Mapping: m}
+		PortQueue: PortQueue{LimitBytes: bdp, MinThBytes: bdp / 5, MaxThBytes: bdp * 4 / 5}, Trim: true, CC: pds.CCNSCC, Seed: 1, Mapping: m}
 }
 
 // labDeep is TestUETIncast's port: the lab's limit scale(8 MiB), ECN from

@@ -127,7 +127,7 @@ func (f *File) htsimScenario(p *Plan) (htsim.Scenario, error) {
 	class := po.Config.DSCPClass[first.Client.DSCP]
 	cc := &po.Config.Classes[class]
 	s = htsim.Scenario{Senders: len(p.Flows), FlowBytes: first.Flow.Size, Rate: rate, MTUBytes: first.Client.MTU,
-		BaseRTT: first.Client.BaseRTT, LimitBytes: cc.LimitBytes, Trim: cc.TrimBytes > 0, TrimBytes: cc.TrimBytes,
+		BaseRTT: first.Client.BaseRTT, PortQueue: htsim.PortQueue{LimitBytes: cc.LimitBytes}, Trim: cc.TrimBytes > 0, TrimBytes: cc.TrimBytes,
 		CC: first.Client.UETCC, Seed: int(f.Seed), Mapping: htsim.Scaled}
 	for _, k := range SortedKnobs(first.Flow.Knobs) {
 		if k.Name != "target_qdelay" {

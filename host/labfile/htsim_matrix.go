@@ -154,8 +154,8 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		// The flows' packets, not their paths' MTU: a UET flow sends
 		// 4096-byte packets on a 9000-byte path unless it says mtu, and
 		// htsim's store-and-forward and credit grants go by its packet.
-		MTUBytes:   first.Client.MTU,
-		LimitBytes: cc.LimitBytes, TrimBytes: cc.TrimBytes,
+		MTUBytes:  first.Client.MTU,
+		PortQueue: htsim.PortQueue{LimitBytes: cc.LimitBytes}, TrimBytes: cc.TrimBytes,
 		CC: first.Client.UETCC, LB: first.Client.LB, Seed: int(f.Seed),
 		SLEEK: first.Client.Loss == pds.LossSLEEK,
 	}

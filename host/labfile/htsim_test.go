@@ -38,7 +38,7 @@ func TestHtsimScenario(t *testing.T) {
 			}
 			cc, _ := pds.ParseCCMode(v)
 			want := htsim.Scenario{Senders: c.senders, FlowBytes: 2 << 20, Rate: 500 * units.Mbit, MTUBytes: 4096, BaseRTT: time.Millisecond,
-				LimitBytes: c.limit, MinThBytes: c.lo, MaxThBytes: c.hi, Trim: c.trim, CC: cc, Seed: 1, Mapping: htsim.Scaled}
+				PortQueue: htsim.PortQueue{LimitBytes: c.limit, MinThBytes: c.lo, MaxThBytes: c.hi}, Trim: c.trim, CC: cc, Seed: 1, Mapping: htsim.Scaled}
 			if c.trim {
 				want.TrimBytes = 128
 			}
