@@ -1,6 +1,10 @@
 package roce
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/fabriclab/fabriclab/qdisc/enum"
+)
 
 // Syndrome is the AETH syndrome byte (IBTA Vol. 1 §9.3.5): bit 7 reserved,
 // bits 6–5 the type (00 ACK, 01 RNR NAK, 11 NAK), bits 4–0 the credit
@@ -36,20 +40,15 @@ const (
 	NAKInvalidRDRequest       NAKCode = 4
 )
 
-var nakNames = [...]string{
-	NAKPSNSequenceError:       "PSN_SEQUENCE_ERROR",
-	NAKInvalidRequest:         "INVALID_REQUEST",
-	NAKRemoteAccessError:      "REMOTE_ACCESS_ERROR",
-	NAKRemoteOperationalError: "REMOTE_OPERATIONAL_ERROR",
-	NAKInvalidRDRequest:       "INVALID_RD_REQUEST",
+var nakNames = enum.Names{
+	NAKPSNSequenceError:       {"PSN_SEQUENCE_ERROR"},
+	NAKInvalidRequest:         {"INVALID_REQUEST"},
+	NAKRemoteAccessError:      {"REMOTE_ACCESS_ERROR"},
+	NAKRemoteOperationalError: {"REMOTE_OPERATIONAL_ERROR"},
+	NAKInvalidRDRequest:       {"INVALID_RD_REQUEST"},
 }
 
-func (c NAKCode) String() string {
-	if int(c) < len(nakNames) {
-		return nakNames[c]
-	}
-	return fmt.Sprintf("NAK_CODE_%d", uint8(c))
-}
+func (c NAKCode) String() string { return enum.Format(c, nakNames, "NAK_CODE_%d") }
 
 // ACKSyndrome returns an ACK syndrome with the 5-bit credit count credits
 // (CreditsUnlimited = 0x1F for none); higher bits are dropped.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 )
 
 // PPFC header lengths in bytes.
@@ -59,16 +61,11 @@ const (
 	PPFCHold PPFCAction = 3
 )
 
-var ppfcActionNames = [...]string{"stop", "resume", "alarm", "hold"}
+var ppfcActionNames = enum.Names{PPFCStop: {"stop"}, PPFCResume: {"resume"}, PPFCAlarm: {"alarm"}, PPFCHold: {"hold"}}
 
 // String returns "stop", "resume", "alarm", "hold", or "PT(n)" for a value
 // the 2-bit field cannot carry.
-func (a PPFCAction) String() string {
-	if int(a) < len(ppfcActionNames) {
-		return ppfcActionNames[a]
-	}
-	return fmt.Sprintf("PT(%d)", uint8(a))
-}
+func (a PPFCAction) String() string { return enum.String(a, ppfcActionNames, "PT") }
 
 // PPFC is one PPFC notification (Precise Priority-based Flow Control; the
 // RoCEv2 format is the Xiong & Zhu draft of June 2026, seed 003): a

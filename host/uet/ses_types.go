@@ -1,6 +1,6 @@
 package uet
 
-import "fmt"
+import "github.com/fabriclab/fabriclab/qdisc/enum"
 
 // SESOpcode is the 6-bit opcode of a SES request header (packet-uet.c's UET_SES_OPCODE_*, xdp2's uet_ses_request_msg_type).
 // 0x10–0x2F are reserved; xdp2 names 0x30–0x3E vendor-defined and 0x3F an
@@ -30,33 +30,28 @@ const (
 
 // sesOpcodeNames are packet-uet.c's UET_SES_OPCODE_* macro names without
 // the prefix.
-var sesOpcodeNames = [...]string{
-	SESNoOp:             "NO_OP",
-	SESWrite:            "WRITE",
-	SESRead:             "READ",
-	SESAtomic:           "ATOMIC",
-	SESFetchingAtomic:   "FETCHING_ATOMIC",
-	SESSend:             "SEND",
-	SESRendezvousSend:   "RENDEZVOUS_SEND",
-	SESDatagramSend:     "DATAGRAM_SEND",
-	SESDeferrableSend:   "DEFERRABLE_SEND",
-	SESTaggedSend:       "TAGGED_SEND",
-	SESRendezvousTSend:  "RENDEZVOUS_TSEND",
-	SESDeferrableTSend:  "DEFERRABLE_TSEND",
-	SESDeferrableRTR:    "DEFERRABLE_RTR",
-	SESTSendAtomic:      "TSEND_ATOMIC",
-	SESTSendFetchAtomic: "TSEND_FETCH_ATOMIC",
-	SESMsgError:         "MSG_ERROR",
+var sesOpcodeNames = enum.Names{
+	SESNoOp:             {"NO_OP"},
+	SESWrite:            {"WRITE"},
+	SESRead:             {"READ"},
+	SESAtomic:           {"ATOMIC"},
+	SESFetchingAtomic:   {"FETCHING_ATOMIC"},
+	SESSend:             {"SEND"},
+	SESRendezvousSend:   {"RENDEZVOUS_SEND"},
+	SESDatagramSend:     {"DATAGRAM_SEND"},
+	SESDeferrableSend:   {"DEFERRABLE_SEND"},
+	SESTaggedSend:       {"TAGGED_SEND"},
+	SESRendezvousTSend:  {"RENDEZVOUS_TSEND"},
+	SESDeferrableTSend:  {"DEFERRABLE_TSEND"},
+	SESDeferrableRTR:    {"DEFERRABLE_RTR"},
+	SESTSendAtomic:      {"TSEND_ATOMIC"},
+	SESTSendFetchAtomic: {"TSEND_FETCH_ATOMIC"},
+	SESMsgError:         {"MSG_ERROR"},
 }
 
 // String returns the opcode's name ("WRITE"), or "0x10" for a value
 // UE 1.0.1 does not define.
-func (o SESOpcode) String() string {
-	if o <= maxSESOpcode {
-		return sesOpcodeNames[o]
-	}
-	return fmt.Sprintf("0x%02x", uint8(o))
-}
+func (o SESOpcode) String() string { return enum.Format(o, sesOpcodeNames, "0x%02x") }
 
 // Known reports whether UE 1.0.1 defines the opcode (0x00–0x0F).
 func (o SESOpcode) Known() bool { return o <= maxSESOpcode }
@@ -90,21 +85,16 @@ const (
 	SESRespNoResponse SESRespOpcode = 0x03 // NO_RESPONSE
 )
 
-var sesRespOpcodeNames = [...]string{
-	SESRespDefault:    "DEFAULT_RESPONSE",
-	SESRespResponse:   "RESPONSE",
-	SESRespWithData:   "RESPONSE_W_DATA",
-	SESRespNoResponse: "NO_RESPONSE",
+var sesRespOpcodeNames = enum.Names{
+	SESRespDefault:    {"DEFAULT_RESPONSE"},
+	SESRespResponse:   {"RESPONSE"},
+	SESRespWithData:   {"RESPONSE_W_DATA"},
+	SESRespNoResponse: {"NO_RESPONSE"},
 }
 
 // String returns packet-uet.c's UET_SES_RSP_* name without the prefix
 // ("DEFAULT_RESPONSE"), or "0x04" and up.
-func (o SESRespOpcode) String() string {
-	if int(o) < len(sesRespOpcodeNames) {
-		return sesRespOpcodeNames[o]
-	}
-	return fmt.Sprintf("0x%02x", uint8(o))
-}
+func (o SESRespOpcode) String() string { return enum.Format(o, sesRespOpcodeNames, "0x%02x") }
 
 // Known reports whether UE 1.0.1 defines the opcode (0–3).
 func (o SESRespOpcode) Known() bool { return int(o) < len(sesRespOpcodeNames) }
@@ -166,54 +156,49 @@ const (
 
 // sesReturnCodeNames are packet-uet.c's UET_SES_RSP_RC_* macro names
 // without the prefix.
-var sesReturnCodeNames = [...]string{
-	SESRCNull:               "NULL",
-	SESRCOK:                 "OK",
-	SESRCBadGeneration:      "BAD_GENERATION",
-	SESRCDisabled:           "DISABLED",
-	SESRCDisabledGen:        "DISABLED_GEN",
-	SESRCNoMatch:            "NO_MATCH",
-	SESRCUnsupportedOp:      "UNSUPPORTED_OP",
-	SESRCUnsupportedSize:    "UNSUPPORTED_SIZE",
-	SESRCATInvalid:          "AT_INVALID",
-	SESRCATPerm:             "AT_PERM",
-	SESRCATATSError:         "AT_ATS_ERROR",
-	SESRCATNoTrans:          "AT_NO_TRANS",
-	SESRCATOutOfRange:       "AT_OUT_OF_RANGE",
-	SESRCHostPoisoned:       "HOST_POISONED",
-	SESRCHostUnsuccessCmpl:  "HOST_UNSUCCESS_CMPL",
-	SESRCAMOUnsupportedOp:   "AMO_UNSUPPORTED_OP",
-	SESRCAMOUnsupportedDT:   "AMO_UNSUPPORTED_DT",
-	SESRCAMOUnsupportedSize: "AMO_UNSUPPORTED_SIZE",
-	SESRCAMOUnaligned:       "AMO_UNALIGNED",
-	SESRCAMOFPNaN:           "AMO_FP_NAN",
-	SESRCAMOFPUnderflow:     "AMO_FP_UNDERFLOW",
-	SESRCAMOFPOverflow:      "AMO_FP_OVERFLOW",
-	SESRCAMOFPInexact:       "AMO_FP_INEXACT",
-	SESRCPermViolation:      "PERM_VIOLATION",
-	SESRCOpViolation:        "OP_VIOLATION",
-	SESRCBadIndex:           "BAD_INDEX",
-	SESRCBadPID:             "BAD_PID",
-	SESRCBadJobID:           "BAD_JOB_ID",
-	SESRCBadMKey:            "BAD_MKEY",
-	SESRCBadAddr:            "BAD_ADDR",
-	SESRCCancelled:          "CANCELLED",
-	SESRCUndeliverable:      "UNDELIVERABLE",
-	SESRCUncor:              "UNCOR",
-	SESRCUncorTrnsnt:        "UNCOR_TRNSNT",
-	SESRCTooLong:            "TOO_LONG",
-	SESRCInitiatorErr:       "INITIATOR_ERR",
-	SESRCDropped:            "DROPPED",
+var sesReturnCodeNames = enum.Names{
+	SESRCNull:               {"NULL"},
+	SESRCOK:                 {"OK"},
+	SESRCBadGeneration:      {"BAD_GENERATION"},
+	SESRCDisabled:           {"DISABLED"},
+	SESRCDisabledGen:        {"DISABLED_GEN"},
+	SESRCNoMatch:            {"NO_MATCH"},
+	SESRCUnsupportedOp:      {"UNSUPPORTED_OP"},
+	SESRCUnsupportedSize:    {"UNSUPPORTED_SIZE"},
+	SESRCATInvalid:          {"AT_INVALID"},
+	SESRCATPerm:             {"AT_PERM"},
+	SESRCATATSError:         {"AT_ATS_ERROR"},
+	SESRCATNoTrans:          {"AT_NO_TRANS"},
+	SESRCATOutOfRange:       {"AT_OUT_OF_RANGE"},
+	SESRCHostPoisoned:       {"HOST_POISONED"},
+	SESRCHostUnsuccessCmpl:  {"HOST_UNSUCCESS_CMPL"},
+	SESRCAMOUnsupportedOp:   {"AMO_UNSUPPORTED_OP"},
+	SESRCAMOUnsupportedDT:   {"AMO_UNSUPPORTED_DT"},
+	SESRCAMOUnsupportedSize: {"AMO_UNSUPPORTED_SIZE"},
+	SESRCAMOUnaligned:       {"AMO_UNALIGNED"},
+	SESRCAMOFPNaN:           {"AMO_FP_NAN"},
+	SESRCAMOFPUnderflow:     {"AMO_FP_UNDERFLOW"},
+	SESRCAMOFPOverflow:      {"AMO_FP_OVERFLOW"},
+	SESRCAMOFPInexact:       {"AMO_FP_INEXACT"},
+	SESRCPermViolation:      {"PERM_VIOLATION"},
+	SESRCOpViolation:        {"OP_VIOLATION"},
+	SESRCBadIndex:           {"BAD_INDEX"},
+	SESRCBadPID:             {"BAD_PID"},
+	SESRCBadJobID:           {"BAD_JOB_ID"},
+	SESRCBadMKey:            {"BAD_MKEY"},
+	SESRCBadAddr:            {"BAD_ADDR"},
+	SESRCCancelled:          {"CANCELLED"},
+	SESRCUndeliverable:      {"UNDELIVERABLE"},
+	SESRCUncor:              {"UNCOR"},
+	SESRCUncorTrnsnt:        {"UNCOR_TRNSNT"},
+	SESRCTooLong:            {"TOO_LONG"},
+	SESRCInitiatorErr:       {"INITIATOR_ERR"},
+	SESRCDropped:            {"DROPPED"},
 }
 
 // String returns the code's name ("NO_MATCH"), or "0x25" for a value
 // UE 1.0.1 does not define.
-func (c SESReturnCode) String() string {
-	if c <= maxSESReturnCode {
-		return sesReturnCodeNames[c]
-	}
-	return fmt.Sprintf("0x%02x", uint8(c))
-}
+func (c SESReturnCode) String() string { return enum.Format(c, sesReturnCodeNames, "0x%02x") }
 
 // Known reports whether UE 1.0.1 defines the code (0x00–0x24).
 func (c SESReturnCode) Known() bool { return c <= maxSESReturnCode }

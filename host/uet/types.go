@@ -1,6 +1,10 @@
 package uet
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/fabriclab/fabriclab/qdisc/enum"
+)
 
 // Type is the 5-bit PDS type of the prologue (UE 1.0.1 §3.5.10.2; the
 // values of packet-uet.c and xdp2's pds.h).
@@ -114,23 +118,18 @@ const (
 	maxNibble                         = 0xF
 )
 
-var nextHeaderNames = [...]string{
-	NextHeaderNone:         "NO_SES",
-	NextHeaderReqSmall:     "REQ_SMALL",
-	NextHeaderReqMedium:    "REQ_MEDIUM",
-	NextHeaderReqStd:       "REQ_STD",
-	NextHeaderRsp:          "RESP",
-	NextHeaderRspData:      "RESP_DATA",
-	NextHeaderRspDataSmall: "RESP_DATA_SMALL",
+var nextHeaderNames = enum.Names{
+	NextHeaderNone:         {"NO_SES"},
+	NextHeaderReqSmall:     {"REQ_SMALL"},
+	NextHeaderReqMedium:    {"REQ_MEDIUM"},
+	NextHeaderReqStd:       {"REQ_STD"},
+	NextHeaderRsp:          {"RESP"},
+	NextHeaderRspData:      {"RESP_DATA"},
+	NextHeaderRspDataSmall: {"RESP_DATA_SMALL"},
 }
 
 // String returns packet-uet.c's short name ("REQ_STD"), or "0xf".
-func (n NextHeader) String() string {
-	if int(n) < len(nextHeaderNames) {
-		return nextHeaderNames[n]
-	}
-	return fmt.Sprintf("%#x", uint8(n))
-}
+func (n NextHeader) String() string { return enum.Format(n, nextHeaderNames, "%#x") }
 
 // CtrlType is the control type a CTRL packet carries in the prologue's
 // next-header bits (UE 1.0.1 §3.5.16; xdp2's uet_pds_control_pkt_type).
@@ -152,26 +151,21 @@ const (
 	CtrlNegotiation CtrlType = 9
 )
 
-var ctrlTypeNames = [...]string{
-	CtrlNoop:        "NOOP",
-	CtrlAckReq:      "ACK_REQ",
-	CtrlClearCmd:    "CLEAR_CMD",
-	CtrlClearReq:    "CLEAR_REQ",
-	CtrlCloseCmd:    "CLOSE_CMD",
-	CtrlCloseReq:    "CLOSE_REQ",
-	CtrlProbe:       "PROBE",
-	CtrlCredit:      "CREDIT",
-	CtrlCreditReq:   "CREDIT_REQ",
-	CtrlNegotiation: "NEGOTIATION",
+var ctrlTypeNames = enum.Names{
+	CtrlNoop:        {"NOOP"},
+	CtrlAckReq:      {"ACK_REQ"},
+	CtrlClearCmd:    {"CLEAR_CMD"},
+	CtrlClearReq:    {"CLEAR_REQ"},
+	CtrlCloseCmd:    {"CLOSE_CMD"},
+	CtrlCloseReq:    {"CLOSE_REQ"},
+	CtrlProbe:       {"PROBE"},
+	CtrlCredit:      {"CREDIT"},
+	CtrlCreditReq:   {"CREDIT_REQ"},
+	CtrlNegotiation: {"NEGOTIATION"},
 }
 
 // String returns the control type's name ("CREDIT"), or "0xf".
-func (c CtrlType) String() string {
-	if int(c) < len(ctrlTypeNames) {
-		return ctrlTypeNames[c]
-	}
-	return fmt.Sprintf("%#x", uint8(c))
-}
+func (c CtrlType) String() string { return enum.Format(c, ctrlTypeNames, "%#x") }
 
 // AckReq is the 2-bit req field of an ACK's flags: what the ACK asks of the
 // source (packet-uet.c's uet_pds_flags_ack_req_vals).
@@ -185,15 +179,10 @@ const (
 	AckReqReserved AckReq = 3
 )
 
-var ackReqNames = [...]string{"NONE", "CLEAR", "CLOSE", "RESERVED"}
+var ackReqNames = enum.Names{AckReqNone: {"NONE"}, AckReqClear: {"CLEAR"}, AckReqClose: {"CLOSE"}, AckReqReserved: {"RESERVED"}}
 
 // String returns "NONE", "CLEAR", "CLOSE", "RESERVED", or "0x4" and up.
-func (r AckReq) String() string {
-	if int(r) < len(ackReqNames) {
-		return ackReqNames[r]
-	}
-	return fmt.Sprintf("%#x", uint8(r))
-}
+func (r AckReq) String() string { return enum.Format(r, ackReqNames, "%#x") }
 
 // CCType is the 4-bit cc_type of an ACK_CC: the layout of its cc_state.
 type CCType uint8
@@ -205,16 +194,10 @@ const (
 	CCCredit CCType = 1 // receiver credit (RCCC): CreditState
 )
 
+var ccTypeNames = enum.Names{CCNSCC: {"NSCC"}, CCCredit: {"CREDIT"}}
+
 // String returns "NSCC", "CREDIT", or "0xf".
-func (c CCType) String() string {
-	switch c {
-	case CCNSCC:
-		return "NSCC"
-	case CCCredit:
-		return "CREDIT"
-	}
-	return fmt.Sprintf("%#x", uint8(c))
-}
+func (c CCType) String() string { return enum.Format(c, ccTypeNames, "%#x") }
 
 // NackCode is the 8-bit nack_code of a NACK (UE 1.0.1 §3.5.12.8; the
 // values of packet-uet.c and xdp2's pds.h).
@@ -254,45 +237,43 @@ const (
 
 // nackCodeNames are the names of packet-uet.c's UET_PDS_NACK_CODE_* macros
 // without the prefix.
-var nackCodeNames = [256]string{
-	NackTrimmed:           "TRIMMED",
-	NackTrimmedLastHop:    "TRIMMED_LASTHOP",
-	NackTrimmedAck:        "TRIMMED_ACK",
-	NackNoPDCAvail:        "NO_PDC_AVAIL",
-	NackNoCCCAvail:        "NO_CCC_AVAIL",
-	NackNoBitmap:          "NO_BITMAP",
-	NackNoPktBuffer:       "NO_PKT_BUFFER",
-	NackNoGtdDelAvail:     "NO_GTD_DEL_AVAIL",
-	NackNoSESMsgAvail:     "NO_SES_MSG_AVAIL",
-	NackNoResource:        "NO_RESOURCE",
-	NackPSNOORWindow:      "PSN_OOR_WINDOW",
-	NackRODOOO:            "ROD_OOO",
-	NackInvDPDCID:         "INV_DPDCID",
-	NackPDCHdrMismatch:    "PDC_HDR_MISMATCH",
-	NackClosing:           "CLOSING",
-	NackClosingInErr:      "CLOSING_IN_ERR",
-	NackPktNotRcvd:        "PKT_NOT_RCVD",
-	NackGtdDelRespUnavail: "GTD_DEL_RESP_UNAVAIL",
-	NackAckWithData:       "ACK_WITH_DATA",
-	NackInvalidSYN:        "INVALID_SYN",
-	NackPDCModeMismatch:   "PDC_MODE_MISMATCH",
-	NackNewStartPSN:       "NEW_START_PSN",
-	NackRcvdSESProcg:      "RCVD_SES_PROCG",
-	NackUnexpEvent:        "UNEXP_EVENT",
-	NackRcvrInferLoss:     "RCVR_INFER_LOSS",
-	NackExpNormal:         "EXP_NACK_NORMAL",
-	NackExpErr:            "EXP_NACK_ERR",
-	NackExpFatal:          "EXP_NACK_FATAL",
+var nackCodeNames = enum.Names{
+	NackTrimmed:           {"TRIMMED"},
+	NackTrimmedLastHop:    {"TRIMMED_LASTHOP"},
+	NackTrimmedAck:        {"TRIMMED_ACK"},
+	NackNoPDCAvail:        {"NO_PDC_AVAIL"},
+	NackNoCCCAvail:        {"NO_CCC_AVAIL"},
+	NackNoBitmap:          {"NO_BITMAP"},
+	NackNoPktBuffer:       {"NO_PKT_BUFFER"},
+	NackNoGtdDelAvail:     {"NO_GTD_DEL_AVAIL"},
+	NackNoSESMsgAvail:     {"NO_SES_MSG_AVAIL"},
+	NackNoResource:        {"NO_RESOURCE"},
+	NackPSNOORWindow:      {"PSN_OOR_WINDOW"},
+	NackRODOOO:            {"ROD_OOO"},
+	NackInvDPDCID:         {"INV_DPDCID"},
+	NackPDCHdrMismatch:    {"PDC_HDR_MISMATCH"},
+	NackClosing:           {"CLOSING"},
+	NackClosingInErr:      {"CLOSING_IN_ERR"},
+	NackPktNotRcvd:        {"PKT_NOT_RCVD"},
+	NackGtdDelRespUnavail: {"GTD_DEL_RESP_UNAVAIL"},
+	NackAckWithData:       {"ACK_WITH_DATA"},
+	NackInvalidSYN:        {"INVALID_SYN"},
+	NackPDCModeMismatch:   {"PDC_MODE_MISMATCH"},
+	NackNewStartPSN:       {"NEW_START_PSN"},
+	NackRcvdSESProcg:      {"RCVD_SES_PROCG"},
+	NackUnexpEvent:        {"UNEXP_EVENT"},
+	NackRcvrInferLoss:     {"RCVR_INFER_LOSS"},
+	NackExpNormal:         {"EXP_NACK_NORMAL"},
+	NackExpErr:            {"EXP_NACK_ERR"},
+	NackExpFatal:          {"EXP_NACK_FATAL"},
 }
 
 // String returns the code's name ("NO_CCC_AVAIL"), or "0x0c" for a value
 // UE 1.0.1 does not define.
-func (c NackCode) String() string {
-	if n := nackCodeNames[c]; n != "" {
-		return n
-	}
-	return fmt.Sprintf("0x%02x", uint8(c))
-}
+func (c NackCode) String() string { return enum.Format(c, nackCodeNames, "0x%02x") }
 
 // Known reports whether UE 1.0.1 defines the code.
-func (c NackCode) Known() bool { return nackCodeNames[c] != "" }
+func (c NackCode) Known() bool {
+	_, ok := enum.Lookup(c, nackCodeNames)
+	return ok
+}

@@ -20,10 +20,28 @@ type Names [][]string
 
 // String is v's canonical name, or typ(v) for a value without one.
 func String[T Integer](v T, names Names, typ string) string {
-	if uint64(v) < uint64(len(names)) && len(names[v]) > 0 {
-		return names[v][0]
+	if n, ok := Lookup(v, names); ok {
+		return n
 	}
 	return fmt.Sprintf("%s(%d)", typ, v)
+}
+
+// Format is v's canonical name, or for a value without one v formatted by
+// unknown, a format of one unsigned integer verb ("0x%02x"): the String of
+// a wire field, whose undefined values are spelled as its dissector does.
+func Format[T Integer](v T, names Names, unknown string) string {
+	if n, ok := Lookup(v, names); ok {
+		return n
+	}
+	return fmt.Sprintf(unknown, uint64(v))
+}
+
+// Lookup is v's canonical name, and whether v has one.
+func Lookup[T Integer](v T, names Names) (string, bool) {
+	if uint64(v) < uint64(len(names)) && len(names[v]) > 0 {
+		return names[v][0], true
+	}
+	return "", false
 }
 
 // Parse reads any spelling of a value, in any case. The error is "what

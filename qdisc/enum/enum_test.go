@@ -28,6 +28,14 @@ func TestEnum(t *testing.T) {
 	if got := String(-1, Names{{"zero"}}, "kind"); got != "kind(-1)" {
 		t.Errorf("String(-1) = %q, want kind(-1)", got)
 	}
+	for v, want := range map[color]string{2: "blue", 1: "0x01", 0x1f: "0x1f"} {
+		if got := Format(v, colorNames, "0x%02x"); got != want {
+			t.Errorf("Format(%d) = %q, want %q", v, got, want)
+		}
+	}
+	if _, ok := Lookup(color(1), colorNames); ok {
+		t.Errorf("Lookup(1) found a name for a gap")
+	}
 	if got := (Names{{"only"}}).List(); got != "only" {
 		t.Errorf("List of one = %q", got)
 	}
