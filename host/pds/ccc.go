@@ -1,7 +1,6 @@
 package pds
 
 import (
-	"fmt"
 	"math"
 	"net/netip"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/rccc"
 	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 )
 
 // CCCState is a Congestion Control Context's state (seed 004; uet.md "CCC
@@ -33,27 +33,16 @@ const (
 	numCCCStates
 )
 
-var cccStateNames = [numCCCStates]string{"IDLE", "ACTIVE", "READY", "PENDING", "FREED"}
+var cccStateNames = enum.Names{CCCIdle: {"IDLE"}, CCCActive: {"ACTIVE"}, CCCReady: {"READY"}, CCCPending: {"PENDING"}, cccFreed: {"FREED"}}
 
-func (s CCCState) String() string {
-	if s < numCCCStates {
-		return cccStateNames[s]
-	}
-	return fmt.Sprintf("CCCState(%d)", uint8(s))
-}
+func (s CCCState) String() string { return enum.String(s, cccStateNames, "CCCState") }
 
 // MarshalText writes the state's name (JSON).
 func (s CCCState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalText reads a state's name.
 func (s *CCCState) UnmarshalText(b []byte) error {
-	for i, n := range cccStateNames {
-		if n == string(b) {
-			*s = CCCState(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("pds: ccc state %q: want one of %v", b, cccStateNames)
+	return enum.Unmarshal(s, b, cccStateNames, "pds: ccc state")
 }
 
 // CCCKey names a CCC: one per {source FEP, destination FEP, traffic class}

@@ -1,11 +1,11 @@
 package rccc
 
 import (
-	"fmt"
 	"math"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 )
 
 // Never is what NextEvent returns when the pacer has nothing to grant.
@@ -24,30 +24,18 @@ const (
 	// SourceSlowPull: target met; granted unrequested credit while no
 	// source is active (htsim _idle_senders).
 	SourceSlowPull
-	numSourceStates
 )
 
-var sourceStateNames = [numSourceStates]string{"satisfied", "active", "slow_pull"}
+var sourceStateNames = enum.Names{SourceSatisfied: {"satisfied"}, SourceActive: {"active"}, SourceSlowPull: {"slow_pull"}}
 
-func (s SourceState) String() string {
-	if s < numSourceStates {
-		return sourceStateNames[s]
-	}
-	return fmt.Sprintf("SourceState(%d)", uint8(s))
-}
+func (s SourceState) String() string { return enum.String(s, sourceStateNames, "SourceState") }
 
 // MarshalText writes the state's name (JSON).
 func (s SourceState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalText reads a state's name.
 func (s *SourceState) UnmarshalText(b []byte) error {
-	for i, n := range sourceStateNames {
-		if n == string(b) {
-			*s = SourceState(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("rccc: source state %q: want one of %v", b, sourceStateNames)
+	return enum.Unmarshal(s, b, sourceStateNames, "rccc: source state")
 }
 
 // Grant is one credit grant the pacer issued: what the receiver sends to
