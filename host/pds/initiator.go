@@ -11,6 +11,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/nscc"
 	"github.com/fabriclab/fabriclab/host/pattern"
 	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 )
 
 // Mode is a PDC's delivery mode. This endpoint runs RUD (reliable,
@@ -22,12 +23,9 @@ const (
 	ModeRUD Mode = iota + 1
 )
 
-func (m Mode) String() string {
-	if m == ModeRUD {
-		return "RUD"
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
+var modeNames = enum.Names{ModeRUD: {"RUD"}}
+
+func (m Mode) String() string { return enum.String(m, modeNames, "Mode") }
 
 // PDCKey is what the PDS Manager looks a PDC up by (seed 004): {JobID,
 // destination FEP, traffic class, delivery mode}.

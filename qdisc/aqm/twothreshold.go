@@ -1,6 +1,10 @@
 package aqm
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/fabriclab/fabriclab/qdisc/enum"
+)
 
 // ECN is an ECN codepoint, the low two bits of the IPv4 TOS / IPv6 traffic
 // class (RFC 3168). The one type of the marking AQMs and the tunnel PEs
@@ -14,12 +18,9 @@ const (
 	CE     ECN = 3
 )
 
-func (e ECN) String() string {
-	if e <= CE {
-		return [...]string{"Not-ECT", "ECT(1)", "ECT(0)", "CE"}[e]
-	}
-	return fmt.Sprintf("ecn(%d)", uint8(e))
-}
+var ecnNames = enum.Names{NotECT: {"Not-ECT"}, ECT1: {"ECT(1)"}, ECT0: {"ECT(0)"}, CE: {"CE"}}
+
+func (e ECN) String() string { return enum.String(e, ecnNames, "ecn") }
 
 // TwoThresholdConfig is the two-threshold marking of seed 001
 // (draft-hu-rtgwg-pre-ecn-wan-00, "Two Threshold ECN Mechanism") in the
@@ -68,12 +69,9 @@ const (
 	TwoThresholdDrop                      // Not-ECT where CE would be marked, with DropNotECT
 )
 
-func (v TwoThresholdVerdict) String() string {
-	if v > TwoThresholdDrop {
-		return fmt.Sprintf("verdict(%d)", uint8(v))
-	}
-	return [...]string{"pass", "light", "heavy", "drop"}[v]
-}
+var verdictNames = enum.Names{TwoThresholdPass: {"pass"}, TwoThresholdLight: {"light"}, TwoThresholdHeavy: {"heavy"}, TwoThresholdDrop: {"drop"}}
+
+func (v TwoThresholdVerdict) String() string { return enum.String(v, verdictNames, "verdict") }
 
 // HeavyP is the CE probability at backlog, fixed point: 0 below T2,
 // HeavyMaxP·(backlog−T2)/(T2Max−T2) up to T2Max, ProbOne from it.
