@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 )
 
 // Rate is a link or shaping rate in bits per second.
@@ -166,14 +168,7 @@ func (r Rate) String() string {
 func (r Rate) BytesPerSecond() float64 { return float64(r) / 8 }
 
 // Set implements flag.Value.
-func (r *Rate) Set(s string) error {
-	v, err := ParseRate(s)
-	if err != nil {
-		return err
-	}
-	*r = v
-	return nil
-}
+func (r *Rate) Set(s string) error { return enum.Set(r, s, ParseRate) }
 
 // MarshalText implements encoding.TextMarshaler.
 func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
@@ -202,14 +197,7 @@ func (b ByteSize) String() string {
 }
 
 // Set implements flag.Value.
-func (b *ByteSize) Set(s string) error {
-	v, err := ParseSize(s)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
-}
+func (b *ByteSize) Set(s string) error { return enum.Set(b, s, ParseSize) }
 
 // MarshalText implements encoding.TextMarshaler.
 func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
