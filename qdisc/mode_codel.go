@@ -60,14 +60,8 @@ func (codelMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class Cl
 	if before == ECNCoDel {
 		return nil
 	}
-	var missing []string
-	if cc.Target == 0 {
-		missing = append(missing, "target=DUR")
-	}
-	if cc.Interval == 0 {
-		missing = append(missing, "interval=DUR")
-	}
-	return needs(ECNCoDel, class, missing, "codel:target=85us,interval=200us", "; portctl tune derives them from RTTs")
+	return needs(ECNCoDel, class, tuneHint,
+		need{"target", "DUR", cc.Target == 0}, need{"interval", "DUR", cc.Interval == 0})
 }
 
 // tune: target = ECN♯'s pst_target, interval = RTT_p90 (seed 002 §5.2).

@@ -198,21 +198,13 @@ func (sharpMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class Cl
 	if before == ECNSharp {
 		return nil
 	}
-	var missing []string
-	need := func(unset bool, key string) {
-		if unset {
-			missing = append(missing, key)
-		}
-	}
+	// With signal=qlen the targets are sizes.
+	arg, noIns, noPst := "DUR", cc.InsTarget == 0, cc.PstTarget == 0
 	if cc.QueueSignal {
-		need(cc.InsTargetBytes == 0, "ins=SIZE")
-		need(cc.PstTargetBytes == 0, "pst=SIZE")
-	} else {
-		need(cc.InsTarget == 0, "ins=DUR")
-		need(cc.PstTarget == 0, "pst=DUR")
+		arg, noIns, noPst = "SIZE", cc.InsTargetBytes == 0, cc.PstTargetBytes == 0
 	}
-	need(cc.PstInterval == 0, "interval=DUR")
-	return needs(ECNSharp, class, missing, sharpExample, "; portctl tune derives them from RTTs")
+	return needs(ECNSharp, class, tuneHint,
+		need{"ins", arg, noIns}, need{"pst", arg, noPst}, need{"interval", "DUR", cc.PstInterval == 0})
 }
 
 // tune: ins_target = λ·RTT_p90 (eq. 2), pst_target = λ·RTT_avg, pst_interval

@@ -38,10 +38,7 @@ func (stepMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class Cla
 		return err
 	}
 	// From wred, min_th is K; from off there is none.
-	if _, ok := set["k"]; !ok && before == ECNOff {
-		return needs(ECNStep, class, []string{"k=SIZE"}, "step:k=100kb", "")
-	}
-	return nil
+	return needs(ECNStep, class, "", need{"k", "SIZE", !set.given("k") && before == ECNOff})
 }
 
 // tcHint: the WRED curve's keys in step mode, which has one threshold.

@@ -42,10 +42,10 @@ func (tcnMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class Clas
 	if err := set.duration("ins", &cc.InsTarget); err != nil {
 		return err
 	}
-	if before == ECNTCN || cc.InsTarget != 0 {
+	if before == ECNTCN {
 		return nil
 	}
-	return needs(ECNTCN, class, []string{"ins=DUR"}, "tcn:ins=200us", "; portctl tune derives them from RTTs")
+	return needs(ECNTCN, class, tuneHint, need{"ins", "DUR", cc.InsTarget == 0})
 }
 
 // tune: the threshold is ECN♯'s ins_target, λ·RTT_p90 (seed 002 eq. 2).

@@ -141,17 +141,12 @@ func (twoThresholdMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, c
 	if before == ECNTwoThreshold {
 		return nil
 	}
-	var missing []string
-	for _, k := range []struct {
-		key, arg string
-		unset    bool
-	}{{"t1", "SIZE", t.T1Bytes == 0}, {"t2", "SIZE", t.T2Bytes == 0}, {"p1", "PROB", t.LightMaxP == 0},
-		{"t2-max", "SIZE", t.T2MaxBytes == 0}, {"p2", "PROB", t.HeavyMaxP == 0}} {
-		if _, ok := set[k.key]; !ok && k.unset {
-			missing = append(missing, k.key+"="+k.arg)
-		}
-	}
-	return needs(ECNTwoThreshold, class, missing, twoThresholdExample, "; portctl tune derives them from RTTs")
+	// A setting given as 0 is Validate's to refuse.
+	unset := func(key string, zero bool) bool { return zero && !set.given(key) }
+	return needs(ECNTwoThreshold, class, tuneHint,
+		need{"t1", "SIZE", unset("t1", t.T1Bytes == 0)}, need{"t2", "SIZE", unset("t2", t.T2Bytes == 0)},
+		need{"p1", "PROB", unset("p1", t.LightMaxP == 0)}, need{"t2-max", "SIZE", unset("t2-max", t.T2MaxBytes == 0)},
+		need{"p2", "PROB", unset("p2", t.HeavyMaxP == 0)})
 }
 
 // TwoThresholdTune is this project's rule for seed 001's thresholds (the

@@ -70,16 +70,8 @@ func (wredMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class Cla
 	}
 	// Entering wred from a mode whose thresholds mean nothing to it; a
 	// step class's K is min_th.
-	var missing []string
-	for _, k := range []struct {
-		key, arg string
-		kept     bool
-	}{{"min", "SIZE", before == ECNStep}, {"max", "SIZE", false}, {"p", "PROB", false}} {
-		if _, ok := set[k.key]; !ok && !k.kept {
-			missing = append(missing, k.key+"="+k.arg)
-		}
-	}
-	return needs(ECNWRED, class, missing, "wred:min=50kb,max=1mb,p=0.1", "")
+	return needs(ECNWRED, class, "", need{"min", "SIZE", !set.given("min") && before != ECNStep},
+		need{"max", "SIZE", !set.given("max")}, need{"p", "PROB", !set.given("p")})
 }
 
 // tune: none; the experiment's WRED baseline runs from K_avg to K_tail.

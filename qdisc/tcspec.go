@@ -532,14 +532,37 @@ func (a tcArgs) flag(key string, dst *bool) {
 	}
 }
 
+// given reports whether the option gave key.
+func (a tcArgs) given(key string) bool {
+	_, ok := a[key]
+	return ok
+}
+
+// A need is a setting a class entering a mode must have, KEY=ARG, and
+// whether the class lacks it.
+type need struct {
+	key, arg string
+	unset    bool
+}
+
+// tuneHint ends the needs error of a mode whose settings portctl tune
+// derives.
+const tuneHint = "; portctl tune derives them from RTTs"
+
 // needs is the error of a class entering mode without settings it needs:
-// missing lists them as KEY=ARG.
-func needs(mode ECNMode, class ClassID, missing []string, example, more string) error {
+// the unset ones of ns, with the mode's example and more after it.
+func needs(mode ECNMode, class ClassID, more string, ns ...need) error {
+	var missing []string
+	for _, n := range ns {
+		if n.unset {
+			missing = append(missing, n.key+"="+n.arg)
+		}
+	}
 	if len(missing) == 0 {
 		return nil
 	}
 	return fmt.Errorf("switching class %d to %s needs %s (e.g. %d:%s%s)",
-		class, mode, strings.Join(missing, ", "), class, example, more)
+		class, mode, strings.Join(missing, ", "), class, markerOf(mode).example(), more)
 }
 
 // A DSCPSpec is one parsed --dscp option: DSCP values mapped to a class.
