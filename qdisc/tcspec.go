@@ -642,24 +642,8 @@ type Edits struct {
 // ParseEdits parses the raw --tc, --dscp and --default-class values; it
 // reports every bad one.
 func ParseEdits(tcs, dscps []string, defaultClass string) (*Edits, error) {
-	e := &Edits{}
 	var errs []error
-	for _, r := range tcs {
-		s, err := ParseTC(r)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		e.TC = append(e.TC, s)
-	}
-	for _, r := range dscps {
-		s, err := ParseDSCPSpec(r)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		e.DSCP = append(e.DSCP, s)
-	}
+	e := &Edits{TC: parseEach(tcs, ParseTC, &errs), DSCP: parseEach(dscps, ParseDSCPSpec, &errs)}
 	if defaultClass != "" {
 		cl, err := ParseClass(defaultClass)
 		if err != nil {
@@ -669,6 +653,21 @@ func ParseEdits(tcs, dscps []string, defaultClass string) (*Edits, error) {
 		}
 	}
 	return e, errors.Join(errs...)
+}
+
+// parseEach parses every raw value: the good ones in order, the errors
+// added to errs.
+func parseEach[T any](raws []string, parse func(string) (T, error), errs *[]error) []T {
+	var out []T
+	for _, r := range raws {
+		v, err := parse(r)
+		if err != nil {
+			*errs = append(*errs, err)
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // Apply changes cfg and validates the result.
