@@ -1,7 +1,6 @@
 package qdisc
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -763,15 +762,11 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 		return nil, err
 	}
 	dir := pinDir(p.ns, dev)
-	b, err := os.ReadFile(metaPath(dir))
-	if errors.Is(err, os.ErrNotExist) {
+	switch err := pinning.ReadRecord(MetaRoot, dir, &p.meta); {
+	case errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("no port is attached to %s (attach one with: portctl attach)", describeDev(netnsName, dev))
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
-	}
-	if err := json.Unmarshal(b, &p.meta); err != nil {
-		return nil, fmt.Errorf("port record %s: %w", metaPath(dir), err)
 	}
 	if p.meta.PeerNetns != "" && p.meta.Mode == QueueVeth {
 		if p.peerNS, err = openNetns(p.meta.PeerNetns); err != nil {

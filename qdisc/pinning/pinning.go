@@ -40,6 +40,20 @@ func RecordPath(root, dir string) string {
 	return filepath.Join(root, filepath.Base(dir)+".json")
 }
 
+// ReadRecord reads the record of the object pinned in dir into v. The
+// error of an absent record is os.ErrNotExist's; a bad one names its path.
+func ReadRecord(root, dir string, v any) error {
+	path := RecordPath(root, dir)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("record %s: %w", path, err)
+	}
+	return nil
+}
+
 // WriteRecord writes v as the record of the object pinned in dir,
 // atomically (a reader sees the old record or the new one).
 func WriteRecord(root, dir string, v any) error {

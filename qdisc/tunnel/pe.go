@@ -2,7 +2,6 @@ package tunnel
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -365,15 +364,11 @@ func Open(netnsName, dev string) (_ *PE, err error) {
 		return nil, err
 	}
 	dir := pinDir(p.ns, dev)
-	b, err := os.ReadFile(metaPath(dir))
-	if errors.Is(err, os.ErrNotExist) {
+	switch err := pinning.ReadRecord(MetaRoot, dir, &p.meta); {
+	case errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("no tunnel PE is attached to %s (attach one with: portctl tunnel attach)", nsexec.Describe(netnsName, dev))
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
-	}
-	if err := json.Unmarshal(b, &p.meta); err != nil {
-		return nil, fmt.Errorf("tunnel record %s: %w", metaPath(dir), err)
 	}
 	maps := map[string]**ebpf.Map{
 		bpf.TunnelMapTunnelCfg: &p.maps.TunnelCfg, bpf.TunnelMapTunnelRoutes: &p.maps.TunnelRoutes,
