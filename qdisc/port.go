@@ -774,19 +774,13 @@ func Open(netnsName, dev string) (_ *Port, err error) {
 		}
 	}
 	p.mu.cfg = p.meta.Config
-	fields := []struct {
-		name string
-		dst  **ebpf.Map
-	}{
-		{bpf.PortMapPortCfg, &p.maps.PortCfg}, {bpf.PortMapDscpClass, &p.maps.DscpClass},
-		{bpf.PortMapClassCfg, &p.maps.ClassCfg}, {bpf.PortMapClassQueue, &p.maps.ClassQueue},
-		{bpf.PortMapClassAqm, &p.maps.ClassAqm},
-		{bpf.PortMapClassCounters, &p.maps.ClassCounters}, {bpf.PortMapPortCounters, &p.maps.PortCounters},
-	}
-	for _, f := range fields {
-		if *f.dst, err = pinning.LoadMap(dir, f.name); err != nil {
-			return nil, err
-		}
+	if err = pinning.LoadMaps(dir, map[string]**ebpf.Map{
+		bpf.PortMapPortCfg: &p.maps.PortCfg, bpf.PortMapDscpClass: &p.maps.DscpClass,
+		bpf.PortMapClassCfg: &p.maps.ClassCfg, bpf.PortMapClassQueue: &p.maps.ClassQueue,
+		bpf.PortMapClassAqm: &p.maps.ClassAqm, bpf.PortMapClassCounters: &p.maps.ClassCounters,
+		bpf.PortMapPortCounters: &p.maps.PortCounters,
+	}); err != nil {
+		return nil, err
 	}
 	// Ports pinned before the handoff map existed have none.
 	if p.maps.Handoff, err = pinning.LoadMap(dir, bpf.PortMapHandoff); err != nil && p.meta.Departure != "" {

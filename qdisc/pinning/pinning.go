@@ -112,6 +112,20 @@ func LoadMap(dir, name string) (*ebpf.Map, error) {
 	return m, nil
 }
 
+// LoadMaps opens the maps pinned in dir into their destinations, by name
+// (Pin's maps, read back). On an error the maps opened so far stay in
+// theirs, for the caller to close.
+func LoadMaps(dir string, dsts map[string]**ebpf.Map) error {
+	for name, dst := range dsts {
+		m, err := LoadMap(dir, name)
+		if err != nil {
+			return err
+		}
+		*dst = m
+	}
+	return nil
+}
+
 // LoadLinks opens the links pinned in dir, in their order.
 func LoadLinks(dir string) ([]link.Link, error) {
 	entries, err := os.ReadDir(dir)

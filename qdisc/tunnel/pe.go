@@ -370,16 +370,13 @@ func Open(netnsName, dev string) (_ *PE, err error) {
 	case err != nil:
 		return nil, err
 	}
-	maps := map[string]**ebpf.Map{
+	if err = pinning.LoadMaps(dir, map[string]**ebpf.Map{
 		bpf.TunnelMapTunnelCfg: &p.maps.TunnelCfg, bpf.TunnelMapTunnelRoutes: &p.maps.TunnelRoutes,
 		bpf.TunnelMapTunnelPeers: &p.maps.TunnelPeers, bpf.TunnelMapTunnelCounters: &p.maps.TunnelCounters,
 		bpf.TunnelMapTunnelLogLast: &p.maps.TunnelLogLast, bpf.TunnelMapTunnelEvents: &p.maps.TunnelEvents,
 		bpf.TunnelMapTunnelCongestion: &p.maps.TunnelCongestion, bpf.TunnelMapTunnelCnps: &p.maps.TunnelCnps,
-	}
-	for name, dst := range maps {
-		if *dst, err = pinning.LoadMap(dir, name); err != nil {
-			return nil, err
-		}
+	}); err != nil {
+		return nil, err
 	}
 	if p.links, err = pinning.LoadLinks(dir); err != nil {
 		return nil, err
