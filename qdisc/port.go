@@ -126,19 +126,10 @@ type portMeta struct {
 	LegacyHandle uint32 `json:"legacy_handle,omitempty"`
 	// FrameBytes is the device's MTU plus its Ethernet header (CoDel).
 	FrameBytes uint64 `json:"frame_bytes,omitempty"`
-	// Departure is empty for virtual-queue ports and ports recorded
-	// before the xmit hook existed (they count at the peer's ingress).
-	Departure     DepartureHook `json:"departure,omitempty"`
-	DepartureNote string        `json:"departure_note,omitempty"`
-	// XmitDispatched: port_xmit runs from the machine's xmit dispatcher
-	// (a slot of it) rather than attached to the tracepoint itself;
-	// XmitDispatchNote why not, when the dispatcher could not be had.
-	XmitDispatched   bool   `json:"xmit_dispatched,omitempty"`
-	XmitDispatchNote string `json:"xmit_dispatch_note,omitempty"`
-	// PPFCIfindexes are the devices ppfc_egress is attached to;
-	// PPFCNote why it is not attached (the port cannot send PPFC).
-	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
-	PPFCNote      string `json:"ppfc_note,omitempty"`
+	// Hooks' Departure is empty for virtual-queue ports and ports
+	// recorded before the xmit hook existed (they count at the peer's
+	// ingress).
+	Hooks
 	// PPFCAttached: ppfc_egress was attached (a port whose classes
 	// notify, now or since a configure).
 	PPFCAttached bool `json:"ppfc_attached,omitempty"`
@@ -606,29 +597,36 @@ type Info struct {
 	Attach    AttachMode `json:"attach"`
 	HTB       bool       `json:"htb"`
 	Pinned    bool       `json:"pinned"`
+	Hooks
+}
+
+// Hooks are where a port's programs beside the queue run, and why not
+// where they would best.
+type Hooks struct {
 	// Departure is where departures are counted (veth ports), and
 	// DepartureNote why it is not DepartXmit.
 	Departure     DepartureHook `json:"departure,omitempty"`
 	DepartureNote string        `json:"departure_note,omitempty"`
-	// XmitDispatched: the xmit hook runs from the machine's dispatcher;
-	// XmitDispatchNote why not, when it could not be had.
+	// XmitDispatched: port_xmit runs from the machine's xmit dispatcher
+	// (a slot of it) rather than attached to the tracepoint itself;
+	// XmitDispatchNote why not, when the dispatcher could not be had.
 	XmitDispatched   bool   `json:"xmit_dispatched,omitempty"`
 	XmitDispatchNote string `json:"xmit_dispatch_note,omitempty"`
 	// PPFCIfindexes are the devices PPFC notifications can leave by
-	// (ppfc_egress is attached to them), PPFCNote why there are none.
+	// (ppfc_egress is attached to them), PPFCNote why there are none
+	// (the port cannot send PPFC).
 	PPFCIfindexes []int  `json:"ppfc_ifindexes,omitempty"`
 	PPFCNote      string `json:"ppfc_note,omitempty"`
 }
 
 func (p *Port) Info() Info {
 	m := &p.meta
-	dep := m.Departure
-	if dep == "" && m.Mode == QueueVeth {
-		dep = DepartPeerIngress
+	h := m.Hooks
+	if h.Departure == "" && m.Mode == QueueVeth {
+		h.Departure = DepartPeerIngress
 	}
-	return Info{Dev: m.Dev, Netns: m.Netns, PeerDev: m.PeerDev, PeerNetns: m.PeerNetns,
-		Mode: m.Mode, Attach: m.Attach, HTB: m.HTB, Pinned: m.PinDir != "",
-		Departure: dep, DepartureNote: m.DepartureNote, XmitDispatched: m.XmitDispatched, XmitDispatchNote: m.XmitDispatchNote, Ifindex: m.Ifindex, PPFCIfindexes: m.PPFCIfindexes, PPFCNote: m.PPFCNote}
+	return Info{Dev: m.Dev, Ifindex: m.Ifindex, Netns: m.Netns, PeerDev: m.PeerDev, PeerNetns: m.PeerNetns,
+		Mode: m.Mode, Attach: m.Attach, HTB: m.HTB, Pinned: m.PinDir != "", Hooks: h}
 }
 
 // Close detaches the port and removes everything it installed: programs,

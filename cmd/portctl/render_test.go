@@ -23,7 +23,7 @@ func TestRenderShow(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := qdisc.Info{Dev: "swp0", Netns: "sw", PeerDev: "eth0", PeerNetns: "r",
-		Mode: qdisc.QueueVeth, Attach: qdisc.AttachTCX, HTB: true, Pinned: true, Departure: qdisc.DepartXmit}
+		Mode: qdisc.QueueVeth, Attach: qdisc.AttachTCX, HTB: true, Pinned: true, Hooks: qdisc.Hooks{Departure: qdisc.DepartXmit}}
 	var b bytes.Buffer
 	renderShow(&b, info, &cfg)
 	got := b.String()
@@ -54,10 +54,10 @@ func TestDepartureText(t *testing.T) {
 		info qdisc.Info
 		want string
 	}{
-		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit}, "departure xmit (its own program on the tracepoint): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
-		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit, XmitDispatchNote: "not on a bpf filesystem"}, "departure xmit (its own program on the tracepoint; the dispatcher: not on a bpf filesystem): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
-		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartXmit, XmitDispatched: true}, "departure xmit (the machine's xmit dispatcher): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
-		{qdisc.Info{Dev: "swp0", Departure: qdisc.DepartPeerIngress, DepartureNote: "fallback: load xmit hook: no BTF"},
+		{qdisc.Info{Dev: "swp0", Hooks: qdisc.Hooks{Departure: qdisc.DepartXmit}}, "departure xmit (its own program on the tracepoint): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
+		{qdisc.Info{Dev: "swp0", Hooks: qdisc.Hooks{Departure: qdisc.DepartXmit, XmitDispatchNote: "not on a bpf filesystem"}}, "departure xmit (its own program on the tracepoint; the dispatcher: not on a bpf filesystem): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
+		{qdisc.Info{Dev: "swp0", Hooks: qdisc.Hooks{Departure: qdisc.DepartXmit, XmitDispatched: true}}, "departure xmit (the machine's xmit dispatcher): counted as HTB hands packets to swp0; the host queue to the peer is counted apart"},
+		{qdisc.Info{Dev: "swp0", Hooks: qdisc.Hooks{Departure: qdisc.DepartPeerIngress, DepartureNote: "fallback: load xmit hook: no BTF"}},
 			"departure peer-ingress (fallback: load xmit hook: no BTF): backlog and sojourn include the host queue between HTB and the peer"},
 		{qdisc.Info{Dev: "tun0", Mode: qdisc.QueueVirtual}, ""},
 	} {
@@ -139,7 +139,7 @@ func TestRenderStats(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC)
 	st := fakeStats(at, 1)
 	q := &qdisc.QdiscCounters{Kind: "htb", SentBytes: 990_126, SentPackets: 993, Drops: 0, BacklogBytes: 2000, BacklogPackets: 2}
-	info := qdisc.Info{Dev: "swp0", Netns: "sw", Mode: qdisc.QueueVeth, Departure: qdisc.DepartXmit}
+	info := qdisc.Info{Dev: "swp0", Netns: "sw", Mode: qdisc.QueueVeth, Hooks: qdisc.Hooks{Departure: qdisc.DepartXmit}}
 	var b bytes.Buffer
 	renderStats(&b, info, &st, q, false)
 	want := `port swp0 (netns sw)  queue veth  departure xmit  at 03:04:05.006
