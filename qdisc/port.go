@@ -896,14 +896,21 @@ func frameBytesIn(ns netns.NsHandle, dev string) (uint64, error) {
 // sample every millisecond. With the xmit hook it is what HTB holds; without
 // it, it includes the host queue up to the peer.
 func (p *Port) Backlog(class ClassID) (bytes, packets uint64, err error) {
-	if class >= NumClasses {
-		return 0, 0, fmt.Errorf("backlog: class (%d) must be 0 to %d", class, NumClasses-1)
-	}
+	cs, err := p.classState("backlog", class)
+	return cs.BacklogBytes, cs.BacklogPackets, err
+}
+
+// classState reads a class's state from the programs' map; what names the
+// caller in the error.
+func (p *Port) classState(what string, class ClassID) (bpf.PortClassState, error) {
 	var cs bpf.PortClassState
-	if err := p.maps.ClassQueue.Lookup(uint32(class), &cs); err != nil {
-		return 0, 0, fmt.Errorf("backlog: read class %d: %w", class, err)
+	if class >= NumClasses {
+		return cs, fmt.Errorf("%s: class (%d) must be 0 to %d", what, class, NumClasses-1)
 	}
-	return cs.BacklogBytes, cs.BacklogPackets, nil
+	if err := p.maps.ClassQueue.Lookup(uint32(class), &cs); err != nil {
+		return bpf.PortClassState{}, fmt.Errorf("%s: read class %d: %w", what, class, err)
+	}
+	return cs, nil
 }
 
 // SetRate changes the port's rate live, cheaper than Configure: the maps as
@@ -959,27 +966,15 @@ func (p *Port) SetRate(rate units.Rate) error {
 // (CLOCK_MONOTONIC; 0: none yet): the onset of light and heavy congestion
 // as the tunnel-ingress PE learns of it.
 func (p *Port) FirstWANCNP(class ClassID) (light, heavy time.Duration, err error) {
-	if class >= NumClasses {
-		return 0, 0, fmt.Errorf("first wan cnp: class (%d) must be 0 to %d", class, NumClasses-1)
-	}
-	var cs bpf.PortClassState
-	if err := p.maps.ClassQueue.Lookup(uint32(class), &cs); err != nil {
-		return 0, 0, fmt.Errorf("first wan cnp: read class %d: %w", class, err)
-	}
-	return time.Duration(cs.WanCnpFirstLightNs), time.Duration(cs.WanCnpFirstHeavyNs), nil
+	cs, err := p.classState("first wan cnp", class)
+	return time.Duration(cs.WanCnpFirstLightNs), time.Duration(cs.WanCnpFirstHeavyNs), err
 }
 
 // HostBacklog reads a class's host queue (xmit hook only): packets that
 // left HTB and have not reached the peer's ingress hook.
 func (p *Port) HostBacklog(class ClassID) (bytes, packets uint64, err error) {
-	if class >= NumClasses {
-		return 0, 0, fmt.Errorf("host backlog: class (%d) must be 0 to %d", class, NumClasses-1)
-	}
-	var cs bpf.PortClassState
-	if err := p.maps.ClassQueue.Lookup(uint32(class), &cs); err != nil {
-		return 0, 0, fmt.Errorf("host backlog: read class %d: %w", class, err)
-	}
-	return cs.HostBacklogBytes, cs.HostBacklogPackets, nil
+	cs, err := p.classState("host backlog", class)
+	return cs.HostBacklogBytes, cs.HostBacklogPackets, err
 }
 
 func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) { return nsexec.Netlink(ns) }
