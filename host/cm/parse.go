@@ -170,20 +170,10 @@ func parseConn(line int, tok []string, nodes int) (Conn, error) {
 			}
 			c.Size = uint64(n)
 			hasSize = true
-		case "id":
-			if c.ID, err = atoi(line, v, 1, math.MaxInt32); err != nil {
-				return c, err
-			}
-		case "trigger":
-			if c.Trigger, err = atoi(line, v, 1, math.MaxInt32); err != nil {
-				return c, err
-			}
-		case "send_done_trigger":
-			if c.SendDone, err = atoi(line, v, 1, math.MaxInt32); err != nil {
-				return c, err
-			}
-		case "recv_done_trigger":
-			if c.RecvDone, err = atoi(line, v, 1, math.MaxInt32); err != nil {
+		case "id", "trigger", "send_done_trigger", "recv_done_trigger":
+			// Ids from 1: 0 stands for none.
+			id := map[string]*int{"id": &c.ID, "trigger": &c.Trigger, "send_done_trigger": &c.SendDone, "recv_done_trigger": &c.RecvDone}[w]
+			if *id, err = atoi(line, v, 1, math.MaxInt32); err != nil {
 				return c, err
 			}
 		case "prio":
