@@ -137,25 +137,17 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		return nil, &PortError{Addr: ap, Err: err}
 	}
 	log := cfg.Agent.Logger
-	if cfg.NP != OffloadAgent {
-		np, err := attachRole(cfg.NP, "np", ap.Addr(), cfg.Devices, log, func(devs []string) (*npbpf.Devices, error) {
-			return npbpf.AttachDevices(netns.None(), devs, npbpf.Options{})
-		})
-		if err != nil {
-			return nil, err
-		}
-		h.NP = np
+	if h.NP, err = attachRole(cfg.NP, "np", ap.Addr(), cfg.Devices, log, func(devs []string) (*npbpf.Devices, error) {
+		return npbpf.AttachDevices(netns.None(), devs, npbpf.Options{})
+	}); err != nil {
+		return nil, err
 	}
-	if cfg.RP != OffloadAgent {
-		rp, err := attachRole(cfg.RP, "rp", ap.Addr(), cfg.Devices, log, func(devs []string) (*rpbpf.RP, error) {
-			// The hosts of a namespace on these devices share one RP,
-			// sized for all of them.
-			return rpbpf.Attach(netns.None(), devs, rpbpf.LoadOptions{})
-		})
-		if err != nil {
-			return nil, err
-		}
-		h.RP = rp
+	if h.RP, err = attachRole(cfg.RP, "rp", ap.Addr(), cfg.Devices, log, func(devs []string) (*rpbpf.RP, error) {
+		// The hosts of a namespace on these devices share one RP,
+		// sized for all of them.
+		return rpbpf.Attach(netns.None(), devs, rpbpf.LoadOptions{})
+	}); err != nil {
+		return nil, err
 	}
 	acfg := cfg.Agent
 	acfg.Conn = h.Conn
@@ -175,6 +167,9 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 // attachRole attaches one kernel role as mode says: nil with no error is
 // the agent's.
 func attachRole[T any](mode Offload, role string, addr netip.Addr, devs []string, log *slog.Logger, attach func([]string) (*T, error)) (*T, error) {
+	if mode == OffloadAgent {
+		return nil, nil
+	}
 	var err error
 	if devs == nil {
 		devs, err = npbpf.LocalDevices(addr)
