@@ -148,29 +148,20 @@ func (p Params) Trimming() Params {
 // b = targetQDelay/12 µs. DefaultParams scales alpha, fi, fi_scale and eta
 // by them.
 func Scaling(linkRate units.Rate, baseRTT, targetQDelay time.Duration) (a, b float64) {
-	return bdpBytes(linkRate, baseRTT) / referenceBDPBytes,
+	return cc.BDPBytes(linkRate, baseRTT) / referenceBDPBytes,
 		float64(targetQDelay) / float64(referenceRTT)
 }
 
 // BDPBytes is LinkRate × ConfigBaseRTT in bytes.
-func (p Params) BDPBytes() float64 { return bdpBytes(p.LinkRate, p.ConfigBaseRTT) }
+func (p Params) BDPBytes() float64 { return cc.BDPBytes(p.LinkRate, p.ConfigBaseRTT) }
 
 // MaxWndBytes is MaxWnd at ConfigBaseRTT: MaxWndBDPs × BDP, whole bytes.
 func (p Params) MaxWndBytes() int { return p.maxWndAt(p.ConfigBaseRTT) }
 
 // maxWndAt is MaxWnd for a base RTT (§3.6.13.6 update_base_rtt: 1.5 ×
-// linkspeed × base_rtt), never below one MTU so that [MTU, MaxWnd] stays
-// a range when a short sample lowers base_rtt.
+// linkspeed × base_rtt), never below one MTU.
 func (p Params) maxWndAt(baseRTT time.Duration) int {
-	w := math.Floor(p.MaxWndBDPs * bdpBytes(p.LinkRate, baseRTT))
-	if w > math.MaxInt32 {
-		w = math.MaxInt32
-	}
-	return max(int(w), p.MTUBytes)
-}
-
-func bdpBytes(r units.Rate, rtt time.Duration) float64 {
-	return float64(r) * float64(rtt) / 8e9
+	return cc.MaxWndBytes(p.MaxWndBDPs, p.LinkRate, baseRTT, p.MTUBytes)
 }
 
 // Ranges: chosen here, wide, and such that the arithmetic stays finite;
@@ -218,7 +209,7 @@ func (p Params) Validate() error {
 	if !(p.MaxWndBDPs > 0 && p.MaxWndBDPs <= maxMaxWnd) {
 		bad("max_wnd", p.MaxWndBDPs, fmt.Sprintf("in (0, %d] (BDPs)", maxMaxWnd))
 	} else if p.LinkRate > 0 && p.ConfigBaseRTT > 0 && mtuOK {
-		if err := cc.MaxWndCheck("nscc", p.MaxWndBDPs, p.BDPBytes(), p.LinkRate, p.ConfigBaseRTT, p.MTUBytes); err != nil {
+		if err := cc.MaxWndCheck("nscc", p.MaxWndBDPs, p.LinkRate, p.ConfigBaseRTT, p.MTUBytes); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -3,7 +3,6 @@ package rccc
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/fabriclab/fabriclab/host/cc"
@@ -95,17 +94,11 @@ func LabParams(linkRate units.Rate, baseRTT time.Duration, mtu int) Params {
 }
 
 // BDPBytes is LinkRate × ConfigBaseRTT in bytes.
-func (p Params) BDPBytes() float64 {
-	return float64(p.LinkRate) * float64(p.ConfigBaseRTT) / 8e9
-}
+func (p Params) BDPBytes() float64 { return cc.BDPBytes(p.LinkRate, p.ConfigBaseRTT) }
 
 // MaxWndBytes is MaxWndBDPs × BDP in whole bytes, at least one MTU.
 func (p Params) MaxWndBytes() int {
-	w := math.Floor(p.MaxWndBDPs * p.BDPBytes())
-	if !(w < math.MaxInt32) {
-		w = math.MaxInt32
-	}
-	return max(int(w), p.MTUBytes)
+	return cc.MaxWndBytes(p.MaxWndBDPs, p.LinkRate, p.ConfigBaseRTT, p.MTUBytes)
 }
 
 // PacerRate is the rate the pacer grants credit at: PacerRateFactor ×
@@ -157,7 +150,7 @@ func (p Params) Validate() error {
 	if !(p.MaxWndBDPs > 0 && p.MaxWndBDPs <= maxMaxWnd) {
 		bad("max_wnd", p.MaxWndBDPs, fmt.Sprintf("in (0, %d] (BDPs)", maxMaxWnd))
 	} else if p.LinkRate > 0 && p.ConfigBaseRTT > 0 && mtuOK {
-		if err := cc.MaxWndCheck("rccc", p.MaxWndBDPs, p.BDPBytes(), p.LinkRate, p.ConfigBaseRTT, p.MTUBytes); err != nil {
+		if err := cc.MaxWndCheck("rccc", p.MaxWndBDPs, p.LinkRate, p.ConfigBaseRTT, p.MTUBytes); err != nil {
 			errs = append(errs, err)
 		} else {
 			wndOK = true
