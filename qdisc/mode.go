@@ -31,9 +31,9 @@ type marker interface {
 	// show: "wred min 50kb max 1000kb probability 0.1".
 	text(cc *ClassConfig) string
 	// tcKeys are the --tc settings the mode owns besides the class-wide
-	// ones; applyTC sets cc from the ones an option gave (canonical key
-	// → value; a word's value is "true" or "false") and reports what a
-	// class entering the mode from before still needs.
+	// ones. TCSpec.Apply sets the ones an option gave that are bound to a
+	// field (tcKey.set); applyTC then reads the others from set and
+	// reports what a class entering the mode from before still needs.
 	tcKeys() []tcKey
 	applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error
 	// help is the mode's entry in portctl's --tc help: the items at

@@ -42,21 +42,19 @@ func (codelMarker) text(cc *ClassConfig) string {
 	return fmt.Sprintf("codel target %s interval %s", units.FormatDuration(cc.Target), units.FormatDuration(cc.Interval))
 }
 
-var keyInterval = tcKey{name: "interval", aliases: []string{"pst_interval", "pst-interval"}, arg: "DUR"}
+// keyInterval is CoDel's interval and ECN♯'s pst_interval.
+var keyInterval = tcKey{name: "interval", aliases: []string{"pst_interval", "pst-interval"}}
 
-func (codelMarker) tcKeys() []tcKey {
-	return []tcKey{{name: "target", arg: "DUR"}, keyInterval}
+var codelKeys = []tcKey{
+	durKey(tcKey{name: "target"}, func(cc *ClassConfig) *time.Duration { return &cc.Target }),
+	durKey(keyInterval, func(cc *ClassConfig) *time.Duration { return &cc.Interval }),
 }
+
+func (codelMarker) tcKeys() []tcKey { return codelKeys }
 
 func (codelMarker) example() string { return "codel:target=85us,interval=200us" }
 
 func (codelMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error {
-	if err := set.duration("target", &cc.Target); err != nil {
-		return err
-	}
-	if err := set.duration("interval", &cc.Interval); err != nil {
-		return err
-	}
 	if before == ECNCoDel {
 		return nil
 	}

@@ -124,18 +124,18 @@ func (sharpMarker) text(cc *ClassConfig) string {
 	return t
 }
 
-func (sharpMarker) tcKeys() []tcKey {
-	return []tcKey{
-		{name: keyIns.name, aliases: keyIns.aliases, arg: "DUR|SIZE"},
-		{name: "ins-max", aliases: []string{"ins_max", "insmax", "kmax"}, arg: "DUR|SIZE"},
-		{name: "pst", aliases: []string{"pst_target", "pst-target"}, arg: "DUR|SIZE"},
-		keyInterval,
-		keyMaxP,
-		{name: "signal", arg: "sojourn|qlen|time|queue|bytes"},
-		{name: "sqrt"},
-		{name: "force"},
-	}
+var sharpKeys = []tcKey{
+	{name: keyIns.name, aliases: keyIns.aliases, arg: "DUR|SIZE"},
+	{name: "ins-max", aliases: []string{"ins_max", "insmax", "kmax"}, arg: "DUR|SIZE"},
+	{name: "pst", aliases: []string{"pst_target", "pst-target"}, arg: "DUR|SIZE"},
+	durKey(keyInterval, func(cc *ClassConfig) *time.Duration { return &cc.PstInterval }),
+	keyMaxP,
+	{name: "signal", arg: "sojourn|qlen|time|queue|bytes"},
+	flagKey(tcKey{name: "sqrt"}, func(cc *ClassConfig) *bool { return &cc.SqrtLaw }),
+	flagKey(tcKey{name: "force"}, func(cc *ClassConfig) *bool { return &cc.ForceTargets }),
 }
+
+func (sharpMarker) tcKeys() []tcKey { return sharpKeys }
 
 const sharpExample = "ecnsharp:ins=200us,pst=85us,interval=200us"
 
@@ -150,8 +150,6 @@ func (sharpMarker) tcHint(key string, class ClassID) string {
 }
 
 func (sharpMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error {
-	set.flag("sqrt", &cc.SqrtLaw)
-	set.flag("force", &cc.ForceTargets)
 	if sig, ok := set["signal"]; ok {
 		var qlen bool
 		switch strings.ToLower(sig) {
@@ -185,15 +183,11 @@ func (sharpMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class Cl
 			*t.b = v
 			continue
 		}
-		if err := set.duration(t.key, t.d); err != nil {
-			return err
+		v, err := units.ParseDuration(raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.key, err)
 		}
-	}
-	if err := set.duration("interval", &cc.PstInterval); err != nil {
-		return err
-	}
-	if err := set.prob("p", &cc.MaxP); err != nil {
-		return err
+		*t.d = v
 	}
 	if before == ECNSharp {
 		return nil

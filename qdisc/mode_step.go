@@ -30,13 +30,13 @@ func (stepMarker) decode(cc *ClassConfig, v *bpf.PortClassConfig) {
 	cc.MinThBytes = units.ByteSize(v.MinThBytes)
 }
 func (stepMarker) text(cc *ClassConfig) string { return fmt.Sprintf("step K %s", cc.MinThBytes) }
-func (stepMarker) tcKeys() []tcKey             { return []tcKey{{name: "k", arg: "SIZE"}} }
 func (stepMarker) example() string             { return "step:k=100kb" }
 
+var stepKeys = []tcKey{sizeKey(tcKey{name: "k"}, func(cc *ClassConfig) *units.ByteSize { return &cc.MinThBytes })}
+
+func (stepMarker) tcKeys() []tcKey { return stepKeys }
+
 func (stepMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error {
-	if err := set.size("k", &cc.MinThBytes); err != nil {
-		return err
-	}
 	// From wred, min_th is K; from off there is none.
 	return needs(ECNStep, class, "", need{"k", "SIZE", !set.given("k") && before == ECNOff})
 }

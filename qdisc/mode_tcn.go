@@ -33,15 +33,15 @@ func (tcnMarker) text(cc *ClassConfig) string {
 	return fmt.Sprintf("tcn ins_target %s", units.FormatDuration(cc.InsTarget))
 }
 
-var keyIns = tcKey{name: "ins", aliases: []string{"ins_target", "ins-target", "threshold", "thresh"}, arg: "DUR"}
+// keyIns is TCN's threshold and ECN♯'s ins_target.
+var keyIns = tcKey{name: "ins", aliases: []string{"ins_target", "ins-target", "threshold", "thresh"}}
 
-func (tcnMarker) tcKeys() []tcKey { return []tcKey{keyIns} }
+var tcnKeys = []tcKey{durKey(keyIns, func(cc *ClassConfig) *time.Duration { return &cc.InsTarget })}
+
+func (tcnMarker) tcKeys() []tcKey { return tcnKeys }
 func (tcnMarker) example() string { return "tcn:ins=200us" }
 
 func (tcnMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error {
-	if err := set.duration("ins", &cc.InsTarget); err != nil {
-		return err
-	}
 	if before == ECNTCN {
 		return nil
 	}

@@ -104,43 +104,30 @@ func (twoThresholdMarker) text(cc *ClassConfig) string {
 	return s
 }
 
-func (twoThresholdMarker) tcKeys() []tcKey {
-	return []tcKey{
-		{name: "t1", arg: "SIZE"},
-		{name: "t2", arg: "SIZE"},
-		{name: "t2-max", aliases: []string{"t2_max", "t2max"}, arg: "SIZE"},
-		{name: "p1", aliases: []string{"light-p", "light_p", "light_max_p"}, arg: "PROB"},
-		{name: "p2", aliases: []string{"heavy-p", "heavy_p", "heavy_max_p"}, arg: "PROB"},
-		{name: "notify", aliases: []string{"notify-pe", "notify_interval"}, arg: "DUR"},
-	}
+var twoThresholdKeys = []tcKey{
+	sizeKey(tcKey{name: "t1"}, func(cc *ClassConfig) *units.ByteSize { return &cc.TwoThreshold.T1Bytes }),
+	sizeKey(tcKey{name: "t2"}, func(cc *ClassConfig) *units.ByteSize { return &cc.TwoThreshold.T2Bytes }),
+	sizeKey(tcKey{name: "t2-max", aliases: []string{"t2_max", "t2max"}},
+		func(cc *ClassConfig) *units.ByteSize { return &cc.TwoThreshold.T2MaxBytes }),
+	probKey(tcKey{name: "p1", aliases: []string{"light-p", "light_p", "light_max_p"}},
+		func(cc *ClassConfig) *float64 { return &cc.TwoThreshold.LightMaxP }),
+	probKey(tcKey{name: "p2", aliases: []string{"heavy-p", "heavy_p", "heavy_max_p"}},
+		func(cc *ClassConfig) *float64 { return &cc.TwoThreshold.HeavyMaxP }),
+	durKey(tcKey{name: "notify", aliases: []string{"notify-pe", "notify_interval"}},
+		func(cc *ClassConfig) *time.Duration { return &cc.TwoThreshold.NotifyInterval }),
 }
+
+func (twoThresholdMarker) tcKeys() []tcKey { return twoThresholdKeys }
 
 const twoThresholdExample = "2t:t1=50kb,t2=200kb,p1=1,t2-max=400kb,p2=0.2"
 
 func (twoThresholdMarker) example() string { return twoThresholdExample }
 
 func (twoThresholdMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error {
-	t := &cc.TwoThreshold
-	for _, s := range []struct {
-		key string
-		dst *units.ByteSize
-	}{{"t1", &t.T1Bytes}, {"t2", &t.T2Bytes}, {"t2-max", &t.T2MaxBytes}} {
-		if err := set.size(s.key, s.dst); err != nil {
-			return err
-		}
-	}
-	if err := set.prob("p1", &t.LightMaxP); err != nil {
-		return err
-	}
-	if err := set.prob("p2", &t.HeavyMaxP); err != nil {
-		return err
-	}
-	if err := set.duration("notify", &t.NotifyInterval); err != nil {
-		return err
-	}
 	if before == ECNTwoThreshold {
 		return nil
 	}
+	t := &cc.TwoThreshold
 	// A setting given as 0 is Validate's to refuse.
 	unset := func(key string, zero bool) bool { return zero && !set.given(key) }
 	return needs(ECNTwoThreshold, class, tuneHint,

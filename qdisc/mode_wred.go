@@ -43,28 +43,22 @@ func (wredMarker) text(cc *ClassConfig) string {
 	return fmt.Sprintf("wred min %s max %s probability %s", cc.MinThBytes, cc.MaxThBytes, formatProb(cc.MaxP))
 }
 
-var keyMaxP = tcKey{name: "p", aliases: []string{"probability", "max_p", "maxp"}, arg: "PROB"}
+var keyMaxP = probKey(tcKey{name: "p", aliases: []string{"probability", "max_p", "maxp"}},
+	func(cc *ClassConfig) *float64 { return &cc.MaxP })
 
-func (wredMarker) tcKeys() []tcKey {
-	return []tcKey{
-		{name: "min", aliases: []string{"min_th", "minth"}, arg: "SIZE"},
-		{name: "max", aliases: []string{"max_th", "maxth"}, arg: "SIZE"},
-		keyMaxP,
-	}
+var wredKeys = []tcKey{
+	sizeKey(tcKey{name: "min", aliases: []string{"min_th", "minth"}},
+		func(cc *ClassConfig) *units.ByteSize { return &cc.MinThBytes }),
+	sizeKey(tcKey{name: "max", aliases: []string{"max_th", "maxth"}},
+		func(cc *ClassConfig) *units.ByteSize { return &cc.MaxThBytes }),
+	keyMaxP,
 }
+
+func (wredMarker) tcKeys() []tcKey { return wredKeys }
 
 func (wredMarker) example() string { return "wred:min=50kb,max=1mb,p=0.1" }
 
 func (wredMarker) applyTC(cc *ClassConfig, set tcArgs, before ECNMode, class ClassID) error {
-	if err := set.size("min", &cc.MinThBytes); err != nil {
-		return err
-	}
-	if err := set.size("max", &cc.MaxThBytes); err != nil {
-		return err
-	}
-	if err := set.prob("p", &cc.MaxP); err != nil {
-		return err
-	}
 	if before == ECNWRED {
 		return nil
 	}

@@ -31,9 +31,46 @@ type tcKey struct {
 	name    string // canonical: errors and "given twice" use it
 	aliases []string
 	arg     string
+	// set stores the value in the class's field of a key bound to one
+	// (sizeKey, durKey, probKey, flagKey), so that the field, the key and
+	// its kind are declared together; nil for a key the marker's applyTC
+	// reads itself.
+	set func(cc *ClassConfig, val string) error
 }
 
 func (k tcKey) is(s string) bool { return s == k.name || slices.Contains(k.aliases, s) }
+
+// bind makes k a setting of the field field returns, of kind arg, read
+// with parse; an error names the key.
+func bind[T any](k tcKey, arg string, parse func(string) (T, error), field func(*ClassConfig) *T) tcKey {
+	k.arg = arg
+	k.set = func(cc *ClassConfig, val string) error {
+		v, err := parse(val)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.name, err)
+		}
+		*field(cc) = v
+		return nil
+	}
+	return k
+}
+
+func sizeKey(k tcKey, field func(*ClassConfig) *units.ByteSize) tcKey {
+	return bind(k, "SIZE", units.ParseSize, field)
+}
+
+func durKey(k tcKey, field func(*ClassConfig) *time.Duration) tcKey {
+	return bind(k, "DUR", units.ParseDuration, field)
+}
+
+func probKey(k tcKey, field func(*ClassConfig) *float64) tcKey {
+	return bind(k, "PROB", units.ParseProbability, field)
+}
+
+// flagKey is a word: the parser gives "true", or "false" for its no- form.
+func flagKey(k tcKey, field func(*ClassConfig) *bool) tcKey {
+	return bind(k, "", func(v string) (bool, error) { return v == "true", nil }, field)
+}
 
 // modeKey finds the canonical name of a mode's key or word (with its no-
 // form), in any mode.
@@ -449,6 +486,13 @@ func (s *TCSpec) Apply(cfg *Config) error {
 		cc.FlowQueues = *s.flows
 	}
 	cc.ECN = mode
+	for _, k := range mk.tcKeys() {
+		if v, ok := s.modeSet[k.name]; ok && k.set != nil {
+			if err := k.set(cc, v); err != nil {
+				return specError("--tc", s.raw, "%v", err)
+			}
+		}
+	}
 	if err := mk.applyTC(cc, s.modeSet, before, s.class); err != nil {
 		return specError("--tc", s.raw, "%v", err)
 	}
@@ -495,42 +539,9 @@ func (s *TCSpec) applyTrim(cc *ClassConfig) error {
 	return nil
 }
 
-// tcArgs reads a mode's settings of one --tc option for its applyTC.
+// tcArgs are a mode's settings of one --tc option, canonical key → value
+// (a word's value is "true" or "false").
 type tcArgs map[string]string
-
-// size sets *dst from key, if given.
-func (a tcArgs) size(key string, dst *units.ByteSize) error {
-	return setArg(a, key, dst, units.ParseSize)
-}
-
-func (a tcArgs) prob(key string, dst *float64) error {
-	return setArg(a, key, dst, units.ParseProbability)
-}
-
-func (a tcArgs) duration(key string, dst *time.Duration) error {
-	return setArg(a, key, dst, units.ParseDuration)
-}
-
-// setArg sets *dst to key's value read with parse, if key is given; an
-// error names the key.
-func setArg[T any](a tcArgs, key string, dst *T, parse func(string) (T, error)) error {
-	v, ok := a[key]
-	if !ok {
-		return nil
-	}
-	x, err := parse(v)
-	if err != nil {
-		return fmt.Errorf("%s: %w", key, err)
-	}
-	*dst = x
-	return nil
-}
-
-func (a tcArgs) flag(key string, dst *bool) {
-	if v, ok := a[key]; ok {
-		*dst = v == "true"
-	}
-}
 
 // given reports whether the option gave key.
 func (a tcArgs) given(key string) bool {
