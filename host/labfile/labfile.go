@@ -427,55 +427,57 @@ type Report struct {
 }
 
 // Load reads and validates the lab file at path.
-func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(path, data)
-}
+func Load(path string) (*File, error) { return loadWith(path, nil) }
 
 // Parse decodes and validates a lab file; name is the file's name in
 // errors. Every error names the file and line, the field path
 // ("flows[1].from"), the value and what is allowed.
-func Parse(name string, data []byte) (*File, error) {
-	f := &File{}
-	if err := conf.Decode(name, data, f); err != nil {
-		return nil, err
-	}
-	f.Path, f.data = name, data
-	if err := f.validate(); err != nil {
-		return nil, conf.Locate(name, data, err)
-	}
-	return f, nil
-}
+func Parse(name string, data []byte) (*File, error) { return parse(name, data, nil) }
 
 // LoadCM is Load with the workload's matrix read from the .cm file at
 // cmPath (fabriclab run -cm): the file gives the fabric and, in its
 // workload, the hosts and the flows' settings; a generator it names is
 // replaced.
 func LoadCM(path, cmPath string) (*File, error) {
+	return loadWith(path, func(f *File) error {
+		abs, err := filepath.Abs(cmPath)
+		if err != nil {
+			return err
+		}
+		w := &Workload{}
+		if f.Workload != nil {
+			w.Hosts, w.Flow = f.Workload.Hosts, f.Workload.Flow
+		}
+		w.CM = abs
+		f.Workload = w
+		return nil
+	})
+}
+
+// loadWith reads the lab file at path and parses it.
+func loadWith(path string, edit func(*File) error) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
+	return parse(path, data, edit)
+}
+
+// parse decodes a lab file, lets edit (optional) change it as decoded,
+// and validates it.
+func parse(name string, data []byte, edit func(*File) error) (*File, error) {
 	f := &File{}
-	if err := conf.Decode(path, data, f); err != nil {
+	if err := conf.Decode(name, data, f); err != nil {
 		return nil, err
 	}
-	abs, err := filepath.Abs(cmPath)
-	if err != nil {
-		return nil, err
+	if edit != nil {
+		if err := edit(f); err != nil {
+			return nil, err
+		}
 	}
-	w := &Workload{}
-	if f.Workload != nil {
-		w.Hosts, w.Flow = f.Workload.Hosts, f.Workload.Flow
-	}
-	w.CM = abs
-	f.Workload = w
-	f.Path, f.data = path, data
+	f.Path, f.data = name, data
 	if err := f.validate(); err != nil {
-		return nil, conf.Locate(path, data, err)
+		return nil, conf.Locate(name, data, err)
 	}
 	return f, nil
 }
