@@ -209,6 +209,17 @@ func parseOptional(fs *flag.FlagSet, args []string, what string) (string, error)
 	return arg, nil
 }
 
+// loadLab reads and validates the lab file at path; nil when it cannot,
+// said on stderr (exit status 2).
+func loadLab(path string, stderr io.Writer) *labfile.File {
+	f, err := labfile.Load(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+		return nil
+	}
+	return f
+}
+
 func validate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -217,9 +228,8 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fabriclab validate: %v\n", err)
 		return 2
 	}
-	f, err := labfile.Load(path)
-	if err != nil {
-		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+	f := loadLab(path, stderr)
+	if f == nil {
 		return 2
 	}
 	p := f.Plan()
@@ -312,9 +322,8 @@ func plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fabriclab plan: %v\n", err)
 		return 2
 	}
-	f, err := labfile.Load(path)
-	if err != nil {
-		fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+	f := loadLab(path, stderr)
+	if f == nil {
 		return 2
 	}
 	d, err := f.DeployVariant(*node, *variant)
@@ -669,9 +678,8 @@ func check(args []string, stdout, stderr io.Writer) int {
 		if code := rf.check("check", stderr); code != 0 {
 			return code
 		}
-		f, err := labfile.Load(path)
-		if err != nil {
-			fmt.Fprintf(stderr, "fabriclab: %v\n", err)
+		f := loadLab(path, stderr)
+		if f == nil {
 			return 2
 		}
 		if *variant != "" && !slices.Contains(f.VariantNames(), *variant) {
