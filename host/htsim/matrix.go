@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -611,31 +610,19 @@ func (r Runner) RunMatrix(ctx context.Context, s MatrixScenario) (MatrixResult, 
 		return MatrixResult{Plan: p, Command: command}, err
 	}
 	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		cmd := exec.CommandContext(ctx, bin, p.MatrixArgs(MatrixTopoFile, MatrixCMFile, p.EndPs)...)
-		cmd.Dir = work
-		stdout, err := run(cmd)
-		if werr := os.WriteFile(filepath.Join(work, MatrixOutFile), stdout, 0o644); werr != nil && err == nil {
-			err = werr
-		}
+	var res MatrixResult
+	err = untilFinished(&p.EndPs, func() (int, int, error) {
+		stdout, err := runIn(ctx, work, MatrixOutFile, bin, p.MatrixArgs(MatrixTopoFile, MatrixCMFile, p.EndPs)...)
 		if err != nil {
-			return MatrixResult{Plan: p, Command: command}, err
+			res = MatrixResult{Plan: p, Command: command}
+			return 0, 0, err
 		}
-		res, err := p.parseMatrixOutput(stdout)
+		res, err = p.parseMatrixOutput(stdout)
 		res.Plan, res.Command = p, command
-		if err != nil {
-			return res, err
-		}
-		if n := res.Finished(); n < len(res.Flows) {
-			if attempt == 1 {
-				return res, &IncompleteError{Finished: n, Senders: len(res.Flows), EndPs: p.EndPs}
-			}
-			// A flow stalled until an RTO past the planned end: the same
-			// seed runs the same events, longer.
-			p.EndPs *= 8
-			continue
-		}
+		return res.Finished(), len(res.Flows), err
+	})
+	if err == nil {
 		res.Wall = time.Since(start)
-		return res, nil
 	}
+	return res, err
 }

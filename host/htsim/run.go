@@ -144,32 +144,22 @@ func (r Runner) Run(ctx context.Context, s Scenario) (Result, error) {
 
 	start := time.Now()
 	var o output
-	for attempt := 0; ; attempt++ {
+	err = untilFinished(&p.EndPs, func() (int, int, error) {
 		// htsim writes idmap.txt in its working directory.
-		cmd := exec.CommandContext(ctx, bin.HtsimUEC, p.args(cm, log, p.EndPs)...)
-		cmd.Dir = work
-		stdout, err := run(cmd)
-		if werr := os.WriteFile(filepath.Join(work, out), stdout, 0o644); werr != nil && err == nil {
-			err = werr
-		}
+		stdout, err := runIn(ctx, work, out, bin.HtsimUEC, p.args(cm, log, p.EndPs)...)
 		if err != nil {
-			return Result{}, err
+			return 0, 0, err
 		}
 		if o, err = parseOutput(bytes.NewReader(stdout), p.Receiver); err != nil {
-			return Result{}, err
+			return 0, 0, err
 		}
 		if !o.haveCounters {
-			return Result{}, fmt.Errorf("htsim: %s printed no counters (the last line, New: … Rtx: …): %s", bin.HtsimUEC, tail(stdout))
+			return 0, 0, fmt.Errorf("htsim: %s printed no counters (the last line, New: … Rtx: …): %s", bin.HtsimUEC, tail(stdout))
 		}
-		if len(o.finishedUs) == s.Senders {
-			break
-		}
-		if attempt == 1 {
-			return Result{}, &IncompleteError{Finished: len(o.finishedUs), Senders: s.Senders, EndPs: p.EndPs}
-		}
-		// A flow stalled until an RTO past the planned end: the same
-		// seed runs the same events, longer.
-		p.EndPs *= 8
+		return len(o.finishedUs), s.Senders, nil
+	})
+	if err != nil {
+		return Result{}, err
 	}
 
 	f, err := os.Open(filepath.Join(work, idmap))
@@ -207,6 +197,36 @@ func (r Runner) Run(ctx context.Context, s Scenario) (Result, error) {
 	res, err := p.result(o, lr)
 	res.Wall = time.Since(start)
 	return res, err
+}
+
+// untilFinished runs try, which runs htsim until *endPs and says how many
+// of its flows finished, and runs it again 8 times as long if some did
+// not: a flow stalled until an RTO past the planned end, and the same
+// seed runs the same events. Still unfinished, the error is an
+// *IncompleteError.
+func untilFinished(endPs *int64, try func() (finished, flows int, err error)) error {
+	for attempt := 0; ; attempt++ {
+		n, flows, err := try()
+		if err != nil || n == flows {
+			return err
+		}
+		if attempt == 1 {
+			return &IncompleteError{Finished: n, Senders: flows, EndPs: *endPs}
+		}
+		*endPs *= 8
+	}
+}
+
+// runIn runs bin with args in dir and returns its standard output, kept
+// in dir's file out too; a failure carries the tail of its output.
+func runIn(ctx context.Context, dir, out, bin string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	stdout, err := run(cmd)
+	if werr := os.WriteFile(filepath.Join(dir, out), stdout, 0o644); werr != nil && err == nil {
+		err = werr
+	}
+	return stdout, err
 }
 
 // run runs cmd and returns its standard output; a failure carries the
