@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/pktio"
-	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // Server is a listening roceperf server: a RoCE agent on its RoCEv2 port
@@ -26,21 +24,14 @@ import (
 // goroutine (so a caller locked into a network namespace opens them
 // there); Serve may then run anywhere.
 type Server struct {
-	cfg  ServerConfig
-	bind netip.Addr
+	serverBase
 	udp  *pktio.RoCEConn
-	ln   *listener
 	ag   *agent.Agent
 	side *agent.Server // the side channel's sessions and their limits
 	host *agent.Host   // the port, the kernel NP if any, the agent
-	log  *slog.Logger
 
-	out  serverOut
 	mu   sync.Mutex
 	sess map[string]*serverSession // by the client's side-channel address
-
-	closeOnce sync.Once
-	closeErr  error
 }
 
 // Serve listens as cfg says and serves sessions until ctx is done (or,
@@ -75,15 +66,13 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	default:
 		return nil, configErr(FieldTransport, cfg.Transport, "rocev2 or uet")
 	}
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
+	if err := cfg.checkShared(); err != nil {
+		return nil, err
 	}
 	if cfg.UDPPort == 0 {
 		cfg.UDPPort = DefaultUDPPort
 	}
 	switch {
-	case cfg.Port < 1 || cfg.Port > 65535:
-		return nil, configErr(FieldPort, cfg.Port, "1..65535")
 	case cfg.UDPPort < 1 || cfg.UDPPort > 65535:
 		return nil, configErr(FieldUDPPort, cfg.UDPPort, "1..65535")
 	case cfg.PKey != 0 && !roce.ValidPKey(cfg.PKey):
@@ -91,21 +80,8 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	case CheckPPFC(cfg.PPFCSources, cfg.PPFCMaxPause, cfg.PPFCWatchdog) != nil:
 		return nil, CheckPPFC(cfg.PPFCSources, cfg.PPFCMaxPause, cfg.PPFCWatchdog)
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Interval > 0 && (cfg.Interval < MinInterval || cfg.Interval > MaxInterval) {
-		return nil, configErr(FieldInterval, seconds(cfg.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
-	}
-	if err := cfg.Timescale.Validate(); err != nil {
-		return nil, configErr(FieldTimescale, cfg.Timescale, "1..%d", units.MaxTimescale)
-	}
 	if len(cfg.Wires) > 0 {
 		return nil, configErr(FieldWires, len(cfg.Wires), wiresRoCEMust)
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = discardLogger()
 	}
 	bind := netip.IPv4Unspecified()
 	if cfg.Bind.IsValid() {
@@ -121,27 +97,21 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	host, err := agent.OpenHost(agent.HostConfig{
 		Addr: netip.AddrPortFrom(bind, uint16(cfg.UDPPort)), Port: pktio.RoCEOptions{SendPath: cfg.SendPath},
-		NP: np, RP: agent.OffloadAgent, Agent: agent.Config{Logger: log, Held: cfg.Held, PPFCSources: cfg.PPFCSources,
+		NP: np, RP: agent.OffloadAgent, Agent: agent.Config{Logger: cfg.Logger, Held: cfg.Held, PPFCSources: cfg.PPFCSources,
 			PPFCMaxPause: cfg.PPFCMaxPause, PPFCWatchdog: cfg.PPFCWatchdog},
 	})
 	if err != nil {
 		return nil, hostErr(err, FieldNP)
 	}
-	ln, err := listenSide(bind, cfg)
-	if err != nil {
+	s := &Server{
+		host: host,
+		udp:  host.Conn,
+		ag:   host.Agent,
+		sess: map[string]*serverSession{},
+	}
+	if err := s.listen(cfg, bind); err != nil {
 		_ = host.Close()
 		return nil, err
-	}
-	s := &Server{
-		out:  serverOut{w: cfg.Out, json: cfg.JSON, log: log},
-		host: host,
-		cfg:  cfg,
-		bind: bind,
-		udp:  host.Conn,
-		ln:   ln,
-		ag:   host.Agent,
-		log:  log,
-		sess: map[string]*serverSession{},
 	}
 	s.side, err = s.ag.NewServer(agent.ServerOptions{ServerLimits: cfg.Limits, PKey: cfg.PKey, NPDisabled: cfg.NP == NPOff, OnSession: s.onSession, OnFinish: s.onFinish, OnRefuse: s.onRefuse})
 	if err != nil {
@@ -190,11 +160,6 @@ func (s *Server) onRefuse(remote net.Addr, _, msg string) {
 	s.out.refused(remote, msg, func(r *Report) { r.End.Counters.ServerAgent = s.agentReport() })
 }
 
-// Addr is the side channel's listening address.
-func (s *Server) Addr() netip.AddrPort {
-	return s.ln.Addr().(*net.TCPAddr).AddrPort()
-}
-
 // UDPAddr is the RoCE port's address.
 func (s *Server) UDPAddr() netip.AddrPort { return s.udp.LocalAddr() }
 
@@ -202,55 +167,33 @@ func (s *Server) UDPAddr() netip.AddrPort { return s.udp.LocalAddr() }
 // until the first session ends. A cancelled ctx closes the listener and
 // ends the sessions in progress; Serve then returns nil.
 func (s *Server) Serve(ctx context.Context) error {
-	where := "all addresses"
-	if !s.bind.IsUnspecified() {
-		where = s.bind.String()
-	}
 	np := "NP in the agent"
 	if devs := s.NPDevices(); len(devs) > 0 {
 		np = "NP in the kernel on " + strings.Join(devs, ", ")
 	}
-	s.out.printf("%s\nServer listening on %s port %d (RoCEv2 on UDP %d, %s)\n%s\n", dashLine, where, s.Addr().Port(), s.udp.LocalAddr().Port(), np, dashLine)
-	return s.ln.serveUntil(ctx, s.side.Serve)
+	return s.serve(ctx, fmt.Sprintf("RoCEv2 on UDP %d, %s", s.udp.LocalAddr().Port(), np), s.side.Serve)
 }
-
-// Drain stops accepting sessions and lets those in progress run to their
-// end: Serve returns once the last one has. Cancelling Serve's context
-// ends them at once.
-func (s *Server) Drain() { s.ln.drain() }
 
 // Sessions is the number of sessions in progress.
 func (s *Server) Sessions() int { return s.side.Stats().Sessions }
 
 // Close stops listening, ends the sessions and closes the agent.
-func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		_ = s.ln.Close()
-		s.closeErr = s.host.Close()
-	})
-	return s.closeErr
-}
+func (s *Server) Close() error { return s.close(s.host.Close) }
 
 // serverSession is one client's session as the server reports it.
 type serverSession struct {
-	remote    netip.AddrPort
-	local     netip.Addr
-	req       agent.SessionRequest
-	qps       []*agent.QP
-	t0        time.Time
-	stop      chan struct{}
-	stopped   chan struct{}
-	intervals []Interval
-	prev      []agent.Counters
-	prevT     time.Duration
+	sessionSampling
+	remote netip.AddrPort
+	local  netip.Addr
+	req    agent.SessionRequest
+	qps    []*agent.QP
+	prev   []agent.Counters
 }
 
 func (s *Server) onSession(remote net.Addr, req agent.SessionRequest, qps []*agent.QP) {
-	ss := &serverSession{
-		remote: addrPort(remote), req: req, qps: qps, t0: time.Now(),
-		stop: make(chan struct{}), stopped: make(chan struct{}),
-		prev: make([]agent.Counters, len(qps)),
-	}
+	ss := &serverSession{sessionSampling: newSessionSampling(),
+		remote: addrPort(remote), req: req, qps: qps, prev: make([]agent.Counters, len(qps))}
+	ss.t0 = time.Now()
 	ss.local = s.ln.localFor(remote.String())
 	s.mu.Lock()
 	s.sess[remote.String()] = ss
@@ -275,38 +218,16 @@ func (s *Server) onSession(remote net.Addr, req agent.SessionRequest, qps []*age
 	go s.sample(ss)
 }
 
-// intervalTicker ticks every d, or never when d is 0 (no interval
-// reports); stop it when done.
-func intervalTicker(d time.Duration) (<-chan time.Time, func()) {
-	if d <= 0 {
-		return nil, func() {}
-	}
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
-
 // sample takes the server's interval reports until the session finishes
 // or its QPs go away.
 func (s *Server) sample(ss *serverSession) {
-	defer close(ss.stopped)
-	tick, stopTick := intervalTicker(s.cfg.Interval)
-	defer stopTick()
-	for {
-		select {
-		case <-ss.stop:
-			return
-		case <-ss.qps[0].Done():
-			s.out.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
-			s.mu.Lock()
-			delete(s.sess, ss.remote.String())
-			s.mu.Unlock()
-			return
-		case <-tick:
-			iv := ss.take(time.Since(ss.t0))
-			ss.intervals = append(ss.intervals, iv)
-			s.out.text(func(w io.Writer) { writeServerInterval(w, &iv) })
-		}
-	}
+	sample(&s.serverBase, &ss.sessionSampling, ss.take, writeServerInterval, ss.qps[0].Done(), func() bool {
+		s.out.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
+		s.mu.Lock()
+		delete(s.sess, ss.remote.String())
+		s.mu.Unlock()
+		return false
+	})
 }
 
 // take is the receiver's interval: bytes placed, CE marks seen, CNPs sent.
@@ -363,8 +284,7 @@ func (s *Server) onFinish(remote net.Addr, res agent.SessionResult) {
 	if ss == nil {
 		return
 	}
-	close(ss.stop)
-	<-ss.stopped
+	ss.halt()
 	end := time.Since(ss.t0).Seconds()
 	r := newServerReport(ss.t0, ss.intervals, TestStart{
 		Protocol: "RoCEv2", NumStreams: len(ss.qps), Blksize: ss.req.MessageBytes,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"github.com/fabriclab/fabriclab/host/pds"
 	"github.com/fabriclab/fabriclab/host/sidechan"
 	"github.com/fabriclab/fabriclab/host/uet"
-	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
 // uetServerIdle is the server endpoint's idle timeout: a target PDC the
@@ -44,54 +42,30 @@ type UETServerStats struct {
 // channel's TCP listener (18515). ListenUET opens both on the calling
 // goroutine; Serve may run anywhere.
 type UETServer struct {
-	cfg  ServerConfig
+	serverBase
 	lim  UETLimits
-	bind netip.Addr // the side channel's
 	ep   *pds.Endpoint
-	ln   *listener
 	side *sidechan.Server[uetRequest]
-	log  *slog.Logger
 	// idle is the endpoint's idle timeout (uetServerIdle, or the RTO of
 	// a slowed fabric where that is longer).
 	idle time.Duration
-
-	out serverOut
 
 	mu struct {
 		sync.Mutex
 		streams  int
 		sessions map[netip.Addr]*uetSession // by the client's UET address
 	}
-
-	closeOnce sync.Once
-	closeErr  error
 }
 
 // ListenUET opens a UET server's endpoint and TCP listener. The endpoint
 // needs a unicast address: cfg.Bind (or cfg.UETConn's).
 func ListenUET(cfg ServerConfig) (*UETServer, error) {
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
-	}
-	if cfg.Port < 1 || cfg.Port > 65535 {
-		return nil, configErr(FieldPort, cfg.Port, "1..65535")
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Interval > 0 && (cfg.Interval < MinInterval || cfg.Interval > MaxInterval) {
-		return nil, configErr(FieldInterval, seconds(cfg.Interval), "0 (no interval reports) or %g..%g seconds", MinInterval.Seconds(), MaxInterval.Seconds())
+	if err := cfg.checkShared(); err != nil {
+		return nil, err
 	}
 	lim := cfg.UETLimits.withDefaults()
 	if err := lim.validate(); err != nil {
 		return nil, err
-	}
-	if err := cfg.Timescale.Validate(); err != nil {
-		return nil, configErr(FieldTimescale, cfg.Timescale, "1..%d", units.MaxTimescale)
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = discardLogger()
 	}
 	bind := cfg.Bind.Unmap()
 	if cfg.UETConn == nil && (!bind.IsValid() || bind.IsUnspecified() || bind.IsMulticast()) {
@@ -101,7 +75,7 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	// The endpoint checks every payload (pds.Config.Verify); a session
 	// without --verify sends zeros, and its verify errors are not reported
 	// (totals).
-	pc.Logger, pc.IdleTimeout, pc.Verify = log, uetServerIdle, true
+	pc.Logger, pc.IdleTimeout, pc.Verify = cfg.Logger, uetServerIdle, true
 	pc.TrimDSCP, pc.TrimLastHopDSCP = cfg.TrimDSCP, cfg.TrimLastHopDSCP
 	pc.Held = cfg.Held
 	switch cfg.NP {
@@ -137,24 +111,19 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	if !bind.IsValid() {
 		bind = ep.LocalAddr().Addr().Unmap()
 	}
-	ln, err := listenSide(bind, cfg)
-	if err != nil {
+	s := &UETServer{lim: lim, ep: ep, idle: pc.IdleTimeout}
+	if err := s.listen(cfg, bind); err != nil {
 		_ = ep.Close()
 		return nil, err
 	}
-	s := &UETServer{cfg: cfg, lim: lim, bind: bind, ep: ep, log: log, idle: pc.IdleTimeout, out: serverOut{w: cfg.Out, json: cfg.JSON, log: log},
-		ln: ln}
 	s.mu.sessions = map[netip.Addr]*uetSession{}
 	s.side = sidechan.NewServer[uetRequest](uetHandler{s}, sidechan.Options{
 		Limits:   lim.Limits,
-		Logger:   log,
+		Logger:   cfg.Logger,
 		OnRefuse: func(remote net.Addr, _, msg string) { s.reportRefusal(remote, msg) },
 	})
 	return s, nil
 }
-
-// Addr is the side channel's listening address.
-func (s *UETServer) Addr() netip.AddrPort { return s.ln.Addr().(*net.TCPAddr).AddrPort() }
 
 // UETAddr is the endpoint's address and UET port.
 func (s *UETServer) UETAddr() netip.AddrPort { return s.ep.LocalAddr() }
@@ -175,23 +144,11 @@ func (s *UETServer) Stats() UETServerStats {
 // first session ends. A cancelled ctx closes the listener and ends the
 // sessions in progress; Serve then returns nil.
 func (s *UETServer) Serve(ctx context.Context) error {
-	s.out.printf("%s\nServer listening on %s port %d (UET on UDP %d)\n%s\n", dashLine, s.bind, s.Addr().Port(), s.UETAddr().Port(), dashLine)
-	return s.ln.serveUntil(ctx, s.side.Serve)
+	return s.serve(ctx, fmt.Sprintf("UET on UDP %d", s.UETAddr().Port()), s.side.Serve)
 }
-
-// Drain stops accepting sessions and lets those in progress run to their
-// end: Serve returns once the last one has. Cancelling Serve's context
-// ends them at once.
-func (s *UETServer) Drain() { s.ln.drain() }
 
 // Close stops listening, ends the sessions and closes the endpoint.
-func (s *UETServer) Close() error {
-	s.closeOnce.Do(func() {
-		_ = s.ln.Close()
-		s.closeErr = s.ep.Close()
-	})
-	return s.closeErr
-}
+func (s *UETServer) Close() error { return s.close(s.ep.Close) }
 
 // reportRefusal reports a connection the side channel turned away.
 func (s *UETServer) reportRefusal(remote net.Addr, msg string) {
@@ -220,21 +177,17 @@ func (s *UETServer) rxCCCs(addr netip.Addr) []pds.RxCCCInfo {
 // uetSession is one client's session: its request, the counters of its
 // target PDCs as last read, its interval reports.
 type uetSession struct {
-	s       *UETServer
-	remote  netip.AddrPort // the side channel's peer
-	local   netip.Addr     // the side channel's local address
-	addr    netip.Addr     // the client's UET address
-	req     uetRequest
-	index   map[uint32]int // job ID → stream
-	t0      time.Time
-	stop    chan struct{}
-	stopped chan struct{}
+	sessionSampling
+	s      *UETServer
+	remote netip.AddrPort // the side channel's peer
+	local  netip.Addr     // the side channel's local address
+	addr   netip.Addr     // the client's UET address
+	req    uetRequest
+	index  map[uint32]int // job ID → stream
 
-	mu        sync.Mutex
-	seen      map[targetID]pds.TargetStats // every target PDC of the session, as last read
-	prev      []UETReceiverStats           // at the last interval
-	prevT     time.Duration
-	intervals []Interval
+	mu   sync.Mutex
+	seen map[targetID]pds.TargetStats // every target PDC of the session, as last read
+	prev []UETReceiverStats           // at the last interval
 }
 
 // targetID names a target PDC's incarnation: the source's PDC ID and this
@@ -260,9 +213,9 @@ func (h uetHandler) Open(c net.Conn, req *uetRequest) (sidechan.Session, *sidech
 	if rf != nil {
 		return nil, rf
 	}
-	ss := &uetSession{s: s, remote: addrPort(c.RemoteAddr()), local: addrPort(c.LocalAddr()).Addr(), addr: addr, req: *req,
-		index: make(map[uint32]int, len(req.JobIDs)), seen: map[targetID]pds.TargetStats{},
-		stop: make(chan struct{}), stopped: make(chan struct{}), prev: make([]UETReceiverStats, len(req.JobIDs))}
+	ss := &uetSession{sessionSampling: newSessionSampling(),
+		s: s, remote: addrPort(c.RemoteAddr()), local: addrPort(c.LocalAddr()).Addr(), addr: addr, req: *req,
+		index: make(map[uint32]int, len(req.JobIDs)), seen: map[targetID]pds.TargetStats{}, prev: make([]UETReceiverStats, len(req.JobIDs))}
 	for i, id := range req.JobIDs {
 		ss.index[id] = i
 	}
@@ -285,8 +238,7 @@ func (ss *uetSession) Started() {
 }
 
 func (ss *uetSession) Finish() any {
-	close(ss.stop)
-	<-ss.stopped
+	ss.halt()
 	ss.track(ss.s.ep.Targets())
 	res := uetResult{Streams: ss.totals()}
 	ss.s.finish(ss, res.Streams)
@@ -294,8 +246,7 @@ func (ss *uetSession) Finish() any {
 }
 
 func (ss *uetSession) Fail(cause, msg string) {
-	close(ss.stop)
-	<-ss.stopped
+	ss.halt()
 	if cause == "" {
 		ss.s.out.printf("session from %s ended without its summary (the client went away)\n%s\n", ss.remote, dashLine)
 		return
@@ -437,28 +388,18 @@ func (ss *uetSession) totals() []UETReceiverStats {
 // sample reads the session's PDCs every uetTrackPeriod and takes the
 // interval reports, until the session ends.
 func (s *UETServer) sample(ss *uetSession) {
-	defer close(ss.stopped)
 	track := time.NewTicker(uetTrackPeriod)
 	defer track.Stop()
-	tick, stopTick := intervalTicker(s.cfg.Interval)
-	defer stopTick()
-	for {
-		select {
-		case <-ss.stop:
-			return
-		case <-track.C:
-			ss.track(s.ep.Targets())
-		case <-tick:
-			ss.track(s.ep.Targets())
-			iv := ss.take(time.Since(ss.t0))
-			s.out.text(func(w io.Writer) { writeUETServerInterval(w, &iv) })
-		}
-	}
+	sample(&s.serverBase, &ss.sessionSampling, ss.take, writeUETServerInterval, track.C, func() bool {
+		ss.track(s.ep.Targets())
+		return true
+	})
 }
 
-// take is the receiver's interval: message bytes completed, CE marks and
-// duplicates seen.
+// take reads the session's PDCs and returns the receiver's interval:
+// message bytes completed, CE marks and duplicates seen.
 func (ss *uetSession) take(now time.Duration) Interval {
+	ss.track(ss.s.ep.Targets())
 	tot := ss.totals()
 	iv := newInterval(ss.prevT, now)
 	for i, t := range tot {
@@ -471,7 +412,6 @@ func (ss *uetSession) take(now time.Duration) Interval {
 	}
 	copy(ss.prev, tot)
 	ss.prevT = now
-	ss.intervals = append(ss.intervals, iv)
 	return iv
 }
 
