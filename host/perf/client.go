@@ -247,15 +247,10 @@ func finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // runState is what the run loop hands to the summary.
 type runState struct {
-	qps     []*agent.QP
-	cc      agent.CCMode
-	prev    []agent.Counters // at the last interval report
-	prevT   time.Duration
-	base    []agent.Counters // at the end of the warm-up
-	baseT   time.Duration
-	endT    time.Duration
-	rusage0 unix.Rusage
-	wall0   time.Time
+	runStreams[*agent.QP]
+	cc   agent.CCMode
+	prev []agent.Counters // at the last interval report
+	base []agent.Counters // at the end of the warm-up
 }
 
 var _ streamSet = (*runState)(nil)
@@ -265,10 +260,8 @@ var _ streamSet = (*runState)(nil)
 func (c *ClientConfig) run(ctx context.Context, r *Report, sess *agent.Session, text bool) (*runState, error) {
 	qps := sess.QPs
 	n := len(qps)
-	st := &runState{qps: qps, cc: c.CC, prev: make([]agent.Counters, n), base: make([]agent.Counters, n)}
-	_ = unix.Getrusage(unix.RUSAGE_SELF, &st.rusage0)
-	t0 := time.Now()
-	st.wall0 = t0
+	st := &runState{runStreams: runStreams[*agent.QP]{streams: qps}, cc: c.CC, prev: make([]agent.Counters, n), base: make([]agent.Counters, n)}
+	t0 := st.start()
 
 	// -n: whole messages, dealt out as evenly as possible.
 	msgs := c.messagesPerStream(n)
@@ -319,33 +312,15 @@ func (c *ClientConfig) messagesPerStream(n int) []uint64 {
 	return msgs
 }
 
-// Len implements streamSet.
-func (st *runState) Len() int { return len(st.qps) }
-
-// Done implements streamSet.
-func (st *runState) Done(i int) <-chan struct{} { return st.qps[i].Done() }
-
 // Err implements streamSet.
-func (st *runState) Err(i int) error {
-	if err := st.qps[i].Err(); err != nil {
-		return err
-	}
-	return nil
-}
-
-// Stop implements streamSet.
-func (st *runState) Stop() {
-	for _, qp := range st.qps {
-		qp.Stop()
-	}
-}
+func (st *runState) Err(i int) error { return st.streams[i].Err() }
 
 // take builds the interval since the last one and moves the mark.
 func (st *runState) take(now time.Duration, omitted bool) Interval {
 	cc := st.cc
 	iv := newInterval(st.prevT, now)
 	iv.Sum.Omitted, iv.Sum.Sender = omitted, true
-	for i, qp := range st.qps {
+	for i, qp := range st.streams {
 		ctr := qp.Counters()
 		p := &st.prev[i]
 		s := IntervalStream{
@@ -376,16 +351,16 @@ func (st *runState) take(now time.Duration, omitted bool) Interval {
 
 // peek returns the bytes acknowledged since the last interval.
 func (st *runState) peek() uint64 {
-	return ackedSince(st.qps, st.prev, func(c agent.Counters) uint64 { return c.AckedBytes })
+	return ackedSince(st.streams, st.prev, func(c agent.Counters) uint64 { return c.AckedBytes })
 }
 
 func (st *runState) snapshotBase(now time.Duration) {
-	snapshot(st.base, st.qps)
+	snapshot(st.base, st.streams)
 	st.baseT = now
 }
 
 func (st *runState) notDrained(waited time.Duration) error {
-	return notDrained(waited, st.qps, func(_ int, qp *agent.QP) string {
+	return notDrained(waited, st.streams, func(_ int, qp *agent.QP) string {
 		acked, sent := qp.Progress()
 		return fmt.Sprintf("qp %#x acked %d of %d packets", qp.QPN(), acked, sent)
 	})
@@ -517,15 +492,14 @@ func (c *ClientConfig) testStart(p dcqcn.Params) TestStart {
 // it); with no warm-up both sides are exact.
 func (c *ClientConfig) endReport(r *Report, st *runState, sess *agent.Session, res agent.SessionResult, client agent.AgentCounters) {
 	e := &r.End
-	start, end := st.baseT.Seconds(), st.endT.Seconds()
-	secs := end - start
 	server := map[uint32]agent.QPReport{}
 	for _, q := range res.QPs {
 		server[q.QPN] = q
 	}
-	span := Sum{Start: start, End: end, Seconds: secs}
+	span := st.span()
+	secs := span.Seconds
 	e.startSums(span)
-	for i, qp := range st.qps {
+	for i, qp := range st.streams {
 		ctr, base := qp.Counters(), st.base[i]
 		snd := StreamSummary{ID: qp.QPN(), QPN: qp.QPN(), Sum: span, Counters: ctr}
 		snd.Bytes = ctr.AckedBytes - base.AckedBytes
@@ -544,7 +518,7 @@ func (c *ClientConfig) endReport(r *Report, st *runState, sess *agent.Session, r
 	if e.Counters.Server == nil {
 		e.Counters.Server = []agent.QPReport{}
 	}
-	e.CPU = cpuSince(&st.rusage0, st.wall0)
+	e.CPU = st.cpu()
 	if c.Perftest {
 		p := &Perftest{Bytes: c.MessageBytes, Iterations: e.SumSent.Messages}
 		const mb = 1 << 20

@@ -3,6 +3,8 @@ package perf
 import (
 	"context"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // streamSet is a run's streams as the timing loop sees them, whatever the
@@ -27,6 +29,50 @@ type streamSet interface {
 	// stop.
 	notDrained(waited time.Duration) error
 }
+
+// runStreams is the part of a run's state every transport shares: its
+// streams (RoCEv2 QPs, UET Senders), with streamSet's Len, Done and Stop,
+// and the run's marks in time.
+type runStreams[S interface {
+	Done() <-chan struct{}
+	Stop()
+}] struct {
+	streams []S
+	prevT   time.Duration // at the last interval report
+	baseT   time.Duration // at the end of the warm-up
+	endT    time.Duration
+	rusage0 unix.Rusage
+	wall0   time.Time
+}
+
+// Len implements streamSet.
+func (rs *runStreams[S]) Len() int { return len(rs.streams) }
+
+// Done implements streamSet.
+func (rs *runStreams[S]) Done(i int) <-chan struct{} { return rs.streams[i].Done() }
+
+// Stop implements streamSet.
+func (rs *runStreams[S]) Stop() {
+	for _, s := range rs.streams {
+		s.Stop()
+	}
+}
+
+// start marks the run's start, for its CPU share, and returns it.
+func (rs *runStreams[S]) start() time.Time {
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &rs.rusage0)
+	rs.wall0 = time.Now()
+	return rs.wall0
+}
+
+// span is the summary's: from the end of the warm-up to the run's.
+func (rs *runStreams[S]) span() Sum {
+	start, end := rs.baseT.Seconds(), rs.endT.Seconds()
+	return Sum{Start: start, End: end, Seconds: end - start}
+}
+
+// cpu is this process's CPU share since start.
+func (rs *runStreams[S]) cpu() CPU { return cpuSince(&rs.rusage0, rs.wall0) }
 
 // timedLoop runs a run's timing, the same for every transport: interval
 // reports every c.Interval, the warm-up's end at c.Omit, the deadline at

@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fabriclab/fabriclab/host/agent"
 	"github.com/fabriclab/fabriclab/host/cc"
 	"github.com/fabriclab/fabriclab/host/lb"
@@ -257,9 +255,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 	n := c.QPs
 	st := &uetState{ep: ep, dst: dst.Addr().Unmap(), jobs: jobs,
 		prev: make([]pds.SenderCounters, n), base: make([]pds.SenderCounters, n)}
-	_ = unix.Getrusage(unix.RUSAGE_SELF, &st.rusage0)
-	t0 := time.Now()
-	st.wall0 = t0
+	t0 := st.start()
 	tr.start(ep.Clock().Now())
 	msgs := c.messagesPerStream(n)
 	for i := range n {
@@ -272,13 +268,13 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 			st.Stop()
 			return nil, fmt.Errorf("stream %d (job %#x): %w", i+1, jobs[i], err)
 		}
-		st.senders = append(st.senders, snd)
+		st.streams = append(st.streams, snd)
 	}
 	if c.OnSenders != nil {
-		c.OnSenders(slices.Clone(st.senders))
+		c.OnSenders(slices.Clone(st.streams))
 	}
 	if c.OnData != nil {
-		senders := slices.Clone(st.senders)
+		senders := slices.Clone(st.streams)
 		c.OnData(func() uint64 {
 			var b uint64
 			for _, s := range senders {
@@ -503,42 +499,24 @@ func (t *tracer) stop(done <-chan []CCCEvent) ([]CCCEvent, uint64) {
 // uetState is a UET run's streams: a Sender per stream, all on one
 // endpoint and one CCC.
 type uetState struct {
-	ep      *pds.Endpoint
-	dst     netip.Addr
-	jobs    []uint32
-	senders []*pds.Sender
-	prev    []pds.SenderCounters // at the last interval report
-	prevEP  pds.Counters
-	prevT   time.Duration
-	base    []pds.SenderCounters // at the end of the warm-up
-	baseEP  pds.Counters
-	baseT   time.Duration
-	endT    time.Duration
-	rusage0 unix.Rusage
-	wall0   time.Time
+	runStreams[*pds.Sender]
+	ep     *pds.Endpoint
+	dst    netip.Addr
+	jobs   []uint32
+	prev   []pds.SenderCounters // at the last interval report
+	prevEP pds.Counters
+	base   []pds.SenderCounters // at the end of the warm-up
+	baseEP pds.Counters
 }
 
 var _ streamSet = (*uetState)(nil)
 
-// Len implements streamSet.
-func (st *uetState) Len() int { return len(st.senders) }
-
-// Done implements streamSet.
-func (st *uetState) Done(i int) <-chan struct{} { return st.senders[i].Done() }
-
 // Err implements streamSet.
 func (st *uetState) Err(i int) error {
-	if err := st.senders[i].Err(); err != nil {
+	if err := st.streams[i].Err(); err != nil {
 		return fmt.Errorf("stream %d (job %#x): %w", i+1, st.jobs[i], err)
 	}
 	return nil
-}
-
-// Stop implements streamSet.
-func (st *uetState) Stop() {
-	for _, s := range st.senders {
-		s.Stop()
-	}
 }
 
 // ccc is the CCC of the streams' destination (the zero CCCInfo once it
@@ -561,7 +539,7 @@ func (st *uetState) take(now time.Duration, omitted bool) Interval {
 	sum.Omitted, sum.Sender = omitted, true
 	sum.CwndBytes, sum.InFlightBytes, sum.CreditBytes = uint64(ccc.Window), uint64(ccc.InFlight), creditBytes(ccc.Credit)
 	sum.Retransmits, sum.TxPackets = retx, epc.TxPackets-st.prevEP.TxPackets
-	for i, s := range st.senders {
+	for i, s := range st.streams {
 		ctr := s.Counters()
 		is := IntervalStream{
 			ID:        uint32(i + 1),
@@ -569,7 +547,7 @@ func (st *uetState) take(now time.Duration, omitted bool) Interval {
 			CwndBytes: uint64(ccc.Window), InFlightBytes: uint64(ccc.InFlight),
 			CreditBytes: sum.CreditBytes,
 		}
-		if len(st.senders) == 1 {
+		if len(st.streams) == 1 {
 			// Retransmissions are the endpoint's: one stream's own only
 			// when it is alone.
 			is.Retransmits, is.TxPackets = retx, sum.TxPackets
@@ -593,17 +571,17 @@ func creditBytes(ci *pds.CreditInfo) *int {
 }
 
 func (st *uetState) peek() uint64 {
-	return ackedSince(st.senders, st.prev, func(c pds.SenderCounters) uint64 { return c.BytesAcked })
+	return ackedSince(st.streams, st.prev, func(c pds.SenderCounters) uint64 { return c.BytesAcked })
 }
 
 func (st *uetState) snapshotBase(now time.Duration) {
-	snapshot(st.base, st.senders)
+	snapshot(st.base, st.streams)
 	st.baseEP = st.ep.Counters()
 	st.baseT = now
 }
 
 func (st *uetState) notDrained(waited time.Duration) error {
-	return notDrained(waited, st.senders, func(i int, s *pds.Sender) string {
+	return notDrained(waited, st.streams, func(i int, s *pds.Sender) string {
 		ctr := s.Counters()
 		return fmt.Sprintf("stream %d acked %d of %d messages", i+1, ctr.MessagesAcked, ctr.MessagesQueued)
 	})
@@ -614,7 +592,7 @@ func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.Ad
 	now := time.Now()
 	s := newStart(now)
 	s.ConnectingTo = ConnectingTo{Host: host, Port: port}
-	for i, snd := range st.senders {
+	for i, snd := range st.streams {
 		s.Connected = append(s.Connected, Connected{
 			LocalHost: local.Addr().String(), LocalPort: local.Port(),
 			RemoteHost: dst.Addr().String(), RemotePort: dst.Port(),
@@ -658,19 +636,17 @@ func lbName(k lb.Kind) string {
 // the client had acknowledged when it ended, as RoCEv2's.
 func (c *ClientConfig) uetEndReport(r *Report, st *uetState, rcvs []UETReceiverStats, epc pds.Counters, cccs []pds.CCCInfo) {
 	e := &r.End
-	start, end := st.baseT.Seconds(), st.endT.Seconds()
-	secs := end - start
-	span := Sum{Start: start, End: end, Seconds: secs}
+	span := st.span()
 	e.startSums(span)
 	e.SumSent.Retransmits = epc.Retransmits - st.baseEP.Retransmits
-	for i, s := range st.senders {
+	for i, s := range st.streams {
 		ctr, base := s.Counters(), st.base[i]
 		snd := StreamSummary{ID: uint32(i + 1), JobID: st.jobs[i], Sum: span}
 		snd.Bytes = ctr.BytesAcked - base.BytesAcked
 		snd.Messages = ctr.MessagesAcked - base.MessagesAcked
 		snd.Sender = true
 		snd.AckedBytes, snd.AckedMessages = ctr.BytesAcked, ctr.MessagesAcked
-		if len(st.senders) == 1 {
+		if len(st.streams) == 1 {
 			snd.Retransmits = e.SumSent.Retransmits
 			snd.RetransmitPackets = epc.Retransmits
 		}
@@ -687,5 +663,5 @@ func (c *ClientConfig) uetEndReport(r *Report, st *uetState, rcvs []UETReceiverS
 	e.setSumRates()
 	e.Counters.Server = []agent.QPReport{} // RoCEv2's; the receiver's counters are in e.UET
 	e.UET = &UETEnd{Client: &epc, CCCs: uetCCCs(cccs), Receiver: rcvs}
-	e.CPU = cpuSince(&st.rusage0, st.wall0)
+	e.CPU = st.cpu()
 }
