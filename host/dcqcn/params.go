@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriclab/fabriclab/qdisc/enum"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -77,9 +78,9 @@ const (
 	AlphaPerPeriod
 )
 
-var alphaRuleNames = []string{"after_cut", "before_cut", "per_period"}
+var alphaRuleNames = enum.Names{AlphaAfterCut: {"after_cut"}, AlphaBeforeCut: {"before_cut"}, AlphaPerPeriod: {"per_period"}}
 
-func (a AlphaRule) String() string { return enumString(alphaRuleNames, int(a)) }
+func (a AlphaRule) String() string { return enum.Format(a, alphaRuleNames, "%d") }
 
 // IncreaseRule picks the stage thresholds of the rate increase state
 // machine. T counts increase-timer events and BC byte-counter events since
@@ -100,9 +101,9 @@ const (
 	IncreaseNS3
 )
 
-var increaseRuleNames = []string{"paper", "ns3"}
+var increaseRuleNames = enum.Names{IncreasePaper: {"paper"}, IncreaseNS3: {"ns3"}}
 
-func (i IncreaseRule) String() string { return enumString(increaseRuleNames, int(i)) }
+func (i IncreaseRule) String() string { return enum.Format(i, increaseRuleNames, "%d") }
 
 // ReduceTiming says how rate_reduce_monitor_period coalesces CNPs. With a
 // period of 0 both cut on every CNP at once.
@@ -119,16 +120,9 @@ const (
 	ReduceLeadingEdge
 )
 
-var reduceTimingNames = []string{"deferred", "leading_edge"}
+var reduceTimingNames = enum.Names{ReduceDeferred: {"deferred"}, ReduceLeadingEdge: {"leading_edge"}}
 
-func (r ReduceTiming) String() string { return enumString(reduceTimingNames, int(r)) }
-
-func enumString(names []string, i int) string {
-	if i >= 0 && i < len(names) {
-		return names[i]
-	}
-	return strconv.Itoa(i)
-}
+func (r ReduceTiming) String() string { return enum.Format(r, reduceTimingNames, "%d") }
 
 // Reference port speeds the profiles' rate knobs are given at.
 const (
@@ -328,7 +322,7 @@ type knob struct {
 	unit     string // shown in range errors
 	min, max int64
 	maxLine  bool // max is the line rate
-	names    []string
+	names    enum.Names
 	get      func(*Params) int64
 	set      func(*Params, int64)
 }
@@ -370,7 +364,7 @@ func boolKnob(name string, f func(*Params) *bool) knob {
 		set: func(p *Params, v int64) { *f(p) = v != 0 }}
 }
 
-func enumKnob[E ~uint8](name string, names []string, f func(*Params) *E) knob {
+func enumKnob[E ~uint8](name string, names enum.Names, f func(*Params) *E) knob {
 	return knob{name: name, kind: kindEnum, min: 0, max: int64(len(names) - 1), names: names,
 		get: func(p *Params) int64 { return int64(*f(p)) },
 		set: func(p *Params, v int64) { *f(p) = E(v) }}
@@ -557,10 +551,10 @@ func (k *knob) parse(s string) (int64, error) {
 		}
 		return 0, fmt.Errorf("must be 0, 1, true or false")
 	case kindEnum:
-		if i := slices.Index(k.names, s); i >= 0 {
-			return int64(i), nil
+		if v, err := enum.Parse[int](s, k.names, k.name); err == nil {
+			return int64(v), nil
 		}
-		return 0, fmt.Errorf("must be one of %s", strings.Join(k.names, ", "))
+		return 0, k.enumError()
 	}
 	panic("dcqcn: unknown knob kind")
 }
@@ -578,7 +572,7 @@ func (k *knob) check(p *Params, v int64) error {
 	}
 	switch k.kind {
 	case kindEnum:
-		return fmt.Errorf("must be one of %s", strings.Join(k.names, ", "))
+		return k.enumError()
 	case kindBool:
 		return fmt.Errorf("must be 0 or 1")
 	}
@@ -589,6 +583,12 @@ func (k *knob) check(p *Params, v int64) error {
 	return fmt.Errorf("must be %s..%s (%s)", k.format(k.min), k.format(max), unit)
 }
 
+// enumError names a variant switch's values, as its String methods print
+// them.
+func (k *knob) enumError() error {
+	return fmt.Errorf("must be one of %s", strings.Join(k.names.Canonical(), ", "))
+}
+
 func (k *knob) format(v int64) string {
 	switch k.kind {
 	case kindRate:
@@ -596,7 +596,7 @@ func (k *knob) format(v int64) string {
 	case kindTime:
 		return formatMicros(v)
 	case kindEnum:
-		return enumString(k.names, int(v))
+		return enum.Format(int(v), k.names, "%d")
 	}
 	return strconv.FormatInt(v, 10)
 }

@@ -131,6 +131,7 @@ func TestSet(t *testing.T) {
 		{"alpha_rule", "before_cut", func(p Params) bool { return p.AlphaRule == AlphaBeforeCut }, "before_cut"},
 		{"increase_rule", "ns3", func(p Params) bool { return p.IncreaseRule == IncreaseNS3 }, "ns3"},
 		{"reduce_timing", "leading_edge", func(p Params) bool { return p.ReduceTiming == ReduceLeadingEdge }, "leading_edge"},
+		{"reduce_timing", "Leading_Edge", func(p Params) bool { return p.ReduceTiming == ReduceLeadingEdge }, "leading_edge"},
 		{"alpha_timer_restart", "1", func(p Params) bool { return p.AlphaTimerRestart }, "1"},
 		{"clamp_rt_at_max_rate", "0", func(p Params) bool { return !p.ClampRtAtMaxRate }, "0"},
 	}
