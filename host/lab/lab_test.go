@@ -25,6 +25,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
+	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 )
 
 const minKernel = "5.10"
@@ -522,9 +523,9 @@ func TestDoPropagatesPanicAndGoexit(t *testing.T) {
 
 	defer func() {
 		v := recover()
-		p, ok := v.(*nsPanic)
-		if !ok || p.value != "boom" {
-			t.Fatalf("recovered %v, want the nsPanic for boom", v)
+		p, ok := v.(*nsexec.Panic)
+		if !ok || p.Value != "boom" || p.Netns != l.Node("x").NetnsName {
+			t.Fatalf("recovered %v, want the nsexec.Panic for boom in x's netns", v)
 		}
 	}()
 	_ = l.Node("x").Do(func() error { panic("boom") })

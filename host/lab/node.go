@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
+	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 )
 
 // ErrClosed is returned by Node methods after the lab was closed.
@@ -78,74 +77,7 @@ func (n *Node) Do(fn func() error) error {
 		return fmt.Errorf("lab: dup netns fd of %s: %w", n.NetnsName, err)
 	}
 	defer unix.Close(fd)
-	return doInNetns(netns.NsHandle(fd), n.NetnsName, fn)
-}
-
-// nsPanic carries a panic out of the namespace goroutine with its stack.
-type nsPanic struct {
-	value any
-	netns string
-	stack []byte
-}
-
-func (p *nsPanic) String() string {
-	return fmt.Sprintf("%v [recovered in netns %s; original stack:]\n%s", p.value, p.netns, p.stack)
-}
-
-// doInNetns follows CNI's ns.Do: switch a fresh locked thread, never the
-// caller's, and if switching back fails keep the thread locked so the runtime
-// destroys it instead of reusing a thread stuck in the wrong namespace.
-func doInNetns(target netns.NsHandle, name string, fn func() error) error {
-	type result struct {
-		err    error
-		p      *nsPanic
-		goexit bool // fn called runtime.Goexit, e.g. t.FailNow
-	}
-	ch := make(chan result, 1)
-	go func() {
-		var res result
-		defer func() { ch <- res }()
-
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			res.err = fmt.Errorf("lab: get current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			res.err = fmt.Errorf("lab: enter netns %s: %w", name, err)
-			return
-		}
-		defer func() {
-			if err := netns.Set(orig); err != nil {
-				// Thread stays locked; it dies with this goroutine.
-				res.err = errors.Join(res.err, fmt.Errorf("lab: restore netns after %s: %w", name, err))
-				return
-			}
-			runtime.UnlockOSThread()
-		}()
-		res.goexit = true
-		defer func() {
-			if v := recover(); v != nil {
-				res.goexit = false
-				res.p = &nsPanic{value: v, netns: name, stack: debug.Stack()}
-			}
-		}()
-		res.err = fn()
-		res.goexit = false
-	}()
-	res := <-ch
-	switch {
-	case res.p != nil:
-		panic(res.p)
-	case res.goexit:
-		// t.FailNow inside fn must stop the test, not just our goroutine.
-		runtime.Goexit()
-	}
-	return res.err
+	return nsexec.DoNamed(netns.NsHandle(fd), n.NetnsName, fn)
 }
 
 // Command runs name inside n via `ip netns exec`, which also gives the child a
