@@ -14,9 +14,11 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriclab/fabriclab/host/roce"
+	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 )
 
 // UDP GSO (UDP_SEGMENT, Linux 4.18): a run of datagrams with one source
@@ -305,39 +307,17 @@ func (g *gsoSender) open(sport uint16) (int, error) {
 		return fd, err
 	}
 	runtime.UnlockOSThread()
-	type result struct {
-		fd  int
-		err error
+	fd := -1
+	err = nsexec.Do(netns.NsHandle(g.ns.fd), func() (err error) {
+		fd, err = g.openHere(sport)
+		return err
+	})
+	if err != nil && fd >= 0 {
+		// Made, but the thread could not leave the namespace.
+		unix.Close(fd)
+		fd = -1
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := threadNetns()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{-1, err}
-			return
-		}
-		defer unix.Close(orig.fd)
-		if err := unix.Setns(g.ns.fd, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{-1, fmt.Errorf("enter the conn's network namespace: %w", err)}
-			return
-		}
-		fd, err := g.openHere(sport)
-		if serr := unix.Setns(orig.fd, unix.CLONE_NEWNET); serr != nil {
-			// The thread stays locked and ends with this goroutine.
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			done <- result{-1, fmt.Errorf("leave the conn's network namespace: %w", serr)}
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- result{fd, err}
-	}()
-	r := <-done
-	return r.fd, r.err
+	return fd, err
 }
 
 // openHere makes the UDP socket of sport in the calling thread's namespace: bound to it (SO_REUSEPORT, so that

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/host/lab/labtest"
 	"github.com/fabriclab/fabriclab/qdisc/ethfeat"
+	"github.com/fabriclab/fabriclab/qdisc/nsexec"
 )
 
 // Test addresses, all on lo inside the test's own network namespace.
@@ -171,32 +172,7 @@ func probe(src, dst string) error {
 }
 
 // do runs f on an OS thread switched into the namespace.
-func (n *testNetns) do(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			runtime.UnlockOSThread()
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(n.h); err != nil {
-			errc <- fmt.Errorf("enter test netns: %w", err)
-			runtime.UnlockOSThread()
-			return
-		}
-		ferr := f()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave test netns: %w", err))
-			return // the thread stays locked and exits with the goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func (n *testNetns) do(f func() error) error { return nsexec.DoNamed(n.h, "test netns", f) }
 
 // listen opens a UDPConn inside the namespace, closed at cleanup.
 func (n *testNetns) listen(tb testing.TB, addr string, opts UDPOptions) *UDPConn {
