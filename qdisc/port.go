@@ -858,6 +858,25 @@ func Forget(netnsName, dev string) error {
 	return removeRecord(pinDir(ns, dev))
 }
 
+// PortsHere lists the devices of the calling thread's namespace that
+// carry an attached port, by their records. A sender there needs to know:
+// its UDP GSO send reaches such a port as one packet, judged and queued
+// outside the class's accounting (a sender in the switch's own namespace
+// sends datagram by datagram instead).
+func PortsHere() ([]string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var devs []string
+	for _, ifi := range ifs {
+		if _, err := os.Stat(metaPath(pinDir(netns.None(), ifi.Name))); err == nil {
+			devs = append(devs, ifi.Name)
+		}
+	}
+	return devs, nil
+}
+
 // removeRecord removes a port's pins and record, and nothing else.
 func removeRecord(dir string) error { return pinning.Remove(MetaRoot, dir) }
 

@@ -51,9 +51,10 @@ Server or client:
   -B, --bind ADDR           bind to this address
   --send auto|raw           how packets leave: runs of one source port (a
                             QP's) as UDP GSO sends, the rest through a raw
-                            socket (auto, the default), or all through the
-                            raw socket (raw: a port on this host's own device
-                            would see a GSO send as one packet)
+                            socket (auto, the default; all raw where a port
+                            is attached in this namespace, which would see a
+                            GSO send as one packet), or all through the raw
+                            socket (raw)
   --ppfc-sources LIST       (RoCEv2) the switches that may pause this end's
                             QPs with PPFC notifications, comma-separated IP
                             prefixes or addresses (default: any); the host's

@@ -13,6 +13,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/roce"
 	"github.com/fabriclab/fabriclab/host/rpbpf"
+	"github.com/fabriclab/fabriclab/qdisc"
 )
 
 // A RoCEv2 host is the one way every program of the lab opens RoCEv2:
@@ -94,6 +95,10 @@ type Host struct {
 	// host's.
 	NP *npbpf.Devices
 	RP *rpbpf.RP
+	// RawForPorts are the devices of the namespace that carry a port
+	// (qdisc.PortsHere) and so made HostConfig.Port.SendPath SendAuto
+	// send raw: each of its GSO sends would be one packet to the port.
+	RawForPorts []string
 }
 
 // OpenHost opens the port, attaches the kernel roles and starts the
@@ -131,6 +136,14 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 		cfg.Port.BatchSize = cfg.Agent.BatchSize
 		if cfg.Port.BatchSize == 0 {
 			cfg.Port.BatchSize = engine.DefaultBatchSize(cfg.Agent.PortRate)
+		}
+	}
+	if cfg.Port.SendPath == pktio.SendAuto {
+		if h.RawForPorts, err = qdisc.PortsHere(); err != nil {
+			return nil, &PortError{Addr: ap, Err: err}
+		}
+		if len(h.RawForPorts) > 0 {
+			cfg.Port.SendPath = pktio.SendRaw
 		}
 	}
 	if h.Conn, err = pktio.ListenRoCE(ap, cfg.Port); err != nil {

@@ -166,6 +166,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) (*Report, error) {
 
 	r := &Report{}
 	r.Start = c.startReport(host, port, params, local, udp.LocalAddr().Port(), sess)
+	r.Start.TestStart.RawForPorts = rh.RawForPorts
 	text := !c.JSON && c.Out != nil
 	if text {
 		writeStartText(c.Out, r)

@@ -135,7 +135,16 @@ func testLine(ts *TestStart) string {
 	if ts.Verify {
 		b.WriteString(", verify")
 	}
+	b.WriteString(rawForText(ts.RawForPorts))
 	return b.String()
+}
+
+// rawForText says why --send auto sent raw: "" when it did not.
+func rawForText(devs []string) string {
+	if len(devs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", send raw (a port is attached here on %s)", strings.Join(devs, ", "))
 }
 
 // writeSummaryText prints iperf3's sender and receiver lines per QP, the

@@ -98,6 +98,10 @@ type TestStart struct {
 	RetryCount    int                    `json:"retry_count"`
 	Verify        bool                   `json:"verify"`
 	Interval      float64                `json:"interval"` // seconds
+	// RawForPorts are the devices of the sender's namespace with a port
+	// attached, for which --send auto sent every packet raw (a GSO send
+	// would be one packet to the port; qdisc.PortsHere).
+	RawForPorts []string `json:"raw_for_ports,omitempty"`
 	// BaseRTTUs is NSCC's configured base RTT (UET).
 	BaseRTTUs float64 `json:"base_rtt_us,omitempty"`
 	// LB is the entropy load balancer of every PDC (--lb: oblivious,

@@ -24,6 +24,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/sidechan"
 	"github.com/fabriclab/fabriclab/host/uet"
+	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -198,7 +199,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 		}
 		ap = netip.AddrPortFrom(local, uet.Port)
 	}
-	ep, err := openUET(c.UETConn, ap, c.SendPath, c.uetConfig(nil, tr.trace))
+	ep, rawFor, err := openUET(c.UETConn, ap, c.SendPath, c.uetConfig(nil, tr.trace))
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +254,7 @@ func runUET(ctx context.Context, c ClientConfig) (*Report, error) {
 
 	// The streams.
 	n := c.QPs
-	st := &uetState{ep: ep, dst: dst.Addr().Unmap(), jobs: jobs,
+	st := &uetState{ep: ep, rawFor: rawFor, dst: dst.Addr().Unmap(), jobs: jobs,
 		prev: make([]pds.SenderCounters, n), base: make([]pds.SenderCounters, n)}
 	t0 := st.start()
 	tr.start(ep.Clock().Now())
@@ -379,17 +380,28 @@ func sideChannelErr(ctx context.Context, server netip.AddrPort, err error) error
 }
 
 // openUET starts a UET endpoint from pc on conn, or (conn nil) on a port
-// of its own at ap.
-func openUET(conn pktio.Conn, ap netip.AddrPort, send pktio.SendPath, pc pds.Config) (*pds.Endpoint, error) {
+// of its own at ap. rawFor are the devices with a port attached in this
+// namespace that made send auto send raw, as agent.OpenHost does for
+// RoCEv2 (qdisc.PortsHere).
+func openUET(conn pktio.Conn, ap netip.AddrPort, send pktio.SendPath, pc pds.Config) (ep *pds.Endpoint, rawFor []string, err error) {
 	if conn != nil {
 		pc.Conn = conn
-		return pds.New(pc)
+		ep, err = pds.New(pc)
+		return ep, nil, err
 	}
-	ep, err := pds.Open(ap, pktio.RoCEOptions{SendPath: send}, pc)
+	if send == pktio.SendAuto {
+		if rawFor, err = qdisc.PortsHere(); err != nil {
+			return nil, nil, uetListenErr(ap, err)
+		}
+		if len(rawFor) > 0 {
+			send = pktio.SendRaw
+		}
+	}
+	ep, err = pds.Open(ap, pktio.RoCEOptions{SendPath: send}, pc)
 	if pe := (*pds.PortError)(nil); errors.As(err, &pe) {
-		return nil, uetListenErr(pe.Addr, pe.Err)
+		return nil, nil, uetListenErr(pe.Addr, pe.Err)
 	}
-	return ep, err
+	return ep, rawFor, err
 }
 
 // uetListenErr maps ListenEntropy's errors to the tool's one-liners.
@@ -501,6 +513,7 @@ func (t *tracer) stop(done <-chan []CCCEvent) ([]CCCEvent, uint64) {
 type uetState struct {
 	runStreams[*pds.Sender]
 	ep     *pds.Endpoint
+	rawFor []string // openUET's
 	dst    netip.Addr
 	jobs   []uint32
 	prev   []pds.SenderCounters // at the last interval report
@@ -616,6 +629,7 @@ func (c *ClientConfig) uetStartReport(host string, port int, local, dst netip.Ad
 		LBSeed:      c.LBSeed,
 		Loss:        c.Loss.String(),
 		Interval:    c.Interval.Seconds(),
+		RawForPorts: st.rawFor,
 	}
 	ts.setAmount(c.Bytes, c.MessageBytes, c.Duration)
 	s.TestStart = ts

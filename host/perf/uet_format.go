@@ -40,6 +40,7 @@ func uetTestLine(ts *TestStart) string {
 	if ts.Verify {
 		b.WriteString(", verify")
 	}
+	b.WriteString(rawForText(ts.RawForPorts))
 	return b.String()
 }
 

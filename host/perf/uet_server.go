@@ -104,7 +104,7 @@ func ListenUET(cfg ServerConfig) (*UETServer, error) {
 	if err := checkTrimDSCP(pc); err != nil {
 		return nil, err
 	}
-	ep, err := openUET(cfg.UETConn, netip.AddrPortFrom(bind, uet.Port), cfg.SendPath, pc)
+	ep, _, err := openUET(cfg.UETConn, netip.AddrPortFrom(bind, uet.Port), cfg.SendPath, pc)
 	if err != nil {
 		return nil, err
 	}
