@@ -99,7 +99,7 @@ func runIncasts(ctx context.Context, o incastOpts) (*IncastReport, error) {
 	rep := &IncastReport{Runs: o.runs, HtsimSeeds: o.seeds}
 	var runner *htsim.Runner
 	if _, err := htsim.Locate(o.htsimDir); err != nil {
-		rep.Htsim = "recorded tails (reference/htsim.md): " + err.Error()
+		rep.Htsim = "recorded tails (htsim.RecordedTail): " + err.Error()
 		rep.HtsimSeeds = 0
 	} else {
 		rep.Htsim = o.htsimDir

@@ -230,7 +230,7 @@ func TestRunMatrixWithAFakeBuild(t *testing.T) {
 func TestHtsimMatrix(t *testing.T) {
 	dir := os.Getenv(EnvDir)
 	if dir == "" {
-		t.Skipf("needs htsim: set $%s to its build directory (reference/htsim.md \"Build\")", EnvDir)
+		t.Skipf("needs htsim: set $%s to its build directory (docs/htsim.md)", EnvDir)
 	}
 	for _, cc := range []pds.CCMode{pds.CCNSCC, pds.CCRCCC} {
 		s := ringScenario(t)

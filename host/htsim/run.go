@@ -33,7 +33,7 @@ func (e *MissingBinaryError) Error() string {
 	if len(e.Searched) == 0 {
 		return fmt.Sprintf("htsim: no directory to look for %s in (the project names htsim's build directory in $%s)", e.Name, EnvDir)
 	}
-	return fmt.Sprintf("htsim: no executable %s in %s: build it (reference/htsim.md \"Build\": cmake --build build --target htsim_uec parse_output) and give its build directory or the one holding htsim_uec",
+	return fmt.Sprintf("htsim: no executable %s in %s: build it (docs/htsim.md: cmake --build build --target htsim_uec parse_output) and give its build directory or the one holding htsim_uec",
 		e.Name, strings.Join(e.Searched, ", "))
 }
 

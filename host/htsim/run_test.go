@@ -129,7 +129,7 @@ func TestRunReportsUnfinishedFlows(t *testing.T) {
 func TestHtsim(t *testing.T) {
 	dir := os.Getenv(EnvDir)
 	if dir == "" {
-		t.Skipf("needs htsim: set $%s to its build directory (reference/htsim.md \"Build\")", EnvDir)
+		t.Skipf("needs htsim: set $%s to its build directory (docs/htsim.md)", EnvDir)
 	}
 	rn := Runner{Dir: dir}
 	ctx := context.Background()

@@ -90,7 +90,7 @@ func (f *File) htsimMatrixScenario(p *Plan) (htsim.MatrixScenario, []string, err
 		var why string
 		switch {
 		case fl.Transport == TransportRoCEv2:
-			why = fmt.Sprintf("flow %s is rocev2: htsim_roce (snapshot 40ccb05) cannot run a matrix on a leaf-spine: with -topo it zeroes every queue (main_roce.cpp never sets their size after loading the file: \"Missing queue_up for tier 0\"), and its DCQCN's events multiply (a ring all-reduce over 8 hosts: 104 of 120 flows by 334 µs of its time, then 5 minutes of wall time without another; reference/htsim.md)", fl.Name)
+			why = fmt.Sprintf("flow %s is rocev2: htsim_roce (snapshot 40ccb05) cannot run a matrix on a leaf-spine: with -topo it zeroes every queue (main_roce.cpp never sets their size after loading the file: \"Missing queue_up for tier 0\"), and its DCQCN's events multiply (a ring all-reduce over 8 hosts: 104 of 120 flows by 334 µs of its time, then 5 minutes of wall time without another)", fl.Name)
 		case fl.Transport != TransportUET:
 			why = fmt.Sprintf("flow %s is %s; htsim_uec runs UET", fl.Name, fl.Transport)
 		case fl.CC == CCNone:
