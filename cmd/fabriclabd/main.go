@@ -29,6 +29,7 @@ import (
 
 	"github.com/fabriclab/fabriclab/cmd/internal/completion"
 	"github.com/fabriclab/fabriclab/host/daemon"
+	"github.com/fabriclab/fabriclab/host/dcqcn"
 	"github.com/fabriclab/fabriclab/host/version"
 )
 
@@ -40,6 +41,9 @@ const usage = `usage: fabriclabd [-config FILE] [-check] [-version]
 
 fabriclabd completion prints a bash completion script:
 source <(fabriclabd completion).
+
+A RoCEv2 flow without a profiles.dcqcn profile runs DCQCN's %s profile
+(millisecond timers for a lab's round trips), as roceperf and fabriclab do.
 
 Signals: SIGHUP reloads FILE; SIGTERM or SIGINT drains (no new sessions,
 those in progress end, at most drain_timeout) and exits.
@@ -63,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(showVersion, "V", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, usage, daemon.DefaultConfigPath, daemon.DefaultMetricsListen)
+			fmt.Fprintf(stdout, usage, daemon.DefaultConfigPath, dcqcn.DefaultProfile, daemon.DefaultMetricsListen)
 			return 0
 		}
 		fmt.Fprintf(stderr, "fabriclabd: %v (fabriclabd -h for help)\n", err)

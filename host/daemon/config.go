@@ -188,7 +188,7 @@ type FlowConfig struct {
 	// both or none for uet; the kernel's congestion control for tcp
 	// (default dctcp).
 	CC    string `yaml:"cc"`
-	DCQCN string `yaml:"dcqcn"` // a profiles.dcqcn name; default: mlx5's defaults
+	DCQCN string `yaml:"dcqcn"` // a profiles.dcqcn name; default: dcqcn.DefaultProfile (lab)
 	NSCC  string `yaml:"nscc"`  // a profiles.nscc name; default: the lab's
 	LB    string `yaml:"lb"`    // uet: oblivious, bitmap, reps or mixed
 	// uet: each PDC's retransmission timeout (roceperf --rto; default
