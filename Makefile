@@ -34,7 +34,7 @@ help:
 	@echo "make generate       rebuild BPF objects and Go bindings (needs $(CLANG))"
 	@echo "make check-generate (CI) generate, then fail if the committed BPF objects differ"
 	@echo "make deps           (root) apt-get install the runtime tools that are missing: $(RUNTIME_DEPS)"
-	@echo "make install        (root) fabriclabd, roceperf, portctl, dctcp to $(PREFIX)/bin, the systemd unit, $(CONFDIR)/fabriclabd.yaml"
+	@echo "make install        (root) $(INSTALL_BINS) to $(PREFIX)/bin, the systemd unit, $(CONFDIR)/fabriclabd.yaml"
 	@echo "make uninstall      (root) stop and remove them (the config stays)"
 	@echo "make lint           gofmt and go vet"
 	@echo "make clean          remove $(BIN)/"
@@ -123,7 +123,7 @@ wan-experiment: deps
 # under ECMP and spraying, with SLEEK on both sides too, on a fat tree
 # oversubscribed 2:1 and on one with faster cores; every fabric stores
 # and forwards and has NICs: 80 runs of 15-25 s). HTSIM is htsim's build
-# directory (reference/htsim.md "Build");
+# directory (docs/htsim.md);
 # without it each run's htsim/ gets the topology, the .cm and a script
 # that runs them. HTSIM_FLAGS: fabriclab run's flags; writes
 # htsim-compare-out/.
