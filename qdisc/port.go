@@ -859,7 +859,9 @@ func Forget(netnsName, dev string) error {
 }
 
 // PortsHere lists the devices of the calling thread's namespace that
-// carry an attached port, by their records. A sender there needs to know:
+// carry a pinned port (AttachOptions.Pin: portctl's, fabriclabd's), by
+// their records; a port a process holds unpinned is not seen. A sender
+// there needs to know:
 // its UDP GSO send reaches such a port as one packet, judged and queued
 // outside the class's accounting (a sender in the switch's own namespace
 // sends datagram by datagram instead).
