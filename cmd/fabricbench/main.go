@@ -156,7 +156,12 @@ func run() int {
 		return completion.Write(c, os.Args[2:], os.Stdout, os.Stderr)
 	}
 	flag.Parse()
-	if showVersion {
+	wordVersion, err := positionalArgs(flag.Args())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fabricbench:", err)
+		return 2
+	}
+	if showVersion || wordVersion {
 		fmt.Println(version.Line("fabricbench"))
 		return 0
 	}
@@ -326,6 +331,19 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// positionalArgs refuses the words left after the flags: fabricbench takes
+// none, and a stray one would otherwise start the whole, long bench. A lone
+// "version" is -version, as portctl and fabriclab take the word.
+func positionalArgs(args []string) (version bool, err error) {
+	if len(args) == 1 && args[0] == "version" {
+		return true, nil
+	}
+	if len(args) > 0 {
+		return false, fmt.Errorf("unexpected argument %q: fabricbench takes only flags (see -help)", args[0])
+	}
+	return false, nil
 }
 
 // smokeDefaults applies each setting whose flag the command line did not

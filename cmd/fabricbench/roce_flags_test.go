@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -22,5 +23,22 @@ func TestParseSections(t *testing.T) {
 	}
 	if _, err := parseSections("np,bogus"); err == nil || !strings.Contains(err.Error(), `unknown section "bogus"`) {
 		t.Errorf("bogus: %v", err)
+	}
+}
+
+// TestPositionalArgs checks that a stray word is refused by name instead of
+// starting the bench, and that a lone "version" is taken as -version.
+func TestPositionalArgs(t *testing.T) {
+	if v, err := positionalArgs(nil); v || err != nil {
+		t.Errorf("none: %v, %v", v, err)
+	}
+	if v, err := positionalArgs([]string{"version"}); !v || err != nil {
+		t.Errorf("version: %v, %v", v, err)
+	}
+	for _, args := range [][]string{{"bogus"}, {"bogus", "version"}, {"version", "bogus"}} {
+		_, err := positionalArgs(args)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unexpected argument %q", args[0])) || !strings.Contains(err.Error(), "-help") {
+			t.Errorf("%q: %v", args, err)
+		}
 	}
 }
