@@ -291,6 +291,24 @@ func TestParseUET(t *testing.T) {
 			t.Errorf("%q:\ngot  %v\nwant %q…", tc.args, err, tc.want)
 		}
 	}
+	// A rate too slow for a packet in MaxWnd names a base RTT that is taken.
+	for _, rate := range []string{"100m", "10m", "1g"} {
+		args := "-c h --transport uet -b " + rate + " --base-rtt 10us"
+		_, err := parseArgs(strings.Fields(args))
+		hint, ok := "", false
+		if err != nil {
+			_, hint, ok = strings.Cut(err.Error(), "a base_rtt of at least ")
+			hint, _, _ = strings.Cut(hint, " ")
+			hint = strings.Replace(hint, "µs", "us", 1) // as typed
+		}
+		if !ok {
+			t.Errorf("%q: %v: want a base_rtt hint", args, err)
+			continue
+		}
+		if _, err := parseArgs(strings.Fields(args + " --base-rtt " + hint)); err != nil {
+			t.Errorf("%q --base-rtt %s, the hint: %v", args, hint, err)
+		}
+	}
 	var out bytes.Buffer
 	if code := run(context.Background(), []string{"-h"}, &out, &out); code != exitOK ||
 		!strings.Contains(out.String(), "--transport rocev2|uet") || !strings.Contains(out.String(), "--trace-ccc") {

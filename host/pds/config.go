@@ -252,14 +252,16 @@ func (c Config) Validate() error {
 	if !c.Loss.Fits(c.CC) {
 		return fmt.Errorf("pds: loss sleek with cc %v: SLEEK's threshold is 1.5 congestion windows, so it needs cc nscc or both", c.CC)
 	}
+	// RCCC first: its MTU is the frame's, so with the lab's parameters its
+	// MaxWnd needs the larger base_rtt and its hint satisfies NSCC too.
+	if err := c.rcccParams().Validate(); err != nil {
+		return fmt.Errorf("pds: %w", err) // rccc names itself
+	}
 	if c.NewWindow == nil {
 		p := c.nsccParams()
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("pds: nscc for link_rate %v base_rtt %v mtu %d: %w", c.LinkRate, c.BaseRTT, c.MTU, err)
 		}
-	}
-	if err := c.rcccParams().Validate(); err != nil {
-		return fmt.Errorf("pds: rccc: %w", err)
 	}
 	return nil
 }

@@ -353,7 +353,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.RTO = time.Nanosecond }, "rto 1ns: must be"},
 		{func(c *Config) { c.DSCP = 64 }, "dscp 64: must be 0..63"},
 		{func(c *Config) { c.MaxPDCs = 1 << 16 }, "max_pdcs 65536: must be 1..65535"},
-		{func(c *Config) { c.LinkRate = 1 * units.Kbit }, "nscc"},
+		{func(c *Config) { c.LinkRate = 1 * units.Kbit }, "rccc: max_wnd"},
 	} {
 		cfg := DefaultConfig()
 		cfg.Conn = pa

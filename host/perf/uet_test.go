@@ -512,7 +512,7 @@ func TestUETValidate(t *testing.T) {
 		{"streams", func(c *ClientConfig) { c.QPs = 5000 }, "qps 5000: must be 1..4096"},
 		{"bytes per stream", func(c *ClientConfig) { c.Bytes, c.QPs = 1000, 2 }, "size 1000 with message_size 65536 qps 2: 1 message(s) cannot keep every stream busy"},
 		{"lb", func(c *ClientConfig) { c.LB = lb.Kind(9) }, "lb Kind(9): must be none, oblivious, bitmap, reps or mixed"},
-		{"nscc", func(c *ClientConfig) { c.LineRate = 2000 }, "line_rate 2kbit with base_rtt 100µs mtu 4096: pds: nscc for link_rate"},
+		{"max wnd", func(c *ClientConfig) { c.LineRate = 2000 }, "line_rate 2kbit with base_rtt 100µs mtu 4096: pds: rccc: max_wnd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultUETClientConfig("198.18.0.1")
