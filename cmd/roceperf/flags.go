@@ -552,7 +552,10 @@ func parseArgs(args []string) (*options, error) {
 	}
 	if *bitrate != "" {
 		r, perr := perf.ParseBitrate(*bitrate)
+		amb := (*units.AmbiguousRateError)(nil)
 		switch {
+		case errors.As(perr, &amb): // it names its own fix
+			return nil, fmt.Errorf("roceperf: %s %s: %w", spelled("b", "bitrate"), *bitrate, perr)
 		case uetRun && (perr != nil || r < units.Kbit || r > perf.MaxLineRate):
 			return nil, mustBe(spelled("b", "bitrate"), *bitrate, "1k..1t bits/s (k, m, g, t 1000-based, or 10gbit) with --transport uet")
 		case perr != nil || (r != 0 && r < units.Kbit) || r > perf.MaxLineRate:

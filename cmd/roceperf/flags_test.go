@@ -148,6 +148,8 @@ func TestParseErrors(t *testing.T) {
 		{"-c h --mtu 9000", "roceperf: --mtu 9000: must be 256..4096"},
 		{"-c h -b fast", "roceperf: -b fast: must be 1k..1t bits/s"},
 		{"-c h -b 2t", "roceperf: -b 2t: must be 1k..1t bits/s"},
+		{"-c h -b 10gbps", `roceperf: -b 10gbps: invalid rate "10gbps": unit "gbps" is ambiguous: tc reads it as bytes per second (80gbit), people write Gbps for bits; write 10gbit`},
+		{"-c h --transport uet --bitrate 1Gbps", `roceperf: --bitrate 1Gbps: invalid rate "1Gbps": unit "Gbps" is ambiguous`},
 		{"-c h --cc reno", "roceperf: --cc reno: must be dcqcn or none"},
 		{"-c h --cc=", "roceperf: --cc : must be dcqcn or none"},
 		{"-c h --cc rccc", "roceperf: --cc rccc: must be dcqcn or none (rccc is --transport uet's)"},
