@@ -257,7 +257,7 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 		c.BacklogBytes, c.BacklogPackets, c.MaxBacklogBytes, c.MaxBacklogPackets)
 	if c.SojournSamples > 0 {
 		fmt.Fprintf(w, " sojourn mean %s p50 %s p99 %s (%d samples)\n",
-			units.FormatDuration(c.MeanSojourn()), units.FormatBound(c.Sojourn.Quantile(0.5)),
+			units.FormatMeasured(c.MeanSojourn()), units.FormatBound(c.Sojourn.Quantile(0.5)),
 			units.FormatBound(c.Sojourn.Quantile(0.99)), c.SojournSamples)
 	}
 	fmt.Fprintf(w, " arrived %d bytes %d pkt: not-ect %d, ect0 %d, ect1 %d, ce %d\n",
@@ -271,8 +271,8 @@ func renderClass(w io.Writer, c *qdisc.ClassStats) {
 			h.EnteredPackets, h.DeliveredPackets, h.DroppedPackets, h.BacklogBytes, h.BacklogPackets, h.MaxBacklogBytes, h.MaxBacklogPackets)
 		if h.DeliveredPackets > 0 {
 			fmt.Fprintf(w, " host wait mean %s p50 %s p99 %s max %s\n",
-				units.FormatDuration(h.MeanWait()), units.FormatBound(h.Wait.Quantile(0.5)),
-				units.FormatBound(h.Wait.Quantile(0.99)), units.FormatDuration(h.WaitMax))
+				units.FormatMeasured(h.MeanWait()), units.FormatBound(h.Wait.Quantile(0.5)),
+				units.FormatBound(h.Wait.Quantile(0.99)), units.FormatMeasured(h.WaitMax))
 		}
 	}
 }
@@ -295,12 +295,12 @@ func renderRates(w io.Writer, prev, cur *qdisc.Stats) {
 		dDrop := c.DroppedPackets() - p.DroppedPackets()
 		soj := "-"
 		if n := c.SojournSamples - p.SojournSamples; n > 0 {
-			soj = units.FormatDuration((c.SojournSum - p.SojournSum) / time.Duration(n))
+			soj = units.FormatMeasured((c.SojournSum - p.SojournSum) / time.Duration(n))
 		}
 		// The host queue's mean wait: not part of the sojourn.
 		host := "-"
 		if n := c.Host.DeliveredPackets - p.Host.DeliveredPackets; n > 0 {
-			host = units.FormatDuration((c.Host.WaitSum - p.Host.WaitSum) / time.Duration(n))
+			host = units.FormatMeasured((c.Host.WaitSum - p.Host.WaitSum) / time.Duration(n))
 		}
 		backlog := fmt.Sprintf("%db %dp", c.BacklogBytes, c.BacklogPackets)
 		fmt.Fprintf(w, "%s  %-18s %9.1f %10.0f %8.0f %8.0f  %-17s  %-9s  %s\n", ts, label,

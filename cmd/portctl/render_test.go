@@ -122,7 +122,7 @@ func fakeStats(at time.Time, scale uint64) qdisc.Stats {
 	c.Sojourn[13] = 500 * scale // [8.192us, 16.384us)
 	c.Sojourn[15] = 490 * scale // [32.768us, 65.536us)
 	c.SojournSamples = 990 * scale
-	c.SojournSum = time.Duration(990*scale) * 20 * time.Microsecond
+	c.SojournSum = time.Duration(990*scale) * 20_004 * time.Nanosecond // 20us to 3 digits
 	s.Port = qdisc.PortCounters{IPv4Packets: 1000 * scale, NonIPPackets: 3, UnaccountedPackets: 3, UnaccountedBytes: 126}
 	h := &c.Host
 	h.EnteredPackets, h.EnteredBytes = 990*scale, 990_000*scale
@@ -130,8 +130,8 @@ func fakeStats(at time.Time, scale uint64) qdisc.Stats {
 	h.BacklogPackets, h.BacklogBytes = scale, 1000*scale
 	h.MaxBacklogPackets, h.MaxBacklogBytes = 40, 40_000
 	h.Wait[12] = 989 * scale // [4.096us, 8.192us)
-	h.WaitSum = time.Duration(989*scale) * 5 * time.Microsecond
-	h.WaitMax = 900 * time.Microsecond
+	h.WaitSum = time.Duration(989*scale) * 5_002 * time.Nanosecond
+	h.WaitMax = 900_123 * time.Nanosecond
 	return s
 }
 

@@ -219,12 +219,24 @@ func ParseDuration(s string) (time.Duration, error) {
 // for a quantile of a log2 histogram, whose bucket edge (16.777216ms) has
 // no more precision than its bucket.
 func FormatBound(d time.Duration) string {
-	// Round up (a bound must not shrink: <8.2us for an edge of 8.192us),
-	// then pick the unit: 999.9us is <1ms, not <1e+03us.
+	// Round up: a bound must not shrink (<8.2us for an edge of 8.192us).
+	return "<" + formatDigits3(d, math.Ceil)
+}
+
+// FormatMeasured prints a measured time (a mean, a maximum) to 3
+// significant digits, rounded to nearest, in FormatBound's units:
+// "8.47ms", "252us", "35.6us"; more digits would be false precision.
+func FormatMeasured(d time.Duration) string {
+	return formatDigits3(d, math.Round)
+}
+
+// formatDigits3 prints d to 3 significant digits, rounded by round, then
+// in the unit that fits: 999.9us is 1ms, not 1e+03us.
+func formatDigits3(d time.Duration, round func(float64) float64) string {
 	v := float64(d)
 	if v > 0 {
 		step := math.Pow(10, math.Floor(math.Log10(v))-2) // the third digit's
-		v = math.Ceil(v/step) * step
+		v = round(v/step) * step
 		v, _ = strconv.ParseFloat(strconv.FormatFloat(v, 'g', 3, 64), 64) // step's float error
 	}
 	unit := "ns"
@@ -237,7 +249,7 @@ func FormatBound(d time.Duration) string {
 			break
 		}
 	}
-	return "<" + strconv.FormatFloat(v, 'f', -1, 64) + unit
+	return strconv.FormatFloat(v, 'f', -1, 64) + unit
 }
 
 // FormatDuration formats d in tc style with the largest unit of s, ms, us,

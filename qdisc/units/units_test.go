@@ -583,3 +583,14 @@ func TestFormatBound(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatMeasured(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		8_472_801: "8.47ms", 251_624: "252us", 35_555: "35.6us", 115_111: "115us", 20_000: "20us", 512: "512ns",
+		999_600: "1ms", 1_234_567_890_123: "1230s", 0: "0ns",
+	} {
+		if got := FormatMeasured(d); got != want {
+			t.Errorf("FormatMeasured(%d) = %q, want %q", d, got, want)
+		}
+	}
+}
