@@ -50,7 +50,7 @@ const (
 	sizeHint  = "want a number with a unit like 1500b, 64kb, 1.5mb"
 	sizeUnits = "b, kb or k, mb or m, gb or g (1024-based), kbit, mbit, gbit; a bare number is bytes"
 	timeHint  = "want a number with a unit like 100us, 5ms, 1s"
-	timeUnits = "s/sec/secs, ms/msec/msecs, us/usec/usecs, ns/nsec/nsecs; a bare number is microseconds"
+	timeUnits = "s/sec/secs, ms/msec/msecs, us/usec/usecs/µs, ns/nsec/nsecs; a bare number is microseconds"
 	probHint  = "want a probability like 0.1 or 10%, between 0 and 1"
 )
 
@@ -109,6 +109,8 @@ var timeScale = map[string]uint64{
 	"us":    1e3,
 	"usec":  1e3,
 	"usecs": 1e3,
+	"µs":    1e3, // Go's time.Duration spelling (micro sign), which hints print
+	"μs":    1e3, // Greek mu
 	"ns":    1,
 	"nsec":  1,
 	"nsecs": 1,
