@@ -155,6 +155,21 @@ func run() int {
 		flag.VisitAll(func(f *flag.Flag) { c.Words = append(c.Words, "-"+f.Name) })
 		return completion.Write(c, os.Args[2:], os.Stdout, os.Stderr)
 	}
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), `usage: fabricbench [flags]   (as root; make bench, make bench-smoke)
+
+Measures the project beside its references and prints one table of
+ratios with their spread (-json for JSON): the port programs' per-packet
+cost, TCP through a port against a bare veth, roceperf against iperf3,
+the DCQCN reaction and the kernel NP, the delay link, the UET incasts
+beside htsim, many ports, the scale rows and an hour's soak. It reports
+and never judges: it exits non-zero only when a measurement could not
+be made. -only picks sections, -smoke runs each once, short.
+
+flags (-name or --name):
+`)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	wordVersion, err := positionalArgs(flag.Args())
 	if err != nil {
