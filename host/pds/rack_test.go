@@ -11,6 +11,7 @@ import (
 	"github.com/fabriclab/fabriclab/host/engine"
 	"github.com/fabriclab/fabriclab/host/lb"
 	"github.com/fabriclab/fabriclab/host/pktio"
+	"github.com/fabriclab/fabriclab/host/uet"
 )
 
 // pathOf is the "ECMP hash" of the tests: an EV's path of n.
@@ -29,6 +30,9 @@ type delayLine struct {
 	delays []time.Duration
 	loss   float64
 	conn   *pktio.PipeConn // a's end, set before the first packet
+	// spareRetx loses first transmissions only (set before the first
+	// packet).
+	spareRetx bool
 
 	mu      sync.Mutex
 	rng     *rand.Rand
@@ -66,7 +70,7 @@ func (d *delayLine) filter(from netip.AddrPort, m *pktio.Message) bool {
 		}
 		return false // the held copy, now due
 	}
-	if m.N > 1000 && d.rng.Float64() < d.loss {
+	if m.N > 1000 && !(d.spareRetx && isRetx(b)) && d.rng.Float64() < d.loss {
 		d.lost++
 		return true
 	}
@@ -88,6 +92,13 @@ func (d *delayLine) filter(from netip.AddrPort, m *pktio.Message) bool {
 		d.waker.Kick() // due before the one the loop sleeps for
 	}
 	return true
+}
+
+// isRetx reports whether b is a PDS request sent again.
+func isRetx(b []byte) bool {
+	var h uet.Header
+	_, err := uet.Parse(b, &h)
+	return err == nil && h.Request.Retx
 }
 
 // run writes the held packets as they fall due, until the waker closes.
