@@ -47,6 +47,19 @@ func callerIno(t *testing.T) uint32 {
 	return ino
 }
 
+// inoIn is the namespace a function Do runs in ns finds itself in.
+func inoIn(t *testing.T, ns netns.NsHandle) uint32 {
+	t.Helper()
+	var inside uint32
+	if err := DoNamed(ns, "x", func() (err error) {
+		inside, err = Ino(netns.None())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return inside
+}
+
 func TestDoRunsInNamespace(t *testing.T) {
 	ns := newNetns(t)
 	want, err := Ino(ns)
@@ -59,14 +72,7 @@ func TestDoRunsInNamespace(t *testing.T) {
 	if before == want {
 		t.Fatal("the new namespace is the caller's")
 	}
-	var inside uint32
-	if err := DoNamed(ns, "x", func() (err error) {
-		inside, err = Ino(netns.None())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if inside != want {
+	if inside := inoIn(t, ns); inside != want {
 		t.Errorf("fn ran in netns %d, want %d", inside, want)
 	}
 	if after := callerIno(t); after != before {
@@ -93,14 +99,7 @@ func TestDoClosedHandleIsCaller(t *testing.T) {
 		}
 	}()
 	want := callerIno(t)
-	var inside uint32
-	if err := Do(netns.None(), func() (err error) {
-		inside, err = Ino(netns.None())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if inside != want {
+	if inside := inoIn(t, netns.None()); inside != want {
 		t.Errorf("fn ran in netns %d, want the caller's %d", inside, want)
 	}
 }
