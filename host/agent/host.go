@@ -101,6 +101,22 @@ type Host struct {
 	RawForPorts []string
 }
 
+// SendPathHere is the send path a conn opened in the calling thread's
+// namespace takes for p: SendAuto becomes SendRaw where the namespace has
+// a pinned port (qdisc.PortsHere), the devices it returns, since each UDP
+// GSO send would be one packet to that port. RoCEv2 (OpenHost) and UET
+// endpoints both decide here.
+func SendPathHere(p pktio.SendPath) (pktio.SendPath, []string, error) {
+	if p != pktio.SendAuto {
+		return p, nil, nil
+	}
+	devs, err := qdisc.PortsHere()
+	if err != nil || len(devs) == 0 {
+		return p, nil, err
+	}
+	return pktio.SendRaw, devs, nil
+}
+
 // OpenHost opens the port, attaches the kernel roles and starts the
 // agent, all in the calling thread's network namespace (run it inside
 // lab.Node.Do for a lab's node).
@@ -138,13 +154,8 @@ func OpenHost(cfg HostConfig) (*Host, error) {
 			cfg.Port.BatchSize = engine.DefaultBatchSize(cfg.Agent.PortRate)
 		}
 	}
-	if cfg.Port.SendPath == pktio.SendAuto {
-		if h.RawForPorts, err = qdisc.PortsHere(); err != nil {
-			return nil, &PortError{Addr: ap, Err: err}
-		}
-		if len(h.RawForPorts) > 0 {
-			cfg.Port.SendPath = pktio.SendRaw
-		}
+	if cfg.Port.SendPath, h.RawForPorts, err = SendPathHere(cfg.Port.SendPath); err != nil {
+		return nil, &PortError{Addr: ap, Err: err}
 	}
 	if h.Conn, err = pktio.ListenRoCE(ap, cfg.Port); err != nil {
 		return nil, &PortError{Addr: ap, Err: err}

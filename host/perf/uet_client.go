@@ -24,7 +24,6 @@ import (
 	"github.com/fabriclab/fabriclab/host/pktio"
 	"github.com/fabriclab/fabriclab/host/sidechan"
 	"github.com/fabriclab/fabriclab/host/uet"
-	"github.com/fabriclab/fabriclab/qdisc"
 	"github.com/fabriclab/fabriclab/qdisc/units"
 )
 
@@ -381,21 +380,15 @@ func sideChannelErr(ctx context.Context, server netip.AddrPort, err error) error
 
 // openUET starts a UET endpoint from pc on conn, or (conn nil) on a port
 // of its own at ap. rawFor are the devices with a port attached in this
-// namespace that made send auto send raw, as agent.OpenHost does for
-// RoCEv2 (qdisc.PortsHere).
+// namespace that made send auto send raw (agent.SendPathHere).
 func openUET(conn pktio.Conn, ap netip.AddrPort, send pktio.SendPath, pc pds.Config) (ep *pds.Endpoint, rawFor []string, err error) {
 	if conn != nil {
 		pc.Conn = conn
 		ep, err = pds.New(pc)
 		return ep, nil, err
 	}
-	if send == pktio.SendAuto {
-		if rawFor, err = qdisc.PortsHere(); err != nil {
-			return nil, nil, uetListenErr(ap, err)
-		}
-		if len(rawFor) > 0 {
-			send = pktio.SendRaw
-		}
+	if send, rawFor, err = agent.SendPathHere(send); err != nil {
+		return nil, nil, uetListenErr(ap, err)
 	}
 	ep, err = pds.Open(ap, pktio.RoCEOptions{SendPath: send}, pc)
 	if pe := (*pds.PortError)(nil); errors.As(err, &pe) {

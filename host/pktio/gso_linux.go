@@ -37,8 +37,8 @@ import (
 // NIC that segments in hardware (USO). A TC program or a qdisc on the
 // sending host's own device runs before that cut and sees the super-packet
 // as one: a port attached there (a two-namespace lab) wants SendRaw,
-// which agent.OpenHost and roceperf's UET endpoint pick for SendAuto when
-// the namespace has a pinned port (qdisc.PortsHere).
+// which agent.SendPathHere picks for SendAuto (RoCEv2 hosts, UET
+// endpoints) when the namespace has a pinned port (qdisc.PortsHere).
 //
 // The kernel numbers the IPv4 IDs of a send's segments 0, 1, 2 …
 // (inet_gso_segment: an unconnected DF socket's send has ID 0), and the
